@@ -1,0 +1,211 @@
+/*
+ * replicator/core.h - status codes, errors, logging, allocation, the per-step
+ * arena, the counter-based RNG and clocks.
+ *
+ * Every public function of replicator either returns an rp_status (RP_OK is 0,
+ * errors are negative) or a pointer that is NULL on failure. In both cases
+ * rp_last_error() returns a message naming the value at fault. The library
+ * never exits or aborts on a user error.
+ */
+#ifndef REPLICATOR_CORE_H
+#define REPLICATOR_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes ------------------------------------------------------- */
+
+typedef int rp_status;
+
+enum {
+    RP_OK = 0,
+    RP_ERR_INVALID = -1,     /* an argument is out of range or NULL */
+    RP_ERR_SHAPE = -2,       /* tensor shapes do not fit together */
+    RP_ERR_NOMEM = -3,       /* an allocation failed */
+    RP_ERR_IO = -4,          /* a file could not be opened, read or written */
+    RP_ERR_FORMAT = -5,      /* a file's contents are corrupt or truncated */
+    RP_ERR_NUMERIC = -6,     /* a NaN or infinity where a finite value is required */
+    RP_ERR_COMM = -7,        /* a communication failure between replicas */
+    RP_ERR_TIMEOUT = -8,     /* a peer did not arrive in time */
+    RP_ERR_MISMATCH = -9,    /* replicas made different collective calls */
+    RP_ERR_UNSUPPORTED = -10, /* valid, but not implemented by this build */
+    RP_ERR_BACKEND = -11,    /* an engine underneath (oneDNN, BLAS, MPI) failed */
+    RP_ERR_INTERRUPTED = -12 /* stopped by a signal or a user request */
+};
+
+/* The constant's name without the prefix, e.g. "SHAPE" for RP_ERR_SHAPE. */
+const char *rp_status_name(rp_status status);
+
+/*
+ * The message of the last error on the calling thread, "" if none. The
+ * message starts with the file:line that raised it. The pointer is valid until
+ * the next error on this thread. Thread-safe (thread-local storage).
+ */
+const char *rp_last_error(void);
+
+/* Status code of the last error on the calling thread (RP_OK if none). */
+rp_status rp_last_status(void);
+
+/* Forgets the calling thread's last error. */
+void rp_error_clear(void);
+
+/*
+ * Records an error for the calling thread and returns `status`, so that
+ * `return RP_ERROR(RP_ERR_SHAPE, "...")` reads naturally. Use the macro.
+ */
+rp_status rp_error_set(rp_status status, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define RP_ERROR(status, ...) rp_error_set((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Returns from the enclosing function if `expr` is not RP_OK. */
+#define RP_CHECK(expr)                                                                             \
+    do {                                                                                           \
+        rp_status rp_check_status_ = (expr);                                                       \
+        if (rp_check_status_ != RP_OK) return rp_check_status_;                                    \
+    } while (0)
+
+/* Stores `expr` in the local `status` and jumps to the local `cleanup` label on error. */
+#define RP_TRY(expr)                                                                               \
+    do {                                                                                           \
+        status = (expr);                                                                           \
+        if (status != RP_OK) goto cleanup;                                                         \
+    } while (0)
+
+/* ---- logging ------------------------------------------------------------ */
+
+typedef enum { RP_LOG_DEBUG = 0, RP_LOG_INFO = 1, RP_LOG_WARN = 2, RP_LOG_ERROR = 3, RP_LOG_OFF = 4 } rp_log_level;
+
+/* Sets the minimum level written to stderr (default: RP_LOG_INFO, or $RP_LOG_LEVEL). */
+void rp_log_set_level(rp_log_level level);
+rp_log_level rp_log_get_level(void);
+
+/*
+ * Sets the calling thread's replica id for log prefixes (-1: none). The
+ * runtime calls it; users rarely need to.
+ */
+void rp_log_set_replica(int replica);
+
+/*
+ * Writes one line "[host pid r<replica>] LEVEL message" to stderr if `level`
+ * is at or above the current level. Thread-safe: a line is written whole.
+ */
+void rp_log(rp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define rp_debug(...) rp_log(RP_LOG_DEBUG, __VA_ARGS__)
+#define rp_info(...) rp_log(RP_LOG_INFO, __VA_ARGS__)
+#define rp_warn(...) rp_log(RP_LOG_WARN, __VA_ARGS__)
+
+/* ---- environment -------------------------------------------------------- */
+
+/*
+ * Every environment variable replicator reads, read once in one place
+ * (src/core/env.c) and printed by `replicator info`.
+ */
+typedef struct rp_env {
+    int log_level;         /* RP_LOG_LEVEL: debug|info|warn|error|off, default info */
+    int threads;           /* RP_THREADS: default thread count, 0 = all cores */
+    const char *kernels;   /* RP_KERNELS: "cpu" (default) or "ref" */
+    const char *data_dir;  /* RP_DATA_DIR: default /usr/share/datasets/fashion-mnist */
+} rp_env;
+
+/* The process's environment settings (read on first call; thread-safe). */
+const rp_env *rp_env_get(void);
+
+/* Number of online CPU cores. */
+int rp_cpu_count(void);
+
+/* ---- memory ------------------------------------------------------------- */
+
+#define RP_ALIGN 64
+
+/* Allocates `bytes` aligned to RP_ALIGN; NULL (with an error) on failure. */
+void *rp_alloc(size_t bytes);
+/* Like rp_alloc, zero-filled. */
+void *rp_calloc(size_t bytes);
+void rp_free(void *ptr);
+
+/* Number of rp_alloc/rp_calloc calls made by this process so far (all threads). */
+uint64_t rp_alloc_count(void);
+
+/*
+ * The arena: bump allocation for everything a step creates (activations and
+ * their gradients, saved values). rp_arena_reset() frees everything at once.
+ * The arena grows by adding chunks while a step needs more; at the next reset
+ * it replaces its chunks with one block of the high-water size, so from the
+ * second identical step on it makes no system allocation at all.
+ * Not thread-safe: one arena per replica.
+ */
+typedef struct rp_arena rp_arena;
+
+rp_status rp_arena_create(rp_arena **arena, size_t initial_bytes);
+void rp_arena_destroy(rp_arena *arena);
+
+/* `bytes` aligned to RP_ALIGN, uninitialised; NULL (with an error) on failure. */
+void *rp_arena_alloc(rp_arena *arena, size_t bytes);
+/* Like rp_arena_alloc, zero-filled. */
+void *rp_arena_calloc(rp_arena *arena, size_t bytes);
+void rp_arena_reset(rp_arena *arena);
+
+typedef struct rp_arena_stats {
+    size_t used;           /* bytes handed out since the last reset */
+    size_t capacity;       /* bytes held in chunks */
+    size_t high_water;     /* largest `used` seen */
+    uint64_t system_allocs; /* chunks allocated from the system, ever */
+} rp_arena_stats;
+
+rp_arena_stats rp_arena_get_stats(const rp_arena *arena);
+
+/* ---- random numbers ----------------------------------------------------- */
+
+/*
+ * Philox4x32-10, a counter-based generator: the value at position i of stream
+ * `key` depends only on (key, i), never on how many threads draw or in what
+ * order. A stream is (key, position); drawing advances the position.
+ */
+typedef struct rp_rng {
+    uint64_t key;
+    uint64_t counter; /* position in units of 4 x 32-bit words */
+} rp_rng;
+
+/* The raw Philox4x32-10 bijection of a 128-bit counter under a 64-bit key. */
+void rp_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* The 4 words of block `counter` of stream `key` (counter words 2 and 3 are 0). */
+void rp_philox(uint64_t key, uint64_t counter, uint32_t out[4]);
+
+/* A stream from a seed and a sub-stream id (e.g. a parameter or replica index). */
+rp_rng rp_rng_make(uint64_t seed, uint64_t stream);
+
+/* Mixes a string into a 64-bit key (FNV-1a then a finaliser), e.g. for parameter names. */
+uint64_t rp_hash_str(uint64_t seed, const char *s);
+
+uint32_t rp_rng_u32(rp_rng *rng);
+/* Uniform in [0, 1). */
+float rp_rng_uniform(rp_rng *rng);
+/* Uniform integer in [0, n), n > 0. */
+uint32_t rp_rng_below(rp_rng *rng, uint32_t n);
+
+/*
+ * Element-addressed fills: out[i] is a function of (key, first + i) only, so
+ * filling a range in pieces, on any number of threads, gives the same numbers.
+ */
+void rp_rng_fill_uniform(uint64_t key, uint64_t first, float *out, size_t n, float lo, float hi);
+void rp_rng_fill_normal(uint64_t key, uint64_t first, float *out, size_t n, float mean, float std);
+
+/* ---- clocks ------------------------------------------------------------- */
+
+/* Monotonic time in nanoseconds (CLOCK_MONOTONIC). */
+uint64_t rp_now_ns(void);
+/* Monotonic time in seconds, as a double. */
+double rp_now_s(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package replicator needs, idempotently: one
+# `apt-get update`, then only what is missing. Then configures and builds.
+# Usage: scripts/setup.sh [build-dir] [extra cmake args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config
+  libopenblas-dev        # GEMM
+  libdnnl-dev            # oneDNN 2.6: convolution, pooling
+  libcjson-dev           # checkpoint headers, configs
+  zlib1g-dev             # gzip data files
+  libpng-dev             # image grids
+  libcmocka-dev          # unit tests
+  dataset-fashion-mnist  # the default training data
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build=${1:-build}
+shift || true
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$build" -j"$(nproc)"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets everything up, then runs every test: the release build, then the same
+# tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Usage: scripts/test.sh [--fast]   (--fast skips the sanitizer pass)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc)
+echo "== release build"
+scripts/setup.sh build
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
+
+if [ "${1:-}" = "--fast" ]; then exit 0; fi
+
+echo "== sanitizer build (address, undefined)"
+scripts/setup.sh build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE=ON
+# allocator_may_return_null: the tests check that a huge allocation fails cleanly.
+# The suppressions cover one-time allocations inside oneDNN and OpenMP, not ours.
+ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:abort_on_error=0 \
+LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-san --output-on-failure -j"$jobs" --timeout 900

@@ -1,0 +1,46 @@
+/*
+ * env.c - the one place where replicator reads environment variables.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "replicator/core.h"
+
+static rp_env env;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static int parse_level(const char *s)
+{
+    if (!s) return RP_LOG_INFO;
+    if (!strcmp(s, "debug")) return RP_LOG_DEBUG;
+    if (!strcmp(s, "warn")) return RP_LOG_WARN;
+    if (!strcmp(s, "error")) return RP_LOG_ERROR;
+    if (!strcmp(s, "off")) return RP_LOG_OFF;
+    return RP_LOG_INFO;
+}
+
+static void read_env(void)
+{
+    env.log_level = parse_level(getenv("RP_LOG_LEVEL"));
+    const char *threads = getenv("RP_THREADS");
+    env.threads = threads ? atoi(threads) : 0;
+    if (env.threads < 0) env.threads = 0;
+    const char *kernels = getenv("RP_KERNELS");
+    env.kernels = (kernels && !strcmp(kernels, "ref")) ? "ref" : "cpu";
+    const char *data = getenv("RP_DATA_DIR");
+    env.data_dir = data && *data ? data : "/usr/share/datasets/fashion-mnist";
+}
+
+const rp_env *rp_env_get(void)
+{
+    pthread_once(&env_once, read_env);
+    return &env;
+}
+
+int rp_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}

@@ -1,0 +1,226 @@
+/* test_core.c - errors, allocation counting, the arena, the RNG, clocks. */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "testutil.h"
+
+/* An error message starts with file:line and carries the formatted text and the status. */
+static void test_error_message(void **state)
+{
+    (void)state;
+    rp_error_clear();
+    assert_int_equal(rp_last_status(), RP_OK);
+    rp_status s = RP_ERROR(RP_ERR_SHAPE, "shape %d is wrong", 42);
+    assert_int_equal(s, RP_ERR_SHAPE);
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    assert_non_null(strstr(rp_last_error(), "test_core.c:"));
+    assert_non_null(strstr(rp_last_error(), "shape 42 is wrong"));
+    assert_string_equal(rp_status_name(RP_ERR_SHAPE), "SHAPE");
+    assert_string_equal(rp_status_name(RP_ERR_TIMEOUT), "TIMEOUT");
+}
+
+static void *set_error_on_thread(void *arg)
+{
+    (void)arg;
+    RP_ERROR(RP_ERR_IO, "thread error");
+    return NULL;
+}
+
+/* Errors are per thread: another thread's error does not overwrite ours. */
+static void test_error_thread_local(void **state)
+{
+    (void)state;
+    RP_ERROR(RP_ERR_INVALID, "main error");
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, set_error_on_thread, NULL), 0);
+    pthread_join(th, NULL);
+    assert_non_null(strstr(rp_last_error(), "main error"));
+    assert_int_equal(rp_last_status(), RP_ERR_INVALID);
+}
+
+static void test_alloc_aligned_and_counted(void **state)
+{
+    (void)state;
+    uint64_t before = rp_alloc_count();
+    float *a = rp_alloc(100);
+    float *b = rp_calloc(1000);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal((uintptr_t)a % RP_ALIGN, 0);
+    assert_int_equal((uintptr_t)b % RP_ALIGN, 0);
+    for (int i = 0; i < 250; i++) assert_true(b[i] == 0.0f);
+    assert_int_equal(rp_alloc_count() - before, 2);
+    rp_free(a);
+    rp_free(b);
+}
+
+/* Allocation failure returns NULL with a NOMEM error naming the size, never aborts. */
+static void test_alloc_failure(void **state)
+{
+    (void)state;
+    void *p = rp_alloc((size_t)1 << 62);
+    assert_null(p);
+    assert_int_equal(rp_last_status(), RP_ERR_NOMEM);
+    assert_non_null(strstr(rp_last_error(), "4611686018427387904"));
+}
+
+/*
+ * The arena grows while a step needs more, then consolidates; an identical
+ * second and third step make no system allocation.
+ */
+static void test_arena_steady_state(void **state)
+{
+    (void)state;
+    rp_arena *a;
+    assert_int_equal(rp_arena_create(&a, 1024), RP_OK);
+    uint64_t allocs[4];
+    for (int step = 0; step < 4; step++) {
+        for (int i = 0; i < 50; i++) {
+            char *p = rp_arena_alloc(a, 1000 + (size_t)i * 37);
+            assert_non_null(p);
+            assert_int_equal((uintptr_t)p % RP_ALIGN, 0);
+            memset(p, i, 1000 + (size_t)i * 37); /* ASan checks the bounds */
+        }
+        allocs[step] = rp_arena_get_stats(a).system_allocs;
+        rp_arena_reset(a);
+        assert_int_equal(rp_arena_get_stats(a).used, 0);
+    }
+    assert_true(allocs[0] > 1);            /* it had to grow */
+    uint64_t after_reset = rp_arena_get_stats(a).system_allocs;
+    assert_int_equal(allocs[2], allocs[1]); /* no allocation in steady state */
+    assert_int_equal(allocs[3], allocs[1]);
+    assert_int_equal(after_reset, allocs[1]);
+    rp_arena_stats s = rp_arena_get_stats(a);
+    assert_true(s.capacity >= s.high_water);
+    rp_arena_destroy(a);
+}
+
+/* Distinct allocations never overlap. */
+static void test_arena_no_overlap(void **state)
+{
+    (void)state;
+    rp_arena *a;
+    assert_int_equal(rp_arena_create(&a, 256), RP_OK);
+    int *p[40];
+    for (int i = 0; i < 40; i++) {
+        p[i] = rp_arena_alloc(a, 100 * sizeof(int));
+        for (int j = 0; j < 100; j++) p[i][j] = i;
+    }
+    for (int i = 0; i < 40; i++)
+        for (int j = 0; j < 100; j++) assert_int_equal(p[i][j], i);
+    rp_arena_destroy(a);
+}
+
+/* Known-answer vector from the Philox paper's reference implementation (Random123). */
+static void test_philox_known_answer(void **state)
+{
+    (void)state;
+    uint32_t out[4];
+    const uint32_t zero_ctr[4] = {0, 0, 0, 0}, zero_key[2] = {0, 0};
+    rp_philox4x32(zero_ctr, zero_key, out);
+    assert_int_equal(out[0], 0x6627e8d5u);
+    assert_int_equal(out[1], 0xe169c58du);
+    assert_int_equal(out[2], 0xbc57ac4cu);
+    assert_int_equal(out[3], 0x9b00dbd8u);
+    const uint32_t ctr[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u};
+    const uint32_t key[2] = {0xa4093822u, 0x299f31d0u};
+    rp_philox4x32(ctr, key, out);
+    assert_int_equal(out[0], 0xd16cfe09u);
+    assert_int_equal(out[1], 0x94fdccebu);
+    assert_int_equal(out[2], 0x5001e420u);
+    assert_int_equal(out[3], 0x24126ea1u);
+}
+
+typedef struct {
+    uint64_t key;
+    size_t first, n;
+    float *out;
+} fill_job;
+
+static void *fill_part(void *arg)
+{
+    fill_job *j = arg;
+    rp_rng_fill_normal(j->key, j->first, j->out + j->first, j->n, 0.0f, 1.0f);
+    return NULL;
+}
+
+/* The same stream whatever the thread count: 1 thread vs 4 threads over uneven pieces. */
+static void test_rng_thread_count_independent(void **state)
+{
+    (void)state;
+    enum { N = 10007 };
+    float *one = rp_alloc(N * sizeof(float)), *four = rp_alloc(N * sizeof(float));
+    uint64_t key = rp_hash_str(7, "weights");
+    rp_rng_fill_normal(key, 0, one, N, 0.0f, 1.0f);
+    size_t cuts[5] = {0, 1, 4000, 4001, N};
+    pthread_t th[4];
+    fill_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (fill_job){key, cuts[i], cuts[i + 1] - cuts[i], four};
+        pthread_create(&th[i], NULL, fill_part, &jobs[i]);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    assert_memory_equal(one, four, N * sizeof(float));
+    /* And it looks normal: mean ~0, variance ~1. */
+    double s = 0, s2 = 0;
+    for (int i = 0; i < N; i++) {
+        s += one[i];
+        s2 += (double)one[i] * one[i];
+    }
+    assert_true(fabs(s / N) < 0.05);
+    assert_true(fabs(s2 / N - 1.0) < 0.05);
+    rp_free(one);
+    rp_free(four);
+}
+
+static void test_rng_streams(void **state)
+{
+    (void)state;
+    rp_rng a = rp_rng_make(1, 0), b = rp_rng_make(1, 0), c = rp_rng_make(1, 1);
+    int same_ab = 0, same_ac = 0;
+    for (int i = 0; i < 100; i++) {
+        uint32_t x = rp_rng_u32(&a), y = rp_rng_u32(&b), z = rp_rng_u32(&c);
+        same_ab += x == y;
+        same_ac += x == z;
+    }
+    assert_int_equal(same_ab, 100);
+    assert_true(same_ac < 3);
+    /* below() is in range and hits every value. */
+    int seen[7] = {0};
+    for (int i = 0; i < 700; i++) {
+        uint32_t v = rp_rng_below(&a, 7);
+        assert_true(v < 7);
+        seen[v]++;
+    }
+    for (int i = 0; i < 7; i++) assert_true(seen[i] > 50);
+    float u = rp_rng_uniform(&a);
+    assert_true(u >= 0.0f && u < 1.0f);
+    assert_true(rp_hash_str(1, "a") != rp_hash_str(1, "b"));
+    assert_true(rp_hash_str(1, "a") != rp_hash_str(2, "a"));
+}
+
+static void test_clock_monotonic(void **state)
+{
+    (void)state;
+    uint64_t a = rp_now_ns(), b = rp_now_ns();
+    assert_true(b >= a);
+    assert_true(rp_now_s() > 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_message),
+        cmocka_unit_test(test_error_thread_local),
+        cmocka_unit_test(test_alloc_aligned_and_counted),
+        cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_arena_steady_state),
+        cmocka_unit_test(test_arena_no_overlap),
+        cmocka_unit_test(test_philox_known_answer),
+        cmocka_unit_test(test_rng_thread_count_independent),
+        cmocka_unit_test(test_rng_streams),
+        cmocka_unit_test(test_clock_monotonic),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
