@@ -1,0 +1,130 @@
+/*
+ * replicator/nn.h - the named parameter list of a model, initialisers and
+ * layers (linear, conv2d, batch norm).
+ *
+ * A model is built in two phases. First its layers declare parameters with
+ * rp_params_add() (shapes, names, initialisers); then rp_params_finalize()
+ * allocates one contiguous block for all parameter values and one for all
+ * gradients, and initialises the values from a seed. Parameter names are
+ * stable: checkpoints and cross-replica synchronisation use them. The random
+ * numbers of a parameter depend only on the seed and its name, so adding a
+ * layer does not change the initial values of the others.
+ *
+ * Trainable parameters come first in both blocks, in declaration order;
+ * non-trainable buffers (batch-norm running statistics) follow in the value
+ * block and have no gradient.
+ *
+ * Thread-safety: a parameter list is used by one replica at a time.
+ */
+#ifndef REPLICATOR_NN_H
+#define REPLICATOR_NN_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    RP_INIT_ZEROS,
+    RP_INIT_CONSTANT,       /* value */
+    RP_INIT_NORMAL,         /* N(0, value^2) */
+    RP_INIT_UNIFORM,        /* U(-value, value) */
+    RP_INIT_HE_NORMAL,      /* N(0, 2/fan_in): Kaiming, for ReLU */
+    RP_INIT_HE_UNIFORM,     /* U(-b, b), b = sqrt(6/fan_in) */
+    RP_INIT_GLOROT_NORMAL,  /* N(0, 2/(fan_in+fan_out)) */
+    RP_INIT_GLOROT_UNIFORM, /* U(-b, b), b = sqrt(6/(fan_in+fan_out)) */
+} rp_init_kind;
+
+typedef struct rp_init {
+    rp_init_kind kind;
+    float value;   /* constant, or the scale of NORMAL/UNIFORM */
+    int fan_in;    /* inputs feeding one output unit (e.g. kh*kw*c) */
+    int fan_out;   /* outputs fed by one input unit (e.g. kh*kw*o) */
+} rp_init;
+
+typedef struct rp_params rp_params;
+
+rp_status rp_params_create(rp_params **params);
+/* Frees the list, its blocks and every rp_tensor it handed out. */
+void rp_params_destroy(rp_params *params);
+
+/*
+ * Declares a parameter (trainable) or buffer (not trainable). Returns a stable
+ * pointer whose data is NULL until rp_params_finalize(). NULL on error: a
+ * duplicate or too long name, a bad shape, or a list already finalized.
+ */
+rp_tensor *rp_params_add(rp_params *params, const char *name, int ndim, const int *shape,
+                         rp_init init, bool trainable);
+
+/*
+ * Allocates the blocks and initialises every value from `seed`; gradients
+ * start at zero. After this, no parameter can be added.
+ */
+rp_status rp_params_finalize(rp_params *params, uint64_t seed);
+
+/* Re-runs the initialisers with a new seed (values only). */
+rp_status rp_params_reinit(rp_params *params, uint64_t seed);
+
+int rp_params_count(const rp_params *params);            /* parameters and buffers */
+int rp_params_trainable_count(const rp_params *params);  /* trainable ones: indices [0, n) */
+rp_tensor *rp_params_at(const rp_params *params, int i); /* NULL if out of range */
+rp_tensor *rp_params_find(const rp_params *params, const char *name); /* NULL if absent */
+
+/* The value block: trainable values then buffers, numel in total. */
+float *rp_params_data(const rp_params *params);
+int64_t rp_params_numel(const rp_params *params);
+/* The gradient block: one entry per trainable value. */
+float *rp_params_grad(const rp_params *params);
+int64_t rp_params_trainable_numel(const rp_params *params);
+/* Offset of parameter i's values in the value block (and, if trainable, grads in the grad block). */
+int64_t rp_params_offset(const rp_params *params, int i);
+
+/* Sets every gradient to zero and marks them fresh. */
+void rp_params_zero_grad(rp_params *params);
+
+/* ---- layers -------------------------------------------------------------- */
+
+/* y = x w^T + b, w [out,in] (Glorot uniform by default, He with he=true), b [out] zeros. */
+typedef struct rp_linear_layer {
+    rp_tensor *w; /* [out,in] */
+    rp_tensor *b; /* [out] or NULL */
+    int in, out;
+} rp_linear_layer;
+
+rp_status rp_linear_layer_init(rp_linear_layer *l, rp_params *params, const char *name, int in,
+                               int out, bool bias, bool he);
+rp_tensor *rp_linear_layer_forward(rp_tape *t, const rp_linear_layer *l, rp_tensor *x);
+
+/* NHWC convolution, w [out,k,k,in] He-normal, b [out] zeros. */
+typedef struct rp_conv2d_layer {
+    rp_tensor *w; /* [out,k,k,in] */
+    rp_tensor *b; /* [out] or NULL */
+    int in, out, k;
+    rp_conv_params p;
+} rp_conv2d_layer;
+
+rp_status rp_conv2d_layer_init(rp_conv2d_layer *l, rp_params *params, const char *name, int in,
+                               int out, int k, int stride, int pad, bool bias);
+rp_tensor *rp_conv2d_layer_forward(rp_tape *t, const rp_conv2d_layer *l, rp_tensor *x);
+
+/*
+ * Batch norm over channels (the last axis): gamma ones, beta zeros, running
+ * mean zeros and running variance ones (buffers). `p.reduce` makes it
+ * cross-replica.
+ */
+typedef struct rp_batchnorm_layer {
+    rp_tensor *gamma, *beta;              /* [c] */
+    rp_tensor *running_mean, *running_var; /* [c], buffers */
+    int c;
+    rp_bn_params p;
+} rp_batchnorm_layer;
+
+rp_status rp_batchnorm_layer_init(rp_batchnorm_layer *l, rp_params *params, const char *name, int c);
+rp_tensor *rp_batchnorm_layer_forward(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
+                                      bool training);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

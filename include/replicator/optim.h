@@ -1,0 +1,107 @@
+/*
+ * replicator/optim.h - optimizers (SGD with momentum, Nesterov and weight
+ * decay; Adam; AdamW) and learning-rate schedules.
+ *
+ * An optimizer sees only parameters and gradients: it owns one contiguous
+ * block of state (momentum, or Adam's two moments) laid out like the
+ * gradient block of its rp_params. The distributed runtime wraps it (sync:
+ * all-reduce the gradients first; async: push to parameter servers).
+ *
+ * The update rules follow PyTorch's torch.optim, so results can be checked
+ * against it:
+ *   SGD:   g += wd*p; v = mu*v + g (v = g on the first step);
+ *          p -= lr * (nesterov ? g + mu*v : v)          (plain g when mu = 0)
+ *   Adam:  g += wd*p (AdamW instead: p *= 1 - lr*wd);
+ *          m = b1*m + (1-b1) g; v = b2*v + (1-b2) g^2;
+ *          p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+ */
+#ifndef REPLICATOR_OPTIM_H
+#define REPLICATOR_OPTIM_H
+
+#include "nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { RP_OPTIM_SGD, RP_OPTIM_ADAM, RP_OPTIM_ADAMW } rp_optim_kind;
+
+typedef struct rp_optim_config {
+    rp_optim_kind kind;
+    float momentum;     /* SGD; 0 = plain SGD */
+    bool nesterov;      /* SGD; needs momentum > 0 */
+    float weight_decay; /* L2 for SGD and Adam, decoupled for AdamW */
+    float beta1, beta2, eps; /* Adam/AdamW: 0.9, 0.999, 1e-8 */
+} rp_optim_config;
+
+/* SGD, momentum 0.9, no Nesterov, no weight decay; Adam betas filled in. */
+rp_optim_config rp_optim_config_default(void);
+
+typedef struct rp_optimizer rp_optimizer;
+
+/*
+ * Errors: RP_ERR_INVALID for weight decay or momentum < 0, a beta outside
+ * [0,1), eps <= 0, Nesterov without momentum, or an unfinalized params list.
+ */
+rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_optim_config *cfg);
+void rp_optimizer_destroy(rp_optimizer *opt);
+
+/*
+ * Applies one update with learning rate `lr` to every trainable parameter,
+ * then zeroes the gradients. A negative or non-finite lr is RP_ERR_INVALID. Returns RP_ERR_NUMERIC, naming the parameter,
+ * if a gradient holds a NaN or infinity; then nothing is changed.
+ */
+rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
+
+/*
+ * The update rule on one flat range, for callers that hold their own slices
+ * (parameter servers, sharded optimizer state). `state` holds the rule's
+ * slots back to back (n floats each: 0 for plain SGD, 1 for momentum, 2 for
+ * Adam); Adam's moments must start at zero, a momentum buffer is overwritten
+ * on step 1. `step` counts from 1 (below 1 is taken as 1). The arrays must not
+ * overlap. No finiteness check.
+ */
+void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
+                    int64_t n, float lr, int64_t step);
+/* Number of state slots of the rule (0, 1 or 2). */
+int rp_optim_slots(const rp_optim_config *cfg);
+
+/* Steps taken so far, and the state block (slots x trainable numel floats). */
+int64_t rp_optimizer_steps(const rp_optimizer *opt);
+void rp_optimizer_set_steps(rp_optimizer *opt, int64_t steps);
+float *rp_optimizer_state(const rp_optimizer *opt, int64_t *numel);
+
+/* ---- schedules ------------------------------------------------------------ */
+
+typedef enum { RP_SCHED_CONSTANT, RP_SCHED_STEP, RP_SCHED_COSINE } rp_sched_kind;
+
+/*
+ * lr(step): a linear warm-up from base_lr*warmup_start over warmup_steps, then
+ *   CONSTANT: base_lr
+ *   STEP:     base_lr * gamma^(number of milestones <= step)
+ *   COSINE:   min_lr + (base_lr-min_lr)(1+cos(pi*p))/2, p = (step-warmup)/(total-warmup)
+ * Steps count from 0.
+ */
+typedef struct rp_schedule {
+    rp_sched_kind kind;
+    float base_lr;
+    int64_t warmup_steps;
+    float warmup_start; /* fraction of base_lr at step 0 of the warm-up (default 0) */
+    int64_t total_steps; /* COSINE */
+    float min_lr;        /* COSINE */
+    float gamma;         /* STEP */
+    int n_milestones;    /* STEP */
+    int64_t milestones[8];
+} rp_schedule;
+
+rp_schedule rp_schedule_constant(float lr);
+rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_steps);
+float rp_schedule_lr(const rp_schedule *s, int64_t step);
+
+/* The linear scaling rule: base_lr * global_batch / reference_batch. */
+float rp_lr_scale(float base_lr, int global_batch, int reference_batch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,16 @@
+/*
+ * replicator/replicator.h - the whole public API. Include this one header.
+ */
+#ifndef REPLICATOR_H
+#define REPLICATOR_H
+
+#include "core.h"
+#include "tensor.h"
+#include "nn.h"
+#include "optim.h"
+#include "data.h"
+#include "io.h"
+
+#define RP_VERSION "0.1.0"
+
+#endif

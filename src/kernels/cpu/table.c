@@ -1,0 +1,47 @@
+/*
+ * table.c - the fast CPU kernel table. Slots without a faster version point
+ * at the reference kernel: those are cheap, rarely-hot loops that GCC
+ * already vectorises at -O3, and a copy would only be a second thing to test.
+ */
+#include "kernels/cpu/conv_pool_dnnl.h"
+#include "kernels/cpu/elementwise.h"
+
+static const rp_kernels cpu_table = {
+    .name = "cpu",
+    .gemm = rp_cpu_gemm,
+    .conv2d_fwd = rp_cpu_conv2d_fwd,
+    .conv2d_bwd_data = rp_cpu_conv2d_bwd_data,
+    .conv2d_bwd_weights = rp_cpu_conv2d_bwd_weights,
+    .maxpool_fwd = rp_cpu_maxpool_fwd,
+    .maxpool_bwd = rp_cpu_maxpool_bwd,
+    .avgpool_fwd = rp_cpu_avgpool_fwd,
+    .avgpool_bwd = rp_cpu_avgpool_bwd,
+    .bn_stats = rp_cpu_bn_stats,
+    .bn_norm_fwd = rp_cpu_bn_norm_fwd,
+    .bn_stats_bwd = rp_cpu_bn_stats_bwd,
+    .bn_bwd_data = rp_cpu_bn_bwd_data,
+    .act_fwd = rp_cpu_act_fwd,
+    .act_bwd = rp_cpu_act_bwd,
+    .binary = rp_cpu_binary,
+    .scale = rp_cpu_scale,
+    .add_inplace = rp_cpu_add_inplace,
+    .mul = rp_ref_mul,
+    .reduce_rows = rp_cpu_reduce_rows,
+    .add_scalar = rp_ref_add_scalar,
+    .sum = rp_ref_sum,
+    .copy_cols = rp_ref_copy_cols,
+    .gather_cols = rp_ref_gather_cols,
+    .upsample2x_fwd = rp_ref_upsample2x_fwd,
+    .upsample2x_bwd = rp_ref_upsample2x_bwd,
+    .gap_fwd = rp_cpu_gap_fwd,
+    .gap_bwd = rp_cpu_gap_bwd,
+    .embedding_fwd = rp_ref_embedding_fwd,
+    .embedding_bwd = rp_ref_embedding_bwd,
+    .softmax_xent_fwd = rp_ref_softmax_xent_fwd,
+    .softmax_xent_bwd = rp_ref_softmax_xent_bwd,
+};
+
+const rp_kernels *rp_kernels_cpu(void)
+{
+    return &cpu_table;
+}

@@ -1,0 +1,148 @@
+/*
+ * kernels.h - the compute layer. Everything that loops over tensor elements
+ * lives behind this table. Two tables exist: `ref` (src/kernels/ref/, plain C,
+ * the numerical specification) and `cpu` (src/kernels/cpu/, OpenBLAS, oneDNN
+ * and vectorisable loops). A later GPU backend is a third table.
+ *
+ * Argument order, as in llm.c: outputs, saved values, inputs, weights, dims.
+ * Gradient arguments are prefixed with d. Unless a kernel says "accumulates",
+ * it overwrites its outputs. Every slot is mandatory in both tables.
+ *
+ * Kernels run on the calling thread's team: rp_kernels_set_threads() sets it.
+ */
+#ifndef RP_KERNELS_H
+#define RP_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "replicator/core.h"
+
+/* A 2-D convolution, NHWC activations, OHWI weights. */
+typedef struct rp_conv_desc {
+    int n, h, w, c;     /* input  [n,h,w,c] */
+    int o, kh, kw;      /* weight [o,kh,kw,c] */
+    int oh, ow;         /* output [n,oh,ow,o] */
+    int stride, pad;
+} rp_conv_desc;
+
+/* Fills oh/ow from the rest; RP_ERR_SHAPE (with a message) if the output would be empty. */
+rp_status rp_conv_desc_init(rp_conv_desc *d, int n, int h, int w, int c, int o, int kh, int kw,
+                            int stride, int pad);
+
+/* A 2-D pooling window over NHWC. */
+typedef struct rp_pool_desc {
+    int n, h, w, c;
+    int oh, ow;
+    int k, stride, pad;
+} rp_pool_desc;
+
+rp_status rp_pool_desc_init(rp_pool_desc *d, int n, int h, int w, int c, int k, int stride, int pad);
+
+typedef enum { RP_ACT_RELU, RP_ACT_LEAKY_RELU, RP_ACT_TANH, RP_ACT_SIGMOID } rp_act;
+typedef enum { RP_BIN_ADD, RP_BIN_SUB, RP_BIN_MUL } rp_binop;
+
+typedef struct rp_kernels {
+    const char *name;
+
+    /* C[M,N] = alpha op(A) op(B) + beta C, row-major; op(A) is [M,K], op(B) [K,N]. */
+    void (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+    /* Convolution. bias may be NULL. bwd_weights overwrites dw and db (db may be NULL). */
+    rp_status (*conv2d_fwd)(float *y, const float *x, const float *w, const float *bias,
+                            const rp_conv_desc *d);
+    rp_status (*conv2d_bwd_data)(float *dx, const float *dy, const float *w, const rp_conv_desc *d);
+    rp_status (*conv2d_bwd_weights)(float *dw, float *db, const float *dy, const float *x,
+                                    const rp_conv_desc *d);
+
+    /* Max pooling saves the flat input offset of each output's maximum in argmax. */
+    rp_status (*maxpool_fwd)(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d);
+    rp_status (*maxpool_bwd)(float *dx, const int32_t *argmax, const float *dy,
+                             const rp_pool_desc *d);
+    /* Average pooling, padding excluded from the divisor. */
+    rp_status (*avgpool_fwd)(float *y, const float *x, const rp_pool_desc *d);
+    rp_status (*avgpool_bwd)(float *dx, const float *dy, const rp_pool_desc *d);
+
+    /*
+     * Batch norm over rows of x viewed as [m, c]. stats_fwd writes per-channel
+     * sum and sum of squares into sums[0..c) and sums[c..2c). norm_fwd writes
+     * xhat = (x-mean)*invstd (unless xhat is NULL) and y = gamma*xhat + beta. stats_bwd writes
+     * sum(dy) and sum(dy*xhat) per channel into sums. bwd_data writes
+     * dx = gamma*invstd*(dy - sum_dy/count - xhat*sum_dy_xhat/count), where
+     * count is the number of rows the (possibly cross-replica) sums cover.
+     * Sums are double: the variance E[x^2]-E[x]^2 cancels badly in float.
+     */
+    void (*bn_stats)(double *sums, const float *x, int64_t m, int c);
+    void (*bn_norm_fwd)(float *y, float *xhat, const float *x, const float *mean,
+                        const float *invstd, const float *gamma, const float *beta, int64_t m,
+                        int c);
+    void (*bn_stats_bwd)(double *sums, const float *dy, const float *xhat, int64_t m, int c);
+    void (*bn_bwd_data)(float *dx, const float *dy, const float *xhat, const double *sums,
+                        const float *invstd, const float *gamma, double count, int64_t m, int c);
+
+    /* y = act(x); dx = dy * act'(x) computed from y (and x for leaky relu). */
+    void (*act_fwd)(float *y, const float *x, int64_t n, rp_act act, float slope);
+    void (*act_bwd)(float *dx, const float *dy, const float *y, const float *x, int64_t n,
+                    rp_act act, float slope);
+
+    /* y[i] = a[i] op b[i % nb], n a multiple of nb. */
+    void (*binary)(float *y, const float *a, const float *b, int64_t n, int64_t nb, rp_binop op);
+    /* y[i] = s * x[i] (+ y[i] when accumulate). */
+    void (*scale)(float *y, const float *x, float s, int64_t n, bool accumulate);
+    /* y[i] += x[i]. */
+    void (*add_inplace)(float *y, const float *x, int64_t n);
+    /* y[i] = a[i] * b[i] (+ y[i] when accumulate). */
+    void (*mul)(float *y, const float *a, const float *b, int64_t n, bool accumulate);
+    /* y[j] (+)= sum over i of x[i*nb + j], j < nb: folds a broadcast back. */
+    void (*reduce_rows)(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate);
+    /* y[i] += s. */
+    void (*add_scalar)(float *y, float s, int64_t n);
+    /* Sum of all elements, in double. */
+    double (*sum)(const float *x, int64_t n);
+
+    /* Copies a [rows, w] block into columns [off, off+w) of a [rows, ldy] array, and back. */
+    void (*copy_cols)(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w);
+    void (*gather_cols)(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows,
+                        int64_t w, bool accumulate);
+
+    /* Nearest 2x upsampling of [n,h,w,c] and its adjoint (sums 2x2 blocks). */
+    void (*upsample2x_fwd)(float *y, const float *x, int n, int h, int w, int c);
+    void (*upsample2x_bwd)(float *dx, const float *dy, int n, int h, int w, int c);
+    /* Global average pool [n,hw,c] -> [n,c] and its adjoint. */
+    void (*gap_fwd)(float *y, const float *x, int n, int hw, int c);
+    void (*gap_bwd)(float *dx, const float *dy, int n, int hw, int c);
+
+    /* Embedding rows: y[i,:] = table[idx[i],:]; bwd accumulates into dtable. */
+    void (*embedding_fwd)(float *y, const float *table, const int32_t *idx, int n, int d);
+    void (*embedding_bwd)(float *dtable, const float *dy, const int32_t *idx, int n, int d);
+
+    /*
+     * Softmax cross-entropy over rows of logits [n,c]. Writes probs [n,c]
+     * (saved for backward) and returns the mean loss. Hard labels use
+     * `labels`, soft ones `target` (the other is NULL).
+     */
+    double (*softmax_xent_fwd)(float *probs, const float *logits, const int32_t *labels,
+                               const float *target, int n, int c);
+    /* dlogits = scale * (probs - onehot/target). */
+    void (*softmax_xent_bwd)(float *dlogits, const float *probs, const int32_t *labels,
+                             const float *target, float scale, int n, int c);
+} rp_kernels;
+
+/* The plain C reference table. */
+const rp_kernels *rp_kernels_ref(void);
+/* The fast CPU table. */
+const rp_kernels *rp_kernels_cpu(void);
+/* The table ops use: cpu, or ref when RP_KERNELS=ref. */
+const rp_kernels *rp_kernels_active(void);
+
+/*
+ * Sets the calling thread's kernel thread count: OpenMP's for this thread
+ * (oneDNN and our loops) and OpenBLAS's (process-wide in the pthread build,
+ * so replicas of one process must agree). n <= 0 means all cores.
+ */
+void rp_kernels_set_threads(int n);
+/* The calling thread's kernel thread count. */
+int rp_kernels_get_threads(void);
+
+#endif

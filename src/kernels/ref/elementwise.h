@@ -1,0 +1,41 @@
+/*
+ * elementwise.h - the reference element-wise, normalisation, reduction and
+ * loss kernels (plain C, the numerical specification). See kernels.h for
+ * each slot's contract.
+ */
+#ifndef RP_KERNELS_REF_ELEMENTWISE_H
+#define RP_KERNELS_REF_ELEMENTWISE_H
+
+#include "kernels/kernels.h"
+
+void rp_ref_bn_stats(double *sums, const float *x, int64_t m, int c);
+void rp_ref_bn_norm_fwd(float *y, float *xhat, const float *x, const float *mean,
+                        const float *invstd, const float *gamma, const float *beta, int64_t m, int c);
+void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *xhat, int64_t m, int c);
+void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *xhat, const double *sums,
+                        const float *invstd, const float *gamma, double count, int64_t m, int c);
+void rp_ref_act_fwd(float *y, const float *x, int64_t n, rp_act act, float slope);
+void rp_ref_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
+                    rp_act act, float slope);
+void rp_ref_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb, rp_binop op);
+void rp_ref_scale(float *y, const float *x, float s, int64_t n, bool accumulate);
+void rp_ref_add_inplace(float *y, const float *x, int64_t n);
+void rp_ref_mul(float *y, const float *a, const float *b, int64_t n, bool accumulate);
+void rp_ref_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate);
+void rp_ref_add_scalar(float *y, float s, int64_t n);
+double rp_ref_sum(const float *x, int64_t n);
+void rp_ref_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w);
+void rp_ref_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
+                        bool accumulate);
+void rp_ref_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c);
+void rp_ref_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c);
+void rp_ref_gap_fwd(float *y, const float *x, int n, int hw, int c);
+void rp_ref_gap_bwd(float *dx, const float *dy, int n, int hw, int c);
+void rp_ref_embedding_fwd(float *y, const float *table, const int32_t *idx, int n, int d);
+void rp_ref_embedding_bwd(float *dtable, const float *dy, const int32_t *idx, int n, int d);
+double rp_ref_softmax_xent_fwd(float *probs, const float *logits, const int32_t *labels,
+                               const float *target, int n, int c);
+void rp_ref_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *labels,
+                             const float *target, float scale, int n, int c);
+
+#endif

@@ -1,0 +1,43 @@
+/* table.c - the reference kernel table. */
+#include "kernels/ref/conv_pool_ref.h"
+#include "kernels/ref/elementwise.h"
+
+static const rp_kernels ref_table = {
+    .name = "ref",
+    .gemm = rp_ref_gemm,
+    .conv2d_fwd = rp_ref_conv2d_fwd,
+    .conv2d_bwd_data = rp_ref_conv2d_bwd_data,
+    .conv2d_bwd_weights = rp_ref_conv2d_bwd_weights,
+    .maxpool_fwd = rp_ref_maxpool_fwd,
+    .maxpool_bwd = rp_ref_maxpool_bwd,
+    .avgpool_fwd = rp_ref_avgpool_fwd,
+    .avgpool_bwd = rp_ref_avgpool_bwd,
+    .bn_stats = rp_ref_bn_stats,
+    .bn_norm_fwd = rp_ref_bn_norm_fwd,
+    .bn_stats_bwd = rp_ref_bn_stats_bwd,
+    .bn_bwd_data = rp_ref_bn_bwd_data,
+    .act_fwd = rp_ref_act_fwd,
+    .act_bwd = rp_ref_act_bwd,
+    .binary = rp_ref_binary,
+    .scale = rp_ref_scale,
+    .add_inplace = rp_ref_add_inplace,
+    .mul = rp_ref_mul,
+    .reduce_rows = rp_ref_reduce_rows,
+    .add_scalar = rp_ref_add_scalar,
+    .sum = rp_ref_sum,
+    .copy_cols = rp_ref_copy_cols,
+    .gather_cols = rp_ref_gather_cols,
+    .upsample2x_fwd = rp_ref_upsample2x_fwd,
+    .upsample2x_bwd = rp_ref_upsample2x_bwd,
+    .gap_fwd = rp_ref_gap_fwd,
+    .gap_bwd = rp_ref_gap_bwd,
+    .embedding_fwd = rp_ref_embedding_fwd,
+    .embedding_bwd = rp_ref_embedding_bwd,
+    .softmax_xent_fwd = rp_ref_softmax_xent_fwd,
+    .softmax_xent_bwd = rp_ref_softmax_xent_bwd,
+};
+
+const rp_kernels *rp_kernels_ref(void)
+{
+    return &ref_table;
+}

@@ -1,0 +1,228 @@
+/*
+ * params.c - the named parameter list: one block of values, one of
+ * gradients, stable names, seeded initialisers.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "replicator/nn.h"
+
+typedef struct param_entry {
+    rp_tensor *t;
+    rp_init init;
+    bool trainable;
+} param_entry;
+
+struct rp_params {
+    param_entry *entries; /* declaration order */
+    int n, cap;
+    int *order;           /* entry index of position i: trainable first */
+    int64_t *offsets;     /* offset of position i's values */
+    int n_trainable;
+    float *data, *grad;
+    int64_t numel, trainable_numel;
+    bool finalized;
+};
+
+rp_status rp_params_create(rp_params **params)
+{
+    if (!params) return RP_ERROR(RP_ERR_INVALID, "rp_params_create: params is NULL");
+    *params = rp_calloc(sizeof **params);
+    return *params ? RP_OK : rp_last_status();
+}
+
+void rp_params_destroy(rp_params *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->n; i++) rp_free(p->entries[i].t);
+    rp_free(p->entries);
+    rp_free(p->order);
+    rp_free(p->offsets);
+    rp_free(p->data);
+    rp_free(p->grad);
+    rp_free(p);
+}
+
+rp_tensor *rp_params_add(rp_params *p, const char *name, int ndim, const int *shape, rp_init init,
+                         bool trainable)
+{
+    if (!p || !name || !shape) {
+        RP_ERROR(RP_ERR_INVALID, "rp_params_add: params, name and shape must not be NULL");
+        return NULL;
+    }
+    if (p->finalized) {
+        RP_ERROR(RP_ERR_INVALID, "rp_params_add: cannot add \"%s\": the list is finalized", name);
+        return NULL;
+    }
+    if (strlen(name) == 0 || strlen(name) >= RP_NAME_MAX) {
+        RP_ERROR(RP_ERR_INVALID, "rp_params_add: name \"%s\" must have 1 to %d characters", name,
+                 RP_NAME_MAX - 1);
+        return NULL;
+    }
+    if (ndim < 1 || ndim > RP_MAX_DIMS) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_params_add: \"%s\" has %d dims; 1 to %d allowed", name, ndim,
+                 RP_MAX_DIMS);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1) {
+            RP_ERROR(RP_ERR_SHAPE, "rp_params_add: \"%s\" dimension %d is %d", name, i, shape[i]);
+            return NULL;
+        }
+    }
+    if (rp_params_find(p, name)) {
+        RP_ERROR(RP_ERR_INVALID, "rp_params_add: a parameter named \"%s\" already exists", name);
+        return NULL;
+    }
+    if (p->n == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 32;
+        param_entry *e = rp_alloc((size_t)cap * sizeof *e);
+        if (!e) return NULL;
+        if (p->entries) memcpy(e, p->entries, (size_t)p->n * sizeof *e);
+        rp_free(p->entries);
+        p->entries = e;
+        p->cap = cap;
+    }
+    rp_tensor *t = rp_calloc(sizeof *t);
+    if (!t) return NULL;
+    t->ndim = ndim;
+    for (int i = 0; i < RP_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
+    t->numel = rp_shape_numel(ndim, shape);
+    t->node = -1;
+    t->flags = RP_TENSOR_PARAM | (trainable ? RP_TENSOR_REQUIRES_GRAD : 0);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    p->entries[p->n++] = (param_entry){t, init, trainable};
+    return t;
+}
+
+/* Fills one parameter from its initialiser; the stream is keyed by seed and name. */
+static void init_one(rp_tensor *t, rp_init init, uint64_t seed)
+{
+    uint64_t key = rp_hash_str(seed, t->name);
+    size_t n = (size_t)t->numel;
+    double fan_in = init.fan_in > 0 ? init.fan_in : 1, fan_out = init.fan_out > 0 ? init.fan_out : 1;
+    switch (init.kind) {
+    case RP_INIT_ZEROS: memset(t->data, 0, n * sizeof(float)); break;
+    case RP_INIT_CONSTANT:
+        for (size_t i = 0; i < n; i++) t->data[i] = init.value;
+        break;
+    case RP_INIT_NORMAL: rp_rng_fill_normal(key, 0, t->data, n, 0.0f, init.value); break;
+    case RP_INIT_UNIFORM: rp_rng_fill_uniform(key, 0, t->data, n, -init.value, init.value); break;
+    case RP_INIT_HE_NORMAL: rp_rng_fill_normal(key, 0, t->data, n, 0.0f, (float)sqrt(2.0 / fan_in)); break;
+    case RP_INIT_HE_UNIFORM: {
+        float b = (float)sqrt(6.0 / fan_in);
+        rp_rng_fill_uniform(key, 0, t->data, n, -b, b);
+        break;
+    }
+    case RP_INIT_GLOROT_NORMAL:
+        rp_rng_fill_normal(key, 0, t->data, n, 0.0f, (float)sqrt(2.0 / (fan_in + fan_out)));
+        break;
+    case RP_INIT_GLOROT_UNIFORM: {
+        float b = (float)sqrt(6.0 / (fan_in + fan_out));
+        rp_rng_fill_uniform(key, 0, t->data, n, -b, b);
+        break;
+    }
+    }
+}
+
+rp_status rp_params_finalize(rp_params *p, uint64_t seed)
+{
+    if (!p) return RP_ERROR(RP_ERR_INVALID, "rp_params_finalize: params is NULL");
+    if (p->finalized) return RP_ERROR(RP_ERR_INVALID, "rp_params_finalize: already finalized");
+    if (p->n == 0) return RP_ERROR(RP_ERR_INVALID, "rp_params_finalize: no parameters declared");
+    p->order = rp_alloc((size_t)p->n * sizeof(int));
+    p->offsets = rp_alloc((size_t)p->n * sizeof(int64_t));
+    if (!p->order || !p->offsets) return rp_last_status();
+    int pos = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < p->n; i++)
+            if (p->entries[i].trainable == (pass == 0)) p->order[pos++] = i;
+    p->numel = p->trainable_numel = 0;
+    p->n_trainable = 0;
+    for (int i = 0; i < p->n; i++) {
+        param_entry *e = &p->entries[p->order[i]];
+        p->offsets[i] = p->numel;
+        p->numel += e->t->numel;
+        if (e->trainable) {
+            p->trainable_numel += e->t->numel;
+            p->n_trainable++;
+        }
+    }
+    p->data = rp_alloc((size_t)p->numel * sizeof(float));
+    p->grad = rp_calloc((size_t)(p->trainable_numel ? p->trainable_numel : 1) * sizeof(float));
+    if (!p->data || !p->grad) return rp_last_status();
+    for (int i = 0; i < p->n; i++) {
+        rp_tensor *t = p->entries[p->order[i]].t;
+        t->index = i;
+        t->data = p->data + p->offsets[i];
+        if (p->entries[p->order[i]].trainable) {
+            t->grad = p->grad + p->offsets[i];
+            t->flags |= RP_TENSOR_GRAD_FRESH;
+        }
+    }
+    p->finalized = true;
+    return rp_params_reinit(p, seed);
+}
+
+rp_status rp_params_reinit(rp_params *p, uint64_t seed)
+{
+    if (!p || !p->finalized) return RP_ERROR(RP_ERR_INVALID, "rp_params_reinit: not finalized");
+    for (int i = 0; i < p->n; i++) init_one(p->entries[i].t, p->entries[i].init, seed);
+    return RP_OK;
+}
+
+int rp_params_count(const rp_params *p)
+{
+    return p->n;
+}
+
+int rp_params_trainable_count(const rp_params *p)
+{
+    return p->finalized ? p->n_trainable : 0;
+}
+
+rp_tensor *rp_params_at(const rp_params *p, int i)
+{
+    if (!p || i < 0 || i >= p->n) return NULL;
+    return p->finalized ? p->entries[p->order[i]].t : p->entries[i].t;
+}
+
+rp_tensor *rp_params_find(const rp_params *p, const char *name)
+{
+    for (int i = 0; i < p->n; i++)
+        if (strcmp(p->entries[i].t->name, name) == 0) return p->entries[i].t;
+    return NULL;
+}
+
+float *rp_params_data(const rp_params *p)
+{
+    return p->data;
+}
+
+int64_t rp_params_numel(const rp_params *p)
+{
+    return p->numel;
+}
+
+float *rp_params_grad(const rp_params *p)
+{
+    return p->grad;
+}
+
+int64_t rp_params_trainable_numel(const rp_params *p)
+{
+    return p->trainable_numel;
+}
+
+int64_t rp_params_offset(const rp_params *p, int i)
+{
+    return (p->finalized && i >= 0 && i < p->n) ? p->offsets[i] : -1;
+}
+
+void rp_params_zero_grad(rp_params *p)
+{
+    if (!p->finalized) return;
+    memset(p->grad, 0, (size_t)p->trainable_numel * sizeof(float));
+    for (int i = 0; i < p->n_trainable; i++) p->entries[p->order[i]].t->flags |= RP_TENSOR_GRAD_FRESH;
+}

@@ -1,0 +1,314 @@
+/*
+ * backward.c - every backward rule, in one place.
+ *
+ * Gradient targets. A tensor's gradient is written in one of two ways:
+ *  - grad_out(): for kernels that overwrite. If this is the tensor's first
+ *    contribution (an activation without a gradient yet, or a parameter whose
+ *    gradient is fresh zeros), the kernel writes straight into x->grad.
+ *    Otherwise it writes into a scratch buffer that grad_commit() adds in.
+ *  - grad_acc(): for kernels that accumulate; returns x->grad, zero-filled on
+ *    first use.
+ * Both return NULL when x needs no gradient, and the rule skips that input.
+ */
+#include <string.h>
+
+#include "tape_internal.h"
+
+static bool wants_grad(const rp_tensor *x)
+{
+    return x && (x->flags & RP_TENSOR_REQUIRES_GRAD);
+}
+
+/* Sets *fail on OOM so callers can check once. */
+static float *grad_out(rp_tape *t, rp_tensor *x, bool *fail)
+{
+    if (!wants_grad(x)) return NULL;
+    size_t bytes = (size_t)x->numel * sizeof(float);
+    if (x->flags & RP_TENSOR_PARAM) {
+        if (x->flags & RP_TENSOR_GRAD_FRESH) {
+            x->flags &= ~RP_TENSOR_GRAD_FRESH;
+            return x->grad;
+        }
+    } else if (!x->grad) {
+        x->grad = rp_arena_alloc(t->arena, bytes);
+        if (!x->grad) *fail = true;
+        return x->grad;
+    }
+    float *scratch = rp_arena_alloc(t->arena, bytes);
+    if (!scratch) *fail = true;
+    return scratch;
+}
+
+static void grad_commit(rp_tape *t, rp_tensor *x, float *buf)
+{
+    if (buf && buf != x->grad) t->k->add_inplace(x->grad, buf, x->numel);
+}
+
+static float *grad_acc(rp_tape *t, rp_tensor *x, bool *fail)
+{
+    if (!wants_grad(x)) return NULL;
+    if (x->flags & RP_TENSOR_PARAM) {
+        x->flags &= ~RP_TENSOR_GRAD_FRESH; /* fresh means zeros: accumulating is right */
+        return x->grad;
+    }
+    if (!x->grad) {
+        x->grad = rp_arena_calloc(t->arena, (size_t)x->numel * sizeof(float));
+        if (!x->grad) *fail = true;
+    }
+    return x->grad;
+}
+
+static rp_status oom(void)
+{
+    return rp_last_status() != RP_OK ? rp_last_status()
+                                     : RP_ERROR(RP_ERR_NOMEM, "backward: out of memory");
+}
+
+static rp_status matmul_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
+    int m = a->shape[0], k = a->shape[1], n = b->shape[1];
+    bool fail = false;
+    float *da = grad_acc(t, a, &fail), *db = grad_acc(t, b, &fail);
+    if (fail) return oom();
+    /* da[M,K] += dy[M,N] b^T; db[K,N] += a^T dy */
+    if (da) t->k->gemm(false, true, m, k, n, 1.0f, y->grad, n, b->data, n, 1.0f, da, k);
+    if (db) t->k->gemm(true, false, k, n, m, 1.0f, a->data, k, y->grad, n, 1.0f, db, n);
+    return RP_OK;
+}
+
+static rp_status linear_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
+    int n = x->shape[0], in_f = x->shape[1], out_f = w->shape[0];
+    bool fail = false;
+    float *dx = grad_acc(t, x, &fail), *dw = grad_acc(t, w, &fail), *db = grad_acc(t, b, &fail);
+    if (fail) return oom();
+    /* dx[N,in] += dy[N,out] w[out,in]; dw[out,in] += dy^T x; db += column sums of dy */
+    if (dx) t->k->gemm(false, false, n, in_f, out_f, 1.0f, y->grad, out_f, w->data, in_f, 1.0f, dx, in_f);
+    if (dw) t->k->gemm(true, false, out_f, in_f, n, 1.0f, y->grad, out_f, x->data, in_f, 1.0f, dw, in_f);
+    if (db) t->k->reduce_rows(db, y->grad, n, out_f, true);
+    return RP_OK;
+}
+
+static rp_status conv_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
+    bool fail = false;
+    float *dx = grad_out(t, x, &fail), *dw = grad_out(t, w, &fail), *db = grad_out(t, b, &fail);
+    if (fail) return oom();
+    if (dx) {
+        RP_CHECK(t->k->conv2d_bwd_data(dx, y->grad, w->data, &nd->a.conv));
+        grad_commit(t, x, dx);
+    }
+    if (dw || db) {
+        /* bwd_weights always produces dw; give it scratch if w needs no gradient. */
+        float *dw_buf = dw ? dw : rp_arena_alloc(t->arena, (size_t)w->numel * sizeof(float));
+        if (!dw_buf) return oom();
+        RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, x->data, &nd->a.conv));
+        if (dw) grad_commit(t, w, dw);
+        if (db) grad_commit(t, b, db);
+    }
+    return RP_OK;
+}
+
+static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *y = nd->out;
+    int c = gamma->shape[0];
+    int64_t m = x->numel / c;
+    const float *xhat = nd->saved, *invstd = nd->saved2;
+    double *sums = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(double));
+    float *local = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(float));
+    if (!sums || !local) return oom();
+    t->k->bn_stats_bwd(sums, y->grad, xhat, m, c);
+    bool fail = false;
+    float *dgamma = grad_acc(t, gamma, &fail), *dbeta = grad_acc(t, beta, &fail);
+    float *dx = grad_out(t, x, &fail);
+    if (fail) return oom();
+    /* Parameter gradients use this replica's sums: the gradient all-reduce averages them. */
+    for (int j = 0; j < 2 * c; j++) local[j] = (float)sums[j];
+    if (dbeta) t->k->add_inplace(dbeta, local, c);
+    if (dgamma) t->k->add_inplace(dgamma, local + c, c);
+    if (!dx) return RP_OK;
+    if (nd->a.bn.training) {
+        double count = (double)m;
+        if (nd->a.bn.reduce) RP_CHECK(nd->a.bn.reduce(sums, 2 * c, &count, nd->a.bn.ctx));
+        t->k->bn_bwd_data(dx, y->grad, xhat, sums, invstd, gamma->data, count, m, c);
+    } else {
+        /* Running statistics are constants: dx = dy * gamma * invstd. */
+        float *g = rp_arena_alloc(t->arena, (size_t)c * sizeof(float));
+        if (!g) return oom();
+        t->k->mul(g, gamma->data, invstd, c, false);
+        t->k->binary(dx, y->grad, g, x->numel, c, RP_BIN_MUL);
+    }
+    grad_commit(t, x, dx);
+    return RP_OK;
+}
+
+static rp_status act_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *y = nd->out;
+    bool fail = false;
+    float *dx = grad_out(t, x, &fail);
+    if (fail) return oom();
+    if (!dx) return RP_OK;
+    t->k->act_bwd(dx, y->grad, y->data, x->data, x->numel, nd->a.act.act, nd->a.act.slope);
+    grad_commit(t, x, dx);
+    return RP_OK;
+}
+
+static rp_status binary_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
+    int64_t n = a->numel, nb = nd->a.bin.nb;
+    rp_binop op = nd->a.bin.op;
+    bool fail = false;
+    float *da = op == RP_BIN_MUL ? grad_out(t, a, &fail) : grad_acc(t, a, &fail);
+    if (fail) return oom();
+    if (da) {
+        if (op == RP_BIN_MUL) {
+            t->k->binary(da, y->grad, b->data, n, nb, RP_BIN_MUL);
+            grad_commit(t, a, da);
+        } else {
+            t->k->add_inplace(da, y->grad, n);
+        }
+    }
+    if (!wants_grad(b)) return RP_OK;
+    float *db = grad_acc(t, b, &fail);
+    if (fail) return oom();
+    const float *src = y->grad;
+    if (op != RP_BIN_ADD || nb != n) {
+        float *tmp = rp_arena_alloc(t->arena, (size_t)n * sizeof(float));
+        if (!tmp) return oom();
+        if (op == RP_BIN_MUL) t->k->mul(tmp, y->grad, a->data, n, false);
+        else if (op == RP_BIN_SUB) t->k->scale(tmp, y->grad, -1.0f, n, false);
+        else memcpy(tmp, y->grad, (size_t)n * sizeof(float));
+        src = tmp;
+    }
+    t->k->reduce_rows(db, src, n / nb, nb, true);
+    return RP_OK;
+}
+
+static rp_status concat_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor **xs = nd->many ? nd->many : nd->in, *y = nd->out;
+    int last = y->ndim - 1, width = y->shape[last];
+    int64_t rows = y->numel / width, off = 0;
+    for (int i = 0; i < nd->n_in; i++) {
+        int w = xs[i]->shape[last];
+        bool fail = false;
+        float *dx = grad_acc(t, xs[i], &fail);
+        if (fail) return oom();
+        if (dx) t->k->gather_cols(dx, y->grad, width, off, rows, w, true);
+        off += w;
+    }
+    return RP_OK;
+}
+
+static rp_status pool_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *y = nd->out;
+    bool fail = false;
+    float *dx = grad_out(t, x, &fail);
+    if (fail) return oom();
+    if (!dx) return RP_OK;
+    if (nd->op == RP_OP_MAX_POOL)
+        RP_CHECK(t->k->maxpool_bwd(dx, nd->saved, y->grad, &nd->a.pool));
+    else
+        RP_CHECK(t->k->avgpool_bwd(dx, y->grad, &nd->a.pool));
+    grad_commit(t, x, dx);
+    return RP_OK;
+}
+
+static rp_status image_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *y = nd->out;
+    bool fail = false;
+    float *dx = grad_out(t, x, &fail);
+    if (fail) return oom();
+    if (!dx) return RP_OK;
+    if (nd->op == RP_OP_GLOBAL_AVG_POOL)
+        t->k->gap_bwd(dx, y->grad, x->shape[0], x->shape[1] * x->shape[2], x->shape[3]);
+    else
+        t->k->upsample2x_bwd(dx, y->grad, x->shape[0], x->shape[1], x->shape[2], x->shape[3]);
+    grad_commit(t, x, dx);
+    return RP_OK;
+}
+
+static rp_status loss_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *y = nd->out;
+    float dl = y->grad[0];
+    bool fail = false;
+    if (nd->op == RP_OP_SOFTMAX_XENT) {
+        float *dx = grad_out(t, x, &fail);
+        if (fail) return oom();
+        if (!dx) return RP_OK;
+        int n = x->shape[0], c = x->shape[1];
+        bool hard = nd->a.emb.n == 1;
+        t->k->softmax_xent_bwd(dx, nd->saved, hard ? nd->saved2 : NULL, hard ? NULL : nd->saved2,
+                               dl / (float)n, n, c);
+        grad_commit(t, x, dx);
+        return RP_OK;
+    }
+    if (nd->op == RP_OP_MSE) {
+        rp_tensor *b = nd->in[1];
+        int64_t n = x->numel;
+        float *diff = rp_arena_alloc(t->arena, (size_t)n * sizeof(float));
+        float *da = grad_acc(t, x, &fail), *db = grad_acc(t, b, &fail);
+        if (fail || !diff) return oom();
+        t->k->binary(diff, x->data, b->data, n, n, RP_BIN_SUB);
+        float s = 2.0f * dl / (float)n;
+        if (da) t->k->scale(da, diff, s, n, true);
+        if (db) t->k->scale(db, diff, -s, n, true);
+        return RP_OK;
+    }
+    /* SUM and MEAN: every element gets the same gradient. */
+    float *dx = grad_acc(t, x, &fail);
+    if (fail) return oom();
+    if (dx) t->k->add_scalar(dx, nd->op == RP_OP_MEAN ? dl / (float)x->numel : dl, x->numel);
+    return RP_OK;
+}
+
+rp_status rp_node_backward(rp_tape *t, rp_node *nd)
+{
+    bool fail = false;
+    switch (nd->op) {
+    case RP_OP_MATMUL: return matmul_bwd(t, nd);
+    case RP_OP_LINEAR: return linear_bwd(t, nd);
+    case RP_OP_CONV2D: return conv_bwd(t, nd);
+    case RP_OP_BATCH_NORM: return batch_norm_bwd(t, nd);
+    case RP_OP_ACT: return act_bwd(t, nd);
+    case RP_OP_BINARY: return binary_bwd(t, nd);
+    case RP_OP_SCALE: {
+        float *dx = grad_acc(t, nd->in[0], &fail);
+        if (fail) return oom();
+        if (dx) t->k->scale(dx, nd->out->grad, nd->a.scale.s, nd->out->numel, true);
+        return RP_OK;
+    }
+    case RP_OP_CONCAT: return concat_bwd(t, nd);
+    case RP_OP_RESHAPE: {
+        float *dx = grad_acc(t, nd->in[0], &fail);
+        if (fail) return oom();
+        if (dx) t->k->add_inplace(dx, nd->out->grad, nd->out->numel);
+        return RP_OK;
+    }
+    case RP_OP_MAX_POOL:
+    case RP_OP_AVG_POOL: return pool_bwd(t, nd);
+    case RP_OP_GLOBAL_AVG_POOL:
+    case RP_OP_UPSAMPLE2X: return image_bwd(t, nd);
+    case RP_OP_EMBEDDING: {
+        float *dtable = grad_acc(t, nd->in[0], &fail);
+        if (fail) return oom();
+        if (dtable)
+            t->k->embedding_bwd(dtable, nd->out->grad, nd->saved, nd->a.emb.n, nd->in[0]->shape[1]);
+        return RP_OK;
+    }
+    case RP_OP_SOFTMAX_XENT:
+    case RP_OP_MSE:
+    case RP_OP_SUM:
+    case RP_OP_MEAN: return loss_bwd(t, nd);
+    }
+    return RP_ERROR(RP_ERR_INVALID, "backward: unknown op %d", (int)nd->op);
+}

@@ -1,0 +1,375 @@
+/*
+ * ops_dense.c - forward ops on flat data: matmul, linear, activations,
+ * element-wise arithmetic, concatenation, reshapes, reductions and losses.
+ * Each validates its inputs, computes through the kernel table and, when a
+ * gradient is needed, records a node for backward.c.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "tape_internal.h"
+
+/* A NULL input means an earlier op failed: pass the failure on silently. */
+#define RP_PROPAGATE_NULL(x)                                                                       \
+    do {                                                                                           \
+        if (!(x)) return NULL;                                                                     \
+    } while (0)
+
+rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
+{
+    RP_PROPAGATE_NULL(a);
+    RP_PROPAGATE_NULL(b);
+    char sa[64], sb[64];
+    if (a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0]) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_matmul: cannot multiply %s by %s (need [M,K] x [K,N])",
+                 rp_shape_str(a, sa, sizeof sa), rp_shape_str(b, sb, sizeof sb));
+        return NULL;
+    }
+    int m = a->shape[0], k = a->shape[1], n = b->shape[1];
+    rp_tensor *y = rp_tape_tensor(t, 2, (int[]){m, n});
+    if (!y) return NULL;
+    t->k->gemm(false, false, m, n, k, 1.0f, a->data, k, b->data, n, 0.0f, y->data, n);
+    rp_tensor *in[] = {a, b};
+    if (rp_tape_needs_grad(t, in, 2) && !rp_tape_record(t, RP_OP_MATMUL, y, in, 2)) return NULL;
+    return y;
+}
+
+rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
+{
+    RP_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(w);
+    char sx[64], sw[64], sb[64];
+    if (x->ndim != 2 || w->ndim != 2 || x->shape[1] != w->shape[1]) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_linear: input %s does not fit weight %s (need [N,in], [out,in])",
+                 rp_shape_str(x, sx, sizeof sx), rp_shape_str(w, sw, sizeof sw));
+        return NULL;
+    }
+    int n = x->shape[0], in_f = x->shape[1], out_f = w->shape[0];
+    if (b && (b->ndim != 1 || b->shape[0] != out_f)) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_linear: bias %s does not fit weight %s (need [%d])",
+                 rp_shape_str(b, sb, sizeof sb), rp_shape_str(w, sw, sizeof sw), out_f);
+        return NULL;
+    }
+    rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, out_f});
+    if (!y) return NULL;
+    t->k->gemm(false, true, n, out_f, in_f, 1.0f, x->data, in_f, w->data, in_f, 0.0f, y->data,
+               out_f);
+    if (b) t->k->binary(y->data, y->data, b->data, y->numel, out_f, RP_BIN_ADD);
+    rp_tensor *in[] = {x, w, b};
+    if (rp_tape_needs_grad(t, in, 3) && !rp_tape_record(t, RP_OP_LINEAR, y, in, 3)) return NULL;
+    return y;
+}
+
+static rp_tensor *activation(rp_tape *t, rp_tensor *x, rp_act act, float slope)
+{
+    RP_PROPAGATE_NULL(x);
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    if (!y) return NULL;
+    t->k->act_fwd(y->data, x->data, x->numel, act, slope);
+    if (rp_tape_needs_grad(t, &x, 1)) {
+        rp_node *node = rp_tape_record(t, RP_OP_ACT, y, &x, 1);
+        if (!node) return NULL;
+        node->a.act.act = act;
+        node->a.act.slope = slope;
+    }
+    return y;
+}
+
+rp_tensor *rp_relu(rp_tape *t, rp_tensor *x)
+{
+    return activation(t, x, RP_ACT_RELU, 0.0f);
+}
+
+rp_tensor *rp_leaky_relu(rp_tape *t, rp_tensor *x, float slope)
+{
+    return activation(t, x, RP_ACT_LEAKY_RELU, slope);
+}
+
+rp_tensor *rp_tanh(rp_tape *t, rp_tensor *x)
+{
+    return activation(t, x, RP_ACT_TANH, 0.0f);
+}
+
+rp_tensor *rp_sigmoid(rp_tape *t, rp_tensor *x)
+{
+    return activation(t, x, RP_ACT_SIGMOID, 0.0f);
+}
+
+/* b broadcasts against a if b's shape, leading 1s dropped, is a suffix of a's. */
+static bool broadcasts(const rp_tensor *a, const rp_tensor *b)
+{
+    int lead = 0;
+    while (lead < b->ndim - 1 && b->shape[lead] == 1) lead++;
+    int bn = b->ndim - lead;
+    if (bn > a->ndim) return false;
+    for (int i = 0; i < bn; i++)
+        if (b->shape[b->ndim - 1 - i] != a->shape[a->ndim - 1 - i]) return false;
+    return true;
+}
+
+static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, const char *who)
+{
+    RP_PROPAGATE_NULL(a);
+    RP_PROPAGATE_NULL(b);
+    if (!broadcasts(a, b)) {
+        char sa[64], sb[64];
+        RP_ERROR(RP_ERR_SHAPE, "%s: shape %s does not broadcast against %s (b's shape must be a "
+                 "suffix of a's)", who, rp_shape_str(b, sb, sizeof sb), rp_shape_str(a, sa, sizeof sa));
+        return NULL;
+    }
+    rp_tensor *y = rp_tape_tensor(t, a->ndim, a->shape);
+    if (!y) return NULL;
+    t->k->binary(y->data, a->data, b->data, a->numel, b->numel, op);
+    rp_tensor *in[] = {a, b};
+    if (rp_tape_needs_grad(t, in, 2)) {
+        rp_node *node = rp_tape_record(t, RP_OP_BINARY, y, in, 2);
+        if (!node) return NULL;
+        node->a.bin.op = op;
+        node->a.bin.nb = b->numel;
+    }
+    return y;
+}
+
+rp_tensor *rp_add(rp_tape *t, rp_tensor *a, rp_tensor *b)
+{
+    return binary(t, a, b, RP_BIN_ADD, "rp_add");
+}
+
+rp_tensor *rp_sub(rp_tape *t, rp_tensor *a, rp_tensor *b)
+{
+    return binary(t, a, b, RP_BIN_SUB, "rp_sub");
+}
+
+rp_tensor *rp_mul(rp_tape *t, rp_tensor *a, rp_tensor *b)
+{
+    return binary(t, a, b, RP_BIN_MUL, "rp_mul");
+}
+
+rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s)
+{
+    RP_PROPAGATE_NULL(x);
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    if (!y) return NULL;
+    t->k->scale(y->data, x->data, s, x->numel, false);
+    if (rp_tape_needs_grad(t, &x, 1)) {
+        rp_node *node = rp_tape_record(t, RP_OP_SCALE, y, &x, 1);
+        if (!node) return NULL;
+        node->a.scale.s = s;
+    }
+    return y;
+}
+
+rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
+{
+    if (!xs || n < 1) {
+        RP_ERROR(RP_ERR_INVALID, "rp_concat: need at least one tensor, got %d", n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) RP_PROPAGATE_NULL(xs[i]);
+    const rp_tensor *x0 = xs[0];
+    int last = x0->ndim - 1, width = 0;
+    if (x0->ndim < 1) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_concat: tensors must have at least one dimension");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        bool ok = xs[i]->ndim == x0->ndim;
+        for (int d = 0; ok && d < last; d++) ok = xs[i]->shape[d] == x0->shape[d];
+        if (!ok) {
+            char s0[64], si[64];
+            RP_ERROR(RP_ERR_SHAPE, "rp_concat: tensor %d has shape %s, tensor 0 has %s; all but "
+                     "the last dimension must match", i, rp_shape_str(xs[i], si, sizeof si),
+                     rp_shape_str(x0, s0, sizeof s0));
+            return NULL;
+        }
+        width += xs[i]->shape[last];
+    }
+    int shape[RP_MAX_DIMS];
+    memcpy(shape, x0->shape, sizeof shape);
+    shape[last] = width;
+    rp_tensor *y = rp_tape_tensor(t, x0->ndim, shape);
+    if (!y) return NULL;
+    int64_t rows = y->numel / width, off = 0;
+    for (int i = 0; i < n; i++) {
+        t->k->copy_cols(y->data, width, off, xs[i]->data, rows, xs[i]->shape[last]);
+        off += xs[i]->shape[last];
+    }
+    if (rp_tape_needs_grad(t, xs, n) && !rp_tape_record(t, RP_OP_CONCAT, y, xs, n)) return NULL;
+    return y;
+}
+
+rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
+{
+    RP_PROPAGATE_NULL(x);
+    if (ndim < 0 || ndim > RP_MAX_DIMS || rp_shape_numel(ndim, shape) != x->numel) {
+        char sx[64];
+        RP_ERROR(RP_ERR_SHAPE, "rp_reshape: cannot reshape %s (%lld elements) to %d dims with %lld "
+                 "elements", rp_shape_str(x, sx, sizeof sx), (long long)x->numel, ndim,
+                 ndim >= 0 && ndim <= RP_MAX_DIMS ? (long long)rp_shape_numel(ndim, shape) : -1LL);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1) {
+            RP_ERROR(RP_ERR_SHAPE, "rp_reshape: dimension %d is %d", i, shape[i]);
+            return NULL;
+        }
+    }
+    rp_tensor *y = rp_arena_calloc(t->arena, sizeof *y);
+    if (!y) return NULL;
+    y->ndim = ndim;
+    for (int i = 0; i < RP_MAX_DIMS; i++) y->shape[i] = i < ndim ? shape[i] : 1;
+    y->numel = x->numel;
+    y->data = x->data; /* a view: tensors are never written after they are made */
+    y->node = -1;
+    y->index = -1;
+    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_RESHAPE, y, &x, 1)) return NULL;
+    return y;
+}
+
+rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x)
+{
+    RP_PROPAGATE_NULL(x);
+    if (x->ndim < 1) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_flatten: a scalar has no batch dimension");
+        return NULL;
+    }
+    int shape[2] = {x->shape[0], (int)(x->numel / x->shape[0])};
+    return rp_reshape(t, x, 2, shape);
+}
+
+static rp_tensor *reduce_all(rp_tape *t, rp_tensor *x, bool mean)
+{
+    RP_PROPAGATE_NULL(x);
+    rp_tensor *y = rp_tape_tensor(t, 0, NULL);
+    if (!y) return NULL;
+    double s = t->k->sum(x->data, x->numel);
+    y->data[0] = (float)(mean ? s / (double)x->numel : s);
+    if (rp_tape_needs_grad(t, &x, 1) &&
+        !rp_tape_record(t, mean ? RP_OP_MEAN : RP_OP_SUM, y, &x, 1))
+        return NULL;
+    return y;
+}
+
+rp_tensor *rp_sum(rp_tape *t, rp_tensor *x)
+{
+    return reduce_all(t, x, false);
+}
+
+rp_tensor *rp_mean(rp_tape *t, rp_tensor *x)
+{
+    return reduce_all(t, x, true);
+}
+
+rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
+{
+    RP_PROPAGATE_NULL(table);
+    char st[64];
+    if (table->ndim != 2 || !idx || n < 1) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_embedding: need a [V,D] table, indices and n >= 1; got table %s, "
+                 "n %d", rp_shape_str(table, st, sizeof st), n);
+        return NULL;
+    }
+    int v = table->shape[0], d = table->shape[1];
+    for (int i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= v) {
+            RP_ERROR(RP_ERR_INVALID, "rp_embedding: index %d is %d, outside the table's %d rows",
+                     i, (int)idx[i], v);
+            return NULL;
+        }
+    }
+    rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, d});
+    if (!y) return NULL;
+    t->k->embedding_fwd(y->data, table->data, idx, n, d);
+    if (rp_tape_needs_grad(t, &table, 1)) {
+        rp_node *node = rp_tape_record(t, RP_OP_EMBEDDING, y, &table, 1);
+        int32_t *saved = rp_arena_alloc(t->arena, (size_t)n * sizeof(int32_t));
+        if (!node || !saved) return NULL;
+        memcpy(saved, idx, (size_t)n * sizeof(int32_t));
+        node->saved = saved;
+        node->a.emb.n = n;
+    }
+    return y;
+}
+
+static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *labels,
+                               rp_tensor *target, const char *who)
+{
+    RP_PROPAGATE_NULL(logits);
+    char sl[64], st[64];
+    if (logits->ndim != 2) {
+        RP_ERROR(RP_ERR_SHAPE, "%s: logits must be [N,C], got %s", who,
+                 rp_shape_str(logits, sl, sizeof sl));
+        return NULL;
+    }
+    int n = logits->shape[0], c = logits->shape[1];
+    if (target && !rp_tensor_same_shape(logits, target)) {
+        RP_ERROR(RP_ERR_SHAPE, "%s: target %s does not match logits %s", who,
+                 rp_shape_str(target, st, sizeof st), rp_shape_str(logits, sl, sizeof sl));
+        return NULL;
+    }
+    if (!target) {
+        if (!labels) {
+            RP_ERROR(RP_ERR_INVALID, "%s: labels is NULL", who);
+            return NULL;
+        }
+        for (int i = 0; i < n; i++) {
+            if (labels[i] < 0 || labels[i] >= c) {
+                RP_ERROR(RP_ERR_INVALID, "%s: label %d is %d, outside the %d classes", who, i,
+                         (int)labels[i], c);
+                return NULL;
+            }
+        }
+    }
+    rp_tensor *y = rp_tape_tensor(t, 0, NULL);
+    float *probs = rp_arena_alloc(t->arena, (size_t)logits->numel * sizeof(float));
+    if (!y || !probs) return NULL;
+    y->data[0] = (float)t->k->softmax_xent_fwd(probs, logits->data, target ? NULL : labels,
+                                               target ? target->data : NULL, n, c);
+    if (rp_tape_needs_grad(t, &logits, 1)) {
+        rp_node *node = rp_tape_record(t, RP_OP_SOFTMAX_XENT, y, &logits, 1);
+        if (!node) return NULL;
+        node->saved = probs;
+        if (target) {
+            node->saved2 = target->data; /* lives in an arena or a parameter block until reset */
+        } else if (labels) {
+            int32_t *copy = rp_arena_alloc(t->arena, (size_t)n * sizeof(int32_t));
+            if (!copy) return NULL;
+            memcpy(copy, labels, (size_t)n * sizeof(int32_t));
+            node->a.emb.n = 1; /* marks hard labels */
+            node->saved2 = copy;
+        }
+    }
+    return y;
+}
+
+rp_tensor *rp_softmax_cross_entropy(rp_tape *t, rp_tensor *logits, const int32_t *labels)
+{
+    return softmax_xent(t, logits, labels, NULL, "rp_softmax_cross_entropy");
+}
+
+rp_tensor *rp_softmax_cross_entropy_soft(rp_tape *t, rp_tensor *logits, rp_tensor *target)
+{
+    RP_PROPAGATE_NULL(target);
+    return softmax_xent(t, logits, NULL, target, "rp_softmax_cross_entropy_soft");
+}
+
+rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b)
+{
+    RP_PROPAGATE_NULL(a);
+    RP_PROPAGATE_NULL(b);
+    if (!rp_tensor_same_shape(a, b)) {
+        char sa[64], sb[64];
+        RP_ERROR(RP_ERR_SHAPE, "rp_mse: shapes differ: %s and %s", rp_shape_str(a, sa, sizeof sa),
+                 rp_shape_str(b, sb, sizeof sb));
+        return NULL;
+    }
+    rp_tensor *y = rp_tape_tensor(t, 0, NULL);
+    float *diff = rp_arena_alloc(t->arena, (size_t)a->numel * sizeof(float));
+    if (!y || !diff) return NULL;
+    t->k->binary(diff, a->data, b->data, a->numel, a->numel, RP_BIN_SUB);
+    t->k->mul(diff, diff, diff, a->numel, false);
+    y->data[0] = (float)(t->k->sum(diff, a->numel) / (double)a->numel);
+    rp_tensor *in[] = {a, b};
+    if (rp_tape_needs_grad(t, in, 2) && !rp_tape_record(t, RP_OP_MSE, y, in, 2)) return NULL;
+    return y;
+}

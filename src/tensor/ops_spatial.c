@@ -1,0 +1,214 @@
+/*
+ * ops_spatial.c - forward ops on NHWC images: convolution, batch norm,
+ * pooling, global average pooling and upsampling.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "tape_internal.h"
+
+#define RP_PROPAGATE_NULL(x)                                                                       \
+    do {                                                                                           \
+        if (!(x)) return NULL;                                                                     \
+    } while (0)
+
+rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_conv_params p)
+{
+    RP_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(w);
+    char sx[64], sw[64], sb[64];
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[3]) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_conv2d: input %s does not fit weight %s (need NHWC [N,H,W,C] "
+                 "and OHWI [O,KH,KW,C] with equal C)", rp_shape_str(x, sx, sizeof sx),
+                 rp_shape_str(w, sw, sizeof sw));
+        return NULL;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_conv2d: bias %s does not fit weight %s",
+                 rp_shape_str(b, sb, sizeof sb), rp_shape_str(w, sw, sizeof sw));
+        return NULL;
+    }
+    rp_conv_desc d;
+    if (rp_conv_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
+                          w->shape[1], w->shape[2], p.stride, p.pad) != RP_OK)
+        return NULL;
+    rp_tensor *y = rp_tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.o});
+    if (!y) return NULL;
+    if (t->k->conv2d_fwd(y->data, x->data, w->data, b ? b->data : NULL, &d) != RP_OK) return NULL;
+    rp_tensor *in[] = {x, w, b};
+    if (rp_tape_needs_grad(t, in, 3)) {
+        rp_node *node = rp_tape_record(t, RP_OP_CONV2D, y, in, 3);
+        if (!node) return NULL;
+        node->a.conv = d;
+    }
+    return y;
+}
+
+rp_bn_params rp_bn_params_default(void)
+{
+    rp_bn_params p = {.momentum = 0.1f, .eps = 1e-5f, .training = true};
+    return p;
+}
+
+static bool is_channel_vector(const rp_tensor *v, int c)
+{
+    return v && v->ndim == 1 && v->shape[0] == c;
+}
+
+rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
+                         rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p)
+{
+    RP_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(gamma);
+    RP_PROPAGATE_NULL(beta);
+    char sx[64], sg[64], sbeta[64];
+    int c = x->ndim ? x->shape[x->ndim - 1] : 0;
+    if (x->ndim < 2 || !is_channel_vector(gamma, c) || !is_channel_vector(beta, c)) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_batch_norm: input %s needs gamma and beta of shape [%d], got %s "
+                 "and %s", rp_shape_str(x, sx, sizeof sx), c, rp_shape_str(gamma, sg, sizeof sg),
+                 rp_shape_str(beta, sbeta, sizeof sbeta));
+        return NULL;
+    }
+    if ((running_mean && !is_channel_vector(running_mean, c)) ||
+        (running_var && !is_channel_vector(running_var, c)) ||
+        (!p.training && (!running_mean || !running_var))) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_batch_norm: running statistics must be [%d]%s", c,
+                 p.training ? "" : " and are required in inference mode");
+        return NULL;
+    }
+    if (!(p.eps > 0) || !(p.momentum >= 0 && p.momentum <= 1)) {
+        RP_ERROR(RP_ERR_INVALID, "rp_batch_norm: eps %g must be > 0 and momentum %g in [0,1]",
+                 (double)p.eps, (double)p.momentum);
+        return NULL;
+    }
+    int64_t m = x->numel / c;
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    float *stats = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(float)); /* mean, invstd */
+    double *sums = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(double));
+    if (!y || !stats || !sums) return NULL;
+    float *mean = stats, *invstd = stats + c;
+    double count = (double)m;
+    if (p.training) {
+        t->k->bn_stats(sums, x->data, m, c);
+        if (p.reduce && p.reduce(sums, 2 * c, &count, p.reduce_ctx) != RP_OK) return NULL;
+        if (count < 2) {
+            RP_ERROR(RP_ERR_SHAPE, "rp_batch_norm: training needs at least 2 values per channel, "
+                     "got %g (input %s)", count, rp_shape_str(x, sx, sizeof sx));
+            return NULL;
+        }
+        for (int i = 0; i < c; i++) {
+            double mu = sums[i] / count;
+            double var = sums[c + i] / count - mu * mu;
+            if (var < 0) var = 0; /* E[x^2]-E[x]^2 can round below zero */
+            mean[i] = (float)mu;
+            invstd[i] = (float)(1.0 / sqrt(var + p.eps));
+            if (running_mean) running_mean->data[i] = (float)((1 - p.momentum) * running_mean->data[i] + p.momentum * mu);
+            if (running_var)
+                running_var->data[i] = (float)((1 - p.momentum) * running_var->data[i] +
+                                               p.momentum * var * count / (count - 1));
+        }
+    } else {
+        for (int i = 0; i < c; i++) {
+            mean[i] = running_mean->data[i];
+            invstd[i] = (float)(1.0 / sqrt((double)running_var->data[i] + p.eps));
+        }
+    }
+    rp_tensor *in[] = {x, gamma, beta};
+    bool record = rp_tape_needs_grad(t, in, 3);
+    float *xhat = NULL;
+    if (record) {
+        xhat = rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
+        if (!xhat) return NULL;
+    }
+    t->k->bn_norm_fwd(y->data, xhat, x->data, mean, invstd, gamma->data, beta->data, m, c);
+    if (record) {
+        rp_node *node = rp_tape_record(t, RP_OP_BATCH_NORM, y, in, 3);
+        if (!node) return NULL;
+        node->saved = xhat;
+        node->saved2 = invstd;
+        node->a.bn.training = p.training;
+        node->a.bn.count = count;
+        node->a.bn.reduce = p.reduce;
+        node->a.bn.ctx = p.reduce_ctx;
+        node->a.bn.eps = p.eps;
+    }
+    return y;
+}
+
+static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
+{
+    RP_PROPAGATE_NULL(x);
+    const char *who = max ? "rp_max_pool2d" : "rp_avg_pool2d";
+    if (x->ndim != 4) {
+        char sx[64];
+        RP_ERROR(RP_ERR_SHAPE, "%s: input must be NHWC [N,H,W,C], got %s", who,
+                 rp_shape_str(x, sx, sizeof sx));
+        return NULL;
+    }
+    rp_pool_desc d;
+    if (rp_pool_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], p.kernel,
+                          p.stride, p.pad) != RP_OK)
+        return NULL;
+    rp_tensor *y = rp_tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.c});
+    if (!y) return NULL;
+    int32_t *argmax = NULL;
+    if (max) {
+        argmax = rp_arena_alloc(t->arena, (size_t)y->numel * sizeof(int32_t));
+        if (!argmax || t->k->maxpool_fwd(y->data, argmax, x->data, &d) != RP_OK) return NULL;
+    } else if (t->k->avgpool_fwd(y->data, x->data, &d) != RP_OK) {
+        return NULL;
+    }
+    if (rp_tape_needs_grad(t, &x, 1)) {
+        rp_node *node = rp_tape_record(t, max ? RP_OP_MAX_POOL : RP_OP_AVG_POOL, y, &x, 1);
+        if (!node) return NULL;
+        node->a.pool = d;
+        node->saved = argmax;
+    }
+    return y;
+}
+
+rp_tensor *rp_max_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p)
+{
+    return pool(t, x, p, true);
+}
+
+rp_tensor *rp_avg_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p)
+{
+    return pool(t, x, p, false);
+}
+
+rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
+{
+    RP_PROPAGATE_NULL(x);
+    if (x->ndim != 4) {
+        char sx[64];
+        RP_ERROR(RP_ERR_SHAPE, "rp_global_avg_pool: input must be NHWC [N,H,W,C], got %s",
+                 rp_shape_str(x, sx, sizeof sx));
+        return NULL;
+    }
+    int n = x->shape[0], hw = x->shape[1] * x->shape[2], c = x->shape[3];
+    rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, c});
+    if (!y) return NULL;
+    t->k->gap_fwd(y->data, x->data, n, hw, c);
+    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_GLOBAL_AVG_POOL, y, &x, 1))
+        return NULL;
+    return y;
+}
+
+rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
+{
+    RP_PROPAGATE_NULL(x);
+    if (x->ndim != 4) {
+        char sx[64];
+        RP_ERROR(RP_ERR_SHAPE, "rp_upsample2x: input must be NHWC [N,H,W,C], got %s",
+                 rp_shape_str(x, sx, sizeof sx));
+        return NULL;
+    }
+    int n = x->shape[0], h = x->shape[1], w = x->shape[2], c = x->shape[3];
+    rp_tensor *y = rp_tape_tensor(t, 4, (int[]){n, 2 * h, 2 * w, c});
+    if (!y) return NULL;
+    t->k->upsample2x_fwd(y->data, x->data, n, h, w, c);
+    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_UPSAMPLE2X, y, &x, 1))
+        return NULL;
+    return y;
+}

@@ -1,0 +1,85 @@
+/*
+ * tape_internal.h - the tape's nodes, shared by the forward ops (ops_*.c) and
+ * the backward rules (backward.c). Not installed.
+ */
+#ifndef RP_TAPE_INTERNAL_H
+#define RP_TAPE_INTERNAL_H
+
+#include "kernels/kernels.h"
+#include "replicator/tensor.h"
+
+typedef enum {
+    RP_OP_MATMUL,
+    RP_OP_LINEAR,
+    RP_OP_CONV2D,
+    RP_OP_BATCH_NORM,
+    RP_OP_ACT,
+    RP_OP_BINARY,
+    RP_OP_SCALE,
+    RP_OP_CONCAT,
+    RP_OP_RESHAPE,
+    RP_OP_MAX_POOL,
+    RP_OP_AVG_POOL,
+    RP_OP_GLOBAL_AVG_POOL,
+    RP_OP_UPSAMPLE2X,
+    RP_OP_EMBEDDING,
+    RP_OP_SOFTMAX_XENT,
+    RP_OP_MSE,
+    RP_OP_SUM,
+    RP_OP_MEAN,
+} rp_op;
+
+#define RP_NODE_MAX_INPUTS 4
+
+typedef struct rp_node {
+    rp_op op;
+    rp_tensor *out;
+    int n_in;                          /* for CONCAT: number of inputs, in `many` */
+    rp_tensor *in[RP_NODE_MAX_INPUTS];
+    rp_tensor **many;                  /* CONCAT inputs (arena) */
+    void *saved;                       /* op-specific arena memory (argmax, probs, xhat...) */
+    void *saved2;
+    union {
+        rp_conv_desc conv;
+        rp_pool_desc pool;
+        struct { rp_act act; float slope; } act;
+        struct { rp_binop op; int64_t nb; } bin;
+        struct { float s; } scale;
+        struct { float momentum, eps; bool training; double count; rp_bn_reduce_fn reduce; void *ctx; } bn;
+        struct { int n; } emb;
+    } a;
+} rp_node;
+
+struct rp_tape {
+    rp_arena *arena;
+    const rp_kernels *k;
+    bool recording;
+    bool backward_done;
+    rp_node *nodes;      /* persistent, grows to the high-water mark */
+    int n_nodes, cap_nodes;
+    rp_tensor **params;  /* parameters used since the last reset (pending > 0 at first use) */
+    int n_params, cap_params;
+    rp_grad_ready_fn ready_fn;
+    void *ready_ctx;
+};
+
+/* A fresh tensor on the tape (struct and data from the arena); NULL on OOM. */
+rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape);
+
+/*
+ * Whether an op with these inputs must be recorded: the tape records and at
+ * least one input requires a gradient.
+ */
+bool rp_tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n);
+
+/*
+ * Appends a node producing `out` from `in` and marks out as requiring a
+ * gradient. Returns the node (its `a`, `saved` fields for the caller to
+ * fill) or NULL on OOM.
+ */
+rp_node *rp_tape_record(rp_tape *t, rp_op op, rp_tensor *out, rp_tensor *const *in, int n);
+
+/* Runs the backward rule of one node (backward.c). */
+rp_status rp_node_backward(rp_tape *t, rp_node *node);
+
+#endif

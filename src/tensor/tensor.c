@@ -1,0 +1,98 @@
+/*
+ * tensor.c - shape helpers and creating leaf tensors on a tape.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tape_internal.h"
+
+int64_t rp_shape_numel(int ndim, const int *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+bool rp_tensor_same_shape(const rp_tensor *a, const rp_tensor *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+const char *rp_shape_str(const rp_tensor *t, char *buf, size_t size)
+{
+    if (!t) {
+        snprintf(buf, size, "(null)");
+        return buf;
+    }
+    size_t len = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < t->ndim && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, i ? ", %d" : "%d", t->shape[i]);
+    if (len < size) snprintf(buf + len, size - len, "]");
+    return buf;
+}
+
+float rp_item(const rp_tensor *x)
+{
+    if (!x || x->numel != 1) return NAN;
+    return x->data[0];
+}
+
+/* Validates a shape given by a caller; sets an error naming it if bad. */
+static bool shape_ok(int ndim, const int *shape, const char *who)
+{
+    if (ndim < 0 || ndim > RP_MAX_DIMS) {
+        RP_ERROR(RP_ERR_SHAPE, "%s: ndim %d is outside 0..%d", who, ndim, RP_MAX_DIMS);
+        return false;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1) {
+            RP_ERROR(RP_ERR_SHAPE, "%s: dimension %d is %d; dimensions must be >= 1", who, i,
+                     shape[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape)
+{
+    rp_tensor *x = rp_arena_alloc(t->arena, sizeof *x);
+    if (!x) return NULL;
+    memset(x, 0, sizeof *x);
+    x->ndim = ndim;
+    for (int i = 0; i < RP_MAX_DIMS; i++) x->shape[i] = i < ndim ? shape[i] : 1;
+    x->numel = rp_shape_numel(ndim, shape);
+    x->node = -1;
+    x->index = -1;
+    x->data = rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
+    return x->data ? x : NULL;
+}
+
+rp_tensor *rp_tensor_new(rp_tape *t, int ndim, const int *shape)
+{
+    if (!t) {
+        RP_ERROR(RP_ERR_INVALID, "rp_tensor_new: tape is NULL");
+        return NULL;
+    }
+    if (!shape_ok(ndim, shape, "rp_tensor_new")) return NULL;
+    return rp_tape_tensor(t, ndim, shape);
+}
+
+rp_tensor *rp_tensor_from(rp_tape *t, int ndim, const int *shape, const float *data)
+{
+    rp_tensor *x = rp_tensor_new(t, ndim, shape);
+    if (x && data) memcpy(x->data, data, (size_t)x->numel * sizeof(float));
+    return x;
+}
+
+rp_tensor *rp_tensor_fill(rp_tape *t, int ndim, const int *shape, float value)
+{
+    rp_tensor *x = rp_tensor_new(t, ndim, shape);
+    if (!x) return NULL;
+    for (int64_t i = 0; i < x->numel; i++) x->data[i] = value;
+    return x;
+}

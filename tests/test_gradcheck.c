@@ -1,0 +1,1218 @@
+/*
+ * test_gradcheck.c - every op and layer against central finite differences.
+ *
+ * Method. A case builds an op's output y from some inputs and reduces it to
+ * a scalar with a fixed random projection, loss = rp_sum(rp_mul(y, R)), where
+ * R has y's shape and entries of magnitude 0.5 to 1.5 with random signs. The
+ * gradient of that loss with respect to an input is the vector-Jacobian
+ * product R^T J, so a wrong entry anywhere in the Jacobian shows up, not only
+ * a wrong column sum. The analytic gradient comes from rp_backward() on a
+ * recording tape. The numeric one perturbs one input element by +eps and by
+ * -eps and re-runs the forward on a fresh tape (rp_tape_reset) with recording
+ * off. The op runs in float as always; only the projection sum(y * R) of the
+ * perturbed outputs is formed in double on the host, so that the difference
+ * of two nearby losses is not lost to the float rounding of the loss itself.
+ * Tensors over GC_MAX_CHECK elements are checked on a random subset that
+ * always includes the first and the last element.
+ *
+ * Kernel tables. Every case runs once with each table (cpu and ref) by
+ * pointing the tape at the table (tape->k, from tape_internal.h), so one
+ * CTest run covers both. (RP_KERNELS=ref only changes the table a new tape
+ * starts with, which these tests override.)
+ *
+ * Tolerance. An element passes when
+ *
+ *     |analytic - numeric| <= rtol * max(|numeric|, 0.1 * G, floor)
+ *
+ * where G is the largest |numeric| over the checked elements of that tensor,
+ * rtol = 5e-3 and floor = 1e-3 unless a case says otherwise. Why this is
+ * safe: the central difference has a truncation error of eps^2/6 * f''' (none
+ * for ops linear in the perturbed input; about 2e-5 relative for tanh,
+ * sigmoid, softmax or batch norm at eps = 1e-2 on O(1) data) and a rounding
+ * error of about k * 6e-8 * |y| / (2 eps) for the k outputs an input reaches.
+ * Ops whose output is a scalar (losses, sum, mean) also round the loss itself
+ * to float, about 1e-7 * |loss| / eps. The worst error measured over the
+ * single-op cases is 1.4e-4 (both tables), so rtol leaves a margin of over
+ * 30; the small network, at eps = 2e-3, measures up to 2e-3 and runs at
+ * rtol = 1e-2. Why it is tight enough: a gradient off by a factor 1.1 or
+ * 0.9, with the wrong sign, taken with a transposed weight or reduced over
+ * the wrong broadcast axis is off by 10% or more on the elements whose
+ * gradient is within a factor ten of the tensor's largest: twenty times
+ * rtol (ten times in the network). A plain
+ * 2e-2 * max(1, |numeric|) would let a 10% error through on every gradient
+ * below 0.2; the 0.1 * G floor scales with the tensor's own gradient instead
+ * (the self-tests at the end catch a 1.1x error on gradients of order 1e-3).
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/tape_internal.h"
+
+#define GC_MAX_IN 8
+#define GC_MAX_CHECK 64
+
+/* Set to 1 to print the worst error of every checked tensor. */
+#define GC_VERBOSE 0
+
+/* ---- the checker ------------------------------------------------------------ */
+
+typedef struct gc_input {
+    const char *name;
+    int ndim;
+    int shape[RP_MAX_DIMS];
+    float *data;      /* leaf values, owned by the case; NULL for a parameter */
+    rp_tensor *param; /* a parameter: perturbed in place, gradient read from param->grad */
+    bool check;       /* compare this input's gradient (a leaf then requires grad) */
+} gc_input;
+
+typedef rp_tensor *(*gc_forward_fn)(rp_tape *t, rp_tensor *const *in, void *ctx);
+/* Self-tests only: spoils an analytic gradient before the comparison. */
+typedef void (*gc_corrupt_fn)(float *grad, const gc_input *in, void *ctx);
+
+typedef struct gc_case {
+    const char *name;
+    gc_forward_fn forward;
+    void *ctx;
+    gc_input in[GC_MAX_IN];
+    int n_in;
+    rp_params *params;    /* gradients zeroed before the analytic pass; NULL if none */
+    float eps, rtol, floor;
+    float proj_scale;     /* |R| in [0.5, 1.5] * proj_scale */
+    gc_corrupt_fn corrupt;
+    void *corrupt_ctx;
+    bool quiet;           /* no failure report (self-tests expect failures) */
+    uint64_t seed;
+} gc_case;
+
+static void gc_init(gc_case *c, const char *name, gc_forward_fn forward, void *ctx)
+{
+    memset(c, 0, sizeof *c);
+    c->name = name;
+    c->forward = forward;
+    c->ctx = ctx;
+    c->eps = 1e-2f;
+    c->rtol = 5e-3f;
+    c->floor = 1e-3f;
+    c->proj_scale = 1.0f;
+    c->seed = rp_hash_str(7, name);
+}
+
+/* Adds a leaf input filled uniformly in [lo, hi); returns its data for further shaping. */
+static float *gc_leaf(gc_case *c, const char *name, int ndim, const int *shape, float lo, float hi,
+                      bool check)
+{
+    assert_true(c->n_in < GC_MAX_IN);
+    gc_input *in = &c->in[c->n_in];
+    in->name = name;
+    in->ndim = ndim;
+    for (int i = 0; i < RP_MAX_DIMS; i++) in->shape[i] = i < ndim ? shape[i] : 1;
+    int64_t n = rp_shape_numel(ndim, shape);
+    in->data = malloc((size_t)n * sizeof(float));
+    assert_non_null(in->data);
+    tu_fill(in->data, n, c->seed + 101 * (uint64_t)(c->n_in + 1), lo, hi);
+    in->check = check;
+    c->n_in++;
+    return in->data;
+}
+
+static void gc_param(gc_case *c, rp_tensor *param, bool check)
+{
+    assert_true(c->n_in < GC_MAX_IN);
+    assert_non_null(param);
+    gc_input *in = &c->in[c->n_in++];
+    in->name = param->name;
+    in->ndim = param->ndim;
+    memcpy(in->shape, param->shape, sizeof in->shape);
+    in->param = param;
+    in->check = check;
+}
+
+static void gc_free(gc_case *c)
+{
+    for (int i = 0; i < c->n_in; i++) free(c->in[i].data);
+}
+
+static int64_t gc_numel(const gc_input *in)
+{
+    return rp_shape_numel(in->ndim, in->shape);
+}
+
+static float *gc_value(gc_input *in, int64_t i)
+{
+    return in->param ? &in->param->data[i] : &in->data[i];
+}
+
+/* Runs the case's forward on a fresh tape; xs receives the input tensors. */
+static rp_tensor *gc_forward(gc_case *c, rp_tape *t, bool record, rp_tensor **xs)
+{
+    rp_tape_reset(t);
+    rp_tape_set_recording(t, record);
+    for (int i = 0; i < GC_MAX_IN; i++) xs[i] = NULL;
+    for (int i = 0; i < c->n_in; i++) {
+        gc_input *in = &c->in[i];
+        if (in->param) {
+            xs[i] = in->param;
+            continue;
+        }
+        xs[i] = rp_tensor_from(t, in->ndim, in->shape, in->data);
+        if (!xs[i]) return NULL;
+        if (record && in->check) xs[i]->flags |= RP_TENSOR_REQUIRES_GRAD;
+    }
+    return c->forward(t, xs, c->ctx);
+}
+
+/* sum(y * R) in double: the loss of the numeric pass. */
+static double gc_project(const rp_tensor *y, const float *proj)
+{
+    double s = 0;
+    for (int64_t i = 0; i < y->numel; i++) s += (double)y->data[i] * (double)proj[i];
+    return s;
+}
+
+/* The numeric derivative of the loss along element i of input in (central, step c->eps). */
+static double gc_numeric(gc_case *c, rp_tape *t, gc_input *in, int64_t i, const float *proj,
+                         int64_t ny, bool *ok)
+{
+    rp_tensor *xs[GC_MAX_IN];
+    float *v = gc_value(in, i), orig = *v;
+    double loss[2], step = 0;
+    for (int side = 0; side < 2; side++) {
+        *v = side == 0 ? orig + c->eps : orig - c->eps;
+        step += fabs((double)*v - (double)orig); /* the step float actually took */
+        rp_tensor *y = gc_forward(c, t, false, xs);
+        if (!y || y->numel != ny) {
+            *ok = false;
+            *v = orig;
+            return 0;
+        }
+        loss[side] = gc_project(y, proj);
+    }
+    *v = orig;
+    return (loss[0] - loss[1]) / step;
+}
+
+/* Picks up to GC_MAX_CHECK distinct elements of [0, n): all, or a seeded subset with both ends. */
+static int gc_pick(int64_t n, uint64_t seed, int64_t *pick)
+{
+    if (n <= GC_MAX_CHECK) {
+        for (int64_t i = 0; i < n; i++) pick[i] = i;
+        return (int)n;
+    }
+    int64_t *perm = malloc((size_t)n * sizeof(int64_t));
+    assert_non_null(perm);
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    rp_rng rng = rp_rng_make(seed, 3);
+    /* Both ends first, then a partial Fisher-Yates shuffle of the middle. */
+    perm[1] = n - 1;
+    perm[n - 1] = 1;
+    for (int k = 2; k < GC_MAX_CHECK; k++) {
+        int64_t j = k + (int64_t)rp_rng_below(&rng, (uint32_t)(n - k));
+        int64_t tmp = perm[k];
+        perm[k] = perm[j];
+        perm[j] = tmp;
+    }
+    memcpy(pick, perm, GC_MAX_CHECK * sizeof(int64_t));
+    free(perm);
+    return GC_MAX_CHECK;
+}
+
+/*
+ * Checks every input marked `check` of case c with kernel table k. Returns
+ * true when every element is within tolerance; otherwise prints the first
+ * few misses of each failing input (unless c->quiet).
+ */
+static bool gc_run(gc_case *c, const rp_kernels *k)
+{
+    rp_tape *t = NULL;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    t->k = k;
+    rp_tensor *xs[GC_MAX_IN];
+    bool pass = true;
+
+    /* Analytic pass. */
+    if (c->params) rp_params_zero_grad(c->params);
+    rp_tensor *y = gc_forward(c, t, true, xs);
+    if (!y) {
+        print_error("%s [%s]: forward failed: %s\n", c->name, k->name, rp_last_error());
+        rp_tape_destroy(t);
+        return false;
+    }
+    int64_t ny = y->numel;
+    float *proj = malloc((size_t)ny * sizeof(float));
+    assert_non_null(proj);
+    tu_fill(proj, ny, c->seed + 7, -1.0f, 1.0f);
+    for (int64_t i = 0; i < ny; i++)
+        proj[i] = c->proj_scale * (proj[i] < 0 ? proj[i] - 0.5f : proj[i] + 0.5f);
+    rp_tensor *r = rp_tensor_from(t, y->ndim, y->shape, proj);
+    rp_tensor *loss = rp_sum(t, rp_mul(t, y, r));
+    assert_non_null(loss);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    float *grads[GC_MAX_IN] = {0};
+    for (int i = 0; i < c->n_in; i++) {
+        if (!c->in[i].check) continue;
+        int64_t n = gc_numel(&c->in[i]);
+        grads[i] = calloc((size_t)n, sizeof(float));
+        assert_non_null(grads[i]);
+        if (xs[i]->grad) memcpy(grads[i], xs[i]->grad, (size_t)n * sizeof(float));
+        if (c->corrupt) c->corrupt(grads[i], &c->in[i], c->corrupt_ctx);
+    }
+
+    /* Numeric pass and comparison, one input at a time. */
+    for (int i = 0; i < c->n_in; i++) {
+        gc_input *in = &c->in[i];
+        if (!in->check) continue;
+        int64_t pick[GC_MAX_CHECK];
+        double num[GC_MAX_CHECK];
+        int np = gc_pick(gc_numel(in), c->seed + (uint64_t)i, pick);
+        double biggest = 0;
+        bool ok = true;
+        for (int e = 0; e < np; e++) {
+            num[e] = gc_numeric(c, t, in, pick[e], proj, ny, &ok);
+            biggest = fmax(biggest, fabs(num[e]));
+        }
+        if (!ok) {
+            print_error("%s [%s]: forward failed in the numeric pass: %s\n", c->name, k->name,
+                        rp_last_error());
+            pass = false;
+            break;
+        }
+        double worst = 0;
+        int misses = 0;
+        for (int e = 0; e < np; e++) {
+            double a = grads[i][pick[e]];
+            double denom = fmax(fmax(fabs(num[e]), 0.1 * biggest), c->floor);
+            double err = fabs(a - num[e]) / denom;
+            if (!(err <= worst)) worst = err;
+            if (!(err <= c->rtol)) {
+                pass = false;
+                if (!c->quiet && misses++ < 5)
+                    print_error("%s [%s] %s[%lld]: analytic %.6g numeric %.6g (error %.3g)\n",
+                                c->name, k->name, in->name, (long long)pick[e], a, num[e], err);
+            }
+        }
+        if (GC_VERBOSE)
+            print_message("%-28s [%s] %-22s worst %.2e over %d\n", c->name, k->name, in->name,
+                          worst, np);
+    }
+    for (int i = 0; i < c->n_in; i++) free(grads[i]);
+    free(proj);
+    rp_tape_destroy(t);
+    return pass;
+}
+
+/* Asserts that case c passes with both kernel tables, then frees it. */
+static void gc_check(gc_case *c)
+{
+    const rp_kernels *tables[2] = {rp_kernels_cpu(), rp_kernels_ref()};
+    bool pass[2];
+    for (int i = 0; i < 2; i++) pass[i] = gc_run(c, tables[i]);
+    gc_free(c);
+    if (!pass[0] || !pass[1])
+        fail_msg("gradient check failed (cpu %s, ref %s)", pass[0] ? "ok" : "FAILED",
+                 pass[1] ? "ok" : "FAILED");
+}
+
+/* ---- input shaping ---------------------------------------------------------- */
+
+/* Moves every value at least `margin` away from zero (keeps relu-like kinks out of reach). */
+static void push_from_zero(float *x, int64_t n, float margin)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] < 0 ? x[i] - margin : x[i] + margin;
+}
+
+/* A random permutation of 0, spacing, 2*spacing, ...: distinct values far apart. */
+static void fill_distinct(float *x, int64_t n, float spacing, uint64_t seed)
+{
+    rp_rng rng = rp_rng_make(seed, 11);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = rp_rng_below(&rng, (uint32_t)(i + 1));
+        float tmp = x[i];
+        x[i] = x[j];
+        x[j] = tmp;
+    }
+    for (int64_t i = 0; i < n; i++) x[i] = (x[i] - (float)n / 2) * spacing;
+}
+
+#define SHAPE(...) (sizeof((int[]){__VA_ARGS__}) / sizeof(int)), ((int[]){__VA_ARGS__})
+
+/* ---- matmul and linear ------------------------------------------------------ */
+
+static rp_tensor *fwd_matmul(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_matmul(t, in[0], in[1]);
+}
+
+/* rp_matmul: both operands of a non-square product. */
+static void test_matmul(void **state)
+{
+    gc_case c;
+    gc_init(&c, "matmul", fwd_matmul, NULL);
+    gc_leaf(&c, "a", SHAPE(3, 4), -1, 1, true);
+    gc_leaf(&c, "b", SHAPE(4, 5), -1, 1, true);
+    gc_check(&c);
+}
+
+static rp_tensor *fwd_linear(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_linear(t, in[0], in[1], in[2]);
+}
+
+/* rp_linear with a bias: x, w and b. */
+static void test_linear_bias(void **state)
+{
+    gc_case c;
+    gc_init(&c, "linear+bias", fwd_linear, NULL);
+    gc_leaf(&c, "x", SHAPE(4, 3), -1, 1, true);
+    gc_leaf(&c, "w", SHAPE(5, 3), -1, 1, true);
+    gc_leaf(&c, "b", SHAPE(5), -1, 1, true);
+    gc_check(&c);
+}
+
+/* rp_linear without a bias: x and w. */
+static void test_linear_nobias(void **state)
+{
+    gc_case c;
+    gc_init(&c, "linear", fwd_linear, NULL);
+    gc_leaf(&c, "x", SHAPE(6, 7), -1, 1, true);
+    gc_leaf(&c, "w", SHAPE(2, 7), -1, 1, true);
+    gc_check(&c);
+}
+
+/* ---- convolution ------------------------------------------------------------ */
+
+static rp_tensor *fwd_conv(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_conv2d(t, in[0], in[1], in[2], *(const rp_conv_params *)ctx);
+}
+
+/* One convolution check: x [n,h,w,c], w [o,k,k,c], optional bias; which inputs need grads. */
+static void conv_case(const char *name, int n, int h, int w, int ch, int o, int k, int stride,
+                      int pad, bool bias, bool dx, bool dw, bool db)
+{
+    rp_conv_params p = {stride, pad};
+    gc_case c;
+    gc_init(&c, name, fwd_conv, &p);
+    gc_leaf(&c, "x", SHAPE(n, h, w, ch), -1, 1, dx);
+    gc_leaf(&c, "w", SHAPE(o, k, k, ch), -0.5f, 0.5f, dw);
+    if (bias) gc_leaf(&c, "b", SHAPE(o), -1, 1, db);
+    gc_check(&c);
+}
+
+/* rp_conv2d, 3x3 stride 1 pad 1 ("same"). */
+static void test_conv_3x3_s1_p1(void **state)
+{
+    conv_case("conv 3x3 s1 p1", 2, 5, 6, 3, 4, 3, 1, 1, true, true, true, true);
+}
+
+/* rp_conv2d, 3x3 stride 2 pad 1 (downsampling; odd and even sizes). */
+static void test_conv_3x3_s2_p1(void **state)
+{
+    conv_case("conv 3x3 s2 p1", 2, 6, 5, 3, 4, 3, 2, 1, true, true, true, true);
+}
+
+/* rp_conv2d, 1x1 stride 2 (projection shortcut: skips every other input pixel). */
+static void test_conv_1x1_s2(void **state)
+{
+    conv_case("conv 1x1 s2", 2, 5, 6, 4, 3, 1, 2, 0, true, true, true, true);
+}
+
+/* rp_conv2d, 5x5 pad 2 (windows wider than half the image). */
+static void test_conv_5x5_p2(void **state)
+{
+    conv_case("conv 5x5 s1 p2", 1, 6, 5, 2, 3, 5, 1, 2, true, true, true, true);
+}
+
+/* rp_conv2d on odd sizes N=2, H=5, W=7, C=3, O=4, with and without padding. */
+static void test_conv_odd_sizes(void **state)
+{
+    conv_case("conv odd 3x3 s1 p1", 2, 5, 7, 3, 4, 3, 1, 1, true, true, true, true);
+    conv_case("conv odd 3x3 s2 p0", 2, 5, 7, 3, 4, 3, 2, 0, true, true, true, true);
+}
+
+/* rp_conv2d without a bias, and with only some inputs needing gradients (scratch paths). */
+static void test_conv_partial_grads(void **state)
+{
+    conv_case("conv no bias", 2, 4, 4, 3, 2, 3, 1, 1, false, true, true, false);
+    conv_case("conv dw db only", 2, 4, 5, 3, 2, 3, 1, 1, true, false, true, true);
+    conv_case("conv dx db only", 2, 4, 5, 3, 2, 3, 1, 0, true, true, false, true);
+    conv_case("conv dx only", 1, 5, 4, 2, 3, 3, 2, 1, true, true, false, false);
+}
+
+/* ---- batch norm ------------------------------------------------------------- */
+
+typedef struct bn_ctx {
+    rp_bn_params p;
+} bn_ctx;
+
+/* in: x, gamma, beta, running mean, running var (fresh copies each forward). */
+static rp_tensor *fwd_bn(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const bn_ctx *b = ctx;
+    return rp_batch_norm(t, in[0], in[1], in[2], in[3], in[4], b->p);
+}
+
+static void bn_case(const char *name, int ndim, const int *shape, bool training)
+{
+    int c = shape[ndim - 1];
+    bn_ctx b = {rp_bn_params_default()};
+    b.p.training = training;
+    gc_case gc;
+    gc_init(&gc, name, fwd_bn, &b);
+    gc_leaf(&gc, "x", ndim, shape, -1.5f, 2.0f, true);
+    gc_leaf(&gc, "gamma", SHAPE(c), 0.5f, 1.5f, true);
+    gc_leaf(&gc, "beta", SHAPE(c), -1, 1, true);
+    gc_leaf(&gc, "running_mean", SHAPE(c), -0.5f, 0.5f, false);
+    gc_leaf(&gc, "running_var", SHAPE(c), 0.5f, 2.0f, false);
+    gc_check(&gc);
+}
+
+/* rp_batch_norm in training mode (batch statistics): x, gamma and beta, 4-D and 2-D. */
+static void test_batch_norm_training(void **state)
+{
+    bn_case("bn train NHWC", 4, (int[]){3, 2, 3, 4}, true);
+    bn_case("bn train NC", 2, (int[]){6, 5}, true);
+}
+
+/* rp_batch_norm in inference mode (running statistics are constants). */
+static void test_batch_norm_inference(void **state)
+{
+    bn_case("bn eval NHWC", 4, (int[]){2, 3, 2, 4}, false);
+    bn_case("bn eval NC", 2, (int[]){3, 5}, false);
+}
+
+/*
+ * Batch norm's values against a hand computation in double: training output
+ * and running updates (momentum, unbiased variance), inference output, and
+ * running statistics left alone in inference.
+ */
+static void test_batch_norm_values(void **state)
+{
+    enum { M = 8, C = 3 };
+    const rp_kernels *tables[2] = {rp_kernels_cpu(), rp_kernels_ref()};
+    float x[M * C], gamma[C], beta[C], rm0[C], rv0[C];
+    tu_fill(x, M * C, 41, -2, 3);
+    tu_fill(gamma, C, 42, 0.5f, 1.5f);
+    tu_fill(beta, C, 43, -1, 1);
+    tu_fill(rm0, C, 44, -1, 1);
+    tu_fill(rv0, C, 45, 0.5f, 2);
+    for (int ti = 0; ti < 2; ti++) {
+        rp_tape *t;
+        assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+        t->k = tables[ti];
+        rp_bn_params p = rp_bn_params_default();
+        p.momentum = 0.3f;
+        p.eps = 1e-3f;
+        rp_tensor *xt = rp_tensor_from(t, 3, (int[]){4, 2, C}, x);
+        rp_tensor *g = rp_tensor_from(t, 1, (int[]){C}, gamma);
+        rp_tensor *b = rp_tensor_from(t, 1, (int[]){C}, beta);
+        rp_tensor *rm = rp_tensor_from(t, 1, (int[]){C}, rm0);
+        rp_tensor *rv = rp_tensor_from(t, 1, (int[]){C}, rv0);
+        rp_tensor *y = rp_batch_norm(t, xt, g, b, rm, rv, p);
+        assert_non_null(y);
+        for (int j = 0; j < C; j++) {
+            double mean = 0, var = 0;
+            for (int i = 0; i < M; i++) mean += x[i * C + j];
+            mean /= M;
+            for (int i = 0; i < M; i++) var += (x[i * C + j] - mean) * (x[i * C + j] - mean);
+            var /= M; /* biased: normalisation */
+            for (int i = 0; i < M; i++) {
+                double want = gamma[j] * (x[i * C + j] - mean) / sqrt(var + p.eps) + beta[j];
+                assert_true(fabs(y->data[i * C + j] - want) <= 1e-5 * fmax(1, fabs(want)));
+            }
+            double want_rm = 0.7 * rm0[j] + 0.3 * mean;
+            double want_rv = 0.7 * rv0[j] + 0.3 * var * M / (M - 1); /* unbiased: running */
+            assert_true(fabs(rm->data[j] - want_rm) <= 1e-6 * fmax(1, fabs(want_rm)));
+            assert_true(fabs(rv->data[j] - want_rv) <= 1e-6 * fmax(1, fabs(want_rv)));
+        }
+        /* Inference: running statistics normalise and stay as they were. */
+        float rm1[C], rv1[C];
+        memcpy(rm1, rm->data, sizeof rm1);
+        memcpy(rv1, rv->data, sizeof rv1);
+        p.training = false;
+        y = rp_batch_norm(t, xt, g, b, rm, rv, p);
+        assert_non_null(y);
+        assert_memory_equal(rm->data, rm1, sizeof rm1);
+        assert_memory_equal(rv->data, rv1, sizeof rv1);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < C; j++) {
+                double want = gamma[j] * (x[i * C + j] - rm1[j]) / sqrt(rv1[j] + p.eps) + beta[j];
+                assert_true(fabs(y->data[i * C + j] - want) <= 1e-5 * fmax(1, fabs(want)));
+            }
+        rp_tape_destroy(t);
+    }
+}
+
+/* ---- activations ------------------------------------------------------------ */
+
+typedef struct act_ctx {
+    int kind; /* 0 relu, 1 leaky relu, 2 tanh, 3 sigmoid */
+    float slope;
+} act_ctx;
+
+static rp_tensor *fwd_act(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const act_ctx *a = ctx;
+    switch (a->kind) {
+    case 0: return rp_relu(t, in[0]);
+    case 1: return rp_leaky_relu(t, in[0], a->slope);
+    case 2: return rp_tanh(t, in[0]);
+    default: return rp_sigmoid(t, in[0]);
+    }
+}
+
+static void act_case(const char *name, int kind, float slope)
+{
+    act_ctx a = {kind, slope};
+    gc_case c;
+    gc_init(&c, name, fwd_act, &a);
+    float *x = gc_leaf(&c, "x", SHAPE(3, 4, 5), -2, 2, true);
+    push_from_zero(x, 60, 0.1f); /* 10 eps from the kink at 0 */
+    gc_check(&c);
+}
+
+/* rp_relu, rp_leaky_relu, rp_tanh, rp_sigmoid on both sides of zero. */
+static void test_activations(void **state)
+{
+    act_case("relu", 0, 0);
+    act_case("leaky_relu", 1, 0.1f);
+    act_case("leaky_relu slope 0.3", 1, 0.3f);
+    act_case("tanh", 2, 0);
+    act_case("sigmoid", 3, 0);
+}
+
+/* ---- element-wise arithmetic ------------------------------------------------ */
+
+static rp_tensor *fwd_binary(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    switch (*(const int *)ctx) {
+    case 0: return rp_add(t, in[0], in[1]);
+    case 1: return rp_sub(t, in[0], in[1]);
+    default: return rp_mul(t, in[0], in[1]);
+    }
+}
+
+/* Checks add, sub and mul of a (shape sa) and b (shape sb), grads to both. */
+static void binary_cases(const char *what, int na, const int *sa, int nbd, const int *sb)
+{
+    static const char *ops[3] = {"add", "sub", "mul"};
+    for (int op = 0; op < 3; op++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s %s", ops[op], what);
+        gc_case c;
+        gc_init(&c, name, fwd_binary, &op);
+        gc_leaf(&c, "a", na, sa, -1, 1, true);
+        gc_leaf(&c, "b", nbd, sb, -1, 1, true);
+        gc_check(&c);
+    }
+}
+
+/* rp_add, rp_sub, rp_mul with equal shapes. */
+static void test_binary_same_shape(void **state)
+{
+    binary_cases("[2,3,4]", 3, (int[]){2, 3, 4}, 3, (int[]){2, 3, 4});
+    binary_cases("[N] [N]", 1, (int[]){5}, 1, (int[]){5});
+}
+
+/* Broadcasting [C] and [1,H,W,C] against [N,H,W,C]: b's gradient sums over a's rows. */
+static void test_binary_broadcast(void **state)
+{
+    binary_cases("[C] bcast", 4, (int[]){2, 3, 2, 4}, 1, (int[]){4});
+    binary_cases("[1,H,W,C] bcast", 4, (int[]){3, 2, 3, 2}, 4, (int[]){1, 2, 3, 2});
+}
+
+static rp_tensor *fwd_square(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_mul(t, in[0], in[0]);
+}
+
+/* x * x: one tensor as both operands of one node, both contributions accumulate (2x). */
+static void test_mul_self(void **state)
+{
+    gc_case c;
+    gc_init(&c, "mul self", fwd_square, NULL);
+    gc_leaf(&c, "x", SHAPE(4, 5), -1, 1, true);
+    gc_check(&c);
+}
+
+static rp_tensor *fwd_scale(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_scale(t, in[0], *(const float *)ctx);
+}
+
+/* rp_scale by a negative non-integer factor. */
+static void test_scale(void **state)
+{
+    float s = -1.7f;
+    gc_case c;
+    gc_init(&c, "scale", fwd_scale, &s);
+    gc_leaf(&c, "x", SHAPE(2, 3, 4), -1, 1, true);
+    gc_check(&c);
+}
+
+/* ---- shape ops ---------------------------------------------------------------- */
+
+static rp_tensor *fwd_concat(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_concat(t, in, *(const int *)ctx);
+}
+
+/* rp_concat of 3 inputs of widths 2, 1, 4; and of 5 inputs (the node's overflow list). */
+static void test_concat(void **state)
+{
+    int n = 3;
+    gc_case c;
+    gc_init(&c, "concat 3", fwd_concat, &n);
+    gc_leaf(&c, "x0", SHAPE(2, 3, 2), -1, 1, true);
+    gc_leaf(&c, "x1", SHAPE(2, 3, 1), -1, 1, true);
+    gc_leaf(&c, "x2", SHAPE(2, 3, 4), -1, 1, true);
+    gc_check(&c);
+
+    int n5 = 5;
+    gc_init(&c, "concat 5", fwd_concat, &n5);
+    static const char *names[5] = {"x0", "x1", "x2", "x3", "x4"};
+    for (int i = 0; i < 5; i++) gc_leaf(&c, names[i], SHAPE(3, 1 + i % 3), -1, 1, i != 2);
+    gc_check(&c);
+}
+
+static rp_tensor *fwd_reshape(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    /* tanh after the view: a gradient that is not the same everywhere flows back through it. */
+    return rp_tanh(t, rp_reshape(t, in[0], 2, (const int *)ctx));
+}
+
+static rp_tensor *fwd_flatten(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_flatten(t, in[0]);
+}
+
+/* rp_reshape and rp_flatten: views whose gradients land in the source's layout. */
+static void test_reshape_flatten(void **state)
+{
+    int shape[2] = {4, 6};
+    gc_case c;
+    gc_init(&c, "reshape", fwd_reshape, shape);
+    gc_leaf(&c, "x", SHAPE(2, 3, 4), -1, 1, true);
+    gc_check(&c);
+
+    gc_init(&c, "flatten", fwd_flatten, NULL);
+    gc_leaf(&c, "x", SHAPE(2, 3, 2, 2), -1, 1, true);
+    gc_check(&c);
+}
+
+/* ---- pooling and resampling ----------------------------------------------------- */
+
+typedef struct pool_ctx {
+    rp_pool_params p;
+    bool max;
+} pool_ctx;
+
+static rp_tensor *fwd_pool(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const pool_ctx *p = ctx;
+    return p->max ? rp_max_pool2d(t, in[0], p->p) : rp_avg_pool2d(t, in[0], p->p);
+}
+
+static void pool_case(const char *name, bool max, int n, int h, int w, int ch, int k, int stride,
+                      int pad)
+{
+    pool_ctx p = {{k, stride, pad}, max};
+    gc_case c;
+    gc_init(&c, name, fwd_pool, &p);
+    float *x = gc_leaf(&c, "x", SHAPE(n, h, w, ch), -1, 1, true);
+    /* Values 0.1 apart, ten times the step: a perturbation never changes a window's argmax. */
+    if (max) fill_distinct(x, (int64_t)n * h * w * ch, 0.1f, c.seed);
+    gc_check(&c);
+}
+
+/* rp_max_pool2d: non-overlapping, overlapping (one input wins several windows) and padded. */
+static void test_max_pool(void **state)
+{
+    pool_case("maxpool k2 s2", true, 2, 4, 6, 3, 2, 2, 0);
+    pool_case("maxpool k3 s1 p1", true, 2, 4, 5, 2, 3, 1, 1);
+    pool_case("maxpool k3 s2 p1", true, 1, 5, 5, 3, 3, 2, 1);
+}
+
+/* rp_avg_pool2d, padding excluded from the divisor (border windows average fewer inputs). */
+static void test_avg_pool(void **state)
+{
+    pool_case("avgpool k3 s2 p1", false, 2, 5, 6, 3, 3, 2, 1);
+    pool_case("avgpool k3 s1 p1", false, 1, 4, 4, 2, 3, 1, 1);
+    pool_case("avgpool k2 s2", false, 2, 4, 4, 3, 2, 2, 0);
+}
+
+static rp_tensor *fwd_gap(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_global_avg_pool(t, in[0]);
+}
+
+static rp_tensor *fwd_upsample(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_upsample2x(t, in[0]);
+}
+
+/* rp_global_avg_pool and rp_upsample2x. */
+static void test_gap_upsample(void **state)
+{
+    gc_case c;
+    gc_init(&c, "global_avg_pool", fwd_gap, NULL);
+    gc_leaf(&c, "x", SHAPE(2, 3, 4, 5), -1, 1, true);
+    gc_check(&c);
+
+    gc_init(&c, "upsample2x", fwd_upsample, NULL);
+    gc_leaf(&c, "x", SHAPE(2, 3, 2, 3), -1, 1, true);
+    gc_check(&c);
+}
+
+/* ---- embedding and losses ---------------------------------------------------- */
+
+typedef struct emb_ctx {
+    const int32_t *idx;
+    int n;
+} emb_ctx;
+
+static rp_tensor *fwd_embedding(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const emb_ctx *e = ctx;
+    return rp_embedding(t, in[0], e->idx, e->n);
+}
+
+/* rp_embedding with repeated indices (their rows' gradients add) and unused rows (zero). */
+static void test_embedding(void **state)
+{
+    static const int32_t idx[7] = {2, 0, 2, 4, 2, 1, 0};
+    emb_ctx e = {idx, 7};
+    gc_case c;
+    gc_init(&c, "embedding", fwd_embedding, &e);
+    gc_leaf(&c, "table", SHAPE(6, 3), -1, 1, true);
+    gc_check(&c);
+}
+
+static rp_tensor *fwd_xent(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_softmax_cross_entropy(t, in[0], (const int32_t *)ctx);
+}
+
+static rp_tensor *fwd_xent_soft(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_softmax_cross_entropy_soft(t, in[0], in[1]);
+}
+
+/* rp_softmax_cross_entropy (hard labels) and _soft (targets whose rows need not sum to 1). */
+static void test_cross_entropy(void **state)
+{
+    static const int32_t labels[4] = {2, 0, 4, 2};
+    gc_case c;
+    gc_init(&c, "softmax_xent", fwd_xent, (void *)labels);
+    gc_leaf(&c, "logits", SHAPE(4, 5), -2, 2, true);
+    gc_check(&c);
+
+    gc_init(&c, "softmax_xent_soft", fwd_xent_soft, NULL);
+    gc_leaf(&c, "logits", SHAPE(3, 4), -2, 2, true);
+    gc_leaf(&c, "target", SHAPE(3, 4), 0, 1, false);
+    gc_check(&c);
+}
+
+static rp_tensor *fwd_mse(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_mse(t, in[0], in[1]);
+}
+
+/* rp_mse: gradients to both sides (opposite signs). */
+static void test_mse(void **state)
+{
+    gc_case c;
+    gc_init(&c, "mse", fwd_mse, NULL);
+    gc_leaf(&c, "a", SHAPE(3, 4), -1, 1, true);
+    gc_leaf(&c, "b", SHAPE(3, 4), -1, 1, true);
+    gc_check(&c);
+}
+
+static rp_tensor *fwd_reduce(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return *(const int *)ctx ? rp_mean(t, in[0]) : rp_sum(t, in[0]);
+}
+
+/* rp_sum and rp_mean (the mean's gradient is 1/numel, not 1). */
+static void test_sum_mean(void **state)
+{
+    int mean = 0;
+    gc_case c;
+    gc_init(&c, "sum", fwd_reduce, &mean);
+    gc_leaf(&c, "x", SHAPE(2, 3, 4), -1, 1, true);
+    gc_check(&c);
+
+    int mean1 = 1;
+    gc_init(&c, "mean", fwd_reduce, &mean1);
+    gc_leaf(&c, "x", SHAPE(2, 3, 4), -1, 1, true);
+    gc_check(&c);
+}
+
+/* ---- layers, through their parameters ---------------------------------------- */
+
+/* Overwrites a parameter's initial values (zeros, ones) with random ones. */
+static void randomize(rp_tensor *p, uint64_t seed, float lo, float hi)
+{
+    tu_fill(p->data, p->numel, seed, lo, hi);
+}
+
+static rp_tensor *fwd_linear_layer(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_linear_layer_forward(t, ctx, in[0]);
+}
+
+/* rp_linear_layer: x and the weight and bias parameters (gradients in the grad block). */
+static void test_linear_layer(void **state)
+{
+    rp_params *ps;
+    rp_linear_layer l;
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&l, ps, "fc", 5, 3, true, false), RP_OK);
+    assert_int_equal(rp_params_finalize(ps, 1), RP_OK);
+    randomize(l.b, 2, -1, 1);
+    gc_case c;
+    gc_init(&c, "linear_layer", fwd_linear_layer, &l);
+    c.params = ps;
+    gc_leaf(&c, "x", SHAPE(4, 5), -1, 1, true);
+    gc_param(&c, l.w, true);
+    gc_param(&c, l.b, true);
+    gc_check(&c);
+    rp_params_destroy(ps);
+}
+
+static rp_tensor *fwd_conv_layer(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_conv2d_layer_forward(t, ctx, in[0]);
+}
+
+/* rp_conv2d_layer (3x3 stride 1 pad 1, bias): x, weight and bias. */
+static void test_conv2d_layer(void **state)
+{
+    rp_params *ps;
+    rp_conv2d_layer l;
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    assert_int_equal(rp_conv2d_layer_init(&l, ps, "conv", 3, 4, 3, 1, 1, true), RP_OK);
+    assert_int_equal(rp_params_finalize(ps, 3), RP_OK);
+    randomize(l.b, 4, -1, 1);
+    gc_case c;
+    gc_init(&c, "conv2d_layer", fwd_conv_layer, &l);
+    c.params = ps;
+    gc_leaf(&c, "x", SHAPE(2, 5, 4, 3), -1, 1, true);
+    gc_param(&c, l.w, true);
+    gc_param(&c, l.b, true);
+    gc_check(&c);
+    rp_params_destroy(ps);
+}
+
+typedef struct bn_layer_ctx {
+    rp_batchnorm_layer *l;
+    bool training;
+} bn_layer_ctx;
+
+static rp_tensor *fwd_bn_layer(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const bn_layer_ctx *b = ctx;
+    return rp_batchnorm_layer_forward(t, b->l, in[0], b->training);
+}
+
+/* rp_batchnorm_layer in training and inference mode: x, gamma and beta. */
+static void test_batchnorm_layer(void **state)
+{
+    rp_params *ps;
+    rp_batchnorm_layer l;
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    assert_int_equal(rp_batchnorm_layer_init(&l, ps, "bn", 4), RP_OK);
+    assert_int_equal(rp_params_finalize(ps, 5), RP_OK);
+    randomize(l.gamma, 6, 0.5f, 1.5f);
+    randomize(l.beta, 7, -1, 1);
+    randomize(l.running_mean, 8, -0.5f, 0.5f);
+    randomize(l.running_var, 9, 0.5f, 2);
+    for (int training = 1; training >= 0; training--) {
+        bn_layer_ctx b = {&l, training};
+        gc_case c;
+        gc_init(&c, training ? "batchnorm_layer train" : "batchnorm_layer eval", fwd_bn_layer, &b);
+        c.params = ps;
+        gc_leaf(&c, "x", SHAPE(3, 2, 2, 4), -1, 2, true);
+        gc_param(&c, l.gamma, true);
+        gc_param(&c, l.beta, true);
+        gc_check(&c);
+    }
+    rp_params_destroy(ps);
+}
+
+typedef struct shared_ctx {
+    rp_conv2d_layer *conv;
+    rp_linear_layer *fc;
+} shared_ctx;
+
+static rp_tensor *fwd_shared(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const shared_ctx *s = ctx;
+    if (s->conv) {
+        rp_tensor *h = rp_tanh(t, rp_conv2d_layer_forward(t, s->conv, in[0]));
+        return rp_conv2d_layer_forward(t, s->conv, h);
+    }
+    rp_tensor *h = rp_tanh(t, rp_linear_layer_forward(t, s->fc, in[0]));
+    return rp_linear_layer_forward(t, s->fc, h);
+}
+
+/*
+ * One layer applied twice (shared weights): the parameter's gradient is the
+ * sum of both uses, whether the rule overwrites a fresh gradient and adds
+ * the second through scratch (conv) or accumulates (linear).
+ */
+static void test_shared_layers(void **state)
+{
+    rp_params *ps;
+    rp_conv2d_layer conv;
+    rp_linear_layer fc;
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    assert_int_equal(rp_conv2d_layer_init(&conv, ps, "conv", 3, 3, 3, 1, 1, true), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&fc, ps, "fc", 4, 4, true, false), RP_OK);
+    assert_int_equal(rp_params_finalize(ps, 21), RP_OK);
+    randomize(conv.b, 22, -0.5f, 0.5f);
+    randomize(fc.b, 23, -0.5f, 0.5f);
+
+    shared_ctx sc = {&conv, NULL};
+    gc_case c;
+    gc_init(&c, "conv layer twice", fwd_shared, &sc);
+    c.params = ps;
+    gc_leaf(&c, "x", SHAPE(2, 4, 5, 3), -1, 1, true);
+    gc_param(&c, conv.w, true);
+    gc_param(&c, conv.b, true);
+    gc_check(&c);
+
+    shared_ctx sf = {NULL, &fc};
+    gc_init(&c, "linear layer twice", fwd_shared, &sf);
+    c.params = ps;
+    gc_leaf(&c, "x", SHAPE(3, 4), -1, 1, true);
+    gc_param(&c, fc.w, true);
+    gc_param(&c, fc.b, true);
+    gc_check(&c);
+    rp_params_destroy(ps);
+}
+
+/* ---- a small network ---------------------------------------------------------- */
+
+typedef struct net {
+    rp_conv2d_layer conv;
+    rp_batchnorm_layer bn;
+    rp_linear_layer fc;
+    const int32_t *labels;
+} net;
+
+static rp_tensor *fwd_net(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const net *m = ctx;
+    rp_tensor *h = rp_conv2d_layer_forward(t, &m->conv, in[0]);
+    h = rp_relu(t, rp_batchnorm_layer_forward(t, &m->bn, h, true));
+    h = rp_flatten(t, rp_max_pool2d(t, h, (rp_pool_params){2, 2, 0}));
+    return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &m->fc, h), m->labels);
+}
+
+/*
+ * The distance of the network at input x from its nearest kink: the smallest
+ * |relu input| and the smallest gap between the two largest values of a max
+ * pool window.
+ */
+static float net_margin(const net *m, const float *x)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_tape_set_recording(t, false);
+    rp_tensor *x_t = rp_tensor_from(t, 4, (int[]){2, 4, 4, 2}, x);
+    rp_tensor *h = rp_conv2d_layer_forward(t, &m->conv, x_t);
+    h = rp_batchnorm_layer_forward(t, &m->bn, h, true);
+    assert_non_null(h);
+    float margin = INFINITY;
+    for (int64_t i = 0; i < h->numel; i++) margin = fminf(margin, fabsf(h->data[i]));
+    int c = h->shape[3], w = h->shape[2];
+    for (int n = 0; n < h->shape[0]; n++)
+        for (int oy = 0; oy < h->shape[1] / 2; oy++)
+            for (int ox = 0; ox < w / 2; ox++)
+                for (int k = 0; k < c; k++) {
+                    float best = 0, second = 0; /* relu outputs are >= 0 */
+                    for (int q = 0; q < 4; q++) {
+                        int64_t row = (int64_t)n * h->shape[1] + 2 * oy + q / 2;
+                        float z = h->data[(row * w + 2 * ox + q % 2) * c + k];
+                        z = z > 0 ? z : 0;
+                        if (z > best) {
+                            second = best;
+                            best = z;
+                        } else if (z > second) {
+                            second = z;
+                        }
+                    }
+                    if (best > 0) margin = fminf(margin, best - second);
+                }
+    rp_tape_destroy(t);
+    return margin;
+}
+
+/*
+ * conv -> batch norm -> relu -> max pool -> flatten -> linear -> cross
+ * entropy: every parameter's gradient and the input's. The conv bias feeds
+ * batch norm, which removes any per-channel shift, so its true gradient is
+ * zero; the check asserts that too (within rtol * floor, where the float
+ * rounding of the scalar loss, about 6e-5 in the quotient, sets the floor).
+ * Relu and max pool have kinks, and a central difference is wrong for any
+ * element whose perturbation moves a relu input across zero or reorders a
+ * pooling window. So the input is drawn (seeded) until every relu input and
+ * every window's top-two gap is at least 2e-2 from its kink; a step of
+ * eps = 2e-3 in one input or parameter moves them by a few eps at most
+ * (|x|, |w|, |xhat| and gamma * invstd are all of order one).
+ */
+static void test_small_network(void **state)
+{
+    static const int32_t labels[2] = {1, 3};
+    rp_params *ps;
+    net m = {.labels = labels};
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    assert_int_equal(rp_conv2d_layer_init(&m.conv, ps, "conv", 2, 3, 3, 1, 1, true), RP_OK);
+    assert_int_equal(rp_batchnorm_layer_init(&m.bn, ps, "bn", 3), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&m.fc, ps, "fc", 3 * 2 * 2, 4, true, false), RP_OK);
+    assert_int_equal(rp_params_finalize(ps, 11), RP_OK);
+    randomize(m.conv.b, 12, -0.5f, 0.5f);
+    randomize(m.bn.gamma, 13, 0.5f, 1.5f);
+    randomize(m.bn.beta, 14, -0.5f, 0.5f);
+    randomize(m.fc.b, 15, -0.5f, 0.5f);
+    gc_case c;
+    gc_init(&c, "conv-bn-relu-pool-fc-xent", fwd_net, &m);
+    c.params = ps;
+    c.eps = 2e-3f;
+    c.floor = 2e-2f;
+    c.rtol = 1e-2f;
+    float *x = gc_leaf(&c, "x", SHAPE(2, 4, 4, 2), -1, 1, true);
+    int tries = 0;
+    while (net_margin(&m, x) < 2e-2f) {
+        assert_true(++tries < 1000);
+        tu_fill(x, 2 * 4 * 4 * 2, 1000 + (uint64_t)tries, -1, 1);
+    }
+    for (int i = 0; i < rp_params_trainable_count(ps); i++) gc_param(&c, rp_params_at(ps, i), true);
+    assert_int_equal(c.n_in, 7);
+    gc_check(&c);
+    rp_params_destroy(ps);
+}
+
+/* ---- self-tests: the checker catches wrong gradients ---------------------------- */
+
+typedef struct spoil {
+    const char *target; /* the input to spoil */
+    int how;            /* 0 scale, 1 transpose (square 2-D), 2 negate one element */
+    float factor;
+} spoil;
+
+static void spoil_grad(float *grad, const gc_input *in, void *ctx)
+{
+    const spoil *s = ctx;
+    if (strcmp(in->name, s->target) != 0) return;
+    int64_t n = gc_numel(in);
+    if (s->how == 0) {
+        for (int64_t i = 0; i < n; i++) grad[i] *= s->factor;
+    } else if (s->how == 1) {
+        int d = in->shape[0];
+        for (int i = 0; i < d; i++)
+            for (int j = i + 1; j < d; j++) {
+                float tmp = grad[i * d + j];
+                grad[i * d + j] = grad[j * d + i];
+                grad[j * d + i] = tmp;
+            }
+    } else {
+        grad[n / 2] = -grad[n / 2];
+    }
+}
+
+/* Runs a linear case (w square) with the given spoiling and projection scale, on the cpu table. */
+static bool linear_with(const spoil *s, float proj_scale)
+{
+    gc_case c;
+    gc_init(&c, "selftest linear", fwd_linear, NULL);
+    gc_leaf(&c, "x", SHAPE(6, 4), -1, 1, true);
+    gc_leaf(&c, "w", SHAPE(4, 4), -1, 1, true);
+    gc_leaf(&c, "b", SHAPE(4), -1, 1, true);
+    c.proj_scale = proj_scale;
+    if (s) {
+        c.corrupt = spoil_grad;
+        c.corrupt_ctx = (void *)s;
+        c.quiet = true;
+    }
+    bool pass = gc_run(&c, rp_kernels_cpu());
+    gc_free(&c);
+    return pass;
+}
+
+/* A gradient 10% too large or too small, in any one input, fails the check. */
+static void test_selftest_scaled(void **state)
+{
+    assert_true(linear_with(NULL, 1.0f));
+    static const char *targets[3] = {"x", "w", "b"};
+    for (int i = 0; i < 3; i++) {
+        spoil up = {targets[i], 0, 1.1f}, down = {targets[i], 0, 0.9f};
+        assert_false(linear_with(&up, 1.0f));
+        assert_false(linear_with(&down, 1.0f));
+    }
+    /* A bias gradient averaged instead of summed over the batch of 6. */
+    spoil mean = {"b", 0, 1.0f / 6};
+    assert_false(linear_with(&mean, 1.0f));
+}
+
+/* A transposed weight gradient and a single element with the wrong sign fail too. */
+static void test_selftest_transposed_and_sign(void **state)
+{
+    spoil tr = {"w", 1, 0}, sign = {"x", 2, 0};
+    assert_false(linear_with(&tr, 1.0f));
+    assert_false(linear_with(&sign, 1.0f));
+}
+
+/* The floor scales with the gradient: a 1.1x error is caught on gradients of order 1e-3. */
+static void test_selftest_small_gradients(void **state)
+{
+    assert_true(linear_with(NULL, 1e-3f));
+    spoil up = {"w", 0, 1.1f};
+    assert_false(linear_with(&up, 1e-3f));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_selftest_scaled),
+        cmocka_unit_test(test_selftest_transposed_and_sign),
+        cmocka_unit_test(test_selftest_small_gradients),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_linear_bias),
+        cmocka_unit_test(test_linear_nobias),
+        cmocka_unit_test(test_conv_3x3_s1_p1),
+        cmocka_unit_test(test_conv_3x3_s2_p1),
+        cmocka_unit_test(test_conv_1x1_s2),
+        cmocka_unit_test(test_conv_5x5_p2),
+        cmocka_unit_test(test_conv_odd_sizes),
+        cmocka_unit_test(test_conv_partial_grads),
+        cmocka_unit_test(test_batch_norm_training),
+        cmocka_unit_test(test_batch_norm_inference),
+        cmocka_unit_test(test_batch_norm_values),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_binary_same_shape),
+        cmocka_unit_test(test_binary_broadcast),
+        cmocka_unit_test(test_mul_self),
+        cmocka_unit_test(test_scale),
+        cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_reshape_flatten),
+        cmocka_unit_test(test_max_pool),
+        cmocka_unit_test(test_avg_pool),
+        cmocka_unit_test(test_gap_upsample),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_mse),
+        cmocka_unit_test(test_sum_mean),
+        cmocka_unit_test(test_linear_layer),
+        cmocka_unit_test(test_conv2d_layer),
+        cmocka_unit_test(test_batchnorm_layer),
+        cmocka_unit_test(test_shared_layers),
+        cmocka_unit_test(test_small_network),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,244 @@
+/*
+ * test_kernels_elementwise.c - every fast element-wise, normalisation and
+ * reduction kernel against its plain reference, on odd sizes, with the
+ * calling thread's team at 1 and at 4 threads (so the parallel split and
+ * the fixed-order combine are exercised), plus the thread-count contract.
+ */
+#include <dirent.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "testutil.h"
+
+#define TOL 1e-5
+
+static const rp_kernels *ref, *cpu;
+
+static int setup(void **state)
+{
+    (void)state;
+    ref = rp_kernels_ref();
+    cpu = rp_kernels_cpu();
+    return 0;
+}
+
+/* Sizes that are not multiples of any vector width, plus ones big enough to go parallel. */
+static const int64_t rows_list[] = {1, 3, 17, 1000, 9001};
+static const int cols_list[] = {1, 3, 16, 37};
+
+static float *buf(int64_t n, uint64_t seed)
+{
+    float *p = rp_alloc((size_t)n * sizeof(float));
+    tu_fill(p, n, seed, -2.0f, 2.0f);
+    return p;
+}
+
+static void check_close(const float *a, const float *b, int64_t n, const char *what)
+{
+    double d = tu_max_rel_diff(a, b, n);
+    if (!(d < TOL)) fail_msg("%s: cpu differs from ref by %g", what, d);
+}
+
+static void for_each_team(void (*body)(void))
+{
+    int teams[] = {1, 4};
+    for (int i = 0; i < 2; i++) {
+        omp_set_num_threads(teams[i]);
+        body();
+    }
+    omp_set_num_threads(1);
+}
+
+static void body_activations(void)
+{
+    for (size_t r = 0; r < 5; r++) {
+        int64_t n = rows_list[r] * 37;
+        float *x = buf(n, 1), *dy = buf(n, 2), *y1 = buf(n, 3), *y2 = buf(n, 3);
+        float *d1 = buf(n, 4), *d2 = buf(n, 4);
+        for (int a = RP_ACT_RELU; a <= RP_ACT_SIGMOID; a++) {
+            ref->act_fwd(y1, x, n, (rp_act)a, 0.1f);
+            cpu->act_fwd(y2, x, n, (rp_act)a, 0.1f);
+            check_close(y2, y1, n, "act_fwd");
+            ref->act_bwd(d1, dy, y1, x, n, (rp_act)a, 0.1f);
+            cpu->act_bwd(d2, dy, y1, x, n, (rp_act)a, 0.1f);
+            check_close(d2, d1, n, "act_bwd");
+        }
+        rp_free(x), rp_free(dy), rp_free(y1), rp_free(y2), rp_free(d1), rp_free(d2);
+    }
+}
+
+static void test_activations(void **state)
+{
+    (void)state;
+    for_each_team(body_activations);
+}
+
+static void body_binary(void)
+{
+    for (size_t r = 0; r < 5; r++)
+        for (size_t c = 0; c < 4; c++) {
+            int64_t nb = cols_list[c], n = rows_list[r] * nb;
+            float *a = buf(n, 5), *b = buf(nb, 6), *y1 = buf(n, 7), *y2 = buf(n, 7);
+            for (int op = RP_BIN_ADD; op <= RP_BIN_MUL; op++) {
+                ref->binary(y1, a, b, n, nb, (rp_binop)op);
+                cpu->binary(y2, a, b, n, nb, (rp_binop)op);
+                check_close(y2, y1, n, "binary");
+            }
+            /* In place (the bias add writes over its input). */
+            memcpy(y2, a, (size_t)n * sizeof(float));
+            cpu->binary(y2, y2, b, n, nb, RP_BIN_ADD);
+            ref->binary(y1, a, b, n, nb, RP_BIN_ADD);
+            check_close(y2, y1, n, "binary in place");
+            for (int acc = 0; acc < 2; acc++) {
+                memcpy(y2, y1, (size_t)n * sizeof(float));
+                ref->scale(y1, a, 0.7f, n, acc);
+                cpu->scale(y2, a, 0.7f, n, acc);
+                check_close(y2, y1, n, "scale");
+            }
+            memcpy(y2, y1, (size_t)n * sizeof(float));
+            ref->add_inplace(y1, a, n);
+            cpu->add_inplace(y2, a, n);
+            check_close(y2, y1, n, "add_inplace");
+            float *s1 = buf(nb, 8), *s2 = buf(nb, 8);
+            for (int acc = 0; acc < 2; acc++) {
+                ref->reduce_rows(s1, a, n / nb, nb, acc);
+                cpu->reduce_rows(s2, a, n / nb, nb, acc);
+                check_close(s2, s1, nb, "reduce_rows");
+            }
+            rp_free(a), rp_free(b), rp_free(y1), rp_free(y2), rp_free(s1), rp_free(s2);
+        }
+}
+
+static void test_binary_scale_reduce(void **state)
+{
+    (void)state;
+    for_each_team(body_binary);
+}
+
+static void check_close_d(const double *a, const double *b, int n, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        double d = (a[i] - b[i]) / (b[i] > 1 || b[i] < -1 ? b[i] : 1);
+        if (!(d < 1e-9 && d > -1e-9)) fail_msg("%s[%d]: cpu %.17g ref %.17g", what, i, a[i], b[i]);
+    }
+}
+
+static void body_batch_norm(void)
+{
+    for (size_t r = 0; r < 5; r++)
+        for (size_t cc = 0; cc < 4; cc++) {
+            int c = cols_list[cc];
+            int64_t m = rows_list[r], n = m * c;
+            float *x = buf(n, 9), *dy = buf(n, 10), *g = buf(c, 11), *b = buf(c, 12);
+            float *mean = buf(c, 13), *invstd = buf(c, 14);
+            for (int j = 0; j < c; j++) invstd[j] = 0.5f + (float)j / c;
+            double s1[2 * 64], s2[2 * 64];
+            ref->bn_stats(s1, x, m, c);
+            cpu->bn_stats(s2, x, m, c);
+            check_close_d(s2, s1, 2 * c, "bn_stats");
+            float *y1 = buf(n, 0), *y2 = buf(n, 0), *h1 = buf(n, 0), *h2 = buf(n, 0);
+            ref->bn_norm_fwd(y1, h1, x, mean, invstd, g, b, m, c);
+            cpu->bn_norm_fwd(y2, h2, x, mean, invstd, g, b, m, c);
+            check_close(y2, y1, n, "bn_norm_fwd y");
+            check_close(h2, h1, n, "bn_norm_fwd xhat");
+            cpu->bn_norm_fwd(y2, NULL, x, mean, invstd, g, b, m, c);
+            check_close(y2, y1, n, "bn_norm_fwd without xhat");
+            ref->bn_stats_bwd(s1, dy, h1, m, c);
+            cpu->bn_stats_bwd(s2, dy, h1, m, c);
+            check_close_d(s2, s1, 2 * c, "bn_stats_bwd");
+            ref->bn_bwd_data(y1, dy, h1, s1, invstd, g, (double)m, m, c);
+            cpu->bn_bwd_data(y2, dy, h1, s1, invstd, g, (double)m, m, c);
+            check_close(y2, y1, n, "bn_bwd_data");
+            rp_free(x), rp_free(dy), rp_free(g), rp_free(b), rp_free(mean), rp_free(invstd);
+            rp_free(y1), rp_free(y2), rp_free(h1), rp_free(h2);
+        }
+}
+
+static void test_batch_norm_kernels(void **state)
+{
+    (void)state;
+    for_each_team(body_batch_norm);
+}
+
+static void body_pooling_images(void)
+{
+    int shapes[][4] = {{1, 1, 1, 1}, {2, 3, 5, 3}, {3, 7, 7, 16}, {8, 8, 8, 64}};
+    for (int s = 0; s < 4; s++) {
+        int n = shapes[s][0], h = shapes[s][1], w = shapes[s][2], c = shapes[s][3];
+        int64_t big = (int64_t)n * h * w * c;
+        float *x = buf(big, 15), *y1 = buf(big, 0), *y2 = buf(big, 0);
+        float *g = buf((int64_t)n * c, 16), *s1 = buf((int64_t)n * c, 0), *s2 = buf((int64_t)n * c, 0);
+        ref->gap_fwd(s1, x, n, h * w, c);
+        cpu->gap_fwd(s2, x, n, h * w, c);
+        check_close(s2, s1, (int64_t)n * c, "gap_fwd");
+        ref->gap_bwd(y1, g, n, h * w, c);
+        cpu->gap_bwd(y2, g, n, h * w, c);
+        check_close(y2, y1, big, "gap_bwd");
+        rp_free(x), rp_free(y1), rp_free(y2), rp_free(g), rp_free(s1), rp_free(s2);
+    }
+}
+
+static void test_pooling_images(void **state)
+{
+    (void)state;
+    for_each_team(body_pooling_images);
+}
+
+/* Counts this process's threads. */
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/*
+ * The team size is honoured by oneDNN and by our loops: with 1 thread, a
+ * large convolution and GEMM run without starting any thread; with 2 the
+ * OpenMP pool has grown to exactly 2. Runs first in a fresh process, before
+ * any other test has started a pool.
+ */
+static void test_thread_count_honoured(void **state)
+{
+    (void)state;
+    if (thread_count() != 1) skip();
+    rp_kernels_set_threads(1);
+    assert_int_equal(rp_kernels_get_threads(), 1);
+    assert_int_equal(omp_get_max_threads(), 1);
+    rp_conv_desc d;
+    assert_int_equal(rp_conv_desc_init(&d, 8, 32, 32, 16, 16, 3, 3, 1, 1), RP_OK);
+    int64_t nx = 8 * 32 * 32 * 16, nw = 16 * 9 * 16;
+    float *x = buf(nx, 1), *w = buf(nw, 2), *y = buf(nx, 3), *dw = buf(nw, 4);
+    float *a = buf(256 * 256, 5), *c = buf(256 * 256, 6);
+    assert_int_equal(cpu->conv2d_fwd(y, x, w, NULL, &d), RP_OK);
+    assert_int_equal(cpu->conv2d_bwd_weights(dw, NULL, y, x, &d), RP_OK);
+    cpu->gemm(false, false, 256, 256, 256, 1.0f, a, 256, a, 256, 0.0f, c, 256);
+    cpu->act_fwd(y, x, nx, RP_ACT_RELU, 0);
+    assert_int_equal(thread_count(), 1);
+
+    rp_kernels_set_threads(2);
+    assert_int_equal(rp_kernels_get_threads(), 2);
+    assert_int_equal(cpu->conv2d_fwd(y, x, w, NULL, &d), RP_OK);
+    cpu->gemm(false, false, 256, 256, 256, 1.0f, a, 256, a, 256, 0.0f, c, 256);
+    assert_int_equal(thread_count(), 2);
+    rp_kernels_set_threads(1);
+    rp_free(x), rp_free(w), rp_free(y), rp_free(dw), rp_free(a), rp_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_thread_count_honoured),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_binary_scale_reduce),
+        cmocka_unit_test(test_batch_norm_kernels),
+        cmocka_unit_test(test_pooling_images),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

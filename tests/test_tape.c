@@ -1,0 +1,600 @@
+/*
+ * test_tape.c - the tape's behaviour: the gradient-ready callback, recording
+ * on and off, backward once per reset, parameter gradients accumulating until
+ * zeroed, no allocation in the steady state, tapes on concurrent threads, and
+ * the error paths of the ops (messages that name the shapes and values, NULL
+ * inputs passed on without touching the error).
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- a small model with one parameter used twice ------------------------------ */
+
+enum { P_W1, P_B1, P_W2, P_UNUSED, P_LATE, P_BUF, P_COUNT };
+
+typedef struct model {
+    rp_params *ps;
+    rp_tensor *w1, *b1, *w2, *w2b, *unused, *late, *buf;
+} model;
+
+/*
+ * Declares w1 [4,3], b1 [4], w2 [4,4], unused [2], late [4] and the buffer
+ * buf [4]. With split, a second parameter w2b (a copy of w2) takes w2's
+ * second use. Values depend only on names and the seed, so two models agree.
+ */
+static void model_init(model *m, bool split)
+{
+    memset(m, 0, sizeof *m);
+    assert_int_equal(rp_params_create(&m->ps), RP_OK);
+    rp_init u = {RP_INIT_UNIFORM, 0.8f, 0, 0};
+    m->w1 = rp_params_add(m->ps, "w1", 2, (int[]){4, 3}, u, true);
+    m->b1 = rp_params_add(m->ps, "b1", 1, (int[]){4}, u, true);
+    m->w2 = rp_params_add(m->ps, "w2", 2, (int[]){4, 4}, u, true);
+    m->unused = rp_params_add(m->ps, "unused", 1, (int[]){2}, u, true);
+    m->late = rp_params_add(m->ps, "late", 1, (int[]){4}, u, true);
+    if (split) m->w2b = rp_params_add(m->ps, "w2b", 2, (int[]){4, 4}, u, true);
+    m->buf = rp_params_add(m->ps, "buf", 1, (int[]){4}, u, false);
+    assert_non_null(m->buf);
+    assert_int_equal(rp_params_finalize(m->ps, 42), RP_OK);
+    if (split) memcpy(m->w2b->data, m->w2->data, 16 * sizeof(float));
+}
+
+/*
+ * loss = sum(R * linear(tanh(linear(tanh(linear(x, w1, b1)) + buf, w2)), w2)),
+ * then one more node after the loss that uses `late`. Returns the loss.
+ */
+static rp_tensor *model_forward(rp_tape *t, const model *m)
+{
+    float xd[6], rd[8];
+    tu_fill(xd, 6, 1, -1, 1);
+    tu_fill(rd, 8, 2, -1, 1);
+    rp_tensor *x = rp_tensor_from(t, 2, (int[]){2, 3}, xd);
+    rp_tensor *r = rp_tensor_from(t, 2, (int[]){2, 4}, rd);
+    rp_tensor *h = rp_add(t, rp_tanh(t, rp_linear(t, x, m->w1, m->b1)), m->buf);
+    rp_tensor *y1 = rp_linear(t, h, m->w2, NULL);
+    rp_tensor *y2 = rp_linear(t, rp_tanh(t, y1), m->w2b ? m->w2b : m->w2, NULL);
+    rp_tensor *loss = rp_sum(t, rp_mul(t, y2, r));
+    rp_tensor *after = rp_add(t, y2, m->late);
+    assert_non_null(after);
+    return loss;
+}
+
+/* ---- the gradient-ready callback ------------------------------------------------ */
+
+typedef struct ready_log {
+    int calls[P_COUNT + 1];
+    int order[16];
+    int n;
+    float snap[P_COUNT + 1][16]; /* each parameter's gradient when its callback ran */
+} ready_log;
+
+static void on_ready(rp_tensor *p, void *ctx)
+{
+    ready_log *log = ctx;
+    assert_true(p->index >= 0 && p->index <= P_COUNT && p->numel <= 16);
+    log->calls[p->index]++;
+    if (log->n < 16) log->order[log->n++] = p->index;
+    memcpy(log->snap[p->index], p->grad, (size_t)p->numel * sizeof(float));
+}
+
+static int position(const ready_log *log, int index)
+{
+    for (int i = 0; i < log->n; i++)
+        if (log->order[i] == index) return i;
+    return -1;
+}
+
+/*
+ * The callback fires once per used parameter per backward, only after every
+ * use: w2, used twice, already holds both contributions when it fires (its
+ * snapshot equals its final gradient, and equals the sum of the gradients of
+ * two separate copies). A parameter used only past the loss fires once too;
+ * unused parameters and buffers never fire. w2 fires before w1, whose only
+ * use is back-propagated last.
+ */
+static void test_grad_ready_once_after_every_use(void **state)
+{
+    model m;
+    model_init(&m, false);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    ready_log log;
+    memset(&log, 0, sizeof log);
+    rp_tape_on_grad_ready(t, on_ready, &log);
+
+    rp_tensor *loss = model_forward(t, &m);
+    assert_non_null(loss);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    assert_int_equal(log.calls[P_W1], 1);
+    assert_int_equal(log.calls[P_B1], 1);
+    assert_int_equal(log.calls[P_W2], 1);
+    assert_int_equal(log.calls[P_LATE], 1);
+    assert_int_equal(log.calls[P_UNUSED], 0);
+    assert_int_equal(log.calls[P_BUF], 0);
+    assert_int_equal(log.n, 4);
+    assert_true(position(&log, P_W2) < position(&log, P_W1));
+    assert_true(position(&log, P_W2) < position(&log, P_B1));
+    assert_memory_equal(log.snap[P_W1], m.w1->grad, 12 * sizeof(float));
+    assert_memory_equal(log.snap[P_B1], m.b1->grad, 4 * sizeof(float));
+    assert_memory_equal(log.snap[P_W2], m.w2->grad, 16 * sizeof(float));
+
+    /* The same network with w2's two uses split over two parameters. */
+    model s;
+    model_init(&s, true);
+    rp_tape *ts;
+    assert_int_equal(rp_tape_create(&ts, 0), RP_OK);
+    assert_int_equal(rp_backward(ts, model_forward(ts, &s)), RP_OK);
+    float both[16];
+    double first = 0, second = 0;
+    for (int i = 0; i < 16; i++) {
+        both[i] = s.w2->grad[i] + s.w2b->grad[i];
+        first = fmax(first, fabs(s.w2->grad[i]));
+        second = fmax(second, fabs(s.w2b->grad[i]));
+    }
+    assert_true(first > 1e-2 && second > 1e-2); /* both uses contribute */
+    assert_true(tu_max_rel_diff(log.snap[P_W2], both, 16) < 1e-5);
+
+    /* A second step fires each used parameter once more. */
+    rp_tape_reset(t);
+    rp_params_zero_grad(m.ps);
+    assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
+    assert_int_equal(log.calls[P_W1], 2);
+    assert_int_equal(log.calls[P_W2], 2);
+    assert_int_equal(log.calls[P_LATE], 2);
+    assert_int_equal(log.calls[P_UNUSED], 0);
+
+    rp_tape_destroy(ts);
+    rp_params_destroy(s.ps);
+    rp_tape_destroy(t);
+    rp_params_destroy(m.ps);
+}
+
+/* ---- recording, backward once, accumulation --------------------------------------- */
+
+static bool all_zero(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] != 0.0f) return false;
+    return true;
+}
+
+/*
+ * With recording off a forward records no node, counts no parameter use and
+ * leaves gradients alone; backward from its output is an error and fires no
+ * callback.
+ */
+static void test_eval_mode_records_nothing(void **state)
+{
+    model m;
+    model_init(&m, false);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    ready_log log;
+    memset(&log, 0, sizeof log);
+    rp_tape_on_grad_ready(t, on_ready, &log);
+    rp_tape_set_recording(t, false);
+    assert_false(rp_tape_recording(t));
+    rp_tensor *loss = model_forward(t, &m);
+    assert_non_null(loss);
+    assert_true(isfinite(rp_item(loss)));
+    assert_int_equal(rp_tape_size(t), 0);
+    assert_int_equal(loss->node, -1);
+    assert_null(loss->grad);
+    assert_int_equal(m.w2->pending, 0);
+    assert_int_equal(rp_backward(t, loss), RP_ERR_INVALID);
+    tu_assert_error_contains("not recorded");
+    assert_int_equal(log.n, 0);
+    assert_true(all_zero(rp_params_grad(m.ps), rp_params_trainable_numel(m.ps)));
+
+    /* Recording again on the same tape records the same forward. */
+    rp_tape_reset(t);
+    rp_tape_set_recording(t, true);
+    loss = model_forward(t, &m);
+    assert_true(rp_tape_size(t) > 0);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    rp_tape_destroy(t);
+    rp_params_destroy(m.ps);
+}
+
+/* A second backward without a reset is an error and changes no gradient. */
+static void test_backward_twice_is_error(void **state)
+{
+    model m;
+    model_init(&m, false);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    ready_log log;
+    memset(&log, 0, sizeof log);
+    rp_tape_on_grad_ready(t, on_ready, &log);
+    rp_tensor *loss = model_forward(t, &m);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    int64_t n = rp_params_trainable_numel(m.ps);
+    float before[64];
+    assert_true(n <= 64);
+    memcpy(before, rp_params_grad(m.ps), (size_t)n * sizeof(float));
+    int calls = log.n;
+    assert_int_equal(rp_backward(t, loss), RP_ERR_INVALID);
+    tu_assert_error_contains("already");
+    assert_memory_equal(before, rp_params_grad(m.ps), (size_t)n * sizeof(float));
+    assert_int_equal(log.n, calls);
+    rp_tape_destroy(t);
+    rp_params_destroy(m.ps);
+}
+
+/*
+ * Without zeroing, a second step (after a reset) adds the same gradient
+ * again: twice the first. rp_params_zero_grad clears them, and the next step
+ * gives the first gradient again.
+ */
+static void test_grads_accumulate_until_zeroed(void **state)
+{
+    model m;
+    model_init(&m, false);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    int64_t n = rp_params_trainable_numel(m.ps);
+    float g1[64], twice[64];
+    assert_true(n <= 64);
+    assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
+    memcpy(g1, rp_params_grad(m.ps), (size_t)n * sizeof(float));
+    assert_false(all_zero(m.w1->grad, 12));
+
+    rp_tape_reset(t);
+    assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
+    for (int64_t i = 0; i < n; i++) twice[i] = 2 * g1[i];
+    assert_true(tu_max_rel_diff(rp_params_grad(m.ps), twice, n) < 1e-6);
+
+    rp_params_zero_grad(m.ps);
+    assert_true(all_zero(rp_params_grad(m.ps), n));
+    rp_tape_reset(t);
+    assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
+    assert_true(tu_max_rel_diff(rp_params_grad(m.ps), g1, n) < 1e-6);
+    rp_tape_destroy(t);
+    rp_params_destroy(m.ps);
+}
+
+/* ---- steady state ------------------------------------------------------------------- */
+
+typedef struct convnet {
+    rp_params *ps;
+    rp_conv2d_layer conv;
+    rp_batchnorm_layer bn;
+    rp_linear_layer fc;
+} convnet;
+
+static void convnet_init(convnet *n)
+{
+    assert_int_equal(rp_params_create(&n->ps), RP_OK);
+    assert_int_equal(rp_conv2d_layer_init(&n->conv, n->ps, "conv", 3, 8, 3, 1, 1, true), RP_OK);
+    assert_int_equal(rp_batchnorm_layer_init(&n->bn, n->ps, "bn", 8), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&n->fc, n->ps, "fc", 8 * 4 * 4, 10, true, false), RP_OK);
+    assert_int_equal(rp_params_finalize(n->ps, 3), RP_OK);
+}
+
+/* The network's cross-entropy loss on x [4,8,8,3]. */
+static rp_tensor *convnet_loss(rp_tape *t, convnet *n, const float *x, const int32_t *labels)
+{
+    rp_tensor *h = rp_tensor_from(t, 4, (int[]){4, 8, 8, 3}, x);
+    h = rp_conv2d_layer_forward(t, &n->conv, h);
+    h = rp_relu(t, rp_batchnorm_layer_forward(t, &n->bn, h, true));
+    h = rp_flatten(t, rp_max_pool2d(t, h, (rp_pool_params){2, 2, 0}));
+    return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &n->fc, h), labels);
+}
+
+/* One training step: forward, backward, a plain SGD update, zeroed gradients, reset. */
+static void convnet_step(rp_tape *t, convnet *n, const float *x, const int32_t *labels)
+{
+    rp_tensor *loss = convnet_loss(t, n, x, labels);
+    assert_non_null(loss);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    float *w = rp_params_data(n->ps), *g = rp_params_grad(n->ps);
+    for (int64_t i = 0; i < rp_params_trainable_numel(n->ps); i++) w[i] -= 0.01f * g[i];
+    rp_params_zero_grad(n->ps);
+    rp_tape_reset(t);
+}
+
+/*
+ * The same for a convolution, whose backward overwrites a fresh gradient and
+ * adds through scratch otherwise: two backward passes without zeroing give
+ * twice the gradient of one, for every parameter of conv, batch norm and fc.
+ */
+static void test_conv_grads_accumulate(void **state)
+{
+    convnet n;
+    convnet_init(&n);
+    float x[4 * 8 * 8 * 3];
+    tu_fill(x, 4 * 8 * 8 * 3, 5, -1, 1);
+    static const int32_t labels[4] = {3, 1, 4, 1};
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    int64_t count = rp_params_trainable_numel(n.ps);
+    float *g1 = test_malloc((size_t)count * sizeof(float));
+    assert_int_equal(rp_backward(t, convnet_loss(t, &n, x, labels)), RP_OK);
+    memcpy(g1, rp_params_grad(n.ps), (size_t)count * sizeof(float));
+    for (int64_t i = 0; i < count; i++) g1[i] *= 2;
+    rp_tape_reset(t);
+    assert_int_equal(rp_backward(t, convnet_loss(t, &n, x, labels)), RP_OK);
+    assert_true(tu_max_rel_diff(rp_params_grad(n.ps), g1, count) < 1e-5);
+    test_free(g1);
+    rp_tape_destroy(t);
+    rp_params_destroy(n.ps);
+}
+
+/*
+ * Five identical training steps on a tape whose arena starts too small:
+ * the first grows it; from the third step on nothing is allocated, neither
+ * through rp_alloc (counted process-wide) nor by the arena from the system.
+ */
+static void test_arena_steady_state(void **state)
+{
+    convnet n;
+    convnet_init(&n);
+    float x[4 * 8 * 8 * 3];
+    tu_fill(x, 4 * 8 * 8 * 3, 5, -1, 1);
+    static const int32_t labels[4] = {3, 1, 4, 1};
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 4096), RP_OK);
+    uint64_t allocs[5], sys[5];
+    for (int step = 0; step < 5; step++) {
+        convnet_step(t, &n, x, labels);
+        allocs[step] = rp_alloc_count();
+        sys[step] = rp_arena_get_stats(rp_tape_arena(t)).system_allocs;
+    }
+    print_message("rp_alloc_count after each step: %llu %llu %llu %llu %llu; arena chunks %llu "
+                  "%llu %llu %llu %llu\n", (unsigned long long)allocs[0],
+                  (unsigned long long)allocs[1], (unsigned long long)allocs[2],
+                  (unsigned long long)allocs[3], (unsigned long long)allocs[4],
+                  (unsigned long long)sys[0], (unsigned long long)sys[1],
+                  (unsigned long long)sys[2], (unsigned long long)sys[3],
+                  (unsigned long long)sys[4]);
+    assert_true(sys[0] > 1); /* the first step did outgrow the initial chunk */
+    for (int step = 2; step < 5; step++) {
+        assert_int_equal(allocs[step], allocs[1]);
+        assert_int_equal(sys[step], sys[1]);
+    }
+    rp_tape_destroy(t);
+    rp_params_destroy(n.ps);
+}
+
+/* ---- tapes on concurrent threads -------------------------------------------------- */
+
+/* Fills a stretch of this thread's stack with large values, as earlier calls would. */
+__attribute__((noinline)) static double dirty_stack(void)
+{
+    volatile double junk[48 * 1024];
+    for (int i = 0; i < 48 * 1024; i++) junk[i] = 1e6 + i;
+    return junk[0];
+}
+
+/*
+ * Different tapes may be used concurrently (tensor.h), also from the threads
+ * of an OpenMP team, as when replicas run as OpenMP threads and each sets its
+ * kernel team size (rp_kernels_set_threads does omp_set_num_threads). Each
+ * thread's batch norm must give the result one tape gives alone. The stack is
+ * filled with junk first so that a kernel reading memory it never wrote shows
+ * it here rather than by luck.
+ */
+static void test_tapes_in_openmp_team(void **state)
+{
+    /* 32768 elements: enough for the cpu kernels to split the work over their team. */
+    enum { N = 8, H = 32, W = 32, C = 4, NUMEL = N * H * W * C };
+    static float x[NUMEL], want[NUMEL], got[2][NUMEL];
+    tu_fill(x, NUMEL, 9, -1, 2);
+    float ones[C] = {1, 1, 1, 1}, zeros[C] = {0, 0, 0, 0};
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_tensor *y = rp_batch_norm(t, rp_tensor_from(t, 4, (int[]){N, H, W, C}, x),
+                                 rp_tensor_from(t, 1, (int[]){C}, ones),
+                                 rp_tensor_from(t, 1, (int[]){C}, zeros), NULL, NULL,
+                                 rp_bn_params_default());
+    assert_non_null(y);
+    memcpy(want, y->data, sizeof want);
+    rp_tape_destroy(t);
+
+    int ok[2] = {0, 0};
+#pragma omp parallel num_threads(2)
+    {
+        int me = omp_get_thread_num();
+        omp_set_num_threads(4); /* this replica's kernel team */
+        rp_tape *tt = NULL;
+        if (me < 2 && rp_tape_create(&tt, 0) == RP_OK) {
+            (void)dirty_stack();
+            rp_tensor *yy = rp_batch_norm(tt, rp_tensor_from(tt, 4, (int[]){N, H, W, C}, x),
+                                          rp_tensor_from(tt, 1, (int[]){C}, ones),
+                                          rp_tensor_from(tt, 1, (int[]){C}, zeros), NULL, NULL,
+                                          rp_bn_params_default());
+            if (yy) {
+                memcpy(got[me], yy->data, sizeof got[me]);
+                ok[me] = 1;
+            }
+            rp_tape_destroy(tt);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_true(ok[i]);
+        double diff = tu_max_rel_diff(got[i], want, NUMEL);
+        if (!(diff < 1e-5))
+            fail_msg("thread %d: batch norm differs from one tape alone by %g", i, diff);
+    }
+}
+
+/* ---- error paths -------------------------------------------------------------------- */
+
+/* Shape errors return NULL with RP_ERR_SHAPE and a message naming both shapes. */
+static void test_errors_name_shapes(void **state)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_error_clear();
+    rp_tensor *x = rp_tensor_fill(t, 2, (int[]){4, 3}, 1);
+    rp_tensor *w = rp_tensor_fill(t, 2, (int[]){5, 2}, 1);
+    assert_null(rp_linear(t, x, w, NULL));
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    tu_assert_error_contains("[4, 3]");
+    tu_assert_error_contains("[5, 2]");
+
+    rp_tensor *img = rp_tensor_fill(t, 4, (int[]){1, 4, 4, 3}, 1);
+    rp_tensor *k = rp_tensor_fill(t, 4, (int[]){2, 3, 3, 5}, 1);
+    assert_null(rp_conv2d(t, img, k, NULL, (rp_conv_params){1, 1}));
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    tu_assert_error_contains("[1, 4, 4, 3]");
+    tu_assert_error_contains("[2, 3, 3, 5]");
+
+    rp_tensor *b = rp_tensor_fill(t, 1, (int[]){4}, 1);
+    assert_null(rp_add(t, x, b));
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    tu_assert_error_contains("[4, 3]");
+    tu_assert_error_contains("[4]");
+    assert_null(rp_mul(t, img, rp_tensor_fill(t, 2, (int[]){4, 4}, 1)));
+    tu_assert_error_contains("[1, 4, 4, 3]");
+
+    assert_null(rp_reshape(t, x, 2, (int[]){4, 2}));
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    tu_assert_error_contains("[4, 3]");
+    tu_assert_error_contains("8");
+
+    assert_null(rp_mse(t, x, w));
+    tu_assert_error_contains("[4, 3]");
+    tu_assert_error_contains("[5, 2]");
+    rp_tape_destroy(t);
+}
+
+/* Bad indices and labels name the position and the value. */
+static void test_errors_name_values(void **state)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_tensor *table = rp_tensor_fill(t, 2, (int[]){5, 3}, 1);
+    assert_null(rp_embedding(t, table, (int32_t[]){0, 1, 7}, 3));
+    assert_int_equal(rp_last_status(), RP_ERR_INVALID);
+    tu_assert_error_contains("index 2");
+    tu_assert_error_contains("7");
+    assert_null(rp_embedding(t, table, (int32_t[]){-1, 0}, 2));
+    tu_assert_error_contains("index 0");
+    tu_assert_error_contains("-1");
+
+    rp_tensor *logits = rp_tensor_fill(t, 2, (int[]){2, 3}, 0);
+    assert_null(rp_softmax_cross_entropy(t, logits, (int32_t[]){0, 3}));
+    assert_int_equal(rp_last_status(), RP_ERR_INVALID);
+    tu_assert_error_contains("label 1");
+    tu_assert_error_contains("3");
+    assert_null(rp_softmax_cross_entropy(t, logits, (int32_t[]){-2, 0}));
+    tu_assert_error_contains("label 0");
+    tu_assert_error_contains("-2");
+
+    /* Backward needs a one-element loss recorded on this tape. */
+    assert_int_equal(rp_backward(t, NULL), RP_ERR_INVALID);
+    table->flags |= RP_TENSOR_REQUIRES_GRAD;
+    rp_tensor *rows = rp_embedding(t, table, (int32_t[]){1, 1}, 2);
+    assert_non_null(rows);
+    assert_int_equal(rp_backward(t, rows), RP_ERR_SHAPE);
+    tu_assert_error_contains("[2, 3]");
+    rp_tape_destroy(t);
+}
+
+/*
+ * An op given a NULL input returns NULL and leaves the earlier error as it
+ * was, so a chain of ops reports its first failure.
+ */
+static void test_null_propagates_without_overwriting(void **state)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_tensor *a = rp_tensor_fill(t, 2, (int[]){2, 3}, 1);
+    rp_tensor *img = rp_tensor_fill(t, 4, (int[]){1, 4, 4, 3}, 1);
+    rp_tensor *vec = rp_tensor_fill(t, 1, (int[]){3}, 1);
+    rp_tensor *bad_w = rp_tensor_fill(t, 2, (int[]){5, 2}, 1);
+
+    /* The first failure in a chain is the one reported. */
+    assert_null(rp_relu(t, rp_sum(t, rp_linear(t, a, bad_w, NULL))));
+    tu_assert_error_contains("[2, 3]");
+    tu_assert_error_contains("[5, 2]");
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", rp_last_error());
+    rp_status status = rp_last_status();
+
+    rp_tensor *none = NULL;
+    rp_tensor *pair[2] = {a, NULL};
+    rp_conv_params cp = {1, 1};
+    rp_pool_params pp = {2, 2, 0};
+    int32_t idx[2] = {0, 1};
+    rp_tensor *results[] = {
+        rp_matmul(t, none, a),
+        rp_matmul(t, a, none),
+        rp_linear(t, none, a, NULL),
+        rp_linear(t, a, none, NULL),
+        rp_conv2d(t, none, img, NULL, cp),
+        rp_conv2d(t, img, none, NULL, cp),
+        rp_batch_norm(t, none, vec, vec, NULL, NULL, rp_bn_params_default()),
+        rp_batch_norm(t, a, none, vec, NULL, NULL, rp_bn_params_default()),
+        rp_batch_norm(t, a, vec, none, NULL, NULL, rp_bn_params_default()),
+        rp_relu(t, none),
+        rp_leaky_relu(t, none, 0.1f),
+        rp_tanh(t, none),
+        rp_sigmoid(t, none),
+        rp_add(t, none, vec),
+        rp_sub(t, a, none),
+        rp_mul(t, none, none),
+        rp_scale(t, none, 2),
+        rp_concat(t, pair, 2),
+        rp_reshape(t, none, 1, (int[]){6}),
+        rp_flatten(t, none),
+        rp_max_pool2d(t, none, pp),
+        rp_avg_pool2d(t, none, pp),
+        rp_global_avg_pool(t, none),
+        rp_upsample2x(t, none),
+        rp_embedding(t, none, idx, 2),
+        rp_softmax_cross_entropy(t, none, idx),
+        rp_softmax_cross_entropy_soft(t, none, a),
+        rp_softmax_cross_entropy_soft(t, a, none),
+        rp_mse(t, none, a),
+        rp_mse(t, a, none),
+        rp_sum(t, none),
+        rp_mean(t, none),
+    };
+    for (size_t i = 0; i < sizeof results / sizeof results[0]; i++) {
+        if (results[i]) fail_msg("op %zu returned a tensor for a NULL input", i);
+    }
+    assert_string_equal(rp_last_error(), saved);
+    assert_int_equal(rp_last_status(), status);
+    rp_tape_destroy(t);
+}
+
+/* A duplicate parameter name is refused, naming it; the first declaration stays. */
+static void test_params_duplicate_name(void **state)
+{
+    rp_params *ps;
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    rp_init z = {RP_INIT_ZEROS, 0, 0, 0};
+    rp_tensor *first = rp_params_add(ps, "block.conv.weight", 1, (int[]){3}, z, true);
+    assert_non_null(first);
+    assert_null(rp_params_add(ps, "block.conv.weight", 1, (int[]){4}, z, true));
+    assert_int_equal(rp_last_status(), RP_ERR_INVALID);
+    tu_assert_error_contains("\"block.conv.weight\"");
+    tu_assert_error_contains("already exists");
+    assert_int_equal(rp_params_count(ps), 1);
+    assert_ptr_equal(rp_params_find(ps, "block.conv.weight"), first);
+    rp_params_destroy(ps);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_ready_once_after_every_use),
+        cmocka_unit_test(test_eval_mode_records_nothing),
+        cmocka_unit_test(test_backward_twice_is_error),
+        cmocka_unit_test(test_grads_accumulate_until_zeroed),
+        cmocka_unit_test(test_conv_grads_accumulate),
+        cmocka_unit_test(test_arena_steady_state),
+        cmocka_unit_test(test_tapes_in_openmp_team),
+        cmocka_unit_test(test_errors_name_shapes),
+        cmocka_unit_test(test_errors_name_values),
+        cmocka_unit_test(test_null_propagates_without_overwriting),
+        cmocka_unit_test(test_params_duplicate_name),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
