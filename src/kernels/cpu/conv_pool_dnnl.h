@@ -1,0 +1,81 @@
+/*
+ * conv_pool_dnnl.h - the fast CPU GEMM, convolution and pooling kernels:
+ * GEMM through OpenBLAS, convolution and average pooling through oneDNN 2.6,
+ * max pooling as a vectorised OpenMP loop over NHWC. Same signatures and
+ * semantics as the reference kernels in kernels/ref/conv_pool_ref.h, which
+ * they are tested against.
+ *
+ * Layouts: activations NHWC, weights OHWI = [o][kh][kw][c], bias [o].
+ *
+ * oneDNN primitives are cached by shape in a cache owned by the calling
+ * thread: the first call with a new (kind, descriptor) creates the primitive,
+ * its weight reorders and memory objects; later calls only point the memory
+ * objects at the caller's buffers and execute, creating nothing. Replica
+ * threads therefore never contend on or share a cache. A thread's cache is
+ * freed when the thread exits (or by rp_cpu_dnnl_cache_clear). The oneDNN
+ * engine is created once per process; each thread has its own stream.
+ *
+ * Threads: work runs on the calling thread's OpenMP team (oneDNN here uses
+ * OpenMP), so omp_set_num_threads / rp_kernels_set_threads on the calling
+ * thread controls it; GEMM uses OpenBLAS's own thread count. Nothing here
+ * changes thread counts. All functions are thread-safe.
+ *
+ * Errors: RP_ERR_INVALID for NULL buffers, RP_ERR_SHAPE for a descriptor that
+ * rp_conv_desc_init / rp_pool_desc_init would not have produced,
+ * RP_ERR_BACKEND naming the oneDNN call and shape when oneDNN fails, and
+ * RP_ERR_NOMEM. Nothing aborts.
+ */
+#ifndef RP_KERNELS_CPU_CONV_POOL_DNNL_H
+#define RP_KERNELS_CPU_CONV_POOL_DNNL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+/*
+ * C[m,n] = alpha * op(A) op(B) + beta * C, row-major, through cblas_sgemm.
+ * With beta == 0 C is not read. Degenerate sizes (m, n or k == 0) are handled
+ * here rather than passed to BLAS.
+ */
+void rp_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+/* y = conv(x, w) + bias (bias may be NULL). Overwrites y. */
+rp_status rp_cpu_conv2d_fwd(float *y, const float *x, const float *w, const float *bias,
+                            const rp_conv_desc *d);
+/* dx = conv2d_fwd's adjoint in x applied to dy. Overwrites dx. */
+rp_status rp_cpu_conv2d_bwd_data(float *dx, const float *dy, const float *w, const rp_conv_desc *d);
+/* dw (and db when not NULL) = gradients of conv2d_fwd given dy and x. Overwrites both. */
+rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const float *x,
+                                    const rp_conv_desc *d);
+
+/*
+ * Max pooling with argmax = flat input offsets, first maximum in ky-major,
+ * kx order winning (see rp_ref_maxpool_fwd). Overwrites y and argmax.
+ */
+rp_status rp_cpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d);
+/*
+ * dx = 0, then dx[argmax[i]] += dy[i]. Each argmax must point into the same
+ * image as its output (as maxpool_fwd's do); RP_ERR_INVALID otherwise.
+ */
+rp_status rp_cpu_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
+                             const rp_pool_desc *d);
+/* Average pooling, padding excluded from the divisor. Overwrites y / dx. */
+rp_status rp_cpu_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d);
+rp_status rp_cpu_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d);
+
+/* Number of primitives in the calling thread's oneDNN cache (for tests and debugging). */
+int rp_cpu_dnnl_cache_entries(void);
+
+/* Largest number of entries a thread's cache holds; beyond it the least recently used goes. */
+#define RP_DNNL_CACHE_MAX 256
+
+/*
+ * Frees the calling thread's cache, stream and scratchpad. The next call
+ * rebuilds what it needs. Never needed for correctness: a thread's cache is
+ * freed when the thread exits.
+ */
+void rp_cpu_dnnl_cache_clear(void);
+
+#endif

@@ -1,0 +1,30 @@
+/*
+ * gemm.c - the reference matrix multiply: a plain triple loop accumulating in
+ * double, the specification rp_cpu_gemm is tested against.
+ */
+#include "kernels/ref/conv_pool_ref.h"
+
+/*
+ * C[m,n] = alpha * op(A) op(B) + beta * C, row-major. Element (i, p) of op(A)
+ * is a[i*lda + p] without transpose and a[p*lda + i] with it; likewise for B.
+ * As BLAS specifies, with beta == 0 C is only written, never read, and with
+ * alpha == 0 A and B are not read.
+ */
+void rp_ref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double acc = 0.0;
+            for (int p = 0; alpha != 0.0f && p < k; p++) {
+                float av = trans_a ? a[(int64_t)p * lda + i] : a[(int64_t)i * lda + p];
+                float bv = trans_b ? b[(int64_t)j * ldb + p] : b[(int64_t)p * ldb + j];
+                acc += (double)av * (double)bv;
+            }
+            float *cij = &c[(int64_t)i * ldc + j];
+            double out = (double)alpha * acc;
+            if (beta != 0.0f) out += (double)beta * (double)*cij;
+            *cij = (float)out;
+        }
+    }
+}
