@@ -1,0 +1,367 @@
+/*
+ * optimizer.c - SGD (momentum, Nesterov, L2 weight decay), Adam and AdamW
+ * over one contiguous range of parameters, following torch.optim.
+ *
+ * The optimizer keeps one state block laid out like the gradient block of
+ * its parameter list: slot k of element i lives at state[k*numel + i]. The
+ * update itself is rp_optim_apply(), a set of branch-free loops over flat
+ * arrays, so the same code serves a whole model, a parameter-server shard or
+ * a sharded optimizer.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "replicator/optim.h"
+
+struct rp_optimizer {
+    rp_params *params;   /* not owned */
+    rp_optim_config cfg; /* validated at create */
+    int slots;           /* 0, 1 or 2 */
+    int64_t numel;       /* trainable elements of params */
+    float *state;        /* [slots * numel], zeroed at create */
+    int64_t steps;       /* updates applied so far */
+};
+
+/*
+ * SGD, Nesterov momentum and weight decay 0.9/false/0; Adam's betas and eps
+ * as in torch.optim.Adam, so switching `kind` to Adam gives the usual
+ * defaults.
+ */
+rp_optim_config rp_optim_config_default(void)
+{
+    rp_optim_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.kind = RP_OPTIM_SGD;
+    cfg.momentum = 0.9f;
+    cfg.nesterov = false;
+    cfg.weight_decay = 0.0f;
+    cfg.beta1 = 0.9f;
+    cfg.beta2 = 0.999f;
+    cfg.eps = 1e-8f;
+    return cfg;
+}
+
+/*
+ * The number of n-float state slots the rule needs: none for plain SGD, the
+ * momentum buffer for SGD with momentum, the two moments for Adam and AdamW.
+ * A NULL or unknown config needs none.
+ */
+int rp_optim_slots(const rp_optim_config *cfg)
+{
+    if (!cfg) return 0;
+    switch (cfg->kind) {
+    case RP_OPTIM_SGD:
+        return cfg->momentum != 0.0f ? 1 : 0;
+    case RP_OPTIM_ADAM:
+    case RP_OPTIM_ADAMW:
+        return 2;
+    }
+    return 0;
+}
+
+/*
+ * Plain SGD: p -= lr * (g + wd*p). Kept separate from the momentum loops so
+ * that each loop body is a handful of independent float operations the
+ * compiler vectorises.
+ */
+static void sgd_plain(float *restrict p, const float *restrict g, int64_t n, float lr, float wd)
+{
+    if (wd != 0.0f) {
+        for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) p[i] -= lr * g[i];
+    }
+}
+
+/*
+ * SGD with momentum, as torch.optim.SGD with dampening 0: d = g + wd*p; the
+ * buffer starts as d on the first step (whatever `v` held before) and is
+ * v = mu*v + d afterwards; the step is d + mu*v with Nesterov, v without.
+ */
+static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v,
+                         int64_t n, float lr, float wd, float mu, bool nesterov, bool first)
+{
+    /*
+     * On the first step the buffer is set, not blended: v may hold anything
+     * (a caller's uninitialised slice), and 0*NaN would still be NaN. The
+     * `first` test is loop-invariant, so the compiler unswitches it.
+     */
+    if (nesterov) {
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i] + wd * p[i];
+            float b = first ? d : mu * v[i] + d;
+            v[i] = b;
+            p[i] -= lr * (d + mu * b);
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i] + wd * p[i];
+            float b = first ? d : mu * v[i] + d;
+            v[i] = b;
+            p[i] -= lr * b;
+        }
+    }
+}
+
+/*
+ * Adam and AdamW, as torch.optim.Adam/AdamW (not amsgrad): with L2 decay the
+ * gradient becomes g + l2*p; with decoupled decay p is first scaled by
+ * `shrink` = 1 - lr*wd. Then m and v move towards g and g^2, and
+ * p -= step_size * (m / (sqrt(v) / sqrt_bc2 + eps)), where
+ * step_size = lr / (1 - b1^t) and sqrt_bc2 = sqrt(1 - b2^t) were computed
+ * once by the caller. The operations are grouped as torch.optim.Adam groups
+ * them, so that results agree to rounding.
+ */
+static void adam(float *restrict p, const float *restrict g, float *restrict m,
+                 float *restrict v, int64_t n, float b1, float b2, float eps, float l2,
+                 float shrink, float step_size, float sqrt_bc2)
+{
+    const float c1 = 1.0f - b1;
+    const float c2 = 1.0f - b2;
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i] * shrink;
+        float gi = g[i] + l2 * pi;
+        float mi = b1 * m[i] + c1 * gi;
+        float vi = b2 * v[i] + c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step_size * (mi / (sqrtf(vi) / sqrt_bc2 + eps));
+    }
+}
+
+/*
+ * Applies the rule of `cfg` to n elements: param and state are updated in
+ * place, grad is only read. `state` holds rp_optim_slots(cfg) slots of n
+ * floats back to back (it may be NULL when there are none). `step` is the
+ * 1-based number of this update; a value below 1 is treated as 1. No
+ * argument is checked and nothing is allocated: this is the inner loop of
+ * every optimizer step. The arrays must not overlap.
+ */
+void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
+                    int64_t n, float lr, int64_t step)
+{
+    if (!cfg || n <= 0) return;
+    if (step < 1) step = 1;
+
+    switch (cfg->kind) {
+    case RP_OPTIM_SGD:
+        if (cfg->momentum == 0.0f) {
+            sgd_plain(param, grad, n, lr, cfg->weight_decay);
+        } else {
+            sgd_momentum(param, grad, state, n, lr, cfg->weight_decay, cfg->momentum,
+                         cfg->nesterov, step == 1);
+        }
+        break;
+    case RP_OPTIM_ADAM:
+    case RP_OPTIM_ADAMW: {
+        /*
+         * The bias corrections are computed once, in double: in the early
+         * steps 1 - b2^t is a difference of nearly equal numbers (0.001 at
+         * t = 1 for b2 = 0.999), which float would get to only four digits.
+         */
+        double t = (double)step;
+        double bc1 = 1.0 - pow((double)cfg->beta1, t);
+        double bc2 = 1.0 - pow((double)cfg->beta2, t);
+        float step_size = (float)((double)lr / bc1);
+        float sqrt_bc2 = (float)sqrt(bc2);
+        bool decoupled = cfg->kind == RP_OPTIM_ADAMW;
+        float l2 = decoupled ? 0.0f : cfg->weight_decay;
+        float shrink = decoupled ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
+        adam(param, grad, state, state + n, n, cfg->beta1, cfg->beta2, cfg->eps, l2, shrink,
+             step_size, sqrt_bc2);
+        break;
+    }
+    }
+}
+
+/*
+ * Checks the fields of `cfg` that its rule uses and returns RP_ERR_INVALID
+ * naming the first bad one. NaNs fail every comparison below, so they are
+ * rejected too.
+ */
+static rp_status validate_config(const rp_optim_config *cfg)
+{
+    if (cfg->kind != RP_OPTIM_SGD && cfg->kind != RP_OPTIM_ADAM && cfg->kind != RP_OPTIM_ADAMW)
+        return RP_ERROR(RP_ERR_INVALID, "unknown optimizer kind %d", (int)cfg->kind);
+    if (!(cfg->weight_decay >= 0.0f) || isinf(cfg->weight_decay))
+        return RP_ERROR(RP_ERR_INVALID, "weight_decay = %g: must be finite and >= 0",
+                        (double)cfg->weight_decay);
+    if (cfg->kind == RP_OPTIM_SGD) {
+        if (!(cfg->momentum >= 0.0f) || isinf(cfg->momentum))
+            return RP_ERROR(RP_ERR_INVALID, "momentum = %g: must be finite and >= 0",
+                            (double)cfg->momentum);
+        if (cfg->nesterov && cfg->momentum == 0.0f)
+            return RP_ERROR(RP_ERR_INVALID, "nesterov = true needs momentum > 0 (momentum = %g)",
+                            (double)cfg->momentum);
+        return RP_OK;
+    }
+    if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f))
+        return RP_ERROR(RP_ERR_INVALID, "beta1 = %g: must be in [0, 1)", (double)cfg->beta1);
+    if (!(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
+        return RP_ERROR(RP_ERR_INVALID, "beta2 = %g: must be in [0, 1)", (double)cfg->beta2);
+    if (!(cfg->eps > 0.0f) || isinf(cfg->eps))
+        return RP_ERROR(RP_ERR_INVALID, "eps = %g: must be finite and > 0", (double)cfg->eps);
+    return RP_OK;
+}
+
+/*
+ * Creates an optimizer over the trainable parameters of a finalized `params`
+ * (not owned; it must outlive the optimizer) with a copy of `cfg`. The state
+ * block is allocated here, zeroed, once. Errors: RP_ERR_INVALID for a NULL
+ * argument, a list not yet finalized or a bad config field (named in the
+ * message); RP_ERR_NOMEM. On error *opt is NULL.
+ */
+rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_optim_config *cfg)
+{
+    if (!opt) return RP_ERROR(RP_ERR_INVALID, "opt is NULL");
+    *opt = NULL;
+    if (!params) return RP_ERROR(RP_ERR_INVALID, "params is NULL");
+    if (!cfg) return RP_ERROR(RP_ERR_INVALID, "cfg is NULL");
+    RP_CHECK(validate_config(cfg));
+
+    int64_t numel = rp_params_trainable_numel(params);
+    if (numel < 0 || (numel > 0 && (!rp_params_data(params) || !rp_params_grad(params))))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "parameter list has no value or gradient block (trainable numel %lld): "
+                        "call rp_params_finalize() first",
+                        (long long)numel);
+
+    rp_optimizer *o = rp_calloc(sizeof(*o));
+    if (!o) return RP_ERR_NOMEM;
+    o->params = params;
+    o->cfg = *cfg;
+    o->slots = rp_optim_slots(cfg);
+    o->numel = numel;
+    o->steps = 0;
+    if (o->slots > 0 && numel > 0) {
+        size_t bytes = (size_t)o->slots * (size_t)numel * sizeof(float);
+        o->state = rp_calloc(bytes);
+        if (!o->state) {
+            rp_free(o);
+            return RP_ERR_NOMEM;
+        }
+    }
+    *opt = o;
+    return RP_OK;
+}
+
+/* Frees the optimizer and its state block (not the parameters). NULL is a no-op. */
+void rp_optimizer_destroy(rp_optimizer *opt)
+{
+    if (!opt) return;
+    rp_free(opt->state);
+    rp_free(opt);
+}
+
+/* True if the float's exponent bits are all ones (an infinity or a NaN). */
+static inline bool is_nonfinite_bits(uint32_t u)
+{
+    return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+/*
+ * Index of the first non-finite value of g[0, n), or -1. The common case is
+ * a clean block, so the first pass is an integer OR over the exponent bits
+ * that vectorises; only a dirty block pays for the search.
+ */
+static int64_t find_nonfinite(const float *restrict g, int64_t n)
+{
+    uint32_t any = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &g[i], sizeof(u));
+        any |= (uint32_t)is_nonfinite_bits(u);
+    }
+    if (!any) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(g[i])) return i;
+    }
+    return -1;
+}
+
+/*
+ * Builds the RP_ERR_NUMERIC error for element `at` of the gradient block,
+ * naming the trainable parameter it belongs to and the index inside it.
+ */
+static rp_status nonfinite_error(const rp_optimizer *opt, const float *grad, int64_t at)
+{
+    int count = rp_params_trainable_count(opt->params);
+    for (int i = 0; i < count; i++) {
+        const rp_tensor *t = rp_params_at(opt->params, i);
+        int64_t off = rp_params_offset(opt->params, i);
+        if (t && at >= off && at < off + t->numel)
+            return RP_ERROR(RP_ERR_NUMERIC,
+                            "gradient of parameter '%s' holds %g at element %lld (of %lld); "
+                            "no parameter was updated",
+                            t->name, (double)grad[at], (long long)(at - off), (long long)t->numel);
+    }
+    return RP_ERROR(RP_ERR_NUMERIC,
+                    "gradient block holds %g at element %lld, outside every parameter; "
+                    "no parameter was updated",
+                    (double)grad[at], (long long)at);
+}
+
+/*
+ * One update of every trainable parameter with rate `lr`, then zeroed
+ * gradients. The whole gradient block is checked first, so a NaN or infinity
+ * anywhere leaves values, state, gradients and the step count untouched.
+ * Errors: RP_ERR_INVALID (NULL optimizer, negative or non-finite lr),
+ * RP_ERR_NUMERIC. Allocates nothing.
+ */
+rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
+{
+    if (!opt) return RP_ERROR(RP_ERR_INVALID, "optimizer is NULL");
+    if (!(lr >= 0.0f) || isinf(lr))
+        return RP_ERROR(RP_ERR_INVALID, "learning rate lr = %g: must be finite and >= 0",
+                        (double)lr);
+
+    float *param = rp_params_data(opt->params);
+    float *grad = rp_params_grad(opt->params);
+    int64_t n = opt->numel;
+    if (n > 0) {
+        int64_t bad = find_nonfinite(grad, n);
+        if (bad >= 0) return nonfinite_error(opt, grad, bad);
+    }
+
+    int64_t t = opt->steps + 1;
+    rp_optim_apply(&opt->cfg, param, grad, opt->state, n, lr, t);
+    opt->steps = t;
+    rp_params_zero_grad(opt->params);
+    return RP_OK;
+}
+
+/* The number of successful rp_optimizer_step() calls (or the value last set). */
+int64_t rp_optimizer_steps(const rp_optimizer *opt)
+{
+    return opt ? opt->steps : 0;
+}
+
+/*
+ * Sets the step count, e.g. when restoring a checkpoint together with the
+ * state block; the next step uses steps + 1 for Adam's bias corrections and
+ * SGD's first-step rule. A negative count is stored as 0.
+ */
+void rp_optimizer_set_steps(rp_optimizer *opt, int64_t steps)
+{
+    if (!opt) return;
+    opt->steps = steps < 0 ? 0 : steps;
+}
+
+/*
+ * The state block, owned by the optimizer: rp_optim_slots() slots of
+ * trainable-numel floats each, slot after slot. *numel (if not NULL)
+ * receives its total length in floats. NULL (and 0) when the rule keeps no
+ * state.
+ */
+float *rp_optimizer_state(const rp_optimizer *opt, int64_t *numel)
+{
+    int64_t total = 0;
+    float *state = NULL;
+    if (opt && opt->state) {
+        total = (int64_t)opt->slots * opt->numel;
+        state = opt->state;
+    }
+    if (numel) *numel = total;
+    return state;
+}

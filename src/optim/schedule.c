@@ -1,0 +1,101 @@
+/*
+ * schedule.c - learning-rate schedules: a linear warm-up followed by a
+ * constant rate, step decay at milestones, or cosine annealing; and the
+ * linear scaling rule for large batches.
+ *
+ * Every rate is computed in double from the step number alone, so a run
+ * resumed at step k gets exactly the rate it would have had.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "replicator/optim.h"
+
+/* A schedule that returns `lr` at every step: no warm-up, no decay. */
+rp_schedule rp_schedule_constant(float lr)
+{
+    rp_schedule s;
+    memset(&s, 0, sizeof(s));
+    s.kind = RP_SCHED_CONSTANT;
+    s.base_lr = lr;
+    s.gamma = 1.0f;
+    return s;
+}
+
+/*
+ * Cosine annealing from `lr` to 0 over steps [warmup_steps, total_steps],
+ * after a linear warm-up from 0 over the first warmup_steps steps. Set
+ * min_lr or warmup_start on the result to change the floor or the start of
+ * the warm-up.
+ */
+rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_steps)
+{
+    rp_schedule s = rp_schedule_constant(lr);
+    s.kind = RP_SCHED_COSINE;
+    s.warmup_steps = warmup_steps < 0 ? 0 : warmup_steps;
+    s.total_steps = total_steps;
+    return s;
+}
+
+/*
+ * The rate at `step` (0-based; a negative step counts as 0). During the
+ * warm-up, step < warmup_steps, the rate rises linearly from
+ * base_lr*warmup_start towards base_lr. After it:
+ *   CONSTANT: base_lr;
+ *   STEP:     base_lr * gamma^k, k the number of milestones <= step (the
+ *             milestones are absolute step numbers, in any order; at most 8
+ *             are read);
+ *   COSINE:   min_lr + (base_lr - min_lr) * (1 + cos(pi*p)) / 2 with
+ *             p = (step - warmup) / (total - warmup) clamped to [0, 1], so
+ *             the rate stays at min_lr past total_steps (and is min_lr at
+ *             once if total_steps <= warmup_steps).
+ * Returns 0 for a NULL schedule. Pure and thread-safe.
+ */
+float rp_schedule_lr(const rp_schedule *s, int64_t step)
+{
+    if (!s) return 0.0f;
+    if (step < 0) step = 0;
+    double base = (double)s->base_lr;
+
+    if (step < s->warmup_steps) {
+        double start = (double)s->warmup_start;
+        double frac = (double)step / (double)s->warmup_steps;
+        return (float)(base * (start + (1.0 - start) * frac));
+    }
+
+    switch (s->kind) {
+    case RP_SCHED_CONSTANT:
+        return s->base_lr;
+    case RP_SCHED_STEP: {
+        int n = s->n_milestones;
+        if (n < 0) n = 0;
+        if (n > (int)(sizeof(s->milestones) / sizeof(s->milestones[0])))
+            n = (int)(sizeof(s->milestones) / sizeof(s->milestones[0]));
+        double rate = base;
+        for (int i = 0; i < n; i++) {
+            if (s->milestones[i] <= step) rate *= (double)s->gamma;
+        }
+        return (float)rate;
+    }
+    case RP_SCHED_COSINE: {
+        double span = (double)(s->total_steps - s->warmup_steps);
+        double p = span > 0.0 ? (double)(step - s->warmup_steps) / span : 1.0;
+        if (p < 0.0) p = 0.0;
+        if (p > 1.0) p = 1.0;
+        double lo = (double)s->min_lr;
+        return (float)(lo + (base - lo) * (1.0 + cos(M_PI * p)) * 0.5);
+    }
+    }
+    return s->base_lr;
+}
+
+/*
+ * The linear scaling rule (Goyal et al., 2017): base_lr * global_batch /
+ * reference_batch. A non-positive batch size gives base_lr unchanged, since
+ * there is no sensible ratio to apply.
+ */
+float rp_lr_scale(float base_lr, int global_batch, int reference_batch)
+{
+    if (global_batch <= 0 || reference_batch <= 0) return base_lr;
+    return (float)((double)base_lr * (double)global_batch / (double)reference_batch);
+}
