@@ -1,0 +1,149 @@
+/*
+ * replicator/data.h - datasets: Fashion-MNIST/MNIST (IDX files), CIFAR-10
+ * (binary batches) and synthetic ImageNet-shaped data.
+ *
+ * A dataset is held whole in memory as uint8 images in NHWC order plus one
+ * int32 label per image. Loading validates everything it reads: a file that is
+ * truncated, has trailing bytes, a wrong magic number or a label out of range
+ * is an error whose message (rp_last_error()) names the file and what is wrong.
+ * Errors from a missing or unreadable file are RP_ERR_IO; errors from corrupt
+ * contents are RP_ERR_FORMAT; bad arguments are RP_ERR_INVALID; an allocation
+ * failure is RP_ERR_NOMEM. On any error nothing is allocated and the output
+ * pointer is set to NULL.
+ *
+ * Thread-safety: the loaders share no state and may run concurrently. A loaded
+ * dataset is never modified by the library, so any number of threads may read
+ * it at once.
+ */
+#ifndef REPLICATOR_DATA_H
+#define REPLICATOR_DATA_H
+
+#include <stdint.h>
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The directory Debian's dataset-fashion-mnist package installs into. */
+#define RP_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/* An in-memory labelled image dataset, images as uint8 NHWC. */
+typedef struct rp_dataset {
+    int64_t n;       /* samples */
+    int h, w, c;     /* image shape (NHWC per sample) */
+    int num_classes; /* labels lie in [0, num_classes) */
+    uint8_t *pixels; /* [n, h, w, c] */
+    int32_t *labels; /* [n] in [0, num_classes) */
+    char name[64];   /* e.g. "fashion-mnist/train" */
+} rp_dataset;
+
+/*
+ * Reads an IDX file of unsigned bytes (magic 00 00 08 <ndim>), such as the
+ * idx3 image and idx1 label files of MNIST and Fashion-MNIST. The file may be
+ * gzip-compressed or plain; zlib detects which from the gzip magic. All checks
+ * apply to the decompressed content (gzip checksums are checked by zlib as it
+ * reads, but upstream .gz file hashes are not: Debian recompressed them).
+ *
+ * On success *data holds the dims[0] * ... * dims[ndim-1] bytes of the file in
+ * row-major order and belongs to the caller, who frees it with rp_free();
+ * *ndim is 1..4, dims[0..*ndim-1] are the dimensions and the unused entries of
+ * dims are set to 0.
+ *
+ * Errors: RP_ERR_INVALID for a NULL argument; RP_ERR_IO if the file cannot be
+ * opened or read; RP_ERR_FORMAT if the magic is wrong, the element type is not
+ * unsigned byte, ndim is not 1..4, a dimension is 0 or the element count is
+ * 2^31 or more, the gzip stream is corrupt, the data is shorter than the
+ * header announces (the message gives the expected and the found byte counts)
+ * or longer (trailing bytes); RP_ERR_NOMEM if the buffer cannot be allocated.
+ * On error *data is NULL and *ndim is 0. Every message names the path.
+ */
+rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4]);
+
+/*
+ * Loads a labelled dataset from an IDX image file ([n, h, w] for one channel
+ * or [n, h, w, c]) and an IDX label file ([n]), either of them gzipped or not.
+ * num_classes must be 1..256; every label must be below it. `name` (may be
+ * NULL for "idx") is copied, truncated to 63 characters.
+ *
+ * On success *ds is a new dataset owned by the caller, freed with
+ * rp_dataset_destroy(). Errors: those of rp_idx_read() for either file, and
+ * RP_ERR_FORMAT if the image file is not 3-D or 4-D, the label file is not
+ * 1-D, the two counts differ, or a label is >= num_classes (the message names
+ * the file, the sample index and the value); RP_ERR_INVALID for a NULL path or
+ * a num_classes out of range. On error *ds is NULL.
+ */
+rp_status rp_dataset_load_idx(rp_dataset **ds, const char *images_path, const char *labels_path,
+                              int num_classes, const char *name);
+
+/*
+ * Loads a split of Fashion-MNIST or MNIST (10 classes, 28x28x1) from `dir`,
+ * which holds the standard files train-images-idx3-ubyte, train-labels-idx1-
+ * ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, each either plain
+ * or with a .gz suffix (the plain file is preferred when both exist). `split`
+ * is "train" or "test" ("t10k" is accepted for "test"). A NULL dir means
+ * rp_env_get()->data_dir ($RP_DATA_DIR, by default RP_FASHION_MNIST_DIR).
+ * The dataset is named "<last component of dir>/<split>", e.g.
+ * "fashion-mnist/train".
+ *
+ * On success *ds is owned by the caller (rp_dataset_destroy()). Errors: as
+ * rp_dataset_load_idx(); RP_ERR_INVALID for an unknown split; RP_ERR_IO if a
+ * file is found under neither name, with a message that names the directory
+ * and both names it looked for, and, when dir is the default Debian location,
+ * suggests `apt-get install dataset-fashion-mnist`. On error *ds is NULL.
+ */
+rp_status rp_dataset_load_mnist(rp_dataset **ds, const char *dir, const char *split);
+
+/*
+ * Loads CIFAR-10 from its binary distribution in `dir`: data_batch_1.bin ..
+ * data_batch_5.bin for split "train", test_batch.bin for split "test". Each
+ * file is a sequence of 3073-byte records: one label byte (0..9), then the
+ * 32x32 red plane, the green plane and the blue plane, each row-major. The
+ * planes are converted to NHWC (32x32x3). A file may hold any positive whole
+ * number of records (the official ones hold 10000). The dataset is named
+ * "cifar-10/<split>".
+ *
+ * On success *ds is owned by the caller (rp_dataset_destroy()). Errors:
+ * RP_ERR_INVALID for a NULL argument or an unknown split; RP_ERR_IO if a file
+ * is missing or unreadable (the message names the path); RP_ERR_FORMAT if a
+ * file is empty, is not a whole number of records (a truncated record; the
+ * message gives the size and the bytes left over), or holds a label above 9
+ * (the message names the file, the record and the value); RP_ERR_NOMEM. On
+ * error *ds is NULL.
+ */
+rp_status rp_dataset_load_cifar10(rp_dataset **ds, const char *dir, const char *split);
+
+/*
+ * Makes a synthetic dataset for throughput work, e.g. n x 224x224x3 with 1000
+ * classes for ImageNet-shaped runs. Pixel byte j (in NHWC order over the whole
+ * dataset) and label i are pure functions of (seed, j) and (seed, i) through
+ * rp_philox(), so the same seed always gives the same data and different
+ * seeds give different data. Labels are uniform in [0, num_classes). The
+ * dataset is named "synthetic/<h>x<w>x<c>".
+ *
+ * On success *ds is owned by the caller (rp_dataset_destroy()). Errors:
+ * RP_ERR_INVALID if n, h, w, c or num_classes is not positive or n*h*w*c
+ * overflows; RP_ERR_NOMEM if the pixels do not fit in memory. On error *ds is
+ * NULL.
+ */
+rp_status rp_dataset_synthetic(rp_dataset **ds, int64_t n, int h, int w, int c, int num_classes,
+                               uint64_t seed);
+
+/* Frees a dataset and its pixels and labels. NULL is allowed and ignored. */
+void rp_dataset_destroy(rp_dataset *ds);
+
+/*
+ * Computes, for each channel k in [0, ds->c), the mean and the (population)
+ * standard deviation of the pixel values scaled to [0, 1] over all samples
+ * and positions, in double precision. The results are written to mean[k] and
+ * std[k]; both arrays are provided by the caller and hold ds->c floats.
+ * Errors: RP_ERR_INVALID for a NULL argument or an empty dataset;
+ * RP_ERR_NOMEM.
+ */
+rp_status rp_dataset_channel_stats(const rp_dataset *ds, float *mean, float *std);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
