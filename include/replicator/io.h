@@ -1,0 +1,270 @@
+/*
+ * replicator/io.h - checkpoints in the safetensors layout.
+ *
+ * A checkpoint is an in-memory set of named tensors (f32, int64, uint64) and
+ * string metadata. It holds whatever a run needs to resume: parameters and
+ * buffers (rp_checkpoint_add_params), optimizer state
+ * (rp_checkpoint_add_optimizer), RNG state and loader position (small
+ * integer tensors), and the configuration (a metadata string, e.g. JSON).
+ *
+ * The file layout is safetensors, so Python's safetensors (and anything that
+ * reads it) can open a replicator checkpoint:
+ *
+ *     [8 bytes]  N, the header length, unsigned little-endian
+ *     [N bytes]  UTF-8 JSON, padded with spaces so that 8 + N is a multiple of 8:
+ *                {"__metadata__": {"key": "value", ...},
+ *                 "<name>": {"dtype": "F32"|"I64"|"U64", "shape": [...],
+ *                            "data_offsets": [begin, end]}, ...}
+ *     [...]      the byte buffer: every tensor's raw little-endian bytes,
+ *                row-major, back to back with no gaps; offsets are
+ *                relative to the start of the buffer. Tensors of 8-byte
+ *                types come first, then f32, each group in insertion
+ *                order, so every tensor starts at a multiple of its
+ *                element size (as safetensors' own writer arranges it)
+ *
+ * Integrity, which safetensors itself lacks: the first metadata entry is
+ * always "replicator.crc32", eight lowercase hex digits, so the header
+ * starts with the fixed text
+ *
+ *     {"__metadata__":{"replicator.crc32":"XXXXXXXX"
+ *
+ * and the digits sit at a fixed place in the file (bytes 45..52). They hold
+ * the CRC-32 (zlib's crc32) of the whole file as it reads with those eight
+ * digits set to '0': length field, header and data. A CRC-32 detects every
+ * error burst of up to 32 bits, so any change confined to one byte anywhere
+ * (outside the digits) is always detected; a change to the digits themselves
+ * makes them disagree with the rest. A file that is too short or too long is
+ * refused by the size checks before the CRC is computed, with the expected
+ * and actual sizes in the message. Every structural rule of safetensors is
+ * checked as well, so a damaged file gets the most specific message
+ * available.
+ *
+ * Saving is atomic: the file is written to "<path>.tmp.<pid>.<n>" in the
+ * same directory, fsynced, renamed over `path`, and the directory is
+ * fsynced. A failed save removes its temporary file and leaves any existing
+ * file at `path` untouched, so the previous good checkpoint survives a full
+ * disk or a crash mid-write.
+ *
+ * Byte order: tensors are stored little-endian, as safetensors requires.
+ * The length field is encoded portably; tensor bytes are copied as they are
+ * in memory, so save and load return RP_ERR_UNSUPPORTED on a big-endian
+ * host rather than write or read swapped numbers.
+ *
+ * Thread-safety: a checkpoint object is used by one thread at a time; const
+ * functions (lookups, save) may run concurrently on the same object while
+ * nothing modifies it. Different objects and different paths are
+ * independent; concurrent saves to the same path each write their own
+ * temporary file, and the last rename wins whole.
+ */
+#ifndef REPLICATOR_IO_H
+#define REPLICATOR_IO_H
+
+#include <stdint.h>
+
+#include "core.h"
+#include "nn.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types a checkpoint holds, named in the file as "F32", "I64", "U64". */
+typedef enum {
+    RP_CHECKPOINT_F32 = 0,
+    RP_CHECKPOINT_I64 = 1,
+    RP_CHECKPOINT_U64 = 2,
+} rp_checkpoint_dtype;
+
+/* Longest tensor name or metadata key, in bytes (not counting the NUL). */
+#define RP_CHECKPOINT_NAME_MAX 255
+
+/* Limit on the JSON header of a file that is read (as in safetensors). */
+#define RP_CHECKPOINT_HEADER_MAX (100 * 1024 * 1024)
+
+typedef struct rp_checkpoint rp_checkpoint;
+
+/* Creates an empty checkpoint. Errors: RP_ERR_INVALID (ck NULL), RP_ERR_NOMEM. */
+rp_status rp_checkpoint_create(rp_checkpoint **ck);
+
+/* Frees the checkpoint and every tensor and string it holds. NULL is a no-op. */
+void rp_checkpoint_destroy(rp_checkpoint *ck);
+
+/* ---- building a checkpoint ------------------------------------------------ */
+
+/*
+ * Adds a tensor named `name` with `ndim` (0..RP_MAX_DIMS) dimensions of
+ * `shape` (each >= 0; a 0-d tensor holds one element, a dimension of 0 makes
+ * it empty). The data is copied at once: the caller keeps ownership of
+ * `data` and may change or free it right after the call. `data` may be NULL
+ * only for an empty tensor.
+ *
+ * Names are 1..RP_CHECKPOINT_NAME_MAX bytes of valid UTF-8, unique in the
+ * checkpoint, and not "__metadata__". Tensors keep the order they are
+ * added in, within their group in the file (see the top of this file).
+ *
+ * Errors: RP_ERR_INVALID (a bad name, a duplicate, a bad dtype or shape),
+ * RP_ERR_NOMEM.
+ */
+rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                            int ndim, const int64_t *shape, const void *data);
+
+/* rp_checkpoint_add() for f32. */
+rp_status rp_checkpoint_add_f32(rp_checkpoint *ck, const char *name, int ndim, const int64_t *shape,
+                                const float *data);
+
+/* A 1-d int64 tensor of n elements (step counters, loader positions). */
+rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n,
+                                const int64_t *data);
+
+/* A 1-d uint64 tensor of n elements (RNG keys and counters). */
+rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
+                                const uint64_t *data);
+
+/*
+ * Sets metadata `key` to `value` (both copied; a second call with the same
+ * key replaces the value). Stored in the safetensors "__metadata__" object,
+ * which maps strings to strings: store structured configuration as JSON
+ * text. Keys follow the rules of tensor names; values are any valid UTF-8.
+ * "replicator.crc32" is reserved.
+ *
+ * Errors: RP_ERR_INVALID (a bad or reserved key, invalid UTF-8), RP_ERR_NOMEM.
+ */
+rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char *value);
+
+/* ---- files ---------------------------------------------------------------- */
+
+/*
+ * Writes the checkpoint to `path` atomically (see the top of this file).
+ * `path` must be absent or a regular file; anything else (a directory, a
+ * device) is refused so that it is never replaced. A symbolic link at `path`
+ * is replaced by the new file; its old target is left as it was.
+ *
+ * Errors: RP_ERR_INVALID (NULL arguments, or a header over
+ * RP_CHECKPOINT_HEADER_MAX bytes, which no reader would accept), RP_ERR_IO
+ * (the temporary file cannot be created or written, e.g. a missing
+ * directory or a full disk; fsync or rename fails; `path` is not a regular
+ * file), RP_ERR_UNSUPPORTED
+ * (big-endian host), RP_ERR_NOMEM. The message names the path and the
+ * system's reason. On any error the temporary file is removed and `path` is
+ * unchanged, except when only the final directory fsync fails: then the
+ * new file is in place but may not survive a crash, and RP_ERR_IO says so.
+ */
+rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
+
+/*
+ * Reads and validates a checkpoint written by rp_checkpoint_save(). On
+ * success *ck owns a new checkpoint (free it with rp_checkpoint_destroy);
+ * on error *ck is NULL.
+ *
+ * Checked: the size (at least 8 bytes; a header length no larger than
+ * RP_CHECKPOINT_HEADER_MAX and the file; exactly 8 + N + the bytes the
+ * header describes), the header (valid UTF-8 JSON object, only whitespace
+ * after it, metadata values all strings, every tensor with a known dtype,
+ * 0..4 non-negative dimensions, data offsets whose length matches the shape,
+ * tensors covering the buffer exactly with no gap or overlap, unique names)
+ * and the CRC-32. The CRC entry is required: a file without it is refused
+ * (use rp_checkpoint_load_safetensors for files from other tools). The
+ * CRC entry itself is not kept in the loaded metadata.
+ *
+ * Errors: RP_ERR_IO (cannot open or read), RP_ERR_FORMAT (corrupt or
+ * truncated; the message names the path and what is wrong, for a wrong size
+ * the expected and actual byte counts), RP_ERR_UNSUPPORTED (big-endian host,
+ * or a dtype other than F32/I64/U64), RP_ERR_NOMEM, RP_ERR_INVALID.
+ */
+rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
+
+/*
+ * Like rp_checkpoint_load(), for any safetensors file (e.g. reference
+ * weights exported from PyTorch): every structural check still applies, and
+ * the CRC is verified when the file carries one in its place, but a file
+ * without "replicator.crc32" is accepted. A "replicator.crc32" entry
+ * anywhere but first in the metadata is refused as damaged.
+ */
+rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
+
+/* ---- lookups ---------------------------------------------------------------- */
+
+/*
+ * Finds tensor `name`. Returns its data (read-only, owned by the checkpoint,
+ * valid until it is destroyed, aligned to RP_ALIGN, never NULL even for an
+ * empty tensor), and sets *dtype, *ndim and shape[0..ndim-1] where the
+ * pointers are not NULL (`shape` has room for RP_MAX_DIMS). Returns NULL
+ * with RP_ERR_INVALID if there is no such tensor.
+ */
+const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name, rp_checkpoint_dtype *dtype,
+                              int *ndim, int64_t *shape);
+
+/* rp_checkpoint_get() for an f32 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
+const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
+                                   int64_t *shape);
+
+/* An int64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
+const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n);
+
+/* A uint64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
+const uint64_t *rp_checkpoint_get_u64(const rp_checkpoint *ck, const char *name, int64_t *n);
+
+/* The value of metadata `key` (owned by the checkpoint), or NULL (RP_ERR_INVALID) if absent. */
+const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key);
+
+/*
+ * Number of tensors, and the name of tensor i (NULL if out of range): in the
+ * order added, or for a loaded checkpoint in the order of the file.
+ */
+int rp_checkpoint_count(const rp_checkpoint *ck);
+const char *rp_checkpoint_name_at(const rp_checkpoint *ck, int i);
+
+/* Number of metadata entries, and key i (NULL if out of range). */
+int rp_checkpoint_meta_count(const rp_checkpoint *ck);
+const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
+
+/* ---- models and optimizers ---------------------------------------------------- */
+
+/*
+ * Adds every parameter and buffer of a finalized `params` as an f32 tensor
+ * named prefix + parameter name (e.g. prefix "param/" gives
+ * "param/fc1.weight"). `prefix` may be NULL or "" for none.
+ *
+ * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if params is not finalized
+ * or a name is taken.
+ */
+rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, const char *prefix);
+
+/*
+ * Copies prefix + name of the checkpoint into every parameter and buffer of
+ * `params`. Nothing is copied unless everything fits: every parameter must
+ * be present as f32 with exactly its shape, and (when `prefix` is not empty)
+ * no tensor under `prefix` may be left over. Otherwise returns RP_ERR_SHAPE
+ * with a message listing the missing, mismatched (both shapes) and unexpected
+ * tensors by name, and `params` is unchanged.
+ */
+rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix);
+
+/*
+ * Adds an optimizer's state: for each state slot k (rp_optim_slots: 1 for
+ * SGD momentum, 2 for Adam's moments) and each trainable parameter, an f32
+ * tensor prefix + "slot<k>/" + parameter name with the parameter's shape,
+ * and the step count as a 1-element int64 tensor prefix + "steps". `params`
+ * is the list the optimizer was created over. Names, not positions, tie the
+ * state to parameters, so it survives a change in parameter order.
+ *
+ * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if the state does not fit
+ * `params`.
+ */
+rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
+                                      const rp_params *params, const char *prefix);
+
+/*
+ * Restores what rp_checkpoint_add_optimizer() stored into `opt` (state and
+ * step count). All or nothing, with the checks and RP_ERR_SHAPE message of
+ * rp_checkpoint_read_params(); a checkpoint from an optimizer with a
+ * different number of slots (e.g. Adam into SGD) is refused the same way.
+ */
+rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
+                                       const rp_params *params, const char *prefix);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,671 @@
+/*
+ * checkpoint.c - the in-memory checkpoint: named tensors and metadata,
+ * lookups, and the bridges to parameter lists and optimizers. The file
+ * format lives in checkpoint_save.c and checkpoint_load.c.
+ *
+ * Tensors are copied in when added and owned by the checkpoint, each in its
+ * own aligned block, so a lookup hands out a pointer that is aligned for its
+ * element type whatever the byte offsets in the file were.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <zlib.h>
+
+#include "io/checkpoint_internal.h"
+
+/*
+ * Largest byte size of one tensor. JSON numbers are read as doubles, which
+ * hold integers exactly up to 2^53, so no offset in a file may go beyond it.
+ */
+#define CKPT_BYTES_MAX ((int64_t)1 << 53)
+
+/* ---- small helpers shared with the reader and the writer ---------------- */
+
+size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype)
+{
+    switch (dtype) {
+    case RP_CHECKPOINT_F32:
+        return 4;
+    case RP_CHECKPOINT_I64:
+        return 8;
+    case RP_CHECKPOINT_U64:
+        return 8;
+    }
+    return 0;
+}
+
+const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype)
+{
+    switch (dtype) {
+    case RP_CHECKPOINT_F32:
+        return "F32";
+    case RP_CHECKPOINT_I64:
+        return "I64";
+    case RP_CHECKPOINT_U64:
+        return "U64";
+    }
+    return NULL;
+}
+
+/*
+ * Python's safetensors refuses a header that is not valid UTF-8, so names
+ * and values are checked on the way in, and headers on the way back.
+ */
+bool rp_ckpt_utf8_valid(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        size_t extra;
+        unsigned min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            extra = 1, min = 0x80, c &= 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            extra = 2, min = 0x800, c &= 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            extra = 3, min = 0x10000, c &= 0x07;
+        } else {
+            return false;
+        }
+        if (len - i <= extra) return false;
+        for (size_t k = 1; k <= extra; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return false;
+            c = (c << 6) | (s[i + k] & 0x3F);
+        }
+        if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return false;
+        i += extra + 1;
+    }
+    return true;
+}
+
+const char *rp_ckpt_name_problem(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0) return "is empty";
+    if (len > RP_CHECKPOINT_NAME_MAX) return "is longer than 255 bytes";
+    if (!rp_ckpt_utf8_valid(name, len)) return "is not valid UTF-8";
+    if (strcmp(name, "__metadata__") == 0) return "is reserved for the metadata";
+    return NULL;
+}
+
+int rp_ckpt_find(const rp_checkpoint *ck, const char *name)
+{
+    for (int i = 0; i < ck->n_tensors; i++) {
+        if (strcmp(ck->tensors[i].name, name) == 0) return i;
+    }
+    return -1;
+}
+
+static char *dup_string(const char *s)
+{
+    size_t len = strlen(s) + 1;
+    char *copy = rp_alloc(len);
+    if (copy) memcpy(copy, s, len);
+    return copy;
+}
+
+/* Grows an array of `size`-byte items to hold at least `need`. */
+static rp_status grow(void **items, int *cap, int need, size_t size)
+{
+    if (need <= *cap) return RP_OK;
+    int new_cap = *cap ? *cap * 2 : 16;
+    while (new_cap < need)
+        new_cap *= 2;
+    void *bigger = rp_alloc((size_t)new_cap * size);
+    if (!bigger) return rp_last_status();
+    if (*items) memcpy(bigger, *items, (size_t)*cap * size);
+    rp_free(*items);
+    *items = bigger;
+    *cap = new_cap;
+    return RP_OK;
+}
+
+/* "[2, 3]" for an int64 shape, always NUL-terminated. */
+static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t size)
+{
+    size_t len = (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < ndim && len < size; d++) {
+        len +=
+            (size_t)snprintf(buf + len, size - len, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    }
+    if (len < size) snprintf(buf + len, size - len, "]");
+    return buf;
+}
+
+rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
+                         const int64_t *shape, ckpt_tensor **out)
+{
+    const char *problem = rp_ckpt_name_problem(name);
+    if (problem)
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor name \"%.64s\" %s", name, problem);
+    size_t esize = rp_ckpt_dtype_size(dtype);
+    if (esize == 0)
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\": unknown dtype %d", name,
+                        (int)dtype);
+    if (ndim < 0 || ndim > RP_MAX_DIMS || (ndim > 0 && !shape)) {
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\": ndim %d is not in 0..%d", name,
+                        ndim, RP_MAX_DIMS);
+    }
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || (shape[d] > 0 && numel > CKPT_BYTES_MAX / (int64_t)esize / shape[d])) {
+            char buf[128];
+            return RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\": bad shape %s", name,
+                            shape_str(ndim, shape, buf, sizeof buf));
+        }
+        numel *= shape[d];
+    }
+    if (rp_ckpt_find(ck, name) >= 0) {
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint: a tensor named \"%s\" is already present",
+                        name);
+    }
+    RP_CHECK(grow((void **)&ck->tensors, &ck->cap_tensors, ck->n_tensors + 1, sizeof *ck->tensors));
+
+    ckpt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dtype;
+    t.ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        t.shape[d] = shape[d];
+    t.numel = numel;
+    t.nbytes = (size_t)numel * esize;
+    t.name = dup_string(name);
+    t.data = rp_alloc(t.nbytes);
+    if (!t.name || !t.data) {
+        rp_free(t.data);
+        rp_free(t.name);
+        return RP_ERR_NOMEM;
+    }
+    ck->tensors[ck->n_tensors] = t;
+    *out = &ck->tensors[ck->n_tensors++];
+    return RP_OK;
+}
+
+rp_status rp_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value)
+{
+    char *copy = dup_string(value);
+    if (!copy) return RP_ERR_NOMEM;
+    for (int i = 0; i < ck->n_meta; i++) {
+        if (strcmp(ck->meta[i].key, key) == 0) {
+            rp_free(ck->meta[i].value);
+            ck->meta[i].value = copy;
+            return RP_OK;
+        }
+    }
+    rp_status status = RP_OK;
+    char *key_copy = NULL;
+    RP_TRY(grow((void **)&ck->meta, &ck->cap_meta, ck->n_meta + 1, sizeof *ck->meta));
+    key_copy = dup_string(key);
+    if (!key_copy) {
+        status = RP_ERR_NOMEM;
+        goto cleanup;
+    }
+    ck->meta[ck->n_meta].key = key_copy;
+    ck->meta[ck->n_meta].value = copy;
+    ck->n_meta++;
+    return RP_OK;
+cleanup:
+    rp_free(copy);
+    return status;
+}
+
+bool rp_ckpt_host_is_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 1;
+}
+
+/* zlib's crc32 takes 32-bit lengths; feed larger buffers in pieces. */
+uint32_t rp_ckpt_crc_update(uint32_t crc, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    while (n > 0) {
+        uInt piece = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = (uint32_t)crc32(crc, p, piece);
+        p += piece;
+        n -= piece;
+    }
+    return crc;
+}
+
+void rp_ckpt_put_le64(unsigned char out[8], uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (unsigned char)(v >> (8 * i));
+}
+
+uint64_t rp_ckpt_get_le64(const unsigned char in[8])
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | in[i];
+    return v;
+}
+
+/* ---- create, destroy, add ------------------------------------------------- */
+
+rp_status rp_checkpoint_create(rp_checkpoint **ck)
+{
+    if (!ck) return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_create: ck is NULL");
+    *ck = rp_calloc(sizeof **ck);
+    return *ck ? RP_OK : rp_last_status();
+}
+
+void rp_checkpoint_destroy(rp_checkpoint *ck)
+{
+    if (!ck) return;
+    for (int i = 0; i < ck->n_meta; i++) {
+        rp_free(ck->meta[i].value);
+        rp_free(ck->meta[i].key);
+    }
+    rp_free(ck->meta);
+    for (int i = 0; i < ck->n_tensors; i++) {
+        rp_free(ck->tensors[i].data);
+        rp_free(ck->tensors[i].name);
+    }
+    rp_free(ck->tensors);
+    rp_free(ck);
+}
+
+rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                            int ndim, const int64_t *shape, const void *data)
+{
+    if (!ck || !name)
+        return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_add: ck and name must not be NULL");
+    ckpt_tensor *t = NULL;
+    RP_CHECK(rp_ckpt_append(ck, name, dtype, ndim, shape, &t));
+    if (t->nbytes > 0 && !data) {
+        rp_free(t->data);
+        rp_free(t->name);
+        ck->n_tensors--;
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add: tensor \"%s\" has %lld elements but data is NULL", name,
+                        (long long)t->numel);
+    }
+    if (t->nbytes > 0) memcpy(t->data, data, t->nbytes);
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_add_f32(rp_checkpoint *ck, const char *name, int ndim, const int64_t *shape,
+                                const float *data)
+{
+    return rp_checkpoint_add(ck, name, RP_CHECKPOINT_F32, ndim, shape, data);
+}
+
+rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n, const int64_t *data)
+{
+    return rp_checkpoint_add(ck, name, RP_CHECKPOINT_I64, 1, &n, data);
+}
+
+rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
+                                const uint64_t *data)
+{
+    return rp_checkpoint_add(ck, name, RP_CHECKPOINT_U64, 1, &n, data);
+}
+
+rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char *value)
+{
+    if (!ck || !key || !value) {
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_set_meta: ck, key and value must not be NULL");
+    }
+    const char *problem = rp_ckpt_name_problem(key);
+    if (problem)
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint: metadata key \"%.64s\" %s", key, problem);
+    if (strcmp(key, RP_CKPT_CRC_KEY) == 0) {
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint: metadata key \"%s\" is reserved", key);
+    }
+    if (!rp_ckpt_utf8_valid(value, strlen(value))) {
+        return RP_ERROR(RP_ERR_INVALID,
+                        "checkpoint: the value of metadata \"%s\" is not valid UTF-8", key);
+    }
+    return rp_ckpt_meta_put(ck, key, value);
+}
+
+/* ---- lookups ---------------------------------------------------------------- */
+
+const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name, rp_checkpoint_dtype *dtype,
+                              int *ndim, int64_t *shape)
+{
+    if (!ck || !name) {
+        RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_get: ck and name must not be NULL");
+        return NULL;
+    }
+    int i = rp_ckpt_find(ck, name);
+    if (i < 0) {
+        RP_ERROR(RP_ERR_INVALID, "checkpoint: no tensor named \"%s\"", name);
+        return NULL;
+    }
+    const ckpt_tensor *t = &ck->tensors[i];
+    if (dtype) *dtype = t->dtype;
+    if (ndim) *ndim = t->ndim;
+    if (shape) {
+        for (int d = 0; d < t->ndim; d++)
+            shape[d] = t->shape[d];
+    }
+    return t->data;
+}
+
+/* The data of `name` if it has `want` dtype, with its element count. */
+static const void *get_typed(const rp_checkpoint *ck, const char *name, rp_checkpoint_dtype want,
+                             int *ndim, int64_t *shape, int64_t *n)
+{
+    rp_checkpoint_dtype dtype;
+    const void *data = rp_checkpoint_get(ck, name, &dtype, ndim, shape);
+    if (!data) return NULL;
+    if (dtype != want) {
+        RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\" is %s, not %s", name,
+                 rp_ckpt_dtype_name(dtype), rp_ckpt_dtype_name(want));
+        return NULL;
+    }
+    if (n) *n = ck->tensors[rp_ckpt_find(ck, name)].numel;
+    return data;
+}
+
+const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
+                                   int64_t *shape)
+{
+    return get_typed(ck, name, RP_CHECKPOINT_F32, ndim, shape, NULL);
+}
+
+const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n)
+{
+    return get_typed(ck, name, RP_CHECKPOINT_I64, NULL, NULL, n);
+}
+
+const uint64_t *rp_checkpoint_get_u64(const rp_checkpoint *ck, const char *name, int64_t *n)
+{
+    return get_typed(ck, name, RP_CHECKPOINT_U64, NULL, NULL, n);
+}
+
+const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key)
+{
+    if (!ck || !key) {
+        RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_get_meta: ck and key must not be NULL");
+        return NULL;
+    }
+    for (int i = 0; i < ck->n_meta; i++) {
+        if (strcmp(ck->meta[i].key, key) == 0) return ck->meta[i].value;
+    }
+    RP_ERROR(RP_ERR_INVALID, "checkpoint: no metadata entry \"%s\"", key);
+    return NULL;
+}
+
+int rp_checkpoint_count(const rp_checkpoint *ck)
+{
+    return ck ? ck->n_tensors : 0;
+}
+
+const char *rp_checkpoint_name_at(const rp_checkpoint *ck, int i)
+{
+    return ck && i >= 0 && i < ck->n_tensors ? ck->tensors[i].name : NULL;
+}
+
+int rp_checkpoint_meta_count(const rp_checkpoint *ck)
+{
+    return ck ? ck->n_meta : 0;
+}
+
+const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i)
+{
+    return ck && i >= 0 && i < ck->n_meta ? ck->meta[i].key : NULL;
+}
+
+/* ---- models and optimizers ---------------------------------------------------- */
+
+/* Writes prefix + name into buf (RP_CHECKPOINT_NAME_MAX + 1 bytes), or fails. */
+static rp_status full_name(char *buf, const char *prefix, const char *name)
+{
+    int len = snprintf(buf, RP_CHECKPOINT_NAME_MAX + 1, "%s%s", prefix ? prefix : "", name);
+    if (len < 0 || len > RP_CHECKPOINT_NAME_MAX) {
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint: name \"%s%s\" is longer than %d bytes",
+                        prefix ? prefix : "", name, RP_CHECKPOINT_NAME_MAX);
+    }
+    return RP_OK;
+}
+
+/* One tensor a reader expects: its full name, dtype, shape and destination. */
+typedef struct ckpt_want {
+    char name[RP_CHECKPOINT_NAME_MAX + 1];
+    rp_checkpoint_dtype dtype;
+    int ndim;
+    int64_t shape[RP_MAX_DIMS];
+    void *dst;
+} ckpt_want;
+
+/* Problems found while matching a checkpoint to a model, joined with "; ". */
+typedef struct ckpt_problems {
+    char text[768];
+    size_t len;
+    int count, omitted;
+} ckpt_problems;
+
+static void problem_add(ckpt_problems *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Appends one problem while it fits whole; later ones are only counted. */
+static void problem_add(ckpt_problems *p, const char *fmt, ...)
+{
+    char item[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(item, sizeof item, fmt, ap);
+    va_end(ap);
+    size_t need = strlen(item) + (p->count ? 2 : 0);
+    p->count++;
+    if (p->omitted || p->len + need >= sizeof p->text) {
+        p->omitted++;
+        return;
+    }
+    snprintf(p->text + p->len, sizeof p->text - p->len, "%s%s", p->len ? "; " : "", item);
+    p->len += need;
+}
+
+/*
+ * Checks every wanted tensor (present, dtype, shape) and, under a non-empty
+ * prefix, that nothing else is there; copies only if all is well, so a
+ * failed read leaves the destination as it was.
+ */
+static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckpt_want *want, int n,
+                          const char *what)
+{
+    ckpt_problems p;
+    memset(&p, 0, sizeof p);
+    char a[96], b[96];
+    for (int i = 0; i < n; i++) {
+        const ckpt_want *w = &want[i];
+        int k = rp_ckpt_find(ck, w->name);
+        shape_str(w->ndim, w->shape, b, sizeof b);
+        if (k < 0) {
+            problem_add(&p, "missing %s %s", w->name, b);
+            continue;
+        }
+        const ckpt_tensor *t = &ck->tensors[k];
+        bool same = t->ndim == w->ndim;
+        for (int d = 0; same && d < w->ndim; d++)
+            same = t->shape[d] == w->shape[d];
+        if (t->dtype != w->dtype) {
+            problem_add(&p, "%s is %s in the checkpoint, %s in the %s", w->name,
+                        rp_ckpt_dtype_name(t->dtype), rp_ckpt_dtype_name(w->dtype), what);
+        } else if (!same) {
+            problem_add(&p, "%s has shape %s in the checkpoint, %s in the %s", w->name,
+                        shape_str(t->ndim, t->shape, a, sizeof a), b, what);
+        }
+    }
+    size_t plen = prefix ? strlen(prefix) : 0;
+    for (int k = 0; plen > 0 && k < ck->n_tensors; k++) {
+        const ckpt_tensor *t = &ck->tensors[k];
+        if (strncmp(t->name, prefix, plen) != 0) continue;
+        bool wanted = false;
+        for (int i = 0; i < n && !wanted; i++)
+            wanted = strcmp(want[i].name, t->name) == 0;
+        if (!wanted) {
+            problem_add(&p, "unexpected %s %s (not in the %s)", t->name,
+                        shape_str(t->ndim, t->shape, a, sizeof a), what);
+        }
+    }
+    if (p.count > 0) {
+        char more[32] = "";
+        if (p.omitted) snprintf(more, sizeof more, "; and %d more", p.omitted);
+        return RP_ERROR(RP_ERR_SHAPE, "checkpoint does not fit the %s (%d problem%s): %s%s", what,
+                        p.count, p.count == 1 ? "" : "s", p.text, more);
+    }
+    for (int i = 0; i < n; i++) {
+        const ckpt_tensor *t = &ck->tensors[rp_ckpt_find(ck, want[i].name)];
+        if (t->nbytes > 0) memcpy(want[i].dst, t->data, t->nbytes);
+    }
+    return RP_OK;
+}
+
+/* Fills a want from a parameter tensor. */
+static rp_status want_param(ckpt_want *w, const char *prefix, const rp_tensor *t, float *dst)
+{
+    RP_CHECK(full_name(w->name, prefix, t->name));
+    w->dtype = RP_CHECKPOINT_F32;
+    w->ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++)
+        w->shape[d] = t->shape[d];
+    w->dst = dst;
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, const char *prefix)
+{
+    if (!ck || !params) {
+        return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_add_params: ck and params must not be NULL");
+    }
+    int n = rp_params_count(params);
+    if (n > 0 && !rp_params_data(params)) {
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_params: the parameter list is not finalized");
+    }
+    for (int i = 0; i < n; i++) {
+        const rp_tensor *t = rp_params_at(params, i);
+        ckpt_want w;
+        RP_CHECK(want_param(&w, prefix, t, NULL));
+        RP_CHECK(rp_checkpoint_add(ck, w.name, RP_CHECKPOINT_F32, w.ndim, w.shape, t->data));
+    }
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix)
+{
+    if (!ck || !params) {
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_read_params: ck and params must not be NULL");
+    }
+    int n = rp_params_count(params);
+    if (n > 0 && !rp_params_data(params)) {
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_read_params: the parameter list is not finalized");
+    }
+    rp_status status = RP_OK;
+    ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
+    if (!want) return rp_last_status();
+    for (int i = 0; i < n; i++) {
+        rp_tensor *t = rp_params_at(params, i);
+        RP_TRY(want_param(&want[i], prefix, t, t->data));
+    }
+    RP_TRY(read_set(ck, prefix, want, n, "model"));
+cleanup:
+    rp_free(want);
+    return status;
+}
+
+/* Slots of the optimizer's state block, checked against the parameter list. */
+static rp_status optimizer_slots(const rp_optimizer *opt, const rp_params *params, float **state,
+                                 int *slots)
+{
+    int64_t numel = 0;
+    int64_t trainable = rp_params_trainable_numel(params);
+    *state = rp_optimizer_state(opt, &numel);
+    *slots = trainable > 0 ? (int)(numel / trainable) : 0;
+    if (numel != (int64_t)*slots * trainable || (numel > 0 && !*state)) {
+        return RP_ERROR(
+            RP_ERR_INVALID,
+            "checkpoint: optimizer state of %lld floats does not fit %lld trainable values",
+            (long long)numel, (long long)trainable);
+    }
+    return RP_OK;
+}
+
+/* Fills want[0..slots*trainable) with the state tensors and want[last] with the step count. */
+static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const char *prefix,
+                                 float *state, int slots, int64_t *steps)
+{
+    int n_train = rp_params_trainable_count(params);
+    int64_t trainable = rp_params_trainable_numel(params);
+    int w = 0;
+    for (int k = 0; k < slots; k++) {
+        char slot_prefix[RP_CHECKPOINT_NAME_MAX + 1];
+        char slot[16];
+        snprintf(slot, sizeof slot, "slot%d/", k);
+        RP_CHECK(full_name(slot_prefix, prefix, slot));
+        for (int i = 0; i < n_train; i++) {
+            const rp_tensor *t = rp_params_at(params, i);
+            float *dst = state + (int64_t)k * trainable + rp_params_offset(params, i);
+            RP_CHECK(want_param(&want[w++], slot_prefix, t, dst));
+        }
+    }
+    ckpt_want *last = &want[w];
+    RP_CHECK(full_name(last->name, prefix, "steps"));
+    last->dtype = RP_CHECKPOINT_I64;
+    last->ndim = 1;
+    last->shape[0] = 1;
+    last->dst = steps;
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
+                                      const rp_params *params, const char *prefix)
+{
+    if (!ck || !opt || !params) {
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_optimizer: ck, opt and params must not be NULL");
+    }
+    rp_status status = RP_OK;
+    float *state;
+    int slots;
+    RP_CHECK(optimizer_slots(opt, params, &state, &slots));
+    int n = slots * rp_params_trainable_count(params) + 1;
+    int64_t steps = rp_optimizer_steps(opt);
+    ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
+    if (!want) return rp_last_status();
+    RP_TRY(optimizer_wants(want, params, prefix, state, slots, &steps));
+    for (int i = 0; i < n; i++) {
+        RP_TRY(rp_checkpoint_add(ck, want[i].name, want[i].dtype, want[i].ndim, want[i].shape,
+                                 want[i].dst));
+    }
+cleanup:
+    rp_free(want);
+    return status;
+}
+
+rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
+                                       const rp_params *params, const char *prefix)
+{
+    if (!ck || !opt || !params) {
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_read_optimizer: ck, opt and params must not be NULL");
+    }
+    rp_status status = RP_OK;
+    float *state;
+    int slots;
+    RP_CHECK(optimizer_slots(opt, params, &state, &slots));
+    int n = slots * rp_params_trainable_count(params) + 1;
+    int64_t steps = 0;
+    ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
+    if (!want) return rp_last_status();
+    RP_TRY(optimizer_wants(want, params, prefix, state, slots, &steps));
+    RP_TRY(read_set(ck, prefix, want, n, "optimizer"));
+    rp_optimizer_set_steps(opt, steps);
+cleanup:
+    rp_free(want);
+    return status;
+}

@@ -1,0 +1,911 @@
+/*
+ * test_checkpoint.c - checkpoints: bit-exact round trips, parameter lists and
+ * optimizer state by name, the refusal of every corrupt or truncated file,
+ * atomic saves that never lose the previous good file, and the safetensors
+ * layout as another reader sees it.
+ *
+ * The corruption test changes every byte of a small checkpoint to every
+ * other value, one at a time, and requires each of those files to be
+ * refused. The structural checks are tested separately on hand-written
+ * files without a CRC, read with rp_checkpoint_load_safetensors, so that a
+ * CRC cannot hide a missing check.
+ */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "replicator/io.h"
+
+static char tmp_dir[64];
+
+static int group_setup(void **state)
+{
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/rp_test_ckpt_XXXXXX");
+    return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+/* Removes every entry of dir (one level of subdirectories) and dir itself. */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(path);
+        else
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int group_teardown(void **state)
+{
+    remove_tree(tmp_dir);
+    return 0;
+}
+
+static const char *tmp_path(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", tmp_dir, name);
+    return buf;
+}
+
+/* The whole file into a malloc'd buffer (caller frees), its size in *n. */
+static unsigned char *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)size + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    *n = (size_t)size;
+    return buf;
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Number of entries in tmp_dir whose name starts with `prefix`. */
+static int count_files(const char *prefix)
+{
+    DIR *d = opendir(tmp_dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+static float bits_to_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- round trips ------------------------------------------------------------------ */
+
+/* Float bit patterns a careless writer would lose: NaN payloads, signalling NaN, -0, denormals. */
+static const uint32_t SPECIAL_BITS[] = {
+    0x7fc00001u, /* quiet NaN with a payload */
+    0xffa12345u, /* negative signalling NaN with a payload */
+    0x7f800001u, /* signalling NaN */
+    0x7f800000u, /* +inf */
+    0xff800000u, /* -inf */
+    0x00000001u, /* smallest denormal */
+    0x807fffffu, /* largest negative denormal */
+    0x80000000u, /* -0 */
+    0x7f7fffffu, /* FLT_MAX */
+    0x3f800000u, /* 1 */
+    0xbf000000u, /* -0.5 */
+    0x00800000u, /* FLT_MIN */
+};
+#define N_SPECIAL (sizeof SPECIAL_BITS / sizeof SPECIAL_BITS[0])
+
+/* A checkpoint with every kind of tensor and awkward metadata. */
+static rp_checkpoint *make_mixed(void)
+{
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    float special[N_SPECIAL];
+    for (size_t i = 0; i < N_SPECIAL; i++)
+        special[i] = bits_to_float(SPECIAL_BITS[i]);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "special", 2, (int64_t[]){3, 4}, special), RP_OK);
+    float scalar = bits_to_float(0x7fc0beefu);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "scalar", 0, NULL, &scalar), RP_OK);
+    float four[2 * 1 * 3 * 2];
+    for (int i = 0; i < 12; i++)
+        four[i] = (float)i - 5.5f;
+    assert_int_equal(rp_checkpoint_add_f32(ck, "four.d", 4, (int64_t[]){2, 1, 3, 2}, four), RP_OK);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "empty", 1, (int64_t[]){0}, NULL), RP_OK);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "empty2", 2, (int64_t[]){3, 0}, NULL), RP_OK);
+    /* 27 floats in all before the int64 tensors: the writer must still align those. */
+    assert_int_equal(rp_checkpoint_add_f32(ck, "odd", 1, (int64_t[]){2}, special), RP_OK);
+    int64_t i64[] = {INT64_MIN, -1, 0, 1, INT64_MAX};
+    assert_int_equal(rp_checkpoint_add_i64(ck, "counters", 5, i64), RP_OK);
+    uint64_t u64[] = {UINT64_MAX, 0x0123456789abcdefull};
+    assert_int_equal(rp_checkpoint_add_u64(ck, "rng/state", 2, u64), RP_OK);
+    assert_int_equal(rp_checkpoint_set_meta(ck, "config", "{\"lr\": 0.1, \"name\": \"a\\\"b\"}"),
+                     RP_OK);
+    assert_int_equal(
+        rp_checkpoint_set_meta(ck, "note", "tab\there, newline\nthere, caf\xc3\xa9 \xe2\x9c\x93"),
+        RP_OK);
+    assert_int_equal(rp_checkpoint_set_meta(ck, "empty", ""), RP_OK);
+    return ck;
+}
+
+/* Every tensor and metadata entry of a equals b's, bit for bit. */
+static void assert_same_checkpoint(const rp_checkpoint *a, const rp_checkpoint *b)
+{
+    assert_int_equal(rp_checkpoint_count(a), rp_checkpoint_count(b));
+    for (int i = 0; i < rp_checkpoint_count(a); i++) {
+        const char *name = rp_checkpoint_name_at(a, i);
+        rp_checkpoint_dtype da, db;
+        int na, nb;
+        int64_t sa[RP_MAX_DIMS], sb[RP_MAX_DIMS];
+        const void *pa = rp_checkpoint_get(a, name, &da, &na, sa);
+        const void *pb = rp_checkpoint_get(b, name, &db, &nb, sb);
+        assert_non_null(pa);
+        assert_non_null(pb);
+        assert_int_equal(da, db);
+        assert_int_equal(na, nb);
+        int64_t numel = 1;
+        for (int d = 0; d < na; d++) {
+            assert_int_equal(sa[d], sb[d]);
+            numel *= sa[d];
+        }
+        assert_int_equal((uintptr_t)pb % RP_ALIGN, 0);
+        if (numel > 0)
+            assert_memory_equal(pa, pb, (size_t)numel * (da == RP_CHECKPOINT_F32 ? 4 : 8));
+    }
+    assert_int_equal(rp_checkpoint_meta_count(a), rp_checkpoint_meta_count(b));
+    for (int i = 0; i < rp_checkpoint_meta_count(a); i++) {
+        const char *key = rp_checkpoint_meta_key_at(a, i);
+        assert_string_equal(key, rp_checkpoint_meta_key_at(b, i));
+        assert_string_equal(rp_checkpoint_get_meta(a, key), rp_checkpoint_get_meta(b, key));
+    }
+}
+
+static void test_round_trip_bit_exact(void **state)
+{
+    char path[256], path2[256];
+    tmp_path(path, sizeof path, "mixed.safetensors");
+    tmp_path(path2, sizeof path2, "mixed2.safetensors");
+    rp_checkpoint *ck = make_mixed(), *back = NULL, *again = NULL;
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    assert_int_equal(rp_checkpoint_load(&back, path), RP_OK);
+    assert_same_checkpoint(ck, back);
+
+    /* Spot checks through the typed lookups. */
+    int ndim;
+    int64_t shape[RP_MAX_DIMS];
+    const float *special = rp_checkpoint_get_f32(back, "special", &ndim, shape);
+    assert_non_null(special);
+    assert_int_equal(ndim, 2);
+    assert_int_equal(shape[0], 3);
+    assert_int_equal(shape[1], 4);
+    for (size_t i = 0; i < N_SPECIAL; i++) {
+        uint32_t u;
+        memcpy(&u, &special[i], sizeof u);
+        assert_int_equal(u, SPECIAL_BITS[i]);
+    }
+    assert_non_null(rp_checkpoint_get_f32(back, "scalar", &ndim, shape));
+    assert_int_equal(ndim, 0);
+    int64_t n;
+    const int64_t *counters = rp_checkpoint_get_i64(back, "counters", &n);
+    assert_non_null(counters);
+    assert_int_equal(n, 5);
+    assert_true(counters[0] == INT64_MIN && counters[4] == INT64_MAX && counters[1] == -1);
+    const uint64_t *rng = rp_checkpoint_get_u64(back, "rng/state", &n);
+    assert_non_null(rng);
+    assert_int_equal(n, 2);
+    assert_true(rng[0] == UINT64_MAX && rng[1] == 0x0123456789abcdefull);
+    assert_non_null(rp_checkpoint_get_f32(back, "empty", &ndim, shape));
+    assert_int_equal(shape[0], 0);
+    assert_string_equal(rp_checkpoint_get_meta(back, "config"),
+                        "{\"lr\": 0.1, \"name\": \"a\\\"b\"}");
+    /* File order puts the 8-byte types first, each group in insertion order. */
+    assert_string_equal(rp_checkpoint_name_at(back, 0), "counters");
+    assert_string_equal(rp_checkpoint_name_at(back, 1), "rng/state");
+    assert_string_equal(rp_checkpoint_name_at(back, 2), "special");
+    /* The CRC entry is the file's business, not the user's. */
+    assert_null(rp_checkpoint_get_meta(back, "replicator.crc32"));
+
+    /* Saving what was loaded gives the same bytes: the format is deterministic. */
+    assert_int_equal(rp_checkpoint_save(back, path2), RP_OK);
+    size_t n1, n2;
+    unsigned char *b1 = read_file(path, &n1), *b2 = read_file(path2, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    /* The safetensors layout: 8-byte length, header padded to 8, data 8-aligned. */
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | b1[i];
+    assert_int_equal(hlen % 8, 0);
+    assert_memory_equal(b1 + 8, "{\"__metadata__\":{\"replicator.crc32\":\"", 37);
+    assert_true(b1[8 + hlen - 1] == '}' || b1[8 + hlen - 1] == ' ');
+    assert_int_equal(rp_checkpoint_load(&again, path2), RP_OK);
+    assert_same_checkpoint(ck, again);
+
+    free(b1);
+    free(b2);
+    rp_checkpoint_destroy(again);
+    rp_checkpoint_destroy(back);
+    rp_checkpoint_destroy(ck);
+}
+
+static void test_empty_checkpoint(void **state)
+{
+    char path[256];
+    tmp_path(path, sizeof path, "empty.safetensors");
+    rp_checkpoint *ck, *back;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    assert_int_equal(rp_checkpoint_load(&back, path), RP_OK);
+    assert_int_equal(rp_checkpoint_count(back), 0);
+    assert_int_equal(rp_checkpoint_meta_count(back), 0);
+    rp_checkpoint_destroy(back);
+    rp_checkpoint_destroy(ck);
+}
+
+static void test_add_and_lookup_errors(void **state)
+{
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    float x[2] = {1, 2};
+    assert_int_equal(rp_checkpoint_add_f32(ck, "x", 1, (int64_t[]){2}, x), RP_OK);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "x", 1, (int64_t[]){2}, x), RP_ERR_INVALID);
+    tu_assert_error_contains("\"x\" is already present");
+    assert_int_equal(rp_checkpoint_add_f32(ck, "", 1, (int64_t[]){2}, x), RP_ERR_INVALID);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "__metadata__", 1, (int64_t[]){2}, x),
+                     RP_ERR_INVALID);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "bad\xff", 1, (int64_t[]){2}, x), RP_ERR_INVALID);
+    tu_assert_error_contains("UTF-8");
+    char long_name[300];
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    assert_int_equal(rp_checkpoint_add_f32(ck, long_name, 1, (int64_t[]){2}, x), RP_ERR_INVALID);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "neg", 1, (int64_t[]){-1}, x), RP_ERR_INVALID);
+    tu_assert_error_contains("[-1]");
+    assert_int_equal(rp_checkpoint_add_f32(ck, "five", 5, (int64_t[]){1, 1, 1, 1, 2}, x),
+                     RP_ERR_INVALID);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "null", 1, (int64_t[]){2}, NULL), RP_ERR_INVALID);
+    assert_int_equal(rp_checkpoint_count(ck), 1); /* nothing half-added */
+    assert_int_equal(rp_checkpoint_set_meta(ck, "replicator.crc32", "0"), RP_ERR_INVALID);
+    tu_assert_error_contains("reserved");
+    assert_int_equal(rp_checkpoint_set_meta(ck, "k", "\xc0\xaf"),
+                     RP_ERR_INVALID); /* overlong '/' */
+    assert_int_equal(rp_checkpoint_set_meta(ck, "k", "v1"), RP_OK);
+    assert_int_equal(rp_checkpoint_set_meta(ck, "k", "v2"), RP_OK);
+    assert_string_equal(rp_checkpoint_get_meta(ck, "k"), "v2");
+    assert_int_equal(rp_checkpoint_meta_count(ck), 1);
+
+    assert_null(rp_checkpoint_get_f32(ck, "nope", NULL, NULL));
+    tu_assert_error_contains("no tensor named \"nope\"");
+    assert_null(rp_checkpoint_get_i64(ck, "x", NULL));
+    tu_assert_error_contains("\"x\" is F32, not I64");
+    assert_null(rp_checkpoint_get_meta(ck, "absent"));
+    assert_null(rp_checkpoint_name_at(ck, 1));
+    assert_null(rp_checkpoint_meta_key_at(ck, -1));
+
+    rp_checkpoint *out = (rp_checkpoint *)1;
+    char path[256];
+    assert_int_equal(rp_checkpoint_load(&out, tmp_path(path, sizeof path, "missing.safetensors")),
+                     RP_ERR_IO);
+    assert_null(out);
+    tu_assert_error_contains("missing.safetensors");
+    rp_checkpoint_destroy(ck);
+}
+
+/* ---- models and optimizers --------------------------------------------------------- */
+
+typedef struct model {
+    rp_params *params;
+    rp_linear_layer fc1, fc2;
+    rp_batchnorm_layer bn;
+} model;
+
+/* fc1 (4 -> hidden), bn (hidden, optional), fc2 (hidden -> 2). */
+static void model_init(model *m, int hidden, bool with_bn, uint64_t seed)
+{
+    assert_int_equal(rp_params_create(&m->params), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&m->fc1, m->params, "fc1", 4, hidden, true, false),
+                     RP_OK);
+    if (with_bn) assert_int_equal(rp_batchnorm_layer_init(&m->bn, m->params, "bn", hidden), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&m->fc2, m->params, "fc2", hidden, 2, true, false),
+                     RP_OK);
+    assert_int_equal(rp_params_finalize(m->params, seed), RP_OK);
+    /* Every value distinct and non-trivial, buffers included. */
+    tu_fill(rp_params_data(m->params), rp_params_numel(m->params), seed, -1.0f, 1.0f);
+}
+
+static void test_params_round_trip(void **state)
+{
+    char path[256];
+    tmp_path(path, sizeof path, "model.safetensors");
+    model a, b;
+    model_init(&a, 3, true, 1);
+    model_init(&b, 3, true, 2);
+    assert_true(rp_params_count(a.params) > rp_params_trainable_count(a.params)); /* has buffers */
+    assert_true(memcmp(rp_params_data(a.params), rp_params_data(b.params),
+                       (size_t)rp_params_numel(a.params) * sizeof(float)) != 0);
+
+    /* An Adam optimizer with a real step behind it, so both moments and the count matter. */
+    rp_optim_config cfg = rp_optim_config_default();
+    cfg.kind = RP_OPTIM_ADAM;
+    rp_optimizer *oa, *ob;
+    assert_int_equal(rp_optimizer_create(&oa, a.params, &cfg), RP_OK);
+    assert_int_equal(rp_optimizer_create(&ob, b.params, &cfg), RP_OK);
+    for (int step = 0; step < 2; step++) {
+        tu_fill(rp_params_grad(a.params), rp_params_trainable_numel(a.params), 10 + step, -1, 1);
+        assert_int_equal(rp_optimizer_step(oa, 0.01f), RP_OK);
+    }
+
+    rp_checkpoint *ck, *back;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_checkpoint_add_params(ck, a.params, "param/"), RP_OK);
+    assert_int_equal(rp_checkpoint_add_optimizer(ck, oa, a.params, "optim/"), RP_OK);
+    assert_non_null(rp_checkpoint_get_f32(ck, "param/bn.running_var", NULL, NULL));
+    assert_non_null(rp_checkpoint_get_f32(ck, "optim/slot1/fc1.weight", NULL, NULL));
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    assert_int_equal(rp_checkpoint_load(&back, path), RP_OK);
+
+    assert_int_equal(rp_checkpoint_read_params(back, b.params, "param/"), RP_OK);
+    assert_memory_equal(rp_params_data(a.params), rp_params_data(b.params),
+                        (size_t)rp_params_numel(a.params) * sizeof(float));
+    assert_int_equal(rp_checkpoint_read_optimizer(back, ob, b.params, "optim/"), RP_OK);
+    int64_t na, nb;
+    float *sa = rp_optimizer_state(oa, &na), *sb = rp_optimizer_state(ob, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(sa, sb, (size_t)na * sizeof(float));
+    assert_int_equal(rp_optimizer_steps(ob), 2);
+
+    /* One more identical step on both gives identical parameters: the resume is exact. */
+    tu_fill(rp_params_grad(a.params), rp_params_trainable_numel(a.params), 99, -1, 1);
+    tu_fill(rp_params_grad(b.params), rp_params_trainable_numel(b.params), 99, -1, 1);
+    assert_int_equal(rp_optimizer_step(oa, 0.01f), RP_OK);
+    assert_int_equal(rp_optimizer_step(ob, 0.01f), RP_OK);
+    assert_memory_equal(rp_params_data(a.params), rp_params_data(b.params),
+                        (size_t)rp_params_numel(a.params) * sizeof(float));
+
+    rp_checkpoint_destroy(back);
+    rp_checkpoint_destroy(ck);
+    rp_optimizer_destroy(ob);
+    rp_optimizer_destroy(oa);
+    rp_params_destroy(b.params);
+    rp_params_destroy(a.params);
+}
+
+/* A read that fails must leave every value of the model as it was. */
+static void assert_read_fails_unchanged(const rp_checkpoint *ck, model *m)
+{
+    size_t bytes = (size_t)rp_params_numel(m->params) * sizeof(float);
+    float *before = malloc(bytes);
+    assert_non_null(before);
+    memcpy(before, rp_params_data(m->params), bytes);
+    assert_int_equal(rp_checkpoint_read_params(ck, m->params, "param/"), RP_ERR_SHAPE);
+    assert_memory_equal(before, rp_params_data(m->params), bytes);
+    free(before);
+}
+
+static void test_params_shape_mismatch_names_both(void **state)
+{
+    model a, b;
+    model_init(&a, 3, true, 1);
+    model_init(&b, 5, true, 2);
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_checkpoint_add_params(ck, a.params, "param/"), RP_OK);
+    assert_read_fails_unchanged(ck, &b);
+    tu_assert_error_contains(
+        "param/fc1.weight has shape [3, 4] in the checkpoint, [5, 4] in the model");
+    tu_assert_error_contains(
+        "param/fc2.weight has shape [2, 3] in the checkpoint, [2, 5] in the model");
+    tu_assert_error_contains(
+        "param/bn.running_mean has shape [3] in the checkpoint, [5] in the model");
+    rp_checkpoint_destroy(ck);
+    rp_params_destroy(b.params);
+    rp_params_destroy(a.params);
+}
+
+static void test_params_missing_and_unexpected(void **state)
+{
+    model with_bn, without_bn;
+    model_init(&with_bn, 3, true, 1);
+    model_init(&without_bn, 3, false, 2);
+    rp_checkpoint *small, *big;
+    assert_int_equal(rp_checkpoint_create(&small), RP_OK);
+    assert_int_equal(rp_checkpoint_create(&big), RP_OK);
+    assert_int_equal(rp_checkpoint_add_params(small, without_bn.params, "param/"), RP_OK);
+    assert_int_equal(rp_checkpoint_add_params(big, with_bn.params, "param/"), RP_OK);
+
+    assert_read_fails_unchanged(small, &with_bn);
+    tu_assert_error_contains("missing param/bn.weight [3]");
+    tu_assert_error_contains("missing param/bn.running_var [3]");
+    tu_assert_error_contains("4 problems");
+
+    assert_read_fails_unchanged(big, &without_bn);
+    tu_assert_error_contains("unexpected param/bn.bias [3]");
+
+    /* A tensor of the wrong dtype under the right name. */
+    rp_checkpoint *typed;
+    assert_int_equal(rp_checkpoint_create(&typed), RP_OK);
+    assert_int_equal(rp_checkpoint_add_params(typed, without_bn.params, "param/"), RP_OK);
+    assert_int_equal(rp_checkpoint_add_i64(typed, "param/bn.weight", 3, (int64_t[]){1, 2, 3}),
+                     RP_OK);
+    assert_int_equal(
+        rp_checkpoint_add_f32(typed, "param/bn.bias", 1, (int64_t[]){3}, (float[]){0, 0, 0}),
+        RP_OK);
+    assert_int_equal(rp_checkpoint_add_f32(typed, "param/bn.running_mean", 1, (int64_t[]){3},
+                                           (float[]){0, 0, 0}),
+                     RP_OK);
+    assert_int_equal(
+        rp_checkpoint_add_f32(typed, "param/bn.running_var", 1, (int64_t[]){3}, (float[]){1, 1, 1}),
+        RP_OK);
+    assert_read_fails_unchanged(typed, &with_bn);
+    tu_assert_error_contains("param/bn.weight is I64 in the checkpoint, F32 in the model");
+    tu_assert_error_contains("1 problem)");
+
+    /* The same tensors under another prefix are simply not there. */
+    assert_int_equal(rp_checkpoint_read_params(big, with_bn.params, "ema/"), RP_ERR_SHAPE);
+    tu_assert_error_contains("missing ema/fc1.weight");
+
+    rp_checkpoint_destroy(typed);
+    rp_checkpoint_destroy(big);
+    rp_checkpoint_destroy(small);
+    rp_params_destroy(without_bn.params);
+    rp_params_destroy(with_bn.params);
+}
+
+static void test_optimizer_kind_mismatch(void **state)
+{
+    model m;
+    model_init(&m, 3, false, 1);
+    rp_optim_config adam = rp_optim_config_default(), sgd = rp_optim_config_default();
+    adam.kind = RP_OPTIM_ADAM;
+    rp_optimizer *oa, *os;
+    assert_int_equal(rp_optimizer_create(&oa, m.params, &adam), RP_OK);
+    assert_int_equal(rp_optimizer_create(&os, m.params, &sgd), RP_OK); /* momentum: one slot */
+    rp_optimizer_set_steps(os, 7);
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_checkpoint_add_optimizer(ck, oa, m.params, "optim/"), RP_OK);
+    assert_int_equal(rp_checkpoint_read_optimizer(ck, os, m.params, "optim/"), RP_ERR_SHAPE);
+    tu_assert_error_contains("unexpected optim/slot1/fc1.weight [3, 4] (not in the optimizer)");
+    assert_int_equal(rp_optimizer_steps(os), 7);
+    rp_checkpoint_destroy(ck);
+    rp_optimizer_destroy(os);
+    rp_optimizer_destroy(oa);
+    rp_params_destroy(m.params);
+}
+
+/* ---- corruption and truncation ----------------------------------------------------- */
+
+/* A small checkpoint with metadata and three tensors of all dtypes; returns its bytes. */
+static unsigned char *small_checkpoint(const char *path, size_t *n)
+{
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_checkpoint_set_meta(ck, "config", "{\"lr\":0.5}"), RP_OK);
+    assert_int_equal(
+        rp_checkpoint_add_f32(ck, "w", 2, (int64_t[]){2, 3}, (float[]){1, 2, 3, 4, 5, 6}), RP_OK);
+    assert_int_equal(rp_checkpoint_add_i64(ck, "step", 1, (int64_t[]){42}), RP_OK);
+    assert_int_equal(rp_checkpoint_add_u64(ck, "rng", 2, (uint64_t[]){7, 9}), RP_OK);
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+    return read_file(path, n);
+}
+
+/*
+ * Every byte of the file, set to each of the 255 other values in turn: the
+ * length field, the JSON header (names, dtypes, shapes, offsets, metadata,
+ * the CRC digits, the padding) and the data. Each such file must be refused
+ * with RP_ERR_FORMAT.
+ */
+static void test_every_single_byte_change_is_detected(void **state)
+{
+    char path[256], bad[256];
+    tmp_path(path, sizeof path, "small.safetensors");
+    tmp_path(bad, sizeof bad, "flipped.safetensors");
+    size_t n;
+    unsigned char *bytes = small_checkpoint(path, &n);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | bytes[i];
+    assert_true(8 + hlen < n); /* there is data after the header */
+    write_file(bad, bytes, n);
+
+    int fd = open(bad, O_WRONLY);
+    assert_true(fd >= 0);
+    long missed = 0, tried = 0, by_class[3] = {0, 0, 0};
+    for (size_t pos = 0; pos < n; pos++) {
+        for (int v = 0; v < 256; v++) {
+            if (v == bytes[pos]) continue;
+            unsigned char c = (unsigned char)v;
+            assert_int_equal(pwrite(fd, &c, 1, (off_t)pos), 1);
+            rp_checkpoint *ck = NULL;
+            rp_status s = rp_checkpoint_load(&ck, bad);
+            tried++;
+            if (s != RP_ERR_FORMAT) {
+                if (missed++ < 5) {
+                    print_error("byte %zu set to 0x%02x: status %s, \"%s\"\n", pos, v,
+                                rp_status_name(s), rp_last_error());
+                }
+                rp_checkpoint_destroy(ck);
+            } else {
+                assert_null(ck);
+                by_class[pos < 8 ? 0 : pos < 8 + hlen ? 1 : 2]++;
+            }
+        }
+        assert_int_equal(pwrite(fd, &bytes[pos], 1, (off_t)pos), 1);
+    }
+    close(fd);
+    assert_int_equal(missed, 0);
+    assert_int_equal(tried, (long)n * 255);
+    assert_int_equal(by_class[0], 8 * 255);
+    assert_int_equal(by_class[1], (long)hlen * 255);
+    assert_int_equal(by_class[2], (long)(n - 8 - hlen) * 255);
+
+    /* The restored file loads again: the loop changed nothing for good. */
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_OK);
+    rp_checkpoint_destroy(ck);
+    free(bytes);
+}
+
+/* Typical messages, one per part of the file. */
+static void test_corruption_messages(void **state)
+{
+    char path[256], bad[256];
+    tmp_path(path, sizeof path, "small2.safetensors");
+    tmp_path(bad, sizeof bad, "bad2.safetensors");
+    size_t n;
+    unsigned char *bytes = small_checkpoint(path, &n);
+    rp_checkpoint *ck;
+
+    bytes[n - 1] ^= 0x10; /* data */
+    write_file(bad, bytes, n);
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
+    tu_assert_error_contains("CRC-32 mismatch");
+    tu_assert_error_contains("bad2.safetensors");
+    /* Python-style reading without the requirement still checks a CRC that is there. */
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, bad), RP_ERR_FORMAT);
+    tu_assert_error_contains("CRC-32 mismatch");
+    bytes[n - 1] ^= 0x10;
+
+    bytes[5] = 0x40; /* length field: an absurd header length */
+    write_file(bad, bytes, n);
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
+    tu_assert_error_contains("over the limit");
+    bytes[5] = 0;
+
+    bytes[8] = '['; /* header: not an object */
+    write_file(bad, bytes, n);
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
+    tu_assert_error_contains("not valid JSON");
+    bytes[8] = '{';
+
+    bytes[9] = 0; /* a NUL in the header */
+    write_file(bad, bytes, n);
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
+    tu_assert_error_contains("control character");
+    free(bytes);
+}
+
+static void test_truncation_reports_sizes(void **state)
+{
+    char path[256], bad[256];
+    tmp_path(path, sizeof path, "small3.safetensors");
+    tmp_path(bad, sizeof bad, "cut.safetensors");
+    size_t n;
+    unsigned char *bytes = small_checkpoint(path, &n);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | bytes[i];
+    size_t data = n - 8 - (size_t)hlen;
+    assert_true(data > 2);
+    size_t cuts[] = {
+        0, 4, 7, 8, 8 + (size_t)hlen / 2, 8 + (size_t)hlen, 8 + (size_t)hlen + data / 2, n - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        size_t cut = cuts[i];
+        write_file(bad, bytes, cut);
+        rp_checkpoint *ck = (rp_checkpoint *)1;
+        assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
+        assert_null(ck);
+        tu_assert_error_contains("truncated");
+        tu_assert_error_contains("cut.safetensors");
+        char expected[64], actual[64];
+        size_t want = cut < 8 ? 8 : cut < 8 + hlen ? 8 + (size_t)hlen : n;
+        snprintf(expected, sizeof expected, "%zu bytes", want);
+        snprintf(actual, sizeof actual, "the file has %zu", cut);
+        tu_assert_error_contains(expected);
+        tu_assert_error_contains(actual);
+    }
+    /* A byte too many is refused as well. */
+    unsigned char *longer = malloc(n + 1);
+    assert_non_null(longer);
+    memcpy(longer, bytes, n);
+    longer[n] = 0;
+    write_file(bad, longer, n + 1);
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
+    tu_assert_error_contains("trailing bytes");
+    free(longer);
+    free(bytes);
+}
+
+/* ---- structure checks on files without a CRC -------------------------------------------- */
+
+/* Writes the safetensors file: length field, header padded with spaces, then `data`. */
+static void write_raw(const char *path, const char *header, const void *data, size_t data_len)
+{
+    size_t len = strlen(header), padded = (len + 7) / 8 * 8;
+    unsigned char *buf = calloc(1, 8 + padded + data_len);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(buf + 8, header, len);
+    memset(buf + 8 + len, ' ', padded - len);
+    if (data_len) memcpy(buf + 8 + padded, data, data_len);
+    write_file(path, buf, 8 + padded + data_len);
+    free(buf);
+}
+
+static void test_foreign_safetensors(void **state)
+{
+    char path[256];
+    tmp_path(path, sizeof path, "foreign.safetensors");
+    /* As Python writes it: no CRC, metadata last, keys in any order. */
+    float vals[] = {1.5f, -2.0f, 3.25f};
+    int64_t step = 12;
+    unsigned char data[12 + 8];
+    memcpy(data, &step, 8);
+    memcpy(data + 8, vals, 12);
+    write_raw(path,
+              "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[8,20]},"
+              "\"step\":{\"data_offsets\":[0,8],\"shape\":[],\"dtype\":\"I64\"},"
+              "\"__metadata__\":{\"format\":\"pt\"}}",
+              data, sizeof data);
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_load(&ck, path), RP_ERR_FORMAT);
+    tu_assert_error_contains("replicator.crc32");
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_OK);
+    assert_string_equal(rp_checkpoint_name_at(ck, 0), "step"); /* file order */
+    const float *w = rp_checkpoint_get_f32(ck, "w", NULL, NULL);
+    assert_non_null(w);
+    assert_memory_equal(w, vals, sizeof vals);
+    int64_t count;
+    assert_int_equal(rp_checkpoint_get_i64(ck, "step", &count)[0], 12);
+    assert_int_equal(count, 1);
+    assert_string_equal(rp_checkpoint_get_meta(ck, "format"), "pt");
+    rp_checkpoint_destroy(ck);
+
+    write_raw(path, "{\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", data, 4);
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_UNSUPPORTED);
+    tu_assert_error_contains("F16");
+}
+
+/* Each malformed header is refused with RP_ERR_FORMAT and a message containing `needle`. */
+static void test_structure_checks(void **state)
+{
+    static const struct {
+        const char *header;
+        size_t data_len;
+        const char *needle;
+    } cases[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]}}",
+         16, "a gap"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, "an overlap"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
+         "starts at byte 4"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "needs 12 bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "dimension 0"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", 8, "dimension 0"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
+         "5 dimensions"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4, "data_offsets"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4, "data_offsets"},
+        {"{\"a\":{\"dtype\":\"X32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4,
+         "unknown field"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "needs a string"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, "appears twice"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "trailing bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "truncated"},
+        {"{\"__metadata__\":{\"k\":1}}", 0, "not a string"},
+        {"{\"__metadata__\":{\"k\":\"v\",\"replicator.crc32\":\"00000000\"}}", 0,
+         "not in its place"},
+        {"{\"a\":[]}", 0, "not an object"},
+        {"[]", 0, "not a JSON object"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} x", 4, "after the JSON"},
+        {"{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "UTF-8"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4, "not valid JSON"},
+    };
+    char path[256];
+    tmp_path(path, sizeof path, "structure.safetensors");
+    unsigned char zeros[16] = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_raw(path, cases[i].header, zeros, cases[i].data_len);
+        rp_checkpoint *ck = (rp_checkpoint *)1;
+        rp_status s = rp_checkpoint_load_safetensors(&ck, path);
+        if (s != RP_ERR_FORMAT || !strstr(rp_last_error(), cases[i].needle)) {
+            print_error("case %zu (%s): status %s, \"%s\"\n", i, cases[i].header, rp_status_name(s),
+                        rp_last_error());
+            fail();
+        }
+        assert_null(ck);
+    }
+    /* And one that is fine, to show the cases above fail for their own reason. */
+    write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", zeros, 4);
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+}
+
+/* ---- atomic saves ---------------------------------------------------------------------- */
+
+static void test_failed_save_keeps_previous_file(void **state)
+{
+    char path[256];
+    tmp_path(path, sizeof path, "keep.safetensors");
+    size_t n_good;
+    unsigned char *good = small_checkpoint(path, &n_good);
+
+    /* A big checkpoint that cannot be written whole: the file-size limit stands in for a full disk.
+     */
+    rp_checkpoint *big;
+    assert_int_equal(rp_checkpoint_create(&big), RP_OK);
+    static float values[1 << 16];
+    assert_int_equal(rp_checkpoint_add_f32(big, "big", 1, (int64_t[]){1 << 16}, values), RP_OK);
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    struct rlimit small = {64 * 1024, old.rlim_max};
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    rp_status s = rp_checkpoint_save(big, path);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, old_handler);
+    assert_int_equal(s, RP_ERR_IO);
+    tu_assert_error_contains("keep.safetensors.tmp.");
+    tu_assert_error_contains("File too large");
+
+    size_t n_now;
+    unsigned char *now = read_file(path, &n_now);
+    assert_int_equal(n_now, n_good);
+    assert_memory_equal(now, good, n_good);
+    free(now);
+    assert_int_equal(count_files("keep.safetensors.tmp"), 0);
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_load(&ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+
+    /* The same save without the limit succeeds and replaces the file. */
+    assert_int_equal(rp_checkpoint_save(big, path), RP_OK);
+    assert_int_equal(rp_checkpoint_load(&ck, path), RP_OK);
+    assert_int_equal(rp_checkpoint_count(ck), 1);
+    rp_checkpoint_destroy(ck);
+    assert_int_equal(count_files("keep.safetensors.tmp"), 0);
+
+    /* A directory that does not exist. */
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/no/such/dir/ck.safetensors", tmp_dir);
+    assert_int_equal(rp_checkpoint_save(big, missing), RP_ERR_IO);
+    tu_assert_error_contains("no/such/dir/ck.safetensors");
+    tu_assert_error_contains("No such file or directory");
+
+    /* Something at `path` that is not a regular file is never replaced. */
+    char fifo[256], dir[256];
+    tmp_path(fifo, sizeof fifo, "a_fifo");
+    tmp_path(dir, sizeof dir, "a_dir");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(rp_checkpoint_save(big, fifo), RP_ERR_IO);
+    tu_assert_error_contains("not a regular file");
+    assert_int_equal(rp_checkpoint_save(big, dir), RP_ERR_IO);
+    struct stat st;
+    assert_int_equal(stat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(stat(dir, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(count_files("a_fifo.tmp"), 0);
+    assert_int_equal(count_files("a_dir.tmp"), 0);
+
+    rp_checkpoint_destroy(big);
+    free(good);
+}
+
+/* ---- another reader's view --------------------------------------------------------------- */
+
+/*
+ * Python's json module reads the header, and the layout rules of safetensors
+ * hold: metadata maps strings to strings, offsets tile the buffer in order,
+ * and the F32 values decode to what was written. Skipped without python3.
+ */
+static void test_python_reads_header(void **state)
+{
+    if (system("python3 -c 'import json, struct' >/dev/null 2>&1") != 0) skip();
+    char path[256], script[256], cmd[700];
+    tmp_path(path, sizeof path, "py.safetensors");
+    tmp_path(script, sizeof script, "check.py");
+    rp_checkpoint *ck = make_mixed();
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+    static const char py[] =
+        "import json, struct, sys\n"
+        "b = open(sys.argv[1], 'rb').read()\n"
+        "n = struct.unpack('<Q', b[:8])[0]\n"
+        "assert n % 8 == 0, n\n"
+        "h = json.loads(b[8:8 + n].decode('utf-8'))\n"
+        "meta = h.pop('__metadata__')\n"
+        "assert all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())\n"
+        "assert json.loads(meta['config'])['lr'] == 0.1\n"
+        "size = {'F32': 4, 'I64': 8, 'U64': 8}\n"
+        "at = 0\n"
+        "for name, t in sorted(h.items(), key=lambda kv: kv[1]['data_offsets']):\n"
+        "    s, e = t['data_offsets']\n"
+        "    count = 1\n"
+        "    for d in t['shape']: count *= d\n"
+        "    assert s == at and e - s == count * size[t['dtype']], name\n"
+        "    assert s % size[t['dtype']] == 0, ('unaligned', name)\n"
+        "    at = e\n"
+        "assert 8 + n + at == len(b)\n"
+        "s, e = h['four.d']['data_offsets']\n"
+        "vals = struct.unpack('<12f', b[8 + n + s:8 + n + e])\n"
+        "assert vals == tuple(i - 5.5 for i in range(12)), vals\n"
+        "s, e = h['counters']['data_offsets']\n"
+        "assert struct.unpack('<5q', b[8 + n + s:8 + n + e])[4] == 2**63 - 1\n";
+    write_file(script, py, sizeof py - 1);
+    snprintf(cmd, sizeof cmd, "python3 %s %s", script, path);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_bit_exact),
+        cmocka_unit_test(test_empty_checkpoint),
+        cmocka_unit_test(test_add_and_lookup_errors),
+        cmocka_unit_test(test_params_round_trip),
+        cmocka_unit_test(test_params_shape_mismatch_names_both),
+        cmocka_unit_test(test_params_missing_and_unexpected),
+        cmocka_unit_test(test_optimizer_kind_mismatch),
+        cmocka_unit_test(test_every_single_byte_change_is_detected),
+        cmocka_unit_test(test_corruption_messages),
+        cmocka_unit_test(test_truncation_reports_sizes),
+        cmocka_unit_test(test_foreign_safetensors),
+        cmocka_unit_test(test_structure_checks),
+        cmocka_unit_test(test_failed_save_keeps_previous_file),
+        cmocka_unit_test(test_python_reads_header),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
