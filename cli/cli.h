@@ -1,0 +1,11 @@
+/* cli.h - the subcommands of the replicator command. Each returns an exit code. */
+#ifndef RP_CLI_H
+#define RP_CLI_H
+
+#include "replicator/replicator.h"
+
+int rp_cli_train(int argc, char **argv);
+int rp_cli_info(int argc, char **argv);
+int rp_cli_bench(int argc, char **argv);
+
+#endif

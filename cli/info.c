@@ -1,0 +1,26 @@
+/* info.c - `replicator info`: the build, the engines and the environment. */
+#include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "kernels/kernels.h"
+
+int rp_cli_info(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    const rp_env *env = rp_env_get();
+    const dnnl_version_t *v = dnnl_version();
+    printf("replicator %s\n", RP_VERSION);
+    printf("cores          %d\n", rp_cpu_count());
+    printf("kernels        %s\n", rp_kernels_active()->name);
+    printf("oneDNN         %d.%d.%d (cpu runtime %s)\n", v->major, v->minor, v->patch,
+           v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
+    printf("OpenBLAS       %s\n", openblas_get_config());
+    printf("OpenMP threads %d\n", omp_get_max_threads());
+    printf("environment    RP_LOG_LEVEL=%d RP_THREADS=%d RP_KERNELS=%s RP_DATA_DIR=%s\n",
+           env->log_level, env->threads, env->kernels, env->data_dir);
+    return 0;
+}

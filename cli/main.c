@@ -1,0 +1,36 @@
+/* main.c - the replicator command: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: replicator <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  train   train a model (mlp on Fashion-MNIST)\n"
+            "  bench   measure kernels against OpenBLAS and oneDNN called directly\n"
+            "  info    print the build, the engines and the environment\n"
+            "\n"
+            "`replicator <command> --help` describes each command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "train")) return rp_cli_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "info")) return rp_cli_info(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench")) return rp_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "--version")) {
+        printf("replicator %s\n", RP_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "replicator: unknown command \"%s\"\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
