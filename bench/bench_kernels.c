@@ -1,7 +1,8 @@
 /*
  * bench_kernels.c - the fast kernels against the engines underneath, side
  * by side in one run:
- *   (a) GEMM: rp_cpu_gemm against cblas_sgemm called directly;
+ *   (a) GEMM: rp_cpu_gemm against dnnl_sgemm called directly, and oneDNN's
+ *       GEMM against OpenBLAS's cblas_sgemm (the engine choice);
  *   (b) 3x3 convolutions (forward, backward data, backward weights):
  *       rp_cpu_conv2d_* against oneDNN called directly, with the same
  *       NHWC activations and OHWI user weights, primitives created once
@@ -159,6 +160,13 @@ static void gemm_direct(void *p)
                 g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb, 0.0f, g->c, g->ldc);
 }
 
+static void gemm_dnnl(void *p)
+{
+    gemm_ctx *g = p;
+    dnnl_sgemm(g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b,
+               g->ldb, 0.0f, g->c, g->ldc);
+}
+
 static void bench_gemm(void)
 {
     static const struct {
@@ -174,7 +182,8 @@ static void bench_gemm(void)
         {"R18 im2col fwd 100352x64, k=576", false, false, 100352, 64, 576},
         {"R18 im2col bwd-d 100352x576, k=64 (B^T)", false, true, 100352, 576, 64},
     };
-    printf("\n(a) GEMM, row-major, GFLOP/s: rp_cpu_gemm vs cblas_sgemm\n");
+    printf("\n(a) GEMM, row-major, GFLOP/s: rp_cpu_gemm vs dnnl_sgemm directly; then dnnl_sgemm vs "
+           "OpenBLAS cblas_sgemm (\"overhead\" there = oneDNN's time over OpenBLAS's)\n");
     printf("  %-44s %9s %9s %9s\n", "shape (m x n, k)", "ours", "direct", "overhead");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemm_ctx g = {.ta = shapes[s].ta,
@@ -188,8 +197,10 @@ static void bench_gemm(void)
         float *a = buffer((int64_t)g.m * g.k, 1), *b = buffer((int64_t)g.k * g.n, 2);
         float *c = buffer((int64_t)g.m * g.n, 3);
         g.a = a, g.b = b, g.c = c;
-        pair_result r = time_pair(gemm_ours, &g, gemm_direct, &g);
-        report_flops(shapes[s].name, 2.0 * g.m * g.n * g.k, r, NULL);
+        pair_result r = time_pair(gemm_ours, &g, gemm_dnnl, &g);
+        report_flops(shapes[s].name, 2.0 * g.m * g.n * g.k, r, "ours vs dnnl_sgemm");
+        r = time_pair(gemm_dnnl, &g, gemm_direct, &g);
+        report_flops("", 2.0 * g.m * g.n * g.k, r, "dnnl_sgemm vs OpenBLAS");
         rp_free(a), rp_free(b), rp_free(c);
     }
 }
@@ -562,7 +573,7 @@ static void usage(FILE *f)
             "usage: bench_kernels [--threads N] [--rounds R] [--quick] [--only a|b|c|d] [--help]\n"
             "\n"
             "Measures replicator's fast kernels against the engines underneath, in one run:\n"
-            "  (a) GEMM via rp_cpu_gemm vs cblas_sgemm directly\n"
+            "  (a) GEMM via rp_cpu_gemm vs dnnl_sgemm directly, and dnnl_sgemm vs cblas_sgemm\n"
             "  (b) 3x3 convolution fwd / bwd-data / bwd-weights via rp_cpu_conv2d_* vs oneDNN\n"
             "      directly (same NHWC/OHWI formats and weight reorders)\n"
             "  (c) max / average pooling forward, ours vs oneDNN\n"

@@ -1,5 +1,4 @@
 /* info.c - `replicator info`: the build, the engines and the environment. */
-#include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
@@ -18,7 +17,6 @@ int rp_cli_info(int argc, char **argv)
     printf("kernels        %s\n", rp_kernels_active()->name);
     printf("oneDNN         %d.%d.%d (cpu runtime %s)\n", v->major, v->minor, v->patch,
            v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
-    printf("OpenBLAS       %s\n", openblas_get_config());
     printf("OpenMP threads %d\n", omp_get_max_threads());
     printf("environment    RP_LOG_LEVEL=%d RP_THREADS=%d RP_KERNELS=%s RP_DATA_DIR=%s\n",
            env->log_level, env->threads, env->kernels, env->data_dir);

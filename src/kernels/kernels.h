@@ -137,9 +137,10 @@ const rp_kernels *rp_kernels_cpu(void);
 const rp_kernels *rp_kernels_active(void);
 
 /*
- * Sets the calling thread's kernel thread count: OpenMP's for this thread
- * (oneDNN and our loops) and OpenBLAS's (process-wide in the pthread build,
- * so replicas of one process must agree). n <= 0 means all cores.
+ * Sets the calling thread's kernel thread count: OpenMP's team size for this
+ * thread, which every cpu kernel (oneDNN GEMM and convolution, our loops)
+ * follows. Each replica thread sets its own. n <= 0 means $RP_THREADS or all
+ * cores.
  */
 void rp_kernels_set_threads(int n);
 /* The calling thread's kernel thread count. */

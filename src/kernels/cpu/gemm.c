@@ -1,7 +1,15 @@
 /*
- * gemm.c - the fast GEMM: OpenBLAS's cblas_sgemm in row-major order.
+ * gemm.c - the fast GEMM: oneDNN's dnnl_sgemm (row-major).
+ *
+ * Why not OpenBLAS, which DESIGN.md names: measured here (bench_kernels,
+ * docs/benchmarks.md), Debian's OpenBLAS 0.3.21 does not know this CPU
+ * (family 6 model 207) and falls back to its Prescott kernels, about 4x
+ * slower than oneDNN's AVX-512 GEMM; and its pthread pool fights the OpenMP
+ * pool that oneDNN and our loops use, which made a 2-thread MLP step 3x
+ * slower than a 1-thread one. dnnl_sgemm runs on the calling thread's OpenMP
+ * team, so one thread setting governs every kernel of a replica.
  */
-#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include "kernels/cpu/conv_pool_dnnl.h"
 
@@ -22,6 +30,6 @@ void rp_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
         }
         return;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
+               ldc);
 }
