@@ -10,6 +10,7 @@
 #include "optim.h"
 #include "data.h"
 #include "io.h"
+#include "loader.h"
 
 #define RP_VERSION "0.1.0"
 
