@@ -1,0 +1,49 @@
+/*
+ * resnet.h - residual networks (He et al. 2016), written against the public
+ * API only:
+ *  - ResNet-20: CIFAR-style, 3 stages of 3 basic blocks (16/32/64 channels),
+ *    for 28x28 and 32x32 inputs;
+ *  - ResNet-18 and ResNet-50: ImageNet-style (7x7 stem and max pool; basic
+ *    or bottleneck blocks [2,2,2,2] / [3,4,6,3]), ResNet-50 v1.5 with the
+ *    stride on the 3x3 convolution, for 224x224 inputs.
+ * Shortcuts are identity where shapes allow, else a 1x1 convolution and batch
+ * norm (projection). Convolutions have no bias. Images are NHWC.
+ */
+#ifndef RP_MODELS_RESNET_H
+#define RP_MODELS_RESNET_H
+
+#include "replicator/replicator.h"
+
+typedef enum { RP_RESNET20, RP_RESNET18, RP_RESNET50 } rp_resnet_kind;
+
+typedef struct rp_resnet_config {
+    rp_resnet_kind kind;
+    int in_channels;       /* 1 for Fashion-MNIST, 3 for CIFAR and ImageNet */
+    int classes;
+    bool zero_init_residual; /* last BN gamma of each block starts at 0 (Goyal et al. 2017) */
+    rp_bn_reduce_fn bn_reduce; /* NULL, or a cross-replica reduction for every BN */
+    void *bn_reduce_ctx;
+} rp_resnet_config;
+
+rp_resnet_config rp_resnet_config_default(rp_resnet_kind kind);
+
+/* Parses "resnet20", "resnet18", "resnet50"; false if unknown. */
+bool rp_resnet_kind_parse(const char *name, rp_resnet_kind *kind);
+const char *rp_resnet_kind_name(rp_resnet_kind kind);
+
+typedef struct rp_resnet rp_resnet;
+
+/* Builds the network and its parameters, initialised from `seed`. */
+rp_status rp_resnet_create(rp_resnet **net, const rp_resnet_config *cfg, uint64_t seed);
+void rp_resnet_destroy(rp_resnet *net);
+
+/* The network's parameters (owned by the network). */
+rp_params *rp_resnet_params(const rp_resnet *net);
+
+/*
+ * x [N,H,W,C] -> logits [N,classes]. `training` selects batch statistics
+ * (and updates the running ones) or running statistics.
+ */
+rp_tensor *rp_resnet_forward(rp_tape *t, const rp_resnet *net, rp_tensor *x, bool training);
+
+#endif
