@@ -10,8 +10,9 @@ static void usage(FILE *f)
             "usage: replicator <command> [options]\n"
             "\n"
             "commands:\n"
-            "  train   train a model (mlp on Fashion-MNIST)\n"
-            "  bench   measure kernels against OpenBLAS and oneDNN called directly\n"
+            "  train   train a model (default: ResNet-20 on Fashion-MNIST)\n"
+            "  eval    test accuracy of a saved run\n"
+            "  bench   training throughput of a model on synthetic data\n"
             "  info    print the build, the engines and the environment\n"
             "\n"
             "`replicator <command> --help` describes each command's options.\n");
@@ -24,6 +25,7 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "train")) return rp_cli_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "eval")) return rp_cli_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return rp_cli_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return rp_cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "--version")) {

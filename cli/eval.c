@@ -1,0 +1,63 @@
+/* eval.c - `replicator eval DIR`: test accuracy of a saved run's checkpoint. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "train.h"
+
+int rp_cli_eval(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fprintf(argc < 2 ? stderr : stdout,
+                "usage: replicator eval RUN_DIR [--threads N]\n"
+                "\n"
+                "Loads RUN_DIR/checkpoint.safetensors (written by replicator train), rebuilds the\n"
+                "model from the configuration stored in it and reports test loss and accuracy.\n");
+        return argc < 2 ? 2 : 0;
+    }
+    int threads = 0;
+    if (argc == 4 && !strcmp(argv[2], "--threads")) threads = atoi(argv[3]);
+    rp_kernels_set_threads(threads);
+
+    rp_status status = RP_OK;
+    rp_checkpoint *ck = NULL;
+    rp_dataset *train = NULL, *test = NULL;
+    train_model model = {0};
+    rp_tape *tape = NULL;
+    train_opts o;
+    char path[600];
+    train_checkpoint_path(path, sizeof path, argv[1]);
+    RP_TRY(rp_checkpoint_load(&ck, path));
+    const char *config = rp_checkpoint_get_meta(ck, "replicator.config");
+    if (!config) {
+        status = RP_ERROR(RP_ERR_FORMAT, "%s has no replicator.config metadata", path);
+        goto cleanup;
+    }
+    RP_TRY(train_opts_from_json(&o, config));
+    RP_TRY(train_load_dataset(&train, &o, "train"));
+    RP_TRY(train_load_dataset(&test, &o, "test"));
+    float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
+    RP_TRY(rp_dataset_channel_stats(train, mean, std));
+    RP_TRY(train_model_create(&model, &o, train->h, train->w, train->c, train->num_classes));
+    RP_TRY(rp_checkpoint_read_params(ck, train_model_params(&model), "param/"));
+    RP_TRY(rp_tape_create(&tape, 0));
+    eval_result ev;
+    RP_TRY(train_evaluate(tape, &model, test, mean, std, &ev));
+    int64_t n;
+    const int64_t *pos = rp_checkpoint_get_i64(ck, "train/position", &n);
+    printf("%s on %s: test accuracy %.2f%%, test loss %.4f (%lld images; checkpoint after %lld steps)\n",
+           o.model, test->name, 100 * ev.accuracy, ev.loss, (long long)ev.samples,
+           pos && n == 3 ? (long long)pos[2] : -1LL);
+cleanup:
+    rp_tape_destroy(tape);
+    train_model_destroy(&model);
+    rp_dataset_destroy(test);
+    rp_dataset_destroy(train);
+    rp_checkpoint_destroy(ck);
+    if (status != RP_OK) {
+        fprintf(stderr, "replicator eval: error: %s\n", rp_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,79 @@
+/*
+ * train.h - what `replicator train` and `replicator eval` share: the run's
+ * options (also stored in every checkpoint, so a run can be resumed or
+ * evaluated from its directory alone) and a small model wrapper.
+ */
+#ifndef RP_CLI_TRAIN_H
+#define RP_CLI_TRAIN_H
+
+#include "cli.h"
+#include "models/mlp/mlp.h"
+#include "models/resnet/resnet.h"
+
+typedef struct train_opts {
+    char model[32];     /* mlp | resnet20 | resnet18 | resnet50 */
+    char dataset[32];   /* fashion-mnist | mnist | cifar10 | synthetic */
+    char data_dir[512];
+    char out_dir[512];
+    int epochs;
+    int batch;
+    float lr;
+    float momentum;
+    float weight_decay;
+    bool nesterov;
+    char schedule[16];  /* cosine | constant */
+    int warmup_epochs;
+    uint64_t seed;
+    int threads;
+    int hidden[RP_MLP_MAX_LAYERS];
+    int n_hidden;
+    bool augment;
+    int pad;
+    int64_t limit;      /* first N training samples (0: all) */
+    int64_t max_steps;  /* stop (and checkpoint) after this global step (0: no limit) */
+    bool quiet;
+    bool no_checkpoint;
+} train_opts;
+
+/* Defaults for a model: what `replicator train MODEL` runs with no options. */
+void train_opts_default(train_opts *o, const char *model);
+
+/*
+ * Parses argv (argv[0] is the command name). Returns 0 with *o filled, 1
+ * after --help was printed, 2 on a bad option (a message was printed).
+ * *resume gets --resume's directory or NULL.
+ */
+int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume);
+
+/* The options as a JSON object text (caller frees with free()), and back. */
+char *train_opts_to_json(const train_opts *o);
+rp_status train_opts_from_json(train_opts *o, const char *json);
+
+/* A classifier: an MLP or a ResNet, behind one face. */
+typedef struct train_model {
+    rp_mlp *mlp;
+    rp_resnet *resnet;
+} train_model;
+
+rp_status train_model_create(train_model *m, const train_opts *o, int h, int w, int c, int classes);
+void train_model_destroy(train_model *m);
+rp_params *train_model_params(const train_model *m);
+rp_tensor *train_model_forward(rp_tape *t, const train_model *m, rp_tensor *x, bool training);
+
+/* Loads the train or test split of o->dataset. */
+rp_status train_load_dataset(rp_dataset **ds, const train_opts *o, const char *split);
+
+/* Test-set loss and accuracy, in evaluation mode (batch statistics frozen). */
+typedef struct eval_result {
+    double loss;
+    double accuracy;
+    int64_t samples;
+} eval_result;
+
+rp_status train_evaluate(rp_tape *t, const train_model *m, const rp_dataset *test,
+                         const float *mean, const float *std, eval_result *r);
+
+/* Path of the checkpoint file in a run directory. */
+void train_checkpoint_path(char *buf, size_t size, const char *dir);
+
+#endif

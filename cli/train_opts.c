@@ -1,0 +1,272 @@
+/*
+ * train_opts.c - the options of `replicator train`: defaults, command-line
+ * parsing, and the JSON form stored in checkpoints.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+void train_opts_default(train_opts *o, const char *model)
+{
+    memset(o, 0, sizeof *o);
+    snprintf(o->model, sizeof o->model, "%s", model);
+    snprintf(o->dataset, sizeof o->dataset, "fashion-mnist");
+    snprintf(o->data_dir, sizeof o->data_dir, "%s", rp_env_get()->data_dir);
+    snprintf(o->schedule, sizeof o->schedule, "cosine");
+    o->seed = 1;
+    o->batch = 128;
+    o->momentum = 0.9f;
+    o->weight_decay = 5e-4f;
+    o->warmup_epochs = 1;
+    if (!strcmp(model, "mlp")) {
+        o->epochs = 10;
+        o->lr = 0.05f;
+        o->hidden[0] = 512;
+        o->hidden[1] = 256;
+        o->n_hidden = 2;
+    } else {
+        /* ResNet-20 on Fashion-MNIST: fits the 15-minute budget on 2 cores (docs/training.md). */
+        o->epochs = 6;
+        o->lr = 0.1f;
+        o->nesterov = true;
+        o->augment = true;
+        o->pad = 2;
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: replicator train [MODEL] [options]\n"
+            "       replicator train --resume DIR [--epochs N] [--threads N]\n"
+            "\n"
+            "Trains an image classifier and evaluates it on the test split after every epoch.\n"
+            "MODEL is resnet20 (default), resnet18, resnet50 or mlp.\n"
+            "\n"
+            "data:\n"
+            "  --dataset D       fashion-mnist (default), mnist, cifar10 or synthetic\n"
+            "  --data DIR        dataset directory (default $RP_DATA_DIR or\n"
+            "                    /usr/share/datasets/fashion-mnist)\n"
+            "  --limit N         train on the first N samples only\n"
+            "  --no-augment      no random crop and flip (resnets augment by default)\n"
+            "  --pad N           random-crop padding (default 2)\n"
+            "optimisation:\n"
+            "  --epochs N        passes over the training set (resnet20: 6, mlp: 10)\n"
+            "  --batch N         batch size (default 128)\n"
+            "  --lr X            peak learning rate (resnet: 0.1, mlp: 0.05)\n"
+            "  --momentum X      SGD momentum (default 0.9)\n"
+            "  --nesterov        Nesterov momentum (default for resnets)\n"
+            "  --wd X            weight decay (default 5e-4)\n"
+            "  --schedule S      cosine (default) or constant\n"
+            "  --warmup N        linear warm-up epochs (default 1)\n"
+            "  --hidden A,B,...  mlp hidden widths (default 512,256)\n"
+            "run:\n"
+            "  --seed N          random seed (default 1)\n"
+            "  --threads N       kernel threads (default: all cores)\n"
+            "  --out DIR         run directory: checkpoint.safetensors, metrics.jsonl\n"
+            "                    (default runs/MODEL)\n"
+            "  --resume DIR      continue the run saved in DIR\n"
+            "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
+            "  --no-checkpoint   do not write checkpoints\n"
+            "  --quiet           only the summary\n"
+            "  --help            this text\n"
+            "\n"
+            "A checkpoint is written after every epoch and on Ctrl-C/SIGTERM; --resume continues\n"
+            "at the exact batch. `replicator eval DIR` reports a saved run's test accuracy.\n");
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtol(s, &end, 10);
+    return !errno && end != s && !*end && *v >= lo && *v <= hi;
+}
+
+static bool parse_float(const char *s, float lo, float hi, float *v)
+{
+    char *end;
+    *v = strtof(s, &end);
+    return end != s && !*end && *v >= lo && *v <= hi;
+}
+
+static bool parse_widths(const char *s, int *out, int *n)
+{
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1 << 16 || *n >= RP_MLP_MAX_LAYERS - 1) return false;
+        out[(*n)++] = (int)v;
+        if (*end && *end != ',') return false;
+        s = *end ? end + 1 : end;
+    }
+    return *n > 0;
+}
+
+static bool known_model(const char *m)
+{
+    rp_resnet_kind k;
+    return !strcmp(m, "mlp") || rp_resnet_kind_parse(m, &k);
+}
+
+int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
+{
+    *resume = NULL;
+    int i = 1;
+    const char *model = "resnet20";
+    if (i < argc && argv[i][0] != '-') model = argv[i++];
+    if (!known_model(model)) {
+        fprintf(stderr, "replicator train: unknown model \"%s\" (resnet20, resnet18, resnet50, mlp)\n",
+                model);
+        return 2;
+    }
+    train_opts_default(o, model);
+    for (; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n = 0;
+        bool ok = true;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--nesterov")) { o->nesterov = true; continue; }
+        if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
+        if (!strcmp(a, "--no-augment")) { o->augment = false; continue; }
+        if (!strcmp(a, "--no-checkpoint")) { o->no_checkpoint = true; continue; }
+        if (!v) {
+            fprintf(stderr, "replicator train: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--data")) snprintf(o->data_dir, sizeof o->data_dir, "%s", v);
+        else if (!strcmp(a, "--out")) snprintf(o->out_dir, sizeof o->out_dir, "%s", v);
+        else if (!strcmp(a, "--resume")) *resume = v;
+        else if (!strcmp(a, "--dataset")) {
+            ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10") ||
+                 !strcmp(v, "synthetic");
+            snprintf(o->dataset, sizeof o->dataset, "%s", v);
+        } else if (!strcmp(a, "--schedule")) {
+            ok = !strcmp(v, "cosine") || !strcmp(v, "constant");
+            snprintf(o->schedule, sizeof o->schedule, "%s", v);
+        } else if (!strcmp(a, "--epochs")) { ok = parse_long(v, 1, 100000, &n); o->epochs = (int)n; }
+        else if (!strcmp(a, "--batch")) { ok = parse_long(v, 1, 1 << 20, &n); o->batch = (int)n; }
+        else if (!strcmp(a, "--warmup")) { ok = parse_long(v, 0, 100000, &n); o->warmup_epochs = (int)n; }
+        else if (!strcmp(a, "--seed")) { ok = parse_long(v, 0, 0x7fffffffL, &n); o->seed = (uint64_t)n; }
+        else if (!strcmp(a, "--threads")) { ok = parse_long(v, 1, 1024, &n); o->threads = (int)n; }
+        else if (!strcmp(a, "--pad")) { ok = parse_long(v, 0, 64, &n); o->pad = (int)n; }
+        else if (!strcmp(a, "--limit")) { ok = parse_long(v, 1, 1L << 40, &n); o->limit = n; }
+        else if (!strcmp(a, "--max-steps")) { ok = parse_long(v, 1, 1L << 40, &n); o->max_steps = n; }
+        else if (!strcmp(a, "--lr")) ok = parse_float(v, 0.0f, 100.0f, &o->lr);
+        else if (!strcmp(a, "--momentum")) ok = parse_float(v, 0.0f, 0.9999f, &o->momentum);
+        else if (!strcmp(a, "--wd")) ok = parse_float(v, 0.0f, 1.0f, &o->weight_decay);
+        else if (!strcmp(a, "--hidden")) ok = parse_widths(v, o->hidden, &o->n_hidden);
+        else {
+            fprintf(stderr, "replicator train: unknown option %s (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "replicator train: bad value \"%s\" for %s (see --help)\n", v, a);
+            return 2;
+        }
+    }
+    if (o->nesterov && o->momentum <= 0) {
+        fprintf(stderr, "replicator train: --nesterov needs --momentum > 0\n");
+        return 2;
+    }
+    if (!o->out_dir[0]) snprintf(o->out_dir, sizeof o->out_dir, "runs/%s", o->model);
+    return 0;
+}
+
+char *train_opts_to_json(const train_opts *o)
+{
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddStringToObject(j, "model", o->model);
+    cJSON_AddStringToObject(j, "dataset", o->dataset);
+    cJSON_AddStringToObject(j, "data_dir", o->data_dir);
+    cJSON_AddNumberToObject(j, "epochs", o->epochs);
+    cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "lr", o->lr);
+    cJSON_AddNumberToObject(j, "momentum", o->momentum);
+    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+    cJSON_AddBoolToObject(j, "nesterov", o->nesterov);
+    cJSON_AddStringToObject(j, "schedule", o->schedule);
+    cJSON_AddNumberToObject(j, "warmup_epochs", o->warmup_epochs);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddBoolToObject(j, "augment", o->augment);
+    cJSON_AddNumberToObject(j, "pad", o->pad);
+    cJSON_AddNumberToObject(j, "limit", (double)o->limit);
+    cJSON *hidden = cJSON_AddArrayToObject(j, "hidden");
+    for (int i = 0; hidden && i < o->n_hidden; i++)
+        cJSON_AddItemToArray(hidden, cJSON_CreateNumber(o->hidden[i]));
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return text;
+}
+
+/* Copies a string member into dst; false if missing or not a string. */
+static bool get_str(const cJSON *j, const char *key, char *dst, size_t size)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsString(v)) return false;
+    snprintf(dst, size, "%s", v->valuestring);
+    return true;
+}
+
+static bool get_num(const cJSON *j, const char *key, double *dst)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(v)) return false;
+    *dst = v->valuedouble;
+    return true;
+}
+
+static bool get_bool(const cJSON *j, const char *key, bool *dst)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsBool(v)) return false;
+    *dst = cJSON_IsTrue(v);
+    return true;
+}
+
+rp_status train_opts_from_json(train_opts *o, const char *json)
+{
+    cJSON *j = cJSON_Parse(json);
+    if (!j) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is not valid JSON");
+    char model[32];
+    double epochs, batch, lr, momentum, wd, warmup, seed, pad, limit;
+    bool ok = get_str(j, "model", model, sizeof model) && known_model(model);
+    if (ok) train_opts_default(o, model);
+    ok = ok && get_str(j, "dataset", o->dataset, sizeof o->dataset) &&
+         get_str(j, "data_dir", o->data_dir, sizeof o->data_dir) &&
+         get_str(j, "schedule", o->schedule, sizeof o->schedule) && get_num(j, "epochs", &epochs) &&
+         get_num(j, "batch", &batch) && get_num(j, "lr", &lr) && get_num(j, "momentum", &momentum) &&
+         get_num(j, "weight_decay", &wd) && get_num(j, "warmup_epochs", &warmup) &&
+         get_num(j, "seed", &seed) && get_num(j, "pad", &pad) && get_num(j, "limit", &limit) &&
+         get_bool(j, "nesterov", &o->nesterov) && get_bool(j, "augment", &o->augment);
+    const cJSON *hidden = cJSON_GetObjectItemCaseSensitive(j, "hidden");
+    ok = ok && cJSON_IsArray(hidden) && cJSON_GetArraySize(hidden) < RP_MLP_MAX_LAYERS;
+    if (ok) {
+        o->epochs = (int)epochs;
+        o->batch = (int)batch;
+        o->lr = (float)lr;
+        o->momentum = (float)momentum;
+        o->weight_decay = (float)wd;
+        o->warmup_epochs = (int)warmup;
+        o->seed = (uint64_t)seed;
+        o->pad = (int)pad;
+        o->limit = (int64_t)limit;
+        o->n_hidden = 0;
+        const cJSON *h;
+        cJSON_ArrayForEach(h, hidden) o->hidden[o->n_hidden++] = (int)h->valuedouble;
+        ok = o->batch >= 1 && o->epochs >= 1;
+    }
+    cJSON_Delete(j);
+    if (!ok) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is incomplete or invalid");
+    return RP_OK;
+}
