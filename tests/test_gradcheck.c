@@ -478,6 +478,59 @@ static void test_batch_norm_training(void **state)
     bn_case("bn train NC", 2, (int[]){6, 5}, true);
 }
 
+/*
+ * The fused ReLU (rp_bn_params.relu) equals rp_relu after an unfused batch
+ * norm: the same outputs and the same gradients for x, gamma and beta, in
+ * training and inference mode, with both kernel tables.
+ */
+static void test_batch_norm_fused_relu(void **state)
+{
+    (void)state;
+    enum { N = 4, H = 3, W = 5, C = 6, NUMEL = N * H * W * C };
+    static float xv[NUMEL], dyv[NUMEL], gv[C], bv[C], rm[C], rv[C];
+    tu_fill(xv, NUMEL, 21, -2, 2);
+    tu_fill(dyv, NUMEL, 22, -1, 1);
+    tu_fill(gv, C, 23, 0.5f, 1.5f);
+    tu_fill(bv, C, 24, -0.5f, 0.5f);
+    tu_fill(rm, C, 25, -0.3f, 0.3f);
+    tu_fill(rv, C, 26, 0.5f, 1.5f);
+    const rp_kernels *tables[2] = {rp_kernels_cpu(), rp_kernels_ref()};
+    for (int k = 0; k < 2; k++)
+        for (int training = 0; training < 2; training++) {
+            float out[2][NUMEL], grads[2][NUMEL + 2 * C];
+            for (int fused = 0; fused < 2; fused++) {
+                rp_tape *t;
+                assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+                t->k = tables[k];
+                rp_tensor *x = rp_tensor_from(t, 4, (int[]){N, H, W, C}, xv);
+                rp_tensor *g = rp_tensor_from(t, 1, (int[]){C}, gv);
+                rp_tensor *b = rp_tensor_from(t, 1, (int[]){C}, bv);
+                rp_tensor *mean = rp_tensor_from(t, 1, (int[]){C}, rm);
+                rp_tensor *var = rp_tensor_from(t, 1, (int[]){C}, rv);
+                rp_tensor *dy = rp_tensor_from(t, 4, (int[]){N, H, W, C}, dyv);
+                x->flags |= RP_TENSOR_REQUIRES_GRAD;
+                g->flags |= RP_TENSOR_REQUIRES_GRAD;
+                b->flags |= RP_TENSOR_REQUIRES_GRAD;
+                rp_bn_params p = rp_bn_params_default();
+                p.training = training;
+                p.relu = fused;
+                rp_tensor *y = rp_batch_norm(t, x, g, b, mean, var, p);
+                if (!fused) y = rp_relu(t, y);
+                rp_tensor *loss = rp_sum(t, rp_mul(t, y, dy));
+                assert_non_null(loss);
+                assert_int_equal(rp_backward(t, loss), RP_OK);
+                memcpy(out[fused], y->data, sizeof out[fused]);
+                memcpy(grads[fused], x->grad, NUMEL * sizeof(float));
+                memcpy(grads[fused] + NUMEL, g->grad, C * sizeof(float));
+                memcpy(grads[fused] + NUMEL + C, b->grad, C * sizeof(float));
+                rp_tape_destroy(t);
+            }
+            assert_true(tu_max_rel_diff(out[1], out[0], NUMEL) < 1e-6);
+            double d = tu_max_rel_diff(grads[1], grads[0], NUMEL + 2 * C);
+            if (!(d < 1e-5)) fail_msg("fused relu gradients differ by %g (table %d, training %d)", d, k, training);
+        }
+}
+
 /* rp_batch_norm in inference mode (running statistics are constants). */
 static void test_batch_norm_inference(void **state)
 {
@@ -1193,6 +1246,7 @@ int main(void)
         cmocka_unit_test(test_conv_partial_grads),
         cmocka_unit_test(test_batch_norm_training),
         cmocka_unit_test(test_batch_norm_inference),
+        cmocka_unit_test(test_batch_norm_fused_relu),
         cmocka_unit_test(test_batch_norm_values),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_binary_same_shape),

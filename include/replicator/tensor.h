@@ -153,6 +153,7 @@ typedef struct rp_bn_params {
     float momentum;           /* running = (1-m) running + m batch; default 0.1 */
     float eps;                /* default 1e-5 */
     bool training;            /* batch statistics (true) or running statistics (false) */
+    bool relu;                /* apply a ReLU to the output, fused (one pass fewer each way) */
     rp_bn_reduce_fn reduce;   /* NULL: statistics over this replica's batch only */
     void *reduce_ctx;
 } rp_bn_params;

@@ -83,6 +83,8 @@ static rp_status block_init(rp_resnet *net, resnet_block *b, const char *prefix,
         RP_CHECK(conv_bn(p, prefix, 1, &b->conv[0], &b->bn[0], in, width, 3, stride, cfg));
         RP_CHECK(conv_bn(p, prefix, 2, &b->conv[1], &b->bn[1], width, width, 3, 1, cfg));
     }
+    /* Every BN but the block's last is followed by a ReLU: fuse it. */
+    for (int i = 0; i + 1 < (bottleneck ? 3 : 2); i++) b->bn[i].p.relu = true;
     b->project = stride != 1 || in != out;
     if (b->project) {
         char name[48];
@@ -127,6 +129,7 @@ rp_status rp_resnet_create(rp_resnet **out, const rp_resnet_config *cfg, uint64_
                        channels, 7, 2, cfg));
         net->stem_pool = true;
     }
+    net->stem_bn.p.relu = true;
     for (int s = 0; s < stages; s++) {
         for (int i = 0; i < counts[s]; i++) {
             char prefix[32];
@@ -175,10 +178,7 @@ static rp_tensor *block_forward(rp_tape *t, const resnet_block *b, rp_tensor *x,
 {
     int n = b->bottleneck ? 3 : 2;
     rp_tensor *y = x;
-    for (int i = 0; i < n; i++) {
-        y = conv_bn_forward(t, &b->conv[i], &b->bn[i], y, training);
-        if (i + 1 < n) y = rp_relu(t, y);
-    }
+    for (int i = 0; i < n; i++) y = conv_bn_forward(t, &b->conv[i], &b->bn[i], y, training);
     rp_tensor *shortcut = b->project ? conv_bn_forward(t, &b->proj, &b->proj_bn, x, training) : x;
     return rp_relu(t, rp_add(t, y, shortcut));
 }
@@ -191,7 +191,7 @@ rp_tensor *rp_resnet_forward(rp_tape *t, const rp_resnet *net, rp_tensor *x, boo
                  rp_resnet_kind_name(net->cfg.kind), net->cfg.in_channels, rp_shape_str(x, s, sizeof s));
         return NULL;
     }
-    x = rp_relu(t, conv_bn_forward(t, &net->stem, &net->stem_bn, x, training));
+    x = conv_bn_forward(t, &net->stem, &net->stem_bn, x, training); /* ReLU fused into the BN */
     if (net->stem_pool) x = rp_max_pool2d(t, x, (rp_pool_params){3, 2, 1});
     for (int i = 0; i < net->n_blocks; i++) x = block_forward(t, &net->blocks[i], x, training);
     return rp_linear_layer_forward(t, &net->fc, rp_global_avg_pool(t, x));

@@ -65,21 +65,28 @@ typedef struct rp_kernels {
     rp_status (*avgpool_bwd)(float *dx, const float *dy, const rp_pool_desc *d);
 
     /*
-     * Batch norm over rows of x viewed as [m, c]. stats_fwd writes per-channel
-     * sum and sum of squares into sums[0..c) and sums[c..2c). norm_fwd writes
-     * xhat = (x-mean)*invstd (unless xhat is NULL) and y = gamma*xhat + beta. stats_bwd writes
-     * sum(dy) and sum(dy*xhat) per channel into sums. bwd_data writes
-     * dx = gamma*invstd*(dy - sum_dy/count - xhat*sum_dy_xhat/count), where
-     * count is the number of rows the (possibly cross-replica) sums cover.
+     * Batch norm over rows of x viewed as [m, c], optionally fused with a
+     * ReLU on its output. xhat = (x-mean)*invstd is never stored: backward
+     * recomputes it from x, which costs less than writing and reading it.
+     *  - stats: per-channel sum and sum of squares of x into sums[0..c) and
+     *    sums[c..2c).
+     *  - norm_fwd: y = gamma*xhat + beta, then max(y, 0) when relu.
+     *  - stats_bwd: sum(g) and sum(g*xhat) per channel into sums, where g is
+     *    dy, or dy where y > 0 and 0 elsewhere when y (the fused ReLU's
+     *    output) is not NULL.
+     *  - bwd_data: dx = gamma*invstd*(g - sums[j]/count - xhat*sums[c+j]/count),
+     *    count the rows the (possibly cross-replica) sums cover. All-zero
+     *    sums give the inference-mode gradient gamma*invstd*g.
      * Sums are double: the variance E[x^2]-E[x]^2 cancels badly in float.
      */
     void (*bn_stats)(double *sums, const float *x, int64_t m, int c);
-    void (*bn_norm_fwd)(float *y, float *xhat, const float *x, const float *mean,
-                        const float *invstd, const float *gamma, const float *beta, int64_t m,
-                        int c);
-    void (*bn_stats_bwd)(double *sums, const float *dy, const float *xhat, int64_t m, int c);
-    void (*bn_bwd_data)(float *dx, const float *dy, const float *xhat, const double *sums,
-                        const float *invstd, const float *gamma, double count, int64_t m, int c);
+    void (*bn_norm_fwd)(float *y, const float *x, const float *mean, const float *invstd,
+                        const float *gamma, const float *beta, bool relu, int64_t m, int c);
+    void (*bn_stats_bwd)(double *sums, const float *dy, const float *y, const float *x,
+                         const float *mean, const float *invstd, int64_t m, int c);
+    void (*bn_bwd_data)(float *dx, const float *dy, const float *y, const float *x,
+                        const float *mean, const float *invstd, const double *sums,
+                        const float *gamma, double count, int64_t m, int c);
 
     /* y = act(x); dx = dy * act'(x) computed from y (and x for leaky relu). */
     void (*act_fwd)(float *y, const float *x, int64_t n, rp_act act, float slope);

@@ -117,11 +117,12 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *y = nd->out;
     int c = gamma->shape[0];
     int64_t m = x->numel / c;
-    const float *xhat = nd->saved, *invstd = nd->saved2;
+    const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
+    const float *relu_out = nd->a.bn.relu ? y->data : NULL;
     double *sums = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(double));
     float *local = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(float));
     if (!sums || !local) return oom();
-    t->k->bn_stats_bwd(sums, y->grad, xhat, m, c);
+    t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c);
     bool fail = false;
     float *dgamma = grad_acc(t, gamma, &fail), *dbeta = grad_acc(t, beta, &fail);
     float *dx = grad_out(t, x, &fail);
@@ -131,17 +132,14 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     if (dbeta) t->k->add_inplace(dbeta, local, c);
     if (dgamma) t->k->add_inplace(dgamma, local + c, c);
     if (!dx) return RP_OK;
+    double count = (double)m;
     if (nd->a.bn.training) {
-        double count = (double)m;
         if (nd->a.bn.reduce) RP_CHECK(nd->a.bn.reduce(sums, 2 * c, &count, nd->a.bn.ctx));
-        t->k->bn_bwd_data(dx, y->grad, xhat, sums, invstd, gamma->data, count, m, c);
     } else {
-        /* Running statistics are constants: dx = dy * gamma * invstd. */
-        float *g = rp_arena_alloc(t->arena, (size_t)c * sizeof(float));
-        if (!g) return oom();
-        t->k->mul(g, gamma->data, invstd, c, false);
-        t->k->binary(dx, y->grad, g, x->numel, c, RP_BIN_MUL);
+        /* Running statistics are constants: zero sums give dx = gamma*invstd*dy. */
+        memset(sums, 0, 2 * (size_t)c * sizeof(double));
     }
+    t->k->bn_bwd_data(dx, y->grad, relu_out, x->data, mean, invstd, sums, gamma->data, count, m, c);
     grad_commit(t, x, dx);
     return RP_OK;
 }
@@ -175,6 +173,14 @@ static rp_status binary_bwd(rp_tape *t, rp_node *nd)
         }
     }
     if (!wants_grad(b)) return RP_OK;
+    if (op == RP_BIN_ADD && nb == n) {
+        /* Same shapes (a residual add): b's gradient is dy itself. */
+        float *db = grad_out(t, b, &fail);
+        if (fail) return oom();
+        memcpy(db, y->grad, (size_t)n * sizeof(float));
+        grad_commit(t, b, db);
+        return RP_OK;
+    }
     float *db = grad_acc(t, b, &fail);
     if (fail) return oom();
     const float *src = y->grad;

@@ -114,18 +114,13 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
         }
     }
     rp_tensor *in[] = {x, gamma, beta};
-    bool record = rp_tape_needs_grad(t, in, 3);
-    float *xhat = NULL;
-    if (record) {
-        xhat = rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
-        if (!xhat) return NULL;
-    }
-    t->k->bn_norm_fwd(y->data, xhat, x->data, mean, invstd, gamma->data, beta->data, m, c);
-    if (record) {
+    t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data, p.relu, m, c);
+    if (rp_tape_needs_grad(t, in, 3)) {
+        /* Backward recomputes xhat from x, mean and invstd (stats[0..2c)). */
         rp_node *node = rp_tape_record(t, RP_OP_BATCH_NORM, y, in, 3);
         if (!node) return NULL;
-        node->saved = xhat;
-        node->saved2 = invstd;
+        node->saved = stats;
+        node->a.bn.relu = p.relu;
         node->a.bn.training = p.training;
         node->a.bn.count = count;
         node->a.bn.reduce = p.reduce;

@@ -45,7 +45,7 @@ typedef struct rp_node {
         struct { rp_act act; float slope; } act;
         struct { rp_binop op; int64_t nb; } bin;
         struct { float s; } scale;
-        struct { float momentum, eps; bool training; double count; rp_bn_reduce_fn reduce; void *ctx; } bn;
+        struct { float momentum, eps; bool training, relu; double count; rp_bn_reduce_fn reduce; void *ctx; } bn;
         struct { int n; } emb;
     } a;
 } rp_node;

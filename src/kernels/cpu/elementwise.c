@@ -100,24 +100,74 @@ void rp_cpu_add_inplace(float *restrict y, const float *restrict x, int64_t n)
 }
 
 /*
- * Per-channel sums over rows of [m, c]: each thread sums a contiguous block
- * of rows into its own double accumulators (channels innermost, so the loop
- * vectorises); partials are added in thread order.
+ * Batch-norm statistics. Per-channel sums over rows of [m, c]: each thread
+ * takes a contiguous block of rows; within it, runs of SUM_RUN rows are
+ * summed in float vectors (channels innermost, so the loop vectorises) and
+ * each run's total is added to double accumulators. Thread partials are
+ * combined in thread order. The result depends on the thread count, never
+ * on timing.
  */
 #define MAX_TEAM 16
-static void channel_sums2(double *sums, const float *restrict a, const float *restrict b, int64_t m,
-                          int c, bool square)
+#define MAX_C 512
+#define SUM_RUN 32
+
+typedef struct bn_sum_args {
+    const float *x, *dy, *y, *mean, *invstd;
+    int64_t m;
+    int c;
+    bool backward;
+} bn_sum_args;
+
+/* Float sums of one run of rows [lo, hi) into f (sum) and f2 (second sum). */
+static inline void bn_sum_run(float *restrict f, float *restrict f2, const bn_sum_args *a,
+                              int64_t lo, int64_t hi)
 {
+    int c = a->c;
+    for (int j = 0; j < c; j++) f[j] = f2[j] = 0.0f;
+    if (!a->backward) {
+        for (int64_t i = lo; i < hi; i++) {
+            const float *xr = a->x + i * c;
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                f[j] += xr[j];
+                f2[j] += xr[j] * xr[j];
+            }
+        }
+        return;
+    }
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xr = a->x + i * c, *dr = a->dy + i * c, *yr = a->y ? a->y + i * c : NULL;
+        if (yr) {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float g = yr[j] > 0 ? dr[j] : 0.0f;
+                f[j] += g;
+                f2[j] += g * ((xr[j] - a->mean[j]) * a->invstd[j]);
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                f[j] += dr[j];
+                f2[j] += dr[j] * ((xr[j] - a->mean[j]) * a->invstd[j]);
+            }
+        }
+    }
+}
+
+static void bn_sums(double *sums, const bn_sum_args *a)
+{
+    int c = a->c;
+    int64_t m = a->m;
     int team = omp_get_max_threads();
     if (team > MAX_TEAM) team = MAX_TEAM;
     if (m * c < PAR_MIN) team = 1;
-    double partial[MAX_TEAM][2 * 512];
-    if (c > 512) {
-        /* Wide layers are rare here; the reference loop is fine for them. */
-        if (square) rp_ref_bn_stats(sums, a, m, c);
-        else rp_ref_bn_stats_bwd(sums, a, b, m, c);
-        return;
-    }
+    /*
+     * The calling thread's scratch, shared with its team through `part`
+     * (evaluated here, before the region: inside it each thread would see
+     * its own thread-local copy).
+     */
+    static _Thread_local double partial[MAX_TEAM][2 * MAX_C];
+    double (*part)[2 * MAX_C] = partial;
     /*
      * The team we get can be smaller than asked for (nested regions run on
      * one thread), so the region reports its real size for the combine.
@@ -128,23 +178,22 @@ static void channel_sums2(double *sums, const float *restrict a, const float *re
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         if (t == 0) used = nt;
         int64_t lo = m * t / nt, hi = m * (t + 1) / nt;
-        double *s = partial[t], *s2 = partial[t] + c;
+        double *s = part[t], *s2 = part[t] + c;
+        float f[MAX_C], f2[MAX_C];
         for (int j = 0; j < c; j++) s[j] = s2[j] = 0;
-        for (int64_t i = lo; i < hi; i++) {
-            const float *ar = a + i * c;
-            const float *br = square ? ar : b + i * c;
-#pragma omp simd
+        for (int64_t r = lo; r < hi; r += SUM_RUN) {
+            bn_sum_run(f, f2, a, r, r + SUM_RUN < hi ? r + SUM_RUN : hi);
             for (int j = 0; j < c; j++) {
-                s[j] += ar[j];
-                s2[j] += (double)ar[j] * br[j];
+                s[j] += f[j];
+                s2[j] += f2[j];
             }
         }
     }
     for (int j = 0; j < c; j++) {
         double s = 0, s2 = 0;
         for (int t = 0; t < used; t++) {
-            s += partial[t][j];
-            s2 += partial[t][c + j];
+            s += part[t][j];
+            s2 += part[t][c + j];
         }
         sums[j] = s;
         sums[c + j] = s2;
@@ -153,69 +202,101 @@ static void channel_sums2(double *sums, const float *restrict a, const float *re
 
 void rp_cpu_bn_stats(double *sums, const float *x, int64_t m, int c)
 {
-    channel_sums2(sums, x, NULL, m, c, true);
+    if (c > MAX_C) {
+        rp_ref_bn_stats(sums, x, m, c);
+        return;
+    }
+    bn_sum_args a = {.x = x, .m = m, .c = c};
+    bn_sums(sums, &a);
 }
 
-/* sum(dy) and sum(dy * xhat): the same shape of loop with b = xhat. */
-void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *xhat, int64_t m, int c)
+void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
+                         const float *mean, const float *invstd, int64_t m, int c)
 {
-    channel_sums2(sums, dy, xhat, m, c, false);
+    if (c > MAX_C) {
+        rp_ref_bn_stats_bwd(sums, dy, y, x, mean, invstd, m, c);
+        return;
+    }
+    bn_sum_args a = {.x = x, .dy = dy, .y = y, .mean = mean, .invstd = invstd, .m = m, .c = c,
+                     .backward = true};
+    bn_sums(sums, &a);
 }
 
-void rp_cpu_bn_norm_fwd(float *restrict y, float *restrict xhat, const float *restrict x,
-                        const float *restrict mean, const float *restrict invstd,
-                        const float *restrict gamma, const float *restrict beta, int64_t m, int c)
+void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float *restrict mean,
+                        const float *restrict invstd, const float *restrict gamma,
+                        const float *restrict beta, bool relu, int64_t m, int c)
 {
+    if (c > MAX_C) {
+        rp_ref_bn_norm_fwd(y, x, mean, invstd, gamma, beta, relu, m, c);
+        return;
+    }
+    /* y = scale*x + shift with scale = gamma*invstd, shift = beta - mean*scale. */
+    float scale[MAX_C], shift[MAX_C];
+    for (int j = 0; j < c; j++) {
+        scale[j] = gamma[j] * invstd[j];
+        shift[j] = beta[j] - mean[j] * scale[j];
+    }
+    float floor = relu ? 0.0f : -INFINITY;
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < m; i++) {
         const float *xr = x + i * c;
         float *yr = y + i * c;
-        if (xhat) {
-            float *hr = xhat + i * c;
 #pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float h = (xr[j] - mean[j]) * invstd[j];
-                hr[j] = h;
-                yr[j] = gamma[j] * h + beta[j];
-            }
-        } else {
-#pragma omp simd
-            for (int j = 0; j < c; j++) yr[j] = gamma[j] * ((xr[j] - mean[j]) * invstd[j]) + beta[j];
+        for (int j = 0; j < c; j++) {
+            float v = xr[j] * scale[j] + shift[j];
+            yr[j] = v > floor ? v : floor;
         }
     }
 }
 
-void rp_cpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const float *restrict xhat,
-                        const double *restrict sums, const float *restrict invstd,
+void rp_cpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const float *restrict y,
+                        const float *restrict x, const float *restrict mean,
+                        const float *restrict invstd, const double *restrict sums,
                         const float *restrict gamma, double count, int64_t m, int c)
 {
-    float g[512], mdy[512], mdyx[512];
-    if (c > 512) {
-        rp_ref_bn_bwd_data(dx, dy, xhat, sums, invstd, gamma, count, m, c);
+    if (c > MAX_C) {
+        rp_ref_bn_bwd_data(dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
         return;
     }
+    /*
+     * dx = g*(dy' - a - xhat*b) = k1*dy' + k2*(x-mean) + k3 per channel,
+     * with g = gamma*invstd, a = sum_dy/count, b = sum_dy_xhat/count:
+     * k1 = g, k2 = -g*b*invstd, k3 = -g*a. (x-mean) stays explicit so a
+     * large mean does not cancel away the precision.
+     */
+    float k1[MAX_C], k2[MAX_C], k3[MAX_C];
     for (int j = 0; j < c; j++) {
-        g[j] = gamma[j] * invstd[j];
-        mdy[j] = (float)(sums[j] / count);
-        mdyx[j] = (float)(sums[c + j] / count);
+        double g = (double)gamma[j] * invstd[j], a = sums[j] / count, b = sums[c + j] / count;
+        k1[j] = (float)g;
+        k2[j] = (float)(-g * b * invstd[j]);
+        k3[j] = (float)(-g * a);
     }
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < m; i++) {
-        const float *dyr = dy + i * c, *hr = xhat + i * c;
-        float *dxr = dx + i * c;
+        const float *dr = dy + i * c, *xr = x + i * c;
+        float *out = dx + i * c;
+        if (y) {
+            const float *yr = y + i * c;
 #pragma omp simd
-        for (int j = 0; j < c; j++) dxr[j] = g[j] * (dyr[j] - mdy[j] - hr[j] * mdyx[j]);
+            for (int j = 0; j < c; j++) {
+                float g = yr[j] > 0 ? dr[j] : 0.0f;
+                out[j] = k1[j] * g + k2[j] * (xr[j] - mean[j]) + k3[j];
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < c; j++) out[j] = k1[j] * dr[j] + k2[j] * (xr[j] - mean[j]) + k3[j];
+        }
     }
 }
 
 void rp_cpu_reduce_rows(float *restrict y, const float *restrict x, int64_t rows, int64_t nb,
                         bool accumulate)
 {
-    if (nb > 512) {
+    if (nb > MAX_C) {
         rp_ref_reduce_rows(y, x, rows, nb, accumulate);
         return;
     }
-    double s[512];
+    double s[MAX_C];
     for (int64_t j = 0; j < nb; j++) s[j] = 0;
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = x + i * nb;

@@ -21,39 +21,47 @@ void rp_ref_bn_stats(double *sums, const float *x, int64_t m, int c)
     }
 }
 
-void rp_ref_bn_norm_fwd(float *y, float *xhat, const float *x, const float *mean,
-                        const float *invstd, const float *gamma, const float *beta, int64_t m, int c)
+void rp_ref_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
+                        const float *gamma, const float *beta, bool relu, int64_t m, int c)
 {
     for (int64_t i = 0; i < m; i++) {
         for (int j = 0; j < c; j++) {
-            float h = (x[i * c + j] - mean[j]) * invstd[j];
-            if (xhat) xhat[i * c + j] = h;
-            y[i * c + j] = gamma[j] * h + beta[j];
+            float v = gamma[j] * ((x[i * c + j] - mean[j]) * invstd[j]) + beta[j];
+            y[i * c + j] = relu && !(v > 0) ? 0.0f : v;
         }
     }
 }
 
-void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *xhat, int64_t m, int c)
+/* The gradient reaching the normalisation: dy, masked by a fused ReLU's output. */
+static double bn_grad(const float *dy, const float *y, int64_t k)
+{
+    return y && !(y[k] > 0) ? 0.0 : (double)dy[k];
+}
+
+void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
+                         const float *mean, const float *invstd, int64_t m, int c)
 {
     for (int j = 0; j < c; j++) {
         double s = 0, s2 = 0;
         for (int64_t i = 0; i < m; i++) {
-            s += dy[i * c + j];
-            s2 += (double)dy[i * c + j] * xhat[i * c + j];
+            double g = bn_grad(dy, y, i * c + j);
+            s += g;
+            s2 += g * (((double)x[i * c + j] - mean[j]) * invstd[j]);
         }
         sums[j] = s;
         sums[c + j] = s2;
     }
 }
 
-void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *xhat, const double *sums,
-                        const float *invstd, const float *gamma, double count, int64_t m, int c)
+void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,
+                        const float *mean, const float *invstd, const double *sums,
+                        const float *gamma, double count, int64_t m, int c)
 {
     for (int64_t i = 0; i < m; i++) {
         for (int j = 0; j < c; j++) {
-            double g = (double)gamma[j] * invstd[j];
-            double v = dy[i * c + j] - sums[j] / count - xhat[i * c + j] * sums[c + j] / count;
-            dx[i * c + j] = (float)(g * v);
+            double h = ((double)x[i * c + j] - mean[j]) * invstd[j];
+            double v = bn_grad(dy, y, i * c + j) - sums[j] / count - h * sums[c + j] / count;
+            dx[i * c + j] = (float)((double)gamma[j] * invstd[j] * v);
         }
     }
 }

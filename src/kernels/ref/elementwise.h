@@ -9,11 +9,13 @@
 #include "kernels/kernels.h"
 
 void rp_ref_bn_stats(double *sums, const float *x, int64_t m, int c);
-void rp_ref_bn_norm_fwd(float *y, float *xhat, const float *x, const float *mean,
-                        const float *invstd, const float *gamma, const float *beta, int64_t m, int c);
-void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *xhat, int64_t m, int c);
-void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *xhat, const double *sums,
-                        const float *invstd, const float *gamma, double count, int64_t m, int c);
+void rp_ref_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
+                        const float *gamma, const float *beta, bool relu, int64_t m, int c);
+void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
+                         const float *mean, const float *invstd, int64_t m, int c);
+void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,
+                        const float *mean, const float *invstd, const double *sums,
+                        const float *gamma, double count, int64_t m, int c);
 void rp_ref_act_fwd(float *y, const float *x, int64_t n, rp_act act, float slope);
 void rp_ref_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
                     rp_act act, float slope);
