@@ -246,6 +246,13 @@ static rp_status train_loop(run *r, double *best_acc, eval_result *ev, int *epoc
                     (double)rp_schedule_lr(&r->sched, r->step - 1), rate, eta);
             t_print = now;
         }
+        /* Not a terminal: a plain line about every tenth of an epoch instead of the live one. */
+        int64_t every = r->steps_per_epoch >= 10 ? r->steps_per_epoch / 10 : 1;
+        if (!r->tty && !o->quiet && (b.step + 1) % every == 0 && !b.end_of_epoch)
+            fprintf(stderr, "  epoch %lld/%d  step %lld/%lld  loss %.4f  %.0f img/s\n",
+                    (long long)b.epoch + 1, o->epochs, (long long)b.step + 1,
+                    (long long)r->steps_per_epoch, loss_sum / (double)loss_n,
+                    (double)loss_n * o->batch / (now - t_epoch));
         if (r->metrics && r->step % 50 == 0)
             fprintf(r->metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g}\n",
                     (long long)r->step, (long long)b.epoch + 1, (double)l,
