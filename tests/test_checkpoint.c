@@ -24,45 +24,20 @@
 
 #include "replicator/io.h"
 
-static char tmp_dir[64];
-
 static int group_setup(void **state)
 {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/rp_test_ckpt_XXXXXX");
-    return mkdtemp(tmp_dir) ? 0 : -1;
-}
-
-/* Removes every entry of dir (one level of subdirectories) and dir itself. */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
+    (void)state;
+    return tu_tmpdir_create("ckpt");
 }
 
 static int group_teardown(void **state)
 {
-    remove_tree(tmp_dir);
+    (void)state;
+    tu_tmpdir_remove();
     return 0;
 }
 
-static const char *tmp_path(char *buf, size_t size, const char *name)
-{
-    snprintf(buf, size, "%s/%s", tmp_dir, name);
-    return buf;
-}
+#define tmp_path tu_tmp_path
 
 /* The whole file into a malloc'd buffer (caller frees), its size in *n. */
 static unsigned char *read_file(const char *path, size_t *n)
@@ -88,10 +63,10 @@ static void write_file(const char *path, const void *data, size_t n)
     assert_int_equal(fclose(f), 0);
 }
 
-/* Number of entries in tmp_dir whose name starts with `prefix`. */
+/* Number of entries in tu_tmpdir() whose name starts with `prefix`. */
 static int count_files(const char *prefix)
 {
-    DIR *d = opendir(tmp_dir);
+    DIR *d = opendir(tu_tmpdir());
     assert_non_null(d);
     int n = 0;
     struct dirent *e;
@@ -818,7 +793,7 @@ static void test_failed_save_keeps_previous_file(void **state)
 
     /* A directory that does not exist. */
     char missing[300];
-    snprintf(missing, sizeof missing, "%s/no/such/dir/ck.safetensors", tmp_dir);
+    snprintf(missing, sizeof missing, "%s/no/such/dir/ck.safetensors", tu_tmpdir());
     assert_int_equal(rp_checkpoint_save(big, missing), RP_ERR_IO);
     tu_assert_error_contains("no/such/dir/ck.safetensors");
     tu_assert_error_contains("No such file or directory");

@@ -17,46 +17,20 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static char tmp_dir[64];
-
 static int group_setup(void **state)
 {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/rp_test_data_XXXXXX");
-    return mkdtemp(tmp_dir) ? 0 : -1;
-}
-
-/* Removes every file under dir (one level of subdirectories) and dir itself. */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
+    (void)state;
+    return tu_tmpdir_create("data");
 }
 
 static int group_teardown(void **state)
 {
-    remove_tree(tmp_dir);
+    (void)state;
+    tu_tmpdir_remove();
     return 0;
 }
 
-/* tmp_dir/name into buf. */
-static const char *tmp_path(char *buf, size_t size, const char *name)
-{
-    snprintf(buf, size, "%s/%s", tmp_dir, name);
-    return buf;
-}
+#define tmp_path tu_tmp_path
 
 /* Writes bytes to path, gzip-compressed if gz. */
 static void write_bytes(const char *path, const void *bytes, size_t len, int gz)
@@ -325,7 +299,7 @@ static void test_idx_missing_file(void **state)
     expect_idx_error(path, RP_ERR_IO, "No such file");
 
     /* A directory opens but cannot be read. */
-    expect_idx_error(tmp_dir, RP_ERR_IO, "cannot read");
+    expect_idx_error(tu_tmpdir(), RP_ERR_IO, "cannot read");
 
     uint8_t *data = NULL;
     int ndim, dims[4];
@@ -451,7 +425,7 @@ static void test_load_idx_missing(void **state)
 static void test_load_mnist_layout(void **state)
 {
     char dir[256], path[512];
-    snprintf(dir, sizeof dir, "%s/fakemnist", tmp_dir);
+    snprintf(dir, sizeof dir, "%s/fakemnist", tu_tmpdir());
     assert_int_equal(mkdir(dir, 0700), 0);
     /* Images plain, labels gzipped: both names are tried. */
     uint32_t dims[3] = {5, 28, 28};
@@ -538,7 +512,7 @@ static void write_cifar(const char *path, int records, int first_record, int fir
 static void test_cifar_nhwc(void **state)
 {
     char dir[256], path[512];
-    snprintf(dir, sizeof dir, "%s/cifar-ok", tmp_dir);
+    snprintf(dir, sizeof dir, "%s/cifar-ok", tu_tmpdir());
     assert_int_equal(mkdir(dir, 0700), 0);
     snprintf(path, sizeof path, "%s/test_batch.bin", dir);
     write_cifar(path, 2, 0, 7, 0);
@@ -579,7 +553,7 @@ static void test_cifar_nhwc(void **state)
 static void test_cifar_errors(void **state)
 {
     char dir[256], path[512];
-    snprintf(dir, sizeof dir, "%s/cifar-bad", tmp_dir);
+    snprintf(dir, sizeof dir, "%s/cifar-bad", tu_tmpdir());
     assert_int_equal(mkdir(dir, 0700), 0);
     rp_dataset *ds = (rp_dataset *)1;
 

@@ -1,6 +1,10 @@
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,4 +30,48 @@ void tu_assert_error_contains(const char *needle)
         print_error("expected error containing \"%s\", got \"%s\"\n", needle, msg);
         fail();
     }
+}
+
+static char tmp_dir[128];
+
+int tu_tmpdir_create(const char *tag)
+{
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/rp_test_%s_XXXXXX", tag);
+    return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+const char *tu_tmpdir(void)
+{
+    return tmp_dir;
+}
+
+const char *tu_tmp_path(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", tmp_dir, name);
+    return buf;
+}
+
+/* Removes every entry of dir (recursing into directories, not following links) and dir. */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(path);
+        else
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+void tu_tmpdir_remove(void)
+{
+    if (tmp_dir[0]) remove_tree(tmp_dir);
 }

@@ -19,4 +19,14 @@ double tu_max_rel_diff(const float *a, const float *b, int64_t n);
 /* Asserts that the last error message contains `needle` (prints it otherwise). */
 void tu_assert_error_contains(const char *needle);
 
+/*
+ * A per-process scratch directory: tu_tmpdir_create() makes
+ * /tmp/rp_test_<tag>_XXXXXX (0 on success, -1 otherwise), tu_tmp_path()
+ * joins a name to it, tu_tmpdir_remove() deletes it with everything in it.
+ */
+int tu_tmpdir_create(const char *tag);
+const char *tu_tmpdir(void);
+const char *tu_tmp_path(char *buf, size_t size, const char *name);
+void tu_tmpdir_remove(void);
+
 #endif
