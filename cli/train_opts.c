@@ -41,11 +41,11 @@ void train_opts_default(train_opts *o, const char *model)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: replicator train [MODEL] [options]\n"
+            "usage: replicator train [MODEL] [options]      (or: train resnet --model MODEL)\n"
             "       replicator train --resume DIR [--epochs N] [--threads N]\n"
             "\n"
             "Trains an image classifier and evaluates it on the test split after every epoch.\n"
-            "MODEL is resnet20 (default), resnet18, resnet50 or mlp.\n"
+            "MODEL is resnet20 (default), resnet18, resnet50 or mlp; `resnet` means resnet20.\n"
             "\n"
             "data:\n"
             "  --dataset D       fashion-mnist (default), mnist, cifar10 or synthetic\n"
@@ -120,6 +120,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     int i = 1;
     const char *model = "resnet20";
     if (i < argc && argv[i][0] != '-') model = argv[i++];
+    /* `train resnet --model resnet50` and `train --model resnet50` name the model by flag. */
+    if (!strcmp(model, "resnet")) model = "resnet20";
+    for (int k = i; k + 1 < argc; k++)
+        if (!strcmp(argv[k], "--model")) model = argv[k + 1];
     if (!known_model(model)) {
         fprintf(stderr, "replicator train: unknown model \"%s\" (resnet20, resnet18, resnet50, mlp)\n",
                 model);
@@ -146,6 +150,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         if (!strcmp(a, "--data")) snprintf(o->data_dir, sizeof o->data_dir, "%s", v);
         else if (!strcmp(a, "--out")) snprintf(o->out_dir, sizeof o->out_dir, "%s", v);
         else if (!strcmp(a, "--resume")) *resume = v;
+        else if (!strcmp(a, "--model")) continue; /* read above, before the defaults */
         else if (!strcmp(a, "--dataset")) {
             ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10") ||
                  !strcmp(v, "synthetic");
