@@ -93,6 +93,7 @@ rp_tensor *rp_tensor_fill(rp_tape *t, int ndim, const int *shape, float value)
 {
     rp_tensor *x = rp_tensor_new(t, ndim, shape);
     if (!x) return NULL;
-    for (int64_t i = 0; i < x->numel; i++) x->data[i] = value;
+    memset(x->data, 0, (size_t)x->numel * sizeof(float));
+    if (value != 0.0f) t->k->add_scalar(x->data, value, x->numel);
     return x;
 }
