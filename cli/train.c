@@ -37,9 +37,21 @@ typedef struct run {
 
 static volatile sig_atomic_t stop_signal;
 
+/* Asks the loop to stop at the next step; installed one-shot, so a second signal kills. */
 static void on_signal(int sig)
 {
     stop_signal = sig;
+}
+
+static void install_handlers(bool on)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on ? on_signal : SIG_DFL;
+    sa.sa_flags = on ? SA_RESETHAND : 0;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* Creates dir and its parents. */
@@ -102,16 +114,52 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--epochs")) o->epochs = cli->epochs;
         else if (!strcmp(argv[i], "--data")) snprintf(o->data_dir, sizeof o->data_dir, "%s", cli->data_dir);
+        else if (!strcmp(argv[i], "--threads")) {
+            /* Reductions depend on the team size: a different count resumes correctly, not bit-exactly. */
+            if (cli->threads != o->threads)
+                rp_warn("resuming on %d threads, the run used %d: results will differ in the last bits",
+                        cli->threads, o->threads);
+            o->threads = cli->threads;
+        }
     }
-    o->threads = cli->threads;
     o->quiet = cli->quiet;
     o->max_steps = cli->max_steps;
     o->no_checkpoint = cli->no_checkpoint;
 }
 
+/* true if dir holds a checkpoint. */
+static bool has_checkpoint(const char *dir)
+{
+    char path[600];
+    train_checkpoint_path(path, sizeof path, dir);
+    return access(path, F_OK) == 0;
+}
+
+/*
+ * A new run never overwrites saved work: the default directory runs/MODEL
+ * becomes runs/MODEL-2, -3, ... if taken; an explicit --out that holds a
+ * checkpoint needs --force.
+ */
+static rp_status choose_out_dir(train_opts *o)
+{
+    if (!has_checkpoint(o->out_dir) || o->force) return RP_OK;
+    if (o->out_given)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "%s already holds a run's checkpoint; continue it with --resume %s, or "
+                        "overwrite it with --force", o->out_dir, o->out_dir);
+    char base[sizeof o->out_dir];
+    snprintf(base, sizeof base, "%s", o->out_dir);
+    for (int k = 2; k < 10000; k++) {
+        snprintf(o->out_dir, sizeof o->out_dir, "%.500s-%d", base, k);
+        if (!has_checkpoint(o->out_dir)) return RP_OK;
+    }
+    return RP_ERROR(RP_ERR_INVALID, "no free run directory next to %s; pass --out", base);
+}
+
 static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_checkpoint **ck)
 {
     train_opts *o = &r->o;
+    if (!resume && !o->no_checkpoint) RP_CHECK(choose_out_dir(o));
     if (resume) {
         char path[600];
         train_checkpoint_path(path, sizeof path, resume);
@@ -208,8 +256,8 @@ static rp_status train_step(run *r, const rp_batch *b, float *loss_out)
     float l = rp_item(loss);
     if (!isfinite(l))
         return RP_ERROR(RP_ERR_NUMERIC,
-                        "the loss is %g at epoch %lld step %lld (lr %g): training diverged; the last "
-                        "checkpoint is intact; try a lower --lr",
+                        "the loss is %g at epoch %lld step %lld (lr %g): training diverged; "
+                        "nothing was saved from this epoch; start again with a lower --lr",
                         (double)l, (long long)b->epoch + 1, (long long)b->step,
                         (double)rp_schedule_lr(&r->sched, r->step));
     RP_CHECK(rp_backward(r->tape, loss));
@@ -302,23 +350,29 @@ int rp_cli_train(int argc, char **argv)
     int64_t first_step = r.step;
     if (status == RP_OK) {
         if (!r.o.quiet) print_header(&r, resume != NULL);
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
+        install_handlers(true);
         status = train_loop(&r, &best_acc, &ev, &epochs_done);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
+        install_handlers(false);
     }
     bool interrupted = status == RP_ERR_INTERRUPTED;
     if (interrupted) {
         status = save_checkpoint(&r);
         int64_t epoch, step;
         rp_loader_position(r.loader, &epoch, &step);
-        if (status == RP_OK && !r.o.quiet)
-            fprintf(stderr, "%s  stopped at epoch %lld step %lld (%s); resume with: replicator train "
-                    "--resume %s\n", r.tty ? "\n" : "", (long long)epoch + 1, (long long)step,
-                    stop_signal ? "signal" : "--max-steps", r.o.out_dir);
+        if (status == RP_OK && !r.o.quiet) {
+            if (r.o.no_checkpoint)
+                fprintf(stderr, "%s  stopped at epoch %lld step %lld; nothing saved (--no-checkpoint)\n",
+                        r.tty ? "\n" : "", (long long)epoch + 1, (long long)step);
+            else
+                fprintf(stderr, "%s  stopped at epoch %lld step %lld (%s); resume with: replicator "
+                        "train --resume %s\n", r.tty ? "\n" : "", (long long)epoch + 1,
+                        (long long)step, stop_signal ? "signal" : "--max-steps", r.o.out_dir);
+        }
     }
-    if (status == RP_OK && !interrupted) {
+    if (status == RP_OK && !interrupted && r.step == first_step) {
+        printf("%s: nothing to do: the run in %s already completed %d epochs (extend it with "
+               "--epochs)\n", r.o.model, r.o.out_dir, r.o.epochs);
+    } else if (status == RP_OK && !interrupted) {
         char total[32];
         format_duration(rp_now_s() - t_start, total, sizeof total);
         printf("%s on %s: test accuracy %.2f%% (best %.2f%%) after %d epochs (%lld steps this run), %s\n",
@@ -336,5 +390,5 @@ int rp_cli_train(int argc, char **argv)
         fprintf(stderr, "%sreplicator train: error: %s\n", r.tty ? "\n" : "", rp_last_error());
         return 1;
     }
-    return interrupted && stop_signal ? 130 : 0;
+    return interrupted && stop_signal ? 128 + stop_signal : 0;
 }

@@ -33,6 +33,8 @@ typedef struct train_opts {
     int64_t max_steps;  /* stop (and checkpoint) after this global step (0: no limit) */
     bool quiet;
     bool no_checkpoint;
+    bool force;         /* --out may hold an earlier run's checkpoint: overwrite it */
+    bool out_given;     /* --out was on the command line (else runs/MODEL, made unique) */
 } train_opts;
 
 /* Defaults for a model: what `replicator train MODEL` runs with no options. */

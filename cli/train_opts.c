@@ -68,8 +68,10 @@ static void usage(FILE *f)
             "  --seed N          random seed (default 1)\n"
             "  --threads N       kernel threads (default: all cores)\n"
             "  --out DIR         run directory: checkpoint.safetensors, metrics.jsonl\n"
-            "                    (default runs/MODEL)\n"
-            "  --resume DIR      continue the run saved in DIR\n"
+            "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
+            "  --force           overwrite a checkpoint already in --out\n"
+            "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
+            "                    --threads, --max-steps, --no-checkpoint and --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
             "  --no-checkpoint   do not write checkpoints\n"
             "  --quiet           only the summary\n"
@@ -142,13 +144,17 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
         if (!strcmp(a, "--no-augment")) { o->augment = false; continue; }
         if (!strcmp(a, "--no-checkpoint")) { o->no_checkpoint = true; continue; }
+        if (!strcmp(a, "--force")) { o->force = true; continue; }
         if (!v) {
             fprintf(stderr, "replicator train: %s needs a value (see --help)\n", a);
             return 2;
         }
         i++;
         if (!strcmp(a, "--data")) snprintf(o->data_dir, sizeof o->data_dir, "%s", v);
-        else if (!strcmp(a, "--out")) snprintf(o->out_dir, sizeof o->out_dir, "%s", v);
+        else if (!strcmp(a, "--out")) {
+            snprintf(o->out_dir, sizeof o->out_dir, "%s", v);
+            o->out_given = true;
+        }
         else if (!strcmp(a, "--resume")) *resume = v;
         else if (!strcmp(a, "--model")) continue; /* read above, before the defaults */
         else if (!strcmp(a, "--dataset")) {
@@ -183,6 +189,21 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         fprintf(stderr, "replicator train: --nesterov needs --momentum > 0\n");
         return 2;
     }
+    if (*resume) {
+        /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
+        static const char *const allowed[] = {"--resume", "--epochs", "--data", "--threads",
+                                              "--max-steps", "--no-checkpoint", "--quiet"};
+        for (int k = 1; k < argc; k++) {
+            if (strncmp(argv[k], "--", 2) != 0) continue;
+            bool ok = false;
+            for (size_t m = 0; m < sizeof allowed / sizeof allowed[0]; m++) ok |= !strcmp(argv[k], allowed[m]);
+            if (!ok) {
+                fprintf(stderr, "replicator train: %s cannot be changed when resuming; the run's "
+                        "configuration comes from its checkpoint (start a new run with --out)\n", argv[k]);
+                return 2;
+            }
+        }
+    }
     if (!o->out_dir[0]) snprintf(o->out_dir, sizeof o->out_dir, "runs/%s", o->model);
     return 0;
 }
@@ -206,6 +227,7 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddBoolToObject(j, "augment", o->augment);
     cJSON_AddNumberToObject(j, "pad", o->pad);
     cJSON_AddNumberToObject(j, "limit", (double)o->limit);
+    cJSON_AddNumberToObject(j, "threads", o->threads);
     cJSON *hidden = cJSON_AddArrayToObject(j, "hidden");
     for (int i = 0; hidden && i < o->n_hidden; i++)
         cJSON_AddItemToArray(hidden, cJSON_CreateNumber(o->hidden[i]));
@@ -244,7 +266,7 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
     cJSON *j = cJSON_Parse(json);
     if (!j) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is not valid JSON");
     char model[32];
-    double epochs, batch, lr, momentum, wd, warmup, seed, pad, limit;
+    double epochs = 0, batch = 0, lr = 0, momentum = 0, wd = 0, warmup = 0, seed = 0, pad = 0, limit = 0;
     bool ok = get_str(j, "model", model, sizeof model) && known_model(model);
     if (ok) train_opts_default(o, model);
     ok = ok && get_str(j, "dataset", o->dataset, sizeof o->dataset) &&
@@ -256,6 +278,11 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
          get_bool(j, "nesterov", &o->nesterov) && get_bool(j, "augment", &o->augment);
     const cJSON *hidden = cJSON_GetObjectItemCaseSensitive(j, "hidden");
     ok = ok && cJSON_IsArray(hidden) && cJSON_GetArraySize(hidden) < RP_MLP_MAX_LAYERS;
+    /* The same ranges as the command line; checked before any cast. */
+    ok = ok && epochs >= 1 && epochs <= 100000 && batch >= 1 && batch <= (1 << 20) && lr >= 0 &&
+         lr <= 100 && momentum >= 0 && momentum < 1 && wd >= 0 && wd <= 1 && warmup >= 0 &&
+         warmup <= 100000 && seed >= 0 && seed <= 0x7fffffff && pad >= 0 && pad <= 64 &&
+         limit >= 0 && limit <= 1e12 && (!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "constant"));
     if (ok) {
         o->epochs = (int)epochs;
         o->batch = (int)batch;
@@ -268,8 +295,12 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         o->limit = (int64_t)limit;
         o->n_hidden = 0;
         const cJSON *h;
-        cJSON_ArrayForEach(h, hidden) o->hidden[o->n_hidden++] = (int)h->valuedouble;
-        ok = o->batch >= 1 && o->epochs >= 1;
+        cJSON_ArrayForEach(h, hidden) {
+            ok = ok && cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= 65536;
+            if (ok) o->hidden[o->n_hidden++] = (int)h->valuedouble;
+        }
+        double threads = 0;
+        if (get_num(j, "threads", &threads) && threads >= 0 && threads <= 1024) o->threads = (int)threads;
     }
     cJSON_Delete(j);
     if (!ok) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is incomplete or invalid");

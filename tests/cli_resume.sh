@@ -11,7 +11,7 @@
 #  4. the loss falls: the MLP's test accuracy on the subset beats chance by far.
 # Usage: cli_resume.sh path/to/replicator
 set -euo pipefail
-bin=$1
+bin=$(realpath "$1")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 data=/usr/share/datasets/fashion-mnist
@@ -33,6 +33,25 @@ for model in mlp resnet20; do
         || fail "$model: resumed run differs from the uninterrupted one"
     echo "ok: $model resume is bit-exact"
 done
+
+# Saved work is never overwritten: an explicit --out holding a checkpoint is refused (the file
+# unchanged); the default directory moves on to runs/MODEL-2; flags that --resume would ignore are
+# refused; resuming a finished run says so.
+cp "$dir/mlp-a/checkpoint.safetensors" "$dir/before"
+set +e
+msg=$("$bin" train mlp "${common[@]}" --epochs 1 --out "$dir/mlp-a" 2>&1); rc=$?
+set -e
+[ $rc -eq 1 ] && echo "$msg" | grep -q "already holds a run" || fail "overwrote an existing run: $msg"
+cmp "$dir/before" "$dir/mlp-a/checkpoint.safetensors" || fail "the existing checkpoint changed"
+(cd "$dir" && "$bin" train mlp "${common[@]}" --epochs 1 > /dev/null && "$bin" train mlp "${common[@]}" --epochs 1 > /dev/null)
+[ -f "$dir/runs/mlp/checkpoint.safetensors" ] && [ -f "$dir/runs/mlp-2/checkpoint.safetensors" ] \
+    || fail "the default run directory was not made unique"
+set +e
+msg=$("$bin" train --resume "$dir/mlp-a" --lr 0.5 2>&1); rc=$?
+set -e
+[ $rc -eq 2 ] && echo "$msg" | grep -q -- "--lr cannot be changed" || fail "--lr with --resume accepted: $msg"
+"$bin" train --resume "$dir/mlp-a" --threads 1 | grep -q "nothing to do" || fail "resuming a finished run"
+echo "ok: saved runs are never overwritten"
 
 # Accuracy on the subset: 10 classes, chance is 10%.
 acc=$("$bin" eval "$dir/mlp-a" --threads 1 | sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p')

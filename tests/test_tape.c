@@ -564,6 +564,24 @@ static void test_null_propagates_without_overwriting(void **state)
     rp_tape_destroy(t);
 }
 
+/* A shape too large for memory is a SHAPE error, not an overflowed allocation. */
+static void test_huge_shape_refused(void **state)
+{
+    (void)state;
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    assert_null(rp_tensor_fill(t, 3, (int[]){1 << 21, 1 << 21, 1 << 20}, 1.0f));
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    tu_assert_error_contains("more than");
+    assert_int_equal(rp_shape_numel(4, (int[]){65536, 65536, 65536, 65536}), -1);
+    rp_params *p;
+    assert_int_equal(rp_params_create(&p), RP_OK);
+    assert_null(rp_params_add(p, "big", 2, (int[]){1 << 30, 1 << 30}, (rp_init){RP_INIT_ZEROS, 0, 0, 0}, true));
+    tu_assert_error_contains("big");
+    rp_params_destroy(p);
+    rp_tape_destroy(t);
+}
+
 /* A duplicate parameter name is refused, naming it; the first declaration stays. */
 static void test_params_duplicate_name(void **state)
 {
@@ -595,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_values),
         cmocka_unit_test(test_null_propagates_without_overwriting),
         cmocka_unit_test(test_params_duplicate_name),
+        cmocka_unit_test(test_huge_shape_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

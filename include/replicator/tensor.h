@@ -57,7 +57,13 @@ typedef struct rp_tensor {
 
 /* ---- tensors ------------------------------------------------------------ */
 
-/* Number of elements of a shape (1 for ndim 0). */
+/* Largest number of elements a tensor may have (2^40: 4 TiB of floats). */
+#define RP_MAX_NUMEL ((int64_t)1 << 40)
+
+/*
+ * Number of elements of a shape (1 for ndim 0), or -1 if a dimension is
+ * below 1 or the product exceeds RP_MAX_NUMEL.
+ */
 int64_t rp_shape_numel(int ndim, const int *shape);
 
 /* True if the two tensors have the same ndim and shape. */
@@ -85,6 +91,11 @@ typedef void (*rp_grad_ready_fn)(rp_tensor *param, void *ctx);
 
 /* Creates a tape with its own arena (grows as needed; 0 picks a default). */
 rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes);
+/*
+ * Frees the tape and everything made on it. A tape that recorded uses of
+ * parameters and did not run rp_backward() since still refers to them:
+ * destroy (or reset) it before the parameters.
+ */
 void rp_tape_destroy(rp_tape *tape);
 
 /*

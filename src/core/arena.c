@@ -65,6 +65,10 @@ void rp_arena_destroy(rp_arena *a)
 
 void *rp_arena_alloc(rp_arena *a, size_t bytes)
 {
+    if (bytes > ((size_t)1 << 60)) {
+        RP_ERROR(RP_ERR_NOMEM, "arena: %zu bytes is beyond any machine's memory", bytes);
+        return NULL;
+    }
     size_t need = (bytes + RP_ALIGN - 1) / RP_ALIGN * RP_ALIGN;
     if (need == 0) need = RP_ALIGN;
     arena_chunk *c = a->head;

@@ -71,6 +71,11 @@ rp_tensor *rp_params_add(rp_params *p, const char *name, int ndim, const int *sh
             return NULL;
         }
     }
+    if (rp_shape_numel(ndim, shape) < 0) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_params_add: \"%s\" has more than %lld elements", name,
+                 (long long)RP_MAX_NUMEL);
+        return NULL;
+    }
     if (rp_params_find(p, name)) {
         RP_ERROR(RP_ERR_INVALID, "rp_params_add: a parameter named \"%s\" already exists", name);
         return NULL;

@@ -173,5 +173,7 @@ rp_status rp_backward(rp_tape *t, rp_tensor *loss)
             if (t->ready_fn) t->ready_fn(x, t->ready_ctx);
         }
     }
+    /* Every count is zero now: the tape holds no reference to the parameters any more. */
+    t->n_params = 0;
     return RP_OK;
 }

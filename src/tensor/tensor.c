@@ -10,7 +10,12 @@
 int64_t rp_shape_numel(int ndim, const int *shape)
 {
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    for (int i = 0; i < ndim; i++) {
+        /* Each factor is below 2^31 and n stays below 2^40, so the product cannot overflow. */
+        if (shape[i] < 1) return -1;
+        n *= shape[i];
+        if (n > RP_MAX_NUMEL) return -1;
+    }
     return n;
 }
 
@@ -54,6 +59,11 @@ static bool shape_ok(int ndim, const int *shape, const char *who)
                      shape[i]);
             return false;
         }
+    }
+    if (rp_shape_numel(ndim, shape) < 0) {
+        RP_ERROR(RP_ERR_SHAPE, "%s: the shape has more than %lld elements", who,
+                 (long long)RP_MAX_NUMEL);
+        return false;
     }
     return true;
 }

@@ -236,15 +236,19 @@ void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float 
         scale[j] = gamma[j] * invstd[j];
         shift[j] = beta[j] - mean[j] * scale[j];
     }
-    float floor = relu ? 0.0f : -INFINITY;
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < m; i++) {
         const float *xr = x + i * c;
         float *yr = y + i * c;
+        if (relu) {
 #pragma omp simd
-        for (int j = 0; j < c; j++) {
-            float v = xr[j] * scale[j] + shift[j];
-            yr[j] = v > floor ? v : floor;
+            for (int j = 0; j < c; j++) {
+                float v = xr[j] * scale[j] + shift[j];
+                yr[j] = v > 0 ? v : 0.0f;
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < c; j++) yr[j] = xr[j] * scale[j] + shift[j];
         }
     }
 }
