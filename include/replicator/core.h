@@ -56,6 +56,7 @@ void rp_error_clear(void);
 
 /*
  * Records an error for the calling thread and returns `status`, so that
+ * (file NULL: the message is used as it is, e.g. to pass on another thread's)
  * `return RP_ERROR(RP_ERR_SHAPE, "...")` reads naturally. Use the macro.
  */
 rp_status rp_error_set(rp_status status, const char *file, int line, const char *fmt, ...)
@@ -112,6 +113,7 @@ typedef struct rp_env {
     int threads;           /* RP_THREADS: default thread count, 0 = all cores */
     const char *kernels;   /* RP_KERNELS: "cpu" (default) or "ref" */
     const char *data_dir;  /* RP_DATA_DIR: default /usr/share/datasets/fashion-mnist */
+    double comm_timeout;   /* RP_COMM_TIMEOUT: seconds a replica waits for its peers, default 300 */
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */

@@ -63,6 +63,21 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
  */
 void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
                     int64_t n, float lr, int64_t step);
+/*
+ * Hooks for the distributed runtime (user code does not need them): `before`
+ * runs first in every rp_optimizer_step() - sync training all-reduces the
+ * gradients there - and `after` once the update is applied (a parameter
+ * checksum). An error from `before` fails the step with nothing changed; an
+ * error from `after` is returned after the update. `release(ctx)` runs when
+ * the hooks are replaced or the optimizer is destroyed. Any may be NULL.
+ */
+typedef rp_status (*rp_optimizer_hook)(rp_optimizer *opt, void *ctx);
+void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_optimizer_hook after,
+                            void (*release)(void *ctx), void *ctx);
+/* The parameter list the optimizer updates, and its configuration. */
+rp_params *rp_optimizer_params(const rp_optimizer *opt);
+const rp_optim_config *rp_optimizer_config(const rp_optimizer *opt);
+
 /* Number of state slots of the rule (0, 1 or 2). */
 int rp_optim_slots(const rp_optim_config *cfg);
 

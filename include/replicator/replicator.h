@@ -11,6 +11,8 @@
 #include "data.h"
 #include "io.h"
 #include "loader.h"
+#include "comm.h"
+#include "runtime.h"
 
 #define RP_VERSION "0.1.0"
 

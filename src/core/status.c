@@ -53,9 +53,10 @@ void rp_error_clear(void)
  */
 rp_status rp_error_set(rp_status status, const char *file, int line, const char *fmt, ...)
 {
-    const char *base = strrchr(file, '/');
+    const char *base = file ? strrchr(file, '/') : NULL;
     base = base ? base + 1 : file;
-    int len = snprintf(last_message, sizeof last_message, "%s:%d: ", base, line);
+    /* No file: the message already carries its origin (an error passed on from another thread). */
+    int len = file ? snprintf(last_message, sizeof last_message, "%s:%d: ", base, line) : 0;
     if (len < 0 || len >= RP_ERROR_MAX) len = 0;
     va_list ap;
     va_start(ap, fmt);

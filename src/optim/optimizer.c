@@ -21,6 +21,9 @@ struct rp_optimizer {
     int64_t numel;       /* trainable elements of params */
     float *state;        /* [slots * numel], zeroed at create */
     int64_t steps;       /* updates applied so far */
+    rp_optimizer_hook before, after; /* the distributed runtime's, or NULL */
+    void (*release)(void *ctx);
+    void *hook_ctx;
 };
 
 /*
@@ -250,6 +253,7 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
 void rp_optimizer_destroy(rp_optimizer *opt)
 {
     if (!opt) return;
+    if (opt->release) opt->release(opt->hook_ctx);
     rp_free(opt->state);
     rp_free(opt);
 }
@@ -316,6 +320,7 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
         return RP_ERROR(RP_ERR_INVALID, "learning rate lr = %g: must be finite and >= 0",
                         (double)lr);
 
+    if (opt->before) RP_CHECK(opt->before(opt, opt->hook_ctx));
     float *param = rp_params_data(opt->params);
     float *grad = rp_params_grad(opt->params);
     int64_t n = opt->numel;
@@ -328,7 +333,27 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
     rp_optim_apply(&opt->cfg, param, grad, opt->state, n, lr, t);
     opt->steps = t;
     rp_params_zero_grad(opt->params);
-    return RP_OK;
+    return opt->after ? opt->after(opt, opt->hook_ctx) : RP_OK;
+}
+
+void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_optimizer_hook after,
+                            void (*release)(void *ctx), void *ctx)
+{
+    if (opt->release) opt->release(opt->hook_ctx);
+    opt->before = before;
+    opt->after = after;
+    opt->release = release;
+    opt->hook_ctx = ctx;
+}
+
+rp_params *rp_optimizer_params(const rp_optimizer *opt)
+{
+    return opt->params;
+}
+
+const rp_optim_config *rp_optimizer_config(const rp_optimizer *opt)
+{
+    return &opt->cfg;
 }
 
 /* The number of successful rp_optimizer_step() calls (or the value last set). */

@@ -1,0 +1,146 @@
+/*
+ * replicator/comm.h - communicators: collectives between the replicas of a
+ * job (all-reduce, reduce-scatter, all-gather, broadcast, barrier) and
+ * sub-groups for model-parallel work.
+ *
+ * The calls mirror NCCL's: all_reduce(comm, send, recv, count, dtype, op),
+ * in place when send == recv. Every member of a communicator must make the
+ * same collective calls in the same order with the same count, dtype, op and
+ * root. That rule is checked on every call, always: a member that makes a
+ * different call (another kind, count, dtype, op or root) gets
+ * RP_ERR_MISMATCH on every member, with a message naming both calls and the
+ * replicas that made them; a member that does not arrive within the
+ * communicator's timeout gets RP_ERR_TIMEOUT on the members that waited,
+ * naming the replicas that did not arrive and the last collective each one
+ * completed. A member whose step ended (returned, or failed) while its peers
+ * wait for it is reported at once, without waiting for the timeout.
+ *
+ * After any such error the communicator is broken: every later call on it,
+ * by any member, fails at once with RP_ERR_COMM and the original reason. A
+ * job does not continue past a collective error; it reports it.
+ *
+ * Results are deterministic: the reduction of element i always adds the
+ * members' values in rank order (((x0 + x1) + x2) + ...), so the same inputs
+ * give bitwise the same outputs on every member and in every run.
+ *
+ * Backends: "threads" (the replicas are threads of one process; shared
+ * memory; each member reduces 1/N of the buffer and writes the result
+ * straight into every member's output, so each byte is read and written
+ * once). The MPI backend implements the same table.
+ *
+ * Thread-safety: a communicator handle belongs to one member (one replica
+ * thread); the members call concurrently, each on its own handle.
+ */
+#ifndef REPLICATOR_COMM_H
+#define REPLICATOR_COMM_H
+
+#include <stdbool.h>
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { RP_F32 = 0, RP_F64 = 1, RP_I32 = 2, RP_I64 = 3 } rp_dtype;
+
+/* Bytes of one element of the type (0 for an unknown value). */
+size_t rp_dtype_size(rp_dtype dtype);
+/* "f32", "f64", "i32", "i64". */
+const char *rp_dtype_name(rp_dtype dtype);
+
+/*
+ * Reductions. Integer sums wrap around (two's complement); an integer MEAN
+ * is the sum divided by the member count, rounded toward zero. FIRST takes
+ * the value of rank 0 (TF-Replicator's "only the first replica").
+ */
+typedef enum { RP_SUM = 0, RP_MEAN = 1, RP_MAX = 2, RP_MIN = 3, RP_FIRST = 4 } rp_reduce_op;
+
+/* "sum", "mean", "max", "min", "first". */
+const char *rp_reduce_op_name(rp_reduce_op op);
+
+typedef struct rp_comm rp_comm;
+
+/*
+ * Creates the `n` member handles of one threads-backend communicator:
+ * comms[r] is rank r's, to be used by one thread each. `ids`, if not NULL,
+ * gives the replica id of each rank for messages (default: the rank).
+ * `timeout_s` is how long a member waits for its peers (> 0). Each handle is
+ * destroyed by its own rp_comm_destroy(); the shared state goes with the
+ * last one. Errors: RP_ERR_INVALID (n < 1, timeout <= 0), RP_ERR_NOMEM.
+ */
+rp_status rp_comm_threads_create(rp_comm **comms, int n, const int *ids, double timeout_s);
+
+/* Frees this member's handle (not collective). NULL is ignored. */
+void rp_comm_destroy(rp_comm *comm);
+
+int rp_comm_rank(const rp_comm *comm);
+int rp_comm_size(const rp_comm *comm);
+/* The replica id of `rank` (for messages; the rank itself unless given). */
+int rp_comm_replica_id(const rp_comm *comm, int rank);
+/* Name of the backend ("threads", "mpi"). */
+const char *rp_comm_backend(const rp_comm *comm);
+
+/* How long this member waits for its peers, in seconds (> 0). */
+rp_status rp_comm_set_timeout(rp_comm *comm, double seconds);
+double rp_comm_timeout(const rp_comm *comm);
+
+/*
+ * recv[i] = op over members of send[i], for i < count, on every member.
+ * send == recv: in place. Otherwise the buffers must not overlap.
+ */
+rp_status rp_comm_all_reduce(rp_comm *comm, const void *send, void *recv, int64_t count,
+                             rp_dtype dtype, rp_reduce_op op);
+
+/*
+ * Rank r receives block r of the reduction: recv[i] = op over members of
+ * send[r*count + i], i < count. send holds size*count elements. In place
+ * (as in NCCL): recv == send + rank*count.
+ */
+rp_status rp_comm_reduce_scatter(rp_comm *comm, const void *send, void *recv, int64_t count,
+                                 rp_dtype dtype, rp_reduce_op op);
+
+/*
+ * recv[r*count + i] = send of rank r [i]: the members' buffers stacked
+ * along a new leading axis. recv holds size*count elements. In place: send
+ * == recv + rank*count.
+ */
+rp_status rp_comm_all_gather(rp_comm *comm, const void *send, void *recv, int64_t count,
+                             rp_dtype dtype);
+
+/* buf on every member becomes root's buf (count elements). */
+rp_status rp_comm_broadcast(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int root);
+
+/* Returns when every member has called it. */
+rp_status rp_comm_barrier(rp_comm *comm);
+
+/*
+ * Splits the communicator into groups (collective over `comm`): members
+ * with the same `color` form one new communicator, ranked by (key, old
+ * rank). A negative color joins no group (*out = NULL). The new handles
+ * keep the replica ids and timeout of the parent and are destroyed with
+ * rp_comm_destroy(); they are independent of the parent after the call.
+ */
+rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out);
+
+/* Collectives this member has completed (the next call's sequence number). */
+uint64_t rp_comm_sequence(const rp_comm *comm);
+
+/*
+ * Tells the peers that this member has left the current phase of work
+ * (its step returned or failed) with `status`, so that a peer waiting for it
+ * in a collective fails at once instead of at the timeout; `reason` is put
+ * in the peers' message. rp_comm_rejoin() undoes it for the next phase.
+ * The runtime calls these; user code does not need to.
+ */
+void rp_comm_leave(rp_comm *comm, rp_status status, const char *reason);
+void rp_comm_rejoin(rp_comm *comm);
+
+/* true once a collective error broke the communicator (see the top). */
+bool rp_comm_broken(const rp_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

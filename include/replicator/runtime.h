@@ -1,0 +1,187 @@
+/*
+ * replicator/runtime.h - the replicator: N replicas of one program, the
+ * replica context, cross-replica primitives and synchronous data-parallel
+ * training.
+ *
+ * A user writes a step function once, as if for one device, and runs it on
+ * every replica:
+ *
+ *     rp_config cfg = rp_config_default();
+ *     cfg.replicas = 4;
+ *     rp_replicator *r;
+ *     rp_replicator_create(&r, &cfg);
+ *     rp_replicator_run(r, build_fn, &job);     // each replica: model, optimizer, loader
+ *     for (step = 0; step < steps; step++)
+ *         rp_replicator_run(r, step_fn, &job);  // each replica: its shard of the batch
+ *     rp_replicator_destroy(r);
+ *
+ * Inside a function a replica calls rp_all_reduce(), rp_all_gather(), ...
+ * like any other op. The optimizer made by rp_replica_optimizer_create() is
+ * an ordinary rp_optimizer whose rp_optimizer_step() averages the gradients
+ * over the replicas first, so the step function is the same code for one
+ * replica and for many.
+ *
+ * Layout: the replicas are threads of this process (the "threads" backend).
+ * Replica 0 runs on the thread that calls rp_replicator_run(), the others on
+ * threads the replicator keeps for its lifetime (so per-thread caches, such
+ * as oneDNN's primitives, survive from step to step). Each replica runs its
+ * kernels on `threads_per_replica` threads.
+ *
+ * Every replica calls the same collectives in the same order (replicator/
+ * comm.h): a violation, a replica that fails, or one that never arrives is
+ * an error on every replica within the timeout, and rp_replicator_run()
+ * returns the error that started it, never a hang.
+ */
+#ifndef REPLICATOR_RUNTIME_H
+#define REPLICATOR_RUNTIME_H
+
+#include "comm.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rp_config {
+    int replicas;            /* >= 1; default 1 */
+    int threads_per_replica; /* kernel threads of each replica; 0: cores / replicas (at least 1) */
+    uint64_t seed;           /* rp_replica_seed(); default 0 */
+    double timeout_s;        /* how long a replica waits for its peers; 0: $RP_COMM_TIMEOUT (300) */
+    size_t bucket_bytes;     /* gradient all-reduce bucket size; default 1 MiB */
+    int checksum_every;      /* verify every K optimizer steps that the replicas agree; 0: never; default 100 */
+    size_t arena_bytes;      /* initial size of each replica's tape arena; 0: a default */
+} rp_config;
+
+rp_config rp_config_default(void);
+
+/*
+ * Takes the runtime's options out of argv (shifting the rest down and
+ * updating *argc): --replicas N, --threads-per-replica T, --seed S,
+ * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K. Errors:
+ * RP_ERR_INVALID naming the option and value.
+ */
+rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);
+
+typedef struct rp_replicator rp_replicator;
+typedef struct rp_replica rp_replica;
+
+/*
+ * Starts the replicas' threads. Errors: RP_ERR_INVALID for a bad field
+ * (named), RP_ERR_NOMEM, RP_ERR_BACKEND if a thread cannot be started.
+ */
+rp_status rp_replicator_create(rp_replicator **r, const rp_config *cfg);
+/* Stops the threads and frees the replicas (not their user data). NULL is ignored. */
+void rp_replicator_destroy(rp_replicator *r);
+
+/* A function run on every replica; its return value is that replica's status. */
+typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
+
+/*
+ * Runs fn(replica, arg) on every replica at once and returns when all have
+ * returned. Before fn, each replica's tape is reset (activations live for
+ * one run). Afterwards the values reported with rp_replica_report() are
+ * reduced across replicas (rp_replicator_result()).
+ * Returns RP_OK if every replica returned RP_OK; otherwise the error of the
+ * replica whose failure started it (its own error, not a peer's "replica 1
+ * failed"), its message prefixed with the replica id. After an error in a
+ * collective the replicas' communicator is broken and later runs that use it
+ * fail at once: an error in run() ends the job.
+ * Not re-entrant: call it from one thread, not from inside fn.
+ */
+rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
+
+int rp_replicator_replicas(const rp_replicator *r);
+/* Replica i (0 <= i < replicas), e.g. to read its user data between runs; NULL if out of range. */
+rp_replica *rp_replicator_replica(rp_replicator *r, int i);
+
+/*
+ * The value reported under `name` in the last run, reduced across replicas
+ * with the op it was reported with. RP_ERR_INVALID if no such report.
+ */
+rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value);
+
+/* ---- the replica context (valid inside a run, and between runs) ------------------- */
+
+int rp_replica_id(const rp_replica *rep);
+int rp_replica_count(const rp_replica *rep);
+uint64_t rp_replica_seed(const rp_replica *rep);
+/* This replica's tape: reset at the start of each run. */
+rp_tape *rp_replica_tape(rp_replica *rep);
+/* The communicator of all replicas (this replica's handle). */
+rp_comm *rp_replica_comm(rp_replica *rep);
+/* The user's per-replica state, NULL until set. */
+void *rp_replica_user(const rp_replica *rep);
+void rp_replica_set_user(rp_replica *rep, void *user);
+
+/*
+ * The input context (as TF-Replicator's): the replica's id and count, its
+ * input pipeline (one per replica here) and the per-replica share of a
+ * global batch. RP_ERR_INVALID if the replica count does not divide it.
+ */
+typedef struct rp_input_context {
+    int replica, replicas;
+    int pipeline, pipelines;
+    int global_batch, per_replica_batch;
+} rp_input_context;
+
+rp_status rp_replica_input_context(const rp_replica *rep, int global_batch, rp_input_context *ctx);
+
+/*
+ * Reports a scalar for logging; at the end of the run the values of all
+ * replicas are reduced with `op` (in replica order) and can be read with
+ * rp_replicator_result(). Every replica must report the same names in the
+ * same order (checked; a difference fails the run). At most 32 per run;
+ * names up to 31 characters.
+ */
+rp_status rp_replica_report(rp_replica *rep, const char *name, double value, rp_reduce_op op);
+
+/* ---- cross-replica primitives: rp_comm_* on the replica's communicator ------------ */
+
+rp_status rp_all_reduce(rp_replica *rep, const void *send, void *recv, int64_t count,
+                        rp_dtype dtype, rp_reduce_op op);
+rp_status rp_reduce_scatter(rp_replica *rep, const void *send, void *recv, int64_t count,
+                            rp_dtype dtype, rp_reduce_op op);
+rp_status rp_all_gather(rp_replica *rep, const void *send, void *recv, int64_t count, rp_dtype dtype);
+rp_status rp_broadcast(rp_replica *rep, void *buf, int64_t count, rp_dtype dtype, int root);
+rp_status rp_barrier(rp_replica *rep);
+
+/*
+ * Cross-replica batch norm: an rp_bn_reduce_fn (tensor.h) whose ctx is the
+ * rp_replica. Put it in rp_bn_params.reduce (or a model's bn_reduce) and the
+ * layer's statistics cover the global batch: the per-channel sums (forward)
+ * and gradient sums (backward) are all-reduced across replicas.
+ */
+rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
+
+/* ---- synchronous data parallelism --------------------------------------------------- */
+
+/*
+ * Creates this replica's optimizer for `params` (collective: every replica
+ * calls it in the same run, with parameter lists of the same layout):
+ *  - the values (parameters and buffers) are broadcast from replica 0, so
+ *    every replica starts from the same model;
+ *  - during rp_backward() on this replica's tape, gradients are all-reduced
+ *    (mean over replicas) in buckets of cfg.bucket_bytes, each bucket as soon
+ *    as all its gradients are final;
+ *  - rp_optimizer_step() finishes the remaining buckets, then every replica
+ *    applies the same update, so the replicas stay bitwise identical;
+ *  - every checksum_every steps the trainable values are compared across
+ *    replicas; a difference is RP_ERR_MISMATCH naming the first parameter
+ *    that differs.
+ * With one replica it is a plain optimizer. Destroy it with
+ * rp_optimizer_destroy() (from inside a run or after the last one).
+ */
+rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_params *params,
+                                      const rp_optim_config *cfg);
+
+/*
+ * Copies replica 0's parameter values (and buffers) to every replica
+ * (collective), e.g. after restoring a checkpoint on replica 0 only.
+ */
+rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
