@@ -39,11 +39,11 @@ int rp_cli_eval(int argc, char **argv)
     RP_TRY(train_load_dataset(&test, &o, "test"));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
     RP_TRY(rp_dataset_channel_stats(train, mean, std));
-    RP_TRY(train_model_create(&model, &o, train->h, train->w, train->c, train->num_classes));
+    RP_TRY(train_model_create(&model, &o, train->h, train->w, train->c, train->num_classes, NULL, NULL));
     RP_TRY(rp_checkpoint_read_params(ck, train_model_params(&model), "param/"));
     RP_TRY(rp_tape_create(&tape, 0));
     eval_result ev;
-    RP_TRY(train_evaluate(tape, &model, test, mean, std, &ev));
+    RP_TRY(train_evaluate(tape, &model, test, mean, std, 0, 1, &ev));
     int64_t n;
     const int64_t *pos = rp_checkpoint_get_i64(ck, "train/position", &n);
     printf("%s on %s: test accuracy %.2f%%, test loss %.4f (%lld images; checkpoint after %lld steps)\n",

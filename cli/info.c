@@ -18,7 +18,8 @@ int rp_cli_info(int argc, char **argv)
     printf("oneDNN         %d.%d.%d (cpu runtime %s)\n", v->major, v->minor, v->patch,
            v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
     printf("OpenMP threads %d\n", omp_get_max_threads());
-    printf("environment    RP_LOG_LEVEL=%d RP_THREADS=%d RP_KERNELS=%s RP_DATA_DIR=%s\n",
-           env->log_level, env->threads, env->kernels, env->data_dir);
+    printf("environment    RP_LOG_LEVEL=%d RP_THREADS=%d RP_KERNELS=%s RP_DATA_DIR=%s "
+           "RP_COMM_TIMEOUT=%g\n", env->log_level, env->threads, env->kernels, env->data_dir,
+           env->comm_timeout);
     return 0;
 }

@@ -1,12 +1,16 @@
 /*
  * train.c - `replicator train`: the training loop, read top to bottom.
  *
- * Set-up: datasets, normalisation statistics, model, optimizer, tape,
- * loader, learning-rate schedule; or all of that restored from a run's
- * checkpoint. Then one step per batch: reset the tape, forward, loss,
- * backward, update. After each epoch: evaluate, log, checkpoint. A signal
- * stops the loop at the next step boundary and checkpoints there, so an
- * interrupted run resumes at the exact batch.
+ * Set-up: datasets, normalisation statistics and the replicator; then, on
+ * every replica, its model, optimizer and loader (build_replica), restored
+ * from a run's checkpoint when resuming. Then one step per global batch:
+ * every replica runs step_replica on its shard - forward, loss, backward,
+ * update, with the gradients averaged across replicas inside the optimizer
+ * step - the same code for one replica and for many. After each epoch: the
+ * replicas evaluate their shares of the test set, and replica 0's state
+ * (identical on all) is checkpointed. A signal stops the loop at the next
+ * step boundary and checkpoints there, so an interrupted run resumes at the
+ * exact batch, with any number of replicas.
  */
 #include <errno.h>
 #include <math.h>
@@ -20,14 +24,21 @@
 #include "kernels/kernels.h"
 #include "train.h"
 
+/* What each replica holds. */
+typedef struct replica_state {
+    train_model model;
+    rp_optimizer *opt;
+    rp_loader *loader;
+    rp_batch batch; /* the last batch's position */
+} replica_state;
+
 typedef struct run {
     train_opts o;
     rp_dataset *train, *test;
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
-    train_model model;
-    rp_optimizer *opt;
-    rp_tape *tape;
-    rp_loader *loader;
+    rp_replicator *rep;
+    replica_state *rs;       /* [replicas] */
+    const rp_checkpoint *ck; /* while building, when resuming */
     rp_schedule sched;
     int64_t steps_per_epoch;
     int64_t step; /* global steps taken */
@@ -87,11 +98,13 @@ static rp_status save_checkpoint(run *r)
     rp_checkpoint *ck = NULL;
     char *config = NULL, path[600];
     int64_t epoch, step;
-    rp_loader_position(r->loader, &epoch, &step);
+    /* The replicas are bitwise identical (sync training): replica 0's state is the run's. */
+    const replica_state *s = &r->rs[0];
+    rp_loader_position(s->loader, &epoch, &step);
     int64_t position[3] = {epoch, step, r->step};
     RP_TRY(rp_checkpoint_create(&ck));
-    RP_TRY(rp_checkpoint_add_params(ck, train_model_params(&r->model), "param/"));
-    RP_TRY(rp_checkpoint_add_optimizer(ck, r->opt, train_model_params(&r->model), "optim/"));
+    RP_TRY(rp_checkpoint_add_params(ck, train_model_params(&s->model), "param/"));
+    RP_TRY(rp_checkpoint_add_optimizer(ck, s->opt, train_model_params(&s->model), "optim/"));
     RP_TRY(rp_checkpoint_add_i64(ck, "train/position", 3, position));
     config = train_opts_to_json(&r->o);
     if (!config) {
@@ -120,6 +133,13 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
                 rp_warn("resuming on %d threads, the run used %d: results will differ in the last bits",
                         cli->threads, o->threads);
             o->threads = cli->threads;
+        } else if (!strcmp(argv[i], "--replicas")) {
+            if (cli->replicas != o->replicas)
+                rp_warn("resuming on %d replicas, the run used %d: the same global batch, results "
+                        "will differ in the last bits", cli->replicas, o->replicas);
+            o->replicas = cli->replicas;
+        } else if (!strcmp(argv[i], "--threads-per-replica")) {
+            o->threads_per_replica = cli->threads_per_replica;
         }
     }
     o->quiet = cli->quiet;
@@ -156,6 +176,117 @@ static rp_status choose_out_dir(train_opts *o)
     return RP_ERROR(RP_ERR_INVALID, "no free run directory next to %s; pass --out", base);
 }
 
+/*
+ * On every replica: its model (cross-replica batch norm when there are
+ * several), its optimizer (which broadcasts replica 0's initial values and
+ * averages gradients) and its loader (its shard of every global batch).
+ */
+static rp_status build_replica(rp_replica *rep, void *arg)
+{
+    run *r = arg;
+    const train_opts *o = &r->o;
+    replica_state *s = &r->rs[rp_replica_id(rep)];
+    rp_replica_set_user(rep, s);
+    bool cross = rp_replica_count(rep) > 1;
+    RP_CHECK(train_model_create(&s->model, o, r->train->h, r->train->w, r->train->c,
+                                r->train->num_classes, cross ? rp_cross_replica_bn : NULL,
+                                cross ? rep : NULL));
+    rp_optim_config oc = rp_optim_config_default();
+    oc.momentum = o->momentum;
+    oc.nesterov = o->nesterov;
+    oc.weight_decay = o->weight_decay;
+    RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, train_model_params(&s->model), &oc));
+
+    rp_input_context in;
+    RP_CHECK(rp_replica_input_context(rep, o->batch, &in));
+    rp_loader_config lc = rp_loader_config_default();
+    lc.global_batch = in.global_batch;
+    lc.replica = in.replica;
+    lc.replicas = in.replicas;
+    lc.seed = o->seed;
+    lc.shuffle = true;
+    lc.drop_last = true;
+    lc.augment = o->augment;
+    lc.pad = o->pad;
+    lc.flip = o->augment;
+    lc.prefetch = true;
+    lc.limit = o->limit;
+    for (int c = 0; c < r->train->c; c++) {
+        lc.mean[c] = r->mean[c];
+        lc.std[c] = r->std[c];
+    }
+    RP_CHECK(rp_loader_create(&s->loader, r->train, &lc));
+    if (r->ck) {
+        /* Every replica restores the same state; a checkpoint of N replicas resumes on M. */
+        int64_t n;
+        const int64_t *pos = rp_checkpoint_get_i64(r->ck, "train/position", &n);
+        if (!pos || n != 3) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint has no train/position");
+        RP_CHECK(rp_checkpoint_read_params(r->ck, train_model_params(&s->model), "param/"));
+        RP_CHECK(rp_checkpoint_read_optimizer(r->ck, s->opt, train_model_params(&s->model), "optim/"));
+        RP_CHECK(rp_loader_seek(s->loader, pos[0], pos[1]));
+    }
+    return RP_OK;
+}
+
+/* One optimisation step on this replica's shard of the next global batch. */
+static rp_status step_replica(rp_replica *rep, void *arg)
+{
+    run *r = arg;
+    replica_state *s = rp_replica_user(rep);
+    rp_tape *t = rp_replica_tape(rep);
+    rp_batch *b = &s->batch;
+    RP_CHECK(rp_loader_next(s->loader, b));
+    float lr = rp_schedule_lr(&r->sched, r->step);
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){b->n, b->h, b->w, b->c}, b->x);
+    rp_tensor *loss = rp_softmax_cross_entropy(t, train_model_forward(t, &s->model, x, true), b->y);
+    if (!loss) return rp_last_status();
+    float l = rp_item(loss);
+    if (!isfinite(l))
+        return RP_ERROR(RP_ERR_NUMERIC,
+                        "the loss is %g at epoch %lld step %lld (lr %g): training diverged; "
+                        "nothing was saved from this epoch; start again with a lower --lr",
+                        (double)l, (long long)b->epoch + 1, (long long)b->step, (double)lr);
+    RP_CHECK(rp_backward(t, loss));
+    RP_CHECK(rp_optimizer_step(s->opt, lr));
+    return rp_replica_report(rep, "loss", l, RP_MEAN);
+}
+
+/* Each replica evaluates its share of every test batch; the sums are reduced. */
+static rp_status eval_replica(rp_replica *rep, void *arg)
+{
+    run *r = arg;
+    replica_state *s = rp_replica_user(rep);
+    eval_result ev;
+    RP_CHECK(train_evaluate(rp_replica_tape(rep), &s->model, r->test, r->mean, r->std,
+                            rp_replica_id(rep), rp_replica_count(rep), &ev));
+    RP_CHECK(rp_replica_report(rep, "loss_sum", ev.loss_sum, RP_SUM));
+    RP_CHECK(rp_replica_report(rep, "correct", (double)ev.correct, RP_SUM));
+    return rp_replica_report(rep, "samples", (double)ev.samples, RP_SUM);
+}
+
+static rp_status evaluate(run *r, eval_result *ev)
+{
+    double loss_sum, correct, samples;
+    RP_CHECK(rp_replicator_run(r->rep, eval_replica, r));
+    RP_CHECK(rp_replicator_result(r->rep, "loss_sum", &loss_sum));
+    RP_CHECK(rp_replicator_result(r->rep, "correct", &correct));
+    RP_CHECK(rp_replicator_result(r->rep, "samples", &samples));
+    ev->samples = (int64_t)samples;
+    ev->loss = samples > 0 ? loss_sum / samples : 0;
+    ev->accuracy = samples > 0 ? correct / samples : 0;
+    return RP_OK;
+}
+
+static rp_status destroy_replica(rp_replica *rep, void *arg)
+{
+    replica_state *s = rp_replica_user(rep);
+    if (!s) return RP_OK;
+    rp_loader_destroy(s->loader);
+    rp_optimizer_destroy(s->opt);
+    train_model_destroy(&s->model);
+    return RP_OK;
+}
+
 static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_checkpoint **ck)
 {
     train_opts *o = &r->o;
@@ -171,49 +302,37 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
         apply_resume_overrides(o, &cli, argc, argv);
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
     }
+    if (o->batch % o->replicas != 0)
+        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch, o->replicas);
     rp_kernels_set_threads(o->threads);
     RP_CHECK(train_load_dataset(&r->train, o, "train"));
     RP_CHECK(train_load_dataset(&r->test, o, "test"));
     if (r->train->c > RP_LOADER_MAX_CHANNELS)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "%d channels; at most %d", r->train->c, RP_LOADER_MAX_CHANNELS);
     RP_CHECK(rp_dataset_channel_stats(r->train, r->mean, r->std));
-    RP_CHECK(train_model_create(&r->model, o, r->train->h, r->train->w, r->train->c,
-                                r->train->num_classes));
-    rp_optim_config oc = rp_optim_config_default();
-    oc.momentum = o->momentum;
-    oc.nesterov = o->nesterov;
-    oc.weight_decay = o->weight_decay;
-    RP_CHECK(rp_optimizer_create(&r->opt, train_model_params(&r->model), &oc));
-    RP_CHECK(rp_tape_create(&r->tape, 0));
 
-    rp_loader_config lc = rp_loader_config_default();
-    lc.global_batch = o->batch;
-    lc.seed = o->seed;
-    lc.shuffle = true;
-    lc.drop_last = true;
-    lc.augment = o->augment;
-    lc.pad = o->pad;
-    lc.flip = o->augment;
-    lc.prefetch = true;
-    lc.limit = o->limit;
-    for (int c = 0; c < r->train->c; c++) {
-        lc.mean[c] = r->mean[c];
-        lc.std[c] = r->std[c];
+    rp_config cfg = rp_config_default();
+    cfg.replicas = o->replicas;
+    cfg.threads_per_replica = o->threads_per_replica;
+    if (!cfg.threads_per_replica) {
+        int total = o->threads > 0 ? o->threads : rp_kernels_get_threads();
+        cfg.threads_per_replica = total / o->replicas > 0 ? total / o->replicas : 1;
     }
-    RP_CHECK(rp_loader_create(&r->loader, r->train, &lc));
-    r->steps_per_epoch = rp_loader_steps_per_epoch(r->loader);
+    cfg.seed = o->seed;
+    RP_CHECK(rp_replicator_create(&r->rep, &cfg));
+    r->rs = calloc((size_t)o->replicas, sizeof *r->rs);
+    if (!r->rs) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d replicas", o->replicas);
+    r->ck = *ck;
+    RP_CHECK(rp_replicator_run(r->rep, build_replica, r));
+    r->ck = NULL;
+    r->steps_per_epoch = rp_loader_steps_per_epoch(r->rs[0].loader);
     int64_t total = r->steps_per_epoch * o->epochs, warmup = r->steps_per_epoch * o->warmup_epochs;
     r->sched = !strcmp(o->schedule, "cosine") ? rp_schedule_cosine(o->lr, warmup, total)
                                                : rp_schedule_constant(o->lr);
     r->sched.warmup_steps = warmup;
-
     if (*ck) {
         int64_t n;
         const int64_t *pos = rp_checkpoint_get_i64(*ck, "train/position", &n);
-        if (!pos || n != 3) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint has no train/position");
-        RP_CHECK(rp_checkpoint_read_params(*ck, train_model_params(&r->model), "param/"));
-        RP_CHECK(rp_checkpoint_read_optimizer(*ck, r->opt, train_model_params(&r->model), "optim/"));
-        RP_CHECK(rp_loader_seek(r->loader, pos[0], pos[1]));
         r->step = pos[2];
     }
     RP_CHECK(make_dirs(o->out_dir));
@@ -228,17 +347,23 @@ static void print_header(const run *r, bool resumed)
 {
     const train_opts *o = &r->o;
     int64_t epoch, step;
-    rp_loader_position(r->loader, &epoch, &step);
+    rp_loader_position(r->rs[0].loader, &epoch, &step);
+    char layout[64];
+    if (o->replicas > 1)
+        snprintf(layout, sizeof layout, "%d replicas x %d threads (cross-replica batch norm)",
+                 o->replicas, rp_kernels_get_threads() / o->replicas > 0 ? rp_kernels_get_threads() / o->replicas : 1);
+    else
+        snprintf(layout, sizeof layout, "%d threads", rp_kernels_get_threads());
     fprintf(stderr,
             "replicator train %s on %s: %lld train / %lld test images %dx%dx%d, %d classes\n"
             "  %lld parameters; batch %d, %d epochs x %lld steps; lr %g %s (warm-up %d), momentum "
-            "%g%s, wd %g; augment %s; seed %llu; %d threads, %s kernels\n",
-            o->model, r->train->name, (long long)rp_loader_samples(r->loader), (long long)r->test->n,
+            "%g%s, wd %g; augment %s; seed %llu; %s, %s kernels\n",
+            o->model, r->train->name, (long long)rp_loader_samples(r->rs[0].loader), (long long)r->test->n,
             r->train->h, r->train->w, r->train->c, r->train->num_classes,
-            (long long)rp_params_trainable_numel(train_model_params(&r->model)), o->batch, o->epochs,
+            (long long)rp_params_trainable_numel(train_model_params(&r->rs[0].model)), o->batch, o->epochs,
             (long long)r->steps_per_epoch, (double)o->lr, o->schedule, o->warmup_epochs,
             (double)o->momentum, o->nesterov ? " nesterov" : "", (double)o->weight_decay,
-            o->augment ? "crop+flip" : "off", (unsigned long long)o->seed, rp_kernels_get_threads(),
+            o->augment ? "crop+flip" : "off", (unsigned long long)o->seed, layout,
             rp_kernels_active()->name);
     if (resumed)
         fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir,
@@ -246,39 +371,20 @@ static void print_header(const run *r, bool resumed)
     fprintf(stderr, "  run directory: %s\n", o->out_dir);
 }
 
-/* One optimisation step on batch b; *loss_out gets the batch loss. */
-static rp_status train_step(run *r, const rp_batch *b, float *loss_out)
-{
-    rp_tape_reset(r->tape);
-    rp_tensor *x = rp_tensor_from(r->tape, 4, (int[]){b->n, b->h, b->w, b->c}, b->x);
-    rp_tensor *loss = rp_softmax_cross_entropy(r->tape, train_model_forward(r->tape, &r->model, x, true), b->y);
-    if (!loss) return rp_last_status();
-    float l = rp_item(loss);
-    if (!isfinite(l))
-        return RP_ERROR(RP_ERR_NUMERIC,
-                        "the loss is %g at epoch %lld step %lld (lr %g): training diverged; "
-                        "nothing was saved from this epoch; start again with a lower --lr",
-                        (double)l, (long long)b->epoch + 1, (long long)b->step,
-                        (double)rp_schedule_lr(&r->sched, r->step));
-    RP_CHECK(rp_backward(r->tape, loss));
-    RP_CHECK(rp_optimizer_step(r->opt, rp_schedule_lr(&r->sched, r->step)));
-    *loss_out = l;
-    return RP_OK;
-}
-
 static rp_status train_loop(run *r, double *best_acc, eval_result *ev, int *epochs_done)
 {
     const train_opts *o = &r->o;
     double t_epoch = rp_now_s(), t_print = 0, loss_sum = 0;
     int64_t loss_n = 0, epoch, pos_step;
-    rp_loader_position(r->loader, &epoch, &pos_step);
+    rp_loader_position(r->rs[0].loader, &epoch, &pos_step);
     *epochs_done = (int)epoch;
     while (epoch < o->epochs) {
         if (stop_signal || (o->max_steps && r->step >= o->max_steps)) return RP_ERR_INTERRUPTED;
-        rp_batch b;
-        RP_CHECK(rp_loader_next(r->loader, &b));
-        float l = 0;
-        RP_CHECK(train_step(r, &b, &l));
+        RP_CHECK(rp_replicator_run(r->rep, step_replica, r));
+        rp_batch b = r->rs[0].batch;
+        double l = 0;
+        RP_CHECK(rp_replicator_result(r->rep, "loss", &l));
+        rp_debug("step %lld loss %.7f", (long long)r->step, l);
         r->step++;
         loss_sum += l;
         loss_n++;
@@ -308,7 +414,7 @@ static rp_status train_loop(run *r, double *best_acc, eval_result *ev, int *epoc
         if (!b.end_of_epoch) continue;
 
         double seconds = rp_now_s() - t_epoch, rate = (double)loss_n * o->batch / seconds;
-        RP_CHECK(train_evaluate(r->tape, &r->model, r->test, r->mean, r->std, ev));
+        RP_CHECK(evaluate(r, ev));
         if (ev->accuracy > *best_acc) *best_acc = ev->accuracy;
         *epochs_done = (int)b.epoch + 1;
         if (!o->quiet)
@@ -345,7 +451,7 @@ int rp_cli_train(int argc, char **argv)
     rp_status status = setup(&r, resume, argc, argv, &ck);
     rp_checkpoint_destroy(ck);
     double t_start = rp_now_s(), best_acc = 0;
-    eval_result ev = {0, 0, 0};
+    eval_result ev = {0, 0, 0, 0, 0};
     int epochs_done = 0;
     int64_t first_step = r.step;
     if (status == RP_OK) {
@@ -358,7 +464,7 @@ int rp_cli_train(int argc, char **argv)
     if (interrupted) {
         status = save_checkpoint(&r);
         int64_t epoch, step;
-        rp_loader_position(r.loader, &epoch, &step);
+        rp_loader_position(r.rs[0].loader, &epoch, &step);
         if (status == RP_OK && !r.o.quiet) {
             if (r.o.no_checkpoint)
                 fprintf(stderr, "%s  stopped at epoch %lld step %lld; nothing saved (--no-checkpoint)\n",
@@ -380,10 +486,12 @@ int rp_cli_train(int argc, char **argv)
                (long long)(r.step - first_step), total);
     }
     if (r.metrics) fclose(r.metrics);
-    rp_loader_destroy(r.loader);
-    rp_tape_destroy(r.tape);
-    rp_optimizer_destroy(r.opt);
-    train_model_destroy(&r.model);
+    if (r.rep) {
+        rp_status teardown = rp_replicator_run(r.rep, destroy_replica, &r);
+        if (teardown != RP_OK && status == RP_OK) status = teardown;
+    }
+    rp_replicator_destroy(r.rep);
+    free(r.rs);
     rp_dataset_destroy(r.test);
     rp_dataset_destroy(r.train);
     if (status != RP_OK) {

@@ -24,7 +24,9 @@ typedef struct train_opts {
     char schedule[16];  /* cosine | constant */
     int warmup_epochs;
     uint64_t seed;
-    int threads;
+    int threads;        /* kernel threads in all (0: all cores) */
+    int replicas;       /* data-parallel replicas (threads of this process) */
+    int threads_per_replica; /* 0: threads / replicas */
     int hidden[RP_MLP_MAX_LAYERS];
     int n_hidden;
     bool augment;
@@ -57,7 +59,9 @@ typedef struct train_model {
     rp_resnet *resnet;
 } train_model;
 
-rp_status train_model_create(train_model *m, const train_opts *o, int h, int w, int c, int classes);
+/* bn_reduce/ctx: cross-replica batch norm for resnets (NULL: per-replica statistics). */
+rp_status train_model_create(train_model *m, const train_opts *o, int h, int w, int c, int classes,
+                             rp_bn_reduce_fn bn_reduce, void *bn_ctx);
 void train_model_destroy(train_model *m);
 rp_params *train_model_params(const train_model *m);
 rp_tensor *train_model_forward(rp_tape *t, const train_model *m, rp_tensor *x, bool training);
@@ -70,10 +74,14 @@ typedef struct eval_result {
     double loss;
     double accuracy;
     int64_t samples;
+    double loss_sum;  /* sum over samples of the loss */
+    int64_t correct;
 } eval_result;
 
+/* Replica `replica` of `replicas` evaluates its share of every test batch. */
 rp_status train_evaluate(rp_tape *t, const train_model *m, const rp_dataset *test,
-                         const float *mean, const float *std, eval_result *r);
+                         const float *mean, const float *std, int replica, int replicas,
+                         eval_result *r);
 
 /* Path of the checkpoint file in a run directory. */
 void train_checkpoint_path(char *buf, size_t size, const char *dir);

@@ -7,7 +7,8 @@
 
 #include "train.h"
 
-rp_status train_model_create(train_model *m, const train_opts *o, int h, int w, int c, int classes)
+rp_status train_model_create(train_model *m, const train_opts *o, int h, int w, int c, int classes,
+                             rp_bn_reduce_fn bn_reduce, void *bn_ctx)
 {
     memset(m, 0, sizeof *m);
     rp_resnet_kind kind;
@@ -15,6 +16,8 @@ rp_status train_model_create(train_model *m, const train_opts *o, int h, int w, 
         rp_resnet_config cfg = rp_resnet_config_default(kind);
         cfg.in_channels = c;
         cfg.classes = classes;
+        cfg.bn_reduce = bn_reduce;
+        cfg.bn_reduce_ctx = bn_ctx;
         return rp_resnet_create(&m->resnet, &cfg, o->seed);
     }
     return rp_mlp_create(&m->mlp, h * w * c, o->hidden, o->n_hidden, classes, o->seed);
@@ -49,12 +52,15 @@ rp_status train_load_dataset(rp_dataset **ds, const train_opts *o, const char *s
 }
 
 rp_status train_evaluate(rp_tape *t, const train_model *m, const rp_dataset *test,
-                         const float *mean, const float *std, eval_result *r)
+                         const float *mean, const float *std, int replica, int replicas,
+                         eval_result *r)
 {
     rp_status status = RP_OK;
     rp_loader *ld = NULL;
     rp_loader_config lc = rp_loader_config_default();
-    lc.global_batch = 500;
+    lc.global_batch = 500 * replicas;
+    lc.replica = replica;
+    lc.replicas = replicas;
     lc.shuffle = false;
     lc.drop_last = false;
     lc.augment = false;
@@ -92,6 +98,8 @@ rp_status train_evaluate(rp_tape *t, const train_model *m, const rp_dataset *tes
     r->loss = seen ? loss_sum / (double)seen : 0;
     r->accuracy = seen ? (double)correct / (double)seen : 0;
     r->samples = seen;
+    r->loss_sum = loss_sum;
+    r->correct = correct;
 cleanup:
     rp_tape_set_recording(t, true);
     rp_tape_reset(t);

@@ -22,6 +22,7 @@ void train_opts_default(train_opts *o, const char *model)
     o->momentum = 0.9f;
     o->weight_decay = 5e-4f;
     o->warmup_epochs = 1;
+    o->replicas = 1;
     if (!strcmp(model, "mlp")) {
         o->epochs = 10;
         o->lr = 0.05f;
@@ -66,12 +67,16 @@ static void usage(FILE *f)
             "  --hidden A,B,...  mlp hidden widths (default 512,256)\n"
             "run:\n"
             "  --seed N          random seed (default 1)\n"
-            "  --threads N       kernel threads (default: all cores)\n"
+            "  --threads N       kernel threads in all (default: all cores)\n"
+            "  --replicas N      data-parallel replicas, threads of this process (default 1);\n"
+            "                    the batch is split across them, batch norm is cross-replica\n"
+            "  --threads-per-replica N  kernel threads of each replica (default threads/replicas)\n"
             "  --out DIR         run directory: checkpoint.safetensors, metrics.jsonl\n"
             "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
             "  --force           overwrite a checkpoint already in --out\n"
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
-            "                    --threads, --max-steps, --no-checkpoint and --quiet)\n"
+            "                    --threads, --replicas, --threads-per-replica, --max-steps,\n"
+            "                    --no-checkpoint and --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
             "  --no-checkpoint   do not write checkpoints\n"
             "  --quiet           only the summary\n"
@@ -169,6 +174,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         else if (!strcmp(a, "--warmup")) { ok = parse_long(v, 0, 100000, &n); o->warmup_epochs = (int)n; }
         else if (!strcmp(a, "--seed")) { ok = parse_long(v, 0, 0x7fffffffL, &n); o->seed = (uint64_t)n; }
         else if (!strcmp(a, "--threads")) { ok = parse_long(v, 1, 1024, &n); o->threads = (int)n; }
+        else if (!strcmp(a, "--replicas")) { ok = parse_long(v, 1, 256, &n); o->replicas = (int)n; }
+        else if (!strcmp(a, "--threads-per-replica")) { ok = parse_long(v, 1, 1024, &n); o->threads_per_replica = (int)n; }
         else if (!strcmp(a, "--pad")) { ok = parse_long(v, 0, 64, &n); o->pad = (int)n; }
         else if (!strcmp(a, "--limit")) { ok = parse_long(v, 1, 1L << 40, &n); o->limit = n; }
         else if (!strcmp(a, "--max-steps")) { ok = parse_long(v, 1, 1L << 40, &n); o->max_steps = n; }
@@ -185,6 +192,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             return 2;
         }
     }
+    if (o->batch % o->replicas != 0) {
+        fprintf(stderr, "replicator train: --batch %d does not split across %d replicas; use a "
+                "multiple of %d\n", o->batch, o->replicas, o->replicas);
+        return 2;
+    }
     if (o->nesterov && o->momentum <= 0) {
         fprintf(stderr, "replicator train: --nesterov needs --momentum > 0\n");
         return 2;
@@ -192,7 +204,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     if (*resume) {
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
         static const char *const allowed[] = {"--resume", "--epochs", "--data", "--threads",
-                                              "--max-steps", "--no-checkpoint", "--quiet"};
+                                              "--replicas", "--threads-per-replica", "--max-steps",
+                                              "--no-checkpoint", "--quiet"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -228,6 +241,8 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddNumberToObject(j, "pad", o->pad);
     cJSON_AddNumberToObject(j, "limit", (double)o->limit);
     cJSON_AddNumberToObject(j, "threads", o->threads);
+    cJSON_AddNumberToObject(j, "replicas", o->replicas);
+    cJSON_AddNumberToObject(j, "threads_per_replica", o->threads_per_replica);
     cJSON *hidden = cJSON_AddArrayToObject(j, "hidden");
     for (int i = 0; hidden && i < o->n_hidden; i++)
         cJSON_AddItemToArray(hidden, cJSON_CreateNumber(o->hidden[i]));
@@ -301,6 +316,9 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         }
         double threads = 0;
         if (get_num(j, "threads", &threads) && threads >= 0 && threads <= 1024) o->threads = (int)threads;
+        double replicas = 0, tpr = 0;
+        if (get_num(j, "replicas", &replicas) && replicas >= 1 && replicas <= 256) o->replicas = (int)replicas;
+        if (get_num(j, "threads_per_replica", &tpr) && tpr >= 0 && tpr <= 1024) o->threads_per_replica = (int)tpr;
     }
     cJSON_Delete(j);
     if (!ok) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is incomplete or invalid");
