@@ -16,6 +16,7 @@ static void bench_usage(FILE *f)
 {
     fprintf(f,
             "usage: replicator bench resnet [options]\n"
+            "       replicator bench allreduce [--help]   (collective bandwidth)\n"
             "\n"
             "Measures training images/s (forward, backward, SGD momentum step) of a ResNet on\n"
             "random data. The same measurement in PyTorch: bench/torch_env.sh --model resnet20.\n"
@@ -27,7 +28,10 @@ static void bench_usage(FILE *f)
             "  --channels C  input channels (default 1; 3 for resnet18/50)\n"
             "  --iters K     timed steps (default 20; 3 for resnet18/50)\n"
             "  --warmup W    untimed steps first (default 3; 2 for resnet18/50)\n"
-            "  --threads T   kernel threads (default: all cores)\n"
+            "  --threads T   kernel threads in all (default: all cores)\n"
+            "  --replicas N  data-parallel replicas sharing the batch (default 1)\n"
+            "  --threads-per-replica T  (default: threads / replicas)\n"
+            "  --local-bn    per-replica batch norm (default: cross-replica, as in training)\n"
             "  --json        one JSON line instead of text\n");
 }
 
@@ -43,11 +47,78 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* One replica's model, optimizer and synthetic batch. */
+typedef struct bench_state {
+    rp_resnet *net;
+    rp_optimizer *opt;
+    float *images;
+    int32_t *labels;
+} bench_state;
+
+typedef struct bench_job {
+    rp_resnet_kind kind;
+    int batch; /* per replica */
+    int size, channels;
+    bool cross_bn;
+    bench_state *states;
+} bench_job;
+
+static rp_status bench_build(rp_replica *rep, void *arg)
+{
+    bench_job *job = arg;
+    bench_state *s = &job->states[rp_replica_id(rep)];
+    rp_replica_set_user(rep, s);
+    bool small = job->kind == RP_RESNET20;
+    rp_resnet_config cfg = rp_resnet_config_default(job->kind);
+    cfg.in_channels = job->channels;
+    cfg.classes = small ? 10 : 1000;
+    if (rp_replica_count(rep) > 1 && job->cross_bn) {
+        cfg.bn_reduce = rp_cross_replica_bn;
+        cfg.bn_reduce_ctx = rep;
+    }
+    RP_CHECK(rp_resnet_create(&s->net, &cfg, 1));
+    rp_optim_config oc = rp_optim_config_default();
+    oc.weight_decay = 5e-4f;
+    RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, rp_resnet_params(s->net), &oc));
+    int64_t n_pixels = (int64_t)job->batch * job->size * job->size * job->channels;
+    s->images = rp_alloc((size_t)n_pixels * sizeof(float));
+    s->labels = rp_alloc((size_t)job->batch * sizeof(int32_t));
+    if (!s->images || !s->labels) return rp_last_status();
+    /* Replica r holds samples [r*b, (r+1)*b) of the global batch. */
+    rp_rng_fill_normal(rp_hash_str(1, "bench"), (uint64_t)(n_pixels * rp_replica_id(rep)), s->images,
+                       (size_t)n_pixels, 0.0f, 1.0f);
+    for (int i = 0; i < job->batch; i++) s->labels[i] = (i + job->batch * rp_replica_id(rep)) % cfg.classes;
+    return RP_OK;
+}
+
+static rp_status bench_step(rp_replica *rep, void *arg)
+{
+    bench_job *job = arg;
+    bench_state *s = rp_replica_user(rep);
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){job->batch, job->size, job->size, job->channels}, s->images);
+    rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, s->net, x, true), s->labels);
+    if (!loss) return rp_last_status();
+    RP_CHECK(rp_backward(t, loss));
+    return rp_optimizer_step(s->opt, 0.01f);
+}
+
+static rp_status bench_destroy(rp_replica *rep, void *arg)
+{
+    bench_state *s = rp_replica_user(rep);
+    if (!s) return RP_OK;
+    rp_optimizer_destroy(s->opt);
+    rp_resnet_destroy(s->net);
+    rp_free(s->images);
+    rp_free(s->labels);
+    return RP_OK;
+}
+
 static int bench_resnet(int argc, char **argv)
 {
     rp_resnet_kind kind = RP_RESNET20;
-    int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0;
-    bool json = false;
+    int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0, replicas = 1, tpr = 0;
+    bool json = false, cross_bn = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
@@ -55,6 +126,9 @@ static int bench_resnet(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
+            continue;
+        } else if (!strcmp(a, "--local-bn")) {
+            cross_bn = false;
             continue;
         }
         if (!v) {
@@ -75,6 +149,8 @@ static int bench_resnet(int argc, char **argv)
                     : !strcmp(a, "--iters")    ? &iters
                     : !strcmp(a, "--warmup")   ? &warmup
                     : !strcmp(a, "--threads")  ? &threads
+                    : !strcmp(a, "--replicas") ? &replicas
+                    : !strcmp(a, "--threads-per-replica") ? &tpr
                                                : NULL;
         char *end;
         long n = strtol(v, &end, 10);
@@ -91,46 +167,32 @@ static int bench_resnet(int argc, char **argv)
     if (!iters) iters = small ? 20 : 3;
     /* Two untimed steps at least: the arena settles into one block at the second reset. */
     if (warmup < 0) warmup = small ? 3 : 2;
+    if (replicas < 1) replicas = 1;
+    if (batch % replicas != 0) {
+        fprintf(stderr, "replicator bench: --batch %d does not split across %d replicas\n", batch, replicas);
+        return 2;
+    }
     rp_kernels_set_threads(threads);
+    if (!tpr) tpr = rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
 
+    bench_job job = {kind, batch / replicas, size, channels, cross_bn, NULL};
     rp_status status = RP_OK;
-    rp_resnet *net = NULL;
-    rp_tape *t = NULL;
-    rp_optimizer *opt = NULL;
-    float *images = NULL;
-    int32_t *labels = NULL;
-    double *times = NULL;
-    rp_resnet_config cfg = rp_resnet_config_default(kind);
-    cfg.in_channels = channels;
-    cfg.classes = small ? 10 : 1000;
-    RP_TRY(rp_resnet_create(&net, &cfg, 1));
-    RP_TRY(rp_tape_create(&t, 0));
-    rp_optim_config oc = rp_optim_config_default();
-    oc.weight_decay = 5e-4f;
-    RP_TRY(rp_optimizer_create(&opt, rp_resnet_params(net), &oc));
-    int64_t n_pixels = (int64_t)batch * size * size * channels;
-    images = rp_alloc((size_t)n_pixels * sizeof(float));
-    labels = rp_alloc((size_t)batch * sizeof(int32_t));
-    times = rp_alloc((size_t)(iters + 1) * sizeof(double));
-    if (!images || !labels || !times) {
-        status = rp_last_status();
+    rp_replicator *r = NULL;
+    double *times = rp_alloc((size_t)(iters + 1) * sizeof(double));
+    job.states = calloc((size_t)replicas, sizeof *job.states);
+    if (!times || !job.states) {
+        status = RP_ERROR(RP_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    rp_rng_fill_normal(rp_hash_str(1, "bench"), 0, images, (size_t)n_pixels, 0.0f, 1.0f);
-    for (int i = 0; i < batch; i++) labels[i] = i % cfg.classes;
-
+    rp_config cfg = rp_config_default();
+    cfg.replicas = replicas;
+    cfg.threads_per_replica = tpr;
+    RP_TRY(rp_replicator_create(&r, &cfg));
+    RP_TRY(rp_replicator_run(r, bench_build, &job));
     double total = 0;
     for (int it = 0; it < warmup + iters; it++) {
         double t0 = rp_now_s();
-        rp_tape_reset(t);
-        rp_tensor *x = rp_tensor_from(t, 4, (int[]){batch, size, size, channels}, images);
-        rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, net, x, true), labels);
-        if (!loss) {
-            status = rp_last_status();
-            goto cleanup;
-        }
-        RP_TRY(rp_backward(t, loss));
-        RP_TRY(rp_optimizer_step(opt, 0.01f));
+        RP_TRY(rp_replicator_run(r, bench_step, &job));
         double dt = rp_now_s() - t0;
         if (it >= warmup) {
             times[it - warmup] = dt;
@@ -141,23 +203,26 @@ static int bench_resnet(int argc, char **argv)
     double ips = (double)batch * iters / total;
     if (json)
         printf("{\"framework\":\"replicator\",\"model\":\"%s\",\"batch\":%d,\"size\":%d,"
-               "\"channels\":%d,\"threads\":%d,\"format\":\"nhwc\",\"images_per_s\":%.2f,"
-               "\"ms_per_step\":%.2f,\"median_ms_per_step\":%.2f}\n",
-               rp_resnet_kind_name(kind), batch, size, channels, rp_kernels_get_threads(), ips,
-               1e3 * total / iters, 1e3 * med);
+               "\"channels\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"bn\":\"%s\","
+               "\"format\":\"nhwc\",\"images_per_s\":%.2f,\"ms_per_step\":%.2f,"
+               "\"median_ms_per_step\":%.2f}\n",
+               rp_resnet_kind_name(kind), batch, size, channels, replicas, tpr,
+               replicas > 1 && cross_bn ? "cross-replica" : "local", ips, 1e3 * total / iters, 1e3 * med);
     else
-        printf("replicator %s batch %d %dx%dx%d, %d threads: %.1f images/s (%.1f ms/step, median "
-               "%.1f)\n",
-               rp_resnet_kind_name(kind), batch, size, size, channels, rp_kernels_get_threads(), ips,
+        printf("replicator %s batch %d %dx%dx%d, %d replica%s x %d threads%s: %.1f images/s "
+               "(%.1f ms/step, median %.1f)\n",
+               rp_resnet_kind_name(kind), batch, size, size, channels, replicas, replicas > 1 ? "s" : "",
+               tpr, replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "", ips,
                1e3 * total / iters, 1e3 * med);
 
 cleanup:
+    if (r) {
+        rp_status teardown = rp_replicator_run(r, bench_destroy, &job);
+        if (status == RP_OK) status = teardown;
+    }
+    rp_replicator_destroy(r);
+    free(job.states);
     rp_free(times);
-    rp_free(labels);
-    rp_free(images);
-    rp_optimizer_destroy(opt);
-    rp_tape_destroy(t);
-    rp_resnet_destroy(net);
     if (status != RP_OK) {
         fprintf(stderr, "replicator bench: error: %s\n", rp_last_error());
         return 1;
@@ -172,6 +237,7 @@ int rp_cli_bench(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "resnet")) return bench_resnet(argc - 1, argv + 1);
-    fprintf(stderr, "replicator bench: unknown benchmark \"%s\" (available: resnet)\n", argv[1]);
+    if (!strcmp(argv[1], "allreduce")) return rp_cli_bench_allreduce(argc - 1, argv + 1);
+    fprintf(stderr, "replicator bench: unknown benchmark \"%s\" (available: resnet, allreduce)\n", argv[1]);
     return 2;
 }

@@ -7,6 +7,7 @@
 int rp_cli_train(int argc, char **argv);
 int rp_cli_info(int argc, char **argv);
 int rp_cli_bench(int argc, char **argv);
+int rp_cli_bench_allreduce(int argc, char **argv);
 int rp_cli_eval(int argc, char **argv);
 
 #endif

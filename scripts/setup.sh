@@ -13,6 +13,7 @@ packages=(
   zlib1g-dev             # gzip data files
   libpng-dev             # image grids
   libcmocka-dev          # unit tests
+  libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
   dataset-fashion-mnist  # the default training data
 )
 

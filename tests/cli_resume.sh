@@ -93,4 +93,27 @@ set -e
 [ $rc -eq 1 ] || fail "diverging run: exit code $rc"
 echo "$msg" | grep -q "loss is" || fail "diverging run: no NaN message: $msg"
 echo "ok: divergence reported: $(echo "$msg" | tail -1)"
+
+# Replicas: a 2-replica run interrupted and resumed on 2 replicas is bit-exact (synchronous
+# training is deterministic); its checkpoint also resumes on 1 replica; a batch that does not
+# split is refused; a replica's NaN is reported as that replica's error.
+rep=(--data "$data" --limit 256 --batch 32 --threads 2 --quiet --epochs 2)
+"$bin" train resnet20 "${rep[@]}" --replicas 2 --out "$dir/rep-a" > /dev/null
+"$bin" train resnet20 "${rep[@]}" --replicas 2 --max-steps 11 --out "$dir/rep-b" > /dev/null
+cp -r "$dir/rep-b" "$dir/rep-c"
+"$bin" train --resume "$dir/rep-b" --quiet > /dev/null
+cmp "$dir/rep-a/checkpoint.safetensors" "$dir/rep-b/checkpoint.safetensors" \
+    || fail "2 replicas: resumed run differs from the uninterrupted one"
+out=$("$bin" train --resume "$dir/rep-c" --replicas 1 --quiet 2>&1) || fail "resuming 2 replicas on 1: $out"
+echo "$out" | grep -q "after 2 epochs" || fail "resuming 2 replicas on 1 did not finish: $out"
+set +e
+msg=$("$bin" train resnet20 "${rep[@]}" --replicas 3 --out "$dir/rep-d" 2>&1); rc=$?
+set -e
+[ $rc -eq 2 ] && echo "$msg" | grep -q "does not split across 3 replicas" || fail "batch 32 on 3 replicas: $msg"
+set +e
+msg=$("$bin" train mlp "${common[@]}" --threads 2 --replicas 2 --epochs 3 --lr 100 --momentum 0.99 --wd 0 --out "$dir/rep-nan" 2>&1)
+rc=$?
+set -e
+[ $rc -eq 1 ] && echo "$msg" | grep -q "replica [01]: .*loss is" || fail "2 replicas diverging: $msg"
+echo "ok: replicas: resume bit-exact, 2 -> 1 replicas, errors: $(echo "$msg" | tail -1)"
 echo "all cli checks passed"

@@ -83,7 +83,7 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
  * reduced across replicas (rp_replicator_result()).
  * Returns RP_OK if every replica returned RP_OK; otherwise the error of the
  * replica whose failure started it (its own error, not a peer's "replica 1
- * failed"), its message prefixed with the replica id. After an error in a
+ * failed"), its message prefixed with the replica id when there are several. After an error in a
  * collective the replicas' communicator is broken and later runs that use it
  * fail at once: an error in run() ends the job.
  * Not re-entrant: call it from one thread, not from inside fn.

@@ -96,6 +96,8 @@ static rp_status reduce_reports(rp_replica *rep)
         }
         return RP_OK;
     }
+    /* After a collective error nothing can be reduced; a run that reports nothing (a clean-up) still succeeds. */
+    if (k == 0 && rp_comm_broken(rep->comm)) return RP_OK;
     int64_t mine = k, *all = rep->gather;
     RP_CHECK(rp_all_gather(rep, &mine, all, 1, RP_I64));
     for (int q = 1; q < n; q++)
@@ -193,7 +195,11 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     pthread_cond_broadcast(&r->start);
     pthread_mutex_unlock(&r->mu);
 
-    /* Replica 0 on this thread, with the replica's log prefix and team size. */
+    /* Replica 0 on this thread, with the replica's log prefix and team size; a run that
+       succeeds leaves the caller's last error as it was. */
+    rp_status saved_status = rp_last_status();
+    char saved_error[1024];
+    snprintf(saved_error, sizeof saved_error, "%s", rp_last_error());
     int saved_threads = rp_kernels_get_threads();
     rp_log_set_replica(0);
     rp_kernels_set_threads(threads_per_replica(&r->cfg));
@@ -212,7 +218,11 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
         if (rep->status == RP_OK) continue;
         if (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)) cause = rep;
     }
-    if (!cause) return RP_OK;
+    if (!cause) {
+        if (saved_status != RP_OK) rp_error_set(saved_status, NULL, 0, "%s", saved_error);
+        else rp_error_clear();
+        return RP_OK;
+    }
     if (r->n == 1) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
     return rp_error_set(cause->status, NULL, 0, "replica %d: %s", cause->id, cause->error);
 }

@@ -8,10 +8,15 @@
  * buckets are cut from the end of the block: bucket 0 holds the last
  * parameters, and becomes ready first. The tape calls back once per
  * parameter whose gradient is final; when a bucket's last parameter is
- * ready, its mean all-reduce runs right there, in place. Every replica runs
- * the same backward, so every replica starts the same buckets in the same
- * order; rp_optimizer_step() then reduces the buckets that were not started
- * (parameters this step did not use) in bucket order.
+ * ready, its mean all-reduce runs right there, in place. Buckets start in
+ * bucket order only: a ready bucket waits for the ones before it. So every
+ * replica reduces the same ranges in the same order even when replicas use
+ * different parameters in a step (an unused parameter's gradient is zero
+ * and counts as such in the mean); rp_optimizer_step() starts the buckets
+ * that backward did not complete, in order. A second backward pass before
+ * the step (gradient accumulation) completes buckets already reduced; the
+ * step then reduces every bucket once more, which by linearity gives the
+ * mean of the accumulated gradients.
  *
  * The threads backend's all-reduce runs on the calling replica's thread:
  * on shared memory the reduction is work for the same cores that run the
@@ -29,7 +34,6 @@ typedef struct bucket {
     int64_t lo, hi; /* range of the gradient block */
     int params;     /* trainable parameters in it */
     int ready;      /* of those, final in this backward pass */
-    bool started;
 } bucket;
 
 typedef struct rp_sync {
@@ -42,6 +46,8 @@ typedef struct rp_sync {
     int *bucket_of; /* [nparams] */
     int nbuckets;
     bucket *buckets;
+    int started;     /* buckets [0, started) have started since the last step */
+    bool again;      /* a bucket completed a second time: reduce everything again */
     int64_t *hashes; /* [count * nparams] checksum scratch */
     rp_status error; /* first failure inside a callback, re-raised by the step */
     char message[1024];
@@ -51,7 +57,6 @@ typedef struct rp_sync {
 static void bucket_start(rp_sync *s, int b)
 {
     bucket *k = &s->buckets[b];
-    k->started = true;
     k->ready = 0;
     if (s->error != RP_OK) return;
     rp_status status = rp_comm_all_reduce(s->rep->comm, s->grad + k->lo, s->grad + k->lo, k->hi - k->lo,
@@ -69,7 +74,14 @@ void rp_sync_on_grad_ready(rp_tensor *param, void *ctx)
         if (param->grad < s->grad || param->grad >= s->grad + s->numel) continue;
         if (param->index < 0 || param->index >= s->nparams) return;
         int b = s->bucket_of[param->index];
-        if (++s->buckets[b].ready == s->buckets[b].params) bucket_start(s, b);
+        if (++s->buckets[b].ready < s->buckets[b].params) return;
+        if (b < s->started) {
+            s->again = true;
+            s->buckets[b].ready = 0;
+            return;
+        }
+        while (s->started < s->nbuckets && s->buckets[s->started].ready == s->buckets[s->started].params)
+            bucket_start(s, s->started++);
         return;
     }
 }
@@ -78,9 +90,12 @@ void rp_sync_on_grad_ready(rp_tensor *param, void *ctx)
 static rp_status sync_before(rp_optimizer *opt, void *ctx)
 {
     rp_sync *s = ctx;
-    for (int b = 0; b < s->nbuckets; b++)
-        if (!s->buckets[b].started) bucket_start(s, b);
-    for (int b = 0; b < s->nbuckets; b++) s->buckets[b].started = false;
+    while (s->started < s->nbuckets) bucket_start(s, s->started++);
+    if (s->again)
+        for (int b = 0; b < s->nbuckets; b++) bucket_start(s, b);
+    for (int b = 0; b < s->nbuckets; b++) s->buckets[b].ready = 0;
+    s->started = 0;
+    s->again = false;
     if (s->error != RP_OK) {
         rp_status status = s->error;
         s->error = RP_OK;
