@@ -15,6 +15,10 @@
  * completed. A member whose step ended (returned, or failed) while its peers
  * wait for it is reported at once, without waiting for the timeout.
  *
+ * An invalid call (a negative count, a NULL buffer, a root out of range)
+ * fails on the member that made it with RP_ERR_INVALID, and its peers get
+ * the same error at once rather than waiting for a call that will not come.
+ *
  * After any such error the communicator is broken: every later call on it,
  * by any member, fails at once with RP_ERR_COMM and the original reason. A
  * job does not continue past a collective error; it reports it.
@@ -120,6 +124,8 @@ rp_status rp_comm_barrier(rp_comm *comm);
  * rank). A negative color joins no group (*out = NULL). The new handles
  * keep the replica ids and timeout of the parent and are destroyed with
  * rp_comm_destroy(); they are independent of the parent after the call.
+ * It is made of two all-gathers on the parent (so the parent's sequence
+ * number advances by 2, and an error names those all-gathers).
  */
 rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out);
 

@@ -123,7 +123,17 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
                      rp_dtype dtype, rp_reduce_op op, int root)
 {
     rp_coll_desc d = {kind, (int)dtype, (int)op, root, count, comm ? comm->seq : 0};
-    RP_CHECK(check_call(comm, &d, send, recv));
+    rp_status status = check_call(comm, &d, send, recv);
+    if (status != RP_OK) {
+        /* The peers would wait for a call that never comes: tell them why, now. */
+        if (comm) {
+            char reason[1100];
+            snprintf(reason, sizeof reason, "replica %d made an invalid call: %s",
+                     comm->ids[comm->rank], rp_last_error());
+            comm->ops->fail(comm, status, reason);
+        }
+        return status;
+    }
     return comm->ops->collective(comm, &d, send, recv);
 }
 

@@ -37,6 +37,8 @@ typedef struct rp_comm_ops {
     rp_status (*split)(rp_comm *comm, int color, int key, rp_comm **out);
     void (*leave)(rp_comm *comm, rp_status status, const char *reason);
     void (*rejoin)(rp_comm *comm);
+    /* Breaks the communicator for every member with this reason (an invalid call). */
+    void (*fail)(rp_comm *comm, rp_status status, const char *reason);
     bool (*broken)(const rp_comm *comm);
     void (*destroy)(rp_comm *comm);
 } rp_comm_ops;

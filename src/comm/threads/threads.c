@@ -386,6 +386,11 @@ static void threads_leave(rp_comm *c, rp_status status, const char *reason)
     pthread_mutex_unlock(&h->w->mu);
 }
 
+static void threads_fail(rp_comm *c, rp_status status, const char *reason)
+{
+    world_break(H(c)->w, status, reason);
+}
+
 static void threads_rejoin(rp_comm *c)
 {
     handle *h = H(c);
@@ -517,6 +522,7 @@ static const rp_comm_ops threads_ops = {
     .split = threads_split,
     .leave = threads_leave,
     .rejoin = threads_rejoin,
+    .fail = threads_fail,
     .broken = threads_broken,
     .destroy = threads_destroy,
 };
