@@ -83,12 +83,12 @@ static bool parse_bytes(const char *s, int64_t *out)
 {
     char *end;
     long long v = strtoll(s, &end, 10);
-    if (end == s || v < 4) return false;
+    if (end == s || v < 1) return false;
     if (*end == 'K' || *end == 'k') v <<= 10, end++;
     else if (*end == 'M' || *end == 'm') v <<= 20, end++;
     else if (*end == 'G' || *end == 'g') v <<= 30, end++;
     *out = v;
-    return !*end;
+    return !*end && v >= 4;
 }
 
 int rp_cli_bench_allreduce(int argc, char **argv)
