@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the release build, then the same
-# tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+# tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the
+# communicator tests under ThreadSanitizer.
 # Usage: scripts/test.sh [--fast]   (--fast skips the sanitizer pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,3 +21,9 @@ ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:abort_on_error=0 \
 LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-san --output-on-failure -j"$jobs" --timeout 900
+
+echo "== thread-sanitizer build: the communicator tests"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE_THREAD=ON >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_comm
+# The 64 MiB cases are skipped: they prove sizes, not races, and are slow under TSan.
+RP_TEST_SKIP='*64mib' TSAN_OPTIONS=halt_on_error=1 build-tsan/test_comm

@@ -959,6 +959,39 @@ static void test_gradient_accumulation(void **state)
     check_pq(1, p, p);
 }
 
+/* ---- rp_config_from_args --------------------------------------------------------------- */
+
+static void test_config_from_args(void **state)
+{
+    char *argv[] = {"prog", "--replicas", "4", "--epochs", "3", "--threads-per-replica", "2",
+                    "--comm-timeout", "2.5", "--bucket-kb", "64", "--checksum-every", "0",
+                    "--seed", "7", "rest", NULL};
+    int argc = 16;
+    rp_config cfg = rp_config_default();
+    assert_int_equal(rp_config_from_args(&cfg, &argc, argv), RP_OK);
+    assert_int_equal(cfg.replicas, 4);
+    assert_int_equal(cfg.threads_per_replica, 2);
+    assert_true(cfg.timeout_s == 2.5);
+    assert_int_equal(cfg.bucket_bytes, 64 << 10);
+    assert_int_equal(cfg.checksum_every, 0);
+    assert_int_equal(cfg.seed, 7);
+    /* What the runtime does not know stays, in order. */
+    assert_int_equal(argc, 4);
+    assert_string_equal(argv[1], "--epochs");
+    assert_string_equal(argv[2], "3");
+    assert_string_equal(argv[3], "rest");
+    assert_null(argv[4]);
+
+    char *bad[] = {"prog", "--replicas", "0", NULL};
+    argc = 3;
+    assert_int_equal(rp_config_from_args(&cfg, &argc, bad), RP_ERR_INVALID);
+    assert_non_null(strstr(rp_last_error(), "--replicas 0"));
+    char *missing[] = {"prog", "--comm-timeout", NULL};
+    argc = 2;
+    assert_int_equal(rp_config_from_args(&cfg, &argc, missing), RP_ERR_INVALID);
+    assert_non_null(strstr(rp_last_error(), "--comm-timeout"));
+}
+
 int main(void)
 {
     rp_log_set_level(RP_LOG_WARN);
@@ -980,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_buckets_one),
         cmocka_unit_test(test_different_parameters_per_replica),
         cmocka_unit_test(test_gradient_accumulation),
+        cmocka_unit_test(test_config_from_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

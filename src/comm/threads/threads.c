@@ -39,8 +39,20 @@
 #define BLOCK_BYTES 16384
 /* Slices start at multiples of 64 bytes, so no two members write one cache line. */
 #define SLICE_ALIGN 64
-/* How long a waiting member spins before it sleeps. */
-#define SPIN_NS 50000
+/*
+ * How long a waiting member spins before it sleeps: long while every member
+ * can have a core (a sleeping thread takes tens of microseconds to wake, and
+ * cross-replica batch norm meets its peers dozens of times a step), short
+ * when members share cores and spinning would steal a peer's time.
+ */
+#define SPIN_NS_OWN_CORE 1000000
+#define SPIN_NS_SHARED 50000
+/*
+ * All-reduces (and barriers) up to this size take the one-rendezvous path:
+ * each member copies its input into its staging slot, and after everyone
+ * has arrived each member reduces the whole (small) buffer itself.
+ */
+#define SMALL_BYTES 32768
 /* Outputs at least this large are written with streaming stores (see copy_out). */
 #define STREAM_BYTES (1 << 20)
 
@@ -50,9 +62,10 @@ typedef struct member {
     _Atomic int left;           /* 1 while this member has left the step */
     rp_status left_status;      /* written before `left` is set */
     char left_reason[256];
-    rp_coll_desc desc;          /* the current call; written before `phase` */
+    rp_coll_desc desc[2];       /* the call of sequence number s is desc[s & 1]; written before `phase` */
     const void *send;
     void *recv;
+    char *staging[2];           /* [SMALL_BYTES] each: inputs of small all-reduces, by sequence parity */
 } __attribute__((aligned(64))) member;
 
 typedef struct world {
@@ -65,6 +78,8 @@ typedef struct world {
     rp_status broken_status;
     char reason[1024];
     member *m;                  /* [n] */
+    char *staging;              /* [n * 2 * SMALL_BYTES] */
+    uint64_t spin_ns;
 } world;
 
 typedef struct handle {
@@ -84,6 +99,7 @@ static void world_free(world *w)
     if (!w) return;
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
+    rp_free(w->staging);
     rp_free(w->m);
     free(w);
 }
@@ -95,13 +111,18 @@ static world *world_create(int n)
     w->n = n;
     atomic_init(&w->refs, n);
     w->m = rp_calloc((size_t)n * sizeof(member));
+    w->staging = rp_alloc((size_t)n * 2 * SMALL_BYTES);
+    w->spin_ns = n <= rp_cpu_count() ? SPIN_NS_OWN_CORE : SPIN_NS_SHARED;
+    for (int q = 0; w->m && w->staging && q < n; q++)
+        for (int k = 0; k < 2; k++) w->m[q].staging[k] = w->staging + ((size_t)q * 2 + (size_t)k) * SMALL_BYTES;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     int rc = pthread_cond_init(&w->cv, &attr);
     pthread_condattr_destroy(&attr);
-    if (!w->m || rc != 0 || pthread_mutex_init(&w->mu, NULL) != 0) {
+    if (!w->m || !w->staging || rc != 0 || pthread_mutex_init(&w->mu, NULL) != 0) {
         if (rc == 0) pthread_cond_destroy(&w->cv);
+        rp_free(w->staging);
         rp_free(w->m);
         free(w);
         return NULL;
@@ -219,12 +240,15 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
     return rp_error_set(w->broken_status, __FILE__, __LINE__, "%s", w->reason);
 }
 
-/* Waits until every member has passed phase `target`, or fails (see the top of the file). */
-static rp_status rendezvous(rp_comm *c, uint64_t target, const rp_coll_desc *d)
+/*
+ * Publishes this member's phase, then waits until every member has passed
+ * phase `target`, or fails (see the top of the file).
+ */
+static rp_status rendezvous(rp_comm *c, uint64_t publish, uint64_t target, const rp_coll_desc *d)
 {
     world *w = H(c)->w;
     member *me = &w->m[c->rank];
-    atomic_store(&me->phase, target);
+    atomic_store(&me->phase, publish);
     wake_all(w);
 
     uint64_t start = rp_now_ns();
@@ -233,7 +257,7 @@ static rp_status rendezvous(rp_comm *c, uint64_t target, const rp_coll_desc *d)
         if (st == POLL_READY) return RP_OK;
         if (st == POLL_FAILED) return wait_failed(c, target, d, false);
         if ((spin & 63) == 63) {
-            if (rp_now_ns() - start > SPIN_NS) break;
+            if (rp_now_ns() - start > w->spin_ns) break;
             sched_yield();
         }
         __builtin_ia32_pause();
@@ -387,22 +411,44 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
         return RP_ERROR(RP_ERR_COMM, "%s on replica %d: the communicator is broken by an earlier "
                         "error: %s", rp_coll_desc_str(d, what, sizeof what), c->ids[c->rank], w->reason);
     member *me = &w->m[c->rank];
-    me->desc = *d;
+    int parity = (int)(d->seq & 1);
+    size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
+    bool small = (d->kind == RP_COLL_ALL_REDUCE && bytes <= SMALL_BYTES) || d->kind == RP_COLL_BARRIER;
+    me->desc[parity] = *d;
     me->send = send;
     me->recv = recv;
     atomic_store_explicit(&me->last, pack_call(d), memory_order_relaxed);
-    RP_CHECK(rendezvous(c, 2 * d->seq + 1, d));
+    /*
+     * The small path has one rendezvous: the input goes to the staging slot
+     * of this sequence parity, and the member publishes the phase of a
+     * completed call. A slot is written again two calls later, which no
+     * member reaches before every member has arrived at the call in
+     * between, i.e. has finished reading this one.
+     */
+    if (small) memcpy(me->staging[parity], send, bytes);
+    RP_CHECK(rendezvous(c, 2 * d->seq + (small ? 2 : 1), 2 * d->seq + 1, d));
 
     /* Every member compares every call with rank 0's, so all report the same mismatch. */
+    const rp_coll_desc *first = &w->m[0].desc[parity];
     for (int q = 1; q < w->n; q++) {
-        if (rp_coll_desc_equal(&w->m[q].desc, &w->m[0].desc)) continue;
+        const rp_coll_desc *other = &w->m[q].desc[parity];
+        if (rp_coll_desc_equal(other, first)) continue;
         char a[128], b[128], msg[512];
         snprintf(msg, sizeof msg, "collective mismatch: replica %d called %s but replica %d called %s; "
                  "every replica must make the same collective calls in the same order",
-                 c->ids[0], rp_coll_desc_str(&w->m[0].desc, a, sizeof a), c->ids[q],
-                 rp_coll_desc_str(&w->m[q].desc, b, sizeof b));
+                 c->ids[0], rp_coll_desc_str(first, a, sizeof a), c->ids[q],
+                 rp_coll_desc_str(other, b, sizeof b));
         world_break(w, RP_ERR_MISMATCH, msg);
         return RP_ERROR(RP_ERR_MISMATCH, "%s", msg);
+    }
+    if (small) {
+        if (d->count > 0) {
+            /* Every member reduces the whole buffer, in rank order: bitwise the same everywhere. */
+            for (int q = 0; q < w->n; q++) h->sends[q] = w->m[q].staging[parity];
+            rp_reduce_block(recv, h->sends, w->n, 0, d->count, d->dtype, d->op);
+        }
+        c->seq++;
+        return RP_OK;
     }
     if (d->count > 0) {
         switch (d->kind) {
@@ -413,7 +459,7 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
         default: break;
         }
     }
-    RP_CHECK(rendezvous(c, 2 * d->seq + 2, d));
+    RP_CHECK(rendezvous(c, 2 * d->seq + 2, 2 * d->seq + 2, d));
     c->seq++;
     return RP_OK;
 }

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Data-parallel scaling of ResNet-20 training (28x28x1, global batch 128,
+# synthetic data) on this machine, side by side in rounds so the shared
+# machine's noise hits every configuration alike:
+#   replicator 1 replica x 2 threads, 2 replicas x 1 thread (cross-replica
+#   batch norm, as `train --replicas 2` runs, and local batch norm, as plain
+#   DDP), PyTorch single process 2 threads (faster of NHWC/NCHW) and PyTorch
+#   DistributedDataParallel (gloo, 2 processes x 1 thread, local batch norm).
+# Prints each round and the medians.
+#
+# Usage: bench/compare_scaling.sh [rounds]   (build first: scripts/setup.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+ips() { /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+print(max(r["images_per_s"] for r in rows))'; }
+common=(--model resnet20 --batch 128 --size 28 --channels 1 --iters 20 --json)
+declare -A all
+names=(r1x2 r2x1_cross r2x1_local torch_1x2 torch_ddp_2x1)
+for k in $(seq "$rounds"); do
+    all[r1x2]+=" $(build/replicator bench resnet "${common[@]}" --threads 2 | ips)"
+    all[r2x1_cross]+=" $(build/replicator bench resnet "${common[@]}" --replicas 2 --threads-per-replica 1 | ips)"
+    all[r2x1_local]+=" $(build/replicator bench resnet "${common[@]}" --replicas 2 --threads-per-replica 1 --local-bn | ips)"
+    all[torch_1x2]+=" $(bench/torch_env.sh --model resnet20 --batch 128 --iters 20 --threads 2 --format both --json 2>/dev/null | ips)"
+    # DDP takes one memory format per run: both, keep the faster.
+    all[torch_ddp_2x1]+=" $(for f in nchw channels_last; do SCRIPT=bench/resnet_torch_ddp.py timeout 600 \
+        bench/torch_env.sh --threads 1 --batch 128 --iters 20 --format $f --json 2>/dev/null; done | ips)"
+    echo "round $k:"; for n in "${names[@]}"; do echo "  $n ${all[$n]}"; done
+done
+echo "medians (global images/s):"
+for n in "${names[@]}"; do
+    echo "  $n $(echo ${all[$n]} | tr ' ' '\n' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')"
+done
