@@ -302,9 +302,15 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
         apply_resume_overrides(o, &cli, argc, argv);
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
     }
+    rp_kernels_set_threads(o->threads);
+    if (o->replicas == 0) {
+        /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as divide the batch. */
+        int total = rp_kernels_get_threads(), tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
+        o->replicas = total / tpr > 0 ? total / tpr : 1;
+        while (o->batch % o->replicas != 0) o->replicas--;
+    }
     if (o->batch % o->replicas != 0)
         return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch, o->replicas);
-    rp_kernels_set_threads(o->threads);
     RP_CHECK(train_load_dataset(&r->train, o, "train"));
     RP_CHECK(train_load_dataset(&r->test, o, "test"));
     if (r->train->c > RP_LOADER_MAX_CHANNELS)

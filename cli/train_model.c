@@ -58,7 +58,10 @@ rp_status train_evaluate(rp_tape *t, const train_model *m, const rp_dataset *tes
     rp_status status = RP_OK;
     rp_loader *ld = NULL;
     rp_loader_config lc = rp_loader_config_default();
-    lc.global_batch = 500 * replicas;
+    /* About 256 images per test batch in all, whatever the replica count: each replica's arena
+       holds one batch's activations, so the memory of evaluation does not grow with replicas. */
+    int per = (256 + replicas - 1) / replicas;
+    lc.global_batch = (per < 16 ? 16 : per) * replicas;
     lc.replica = replica;
     lc.replicas = replicas;
     lc.shuffle = false;
