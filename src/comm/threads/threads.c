@@ -425,7 +425,7 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
      * member reaches before every member has arrived at the call in
      * between, i.e. has finished reading this one.
      */
-    if (small) memcpy(me->staging[parity], send, bytes);
+    if (small && bytes > 0) memcpy(me->staging[parity], send, bytes);
     RP_CHECK(rendezvous(c, 2 * d->seq + (small ? 2 : 1), 2 * d->seq + 1, d));
 
     /* Every member compares every call with rank 0's, so all report the same mismatch. */
