@@ -75,6 +75,22 @@ typedef struct rp_comm rp_comm;
  */
 rp_status rp_comm_threads_create(rp_comm **comms, int n, const int *ids, double timeout_s);
 
+/*
+ * The MPI backend: one member per MPI process, over a duplicate of
+ * MPI_COMM_WORLD (MPI is initialised if it is not yet, with thread support
+ * for one calling thread at a time). Every call is checked like the threads
+ * backend's (the members exchange their calls first), and every wait is a
+ * non-blocking operation polled against the timeout, so a rank that died or
+ * stopped is reported by rank and host instead of hanging. Reductions add in
+ * rank order (an all-to-all of blocks, a local reduction, an all-gather), so
+ * results are deterministic and equal the threads backend's.
+ * Errors: RP_ERR_UNSUPPORTED in a build without MPI; RP_ERR_BACKEND.
+ */
+rp_status rp_comm_mpi_create(rp_comm **comm, double timeout_s);
+
+/* True if this process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set). */
+bool rp_comm_mpi_launched(void);
+
 /* Frees this member's handle (not collective). NULL is ignored. */
 void rp_comm_destroy(rp_comm *comm);
 

@@ -11,6 +11,7 @@
 #define REPLICATOR_CORE_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -114,6 +115,7 @@ typedef struct rp_env {
     const char *kernels;   /* RP_KERNELS: "cpu" (default) or "ref" */
     const char *data_dir;  /* RP_DATA_DIR: default /usr/share/datasets/fashion-mnist */
     double comm_timeout;   /* RP_COMM_TIMEOUT: seconds a replica waits for its peers, default 300 */
+    bool mpi_launched;     /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */

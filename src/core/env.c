@@ -31,6 +31,8 @@ static void read_env(void)
     env.kernels = (kernels && !strcmp(kernels, "ref")) ? "ref" : "cpu";
     const char *data = getenv("RP_DATA_DIR");
     env.data_dir = data && *data ? data : "/usr/share/datasets/fashion-mnist";
+    /* Set by OpenMPI's mpirun (and by PMI launchers such as Slurm's srun). */
+    env.mpi_launched = getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL;
     const char *timeout = getenv("RP_COMM_TIMEOUT");
     env.comm_timeout = timeout ? atof(timeout) : 0;
     if (!(env.comm_timeout > 0)) env.comm_timeout = 300;

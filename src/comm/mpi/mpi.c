@@ -1,0 +1,402 @@
+/*
+ * mpi.c - the MPI communicator: one member per process (OpenMPI).
+ *
+ * Every collective starts with an exchange of calls: each rank sends its
+ * call (kind, count, dtype, op, root, sequence number) to every other rank
+ * and receives theirs, with non-blocking point-to-point messages polled
+ * against the deadline. So every rank sees every call and reports a
+ * mismatch the same way the threads backend does, and a rank that never
+ * arrives (dead, stopped, or in another call) is named - by rank and host -
+ * when the deadline passes, instead of hanging in a blocking collective.
+ *
+ * The data then moves with non-blocking collectives, polled the same way.
+ * An all-reduce is an all-to-all of blocks (rank r receives slice r of
+ * every rank's input), a local reduction of the N blocks in rank order, and
+ * an all-gather of the reduced slices: the same bandwidth as a ring, and
+ * the same bits as the threads backend on every rank.
+ */
+#include <limits.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_internal.h"
+
+#define TAG_CALL 7001
+#define HOST_MAX 64
+
+typedef struct mpi_impl {
+    MPI_Comm comm;
+    char (*hosts)[HOST_MAX]; /* [size] host of each rank, for messages */
+    rp_coll_desc *calls;     /* [size] the calls of the current collective */
+    MPI_Request *reqs;       /* [2 * size] */
+    const void **blocks;     /* [size] the received blocks of a reduction */
+    char *scratch;           /* all-reduce / reduce-scatter blocks, grown as needed */
+    size_t scratch_bytes;
+    bool broken;
+    rp_status broken_status;
+    char reason[1024];
+} mpi_impl;
+
+static const rp_comm_ops mpi_ops;
+
+static mpi_impl *M(const rp_comm *c) { return c->impl; }
+
+static void mark_broken(rp_comm *c, rp_status status, const char *reason)
+{
+    mpi_impl *m = M(c);
+    if (m->broken) return;
+    m->broken = true;
+    m->broken_status = status;
+    snprintf(m->reason, sizeof m->reason, "%s", reason);
+}
+
+static void pause_briefly(unsigned polls)
+{
+    if (polls < 2000) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+/*
+ * Polls reqs[0..n) until all complete or the deadline passes. On timeout
+ * *pending (if given) gets, for each request, whether it is still pending.
+ */
+static rp_status poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline, bool *pending,
+                          const char *what)
+{
+    for (unsigned polls = 0;; polls++) {
+        int done = 0;
+        if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s: MPI reported an error on rank %d (%s)", what, c->rank, M(c)->hosts[c->rank]);
+            mark_broken(c, RP_ERR_BACKEND, msg);
+            return RP_ERROR(RP_ERR_BACKEND, "%s", msg);
+        }
+        if (done) return RP_OK;
+        if (rp_now_s() > deadline) break;
+        pause_briefly(polls);
+    }
+    for (int i = 0; pending && i < n; i++) {
+        int flag = 0;
+        if (reqs[i] != MPI_REQUEST_NULL) MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
+        pending[i] = !flag && reqs[i] != MPI_REQUEST_NULL;
+    }
+    return RP_ERR_TIMEOUT;
+}
+
+/* Every rank's call for this collective into m->calls; a timeout names the ranks that did not send one. */
+static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadline)
+{
+    mpi_impl *m = M(c);
+    int n = c->size, k = 0;
+    m->calls[c->rank] = *d;
+    for (int q = 0; q < n; q++) {
+        if (q == c->rank) continue;
+        MPI_Irecv(&m->calls[q], (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
+    }
+    int recvs = k;
+    for (int q = 0; q < n; q++) {
+        if (q == c->rank) continue;
+        MPI_Isend((void *)d, (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
+    }
+    bool pending[2 * 4096];
+    bool *p = k <= 2 * 4096 ? pending : NULL;
+    char what[128];
+    rp_coll_desc_str(d, what, sizeof what);
+    rp_status status = poll_all(c, k, m->reqs, deadline, p, what);
+    if (status != RP_ERR_TIMEOUT) return status;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "timed out after %gs in %s on rank %d (%s): ", c->timeout, what, c->rank,
+             m->hosts[c->rank]);
+    size_t len = strlen(msg);
+    int missing = 0;
+    for (int i = 0, q = 0; i < recvs; i++, q++) {
+        if (q == c->rank) q++;
+        if (p && !p[i]) continue;
+        len += (size_t)snprintf(msg + len, len < sizeof msg ? sizeof msg - len : 0, "%srank %d (%s)",
+                                missing++ ? ", " : "", q, m->hosts[q]);
+        if (len >= sizeof msg) break;
+    }
+    if (len < sizeof msg)
+        snprintf(msg + len, sizeof msg - len, " did not arrive (dead, stopped, or in another call)");
+    /* The requests cannot complete any more: cancel what can be cancelled and forget them. */
+    for (int i = 0; i < k; i++)
+        if (m->reqs[i] != MPI_REQUEST_NULL) {
+            if (i < recvs) MPI_Cancel(&m->reqs[i]);
+            MPI_Request_free(&m->reqs[i]);
+        }
+    mark_broken(c, RP_ERR_TIMEOUT, msg);
+    return RP_ERROR(RP_ERR_TIMEOUT, "%s", msg);
+}
+
+static rp_status ensure_scratch(mpi_impl *m, size_t bytes)
+{
+    if (bytes <= m->scratch_bytes) return RP_OK;
+    char *grown = realloc(m->scratch, bytes);
+    if (!grown) return RP_ERROR(RP_ERR_NOMEM, "MPI communicator: %zu bytes of scratch", bytes);
+    m->scratch = grown;
+    m->scratch_bytes = bytes;
+    return RP_OK;
+}
+
+/* Rank r's slice of count elements, 64-byte aligned (as the threads backend's). */
+static void slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi)
+{
+    int64_t unit = 64 / (int64_t)es, units = (count + unit - 1) / unit;
+    *lo = units * r / n * unit;
+    *hi = units * (r + 1) / n * unit;
+    if (*lo > count) *lo = count;
+    if (*hi > count) *hi = count;
+}
+
+static rp_status wait_data(rp_comm *c, MPI_Request *req, double deadline, const rp_coll_desc *d)
+{
+    char what[128];
+    rp_coll_desc_str(d, what, sizeof what);
+    rp_status status = poll_all(c, 1, req, deadline, NULL, what);
+    if (status != RP_ERR_TIMEOUT) return status;
+    char msg[512];
+    snprintf(msg, sizeof msg, "timed out after %gs moving the data of %s on rank %d (%s): a peer "
+             "stopped or died after the call was agreed", c->timeout, what, c->rank, M(c)->hosts[c->rank]);
+    mark_broken(c, RP_ERR_TIMEOUT, msg);
+    return RP_ERROR(RP_ERR_TIMEOUT, "%s", msg);
+}
+
+static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv,
+                                double deadline)
+{
+    mpi_impl *m = M(c);
+    int n = c->size;
+    size_t es = rp_dtype_size(d->dtype);
+    int64_t mylo, myhi;
+    slice(d->count, es, c->rank, n, &mylo, &myhi);
+    size_t myblock = (size_t)(myhi - mylo) * es;
+    RP_CHECK(ensure_scratch(m, myblock * (size_t)n + 1));
+    int *sc = malloc(4 * (size_t)n * sizeof(int));
+    if (!sc) return RP_ERROR(RP_ERR_NOMEM, "MPI all-reduce: counts");
+    int *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
+    for (int q = 0; q < n; q++) {
+        int64_t lo, hi;
+        slice(d->count, es, q, n, &lo, &hi);
+        sc[q] = (int)((hi - lo) * (int64_t)es);
+        sd[q] = (int)(lo * (int64_t)es);
+        rc[q] = (int)myblock;
+        rd[q] = (int)(myblock * (size_t)q);
+    }
+    MPI_Request req;
+    rp_status status = RP_OK;
+    MPI_Ialltoallv(send, sc, sd, MPI_BYTE, m->scratch, rc, rd, MPI_BYTE, m->comm, &req);
+    RP_TRY(wait_data(c, &req, deadline, d));
+    for (int q = 0; q < n; q++) m->blocks[q] = m->scratch + myblock * (size_t)q;
+    if (myhi > mylo)
+        rp_reduce_block((char *)recv + mylo * (int64_t)es, m->blocks, n, 0, myhi - mylo, d->dtype, d->op);
+    for (int q = 0; q < n; q++) rc[q] = sc[q];
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, recv, rc, sd, MPI_BYTE, m->comm, &req);
+    RP_TRY(wait_data(c, &req, deadline, d));
+cleanup:
+    free(sc);
+    return status;
+}
+
+static rp_status mpi_reduce_scatter(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv,
+                                    double deadline)
+{
+    mpi_impl *m = M(c);
+    int n = c->size;
+    size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
+    RP_CHECK(ensure_scratch(m, bytes * (size_t)n + 1));
+    MPI_Request req;
+    MPI_Ialltoall(send, (int)bytes, MPI_BYTE, m->scratch, (int)bytes, MPI_BYTE, m->comm, &req);
+    RP_CHECK(wait_data(c, &req, deadline, d));
+    for (int q = 0; q < n; q++) m->blocks[q] = m->scratch + bytes * (size_t)q;
+    rp_reduce_block(recv, m->blocks, n, 0, d->count, d->dtype, d->op);
+    return RP_OK;
+}
+
+static rp_status mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv)
+{
+    mpi_impl *m = M(c);
+    char what[128];
+    if (m->broken)
+        return RP_ERROR(RP_ERR_COMM, "%s on rank %d: the communicator is broken by an earlier error: %s",
+                        rp_coll_desc_str(d, what, sizeof what), c->rank, m->reason);
+    size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype) * (size_t)c->size;
+    if (bytes > INT_MAX)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "%s: the MPI backend moves at most %d bytes per call",
+                        rp_coll_desc_str(d, what, sizeof what), INT_MAX);
+    double deadline = rp_now_s() + c->timeout;
+    RP_CHECK(exchange_calls(c, d, deadline));
+    for (int q = 1; q < c->size; q++) {
+        if (rp_coll_desc_equal(&m->calls[q], &m->calls[0])) continue;
+        char a[128], b[128], msg[512];
+        snprintf(msg, sizeof msg, "collective mismatch: rank 0 (%s) called %s but rank %d (%s) called %s; "
+                 "every replica must make the same collective calls in the same order", m->hosts[0],
+                 rp_coll_desc_str(&m->calls[0], a, sizeof a), q, m->hosts[q],
+                 rp_coll_desc_str(&m->calls[q], b, sizeof b));
+        mark_broken(c, RP_ERR_MISMATCH, msg);
+        return RP_ERROR(RP_ERR_MISMATCH, "%s", msg);
+    }
+    rp_status status = RP_OK;
+    MPI_Request req;
+    size_t es = rp_dtype_size(d->dtype);
+    if (d->count > 0) {
+        switch (d->kind) {
+        case RP_COLL_ALL_REDUCE: status = mpi_all_reduce(c, d, send, recv, deadline); break;
+        case RP_COLL_REDUCE_SCATTER: status = mpi_reduce_scatter(c, d, send, recv, deadline); break;
+        case RP_COLL_ALL_GATHER: {
+            int block = (int)((size_t)d->count * es);
+            const void *in = (const char *)recv + (size_t)block * (size_t)c->rank == (const char *)send ? MPI_IN_PLACE : send;
+            MPI_Iallgather(in, block, MPI_BYTE, recv, block, MPI_BYTE, m->comm, &req);
+            status = wait_data(c, &req, deadline, d);
+            break;
+        }
+        case RP_COLL_BROADCAST:
+            MPI_Ibcast(recv, (int)((size_t)d->count * es), MPI_BYTE, d->root, m->comm, &req);
+            status = wait_data(c, &req, deadline, d);
+            break;
+        default: break;
+        }
+    }
+    if (status == RP_OK) c->seq++;
+    return status;
+}
+
+static void mpi_leave(rp_comm *c, rp_status status, const char *reason) { (void)c, (void)status, (void)reason; }
+static void mpi_rejoin(rp_comm *c) { (void)c; }
+static bool mpi_broken(const rp_comm *c) { return M(c)->broken; }
+
+static void mpi_fail(rp_comm *c, rp_status status, const char *reason)
+{
+    mark_broken(c, status, reason);
+}
+
+static void mpi_destroy(rp_comm *c)
+{
+    mpi_impl *m = M(c);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    free(m->hosts);
+    free(m->calls);
+    free(m->reqs);
+    free(m->blocks);
+    free(m->scratch);
+    free(m);
+    free(c->ids);
+    free(c);
+}
+
+/* A handle on an existing MPI communicator (taken over); ids of the ranks for messages. */
+static rp_status wrap(rp_comm **out, MPI_Comm comm, const int *ids, double timeout)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    rp_comm *c = calloc(1, sizeof *c);
+    mpi_impl *m = calloc(1, sizeof *m);
+    if (c) c->ids = malloc((size_t)size * sizeof(int));
+    if (m) {
+        m->hosts = calloc((size_t)size, HOST_MAX);
+        m->calls = calloc((size_t)size, sizeof(rp_coll_desc));
+        m->reqs = calloc(2 * (size_t)size, sizeof(MPI_Request));
+        m->blocks = calloc((size_t)size, sizeof(void *));
+    }
+    if (!c || !m || !c->ids || !m->hosts || !m->calls || !m->reqs || !m->blocks) {
+        if (m) {
+            free(m->blocks);
+            free(m->hosts);
+            free(m->calls);
+            free(m->reqs);
+        }
+        if (c) free(c->ids);
+        free(m);
+        free(c);
+        MPI_Comm_free(&comm);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate an MPI communicator of %d ranks", size);
+    }
+    m->comm = comm;
+    char host[HOST_MAX] = "";
+    int len = 0;
+    char name[MPI_MAX_PROCESSOR_NAME];
+    MPI_Get_processor_name(name, &len);
+    memcpy(host, name, (size_t)(len < HOST_MAX - 1 ? len : HOST_MAX - 1));
+    MPI_Allgather(host, HOST_MAX, MPI_CHAR, m->hosts, HOST_MAX, MPI_CHAR, comm);
+    for (int q = 0; q < size; q++) c->ids[q] = ids ? ids[q] : q;
+    c->ops = &mpi_ops;
+    c->rank = rank;
+    c->size = size;
+    c->timeout = timeout;
+    c->impl = m;
+    *out = c;
+    return RP_OK;
+}
+
+static void finalize_at_exit(void)
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+}
+
+bool rp_comm_mpi_launched(void)
+{
+    return rp_env_get()->mpi_launched;
+}
+
+rp_status rp_comm_mpi_create(rp_comm **out, double timeout_s)
+{
+    if (!out) return RP_ERROR(RP_ERR_INVALID, "comm is NULL");
+    if (!(timeout_s > 0)) return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be > 0", timeout_s);
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+            return RP_ERROR(RP_ERR_BACKEND, "MPI_Init_thread failed");
+        atexit(finalize_at_exit);
+    }
+    MPI_Comm comm;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS)
+        return RP_ERROR(RP_ERR_BACKEND, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
+    return wrap(out, comm, NULL, timeout_s);
+}
+
+/* Split: agree on the call first (a checked barrier), then MPI_Comm_split. */
+static rp_status mpi_split(rp_comm *c, int color, int key, rp_comm **out)
+{
+    RP_CHECK(rp_comm_barrier(c));
+    MPI_Comm sub;
+    if (MPI_Comm_split(M(c)->comm, color >= 0 ? color : MPI_UNDEFINED, key, &sub) != MPI_SUCCESS)
+        return RP_ERROR(RP_ERR_BACKEND, "MPI_Comm_split failed");
+    if (sub == MPI_COMM_NULL) return RP_OK;
+    int size;
+    MPI_Comm_size(sub, &size);
+    int *ids = malloc((size_t)size * sizeof(int));
+    if (!ids) {
+        MPI_Comm_free(&sub);
+        return RP_ERROR(RP_ERR_NOMEM, "split: ids");
+    }
+    int mine = c->ids[c->rank];
+    MPI_Allgather(&mine, 1, MPI_INT, ids, 1, MPI_INT, sub);
+    rp_status status = wrap(out, sub, ids, c->timeout);
+    free(ids);
+    return status;
+}
+
+static const rp_comm_ops mpi_ops = {
+    .name = "mpi",
+    .collective = mpi_collective,
+    .split = mpi_split,
+    .leave = mpi_leave,
+    .rejoin = mpi_rejoin,
+    .fail = mpi_fail,
+    .broken = mpi_broken,
+    .destroy = mpi_destroy,
+};
