@@ -66,7 +66,7 @@ typedef struct bench_job {
 static rp_status bench_build(rp_replica *rep, void *arg)
 {
     bench_job *job = arg;
-    bench_state *s = &job->states[rp_replica_id(rep)];
+    bench_state *s = &job->states[rp_replica_local_index(rep)];
     rp_replica_set_user(rep, s);
     bool small = job->kind == RP_RESNET20;
     rp_resnet_config cfg = rp_resnet_config_default(job->kind);
@@ -185,6 +185,7 @@ static int bench_resnet(int argc, char **argv)
         goto cleanup;
     }
     rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
     cfg.replicas = replicas;
     cfg.threads_per_replica = tpr;
     RP_TRY(rp_replicator_create(&r, &cfg));

@@ -153,6 +153,7 @@ int rp_cli_bench_allreduce(int argc, char **argv)
     for (int c = 0; c < ncounts; c++) {
         int n = counts[c];
         rp_config cfg = rp_config_default();
+        cfg.backend = RP_BACKEND_THREADS;
         cfg.replicas = n;
         cfg.threads_per_replica = 1;
         rp_replicator *r = NULL;

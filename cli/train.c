@@ -185,7 +185,7 @@ static rp_status build_replica(rp_replica *rep, void *arg)
 {
     run *r = arg;
     const train_opts *o = &r->o;
-    replica_state *s = &r->rs[rp_replica_id(rep)];
+    replica_state *s = &r->rs[rp_replica_local_index(rep)];
     rp_replica_set_user(rep, s);
     bool cross = rp_replica_count(rep) > 1;
     RP_CHECK(train_model_create(&s->model, o, r->train->h, r->train->w, r->train->c,
@@ -318,6 +318,8 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
     RP_CHECK(rp_dataset_channel_stats(r->train, r->mean, r->std));
 
     rp_config cfg = rp_config_default();
+    /* Threads only for now: rank-0-only output and checkpoints under mpirun are issue 5's next step. */
+    cfg.backend = RP_BACKEND_THREADS;
     cfg.replicas = o->replicas;
     cfg.threads_per_replica = o->threads_per_replica;
     if (!cfg.threads_per_replica) {

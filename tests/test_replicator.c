@@ -965,8 +965,8 @@ static void test_config_from_args(void **state)
 {
     char *argv[] = {"prog", "--replicas", "4", "--epochs", "3", "--threads-per-replica", "2",
                     "--comm-timeout", "2.5", "--bucket-kb", "64", "--checksum-every", "0",
-                    "--seed", "7", "rest", NULL};
-    int argc = 16;
+                    "--seed", "7", "rest", "--backend", "threads", NULL};
+    int argc = 18;
     rp_config cfg = rp_config_default();
     assert_int_equal(rp_config_from_args(&cfg, &argc, argv), RP_OK);
     assert_int_equal(cfg.replicas, 4);
@@ -975,6 +975,7 @@ static void test_config_from_args(void **state)
     assert_int_equal(cfg.bucket_bytes, 64 << 10);
     assert_int_equal(cfg.checksum_every, 0);
     assert_int_equal(cfg.seed, 7);
+    assert_int_equal(cfg.backend, RP_BACKEND_THREADS);
     /* What the runtime does not know stays, in order. */
     assert_int_equal(argc, 4);
     assert_string_equal(argv[1], "--epochs");

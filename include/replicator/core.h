@@ -116,6 +116,7 @@ typedef struct rp_env {
     const char *data_dir;  /* RP_DATA_DIR: default /usr/share/datasets/fashion-mnist */
     double comm_timeout;   /* RP_COMM_TIMEOUT: seconds a replica waits for its peers, default 300 */
     bool mpi_launched;     /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */
+    int mpi_local_ranks;   /* OMPI_COMM_WORLD_LOCAL_SIZE: MPI ranks on this host (default 1) */
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */

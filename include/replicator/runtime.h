@@ -21,8 +21,9 @@
  * over the replicas first, so the step function is the same code for one
  * replica and for many.
  *
- * Layout: the replicas are threads of this process (the "threads" backend).
- * Replica 0 runs on the thread that calls rp_replicator_run(), the others on
+ * Layout: the replicas are threads of this process (the "threads" backend),
+ * or one replica per MPI process ("mpi", chosen automatically under mpirun).
+ * Local replica 0 runs on the thread that calls rp_replicator_run(), the others on
  * threads the replicator keeps for its lifetime (so per-thread caches, such
  * as oneDNN's primitives, survive from step to step). Each replica runs its
  * kernels on `threads_per_replica` threads.
@@ -42,8 +43,16 @@
 extern "C" {
 #endif
 
+/* Where the replicas run. */
+typedef enum {
+    RP_BACKEND_AUTO = 0,  /* MPI when started by mpirun/srun (rp_comm_mpi_launched()), else threads */
+    RP_BACKEND_THREADS,   /* `replicas` threads of this process */
+    RP_BACKEND_MPI,       /* one replica per MPI process; the replica count is the number of ranks */
+} rp_backend;
+
 typedef struct rp_config {
-    int replicas;            /* >= 1; default 1 */
+    rp_backend backend;      /* default RP_BACKEND_AUTO */
+    int replicas;            /* >= 1 (threads backend); default 1 */
     int threads_per_replica; /* kernel threads of each replica; 0: cores / replicas (at least 1) */
     uint64_t seed;           /* rp_replica_seed(); default 0 */
     double timeout_s;        /* how long a replica waits for its peers; 0: $RP_COMM_TIMEOUT (300) */
@@ -56,7 +65,7 @@ rp_config rp_config_default(void);
 
 /*
  * Takes the runtime's options out of argv (shifting the rest down and
- * updating *argc): --replicas N, --threads-per-replica T, --seed S,
+ * updating *argc): --backend threads|mpi|auto, --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K. Errors:
  * RP_ERR_INVALID naming the option and value.
  */
@@ -90,8 +99,16 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
  */
 rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
 
+/* Replicas in the whole job (all processes). */
 int rp_replicator_replicas(const rp_replicator *r);
-/* Replica i (0 <= i < replicas), e.g. to read its user data between runs; NULL if out of range. */
+/* Replicas in this process (the same as the above on the threads backend; 1 per MPI rank). */
+int rp_replicator_local_replicas(const rp_replicator *r);
+/* The backend in use ("threads" or "mpi"). */
+const char *rp_replicator_backend(const rp_replicator *r);
+/*
+ * Local replica i (0 <= i < local replicas), e.g. to read its user data
+ * between runs; NULL if out of range. Its rp_replica_id() is its id in the job.
+ */
 rp_replica *rp_replicator_replica(rp_replicator *r, int i);
 
 /*
@@ -102,8 +119,11 @@ rp_status rp_replicator_result(const rp_replicator *r, const char *name, double 
 
 /* ---- the replica context (valid inside a run, and between runs) ------------------- */
 
+/* The replica's id in the job (0 .. count-1) and the job's replica count. */
 int rp_replica_id(const rp_replica *rep);
 int rp_replica_count(const rp_replica *rep);
+/* Its index among this process's replicas (what rp_replicator_replica() takes). */
+int rp_replica_local_index(const rp_replica *rep);
 uint64_t rp_replica_seed(const rp_replica *rep);
 /* This replica's tape: reset at the start of each run. */
 rp_tape *rp_replica_tape(rp_replica *rep);

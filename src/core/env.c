@@ -33,6 +33,8 @@ static void read_env(void)
     env.data_dir = data && *data ? data : "/usr/share/datasets/fashion-mnist";
     /* Set by OpenMPI's mpirun (and by PMI launchers such as Slurm's srun). */
     env.mpi_launched = getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL;
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    env.mpi_local_ranks = local && atoi(local) > 0 ? atoi(local) : 1;
     const char *timeout = getenv("RP_COMM_TIMEOUT");
     env.comm_timeout = timeout ? atof(timeout) : 0;
     if (!(env.comm_timeout > 0)) env.comm_timeout = 300;

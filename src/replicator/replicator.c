@@ -26,10 +26,13 @@ rp_config rp_config_default(void)
     return c;
 }
 
-static int threads_per_replica(const rp_config *cfg)
+/* Kernel threads of each replica: the cores shared by this host's replicas, unless set. */
+static int threads_per_replica(const rp_replicator *r)
 {
+    const rp_config *cfg = &r->cfg;
     if (cfg->threads_per_replica > 0) return cfg->threads_per_replica;
-    int t = rp_cpu_count() / cfg->replicas;
+    bool mpi = !strcmp(rp_comm_backend(r->reps[0].comm), "mpi");
+    int t = rp_cpu_count() / (cfg->replicas * (mpi ? rp_env_get()->mpi_local_ranks : 1));
     return t > 0 ? t : 1;
 }
 
@@ -50,7 +53,12 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
     for (int i = 1; i < *argc; i++) {
         const char *a = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
         long x = 0;
-        if (!strcmp(a, "--replicas")) {
+        if (!strcmp(a, "--backend")) {
+            if (v && !strcmp(v, "threads")) cfg->backend = RP_BACKEND_THREADS;
+            else if (v && !strcmp(v, "mpi")) cfg->backend = RP_BACKEND_MPI;
+            else if (v && !strcmp(v, "auto")) cfg->backend = RP_BACKEND_AUTO;
+            else return RP_ERROR(RP_ERR_INVALID, "--backend %s: expected threads, mpi or auto", v ? v : "(missing)");
+        } else if (!strcmp(a, "--replicas")) {
             RP_CHECK(parse_int(a, v, 1, 4096, &x));
             cfg->replicas = (int)x;
         } else if (!strcmp(a, "--threads-per-replica")) {
@@ -89,11 +97,10 @@ static rp_status reduce_reports(rp_replica *rep)
 {
     rp_replicator *r = rep->r;
     int n = rep->count, k = rep->nreports;
+    bool keeper = rep->local == 0; /* the results are kept by this process's first replica */
     if (n == 1) {
-        if (rep->id == 0) {
-            memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
-            r->nresults = k;
-        }
+        memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
+        r->nresults = k;
         return RP_OK;
     }
     /* After a collective error nothing can be reduced; a run that reports nothing (a clean-up) still succeeds. */
@@ -107,7 +114,7 @@ static rp_status reduce_reports(rp_replica *rep)
                             "rp_replica_report() with the same names in the same order",
                             (long long)all[0], q, (long long)all[q]);
     if (k == 0) {
-        if (rep->id == 0) r->nresults = 0;
+        if (keeper) r->nresults = 0;
         return RP_OK;
     }
     int64_t packed[2 * RP_REPORTS_MAX];
@@ -135,12 +142,12 @@ static rp_status reduce_reports(rp_replica *rep)
             }
         }
         if (rep->reports[i].op == RP_MEAN) acc /= n;
-        if (rep->id == 0) {
+        if (keeper) {
             r->results[i] = rep->reports[i];
             r->results[i].value = acc;
         }
     }
-    if (rep->id == 0) r->nresults = k;
+    if (keeper) r->nresults = k;
     return RP_OK;
 }
 
@@ -165,7 +172,7 @@ static void *worker_main(void *p)
     rp_replica *rep = p;
     rp_replicator *r = rep->r;
     rp_log_set_replica(rep->id);
-    rp_kernels_set_threads(threads_per_replica(&r->cfg));
+    rp_kernels_set_threads(threads_per_replica(r));
     uint64_t seen = 0;
     pthread_mutex_lock(&r->mu);
     for (;;) {
@@ -195,14 +202,14 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     pthread_cond_broadcast(&r->start);
     pthread_mutex_unlock(&r->mu);
 
-    /* Replica 0 on this thread, with the replica's log prefix and team size; a run that
+    /* Local replica 0 on this thread, with the replica's log prefix and team size; a run that
        succeeds leaves the caller's last error as it was. */
     rp_status saved_status = rp_last_status();
     char saved_error[1024];
     snprintf(saved_error, sizeof saved_error, "%s", rp_last_error());
     int saved_threads = rp_kernels_get_threads();
-    rp_log_set_replica(0);
-    rp_kernels_set_threads(threads_per_replica(&r->cfg));
+    rp_log_set_replica(r->reps[0].id);
+    rp_kernels_set_threads(threads_per_replica(r));
     run_one(&r->reps[0], fn, arg);
     rp_kernels_set_threads(saved_threads);
     rp_log_set_replica(-1);
@@ -223,7 +230,7 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
         else rp_error_clear();
         return RP_OK;
     }
-    if (r->n == 1) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
+    if (cause->count == 1) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
     return rp_error_set(cause->status, NULL, 0, "replica %d: %s", cause->id, cause->error);
 }
 
@@ -256,6 +263,8 @@ void rp_replicator_destroy(rp_replicator *r)
 
 static rp_status check_config(const rp_config *c)
 {
+    if ((unsigned)c->backend > RP_BACKEND_MPI)
+        return RP_ERROR(RP_ERR_INVALID, "backend = %d: not an rp_backend", (int)c->backend);
     if (c->replicas < 1 || c->replicas > 4096)
         return RP_ERROR(RP_ERR_INVALID, "replicas = %d: must be in [1, 4096]", c->replicas);
     if (c->threads_per_replica < 0 || c->threads_per_replica > 1024)
@@ -276,7 +285,8 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     *out = NULL;
     RP_CHECK(check_config(cfg));
     rp_status status = RP_OK;
-    int n = cfg->replicas;
+    bool mpi = cfg->backend == RP_BACKEND_MPI || (cfg->backend == RP_BACKEND_AUTO && rp_comm_mpi_launched());
+    int n = mpi ? 1 : cfg->replicas;
     rp_replicator *r = calloc(1, sizeof *r);
     rp_comm **comms = calloc((size_t)n, sizeof *comms);
     if (!r || !comms) {
@@ -295,21 +305,27 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d replicas", n);
         goto cleanup;
     }
-    RP_TRY(rp_comm_threads_create(comms, n, NULL, r->cfg.timeout_s));
+    if (mpi) {
+        r->cfg.replicas = 1;
+        RP_TRY(rp_comm_mpi_create(&comms[0], r->cfg.timeout_s));
+    } else {
+        RP_TRY(rp_comm_threads_create(comms, n, NULL, r->cfg.timeout_s));
+    }
     for (int i = 0; i < n; i++) {
         rp_replica *rep = &r->reps[i];
         rep->r = r;
-        rep->id = i;
-        rep->count = n;
+        rep->local = i;
+        rep->id = rp_comm_rank(comms[i]);
+        rep->count = rp_comm_size(comms[i]);
         rep->comm = comms[i];
         comms[i] = NULL;
-        rep->gather = malloc((size_t)n * 2 * RP_REPORTS_MAX * sizeof(int64_t));
+        rep->gather = malloc((size_t)rep->count * 2 * RP_REPORTS_MAX * sizeof(int64_t));
         if (!rep->gather) {
             status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d", i);
             goto cleanup;
         }
         RP_TRY(rp_tape_create(&rep->tape, cfg->arena_bytes));
-        if (n > 1) rp_tape_on_grad_ready(rep->tape, rp_sync_on_grad_ready, rep);
+        if (rep->count > 1) rp_tape_on_grad_ready(rep->tape, rp_sync_on_grad_ready, rep);
     }
     for (int i = 1; i < n; i++) {
         rp_replica *rep = &r->reps[i];
@@ -320,8 +336,8 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         }
         rep->thread_started = true;
     }
-    rp_debug("replicator: %d replicas x %d threads, threads backend, timeout %gs", n,
-             threads_per_replica(&r->cfg), r->cfg.timeout_s);
+    rp_debug("replicator: %d replicas (%d here) x %d threads, %s backend, timeout %gs", r->reps[0].count,
+             n, threads_per_replica(r), rp_comm_backend(r->reps[0].comm), r->cfg.timeout_s);
     *out = r;
     r = NULL;
 cleanup:
@@ -335,7 +351,10 @@ cleanup:
 
 /* ---- accessors ------------------------------------------------------------------------- */
 
-int rp_replicator_replicas(const rp_replicator *r) { return r->n; }
+int rp_replicator_replicas(const rp_replicator *r) { return r->reps[0].count; }
+int rp_replicator_local_replicas(const rp_replicator *r) { return r->n; }
+const char *rp_replicator_backend(const rp_replicator *r) { return rp_comm_backend(r->reps[0].comm); }
+int rp_replica_local_index(const rp_replica *rep) { return rep->local; }
 
 rp_replica *rp_replicator_replica(rp_replicator *r, int i)
 {

@@ -22,7 +22,8 @@ struct rp_sync; /* sync.c: one per optimizer made by rp_replica_optimizer_create
 
 struct rp_replica {
     rp_replicator *r;
-    int id, count;
+    int id, count;            /* in the job */
+    int local;                /* index in this process */
     rp_comm *comm;
     rp_tape *tape;
     void *user;
