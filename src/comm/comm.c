@@ -170,3 +170,12 @@ rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out)
     *out = NULL;
     return comm->ops->split(comm, color, key, out);
 }
+
+void rp_comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi)
+{
+    int64_t unit = 64 / (int64_t)es, units = (count + unit - 1) / unit;
+    *lo = units * r / n * unit;
+    *hi = units * (r + 1) / n * unit;
+    if (*lo > count) *lo = count;
+    if (*hi > count) *hi = count;
+}

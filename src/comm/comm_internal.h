@@ -53,6 +53,13 @@ struct rp_comm {
 };
 
 /*
+ * Member r's slice [*lo, *hi) of count elements of `es` bytes when a buffer
+ * is split across n members: slices start at multiples of 64 bytes, so no
+ * two members write one cache line.
+ */
+void rp_comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi);
+
+/*
  * dst[0..len) = op over members q < n of srcs[q][off .. off+len), adding in
  * rank order. dst must not overlap any source.
  */

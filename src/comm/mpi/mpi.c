@@ -146,16 +146,6 @@ static rp_status ensure_scratch(mpi_impl *m, size_t bytes)
     return RP_OK;
 }
 
-/* Rank r's slice of count elements, 64-byte aligned (as the threads backend's). */
-static void slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi)
-{
-    int64_t unit = 64 / (int64_t)es, units = (count + unit - 1) / unit;
-    *lo = units * r / n * unit;
-    *hi = units * (r + 1) / n * unit;
-    if (*lo > count) *lo = count;
-    if (*hi > count) *hi = count;
-}
-
 static rp_status wait_data(rp_comm *c, MPI_Request *req, double deadline, const rp_coll_desc *d)
 {
     char what[128];
@@ -176,7 +166,7 @@ static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *s
     int n = c->size;
     size_t es = rp_dtype_size(d->dtype);
     int64_t mylo, myhi;
-    slice(d->count, es, c->rank, n, &mylo, &myhi);
+    rp_comm_slice(d->count, es, c->rank, n, &mylo, &myhi);
     size_t myblock = (size_t)(myhi - mylo) * es;
     RP_CHECK(ensure_scratch(m, myblock * (size_t)n + 1));
     int *sc = malloc(4 * (size_t)n * sizeof(int));
@@ -184,7 +174,7 @@ static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *s
     int *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
     for (int q = 0; q < n; q++) {
         int64_t lo, hi;
-        slice(d->count, es, q, n, &lo, &hi);
+        rp_comm_slice(d->count, es, q, n, &lo, &hi);
         sc[q] = (int)((hi - lo) * (int64_t)es);
         sd[q] = (int)(lo * (int64_t)es);
         rc[q] = (int)myblock;

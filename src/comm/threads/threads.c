@@ -37,8 +37,6 @@
 
 /* Elements of one reduction block: 16 KiB stays in L1 while it is written to every output. */
 #define BLOCK_BYTES 16384
-/* Slices start at multiples of 64 bytes, so no two members write one cache line. */
-#define SLICE_ALIGN 64
 /*
  * How long a waiting member spins before it sleeps: long while every member
  * can have a core (a sleeping thread takes tens of microseconds to wake, and
@@ -328,16 +326,6 @@ static void store_fence(void)
 #endif
 }
 
-/* Member r's slice [*lo, *hi) of count elements of `es` bytes. */
-static void slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi)
-{
-    int64_t unit = SLICE_ALIGN / (int64_t)es, units = (count + unit - 1) / unit;
-    *lo = units * r / n * unit;
-    *hi = units * (r + 1) / n * unit;
-    if (*lo > count) *lo = count;
-    if (*hi > count) *hi = count;
-}
-
 static void do_all_reduce(rp_comm *c, const rp_coll_desc *d)
 {
     handle *h = H(c);
@@ -349,7 +337,7 @@ static void do_all_reduce(rp_comm *c, const rp_coll_desc *d)
         h->recvs[q] = w->m[q].recv;
     }
     int64_t lo, hi, block = BLOCK_BYTES / (int64_t)es;
-    slice(d->count, es, c->rank, n, &lo, &hi);
+    rp_comm_slice(d->count, es, c->rank, n, &lo, &hi);
     bool stream = (size_t)d->count * es >= STREAM_BYTES;
     _Alignas(64) char tmp[BLOCK_BYTES];
     for (int64_t off = lo; off < hi; off += block) {
@@ -393,7 +381,7 @@ static void do_broadcast(rp_comm *c, const rp_coll_desc *d)
     world *w = H(c)->w;
     size_t es = rp_dtype_size(d->dtype);
     int64_t lo, hi;
-    slice(d->count, es, c->rank, w->n, &lo, &hi);
+    rp_comm_slice(d->count, es, c->rank, w->n, &lo, &hi);
     const char *src = w->m[d->root].send;
     for (int q = 0; q < w->n; q++)
         if (q != d->root && hi > lo)
