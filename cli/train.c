@@ -44,6 +44,8 @@ typedef struct run {
     int64_t step; /* global steps taken */
     FILE *metrics;
     bool tty;
+    bool root;      /* this process holds replica 0: it prints and writes the run directory */
+    int stop;       /* a signal seen by any replica (agreed after each step), 0 if none */
 } run;
 
 static volatile sig_atomic_t stop_signal;
@@ -93,7 +95,7 @@ static void format_duration(double s, char *buf, size_t size)
 /* Writes the run's whole state; the previous checkpoint survives any failure. */
 static rp_status save_checkpoint(run *r)
 {
-    if (r->o.no_checkpoint) return RP_OK;
+    if (r->o.no_checkpoint || !r->root) return RP_OK;
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
     char *config = NULL, path[600];
@@ -248,6 +250,8 @@ static rp_status step_replica(rp_replica *rep, void *arg)
                         (double)l, (long long)b->epoch + 1, (long long)b->step, (double)lr);
     RP_CHECK(rp_backward(t, loss));
     RP_CHECK(rp_optimizer_step(s->opt, lr));
+    /* A signal may reach the processes at different steps: they agree here to stop after this one. */
+    RP_CHECK(rp_replica_report(rep, "stop", (double)stop_signal, RP_MAX));
     return rp_replica_report(rep, "loss", l, RP_MEAN);
 }
 
@@ -303,6 +307,9 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
     }
     rp_kernels_set_threads(o->threads);
+    /* Under mpirun (or srun) the replicas are the ranks: one per process. */
+    bool mpi = rp_comm_mpi_launched();
+    if (mpi) o->replicas = 1;
     if (o->replicas == 0) {
         /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as divide the batch. */
         int total = rp_kernels_get_threads(), tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
@@ -318,18 +325,26 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
     RP_CHECK(rp_dataset_channel_stats(r->train, r->mean, r->std));
 
     rp_config cfg = rp_config_default();
-    /* Threads only for now: rank-0-only output and checkpoints under mpirun are issue 5's next step. */
-    cfg.backend = RP_BACKEND_THREADS;
+    cfg.backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg.replicas = o->replicas;
     cfg.threads_per_replica = o->threads_per_replica;
-    if (!cfg.threads_per_replica) {
+    if (!cfg.threads_per_replica && !mpi) {
         int total = o->threads > 0 ? o->threads : rp_kernels_get_threads();
         cfg.threads_per_replica = total / o->replicas > 0 ? total / o->replicas : 1;
     }
     cfg.seed = o->seed;
     RP_CHECK(rp_replicator_create(&r->rep, &cfg));
-    r->rs = calloc((size_t)o->replicas, sizeof *r->rs);
-    if (!r->rs) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d replicas", o->replicas);
+    o->replicas = rp_replicator_replicas(r->rep);
+    r->root = rp_replica_id(rp_replicator_replica(r->rep, 0)) == 0;
+    if (!r->root) {
+        o->quiet = true;
+        r->tty = false;
+    }
+    if (o->batch % o->replicas != 0)
+        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch, o->replicas);
+    int local = rp_replicator_local_replicas(r->rep);
+    r->rs = calloc((size_t)local, sizeof *r->rs);
+    if (!r->rs) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d replicas", local);
     r->ck = *ck;
     RP_CHECK(rp_replicator_run(r->rep, build_replica, r));
     r->ck = NULL;
@@ -343,6 +358,7 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
         const int64_t *pos = rp_checkpoint_get_i64(*ck, "train/position", &n);
         r->step = pos[2];
     }
+    if (!r->root) return RP_OK;
     RP_CHECK(make_dirs(o->out_dir));
     char path[600];
     snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
@@ -387,11 +403,13 @@ static rp_status train_loop(run *r, double *best_acc, eval_result *ev, int *epoc
     rp_loader_position(r->rs[0].loader, &epoch, &pos_step);
     *epochs_done = (int)epoch;
     while (epoch < o->epochs) {
-        if (stop_signal || (o->max_steps && r->step >= o->max_steps)) return RP_ERR_INTERRUPTED;
+        if (r->stop || (o->max_steps && r->step >= o->max_steps)) return RP_ERR_INTERRUPTED;
         RP_CHECK(rp_replicator_run(r->rep, step_replica, r));
         rp_batch b = r->rs[0].batch;
-        double l = 0;
+        double l = 0, stop = 0;
         RP_CHECK(rp_replicator_result(r->rep, "loss", &l));
+        RP_CHECK(rp_replicator_result(r->rep, "stop", &stop));
+        r->stop = (int)stop;
         rp_debug("step %lld loss %.7f", (long long)r->step, l);
         r->step++;
         loss_sum += l;
@@ -454,6 +472,7 @@ int rp_cli_train(int argc, char **argv)
     int rc = train_opts_parse(argc, argv, &r.o, &resume);
     if (rc) return rc == 1 ? 0 : rc;
     r.tty = isatty(STDERR_FILENO) && !r.o.quiet;
+    r.root = true;
 
     rp_checkpoint *ck = NULL;
     rp_status status = setup(&r, resume, argc, argv, &ck);
@@ -480,10 +499,12 @@ int rp_cli_train(int argc, char **argv)
             else
                 fprintf(stderr, "%s  stopped at epoch %lld step %lld (%s); resume with: replicator "
                         "train --resume %s\n", r.tty ? "\n" : "", (long long)epoch + 1,
-                        (long long)step, stop_signal ? "signal" : "--max-steps", r.o.out_dir);
+                        (long long)step, r.stop ? "signal" : "--max-steps", r.o.out_dir);
         }
     }
-    if (status == RP_OK && !interrupted && r.step == first_step) {
+    if (!r.root) {
+        /* Only the process of replica 0 reports the run. */
+    } else if (status == RP_OK && !interrupted && r.step == first_step) {
         printf("%s: nothing to do: the run in %s already completed %d epochs (extend it with "
                "--epochs)\n", r.o.model, r.o.out_dir, r.o.epochs);
     } else if (status == RP_OK && !interrupted) {
@@ -506,5 +527,5 @@ int rp_cli_train(int argc, char **argv)
         fprintf(stderr, "%sreplicator train: error: %s\n", r.tty ? "\n" : "", rp_last_error());
         return 1;
     }
-    return interrupted && stop_signal ? 128 + stop_signal : 0;
+    return interrupted && r.stop ? 128 + r.stop : 0;
 }
