@@ -31,8 +31,8 @@ const char *rp_reduce_op_name(rp_reduce_op op)
 
 static const char *kind_name(int kind)
 {
-    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier"};
-    return (unsigned)kind < 5 ? names[kind] : "?";
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "left"};
+    return (unsigned)kind < 6 ? names[kind] : "?";
 }
 
 const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)

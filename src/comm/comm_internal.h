@@ -15,6 +15,7 @@ typedef enum {
     RP_COLL_ALL_GATHER,
     RP_COLL_BROADCAST,
     RP_COLL_BARRIER,
+    RP_COLL_LEFT, /* not a call: a member announcing that its step failed (op holds the status) */
 } rp_coll_kind;
 
 /* One collective call: what members compare before moving any data. */

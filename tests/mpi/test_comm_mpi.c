@@ -9,7 +9,9 @@
  *     the results bitwise equal to a rank-order reduction;
  *  2. a split by parity, reduced within each group;
  *  3. a count mismatch: RP_ERR_MISMATCH on every rank, naming both counts;
- *  4. a rank that arrives after the timeout: the others get RP_ERR_TIMEOUT
+ *  4. a rank whose step failed (rp_comm_leave): the others fail at once,
+ *     naming it and its status;
+ *  5. a rank that arrives after the timeout: the others get RP_ERR_TIMEOUT
  *     naming it by rank, within a bounded time.
  */
 #include <math.h>
@@ -219,6 +221,26 @@ static void test_timeout(void)
     rp_comm_destroy(c);
 }
 
+/* The last rank's step fails (rp_comm_leave): the others, waiting in an all-reduce, fail at once. */
+static void test_leave(void)
+{
+    rp_comm *c;
+    CHECK(rp_comm_mpi_create(&c, 30.0) == RP_OK, "create: %s", rp_last_error());
+    float buf[4] = {0};
+    if (rank_ == size_ - 1) {
+        rp_comm_leave(c, RP_ERR_NUMERIC, "nan on purpose");
+    } else {
+        double t0 = rp_now_s();
+        rp_status st = rp_comm_all_reduce(c, buf, buf, 4, RP_F32, RP_SUM);
+        char want[32];
+        snprintf(want, sizeof want, "rank %d (", size_ - 1);
+        CHECK(st == RP_ERR_COMM, "after a peer left: status %d: %s", st, rp_last_error());
+        CHECK(strstr(rp_last_error(), want) && strstr(rp_last_error(), "NUMERIC"), "message: %s", rp_last_error());
+        CHECK(rp_now_s() - t0 < 5, "took %.1f s (timeout 30 s)", rp_now_s() - t0);
+    }
+    rp_comm_destroy(c);
+}
+
 int main(void)
 {
     rp_log_set_level(RP_LOG_WARN);
@@ -235,6 +257,8 @@ int main(void)
     test_split(c);
     rp_comm_destroy(c);
     test_mismatch();
+    MPI_Barrier(MPI_COMM_WORLD);
+    test_leave();
     MPI_Barrier(MPI_COMM_WORLD);
     test_timeout();
     int total = 0;

@@ -223,6 +223,15 @@ static rp_status mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *s
                         rp_coll_desc_str(d, what, sizeof what), INT_MAX);
     double deadline = rp_now_s() + c->timeout;
     RP_CHECK(exchange_calls(c, d, deadline));
+    for (int q = 0; q < c->size; q++) {
+        if (m->calls[q].kind != RP_COLL_LEFT) continue;
+        char msg[512];
+        snprintf(msg, sizeof msg, "rank %d (%s) ended its step (%s; its own message says why) without "
+                 "calling %s, which rank %d is in", q, m->hosts[q], rp_status_name(m->calls[q].op),
+                 rp_coll_desc_str(d, what, sizeof what), c->rank);
+        mark_broken(c, RP_ERR_COMM, msg);
+        return RP_ERROR(RP_ERR_COMM, "%s", msg);
+    }
     for (int q = 1; q < c->size; q++) {
         if (rp_coll_desc_equal(&m->calls[q], &m->calls[0])) continue;
         char a[128], b[128], msg[512];
@@ -258,7 +267,28 @@ static rp_status mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *s
     return status;
 }
 
-static void mpi_leave(rp_comm *c, rp_status status, const char *reason) { (void)c, (void)status, (void)reason; }
+/*
+ * A failed step: tell every peer, so that one waiting for this rank in a
+ * collective fails at once (it receives this notice where it expects the
+ * rank's next call) instead of at the timeout. A rank that simply returned
+ * sends nothing: its peers' next call is its next call.
+ */
+static void mpi_leave(rp_comm *c, rp_status status, const char *reason)
+{
+    (void)reason;
+    mpi_impl *m = M(c);
+    if (status == RP_OK || m->broken) return;
+    rp_coll_desc notice = {RP_COLL_LEFT, 0, (int)status, 0, 0, c->seq};
+    int k = 0;
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank)
+            MPI_Isend(&notice, (int)sizeof notice, MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
+    /* The notices are small (sent eagerly); a dead peer must not hold this rank up for long. */
+    if (poll_all(c, k, m->reqs, rp_now_s() + 2.0, NULL, "leave notice") != RP_OK)
+        for (int i = 0; i < k; i++)
+            if (m->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&m->reqs[i]);
+    mark_broken(c, status, "this rank's step failed");
+}
 static void mpi_rejoin(rp_comm *c) { (void)c; }
 static bool mpi_broken(const rp_comm *c) { return M(c)->broken; }
 
