@@ -36,7 +36,7 @@ static void bench_usage(FILE *f)
 }
 
 /* The median of n values (sorts them). */
-static double median(double *v, int n)
+double rp_cli_median(double *v, int n)
 {
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
@@ -200,7 +200,7 @@ static int bench_resnet(int argc, char **argv)
             total += dt;
         }
     }
-    double med = median(times, iters);
+    double med = rp_cli_median(times, iters);
     double ips = (double)batch * iters / total;
     if (json)
         printf("{\"framework\":\"replicator\",\"model\":\"%s\",\"batch\":%d,\"size\":%d,"

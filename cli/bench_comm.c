@@ -40,17 +40,6 @@ static rp_status time_calls(rp_replica *rep, const comm_job *job, float *send, f
     return RP_OK;
 }
 
-static double median5(double *v)
-{
-    for (int i = 1; i < ROUNDS; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return v[ROUNDS / 2];
-}
-
 /*
  * The all-reduce and memcpy timings alternate in rounds and each reports its
  * median round, so a burst of load from the shared machine hits both alike.
@@ -73,8 +62,8 @@ static rp_status bench_size(rp_replica *rep, void *arg)
         RP_TRY(time_calls(rep, job, send, recv, 0, &t_ar[k]));
         RP_TRY(time_calls(rep, job, send, recv, 1, &t_copy[k]));
     }
-    RP_TRY(rp_replica_report(rep, "allreduce_s", median5(t_ar), RP_MAX));
-    RP_TRY(rp_replica_report(rep, "memcpy_s", median5(t_copy), RP_MAX));
+    RP_TRY(rp_replica_report(rep, "allreduce_s", rp_cli_median(t_ar, ROUNDS), RP_MAX));
+    RP_TRY(rp_replica_report(rep, "memcpy_s", rp_cli_median(t_copy, ROUNDS), RP_MAX));
 cleanup:
     rp_free(recv);
     rp_free(send);

@@ -372,12 +372,13 @@ static void print_header(const run *r, bool resumed)
     const train_opts *o = &r->o;
     int64_t epoch, step;
     rp_loader_position(r->rs[0].loader, &epoch, &step);
-    char layout[64];
+    char layout[96];
+    int tpr = rp_replicator_threads_per_replica(r->rep);
     if (o->replicas > 1)
-        snprintf(layout, sizeof layout, "%d replicas x %d threads (cross-replica batch norm)",
-                 o->replicas, rp_kernels_get_threads() / o->replicas > 0 ? rp_kernels_get_threads() / o->replicas : 1);
+        snprintf(layout, sizeof layout, "%d replicas x %d threads (%s, cross-replica batch norm)",
+                 o->replicas, tpr, rp_replicator_backend(r->rep));
     else
-        snprintf(layout, sizeof layout, "%d threads", rp_kernels_get_threads());
+        snprintf(layout, sizeof layout, "%d threads", tpr);
     fprintf(stderr,
             "replicator train %s on %s: %lld train / %lld test images %dx%dx%d, %d classes\n"
             "  %lld parameters; batch %d, %d epochs x %lld steps; lr %g %s (warm-up %d), momentum "

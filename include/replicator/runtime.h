@@ -103,6 +103,8 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
 int rp_replicator_replicas(const rp_replicator *r);
 /* Replicas in this process (the same as the above on the threads backend; 1 per MPI rank). */
 int rp_replicator_local_replicas(const rp_replicator *r);
+/* Kernel threads each replica runs on (set, or derived from the cores). */
+int rp_replicator_threads_per_replica(const rp_replicator *r);
 /* The backend in use ("threads" or "mpi"). */
 const char *rp_replicator_backend(const rp_replicator *r);
 /*

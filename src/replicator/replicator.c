@@ -353,6 +353,7 @@ cleanup:
 
 int rp_replicator_replicas(const rp_replicator *r) { return r->reps[0].count; }
 int rp_replicator_local_replicas(const rp_replicator *r) { return r->n; }
+int rp_replicator_threads_per_replica(const rp_replicator *r) { return threads_per_replica(r); }
 const char *rp_replicator_backend(const rp_replicator *r) { return rp_comm_backend(r->reps[0].comm); }
 int rp_replica_local_index(const rp_replica *rep) { return rep->local; }
 
