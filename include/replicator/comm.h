@@ -91,6 +91,14 @@ rp_status rp_comm_mpi_create(rp_comm **comm, double timeout_s);
 /* True if this process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set). */
 bool rp_comm_mpi_launched(void);
 
+/*
+ * Ends the whole MPI job with exit status `code` (MPI_Abort on
+ * MPI_COMM_WORLD): the way out after a collective failed, when a peer may be
+ * stopped or dead and MPI_Finalize could wait for it forever. Returns only
+ * where MPI is not running (not initialised, finalised, or not built).
+ */
+void rp_comm_mpi_abort(int code);
+
 /* Frees this member's handle (not collective). NULL is ignored. */
 void rp_comm_destroy(rp_comm *comm);
 

@@ -365,6 +365,18 @@ static void finalize_at_exit(void)
     if (!finalized) MPI_Finalize();
 }
 
+void rp_comm_mpi_abort(int code)
+{
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
+}
+
 bool rp_comm_mpi_launched(void)
 {
     return rp_env_get()->mpi_launched;

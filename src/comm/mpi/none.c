@@ -16,3 +16,8 @@ bool rp_comm_mpi_launched(void)
 {
     return rp_env_get()->mpi_launched;
 }
+
+void rp_comm_mpi_abort(int code)
+{
+    (void)code;
+}
