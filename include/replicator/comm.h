@@ -88,6 +88,19 @@ rp_status rp_comm_threads_create(rp_comm **comms, int n, const int *ids, double 
  */
 rp_status rp_comm_mpi_create(rp_comm **comm, double timeout_s);
 
+/*
+ * The hierarchical backend: n members (threads) in this process on each of
+ * the MPI job's ranks, n x ranks in all; member t of rank r is rank r*n + t,
+ * and comms[t] is its handle (each used by one thread). A collective reduces
+ * among this process's members first, then across ranks (the MPI backend,
+ * driven by member 0), then hands the result back: the network carries one
+ * copy per process. Sums add each process's members in order, then the
+ * processes in order: deterministic, the same bits on every member. Checked
+ * like the other backends; every rank must pass the same n (collective over
+ * MPI_COMM_WORLD). Backend name "mpi+threads".
+ */
+rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s);
+
 /* True if this process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set). */
 bool rp_comm_mpi_launched(void);
 

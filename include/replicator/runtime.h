@@ -22,7 +22,9 @@
  * replica and for many.
  *
  * Layout: the replicas are threads of this process (the "threads" backend),
- * or one replica per MPI process ("mpi", chosen automatically under mpirun).
+ * or MPI processes, chosen automatically under mpirun: one replica per rank
+ * ("mpi"), or `replicas` threads in each rank ("mpi+threads", hierarchical:
+ * collectives reduce inside each process first, then across ranks).
  * Local replica 0 runs on the thread that calls rp_replicator_run(), the others on
  * threads the replicator keeps for its lifetime (so per-thread caches, such
  * as oneDNN's primitives, survive from step to step). Each replica runs its
@@ -47,12 +49,12 @@ extern "C" {
 typedef enum {
     RP_BACKEND_AUTO = 0,  /* MPI when started by mpirun/srun (rp_comm_mpi_launched()), else threads */
     RP_BACKEND_THREADS,   /* `replicas` threads of this process */
-    RP_BACKEND_MPI,       /* one replica per MPI process; the replica count is the number of ranks */
+    RP_BACKEND_MPI,       /* `replicas` threads in each MPI process (hierarchical when > 1) */
 } rp_backend;
 
 typedef struct rp_config {
     rp_backend backend;      /* default RP_BACKEND_AUTO */
-    int replicas;            /* >= 1 (threads backend); default 1 */
+    int replicas;            /* >= 1, in this process (under MPI: in each rank); default 1 */
     int threads_per_replica; /* kernel threads of each replica; 0: cores / replicas (at least 1) */
     uint64_t seed;           /* rp_replica_seed(); default 0 */
     double timeout_s;        /* how long a replica waits for its peers; 0: $RP_COMM_TIMEOUT (300) */
@@ -101,11 +103,11 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
 
 /* Replicas in the whole job (all processes). */
 int rp_replicator_replicas(const rp_replicator *r);
-/* Replicas in this process (the same as the above on the threads backend; 1 per MPI rank). */
+/* Replicas in this process (the same as the above on the threads backend). */
 int rp_replicator_local_replicas(const rp_replicator *r);
 /* Kernel threads each replica runs on (set, or derived from the cores). */
 int rp_replicator_threads_per_replica(const rp_replicator *r);
-/* The backend in use ("threads" or "mpi"). */
+/* The backend in use ("threads", "mpi" or "mpi+threads"). */
 const char *rp_replicator_backend(const rp_replicator *r);
 /*
  * Local replica i (0 <= i < local replicas), e.g. to read its user data

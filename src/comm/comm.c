@@ -37,6 +37,11 @@ static const char *kind_name(int kind)
 
 const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)
 {
+    if (d->layered) {
+        rp_coll_desc outer = {.kind = d->outer_kind, .dtype = d->dtype, .op = d->outer_op,
+                             .root = d->outer_root, .count = d->outer_count, .seq = d->outer_seq};
+        return rp_coll_desc_str(&outer, buf, size);
+    }
     switch (d->kind) {
     case RP_COLL_ALL_REDUCE:
     case RP_COLL_REDUCE_SCATTER:
@@ -61,7 +66,10 @@ const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)
 bool rp_coll_desc_equal(const rp_coll_desc *a, const rp_coll_desc *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-           a->count == b->count && a->seq == b->seq;
+           a->count == b->count && a->seq == b->seq && a->layered == b->layered &&
+           (!a->layered || (a->outer_kind == b->outer_kind && a->outer_op == b->outer_op &&
+                            a->outer_root == b->outer_root && a->outer_count == b->outer_count &&
+                            a->outer_seq == b->outer_seq));
 }
 
 void rp_comm_destroy(rp_comm *comm)
@@ -122,7 +130,8 @@ static rp_status check_call(const rp_comm *comm, const rp_coll_desc *d, const vo
 static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int64_t count,
                      rp_dtype dtype, rp_reduce_op op, int root)
 {
-    rp_coll_desc d = {kind, (int)dtype, (int)op, root, count, comm ? comm->seq : 0};
+    rp_coll_desc d = {.kind = kind, .dtype = (int)dtype, .op = (int)op, .root = root, .count = count,
+                      .seq = comm ? comm->seq : 0};
     rp_status status = check_call(comm, &d, send, recv);
     if (status != RP_OK) {
         /* The peers would wait for a call that never comes: tell them why, now. */

@@ -26,6 +26,15 @@ typedef struct rp_coll_desc {
     int root;      /* broadcast only */
     int64_t count; /* elements per member as passed */
     uint64_t seq;  /* position in the member's sequence of collectives */
+    /*
+     * A step of a layered backend's collective (hierarchical: in-process,
+     * then across processes): the call the user made, compared with the
+     * peers' and named in messages instead of the step.
+     */
+    int layered;
+    int outer_kind, outer_op, outer_root;
+    int64_t outer_count;
+    uint64_t outer_seq;
 } rp_coll_desc;
 
 /* Writes e.g. "all_reduce #12 (count 4096, f32, sum)" into buf; returns buf. */

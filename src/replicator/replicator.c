@@ -31,8 +31,8 @@ static int threads_per_replica(const rp_replicator *r)
 {
     const rp_config *cfg = &r->cfg;
     if (cfg->threads_per_replica > 0) return cfg->threads_per_replica;
-    bool mpi = !strcmp(rp_comm_backend(r->reps[0].comm), "mpi");
-    int t = rp_cpu_count() / (cfg->replicas * (mpi ? rp_env_get()->mpi_local_ranks : 1));
+    bool mpi = strcmp(rp_comm_backend(r->reps[0].comm), "threads") != 0;
+    int t = rp_cpu_count() / (r->n * (mpi ? rp_env_get()->mpi_local_ranks : 1));
     return t > 0 ? t : 1;
 }
 
@@ -286,7 +286,7 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     RP_CHECK(check_config(cfg));
     rp_status status = RP_OK;
     bool mpi = cfg->backend == RP_BACKEND_MPI || (cfg->backend == RP_BACKEND_AUTO && rp_comm_mpi_launched());
-    int n = mpi ? 1 : cfg->replicas;
+    int n = cfg->replicas; /* in this process: under MPI, on each rank */
     rp_replicator *r = calloc(1, sizeof *r);
     rp_comm **comms = calloc((size_t)n, sizeof *comms);
     if (!r || !comms) {
@@ -305,9 +305,10 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d replicas", n);
         goto cleanup;
     }
-    if (mpi) {
-        r->cfg.replicas = 1;
+    if (mpi && n == 1) {
         RP_TRY(rp_comm_mpi_create(&comms[0], r->cfg.timeout_s));
+    } else if (mpi) {
+        RP_TRY(rp_comm_hier_create(comms, n, r->cfg.timeout_s));
     } else {
         RP_TRY(rp_comm_threads_create(comms, n, NULL, r->cfg.timeout_s));
     }

@@ -1,10 +1,12 @@
 /*
- * test_replicator_mpi.c - the runtime on MPI ranks (one replica per
- * process), run by CTest under mpirun. The same step function trains a small
- * model with cross-replica batch norm for a few steps on the MPI ranks and,
- * in each process, on as many threads; the parameters must agree within
- * 1e-6 relative (both backends reduce in rank order, so they are expected
- * bitwise equal), and every rank must hold the same parameters.
+ * test_replicator_mpi.c - the runtime on MPI ranks, run by CTest under
+ * mpirun: one replica per process, or with an argument T, T replica threads
+ * per process (hierarchical). The same step function trains a small model
+ * with cross-replica batch norm for a few steps on the MPI ranks and, in
+ * each process, on as many threads as there are replicas in the job; the
+ * parameters must agree within 1e-6 relative (with one replica per rank
+ * both backends reduce in rank order, so they are expected bitwise equal),
+ * and every rank must hold the same parameters.
  */
 #include <math.h>
 #include <mpi.h>
@@ -120,17 +122,22 @@ static int train(rp_backend backend, int replicas, float *out, int64_t *numel, d
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_WARN);
+    int per = argc > 1 ? atoi(argv[1]) : 1;
+    if (per < 1 || per > 8) {
+        fprintf(stderr, "usage: test_replicator_mpi [replicas per rank, 1..8]\n");
+        return 2;
+    }
     static float mpi_values[4096], thr_values[4096];
     int64_t n_mpi = 0, n_thr = 0;
     double loss_mpi = 0, loss_thr = 0;
-    int failures = train(RP_BACKEND_MPI, 1, mpi_values, &n_mpi, &loss_mpi);
+    int failures = train(RP_BACKEND_MPI, per, mpi_values, &n_mpi, &loss_mpi);
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    failures += train(RP_BACKEND_THREADS, size, thr_values, &n_thr, &loss_thr);
+    failures += train(RP_BACKEND_THREADS, size * per, thr_values, &n_thr, &loss_thr);
     if (!failures) {
         double worst = 0;
         int equal = n_mpi == n_thr && !memcmp(mpi_values, thr_values, (size_t)n_mpi * sizeof(float));
@@ -152,8 +159,8 @@ int main(void)
             failures++;
         }
         if (rank == 0)
-            printf("%d ranks: MPI vs threads after %d steps: %s (worst relative %g), loss %.6f vs %.6f\n",
-                   size, STEPS, equal ? "bitwise equal" : "not bitwise equal", worst, loss_mpi, loss_thr);
+            printf("%d ranks x %d replicas: MPI vs threads after %d steps: %s (worst relative %g), loss %.6f vs %.6f\n",
+                   size, per, STEPS, equal ? "bitwise equal" : "not bitwise equal", worst, loss_mpi, loss_thr);
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -17,6 +17,7 @@
  */
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,17 @@
 
 #define TAG_CALL 7001
 #define HOST_MAX 64
+
+/*
+ * MPI is initialised for one calling thread at a time (MPI_THREAD_SERIALIZED);
+ * the groups of a hierarchical communicator have one caller each, so every
+ * MPI call goes through this lock. It is held for a call (or a few posted
+ * together), never across a wait: a group waiting for its peers never holds
+ * up another group.
+ */
+static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
+static void lock(void) { pthread_mutex_lock(&mpi_mu); }
+static void unlock(void) { pthread_mutex_unlock(&mpi_mu); }
 
 typedef struct mpi_impl {
     MPI_Comm comm;
@@ -73,7 +85,10 @@ static rp_status poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
 {
     for (unsigned polls = 0;; polls++) {
         int done = 0;
-        if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+        lock();
+        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        unlock();
+        if (rc != MPI_SUCCESS) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s: MPI reported an error on rank %d (%s)", what, c->rank, M(c)->hosts[c->rank]);
             mark_broken(c, RP_ERR_BACKEND, msg);
@@ -83,11 +98,13 @@ static rp_status poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
         if (rp_now_s() > deadline) break;
         pause_briefly(polls);
     }
+    lock();
     for (int i = 0; pending && i < n; i++) {
         int flag = 0;
         if (reqs[i] != MPI_REQUEST_NULL) MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
         pending[i] = !flag && reqs[i] != MPI_REQUEST_NULL;
     }
+    unlock();
     return RP_ERR_TIMEOUT;
 }
 
@@ -97,6 +114,7 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
     mpi_impl *m = M(c);
     int n = c->size, k = 0;
     m->calls[c->rank] = *d;
+    lock();
     for (int q = 0; q < n; q++) {
         if (q == c->rank) continue;
         MPI_Irecv(&m->calls[q], (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
@@ -106,6 +124,7 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
         if (q == c->rank) continue;
         MPI_Isend((void *)d, (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
     }
+    unlock();
     bool pending[2 * 4096];
     bool *p = k <= 2 * 4096 ? pending : NULL;
     char what[128];
@@ -127,11 +146,13 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
     if (len < sizeof msg)
         snprintf(msg + len, sizeof msg - len, " did not arrive (dead, stopped, or in another call)");
     /* The requests cannot complete any more: cancel what can be cancelled and forget them. */
+    lock();
     for (int i = 0; i < k; i++)
         if (m->reqs[i] != MPI_REQUEST_NULL) {
             if (i < recvs) MPI_Cancel(&m->reqs[i]);
             MPI_Request_free(&m->reqs[i]);
         }
+    unlock();
     mark_broken(c, RP_ERR_TIMEOUT, msg);
     return RP_ERROR(RP_ERR_TIMEOUT, "%s", msg);
 }
@@ -182,13 +203,17 @@ static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *s
     }
     MPI_Request req;
     rp_status status = RP_OK;
+    lock();
     MPI_Ialltoallv(send, sc, sd, MPI_BYTE, m->scratch, rc, rd, MPI_BYTE, m->comm, &req);
+    unlock();
     RP_TRY(wait_data(c, &req, deadline, d));
     for (int q = 0; q < n; q++) m->blocks[q] = m->scratch + myblock * (size_t)q;
     if (myhi > mylo)
         rp_reduce_block((char *)recv + mylo * (int64_t)es, m->blocks, n, 0, myhi - mylo, d->dtype, d->op);
     for (int q = 0; q < n; q++) rc[q] = sc[q];
+    lock();
     MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, recv, rc, sd, MPI_BYTE, m->comm, &req);
+    unlock();
     RP_TRY(wait_data(c, &req, deadline, d));
 cleanup:
     free(sc);
@@ -203,7 +228,9 @@ static rp_status mpi_reduce_scatter(rp_comm *c, const rp_coll_desc *d, const voi
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
     RP_CHECK(ensure_scratch(m, bytes * (size_t)n + 1));
     MPI_Request req;
+    lock();
     MPI_Ialltoall(send, (int)bytes, MPI_BYTE, m->scratch, (int)bytes, MPI_BYTE, m->comm, &req);
+    unlock();
     RP_CHECK(wait_data(c, &req, deadline, d));
     for (int q = 0; q < n; q++) m->blocks[q] = m->scratch + bytes * (size_t)q;
     rp_reduce_block(recv, m->blocks, n, 0, d->count, d->dtype, d->op);
@@ -252,12 +279,16 @@ static rp_status mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *s
         case RP_COLL_ALL_GATHER: {
             int block = (int)((size_t)d->count * es);
             const void *in = (const char *)recv + (size_t)block * (size_t)c->rank == (const char *)send ? MPI_IN_PLACE : send;
+            lock();
             MPI_Iallgather(in, block, MPI_BYTE, recv, block, MPI_BYTE, m->comm, &req);
+            unlock();
             status = wait_data(c, &req, deadline, d);
             break;
         }
         case RP_COLL_BROADCAST:
+            lock();
             MPI_Ibcast(recv, (int)((size_t)d->count * es), MPI_BYTE, d->root, m->comm, &req);
+            unlock();
             status = wait_data(c, &req, deadline, d);
             break;
         default: break;
@@ -278,15 +309,20 @@ static void mpi_leave(rp_comm *c, rp_status status, const char *reason)
     (void)reason;
     mpi_impl *m = M(c);
     if (status == RP_OK || m->broken) return;
-    rp_coll_desc notice = {RP_COLL_LEFT, 0, (int)status, 0, 0, c->seq};
+    rp_coll_desc notice = {.kind = RP_COLL_LEFT, .op = (int)status, .seq = c->seq};
     int k = 0;
+    lock();
     for (int q = 0; q < c->size; q++)
         if (q != c->rank)
             MPI_Isend(&notice, (int)sizeof notice, MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
+    unlock();
     /* The notices are small (sent eagerly); a dead peer must not hold this rank up for long. */
-    if (poll_all(c, k, m->reqs, rp_now_s() + 2.0, NULL, "leave notice") != RP_OK)
+    if (poll_all(c, k, m->reqs, rp_now_s() + 2.0, NULL, "leave notice") != RP_OK) {
+        lock();
         for (int i = 0; i < k; i++)
             if (m->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&m->reqs[i]);
+        unlock();
+    }
     mark_broken(c, status, "this rank's step failed");
 }
 static void mpi_rejoin(rp_comm *c) { (void)c; }
@@ -302,7 +338,11 @@ static void mpi_destroy(rp_comm *c)
     mpi_impl *m = M(c);
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    if (!finalized && m->comm != MPI_COMM_NULL) {
+        lock();
+        MPI_Comm_free(&m->comm);
+        unlock();
+    }
     free(m->hosts);
     free(m->calls);
     free(m->reqs);
@@ -317,8 +357,10 @@ static void mpi_destroy(rp_comm *c)
 static rp_status wrap(rp_comm **out, MPI_Comm comm, const int *ids, double timeout)
 {
     int rank, size;
+    lock();
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
+    unlock();
     rp_comm *c = calloc(1, sizeof *c);
     mpi_impl *m = calloc(1, sizeof *m);
     if (c) c->ids = malloc((size_t)size * sizeof(int));
@@ -338,16 +380,20 @@ static rp_status wrap(rp_comm **out, MPI_Comm comm, const int *ids, double timeo
         if (c) free(c->ids);
         free(m);
         free(c);
+        lock();
         MPI_Comm_free(&comm);
+        unlock();
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate an MPI communicator of %d ranks", size);
     }
     m->comm = comm;
     char host[HOST_MAX] = "";
     int len = 0;
     char name[MPI_MAX_PROCESSOR_NAME];
+    lock();
     MPI_Get_processor_name(name, &len);
     memcpy(host, name, (size_t)(len < HOST_MAX - 1 ? len : HOST_MAX - 1));
     MPI_Allgather(host, HOST_MAX, MPI_CHAR, m->hosts, HOST_MAX, MPI_CHAR, comm);
+    unlock();
     for (int q = 0; q < size; q++) c->ids[q] = ids ? ids[q] : q;
     c->ops = &mpi_ops;
     c->rank = rank;
@@ -405,18 +451,26 @@ static rp_status mpi_split(rp_comm *c, int color, int key, rp_comm **out)
 {
     RP_CHECK(rp_comm_barrier(c));
     MPI_Comm sub;
-    if (MPI_Comm_split(M(c)->comm, color >= 0 ? color : MPI_UNDEFINED, key, &sub) != MPI_SUCCESS)
-        return RP_ERROR(RP_ERR_BACKEND, "MPI_Comm_split failed");
+    lock();
+    int rc = MPI_Comm_split(M(c)->comm, color >= 0 ? color : MPI_UNDEFINED, key, &sub);
+    unlock();
+    if (rc != MPI_SUCCESS) return RP_ERROR(RP_ERR_BACKEND, "MPI_Comm_split failed");
     if (sub == MPI_COMM_NULL) return RP_OK;
     int size;
+    lock();
     MPI_Comm_size(sub, &size);
+    unlock();
     int *ids = malloc((size_t)size * sizeof(int));
     if (!ids) {
+        lock();
         MPI_Comm_free(&sub);
+        unlock();
         return RP_ERROR(RP_ERR_NOMEM, "split: ids");
     }
     int mine = c->ids[c->rank];
+    lock();
     MPI_Allgather(&mine, 1, MPI_INT, ids, 1, MPI_INT, sub);
+    unlock();
     rp_status status = wrap(out, sub, ids, c->timeout);
     free(ids);
     return status;

@@ -158,8 +158,8 @@ static uint64_t pack_call(const rp_coll_desc *d)
 
 static rp_coll_desc unpack_call(uint64_t v, uint64_t seq)
 {
-    rp_coll_desc d = {(int)(v >> 52 & 0xff), (int)(v >> 44 & 0xff), (int)(v >> 36 & 0xff), 0,
-                      (int64_t)(v & 0xfffffffffull), seq};
+    rp_coll_desc d = {.kind = (int)(v >> 52 & 0xff), .dtype = (int)(v >> 44 & 0xff),
+                      .op = (int)(v >> 36 & 0xff), .count = (int64_t)(v & 0xfffffffffull), .seq = seq};
     return d;
 }
 

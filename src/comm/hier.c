@@ -1,0 +1,539 @@
+/*
+ * hier.c - the hierarchical communicator: T members (threads) in each of R
+ * MPI processes, T x R in all; member t of process r is rank r*T + t.
+ *
+ * A collective runs in three steps: among the members in this process (the
+ * threads backend), across the processes (the MPI backend, called by the
+ * process's first member - its leader - alone), and back to the members
+ * (a broadcast in the process). So the network carries one copy of the data
+ * per process, not one per replica.
+ *
+ * Results are deterministic: a sum adds the members of each process in
+ * order, then the processes in order - (x0 + x1) + (x2 + x3) for 2 x 2 -
+ * the same bits on every member (not the same bits as a flat communicator
+ * of 4, which adds ((x0 + x1) + x2) + x3).
+ *
+ * Every call is checked: in the process by the threads backend, across
+ * processes by the leaders' exchange. Each step carries the user's call
+ * (rp_coll_desc.layered), so a mismatch anywhere is found and named as the
+ * user wrote it, and every process makes exactly one MPI call per user call.
+ *
+ * A group made by split may hold any members: some processes hold one
+ * member, others several, or all are in one process (then no MPI at all).
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+
+/* What the members of one group in one process share. */
+typedef struct group {
+    atomic_int refs;   /* this process's members holding it */
+    rp_comm *mpi;      /* across the group's processes (used by the leader); NULL in one process */
+    int nproc;         /* the group's processes, ordered by their first member */
+    int lmax;          /* the most members one process holds */
+    int *pstart;       /* [nproc + 1]: process p holds members pmembers[pstart[p] .. pstart[p + 1]) */
+    int *pmembers;     /* [size] ranks in the group, by process, ascending in each */
+    int *pindex;       /* [size] the process (in that order) of each member */
+    int *lrank;        /* [size] each member's rank among its process's members */
+    int *world;        /* [size] MPI_COMM_WORLD rank of each member's process */
+    struct group **made; /* split: the new groups of this process, for its members to take */
+} group;
+
+typedef struct hier {
+    rp_comm *local; /* this process's members of the group, in group order */
+    group *g;
+    char *scratch;
+    size_t scratch_bytes;
+    bool broken;
+    char reason[1024];
+} hier;
+
+static const rp_comm_ops hier_ops;
+
+static hier *HI(const rp_comm *c) { return c->impl; }
+static bool leader(const rp_comm *c) { return HI(c)->local->rank == 0; }
+
+static void group_free(group *g)
+{
+    if (!g) return;
+    rp_comm_destroy(g->mpi);
+    free(g->pstart);
+    free(g->pmembers);
+    free(g->pindex);
+    free(g->lrank);
+    free(g->world);
+    free(g->made);
+    free(g);
+}
+
+/*
+ * The group of members with world[] the processes of its members, in group
+ * order, as seen from process `here` (which must hold at least one).
+ */
+static group *group_create(const int *world, int size, int here)
+{
+    group *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->pstart = calloc((size_t)size + 1, sizeof(int));
+    g->pmembers = malloc((size_t)size * sizeof(int));
+    g->pindex = malloc((size_t)size * sizeof(int));
+    g->lrank = malloc((size_t)size * sizeof(int));
+    g->world = malloc((size_t)size * sizeof(int));
+    if (!g->pstart || !g->pmembers || !g->pindex || !g->lrank || !g->world) {
+        group_free(g);
+        return NULL;
+    }
+    memcpy(g->world, world, (size_t)size * sizeof(int));
+    /* Processes in order of their first member. */
+    for (int i = 0; i < size; i++) {
+        int p = 0;
+        while (p < g->nproc && world[g->pmembers[g->pstart[p]]] != world[i]) p++;
+        if (p == g->nproc) {
+            g->pstart[p] = i; /* provisional: the first member, fixed below */
+            g->pmembers[i] = i;
+            g->nproc++;
+        }
+        g->pindex[i] = p;
+    }
+    /* Counting sort of the members by process. */
+    int *count = calloc((size_t)g->nproc + 1, sizeof(int));
+    if (!count) {
+        group_free(g);
+        return NULL;
+    }
+    for (int i = 0; i < size; i++) count[g->pindex[i] + 1]++;
+    for (int p = 0; p < g->nproc; p++) {
+        count[p + 1] += count[p];
+        int held = count[p + 1] - count[p];
+        if (held > g->lmax) g->lmax = held;
+    }
+    memcpy(g->pstart, count, ((size_t)g->nproc + 1) * sizeof(int));
+    for (int i = 0; i < size; i++) {
+        int p = g->pindex[i];
+        g->lrank[i] = count[p] - g->pstart[p];
+        g->pmembers[count[p]++] = i;
+    }
+    free(count);
+    int mine = 0;
+    for (int i = 0; i < size; i++) mine += world[i] == here;
+    atomic_init(&g->refs, mine);
+    return g;
+}
+
+static rp_status handle_create(rp_comm **out, group *g, rp_comm *local, int rank, int size,
+                               const int *ids, double timeout)
+{
+    rp_comm *c = calloc(1, sizeof *c);
+    hier *h = calloc(1, sizeof *h);
+    int *idcopy = malloc((size_t)size * sizeof(int));
+    if (!c || !h || !idcopy) {
+        free(c);
+        free(h);
+        free(idcopy);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a communicator handle for %d members", size);
+    }
+    memcpy(idcopy, ids, (size_t)size * sizeof(int));
+    h->local = local;
+    h->g = g;
+    c->ops = &hier_ops;
+    c->rank = rank;
+    c->size = size;
+    c->ids = idcopy;
+    c->timeout = timeout;
+    c->impl = h;
+    *out = c;
+    return RP_OK;
+}
+
+/* ---- the collectives --------------------------------------------------------------- */
+
+static rp_status grow_scratch(hier *h, size_t bytes)
+{
+    if (bytes <= h->scratch_bytes) return RP_OK;
+    char *grown = realloc(h->scratch, bytes);
+    if (!grown) return RP_ERROR(RP_ERR_NOMEM, "hierarchical communicator: %zu bytes of scratch", bytes);
+    h->scratch = grown;
+    h->scratch_bytes = bytes;
+    return RP_OK;
+}
+
+/* One step of the user's call `u` on a sub-communicator. */
+static rp_status step(rp_comm *sub, const rp_coll_desc *u, int kind, const void *send, void *recv,
+                      int64_t count, int op, int root)
+{
+    rp_coll_desc d = {.kind = kind, .dtype = u->dtype, .op = op, .root = root, .count = count,
+                      .seq = sub->seq, .layered = 1, .outer_kind = u->kind, .outer_op = u->op,
+                      .outer_root = u->root, .outer_count = u->count, .outer_seq = u->seq};
+    return sub->ops->collective(sub, &d, send, recv);
+}
+
+/*
+ * The leader's step across processes. If it fails, the members of this
+ * process - waiting for the leader in the next step - fail at once with
+ * the same message instead of at the timeout.
+ */
+static rp_status across(rp_comm *c, const rp_coll_desc *u, int kind, const void *send, void *recv,
+                        int64_t count, int op, int root)
+{
+    hier *h = HI(c);
+    rp_status status = step(h->g->mpi, u, kind, send, recv, count, op, root);
+    if (status != RP_OK) h->local->ops->fail(h->local, status, rp_last_error());
+    return status;
+}
+
+static void divide(void *buf, int64_t n, rp_dtype dtype, int by)
+{
+    for (int64_t i = 0; i < n; i++) switch (dtype) {
+        case RP_F32: ((float *)buf)[i] = ((float *)buf)[i] / (float)by; break;
+        case RP_F64: ((double *)buf)[i] = ((double *)buf)[i] / (double)by; break;
+        case RP_I32: ((int32_t *)buf)[i] = ((int32_t *)buf)[i] / by; break;
+        case RP_I64: ((int64_t *)buf)[i] = ((int64_t *)buf)[i] / by; break;
+        }
+}
+
+/* recv = op over every member of send, count elements (the all-reduce, also behind reduce-scatter). */
+static rp_status reduce_all(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv, int64_t count)
+{
+    hier *h = HI(c);
+    int op = u->op == RP_MEAN ? RP_SUM : u->op, here = h->local->size;
+    size_t bytes = (size_t)count * rp_dtype_size(u->dtype);
+    const void *in = send;
+    if (here > 1) {
+        RP_CHECK(step(h->local, u, RP_COLL_ALL_REDUCE, send, recv, count, op, 0));
+        in = recv;
+    }
+    if (h->g->nproc > 1) {
+        if (leader(c)) RP_CHECK(across(c, u, RP_COLL_ALL_REDUCE, in, recv, count, op, 0));
+        if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, recv, recv, count, 0, 0));
+    } else if (in != recv) {
+        memmove(recv, in, bytes);
+    }
+    if (u->op == RP_MEAN && c->size > 1) divide(recv, count, u->dtype, c->size);
+    return RP_OK;
+}
+
+static rp_status gather_all(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv)
+{
+    hier *h = HI(c);
+    group *g = h->g;
+    int here = h->local->size;
+    size_t blk = (size_t)u->count * rp_dtype_size(u->dtype);
+    /* This process's blocks (padded to the largest process's), then every process's. */
+    size_t mine = (size_t)g->lmax * blk, all = g->nproc > 1 && leader(c) ? (size_t)g->nproc * mine : 0;
+    RP_CHECK(grow_scratch(h, mine + all + 1));
+    char *ours = h->scratch, *theirs = h->scratch + mine;
+    if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_ALL_GATHER, send, ours, u->count, 0, 0));
+    else memcpy(ours, send, blk);
+    if (g->nproc == 1) {
+        for (int j = 0; j < here; j++) memcpy((char *)recv + (size_t)g->pmembers[j] * blk, ours + (size_t)j * blk, blk);
+        return RP_OK;
+    }
+    if (leader(c)) {
+        RP_CHECK(across(c, u, RP_COLL_ALL_GATHER, ours, theirs, u->count * g->lmax, 0, 0));
+        for (int p = 0; p < g->nproc; p++)
+            for (int j = g->pstart[p]; j < g->pstart[p + 1]; j++)
+                memcpy((char *)recv + (size_t)g->pmembers[j] * blk,
+                       theirs + ((size_t)p * (size_t)g->lmax + (size_t)(j - g->pstart[p])) * blk, blk);
+    }
+    if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, recv, recv, u->count * c->size, 0, 0));
+    return RP_OK;
+}
+
+static rp_status broadcast(rp_comm *c, const rp_coll_desc *u, void *buf)
+{
+    hier *h = HI(c);
+    group *g = h->g;
+    int here = h->local->size, lroot = g->lrank[u->root];
+    bool root_here = g->pindex[u->root] == g->pindex[c->rank];
+    if (g->nproc == 1) return here > 1 ? step(h->local, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, lroot) : RP_OK;
+    if (root_here && lroot != 0) RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, lroot));
+    if (leader(c)) RP_CHECK(across(c, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, g->pindex[u->root]));
+    if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, 0));
+    return RP_OK;
+}
+
+static rp_status barrier(rp_comm *c, const rp_coll_desc *u)
+{
+    hier *h = HI(c);
+    int here = h->local->size;
+    if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_BARRIER, NULL, NULL, 0, 0, 0));
+    if (h->g->nproc == 1) return RP_OK;
+    if (leader(c)) RP_CHECK(across(c, u, RP_COLL_BARRIER, NULL, NULL, 0, 0, 0));
+    if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_BARRIER, NULL, NULL, 0, 0, 0));
+    return RP_OK;
+}
+
+static rp_status hier_collective(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv)
+{
+    hier *h = HI(c);
+    char what[128];
+    if (h->broken)
+        return RP_ERROR(RP_ERR_COMM, "%s on replica %d: the communicator is broken by an earlier error: %s",
+                        rp_coll_desc_str(d, what, sizeof what), c->ids[c->rank], h->reason);
+    /*
+     * The members in this process wait longer than the leader waits for the
+     * other processes: a process that does not arrive is reported by the
+     * leader (naming it), not as "the leader did not arrive".
+     */
+    h->local->timeout = c->timeout * 1.25 + 1;
+    if (h->g->mpi && leader(c)) h->g->mpi->timeout = c->timeout;
+    rp_status status = RP_OK;
+    size_t es = rp_dtype_size(d->dtype);
+    switch (d->kind) {
+    case RP_COLL_ALL_REDUCE: status = reduce_all(c, d, send, recv, d->count); break;
+    case RP_COLL_REDUCE_SCATTER:
+        status = grow_scratch(h, (size_t)d->count * (size_t)c->size * es + 1);
+        if (status == RP_OK) status = reduce_all(c, d, send, h->scratch, d->count * c->size);
+        if (status == RP_OK) memcpy(recv, h->scratch + (size_t)c->rank * (size_t)d->count * es, (size_t)d->count * es);
+        break;
+    case RP_COLL_ALL_GATHER: status = gather_all(c, d, send, recv); break;
+    case RP_COLL_BROADCAST: status = broadcast(c, d, recv); break;
+    default: status = barrier(c, d);
+    }
+    if (status != RP_OK) {
+        h->broken = true;
+        snprintf(h->reason, sizeof h->reason, "%s", rp_last_error());
+        return status;
+    }
+    c->seq++;
+    return RP_OK;
+}
+
+/* ---- leaving, failing, destroying ----------------------------------------------------- */
+
+/* The members here learn at once; the other processes from the leader (its own failure, or its
+   failure on finding that a member here left). */
+static void hier_leave(rp_comm *c, rp_status status, const char *reason)
+{
+    hier *h = HI(c);
+    h->local->ops->leave(h->local, status, reason);
+    if (leader(c) && h->g->mpi) h->g->mpi->ops->leave(h->g->mpi, status, reason);
+}
+
+static void hier_rejoin(rp_comm *c)
+{
+    hier *h = HI(c);
+    h->local->ops->rejoin(h->local);
+    if (leader(c) && h->g->mpi) h->g->mpi->ops->rejoin(h->g->mpi);
+}
+
+static void hier_fail(rp_comm *c, rp_status status, const char *reason)
+{
+    hier *h = HI(c);
+    h->local->ops->fail(h->local, status, reason);
+    if (!h->broken) {
+        h->broken = true;
+        snprintf(h->reason, sizeof h->reason, "%s", reason);
+    }
+}
+
+static bool hier_broken(const rp_comm *c)
+{
+    const hier *h = HI(c);
+    return h->broken || h->local->ops->broken(h->local) ||
+           (leader(c) && h->g->mpi && h->g->mpi->ops->broken(h->g->mpi));
+}
+
+static void hier_destroy(rp_comm *c)
+{
+    hier *h = HI(c);
+    rp_comm_destroy(h->local);
+    if (atomic_fetch_sub(&h->g->refs, 1) == 1) group_free(h->g);
+    free(h->scratch);
+    free(h);
+    free(c->ids);
+    free(c);
+}
+
+/* ---- split ------------------------------------------------------------------------------ */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The members of color `color` in (key, rank) order into order[]; returns how many. */
+static int members_of(const int64_t *all, int n, int64_t color, int *order)
+{
+    int g = 0;
+    for (int q = 0; q < n; q++) {
+        if (all[2 * q] != color) continue;
+        int j = g++;
+        while (j > 0 && all[2 * order[j - 1] + 1] > all[2 * q + 1]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = q;
+    }
+    return g;
+}
+
+/*
+ * The leader's part of a split: for every color (ascending, the same on
+ * every process), the group of this process if it holds members of it, and
+ * the MPI communicator of the group's processes if there are several (every
+ * process of the parent takes part in making it). Into g->made[k] for the
+ * k-th color.
+ */
+static rp_status make_groups(rp_comm *c, const int64_t *all, const int64_t *colors, int ncolors,
+                             int *order, int *world)
+{
+    group *g = HI(c)->g;
+    int me = g->world[c->rank];
+    for (int k = 0; k < ncolors; k++) {
+        int n = members_of(all, c->size, colors[k], order), first = -1;
+        for (int j = 0; j < n; j++) {
+            world[j] = g->world[order[j]];
+            if (world[j] == me && first < 0) first = j;
+        }
+        bool several = false;
+        for (int j = 1; j < n; j++) several |= world[j] != world[0];
+        group *made = NULL;
+        if (first >= 0) {
+            made = g->made[k] = group_create(world, n, me);
+            if (!made) return RP_ERROR(RP_ERR_NOMEM, "rp_comm_split: out of memory");
+        }
+        if (several) RP_CHECK(rp_comm_split(g->mpi, made ? 0 : -1, first, made ? &made->mpi : &(rp_comm *){NULL}));
+    }
+    return RP_OK;
+}
+
+static rp_status hier_split(rp_comm *c, int color, int key, rp_comm **out)
+{
+    hier *h = HI(c);
+    group *g = h->g;
+    int n = c->size;
+    rp_status status = RP_OK;
+    int64_t mine[2] = {color < 0 ? -1 : color, key};
+    int64_t *all = malloc((size_t)n * 2 * sizeof(int64_t)), *colors = malloc((size_t)n * sizeof(int64_t));
+    int *order = malloc((size_t)n * sizeof(int)), *ids = malloc((size_t)n * sizeof(int));
+    int *world = malloc((size_t)n * sizeof(int));
+    rp_comm *local = NULL;
+    if (!all || !colors || !order || !ids || !world) {
+        hier_fail(c, RP_ERR_NOMEM, "a member ran out of memory in rp_comm_split");
+        status = RP_ERROR(RP_ERR_NOMEM, "rp_comm_split: out of memory");
+        goto cleanup;
+    }
+    RP_TRY(rp_comm_all_gather(c, mine, all, 2, RP_I64));
+    int ncolors = 0;
+    for (int q = 0; q < n; q++)
+        if (all[2 * q] >= 0) colors[ncolors++] = all[2 * q];
+    qsort(colors, (size_t)ncolors, sizeof *colors, cmp_i64);
+    int distinct = 0;
+    for (int k = 0; k < ncolors; k++)
+        if (!distinct || colors[k] != colors[distinct - 1]) colors[distinct++] = colors[k];
+    ncolors = distinct;
+    /* My place in my group; this process's members of it, in that order. */
+    int size = color >= 0 ? members_of(all, n, color, order) : 0, pos = -1;
+    for (int j = 0; j < size; j++) {
+        if (order[j] == c->rank) pos = j;
+        ids[j] = c->ids[order[j]];
+    }
+    RP_TRY(rp_comm_split(h->local, color, pos, &local));
+    if (leader(c)) {
+        free(g->made);
+        g->made = calloc((size_t)ncolors + 1, sizeof *g->made);
+        rp_status made = g->made ? make_groups(c, all, colors, ncolors, order, world)
+                                 : RP_ERROR(RP_ERR_NOMEM, "rp_comm_split: out of memory");
+        if (made != RP_OK) h->local->ops->fail(h->local, made, rp_last_error());
+    }
+    /* The leader's groups are ready when every member here has passed this barrier. */
+    RP_TRY(rp_comm_barrier(h->local));
+    if (color >= 0) {
+        int k = 0;
+        while (colors[k] != color) k++;
+        RP_TRY(handle_create(out, g->made[k], local, pos, size, ids, c->timeout));
+        local = NULL;
+    }
+cleanup:
+    rp_comm_destroy(local);
+    free(all);
+    free(colors);
+    free(order);
+    free(ids);
+    free(world);
+    return status;
+}
+
+static const rp_comm_ops hier_ops = {
+    .name = "mpi+threads",
+    .collective = hier_collective,
+    .split = hier_split,
+    .leave = hier_leave,
+    .rejoin = hier_rejoin,
+    .fail = hier_fail,
+    .broken = hier_broken,
+    .destroy = hier_destroy,
+};
+
+/* ---- create ----------------------------------------------------------------------------- */
+
+rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s)
+{
+    if (!comms) return RP_ERROR(RP_ERR_INVALID, "comms is NULL");
+    if (n < 1 || n > 4096) return RP_ERROR(RP_ERR_INVALID, "%d members per process: must be in [1, 4096]", n);
+    for (int t = 0; t < n; t++) comms[t] = NULL;
+    rp_comm *mpi = NULL, **locals = calloc((size_t)n, sizeof *locals);
+    int *ids = NULL, *world = NULL, *counts = NULL;
+    group *g = NULL;
+    rp_status status = RP_OK;
+    if (!locals) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d members", n);
+    RP_TRY(rp_comm_mpi_create(&mpi, timeout_s));
+    int R = rp_comm_size(mpi), r = rp_comm_rank(mpi), size = n * R;
+    counts = malloc((size_t)R * sizeof(int));
+    ids = malloc((size_t)size * sizeof(int));
+    world = malloc((size_t)size * sizeof(int));
+    if (!counts || !ids || !world) {
+        status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate a communicator of %d members", size);
+        goto cleanup;
+    }
+    int32_t here = n;
+    RP_TRY(rp_comm_all_gather(mpi, &here, counts, 1, RP_I32));
+    for (int q = 1; q < R; q++)
+        if (counts[q] != counts[0]) {
+            status = RP_ERROR(RP_ERR_INVALID, "rank 0 has %d replicas and rank %d has %d: every rank "
+                              "must run the same number", counts[0], q, counts[q]);
+            goto cleanup;
+        }
+    for (int i = 0; i < size; i++) {
+        ids[i] = i;
+        world[i] = i / n;
+    }
+    RP_TRY(rp_comm_threads_create(locals, n, ids + r * n, timeout_s * 1.25 + 1));
+    g = group_create(world, size, r);
+    if (!g) {
+        status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate a communicator of %d members", size);
+        goto cleanup;
+    }
+    if (R > 1) {
+        g->mpi = mpi;
+        mpi = NULL;
+    }
+    for (int t = 0; t < n; t++) {
+        RP_TRY(handle_create(&comms[t], g, locals[t], r * n + t, size, ids, timeout_s));
+        locals[t] = NULL;
+    }
+    g = NULL;
+cleanup:
+    /* On failure the handles made so far go, and the group (still held in g) with them. */
+    for (int t = 0; status != RP_OK && t < n; t++)
+        if (comms[t]) {
+            rp_comm_destroy(HI(comms[t])->local);
+            free(comms[t]->impl);
+            free(comms[t]->ids);
+            free(comms[t]);
+            comms[t] = NULL;
+        }
+    if (g) group_free(g);
+    for (int t = 0; t < n; t++) rp_comm_destroy(locals[t]);
+    rp_comm_destroy(mpi);
+    free(locals);
+    free(counts);
+    free(ids);
+    free(world);
+    return status;
+}
