@@ -1,7 +1,9 @@
-/* test_core.c - errors, allocation counting, the arena, the RNG, clocks. */
+/* test_core.c - errors, allocation counting, the arena, the RNG, clocks, log prefixes. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -208,9 +210,39 @@ static void test_clock_monotonic(void **state)
     assert_true(rp_now_s() > 0);
 }
 
+/* A log line names host and pid, then the MPI rank once set, then the thread's replica. */
+static void test_log_prefix(void **state)
+{
+    (void)state;
+    char host[64], want[160], got[160];
+    assert_int_equal(gethostname(host, sizeof host), 0);
+    host[sizeof host - 1] = '\0';
+    rp_log_set_replica(-1);
+    snprintf(want, sizeof want, "[%s %d]", host, (int)getpid());
+    assert_int_equal(rp_log_prefix(got, sizeof got), (int)strlen(want));
+    assert_string_equal(got, want);
+    rp_log_set_replica(3);
+    snprintf(want, sizeof want, "[%s %d r3]", host, (int)getpid());
+    rp_log_prefix(got, sizeof got);
+    assert_string_equal(got, want);
+    rp_log_set_rank(1);
+    snprintf(want, sizeof want, "[%s %d rank 1 r3]", host, (int)getpid());
+    rp_log_prefix(got, sizeof got);
+    assert_string_equal(got, want);
+    rp_log_set_replica(-1);
+    snprintf(want, sizeof want, "[%s %d rank 1]", host, (int)getpid());
+    rp_log_prefix(got, sizeof got);
+    assert_string_equal(got, want);
+    /* Truncated to the buffer, and the length says so. */
+    assert_int_equal(rp_log_prefix(got, 5), 4);
+    assert_int_equal(strlen(got), 4);
+    rp_log_set_rank(-1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_log_prefix),
         cmocka_unit_test(test_error_message),
         cmocka_unit_test(test_error_thread_local),
         cmocka_unit_test(test_alloc_aligned_and_counted),

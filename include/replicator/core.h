@@ -92,6 +92,13 @@ rp_log_level rp_log_get_level(void);
  * runtime calls it; users rarely need to.
  */
 void rp_log_set_replica(int replica);
+/* The process's MPI rank, shown in every line once set (the MPI backend sets it). */
+void rp_log_set_rank(int rank);
+/*
+ * The prefix of this thread's log lines into buf: "[host pid]", with
+ * " rank R" under MPI and " rN" on a replica's thread. Returns its length.
+ */
+int rp_log_prefix(char *buf, size_t size);
 
 /*
  * Writes one line "[host pid r<replica>] LEVEL message" to stderr if `level`

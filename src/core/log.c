@@ -1,5 +1,6 @@
 /*
- * log.c - one line per event on stderr, prefixed with host, pid and replica.
+ * log.c - one line per event on stderr, prefixed with host, pid, MPI rank
+ * (under MPI) and replica.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 static int log_level = -1; /* -1: not yet read from the environment */
 static _Thread_local int log_replica = -1;
+static int log_rank = -1; /* this process's MPI rank, once MPI is running */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char log_host[64];
 static pthread_once_t log_host_once = PTHREAD_ONCE_INIT;
@@ -40,21 +42,34 @@ void rp_log_set_replica(int replica)
     log_replica = replica;
 }
 
+void rp_log_set_rank(int rank)
+{
+    __atomic_store_n(&log_rank, rank, __ATOMIC_RELAXED);
+}
+
+int rp_log_prefix(char *buf, size_t size)
+{
+    pthread_once(&log_host_once, read_host);
+    int rank = __atomic_load_n(&log_rank, __ATOMIC_RELAXED), n;
+    if (rank >= 0 && log_replica >= 0)
+        n = snprintf(buf, size, "[%s %d rank %d r%d]", log_host, (int)getpid(), rank, log_replica);
+    else if (rank >= 0)
+        n = snprintf(buf, size, "[%s %d rank %d]", log_host, (int)getpid(), rank);
+    else if (log_replica >= 0)
+        n = snprintf(buf, size, "[%s %d r%d]", log_host, (int)getpid(), log_replica);
+    else
+        n = snprintf(buf, size, "[%s %d]", log_host, (int)getpid());
+    return n < 0 ? 0 : (size_t)n >= size ? (int)size - 1 : n;
+}
+
 void rp_log(rp_log_level level, const char *fmt, ...)
 {
     static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
     if (level < rp_log_get_level() || level >= RP_LOG_OFF) return;
 
-    pthread_once(&log_host_once, read_host);
-    const char *host = log_host;
-
     char line[2048];
-    int len;
-    if (log_replica >= 0)
-        len = snprintf(line, sizeof line, "[%s %d r%d] %s ", host, (int)getpid(), log_replica,
-                       names[level]);
-    else
-        len = snprintf(line, sizeof line, "[%s %d] %s ", host, (int)getpid(), names[level]);
+    int len = rp_log_prefix(line, sizeof line);
+    len += snprintf(line + len, sizeof line - (size_t)len, " %s ", names[level]);
     if (len < 0 || (size_t)len >= sizeof line) len = 0;
     va_list ap;
     va_start(ap, fmt);

@@ -441,8 +441,13 @@ rp_status rp_comm_mpi_create(rp_comm **out, double timeout_s)
         atexit(finalize_at_exit);
     }
     MPI_Comm comm;
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS)
-        return RP_ERROR(RP_ERR_BACKEND, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
+    int world_rank = 0;
+    lock();
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    unlock();
+    if (rc != MPI_SUCCESS) return RP_ERROR(RP_ERR_BACKEND, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
+    rp_log_set_rank(world_rank);
     return wrap(out, comm, NULL, timeout_s);
 }
 
