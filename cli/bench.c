@@ -29,8 +29,10 @@ static void bench_usage(FILE *f)
             "  --iters K     timed steps (default 20; 3 for resnet18/50)\n"
             "  --warmup W    untimed steps first (default 3; 2 for resnet18/50)\n"
             "  --threads T   kernel threads in all (default: all cores)\n"
-            "  --replicas N  data-parallel replicas sharing the batch (default 1)\n"
+            "  --replicas N  data-parallel replicas sharing the batch (default 1); under\n"
+            "                mpirun, in each rank (mpirun -np 2 replicator bench resnet)\n"
             "  --threads-per-replica T  (default: threads / replicas)\n"
+            "  --backend B   threads, mpi or auto (default: mpi under mpirun)\n"
             "  --local-bn    per-replica batch norm (default: cross-replica, as in training)\n"
             "  --json        one JSON line instead of text\n");
 }
@@ -119,6 +121,7 @@ static int bench_resnet(int argc, char **argv)
     rp_resnet_kind kind = RP_RESNET20;
     int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0, replicas = 1, tpr = 0;
     bool json = false, cross_bn = true;
+    rp_backend backend = RP_BACKEND_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
@@ -136,6 +139,14 @@ static int bench_resnet(int argc, char **argv)
             return 2;
         }
         i++;
+        if (!strcmp(a, "--backend")) {
+            if (strcmp(v, "auto") && strcmp(v, "threads") && strcmp(v, "mpi")) {
+                fprintf(stderr, "replicator bench: --backend %s: expected threads, mpi or auto\n", v);
+                return 2;
+            }
+            backend = !strcmp(v, "mpi") ? RP_BACKEND_MPI : !strcmp(v, "threads") ? RP_BACKEND_THREADS : RP_BACKEND_AUTO;
+            continue;
+        }
         if (!strcmp(a, "--model")) {
             if (!rp_resnet_kind_parse(v, &kind)) {
                 fprintf(stderr, "replicator bench: unknown model %s\n", v);
@@ -168,14 +179,13 @@ static int bench_resnet(int argc, char **argv)
     /* Two untimed steps at least: the arena settles into one block at the second reset. */
     if (warmup < 0) warmup = small ? 3 : 2;
     if (replicas < 1) replicas = 1;
-    if (batch % replicas != 0) {
-        fprintf(stderr, "replicator bench: --batch %d does not split across %d replicas\n", batch, replicas);
-        return 2;
-    }
+    bool mpi = backend == RP_BACKEND_MPI || (backend == RP_BACKEND_AUTO && rp_comm_mpi_launched());
     rp_kernels_set_threads(threads);
-    if (!tpr) tpr = rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
+    /* Under MPI the runtime divides this host's cores among its ranks, unless --threads says. */
+    if (!tpr && (!mpi || threads > 0))
+        tpr = rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
 
-    bench_job job = {kind, batch / replicas, size, channels, cross_bn, NULL};
+    bench_job job = {kind, 0, size, channels, cross_bn, NULL};
     rp_status status = RP_OK;
     rp_replicator *r = NULL;
     double *times = rp_alloc((size_t)(iters + 1) * sizeof(double));
@@ -185,10 +195,20 @@ static int bench_resnet(int argc, char **argv)
         goto cleanup;
     }
     rp_config cfg = rp_config_default();
-    cfg.backend = RP_BACKEND_THREADS;
+    cfg.backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg.replicas = replicas;
     cfg.threads_per_replica = tpr;
     RP_TRY(rp_replicator_create(&r, &cfg));
+    /* The job's replicas share the batch (all ranks' under MPI); only the first rank prints. */
+    int total_replicas = rp_replicator_replicas(r);
+    bool root = rp_replica_id(rp_replicator_replica(r, 0)) == 0;
+    tpr = rp_replicator_threads_per_replica(r);
+    if (batch % total_replicas != 0) {
+        status = RP_ERROR(RP_ERR_INVALID, "--batch %d does not split across %d replicas", batch, total_replicas);
+        goto cleanup;
+    }
+    job.batch = batch / total_replicas;
+    replicas = total_replicas;
     RP_TRY(rp_replicator_run(r, bench_build, &job));
     double total = 0;
     for (int it = 0; it < warmup + iters; it++) {
@@ -202,19 +222,22 @@ static int bench_resnet(int argc, char **argv)
     }
     double med = rp_cli_median(times, iters);
     double ips = (double)batch * iters / total;
-    if (json)
+    if (!root) {
+        /* another rank prints */
+    } else if (json)
         printf("{\"framework\":\"replicator\",\"model\":\"%s\",\"batch\":%d,\"size\":%d,"
                "\"channels\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"bn\":\"%s\","
                "\"format\":\"nhwc\",\"images_per_s\":%.2f,\"ms_per_step\":%.2f,"
-               "\"median_ms_per_step\":%.2f}\n",
+               "\"median_ms_per_step\":%.2f,\"backend\":\"%s\"}\n",
                rp_resnet_kind_name(kind), batch, size, channels, replicas, tpr,
-               replicas > 1 && cross_bn ? "cross-replica" : "local", ips, 1e3 * total / iters, 1e3 * med);
+               replicas > 1 && cross_bn ? "cross-replica" : "local", ips, 1e3 * total / iters, 1e3 * med,
+               rp_replicator_backend(r));
     else
-        printf("replicator %s batch %d %dx%dx%d, %d replica%s x %d threads%s: %.1f images/s "
+        printf("replicator %s batch %d %dx%dx%d, %d replica%s x %d threads (%s)%s: %.1f images/s "
                "(%.1f ms/step, median %.1f)\n",
                rp_resnet_kind_name(kind), batch, size, size, channels, replicas, replicas > 1 ? "s" : "",
-               tpr, replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "", ips,
-               1e3 * total / iters, 1e3 * med);
+               tpr, rp_replicator_backend(r), replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "",
+               ips, 1e3 * total / iters, 1e3 * med);
 
 cleanup:
     if (r) {
