@@ -1,5 +1,7 @@
-/* test_core.c - errors, allocation counting, the arena, the RNG, clocks, log prefixes. */
+/* test_core.c - errors, allocation counting, the arena, the RNG, clocks, log prefixes, CPU counts. */
+#define _GNU_SOURCE /* pthread_setaffinity_np */
 #include <math.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -239,9 +241,40 @@ static void test_log_prefix(void **state)
     rp_log_set_rank(-1);
 }
 
+static void *count_on_one_cpu(void *arg)
+{
+    int *out = arg;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) return NULL;
+    out[0] = rp_cpu_count();
+    out[1] = rp_cpu_bound();
+    return NULL;
+}
+
+/* The CPU count is what the thread may run on (taskset, Slurm, mpirun's binding), not the machine's. */
+static void test_cpu_count_follows_affinity(void **state)
+{
+    (void)state;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t mine;
+    assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+    assert_int_equal(rp_cpu_count(), CPU_COUNT(&mine));
+    assert_int_equal(rp_cpu_bound(), CPU_COUNT(&mine) < online);
+    if (online < 2 || !CPU_ISSET(0, &mine)) skip();
+    int got[2] = {-1, -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, count_on_one_cpu, got), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(got[0], 1);
+    assert_int_equal(got[1], 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_count_follows_affinity),
         cmocka_unit_test(test_log_prefix),
         cmocka_unit_test(test_error_message),
         cmocka_unit_test(test_error_thread_local),

@@ -129,8 +129,13 @@ typedef struct rp_env {
 /* The process's environment settings (read on first call; thread-safe). */
 const rp_env *rp_env_get(void);
 
-/* Number of online CPU cores. */
+/*
+ * CPU cores this thread may run on (its affinity: taskset, Slurm's
+ * --cpus-per-task, mpirun's binding), else the online cores.
+ */
 int rp_cpu_count(void);
+/* True if that is fewer than the machine's online cores: the process was given its share. */
+bool rp_cpu_bound(void);
 
 /* ---- memory ------------------------------------------------------------- */
 

@@ -1,7 +1,9 @@
 /*
  * env.c - the one place where replicator reads environment variables.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -48,6 +50,14 @@ const rp_env *rp_env_get(void)
 
 int rp_cpu_count(void)
 {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+bool rp_cpu_bound(void)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 && rp_cpu_count() < online;
 }

@@ -26,13 +26,18 @@ rp_config rp_config_default(void)
     return c;
 }
 
-/* Kernel threads of each replica: the cores shared by this host's replicas, unless set. */
+/*
+ * Kernel threads of each replica, unless set: the cores this process may use,
+ * shared by its replicas. Under MPI a process not bound to a share of the
+ * machine's cores shares them with the other ranks on this host.
+ */
 static int threads_per_replica(const rp_replicator *r)
 {
     const rp_config *cfg = &r->cfg;
     if (cfg->threads_per_replica > 0) return cfg->threads_per_replica;
     bool mpi = strcmp(rp_comm_backend(r->reps[0].comm), "threads") != 0;
-    int t = rp_cpu_count() / (r->n * (mpi ? rp_env_get()->mpi_local_ranks : 1));
+    int ranks_here = mpi && !rp_cpu_bound() ? rp_env_get()->mpi_local_ranks : 1;
+    int t = rp_cpu_count() / (r->n * ranks_here);
     return t > 0 ? t : 1;
 }
 

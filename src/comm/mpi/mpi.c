@@ -9,11 +9,13 @@
  * arrives (dead, stopped, or in another call) is named - by rank and host -
  * when the deadline passes, instead of hanging in a blocking collective.
  *
- * The data then moves with non-blocking collectives, polled the same way.
- * An all-reduce is an all-to-all of blocks (rank r receives slice r of
- * every rank's input), a local reduction of the N blocks in rank order, and
- * an all-gather of the reduced slices: the same bandwidth as a ring, and
- * the same bits as the threads backend on every rank.
+ * The data then moves in non-blocking point-to-point messages with each
+ * peer, polled the same way, so a peer that stops in the middle of a call
+ * is named too: the messages still pending say whose part is missing. An
+ * all-reduce is an exchange of slices (rank r receives slice r of every
+ * rank's input), a local reduction of the N slices in rank order, and an
+ * exchange of the reduced slices: the bytes of a ring all-reduce, and the
+ * same bits as the threads backend on every rank.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -27,6 +29,7 @@
 #include "comm/comm_internal.h"
 
 #define TAG_CALL 7001
+#define TAG_DATA 7002
 #define HOST_MAX 64
 
 /*
@@ -47,6 +50,7 @@ typedef struct mpi_impl {
     MPI_Request *reqs;       /* [2 * size] */
     const void **blocks;     /* [size] the received blocks of a reduction */
     char *scratch;           /* all-reduce / reduce-scatter blocks, grown as needed */
+    char *xfer;              /* per-peer buffers and sizes of a data exchange */
     size_t scratch_bytes;
     bool broken;
     rp_status broken_status;
@@ -157,28 +161,72 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
     return RP_ERROR(RP_ERR_TIMEOUT, "%s", msg);
 }
 
-static rp_status ensure_scratch(mpi_impl *m, size_t bytes)
+/*
+ * Sends sbuf[q] (sbytes[q] bytes) to and receives rbuf[q] (rbytes[q]) from
+ * every other rank q, polled against the deadline; a timeout names the
+ * ranks whose messages are still pending.
+ */
+static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadline, const void *const *sbuf,
+                               const int *sbytes, void *const *rbuf, const int *rbytes)
 {
-    if (bytes <= m->scratch_bytes) return RP_OK;
-    char *grown = realloc(m->scratch, bytes);
-    if (!grown) return RP_ERROR(RP_ERR_NOMEM, "MPI communicator: %zu bytes of scratch", bytes);
-    m->scratch = grown;
-    m->scratch_bytes = bytes;
-    return RP_OK;
-}
-
-static rp_status wait_data(rp_comm *c, MPI_Request *req, double deadline, const rp_coll_desc *d)
-{
+    mpi_impl *m = M(c);
+    int n = c->size;
+    lock();
+    for (int q = 0; q < n; q++) {
+        m->reqs[2 * q] = m->reqs[2 * q + 1] = MPI_REQUEST_NULL;
+        if (q == c->rank) continue;
+        if (rbytes[q] > 0) MPI_Irecv(rbuf[q], rbytes[q], MPI_BYTE, q, TAG_DATA, m->comm, &m->reqs[2 * q]);
+        if (sbytes[q] > 0) MPI_Isend(sbuf[q], sbytes[q], MPI_BYTE, q, TAG_DATA, m->comm, &m->reqs[2 * q + 1]);
+    }
+    unlock();
+    bool pending[2 * 4096];
+    bool *p = n <= 4096 ? pending : NULL;
     char what[128];
     rp_coll_desc_str(d, what, sizeof what);
-    rp_status status = poll_all(c, 1, req, deadline, NULL, what);
+    rp_status status = poll_all(c, 2 * n, m->reqs, deadline, p, what);
     if (status != RP_ERR_TIMEOUT) return status;
-    char msg[512];
-    snprintf(msg, sizeof msg, "timed out after %gs moving the data of %s on rank %d (%s): a peer "
-             "stopped or died after the call was agreed", c->timeout, what, c->rank, M(c)->hosts[c->rank]);
+    char msg[1024];
+    size_t len = (size_t)snprintf(msg, sizeof msg, "timed out after %gs moving the data of %s on rank %d (%s): ",
+                                  c->timeout, what, c->rank, m->hosts[c->rank]);
+    int missing = 0;
+    for (int q = 0; p && q < n && len < sizeof msg; q++)
+        if (p[2 * q] || p[2 * q + 1])
+            len += (size_t)snprintf(msg + len, sizeof msg - len, "%srank %d (%s)", missing++ ? ", " : "", q,
+                                    m->hosts[q]);
+    if (len < sizeof msg)
+        snprintf(msg + len, sizeof msg - len, "%s stopped or died after the call was agreed",
+                 missing ? "" : "a peer");
+    lock();
+    for (int i = 0; i < 2 * n; i++)
+        if (m->reqs[i] != MPI_REQUEST_NULL) {
+            if (i % 2 == 0) MPI_Cancel(&m->reqs[i]);
+            MPI_Request_free(&m->reqs[i]);
+        }
+    unlock();
     mark_broken(c, RP_ERR_TIMEOUT, msg);
     return RP_ERROR(RP_ERR_TIMEOUT, "%s", msg);
 }
+
+static rp_status ensure_buffers(mpi_impl *m, int n, size_t scratch)
+{
+    if (scratch > m->scratch_bytes) {
+        char *grown = realloc(m->scratch, scratch);
+        if (!grown) return RP_ERROR(RP_ERR_NOMEM, "MPI communicator: %zu bytes of scratch", scratch);
+        m->scratch = grown;
+        m->scratch_bytes = scratch;
+    }
+    if (!m->xfer) {
+        m->xfer = malloc((size_t)n * (2 * sizeof(void *) + 2 * sizeof(int)));
+        if (!m->xfer) return RP_ERROR(RP_ERR_NOMEM, "MPI communicator: transfer tables");
+    }
+    return RP_OK;
+}
+
+/* The transfer tables: sbuf, rbuf [n] pointers, then sbytes, rbytes [n]. */
+#define XFER(m, n)                                                                                 \
+    const void **sbuf = (const void **)(m)->xfer;                                                  \
+    void **rbuf = (void **)((m)->xfer + (size_t)(n) * sizeof(void *));                             \
+    int *sbytes = (int *)((m)->xfer + 2 * (size_t)(n) * sizeof(void *)), *rbytes = sbytes + (n)
 
 static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv,
                                 double deadline)
@@ -189,35 +237,36 @@ static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *s
     int64_t mylo, myhi;
     rp_comm_slice(d->count, es, c->rank, n, &mylo, &myhi);
     size_t myblock = (size_t)(myhi - mylo) * es;
-    RP_CHECK(ensure_scratch(m, myblock * (size_t)n + 1));
-    int *sc = malloc(4 * (size_t)n * sizeof(int));
-    if (!sc) return RP_ERROR(RP_ERR_NOMEM, "MPI all-reduce: counts");
-    int *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
+    RP_CHECK(ensure_buffers(m, n, myblock * (size_t)n + 1));
+    XFER(m, n);
+    /* Slice q of my input to rank q; slice mine of every rank's input from it. */
     for (int q = 0; q < n; q++) {
         int64_t lo, hi;
         rp_comm_slice(d->count, es, q, n, &lo, &hi);
-        sc[q] = (int)((hi - lo) * (int64_t)es);
-        sd[q] = (int)(lo * (int64_t)es);
-        rc[q] = (int)myblock;
-        rd[q] = (int)(myblock * (size_t)q);
+        sbuf[q] = (const char *)send + lo * (int64_t)es;
+        sbytes[q] = (int)((hi - lo) * (int64_t)es);
+        rbuf[q] = m->scratch + myblock * (size_t)q;
+        rbytes[q] = (int)myblock;
+        m->blocks[q] = q == c->rank ? (const char *)send + mylo * (int64_t)es : rbuf[q];
     }
-    MPI_Request req;
-    rp_status status = RP_OK;
-    lock();
-    MPI_Ialltoallv(send, sc, sd, MPI_BYTE, m->scratch, rc, rd, MPI_BYTE, m->comm, &req);
-    unlock();
-    RP_TRY(wait_data(c, &req, deadline, d));
-    for (int q = 0; q < n; q++) m->blocks[q] = m->scratch + myblock * (size_t)q;
+    RP_CHECK(exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes));
+    /* In place, my own slice of the input is overwritten by the result: reduce out of a copy. */
+    if (send == recv && myblock) {
+        memcpy(rbuf[c->rank], m->blocks[c->rank], myblock);
+        m->blocks[c->rank] = rbuf[c->rank];
+    }
     if (myhi > mylo)
         rp_reduce_block((char *)recv + mylo * (int64_t)es, m->blocks, n, 0, myhi - mylo, d->dtype, d->op);
-    for (int q = 0; q < n; q++) rc[q] = sc[q];
-    lock();
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, recv, rc, sd, MPI_BYTE, m->comm, &req);
-    unlock();
-    RP_TRY(wait_data(c, &req, deadline, d));
-cleanup:
-    free(sc);
-    return status;
+    /* My reduced slice to every rank; theirs from them. */
+    for (int q = 0; q < n; q++) {
+        int64_t lo, hi;
+        rp_comm_slice(d->count, es, q, n, &lo, &hi);
+        sbuf[q] = (const char *)recv + mylo * (int64_t)es;
+        sbytes[q] = (int)myblock;
+        rbuf[q] = (char *)recv + lo * (int64_t)es;
+        rbytes[q] = (int)((hi - lo) * (int64_t)es);
+    }
+    return exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes);
 }
 
 static rp_status mpi_reduce_scatter(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv,
@@ -226,15 +275,57 @@ static rp_status mpi_reduce_scatter(rp_comm *c, const rp_coll_desc *d, const voi
     mpi_impl *m = M(c);
     int n = c->size;
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
-    RP_CHECK(ensure_scratch(m, bytes * (size_t)n + 1));
-    MPI_Request req;
-    lock();
-    MPI_Ialltoall(send, (int)bytes, MPI_BYTE, m->scratch, (int)bytes, MPI_BYTE, m->comm, &req);
-    unlock();
-    RP_CHECK(wait_data(c, &req, deadline, d));
-    for (int q = 0; q < n; q++) m->blocks[q] = m->scratch + bytes * (size_t)q;
+    RP_CHECK(ensure_buffers(m, n, bytes * (size_t)n + 1));
+    XFER(m, n);
+    for (int q = 0; q < n; q++) {
+        sbuf[q] = (const char *)send + bytes * (size_t)q;
+        sbytes[q] = (int)bytes;
+        rbuf[q] = m->scratch + bytes * (size_t)q;
+        rbytes[q] = (int)bytes;
+    }
+    RP_CHECK(exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes));
+    /* My own block: copied, as recv may be it (in place). */
+    memcpy(rbuf[c->rank], sbuf[c->rank], bytes);
+    for (int q = 0; q < n; q++) m->blocks[q] = rbuf[q];
     rp_reduce_block(recv, m->blocks, n, 0, d->count, d->dtype, d->op);
     return RP_OK;
+}
+
+static rp_status mpi_all_gather(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv,
+                                double deadline)
+{
+    mpi_impl *m = M(c);
+    int n = c->size;
+    size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
+    RP_CHECK(ensure_buffers(m, n, 1));
+    XFER(m, n);
+    char *mine = (char *)recv + bytes * (size_t)c->rank;
+    for (int q = 0; q < n; q++) {
+        sbuf[q] = send;
+        sbytes[q] = (int)bytes;
+        rbuf[q] = (char *)recv + bytes * (size_t)q;
+        rbytes[q] = (int)bytes;
+    }
+    if ((const char *)send != mine) memmove(mine, send, bytes);
+    return exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes);
+}
+
+/* The root sends to every rank (the sizes here are a handful of ranks; a tree for many is future work). */
+static rp_status mpi_broadcast(rp_comm *c, const rp_coll_desc *d, void *buf, double deadline)
+{
+    mpi_impl *m = M(c);
+    int n = c->size;
+    int bytes = (int)((size_t)d->count * rp_dtype_size(d->dtype));
+    RP_CHECK(ensure_buffers(m, n, 1));
+    XFER(m, n);
+    bool root = c->rank == d->root;
+    for (int q = 0; q < n; q++) {
+        sbuf[q] = buf;
+        sbytes[q] = root ? bytes : 0;
+        rbuf[q] = buf;
+        rbytes[q] = !root && q == d->root ? bytes : 0;
+    }
+    return exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes);
 }
 
 static rp_status mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv)
@@ -270,27 +361,12 @@ static rp_status mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *s
         return RP_ERROR(RP_ERR_MISMATCH, "%s", msg);
     }
     rp_status status = RP_OK;
-    MPI_Request req;
-    size_t es = rp_dtype_size(d->dtype);
     if (d->count > 0) {
         switch (d->kind) {
         case RP_COLL_ALL_REDUCE: status = mpi_all_reduce(c, d, send, recv, deadline); break;
         case RP_COLL_REDUCE_SCATTER: status = mpi_reduce_scatter(c, d, send, recv, deadline); break;
-        case RP_COLL_ALL_GATHER: {
-            int block = (int)((size_t)d->count * es);
-            const void *in = (const char *)recv + (size_t)block * (size_t)c->rank == (const char *)send ? MPI_IN_PLACE : send;
-            lock();
-            MPI_Iallgather(in, block, MPI_BYTE, recv, block, MPI_BYTE, m->comm, &req);
-            unlock();
-            status = wait_data(c, &req, deadline, d);
-            break;
-        }
-        case RP_COLL_BROADCAST:
-            lock();
-            MPI_Ibcast(recv, (int)((size_t)d->count * es), MPI_BYTE, d->root, m->comm, &req);
-            unlock();
-            status = wait_data(c, &req, deadline, d);
-            break;
+        case RP_COLL_ALL_GATHER: status = mpi_all_gather(c, d, send, recv, deadline); break;
+        case RP_COLL_BROADCAST: status = mpi_broadcast(c, d, recv, deadline); break;
         default: break;
         }
     }
@@ -348,6 +424,7 @@ static void mpi_destroy(rp_comm *c)
     free(m->reqs);
     free(m->blocks);
     free(m->scratch);
+    free(m->xfer);
     free(m);
     free(c->ids);
     free(c);
