@@ -144,9 +144,21 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             o->threads_per_replica = cli->threads_per_replica;
         }
     }
+    /* Where the replicas run is this invocation's, never the saved run's. */
+    o->replicas_given = cli->replicas_given;
+    o->comm_timeout = cli->comm_timeout;
+    snprintf(o->backend, sizeof o->backend, "%s", cli->backend);
     o->quiet = cli->quiet;
     o->max_steps = cli->max_steps;
     o->no_checkpoint = cli->no_checkpoint;
+}
+
+/* Processes in the MPI job that started this one (1 if none). */
+static int mpi_world_size(void)
+{
+    const char *v = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!v) v = getenv("PMI_SIZE");
+    return v && atoi(v) > 0 ? atoi(v) : 1;
 }
 
 /* true if dir holds a checkpoint. */
@@ -307,9 +319,13 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
     }
     rp_kernels_set_threads(o->threads);
-    /* Under mpirun (or srun) the replicas are the ranks: one per process. */
-    bool mpi = rp_comm_mpi_launched();
-    if (mpi) o->replicas = 1;
+    /* Under mpirun (or srun): one replica per rank, or --replicas threads in each (hierarchical). */
+    bool mpi = !strcmp(o->backend, "mpi") || (!strcmp(o->backend, "auto") && rp_comm_mpi_launched());
+    if (!mpi && rp_comm_mpi_launched() && mpi_world_size() > 1)
+        return RP_ERROR(RP_ERR_INVALID, "--backend threads under mpirun with %d ranks: every rank would "
+                        "train alone and write the same run directory; start one process, or use the "
+                        "MPI backend", mpi_world_size());
+    if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
     if (o->replicas == 0) {
         /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as divide the batch. */
         int total = rp_kernels_get_threads(), tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
@@ -328,7 +344,9 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
     cfg.backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg.replicas = o->replicas;
     cfg.threads_per_replica = o->threads_per_replica;
-    if (!cfg.threads_per_replica && !mpi) {
+    cfg.timeout_s = o->comm_timeout;
+    /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says. */
+    if (!cfg.threads_per_replica && (!mpi || o->threads > 0)) {
         int total = o->threads > 0 ? o->threads : rp_kernels_get_threads();
         cfg.threads_per_replica = total / o->replicas > 0 ? total / o->replicas : 1;
     }
@@ -372,11 +390,15 @@ static void print_header(const run *r, bool resumed)
     const train_opts *o = &r->o;
     int64_t epoch, step;
     rp_loader_position(r->rs[0].loader, &epoch, &step);
-    char layout[96];
-    int tpr = rp_replicator_threads_per_replica(r->rep);
-    if (o->replicas > 1)
+    char layout[128];
+    int tpr = rp_replicator_threads_per_replica(r->rep), local = rp_replicator_local_replicas(r->rep);
+    const char *backend = rp_replicator_backend(r->rep);
+    if (strcmp(backend, "threads") != 0)
+        snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, cross-replica "
+                 "batch norm)", o->replicas, o->replicas / local, local, tpr, backend);
+    else if (o->replicas > 1)
         snprintf(layout, sizeof layout, "%d replicas x %d threads (%s, cross-replica batch norm)",
-                 o->replicas, tpr, rp_replicator_backend(r->rep));
+                 o->replicas, tpr, backend);
     else
         snprintf(layout, sizeof layout, "%d threads", tpr);
     fprintf(stderr,
@@ -465,6 +487,17 @@ static rp_status train_loop(run *r, double *best_acc, eval_result *ev, int *epoc
     return RP_OK;
 }
 
+/*
+ * Every process prints its own error, replica 0's or not: it may be the one that explains the
+ * others'. Under mpirun the lines of all ranks meet on one terminal, so each says whose it is.
+ */
+static void report_error(const run *r)
+{
+    char who[128] = "";
+    if (rp_comm_mpi_launched() && rp_log_prefix(who, sizeof who - 1) > 0) strcat(who, " ");
+    fprintf(stderr, "%s%sreplicator train: error: %s\n", r->tty ? "\n" : "", who, rp_last_error());
+}
+
 int rp_cli_train(int argc, char **argv)
 {
     run r;
@@ -516,6 +549,18 @@ int rp_cli_train(int argc, char **argv)
                (long long)(r.step - first_step), total);
     }
     if (r.metrics) fclose(r.metrics);
+    bool reported = false;
+    if (status != RP_OK && rp_comm_mpi_launched()) {
+        /*
+         * Under mpirun every rank reports its own error (the others are quiet otherwise), then
+         * ends the whole job: a peer may be dead or stopped, and the clean-up below or
+         * MPI_Finalize at exit could wait for it forever. Nothing is saved on this path: the
+         * last checkpoint is the last one an epoch or an agreed stop wrote.
+         */
+        report_error(&r);
+        reported = true;
+        rp_comm_mpi_abort(1); /* returns where MPI is not running (an error before it started) */
+    }
     if (r.rep) {
         rp_status teardown = rp_replicator_run(r.rep, destroy_replica, &r);
         if (teardown != RP_OK && status == RP_OK) status = teardown;
@@ -525,7 +570,8 @@ int rp_cli_train(int argc, char **argv)
     rp_dataset_destroy(r.test);
     rp_dataset_destroy(r.train);
     if (status != RP_OK) {
-        fprintf(stderr, "%sreplicator train: error: %s\n", r.tty ? "\n" : "", rp_last_error());
+        if (!reported) report_error(&r);
+        rp_comm_mpi_abort(1); /* a clean-up error under mpirun: a peer may still wait for this rank */
         return 1;
     }
     return interrupted && r.stop ? 128 + r.stop : 0;

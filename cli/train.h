@@ -25,7 +25,10 @@ typedef struct train_opts {
     int warmup_epochs;
     uint64_t seed;
     int threads;        /* kernel threads in all (0: all cores) */
-    int replicas;       /* data-parallel replicas (threads of this process) */
+    int replicas;       /* data-parallel replicas (threads of this process; under MPI, of each rank) */
+    bool replicas_given; /* --replicas on this command line (under MPI the saved count is the job's) */
+    char backend[8];    /* auto | threads | mpi: where the replicas run (not saved) */
+    double comm_timeout; /* seconds (0: the environment's default; not saved) */
     int threads_per_replica; /* 0: threads / replicas */
     int hidden[RP_MLP_MAX_LAYERS];
     int n_hidden;

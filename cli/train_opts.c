@@ -23,6 +23,7 @@ void train_opts_default(train_opts *o, const char *model)
     o->weight_decay = 5e-4f;
     o->warmup_epochs = 1;
     o->replicas = 0; /* auto: one replica per thread (measured fastest here; docs/benchmarks.md) */
+    snprintf(o->backend, sizeof o->backend, "auto");
     if (!strcmp(model, "mlp")) {
         o->epochs = 10;
         o->lr = 0.05f;
@@ -70,14 +71,19 @@ static void usage(FILE *f)
             "  --threads N       kernel threads in all (default: all cores)\n"
             "  --replicas N      data-parallel replicas, threads of this process; the batch is\n"
             "                    split across them and batch norm is cross-replica (default:\n"
-            "                    one per thread, the fastest layout measured for ResNet-20)\n"
+            "                    one per thread, the fastest layout measured for ResNet-20).\n"
+            "                    Under mpirun: replicas in each rank (default 1)\n"
             "  --threads-per-replica N  kernel threads of each replica (default threads/replicas)\n"
+            "  --backend B       threads, mpi or auto (default): MPI when started by mpirun or\n"
+            "                    srun, one process of threads otherwise (docs/distributed.md)\n"
+            "  --comm-timeout S  seconds a replica waits for its peers in a collective before\n"
+            "                    the run fails naming them (default $RP_COMM_TIMEOUT or 300)\n"
             "  --out DIR         run directory: checkpoint.safetensors, metrics.jsonl\n"
             "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
             "  --force           overwrite a checkpoint already in --out\n"
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
-            "                    --threads, --replicas, --threads-per-replica, --max-steps,\n"
-            "                    --no-checkpoint and --quiet)\n"
+            "                    --threads, --replicas, --threads-per-replica, --backend,\n"
+            "                    --comm-timeout, --max-steps, --no-checkpoint and --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
             "  --no-checkpoint   do not write checkpoints\n"
             "  --quiet           only the summary\n"
@@ -175,7 +181,18 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         else if (!strcmp(a, "--warmup")) { ok = parse_long(v, 0, 100000, &n); o->warmup_epochs = (int)n; }
         else if (!strcmp(a, "--seed")) { ok = parse_long(v, 0, 0x7fffffffL, &n); o->seed = (uint64_t)n; }
         else if (!strcmp(a, "--threads")) { ok = parse_long(v, 1, 1024, &n); o->threads = (int)n; }
-        else if (!strcmp(a, "--replicas")) { ok = parse_long(v, 1, 256, &n); o->replicas = (int)n; }
+        else if (!strcmp(a, "--replicas")) {
+            ok = parse_long(v, 1, 256, &n);
+            o->replicas = (int)n;
+            o->replicas_given = true;
+        } else if (!strcmp(a, "--backend")) {
+            ok = !strcmp(v, "auto") || !strcmp(v, "threads") || !strcmp(v, "mpi");
+            snprintf(o->backend, sizeof o->backend, "%s", v);
+        } else if (!strcmp(a, "--comm-timeout")) {
+            char *end;
+            o->comm_timeout = strtod(v, &end);
+            ok = *end == '\0' && o->comm_timeout > 0 && o->comm_timeout <= 1e6;
+        }
         else if (!strcmp(a, "--threads-per-replica")) { ok = parse_long(v, 1, 1024, &n); o->threads_per_replica = (int)n; }
         else if (!strcmp(a, "--pad")) { ok = parse_long(v, 0, 64, &n); o->pad = (int)n; }
         else if (!strcmp(a, "--limit")) { ok = parse_long(v, 1, 1L << 40, &n); o->limit = n; }
@@ -206,7 +223,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
         static const char *const allowed[] = {"--resume", "--epochs", "--data", "--threads",
                                               "--replicas", "--threads-per-replica", "--max-steps",
-                                              "--no-checkpoint", "--quiet"};
+                                              "--no-checkpoint", "--quiet", "--backend",
+                                              "--comm-timeout"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;

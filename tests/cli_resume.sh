@@ -132,6 +132,18 @@ if command -v mpirun > /dev/null; then
     cmp "$dir/rep-a/checkpoint.safetensors" "$dir/mpi-b/checkpoint.safetensors" \
         || fail "an MPI run resumed on threads differs from the uninterrupted run"
     echo "ok: mpirun -np 2 equals 2 threads, and resumes on threads"
+    # Hierarchical: --replicas 2 under mpirun -np 2 is 2 replica threads in each rank, 4 in all.
+    out=$(mpirun "${mpiflags[@]}" -np 2 "$bin" train resnet20 --data "$data" --limit 256 --batch 32 \
+        --threads 2 --epochs 1 --replicas 2 --out "$dir/mpi-h" 2>&1) || fail "2 ranks x 2 replicas: $out"
+    echo "$out" | grep -q "4 replicas (2 ranks x 2) x 1 threads (mpi+threads" || fail "hierarchical header: $out"
+    echo "$out" | grep -q "after 1 epochs" || fail "hierarchical run did not finish: $out"
+    [ "$(echo "$out" | grep -c "run directory")" -eq 1 ] || fail "more than one rank printed the header: $out"
+    # --backend threads under mpirun would make every rank train alone into one directory: refused.
+    set +e
+    msg=$(mpirun "${mpiflags[@]}" -np 2 "$bin" train resnet20 "${rep[@]}" --backend threads --out "$dir/mpi-t" 2>&1); rc=$?
+    set -e
+    [ $rc -ne 0 ] && echo "$msg" | grep -q "every rank would train alone" || fail "--backend threads under mpirun: $msg"
+    echo "ok: 2 ranks x 2 replica threads; --backend threads refused under mpirun"
 else
     echo "SKIP: mpirun is not installed (the MPI checks)"
 fi

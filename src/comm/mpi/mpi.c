@@ -142,13 +142,14 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
     int missing = 0;
     for (int i = 0, q = 0; i < recvs; i++, q++) {
         if (q == c->rank) q++;
-        if (p && !p[i]) continue;
+        if (p && !p[i] && !p[i + recvs]) continue; /* its call came and mine reached it */
         len += (size_t)snprintf(msg + len, len < sizeof msg ? sizeof msg - len : 0, "%srank %d (%s)",
                                 missing++ ? ", " : "", q, m->hosts[q]);
         if (len >= sizeof msg) break;
     }
     if (len < sizeof msg)
-        snprintf(msg + len, sizeof msg - len, " did not arrive (dead, stopped, or in another call)");
+        snprintf(msg + len, sizeof msg - len, "%s did not arrive (dead, stopped, or in another call)",
+                 missing ? "" : "a peer");
     /* The requests cannot complete any more: cancel what can be cancelled and forget them. */
     lock();
     for (int i = 0; i < k; i++)

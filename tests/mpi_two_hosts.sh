@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Two MPI ranks on two "hosts" of this machine: two Linux network namespaces,
+# each with its own hostname, joined by a veth pair, so the collectives cross a
+# network interface over TCP as they would between two machines.
+#
+#   host A: namespace rpA<pid>, hostname rp<pid>-a, veth rva<pid> 10.77.0.1/24
+#   host B: namespace rpB<pid>, hostname rp<pid>-b, veth rvb<pid> 10.77.0.2/24
+#
+# mpirun runs on host A with a hostfile naming both addresses (one slot each)
+# and, in place of ssh, a launch agent that enters host B's namespace (and a
+# UTS namespace with B's hostname) to start OpenMPI's daemon there. TCP only,
+# on the veth subnet only. Checks:
+#  1. the two ranks ran in different network namespaces under different
+#     hostnames, host B's started through the agent;
+#  2. rank 0's checkpoint equals, byte for byte, that of 2 replica threads in
+#     one process (both backends reduce in rank order);
+#  3. more than parameters x 4 bytes x 2 x steps crossed the veth: every
+#     step's gradients, once each way (the least any 2-rank all-reduce moves);
+#  4. a rank stopped on host B (SIGSTOP) makes rank 0 fail after the collective
+#     timeout (RP_COMM_TIMEOUT=5) with an error naming rank and host, and the
+#     job ends with an error instead of hanging.
+# Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN), iproute2, util-linux's unshare
+# and OpenMPI. Without them, or with RP_TEST_NO_NETNS=1, it prints a line
+# starting "SKIP:" and exits 0. Takes 20-40 s on 2 cores.
+# Usage: mpi_two_hosts.sh path/to/replicator
+set -euo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 path/to/replicator" >&2; exit 2; }
+bin=$(realpath "$1")
+fail() { echo "FAIL: $*"; exit 1; }
+skip() { echo "SKIP: $*"; exit 0; }
+
+data=/usr/share/datasets/fashion-mnist
+[ -e "$data/train-images-idx3-ubyte.gz" ] \
+    || skip "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+[ "${RP_TEST_NO_NETNS:-0}" = 1 ] && skip "RP_TEST_NO_NETNS=1: network namespaces not to be used"
+command -v mpirun > /dev/null || skip "mpirun is not installed (OpenMPI)"
+command -v ip > /dev/null || skip "no ip command (iproute2) to make network namespaces"
+command -v unshare > /dev/null || skip "no unshare command (util-linux) to give each host its name"
+
+nsa=rpA$$ nsb=rpB$$ vetha=rva$$ vethb=rvb$$ hosta=rp$$-a hostb=rp$$-b
+addra=10.77.0.1 addrb=10.77.0.2 net=10.77.0.0/24
+dir=$(mktemp -d)
+cleanup() {
+    local ns pid
+    for ns in "$nsa" "$nsb"; do
+        # Anything of this test still running in its namespaces (after a failure or timeout).
+        for pid in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$pid" 2> /dev/null || true; done
+        ip netns delete "$ns" 2> /dev/null || true # takes its end of the veth pair with it
+    done
+    ip link delete "$vetha" 2> /dev/null || true # if it never left this namespace
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ip netns add "$nsa" 2> "$dir/err" || skip "cannot create a network namespace (needs root): $(head -1 "$dir/err")"
+ip netns add "$nsb" 2> "$dir/err" || skip "cannot create a network namespace: $(head -1 "$dir/err")"
+{
+    ip link add "$vetha" type veth peer name "$vethb" &&
+        ip link set "$vetha" netns "$nsa" && ip link set "$vethb" netns "$nsb" &&
+        ip -n "$nsa" addr add "$addra/24" dev "$vetha" && ip -n "$nsb" addr add "$addrb/24" dev "$vethb" &&
+        ip -n "$nsa" link set lo up && ip -n "$nsb" link set lo up &&
+        ip -n "$nsa" link set "$vetha" up && ip -n "$nsb" link set "$vethb" up &&
+        ip netns exec "$nsa" unshare --uts true
+} 2> "$dir/err" || skip "cannot set up the veth pair and namespaces: $(head -1 "$dir/err")"
+
+# host.sh NAME CMD...: runs CMD under hostname NAME (called inside a new UTS namespace).
+cat > "$dir/host.sh" << 'EOF'
+#!/bin/sh
+hostname "$1" || exit 1
+shift
+exec "$@"
+EOF
+# The launch agent, called by mpirun as ssh would be: agent [ssh options] HOST COMMAND...
+cat > "$dir/agent.sh" << EOF
+#!/bin/sh
+while [ \$# -gt 0 ]; do
+    case "\$1" in
+    -[bcDEeFIiJLlmOopQRSWw]) shift 2 ;; # ssh options that take a value
+    -*) shift ;;
+    *) break ;;
+    esac
+done
+[ \$# -ge 2 ] || { echo "agent: usage: agent [options] HOST COMMAND..." >&2; exit 255; }
+host=\$1
+shift
+case "\$host" in
+$addra) ns=$nsa name=$hosta ;;
+$addrb) ns=$nsb name=$hostb ;;
+*) echo "agent: unknown host \$host" >&2; exit 255 ;;
+esac
+echo "\$host" >> "$dir/agent.log"
+# As sshd does: the remote shell gets the words joined by spaces.
+exec ip netns exec "\$ns" unshare --uts "$dir/host.sh" "\$name" sh -c "\$*"
+EOF
+# Each rank notes where it runs, then becomes replicator.
+cat > "$dir/rank.sh" << EOF
+#!/bin/sh
+echo "rank \$OMPI_COMM_WORLD_RANK \$(hostname) \$(ip netns identify \$\$) \$\$" >> "$dir/ranks"
+exec "\$@"
+EOF
+chmod +x "$dir/host.sh" "$dir/agent.sh" "$dir/rank.sh"
+printf '%s slots=1\n%s slots=1\n' "$addra" "$addrb" > "$dir/hostfile"
+
+# TCP only (ob1, not UCX), on the veth subnet only. --bind-to none: each "host" would bind its one
+# rank to its core 0, the same core of this machine.
+# shellcheck disable=SC2054 # "tcp,self" is one value
+mpiflags=(-np 2 --hostfile "$dir/hostfile" --mca plm_rsh_agent "$dir/agent.sh"
+    --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net"
+    --bind-to none -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
+[ "$(id -u)" -eq 0 ] && mpiflags+=(--allow-run-as-root)
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+# Under the sanitizer build: OpenMPI's own allocations at exit are not ours to report.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+
+# 1 kernel thread per replica on both sides: under mpirun a rank's kernel threads default to the
+# host's cores / its ranks there, which differ between 2 hosts and 2 local threads, and a kernel's
+# last bits depend on its thread count. --threads is the same too: the checkpoint records it.
+train=(train resnet20 --data "$data" --limit 256 --batch 32 --threads 2 --threads-per-replica 1 --epochs 1)
+steps=8 # 256 samples / batch 32, one epoch
+
+bytes() { # RX + TX bytes of host A's end of the veth
+    ip netns exec "$nsa" sh -c "echo \$((\$(cat /sys/class/net/$vetha/statistics/rx_bytes) + \$(cat /sys/class/net/$vetha/statistics/tx_bytes)))"
+}
+# launch LOG ARGS...: mpirun on host A, ARGS after its flags, output to LOG; returns mpirun's status.
+launch() {
+    local log=$1
+    shift
+    timeout 300 ip netns exec "$nsa" unshare --uts "$dir/host.sh" "$hosta" \
+        mpirun "${mpiflags[@]}" "$@" > "$log" 2>&1
+}
+before=$(bytes)
+rc=0
+launch "$dir/mpi.log" "$dir/rank.sh" "$bin" "${train[@]}" --quiet --out "$dir/mpi" || rc=$?
+after=$(bytes)
+[ $rc -eq 0 ] || { cat "$dir/mpi.log"; fail "mpirun on 2 namespaces exited with $rc"; }
+cat "$dir/mpi.log"
+
+# 1. Two hosts: different network namespaces and hostnames, host B started by the agent.
+where=$(awk '{ print $1, $2, $3, $4 }' "$dir/ranks" | sort | paste -sd ';')
+[ "$where" = "rank 0 $hosta $nsa;rank 1 $hostb $nsb" ] || fail "the ranks did not run one on each host: $where"
+echo "ok: $where"
+grep -qx "$addrb" "$dir/agent.log" || fail "host B was not started through the launch agent"
+
+# 2. The same bytes as 2 replica threads in one process.
+# Not --quiet: the header gives the parameter count.
+out=$("$bin" "${train[@]}" --replicas 2 --out "$dir/threads" 2>&1) \
+    || fail "2 replica threads: $out"
+[ -f "$dir/mpi/checkpoint.safetensors" ] || fail "rank 0 wrote no checkpoint"
+cmp "$dir/threads/checkpoint.safetensors" "$dir/mpi/checkpoint.safetensors" \
+    || fail "2 ranks on 2 hosts and 2 threads wrote different checkpoints"
+
+# 3. The gradients crossed the veth.
+params=$(echo "$out" | sed -n 's/^ *\([0-9][0-9]*\) parameters;.*/\1/p')
+[ -n "$params" ] || fail "no parameter count in: $out"
+crossed=$((after - before)) need=$((params * 4 * 2 * steps))
+echo "veth $vetha: $crossed bytes crossed (the gradients, once each way: $params parameters x 4 bytes x 2 x $steps steps = $need)"
+[ "$crossed" -gt "$need" ] || fail "only $crossed bytes crossed the veth, expected more than $need"
+echo "ok: 2 ranks on 2 network namespaces over TCP equal 2 threads, byte for byte"
+
+# 4. A rank stopped on host B (SIGSTOP: alive but silent) makes rank 0 on host A fail once the
+# collective timeout passes, with an error naming itself by rank and host (and rank 1 too when the
+# stop caught it outside a collective: "rank 1 (HOST-B) did not arrive"; inside one, the data phase
+# only knows that "a peer stopped"), and the whole job ends with an error instead of hanging.
+: > "$dir/ranks"
+RP_COMM_TIMEOUT=5 launch "$dir/stop.log" -x RP_COMM_TIMEOUT "$dir/rank.sh" "$bin" "${train[@]}" \
+    --epochs 2 --out "$dir/stop" &
+job=$!
+for _ in $(seq 600); do grep -q "step 2/" "$dir/stop.log" && break; sleep 0.1; done
+grep -q "step 2/" "$dir/stop.log" || { cat "$dir/stop.log"; fail "the run to stop made no progress"; }
+pid=$(awk '$2 == 1 { print $5 }' "$dir/ranks")
+[ -n "$pid" ] || fail "no pid for rank 1 in $(cat "$dir/ranks")"
+kill -STOP "$pid"
+start=$SECONDS
+rc=0
+wait $job || rc=$?
+took=$((SECONDS - start))
+[ $rc -ne 0 ] || { cat "$dir/stop.log"; fail "a stopped rank: the job exited 0"; }
+[ $rc -ne 124 ] || { cat "$dir/stop.log"; fail "a stopped rank: the job hung until the test's timeout"; }
+[ $took -lt 60 ] || { cat "$dir/stop.log"; fail "a stopped rank: the job took ${took}s to end, timeout 5s"; }
+msg=$(grep -m1 "timed out after 5s.* on rank 0 ($hosta)" "$dir/stop.log") \
+    || { cat "$dir/stop.log"; fail "no timeout error from rank 0 naming its host $hosta"; }
+echo "ok: a stopped rank ends the job in ${took}s (timeout 5s), exit $rc: $msg"
+echo "all two-host checks passed"
