@@ -94,10 +94,12 @@ set -e
 echo "$msg" | grep -q "loss is" || fail "diverging run: no NaN message: $msg"
 echo "ok: divergence reported: $(echo "$msg" | tail -1)"
 
+# (--threads-per-replica 1 on every run: under mpirun --threads is each rank's, and the kernels'
+# team size changes the last bits.)
 # Replicas: a 2-replica run interrupted and resumed on 2 replicas is bit-exact (synchronous
 # training is deterministic); its checkpoint also resumes on 1 replica; a batch that does not
 # split is refused; a replica's NaN is reported as that replica's error.
-rep=(--data "$data" --limit 256 --batch 32 --threads 2 --quiet --epochs 2)
+rep=(--data "$data" --limit 256 --batch 32 --threads 2 --threads-per-replica 1 --quiet --epochs 2)
 "$bin" train resnet20 "${rep[@]}" --replicas 2 --out "$dir/rep-a" > /dev/null
 "$bin" train resnet20 "${rep[@]}" --replicas 2 --max-steps 11 --out "$dir/rep-b" > /dev/null
 cp -r "$dir/rep-b" "$dir/rep-c"
