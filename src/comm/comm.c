@@ -180,6 +180,21 @@ rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out)
     return comm->ops->split(comm, color, key, out);
 }
 
+int rp_comm_group_order(const int64_t *all, int n, int64_t color, int *order)
+{
+    int g = 0;
+    for (int q = 0; q < n; q++) {
+        if (all[2 * q] != color) continue;
+        int j = g++;
+        while (j > 0 && all[2 * order[j - 1] + 1] > all[2 * q + 1]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = q;
+    }
+    return g;
+}
+
 void rp_comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi)
 {
     int64_t unit = 64 / (int64_t)es, units = (count + unit - 1) / unit;

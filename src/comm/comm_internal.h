@@ -70,6 +70,13 @@ struct rp_comm {
 void rp_comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi);
 
 /*
+ * A split's group: all[2q] and all[2q+1] are member q's color and key (n
+ * members); the members of `color` in (key, rank) order into order[].
+ * Returns how many.
+ */
+int rp_comm_group_order(const int64_t *all, int n, int64_t color, int *order);
+
+/*
  * dst[0..len) = op over members q < n of srcs[q][off .. off+len), adding in
  * rank order. dst must not overlap any source.
  */

@@ -356,22 +356,6 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The members of color `color` in (key, rank) order into order[]; returns how many. */
-static int members_of(const int64_t *all, int n, int64_t color, int *order)
-{
-    int g = 0;
-    for (int q = 0; q < n; q++) {
-        if (all[2 * q] != color) continue;
-        int j = g++;
-        while (j > 0 && all[2 * order[j - 1] + 1] > all[2 * q + 1]) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = q;
-    }
-    return g;
-}
-
 /*
  * The leader's part of a split: for every color (ascending, the same on
  * every process), the group of this process if it holds members of it, and
@@ -385,7 +369,7 @@ static rp_status make_groups(rp_comm *c, const int64_t *all, const int64_t *colo
     group *g = HI(c)->g;
     int me = g->world[c->rank];
     for (int k = 0; k < ncolors; k++) {
-        int n = members_of(all, c->size, colors[k], order), first = -1;
+        int n = rp_comm_group_order(all, c->size, colors[k], order), first = -1;
         for (int j = 0; j < n; j++) {
             world[j] = g->world[order[j]];
             if (world[j] == me && first < 0) first = j;
@@ -428,7 +412,7 @@ static rp_status hier_split(rp_comm *c, int color, int key, rp_comm **out)
         if (!distinct || colors[k] != colors[distinct - 1]) colors[distinct++] = colors[k];
     ncolors = distinct;
     /* My place in my group; this process's members of it, in that order. */
-    int size = color >= 0 ? members_of(all, n, color, order) : 0, pos = -1;
+    int size = color >= 0 ? rp_comm_group_order(all, n, color, order) : 0, pos = -1;
     for (int j = 0; j < size; j++) {
         if (order[j] == c->rank) pos = j;
         ids[j] = c->ids[order[j]];

@@ -565,17 +565,8 @@ static rp_status threads_split(rp_comm *c, int color, int key, rp_comm **out)
         return RP_ERROR(RP_ERR_NOMEM, "rp_comm_split: out of memory");
     }
     RP_TRY(rp_comm_all_gather(c, mine, all, 2, RP_I64));
-    /* The group in (key, rank) order: insertion sort of the members with this color. */
-    int g = 0, pos = -1;
-    for (int q = 0; q < n && color >= 0; q++) {
-        if (all[2 * q] != color) continue;
-        int j = g++;
-        while (j > 0 && (all[2 * order[j - 1] + 1] > all[2 * q + 1])) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = q;
-    }
+    /* The group in (key, rank) order. */
+    int g = color >= 0 ? rp_comm_group_order(all, n, color, order) : 0, pos = -1;
     for (int j = 0; j < g; j++) {
         if (order[j] == c->rank) pos = j;
         ids[j] = c->ids[order[j]];
