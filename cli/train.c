@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,22 +50,52 @@ typedef struct run {
 } run;
 
 static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t stop_armed; /* the training loop runs: a signal asks it to stop */
 
-/* Asks the loop to stop at the next step; installed one-shot, so a second signal kills. */
-static void on_signal(int sig)
+/*
+ * SIGINT and SIGTERM are blocked in every thread (set before the first one
+ * starts, so the replicas', loaders' and OpenMP's threads inherit it) and
+ * taken by this one thread with sigwait: no thread of the computation is
+ * ever interrupted by a handler (an interrupted call inside an engine
+ * corrupted the heap now and then). While the loop runs, the first signal
+ * asks it to stop at the next step; a second one, or one outside the loop,
+ * ends the process with the signal's default action.
+ */
+static void *signal_thread(void *arg)
 {
-    stop_signal = sig;
+    const sigset_t *set = arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) != 0) continue;
+        if (stop_armed && !stop_signal) {
+            stop_signal = sig;
+            continue;
+        }
+        signal(sig, SIG_DFL);
+        pthread_sigmask(SIG_UNBLOCK, set, NULL);
+        raise(sig);
+    }
+    return NULL;
+}
+
+static void take_signals(void)
+{
+    static sigset_t set;
+    static pthread_t thread;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0) return;
+    if (pthread_create(&thread, NULL, signal_thread, &set) != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* default actions, as before */
+        return;
+    }
+    pthread_detach(thread);
 }
 
 static void install_handlers(bool on)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on ? on_signal : SIG_DFL;
-    sa.sa_flags = on ? SA_RESETHAND : 0;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    stop_armed = on;
 }
 
 /* Creates dir and its parents. */
@@ -507,6 +538,7 @@ int rp_cli_train(int argc, char **argv)
     if (rc) return rc == 1 ? 0 : rc;
     r.tty = isatty(STDERR_FILENO) && !r.o.quiet;
     r.root = true;
+    take_signals();
 
     rp_checkpoint *ck = NULL;
     rp_status status = setup(&r, resume, argc, argv, &ck);
