@@ -74,9 +74,24 @@ void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad,
 typedef rp_status (*rp_optimizer_hook)(rp_optimizer *opt, void *ctx);
 void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_optimizer_hook after,
                             void (*release)(void *ctx), void *ctx);
+/*
+ * Replaces the local update with `update(opt, lr, ctx)` (ctx: the hooks'),
+ * called in rp_optimizer_step() after `before` and the finiteness check,
+ * with the gradients in the params' gradient block; it must leave the new
+ * values in the params' value block. Asynchronous training pushes the
+ * gradients to parameter servers and pulls the values there. An error fails
+ * the step (the step count does not advance). rp_optimizer_set_hooks()
+ * clears it.
+ */
+typedef rp_status (*rp_optimizer_update)(rp_optimizer *opt, float lr, void *ctx);
+void rp_optimizer_set_update(rp_optimizer *opt, rp_optimizer_update update);
+
 /* The parameter list the optimizer updates, and its configuration. */
 rp_params *rp_optimizer_params(const rp_optimizer *opt);
 const rp_optim_config *rp_optimizer_config(const rp_optimizer *opt);
+
+/* RP_ERR_INVALID naming the first bad field of cfg (what rp_optimizer_create() checks). */
+rp_status rp_optim_check(const rp_optim_config *cfg);
 
 /* Number of state slots of the rule (0, 1 or 2). */
 int rp_optim_slots(const rp_optim_config *cfg);

@@ -22,6 +22,7 @@ struct rp_optimizer {
     float *state;        /* [slots * numel], zeroed at create */
     int64_t steps;       /* updates applied so far */
     rp_optimizer_hook before, after; /* the distributed runtime's, or NULL */
+    rp_optimizer_update update;      /* applies the update elsewhere (parameter servers), or NULL */
     void (*release)(void *ctx);
     void *hook_ctx;
 };
@@ -183,7 +184,7 @@ void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad,
  * naming the first bad one. NaNs fail every comparison below, so they are
  * rejected too.
  */
-static rp_status validate_config(const rp_optim_config *cfg)
+rp_status rp_optim_check(const rp_optim_config *cfg)
 {
     if (cfg->kind != RP_OPTIM_SGD && cfg->kind != RP_OPTIM_ADAM && cfg->kind != RP_OPTIM_ADAMW)
         return RP_ERROR(RP_ERR_INVALID, "unknown optimizer kind %d", (int)cfg->kind);
@@ -221,7 +222,7 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
     *opt = NULL;
     if (!params) return RP_ERROR(RP_ERR_INVALID, "params is NULL");
     if (!cfg) return RP_ERROR(RP_ERR_INVALID, "cfg is NULL");
-    RP_CHECK(validate_config(cfg));
+    RP_CHECK(rp_optim_check(cfg));
 
     int64_t numel = rp_params_trainable_numel(params);
     if (numel < 0 || (numel > 0 && (!rp_params_data(params) || !rp_params_grad(params))))
@@ -330,7 +331,8 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
     }
 
     int64_t t = opt->steps + 1;
-    rp_optim_apply(&opt->cfg, param, grad, opt->state, n, lr, t);
+    if (opt->update) RP_CHECK(opt->update(opt, lr, opt->hook_ctx));
+    else rp_optim_apply(&opt->cfg, param, grad, opt->state, n, lr, t);
     opt->steps = t;
     rp_params_zero_grad(opt->params);
     return opt->after ? opt->after(opt, opt->hook_ctx) : RP_OK;
@@ -344,6 +346,12 @@ void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_opti
     opt->after = after;
     opt->release = release;
     opt->hook_ctx = ctx;
+    opt->update = NULL;
+}
+
+void rp_optimizer_set_update(rp_optimizer *opt, rp_optimizer_update update)
+{
+    opt->update = update;
 }
 
 rp_params *rp_optimizer_params(const rp_optimizer *opt)

@@ -1,0 +1,230 @@
+/*
+ * ps.c - the parameter servers' public calls (checked here once, then
+ * handed to the backend's table), and what every backend's servers share:
+ * the shard of a set and the staleness clocks.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/ps_internal.h"
+
+/* Shard boundaries fall on multiples of 16 floats: no two servers share a cache line. */
+#define ALIGN 16
+
+void rp_ps_shard_range(int64_t numel, int servers, int s, int64_t *lo, int64_t *hi)
+{
+    if (servers < 1 || numel <= 0 || s < 0 || s >= servers) {
+        *lo = *hi = 0;
+        return;
+    }
+    int64_t units = (numel + ALIGN - 1) / ALIGN; /* 16-float lines, the last maybe partial */
+    int64_t a = units * s / servers, b = units * (s + 1) / servers;
+    *lo = a * ALIGN < numel ? a * ALIGN : numel;
+    *hi = b * ALIGN < numel ? b * ALIGN : numel;
+}
+
+rp_ps_config rp_ps_config_default(void)
+{
+    return (rp_ps_config){.servers = 1, .staleness = -1, .timeout_s = 0, .optim = rp_optim_config_default()};
+}
+
+/* ---- public calls ------------------------------------------------------------------- */
+
+void rp_ps_destroy(rp_ps *ps)
+{
+    if (ps) ps->ops->destroy(ps);
+}
+
+const char *rp_ps_backend(const rp_ps *ps) { return ps->ops->name; }
+int rp_ps_worker(const rp_ps *ps) { return ps->worker; }
+int rp_ps_workers(const rp_ps *ps) { return ps->workers; }
+int rp_ps_servers(const rp_ps *ps) { return ps->cfg.servers; }
+int64_t rp_ps_numel(const rp_ps *ps) { return ps->numel; }
+int64_t rp_ps_clock(const rp_ps *ps) { return ps->clock; }
+
+static rp_status check_push(const rp_ps *ps, const float *grad, float lr)
+{
+    if (!grad) return RP_ERROR(RP_ERR_INVALID, "push: gradient is NULL");
+    if (!(lr >= 0.0f) || isinf(lr))
+        return RP_ERROR(RP_ERR_INVALID, "push: learning rate %g: must be finite and >= 0", (double)lr);
+    /* One branch-free pass over the bits (it vectorises); the index only when something is wrong. */
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < ps->numel; i++) {
+        uint32_t u;
+        memcpy(&u, grad + i, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    for (int64_t i = 0; bad && i < ps->numel; i++)
+        if (!isfinite(grad[i]))
+            return RP_ERROR(RP_ERR_NUMERIC, "push by worker %d: gradient element %lld is %g; nothing was "
+                            "sent", ps->worker, (long long)i, (double)grad[i]);
+    return RP_OK;
+}
+
+rp_status rp_ps_push(rp_ps *ps, const float *grad, float lr)
+{
+    if (!ps) return RP_ERROR(RP_ERR_INVALID, "parameter server handle is NULL");
+    RP_CHECK(check_push(ps, grad, lr));
+    RP_CHECK(ps->ops->push_pull(ps, grad, lr, NULL));
+    ps->clock++;
+    return RP_OK;
+}
+
+rp_status rp_ps_pull(rp_ps *ps, float *values)
+{
+    if (!ps || !values) return RP_ERROR(RP_ERR_INVALID, "pull: NULL argument");
+    return ps->ops->push_pull(ps, NULL, 0, values);
+}
+
+rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values)
+{
+    if (!ps || !values) return RP_ERROR(RP_ERR_INVALID, "push_pull: NULL argument");
+    RP_CHECK(check_push(ps, grad, lr));
+    RP_CHECK(ps->ops->push_pull(ps, grad, lr, values));
+    ps->clock++;
+    return RP_OK;
+}
+
+rp_status rp_ps_init(rp_ps *ps, const float *values, const float *slots, int64_t step)
+{
+    if (!ps || (!values && ps->numel > 0)) return RP_ERROR(RP_ERR_INVALID, "init: NULL argument");
+    if (step < 0) return RP_ERROR(RP_ERR_INVALID, "init: step %lld < 0", (long long)step);
+    return ps->ops->init(ps, values, slots, step);
+}
+
+rp_status rp_ps_snapshot(rp_ps *ps, float *values, float *slots, int64_t *step)
+{
+    if (!ps || (!values && ps->numel > 0) || !step) return RP_ERROR(RP_ERR_INVALID, "snapshot: NULL argument");
+    return ps->ops->snapshot(ps, values, slots, step);
+}
+
+rp_status rp_ps_stats(rp_ps *ps, int server, rp_ps_server_stats *st)
+{
+    if (!ps || !st) return RP_ERROR(RP_ERR_INVALID, "stats: NULL argument");
+    if (server < 0 || server >= ps->cfg.servers)
+        return RP_ERROR(RP_ERR_INVALID, "stats: server %d of %d", server, ps->cfg.servers);
+    return ps->ops->stats(ps, server, st);
+}
+
+rp_status rp_ps_join(rp_ps *ps, uint64_t phase)
+{
+    if (!ps) return RP_ERROR(RP_ERR_INVALID, "join: handle is NULL");
+    ps->clock = 0;
+    return ps->ops->join(ps, phase);
+}
+
+rp_status rp_ps_leave(rp_ps *ps)
+{
+    if (!ps) return RP_ERROR(RP_ERR_INVALID, "leave: handle is NULL");
+    return ps->ops->leave(ps);
+}
+
+rp_status rp_ps_claim(rp_ps *ps, int64_t *ticket)
+{
+    if (!ps || !ticket) return RP_ERROR(RP_ERR_INVALID, "claim: NULL argument");
+    return ps->ops->claim(ps, ticket);
+}
+
+/* ---- shards ------------------------------------------------------------------------- */
+
+rp_status rp_ps_shard_create(rp_ps_shard *sh, int64_t lo, int64_t hi, const rp_optim_config *cfg)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->lo = lo;
+    sh->n = hi - lo;
+    sh->slots = rp_optim_slots(cfg);
+    size_t n = (size_t)(sh->n > 0 ? sh->n : 1);
+    sh->values = rp_alloc(n * sizeof(float));
+    sh->state = rp_alloc(n * (size_t)(sh->slots > 0 ? sh->slots : 1) * sizeof(float));
+    if (!sh->values || !sh->state) {
+        rp_ps_shard_destroy(sh);
+        return RP_ERROR(RP_ERR_NOMEM, "parameter server: cannot allocate a shard of %lld floats",
+                        (long long)sh->n);
+    }
+    memset(sh->values, 0, n * sizeof(float));
+    memset(sh->state, 0, n * (size_t)(sh->slots > 0 ? sh->slots : 1) * sizeof(float));
+    return RP_OK;
+}
+
+void rp_ps_shard_destroy(rp_ps_shard *sh)
+{
+    rp_free(sh->values);
+    rp_free(sh->state);
+    sh->values = sh->state = NULL;
+}
+
+void rp_ps_shard_apply(rp_ps_shard *sh, const rp_optim_config *cfg, const float *grad, float lr, int worker)
+{
+    sh->step++;
+    sh->applied++;
+    if (worker >= 0 && worker < RP_PS_MAX_WORKERS) sh->from_worker[worker]++;
+    rp_optim_apply(cfg, sh->values, grad, sh->state, sh->n, lr, sh->step);
+}
+
+void rp_ps_shard_load(rp_ps_shard *sh, const float *values, const float *slots, int64_t slots_stride,
+                      int64_t step)
+{
+    if (sh->n > 0) memcpy(sh->values, values, (size_t)sh->n * sizeof(float));
+    for (int k = 0; k < sh->slots; k++) {
+        float *dst = sh->state + (size_t)k * (size_t)sh->n;
+        if (slots) memcpy(dst, slots + (size_t)k * (size_t)slots_stride, (size_t)sh->n * sizeof(float));
+        else memset(dst, 0, (size_t)sh->n * sizeof(float));
+    }
+    sh->step = step;
+    sh->applied = 0;
+    memset(sh->from_worker, 0, sizeof sh->from_worker);
+}
+
+void rp_ps_shard_save(const rp_ps_shard *sh, float *values, float *slots, int64_t slots_stride)
+{
+    if (sh->n > 0) memcpy(values, sh->values, (size_t)sh->n * sizeof(float));
+    for (int k = 0; slots && k < sh->slots; k++)
+        memcpy(slots + (size_t)k * (size_t)slots_stride, sh->state + (size_t)k * (size_t)sh->n,
+               (size_t)sh->n * sizeof(float));
+}
+
+/* ---- staleness clocks --------------------------------------------------------------- */
+
+void rp_ps_clocks_init(rp_ps_clocks *c, int workers, int staleness)
+{
+    memset(c, 0, sizeof *c);
+    c->workers = workers;
+    c->staleness = staleness;
+}
+
+void rp_ps_clocks_join(rp_ps_clocks *c, int worker, uint64_t phase)
+{
+    if (phase > c->phase) {
+        c->phase = phase;
+        c->claims = 0;
+    }
+    c->joined[worker] = phase;
+    c->left[worker] = false;
+    c->clock[worker] = 0;
+}
+
+void rp_ps_clocks_leave(rp_ps_clocks *c, int worker) { c->left[worker] = true; }
+
+void rp_ps_clocks_tick(rp_ps_clocks *c, int worker) { c->clock[worker]++; }
+
+bool rp_ps_clocks_may_go(const rp_ps_clocks *c, int worker, int *slowest)
+{
+    if (c->staleness < 0) return true;
+    int64_t mine = c->clock[worker], least = INT64_MAX;
+    int who = -1;
+    for (int q = 0; q < c->workers; q++) {
+        if (q == worker) continue;
+        /* Not yet in the newest phase: about to start it at clock 0. Left it: holds no one back. */
+        int64_t clock = c->joined[q] < c->phase ? 0 : c->left[q] ? INT64_MAX : c->clock[q];
+        if (clock < least) {
+            least = clock;
+            who = q;
+        }
+    }
+    if (who < 0 || mine - least <= c->staleness) return true;
+    if (slowest) *slowest = who;
+    return false;
+}
+
+int64_t rp_ps_clocks_claim(rp_ps_clocks *c) { return c->claims++; }
