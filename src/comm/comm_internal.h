@@ -83,4 +83,14 @@ int rp_comm_group_order(const int64_t *all, int n, int64_t color, int *order);
 void rp_reduce_block(void *dst, const void *const *srcs, int n, int64_t off, int64_t len,
                      rp_dtype dtype, rp_reduce_op op);
 
+/*
+ * MPI's shared state (src/comm/mpi/mpi.c; not in a build without MPI): MPI
+ * initialised MPI_THREAD_SERIALIZED if it is not yet (finalized at exit),
+ * and the process-wide lock every MPI call is made under - held for a call
+ * or a few posted together, never across a wait.
+ */
+rp_status rp_mpi_ensure_init(void);
+void rp_mpi_lock(void);
+void rp_mpi_unlock(void);
+
 #endif

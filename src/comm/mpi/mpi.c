@@ -43,6 +43,10 @@ static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
 static void lock(void) { pthread_mutex_lock(&mpi_mu); }
 static void unlock(void) { pthread_mutex_unlock(&mpi_mu); }
 
+/* The same lock for the process's other MPI users (the parameter servers, src/ps/mpi/). */
+void rp_mpi_lock(void) { lock(); }
+void rp_mpi_unlock(void) { unlock(); }
+
 typedef struct mpi_impl {
     MPI_Comm comm;
     char (*hosts)[HOST_MAX]; /* [size] host of each rank, for messages */
@@ -506,18 +510,33 @@ bool rp_comm_mpi_launched(void)
     return rp_env_get()->mpi_launched;
 }
 
-rp_status rp_comm_mpi_create(rp_comm **out, double timeout_s)
+/*
+ * MPI for one calling thread at a time (MPI_THREAD_SERIALIZED: every call goes
+ * through the lock above), finalized at exit. Whoever needs MPI first (a
+ * communicator, the parameter servers' group) initialises it here.
+ */
+rp_status rp_mpi_ensure_init(void)
 {
-    if (!out) return RP_ERROR(RP_ERR_INVALID, "comm is NULL");
-    if (!(timeout_s > 0)) return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be > 0", timeout_s);
+    rp_status status = RP_OK;
+    lock();
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
         int provided = 0;
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-            return RP_ERROR(RP_ERR_BACKEND, "MPI_Init_thread failed");
-        atexit(finalize_at_exit);
+            status = RP_ERROR(RP_ERR_BACKEND, "MPI_Init_thread failed");
+        else
+            atexit(finalize_at_exit);
     }
+    unlock();
+    return status;
+}
+
+rp_status rp_comm_mpi_create(rp_comm **out, double timeout_s)
+{
+    if (!out) return RP_ERROR(RP_ERR_INVALID, "comm is NULL");
+    if (!(timeout_s > 0)) return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be > 0", timeout_s);
+    RP_CHECK(rp_mpi_ensure_init());
     MPI_Comm comm;
     int world_rank = 0;
     lock();
