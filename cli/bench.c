@@ -17,6 +17,7 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: replicator bench resnet [options]\n"
             "       replicator bench allreduce [--help]   (collective bandwidth)\n"
+            "       replicator bench ps [--help]          (parameter-server updates/s)\n"
             "\n"
             "Measures training images/s (forward, backward, SGD momentum step) of a ResNet on\n"
             "random data. The same measurement in PyTorch: bench/torch_env.sh --model resnet20.\n"
@@ -262,6 +263,7 @@ int rp_cli_bench(int argc, char **argv)
     }
     if (!strcmp(argv[1], "resnet")) return bench_resnet(argc - 1, argv + 1);
     if (!strcmp(argv[1], "allreduce")) return rp_cli_bench_allreduce(argc - 1, argv + 1);
-    fprintf(stderr, "replicator bench: unknown benchmark \"%s\" (available: resnet, allreduce)\n", argv[1]);
+    if (!strcmp(argv[1], "ps")) return rp_cli_bench_ps(argc - 1, argv + 1);
+    fprintf(stderr, "replicator bench: unknown benchmark \"%s\" (available: resnet, allreduce, ps)\n", argv[1]);
     return 2;
 }

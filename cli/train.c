@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -47,6 +48,10 @@ typedef struct run {
     bool tty;
     bool root;      /* this process holds replica 0: it prints and writes the run directory */
     int stop;       /* a signal seen by any replica (agreed after each step), 0 if none */
+    bool async;     /* --regime async: replicas push to parameter servers (train_async below) */
+    bool server;    /* this MPI rank is a parameter server: it serves instead of training */
+    int64_t pos_epoch, pos_step; /* async: the next global batch (sync reads it off the loader) */
+    int failed;     /* async: a replica failed; the others stop at their next step */
 } run;
 
 static volatile sig_atomic_t stop_signal;
@@ -123,6 +128,17 @@ static void format_duration(double s, char *buf, size_t size)
     else snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
 }
 
+/* The next global batch: where a checkpoint resumes. */
+static void run_position(const run *r, int64_t *epoch, int64_t *step)
+{
+    if (r->async) {
+        *epoch = r->pos_epoch;
+        *step = r->pos_step;
+    } else {
+        rp_loader_position(r->rs[0].loader, epoch, step);
+    }
+}
+
 /* Writes the run's whole state; the previous checkpoint survives any failure. */
 static rp_status save_checkpoint(run *r)
 {
@@ -131,9 +147,12 @@ static rp_status save_checkpoint(run *r)
     rp_checkpoint *ck = NULL;
     char *config = NULL, path[600];
     int64_t epoch, step;
-    /* The replicas are bitwise identical (sync training): replica 0's state is the run's. */
+    /*
+     * The replicas are bitwise identical (sync training), or hold the servers' state fetched after
+     * the last steps (async): replica 0's state is the run's.
+     */
     const replica_state *s = &r->rs[0];
-    rp_loader_position(s->loader, &epoch, &step);
+    run_position(r, &epoch, &step);
     int64_t position[3] = {epoch, step, r->step};
     RP_TRY(rp_checkpoint_create(&ck));
     RP_TRY(rp_checkpoint_add_params(ck, train_model_params(&s->model), "param/"));
@@ -173,8 +192,16 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             o->replicas = cli->replicas;
         } else if (!strcmp(argv[i], "--threads-per-replica")) {
             o->threads_per_replica = cli->threads_per_replica;
+        } else if (!strcmp(argv[i], "--regime")) {
+            snprintf(o->regime, sizeof o->regime, "%s", cli->regime);
+        } else if (!strcmp(argv[i], "--ps")) {
+            o->ps = cli->ps;
+        } else if (!strcmp(argv[i], "--staleness")) {
+            o->staleness = cli->staleness;
         }
     }
+    o->slow_replica = cli->slow_replica;
+    o->slow_factor = cli->slow_factor;
     /* Where the replicas run is this invocation's, never the saved run's. */
     o->replicas_given = cli->replicas_given;
     o->comm_timeout = cli->comm_timeout;
@@ -232,7 +259,8 @@ static rp_status build_replica(rp_replica *rep, void *arg)
     const train_opts *o = &r->o;
     replica_state *s = &r->rs[rp_replica_local_index(rep)];
     rp_replica_set_user(rep, s);
-    bool cross = rp_replica_count(rep) > 1;
+    /* Async replicas never wait for each other, so batch norm keeps per-replica statistics. */
+    bool cross = rp_replica_count(rep) > 1 && !r->async;
     RP_CHECK(train_model_create(&s->model, o, r->train->h, r->train->w, r->train->c,
                                 r->train->num_classes, cross ? rp_cross_replica_bn : NULL,
                                 cross ? rep : NULL));
@@ -242,19 +270,26 @@ static rp_status build_replica(rp_replica *rep, void *arg)
     oc.weight_decay = o->weight_decay;
     RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, train_model_params(&s->model), &oc));
 
-    rp_input_context in;
-    RP_CHECK(rp_replica_input_context(rep, o->batch, &in));
     rp_loader_config lc = rp_loader_config_default();
-    lc.global_batch = in.global_batch;
-    lc.replica = in.replica;
-    lc.replicas = in.replicas;
+    if (r->async) {
+        /* Each push is one whole batch, taken by whichever replica claims it (train_async). */
+        lc.global_batch = o->batch;
+        lc.replica = 0;
+        lc.replicas = 1;
+    } else {
+        rp_input_context in;
+        RP_CHECK(rp_replica_input_context(rep, o->batch, &in));
+        lc.global_batch = in.global_batch;
+        lc.replica = in.replica;
+        lc.replicas = in.replicas;
+    }
     lc.seed = o->seed;
     lc.shuffle = true;
     lc.drop_last = true;
     lc.augment = o->augment;
     lc.pad = o->pad;
     lc.flip = o->augment;
-    lc.prefetch = true;
+    lc.prefetch = !r->async; /* async replicas jump between batches: nothing to prefetch */
     lc.limit = o->limit;
     for (int c = 0; c < r->train->c; c++) {
         lc.mean[c] = r->mean[c];
@@ -269,8 +304,19 @@ static rp_status build_replica(rp_replica *rep, void *arg)
         RP_CHECK(rp_checkpoint_read_params(r->ck, train_model_params(&s->model), "param/"));
         RP_CHECK(rp_checkpoint_read_optimizer(r->ck, s->opt, train_model_params(&s->model), "optim/"));
         RP_CHECK(rp_loader_seek(s->loader, pos[0], pos[1]));
+        /* Async: the restored values and slots go to the parameter servers. */
+        if (r->async) RP_CHECK(rp_replica_optimizer_publish(rep, s->opt));
     }
     return RP_OK;
+}
+
+/* --slow R:F: replica R sleeps (F - 1) times what its step took, so its steps take F times as long. */
+static void straggle(const run *r, const rp_replica *rep, double started)
+{
+    if (rp_replica_id(rep) != r->o.slow_replica || r->o.slow_factor <= 1) return;
+    double pause = (rp_now_s() - started) * (double)(r->o.slow_factor - 1);
+    struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+    nanosleep(&ts, NULL);
 }
 
 /* One optimisation step on this replica's shard of the next global batch. */
@@ -280,6 +326,7 @@ static rp_status step_replica(rp_replica *rep, void *arg)
     replica_state *s = rp_replica_user(rep);
     rp_tape *t = rp_replica_tape(rep);
     rp_batch *b = &s->batch;
+    double started = rp_now_s();
     RP_CHECK(rp_loader_next(s->loader, b));
     float lr = rp_schedule_lr(&r->sched, r->step);
     rp_tensor *x = rp_tensor_from(t, 4, (int[]){b->n, b->h, b->w, b->c}, b->x);
@@ -293,6 +340,7 @@ static rp_status step_replica(rp_replica *rep, void *arg)
                         (double)l, (long long)b->epoch + 1, (long long)b->step, (double)lr);
     RP_CHECK(rp_backward(t, loss));
     RP_CHECK(rp_optimizer_step(s->opt, lr));
+    straggle(r, rep, started);
     /* A signal may reach the processes at different steps: they agree here to stop after this one. */
     RP_CHECK(rp_replica_report(rep, "stop", (double)stop_signal, RP_MAX));
     return rp_replica_report(rep, "loss", l, RP_MEAN);
@@ -356,14 +404,15 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
         return RP_ERROR(RP_ERR_INVALID, "--backend threads under mpirun with %d ranks: every rank would "
                         "train alone and write the same run directory; start one process, or use the "
                         "MPI backend", mpi_world_size());
+    r->async = !strcmp(o->regime, "async");
     if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
     if (o->replicas == 0) {
         /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as divide the batch. */
         int total = rp_kernels_get_threads(), tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
         o->replicas = total / tpr > 0 ? total / tpr : 1;
-        while (o->batch % o->replicas != 0) o->replicas--;
+        while (!r->async && o->batch % o->replicas != 0) o->replicas--;
     }
-    if (o->batch % o->replicas != 0)
+    if (!r->async && o->batch % o->replicas != 0)
         return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch, o->replicas);
     RP_CHECK(train_load_dataset(&r->train, o, "train"));
     RP_CHECK(train_load_dataset(&r->test, o, "test"));
@@ -376,6 +425,9 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
     cfg.replicas = o->replicas;
     cfg.threads_per_replica = o->threads_per_replica;
     cfg.timeout_s = o->comm_timeout;
+    cfg.regime = r->async ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
+    cfg.ps = o->ps;
+    cfg.staleness = o->staleness;
     /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says. */
     if (!cfg.threads_per_replica && (!mpi || o->threads > 0)) {
         int total = o->threads > 0 ? o->threads : rp_kernels_get_threads();
@@ -383,13 +435,21 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
     }
     cfg.seed = o->seed;
     RP_CHECK(rp_replicator_create(&r->rep, &cfg));
+    if (rp_replicator_is_server(r->rep)) {
+        /* A parameter server rank (async under MPI): rp_cli_train serves instead of training. */
+        r->server = true;
+        r->root = false;
+        o->quiet = true;
+        r->tty = false;
+        return RP_OK;
+    }
     o->replicas = rp_replicator_replicas(r->rep);
     r->root = rp_replica_id(rp_replicator_replica(r->rep, 0)) == 0;
     if (!r->root) {
         o->quiet = true;
         r->tty = false;
     }
-    if (o->batch % o->replicas != 0)
+    if (!r->async && o->batch % o->replicas != 0)
         return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch, o->replicas);
     int local = rp_replicator_local_replicas(r->rep);
     r->rs = calloc((size_t)local, sizeof *r->rs);
@@ -406,6 +466,8 @@ static rp_status setup(run *r, const char *resume, int argc, char **argv, rp_che
         int64_t n;
         const int64_t *pos = rp_checkpoint_get_i64(*ck, "train/position", &n);
         r->step = pos[2];
+        r->pos_epoch = pos[0];
+        r->pos_step = pos[1];
     }
     if (!r->root) return RP_OK;
     RP_CHECK(make_dirs(o->out_dir));
@@ -420,16 +482,23 @@ static void print_header(const run *r, bool resumed)
 {
     const train_opts *o = &r->o;
     int64_t epoch, step;
-    rp_loader_position(r->rs[0].loader, &epoch, &step);
-    char layout[128];
+    run_position(r, &epoch, &step);
+    char layout[256], regime[96] = "";
     int tpr = rp_replicator_threads_per_replica(r->rep), local = rp_replicator_local_replicas(r->rep);
     const char *backend = rp_replicator_backend(r->rep);
+    if (r->async) {
+        char bound[32] = "unbounded";
+        if (o->staleness >= 0) snprintf(bound, sizeof bound, "%d", o->staleness);
+        snprintf(regime, sizeof regime, "async: %d parameter server%s%s, staleness %s", o->ps,
+                 o->ps > 1 ? "s" : "", strcmp(backend, "threads") ? " ranks" : " (in-process shards)", bound);
+    } else {
+        snprintf(regime, sizeof regime, "cross-replica batch norm");
+    }
     if (strcmp(backend, "threads") != 0)
-        snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, cross-replica "
-                 "batch norm)", o->replicas, o->replicas / local, local, tpr, backend);
-    else if (o->replicas > 1)
-        snprintf(layout, sizeof layout, "%d replicas x %d threads (%s, cross-replica batch norm)",
-                 o->replicas, tpr, backend);
+        snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, %s)", o->replicas,
+                 o->replicas / local, local, tpr, backend, regime);
+    else if (o->replicas > 1 || r->async)
+        snprintf(layout, sizeof layout, "%d replicas x %d threads (%s, %s)", o->replicas, tpr, backend, regime);
     else
         snprintf(layout, sizeof layout, "%d threads", tpr);
     fprintf(stderr,
@@ -447,6 +516,30 @@ static void print_header(const run *r, bool resumed)
         fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir,
                 (long long)epoch + 1, (long long)step);
     fprintf(stderr, "  run directory: %s\n", o->out_dir);
+}
+
+/* After the last step of `epoch` (from 0): evaluate, report, checkpoint. */
+static rp_status finish_epoch(run *r, int64_t epoch, double train_loss, int64_t steps, double seconds,
+                              double *best_acc, eval_result *ev, int *epochs_done)
+{
+    const train_opts *o = &r->o;
+    double rate = (double)steps * o->batch / seconds;
+    RP_CHECK(evaluate(r, ev));
+    if (ev->accuracy > *best_acc) *best_acc = ev->accuracy;
+    *epochs_done = (int)epoch + 1;
+    if (!o->quiet)
+        fprintf(stderr, "%s  epoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%  "
+                "%.0f img/s  %.0fs\n", r->tty ? "\r" : "", (long long)epoch + 1, o->epochs,
+                train_loss, ev->loss, 100 * ev->accuracy, rate, seconds);
+    if (r->metrics) {
+        fprintf(r->metrics,
+                "{\"step\":%lld,\"epoch\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,"
+                "\"test_accuracy\":%.6f,\"images_per_s\":%.1f,\"lr\":%.6g}\n",
+                (long long)r->step, (long long)epoch + 1, train_loss, ev->loss, ev->accuracy, rate,
+                (double)rp_schedule_lr(&r->sched, r->step - 1));
+        fflush(r->metrics);
+    }
+    return save_checkpoint(r);
 }
 
 static rp_status train_loop(run *r, double *best_acc, eval_result *ev, int *epochs_done)
@@ -493,27 +586,137 @@ static rp_status train_loop(run *r, double *best_acc, eval_result *ev, int *epoc
                     (double)rp_schedule_lr(&r->sched, r->step - 1));
         if (!b.end_of_epoch) continue;
 
-        double seconds = rp_now_s() - t_epoch, rate = (double)loss_n * o->batch / seconds;
-        RP_CHECK(evaluate(r, ev));
-        if (ev->accuracy > *best_acc) *best_acc = ev->accuracy;
-        *epochs_done = (int)b.epoch + 1;
-        if (!o->quiet)
-            fprintf(stderr, "%s  epoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%  "
-                    "%.0f img/s  %.0fs\n", r->tty ? "\r" : "", (long long)b.epoch + 1, o->epochs,
-                    loss_sum / (double)loss_n, ev->loss, 100 * ev->accuracy, rate, seconds);
-        if (r->metrics) {
-            fprintf(r->metrics,
-                    "{\"step\":%lld,\"epoch\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,"
-                    "\"test_accuracy\":%.6f,\"images_per_s\":%.1f,\"lr\":%.6g}\n",
-                    (long long)r->step, (long long)b.epoch + 1, loss_sum / (double)loss_n, ev->loss,
-                    ev->accuracy, rate, (double)rp_schedule_lr(&r->sched, r->step - 1));
-            fflush(r->metrics);
-        }
-        RP_CHECK(save_checkpoint(r));
+        RP_CHECK(finish_epoch(r, b.epoch, loss_sum / (double)loss_n, loss_n, rp_now_s() - t_epoch,
+                              best_acc, ev, epochs_done));
         epoch = b.epoch + 1;
         loss_sum = 0;
         loss_n = 0;
         t_epoch = rp_now_s();
+    }
+    return RP_OK;
+}
+
+/*
+ * Asynchronous training. One run per epoch (or until a signal or --max-steps): every replica
+ * claims the epoch's batches one at a time from the shared queue, so a fast replica takes more
+ * of them than a slow one and the epoch still covers each batch once; its optimizer step pushes
+ * the gradients to the parameter servers and pulls fresh values. No replica waits for another
+ * until the run ends. Batch s of an epoch is the one sync training uses for its step s, with
+ * the same learning rate, so the regimes see the same examples in the same number of updates.
+ */
+static rp_status async_epoch_replica(rp_replica *rep, void *arg)
+{
+    run *r = arg;
+    const train_opts *o = &r->o;
+    replica_state *s = rp_replica_user(rep);
+    rp_tape *t = rp_replica_tape(rep);
+    rp_batch *b = &s->batch;
+    int64_t start = r->pos_step, end = r->steps_per_epoch, done = 0;
+    if (o->max_steps && r->step + (end - start) > o->max_steps) end = start + (o->max_steps - r->step);
+    bool lead = rp_replica_local_index(rep) == 0 && r->root && !o->quiet;
+    double loss_sum = 0, t_start = rp_now_s(), t_print = 0;
+    rp_status status = RP_OK;
+    while (!stop_signal && !__atomic_load_n(&r->failed, __ATOMIC_RELAXED)) {
+        int64_t ticket;
+        RP_TRY(rp_replica_claim(rep, &ticket));
+        int64_t step = start + ticket;
+        if (step >= end) break;
+        double started = rp_now_s();
+        int64_t le, ls;
+        rp_loader_position(s->loader, &le, &ls);
+        if (le != r->pos_epoch || ls != step) RP_TRY(rp_loader_seek(s->loader, r->pos_epoch, step));
+        RP_TRY(rp_loader_next(s->loader, b));
+        float lr = rp_schedule_lr(&r->sched, r->step + ticket);
+        rp_tape_reset(t);
+        rp_tensor *x = rp_tensor_from(t, 4, (int[]){b->n, b->h, b->w, b->c}, b->x);
+        rp_tensor *loss = rp_softmax_cross_entropy(t, train_model_forward(t, &s->model, x, true), b->y);
+        if (!loss) {
+            status = rp_last_status();
+            goto cleanup;
+        }
+        float l = rp_item(loss);
+        if (!isfinite(l)) {
+            status = RP_ERROR(RP_ERR_NUMERIC,
+                              "the loss is %g at epoch %lld step %lld (lr %g): training diverged; "
+                              "nothing was saved from this epoch; start again with a lower --lr",
+                              (double)l, (long long)r->pos_epoch + 1, (long long)step, (double)lr);
+            goto cleanup;
+        }
+        RP_TRY(rp_backward(t, loss));
+        RP_TRY(rp_optimizer_step(s->opt, lr));
+        straggle(r, rep, started);
+        done++;
+        loss_sum += l;
+        /* This process's first replica shows the progress of all: the batches claimed so far. */
+        double now = rp_now_s();
+        if (lead && (r->tty ? now - t_print > 0.25 : (ticket + 1) % (r->steps_per_epoch / 10 + 1) == 0)) {
+            double rate = (double)(ticket + 1) * o->batch / (now - t_start);
+            fprintf(stderr, r->tty ? "\r  epoch %lld/%d  step %lld/%lld  loss %.4f  lr %.4f  %.0f img/s  "
+                                   : "  epoch %lld/%d  step %lld/%lld  loss %.4f  lr %.4f  %.0f img/s\n",
+                    (long long)r->pos_epoch + 1, o->epochs, (long long)step + 1,
+                    (long long)r->steps_per_epoch, loss_sum / (double)done, (double)lr, rate);
+            t_print = now;
+        }
+    }
+cleanup:
+    if (status != RP_OK) __atomic_store_n(&r->failed, 1, __ATOMIC_RELAXED);
+    else {
+        RP_CHECK(rp_replica_report(rep, "steps", (double)done, RP_SUM));
+        RP_CHECK(rp_replica_report(rep, "loss_sum", loss_sum, RP_SUM));
+        RP_CHECK(rp_replica_report(rep, "stop", (double)stop_signal, RP_MAX));
+    }
+    return status;
+}
+
+/*
+ * After the pushes of a run: every replica takes the servers' values (and replica 0's optimizer
+ * the slots, for the checkpoint), and the replicas' batch-norm statistics, which each kept for
+ * itself, are averaged, so the replicas evaluate and save one model.
+ */
+static rp_status settle_replica(rp_replica *rep, void *arg)
+{
+    replica_state *s = rp_replica_user(rep);
+    rp_params *p = train_model_params(&s->model);
+    RP_CHECK(rp_replica_optimizer_fetch(rep, s->opt));
+    int64_t trainable = rp_params_trainable_numel(p), buffers = rp_params_numel(p) - trainable;
+    if (rp_replica_count(rep) > 1 && buffers > 0) {
+        float *v = rp_params_data(p) + trainable;
+        RP_CHECK(rp_all_reduce(rep, v, v, buffers, RP_F32, RP_MEAN));
+    }
+    return RP_OK;
+}
+
+static rp_status train_async(run *r, double *best_acc, eval_result *ev, int *epochs_done)
+{
+    const train_opts *o = &r->o;
+    *epochs_done = (int)r->pos_epoch;
+    double seconds = 0, loss_sum = 0;
+    int64_t steps_epoch = 0;
+    while (r->pos_epoch < o->epochs) {
+        if (r->stop || (o->max_steps && r->step >= o->max_steps)) return RP_ERR_INTERRUPTED;
+        double t0 = rp_now_s(), steps = 0, losses = 0, stop = 0;
+        RP_CHECK(rp_replicator_run(r->rep, async_epoch_replica, r));
+        RP_CHECK(rp_replicator_result(r->rep, "steps", &steps));
+        RP_CHECK(rp_replicator_result(r->rep, "loss_sum", &losses));
+        RP_CHECK(rp_replicator_result(r->rep, "stop", &stop));
+        RP_CHECK(rp_replicator_run(r->rep, settle_replica, r));
+        seconds += rp_now_s() - t0;
+        r->stop = (int)stop;
+        r->step += (int64_t)steps;
+        r->pos_step += (int64_t)steps;
+        steps_epoch += (int64_t)steps;
+        loss_sum += losses;
+        if (r->metrics && steps > 0)
+            fprintf(r->metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g}\n", (long long)r->step,
+                    (long long)r->pos_epoch + 1, losses / steps, (double)rp_schedule_lr(&r->sched, r->step - 1));
+        if (r->pos_step < r->steps_per_epoch) continue;
+        /* The checkpoint resumes at the next epoch's first batch. */
+        r->pos_epoch++;
+        r->pos_step = 0;
+        RP_CHECK(finish_epoch(r, r->pos_epoch - 1, steps_epoch ? loss_sum / (double)steps_epoch : 0,
+                              steps_epoch, seconds, best_acc, ev, epochs_done));
+        seconds = loss_sum = 0;
+        steps_epoch = 0;
     }
     return RP_OK;
 }
@@ -543,6 +746,18 @@ int rp_cli_train(int argc, char **argv)
     rp_checkpoint *ck = NULL;
     rp_status status = setup(&r, resume, argc, argv, &ck);
     rp_checkpoint_destroy(ck);
+    if (status == RP_OK && r.server) {
+        /* A parameter server rank: it serves until every replica's process is done. */
+        status = rp_replicator_serve(r.rep);
+        if (status != RP_OK) {
+            report_error(&r);
+            rp_comm_mpi_abort(1);
+        }
+        rp_replicator_destroy(r.rep);
+        rp_dataset_destroy(r.test);
+        rp_dataset_destroy(r.train);
+        return status == RP_OK ? 0 : 1;
+    }
     double t_start = rp_now_s(), best_acc = 0;
     eval_result ev = {0, 0, 0, 0, 0};
     int epochs_done = 0;
@@ -550,14 +765,15 @@ int rp_cli_train(int argc, char **argv)
     if (status == RP_OK) {
         if (!r.o.quiet) print_header(&r, resume != NULL);
         install_handlers(true);
-        status = train_loop(&r, &best_acc, &ev, &epochs_done);
+        status = r.async ? train_async(&r, &best_acc, &ev, &epochs_done)
+                         : train_loop(&r, &best_acc, &ev, &epochs_done);
         install_handlers(false);
     }
     bool interrupted = status == RP_ERR_INTERRUPTED;
     if (interrupted) {
         status = save_checkpoint(&r);
         int64_t epoch, step;
-        rp_loader_position(r.rs[0].loader, &epoch, &step);
+        run_position(&r, &epoch, &step);
         if (status == RP_OK && !r.o.quiet) {
             if (r.o.no_checkpoint)
                 fprintf(stderr, "%s  stopped at epoch %lld step %lld; nothing saved (--no-checkpoint)\n",

@@ -30,6 +30,11 @@ typedef struct train_opts {
     char backend[8];    /* auto | threads | mpi: where the replicas run (not saved) */
     double comm_timeout; /* seconds (0: the environment's default; not saved) */
     int threads_per_replica; /* 0: threads / replicas */
+    char regime[8];     /* sync | async */
+    int ps;             /* async: parameter servers (in-process shards, or the last ranks under MPI) */
+    int staleness;      /* async: the staleness bound, -1 unbounded */
+    int slow_replica;   /* --slow R:F: replica R sleeps (F-1) x its step time each step (-1: none; not saved) */
+    float slow_factor;
     int hidden[RP_MLP_MAX_LAYERS];
     int n_hidden;
     bool augment;

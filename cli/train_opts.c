@@ -24,6 +24,10 @@ void train_opts_default(train_opts *o, const char *model)
     o->warmup_epochs = 1;
     o->replicas = 0; /* auto: one replica per thread (measured fastest here; docs/benchmarks.md) */
     snprintf(o->backend, sizeof o->backend, "auto");
+    snprintf(o->regime, sizeof o->regime, "sync");
+    o->ps = 1;
+    o->staleness = -1;
+    o->slow_replica = -1;
     if (!strcmp(model, "mlp")) {
         o->epochs = 10;
         o->lr = 0.05f;
@@ -76,14 +80,26 @@ static void usage(FILE *f)
             "  --threads-per-replica N  kernel threads of each replica (default threads/replicas)\n"
             "  --backend B       threads, mpi or auto (default): MPI when started by mpirun or\n"
             "                    srun, one process of threads otherwise (docs/distributed.md)\n"
-            "  --comm-timeout S  seconds a replica waits for its peers in a collective before\n"
-            "                    the run fails naming them (default $RP_COMM_TIMEOUT or 300)\n"
+            "  --comm-timeout S  seconds a replica waits for its peers in a collective (or a\n"
+            "                    parameter server) before the run fails naming them (default\n"
+            "                    $RP_COMM_TIMEOUT or 300)\n"
+            "  --regime R        sync (default): gradients averaged every step; async: each\n"
+            "                    replica pushes its gradients to parameter servers and pulls\n"
+            "                    fresh values, never waiting for the others; --batch is then\n"
+            "                    each push's batch (docs/training.md)\n"
+            "  --ps S            async: parameter servers (default 1): shards in this process,\n"
+            "                    or under mpirun the last S ranks\n"
+            "  --staleness K     async: no replica runs more than K steps ahead of the slowest\n"
+            "                    (default: unbounded)\n"
+            "  --slow R:F        make replica R F times slower (a sleep each step), to study\n"
+            "                    stragglers\n"
             "  --out DIR         run directory: checkpoint.safetensors, metrics.jsonl\n"
             "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
             "  --force           overwrite a checkpoint already in --out\n"
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
-            "                    --comm-timeout, --max-steps, --no-checkpoint and --quiet)\n"
+            "                    --comm-timeout, --regime, --ps, --staleness, --slow,\n"
+            "                    --max-steps, --no-checkpoint and --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
             "  --no-checkpoint   do not write checkpoints\n"
             "  --quiet           only the summary\n"
@@ -193,6 +209,18 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             o->comm_timeout = strtod(v, &end);
             ok = *end == '\0' && o->comm_timeout > 0 && o->comm_timeout <= 1e6;
         }
+        else if (!strcmp(a, "--regime")) {
+            ok = !strcmp(v, "sync") || !strcmp(v, "async");
+            snprintf(o->regime, sizeof o->regime, "%s", v);
+        } else if (!strcmp(a, "--ps")) { ok = parse_long(v, 1, 1024, &n); o->ps = (int)n; }
+        else if (!strcmp(a, "--staleness")) { ok = parse_long(v, -1, 1L << 30, &n); o->staleness = (int)n; }
+        else if (!strcmp(a, "--slow")) {
+            char *end;
+            long r = strtol(v, &end, 10);
+            ok = end != v && *end == ':' && r >= 0 && r < 4096;
+            if (ok) ok = parse_float(end + 1, 1.0f, 1000.0f, &o->slow_factor);
+            o->slow_replica = (int)r;
+        }
         else if (!strcmp(a, "--threads-per-replica")) { ok = parse_long(v, 1, 1024, &n); o->threads_per_replica = (int)n; }
         else if (!strcmp(a, "--pad")) { ok = parse_long(v, 0, 64, &n); o->pad = (int)n; }
         else if (!strcmp(a, "--limit")) { ok = parse_long(v, 1, 1L << 40, &n); o->limit = n; }
@@ -210,7 +238,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             return 2;
         }
     }
-    if (o->replicas > 0 && o->batch % o->replicas != 0) {
+    bool async = !strcmp(o->regime, "async");
+    if (!async && o->replicas > 0 && o->batch % o->replicas != 0) {
         fprintf(stderr, "replicator train: --batch %d does not split across %d replicas; use a "
                 "multiple of %d\n", o->batch, o->replicas, o->replicas);
         return 2;
@@ -224,7 +253,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         static const char *const allowed[] = {"--resume", "--epochs", "--data", "--threads",
                                               "--replicas", "--threads-per-replica", "--max-steps",
                                               "--no-checkpoint", "--quiet", "--backend",
-                                              "--comm-timeout"};
+                                              "--comm-timeout", "--regime", "--ps", "--staleness",
+                                              "--slow"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -262,6 +292,9 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddNumberToObject(j, "threads", o->threads);
     cJSON_AddNumberToObject(j, "replicas", o->replicas);
     cJSON_AddNumberToObject(j, "threads_per_replica", o->threads_per_replica);
+    cJSON_AddStringToObject(j, "regime", o->regime);
+    cJSON_AddNumberToObject(j, "ps", o->ps);
+    cJSON_AddNumberToObject(j, "staleness", o->staleness);
     cJSON *hidden = cJSON_AddArrayToObject(j, "hidden");
     for (int i = 0; hidden && i < o->n_hidden; i++)
         cJSON_AddItemToArray(hidden, cJSON_CreateNumber(o->hidden[i]));
@@ -338,6 +371,13 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         double replicas = 0, tpr = 0;
         if (get_num(j, "replicas", &replicas) && replicas >= 1 && replicas <= 256) o->replicas = (int)replicas;
         if (get_num(j, "threads_per_replica", &tpr) && tpr >= 0 && tpr <= 1024) o->threads_per_replica = (int)tpr;
+        /* Runs saved before the async regime existed are sync. */
+        double ps = 1, staleness = -1;
+        char regime[8] = "sync";
+        if (get_str(j, "regime", regime, sizeof regime) && !strcmp(regime, "async"))
+            snprintf(o->regime, sizeof o->regime, "async");
+        if (get_num(j, "ps", &ps) && ps >= 1 && ps <= 1024) o->ps = (int)ps;
+        if (get_num(j, "staleness", &staleness) && staleness >= -1 && staleness <= 1e9) o->staleness = (int)staleness;
     }
     cJSON_Delete(j);
     if (!ok) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is incomplete or invalid");

@@ -8,7 +8,9 @@
 #     rank and host and rank 1's, and ends the whole job (MPI_Abort) instead of
 #     waiting for the stopped rank in MPI_Finalize; the checkpoint is intact as
 #     in 1;
-#  3. a run on 4 ranks stopped by --max-steps resumes on 2 ranks at the same
+#  3. async: SIGSTOP of the parameter server rank: the replicas report a
+#     timeout naming the server and its rank, and the job ends;
+#  4. a run on 4 ranks stopped by --max-steps resumes on 2 ranks at the same
 #     sample: it reports the position, its first step's loss equals an
 #     uninterrupted 4-replica run's loss at that step (up to rounding: the
 #     reductions differ), and it finishes the run.
@@ -79,23 +81,24 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 fail() { echo "FAIL: $*"; [ -n "${log:-}" ] && [ -f "$log" ] && sed 's/^/  | /' "$log"; exit 1; }
 
-# start_job OUT_DIR ARGS...: a long 2-rank training in the background, its output in $log;
-# returns once rank 0 has written the first epoch's checkpoint, with $job, $rank0, $rank1 set.
+# start_job OUT_DIR ARGS...: a long training on $np ranks (default 2) in the background, its
+# output in $log; returns once rank 0 has written the first epoch's checkpoint, with $job,
+# $rank0 and $victim_pid (the pid of rank $victim, default 1) set.
 start_job() {
-    local out=$1
+    local out=$1 n=${np:-2} v=${victim:-1}
     shift
     log=$dir/$(basename "$out").log
-    "${mpi[@]}" -np 2 "$bin" train resnet20 "${common[@]}" "$@" --out "$out" > "$log" 2>&1 &
+    "${mpi[@]}" -np "$n" "$bin" train resnet20 "${common[@]}" "$@" --out "$out" > "$log" 2>&1 &
     job=$!
-    rank0="" rank1=""
+    rank0="" victim_pid=""
     for _ in $(seq 600); do
         [ -z "$rank0" ] && rank0=$(rank_pid "$job" 0) && [ -n "$rank0" ] && ranks+=("$rank0")
-        [ -z "$rank1" ] && rank1=$(rank_pid "$job" 1) && [ -n "$rank1" ] && ranks+=("$rank1")
-        [ -n "$rank1" ] && [ -f "$out/checkpoint.safetensors" ] && return
+        [ -z "$victim_pid" ] && victim_pid=$(rank_pid "$job" "$v") && [ -n "$victim_pid" ] && ranks+=("$victim_pid")
+        [ -n "$victim_pid" ] && [ -f "$out/checkpoint.safetensors" ] && return
         kill -0 "$job" 2> /dev/null || fail "the job ended before its first checkpoint"
         sleep 0.2
     done
-    fail "no rank 1 process or no checkpoint after 120 s (rank 1: '${rank1}')"
+    fail "no rank $v process or no checkpoint after 120 s (rank $v: '${victim_pid}')"
 }
 
 # finish_job: waits, bounded, for the failed job; sets $rc and $elapsed (seconds since $t0).
@@ -133,7 +136,7 @@ checkpoint_intact() {
 
 # 1. SIGKILL: mpirun sees rank 1 die and ends the job at once.
 start_job "$dir/kill" --epochs 50
-kill -KILL "$rank1"
+kill -KILL "$victim_pid"
 t0=$(date +%s)
 finish_job
 [ $rc -ne 0 ] || fail "SIGKILL of rank 1: the job exited 0"
@@ -145,7 +148,7 @@ grep -E "exited on signal|error:" "$log" | sed 's/^/  | /'
 
 # 2. SIGSTOP: nothing tells mpirun; rank 0 times out, reports it and aborts the job.
 start_job "$dir/stop" --epochs 50
-kill -STOP "$rank1"
+kill -STOP "$victim_pid"
 t0=$(date +%s)
 finish_job
 [ "$elapsed" -ge $((timeout_s - 1)) ] || fail "SIGSTOP of rank 1: the job ended after ${elapsed}s, before the timeout"
@@ -160,7 +163,21 @@ checkpoint_intact "$dir/stop"
 echo "ok: SIGSTOP of rank 1 ends the job in ${elapsed}s (exit $rc); the checkpoint loads ($at):"
 grep -E "error:|MPI_ABORT|ORTE_ERROR" "$log" | sed 's/^/  | /'
 
-# 3. 4 ranks -> 2 ranks. The loader's order does not depend on the replica count, so the resumed
+# 3. Async: SIGSTOP of the parameter server (rank 2 of 3; ranks 0 and 1 train). The replicas'
+# push or pull times out naming the server and its rank, and the job ends.
+np=3 victim=2 start_job "$dir/ps" --epochs 50 --regime async --ps 1
+kill -STOP "$victim_pid"
+t0=$(date +%s)
+finish_job
+[ "$elapsed" -ge $((timeout_s - 1)) ] || fail "SIGSTOP of the server: the job ended after ${elapsed}s, before the timeout"
+msg=$(grep -E "parameter server 0 \(rank 2 on host $host\) did not answer a (push|pull)" "$log" | head -1 || true)
+[ -n "$msg" ] || fail "SIGSTOP of the server: no replica named parameter server 0 on rank 2"
+[ $rc -eq 1 ] || fail "SIGSTOP of the server: exit code $rc, expected 1"
+checkpoint_intact "$dir/ps"
+echo "ok: SIGSTOP of the parameter server ends the job in ${elapsed}s (exit $rc); the checkpoint loads ($at):"
+grep -E "error:" "$log" | sed 's/^/  | /'
+
+# 4. 4 ranks -> 2 ranks. The loader's order does not depend on the replica count, so the resumed
 # run's first step (global step 11: epoch 2, step 3 of 8) sees the same samples as step 11 of an
 # uninterrupted 4-replica run (on threads), from the same parameters: the same loss up to the
 # rounding of different reduction trees. A wrong position gives other samples and another loss.

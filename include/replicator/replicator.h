@@ -13,6 +13,7 @@
 #include "loader.h"
 #include "comm.h"
 #include "runtime.h"
+#include "ps.h"
 
 #define RP_VERSION "0.1.0"
 

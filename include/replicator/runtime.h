@@ -52,8 +52,19 @@ typedef enum {
     RP_BACKEND_MPI,       /* `replicas` threads in each MPI process (hierarchical when > 1) */
 } rp_backend;
 
+/* How the replicas combine their gradients. */
+typedef enum {
+    RP_REGIME_SYNC = 0,  /* all-reduced every step: the replicas stay identical */
+    RP_REGIME_ASYNC,     /* pushed to parameter servers; each replica pulls fresh values and goes on */
+} rp_regime;
+
 typedef struct rp_config {
     rp_backend backend;      /* default RP_BACKEND_AUTO */
+    rp_regime regime;        /* default RP_REGIME_SYNC */
+    int ps;                  /* async: parameter servers (threads: in-process shards; MPI: the last
+                                `ps` ranks serve, the others are replicas); default 1 */
+    int staleness;           /* async: at most this many steps ahead of the slowest replica; -1
+                                (default): unbounded */
     int replicas;            /* >= 1, in this process (under MPI: in each rank); default 1 */
     int threads_per_replica; /* kernel threads of each replica; 0: cores / replicas (at least 1) */
     uint64_t seed;           /* rp_replica_seed(); default 0 */
@@ -67,7 +78,8 @@ rp_config rp_config_default(void);
 
 /*
  * Takes the runtime's options out of argv (shifting the rest down and
- * updating *argc): --backend threads|mpi|auto, --replicas N, --threads-per-replica T, --seed S,
+ * updating *argc): --backend threads|mpi|auto, --regime sync|async, --ps S, --staleness K,
+ * --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K. Errors:
  * RP_ERR_INVALID naming the option and value.
  */
@@ -100,6 +112,18 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
  * Not re-entrant: call it from one thread, not from inside fn.
  */
 rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
+
+/*
+ * Asynchronous training under MPI: the last cfg.ps ranks are parameter
+ * servers, not replicas. On such a rank rp_replicator_is_server() is true
+ * and the program calls rp_replicator_serve() instead of running replicas.
+ */
+bool rp_replicator_is_server(const rp_replicator *r);
+/*
+ * Serves the replicas' pushes and pulls until every replica's process has
+ * destroyed its replicator. RP_ERR_INVALID on a replica's process.
+ */
+rp_status rp_replicator_serve(rp_replicator *r);
 
 /* Replicas in the whole job (all processes). */
 int rp_replicator_replicas(const rp_replicator *r);
@@ -203,6 +227,49 @@ rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_pa
  * (collective), e.g. after restoring a checkpoint on replica 0 only.
  */
 rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params);
+
+/* ---- asynchronous training (cfg.regime = RP_REGIME_ASYNC) ----------------------------- */
+
+/*
+ * In the async regime rp_replica_optimizer_create() (still collective: every
+ * replica, the same run) makes an optimizer whose variables live on the
+ * parameter servers (replicator/ps.h): replica 0's initial values are loaded
+ * into the servers, every replica pulls them, and each rp_optimizer_step()
+ * pushes this replica's gradients with its learning rate and pulls the
+ * current values into the parameter list, waiting there only if the
+ * staleness bound says so. The servers apply the configured rule (SGD,
+ * momentum, Adam) to each push. Replicas do not wait for each other, so the
+ * step function must not call collectives (nor cross-replica batch norm):
+ * each replica's buffers (batch-norm statistics) stay its own.
+ * Async on MPI runs one replica per rank (RP_ERR_UNSUPPORTED otherwise).
+ */
+
+/*
+ * Copies the servers' state into this replica's optimizer: the values
+ * into its parameter list, the slots into rp_optimizer_state(), the step
+ * count. Call it between runs' steps (no push in flight), e.g. before
+ * evaluating or checkpointing replica 0's optimizer as in sync training.
+ * A sync optimizer is left as it is (it holds the state already).
+ */
+rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt);
+
+/*
+ * Collective: makes replica 0's optimizer state (parameter values, slots,
+ * step count) the job's - async: loaded into the servers, then pulled by
+ * every replica; sync: broadcast. For resuming a checkpoint read into
+ * replica 0's (or every replica's) optimizer.
+ */
+rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt);
+
+/*
+ * A shared work queue for the replicas of one run: 0, 1, 2, ... each to
+ * exactly one replica, across processes. Asynchronous replicas take batch
+ * numbers this way, so a fast replica takes more batches than a slow one and
+ * an epoch still covers every batch once. It restarts at 0 in each run.
+ * Threads backend: always; MPI: in the async regime, after an optimizer was
+ * created (server 0 counts); RP_ERR_UNSUPPORTED otherwise.
+ */
+rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "replicator/ps.h"
 #include "replicator/replicator_internal.h"
 
 rp_config rp_config_default(void)
@@ -23,6 +24,8 @@ rp_config rp_config_default(void)
     c.replicas = 1;
     c.bucket_bytes = 1 << 20;
     c.checksum_every = 100;
+    c.ps = 1;
+    c.staleness = -1;
     return c;
 }
 
@@ -63,6 +66,16 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
             else if (v && !strcmp(v, "mpi")) cfg->backend = RP_BACKEND_MPI;
             else if (v && !strcmp(v, "auto")) cfg->backend = RP_BACKEND_AUTO;
             else return RP_ERROR(RP_ERR_INVALID, "--backend %s: expected threads, mpi or auto", v ? v : "(missing)");
+        } else if (!strcmp(a, "--regime")) {
+            if (v && !strcmp(v, "sync")) cfg->regime = RP_REGIME_SYNC;
+            else if (v && !strcmp(v, "async")) cfg->regime = RP_REGIME_ASYNC;
+            else return RP_ERROR(RP_ERR_INVALID, "--regime %s: expected sync or async", v ? v : "(missing)");
+        } else if (!strcmp(a, "--ps")) {
+            RP_CHECK(parse_int(a, v, 1, 1024, &x));
+            cfg->ps = (int)x;
+        } else if (!strcmp(a, "--staleness")) {
+            RP_CHECK(parse_int(a, v, -1, 1L << 30, &x));
+            cfg->staleness = (int)x;
         } else if (!strcmp(a, "--replicas")) {
             RP_CHECK(parse_int(a, v, 1, 4096, &x));
             cfg->replicas = (int)x;
@@ -157,12 +170,14 @@ static rp_status reduce_reports(rp_replica *rep)
 }
 
 /* One replica's part of a run. */
-static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg)
+static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t generation)
 {
     rp_tape_reset(rep->tape);
     rep->nreports = 0;
+    rp_async_join(rep, generation);
     rp_error_clear();
     rp_status status = fn(rep, arg);
+    rp_async_leave(rep);
     if (status == RP_OK) status = reduce_reports(rep);
     rep->status = status;
     if (status != RP_OK) {
@@ -187,7 +202,7 @@ static void *worker_main(void *p)
         rp_replica_fn fn = r->fn;
         void *arg = r->arg;
         pthread_mutex_unlock(&r->mu);
-        run_one(rep, fn, arg);
+        run_one(rep, fn, arg, seen);
         pthread_mutex_lock(&r->mu);
         if (++r->finished == r->n - 1) pthread_cond_signal(&r->done);
     }
@@ -198,7 +213,11 @@ static void *worker_main(void *p)
 rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
 {
     if (!r || !fn) return RP_ERROR(RP_ERR_INVALID, "replicator or function is NULL");
+    if (r->server)
+        return RP_ERROR(RP_ERR_INVALID, "this process is a parameter server (one of the last %d ranks), "
+                        "not a replica: call rp_replicator_serve()", r->cfg.ps);
     for (int i = 0; i < r->n; i++) rp_comm_rejoin(r->reps[i].comm);
+    r->claims = 0;
     pthread_mutex_lock(&r->mu);
     r->fn = fn;
     r->arg = arg;
@@ -215,7 +234,7 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     int saved_threads = rp_kernels_get_threads();
     rp_log_set_replica(r->reps[0].id);
     rp_kernels_set_threads(threads_per_replica(r));
-    run_one(&r->reps[0], fn, arg);
+    run_one(&r->reps[0], fn, arg, r->generation);
     rp_kernels_set_threads(saved_threads);
     rp_log_set_replica(-1);
 
@@ -252,6 +271,12 @@ void rp_replicator_destroy(rp_replicator *r)
         rp_replica *rep = &r->reps[i];
         if (rep->thread_started) pthread_join(rep->thread, NULL);
     }
+    for (int k = 0; k < RP_ASYNC_SETS_MAX; k++) {
+        for (int i = 0; r->ps_sets[k] && i < r->n; i++) rp_ps_destroy(r->ps_sets[k][i]);
+        free(r->ps_sets[k]);
+    }
+    /* The servers stop once every replica's process has said goodbye. */
+    rp_ps_group_destroy(r->ps_group);
     for (int i = 0; i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
         rp_tape_destroy(rep->tape);
@@ -281,6 +306,12 @@ static rp_status check_config(const rp_config *c)
         return RP_ERROR(RP_ERR_INVALID, "bucket_bytes = %zu: must be at least one float", c->bucket_bytes);
     if (c->checksum_every < 0)
         return RP_ERROR(RP_ERR_INVALID, "checksum_every = %d: must be >= 0", c->checksum_every);
+    if ((unsigned)c->regime > RP_REGIME_ASYNC)
+        return RP_ERROR(RP_ERR_INVALID, "regime = %d: not an rp_regime", (int)c->regime);
+    if (c->regime == RP_REGIME_ASYNC && (c->ps < 1 || c->ps > 1024))
+        return RP_ERROR(RP_ERR_INVALID, "ps = %d parameter servers: must be in [1, 1024]", c->ps);
+    if (c->staleness < -1)
+        return RP_ERROR(RP_ERR_INVALID, "staleness = %d: must be >= 0, or -1 for unbounded", c->staleness);
     return RP_OK;
 }
 
@@ -310,7 +341,20 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d replicas", n);
         goto cleanup;
     }
-    if (mpi && n == 1) {
+    if (mpi && cfg->regime == RP_REGIME_ASYNC && n > 1) {
+        status = RP_ERROR(RP_ERR_UNSUPPORTED, "asynchronous training under MPI runs one replica per rank "
+                          "(asked for %d in each): start more ranks instead", n);
+        goto cleanup;
+    } else if (mpi && cfg->regime == RP_REGIME_ASYNC) {
+        /* The last cfg.ps ranks serve; the others are the replicas, with a communicator of their own. */
+        RP_TRY(rp_ps_mpi_group_create(&r->ps_group, cfg->ps, r->cfg.timeout_s));
+        r->server = rp_ps_group_is_server(r->ps_group);
+        rp_comm *world = NULL;
+        RP_TRY(rp_comm_mpi_create(&world, r->cfg.timeout_s));
+        status = rp_comm_split(world, r->server ? 1 : 0, rp_comm_rank(world), &comms[0]);
+        rp_comm_destroy(world);
+        if (status != RP_OK) goto cleanup;
+    } else if (mpi && n == 1) {
         RP_TRY(rp_comm_mpi_create(&comms[0], r->cfg.timeout_s));
     } else if (mpi) {
         RP_TRY(rp_comm_hier_create(comms, n, r->cfg.timeout_s));
@@ -358,6 +402,13 @@ cleanup:
 /* ---- accessors ------------------------------------------------------------------------- */
 
 int rp_replicator_replicas(const rp_replicator *r) { return r->reps[0].count; }
+bool rp_replicator_is_server(const rp_replicator *r) { return r->server; }
+
+rp_status rp_replicator_serve(rp_replicator *r)
+{
+    if (!r || !r->server) return RP_ERROR(RP_ERR_INVALID, "rp_replicator_serve on a replica's process");
+    return rp_ps_mpi_serve(r->ps_group);
+}
 int rp_replicator_local_replicas(const rp_replicator *r) { return r->n; }
 int rp_replicator_threads_per_replica(const rp_replicator *r) { return threads_per_replica(r); }
 const char *rp_replicator_backend(const rp_replicator *r) { return rp_comm_backend(r->reps[0].comm); }

@@ -18,7 +18,12 @@ typedef struct rp_report {
     double value;
 } rp_report;
 
-struct rp_sync; /* sync.c: one per optimizer made by rp_replica_optimizer_create() */
+struct rp_sync;  /* sync.c: one per optimizer made by rp_replica_optimizer_create() */
+struct rp_async; /* async.c: the same in the async regime */
+struct rp_ps;
+struct rp_ps_group;
+
+#define RP_ASYNC_SETS_MAX 8
 
 struct rp_replica {
     rp_replicator *r;
@@ -40,6 +45,9 @@ struct rp_replica {
     struct rp_sync *syncs;    /* linked list */
     double *bn_scratch;       /* cross-replica batch norm: sums and n, grown once */
     int bn_cap;
+    /* Asynchronous training. */
+    struct rp_async *asyncs;  /* linked list, oldest last */
+    int nasync;               /* async optimizers created (the next one's set number) */
 };
 
 struct rp_replicator {
@@ -55,7 +63,18 @@ struct rp_replicator {
     void *arg;
     int nresults;
     rp_report results[RP_REPORTS_MAX];
+    /* Asynchronous training. */
+    struct rp_ps_group *ps_group; /* MPI: the server and worker ranks (NULL on threads) */
+    bool server;                  /* this rank is a parameter server */
+    struct rp_ps **ps_sets[RP_ASYNC_SETS_MAX]; /* threads: each set's handles, [n], until taken */
+    int64_t claims;               /* rp_replica_claim() without servers: this run's next ticket */
 };
+
+/* Async (async.c): join each async set's phase as a replica starts a run, leave as it returns. */
+void rp_async_join(rp_replica *rep, uint64_t phase);
+void rp_async_leave(rp_replica *rep);
+rp_status rp_async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
+                                    const rp_optim_config *cfg);
 
 /* The tape's gradient-ready callback (sync.c); ctx is the rp_replica. */
 void rp_sync_on_grad_ready(rp_tensor *param, void *ctx);

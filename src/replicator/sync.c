@@ -208,6 +208,10 @@ rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_pa
     *opt = NULL;
     rp_status status = rp_optimizer_create(opt, params, cfg);
     if (status != RP_OK) return status;
+    if (rep->r->cfg.regime == RP_REGIME_ASYNC) {
+        RP_TRY(rp_async_optimizer_create(rep, *opt, params, cfg));
+        return RP_OK;
+    }
     if (rep->count == 1) return RP_OK;
     RP_TRY(rp_replica_broadcast_params(rep, params));
     rp_sync *s = calloc(1, sizeof *s);
