@@ -20,12 +20,14 @@ scripts/setup.sh build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE=ON
 ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:abort_on_error=0 \
 LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-san --output-on-failure -j"$jobs" --timeout 900 -E '^(mpi_failure|mpi_two_hosts)$'
-# (Those two kill, stop and relaunch whole MPI jobs against wall-clock deadlines: they test the
+  ctest --test-dir build-san --output-on-failure -j"$jobs" --timeout 900 -E '^(mpi_failure|mpi_two_hosts|ps_mpi_stop)$'
+# (Those kill, stop and relaunch whole MPI jobs against wall-clock deadlines: they test the
 # processes' behaviour, not memory, and run in the release pass above.)
 
-echo "== thread-sanitizer build: the communicator tests"
+echo "== thread-sanitizer build: the communicator, parameter-server and async runtime tests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE_THREAD=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_comm
+cmake --build build-tsan -j"$jobs" --target test_comm test_ps test_async
 # The 64 MiB cases are skipped: they prove sizes, not races, and are slow under TSan.
 RP_TEST_SKIP='*64mib' TSAN_OPTIONS=halt_on_error=1 build-tsan/test_comm
+TSAN_OPTIONS=halt_on_error=1 build-tsan/test_ps
+TSAN_OPTIONS=halt_on_error=1 build-tsan/test_async

@@ -26,7 +26,10 @@
  * runtime calls rp_ps_join() as a replica starts and rp_ps_leave() as it
  * returns, and clocks restart at 0 in each phase.
  *
- * Timeouts. Every call waits at most the configured timeout. A server that
+ * Timeouts. Every call waits at most the configured timeout. A push that
+ * times out may have been applied by some servers and not others (the
+ * error names the ones that did not answer): the job does not go on past
+ * it, and its last checkpoint is the state to resume from. A server that
  * does not answer (stopped, dead, or its shard's lock held too long) is named
  * in the error (RP_ERR_TIMEOUT), with its rank and host under MPI; a pull that
  * the staleness bound holds back past the timeout names the slowest worker,
@@ -74,8 +77,8 @@ typedef struct rp_ps rp_ps;
  * thread each. The values start at zero, the slots at zero, the step at 0
  * (rp_ps_init() sets them). Each handle is destroyed by its own
  * rp_ps_destroy(); the shards go with the last one.
- * Errors: RP_ERR_INVALID (workers < 1, numel < 0, servers < 1, a bad
- * optimizer configuration), RP_ERR_NOMEM.
+ * Errors: RP_ERR_INVALID (workers outside [1, 64], numel < 0, servers
+ * outside [1, 1024], a bad optimizer configuration), RP_ERR_NOMEM.
  */
 rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, const rp_ps_config *cfg);
 

@@ -208,6 +208,12 @@ void rp_ps_clocks_leave(rp_ps_clocks *c, int worker) { c->left[worker] = true; }
 
 void rp_ps_clocks_tick(rp_ps_clocks *c, int worker) { c->clock[worker]++; }
 
+int64_t rp_ps_clocks_of(const rp_ps_clocks *c, int q)
+{
+    /* Not yet in the newest phase: about to start it at clock 0. Left it: holds no one back. */
+    return c->joined[q] < c->phase ? 0 : c->left[q] ? INT64_MAX : c->clock[q];
+}
+
 bool rp_ps_clocks_may_go(const rp_ps_clocks *c, int worker, int *slowest)
 {
     if (c->staleness < 0) return true;
@@ -215,8 +221,7 @@ bool rp_ps_clocks_may_go(const rp_ps_clocks *c, int worker, int *slowest)
     int who = -1;
     for (int q = 0; q < c->workers; q++) {
         if (q == worker) continue;
-        /* Not yet in the newest phase: about to start it at clock 0. Left it: holds no one back. */
-        int64_t clock = c->joined[q] < c->phase ? 0 : c->left[q] ? INT64_MAX : c->clock[q];
+        int64_t clock = rp_ps_clocks_of(c, q);
         if (clock < least) {
             least = clock;
             who = q;

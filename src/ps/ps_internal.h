@@ -91,6 +91,9 @@ void rp_ps_clocks_join(rp_ps_clocks *c, int worker, uint64_t phase);
 void rp_ps_clocks_leave(rp_ps_clocks *c, int worker);
 void rp_ps_clocks_tick(rp_ps_clocks *c, int worker);
 
+/* The clock the bound counts for worker q: 0 if it has not joined the newest phase, INT64_MAX if it left. */
+int64_t rp_ps_clocks_of(const rp_ps_clocks *c, int q);
+
 /*
  * Whether `worker` may go on (its clock minus the slowest active worker's
  * clock is at most the bound). If not, *slowest gets that worker.

@@ -79,7 +79,7 @@ static rp_status lock_server(rp_ps *ps, int s, double deadline, const char *what
     struct timespec at = realtime_in(left > 0 ? left : 0);
     int rc = pthread_mutex_timedlock(&sv->mu, &at);
     if (rc == 0) {
-        sv->holder = ps->worker;
+        __atomic_store_n(&sv->holder, ps->worker, __ATOMIC_RELAXED);
         return RP_OK;
     }
     int holder = __atomic_load_n(&sv->holder, __ATOMIC_RELAXED);
@@ -114,7 +114,8 @@ static rp_status wait_staleness(rp_ps *ps, double deadline)
                               "staleness bound %d: worker %d, at step %lld of this phase, waited %g s for "
                               "worker %d, still at step %lld: that worker is stopped, stuck or far slower",
                               g->cfg.staleness, ps->worker, (long long)g->clocks.clock[ps->worker],
-                              ps->cfg.timeout_s, slowest, (long long)g->clocks.clock[slowest]);
+                              ps->cfg.timeout_s, slowest,
+                              (long long)rp_ps_clocks_of(&g->clocks, slowest));
             break;
         }
     }

@@ -198,7 +198,7 @@ static rp_status release_pulls(server *sv, srv_set *st, double now)
                 "that worker is stopped, stuck or far slower",
                 st->cfg.staleness, w, w, g->hosts[w], (long long)st->clocks.clock[w],
                 now - st->since[w], sv->index, slowest, slowest, g->hosts[slowest],
-                (long long)st->clocks.clock[slowest]));
+                (long long)rp_ps_clocks_of(&st->clocks, slowest)));
         }
     }
     return RP_OK;
