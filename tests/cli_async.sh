@@ -16,11 +16,9 @@ set -euo pipefail
 bin=$(realpath "$1")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-data=/usr/share/datasets/fashion-mnist
-if [ ! -e "$data/train-images-idx3-ubyte.gz" ]; then
-    echo "SKIP: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 0
-fi
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 common=(--data "$data" --limit 1024 --batch 64 --threads 1 --quiet --epochs 2)
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -58,14 +56,7 @@ out=$("$bin" train --resume "$dir/sync" --regime async --replicas 2 --epochs 3 -
 echo "$out" | grep -q "after 3 epochs" || fail "a sync run resumed async did not finish: $out"
 echo "ok: 3 async replicas on 2 servers reach $acc%; a sync run resumes async"
 
-if ! command -v mpirun > /dev/null; then
-    echo "SKIP: mpirun is not installed (the MPI checks)"
-    echo "all async cli checks passed"
-    exit 0
-fi
-mpi=(mpirun --oversubscribe)
-[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+need_mpirun   # (exits here without mpirun: the checks above have passed)
 
 # 4. MPI: rank 1 serves rank 0; the same bits as the in-process server.
 "${mpi[@]}" -np 2 "$bin" train mlp "${common[@]}" --regime async --ps 1 --out "$dir/mpi-1" > /dev/null

@@ -14,11 +14,9 @@ set -euo pipefail
 bin=$(realpath "$1")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-data=/usr/share/datasets/fashion-mnist
-if [ ! -e "$data/train-images-idx3-ubyte.gz" ]; then
-    echo "SKIP: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 0
-fi
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 common=(--data "$data" --limit 1024 --batch 64 --threads 1 --quiet)
 fail() { echo "FAIL: $*"; exit 1; }
 

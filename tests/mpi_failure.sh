@@ -17,23 +17,13 @@
 # Usage: mpi_failure.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
-data=/usr/share/datasets/fashion-mnist
-if [ ! -e "$data/train-images-idx3-ubyte.gz" ]; then
-    echo "SKIP: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    exit 0
-fi
-if ! command -v mpirun > /dev/null; then
-    echo "SKIP: mpirun is not installed"
-    exit 0
-fi
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
+need_mpirun
 
 timeout_s=10        # the collective timeout the ranks run with
 deadline_s=40       # a failed job must have ended this long after the failure
-export OMP_WAIT_POLICY=passive
-# Under the sanitizer build: OpenMPI's own allocations at exit are not ours to report.
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-mpi=(mpirun --oversubscribe -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
-[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
 host=$(hostname)
 common=(--data "$data" --limit 256 --batch 32 --threads 1 --quiet --comm-timeout $timeout_s)
 
@@ -47,9 +37,6 @@ descendants() {
         { parent[$1] = $2 }
         END { for (p in parent) for (q = p; q in parent && q > 1; q = parent[q]) if (parent[q] == top) { print p; break } }'
 }
-
-# ours PID: PID is still a live replicator process (not a zombie, nor a pid reused since).
-ours() { [ "$(readlink "/proc/$1/exe" 2> /dev/null)" = "$bin" ]; }
 
 # rank_pid MPIRUN RANK: the pid of the replicator process of MPI rank RANK under MPIRUN (its
 # child, or a grandchild where a daemon sits in between), or nothing if it is not running yet.
@@ -70,11 +57,7 @@ cleanup() {
         for p in $(descendants "$job"); do ours "$p" && ranks+=("$p"); done
         kill -KILL "$job" 2> /dev/null || true
     fi
-    for p in "${ranks[@]}"; do
-        ours "$p" || continue
-        kill -CONT "$p" 2> /dev/null || true
-        kill -KILL "$p" 2> /dev/null || true
-    done
+    kill_ours "${ranks[@]}"
     rm -rf "$dir"
 }
 trap cleanup EXIT

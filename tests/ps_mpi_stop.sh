@@ -8,38 +8,26 @@
 # Usage: ps_mpi_stop.sh path/to/ps_stop_victim
 set -euo pipefail
 bin=$(realpath "$1")
-if ! command -v mpirun > /dev/null; then
-    echo "SKIP: mpirun is not installed"
-    exit 0
-fi
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_mpirun
 timeout_s=3
 margin_s=5
-export OMP_WAIT_POLICY=passive
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-mpi=(mpirun --oversubscribe -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
-[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
 host=$(hostname)
 
 dir=$(mktemp -d)
 log=$dir/job.log
 job=""
 
-# ours PID: PID is still a live process of the victim program (not a pid reused since).
-ours() { [ "$(readlink "/proc/$1/exe" 2> /dev/null)" = "$bin" ]; }
-
 # On any exit: no rank survives, the stopped one included (SIGCONT, then SIGKILL), each by its pid.
 cleanup() {
-    local f p
+    local f
     if [ -n "$job" ]; then
         kill -KILL "$job" 2> /dev/null || true
         wait "$job" 2> /dev/null || true
     fi
     for f in "$dir"/rank*.pid; do
-        [ -f "$f" ] || continue
-        p=$(cat "$f")
-        ours "$p" || continue
-        kill -CONT "$p" 2> /dev/null || true
-        kill -KILL "$p" 2> /dev/null || true
+        [ -f "$f" ] && kill_ours "$(cat "$f")"
     done
     rm -rf "$dir"
 }

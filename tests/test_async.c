@@ -56,6 +56,18 @@ static void make_problem(problem *p)
     }
 }
 
+/* A job on the problem: batches of `batch` rows, lr, momentum 0.9 (the default rule). */
+static void job_setup(job *j, problem *p, int batch, int64_t batches, float lr)
+{
+    memset(j, 0, sizeof *j);
+    make_problem(p);
+    j->p = p;
+    j->batch = batch;
+    j->batches = batches;
+    j->lr = lr;
+    j->oc = rp_optim_config_default();
+}
+
 /* Each replica: its own parameter list, initialised from a seed of its own (replica 0's must win). */
 static rp_status build(rp_replica *rep, void *arg)
 {
@@ -150,11 +162,8 @@ static void test_replica0_values_start_everyone(void **state)
 {
     (void)state;
     static problem p;
-    make_problem(&p);
     static job j;
-    memset(&j, 0, sizeof j);
-    j.p = &p;
-    j.oc = rp_optim_config_default();
+    job_setup(&j, &p, 1, 0, 0);
     rp_params *ref;
     assert_int_equal(rp_params_create(&ref), RP_OK);
     rp_init init = {.kind = RP_INIT_UNIFORM, .value = 1.0f};
@@ -181,17 +190,11 @@ static void test_least_squares_converges(void **state)
 {
     (void)state;
     static problem p;
-    make_problem(&p);
     for (int momentum = 0; momentum < 2; momentum++)
         for (int replicas = 1; replicas <= 4; replicas *= 2) {
             static job j;
-            memset(&j, 0, sizeof j);
-            j.p = &p;
-            j.batch = 8;
-            j.batches = 600;
-            j.oc = rp_optim_config_default();
+            job_setup(&j, &p, 8, 600, momentum ? 0.05f : 0.1f);
             j.oc.momentum = momentum ? 0.5f : 0.0f;
-            j.lr = momentum ? 0.05f : 0.1f;
             rp_replicator *r = start_bounded(replicas, 2, 2, &j);
             float start_x[DIM];
             memcpy(start_x, rp_params_data(j.params[0]), sizeof start_x);
@@ -216,14 +219,8 @@ static void test_claims_once_each_per_run(void **state)
 {
     (void)state;
     static problem p;
-    make_problem(&p);
     static job j;
-    memset(&j, 0, sizeof j);
-    j.p = &p;
-    j.batch = 1;
-    j.batches = 200;
-    j.lr = 0.01f;
-    j.oc = rp_optim_config_default();
+    job_setup(&j, &p, 1, 200, 0.01f);
     rp_replicator *r = start(4, 1, &j);
     for (int run = 0; run < 2; run++) {
         assert_int_equal(rp_replicator_run(r, train, &j), RP_OK);
@@ -257,14 +254,8 @@ static void test_fetch_and_publish(void **state)
 {
     (void)state;
     static problem p;
-    make_problem(&p);
     static job j;
-    memset(&j, 0, sizeof j);
-    j.p = &p;
-    j.batch = 4;
-    j.batches = 30;
-    j.lr = 0.05f;
-    j.oc = rp_optim_config_default(); /* momentum 0.9: one slot */
+    job_setup(&j, &p, 4, 30, 0.05f); /* momentum 0.9: one slot */
     rp_replicator *r = start(2, 2, &j);
     assert_int_equal(rp_replicator_run(r, train, &j), RP_OK);
     assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
@@ -291,14 +282,8 @@ static void test_nan_gradient_refused(void **state)
 {
     (void)state;
     static problem p;
-    make_problem(&p);
     static job j;
-    memset(&j, 0, sizeof j);
-    j.p = &p;
-    j.batch = 4;
-    j.batches = 40;
-    j.lr = 0.05f;
-    j.oc = rp_optim_config_default();
+    job_setup(&j, &p, 4, 40, 0.05f);
     j.nan_on_replica1 = true;
     j.own_steps = 5; /* replica 1 surely steps (the queue could all go to replica 0) */
     rp_replicator *r = start(2, 1, &j);

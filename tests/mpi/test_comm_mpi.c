@@ -37,15 +37,7 @@ static atomic_int failures;
 static _Thread_local int rank_; /* this member's rank */
 static int size_, per_ = 1;     /* members in all; members in each process */
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank_, __FILE__, __LINE__);                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
+#include "mpi_check.h"
 
 /* Rank r's element i: varied exponents for floats, so only rank order gives the reference bits. */
 static double value(int r, int64_t i)

@@ -36,15 +36,7 @@
 static int failures, rank_, W, S;
 static MPI_Comm workers_; /* the workers only */
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank_, __FILE__, __LINE__);                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
+#include "mpi_check.h"
 
 #define OK(expr) CHECK((expr) == RP_OK, "%s: %s", #expr, rp_last_error())
 
