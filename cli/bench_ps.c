@@ -116,7 +116,7 @@ int rp_cli_bench_ps(int argc, char **argv)
             ok = ok && n >= 1 && n <= 64;
             cfg.replicas = (int)n;
         } else if (!strcmp(a, "--ps")) {
-            ok = ok && n >= 1 && n <= 1024;
+            ok = ok && n >= 1 && n <= 256;
             cfg.ps = (int)n;
         } else if (!strcmp(a, "--numel")) {
             ok = ok && n >= 1 && n <= (1L << 30);

@@ -212,7 +212,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         else if (!strcmp(a, "--regime")) {
             ok = !strcmp(v, "sync") || !strcmp(v, "async");
             snprintf(o->regime, sizeof o->regime, "%s", v);
-        } else if (!strcmp(a, "--ps")) { ok = parse_long(v, 1, 1024, &n); o->ps = (int)n; }
+        } else if (!strcmp(a, "--ps")) { ok = parse_long(v, 1, 256, &n); o->ps = (int)n; }
         else if (!strcmp(a, "--staleness")) { ok = parse_long(v, -1, 1L << 30, &n); o->staleness = (int)n; }
         else if (!strcmp(a, "--slow")) {
             char *end;
@@ -376,7 +376,7 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         char regime[8] = "sync";
         if (get_str(j, "regime", regime, sizeof regime) && !strcmp(regime, "async"))
             snprintf(o->regime, sizeof o->regime, "async");
-        if (get_num(j, "ps", &ps) && ps >= 1 && ps <= 1024) o->ps = (int)ps;
+        if (get_num(j, "ps", &ps) && ps >= 1 && ps <= 256) o->ps = (int)ps;
         if (get_num(j, "staleness", &staleness) && staleness >= -1 && staleness <= 1e9) o->staleness = (int)staleness;
     }
     cJSON_Delete(j);

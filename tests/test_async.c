@@ -299,6 +299,75 @@ static void test_nan_gradient_refused(void **state)
     rp_replicator_destroy(r);
 }
 
+/* Optimizers made and destroyed run after run: a slot freed is a slot reused (more than 8 in all). */
+static rp_status build_and_destroy(rp_replica *rep, void *arg)
+{
+    RP_CHECK(build(rep, arg));
+    return destroy(rep, arg);
+}
+
+static void test_optimizers_made_again_and_again(void **state)
+{
+    (void)state;
+    static problem p;
+    static job j;
+    job_setup(&j, &p, 1, 0, 0);
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.regime = RP_REGIME_ASYNC;
+    cfg.replicas = 2;
+    cfg.threads_per_replica = 1;
+    rp_replicator *r = NULL;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    for (int run = 0; run < 12; run++) assert_int_equal(rp_replicator_run(r, build_and_destroy, &j), RP_OK);
+    rp_replicator_destroy(r);
+}
+
+/*
+ * Under a staleness bound of 0, a replica that destroys its optimizer (it is done) holds no
+ * one back: replica 1 goes on alone, far ahead of replica 0's last clock, well within the timeout.
+ */
+static rp_status stop_early(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    int r = rp_replica_local_index(rep);
+    if (rp_replica_id(rep) == 0) {
+        j->own_steps = 1;
+        return destroy(rep, arg);
+    }
+    j->own_steps = 0;
+    for (int k = 0; k < 20; k++) {
+        for (int d = 0; d < DIM; d++) rp_params_grad(j->params[r])[d] = 0.01f;
+        RP_CHECK(rp_optimizer_step(j->opt[r], j->lr));
+    }
+    return RP_OK;
+}
+
+static void test_destroyed_optimizer_holds_no_one_back(void **state)
+{
+    (void)state;
+    static problem p;
+    static job j;
+    job_setup(&j, &p, 1, 0, 0.01f);
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.regime = RP_REGIME_ASYNC;
+    cfg.replicas = 2;
+    cfg.staleness = 0;
+    cfg.timeout_s = 5;
+    cfg.threads_per_replica = 1;
+    rp_replicator *r = NULL;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    assert_int_equal(rp_replicator_run(r, build, &j), RP_OK);
+    double t0 = rp_now_s();
+    rp_status status = rp_replicator_run(r, stop_early, &j);
+    if (status != RP_OK) print_error("%s\n", rp_last_error());
+    assert_int_equal(status, RP_OK);
+    assert_true(rp_now_s() - t0 < 2.5);
+    assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
+    rp_replicator_destroy(r);
+}
+
 /* Bad configurations are named. */
 static void test_bad_config(void **state)
 {
@@ -332,6 +401,8 @@ int main(void)
         cmocka_unit_test(test_claims_once_each_per_run),
         cmocka_unit_test(test_fetch_and_publish),
         cmocka_unit_test(test_nan_gradient_refused),
+        cmocka_unit_test(test_optimizers_made_again_and_again),
+        cmocka_unit_test(test_destroyed_optimizer_holds_no_one_back),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

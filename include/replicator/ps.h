@@ -29,7 +29,9 @@
  * Timeouts. Every call waits at most the configured timeout. A push that
  * times out may have been applied by some servers and not others (the
  * error names the ones that did not answer): the job does not go on past
- * it, and its last checkpoint is the state to resume from. A server that
+ * it, and its last checkpoint is the state to resume from. Under MPI a
+ * send that timed out may still read the caller's gradient if the server
+ * wakes up: do not reuse the handle or its buffers after a timeout. A server that
  * does not answer (stopped, dead, or its shard's lock held too long) is named
  * in the error (RP_ERR_TIMEOUT), with its rank and host under MPI; a pull that
  * the staleness bound holds back past the timeout names the slowest worker,
@@ -59,7 +61,7 @@ extern "C" {
 void rp_ps_shard_range(int64_t numel, int servers, int s, int64_t *lo, int64_t *hi);
 
 typedef struct rp_ps_config {
-    int servers;          /* S >= 1 */
+    int servers;          /* S in [1, 256] */
     int staleness;        /* k >= 0, or -1 (the default): unbounded */
     double timeout_s;     /* > 0; 0: $RP_COMM_TIMEOUT */
     rp_optim_config optim; /* the rule the servers apply */
@@ -78,7 +80,7 @@ typedef struct rp_ps rp_ps;
  * (rp_ps_init() sets them). Each handle is destroyed by its own
  * rp_ps_destroy(); the shards go with the last one.
  * Errors: RP_ERR_INVALID (workers outside [1, 64], numel < 0, servers
- * outside [1, 1024], a bad optimizer configuration), RP_ERR_NOMEM.
+ * outside [1, 256], a bad optimizer configuration), RP_ERR_NOMEM.
  */
 rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, const rp_ps_config *cfg);
 
@@ -139,8 +141,11 @@ rp_status rp_ps_stats(rp_ps *ps, int server, rp_ps_server_stats *st);
 
 /*
  * Phases for the staleness bound: join starts phase `phase` (increasing;
- * clocks restart at 0), leave ends this worker's part of it (it no longer
- * holds anyone back). The runtime calls them around each run.
+ * clocks restart at 0, and so do the claims of rp_ps_claim()), leave ends
+ * this worker's part of it (it no longer holds anyone back). Phases must not
+ * overlap: no worker joins phase p+1 before every worker has left phase p.
+ * The runtime calls them around each run, and a run ends with a reduction
+ * across the replicas, after their leaves: the rule holds there.
  */
 rp_status rp_ps_join(rp_ps *ps, uint64_t phase);
 rp_status rp_ps_leave(rp_ps *ps);

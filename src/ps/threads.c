@@ -241,6 +241,9 @@ static void threads_destroy(rp_ps *ps)
 {
     group *g = G(ps);
     pthread_mutex_lock(&g->mu);
+    /* A worker gone holds no one back (an MPI server treats a dropped handle alike). */
+    rp_ps_clocks_leave(&g->clocks, ps->worker);
+    pthread_cond_broadcast(&g->changed);
     bool last = --g->refs == 0;
     pthread_mutex_unlock(&g->mu);
     if (last) group_free(g);
@@ -253,8 +256,8 @@ rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, cons
     if (workers < 1 || workers > RP_PS_MAX_WORKERS)
         return RP_ERROR(RP_ERR_INVALID, "%d workers: must be in [1, %d]", workers, RP_PS_MAX_WORKERS);
     if (numel < 0) return RP_ERROR(RP_ERR_INVALID, "numel %lld < 0", (long long)numel);
-    if (cfg->servers < 1 || cfg->servers > 1024)
-        return RP_ERROR(RP_ERR_INVALID, "%d parameter servers: must be in [1, 1024]", cfg->servers);
+    if (cfg->servers < 1 || cfg->servers > 256)
+        return RP_ERROR(RP_ERR_INVALID, "%d parameter servers: must be in [1, 256]", cfg->servers);
     if (cfg->timeout_s < 0 || cfg->timeout_s != cfg->timeout_s)
         return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be >= 0 (0: the default)", cfg->timeout_s);
     /* The rule's own checks (momentum, betas, eps), on an empty optimizer. */

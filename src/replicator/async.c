@@ -27,6 +27,7 @@ typedef struct rp_async {
     rp_optimizer *opt;
     rp_params *params;
     rp_ps *ps;
+    int slot; /* in rep->async_slots: the same on every replica, as they create in the same order */
     struct rp_async *next;
 } rp_async;
 
@@ -44,6 +45,7 @@ static void async_release(void *ctx)
             *p = a->next;
             break;
         }
+    a->rep->async_slots &= ~(1u << a->slot);
     rp_ps_destroy(a->ps);
     free(a);
 }
@@ -84,6 +86,8 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
         return rp_ps_mpi_create(ps, r->ps_group, numel, pc);
     }
     if (rep->local == 0) {
+        /* The slot's array of an earlier, destroyed set: every replica took its handle then. */
+        free(r->ps_sets[k]);
         r->ps_sets[k] = calloc((size_t)r->n, sizeof(rp_ps *));
         if (!r->ps_sets[k]) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d handles", r->n);
         RP_CHECK(rp_ps_threads_create(r->ps_sets[k], r->n, numel, pc));
@@ -101,9 +105,10 @@ rp_status rp_async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_param
                                     const rp_optim_config *cfg)
 {
     rp_replicator *r = rep->r;
-    int k = rep->nasync++;
-    if (k >= RP_ASYNC_SETS_MAX)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d async optimizers per replica", RP_ASYNC_SETS_MAX);
+    int k = 0;
+    while (k < RP_ASYNC_SETS_MAX && (rep->async_slots >> k & 1u)) k++;
+    if (k == RP_ASYNC_SETS_MAX)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d async optimizers alive per replica", RP_ASYNC_SETS_MAX);
     rp_ps_config pc = rp_ps_config_default();
     pc.servers = r->cfg.ps;
     pc.staleness = r->cfg.staleness;
@@ -121,6 +126,8 @@ rp_status rp_async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_param
     a->opt = opt;
     a->params = params;
     a->ps = ps;
+    a->slot = k;
+    rep->async_slots |= 1u << k;
     a->next = rep->asyncs;
     rep->asyncs = a;
     rp_optimizer_set_hooks(opt, NULL, NULL, async_release, a);

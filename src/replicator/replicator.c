@@ -71,7 +71,7 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
             else if (v && !strcmp(v, "async")) cfg->regime = RP_REGIME_ASYNC;
             else return RP_ERROR(RP_ERR_INVALID, "--regime %s: expected sync or async", v ? v : "(missing)");
         } else if (!strcmp(a, "--ps")) {
-            RP_CHECK(parse_int(a, v, 1, 1024, &x));
+            RP_CHECK(parse_int(a, v, 1, 256, &x));
             cfg->ps = (int)x;
         } else if (!strcmp(a, "--staleness")) {
             RP_CHECK(parse_int(a, v, -1, 1L << 30, &x));
@@ -308,8 +308,8 @@ static rp_status check_config(const rp_config *c)
         return RP_ERROR(RP_ERR_INVALID, "checksum_every = %d: must be >= 0", c->checksum_every);
     if ((unsigned)c->regime > RP_REGIME_ASYNC)
         return RP_ERROR(RP_ERR_INVALID, "regime = %d: not an rp_regime", (int)c->regime);
-    if (c->regime == RP_REGIME_ASYNC && (c->ps < 1 || c->ps > 1024))
-        return RP_ERROR(RP_ERR_INVALID, "ps = %d parameter servers: must be in [1, 1024]", c->ps);
+    if (c->regime == RP_REGIME_ASYNC && (c->ps < 1 || c->ps > 256))
+        return RP_ERROR(RP_ERR_INVALID, "ps = %d parameter servers: must be in [1, 256]", c->ps);
     if (c->staleness < -1)
         return RP_ERROR(RP_ERR_INVALID, "staleness = %d: must be >= 0, or -1 for unbounded", c->staleness);
     return RP_OK;

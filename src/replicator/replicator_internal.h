@@ -47,7 +47,7 @@ struct rp_replica {
     int bn_cap;
     /* Asynchronous training. */
     struct rp_async *asyncs;  /* linked list, oldest last */
-    int nasync;               /* async optimizers created (the next one's set number) */
+    unsigned async_slots;     /* bit k: an async optimizer alive in slot k (ps_sets[k]) */
 };
 
 struct rp_replicator {

@@ -67,8 +67,9 @@ void rp_ps_mpi_back_off(unsigned polls)
         sched_yield();
         return;
     }
+    /* 20, 40, 80, 160 us, then (idle for ~25 ms) 1 ms: a waiting rank costs ~1% of a core. */
     unsigned k = (polls - 300) / 100;
-    long us = 20L << (k < 3 ? k : 3); /* 20, 40, 80, 160 us */
+    long us = k < 4 ? 20L << k : 1000L;
     struct timespec ts = {0, us * 1000L};
     nanosleep(&ts, NULL);
 }

@@ -221,16 +221,20 @@ static rp_status create_set(server *sv, const ps_req *rq)
     int w = rq->worker;
     srv_set *st = find_set(sv, rq->set);
     if (st) {
-        if (st->numel != rq->arg || st->cfg.staleness != rq->staleness ||
-            st->cfg.optim.kind != rq->optim.kind)
+        const rp_optim_config *a = &rq->optim, *b = &st->cfg.optim;
+        bool same_rule = a->kind == b->kind && a->momentum == b->momentum && a->nesterov == b->nesterov &&
+                         a->weight_decay == b->weight_decay && a->beta1 == b->beta1 &&
+                         a->beta2 == b->beta2 && a->eps == b->eps;
+        if (st->numel != rq->arg || st->cfg.staleness != rq->staleness || !same_rule)
             return reply_error(sv, w, rq->set, rq->kind, RP_ERR_MISMATCH,
-                               "set %d: worker %d creates it with %lld floats (staleness %d, "
-                               "optimizer %d), another "
-                               "worker did with %lld (staleness %d, optimizer %d): every worker "
-                               "must create the same "
-                               "sets in the same order",
-                               rq->set, w, (long long)rq->arg, rq->staleness, (int)rq->optim.kind,
-                               (long long)st->numel, st->cfg.staleness, (int)st->cfg.optim.kind);
+                               "set %d: worker %d creates it with %lld floats (staleness %d, optimizer "
+                               "%d, momentum %g, weight decay %g), another worker did with %lld "
+                               "(staleness %d, optimizer %d, momentum %g, weight decay %g): every "
+                               "worker must create the same sets, with the same rule, in the same order",
+                               rq->set, w, (long long)rq->arg, rq->staleness, (int)a->kind,
+                               (double)a->momentum, (double)a->weight_decay, (long long)st->numel,
+                               st->cfg.staleness, (int)b->kind, (double)b->momentum,
+                               (double)b->weight_decay);
         return reply(sv, w, rq->set, rq->kind, RP_OK, 0, NULL, NULL, false, NULL, 0);
     }
     for (int i = 0; i < MAX_SETS && !st; i++)
