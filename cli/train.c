@@ -489,8 +489,9 @@ static void print_header(const run *r, bool resumed)
     if (r->async) {
         char bound[32] = "unbounded";
         if (o->staleness >= 0) snprintf(bound, sizeof bound, "%d", o->staleness);
-        snprintf(regime, sizeof regime, "async: %d parameter server%s%s, staleness %s", o->ps,
-                 o->ps > 1 ? "s" : "", strcmp(backend, "threads") ? " ranks" : " (in-process shards)", bound);
+        bool ranks = strcmp(backend, "threads") != 0;
+        snprintf(regime, sizeof regime, "async: %d parameter-server %s%s, staleness %s", o->ps,
+                 ranks ? "rank" : "shard", o->ps > 1 ? "s" : "", bound);
     } else {
         snprintf(regime, sizeof regime, "cross-replica batch norm");
     }

@@ -47,7 +47,7 @@ echo "ok: an async run resumes bit-exactly"
 # 3. Three replicas, two servers (a momentum the asynchrony tolerates: docs/training.md).
 out=$("$bin" train mlp --data "$data" --limit 2048 --batch 64 --threads 2 --epochs 2 --regime async \
     --replicas 3 --ps 2 --momentum 0.5 --out "$dir/three" 2>&1) || fail "3 async replicas: $out"
-echo "$out" | grep -q "3 replicas x 1 threads (threads, async: 2 parameter servers (in-process shards), staleness unbounded)" \
+echo "$out" | grep -q "3 replicas x 1 threads (threads, async: 2 parameter-server shards, staleness unbounded)" \
     || fail "3 async replicas: header: $out"
 acc=$(echo "$out" | sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a > 60) }' || fail "3 async replicas: test accuracy $acc%"
@@ -64,7 +64,7 @@ cmp "$dir/async/checkpoint.safetensors" "$dir/mpi-1/checkpoint.safetensors" \
     || fail "one replica rank with one server rank differs from the threads backend"
 out=$("${mpi[@]}" -np 3 "$bin" train mlp --data "$data" --limit 2048 --batch 64 --threads 1 --epochs 2 \
     --regime async --ps 1 --momentum 0.5 --max-steps 40 --out "$dir/mpi-2" 2>&1) || fail "2 ranks + 1 server: $out"
-echo "$out" | grep -q "2 replicas (2 ranks x 1) x 1 threads (mpi, async: 1 parameter server ranks" \
+echo "$out" | grep -q "2 replicas (2 ranks x 1) x 1 threads (mpi, async: 1 parameter-server rank, staleness unbounded)" \
     || fail "2 ranks + 1 server: header: $out"
 [ "$(echo "$out" | grep -c "run directory")" -eq 1 ] || fail "more than one rank printed the header: $out"
 out=$("$bin" train --resume "$dir/mpi-2" --threads 2 --replicas 2 2>&1) || fail "resuming the MPI run on threads: $out"
