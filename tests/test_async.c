@@ -132,7 +132,8 @@ static rp_status destroy(rp_replica *rep, void *arg)
     return RP_OK;
 }
 
-static rp_replicator *start_bounded(int replicas, int servers, int staleness, job *j)
+/* Async on threads: `replicas` replicas of one kernel thread, `servers` shards, a 30 s timeout. */
+static rp_config async_config(int replicas, int servers)
 {
     rp_config cfg = rp_config_default();
     cfg.backend = RP_BACKEND_THREADS;
@@ -141,6 +142,12 @@ static rp_replicator *start_bounded(int replicas, int servers, int staleness, jo
     cfg.ps = servers;
     cfg.threads_per_replica = 1;
     cfg.timeout_s = 30;
+    return cfg;
+}
+
+static rp_replicator *start_bounded(int replicas, int servers, int staleness, job *j)
+{
+    rp_config cfg = async_config(replicas, servers);
     cfg.staleness = staleness;
     rp_replicator *r = NULL;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
@@ -312,11 +319,7 @@ static void test_optimizers_made_again_and_again(void **state)
     static problem p;
     static job j;
     job_setup(&j, &p, 1, 0, 0);
-    rp_config cfg = rp_config_default();
-    cfg.backend = RP_BACKEND_THREADS;
-    cfg.regime = RP_REGIME_ASYNC;
-    cfg.replicas = 2;
-    cfg.threads_per_replica = 1;
+    rp_config cfg = async_config(2, 1);
     rp_replicator *r = NULL;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
     for (int run = 0; run < 12; run++) assert_int_equal(rp_replicator_run(r, build_and_destroy, &j), RP_OK);
@@ -349,13 +352,9 @@ static void test_destroyed_optimizer_holds_no_one_back(void **state)
     static problem p;
     static job j;
     job_setup(&j, &p, 1, 0, 0.01f);
-    rp_config cfg = rp_config_default();
-    cfg.backend = RP_BACKEND_THREADS;
-    cfg.regime = RP_REGIME_ASYNC;
-    cfg.replicas = 2;
+    rp_config cfg = async_config(2, 1);
     cfg.staleness = 0;
     cfg.timeout_s = 5;
-    cfg.threads_per_replica = 1;
     rp_replicator *r = NULL;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
     assert_int_equal(rp_replicator_run(r, build, &j), RP_OK);
