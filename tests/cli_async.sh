@@ -19,7 +19,7 @@ trap 'rm -rf "$dir"' EXIT
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
-common=(--data "$data" --limit 1024 --batch 64 --threads 1 --quiet --epochs 2)
+common=(--data "$data" --limit 1024 --batch 64 --threads 1 --quiet --epochs 2 --lr 0.05)
 fail() { echo "FAIL: $*"; exit 1; }
 
 # data_of FILE: the tensor bytes of a checkpoint, without its JSON header (which holds the
@@ -30,7 +30,7 @@ data_of() {
     tail -c +$((9 + n)) "$1"
 }
 
-# 1. async with one replica = sync.
+# 1. async with one replica = sync (the same --lr: the MLP's async default is lower).
 "$bin" train mlp "${common[@]}" --out "$dir/sync" > /dev/null
 "$bin" train mlp "${common[@]}" --regime async --out "$dir/async" > /dev/null
 cmp <(data_of "$dir/sync/checkpoint.safetensors") <(data_of "$dir/async/checkpoint.safetensors") \
@@ -49,6 +49,7 @@ out=$("$bin" train mlp --data "$data" --limit 2048 --batch 64 --threads 2 --epoc
     --replicas 3 --ps 2 --momentum 0.5 --out "$dir/three" 2>&1) || fail "3 async replicas: $out"
 echo "$out" | grep -q "3 replicas x 1 threads (threads, async: 2 parameter-server shards, staleness unbounded)" \
     || fail "3 async replicas: header: $out"
+echo "$out" | grep -q "lr 0.02 cosine" || fail "the MLP's async default lr is not 0.02: $out"
 acc=$(echo "$out" | sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a > 60) }' || fail "3 async replicas: test accuracy $acc%"
 out=$("$bin" train --resume "$dir/sync" --regime async --replicas 2 --epochs 3 --threads 2 2>&1) \
