@@ -8,6 +8,7 @@
 #     only async layout that is deterministic);
 #  3. three async replicas with two in-process servers train (the MLP beats
 #     chance by far) and say so in the header; a sync checkpoint resumes async;
+#     SIGINT stops an async run with a checkpoint that resumes;
 #  4. under mpirun: one replica rank and one server rank write the same
 #     checkpoint as the threads run of 2.; two replica ranks and one server
 #     train from the CLI and the run resumes on threads; 4 ranks with 2 servers.
@@ -56,6 +57,23 @@ out=$("$bin" train --resume "$dir/sync" --regime async --replicas 2 --epochs 3 -
     || fail "a sync run resumed async: $out"
 echo "$out" | grep -q "after 3 epochs" || fail "a sync run resumed async did not finish: $out"
 echo "ok: 3 async replicas on 2 servers reach $acc%; a sync run resumes async"
+
+# SIGINT stops every async replica at its next batch; the servers' state is checkpointed at the
+# position all of them reached, and the run resumes from it.
+set +e
+"$bin" train mlp --data "$data" --threads 2 --quiet --epochs 50 --regime async --replicas 3 \
+    --out "$dir/sig" > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 200); do [ -s "$dir/sig/metrics.jsonl" ] && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+set -e
+[ $rc -eq 130 ] || fail "async SIGINT: exit code $rc, expected 130"
+out=$("$bin" train --resume "$dir/sig" --epochs 4 --threads 2 2>&1) || fail "resuming an interrupted async run: $out"
+echo "$out" | grep -Eq "resumed from .* at epoch [1-4] step [0-9]+" || fail "async SIGINT: no resume position: $out"
+echo "$out" | grep -q "after 4 epochs" || fail "the interrupted async run did not finish: $out"
+echo "ok: SIGINT stops async replicas with a resumable checkpoint"
 
 need_mpirun   # (exits here without mpirun: the checks above have passed)
 
