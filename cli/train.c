@@ -320,15 +320,15 @@ static void straggle(const run *r, const rp_replica *rep, double started)
 }
 
 /* One optimisation step on this replica's shard of the next global batch. */
-static rp_status step_replica(rp_replica *rep, void *arg)
+/*
+ * Forward, loss, backward and the optimizer step on the batch in s->batch, with learning rate
+ * lr (both regimes: the optimizer averages or pushes). *loss gets the batch's loss.
+ */
+static rp_status train_batch(const run *r, rp_replica *rep, replica_state *s, float lr, double started,
+                             float *loss_out)
 {
-    run *r = arg;
-    replica_state *s = rp_replica_user(rep);
     rp_tape *t = rp_replica_tape(rep);
-    rp_batch *b = &s->batch;
-    double started = rp_now_s();
-    RP_CHECK(rp_loader_next(s->loader, b));
-    float lr = rp_schedule_lr(&r->sched, r->step);
+    const rp_batch *b = &s->batch;
     rp_tensor *x = rp_tensor_from(t, 4, (int[]){b->n, b->h, b->w, b->c}, b->x);
     rp_tensor *loss = rp_softmax_cross_entropy(t, train_model_forward(t, &s->model, x, true), b->y);
     if (!loss) return rp_last_status();
@@ -341,6 +341,19 @@ static rp_status step_replica(rp_replica *rep, void *arg)
     RP_CHECK(rp_backward(t, loss));
     RP_CHECK(rp_optimizer_step(s->opt, lr));
     straggle(r, rep, started);
+    *loss_out = l;
+    return RP_OK;
+}
+
+/* One synchronous step on this replica's shard of the next global batch. */
+static rp_status step_replica(rp_replica *rep, void *arg)
+{
+    run *r = arg;
+    replica_state *s = rp_replica_user(rep);
+    double started = rp_now_s();
+    float l;
+    RP_CHECK(rp_loader_next(s->loader, &s->batch));
+    RP_CHECK(train_batch(r, rep, s, rp_schedule_lr(&r->sched, r->step), started, &l));
     /* A signal may reach the processes at different steps: they agree here to stop after this one. */
     RP_CHECK(rp_replica_report(rep, "stop", (double)stop_signal, RP_MAX));
     return rp_replica_report(rep, "loss", l, RP_MEAN);
@@ -610,8 +623,6 @@ static rp_status async_epoch_replica(rp_replica *rep, void *arg)
     run *r = arg;
     const train_opts *o = &r->o;
     replica_state *s = rp_replica_user(rep);
-    rp_tape *t = rp_replica_tape(rep);
-    rp_batch *b = &s->batch;
     int64_t start = r->pos_step, end = r->steps_per_epoch, done = 0;
     if (o->max_steps && r->step + (end - start) > o->max_steps) end = start + (o->max_steps - r->step);
     bool lead = rp_replica_local_index(rep) == 0 && r->root && !o->quiet;
@@ -626,26 +637,10 @@ static rp_status async_epoch_replica(rp_replica *rep, void *arg)
         int64_t le, ls;
         rp_loader_position(s->loader, &le, &ls);
         if (le != r->pos_epoch || ls != step) RP_TRY(rp_loader_seek(s->loader, r->pos_epoch, step));
-        RP_TRY(rp_loader_next(s->loader, b));
-        float lr = rp_schedule_lr(&r->sched, r->step + ticket);
-        rp_tape_reset(t);
-        rp_tensor *x = rp_tensor_from(t, 4, (int[]){b->n, b->h, b->w, b->c}, b->x);
-        rp_tensor *loss = rp_softmax_cross_entropy(t, train_model_forward(t, &s->model, x, true), b->y);
-        if (!loss) {
-            status = rp_last_status();
-            goto cleanup;
-        }
-        float l = rp_item(loss);
-        if (!isfinite(l)) {
-            status = RP_ERROR(RP_ERR_NUMERIC,
-                              "the loss is %g at epoch %lld step %lld (lr %g): training diverged; "
-                              "nothing was saved from this epoch; start again with a lower --lr",
-                              (double)l, (long long)r->pos_epoch + 1, (long long)step, (double)lr);
-            goto cleanup;
-        }
-        RP_TRY(rp_backward(t, loss));
-        RP_TRY(rp_optimizer_step(s->opt, lr));
-        straggle(r, rep, started);
+        RP_TRY(rp_loader_next(s->loader, &s->batch));
+        float lr = rp_schedule_lr(&r->sched, r->step + ticket), l;
+        rp_tape_reset(rp_replica_tape(rep)); /* one run takes many steps here */
+        RP_TRY(train_batch(r, rep, s, lr, started, &l));
         done++;
         loss_sum += l;
         /* This process's first replica shows the progress of all: the batches claimed so far. */
