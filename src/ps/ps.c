@@ -81,6 +81,11 @@ rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values)
 {
     if (!ps || !values) return RP_ERROR(RP_ERR_INVALID, "push_pull: NULL argument");
     RP_CHECK(check_push(ps, grad, lr));
+    return rp_ps_exchange(ps, grad, lr, values);
+}
+
+rp_status rp_ps_exchange(rp_ps *ps, const float *grad, float lr, float *values)
+{
     RP_CHECK(ps->ops->push_pull(ps, grad, lr, values));
     ps->clock++;
     return RP_OK;

@@ -35,6 +35,13 @@ struct rp_ps {
     void *impl;
 };
 
+/*
+ * rp_ps_push_pull() without its checks of lr and of every gradient element, for a caller that
+ * has made them: the async optimizer's step (rp_optimizer_step scans the gradient already; a
+ * second scan of every push would be a pass over the whole block for nothing).
+ */
+rp_status rp_ps_exchange(rp_ps *ps, const float *grad, float lr, float *values);
+
 /* ---- a server's shard of one set ----------------------------------------------- */
 
 typedef struct rp_ps_shard {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "replicator/ps.h"
+#include "ps/ps_internal.h"
 #include "replicator/replicator_internal.h"
 
 typedef struct rp_async {
@@ -34,7 +34,8 @@ typedef struct rp_async {
 static rp_status async_update(rp_optimizer *opt, float lr, void *ctx)
 {
     rp_async *a = ctx;
-    return rp_ps_push_pull(a->ps, rp_params_grad(a->params), lr, rp_params_data(a->params));
+    /* rp_optimizer_step has checked lr and found every gradient finite. */
+    return rp_ps_exchange(a->ps, rp_params_grad(a->params), lr, rp_params_data(a->params));
 }
 
 static void async_release(void *ctx)
