@@ -210,19 +210,26 @@ void rp_cpu_layernorm_bwd(float *restrict dx, float *restrict dgamma, float *res
                           const float *restrict mean, const float *restrict rstd,
                           const float *restrict gamma, int64_t rows, int d)
 {
-    /* dgamma and dbeta sum over rows: serial over rows (fixed order), vectorised across d. */
+    /* dgamma and dbeta sum over rows: in double, rows in order, vectorised across d. */
+    if ((dgamma || dbeta) && d > 4096) {
+        rp_ref_layernorm_bwd(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d);
+        return;
+    }
     if (dgamma || dbeta) {
+        double sgam[4096], sbet[4096];
+        for (int j = 0; j < d; j++) sgam[j] = sbet[j] = 0;
         for (int64_t i = 0; i < rows; i++) {
             const float *xr = x + i * d, *dr = dy + i * d;
             float m = mean[i], r = rstd[i];
-            if (dgamma) {
 #pragma omp simd
-                for (int j = 0; j < d; j++) dgamma[j] += dr[j] * ((xr[j] - m) * r);
+            for (int j = 0; j < d; j++) {
+                sgam[j] += (double)(dr[j] * ((xr[j] - m) * r));
+                sbet[j] += dr[j];
             }
-            if (dbeta) {
-#pragma omp simd
-                for (int j = 0; j < d; j++) dbeta[j] += dr[j];
-            }
+        }
+        for (int j = 0; j < d; j++) {
+            if (dgamma) dgamma[j] = (float)((double)dgamma[j] + sgam[j]);
+            if (dbeta) dbeta[j] = (float)((double)dbeta[j] + sbet[j]);
         }
     }
 #pragma omp parallel for if (rows * d >= PAR_MIN) schedule(static)

@@ -139,14 +139,23 @@ void rp_ref_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *d
             double g = (double)dr[j] * (gamma ? gamma[j] : 1.0f);
             sg += g;
             sgh += g * h;
-            if (dgamma) dgamma[j] += (float)(dr[j] * h);
-            if (dbeta) dbeta[j] += dr[j];
         }
         for (int j = 0; j < d; j++) {
             double h = ((double)xr[j] - mean[i]) * rstd[i];
             double g = (double)dr[j] * (gamma ? gamma[j] : 1.0f);
             dx[i * d + j] = (float)(rstd[i] * (g - sg / d - h * sgh / d));
         }
+    }
+    /* Parameter gradients: one double sum over rows per column. */
+    for (int j = 0; j < d; j++) {
+        double sgam = 0, sbet = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            double h = ((double)x[i * d + j] - mean[i]) * rstd[i];
+            sgam += dy[i * d + j] * h;
+            sbet += dy[i * d + j];
+        }
+        if (dgamma) dgamma[j] = (float)((double)dgamma[j] + sgam);
+        if (dbeta) dbeta[j] = (float)((double)dbeta[j] + sbet);
     }
 }
 
