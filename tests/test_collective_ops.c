@@ -10,6 +10,8 @@
  * in x_p->grad. The numeric one perturbs ONE element of ONE member's input
  * by +-eps, reruns the forward on every member (recording off) and
  * differences the sum of all members' losses, formed in double on the host.
+ * Send/recv are checked the same way: a pipeline of two stages (stage 0's
+ * loss is the send's token, 0) and a ring of three.
  * Megatron's pair is checked in its own convention (tensor.h): a
  * "replicated" input is one logical value, so the numeric pass perturbs it
  * on every member at once and each member's gradient must equal the
@@ -338,6 +340,39 @@ static void test_megatron_pair(void **state)
     coll_check(&c);
 }
 
+static rp_tensor *fwd_pipeline(rp_tape *t, rp_comm *c, int rank, rp_tensor *x, void *ctx)
+{
+    /* Stage 0 sends tanh(x) and back-propagates from the token; stage 1 computes the loss. */
+    if (rank == 0) return rp_tensor_send(t, c, rp_tanh(t, x), 1, 7);
+    rp_tensor *h = rp_tensor_recv(t, c, x->ndim, x->shape, 0, 7);
+    return rp_tanh(t, rp_scale(t, h, 1.3f));
+}
+
+/* Two stages: stage 0's input gradient arrives from stage 1 through send's backward. */
+static void test_send_recv_pipeline(void **state)
+{
+    coll_case c;
+    coll_init(&c, "send/recv two stages", 2, 2, (int[]){2, 3}, fwd_pipeline, NULL);
+    coll_check(&c);
+}
+
+static rp_tensor *fwd_ring(rp_tape *t, rp_comm *c, int rank, rp_tensor *x, void *ctx)
+{
+    int n = rp_comm_size(c);
+    rp_tensor *tok = rp_tensor_send(t, c, rp_tanh(t, x), (rank + 1) % n, 3);
+    rp_tensor *h = rp_tensor_recv(t, c, x->ndim, x->shape, (rank + n - 1) % n, 3);
+    /* Adding the token (value 0) lets one backward cover the send too. */
+    return rp_add(t, rp_add(t, rp_tanh(t, rp_scale(t, h, 1.3f)), rp_tanh(t, x)), tok);
+}
+
+/* A ring on 3 members, every one sending and receiving at once, and its own use of x. */
+static void test_send_recv_ring(void **state)
+{
+    coll_case c;
+    coll_init(&c, "send/recv ring n=3", 3, 1, (int[]){5}, fwd_ring, NULL);
+    coll_check(&c);
+}
+
 /* Bad arguments fail on the calling member with the value named, before any comm call. */
 static void test_collective_errors(void **state)
 {
@@ -545,6 +580,8 @@ int main(void)
         cmocka_unit_test(test_copy_to_group),
         cmocka_unit_test(test_reduce_from_group),
         cmocka_unit_test(test_megatron_pair),
+        cmocka_unit_test(test_send_recv_pipeline),
+        cmocka_unit_test(test_send_recv_ring),
         cmocka_unit_test(test_collective_errors),
         cmocka_unit_test(test_batch_norm_comm),
         cmocka_unit_test(test_batch_norm_comm_and_hook),

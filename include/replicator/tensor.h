@@ -422,6 +422,31 @@ rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root);
 rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x);
 rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x);
 
+/*
+ * Point-to-point, for pipelines of model stages (comm's rp_comm_send/recv:
+ * matched by order on each ordered pair, tag, count and dtype checked).
+ *
+ * rp_tensor_send sends x's values to `peer` and returns a token: a scalar
+ * 0 on this tape that stands for the send. Its backward RECEIVES the
+ * gradient of what the peer received (from the peer's rp_tensor_recv
+ * backward, same tag) and adds it to x's gradient. So the sending stage
+ * back-propagates from the token (rp_backward(t, token)), or from its own
+ * loss plus the token (rp_add(t, loss, token), value unchanged).
+ * rp_tensor_recv receives a tensor of `shape` (the count must match the
+ * sender's numel) from `peer`; its backward SENDS this member's gradient
+ * of it back (zeros if the loss did not use it).
+ *
+ * Both ops record a node whenever the tape records (the pair must agree on
+ * whether a gradient message comes back), so a stage that records must run
+ * backward through its sends and receives, as its peer will. The backward
+ * messages travel in the opposite direction on the same tag, in reverse
+ * order of the forward ones; sends buffer, so stages never deadlock on them.
+ * Errors: the comm's (RP_ERR_MISMATCH naming both calls, RP_ERR_TIMEOUT
+ * naming the peer) and RP_ERR_INVALID/RP_ERR_SHAPE for bad arguments.
+ */
+rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int tag);
+rp_tensor *rp_tensor_recv(rp_tape *t, rp_comm *c, int ndim, const int *shape, int peer, int tag);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,7 +17,7 @@ static const float *out_grad(rp_tape *t, rp_tensor *y)
 
 rp_status tape_collective_bwd(rp_tape *t, rp_node *nd)
 {
-    rp_tensor *x = nd->in[0], *y = nd->out;
+    rp_tensor *x = nd->n_in ? nd->in[0] : NULL, *y = nd->out;
     rp_comm *c = nd->a.coll.comm;
     int n = rp_comm_size(c), rank = rp_comm_rank(c);
     bool fail = false;
@@ -29,6 +29,22 @@ rp_status tape_collective_bwd(rp_tape *t, rp_node *nd)
         if (fail) return tape_oom();
         if (dx) t->k->add_inplace(dx, y->grad, x->numel);
         return RP_OK;
+    }
+
+    if (nd->op == RP_OP_SEND) {
+        /* The peer's receive sends back the gradient of what it received. */
+        float *g = rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
+        if (!g) return tape_oom();
+        RP_CHECK(rp_comm_recv(c, g, x->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag));
+        float *dx = tape_grad_acc(t, x, &fail);
+        if (fail) return tape_oom();
+        if (dx) t->k->add_inplace(dx, g, x->numel);
+        return RP_OK;
+    }
+    if (nd->op == RP_OP_RECV) {
+        const float *dy = out_grad(t, y);
+        if (!dy) return tape_oom();
+        return rp_comm_send(c, dy, y->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag);
     }
 
     const float *dy = out_grad(t, y);

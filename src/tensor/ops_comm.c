@@ -127,3 +127,36 @@ rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x)
     if (rp_comm_all_reduce(c, x->data, y->data, x->numel, RP_F32, RP_SUM) != RP_OK) return NULL;
     return record(t, RP_OP_REDUCE_FROM_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
 }
+
+rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int tag)
+{
+    RP_PROPAGATE_NULL(x);
+    if (!check_comm(t, c, "rp_tensor_send")) return NULL;
+    rp_tensor *token = rp_tape_tensor(t, 0, NULL);
+    if (!token) return NULL;
+    token->data[0] = 0.0f;
+    if (rp_comm_send(c, x->data, x->numel, RP_F32, peer, tag) != RP_OK) return NULL;
+    /* Recorded whenever the tape records, as the matching receive is: the peer's backward sends. */
+    if (!t->recording) return token;
+    rp_node *node = rp_tape_record(t, RP_OP_SEND, token, &x, 1);
+    if (!node) return NULL;
+    node->a.coll.comm = c;
+    node->a.coll.peer = peer;
+    node->a.coll.tag = tag;
+    return token;
+}
+
+rp_tensor *rp_tensor_recv(rp_tape *t, rp_comm *c, int ndim, const int *shape, int peer, int tag)
+{
+    if (!check_comm(t, c, "rp_tensor_recv")) return NULL;
+    rp_tensor *y = rp_tensor_new(t, ndim, shape);
+    if (!y) return NULL;
+    if (rp_comm_recv(c, y->data, y->numel, RP_F32, peer, tag) != RP_OK) return NULL;
+    if (!t->recording) return y;
+    rp_node *node = rp_tape_record(t, RP_OP_RECV, y, NULL, 0);
+    if (!node) return NULL;
+    node->a.coll.comm = c;
+    node->a.coll.peer = peer;
+    node->a.coll.tag = tag;
+    return y;
+}
