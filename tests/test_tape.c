@@ -897,6 +897,72 @@ static void test_custom_op_errors(void **state)
     rp_tape_destroy(t);
 }
 
+/*
+ * The ops added for the next models keep the steady state allocation-free
+ * too: per-axis broadcasting, axis reductions, layer norm, log-softmax,
+ * clamp, division, a detach, a custom op, two listeners and a differentiable
+ * all-reduce (on a one-member communicator), from the third step on.
+ */
+static rp_status twice_forward(void *ctx, rp_tensor *out, rp_tensor *const *in, int n)
+{
+    for (int64_t i = 0; i < out->numel; i++) out->data[i] = 2.0f * in[0]->data[i];
+    return RP_OK;
+}
+
+static rp_status twice_backward(void *ctx, const rp_tensor *out, const float *dout,
+                                rp_tensor *const *in, float *const *din, int n)
+{
+    if (din[0])
+        for (int64_t i = 0; i < out->numel; i++) din[0][i] += 2.0f * dout[i];
+    return RP_OK;
+}
+
+static void count_ready(rp_tensor *p, void *ctx)
+{
+    (*(int *)ctx)++;
+}
+
+static void test_new_ops_steady_state(void **state)
+{
+    static const rp_custom_op twice = {"twice", twice_forward, twice_backward};
+    rp_params *ps;
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    rp_init u = {RP_INIT_UNIFORM, 0.5f, 0, 0};
+    rp_tensor *g = rp_params_add(ps, "g", 4, (int[]){2, 1, 1, 4}, u, true);
+    rp_tensor *ln = rp_params_add(ps, "ln", 1, (int[]){4}, u, true);
+    assert_int_equal(rp_params_finalize(ps, 3), RP_OK);
+    rp_comm *comms[1];
+    assert_int_equal(rp_comm_threads_create(comms, 1, NULL, 5.0), RP_OK);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 4096), RP_OK);
+    int fired1 = 0, fired2 = 0;
+    assert_int_equal(rp_tape_add_grad_ready(t, count_ready, &fired1), RP_OK);
+    assert_int_equal(rp_tape_add_grad_ready(t, count_ready, &fired2), RP_OK);
+    float xd[2 * 3 * 3 * 4];
+    tu_fill(xd, 72, 8, -1, 1);
+    uint64_t allocs[5];
+    for (int step = 0; step < 5; step++) {
+        rp_tape_reset(t);
+        rp_params_zero_grad(ps);
+        rp_tensor *x = rp_tensor_from(t, 4, (int[]){2, 3, 3, 4}, xd);
+        rp_tensor *h = rp_layer_norm(t, rp_mul(t, x, g), ln, NULL, 1e-5f);
+        h = rp_div(t, h, rp_add(t, rp_detach(t, rp_clamp(t, h, 1.0f, 2.0f)), rp_reciprocal(t, ln)));
+        h = rp_custom(t, &twice, NULL, &h, 1, h->ndim, h->shape);
+        h = rp_tensor_all_reduce(t, comms[0], h, RP_SUM);
+        rp_tensor *s = rp_sum_axes(t, h, 2, (int[]){1, 2}, false);
+        rp_tensor *loss = rp_mean(t, rp_log_softmax(t, s));
+        assert_non_null(loss);
+        assert_int_equal(rp_backward(t, loss), RP_OK);
+        allocs[step] = rp_alloc_count();
+    }
+    assert_int_equal(fired1, 10);
+    assert_int_equal(fired2, 10);
+    for (int step = 3; step < 5; step++) assert_int_equal(allocs[step], allocs[2]);
+    rp_tape_destroy(t);
+    rp_comm_destroy(comms[0]);
+    rp_params_destroy(ps);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -918,6 +984,7 @@ int main(void)
         cmocka_unit_test(test_two_listeners),
         cmocka_unit_test(test_frozen_set),
         cmocka_unit_test(test_custom_op_errors),
+        cmocka_unit_test(test_new_ops_steady_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
