@@ -1440,6 +1440,33 @@ static rp_tensor *fwd_custom(rp_tape *t, rp_tensor *const *in, void *ctx)
     return rp_tanh(t, y);
 }
 
+/* y = sum_i (i+1) * in_i^2 over n inputs of one shape: more inputs than a node holds inline. */
+static rp_status many_forward(void *ctx, rp_tensor *out, rp_tensor *const *in, int n)
+{
+    for (int64_t k = 0; k < out->numel; k++) {
+        float s = 0;
+        for (int i = 0; i < n; i++) s += (float)(i + 1) * in[i]->data[k] * in[i]->data[k];
+        out->data[k] = s;
+    }
+    return RP_OK;
+}
+
+static rp_status many_backward(void *ctx, const rp_tensor *out, const float *dout,
+                               rp_tensor *const *in, float *const *din, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (din[i])
+            for (int64_t k = 0; k < out->numel; k++) din[i][k] += 2.0f * (float)(i + 1) * in[i]->data[k] * dout[k];
+    return RP_OK;
+}
+
+static const rp_custom_op many_op = {"many", many_forward, many_backward};
+
+static rp_tensor *fwd_custom_many(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_custom(t, &many_op, NULL, in, 6, in[0]->ndim, in[0]->shape);
+}
+
 static void test_custom_op(void **state)
 {
     gc_case c;
@@ -1450,6 +1477,10 @@ static void test_custom_op(void **state)
     gc_init(&c, "custom op, b constant", fwd_custom, NULL);
     gc_leaf(&c, "a", SHAPE(2, 5), -1, 1, true);
     gc_leaf(&c, "b", SHAPE(5), -1, 1, false);
+    gc_check(&c);
+    gc_init(&c, "custom op, 6 inputs", fwd_custom_many, NULL);
+    static const char *names[6] = {"x0", "x1", "x2", "x3", "x4", "x5"};
+    for (int i = 0; i < 6; i++) gc_leaf(&c, names[i], SHAPE(2, 3), -1, 1, i != 2);
     gc_check(&c);
 }
 
