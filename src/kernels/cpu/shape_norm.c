@@ -127,6 +127,24 @@ void rp_cpu_reduce_axes(float *restrict y, const float *restrict x, const int64_
             y[j] = (float)((accumulate ? (double)y[j] : 0.0) + (double)scale * s[j]);
         return;
     }
+    if (runs == 3 && !first_red && len[2] <= 4096) {
+        /* [kept, reduced, kept]: e.g. a per-sample [N,1,1,C] gradient from [N,H,W,C]. */
+        int64_t outer = len[0], mid = len[1], w = len[2];
+#pragma omp parallel for if (outer * mid * w >= PAR_MIN) schedule(static)
+        for (int64_t o = 0; o < outer; o++) {
+            double s[4096];
+            for (int64_t j = 0; j < w; j++) s[j] = 0;
+            for (int64_t r = 0; r < mid; r++) {
+                const float *xr = x + (o * mid + r) * w;
+#pragma omp simd
+                for (int64_t j = 0; j < w; j++) s[j] += xr[j];
+            }
+            float *yr = y + o * w;
+            for (int64_t j = 0; j < w; j++)
+                yr[j] = (float)((accumulate ? (double)yr[j] : 0.0) + (double)scale * s[j]);
+        }
+        return;
+    }
     rp_ref_reduce_axes(y, x, shape, mask, scale, accumulate);
 }
 
@@ -158,6 +176,23 @@ void rp_cpu_expand_axes(float *restrict x, const float *restrict y, const int64_
                 for (int64_t j = 0; j < w; j++) xr[j] = scale * y[j];
             }
         }
+        return;
+    }
+    if (runs == 3 && !first_red) {
+        int64_t outer = len[0], mid = len[1], w = len[2];
+#pragma omp parallel for if (outer * mid * w >= PAR_MIN) schedule(static)
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t r = 0; r < mid; r++) {
+                float *xr = x + (o * mid + r) * w;
+                const float *yr = y + o * w;
+                if (accumulate) {
+#pragma omp simd
+                    for (int64_t j = 0; j < w; j++) xr[j] += scale * yr[j];
+                } else {
+#pragma omp simd
+                    for (int64_t j = 0; j < w; j++) xr[j] = scale * yr[j];
+                }
+            }
         return;
     }
     rp_ref_expand_axes(x, y, shape, mask, scale, accumulate);
