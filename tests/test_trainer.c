@@ -618,6 +618,14 @@ static void test_refuses_existing_run(void **unused)
     char want[600];
     snprintf(want, sizeof want, "%s-2", dir);
     assert_string_equal(rp_trainer_run_dir(t), want);
+    /* An evaluation on demand, outside the loop. */
+    rp_trainer_metrics m = {0};
+    int evals = j.n_evals;
+    assert_int_equal(rp_trainer_evaluate(t, &m), RP_OK);
+    assert_int_equal(j.n_evals, evals + 1);
+    assert_int_equal(m.n, 1);
+    assert_string_equal(m.m[0].key, "wnorm2");
+    assert_true(m.m[0].value > 0);
     assert_int_equal(rp_trainer_destroy(t), RP_OK);
 
     /* Forced: it overwrites. */

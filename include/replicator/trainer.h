@@ -44,7 +44,9 @@
  *                             "loss","lr"} every metrics_every_steps steps (and
  *                             after every async chunk), and at each epoch's end
  *                             {"step","epoch","train_loss", the evaluation's
- *                             metrics, "images_per_s","lr"}
+ *                             metrics, the rate (cfg.rate_key),"lr"}; an
+ *                             evaluation between epochs adds {"step","epoch",
+ *                             its metrics}
  * A new run never overwrites saved work: a run_dir holding a checkpoint is
  * refused when run_dir_exact (unless force), else the trainer moves on to
  * run_dir-2, -3, ...
@@ -226,6 +228,14 @@ rp_status rp_trainer_run(rp_trainer *t);
  * (everything is freed regardless). NULL is ignored.
  */
 rp_status rp_trainer_destroy(rp_trainer *t);
+
+/*
+ * Evaluates now (model->evaluate on every replica, then model->evaluated)
+ * and fills *m, e.g. after rp_trainer_run() or before it for a baseline.
+ * Main thread, between runs. Errors: RP_ERR_INVALID (no evaluate callback,
+ * or a parameter-server rank), the callbacks' errors.
+ */
+rp_status rp_trainer_evaluate(rp_trainer *t, rp_trainer_metrics *m);
 
 /* Where the run stands (main thread, between calls). */
 typedef struct rp_trainer_progress {

@@ -102,6 +102,14 @@ static rp_status evaluate(rp_trainer *t, rp_trainer_metrics *m)
     return t->model->evaluated(t->ctx, t->rep, m);
 }
 
+rp_status rp_trainer_evaluate(rp_trainer *t, rp_trainer_metrics *m)
+{
+    if (!t || !m) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_evaluate: NULL argument");
+    if (t->server) return RP_ERROR(RP_ERR_INVALID, "a parameter-server rank has no replicas to evaluate");
+    if (!t->model->evaluate) return RP_ERROR(RP_ERR_INVALID, "the trainer's model has no evaluate callback");
+    return evaluate(t, m);
+}
+
 /* The end of the chunk that starts at the current position: the epoch's end, or sooner. */
 static int64_t chunk_end(const rp_trainer *t)
 {
