@@ -184,6 +184,7 @@ typedef struct rp_trainer_config {
     float slow_factor;
 } rp_trainer_config;
 
+/* The defaults noted on each field (run_dir, which has none, must be set). */
 rp_trainer_config rp_trainer_config_default(void);
 
 /*
@@ -247,8 +248,13 @@ typedef struct rp_trainer_progress {
     int stop_signal;        /* the agreed stop request's number (a signal), 0 if none */
 } rp_trainer_progress;
 
+/* Where the run stands now (all zero for NULL). */
 rp_trainer_progress rp_trainer_get_progress(const rp_trainer *t);
 
+/*
+ * The queries below are for the thread driving the trainer, between calls;
+ * each returns NULL, 0 or false for a NULL trainer.
+ */
 /* The replicator the trainer runs on (owned by it). */
 rp_replicator *rp_trainer_replicator(const rp_trainer *t);
 /* True on an MPI parameter-server rank (async): it serves, it has no replicas. */
@@ -257,10 +263,11 @@ bool rp_trainer_is_server(const rp_trainer *t);
 bool rp_trainer_is_root(const rp_trainer *t);
 /* The run directory chosen (owned by the trainer). */
 const char *rp_trainer_run_dir(const rp_trainer *t);
+/* Global batches per epoch, as the model's steps_per_epoch said (0 on a server rank). */
 int64_t rp_trainer_steps_per_epoch(const rp_trainer *t);
 /* Local replica 0's state as build made it (NULL on a server rank). */
 void *rp_trainer_state(const rp_trainer *t);
-/* The rate of global step `step` (0-based). */
+/* The schedule's rate at global step `step` (0-based; 0 on a server rank). */
 float rp_trainer_lr(const rp_trainer *t, int64_t step);
 
 /* ---- stopping on a signal -------------------------------------------------------- */
