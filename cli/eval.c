@@ -23,27 +23,29 @@ int rp_cli_eval(int argc, char **argv)
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
     rp_dataset *train = NULL, *test = NULL;
-    train_model model = {0};
+    rp_classifier_net net = {0};
     rp_tape *tape = NULL;
     train_opts o;
     char path[600];
-    train_checkpoint_path(path, sizeof path, argv[1]);
-    RP_TRY(rp_checkpoint_load(&ck, path));
+    rp_trainer_checkpoint_path(path, sizeof path, argv[1]);
+    RP_TRY(rp_trainer_load_checkpoint(&ck, argv[1]));
     const char *config = rp_checkpoint_get_meta(ck, "replicator.config");
     if (!config) {
         status = RP_ERROR(RP_ERR_FORMAT, "%s has no replicator.config metadata", path);
         goto cleanup;
     }
     RP_TRY(train_opts_from_json(&o, config));
-    RP_TRY(train_load_dataset(&train, &o, "train"));
-    RP_TRY(train_load_dataset(&test, &o, "test"));
+    rp_classifier_config cc;
+    train_opts_classifier(&o, &cc);
+    RP_TRY(rp_classifier_load_dataset(&train, &cc, "train"));
+    RP_TRY(rp_classifier_load_dataset(&test, &cc, "test"));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
     RP_TRY(rp_dataset_channel_stats(train, mean, std));
-    RP_TRY(train_model_create(&model, &o, train->h, train->w, train->c, train->num_classes, NULL, NULL));
-    RP_TRY(rp_checkpoint_read_params(ck, train_model_params(&model), "param/"));
+    RP_TRY(rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes, NULL, NULL));
+    RP_TRY(rp_checkpoint_read_params(ck, rp_classifier_net_params(&net), "param/"));
     RP_TRY(rp_tape_create(&tape, 0));
-    eval_result ev;
-    RP_TRY(train_evaluate(tape, &model, test, mean, std, 0, 1, &ev));
+    rp_classifier_eval ev;
+    RP_TRY(rp_classifier_evaluate(tape, &net, test, mean, std, 0, 1, &ev));
     int64_t n;
     const int64_t *pos = rp_checkpoint_get_i64(ck, "train/position", &n);
     printf("%s on %s: test accuracy %.2f%%, test loss %.4f (%lld images; checkpoint after %lld steps)\n",
@@ -51,7 +53,7 @@ int rp_cli_eval(int argc, char **argv)
            pos && n == 3 ? (long long)pos[2] : -1LL);
 cleanup:
     rp_tape_destroy(tape);
-    train_model_destroy(&model);
+    rp_classifier_net_destroy(&net);
     rp_dataset_destroy(test);
     rp_dataset_destroy(train);
     rp_checkpoint_destroy(ck);

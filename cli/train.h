@@ -1,14 +1,14 @@
 /*
  * train.h - what `replicator train` and `replicator eval` share: the run's
  * options (also stored in every checkpoint, so a run can be resumed or
- * evaluated from its directory alone) and a small model wrapper.
+ * evaluated from its directory alone) and how they map onto the classifier
+ * (models/classifier) and the trainer (replicator/trainer.h).
  */
 #ifndef RP_CLI_TRAIN_H
 #define RP_CLI_TRAIN_H
 
 #include "cli.h"
-#include "models/mlp/mlp.h"
-#include "models/resnet/resnet.h"
+#include "models/classifier/classifier.h"
 
 typedef struct train_opts {
     char model[32];     /* mlp | resnet20 | resnet18 | resnet50 */
@@ -61,37 +61,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume);
 char *train_opts_to_json(const train_opts *o);
 rp_status train_opts_from_json(train_opts *o, const char *json);
 
-/* A classifier: an MLP or a ResNet, behind one face. */
-typedef struct train_model {
-    rp_mlp *mlp;
-    rp_resnet *resnet;
-} train_model;
-
-/* bn_reduce/ctx: cross-replica batch norm for resnets (NULL: per-replica statistics). */
-rp_status train_model_create(train_model *m, const train_opts *o, int h, int w, int c, int classes,
-                             rp_bn_reduce_fn bn_reduce, void *bn_ctx);
-void train_model_destroy(train_model *m);
-rp_params *train_model_params(const train_model *m);
-rp_tensor *train_model_forward(rp_tape *t, const train_model *m, rp_tensor *x, bool training);
-
-/* Loads the train or test split of o->dataset. */
-rp_status train_load_dataset(rp_dataset **ds, const train_opts *o, const char *split);
-
-/* Test-set loss and accuracy, in evaluation mode (batch statistics frozen). */
-typedef struct eval_result {
-    double loss;
-    double accuracy;
-    int64_t samples;
-    double loss_sum;  /* sum over samples of the loss */
-    int64_t correct;
-} eval_result;
-
-/* Replica `replica` of `replicas` evaluates its share of every test batch. */
-rp_status train_evaluate(rp_tape *t, const train_model *m, const rp_dataset *test,
-                         const float *mean, const float *std, int replica, int replicas,
-                         eval_result *r);
-
-/* Path of the checkpoint file in a run directory. */
-void train_checkpoint_path(char *buf, size_t size, const char *dir);
+/* The classifier's share of the options. */
+void train_opts_classifier(const train_opts *o, rp_classifier_config *c);
 
 #endif

@@ -140,8 +140,7 @@ static bool parse_widths(const char *s, int *out, int *n)
 
 static bool known_model(const char *m)
 {
-    rp_resnet_kind k;
-    return !strcmp(m, "mlp") || rp_resnet_kind_parse(m, &k);
+    return rp_classifier_known_model(m);
 }
 
 int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
@@ -391,4 +390,23 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
     cJSON_Delete(j);
     if (!ok) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is incomplete or invalid");
     return RP_OK;
+}
+
+void train_opts_classifier(const train_opts *o, rp_classifier_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->model, sizeof c->model, "%s", o->model);
+    snprintf(c->dataset, sizeof c->dataset, "%s", o->dataset);
+    snprintf(c->data_dir, sizeof c->data_dir, "%s", o->data_dir);
+    c->batch = o->batch;
+    c->momentum = o->momentum;
+    c->weight_decay = o->weight_decay;
+    c->nesterov = o->nesterov;
+    c->seed = o->seed;
+    memcpy(c->hidden, o->hidden, sizeof c->hidden);
+    c->n_hidden = o->n_hidden;
+    c->augment = o->augment;
+    c->pad = o->pad;
+    c->limit = o->limit;
+    c->regime = !strcmp(o->regime, "async") ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
 }

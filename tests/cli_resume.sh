@@ -32,6 +32,19 @@ for model in mlp resnet20; do
     echo "ok: $model resume is bit-exact"
 done
 
+# What a run shows when stderr is not a terminal: a progress line about every tenth of an epoch
+# (here every step but the last), one line per epoch with the evaluation, the summary; and
+# metrics.jsonl's epoch line with the evaluation's metrics.
+out=$("$bin" train mlp --data "$data" --limit 1024 --batch 64 --threads 1 --epochs 1 --out "$dir/lines" 2>&1)
+echo "$out" | grep -Eq "^  epoch 1/1  step 2/16  loss [0-9.]+  lr [0-9.]+  [0-9]+ img/s$" || fail "progress line: $out"
+echo "$out" | grep -q "step 16/16" && fail "a progress line for the epoch's last step: $out"
+echo "$out" | grep -Eq "^  epoch 1/1  train loss [0-9.]+  test loss [0-9.]+  test acc [0-9.]+%  [0-9]+ img/s  [0-9]+s$" \
+    || fail "epoch line: $out"
+echo "$out" | grep -q "after 1 epochs (16 steps this run)" || fail "summary: $out"
+grep -Eq '^\{"step":16,"epoch":1,"train_loss":[0-9.]+,"test_loss":[0-9.]+,"test_accuracy":[0-9.]+,"images_per_s":[0-9.]+,"lr":[0-9.e-]+\}$' \
+    "$dir/lines/metrics.jsonl" || fail "metrics.jsonl epoch line: $(cat "$dir/lines/metrics.jsonl")"
+echo "ok: progress, epoch and summary lines"
+
 # Saved work is never overwritten: an explicit --out holding a checkpoint is refused (the file
 # unchanged); the default directory moves on to runs/MODEL-2; flags that --resume would ignore are
 # refused; resuming a finished run says so.

@@ -14,6 +14,7 @@
 #include "comm.h"
 #include "runtime.h"
 #include "ps.h"
+#include "trainer.h"
 
 #define RP_VERSION "0.1.0"
 

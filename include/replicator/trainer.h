@@ -1,0 +1,314 @@
+/*
+ * replicator/trainer.h - the trainer every model shares: the run directory,
+ * the agreed stop on a signal, checkpoint cadence, resume, metrics (JSONL),
+ * the progress line, evaluation callbacks, and one loop over an epoch's
+ * global batches for the sync and async regimes alike.
+ *
+ * A model plugs in through a table of callbacks (rp_trainer_model) and its
+ * own context pointer; the trainer creates the replicator, builds every
+ * replica, and runs the loop:
+ *
+ *     rp_trainer_config cfg = rp_trainer_config_default();
+ *     cfg.runtime.replicas = 4;           // the replicator the trainer creates
+ *     cfg.run_dir = "runs/mine";
+ *     cfg.epochs = 10;
+ *     cfg.lr = 0.1f;
+ *     rp_trainer *t;
+ *     rp_trainer_create(&t, &cfg, &my_model, &my_ctx);   // builds every replica
+ *     rp_trainer_run(t);                                   // trains, evaluates, checkpoints
+ *     rp_trainer_destroy(t);
+ *
+ * The loop. An epoch is steps_per_epoch global batches, numbered 0.. in the
+ * epoch. Each rp_replicator_run() covers a stretch of them (a "chunk"):
+ *  - sync: one batch per run; every replica trains its shard of that batch
+ *    (train_step), the gradients are averaged inside its optimizer step;
+ *  - async: the rest of the epoch (bounded by max_steps and the step
+ *    cadences) per run; the replicas take the batches one at a time from the
+ *    runtime's shared queue (rp_replica_claim), each the whole batch, so a
+ *    fast replica takes more of them and the epoch still covers every batch
+ *    once; after the run, settle() makes the replicas' state the job's.
+ * Batch s of epoch e gets the schedule's rate for its global step in both
+ * regimes, so they see the same examples in the same number of updates.
+ * After every chunk the replicas agree on a stop request (the largest signal
+ * number any of them saw), so every process stops after the same step.
+ *
+ * The run directory (written only by the process of replica 0):
+ *     checkpoint.safetensors  the model's tensors (save callback), the
+ *                             tensor "train/position" = {epoch, step in
+ *                             epoch, global step} of the next batch, and the
+ *                             metadata "replicator.config" (cfg.config_json)
+ *                             and "replicator.version"; written atomically
+ *                             (replicator/io.h), so a failed write leaves the
+ *                             previous checkpoint as it was
+ *     metrics.jsonl           one JSON object per line: {"step","epoch",
+ *                             "loss","lr"} every metrics_every_steps steps (and
+ *                             after every async chunk), and at each epoch's end
+ *                             {"step","epoch","train_loss", the evaluation's
+ *                             metrics, the rate (cfg.rate_key),"lr"}; an
+ *                             evaluation between epochs adds {"step","epoch",
+ *                             its metrics}
+ * A new run never overwrites saved work: a run_dir holding a checkpoint is
+ * refused when run_dir_exact (unless force), else the trainer moves on to
+ * run_dir-2, -3, ...
+ *
+ * Thread-safety: one trainer is driven by one thread (the one that created
+ * it); the callbacks run on the replicas' threads as documented for each.
+ * rp_trainer_request_stop() may be called from any thread.
+ */
+#ifndef REPLICATOR_TRAINER_H
+#define REPLICATOR_TRAINER_H
+
+#include "io.h"
+#include "runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rp_trainer rp_trainer;
+
+/* Where a step is: what train_step trains on, and what build resumes at. */
+typedef struct rp_trainer_at {
+    int64_t epoch;       /* from 0 */
+    int64_t step;        /* the global batch's index in its epoch, from 0 */
+    int64_t global_step; /* steps taken before this one in the whole run (the schedule's step) */
+    float lr;            /* the schedule's rate at global_step */
+} rp_trainer_at;
+
+/* Named values an evaluation produces: written to metrics.jsonl and shown on the epoch's line. */
+#define RP_TRAINER_MAX_METRICS 8
+typedef struct rp_trainer_metrics {
+    int n;
+    struct {
+        char key[32];   /* the JSON key, e.g. "test_accuracy" */
+        double value;   /* written with 6 decimals */
+        char shown[64]; /* the text on the epoch line, e.g. "test acc 91.20%" ("" : not shown) */
+    } m[RP_TRAINER_MAX_METRICS];
+} rp_trainer_metrics;
+
+/*
+ * Appends a metric: `key` (1..31 bytes, a JSON-safe name: letters, digits,
+ * '_') and `value`; `shown_fmt` (printf, may be NULL) formats the text shown
+ * on the epoch line from the arguments that follow. Errors: RP_ERR_INVALID
+ * (a bad key, or more than RP_TRAINER_MAX_METRICS).
+ */
+rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double value,
+                                 const char *shown_fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/*
+ * A model, as the trainer sees it: a table of callbacks, each given the
+ * context pointer passed to rp_trainer_create() (`ctx`) and, where it has
+ * one, the replica's state that build() made (`state`). A callback returns
+ * RP_OK or an error (with RP_ERROR's message), which ends the run with it.
+ * Callbacks marked "every replica" run inside rp_replicator_run() on each
+ * replica's thread at once: they may call the replica's collectives, and
+ * must not touch another replica's state. "Main thread" ones run between
+ * runs on the thread driving the trainer.
+ */
+typedef struct rp_trainer_model {
+    /*
+     * Required. Every replica, once, in one run: creates this replica's
+     * state into *state (model, optimizer with rp_replica_optimizer_create(),
+     * input). When resuming, ck is the checkpoint (read-only, valid during
+     * the call) and `at` the position of the next batch (its lr is 0: the
+     * schedule needs steps_per_epoch, asked after build): restore the state
+     * the save callback wrote and position the input at it (async: publish
+     * the restored optimizer, rp_replica_optimizer_publish()). ck and at are
+     * NULL for a new run.
+     */
+    rp_status (*build)(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
+                       void **state);
+    /* Required. Main thread, after build: global batches per epoch (>= 1), from local replica 0's state. */
+    int64_t (*steps_per_epoch)(void *ctx, void *state);
+    /*
+     * Required. Every replica: trains on this replica's share of batch
+     * at->step of epoch at->epoch with rate at->lr, and returns its loss in
+     * *loss (the progress line and metrics show the mean over replicas in
+     * sync, over batches in async). Sync: every replica, in step, its shard
+     * of one global batch. Async: only the replica that claimed the batch,
+     * the whole batch; the replica's tape is reset before each batch. A
+     * replica's batches come in increasing order within an epoch.
+     */
+    rp_status (*train_step)(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
+                            double *loss);
+    /*
+     * Optional. Every replica, after each run in which the replicas stepped
+     * independently (async only): makes the job's state every replica's
+     * (rp_replica_optimizer_fetch(), averaging per-replica buffers), so that
+     * evaluation and the checkpoint see one model.
+     */
+    rp_status (*settle)(rp_replica *rep, void *ctx, void *state);
+    /*
+     * Optional. Every replica: evaluates its share and reports sums with
+     * rp_replica_report(); then `evaluated` (main thread, required with it)
+     * reads them with rp_replicator_result() and fills *m.
+     */
+    rp_status (*evaluate)(rp_replica *rep, void *ctx, void *state);
+    rp_status (*evaluated)(void *ctx, const rp_replicator *r, rp_trainer_metrics *m);
+    /*
+     * Required unless checkpoints are off. Main thread: adds local replica
+     * 0's state to ck (the replicas agree: sync keeps them identical, async's
+     * settle made them so). The trainer adds "train/position" after it.
+     */
+    rp_status (*save)(void *ctx, void *state, rp_checkpoint *ck);
+    /* Optional. Every replica, in rp_trainer_destroy(): frees the state build made (may be NULL). */
+    rp_status (*destroy)(rp_replica *rep, void *ctx, void *state);
+} rp_trainer_model;
+
+typedef struct rp_trainer_config {
+    rp_config runtime;          /* the replicator the trainer creates; rp_config_default() */
+    const char *run_dir;        /* required: the run directory (copied) */
+    bool run_dir_exact;         /* named by the user: a checkpoint in it is refused unless force;
+                                   false (default): run_dir-2, -3, ... if taken */
+    bool force;                 /* overwrite a checkpoint already in run_dir */
+    const rp_checkpoint *resume; /* continue this checkpoint's run in run_dir (borrowed during
+                                   rp_trainer_create); NULL: a new run */
+    const char *config_json;    /* stored as the checkpoint's "replicator.config" (copied); may be NULL */
+    int epochs;                 /* >= 1; default 1 */
+    int64_t max_steps;          /* stop (checkpointed, resumable) after this global step; 0: none */
+    float lr;                   /* the schedule's peak rate; default 0.1 */
+    rp_sched_kind schedule;     /* RP_SCHED_COSINE (over all epochs) or RP_SCHED_CONSTANT (default) */
+    int warmup_epochs;          /* linear warm-up; default 0 */
+    int checkpoint_every_epochs; /* default 1; 0: only on a stop and after the last epoch */
+    int64_t checkpoint_every_steps; /* also every K global steps; 0 (default): no */
+    int eval_every_epochs;      /* default 1; 0: never at an epoch's end */
+    int64_t eval_every_steps;   /* also every K global steps; 0 (default): no */
+    int64_t metrics_every_steps; /* a step line in metrics.jsonl every K steps; default 50 */
+    bool no_checkpoint;         /* write no checkpoint (the directory and metrics still are) */
+    bool quiet;                 /* no progress or epoch lines (the process of replica 0 prints them) */
+    int batch;                  /* samples in one global batch, for the rate shown; default 1 */
+    const char *rate_unit;      /* the rate's unit on the lines shown; default "samples/s" */
+    const char *rate_key;       /* its key in metrics.jsonl; default "samples_per_s" */
+    int slow_replica;           /* replica R sleeps (slow_factor - 1) x its step time each step,
+                                   to study stragglers; -1 (default): none */
+    float slow_factor;
+} rp_trainer_config;
+
+/* The defaults noted on each field (run_dir, which has none, must be set). */
+rp_trainer_config rp_trainer_config_default(void);
+
+/*
+ * Replaces the configuration text stored in later checkpoints (copied),
+ * e.g. once the replicator has settled the replica count. Errors:
+ * RP_ERR_NOMEM.
+ */
+rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json);
+
+/*
+ * Creates the trainer: settles the run directory (the rules above; not when
+ * resuming or with no_checkpoint), creates the replicator from cfg->runtime,
+ * builds every replica (model->build, from cfg->resume when resuming) and,
+ * on the process of replica 0, creates the directory and opens
+ * metrics.jsonl (appending when resuming). On an MPI parameter-server rank
+ * (rp_trainer_is_server()) nothing is built: rp_trainer_run() serves.
+ * `model` and `ctx` are borrowed for the trainer's lifetime.
+ * Errors: RP_ERR_INVALID (a bad field, named; a run_dir holding a
+ * checkpoint, as above; a resume checkpoint without "train/position"),
+ * RP_ERR_IO (the directory), the replicator's and the build callback's
+ * errors. On error *t is NULL and everything made is freed (the replicas'
+ * states through model->destroy).
+ */
+rp_status rp_trainer_create(rp_trainer **t, const rp_trainer_config *cfg, const rp_trainer_model *model,
+                            void *ctx);
+
+/*
+ * Trains from the current position to the end of the last epoch: after
+ * each epoch, evaluates and checkpoints at the configured cadence. A stop
+ * request (rp_trainer_request_stop(), e.g. from a signal) or max_steps ends
+ * it at a step boundary with a checkpoint there; rp_trainer_progress() then
+ * says stopped. Returns RP_OK when finished or stopped; otherwise the first
+ * error (a callback's, a collective's, a failed checkpoint write: the
+ * previous checkpoint is intact), and nothing more is saved. On a parameter
+ * server rank it serves the replicas until they are done. Call it once.
+ */
+rp_status rp_trainer_run(rp_trainer *t);
+
+/*
+ * Frees the replicas' states (model->destroy on every replica), the
+ * replicator and the trainer. Returns the first destroy callback's error
+ * (everything is freed regardless). NULL is ignored.
+ */
+rp_status rp_trainer_destroy(rp_trainer *t);
+
+/*
+ * Evaluates now (model->evaluate on every replica, then model->evaluated)
+ * and fills *m, e.g. after rp_trainer_run() or before it for a baseline.
+ * Main thread, between runs. Errors: RP_ERR_INVALID (no evaluate callback,
+ * or a parameter-server rank), the callbacks' errors.
+ */
+rp_status rp_trainer_evaluate(rp_trainer *t, rp_trainer_metrics *m);
+
+/* Where the run stands (main thread, between calls). */
+typedef struct rp_trainer_progress {
+    int64_t epoch, step;    /* the next batch: where a checkpoint resumes */
+    int64_t global_step;    /* steps taken in the whole run */
+    int64_t steps_this_run; /* steps rp_trainer_run() took */
+    bool finished;          /* every epoch is done */
+    bool stopped;           /* stopped early by a stop request or max_steps, checkpointed */
+    int stop_signal;        /* the agreed stop request's number (a signal), 0 if none */
+} rp_trainer_progress;
+
+/* Where the run stands now (all zero for NULL). */
+rp_trainer_progress rp_trainer_get_progress(const rp_trainer *t);
+
+/*
+ * The queries below are for the thread driving the trainer, between calls;
+ * each returns NULL, 0 or false for a NULL trainer.
+ */
+/* The replicator the trainer runs on (owned by it). */
+rp_replicator *rp_trainer_replicator(const rp_trainer *t);
+/* True on an MPI parameter-server rank (async): it serves, it has no replicas. */
+bool rp_trainer_is_server(const rp_trainer *t);
+/* True on the process of replica 0: it prints and writes the run directory. */
+bool rp_trainer_is_root(const rp_trainer *t);
+/* The run directory chosen (owned by the trainer). */
+const char *rp_trainer_run_dir(const rp_trainer *t);
+/* Global batches per epoch, as the model's steps_per_epoch said (0 on a server rank). */
+int64_t rp_trainer_steps_per_epoch(const rp_trainer *t);
+/* Local replica 0's state as build made it (NULL on a server rank). */
+void *rp_trainer_state(const rp_trainer *t);
+/* The schedule's rate at global step `step` (0-based; 0 on a server rank). */
+float rp_trainer_lr(const rp_trainer *t, int64_t step);
+
+/* ---- stopping on a signal -------------------------------------------------------- */
+
+/*
+ * Blocks SIGINT and SIGTERM in the calling thread (and so in every thread
+ * started after it: call it first thing in main) and takes them on one
+ * thread of its own with sigwait, so that no computing thread is ever
+ * interrupted by a handler. While a trainer runs, the first signal asks it
+ * to stop at the next step boundary (rp_trainer_request_stop()); a second
+ * one, or one while no trainer runs, ends the process with the signal's
+ * default action. Once per process; later calls do nothing.
+ * Errors: RP_ERR_BACKEND if the thread cannot be started (the default
+ * actions stay).
+ */
+rp_status rp_trainer_catch_signals(void);
+
+/*
+ * Asks the running trainer (in this process) to stop after the current
+ * step, checkpointed; `reason` (> 0, a signal number by convention) becomes
+ * rp_trainer_progress().stop_signal. The processes agree after each step, so
+ * every replica stops after the same one. Returns false, doing nothing, if
+ * no trainer is running or a stop was already asked. Thread-safe and
+ * async-signal-safe.
+ */
+bool rp_trainer_request_stop(int reason);
+
+/* ---- the run directory --------------------------------------------------------------- */
+
+/* The checkpoint's path in run directory `dir`: "<dir>/checkpoint.safetensors". */
+void rp_trainer_checkpoint_path(char *buf, size_t size, const char *dir);
+
+/*
+ * Loads the checkpoint of run directory `dir` (rp_checkpoint_load()); free
+ * it with rp_checkpoint_destroy(). Errors: those of rp_checkpoint_load(),
+ * naming the file.
+ */
+rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * classifier.h - an image classifier (an MLP or a ResNet) trained by the
+ * shared trainer (replicator/trainer.h): the first user of the trainer, on
+ * the public API only. `replicator train` and `replicator eval` are this
+ * model plus option parsing.
+ *
+ *     rp_classifier_config cc = ...;              // model, data, optimizer
+ *     rp_classifier *clf;
+ *     rp_classifier_create(&clf, &cc);            // loads the datasets
+ *     rp_trainer_create(&t, &tcfg, rp_classifier_trainer_model(), clf);
+ *     rp_trainer_run(t);
+ *     ... clf->last_accuracy, clf->best_accuracy ...
+ *     rp_trainer_destroy(t);
+ *     rp_classifier_destroy(clf);
+ *
+ * A checkpoint holds the parameters and buffers under "param/" and the
+ * optimizer's state under "optim/" (plus the trainer's "train/position").
+ */
+#ifndef RP_MODELS_CLASSIFIER_H
+#define RP_MODELS_CLASSIFIER_H
+
+#include "models/mlp/mlp.h"
+#include "models/resnet/resnet.h"
+#include "replicator/replicator.h"
+
+typedef struct rp_classifier_config {
+    char model[32];     /* mlp | resnet20 | resnet18 | resnet50 */
+    char dataset[32];   /* fashion-mnist | mnist | cifar10 | synthetic */
+    char data_dir[512];
+    int batch;          /* the global batch */
+    float momentum, weight_decay;
+    bool nesterov;
+    uint64_t seed;      /* initial weights and the loader's shuffle */
+    int hidden[RP_MLP_MAX_LAYERS]; /* mlp hidden widths */
+    int n_hidden;
+    bool augment;       /* random crop (pad) and flip */
+    int pad;
+    int64_t limit;      /* the first N training samples (0: all) */
+    rp_regime regime;   /* the trainer's: async replicas keep their own batch-norm statistics and
+                           train whole batches; sync ones split each batch and share statistics */
+} rp_classifier_config;
+
+/* true if `model` names a classifier this file builds. */
+bool rp_classifier_known_model(const char *model);
+
+/* The network: an MLP or a ResNet behind one face. */
+typedef struct rp_classifier_net {
+    rp_mlp *mlp;
+    rp_resnet *resnet;
+} rp_classifier_net;
+
+/*
+ * Builds the network of cfg->model for h x w x c images and `classes`, from
+ * cfg->seed. bn_reduce/bn_ctx: cross-replica batch norm for ResNets (NULL:
+ * per-replica statistics). Errors: those of rp_mlp_create/rp_resnet_create.
+ */
+rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h, int w,
+                                   int c, int classes, rp_bn_reduce_fn bn_reduce, void *bn_ctx);
+void rp_classifier_net_destroy(rp_classifier_net *net);
+rp_params *rp_classifier_net_params(const rp_classifier_net *net);
+rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, rp_tensor *x, bool training);
+
+/* Loads the "train" or "test" split of cfg->dataset from cfg->data_dir. */
+rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg, const char *split);
+
+/* Test-set loss and accuracy. */
+typedef struct rp_classifier_eval {
+    double loss, accuracy;
+    int64_t samples;
+    double loss_sum; /* over samples */
+    int64_t correct;
+} rp_classifier_eval;
+
+/*
+ * Replica `replica` of `replicas` evaluates its share of every test batch
+ * (about 256 images per batch in all), in evaluation mode, normalised with
+ * mean/std; uses tape t (reset before each batch and at the end).
+ */
+rp_status rp_classifier_evaluate(rp_tape *t, const rp_classifier_net *net, const rp_dataset *test,
+                                 const float *mean, const float *std, int replica, int replicas,
+                                 rp_classifier_eval *r);
+
+/*
+ * The trainer's context: the datasets and their normalisation, and what
+ * the evaluations found. Created by rp_classifier_create(); the trainer's
+ * callbacks update the results on the thread driving the trainer.
+ */
+typedef struct rp_classifier {
+    rp_classifier_config cfg;
+    rp_dataset *train, *test;
+    float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
+    double last_loss, last_accuracy; /* the last evaluation (0 before one) */
+    double best_accuracy;            /* the best since create */
+} rp_classifier;
+
+/*
+ * Loads both splits of cfg->dataset and their channel statistics. Errors:
+ * the dataset's (a missing or corrupt file, named), RP_ERR_UNSUPPORTED for
+ * more than RP_LOADER_MAX_CHANNELS channels, RP_ERR_NOMEM.
+ */
+rp_status rp_classifier_create(rp_classifier **c, const rp_classifier_config *cfg);
+void rp_classifier_destroy(rp_classifier *c);
+
+/* The trainer's callbacks for a classifier (static; pass an rp_classifier as their ctx). */
+const rp_trainer_model *rp_classifier_trainer_model(void);
+
+/* From a replica's state (rp_trainer_state()): its parameters, and the samples its loader reads per epoch. */
+rp_params *rp_classifier_state_params(const void *state);
+int64_t rp_classifier_state_samples(const void *state);
+
+#endif

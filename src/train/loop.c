@@ -1,0 +1,233 @@
+/*
+ * loop.c - the loop over an epoch's global batches, for both regimes.
+ *
+ * Each rp_replicator_run() covers a chunk of the epoch's batches: one in
+ * sync (every replica trains its shard of it), the rest of the epoch in
+ * async (each batch to whichever replica claims it from the runtime's
+ * shared queue), cut short at max_steps and at the step cadences. After
+ * each chunk the replicas have agreed on a stop request; the main thread
+ * then records the steps, draws the progress, and at an epoch's end (or a
+ * step cadence) evaluates and checkpoints.
+ */
+#include <time.h>
+
+#include "train_internal.h"
+
+/* Sync: every replica takes ticket 0, the chunk's one batch, together. */
+static rp_status next_sync(rp_replica *rep, int64_t done, int64_t *ticket)
+{
+    (void)rep;
+    *ticket = done;
+    return RP_OK;
+}
+
+/* Async: tickets from the runtime's queue, each to one replica, so the fast take more. */
+static rp_status next_async(rp_replica *rep, int64_t done, int64_t *ticket)
+{
+    (void)done;
+    return rp_replica_claim(rep, ticket);
+}
+
+const train_regime train_regime_sync = {"sync", next_sync, false};
+const train_regime train_regime_async = {"async", next_async, true};
+
+/* slow_replica sleeps (slow_factor - 1) times what its step took, so its steps take that factor longer. */
+static void straggle(const rp_trainer *t, const rp_replica *rep, double started)
+{
+    if (rp_replica_id(rep) != t->cfg.slow_replica || t->cfg.slow_factor <= 1) return;
+    double pause = (rp_now_s() - started) * (double)(t->cfg.slow_factor - 1);
+    struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/*
+ * On every replica: the chunk's batches, as this regime hands them out. Reports the batches this
+ * replica trained, the sum of their losses and the stop request it saw (the largest is agreed).
+ */
+static rp_status chunk_replica(rp_replica *rep, void *arg)
+{
+    rp_trainer *t = arg;
+    const train_regime *g = t->regime;
+    int i = rp_replica_local_index(rep);
+    void *state = t->states[i];
+    int64_t start = t->chunk_start, end = t->chunk_end, done = 0;
+    /* Independent replicas never meet during a chunk: this process's first shows the progress. */
+    bool lead = g->independent && i == 0 && t->root && !t->cfg.quiet;
+    double loss_sum = 0, t_chunk = rp_now_s();
+    rp_status status = RP_OK;
+    for (;;) {
+        if (g->independent && (train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED))) break;
+        int64_t ticket;
+        RP_TRY(g->next(rep, done, &ticket));
+        if (start + ticket >= end) break;
+        int64_t global = t->global_step + ticket;
+        rp_trainer_at at = {t->epoch, start + ticket, global, rp_schedule_lr(&t->sched, global)};
+        double started = rp_now_s(), loss = 0;
+        if (g->independent) rp_tape_reset(rp_replica_tape(rep)); /* one run takes many steps here */
+        RP_TRY(t->model->train_step(rep, t->ctx, state, &at, &loss));
+        straggle(t, rep, started);
+        done++;
+        loss_sum += loss;
+        if (lead)
+            train_print_progress(t, at.epoch, at.step, global + 1, loss_sum / (double)done, at.lr,
+                                 t->epoch_steps + ticket + 1, t->epoch_seconds + rp_now_s() - t_chunk);
+    }
+cleanup:
+    if (status != RP_OK) {
+        if (g->independent) __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED);
+        return status;
+    }
+    RP_CHECK(rp_replica_report(rep, "steps", (double)done, RP_SUM));
+    RP_CHECK(rp_replica_report(rep, "loss_sum", loss_sum, RP_SUM));
+    /* A signal may reach the processes at different steps: they agree here to stop after this one. */
+    return rp_replica_report(rep, "stop", (double)train_stop_reason(), RP_MAX);
+}
+
+static rp_status settle_replica(rp_replica *rep, void *arg)
+{
+    rp_trainer *t = arg;
+    return t->model->settle(rep, t->ctx, t->states[rp_replica_local_index(rep)]);
+}
+
+static rp_status evaluate_replica(rp_replica *rep, void *arg)
+{
+    rp_trainer *t = arg;
+    return t->model->evaluate(rep, t->ctx, t->states[rp_replica_local_index(rep)]);
+}
+
+static rp_status evaluate(rp_trainer *t, rp_trainer_metrics *m)
+{
+    m->n = 0;
+    RP_CHECK(rp_replicator_run(t->rep, evaluate_replica, t));
+    return t->model->evaluated(t->ctx, t->rep, m);
+}
+
+rp_status rp_trainer_evaluate(rp_trainer *t, rp_trainer_metrics *m)
+{
+    if (!t || !m) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_evaluate: NULL argument");
+    if (t->server) return RP_ERROR(RP_ERR_INVALID, "a parameter-server rank has no replicas to evaluate");
+    if (!t->model->evaluate) return RP_ERROR(RP_ERR_INVALID, "the trainer's model has no evaluate callback");
+    return evaluate(t, m);
+}
+
+/* The end of the chunk that starts at the current position: the epoch's end, or sooner. */
+static int64_t chunk_end(const rp_trainer *t)
+{
+    if (!t->regime->independent) return t->step + 1;
+    int64_t left = t->steps_per_epoch - t->step;
+    const rp_trainer_config *c = &t->cfg;
+    if (c->max_steps && c->max_steps - t->global_step < left) left = c->max_steps - t->global_step;
+    int64_t every[2] = {c->checkpoint_every_steps, c->eval_every_steps};
+    for (int k = 0; k < 2; k++) {
+        if (every[k] <= 0) continue;
+        int64_t to_next = every[k] - t->global_step % every[k];
+        if (to_next < left) left = to_next;
+    }
+    return t->step + left;
+}
+
+/* Whether global steps (from, to] include a multiple of `every` (> 0). */
+static bool crosses(int64_t from, int64_t to, int64_t every)
+{
+    return every > 0 && from / every != to / every;
+}
+
+/* After the last step of epoch `epoch` (the position is already the next one's first batch). */
+static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, bool save_steps)
+{
+    const rp_trainer_config *c = &t->cfg;
+    bool last = epoch + 1 == c->epochs;
+    bool eval = t->model->evaluate &&
+                (eval_steps || last || (c->eval_every_epochs && (epoch + 1) % c->eval_every_epochs == 0));
+    bool save = save_steps || last ||
+                (c->checkpoint_every_epochs && (epoch + 1) % c->checkpoint_every_epochs == 0);
+    double seconds = t->epoch_seconds, rate = seconds > 0 ? (double)t->epoch_steps * c->batch / seconds : 0;
+    double train_loss = t->epoch_steps ? t->epoch_loss_sum / (double)t->epoch_steps : 0;
+    rp_trainer_metrics m = {0};
+    if (eval) RP_CHECK(evaluate(t, &m));
+    train_print_epoch(t, epoch, train_loss, rate, seconds, &m);
+    train_metrics_epoch(t, epoch, train_loss, rate, &m);
+    return save ? train_save_checkpoint(t) : RP_OK;
+}
+
+/* One chunk: run it, take the agreed results, record them, and what falls due after it. */
+static rp_status run_chunk(rp_trainer *t)
+{
+    const train_regime *g = t->regime;
+    const rp_trainer_config *c = &t->cfg;
+    t->chunk_start = t->step;
+    t->chunk_end = chunk_end(t);
+    double t0 = rp_now_s(), steps = 0, losses = 0, stop = 0;
+    RP_CHECK(rp_replicator_run(t->rep, chunk_replica, t));
+    RP_CHECK(rp_replicator_result(t->rep, "steps", &steps));
+    RP_CHECK(rp_replicator_result(t->rep, "loss_sum", &losses));
+    RP_CHECK(rp_replicator_result(t->rep, "stop", &stop));
+    if (g->independent && t->model->settle) RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
+    t->epoch_seconds += rp_now_s() - t0;
+    t->stop = (int)stop;
+    if (!g->independent) {
+        /* Every replica trained its shard of each batch: the batch's loss is their mean. */
+        int n = rp_replicator_replicas(t->rep);
+        steps /= n;
+        losses /= n;
+    }
+    int64_t n = (int64_t)steps, epoch = t->epoch, before = t->global_step;
+    t->global_step += n;
+    t->step += n;
+    t->epoch_steps += n;
+    t->epoch_loss_sum += losses;
+    if (n > 0) rp_debug("step %lld loss %.7f", (long long)before, losses / (double)n);
+    if (!g->independent && n > 0)
+        train_print_progress(t, epoch, t->step - 1, t->global_step, t->epoch_loss_sum / (double)t->epoch_steps,
+                             rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_steps, t->epoch_seconds);
+    if (n > 0 && (g->independent || crosses(before, t->global_step, c->metrics_every_steps)))
+        train_metrics_step(t, epoch, losses / (double)n);
+    bool eval_steps = t->model->evaluate && crosses(before, t->global_step, c->eval_every_steps);
+    bool save_steps = crosses(before, t->global_step, c->checkpoint_every_steps);
+    if (t->step >= t->steps_per_epoch) {
+        /* The checkpoint resumes at the next epoch's first batch. */
+        t->epoch++;
+        t->step = 0;
+        RP_CHECK(finish_epoch(t, epoch, eval_steps, save_steps));
+        t->epoch_steps = 0;
+        t->epoch_loss_sum = t->epoch_seconds = 0;
+        return RP_OK;
+    }
+    if (eval_steps) {
+        rp_trainer_metrics m = {0};
+        RP_CHECK(evaluate(t, &m));
+        train_print_eval(t, &m);
+        train_metrics_eval(t, &m);
+    }
+    return save_steps ? train_save_checkpoint(t) : RP_OK;
+}
+
+static rp_status train(rp_trainer *t)
+{
+    const rp_trainer_config *c = &t->cfg;
+    while (t->epoch < c->epochs) {
+        if (t->stop || (c->max_steps && t->global_step >= c->max_steps)) {
+            t->stopped = true;
+            return train_save_checkpoint(t);
+        }
+        RP_CHECK(run_chunk(t));
+    }
+    t->finished = true;
+    return RP_OK;
+}
+
+rp_status rp_trainer_run(rp_trainer *t)
+{
+    if (!t) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_run: NULL trainer");
+    /* A parameter server rank: it serves until every replica's process is done. */
+    if (t->server) return rp_replicator_serve(t->rep);
+    t->first_step = t->global_step;
+    t->stop = 0;
+    t->stopped = t->finished = false;
+    t->epoch_steps = 0;
+    t->epoch_loss_sum = t->epoch_seconds = 0;
+    train_stop_arm(true);
+    rp_status status = train(t);
+    train_stop_arm(false);
+    return status;
+}

@@ -1,0 +1,248 @@
+/*
+ * trainer.c - making and freeing a trainer: the run directory, the
+ * replicator, every replica's state (the model's build callback), the
+ * schedule and where a resumed run stands; and the queries.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train_internal.h"
+
+rp_trainer_config rp_trainer_config_default(void)
+{
+    rp_trainer_config c;
+    memset(&c, 0, sizeof c);
+    c.runtime = rp_config_default();
+    c.epochs = 1;
+    c.lr = 0.1f;
+    c.schedule = RP_SCHED_CONSTANT;
+    c.checkpoint_every_epochs = 1;
+    c.eval_every_epochs = 1;
+    c.metrics_every_steps = 50;
+    c.batch = 1;
+    c.rate_unit = "samples/s";
+    c.rate_key = "samples_per_s";
+    c.slow_replica = -1;
+    c.slow_factor = 1;
+    return c;
+}
+
+rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double value, const char *shown_fmt,
+                                 ...)
+{
+    if (!m || !key) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_metrics_add: NULL argument");
+    size_t len = strlen(key);
+    bool ok = len > 0 && len < sizeof m->m[0].key;
+    for (size_t i = 0; ok && i < len; i++) ok = isalnum((unsigned char)key[i]) || key[i] == '_';
+    if (!ok) return RP_ERROR(RP_ERR_INVALID, "metric key \"%.64s\": 1..31 letters, digits or '_'", key);
+    if (m->n < 0 || m->n >= RP_TRAINER_MAX_METRICS)
+        return RP_ERROR(RP_ERR_INVALID, "metric \"%s\": at most %d metrics", key, RP_TRAINER_MAX_METRICS);
+    snprintf(m->m[m->n].key, sizeof m->m[m->n].key, "%s", key);
+    m->m[m->n].value = value;
+    m->m[m->n].shown[0] = '\0';
+    if (shown_fmt) {
+        va_list ap;
+        va_start(ap, shown_fmt);
+        vsnprintf(m->m[m->n].shown, sizeof m->m[m->n].shown, shown_fmt, ap);
+        va_end(ap);
+    }
+    m->n++;
+    return RP_OK;
+}
+
+rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json)
+{
+    if (!t) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_set_config_json: NULL trainer");
+    char *copy = NULL;
+    if (json && !(copy = strdup(json))) return RP_ERROR(RP_ERR_NOMEM, "cannot copy the configuration");
+    free(t->config_json);
+    t->config_json = copy;
+    return RP_OK;
+}
+
+static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model *m)
+{
+    if (!m || !m->build || !m->steps_per_epoch || !m->train_step)
+        return RP_ERROR(RP_ERR_INVALID, "the trainer's model needs build, steps_per_epoch and train_step");
+    if (!c->no_checkpoint && !m->save)
+        return RP_ERROR(RP_ERR_INVALID, "the trainer's model has no save callback; set no_checkpoint");
+    if (m->evaluate && !m->evaluated)
+        return RP_ERROR(RP_ERR_INVALID, "the trainer's model has evaluate but no evaluated callback");
+    if (!c->run_dir || !c->run_dir[0] || strlen(c->run_dir) >= TRAIN_PATH_MAX - 32)
+        return RP_ERROR(RP_ERR_INVALID, "run_dir must be set, under %d bytes", TRAIN_PATH_MAX - 32);
+    if (c->epochs < 1) return RP_ERROR(RP_ERR_INVALID, "epochs %d; at least 1", c->epochs);
+    if (c->max_steps < 0) return RP_ERROR(RP_ERR_INVALID, "max_steps %lld < 0", (long long)c->max_steps);
+    if (c->schedule != RP_SCHED_CONSTANT && c->schedule != RP_SCHED_COSINE)
+        return RP_ERROR(RP_ERR_INVALID, "schedule %d: RP_SCHED_CONSTANT or RP_SCHED_COSINE", (int)c->schedule);
+    if (c->warmup_epochs < 0 || c->checkpoint_every_epochs < 0 || c->eval_every_epochs < 0 ||
+        c->checkpoint_every_steps < 0 || c->eval_every_steps < 0 || c->metrics_every_steps < 0)
+        return RP_ERROR(RP_ERR_INVALID, "a negative cadence or warm-up (warmup %d, checkpoint %d/%lld, eval "
+                        "%d/%lld, metrics %lld)", c->warmup_epochs, c->checkpoint_every_epochs,
+                        (long long)c->checkpoint_every_steps, c->eval_every_epochs,
+                        (long long)c->eval_every_steps, (long long)c->metrics_every_steps);
+    if (c->batch < 1) return RP_ERROR(RP_ERR_INVALID, "batch %d; at least 1", c->batch);
+    return RP_OK;
+}
+
+/* On every replica: the model's state for it. */
+static rp_status build_replica(rp_replica *rep, void *arg)
+{
+    rp_trainer *t = arg;
+    int i = rp_replica_local_index(rep);
+    rp_trainer_at at = {t->epoch, t->step, t->global_step, 0.0f}; /* the schedule comes after */
+    const rp_checkpoint *ck = t->cfg.resume;
+    return t->model->build(rep, t->ctx, ck, ck ? &at : NULL, &t->states[i]);
+}
+
+static rp_status destroy_replica(rp_replica *rep, void *arg)
+{
+    rp_trainer *t = arg;
+    int i = rp_replica_local_index(rep);
+    if (!t->states[i] || !t->model->destroy) return RP_OK;
+    rp_status status = t->model->destroy(rep, t->ctx, t->states[i]);
+    t->states[i] = NULL;
+    return status;
+}
+
+/* Where the resumed run stands: {epoch, step in epoch, global step} of the next batch. */
+static rp_status read_position(rp_trainer *t)
+{
+    int64_t n;
+    const int64_t *pos = rp_checkpoint_get_i64(t->cfg.resume, "train/position", &n);
+    if (!pos || n != 3) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint has no train/position");
+    if (pos[0] < 0 || pos[1] < 0 || pos[2] < 0)
+        return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's train/position {%lld, %lld, %lld} is negative",
+                        (long long)pos[0], (long long)pos[1], (long long)pos[2]);
+    t->epoch = pos[0];
+    t->step = pos[1];
+    t->global_step = pos[2];
+    return RP_OK;
+}
+
+static void make_schedule(rp_trainer *t)
+{
+    const rp_trainer_config *c = &t->cfg;
+    int64_t total = t->steps_per_epoch * c->epochs, warmup = t->steps_per_epoch * c->warmup_epochs;
+    t->sched = c->schedule == RP_SCHED_COSINE ? rp_schedule_cosine(c->lr, warmup, total)
+                                              : rp_schedule_constant(c->lr);
+    t->sched.warmup_steps = warmup;
+}
+
+rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, const rp_trainer_model *model,
+                            void *ctx)
+{
+    if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_create: NULL argument");
+    *out = NULL;
+    RP_CHECK(check_config(cfg, model));
+    rp_status status = RP_OK;
+    rp_trainer *t = calloc(1, sizeof *t);
+    if (!t) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a trainer");
+    t->cfg = *cfg;
+    t->model = model;
+    t->ctx = ctx;
+    snprintf(t->run_dir, sizeof t->run_dir, "%s", cfg->run_dir);
+    t->cfg.run_dir = t->run_dir;
+    if (!t->cfg.rate_unit) t->cfg.rate_unit = "samples/s";
+    if (!t->cfg.rate_key) t->cfg.rate_key = "samples_per_s";
+    RP_TRY(rp_trainer_set_config_json(t, cfg->config_json));
+    t->cfg.config_json = NULL;
+    t->regime = cfg->runtime.regime == RP_REGIME_ASYNC ? &train_regime_async : &train_regime_sync;
+    if (cfg->resume) RP_TRY(read_position(t));
+    else if (!cfg->no_checkpoint)
+        RP_TRY(train_choose_run_dir(t->run_dir, sizeof t->run_dir, cfg->run_dir_exact, cfg->force));
+
+    RP_TRY(rp_replicator_create(&t->rep, &cfg->runtime));
+    if (rp_replicator_is_server(t->rep)) {
+        t->server = true;
+        t->cfg.quiet = true;
+        goto cleanup;
+    }
+    t->root = rp_replica_id(rp_replicator_replica(t->rep, 0)) == 0;
+    if (!t->root) t->cfg.quiet = true;
+    t->tty = isatty(STDERR_FILENO) && !t->cfg.quiet;
+    t->local = rp_replicator_local_replicas(t->rep);
+    t->states = calloc((size_t)t->local, sizeof *t->states);
+    if (!t->states) {
+        status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d replicas' states", t->local);
+        goto cleanup;
+    }
+    RP_TRY(rp_replicator_run(t->rep, build_replica, t));
+    t->steps_per_epoch = model->steps_per_epoch(ctx, t->states[0]);
+    if (t->steps_per_epoch < 1) {
+        status = RP_ERROR(RP_ERR_INVALID, "the model has %lld batches per epoch; at least 1 is needed",
+                          (long long)t->steps_per_epoch);
+        goto cleanup;
+    }
+    if (t->step >= t->steps_per_epoch) {
+        status = RP_ERROR(RP_ERR_FORMAT, "the checkpoint resumes at step %lld of an epoch of %lld",
+                          (long long)t->step, (long long)t->steps_per_epoch);
+        goto cleanup;
+    }
+    make_schedule(t);
+    if (t->root) {
+        RP_TRY(train_make_dirs(t->run_dir));
+        char path[TRAIN_PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
+        t->metrics = fopen(path, cfg->resume ? "a" : "w");
+        if (!t->metrics) rp_warn("cannot write %s (%s); continuing without metrics", path, strerror(errno));
+    }
+cleanup:
+    t->cfg.resume = NULL;
+    if (status != RP_OK) {
+        rp_status keep = status;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", rp_last_error());
+        rp_trainer_destroy(t);
+        return rp_error_set(keep, NULL, 0, "%s", msg);
+    }
+    *out = t;
+    return RP_OK;
+}
+
+rp_status rp_trainer_destroy(rp_trainer *t)
+{
+    if (!t) return RP_OK;
+    rp_status status = RP_OK;
+    if (t->rep && t->states) {
+        bool any = false;
+        for (int i = 0; i < t->local; i++) any |= t->states[i] != NULL;
+        if (any) status = rp_replicator_run(t->rep, destroy_replica, t);
+    }
+    if (t->metrics) fclose(t->metrics);
+    rp_replicator_destroy(t->rep);
+    free(t->states);
+    free(t->config_json);
+    free(t);
+    return status;
+}
+
+rp_trainer_progress rp_trainer_get_progress(const rp_trainer *t)
+{
+    rp_trainer_progress p;
+    memset(&p, 0, sizeof p);
+    if (!t) return p;
+    p.epoch = t->epoch;
+    p.step = t->step;
+    p.global_step = t->global_step;
+    p.steps_this_run = t->global_step - t->first_step;
+    p.finished = t->finished;
+    p.stopped = t->stopped;
+    p.stop_signal = t->stop;
+    return p;
+}
+
+rp_replicator *rp_trainer_replicator(const rp_trainer *t) { return t ? t->rep : NULL; }
+bool rp_trainer_is_server(const rp_trainer *t) { return t && t->server; }
+bool rp_trainer_is_root(const rp_trainer *t) { return t && t->root; }
+const char *rp_trainer_run_dir(const rp_trainer *t) { return t ? t->run_dir : NULL; }
+int64_t rp_trainer_steps_per_epoch(const rp_trainer *t) { return t ? t->steps_per_epoch : 0; }
+void *rp_trainer_state(const rp_trainer *t) { return t && t->states ? t->states[0] : NULL; }
+
+float rp_trainer_lr(const rp_trainer *t, int64_t step)
+{
+    return t ? rp_schedule_lr(&t->sched, step) : 0.0f;
+}

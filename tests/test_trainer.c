@@ -1,0 +1,704 @@
+/*
+ * test_trainer.c - the shared trainer (replicator/trainer.h) through its
+ * public API, with a tiny model: a linear classifier on synthetic data.
+ *
+ *  - a run writes the run directory: metrics.jsonl lines and checkpoints at
+ *    the configured cadences (each checkpoint read back from disk while the
+ *    run goes on);
+ *  - a checkpoint write that fails (a file-size limit) fails the run and
+ *    leaves the previous checkpoint byte for byte;
+ *  - a stop request (the call the signal thread makes; and a real SIGINT
+ *    through rp_trainer_catch_signals) stops at a step boundary with a
+ *    checkpoint that resumes to the same final checkpoint, bit for bit, as
+ *    an uninterrupted run;
+ *  - evaluation runs at the configured cadence, on every replica;
+ *  - sync with 2 replicas (each its shard of every batch) and async with 2
+ *    replicas (each batch to one of them) both cover every batch of every
+ *    epoch exactly once;
+ *  - a run directory holding a checkpoint is refused unless forced, or
+ *    made unique.
+ */
+#include "testutil.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define DIM 6
+#define CLASSES 3
+#define ROWS 96
+#define MAXR 2
+#define MAX_EPOCHS 4
+#define MAX_STEPS 16
+#define MAX_RECORD 64
+
+/* The model's context: the data, the test's knobs and what the callbacks saw. */
+typedef struct job {
+    float x[ROWS][DIM];
+    int32_t y[ROWS];
+    int batch;          /* rows per global batch */
+    int64_t steps;      /* batches per epoch */
+    rp_regime regime;
+    const char *dir;    /* the run directory, to read its checkpoint back during the run */
+    /* knobs */
+    int64_t stop_at;    /* request a stop while training this global step (-1: never) */
+    int64_t signal_at;  /* send this process SIGINT while training this global step (-1: never) */
+    int64_t limit_at;   /* from this global step on, files may not grow past 64 bytes (-1: never) */
+    /* records */
+    int seen[MAXR][MAX_EPOCHS][MAX_STEPS];  /* times replica r trained (epoch, step) */
+    int64_t on_disk[MAX_RECORD];            /* the checkpoint's global step when step g began (-1: none) */
+    int64_t evals[MAX_RECORD];              /* steps trained when each evaluation finished */
+    int n_evals;
+    int eval_replicas[MAX_RECORD];          /* replicas that ran each evaluation */
+    int64_t trained;                        /* global steps trained (replica 0's count in sync) */
+    unsigned char *kept;                    /* the checkpoint's bytes when the limit was set */
+    long kept_size;
+} job;
+
+typedef struct state {
+    rp_params *p;
+    rp_linear_layer fc;
+    rp_optimizer *opt;
+    int id;
+    int evaluated;
+} state;
+
+static void job_init(job *j, int batch, rp_regime regime)
+{
+    memset(j, 0, sizeof *j);
+    tu_fill(&j->x[0][0], ROWS * DIM, 5, -1.0f, 1.0f);
+    for (int i = 0; i < ROWS; i++) {
+        /* A linearly separable-ish rule, so the loss falls. */
+        float s = j->x[i][0] - j->x[i][1] + 0.5f * j->x[i][2];
+        j->y[i] = s > 0.4f ? 2 : s > -0.4f ? 1 : 0;
+    }
+    j->batch = batch;
+    j->steps = ROWS / batch;
+    j->regime = regime;
+    j->stop_at = j->signal_at = j->limit_at = -1;
+    for (int i = 0; i < MAX_RECORD; i++) j->on_disk[i] = -2;
+}
+
+static void job_free(job *j)
+{
+    free(j->kept);
+    j->kept = NULL;
+}
+
+/* The bytes of a file (NULL if it cannot be read). */
+static unsigned char *read_file(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)*size + 1);
+    if (buf && fread(buf, 1, (size_t)*size, f) != (size_t)*size) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+static int64_t checkpoint_step_on_disk(const char *dir)
+{
+    rp_checkpoint *ck = NULL;
+    if (rp_trainer_load_checkpoint(&ck, dir) != RP_OK) return -1;
+    int64_t n, g = -1;
+    const int64_t *pos = rp_checkpoint_get_i64(ck, "train/position", &n);
+    if (pos && n == 3) g = pos[2];
+    rp_checkpoint_destroy(ck);
+    return g;
+}
+
+static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at, void **out)
+{
+    state *s = calloc(1, sizeof *s);
+    if (!s) return RP_ERROR(RP_ERR_NOMEM, "state");
+    *out = s;
+    s->id = rp_replica_id(rep);
+    RP_CHECK(rp_params_create(&s->p));
+    RP_CHECK(rp_linear_layer_init(&s->fc, s->p, "fc", DIM, CLASSES, true, false));
+    RP_CHECK(rp_params_finalize(s->p, 3));
+    rp_optim_config oc = rp_optim_config_default();
+    oc.momentum = 0.9f;
+    RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, s->p, &oc));
+    if (ck) {
+        if (!at) return RP_ERROR(RP_ERR_INVALID, "resuming without a position");
+        RP_CHECK(rp_checkpoint_read_params(ck, s->p, "param/"));
+        RP_CHECK(rp_checkpoint_read_optimizer(ck, s->opt, s->p, "optim/"));
+        RP_CHECK(rp_replica_optimizer_publish(rep, s->opt));
+    }
+    return RP_OK;
+}
+
+static int64_t steps_per_epoch(void *ctx, void *st)
+{
+    return ((job *)ctx)->steps;
+}
+
+/*
+ * Batch s of epoch e: rows from a rotation that depends on both, so every batch differs. Sync: the
+ * replica's shard of it; async: all of it.
+ */
+static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_trainer_at *at, double *loss)
+{
+    job *j = ctx;
+    state *s = st;
+    int r = rp_replica_id(rep), n = rp_replica_count(rep);
+    bool sync = j->regime == RP_REGIME_SYNC;
+    int rows = sync ? j->batch / n : j->batch, first = (int)at->step * j->batch + (sync ? r * rows : 0);
+    if (at->epoch < MAX_EPOCHS && at->step < MAX_STEPS) j->seen[r][at->epoch][at->step]++;
+    if (r == 0 && at->global_step < MAX_RECORD) j->on_disk[at->global_step] = checkpoint_step_on_disk(j->dir);
+    if (r == 0 && at->global_step == j->stop_at) rp_trainer_request_stop(SIGINT);
+    if (r == 0 && at->global_step == j->signal_at) kill(getpid(), SIGINT);
+    if (r == 0 && at->global_step == j->limit_at) {
+        char path[512];
+        rp_trainer_checkpoint_path(path, sizeof path, j->dir);
+        j->kept = read_file(path, &j->kept_size);
+        struct rlimit lim;
+        getrlimit(RLIMIT_FSIZE, &lim);
+        lim.rlim_cur = 64;
+        setrlimit(RLIMIT_FSIZE, &lim);
+    }
+    float xb[ROWS * DIM];
+    int32_t yb[ROWS];
+    for (int i = 0; i < rows; i++) {
+        int row = (first + i + 7 * (int)at->epoch) % ROWS;
+        memcpy(xb + i * DIM, j->x[row], sizeof j->x[row]);
+        yb[i] = j->y[row];
+    }
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tensor *x = rp_tensor_from(t, 2, (int[]){rows, DIM}, xb);
+    rp_tensor *l = rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &s->fc, x), yb);
+    if (!l) return rp_last_status();
+    RP_CHECK(rp_backward(t, l));
+    RP_CHECK(rp_optimizer_step(s->opt, at->lr));
+    *loss = rp_item(l);
+    if (r == 0) __atomic_add_fetch(&j->trained, 1, __ATOMIC_RELAXED);
+    return RP_OK;
+}
+
+static rp_status settle(rp_replica *rep, void *ctx, void *st)
+{
+    return rp_replica_optimizer_fetch(rep, ((state *)st)->opt);
+}
+
+static rp_status evaluate(rp_replica *rep, void *ctx, void *st)
+{
+    state *s = st;
+    s->evaluated++;
+    /* The squared norm of the weights: the same on every replica once they agree. */
+    const float *v = rp_params_data(s->p);
+    double sq = 0;
+    for (int64_t i = 0; i < rp_params_numel(s->p); i++) sq += (double)v[i] * v[i];
+    RP_CHECK(rp_replica_report(rep, "replicas", 1, RP_SUM));
+    return rp_replica_report(rep, "wnorm2", sq, RP_MEAN);
+}
+
+static rp_status evaluated(void *ctx, const rp_replicator *r, rp_trainer_metrics *m)
+{
+    job *j = ctx;
+    double replicas = 0, w = 0;
+    RP_CHECK(rp_replicator_result(r, "replicas", &replicas));
+    RP_CHECK(rp_replicator_result(r, "wnorm2", &w));
+    if (j->n_evals < MAX_RECORD) {
+        j->eval_replicas[j->n_evals] = (int)replicas;
+        j->evals[j->n_evals++] = j->trained;
+    }
+    return rp_trainer_metrics_add(m, "wnorm2", w, "|w|^2 %.3f", w);
+}
+
+static rp_status save(void *ctx, void *st, rp_checkpoint *ck)
+{
+    state *s = st;
+    RP_CHECK(rp_checkpoint_add_params(ck, s->p, "param/"));
+    return rp_checkpoint_add_optimizer(ck, s->opt, s->p, "optim/");
+}
+
+static rp_status destroy(rp_replica *rep, void *ctx, void *st)
+{
+    state *s = st;
+    rp_optimizer_destroy(s->opt);
+    rp_params_destroy(s->p);
+    free(s);
+    return RP_OK;
+}
+
+static const rp_trainer_model model = {
+    .build = build,
+    .steps_per_epoch = steps_per_epoch,
+    .train_step = train_step,
+    .settle = settle,
+    .evaluate = evaluate,
+    .evaluated = evaluated,
+    .save = save,
+    .destroy = destroy,
+};
+
+static rp_trainer_config config(job *j, const char *dir, int replicas, int epochs)
+{
+    rp_trainer_config c = rp_trainer_config_default();
+    c.runtime.backend = RP_BACKEND_THREADS;
+    c.runtime.replicas = replicas;
+    c.runtime.threads_per_replica = 1;
+    c.runtime.regime = j->regime;
+    c.runtime.seed = 1;
+    c.run_dir = dir;
+    c.run_dir_exact = true;
+    c.force = true;
+    c.epochs = epochs;
+    c.lr = 0.2f;
+    c.schedule = RP_SCHED_COSINE;
+    c.warmup_epochs = 1;
+    c.batch = j->batch;
+    c.quiet = true;
+    c.config_json = "{\"test\":true}";
+    j->dir = dir;
+    return c;
+}
+
+/* Creates, runs and destroys a trainer; returns run's status and its progress in *p. */
+static rp_status train_once(job *j, const rp_trainer_config *c, rp_trainer_progress *p)
+{
+    rp_trainer *t = NULL;
+    rp_status status = rp_trainer_create(&t, c, &model, j);
+    if (status != RP_OK) {
+        print_message("create: %s\n", rp_last_error());
+        return status;
+    }
+    status = rp_trainer_run(t);
+    if (status != RP_OK) print_message("run: %s\n", rp_last_error());
+    if (p) *p = rp_trainer_get_progress(t);
+    assert_int_equal(rp_trainer_destroy(t), RP_OK);
+    return status;
+}
+
+static const char *path_in(char *buf, size_t size, const char *dir, const char *name)
+{
+    snprintf(buf, size, "%s/%s", dir, name);
+    return buf;
+}
+
+/* Checkpoints at every 3 global steps and every epoch; metrics lines every 2 steps and each epoch. */
+static void test_run_directory_and_cadence(void **unused)
+{
+    job j;
+    job_init(&j, 24, RP_REGIME_SYNC); /* 4 steps per epoch */
+    char dir[512], path[600];
+    tu_tmp_path(dir, sizeof dir, "cadence/run");
+    rp_trainer_config c = config(&j, dir, 1, 2);
+    c.checkpoint_every_steps = 3;
+    c.metrics_every_steps = 2;
+    c.eval_every_steps = 0;
+    rp_trainer_progress p;
+    assert_int_equal(train_once(&j, &c, &p), RP_OK);
+    assert_true(p.finished);
+    assert_false(p.stopped);
+    assert_int_equal(p.global_step, 8);
+    assert_int_equal(p.steps_this_run, 8);
+    assert_int_equal(p.epoch, 2);
+    assert_int_equal(p.step, 0);
+    /* What the checkpoint on disk said as each step began: saves after steps 3, 4 (epoch), 6. */
+    int64_t want[8] = {-1, -1, -1, 3, 4, 4, 6, 6};
+    for (int g = 0; g < 8; g++) assert_int_equal(j.on_disk[g], want[g]);
+    assert_int_equal(checkpoint_step_on_disk(dir), 8);
+
+    /* The checkpoint holds the configuration text and the position. */
+    rp_checkpoint *ck = NULL;
+    assert_int_equal(rp_trainer_load_checkpoint(&ck, dir), RP_OK);
+    assert_string_equal(rp_checkpoint_get_meta(ck, "replicator.config"), "{\"test\":true}");
+    int64_t n;
+    const int64_t *pos = rp_checkpoint_get_i64(ck, "train/position", &n);
+    assert_int_equal(n, 3);
+    assert_int_equal(pos[0], 2);
+    assert_int_equal(pos[1], 0);
+    rp_checkpoint_destroy(ck);
+
+    /* metrics.jsonl: step lines at 2, 4, 6, 8; epoch lines at 4 and 8 with the evaluation's metric. */
+    long size;
+    char *text = (char *)read_file(path_in(path, sizeof path, dir, "metrics.jsonl"), &size);
+    assert_non_null(text);
+    text[size] = '\0';
+    int steps_seen[8], nsteps = 0, epochs_seen[4], nepochs = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        int step = (int)cJSON_GetObjectItem(o, "step")->valuedouble;
+        assert_non_null(cJSON_GetObjectItem(o, "lr"));
+        if (cJSON_GetObjectItem(o, "train_loss")) {
+            assert_true(nepochs < 4);
+            epochs_seen[nepochs++] = step;
+            assert_non_null(cJSON_GetObjectItem(o, "wnorm2"));
+            assert_non_null(cJSON_GetObjectItem(o, "samples_per_s"));
+            assert_int_equal((int)cJSON_GetObjectItem(o, "epoch")->valuedouble, nepochs);
+        } else {
+            assert_non_null(cJSON_GetObjectItem(o, "loss"));
+            assert_true(nsteps < 8);
+            steps_seen[nsteps++] = step;
+        }
+        cJSON_Delete(o);
+    }
+    free(text);
+    assert_int_equal(nsteps, 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(steps_seen[i], 2 * (i + 1));
+    assert_int_equal(nepochs, 2);
+    assert_int_equal(epochs_seen[0], 4);
+    assert_int_equal(epochs_seen[1], 8);
+    job_free(&j);
+}
+
+/* A checkpoint write that fails fails the run, and the previous checkpoint stays as it was. */
+static void test_failed_write_keeps_previous_checkpoint(void **unused)
+{
+    job j;
+    job_init(&j, 24, RP_REGIME_SYNC);
+    char dir[512], path[600];
+    tu_tmp_path(dir, sizeof dir, "atomic");
+    rp_trainer_config c = config(&j, dir, 1, 3);
+    j.limit_at = 5; /* in epoch 2: its checkpoint (after step 8) cannot be written */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit before;
+    getrlimit(RLIMIT_FSIZE, &before);
+    rp_status status = train_once(&j, &c, NULL);
+    setrlimit(RLIMIT_FSIZE, &before);
+    assert_int_equal(status, RP_ERR_IO);
+    tu_assert_error_contains("checkpoint.safetensors");
+    assert_non_null(j.kept);
+    long size;
+    unsigned char *now = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
+    assert_non_null(now);
+    assert_int_equal(size, j.kept_size);
+    assert_memory_equal(now, j.kept, (size_t)size);
+    free(now);
+    assert_int_equal(checkpoint_step_on_disk(dir), 4);
+    /* The failed save removed its temporary file. */
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) assert_null(strstr(e->d_name, ".tmp"));
+    closedir(d);
+    job_free(&j);
+}
+
+/* The final checkpoint of an uninterrupted run of `replicas` sync replicas, 3 epochs. */
+static unsigned char *uninterrupted(const char *name, int replicas, long *size)
+{
+    job j;
+    job_init(&j, 24, RP_REGIME_SYNC);
+    char dir[512], path[600];
+    tu_tmp_path(dir, sizeof dir, name);
+    rp_trainer_config c = config(&j, dir, replicas, 3);
+    assert_int_equal(train_once(&j, &c, NULL), RP_OK);
+    job_free(&j);
+    return read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), size);
+}
+
+/*
+ * A stop request while step 6 trains: the run stops after it, at a step boundary (global 7, epoch 2
+ * step 3), checkpointed; resumed, it ends with the uninterrupted run's checkpoint, bit for bit.
+ */
+static void test_stop_request_resumes_bit_exactly(void **unused)
+{
+    for (int replicas = 1; replicas <= 2; replicas++) {
+        long full_size;
+        unsigned char *full = uninterrupted(replicas == 1 ? "stop-full-1" : "stop-full-2", replicas, &full_size);
+        assert_non_null(full);
+
+        job j;
+        job_init(&j, 24, RP_REGIME_SYNC);
+        char dir[512], path[600];
+        tu_tmp_path(dir, sizeof dir, replicas == 1 ? "stop-1" : "stop-2");
+        rp_trainer_config c = config(&j, dir, replicas, 3);
+        j.stop_at = 6;
+        rp_trainer_progress p;
+        assert_int_equal(train_once(&j, &c, &p), RP_OK);
+        assert_true(p.stopped);
+        assert_false(p.finished);
+        assert_int_equal(p.stop_signal, SIGINT);
+        assert_int_equal(p.global_step, 7);
+        assert_int_equal(p.epoch, 1);
+        assert_int_equal(p.step, 3);
+        assert_int_equal(checkpoint_step_on_disk(dir), 7);
+        /* No request is pending once the trainer stopped. */
+        assert_false(rp_trainer_request_stop(SIGINT));
+
+        rp_checkpoint *ck = NULL;
+        assert_int_equal(rp_trainer_load_checkpoint(&ck, dir), RP_OK);
+        job r;
+        job_init(&r, 24, RP_REGIME_SYNC);
+        rp_trainer_config rc = config(&r, dir, replicas, 3);
+        rc.resume = ck;
+        rc.run_dir_exact = true;
+        rc.force = false; /* resuming continues the run in its own directory: no refusal */
+        assert_int_equal(train_once(&r, &rc, &p), RP_OK);
+        rp_checkpoint_destroy(ck);
+        assert_true(p.finished);
+        assert_int_equal(p.steps_this_run, 12 - 7);
+        /* The resumed run started where the stop left it: nothing trained twice or skipped. */
+        for (int e = 0; e < 3; e++)
+            for (int s = 0; s < 4; s++)
+                for (int k = 0; k < replicas; k++)
+                    assert_int_equal(j.seen[k][e][s] + r.seen[k][e][s], 1);
+        long size;
+        unsigned char *resumed = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
+        assert_non_null(resumed);
+        assert_int_equal(size, full_size);
+        assert_memory_equal(resumed, full, (size_t)size);
+        free(resumed);
+        free(full);
+        job_free(&j);
+        job_free(&r);
+    }
+}
+
+/* A real SIGINT, through the signal thread: a stop at some step boundary that resumes bit-exactly. */
+static void test_signal_stops_and_resumes(void **unused)
+{
+    job j;
+    job_init(&j, 8, RP_REGIME_SYNC); /* 12 steps per epoch: room for the signal to land */
+    char dir[512], path[600];
+    tu_tmp_path(dir, sizeof dir, "sig");
+    rp_trainer_config c = config(&j, dir, 1, 3);
+    j.signal_at = 2;
+    rp_trainer_progress p;
+    assert_int_equal(train_once(&j, &c, &p), RP_OK);
+    assert_true(p.stopped);
+    assert_int_equal(p.stop_signal, SIGINT);
+    assert_true(p.global_step >= 3);
+    assert_true(p.global_step < 36);
+    assert_int_equal(checkpoint_step_on_disk(dir), p.global_step);
+    assert_int_equal(p.epoch * 12 + p.step, p.global_step);
+
+    /* Resume to the end and compare with an uninterrupted run of the same shape. */
+    job u;
+    job_init(&u, 8, RP_REGIME_SYNC);
+    char udir[512];
+    tu_tmp_path(udir, sizeof udir, "sig-full-8");
+    rp_trainer_config uc = config(&u, udir, 1, 3);
+    assert_int_equal(train_once(&u, &uc, NULL), RP_OK);
+    rp_checkpoint *ck = NULL;
+    assert_int_equal(rp_trainer_load_checkpoint(&ck, dir), RP_OK);
+    job r;
+    job_init(&r, 8, RP_REGIME_SYNC);
+    rp_trainer_config rc = config(&r, dir, 1, 3);
+    rc.resume = ck;
+    assert_int_equal(train_once(&r, &rc, &p), RP_OK);
+    rp_checkpoint_destroy(ck);
+    assert_true(p.finished);
+    long a_size, b_size;
+    unsigned char *a = read_file(path_in(path, sizeof path, udir, "checkpoint.safetensors"), &a_size);
+    unsigned char *b = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &b_size);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(a_size, b_size);
+    assert_memory_equal(a, b, (size_t)a_size);
+    free(a);
+    free(b);
+    job_free(&j);
+    job_free(&u);
+    job_free(&r);
+}
+
+/*
+ * Evaluation every 3 steps and every second epoch (and after the last), on every replica: 4 steps
+ * per epoch, 3 epochs -> after steps 3, 6, 8 (epoch 2), 9, 12 (step cadence and the last epoch, once).
+ */
+static void test_eval_cadence(void **unused)
+{
+    job j;
+    job_init(&j, 24, RP_REGIME_SYNC);
+    char dir[512];
+    tu_tmp_path(dir, sizeof dir, "eval");
+    rp_trainer_config c = config(&j, dir, 2, 3);
+    c.eval_every_steps = 3;
+    c.eval_every_epochs = 2;
+    assert_int_equal(train_once(&j, &c, NULL), RP_OK);
+    int64_t want[] = {3, 6, 8, 9, 12};
+    assert_int_equal(j.n_evals, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(j.evals[i], want[i]);
+        assert_int_equal(j.eval_replicas[i], 2);
+    }
+    job_free(&j);
+}
+
+/* Every batch of every epoch exactly once: sync, each replica its shard; async, one replica each. */
+static void test_every_batch_once(void **unused)
+{
+    for (int regime = 0; regime < 2; regime++) {
+        job j;
+        job_init(&j, 12, regime ? RP_REGIME_ASYNC : RP_REGIME_SYNC); /* 8 steps per epoch */
+        char dir[512];
+        tu_tmp_path(dir, sizeof dir, regime ? "cover-async" : "cover-sync");
+        rp_trainer_config c = config(&j, dir, 2, 3);
+        c.lr = 0.05f;
+        rp_trainer_progress p;
+        assert_int_equal(train_once(&j, &c, &p), RP_OK);
+        assert_true(p.finished);
+        assert_int_equal(p.global_step, 24);
+        int per_replica[MAXR] = {0, 0};
+        for (int e = 0; e < 3; e++)
+            for (int s = 0; s < 8; s++) {
+                if (regime == 0) {
+                    assert_int_equal(j.seen[0][e][s], 1);
+                    assert_int_equal(j.seen[1][e][s], 1);
+                } else {
+                    assert_int_equal(j.seen[0][e][s] + j.seen[1][e][s], 1);
+                }
+                per_replica[0] += j.seen[0][e][s];
+                per_replica[1] += j.seen[1][e][s];
+            }
+        for (int e = 3; e < MAX_EPOCHS; e++)
+            for (int s = 0; s < MAX_STEPS; s++) assert_int_equal(j.seen[0][e][s] + j.seen[1][e][s], 0);
+        assert_int_equal(per_replica[0] + per_replica[1], regime ? 24 : 48);
+        job_free(&j);
+    }
+}
+
+/* max_steps stops (checkpointed) in the middle of an async epoch; the position says where. */
+static void test_async_max_steps(void **unused)
+{
+    job j;
+    job_init(&j, 12, RP_REGIME_ASYNC);
+    char dir[512];
+    tu_tmp_path(dir, sizeof dir, "async-max");
+    rp_trainer_config c = config(&j, dir, 2, 3);
+    c.max_steps = 11;
+    rp_trainer_progress p;
+    assert_int_equal(train_once(&j, &c, &p), RP_OK);
+    assert_true(p.stopped);
+    assert_int_equal(p.stop_signal, 0);
+    assert_int_equal(p.global_step, 11);
+    assert_int_equal(p.epoch, 1);
+    assert_int_equal(p.step, 3);
+    assert_int_equal(checkpoint_step_on_disk(dir), 11);
+    int total = 0;
+    for (int e = 0; e < MAX_EPOCHS; e++)
+        for (int s = 0; s < MAX_STEPS; s++) total += j.seen[0][e][s] + j.seen[1][e][s];
+    assert_int_equal(total, 11);
+    job_free(&j);
+}
+
+/* A run directory that holds a checkpoint: refused when named exactly, unless forced; else -2. */
+static void test_refuses_existing_run(void **unused)
+{
+    job j;
+    job_init(&j, 24, RP_REGIME_SYNC);
+    char dir[512], path[600];
+    tu_tmp_path(dir, sizeof dir, "taken");
+    rp_trainer_config c = config(&j, dir, 1, 1);
+    assert_int_equal(train_once(&j, &c, NULL), RP_OK);
+    long size;
+    unsigned char *before = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
+    assert_non_null(before);
+
+    c.force = false;
+    c.lr = 0.5f; /* a different run: its checkpoint would differ */
+    rp_trainer *t = NULL;
+    assert_int_equal(rp_trainer_create(&t, &c, &model, &j), RP_ERR_INVALID);
+    assert_null(t);
+    tu_assert_error_contains("already holds a run's checkpoint");
+    tu_assert_error_contains(dir);
+    long now_size;
+    unsigned char *now = read_file(path, &now_size);
+    assert_int_equal(now_size, size);
+    assert_memory_equal(now, before, (size_t)size);
+    free(now);
+
+    /* Not named exactly: the run moves on to DIR-2. */
+    c.run_dir_exact = false;
+    assert_int_equal(rp_trainer_create(&t, &c, &model, &j), RP_OK);
+    char want[600];
+    snprintf(want, sizeof want, "%s-2", dir);
+    assert_string_equal(rp_trainer_run_dir(t), want);
+    /* An evaluation on demand, outside the loop. */
+    rp_trainer_metrics m = {0};
+    int evals = j.n_evals;
+    assert_int_equal(rp_trainer_evaluate(t, &m), RP_OK);
+    assert_int_equal(j.n_evals, evals + 1);
+    assert_int_equal(m.n, 1);
+    assert_string_equal(m.m[0].key, "wnorm2");
+    assert_true(m.m[0].value > 0);
+    assert_int_equal(rp_trainer_destroy(t), RP_OK);
+
+    /* Forced: it overwrites. */
+    c.run_dir_exact = true;
+    c.force = true;
+    assert_int_equal(train_once(&j, &c, NULL), RP_OK);
+    now = read_file(path, &now_size);
+    assert_non_null(now);
+    assert_true(now_size != size || memcmp(now, before, (size_t)size) != 0);
+    free(now);
+    free(before);
+    job_free(&j);
+}
+
+static void test_bad_config(void **unused)
+{
+    job j;
+    job_init(&j, 24, RP_REGIME_SYNC);
+    char dir[512];
+    tu_tmp_path(dir, sizeof dir, "bad");
+    rp_trainer *t = (rp_trainer *)&j;
+    rp_trainer_config c = config(&j, dir, 1, 1);
+    c.epochs = 0;
+    assert_int_equal(rp_trainer_create(&t, &c, &model, &j), RP_ERR_INVALID);
+    assert_null(t);
+    tu_assert_error_contains("epochs 0");
+    c = config(&j, dir, 1, 1);
+    c.run_dir = NULL;
+    assert_int_equal(rp_trainer_create(&t, &c, &model, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("run_dir");
+    rp_trainer_model broken = model;
+    broken.save = NULL;
+    c = config(&j, dir, 1, 1);
+    assert_int_equal(rp_trainer_create(&t, &c, &broken, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("save");
+    rp_trainer_metrics m = {0};
+    assert_int_equal(rp_trainer_metrics_add(&m, "bad key", 1, NULL), RP_ERR_INVALID);
+    tu_assert_error_contains("bad key");
+    for (int i = 0; i < RP_TRAINER_MAX_METRICS; i++)
+        assert_int_equal(rp_trainer_metrics_add(&m, "k", i, "k %d", i), RP_OK);
+    assert_string_equal(m.m[3].shown, "k 3");
+    assert_int_equal(rp_trainer_metrics_add(&m, "k", 9, NULL), RP_ERR_INVALID);
+    /* No trainer runs: a stop request is not taken. */
+    assert_false(rp_trainer_request_stop(SIGINT));
+    job_free(&j);
+}
+
+static int setup(void **unused)
+{
+    rp_log_set_level(RP_LOG_WARN);
+    /* Before any thread starts, so that only the trainer's signal thread ever takes SIGINT. */
+    if (rp_trainer_catch_signals() != RP_OK) return -1;
+    return tu_tmpdir_create("trainer");
+}
+
+static int teardown(void **unused)
+{
+    tu_tmpdir_remove();
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_directory_and_cadence),
+        cmocka_unit_test(test_failed_write_keeps_previous_checkpoint),
+        cmocka_unit_test(test_stop_request_resumes_bit_exactly),
+        cmocka_unit_test(test_signal_stops_and_resumes),
+        cmocka_unit_test(test_eval_cadence),
+        cmocka_unit_test(test_every_batch_once),
+        cmocka_unit_test(test_async_max_steps),
+        cmocka_unit_test(test_refuses_existing_run),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
