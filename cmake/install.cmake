@@ -66,6 +66,7 @@ rp_link_flags(RP_PC_LIBS_PRIVATE ${rp_dep_libs})
 
 # Relative to the prefix, so an installed tree can be moved (pkg-config's ${pcfiledir}).
 file(RELATIVE_PATH RP_PC_PREFIX_FROM_PCDIR ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+string(REGEX REPLACE "/$" "" RP_PC_PREFIX_FROM_PCDIR "${RP_PC_PREFIX_FROM_PCDIR}")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/replicator.pc.in ${CMAKE_BINARY_DIR}/replicator.pc @ONLY)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/replicator-static.pc.in ${CMAKE_BINARY_DIR}/replicator-static.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/replicator.pc ${CMAKE_BINARY_DIR}/replicator-static.pc

@@ -40,6 +40,9 @@ static void make_batch(int64_t k, const rp_input_context *in, float *x, int32_t 
     make_points(k < 0 ? 2 : 1, first, in->per_replica_batch, x, y);
 }
 
+static rp_status evaluate(rp_replica *rep, void *arg); /* test accuracy (after main) */
+static rp_status teardown(rp_replica *rep, void *arg); /* frees each replica's model */
+
 /* [readme] */
 /* One replica's model and optimizer. */
 struct model {
@@ -86,6 +89,37 @@ static rp_status step(rp_replica *rep, void *arg)
     RP_CHECK(rp_optimizer_step(m->opt, 0.05f)); /* the same update on every replica */
     return rp_replica_report(rep, "loss", rp_item(loss), RP_MEAN);
 }
+
+int main(int argc, char **argv)
+{
+    rp_status status = RP_OK;
+    rp_replicator *r = NULL;
+    rp_config cfg = rp_config_default();
+    cfg.replicas = 2;
+    RP_TRY(rp_config_from_args(&cfg, &argc, argv)); /* --replicas 4, --backend mpi, ... */
+    RP_TRY(rp_replicator_create(&r, &cfg));
+    bool lead = rp_replica_id(rp_replicator_replica(r, 0)) == 0; /* prints (once per job) */
+    RP_TRY(rp_replicator_run(r, build, NULL));
+    for (int64_t k = 0; k < STEPS; k++) {
+        RP_TRY(rp_replicator_run(r, step, &k)); /* every replica, its own shard */
+        double loss;
+        RP_TRY(rp_replicator_result(r, "loss", &loss)); /* reduced over the replicas */
+        if (lead && (k + 1) % 50 == 0) printf("step %lld  loss %.4f\n", (long long)(k + 1), loss);
+    }
+    double accuracy;
+    RP_TRY(rp_replicator_run(r, evaluate, NULL));
+    RP_TRY(rp_replicator_result(r, "accuracy", &accuracy));
+    if (lead) printf("replicas %d  test accuracy %.3f\n", rp_replicator_replicas(r), accuracy);
+    if (accuracy < 0.95) status = RP_ERROR(RP_ERR_NUMERIC, "accuracy %.3f is below 0.95", accuracy);
+cleanup:
+    if (r) {
+        rp_status down = rp_replicator_run(r, teardown, NULL); /* free each replica's model */
+        if (status == RP_OK) status = down;
+    }
+    rp_replicator_destroy(r);
+    if (status != RP_OK) fprintf(stderr, "mlp: %s\n", rp_last_error());
+    return status == RP_OK ? 0 : 1;
+}
 /* [readme] */
 
 /* Accuracy on this replica's share of the test points, averaged over the replicas. */
@@ -125,35 +159,3 @@ static rp_status teardown(rp_replica *rep, void *arg)
     rp_replica_set_user(rep, NULL);
     return RP_OK;
 }
-
-/* [readme] */
-int main(int argc, char **argv)
-{
-    rp_status status = RP_OK;
-    rp_replicator *r = NULL;
-    rp_config cfg = rp_config_default();
-    cfg.replicas = 2;
-    RP_TRY(rp_config_from_args(&cfg, &argc, argv)); /* --replicas 4, --backend mpi, ... */
-    RP_TRY(rp_replicator_create(&r, &cfg));
-    RP_TRY(rp_replicator_run(r, build, NULL));
-    for (int64_t k = 0; k < STEPS; k++) {
-        RP_TRY(rp_replicator_run(r, step, &k)); /* every replica, its own shard */
-        double loss;
-        RP_TRY(rp_replicator_result(r, "loss", &loss)); /* reduced over the replicas */
-        if ((k + 1) % 50 == 0) printf("step %lld  loss %.4f\n", (long long)(k + 1), loss);
-    }
-    double accuracy;
-    RP_TRY(rp_replicator_run(r, evaluate, NULL));
-    RP_TRY(rp_replicator_result(r, "accuracy", &accuracy));
-    printf("replicas %d  test accuracy %.3f\n", rp_replicator_replicas(r), accuracy);
-    if (accuracy < 0.95) status = RP_ERROR(RP_ERR_NUMERIC, "accuracy %.3f is below 0.95", accuracy);
-cleanup:
-    if (r) {
-        rp_status down = rp_replicator_run(r, teardown, NULL); /* free each replica's model */
-        if (status == RP_OK) status = down;
-    }
-    rp_replicator_destroy(r);
-    if (status != RP_OK) fprintf(stderr, "mlp: %s\n", rp_last_error());
-    return status == RP_OK ? 0 : 1;
-}
-/* [readme] */
