@@ -1,0 +1,73 @@
+# `cmake --install`: the libraries, the public headers, a CMake package (find_package(replicator)
+# gives replicator::replicator, the shared library, and with COMPONENTS static also
+# replicator::replicator_static) and pkg-config files (replicator.pc, replicator-static.pc).
+# docs/building.md shows how a program uses each.
+include(CMakePackageConfigHelpers)
+
+set(RP_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/replicator)
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/replicator DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.h")
+install(TARGETS replicator_static EXPORT replicatorStaticTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT replicatorStaticTargets NAMESPACE replicator:: DESTINATION ${RP_CMAKE_DIR})
+if(RP_BUILD_SHARED)
+  install(TARGETS replicator_shared EXPORT replicatorTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT replicatorTargets NAMESPACE replicator:: DESTINATION ${RP_CMAKE_DIR})
+endif()
+
+if(MPI_C_FOUND)
+  set(RP_CONFIG_MPI TRUE)
+else()
+  set(RP_CONFIG_MPI FALSE)
+endif()
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/replicatorConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/replicatorConfig.cmake INSTALL_DESTINATION ${RP_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/replicatorConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/replicatorConfig.cmake ${CMAKE_BINARY_DIR}/replicatorConfigVersion.cmake
+  DESTINATION ${RP_CMAKE_DIR})
+
+# The libraries behind RP_LINK_DEPS as linker flags, for the pkg-config files: -l<name>, with
+# -L<dir> where the directory is not one the linker searches anyway.
+function(rp_link_flags out)
+  set(flags "")
+  set(dirs "")
+  foreach(lib ${ARGN})
+    if(IS_ABSOLUTE "${lib}")
+      get_filename_component(dir "${lib}" DIRECTORY)
+      get_filename_component(name "${lib}" NAME_WE)
+      string(REGEX REPLACE "^lib" "" name "${name}")
+      if(NOT dir IN_LIST CMAKE_C_IMPLICIT_LINK_DIRECTORIES AND NOT dir IN_LIST dirs)
+        list(APPEND dirs "${dir}")
+        list(APPEND flags "-L${dir}")
+      endif()
+      list(APPEND flags "-l${name}")
+    elseif(lib MATCHES "^-")
+      list(APPEND flags "${lib}")
+    else()
+      list(APPEND flags "-l${lib}")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES flags)
+  string(JOIN " " flags ${flags})
+  set(${out} "${flags}" PARENT_SCOPE)
+endfunction()
+
+set(rp_dep_libs ${DNNL_LIB} ${CJSON_LIB} ${ZLIB_LIBRARIES})
+foreach(name ${OpenMP_C_LIB_NAMES})
+  list(APPEND rp_dep_libs ${OpenMP_${name}_LIBRARY})
+endforeach()
+if(MPI_C_FOUND)
+  list(APPEND rp_dep_libs ${MPI_C_LIBRARIES})
+endif()
+list(APPEND rp_dep_libs -pthread m)
+rp_link_flags(RP_PC_LIBS_PRIVATE ${rp_dep_libs})
+
+# Relative to the prefix, so an installed tree can be moved (pkg-config's ${pcfiledir}).
+file(RELATIVE_PATH RP_PC_PREFIX_FROM_PCDIR ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+string(REGEX REPLACE "/$" "" RP_PC_PREFIX_FROM_PCDIR "${RP_PC_PREFIX_FROM_PCDIR}")
+configure_file(${CMAKE_CURRENT_LIST_DIR}/replicator.pc.in ${CMAKE_BINARY_DIR}/replicator.pc @ONLY)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/replicator-static.pc.in ${CMAKE_BINARY_DIR}/replicator-static.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/replicator.pc ${CMAKE_BINARY_DIR}/replicator-static.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
