@@ -72,7 +72,13 @@ typedef struct rp_config {
     size_t bucket_bytes;     /* gradient all-reduce bucket size; default 1 MiB */
     int checksum_every;      /* verify every K optimizer steps that the replicas agree; 0: never; default 100 */
     size_t arena_bytes;      /* initial size of each replica's tape arena; 0: a default */
+    bool stuck_exit;         /* a replica stuck outside every collective ends the process (exit
+                                status RP_STUCK_EXIT_CODE) instead of failing the run; default
+                                $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
 } rp_config;
+
+/* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */
+#define RP_STUCK_EXIT_CODE 70
 
 rp_config rp_config_default(void);
 
