@@ -277,7 +277,10 @@ static void *worker_main(void *p)
         pthread_mutex_lock(&r->mu);
         /* Declared stuck by the watchdog: the run was counted without it, and the replicator
            will not run again; this thread just ends (its memory is never freed under it). */
-        if (rep->abandoned) break;
+        if (rep->abandoned) {
+            rep->exited = true;
+            break;
+        }
         rep->done = true;
         if (++r->finished == r->n - 1) pthread_cond_signal(&r->done);
     }
@@ -319,18 +322,19 @@ static void note_failures(rp_replicator *r, double *failed_at, double now)
     }
 }
 
-static void stuck_message(rp_replica *rep, double now)
+static void stuck_message(char *out, size_t size, const rp_replica *rep, double now, const char *then)
 {
-    snprintf(rep->error, sizeof rep->error, "replica %d has been in its step function for %.0f s and did "
-             "not reach a collective; its peers timed out waiting (its thread is abandoned: the "
-             "replicator cannot run again)", rep->id, now - (double)rep->started_ns * 1e-9);
+    double since = (double)__atomic_load_n(&rep->started_ns, __ATOMIC_RELAXED) * 1e-9;
+    snprintf(out, size, "replica %d has been in its step function for %.0f s and did not reach a "
+             "collective; its peers timed out waiting%s", rep->id, now - since, then);
 }
 
 /* cfg.stuck_exit: the process ends, for a replica that can never return. */
 static void stuck_exit(rp_replica *rep, double now)
 {
-    stuck_message(rep, now);
-    rp_log(RP_LOG_ERROR, "%s; ending the process (stuck_exit / RP_STUCK_EXIT)", rep->error);
+    char msg[512];
+    stuck_message(msg, sizeof msg, rep, now, "");
+    rp_log(RP_LOG_ERROR, "%s; ending the process (stuck_exit / RP_STUCK_EXIT)", msg);
     rp_comm_mpi_abort(RP_STUCK_EXIT_CODE);
     _exit(RP_STUCK_EXIT_CODE);
 }
@@ -406,14 +410,17 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     pthread_mutex_lock(&r->mu);
     r->reps[0].done = true;
     double failed_at = 0;
+    char stuck_error[512] = "";
     while (r->finished < r->n - 1) {
         double now = rp_now_s();
         note_failures(r, &failed_at, now);
         rp_replica *stuck = find_stuck(r, failed_at, now);
         if (stuck) {
             if (r->cfg.stuck_exit) stuck_exit(stuck, now);
-            stuck_message(stuck, now);
-            stuck->status = RP_ERR_TIMEOUT;
+            /* Its own status and message are its thread's, should it come back: not touched here. */
+            if (!*stuck_error)
+                stuck_message(stuck_error, sizeof stuck_error, stuck, now,
+                              " (its thread is abandoned: the replicator cannot run again)");
             stuck->abandoned = true;
             snprintf(r->abandoned_error, sizeof r->abandoned_error, "replica %d", stuck->id);
             r->abandoned = true;
@@ -434,20 +441,19 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
 
     /* The error that started it: a stuck replica, then a replica's own failure before a peer's
        "replica k failed"; a failure the replicas agreed on names the replica they blamed. */
+    if (*stuck_error) return rp_error_set(RP_ERR_TIMEOUT, NULL, 0, "%s", stuck_error);
     const rp_replica *cause = NULL;
     for (int i = 0; i < r->n; i++) {
         const rp_replica *rep = &r->reps[i];
         if (rep->status == RP_OK) continue;
-        if (!cause || (rep->abandoned && !cause->abandoned) ||
-            (!cause->abandoned && cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM))
-            cause = rep;
+        if (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)) cause = rep;
     }
     if (!cause) {
         if (saved_status != RP_OK) rp_error_set(saved_status, NULL, 0, "%s", saved_error);
         else rp_error_clear();
         return RP_OK;
     }
-    if (cause->count == 1 || cause->abandoned) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
+    if (cause->count == 1) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
     int who = cause->blame >= 0 ? cause->blame : cause->id;
     return rp_error_set(cause->status, NULL, 0, "replica %d: %s", who, cause->error);
 }
@@ -463,13 +469,25 @@ void rp_replicator_destroy(rp_replicator *r)
     pthread_cond_broadcast(&r->wake);
     pthread_mutex_unlock(&r->mu);
     if (r->watchdog_started) pthread_join(r->watchdog, NULL);
-    for (int i = 0; i < r->n; i++) {
+    /* A stuck thread that comes back within the grace (2 s) ends: then everything is freed
+       as usual. Only a thread still stuck after that is left with the memory it uses. */
+    bool stuck = false;
+    for (double t0 = rp_now_s();;) {
+        stuck = false;
+        pthread_mutex_lock(&r->mu);
+        for (int i = 0; r->reps && i < r->n; i++) stuck |= r->reps[i].abandoned && !r->reps[i].exited;
+        pthread_mutex_unlock(&r->mu);
+        if (!stuck || rp_now_s() - t0 > 2.0) break;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; r->reps && i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
         if (!rep->thread_started) continue;
-        if (rep->abandoned) pthread_detach(rep->thread);
+        if (rep->abandoned && stuck) pthread_detach(rep->thread);
         else pthread_join(rep->thread, NULL);
     }
-    if (r->abandoned) {
+    if (stuck) {
         /* A stuck thread may still return into its replica, tape and communicator: they stay. */
         rp_log(RP_LOG_WARN, "replicator: %s was left stuck in its step function; its replicator's "
                "memory is not freed", r->abandoned_error);

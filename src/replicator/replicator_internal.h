@@ -50,6 +50,7 @@ struct rp_replica {
     uint64_t started_ns;      /* rp_now_ns() when fn was called (atomic) */
     bool done;                /* finished the current run (under r->mu) */
     bool abandoned;           /* declared stuck by the watchdog: its thread is left running */
+    bool exited;              /* an abandoned thread came back and ended (under r->mu) */
     /* Reports of the current run, and their reduction. */
     int nreports;
     rp_report reports[RP_REPORTS_MAX];

@@ -274,7 +274,12 @@ static void async_replica_destroy(rp_replica *rep)
     async_replica *ar = rep->strategy;
     if (!ar) return;
     int alive = 0;
-    for (rp_async *a = ar->asyncs; a; a = a->next, alive++) a->rep = NULL;
+    /* Their server handles go now, before the servers' group; release frees the rest later. */
+    for (rp_async *a = ar->asyncs; a; a = a->next, alive++) {
+        a->rep = NULL;
+        rp_ps_destroy(a->ps);
+        a->ps = NULL;
+    }
     if (alive)
         rp_error_set(RP_ERR_INVALID, __FILE__, __LINE__, "rp_replicator_destroy: replica %d still had %d "
                      "optimizer(s) made by rp_replica_optimizer_create(); destroy them first (they now "
