@@ -1151,6 +1151,308 @@ static void test_small_network(void **state)
     rp_params_destroy(ps);
 }
 
+/* ---- ops added for the next models ---------------------------------------------- */
+
+typedef struct unary_ctx {
+    int kind; /* 0 elu, 1 sqrt, 2 reciprocal, 3 clamp, 4 log_softmax */
+    float p, q;
+} unary_ctx;
+
+static rp_tensor *fwd_unary(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const unary_ctx *u = ctx;
+    switch (u->kind) {
+    case 0: return rp_elu(t, in[0], u->p);
+    case 1: return rp_sqrt(t, in[0]);
+    case 2: return rp_reciprocal(t, in[0]);
+    case 3: return rp_clamp(t, in[0], u->p, u->q);
+    default: return rp_log_softmax(t, in[0]);
+    }
+}
+
+/* Moves every value at least `margin` away from v. */
+static void push_from(float *x, int64_t n, float v, float margin)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] < v ? fminf(x[i], v - margin) : fmaxf(x[i], v + margin);
+}
+
+/*
+ * rp_elu (both sides of its kink, two alphas), rp_sqrt on [0.3, 2],
+ * rp_reciprocal away from 0, rp_clamp with values on both sides of both
+ * bounds (kept 10 eps from them), rp_log_softmax over rows of 7.
+ */
+static void test_unary_ops(void **state)
+{
+    gc_case c;
+    unary_ctx u = {0, 1.0f, 0};
+    gc_init(&c, "elu", fwd_unary, &u);
+    push_from_zero(gc_leaf(&c, "x", SHAPE(3, 4, 5), -2, 2, true), 60, 0.1f);
+    gc_check(&c);
+    unary_ctx u2 = {0, 0.3f, 0};
+    gc_init(&c, "elu alpha 0.3", fwd_unary, &u2);
+    push_from_zero(gc_leaf(&c, "x", SHAPE(4, 6), -2, 2, true), 24, 0.1f);
+    gc_check(&c);
+    unary_ctx us = {1, 0, 0};
+    gc_init(&c, "sqrt", fwd_unary, &us);
+    gc_leaf(&c, "x", SHAPE(3, 7), 0.3f, 2, true);
+    gc_check(&c);
+    unary_ctx ur = {2, 0, 0};
+    gc_init(&c, "reciprocal", fwd_unary, &ur);
+    push_from_zero(gc_leaf(&c, "x", SHAPE(2, 9), -2, 2, true), 18, 0.5f);
+    gc_check(&c);
+    unary_ctx uc = {3, -0.5f, 0.7f};
+    gc_init(&c, "clamp", fwd_unary, &uc);
+    float *x = gc_leaf(&c, "x", SHAPE(5, 8), -1.5f, 1.5f, true);
+    push_from(x, 40, -0.5f, 0.1f);
+    push_from(x, 40, 0.7f, 0.1f);
+    gc_check(&c);
+    unary_ctx ul = {4, 0, 0};
+    gc_init(&c, "log_softmax", fwd_unary, &ul);
+    gc_leaf(&c, "x", SHAPE(2, 3, 7), -2, 2, true);
+    gc_check(&c);
+    gc_init(&c, "log_softmax 1-D", fwd_unary, &ul);
+    gc_leaf(&c, "x", SHAPE(5), -2, 2, true);
+    gc_check(&c);
+}
+
+/* Clamp's gradient is exactly dy inside [lo, hi] (ends included) and 0 outside. */
+static void test_clamp_mask(void **state)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float xd[5] = {-2, -1, 0, 1, 2};
+    rp_tensor *x = rp_tensor_from(t, 1, (int[]){5}, xd);
+    rp_tensor_set_requires_grad(x, true);
+    rp_tensor *y = rp_clamp(t, x, -1, 1);
+    assert_int_equal(rp_backward_from(t, y, (float[]){5, 6, 7, 8, 9}), RP_OK);
+    float want_y[5] = {-1, -1, 0, 1, 1}, want_g[5] = {0, 6, 7, 8, 0};
+    assert_memory_equal(y->data, want_y, sizeof want_y);
+    assert_memory_equal(x->grad, want_g, sizeof want_g);
+    assert_null(rp_clamp(t, x, 1, -1));
+    assert_int_equal(rp_last_status(), RP_ERR_INVALID);
+    rp_tape_destroy(t);
+}
+
+static rp_tensor *fwd_div(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    return rp_div(t, in[0], in[1]);
+}
+
+/* rp_div with equal shapes, suffix broadcasting and per-axis broadcasting; b kept from 0. */
+static void test_div(void **state)
+{
+    struct { const char *name; int na, sa[4], nb, sb[4]; } cases[] = {
+        {"div same", 3, {2, 3, 4}, 3, {2, 3, 4}},
+        {"div [C] bcast", 4, {2, 3, 2, 4}, 1, {4}},
+        {"div [N,1,1,C] bcast", 4, {3, 2, 3, 4}, 4, {3, 1, 1, 4}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gc_case c;
+        gc_init(&c, cases[i].name, fwd_div, NULL);
+        gc_leaf(&c, "a", cases[i].na, cases[i].sa, -1, 1, true);
+        float *b = gc_leaf(&c, "b", cases[i].nb, cases[i].sb, -1, 1, true);
+        push_from_zero(b, rp_shape_numel(cases[i].nb, cases[i].sb), 0.5f);
+        gc_check(&c);
+    }
+}
+
+/*
+ * Per-axis (per-sample) broadcasting for add, sub and mul: [N,1,1,C] (a
+ * class-conditional BN's gamma), [1,H,1,C], [N,H,1,1], and [H,1,C] with
+ * fewer dims than a; b's gradient sums over its repeated axes.
+ */
+static void test_binary_per_axis(void **state)
+{
+    binary_cases("[N,1,1,C]", 4, (int[]){3, 2, 3, 4}, 4, (int[]){3, 1, 1, 4});
+    binary_cases("[1,H,1,C]", 4, (int[]){2, 3, 2, 4}, 4, (int[]){1, 3, 1, 4});
+    binary_cases("[N,H,1,1]", 4, (int[]){2, 3, 4, 2}, 4, (int[]){2, 3, 1, 1});
+    binary_cases("[H,1,C]", 4, (int[]){2, 3, 2, 4}, 3, (int[]){3, 1, 4});
+    binary_cases("[N,1] 2-D", 2, (int[]){5, 3}, 2, (int[]){5, 1});
+}
+
+/* Values of a per-sample broadcast against a hand-written loop, and the shape error. */
+static void test_per_axis_values(void **state)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float ad[2 * 2 * 3 * 2], bd[2 * 2];
+    tu_fill(ad, 24, 1, -1, 1);
+    tu_fill(bd, 4, 2, -1, 1);
+    rp_tensor *a = rp_tensor_from(t, 4, (int[]){2, 2, 3, 2}, ad);
+    rp_tensor *b = rp_tensor_from(t, 4, (int[]){2, 1, 1, 2}, bd);
+    rp_tensor *y = rp_mul(t, a, b);
+    assert_non_null(y);
+    for (int n = 0; n < 2; n++)
+        for (int p = 0; p < 6; p++)
+            for (int c = 0; c < 2; c++)
+                assert_float_equal(y->data[(n * 6 + p) * 2 + c], ad[(n * 6 + p) * 2 + c] * bd[n * 2 + c], 0);
+    rp_tensor *bad = rp_tensor_fill(t, 4, (int[]){2, 1, 2, 2}, 1.0f);
+    assert_null(rp_add(t, a, bad));
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    tu_assert_error_contains("[2, 1, 2, 2]");
+    rp_tape_destroy(t);
+}
+
+typedef struct axes_ctx {
+    int n;
+    int axes[4];
+    bool keep, mean;
+    int rows; /* 1: rp_sum_rows / rp_mean_rows instead */
+} axes_ctx;
+
+static rp_tensor *fwd_axes(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const axes_ctx *a = ctx;
+    if (a->rows) return a->mean ? rp_mean_rows(t, in[0]) : rp_sum_rows(t, in[0]);
+    return a->mean ? rp_mean_axes(t, in[0], a->n, a->axes, a->keep)
+                   : rp_sum_axes(t, in[0], a->n, a->axes, a->keep);
+}
+
+/* Sums and means over axis sets of a [2,3,4,5] tensor (inner, outer, middle, mixed, all) and per row. */
+static void test_reduce_axes(void **state)
+{
+    axes_ctx cases[] = {
+        {1, {3}, false, false, 0}, {1, {0}, true, true, 0},  {2, {1, 2}, false, true, 0},
+        {2, {0, 2}, true, false, 0}, {3, {3, 1, 0}, false, false, 0}, {4, {0, 1, 2, 3}, false, true, 0},
+        {0, {0}, false, false, 1}, {0, {0}, false, true, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "reduce axes case %zu", i);
+        gc_case c;
+        gc_init(&c, name, fwd_axes, &cases[i]);
+        gc_leaf(&c, "x", SHAPE(2, 3, 4, 5), -1, 1, true);
+        gc_check(&c);
+    }
+}
+
+/* Shapes and values of axis reductions, and the errors for bad axes. */
+static void test_reduce_axes_values(void **state)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float xd[2 * 3 * 4];
+    for (int i = 0; i < 24; i++) xd[i] = (float)i;
+    rp_tensor *x = rp_tensor_from(t, 3, (int[]){2, 3, 4}, xd);
+    rp_tensor *s = rp_sum_axes(t, x, 2, (int[]){0, 2}, false);
+    assert_int_equal(s->ndim, 1);
+    assert_int_equal(s->shape[0], 3);
+    for (int j = 0; j < 3; j++) {
+        float want = 0;
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < 4; k++) want += xd[(i * 3 + j) * 4 + k];
+        assert_float_equal(s->data[j], want, 0);
+    }
+    rp_tensor *m = rp_mean_axes(t, x, 1, (int[]){1}, true);
+    assert_int_equal(m->ndim, 3);
+    assert_int_equal(m->shape[1], 1);
+    assert_float_equal(m->data[0], (0 + 4 + 8) / 3.0f, 1e-6);
+    rp_tensor *r = rp_sum_rows(t, x);
+    assert_int_equal(r->ndim, 1);
+    assert_float_equal(r->data[1], (12 + 23) * 12 / 2.0f, 0);
+    rp_tensor *all = rp_sum_axes(t, x, 3, (int[]){0, 1, 2}, false);
+    assert_int_equal(all->ndim, 0);
+    assert_float_equal(rp_item(all), 276, 0);
+    assert_null(rp_sum_axes(t, x, 1, (int[]){3}, false));
+    tu_assert_error_contains("axis 3");
+    assert_null(rp_sum_axes(t, x, 2, (int[]){1, 1}, false));
+    tu_assert_error_contains("repeated");
+    rp_tape_destroy(t);
+}
+
+typedef struct ln_ctx {
+    bool affine;
+} ln_ctx;
+
+static rp_tensor *fwd_ln(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    const ln_ctx *l = ctx;
+    return rp_layer_norm(t, in[0], l->affine ? in[1] : NULL, l->affine ? in[2] : NULL, 1e-5f);
+}
+
+/* rp_layer_norm over rows of 6 (x, gamma, beta) and without gamma and beta; values per row. */
+static void test_layer_norm(void **state)
+{
+    ln_ctx yes = {true}, no = {false};
+    gc_case c;
+    gc_init(&c, "layer_norm", fwd_ln, &yes);
+    gc_leaf(&c, "x", SHAPE(2, 3, 6), -1, 1, true);
+    gc_leaf(&c, "gamma", SHAPE(6), 0.5f, 1.5f, true);
+    gc_leaf(&c, "beta", SHAPE(6), -1, 1, true);
+    gc_check(&c);
+    gc_init(&c, "layer_norm plain", fwd_ln, &no);
+    gc_leaf(&c, "x", SHAPE(4, 5), -2, 2, true);
+    gc_check(&c);
+
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float xd[8] = {1, 2, 3, 4, -4, 0, 4, 8};
+    rp_tensor *y = rp_layer_norm(t, rp_tensor_from(t, 2, (int[]){2, 4}, xd), NULL, NULL, 1e-5f);
+    for (int r = 0; r < 2; r++) {
+        double mu = 0, var = 0;
+        for (int j = 0; j < 4; j++) mu += xd[r * 4 + j] / 4.0;
+        for (int j = 0; j < 4; j++) var += (xd[r * 4 + j] - mu) * (xd[r * 4 + j] - mu) / 4.0;
+        for (int j = 0; j < 4; j++)
+            assert_float_equal(y->data[r * 4 + j], (xd[r * 4 + j] - mu) / sqrt(var + 1e-5), 1e-5);
+    }
+    assert_null(rp_layer_norm(t, rp_tensor_fill(t, 2, (int[]){2, 4}, 1), rp_tensor_fill(t, 1, (int[]){3}, 1),
+                              NULL, 1e-5f));
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    rp_tape_destroy(t);
+}
+
+/* A custom op y = a^2 * b (b per channel), keeping a^2 in arena memory from forward to backward. */
+typedef struct sq_ctx {
+    float *a2; /* [numel(a)], arena */
+} sq_ctx;
+
+static rp_status sq_forward(void *ctx, rp_tensor *out, rp_tensor *const *in, int n)
+{
+    sq_ctx *s = ctx;
+    int64_t na = in[0]->numel, nb = in[1]->numel;
+    for (int64_t i = 0; i < na; i++) {
+        s->a2[i] = in[0]->data[i] * in[0]->data[i];
+        out->data[i] = s->a2[i] * in[1]->data[i % nb];
+    }
+    return RP_OK;
+}
+
+static rp_status sq_backward(void *ctx, const rp_tensor *out, const float *dout,
+                             rp_tensor *const *in, float *const *din, int n)
+{
+    sq_ctx *s = ctx;
+    int64_t na = in[0]->numel, nb = in[1]->numel;
+    for (int64_t i = 0; i < na; i++) {
+        if (din[0]) din[0][i] += 2.0f * in[0]->data[i] * in[1]->data[i % nb] * dout[i];
+        if (din[1]) din[1][i % nb] += s->a2[i] * dout[i];
+    }
+    return RP_OK;
+}
+
+static const rp_custom_op sq_op = {"square_times", sq_forward, sq_backward};
+
+static rp_tensor *fwd_custom(rp_tape *t, rp_tensor *const *in, void *ctx)
+{
+    sq_ctx *s = rp_arena_alloc(rp_tape_arena(t), sizeof *s);
+    s->a2 = rp_arena_alloc(rp_tape_arena(t), (size_t)in[0]->numel * sizeof(float));
+    /* Followed by a built-in op, so gradients flow through the custom node from the tape. */
+    rp_tensor *y = rp_custom(t, &sq_op, s, in, 2, in[0]->ndim, in[0]->shape);
+    return rp_tanh(t, y);
+}
+
+static void test_custom_op(void **state)
+{
+    gc_case c;
+    gc_init(&c, "custom op", fwd_custom, NULL);
+    gc_leaf(&c, "a", SHAPE(3, 4), -1, 1, true);
+    gc_leaf(&c, "b", SHAPE(4), -1, 1, true);
+    gc_check(&c);
+    gc_init(&c, "custom op, b constant", fwd_custom, NULL);
+    gc_leaf(&c, "a", SHAPE(2, 5), -1, 1, true);
+    gc_leaf(&c, "b", SHAPE(5), -1, 1, false);
+    gc_check(&c);
+}
+
 /* ---- self-tests: the checker catches wrong gradients ---------------------------- */
 
 typedef struct spoil {
@@ -1267,6 +1569,15 @@ int main(void)
         cmocka_unit_test(test_batchnorm_layer),
         cmocka_unit_test(test_shared_layers),
         cmocka_unit_test(test_small_network),
+        cmocka_unit_test(test_unary_ops),
+        cmocka_unit_test(test_clamp_mask),
+        cmocka_unit_test(test_div),
+        cmocka_unit_test(test_binary_per_axis),
+        cmocka_unit_test(test_per_axis_values),
+        cmocka_unit_test(test_reduce_axes),
+        cmocka_unit_test(test_reduce_axes_values),
+        cmocka_unit_test(test_layer_norm),
+        cmocka_unit_test(test_custom_op),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,8 @@
  * on and off, backward once per reset, parameter gradients accumulating until
  * zeroed, no allocation in the steady state, tapes on concurrent threads, and
  * the error paths of the ops (messages that name the shapes and values, NULL
- * inputs passed on without touching the error).
+ * inputs passed on without touching the error); stop-gradient, leaves that
+ * ask for a gradient, seeded backward, listener lists and frozen sets.
  */
 #include "testutil.h"
 
@@ -599,6 +600,303 @@ static void test_params_duplicate_name(void **state)
     rp_params_destroy(ps);
 }
 
+/* ---- stop-gradient, leaves, seeded backward ------------------------------------------ */
+
+/*
+ * loss = sum(detach(x*x) * x): the detached factor is a constant, so dx = x^2
+ * (not 3x^2), and its values are x*x's (shared, not recomputed). A detached
+ * parameter gets no gradient and fires no callback.
+ */
+static void test_detach_blocks_gradient_keeps_values(void **state)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float xd[6];
+    tu_fill(xd, 6, 3, -1, 1);
+    rp_tensor *x = rp_tensor_from(t, 2, (int[]){2, 3}, xd);
+    rp_tensor_set_requires_grad(x, true);
+    rp_tensor *sq = rp_mul(t, x, x);
+    rp_tensor *d = rp_detach(t, sq);
+    assert_non_null(d);
+    assert_int_equal(d->node, -1);
+    assert_false(d->flags & RP_TENSOR_REQUIRES_GRAD);
+    assert_int_equal(d->ndim, 2);
+    assert_memory_equal(d->data, sq->data, 6 * sizeof(float));
+    assert_int_equal(rp_backward(t, rp_sum(t, rp_mul(t, d, x))), RP_OK);
+    for (int i = 0; i < 6; i++) assert_float_equal(x->grad[i], xd[i] * xd[i], 1e-6);
+    assert_null(sq->grad); /* nothing flowed into the detached branch */
+    assert_null(rp_detach(t, NULL));
+
+    /* A detached parameter: no use recorded, no gradient, no callback. */
+    model m;
+    model_init(&m, false);
+    ready_log log;
+    memset(&log, 0, sizeof log);
+    rp_tape_reset(t);
+    rp_tape_on_grad_ready(t, on_ready, &log);
+    rp_tensor *in = rp_tensor_from(t, 2, (int[]){2, 3}, xd);
+    rp_tensor *y = rp_linear(t, in, rp_detach(t, m.w1), m.b1);
+    assert_int_equal(m.w1->pending, 0);
+    assert_int_equal(rp_backward(t, rp_sum(t, y)), RP_OK);
+    assert_int_equal(log.calls[P_W1], 0);
+    assert_int_equal(log.calls[P_B1], 1);
+    assert_true(all_zero(m.w1->grad, 12));
+    for (int i = 0; i < 4; i++) assert_float_equal(m.b1->grad[i], 2.0f, 0);
+    rp_tape_destroy(t);
+    rp_params_destroy(m.ps);
+}
+
+/* rp_tensor_set_requires_grad turns a leaf's gradient on and off; an op's output ignores it. */
+static void test_set_requires_grad(void **state)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float xd[4] = {1, -2, 3, 0.5f};
+    rp_tensor *x = rp_tensor_from(t, 1, (int[]){4}, xd);
+    assert_false(x->flags & RP_TENSOR_REQUIRES_GRAD);
+    rp_tensor_set_requires_grad(x, true);
+    rp_tensor *y = rp_scale(t, x, 3.0f);
+    rp_tensor_set_requires_grad(y, false); /* no effect: y is an op's output */
+    assert_true(y->flags & RP_TENSOR_REQUIRES_GRAD);
+    assert_int_equal(rp_backward(t, rp_sum(t, y)), RP_OK);
+    for (int i = 0; i < 4; i++) assert_float_equal(x->grad[i], 3.0f, 0);
+
+    /* Off again: nothing is recorded, so there is no loss to back-propagate. */
+    rp_tape_reset(t);
+    x = rp_tensor_from(t, 1, (int[]){4}, xd);
+    rp_tensor_set_requires_grad(x, true);
+    rp_tensor_set_requires_grad(x, false);
+    rp_tensor *loss = rp_sum(t, rp_scale(t, x, 3.0f));
+    assert_int_equal(rp_tape_size(t), 0);
+    assert_int_equal(rp_backward(t, loss), RP_ERR_INVALID);
+    assert_null(x->grad);
+
+    /* A buffer has no gradient storage: switching it on is ignored. */
+    model m;
+    model_init(&m, false);
+    rp_tensor_set_requires_grad(m.buf, true);
+    assert_false(m.buf->flags & RP_TENSOR_REQUIRES_GRAD);
+    rp_tape_destroy(t);
+    rp_params_destroy(m.ps);
+}
+
+/*
+ * rp_backward_from(y, dy) equals rp_backward(sum(y * dy)) bitwise for every
+ * parameter (the product's backward hands dy on unchanged); it refuses a
+ * NULL seed and a second backward.
+ */
+static void test_backward_from_equals_weighted_sum(void **state)
+{
+    model a, b;
+    model_init(&a, false);
+    model_init(&b, false);
+    float xd[6], dy[8];
+    tu_fill(xd, 6, 9, -1, 1);
+    tu_fill(dy, 8, 10, -1, 1);
+    rp_tape *ta, *tb;
+    assert_int_equal(rp_tape_create(&ta, 0), RP_OK);
+    assert_int_equal(rp_tape_create(&tb, 0), RP_OK);
+    rp_tensor *xa = rp_tensor_from(ta, 2, (int[]){2, 3}, xd);
+    rp_tensor *ya = rp_linear(ta, rp_tanh(ta, rp_linear(ta, xa, a.w1, a.b1)), a.w2, NULL);
+    assert_int_equal(rp_backward_from(ta, ya, NULL), RP_ERR_INVALID);
+    assert_int_equal(rp_backward_from(ta, ya, dy), RP_OK);
+    assert_int_equal(rp_backward_from(ta, ya, dy), RP_ERR_INVALID);
+    tu_assert_error_contains("already ran");
+
+    rp_tensor *xb = rp_tensor_from(tb, 2, (int[]){2, 3}, xd);
+    rp_tensor *yb = rp_linear(tb, rp_tanh(tb, rp_linear(tb, xb, b.w1, b.b1)), b.w2, NULL);
+    rp_tensor *r = rp_tensor_from(tb, 2, (int[]){2, 4}, dy);
+    assert_int_equal(rp_backward(tb, rp_sum(tb, rp_mul(tb, yb, r))), RP_OK);
+    assert_false(all_zero(a.w1->grad, 12));
+    assert_memory_equal(a.w1->grad, b.w1->grad, 12 * sizeof(float));
+    assert_memory_equal(a.b1->grad, b.b1->grad, 4 * sizeof(float));
+    assert_memory_equal(a.w2->grad, b.w2->grad, 16 * sizeof(float));
+    rp_tape_destroy(ta);
+    rp_tape_destroy(tb);
+    rp_params_destroy(a.ps);
+    rp_params_destroy(b.ps);
+}
+
+/* ---- listeners and frozen sets ----------------------------------------------------- */
+
+/*
+ * Two listeners both fire once per used parameter; removing one leaves the
+ * other; a duplicate pair is refused; rp_tape_on_grad_ready replaces the list.
+ */
+static void test_two_listeners(void **state)
+{
+    model m;
+    model_init(&m, false);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    ready_log l1, l2, l3;
+    memset(&l1, 0, sizeof l1);
+    memset(&l2, 0, sizeof l2);
+    memset(&l3, 0, sizeof l3);
+    assert_int_equal(rp_tape_add_grad_ready(t, on_ready, &l1), RP_OK);
+    assert_int_equal(rp_tape_add_grad_ready(t, on_ready, &l2), RP_OK);
+    assert_int_equal(rp_tape_add_grad_ready(t, on_ready, &l1), RP_ERR_INVALID);
+    tu_assert_error_contains("already listening");
+    assert_int_equal(rp_tape_add_grad_ready(t, NULL, &l3), RP_ERR_INVALID);
+    assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
+    for (int p = 0; p < P_COUNT; p++) {
+        int want = p == P_UNUSED || p == P_BUF ? 0 : 1;
+        assert_int_equal(l1.calls[p], want);
+        assert_int_equal(l2.calls[p], want);
+    }
+    assert_int_equal(l1.n, 4);
+    assert_memory_equal(l1.order, l2.order, 4 * sizeof(int));
+
+    rp_tape_remove_grad_ready(t, on_ready, &l1);
+    rp_tape_remove_grad_ready(t, on_ready, &l3); /* absent: ignored */
+    rp_tape_reset(t);
+    assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
+    assert_int_equal(l1.n, 4);
+    assert_int_equal(l2.n, 8);
+
+    /* The old single-slot call replaces the whole list. */
+    assert_int_equal(rp_tape_add_grad_ready(t, on_ready, &l1), RP_OK);
+    rp_tape_on_grad_ready(t, on_ready, &l3);
+    rp_tape_reset(t);
+    assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
+    assert_int_equal(l1.n, 4);
+    assert_int_equal(l2.n, 8);
+    assert_int_equal(l3.n, 4);
+    rp_tape_on_grad_ready(t, NULL, NULL); /* empties it */
+    rp_tape_reset(t);
+    assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
+    assert_int_equal(l3.n, 4);
+    rp_tape_destroy(t);
+    rp_params_destroy(m.ps);
+}
+
+/* Records which tensors fired (the two sets below both have an index 0). */
+typedef struct ptr_log {
+    rp_tensor *fired[8];
+    int n;
+} ptr_log;
+
+static void on_ready_ptr(rp_tensor *p, void *ctx)
+{
+    ptr_log *log = ctx;
+    if (log->n < 8) log->fired[log->n] = p;
+    log->n++;
+}
+
+static int fired_count(const ptr_log *log, const rp_tensor *p)
+{
+    int k = 0;
+    for (int i = 0; i < log->n && i < 8; i++) k += log->fired[i] == p;
+    return k;
+}
+
+/*
+ * Two sets share one loss (a generator g and a discriminator d). With d
+ * frozen, d's gradients stay zero and fire nothing while g's fire and equal
+ * those of an unfrozen run; thawing restores exactly the previous flags (a
+ * parameter switched off before the freeze stays off) and d trains again.
+ */
+static void test_frozen_set(void **state)
+{
+    rp_init u = {RP_INIT_UNIFORM, 0.8f, 0, 0};
+    rp_params *g, *d;
+    assert_int_equal(rp_params_create(&g), RP_OK);
+    assert_int_equal(rp_params_create(&d), RP_OK);
+    rp_tensor *gw = rp_params_add(g, "g.w", 2, (int[]){4, 3}, u, true);
+    rp_tensor *dw = rp_params_add(d, "d.w", 2, (int[]){2, 4}, u, true);
+    rp_tensor *db = rp_params_add(d, "d.b", 1, (int[]){2}, u, true);
+    rp_tensor *dbuf = rp_params_add(d, "d.buf", 1, (int[]){2}, u, false);
+    assert_non_null(dbuf);
+    assert_int_equal(rp_params_finalize(g, 1), RP_OK);
+    assert_int_equal(rp_params_finalize(d, 2), RP_OK);
+    float xd[6];
+    tu_fill(xd, 6, 4, -1, 1);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    ptr_log log;
+
+#define GAN_LOSS()                                                                                 \
+    rp_sum(t, rp_tanh(t, rp_linear(t, rp_tanh(t, rp_linear(t, rp_tensor_from(t, 2, (int[]){2, 3}, \
+                                                                            xd), gw, NULL)),       \
+                                   dw, db)))
+
+    /* Reference: nothing frozen. */
+    memset(&log, 0, sizeof log);
+    rp_tape_on_grad_ready(t, on_ready_ptr, &log);
+    assert_int_equal(rp_backward(t, GAN_LOSS()), RP_OK);
+    float gref[12];
+    memcpy(gref, gw->grad, sizeof gref);
+    assert_int_equal(log.n, 3);
+
+    /* d frozen: only g gets a gradient and a callback. */
+    rp_params_zero_grad(g);
+    rp_params_zero_grad(d);
+    assert_false(rp_params_frozen(d));
+    rp_params_set_frozen(d, true);
+    assert_true(rp_params_frozen(d));
+    rp_params_set_frozen(d, true); /* twice: no change */
+    memset(&log, 0, sizeof log);
+    rp_tape_reset(t);
+    assert_int_equal(rp_backward(t, GAN_LOSS()), RP_OK);
+    assert_int_equal(log.n, 1);
+    assert_ptr_equal(log.fired[0], gw);
+    assert_memory_equal(gw->grad, gref, sizeof gref);
+    assert_true(all_zero(rp_params_grad(d), rp_params_trainable_numel(d)));
+    assert_int_equal(dw->pending, 0);
+
+    /* Thaw: db had been switched off by hand before the freeze and stays off. */
+    rp_params_set_frozen(d, false);
+    rp_tensor_set_requires_grad(db, false);
+    rp_params_set_frozen(d, true);
+    rp_params_set_frozen(d, false);
+    assert_false(rp_params_frozen(d));
+    assert_true(dw->flags & RP_TENSOR_REQUIRES_GRAD);
+    assert_false(db->flags & RP_TENSOR_REQUIRES_GRAD);
+    assert_false(dbuf->flags & RP_TENSOR_REQUIRES_GRAD);
+    memset(&log, 0, sizeof log);
+    rp_tape_reset(t);
+    assert_int_equal(rp_backward(t, GAN_LOSS()), RP_OK);
+    assert_int_equal(log.n, 2);
+    assert_int_equal(fired_count(&log, dw), 1);
+    assert_int_equal(fired_count(&log, gw), 1);
+    assert_false(all_zero(dw->grad, 8));
+    assert_true(all_zero(db->grad, 2));
+#undef GAN_LOSS
+    rp_tape_destroy(t);
+    rp_params_destroy(g);
+    rp_params_destroy(d);
+}
+
+/* A custom op's forward failure names the op; its error status comes back. */
+static rp_status failing_forward(void *ctx, rp_tensor *out, rp_tensor *const *in, int n)
+{
+    return RP_ERROR(RP_ERR_NUMERIC, "no luck");
+}
+
+static rp_status noop_backward(void *ctx, const rp_tensor *out, const float *dout,
+                               rp_tensor *const *in, float *const *din, int n)
+{
+    return RP_OK;
+}
+
+static void test_custom_op_errors(void **state)
+{
+    static const rp_custom_op bad = {"my_op", failing_forward, noop_backward};
+    static const rp_custom_op nobwd = {"half", failing_forward, NULL};
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_tensor *x = rp_tensor_fill(t, 1, (int[]){3}, 1.0f);
+    assert_null(rp_custom(t, &bad, NULL, &x, 1, 1, (int[]){3}));
+    assert_int_equal(rp_last_status(), RP_ERR_NUMERIC);
+    tu_assert_error_contains("\"my_op\"");
+    tu_assert_error_contains("no luck");
+    assert_null(rp_custom(t, &nobwd, NULL, &x, 1, 1, (int[]){3}));
+    assert_int_equal(rp_last_status(), RP_ERR_INVALID);
+    assert_null(rp_custom(t, &bad, NULL, &x, 1, 1, (int[]){0}));
+    assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
+    rp_tape_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -614,6 +912,12 @@ int main(void)
         cmocka_unit_test(test_null_propagates_without_overwriting),
         cmocka_unit_test(test_params_duplicate_name),
         cmocka_unit_test(test_huge_shape_refused),
+        cmocka_unit_test(test_detach_blocks_gradient_keeps_values),
+        cmocka_unit_test(test_set_requires_grad),
+        cmocka_unit_test(test_backward_from_equals_weighted_sum),
+        cmocka_unit_test(test_two_listeners),
+        cmocka_unit_test(test_frozen_set),
+        cmocka_unit_test(test_custom_op_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

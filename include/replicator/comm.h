@@ -46,11 +46,16 @@
 extern "C" {
 #endif
 
-typedef enum { RP_F32 = 0, RP_F64 = 1, RP_I32 = 2, RP_I64 = 3 } rp_dtype;
+/*
+ * Element types. RP_U8 (raw bytes) is for point-to-point messages and for
+ * all-gather and broadcast of raw bytes; a reduction (all-reduce,
+ * reduce-scatter) of RP_U8 is RP_ERR_INVALID.
+ */
+typedef enum { RP_F32 = 0, RP_F64 = 1, RP_I32 = 2, RP_I64 = 3, RP_U8 = 4 } rp_dtype;
 
 /* Bytes of one element of the type (0 for an unknown value). */
 size_t rp_dtype_size(rp_dtype dtype);
-/* "f32", "f64", "i32", "i64". */
+/* "f32", "f64", "i32", "i64", "u8". */
 const char *rp_dtype_name(rp_dtype dtype);
 
 /*
@@ -181,6 +186,134 @@ void rp_comm_rejoin(rp_comm *comm);
 
 /* true once a collective error broke the communicator (see the top). */
 bool rp_comm_broken(const rp_comm *comm);
+
+/* ---- the runtime's own calls ------------------------------------------------------------ */
+
+/*
+ * The calls this member makes until rp_comm_end_internal() are the
+ * runtime's own (e.g. its report all-gather at the end of a step): checked
+ * like any other call, but not counted in the user's call numbers
+ * (rp_comm_user_sequence), and named `what` in messages. So a replica that
+ * skips a user call and goes on to an internal one is reported as "replica
+ * 3 ended its step without calling all_reduce #2 (it went on to the
+ * runtime's report all-gather)" on every member, not as a mismatch with a
+ * call the user never wrote. `what` is copied (at most 47 characters are
+ * kept); NULL reads "an internal call". Nestable once: an inner begin/end
+ * pair inside an outer one keeps the outer `what`. Not thread-safe beyond
+ * the handle's own thread; NULL comm is ignored.
+ */
+void rp_comm_begin_internal(rp_comm *comm, const char *what);
+void rp_comm_end_internal(rp_comm *comm);
+
+/*
+ * User calls (collectives made outside begin/end_internal) this member has
+ * completed: the number messages give the next one ("all_reduce #2" is the
+ * user's third collective, numbered from 0 like rp_comm_sequence()).
+ */
+uint64_t rp_comm_user_sequence(const rp_comm *comm);
+
+/* ---- point-to-point messages ------------------------------------------------------------ */
+
+/*
+ * Messages between two members, blocking and non-blocking, on every
+ * backend (threads, mpi, mpi+threads; `peer` is a rank of this
+ * communicator, for the hierarchical one a job-wide rank).
+ *
+ * Matching is by order, as in NCCL: the messages from member a to member b
+ * form a channel, and the k-th send from a to b meets the k-th receive on b
+ * from a (or b's receive from RP_ANY_SOURCE that picks a: it takes the
+ * earliest message not yet received, from any member). Then tag, count and
+ * dtype are compared - a receive with tag RP_ANY_TAG takes any tag - and a
+ * difference is RP_ERR_MISMATCH naming both calls, e.g. "replica 1 sent
+ * 'send #3 (tag 7, count 10, f32)' to replica 0, which expected 'recv #3
+ * (tag 8, count 10, f32)'" (calls numbered from 0 along their channel). The
+ * receiver gets it from its receive; the sender from its request if it is
+ * still pending, else from its next call on the communicator. Tags are
+ * checked, not used for matching: messages are never reordered by tag.
+ *
+ * A send does not wait for its receiver beyond buffering: small messages
+ * are copied at once; a large one is copied straight into the receiver's
+ * buffer when the receive is posted (zero-copy), and if the receiver is
+ * not there soon the sender buffers it itself, so two members that send to
+ * each other (or around a ring) at once never deadlock. A message of 0
+ * elements is a message like any other (buf may be NULL).
+ *
+ * Errors, as for the collectives: a receive (or a pending send) whose peer
+ * does not come within the communicator's timeout is RP_ERR_TIMEOUT naming
+ * the peer (by rank and host under MPI) and the last call it completed; a
+ * peer whose step ended (rp_comm_leave) while this member waits for it is
+ * reported at once; a mismatch or timeout breaks the communicator like a
+ * collective error, and every later call on a broken communicator -
+ * point-to-point included - fails at once with RP_ERR_COMM and the original
+ * reason. An invalid call (negative count, NULL buffer with count > 0,
+ * unknown dtype, a peer or tag out of range) is RP_ERR_INVALID and breaks
+ * the communicator too, so the peer does not wait for a message that will
+ * not come. Point-to-point calls do not advance rp_comm_sequence().
+ *
+ * The timeout counts from the start of a blocking call (send, recv, wait,
+ * wait_all); rp_comm_test() never times out, but reports a peer that left
+ * and a broken communicator.
+ *
+ * Thread-safety: as for every call, a handle is used by its own thread;
+ * requests belong to the handle's thread.
+ */
+#define RP_ANY_SOURCE (-1)
+#define RP_ANY_TAG (-1)
+
+/* One non-blocking call; freed by the wait (or test) that completes it. */
+typedef struct rp_comm_request rp_comm_request;
+
+/*
+ * Sends count elements of buf to `peer` with `tag` (>= 0). Returns when buf
+ * may be reused (the message is delivered or buffered). Errors above.
+ */
+rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag);
+
+/*
+ * Receives the next message on the channel from `peer` (or RP_ANY_SOURCE)
+ * into buf, which holds count elements: the sender's count, dtype and tag
+ * (unless RP_ANY_TAG) must match. Errors above.
+ */
+rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag);
+
+/*
+ * The non-blocking forms: *req gets a request (NULL on error) that
+ * rp_comm_wait / rp_comm_test / rp_comm_wait_all completes and frees. buf
+ * must stay valid and untouched until then. Requests complete in any order.
+ * A request not completed before its handle is destroyed is leaked.
+ */
+rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
+                        rp_comm_request **req);
+rp_status rp_comm_irecv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
+                        rp_comm_request **req);
+
+/* Waits until req completes, frees it and returns its status. NULL: RP_OK. */
+rp_status rp_comm_wait(rp_comm_request *req);
+
+/*
+ * *done = whether req has completed; if so it is freed and its status is
+ * returned (the request must not be used again); if not, RP_OK.
+ */
+rp_status rp_comm_test(rp_comm_request *req, bool *done);
+
+/*
+ * Waits for all n requests (NULL entries are skipped) and frees each; the
+ * first error is returned (the other requests are still completed or, on a
+ * broken communicator, failed, and freed).
+ */
+rp_status rp_comm_wait_all(int n, rp_comm_request **reqs);
+
+/*
+ * Whether a message from `peer` (or RP_ANY_SOURCE) with `tag` (or
+ * RP_ANY_TAG) is ready to be received, without receiving it: *ready, and if
+ * so its *source, *msg_tag, *count and *dt (each pointer may be NULL).
+ * It looks at the message the next receive from `peer` would take (for
+ * RP_ANY_SOURCE, the earliest from any member whose tag fits); messages
+ * already claimed by a posted irecv are not seen. Non-blocking.
+ * Errors: RP_ERR_INVALID (bad peer), RP_ERR_COMM (broken communicator).
+ */
+rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source, int *msg_tag,
+                        int64_t *count, rp_dtype *dt);
 
 #ifdef __cplusplus
 }

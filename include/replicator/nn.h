@@ -83,6 +83,25 @@ int64_t rp_params_offset(const rp_params *params, int i);
 /* Sets every gradient to zero and marks them fresh. */
 void rp_params_zero_grad(rp_params *params);
 
+/*
+ * Freezes (true) or thaws (false) the whole set, e.g. a GAN's discriminator
+ * while its generator trains. While frozen, no parameter of the set
+ * requires a gradient: ops record no use of them, backward accumulates
+ * nothing into their gradients and fires no gradient-ready callback for
+ * them (so a data-parallel runtime starts no all-reduce for their buckets),
+ * and their values still take part in the forward as constants. Thawing
+ * restores exactly the flags each parameter had when it was frozen (one
+ * switched off with rp_tensor_set_requires_grad stays off). Freezing a
+ * frozen set, or thawing a thawed one, does nothing. Call it between steps
+ * (before the forward that should see it): a parameter frozen after its use
+ * was recorded gets no gradient from that backward either, but the op's
+ * other inputs still do. Gradients already accumulated are left as they are.
+ * Not thread-safe against a forward or backward using the set.
+ */
+void rp_params_set_frozen(rp_params *params, bool frozen);
+/* Whether the set is frozen (false for NULL). */
+bool rp_params_frozen(const rp_params *params);
+
 /* ---- layers -------------------------------------------------------------- */
 
 /* y = x w^T + b, w [out,in] (Glorot uniform by default, He with he=true), b [out] zeros. */
@@ -110,8 +129,8 @@ rp_tensor *rp_conv2d_layer_forward(rp_tape *t, const rp_conv2d_layer *l, rp_tens
 
 /*
  * Batch norm over channels (the last axis): gamma ones, beta zeros, running
- * mean zeros and running variance ones (buffers). `p.reduce` makes it
- * cross-replica.
+ * mean zeros and running variance ones (buffers). `p.comm` (or the older
+ * `p.reduce` hook) makes it cross-replica: see rp_bn_params.
  */
 typedef struct rp_batchnorm_layer {
     rp_tensor *gamma, *beta;              /* [c] */

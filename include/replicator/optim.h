@@ -184,6 +184,22 @@ float rp_schedule_lr(const rp_schedule *s, int64_t step);
 /* The linear scaling rule: base_lr * global_batch / reference_batch. */
 float rp_lr_scale(float base_lr, int global_batch, int reference_batch);
 
+/* ---- gradient clipping ------------------------------------------------------ */
+
+/*
+ * Global-norm clipping: computes the L2 norm of every trainable gradient of
+ * `params` together (one vector; summed in double) and, when it exceeds
+ * max_norm, scales every gradient by max_norm / norm so the norm becomes
+ * max_norm (within float rounding). Gradients are left alone otherwise.
+ * *norm (may be NULL) receives the norm before clipping. In synchronous
+ * training, clip after the gradient all-reduce, so that every replica scales
+ * by the same factor. Deterministic for a given thread count.
+ * Errors: RP_ERR_INVALID (NULL params, max_norm not finite and > 0, a list
+ * not finalized); RP_ERR_NUMERIC if the norm is not finite (a NaN or
+ * infinite gradient: nothing is scaled, *norm holds it).
+ */
+rp_status rp_clip_grad_norm(rp_params *params, float max_norm, float *norm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "core.h"
 
 #ifdef __cplusplus
@@ -114,7 +115,27 @@ rp_arena *rp_tape_arena(rp_tape *tape);
 /* Number of nodes recorded since the last reset. */
 int rp_tape_size(const rp_tape *tape);
 
-/* Installs the gradient-ready callback (NULL to remove). */
+/*
+ * Gradient-ready listeners form a list: each fires, in the order added,
+ * once per parameter per backward (see rp_grad_ready_fn). A parameter that
+ * does not require a gradient when backward reaches it (a frozen set, see
+ * rp_params_set_frozen) fires none.
+ *
+ * rp_tape_add_grad_ready appends (fn, ctx). Errors: RP_ERR_INVALID for a
+ * NULL tape or fn, or a pair already in the list; RP_ERR_NOMEM. The list is
+ * persistent (no allocation once it stops growing).
+ * rp_tape_remove_grad_ready removes the pair (fn, ctx); absent pairs are
+ * ignored. Do not add or remove from inside a callback.
+ */
+rp_status rp_tape_add_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
+void rp_tape_remove_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
+
+/*
+ * Replaces the WHOLE listener list with the one callback `fn` (NULL: empties
+ * the list). Kept for old callers; code that shares a tape with other
+ * listeners (the runtime's all-reduce, a tracer) should use
+ * rp_tape_add_grad_ready instead.
+ */
 void rp_tape_on_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
 
 /*
@@ -122,9 +143,69 @@ void rp_tape_on_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
  * through every recorded node, accumulating into the `grad` of every tensor
  * that requires it. Parameter gradients accumulate (+=) until the optimizer
  * clears them; activation gradients live in the arena.
- * Errors: RP_ERR_INVALID if loss is NULL, not scalar or not on this tape.
+ *
+ * Backward runs once per tape per reset: a second rp_backward (or
+ * rp_backward_from) on the same tape is refused with RP_ERR_INVALID ("already
+ * ran") and changes nothing. To back-propagate again, reset the tape and
+ * record the forward again. (Two losses: add them first, or seed both with
+ * rp_backward_from through one combined output.)
+ * Errors: RP_ERR_INVALID if loss is NULL, not on this tape, or backward
+ * already ran; RP_ERR_SHAPE if it has more than one element.
  */
 rp_status rp_backward(rp_tape *tape, rp_tensor *loss);
+
+/*
+ * Like rp_backward, but from an output of any shape whose gradient is seeded
+ * with dy (y->numel floats, copied): the result equals rp_backward of
+ * sum(y * dy) with dy held constant. For pipelines that receive an output's
+ * gradient from elsewhere. Errors: as rp_backward; RP_ERR_INVALID if dy is NULL.
+ */
+rp_status rp_backward_from(rp_tape *tape, rp_tensor *y, const float *dy);
+
+/*
+ * Stop-gradient: a tensor with x's shape and values (shared storage, not a
+ * copy) that is a leaf: nothing flows back through it into x. NULL if x is
+ * NULL (error untouched) or on OOM.
+ */
+rp_tensor *rp_detach(rp_tape *tape, rp_tensor *x);
+
+/*
+ * Makes a leaf (a tensor made by rp_tensor_new/from/fill, rp_detach, or a
+ * trainable parameter) want a gradient (on) or not (off). After backward a
+ * leaf's gradient is in x->grad (arena memory, until the reset). Has no
+ * effect on an op's output (its node decides) or on a buffer (no gradient
+ * storage). Not thread-safe against a backward using x.
+ */
+void rp_tensor_set_requires_grad(rp_tensor *x, bool on);
+
+/* ---- custom ops ------------------------------------------------------------ */
+
+/*
+ * A user-defined op. `forward` fills out->data from the inputs (out is fresh,
+ * uninitialised, of the shape given to rp_custom); `backward` receives the
+ * output's gradient `dout` (out->numel floats) and, for each input i that
+ * requires a gradient, a buffer din[i] of in[i]->numel floats to ADD its
+ * contribution to (+=; it may already hold other contributions); din[i] is
+ * NULL for inputs needing none. Both return RP_OK or an error status (set a
+ * message with RP_ERROR). `ctx` is passed through untouched: keep saved
+ * values in memory from rp_tape_arena(), which lives until the reset. The op
+ * struct must outlive the tape's next reset (a static const is typical).
+ */
+typedef struct rp_custom_op {
+    const char *name; /* for messages */
+    rp_status (*forward)(void *ctx, rp_tensor *out, rp_tensor *const *in, int n);
+    rp_status (*backward)(void *ctx, const rp_tensor *out, const float *dout,
+                          rp_tensor *const *in, float *const *din, int n);
+} rp_custom_op;
+
+/*
+ * Runs op->forward on n inputs (n >= 0) into a new tensor of shape
+ * [ndim, shape] and, when an input requires a gradient, records the op so
+ * that backward calls op->backward. NULL on error (a bad shape, a failing
+ * forward: RP_ERR_* from it, with the op's name) or if an input is NULL.
+ */
+rp_tensor *rp_custom(rp_tape *tape, const rp_custom_op *op, void *ctx, rp_tensor *const *in,
+                     int n, int ndim, const int *shape);
 
 /* ---- creating tensors on a tape ------------------------------------------ */
 
@@ -167,6 +248,16 @@ typedef struct rp_bn_params {
     bool relu;                /* apply a ReLU to the output, fused (one pass fewer each way) */
     rp_bn_reduce_fn reduce;   /* NULL: statistics over this replica's batch only */
     void *reduce_ctx;
+    /*
+     * Cross-replica batch norm without a hook: when not NULL, the per-channel
+     * f64 sums (and the element count) are all-reduced (RP_SUM, one call of
+     * 2C+1 doubles) over this communicator, forward and backward in training
+     * mode: every member must call the layer (and its backward) in step.
+     * The arithmetic is the reduce hook's that the runtime used
+     * (rp_cross_replica_bn), so the results are bitwise the same. Takes
+     * precedence over `reduce`, which must then be NULL. Not owned.
+     */
+    rp_comm *comm;
 } rp_bn_params;
 
 rp_bn_params rp_bn_params_default(void);
@@ -174,7 +265,10 @@ rp_bn_params rp_bn_params_default(void);
 /*
  * Batch norm over every axis but the last (channels): x [...,C], gamma and
  * beta [C]. running_mean and running_var [C] (may be NULL in training) are
- * updated in training mode with the unbiased batch variance.
+ * updated in training mode with the unbiased batch variance. With p.comm or
+ * p.reduce the statistics cover every member's batch; errors from the
+ * collective (RP_ERR_MISMATCH, RP_ERR_TIMEOUT...) fail the op (or backward).
+ * Errors: RP_ERR_SHAPE, RP_ERR_INVALID (bad eps/momentum, both comm and reduce).
  */
 rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
                          rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p);
@@ -183,16 +277,40 @@ rp_tensor *rp_relu(rp_tape *t, rp_tensor *x);
 rp_tensor *rp_leaky_relu(rp_tape *t, rp_tensor *x, float slope);
 rp_tensor *rp_tanh(rp_tape *t, rp_tensor *x);
 rp_tensor *rp_sigmoid(rp_tape *t, rp_tensor *x);
+/* ELU: x for x > 0, alpha*(exp(x)-1) otherwise (alpha > 0). */
+rp_tensor *rp_elu(rp_tape *t, rp_tensor *x, float alpha);
+/*
+ * Square root and reciprocal (1/x), element-wise. No domain check: sqrt of a
+ * negative value or 1/0 gives NaN or infinity, as in C; a gradient at 0 is
+ * infinite. Add an epsilon (rp_clamp, rp_add) where that matters.
+ */
+rp_tensor *rp_sqrt(rp_tape *t, rp_tensor *x);
+rp_tensor *rp_reciprocal(rp_tape *t, rp_tensor *x);
+/*
+ * min(max(x, lo), hi), lo <= hi. The gradient passes where lo <= x <= hi
+ * (both ends included, as PyTorch) and is 0 outside. RP_ERR_INVALID if lo >
+ * hi or either is NaN.
+ */
+rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi);
 
 /*
- * Element-wise a (op) b. `b` has a's shape, or broadcasts: its shape is a
- * suffix of a's shape (leading 1s ignored), so b repeats every numel(b)
- * elements of a. That covers per-channel ([C] against [N,H,W,C]) and
- * per-sample-position ([1,H,W,C]) broadcasting.
+ * Element-wise a (op) b; the output has a's shape. `b` has a's shape, or
+ * broadcasts against it in one of two ways:
+ *  - suffix: b's shape is a suffix of a's (leading 1s ignored), so b
+ *    repeats every numel(b) elements of a: per-channel ([C] against
+ *    [N,H,W,C]) and per-position ([1,H,W,C]);
+ *  - per axis: b has a's number of dimensions (or fewer, padded with leading
+ *    1s) and each of its dimensions equals a's or is 1, so b repeats along
+ *    its size-1 axes: per-sample ([N,1,1,C] against [N,H,W,C], e.g. a
+ *    class-conditional batch norm's gamma; reshape an [N,C] tensor to
+ *    [N,1,1,C] with rp_reshape, a free view) and any mix ([N,H,1,1], [1,1,W,C]).
+ * b's gradient sums over the axes it was repeated along.
  */
 rp_tensor *rp_add(rp_tape *t, rp_tensor *a, rp_tensor *b);
 rp_tensor *rp_sub(rp_tape *t, rp_tensor *a, rp_tensor *b);
 rp_tensor *rp_mul(rp_tape *t, rp_tensor *a, rp_tensor *b);
+/* a / b with the broadcasting above. Division by zero gives infinities (no check). */
+rp_tensor *rp_div(rp_tape *t, rp_tensor *a, rp_tensor *b);
 /* s * x. */
 rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s);
 
@@ -230,6 +348,79 @@ rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b);
 /* Sum / mean of all elements. Scalar. */
 rp_tensor *rp_sum(rp_tape *t, rp_tensor *x);
 rp_tensor *rp_mean(rp_tape *t, rp_tensor *x);
+
+/*
+ * Sum / mean over the n_axes axes listed in `axes` (each in [0, ndim), no
+ * repeats; n_axes >= 1). With keepdims the result keeps x's ndim with those
+ * axes of size 1 (so it broadcasts back against x, see rp_add); without,
+ * they are removed (all removed: a scalar). Sums are formed in double.
+ * Errors: RP_ERR_INVALID naming the bad axis.
+ */
+rp_tensor *rp_sum_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, bool keepdims);
+rp_tensor *rp_mean_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, bool keepdims);
+/* Per row: [N, ...] -> [N], the sum / mean of each sample's elements. */
+rp_tensor *rp_sum_rows(rp_tape *t, rp_tensor *x);
+rp_tensor *rp_mean_rows(rp_tape *t, rp_tensor *x);
+
+/* log softmax over the last axis: x - logsumexp(x) per row (max-shifted). x has >= 1 dim. */
+rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x);
+
+/*
+ * Layer norm over the last axis (D): y = (x - mean) / sqrt(var + eps) *
+ * gamma + beta with the biased variance of each row; gamma and beta [D],
+ * either may be NULL (1 and 0). eps > 0. Errors: RP_ERR_SHAPE, RP_ERR_INVALID.
+ */
+rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta, float eps);
+
+/* ---- differentiable collectives -------------------------------------------- */
+/*
+ * Tape ops over any communicator (threads, MPI, hierarchical; a sub-group
+ * from rp_comm_split). Every member of `c` must call the same op in the same
+ * order with the same shapes, as for the comm calls underneath; and since
+ * each backward rule is itself a collective, every member must run backward
+ * through it too: make the op on every member either with an input that
+ * requires a gradient or on none (in evaluation, recording off, nothing is
+ * recorded). The backward collective runs even where this member's loss does
+ * not depend on the output (its gradient is then zeros). A collective error
+ * fails the op (NULL) or the backward (its status), naming the call.
+ *
+ * The backward rules treat the job's loss as the SUM of every member's loss
+ * L = sum_r L_r, each member holding its own copy of the output:
+ *  - all_reduce SUM:   y = sum_r x_r          dx_r = sum_s dy_s (an all-reduce)
+ *              MEAN:   y = mean_r x_r         dx_r = mean_s dy_s
+ *              MAX/MIN: y = max/min_r x_r     dx_r = sum_s dy_s where x_r == y, else 0
+ *                                             (ties: every tying member gets it)
+ *              FIRST:  y = x_0                dx_0 = sum_s dy_s, others 0
+ *  - all_gather:       y = [x_0; ...; x_N-1]  dx_r = sum_s dy_s[r] (a reduce-scatter)
+ *    (y has a new leading axis of size N)
+ *  - reduce_scatter SUM/MEAN (x [N*k, ...] -> y [k, ...], block r to rank r):
+ *                      y_r = op_s x_s[r]      dx_s[r] = dy_r (an all-gather; /N for MEAN)
+ *  - broadcast(root):  y = x_root             dx_root = sum_s dy_s, others 0
+ *
+ * Megatron's pair follows a different convention: the tensor OUTSIDE the
+ * group region is one logical value, replicated (equal) on every member, and
+ * the region between the two ops is split over the members:
+ *  - copy_to_group:    y = x                  dx = sum_s dy_s (all-reduce)
+ *    exact for a replicated x whose single logical gradient is the sum of
+ *    what each member's part of the region sends back;
+ *  - reduce_from_group: y = sum_r x_r         dx_r = dy (identity)
+ *    exact when what follows is replicated: every member computes the same
+ *    loss from y, and that loss counts once (not N times).
+ * So y = reduce_from_group(f_r(copy_to_group(x))) gives every member the
+ * gradient of the one loss L(sum_r f_r(x)) with respect to x and to its own
+ * shard's weights.
+ *
+ * Ops return NULL on error (RP_ERR_INVALID for a NULL comm or a bad op or
+ * root, RP_ERR_SHAPE naming the shape, and every comm error). Memory: outputs
+ * and the backward's scratch come from the arena.
+ */
+rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op);
+rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x);
+/* x's leading dimension must be divisible by the member count; op SUM or MEAN. */
+rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op);
+rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root);
+rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x);
+rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
  * backend's table. Names of types, ops and calls for messages.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "comm/comm_internal.h"
 
@@ -13,14 +14,15 @@ size_t rp_dtype_size(rp_dtype dtype)
     case RP_F64: return 8;
     case RP_I32: return 4;
     case RP_I64: return 8;
+    case RP_U8: return 1;
     }
     return 0;
 }
 
 const char *rp_dtype_name(rp_dtype dtype)
 {
-    static const char *names[] = {"f32", "f64", "i32", "i64"};
-    return (unsigned)dtype < 4 ? names[dtype] : "?";
+    static const char *names[] = {"f32", "f64", "i32", "i64", "u8"};
+    return (unsigned)dtype < 5 ? names[dtype] : "?";
 }
 
 const char *rp_reduce_op_name(rp_reduce_op op)
@@ -39,26 +41,33 @@ const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)
 {
     if (d->layered) {
         rp_coll_desc outer = {.kind = d->outer_kind, .dtype = d->dtype, .op = d->outer_op,
-                             .root = d->outer_root, .count = d->outer_count, .seq = d->outer_seq};
+                             .root = d->outer_root, .count = d->outer_count, .seq = d->outer_seq,
+                             .user_seq = d->user_seq, .internal = d->internal};
+        memcpy(outer.what, d->what, sizeof outer.what);
         return rp_coll_desc_str(&outer, buf, size);
     }
+    /* A user call by its number among the user's calls; the runtime's own by its name. */
+    char name[96];
+    if (d->internal)
+        snprintf(name, sizeof name, "%s (%s", d->what[0] ? d->what : "an internal call", kind_name(d->kind));
+    else
+        snprintf(name, sizeof name, "%s #%llu", kind_name(d->kind), (unsigned long long)d->user_seq);
+    const char *open = d->internal ? ", " : " (", *close = d->internal ? ")" : "";
     switch (d->kind) {
     case RP_COLL_ALL_REDUCE:
     case RP_COLL_REDUCE_SCATTER:
-        snprintf(buf, size, "%s #%llu (count %lld, %s, %s)", kind_name(d->kind),
-                 (unsigned long long)d->seq, (long long)d->count, rp_dtype_name(d->dtype),
-                 rp_reduce_op_name(d->op));
+        snprintf(buf, size, "%s%scount %lld, %s, %s)", name, open, (long long)d->count,
+                 rp_dtype_name(d->dtype), rp_reduce_op_name(d->op));
         break;
     case RP_COLL_ALL_GATHER:
-        snprintf(buf, size, "all_gather #%llu (count %lld, %s)", (unsigned long long)d->seq,
-                 (long long)d->count, rp_dtype_name(d->dtype));
+        snprintf(buf, size, "%s%scount %lld, %s)", name, open, (long long)d->count, rp_dtype_name(d->dtype));
         break;
     case RP_COLL_BROADCAST:
-        snprintf(buf, size, "broadcast #%llu (count %lld, %s, root %d)", (unsigned long long)d->seq,
-                 (long long)d->count, rp_dtype_name(d->dtype), d->root);
+        snprintf(buf, size, "%s%scount %lld, %s, root %d)", name, open, (long long)d->count,
+                 rp_dtype_name(d->dtype), d->root);
         break;
     default:
-        snprintf(buf, size, "%s #%llu", kind_name(d->kind), (unsigned long long)d->seq);
+        snprintf(buf, size, "%s%s", name, close);
     }
     return buf;
 }
@@ -67,9 +76,36 @@ bool rp_coll_desc_equal(const rp_coll_desc *a, const rp_coll_desc *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
            a->count == b->count && a->seq == b->seq && a->layered == b->layered &&
+           a->internal == b->internal && (!a->internal || strncmp(a->what, b->what, sizeof a->what) == 0) &&
            (!a->layered || (a->outer_kind == b->outer_kind && a->outer_op == b->outer_op &&
                             a->outer_root == b->outer_root && a->outer_count == b->outer_count &&
                             a->outer_seq == b->outer_seq));
+}
+
+void rp_coll_mismatch_str(const rp_coll_desc *a, const char *who_a, const rp_coll_desc *b,
+                          const char *who_b, char *msg, size_t size)
+{
+    char sa[160], sb[160];
+    if (a->internal != b->internal) {
+        /* One member went on to the runtime's own call: it skipped the user's call the other is in. */
+        const rp_coll_desc *user = a->internal ? b : a, *own = a->internal ? a : b;
+        rp_coll_desc named = *user;
+        if (named.layered) named.user_seq = user->user_seq;
+        snprintf(msg, size, "%s ended its step without calling %s (it went on to %s), which %s is in",
+                 a->internal ? who_a : who_b, rp_coll_desc_str(&named, sa, sizeof sa),
+                 rp_coll_desc_str(own, sb, sizeof sb), a->internal ? who_b : who_a);
+        return;
+    }
+    snprintf(msg, size, "collective mismatch: %s called %s but %s called %s; "
+             "every replica must make the same collective calls in the same order",
+             who_a, rp_coll_desc_str(a, sa, sizeof sa), who_b, rp_coll_desc_str(b, sb, sizeof sb));
+}
+
+void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm)
+{
+    d->user_seq = comm->user_seq;
+    d->internal = comm->internal > 0;
+    if (d->internal) memcpy(d->what, comm->what, sizeof d->what);
 }
 
 void rp_comm_destroy(rp_comm *comm)
@@ -81,6 +117,19 @@ int rp_comm_rank(const rp_comm *comm) { return comm->rank; }
 int rp_comm_size(const rp_comm *comm) { return comm->size; }
 const char *rp_comm_backend(const rp_comm *comm) { return comm->ops->name; }
 uint64_t rp_comm_sequence(const rp_comm *comm) { return comm->seq; }
+uint64_t rp_comm_user_sequence(const rp_comm *comm) { return comm->user_seq; }
+
+void rp_comm_begin_internal(rp_comm *comm, const char *what)
+{
+    if (!comm) return;
+    /* Nested: the outer call's name stays (the runtime's gather inside its own step end, say). */
+    if (comm->internal++ == 0) snprintf(comm->what, sizeof comm->what, "%s", what ? what : "an internal call");
+}
+
+void rp_comm_end_internal(rp_comm *comm)
+{
+    if (comm && comm->internal > 0) comm->internal--;
+}
 double rp_comm_timeout(const rp_comm *comm) { return comm->timeout; }
 bool rp_comm_broken(const rp_comm *comm) { return comm->ops->broken(comm); }
 
@@ -119,6 +168,8 @@ static rp_status check_call(const rp_comm *comm, const rp_coll_desc *d, const vo
     if (rp_dtype_size(d->dtype) == 0) return RP_ERROR(RP_ERR_INVALID, "%s: unknown dtype %d", what, d->dtype);
     if ((d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER) && (unsigned)d->op > RP_FIRST)
         return RP_ERROR(RP_ERR_INVALID, "%s: unknown reduction %d", what, d->op);
+    if ((d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER) && d->dtype == RP_U8)
+        return RP_ERROR(RP_ERR_INVALID, "%s: u8 (raw bytes) cannot be reduced", what);
     if (d->kind == RP_COLL_BROADCAST && (d->root < 0 || d->root >= comm->size))
         return RP_ERROR(RP_ERR_INVALID, "%s: root %d is not a rank of this communicator of %d",
                         what, d->root, comm->size);
@@ -132,6 +183,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
 {
     rp_coll_desc d = {.kind = kind, .dtype = (int)dtype, .op = (int)op, .root = root, .count = count,
                       .seq = comm ? comm->seq : 0};
+    if (comm) rp_coll_desc_name(&d, comm);
     rp_status status = check_call(comm, &d, send, recv);
     if (status != RP_OK) {
         /* The peers would wait for a call that never comes: tell them why, now. */
@@ -143,7 +195,9 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
         }
         return status;
     }
-    return comm->ops->collective(comm, &d, send, recv);
+    status = comm->ops->collective(comm, &d, send, recv);
+    if (status == RP_OK && !d.internal) comm->user_seq++;
+    return status;
 }
 
 rp_status rp_comm_all_reduce(rp_comm *comm, const void *send, void *recv, int64_t count,
@@ -202,4 +256,154 @@ void rp_comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t 
     *hi = units * (r + 1) / n * unit;
     if (*lo > count) *lo = count;
     if (*hi > count) *hi = count;
+}
+
+/* ---- point-to-point ------------------------------------------------------------------------- */
+
+const char *rp_p2p_desc_str(const rp_p2p_desc *d, bool numbered, char *buf, size_t size)
+{
+    char num[32] = "", tag[24];
+    if (numbered) snprintf(num, sizeof num, " #%llu", (unsigned long long)d->num);
+    if (d->tag == RP_ANY_TAG) snprintf(tag, sizeof tag, "any tag");
+    else snprintf(tag, sizeof tag, "tag %d", d->tag);
+    snprintf(buf, size, "%s%s (%s, count %lld, %s)", d->send ? "send" : "recv", num, tag, (long long)d->count,
+             rp_dtype_name(d->dtype));
+    return buf;
+}
+
+bool rp_p2p_accepts(const rp_p2p_desc *r, const rp_p2p_desc *s)
+{
+    return (r->tag == RP_ANY_TAG || r->tag == s->tag) && r->count == s->count && r->dtype == s->dtype;
+}
+
+void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_desc *r, const char *who_r,
+                         char *msg, size_t size)
+{
+    char a[96], b[96];
+    snprintf(msg, size, "message mismatch: %s sent '%s' to %s, which expected '%s'; the k-th send from one "
+             "member to another meets the k-th receive there, with the same tag, count and dtype",
+             who_s, rp_p2p_desc_str(s, true, a, sizeof a), who_r, rp_p2p_desc_str(r, true, b, sizeof b));
+}
+
+/*
+ * The checks every point-to-point call shares. An invalid send or receive
+ * breaks the communicator (the peer would wait for it), as an invalid
+ * collective does.
+ */
+static rp_status check_p2p(rp_comm *comm, const rp_p2p_desc *d, const void *buf, const void *req)
+{
+    char what[96];
+    if (!comm) return RP_ERROR(RP_ERR_INVALID, "communicator is NULL");
+    if (!comm->ops->isend) {
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "the %s backend has no point-to-point messages", comm->ops->name);
+    }
+    rp_p2p_desc_str(d, false, what, sizeof what);
+    rp_status status = RP_OK;
+    if (d->count < 0) status = RP_ERROR(RP_ERR_INVALID, "%s: count %lld is negative", what, (long long)d->count);
+    else if (rp_dtype_size(d->dtype) == 0) status = RP_ERROR(RP_ERR_INVALID, "%s: unknown dtype %d", what, d->dtype);
+    else if (d->count > 0 && !buf) status = RP_ERROR(RP_ERR_INVALID, "%s: buffer is NULL", what);
+    else if (!req) status = RP_ERROR(RP_ERR_INVALID, "%s: request pointer is NULL", what);
+    else if (d->peer < (d->send ? 0 : RP_ANY_SOURCE) || d->peer >= comm->size)
+        status = RP_ERROR(RP_ERR_INVALID, "%s: peer %d is not a rank of this communicator of %d%s", what, d->peer,
+                          comm->size, d->send ? "" : " (nor RP_ANY_SOURCE)");
+    else if (d->tag < (d->send ? 0 : RP_ANY_TAG))
+        status = RP_ERROR(RP_ERR_INVALID, "%s: tag %d is negative%s", what, d->tag, d->send ? "" : " (and not RP_ANY_TAG)");
+    if (status != RP_OK) {
+        char reason[1100];
+        snprintf(reason, sizeof reason, "replica %d made an invalid call: %s", comm->ids[comm->rank], rp_last_error());
+        comm->ops->fail(comm, status, reason);
+    }
+    return status;
+}
+
+rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
+                        rp_comm_request **req)
+{
+    if (req) *req = NULL;
+    rp_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
+    RP_CHECK(check_p2p(comm, &d, buf, req));
+    return comm->ops->isend(comm, &d, buf, req);
+}
+
+rp_status rp_comm_irecv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
+                        rp_comm_request **req)
+{
+    if (req) *req = NULL;
+    rp_p2p_desc d = {.send = 0, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
+    RP_CHECK(check_p2p(comm, &d, buf, req));
+    return comm->ops->irecv(comm, &d, buf, req);
+}
+
+rp_status rp_comm_wait(rp_comm_request *req)
+{
+    if (!req) return RP_OK;
+    rp_comm *comm = req->comm;
+    return comm->ops->wait(req, rp_now_s() + comm->timeout);
+}
+
+rp_status rp_comm_test(rp_comm_request *req, bool *done)
+{
+    if (!done) return RP_ERROR(RP_ERR_INVALID, "rp_comm_test: done is NULL");
+    if (!req) {
+        *done = true;
+        return RP_OK;
+    }
+    return req->comm->ops->test(req, done);
+}
+
+rp_status rp_comm_wait_all(int n, rp_comm_request **reqs)
+{
+    if (n < 0 || (n > 0 && !reqs)) return RP_ERROR(RP_ERR_INVALID, "rp_comm_wait_all: %d requests at %p", n, (void *)reqs);
+    rp_status first = RP_OK;
+    char error[1024] = "";
+    double deadline = -1;
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i]) continue;
+        rp_comm *comm = reqs[i]->comm;
+        if (deadline < 0) deadline = rp_now_s() + comm->timeout;
+        rp_status status = comm->ops->wait(reqs[i], deadline);
+        reqs[i] = NULL;
+        if (status != RP_OK && first == RP_OK) {
+            first = status;
+            snprintf(error, sizeof error, "%s", rp_last_error());
+        }
+    }
+    if (first != RP_OK) rp_error_set(first, NULL, 0, "%s", error);
+    return first;
+}
+
+rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag)
+{
+    rp_comm_request *req;
+    RP_CHECK(rp_comm_isend(comm, buf, count, dtype, peer, tag, &req));
+    return comm->ops->wait(req, rp_now_s() + comm->timeout);
+}
+
+rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag)
+{
+    rp_comm_request *req;
+    RP_CHECK(rp_comm_irecv(comm, buf, count, dtype, peer, tag, &req));
+    return comm->ops->wait(req, rp_now_s() + comm->timeout);
+}
+
+rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source, int *msg_tag,
+                        int64_t *count, rp_dtype *dt)
+{
+    if (ready) *ready = false;
+    if (!comm || !ready) return RP_ERROR(RP_ERR_INVALID, "rp_comm_probe: communicator or ready is NULL");
+    if (!comm->ops->probe)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "the %s backend has no point-to-point messages", comm->ops->name);
+    if (peer < RP_ANY_SOURCE || peer >= comm->size)
+        return RP_ERROR(RP_ERR_INVALID, "rp_comm_probe: peer %d is not a rank of this communicator of %d "
+                        "(nor RP_ANY_SOURCE)", peer, comm->size);
+    if (tag < RP_ANY_TAG) return RP_ERROR(RP_ERR_INVALID, "rp_comm_probe: tag %d is negative", tag);
+    rp_p2p_desc found = {0};
+    RP_CHECK(comm->ops->probe(comm, peer, tag, ready, &found));
+    if (*ready) {
+        if (source) *source = found.peer;
+        if (msg_tag) *msg_tag = found.tag;
+        if (count) *count = found.count;
+        if (dt) *dt = (rp_dtype)found.dtype;
+    }
+    return RP_OK;
 }

@@ -35,11 +35,59 @@ typedef struct rp_coll_desc {
     int outer_kind, outer_op, outer_root;
     int64_t outer_count;
     uint64_t outer_seq;
+    /*
+     * How messages name the call (the user's call for a layered step): a
+     * user call by its user sequence number, an internal one (the
+     * runtime's, rp_comm_begin_internal) by `what`.
+     */
+    uint64_t user_seq;
+    int internal;
+    char what[48];
 } rp_coll_desc;
 
 /* Writes e.g. "all_reduce #12 (count 4096, f32, sum)" into buf; returns buf. */
 const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size);
 bool rp_coll_desc_equal(const rp_coll_desc *a, const rp_coll_desc *b);
+/*
+ * The message for two members' differing calls a (replica ida's) and b
+ * (idb's), into msg: "collective mismatch: ..." or, where exactly one of
+ * them is internal, "replica <user's> ended its step without calling
+ * <user call> (it went on to <what>)". `who_a`/`who_b` name the members
+ * ("replica 3", "rank 1 (host)").
+ */
+void rp_coll_mismatch_str(const rp_coll_desc *a, const char *who_a, const rp_coll_desc *b,
+                          const char *who_b, char *msg, size_t size);
+
+/* ---- point-to-point ---------------------------------------------------------------------- */
+
+/* One point-to-point call, as compared between sender and receiver and named in messages. */
+typedef struct rp_p2p_desc {
+    int send;      /* 1: a send, 0: a receive */
+    int peer;      /* the other side (RP_ANY_SOURCE for such a receive) */
+    int tag;       /* RP_ANY_TAG allowed for a receive */
+    int dtype;
+    int64_t count;
+    uint64_t num;  /* position along the channel, from 0 (a receive's once matched) */
+} rp_p2p_desc;
+
+/* "send #3 (tag 7, count 10, f32)"; a receive not yet matched has no number. */
+const char *rp_p2p_desc_str(const rp_p2p_desc *d, bool numbered, char *buf, size_t size);
+/* Whether a receive `r` accepts the send `s` (tag unless RP_ANY_TAG, count, dtype). */
+bool rp_p2p_accepts(const rp_p2p_desc *r, const rp_p2p_desc *s);
+/*
+ * "p2p mismatch: replica 1 sent 'send #3 (...)' to replica 0, which expected
+ * 'recv #3 (...)'" (who_s, who_r name the two members).
+ */
+void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_desc *r, const char *who_r,
+                         char *msg, size_t size);
+
+/*
+ * A non-blocking call. Every backend's request starts with this header
+ * (the rest is the backend's), so the public wait/test dispatch on it.
+ */
+struct rp_comm_request {
+    rp_comm *comm;
+};
 
 typedef struct rp_comm_ops {
     const char *name;
@@ -51,6 +99,17 @@ typedef struct rp_comm_ops {
     void (*fail)(rp_comm *comm, rp_status status, const char *reason);
     bool (*broken)(const rp_comm *comm);
     void (*destroy)(rp_comm *comm);
+    /*
+     * Point-to-point (optional: NULL slots make the public calls
+     * RP_ERR_UNSUPPORTED). comm.c has checked the arguments. isend/irecv
+     * post and set *req; wait completes by `deadline` (rp_now_s() clock)
+     * and frees; test never times out and frees once done.
+     */
+    rp_status (*isend)(rp_comm *comm, const rp_p2p_desc *d, const void *buf, rp_comm_request **req);
+    rp_status (*irecv)(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req);
+    rp_status (*wait)(rp_comm_request *req, double deadline);
+    rp_status (*test)(rp_comm_request *req, bool *done);
+    rp_status (*probe)(rp_comm *comm, int peer, int tag, bool *ready, rp_p2p_desc *found);
 } rp_comm_ops;
 
 struct rp_comm {
@@ -59,8 +118,14 @@ struct rp_comm {
     int *ids;       /* [size] replica id of each rank, owned */
     double timeout; /* seconds */
     uint64_t seq;   /* collectives completed by this member */
-    void *impl;     /* the backend's state */
+    uint64_t user_seq; /* of which the user's (outside begin/end_internal) */
+    int internal;      /* begin_internal depth (0, 1 or 2) */
+    char what[48];     /* the outer internal call's name */
+    void *impl;        /* the backend's state */
 };
+
+/* Fills the naming fields of a collective's descriptor (user_seq, internal, what) from comm. */
+void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm);
 
 /*
  * Member r's slice [*lo, *hi) of count elements of `es` bytes when a buffer
@@ -90,6 +155,13 @@ void rp_reduce_block(void *dst, const void *const *srcs, int n, int64_t off, int
  * or a few posted together, never across a wait.
  */
 rp_status rp_mpi_ensure_init(void);
+/*
+ * The MPI backend's call check (see mpi.c): 0 (default) hashes each call's
+ * descriptor into one small reduction and exchanges the full descriptors
+ * only when the hashes differ; 1 exchanges them on every call (the old way,
+ * kept to measure what the hash saves: bench/mpi/allreduce_mpi --full-check).
+ */
+void rp_comm_mpi_set_full_check(int full);
 void rp_mpi_lock(void);
 void rp_mpi_unlock(void);
 

@@ -166,7 +166,9 @@ static rp_status step(rp_comm *sub, const rp_coll_desc *u, int kind, const void 
 {
     rp_coll_desc d = {.kind = kind, .dtype = u->dtype, .op = op, .root = root, .count = count,
                       .seq = sub->seq, .layered = 1, .outer_kind = u->kind, .outer_op = u->op,
-                      .outer_root = u->root, .outer_count = u->count, .outer_seq = u->seq};
+                      .outer_root = u->root, .outer_count = u->count, .outer_seq = u->seq,
+                      .user_seq = u->user_seq, .internal = u->internal};
+    memcpy(d.what, u->what, sizeof d.what);
     return sub->ops->collective(sub, &d, send, recv);
 }
 
@@ -191,6 +193,7 @@ static void divide(void *buf, int64_t n, rp_dtype dtype, int by)
         case RP_F64: ((double *)buf)[i] = ((double *)buf)[i] / (double)by; break;
         case RP_I32: ((int32_t *)buf)[i] = ((int32_t *)buf)[i] / by; break;
         case RP_I64: ((int64_t *)buf)[i] = ((int64_t *)buf)[i] / by; break;
+        case RP_U8: break; /* never reduced */
         }
 }
 

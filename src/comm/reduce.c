@@ -45,5 +45,6 @@ void rp_reduce_block(void *dst, const void *const *srcs, int n, int64_t off, int
     case RP_F64: reduce_f64(dst, srcs, n, off, len, op); break;
     case RP_I32: reduce_i32(dst, srcs, n, off, len, op); break;
     case RP_I64: reduce_i64(dst, srcs, n, off, len, op); break;
+    case RP_U8: break; /* refused by comm.c: bytes are not reduced */
     }
 }

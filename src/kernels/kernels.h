@@ -39,8 +39,17 @@ typedef struct rp_pool_desc {
 
 rp_status rp_pool_desc_init(rp_pool_desc *d, int n, int h, int w, int c, int k, int stride, int pad);
 
-typedef enum { RP_ACT_RELU, RP_ACT_LEAKY_RELU, RP_ACT_TANH, RP_ACT_SIGMOID } rp_act;
-typedef enum { RP_BIN_ADD, RP_BIN_SUB, RP_BIN_MUL } rp_binop;
+/* ELU's alpha travels in `slope`. SQRT and RECIPROCAL: derivatives from y (1/(2y), -y^2). */
+typedef enum {
+    RP_ACT_RELU,
+    RP_ACT_LEAKY_RELU,
+    RP_ACT_TANH,
+    RP_ACT_SIGMOID,
+    RP_ACT_ELU,
+    RP_ACT_SQRT,
+    RP_ACT_RECIPROCAL,
+} rp_act;
+typedef enum { RP_BIN_ADD, RP_BIN_SUB, RP_BIN_MUL, RP_BIN_DIV } rp_binop;
 
 typedef struct rp_kernels {
     const char *name;
@@ -93,8 +102,46 @@ typedef struct rp_kernels {
     void (*act_bwd)(float *dx, const float *dy, const float *y, const float *x, int64_t n,
                     rp_act act, float slope);
 
-    /* y[i] = a[i] op b[i % nb], n a multiple of nb. */
+    /* y[i] = a[i] op b[i % nb], n a multiple of nb. y may alias a. */
     void (*binary)(float *y, const float *a, const float *b, int64_t n, int64_t nb, rp_binop op);
+    /*
+     * Per-axis broadcasting over a 4-D index space `shape` (a's, row-major;
+     * pad with leading 1s): y[i] = a[i] op b[sum_d idx_d * bstride[d]], where
+     * bstride[d] is 0 along b's broadcast axes. y may alias a.
+     */
+    void (*binary_bcast)(float *y, const float *a, const float *b, const int64_t *shape,
+                         const int64_t *bstride, rp_binop op);
+    /*
+     * Reduction over the axes set in `mask` (bit d: axis d of the 4-D `shape`):
+     * y over the kept axes, row-major, (+)= scale * sum (in double).
+     */
+    void (*reduce_axes)(float *y, const float *x, const int64_t *shape, unsigned mask, float scale,
+                        bool accumulate);
+    /* The adjoint: x[i] (+)= scale * y[i's index over the kept axes]. */
+    void (*expand_axes)(float *x, const float *y, const int64_t *shape, unsigned mask, float scale,
+                        bool accumulate);
+    /* y = min(max(x, lo), hi); dx = dy where lo <= x <= hi, else 0. */
+    void (*clamp_fwd)(float *y, const float *x, int64_t n, float lo, float hi);
+    void (*clamp_bwd)(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi);
+    /* dx[i] += g[i] where x[i] == y[i] (the members that held a max or min). */
+    void (*select_eq_acc)(float *dx, const float *g, const float *x, const float *y, int64_t n);
+    /*
+     * Layer norm over rows of [rows, d]: y = (x-mean)*rstd*gamma + beta
+     * (gamma, beta NULL: 1, 0), saving mean and rstd [rows]. bwd overwrites
+     * dx and accumulates dgamma, dbeta (each may be NULL).
+     */
+    void (*layernorm_fwd)(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                          const float *beta, int64_t rows, int d, float eps);
+    void (*layernorm_bwd)(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                          const float *mean, const float *rstd, const float *gamma, int64_t rows,
+                          int d);
+    /* y = x - logsumexp(x) per row of [rows, c]; dx = dy - exp(y) * sum(dy) per row. */
+    void (*log_softmax_fwd)(float *y, const float *x, int64_t rows, int c);
+    void (*log_softmax_bwd)(float *dx, const float *dy, const float *y, int64_t rows, int c);
+    /* Sum of squares, in double. */
+    double (*sum_squares)(const float *x, int64_t n);
+    /* y[i] *= s, in place. */
+    void (*scale_inplace)(float *y, float s, int64_t n);
     /* y[i] = s * x[i] (+ y[i] when accumulate). */
     void (*scale)(float *y, const float *x, float s, int64_t n, bool accumulate);
     /* y[i] += x[i]. */

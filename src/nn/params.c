@@ -12,6 +12,7 @@ typedef struct param_entry {
     rp_tensor *t;
     rp_init init;
     bool trainable;
+    uint32_t frozen_flags; /* RP_TENSOR_REQUIRES_GRAD as it was when the set was frozen */
 } param_entry;
 
 struct rp_params {
@@ -23,6 +24,7 @@ struct rp_params {
     float *data, *grad;
     int64_t numel, trainable_numel;
     bool finalized;
+    bool frozen;
 };
 
 rp_status rp_params_create(rp_params **params)
@@ -97,7 +99,11 @@ rp_tensor *rp_params_add(rp_params *p, const char *name, int ndim, const int *sh
     t->node = -1;
     t->flags = RP_TENSOR_PARAM | (trainable ? RP_TENSOR_REQUIRES_GRAD : 0);
     snprintf(t->name, sizeof t->name, "%s", name);
-    p->entries[p->n++] = (param_entry){t, init, trainable};
+    p->entries[p->n++] = (param_entry){t, init, trainable, 0};
+    if (p->frozen) { /* joins a frozen set frozen, and thaws with it */
+        p->entries[p->n - 1].frozen_flags = t->flags & RP_TENSOR_REQUIRES_GRAD;
+        t->flags &= ~RP_TENSOR_REQUIRES_GRAD;
+    }
     return t;
 }
 
@@ -230,4 +236,25 @@ void rp_params_zero_grad(rp_params *p)
     if (!p->finalized) return;
     memset(p->grad, 0, (size_t)p->trainable_numel * sizeof(float));
     for (int i = 0; i < p->n_trainable; i++) p->entries[p->order[i]].t->flags |= RP_TENSOR_GRAD_FRESH;
+}
+
+void rp_params_set_frozen(rp_params *p, bool frozen)
+{
+    if (!p || p->frozen == frozen) return;
+    for (int i = 0; i < p->n; i++) {
+        param_entry *e = &p->entries[i];
+        if (frozen) {
+            e->frozen_flags = e->t->flags & RP_TENSOR_REQUIRES_GRAD;
+            e->t->flags &= ~RP_TENSOR_REQUIRES_GRAD;
+        } else {
+            /* Exactly the previous flag: a parameter the user had switched off stays off. */
+            e->t->flags = (e->t->flags & ~RP_TENSOR_REQUIRES_GRAD) | e->frozen_flags;
+        }
+    }
+    p->frozen = frozen;
+}
+
+bool rp_params_frozen(const rp_params *p)
+{
+    return p && p->frozen;
 }

@@ -2,27 +2,29 @@
  * backward.c - every backward rule, in one place.
  *
  * Gradient targets. A tensor's gradient is written in one of two ways:
- *  - grad_out(): for kernels that overwrite. If this is the tensor's first
+ *  - tape_grad_out(): for kernels that overwrite. If this is the tensor's first
  *    contribution (an activation without a gradient yet, or a parameter whose
  *    gradient is fresh zeros), the kernel writes straight into x->grad.
- *    Otherwise it writes into a scratch buffer that grad_commit() adds in.
- *  - grad_acc(): for kernels that accumulate; returns x->grad, zero-filled on
+ *    Otherwise it writes into a scratch buffer that tape_grad_commit() adds in.
+ *  - tape_grad_acc(): for kernels that accumulate; returns x->grad, zero-filled on
  *    first use.
  * Both return NULL when x needs no gradient, and the rule skips that input.
+ * The collectives' rules live in backward_comm.c and share these helpers.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "tape_internal.h"
 
-static bool wants_grad(const rp_tensor *x)
+bool tape_wants_grad(const rp_tensor *x)
 {
     return x && (x->flags & RP_TENSOR_REQUIRES_GRAD);
 }
 
 /* Sets *fail on OOM so callers can check once. */
-static float *grad_out(rp_tape *t, rp_tensor *x, bool *fail)
+float *tape_grad_out(rp_tape *t, rp_tensor *x, bool *fail)
 {
-    if (!wants_grad(x)) return NULL;
+    if (!tape_wants_grad(x)) return NULL;
     size_t bytes = (size_t)x->numel * sizeof(float);
     if (x->flags & RP_TENSOR_PARAM) {
         if (x->flags & RP_TENSOR_GRAD_FRESH) {
@@ -39,14 +41,14 @@ static float *grad_out(rp_tape *t, rp_tensor *x, bool *fail)
     return scratch;
 }
 
-static void grad_commit(rp_tape *t, rp_tensor *x, float *buf)
+void tape_grad_commit(rp_tape *t, rp_tensor *x, float *buf)
 {
     if (buf && buf != x->grad) t->k->add_inplace(x->grad, buf, x->numel);
 }
 
-static float *grad_acc(rp_tape *t, rp_tensor *x, bool *fail)
+float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail)
 {
-    if (!wants_grad(x)) return NULL;
+    if (!tape_wants_grad(x)) return NULL;
     if (x->flags & RP_TENSOR_PARAM) {
         x->flags &= ~RP_TENSOR_GRAD_FRESH; /* fresh means zeros: accumulating is right */
         return x->grad;
@@ -58,7 +60,7 @@ static float *grad_acc(rp_tape *t, rp_tensor *x, bool *fail)
     return x->grad;
 }
 
-static rp_status oom(void)
+rp_status tape_oom(void)
 {
     return rp_last_status() != RP_OK ? rp_last_status()
                                      : RP_ERROR(RP_ERR_NOMEM, "backward: out of memory");
@@ -69,8 +71,8 @@ static rp_status matmul_bwd(rp_tape *t, rp_node *nd)
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     int m = a->shape[0], k = a->shape[1], n = b->shape[1];
     bool fail = false;
-    float *da = grad_acc(t, a, &fail), *db = grad_acc(t, b, &fail);
-    if (fail) return oom();
+    float *da = tape_grad_acc(t, a, &fail), *db = tape_grad_acc(t, b, &fail);
+    if (fail) return tape_oom();
     /* da[M,K] += dy[M,N] b^T; db[K,N] += a^T dy */
     if (da) t->k->gemm(false, true, m, k, n, 1.0f, y->grad, n, b->data, n, 1.0f, da, k);
     if (db) t->k->gemm(true, false, k, n, m, 1.0f, a->data, k, y->grad, n, 1.0f, db, n);
@@ -82,8 +84,8 @@ static rp_status linear_bwd(rp_tape *t, rp_node *nd)
     rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
     int n = x->shape[0], in_f = x->shape[1], out_f = w->shape[0];
     bool fail = false;
-    float *dx = grad_acc(t, x, &fail), *dw = grad_acc(t, w, &fail), *db = grad_acc(t, b, &fail);
-    if (fail) return oom();
+    float *dx = tape_grad_acc(t, x, &fail), *dw = tape_grad_acc(t, w, &fail), *db = tape_grad_acc(t, b, &fail);
+    if (fail) return tape_oom();
     /* dx[N,in] += dy[N,out] w[out,in]; dw[out,in] += dy^T x; db += column sums of dy */
     if (dx) t->k->gemm(false, false, n, in_f, out_f, 1.0f, y->grad, out_f, w->data, in_f, 1.0f, dx, in_f);
     if (dw) t->k->gemm(true, false, out_f, in_f, n, 1.0f, y->grad, out_f, x->data, in_f, 1.0f, dw, in_f);
@@ -95,19 +97,19 @@ static rp_status conv_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
     bool fail = false;
-    float *dx = grad_out(t, x, &fail), *dw = grad_out(t, w, &fail), *db = grad_out(t, b, &fail);
-    if (fail) return oom();
+    float *dx = tape_grad_out(t, x, &fail), *dw = tape_grad_out(t, w, &fail), *db = tape_grad_out(t, b, &fail);
+    if (fail) return tape_oom();
     if (dx) {
         RP_CHECK(t->k->conv2d_bwd_data(dx, y->grad, w->data, &nd->a.conv));
-        grad_commit(t, x, dx);
+        tape_grad_commit(t, x, dx);
     }
     if (dw || db) {
         /* bwd_weights always produces dw; give it scratch if w needs no gradient. */
         float *dw_buf = dw ? dw : rp_arena_alloc(t->arena, (size_t)w->numel * sizeof(float));
-        if (!dw_buf) return oom();
+        if (!dw_buf) return tape_oom();
         RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, x->data, &nd->a.conv));
-        if (dw) grad_commit(t, w, dw);
-        if (db) grad_commit(t, b, db);
+        if (dw) tape_grad_commit(t, w, dw);
+        if (db) tape_grad_commit(t, b, db);
     }
     return RP_OK;
 }
@@ -119,14 +121,14 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     int64_t m = x->numel / c;
     const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
     const float *relu_out = nd->a.bn.relu ? y->data : NULL;
-    double *sums = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(double));
+    double *sums = rp_arena_alloc(t->arena, (2 * (size_t)c + 1) * sizeof(double));
     float *local = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(float));
-    if (!sums || !local) return oom();
+    if (!sums || !local) return tape_oom();
     t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c);
     bool fail = false;
-    float *dgamma = grad_acc(t, gamma, &fail), *dbeta = grad_acc(t, beta, &fail);
-    float *dx = grad_out(t, x, &fail);
-    if (fail) return oom();
+    float *dgamma = tape_grad_acc(t, gamma, &fail), *dbeta = tape_grad_acc(t, beta, &fail);
+    float *dx = tape_grad_out(t, x, &fail);
+    if (fail) return tape_oom();
     /* Parameter gradients use this replica's sums: the gradient all-reduce averages them. */
     for (int j = 0; j < 2 * c; j++) local[j] = (float)sums[j];
     if (dbeta) t->k->add_inplace(dbeta, local, c);
@@ -135,12 +137,18 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     double count = (double)m;
     if (nd->a.bn.training) {
         if (nd->a.bn.reduce) RP_CHECK(nd->a.bn.reduce(sums, 2 * c, &count, nd->a.bn.ctx));
+        if (nd->a.bn.comm) {
+            /* The same one call of 2C+1 doubles as forward (and as the runtime's old hook). */
+            sums[2 * c] = count;
+            RP_CHECK(rp_comm_all_reduce(nd->a.bn.comm, sums, sums, 2 * c + 1, RP_F64, RP_SUM));
+            count = sums[2 * c];
+        }
     } else {
         /* Running statistics are constants: zero sums give dx = gamma*invstd*dy. */
         memset(sums, 0, 2 * (size_t)c * sizeof(double));
     }
     t->k->bn_bwd_data(dx, y->grad, relu_out, x->data, mean, invstd, sums, gamma->data, count, m, c);
-    grad_commit(t, x, dx);
+    tape_grad_commit(t, x, dx);
     return RP_OK;
 }
 
@@ -148,11 +156,11 @@ static rp_status act_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     bool fail = false;
-    float *dx = grad_out(t, x, &fail);
-    if (fail) return oom();
+    float *dx = tape_grad_out(t, x, &fail);
+    if (fail) return tape_oom();
     if (!dx) return RP_OK;
     t->k->act_bwd(dx, y->grad, y->data, x->data, x->numel, nd->a.act.act, nd->a.act.slope);
-    grad_commit(t, x, dx);
+    tape_grad_commit(t, x, dx);
     return RP_OK;
 }
 
@@ -161,38 +169,163 @@ static rp_status binary_bwd(rp_tape *t, rp_node *nd)
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     int64_t n = a->numel, nb = nd->a.bin.nb;
     rp_binop op = nd->a.bin.op;
+    bool scaled = op == RP_BIN_MUL || op == RP_BIN_DIV; /* da = dy (*|/) b */
     bool fail = false;
-    float *da = op == RP_BIN_MUL ? grad_out(t, a, &fail) : grad_acc(t, a, &fail);
-    if (fail) return oom();
+    float *da = scaled ? tape_grad_out(t, a, &fail) : tape_grad_acc(t, a, &fail);
+    if (fail) return tape_oom();
     if (da) {
-        if (op == RP_BIN_MUL) {
-            t->k->binary(da, y->grad, b->data, n, nb, RP_BIN_MUL);
-            grad_commit(t, a, da);
+        if (scaled) {
+            t->k->binary(da, y->grad, b->data, n, nb, op);
+            tape_grad_commit(t, a, da);
         } else {
             t->k->add_inplace(da, y->grad, n);
         }
     }
-    if (!wants_grad(b)) return RP_OK;
+    if (!tape_wants_grad(b)) return RP_OK;
     if (op == RP_BIN_ADD && nb == n) {
         /* Same shapes (a residual add): b's gradient is dy itself. */
-        float *db = grad_out(t, b, &fail);
-        if (fail) return oom();
+        float *db = tape_grad_out(t, b, &fail);
+        if (fail) return tape_oom();
         memcpy(db, y->grad, (size_t)n * sizeof(float));
-        grad_commit(t, b, db);
+        tape_grad_commit(t, b, db);
         return RP_OK;
     }
-    float *db = grad_acc(t, b, &fail);
-    if (fail) return oom();
+    float *db = tape_grad_acc(t, b, &fail);
+    if (fail) return tape_oom();
     const float *src = y->grad;
     if (op != RP_BIN_ADD || nb != n) {
         float *tmp = rp_arena_alloc(t->arena, (size_t)n * sizeof(float));
-        if (!tmp) return oom();
-        if (op == RP_BIN_MUL) t->k->mul(tmp, y->grad, a->data, n, false);
-        else if (op == RP_BIN_SUB) t->k->scale(tmp, y->grad, -1.0f, n, false);
-        else memcpy(tmp, y->grad, (size_t)n * sizeof(float));
+        if (!tmp) return tape_oom();
+        if (op == RP_BIN_MUL) {
+            t->k->mul(tmp, y->grad, a->data, n, false);
+        } else if (op == RP_BIN_DIV) {
+            /* d(a/b)/db = -(a/b)/b = -y/b */
+            t->k->mul(tmp, y->grad, y->data, n, false);
+            t->k->binary(tmp, tmp, b->data, n, nb, RP_BIN_DIV);
+            t->k->scale_inplace(tmp, -1.0f, n);
+        } else if (op == RP_BIN_SUB) {
+            t->k->scale(tmp, y->grad, -1.0f, n, false);
+        } else {
+            memcpy(tmp, y->grad, (size_t)n * sizeof(float));
+        }
         src = tmp;
     }
     t->k->reduce_rows(db, src, n / nb, nb, true);
+    return RP_OK;
+}
+
+/* Per-axis broadcasting: b's gradient sums over the axes it was repeated along. */
+static rp_status binary_bcast_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
+    const int64_t *shape = nd->a.bcast.shape, *bstride = nd->a.bcast.bstride;
+    rp_binop op = nd->a.bcast.op;
+    int64_t n = a->numel;
+    bool scaled = op == RP_BIN_MUL || op == RP_BIN_DIV;
+    bool fail = false;
+    float *da = scaled ? tape_grad_out(t, a, &fail) : tape_grad_acc(t, a, &fail);
+    if (fail) return tape_oom();
+    if (da) {
+        if (scaled) {
+            t->k->binary_bcast(da, y->grad, b->data, shape, bstride, op);
+            tape_grad_commit(t, a, da);
+        } else {
+            t->k->add_inplace(da, y->grad, n);
+        }
+    }
+    float *db = tape_grad_acc(t, b, &fail);
+    if (fail) return tape_oom();
+    if (!db) return RP_OK;
+    unsigned mask = 0;
+    for (int d = 0; d < RP_MAX_DIMS; d++)
+        if (bstride[d] == 0 && shape[d] > 1) mask |= 1u << d;
+    const float *src = y->grad;
+    float scale = op == RP_BIN_ADD ? 1.0f : -1.0f;
+    if (scaled) {
+        float *tmp = rp_arena_alloc(t->arena, (size_t)n * sizeof(float));
+        if (!tmp) return tape_oom();
+        if (op == RP_BIN_MUL) {
+            t->k->mul(tmp, y->grad, a->data, n, false);
+            scale = 1.0f;
+        } else {
+            t->k->mul(tmp, y->grad, y->data, n, false);
+            t->k->binary_bcast(tmp, tmp, b->data, shape, bstride, RP_BIN_DIV);
+        }
+        src = tmp;
+    }
+    t->k->reduce_axes(db, src, shape, mask, scale, true);
+    return RP_OK;
+}
+
+static rp_status clamp_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *y = nd->out;
+    bool fail = false;
+    float *dx = tape_grad_out(t, x, &fail);
+    if (fail) return tape_oom();
+    if (!dx) return RP_OK;
+    t->k->clamp_bwd(dx, y->grad, x->data, x->numel, nd->a.clamp.lo, nd->a.clamp.hi);
+    tape_grad_commit(t, x, dx);
+    return RP_OK;
+}
+
+static rp_status layer_norm_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *y = nd->out;
+    int d = x->shape[x->ndim - 1];
+    int64_t rows = x->numel / d;
+    const float *mean = nd->saved, *rstd = (const float *)nd->saved + rows;
+    bool fail = false;
+    float *dgamma = tape_grad_acc(t, gamma, &fail), *dbeta = tape_grad_acc(t, beta, &fail);
+    float *dx = tape_grad_out(t, x, &fail);
+    if (fail) return tape_oom();
+    /* The kernel always writes dx: scratch when x needs no gradient. */
+    float *dx_buf = dx ? dx : rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
+    if (!dx_buf) return tape_oom();
+    t->k->layernorm_bwd(dx_buf, dgamma, dbeta, y->grad, x->data, mean, rstd,
+                        gamma ? gamma->data : NULL, rows, d);
+    if (dx) tape_grad_commit(t, x, dx);
+    return RP_OK;
+}
+
+static rp_status log_softmax_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->in[0], *y = nd->out;
+    bool fail = false;
+    float *dx = tape_grad_out(t, x, &fail);
+    if (fail) return tape_oom();
+    if (!dx) return RP_OK;
+    int c = x->shape[x->ndim - 1];
+    t->k->log_softmax_bwd(dx, y->grad, y->data, x->numel / c, c);
+    tape_grad_commit(t, x, dx);
+    return RP_OK;
+}
+
+static rp_status reduce_axes_bwd(rp_tape *t, rp_node *nd)
+{
+    bool fail = false;
+    float *dx = tape_grad_acc(t, nd->in[0], &fail);
+    if (fail) return tape_oom();
+    if (dx) t->k->expand_axes(dx, nd->out->grad, nd->a.red.shape, nd->a.red.mask, nd->a.red.scale, true);
+    return RP_OK;
+}
+
+static rp_status custom_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor **in = nd->many ? nd->many : nd->in;
+    float **din = rp_arena_alloc(t->arena, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof(float *));
+    if (!din) return tape_oom();
+    bool fail = false;
+    for (int i = 0; i < nd->n_in; i++) din[i] = tape_grad_acc(t, in[i], &fail);
+    if (fail) return tape_oom();
+    const rp_custom_op *op = nd->a.custom.op;
+    rp_status st = op->backward(nd->a.custom.ctx, nd->out, nd->out->grad, in, din, nd->n_in);
+    if (st != RP_OK) {
+        char why[256]; /* the op's own message, copied: RP_ERROR rewrites that buffer */
+        snprintf(why, sizeof why, "%s", rp_last_status() == st ? rp_last_error() : "(no message)");
+        return RP_ERROR(st, "custom op \"%s\" backward failed: %s", op->name ? op->name : "(unnamed)",
+                        why);
+    }
     return RP_OK;
 }
 
@@ -204,8 +337,8 @@ static rp_status concat_bwd(rp_tape *t, rp_node *nd)
     for (int i = 0; i < nd->n_in; i++) {
         int w = xs[i]->shape[last];
         bool fail = false;
-        float *dx = grad_acc(t, xs[i], &fail);
-        if (fail) return oom();
+        float *dx = tape_grad_acc(t, xs[i], &fail);
+        if (fail) return tape_oom();
         if (dx) t->k->gather_cols(dx, y->grad, width, off, rows, w, true);
         off += w;
     }
@@ -216,14 +349,14 @@ static rp_status pool_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     bool fail = false;
-    float *dx = grad_out(t, x, &fail);
-    if (fail) return oom();
+    float *dx = tape_grad_out(t, x, &fail);
+    if (fail) return tape_oom();
     if (!dx) return RP_OK;
     if (nd->op == RP_OP_MAX_POOL)
         RP_CHECK(t->k->maxpool_bwd(dx, nd->saved, y->grad, &nd->a.pool));
     else
         RP_CHECK(t->k->avgpool_bwd(dx, y->grad, &nd->a.pool));
-    grad_commit(t, x, dx);
+    tape_grad_commit(t, x, dx);
     return RP_OK;
 }
 
@@ -231,14 +364,14 @@ static rp_status image_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     bool fail = false;
-    float *dx = grad_out(t, x, &fail);
-    if (fail) return oom();
+    float *dx = tape_grad_out(t, x, &fail);
+    if (fail) return tape_oom();
     if (!dx) return RP_OK;
     if (nd->op == RP_OP_GLOBAL_AVG_POOL)
         t->k->gap_bwd(dx, y->grad, x->shape[0], x->shape[1] * x->shape[2], x->shape[3]);
     else
         t->k->upsample2x_bwd(dx, y->grad, x->shape[0], x->shape[1], x->shape[2], x->shape[3]);
-    grad_commit(t, x, dx);
+    tape_grad_commit(t, x, dx);
     return RP_OK;
 }
 
@@ -248,22 +381,22 @@ static rp_status loss_bwd(rp_tape *t, rp_node *nd)
     float dl = y->grad[0];
     bool fail = false;
     if (nd->op == RP_OP_SOFTMAX_XENT) {
-        float *dx = grad_out(t, x, &fail);
-        if (fail) return oom();
+        float *dx = tape_grad_out(t, x, &fail);
+        if (fail) return tape_oom();
         if (!dx) return RP_OK;
         int n = x->shape[0], c = x->shape[1];
         bool hard = nd->a.emb.n == 1;
         t->k->softmax_xent_bwd(dx, nd->saved, hard ? nd->saved2 : NULL, hard ? NULL : nd->saved2,
                                dl / (float)n, n, c);
-        grad_commit(t, x, dx);
+        tape_grad_commit(t, x, dx);
         return RP_OK;
     }
     if (nd->op == RP_OP_MSE) {
         rp_tensor *b = nd->in[1];
         int64_t n = x->numel;
         float *diff = rp_arena_alloc(t->arena, (size_t)n * sizeof(float));
-        float *da = grad_acc(t, x, &fail), *db = grad_acc(t, b, &fail);
-        if (fail || !diff) return oom();
+        float *da = tape_grad_acc(t, x, &fail), *db = tape_grad_acc(t, b, &fail);
+        if (fail || !diff) return tape_oom();
         t->k->binary(diff, x->data, b->data, n, n, RP_BIN_SUB);
         float s = 2.0f * dl / (float)n;
         if (da) t->k->scale(da, diff, s, n, true);
@@ -271,8 +404,8 @@ static rp_status loss_bwd(rp_tape *t, rp_node *nd)
         return RP_OK;
     }
     /* SUM and MEAN: every element gets the same gradient. */
-    float *dx = grad_acc(t, x, &fail);
-    if (fail) return oom();
+    float *dx = tape_grad_acc(t, x, &fail);
+    if (fail) return tape_oom();
     if (dx) t->k->add_scalar(dx, nd->op == RP_OP_MEAN ? dl / (float)x->numel : dl, x->numel);
     return RP_OK;
 }
@@ -288,15 +421,15 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
     case RP_OP_ACT: return act_bwd(t, nd);
     case RP_OP_BINARY: return binary_bwd(t, nd);
     case RP_OP_SCALE: {
-        float *dx = grad_acc(t, nd->in[0], &fail);
-        if (fail) return oom();
+        float *dx = tape_grad_acc(t, nd->in[0], &fail);
+        if (fail) return tape_oom();
         if (dx) t->k->scale(dx, nd->out->grad, nd->a.scale.s, nd->out->numel, true);
         return RP_OK;
     }
     case RP_OP_CONCAT: return concat_bwd(t, nd);
     case RP_OP_RESHAPE: {
-        float *dx = grad_acc(t, nd->in[0], &fail);
-        if (fail) return oom();
+        float *dx = tape_grad_acc(t, nd->in[0], &fail);
+        if (fail) return tape_oom();
         if (dx) t->k->add_inplace(dx, nd->out->grad, nd->out->numel);
         return RP_OK;
     }
@@ -305,8 +438,8 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
     case RP_OP_GLOBAL_AVG_POOL:
     case RP_OP_UPSAMPLE2X: return image_bwd(t, nd);
     case RP_OP_EMBEDDING: {
-        float *dtable = grad_acc(t, nd->in[0], &fail);
-        if (fail) return oom();
+        float *dtable = tape_grad_acc(t, nd->in[0], &fail);
+        if (fail) return tape_oom();
         if (dtable)
             t->k->embedding_bwd(dtable, nd->out->grad, nd->saved, nd->a.emb.n, nd->in[0]->shape[1]);
         return RP_OK;
@@ -315,6 +448,20 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
     case RP_OP_MSE:
     case RP_OP_SUM:
     case RP_OP_MEAN: return loss_bwd(t, nd);
+    case RP_OP_BINARY_BCAST: return binary_bcast_bwd(t, nd);
+    case RP_OP_CLAMP: return clamp_bwd(t, nd);
+    case RP_OP_LAYER_NORM: return layer_norm_bwd(t, nd);
+    case RP_OP_LOG_SOFTMAX: return log_softmax_bwd(t, nd);
+    case RP_OP_REDUCE_AXES: return reduce_axes_bwd(t, nd);
+    case RP_OP_CUSTOM: return custom_bwd(t, nd);
+    case RP_OP_ALL_REDUCE:
+    case RP_OP_ALL_GATHER:
+    case RP_OP_REDUCE_SCATTER:
+    case RP_OP_BROADCAST:
+    case RP_OP_COPY_TO_GROUP:
+    case RP_OP_REDUCE_FROM_GROUP:
+    case RP_OP_SEND:
+    case RP_OP_RECV: return tape_collective_bwd(t, nd);
     }
     return RP_ERROR(RP_ERR_INVALID, "backward: unknown op %d", (int)nd->op);
 }

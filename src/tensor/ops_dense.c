@@ -95,6 +95,45 @@ rp_tensor *rp_sigmoid(rp_tape *t, rp_tensor *x)
     return activation(t, x, RP_ACT_SIGMOID, 0.0f);
 }
 
+rp_tensor *rp_elu(rp_tape *t, rp_tensor *x, float alpha)
+{
+    if (!(alpha > 0) || !isfinite(alpha)) {
+        RP_ERROR(RP_ERR_INVALID, "rp_elu: alpha %g must be a finite value > 0", (double)alpha);
+        return NULL;
+    }
+    return activation(t, x, RP_ACT_ELU, alpha);
+}
+
+rp_tensor *rp_sqrt(rp_tape *t, rp_tensor *x)
+{
+    return activation(t, x, RP_ACT_SQRT, 0.0f);
+}
+
+rp_tensor *rp_reciprocal(rp_tape *t, rp_tensor *x)
+{
+    return activation(t, x, RP_ACT_RECIPROCAL, 0.0f);
+}
+
+rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi)
+{
+    RP_PROPAGATE_NULL(x);
+    if (!(lo <= hi)) {
+        RP_ERROR(RP_ERR_INVALID, "rp_clamp: lo %g must be <= hi %g (and neither NaN)", (double)lo,
+                 (double)hi);
+        return NULL;
+    }
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    if (!y) return NULL;
+    t->k->clamp_fwd(y->data, x->data, x->numel, lo, hi);
+    if (rp_tape_needs_grad(t, &x, 1)) {
+        rp_node *node = rp_tape_record(t, RP_OP_CLAMP, y, &x, 1);
+        if (!node) return NULL;
+        node->a.clamp.lo = lo;
+        node->a.clamp.hi = hi;
+    }
+    return y;
+}
+
 /* b broadcasts against a if b's shape, leading 1s dropped, is a suffix of a's. */
 static bool broadcasts(const rp_tensor *a, const rp_tensor *b)
 {
@@ -107,15 +146,55 @@ static bool broadcasts(const rp_tensor *a, const rp_tensor *b)
     return true;
 }
 
+/*
+ * Per-axis broadcasting: both shapes padded to 4-D with leading 1s, each of
+ * b's dimensions a's or 1. Fills a's padded shape and b's strides (0 along
+ * its size-1 axes).
+ */
+static bool broadcasts_per_axis(const rp_tensor *a, const rp_tensor *b, int64_t *shape,
+                                int64_t *bstride)
+{
+    if (b->ndim > a->ndim) return false;
+    int64_t bs[RP_MAX_DIMS];
+    for (int d = 0; d < RP_MAX_DIMS; d++) {
+        int ia = d - (RP_MAX_DIMS - a->ndim), ib = d - (RP_MAX_DIMS - b->ndim);
+        shape[d] = ia >= 0 ? a->shape[ia] : 1;
+        bs[d] = ib >= 0 ? b->shape[ib] : 1;
+        if (bs[d] != shape[d] && bs[d] != 1) return false;
+    }
+    int64_t stride = 1;
+    for (int d = RP_MAX_DIMS - 1; d >= 0; d--) {
+        bstride[d] = bs[d] == 1 ? 0 : stride;
+        stride *= bs[d];
+    }
+    return true;
+}
+
 static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, const char *who)
 {
     RP_PROPAGATE_NULL(a);
     RP_PROPAGATE_NULL(b);
+    int64_t shape[RP_MAX_DIMS], bstride[RP_MAX_DIMS];
     if (!broadcasts(a, b)) {
-        char sa[64], sb[64];
-        RP_ERROR(RP_ERR_SHAPE, "%s: shape %s does not broadcast against %s (b's shape must be a "
-                 "suffix of a's)", who, rp_shape_str(b, sb, sizeof sb), rp_shape_str(a, sa, sizeof sa));
-        return NULL;
+        if (!broadcasts_per_axis(a, b, shape, bstride)) {
+            char sa[64], sb[64];
+            RP_ERROR(RP_ERR_SHAPE, "%s: shape %s does not broadcast against %s (b's shape must be "
+                     "a suffix of a's, or have a's dimensions with some of them 1)", who,
+                     rp_shape_str(b, sb, sizeof sb), rp_shape_str(a, sa, sizeof sa));
+            return NULL;
+        }
+        rp_tensor *y = rp_tape_tensor(t, a->ndim, a->shape);
+        if (!y) return NULL;
+        t->k->binary_bcast(y->data, a->data, b->data, shape, bstride, op);
+        rp_tensor *in[] = {a, b};
+        if (rp_tape_needs_grad(t, in, 2)) {
+            rp_node *node = rp_tape_record(t, RP_OP_BINARY_BCAST, y, in, 2);
+            if (!node) return NULL;
+            node->a.bcast.op = op;
+            memcpy(node->a.bcast.shape, shape, sizeof shape);
+            memcpy(node->a.bcast.bstride, bstride, sizeof bstride);
+        }
+        return y;
     }
     rp_tensor *y = rp_tape_tensor(t, a->ndim, a->shape);
     if (!y) return NULL;
@@ -143,6 +222,11 @@ rp_tensor *rp_sub(rp_tape *t, rp_tensor *a, rp_tensor *b)
 rp_tensor *rp_mul(rp_tape *t, rp_tensor *a, rp_tensor *b)
 {
     return binary(t, a, b, RP_BIN_MUL, "rp_mul");
+}
+
+rp_tensor *rp_div(rp_tape *t, rp_tensor *a, rp_tensor *b)
+{
+    return binary(t, a, b, RP_BIN_DIV, "rp_div");
 }
 
 rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s)

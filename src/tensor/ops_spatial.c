@@ -81,16 +81,27 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
                  (double)p.eps, (double)p.momentum);
         return NULL;
     }
+    if (p.comm && p.reduce) {
+        RP_ERROR(RP_ERR_INVALID, "rp_batch_norm: set either comm or reduce, not both");
+        return NULL;
+    }
     int64_t m = x->numel / c;
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
     float *stats = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(float)); /* mean, invstd */
-    double *sums = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(double));
+    /* sums, sums of squares, and (with a comm) the element count, all-reduced in one call */
+    double *sums = rp_arena_alloc(t->arena, (2 * (size_t)c + 1) * sizeof(double));
     if (!y || !stats || !sums) return NULL;
     float *mean = stats, *invstd = stats + c;
     double count = (double)m;
     if (p.training) {
         t->k->bn_stats(sums, x->data, m, c);
         if (p.reduce && p.reduce(sums, 2 * c, &count, p.reduce_ctx) != RP_OK) return NULL;
+        if (p.comm) {
+            sums[2 * c] = count;
+            if (rp_comm_all_reduce(p.comm, sums, sums, 2 * c + 1, RP_F64, RP_SUM) != RP_OK)
+                return NULL;
+            count = sums[2 * c];
+        }
         if (count < 2) {
             RP_ERROR(RP_ERR_SHAPE, "rp_batch_norm: training needs at least 2 values per channel, "
                      "got %g (input %s)", count, rp_shape_str(x, sx, sizeof sx));
@@ -125,6 +136,7 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
         node->a.bn.count = count;
         node->a.bn.reduce = p.reduce;
         node->a.bn.ctx = p.reduce_ctx;
+        node->a.bn.comm = p.comm;
         node->a.bn.eps = p.eps;
     }
     return y;

@@ -10,7 +10,11 @@
  * when it reaches zero no later node can touch that gradient, and the
  * callback fires. Parameters still pending at the end (used only by nodes
  * past the loss) fire last, so each used parameter fires exactly once.
+ * Listeners form a list, called in the order they were added. A parameter
+ * that stopped requiring a gradient (frozen) between the forward and the
+ * backward fires nothing.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "tape_internal.h"
@@ -38,6 +42,7 @@ void rp_tape_destroy(rp_tape *t)
     rp_arena_destroy(t->arena);
     rp_free(t->nodes);
     rp_free(t->params);
+    rp_free(t->ready);
     rp_free(t);
 }
 
@@ -70,10 +75,69 @@ int rp_tape_size(const rp_tape *t)
     return t->n_nodes;
 }
 
+/* Grows a persistent array to hold at least `need` elements (doubling). */
+static bool grow(void **array, int *cap, int need, size_t elem);
+
 void rp_tape_on_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
 {
-    t->ready_fn = fn;
-    t->ready_ctx = ctx;
+    t->n_ready = 0;
+    if (fn) (void)rp_tape_add_grad_ready(t, fn, ctx);
+}
+
+rp_status rp_tape_add_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
+{
+    if (!t || !fn) return RP_ERROR(RP_ERR_INVALID, "rp_tape_add_grad_ready: tape and fn must not be NULL");
+    for (int i = 0; i < t->n_ready; i++)
+        if (t->ready[i].fn == fn && t->ready[i].ctx == ctx)
+            return RP_ERROR(RP_ERR_INVALID, "rp_tape_add_grad_ready: this (fn, ctx %p) pair is "
+                            "already listening", ctx);
+    if (!grow((void **)&t->ready, &t->cap_ready, t->n_ready + 1, sizeof *t->ready))
+        return rp_last_status();
+    t->ready[t->n_ready++] = (struct rp_ready_entry){fn, ctx};
+    return RP_OK;
+}
+
+void rp_tape_remove_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
+{
+    if (!t) return;
+    for (int i = 0; i < t->n_ready; i++) {
+        if (t->ready[i].fn != fn || t->ready[i].ctx != ctx) continue;
+        memmove(&t->ready[i], &t->ready[i + 1], (size_t)(t->n_ready - i - 1) * sizeof *t->ready);
+        t->n_ready--;
+        return;
+    }
+}
+
+static void fire_ready(rp_tape *t, rp_tensor *x)
+{
+    if (!(x->flags & RP_TENSOR_REQUIRES_GRAD)) return; /* frozen since its use: no gradient */
+    for (int i = 0; i < t->n_ready; i++) t->ready[i].fn(x, t->ready[i].ctx);
+}
+
+void rp_tensor_set_requires_grad(rp_tensor *x, bool on)
+{
+    /* An op's output keeps its node's say; a buffer has no gradient storage to write. */
+    if (!x || x->node >= 0 || ((x->flags & RP_TENSOR_PARAM) && !x->grad)) return;
+    if (on) x->flags |= RP_TENSOR_REQUIRES_GRAD;
+    else x->flags &= ~RP_TENSOR_REQUIRES_GRAD;
+}
+
+rp_tensor *rp_detach(rp_tape *t, rp_tensor *x)
+{
+    if (!x) return NULL;
+    if (!t) {
+        RP_ERROR(RP_ERR_INVALID, "rp_detach: tape is NULL");
+        return NULL;
+    }
+    rp_tensor *y = rp_arena_calloc(t->arena, sizeof *y);
+    if (!y) return NULL;
+    y->ndim = x->ndim;
+    memcpy(y->shape, x->shape, sizeof y->shape);
+    y->numel = x->numel;
+    y->data = x->data; /* a view: values are shared, the gradient path is cut */
+    y->node = -1;
+    y->index = -1;
+    return y;
 }
 
 bool rp_tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n)
@@ -84,7 +148,6 @@ bool rp_tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n)
     return false;
 }
 
-/* Grows a persistent array to hold at least `need` elements (doubling). */
 static bool grow(void **array, int *cap, int need, size_t elem)
 {
     if (need <= *cap) return true;
@@ -134,6 +197,46 @@ static rp_tensor **node_inputs(rp_node *node)
     return node->many ? node->many : node->in;
 }
 
+/* Seeds y's gradient with dy (or 1 for a scalar when dy is NULL) and runs every node up to y's. */
+static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const char *who)
+{
+    if (!t) return RP_ERROR(RP_ERR_INVALID, "%s: tape is NULL", who);
+    if (!y) return RP_ERROR(RP_ERR_INVALID, "%s: the output is NULL", who);
+    if (y->node < 0 || y->node >= t->n_nodes || t->nodes[y->node].out != y)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "%s: the output was not recorded on this tape (no parameter "
+                        "requires a gradient, recording is off, or the tape was reset)", who);
+    if (t->backward_done)
+        return RP_ERROR(RP_ERR_INVALID, "%s: backward already ran on this tape; reset it first", who);
+    t->backward_done = true;
+
+    y->grad = rp_arena_alloc(t->arena, (size_t)y->numel * sizeof(float));
+    if (!y->grad) return rp_last_status();
+    if (dy) memcpy(y->grad, dy, (size_t)y->numel * sizeof(float));
+    else y->grad[0] = 1.0f;
+
+    for (int i = y->node; i >= 0; i--) {
+        rp_node *node = &t->nodes[i];
+        if (node->out->grad || rp_op_is_collective(node->op)) RP_CHECK(rp_node_backward(t, node));
+        rp_tensor **in = node_inputs(node);
+        for (int j = 0; j < node->n_in; j++) {
+            rp_tensor *x = in[j];
+            if (!x || !(x->flags & RP_TENSOR_PARAM) || x->pending <= 0) continue;
+            if (--x->pending == 0) fire_ready(t, x);
+        }
+    }
+    for (int i = 0; i < t->n_params; i++) {
+        rp_tensor *x = t->params[i];
+        if (x->pending > 0) {
+            x->pending = 0;
+            fire_ready(t, x);
+        }
+    }
+    /* Every count is zero now: the tape holds no reference to the parameters any more. */
+    t->n_params = 0;
+    return RP_OK;
+}
+
 rp_status rp_backward(rp_tape *t, rp_tensor *loss)
 {
     if (!t) return RP_ERROR(RP_ERR_INVALID, "rp_backward: tape is NULL");
@@ -143,37 +246,46 @@ rp_status rp_backward(rp_tape *t, rp_tensor *loss)
         return RP_ERROR(RP_ERR_SHAPE, "rp_backward: loss must have one element, got shape %s",
                         rp_shape_str(loss, buf, sizeof buf));
     }
-    if (loss->node < 0 || loss->node >= t->n_nodes || t->nodes[loss->node].out != loss)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "rp_backward: the loss was not recorded on this tape (no parameter "
-                        "requires a gradient, recording is off, or the tape was reset)");
-    if (t->backward_done)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "rp_backward: backward already ran on this tape; reset it first");
-    t->backward_done = true;
+    return backward_from(t, loss, NULL, "rp_backward");
+}
 
-    loss->grad = rp_arena_alloc(t->arena, sizeof(float));
-    if (!loss->grad) return rp_last_status();
-    loss->grad[0] = 1.0f;
+rp_status rp_backward_from(rp_tape *t, rp_tensor *y, const float *dy)
+{
+    if (!dy) return RP_ERROR(RP_ERR_INVALID, "rp_backward_from: dy is NULL");
+    return backward_from(t, y, dy, "rp_backward_from");
+}
 
-    for (int i = loss->node; i >= 0; i--) {
-        rp_node *node = &t->nodes[i];
-        if (node->out->grad) RP_CHECK(rp_node_backward(t, node));
-        rp_tensor **in = node_inputs(node);
-        for (int j = 0; j < node->n_in; j++) {
-            rp_tensor *x = in[j];
-            if (!x || !(x->flags & RP_TENSOR_PARAM) || x->pending <= 0) continue;
-            if (--x->pending == 0 && t->ready_fn) t->ready_fn(x, t->ready_ctx);
-        }
+rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *const *in, int n,
+                     int ndim, const int *shape)
+{
+    if (!t || !op || !op->forward || !op->backward || n < 0 || (n > 0 && !in)) {
+        RP_ERROR(RP_ERR_INVALID, "rp_custom: need a tape, an op with forward and backward, and "
+                 "n >= 0 inputs (got n %d)", n);
+        return NULL;
     }
-    for (int i = 0; i < t->n_params; i++) {
-        rp_tensor *x = t->params[i];
-        if (x->pending > 0) {
-            x->pending = 0;
-            if (t->ready_fn) t->ready_fn(x, t->ready_ctx);
-        }
+    const char *name = op->name ? op->name : "(unnamed)";
+    for (int i = 0; i < n; i++)
+        if (!in[i]) return NULL;
+    if (ndim < 0 || ndim > RP_MAX_DIMS || (ndim > 0 && !shape) ||
+        rp_shape_numel(ndim, shape) < 1) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_custom: op \"%s\": the output shape (%d dims) is invalid", name,
+                 ndim);
+        return NULL;
     }
-    /* Every count is zero now: the tape holds no reference to the parameters any more. */
-    t->n_params = 0;
-    return RP_OK;
+    rp_tensor *y = rp_tape_tensor(t, ndim, shape);
+    if (!y) return NULL;
+    rp_status st = op->forward(ctx, y, in, n);
+    if (st != RP_OK) {
+        char why[256]; /* the op's own message, copied: RP_ERROR rewrites that buffer */
+        snprintf(why, sizeof why, "%s", rp_last_status() == st ? rp_last_error() : "(no message)");
+        RP_ERROR(st, "rp_custom: op \"%s\" forward failed: %s", name, why);
+        return NULL;
+    }
+    if (rp_tape_needs_grad(t, in, n)) {
+        rp_node *node = rp_tape_record(t, RP_OP_CUSTOM, y, in, n);
+        if (!node) return NULL;
+        node->a.custom.op = op;
+        node->a.custom.ctx = ctx;
+    }
+    return y;
 }

@@ -6,6 +6,7 @@
 #define RP_TAPE_INTERNAL_H
 
 #include "kernels/kernels.h"
+#include "replicator/comm.h"
 #include "replicator/tensor.h"
 
 typedef enum {
@@ -27,7 +28,28 @@ typedef enum {
     RP_OP_MSE,
     RP_OP_SUM,
     RP_OP_MEAN,
+    RP_OP_BINARY_BCAST, /* binary with general (per-axis) broadcasting of b */
+    RP_OP_CLAMP,
+    RP_OP_LAYER_NORM,
+    RP_OP_LOG_SOFTMAX,
+    RP_OP_REDUCE_AXES,  /* sum or mean over chosen axes */
+    RP_OP_CUSTOM,
+    /* Collectives: their backward is itself a collective, so it runs even without a gradient. */
+    RP_OP_ALL_REDUCE,
+    RP_OP_ALL_GATHER,
+    RP_OP_REDUCE_SCATTER,
+    RP_OP_BROADCAST,
+    RP_OP_COPY_TO_GROUP,
+    RP_OP_REDUCE_FROM_GROUP,
+    RP_OP_SEND,
+    RP_OP_RECV,
 } rp_op;
+
+/* Whether a node's backward is a collective every member must make, gradient or not. */
+static inline bool rp_op_is_collective(rp_op op)
+{
+    return op >= RP_OP_ALL_REDUCE;
+}
 
 #define RP_NODE_MAX_INPUTS 4
 
@@ -45,7 +67,13 @@ typedef struct rp_node {
         struct { rp_act act; float slope; } act;
         struct { rp_binop op; int64_t nb; } bin;
         struct { float s; } scale;
-        struct { float momentum, eps; bool training, relu; double count; rp_bn_reduce_fn reduce; void *ctx; } bn;
+        struct { float momentum, eps; bool training, relu; double count; rp_bn_reduce_fn reduce; void *ctx; rp_comm *comm; } bn;
+        struct { rp_binop op; int64_t shape[RP_MAX_DIMS], bstride[RP_MAX_DIMS]; } bcast;
+        struct { float lo, hi; } clamp;
+        struct { float eps; } ln;
+        struct { int64_t shape[RP_MAX_DIMS]; unsigned mask; float scale; } red;
+        struct { const rp_custom_op *op; void *ctx; } custom;
+        struct { rp_comm *comm; rp_reduce_op op; int root, peer, tag; } coll;
         struct { int n; } emb;
     } a;
 } rp_node;
@@ -59,8 +87,8 @@ struct rp_tape {
     int n_nodes, cap_nodes;
     rp_tensor **params;  /* parameters used since the last reset (pending > 0 at first use) */
     int n_params, cap_params;
-    rp_grad_ready_fn ready_fn;
-    void *ready_ctx;
+    struct rp_ready_entry { rp_grad_ready_fn fn; void *ctx; } *ready; /* persistent listener list */
+    int n_ready, cap_ready;
 };
 
 /* A fresh tensor on the tape (struct and data from the arena); NULL on OOM. */
@@ -81,5 +109,20 @@ rp_node *rp_tape_record(rp_tape *t, rp_op op, rp_tensor *out, rp_tensor *const *
 
 /* Runs the backward rule of one node (backward.c). */
 rp_status rp_node_backward(rp_tape *t, rp_node *node);
+
+/*
+ * Gradient targets, shared by the rules in backward.c and backward_comm.c
+ * (see backward.c): tape_grad_out for kernels that overwrite (then
+ * tape_grad_commit), tape_grad_acc for ones that accumulate. NULL when x
+ * needs no gradient; *fail set on OOM (then return tape_oom()).
+ */
+bool tape_wants_grad(const rp_tensor *x);
+float *tape_grad_out(rp_tape *t, rp_tensor *x, bool *fail);
+void tape_grad_commit(rp_tape *t, rp_tensor *x, float *buf);
+float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail);
+rp_status tape_oom(void);
+
+/* The backward rules of the collective ops (backward_comm.c). */
+rp_status tape_collective_bwd(rp_tape *t, rp_node *node);
 
 #endif

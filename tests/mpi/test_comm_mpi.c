@@ -56,6 +56,7 @@ static void fill(void *buf, rp_dtype dt, int r, int64_t off, int64_t n)
         case RP_F64: ((double *)buf)[i] = v; break;
         case RP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
         case RP_I64: ((int64_t *)buf)[i] = (int64_t)v * 1000003; break;
+        case RP_U8: ((uint8_t *)buf)[i] = (uint8_t)(int)v; break;
         }
     }
 }
@@ -77,6 +78,7 @@ static void combine(void *out, const void *in, rp_dtype dt, rp_reduce_op op, int
             case RP_F64: RED(double, double) break;
             case RP_I32: RED(int32_t, uint32_t) break;
             case RP_I64: RED(int64_t, uint64_t) break;
+            case RP_U8: break; /* not reduced */
             }
     }
 }
@@ -105,6 +107,7 @@ static void reference_grouped(void *out, rp_dtype dt, rp_reduce_op op, int64_t o
         case RP_F64: ((double *)out)[i] /= size_; break;
         case RP_I32: ((int32_t *)out)[i] /= size_; break;
         case RP_I64: ((int64_t *)out)[i] /= size_; break;
+        case RP_U8: break;
         }
     }
     free(tmp);

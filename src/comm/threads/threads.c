@@ -35,6 +35,16 @@
 
 #include "comm/comm_internal.h"
 
+/* A spinning waiter's hint to the core (lets a sibling hyperthread run); nothing where there is none. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
 /* Elements of one reduction block: 16 KiB stays in L1 while it is written to every output. */
 #define BLOCK_BYTES 16384
 /*
@@ -57,6 +67,11 @@
 typedef struct member {
     _Atomic uint64_t phase;     /* rendezvous passed: 2 per collective */
     _Atomic uint64_t last;      /* the last call arrived at, packed by pack_call() */
+    _Atomic uint64_t last_user; /* its user sequence number, bit 63: internal */
+    char last_what[2][48];      /* its name if internal, by sequence parity (written before `last`) */
+    _Atomic uint64_t p2p_last[2]; /* the last point-to-point call completed (pack_p2p), 0: none */
+    _Atomic int p2p_latest;     /* 1 if that came after the last collective */
+    _Atomic int owed;           /* 1: this member's next call gets the breaking error itself (p2p mismatch) */
     _Atomic int left;           /* 1 while this member has left the step */
     rp_status left_status;      /* written before `left` is set */
     char left_reason[256];
@@ -74,10 +89,15 @@ typedef struct world {
     _Atomic int waiters;        /* members sleeping on cv */
     _Atomic int broken;         /* set once, after `reason` */
     rp_status broken_status;
-    char reason[1024];
+    char reason[1400];
     member *m;                  /* [n] */
     char *staging;              /* [n * 2 * SMALL_BYTES] */
     uint64_t spin_ns;
+    /* Point-to-point, all under mu: per channel (dst * n + src) the sends not yet received. */
+    struct tmsg **qhead, **qtail;   /* [n * n] */
+    uint64_t *sent, *rcvd;          /* [n * n] sends posted / receives matched per channel */
+    struct treq **posted, **ptail;  /* [n] receives posted and not yet matched, per destination */
+    uint64_t stamp;                 /* arrival order, for RP_ANY_SOURCE */
 } world;
 
 typedef struct handle {
@@ -92,9 +112,12 @@ static handle *H(const rp_comm *c) { return c->impl; }
 
 /* ---- the shared state ------------------------------------------------------ */
 
+static void p2p_free(world *w);
+
 static void world_free(world *w)
 {
     if (!w) return;
+    p2p_free(w);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     rp_free(w->staging);
@@ -111,6 +134,13 @@ static world *world_create(int n)
     w->m = rp_calloc((size_t)n * sizeof(member));
     w->staging = rp_alloc((size_t)n * 2 * SMALL_BYTES);
     w->spin_ns = n <= rp_cpu_count() ? SPIN_NS_OWN_CORE : SPIN_NS_SHARED;
+    w->qhead = calloc((size_t)n * (size_t)n, sizeof *w->qhead);
+    w->qtail = calloc((size_t)n * (size_t)n, sizeof *w->qtail);
+    w->sent = calloc((size_t)n * (size_t)n, sizeof *w->sent);
+    w->rcvd = calloc((size_t)n * (size_t)n, sizeof *w->rcvd);
+    w->posted = calloc((size_t)n, sizeof *w->posted);
+    w->ptail = calloc((size_t)n, sizeof *w->ptail);
+    bool p2p_ok = w->qhead && w->qtail && w->sent && w->rcvd && w->posted && w->ptail;
     for (int q = 0; w->m && w->staging && q < n; q++)
         for (int k = 0; k < 2; k++) w->m[q].staging[k] = w->staging + ((size_t)q * 2 + (size_t)k) * SMALL_BYTES;
     pthread_condattr_t attr;
@@ -118,8 +148,9 @@ static world *world_create(int n)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     int rc = pthread_cond_init(&w->cv, &attr);
     pthread_condattr_destroy(&attr);
-    if (!w->m || !w->staging || rc != 0 || pthread_mutex_init(&w->mu, NULL) != 0) {
+    if (!w->m || !w->staging || !p2p_ok || rc != 0 || pthread_mutex_init(&w->mu, NULL) != 0) {
         if (rc == 0) pthread_cond_destroy(&w->cv);
+        p2p_free(w);
         rp_free(w->staging);
         rp_free(w->m);
         free(w);
@@ -136,17 +167,37 @@ static void wake_all(world *w)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Marks the communicator broken with `status` and a reason (the first caller wins). */
-static void world_break(world *w, rp_status status, const char *reason)
+/* world_break with w->mu held. */
+static void world_break_locked(world *w, rp_status status, const char *reason)
 {
-    pthread_mutex_lock(&w->mu);
     if (!atomic_load(&w->broken)) {
         snprintf(w->reason, sizeof w->reason, "%s", reason);
         w->broken_status = status;
         atomic_store(&w->broken, 1);
     }
     pthread_cond_broadcast(&w->cv);
+}
+
+/* Marks the communicator broken with `status` and a reason (the first caller wins). */
+static void world_break(world *w, rp_status status, const char *reason)
+{
+    pthread_mutex_lock(&w->mu);
+    world_break_locked(w, status, reason);
     pthread_mutex_unlock(&w->mu);
+}
+
+/*
+ * The error of a call on a broken communicator: the breaking error itself
+ * for a member owed it (the sender of a mismatched message learns it at its
+ * next call), else RP_ERR_COMM with the original reason.
+ */
+static rp_status broken_error(rp_comm *c, const char *what)
+{
+    world *w = H(c)->w;
+    if (atomic_exchange(&w->m[c->rank].owed, 0))
+        return rp_error_set(w->broken_status, __FILE__, __LINE__, "%s", w->reason);
+    return RP_ERROR(RP_ERR_COMM, "%s on replica %d: the communicator is broken by an earlier error: %s", what,
+                    c->ids[c->rank], w->reason);
 }
 
 /* One call in 64 bits, for the racy-but-atomic "last call" a timeout message shows. */
@@ -156,10 +207,13 @@ static uint64_t pack_call(const rp_coll_desc *d)
            (uint64_t)(d->op & 0xff) << 36 | ((uint64_t)d->count & 0xfffffffffull);
 }
 
-static rp_coll_desc unpack_call(uint64_t v, uint64_t seq)
+static rp_coll_desc unpack_call(const member *m, uint64_t seq)
 {
+    uint64_t v = atomic_load(&m->last), u = atomic_load(&m->last_user);
     rp_coll_desc d = {.kind = (int)(v >> 52 & 0xff), .dtype = (int)(v >> 44 & 0xff),
-                      .op = (int)(v >> 36 & 0xff), .count = (int64_t)(v & 0xfffffffffull), .seq = seq};
+                      .op = (int)(v >> 36 & 0xff), .count = (int64_t)(v & 0xfffffffffull), .seq = seq,
+                      .user_seq = u & ~(1ull << 63), .internal = (int)(u >> 63)};
+    if (d.internal) memcpy(d.what, m->last_what[seq & 1], sizeof d.what);
     return d;
 }
 
@@ -226,7 +280,7 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
             append(msg, sizeof msg, " (it has made no collective call)");
         } else {
             char lastbuf[128];
-            rp_coll_desc ld = unpack_call(atomic_load(&m->last), phase & 1 ? (phase - 1) / 2 : phase / 2 - 1);
+            rp_coll_desc ld = unpack_call(m, phase & 1 ? (phase - 1) / 2 : phase / 2 - 1);
             append(msg, sizeof msg, " (%s %s)", phase & 1 ? "it is waiting in" : "its last completed was",
                    rp_coll_desc_str(&ld, lastbuf, sizeof lastbuf));
         }
@@ -258,7 +312,7 @@ static rp_status rendezvous(rp_comm *c, uint64_t publish, uint64_t target, const
             if (rp_now_ns() - start > w->spin_ns) break;
             sched_yield();
         }
-        __builtin_ia32_pause();
+        cpu_relax();
     }
 
     uint64_t deadline_ns = start + (uint64_t)(c->timeout * 1e9);
@@ -388,6 +442,476 @@ static void do_broadcast(rp_comm *c, const rp_coll_desc *d)
             memcpy((char *)w->m[q].recv + lo * es, src + lo * es, (size_t)(hi - lo) * es);
 }
 
+/* ---- point-to-point ------------------------------------------------------------------------- */
+
+/*
+ * Each destination has a queue per source (a channel) of sends not yet
+ * received, and a list of its posted receives not yet matched; all of it is
+ * under the world's mutex. A post (isend or irecv) matches at most one pair
+ * - the new call with the oldest call waiting for it - and whoever makes the
+ * match copies the data outside the lock, then completes both sides.
+ *
+ * A send whose receive is already posted is copied straight into it. One
+ * that finds none is queued: up to EAGER_BYTES it is copied into the
+ * message at once and completes; a larger one waits with its buffer
+ * (the receiver copies from it: one copy, no staging). A larger send still
+ * unmatched after BUFFER_AFTER_NS is copied into the message by its sender,
+ * which then completes: that is what keeps two members sending to each
+ * other (or a ring of blocking sends) from waiting for each other forever.
+ */
+#define EAGER_BYTES 65536
+#define BUFFER_AFTER_NS 2000000ull
+
+enum { REQ_PENDING, REQ_COPYING, REQ_DONE };
+
+typedef struct tmsg {
+    struct tmsg *next;
+    rp_p2p_desc d;        /* the send; d.peer is the destination */
+    int src;
+    uint64_t stamp;
+    const void *data;     /* the sender's buffer, or `owned` */
+    char *owned;          /* a copy, once the sender has gone on */
+    struct treq *sreq;    /* the sender's request while it waits with its buffer, else NULL */
+} tmsg;
+
+typedef struct treq {
+    rp_comm_request base;
+    rp_p2p_desc d;
+    _Atomic int state;
+    rp_status status;
+    char error[1400];
+    void *buf;            /* a receive's destination */
+    tmsg *msg;            /* a send's queued message, while PENDING */
+    struct treq *next;    /* in the destination's posted list */
+    uint64_t posted_ns;
+    bool buffered;        /* a send that tried to copy its message */
+} treq;
+
+static void p2p_free(world *w)
+{
+    for (int i = 0; w->qhead && i < w->n * w->n; i++) {
+        for (tmsg *m = w->qhead[i], *next; m; m = next) {
+            next = m->next;
+            free(m->owned);
+            free(m);
+        }
+    }
+    free(w->qhead);
+    free(w->qtail);
+    free(w->sent);
+    free(w->rcvd);
+    free(w->posted);
+    free(w->ptail);
+}
+
+/* One point-to-point call in 2 x 64 bits: kind, dtype, peer, count; tag, number. */
+static void note_p2p(member *me, const rp_p2p_desc *d)
+{
+    uint64_t a = 1ull << 63 | (uint64_t)(d->send & 1) << 62 | (uint64_t)(d->dtype & 0xf) << 56 |
+                 (uint64_t)(d->peer & 0xffff) << 40 | ((uint64_t)d->count & 0xffffffffffull);
+    uint64_t b = (uint64_t)(uint32_t)d->tag << 32 | (d->num & 0xffffffffull);
+    atomic_store_explicit(&me->p2p_last[1], b, memory_order_relaxed);
+    atomic_store_explicit(&me->p2p_last[0], a, memory_order_relaxed);
+    atomic_store_explicit(&me->p2p_latest, 1, memory_order_relaxed);
+}
+
+/* "its last completed call was ..." for member q, into buf. */
+static const char *last_call_str(const rp_comm *c, int q, char *buf, size_t size)
+{
+    const member *m = &H(c)->w->m[q];
+    uint64_t phase = atomic_load(&m->phase), a = atomic_load(&m->p2p_last[0]);
+    char what[160];
+    if (a && (atomic_load(&m->p2p_latest) || phase == 0)) {
+        uint64_t b = atomic_load(&m->p2p_last[1]);
+        rp_p2p_desc d = {.send = (int)(a >> 62 & 1), .dtype = (int)(a >> 56 & 0xf), .peer = (int)(a >> 40 & 0xffff),
+                         .count = (int64_t)(a & 0xffffffffffull), .tag = (int)(int32_t)(b >> 32),
+                         .num = b & 0xffffffffull};
+        snprintf(buf, size, "its last completed call was %s %s replica %d", rp_p2p_desc_str(&d, true, what, sizeof what),
+                 d.send ? "to" : "from", rp_comm_replica_id(c, d.peer));
+    } else if (phase == 0) {
+        snprintf(buf, size, "it has completed no call");
+    } else {
+        rp_coll_desc ld = unpack_call(m, phase & 1 ? (phase - 1) / 2 : phase / 2 - 1);
+        snprintf(buf, size, "%s %s", phase & 1 ? "it is waiting in" : "its last completed call was",
+                 rp_coll_desc_str(&ld, what, sizeof what));
+    }
+    return buf;
+}
+
+static void req_finish(world *w, treq *r, rp_status status, const char *error)
+{
+    r->status = status;
+    if (status != RP_OK) snprintf(r->error, sizeof r->error, "%s", error);
+    atomic_store_explicit(&r->state, REQ_DONE, memory_order_release);
+    pthread_cond_broadcast(&w->cv);
+}
+
+/* Takes the message off its channel's queue (it is at the head: channels are matched in order). */
+static void queue_pop(world *w, int ch)
+{
+    tmsg *m = w->qhead[ch];
+    w->qhead[ch] = m->next;
+    if (!w->qhead[ch]) w->qtail[ch] = NULL;
+    m->next = NULL;
+}
+
+static void posted_remove(world *w, int dst, treq *r)
+{
+    treq **p = &w->posted[dst], *prev = NULL;
+    while (*p && *p != r) {
+        prev = *p;
+        p = &(*p)->next;
+    }
+    if (!*p) return;
+    *p = r->next;
+    if (w->ptail[dst] == r) w->ptail[dst] = prev;
+    r->next = NULL;
+}
+
+/* The message a receive from `src` (or any) at `dst` would take next, with a tag filter for probe. */
+static tmsg *next_message(world *w, int dst, int src, int tag)
+{
+    int n = w->n;
+    if (src >= 0) {
+        tmsg *m = w->qhead[dst * n + src];
+        return m && (tag == RP_ANY_TAG || m->d.tag == tag) ? m : NULL;
+    }
+    tmsg *best = NULL;
+    for (int q = 0; q < n; q++) {
+        tmsg *m = w->qhead[dst * n + q];
+        if (m && (tag == RP_ANY_TAG || m->d.tag == tag) && (!best || m->stamp < best->stamp)) best = m;
+    }
+    return best;
+}
+
+/*
+ * Matches receive r with message m (both at the head of their queues) under
+ * the lock: both leave their queues; on a mismatch both sides fail and the
+ * communicator breaks; else true (the caller copies, then completes).
+ */
+static bool pair(rp_comm *c, treq *r, tmsg *m)
+{
+    world *w = H(c)->w;
+    int n = w->n, dst = m->d.peer, ch = dst * n + m->src;
+    queue_pop(w, ch);
+    posted_remove(w, dst, r);
+    r->d.num = w->rcvd[ch]++;
+    r->msg = m;
+    if (rp_p2p_accepts(&r->d, &m->d)) {
+        atomic_store_explicit(&r->state, REQ_COPYING, memory_order_relaxed);
+        if (m->sreq) atomic_store_explicit(&m->sreq->state, REQ_COPYING, memory_order_relaxed);
+        return true;
+    }
+    char who_s[32], who_r[32], msg[1024];
+    rp_p2p_desc s = m->d, rd = r->d;
+    s.peer = dst;
+    rd.peer = m->src;
+    snprintf(who_s, sizeof who_s, "replica %d", c->ids[m->src]);
+    snprintf(who_r, sizeof who_r, "replica %d", c->ids[dst]);
+    rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
+    world_break_locked(w, RP_ERR_MISMATCH, msg);
+    req_finish(w, r, RP_ERR_MISMATCH, msg);
+    if (m->sreq) req_finish(w, m->sreq, RP_ERR_MISMATCH, msg);
+    else atomic_store(&w->m[m->src].owed, 1); /* the sender has gone on: its next call says it */
+    free(m->owned);
+    free(m);
+    r->msg = NULL;
+    return false;
+}
+
+/* The copy of a matched pair, outside the lock, then both sides complete. */
+static void deliver(world *w, treq *r)
+{
+    tmsg *m = r->msg;
+    size_t bytes = (size_t)m->d.count * rp_dtype_size(m->d.dtype);
+    if (bytes) memcpy(r->buf, m->data, bytes);
+    pthread_mutex_lock(&w->mu);
+    req_finish(w, r, RP_OK, NULL);
+    if (m->sreq) {
+        m->sreq->msg = NULL;
+        req_finish(w, m->sreq, RP_OK, NULL);
+    }
+    pthread_mutex_unlock(&w->mu);
+    r->msg = NULL;
+    free(m->owned);
+    free(m);
+}
+
+static treq *req_new(rp_comm *c, const rp_p2p_desc *d)
+{
+    treq *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->base.comm = c;
+    r->d = *d;
+    atomic_init(&r->state, REQ_PENDING);
+    r->posted_ns = rp_now_ns();
+    return r;
+}
+
+static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, rp_comm_request **out)
+{
+    world *w = H(c)->w;
+    char what[96];
+    if (atomic_load_explicit(&w->broken, memory_order_acquire))
+        return broken_error(c, rp_p2p_desc_str(d, false, what, sizeof what));
+    size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
+    treq *r = req_new(c, d);
+    tmsg *m = calloc(1, sizeof *m);
+    if (!r || !m) {
+        free(r);
+        free(m);
+        return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", rp_p2p_desc_str(d, false, what, sizeof what));
+    }
+    int n = w->n, dst = d->peer, ch = dst * n + c->rank;
+    m->d = *d;
+    m->src = c->rank;
+    m->data = buf;
+    pthread_mutex_lock(&w->mu);
+    m->d.num = r->d.num = w->sent[ch]++;
+    m->stamp = w->stamp++;
+    /*
+     * The oldest posted receive that takes from this channel. One is posted
+     * only while nothing it accepts is queued, so the channel is empty then.
+     */
+    treq *match = NULL;
+    if (!w->qhead[ch])
+        for (treq *p = w->posted[dst]; p && !match; p = p->next)
+            if (p->d.peer == c->rank || p->d.peer == RP_ANY_SOURCE) match = p;
+    bool copy = false;
+    if (!match && bytes <= EAGER_BYTES) {
+        /* Small: copied now (outside the lock is not worth it); the send is done. */
+        m->owned = bytes ? malloc(bytes) : NULL;
+        if (bytes && !m->owned) {
+            w->sent[ch]--;
+            pthread_mutex_unlock(&w->mu);
+            free(m);
+            free(r);
+            return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", rp_p2p_desc_str(d, false, what, sizeof what));
+        }
+        if (bytes) memcpy(m->owned, buf, bytes);
+        m->data = m->owned;
+        atomic_store(&r->state, REQ_DONE);
+    } else {
+        m->sreq = r;
+        r->msg = m;
+    }
+    if (w->qtail[ch]) w->qtail[ch]->next = m;
+    else w->qhead[ch] = m;
+    w->qtail[ch] = m;
+    if (match) copy = pair(c, match, m);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (copy) deliver(w, match);
+    *out = &r->base;
+    return RP_OK;
+}
+
+static rp_status threads_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm_request **out)
+{
+    world *w = H(c)->w;
+    char what[96];
+    if (atomic_load_explicit(&w->broken, memory_order_acquire))
+        return broken_error(c, rp_p2p_desc_str(d, false, what, sizeof what));
+    treq *r = req_new(c, d);
+    if (!r) return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", rp_p2p_desc_str(d, false, what, sizeof what));
+    r->buf = buf;
+    int dst = c->rank;
+    pthread_mutex_lock(&w->mu);
+    /*
+     * No receive posted earlier can take a queued message (a post matches
+     * whatever it can at once), so this one takes the oldest it accepts.
+     */
+    tmsg *m = next_message(w, dst, d->peer, RP_ANY_TAG);
+    if (w->ptail[dst]) w->ptail[dst]->next = r;
+    else w->posted[dst] = r;
+    w->ptail[dst] = r;
+    bool copy = m ? pair(c, r, m) : false;
+    pthread_mutex_unlock(&w->mu);
+    if (copy) deliver(w, r);
+    *out = &r->base;
+    return RP_OK;
+}
+
+/* Takes a pending request out of the queues (it failed). Under the lock. */
+static void req_unlink(world *w, rp_comm *c, treq *r)
+{
+    if (r->d.send) {
+        tmsg *m = r->msg;
+        if (!m) return;
+        int ch = m->d.peer * w->n + c->rank;
+        tmsg **p = &w->qhead[ch], *prev = NULL;
+        while (*p && *p != m) {
+            prev = *p;
+            p = &(*p)->next;
+        }
+        if (*p) {
+            *p = m->next;
+            if (w->qtail[ch] == m) w->qtail[ch] = prev;
+        }
+        free(m);
+        r->msg = NULL;
+    } else {
+        posted_remove(w, c->rank, r);
+    }
+}
+
+/*
+ * Why pending request r cannot complete, if it cannot (the communicator
+ * broke, or its peer left); timed_out adds the timeout. Under the lock;
+ * fails r and returns true.
+ */
+static bool req_check(rp_comm *c, treq *r, bool timed_out)
+{
+    world *w = H(c)->w;
+    char what[96], msg[1400], last[256];
+    rp_p2p_desc_str(&r->d, r->d.send, what, sizeof what);
+    int me = c->ids[c->rank];
+    if (atomic_load(&w->broken)) {
+        rp_status st = atomic_exchange(&w->m[c->rank].owed, 0) ? w->broken_status : RP_ERR_COMM;
+        snprintf(msg, sizeof msg, "%s on replica %d: the communicator is broken: %.1200s", what, me, w->reason);
+        req_unlink(w, c, r);
+        req_finish(w, r, st, st == RP_ERR_COMM ? msg : w->reason);
+        return true;
+    }
+    int peer = r->d.peer, gone = -1;
+    if (peer >= 0) {
+        if (atomic_load(&w->m[peer].left)) gone = peer;
+    } else {
+        gone = -2; /* any source: only when every other member has left */
+        for (int q = 0; q < w->n && gone == -2; q++)
+            if (q != c->rank && !atomic_load(&w->m[q].left)) gone = -1;
+    }
+    if (gone != -1) {
+        const member *g = gone >= 0 ? &w->m[gone] : NULL;
+        if (g)
+            snprintf(msg, sizeof msg, "replica %d ended its step (%s: %s) without %s the message of %s, which "
+                     "replica %d is waiting in", c->ids[gone], rp_status_name(g->left_status), g->left_reason,
+                     r->d.send ? "receiving" : "sending", what, me);
+        else
+            snprintf(msg, sizeof msg, "every other replica ended its step while replica %d waits in %s from any "
+                     "replica", me, what);
+        world_break_locked(w, RP_ERR_COMM, msg);
+        req_unlink(w, c, r);
+        req_finish(w, r, RP_ERR_COMM, msg);
+        return true;
+    }
+    if (!timed_out) return false;
+    if (peer >= 0)
+        snprintf(msg, sizeof msg, "timed out after %gs in %s %s replica %d on replica %d: replica %d did not %s "
+                 "(%s)", c->timeout, what, r->d.send ? "to" : "from", c->ids[peer], me, c->ids[peer],
+                 r->d.send ? "receive it" : "send", last_call_str(c, peer, last, sizeof last));
+    else
+        snprintf(msg, sizeof msg, "timed out after %gs in %s from any replica on replica %d: no replica sent "
+                 "to it", c->timeout, what, me);
+    world_break_locked(w, RP_ERR_TIMEOUT, msg);
+    req_unlink(w, c, r);
+    req_finish(w, r, RP_ERR_TIMEOUT, msg);
+    return true;
+}
+
+/*
+ * A send still waiting with its buffer after BUFFER_AFTER_NS: copy the
+ * message so the sender can go on (see the top of this section). Called and
+ * returns with the lock held; drops it for the copy.
+ */
+static void buffer_send(world *w, treq *r)
+{
+    r->buffered = true;
+    tmsg *m = r->msg;
+    size_t bytes = (size_t)m->d.count * rp_dtype_size(m->d.dtype);
+    const void *src = m->data;
+    pthread_mutex_unlock(&w->mu);
+    char *copy = malloc(bytes);
+    if (copy) memcpy(copy, src, bytes); /* the buffer stays valid: the sender is here */
+    pthread_mutex_lock(&w->mu);
+    if (!copy) return; /* no memory: wait with the buffer */
+    if (atomic_load(&r->state) != REQ_PENDING || r->msg != m) {
+        free(copy);
+        return;
+    }
+    m->owned = copy;
+    m->data = copy;
+    m->sreq = NULL;
+    r->msg = NULL;
+    req_finish(w, r, RP_OK, NULL);
+}
+
+static rp_status req_end(rp_comm *c, treq *r)
+{
+    rp_status status = r->status;
+    if (status == RP_OK) note_p2p(&H(c)->w->m[c->rank], &r->d);
+    else rp_error_set(status, __FILE__, __LINE__, "%s", r->error);
+    free(r);
+    return status;
+}
+
+static rp_status threads_wait(rp_comm_request *req, double deadline)
+{
+    treq *r = (treq *)req;
+    rp_comm *c = req->comm;
+    world *w = H(c)->w;
+    uint64_t start = rp_now_ns();
+    for (unsigned spin = 0; atomic_load_explicit(&r->state, memory_order_acquire) != REQ_DONE; spin++) {
+        if ((spin & 63) == 63 && (rp_now_ns() - start > w->spin_ns || atomic_load(&w->broken))) break;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&w->mu);
+    while (atomic_load(&r->state) != REQ_DONE) {
+        uint64_t now = rp_now_ns();
+        if (atomic_load(&r->state) == REQ_PENDING) {
+            if (req_check(c, r, rp_now_s() > deadline)) break;
+            if (r->d.send && !r->buffered && r->msg && now - r->posted_ns >= BUFFER_AFTER_NS) {
+                buffer_send(w, r);
+                continue;
+            }
+        }
+        /* Sleep until woken, the deadline, or (a send with its buffer) the time to copy it. */
+        double until = deadline;
+        if (r->d.send && !r->buffered) {
+            double b = (double)(r->posted_ns + BUFFER_AFTER_NS) * 1e-9;
+            if (b < until) until = b;
+        }
+        double now_s = rp_now_s();
+        if (until < now_s + 1e-4) until = now_s + 1e-4;
+        uint64_t ns = (uint64_t)(until * 1e9);
+        struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return req_end(c, r);
+}
+
+static rp_status threads_test(rp_comm_request *req, bool *done)
+{
+    treq *r = (treq *)req;
+    rp_comm *c = req->comm;
+    world *w = H(c)->w;
+    *done = false;
+    if (atomic_load_explicit(&r->state, memory_order_acquire) != REQ_DONE) {
+        pthread_mutex_lock(&w->mu);
+        if (atomic_load(&r->state) == REQ_PENDING) req_check(c, r, false);
+        pthread_mutex_unlock(&w->mu);
+        if (atomic_load_explicit(&r->state, memory_order_acquire) != REQ_DONE) return RP_OK;
+    }
+    *done = true;
+    return req_end(c, r);
+}
+
+static rp_status threads_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
+{
+    world *w = H(c)->w;
+    if (atomic_load_explicit(&w->broken, memory_order_acquire)) return broken_error(c, "probe");
+    pthread_mutex_lock(&w->mu);
+    tmsg *m = next_message(w, c->rank, peer, tag);
+    *ready = m != NULL;
+    if (m) {
+        *found = m->d;
+        found->peer = m->src;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return RP_OK;
+}
+
 /* ---- the table ---------------------------------------------------------------- */
 
 static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv)
@@ -396,8 +920,7 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
     world *w = h->w;
     char what[128];
     if (atomic_load_explicit(&w->broken, memory_order_acquire))
-        return RP_ERROR(RP_ERR_COMM, "%s on replica %d: the communicator is broken by an earlier "
-                        "error: %s", rp_coll_desc_str(d, what, sizeof what), c->ids[c->rank], w->reason);
+        return broken_error(c, rp_coll_desc_str(d, what, sizeof what));
     member *me = &w->m[c->rank];
     int parity = (int)(d->seq & 1);
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
@@ -405,7 +928,10 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
     me->desc[parity] = *d;
     me->send = send;
     me->recv = recv;
-    atomic_store_explicit(&me->last, pack_call(d), memory_order_relaxed);
+    if (d->internal) memcpy(me->last_what[parity], d->what, sizeof d->what);
+    atomic_store_explicit(&me->last_user, d->user_seq | (uint64_t)(d->internal != 0) << 63, memory_order_relaxed);
+    atomic_store_explicit(&me->last, pack_call(d), memory_order_release);
+    atomic_store_explicit(&me->p2p_latest, 0, memory_order_relaxed);
     /*
      * The small path has one rendezvous: the input goes to the staging slot
      * of this sequence parity, and the member publishes the phase of a
@@ -421,11 +947,10 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
     for (int q = 1; q < w->n; q++) {
         const rp_coll_desc *other = &w->m[q].desc[parity];
         if (rp_coll_desc_equal(other, first)) continue;
-        char a[128], b[128], msg[512];
-        snprintf(msg, sizeof msg, "collective mismatch: replica %d called %s but replica %d called %s; "
-                 "every replica must make the same collective calls in the same order",
-                 c->ids[0], rp_coll_desc_str(first, a, sizeof a), c->ids[q],
-                 rp_coll_desc_str(other, b, sizeof b));
+        char a[32], b[32], msg[640];
+        snprintf(a, sizeof a, "replica %d", c->ids[0]);
+        snprintf(b, sizeof b, "replica %d", c->ids[q]);
+        rp_coll_mismatch_str(first, a, other, b, msg, sizeof msg);
         world_break(w, RP_ERR_MISMATCH, msg);
         return RP_ERROR(RP_ERR_MISMATCH, "%s", msg);
     }
@@ -601,4 +1126,9 @@ static const rp_comm_ops threads_ops = {
     .fail = threads_fail,
     .broken = threads_broken,
     .destroy = threads_destroy,
+    .isend = threads_isend,
+    .irecv = threads_irecv,
+    .wait = threads_wait,
+    .test = threads_test,
+    .probe = threads_probe,
 };

@@ -34,6 +34,18 @@ void rp_cpu_act_fwd(float *restrict y, const float *restrict x, int64_t n, rp_ac
 #pragma omp parallel for if (n >= PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
         break;
+    case RP_ACT_ELU:
+#pragma omp parallel for if (n >= PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : slope * expm1f(x[i]);
+        break;
+    case RP_ACT_SQRT:
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+        break;
+    case RP_ACT_RECIPROCAL:
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = 1.0f / x[i];
+        break;
     }
 }
 
@@ -57,6 +69,18 @@ void rp_cpu_act_bwd(float *restrict dx, const float *restrict dy, const float *r
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
         break;
+    case RP_ACT_ELU:
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : dy[i] * (y[i] + slope);
+        break;
+    case RP_ACT_SQRT:
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (0.5f / y[i]);
+        break;
+    case RP_ACT_RECIPROCAL:
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (-y[i] * y[i]);
+        break;
     }
 }
 
@@ -75,9 +99,12 @@ void rp_cpu_binary(float *y, const float *a, const float *restrict b, int64_t n,
         } else if (op == RP_BIN_SUB) {
 #pragma omp simd
             for (int64_t j = 0; j < nb; j++) yr[j] = ar[j] - b[j];
-        } else {
+        } else if (op == RP_BIN_MUL) {
 #pragma omp simd
             for (int64_t j = 0; j < nb; j++) yr[j] = ar[j] * b[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < nb; j++) yr[j] = ar[j] / b[j];
         }
     }
 }

@@ -39,6 +39,18 @@ static const rp_kernels cpu_table = {
     .embedding_bwd = rp_ref_embedding_bwd,
     .softmax_xent_fwd = rp_ref_softmax_xent_fwd,
     .softmax_xent_bwd = rp_ref_softmax_xent_bwd,
+    .binary_bcast = rp_cpu_binary_bcast,
+    .reduce_axes = rp_cpu_reduce_axes,
+    .expand_axes = rp_cpu_expand_axes,
+    .clamp_fwd = rp_cpu_clamp_fwd,
+    .clamp_bwd = rp_cpu_clamp_bwd,
+    .select_eq_acc = rp_ref_select_eq_acc,
+    .layernorm_fwd = rp_cpu_layernorm_fwd,
+    .layernorm_bwd = rp_cpu_layernorm_bwd,
+    .log_softmax_fwd = rp_cpu_log_softmax_fwd,
+    .log_softmax_bwd = rp_cpu_log_softmax_bwd,
+    .sum_squares = rp_cpu_sum_squares,
+    .scale_inplace = rp_cpu_scale_inplace,
 };
 
 const rp_kernels *rp_kernels_cpu(void)

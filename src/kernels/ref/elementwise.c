@@ -73,6 +73,9 @@ static float act(float x, rp_act a, float slope)
     case RP_ACT_LEAKY_RELU: return x > 0 ? x : slope * x;
     case RP_ACT_TANH: return tanhf(x);
     case RP_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case RP_ACT_ELU: return x > 0 ? x : slope * expm1f(x);
+    case RP_ACT_SQRT: return sqrtf(x);
+    case RP_ACT_RECIPROCAL: return 1.0f / x;
     }
     return x;
 }
@@ -92,6 +95,9 @@ void rp_ref_act_bwd(float *dx, const float *dy, const float *y, const float *x, 
         case RP_ACT_LEAKY_RELU: d = x[i] > 0 ? 1.0f : slope; break;
         case RP_ACT_TANH: d = 1.0f - y[i] * y[i]; break;
         case RP_ACT_SIGMOID: d = y[i] * (1.0f - y[i]); break;
+        case RP_ACT_ELU: d = x[i] > 0 ? 1.0f : y[i] + slope; break;
+        case RP_ACT_SQRT: d = 0.5f / y[i]; break;
+        case RP_ACT_RECIPROCAL: d = -y[i] * y[i]; break;
         }
         dx[i] = dy[i] * d;
     }
@@ -101,7 +107,10 @@ void rp_ref_binary(float *y, const float *a, const float *b, int64_t n, int64_t 
 {
     for (int64_t i = 0; i < n; i++) {
         float bv = b[i % nb];
-        y[i] = op == RP_BIN_ADD ? a[i] + bv : op == RP_BIN_SUB ? a[i] - bv : a[i] * bv;
+        y[i] = op == RP_BIN_ADD   ? a[i] + bv
+               : op == RP_BIN_SUB ? a[i] - bv
+               : op == RP_BIN_MUL ? a[i] * bv
+                                  : a[i] / bv;
     }
 }
 

@@ -40,4 +40,23 @@ double rp_ref_softmax_xent_fwd(float *probs, const float *logits, const int32_t 
 void rp_ref_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *labels,
                              const float *target, float scale, int n, int c);
 
+void rp_ref_binary_bcast(float *y, const float *a, const float *b, const int64_t *shape,
+                         const int64_t *bstride, rp_binop op);
+void rp_ref_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned mask, float scale,
+                        bool accumulate);
+void rp_ref_expand_axes(float *x, const float *y, const int64_t *shape, unsigned mask, float scale,
+                        bool accumulate);
+void rp_ref_clamp_fwd(float *y, const float *x, int64_t n, float lo, float hi);
+void rp_ref_clamp_bwd(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi);
+void rp_ref_select_eq_acc(float *dx, const float *g, const float *x, const float *y, int64_t n);
+void rp_ref_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                          const float *beta, int64_t rows, int d, float eps);
+void rp_ref_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                          const float *mean, const float *rstd, const float *gamma, int64_t rows,
+                          int d);
+void rp_ref_log_softmax_fwd(float *y, const float *x, int64_t rows, int c);
+void rp_ref_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t rows, int c);
+double rp_ref_sum_squares(const float *x, int64_t n);
+void rp_ref_scale_inplace(float *y, float s, int64_t n);
+
 #endif

@@ -35,6 +35,18 @@ static const rp_kernels ref_table = {
     .embedding_bwd = rp_ref_embedding_bwd,
     .softmax_xent_fwd = rp_ref_softmax_xent_fwd,
     .softmax_xent_bwd = rp_ref_softmax_xent_bwd,
+    .binary_bcast = rp_ref_binary_bcast,
+    .reduce_axes = rp_ref_reduce_axes,
+    .expand_axes = rp_ref_expand_axes,
+    .clamp_fwd = rp_ref_clamp_fwd,
+    .clamp_bwd = rp_ref_clamp_bwd,
+    .select_eq_acc = rp_ref_select_eq_acc,
+    .layernorm_fwd = rp_ref_layernorm_fwd,
+    .layernorm_bwd = rp_ref_layernorm_bwd,
+    .log_softmax_fwd = rp_ref_log_softmax_fwd,
+    .log_softmax_bwd = rp_ref_log_softmax_bwd,
+    .sum_squares = rp_ref_sum_squares,
+    .scale_inplace = rp_ref_scale_inplace,
 };
 
 const rp_kernels *rp_kernels_ref(void)

@@ -1,0 +1,129 @@
+/*
+ * ops_comm.c - differentiable collectives: tape ops whose forward is a comm
+ * call and whose backward (backward_comm.c) is the adjoint collective. See
+ * tensor.h for the rules and the convention for the job's loss.
+ */
+#include <string.h>
+
+#include "tape_internal.h"
+
+#define RP_PROPAGATE_NULL(x)                                                                       \
+    do {                                                                                           \
+        if (!(x)) return NULL;                                                                     \
+    } while (0)
+
+static bool check_comm(rp_tape *t, rp_comm *c, const char *who)
+{
+    if (!t || !c) {
+        RP_ERROR(RP_ERR_INVALID, "%s: %s is NULL", who, t ? "the communicator" : "the tape");
+        return false;
+    }
+    return true;
+}
+
+/* Records node `op` for y = f(x) when x needs a gradient; false on OOM. */
+static bool record(rp_tape *t, rp_op op, rp_tensor *y, rp_tensor *x, rp_comm *c, rp_reduce_op rop,
+                   int root)
+{
+    if (!rp_tape_needs_grad(t, &x, 1)) return true;
+    rp_node *node = rp_tape_record(t, op, y, &x, 1);
+    if (!node) return false;
+    node->a.coll.comm = c;
+    node->a.coll.op = rop;
+    node->a.coll.root = root;
+    return true;
+}
+
+rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op)
+{
+    RP_PROPAGATE_NULL(x);
+    if (!check_comm(t, c, "rp_tensor_all_reduce")) return NULL;
+    if (op < RP_SUM || op > RP_FIRST) {
+        RP_ERROR(RP_ERR_INVALID, "rp_tensor_all_reduce: unknown reduction %d", (int)op);
+        return NULL;
+    }
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    if (!y) return NULL;
+    if (rp_comm_all_reduce(c, x->data, y->data, x->numel, RP_F32, op) != RP_OK) return NULL;
+    return record(t, RP_OP_ALL_REDUCE, y, x, c, op, 0) ? y : NULL;
+}
+
+rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
+{
+    RP_PROPAGATE_NULL(x);
+    if (!check_comm(t, c, "rp_tensor_all_gather")) return NULL;
+    if (x->ndim >= RP_MAX_DIMS) {
+        char sx[64];
+        RP_ERROR(RP_ERR_SHAPE, "rp_tensor_all_gather: input %s has %d dims; the gathered result "
+                 "adds one, and at most %d are allowed", rp_shape_str(x, sx, sizeof sx), x->ndim,
+                 RP_MAX_DIMS);
+        return NULL;
+    }
+    int shape[RP_MAX_DIMS] = {rp_comm_size(c)};
+    for (int i = 0; i < x->ndim; i++) shape[i + 1] = x->shape[i];
+    rp_tensor *y = rp_tape_tensor(t, x->ndim + 1, shape);
+    if (!y) return NULL;
+    if (rp_comm_all_gather(c, x->data, y->data, x->numel, RP_F32) != RP_OK) return NULL;
+    return record(t, RP_OP_ALL_GATHER, y, x, c, RP_SUM, 0) ? y : NULL;
+}
+
+rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op)
+{
+    RP_PROPAGATE_NULL(x);
+    if (!check_comm(t, c, "rp_tensor_reduce_scatter")) return NULL;
+    if (op != RP_SUM && op != RP_MEAN) {
+        RP_ERROR(RP_ERR_INVALID, "rp_tensor_reduce_scatter: reduction %s has no gradient here; "
+                 "use sum or mean", rp_reduce_op_name(op));
+        return NULL;
+    }
+    int n = rp_comm_size(c);
+    char sx[64];
+    if (x->ndim < 1 || x->shape[0] % n != 0) {
+        RP_ERROR(RP_ERR_SHAPE, "rp_tensor_reduce_scatter: input %s: the leading dimension must "
+                 "be divisible by the %d members", rp_shape_str(x, sx, sizeof sx), n);
+        return NULL;
+    }
+    int shape[RP_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[0] /= n;
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, shape);
+    if (!y) return NULL;
+    if (rp_comm_reduce_scatter(c, x->data, y->data, y->numel, RP_F32, op) != RP_OK) return NULL;
+    return record(t, RP_OP_REDUCE_SCATTER, y, x, c, op, 0) ? y : NULL;
+}
+
+rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
+{
+    RP_PROPAGATE_NULL(x);
+    if (!check_comm(t, c, "rp_tensor_broadcast")) return NULL;
+    if (root < 0 || root >= rp_comm_size(c)) {
+        RP_ERROR(RP_ERR_INVALID, "rp_tensor_broadcast: root %d is outside the %d members", root,
+                 rp_comm_size(c));
+        return NULL;
+    }
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    if (!y) return NULL;
+    memcpy(y->data, x->data, (size_t)x->numel * sizeof(float));
+    if (rp_comm_broadcast(c, y->data, y->numel, RP_F32, root) != RP_OK) return NULL;
+    return record(t, RP_OP_BROADCAST, y, x, c, RP_SUM, root) ? y : NULL;
+}
+
+rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x)
+{
+    RP_PROPAGATE_NULL(x);
+    if (!check_comm(t, c, "rp_copy_to_group")) return NULL;
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    if (!y) return NULL;
+    memcpy(y->data, x->data, (size_t)x->numel * sizeof(float));
+    return record(t, RP_OP_COPY_TO_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
+}
+
+rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x)
+{
+    RP_PROPAGATE_NULL(x);
+    if (!check_comm(t, c, "rp_reduce_from_group")) return NULL;
+    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    if (!y) return NULL;
+    if (rp_comm_all_reduce(c, x->data, y->data, x->numel, RP_F32, RP_SUM) != RP_OK) return NULL;
+    return record(t, RP_OP_REDUCE_FROM_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
+}
