@@ -463,6 +463,42 @@ static void test_stuck_exit_ends_the_process(void **state)
     assert_int_equal(WEXITSTATUS(wst), RP_STUCK_EXIT_CODE);
 }
 
+/* ---- 4b. a replica that skips a collective ------------------------------------------- */
+
+/* Every replica makes three user all-reduces and reports; replica 3 skips the third. */
+static rp_status skip_fn(rp_replica *rep, void *arg)
+{
+    const int *skipper = arg;
+    float x[4] = {1, 2, 3, 4};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2 && rp_replica_id(rep) == *skipper) break;
+        RP_CHECK(rp_all_reduce(rep, x, x, 4, RP_F32, RP_SUM));
+    }
+    return rp_replica_report(rep, "x", x[0], RP_MEAN);
+}
+
+static void test_skipped_collective_named(void **state)
+{
+    rp_config cfg = config(4);
+    cfg.timeout_s = 10;
+    rp_replicator *r = make(&cfg);
+    /* The runtime's own calls (the optimizer-free build has none; the report gathers) are
+       not in the user's numbers: replica 3's missing call is the user's third. */
+    int skipper = 3;
+    double t0 = rp_now_s();
+    rp_status st = rp_replicator_run(r, skip_fn, &skipper);
+    assert_int_not_equal(st, RP_OK);
+    tu_assert_error_contains("replica 3 ended its step without calling all_reduce #2");
+    const char *msg = rp_last_error();
+    tu_assert_error_contains("it went on to the runtime's report all-gather");
+    if (strstr(msg, "all_gather #")) {
+        print_error("the message names the runtime's gather as the user's call: %s\n", msg);
+        fail();
+    }
+    assert_true(rp_now_s() - t0 < 5.0);
+    rp_replicator_destroy(r);
+}
+
 /* ---- 5. a plain optimizer inside replicas ------------------------------------------ */
 
 static void test_plain_optimizer_divergence(void **state)
@@ -533,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_nan_names_its_replica),
         cmocka_unit_test(test_stuck_replica_named),
         cmocka_unit_test(test_stuck_exit_ends_the_process),
+        cmocka_unit_test(test_skipped_collective_named),
         cmocka_unit_test(test_plain_optimizer_divergence),
         cmocka_unit_test(test_destroy_before_optimizers),
     };

@@ -595,8 +595,9 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         }
         RP_TRY(rp_tape_create(&rep->tape, cfg->arena_bytes));
         if (r->strategy->replica_init) RP_TRY(r->strategy->replica_init(rep));
-        /* TODO(h-tape): rp_tape_add_grad_ready(), so that other callbacks stack with the strategy's. */
-        if (rep->count > 1 && r->strategy->grad_ready) rp_tape_on_grad_ready(rep->tape, r->strategy->grad_ready, rep);
+        /* A listener among others: a tracer or a user's callback stack with the strategy's. */
+        if (rep->count > 1 && r->strategy->grad_ready)
+            RP_TRY(rp_tape_add_grad_ready(rep->tape, r->strategy->grad_ready, rep));
     }
     for (int i = 1; i < n; i++) {
         rp_replica *rep = &r->reps[i];

@@ -90,13 +90,8 @@ struct rp_replicator {
  * The runtime's own collectives (report gathers, checksums, gradient buckets,
  * parameter broadcasts, creation barriers) are marked so that comm keeps them
  * out of the user's call numbers and names them in messages.
- * TODO(h-comm): call rp_comm_begin_internal()/rp_comm_end_internal() once comm has them.
  */
-static inline void rt_internal_begin(rp_comm *c, const char *what)
-{
-    (void)c;
-    (void)what;
-}
-static inline void rt_internal_end(rp_comm *c) { (void)c; }
+static inline void rt_internal_begin(rp_comm *c, const char *what) { rp_comm_begin_internal(c, what); }
+static inline void rt_internal_end(rp_comm *c) { rp_comm_end_internal(c); }
 
 #endif
