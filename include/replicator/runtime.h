@@ -58,6 +58,40 @@ typedef enum {
     RP_REGIME_ASYNC,     /* pushed to parameter servers; each replica pulls fresh values and goes on */
 } rp_regime;
 
+/* ---- topology: roles, each a mesh of workers along named axes ------------------------ */
+
+/* The axes of a role's mesh. A member (a replica) spans model x pipe workers. */
+typedef enum {
+    RP_AXIS_DATA = 0,  /* across the role's members (replicas): data parallelism */
+    RP_AXIS_MODEL = 1, /* across one member's model-parallel workers */
+    RP_AXIS_PIPE = 2,  /* across one member's pipeline stages */
+} rp_axis;
+#define RP_AXES 3
+#define RP_ROLES_MAX 8
+
+/*
+ * One role of a job: `members` replicas (its data axis), each of `model` x
+ * `pipe` workers. Worker w of the role (0 <= w < members*model*pipe) has
+ * coordinates data = w / (model*pipe), pipe = w / model % pipe, model = w %
+ * model: a member's model workers are adjacent, so they share a process
+ * when the layout allows (tensor parallelism wants the fastest links).
+ * Placement: the role's workers are the job's workers [first, first +
+ * members*model*pipe); first = -1 (the default) places it right after the
+ * previous role. The job's workers are numbered as comm numbers them:
+ * threads backend, the threads of this process; MPI, rank r's thread t is
+ * worker r*replicas + t.
+ */
+typedef struct rp_role {
+    char name[32];  /* unique in the job, 1..31 characters */
+    int members;    /* >= 1 */
+    int model;      /* workers per member along the model axis; 0 means 1 */
+    int pipe;       /* along the pipe axis; 0 means 1 */
+    int first;      /* placement: the role's first worker, or -1 (after the previous role) */
+} rp_role;
+
+/* A role of `members` x `model` workers, placed after the previous one. */
+rp_role rp_role_make(const char *name, int members, int model);
+
 typedef struct rp_config {
     rp_backend backend;      /* default RP_BACKEND_AUTO */
     rp_regime regime;        /* default RP_REGIME_SYNC */
@@ -72,6 +106,10 @@ typedef struct rp_config {
     size_t bucket_bytes;     /* gradient all-reduce bucket size; default 1 MiB */
     int checksum_every;      /* verify every K optimizer steps that the replicas agree; 0: never; default 100 */
     size_t arena_bytes;      /* initial size of each replica's tape arena; 0: a default */
+    int nroles;              /* 0 (default): one role "replica" of every worker on the data axis */
+    rp_role roles[RP_ROLES_MAX]; /* the job's roles (see rp_role); threads backend: `replicas` is
+                                    ignored and every worker is a thread here; MPI: `replicas`
+                                    threads per rank, ranks x replicas = the roles' workers */
     bool stuck_exit;         /* a replica stuck outside every collective ends the process (exit
                                 status RP_STUCK_EXIT_CODE) instead of failing the run; default
                                 $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
@@ -151,6 +189,38 @@ rp_replica *rp_replicator_replica(rp_replicator *r, int i);
  */
 rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value);
 
+/* ---- roles: long-lived functions --------------------------------------------------- */
+
+/*
+ * Starts fn(worker, arg) once on every worker of `role` held by this
+ * process, each on a thread of its own, and returns without waiting: an
+ * actor loop, a server loop, a learner that trains continuously. On a
+ * process holding no worker of the role it does nothing (RP_OK), so one
+ * program runs unchanged on threads and under mpirun. Until
+ * rp_replicator_wait(r, role), rp_replicator_run() skips the role's workers
+ * (it runs fn on the other roles' workers only). Each started worker's tape
+ * is reset first; its reports are not reduced. When fn returns, the worker
+ * leaves its communicators (its peers' collectives with it fail at once).
+ * Call from the thread that calls rp_replicator_run(), not from inside a
+ * function. Errors: RP_ERR_INVALID (NULL, an unknown role - the message lists
+ * the job's roles -, a role already started, a replicator with a stuck
+ * replica), RP_ERR_BACKEND (no thread: the workers started so far run on;
+ * wait for them).
+ */
+rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn fn, void *arg);
+/*
+ * Waits until every worker of `role` in this process has returned from the
+ * function started on it, and returns the error that started a failure
+ * ("role 'actor', worker 3: ...", a worker's own error before a peer's
+ * RP_ERR_COMM), or RP_OK (also when the role was not started here).
+ * rp_replicator_destroy() waits for a started role that was not waited for.
+ */
+rp_status rp_replicator_wait(rp_replicator *r, const char *role);
+
+/* The job's roles (placed: `first` filled in), 0 <= i < rp_replicator_roles(); NULL if out of range. */
+int rp_replicator_roles(const rp_replicator *r);
+const rp_role *rp_replicator_role(const rp_replicator *r, int i);
+
 /* ---- the replica context (valid inside a run, and between runs) ------------------- */
 
 /* The replica's id in the job (0 .. count-1) and the job's replica count. */
@@ -161,8 +231,47 @@ int rp_replica_local_index(const rp_replica *rep);
 uint64_t rp_replica_seed(const rp_replica *rep);
 /* This replica's tape: reset at the start of each run. */
 rp_tape *rp_replica_tape(rp_replica *rep);
-/* The communicator of all replicas (this replica's handle). */
+/*
+ * The communicator of the replicas: this worker's data axis (its role's
+ * members with the same model and pipe coordinates), rank = its replica id.
+ * Owned by the replicator; use it on this worker's thread only.
+ */
 rp_comm *rp_replica_comm(rp_replica *rep);
+
+/*
+ * Where this worker sits. A worker is one thread (threads backend), one MPI
+ * rank, or one thread of a rank (mpi+threads); rp_replica is its context.
+ *  - rp_replica_worker/workers: its index in the job and the job's count
+ *    (the world communicator's rank and size);
+ *  - rp_replica_role: its role's name (without roles: "replica", or
+ *    "server" on an async parameter-server rank);
+ *  - rp_replica_coord/axis_size: its coordinate on an axis and the axis's
+ *    extent in its role (RP_AXIS_DATA: its replica id and the role's
+ *    replicas, the same as rp_replica_id/count);
+ *  - rp_replica_axis_comm: the checked communicator of the workers of its
+ *    role that differ from it on that axis only, ranked by that coordinate
+ *    (an axis of extent 1: a communicator of this worker alone);
+ *  - rp_replica_role_comm: every worker of its role, ranked by worker index;
+ *  - rp_replica_world_comm: every worker of the job, rank = worker index.
+ * Several of these may be one handle (a one-role job of single-worker
+ * replicas: world = role = data axis). The communicators are owned by the
+ * replicator (valid until rp_replicator_destroy) and belong to this worker's
+ * thread. Out-of-range axes give -1, 0 and NULL.
+ */
+int rp_replica_worker(const rp_replica *rep);
+int rp_replica_workers(const rp_replica *rep);
+const char *rp_replica_role(const rp_replica *rep);
+int rp_replica_coord(const rp_replica *rep, rp_axis axis);
+int rp_replica_axis_size(const rp_replica *rep, rp_axis axis);
+rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis);
+rp_comm *rp_replica_role_comm(rp_replica *rep);
+rp_comm *rp_replica_world_comm(rp_replica *rep);
+/*
+ * TF-Replicator's num_replicas_in_sync: the replicas whose gradients one
+ * step combines synchronously - rp_replica_count() in sync training, 1 in
+ * async (each replica steps alone). rp_replica_count() is num_replicas.
+ */
+int rp_replica_in_sync(const rp_replica *rep);
 /* The user's per-replica state, NULL until set. */
 void *rp_replica_user(const rp_replica *rep);
 void rp_replica_set_user(rp_replica *rep, void *user);

@@ -234,6 +234,18 @@ static rp_status reduce_reports(rp_replica *rep)
     return RP_OK;
 }
 
+/* Tells the peers on every communicator of rep that its step ended (see rp_comm_leave). */
+static void leave_all(rp_replica *rep, rp_status status)
+{
+    const char *why = status == RP_OK ? "it returned" : rep->error;
+    for (int i = 0; i < rep->nlive; i++) rp_comm_leave(rep->live[i], status, why);
+}
+
+static void rejoin_all(rp_replica *rep)
+{
+    for (int i = 0; i < rep->nlive; i++) rp_comm_rejoin(rep->live[i]);
+}
+
 /* One replica's part of a run. */
 static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t generation)
 {
@@ -255,14 +267,14 @@ static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t gener
         const char *msg = rp_last_error();
         snprintf(rep->error, sizeof rep->error, "%s", *msg ? msg : "the function returned an error without a message");
     }
-    rp_comm_leave(rep->comm, status, status == RP_OK ? "it returned" : rep->error);
+    leave_all(rep, status);
 }
 
 static void *worker_main(void *p)
 {
     rp_replica *rep = p;
     rp_replicator *r = rep->r;
-    rp_log_set_replica(rep->id);
+    rp_log_set_replica(rep->worker);
     rp_kernels_set_threads(threads_per_replica(r));
     uint64_t seen = 0;
     pthread_mutex_lock(&r->mu);
@@ -272,8 +284,9 @@ static void *worker_main(void *p)
         seen = r->generation;
         rp_replica_fn fn = r->fn;
         void *arg = r->arg;
+        bool skip = rep->busy; /* its role was started: it runs on its own thread */
         pthread_mutex_unlock(&r->mu);
-        run_one(rep, fn, arg, seen);
+        if (!skip) run_one(rep, fn, arg, seen);
         pthread_mutex_lock(&r->mu);
         /* Declared stuck by the watchdog: the run was counted without it, and the replicator
            will not run again; this thread just ends (its memory is never freed under it). */
@@ -302,7 +315,7 @@ static rp_replica *find_stuck(rp_replicator *r, double failed_at, double now)
     if (now - failed_at < grace) return NULL;
     for (int i = 0; i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
-        if (rep->abandoned || !__atomic_load_n(&rep->running, __ATOMIC_ACQUIRE)) continue;
+        if (rep->abandoned || rep->busy || !__atomic_load_n(&rep->running, __ATOMIC_ACQUIRE)) continue;
         double since = (double)__atomic_load_n(&rep->started_ns, __ATOMIC_RELAXED) * 1e-9;
         if (now - since >= timeout) return rep;
     }
@@ -382,7 +395,8 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     if (r->abandoned)
         return RP_ERROR(RP_ERR_INVALID, "the replicator cannot run again: a replica was left stuck in its "
                         "step function in an earlier run (%s)", r->abandoned_error);
-    for (int i = 0; i < r->n; i++) rp_comm_rejoin(r->reps[i].comm);
+    for (int i = 0; i < r->n; i++)
+        if (!r->reps[i].busy) rejoin_all(&r->reps[i]);
     r->claims = 0;
     pthread_mutex_lock(&r->mu);
     r->fn = fn;
@@ -400,9 +414,9 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     char saved_error[1024];
     snprintf(saved_error, sizeof saved_error, "%s", rp_last_error());
     int saved_threads = rp_kernels_get_threads();
-    rp_log_set_replica(r->reps[0].id);
+    rp_log_set_replica(r->reps[0].worker);
     rp_kernels_set_threads(threads_per_replica(r));
-    run_one(&r->reps[0], fn, arg, r->generation);
+    if (!r->reps[0].busy) run_one(&r->reps[0], fn, arg, r->generation);
     rp_kernels_set_threads(saved_threads);
     rp_log_set_replica(-1);
 
@@ -445,7 +459,7 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     const rp_replica *cause = NULL;
     for (int i = 0; i < r->n; i++) {
         const rp_replica *rep = &r->reps[i];
-        if (rep->status == RP_OK) continue;
+        if (rep->busy || rep->status == RP_OK) continue;
         if (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)) cause = rep;
     }
     if (!cause) {
@@ -469,6 +483,12 @@ void rp_replicator_destroy(rp_replicator *r)
     pthread_cond_broadcast(&r->wake);
     pthread_mutex_unlock(&r->mu);
     if (r->watchdog_started) pthread_join(r->watchdog, NULL);
+    /* A started role not waited for: its functions are expected to return (destroy waits). */
+    for (int i = 0; r->reps && i < r->n; i++)
+        if (r->reps[i].busy) {
+            pthread_join(r->reps[i].started, NULL);
+            r->reps[i].busy = false;
+        }
     /* A stuck thread that comes back within the grace (2 s) ends: then everything is freed
        as usual. Only a thread still stuck after that is left with the memory it uses. */
     bool stuck = false;
@@ -499,7 +519,7 @@ void rp_replicator_destroy(rp_replicator *r)
     for (int i = 0; r->reps && i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
         rp_tape_destroy(rep->tape);
-        rp_comm_destroy(rep->comm);
+        rp_topology_destroy(rep);
         free(rep->gather);
         free(rep->bn_scratch);
     }
@@ -535,14 +555,28 @@ static rp_status check_config(const rp_config *c)
     return RP_OK;
 }
 
+/* The runtime's own run at create: every worker makes its role and axis communicators. */
+static rp_status split_fn(rp_replica *rep, void *arg)
+{
+    return rp_topology_split(rep);
+}
+
 rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
 {
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
     *out = NULL;
     RP_CHECK(check_config(cfg));
+    rp_role roles[RP_ROLES_MAX];
+    int nroles = 0, total = 0;
+    RP_CHECK(rp_topology_resolve(cfg, roles, &nroles, &total));
+    if (nroles > 0 && cfg->regime != RP_REGIME_SYNC)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "roles (nroles = %d) with the async regime: the parameter "
+                        "servers make their own layout; give no roles, or train a role synchronously",
+                        nroles);
     rp_status status = RP_OK;
     bool mpi = cfg->backend == RP_BACKEND_MPI || (cfg->backend == RP_BACKEND_AUTO && rp_comm_mpi_launched());
-    int n = cfg->replicas; /* in this process: under MPI, on each rank */
+    /* Workers in this process: under MPI `replicas` on each rank; on threads, with roles, all of them. */
+    int n = nroles > 0 && !mpi ? total : cfg->replicas;
     rp_replicator *r = calloc(1, sizeof *r);
     rp_comm **comms = calloc((size_t)n, sizeof *comms);
     if (!r || !comms) {
@@ -554,6 +588,8 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     if (r->cfg.timeout_s == 0) r->cfg.timeout_s = rp_env_get()->comm_timeout;
     r->n = n;
     r->strategy = strategies[cfg->regime];
+    r->nroles = nroles;
+    memcpy(r->roles, roles, sizeof roles);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->start, NULL);
     pthread_cond_init(&r->done, NULL);
@@ -584,20 +620,36 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         rep->r = r;
         rep->local = i;
         rep->blame = -1;
-        rep->id = rp_comm_rank(comms[i]);
-        rep->count = rp_comm_size(comms[i]);
-        rep->comm = comms[i];
+        rep->world = comms[i];
         comms[i] = NULL;
-        rep->gather = malloc((size_t)rep->count * 2 * RP_REPORTS_MAX * sizeof(int64_t) + 3 * sizeof(int64_t));
+        rep->worker = rp_comm_rank(rep->world);
+        rep->workers = rp_comm_size(rep->world);
+        /* Until the split: the world is the data axis (for good, in a one-role flat job). */
+        rep->comm = rep->world;
+        rep->id = rep->worker;
+        rep->count = rep->workers;
+    }
+    if (r->nroles == 0) {
+        /* Today's layouts as roles: every worker a replica; on an async server rank, a server. */
+        r->nroles = 1;
+        r->roles[0] = rp_role_make(r->server ? "server" : "replica", r->reps[0].workers, 1);
+        r->roles[0].first = 0;
+    } else if (r->reps[0].workers != total) {
+        status = RP_ERROR(RP_ERR_INVALID, "the roles hold %d workers but the job has %d (%s): under MPI "
+                          "ranks x replicas must equal the roles' workers", total, r->reps[0].workers,
+                          r->layout == RP_LAYOUT_THREADS ? "threads" : "ranks x replicas");
+        goto cleanup;
+    }
+    for (int i = 0; i < n; i++) {
+        rp_replica *rep = &r->reps[i];
+        rp_topology_assign(rep);
+        rep->gather = malloc((size_t)rep->workers * 2 * RP_REPORTS_MAX * sizeof(int64_t) + 3 * sizeof(int64_t));
         if (!rep->gather) {
             status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d", i);
             goto cleanup;
         }
         RP_TRY(rp_tape_create(&rep->tape, cfg->arena_bytes));
         if (r->strategy->replica_init) RP_TRY(r->strategy->replica_init(rep));
-        /* A listener among others: a tracer or a user's callback stack with the strategy's. */
-        if (rep->count > 1 && r->strategy->grad_ready)
-            RP_TRY(rp_tape_add_grad_ready(rep->tape, r->strategy->grad_ready, rep));
     }
     for (int i = 1; i < n; i++) {
         rp_replica *rep = &r->reps[i];
@@ -608,6 +660,19 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         }
         rep->thread_started = true;
     }
+    /* Roles and axes: without collectives for a flat one-role job, else a run of the runtime's own. */
+    const rp_role *r0 = &r->roles[0];
+    if (r->nroles == 1 && r0->model == 1 && r0->pipe == 1) {
+        for (int i = 0; i < n; i++) RP_TRY(rp_topology_split(&r->reps[i]));
+    } else {
+        RP_TRY(rp_replicator_run(r, split_fn, NULL));
+    }
+    for (int i = 0; i < n; i++) {
+        rp_replica *rep = &r->reps[i];
+        /* A listener among others: a tracer or a user's callback stack with the strategy's. */
+        if (rep->count > 1 && r->strategy->grad_ready)
+            RP_TRY(rp_tape_add_grad_ready(rep->tape, r->strategy->grad_ready, rep));
+    }
     if (r->cfg.stuck_exit && !r->server) {
         int rc = pthread_create(&r->watchdog, NULL, watchdog_main, r);
         if (rc != 0) {
@@ -616,8 +681,8 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         }
         r->watchdog_started = true;
     }
-    rp_debug("replicator: %d replicas (%d here) x %d threads, %s backend, %s strategy, timeout %gs",
-             r->server ? 0 : r->reps[0].count, n, threads_per_replica(r), rp_comm_backend(r->reps[0].comm),
+    rp_debug("replicator: %d workers (%d here) in %d role(s) x %d threads, %s backend, %s strategy, timeout %gs",
+             r->reps[0].workers, n, r->nroles, threads_per_replica(r), rp_comm_backend(r->reps[0].world),
              r->strategy->name, r->cfg.timeout_s);
     *out = r;
     r = NULL;
@@ -643,7 +708,7 @@ rp_status rp_replicator_serve(rp_replicator *r)
 }
 int rp_replicator_local_replicas(const rp_replicator *r) { return r->n; }
 int rp_replicator_threads_per_replica(const rp_replicator *r) { return threads_per_replica(r); }
-const char *rp_replicator_backend(const rp_replicator *r) { return rp_comm_backend(r->reps[0].comm); }
+const char *rp_replicator_backend(const rp_replicator *r) { return rp_comm_backend(r->reps[0].world); }
 int rp_replica_local_index(const rp_replica *rep) { return rep->local; }
 
 rp_replica *rp_replicator_replica(rp_replicator *r, int i)
@@ -786,4 +851,131 @@ rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket)
     if (!rep || !ticket) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
     if (!rep->r->strategy->claim) return rp_strategy_local_claim(rep, ticket);
     return rep->r->strategy->claim(rep, ticket);
+}
+
+/* ---- topology ---------------------------------------------------------------------------- */
+
+int rp_replica_worker(const rp_replica *rep) { return rep->worker; }
+int rp_replica_workers(const rp_replica *rep) { return rep->workers; }
+const char *rp_replica_role(const rp_replica *rep) { return rep->r->roles[rep->role].name; }
+
+int rp_replica_coord(const rp_replica *rep, rp_axis axis)
+{
+    return (unsigned)axis < RP_AXES ? rep->coord[axis] : -1;
+}
+
+int rp_replica_axis_size(const rp_replica *rep, rp_axis axis)
+{
+    return (unsigned)axis < RP_AXES ? rep->shape[axis] : 0;
+}
+
+rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis)
+{
+    return (unsigned)axis < RP_AXES ? rep->axis[axis] : NULL;
+}
+
+rp_comm *rp_replica_role_comm(rp_replica *rep) { return rep->role_comm; }
+rp_comm *rp_replica_world_comm(rp_replica *rep) { return rep->world; }
+
+int rp_replica_in_sync(const rp_replica *rep) { return rep->r->strategy->identical ? rep->count : 1; }
+
+int rp_replicator_roles(const rp_replicator *r) { return r ? r->nroles : 0; }
+
+const rp_role *rp_replicator_role(const rp_replicator *r, int i)
+{
+    return r && i >= 0 && i < r->nroles ? &r->roles[i] : NULL;
+}
+
+static int role_index(const rp_replicator *r, const char *name)
+{
+    for (int i = 0; name && i < r->nroles; i++)
+        if (!strcmp(r->roles[i].name, name)) return i;
+    return -1;
+}
+
+static rp_status unknown_role(const rp_replicator *r, const char *name)
+{
+    char names[RP_ROLES_MAX * 34] = "";
+    for (int i = 0; i < r->nroles; i++) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%s'%s'", i ? ", " : "", r->roles[i].name);
+    }
+    return RP_ERROR(RP_ERR_INVALID, "no role named '%s' in this job (its roles: %s)", name ? name : "(null)", names);
+}
+
+/* A started worker: the role's function on a thread of its own, once. */
+static void *started_main(void *p)
+{
+    rp_replica *rep = p;
+    rp_log_set_replica(rep->worker);
+    rp_kernels_set_threads(threads_per_replica(rep->r));
+    rp_tape_reset(rep->tape);
+    rep->nreports = 0;
+    rep->blame = -1;
+    rp_error_clear();
+    rp_status status = rep->start_fn(rep, rep->start_arg);
+    rep->status = status;
+    if (status != RP_OK) {
+        const char *msg = rp_last_error();
+        snprintf(rep->error, sizeof rep->error, "%s", *msg ? msg : "the function returned an error without a message");
+    }
+    leave_all(rep, status);
+    return NULL;
+}
+
+rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn fn, void *arg)
+{
+    if (!r || !fn) return RP_ERROR(RP_ERR_INVALID, "replicator or function is NULL");
+    int k = role_index(r, role);
+    if (k < 0) return unknown_role(r, role);
+    if (r->abandoned)
+        return RP_ERROR(RP_ERR_INVALID, "the replicator cannot start role '%s': a replica was left stuck in "
+                        "its step function in an earlier run (%s)", role, r->abandoned_error);
+    for (int i = 0; i < r->n; i++)
+        if (r->reps[i].role == k && r->reps[i].busy)
+            return RP_ERROR(RP_ERR_INVALID, "role '%s' is already started: rp_replicator_wait() for it first", role);
+    /* A new phase for every idle worker here: a role started next, or a run, must not find its
+       peers "ended" from the last run and fail at once (the threads backend would). */
+    for (int i = 0; i < r->n; i++)
+        if (!r->reps[i].busy) rejoin_all(&r->reps[i]);
+    for (int i = 0; i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (rep->role != k) continue;
+        rep->start_fn = fn;
+        rep->start_arg = arg;
+        rep->status = RP_OK;
+        pthread_mutex_lock(&r->mu);
+        rep->busy = true;
+        pthread_mutex_unlock(&r->mu);
+        int rc = pthread_create(&rep->started, NULL, started_main, rep);
+        if (rc != 0) {
+            pthread_mutex_lock(&r->mu);
+            rep->busy = false;
+            pthread_mutex_unlock(&r->mu);
+            return RP_ERROR(RP_ERR_BACKEND, "cannot start a thread for worker %d of role '%s': %s (the "
+                            "workers started so far run on: call rp_replicator_wait())", rep->worker, role,
+                            strerror(rc));
+        }
+    }
+    return RP_OK;
+}
+
+rp_status rp_replicator_wait(rp_replicator *r, const char *role)
+{
+    if (!r) return RP_ERROR(RP_ERR_INVALID, "replicator is NULL");
+    int k = role_index(r, role);
+    if (k < 0) return unknown_role(r, role);
+    const rp_replica *cause = NULL;
+    for (int i = 0; i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (rep->role != k || !rep->busy) continue;
+        pthread_join(rep->started, NULL);
+        pthread_mutex_lock(&r->mu);
+        rep->busy = false;
+        pthread_mutex_unlock(&r->mu);
+        if (rep->status != RP_OK && (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)))
+            cause = rep;
+    }
+    if (!cause) return RP_OK;
+    return rp_error_set(cause->status, NULL, 0, "role '%s', worker %d: %s", role, cause->worker, cause->error);
 }

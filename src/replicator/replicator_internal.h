@@ -34,11 +34,29 @@ typedef enum {
     RP_LAYOUT_HIER,        /* threads in each MPI rank */
 } rp_layout;
 
+#define RP_COMMS_MAX 5 /* world, role, and one per axis */
+
 struct rp_replica {
     rp_replicator *r;
-    int id, count;            /* in the job */
+    int id, count;            /* its replica (data coordinate) and the role's replicas */
     int local;                /* index in this process */
-    rp_comm *comm;
+    rp_comm *comm;            /* its data axis (the replicas); the same handle as world and role
+                                 comm when the job is one role of one-worker replicas */
+    /* Topology (topology.c). */
+    int worker, workers;      /* in the job */
+    int role;                 /* index in r->roles */
+    int coord[RP_AXES], shape[RP_AXES];
+    rp_comm *axis[RP_AXES];   /* axis[RP_AXIS_DATA] == comm */
+    rp_comm *role_comm, *world;
+    rp_comm *owned[RP_COMMS_MAX]; /* the distinct handles, destroyed with the replica */
+    int nowned;
+    rp_comm *live[RP_COMMS_MAX];  /* those with peers: left and rejoined around each run */
+    int nlive;
+    /* A role started with rp_replicator_start(): its own thread until rp_replicator_wait(). */
+    bool busy;
+    pthread_t started;
+    rp_replica_fn start_fn;
+    void *start_arg;
     rp_tape *tape;
     void *user;
     pthread_t thread;         /* replicas 1..N-1 */
@@ -78,6 +96,8 @@ struct rp_replicator {
     int nresults;
     rp_report results[RP_REPORTS_MAX];
     bool server;              /* this rank serves (a strategy's role), not a replica */
+    int nroles;               /* the job's roles, placed (first filled in) */
+    rp_role roles[RP_ROLES_MAX];
     int64_t claims;           /* rp_replica_claim() on threads: this run's next ticket */
     bool in_run;              /* between the start and the end of rp_replicator_run (under mu) */
     bool abandoned;           /* a replica thread was left stuck in user code (watchdog) */
@@ -85,6 +105,21 @@ struct rp_replicator {
     pthread_t watchdog;       /* cfg.stuck_exit only */
     bool watchdog_started;
 };
+
+/* ---- topology (topology.c; calls only comm) --------------------------------------------- */
+
+/* Checks cfg's roles and places them: out[] with every field filled, the job's worker count. */
+rp_status rp_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, int *workers);
+/* The role and coordinates of rep->worker (rep->r->roles placed). */
+void rp_topology_assign(rp_replica *rep);
+/*
+ * Collective over the world (every worker, each on its own thread): the role and axis
+ * communicators of rep from rep->world; then rep->comm, id and count are its data axis.
+ * One-role, one-worker-per-member jobs split nothing (the world is the data axis).
+ */
+rp_status rp_topology_split(rp_replica *rep);
+/* Frees the handles rep owns. */
+void rp_topology_destroy(rp_replica *rep);
 
 /*
  * The runtime's own collectives (report gathers, checksums, gradient buckets,
