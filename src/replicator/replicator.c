@@ -166,10 +166,12 @@ static rp_status reduce_reports(rp_replica *rep)
 {
     rp_replicator *r = rep->r;
     int n = rep->count, k = rep->nreports;
-    bool keeper = rep->local == 0; /* the results are kept by this process's first replica */
+    bool keeper = rep->local == r->keeper; /* the results are this process's first worker's in the run */
     if (n == 1) {
-        memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
-        r->nresults = k;
+        if (keeper) {
+            memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
+            r->nresults = k;
+        }
         return RP_OK;
     }
     /* After a collective error nothing can be reduced; a run that reports nothing (a clean-up) still succeeds. */
@@ -402,7 +404,10 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     r->fn = fn;
     r->arg = arg;
     r->finished = 0;
+    r->keeper = 0;
     for (int i = 0; i < r->n; i++) r->reps[i].done = false;
+    for (int i = r->n - 1; i >= 0; i--)
+        if (!r->reps[i].busy) r->keeper = i;
     r->in_run = true;
     r->generation++;
     pthread_cond_broadcast(&r->start);

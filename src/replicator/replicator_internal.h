@@ -95,6 +95,7 @@ struct rp_replicator {
     void *arg;
     int nresults;
     rp_report results[RP_REPORTS_MAX];
+    int keeper;               /* the local worker whose reduced reports are kept (first in the run) */
     bool server;              /* this rank serves (a strategy's role), not a replica */
     int nroles;               /* the job's roles, placed (first filled in) */
     rp_role roles[RP_ROLES_MAX];
