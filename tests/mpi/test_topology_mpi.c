@@ -7,7 +7,8 @@
  *    members and order of each axis, role and world communicator, then sync
  *    training over the data axis keeps each model coordinate its own shard;
  *  - roles: learners (2), an actor and a server, started as long-lived
- *    functions, exchange messages over the world and the learners' role
+ *    functions, exchange messages over the world (collectives, and the
+ *    actor's point-to-point message to the server) and the learners' role
  *    communicator, and shut down cleanly.
  * The checks run inside the workers (topology_check.h, shared with the
  * threads test); each rank prints its failures, rank 0 prints ok or FAIL.
@@ -67,7 +68,12 @@ static int roles(int per)
     memset(&j, 0, sizeof j);
     j.learners = 2;
     j.actors = 1;
+    j.p2p = 1;
     int failures = tc_run_roles(r, &j) != RP_OK ? fail("roles") : 0;
+    /* The server's process heard from the actor point-to-point. */
+    for (int i = 0; i < rp_replicator_local_replicas(r); i++)
+        if (!strcmp(rp_replica_role(rp_replicator_replica(r, i)), "server") && j.p2p_seen != 1)
+            failures += fail("roles: the server did not hear from the actor");
     rp_replicator_destroy(r);
     return failures;
 }

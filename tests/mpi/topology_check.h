@@ -17,8 +17,8 @@
  * roles_fn: learners, actors and a server started as long-lived functions
  * exchange ROUNDS of messages over the world (an all-gather naming each
  * worker's role, index and round), the learners all-reduce among themselves
- * on their role communicator, and on the threads backend each actor sends
- * the server a point-to-point message.
+ * on their role communicator, and (p2p) each actor sends the server a
+ * point-to-point message.
  */
 #ifndef RP_TOPOLOGY_CHECK_H
 #define RP_TOPOLOGY_CHECK_H
