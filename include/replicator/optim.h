@@ -64,27 +64,80 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
 void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
                     int64_t n, float lr, int64_t step);
 /*
- * Hooks for the distributed runtime (user code does not need them): `before`
- * runs first in every rp_optimizer_step() - sync training all-reduces the
- * gradients there - and `after` once the update is applied (a parameter
- * checksum). An error from `before` fails the step with nothing changed; an
- * error from `after` is returned after the update. `release(ctx)` runs when
- * the hooks are replaced or the optimizer is destroyed. Any may be NULL.
+ * Hooks: code that runs around every rp_optimizer_step(). The distributed
+ * runtime wraps an optimizer this way (sync: all-reduce the gradients in
+ * `before`, compare parameter checksums in `after`; async: replace the
+ * update by a push to the parameter servers), and user code stacks its own
+ * on top: gradient clipping, an exponential moving average, tracing.
+ *
+ * A step runs, in this order: every set's `before` in the order the sets
+ * were added; the finiteness check of the gradients; the update (the one
+ * set's `update` that replaces it, or the rule); the step count advances
+ * and the gradients are zeroed; every set's `after` in reverse order of
+ * adding (so a set added later is nested inside the earlier ones: a user
+ * `before` added after the runtime's sees the all-reduced gradients, a user
+ * `after` runs before the runtime's checksum). An error from a `before`
+ * fails the step with nothing changed (later befores do not run); an error
+ * from the update fails it with the step count unchanged; an error from an
+ * `after` is returned after the update (the remaining afters do not run).
+ * `release(ctx)` runs exactly once per set: when the optimizer is
+ * destroyed (sets in reverse order of adding), or when
+ * rp_optimizer_set_hooks() replaces its set. Any field may be NULL.
  */
 typedef rp_status (*rp_optimizer_hook)(rp_optimizer *opt, void *ctx);
-void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_optimizer_hook after,
-                            void (*release)(void *ctx), void *ctx);
 /*
- * Replaces the local update with `update(opt, lr, ctx)` (ctx: the hooks'),
- * called in rp_optimizer_step() after `before` and the finiteness check,
- * with the gradients in the params' gradient block; it must leave the new
- * values in the params' value block. Asynchronous training pushes the
- * gradients to parameter servers and pulls the values there. An error fails
- * the step (the step count does not advance). rp_optimizer_set_hooks()
- * clears it.
+ * Replaces the local update: update(opt, lr, ctx) is called in
+ * rp_optimizer_step() after the befores and the finiteness check, with the
+ * gradients in the params' gradient block; it must leave the new values in
+ * the params' value block. Asynchronous training pushes the gradients to
+ * parameter servers and pulls the values there. An error fails the step
+ * (the step count does not advance).
  */
 typedef rp_status (*rp_optimizer_update)(rp_optimizer *opt, float lr, void *ctx);
+
+typedef struct rp_optimizer_hooks {
+    rp_optimizer_hook before;   /* in order added */
+    rp_optimizer_hook after;    /* in reverse order */
+    rp_optimizer_update update; /* at most one hook set may replace the update */
+    void (*release)(void *ctx);
+} rp_optimizer_hooks;
+
+/*
+ * Appends a hook set (copied; ctx is passed to each of its functions and is
+ * owned by the caller until `release` runs). Not thread-safe with a
+ * concurrent step of the same optimizer; allocates only when the list grows.
+ * Errors: RP_ERR_INVALID for a NULL argument or a second set with an
+ * `update` (naming the set that has one); RP_ERR_NOMEM. On error nothing was
+ * added and release is not called.
+ */
+rp_status rp_optimizer_add_hooks(rp_optimizer *opt, const rp_optimizer_hooks *h, void *ctx);
+
+/*
+ * The older single-slot interface, kept working: the optimizer has one
+ * "slot" hook set, created at the end of the list by the first call and kept
+ * at that position. rp_optimizer_set_hooks() replaces that slot (releasing
+ * its previous ctx; the sets added with rp_optimizer_add_hooks() stay) and
+ * clears the slot's update; rp_optimizer_set_update() sets the slot's
+ * update (ctx: the slot's). If an added set also replaces the update, the
+ * slot's wins. The runtime no longer uses the slot, so user code may.
+ * Out of memory: set_hooks keeps the old slot, calls release(ctx) at once
+ * and records RP_ERR_NOMEM in rp_last_error().
+ */
+void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_optimizer_hook after,
+                            void (*release)(void *ctx), void *ctx);
 void rp_optimizer_set_update(rp_optimizer *opt, rp_optimizer_update update);
+
+/*
+ * For the runtime's checks: the optimizers stepped on the calling thread
+ * since the previous call (at most 8 distinct ones are tracked), first
+ * stepped first, with their step counts; writes at most `max` into
+ * opts/steps (either may be NULL), returns how many were tracked, and
+ * forgets them. An optimizer destroyed on this thread is forgotten at
+ * once; one destroyed on another thread after stepping here leaves a
+ * dangling entry, so the runtime asks at the end of every run, before user
+ * code can move optimizers between threads. Thread-local; allocates nothing.
+ */
+int rp_optimizer_stepped_here(rp_optimizer **opts, int64_t *steps, int max);
 
 /* The parameter list the optimizer updates, and its configuration. */
 rp_params *rp_optimizer_params(const rp_optimizer *opt);

@@ -33,7 +33,38 @@
  * Every replica calls the same collectives in the same order (replicator/
  * comm.h): a violation, a replica that fails, or one that never arrives is
  * an error on every replica within the timeout, and rp_replicator_run()
- * returns the error that started it, never a hang.
+ * returns the error that started it, never a hang. The runtime's own
+ * collectives (the report gather at the end of a run, checksums, gradient
+ * buckets, broadcasts) are not numbered among the user's: a replica that
+ * skips a user call is reported as "replica 3 ended its step without
+ * calling all_reduce #2".
+ *
+ * Topology. A job is a list of roles (rp_role), each a mesh of workers
+ * along the axes data, model and pipe; a worker is a thread, an MPI rank or
+ * a thread in a rank, and an rp_replica is its context: its role, its
+ * coordinates, and a checked communicator for each axis, its role and the
+ * world (rp_replica_axis_comm ...). Without roles (the default) the job is
+ * one role "replica" of single-worker members: today's layouts, unchanged.
+ * A role runs run(fn) steps, or one long-lived function
+ * (rp_replicator_start / rp_replicator_wait): an actor loop, a server loop.
+ *
+ * Strategies. How replicas combine gradients (cfg.regime: sync all-reduce
+ * over the data axis, async parameter servers) is chosen once at create;
+ * the optimizer it wraps composes with other hooks (optim.h:
+ * rp_optimizer_add_hooks), so clipping, an EMA or tracing stack on it.
+ *
+ * Teardown order (anything else is an error with a message, not a crash):
+ *  1. destroy the optimizers made by rp_replica_optimizer_create(), inside a
+ *     last run or between runs (rp_replicator_destroy() with one alive
+ *     records RP_ERR_INVALID in rp_last_error(); the optimizer then fails
+ *     every step with RP_ERR_INVALID, and rp_optimizer_destroy() still
+ *     frees it safely);
+ *  2. free the user's per-replica data that a tape may still refer to
+ *     (parameter lists) inside a run - the tape was reset at its start - or
+ *     after step 3, never between runs (a tape that recorded a forward pass
+ *     without a backward pass refers to the parameters until it is reset);
+ *  3. rp_replicator_destroy(): stops the threads, waits for started roles,
+ *     frees the replicas, tapes and communicators (not the user data).
  */
 #ifndef REPLICATOR_RUNTIME_H
 #define REPLICATOR_RUNTIME_H
@@ -58,6 +89,40 @@ typedef enum {
     RP_REGIME_ASYNC,     /* pushed to parameter servers; each replica pulls fresh values and goes on */
 } rp_regime;
 
+/* ---- topology: roles, each a mesh of workers along named axes ------------------------ */
+
+/* The axes of a role's mesh. A member (a replica) spans model x pipe workers. */
+typedef enum {
+    RP_AXIS_DATA = 0,  /* across the role's members (replicas): data parallelism */
+    RP_AXIS_MODEL = 1, /* across one member's model-parallel workers */
+    RP_AXIS_PIPE = 2,  /* across one member's pipeline stages */
+} rp_axis;
+#define RP_AXES 3
+#define RP_ROLES_MAX 8
+
+/*
+ * One role of a job: `members` replicas (its data axis), each of `model` x
+ * `pipe` workers. Worker w of the role (0 <= w < members*model*pipe) has
+ * coordinates data = w / (model*pipe), pipe = w / model % pipe, model = w %
+ * model: a member's model workers are adjacent, so they share a process
+ * when the layout allows (tensor parallelism wants the fastest links).
+ * Placement: the role's workers are the job's workers [first, first +
+ * members*model*pipe); first = -1 (the default) places it right after the
+ * previous role. The job's workers are numbered as comm numbers them:
+ * threads backend, the threads of this process; MPI, rank r's thread t is
+ * worker r*replicas + t.
+ */
+typedef struct rp_role {
+    char name[32];  /* unique in the job, 1..31 characters */
+    int members;    /* >= 1 */
+    int model;      /* workers per member along the model axis; 0 means 1 */
+    int pipe;       /* along the pipe axis; 0 means 1 */
+    int first;      /* placement: the role's first worker, or -1 (after the previous role) */
+} rp_role;
+
+/* A role of `members` x `model` workers, placed after the previous one. */
+rp_role rp_role_make(const char *name, int members, int model);
+
 typedef struct rp_config {
     rp_backend backend;      /* default RP_BACKEND_AUTO */
     rp_regime regime;        /* default RP_REGIME_SYNC */
@@ -72,7 +137,17 @@ typedef struct rp_config {
     size_t bucket_bytes;     /* gradient all-reduce bucket size; default 1 MiB */
     int checksum_every;      /* verify every K optimizer steps that the replicas agree; 0: never; default 100 */
     size_t arena_bytes;      /* initial size of each replica's tape arena; 0: a default */
+    int nroles;              /* 0 (default): one role "replica" of every worker on the data axis */
+    rp_role roles[RP_ROLES_MAX]; /* the job's roles (see rp_role); threads backend: `replicas` is
+                                    ignored and every worker is a thread here; MPI: `replicas`
+                                    threads per rank, ranks x replicas = the roles' workers */
+    bool stuck_exit;         /* a replica stuck outside every collective ends the process (exit
+                                status RP_STUCK_EXIT_CODE) instead of failing the run; default
+                                $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
 } rp_config;
+
+/* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */
+#define RP_STUCK_EXIT_CODE 70
 
 rp_config rp_config_default(void);
 
@@ -93,7 +168,16 @@ typedef struct rp_replica rp_replica;
  * (named), RP_ERR_NOMEM, RP_ERR_BACKEND if a thread cannot be started.
  */
 rp_status rp_replicator_create(rp_replicator **r, const rp_config *cfg);
-/* Stops the threads and frees the replicas (not their user data). NULL is ignored. */
+/*
+ * Stops the threads and frees the replicas (not their user data); see the
+ * teardown order above. Waits for a role started and not waited for. With
+ * replica optimizers still alive it detaches them and records RP_ERR_INVALID
+ * ("replica 0 still had 1 optimizer(s) ... destroy them first") in
+ * rp_last_error(). After the watchdog abandoned a stuck replica it waits
+ * 2 s for that thread to come back; if it does not, the thread is detached
+ * and the replicator's memory is left allocated (freeing it under a thread
+ * that may still return would crash it). NULL is ignored.
+ */
 void rp_replicator_destroy(rp_replicator *r);
 
 /* A function run on every replica; its return value is that replica's status. */
@@ -108,7 +192,41 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
  * replica whose failure started it (its own error, not a peer's "replica 1
  * failed"), its message prefixed with the replica id when there are several. After an error in a
  * collective the replicas' communicator is broken and later runs that use it
- * fail at once: an error in run() ends the job.
+ * fail at once: an error in run() ends the job. A failure the replicas
+ * agree on names the replica that caused it: a non-finite gradient is
+ * "replica 2: replica 2's own gradient of parameter 'fc.weight' held nan
+ * ... before the all-reduce" (RP_ERR_NUMERIC, nothing updated).
+ * With roles, fn runs on every worker except those of a started role
+ * (rp_replicator_start); the reports are reduced over each worker's data
+ * axis, and rp_replicator_result() gives those of this process's first
+ * worker.
+ *
+ * Divergence by a plain optimizer: when the replicas must stay identical
+ * (sync), an rp_optimizer_create() optimizer stepped inside the run (on the
+ * replica's thread, up to 8 per replica) has its parameter values hashed and
+ * compared in the run's report gather (no extra collective); replicas that
+ * differ fail the run with RP_ERR_MISMATCH ("the replicas diverged: ... make
+ * it with rp_replica_optimizer_create()"). A plain optimizer whose replicas
+ * stay equal (the user all-reduced the gradients) passes.
+ *
+ * The watchdog: a replica stuck in its own code (in no collective) cannot
+ * be ended by comm's timeout; its peers time out waiting and return. If a
+ * local replica has then been in fn longer than the timeout, and is still
+ * there one more timeout (at least 2 s) after a peer's failure - a replica
+ * in a collective fails at once when its peers leave - run() returns
+ * RP_ERR_TIMEOUT: "replica 1 has been in its step function for 30 s and did
+ * not reach a collective; its peers timed out waiting". A thread cannot be
+ * killed: it is abandoned, left running whatever it runs; its replica, tape
+ * and communicators stay valid for it; should it return, it ends. The
+ * replicator refuses later runs (RP_ERR_INVALID); destroy it. The watchdog
+ * sees the replicas of this process: local replica 0 runs on the caller's
+ * thread, so if it is the stuck one run() cannot return - then, and for a
+ * replica that can never return, set cfg.stuck_exit (or RP_STUCK_EXIT=1):
+ * a watchdog thread logs the same message and ends the process with exit
+ * status RP_STUCK_EXIT_CODE (MPI_Abort under MPI, ending the job). Under
+ * MPI with one replica per rank the stuck rank's peers are in other
+ * processes: they report it by name (timeout) and the program ends the job
+ * (rp_comm_mpi_abort), as the CLI does.
  * Not re-entrant: call it from one thread, not from inside fn.
  */
 rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
@@ -145,9 +263,45 @@ rp_replica *rp_replicator_replica(rp_replicator *r, int i);
  */
 rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value);
 
+/* ---- roles: long-lived functions --------------------------------------------------- */
+
+/*
+ * Starts fn(worker, arg) once on every worker of `role` held by this
+ * process, each on a thread of its own, and returns without waiting: an
+ * actor loop, a server loop, a learner that trains continuously. On a
+ * process holding no worker of the role it does nothing (RP_OK), so one
+ * program runs unchanged on threads and under mpirun. Until
+ * rp_replicator_wait(r, role), rp_replicator_run() skips the role's workers
+ * (it runs fn on the other roles' workers only). Each started worker's tape
+ * is reset first; its reports are not reduced. When fn returns, the worker
+ * leaves its communicators (its peers' collectives with it fail at once).
+ * Call from the thread that calls rp_replicator_run(), not from inside a
+ * function. Errors: RP_ERR_INVALID (NULL, an unknown role - the message lists
+ * the job's roles -, a role already started, a replicator with a stuck
+ * replica), RP_ERR_BACKEND (no thread: the workers started so far run on;
+ * wait for them).
+ */
+rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn fn, void *arg);
+/*
+ * Waits until every worker of `role` in this process has returned from the
+ * function started on it, and returns the error that started a failure
+ * ("role 'actor', worker 3: ...", a worker's own error before a peer's
+ * RP_ERR_COMM), or RP_OK (also when the role was not started here).
+ * rp_replicator_destroy() waits for a started role that was not waited for.
+ */
+rp_status rp_replicator_wait(rp_replicator *r, const char *role);
+
+/* The job's roles (placed: `first` filled in), 0 <= i < rp_replicator_roles(); NULL if out of range. */
+int rp_replicator_roles(const rp_replicator *r);
+const rp_role *rp_replicator_role(const rp_replicator *r, int i);
+
 /* ---- the replica context (valid inside a run, and between runs) ------------------- */
 
-/* The replica's id in the job (0 .. count-1) and the job's replica count. */
+/*
+ * The replica's id (0 .. count-1) and the replica count: its data
+ * coordinate and its role's members (num_replicas; a replica of model x
+ * pipe workers is one replica). Without roles: the job's replicas.
+ */
 int rp_replica_id(const rp_replica *rep);
 int rp_replica_count(const rp_replica *rep);
 /* Its index among this process's replicas (what rp_replicator_replica() takes). */
@@ -155,16 +309,56 @@ int rp_replica_local_index(const rp_replica *rep);
 uint64_t rp_replica_seed(const rp_replica *rep);
 /* This replica's tape: reset at the start of each run. */
 rp_tape *rp_replica_tape(rp_replica *rep);
-/* The communicator of all replicas (this replica's handle). */
+/*
+ * The communicator of the replicas: this worker's data axis (its role's
+ * members with the same model and pipe coordinates), rank = its replica id.
+ * Owned by the replicator; use it on this worker's thread only.
+ */
 rp_comm *rp_replica_comm(rp_replica *rep);
+
+/*
+ * Where this worker sits. A worker is one thread (threads backend), one MPI
+ * rank, or one thread of a rank (mpi+threads); rp_replica is its context.
+ *  - rp_replica_worker/workers: its index in the job and the job's count
+ *    (the world communicator's rank and size);
+ *  - rp_replica_role: its role's name (without roles: "replica", or
+ *    "server" on an async parameter-server rank);
+ *  - rp_replica_coord/axis_size: its coordinate on an axis and the axis's
+ *    extent in its role (RP_AXIS_DATA: its replica id and the role's
+ *    replicas, the same as rp_replica_id/count);
+ *  - rp_replica_axis_comm: the checked communicator of the workers of its
+ *    role that differ from it on that axis only, ranked by that coordinate
+ *    (an axis of extent 1: a communicator of this worker alone);
+ *  - rp_replica_role_comm: every worker of its role, ranked by worker index;
+ *  - rp_replica_world_comm: every worker of the job, rank = worker index.
+ * Several of these may be one handle (a one-role job of single-worker
+ * replicas: world = role = data axis). The communicators are owned by the
+ * replicator (valid until rp_replicator_destroy) and belong to this worker's
+ * thread. Out-of-range axes give -1, 0 and NULL.
+ */
+int rp_replica_worker(const rp_replica *rep);
+int rp_replica_workers(const rp_replica *rep);
+const char *rp_replica_role(const rp_replica *rep);
+int rp_replica_coord(const rp_replica *rep, rp_axis axis);
+int rp_replica_axis_size(const rp_replica *rep, rp_axis axis);
+rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis);
+rp_comm *rp_replica_role_comm(rp_replica *rep);
+rp_comm *rp_replica_world_comm(rp_replica *rep);
+/*
+ * TF-Replicator's num_replicas_in_sync: the replicas whose gradients one
+ * step combines synchronously - rp_replica_count() in sync training, 1 in
+ * async (each replica steps alone). rp_replica_count() is num_replicas.
+ */
+int rp_replica_in_sync(const rp_replica *rep);
 /* The user's per-replica state, NULL until set. */
 void *rp_replica_user(const rp_replica *rep);
 void rp_replica_set_user(rp_replica *rep, void *user);
 
 /*
  * The input context (as TF-Replicator's): the replica's id and count, its
- * input pipeline (one per replica here) and the per-replica share of a
- * global batch. RP_ERR_INVALID if the replica count does not divide it.
+ * input pipeline (one per replica here: pipeline = replica id, so every
+ * worker of one model group reads the same batch) and the per-replica share
+ * of a global batch. RP_ERR_INVALID if the replica count does not divide it.
  */
 typedef struct rp_input_context {
     int replica, replicas;
@@ -217,7 +411,13 @@ rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
  *    replicas; a difference is RP_ERR_MISMATCH naming the first parameter
  *    that differs.
  * With one replica it is a plain optimizer. Destroy it with
- * rp_optimizer_destroy() (from inside a run or after the last one).
+ * rp_optimizer_destroy() (from inside a run or after the last one, before
+ * rp_replicator_destroy()). In a mesh the replicas are the data axis: each
+ * worker's parameters (its model shard) are broadcast from, and all-reduced
+ * with, the workers of the same model and pipe coordinates only.
+ * The wrapping is one hook set (optim.h); hooks the user adds afterwards
+ * run inside it: a `before` sees the all-reduced gradients, an `after`
+ * runs after the update and before the checksum.
  */
 rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_params *params,
                                       const rp_optim_config *cfg);

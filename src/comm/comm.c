@@ -337,8 +337,7 @@ rp_status rp_comm_irecv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype,
 rp_status rp_comm_wait(rp_comm_request *req)
 {
     if (!req) return RP_OK;
-    rp_comm *comm = req->comm;
-    return comm->ops->wait(req, rp_now_s() + comm->timeout);
+    return req->backend->ops->wait(req, rp_now_s() + req->comm->timeout);
 }
 
 rp_status rp_comm_test(rp_comm_request *req, bool *done)
@@ -348,7 +347,7 @@ rp_status rp_comm_test(rp_comm_request *req, bool *done)
         *done = true;
         return RP_OK;
     }
-    return req->comm->ops->test(req, done);
+    return req->backend->ops->test(req, done);
 }
 
 rp_status rp_comm_wait_all(int n, rp_comm_request **reqs)
@@ -359,9 +358,8 @@ rp_status rp_comm_wait_all(int n, rp_comm_request **reqs)
     double deadline = -1;
     for (int i = 0; i < n; i++) {
         if (!reqs[i]) continue;
-        rp_comm *comm = reqs[i]->comm;
-        if (deadline < 0) deadline = rp_now_s() + comm->timeout;
-        rp_status status = comm->ops->wait(reqs[i], deadline);
+        if (deadline < 0) deadline = rp_now_s() + reqs[i]->comm->timeout;
+        rp_status status = reqs[i]->backend->ops->wait(reqs[i], deadline);
         reqs[i] = NULL;
         if (status != RP_OK && first == RP_OK) {
             first = status;
@@ -376,14 +374,14 @@ rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype d
 {
     rp_comm_request *req;
     RP_CHECK(rp_comm_isend(comm, buf, count, dtype, peer, tag, &req));
-    return comm->ops->wait(req, rp_now_s() + comm->timeout);
+    return req->backend->ops->wait(req, rp_now_s() + comm->timeout);
 }
 
 rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag)
 {
     rp_comm_request *req;
     RP_CHECK(rp_comm_irecv(comm, buf, count, dtype, peer, tag, &req));
-    return comm->ops->wait(req, rp_now_s() + comm->timeout);
+    return req->backend->ops->wait(req, rp_now_s() + comm->timeout);
 }
 
 rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source, int *msg_tag,

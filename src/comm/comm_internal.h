@@ -86,7 +86,8 @@ void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_d
  * (the rest is the backend's), so the public wait/test dispatch on it.
  */
 struct rp_comm_request {
-    rp_comm *comm;
+    rp_comm *comm;    /* the handle it was posted on (its timeout) */
+    rp_comm *backend; /* the backend handle that made it: wait/test go to its table */
 };
 
 typedef struct rp_comm_ops {
@@ -162,6 +163,20 @@ rp_status rp_mpi_ensure_init(void);
  * kept to measure what the hash saves: bench/mpi/allreduce_mpi --full-check).
  */
 void rp_comm_mpi_set_full_check(int full);
+
+/*
+ * The MPI backend's point-to-point with lanes, for the hierarchical backend
+ * (src/comm/hier.c): a message goes from (this rank, slane) to (proc, dlane);
+ * a receive takes from (proc, slane) or MPI_ANY_SOURCE / -1. lane_rank[proc *
+ * lanes + lane] names the communicator member of each lane for messages
+ * (NULL: the MPI rank). `owner` is the handle the request is posted on.
+ */
+rp_status rp_mpi_p2p_setup(rp_comm *mpi, int lanes, const int *lane_rank, const int *ids);
+rp_status rp_mpi_isend(rp_comm *mpi, const rp_p2p_desc *d, const void *buf, int proc, int slane, int dlane,
+                       rp_comm_request **req, rp_comm *owner);
+rp_status rp_mpi_irecv(rp_comm *mpi, const rp_p2p_desc *d, void *buf, int proc, int slane, int dlane,
+                       rp_comm_request **req, rp_comm *owner);
+rp_status rp_mpi_probe(rp_comm *mpi, int proc, int slane, int lane, int tag, bool *ready, rp_p2p_desc *found);
 void rp_mpi_lock(void);
 void rp_mpi_unlock(void);
 

@@ -23,6 +23,7 @@
  */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -351,6 +352,170 @@ static void hier_destroy(rp_comm *c)
     free(c);
 }
 
+/* ---- point-to-point ------------------------------------------------------------------------ */
+
+/*
+ * A peer in this process is reached through the threads member (h->local,
+ * its rank there g->lrank[peer]); a peer in another process through the
+ * group's MPI communicator, whose lanes are the members of each process
+ * (lane = the member's rank among its process's members). The requests are
+ * the backends' own; only a receive from RP_ANY_SOURCE in a group that
+ * spans processes is this file's: it waits for the first message ready on
+ * either side (probing both), then receives that one.
+ */
+typedef struct hreq {
+    rp_comm_request base;
+    rp_p2p_desc d;
+    void *buf;
+    rp_comm_request *inner; /* the receive once a message was found */
+} hreq;
+
+static bool local_peer(const rp_comm *c, int peer)
+{
+    const group *g = HI(c)->g;
+    return g->pindex[peer] == g->pindex[c->rank];
+}
+
+static rp_status hier_broken_error(rp_comm *c, const char *what)
+{
+    return RP_ERROR(RP_ERR_COMM, "%s on replica %d: the communicator is broken by an earlier error: %s", what,
+                    c->ids[c->rank], HI(c)->reason);
+}
+
+static rp_status hier_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, rp_comm_request **req)
+{
+    hier *h = HI(c);
+    group *g = h->g;
+    if (h->broken) return hier_broken_error(c, "send");
+    rp_p2p_desc dl = *d;
+    if (local_peer(c, d->peer)) {
+        dl.peer = g->lrank[d->peer];
+        RP_CHECK(h->local->ops->isend(h->local, &dl, buf, req));
+        (*req)->comm = c;
+        return RP_OK;
+    }
+    return rp_mpi_isend(g->mpi, d, buf, g->pindex[d->peer], g->lrank[c->rank], g->lrank[d->peer], req, c);
+}
+
+static rp_status hier_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm_request **req)
+{
+    hier *h = HI(c);
+    group *g = h->g;
+    if (h->broken) return hier_broken_error(c, "recv");
+    rp_p2p_desc dl = *d;
+    if (d->peer == RP_ANY_SOURCE && g->nproc > 1) {
+        hreq *r = calloc(1, sizeof *r);
+        if (!r) return RP_ERROR(RP_ERR_NOMEM, "recv: out of memory");
+        r->base.comm = c;
+        r->base.backend = c;
+        r->d = *d;
+        r->buf = buf;
+        *req = &r->base;
+        return RP_OK;
+    }
+    if (d->peer == RP_ANY_SOURCE || local_peer(c, d->peer)) {
+        if (d->peer != RP_ANY_SOURCE) dl.peer = g->lrank[d->peer];
+        RP_CHECK(h->local->ops->irecv(h->local, &dl, buf, req));
+        (*req)->comm = c;
+        return RP_OK;
+    }
+    return rp_mpi_irecv(g->mpi, d, buf, g->pindex[d->peer], g->lrank[d->peer], g->lrank[c->rank], req, c);
+}
+
+static rp_status hier_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
+{
+    hier *h = HI(c);
+    group *g = h->g;
+    if (h->broken) return hier_broken_error(c, "probe");
+    *ready = false;
+    if (peer == RP_ANY_SOURCE || local_peer(c, peer)) {
+        RP_CHECK(h->local->ops->probe(h->local, peer == RP_ANY_SOURCE ? RP_ANY_SOURCE : g->lrank[peer], tag, ready,
+                                      found));
+        /* Back to this communicator's ranks. */
+        if (*ready) found->peer = g->pmembers[g->pstart[g->pindex[c->rank]] + found->peer];
+        if (*ready || peer != RP_ANY_SOURCE || g->nproc == 1) return RP_OK;
+    }
+    return rp_mpi_probe(g->mpi, peer == RP_ANY_SOURCE ? -1 : g->pindex[peer], peer == RP_ANY_SOURCE ? -1 : g->lrank[peer],
+                        g->lrank[c->rank], tag, ready, found);
+}
+
+/* An RP_ANY_SOURCE receive across processes: find a ready message, then receive that one. */
+static rp_status hreq_find(rp_comm *c, hreq *r, bool *found_one)
+{
+    bool ready = false;
+    rp_p2p_desc found = {0};
+    *found_one = false;
+    RP_CHECK(hier_probe(c, RP_ANY_SOURCE, RP_ANY_TAG, &ready, &found));
+    if (!ready) return RP_OK;
+    rp_p2p_desc d = r->d;
+    d.peer = found.peer;
+    RP_CHECK(hier_irecv(c, &d, r->buf, &r->inner));
+    *found_one = true;
+    return RP_OK;
+}
+
+static rp_status hier_wait(rp_comm_request *req, double deadline)
+{
+    hreq *r = (hreq *)req;
+    rp_comm *c = req->comm;
+    rp_status status = RP_OK;
+    for (unsigned polls = 0; !r->inner; polls++) {
+        bool found = false;
+        status = hreq_find(c, r, &found);
+        if (status != RP_OK) break;
+        if (found) break;
+        if (rp_now_s() > deadline) {
+            char what[96];
+            status = RP_ERROR(RP_ERR_TIMEOUT, "timed out after %gs in %s from any replica on replica %d: no message came",
+                              c->timeout, rp_p2p_desc_str(&r->d, false, what, sizeof what), c->ids[c->rank]);
+            hier_fail(c, status, rp_last_error());
+            break;
+        }
+        struct timespec ts = {0, polls < 100 ? 2000 : 50000};
+        nanosleep(&ts, NULL);
+    }
+    if (status == RP_OK && r->inner) status = r->inner->backend->ops->wait(r->inner, deadline);
+    free(r);
+    return status;
+}
+
+static rp_status hier_test(rp_comm_request *req, bool *done)
+{
+    hreq *r = (hreq *)req;
+    rp_comm *c = req->comm;
+    *done = false;
+    rp_status status = RP_OK;
+    if (!r->inner) {
+        bool found = false;
+        status = hreq_find(c, r, &found);
+        if (status != RP_OK) {
+            *done = true;
+            free(r);
+            return status;
+        }
+    }
+    if (!r->inner) return RP_OK;
+    status = r->inner->backend->ops->test(r->inner, done);
+    if (*done) free(r);
+    return status;
+}
+
+/* The MPI lanes of group g (collective over g's processes): lane l of process p is member pmembers[pstart[p] + l]. */
+static rp_status lanes_setup(group *g, const int *ids)
+{
+    if (!g->mpi) return RP_OK;
+    int *map = malloc((size_t)g->nproc * (size_t)g->lmax * sizeof *map);
+    if (!map) return RP_ERROR(RP_ERR_NOMEM, "hierarchical communicator: lane table");
+    for (int p = 0; p < g->nproc; p++)
+        for (int l = 0; l < g->lmax; l++) {
+            int j = g->pstart[p] + l;
+            map[p * g->lmax + l] = j < g->pstart[p + 1] ? g->pmembers[j] : -1;
+        }
+    rp_status status = rp_mpi_p2p_setup(g->mpi, g->lmax, map, ids);
+    free(map);
+    return status;
+}
+
 /* ---- split ------------------------------------------------------------------------------ */
 
 static int cmp_i64(const void *a, const void *b)
@@ -385,6 +550,10 @@ static rp_status make_groups(rp_comm *c, const int64_t *all, const int64_t *colo
             if (!made) return RP_ERROR(RP_ERR_NOMEM, "rp_comm_split: out of memory");
         }
         if (several) RP_CHECK(rp_comm_split(g->mpi, made ? 0 : -1, first, made ? &made->mpi : &(rp_comm *){NULL}));
+        if (made && made->mpi) {
+            for (int j = 0; j < n; j++) world[j] = c->ids[order[j]]; /* world[] is free now: the group's ids */
+            RP_CHECK(lanes_setup(made, world));
+        }
     }
     return RP_OK;
 }
@@ -455,6 +624,11 @@ static const rp_comm_ops hier_ops = {
     .fail = hier_fail,
     .broken = hier_broken,
     .destroy = hier_destroy,
+    .isend = hier_isend,
+    .irecv = hier_irecv,
+    .wait = hier_wait,
+    .test = hier_test,
+    .probe = hier_probe,
 };
 
 /* ---- create ----------------------------------------------------------------------------- */
@@ -499,6 +673,7 @@ rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s)
     if (R > 1) {
         g->mpi = mpi;
         mpi = NULL;
+        RP_TRY(lanes_setup(g, ids));
     }
     for (int t = 0; t < n; t++) {
         RP_TRY(handle_create(&comms[t], g, locals[t], r * n + t, size, ids, timeout_s));

@@ -40,6 +40,9 @@ static void read_env(void)
     const char *timeout = getenv("RP_COMM_TIMEOUT");
     env.comm_timeout = timeout ? atof(timeout) : 0;
     if (!(env.comm_timeout > 0)) env.comm_timeout = 300;
+    /* The runtime's watchdog: end the process when a replica is stuck outside every collective. */
+    const char *stuck = getenv("RP_STUCK_EXIT");
+    env.stuck_exit = stuck && *stuck && strcmp(stuck, "0") != 0;
 }
 
 const rp_env *rp_env_get(void)

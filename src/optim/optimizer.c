@@ -21,11 +21,29 @@ struct rp_optimizer {
     int64_t numel;       /* trainable elements of params */
     float *state;        /* [slots * numel], zeroed at create */
     int64_t steps;       /* updates applied so far */
-    rp_optimizer_hook before, after; /* the distributed runtime's, or NULL */
-    rp_optimizer_update update;      /* applies the update elsewhere (parameter servers), or NULL */
-    void (*release)(void *ctx);
-    void *hook_ctx;
+    /* Hook sets, in the order added (rp_optimizer_add_hooks); rp_optimizer_set_hooks() owns
+       the one flagged `slot`, kept at the position where it was first set. */
+    struct hook_set *hooks;
+    int nhooks, hooks_cap;
+    /* Whose update replaces the rule (at most one set's), or -1; found once per change, not per step. */
+    int updater;
 };
+
+typedef struct hook_set {
+    rp_optimizer_hooks h;
+    void *ctx;
+    bool slot; /* set by rp_optimizer_set_hooks()/set_update() */
+} hook_set;
+
+/*
+ * The optimizers stepped on this thread since the runtime last asked (at most
+ * RP_OPTIM_THREAD_MAX distinct ones): the runtime checks after each run that a
+ * plain optimizer did not leave the replicas' parameters apart.
+ */
+#define RP_OPTIM_THREAD_MAX 8
+static _Thread_local rp_optimizer *stepped[RP_OPTIM_THREAD_MAX];
+static _Thread_local int64_t stepped_count[RP_OPTIM_THREAD_MAX];
+static _Thread_local int nstepped;
 
 /*
  * SGD, Nesterov momentum and weight decay 0.9/false/0; Adam's betas and eps
@@ -238,6 +256,7 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
     o->slots = rp_optim_slots(cfg);
     o->numel = numel;
     o->steps = 0;
+    o->updater = -1;
     if (o->slots > 0 && numel > 0) {
         size_t bytes = (size_t)o->slots * (size_t)numel * sizeof(float);
         o->state = rp_calloc(bytes);
@@ -254,7 +273,17 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
 void rp_optimizer_destroy(rp_optimizer *opt)
 {
     if (!opt) return;
-    if (opt->release) opt->release(opt->hook_ctx);
+    /* Released in reverse order of adding: a later set may rely on an earlier one's state. */
+    for (int i = opt->nhooks - 1; i >= 0; i--)
+        if (opt->hooks[i].h.release) opt->hooks[i].h.release(opt->hooks[i].ctx);
+    for (int i = 0; i < nstepped; i++)
+        if (stepped[i] == opt) {
+            stepped[i] = stepped[nstepped - 1];
+            stepped_count[i] = stepped_count[nstepped - 1];
+            nstepped--;
+            break;
+        }
+    rp_free(opt->hooks);
     rp_free(opt->state);
     rp_free(opt);
 }
@@ -307,6 +336,19 @@ static rp_status nonfinite_error(const rp_optimizer *opt, const float *grad, int
                     (double)grad[at], (long long)at);
 }
 
+/* Counts a step of `opt` on this thread (rp_optimizer_stepped_here()); a fixed table, no allocation. */
+static void note_stepped(rp_optimizer *opt)
+{
+    for (int i = 0; i < nstepped; i++)
+        if (stepped[i] == opt) {
+            stepped_count[i]++;
+            return;
+        }
+    if (nstepped == RP_OPTIM_THREAD_MAX) return;
+    stepped[nstepped] = opt;
+    stepped_count[nstepped++] = 1;
+}
+
 /*
  * One update of every trainable parameter with rate `lr`, then zeroed
  * gradients. The whole gradient block is checked first, so a NaN or infinity
@@ -321,7 +363,8 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
         return RP_ERROR(RP_ERR_INVALID, "learning rate lr = %g: must be finite and >= 0",
                         (double)lr);
 
-    if (opt->before) RP_CHECK(opt->before(opt, opt->hook_ctx));
+    for (int i = 0; i < opt->nhooks; i++)
+        if (opt->hooks[i].h.before) RP_CHECK(opt->hooks[i].h.before(opt, opt->hooks[i].ctx));
     float *param = rp_params_data(opt->params);
     float *grad = rp_params_grad(opt->params);
     int64_t n = opt->numel;
@@ -331,27 +374,112 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
     }
 
     int64_t t = opt->steps + 1;
-    if (opt->update) RP_CHECK(opt->update(opt, lr, opt->hook_ctx));
-    else rp_optim_apply(&opt->cfg, param, grad, opt->state, n, lr, t);
+    if (opt->updater >= 0) {
+        const hook_set *u = &opt->hooks[opt->updater];
+        RP_CHECK(u->h.update(opt, lr, u->ctx));
+    } else {
+        rp_optim_apply(&opt->cfg, param, grad, opt->state, n, lr, t);
+    }
     opt->steps = t;
     rp_params_zero_grad(opt->params);
-    return opt->after ? opt->after(opt, opt->hook_ctx) : RP_OK;
+    note_stepped(opt);
+    for (int i = opt->nhooks - 1; i >= 0; i--)
+        if (opt->hooks[i].h.after) RP_CHECK(opt->hooks[i].h.after(opt, opt->hooks[i].ctx));
+    return RP_OK;
+}
+
+static void find_updater(rp_optimizer *opt)
+{
+    opt->updater = -1;
+    for (int i = 0; i < opt->nhooks; i++)
+        if (opt->hooks[i].h.update && (opt->updater < 0 || opt->hooks[i].slot)) opt->updater = i;
+}
+
+/* A new hook set at the end of the list (grown by doubling; never in the step). */
+static hook_set *append_set(rp_optimizer *opt)
+{
+    if (opt->nhooks == opt->hooks_cap) {
+        int cap = opt->hooks_cap ? 2 * opt->hooks_cap : 4;
+        hook_set *grown = rp_calloc((size_t)cap * sizeof *grown);
+        if (!grown) return NULL;
+        if (opt->nhooks) memcpy(grown, opt->hooks, (size_t)opt->nhooks * sizeof *grown);
+        rp_free(opt->hooks);
+        opt->hooks = grown;
+        opt->hooks_cap = cap;
+    }
+    hook_set *e = &opt->hooks[opt->nhooks++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
+
+rp_status rp_optimizer_add_hooks(rp_optimizer *opt, const rp_optimizer_hooks *h, void *ctx)
+{
+    if (!opt || !h) return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_add_hooks: %s is NULL", opt ? "hooks" : "optimizer");
+    if (h->update)
+        for (int i = 0; i < opt->nhooks; i++)
+            if (opt->hooks[i].h.update)
+                return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_add_hooks: hook set %d already replaces the "
+                                "update (at most one set may; this optimizer has %d sets)", i, opt->nhooks);
+    hook_set *e = append_set(opt);
+    if (!e) return RP_ERROR(RP_ERR_NOMEM, "cannot grow the optimizer's hook list past %d sets", opt->nhooks);
+    e->h = *h;
+    e->ctx = ctx;
+    find_updater(opt);
+    return RP_OK;
+}
+
+static hook_set *slot_set(rp_optimizer *opt)
+{
+    for (int i = 0; i < opt->nhooks; i++)
+        if (opt->hooks[i].slot) return &opt->hooks[i];
+    return NULL;
 }
 
 void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_optimizer_hook after,
                             void (*release)(void *ctx), void *ctx)
 {
-    if (opt->release) opt->release(opt->hook_ctx);
-    opt->before = before;
-    opt->after = after;
-    opt->release = release;
-    opt->hook_ctx = ctx;
-    opt->update = NULL;
+    if (!opt) return;
+    hook_set *e = slot_set(opt);
+    if (e && e->h.release) e->h.release(e->ctx);
+    if (!e) e = append_set(opt);
+    if (!e) {
+        /* Out of memory for a 4-entry array: the old hooks are kept, the failure recorded. */
+        rp_error_set(RP_ERR_NOMEM, __FILE__, __LINE__, "rp_optimizer_set_hooks: cannot grow the hook list");
+        if (release) release(ctx);
+        return;
+    }
+    e->h.before = before;
+    e->h.after = after;
+    e->h.release = release;
+    e->h.update = NULL;
+    e->ctx = ctx;
+    e->slot = true;
+    find_updater(opt);
 }
 
 void rp_optimizer_set_update(rp_optimizer *opt, rp_optimizer_update update)
 {
-    opt->update = update;
+    if (!opt) return;
+    hook_set *e = slot_set(opt);
+    if (!e) {
+        rp_optimizer_set_hooks(opt, NULL, NULL, NULL, NULL);
+        e = slot_set(opt);
+        if (!e) return;
+    }
+    e->h.update = update;
+    find_updater(opt);
+}
+
+int rp_optimizer_stepped_here(rp_optimizer **opts, int64_t *steps, int max)
+{
+    int n = 0;
+    for (int i = 0; i < nstepped && n < max; i++, n++) {
+        if (opts) opts[n] = stepped[i];
+        if (steps) steps[n] = stepped_count[i];
+    }
+    int total = nstepped;
+    nstepped = 0;
+    return total;
 }
 
 rp_params *rp_optimizer_params(const rp_optimizer *opt)

@@ -8,14 +8,38 @@
  * and then "leaves" the communicator, so a peer still waiting for it in a
  * collective fails at once instead of at the timeout. Before the next run
  * (no replica is running then) every member rejoins.
+ *
+ * How replicas combine their work is a strategy table (strategy.h) chosen
+ * once here at create; this file only dispatches through it, and never
+ * asks which one it holds.
+ *
+ * The watchdog. A replica stuck in user code (a loop, a deadlock of its own)
+ * is in no collective, so comm's timeout cannot end it: its peers time out
+ * waiting for it and return, and run() would wait for it forever. So run()
+ * waits in slices: once a peer has failed, a replica that has been in its
+ * step function longer than the timeout and has not returned one more
+ * timeout (at least 2 s) after its peers left (a replica in a collective
+ * fails at once when its peers leave) is declared stuck and the run returns an error naming
+ * it. A thread cannot be killed: it is abandoned (see runtime.h).
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+#include <unistd.h>
+
 #include "kernels/kernels.h"
-#include "replicator/ps.h"
-#include "replicator/replicator_internal.h"
+#include "replicator/strategy.h"
+
+/* The strategy of each regime: a lookup, so that nothing below branches on the regime. */
+static const rp_strategy *const strategies[] = {
+    [RP_REGIME_SYNC] = &rp_strategy_sync,
+    [RP_REGIME_ASYNC] = &rp_strategy_async,
+};
 
 rp_config rp_config_default(void)
 {
@@ -26,6 +50,7 @@ rp_config rp_config_default(void)
     c.checksum_every = 100;
     c.ps = 1;
     c.staleness = -1;
+    c.stuck_exit = rp_env_get()->stuck_exit;
     return c;
 }
 
@@ -38,7 +63,7 @@ static int threads_per_replica(const rp_replicator *r)
 {
     const rp_config *cfg = &r->cfg;
     if (cfg->threads_per_replica > 0) return cfg->threads_per_replica;
-    bool mpi = strcmp(rp_comm_backend(r->reps[0].comm), "threads") != 0;
+    bool mpi = r->layout != RP_LAYOUT_THREADS;
     int ranks_here = mpi && !rp_cpu_bound() ? rp_env_get()->mpi_local_ranks : 1;
     int t = rp_cpu_count() / (r->n * ranks_here);
     return t > 0 ? t : 1;
@@ -110,27 +135,66 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
 
 /* ---- running a function on every replica ------------------------------------------ */
 
+/*
+ * Divergence left by a plain optimizer (rp_optimizer_create) inside the replicas: the
+ * optimizers stepped on this replica's thread in this run that its strategy does not own.
+ * Their parameter values are hashed and compared in the report exchange below, so a
+ * plain optimizer that moved replicas apart is caught at the end of the first run in
+ * which it stepped, at no extra collective; one that kept them identical (a user who
+ * all-reduced the gradients by hand) passes.
+ */
+#define PLAIN_MAX 8
+static void plain_steps(rp_replica *rep, int64_t *steps, int64_t *hash)
+{
+    rp_optimizer *opts[PLAIN_MAX];
+    int64_t counts[PLAIN_MAX];
+    int n = rp_optimizer_stepped_here(opts, counts, PLAIN_MAX);
+    if (n > PLAIN_MAX) n = PLAIN_MAX;
+    uint64_t h = 0x6a09e667f3bcc909ull;
+    *steps = 0;
+    for (int i = 0; i < n; i++) {
+        if (rep->r->strategy->owns && rep->r->strategy->owns(rep, opts[i])) continue;
+        rp_params *p = rp_optimizer_params(opts[i]);
+        h = (h ^ rp_strategy_hash_floats(rp_params_data(p), rp_params_trainable_numel(p))) * 0x100000001b3ull;
+        *steps += counts[i];
+    }
+    *hash = (int64_t)(h >> 1);
+}
+
 /* All replicas' reports, checked and reduced in replica order into rep->r->results. */
 static rp_status reduce_reports(rp_replica *rep)
 {
     rp_replicator *r = rep->r;
     int n = rep->count, k = rep->nreports;
-    bool keeper = rep->local == 0; /* the results are kept by this process's first replica */
+    bool keeper = rep->local == r->keeper; /* the results are this process's first worker's in the run */
     if (n == 1) {
-        memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
-        r->nresults = k;
+        if (keeper) {
+            memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
+            r->nresults = k;
+        }
         return RP_OK;
     }
     /* After a collective error nothing can be reduced; a run that reports nothing (a clean-up) still succeeds. */
     if (k == 0 && rp_comm_broken(rep->comm)) return RP_OK;
-    int64_t mine = k, *all = rep->gather;
-    RP_CHECK(rp_all_gather(rep, &mine, all, 1, RP_I64));
+    int64_t mine[3] = {k, 0, 0}, *all = rep->gather;
+    if (r->strategy->identical) plain_steps(rep, &mine[1], &mine[2]);
+    rt_internal_begin(rep->comm, "the runtime's report all-gather");
+    rp_status status = rp_all_gather(rep, mine, all, 3, RP_I64);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
     for (int q = 1; q < n; q++)
-        if (all[q] != all[0])
+        if (all[3 * q] != all[0])
             return RP_ERROR(RP_ERR_MISMATCH, "report mismatch: replica 0 reported %lld values in "
                             "this run and replica %d %lld; every replica must call "
                             "rp_replica_report() with the same names in the same order",
-                            (long long)all[0], q, (long long)all[q]);
+                            (long long)all[0], q, (long long)all[3 * q]);
+    for (int q = 1; q < n; q++)
+        if ((all[1] > 0 || all[3 * q + 1] > 0) && all[3 * q + 2] != all[2])
+            return RP_ERROR(RP_ERR_MISMATCH, "the replicas diverged: after this run the parameters of "
+                            "the plain optimizer(s) stepped on replica %d (%lld steps) differ from replica "
+                            "0's (%lld steps); an optimizer made by rp_optimizer_create() does not "
+                            "all-reduce the gradients: make it with rp_replica_optimizer_create()",
+                            q, (long long)all[3 * q + 1], (long long)all[1]);
     if (k == 0) {
         if (keeper) r->nresults = 0;
         return RP_OK;
@@ -140,7 +204,10 @@ static rp_status reduce_reports(rp_replica *rep)
         packed[2 * i] = (int64_t)(rp_hash_str((uint64_t)rep->reports[i].op, rep->reports[i].name) >> 1);
         memcpy(&packed[2 * i + 1], &rep->reports[i].value, sizeof(double));
     }
-    RP_CHECK(rp_all_gather(rep, packed, all, 2 * k, RP_I64));
+    rt_internal_begin(rep->comm, "the runtime's report all-gather");
+    status = rp_all_gather(rep, packed, all, 2 * k, RP_I64);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
     for (int i = 0; i < k; i++) {
         double acc = 0;
         for (int q = 0; q < n; q++) {
@@ -169,29 +236,47 @@ static rp_status reduce_reports(rp_replica *rep)
     return RP_OK;
 }
 
+/* Tells the peers on every communicator of rep that its step ended (see rp_comm_leave). */
+static void leave_all(rp_replica *rep, rp_status status)
+{
+    const char *why = status == RP_OK ? "it returned" : rep->error;
+    for (int i = 0; i < rep->nlive; i++) rp_comm_leave(rep->live[i], status, why);
+}
+
+static void rejoin_all(rp_replica *rep)
+{
+    for (int i = 0; i < rep->nlive; i++) rp_comm_rejoin(rep->live[i]);
+}
+
 /* One replica's part of a run. */
 static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t generation)
 {
+    const rp_strategy *st = rep->r->strategy;
     rp_tape_reset(rep->tape);
     rep->nreports = 0;
-    rp_async_join(rep, generation);
+    rep->blame = -1;
+    (void)rp_optimizer_stepped_here(NULL, NULL, 0); /* what stepped between runs is not this run's */
+    if (st->phase_begin) st->phase_begin(rep, generation);
     rp_error_clear();
+    __atomic_store_n(&rep->started_ns, rp_now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&rep->running, true, __ATOMIC_RELEASE);
     rp_status status = fn(rep, arg);
-    rp_async_leave(rep);
+    __atomic_store_n(&rep->running, false, __ATOMIC_RELEASE);
+    if (st->phase_end) st->phase_end(rep);
     if (status == RP_OK) status = reduce_reports(rep);
     rep->status = status;
     if (status != RP_OK) {
         const char *msg = rp_last_error();
         snprintf(rep->error, sizeof rep->error, "%s", *msg ? msg : "the function returned an error without a message");
     }
-    rp_comm_leave(rep->comm, status, status == RP_OK ? "it returned" : rep->error);
+    leave_all(rep, status);
 }
 
 static void *worker_main(void *p)
 {
     rp_replica *rep = p;
     rp_replicator *r = rep->r;
-    rp_log_set_replica(rep->id);
+    rp_log_set_replica(rep->worker);
     rp_kernels_set_threads(threads_per_replica(r));
     uint64_t seen = 0;
     pthread_mutex_lock(&r->mu);
@@ -201,10 +286,103 @@ static void *worker_main(void *p)
         seen = r->generation;
         rp_replica_fn fn = r->fn;
         void *arg = r->arg;
+        bool skip = rep->busy; /* its role was started: it runs on its own thread */
         pthread_mutex_unlock(&r->mu);
-        run_one(rep, fn, arg, seen);
+        if (!skip) run_one(rep, fn, arg, seen);
         pthread_mutex_lock(&r->mu);
+        /* Declared stuck by the watchdog: the run was counted without it, and the replicator
+           will not run again; this thread just ends (its memory is never freed under it). */
+        if (rep->abandoned) {
+            rep->exited = true;
+            break;
+        }
+        rep->done = true;
         if (++r->finished == r->n - 1) pthread_cond_signal(&r->done);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/*
+ * The watchdog's test (under r->mu): a local replica still in its step function,
+ * for longer than the timeout, one more timeout (at least 2 s) after a failure of a
+ * peer was seen here. A replica in a collective fails at once when its peers leave,
+ * so one still running then is in user code; the grace lets a slow one (a long
+ * sleep, a big evaluation) come back on its own. Returns it, or NULL.
+ */
+static rp_replica *find_stuck(rp_replicator *r, double failed_at, double now)
+{
+    if (failed_at <= 0) return NULL;
+    double timeout = r->cfg.timeout_s, grace = fmax(2.0, timeout);
+    if (now - failed_at < grace) return NULL;
+    for (int i = 0; i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (rep->abandoned || rep->busy || !__atomic_load_n(&rep->running, __ATOMIC_ACQUIRE)) continue;
+        double since = (double)__atomic_load_n(&rep->started_ns, __ATOMIC_RELAXED) * 1e-9;
+        if (now - since >= timeout) return rep;
+    }
+    return NULL;
+}
+
+/* The time a failure of a local replica was first seen in this run (0: none yet); under r->mu. */
+static void note_failures(rp_replicator *r, double *failed_at, double now)
+{
+    if (*failed_at > 0) return;
+    for (int i = 0; i < r->n; i++) {
+        const rp_replica *rep = &r->reps[i];
+        if (rep->done && rep->status != RP_OK) {
+            *failed_at = now;
+            return;
+        }
+    }
+}
+
+static void stuck_message(char *out, size_t size, const rp_replica *rep, double now, const char *then)
+{
+    double since = (double)__atomic_load_n(&rep->started_ns, __ATOMIC_RELAXED) * 1e-9;
+    snprintf(out, size, "replica %d has been in its step function for %.0f s and did not reach a "
+             "collective; its peers timed out waiting%s", rep->id, now - since, then);
+}
+
+/* cfg.stuck_exit: the process ends, for a replica that can never return. */
+static void stuck_exit(rp_replica *rep, double now)
+{
+    char msg[512];
+    stuck_message(msg, sizeof msg, rep, now, "");
+    rp_log(RP_LOG_ERROR, "%s; ending the process (stuck_exit / RP_STUCK_EXIT)", msg);
+    rp_comm_mpi_abort(RP_STUCK_EXIT_CODE);
+    _exit(RP_STUCK_EXIT_CODE);
+}
+
+/*
+ * The watchdog thread, only with cfg.stuck_exit: it also watches local replica 0,
+ * which runs on the caller's thread, so that run() itself cannot notice it stuck.
+ */
+static void *watchdog_main(void *p)
+{
+    rp_replicator *r = p;
+    double failed_at = 0;
+    uint64_t gen = 0;
+    pthread_mutex_lock(&r->mu);
+    while (!r->quit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->wake, &r->mu, &ts);
+        if (r->quit) break;
+        if (r->generation != gen) {
+            gen = r->generation;
+            failed_at = 0;
+        }
+        if (!r->in_run) continue;
+        double now = rp_now_s();
+        note_failures(r, &failed_at, now);
+        rp_replica *stuck = find_stuck(r, failed_at, now);
+        if (stuck) stuck_exit(stuck, now);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
@@ -216,12 +394,21 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     if (r->server)
         return RP_ERROR(RP_ERR_INVALID, "this process is a parameter server (one of the last %d ranks), "
                         "not a replica: call rp_replicator_serve()", r->cfg.ps);
-    for (int i = 0; i < r->n; i++) rp_comm_rejoin(r->reps[i].comm);
+    if (r->abandoned)
+        return RP_ERROR(RP_ERR_INVALID, "the replicator cannot run again: a replica was left stuck in its "
+                        "step function in an earlier run (%s)", r->abandoned_error);
+    for (int i = 0; i < r->n; i++)
+        if (!r->reps[i].busy) rejoin_all(&r->reps[i]);
     r->claims = 0;
     pthread_mutex_lock(&r->mu);
     r->fn = fn;
     r->arg = arg;
     r->finished = 0;
+    r->keeper = 0;
+    for (int i = 0; i < r->n; i++) r->reps[i].done = false;
+    for (int i = r->n - 1; i >= 0; i--)
+        if (!r->reps[i].busy) r->keeper = i;
+    r->in_run = true;
     r->generation++;
     pthread_cond_broadcast(&r->start);
     pthread_mutex_unlock(&r->mu);
@@ -232,21 +419,52 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     char saved_error[1024];
     snprintf(saved_error, sizeof saved_error, "%s", rp_last_error());
     int saved_threads = rp_kernels_get_threads();
-    rp_log_set_replica(r->reps[0].id);
+    rp_log_set_replica(r->reps[0].worker);
     rp_kernels_set_threads(threads_per_replica(r));
-    run_one(&r->reps[0], fn, arg, r->generation);
+    if (!r->reps[0].busy) run_one(&r->reps[0], fn, arg, r->generation);
     rp_kernels_set_threads(saved_threads);
     rp_log_set_replica(-1);
 
+    /* The others, in slices of 200 ms once one has failed, for the watchdog. */
     pthread_mutex_lock(&r->mu);
-    while (r->finished < r->n - 1) pthread_cond_wait(&r->done, &r->mu);
+    r->reps[0].done = true;
+    double failed_at = 0;
+    char stuck_error[512] = "";
+    while (r->finished < r->n - 1) {
+        double now = rp_now_s();
+        note_failures(r, &failed_at, now);
+        rp_replica *stuck = find_stuck(r, failed_at, now);
+        if (stuck) {
+            if (r->cfg.stuck_exit) stuck_exit(stuck, now);
+            /* Its own status and message are its thread's, should it come back: not touched here. */
+            if (!*stuck_error)
+                stuck_message(stuck_error, sizeof stuck_error, stuck, now,
+                              " (its thread is abandoned: the replicator cannot run again)");
+            stuck->abandoned = true;
+            snprintf(r->abandoned_error, sizeof r->abandoned_error, "replica %d", stuck->id);
+            r->abandoned = true;
+            r->finished++;
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->done, &r->mu, &ts);
+    }
+    r->in_run = false;
     pthread_mutex_unlock(&r->mu);
 
-    /* The error that started it: a replica's own failure before a peer's "replica k failed". */
+    /* The error that started it: a stuck replica, then a replica's own failure before a peer's
+       "replica k failed"; a failure the replicas agreed on names the replica they blamed. */
+    if (*stuck_error) return rp_error_set(RP_ERR_TIMEOUT, NULL, 0, "%s", stuck_error);
     const rp_replica *cause = NULL;
     for (int i = 0; i < r->n; i++) {
         const rp_replica *rep = &r->reps[i];
-        if (rep->status == RP_OK) continue;
+        if (rep->busy || rep->status == RP_OK) continue;
         if (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)) cause = rep;
     }
     if (!cause) {
@@ -255,7 +473,8 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
         return RP_OK;
     }
     if (cause->count == 1) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
-    return rp_error_set(cause->status, NULL, 0, "replica %d: %s", cause->id, cause->error);
+    int who = cause->blame >= 0 ? cause->blame : cause->id;
+    return rp_error_set(cause->status, NULL, 0, "replica %d: %s", who, cause->error);
 }
 
 /* ---- create / destroy ----------------------------------------------------------------- */
@@ -266,24 +485,50 @@ void rp_replicator_destroy(rp_replicator *r)
     pthread_mutex_lock(&r->mu);
     r->quit = true;
     pthread_cond_broadcast(&r->start);
+    pthread_cond_broadcast(&r->wake);
     pthread_mutex_unlock(&r->mu);
-    for (int i = 0; i < r->n; i++) {
+    if (r->watchdog_started) pthread_join(r->watchdog, NULL);
+    /* A started role not waited for: its functions are expected to return (destroy waits). */
+    for (int i = 0; r->reps && i < r->n; i++)
+        if (r->reps[i].busy) {
+            pthread_join(r->reps[i].started, NULL);
+            r->reps[i].busy = false;
+        }
+    /* A stuck thread that comes back within the grace (2 s) ends: then everything is freed
+       as usual. Only a thread still stuck after that is left with the memory it uses. */
+    bool stuck = false;
+    for (double t0 = rp_now_s();;) {
+        stuck = false;
+        pthread_mutex_lock(&r->mu);
+        for (int i = 0; r->reps && i < r->n; i++) stuck |= r->reps[i].abandoned && !r->reps[i].exited;
+        pthread_mutex_unlock(&r->mu);
+        if (!stuck || rp_now_s() - t0 > 2.0) break;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; r->reps && i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
-        if (rep->thread_started) pthread_join(rep->thread, NULL);
+        if (!rep->thread_started) continue;
+        if (rep->abandoned && stuck) pthread_detach(rep->thread);
+        else pthread_join(rep->thread, NULL);
     }
-    for (int k = 0; k < RP_ASYNC_SETS_MAX; k++) {
-        for (int i = 0; r->ps_sets[k] && i < r->n; i++) rp_ps_destroy(r->ps_sets[k][i]);
-        free(r->ps_sets[k]);
+    if (stuck) {
+        /* A stuck thread may still return into its replica, tape and communicator: they stay. */
+        rp_log(RP_LOG_WARN, "replicator: %s was left stuck in its step function; its replicator's "
+               "memory is not freed", r->abandoned_error);
+        return;
     }
-    /* The servers stop once every replica's process has said goodbye. */
-    rp_ps_group_destroy(r->ps_group);
-    for (int i = 0; i < r->n; i++) {
+    for (int i = 0; r->reps && i < r->n; i++)
+        if (r->strategy->replica_destroy) r->strategy->replica_destroy(&r->reps[i]);
+    if (r->strategy && r->strategy->destroy) r->strategy->destroy(r);
+    for (int i = 0; r->reps && i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
         rp_tape_destroy(rep->tape);
-        rp_comm_destroy(rep->comm);
+        rp_topology_destroy(rep);
         free(rep->gather);
         free(rep->bn_scratch);
     }
+    pthread_cond_destroy(&r->wake);
     pthread_cond_destroy(&r->done);
     pthread_cond_destroy(&r->start);
     pthread_mutex_destroy(&r->mu);
@@ -315,14 +560,28 @@ static rp_status check_config(const rp_config *c)
     return RP_OK;
 }
 
+/* The runtime's own run at create: every worker makes its role and axis communicators. */
+static rp_status split_fn(rp_replica *rep, void *arg)
+{
+    return rp_topology_split(rep);
+}
+
 rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
 {
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
     *out = NULL;
     RP_CHECK(check_config(cfg));
+    rp_role roles[RP_ROLES_MAX];
+    int nroles = 0, total = 0;
+    RP_CHECK(rp_topology_resolve(cfg, roles, &nroles, &total));
+    if (nroles > 0 && cfg->regime != RP_REGIME_SYNC)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "roles (nroles = %d) with the async regime: the parameter "
+                        "servers make their own layout; give no roles, or train a role synchronously",
+                        nroles);
     rp_status status = RP_OK;
     bool mpi = cfg->backend == RP_BACKEND_MPI || (cfg->backend == RP_BACKEND_AUTO && rp_comm_mpi_launched());
-    int n = cfg->replicas; /* in this process: under MPI, on each rank */
+    /* Workers in this process: under MPI `replicas` on each rank; on threads, with roles, all of them. */
+    int n = nroles > 0 && !mpi ? total : cfg->replicas;
     rp_replicator *r = calloc(1, sizeof *r);
     rp_comm **comms = calloc((size_t)n, sizeof *comms);
     if (!r || !comms) {
@@ -333,49 +592,69 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     r->cfg = *cfg;
     if (r->cfg.timeout_s == 0) r->cfg.timeout_s = rp_env_get()->comm_timeout;
     r->n = n;
+    r->strategy = strategies[cfg->regime];
+    r->nroles = nroles;
+    memcpy(r->roles, roles, sizeof roles);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->start, NULL);
     pthread_cond_init(&r->done, NULL);
+    pthread_cond_init(&r->wake, NULL);
     r->reps = calloc((size_t)n, sizeof *r->reps);
     if (!r->reps) {
         status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d replicas", n);
         goto cleanup;
     }
-    if (mpi && cfg->regime == RP_REGIME_ASYNC && n > 1) {
-        status = RP_ERROR(RP_ERR_UNSUPPORTED, "asynchronous training under MPI runs one replica per rank "
-                          "(asked for %d in each): start more ranks instead", n);
-        goto cleanup;
-    } else if (mpi && cfg->regime == RP_REGIME_ASYNC) {
-        /* The last cfg.ps ranks serve; the others are the replicas, with a communicator of their own. */
-        RP_TRY(rp_ps_mpi_group_create(&r->ps_group, cfg->ps, r->cfg.timeout_s));
-        r->server = rp_ps_group_is_server(r->ps_group);
-        rp_comm *world = NULL;
-        RP_TRY(rp_comm_mpi_create(&world, r->cfg.timeout_s));
-        status = rp_comm_split(world, r->server ? 1 : 0, rp_comm_rank(world), &comms[0]);
-        rp_comm_destroy(world);
-        if (status != RP_OK) goto cleanup;
+    /* The strategy may take ranks for a role of its own and hand back the replicas' world. */
+    rp_comm *world = NULL;
+    if (r->strategy->create) RP_TRY(r->strategy->create(r, mpi, &world));
+    if (world) {
+        comms[0] = world;
+        r->layout = RP_LAYOUT_MPI;
     } else if (mpi && n == 1) {
         RP_TRY(rp_comm_mpi_create(&comms[0], r->cfg.timeout_s));
+        r->layout = RP_LAYOUT_MPI;
     } else if (mpi) {
         RP_TRY(rp_comm_hier_create(comms, n, r->cfg.timeout_s));
+        r->layout = RP_LAYOUT_HIER;
     } else {
         RP_TRY(rp_comm_threads_create(comms, n, NULL, r->cfg.timeout_s));
+        r->layout = RP_LAYOUT_THREADS;
     }
     for (int i = 0; i < n; i++) {
         rp_replica *rep = &r->reps[i];
         rep->r = r;
         rep->local = i;
-        rep->id = rp_comm_rank(comms[i]);
-        rep->count = rp_comm_size(comms[i]);
-        rep->comm = comms[i];
+        rep->blame = -1;
+        rep->world = comms[i];
         comms[i] = NULL;
-        rep->gather = malloc((size_t)rep->count * 2 * RP_REPORTS_MAX * sizeof(int64_t));
+        rep->worker = rp_comm_rank(rep->world);
+        rep->workers = rp_comm_size(rep->world);
+        /* Until the split: the world is the data axis (for good, in a one-role flat job). */
+        rep->comm = rep->world;
+        rep->id = rep->worker;
+        rep->count = rep->workers;
+    }
+    if (r->nroles == 0) {
+        /* Today's layouts as roles: every worker a replica; on an async server rank, a server. */
+        r->nroles = 1;
+        r->roles[0] = rp_role_make(r->server ? "server" : "replica", r->reps[0].workers, 1);
+        r->roles[0].first = 0;
+    } else if (r->reps[0].workers != total) {
+        status = RP_ERROR(RP_ERR_INVALID, "the roles hold %d workers but the job has %d (%s): under MPI "
+                          "ranks x replicas must equal the roles' workers", total, r->reps[0].workers,
+                          r->layout == RP_LAYOUT_THREADS ? "threads" : "ranks x replicas");
+        goto cleanup;
+    }
+    for (int i = 0; i < n; i++) {
+        rp_replica *rep = &r->reps[i];
+        rp_topology_assign(rep);
+        rep->gather = malloc((size_t)rep->workers * 2 * RP_REPORTS_MAX * sizeof(int64_t) + 3 * sizeof(int64_t));
         if (!rep->gather) {
             status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d", i);
             goto cleanup;
         }
         RP_TRY(rp_tape_create(&rep->tape, cfg->arena_bytes));
-        if (rep->count > 1) rp_tape_on_grad_ready(rep->tape, rp_sync_on_grad_ready, rep);
+        if (r->strategy->replica_init) RP_TRY(r->strategy->replica_init(rep));
     }
     for (int i = 1; i < n; i++) {
         rp_replica *rep = &r->reps[i];
@@ -386,8 +665,30 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         }
         rep->thread_started = true;
     }
-    rp_debug("replicator: %d replicas (%d here) x %d threads, %s backend, timeout %gs", r->reps[0].count,
-             n, threads_per_replica(r), rp_comm_backend(r->reps[0].comm), r->cfg.timeout_s);
+    /* Roles and axes: without collectives for a flat one-role job, else a run of the runtime's own. */
+    const rp_role *r0 = &r->roles[0];
+    if (r->nroles == 1 && r0->model == 1 && r0->pipe == 1) {
+        for (int i = 0; i < n; i++) RP_TRY(rp_topology_split(&r->reps[i]));
+    } else {
+        RP_TRY(rp_replicator_run(r, split_fn, NULL));
+    }
+    for (int i = 0; i < n; i++) {
+        rp_replica *rep = &r->reps[i];
+        /* A listener among others: a tracer or a user's callback stack with the strategy's. */
+        if (rep->count > 1 && r->strategy->grad_ready)
+            RP_TRY(rp_tape_add_grad_ready(rep->tape, r->strategy->grad_ready, rep));
+    }
+    if (r->cfg.stuck_exit && !r->server) {
+        int rc = pthread_create(&r->watchdog, NULL, watchdog_main, r);
+        if (rc != 0) {
+            status = RP_ERROR(RP_ERR_BACKEND, "cannot start the watchdog thread: %s", strerror(rc));
+            goto cleanup;
+        }
+        r->watchdog_started = true;
+    }
+    rp_debug("replicator: %d workers (%d here) in %d role(s) x %d threads, %s backend, %s strategy, timeout %gs",
+             r->reps[0].workers, n, r->nroles, threads_per_replica(r), rp_comm_backend(r->reps[0].world),
+             r->strategy->name, r->cfg.timeout_s);
     *out = r;
     r = NULL;
 cleanup:
@@ -406,12 +707,13 @@ bool rp_replicator_is_server(const rp_replicator *r) { return r->server; }
 
 rp_status rp_replicator_serve(rp_replicator *r)
 {
-    if (!r || !r->server) return RP_ERROR(RP_ERR_INVALID, "rp_replicator_serve on a replica's process");
-    return rp_ps_mpi_serve(r->ps_group);
+    if (!r || !r->server || !r->strategy->serve)
+        return RP_ERROR(RP_ERR_INVALID, "rp_replicator_serve on a replica's process");
+    return r->strategy->serve(r);
 }
 int rp_replicator_local_replicas(const rp_replicator *r) { return r->n; }
 int rp_replicator_threads_per_replica(const rp_replicator *r) { return threads_per_replica(r); }
-const char *rp_replicator_backend(const rp_replicator *r) { return rp_comm_backend(r->reps[0].comm); }
+const char *rp_replicator_backend(const rp_replicator *r) { return rp_comm_backend(r->reps[0].world); }
 int rp_replica_local_index(const rp_replica *rep) { return rep->local; }
 
 rp_replica *rp_replicator_replica(rp_replicator *r, int i)
@@ -492,4 +794,193 @@ rp_status rp_broadcast(rp_replica *rep, void *buf, int64_t count, rp_dtype dtype
 rp_status rp_barrier(rp_replica *rep)
 {
     return rp_comm_barrier(rep ? rep->comm : NULL);
+}
+
+rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *ctx)
+{
+    rp_replica *rep = ctx;
+    if (!rep) return RP_ERROR(RP_ERR_INVALID, "cross-replica batch norm needs the rp_replica as its ctx");
+    if (rep->count == 1) return RP_OK;
+    if (count + 1 > rep->bn_cap) {
+        /* Grows to the widest layer on the first step, then never again. */
+        double *grown = realloc(rep->bn_scratch, (size_t)(count + 1) * sizeof(double));
+        if (!grown) return RP_ERROR(RP_ERR_NOMEM, "cross-replica batch norm: %d sums", count);
+        rep->bn_scratch = grown;
+        rep->bn_cap = count + 1;
+    }
+    memcpy(rep->bn_scratch, sums, (size_t)count * sizeof(double));
+    rep->bn_scratch[count] = *n;
+    RP_CHECK(rp_comm_all_reduce(rep->comm, rep->bn_scratch, rep->bn_scratch, count + 1, RP_F64, RP_SUM));
+    memcpy(sums, rep->bn_scratch, (size_t)count * sizeof(double));
+    *n = rep->bn_scratch[count];
+    return RP_OK;
+}
+
+/* ---- the strategy's calls --------------------------------------------------------------- */
+
+rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params)
+{
+    if (!rep || !params) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
+    return rp_strategy_broadcast_params(rep, params);
+}
+
+rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_params *params,
+                                      const rp_optim_config *cfg)
+{
+    if (!rep || !opt) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
+    *opt = NULL;
+    RP_CHECK(rp_optimizer_create(opt, params, cfg));
+    rp_status status = rep->r->strategy->optimizer_create(rep, *opt, params, cfg);
+    if (status != RP_OK) {
+        rp_optimizer_destroy(*opt);
+        *opt = NULL;
+    }
+    return status;
+}
+
+rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt)
+{
+    if (!rep || !opt) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
+    return rep->r->strategy->fetch ? rep->r->strategy->fetch(rep, opt) : RP_OK;
+}
+
+rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt)
+{
+    if (!rep || !opt) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
+    if (!rep->r->strategy->publish) return rp_strategy_broadcast_state(rep, opt);
+    return rep->r->strategy->publish(rep, opt);
+}
+
+rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket)
+{
+    if (!rep || !ticket) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
+    if (!rep->r->strategy->claim) return rp_strategy_local_claim(rep, ticket);
+    return rep->r->strategy->claim(rep, ticket);
+}
+
+/* ---- topology ---------------------------------------------------------------------------- */
+
+int rp_replica_worker(const rp_replica *rep) { return rep->worker; }
+int rp_replica_workers(const rp_replica *rep) { return rep->workers; }
+const char *rp_replica_role(const rp_replica *rep) { return rep->r->roles[rep->role].name; }
+
+int rp_replica_coord(const rp_replica *rep, rp_axis axis)
+{
+    return (unsigned)axis < RP_AXES ? rep->coord[axis] : -1;
+}
+
+int rp_replica_axis_size(const rp_replica *rep, rp_axis axis)
+{
+    return (unsigned)axis < RP_AXES ? rep->shape[axis] : 0;
+}
+
+rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis)
+{
+    return (unsigned)axis < RP_AXES ? rep->axis[axis] : NULL;
+}
+
+rp_comm *rp_replica_role_comm(rp_replica *rep) { return rep->role_comm; }
+rp_comm *rp_replica_world_comm(rp_replica *rep) { return rep->world; }
+
+int rp_replica_in_sync(const rp_replica *rep) { return rep->r->strategy->identical ? rep->count : 1; }
+
+int rp_replicator_roles(const rp_replicator *r) { return r ? r->nroles : 0; }
+
+const rp_role *rp_replicator_role(const rp_replicator *r, int i)
+{
+    return r && i >= 0 && i < r->nroles ? &r->roles[i] : NULL;
+}
+
+static int role_index(const rp_replicator *r, const char *name)
+{
+    for (int i = 0; name && i < r->nroles; i++)
+        if (!strcmp(r->roles[i].name, name)) return i;
+    return -1;
+}
+
+static rp_status unknown_role(const rp_replicator *r, const char *name)
+{
+    char names[RP_ROLES_MAX * 34] = "";
+    for (int i = 0; i < r->nroles; i++) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%s'%s'", i ? ", " : "", r->roles[i].name);
+    }
+    return RP_ERROR(RP_ERR_INVALID, "no role named '%s' in this job (its roles: %s)", name ? name : "(null)", names);
+}
+
+/* A started worker: the role's function on a thread of its own, once. */
+static void *started_main(void *p)
+{
+    rp_replica *rep = p;
+    rp_log_set_replica(rep->worker);
+    rp_kernels_set_threads(threads_per_replica(rep->r));
+    rp_tape_reset(rep->tape);
+    rep->nreports = 0;
+    rep->blame = -1;
+    rp_error_clear();
+    rp_status status = rep->start_fn(rep, rep->start_arg);
+    rep->status = status;
+    if (status != RP_OK) {
+        const char *msg = rp_last_error();
+        snprintf(rep->error, sizeof rep->error, "%s", *msg ? msg : "the function returned an error without a message");
+    }
+    leave_all(rep, status);
+    return NULL;
+}
+
+rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn fn, void *arg)
+{
+    if (!r || !fn) return RP_ERROR(RP_ERR_INVALID, "replicator or function is NULL");
+    int k = role_index(r, role);
+    if (k < 0) return unknown_role(r, role);
+    if (r->abandoned)
+        return RP_ERROR(RP_ERR_INVALID, "the replicator cannot start role '%s': a replica was left stuck in "
+                        "its step function in an earlier run (%s)", role, r->abandoned_error);
+    for (int i = 0; i < r->n; i++)
+        if (r->reps[i].role == k && r->reps[i].busy)
+            return RP_ERROR(RP_ERR_INVALID, "role '%s' is already started: rp_replicator_wait() for it first", role);
+    /* A new phase for every idle worker here: a role started next, or a run, must not find its
+       peers "ended" from the last run and fail at once (the threads backend would). */
+    for (int i = 0; i < r->n; i++)
+        if (!r->reps[i].busy) rejoin_all(&r->reps[i]);
+    for (int i = 0; i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (rep->role != k) continue;
+        rep->start_fn = fn;
+        rep->start_arg = arg;
+        rep->status = RP_OK;
+        pthread_mutex_lock(&r->mu);
+        rep->busy = true;
+        pthread_mutex_unlock(&r->mu);
+        int rc = pthread_create(&rep->started, NULL, started_main, rep);
+        if (rc != 0) {
+            pthread_mutex_lock(&r->mu);
+            rep->busy = false;
+            pthread_mutex_unlock(&r->mu);
+            return RP_ERROR(RP_ERR_BACKEND, "cannot start a thread for worker %d of role '%s': %s (the "
+                            "workers started so far run on: call rp_replicator_wait())", rep->worker, role,
+                            strerror(rc));
+        }
+    }
+    return RP_OK;
+}
+
+rp_status rp_replicator_wait(rp_replicator *r, const char *role)
+{
+    if (!r) return RP_ERROR(RP_ERR_INVALID, "replicator is NULL");
+    int k = role_index(r, role);
+    if (k < 0) return unknown_role(r, role);
+    const rp_replica *cause = NULL;
+    for (int i = 0; i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (rep->role != k || !rep->busy) continue;
+        pthread_join(rep->started, NULL);
+        pthread_mutex_lock(&r->mu);
+        rep->busy = false;
+        pthread_mutex_unlock(&r->mu);
+        if (rep->status != RP_OK && (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)))
+            cause = rep;
+    }
+    if (!cause) return RP_OK;
+    return rp_error_set(cause->status, NULL, 0, "role '%s', worker %d: %s", role, cause->worker, cause->error);
 }

@@ -1,6 +1,12 @@
 /*
  * replicator_internal.h - the replica and replicator structs, shared by the
- * runtime (replicator.c) and synchronous training (sync.c).
+ * runtime (replicator.c), the strategy tables (strategy_*.c) and their
+ * common helpers (strategy.c).
+ *
+ * Who calls whom: replicator.c reaches a strategy only through its table
+ * (strategy.h); a strategy uses the comm, ps and optim layers and the
+ * helpers of strategy.c, never replicator.c. So no two runtime files call
+ * each other.
  */
 #ifndef RP_REPLICATOR_INTERNAL_H
 #define RP_REPLICATOR_INTERNAL_H
@@ -18,18 +24,39 @@ typedef struct rp_report {
     double value;
 } rp_report;
 
-struct rp_sync;  /* sync.c: one per optimizer made by rp_replica_optimizer_create() */
-struct rp_async; /* async.c: the same in the async regime */
-struct rp_ps;
+struct rp_strategy;
 struct rp_ps_group;
 
-#define RP_ASYNC_SETS_MAX 8
+/* What the runtime created (no strcmp on backend names). */
+typedef enum {
+    RP_LAYOUT_THREADS = 0, /* replicas are threads of this process */
+    RP_LAYOUT_MPI,         /* one replica per MPI rank */
+    RP_LAYOUT_HIER,        /* threads in each MPI rank */
+} rp_layout;
+
+#define RP_COMMS_MAX 5 /* world, role, and one per axis */
 
 struct rp_replica {
     rp_replicator *r;
-    int id, count;            /* in the job */
+    int id, count;            /* its replica (data coordinate) and the role's replicas */
     int local;                /* index in this process */
-    rp_comm *comm;
+    rp_comm *comm;            /* its data axis (the replicas); the same handle as world and role
+                                 comm when the job is one role of one-worker replicas */
+    /* Topology (topology.c). */
+    int worker, workers;      /* in the job */
+    int role;                 /* index in r->roles */
+    int coord[RP_AXES], shape[RP_AXES];
+    rp_comm *axis[RP_AXES];   /* axis[RP_AXIS_DATA] == comm */
+    rp_comm *role_comm, *world;
+    rp_comm *owned[RP_COMMS_MAX]; /* the distinct handles, destroyed with the replica */
+    int nowned;
+    rp_comm *live[RP_COMMS_MAX];  /* those with peers: left and rejoined around each run */
+    int nlive;
+    /* A role started with rp_replicator_start(): its own thread until rp_replicator_wait(). */
+    bool busy;
+    pthread_t started;
+    rp_replica_fn start_fn;
+    void *start_arg;
     rp_tape *tape;
     void *user;
     pthread_t thread;         /* replicas 1..N-1 */
@@ -37,25 +64,30 @@ struct rp_replica {
     /* The last run's outcome. */
     rp_status status;
     char error[1024];
+    bool running;             /* inside fn (atomic), for the watchdog */
+    uint64_t started_ns;      /* rp_now_ns() when fn was called (atomic) */
+    bool done;                /* finished the current run (under r->mu) */
+    bool abandoned;           /* declared stuck by the watchdog: its thread is left running */
+    bool exited;              /* an abandoned thread came back and ended (under r->mu) */
     /* Reports of the current run, and their reduction. */
     int nreports;
     rp_report reports[RP_REPORTS_MAX];
     int64_t *gather;          /* [count * 2 * RP_REPORTS_MAX] scratch */
-    /* Synchronous training. */
-    struct rp_sync *syncs;    /* linked list */
     double *bn_scratch;       /* cross-replica batch norm: sums and n, grown once */
     int bn_cap;
-    /* Asynchronous training. */
-    struct rp_async *asyncs;  /* linked list, oldest last */
-    unsigned async_slots;     /* bit k: an async optimizer alive in slot k (ps_sets[k]) */
+    void *strategy;           /* the strategy's per-replica state */
+    int blame;                /* a failure agreed by the replicas names this replica (or -1) */
 };
 
 struct rp_replicator {
     rp_config cfg;
     int n;
     rp_replica *reps;         /* [n] */
+    rp_layout layout;
+    const struct rp_strategy *strategy; /* chosen once at create */
+    void *strategy_state;     /* the strategy's, per process */
     pthread_mutex_t mu;
-    pthread_cond_t start, done;
+    pthread_cond_t start, done, wake;
     uint64_t generation;      /* bumped for each run */
     int finished;             /* replicas 1..N-1 done with the current run */
     bool quit;
@@ -63,20 +95,39 @@ struct rp_replicator {
     void *arg;
     int nresults;
     rp_report results[RP_REPORTS_MAX];
-    /* Asynchronous training. */
-    struct rp_ps_group *ps_group; /* MPI: the server and worker ranks (NULL on threads) */
-    bool server;                  /* this rank is a parameter server */
-    struct rp_ps **ps_sets[RP_ASYNC_SETS_MAX]; /* threads: each set's handles, [n], until taken */
-    int64_t claims;               /* rp_replica_claim() without servers: this run's next ticket */
+    int keeper;               /* the local worker whose reduced reports are kept (first in the run) */
+    bool server;              /* this rank serves (a strategy's role), not a replica */
+    int nroles;               /* the job's roles, placed (first filled in) */
+    rp_role roles[RP_ROLES_MAX];
+    int64_t claims;           /* rp_replica_claim() on threads: this run's next ticket */
+    bool in_run;              /* between the start and the end of rp_replicator_run (under mu) */
+    bool abandoned;           /* a replica thread was left stuck in user code (watchdog) */
+    char abandoned_error[64]; /* which one */
+    pthread_t watchdog;       /* cfg.stuck_exit only */
+    bool watchdog_started;
 };
 
-/* Async (async.c): join each async set's phase as a replica starts a run, leave as it returns. */
-void rp_async_join(rp_replica *rep, uint64_t phase);
-void rp_async_leave(rp_replica *rep);
-rp_status rp_async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
-                                    const rp_optim_config *cfg);
+/* ---- topology (topology.c; calls only comm) --------------------------------------------- */
 
-/* The tape's gradient-ready callback (sync.c); ctx is the rp_replica. */
-void rp_sync_on_grad_ready(rp_tensor *param, void *ctx);
+/* Checks cfg's roles and places them: out[] with every field filled, the job's worker count. */
+rp_status rp_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, int *workers);
+/* The role and coordinates of rep->worker (rep->r->roles placed). */
+void rp_topology_assign(rp_replica *rep);
+/*
+ * Collective over the world (every worker, each on its own thread): the role and axis
+ * communicators of rep from rep->world; then rep->comm, id and count are its data axis.
+ * One-role, one-worker-per-member jobs split nothing (the world is the data axis).
+ */
+rp_status rp_topology_split(rp_replica *rep);
+/* Frees the handles rep owns. */
+void rp_topology_destroy(rp_replica *rep);
+
+/*
+ * The runtime's own collectives (report gathers, checksums, gradient buckets,
+ * parameter broadcasts, creation barriers) are marked so that comm keeps them
+ * out of the user's call numbers and names them in messages.
+ */
+static inline void rt_internal_begin(rp_comm *c, const char *what) { rp_comm_begin_internal(c, what); }
+static inline void rt_internal_end(rp_comm *c) { rp_comm_end_internal(c); }
 
 #endif

@@ -642,6 +642,7 @@ static treq *req_new(rp_comm *c, const rp_p2p_desc *d)
     treq *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->base.comm = c;
+    r->base.backend = c;
     r->d = *d;
     atomic_init(&r->state, REQ_PENDING);
     r->posted_ns = rp_now_ns();
@@ -848,7 +849,7 @@ static rp_status req_end(rp_comm *c, treq *r)
 static rp_status threads_wait(rp_comm_request *req, double deadline)
 {
     treq *r = (treq *)req;
-    rp_comm *c = req->comm;
+    rp_comm *c = req->backend;
     world *w = H(c)->w;
     uint64_t start = rp_now_ns();
     for (unsigned spin = 0; atomic_load_explicit(&r->state, memory_order_acquire) != REQ_DONE; spin++) {
@@ -884,7 +885,7 @@ static rp_status threads_wait(rp_comm_request *req, double deadline)
 static rp_status threads_test(rp_comm_request *req, bool *done)
 {
     treq *r = (treq *)req;
-    rp_comm *c = req->comm;
+    rp_comm *c = req->backend;
     world *w = H(c)->w;
     *done = false;
     if (atomic_load_explicit(&r->state, memory_order_acquire) != REQ_DONE) {

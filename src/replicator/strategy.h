@@ -1,0 +1,69 @@
+/*
+ * strategy.h - how replicas combine their work, as a table chosen once at
+ * rp_replicator_create(): synchronous all-reduce (strategy_sync.c) and
+ * asynchronous parameter servers (strategy_async.c); ZeRO-1 and sync groups
+ * are further tables of the same shape.
+ *
+ * replicator.c calls only these slots and never asks which table it holds.
+ * A NULL slot means "nothing to do" (the run path tests the pointer, so a
+ * strategy without phases costs nothing per run). State: `state` per
+ * process (create/destroy), rep->strategy per replica
+ * (replica_init/replica_destroy), and one context per wrapped optimizer,
+ * installed with rp_optimizer_add_hooks() and freed by its release.
+ */
+#ifndef RP_STRATEGY_H
+#define RP_STRATEGY_H
+
+#include "replicator/replicator_internal.h"
+
+typedef struct rp_strategy {
+    const char *name;
+    /* The replicas hold bitwise identical parameters after every step, so the runtime may
+       compare them (the plain-optimizer check after each run). */
+    bool identical;
+    /*
+     * Per process, before the replicas' communicators exist: may take ranks of the job for
+     * a role of its own (async: the last cfg.ps ranks serve). Sets r->server on such a rank
+     * and returns, in *world, the communicator the replicas split from (or NULL: the
+     * runtime makes it). NULL slot: nothing.
+     */
+    rp_status (*create)(rp_replicator *r, bool mpi, rp_comm **world);
+    void (*destroy)(rp_replicator *r);
+    /* Per replica; replica_destroy detaches optimizers still alive (see runtime.h: teardown). */
+    rp_status (*replica_init)(rp_replica *rep);
+    void (*replica_destroy)(rp_replica *rep);
+    /* Registered on the replica's tape at create, ctx = the replica. */
+    rp_grad_ready_fn grad_ready;
+    /* Wraps a fresh plain optimizer (collective); on error the caller destroys opt. */
+    rp_status (*optimizer_create)(rp_replica *rep, rp_optimizer *opt, rp_params *params,
+                                  const rp_optim_config *cfg);
+    /* Whether opt is one of this replica's wrapped optimizers. */
+    bool (*owns)(const rp_replica *rep, const rp_optimizer *opt);
+    /* Around each run of a replica (async: join/leave the servers' phase). */
+    void (*phase_begin)(rp_replica *rep, uint64_t phase);
+    void (*phase_end)(rp_replica *rep);
+    /* Checkpoint state out of / into the strategy. */
+    rp_status (*fetch)(rp_replica *rep, rp_optimizer *opt);
+    rp_status (*publish)(rp_replica *rep, rp_optimizer *opt);
+    /* The shared work queue (rp_replica_claim). */
+    rp_status (*claim)(rp_replica *rep, int64_t *ticket);
+    /* The loop of a rank this strategy took for itself (r->server). */
+    rp_status (*serve)(rp_replicator *r);
+} rp_strategy;
+
+extern const rp_strategy rp_strategy_sync;
+extern const rp_strategy rp_strategy_async;
+
+/* ---- helpers every strategy may use (strategy.c) ---------------------------------------- */
+
+/* A 64-bit hash of n floats' bits (four lanes, at memory speed). */
+uint64_t rp_strategy_hash_floats(const float *x, int64_t n);
+
+/* Broadcasts replica 0's values of params (and, if any, the optimizer's slots and steps). */
+rp_status rp_strategy_broadcast_params(rp_replica *rep, rp_params *params);
+rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt);
+
+/* Tickets of one run on the threads backend (no servers): an atomic counter. */
+rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket);
+
+#endif

@@ -1,0 +1,306 @@
+/*
+ * strategy_async.c - asynchronous data parallelism as a strategy table: the
+ * wrapped optimizer whose update is a push of the gradients to the
+ * parameter servers and a pull of the current values (replicator/ps.h), and
+ * the calls that move its state in and out of the servers for checkpoints.
+ *
+ * The optimizer keeps its local state block, unused while training: the
+ * servers hold the live slots. fetch copies them back, so a checkpoint of an
+ * async run is written by the same code, in the same format, as a sync one,
+ * and either regime can resume the other's.
+ *
+ * Sets. Each async optimizer is one set of variables on the servers,
+ * numbered in creation order (the same on every replica). On the threads
+ * backend local replica 0 creates the set's handles and each replica takes
+ * its own after a barrier; under MPI each rank's replica creates its handle
+ * and the servers make their shards when the set's first message arrives.
+ *
+ * Layout. Under MPI this strategy takes the last cfg.ps ranks of the job as
+ * servers (create); the others split off a communicator of replicas.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replicator/ps.h"
+#include "ps/ps_internal.h"
+#include "replicator/strategy.h"
+
+#define RP_ASYNC_SETS_MAX 8
+
+typedef struct rp_async {
+    rp_replica *rep; /* NULL once the replicator was destroyed */
+    rp_optimizer *opt;
+    rp_params *params;
+    rp_ps *ps;
+    int slot; /* in async_replica.slots: the same on every replica, as they create in the same order */
+    struct rp_async *next;
+} rp_async;
+
+typedef struct async_replica {
+    rp_async *asyncs; /* linked list, oldest last */
+    unsigned slots;   /* bit k: an async optimizer alive in slot k */
+} async_replica;
+
+typedef struct async_state {
+    rp_ps_group *group;                  /* MPI: the server and worker ranks (NULL on threads) */
+    rp_ps **sets[RP_ASYNC_SETS_MAX];     /* threads: each set's handles, [n], until taken */
+} async_state;
+
+static rp_status async_update(rp_optimizer *opt, float lr, void *ctx)
+{
+    rp_async *a = ctx;
+    if (!a->rep)
+        return RP_ERROR(RP_ERR_INVALID, "this replica optimizer outlived its replicator: destroy every "
+                        "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
+    /* rp_optimizer_step has checked lr and found every gradient finite. */
+    return rp_ps_exchange(a->ps, rp_params_grad(a->params), lr, rp_params_data(a->params));
+}
+
+static void async_release(void *ctx)
+{
+    rp_async *a = ctx;
+    if (a->rep) {
+        async_replica *ar = a->rep->strategy;
+        for (rp_async **p = &ar->asyncs; *p; p = &(*p)->next)
+            if (*p == a) {
+                *p = a->next;
+                break;
+            }
+        ar->slots &= ~(1u << a->slot);
+    }
+    rp_ps_destroy(a->ps);
+    free(a);
+}
+
+static rp_async *find(const rp_replica *rep, const rp_optimizer *opt)
+{
+    const async_replica *ar = rep->strategy;
+    for (rp_async *a = ar->asyncs; a; a = a->next)
+        if (a->opt == opt) return a;
+    return NULL;
+}
+
+static bool async_owns(const rp_replica *rep, const rp_optimizer *opt) { return find(rep, opt) != NULL; }
+
+static void async_phase_begin(rp_replica *rep, uint64_t phase)
+{
+    async_replica *ar = rep->strategy;
+    /* A failure here (a server gone) comes back, named, from the next push or pull. */
+    for (rp_async *a = ar->asyncs; a; a = a->next) (void)rp_ps_join(a->ps, phase);
+}
+
+static void async_phase_end(rp_replica *rep)
+{
+    async_replica *ar = rep->strategy;
+    if (!ar->asyncs) return;
+    /* The step's own error, if any, is the one to report, not a leave that failed because of it. */
+    rp_status status = rp_last_status();
+    char message[1024];
+    snprintf(message, sizeof message, "%s", rp_last_error());
+    for (rp_async *a = ar->asyncs; a; a = a->next) (void)rp_ps_leave(a->ps);
+    if (status != RP_OK) rp_error_set(status, NULL, 0, "%s", message);
+    else rp_error_clear();
+}
+
+/* This replica's handle on set k: made by local replica 0 (threads) or by this rank (MPI). */
+static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_config *pc, rp_ps **ps)
+{
+    rp_replicator *r = rep->r;
+    async_state *st = r->strategy_state;
+    if (st->group) {
+        if (r->n > 1)
+            return RP_ERROR(RP_ERR_UNSUPPORTED, "asynchronous training under MPI runs one replica per rank "
+                            "(this rank has %d): start more ranks instead of --replicas", r->n);
+        return rp_ps_mpi_create(ps, st->group, numel, pc);
+    }
+    if (rep->local == 0) {
+        /* The slot's array of an earlier, destroyed set: every replica took its handle then. */
+        free(st->sets[k]);
+        st->sets[k] = calloc((size_t)r->n, sizeof(rp_ps *));
+        if (!st->sets[k]) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d handles", r->n);
+        RP_CHECK(rp_ps_threads_create(st->sets[k], r->n, numel, pc));
+    }
+    rt_internal_begin(rep->comm, "the runtime's optimizer creation barrier");
+    rp_status status = rp_comm_barrier(rep->comm);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
+    *ps = st->sets[k][rep->local];
+    st->sets[k][rep->local] = NULL;
+    if (rp_ps_numel(*ps) != numel)
+        return RP_ERROR(RP_ERR_SHAPE, "replica %d has %lld trainable values, replica 0 %lld: every replica "
+                        "must build the same model", rep->id, (long long)numel, (long long)rp_ps_numel(*ps));
+    return RP_OK;
+}
+
+/* Loads replica 0's values (and slots, step) into the servers; every replica then pulls them. */
+static rp_status load_and_pull(rp_async *a, const float *slots, int64_t steps)
+{
+    rp_replica *rep = a->rep;
+    if (rep->id == 0) RP_CHECK(rp_ps_init(a->ps, rp_params_data(a->params), slots, steps));
+    rt_internal_begin(rep->comm, "the runtime's parameter-server barrier");
+    rp_status status = rp_comm_barrier(rep->comm);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
+    return rp_ps_pull(a->ps, rp_params_data(a->params));
+}
+
+static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
+                                        const rp_optim_config *cfg)
+{
+    rp_replicator *r = rep->r;
+    async_replica *ar = rep->strategy;
+    int k = 0;
+    while (k < RP_ASYNC_SETS_MAX && (ar->slots >> k & 1u)) k++;
+    if (k == RP_ASYNC_SETS_MAX)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d async optimizers alive per replica", RP_ASYNC_SETS_MAX);
+    rp_ps_config pc = rp_ps_config_default();
+    pc.servers = r->cfg.ps;
+    pc.staleness = r->cfg.staleness;
+    pc.timeout_s = r->cfg.timeout_s;
+    pc.optim = *cfg;
+    int64_t numel = rp_params_trainable_numel(params);
+    rp_ps *ps = NULL;
+    RP_CHECK(take_handle(rep, k, numel, &pc, &ps));
+    rp_async *a = calloc(1, sizeof *a);
+    if (!a) {
+        rp_ps_destroy(ps);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the asynchronous optimizer");
+    }
+    a->rep = rep;
+    a->opt = opt;
+    a->params = params;
+    a->ps = ps;
+    a->slot = k;
+    rp_optimizer_hooks h = {.update = async_update, .release = async_release};
+    rp_status status = rp_optimizer_add_hooks(opt, &h, a);
+    if (status != RP_OK) {
+        a->rep = NULL;
+        async_release(a);
+        return status;
+    }
+    ar->slots |= 1u << k;
+    a->next = ar->asyncs;
+    ar->asyncs = a;
+    RP_CHECK(rp_ps_join(ps, r->generation));
+    /* Replica 0's initial values become everyone's, as in sync training. */
+    RP_CHECK(load_and_pull(a, NULL, 0));
+    rp_debug("async optimizer: set %d, %lld values on %d %s parameter servers, staleness %d", k,
+             (long long)numel, pc.servers, rp_ps_backend(ps), pc.staleness);
+    return RP_OK;
+}
+
+static rp_status async_fetch(rp_replica *rep, rp_optimizer *opt)
+{
+    rp_async *a = find(rep, opt);
+    if (!a) return RP_OK;
+    int64_t step = 0;
+    RP_CHECK(rp_ps_snapshot(a->ps, rp_params_data(a->params), rp_optimizer_state(opt, NULL), &step));
+    rp_optimizer_set_steps(opt, step);
+    return RP_OK;
+}
+
+static rp_status async_publish(rp_replica *rep, rp_optimizer *opt)
+{
+    rp_async *a = find(rep, opt);
+    if (!a) return rp_strategy_broadcast_state(rep, opt);
+    int64_t steps = rp_optimizer_steps(opt);
+    RP_CHECK(load_and_pull(a, rp_optimizer_state(opt, NULL), steps));
+    RP_CHECK(rp_comm_broadcast(rep->comm, &steps, 1, RP_I64, 0));
+    rp_optimizer_set_steps(opt, steps);
+    return RP_OK;
+}
+
+static rp_status async_claim(rp_replica *rep, int64_t *ticket)
+{
+    async_replica *ar = rep->strategy;
+    async_state *st = rep->r->strategy_state;
+    rp_async *oldest = ar->asyncs;
+    while (oldest && oldest->next) oldest = oldest->next;
+    if (oldest) return rp_ps_claim(oldest->ps, ticket);
+    if (st->group)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "rp_replica_claim across processes needs the async regime "
+                        "and an optimizer made by rp_replica_optimizer_create() first");
+    return rp_strategy_local_claim(rep, ticket);
+}
+
+static rp_status async_create(rp_replicator *r, bool mpi, rp_comm **world)
+{
+    async_state *st = calloc(1, sizeof *st);
+    if (!st) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the asynchronous strategy");
+    r->strategy_state = st;
+    if (!mpi) return RP_OK;
+    if (r->n > 1)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "asynchronous training under MPI runs one replica per rank "
+                        "(asked for %d in each): start more ranks instead", r->n);
+    /* The last cfg.ps ranks serve; the others are the replicas, with a communicator of their own. */
+    RP_CHECK(rp_ps_mpi_group_create(&st->group, r->cfg.ps, r->cfg.timeout_s));
+    r->server = rp_ps_group_is_server(st->group);
+    rp_comm *all = NULL;
+    RP_CHECK(rp_comm_mpi_create(&all, r->cfg.timeout_s));
+    rp_status status = rp_comm_split(all, r->server ? 1 : 0, rp_comm_rank(all), world);
+    rp_comm_destroy(all);
+    return status;
+}
+
+static void async_destroy(rp_replicator *r)
+{
+    async_state *st = r->strategy_state;
+    if (!st) return;
+    for (int k = 0; k < RP_ASYNC_SETS_MAX; k++) {
+        for (int i = 0; st->sets[k] && i < r->n; i++) rp_ps_destroy(st->sets[k][i]);
+        free(st->sets[k]);
+    }
+    /* The servers stop once every replica's process has said goodbye. */
+    rp_ps_group_destroy(st->group);
+    free(st);
+    r->strategy_state = NULL;
+}
+
+static rp_status async_serve(rp_replicator *r)
+{
+    async_state *st = r->strategy_state;
+    return rp_ps_mpi_serve(st->group);
+}
+
+static rp_status async_replica_init(rp_replica *rep)
+{
+    rep->strategy = calloc(1, sizeof(async_replica));
+    return rep->strategy ? RP_OK : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
+}
+
+static void async_replica_destroy(rp_replica *rep)
+{
+    async_replica *ar = rep->strategy;
+    if (!ar) return;
+    int alive = 0;
+    /* Their server handles go now, before the servers' group; release frees the rest later. */
+    for (rp_async *a = ar->asyncs; a; a = a->next, alive++) {
+        a->rep = NULL;
+        rp_ps_destroy(a->ps);
+        a->ps = NULL;
+    }
+    if (alive)
+        rp_error_set(RP_ERR_INVALID, __FILE__, __LINE__, "rp_replicator_destroy: replica %d still had %d "
+                     "optimizer(s) made by rp_replica_optimizer_create(); destroy them first (they now "
+                     "fail every step; rp_optimizer_destroy() still frees them)", rep->id, alive);
+    free(ar);
+    rep->strategy = NULL;
+}
+
+const rp_strategy rp_strategy_async = {
+    .name = "async",
+    .identical = false,
+    .create = async_create,
+    .destroy = async_destroy,
+    .replica_init = async_replica_init,
+    .replica_destroy = async_replica_destroy,
+    .optimizer_create = async_optimizer_create,
+    .owns = async_owns,
+    .phase_begin = async_phase_begin,
+    .phase_end = async_phase_end,
+    .fetch = async_fetch,
+    .publish = async_publish,
+    .claim = async_claim,
+    .serve = async_serve,
+};

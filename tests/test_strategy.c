@@ -1,0 +1,577 @@
+/*
+ * test_strategy.c - the runtime's strategies and the errors that used to
+ * mislead (replicator/runtime.h, optim.h):
+ *  - optimizer hooks compose: befores in order added, afters in reverse, one
+ *    update replacement, each release once; the older single slot still works;
+ *  - a user hook stacks on the sync strategy: its `before` sees the
+ *    all-reduced gradients, its `after` (an EMA) runs after the update;
+ *  - a NaN from one replica's data is reported as that replica's, naming the
+ *    parameter, and nothing is updated;
+ *  - a replica stuck in user code is named by the watchdog and run() returns;
+ *    with stuck_exit the process ends with RP_STUCK_EXIT_CODE;
+ *  - a plain optimizer that lets replicas diverge is caught after the run;
+ *  - destroying the replicator before its optimizers is an error, not a crash.
+ *
+ * The model is one linear layer 4 -> 3 with a bias ("fc.w", "fc.b") and a
+ * softmax cross-entropy; replica r's sample k of step s is a function of
+ * (s, r, k), so replicas see different data.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IN 4
+#define OUT 3
+#define B 4
+#define MAXR 4
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+typedef struct net {
+    rp_params *params;
+    rp_linear_layer fc;
+} net;
+
+static rp_status net_build(net *m, uint64_t seed)
+{
+    RP_CHECK(rp_params_create(&m->params));
+    RP_CHECK(rp_linear_layer_init(&m->fc, m->params, "fc", IN, OUT, true, false));
+    return rp_params_finalize(m->params, seed);
+}
+
+/* The loss of replica `who`'s batch at `step` (NULL on error); nan_at >= 0 poisons that input. */
+static rp_tensor *net_loss(rp_tape *t, const net *m, int who, int step, int nan_at)
+{
+    rp_tensor *x = rp_tensor_new(t, 2, (int[]){B, IN});
+    int32_t *y = rp_arena_alloc(rp_tape_arena(t), B * sizeof(int32_t));
+    if (!x || !y) return NULL;
+    tu_fill(x->data, B * IN, (uint64_t)(1000 * step + who + 1), -1.0f, 1.0f);
+    if (nan_at >= 0) x->data[nan_at] = NAN;
+    for (int k = 0; k < B; k++) y[k] = (k + who) % OUT;
+    return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &m->fc, x), y);
+}
+
+/* ---- 1. hooks compose (no runtime) ------------------------------------------------- */
+
+typedef struct trace {
+    char log[256];
+    int released[8];
+} trace;
+
+typedef struct hook_ctx {
+    trace *t;
+    int id;
+} hook_ctx;
+
+static void say(trace *t, const char *what, int id)
+{
+    size_t n = strlen(t->log);
+    snprintf(t->log + n, sizeof t->log - n, "%s%d ", what, id);
+}
+
+static rp_status h_before(rp_optimizer *opt, void *ctx)
+{
+    hook_ctx *c = ctx;
+    say(c->t, "b", c->id);
+    return RP_OK;
+}
+
+static rp_status h_after(rp_optimizer *opt, void *ctx)
+{
+    hook_ctx *c = ctx;
+    say(c->t, "a", c->id);
+    return RP_OK;
+}
+
+static rp_status h_update(rp_optimizer *opt, float lr, void *ctx)
+{
+    hook_ctx *c = ctx;
+    say(c->t, "u", c->id);
+    return RP_OK;
+}
+
+static void h_release(void *ctx)
+{
+    hook_ctx *c = ctx;
+    c->t->released[c->id]++;
+    say(c->t, "r", c->id);
+}
+
+static rp_status h_fail(rp_optimizer *opt, void *ctx)
+{
+    hook_ctx *c = ctx;
+    say(c->t, "f", c->id);
+    return RP_ERROR(RP_ERR_INVALID, "hook %d fails on purpose", c->id);
+}
+
+static void test_hooks_compose(void **state)
+{
+    net m;
+    assert_int_equal(net_build(&m, 3), RP_OK);
+    rp_optim_config oc = rp_optim_config_default();
+    rp_optimizer *opt;
+    assert_int_equal(rp_optimizer_create(&opt, m.params, &oc), RP_OK);
+    trace t;
+    memset(&t, 0, sizeof t);
+    hook_ctx c[5] = {{&t, 0}, {&t, 1}, {&t, 2}, {&t, 3}, {&t, 4}};
+    rp_optimizer_hooks h1 = {.before = h_before, .after = h_after, .release = h_release};
+    rp_optimizer_hooks hu = {.before = h_before, .after = h_after, .update = h_update, .release = h_release};
+    assert_int_equal(rp_optimizer_add_hooks(opt, &h1, &c[0]), RP_OK);
+    assert_int_equal(rp_optimizer_add_hooks(opt, &hu, &c[1]), RP_OK);
+    /* A second update replacement is refused, naming the set that has one; nothing is added. */
+    assert_int_equal(rp_optimizer_add_hooks(opt, &hu, &c[2]), RP_ERR_INVALID);
+    tu_assert_error_contains("hook set 1 already replaces the update");
+    assert_int_equal(rp_optimizer_add_hooks(opt, NULL, &c[2]), RP_ERR_INVALID);
+    /* The single slot: appended after the two sets, kept at its place when replaced. */
+    rp_optimizer_set_hooks(opt, h_before, h_after, h_release, &c[3]);
+    rp_optimizer_set_hooks(opt, h_before, h_after, h_release, &c[4]);
+    assert_int_equal(t.released[3], 1);
+    memset(t.log, 0, sizeof t.log);
+    int64_t numel = rp_params_trainable_numel(m.params);
+    float *before = malloc((size_t)numel * sizeof(float));
+    memcpy(before, rp_params_data(m.params), (size_t)numel * sizeof(float));
+    assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_OK);
+    assert_string_equal(t.log, "b0 b1 b4 u1 a4 a1 a0 ");
+    /* The replaced update ran instead of the rule: the values did not move. */
+    assert_memory_equal(before, rp_params_data(m.params), (size_t)numel * sizeof(float));
+    assert_int_equal(rp_optimizer_steps(opt), 1);
+    /* The slot's update wins over an added set's; set_hooks clears it again. */
+    rp_optimizer_set_update(opt, h_update);
+    memset(t.log, 0, sizeof t.log);
+    assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_OK);
+    assert_string_equal(t.log, "b0 b1 b4 u4 a4 a1 a0 ");
+    rp_optimizer_set_hooks(opt, h_fail, NULL, h_release, &c[2]);
+    assert_int_equal(t.released[4], 1);
+    /* A failing before stops the step: later befores, the update and the afters do not run. */
+    memset(t.log, 0, sizeof t.log);
+    assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_ERR_INVALID);
+    tu_assert_error_contains("hook 2 fails on purpose");
+    assert_string_equal(t.log, "b0 b1 f2 ");
+    assert_int_equal(rp_optimizer_steps(opt), 2);
+    /* Destroy releases every set once, in reverse order of adding. */
+    memset(t.log, 0, sizeof t.log);
+    rp_optimizer_destroy(opt);
+    assert_string_equal(t.log, "r2 r1 r0 ");
+    for (int i = 0; i < 5; i++) assert_int_equal(t.released[i], 1);
+    free(before);
+    rp_params_destroy(m.params);
+}
+
+/* ---- 2. a user hook stacks on the sync strategy ----------------------------------- */
+
+typedef struct rstate {
+    net m, shadow;          /* shadow: the same values on a tape nobody reduces */
+    rp_tape *shadow_tape;
+    rp_optimizer *opt;
+    float *local_grad;      /* this replica's own gradient */
+    float *seen_grad;       /* what the user's before-hook saw */
+    float *pre_values, *post_values, *ema;
+    int64_t steps_in_after;
+    int hooks_released;
+} rstate;
+
+typedef struct job {
+    int step;
+    int nan_replica;      /* this replica poisons its data (-1: none) */
+    bool user_hooks;
+    bool plain;           /* a plain rp_optimizer_create instead of the replica optimizer */
+    bool same_data;       /* every replica takes replica 0's batch */
+    rstate st[MAXR];
+} job;
+
+static rp_status user_before(rp_optimizer *opt, void *ctx)
+{
+    rstate *s = ctx;
+    int64_t n = rp_params_trainable_numel(s->m.params);
+    memcpy(s->seen_grad, rp_params_grad(s->m.params), (size_t)n * sizeof(float));
+    memcpy(s->pre_values, rp_params_data(s->m.params), (size_t)n * sizeof(float));
+    return RP_OK;
+}
+
+/* An exponential moving average of the values: it must see the updated ones. */
+static rp_status user_after(rp_optimizer *opt, void *ctx)
+{
+    rstate *s = ctx;
+    int64_t n = rp_params_trainable_numel(s->m.params);
+    const float *p = rp_params_data(s->m.params);
+    memcpy(s->post_values, p, (size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) s->ema[i] = 0.5f * s->ema[i] + 0.5f * p[i];
+    s->steps_in_after = rp_optimizer_steps(opt);
+    return RP_OK;
+}
+
+static void user_release(void *ctx)
+{
+    rstate *s = ctx;
+    s->hooks_released++;
+}
+
+static rp_status build(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    rstate *s = &j->st[rp_replica_local_index(rep)];
+    rp_replica_set_user(rep, s);
+    RP_CHECK(net_build(&s->m, 11));
+    RP_CHECK(net_build(&s->shadow, 11));
+    RP_CHECK(rp_tape_create(&s->shadow_tape, 0));
+    int64_t n = rp_params_trainable_numel(s->m.params);
+    s->local_grad = calloc((size_t)n, sizeof(float));
+    s->seen_grad = calloc((size_t)n, sizeof(float));
+    s->pre_values = calloc((size_t)n, sizeof(float));
+    s->post_values = calloc((size_t)n, sizeof(float));
+    s->ema = calloc((size_t)n, sizeof(float));
+    if (!s->local_grad || !s->seen_grad || !s->pre_values || !s->post_values || !s->ema)
+        return RP_ERROR(RP_ERR_NOMEM, "test state");
+    rp_optim_config oc = rp_optim_config_default();
+    oc.momentum = 0;
+    if (j->plain) RP_CHECK(rp_optimizer_create(&s->opt, s->m.params, &oc));
+    else RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, s->m.params, &oc));
+    if (j->user_hooks) {
+        rp_optimizer_hooks h = {.before = user_before, .after = user_after, .release = user_release};
+        RP_CHECK(rp_optimizer_add_hooks(s->opt, &h, s));
+    }
+    return RP_OK;
+}
+
+static rp_status step(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    rstate *s = rp_replica_user(rep);
+    int who = j->same_data ? 0 : rp_replica_id(rep);
+    int nan_at = rp_replica_id(rep) == j->nan_replica ? 5 : -1;
+    int64_t n = rp_params_trainable_numel(s->m.params);
+    /* The local gradient, on a private copy of the values. */
+    rp_tape_reset(s->shadow_tape);
+    memcpy(rp_params_data(s->shadow.params), rp_params_data(s->m.params), (size_t)n * sizeof(float));
+    rp_params_zero_grad(s->shadow.params);
+    rp_tensor *sl = net_loss(s->shadow_tape, &s->shadow, who, j->step, nan_at);
+    if (!sl) return rp_last_status();
+    RP_CHECK(rp_backward(s->shadow_tape, sl));
+    memcpy(s->local_grad, rp_params_grad(s->shadow.params), (size_t)n * sizeof(float));
+
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tensor *loss = net_loss(t, &s->m, who, j->step, nan_at);
+    if (!loss) return rp_last_status();
+    RP_CHECK(rp_backward(t, loss));
+    return rp_optimizer_step(s->opt, 0.1f);
+}
+
+static rp_status teardown(rp_replica *rep, void *arg)
+{
+    rstate *s = rp_replica_user(rep);
+    if (!s) return RP_OK;
+    rp_optimizer_destroy(s->opt);
+    rp_params_destroy(s->m.params);
+    rp_params_destroy(s->shadow.params);
+    rp_tape_destroy(s->shadow_tape);
+    free(s->local_grad);
+    free(s->seen_grad);
+    free(s->pre_values);
+    free(s->post_values);
+    free(s->ema);
+    rp_replica_set_user(rep, NULL);
+    return RP_OK;
+}
+
+static rp_config config(int n)
+{
+    rp_config cfg = rp_config_default();
+    cfg.replicas = n;
+    cfg.threads_per_replica = 1;
+    cfg.timeout_s = 30;
+    cfg.checksum_every = 1;
+    return cfg;
+}
+
+static rp_replicator *make(const rp_config *cfg)
+{
+    rp_replicator *r = NULL;
+    rp_status st = rp_replicator_create(&r, cfg);
+    if (st != RP_OK) print_error("create: %s\n", rp_last_error());
+    assert_int_equal(st, RP_OK);
+    return r;
+}
+
+static void run_ok(rp_replicator *r, rp_replica_fn fn, void *arg)
+{
+    rp_status st = rp_replicator_run(r, fn, arg);
+    if (st != RP_OK) print_error("run: %s: %s\n", rp_status_name(st), rp_last_error());
+    assert_int_equal(st, RP_OK);
+}
+
+static void test_user_hooks_stack_on_sync(void **state)
+{
+    const int n = 2;
+    rp_config cfg = config(n);
+    rp_replicator *r = make(&cfg);
+    job *j = calloc(1, sizeof *j);
+    j->nan_replica = -1;
+    j->user_hooks = true;
+    run_ok(r, build, j);
+    int64_t tn = rp_params_trainable_numel(j->st[0].m.params);
+    for (int s = 0; s < 3; s++) {
+        j->step = s;
+        run_ok(r, step, j);
+        /* The local gradients differ; the user's before saw their mean, the same bits everywhere. */
+        assert_true(memcmp(j->st[0].local_grad, j->st[1].local_grad, (size_t)tn * sizeof(float)) != 0);
+        assert_memory_equal(j->st[0].seen_grad, j->st[1].seen_grad, (size_t)tn * sizeof(float));
+        for (int64_t i = 0; i < tn; i++) {
+            float mean = (j->st[0].local_grad[i] + j->st[1].local_grad[i]) / 2;
+            assert_true(fabsf(j->st[0].seen_grad[i] - mean) <= 1e-6f * (1 + fabsf(mean)));
+        }
+        for (int q = 0; q < n; q++) {
+            rstate *st = &j->st[q];
+            /* The after ran after the update (and the step count) and saw the new values. */
+            assert_int_equal(st->steps_in_after, s + 1);
+            assert_true(memcmp(st->pre_values, st->post_values, (size_t)tn * sizeof(float)) != 0);
+            assert_memory_equal(st->post_values, rp_params_data(st->m.params), (size_t)tn * sizeof(float));
+            for (int64_t i = 0; i < tn; i++) {
+                float want = st->pre_values[i] - 0.1f * st->seen_grad[i];
+                assert_true(fabsf(st->post_values[i] - want) <= 1e-6f * (1 + fabsf(want)));
+            }
+        }
+        assert_memory_equal(j->st[0].ema, j->st[1].ema, (size_t)tn * sizeof(float));
+    }
+    run_ok(r, teardown, j);
+    for (int q = 0; q < n; q++) assert_int_equal(j->st[q].hooks_released, 1);
+    rp_replicator_destroy(r);
+    free(j);
+}
+
+/* ---- 3. a NaN names the replica whose data made it ------------------------------- */
+
+static void test_nan_names_its_replica(void **state)
+{
+    const int n = 3;
+    rp_config cfg = config(n);
+    rp_replicator *r = make(&cfg);
+    job *j = calloc(1, sizeof *j);
+    j->nan_replica = 2;
+    run_ok(r, build, j);
+    int64_t tn = rp_params_trainable_numel(j->st[0].m.params);
+    float *before = malloc((size_t)tn * sizeof(float));
+    memcpy(before, rp_params_data(j->st[0].m.params), (size_t)tn * sizeof(float));
+    rp_status st = rp_replicator_run(r, step, j);
+    assert_int_equal(st, RP_ERR_NUMERIC);
+    const char *msg = rp_last_error();
+    if (strncmp(msg, "replica 2: ", 11) != 0) {
+        print_error("the message does not start with the poisoned replica: %s\n", msg);
+        fail();
+    }
+    tu_assert_error_contains("replica 2's own gradient of parameter 'fc.weight' held nan");
+    tu_assert_error_contains("before the all-reduce");
+    tu_assert_error_contains("no parameter was updated");
+    for (int q = 0; q < n; q++)
+        assert_memory_equal(before, rp_params_data(j->st[q].m.params), (size_t)tn * sizeof(float));
+    free(before);
+    rp_replicator_run(r, teardown, j);
+    rp_replicator_destroy(r);
+    free(j);
+}
+
+/* ---- 4. a replica stuck in user code ------------------------------------------------- */
+
+typedef struct stuck_job {
+    int stuck;            /* this replica spins in user code */
+    int release;          /* atomic: set to let it go */
+    rp_status status[MAXR];
+} stuck_job;
+
+static rp_status stuck_fn(rp_replica *rep, void *arg)
+{
+    stuck_job *j = arg;
+    int id = rp_replica_id(rep);
+    if (id == j->stuck) {
+        while (!__atomic_load_n(&j->release, __ATOMIC_ACQUIRE)) sleep_s(0.01);
+        return RP_OK;
+    }
+    rp_status st = rp_barrier(rep);
+    j->status[id] = st;
+    return st;
+}
+
+static void test_stuck_replica_named(void **state)
+{
+    rp_config cfg = config(3);
+    cfg.timeout_s = 0.3;
+    rp_replicator *r = make(&cfg);
+    stuck_job j;
+    memset(&j, 0, sizeof j);
+    j.stuck = 1;
+    double t0 = rp_now_s();
+    rp_status st = rp_replicator_run(r, stuck_fn, &j);
+    double took = rp_now_s() - t0;
+    assert_int_equal(st, RP_ERR_TIMEOUT);
+    tu_assert_error_contains("replica 1 has been in its step function for");
+    tu_assert_error_contains("did not reach a collective; its peers timed out waiting");
+    /* The peers gave up at their timeout; the watchdog named it one grace (2 s) later. */
+    assert_int_equal(j.status[0], RP_ERR_TIMEOUT);
+    assert_int_equal(j.status[2], RP_ERR_TIMEOUT);
+    if (!(took >= 2.0 && took < 8.0)) {
+        print_error("run returned after %.2f s (timeout 0.3 s, grace 2 s)\n", took);
+        fail();
+    }
+    /* The replicator refuses to run again, and says why. */
+    assert_int_equal(rp_replicator_run(r, stuck_fn, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("a replica was left stuck in its step function in an earlier run (replica 1)");
+    /* It comes back: destroy waits for its thread and frees everything (the sanitizer builds check). */
+    __atomic_store_n(&j.release, 1, __ATOMIC_RELEASE);
+    rp_replicator_destroy(r);
+}
+
+/* Replica 0 (the caller's thread) never returns: with stuck_exit the process ends. */
+static void test_stuck_exit_ends_the_process(void **state)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        rp_config cfg = config(2);
+        cfg.timeout_s = 0.3;
+        cfg.stuck_exit = true;
+        rp_replicator *r = NULL;
+        if (rp_replicator_create(&r, &cfg) != RP_OK) _exit(2);
+        stuck_job j;
+        memset(&j, 0, sizeof j);
+        j.stuck = 0;
+        rp_replicator_run(r, stuck_fn, &j);
+        _exit(3); /* not reached: replica 0 never returns */
+    }
+    int wst = 0;
+    double t0 = rp_now_s();
+    pid_t got = 0;
+    while ((got = waitpid(pid, &wst, WNOHANG)) == 0 && rp_now_s() - t0 < 20) sleep_s(0.05);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &wst, 0);
+        print_error("the child still ran after 20 s\n");
+        fail();
+    }
+    assert_true(WIFEXITED(wst));
+    assert_int_equal(WEXITSTATUS(wst), RP_STUCK_EXIT_CODE);
+}
+
+/* ---- 4b. a replica that skips a collective ------------------------------------------- */
+
+/* Every replica makes three user all-reduces and reports; replica 3 skips the third. */
+static rp_status skip_fn(rp_replica *rep, void *arg)
+{
+    const int *skipper = arg;
+    float x[4] = {1, 2, 3, 4};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2 && rp_replica_id(rep) == *skipper) break;
+        RP_CHECK(rp_all_reduce(rep, x, x, 4, RP_F32, RP_SUM));
+    }
+    return rp_replica_report(rep, "x", x[0], RP_MEAN);
+}
+
+static void test_skipped_collective_named(void **state)
+{
+    rp_config cfg = config(4);
+    cfg.timeout_s = 10;
+    rp_replicator *r = make(&cfg);
+    /* The runtime's own calls (the optimizer-free build has none; the report gathers) are
+       not in the user's numbers: replica 3's missing call is the user's third. */
+    int skipper = 3;
+    double t0 = rp_now_s();
+    rp_status st = rp_replicator_run(r, skip_fn, &skipper);
+    assert_int_not_equal(st, RP_OK);
+    tu_assert_error_contains("replica 3 ended its step without calling all_reduce #2");
+    const char *msg = rp_last_error();
+    tu_assert_error_contains("it went on to the runtime's report all-gather");
+    if (strstr(msg, "all_gather #")) {
+        print_error("the message names the runtime's gather as the user's call: %s\n", msg);
+        fail();
+    }
+    assert_true(rp_now_s() - t0 < 5.0);
+    rp_replicator_destroy(r);
+}
+
+/* ---- 5. a plain optimizer inside replicas ------------------------------------------ */
+
+static void test_plain_optimizer_divergence(void **state)
+{
+    rp_config cfg = config(2);
+    for (int same = 0; same < 2; same++) {
+        rp_replicator *r = make(&cfg);
+        job *j = calloc(1, sizeof *j);
+        j->nan_replica = -1;
+        j->plain = true;
+        j->same_data = same;
+        run_ok(r, build, j);
+        rp_status st = rp_replicator_run(r, step, j);
+        if (same) {
+            /* Identical gradients keep identical values: nothing to refuse. */
+            if (st != RP_OK) print_error("%s\n", rp_last_error());
+            assert_int_equal(st, RP_OK);
+        } else {
+            assert_int_equal(st, RP_ERR_MISMATCH);
+            tu_assert_error_contains("the replicas diverged");
+            tu_assert_error_contains("plain optimizer(s) stepped on replica 1 (1 steps)");
+            tu_assert_error_contains("rp_replica_optimizer_create()");
+        }
+        run_ok(r, teardown, j);
+        rp_replicator_destroy(r);
+        free(j);
+    }
+}
+
+/* ---- 6. teardown order ---------------------------------------------------------------- */
+
+static void test_destroy_before_optimizers(void **state)
+{
+    for (int regime = 0; regime < 2; regime++) {
+        rp_config cfg = config(2);
+        cfg.regime = regime ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
+        rp_replicator *r = make(&cfg);
+        job *j = calloc(1, sizeof *j);
+        j->nan_replica = -1;
+        run_ok(r, build, j);
+        rp_replicator_destroy(r); /* the optimizers are still alive */
+        tu_assert_error_contains("still had 1 optimizer(s) made by rp_replica_optimizer_create(); destroy them first");
+        for (int q = 0; q < 2; q++) {
+            rstate *s = &j->st[q];
+            /* A step on an orphan is an error, not a use of the freed replica. */
+            rp_status st = rp_optimizer_step(s->opt, 0.1f);
+            assert_int_equal(st, RP_ERR_INVALID);
+            tu_assert_error_contains("outlived its replicator");
+            rp_optimizer_destroy(s->opt);
+            rp_params_destroy(s->m.params);
+            rp_params_destroy(s->shadow.params);
+            rp_tape_destroy(s->shadow_tape);
+            free(s->local_grad);
+            free(s->seen_grad);
+            free(s->pre_values);
+            free(s->post_values);
+            free(s->ema);
+        }
+        free(j);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hooks_compose),
+        cmocka_unit_test(test_user_hooks_stack_on_sync),
+        cmocka_unit_test(test_nan_names_its_replica),
+        cmocka_unit_test(test_stuck_replica_named),
+        cmocka_unit_test(test_stuck_exit_ends_the_process),
+        cmocka_unit_test(test_skipped_collective_named),
+        cmocka_unit_test(test_plain_optimizer_divergence),
+        cmocka_unit_test(test_destroy_before_optimizers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
