@@ -55,11 +55,17 @@ void rp_cpu_act_bwd(float *restrict dx, const float *restrict dy, const float *r
     switch (a) {
     case RP_ACT_RELU:
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            float d = dy[i]; /* loaded unconditionally: the select then vectorises without masked loads */
+            dx[i] = x[i] > 0 ? d : 0.0f;
+        }
         break;
     case RP_ACT_LEAKY_RELU:
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : slope * dy[i];
+        for (int64_t i = 0; i < n; i++) {
+            float d = dy[i];
+            dx[i] = x[i] > 0 ? d : slope * d;
+        }
         break;
     case RP_ACT_TANH:
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
@@ -71,7 +77,10 @@ void rp_cpu_act_bwd(float *restrict dx, const float *restrict dy, const float *r
         break;
     case RP_ACT_ELU:
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : dy[i] * (y[i] + slope);
+        for (int64_t i = 0; i < n; i++) {
+            float d = dy[i], e = y[i] + slope;
+            dx[i] = x[i] > 0 ? d : d * e;
+        }
         break;
     case RP_ACT_SQRT:
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
@@ -167,7 +176,7 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const bn_su
         if (yr) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
-                float g = yr[j] > 0 ? dr[j] : 0.0f;
+                float d = dr[j], g = yr[j] > 0 ? d : 0.0f;
                 f[j] += g;
                 f2[j] += g * ((xr[j] - a->mean[j]) * a->invstd[j]);
             }
@@ -310,7 +319,7 @@ void rp_cpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const floa
             const float *yr = y + i * c;
 #pragma omp simd
             for (int j = 0; j < c; j++) {
-                float g = yr[j] > 0 ? dr[j] : 0.0f;
+                float d = dr[j], g = yr[j] > 0 ? d : 0.0f;
                 out[j] = k1[j] * g + k2[j] * (xr[j] - mean[j]) + k3[j];
             }
         } else {

@@ -208,7 +208,10 @@ void rp_cpu_clamp_bwd(float *restrict dx, const float *restrict dy, const float 
                       int64_t n, float lo, float hi)
 {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float d = dy[i], v = x[i];
+        dx[i] = v >= lo && v <= hi ? d : 0.0f;
+    }
 }
 
 void rp_cpu_layernorm_fwd(float *restrict y, float *restrict mean, float *restrict rstd,
