@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Two builds of replicator side by side on ResNet-20 training (28x28x1, global batch 128,
+# synthetic data, as bench/compare_scaling.sh): the same commands, alternating in rounds so
+# the machine's noise hits both alike, for 1 replica x 2 threads and 2 replicas x 1 thread
+# (cross-replica batch norm, what `replicator train` runs). For "does this change slow the
+# sync path": OLD is a binary built from the commit before, NEW one built from after.
+# Prints each round, the medians, and new / old.
+#
+# Usage: bench/compare_builds.sh OLD_BINARY NEW_BINARY [rounds]   (default 5)
+set -euo pipefail
+old=$1 new=$2 rounds=${3:-5}
+ips() { /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+print(max(r["images_per_s"] for r in rows))'; }
+common=(--model resnet20 --batch 128 --size 28 --channels 1 --iters 20 --json)
+declare -A all
+names=(old_r1x2 new_r1x2 old_r2x1 new_r2x1)
+for k in $(seq "$rounds"); do
+    for kind in old new; do
+        bin=$old
+        [ $kind = new ] && bin=$new
+        all[${kind}_r1x2]+=" $("$bin" bench resnet "${common[@]}" --threads 2 | ips)"
+        all[${kind}_r2x1]+=" $("$bin" bench resnet "${common[@]}" --replicas 2 --threads-per-replica 1 | ips)"
+    done
+    echo "round $k:"; for n in "${names[@]}"; do echo "  $n ${all[$n]}"; done
+done
+median() { echo "$@" | tr ' ' '\n' | sort -g | awk 'NF {v[++n]=$1} END {print v[int((n+1)/2)]}'; }
+echo "medians (images/s):"
+for n in "${names[@]}"; do echo "  $n $(median ${all[$n]})"; done
+for layout in r1x2 r2x1; do
+    o=$(median ${all[old_$layout]}) n=$(median ${all[new_$layout]})
+    echo "  $layout new/old $(/usr/bin/python3 -c "print(f'{$n/$o:.3f}')")"
+done
