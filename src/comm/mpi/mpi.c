@@ -1,13 +1,16 @@
 /*
  * mpi.c - the MPI communicator: one member per process (OpenMPI).
  *
- * Every collective starts with an exchange of calls: each rank sends its
- * call (kind, count, dtype, op, root, sequence number) to every other rank
- * and receives theirs, with non-blocking point-to-point messages polled
- * against the deadline. So every rank sees every call and reports a
- * mismatch the same way the threads backend does, and a rank that never
- * arrives (dead, stopped, or in another call) is named - by rank and host -
- * when the deadline passes, instead of hanging in a blocking collective.
+ * Every collective is checked against the peers' calls. A call that moves
+ * data between every pair of ranks carries a hash of its descriptor in the
+ * MPI tag of those messages (see "The call check" below); the others start
+ * with an exchange of calls: each rank sends its call (kind, count, dtype,
+ * op, root, sequence number) to every other rank and receives theirs, with
+ * non-blocking point-to-point messages polled against the deadline. So
+ * every rank reports a mismatch the same way the threads backend does, and
+ * a rank that never arrives (dead, stopped, or in another call) is named -
+ * by rank and host - when the deadline passes, instead of hanging in a
+ * blocking collective.
  *
  * The data then moves in non-blocking point-to-point messages with each
  * peer, polled the same way, so a peer that stops in the middle of a call
@@ -337,8 +340,8 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
  * Sends sbuf[q] (sbytes[q] bytes) to and receives rbuf[q] (rbytes[q]) from
  * every other rank q, polled against the deadline; a timeout names the
  * ranks whose messages are still pending. In a hashed call the messages
- * carry the call's tag (m->tag), and `first` (the call's first exchange)
- * sends even empty messages: every peer's tag must be seen once.
+ * carry the call's tag (m->tag); `first` says whether this is the call's
+ * first exchange (where a missing peer may be in another call).
  */
 static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadline, const void *const *sbuf,
                                const int *sbytes, void *const *rbuf, const int *rbytes, bool first)
@@ -854,7 +857,6 @@ rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int pr
     mreq *r = calloc(1, sizeof *r);
     if (!r) return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", what);
     lock();
-    poll_notices(c);
     if (m->broken) {
         rp_status st = p2p_status_broken(c, slane, what);
         unlock();
@@ -891,7 +893,6 @@ rp_status rp_mpi_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, int proc, in
     mreq *r = calloc(1, sizeof *r);
     if (!r) return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", what);
     lock();
-    poll_notices(c);
     if (m->broken) {
         rp_status st = p2p_status_broken(c, dlane, what);
         unlock();
@@ -941,11 +942,12 @@ static void req_drop(rp_comm *c, mreq *r)
  * One poll of request r: progress, then whether it is done or cannot be
  * (broken communicator, its peer left, deadline passed). Under the lock.
  */
-static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double stalled_s)
+static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double stalled_s, bool notices)
 {
     mpi_impl *m = M(c);
     char what[96], msg[1400], peer[160], me[160];
-    poll_notices(c);
+    /* Notices (a mismatch, a peer that left) are rare: looked for every few polls, not on the fast path. */
+    if (notices || rp_now_s() > deadline) poll_notices(c);
     if (r->state != MREQ_DONE) progress(c, r->mylane, drain);
     if (r->state == MREQ_ACTIVE) {
         int flag = 0;
@@ -1024,11 +1026,12 @@ static rp_status rp_mpi_wait(rp_comm *c, rp_comm_request *req, double deadline)
         note_gap(&last, req->comm->timeout, &stalled);
         lock();
         bool drain = r->d.send && rp_now_s() - r->posted_s > BUFFER_AFTER_S;
-        req_poll(c, r, deadline, drain, stalled);
+        req_poll(c, r, deadline, drain, stalled, (polls & 15) == 15);
         int state = r->state;
         unlock();
         if (state == MREQ_DONE) break;
-        pause_briefly(polls);
+        /* A small message's answer comes in a microsecond or two: poll without yielding first. */
+        if (polls >= 64) pause_briefly(polls);
     }
     return req_finish_mpi(c, r);
 }
@@ -1037,7 +1040,7 @@ static rp_status rp_mpi_test(rp_comm *c, rp_comm_request *req, bool *done)
 {
     mreq *r = (mreq *)req;
     lock();
-    req_poll(c, r, INFINITY, false, 0);
+    req_poll(c, r, INFINITY, false, 0, true);
     *done = r->state == MREQ_DONE;
     unlock();
     return *done ? req_finish_mpi(c, r) : RP_OK;
