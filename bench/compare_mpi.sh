@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The MPI backend on this machine, side by side in one run:
 #  1. all-reduce (f32 sum, 4 KiB to 256 MiB): OpenMPI's MPI_Allreduce against
-#     replicator's flat MPI backend on 2 and 4 ranks (alternating rounds in one
-#     process, medians), and the hierarchical backend on 2 ranks x 2 threads
-#     (the same 4 members as flat 4 ranks);
+#     replicator's flat MPI backend on 2, 4 and 8 ranks (oversubscribed where
+#     needed; alternating rounds in one process, medians, ours/raw per size),
+#     and the hierarchical backend on 2 ranks x 2 threads (the same 4 members
+#     as flat 4 ranks);
 #  2. ResNet-20 training images/s (synthetic 28x28x1, global batch 128,
 #     cross-replica batch norm): 2 replicas as 2 threads of one process
 #     against 2 MPI ranks of 1 thread, in alternating rounds, and the medians.
@@ -20,6 +21,7 @@ run() { mpirun "${mpirun_flags[@]}" -x OMP_WAIT_POLICY "$@"; }
 echo "== all-reduce: OpenMPI MPI_Allreduce (raw) against replicator's MPI backend (ours), $rounds rounds"
 run -np 2 build/allreduce_mpi --rounds "$rounds"
 run -np 4 build/allreduce_mpi --rounds "$rounds"
+run -np 8 build/allreduce_mpi --rounds "$rounds"
 echo "== all-reduce: hierarchical, 2 ranks x 2 threads (compare with ours_us of 4 ranks above)"
 run -np 2 build/allreduce_mpi --threads 2 --rounds "$rounds"
 

@@ -26,8 +26,9 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 
 echo "== thread-sanitizer build: the communicator, parameter-server and async runtime tests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE_THREAD=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_comm test_ps test_async
+cmake --build build-tsan -j"$jobs" --target test_comm test_comm_p2p test_ps test_async
 # The 64 MiB cases are skipped: they prove sizes, not races, and are slow under TSan.
 RP_TEST_SKIP='*64mib' TSAN_OPTIONS=halt_on_error=1 build-tsan/test_comm
+RP_TEST_SKIP='*64mib' TSAN_OPTIONS=halt_on_error=1 build-tsan/test_comm_p2p
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_ps
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_async

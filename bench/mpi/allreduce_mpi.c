@@ -8,6 +8,9 @@
  *
  *   mpirun -np 4 build/allreduce_mpi                  raw and ours, flat
  *   mpirun -np 2 build/allreduce_mpi --threads 2      ours, hierarchical: 2 ranks x 2 threads
+ *   mpirun -np 8 build/allreduce_mpi --check          the call check's cost: ours with the
+ *                                                     hashed check against ours with the full
+ *                                                     exchange of calls before every call
  *   options: --min 4K --max 256M --rounds 5 --json
  */
 #include <mpi.h>
@@ -17,6 +20,7 @@
 #include <string.h>
 
 #include "replicator/replicator.h"
+#include "comm/comm_internal.h" /* rp_comm_mpi_set_full_check: the knob behind --check */
 
 static long long parse_bytes(const char *s)
 {
@@ -91,15 +95,16 @@ static double time_raw(const float *send, float *recv, long long count, long lon
 int main(int argc, char **argv)
 {
     long long min = 4 << 10, max = 256 << 20;
-    int json = 0, rounds = 5, T = 1;
+    int json = 0, rounds = 5, T = 1, check = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) min = parse_bytes(argv[++i]);
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = parse_bytes(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--check")) check = 1;
         else {
-            fprintf(stderr, "usage: mpirun -np N allreduce_mpi [--threads T] [--min 4K] [--max 256M] "
+            fprintf(stderr, "usage: mpirun -np N allreduce_mpi [--threads T] [--check] [--min 4K] [--max 256M] "
                     "[--rounds 5] [--json]\n");
             return 2;
         }
@@ -118,9 +123,11 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     int members = n * T;
     bool raw = T == 1; /* MPI_Allreduce has one member per rank: compared with the flat backend */
-    if (rank == 0 && !json)
+    if (rank == 0 && !json && !check)
         printf("%6s %7s %10s %12s %12s %9s %10s\n", "ranks", "threads", "bytes", "raw_us", "ours_us",
                "ours/raw", "busbw_GB/s");
+    if (rank == 0 && !json && check)
+        printf("%6s %7s %10s %12s %12s %11s\n", "ranks", "threads", "bytes", "hashed_us", "full_us", "full/hashed");
     member ms[64];
     for (long long bytes = min; bytes <= max; bytes *= 4) {
         long long count = bytes / 4;
@@ -138,6 +145,30 @@ int main(int argc, char **argv)
         double t_raw[99], t_ours[99];
         time_ours(ms, T, 2); /* warm-up: scratch, MPI's buffers */
         if (raw) time_raw(ms[0].send, ms[0].recv, count, 2);
+        if (check) {
+            /* The same calls with the full exchange of calls (the old check), in alternating rounds. */
+            double t_full[99];
+            for (int r = 0; r < rounds; r++) {
+                rp_comm_mpi_set_full_check(1);
+                t_full[r] = time_ours(ms, T, iters);
+                rp_comm_mpi_set_full_check(0);
+                t_ours[r] = time_ours(ms, T, iters);
+            }
+            double hashed = median(t_ours, rounds), full = median(t_full, rounds);
+            if (rank == 0) {
+                if (json)
+                    printf("{\"ranks\":%d,\"threads\":%d,\"bytes\":%lld,\"hashed_us\":%.2f,\"full_us\":%.2f}\n", n,
+                           T, bytes, hashed * 1e6, full * 1e6);
+                else
+                    printf("%6d %7d %10lld %12.1f %12.1f %11.3f\n", n, T, bytes, hashed * 1e6, full * 1e6, full / hashed);
+                fflush(stdout);
+            }
+            for (int t = 0; t < T; t++) {
+                free(ms[t].send);
+                free(ms[t].recv);
+            }
+            continue;
+        }
         for (int r = 0; r < rounds; r++) {
             if (raw) t_raw[r] = time_raw(ms[0].send, ms[0].recv, count, iters);
             t_ours[r] = time_ours(ms, T, iters);
@@ -147,7 +178,8 @@ int main(int argc, char **argv)
         if (rank == 0) {
             if (json)
                 printf("{\"ranks\":%d,\"threads\":%d,\"bytes\":%lld,\"raw_us\":%.2f,\"ours_us\":%.2f,"
-                       "\"busbw_gbs\":%.3f}\n", n, T, bytes, base * 1e6, ours * 1e6, busbw);
+                       "\"ours_over_raw\":%.3f,\"busbw_gbs\":%.3f}\n", n, T, bytes, base * 1e6, ours * 1e6,
+                       raw ? ours / base : 0.0, busbw);
             else if (raw)
                 printf("%6d %7d %10lld %12.1f %12.1f %9.3f %10.2f\n", n, T, bytes, base * 1e6, ours * 1e6,
                        ours / base, busbw);

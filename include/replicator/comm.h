@@ -84,9 +84,19 @@ rp_status rp_comm_threads_create(rp_comm **comms, int n, const int *ids, double 
  * The MPI backend: one member per MPI process, over a duplicate of
  * MPI_COMM_WORLD (MPI is initialised if it is not yet, with thread support
  * for one calling thread at a time). Every call is checked like the threads
- * backend's (the members exchange their calls first), and every wait is a
- * non-blocking operation polled against the timeout, so a rank that died or
- * stopped is reported by rank and host instead of hanging. Reductions add in
+ * backend's, and every wait is a non-blocking operation polled against the
+ * timeout, so a rank that died or stopped is reported by rank and host
+ * instead of hanging. The check costs no extra message on a call that moves
+ * data between every pair of ranks (all-reduce, reduce-scatter, all-gather
+ * with count > 0): a hash of the call rides in the MPI tag of its data
+ * messages, and the members exchange their full calls only when a peer is
+ * seen sending for another call - so the messages are as precise as an
+ * exchange before every call. Broadcast, barrier and empty calls exchange
+ * their calls first. A rank that was itself not running (stopped, or
+ * descheduled for more than a quarter of the timeout while it waited), or
+ * whose peer had already given up on it, says so in its timeout message
+ * rather than blaming the peer; a failing rank's reason (rp_comm_leave)
+ * reaches its peers' messages. Reductions add in
  * rank order (an all-to-all of blocks, a local reduction, an all-gather), so
  * results are deterministic and equal the threads backend's.
  * Errors: RP_ERR_UNSUPPORTED in a build without MPI; RP_ERR_BACKEND.
@@ -309,7 +319,10 @@ rp_status rp_comm_wait_all(int n, rp_comm_request **reqs);
  * so its *source, *msg_tag, *count and *dt (each pointer may be NULL).
  * It looks at the message the next receive from `peer` would take (for
  * RP_ANY_SOURCE, the earliest from any member whose tag fits); messages
- * already claimed by a posted irecv are not seen. Non-blocking.
+ * already claimed by a posted irecv are not seen. The next receive from
+ * the found source - or from RP_ANY_SOURCE, made next - takes that message.
+ * (In the hierarchical backend, an RP_ANY_SOURCE receive across processes
+ * takes a message when it is waited on, not when posted.) Non-blocking.
  * Errors: RP_ERR_INVALID (bad peer), RP_ERR_COMM (broken communicator).
  */
 rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source, int *msg_tag,

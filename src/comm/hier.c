@@ -50,6 +50,7 @@ typedef struct hier {
     size_t scratch_bytes;
     bool broken;
     char reason[1024];
+    int probed; /* the source of the message the last probe from any source found, or -1 */
 } hier;
 
 static const rp_comm_ops hier_ops;
@@ -139,6 +140,7 @@ static rp_status handle_create(rp_comm **out, group *g, rp_comm *local, int rank
     memcpy(idcopy, ids, (size_t)size * sizeof(int));
     h->local = local;
     h->g = g;
+    h->probed = -1;
     c->ops = &hier_ops;
     c->rank = rank;
     c->size = size;
@@ -403,6 +405,7 @@ static rp_status hier_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm
     group *g = h->g;
     if (h->broken) return hier_broken_error(c, "recv");
     rp_p2p_desc dl = *d;
+    if (d->peer != RP_ANY_SOURCE) h->probed = -1;
     if (d->peer == RP_ANY_SOURCE && g->nproc > 1) {
         hreq *r = calloc(1, sizeof *r);
         if (!r) return RP_ERROR(RP_ERR_NOMEM, "recv: out of memory");
@@ -422,7 +425,18 @@ static rp_status hier_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm
     return rp_mpi_irecv(g->mpi, d, buf, g->pindex[d->peer], g->lrank[d->peer], g->lrank[c->rank], req, c);
 }
 
+static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found);
+
+/* A receive from any source right after a probe found a message takes that message (see hreq_find). */
 static rp_status hier_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
+{
+    hier *h = HI(c);
+    RP_CHECK(probe_sides(c, peer, tag, ready, found));
+    h->probed = *ready && peer == RP_ANY_SOURCE ? found->peer : -1;
+    return RP_OK;
+}
+
+static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
 {
     hier *h = HI(c);
     group *g = h->g;
@@ -445,7 +459,15 @@ static rp_status hreq_find(rp_comm *c, hreq *r, bool *found_one)
     bool ready = false;
     rp_p2p_desc found = {0};
     *found_one = false;
-    RP_CHECK(hier_probe(c, RP_ANY_SOURCE, RP_ANY_TAG, &ready, &found));
+    hier *h = HI(c);
+    if (h->probed >= 0) {
+        /* The message the user's probe announced, even if another has come since on the other side. */
+        ready = true;
+        found.peer = h->probed;
+        h->probed = -1;
+    } else {
+        RP_CHECK(probe_sides(c, RP_ANY_SOURCE, RP_ANY_TAG, &ready, &found));
+    }
     if (!ready) return RP_OK;
     rp_p2p_desc d = r->d;
     d.peer = found.peer;

@@ -19,10 +19,23 @@
  *  8. a peer whose step failed: its reason reaches the receiver waiting for
  *     it, and (MPI) the peers in a collective;
  *  9. a replica that skips a user all-reduce for the runtime's report
- *     all-gather is reported as such, on every member.
+ *     all-gather is reported as such, on every member;
+ * 10. the call check (hashed on the data messages, full exchange on
+ *     demand): a long mixed sequence of calls with ranks running ahead and
+ *     behind gives no false mismatch and the right values; a call with
+ *     data against one without (all-reduce against barrier), and against
+ *     another hashed call (all-gather counts), are mismatches on every rank.
+ *
+ * `test_p2p_mpi stop` (2 ranks, MPI backend) stops rank 1 (SIGSTOP, from a
+ * child process, for 4 s, with a 2 s timeout): once while it waits in an
+ * all-reduce, and once just before it calls one its peer then gives up on.
+ * On waking it must say that it was not running, or that its peer had
+ * already given up on it - not blame the peer.
  */
 #include <mpi.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,6 +402,141 @@ static void test_internal_skip(rp_comm *c)
     CHECK(!strstr(e, "all_gather #"), "the internal call is numbered: %s", e);
 }
 
+/* ---- 10. the call check ----------------------------------------------------------------------------- */
+
+static void test_call_sequence(rp_comm *c)
+{
+    int64_t buf[64], out[64 * 64];
+    for (int it = 0; it < 240; it++) {
+        /* Some members run ahead, some behind: jitter of up to 2 ms, by rank and step. */
+        if ((it * 7 + rank_ * 3) % 5 == 0) usleep((useconds_t)((it + rank_) % 4) * 500);
+        int kind = it % 6;
+        int64_t count = 1 + (it * 13) % 50;
+        for (int i = 0; i < count; i++) buf[i] = rank_ * 1000 + it + i;
+        rp_status st = RP_OK;
+        switch (kind) {
+        case 0:
+            st = rp_comm_all_reduce(c, buf, buf, count, RP_I64, RP_SUM);
+            for (int i = 0; st == RP_OK && i < count; i++) {
+                int64_t want = 1000LL * size_ * (size_ - 1) / 2 + (int64_t)size_ * (it + i);
+                if (buf[i] != want) {
+                    CHECK(false, "step %d: all_reduce[%d] = %lld, want %lld", it, i, (long long)buf[i], (long long)want);
+                    break;
+                }
+            }
+            break;
+        case 1: st = rp_comm_barrier(c); break;
+        case 2:
+            st = rp_comm_broadcast(c, buf, count, RP_I64, it % size_);
+            CHECK(st != RP_OK || buf[0] == (it % size_) * 1000 + it, "step %d: broadcast %lld", it, (long long)buf[0]);
+            break;
+        case 3:
+            st = rp_comm_all_gather(c, buf, out, count, RP_I64);
+            for (int q = 0; st == RP_OK && q < size_; q++)
+                CHECK(out[q * count] == q * 1000 + it, "step %d: all_gather from %d: %lld", it, q, (long long)out[q * count]);
+            break;
+        case 4: {
+            int64_t big[64 * 8];
+            int64_t per = count < 8 ? count : 8;
+            for (int i = 0; i < per * size_; i++) big[i] = i;
+            st = rp_comm_reduce_scatter(c, big, buf, per, RP_I64, RP_SUM);
+            CHECK(st != RP_OK || buf[0] == (int64_t)size_ * (rank_ * per), "step %d: reduce_scatter %lld", it,
+                  (long long)buf[0]);
+            break;
+        }
+        default: st = rp_comm_all_reduce(c, buf, buf, 0, RP_I64, RP_SUM); break;
+        }
+        CHECK(st == RP_OK, "step %d (kind %d): %s", it, kind, rp_last_error());
+        if (st != RP_OK) return;
+    }
+}
+
+static void test_check_data_against_barrier(rp_comm *c)
+{
+    float x[64] = {0};
+    bool last = rank_ / per_ == size_ / per_ - 1;
+    CHECK(rp_comm_all_reduce(c, x, x, 64, RP_F32, RP_SUM) == RP_OK, "all_reduce #0: %s", rp_last_error());
+    double t0 = rp_now_s();
+    rp_status st = last ? rp_comm_barrier(c) : rp_comm_all_reduce(c, x, x, 64, RP_F32, RP_SUM);
+    CHECK(st == RP_ERR_MISMATCH, "all_reduce against barrier: status %d: %s", st, rp_last_error());
+    CHECK(strstr(rp_last_error(), "barrier #1") && strstr(rp_last_error(), "all_reduce #1 (count 64"), "message: %s",
+          rp_last_error());
+    CHECK(rp_now_s() - t0 < 5, "took %.1f s (timeout 20 s)", rp_now_s() - t0);
+}
+
+static void test_check_gather_counts(rp_comm *c)
+{
+    int32_t x[8] = {0}, all[8 * 64];
+    bool last = rank_ / per_ == size_ / per_ - 1;
+    double t0 = rp_now_s();
+    rp_status st = rp_comm_all_gather(c, x, all, last ? 5 : 6, RP_I32);
+    CHECK(st == RP_ERR_MISMATCH, "all_gather counts: status %d: %s", st, rp_last_error());
+    CHECK(strstr(rp_last_error(), "all_gather #0 (count 5") && strstr(rp_last_error(), "all_gather #0 (count 6"),
+          "message: %s", rp_last_error());
+    CHECK(rp_now_s() - t0 < 5, "took %.1f s (timeout 20 s)", rp_now_s() - t0);
+    st = rp_comm_barrier(c);
+    CHECK(st == RP_ERR_COMM, "after the mismatch: %d", st);
+}
+
+/* ---- SIGSTOP: the stopped rank's own message ------------------------------------------------------- */
+
+/* A child that stops this process after `after_s` for `for_s` seconds. */
+static pid_t stop_me(double after_s, double for_s)
+{
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        usleep((useconds_t)(after_s * 1e6));
+        kill(parent, SIGSTOP);
+        usleep((useconds_t)(for_s * 1e6));
+        kill(parent, SIGCONT);
+        _exit(0);
+    }
+    return pid;
+}
+
+/* Stopped inside the wait: its own poll sees the gap. */
+static void test_stop_in_wait(rp_comm *c)
+{
+    float x[4096] = {0};
+    CHECK(rp_comm_all_reduce(c, x, x, 4096, RP_F32, RP_SUM) == RP_OK, "warm-up: %s", rp_last_error());
+    if (rank_ == 1) {
+        pid_t child = stop_me(0.3, 4.0);
+        rp_status st = rp_comm_all_reduce(c, x, x, 4096, RP_F32, RP_SUM);
+        waitpid(child, NULL, 0);
+        CHECK(st == RP_ERR_TIMEOUT, "stopped in the wait: status %d: %s", st, rp_last_error());
+        CHECK(strstr(rp_last_error(), "this rank was not running for"), "message: %s", rp_last_error());
+        CHECK(!strstr(rp_last_error(), "did not arrive") && !strstr(rp_last_error(), "stopped or died"),
+              "the stopped rank blames its peer: %s", rp_last_error());
+    } else {
+        sleep(6); /* never calls: rank 1 times out, having been stopped past its deadline */
+    }
+}
+
+/* Stopped before the call: its peer gives up on it first and says so. */
+static void test_stop_before_call(rp_comm *c)
+{
+    float x[4096] = {0};
+    CHECK(rp_comm_all_reduce(c, x, x, 4096, RP_F32, RP_SUM) == RP_OK, "warm-up: %s", rp_last_error());
+    if (rank_ == 1) {
+        pid_t child = stop_me(0.0, 4.0);
+        usleep(500000); /* stopped in here */
+        waitpid(child, NULL, 0);
+        rp_status st = rp_comm_all_reduce(c, x, x, 4096, RP_F32, RP_SUM);
+        CHECK(st == RP_ERR_TIMEOUT, "late after a stop: status %d: %s", st, rp_last_error());
+        CHECK(strstr(rp_last_error(), "rank 0 (") && strstr(rp_last_error(), "had already given up on this rank"),
+              "message: %s", rp_last_error());
+        /* The peer's own message is quoted; what this rank says after it must not blame the peer. */
+        const char *own = strstr(rp_last_error(), "this rank was late");
+        CHECK(own && !strstr(own, "stopped or died") && !strstr(own, "did not arrive"),
+              "the stopped rank blames its peer: %s", rp_last_error());
+    } else {
+        rp_status st = rp_comm_all_reduce(c, x, x, 4096, RP_F32, RP_SUM);
+        CHECK(st == RP_ERR_TIMEOUT && strstr(rp_last_error(), "rank 1 ("), "the waiting rank: %d: %s", st,
+              rp_last_error());
+        sleep(5); /* until rank 1 has timed out too */
+    }
+}
+
 /* ---- the harness ------------------------------------------------------------------------------------ */
 
 static rp_comm *comms_[64];
@@ -439,7 +587,8 @@ static void on_members(void (*fn)(rp_comm *), double timeout)
 int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_WARN);
-    per_ = argc > 1 ? atoi(argv[1]) : 1;
+    bool stop = argc > 1 && !strcmp(argv[1], "stop");
+    per_ = argc > 1 && !stop ? atoi(argv[1]) : 1;
     if (per_ < 1 || per_ > 64) {
         fprintf(stderr, "usage: test_p2p_mpi [members per process, 1..64]\n");
         return 2;
@@ -449,6 +598,11 @@ int main(int argc, char **argv)
     int process = rp_comm_rank(comms_[0]) / per_;
     for (int t = 0; t < per_; t++) rp_comm_destroy(comms_[t]);
     rank_ = process * per_;
+    if (stop) {
+        on_members(test_stop_in_wait, 2.0);
+        on_members(test_stop_before_call, 2.0);
+        goto verdict;
+    }
     on_members(test_ring, 60.0);
     for (case_ = 0; case_ < (int)(sizeof cases / sizeof *cases); case_++) on_members(test_mismatch, 10.0);
     on_members(test_missing_sender, 1.0);
@@ -459,6 +613,10 @@ int main(int argc, char **argv)
     if (size_ >= 2) on_members(test_leave_p2p, 30.0);
     if (per_ == 1) on_members(test_leave_collective, 30.0);
     on_members(test_internal_skip, 10.0);
+    on_members(test_call_sequence, 30.0);
+    on_members(test_check_data_against_barrier, 20.0);
+    on_members(test_check_gather_counts, 20.0);
+verdict:;
     int mine = atomic_load(&failures), total = 0;
     MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (process == 0) printf("%s: %d ranks x %d members, %d failures\n", total ? "FAIL" : "ok", size_ / per_, per_, total);
