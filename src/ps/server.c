@@ -454,11 +454,11 @@ static void server_free(server *sv)
     free(sv->in);
 }
 
-/* CPU time this process has used, in seconds. */
+/* CPU time this thread (the server's loop) has used, in seconds: right for a server rank and a server thread. */
 static double cpu_seconds(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
