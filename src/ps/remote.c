@@ -74,10 +74,17 @@ rp_status rp_ps_remote_wait(rp_comm *c, rp_comm_request **reqs, int *n, bool *ok
 {
     rp_status first = RP_OK;
     char error[1024] = "";
-    /* Polled together: a reply that arrives early has its blocks' receives posted at once. */
+    /*
+     * Tested in order, up to the first still pending: one test a poll while
+     * waiting. Each test is a few MPI calls, and an oversubscribed OpenMPI
+     * yields the core in each that finds nothing, so testing every request
+     * at every poll made the waits many times longer; any of the calls
+     * progresses all of this rank's messages, so the later ones are found
+     * done when their turn comes.
+     */
     for (unsigned polls = 0;;) {
         bool pending = false, progress = false;
-        for (int i = 0; i < *n; i++) {
+        for (int i = 0; i < *n && !pending; i++) {
             if (!reqs[i]) continue;
             bool done = false;
             rp_status st = rp_comm_test(reqs[i], &done);

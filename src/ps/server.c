@@ -93,10 +93,9 @@ static rp_status outbox_progress(server *sv)
     return RP_OK;
 }
 
-/* A free outbox of at least `bytes` (reused: no allocation once each has grown). */
-static outbox *outbox_get(server *sv, size_t bytes)
+/* The smallest free outbox that fits, else the largest free one, else NULL. */
+static outbox *outbox_free(server *sv, size_t bytes)
 {
-    /* The smallest free one that fits, else the largest free one (grown), else a new one. */
     outbox *best = NULL;
     for (int i = 0; i < sv->n_out; i++) {
         outbox *o = &sv->out[i];
@@ -104,6 +103,18 @@ static outbox *outbox_get(server *sv, size_t bytes)
         bool fits = o->cap >= bytes, best_fits = best && best->cap >= bytes;
         if (!best || (fits && (!best_fits || o->cap < best->cap)) || (!fits && !best_fits && o->cap > best->cap))
             best = o;
+    }
+    return best;
+}
+
+/* A free outbox of at least `bytes` (reused: no allocation once each has grown). */
+static outbox *outbox_get(server *sv, size_t bytes)
+{
+    outbox *best = outbox_free(sv, bytes);
+    if (!best) {
+        /* Every one is busy: complete the sends that have gone (a failed one shows at the next probe). */
+        (void)outbox_progress(sv);
+        best = outbox_free(sv, bytes);
     }
     if (!best) {
         if (sv->n_out == sv->cap_out) {
@@ -479,8 +490,6 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g)
     int64_t requests = 0;
     double wall0 = rp_now_s(), cpu0 = cpu_seconds();
     for (unsigned polls = 0; sv->byes < g->workers && !sv->failed;) {
-        status = outbox_progress(sv);
-        if (status != RP_OK) break;
         bool ready = false;
         int src = -1, tag = -1;
         int64_t count = 0;
@@ -494,6 +503,9 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g)
         if (ready) {
             status = serve_one(sv, src, tag, count, dt);
             requests++;
+        } else {
+            /* Idle: the replies' sends are completed now (see outbox_get for a busy server). */
+            status = outbox_progress(sv);
         }
         /* Busy or idle, a deferred pull may have waited too long by now. */
         double now = rp_now_s();
