@@ -280,6 +280,7 @@ typedef struct remote_ps {
     rp_comm_request **reqs;   /* [S * REQS_PER_SERVER] */
     int *owner;               /* [S * REQS_PER_SERVER] server * 2 + 1 for a reply header, * 2 else */
     bool *ok;                 /* [S * REQS_PER_SERVER] */
+    bool *answered;           /* [S] the reply's header came (a later failure to post is not the server's) */
     int nreq;
     const xfer *x;            /* the current call's arrays */
 } remote_ps;
@@ -311,6 +312,7 @@ static rp_status reply_arrived(void *ctx, int i)
     if (!(m->owner[i] & 1)) return RP_OK;
     int s = m->owner[i] / 2, peer = SERVER_RANK(m->g, s);
     rp_comm *c = m->g->comm;
+    m->answered[s] = true;
     const ps_rep *r = &m->rep[s];
     const xfer *x = m->x;
     if (r->status != RP_OK) {
@@ -374,6 +376,7 @@ static rp_status call(rp_ps *ps, int s0, int s1, const xfer *x)
         m->head[s].blocks = n > 0 ? sends : 0;
         m->head[s].count = n;
         m->rep[s] = (ps_rep){.status = RP_ERR_COMM};
+        m->answered[s] = false;
         status = post(m, s, true, rp_comm_irecv(c, &m->rep[s], (int64_t)sizeof(ps_rep), RP_U8, peer, TAG_REPLY,
                                                 &m->reqs[m->nreq]));
         if (status == RP_OK)
@@ -416,7 +419,9 @@ static rp_status call(rp_ps *ps, int s0, int s1, const xfer *x)
     int missing = 0;
     for (int s = s0; s < s1; s++) {
         bool bad = false;
-        for (int i = 0; i < m->nreq; i++) bad |= m->owner[i] / 2 == s && !m->ok[i];
+        /* A header that came, whose blocks could not be asked for (another server broke the communicator): not s's fault. */
+        for (int i = 0; i < m->nreq; i++)
+            bad |= m->owner[i] / 2 == s && !m->ok[i] && !(m->owner[i] % 2 == 1 && m->answered[s]);
         if (!bad) continue;
         int r = SERVER_RANK(g, s);
         if (len < sizeof msg)
@@ -529,6 +534,7 @@ static void remote_destroy(rp_ps *ps)
         free(m->reqs);
         free(m->owner);
         free(m->ok);
+        free(m->answered);
         free(m);
     }
     free(ps);
@@ -593,7 +599,8 @@ rp_status rp_ps_mpi_create(rp_ps **out, rp_ps_group *g, int64_t numel, const rp_
     m->reqs = calloc(nr, sizeof *m->reqs);
     m->owner = calloc(nr, sizeof *m->owner);
     m->ok = calloc(nr, sizeof *m->ok);
-    if (!m->lo || !m->n || !m->head || !m->rep || !m->text || !m->reqs || !m->owner || !m->ok) {
+    m->answered = calloc((size_t)S, sizeof *m->answered);
+    if (!m->lo || !m->n || !m->head || !m->rep || !m->text || !m->reqs || !m->owner || !m->ok || !m->answered) {
         free(m->reqs);
         m->reqs = NULL; /* nothing was sent: nothing to drop */
         remote_destroy(ps);
