@@ -20,6 +20,12 @@
  * belongs to its thread): a worker publishes its own counts in atomics that
  * the others read.
  *
+ * The same checks (those that are not about the in-process shards' locks)
+ * run again on the remote servers - the code the MPI backend runs - with
+ * server threads on the threads communicator; then what only they do: a
+ * silent server named by rank and host, a worker's failure report, bad
+ * input.
+ *
  * RP_TEST_VERBOSE=1 prints the convergence errors and the timeout messages.
  */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
@@ -103,6 +109,143 @@ static void expect_bitwise(const char *what, const float *got, const float *want
     }
 }
 
+/* ---- remote servers on threads ------------------------------------------------------ */
+
+/*
+ * The remote servers (the MPI backend's code) on the threads communicator:
+ * W worker members and S server members, each server on a thread of its
+ * own running rp_ps_mpi_serve(). The tests marked "remote" run with
+ * `remote` set, so ps_make() builds such a world instead of in-process
+ * shards, and the same checks hold for the remote code path (under TSan
+ * too). A world lives from ps_make() to ps_free() of its handles.
+ */
+#define MAX_S 8
+
+static bool remote; /* ps_make() builds remote servers on threads */
+
+typedef struct world {
+    int W, S;
+    rp_comm *comms[MAX_W + MAX_S];
+    rp_ps_group *groups[MAX_W + MAX_S];
+    pthread_t th[MAX_W + MAX_S];
+    rp_status created[MAX_W + MAX_S];
+    rp_status served[MAX_S];
+    char serve_error[MAX_S][1024];
+    double timeout_s;
+    atomic_int hold;     /* server members with index >= hold wait before serving (0: none) */
+    atomic_int released; /* set: they serve now */
+} world;
+
+static world *the_world;
+static char last_serve_error[1024]; /* server 0's error in the last world_end */
+
+typedef struct {
+    world *w;
+    int r;
+} member_arg;
+
+static member_arg member_args[MAX_W + MAX_S];
+
+static void *member_thread(void *arg)
+{
+    member_arg *a = arg;
+    world *w = a->w;
+    int r = a->r;
+    w->created[r] = rp_ps_group_create(&w->groups[r], w->comms[r], w->S, w->timeout_s);
+    if (w->created[r] != RP_OK || r < w->W) return NULL;
+    int s = r - w->W, hold = atomic_load(&w->hold);
+    if (hold > 0 && s >= hold) {
+        double end = rp_now_s() + JOIN_LIMIT_S;
+        while (!atomic_load(&w->released) && rp_now_s() < end) sleep_s(0.001);
+    }
+    w->served[s] = rp_ps_mpi_serve(w->groups[r]);
+    snprintf(w->serve_error[s], sizeof w->serve_error[s], "%s", w->served[s] == RP_OK ? "" : rp_last_error());
+    rp_ps_group_destroy(w->groups[r]);
+    w->groups[r] = NULL;
+    return NULL;
+}
+
+/* W workers' groups (the main thread makes their calls) and S serving threads; hold: see world. */
+static world *world_start(int W, int S, double timeout_s, int hold)
+{
+    assert_true(W <= MAX_W && S <= MAX_S);
+    world *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->W = W;
+    w->S = S;
+    w->timeout_s = timeout_s;
+    atomic_init(&w->hold, hold);
+    atomic_init(&w->released, 0);
+    expect_ok(rp_comm_threads_create(w->comms, W + S, NULL, timeout_s), "rp_comm_threads_create");
+    for (int r = 0; r < W + S; r++) {
+        member_args[r] = (member_arg){w, r};
+        assert_int_equal(pthread_create(&w->th[r], NULL, member_thread, &member_args[r]), 0);
+    }
+    for (int r = 0; r < W; r++) pthread_join(w->th[r], NULL);
+    for (int r = 0; r < W; r++) expect_ok(w->created[r], "rp_ps_group_create (worker)");
+    return w;
+}
+
+/* Says goodbye from every worker, waits (bounded) for the servers; their status must be `want`. */
+static void world_end(world *w, rp_status want)
+{
+    for (int r = 0; r < w->W; r++) {
+        rp_ps_group_destroy(w->groups[r]);
+        w->groups[r] = NULL;
+    }
+    atomic_store(&w->released, 1);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)JOIN_LIMIT_S;
+    for (int r = w->W; r < w->W + w->S; r++) {
+        if (pthread_timedjoin_np(w->th[r], NULL, &deadline) != 0) {
+            fprintf(stderr, "test_ps: server %d still serving after every worker left\n", r - w->W);
+            fflush(stderr);
+            _exit(1);
+        }
+    }
+    snprintf(last_serve_error, sizeof last_serve_error, "%s", w->serve_error[0]);
+    for (int s = 0; s < w->S; s++) {
+        if (w->created[w->W + s] != RP_OK || w->served[s] != want) {
+            print_error("server %d: group %s, serve returned %s (want %s): %s\n", s,
+                        rp_status_name(w->created[w->W + s]), rp_status_name(w->served[s]),
+                        rp_status_name(want), w->serve_error[s]);
+            fail();
+        }
+    }
+    for (int r = 0; r < w->W + w->S; r++) rp_comm_destroy(w->comms[r]);
+    free(w);
+}
+
+/* n handles on one set: in-process shards, or (remote) a world of remote servers. */
+static void ps_make(rp_ps **h, int n, int64_t numel, const rp_ps_config *cfg)
+{
+    if (!remote) {
+        expect_ok(rp_ps_threads_create(h, n, numel, cfg), "rp_ps_threads_create");
+        return;
+    }
+    assert_null(the_world);
+    the_world = world_start(n, cfg->servers, CALL_TIMEOUT_S, 0);
+    for (int w = 0; w < n; w++) {
+        expect_ok(rp_ps_mpi_create(&h[w], the_world->groups[w], numel, cfg), "rp_ps_mpi_create");
+        assert_string_equal(rp_ps_backend(h[w]), "remote");
+        assert_int_equal(rp_ps_worker(h[w]), w);
+        assert_int_equal(rp_ps_workers(h[w]), n);
+    }
+}
+
+static void ps_free(rp_ps **h, int n)
+{
+    for (int w = 0; w < n; w++) {
+        rp_ps_destroy(h[w]);
+        h[w] = NULL;
+    }
+    if (remote && the_world) {
+        world_end(the_world, RP_OK);
+        the_world = NULL;
+    }
+}
+
 /* ---- a crew of workers, one thread each ---------------------------------------- */
 
 typedef struct crew crew;
@@ -149,7 +292,7 @@ static void crew_create(crew *c, int n, int64_t numel, const rp_ps_config *cfg)
     memset(c, 0, sizeof *c);
     assert_true(n <= MAX_W);
     c->n = n;
-    expect_ok(rp_ps_threads_create(c->h, n, numel, cfg), "rp_ps_threads_create");
+    ps_make(c->h, n, numel, cfg);
     for (int w = 0; w < n; w++) {
         c->wk[w].crew = c;
         c->wk[w].w = w;
@@ -201,9 +344,7 @@ static void crew_run(crew *c, worker_fn fn, void *ctx)
 
 static void crew_destroy(crew *c)
 {
-    for (int w = 0; w < c->n; w++)
-        rp_ps_destroy(c->h[w]);
-    memset(c->h, 0, sizeof c->h);
+    ps_free(c->h, c->n);
 }
 
 /* ---- shard ranges ------------------------------------------------------------------ */
@@ -506,7 +647,7 @@ static void check_rule(const char *name, rp_optim_config ocfg, int servers, int6
     rp_ps_config cfg = ps_config(servers, -1, CALL_TIMEOUT_S, ocfg);
     int slots = rp_optim_slots(&ocfg);
     rp_ps *ps = NULL;
-    expect_ok(rp_ps_threads_create(&ps, 1, n, &cfg), "rp_ps_threads_create");
+    ps_make(&ps, 1, n, &cfg);
 
     float *p = xmalloc((size_t)n * sizeof(float)),
           *state = xmalloc((size_t)(slots + 1) * (size_t)n * sizeof(float));
@@ -553,7 +694,7 @@ static void check_rule(const char *name, rp_optim_config ocfg, int servers, int6
             fail();
         }
     }
-    rp_ps_destroy(ps);
+    ps_free(&ps, 1);
     free(p);
     free(state);
     free(g);
@@ -609,7 +750,7 @@ static void test_init_snapshot_round_trip(void **unused)
     adam.kind = RP_OPTIM_ADAM;
     rp_ps_config cfg = ps_config(3, -1, CALL_TIMEOUT_S, adam);
     rp_ps *ps = NULL;
-    expect_ok(rp_ps_threads_create(&ps, 1, n, &cfg), "rp_ps_threads_create");
+    ps_make(&ps, 1, n, &cfg);
 
     float *vals = xmalloc(n * sizeof(float)), *slots = xmalloc(2 * n * sizeof(float));
     float *got = xmalloc(n * sizeof(float)), *got_slots = xmalloc(2 * n * sizeof(float));
@@ -660,7 +801,7 @@ static void test_init_snapshot_round_trip(void **unused)
     assert_int_equal(step, 0);
     for (int64_t i = 0; i < 2 * n; i++)
         assert_true(got_slots[i] == 0.0f);
-    rp_ps_destroy(ps);
+    ps_free(&ps, 1);
     free(vals);
     free(slots);
     free(got);
@@ -949,11 +1090,13 @@ static void test_staleness_timeout_names_worker(void **unused)
             ctx.status, RP_ERR_TIMEOUT, ctx.error);
         fail();
     }
-    if (!(ctx.elapsed_s >= 0.45 && ctx.elapsed_s <= 2.0)) {
-        print_error("the pull timed out after %.3f s, want about 0.5 s\n", ctx.elapsed_s);
+    /* Remote servers answer at 0.8 x the timeout, before the worker's own deadline. */
+    double least = remote ? 0.40 : 0.45;
+    if (!(ctx.elapsed_s >= least && ctx.elapsed_s <= 2.0)) {
+        print_error("the pull timed out after %.3f s, want about 0.5 s (at least %.2f)\n", ctx.elapsed_s, least);
         fail();
     }
-    if (!strstr(ctx.error, "worker 1")) {
+    if (!strstr(ctx.error, remote ? "for worker 1 (rank 1 on host" : "worker 1")) {
         print_error("the timeout does not name worker 1: \"%s\"\n", ctx.error);
         fail();
     }
@@ -1072,7 +1215,7 @@ static void test_phases_restart_clocks(void **unused)
     (void)unused;
     rp_ps_config cfg = ps_config(2, 0, 0.3, sgd_plain_config());
     rp_ps *h[2] = {NULL, NULL};
-    expect_ok(rp_ps_threads_create(h, 2, 40, &cfg), "rp_ps_threads_create");
+    ps_make(h, 2, 40, &cfg);
     float x[40], g[40];
     for (int i = 0; i < 40; i++)
         g[i] = 1.0f;
@@ -1085,7 +1228,8 @@ static void test_phases_restart_clocks(void **unused)
     assert_int_equal(rp_ps_clock(h[1]), 0);
     double t0 = rp_now_s();
     assert_int_equal(rp_ps_pull(h[0], x), RP_ERR_TIMEOUT); /* 3 ahead of worker 1 with k = 0 */
-    assert_true(rp_now_s() - t0 >= 0.25);
+    /* Remote servers answer at 0.8 x the timeout (0.24 s), before the worker's own deadline. */
+    assert_true(rp_now_s() - t0 >= (remote ? 0.24 : 0.25));
     tu_assert_error_contains("worker 1");
     /* A worker that left holds no one back. */
     expect_ok(rp_ps_leave(h[1]), "rp_ps_leave(w1)");
@@ -1134,8 +1278,7 @@ static void test_phases_restart_clocks(void **unused)
     expect_ok(rp_ps_pull(h[0], x), "rp_ps_pull(w0) level with worker 1 in phase 3");
     expect_ok(rp_ps_leave(h[0]), "rp_ps_leave(w0)");
     expect_ok(rp_ps_leave(h[1]), "rp_ps_leave(w1)");
-    rp_ps_destroy(h[0]);
-    rp_ps_destroy(h[1]);
+    ps_free(h, 2);
 }
 
 /* ---- the shared work queue ------------------------------------------------------------- */
@@ -1302,8 +1445,129 @@ static void test_bad_input(void **unused)
     rp_ps_destroy(h[1]);
 }
 
+/* ---- remote servers only ------------------------------------------------------------------- */
+
+static int remote_on(void **state)
+{
+    (void)state;
+    remote = true;
+    return 0;
+}
+
+static int remote_off(void **state)
+{
+    (void)state;
+    remote = false;
+    the_world = NULL; /* a failed test's world is left behind, not reused */
+    return 0;
+}
+
+/*
+ * A server that does not answer (its thread has not started serving): the
+ * worker's call fails after the timeout, naming that server with its rank
+ * and host and no other, and breaks the group, so the next call fails at
+ * once with the same reason. The break reaches the whole communicator, so
+ * the servers' loops end with RP_ERR_COMM.
+ */
+static void test_remote_silent_server_named(void **unused)
+{
+    (void)unused;
+    world *w = world_start(1, 2, CALL_TIMEOUT_S, 1); /* server 1 waits */
+    rp_ps_config cfg = ps_config(2, -1, 0.3, sgd_plain_config());
+    rp_ps *ps = NULL;
+    double t0 = rp_now_s();
+    rp_status st = rp_ps_mpi_create(&ps, w->groups[0], 64, &cfg);
+    double took = rp_now_s() - t0;
+    if (getenv("RP_TEST_VERBOSE")) print_message("silent server: %.3f s: %s\n", took, rp_last_error());
+    assert_int_equal(st, RP_ERR_TIMEOUT);
+    assert_null(ps);
+    tu_assert_error_contains("parameter server 1 (rank 2 on host");
+    tu_assert_error_contains("did not answer a create of set 0 by worker 0 within 0.3 s");
+    assert_null(strstr(rp_last_error(), "parameter server 0"));
+    assert_true(took >= 0.3 && took < 2.0);
+    t0 = rp_now_s();
+    assert_int_equal(rp_ps_mpi_create(&ps, w->groups[0], 64, &cfg), RP_ERR_TIMEOUT);
+    assert_true(rp_now_s() - t0 < 0.1);
+    tu_assert_error_contains("broken by an earlier error: parameter server 1 (rank 2 on host");
+    world_end(w, RP_ERR_COMM);
+}
+
+/* A worker's failure report ends every server's loop with RP_ERR_COMM naming it and its reason. */
+static void test_remote_failure_report(void **unused)
+{
+    (void)unused;
+    world *w = world_start(2, 2, CALL_TIMEOUT_S, 0);
+    rp_ps_group_fail(w->groups[0], RP_ERR_NOMEM, "out of memory here");
+    world_end(w, RP_ERR_COMM);
+    if (!strstr(last_serve_error, "worker 0 (rank 0 on host") || !strstr(last_serve_error, "out of memory here") ||
+        !strstr(last_serve_error, "NOMEM")) {
+        print_error("serve's error does not name worker 0, its status and its reason: %s\n", last_serve_error);
+        fail();
+    }
+}
+
+/*
+ * Bad input on remote servers: a configuration for another number of
+ * servers; a set that the workers create differently (a mismatch, from the
+ * server); a non-finite gradient or learning rate (nothing sent: the
+ * servers count no push); stats of a server that does not exist; an empty
+ * set, which still counts pushes on every server.
+ */
+static void test_remote_bad_input(void **unused)
+{
+    (void)unused;
+    world *w = world_start(2, 2, CALL_TIMEOUT_S, 0);
+    rp_ps_config cfg = ps_config(3, -1, CALL_TIMEOUT_S, sgd_plain_config());
+    rp_ps *h[2] = {NULL, NULL}, *e = NULL, *bad = NULL;
+    assert_int_equal(rp_ps_mpi_create(&h[0], w->groups[0], 100, &cfg), RP_ERR_INVALID);
+    tu_assert_error_contains("3 parameter servers");
+    cfg.servers = 2;
+    assert_int_equal(rp_ps_mpi_create(&h[0], w->groups[0], -1, &cfg), RP_ERR_INVALID);
+    for (int q = 0; q < 2; q++) expect_ok(rp_ps_mpi_create(&h[q], w->groups[q], 100, &cfg), "rp_ps_mpi_create");
+    expect_ok(rp_ps_mpi_create(&e, w->groups[0], 0, &cfg), "rp_ps_mpi_create(numel 0)");
+    /* Worker 1's second set is worker 0's empty one (set 1), with another size. */
+    assert_int_equal(rp_ps_mpi_create(&bad, w->groups[1], 50, &cfg), RP_ERR_MISMATCH);
+    tu_assert_error_contains("set 1: worker 1 creates it with 50 floats");
+    assert_null(bad);
+
+    float g[100], got[100];
+    tu_fill(g, 100, 42, -1.0f, 1.0f);
+    g[37] = NAN;
+    assert_int_equal(rp_ps_push(h[0], g, 0.5f), RP_ERR_NUMERIC);
+    tu_assert_error_contains("37");
+    g[37] = 1.0f;
+    assert_int_equal(rp_ps_push_pull(h[0], g, -1.0f, got), RP_ERR_INVALID);
+    rp_ps_server_stats st;
+    for (int s = 0; s < 2; s++) {
+        expect_ok(rp_ps_stats(h[1], s, &st), "rp_ps_stats");
+        assert_int_equal(st.applied, 0);
+    }
+    assert_int_equal(rp_ps_stats(h[0], 2, &st), RP_ERR_INVALID);
+    assert_int_equal(rp_ps_claim(h[0], NULL), RP_ERR_INVALID);
+    /* The handles still work after all that. */
+    expect_ok(rp_ps_push_pull(h[0], g, 0.5f, got), "rp_ps_push_pull");
+    for (int i = 0; i < 100; i++) assert_true(got[i] == -0.5f * g[i]);
+    expect_ok(rp_ps_pull(h[1], got), "rp_ps_pull");
+    for (int i = 0; i < 100; i++) assert_true(got[i] == -0.5f * g[i]);
+
+    expect_ok(rp_ps_push(e, g, 0.5f), "rp_ps_push(numel 0)");
+    int64_t step = -1;
+    expect_ok(rp_ps_snapshot(e, NULL, NULL, &step), "rp_ps_snapshot(numel 0)");
+    assert_int_equal(step, 1);
+    for (int s = 0; s < 2; s++) {
+        expect_ok(rp_ps_stats(e, s, &st), "rp_ps_stats(numel 0)");
+        assert_int_equal(st.applied, 1);
+        assert_int_equal(st.from_worker[0], 1);
+    }
+    rp_ps_destroy(e);
+    rp_ps_destroy(h[0]);
+    rp_ps_destroy(h[1]);
+    world_end(w, RP_OK);
+}
+
 int main(void)
 {
+    rp_log_set_level(RP_LOG_WARN); /* the remote servers' exit lines */
     const char *skip = getenv("RP_TEST_SKIP");
     if (skip && *skip) cmocka_set_skip_filter(skip);
     const struct CMUnitTest tests[] = {
@@ -1320,6 +1584,21 @@ int main(void)
         cmocka_unit_test(test_phases_restart_clocks),
         cmocka_unit_test(test_claims_hand_out_each_ticket_once),
         cmocka_unit_test(test_bad_input),
+        /* The remote servers (the MPI backend's code) on the threads communicator. */
+#define REMOTE(test) cmocka_unit_test_setup_teardown(test, remote_on, remote_off)
+        REMOTE(test_no_lost_or_duplicated_updates),
+        REMOTE(test_rules_match_local_apply),
+        REMOTE(test_init_snapshot_round_trip),
+        REMOTE(test_least_squares_converges),
+        REMOTE(test_staleness_bound_holds),
+        REMOTE(test_staleness_unbounded_control),
+        REMOTE(test_staleness_timeout_names_worker),
+        REMOTE(test_phases_restart_clocks),
+        REMOTE(test_claims_hand_out_each_ticket_once),
+        REMOTE(test_remote_silent_server_named),
+        REMOTE(test_remote_failure_report),
+        REMOTE(test_remote_bad_input),
+#undef REMOTE
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

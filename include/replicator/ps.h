@@ -38,8 +38,10 @@
  * its clock and this worker's.
  *
  * Backends: "threads" (in-process shards; the workers apply the updates
- * themselves under a per-shard mutex) and "mpi" (dedicated server ranks; a
- * worker's handle sends messages). The runtime builds them from rp_config
+ * themselves under a per-shard mutex) and remote servers: dedicated server
+ * ranks of a communicator, a worker's handle sends them messages over the
+ * communicator's point-to-point ("mpi" under MPI; "remote" on another
+ * backend, e.g. server threads in tests). The runtime builds them from rp_config
  * (regime, ps, staleness); user code normally meets them only through the
  * optimizer made by rp_replica_optimizer_create(), whose rp_optimizer_step()
  * pushes the gradients and pulls fresh values.
@@ -50,6 +52,7 @@
 #ifndef REPLICATOR_PS_H
 #define REPLICATOR_PS_H
 
+#include "comm.h"
 #include "core.h"
 #include "optim.h"
 
@@ -87,7 +90,7 @@ rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, cons
 /* Frees this worker's handle. NULL is ignored. */
 void rp_ps_destroy(rp_ps *ps);
 
-/* "threads" or "mpi". */
+/* "threads", "mpi", or "remote" (remote servers over a communicator other than MPI). */
 const char *rp_ps_backend(const rp_ps *ps);
 int rp_ps_worker(const rp_ps *ps);   /* this handle's worker index, 0 .. workers-1 */
 int rp_ps_workers(const rp_ps *ps);
@@ -161,26 +164,64 @@ int64_t rp_ps_clock(const rp_ps *ps);
  */
 rp_status rp_ps_claim(rp_ps *ps, int64_t *ticket);
 
-/* ---- the MPI backend ------------------------------------------------------------ */
+/* ---- remote servers: the MPI backend, or any communicator ---------------------------- */
+
+/*
+ * Servers that are members of a communicator: of its R ranks, ranks
+ * 0 .. W-1 are the workers and the last S ranks the servers (W = R - S).
+ * Everything moves in the communicator's point-to-point messages
+ * (replicator/comm.h): under MPI that is the MPI backend, the project's one
+ * MPI transport; the threads backend runs the same servers in one process
+ * (server and worker threads, each with its own member handle), which is
+ * how the tests exercise them.
+ *
+ * A call waits at most its set's timeout. A server that does not answer
+ * (stopped, dead) is named with its rank and host; its messages then fail,
+ * which breaks the communicator (comm.h), so every later call of that
+ * worker, on any of its sets, fails at once with the same reason. A server
+ * that waits for a request's data longer than the group's timeout (a worker
+ * stopped in the middle of sending) stops serving, naming that worker.
+ */
+typedef struct rp_ps_group rp_ps_group;
 
 /*
  * The job's MPI processes as W workers (world ranks 0 .. W-1) and S
- * servers (the last S ranks). Collective over MPI_COMM_WORLD (MPI is
- * initialised if it is not yet). Errors: RP_ERR_INVALID if S is not below
- * the job's size; RP_ERR_UNSUPPORTED in a build without MPI.
+ * servers (the last S ranks), over a communicator of their own (a new MPI
+ * backend communicator, destroyed with the group). Collective over
+ * MPI_COMM_WORLD (MPI is initialised if it is not yet). A timeout of 0 is
+ * $RP_COMM_TIMEOUT. Errors: RP_ERR_INVALID if S is not below the job's
+ * size or leaves more than 64 workers; RP_ERR_UNSUPPORTED in a build
+ * without MPI; the communicator's errors.
  */
-typedef struct rp_ps_group rp_ps_group;
 rp_status rp_ps_mpi_group_create(rp_ps_group **g, int servers, double timeout_s);
+
+/*
+ * The same on any communicator with point-to-point (threads, mpi): this
+ * member's part of the group. Collective over `comm` (one all-gather, of
+ * the members' host names, named as the runtime's own call); on the
+ * threads backend every member calls it from its own thread. The group
+ * borrows `comm` (destroy it after the group) and uses it alone while it
+ * lives: make no other calls on it then (a server's receive from any
+ * member would take them). A timeout of 0 takes the communicator's. The
+ * group's calls set the communicator's timeout for their own waits and put
+ * it back. Errors: as rp_ps_mpi_group_create, and the all-gather's.
+ * Thread-safety: the group belongs to the thread that owns `comm`.
+ */
+rp_status rp_ps_group_create(rp_ps_group **g, rp_comm *comm, int servers, double timeout_s);
+
 bool rp_ps_group_is_server(const rp_ps_group *g);
 int rp_ps_group_workers(const rp_ps_group *g);
-/* This process's worker index (its world rank), or its server index on a server rank. */
+/* This process's worker index (its rank), or its server index on a server rank. */
 int rp_ps_group_index(const rp_ps_group *g);
 
 /*
  * On a server rank: serves the workers until every worker has destroyed
  * its group (or one said the job failed). Sets of variables are created by
- * the workers' rp_ps_mpi_create() calls. Errors: RP_ERR_BACKEND if MPI
- * fails; a worker's failure report as RP_ERR_COMM naming the worker.
+ * the workers' rp_ps_mpi_create() calls. Works on a group of any
+ * communicator (the name is historical). Errors: a worker's failure report
+ * as RP_ERR_COMM naming the worker; the communicator's errors (a request
+ * whose data did not come within the group's timeout: RP_ERR_TIMEOUT
+ * naming the worker), prefixed with this server's index, rank and host.
  */
 rp_status rp_ps_mpi_serve(rp_ps_group *g);
 
@@ -191,7 +232,11 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g);
  * rp_ps_init(). cfg->servers must be the group's S; a timeout of 0 takes
  * the group's (whose 0 is $RP_COMM_TIMEOUT). At most 64 workers and 8 live
  * sets. A staleness error from a server leaves the handle usable; a server
- * that does not answer breaks it (later calls fail at once, naming it).
+ * that does not answer breaks the group (later calls fail at once, naming
+ * it). rp_ps_backend() is "mpi" on an MPI group, "remote" on any other.
+ * Works on a group of any communicator (the name is historical). A push's
+ * gradient goes to each server straight from `grad` (its slice), a pull's
+ * values straight into `values`.
  */
 rp_status rp_ps_mpi_create(rp_ps **ps, rp_ps_group *g, int64_t numel, const rp_ps_config *cfg);
 

@@ -22,7 +22,11 @@
  *     deadline;
  *  6. claims: the workers' tickets are exactly 0 .. N-1, each once;
  *  7. a worker reporting a failure: every server's rp_ps_mpi_serve()
- *     returns RP_ERR_COMM naming that worker.
+ *     returns RP_ERR_COMM naming that worker;
+ *  8. a large set (3M floats, well past any eager limit, so each server's
+ *     slice goes straight from the caller's gradient and comes straight
+ *     into its values): pushes from every worker and Adam's slots through
+ *     init and snapshot come back exact.
  */
 #include <math.h>
 #include <mpi.h>
@@ -289,6 +293,63 @@ static void test_claims(rp_ps_group *g)
     rp_ps_destroy(ps);
 }
 
+/* 8. A set of 3M floats: exact sums of every worker's pushes, and init/snapshot of Adam's slots. */
+static void test_large_set(rp_ps_group *g)
+{
+    const int64_t n = 3 * 1000 * 1000 + 7;
+    const int K = 3;
+    rp_ps_config cfg = config(RP_OPTIM_SGD, 0.0f, -1, 30.0);
+    rp_ps *ps = NULL;
+    OK(rp_ps_mpi_create(&ps, g, n, &cfg));
+    if (!ps) return;
+    float *grad = malloc((size_t)n * sizeof(float)), *got = malloc((size_t)n * sizeof(float));
+    if (rank_ == 0) {
+        for (int64_t i = 0; i < n; i++) got[i] = (float)(i % 1000) / 4.0f;
+        OK(rp_ps_init(ps, got, NULL, 0));
+    }
+    MPI_Barrier(workers_);
+    for (int j = 0; j < K; j++) {
+        for (int64_t i = 0; i < n; i++) grad[i] = grad_value(rank_, j, i);
+        OK(rp_ps_push_pull(ps, grad, 1.0f, got));
+    }
+    MPI_Barrier(workers_);
+    int64_t step = -1;
+    OK(rp_ps_snapshot(ps, got, NULL, &step));
+    CHECK(step == (int64_t)W * K, "large set: step %lld after %d pushes", (long long)step, W * K);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double want = (double)(i % 1000) / 4.0;
+        for (int w = 0; w < W; w++)
+            for (int j = 0; j < K; j++) want -= grad_value(w, j, i);
+        if ((double)got[i] != want && bad++ == 0) first = i;
+    }
+    CHECK(bad == 0, "large set: %lld of %lld elements differ from init - sum of pushes (first %lld)",
+          (long long)bad, (long long)n, (long long)first);
+    MPI_Barrier(workers_);
+    rp_ps_destroy(ps);
+
+    rp_ps_config adam = config(RP_OPTIM_ADAM, 0.0f, -1, 30.0);
+    OK(rp_ps_mpi_create(&ps, g, n, &adam));
+    if (ps && rank_ == 0) {
+        float *slots = malloc(2 * (size_t)n * sizeof(float)), *got_slots = malloc(2 * (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) grad[i] = (float)(i % 77) - 38.0f;
+        for (int64_t i = 0; i < 2 * n; i++) slots[i] = (float)(i % 101) / 128.0f;
+        OK(rp_ps_init(ps, grad, slots, 5));
+        step = -1;
+        OK(rp_ps_snapshot(ps, got, got_slots, &step));
+        CHECK(step == 5, "large set: snapshot step %lld after init at 5", (long long)step);
+        CHECK(memcmp(got, grad, (size_t)n * sizeof(float)) == 0, "large set: snapshot values differ from init");
+        CHECK(memcmp(got_slots, slots, 2 * (size_t)n * sizeof(float)) == 0,
+              "large set: snapshot slots differ from init");
+        free(slots);
+        free(got_slots);
+    }
+    MPI_Barrier(workers_);
+    rp_ps_destroy(ps);
+    free(grad);
+    free(got);
+}
+
 int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_WARN);
@@ -332,6 +393,7 @@ int main(int argc, char **argv)
         test_staleness(g);
         test_staleness_timeout(g);
         test_claims(g);
+        test_large_set(g);
         rp_ps_group_destroy(g);
         OK(rp_ps_mpi_group_create(&g, S, 30.0));
         MPI_Barrier(workers_);

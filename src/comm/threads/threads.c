@@ -610,12 +610,12 @@ static bool pair(rp_comm *c, treq *r, tmsg *m)
     snprintf(who_r, sizeof who_r, "replica %d", c->ids[dst]);
     rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
     world_break_locked(w, RP_ERR_MISMATCH, msg);
+    r->msg = NULL; /* before it completes: its owner may free it once it is done */
     req_finish(w, r, RP_ERR_MISMATCH, msg);
     if (m->sreq) req_finish(w, m->sreq, RP_ERR_MISMATCH, msg);
     else atomic_store(&w->m[m->src].owed, 1); /* the sender has gone on: its next call says it */
     free(m->owned);
     free(m);
-    r->msg = NULL;
     return false;
 }
 
@@ -626,13 +626,14 @@ static void deliver(world *w, treq *r)
     size_t bytes = (size_t)m->d.count * rp_dtype_size(m->d.dtype);
     if (bytes) memcpy(r->buf, m->data, bytes);
     pthread_mutex_lock(&w->mu);
+    /* Before it completes: once done, its owner may free it (and the address be reused) at once. */
+    r->msg = NULL;
     req_finish(w, r, RP_OK, NULL);
     if (m->sreq) {
         m->sreq->msg = NULL;
         req_finish(w, m->sreq, RP_OK, NULL);
     }
     pthread_mutex_unlock(&w->mu);
-    r->msg = NULL;
     free(m->owned);
     free(m);
 }
