@@ -153,7 +153,9 @@ kill -STOP "$victim_pid"
 t0=$(date +%s)
 finish_job
 [ "$elapsed" -ge $((timeout_s - 1)) ] || fail "SIGSTOP of the server: the job ended after ${elapsed}s, before the timeout"
-msg=$(grep -E "parameter server 0 \(rank 2 on host $host\) did not answer a (push|pull)" "$log" | head -1 || true)
+# The stop lands in a step (a push or pull) or between runs (the join or leave of a phase): any
+# of them must name the server by index, rank and host.
+msg=$(grep -E "parameter server 0 \(rank 2 on host $host\) did not answer a (push|pull|join|leave|claim)" "$log" | head -1 || true)
 [ -n "$msg" ] || fail "SIGSTOP of the server: no replica named parameter server 0 on rank 2"
 [ $rc -eq 1 ] || fail "SIGSTOP of the server: exit code $rc, expected 1"
 checkpoint_intact "$dir/ps"
