@@ -762,7 +762,8 @@ static void test_named_scalars(void **unused)
                 /* The epoch's steps are 0..3 and 4..7: their mean global step is 1.5 and 5.5. */
                 assert_true(json_number(o, "train_gstep") == (epochs ? 5.5 : 1.5));
                 if (regime == 0) assert_true(json_number(o, "train_replica_id") == 0.5);
-                else assert_true(json_number(o, "train_replica_id") >= 0 && json_number(o, "train_replica_id") <= 1);
+                else assert_true(json_number(o, "train_replica_id") >= 0 &&
+                                 json_number(o, "train_replica_id") <= 1);
                 assert_true(json_number(o, "train_loss") > 0);
                 assert_null(cJSON_GetObjectItem(o, "gstep"));
                 epochs++;
@@ -793,7 +794,8 @@ static void test_named_scalars(void **unused)
         assert_non_null(strstr(text, "  train gstep 1.5000  |w|^2 "));
         assert_non_null(strstr(text, "  epoch 2/2  train replica_id "));
         assert_non_null(strstr(text, "  train gstep 5.5000  |w|^2 "));
-        if (regime == 0) assert_non_null(strstr(text, "  epoch 1/2  step 1/4  replica_id 0.5000  gstep 0.0000  lr "));
+        if (regime == 0)
+            assert_non_null(strstr(text, "  epoch 1/2  step 1/4  replica_id 0.5000  gstep 0.0000  lr "));
         else assert_non_null(strstr(text, "  epoch 1/2  step 1/4  replica_id "));
         assert_null(strstr(text, "loss"));
         free(text);

@@ -22,7 +22,8 @@
  * epoch. A model that is not epoch-based (a learner that takes a number of
  * steps) sets cfg.steps instead: the run is then that many global steps, as
  * one stretch with no epochs (the lines and metrics say no epoch), and the
- * model needs no steps_per_epoch callback. Each rp_replicator_run() covers a stretch of them (a "chunk"):
+ * model needs no steps_per_epoch callback.
+ * Each rp_replicator_run() covers a stretch of them (a "chunk"):
  *  - sync: one batch per run; every replica trains its shard of that batch
  *    (train_step), the gradients are averaged inside its optimizer step;
  *  - async: the rest of the epoch (bounded by max_steps and the step
@@ -81,7 +82,8 @@ typedef struct rp_trainer_at {
     int64_t epoch;       /* from 0 */
     int64_t step;        /* the global batch's index in its epoch, from 0 */
     int64_t global_step; /* steps taken before this one in the whole run (the schedule's step) */
-    float lr;            /* the schedule's rate at global_step */
+    float lr;            /* the schedule's rate at global_step (a model with several optimizers,
+                            e.g. a GAN's two, scales it by its own ratios) */
 } rp_trainer_at;
 
 /* At most this many scalars per step (rp_trainer_model.scalars). */
@@ -210,8 +212,8 @@ typedef struct rp_trainer_config {
     const char *rate_unit;      /* the rate's unit on the lines shown; default "samples/s" */
     const char *rate_key;       /* its key in metrics.jsonl; default "samples_per_s" */
     const char *shown_scalars;  /* the model's scalars on the progress and epoch lines, named and
-                                   separated by commas ("g_loss,d_loss"; read by create); NULL (default):
-                                   the first one; "": none. Shown in the model's order */
+                                   separated by commas ("g_loss,d_loss"; read by create), shown
+                                   in the model's order; NULL (default): the first; "": none */
     int slow_replica;           /* replica R sleeps (slow_factor - 1) x its step time each step,
                                    to study stragglers; -1 (default): none */
     float slow_factor;

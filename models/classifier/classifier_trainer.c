@@ -87,7 +87,8 @@ static int64_t steps_per_epoch(void *ctx, void *state)
 }
 
 /* Forward, loss, backward and the optimizer step (which averages or pushes) on batch `at`. */
-static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at, double *scalars)
+static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
+                            double *scalars)
 {
     replica_state *s = state;
     int64_t epoch, step;

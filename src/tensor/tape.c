@@ -81,7 +81,8 @@ static bool grow(void **array, int *cap, int need, size_t elem);
 void rp_tape_on_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
 {
     t->n_ready = 0;
-    if (fn) (void)rp_tape_add_grad_ready(t, fn, ctx);
+    /* The void call has no status to return: an allocation failure must not pass unseen. */
+    if (fn && rp_tape_add_grad_ready(t, fn, ctx) != RP_OK) rp_warn("rp_tape_on_grad_ready: %s", rp_last_error());
 }
 
 rp_status rp_tape_add_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
@@ -149,7 +150,8 @@ rp_status tape_custom_error(rp_status st, const rp_custom_op *op, const char *ph
 {
     char why[256]; /* the op's own message, copied: RP_ERROR rewrites that buffer */
     snprintf(why, sizeof why, "%s", rp_last_status() == st ? rp_last_error() : "(no message)");
-    return RP_ERROR(st, "custom op \"%s\" %s failed: %s", op->name ? op->name : "(unnamed)", phase, why);
+    return RP_ERROR(st, "custom op \"%s\" %s failed: %s", op->name ? op->name : "(unnamed)", phase,
+                    why);
 }
 
 bool rp_tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n)

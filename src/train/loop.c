@@ -72,8 +72,8 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
         if (lead) {
             double means[RP_TRAINER_MAX_SCALARS];
             for (int k = 0; k < t->n_scalars; k++) means[k] = sums[k] / (double)done;
-            train_print_progress(t, at.epoch, at.step, global + 1, means, at.lr, t->epoch_steps + ticket + 1,
-                                 t->epoch_seconds + rp_now_s() - t_chunk);
+            train_print_progress(t, at.epoch, at.step, global + 1, means, at.lr,
+                                 t->epoch_steps + ticket + 1, t->epoch_seconds + rp_now_s() - t_chunk);
         }
     }
 cleanup:
@@ -82,7 +82,8 @@ cleanup:
         return status;
     }
     RP_CHECK(rp_replica_report(rep, "steps", (double)done, RP_SUM));
-    for (int k = 0; k < t->n_scalars; k++) RP_CHECK(rp_replica_report(rep, t->scalar_reports[k], sums[k], RP_SUM));
+    for (int k = 0; k < t->n_scalars; k++)
+        RP_CHECK(rp_replica_report(rep, t->scalar_reports[k], sums[k], RP_SUM));
     /* A signal may reach the processes at different steps: they agree here to stop after this one. */
     return rp_replica_report(rep, "stop", (double)train_stop_reason(), RP_MAX);
 }
@@ -166,7 +167,8 @@ static rp_status run_chunk(rp_trainer *t)
     double t0 = rp_now_s(), steps = 0, sums[RP_TRAINER_MAX_SCALARS] = {0}, stop = 0;
     RP_CHECK(rp_replicator_run(t->rep, chunk_replica, t));
     RP_CHECK(rp_replicator_result(t->rep, "steps", &steps));
-    for (int k = 0; k < t->n_scalars; k++) RP_CHECK(rp_replicator_result(t->rep, t->scalar_reports[k], &sums[k]));
+    for (int k = 0; k < t->n_scalars; k++)
+        RP_CHECK(rp_replicator_result(t->rep, t->scalar_reports[k], &sums[k]));
     RP_CHECK(rp_replicator_result(t->rep, "stop", &stop));
     if (g->independent && t->model->settle) RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
     t->epoch_seconds += rp_now_s() - t0;

@@ -22,7 +22,8 @@ static void shown_scalars(const rp_trainer *t, const char *prefix, const double 
     buf[0] = '\0';
     for (int i = 0; i < t->n_scalars; i++)
         if (t->shown[i] && len < size)
-            len += (size_t)snprintf(buf + len, size - len, "  %s%s %.4f", prefix, t->scalar_names[i], means[i]);
+            len += (size_t)snprintf(buf + len, size - len, "  %s%s %.4f", prefix, t->scalar_names[i],
+                                    means[i]);
 }
 
 /* "  epoch 3/8  step 12/40" or, in steps-only mode, "  step 12/40". */
@@ -83,7 +84,8 @@ void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, 
         if (m->m[i].shown[0] && len < sizeof shown)
             len += (size_t)snprintf(shown + len, sizeof shown - len, "  %s", m->m[i].shown);
     if (t->steps_only)
-        snprintf(where, sizeof where, "  step %lld/%lld", (long long)t->global_step, (long long)t->steps_per_epoch);
+        snprintf(where, sizeof where, "  step %lld/%lld", (long long)t->global_step,
+                 (long long)t->steps_per_epoch);
     else
         snprintf(where, sizeof where, "  epoch %lld/%d", (long long)epoch + 1, t->cfg.epochs);
     shown_scalars(t, "train ", means, values, sizeof values);

@@ -43,7 +43,8 @@ rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double 
                                  ...)
 {
     if (!m || !key) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_metrics_add: NULL argument");
-    if (!train_key_ok(key)) return RP_ERROR(RP_ERR_INVALID, "metric key \"%.64s\": 1..31 letters, digits or '_'", key);
+    if (!train_key_ok(key))
+        return RP_ERROR(RP_ERR_INVALID, "metric key \"%.64s\": 1..31 letters, digits or '_'", key);
     if (m->n < 0 || m->n >= RP_TRAINER_MAX_METRICS)
         return RP_ERROR(RP_ERR_INVALID, "metric \"%s\": at most %d metrics", key, RP_TRAINER_MAX_METRICS);
     snprintf(m->m[m->n].key, sizeof m->m[m->n].key, "%s", key);
@@ -143,7 +144,8 @@ static rp_status take_scalars(rp_trainer *t, const char *shown_list)
     int n = 0;
     for (; names[n]; n++) {
         if (n == RP_TRAINER_MAX_SCALARS)
-            return RP_ERROR(RP_ERR_INVALID, "the model has more than %d scalars", RP_TRAINER_MAX_SCALARS);
+            return RP_ERROR(RP_ERR_INVALID, "the model has more than %d scalars",
+                            RP_TRAINER_MAX_SCALARS);
         if (!train_key_ok(names[n]))
             return RP_ERROR(RP_ERR_INVALID, "the model's scalar \"%.64s\": 1..31 letters, digits or '_'",
                             names[n]);
@@ -153,7 +155,8 @@ static rp_status take_scalars(rp_trainer *t, const char *shown_list)
         t->scalar_names[n] = names[n];
         snprintf(t->scalar_reports[n], sizeof t->scalar_reports[n], "train/scalar%d", n);
     }
-    if (n == 0) return RP_ERROR(RP_ERR_INVALID, "the model's scalars list is empty; NULL means {\"loss\"}");
+    if (n == 0)
+        return RP_ERROR(RP_ERR_INVALID, "the model's scalars list is empty; NULL means {\"loss\"}");
     t->n_scalars = n;
     if (!shown_list) {
         t->shown[0] = true;
