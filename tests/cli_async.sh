@@ -48,14 +48,14 @@ echo "ok: an async run resumes bit-exactly"
 # 3. Three replicas, two servers (a momentum the asynchrony tolerates: docs/training.md).
 out=$("$bin" train mlp --data "$data" --limit 2048 --batch 64 --threads 2 --epochs 2 --regime async \
     --replicas 3 --ps 2 --momentum 0.5 --out "$dir/three" 2>&1) || fail "3 async replicas: $out"
-echo "$out" | grep -q "3 replicas x 1 threads (threads, async: 2 parameter-server shards, staleness unbounded)" \
+grep -q "3 replicas x 1 threads (threads, async: 2 parameter-server shards, staleness unbounded)" <<< "$out" \
     || fail "3 async replicas: header: $out"
-echo "$out" | grep -q "lr 0.02 cosine" || fail "the MLP's async default lr is not 0.02: $out"
+grep -q "lr 0.02 cosine" <<< "$out" || fail "the MLP's async default lr is not 0.02: $out"
 acc=$(echo "$out" | sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a > 60) }' || fail "3 async replicas: test accuracy $acc%"
 out=$("$bin" train --resume "$dir/sync" --regime async --replicas 2 --epochs 3 --threads 2 2>&1) \
     || fail "a sync run resumed async: $out"
-echo "$out" | grep -q "after 3 epochs" || fail "a sync run resumed async did not finish: $out"
+grep -q "after 3 epochs" <<< "$out" || fail "a sync run resumed async did not finish: $out"
 echo "ok: 3 async replicas on 2 servers reach $acc%; a sync run resumes async"
 
 # SIGINT stops every async replica at its next batch; the servers' state is checkpointed at the
@@ -71,8 +71,8 @@ rc=$?
 set -e
 [ $rc -eq 130 ] || fail "async SIGINT: exit code $rc, expected 130"
 out=$("$bin" train --resume "$dir/sig" --epochs 4 --threads 2 2>&1) || fail "resuming an interrupted async run: $out"
-echo "$out" | grep -Eq "resumed from .* at epoch [1-4] step [0-9]+" || fail "async SIGINT: no resume position: $out"
-echo "$out" | grep -q "after 4 epochs" || fail "the interrupted async run did not finish: $out"
+grep -Eq "resumed from .* at epoch [1-4] step [0-9]+" <<< "$out" || fail "async SIGINT: no resume position: $out"
+grep -q "after 4 epochs" <<< "$out" || fail "the interrupted async run did not finish: $out"
 echo "ok: SIGINT stops async replicas with a resumable checkpoint"
 
 need_mpirun   # (exits here without mpirun: the checks above have passed)
@@ -83,7 +83,7 @@ cmp "$dir/async/checkpoint.safetensors" "$dir/mpi-1/checkpoint.safetensors" \
     || fail "one replica rank with one server rank differs from the threads backend"
 out=$("${mpi[@]}" -np 3 "$bin" train mlp --data "$data" --limit 2048 --batch 64 --threads 1 --epochs 2 \
     --regime async --ps 1 --momentum 0.5 --max-steps 40 --out "$dir/mpi-2" 2>&1) || fail "2 ranks + 1 server: $out"
-echo "$out" | grep -q "2 replicas (2 ranks x 1) x 1 threads (mpi, async: 1 parameter-server rank, staleness unbounded)" \
+grep -q "2 replicas (2 ranks x 1) x 1 threads (mpi, async: 1 parameter-server rank, staleness unbounded)" <<< "$out" \
     || fail "2 ranks + 1 server: header: $out"
 [ "$(echo "$out" | grep -c "run directory")" -eq 1 ] || fail "more than one rank printed the header: $out"
 out=$("$bin" train --resume "$dir/mpi-2" --threads 2 --replicas 2 2>&1) || fail "resuming the MPI run on threads: $out"
@@ -91,6 +91,6 @@ acc=$(echo "$out" | sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a > 60) }' || fail "2 async ranks then 2 threads: test accuracy $acc%"
 out=$("${mpi[@]}" -np 4 "$bin" train mlp "${common[@]}" --regime async --ps 2 --momentum 0.5 --out "$dir/mpi-3" 2>&1) \
     || fail "2 ranks + 2 servers: $out"
-echo "$out" | grep -q "after 2 epochs" || fail "2 ranks + 2 servers did not finish: $out"
+grep -q "after 2 epochs" <<< "$out" || fail "2 ranks + 2 servers did not finish: $out"
 echo "ok: MPI: 1 rank + 1 server = threads bitwise; 2 + 1 trains ($acc% after resuming on threads); 2 + 2"
 echo "all async cli checks passed"

@@ -36,11 +36,11 @@ done
 # (here every step but the last), one line per epoch with the evaluation, the summary; and
 # metrics.jsonl's epoch line with the evaluation's metrics.
 out=$("$bin" train mlp --data "$data" --limit 1024 --batch 64 --threads 1 --epochs 1 --out "$dir/lines" 2>&1)
-echo "$out" | grep -Eq "^  epoch 1/1  step 2/16  loss [0-9.]+  lr [0-9.]+  [0-9]+ img/s$" || fail "progress line: $out"
-echo "$out" | grep -q "step 16/16" && fail "a progress line for the epoch's last step: $out"
-echo "$out" | grep -Eq "^  epoch 1/1  train loss [0-9.]+  test loss [0-9.]+  test acc [0-9.]+%  [0-9]+ img/s  [0-9]+s$" \
+grep -Eq "^  epoch 1/1  step 2/16  loss [0-9.]+  lr [0-9.]+  [0-9]+ img/s$" <<< "$out" || fail "progress line: $out"
+grep -q "step 16/16" <<< "$out" && fail "a progress line for the epoch's last step: $out"
+grep -Eq "^  epoch 1/1  train loss [0-9.]+  test loss [0-9.]+  test acc [0-9.]+%  [0-9]+ img/s  [0-9]+s$" <<< "$out" \
     || fail "epoch line: $out"
-echo "$out" | grep -q "after 1 epochs (16 steps this run)" || fail "summary: $out"
+grep -q "after 1 epochs (16 steps this run)" <<< "$out" || fail "summary: $out"
 grep -Eq '^\{"step":16,"epoch":1,"train_loss":[0-9.]+,"test_loss":[0-9.]+,"test_accuracy":[0-9.]+,"images_per_s":[0-9.]+,"lr":[0-9.e-]+\}$' \
     "$dir/lines/metrics.jsonl" || fail "metrics.jsonl epoch line: $(cat "$dir/lines/metrics.jsonl")"
 echo "ok: progress, epoch and summary lines"
@@ -52,7 +52,7 @@ cp "$dir/mlp-a/checkpoint.safetensors" "$dir/before"
 set +e
 msg=$("$bin" train mlp "${common[@]}" --epochs 1 --out "$dir/mlp-a" 2>&1); rc=$?
 set -e
-[ $rc -eq 1 ] && echo "$msg" | grep -q "already holds a run" || fail "overwrote an existing run: $msg"
+[ $rc -eq 1 ] && grep -q "already holds a run" <<< "$msg" || fail "overwrote an existing run: $msg"
 cmp "$dir/before" "$dir/mlp-a/checkpoint.safetensors" || fail "the existing checkpoint changed"
 (cd "$dir" && "$bin" train mlp "${common[@]}" --epochs 1 > /dev/null && "$bin" train mlp "${common[@]}" --epochs 1 > /dev/null)
 [ -f "$dir/runs/mlp/checkpoint.safetensors" ] && [ -f "$dir/runs/mlp-2/checkpoint.safetensors" ] \
@@ -60,7 +60,7 @@ cmp "$dir/before" "$dir/mlp-a/checkpoint.safetensors" || fail "the existing chec
 set +e
 msg=$("$bin" train --resume "$dir/mlp-a" --lr 0.5 2>&1); rc=$?
 set -e
-[ $rc -eq 2 ] && echo "$msg" | grep -q -- "--lr cannot be changed" || fail "--lr with --resume accepted: $msg"
+[ $rc -eq 2 ] && grep -q -- "--lr cannot be changed" <<< "$msg" || fail "--lr with --resume accepted: $msg"
 "$bin" train --resume "$dir/mlp-a" --threads 1 | grep -q "nothing to do" || fail "resuming a finished run"
 echo "ok: saved runs are never overwritten"
 
@@ -91,7 +91,7 @@ msg=$("$bin" train --resume "$dir/mlp-a" --quiet 2>&1)
 rc=$?
 set -e
 [ $rc -eq 1 ] || fail "corrupt checkpoint: exit code $rc"
-echo "$msg" | grep -q "checkpoint.safetensors" || fail "corrupt checkpoint: message does not name the file: $msg"
+grep -q "checkpoint.safetensors" <<< "$msg" || fail "corrupt checkpoint: message does not name the file: $msg"
 cmp "$dir/corrupt" "$dir/mlp-a/checkpoint.safetensors" || fail "the corrupt checkpoint was modified"
 echo "ok: corrupt checkpoint refused: $(echo "$msg" | tail -1)"
 
@@ -102,7 +102,7 @@ msg=$("$bin" train mlp "${common[@]}" --epochs 3 --lr 100 --momentum 0.99 --wd 0
 rc=$?
 set -e
 [ $rc -eq 1 ] || fail "diverging run: exit code $rc"
-echo "$msg" | grep -q "loss is" || fail "diverging run: no NaN message: $msg"
+grep -q "loss is" <<< "$msg" || fail "diverging run: no NaN message: $msg"
 echo "ok: divergence reported: $(echo "$msg" | tail -1)"
 
 # (--threads-per-replica 1 on every run: under mpirun --threads is each rank's, and the kernels'
@@ -118,16 +118,16 @@ cp -r "$dir/rep-b" "$dir/rep-c"
 cmp "$dir/rep-a/checkpoint.safetensors" "$dir/rep-b/checkpoint.safetensors" \
     || fail "2 replicas: resumed run differs from the uninterrupted one"
 out=$("$bin" train --resume "$dir/rep-c" --replicas 1 --quiet 2>&1) || fail "resuming 2 replicas on 1: $out"
-echo "$out" | grep -q "after 2 epochs" || fail "resuming 2 replicas on 1 did not finish: $out"
+grep -q "after 2 epochs" <<< "$out" || fail "resuming 2 replicas on 1 did not finish: $out"
 set +e
 msg=$("$bin" train resnet20 "${rep[@]}" --replicas 3 --out "$dir/rep-d" 2>&1); rc=$?
 set -e
-[ $rc -eq 2 ] && echo "$msg" | grep -q "does not split across 3 replicas" || fail "batch 32 on 3 replicas: $msg"
+[ $rc -eq 2 ] && grep -q "does not split across 3 replicas" <<< "$msg" || fail "batch 32 on 3 replicas: $msg"
 set +e
 msg=$("$bin" train mlp "${common[@]}" --threads 2 --replicas 2 --epochs 3 --lr 100 --momentum 0.99 --wd 0 --out "$dir/rep-nan" 2>&1)
 rc=$?
 set -e
-[ $rc -eq 1 ] && echo "$msg" | grep -q "replica [01]: .*loss is" || fail "2 replicas diverging: $msg"
+[ $rc -eq 1 ] && grep -q "replica [01]: .*loss is" <<< "$msg" || fail "2 replicas diverging: $msg"
 echo "ok: replicas: resume bit-exact, 2 -> 1 replicas, errors: $(echo "$msg" | tail -1)"
 
 # MPI: `mpirun -np 2 replicator train` writes the same checkpoint, byte for byte, as 2 replicas on
@@ -148,14 +148,14 @@ if command -v mpirun > /dev/null; then
     # Hierarchical: --replicas 2 under mpirun -np 2 is 2 replica threads in each rank, 4 in all.
     out=$(mpirun "${mpiflags[@]}" -np 2 "$bin" train resnet20 --data "$data" --limit 256 --batch 32 \
         --threads 2 --epochs 1 --replicas 2 --out "$dir/mpi-h" 2>&1) || fail "2 ranks x 2 replicas: $out"
-    echo "$out" | grep -q "4 replicas (2 ranks x 2) x 1 threads (mpi+threads" || fail "hierarchical header: $out"
-    echo "$out" | grep -q "after 1 epochs" || fail "hierarchical run did not finish: $out"
+    grep -q "4 replicas (2 ranks x 2) x 1 threads (mpi+threads" <<< "$out" || fail "hierarchical header: $out"
+    grep -q "after 1 epochs" <<< "$out" || fail "hierarchical run did not finish: $out"
     [ "$(echo "$out" | grep -c "run directory")" -eq 1 ] || fail "more than one rank printed the header: $out"
     # --backend threads under mpirun would make every rank train alone into one directory: refused.
     set +e
     msg=$(mpirun "${mpiflags[@]}" -np 2 "$bin" train resnet20 "${rep[@]}" --backend threads --out "$dir/mpi-t" 2>&1); rc=$?
     set -e
-    [ $rc -ne 0 ] && echo "$msg" | grep -q "every rank would train alone" || fail "--backend threads under mpirun: $msg"
+    [ $rc -ne 0 ] && grep -q "every rank would train alone" <<< "$msg" || fail "--backend threads under mpirun: $msg"
     echo "ok: 2 ranks x 2 replica threads; --backend threads refused under mpirun"
 else
     echo "SKIP: mpirun is not installed (the MPI checks)"

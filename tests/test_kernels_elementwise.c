@@ -35,22 +35,6 @@ static float *buf(int64_t n, uint64_t seed)
     return p;
 }
 
-static void check_close(const float *a, const float *b, int64_t n, const char *what)
-{
-    double d = tu_max_rel_diff(a, b, n);
-    if (!(d < TOL)) fail_msg("%s: cpu differs from ref by %g", what, d);
-}
-
-static void for_each_team(void (*body)(void))
-{
-    int teams[] = {1, 4};
-    for (int i = 0; i < 2; i++) {
-        omp_set_num_threads(teams[i]);
-        body();
-    }
-    omp_set_num_threads(1);
-}
-
 static void body_activations(void)
 {
     for (size_t r = 0; r < 5; r++) {
@@ -60,10 +44,10 @@ static void body_activations(void)
         for (int a = RP_ACT_RELU; a <= RP_ACT_SIGMOID; a++) {
             ref->act_fwd(y1, x, n, (rp_act)a, 0.1f);
             cpu->act_fwd(y2, x, n, (rp_act)a, 0.1f);
-            check_close(y2, y1, n, "act_fwd");
+            tu_check_close(y2, y1, n, TOL, "act_fwd");
             ref->act_bwd(d1, dy, y1, x, n, (rp_act)a, 0.1f);
             cpu->act_bwd(d2, dy, y1, x, n, (rp_act)a, 0.1f);
-            check_close(d2, d1, n, "act_bwd");
+            tu_check_close(d2, d1, n, TOL, "act_bwd");
         }
         rp_free(x), rp_free(dy), rp_free(y1), rp_free(y2), rp_free(d1), rp_free(d2);
     }
@@ -72,7 +56,7 @@ static void body_activations(void)
 static void test_activations(void **state)
 {
     (void)state;
-    for_each_team(body_activations);
+    tu_for_each_team(body_activations);
 }
 
 static void body_binary(void)
@@ -84,28 +68,28 @@ static void body_binary(void)
             for (int op = RP_BIN_ADD; op <= RP_BIN_MUL; op++) {
                 ref->binary(y1, a, b, n, nb, (rp_binop)op);
                 cpu->binary(y2, a, b, n, nb, (rp_binop)op);
-                check_close(y2, y1, n, "binary");
+                tu_check_close(y2, y1, n, TOL, "binary");
             }
             /* In place (the bias add writes over its input). */
             memcpy(y2, a, (size_t)n * sizeof(float));
             cpu->binary(y2, y2, b, n, nb, RP_BIN_ADD);
             ref->binary(y1, a, b, n, nb, RP_BIN_ADD);
-            check_close(y2, y1, n, "binary in place");
+            tu_check_close(y2, y1, n, TOL, "binary in place");
             for (int acc = 0; acc < 2; acc++) {
                 memcpy(y2, y1, (size_t)n * sizeof(float));
                 ref->scale(y1, a, 0.7f, n, acc);
                 cpu->scale(y2, a, 0.7f, n, acc);
-                check_close(y2, y1, n, "scale");
+                tu_check_close(y2, y1, n, TOL, "scale");
             }
             memcpy(y2, y1, (size_t)n * sizeof(float));
             ref->add_inplace(y1, a, n);
             cpu->add_inplace(y2, a, n);
-            check_close(y2, y1, n, "add_inplace");
+            tu_check_close(y2, y1, n, TOL, "add_inplace");
             float *s1 = buf(nb, 8), *s2 = buf(nb, 8);
             for (int acc = 0; acc < 2; acc++) {
                 ref->reduce_rows(s1, a, n / nb, nb, acc);
                 cpu->reduce_rows(s2, a, n / nb, nb, acc);
-                check_close(s2, s1, nb, "reduce_rows");
+                tu_check_close(s2, s1, nb, TOL, "reduce_rows");
             }
             rp_free(a), rp_free(b), rp_free(y1), rp_free(y2), rp_free(s1), rp_free(s2);
         }
@@ -114,7 +98,7 @@ static void body_binary(void)
 static void test_binary_scale_reduce(void **state)
 {
     (void)state;
-    for_each_team(body_binary);
+    tu_for_each_team(body_binary);
 }
 
 static void body_batch_norm(void)
@@ -136,7 +120,7 @@ static void body_batch_norm(void)
             for (int relu = 0; relu < 2; relu++) {
                 ref->bn_norm_fwd(y1, x, mean, invstd, g, b, relu, m, c);
                 cpu->bn_norm_fwd(y2, x, mean, invstd, g, b, relu, m, c);
-                check_close(y2, y1, n, relu ? "bn_norm_fwd relu" : "bn_norm_fwd");
+                tu_check_close(y2, y1, n, TOL, relu ? "bn_norm_fwd relu" : "bn_norm_fwd");
                 const float *mask = relu ? y1 : NULL;
                 ref->bn_stats_bwd(s1, dy, mask, x, mean, invstd, m, c);
                 cpu->bn_stats_bwd(s2, dy, mask, x, mean, invstd, m, c);
@@ -158,7 +142,7 @@ static void body_batch_norm(void)
                 }
                 ref->bn_bwd_data(h1, dy, mask, x, mean, invstd, s1, g, (double)m, m, c);
                 cpu->bn_bwd_data(h2, dy, mask, x, mean, invstd, s1, g, (double)m, m, c);
-                check_close(h2, h1, n, relu ? "bn_bwd_data relu" : "bn_bwd_data");
+                tu_check_close(h2, h1, n, TOL, relu ? "bn_bwd_data relu" : "bn_bwd_data");
             }
             rp_free(y1), rp_free(y2), rp_free(h1), rp_free(h2);
             rp_free(x), rp_free(dy), rp_free(g), rp_free(b), rp_free(mean), rp_free(invstd);
@@ -168,7 +152,7 @@ static void body_batch_norm(void)
 static void test_batch_norm_kernels(void **state)
 {
     (void)state;
-    for_each_team(body_batch_norm);
+    tu_for_each_team(body_batch_norm);
 }
 
 static void body_pooling_images(void)
@@ -181,10 +165,10 @@ static void body_pooling_images(void)
         float *g = buf((int64_t)n * c, 16), *s1 = buf((int64_t)n * c, 0), *s2 = buf((int64_t)n * c, 0);
         ref->gap_fwd(s1, x, n, h * w, c);
         cpu->gap_fwd(s2, x, n, h * w, c);
-        check_close(s2, s1, (int64_t)n * c, "gap_fwd");
+        tu_check_close(s2, s1, (int64_t)n * c, TOL, "gap_fwd");
         ref->gap_bwd(y1, g, n, h * w, c);
         cpu->gap_bwd(y2, g, n, h * w, c);
-        check_close(y2, y1, big, "gap_bwd");
+        tu_check_close(y2, y1, big, TOL, "gap_bwd");
         rp_free(x), rp_free(y1), rp_free(y2), rp_free(g), rp_free(s1), rp_free(s2);
     }
 }
@@ -192,7 +176,7 @@ static void body_pooling_images(void)
 static void test_pooling_images(void **state)
 {
     (void)state;
-    for_each_team(body_pooling_images);
+    tu_for_each_team(body_pooling_images);
 }
 
 /* Counts this process's threads. */

@@ -30,22 +30,6 @@ static float *buf(int64_t n, uint64_t seed, float lo, float hi)
     return p;
 }
 
-static void check_close(const float *a, const float *b, int64_t n, const char *what)
-{
-    double d = tu_max_rel_diff(a, b, n);
-    if (!(d < TOL)) fail_msg("%s: cpu differs from ref by %g", what, d);
-}
-
-static void for_each_team(void (*body)(void))
-{
-    int teams[] = {1, 4};
-    for (int i = 0; i < 2; i++) {
-        omp_set_num_threads(teams[i]);
-        body();
-    }
-    omp_set_num_threads(1);
-}
-
 /* 4-D shapes: small odd ones and one big enough for the parallel paths. */
 static const int64_t shapes[][4] = {
     {1, 1, 1, 1}, {2, 3, 5, 7}, {3, 1, 4, 17}, {1, 9, 1, 3}, {8, 33, 31, 16},
@@ -76,23 +60,23 @@ static void body_bcast_reduce(void)
             for (int op = RP_BIN_ADD; op <= RP_BIN_DIV; op++) {
                 ref->binary_bcast(y1, a, b, shape, bstride, (rp_binop)op);
                 cpu->binary_bcast(y2, a, b, shape, bstride, (rp_binop)op);
-                check_close(y1, y2, n, "binary_bcast");
+                tu_check_close(y1, y2, n, TOL, "binary_bcast");
             }
             /* In place (y aliases a), as the backward uses it. */
             memcpy(y1, a, (size_t)n * sizeof(float));
             memcpy(y2, a, (size_t)n * sizeof(float));
             ref->binary_bcast(y1, y1, b, shape, bstride, RP_BIN_DIV);
             cpu->binary_bcast(y2, y2, b, shape, bstride, RP_BIN_DIV);
-            check_close(y1, y2, n, "binary_bcast in place");
+            tu_check_close(y1, y2, n, TOL, "binary_bcast in place");
 
             float *r1 = buf(nb, 4, -1, 1), *r2 = buf(nb, 4, -1, 1);
             for (int acc = 0; acc < 2; acc++) {
                 ref->reduce_axes(r1, a, shape, mask, -0.5f, acc);
                 cpu->reduce_axes(r2, a, shape, mask, -0.5f, acc);
-                check_close(r1, r2, nb, "reduce_axes");
+                tu_check_close(r1, r2, nb, TOL, "reduce_axes");
                 ref->expand_axes(y1, b, shape, mask, 0.25f, acc);
                 cpu->expand_axes(y2, b, shape, mask, 0.25f, acc);
-                check_close(y1, y2, n, "expand_axes");
+                tu_check_close(y1, y2, n, TOL, "expand_axes");
             }
             rp_free(a);
             rp_free(b);
@@ -106,7 +90,7 @@ static void body_bcast_reduce(void)
 
 static void test_bcast_reduce(void **state)
 {
-    for_each_team(body_bcast_reduce);
+    tu_for_each_team(body_bcast_reduce);
 }
 
 static void body_pointwise(void)
@@ -120,28 +104,28 @@ static void body_pointwise(void)
             const float *in = acts[k] == RP_ACT_ELU ? x : pos;
             ref->act_fwd(y1, in, n, acts[k], 0.7f);
             cpu->act_fwd(y2, in, n, acts[k], 0.7f);
-            check_close(y1, y2, n, "act_fwd");
+            tu_check_close(y1, y2, n, TOL, "act_fwd");
             ref->act_bwd(d1, dy, y1, in, n, acts[k], 0.7f);
             cpu->act_bwd(d2, dy, y1, in, n, acts[k], 0.7f);
-            check_close(d1, d2, n, "act_bwd");
+            tu_check_close(d1, d2, n, TOL, "act_bwd");
         }
         ref->clamp_fwd(y1, x, n, -0.5f, 1.0f);
         cpu->clamp_fwd(y2, x, n, -0.5f, 1.0f);
-        check_close(y1, y2, n, "clamp_fwd");
+        tu_check_close(y1, y2, n, TOL, "clamp_fwd");
         ref->clamp_bwd(d1, dy, x, n, -0.5f, 1.0f);
         cpu->clamp_bwd(d2, dy, x, n, -0.5f, 1.0f);
-        check_close(d1, d2, n, "clamp_bwd");
+        tu_check_close(d1, d2, n, TOL, "clamp_bwd");
         int64_t nb = shapes[si][3];
         ref->binary(y1, x, pos, n, nb, RP_BIN_DIV);
         cpu->binary(y2, x, pos, n, nb, RP_BIN_DIV);
-        check_close(y1, y2, n, "binary div");
+        tu_check_close(y1, y2, n, TOL, "binary div");
         double s1 = ref->sum_squares(x, n), s2 = cpu->sum_squares(x, n);
         assert_true(fabs(s1 - s2) <= 1e-12 * fmax(1, s1));
         memcpy(y1, x, (size_t)n * sizeof(float));
         memcpy(y2, x, (size_t)n * sizeof(float));
         ref->scale_inplace(y1, -1.5f, n);
         cpu->scale_inplace(y2, -1.5f, n);
-        check_close(y1, y2, n, "scale_inplace");
+        tu_check_close(y1, y2, n, TOL, "scale_inplace");
         rp_free(x);
         rp_free(pos);
         rp_free(dy);
@@ -154,7 +138,7 @@ static void body_pointwise(void)
 
 static void test_pointwise(void **state)
 {
-    for_each_team(body_pointwise);
+    tu_for_each_team(body_pointwise);
 }
 
 static void body_rows(void)
@@ -174,21 +158,21 @@ static void body_rows(void)
                 const float *gg = affine ? g : NULL, *bb = affine ? b : NULL;
                 ref->layernorm_fwd(y1, st1, st1 + rows, x, gg, bb, rows, d, 1e-5f);
                 cpu->layernorm_fwd(y2, st2, st2 + rows, x, gg, bb, rows, d, 1e-5f);
-                check_close(y1, y2, n, "layernorm_fwd");
-                check_close(st1, st2, 2 * rows, "layernorm stats");
+                tu_check_close(y1, y2, n, TOL, "layernorm_fwd");
+                tu_check_close(st1, st2, 2 * rows, TOL, "layernorm stats");
                 ref->layernorm_bwd(d1, dg1, db1, dy, x, st1, st1 + rows, gg, rows, d);
                 cpu->layernorm_bwd(d2, dg2, db2, dy, x, st1, st1 + rows, gg, rows, d);
                 /* d = 1: dx is 0 up to rounding of g - mean(g), compared absolutely. */
-                if (d > 1) check_close(d1, d2, n, "layernorm_bwd dx");
-                check_close(dg1, dg2, d, "layernorm_bwd dgamma");
-                check_close(db1, db2, d, "layernorm_bwd dbeta");
+                if (d > 1) tu_check_close(d1, d2, n, TOL, "layernorm_bwd dx");
+                tu_check_close(dg1, dg2, d, TOL, "layernorm_bwd dgamma");
+                tu_check_close(db1, db2, d, TOL, "layernorm_bwd dbeta");
             }
             ref->log_softmax_fwd(y1, x, rows, d);
             cpu->log_softmax_fwd(y2, x, rows, d);
-            check_close(y1, y2, n, "log_softmax_fwd");
+            tu_check_close(y1, y2, n, TOL, "log_softmax_fwd");
             ref->log_softmax_bwd(d1, dy, y1, rows, d);
             cpu->log_softmax_bwd(d2, dy, y1, rows, d);
-            check_close(d1, d2, n, "log_softmax_bwd");
+            tu_check_close(d1, d2, n, TOL, "log_softmax_bwd");
             float *all[] = {x, dy, g, b, y1, y2, d1, d2, st1, st2, dg1, dg2, db1, db2};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) rp_free(all[i]);
         }
@@ -196,7 +180,7 @@ static void body_rows(void)
 
 static void test_rows(void **state)
 {
-    for_each_team(body_rows);
+    tu_for_each_team(body_rows);
 }
 
 int main(void)

@@ -897,6 +897,35 @@ static void test_custom_op_errors(void **state)
     rp_tape_destroy(t);
 }
 
+static rp_status copy_forward(void *ctx, rp_tensor *out, rp_tensor *const *in, int n)
+{
+    memcpy(out->data, in[0]->data, (size_t)out->numel * sizeof(float));
+    return RP_OK;
+}
+
+static rp_status failing_backward(void *ctx, const rp_tensor *out, const float *dout,
+                                  rp_tensor *const *in, float *const *din, int n)
+{
+    return RP_ERROR(RP_ERR_UNSUPPORTED, "no gradient today");
+}
+
+/* A custom op's backward failure fails rp_backward with its status, naming the op and its message. */
+static void test_custom_op_backward_error(void **state)
+{
+    static const rp_custom_op op = {"stubborn", copy_forward, failing_backward};
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_tensor *x = rp_tensor_fill(t, 1, (int[]){3}, 2.0f);
+    rp_tensor_set_requires_grad(x, true);
+    rp_tensor *y = rp_custom(t, &op, NULL, &x, 1, 1, (int[]){3});
+    assert_non_null(y);
+    assert_true(y->data[2] == 2.0f);
+    assert_int_equal(rp_backward(t, rp_sum(t, y)), RP_ERR_UNSUPPORTED);
+    tu_assert_error_contains("custom op \"stubborn\" backward failed");
+    tu_assert_error_contains("no gradient today");
+    rp_tape_destroy(t);
+}
+
 /*
  * The ops added for the next models keep the steady state allocation-free
  * too: per-axis broadcasting, axis reductions, layer norm, log-softmax,
@@ -984,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_two_listeners),
         cmocka_unit_test(test_frozen_set),
         cmocka_unit_test(test_custom_op_errors),
+        cmocka_unit_test(test_custom_op_backward_error),
         cmocka_unit_test(test_new_ops_steady_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

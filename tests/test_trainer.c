@@ -265,11 +265,18 @@ static rp_trainer_config config(job *j, const char *dir, int replicas, int epoch
     return c;
 }
 
-/* Creates, runs and destroys a trainer; returns run's status and its progress in *p. */
-static rp_status train_once(job *j, const rp_trainer_config *c, rp_trainer_progress *p)
+static const char *path_in(char *buf, size_t size, const char *dir, const char *name)
+{
+    snprintf(buf, size, "%s/%s", dir, name);
+    return buf;
+}
+
+/* Creates, runs and destroys a trainer of model `m`; returns run's status and its progress in *p. */
+static rp_status train_model(job *j, const rp_trainer_config *c, const rp_trainer_model *m,
+                             rp_trainer_progress *p)
 {
     rp_trainer *t = NULL;
-    rp_status status = rp_trainer_create(&t, c, &model, j);
+    rp_status status = rp_trainer_create(&t, c, m, j);
     if (status != RP_OK) {
         print_message("create: %s\n", rp_last_error());
         return status;
@@ -281,10 +288,50 @@ static rp_status train_once(job *j, const rp_trainer_config *c, rp_trainer_progr
     return status;
 }
 
-static const char *path_in(char *buf, size_t size, const char *dir, const char *name)
+static rp_status train_once(job *j, const rp_trainer_config *c, rp_trainer_progress *p)
 {
-    snprintf(buf, size, "%s/%s", dir, name);
-    return buf;
+    return train_model(j, c, &model, p);
+}
+
+/*
+ * A step with three scalars: the loss, the replica's id and the global step. Their means say how
+ * the trainer averaged: over the replicas of a sync step, then over the steps of a line.
+ */
+static const char *const three_scalars[] = {"loss", "replica_id", "gstep", NULL};
+
+static rp_status train_step_scalars(rp_replica *rep, void *ctx, void *st, const rp_trainer_at *at,
+                                    double *scalars)
+{
+    RP_CHECK(train_step(rep, ctx, st, at, scalars));
+    scalars[1] = rp_replica_id(rep);
+    scalars[2] = (double)at->global_step;
+    return RP_OK;
+}
+
+/* metrics.jsonl as parsed lines (at most `max`); returns how many. */
+static int read_metrics(const char *dir, cJSON **lines, int max)
+{
+    char path[600];
+    long size;
+    char *text = (char *)read_file(path_in(path, sizeof path, dir, "metrics.jsonl"), &size);
+    assert_non_null(text);
+    text[size] = '\0';
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        assert_true(n < max);
+        lines[n] = cJSON_Parse(line);
+        assert_non_null(lines[n]);
+        n++;
+    }
+    free(text);
+    return n;
+}
+
+static double json_number(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    if (!v || !cJSON_IsNumber(v)) fail_msg("metrics line has no number \"%s\"", key);
+    return v->valuedouble;
 }
 
 /* Checkpoints at every 3 global steps and every epoch; metrics lines every 2 steps and each epoch. */
@@ -673,6 +720,209 @@ static void test_bad_config(void **unused)
     job_free(&j);
 }
 
+/*
+ * A model's named scalars: every one in metrics.jsonl (a step line's over the last run's steps, an
+ * epoch line's over the epoch, each first averaged over a sync step's replicas), the chosen ones on the
+ * progress and epoch lines; in sync with 2 replicas and in async.
+ */
+static void test_named_scalars(void **unused)
+{
+    rp_trainer_model m = model;
+    m.scalars = three_scalars;
+    m.train_step = train_step_scalars;
+    for (int regime = 0; regime < 2; regime++) {
+        job j;
+        job_init(&j, 24, regime ? RP_REGIME_ASYNC : RP_REGIME_SYNC); /* 4 steps per epoch */
+        char dir[512], log[600];
+        tu_tmp_path(dir, sizeof dir, regime ? "scalars-async" : "scalars-sync");
+        rp_trainer_config c = config(&j, dir, 2, 2);
+        c.metrics_every_steps = 2;
+        c.quiet = false;
+        c.shown_scalars = "gstep,replica_id";
+        /* The lines shown go to stderr: catch them in a file. */
+        snprintf(log, sizeof log, "%s.log", dir);
+        fflush(stderr);
+        int saved = dup(STDERR_FILENO);
+        FILE *f = fopen(log, "w");
+        assert_non_null(f);
+        dup2(fileno(f), STDERR_FILENO);
+        rp_status status = train_model(&j, &c, &m, NULL);
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        fclose(f);
+        assert_int_equal(status, RP_OK);
+
+        cJSON *lines[16];
+        int n = read_metrics(dir, lines, 16), steps = 0, epochs = 0;
+        for (int i = 0; i < n; i++) {
+            const cJSON *o = lines[i];
+            double step = json_number(o, "step");
+            if (cJSON_GetObjectItem(o, "train_loss")) {
+                /* The epoch's steps are 0..3 and 4..7: their mean global step is 1.5 and 5.5. */
+                assert_true(json_number(o, "train_gstep") == (epochs ? 5.5 : 1.5));
+                if (regime == 0) assert_true(json_number(o, "train_replica_id") == 0.5);
+                else assert_true(json_number(o, "train_replica_id") >= 0 &&
+                                 json_number(o, "train_replica_id") <= 1);
+                assert_true(json_number(o, "train_loss") > 0);
+                assert_null(cJSON_GetObjectItem(o, "gstep"));
+                epochs++;
+            } else {
+                assert_true(json_number(o, "loss") > 0);
+                if (regime == 0) {
+                    /* Every 2 steps, the last step's values (a sync run is one step). */
+                    assert_true(json_number(o, "gstep") == step - 1);
+                    assert_true(json_number(o, "replica_id") == 0.5);
+                } else {
+                    /* After every async chunk, here a whole epoch. */
+                    assert_true(json_number(o, "gstep") == step - 2.5);
+                }
+                assert_null(cJSON_GetObjectItem(o, "train_gstep"));
+                steps++;
+            }
+            cJSON_Delete(lines[i]);
+        }
+        assert_int_equal(epochs, 2);
+        assert_int_equal(steps, regime ? 2 : 4);
+
+        long size;
+        char *text = (char *)read_file(log, &size);
+        assert_non_null(text);
+        text[size] = '\0';
+        /* The chosen scalars in the model's order, not the loss. */
+        assert_non_null(strstr(text, "  epoch 1/2  train replica_id "));
+        assert_non_null(strstr(text, "  train gstep 1.5000  |w|^2 "));
+        assert_non_null(strstr(text, "  epoch 2/2  train replica_id "));
+        assert_non_null(strstr(text, "  train gstep 5.5000  |w|^2 "));
+        if (regime == 0)
+            assert_non_null(strstr(text, "  epoch 1/2  step 1/4  replica_id 0.5000  gstep 0.0000  lr "));
+        else assert_non_null(strstr(text, "  epoch 1/2  step 1/4  replica_id "));
+        assert_null(strstr(text, "loss"));
+        free(text);
+        job_free(&j);
+    }
+}
+
+/*
+ * Steps-only mode (cfg.steps): a model without epochs or steps_per_epoch takes 10 global steps;
+ * a stop after step 6 resumes to the uninterrupted run's checkpoint, bit for bit; metrics.jsonl's
+ * lines say no epoch, and the checkpoint cadence counts global steps.
+ */
+static void test_steps_only(void **unused)
+{
+    rp_trainer_model m = model;
+    m.steps_per_epoch = NULL;
+    unsigned char *full = NULL;
+    long full_size = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        job j;
+        job_init(&j, 24, RP_REGIME_SYNC);
+        char dir[512], path[600];
+        tu_tmp_path(dir, sizeof dir, pass ? "steps-stop" : "steps-full");
+        rp_trainer_config c = config(&j, dir, 2, 1);
+        c.epochs = 99;            /* unused in steps-only mode */
+        c.eval_every_epochs = 1;  /* likewise: one evaluation, at the end */
+        c.steps = 10;
+        c.warmup_steps = 2;
+        c.checkpoint_every_steps = 4;
+        c.metrics_every_steps = 5;
+        if (pass) j.stop_at = 5;
+        rp_trainer_progress p;
+        assert_int_equal(train_model(&j, &c, &m, &p), RP_OK);
+        if (!pass) {
+            assert_true(p.finished);
+            assert_int_equal(p.global_step, 10);
+            assert_int_equal(j.n_evals, 1);
+            /* The cadence: checkpoints after steps 4 and 8 (and the end) were on disk as steps began. */
+            assert_int_equal(j.on_disk[4], 4);
+            assert_int_equal(j.on_disk[8], 8);
+            assert_int_equal(j.on_disk[9], 8);
+            for (int g = 0; g < 10; g++) assert_int_equal(j.seen[0][0][g], 1);
+            for (int s = 0; s < MAX_STEPS; s++) assert_int_equal(j.seen[0][1][s], 0);
+            cJSON *lines[8];
+            int n = read_metrics(dir, lines, 8);
+            assert_int_equal(n, 3); /* steps 5 and 10, and the end's */
+            for (int i = 0; i < n; i++) {
+                assert_null(cJSON_GetObjectItem(lines[i], "epoch"));
+                assert_true(json_number(lines[i], "step") == (i ? 10 : 5));
+                cJSON_Delete(lines[i]);
+            }
+            full = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &full_size);
+            assert_non_null(full);
+            job_free(&j);
+            continue;
+        }
+        assert_true(p.stopped);
+        assert_int_equal(p.global_step, 6);
+        assert_int_equal(p.epoch, 0);
+        assert_int_equal(p.step, 6);
+        rp_checkpoint *ck = NULL;
+        assert_int_equal(rp_trainer_load_checkpoint(&ck, dir), RP_OK);
+        job r;
+        job_init(&r, 24, RP_REGIME_SYNC);
+        rp_trainer_config rc = c;
+        r.dir = dir;
+        rc.resume = ck;
+        assert_int_equal(train_model(&r, &rc, &m, &p), RP_OK);
+        rp_checkpoint_destroy(ck);
+        assert_true(p.finished);
+        assert_int_equal(p.steps_this_run, 4);
+        for (int g = 0; g < 10; g++) assert_int_equal(j.seen[1][0][g] + r.seen[1][0][g], 1);
+        long size;
+        unsigned char *resumed = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
+        assert_non_null(resumed);
+        assert_int_equal(size, full_size);
+        assert_memory_equal(resumed, full, (size_t)size);
+        free(resumed);
+        job_free(&j);
+        job_free(&r);
+    }
+    free(full);
+}
+
+/* The scalars' names and the shown list are checked at create, naming what is wrong. */
+static void test_bad_scalars(void **unused)
+{
+    job j;
+    job_init(&j, 24, RP_REGIME_SYNC);
+    char dir[512];
+    tu_tmp_path(dir, sizeof dir, "bad-scalars");
+    rp_trainer *t = (rp_trainer *)&j;
+    rp_trainer_config c = config(&j, dir, 1, 1);
+    rp_trainer_model m = model;
+    static const char *const twice[] = {"loss", "loss", NULL};
+    static const char *const spaced[] = {"d loss", NULL};
+    static const char *const nine[] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", NULL};
+    static const char *const none[] = {NULL};
+    m.scalars = twice;
+    assert_int_equal(rp_trainer_create(&t, &c, &m, &j), RP_ERR_INVALID);
+    assert_null(t);
+    tu_assert_error_contains("\"loss\" twice");
+    m.scalars = spaced;
+    assert_int_equal(rp_trainer_create(&t, &c, &m, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("\"d loss\"");
+    m.scalars = nine;
+    assert_int_equal(rp_trainer_create(&t, &c, &m, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("more than 8 scalars");
+    m.scalars = none;
+    assert_int_equal(rp_trainer_create(&t, &c, &m, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("empty");
+    m.scalars = three_scalars;
+    c.shown_scalars = "gstep,d_loss";
+    assert_int_equal(rp_trainer_create(&t, &c, &m, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("no scalar \"d_loss\"");
+    /* No steps_per_epoch: only in steps-only mode. */
+    c = config(&j, dir, 1, 1);
+    m = model;
+    m.steps_per_epoch = NULL;
+    assert_int_equal(rp_trainer_create(&t, &c, &m, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("steps_per_epoch");
+    c.steps = -1;
+    assert_int_equal(rp_trainer_create(&t, &c, &model, &j), RP_ERR_INVALID);
+    tu_assert_error_contains("steps -1");
+    job_free(&j);
+}
+
 static int setup(void **unused)
 {
     rp_log_set_level(RP_LOG_WARN);
@@ -699,6 +949,9 @@ int main(void)
         cmocka_unit_test(test_async_max_steps),
         cmocka_unit_test(test_refuses_existing_run),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_named_scalars),
+        cmocka_unit_test(test_steps_only),
+        cmocka_unit_test(test_bad_scalars),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +22,22 @@ double tu_max_rel_diff(const float *a, const float *b, int64_t n)
         if (!(d <= worst)) worst = d; /* NaN-safe: NaN becomes the worst */
     }
     return worst;
+}
+
+void tu_check_close(const float *a, const float *b, int64_t n, double tol, const char *what)
+{
+    double d = tu_max_rel_diff(a, b, n);
+    if (!(d < tol)) fail_msg("%s: cpu differs from ref by %g", what, d);
+}
+
+void tu_for_each_team(void (*body)(void))
+{
+    int teams[] = {1, 4};
+    for (int i = 0; i < 2; i++) {
+        omp_set_num_threads(teams[i]);
+        body();
+    }
+    omp_set_num_threads(1);
 }
 
 void tu_assert_error_contains(const char *needle)

@@ -16,6 +16,15 @@ void tu_fill(float *x, int64_t n, uint64_t seed, float lo, float hi);
 /* Largest |a-b| / max(1, |b|) over n elements. */
 double tu_max_rel_diff(const float *a, const float *b, int64_t n);
 
+/*
+ * Fails the test, naming `what` and the difference, unless tu_max_rel_diff(a, b, n) < tol: the
+ * fast-kernel tests' check of a cpu result against the reference's.
+ */
+void tu_check_close(const float *a, const float *b, int64_t n, double tol, const char *what);
+
+/* Runs body() with OpenMP teams of 1 and of 4 threads (the serial and parallel paths), then 1. */
+void tu_for_each_team(void (*body)(void));
+
 /* Asserts that the last error message contains `needle` (prints it otherwise). */
 void tu_assert_error_contains(const char *needle);
 

@@ -412,7 +412,8 @@ rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
  *
  * Ops return NULL on error (RP_ERR_INVALID for a NULL comm or a bad op or
  * root, RP_ERR_SHAPE naming the shape, and every comm error). Memory: outputs
- * and the backward's scratch come from the arena.
+ * and the backward's scratch come from the arena; rp_copy_to_group's output
+ * shares x's values (a view, as rp_reshape's).
  */
 rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op);
 rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x);

@@ -19,7 +19,11 @@
  *     rp_trainer_destroy(t);
  *
  * The loop. An epoch is steps_per_epoch global batches, numbered 0.. in the
- * epoch. Each rp_replicator_run() covers a stretch of them (a "chunk"):
+ * epoch. A model that is not epoch-based (a learner that takes a number of
+ * steps) sets cfg.steps instead: the run is then that many global steps, as
+ * one stretch with no epochs (the lines and metrics say no epoch), and the
+ * model needs no steps_per_epoch callback.
+ * Each rp_replicator_run() covers a stretch of them (a "chunk"):
  *  - sync: one batch per run; every replica trains its shard of that batch
  *    (train_step), the gradients are averaged inside its optimizer step;
  *  - async: the rest of the epoch (bounded by max_steps and the step
@@ -41,12 +45,18 @@
  *                             (replicator/io.h), so a failed write leaves the
  *                             previous checkpoint as it was
  *     metrics.jsonl           one JSON object per line: {"step","epoch",
- *                             "loss","lr"} every metrics_every_steps steps (and
- *                             after every async chunk), and at each epoch's end
- *                             {"step","epoch","train_loss", the evaluation's
+ *                             every scalar the steps reported (the model's
+ *                             `scalars`, by default "loss": the last
+ *                             step's, or an async chunk's means),"lr"} every
+ *                             metrics_every_steps steps (and after every
+ *                             async chunk), and at each epoch's end
+ *                             {"step","epoch","train_" and each scalar's name
+ *                             (its mean over the epoch), the evaluation's
  *                             metrics, the rate (cfg.rate_key),"lr"}; an
  *                             evaluation between epochs adds {"step","epoch",
- *                             its metrics}
+ *                             its metrics}. In steps-only mode (cfg.steps)
+ *                             the lines have no "epoch". A value that is not
+ *                             finite is written as null.
  * A new run never overwrites saved work: a run_dir holding a checkpoint is
  * refused when run_dir_exact (unless force), else the trainer moves on to
  * run_dir-2, -3, ...
@@ -72,8 +82,12 @@ typedef struct rp_trainer_at {
     int64_t epoch;       /* from 0 */
     int64_t step;        /* the global batch's index in its epoch, from 0 */
     int64_t global_step; /* steps taken before this one in the whole run (the schedule's step) */
-    float lr;            /* the schedule's rate at global_step */
+    float lr;            /* the schedule's rate at global_step (a model with several optimizers,
+                            e.g. a GAN's two, scales it by its own ratios) */
 } rp_trainer_at;
+
+/* At most this many scalars per step (rp_trainer_model.scalars). */
+#define RP_TRAINER_MAX_SCALARS 8
 
 /* Named values an evaluation produces: written to metrics.jsonl and shown on the epoch's line. */
 #define RP_TRAINER_MAX_METRICS 8
@@ -118,19 +132,32 @@ typedef struct rp_trainer_model {
      */
     rp_status (*build)(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
                        void **state);
-    /* Required. Main thread, after build: global batches per epoch (>= 1), from local replica 0's state. */
+    /*
+     * Required unless cfg.steps is set (then unused). Main thread, after
+     * build: global batches per epoch (>= 1), from local replica 0's state.
+     */
     int64_t (*steps_per_epoch)(void *ctx, void *state);
     /*
      * Required. Every replica: trains on this replica's share of batch
-     * at->step of epoch at->epoch with rate at->lr, and returns its loss in
-     * *loss (the progress line and metrics show the mean over replicas in
-     * sync, over batches in async). Sync: every replica, in step, its shard
+     * at->step of epoch at->epoch with rate at->lr, and writes the step's
+     * scalars: scalars[i] for the model's scalars[i] (below), every one on
+     * every step (they start at 0). The trainer averages each over the
+     * replicas of a sync step (each trained a shard) and over the steps, and
+     * writes them all to metrics.jsonl; cfg.shown_scalars picks the ones on
+     * the progress and epoch lines. Sync: every replica, in step, its shard
      * of one global batch. Async: only the replica that claimed the batch,
      * the whole batch; the replica's tape is reset before each batch. A
      * replica's batches come in increasing order within an epoch.
      */
     rp_status (*train_step)(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
-                            double *loss);
+                            double *scalars);
+    /*
+     * Optional. The names of the scalars train_step writes, in its order,
+     * ended by NULL (e.g. {"g_loss", "d_loss", NULL} for a GAN's step): 1 to
+     * RP_TRAINER_MAX_SCALARS names of 1..31 letters, digits or '_', each
+     * once. NULL: one scalar, "loss". Borrowed for the trainer's lifetime.
+     */
+    const char *const *scalars;
     /*
      * Optional. Every replica, after each run in which the replicas stepped
      * independently (async only): makes the job's state every replica's
@@ -165,10 +192,15 @@ typedef struct rp_trainer_config {
                                    rp_trainer_create); NULL: a new run */
     const char *config_json;    /* stored as the checkpoint's "replicator.config" (copied); may be NULL */
     int epochs;                 /* >= 1; default 1 */
+    int64_t steps;              /* > 0: steps-only mode, a run of this many global steps with no
+                                   epochs (epochs and the *_every_epochs cadences are unused, the
+                                   checkpoint and evaluation come at the end and at the step
+                                   cadences); 0 (default): epochs of steps_per_epoch */
     int64_t max_steps;          /* stop (checkpointed, resumable) after this global step; 0: none */
     float lr;                   /* the schedule's peak rate; default 0.1 */
     rp_sched_kind schedule;     /* RP_SCHED_COSINE (over all epochs) or RP_SCHED_CONSTANT (default) */
     int warmup_epochs;          /* linear warm-up; default 0 */
+    int64_t warmup_steps;       /* added to the warm-up (steps-only mode's); default 0 */
     int checkpoint_every_epochs; /* default 1; 0: only on a stop and after the last epoch */
     int64_t checkpoint_every_steps; /* also every K global steps; 0 (default): no */
     int eval_every_epochs;      /* default 1; 0: never at an epoch's end */
@@ -179,6 +211,9 @@ typedef struct rp_trainer_config {
     int batch;                  /* samples in one global batch, for the rate shown; default 1 */
     const char *rate_unit;      /* the rate's unit on the lines shown; default "samples/s" */
     const char *rate_key;       /* its key in metrics.jsonl; default "samples_per_s" */
+    const char *shown_scalars;  /* the model's scalars on the progress and epoch lines, named and
+                                   separated by commas ("g_loss,d_loss"; read by create), shown
+                                   in the model's order; NULL (default): the first; "": none */
     int slow_replica;           /* replica R sleeps (slow_factor - 1) x its step time each step,
                                    to study stragglers; -1 (default): none */
     float slow_factor;
@@ -202,7 +237,8 @@ rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json);
  * metrics.jsonl (appending when resuming). On an MPI parameter-server rank
  * (rp_trainer_is_server()) nothing is built: rp_trainer_run() serves.
  * `model` and `ctx` are borrowed for the trainer's lifetime.
- * Errors: RP_ERR_INVALID (a bad field, named; a run_dir holding a
+ * Errors: RP_ERR_INVALID (a bad field, named; a model's scalar name that is
+ * malformed or repeated, or a shown_scalars name the model does not have; a run_dir holding a
  * checkpoint, as above; a resume checkpoint without "train/position"),
  * RP_ERR_IO (the directory), the replicator's and the build callback's
  * errors. On error *t is NULL and everything made is freed (the replicas'
@@ -263,7 +299,10 @@ bool rp_trainer_is_server(const rp_trainer *t);
 bool rp_trainer_is_root(const rp_trainer *t);
 /* The run directory chosen (owned by the trainer). */
 const char *rp_trainer_run_dir(const rp_trainer *t);
-/* Global batches per epoch, as the model's steps_per_epoch said (0 on a server rank). */
+/*
+ * Global batches per epoch, as the model's steps_per_epoch said; in
+ * steps-only mode cfg.steps (0 on a server rank).
+ */
 int64_t rp_trainer_steps_per_epoch(const rp_trainer *t);
 /* Local replica 0's state as build made it (NULL on a server rank). */
 void *rp_trainer_state(const rp_trainer *t);

@@ -87,7 +87,8 @@ static int64_t steps_per_epoch(void *ctx, void *state)
 }
 
 /* Forward, loss, backward and the optimizer step (which averages or pushes) on batch `at`. */
-static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at, double *loss_out)
+static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
+                            double *scalars)
 {
     replica_state *s = state;
     int64_t epoch, step;
@@ -107,7 +108,7 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_tr
                         (double)l, (long long)b->epoch + 1, (long long)b->step, (double)at->lr);
     RP_CHECK(rp_backward(t, loss));
     RP_CHECK(rp_optimizer_step(s->opt, at->lr));
-    *loss_out = l;
+    scalars[0] = l; /* the default scalar, "loss" */
     return RP_OK;
 }
 

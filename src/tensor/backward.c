@@ -320,13 +320,7 @@ static rp_status custom_bwd(rp_tape *t, rp_node *nd)
     if (fail) return tape_oom();
     const rp_custom_op *op = nd->a.custom.op;
     rp_status st = op->backward(nd->a.custom.ctx, nd->out, nd->out->grad, in, din, nd->n_in);
-    if (st != RP_OK) {
-        char why[256]; /* the op's own message, copied: RP_ERROR rewrites that buffer */
-        snprintf(why, sizeof why, "%s", rp_last_status() == st ? rp_last_error() : "(no message)");
-        return RP_ERROR(st, "custom op \"%s\" backward failed: %s", op->name ? op->name : "(unnamed)",
-                        why);
-    }
-    return RP_OK;
+    return st == RP_OK ? RP_OK : tape_custom_error(st, op, "backward");
 }
 
 static rp_status concat_bwd(rp_tape *t, rp_node *nd)

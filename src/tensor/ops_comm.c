@@ -7,11 +7,6 @@
 
 #include "tape_internal.h"
 
-#define RP_PROPAGATE_NULL(x)                                                                       \
-    do {                                                                                           \
-        if (!(x)) return NULL;                                                                     \
-    } while (0)
-
 static bool check_comm(rp_tape *t, rp_comm *c, const char *who)
 {
     if (!t || !c) {
@@ -36,7 +31,7 @@ static bool record(rp_tape *t, rp_op op, rp_tensor *y, rp_tensor *x, rp_comm *c,
 
 rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_all_reduce")) return NULL;
     if (op < RP_SUM || op > RP_FIRST) {
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_all_reduce: unknown reduction %d", (int)op);
@@ -50,7 +45,7 @@ rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_
 
 rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_all_gather")) return NULL;
     if (x->ndim >= RP_MAX_DIMS) {
         char sx[64];
@@ -69,7 +64,7 @@ rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
 
 rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_reduce_scatter")) return NULL;
     if (op != RP_SUM && op != RP_MEAN) {
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_reduce_scatter: reduction %s has no gradient here; "
@@ -94,7 +89,7 @@ rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_red
 
 rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_broadcast")) return NULL;
     if (root < 0 || root >= rp_comm_size(c)) {
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_broadcast: root %d is outside the %d members", root,
@@ -110,17 +105,16 @@ rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
 
 rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_copy_to_group")) return NULL;
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_view(t, x, x->ndim, x->shape); /* the identity: x's values, not a copy */
     if (!y) return NULL;
-    memcpy(y->data, x->data, (size_t)x->numel * sizeof(float));
     return record(t, RP_OP_COPY_TO_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
 }
 
 rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_reduce_from_group")) return NULL;
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
     if (!y) return NULL;
@@ -130,7 +124,7 @@ rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x)
 
 rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int tag)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_send")) return NULL;
     rp_tensor *token = rp_tape_tensor(t, 0, NULL);
     if (!token) return NULL;

@@ -10,15 +10,10 @@
 #include "tape_internal.h"
 
 /* A NULL input means an earlier op failed: pass the failure on silently. */
-#define RP_PROPAGATE_NULL(x)                                                                       \
-    do {                                                                                           \
-        if (!(x)) return NULL;                                                                     \
-    } while (0)
-
 rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
 {
-    RP_PROPAGATE_NULL(a);
-    RP_PROPAGATE_NULL(b);
+    TAPE_PROPAGATE_NULL(a);
+    TAPE_PROPAGATE_NULL(b);
     char sa[64], sb[64];
     if (a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_matmul: cannot multiply %s by %s (need [M,K] x [K,N])",
@@ -36,8 +31,8 @@ rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
 
 rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
 {
-    RP_PROPAGATE_NULL(x);
-    RP_PROPAGATE_NULL(w);
+    TAPE_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(w);
     char sx[64], sw[64], sb[64];
     if (x->ndim != 2 || w->ndim != 2 || x->shape[1] != w->shape[1]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_linear: input %s does not fit weight %s (need [N,in], [out,in])",
@@ -62,7 +57,7 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
 
 static rp_tensor *activation(rp_tape *t, rp_tensor *x, rp_act act, float slope)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
     if (!y) return NULL;
     t->k->act_fwd(y->data, x->data, x->numel, act, slope);
@@ -116,7 +111,7 @@ rp_tensor *rp_reciprocal(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (!(lo <= hi)) {
         RP_ERROR(RP_ERR_INVALID, "rp_clamp: lo %g must be <= hi %g (and neither NaN)", (double)lo,
                  (double)hi);
@@ -172,8 +167,8 @@ static bool broadcasts_per_axis(const rp_tensor *a, const rp_tensor *b, int64_t 
 
 static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, const char *who)
 {
-    RP_PROPAGATE_NULL(a);
-    RP_PROPAGATE_NULL(b);
+    TAPE_PROPAGATE_NULL(a);
+    TAPE_PROPAGATE_NULL(b);
     int64_t shape[RP_MAX_DIMS], bstride[RP_MAX_DIMS];
     if (!broadcasts(a, b)) {
         if (!broadcasts_per_axis(a, b, shape, bstride)) {
@@ -231,7 +226,7 @@ rp_tensor *rp_div(rp_tape *t, rp_tensor *a, rp_tensor *b)
 
 rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
     if (!y) return NULL;
     t->k->scale(y->data, x->data, s, x->numel, false);
@@ -249,7 +244,7 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
         RP_ERROR(RP_ERR_INVALID, "rp_concat: need at least one tensor, got %d", n);
         return NULL;
     }
-    for (int i = 0; i < n; i++) RP_PROPAGATE_NULL(xs[i]);
+    for (int i = 0; i < n; i++) TAPE_PROPAGATE_NULL(xs[i]);
     const rp_tensor *x0 = xs[0];
     int last = x0->ndim - 1, width = 0;
     if (x0->ndim < 1) {
@@ -284,7 +279,7 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
 
 rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (ndim < 0 || ndim > RP_MAX_DIMS || rp_shape_numel(ndim, shape) != x->numel) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_reshape: cannot reshape %s (%lld elements) to %d dims with %lld "
@@ -298,21 +293,15 @@ rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
             return NULL;
         }
     }
-    rp_tensor *y = rp_arena_calloc(t->arena, sizeof *y);
+    rp_tensor *y = tape_view(t, x, ndim, shape);
     if (!y) return NULL;
-    y->ndim = ndim;
-    for (int i = 0; i < RP_MAX_DIMS; i++) y->shape[i] = i < ndim ? shape[i] : 1;
-    y->numel = x->numel;
-    y->data = x->data; /* a view: tensors are never written after they are made */
-    y->node = -1;
-    y->index = -1;
     if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_RESHAPE, y, &x, 1)) return NULL;
     return y;
 }
 
 rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (x->ndim < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_flatten: a scalar has no batch dimension");
         return NULL;
@@ -323,7 +312,7 @@ rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x)
 
 static rp_tensor *reduce_all(rp_tape *t, rp_tensor *x, bool mean)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     rp_tensor *y = rp_tape_tensor(t, 0, NULL);
     if (!y) return NULL;
     double s = t->k->sum(x->data, x->numel);
@@ -346,7 +335,7 @@ rp_tensor *rp_mean(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
 {
-    RP_PROPAGATE_NULL(table);
+    TAPE_PROPAGATE_NULL(table);
     char st[64];
     if (table->ndim != 2 || !idx || n < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_embedding: need a [V,D] table, indices and n >= 1; got table %s, "
@@ -378,7 +367,7 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
 static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *labels,
                                rp_tensor *target, const char *who)
 {
-    RP_PROPAGATE_NULL(logits);
+    TAPE_PROPAGATE_NULL(logits);
     char sl[64], st[64];
     if (logits->ndim != 2) {
         RP_ERROR(RP_ERR_SHAPE, "%s: logits must be [N,C], got %s", who,
@@ -433,14 +422,14 @@ rp_tensor *rp_softmax_cross_entropy(rp_tape *t, rp_tensor *logits, const int32_t
 
 rp_tensor *rp_softmax_cross_entropy_soft(rp_tape *t, rp_tensor *logits, rp_tensor *target)
 {
-    RP_PROPAGATE_NULL(target);
+    TAPE_PROPAGATE_NULL(target);
     return softmax_xent(t, logits, NULL, target, "rp_softmax_cross_entropy_soft");
 }
 
 rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b)
 {
-    RP_PROPAGATE_NULL(a);
-    RP_PROPAGATE_NULL(b);
+    TAPE_PROPAGATE_NULL(a);
+    TAPE_PROPAGATE_NULL(b);
     if (!rp_tensor_same_shape(a, b)) {
         char sa[64], sb[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_mse: shapes differ: %s and %s", rp_shape_str(a, sa, sizeof sa),

@@ -7,15 +7,10 @@
 
 #include "tape_internal.h"
 
-#define RP_PROPAGATE_NULL(x)                                                                       \
-    do {                                                                                           \
-        if (!(x)) return NULL;                                                                     \
-    } while (0)
-
 rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_conv_params p)
 {
-    RP_PROPAGATE_NULL(x);
-    RP_PROPAGATE_NULL(w);
+    TAPE_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(w);
     char sx[64], sw[64], sb[64];
     if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[3]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_conv2d: input %s does not fit weight %s (need NHWC [N,H,W,C] "
@@ -58,9 +53,9 @@ static bool is_channel_vector(const rp_tensor *v, int c)
 rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
                          rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p)
 {
-    RP_PROPAGATE_NULL(x);
-    RP_PROPAGATE_NULL(gamma);
-    RP_PROPAGATE_NULL(beta);
+    TAPE_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(gamma);
+    TAPE_PROPAGATE_NULL(beta);
     char sx[64], sg[64], sbeta[64];
     int c = x->ndim ? x->shape[x->ndim - 1] : 0;
     if (x->ndim < 2 || !is_channel_vector(gamma, c) || !is_channel_vector(beta, c)) {
@@ -144,7 +139,7 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
 
 static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     const char *who = max ? "rp_max_pool2d" : "rp_avg_pool2d";
     if (x->ndim != 4) {
         char sx[64];
@@ -186,7 +181,7 @@ rp_tensor *rp_avg_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p)
 
 rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (x->ndim != 4) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_global_avg_pool: input must be NHWC [N,H,W,C], got %s",
@@ -204,7 +199,7 @@ rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PROPAGATE_NULL(x);
     if (x->ndim != 4) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_upsample2x: input must be NHWC [N,H,W,C], got %s",

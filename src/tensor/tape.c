@@ -81,7 +81,8 @@ static bool grow(void **array, int *cap, int need, size_t elem);
 void rp_tape_on_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
 {
     t->n_ready = 0;
-    if (fn) (void)rp_tape_add_grad_ready(t, fn, ctx);
+    /* The void call has no status to return: an allocation failure must not pass unseen. */
+    if (fn && rp_tape_add_grad_ready(t, fn, ctx) != RP_OK) rp_warn("rp_tape_on_grad_ready: %s", rp_last_error());
 }
 
 rp_status rp_tape_add_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
@@ -93,7 +94,7 @@ rp_status rp_tape_add_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
                             "already listening", ctx);
     if (!grow((void **)&t->ready, &t->cap_ready, t->n_ready + 1, sizeof *t->ready))
         return rp_last_status();
-    t->ready[t->n_ready++] = (struct rp_ready_entry){fn, ctx};
+    t->ready[t->n_ready++] = (struct tape_ready_entry){fn, ctx};
     return RP_OK;
 }
 
@@ -129,15 +130,28 @@ rp_tensor *rp_detach(rp_tape *t, rp_tensor *x)
         RP_ERROR(RP_ERR_INVALID, "rp_detach: tape is NULL");
         return NULL;
     }
+    return tape_view(t, x, x->ndim, x->shape); /* a leaf with no node: the gradient path is cut */
+}
+
+rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
+{
     rp_tensor *y = rp_arena_calloc(t->arena, sizeof *y);
     if (!y) return NULL;
-    y->ndim = x->ndim;
-    memcpy(y->shape, x->shape, sizeof y->shape);
+    y->ndim = ndim;
+    for (int i = 0; i < RP_MAX_DIMS; i++) y->shape[i] = i < ndim ? shape[i] : 1;
     y->numel = x->numel;
-    y->data = x->data; /* a view: values are shared, the gradient path is cut */
+    y->data = x->data;
     y->node = -1;
     y->index = -1;
     return y;
+}
+
+rp_status tape_custom_error(rp_status st, const rp_custom_op *op, const char *phase)
+{
+    char why[256]; /* the op's own message, copied: RP_ERROR rewrites that buffer */
+    snprintf(why, sizeof why, "%s", rp_last_status() == st ? rp_last_error() : "(no message)");
+    return RP_ERROR(st, "custom op \"%s\" %s failed: %s", op->name ? op->name : "(unnamed)", phase,
+                    why);
 }
 
 bool rp_tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n)
@@ -217,7 +231,7 @@ static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const 
 
     for (int i = y->node; i >= 0; i--) {
         rp_node *node = &t->nodes[i];
-        if (node->out->grad || rp_op_is_collective(node->op)) RP_CHECK(rp_node_backward(t, node));
+        if (node->out->grad || tape_op_is_collective(node->op)) RP_CHECK(rp_node_backward(t, node));
         rp_tensor **in = node_inputs(node);
         for (int j = 0; j < node->n_in; j++) {
             rp_tensor *x = in[j];
@@ -276,9 +290,7 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
     if (!y) return NULL;
     rp_status st = op->forward(ctx, y, in, n);
     if (st != RP_OK) {
-        char why[256]; /* the op's own message, copied: RP_ERROR rewrites that buffer */
-        snprintf(why, sizeof why, "%s", rp_last_status() == st ? rp_last_error() : "(no message)");
-        RP_ERROR(st, "rp_custom: op \"%s\" forward failed: %s", name, why);
+        tape_custom_error(st, op, "forward");
         return NULL;
     }
     if (rp_tape_needs_grad(t, in, n)) {

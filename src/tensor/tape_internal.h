@@ -46,7 +46,7 @@ typedef enum {
 } rp_op;
 
 /* Whether a node's backward is a collective every member must make, gradient or not. */
-static inline bool rp_op_is_collective(rp_op op)
+static inline bool tape_op_is_collective(rp_op op)
 {
     return op >= RP_OP_ALL_REDUCE;
 }
@@ -87,7 +87,7 @@ struct rp_tape {
     int n_nodes, cap_nodes;
     rp_tensor **params;  /* parameters used since the last reset (pending > 0 at first use) */
     int n_params, cap_params;
-    struct rp_ready_entry { rp_grad_ready_fn fn; void *ctx; } *ready; /* persistent listener list */
+    struct tape_ready_entry { rp_grad_ready_fn fn; void *ctx; } *ready; /* persistent listener list */
     int n_ready, cap_ready;
 };
 
@@ -121,6 +121,25 @@ float *tape_grad_out(rp_tape *t, rp_tensor *x, bool *fail);
 void tape_grad_commit(rp_tape *t, rp_tensor *x, float *buf);
 float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail);
 rp_status tape_oom(void);
+
+/* In an op: an input is NULL because an earlier op failed; its error stands, so pass the NULL on. */
+#define TAPE_PROPAGATE_NULL(x)                                                                     \
+    do {                                                                                           \
+        if (!(x)) return NULL;                                                                     \
+    } while (0)
+
+/*
+ * A leaf on t's arena that shares x's values under the shape [ndim, shape]: tensors are never
+ * written after they are made, so an op that only relabels its input (reshape, detach,
+ * copy_to_group) makes a view, not a copy. The caller records a node if it wants one. NULL on OOM.
+ */
+rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape);
+
+/*
+ * The error for a custom op's callback that returned `st` in `phase` ("forward", "backward"): it
+ * names the op and carries the callback's own message (when it set one).
+ */
+rp_status tape_custom_error(rp_status st, const rp_custom_op *op, const char *phase);
 
 /* The backward rules of the collective ops (backward_comm.c). */
 rp_status tape_collective_bwd(rp_tape *t, rp_node *node);

@@ -9,6 +9,7 @@
  * then records the steps, draws the progress, and at an epoch's end (or a
  * step cadence) evaluates and checkpoints.
  */
+#include <string.h>
 #include <time.h>
 
 #include "train_internal.h"
@@ -42,7 +43,7 @@ static void straggle(const rp_trainer *t, const rp_replica *rep, double started)
 
 /*
  * On every replica: the chunk's batches, as this regime hands them out. Reports the batches this
- * replica trained, the sum of their losses and the stop request it saw (the largest is agreed).
+ * replica trained, the sums of their scalars and the stop request it saw (the largest is agreed).
  */
 static rp_status chunk_replica(rp_replica *rep, void *arg)
 {
@@ -53,7 +54,7 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
     int64_t start = t->chunk_start, end = t->chunk_end, done = 0;
     /* Independent replicas never meet during a chunk: this process's first shows the progress. */
     bool lead = g->independent && i == 0 && t->root && !t->cfg.quiet;
-    double loss_sum = 0, t_chunk = rp_now_s();
+    double sums[RP_TRAINER_MAX_SCALARS] = {0}, t_chunk = rp_now_s();
     rp_status status = RP_OK;
     for (;;) {
         if (g->independent && (train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED))) break;
@@ -62,15 +63,18 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
         if (start + ticket >= end) break;
         int64_t global = t->global_step + ticket;
         rp_trainer_at at = {t->epoch, start + ticket, global, rp_schedule_lr(&t->sched, global)};
-        double started = rp_now_s(), loss = 0;
+        double started = rp_now_s(), values[RP_TRAINER_MAX_SCALARS] = {0};
         if (g->independent) rp_tape_reset(rp_replica_tape(rep)); /* one run takes many steps here */
-        RP_TRY(t->model->train_step(rep, t->ctx, state, &at, &loss));
+        RP_TRY(t->model->train_step(rep, t->ctx, state, &at, values));
         straggle(t, rep, started);
         done++;
-        loss_sum += loss;
-        if (lead)
-            train_print_progress(t, at.epoch, at.step, global + 1, loss_sum / (double)done, at.lr,
+        for (int k = 0; k < t->n_scalars; k++) sums[k] += values[k];
+        if (lead) {
+            double means[RP_TRAINER_MAX_SCALARS];
+            for (int k = 0; k < t->n_scalars; k++) means[k] = sums[k] / (double)done;
+            train_print_progress(t, at.epoch, at.step, global + 1, means, at.lr,
                                  t->epoch_steps + ticket + 1, t->epoch_seconds + rp_now_s() - t_chunk);
+        }
     }
 cleanup:
     if (status != RP_OK) {
@@ -78,7 +82,8 @@ cleanup:
         return status;
     }
     RP_CHECK(rp_replica_report(rep, "steps", (double)done, RP_SUM));
-    RP_CHECK(rp_replica_report(rep, "loss_sum", loss_sum, RP_SUM));
+    for (int k = 0; k < t->n_scalars; k++)
+        RP_CHECK(rp_replica_report(rep, t->scalar_reports[k], sums[k], RP_SUM));
     /* A signal may reach the processes at different steps: they agree here to stop after this one. */
     return rp_replica_report(rep, "stop", (double)train_stop_reason(), RP_MAX);
 }
@@ -142,11 +147,13 @@ static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, boo
     bool save = save_steps || last ||
                 (c->checkpoint_every_epochs && (epoch + 1) % c->checkpoint_every_epochs == 0);
     double seconds = t->epoch_seconds, rate = seconds > 0 ? (double)t->epoch_steps * c->batch / seconds : 0;
-    double train_loss = t->epoch_steps ? t->epoch_loss_sum / (double)t->epoch_steps : 0;
+    double means[RP_TRAINER_MAX_SCALARS];
+    for (int k = 0; k < t->n_scalars; k++)
+        means[k] = t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps : 0;
     rp_trainer_metrics m = {0};
     if (eval) RP_CHECK(evaluate(t, &m));
-    train_print_epoch(t, epoch, train_loss, rate, seconds, &m);
-    train_metrics_epoch(t, epoch, train_loss, rate, &m);
+    train_print_epoch(t, epoch, means, rate, seconds, &m);
+    train_metrics_epoch(t, epoch, means, rate, &m);
     return save ? train_save_checkpoint(t) : RP_OK;
 }
 
@@ -157,31 +164,37 @@ static rp_status run_chunk(rp_trainer *t)
     const rp_trainer_config *c = &t->cfg;
     t->chunk_start = t->step;
     t->chunk_end = chunk_end(t);
-    double t0 = rp_now_s(), steps = 0, losses = 0, stop = 0;
+    double t0 = rp_now_s(), steps = 0, sums[RP_TRAINER_MAX_SCALARS] = {0}, stop = 0;
     RP_CHECK(rp_replicator_run(t->rep, chunk_replica, t));
     RP_CHECK(rp_replicator_result(t->rep, "steps", &steps));
-    RP_CHECK(rp_replicator_result(t->rep, "loss_sum", &losses));
+    for (int k = 0; k < t->n_scalars; k++)
+        RP_CHECK(rp_replicator_result(t->rep, t->scalar_reports[k], &sums[k]));
     RP_CHECK(rp_replicator_result(t->rep, "stop", &stop));
     if (g->independent && t->model->settle) RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
     t->epoch_seconds += rp_now_s() - t0;
     t->stop = (int)stop;
     if (!g->independent) {
-        /* Every replica trained its shard of each batch: the batch's loss is their mean. */
+        /* Every replica trained its shard of each batch: the batch's scalars are their means. */
         int n = rp_replicator_replicas(t->rep);
         steps /= n;
-        losses /= n;
+        for (int k = 0; k < t->n_scalars; k++) sums[k] /= n;
     }
     int64_t n = (int64_t)steps, epoch = t->epoch, before = t->global_step;
     t->global_step += n;
     t->step += n;
     t->epoch_steps += n;
-    t->epoch_loss_sum += losses;
-    if (n > 0) rp_debug("step %lld loss %.7f", (long long)before, losses / (double)n);
+    double chunk_means[RP_TRAINER_MAX_SCALARS], epoch_means[RP_TRAINER_MAX_SCALARS];
+    for (int k = 0; k < t->n_scalars; k++) {
+        t->epoch_sums[k] += sums[k];
+        chunk_means[k] = n > 0 ? sums[k] / (double)n : 0;
+        epoch_means[k] = t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps : 0;
+    }
+    if (n > 0) rp_debug("step %lld %s %.7f", (long long)before, t->scalar_names[0], chunk_means[0]);
     if (!g->independent && n > 0)
-        train_print_progress(t, epoch, t->step - 1, t->global_step, t->epoch_loss_sum / (double)t->epoch_steps,
+        train_print_progress(t, epoch, t->step - 1, t->global_step, epoch_means,
                              rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_steps, t->epoch_seconds);
     if (n > 0 && (g->independent || crosses(before, t->global_step, c->metrics_every_steps)))
-        train_metrics_step(t, epoch, losses / (double)n);
+        train_metrics_step(t, epoch, chunk_means);
     bool eval_steps = t->model->evaluate && crosses(before, t->global_step, c->eval_every_steps);
     bool save_steps = crosses(before, t->global_step, c->checkpoint_every_steps);
     if (t->step >= t->steps_per_epoch) {
@@ -190,7 +203,8 @@ static rp_status run_chunk(rp_trainer *t)
         t->step = 0;
         RP_CHECK(finish_epoch(t, epoch, eval_steps, save_steps));
         t->epoch_steps = 0;
-        t->epoch_loss_sum = t->epoch_seconds = 0;
+        memset(t->epoch_sums, 0, sizeof t->epoch_sums);
+        t->epoch_seconds = 0;
         return RP_OK;
     }
     if (eval_steps) {
@@ -225,7 +239,8 @@ rp_status rp_trainer_run(rp_trainer *t)
     t->stop = 0;
     t->stopped = t->finished = false;
     t->epoch_steps = 0;
-    t->epoch_loss_sum = t->epoch_seconds = 0;
+    memset(t->epoch_sums, 0, sizeof t->epoch_sums);
+    t->epoch_seconds = 0;
     train_stop_arm(true);
     rp_status status = train(t);
     train_stop_arm(false);

@@ -14,50 +14,83 @@ static void format_duration(double s, char *buf, size_t size)
     else snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
 }
 
+/* The shown scalars, each as "  <prefix><name> %.4f", into buf. */
+static void shown_scalars(const rp_trainer *t, const char *prefix, const double *means, char *buf,
+                          size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < t->n_scalars; i++)
+        if (t->shown[i] && len < size)
+            len += (size_t)snprintf(buf + len, size - len, "  %s%s %.4f", prefix, t->scalar_names[i],
+                                    means[i]);
+}
+
+/* "  epoch 3/8  step 12/40" or, in steps-only mode, "  step 12/40". */
+static void position_text(const rp_trainer *t, int64_t epoch, int64_t step, char *buf, size_t size)
+{
+    if (t->steps_only)
+        snprintf(buf, size, "  step %lld/%lld", (long long)step + 1, (long long)t->steps_per_epoch);
+    else
+        snprintf(buf, size, "  epoch %lld/%d  step %lld/%lld", (long long)epoch + 1, t->cfg.epochs,
+                 (long long)step + 1, (long long)t->steps_per_epoch);
+}
+
 /*
  * After step `step` (from 0) of `epoch`, the run's `global_done`-th: on a terminal, the live
  * line, redrawn at most 4 times a second and at the epoch's last step; otherwise a plain line
- * about every tenth of an epoch. `loss` is the mean loss so far, `done` the epoch's steps in
- * `seconds`.
+ * about every tenth of an epoch. `means` are the scalars' means so far, `done` the epoch's steps
+ * in `seconds`.
  */
-void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t global_done, double loss,
-                          float lr, int64_t done, double seconds)
+void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t global_done,
+                          const double *means, float lr, int64_t done, double seconds)
 {
     if (t->cfg.quiet || !t->root) return;
     double now = rp_now_s();
     bool last = step + 1 == t->steps_per_epoch;
     double rate = seconds > 0 ? (double)done * t->cfg.batch / seconds : 0;
+    char where[96], values[RP_TRAINER_MAX_SCALARS * 48];
     if (t->tty) {
         if (now - t->t_print <= 0.25 && !last) return;
         double left = (double)(t->steps_per_epoch * t->cfg.epochs - global_done) *
                       t->cfg.batch / rate;
         char eta[32];
         format_duration(left, eta, sizeof eta);
-        fprintf(stderr, "\r  epoch %lld/%d  step %lld/%lld  loss %.4f  lr %.4f  %.0f %s  ETA %s  ",
-                (long long)epoch + 1, t->cfg.epochs, (long long)step + 1, (long long)t->steps_per_epoch,
-                loss, (double)lr, rate, t->cfg.rate_unit, eta);
+        position_text(t, epoch, step, where, sizeof where);
+        shown_scalars(t, "", means, values, sizeof values);
+        fprintf(stderr, "\r%s%s  lr %.4f  %.0f %s  ETA %s  ", where, values, (double)lr, rate,
+                t->cfg.rate_unit, eta);
         t->t_print = now;
         return;
     }
     int64_t every = t->steps_per_epoch >= 10 ? t->steps_per_epoch / 10 : 1;
     if ((step + 1) % every != 0 || last) return;
-    fprintf(stderr, "  epoch %lld/%d  step %lld/%lld  loss %.4f  lr %.4f  %.0f %s\n", (long long)epoch + 1,
-            t->cfg.epochs, (long long)step + 1, (long long)t->steps_per_epoch, loss, (double)lr, rate,
-            t->cfg.rate_unit);
+    position_text(t, epoch, step, where, sizeof where);
+    shown_scalars(t, "", means, values, sizeof values);
+    fprintf(stderr, "%s%s  lr %.4f  %.0f %s\n", where, values, (double)lr, rate, t->cfg.rate_unit);
 }
 
-/* "  epoch 3/8  train loss 0.3058  test loss 0.3202  test acc 87.81%  750 img/s  80s" */
-void train_print_epoch(const rp_trainer *t, int64_t epoch, double train_loss, double rate,
+/*
+ * "  epoch 3/8  train loss 0.3058  test loss 0.3202  test acc 87.81%  750 img/s  80s"; in
+ * steps-only mode "  step 400/400  train loss ...".
+ */
+void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
                        double seconds, const rp_trainer_metrics *m)
 {
     if (t->cfg.quiet || !t->root) return;
-    char shown[RP_TRAINER_MAX_METRICS * 68] = "";
+    char where[64], values[RP_TRAINER_MAX_SCALARS * 48], shown[RP_TRAINER_MAX_METRICS * 68] = "";
     size_t len = 0;
     for (int i = 0; m && i < m->n; i++)
         if (m->m[i].shown[0] && len < sizeof shown)
             len += (size_t)snprintf(shown + len, sizeof shown - len, "  %s", m->m[i].shown);
-    fprintf(stderr, "%s  epoch %lld/%d  train loss %.4f%s  %.0f %s  %.0fs\n", t->tty ? "\r" : "",
-            (long long)epoch + 1, t->cfg.epochs, train_loss, shown, rate, t->cfg.rate_unit, seconds);
+    if (t->steps_only)
+        snprintf(where, sizeof where, "  step %lld/%lld", (long long)t->global_step,
+                 (long long)t->steps_per_epoch);
+    else
+        snprintf(where, sizeof where, "  epoch %lld/%d", (long long)epoch + 1, t->cfg.epochs);
+    shown_scalars(t, "train ", means, values, sizeof values);
+    fprintf(stderr, "%s%s%s%s  %.0f %s  %.0fs\n", t->tty ? "\r" : "", where, values, shown, rate,
+            t->cfg.rate_unit, seconds);
 }
 
 /* An evaluation between epochs (eval_every_steps): "  step 200  test loss ...". */
@@ -70,9 +103,28 @@ void train_print_eval(const rp_trainer *t, const rp_trainer_metrics *m)
     fprintf(stderr, "\n");
 }
 
+/* ,"<prefix><key>":value with 6 decimals, or null: JSON has no NaN or infinity. */
+static void json_value(const rp_trainer *t, const char *prefix, const char *key, double v)
+{
+    if (isfinite(v)) fprintf(t->metrics, ",\"%s%s\":%.6f", prefix, key, v);
+    else fprintf(t->metrics, ",\"%s%s\":null", prefix, key);
+}
+
 static void metrics_values(const rp_trainer *t, const rp_trainer_metrics *m)
 {
-    for (int i = 0; m && i < m->n; i++) fprintf(t->metrics, ",\"%s\":%.6f", m->m[i].key, m->m[i].value);
+    for (int i = 0; m && i < m->n; i++) json_value(t, "", m->m[i].key, m->m[i].value);
+}
+
+static void metrics_scalars(const rp_trainer *t, const char *prefix, const double *means)
+{
+    for (int i = 0; i < t->n_scalars; i++) json_value(t, prefix, t->scalar_names[i], means[i]);
+}
+
+/* {"step":S,"epoch":E (1-based; none in steps-only mode) */
+static void metrics_position(const rp_trainer *t, int64_t epoch)
+{
+    fprintf(t->metrics, "{\"step\":%lld", (long long)t->global_step);
+    if (!t->steps_only) fprintf(t->metrics, ",\"epoch\":%lld", (long long)epoch + 1);
 }
 
 /* The rate of the last step taken. */
@@ -81,20 +133,21 @@ static double last_lr(const rp_trainer *t)
     return (double)rp_schedule_lr(&t->sched, t->global_step - 1);
 }
 
-void train_metrics_step(const rp_trainer *t, int64_t epoch, double loss)
+void train_metrics_step(const rp_trainer *t, int64_t epoch, const double *means)
 {
     if (!t->metrics) return;
-    fprintf(t->metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g}\n",
-            (long long)t->global_step, (long long)epoch + 1, loss, last_lr(t));
+    metrics_position(t, epoch);
+    metrics_scalars(t, "", means);
+    fprintf(t->metrics, ",\"lr\":%.6g}\n", last_lr(t));
     fflush(t->metrics);
 }
 
-void train_metrics_epoch(const rp_trainer *t, int64_t epoch, double train_loss, double rate,
+void train_metrics_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
                          const rp_trainer_metrics *m)
 {
     if (!t->metrics) return;
-    fprintf(t->metrics, "{\"step\":%lld,\"epoch\":%lld,\"train_loss\":%.6f", (long long)t->global_step,
-            (long long)epoch + 1, train_loss);
+    metrics_position(t, epoch);
+    metrics_scalars(t, "train_", means);
     metrics_values(t, m);
     fprintf(t->metrics, ",\"%s\":%.1f,\"lr\":%.6g}\n", t->cfg.rate_key, rate, last_lr(t));
     fflush(t->metrics);
@@ -103,7 +156,7 @@ void train_metrics_epoch(const rp_trainer *t, int64_t epoch, double train_loss, 
 void train_metrics_eval(const rp_trainer *t, const rp_trainer_metrics *m)
 {
     if (!t->metrics) return;
-    fprintf(t->metrics, "{\"step\":%lld,\"epoch\":%lld", (long long)t->global_step, (long long)t->epoch + 1);
+    metrics_position(t, t->epoch);
     metrics_values(t, m);
     fprintf(t->metrics, "}\n");
     fflush(t->metrics);

@@ -43,7 +43,13 @@ struct rp_trainer {
     int local;
     bool server, root, tty;
     rp_schedule sched;
-    int64_t steps_per_epoch;
+    bool steps_only;         /* cfg.steps: one stretch of steps, shown and recorded without epochs */
+    int64_t steps_per_epoch; /* cfg.steps in steps-only mode (then cfg.epochs is 1) */
+    /* The model's scalars (default {"loss"}) and which of them the lines show. */
+    int n_scalars;
+    const char *scalar_names[RP_TRAINER_MAX_SCALARS];
+    bool shown[RP_TRAINER_MAX_SCALARS];
+    char scalar_reports[RP_TRAINER_MAX_SCALARS][16]; /* their rp_replica_report() names, made once */
     int64_t epoch, step, global_step; /* the next batch */
     int64_t first_step;               /* global_step when rp_trainer_run started */
     FILE *metrics;
@@ -52,14 +58,17 @@ struct rp_trainer {
     int failed; /* independent replicas: one failed; the others stop at their next batch */
     /* The chunk being run: batches [chunk_start, chunk_end) of epoch `epoch`. */
     int64_t chunk_start, chunk_end;
-    /* This epoch so far: steps, the sum of their losses, seconds spent in runs. */
+    /* This epoch so far: steps, the sums of their scalars, seconds spent in runs. */
     int64_t epoch_steps;
-    double epoch_loss_sum, epoch_seconds;
+    double epoch_sums[RP_TRAINER_MAX_SCALARS], epoch_seconds;
     double t_print; /* when the progress line was last drawn */
 };
 
 /* loop.c */
 extern const train_regime train_regime_sync, train_regime_async;
+
+/* trainer.c: whether `key` is a JSON-safe name of 1..31 letters, digits or '_'. */
+bool train_key_ok(const char *key);
 
 /* run_dir.c */
 rp_status train_choose_run_dir(char *dir, size_t size, bool exact, bool force);
@@ -67,14 +76,14 @@ rp_status train_make_dirs(const char *dir);
 /* Saves the run's state to its checkpoint (the root process only; nothing with no_checkpoint). */
 rp_status train_save_checkpoint(const rp_trainer *t);
 
-/* report.c */
-void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t global_done, double loss,
-                          float lr, int64_t done, double seconds);
-void train_print_epoch(const rp_trainer *t, int64_t epoch, double train_loss, double rate,
+/* report.c; `means` are the scalars' means, in the model's order. */
+void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t global_done,
+                          const double *means, float lr, int64_t done, double seconds);
+void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
                        double seconds, const rp_trainer_metrics *m);
 void train_print_eval(const rp_trainer *t, const rp_trainer_metrics *m);
-void train_metrics_step(const rp_trainer *t, int64_t epoch, double loss);
-void train_metrics_epoch(const rp_trainer *t, int64_t epoch, double train_loss, double rate,
+void train_metrics_step(const rp_trainer *t, int64_t epoch, const double *means);
+void train_metrics_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
                          const rp_trainer_metrics *m);
 void train_metrics_eval(const rp_trainer *t, const rp_trainer_metrics *m);
 

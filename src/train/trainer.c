@@ -31,14 +31,20 @@ rp_trainer_config rp_trainer_config_default(void)
     return c;
 }
 
+bool train_key_ok(const char *key)
+{
+    size_t len = strlen(key);
+    bool ok = len > 0 && len < 32;
+    for (size_t i = 0; ok && i < len; i++) ok = isalnum((unsigned char)key[i]) || key[i] == '_';
+    return ok;
+}
+
 rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double value, const char *shown_fmt,
                                  ...)
 {
     if (!m || !key) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_metrics_add: NULL argument");
-    size_t len = strlen(key);
-    bool ok = len > 0 && len < sizeof m->m[0].key;
-    for (size_t i = 0; ok && i < len; i++) ok = isalnum((unsigned char)key[i]) || key[i] == '_';
-    if (!ok) return RP_ERROR(RP_ERR_INVALID, "metric key \"%.64s\": 1..31 letters, digits or '_'", key);
+    if (!train_key_ok(key))
+        return RP_ERROR(RP_ERR_INVALID, "metric key \"%.64s\": 1..31 letters, digits or '_'", key);
     if (m->n < 0 || m->n >= RP_TRAINER_MAX_METRICS)
         return RP_ERROR(RP_ERR_INVALID, "metric \"%s\": at most %d metrics", key, RP_TRAINER_MAX_METRICS);
     snprintf(m->m[m->n].key, sizeof m->m[m->n].key, "%s", key);
@@ -66,8 +72,9 @@ rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json)
 
 static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model *m)
 {
-    if (!m || !m->build || !m->steps_per_epoch || !m->train_step)
-        return RP_ERROR(RP_ERR_INVALID, "the trainer's model needs build, steps_per_epoch and train_step");
+    if (!m || !m->build || !m->train_step || (!m->steps_per_epoch && c->steps <= 0))
+        return RP_ERROR(RP_ERR_INVALID, "the trainer's model needs build, train_step and (unless "
+                        "cfg.steps is set) steps_per_epoch");
     if (!c->no_checkpoint && !m->save)
         return RP_ERROR(RP_ERR_INVALID, "the trainer's model has no save callback; set no_checkpoint");
     if (m->evaluate && !m->evaluated)
@@ -76,6 +83,9 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
         return RP_ERROR(RP_ERR_INVALID, "run_dir must be set, under %d bytes", TRAIN_PATH_MAX - 32);
     if (c->epochs < 1) return RP_ERROR(RP_ERR_INVALID, "epochs %d; at least 1", c->epochs);
     if (c->max_steps < 0) return RP_ERROR(RP_ERR_INVALID, "max_steps %lld < 0", (long long)c->max_steps);
+    if (c->steps < 0) return RP_ERROR(RP_ERR_INVALID, "steps %lld < 0", (long long)c->steps);
+    if (c->warmup_steps < 0)
+        return RP_ERROR(RP_ERR_INVALID, "warmup_steps %lld < 0", (long long)c->warmup_steps);
     if (c->schedule != RP_SCHED_CONSTANT && c->schedule != RP_SCHED_COSINE)
         return RP_ERROR(RP_ERR_INVALID, "schedule %d: RP_SCHED_CONSTANT or RP_SCHED_COSINE", (int)c->schedule);
     if (c->warmup_epochs < 0 || c->checkpoint_every_epochs < 0 || c->eval_every_epochs < 0 ||
@@ -123,10 +133,55 @@ static rp_status read_position(rp_trainer *t)
     return RP_OK;
 }
 
+/*
+ * The model's scalar names (default {"loss"}), checked, and which of them cfg.shown_scalars shows
+ * (default the first).
+ */
+static rp_status take_scalars(rp_trainer *t, const char *shown_list)
+{
+    static const char *const default_names[] = {"loss", NULL};
+    const char *const *names = t->model->scalars ? t->model->scalars : default_names;
+    int n = 0;
+    for (; names[n]; n++) {
+        if (n == RP_TRAINER_MAX_SCALARS)
+            return RP_ERROR(RP_ERR_INVALID, "the model has more than %d scalars",
+                            RP_TRAINER_MAX_SCALARS);
+        if (!train_key_ok(names[n]))
+            return RP_ERROR(RP_ERR_INVALID, "the model's scalar \"%.64s\": 1..31 letters, digits or '_'",
+                            names[n]);
+        for (int k = 0; k < n; k++)
+            if (!strcmp(names[k], names[n]))
+                return RP_ERROR(RP_ERR_INVALID, "the model names scalar \"%s\" twice", names[n]);
+        t->scalar_names[n] = names[n];
+        snprintf(t->scalar_reports[n], sizeof t->scalar_reports[n], "train/scalar%d", n);
+    }
+    if (n == 0)
+        return RP_ERROR(RP_ERR_INVALID, "the model's scalars list is empty; NULL means {\"loss\"}");
+    t->n_scalars = n;
+    if (!shown_list) {
+        t->shown[0] = true;
+        return RP_OK;
+    }
+    for (const char *p = shown_list; *p;) {
+        size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int k = 0; k < n && found < 0; k++)
+            if (strlen(names[k]) == len && !strncmp(names[k], p, len)) found = k;
+        if (found < 0)
+            return RP_ERROR(RP_ERR_INVALID, "shown_scalars \"%s\": the model has no scalar \"%.*s\"",
+                            shown_list, (int)(len < 64 ? len : 64), p);
+        t->shown[found] = true;
+        p += len;
+        if (*p == ',') p++;
+    }
+    return RP_OK;
+}
+
 static void make_schedule(rp_trainer *t)
 {
     const rp_trainer_config *c = &t->cfg;
-    int64_t total = t->steps_per_epoch * c->epochs, warmup = t->steps_per_epoch * c->warmup_epochs;
+    int64_t total = t->steps_per_epoch * c->epochs,
+            warmup = t->steps_per_epoch * c->warmup_epochs + c->warmup_steps;
     t->sched = c->schedule == RP_SCHED_COSINE ? rp_schedule_cosine(c->lr, warmup, total)
                                               : rp_schedule_constant(c->lr);
     t->sched.warmup_steps = warmup;
@@ -150,6 +205,14 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
     if (!t->cfg.rate_key) t->cfg.rate_key = "samples_per_s";
     RP_TRY(rp_trainer_set_config_json(t, cfg->config_json));
     t->cfg.config_json = NULL;
+    t->cfg.shown_scalars = NULL; /* taken below, not kept */
+    RP_TRY(take_scalars(t, cfg->shown_scalars));
+    if (cfg->steps > 0) {
+        /* Steps-only: one stretch of cfg.steps, with the epoch machinery's single epoch. */
+        t->steps_only = true;
+        t->cfg.epochs = 1;
+        t->cfg.warmup_epochs = 0;
+    }
     t->regime = cfg->runtime.regime == RP_REGIME_ASYNC ? &train_regime_async : &train_regime_sync;
     if (cfg->resume) RP_TRY(read_position(t));
     else if (!cfg->no_checkpoint)
@@ -171,7 +234,7 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
         goto cleanup;
     }
     RP_TRY(rp_replicator_run(t->rep, build_replica, t));
-    t->steps_per_epoch = model->steps_per_epoch(ctx, t->states[0]);
+    t->steps_per_epoch = t->steps_only ? cfg->steps : model->steps_per_epoch(ctx, t->states[0]);
     if (t->steps_per_epoch < 1) {
         status = RP_ERROR(RP_ERR_INVALID, "the model has %lld batches per epoch; at least 1 is needed",
                           (long long)t->steps_per_epoch);
