@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kernels/kernels.h"
 #include "models/resnet/resnet.h"
 
 static void bench_usage(FILE *f)

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
 #include "train.h"
 
 int rp_cli_eval(int argc, char **argv)

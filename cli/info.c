@@ -4,7 +4,6 @@
 #include <stdio.h>
 
 #include "cli.h"
-#include "kernels/kernels.h"
 
 int rp_cli_info(int argc, char **argv)
 {
@@ -14,7 +13,7 @@ int rp_cli_info(int argc, char **argv)
     const dnnl_version_t *v = dnnl_version();
     printf("replicator %s\n", RP_VERSION);
     printf("cores          %d\n", rp_cpu_count());
-    printf("kernels        %s\n", rp_kernels_active()->name);
+    printf("kernels        %s\n", rp_kernels_name());
     printf("oneDNN         %d.%d.%d (cpu runtime %s)\n", v->major, v->minor, v->patch,
            v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
     printf("OpenMP threads %d\n", omp_get_max_threads());

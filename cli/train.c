@@ -13,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/kernels.h"
 #include "train.h"
 
 /* Options that may change on --resume; the rest come from the checkpoint. */
@@ -54,23 +53,15 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
     o->no_checkpoint = cli->no_checkpoint;
 }
 
-/* Processes in the MPI job that started this one (1 if none). */
-static int mpi_world_size(void)
-{
-    const char *v = getenv("OMPI_COMM_WORLD_SIZE");
-    if (!v) v = getenv("PMI_SIZE");
-    return v && atoi(v) > 0 ? atoi(v) : 1;
-}
-
 /* The replicator's layout from the options: the backend, the replica count, threads for each. */
 static rp_status runtime_config(train_opts *o, rp_config *cfg)
 {
     /* Under mpirun (or srun): one replica per rank, or --replicas threads in each (hierarchical). */
     bool mpi = !strcmp(o->backend, "mpi") || (!strcmp(o->backend, "auto") && rp_comm_mpi_launched());
-    if (!mpi && rp_comm_mpi_launched() && mpi_world_size() > 1)
+    if (!mpi && rp_comm_mpi_launched() && rp_env_get()->mpi_world_size > 1)
         return RP_ERROR(RP_ERR_INVALID, "--backend threads under mpirun with %d ranks: every rank would "
                         "train alone and write the same run directory; start one process, or use the "
-                        "MPI backend", mpi_world_size());
+                        "MPI backend", rp_env_get()->mpi_world_size);
     bool async = !strcmp(o->regime, "async");
     if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
     if (o->replicas == 0) {
@@ -201,7 +192,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
             (long long)rp_trainer_steps_per_epoch(t), (double)o->lr, o->schedule, o->warmup_epochs,
             (double)o->momentum, o->nesterov ? " nesterov" : "", (double)o->weight_decay,
             o->augment ? "crop+flip" : "off", (unsigned long long)o->seed, layout,
-            rp_kernels_active()->name);
+            rp_kernels_name());
     if (resumed)
         fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir, (long long)p.epoch + 1,
                 (long long)p.step);

@@ -124,6 +124,7 @@ typedef struct rp_env {
     double comm_timeout;   /* RP_COMM_TIMEOUT: seconds a replica waits for its peers, default 300 */
     bool mpi_launched;     /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */
     int mpi_local_ranks;   /* OMPI_COMM_WORLD_LOCAL_SIZE: MPI ranks on this host (default 1) */
+    int mpi_world_size;    /* OMPI_COMM_WORLD_SIZE or PMI_SIZE: ranks in the MPI job (default 1) */
     bool stuck_exit;       /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
 } rp_env;
 

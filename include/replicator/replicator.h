@@ -5,6 +5,7 @@
 #define REPLICATOR_H
 
 #include "core.h"
+#include "kernels.h"
 #include "tensor.h"
 #include "nn.h"
 #include "optim.h"

@@ -37,6 +37,9 @@ static void read_env(void)
     env.mpi_launched = getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL;
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     env.mpi_local_ranks = local && atoi(local) > 0 ? atoi(local) : 1;
+    const char *world = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!world) world = getenv("PMI_SIZE");
+    env.mpi_world_size = world && atoi(world) > 0 ? atoi(world) : 1;
     const char *timeout = getenv("RP_COMM_TIMEOUT");
     env.comm_timeout = timeout ? atof(timeout) : 0;
     if (!(env.comm_timeout > 0)) env.comm_timeout = 300;

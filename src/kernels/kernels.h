@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "replicator/core.h"
+#include "replicator/kernels.h"
 
 /* A 2-D convolution, NHWC activations, OHWI weights. */
 typedef struct rp_conv_desc {
@@ -190,14 +191,6 @@ const rp_kernels *rp_kernels_cpu(void);
 /* The table ops use: cpu, or ref when RP_KERNELS=ref. */
 const rp_kernels *rp_kernels_active(void);
 
-/*
- * Sets the calling thread's kernel thread count: OpenMP's team size for this
- * thread, which every cpu kernel (oneDNN GEMM and convolution, our loops)
- * follows. Each replica thread sets its own. n <= 0 means $RP_THREADS or all
- * cores.
- */
-void rp_kernels_set_threads(int n);
-/* The calling thread's kernel thread count. */
-int rp_kernels_get_threads(void);
+/* rp_kernels_set_threads(), rp_kernels_get_threads(), rp_kernels_name(): replicator/kernels.h. */
 
 #endif

@@ -25,3 +25,8 @@ int rp_kernels_get_threads(void)
 {
     return team_size > 0 ? team_size : omp_get_max_threads();
 }
+
+const char *rp_kernels_name(void)
+{
+    return rp_kernels_active()->name;
+}
