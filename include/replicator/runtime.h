@@ -471,6 +471,42 @@ rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt);
  */
 rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
 
+/* ---- iterating over batches: one loop for every strategy ---------------------------- */
+
+/*
+ * The next batch this replica trains in the current run, as an index
+ * 0, 1, 2, ... counted from the start of the run (the caller adds its
+ * position in the epoch and stops at the end of its range). The strategy
+ * decides who gets which index:
+ *  - lockstep (sync): every replica gets every index, in order, each
+ *    trains its shard of that batch, and the step's collectives join them;
+ *    counted per replica, so it costs no message; it restarts at 0 in
+ *    each run.
+ *  - independent (async): rp_replica_claim()'s shared queue - each index
+ *    to exactly one replica, whichever asks first, so a fast replica takes
+ *    more batches and a range is still covered once. Same conditions and
+ *    errors as rp_replica_claim() (RP_ERR_UNSUPPORTED across processes
+ *    before an optimizer was created).
+ * So a loop written once serves both:
+ *     for (;;) { rp_replica_next_batch(rep, &i); if (start + i >= end) break; ... }
+ * Call it from the replica's own thread, inside a run. RP_ERR_INVALID for
+ * NULL arguments.
+ */
+rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index);
+
+/*
+ * Whether the replicas meet in every step (true: sync - each trains its
+ * shard of every batch given by rp_replica_next_batch(), results of a run
+ * are per batch on each replica, and a run may hold collectives) or run
+ * independently within a run (false: async - each batch to one replica,
+ * so a run should cover many batches, call no collectives, and check a stop
+ * request on its own). Chosen at rp_replicator_create() by cfg.regime, fixed
+ * for the replicator's life; thread-safe. False for NULL.
+ */
+bool rp_replica_lockstep(const rp_replica *rep);
+/* The same, for the replicator (e.g. on the main thread between runs). */
+bool rp_replicator_lockstep(const rp_replicator *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,11 +20,12 @@
  *
  * The loop. An epoch is steps_per_epoch global batches, numbered 0.. in the
  * epoch. Each rp_replicator_run() covers a stretch of them (a "chunk"):
- *  - sync: one batch per run; every replica trains its shard of that batch
- *    (train_step), the gradients are averaged inside its optimizer step;
- *  - async: the rest of the epoch (bounded by max_steps and the step
- *    cadences) per run; the replicas take the batches one at a time from the
- *    runtime's shared queue (rp_replica_claim), each the whole batch, so a
+ *  - sync (rp_replicator_lockstep() true): one batch per run; every replica
+ *    trains its shard of that batch (train_step), the gradients are averaged
+ *    inside its optimizer step;
+ *  - async (lockstep false): the rest of the epoch (bounded by max_steps and
+ *    the step cadences) per run; the replicas take the batches one at a time
+ *    with rp_replica_next_batch() (the runtime's shared queue), each the whole batch, so a
  *    fast replica takes more of them and the epoch still covers every batch
  *    once; after the run, settle() makes the replicas' state the job's.
  * Batch s of epoch e gets the schedule's rate for its global step in both
