@@ -415,6 +415,11 @@ rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
  * rp_replicator_destroy()). In a mesh the replicas are the data axis: each
  * worker's parameters (its model shard) are broadcast from, and all-reduced
  * with, the workers of the same model and pipe coordinates only.
+ * Two parameter sets, each with its own replica optimizer, may take turns
+ * (a GAN): while a set is frozen (rp_params_set_frozen), backward fires no
+ * gradient-ready callback for it, so none of its buckets is all-reduced,
+ * and stepping its optimizer is refused (RP_ERR_INVALID, before any
+ * collective); step only the optimizer of the set that trained.
  * The wrapping is one hook set (optim.h); hooks the user adds afterwards
  * run inside it: a `before` sees the all-reduced gradients, an `after`
  * runs after the update and before the checksum.
