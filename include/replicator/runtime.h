@@ -388,10 +388,16 @@ rp_status rp_broadcast(rp_replica *rep, void *buf, int64_t count, rp_dtype dtype
 rp_status rp_barrier(rp_replica *rep);
 
 /*
- * Cross-replica batch norm: an rp_bn_reduce_fn (tensor.h) whose ctx is the
+ * Deprecated: set rp_bn_params.comm (or a model's bn_comm) to the
+ * replica's data-axis communicator, rp_replica_axis_comm(rep, RP_AXIS_DATA),
+ * instead; the layer then all-reduces its sums itself, with bitwise the same
+ * results. Kept working for existing callers:
+ * cross-replica batch norm as an rp_bn_reduce_fn (tensor.h) whose ctx is the
  * rp_replica. Put it in rp_bn_params.reduce (or a model's bn_reduce) and the
  * layer's statistics cover the global batch: the per-channel sums (forward)
- * and gradient sums (backward) are all-reduced across replicas.
+ * and gradient sums (backward) are all-reduced across replicas (the data
+ * axis; nothing with one replica). RP_ERR_INVALID for a NULL ctx; errors of
+ * the all-reduce (RP_ERR_MISMATCH, RP_ERR_TIMEOUT) fail the layer.
  */
 rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
 
