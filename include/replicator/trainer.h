@@ -25,9 +25,9 @@
  *    inside its optimizer step;
  *  - async (lockstep false): the rest of the epoch (bounded by max_steps and
  *    the step cadences) per run; the replicas take the batches one at a time
- *    with rp_replica_next_batch() (the runtime's shared queue), each the whole batch, so a
- *    fast replica takes more of them and the epoch still covers every batch
- *    once; after the run, settle() makes the replicas' state the job's.
+ *    with rp_replica_next_batch() (the runtime's shared queue), each the
+ *    whole batch, so a fast replica takes more of them and the epoch still
+ *    covers every batch once; after the run, settle() makes the replicas' state the job's.
  * Batch s of epoch e gets the schedule's rate for its global step in both
  * regimes, so they see the same examples in the same number of updates.
  * After every chunk the replicas agree on a stop request (the largest signal
