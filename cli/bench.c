@@ -75,8 +75,7 @@ static rp_status bench_build(rp_replica *rep, void *arg)
     cfg.in_channels = job->channels;
     cfg.classes = small ? 10 : 1000;
     if (rp_replica_count(rep) > 1 && job->cross_bn) {
-        cfg.bn_reduce = rp_cross_replica_bn;
-        cfg.bn_reduce_ctx = rep;
+        cfg.bn_comm = rp_replica_axis_comm(rep, RP_AXIS_DATA);
     }
     RP_CHECK(rp_resnet_create(&s->net, &cfg, 1));
     rp_optim_config oc = rp_optim_config_default();

@@ -40,7 +40,7 @@ int rp_cli_eval(int argc, char **argv)
     RP_TRY(rp_classifier_load_dataset(&test, &cc, "test"));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
     RP_TRY(rp_dataset_channel_stats(train, mean, std));
-    RP_TRY(rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes, NULL, NULL));
+    RP_TRY(rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes, NULL));
     RP_TRY(rp_checkpoint_read_params(ck, rp_classifier_net_params(&net), "param/"));
     RP_TRY(rp_tape_create(&tape, 0));
     rp_classifier_eval ev;

@@ -1,9 +1,12 @@
 /*
  * test_resnet.c - the ResNet models: parameter counts that match the
- * published architectures, output shapes, and a few training steps on a tiny
- * batch whose loss must fall.
+ * published architectures, output shapes, a few training steps on a tiny
+ * batch whose loss must fall, and cross-replica batch norm on a communicator
+ * (bn_comm) giving bitwise what the deprecated hook (bn_reduce) gives.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "models/resnet/resnet.h"
@@ -112,6 +115,117 @@ static void test_loss_falls(void **state)
     rp_resnet_destroy(net);
 }
 
+/* ---- bn_comm against the deprecated bn_reduce hook, on 2 replicas ---------------------- */
+
+enum { XR = 2, XN = 3, XHW = 28 };
+
+typedef struct xbn_out {
+    float logits[3][XN * 10];
+    float *grad[3];
+    float *buffers[3];
+    int64_t ngrad, nbuf;
+} xbn_out;
+
+/* Builds net `k` (0: bn_comm, 1: bn_reduce, 2: per-replica statistics), one forward and backward. */
+static rp_status xbn_one(rp_replica *rep, int k, xbn_out *o)
+{
+    rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
+    cfg.in_channels = 1;
+    if (k == 0) cfg.bn_comm = rp_replica_axis_comm(rep, RP_AXIS_DATA);
+    if (k == 1) {
+        cfg.bn_reduce = rp_cross_replica_bn;
+        cfg.bn_reduce_ctx = rep;
+    }
+    rp_resnet *net = NULL;
+    rp_tape *t = NULL;
+    rp_status status = RP_OK;
+    RP_TRY(rp_resnet_create(&net, &cfg, 9));
+    RP_TRY(rp_tape_create(&t, 0));
+    static float images[XR][XN * XHW * XHW];
+    int q = rp_replica_id(rep);
+    tu_fill(images[q], XN * XHW * XHW, (uint64_t)(20 + q), -1, 1);
+    int32_t labels[XN];
+    for (int i = 0; i < XN; i++) labels[i] = (i + 3 * q) % 10;
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){XN, XHW, XHW, 1}, images[q]);
+    rp_tensor *y = rp_resnet_forward(t, net, x, true);
+    rp_tensor *loss = y ? rp_softmax_cross_entropy(t, y, labels) : NULL;
+    if (!loss) {
+        status = rp_last_status();
+        goto cleanup;
+    }
+    RP_TRY(rp_backward(t, loss));
+    rp_params *p = rp_resnet_params(net);
+    memcpy(o->logits[k], y->data, sizeof o->logits[k]);
+    o->ngrad = rp_params_trainable_numel(p);
+    o->nbuf = rp_params_numel(p) - o->ngrad;
+    o->grad[k] = malloc((size_t)o->ngrad * sizeof(float));
+    o->buffers[k] = malloc((size_t)(o->nbuf + 1) * sizeof(float));
+    if (!o->grad[k] || !o->buffers[k]) {
+        status = RP_ERROR(RP_ERR_NOMEM, "test buffers");
+        goto cleanup;
+    }
+    memcpy(o->grad[k], rp_params_grad(p), (size_t)o->ngrad * sizeof(float));
+    memcpy(o->buffers[k], rp_params_data(p) + o->ngrad, (size_t)o->nbuf * sizeof(float));
+cleanup:
+    rp_tape_destroy(t);
+    rp_resnet_destroy(net);
+    return status;
+}
+
+static rp_status xbn_replica(rp_replica *rep, void *arg)
+{
+    xbn_out *o = (xbn_out *)arg + rp_replica_id(rep);
+    for (int k = 0; k < 3; k++) RP_CHECK(xbn_one(rep, k, o));
+    return RP_OK;
+}
+
+static void test_bn_comm_matches_hook(void **state)
+{
+    (void)state;
+    rp_config rc = rp_config_default();
+    rc.backend = RP_BACKEND_THREADS;
+    rc.replicas = XR;
+    rc.threads_per_replica = 1;
+    rc.timeout_s = 60;
+    rp_replicator *r = NULL;
+    assert_int_equal(rp_replicator_create(&r, &rc), RP_OK);
+    static xbn_out out[XR];
+    rp_status st = rp_replicator_run(r, xbn_replica, out);
+    if (st != RP_OK) print_error("%s\n", rp_last_error());
+    assert_int_equal(st, RP_OK);
+    for (int q = 0; q < XR; q++) {
+        xbn_out *o = &out[q];
+        assert_true(o->nbuf > 0);
+        /* The communicator gives the hook's bits: logits, every gradient, the running statistics. */
+        assert_memory_equal(o->logits[0], o->logits[1], sizeof o->logits[0]);
+        assert_memory_equal(o->grad[0], o->grad[1], (size_t)o->ngrad * sizeof(float));
+        assert_memory_equal(o->buffers[0], o->buffers[1], (size_t)o->nbuf * sizeof(float));
+        /* And it is cross-replica: per-replica statistics give other logits and statistics. */
+        assert_memory_not_equal(o->logits[0], o->logits[2], sizeof o->logits[0]);
+        assert_memory_not_equal(o->buffers[0], o->buffers[2], (size_t)o->nbuf * sizeof(float));
+    }
+    /* The running statistics cover the global batch: the same on both replicas. */
+    assert_memory_equal(out[0].buffers[0], out[1].buffers[0], (size_t)out[0].nbuf * sizeof(float));
+    for (int q = 0; q < XR; q++)
+        for (int k = 0; k < 3; k++) {
+            free(out[q].grad[k]);
+            free(out[q].buffers[k]);
+        }
+    rp_replicator_destroy(r);
+
+    /* Both at once is refused at create. */
+    rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
+    rp_comm *c = NULL;
+    assert_int_equal(rp_comm_threads_create(&c, 1, NULL, 10), RP_OK);
+    cfg.bn_comm = c;
+    cfg.bn_reduce = rp_cross_replica_bn;
+    rp_resnet *net = NULL;
+    assert_int_equal(rp_resnet_create(&net, &cfg, 1), RP_ERR_INVALID);
+    tu_assert_error_contains("both bn_comm and bn_reduce");
+    assert_null(net);
+    rp_comm_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -119,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_output_shapes),
         cmocka_unit_test(test_resnet18_forward),
         cmocka_unit_test(test_loss_falls),
+        cmocka_unit_test(test_bn_comm_matches_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

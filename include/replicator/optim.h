@@ -50,6 +50,12 @@ void rp_optimizer_destroy(rp_optimizer *opt);
  * Applies one update with learning rate `lr` to every trainable parameter,
  * then zeroes the gradients. A negative or non-finite lr is RP_ERR_INVALID. Returns RP_ERR_NUMERIC, naming the parameter,
  * if a gradient holds a NaN or infinity; then nothing is changed.
+ * A frozen parameter set (rp_params_set_frozen, nn.h) is RP_ERR_INVALID
+ * naming its first and last parameters, before any hook runs: nothing is
+ * changed, no gradient is all-reduced or pushed, the step count stays. (A
+ * zero gradient would not leave the values alone: momentum and weight decay
+ * still move them.) So with two sets, e.g. a GAN's generator stepping with
+ * the discriminator frozen, step only the optimizer of the set that trained.
  */
 rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
 
@@ -76,7 +82,8 @@ void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad,
  * and the gradients are zeroed; every set's `after` in reverse order of
  * adding (so a set added later is nested inside the earlier ones: a user
  * `before` added after the runtime's sees the all-reduced gradients, a user
- * `after` runs before the runtime's checksum). An error from a `before`
+ * `after` runs before the runtime's checksum). A step of a frozen set runs
+ * no hook at all (see rp_optimizer_step). An error from a `before`
  * fails the step with nothing changed (later befores do not run); an error
  * from the update fails it with the step count unchanged; an error from an
  * `after` is returned after the update (the remaining afters do not run).

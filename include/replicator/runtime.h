@@ -388,10 +388,16 @@ rp_status rp_broadcast(rp_replica *rep, void *buf, int64_t count, rp_dtype dtype
 rp_status rp_barrier(rp_replica *rep);
 
 /*
- * Cross-replica batch norm: an rp_bn_reduce_fn (tensor.h) whose ctx is the
+ * Deprecated: set rp_bn_params.comm (or a model's bn_comm) to the
+ * replica's data-axis communicator, rp_replica_axis_comm(rep, RP_AXIS_DATA),
+ * instead; the layer then all-reduces its sums itself, with bitwise the same
+ * results. Kept working for existing callers:
+ * cross-replica batch norm as an rp_bn_reduce_fn (tensor.h) whose ctx is the
  * rp_replica. Put it in rp_bn_params.reduce (or a model's bn_reduce) and the
  * layer's statistics cover the global batch: the per-channel sums (forward)
- * and gradient sums (backward) are all-reduced across replicas.
+ * and gradient sums (backward) are all-reduced across replicas (the data
+ * axis; nothing with one replica). RP_ERR_INVALID for a NULL ctx; errors of
+ * the all-reduce (RP_ERR_MISMATCH, RP_ERR_TIMEOUT) fail the layer.
  */
 rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
 
@@ -415,6 +421,11 @@ rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
  * rp_replicator_destroy()). In a mesh the replicas are the data axis: each
  * worker's parameters (its model shard) are broadcast from, and all-reduced
  * with, the workers of the same model and pipe coordinates only.
+ * Two parameter sets, each with its own replica optimizer, may take turns
+ * (a GAN): while a set is frozen (rp_params_set_frozen), backward fires no
+ * gradient-ready callback for it, so none of its buckets is all-reduced,
+ * and stepping its optimizer is refused (RP_ERR_INVALID, before any
+ * collective); step only the optimizer of the set that trained.
  * The wrapping is one hook set (optim.h); hooks the user adds afterwards
  * run inside it: a `before` sees the all-reduced gradients, an `after`
  * runs after the update and before the checksum.
@@ -470,6 +481,42 @@ rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt);
  * created (server 0 counts); RP_ERR_UNSUPPORTED otherwise.
  */
 rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
+
+/* ---- iterating over batches: one loop for every strategy ---------------------------- */
+
+/*
+ * The next batch this replica trains in the current run, as an index
+ * 0, 1, 2, ... counted from the start of the run (the caller adds its
+ * position in the epoch and stops at the end of its range). The strategy
+ * decides who gets which index:
+ *  - lockstep (sync): every replica gets every index, in order, each
+ *    trains its shard of that batch, and the step's collectives join them;
+ *    counted per replica, so it costs no message; it restarts at 0 in
+ *    each run.
+ *  - independent (async): rp_replica_claim()'s shared queue - each index
+ *    to exactly one replica, whichever asks first, so a fast replica takes
+ *    more batches and a range is still covered once. Same conditions and
+ *    errors as rp_replica_claim() (RP_ERR_UNSUPPORTED across processes
+ *    before an optimizer was created).
+ * So a loop written once serves both:
+ *     for (;;) { rp_replica_next_batch(rep, &i); if (start + i >= end) break; ... }
+ * Call it from the replica's own thread, inside a run. RP_ERR_INVALID for
+ * NULL arguments.
+ */
+rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index);
+
+/*
+ * Whether the replicas meet in every step (true: sync - each trains its
+ * shard of every batch given by rp_replica_next_batch(), results of a run
+ * are per batch on each replica, and a run may hold collectives) or run
+ * independently within a run (false: async - each batch to one replica,
+ * so a run should cover many batches, call no collectives, and check a stop
+ * request on its own). Chosen at rp_replicator_create() by cfg.regime, fixed
+ * for the replicator's life; thread-safe. False for NULL.
+ */
+bool rp_replica_lockstep(const rp_replica *rep);
+/* The same, for the replicator (e.g. on the main thread between runs). */
+bool rp_replicator_lockstep(const rp_replicator *r);
 
 #ifdef __cplusplus
 }

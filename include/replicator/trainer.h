@@ -25,10 +25,11 @@
  * model needs no steps_per_epoch callback.
  * Each rp_replicator_run() covers a stretch of them (a "chunk"):
  *  - sync: one batch per run; every replica trains its shard of that batch
- *    (train_step), the gradients are averaged inside its optimizer step;
- *  - async: the rest of the epoch (bounded by max_steps and the step
+ *    (train_step), the gradients are averaged inside its optimizer step
+ *    (rp_replicator_lockstep() is true);
+ *  - async (lockstep false): the rest of the epoch (bounded by max_steps and the step
  *    cadences) per run; the replicas take the batches one at a time from the
- *    runtime's shared queue (rp_replica_claim), each the whole batch, so a
+ *    runtime's shared queue (rp_replica_next_batch()), each the whole batch, so a
  *    fast replica takes more of them and the epoch still covers every batch
  *    once; after the run, settle() makes the replicas' state the job's.
  * Batch s of epoch e gets the schedule's rate for its global step in both

@@ -15,7 +15,7 @@ bool rp_classifier_known_model(const char *model)
 }
 
 rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h, int w,
-                                   int c, int classes, rp_bn_reduce_fn bn_reduce, void *bn_ctx)
+                                   int c, int classes, rp_comm *bn_comm)
 {
     memset(net, 0, sizeof *net);
     rp_resnet_kind kind;
@@ -23,8 +23,7 @@ rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_c
         rp_resnet_config rc = rp_resnet_config_default(kind);
         rc.in_channels = c;
         rc.classes = classes;
-        rc.bn_reduce = bn_reduce;
-        rc.bn_reduce_ctx = bn_ctx;
+        rc.bn_comm = bn_comm;
         return rp_resnet_create(&net->resnet, &rc, cfg->seed);
     }
     return rp_mlp_create(&net->mlp, h * w * c, cfg->hidden, cfg->n_hidden, classes, cfg->seed);

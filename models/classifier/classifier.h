@@ -36,8 +36,6 @@ typedef struct rp_classifier_config {
     bool augment;       /* random crop (pad) and flip */
     int pad;
     int64_t limit;      /* the first N training samples (0: all) */
-    rp_regime regime;   /* the trainer's: async replicas keep their own batch-norm statistics and
-                           train whole batches; sync ones split each batch and share statistics */
 } rp_classifier_config;
 
 /* true if `model` names a classifier this file builds. */
@@ -51,11 +49,12 @@ typedef struct rp_classifier_net {
 
 /*
  * Builds the network of cfg->model for h x w x c images and `classes`, from
- * cfg->seed. bn_reduce/bn_ctx: cross-replica batch norm for ResNets (NULL:
- * per-replica statistics). Errors: those of rp_mlp_create/rp_resnet_create.
+ * cfg->seed. bn_comm: cross-replica batch norm for ResNets over its members
+ * (rp_resnet_config.bn_comm; NULL: per-replica statistics). Errors: those of
+ * rp_mlp_create/rp_resnet_create.
  */
 rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h, int w,
-                                   int c, int classes, rp_bn_reduce_fn bn_reduce, void *bn_ctx);
+                                   int c, int classes, rp_comm *bn_comm);
 void rp_classifier_net_destroy(rp_classifier_net *net);
 rp_params *rp_classifier_net_params(const rp_classifier_net *net);
 rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, rp_tensor *x, bool training);

@@ -27,15 +27,16 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     replica_state *s = calloc(1, sizeof *s);
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a replica's state");
     *out = s; /* freed by destroy() whatever happens below */
-    bool async = cfg->regime == RP_REGIME_ASYNC;
+    /* Replicas that step independently (async) each train whole batches and never meet. */
+    bool async = !rp_replica_lockstep(rep);
     if (!async && cfg->batch % rp_replica_count(rep) != 0)
         return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", cfg->batch,
                         rp_replica_count(rep));
     /* Async replicas never wait for each other, so batch norm keeps per-replica statistics. */
     bool cross = rp_replica_count(rep) > 1 && !async;
+    rp_comm *bn_comm = cross ? rp_replica_axis_comm(rep, RP_AXIS_DATA) : NULL;
     RP_CHECK(rp_classifier_net_create(&s->net, cfg, c->train->h, c->train->w, c->train->c,
-                                      c->train->num_classes, cross ? rp_cross_replica_bn : NULL,
-                                      cross ? rep : NULL));
+                                      c->train->num_classes, bn_comm));
     rp_params *p = rp_classifier_net_params(&s->net);
     rp_optim_config oc = rp_optim_config_default();
     oc.momentum = cfg->momentum;

@@ -63,6 +63,7 @@ static rp_status conv_bn(rp_params *p, const char *prefix, int i, rp_conv2d_laye
     RP_CHECK(rp_conv2d_layer_init(conv, p, name, in, out, k, stride, k / 2, false));
     snprintf(name, sizeof name, "%.40s.bn%d", prefix, i);
     RP_CHECK(rp_batchnorm_layer_init(bn, p, name, out));
+    bn->p.comm = cfg->bn_comm;
     bn->p.reduce = cfg->bn_reduce;
     bn->p.reduce_ctx = cfg->bn_reduce_ctx;
     return RP_OK;
@@ -111,6 +112,9 @@ rp_status rp_resnet_create(rp_resnet **out, const rp_resnet_config *cfg, uint64_
         cfg->kind > RP_RESNET50)
         return RP_ERROR(RP_ERR_INVALID, "rp_resnet_create: bad configuration (in_channels %d, "
                         "classes %d)", cfg ? cfg->in_channels : -1, cfg ? cfg->classes : -1);
+    if (cfg->bn_comm && cfg->bn_reduce)
+        return RP_ERROR(RP_ERR_INVALID, "rp_resnet_create: both bn_comm and bn_reduce are set; "
+                        "cross-replica batch norm takes one (bn_comm)");
     rp_status status = RP_OK;
     rp_resnet *net = rp_calloc(sizeof *net);
     if (!net) return rp_last_status();

@@ -21,7 +21,16 @@ typedef struct rp_resnet_config {
     int in_channels;       /* 1 for Fashion-MNIST, 3 for CIFAR and ImageNet */
     int classes;
     bool zero_init_residual; /* last BN gamma of each block starts at 0 (Goyal et al. 2017) */
-    rp_bn_reduce_fn bn_reduce; /* NULL, or a cross-replica reduction for every BN */
+    /*
+     * Cross-replica batch norm: NULL, or the communicator whose members'
+     * batches every BN's statistics cover (rp_bn_params.comm), e.g. the
+     * replica's data axis, rp_replica_axis_comm(rep, RP_AXIS_DATA). Not owned;
+     * it must outlive the network's forward and backward passes.
+     */
+    rp_comm *bn_comm;
+    /* Deprecated (use bn_comm): a reduction hook for every BN, such as
+       rp_cross_replica_bn with the replica as ctx. Setting both is RP_ERR_INVALID. */
+    rp_bn_reduce_fn bn_reduce;
     void *bn_reduce_ctx;
 } rp_resnet_config;
 
@@ -33,7 +42,8 @@ const char *rp_resnet_kind_name(rp_resnet_kind kind);
 
 typedef struct rp_resnet rp_resnet;
 
-/* Builds the network and its parameters, initialised from `seed`. */
+/* Builds the network and its parameters, initialised from `seed`. RP_ERR_INVALID for both
+   bn_comm and bn_reduce set. */
 rp_status rp_resnet_create(rp_resnet **net, const rp_resnet_config *cfg, uint64_t seed);
 void rp_resnet_destroy(rp_resnet *net);
 

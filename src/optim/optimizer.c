@@ -356,12 +356,30 @@ static void note_stepped(rp_optimizer *opt)
  * Errors: RP_ERR_INVALID (NULL optimizer, negative or non-finite lr),
  * RP_ERR_NUMERIC. Allocates nothing.
  */
+/*
+ * A frozen set is refused before any hook runs: a zero gradient does not
+ * leave the values alone (momentum and weight decay still move them), and a
+ * data-parallel hook would all-reduce the buckets that freezing skipped.
+ */
+static rp_status frozen_error(const rp_optimizer *opt)
+{
+    int count = rp_params_trainable_count(opt->params);
+    const rp_tensor *first = rp_params_at(opt->params, 0), *last = rp_params_at(opt->params, count - 1);
+    return RP_ERROR(RP_ERR_INVALID,
+                    "rp_optimizer_step: its parameter set ('%s' .. '%s', %d trainable) is frozen "
+                    "(rp_params_set_frozen); stepping it would still move the values through momentum "
+                    "and weight decay: thaw the set first, or step only the optimizers of the sets "
+                    "that trained; nothing was changed",
+                    first ? first->name : "(none)", last ? last->name : "(none)", count);
+}
+
 rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
 {
     if (!opt) return RP_ERROR(RP_ERR_INVALID, "optimizer is NULL");
     if (!(lr >= 0.0f) || isinf(lr))
         return RP_ERROR(RP_ERR_INVALID, "learning rate lr = %g: must be finite and >= 0",
                         (double)lr);
+    if (rp_params_frozen(opt->params)) return frozen_error(opt);
 
     for (int i = 0; i < opt->nhooks; i++)
         if (opt->hooks[i].h.before) RP_CHECK(opt->hooks[i].h.before(opt, opt->hooks[i].ctx));

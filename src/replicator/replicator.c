@@ -254,6 +254,7 @@ static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t gener
     const rp_strategy *st = rep->r->strategy;
     rp_tape_reset(rep->tape);
     rep->nreports = 0;
+    rep->batches = 0;
     rep->blame = -1;
     (void)rp_optimizer_stepped_here(NULL, NULL, 0); /* what stepped between runs is not this run's */
     if (st->phase_begin) st->phase_begin(rep, generation);
@@ -857,6 +858,17 @@ rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket)
     if (!rep->r->strategy->claim) return rp_strategy_local_claim(rep, ticket);
     return rep->r->strategy->claim(rep, ticket);
 }
+
+rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index)
+{
+    if (!rep || !index) return RP_ERROR(RP_ERR_INVALID, "rp_replica_next_batch: NULL argument");
+    if (!rep->r->strategy->next_batch) return rp_strategy_lockstep_batch(rep, index);
+    return rep->r->strategy->next_batch(rep, index);
+}
+
+bool rp_replica_lockstep(const rp_replica *rep) { return rep && rep->r->strategy->lockstep; }
+
+bool rp_replicator_lockstep(const rp_replicator *r) { return r && r->strategy->lockstep; }
 
 /* ---- topology ---------------------------------------------------------------------------- */
 

@@ -70,6 +70,7 @@ struct rp_replica {
     bool abandoned;           /* declared stuck by the watchdog: its thread is left running */
     bool exited;              /* an abandoned thread came back and ended (under r->mu) */
     /* Reports of the current run, and their reduction. */
+    int64_t batches;          /* rp_replica_next_batch() of lockstep replicas: this run's count */
     int nreports;
     rp_report reports[RP_REPORTS_MAX];
     int64_t *gather;          /* [count * 2 * RP_REPORTS_MAX] scratch */

@@ -1,8 +1,8 @@
 /*
  * strategy.c - helpers shared by the strategy tables and the runtime:
- * hashing parameters for checksums, broadcasting replica 0's state, and the
- * in-process work queue. It calls only the layers below, so every runtime
- * file may call it without a loop.
+ * hashing parameters for checksums, broadcasting replica 0's state, the
+ * in-process work queue and lockstep batch numbers. It calls only the
+ * layers below, so every runtime file may call it without a loop.
  */
 #include <string.h>
 
@@ -49,5 +49,12 @@ rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "rp_replica_claim across processes needs the async regime "
                         "and an optimizer made by rp_replica_optimizer_create() first");
     *ticket = __atomic_fetch_add(&rep->r->claims, 1, __ATOMIC_RELAXED);
+    return RP_OK;
+}
+
+rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index)
+{
+    /* No collective: replicas in lockstep call it equally often, so their counters agree. */
+    *index = rep->batches++;
     return RP_OK;
 }

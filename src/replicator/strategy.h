@@ -21,6 +21,9 @@ typedef struct rp_strategy {
     /* The replicas hold bitwise identical parameters after every step, so the runtime may
        compare them (the plain-optimizer check after each run). */
     bool identical;
+    /* The replicas meet in every step (each trains its shard of every batch, and the step's
+       collectives join them); false: they step independently within a run. */
+    bool lockstep;
     /*
      * Per process, before the replicas' communicators exist: may take ranks of the job for
      * a role of its own (async: the last cfg.ps ranks serve). Sets r->server on such a rank
@@ -47,6 +50,8 @@ typedef struct rp_strategy {
     rp_status (*publish)(rp_replica *rep, rp_optimizer *opt);
     /* The shared work queue (rp_replica_claim). */
     rp_status (*claim)(rp_replica *rep, int64_t *ticket);
+    /* The run's next batch index for this replica (rp_replica_next_batch). */
+    rp_status (*next_batch)(rp_replica *rep, int64_t *index);
     /* The loop of a rank this strategy took for itself (r->server). */
     rp_status (*serve)(rp_replicator *r);
 } rp_strategy;
@@ -65,5 +70,8 @@ rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt);
 
 /* Tickets of one run on the threads backend (no servers): an atomic counter. */
 rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket);
+
+/* Batches of lockstep replicas: 0, 1, 2, ... on every replica, counted per replica per run. */
+rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);
 
 #endif

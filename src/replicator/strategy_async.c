@@ -291,6 +291,7 @@ static void async_replica_destroy(rp_replica *rep)
 const rp_strategy rp_strategy_async = {
     .name = "async",
     .identical = false,
+    .lockstep = false,
     .create = async_create,
     .destroy = async_destroy,
     .replica_init = async_replica_init,
@@ -302,5 +303,6 @@ const rp_strategy rp_strategy_async = {
     .fetch = async_fetch,
     .publish = async_publish,
     .claim = async_claim,
+    .next_batch = async_claim, /* each batch to whichever replica asks first */
     .serve = async_serve,
 };

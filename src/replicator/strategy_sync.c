@@ -369,6 +369,7 @@ static rp_status sync_fetch(rp_replica *rep, rp_optimizer *opt)
 const rp_strategy rp_strategy_sync = {
     .name = "sync",
     .identical = true,
+    .lockstep = true,
     .replica_init = sync_replica_init,
     .replica_destroy = sync_replica_destroy,
     .grad_ready = sync_on_grad_ready,
@@ -377,4 +378,5 @@ const rp_strategy rp_strategy_sync = {
     .fetch = sync_fetch,
     .publish = sync_publish,
     .claim = rp_strategy_local_claim,
+    .next_batch = rp_strategy_lockstep_batch,
 };

@@ -1,10 +1,12 @@
 /*
- * loop.c - the loop over an epoch's global batches, for both regimes.
+ * loop.c - the loop over an epoch's global batches, for every strategy.
  *
- * Each rp_replicator_run() covers a chunk of the epoch's batches: one in
- * sync (every replica trains its shard of it), the rest of the epoch in
- * async (each batch to whichever replica claims it from the runtime's
- * shared queue), cut short at max_steps and at the step cadences. After
+ * Each rp_replicator_run() covers a chunk of the epoch's batches, handed out
+ * by rp_replica_next_batch(): one when the replicas step in lockstep (sync:
+ * every replica trains its shard of it), the rest of the epoch when they
+ * run independently (async: each batch to whichever replica claims it from
+ * the runtime's shared queue), cut short at max_steps and at the step
+ * cadences. After
  * each chunk the replicas have agreed on a stop request; the main thread
  * then records the steps, draws the progress, and at an epoch's end (or a
  * step cadence) evaluates and checkpoints.
@@ -13,24 +15,6 @@
 #include <time.h>
 
 #include "train_internal.h"
-
-/* Sync: every replica takes ticket 0, the chunk's one batch, together. */
-static rp_status next_sync(rp_replica *rep, int64_t done, int64_t *ticket)
-{
-    (void)rep;
-    *ticket = done;
-    return RP_OK;
-}
-
-/* Async: tickets from the runtime's queue, each to one replica, so the fast take more. */
-static rp_status next_async(rp_replica *rep, int64_t done, int64_t *ticket)
-{
-    (void)done;
-    return rp_replica_claim(rep, ticket);
-}
-
-const train_regime train_regime_sync = {"sync", next_sync, false};
-const train_regime train_regime_async = {"async", next_async, true};
 
 /* slow_replica sleeps (slow_factor - 1) times what its step took, so its steps take that factor longer. */
 static void straggle(const rp_trainer *t, const rp_replica *rep, double started)
@@ -42,29 +26,29 @@ static void straggle(const rp_trainer *t, const rp_replica *rep, double started)
 }
 
 /*
- * On every replica: the chunk's batches, as this regime hands them out. Reports the batches this
+ * On every replica: the chunk's batches, as the runtime hands them out. Reports the batches this
  * replica trained, the sums of their scalars and the stop request it saw (the largest is agreed).
  */
 static rp_status chunk_replica(rp_replica *rep, void *arg)
 {
     rp_trainer *t = arg;
-    const train_regime *g = t->regime;
+    bool independent = !t->lockstep;
     int i = rp_replica_local_index(rep);
     void *state = t->states[i];
     int64_t start = t->chunk_start, end = t->chunk_end, done = 0;
     /* Independent replicas never meet during a chunk: this process's first shows the progress. */
-    bool lead = g->independent && i == 0 && t->root && !t->cfg.quiet;
+    bool lead = independent && i == 0 && t->root && !t->cfg.quiet;
     double sums[RP_TRAINER_MAX_SCALARS] = {0}, t_chunk = rp_now_s();
     rp_status status = RP_OK;
     for (;;) {
-        if (g->independent && (train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED))) break;
+        if (independent && (train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED))) break;
         int64_t ticket;
-        RP_TRY(g->next(rep, done, &ticket));
+        RP_TRY(rp_replica_next_batch(rep, &ticket));
         if (start + ticket >= end) break;
         int64_t global = t->global_step + ticket;
         rp_trainer_at at = {t->epoch, start + ticket, global, rp_schedule_lr(&t->sched, global)};
         double started = rp_now_s(), values[RP_TRAINER_MAX_SCALARS] = {0};
-        if (g->independent) rp_tape_reset(rp_replica_tape(rep)); /* one run takes many steps here */
+        if (independent) rp_tape_reset(rp_replica_tape(rep)); /* one run takes many steps here */
         RP_TRY(t->model->train_step(rep, t->ctx, state, &at, values));
         straggle(t, rep, started);
         done++;
@@ -78,7 +62,7 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
     }
 cleanup:
     if (status != RP_OK) {
-        if (g->independent) __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED);
+        if (independent) __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED);
         return status;
     }
     RP_CHECK(rp_replica_report(rep, "steps", (double)done, RP_SUM));
@@ -118,7 +102,7 @@ rp_status rp_trainer_evaluate(rp_trainer *t, rp_trainer_metrics *m)
 /* The end of the chunk that starts at the current position: the epoch's end, or sooner. */
 static int64_t chunk_end(const rp_trainer *t)
 {
-    if (!t->regime->independent) return t->step + 1;
+    if (t->lockstep) return t->step + 1;
     int64_t left = t->steps_per_epoch - t->step;
     const rp_trainer_config *c = &t->cfg;
     if (c->max_steps && c->max_steps - t->global_step < left) left = c->max_steps - t->global_step;
@@ -160,7 +144,6 @@ static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, boo
 /* One chunk: run it, take the agreed results, record them, and what falls due after it. */
 static rp_status run_chunk(rp_trainer *t)
 {
-    const train_regime *g = t->regime;
     const rp_trainer_config *c = &t->cfg;
     t->chunk_start = t->step;
     t->chunk_end = chunk_end(t);
@@ -170,10 +153,10 @@ static rp_status run_chunk(rp_trainer *t)
     for (int k = 0; k < t->n_scalars; k++)
         RP_CHECK(rp_replicator_result(t->rep, t->scalar_reports[k], &sums[k]));
     RP_CHECK(rp_replicator_result(t->rep, "stop", &stop));
-    if (g->independent && t->model->settle) RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
+    if (!t->lockstep && t->model->settle) RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
     t->epoch_seconds += rp_now_s() - t0;
     t->stop = (int)stop;
-    if (!g->independent) {
+    if (t->lockstep) {
         /* Every replica trained its shard of each batch: the batch's scalars are their means. */
         int n = rp_replicator_replicas(t->rep);
         steps /= n;
@@ -190,10 +173,10 @@ static rp_status run_chunk(rp_trainer *t)
         epoch_means[k] = t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps : 0;
     }
     if (n > 0) rp_debug("step %lld %s %.7f", (long long)before, t->scalar_names[0], chunk_means[0]);
-    if (!g->independent && n > 0)
+    if (t->lockstep && n > 0)
         train_print_progress(t, epoch, t->step - 1, t->global_step, epoch_means,
                              rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_steps, t->epoch_seconds);
-    if (n > 0 && (g->independent || crosses(before, t->global_step, c->metrics_every_steps)))
+    if (n > 0 && (!t->lockstep || crosses(before, t->global_step, c->metrics_every_steps)))
         train_metrics_step(t, epoch, chunk_means);
     bool eval_steps = t->model->evaluate && crosses(before, t->global_step, c->eval_every_steps);
     bool save_steps = crosses(before, t->global_step, c->checkpoint_every_steps);

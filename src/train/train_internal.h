@@ -13,31 +13,20 @@
 
 #define TRAIN_PATH_MAX 600
 
-/*
- * How the replicas of one regime walk an epoch's batches, chosen once at
- * create: sync takes one batch per run, every replica the same; async takes
- * many per run, each batch to whichever replica claims it.
- */
-typedef struct train_regime {
-    const char *name;
-    /* The next ticket (0, 1, ...: the chunk's batches in order) for a replica that did `done`. */
-    rp_status (*next)(rp_replica *rep, int64_t done, int64_t *ticket);
-    /*
-     * True: the replicas step without waiting for each other (each batch to one replica): each
-     * stops on its own at a stop request, a run covers many batches, the lead replica prints the
-     * progress, settle() follows every run, and results are sums over batches. False: every
-     * replica trains its shard of every batch, so results are means over replicas.
-     */
-    bool independent;
-} train_regime;
-
 struct rp_trainer {
     rp_trainer_config cfg; /* its strings point at the copies below */
     char run_dir[TRAIN_PATH_MAX];
     char *config_json;
     const rp_trainer_model *model;
     void *ctx;
-    const train_regime *regime;
+    /*
+     * rp_replicator_lockstep(): true, every replica trains its shard of every batch, one per run,
+     * and results are means over replicas. False: the replicas step without waiting for each
+     * other (each batch to one replica): each stops on its own at a stop request, a run covers
+     * many batches, the lead replica prints the progress, settle() follows every run, and results
+     * are sums over batches.
+     */
+    bool lockstep;
     rp_replicator *rep;
     void **states; /* [local]: what build made on each local replica */
     int local;
@@ -63,9 +52,6 @@ struct rp_trainer {
     double epoch_sums[RP_TRAINER_MAX_SCALARS], epoch_seconds;
     double t_print; /* when the progress line was last drawn */
 };
-
-/* loop.c */
-extern const train_regime train_regime_sync, train_regime_async;
 
 /* trainer.c: whether `key` is a JSON-safe name of 1..31 letters, digits or '_'. */
 bool train_key_ok(const char *key);

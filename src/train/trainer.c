@@ -213,12 +213,12 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
         t->cfg.epochs = 1;
         t->cfg.warmup_epochs = 0;
     }
-    t->regime = cfg->runtime.regime == RP_REGIME_ASYNC ? &train_regime_async : &train_regime_sync;
     if (cfg->resume) RP_TRY(read_position(t));
     else if (!cfg->no_checkpoint)
         RP_TRY(train_choose_run_dir(t->run_dir, sizeof t->run_dir, cfg->run_dir_exact, cfg->force));
 
     RP_TRY(rp_replicator_create(&t->rep, &cfg->runtime));
+    t->lockstep = rp_replicator_lockstep(t->rep);
     if (rp_replicator_is_server(t->rep)) {
         t->server = true;
         t->cfg.quiet = true;
