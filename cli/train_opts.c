@@ -408,5 +408,4 @@ void train_opts_classifier(const train_opts *o, rp_classifier_config *c)
     c->augment = o->augment;
     c->pad = o->pad;
     c->limit = o->limit;
-    c->regime = !strcmp(o->regime, "async") ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
 }
