@@ -37,18 +37,6 @@ static void bench_usage(FILE *f)
             "  --json        one JSON line instead of text\n");
 }
 
-/* The median of n values (sorts them). */
-double rp_cli_median(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* One replica's model, optimizer and synthetic batch. */
 typedef struct bench_state {
     rp_resnet *net;

@@ -9,7 +9,7 @@
  *  - tape_grad_acc(): for kernels that accumulate; returns x->grad, zero-filled on
  *    first use.
  * Both return NULL when x needs no gradient, and the rule skips that input.
- * The collectives' rules live in backward_comm.c and share these helpers.
+ * The collectives' rules (at the end) use the same helpers.
  */
 #include <stdio.h>
 #include <string.h>
@@ -58,12 +58,6 @@ float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail)
         if (!x->grad) *fail = true;
     }
     return x->grad;
-}
-
-rp_status tape_oom(void)
-{
-    return rp_last_status() != RP_OK ? rp_last_status()
-                                     : RP_ERROR(RP_ERR_NOMEM, "backward: out of memory");
 }
 
 static rp_status matmul_bwd(rp_tape *t, rp_node *nd)
@@ -404,6 +398,89 @@ static rp_status loss_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
+/*
+ * The differentiable collectives. Each rule is itself a collective, so it
+ * runs on every member even when this member's output got no gradient
+ * (zeros are sent then), and it makes its comm call before looking at
+ * whether its own input wants the result: the peers need the call either way.
+ */
+/* The output's gradient, or zeros if the loss did not reach it on this member. */
+static const float *out_grad(rp_tape *t, rp_tensor *y)
+{
+    return y->grad ? y->grad : rp_arena_calloc(t->arena, (size_t)y->numel * sizeof(float));
+}
+
+static rp_status collective_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *x = nd->n_in ? nd->in[0] : NULL, *y = nd->out;
+    rp_comm *c = nd->a.coll.comm;
+    int n = rp_comm_size(c), rank = rp_comm_rank(c);
+    bool fail = false;
+
+    if (nd->op == RP_OP_REDUCE_FROM_GROUP) {
+        /* Identity backward: no collective, and nothing to add without a gradient. */
+        if (!y->grad) return RP_OK;
+        float *dx = tape_grad_acc(t, x, &fail);
+        if (fail) return tape_oom();
+        if (dx) t->k->add_inplace(dx, y->grad, x->numel);
+        return RP_OK;
+    }
+
+    if (nd->op == RP_OP_SEND) {
+        /* The peer's receive sends back the gradient of what it received. */
+        float *g = rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
+        if (!g) return tape_oom();
+        RP_CHECK(rp_comm_recv(c, g, x->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag));
+        float *dx = tape_grad_acc(t, x, &fail);
+        if (fail) return tape_oom();
+        if (dx) t->k->add_inplace(dx, g, x->numel);
+        return RP_OK;
+    }
+    if (nd->op == RP_OP_RECV) {
+        const float *dy = out_grad(t, y);
+        if (!dy) return tape_oom();
+        return rp_comm_send(c, dy, y->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag);
+    }
+
+    const float *dy = out_grad(t, y);
+    float *g = rp_arena_alloc(t->arena, (size_t)(y->numel > x->numel ? y->numel : x->numel) * sizeof(float));
+    if (!dy || !g) return tape_oom();
+    switch (nd->op) {
+    case RP_OP_ALL_REDUCE:
+        RP_CHECK(rp_comm_all_reduce(c, dy, g, y->numel, RP_F32,
+                                    nd->a.coll.op == RP_MEAN ? RP_MEAN : RP_SUM));
+        break;
+    case RP_OP_BROADCAST:
+    case RP_OP_COPY_TO_GROUP:
+        RP_CHECK(rp_comm_all_reduce(c, dy, g, y->numel, RP_F32, RP_SUM));
+        break;
+    case RP_OP_ALL_GATHER:
+        /* Block r of every member's dy, summed, is rank r's gradient. */
+        RP_CHECK(rp_comm_reduce_scatter(c, dy, g, x->numel, RP_F32, RP_SUM));
+        break;
+    case RP_OP_REDUCE_SCATTER:
+        RP_CHECK(rp_comm_all_gather(c, dy, g, y->numel, RP_F32));
+        if (nd->a.coll.op == RP_MEAN) t->k->scale_inplace(g, 1.0f / (float)n, x->numel);
+        break;
+    default:
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "backward: collective op %d has no rule", (int)nd->op);
+    }
+
+    float *dx = tape_grad_acc(t, x, &fail);
+    if (fail) return tape_oom();
+    if (!dx) return RP_OK;
+    if (nd->op == RP_OP_ALL_REDUCE && (nd->a.coll.op == RP_MAX || nd->a.coll.op == RP_MIN)) {
+        t->k->select_eq_acc(dx, g, x->data, y->data, x->numel);
+    } else if ((nd->op == RP_OP_ALL_REDUCE && nd->a.coll.op == RP_FIRST) ||
+               nd->op == RP_OP_BROADCAST) {
+        int root = nd->op == RP_OP_BROADCAST ? nd->a.coll.root : 0;
+        if (rank == root) t->k->add_inplace(dx, g, x->numel);
+    } else {
+        t->k->add_inplace(dx, g, x->numel);
+    }
+    return RP_OK;
+}
+
 rp_status rp_node_backward(rp_tape *t, rp_node *nd)
 {
     bool fail = false;
@@ -455,7 +532,7 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
     case RP_OP_COPY_TO_GROUP:
     case RP_OP_REDUCE_FROM_GROUP:
     case RP_OP_SEND:
-    case RP_OP_RECV: return tape_collective_bwd(t, nd);
+    case RP_OP_RECV: return collective_bwd(t, nd);
     }
     return RP_ERROR(RP_ERR_INVALID, "backward: unknown op %d", (int)nd->op);
 }

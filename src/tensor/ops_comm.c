@@ -1,6 +1,6 @@
 /*
  * ops_comm.c - differentiable collectives: tape ops whose forward is a comm
- * call and whose backward (backward_comm.c) is the adjoint collective. See
+ * call and whose backward (in backward.c) is the adjoint collective. See
  * tensor.h for the rules and the convention for the job's loss.
  */
 #include <string.h>

@@ -146,14 +146,6 @@ rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
     return y;
 }
 
-rp_status tape_custom_error(rp_status st, const rp_custom_op *op, const char *phase)
-{
-    char why[256]; /* the op's own message, copied: RP_ERROR rewrites that buffer */
-    snprintf(why, sizeof why, "%s", rp_last_status() == st ? rp_last_error() : "(no message)");
-    return RP_ERROR(st, "custom op \"%s\" %s failed: %s", op->name ? op->name : "(unnamed)", phase,
-                    why);
-}
-
 bool rp_tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n)
 {
     if (!t->recording) return false;

@@ -111,7 +111,7 @@ rp_node *rp_tape_record(rp_tape *t, rp_op op, rp_tensor *out, rp_tensor *const *
 rp_status rp_node_backward(rp_tape *t, rp_node *node);
 
 /*
- * Gradient targets, shared by the rules in backward.c and backward_comm.c
+ * Gradient targets, shared by the rules in backward.c
  * (see backward.c): tape_grad_out for kernels that overwrite (then
  * tape_grad_commit), tape_grad_acc for ones that accumulate. NULL when x
  * needs no gradient; *fail set on OOM (then return tape_oom()).
@@ -120,7 +120,7 @@ bool tape_wants_grad(const rp_tensor *x);
 float *tape_grad_out(rp_tape *t, rp_tensor *x, bool *fail);
 void tape_grad_commit(rp_tape *t, rp_tensor *x, float *buf);
 float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail);
-rp_status tape_oom(void);
+rp_status tape_oom(void); /* tape_error.c */
 
 /* In an op: an input is NULL because an earlier op failed; its error stands, so pass the NULL on. */
 #define TAPE_PROPAGATE_NULL(x)                                                                     \
@@ -141,7 +141,5 @@ rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape);
  */
 rp_status tape_custom_error(rp_status st, const rp_custom_op *op, const char *phase);
 
-/* The backward rules of the collective ops (backward_comm.c). */
-rp_status tape_collective_bwd(rp_tape *t, rp_node *node);
 
 #endif
