@@ -85,6 +85,7 @@ typedef struct mpi_impl {
     struct left_note *left;      /* [size] the peers' leave notices */
     MPI_Request notice_req;
     char notice[1100];
+    double notices_due;          /* when p2p next looks for notices (poll_notices_due) */
     /* The call check (see mpi_collective). */
     bool hashed;                 /* the current call checks by its data messages' tag */
     int tag;                     /* that tag */
@@ -643,6 +644,25 @@ static void poll_notices(rp_comm *c)
     }
 }
 
+/*
+ * Notices are rare, and under oversubscription each MPI_Iprobe that finds
+ * nothing gives the core away (mpi_yield_when_idle): looking twice per p2p
+ * call cut a parameter server's rate several-fold. So p2p looks at most once
+ * per NOTICE_EVERY_S - a clock read on the fast path - which still sees a
+ * mismatch or a peer's leave within about a millisecond of its arrival.
+ * Under the lock.
+ */
+#define NOTICE_EVERY_S 0.001
+
+static void poll_notices_due(rp_comm *c)
+{
+    mpi_impl *m = M(c);
+    double now = rp_now_s();
+    if (now < m->notices_due) return;
+    m->notices_due = now + NOTICE_EVERY_S;
+    poll_notices(c);
+}
+
 static int mpi_tag(const mpi_impl *m, const rp_p2p_desc *d, int slane)
 {
     return (int)((((int64_t)d->tag * m->lanes + slane) << 3) | d->dtype);
@@ -942,12 +962,13 @@ static void req_drop(rp_comm *c, mreq *r)
  * One poll of request r: progress, then whether it is done or cannot be
  * (broken communicator, its peer left, deadline passed). Under the lock.
  */
-static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double stalled_s, bool notices)
+static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double stalled_s)
 {
     mpi_impl *m = M(c);
     char what[96], msg[1400], peer[160], me[160];
-    /* Notices (a mismatch, a peer that left) are rare: looked for every few polls, not on the fast path. */
-    if (notices || rp_now_s() > deadline) poll_notices(c);
+    /* Notices (a mismatch, a peer that left): rate-limited; always before a timeout is reported. */
+    if (rp_now_s() > deadline) poll_notices(c);
+    else poll_notices_due(c);
     if (r->state != MREQ_DONE) progress(c, r->mylane, drain);
     if (r->state == MREQ_ACTIVE) {
         int flag = 0;
@@ -1026,7 +1047,7 @@ static rp_status rp_mpi_wait(rp_comm *c, rp_comm_request *req, double deadline)
         note_gap(&last, req->comm->timeout, &stalled);
         lock();
         bool drain = r->d.send && rp_now_s() - r->posted_s > BUFFER_AFTER_S;
-        req_poll(c, r, deadline, drain, stalled, (polls & 15) == 15);
+        req_poll(c, r, deadline, drain, stalled);
         int state = r->state;
         unlock();
         if (state == MREQ_DONE) break;
@@ -1040,7 +1061,7 @@ static rp_status rp_mpi_test(rp_comm *c, rp_comm_request *req, bool *done)
 {
     mreq *r = (mreq *)req;
     lock();
-    req_poll(c, r, INFINITY, false, 0, true);
+    req_poll(c, r, INFINITY, false, 0);
     *done = r->state == MREQ_DONE;
     unlock();
     return *done ? req_finish_mpi(c, r) : RP_OK;
@@ -1051,7 +1072,7 @@ rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool 
 {
     mpi_impl *m = M(c);
     lock();
-    poll_notices(c);
+    poll_notices_due(c);
     if (m->broken) {
         rp_status st = p2p_status_broken(c, lane, "probe");
         unlock();
