@@ -895,7 +895,9 @@ static void test_u8_names_and_reductions_refused(void **state)
 #define REPORT "the runtime's report all-gather"
 
 /*
- * Every member all-reduces twice (user calls #0 and #1), except member 3,
+ * A first step (rp_comm_rejoin, as the runtime starts each) of two user
+ * all-reduces and the report; then, in the second step, every member
+ * all-reduces twice (the step's user calls #0 and #1), except member 3,
  * which skips the second and goes on to the runtime's report all-gather.
  */
 static void member_skip_to_internal(member *m, void *arg)
@@ -903,6 +905,17 @@ static void member_skip_to_internal(member *m, void *arg)
     (void)arg;
     float x[8] = {1};
     int64_t report[2] = {m->rank, 0}, all[16];
+    rp_comm_rejoin(m->comm);
+    for (int k = 0; k < 2; k++)
+        if (rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM) != RP_OK) member_fail(m, "step 1: %s", rp_last_error());
+    rp_comm_begin_internal(m->comm, REPORT);
+    if (rp_comm_all_gather(m->comm, report, all, 2, RP_I64) != RP_OK) member_fail(m, "step 1's report: %s", rp_last_error());
+    rp_comm_end_internal(m->comm);
+    rp_comm_rejoin(m->comm);
+    if (rp_comm_step_user_sequence(m->comm) != 0 || rp_comm_user_sequence(m->comm) != 2)
+        member_fail(m, "after rejoin: step user sequence %llu, user sequence %llu; expected 0 and 2",
+                    (unsigned long long)rp_comm_step_user_sequence(m->comm),
+                    (unsigned long long)rp_comm_user_sequence(m->comm));
     /* An internal call first: it must not count in the user's numbers. */
     rp_comm_begin_internal(m->comm, "the runtime's start barrier");
     double t0 = rp_now_s();
@@ -910,8 +923,10 @@ static void member_skip_to_internal(member *m, void *arg)
     rp_comm_end_internal(m->comm);
     t0 = rp_now_s();
     record(&m->out[1], rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM), t0);
-    if (rp_comm_user_sequence(m->comm) != 1 || rp_comm_sequence(m->comm) != 2)
-        member_fail(m, "user sequence %llu, sequence %llu; expected 1 and 2",
+    if (rp_comm_step_user_sequence(m->comm) != 1 || rp_comm_user_sequence(m->comm) != 3 ||
+        rp_comm_sequence(m->comm) != 5)
+        member_fail(m, "step user sequence %llu, user sequence %llu, sequence %llu; expected 1, 3 and 5",
+                    (unsigned long long)rp_comm_step_user_sequence(m->comm),
                     (unsigned long long)rp_comm_user_sequence(m->comm), (unsigned long long)rp_comm_sequence(m->comm));
     t0 = rp_now_s();
     if (m->rank != 3) record(&m->out[2], rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM), t0);
@@ -940,6 +955,10 @@ static void test_skipped_user_call_named_against_internal_call(void **state)
             print_error("member %d: the internal call is numbered: %s\n", r, t.m[r].out[k].error);
             fail();
         }
+        if (strstr(t.m[r].out[k].error, "all_reduce #3")) {
+            print_error("member %d: numbered from creation, not from the step: %s\n", r, t.m[r].out[k].error);
+            fail();
+        }
         if (strstr(t.m[r].out[k].error, "inner name")) {
             print_error("member %d: the nested name is shown: %s\n", r, t.m[r].out[k].error);
             fail();
@@ -948,11 +967,20 @@ static void test_skipped_user_call_named_against_internal_call(void **state)
     team_destroy(&t);
 }
 
-/* A count mismatch after internal calls is numbered among the user's calls only. */
+/*
+ * A count mismatch after internal calls is numbered among the user's calls
+ * only: without rp_comm_rejoin from the creation (step 0 below); after it,
+ * from the step's start (step 1: the mismatch is the step's user call #1,
+ * the communicator's #3).
+ */
 static void member_user_numbering(member *m, void *arg)
 {
-    (void)arg;
+    int step = *(const int *)arg;
     float x[8] = {0};
+    if (step == 1) {
+        /* Step 0 already made its 3 internal and 2 user calls on these members. */
+        rp_comm_rejoin(m->comm);
+    }
     for (int i = 0; i < 3; i++) {
         rp_comm_begin_internal(m->comm, "the runtime's check");
         if (rp_comm_barrier(m->comm) != RP_OK) member_fail(m, "barrier: %s", rp_last_error());
@@ -960,7 +988,8 @@ static void member_user_numbering(member *m, void *arg)
     }
     if (rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM) != RP_OK) member_fail(m, "%s", rp_last_error());
     double t0 = rp_now_s();
-    record(&m->out[0], rp_comm_all_reduce(m->comm, x, x, m->rank == 1 ? 7 : 8, RP_F32, RP_SUM), t0);
+    bool bad = step == 1 && m->rank == 1;
+    record(&m->out[0], rp_comm_all_reduce(m->comm, x, x, bad ? 7 : 8, RP_F32, RP_SUM), t0);
 }
 
 static void test_user_calls_numbered_without_internal_ones(void **state)
@@ -968,13 +997,28 @@ static void test_user_calls_numbered_without_internal_ones(void **state)
     (void)state;
     team t;
     team_create(&t, 3, 10.0);
-    team_run(&t, member_user_numbering, NULL);
+    /* Step 0, no rejoin yet: numbered from the creation; the step's calls agree. */
+    int step = 0;
+    team_run(&t, member_user_numbering, &step);
+    for (int r = 0; r < 3; r++) {
+        expect_status(&t, r, 0, RP_OK);
+        assert_int_equal(rp_comm_user_sequence(t.comms[r]), 2);
+        assert_int_equal(rp_comm_step_user_sequence(t.comms[r]), 2);
+    }
+    step = 1;
+    team_run(&t, member_user_numbering, &step);
     for (int r = 0; r < 3; r++) {
         expect_status(&t, r, 0, RP_ERR_MISMATCH);
         expect_contains(&t, r, 0, "all_reduce #1 (count 8");
         expect_contains(&t, r, 0, "all_reduce #1 (count 7");
-        assert_int_equal(rp_comm_user_sequence(t.comms[r]), 1);
-        assert_int_equal(rp_comm_sequence(t.comms[r]), 4);
+        expect_contains(&t, r, 0, "numbered from #0 in each step");
+        if (strstr(t.m[r].out[0].error, "#3")) {
+            print_error("member %d: numbered from creation, not from the step: %s\n", r, t.m[r].out[0].error);
+            fail();
+        }
+        assert_int_equal(rp_comm_user_sequence(t.comms[r]), 3);
+        assert_int_equal(rp_comm_step_user_sequence(t.comms[r]), 1);
+        assert_int_equal(rp_comm_sequence(t.comms[r]), 9);
     }
     team_destroy(&t);
 }
