@@ -324,7 +324,47 @@ typedef struct {
     rp_dtype sdt, rdt;
     int stag, rtag;
     bool first_ok; /* a matching message first, so the mismatch is #1 */
+    /*
+     * The send is posted (isend) before the receive, and waited for only
+     * after the receive is posted: so a large send is still waiting with its
+     * buffer when the receive meets it, however slow the machine. (A blocking
+     * large send copies its message after a few ms without a receiver and
+     * returns; on a loaded machine the receiver can be that late.)
+     */
+    bool send_first;
+    _Atomic int step; /* send_first: 1 once the send is posted, 2 once the receive is */
 } mismatch_ctx;
+
+/* Waits (bounded) until *flag reaches `value`; false on the bound. */
+static bool await_flag(_Atomic int *flag, int value)
+{
+    double t0 = rp_now_s();
+    while (atomic_load(flag) < value) {
+        if (rp_now_s() - t0 > JOIN_LIMIT_S / 2) return false;
+        sleep_s(0.0005);
+    }
+    return true;
+}
+
+/* The mismatched message of member_mismatch, posted in the order send_first asks for. */
+static rp_status mismatch_call(member *m, mismatch_ctx *c, uint8_t *buf)
+{
+    if (!c->send_first)
+        return m->rank == 0 ? rp_comm_send(m->comm, buf, c->scount, c->sdt, 1, c->stag)
+                            : rp_comm_recv(m->comm, buf, c->rcount, c->rdt, 0, c->rtag);
+    rp_comm_request *req = NULL;
+    rp_status st;
+    if (m->rank == 0) {
+        st = rp_comm_isend(m->comm, buf, c->scount, c->sdt, 1, c->stag, &req);
+        atomic_store(&c->step, 1);
+        if (st == RP_OK && !await_flag(&c->step, 2)) member_fail(m, "the receive was never posted");
+    } else {
+        if (!await_flag(&c->step, 1)) member_fail(m, "the send was never posted");
+        st = rp_comm_irecv(m->comm, buf, c->rcount, c->rdt, 0, c->rtag, &req);
+        atomic_store(&c->step, 2);
+    }
+    return st == RP_OK ? rp_comm_wait(req) : st;
+}
 
 /* Member 0 sends to member 1, which receives; then each makes one more call (its "next call"). */
 static void member_mismatch(member *m, void *arg)
@@ -339,8 +379,7 @@ static void member_mismatch(member *m, void *arg)
         if (st != RP_OK) member_fail(m, "first message: %s", rp_last_error());
     }
     double t0 = rp_now_s();
-    if (m->rank == 0) record(&m->out[0], rp_comm_send(m->comm, buf, c->scount, c->sdt, 1, c->stag), t0);
-    else record(&m->out[0], rp_comm_recv(m->comm, buf, c->rcount, c->rdt, 0, c->rtag), t0);
+    record(&m->out[0], mismatch_call(m, c, buf), t0);
     t0 = rp_now_s();
     int32_t v = 0;
     /* Member 0 expects an answer that will not come: the mismatch must end the wait at once. */
@@ -414,31 +453,44 @@ static void test_mismatch_dtype(void **state)
     expect_p2p_mismatch(&c, "'send #0 (tag 7, count 10, f32)'", "'recv #0 (any tag, count 10, i32)'");
 }
 
-/* A large send (past the eager size) waits with its buffer: its own send reports the mismatch. */
+/*
+ * A large send (past the eager size) waits with its buffer: its own send
+ * reports the mismatch. Posted before the receive, so that it is the queued
+ * message (not a posted receive) that the mismatch is found on.
+ */
 static void test_mismatch_large_count(void **state)
 {
     (void)state;
-    mismatch_ctx c = {.scount = 1 << 20, .rcount = (1 << 20) - 1, .sdt = RP_F64, .rdt = RP_F64, .stag = 3, .rtag = 3};
+    mismatch_ctx c = {.scount = 1 << 20, .rcount = (1 << 20) - 1, .sdt = RP_F64, .rdt = RP_F64, .stag = 3, .rtag = 3,
+                      .send_first = true};
     expect_p2p_mismatch(&c, "'send #0 (tag 3, count 1048576, f64)'", "'recv #0 (tag 3, count 1048575, f64)'");
 }
 
 /* ---- a missing sender ----------------------------------------------------------------------- */
 
+typedef struct {
+    pthread_barrier_t start; /* every member running before the short-timeout barrier */
+    _Atomic int timed_out;   /* member 0's receive has returned */
+} missing_ctx;
+
 static void member_missing_sender(member *m, void *arg)
 {
-    (void)arg;
+    missing_ctx *c = arg;
+    pthread_barrier_wait(&c->start);
     double t0 = rp_now_s();
     record(&m->out[0], rp_comm_barrier(m->comm), t0);
     int32_t v[4] = {0};
     if (m->rank == 0) {
         t0 = rp_now_s();
         record(&m->out[1], rp_comm_recv(m->comm, v, 4, RP_I32, 2, 0), t0);
+        atomic_store(&c->timed_out, 1);
         t0 = rp_now_s();
         record(&m->out[2], rp_comm_recv(m->comm, v, 4, RP_I32, 1, 0), t0);
     } else if (m->rank == 1) {
         /* Waits for nothing: one timeout, member 0's, breaks the communicator. */
     } else {
-        sleep_s(1.0); /* member 2 never sends */
+        /* Member 2 sends only after member 0's receive has given up (not after a guessed delay). */
+        if (!await_flag(&c->timed_out, 1)) member_fail(m, "member 0's receive never returned");
         t0 = rp_now_s();
         record(&m->out[1], rp_comm_send(m->comm, v, 4, RP_I32, 0, 0), t0);
     }
@@ -454,7 +506,10 @@ static void test_missing_sender_times_out_naming_it(void **state)
     (void)state;
     team t;
     team_create(&t, 3, 0.3);
-    team_run(&t, member_missing_sender, NULL);
+    missing_ctx c = {0};
+    assert_int_equal(pthread_barrier_init(&c.start, NULL, 3), 0);
+    team_run(&t, member_missing_sender, &c);
+    pthread_barrier_destroy(&c.start);
     for (int r = 0; r < 3; r++) expect_status(&t, r, 0, RP_OK);
     expect_status(&t, 0, 1, RP_ERR_TIMEOUT);
     if (!(t.m[0].out[1].elapsed_s >= 0.25 && t.m[0].out[1].elapsed_s <= 3.0)) {
@@ -840,7 +895,9 @@ static void test_u8_names_and_reductions_refused(void **state)
 #define REPORT "the runtime's report all-gather"
 
 /*
- * Every member all-reduces twice (user calls #0 and #1), except member 3,
+ * A first step (rp_comm_rejoin, as the runtime starts each) of two user
+ * all-reduces and the report; then, in the second step, every member
+ * all-reduces twice (the step's user calls #0 and #1), except member 3,
  * which skips the second and goes on to the runtime's report all-gather.
  */
 static void member_skip_to_internal(member *m, void *arg)
@@ -848,6 +905,17 @@ static void member_skip_to_internal(member *m, void *arg)
     (void)arg;
     float x[8] = {1};
     int64_t report[2] = {m->rank, 0}, all[16];
+    rp_comm_rejoin(m->comm);
+    for (int k = 0; k < 2; k++)
+        if (rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM) != RP_OK) member_fail(m, "step 1: %s", rp_last_error());
+    rp_comm_begin_internal(m->comm, REPORT);
+    if (rp_comm_all_gather(m->comm, report, all, 2, RP_I64) != RP_OK) member_fail(m, "step 1's report: %s", rp_last_error());
+    rp_comm_end_internal(m->comm);
+    rp_comm_rejoin(m->comm);
+    if (rp_comm_step_user_sequence(m->comm) != 0 || rp_comm_user_sequence(m->comm) != 2)
+        member_fail(m, "after rejoin: step user sequence %llu, user sequence %llu; expected 0 and 2",
+                    (unsigned long long)rp_comm_step_user_sequence(m->comm),
+                    (unsigned long long)rp_comm_user_sequence(m->comm));
     /* An internal call first: it must not count in the user's numbers. */
     rp_comm_begin_internal(m->comm, "the runtime's start barrier");
     double t0 = rp_now_s();
@@ -855,8 +923,10 @@ static void member_skip_to_internal(member *m, void *arg)
     rp_comm_end_internal(m->comm);
     t0 = rp_now_s();
     record(&m->out[1], rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM), t0);
-    if (rp_comm_user_sequence(m->comm) != 1 || rp_comm_sequence(m->comm) != 2)
-        member_fail(m, "user sequence %llu, sequence %llu; expected 1 and 2",
+    if (rp_comm_step_user_sequence(m->comm) != 1 || rp_comm_user_sequence(m->comm) != 3 ||
+        rp_comm_sequence(m->comm) != 5)
+        member_fail(m, "step user sequence %llu, user sequence %llu, sequence %llu; expected 1, 3 and 5",
+                    (unsigned long long)rp_comm_step_user_sequence(m->comm),
                     (unsigned long long)rp_comm_user_sequence(m->comm), (unsigned long long)rp_comm_sequence(m->comm));
     t0 = rp_now_s();
     if (m->rank != 3) record(&m->out[2], rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM), t0);
@@ -885,6 +955,10 @@ static void test_skipped_user_call_named_against_internal_call(void **state)
             print_error("member %d: the internal call is numbered: %s\n", r, t.m[r].out[k].error);
             fail();
         }
+        if (strstr(t.m[r].out[k].error, "all_reduce #3")) {
+            print_error("member %d: numbered from creation, not from the step: %s\n", r, t.m[r].out[k].error);
+            fail();
+        }
         if (strstr(t.m[r].out[k].error, "inner name")) {
             print_error("member %d: the nested name is shown: %s\n", r, t.m[r].out[k].error);
             fail();
@@ -893,11 +967,20 @@ static void test_skipped_user_call_named_against_internal_call(void **state)
     team_destroy(&t);
 }
 
-/* A count mismatch after internal calls is numbered among the user's calls only. */
+/*
+ * A count mismatch after internal calls is numbered among the user's calls
+ * only: without rp_comm_rejoin from the creation (step 0 below); after it,
+ * from the step's start (step 1: the mismatch is the step's user call #1,
+ * the communicator's #3).
+ */
 static void member_user_numbering(member *m, void *arg)
 {
-    (void)arg;
+    int step = *(const int *)arg;
     float x[8] = {0};
+    if (step == 1) {
+        /* Step 0 already made its 3 internal and 2 user calls on these members. */
+        rp_comm_rejoin(m->comm);
+    }
     for (int i = 0; i < 3; i++) {
         rp_comm_begin_internal(m->comm, "the runtime's check");
         if (rp_comm_barrier(m->comm) != RP_OK) member_fail(m, "barrier: %s", rp_last_error());
@@ -905,7 +988,8 @@ static void member_user_numbering(member *m, void *arg)
     }
     if (rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM) != RP_OK) member_fail(m, "%s", rp_last_error());
     double t0 = rp_now_s();
-    record(&m->out[0], rp_comm_all_reduce(m->comm, x, x, m->rank == 1 ? 7 : 8, RP_F32, RP_SUM), t0);
+    bool bad = step == 1 && m->rank == 1;
+    record(&m->out[0], rp_comm_all_reduce(m->comm, x, x, bad ? 7 : 8, RP_F32, RP_SUM), t0);
 }
 
 static void test_user_calls_numbered_without_internal_ones(void **state)
@@ -913,13 +997,28 @@ static void test_user_calls_numbered_without_internal_ones(void **state)
     (void)state;
     team t;
     team_create(&t, 3, 10.0);
-    team_run(&t, member_user_numbering, NULL);
+    /* Step 0, no rejoin yet: numbered from the creation; the step's calls agree. */
+    int step = 0;
+    team_run(&t, member_user_numbering, &step);
+    for (int r = 0; r < 3; r++) {
+        expect_status(&t, r, 0, RP_OK);
+        assert_int_equal(rp_comm_user_sequence(t.comms[r]), 2);
+        assert_int_equal(rp_comm_step_user_sequence(t.comms[r]), 2);
+    }
+    step = 1;
+    team_run(&t, member_user_numbering, &step);
     for (int r = 0; r < 3; r++) {
         expect_status(&t, r, 0, RP_ERR_MISMATCH);
         expect_contains(&t, r, 0, "all_reduce #1 (count 8");
         expect_contains(&t, r, 0, "all_reduce #1 (count 7");
-        assert_int_equal(rp_comm_user_sequence(t.comms[r]), 1);
-        assert_int_equal(rp_comm_sequence(t.comms[r]), 4);
+        expect_contains(&t, r, 0, "numbered from #0 in each step");
+        if (strstr(t.m[r].out[0].error, "#3")) {
+            print_error("member %d: numbered from creation, not from the step: %s\n", r, t.m[r].out[0].error);
+            fail();
+        }
+        assert_int_equal(rp_comm_user_sequence(t.comms[r]), 3);
+        assert_int_equal(rp_comm_step_user_sequence(t.comms[r]), 1);
+        assert_int_equal(rp_comm_sequence(t.comms[r]), 9);
     }
     team_destroy(&t);
 }

@@ -188,8 +188,10 @@ uint64_t rp_comm_sequence(const rp_comm *comm);
  * Tells the peers that this member has left the current phase of work
  * (its step returned or failed) with `status`, so that a peer waiting for it
  * in a collective fails at once instead of at the timeout; `reason` is put
- * in the peers' message. rp_comm_rejoin() undoes it for the next phase.
- * The runtime calls these; user code does not need to.
+ * in the peers' message. rp_comm_rejoin() undoes it for the next phase,
+ * and starts the phase's numbering of user calls in messages from #0 again
+ * (rp_comm_step_user_sequence). The runtime calls these (rejoin before
+ * every run); user code does not need to.
  */
 void rp_comm_leave(rp_comm *comm, rp_status status, const char *reason);
 void rp_comm_rejoin(rp_comm *comm);
@@ -217,10 +219,18 @@ void rp_comm_end_internal(rp_comm *comm);
 
 /*
  * User calls (collectives made outside begin/end_internal) this member has
- * completed: the number messages give the next one ("all_reduce #2" is the
- * user's third collective, numbered from 0 like rp_comm_sequence()).
+ * completed since the communicator was created (numbered from 0 like
+ * rp_comm_sequence()). Not thread-safe beyond the handle's own thread.
  */
 uint64_t rp_comm_user_sequence(const rp_comm *comm);
+/*
+ * User calls completed in the current phase - since the last
+ * rp_comm_rejoin(), which the runtime calls before every step; since
+ * creation if none. This is the number messages give the next user call:
+ * "all_reduce #2" is the step's third user collective, whatever the step.
+ * (Members match calls by their whole sequence; this only names them.)
+ */
+uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
 
 /* ---- point-to-point messages ------------------------------------------------------------ */
 

@@ -42,7 +42,7 @@ const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)
     if (d->layered) {
         rp_coll_desc outer = {.kind = d->outer_kind, .dtype = d->dtype, .op = d->outer_op,
                              .root = d->outer_root, .count = d->outer_count, .seq = d->outer_seq,
-                             .user_seq = d->user_seq, .internal = d->internal};
+                             .user_seq = d->user_seq, .internal = d->internal, .phased = d->phased};
         memcpy(outer.what, d->what, sizeof outer.what);
         return rp_coll_desc_str(&outer, buf, size);
     }
@@ -97,13 +97,15 @@ void rp_coll_mismatch_str(const rp_coll_desc *a, const char *who_a, const rp_col
         return;
     }
     snprintf(msg, size, "collective mismatch: %s called %s but %s called %s; "
-             "every replica must make the same collective calls in the same order",
-             who_a, rp_coll_desc_str(a, sa, sizeof sa), who_b, rp_coll_desc_str(b, sb, sizeof sb));
+             "every replica must make the same collective calls in the same order%s",
+             who_a, rp_coll_desc_str(a, sa, sizeof sa), who_b, rp_coll_desc_str(b, sb, sizeof sb),
+             a->phased && b->phased && !a->internal ? " (user calls are numbered from #0 in each step)" : "");
 }
 
 void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm)
 {
-    d->user_seq = comm->user_seq;
+    d->user_seq = comm->user_seq - comm->user_base;
+    d->phased = comm->phased;
     d->internal = comm->internal > 0;
     if (d->internal) memcpy(d->what, comm->what, sizeof d->what);
 }
@@ -118,6 +120,7 @@ int rp_comm_size(const rp_comm *comm) { return comm->size; }
 const char *rp_comm_backend(const rp_comm *comm) { return comm->ops->name; }
 uint64_t rp_comm_sequence(const rp_comm *comm) { return comm->seq; }
 uint64_t rp_comm_user_sequence(const rp_comm *comm) { return comm->user_seq; }
+uint64_t rp_comm_step_user_sequence(const rp_comm *comm) { return comm->user_seq - comm->user_base; }
 
 void rp_comm_begin_internal(rp_comm *comm, const char *what)
 {
@@ -153,7 +156,11 @@ void rp_comm_leave(rp_comm *comm, rp_status status, const char *reason)
 
 void rp_comm_rejoin(rp_comm *comm)
 {
-    if (comm) comm->ops->rejoin(comm);
+    if (!comm) return;
+    /* A new phase (the runtime's next step): messages number the user's calls from #0 again. */
+    comm->user_base = comm->user_seq;
+    comm->phased = true;
+    comm->ops->rejoin(comm);
 }
 
 /* The checks every call shares; `buffers` is whether send/recv must be non-NULL. */

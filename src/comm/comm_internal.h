@@ -37,11 +37,15 @@ typedef struct rp_coll_desc {
     uint64_t outer_seq;
     /*
      * How messages name the call (the user's call for a layered step): a
-     * user call by its user sequence number, an internal one (the
-     * runtime's, rp_comm_begin_internal) by `what`.
+     * user call by its user sequence number in the current phase (since
+     * the member's last rp_comm_rejoin: the step's, under the runtime), an
+     * internal one (the runtime's, rp_comm_begin_internal) by `what`.
+     * Members match calls by `seq`; these only name them. `phased`: the
+     * member has rejoined, so the numbers count from the step's start.
      */
     uint64_t user_seq;
     int internal;
+    int phased;
     char what[48];
 } rp_coll_desc;
 
@@ -120,6 +124,8 @@ struct rp_comm {
     double timeout; /* seconds */
     uint64_t seq;   /* collectives completed by this member */
     uint64_t user_seq; /* of which the user's (outside begin/end_internal) */
+    uint64_t user_base; /* user_seq at the last rp_comm_rejoin: messages count from it */
+    bool phased;        /* rp_comm_rejoin has been called */
     int internal;      /* begin_internal depth (0, 1 or 2) */
     char what[48];     /* the outer internal call's name */
     void *impl;        /* the backend's state */

@@ -170,7 +170,7 @@ static rp_status step(rp_comm *sub, const rp_coll_desc *u, int kind, const void 
     rp_coll_desc d = {.kind = kind, .dtype = u->dtype, .op = op, .root = root, .count = count,
                       .seq = sub->seq, .layered = 1, .outer_kind = u->kind, .outer_op = u->op,
                       .outer_root = u->root, .outer_count = u->count, .outer_seq = u->seq,
-                      .user_seq = u->user_seq, .internal = u->internal};
+                      .user_seq = u->user_seq, .internal = u->internal, .phased = u->phased};
     memcpy(d.what, u->what, sizeof d.what);
     return sub->ops->collective(sub, &d, send, recv);
 }

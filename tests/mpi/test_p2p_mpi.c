@@ -387,7 +387,19 @@ static void test_internal_skip(rp_comm *c)
     float x[8] = {1};
     int64_t mine[2] = {rank_, 0}, all[128];
     bool skipper = rank_ / per_ == size_ / per_ - 1; /* the last process's members */
-    rp_status st = rp_comm_all_reduce(c, x, x, 8, RP_F32, RP_SUM);
+    /* A first step of three user calls and the report: the second step's calls are numbered from #0 again. */
+    rp_comm_rejoin(c);
+    rp_status st = RP_OK;
+    for (int k = 0; k < 3 && st == RP_OK; k++) st = rp_comm_all_reduce(c, x, x, 8, RP_F32, RP_SUM);
+    CHECK(st == RP_OK, "step 1's user all_reduce: %s", rp_last_error());
+    rp_comm_begin_internal(c, REPORT);
+    st = rp_comm_all_gather(c, mine, all, 2, RP_I64);
+    rp_comm_end_internal(c);
+    CHECK(st == RP_OK, "step 1's report: %s", rp_last_error());
+    rp_comm_rejoin(c);
+    CHECK(rp_comm_step_user_sequence(c) == 0 && rp_comm_user_sequence(c) == 3, "after rejoin: step %llu, total %llu",
+          (unsigned long long)rp_comm_step_user_sequence(c), (unsigned long long)rp_comm_user_sequence(c));
+    st = rp_comm_all_reduce(c, x, x, 8, RP_F32, RP_SUM);
     CHECK(st == RP_OK, "user all_reduce #0: %s", rp_last_error());
     if (!skipper) st = rp_comm_all_reduce(c, x, x, 8, RP_F32, RP_SUM);
     if (skipper || st == RP_OK) {
@@ -400,6 +412,7 @@ static void test_internal_skip(rp_comm *c)
     CHECK(strstr(e, "ended its step without calling all_reduce #1 (count 8, f32, sum) (it went on to " REPORT),
           "message: %s", e);
     CHECK(!strstr(e, "all_gather #"), "the internal call is numbered: %s", e);
+    CHECK(!strstr(e, "all_reduce #4"), "numbered from the communicator's creation, not the step: %s", e);
 }
 
 /* ---- 10. the call check ----------------------------------------------------------------------------- */

@@ -609,11 +609,16 @@ static bool pair(rp_comm *c, treq *r, tmsg *m)
     snprintf(who_s, sizeof who_s, "replica %d", c->ids[m->src]);
     snprintf(who_r, sizeof who_r, "replica %d", c->ids[dst]);
     rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
+    /*
+     * The sender has gone on: its next call says it. Owed before the break
+     * is published: broken_error reads the flag without the lock once it
+     * sees the break, and must not miss it.
+     */
+    if (!m->sreq) atomic_store(&w->m[m->src].owed, 1);
     world_break_locked(w, RP_ERR_MISMATCH, msg);
     r->msg = NULL; /* before it completes: its owner may free it once it is done */
     req_finish(w, r, RP_ERR_MISMATCH, msg);
     if (m->sreq) req_finish(w, m->sreq, RP_ERR_MISMATCH, msg);
-    else atomic_store(&w->m[m->src].owed, 1); /* the sender has gone on: its next call says it */
     free(m->owned);
     free(m);
     return false;
