@@ -140,7 +140,7 @@ rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
         if (done) return RP_OK;
         if (other) return RP_ERR_MISMATCH;
         if (rp_now_s() > deadline) break;
-        rp_mpi_pause_briefly(polls);
+        if (polls >= 64) rp_mpi_pause_briefly(polls); /* a message a few microseconds away: spin first */
     }
     lock();
     for (int i = 0; pending && i < n; i++) {
