@@ -355,6 +355,19 @@ static void stuck_exit(rp_replica *rep, double now)
     _exit(RP_STUCK_EXIT_CODE);
 }
 
+/* The absolute time 200 ms from now, for pthread_cond_timedwait (the watchdogs' tick). */
+static struct timespec in_200ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 /*
  * The watchdog thread, only with cfg.stuck_exit: it also watches local replica 0,
  * which runs on the caller's thread, so that run() itself cannot notice it stuck.
@@ -366,13 +379,7 @@ static void *watchdog_main(void *p)
     uint64_t gen = 0;
     pthread_mutex_lock(&r->mu);
     while (!r->quit) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = in_200ms();
         pthread_cond_timedwait(&r->wake, &r->mu, &ts);
         if (r->quit) break;
         if (r->generation != gen) {
@@ -447,13 +454,7 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
             r->finished++;
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = in_200ms();
         pthread_cond_timedwait(&r->done, &r->mu, &ts);
     }
     r->in_run = false;
