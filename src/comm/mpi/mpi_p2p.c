@@ -365,21 +365,23 @@ static rp_status p2p_status_broken(rp_comm *c, int lane, const char *what)
                     c->rank, m->hosts[c->rank], m->reason);
 }
 
-rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int proc, int slane, int dlane,
-                       rp_comm_request **out, rp_comm *owner)
+/*
+ * What a send and a receive do first: name the call, check the tag, allocate the request and
+ * fill what both kinds hold (the peer's process and lane, this member's lane). On RP_OK the
+ * lock is held and *out is the request; otherwise nothing is held or allocated.
+ */
+static rp_status req_begin(rp_comm *c, const rp_p2p_desc *d, int proc, int peer_lane, int my_lane,
+                           rp_comm *owner, char *what, size_t size, mreq **out)
 {
     mpi_impl *m = M(c);
-    char what[96];
-    rp_p2p_desc_str(d, false, what, sizeof what);
+    rp_p2p_desc_str(d, false, what, size);
     if ((int64_t)d->tag >= m->tag_limit)
         return RP_ERROR(RP_ERR_INVALID, "%s: tags must be below %lld on the MPI backend", what, (long long)m->tag_limit);
-    size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
-    if (bytes > INT_MAX) return RP_ERROR(RP_ERR_UNSUPPORTED, "%s: the MPI backend sends at most %d bytes", what, INT_MAX);
     mreq *r = calloc(1, sizeof *r);
     if (!r) return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", what);
     lock();
     if (m->broken) {
-        rp_status st = p2p_status_broken(c, slane, what);
+        rp_status st = p2p_status_broken(c, my_lane, what);
         unlock();
         free(r);
         return st;
@@ -388,8 +390,24 @@ rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int pr
     r->base.backend = c;
     r->d = *d;
     r->proc = proc;
-    r->lane = dlane;
-    r->mylane = slane;
+    r->lane = peer_lane;
+    r->mylane = my_lane;
+    *out = r;
+    return RP_OK;
+}
+
+rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int proc, int slane, int dlane,
+                       rp_comm_request **out, rp_comm *owner)
+{
+    mpi_impl *m = M(c);
+    char what[96];
+    size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
+    if (bytes > INT_MAX) {
+        rp_p2p_desc_str(d, false, what, sizeof what);
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "%s: the MPI backend sends at most %d bytes", what, INT_MAX);
+    }
+    mreq *r = NULL;
+    RP_CHECK(req_begin(c, d, proc, dlane, slane, owner, what, sizeof what, &r));
     r->d.num = m->sent[(size_t)(proc * m->lanes + dlane) * (size_t)m->lanes + (size_t)slane]++;
     r->posted_s = rp_now_s();
     int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, proc, mpi_tag(m, d, slane), m->pc[dlane], &r->mr);
@@ -408,24 +426,8 @@ rp_status rp_mpi_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, int proc, in
 {
     mpi_impl *m = M(c);
     char what[96];
-    rp_p2p_desc_str(d, false, what, sizeof what);
-    if ((int64_t)d->tag >= m->tag_limit)
-        return RP_ERROR(RP_ERR_INVALID, "%s: tags must be below %lld on the MPI backend", what, (long long)m->tag_limit);
-    mreq *r = calloc(1, sizeof *r);
-    if (!r) return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", what);
-    lock();
-    if (m->broken) {
-        rp_status st = p2p_status_broken(c, dlane, what);
-        unlock();
-        free(r);
-        return st;
-    }
-    r->base.comm = owner;
-    r->base.backend = c;
-    r->d = *d;
-    r->proc = proc;
-    r->lane = slane;
-    r->mylane = dlane;
+    mreq *r = NULL;
+    RP_CHECK(req_begin(c, d, proc, slane, dlane, owner, what, sizeof what, &r));
     r->buf = buf;
     r->posted_s = rp_now_s();
     r->state = MREQ_POSTED;
