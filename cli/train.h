@@ -40,6 +40,7 @@ typedef struct train_opts {
     bool augment;
     int pad;
     int64_t limit;      /* first N training samples (0: all) */
+    int image_size;     /* pad images to N x N (0: as stored) */
     int64_t max_steps;  /* stop (and checkpoint) after this global step (0: no limit) */
     bool quiet;
     bool no_checkpoint;

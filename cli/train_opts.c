@@ -58,6 +58,8 @@ static void usage(FILE *f)
             "  --data DIR        dataset directory (default $RP_DATA_DIR or\n"
             "                    /usr/share/datasets/fashion-mnist)\n"
             "  --limit N         train on the first N samples only\n"
+            "  --image-size N    pad the images to N x N, centred (e.g. 32 for Fashion-MNIST,\n"
+            "                    the size the SN-GAN's judge sees)\n"
             "  --no-augment      no random crop and flip (resnets augment by default)\n"
             "  --pad N           random-crop padding (default 2)\n"
             "optimisation:\n"
@@ -224,6 +226,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         else if (!strcmp(a, "--threads-per-replica")) { ok = parse_long(v, 1, 1024, &n); o->threads_per_replica = (int)n; }
         else if (!strcmp(a, "--pad")) { ok = parse_long(v, 0, 64, &n); o->pad = (int)n; }
         else if (!strcmp(a, "--limit")) { ok = parse_long(v, 1, 1L << 40, &n); o->limit = n; }
+        else if (!strcmp(a, "--image-size")) { ok = parse_long(v, 1, 4096, &n); o->image_size = (int)n; }
         else if (!strcmp(a, "--max-steps")) { ok = parse_long(v, 1, 1L << 40, &n); o->max_steps = n; }
         else if (!strcmp(a, "--lr")) {
             ok = parse_float(v, 0.0f, 100.0f, &o->lr);
@@ -297,6 +300,7 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddBoolToObject(j, "augment", o->augment);
     cJSON_AddNumberToObject(j, "pad", o->pad);
     cJSON_AddNumberToObject(j, "limit", (double)o->limit);
+    cJSON_AddNumberToObject(j, "image_size", o->image_size);
     cJSON_AddNumberToObject(j, "threads", o->threads);
     cJSON_AddNumberToObject(j, "replicas", o->replicas);
     cJSON_AddNumberToObject(j, "threads_per_replica", o->threads_per_replica);
@@ -374,6 +378,10 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
             ok = ok && cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= 65536;
             if (ok) o->hidden[o->n_hidden++] = (int)h->valuedouble;
         }
+        /* Runs saved before --image-size existed kept the stored size. */
+        double image_size = 0;
+        if (get_num(j, "image_size", &image_size) && image_size >= 0 && image_size <= 4096)
+            o->image_size = (int)image_size;
         double threads = 0;
         if (get_num(j, "threads", &threads) && threads >= 0 && threads <= 1024) o->threads = (int)threads;
         double replicas = 0, tpr = 0;
@@ -408,4 +416,5 @@ void train_opts_classifier(const train_opts *o, rp_classifier_config *c)
     c->augment = o->augment;
     c->pad = o->pad;
     c->limit = o->limit;
+    c->image_size = o->image_size;
 }

@@ -596,6 +596,38 @@ static void test_cifar_errors(void **state)
 
 /* ---- synthetic ----------------------------------------------------------- */
 
+/* Padding centres each image on zeros and keeps labels; a smaller size is refused. */
+static void test_pad(void **state)
+{
+    (void)state;
+    rp_dataset *in = NULL, *out = NULL;
+    assert_int_equal(rp_dataset_synthetic(&in, 3, 5, 4, 2, 7, 11), RP_OK);
+    assert_int_equal(rp_dataset_pad(&out, in, 8, 7), RP_OK);
+    assert_int_equal(out->n, 3);
+    assert_int_equal(out->h, 8);
+    assert_int_equal(out->w, 7);
+    assert_int_equal(out->c, 2);
+    assert_int_equal(out->num_classes, 7);
+    int top = 1, left = 1; /* margins 3 and 3: the odd pixel goes after */
+    for (int64_t i = 0; i < 3; i++) {
+        assert_int_equal(out->labels[i], in->labels[i]);
+        for (int y = 0; y < 8; y++)
+            for (int x = 0; x < 7; x++)
+                for (int k = 0; k < 2; k++) {
+                    uint8_t got = out->pixels[((i * 8 + y) * 7 + x) * 2 + k];
+                    bool inside = y >= top && y < top + 5 && x >= left && x < left + 4;
+                    uint8_t want = inside ? in->pixels[((i * 5 + y - top) * 4 + x - left) * 2 + k] : 0;
+                    assert_int_equal(got, want);
+                }
+    }
+    assert_non_null(strstr(out->name, "@8x7"));
+    rp_dataset_destroy(out);
+    assert_int_equal(rp_dataset_pad(&out, in, 4, 7), RP_ERR_INVALID);
+    assert_null(out);
+    assert_non_null(strstr(rp_last_error(), "smaller"));
+    rp_dataset_destroy(in);
+}
+
 static void test_synthetic(void **state)
 {
     rp_dataset *a = NULL, *b = NULL, *c = NULL;
@@ -745,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_cifar_nhwc),
         cmocka_unit_test(test_cifar_errors),
         cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_pad),
         cmocka_unit_test(test_channel_stats),
         cmocka_unit_test(test_fashion_mnist_real),
     };

@@ -130,6 +130,17 @@ rp_status rp_dataset_load_cifar10(rp_dataset **ds, const char *dir, const char *
 rp_status rp_dataset_synthetic(rp_dataset **ds, int64_t n, int h, int w, int c, int num_classes,
                                uint64_t seed);
 
+/*
+ * Makes a copy of `in` whose images are h x w, `in`'s centred in them on a
+ * background of zero bytes (e.g. Fashion-MNIST's 28x28 padded to the 32x32 of
+ * CIFAR-shaped networks; an odd margin puts the extra pixel after). Labels,
+ * classes and channels are kept; the name gains "@<h>x<w>". h and w must be
+ * at least in's. On success *out is owned by the caller (rp_dataset_destroy()).
+ * Errors: RP_ERR_INVALID (NULL, or a size smaller than in's, naming both),
+ * RP_ERR_NOMEM. On error *out is NULL.
+ */
+rp_status rp_dataset_pad(rp_dataset **out, const rp_dataset *in, int h, int w);
+
 /* Frees a dataset and its pixels and labels. NULL is allowed and ignored. */
 void rp_dataset_destroy(rp_dataset *ds);
 

@@ -46,7 +46,7 @@ rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, r
     return net->resnet ? rp_resnet_forward(t, net->resnet, x, training) : rp_mlp_forward(t, net->mlp, x);
 }
 
-rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg, const char *split)
+static rp_status load_stored(rp_dataset **ds, const rp_classifier_config *cfg, const char *split)
 {
     if (!strcmp(cfg->dataset, "cifar10")) return rp_dataset_load_cifar10(ds, cfg->data_dir, split);
     if (!strcmp(cfg->dataset, "synthetic")) {
@@ -55,6 +55,17 @@ rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config
         return rp_dataset_synthetic(ds, train ? 1024 : 256, 224, 224, 3, 1000, train ? 1 : 2);
     }
     return rp_dataset_load_mnist(ds, cfg->data_dir, split);
+}
+
+rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg, const char *split)
+{
+    RP_CHECK(load_stored(ds, cfg, split));
+    if (cfg->image_size <= 0 || ((*ds)->h == cfg->image_size && (*ds)->w == cfg->image_size)) return RP_OK;
+    rp_dataset *padded;
+    rp_status status = rp_dataset_pad(&padded, *ds, cfg->image_size, cfg->image_size);
+    rp_dataset_destroy(*ds);
+    *ds = status == RP_OK ? padded : NULL;
+    return status;
 }
 
 rp_status rp_classifier_evaluate(rp_tape *t, const rp_classifier_net *net, const rp_dataset *test,

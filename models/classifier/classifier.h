@@ -36,6 +36,7 @@ typedef struct rp_classifier_config {
     bool augment;       /* random crop (pad) and flip */
     int pad;
     int64_t limit;      /* the first N training samples (0: all) */
+    int image_size;     /* images padded to image_size x image_size, centred (0: as stored) */
 } rp_classifier_config;
 
 /* true if `model` names a classifier this file builds. */
@@ -59,7 +60,7 @@ void rp_classifier_net_destroy(rp_classifier_net *net);
 rp_params *rp_classifier_net_params(const rp_classifier_net *net);
 rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, rp_tensor *x, bool training);
 
-/* Loads the "train" or "test" split of cfg->dataset from cfg->data_dir. */
+/* Loads the "train" or "test" split of cfg->dataset from cfg->data_dir, padded to cfg->image_size. */
 rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg, const char *split);
 
 /* Test-set loss and accuracy. */

@@ -15,6 +15,43 @@ void rp_dataset_destroy(rp_dataset *ds)
     rp_free(ds);
 }
 
+rp_status rp_dataset_pad(rp_dataset **out, const rp_dataset *in, int h, int w)
+{
+    if (!out) return RP_ERROR(RP_ERR_INVALID, "rp_dataset_pad: out is NULL");
+    *out = NULL;
+    if (!in) return RP_ERROR(RP_ERR_INVALID, "rp_dataset_pad: in is NULL");
+    if (h < in->h || w < in->w)
+        return RP_ERROR(RP_ERR_INVALID, "rp_dataset_pad: %dx%d is smaller than %s's %dx%d images", h, w,
+                        in->name, in->h, in->w);
+    size_t row_in = (size_t)in->w * (size_t)in->c, row_out = (size_t)w * (size_t)in->c;
+    size_t per = (size_t)h * row_out;
+    rp_dataset *d = rp_calloc(sizeof *d);
+    if (d) {
+        d->pixels = rp_calloc((size_t)in->n * per);
+        d->labels = rp_alloc((size_t)in->n * sizeof *d->labels);
+    }
+    if (!d || !d->pixels || !d->labels) {
+        rp_dataset_destroy(d);
+        return RP_ERROR(RP_ERR_NOMEM, "rp_dataset_pad: cannot allocate %lld images of %dx%dx%d",
+                        (long long)in->n, h, w, in->c);
+    }
+    d->n = in->n;
+    d->h = h;
+    d->w = w;
+    d->c = in->c;
+    d->num_classes = in->num_classes;
+    memcpy(d->labels, in->labels, (size_t)in->n * sizeof *d->labels);
+    int top = (h - in->h) / 2, left = (w - in->w) / 2;
+    for (int64_t i = 0; i < in->n; i++) {
+        const uint8_t *src = in->pixels + (size_t)i * (size_t)in->h * row_in;
+        uint8_t *dst = d->pixels + (size_t)i * per + (size_t)top * row_out + (size_t)left * (size_t)in->c;
+        for (int y = 0; y < in->h; y++) memcpy(dst + (size_t)y * row_out, src + (size_t)y * row_in, row_in);
+    }
+    snprintf(d->name, sizeof d->name, "%.40s@%dx%d", in->name, h, w);
+    *out = d;
+    return RP_OK;
+}
+
 /*
  * Pixel byte j is byte (j % 16) of Philox block j / 16 (words little-end
  * first, extracted by shifts so the result does not depend on the host's byte
