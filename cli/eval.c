@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "sngan_cli.h"
 
 int rp_cli_eval(int argc, char **argv)
 {
@@ -12,7 +12,9 @@ int rp_cli_eval(int argc, char **argv)
                 "usage: replicator eval RUN_DIR [--threads N]\n"
                 "\n"
                 "Loads RUN_DIR/checkpoint.safetensors (written by replicator train), rebuilds the\n"
-                "model from the configuration stored in it and reports test loss and accuracy.\n");
+                "model from the configuration stored in it and reports test loss and accuracy.\n"
+                "On an SN-GAN run it scores the samples instead: see replicator eval GAN_RUN --help\n"
+                "for its options (--judge, --samples, --calibrate).\n");
         return argc < 2 ? 2 : 0;
     }
     int threads = 0;
@@ -32,6 +34,10 @@ int rp_cli_eval(int argc, char **argv)
     if (!config) {
         status = RP_ERROR(RP_ERR_FORMAT, "%s has no replicator.config metadata", path);
         goto cleanup;
+    }
+    if (sngan_config_is_gan(config)) {
+        rp_checkpoint_destroy(ck);
+        return sngan_eval_main(argc, argv);
     }
     RP_TRY(train_opts_from_json(&o, config));
     rp_classifier_config cc;

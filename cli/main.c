@@ -10,8 +10,9 @@ static void usage(FILE *f)
             "usage: replicator <command> [options]\n"
             "\n"
             "commands:\n"
-            "  train   train a model (default: ResNet-20 on Fashion-MNIST)\n"
-            "  eval    test accuracy of a saved run\n"
+            "  train   train a model (default: ResNet-20 on Fashion-MNIST; `train sngan`: a GAN)\n"
+            "  eval    test accuracy of a saved run; a GAN run's sample scores\n"
+            "  sample  a trained GAN's samples as a PNG grid or IDX files\n"
             "  bench   training throughput of a model on synthetic data\n"
             "  info    print the build, the engines and the environment\n"
             "\n"
@@ -26,6 +27,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "train")) return rp_cli_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval")) return rp_cli_eval(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "sample")) return rp_cli_sample(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return rp_cli_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return rp_cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "--version")) {

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "train.h"
+#include "sngan_cli.h"
 
 /* Options that may change on --resume; the rest come from the checkpoint. */
 static void apply_resume_overrides(train_opts *o, const train_opts *cli, int argc, char **argv)
@@ -53,8 +53,7 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
     o->no_checkpoint = cli->no_checkpoint;
 }
 
-/* The replicator's layout from the options: the backend, the replica count, threads for each. */
-static rp_status runtime_config(train_opts *o, rp_config *cfg)
+rp_status train_runtime_config(train_opts *o, rp_config *cfg)
 {
     /* Under mpirun (or srun): one replica per rank, or --replicas threads in each (hierarchical). */
     bool mpi = !strcmp(o->backend, "mpi") || (!strcmp(o->backend, "auto") && rp_comm_mpi_launched());
@@ -115,7 +114,7 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     }
     rp_kernels_set_threads(o->threads);
     rp_trainer_config tc = rp_trainer_config_default();
-    RP_TRY(runtime_config(o, &tc.runtime));
+    RP_TRY(train_runtime_config(o, &tc.runtime));
     rp_classifier_config cc;
     train_opts_classifier(o, &cc);
     RP_TRY(rp_classifier_create(clf, &cc));
@@ -210,15 +209,31 @@ static void format_duration(double s, char *buf, size_t size)
  * Every process prints its own error, replica 0's or not: it may be the one that explains the
  * others'. Under mpirun the lines of all ranks meet on one terminal, so each says whose it is.
  */
-static void report_error(bool tty)
+void train_report_error(bool tty)
 {
     char who[128] = "";
     if (rp_comm_mpi_launched() && rp_log_prefix(who, sizeof who - 1) > 0) strcat(who, " ");
     fprintf(stderr, "%s%sreplicator train: error: %s\n", tty ? "\n" : "", who, rp_last_error());
 }
 
+/* Whether argv resumes an SN-GAN run (--resume DIR whose checkpoint says so). */
+static bool resumes_gan(int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--resume")) continue;
+        rp_checkpoint *ck = NULL;
+        if (rp_trainer_load_checkpoint(&ck, argv[i + 1]) != RP_OK) return false; /* reported later */
+        bool gan = sngan_config_is_gan(rp_checkpoint_get_meta(ck, "replicator.config"));
+        rp_checkpoint_destroy(ck);
+        return gan;
+    }
+    return false;
+}
+
 int rp_cli_train(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "sngan")) return train_sngan_main(argc - 1, argv + 1);
+    if (resumes_gan(argc, argv)) return train_sngan_main(argc, argv);
     train_opts o;
     const char *resume = NULL;
     int rc = train_opts_parse(argc, argv, &o, &resume);
@@ -234,7 +249,7 @@ int rp_cli_train(int argc, char **argv)
         /* A parameter server rank: it serves until every replica's process is done. */
         status = rp_trainer_run(t);
         if (status != RP_OK) {
-            report_error(false);
+            train_report_error(false);
             rp_comm_mpi_abort(1);
         }
         rp_trainer_destroy(t);
@@ -276,19 +291,19 @@ int rp_cli_train(int argc, char **argv)
          * MPI_Finalize at exit could wait for it forever. Nothing is saved on this path: the
          * last checkpoint is the last one an epoch or an agreed stop wrote.
          */
-        report_error(tty);
+        train_report_error(tty);
         reported = true;
         rp_comm_mpi_abort(1); /* returns where MPI is not running (an error before it started) */
     }
     if (status != RP_OK && !reported) {
-        report_error(tty);
+        train_report_error(tty);
         reported = true;
     }
     rp_status teardown = rp_trainer_destroy(t);
     rp_classifier_destroy(clf);
     if (teardown != RP_OK && status == RP_OK) status = teardown;
     if (status != RP_OK) {
-        if (!reported) report_error(tty);
+        if (!reported) train_report_error(tty);
         rp_comm_mpi_abort(1); /* a clean-up error under mpirun: a peer may still wait for this rank */
         return 1;
     }

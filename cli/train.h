@@ -65,4 +65,18 @@ rp_status train_opts_from_json(train_opts *o, const char *json);
 /* The classifier's share of the options. */
 void train_opts_classifier(const train_opts *o, rp_classifier_config *c);
 
+/*
+ * The replicator's layout from the options (backend, replicas, threads,
+ * timeout, regime), shared by every model's training command; settles
+ * o->replicas when it is automatic (0). Errors: RP_ERR_INVALID (a batch
+ * that does not split across the replicas, threads under mpirun).
+ */
+rp_status train_runtime_config(train_opts *o, rp_config *cfg);
+
+/* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
+void train_report_error(bool tty);
+
+/* `replicator train sngan ...` (train_sngan.c). */
+int train_sngan_main(int argc, char **argv);
+
 #endif

@@ -189,6 +189,13 @@ static rp_tensor *block_forward(rp_tape *t, const resnet_block *b, rp_tensor *x,
 
 rp_tensor *rp_resnet_forward(rp_tape *t, const rp_resnet *net, rp_tensor *x, bool training)
 {
+    return rp_resnet_forward_features(t, net, x, training, NULL);
+}
+
+rp_tensor *rp_resnet_forward_features(rp_tape *t, const rp_resnet *net, rp_tensor *x, bool training,
+                                      rp_tensor **features)
+{
+    if (features) *features = NULL;
     if (x && (x->ndim != 4 || x->shape[3] != net->cfg.in_channels)) {
         char s[64];
         RP_ERROR(RP_ERR_SHAPE, "%s expects NHWC input with %d channels, got %s",
@@ -198,5 +205,7 @@ rp_tensor *rp_resnet_forward(rp_tape *t, const rp_resnet *net, rp_tensor *x, boo
     x = conv_bn_forward(t, &net->stem, &net->stem_bn, x, training); /* ReLU fused into the BN */
     if (net->stem_pool) x = rp_max_pool2d(t, x, (rp_pool_params){3, 2, 1});
     for (int i = 0; i < net->n_blocks; i++) x = block_forward(t, &net->blocks[i], x, training);
-    return rp_linear_layer_forward(t, &net->fc, rp_global_avg_pool(t, x));
+    rp_tensor *pooled = rp_global_avg_pool(t, x);
+    if (features) *features = pooled;
+    return rp_linear_layer_forward(t, &net->fc, pooled);
 }

@@ -55,5 +55,12 @@ rp_params *rp_resnet_params(const rp_resnet *net);
  * (and updates the running ones) or running statistics.
  */
 rp_tensor *rp_resnet_forward(rp_tape *t, const rp_resnet *net, rp_tensor *x, bool training);
+/*
+ * The same, and *features (if not NULL) gets the pooled features the head
+ * sees, [N, channels] (64 for ResNet-20): what a Frechet distance on a
+ * domain classifier compares. *features is NULL when the forward fails.
+ */
+rp_tensor *rp_resnet_forward_features(rp_tape *t, const rp_resnet *net, rp_tensor *x, bool training,
+                                      rp_tensor **features);
 
 #endif

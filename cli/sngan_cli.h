@@ -1,0 +1,51 @@
+/*
+ * sngan_cli.h - what `replicator train sngan`, `sample` and `eval` share for
+ * SN-GAN runs: the options (stored in every checkpoint) and the judge.
+ */
+#ifndef RP_CLI_SNGAN_H
+#define RP_CLI_SNGAN_H
+
+#include "models/sngan/sngan.h"
+#include "models/sngan/sngan_eval.h"
+#include "train.h"
+
+/* Generator iterations of the default run: it fits in 30 minutes on 2 cores (docs/sngan.md). */
+#define SNGAN_DEFAULT_ITERS 2000
+
+typedef struct sngan_opts {
+    rp_sngan_config g;
+    int64_t iters;            /* generator iterations (trainer steps) */
+    int64_t checkpoint_every; /* iterations (0: only at the end and on a stop) */
+    int64_t eval_every;       /* iterations between scores with a judge (0: 4 in the run) */
+    int64_t eval_samples;
+    int64_t metrics_every;
+    int64_t max_steps;
+    char judge[512];          /* a classifier run directory, or "" */
+    char out_dir[512];
+    char backend[8];
+    double comm_timeout;
+    int threads, replicas;
+    bool replicas_given, out_given, force, quiet, no_checkpoint;
+} sngan_opts;
+
+void sngan_opts_default(sngan_opts *o);
+/* 0: parsed; 1: --help printed; 2: a bad option (printed). */
+int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume);
+char *sngan_opts_to_json(const sngan_opts *o);
+rp_status sngan_opts_from_json(sngan_opts *o, const char *json);
+/* Whether a checkpoint's configuration text is an SN-GAN run's. */
+bool sngan_config_is_gan(const char *json);
+/* The judge from a classifier run directory. */
+rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir);
+
+/*
+ * The generator of run `dir` (its checkpoint's "gen/" tensors) and the run's
+ * options. Errors: a missing or corrupt checkpoint (named), a run that is
+ * not an SN-GAN's (RP_ERR_INVALID, saying what it is).
+ */
+rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g);
+
+int sngan_sample_main(int argc, char **argv);
+int sngan_eval_main(int argc, char **argv);
+
+#endif
