@@ -15,6 +15,7 @@ static void bench_usage(FILE *f)
 {
     fprintf(f,
             "usage: replicator bench resnet [options]\n"
+            "       replicator bench sngan [--help]       (one SN-GAN iteration)\n"
             "       replicator bench allreduce [--help]   (collective bandwidth)\n"
             "       replicator bench ps [--help]          (parameter-server updates/s)\n"
             "\n"
@@ -250,6 +251,7 @@ int rp_cli_bench(int argc, char **argv)
     if (!strcmp(argv[1], "resnet")) return bench_resnet(argc - 1, argv + 1);
     if (!strcmp(argv[1], "allreduce")) return rp_cli_bench_allreduce(argc - 1, argv + 1);
     if (!strcmp(argv[1], "ps")) return rp_cli_bench_ps(argc - 1, argv + 1);
-    fprintf(stderr, "replicator bench: unknown benchmark \"%s\" (available: resnet, allreduce, ps)\n", argv[1]);
+    if (!strcmp(argv[1], "sngan")) return rp_cli_bench_sngan(argc - 1, argv + 1);
+    fprintf(stderr, "replicator bench: unknown benchmark \"%s\" (available: resnet, sngan, allreduce, ps)\n", argv[1]);
     return 2;
 }

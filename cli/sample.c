@@ -60,7 +60,7 @@ static void labels_path(const char *images, char *buf, size_t size)
     snprintf(buf, size, "%.*s-labels%s", (int)(dot - images), images, dot);
 }
 
-int sngan_sample_main(int argc, char **argv)
+int rp_cli_sample(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

@@ -45,7 +45,6 @@ rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir);
  */
 rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g);
 
-int sngan_sample_main(int argc, char **argv);
 int sngan_eval_main(int argc, char **argv);
 
 #endif

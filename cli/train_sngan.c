@@ -391,17 +391,12 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
     tc.resume = ck;
     tc.steps = o->iters;
     tc.max_steps = o->max_steps;
-    tc.lr = 1.0f; /* the schedule's factor: the model scales lr_g and lr_d by it */
-    tc.schedule = RP_SCHED_LINEAR;
+    rp_sngan_trainer_config_apply(&o->g, &tc); /* lr, the linear schedule, the scalars shown */
     tc.checkpoint_every_steps = o->checkpoint_every;
     tc.eval_every_steps = o->judge[0] ? o->eval_every : 0;
     tc.metrics_every_steps = o->metrics_every;
     tc.no_checkpoint = o->no_checkpoint;
     tc.quiet = o->quiet;
-    tc.batch = 1;
-    tc.rate_unit = "it/s";
-    tc.rate_key = "iters_per_s";
-    tc.shown_scalars = "d_loss,g_loss";
     RP_TRY(rp_trainer_create(t, &tc, rp_sngan_trainer_model(), *gan));
     if (!rp_trainer_is_root(*t)) o->quiet = true;
     snprintf(o->out_dir, sizeof o->out_dir, "%s", rp_trainer_run_dir(*t));

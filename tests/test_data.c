@@ -137,6 +137,134 @@ static void check_good_idx(int gz)
     rp_free(data);
 }
 
+/* ---- rp_idx_write ----------------------------------------------------------- */
+
+/* Reads a whole file into a malloc'd buffer. */
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n >= 0);
+    rewind(f);
+    uint8_t *b = malloc((size_t)n + 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/*
+ * Writes an IDX file, checks its bytes against make_idx's independent
+ * encoding of the same header and payload, and reads it back.
+ */
+static void check_idx_roundtrip(const char *name, int ndim, const int *dims)
+{
+    char path[256];
+    size_t n = 1;
+    uint32_t udims[4];
+    for (int i = 0; i < ndim; i++) {
+        n *= (size_t)dims[i];
+        udims[i] = (uint32_t)dims[i];
+    }
+    uint8_t *want = malloc(4 + 4 * 4 + n);
+    assert_non_null(want);
+    size_t want_len = make_idx(want, 0x08, ndim, udims, n);
+    const uint8_t *payload = want + 4 + 4 * ndim;
+
+    tmp_path(path, sizeof path, name);
+    assert_int_equal(rp_idx_write(path, payload, ndim, dims), RP_OK);
+    size_t len = 0;
+    uint8_t *file = slurp(path, &len);
+    assert_int_equal(len, want_len);
+    assert_memory_equal(file, want, len);
+    free(file);
+
+    uint8_t *data = NULL;
+    int got_ndim = 0, got_dims[4] = {-1, -1, -1, -1};
+    assert_int_equal(rp_idx_read(path, &data, &got_ndim, got_dims), RP_OK);
+    assert_int_equal(got_ndim, ndim);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(got_dims[i], i < ndim ? dims[i] : 0);
+    assert_memory_equal(data, payload, n);
+    rp_free(data);
+    free(want);
+}
+
+static void test_idx_write_roundtrip(void **state)
+{
+    (void)state;
+    const int labels[1] = {1000};
+    check_idx_roundtrip("w_labels.idx", 1, labels);
+    const int images[3] = {5, 7, 3};
+    check_idx_roundtrip("w_images.idx", 3, images);
+    const int images4[4] = {2, 3, 4, 3};
+    check_idx_roundtrip("w_images4.idx", 4, images4);
+    const int big[3] = {2, 300, 257}; /* dimensions over one byte */
+    check_idx_roundtrip("w_big.idx", 3, big);
+    /* A second write replaces the first whole. */
+    const int fewer[1] = {3};
+    check_idx_roundtrip("w_labels.idx", 1, fewer);
+
+    /* A written image/label pair loads as a dataset. */
+    char ipath[256], lpath[256];
+    uint8_t px[4 * 2 * 2], lab[4] = {3, 1, 4, 1};
+    for (int i = 0; i < 16; i++)
+        px[i] = (uint8_t)(i * 9);
+    const int idims[3] = {4, 2, 2}, ldims[1] = {4};
+    assert_int_equal(rp_idx_write(tmp_path(ipath, sizeof ipath, "w_ds_images.idx"), px, 3, idims),
+                     RP_OK);
+    assert_int_equal(rp_idx_write(tmp_path(lpath, sizeof lpath, "w_ds_labels.idx"), lab, 1, ldims),
+                     RP_OK);
+    rp_dataset *ds = NULL;
+    assert_int_equal(rp_dataset_load_idx(&ds, ipath, lpath, 5, "w"), RP_OK);
+    assert_int_equal(ds->n, 4);
+    assert_int_equal(ds->h, 2);
+    assert_int_equal(ds->w, 2);
+    assert_int_equal(ds->c, 1);
+    assert_memory_equal(ds->pixels, px, sizeof px);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ds->labels[i], lab[i]);
+    rp_dataset_destroy(ds);
+}
+
+static void test_idx_write_errors(void **state)
+{
+    (void)state;
+    char path[256], dir[256];
+    uint8_t data[8] = {0};
+    const int dims[2] = {2, 4};
+
+    /* A missing directory: RP_ERR_IO naming the path, and nothing created. */
+    tmp_path(path, sizeof path, "w_missing_dir/x.idx");
+    assert_int_equal(rp_idx_write(path, data, 2, dims), RP_ERR_IO);
+    tu_assert_error_contains(path);
+    tu_assert_error_contains("No such file or directory");
+    struct stat st;
+    assert_int_not_equal(stat(tmp_path(dir, sizeof dir, "w_missing_dir"), &st), 0);
+
+    tmp_path(path, sizeof path, "w_bad.idx");
+    assert_int_equal(rp_idx_write(NULL, data, 2, dims), RP_ERR_INVALID);
+    tu_assert_error_contains("path NULL");
+    assert_int_equal(rp_idx_write(path, NULL, 2, dims), RP_ERR_INVALID);
+    tu_assert_error_contains("data NULL");
+    assert_int_equal(rp_idx_write(path, data, 2, NULL), RP_ERR_INVALID);
+    tu_assert_error_contains("dims NULL");
+    assert_int_equal(rp_idx_write(path, data, 0, dims), RP_ERR_INVALID);
+    tu_assert_error_contains("ndim is 0");
+    assert_int_equal(rp_idx_write(path, data, 5, dims), RP_ERR_INVALID);
+    tu_assert_error_contains("ndim is 5");
+    const int zero[2] = {2, 0};
+    assert_int_equal(rp_idx_write(path, data, 2, zero), RP_ERR_INVALID);
+    tu_assert_error_contains("dims[1] is 0");
+    const int huge[3] = {65536, 65536, 1};
+    assert_int_equal(rp_idx_write(path, data, 3, huge), RP_ERR_INVALID);
+    tu_assert_error_contains("2^31");
+    assert_int_not_equal(stat(path, &st), 0); /* none of them wrote anything */
+}
+
 static void test_idx_plain_ok(void **state)
 {
     check_good_idx(0);
@@ -767,6 +895,8 @@ int main(void)
         cmocka_unit_test(test_idx_truncated_gzip_stream),
         cmocka_unit_test(test_idx_trailing_bytes),
         cmocka_unit_test(test_idx_missing_file),
+        cmocka_unit_test(test_idx_write_roundtrip),
+        cmocka_unit_test(test_idx_write_errors),
         cmocka_unit_test(test_load_idx_ok),
         cmocka_unit_test(test_load_idx_count_mismatch),
         cmocka_unit_test(test_load_idx_label_range),

@@ -62,6 +62,23 @@ typedef struct rp_dataset {
 rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4]);
 
 /*
+ * Writes an IDX file of unsigned bytes: the magic 00 00 08 <ndim>, the ndim
+ * (1..4) dimensions as big-endian 32-bit numbers, then the dims[0] * ... *
+ * dims[ndim-1] bytes of `data` in row-major order, uncompressed, so that
+ * rp_idx_read() returns the same bytes and dims. Each dimension is 1 or more
+ * and the product below 2^31 (what rp_idx_read accepts). `data` is only read.
+ *
+ * The file is written atomically (a temporary file in the same directory,
+ * fsynced, then renamed over `path`): a failed write leaves an older file at
+ * `path` intact and nothing else behind.
+ *
+ * Errors: RP_ERR_INVALID (NULL path, data or dims, ndim or a dimension out
+ * of range, naming it), RP_ERR_IO (naming the path and the system's reason),
+ * RP_ERR_NOMEM. Thread-safe: calls share no state.
+ */
+rp_status rp_idx_write(const char *path, const uint8_t *data, int ndim, const int *dims);
+
+/*
  * Loads a labelled dataset from an IDX image file ([n, h, w] for one channel
  * or [n, h, w, c]) and an IDX label file ([n]), either of them gzipped or not.
  * num_classes must be 1..256; every label must be below it. `name` (may be

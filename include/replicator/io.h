@@ -1,5 +1,5 @@
 /*
- * replicator/io.h - checkpoints in the safetensors layout.
+ * replicator/io.h - checkpoints in the safetensors layout, and PNG images.
  *
  * A checkpoint is an in-memory set of named tensors (f32, int64, uint64) and
  * string metadata. It holds whatever a run needs to resume: parameters and
@@ -263,6 +263,53 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
  */
 rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
                                        const rp_params *params, const char *prefix);
+
+/* ---- images (PNG) ------------------------------------------------------------ */
+
+/*
+ * Writes n images as one PNG grid: `images` is float NHWC [n, h, w, c], c 1
+ * (8-bit gray) or 3 (8-bit RGB). The tiles go row by row into `cols`
+ * columns and rows = ceil(n / cols) rows, so the picture is
+ *
+ *     height = rows * h + (rows + 1) * pad,   width = cols * w + (cols + 1) * pad
+ *
+ * with `pad` pixels (0 or more) of value pad_value (every channel) between
+ * the tiles and around them; the cells of a last row that has fewer than
+ * `cols` images are pad_value too. A value x maps to
+ * round((x - lo) / (hi - lo) * 255), halves rounded up, clamped to 0..255
+ * (so x <= lo is 0, x >= hi is 255, infinities clamp the same way), and a
+ * NaN is drawn as 0. Both dimensions must be at most RP_IMAGE_MAX_SIDE.
+ *
+ * The file is written atomically (a temporary file in the same directory,
+ * fsynced, then renamed over `path`): a failed write leaves an older file at
+ * `path` intact and nothing else behind. `path` must be absent or a regular
+ * file. `images` is only read; the caller keeps it.
+ *
+ * Errors: RP_ERR_INVALID (naming the argument: a NULL or empty path, NULL
+ * images, n, h, w or cols below 1, c not 1 or 3, pad below 0, lo or hi not
+ * finite or lo >= hi, a picture over RP_IMAGE_MAX_SIDE), RP_ERR_IO (naming
+ * the path and the system's reason, e.g. a missing directory), RP_ERR_NOMEM,
+ * RP_ERR_BACKEND (libpng refused to encode). Thread-safe: calls share no state.
+ */
+#define RP_IMAGE_MAX_SIDE 1000000 /* libpng's default limit on either side */
+rp_status rp_image_grid_write_png(const char *path, const float *images, int n, int h, int w, int c,
+                                  int cols, int pad, uint8_t pad_value, float lo, float hi);
+
+/*
+ * Reads a PNG into *pixels, [h, w, c] bytes row-major, c 1 for a gray image
+ * (gray, gray+alpha) and 3 for a colour one (RGB, RGBA, palette). 8-bit
+ * images are returned as stored (no gamma correction); alpha and any
+ * transparency chunk are dropped; palette entries and 1/2/4-bit gray are
+ * expanded, 16-bit samples scaled to 8 bits. Interlaced files are read
+ * whole. On success *pixels belongs to the caller (free it with rp_free());
+ * on error *pixels is NULL and *h, *w, *c are 0.
+ *
+ * Errors: RP_ERR_INVALID (a NULL argument), RP_ERR_IO (the file cannot be
+ * opened or read; the message names the path and the reason), RP_ERR_FORMAT
+ * (not a PNG, truncated, or corrupt: the message names the path and what
+ * libpng found), RP_ERR_NOMEM. Thread-safe: calls share no state.
+ */
+rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, int *c);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /*
  * replicator/nn.h - the named parameter list of a model, initialisers and
- * layers (linear, conv2d, batch norm).
+ * layers (linear, conv2d, batch norm; spectral-normalised and conditional
+ * layers and hinge losses for GANs).
  *
  * A model is built in two phases. First its layers declare parameters with
  * rp_params_add() (shapes, names, initialisers); then rp_params_finalize()
@@ -32,13 +33,13 @@ typedef enum {
     RP_INIT_UNIFORM,        /* U(-value, value) */
     RP_INIT_HE_NORMAL,      /* N(0, 2/fan_in): Kaiming, for ReLU */
     RP_INIT_HE_UNIFORM,     /* U(-b, b), b = sqrt(6/fan_in) */
-    RP_INIT_GLOROT_NORMAL,  /* N(0, 2/(fan_in+fan_out)) */
-    RP_INIT_GLOROT_UNIFORM, /* U(-b, b), b = sqrt(6/(fan_in+fan_out)) */
+    RP_INIT_GLOROT_NORMAL,  /* N(0, g^2 * 2/(fan_in+fan_out)), g = value (0: 1) */
+    RP_INIT_GLOROT_UNIFORM, /* U(-b, b), b = g * sqrt(6/(fan_in+fan_out)), g = value (0: 1) */
 } rp_init_kind;
 
 typedef struct rp_init {
     rp_init_kind kind;
-    float value;   /* constant, or the scale of NORMAL/UNIFORM */
+    float value;   /* constant, the scale of NORMAL/UNIFORM, or Glorot's gain (0 means 1) */
     int fan_in;    /* inputs feeding one output unit (e.g. kh*kw*c) */
     int fan_out;   /* outputs fed by one input unit (e.g. kh*kw*o) */
 } rp_init;
@@ -115,6 +116,17 @@ rp_status rp_linear_layer_init(rp_linear_layer *l, rp_params *params, const char
                                int out, bool bias, bool he);
 rp_tensor *rp_linear_layer_forward(rp_tape *t, const rp_linear_layer *l, rp_tensor *x);
 
+/*
+ * As rp_linear_layer_init, with the weight's initialiser given: `kind` and
+ * `gain` become the weight's rp_init {kind, gain} (gain is the value of
+ * CONSTANT/NORMAL/UNIFORM, the gain of GLOROT_*, unused by HE_* and ZEROS),
+ * fan_in = in and fan_out = out filled in by the layer. Errors:
+ * RP_ERR_INVALID (NULL, in or out < 1, a kind outside rp_init_kind, a gain
+ * not finite), and rp_params_add's.
+ */
+rp_status rp_linear_layer_init_with(rp_linear_layer *l, rp_params *p, const char *name, int in,
+                                    int out, bool bias, rp_init_kind kind, float gain);
+
 /* NHWC convolution, w [out,k,k,in] He-normal, b [out] zeros. */
 typedef struct rp_conv2d_layer {
     rp_tensor *w; /* [out,k,k,in] */
@@ -126,6 +138,14 @@ typedef struct rp_conv2d_layer {
 rp_status rp_conv2d_layer_init(rp_conv2d_layer *l, rp_params *params, const char *name, int in,
                                int out, int k, int stride, int pad, bool bias);
 rp_tensor *rp_conv2d_layer_forward(rp_tape *t, const rp_conv2d_layer *l, rp_tensor *x);
+
+/*
+ * As rp_conv2d_layer_init, with the weight's initialiser given (see
+ * rp_linear_layer_init_with): fan_in = k*k*in, fan_out = k*k*out.
+ */
+rp_status rp_conv2d_layer_init_with(rp_conv2d_layer *l, rp_params *p, const char *name, int in,
+                                    int out, int k, int stride, int pad, bool bias,
+                                    rp_init_kind kind, float gain);
 
 /*
  * Batch norm over channels (the last axis): gamma ones, beta zeros, running
@@ -142,6 +162,98 @@ typedef struct rp_batchnorm_layer {
 rp_status rp_batchnorm_layer_init(rp_batchnorm_layer *l, rp_params *params, const char *name, int c);
 rp_tensor *rp_batchnorm_layer_forward(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
                                       bool training);
+
+/* ---- layers for GANs (SN-GAN) ---------------------------------------------- */
+/*
+ * Spectral-normalised layers (Miyato et al. 2018): the forward uses the
+ * weight divided by its largest singular value, estimated by one power
+ * iteration per call (rp_spectral_normalize, tensor.h) from the persistent
+ * vector u. Weights are Glorot-uniform times `gain`, biases zeros, and u is
+ * a buffer "<name>.u" [rows], rows = out (classes for the embedding),
+ * initialised N(0,1) (it is normalised before its first use). Since u is a
+ * buffer it is checkpointed and, in data-parallel training, every replica
+ * computes the same u' from the same weights, so replicas stay in step.
+ *
+ * forward(training = true) writes the new u back (one power-iteration step
+ * per call, as in training); training = false computes the same iteration
+ * from u without writing it (evaluation: u bitwise unchanged). The forward
+ * writes u, so a layer is used by one thread at a time. Errors: init as the
+ * plain layers' (RP_ERR_INVALID naming the bad value; a gain not finite);
+ * forward returns NULL as the ops do (rp_last_error()).
+ */
+typedef struct rp_sn_conv2d_layer {
+    rp_conv2d_layer conv; /* conv.w [out,k,k,in], conv.b [out] or NULL */
+    rp_tensor *u;         /* [out], buffer */
+} rp_sn_conv2d_layer;
+
+rp_status rp_sn_conv2d_layer_init(rp_sn_conv2d_layer *l, rp_params *p, const char *name, int in,
+                                  int out, int k, int stride, int pad, bool bias, float gain);
+rp_tensor *rp_sn_conv2d_layer_forward(rp_tape *t, const rp_sn_conv2d_layer *l, rp_tensor *x,
+                                      bool training);
+
+typedef struct rp_sn_linear_layer {
+    rp_linear_layer lin; /* lin.w [out,in], lin.b [out] or NULL */
+    rp_tensor *u;        /* [out], buffer */
+} rp_sn_linear_layer;
+
+rp_status rp_sn_linear_layer_init(rp_sn_linear_layer *l, rp_params *p, const char *name, int in,
+                                  int out, bool bias, float gain);
+rp_tensor *rp_sn_linear_layer_forward(rp_tape *t, const rp_sn_linear_layer *l, rp_tensor *x,
+                                      bool training);
+
+/*
+ * A spectral-normalised class embedding (the projection discriminator's):
+ * the table "<name>.weight" [classes, dim] is normalised as a matrix with
+ * rows = classes. forward returns [n, dim], row i the normalised table's row
+ * labels[i] (each in [0, classes), else RP_ERR_INVALID).
+ */
+typedef struct rp_sn_embedding_layer {
+    rp_tensor *table; /* [classes, dim] */
+    rp_tensor *u;     /* [classes], buffer */
+    int classes, dim;
+} rp_sn_embedding_layer;
+
+rp_status rp_sn_embedding_layer_init(rp_sn_embedding_layer *l, rp_params *p, const char *name,
+                                     int classes, int dim, float gain);
+rp_tensor *rp_sn_embedding_layer_forward(rp_tape *t, const rp_sn_embedding_layer *l,
+                                         const int32_t *labels, int n, bool training);
+
+/*
+ * Categorical conditional batch norm (de Vries et al. 2017; the SN-GAN
+ * generator's): the statistics of rp_batch_norm (over N, H and W per
+ * channel; running statistics updated in training; p.comm or p.reduce make
+ * them cross-replica, see rp_bn_params), then a per-class scale and shift:
+ *   y = xhat * gamma[label] + beta[label].
+ * Parameters "<name>.weight" (gamma) and "<name>.bias" (beta), buffers
+ * "<name>.running_mean" and "<name>.running_var". p starts as
+ * rp_bn_params_default(); set p.comm (not owned) after init for
+ * cross-replica statistics. forward: x [N,H,W,C] (or [N,C]), labels [N],
+ * each in [0, classes) (RP_ERR_INVALID otherwise); training picks batch or
+ * running statistics. Errors: as rp_batch_norm's, RP_ERR_INVALID at init
+ * (c or classes < 1).
+ */
+typedef struct rp_cond_batchnorm_layer {
+    rp_tensor *gamma, *beta;               /* [classes, c]: ones, zeros (trainable) */
+    rp_tensor *running_mean, *running_var; /* [c], buffers */
+    int c, classes;
+    rp_bn_params p;                        /* p.comm: cross-replica statistics */
+} rp_cond_batchnorm_layer;
+
+rp_status rp_cond_batchnorm_layer_init(rp_cond_batchnorm_layer *l, rp_params *p, const char *name,
+                                       int c, int classes);
+rp_tensor *rp_cond_batchnorm_layer_forward(rp_tape *t, const rp_cond_batchnorm_layer *l,
+                                           rp_tensor *x, const int32_t *labels, bool training);
+
+/*
+ * Hinge losses of SN-GAN (Lim & Ye 2017; Miyato et al. 2018), scalars on the
+ * tape. d_real and d_fake are discriminator outputs [N] or [N,1] (any shape:
+ * the means are over every element); the two may have different N.
+ *   rp_hinge_loss_d: mean(relu(1 - d_real)) + mean(relu(1 + d_fake))
+ *   rp_hinge_loss_g: -mean(d_fake)
+ * NULL if an input is NULL (error untouched) or on OOM.
+ */
+rp_tensor *rp_hinge_loss_d(rp_tape *t, rp_tensor *d_real, rp_tensor *d_fake);
+rp_tensor *rp_hinge_loss_g(rp_tape *t, rp_tensor *d_fake);
 
 #ifdef __cplusplus
 }

@@ -163,13 +163,14 @@ float *rp_optimizer_state(const rp_optimizer *opt, int64_t *numel);
 
 /* ---- schedules ------------------------------------------------------------ */
 
-typedef enum { RP_SCHED_CONSTANT, RP_SCHED_STEP, RP_SCHED_COSINE } rp_sched_kind;
+typedef enum { RP_SCHED_CONSTANT, RP_SCHED_STEP, RP_SCHED_COSINE, RP_SCHED_LINEAR } rp_sched_kind;
 
 /*
  * lr(step): a linear warm-up from base_lr*warmup_start over warmup_steps, then
  *   CONSTANT: base_lr
  *   STEP:     base_lr * gamma^(number of milestones <= step)
  *   COSINE:   min_lr + (base_lr-min_lr)(1+cos(pi*p))/2, p = (step-warmup)/(total-warmup)
+ *   LINEAR:   base_lr * (1 - step/total), 0 from total_steps on
  * Steps count from 0.
  */
 typedef struct rp_schedule {
@@ -177,7 +178,7 @@ typedef struct rp_schedule {
     float base_lr;
     int64_t warmup_steps;
     float warmup_start; /* fraction of base_lr at step 0 of the warm-up (default 0) */
-    int64_t total_steps; /* COSINE */
+    int64_t total_steps; /* COSINE, LINEAR */
     float min_lr;        /* COSINE */
     float gamma;         /* STEP */
     int n_milestones;    /* STEP */
@@ -186,6 +187,14 @@ typedef struct rp_schedule {
 
 rp_schedule rp_schedule_constant(float lr);
 rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_steps);
+/*
+ * Linear decay (SN-GAN's): after the warm-up (from 0 over warmup_steps),
+ * lr * (1 - step/total_steps), falling linearly to 0 at total_steps and 0
+ * after. The decay counts from step 0, not from the warm-up's end (the rate
+ * just after a warm-up is lr * (1 - warmup/total)). total_steps <= 0 gives 0
+ * after the warm-up. Pure.
+ */
+rp_schedule rp_schedule_linear(float lr, int64_t warmup_steps, int64_t total_steps);
 float rp_schedule_lr(const rp_schedule *s, int64_t step);
 
 /* The linear scaling rule: base_lr * global_batch / reference_batch. */

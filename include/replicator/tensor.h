@@ -372,6 +372,26 @@ rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x);
  */
 rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta, float eps);
 
+/*
+ * Spectral normalisation (Miyato et al. 2018). w is viewed as the matrix W
+ * [rows, cols] with rows = w->shape[0], cols = numel/rows (a conv weight
+ * [out,k,k,in] as [out, k*k*in]); u [rows] is a persistent buffer (not
+ * trainable; typically a parameter list's buffer). One power iteration, in
+ * double, with eps 1e-12 added to each norm:
+ *   v = normalise(W^T u), u' = normalise(W v), sigma = u'^T W v.
+ * Returns W / sigma, shaped like w, differentiable in w with u', v held
+ * constant (dW = G/sigma - (sum(G .* W)/sigma^2) u' v^T). update_u: write u'
+ * back into u (training); false (evaluation): u is left as it is, bitwise.
+ * sigma_out (may be NULL) receives sigma. The output is a new tensor on the
+ * tape (w and u are only read, except u's update). Writing u is a side effect
+ * on the caller's buffer: not thread-safe against another use of u.
+ * Errors (NULL, rp_last_error()): RP_ERR_SHAPE for a u whose numel is not
+ * rows; RP_ERR_NUMERIC for sigma not finite or <= 0 (a zero or non-finite
+ * weight; u is then left unchanged).
+ */
+rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool update_u,
+                                 float *sigma_out);
+
 /* ---- differentiable collectives -------------------------------------------- */
 /*
  * Tape ops over any communicator (threads, MPI, hierarchical; a sub-group

@@ -199,7 +199,9 @@ typedef struct rp_trainer_config {
                                    cadences); 0 (default): epochs of steps_per_epoch */
     int64_t max_steps;          /* stop (checkpointed, resumable) after this global step; 0: none */
     float lr;                   /* the schedule's peak rate; default 0.1 */
-    rp_sched_kind schedule;     /* RP_SCHED_COSINE (over all epochs) or RP_SCHED_CONSTANT (default) */
+    rp_sched_kind schedule;     /* RP_SCHED_COSINE (over all epochs), RP_SCHED_LINEAR (lr to 0 over
+                                   the run's total steps: epochs x steps_per_epoch, or cfg.steps),
+                                   or RP_SCHED_CONSTANT (default); others: RP_ERR_INVALID */
     int warmup_epochs;          /* linear warm-up; default 0 */
     int64_t warmup_steps;       /* added to the warm-up (steps-only mode's); default 0 */
     int checkpoint_every_epochs; /* default 1; 0: only on a stop and after the last epoch */

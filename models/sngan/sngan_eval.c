@@ -241,8 +241,8 @@ rp_status rp_sngan_tally_all_reduce(rp_sngan_tally *t, rp_comm *comm)
     X(&t->n, 1) X(&t->labelled, 1) X(&t->correct, 1) X(&t->plogp, 1) X(t->p_sum, RP_SNGAN_MAX_CLASSES) \
     X(&t->feat.n, 1) X(&t->logit.n, 1) X(t->feat.sum, fd) X(t->feat.outer, (int64_t)fd * fd)          \
     X(t->logit.sum, ld) X(t->logit.outer, (int64_t)ld * ld)
-#define PACK(ptr, len) memcpy(p, ptr, (size_t)(len) * sizeof(double)), p += (len);
-#define UNPACK(ptr, len) memcpy(ptr, p, (size_t)(len) * sizeof(double)), p += (len);
+#define PACK(ptr, len) { memcpy(p, ptr, (size_t)(len) * sizeof(double)); p += (len); }
+#define UNPACK(ptr, len) { memcpy(ptr, p, (size_t)(len) * sizeof(double)); p += (len); }
     FIELDS(PACK)
     rp_status status = rp_comm_all_reduce(comm, buf, buf, count, RP_F64, RP_SUM);
     p = buf;

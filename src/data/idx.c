@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "core/file_internal.h"
 #include "replicator/data.h"
 
 #define IDX_TYPE_U8    0x08
@@ -283,6 +284,39 @@ cleanup:
     rp_free(buf);
     if (f) gzclose(f);
     return status;
+}
+
+rp_status rp_idx_write(const char *path, const uint8_t *data, int ndim, const int *dims)
+{
+    if (!path || !*path || !data || !dims)
+        return RP_ERROR(RP_ERR_INVALID, "rp_idx_write: path %s, data %s, dims %s",
+                        path ? (*path ? path : "empty") : "NULL", data ? "set" : "NULL",
+                        dims ? "set" : "NULL");
+    if (ndim < 1 || ndim > IDX_MAX_DIMS)
+        return RP_ERROR(RP_ERR_INVALID, "rp_idx_write %s: ndim is %d, expected 1 to %d", path, ndim,
+                        IDX_MAX_DIMS);
+    uint8_t head[4 + 4 * IDX_MAX_DIMS] = {0, 0, IDX_TYPE_U8, (uint8_t)ndim};
+    uint64_t total = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < 1)
+            return RP_ERROR(RP_ERR_INVALID, "rp_idx_write %s: dims[%d] is %d, expected >= 1", path,
+                            i, dims[i]);
+        total *= (uint64_t)dims[i]; /* stays below 2^62: each factor is below 2^31 */
+        if (total > IDX_MAX_ELEMS)
+            return RP_ERROR(
+                RP_ERR_INVALID,
+                "rp_idx_write %s: the dims hold 2^31 or more elements (dims[%d] is %d), "
+                "more than rp_idx_read accepts",
+                path, i, dims[i]);
+        uint32_t d = (uint32_t)dims[i];
+        uint8_t *b = head + 4 + 4 * i;
+        b[0] = (uint8_t)(d >> 24);
+        b[1] = (uint8_t)(d >> 16);
+        b[2] = (uint8_t)(d >> 8);
+        b[3] = (uint8_t)d;
+    }
+    core_file_piece pieces[2] = {{head, 4 + 4 * (size_t)ndim}, {data, (size_t)total}};
+    return core_file_write_atomic(path, "IDX file", pieces, 2);
 }
 
 rp_status rp_dataset_load_idx(rp_dataset **ds, const char *images_path, const char *labels_path,

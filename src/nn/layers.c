@@ -2,6 +2,7 @@
  * layers.c - linear, conv2d and batch-norm layers: each declares its named
  * parameters with sensible initialisers and forwards through the ops.
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "replicator/nn.h"
@@ -16,16 +17,33 @@ static rp_status join_name(char *buf, const char *prefix, const char *leaf)
     return RP_OK;
 }
 
+/* The weight initialiser a caller chose: a known kind and a finite gain. */
+static rp_status check_init(const char *who, rp_init_kind kind, float gain)
+{
+    if ((int)kind < RP_INIT_ZEROS || (int)kind > RP_INIT_GLOROT_UNIFORM)
+        return RP_ERROR(RP_ERR_INVALID, "%s: init kind %d is not an rp_init_kind", who, (int)kind);
+    if (!isfinite(gain)) return RP_ERROR(RP_ERR_INVALID, "%s: gain %g is not finite", who, (double)gain);
+    return RP_OK;
+}
+
 rp_status rp_linear_layer_init(rp_linear_layer *l, rp_params *params, const char *name, int in,
                                int out, bool bias, bool he)
 {
+    return rp_linear_layer_init_with(l, params, name, in, out, bias,
+                                     he ? RP_INIT_HE_NORMAL : RP_INIT_GLOROT_UNIFORM, 0.0f);
+}
+
+rp_status rp_linear_layer_init_with(rp_linear_layer *l, rp_params *params, const char *name, int in,
+                                    int out, bool bias, rp_init_kind kind, float gain)
+{
     if (!l || !params || !name || in < 1 || out < 1)
         return RP_ERROR(RP_ERR_INVALID, "rp_linear_layer_init: bad arguments (in %d, out %d)", in, out);
+    RP_CHECK(check_init("rp_linear_layer_init", kind, gain));
     char full[RP_NAME_MAX];
     l->in = in;
     l->out = out;
     RP_CHECK(join_name(full, name, "weight"));
-    rp_init wi = {he ? RP_INIT_HE_NORMAL : RP_INIT_GLOROT_UNIFORM, 0, in, out};
+    rp_init wi = {kind, gain, in, out};
     l->w = rp_params_add(params, full, 2, (int[]){out, in}, wi, true);
     if (!l->w) return rp_last_status();
     l->b = NULL;
@@ -45,17 +63,26 @@ rp_tensor *rp_linear_layer_forward(rp_tape *t, const rp_linear_layer *l, rp_tens
 rp_status rp_conv2d_layer_init(rp_conv2d_layer *l, rp_params *params, const char *name, int in,
                                int out, int k, int stride, int pad, bool bias)
 {
+    return rp_conv2d_layer_init_with(l, params, name, in, out, k, stride, pad, bias,
+                                     RP_INIT_HE_NORMAL, 0.0f);
+}
+
+rp_status rp_conv2d_layer_init_with(rp_conv2d_layer *l, rp_params *params, const char *name, int in,
+                                    int out, int k, int stride, int pad, bool bias,
+                                    rp_init_kind kind, float gain)
+{
     if (!l || !params || !name || in < 1 || out < 1 || k < 1 || stride < 1 || pad < 0)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_conv2d_layer_init: bad arguments (in %d, out %d, k %d, stride %d, pad %d)",
                         in, out, k, stride, pad);
+    RP_CHECK(check_init("rp_conv2d_layer_init", kind, gain));
     char full[RP_NAME_MAX];
     l->in = in;
     l->out = out;
     l->k = k;
     l->p = (rp_conv_params){stride, pad};
     RP_CHECK(join_name(full, name, "weight"));
-    rp_init wi = {RP_INIT_HE_NORMAL, 0, k * k * in, k * k * out};
+    rp_init wi = {kind, gain, k * k * in, k * k * out};
     l->w = rp_params_add(params, full, 4, (int[]){out, k, k, in}, wi, true);
     if (!l->w) return rp_last_status();
     l->b = NULL;

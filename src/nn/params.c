@@ -113,6 +113,7 @@ static void init_one(rp_tensor *t, rp_init init, uint64_t seed)
     uint64_t key = rp_hash_str(seed, t->name);
     size_t n = (size_t)t->numel;
     double fan_in = init.fan_in > 0 ? init.fan_in : 1, fan_out = init.fan_out > 0 ? init.fan_out : 1;
+    double gain = init.value != 0.0f ? (double)init.value : 1.0; /* Glorot's; 0 keeps old callers' 1 */
     switch (init.kind) {
     case RP_INIT_ZEROS: memset(t->data, 0, n * sizeof(float)); break;
     case RP_INIT_CONSTANT:
@@ -127,10 +128,10 @@ static void init_one(rp_tensor *t, rp_init init, uint64_t seed)
         break;
     }
     case RP_INIT_GLOROT_NORMAL:
-        rp_rng_fill_normal(key, 0, t->data, n, 0.0f, (float)sqrt(2.0 / (fan_in + fan_out)));
+        rp_rng_fill_normal(key, 0, t->data, n, 0.0f, (float)(gain * sqrt(2.0 / (fan_in + fan_out))));
         break;
     case RP_INIT_GLOROT_UNIFORM: {
-        float b = (float)sqrt(6.0 / (fan_in + fan_out));
+        float b = (float)(gain * sqrt(6.0 / (fan_in + fan_out)));
         rp_rng_fill_uniform(key, 0, t->data, n, -b, b);
         break;
     }

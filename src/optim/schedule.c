@@ -1,6 +1,7 @@
 /*
  * schedule.c - learning-rate schedules: a linear warm-up followed by a
- * constant rate, step decay at milestones, or cosine annealing; and the
+ * constant rate, step decay at milestones, cosine annealing or a linear
+ * decay to 0; and the
  * linear scaling rule for large batches.
  *
  * Every rate is computed in double from the step number alone, so a run
@@ -38,6 +39,21 @@ rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_ste
 }
 
 /*
+ * Linear decay from `lr` at step 0 to 0 at total_steps (SN-GAN's schedule),
+ * after a linear warm-up from 0 over the first warmup_steps steps. The decay
+ * is measured from step 0 as the contract of optim.h states, so a warm-up
+ * only replaces the first part of the line.
+ */
+rp_schedule rp_schedule_linear(float lr, int64_t warmup_steps, int64_t total_steps)
+{
+    rp_schedule s = rp_schedule_constant(lr);
+    s.kind = RP_SCHED_LINEAR;
+    s.warmup_steps = warmup_steps < 0 ? 0 : warmup_steps;
+    s.total_steps = total_steps;
+    return s;
+}
+
+/*
  * The rate at `step` (0-based; a negative step counts as 0). During the
  * warm-up, step < warmup_steps, the rate rises linearly from
  * base_lr*warmup_start towards base_lr. After it:
@@ -48,7 +64,9 @@ rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_ste
  *   COSINE:   min_lr + (base_lr - min_lr) * (1 + cos(pi*p)) / 2 with
  *             p = (step - warmup) / (total - warmup) clamped to [0, 1], so
  *             the rate stays at min_lr past total_steps (and is min_lr at
- *             once if total_steps <= warmup_steps).
+ *             once if total_steps <= warmup_steps);
+ *   LINEAR:   base_lr * (1 - step / total), 0 from total_steps on (and at
+ *             once if total_steps <= 0).
  * Returns 0 for a NULL schedule. Pure and thread-safe.
  */
 float rp_schedule_lr(const rp_schedule *s, int64_t step)
@@ -85,6 +103,9 @@ float rp_schedule_lr(const rp_schedule *s, int64_t step)
         double lo = (double)s->min_lr;
         return (float)(lo + (base - lo) * (1.0 + cos(M_PI * p)) * 0.5);
     }
+    case RP_SCHED_LINEAR:
+        if (s->total_steps <= 0 || step >= s->total_steps) return 0.0f;
+        return (float)(base * (1.0 - (double)step / (double)s->total_steps));
     }
     return s->base_lr;
 }

@@ -317,6 +317,34 @@ static rp_status custom_bwd(rp_tape *t, rp_node *nd)
     return st == RP_OK ? RP_OK : tape_custom_error(st, op, "backward");
 }
 
+/*
+ * Spectral normalisation, y = W / sigma with sigma = u'^T W v and u', v held
+ * constant (the power iteration is not differentiated, as in the paper):
+ *   dW = G / sigma - (sum(G .* W) / sigma^2) u' v^T.
+ */
+static rp_status spectral_norm_bwd(rp_tape *t, rp_node *nd)
+{
+    rp_tensor *w = nd->in[0], *y = nd->out;
+    bool fail = false;
+    float *dw = tape_grad_acc(t, w, &fail);
+    if (fail) return tape_oom();
+    if (!dw) return RP_OK;
+    int64_t rows = nd->a.sn.rows, cols = nd->a.sn.cols;
+    double sigma = nd->a.sn.sigma;
+    const double *un = nd->saved, *v = un + rows;
+    const float *g = y->grad, *W = w->data;
+    double gw = 0;
+    for (int64_t k = 0; k < w->numel; k++) gw += (double)g[k] * W[k];
+    double inv = 1.0 / sigma, c = gw / (sigma * sigma);
+    for (int64_t i = 0; i < rows; i++) {
+        double cu = c * un[i];
+        float *dr = dw + i * cols;
+        const float *gr = g + i * cols;
+        for (int64_t j = 0; j < cols; j++) dr[j] += (float)(gr[j] * inv - cu * v[j]);
+    }
+    return RP_OK;
+}
+
 static rp_status concat_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor **xs = nd->many ? nd->many : nd->in, *y = nd->out;
@@ -525,6 +553,7 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
     case RP_OP_LOG_SOFTMAX: return log_softmax_bwd(t, nd);
     case RP_OP_REDUCE_AXES: return reduce_axes_bwd(t, nd);
     case RP_OP_CUSTOM: return custom_bwd(t, nd);
+    case RP_OP_SPECTRAL_NORM: return spectral_norm_bwd(t, nd);
     case RP_OP_ALL_REDUCE:
     case RP_OP_ALL_GATHER:
     case RP_OP_REDUCE_SCATTER:

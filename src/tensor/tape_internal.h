@@ -34,6 +34,7 @@ typedef enum {
     RP_OP_LOG_SOFTMAX,
     RP_OP_REDUCE_AXES,  /* sum or mean over chosen axes */
     RP_OP_CUSTOM,
+    RP_OP_SPECTRAL_NORM,
     /* Collectives: their backward is itself a collective, so it runs even without a gradient. */
     RP_OP_ALL_REDUCE,
     RP_OP_ALL_GATHER,
@@ -75,6 +76,7 @@ typedef struct rp_node {
         struct { const rp_custom_op *op; void *ctx; } custom;
         struct { rp_comm *comm; rp_reduce_op op; int root, peer, tag; } coll;
         struct { int n; } emb;
+        struct { int64_t rows, cols; double sigma; } sn; /* saved: u' [rows] then v [cols], double */
     } a;
 } rp_node;
 

@@ -86,8 +86,9 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
     if (c->steps < 0) return RP_ERROR(RP_ERR_INVALID, "steps %lld < 0", (long long)c->steps);
     if (c->warmup_steps < 0)
         return RP_ERROR(RP_ERR_INVALID, "warmup_steps %lld < 0", (long long)c->warmup_steps);
-    if (c->schedule != RP_SCHED_CONSTANT && c->schedule != RP_SCHED_COSINE)
-        return RP_ERROR(RP_ERR_INVALID, "schedule %d: RP_SCHED_CONSTANT or RP_SCHED_COSINE", (int)c->schedule);
+    if (c->schedule != RP_SCHED_CONSTANT && c->schedule != RP_SCHED_COSINE && c->schedule != RP_SCHED_LINEAR)
+        return RP_ERROR(RP_ERR_INVALID, "schedule %d: RP_SCHED_CONSTANT, RP_SCHED_COSINE or RP_SCHED_LINEAR",
+                        (int)c->schedule);
     if (c->warmup_epochs < 0 || c->checkpoint_every_epochs < 0 || c->eval_every_epochs < 0 ||
         c->checkpoint_every_steps < 0 || c->eval_every_steps < 0 || c->metrics_every_steps < 0)
         return RP_ERROR(RP_ERR_INVALID, "a negative cadence or warm-up (warmup %d, checkpoint %d/%lld, eval "
@@ -182,8 +183,9 @@ static void make_schedule(rp_trainer *t)
     const rp_trainer_config *c = &t->cfg;
     int64_t total = t->steps_per_epoch * c->epochs,
             warmup = t->steps_per_epoch * c->warmup_epochs + c->warmup_steps;
-    t->sched = c->schedule == RP_SCHED_COSINE ? rp_schedule_cosine(c->lr, warmup, total)
-                                              : rp_schedule_constant(c->lr);
+    t->sched = c->schedule == RP_SCHED_COSINE   ? rp_schedule_cosine(c->lr, warmup, total)
+               : c->schedule == RP_SCHED_LINEAR ? rp_schedule_linear(c->lr, warmup, total)
+                                                : rp_schedule_constant(c->lr);
     t->sched.warmup_steps = warmup;
 }
 

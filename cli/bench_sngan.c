@@ -1,0 +1,151 @@
+/*
+ * bench_sngan.c - `replicator bench sngan`: the time of one SN-GAN iteration
+ * (n_dis discriminator steps and one generator step), comparable one to one
+ * with bench/sngan_torch.py (bench/compare_sngan.sh runs both).
+ *
+ * It drives the model's own trainer callbacks (models/sngan) on a replicator,
+ * so what is timed is exactly what `replicator train sngan` runs per
+ * iteration, data loading included (the peer's real batches are made up front).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "models/sngan/sngan.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: replicator bench sngan [options]\n"
+            "\n"
+            "Milliseconds per SN-GAN iteration (n_dis D steps + 1 G step) on Fashion-MNIST at 32x32.\n"
+            "The same in PyTorch: SCRIPT=bench/sngan_torch.py bench/torch_env.sh.\n"
+            "  --ch-g N, --ch-d N   widths (default 32, 32)\n"
+            "  --d-batch N          real images per D step (default 64)\n"
+            "  --g-batch N          fakes per G step (default 128)\n"
+            "  --n-dis N            D steps per iteration (default 5)\n"
+            "  --iters K            timed iterations (default 10)\n"
+            "  --warmup W           untimed iterations first (default 2)\n"
+            "  --threads T          kernel threads in all (default: all cores)\n"
+            "  --replicas N         data-parallel replicas (default 1)\n"
+            "  --json               one JSON line\n");
+}
+
+typedef struct job {
+    const rp_trainer_model *m;
+    rp_sngan *gan;
+    void **states;
+    rp_trainer_at at;
+} job;
+
+static rp_status build(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    return j->m->build(rep, j->gan, NULL, NULL, &j->states[rp_replica_local_index(rep)]);
+}
+
+static rp_status step(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    double scalars[RP_TRAINER_MAX_SCALARS] = {0};
+    return j->m->train_step(rep, j->gan, j->states[rp_replica_local_index(rep)], &j->at, scalars);
+}
+
+static rp_status destroy(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    void *s = j->states[rp_replica_local_index(rep)];
+    return s && j->m->destroy ? j->m->destroy(rep, j->gan, s) : RP_OK;
+}
+
+int rp_cli_bench_sngan(int argc, char **argv)
+{
+    rp_sngan_config sc = rp_sngan_config_default();
+    int iters = 10, warmup = 2, threads = 0, replicas = 1;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        }
+        char *end = NULL;
+        long n = v ? strtol(v, &end, 10) : -1;
+        int *slot = !strcmp(a, "--ch-g")       ? &sc.ch_g
+                    : !strcmp(a, "--ch-d")     ? &sc.ch_d
+                    : !strcmp(a, "--d-batch")  ? &sc.d_batch
+                    : !strcmp(a, "--g-batch")  ? &sc.g_batch
+                    : !strcmp(a, "--n-dis")    ? &sc.n_dis
+                    : !strcmp(a, "--iters")    ? &iters
+                    : !strcmp(a, "--warmup")   ? &warmup
+                    : !strcmp(a, "--threads")  ? &threads
+                    : !strcmp(a, "--replicas") ? &replicas
+                                               : NULL;
+        if (!slot || !v || *end || n < (slot == &warmup ? 0 : 1) || n > 100000) {
+            fprintf(stderr, "replicator bench sngan: bad option %s%s%s (see --help)\n", a, v ? " " : "", v ? v : "");
+            return 2;
+        }
+        *slot = (int)n;
+        i++;
+    }
+    rp_kernels_set_threads(threads);
+    job j = {rp_sngan_trainer_model(), NULL, NULL, {0}};
+    rp_replicator *r = NULL;
+    double *times = calloc((size_t)iters, sizeof *times);
+    rp_status status = RP_OK;
+    bool built = false;
+    /* The loader reads only a few batches per iteration; a subset loads faster and times the same. */
+    sc.limit = 8192;
+    RP_TRY(rp_sngan_create(&j.gan, &sc));
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = replicas;
+    cfg.threads_per_replica = rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
+    RP_TRY(rp_replicator_create(&r, &cfg));
+    j.states = calloc((size_t)replicas, sizeof *j.states);
+    if (!times || !j.states) {
+        status = RP_ERROR(RP_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    RP_TRY(rp_replicator_run(r, build, &j));
+    built = true;
+    for (int it = 0; it < warmup + iters; it++) {
+        j.at = (rp_trainer_at){0, it, it, sc.lr_g};
+        double t0 = rp_now_s();
+        RP_TRY(rp_replicator_run(r, step, &j));
+        if (it >= warmup) times[it - warmup] = rp_now_s() - t0;
+    }
+    double sum = 0;
+    for (int i = 0; i < iters; i++) sum += times[i];
+    double med = rp_cli_median(times, iters);
+    int tpr = rp_replicator_threads_per_replica(r);
+    if (json)
+        printf("{\"framework\":\"replicator\",\"model\":\"sngan\",\"ch_g\":%d,\"ch_d\":%d,\"d_batch\":%d,"
+               "\"g_batch\":%d,\"n_dis\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"format\":\"nhwc\","
+               "\"ms_per_iter\":%.2f,\"mean_ms_per_iter\":%.2f,\"iters\":%d}\n",
+               sc.ch_g, sc.ch_d, sc.d_batch, sc.g_batch, sc.n_dis, replicas, tpr, 1e3 * med, 1e3 * sum / iters, iters);
+    else
+        printf("replicator sngan ch %d/%d, D batch %d x %d + G batch %d, %d replica%s x %d threads: %.1f ms per "
+               "iteration (median of %d; mean %.1f)\n",
+               sc.ch_g, sc.ch_d, sc.d_batch, sc.n_dis, sc.g_batch, replicas, replicas > 1 ? "s" : "", tpr,
+               1e3 * med, iters, 1e3 * sum / iters);
+cleanup:
+    if (built) {
+        rp_status teardown = rp_replicator_run(r, destroy, &j);
+        if (status == RP_OK) status = teardown;
+    }
+    rp_replicator_destroy(r);
+    rp_sngan_destroy(j.gan);
+    free(j.states);
+    free(times);
+    if (status != RP_OK) {
+        fprintf(stderr, "replicator bench sngan: error: %s\n", rp_last_error());
+        return 1;
+    }
+    return 0;
+}
