@@ -303,8 +303,11 @@ rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir)
         train_opts_classifier(&to, &cc);
         status = rp_sngan_judge_create(j, &cc, ck);
     }
-    if (status != RP_OK && config && !strstr(rp_last_error(), dir))
-        status = RP_ERROR(status, "the judge %s: %s", dir, rp_last_error());
+    if (status != RP_OK && config && !strstr(rp_last_error(), dir)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", rp_last_error()); /* RP_ERROR overwrites it */
+        status = RP_ERROR(status, "the judge %s: %s", dir, why);
+    }
     rp_checkpoint_destroy(ck);
     return status;
 }

@@ -189,9 +189,9 @@ rp_status rp_sngan_judge_create(rp_sngan_judge **out, const rp_classifier_config
     RP_TRY(rp_classifier_net_create(&j->net, cc, j->h, j->w, j->c, j->classes, NULL));
     RP_TRY(rp_checkpoint_read_params(ck, rp_classifier_net_params(&j->net), "param/"));
     rp_params *p = rp_classifier_net_params(&j->net);
-    j->dim = rp_params_find(p, "fc.w") ? rp_params_find(p, "fc.w")->shape[1] : 0;
+    j->dim = rp_params_find(p, "fc.weight") ? rp_params_find(p, "fc.weight")->shape[1] : 0;
     if (j->dim <= 0) {
-        status = RP_ERROR(RP_ERR_FORMAT, "the judge's ResNet has no fc.w head");
+        status = RP_ERROR(RP_ERR_FORMAT, "the judge's ResNet has no fc.weight head");
         goto cleanup;
     }
     rp_params_set_frozen(p, true);
