@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RTOL 5e-3
+#define RTOL  5e-3
 #define FLOOR 1e-3
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -50,7 +50,8 @@ static double top_singular(const float *w, int rows, int cols)
     assert_non_null(a);
     assert_non_null(s);
     assert_non_null(superb);
-    for (int64_t i = 0; i < (int64_t)rows * cols; i++) a[i] = w[i];
+    for (int64_t i = 0; i < (int64_t)rows * cols; i++)
+        a[i] = w[i];
     lapack_int info = LAPACKE_dgesvd(LAPACK_ROW_MAJOR, 'N', 'N', rows, cols, a, cols, s, NULL, 1,
                                      NULL, 1, superb);
     assert_int_equal(info, 0);
@@ -65,7 +66,8 @@ static double top_singular(const float *w, int rows, int cols)
 static void projection(float *r, int64_t n)
 {
     tu_fill(r, n, 4242, -1.0f, 1.0f);
-    for (int64_t i = 0; i < n; i++) r[i] = r[i] < 0 ? r[i] - 0.5f : r[i] + 0.5f;
+    for (int64_t i = 0; i < n; i++)
+        r[i] = r[i] < 0 ? r[i] - 0.5f : r[i] + 0.5f;
 }
 
 /* A forward under test: builds the output from the case's inputs on t. */
@@ -82,7 +84,8 @@ static double projected_loss(rp_tape *t, fwd_fn f, void *ctx)
     assert_non_null(r);
     projection(r, y->numel);
     double s = 0;
-    for (int64_t i = 0; i < y->numel; i++) s += (double)y->data[i] * r[i];
+    for (int64_t i = 0; i < y->numel; i++)
+        s += (double)y->data[i] * r[i];
     free(r);
     rp_tape_set_recording(t, true);
     return s;
@@ -181,17 +184,20 @@ static void check_sigma(rp_tape *t, rp_tensor *w, rp_tensor *u, const char *what
     double ref = top_singular(w->data, rows, cols);
     float sigma = converge(t, w, u, 200);
     double rel = fabs((double)sigma - ref) / ref;
-    if (!(rel < 1e-4)) fail_msg("%s: sigma %.8g, SVD %.8g (relative %.3g)", what, (double)sigma, ref, rel);
+    if (!(rel < 1e-4))
+        fail_msg("%s: sigma %.8g, SVD %.8g (relative %.3g)", what, (double)sigma, ref, rel);
     /* one more evaluation forward: the same sigma, and W/sigma has spectral norm 1 */
     float again = 0;
     rp_tensor *wn = rp_spectral_normalize(t, w, u, false, &again);
     assert_non_null(wn);
     assert_true(fabs((double)again - ref) / ref < 1e-4);
     double top = top_singular(wn->data, rows, cols);
-    if (!(fabs(top - 1.0) < 1e-4)) fail_msg("%s: normalised weight has spectral norm %.8g", what, top);
+    if (!(fabs(top - 1.0) < 1e-4))
+        fail_msg("%s: normalised weight has spectral norm %.8g", what, top);
     /* and it is W / sigma, element by element */
     for (int64_t i = 0; i < w->numel; i++)
-        assert_true(fabs((double)wn->data[i] - (double)w->data[i] / again) <= 1e-6 * fabs((double)w->data[i] / again) + 1e-12);
+        assert_true(fabs((double)wn->data[i] - (double)w->data[i] / again) <=
+                    1e-6 * fabs((double)w->data[i] / again) + 1e-12);
 }
 
 static void test_sigma_matches_svd(void **unused)
@@ -253,8 +259,12 @@ static void test_u_update_and_eval(void **unused)
         /* evaluation: the output, u bitwise unchanged */
         rp_tape_reset(t);
         rp_tensor *y_eval = NULL, *x = NULL;
-        if (k == 0) y_eval = rp_sn_linear_layer_forward(t, &l, x = rp_tensor_from(t, 2, (int[]){2, 6}, xd), false);
-        if (k == 1) y_eval = rp_sn_conv2d_layer_forward(t, &c, x = rp_tensor_from(t, 4, (int[]){1, 4, 4, 2}, xc), false);
+        if (k == 0)
+            y_eval = rp_sn_linear_layer_forward(t, &l, x = rp_tensor_from(t, 2, (int[]){2, 6}, xd),
+                                                false);
+        if (k == 1)
+            y_eval = rp_sn_conv2d_layer_forward(
+                t, &c, x = rp_tensor_from(t, 4, (int[]){1, 4, 4, 2}, xc), false);
         if (k == 2) y_eval = rp_sn_embedding_layer_forward(t, &e, labels, 3, false);
         assert_non_null(y_eval);
         assert_memory_equal(u->data, u0, (size_t)u->numel * sizeof(float));
@@ -263,8 +273,12 @@ static void test_u_update_and_eval(void **unused)
         /* training: the same output (the same iteration from the same u), and u moves */
         rp_tape_reset(t);
         rp_tensor *y_train = NULL;
-        if (k == 0) y_train = rp_sn_linear_layer_forward(t, &l, rp_tensor_from(t, 2, (int[]){2, 6}, xd), true);
-        if (k == 1) y_train = rp_sn_conv2d_layer_forward(t, &c, rp_tensor_from(t, 4, (int[]){1, 4, 4, 2}, xc), true);
+        if (k == 0)
+            y_train =
+                rp_sn_linear_layer_forward(t, &l, rp_tensor_from(t, 2, (int[]){2, 6}, xd), true);
+        if (k == 1)
+            y_train = rp_sn_conv2d_layer_forward(
+                t, &c, rp_tensor_from(t, 4, (int[]){1, 4, 4, 2}, xc), true);
         if (k == 2) y_train = rp_sn_embedding_layer_forward(t, &e, labels, 3, true);
         assert_non_null(y_train);
         assert_memory_equal(y_train->data, ye, (size_t)ny * sizeof(float));
@@ -278,7 +292,8 @@ static void test_u_update_and_eval(void **unused)
         assert_memory_equal(u->data, u1, (size_t)u->numel * sizeof(float));
         /* u' is a unit vector */
         double norm = 0;
-        for (int64_t i = 0; i < u->numel; i++) norm += (double)u->data[i] * u->data[i];
+        for (int64_t i = 0; i < u->numel; i++)
+            norm += (double)u->data[i] * u->data[i];
         assert_true(fabs(sqrt(norm) - 1.0) < 1e-6);
         free(u0);
         free(u1);
@@ -334,11 +349,11 @@ typedef struct sn_case {
     rp_sn_linear_layer lin;
     rp_sn_conv2d_layer conv;
     rp_sn_embedding_layer emb;
-    int kind;              /* 0 linear, 1 conv, 2 embedding */
-    bool op_only;          /* y = W / sigma(W) itself, not the layer's output */
-    float *x;              /* the input's values (linear, conv) */
+    int kind;     /* 0 linear, 1 conv, 2 embedding */
+    bool op_only; /* y = W / sigma(W) itself, not the layer's output */
+    float *x;     /* the input's values (linear, conv) */
     int xdim, xshape[4];
-    rp_tensor *xt;         /* the input tensor of the last forward */
+    rp_tensor *xt; /* the input tensor of the last forward */
     int32_t labels[4];
 } sn_case;
 
@@ -362,7 +377,8 @@ static rp_tensor *sn_forward(rp_tape *t, void *ctx)
     return rp_sn_conv2d_layer_forward(t, &c->conv, c->xt, false);
 }
 
-static void check_param_grad(rp_tape *t, rp_params *p, sn_case *c, rp_tensor *param, const char *what)
+static void check_param_grad(rp_tape *t, rp_params *p, sn_case *c, rp_tensor *param,
+                             const char *what)
 {
     rp_params_zero_grad(p);
     analytic_pass(t, sn_forward, c);
@@ -383,7 +399,8 @@ static void run_sn_grad_case(int kind)
         c.xdim = 2;
         memcpy(c.xshape, (int[]){3, 7, 1, 1}, sizeof c.xshape);
     } else if (kind == 1) {
-        assert_int_equal(rp_sn_conv2d_layer_init(&c.conv, p, "conv", 3, 4, 3, 1, 1, true, 1.0f), RP_OK);
+        assert_int_equal(rp_sn_conv2d_layer_init(&c.conv, p, "conv", 3, 4, 3, 1, 1, true, 1.0f),
+                         RP_OK);
         c.xdim = 4;
         memcpy(c.xshape, (int[]){2, 4, 4, 3}, sizeof c.xshape);
     } else {
@@ -437,7 +454,8 @@ static void run_sn_grad_case(int kind)
     rp_tape_reset(t);
     assert_non_null(rp_spectral_normalize(t, w, sn_u(&c), false, &sigma));
     double worst = 0;
-    for (int64_t i = 0; i < w->numel; i++) worst = fmax(worst, fabs(w->grad[i] - r[i] / sigma));
+    for (int64_t i = 0; i < w->numel; i++)
+        worst = fmax(worst, fabs(w->grad[i] - r[i] / sigma));
     assert_true(worst > 1e-2);
     free(r);
     free(c.x);
@@ -477,19 +495,24 @@ static void test_glorot_gain_and_init_with(void **unused)
     for (int k = 0; k < 2; k++) {
         char name[16];
         snprintf(name, sizeof name, "w%d", k);
-        w[k] = rp_params_add(p, name, 2, (int[]){fan_out, fan_in}, (rp_init){kinds[k], 1.0f, fan_in, fan_out}, true);
-        w[2 + k] = rp_params_add(p2, name, 2, (int[]){fan_out, fan_in}, (rp_init){kinds[k], 2.0f, fan_in, fan_out}, true);
-        assert_non_null(rp_params_add(p0, name, 2, (int[]){fan_out, fan_in}, (rp_init){kinds[k], 0.0f, fan_in, fan_out}, true));
+        w[k] = rp_params_add(p, name, 2, (int[]){fan_out, fan_in},
+                             (rp_init){kinds[k], 1.0f, fan_in, fan_out}, true);
+        w[2 + k] = rp_params_add(p2, name, 2, (int[]){fan_out, fan_in},
+                                 (rp_init){kinds[k], 2.0f, fan_in, fan_out}, true);
+        assert_non_null(rp_params_add(p0, name, 2, (int[]){fan_out, fan_in},
+                                      (rp_init){kinds[k], 0.0f, fan_in, fan_out}, true));
     }
     assert_int_equal(rp_params_finalize(p, 5), RP_OK);
     assert_int_equal(rp_params_finalize(p2, 5), RP_OK);
     assert_int_equal(rp_params_finalize(p0, 5), RP_OK);
     int64_t n = (int64_t)fan_in * fan_out;
     /* gain 0 is gain 1: every existing caller keeps its values bitwise */
-    assert_memory_equal(rp_params_data(p0), rp_params_data(p), (size_t)rp_params_numel(p) * sizeof(float));
+    assert_memory_equal(rp_params_data(p0), rp_params_data(p),
+                        (size_t)rp_params_numel(p) * sizeof(float));
     for (int k = 0; k < 2; k++) {
         for (int64_t i = 0; i < n; i++)
-            assert_true(fabsf(w[2 + k]->data[i] - 2.0f * w[k]->data[i]) <= 1e-6f * fabsf(w[k]->data[i]));
+            assert_true(fabsf(w[2 + k]->data[i] - 2.0f * w[k]->data[i]) <=
+                        1e-6f * fabsf(w[k]->data[i]));
     }
     /* uniform: within the bound, reaching near it; normal: the std */
     double b = sqrt(6.0 / (fan_in + fan_out)), maxabs = 0, ss = 0;
@@ -511,13 +534,19 @@ static void test_glorot_gain_and_init_with(void **unused)
     assert_int_equal(rp_linear_layer_init(&la, a, "fc", 9, 5, true, true), RP_OK);
     assert_int_equal(rp_linear_layer_init(&la2, a, "fc2", 9, 5, false, false), RP_OK);
     assert_int_equal(rp_conv2d_layer_init(&ca, a, "cv", 3, 4, 3, 2, 1, true), RP_OK);
-    assert_int_equal(rp_linear_layer_init_with(&lb, bp, "fc", 9, 5, true, RP_INIT_HE_NORMAL, 0.0f), RP_OK);
-    assert_int_equal(rp_linear_layer_init_with(&lb2, bp, "fc2", 9, 5, false, RP_INIT_GLOROT_UNIFORM, 0.0f), RP_OK);
-    assert_int_equal(rp_conv2d_layer_init_with(&cb, bp, "cv", 3, 4, 3, 2, 1, true, RP_INIT_HE_NORMAL, 0.0f), RP_OK);
+    assert_int_equal(rp_linear_layer_init_with(&lb, bp, "fc", 9, 5, true, RP_INIT_HE_NORMAL, 0.0f),
+                     RP_OK);
+    assert_int_equal(
+        rp_linear_layer_init_with(&lb2, bp, "fc2", 9, 5, false, RP_INIT_GLOROT_UNIFORM, 0.0f),
+        RP_OK);
+    assert_int_equal(
+        rp_conv2d_layer_init_with(&cb, bp, "cv", 3, 4, 3, 2, 1, true, RP_INIT_HE_NORMAL, 0.0f),
+        RP_OK);
     assert_int_equal(rp_params_finalize(a, 9), RP_OK);
     assert_int_equal(rp_params_finalize(bp, 9), RP_OK);
     assert_int_equal(rp_params_numel(a), rp_params_numel(bp));
-    assert_memory_equal(rp_params_data(a), rp_params_data(bp), (size_t)rp_params_numel(a) * sizeof(float));
+    assert_memory_equal(rp_params_data(a), rp_params_data(bp),
+                        (size_t)rp_params_numel(a) * sizeof(float));
     assert_int_equal(cb.p.stride, 2);
     assert_int_equal(cb.p.pad, 1);
     assert_null(lb2.b);
@@ -528,24 +557,33 @@ static void test_glorot_gain_and_init_with(void **unused)
     rp_params *c = new_params();
     rp_conv2d_layer cg;
     rp_linear_layer lg;
-    assert_int_equal(rp_conv2d_layer_init_with(&cg, c, "cg", 16, 32, 3, 1, 1, false, RP_INIT_GLOROT_UNIFORM, 1.5f), RP_OK);
-    assert_int_equal(rp_linear_layer_init_with(&lg, c, "lg", 50, 70, false, RP_INIT_UNIFORM, 0.25f), RP_OK);
+    assert_int_equal(rp_conv2d_layer_init_with(&cg, c, "cg", 16, 32, 3, 1, 1, false,
+                                               RP_INIT_GLOROT_UNIFORM, 1.5f),
+                     RP_OK);
+    assert_int_equal(rp_linear_layer_init_with(&lg, c, "lg", 50, 70, false, RP_INIT_UNIFORM, 0.25f),
+                     RP_OK);
     assert_int_equal(rp_params_finalize(c, 2), RP_OK);
     double bound = 1.5 * sqrt(6.0 / (9.0 * (16 + 32)));
     maxabs = 0;
-    for (int64_t i = 0; i < cg.w->numel; i++) maxabs = fmax(maxabs, fabs((double)cg.w->data[i]));
+    for (int64_t i = 0; i < cg.w->numel; i++)
+        maxabs = fmax(maxabs, fabs((double)cg.w->data[i]));
     assert_true(maxabs <= bound * (1 + 1e-6) && maxabs > bound * 0.99);
     maxabs = 0;
-    for (int64_t i = 0; i < lg.w->numel; i++) maxabs = fmax(maxabs, fabs((double)lg.w->data[i]));
+    for (int64_t i = 0; i < lg.w->numel; i++)
+        maxabs = fmax(maxabs, fabs((double)lg.w->data[i]));
     assert_true(maxabs <= 0.25 * (1 + 1e-6) && maxabs > 0.25 * 0.99);
     /* errors */
     rp_linear_layer bad;
-    assert_int_equal(rp_linear_layer_init_with(&bad, c, "bad", 3, 3, false, (rp_init_kind)42, 1.0f), RP_ERR_INVALID);
+    assert_int_equal(rp_linear_layer_init_with(&bad, c, "bad", 3, 3, false, (rp_init_kind)42, 1.0f),
+                     RP_ERR_INVALID);
     tu_assert_error_contains("42");
-    assert_int_equal(rp_linear_layer_init_with(&bad, c, "bad", 3, 3, false, RP_INIT_GLOROT_UNIFORM, NAN), RP_ERR_INVALID);
+    assert_int_equal(
+        rp_linear_layer_init_with(&bad, c, "bad", 3, 3, false, RP_INIT_GLOROT_UNIFORM, NAN),
+        RP_ERR_INVALID);
     tu_assert_error_contains("gain");
     rp_sn_linear_layer sbad;
-    assert_int_equal(rp_sn_linear_layer_init(&sbad, c, "sbad", 3, 3, false, INFINITY), RP_ERR_INVALID);
+    assert_int_equal(rp_sn_linear_layer_init(&sbad, c, "sbad", 3, 3, false, INFINITY),
+                     RP_ERR_INVALID);
     rp_params_destroy(c);
 }
 
@@ -584,7 +622,8 @@ static rp_status sn_train_step(rp_replica *rep, void *arg)
     /* each replica its own shard */
     tu_fill(x, 24, 1000 + 10 * (uint64_t)j->step + (uint64_t)id, -1, 1);
     tu_fill(target, 12, 2000 + 10 * (uint64_t)j->step + (uint64_t)id, -1, 1);
-    rp_tensor *h = rp_relu(t, rp_sn_linear_layer_forward(t, &j->l1[id], rp_tensor_from(t, 2, (int[]){4, 6}, x), true));
+    rp_tensor *h = rp_relu(
+        t, rp_sn_linear_layer_forward(t, &j->l1[id], rp_tensor_from(t, 2, (int[]){4, 6}, x), true));
     rp_tensor *y = rp_sn_linear_layer_forward(t, &j->l2[id], h, true);
     rp_tensor *loss = rp_mse(t, y, rp_tensor_from(t, 2, (int[]){4, 3}, target));
     if (!loss) return rp_last_status();
@@ -633,14 +672,17 @@ static void test_sn_replicas_agree(void **unused)
     int64_t n = rp_params_numel(j.params[0]);
     float *start = copy_of(rp_params_data(j.params[0]), n);
     float *u1_start = copy_of(j.l1[0].u->data, j.l1[0].u->numel);
-    for (j.step = 0; j.step < 3; j.step++) run_ok(r, sn_train_step, &j);
+    for (j.step = 0; j.step < 3; j.step++)
+        run_ok(r, sn_train_step, &j);
     /* bitwise: every value and buffer, u included */
     assert_int_equal(rp_params_numel(j.params[1]), n);
-    assert_memory_equal(rp_params_data(j.params[0]), rp_params_data(j.params[1]), (size_t)n * sizeof(float));
+    assert_memory_equal(rp_params_data(j.params[0]), rp_params_data(j.params[1]),
+                        (size_t)n * sizeof(float));
     assert_memory_equal(j.l1[0].u->data, j.l1[1].u->data, (size_t)j.l1[0].u->numel * sizeof(float));
     assert_memory_equal(j.l2[0].u->data, j.l2[1].u->data, (size_t)j.l2[0].u->numel * sizeof(float));
     /* and the test saw something happen: weights trained, u moved */
-    assert_memory_not_equal(j.l1[0].lin.w->data, start + rp_params_offset(j.params[0], j.l1[0].lin.w->index),
+    assert_memory_not_equal(j.l1[0].lin.w->data,
+                            start + rp_params_offset(j.params[0], j.l1[0].lin.w->index),
                             (size_t)j.l1[0].lin.w->numel * sizeof(float));
     assert_memory_not_equal(j.l1[0].u->data, u1_start, (size_t)j.l1[0].u->numel * sizeof(float));
     free(start);
@@ -703,14 +745,17 @@ static void test_cbn_values_and_grad(void **unused)
     assert_non_null(y);
     for (int j = 0; j < ch; j++) {
         double s = 0, ss = 0;
-        for (int64_t i = 0; i < m; i++) s += c.x[i * ch + j];
+        for (int64_t i = 0; i < m; i++)
+            s += c.x[i * ch + j];
         double mu = s / (double)m;
-        for (int64_t i = 0; i < m; i++) ss += (c.x[i * ch + j] - mu) * (c.x[i * ch + j] - mu);
+        for (int64_t i = 0; i < m; i++)
+            ss += (c.x[i * ch + j] - mu) * (c.x[i * ch + j] - mu);
         double var = ss / (double)m;
         for (int64_t i = 0; i < m; i++) {
             int lab = labels[i / (h * w)];
-            double want = (c.x[i * ch + j] - mu) / sqrt(var + 1e-5) * c.l.gamma->data[lab * ch + j] +
-                          c.l.beta->data[lab * ch + j];
+            double want =
+                (c.x[i * ch + j] - mu) / sqrt(var + 1e-5) * c.l.gamma->data[lab * ch + j] +
+                c.l.beta->data[lab * ch + j];
             assert_true(fabs(y->data[i * ch + j] - want) < 1e-5);
         }
         /* running statistics moved from (0, 1) by momentum 0.1, unbiased variance */
@@ -726,7 +771,8 @@ static void test_cbn_values_and_grad(void **unused)
         int lab = labels[i / (h * w)];
         for (int j = 0; j < ch; j++) {
             double want = (c.x[i * ch + j] - c.l.running_mean->data[j]) /
-                              sqrt((double)c.l.running_var->data[j] + 1e-5) * c.l.gamma->data[lab * ch + j] +
+                              sqrt((double)c.l.running_var->data[j] + 1e-5) *
+                              c.l.gamma->data[lab * ch + j] +
                           c.l.beta->data[lab * ch + j];
             assert_true(fabs(y->data[i * ch + j] - want) < 1e-5);
         }
@@ -775,11 +821,11 @@ static void test_cbn_values_and_grad(void **unused)
 }
 
 /* N = 2 replicas x B/2 against 1 x B: outputs, gradients and running statistics. */
-#define CBN_B 6
-#define CBN_H 2
-#define CBN_W 2
-#define CBN_C 3
-#define CBN_K 4
+#define CBN_B   6
+#define CBN_H   2
+#define CBN_W   2
+#define CBN_C   3
+#define CBN_K   4
 #define CBN_ROW (CBN_H * CBN_W * CBN_C)
 
 typedef struct cbn_job {
@@ -882,7 +928,8 @@ static void test_cbn_cross_replica(void **unused)
     }
     /* not trivially so: replica 0's own half has another mean */
     float half_mean = 0;
-    for (int i = 0; i < CBN_B / 2 * CBN_H * CBN_W; i++) half_mean += two.x[i * CBN_C];
+    for (int i = 0; i < CBN_B / 2 * CBN_H * CBN_W; i++)
+        half_mean += two.x[i * CBN_C];
     half_mean /= (float)(CBN_B / 2 * CBN_H * CBN_W);
     assert_true(fabsf(0.1f * half_mean - two.rmean[0][0]) > 1e-3f);
 }
@@ -903,12 +950,15 @@ static void test_hinge_losses(void **unused)
         rp_tensor *ld = rp_hinge_loss_d(t, dr, df);
         assert_non_null(ld);
         assert_int_equal(ld->numel, 1);
-        /* relu(1 - [0.5, 2, -1]) = [0.5, 0, 2]: mean 5/6; relu(1 + [-2, 0.3]) = [0, 1.3]: mean 0.65 */
+        /* relu(1 - [0.5, 2, -1]) = [0.5, 0, 2]: mean 5/6; relu(1 + [-2, 0.3]) = [0, 1.3]: mean 0.65
+         */
         assert_true(fabs(rp_item(ld) - (5.0 / 6.0 + 0.65)) < 1e-6);
         assert_int_equal(rp_backward(t, ld), RP_OK);
         float want_r[3] = {-1.0f / 3, 0, -1.0f / 3}, want_f[2] = {0, 0.5f};
-        for (int i = 0; i < 3; i++) assert_true(fabsf(dr->grad[i] - want_r[i]) < 1e-7f);
-        for (int i = 0; i < 2; i++) assert_true(fabsf(df->grad[i] - want_f[i]) < 1e-7f);
+        for (int i = 0; i < 3; i++)
+            assert_true(fabsf(dr->grad[i] - want_r[i]) < 1e-7f);
+        for (int i = 0; i < 2; i++)
+            assert_true(fabsf(df->grad[i] - want_f[i]) < 1e-7f);
 
         rp_tape_reset(t);
         df = rp_tensor_from(t, shaped ? 2 : 1, fshape, (float[]){-2.0f, 0.3f});
@@ -917,7 +967,8 @@ static void test_hinge_losses(void **unused)
         assert_non_null(lg);
         assert_true(fabs(rp_item(lg) - 0.85) < 1e-6);
         assert_int_equal(rp_backward(t, lg), RP_OK);
-        for (int i = 0; i < 2; i++) assert_true(fabsf(df->grad[i] + 0.5f) < 1e-7f);
+        for (int i = 0; i < 2; i++)
+            assert_true(fabsf(df->grad[i] + 0.5f) < 1e-7f);
     }
     assert_null(rp_hinge_loss_d(t, NULL, NULL));
     assert_null(rp_hinge_loss_g(t, NULL));
@@ -964,8 +1015,8 @@ typedef struct tr_job {
     int64_t steps_seen;
 } tr_job;
 
-static rp_status tr_build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
-                          void **state)
+static rp_status tr_build(rp_replica *rep, void *ctx, const rp_checkpoint *ck,
+                          const rp_trainer_at *at, void **state)
 {
     (void)rep;
     (void)ck;
@@ -1035,7 +1086,8 @@ static void test_trainer_linear_schedule(void **unused)
     if (st != RP_OK) fail_msg("run: %s", rp_last_error());
     assert_int_equal(rp_trainer_destroy(t), RP_OK);
     assert_int_equal(j.steps_seen, 10);
-    for (int s = 0; s < 10; s++) assert_true(fabs(j.lr[s] - 0.4 * (1 - s / 10.0)) < 1e-6);
+    for (int s = 0; s < 10; s++)
+        assert_true(fabs(j.lr[s] - 0.4 * (1 - s / 10.0)) < 1e-6);
 
     /* steps-only mode, with a warm-up: over cfg.steps */
     memset(&j, 0, sizeof j);
@@ -1050,7 +1102,8 @@ static void test_trainer_linear_schedule(void **unused)
     assert_int_equal(j.steps_seen, 8);
     assert_true(j.lr[0] == 0.0f);
     assert_true(fabs(j.lr[1] - 0.2) < 1e-6);
-    for (int s = 2; s < 8; s++) assert_true(fabs(j.lr[s] - 0.4 * (1 - s / 8.0)) < 1e-6);
+    for (int s = 2; s < 8; s++)
+        assert_true(fabs(j.lr[s] - 0.4 * (1 - s / 8.0)) < 1e-6);
 
     /* a kind the trainer does not take is refused, naming it */
     c = tr_config(dir);
