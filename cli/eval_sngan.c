@@ -18,8 +18,8 @@ static void usage(FILE *f)
             "replicator train resnet20 --image-size 32; default: the one the GAN trained with):\n"
             "class accuracy of N class-balanced samples (default 10000), the Frechet distance of\n"
             "their pooled features (and logits) to the test set's, and the IS analogue.\n"
-            "  --calibrate  also score real images: the test set, the train set, the test set\n"
-            "               blurred (3x3 box) and noised (std 0.1)\n");
+            "  --calibrate  also score N real images of each kind: the test set, the train set,\n"
+            "               the test set blurred (3x3 box) and noised (std 0.1)\n");
 }
 
 static void print_scores(const char *what, const rp_sngan_scores *s)
@@ -79,7 +79,7 @@ int sngan_eval_main(int argc, char **argv)
     print_scores("samples", &s);
     if (calibrate) {
         rp_sngan_calibration c;
-        RP_TRY(rp_sngan_judge_calibrate(j, tape, &c));
+        RP_TRY(rp_sngan_judge_calibrate(j, tape, samples, &c));
         print_scores("test set (reference)", &c.test);
         print_scores("train set", &c.train);
         print_scores("test set, blurred", &c.blurred);

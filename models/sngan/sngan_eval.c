@@ -121,15 +121,16 @@ rp_status rp_sngan_judge_add(const rp_sngan_judge *j, rp_tape *tape, const float
 /* A dataset's images (optionally blurred or noised) into a tally. */
 typedef enum { AS_IS, BLURRED, NOISED } distortion;
 
-static rp_status add_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_dataset *ds, distortion d,
-                             rp_sngan_tally *t)
+static rp_status add_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_dataset *ds, int64_t limit,
+                             distortion d, rp_sngan_tally *t)
 {
+    int64_t count = limit > 0 && limit < ds->n ? limit : ds->n;
     int64_t per = (int64_t)j->h * j->w * j->c;
     float *x = malloc((size_t)(CHUNK * per) * sizeof *x);
     if (!x) return RP_ERROR(RP_ERR_NOMEM, "the judge's calibration: %lld floats", (long long)(CHUNK * per));
     rp_status status = RP_OK;
-    for (int64_t s = 0; s < ds->n && status == RP_OK; s += CHUNK) {
-        int m = (int)(ds->n - s < CHUNK ? ds->n - s : CHUNK);
+    for (int64_t s = 0; s < count && status == RP_OK; s += CHUNK) {
+        int m = (int)(count - s < CHUNK ? count - s : CHUNK);
         const uint8_t *px = ds->pixels + s * per;
         for (int i = 0; i < m; i++)
             for (int y = 0; y < j->h; y++)
@@ -205,7 +206,7 @@ rp_status rp_sngan_judge_create(rp_sngan_judge **out, const rp_classifier_config
     }
     RP_TRY(rp_tape_create(&tape, 0));
     RP_TRY(rp_sngan_tally_init(&t, j));
-    RP_TRY(add_dataset(j, tape, j->test, AS_IS, &t));
+    RP_TRY(add_dataset(j, tape, j->test, 0, AS_IS, &t));
     RP_TRY(rp_gauss_sums_moments(&t.feat, j->mu_feat, j->cov_feat));
     RP_TRY(rp_gauss_sums_moments(&t.logit, j->mu_logit, j->cov_logit));
     *out = j;
@@ -284,24 +285,24 @@ cleanup:
     return status;
 }
 
-static rp_status score_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_dataset *ds, distortion d,
-                               rp_sngan_scores *s)
+static rp_status score_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_dataset *ds, int64_t n,
+                               distortion d, rp_sngan_scores *s)
 {
     rp_sngan_tally t;
     RP_CHECK(rp_sngan_tally_init(&t, j));
-    rp_status status = add_dataset(j, tape, ds, d, &t);
+    rp_status status = add_dataset(j, tape, ds, n, d, &t);
     if (status == RP_OK) status = rp_sngan_judge_scores(j, &t, s);
     rp_sngan_tally_free(&t);
     return status;
 }
 
-rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, rp_sngan_calibration *c)
+rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, int64_t n, rp_sngan_calibration *c)
 {
     if (!j || !tape || !c) return RP_ERROR(RP_ERR_INVALID, "rp_sngan_judge_calibrate: NULL argument");
-    RP_CHECK(score_dataset(j, tape, j->test, AS_IS, &c->test));
-    RP_CHECK(score_dataset(j, tape, j->train, AS_IS, &c->train));
-    RP_CHECK(score_dataset(j, tape, j->test, BLURRED, &c->blurred));
-    return score_dataset(j, tape, j->test, NOISED, &c->noised);
+    RP_CHECK(score_dataset(j, tape, j->test, n, AS_IS, &c->test));
+    RP_CHECK(score_dataset(j, tape, j->train, n, AS_IS, &c->train));
+    RP_CHECK(score_dataset(j, tape, j->test, n, BLURRED, &c->blurred));
+    return score_dataset(j, tape, j->test, n, NOISED, &c->noised);
 }
 
 void rp_sngan_eval_z(uint64_t seed, int64_t s, int z_dim, float *z)

@@ -84,12 +84,14 @@ rp_status rp_sngan_judge_scores(const rp_sngan_judge *j, const rp_sngan_tally *t
  * What the numbers mean: the scores of real images against the same test
  * statistics - the train split (near the floor), the test split blurred by
  * a 3x3 box filter, and with Gaussian noise (std 0.1 of the pixel range)
- * added. The test split itself scores FD 0 by construction.
+ * added. Each set is its first n images (0: as many as the test split
+ * holds), like a sample set of n; the whole test split scores FD 0 by
+ * construction, its first n near 0.
  */
 typedef struct rp_sngan_calibration {
     rp_sngan_scores test, train, blurred, noised;
 } rp_sngan_calibration;
-rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, rp_sngan_calibration *c);
+rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, int64_t n, rp_sngan_calibration *c);
 
 /*
  * Judges samples first, first+stride, ... (below `total`) of the
