@@ -446,6 +446,68 @@ static void test_replicas_match_one(void **unused)
     harness_free(&two);
 }
 
+/* ---- gradient accumulation -------------------------------------------------------------- */
+
+/* The discriminator's buffers (its u vectors) of a harness's replica 0. */
+static const float *u_of(harness *h, int64_t *n)
+{
+    rp_params *p = rp_sngan_state_discriminator_params(h->state[0]);
+    *n = rp_params_numel(p) - rp_params_trainable_numel(p);
+    return rp_params_data(p) + rp_params_trainable_numel(p);
+}
+
+/*
+ * accum 2 against accum 1, from the same initial networks: each phase takes one optimizer step, and
+ * the u vectors advance once per step (restored before the second micro-batch), so while the
+ * discriminator's weights are still the initial ones (the generator step, then the first
+ * discriminator step) its u vectors match the unaccumulated run's bitwise; without the restore they
+ * would take a second power iteration. The micro-batches' gradients add up to the scale of the
+ * one-batch gradient (each loss is scaled by 1/accum).
+ */
+static void test_accumulation(void **unused)
+{
+    rp_sngan_config c1 = tiny_config(), c2 = tiny_config();
+    c2.accum = 2;
+    harness a, b;
+    harness_init(&a, &c1, 1);
+    harness_init(&b, &c2, 1);
+    capture *ga, *gb;
+    {
+        rp_optimizer *od;
+        rp_sngan_state_optimizers(a.state[0], NULL, &od);
+        ga = capture_add(od);
+        rp_sngan_state_optimizers(b.state[0], NULL, &od);
+        gb = capture_add(od);
+    }
+    for (int phase = 0; phase <= c1.n_dis; phase++) {
+        set_at(&a, 0, c1.lr_g);
+        set_at(&b, 0, c2.lr_g);
+        a.d_index = b.d_index = phase - 1;
+        harness_run(&a, phase ? 3 : 2);
+        harness_run(&b, phase ? 3 : 2);
+        assert_true(isfinite(b.scalars[0][0]));
+        if (phase > 1) continue; /* the weights now differ, and so does u' */
+        int64_t na, nb;
+        const float *ua = u_of(&a, &na), *ub = u_of(&b, &nb);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ua, ub, (size_t)na * sizeof(float));
+    }
+    rp_optimizer *oa, *ob;
+    rp_sngan_state_optimizers(b.state[0], &oa, &ob);
+    assert_int_equal(rp_optimizer_steps(oa), 1);
+    assert_int_equal(rp_optimizer_steps(ob), c2.n_dis);
+    /* The last D step's gradient: the mean over micro-batches, the scale of the one-batch gradient. */
+    double na2 = 0, nb2 = 0;
+    for (int64_t i = 0; i < ga->n; i++) {
+        na2 += (double)ga->grad[i] * ga->grad[i];
+        nb2 += (double)gb->grad[i] * gb->grad[i];
+    }
+    print_message("|grad| accum 1 %.4g, accum 2 %.4g\n", sqrt(na2), sqrt(nb2));
+    assert_true(sqrt(nb2) > 0.5 * sqrt(na2) && sqrt(nb2) < 1.5 * sqrt(na2));
+    harness_free(&a);
+    harness_free(&b);
+}
+
 /* ---- the trainer: resume bit for bit, the sample grids --------------------------------------- */
 
 static unsigned char *read_all(const char *path, long *size)
@@ -630,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_phases_touch_only_their_network),
         cmocka_unit_test(test_short_run_losses_move),
         cmocka_unit_test(test_replicas_match_one),
+        cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_resume_bit_exact_and_samples),
         cmocka_unit_test(test_generator_and_bad_input),
     };
