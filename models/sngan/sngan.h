@@ -132,8 +132,8 @@ rp_status rp_sngan_set_run_dir(rp_sngan *g, const char *dir);
 /*
  * Fills the trainer fields the GAN needs: lr = cfg->lr_g (the schedule's
  * peak; the discriminator's rate is lr_d / lr_g times it), schedule
- * RP_SCHED_LINEAR, batch = g_batch (for the rate shown), rate unit "it"
- * ("iterations_per_s" in metrics.jsonl: one generator iteration per step),
+ * RP_SCHED_LINEAR, batch = 1 and rate unit "it/s" (the rate shown is
+ * generator iterations per second; "iterations_per_s" in metrics.jsonl),
  * shown_scalars "d_loss,g_loss". The caller sets steps, run_dir and the rest.
  */
 void rp_sngan_trainer_config_apply(const rp_sngan_config *cfg, rp_trainer_config *tc);
