@@ -667,8 +667,7 @@ static void test_resume_bit_exact_and_samples(void **unused)
     free(p2);
 }
 
-/* ---- the generator alone, and bad input -------------------------------------------------------
- */
+/* ---- the generator alone, and bad input --------------------------------------------------- */
 
 static void test_generator_and_bad_input(void **unused)
 {
