@@ -227,7 +227,8 @@ rp_tensor *rp_sn_embedding_layer_forward(rp_tape *t, const rp_sn_embedding_layer
  * Parameters "<name>.weight" (gamma) and "<name>.bias" (beta), buffers
  * "<name>.running_mean" and "<name>.running_var". p starts as
  * rp_bn_params_default(); set p.comm (not owned) after init for
- * cross-replica statistics. forward: x [N,H,W,C] (or [N,C]), labels [N],
+ * cross-replica statistics (p.relu is ignored: a ReLU belongs after the
+ * class scale and shift, apply rp_relu). forward: x [N,H,W,C] (or [N,C]), labels [N],
  * each in [0, classes) (RP_ERR_INVALID otherwise); training picks batch or
  * running statistics. Errors: as rp_batch_norm's, RP_ERR_INVALID at init
  * (c or classes < 1).

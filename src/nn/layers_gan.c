@@ -17,8 +17,8 @@ static rp_status gan_name(char *buf, const char *prefix, const char *leaf)
 {
     int n = snprintf(buf, RP_NAME_MAX, "%s.%s", prefix, leaf);
     if (n < 0 || n >= RP_NAME_MAX)
-        return RP_ERROR(RP_ERR_INVALID, "layer name \"%s.%s\" is longer than %d characters",
-                        prefix, leaf, RP_NAME_MAX - 1);
+        return RP_ERROR(RP_ERR_INVALID, "layer name \"%s.%s\" is longer than %d characters", prefix,
+                        leaf, RP_NAME_MAX - 1);
     return RP_OK;
 }
 
@@ -51,7 +51,8 @@ rp_status rp_sn_linear_layer_init(rp_sn_linear_layer *l, rp_params *p, const cha
                                   int out, bool bias, float gain)
 {
     if (!l) return RP_ERROR(RP_ERR_INVALID, "rp_sn_linear_layer_init: layer is NULL");
-    RP_CHECK(rp_linear_layer_init_with(&l->lin, p, name, in, out, bias, RP_INIT_GLOROT_UNIFORM, gain));
+    RP_CHECK(
+        rp_linear_layer_init_with(&l->lin, p, name, in, out, bias, RP_INIT_GLOROT_UNIFORM, gain));
     return add_u(&l->u, p, name, out);
 }
 
@@ -66,10 +67,12 @@ rp_status rp_sn_embedding_layer_init(rp_sn_embedding_layer *l, rp_params *p, con
                                      int classes, int dim, float gain)
 {
     if (!l || !p || !name || classes < 1 || dim < 1)
-        return RP_ERROR(RP_ERR_INVALID, "rp_sn_embedding_layer_init: bad arguments (classes %d, dim %d)",
-                        classes, dim);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_sn_embedding_layer_init: bad arguments (classes %d, dim %d)", classes,
+                        dim);
     if (!isfinite(gain))
-        return RP_ERROR(RP_ERR_INVALID, "rp_sn_embedding_layer_init: gain %g is not finite", (double)gain);
+        return RP_ERROR(RP_ERR_INVALID, "rp_sn_embedding_layer_init: gain %g is not finite",
+                        (double)gain);
     char full[RP_NAME_MAX];
     RP_CHECK(gan_name(full, name, "weight"));
     l->classes = classes;
@@ -91,15 +94,18 @@ rp_status rp_cond_batchnorm_layer_init(rp_cond_batchnorm_layer *l, rp_params *p,
                                        int c, int classes)
 {
     if (!l || !p || !name || c < 1 || classes < 1)
-        return RP_ERROR(RP_ERR_INVALID, "rp_cond_batchnorm_layer_init: bad arguments (c %d, classes %d)",
-                        c, classes);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_cond_batchnorm_layer_init: bad arguments (c %d, classes %d)", c,
+                        classes);
     char full[RP_NAME_MAX];
     l->c = c;
     l->classes = classes;
     l->p = rp_bn_params_default();
     const char *leaves[4] = {"weight", "bias", "running_mean", "running_var"};
-    rp_init inits[4] = {{RP_INIT_CONSTANT, 1, 0, 0}, {RP_INIT_ZEROS, 0, 0, 0},
-                        {RP_INIT_ZEROS, 0, 0, 0}, {RP_INIT_CONSTANT, 1, 0, 0}};
+    rp_init inits[4] = {{RP_INIT_CONSTANT, 1, 0, 0},
+                        {RP_INIT_ZEROS, 0, 0, 0},
+                        {RP_INIT_ZEROS, 0, 0, 0},
+                        {RP_INIT_CONSTANT, 1, 0, 0}};
     rp_tensor **slots[4] = {&l->gamma, &l->beta, &l->running_mean, &l->running_var};
     for (int i = 0; i < 4; i++) {
         RP_CHECK(gan_name(full, name, leaves[i]));
@@ -122,8 +128,10 @@ rp_tensor *rp_cond_batchnorm_layer_forward(rp_tape *t, const rp_cond_batchnorm_l
 {
     if (!x) return NULL;
     if ((x->ndim != 4 && x->ndim != 2) || x->shape[x->ndim - 1] != l->c) {
-        RP_ERROR(RP_ERR_SHAPE, "rp_cond_batchnorm_layer_forward: input has %d dims and %d channels; "
-                 "need [N,H,W,%d] or [N,%d]", x->ndim, x->shape[x->ndim ? x->ndim - 1 : 0], l->c, l->c);
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_cond_batchnorm_layer_forward: input has %d dims and %d channels; "
+                 "need [N,H,W,%d] or [N,%d]",
+                 x->ndim, x->shape[x->ndim ? x->ndim - 1 : 0], l->c, l->c);
         return NULL;
     }
     if (!labels) {
@@ -133,8 +141,9 @@ rp_tensor *rp_cond_batchnorm_layer_forward(rp_tape *t, const rp_cond_batchnorm_l
     int n = x->shape[0], c = l->c;
     for (int i = 0; i < n; i++) {
         if (labels[i] < 0 || labels[i] >= l->classes) {
-            RP_ERROR(RP_ERR_INVALID, "rp_cond_batchnorm_layer_forward: label %d is %d, outside [0, %d)",
-                     i, (int)labels[i], l->classes);
+            RP_ERROR(RP_ERR_INVALID,
+                     "rp_cond_batchnorm_layer_forward: label %d is %d, outside [0, %d)", i,
+                     (int)labels[i], l->classes);
             return NULL;
         }
     }

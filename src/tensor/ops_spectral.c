@@ -19,12 +19,15 @@
 static void normalise(double *x, int64_t n)
 {
     double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
     double s = 1.0 / (sqrt(ss) + SN_EPS);
-    for (int64_t i = 0; i < n; i++) x[i] *= s;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
 }
 
-rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool update_u, float *sigma_out)
+rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool update_u,
+                                 float *sigma_out)
 {
     TAPE_PROPAGATE_NULL(w);
     TAPE_PROPAGATE_NULL(u);
@@ -36,9 +39,10 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
     }
     int64_t rows = w->shape[0], cols = w->numel / rows;
     if (u->numel != rows) {
-        RP_ERROR(RP_ERR_SHAPE, "rp_spectral_normalize: u %s has %lld elements; weight %s needs %lld (its rows)",
-                 rp_shape_str(u, su, sizeof su), (long long)u->numel, rp_shape_str(w, sw, sizeof sw),
-                 (long long)rows);
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_spectral_normalize: u %s has %lld elements; weight %s needs %lld (its rows)",
+                 rp_shape_str(u, su, sizeof su), (long long)u->numel,
+                 rp_shape_str(w, sw, sizeof sw), (long long)rows);
         return NULL;
     }
     /* u' [rows] then v [cols]; kept for backward (arena, until the reset). */
@@ -53,7 +57,8 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
     for (int64_t i = 0; i < rows; i++) {
         double ui = u->data[i];
         const float *wr = W + i * cols;
-        for (int64_t j = 0; j < cols; j++) v[j] += ui * wr[j];
+        for (int64_t j = 0; j < cols; j++)
+            v[j] += ui * wr[j];
     }
     normalise(v, cols);
     /* u' = normalise(W v); sigma = u'^T W v = |Wv|^2 / (|Wv| + eps). */
@@ -61,23 +66,29 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
     for (int64_t i = 0; i < rows; i++) {
         const float *wr = W + i * cols;
         double acc = 0;
-        for (int64_t j = 0; j < cols; j++) acc += wr[j] * v[j];
+        for (int64_t j = 0; j < cols; j++)
+            acc += wr[j] * v[j];
         un[i] = acc;
         ss += acc * acc;
     }
     double norm = sqrt(ss);
     double sigma = ss / (norm + SN_EPS);
     if (!isfinite(sigma) || !(sigma > 0)) {
-        RP_ERROR(RP_ERR_NUMERIC, "rp_spectral_normalize: sigma of weight %s (\"%s\") is %g; the weight is zero "
-                 "or not finite", rp_shape_str(w, sw, sizeof sw), w->name, sigma);
+        RP_ERROR(RP_ERR_NUMERIC,
+                 "rp_spectral_normalize: sigma of weight %s (\"%s\") is %g; the weight is zero "
+                 "or not finite",
+                 rp_shape_str(w, sw, sizeof sw), w->name, sigma);
         return NULL;
     }
     double s = 1.0 / (norm + SN_EPS);
-    for (int64_t i = 0; i < rows; i++) un[i] *= s;
+    for (int64_t i = 0; i < rows; i++)
+        un[i] *= s;
 
-    for (int64_t k = 0; k < w->numel; k++) y->data[k] = (float)((double)W[k] / sigma);
+    for (int64_t k = 0; k < w->numel; k++)
+        y->data[k] = (float)((double)W[k] / sigma);
     if (update_u)
-        for (int64_t i = 0; i < rows; i++) u->data[i] = (float)un[i];
+        for (int64_t i = 0; i < rows; i++)
+            u->data[i] = (float)un[i];
     if (sigma_out) *sigma_out = (float)sigma;
 
     if (rp_tape_needs_grad(t, &w, 1)) {
