@@ -256,6 +256,93 @@ rp_tensor *rp_cond_batchnorm_layer_forward(rp_tape *t, const rp_cond_batchnorm_l
 rp_tensor *rp_hinge_loss_d(rp_tape *t, rp_tensor *d_real, rp_tensor *d_fake);
 rp_tensor *rp_hinge_loss_g(rp_tape *t, rp_tensor *d_fake);
 
+/* ---- statistics: Gaussian fits and the Fréchet distance (src/nn/frechet.c) ---- */
+
+/*
+ * Sums for fitting a Gaussian to feature vectors (FID's statistics), in
+ * double: n, the number of rows added; sum [d] = sum of x; outer [d, d] =
+ * sum of x x^T, row-major and always kept symmetric (both triangles). Sums
+ * from several replicas or batches merge by adding them: all-reduce n, sum
+ * and outer with RP_SUM (as RP_F64), or rp_gauss_sums_merge(). The struct's
+ * fields are public for that; change them only by adding another set's.
+ *
+ * Lifetime: rp_gauss_sums_init() allocates sum and outer, which belong to the
+ * struct until rp_gauss_sums_free(). Thread-safety: one thread at a time per
+ * struct; different structs are independent.
+ */
+typedef struct rp_gauss_sums {
+    int d;
+    double n;      /* rows added */
+    double *sum;   /* [d] */
+    double *outer; /* [d, d], symmetric */
+} rp_gauss_sums;
+
+/*
+ * Sets *s to empty sums (all zeros) of dimension d. Errors: RP_ERR_INVALID
+ * (s NULL, d < 1; *s is then zeroed), RP_ERR_NOMEM (d * d doubles do not fit).
+ */
+rp_status rp_gauss_sums_init(rp_gauss_sums *s, int d);
+
+/* Frees sum and outer and zeroes *s. NULL, a zeroed struct, or a second call: no-op. */
+void rp_gauss_sums_free(rp_gauss_sums *s);
+
+/*
+ * Adds `rows` rows of x [rows, d] (row-major float; only read). rows 0 adds
+ * nothing. The sum of each entry runs over the rows in order, so adding a set
+ * in pieces gives bitwise the same sums as adding it at once. Cost: about
+ * rows * d * d / 2 multiply-adds.
+ *
+ * Errors: RP_ERR_INVALID (s not initialised, x NULL with rows > 0, rows < 0),
+ * RP_ERR_NUMERIC (a NaN or infinity in x, naming the row and column; nothing
+ * is added then), RP_ERR_NOMEM.
+ */
+rp_status rp_gauss_sums_add(rp_gauss_sums *s, const float *x, int64_t rows);
+
+/*
+ * Adds the sums `from` into `into` (same d): what an all-reduce with RP_SUM
+ * does across replicas. Errors: RP_ERR_INVALID (NULL or uninitialised sums,
+ * different d).
+ */
+rp_status rp_gauss_sums_merge(rp_gauss_sums *into, const rp_gauss_sums *from);
+
+/*
+ * The fitted mean [d] = sum / n and covariance [d, d] = (outer - n mean
+ * mean^T) / (n - 1) (unbiased, as numpy.cov), row-major and symmetric, into
+ * caller-provided arrays; either may be NULL if not wanted. The one-pass
+ * formula loses relative precision in a variance when the mean is large
+ * against the spread (|mean| / std of 1e4 leaves about 8 digits); features
+ * such as a network's activations are far from that.
+ *
+ * Errors: RP_ERR_INVALID (s NULL or uninitialised, n < 2).
+ */
+rp_status rp_gauss_sums_moments(const rp_gauss_sums *s, double *mean, double *cov);
+
+/*
+ * The Fréchet distance between N(mu1, s1) and N(mu2, s2), the square of the
+ * 2-Wasserstein distance (FID when the inputs are Inception statistics):
+ *
+ *     |mu1 - mu2|^2 + Tr(s1) + Tr(s2) - 2 Tr((s1^{1/2} s2 s1^{1/2})^{1/2})
+ *
+ * mu [d], s [d, d] row-major, each read as symmetric (s + s^T) / 2; only
+ * read. The square roots come from LAPACK's symmetric eigensolver (dsyevd,
+ * through LAPACKE): s1 = V L V^T, A = L^{1/2} V^T, and the eigenvalues of
+ * A s2 A^T (similar to s1^{1/2} s2 s1^{1/2}). Eigenvalues at or below
+ * rounding's reach, d * DBL_EPSILON * max |eigenvalue| (negative ones
+ * included), are taken as 0, so singular covariances are fine: a zero
+ * computed as 1e-16 would otherwise add its root, 1e-8. The result is
+ * not clamped: for equal inputs it is 0 within rounding and may be a tiny
+ * negative number. Cost: two d x d eigendecompositions and 1.5 d^3
+ * multiply-adds (a few seconds at d = 2048); allocates 4 d x d doubles.
+ * LAPACK may use its own threads (OpenBLAS: OPENBLAS_NUM_THREADS).
+ *
+ * Errors: RP_ERR_INVALID (a NULL argument, d < 1), RP_ERR_NUMERIC (a NaN or
+ * infinity in an input, naming it and the index; LAPACK failing to converge),
+ * RP_ERR_NOMEM. On error *fd is left unchanged. Thread-safe: calls share no
+ * state (as far as the LAPACK underneath is).
+ */
+rp_status rp_frechet_distance(const double *mu1, const double *s1, const double *mu2,
+                              const double *s2, int d, double *fd);
+
 #ifdef __cplusplus
 }
 #endif
