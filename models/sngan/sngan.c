@@ -85,6 +85,11 @@ rp_status rp_sngan_create(rp_sngan **out, const rp_sngan_config *cfg)
     if (!g) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate an SN-GAN");
     g->cfg = *cfg;
     const char *dir = cfg->data_dir[0] ? cfg->data_dir : NULL;
+    if (!strcmp(name, "mnist") && !dir) {
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "mnist needs data_dir (the default directory holds Fashion-MNIST)");
+        goto cleanup;
+    }
     if (!strcmp(name, "cifar10") && !dir) {
         status =
             RP_ERROR(RP_ERR_INVALID, "cifar10 needs data_dir: the directory of data_batch_1.bin .. "
