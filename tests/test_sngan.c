@@ -27,7 +27,7 @@
 
 #include "models/sngan/sngan.h"
 
-#define IMAGES 256
+#define IMAGES  256
 #define CLASSES 10
 
 static char data_dir[512];
@@ -129,10 +129,14 @@ static rp_status harness_fn(rp_replica *rep, void *arg)
     const rp_trainer_model *m = rp_sngan_trainer_model();
     int id = rp_replica_id(rep);
     switch (h->phase) {
-    case 0: return m->build(rep, h->gan, NULL, NULL, &h->state[id]);
-    case 1: return m->train_step(rep, h->gan, h->state[id], &h->at, h->scalars[id]);
-    case 2: return rp_sngan_step_g(rep, h->gan, h->state[id], &h->at, h->scalars[id]);
-    case 3: return rp_sngan_step_d(rep, h->gan, h->state[id], &h->at, h->d_index, h->scalars[id]);
+    case 0:
+        return m->build(rep, h->gan, NULL, NULL, &h->state[id]);
+    case 1:
+        return m->train_step(rep, h->gan, h->state[id], &h->at, h->scalars[id]);
+    case 2:
+        return rp_sngan_step_g(rep, h->gan, h->state[id], &h->at, h->scalars[id]);
+    case 3:
+        return rp_sngan_step_d(rep, h->gan, h->state[id], &h->at, h->d_index, h->scalars[id]);
     default: {
         rp_status s = m->destroy(rep, h->gan, h->state[id]);
         h->state[id] = NULL;
@@ -175,7 +179,8 @@ static void set_at(harness *h, int64_t step, float lr)
     h->at = (rp_trainer_at){0, step, step, lr};
 }
 
-/* A copy of a parameter list's values (trainable then buffers) and gradients, and an optimizer's state. */
+/* A copy of a parameter list's values (trainable then buffers) and gradients, and an optimizer's
+ * state. */
 typedef struct snapshot {
     float *values, *grads, *state;
     int64_t numel, trainable, state_numel, steps;
@@ -274,24 +279,50 @@ static void test_phases_touch_only_their_network(void **unused)
     assert_true(dg.steps);
     drop(&g0);
     drop(&d0);
-    /* After either step every gradient is zero again (the optimizer cleared its own; the other had none). */
-    for (int64_t i = 0; i < rp_params_trainable_numel(pd); i++) assert_true(rp_params_grad(pd)[i] == 0.0f);
-    for (int64_t i = 0; i < rp_params_trainable_numel(pg); i++) assert_true(rp_params_grad(pg)[i] == 0.0f);
+    /* After either step every gradient is zero again (the optimizer cleared its own; the other had
+     * none). */
+    for (int64_t i = 0; i < rp_params_trainable_numel(pd); i++)
+        assert_true(rp_params_grad(pd)[i] == 0.0f);
+    for (int64_t i = 0; i < rp_params_trainable_numel(pg); i++)
+        assert_true(rp_params_grad(pg)[i] == 0.0f);
     harness_free(&h);
 }
 
 /* ---- a short run: each network learns against the other ---------------------------------- */
 
 typedef struct run_summary {
-    double d_first, d_late; /* d_loss: the first discriminator step's (before any update), the last 5 iterations' */
+    double d_first, d_late; /* d_loss: the first discriminator step's (before any update), the last
+                               5 iterations' */
     double g_first, g_late; /* g_loss likewise */
     double margin_late;     /* d_real - d_fake over the last 5 iterations */
 } run_summary;
+
+/* Whether the generator of h's replica 0 makes different images of classes 0 and 1 from one z. */
+static bool labels_matter(harness *h, const rp_sngan_config *c)
+{
+    rp_tape *t = NULL;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float *z = malloc(2 * (size_t)c->z_dim * sizeof(float)),
+          *img = malloc(2 * 32 * 32 * sizeof(float));
+    assert_true(z && img);
+    tu_fill(z, c->z_dim, 8, -1, 1);
+    memcpy(z + c->z_dim, z, (size_t)c->z_dim * sizeof(float));
+    assert_int_equal(
+        rp_sngan_generate(rp_sngan_state_generator(h->state[0]), t, z, (int32_t[]){0, 1}, 2, img),
+        RP_OK);
+    bool differ = memcmp(img, img + 32 * 32, 32 * 32 * sizeof(float)) != 0;
+    free(img);
+    free(z);
+    rp_tape_destroy(t);
+    return differ;
+}
 
 static run_summary short_run(const rp_sngan_config *c)
 {
     harness h;
     harness_init(&h, c, 1);
+    /* The conditional batch norms start the same for every class (gamma 1, beta 0)... */
+    assert_false(labels_matter(&h, c));
     enum { ITERS = 20, LATE = 5 };
     run_summary s = {0};
     for (int it = 0; it < ITERS; it++) {
@@ -308,13 +339,16 @@ static run_summary short_run(const rp_sngan_config *c)
             continue;
         }
         harness_run(&h, 1);
-        for (int k = 0; k < 4; k++) assert_true(isfinite(h.scalars[0][k]));
+        for (int k = 0; k < 4; k++)
+            assert_true(isfinite(h.scalars[0][k]));
         if (it >= ITERS - LATE) {
             s.d_late += h.scalars[0][0] / LATE;
             s.g_late += h.scalars[0][1] / LATE;
             s.margin_late += (h.scalars[0][2] - h.scalars[0][3]) / LATE;
         }
     }
+    /* ...and training makes them the classes' own. */
+    assert_true(labels_matter(&h, c));
     harness_free(&h);
     print_message("lr_d %g: d_loss %.4f -> %.4f, g_loss %.4f -> %.4f, d_real - d_fake -> %.4f\n",
                   (double)c->lr_d, s.d_first, s.d_late, s.g_first, s.g_late, s.margin_late);
@@ -344,7 +378,8 @@ static void test_short_run_losses_move(void **unused)
 
 /* ---- 2 replicas x B/2 = 1 replica x B ----------------------------------------------------- */
 
-/* The gradients an optimizer applied in its last step (all-reduced: the hook runs inside the runtime's). */
+/* The gradients an optimizer applied in its last step (all-reduced: the hook runs inside the
+ * runtime's). */
 typedef struct capture {
     rp_params *p;
     float *grad;
@@ -423,7 +458,9 @@ static void test_replicas_match_one(void **unused)
             }
             for (int r = 0; r < 2; r++) {
                 double d = grad_diff(cap[1 + r][net]->grad, cap[0][net]->grad, cap[0][net]->n);
-                if (d > 1e-5) print_error("iteration %d phase %d replica %d: gradients differ by %g\n", it, phase, r, d);
+                if (d > 1e-5)
+                    print_error("iteration %d phase %d replica %d: gradients differ by %g\n", it,
+                                phase, r, d);
                 assert_true(d <= 1e-5);
             }
         }
@@ -432,18 +469,84 @@ static void test_replicas_match_one(void **unused)
     for (int r = 0; r < 2; r++) {
         rp_params *b = rp_sngan_state_discriminator_params(two.state[r]);
         assert_int_equal(rp_params_numel(a), rp_params_numel(b));
-        tu_check_close(rp_params_data(b), rp_params_data(a), rp_params_numel(a), 1e-5, "discriminator");
+        tu_check_close(rp_params_data(b), rp_params_data(a), rp_params_numel(a), 1e-5,
+                       "discriminator");
     }
-    /* The replicas of the 2-replica run agree bitwise (the sync invariant), u and running statistics too. */
+    /* The replicas of the 2-replica run agree bitwise (the sync invariant), u and running
+     * statistics too. */
     for (int net = 0; net < 2; net++) {
         rp_params *p0 = net ? rp_sngan_state_discriminator_params(two.state[0])
                             : rp_sngan_generator_params(rp_sngan_state_generator(two.state[0]));
         rp_params *p1 = net ? rp_sngan_state_discriminator_params(two.state[1])
                             : rp_sngan_generator_params(rp_sngan_state_generator(two.state[1]));
-        assert_memory_equal(rp_params_data(p0), rp_params_data(p1), (size_t)rp_params_numel(p0) * sizeof(float));
+        assert_memory_equal(rp_params_data(p0), rp_params_data(p1),
+                            (size_t)rp_params_numel(p0) * sizeof(float));
     }
     harness_free(&one);
     harness_free(&two);
+}
+
+/* ---- gradient accumulation -------------------------------------------------------------- */
+
+/* The discriminator's buffers (its u vectors) of a harness's replica 0. */
+static const float *u_of(harness *h, int64_t *n)
+{
+    rp_params *p = rp_sngan_state_discriminator_params(h->state[0]);
+    *n = rp_params_numel(p) - rp_params_trainable_numel(p);
+    return rp_params_data(p) + rp_params_trainable_numel(p);
+}
+
+/*
+ * accum 2 against accum 1, from the same initial networks: each phase takes one optimizer step, and
+ * the u vectors advance once per step (restored before the second micro-batch), so while the
+ * discriminator's weights are still the initial ones (the generator step, then the first
+ * discriminator step) its u vectors match the unaccumulated run's bitwise; without the restore they
+ * would take a second power iteration. The micro-batches' gradients add up to the scale of the
+ * one-batch gradient (each loss is scaled by 1/accum).
+ */
+static void test_accumulation(void **unused)
+{
+    rp_sngan_config c1 = tiny_config(), c2 = tiny_config();
+    c2.accum = 2;
+    harness a, b;
+    harness_init(&a, &c1, 1);
+    harness_init(&b, &c2, 1);
+    capture *ga, *gb;
+    {
+        rp_optimizer *od;
+        rp_sngan_state_optimizers(a.state[0], NULL, &od);
+        ga = capture_add(od);
+        rp_sngan_state_optimizers(b.state[0], NULL, &od);
+        gb = capture_add(od);
+    }
+    for (int phase = 0; phase <= c1.n_dis; phase++) {
+        set_at(&a, 0, c1.lr_g);
+        set_at(&b, 0, c2.lr_g);
+        a.d_index = b.d_index = phase - 1;
+        harness_run(&a, phase ? 3 : 2);
+        harness_run(&b, phase ? 3 : 2);
+        assert_true(isfinite(b.scalars[0][0]));
+        if (phase > 1) continue; /* the weights now differ, and so does u' */
+        int64_t na, nb;
+        const float *ua = u_of(&a, &na), *ub = u_of(&b, &nb);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ua, ub, (size_t)na * sizeof(float));
+    }
+    rp_optimizer *oa, *ob;
+    rp_sngan_state_optimizers(b.state[0], &oa, &ob);
+    assert_int_equal(rp_optimizer_steps(oa), 1);
+    assert_int_equal(rp_optimizer_steps(ob), c2.n_dis);
+    /* The last D step's gradient: the mean over micro-batches, the scale of the one-batch gradient.
+     */
+    double na2 = 0, nb2 = 0;
+    for (int64_t i = 0; i < ga->n; i++) {
+        na2 += (double)ga->grad[i] * ga->grad[i];
+        nb2 += (double)gb->grad[i] * gb->grad[i];
+    }
+    print_message("|grad| accum 1 %.4g, accum 2 %.4g\n", sqrt(na2), sqrt(nb2));
+    assert_true(sqrt(nb2) > 0.5 * sqrt(na2) && sqrt(nb2) < 1.5 * sqrt(na2));
+    harness_free(&a);
+    harness_free(&b);
 }
 
 /* ---- the trainer: resume bit for bit, the sample grids --------------------------------------- */
@@ -464,9 +567,10 @@ static unsigned char *read_all(const char *path, long *size)
     return b;
 }
 
-/* Trains `steps` iterations of c on `replicas` in `dir` (stopping after max_steps if > 0, resuming from ck). */
-static void train(const rp_sngan_config *c, int replicas, const char *dir, int64_t steps, int64_t max_steps,
-                  const rp_checkpoint *ck)
+/* Trains `steps` iterations of c on `replicas` in `dir` (stopping after max_steps if > 0, resuming
+ * from ck). */
+static void train(const rp_sngan_config *c, int replicas, const char *dir, int64_t steps,
+                  int64_t max_steps, const rp_checkpoint *ck)
 {
     rp_sngan *gan = NULL;
     assert_int_equal(rp_sngan_create(&gan, c), RP_OK);
@@ -532,7 +636,8 @@ static void test_resume_bit_exact_and_samples(void **unused)
     free(b);
 
     /* The grids: one row per class, 10 columns, 2 pixels between and around the 32x32 tiles. */
-    const char *names[] = {"samples.png", "samples-000002.png", "samples-000004.png", "samples-000006.png"};
+    const char *names[] = {"samples.png", "samples-000002.png", "samples-000004.png",
+                           "samples-000006.png"};
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", full, names[i]);
         uint8_t *px = NULL;
@@ -562,7 +667,7 @@ static void test_resume_bit_exact_and_samples(void **unused)
     free(p2);
 }
 
-/* ---- the generator alone, and bad input ------------------------------------------------------- */
+/* ---- the generator alone, and bad input --------------------------------------------------- */
 
 static void test_generator_and_bad_input(void **unused)
 {
@@ -594,7 +699,8 @@ static void test_generator_and_bad_input(void **unused)
     tu_assert_error_contains("label 10");
     labels[1] = 9;
     assert_int_equal(rp_sngan_generate(g, t, z, labels, 2, img), RP_OK);
-    for (int i = 0; i < 2 * 32 * 32; i++) assert_true(img[i] >= -1 && img[i] <= 1);
+    for (int i = 0; i < 2 * 32 * 32; i++)
+        assert_true(img[i] >= -1 && img[i] <= 1);
     /* The same inputs, the same images (evaluation changes nothing). */
     float again[2 * 32 * 32];
     assert_int_equal(rp_sngan_generate(g, t, z, labels, 2, again), RP_OK);
@@ -630,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_phases_touch_only_their_network),
         cmocka_unit_test(test_short_run_losses_move),
         cmocka_unit_test(test_replicas_match_one),
+        cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_resume_bit_exact_and_samples),
         cmocka_unit_test(test_generator_and_bad_input),
     };

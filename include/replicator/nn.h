@@ -326,8 +326,10 @@ rp_status rp_gauss_sums_moments(const rp_gauss_sums *s, double *mean, double *co
  * mu [d], s [d, d] row-major, each read as symmetric (s + s^T) / 2; only
  * read. The square roots come from LAPACK's symmetric eigensolver (dsyevd,
  * through LAPACKE): s1 = V L V^T, A = L^{1/2} V^T, and the eigenvalues of
- * A s2 A^T (similar to s1^{1/2} s2 s1^{1/2}); eigenvalues below 0 from
- * rounding are taken as 0, so singular covariances are fine. The result is
+ * A s2 A^T (similar to s1^{1/2} s2 s1^{1/2}). Eigenvalues at or below
+ * rounding's reach, d * DBL_EPSILON * max |eigenvalue| (negative ones
+ * included), are taken as 0, so singular covariances are fine: a zero
+ * computed as 1e-16 would otherwise add its root, 1e-8. The result is
  * not clamped: for equal inputs it is 0 within rounding and may be a tiny
  * negative number. Cost: two d x d eigendecompositions and 1.5 d^3
  * multiply-adds (a few seconds at d = 2048); allocates 4 d x d doubles.

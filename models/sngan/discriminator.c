@@ -9,8 +9,8 @@
 
 #include "models/sngan/sngan_internal.h"
 
-static rp_status dblock_init(sngan_dblock *b, rp_params *p, int index, int in, int out, bool downsample,
-                             bool optimized)
+static rp_status dblock_init(sngan_dblock *b, rp_params *p, int index, int in, int out,
+                             bool downsample, bool optimized)
 {
     char name[RP_NAME_MAX];
     const float gain = sqrtf(2.0f);
@@ -64,7 +64,8 @@ static rp_tensor *dblock_forward(rp_tape *t, const sngan_dblock *b, rp_tensor *x
     if (b->downsample) h = avgpool2(t, h);
     rp_tensor *s = x;
     if (b->learnable_sc) {
-        /* conv1x1 and avgpool2 commute (both linear, the bias a constant): pool first, a quarter of the work. */
+        /* conv1x1 and avgpool2 commute (both linear, the bias a constant): pool first, a quarter of
+         * the work. */
         s = b->downsample ? avgpool2(t, x) : x;
         s = rp_sn_conv2d_layer_forward(t, &b->sc, s, training);
     }
@@ -77,12 +78,13 @@ rp_tensor *sngan_discriminator_forward(rp_tape *t, const sngan_discriminator *d,
     if (!x) return NULL;
     int n = x->shape[0];
     rp_tensor *h = x;
-    for (int b = 0; b < 4; b++) h = dblock_forward(t, &d->blocks[b], h, training);
+    for (int b = 0; b < 4; b++)
+        h = dblock_forward(t, &d->blocks[b], h, training);
     h = rp_relu(t, h);
     /* A sum over H and W, as the authors' code (its comment says average pooling). */
-    h = rp_sum_axes(t, h, 2, (int[]){1, 2}, false); /* [n, ch] */
-    rp_tensor *out = rp_sn_linear_layer_forward(t, &d->l5, h, training); /* [n, 1] */
+    h = rp_sum_axes(t, h, 2, (int[]){1, 2}, false);                                  /* [n, ch] */
+    rp_tensor *out = rp_sn_linear_layer_forward(t, &d->l5, h, training);             /* [n, 1] */
     rp_tensor *w_y = rp_sn_embedding_layer_forward(t, &d->l_y, labels, n, training); /* [n, ch] */
-    rp_tensor *proj = rp_sum_axes(t, rp_mul(t, w_y, h), 1, (int[]){1}, true);    /* [n, 1] */
+    rp_tensor *proj = rp_sum_axes(t, rp_mul(t, w_y, h), 1, (int[]){1}, true);        /* [n, 1] */
     return rp_add(t, out, proj);
 }

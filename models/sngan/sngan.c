@@ -1,13 +1,11 @@
 /*
- * sngan.c - the SN-GAN's configuration, its dataset, and the sample grid.
+ * sngan.c - the SN-GAN's configuration and its dataset.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/sngan/sngan_internal.h"
-
-#define SNGAN_SAMPLE_COLS 10
 
 rp_sngan_config rp_sngan_config_default(void)
 {
@@ -41,24 +39,31 @@ rp_status rp_sngan_config_check(const rp_sngan_config *c)
     if (c->classes < 1 || c->classes > 65536)
         return RP_ERROR(RP_ERR_INVALID, "classes %d; 1..65536", c->classes);
     if (c->h < 8 || c->w < 8 || c->h % 8 || c->w % 8)
-        return RP_ERROR(RP_ERR_INVALID, "image size %dx%d; h and w must be multiples of 8 (the generator "
-                        "upsamples 3 times)", c->h, c->w);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "image size %dx%d; h and w must be multiples of 8 (the generator "
+                        "upsamples 3 times)",
+                        c->h, c->w);
     if (c->c != 1 && c->c != 3) return RP_ERROR(RP_ERR_INVALID, "channels %d; 1 or 3", c->c);
     if (c->d_batch < 1 || c->g_batch < 1)
-        return RP_ERROR(RP_ERR_INVALID, "d_batch %d and g_batch %d; at least 1", c->d_batch, c->g_batch);
+        return RP_ERROR(RP_ERR_INVALID, "d_batch %d and g_batch %d; at least 1", c->d_batch,
+                        c->g_batch);
     if (c->accum < 1) return RP_ERROR(RP_ERR_INVALID, "accum %d; at least 1", c->accum);
     if (c->d_batch % c->accum || c->g_batch % c->accum)
-        return RP_ERROR(RP_ERR_INVALID, "accum %d does not divide d_batch %d and g_batch %d", c->accum,
-                        c->d_batch, c->g_batch);
-    if (c->n_dis < 1 || c->n_dis > 1000) return RP_ERROR(RP_ERR_INVALID, "n_dis %d; 1..1000", c->n_dis);
+        return RP_ERROR(RP_ERR_INVALID, "accum %d does not divide d_batch %d and g_batch %d",
+                        c->accum, c->d_batch, c->g_batch);
+    if (c->n_dis < 1 || c->n_dis > 1000)
+        return RP_ERROR(RP_ERR_INVALID, "n_dis %d; 1..1000", c->n_dis);
     if (!(c->lr_g > 0) || !(c->lr_d >= 0) || c->lr_g > 1e3f || c->lr_d > 1e3f)
-        return RP_ERROR(RP_ERR_INVALID, "learning rates lr_g %g (> 0) and lr_d %g (>= 0)", (double)c->lr_g,
-                        (double)c->lr_d);
+        return RP_ERROR(RP_ERR_INVALID, "learning rates lr_g %g (> 0) and lr_d %g (>= 0)",
+                        (double)c->lr_g, (double)c->lr_d);
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
-        return RP_ERROR(RP_ERR_INVALID, "Adam betas %g, %g; each in [0, 1)", (double)c->beta1, (double)c->beta2);
-    if (c->limit < 0) return RP_ERROR(RP_ERR_INVALID, "limit %lld; 0 (all) or more", (long long)c->limit);
+        return RP_ERROR(RP_ERR_INVALID, "Adam betas %g, %g; each in [0, 1)", (double)c->beta1,
+                        (double)c->beta2);
+    if (c->limit < 0)
+        return RP_ERROR(RP_ERR_INVALID, "limit %lld; 0 (all) or more", (long long)c->limit);
     if (c->sample_every < 0)
-        return RP_ERROR(RP_ERR_INVALID, "sample_every %lld; 0 (never) or more", (long long)c->sample_every);
+        return RP_ERROR(RP_ERR_INVALID, "sample_every %lld; 0 (never) or more",
+                        (long long)c->sample_every);
     return RP_OK;
 }
 
@@ -73,15 +78,22 @@ rp_status rp_sngan_create(rp_sngan **out, const rp_sngan_config *cfg)
     *out = NULL;
     const char *name = cfg->dataset;
     if (strcmp(name, "fashion-mnist") && strcmp(name, "mnist") && strcmp(name, "cifar10"))
-        return RP_ERROR(RP_ERR_INVALID, "unknown dataset \"%s\" (fashion-mnist, mnist, cifar10)", name);
+        return RP_ERROR(RP_ERR_INVALID, "unknown dataset \"%s\" (fashion-mnist, mnist, cifar10)",
+                        name);
     rp_status status = RP_OK;
     rp_sngan *g = calloc(1, sizeof *g);
     if (!g) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate an SN-GAN");
     g->cfg = *cfg;
     const char *dir = cfg->data_dir[0] ? cfg->data_dir : NULL;
+    if (!strcmp(name, "mnist") && !dir) {
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "mnist needs data_dir (the default directory holds Fashion-MNIST)");
+        goto cleanup;
+    }
     if (!strcmp(name, "cifar10") && !dir) {
-        status = RP_ERROR(RP_ERR_INVALID, "cifar10 needs data_dir: the directory of data_batch_1.bin .. "
-                          "data_batch_5.bin (CIFAR-10's binary version)");
+        status =
+            RP_ERROR(RP_ERR_INVALID, "cifar10 needs data_dir: the directory of data_batch_1.bin .. "
+                                     "data_batch_5.bin (CIFAR-10's binary version)");
         goto cleanup;
     }
     if (!strcmp(name, "cifar10"))
@@ -93,13 +105,14 @@ rp_status rp_sngan_create(rp_sngan **out, const rp_sngan_config *cfg)
     RP_TRY(rp_sngan_config_check(&g->cfg));
     if (g->train->h > g->cfg.h || g->train->w > g->cfg.w || (g->cfg.h - g->train->h) % 2 ||
         (g->cfg.w - g->train->w) % 2) {
-        status = RP_ERROR(RP_ERR_INVALID, "the dataset's %dx%d images do not pad evenly to %dx%d", g->train->h,
-                          g->train->w, g->cfg.h, g->cfg.w);
+        status = RP_ERROR(RP_ERR_INVALID, "the dataset's %dx%d images do not pad evenly to %dx%d",
+                          g->train->h, g->train->w, g->cfg.h, g->cfg.w);
         goto cleanup;
     }
     int64_t n = cfg->limit > 0 && cfg->limit < g->train->n ? cfg->limit : g->train->n;
     if (n < g->cfg.d_batch) {
-        status = RP_ERROR(RP_ERR_INVALID, "%lld training images (limit %lld) is less than one d_batch of %d",
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "%lld training images (limit %lld) is less than one d_batch of %d",
                           (long long)n, (long long)cfg->limit, g->cfg.d_batch);
         goto cleanup;
     }
@@ -152,40 +165,8 @@ void rp_sngan_trainer_config_apply(const rp_sngan_config *cfg, rp_trainer_config
     if (!cfg || !tc) return;
     tc->lr = cfg->lr_g;
     tc->schedule = RP_SCHED_LINEAR;
-    tc->batch = cfg->g_batch;
+    tc->batch = 1; /* the rate shown is batch x steps/s: iterations per second */
     tc->rate_unit = "it/s";
     tc->rate_key = "iterations_per_s";
     tc->shown_scalars = "d_loss,g_loss";
-}
-
-void rp_sngan_sample_z(const rp_sngan_config *cfg, float *z)
-{
-    rp_rng_fill_normal(sngan_seed(cfg, "sngan/sample_z"), 0, z, (size_t)SNGAN_SAMPLE_COLS * cfg->z_dim, 0, 1);
-}
-
-rp_status rp_sngan_write_samples(rp_sngan_generator *g, rp_tape *t, const char *path)
-{
-    if (!g || !t || !path) return RP_ERROR(RP_ERR_INVALID, "rp_sngan_write_samples: NULL argument");
-    const rp_sngan_config *c = &g->cfg;
-    const int cols = SNGAN_SAMPLE_COLS, n = c->classes * cols;
-    int64_t per = (int64_t)c->h * c->w * c->c;
-    rp_status status = RP_OK;
-    float *zs = malloc((size_t)cols * c->z_dim * sizeof *zs);
-    float *images = malloc((size_t)n * per * sizeof *images);
-    int32_t labels[SNGAN_SAMPLE_COLS];
-    if (!zs || !images) {
-        status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sample grid (%d images)", n);
-        goto cleanup;
-    }
-    rp_sngan_sample_z(c, zs);
-    /* One row (class) at a time, so the tape holds one row's activations. */
-    for (int k = 0; k < c->classes; k++) {
-        for (int j = 0; j < cols; j++) labels[j] = k;
-        RP_TRY(rp_sngan_generate(g, t, zs, labels, cols, images + (int64_t)k * cols * per));
-    }
-    RP_TRY(rp_image_grid_write_png(path, images, n, c->h, c->w, c->c, cols, 2, 255, -1.0f, 1.0f));
-cleanup:
-    free(images);
-    free(zs);
-    return status;
 }

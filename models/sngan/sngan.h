@@ -88,7 +88,8 @@ typedef struct rp_sngan_config {
                                         trainer's peak rate must be lr_g, see
                                         rp_sngan_trainer_config_apply) */
     char dataset[32];     /* fashion-mnist | mnist | cifar10 */
-    char data_dir[512];   /* "": $RP_DATA_DIR or Debian's Fashion-MNIST directory */
+    char data_dir[512];   /* "": $RP_DATA_DIR or Debian's Fashion-MNIST directory (fashion-mnist
+                             only; mnist and cifar10 need one) */
     int64_t limit;        /* the first N training images (0: all) */
     uint64_t seed;        /* initial weights, z, labels, the real batches' order */
     int64_t sample_every; /* write samples.png (and samples-<iter>.png) every K iterations (0: never) */
@@ -140,8 +141,8 @@ void *rp_sngan_get_eval(const rp_sngan *g);
 /*
  * Fills the trainer fields the GAN needs: lr = cfg->lr_g (the schedule's
  * peak; the discriminator's rate is lr_d / lr_g times it), schedule
- * RP_SCHED_LINEAR, batch = g_batch (for the rate shown), rate unit "it"
- * ("iterations_per_s" in metrics.jsonl: one generator iteration per step),
+ * RP_SCHED_LINEAR, batch = 1 and rate unit "it/s" (the rate shown is
+ * generator iterations per second; "iterations_per_s" in metrics.jsonl),
  * shown_scalars "d_loss,g_loss". The caller sets steps, run_dir and the rest.
  */
 void rp_sngan_trainer_config_apply(const rp_sngan_config *cfg, rp_trainer_config *tc);

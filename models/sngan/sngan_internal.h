@@ -56,6 +56,24 @@ struct rp_sngan {
     void *eval;        /* sngan_eval.h's rp_sngan_eval (borrowed), NULL: no evaluation */
 };
 
+/* What each replica holds in training (the trainer's state; sngan_trainer.c builds it). */
+typedef struct sngan_replica_state {
+    rp_sngan_generator *gen;
+    sngan_discriminator dis;
+    rp_optimizer *opt_g, *opt_d;
+    rp_loader *loader;
+    int64_t loader_spe;   /* the loader's global batches per epoch */
+    int replica, replicas; /* on the data axis */
+    int d_local, g_local;  /* this replica's shares of d_batch and g_batch */
+    int64_t pixels;        /* h * w * c of one (padded) image */
+    float *real;           /* [d_local, h, w, c]: the real batch, padded, in [-1, 1] */
+    int32_t *real_y;       /* [d_local] */
+    float *z;              /* [max micro-batch, z_dim] */
+    int32_t *y;            /* [2 * max micro-batch]: the discriminator's labels (real then fake) */
+    float *u_saved;        /* the discriminator's buffers (its u vectors) at the start of a phase */
+    int64_t u_numel;
+} sngan_replica_state;
+
 /* The seed of each network's parameter list (different streams for G and D). */
 uint64_t sngan_seed(const rp_sngan_config *cfg, const char *what);
 

@@ -16,24 +16,6 @@
 #include "models/sngan/sngan_eval.h"
 #include "models/sngan/sngan_internal.h"
 
-/* What each replica holds. */
-typedef struct replica_state {
-    rp_sngan_generator *gen;
-    sngan_discriminator dis;
-    rp_optimizer *opt_g, *opt_d;
-    rp_loader *loader;
-    int64_t loader_spe;   /* the loader's global batches per epoch */
-    int replica, replicas; /* on the data axis */
-    int d_local, g_local;  /* this replica's shares of d_batch and g_batch */
-    int64_t pixels;        /* h * w * c of one (padded) image */
-    float *real;           /* [d_local, h, w, c]: the real batch, padded, in [-1, 1] */
-    int32_t *real_y;       /* [d_local] */
-    float *z;              /* [max micro-batch, z_dim] */
-    int32_t *y;            /* [2 * max micro-batch]: the discriminator's labels (real then fake) */
-    float *u_saved;        /* the discriminator's buffers (its u vectors) at the start of a phase */
-    int64_t u_numel;
-} replica_state;
-
 /* Phases of a step, keying the random numbers: the generator's step, then discriminator step i. */
 static uint64_t phase_stream(const rp_sngan_config *c, int64_t step, int phase)
 {
@@ -44,13 +26,14 @@ static uint64_t phase_stream(const rp_sngan_config *c, int64_t step, int phase)
  * The latent vectors and labels of samples [first, first + n) of a phase's global batch: a function
  * of (seed, step, phase, sample) only, so the replicas' shares make up the one-replica batch.
  */
-static void draw_fakes(const rp_sngan_config *c, int64_t step, int phase, int64_t first, int n, float *z,
-                       int32_t *y)
+static void draw_fakes(const rp_sngan_config *c, int64_t step, int phase, int64_t first, int n,
+                       float *z, int32_t *y)
 {
     uint64_t stream = phase_stream(c, step, phase);
     uint64_t zkey = rp_rng_make(sngan_seed(c, "sngan/z"), stream).key;
     uint64_t ykey = rp_rng_make(sngan_seed(c, "sngan/y"), stream).key;
-    rp_rng_fill_normal(zkey, (uint64_t)first * (uint64_t)c->z_dim, z, (size_t)n * (size_t)c->z_dim, 0, 1);
+    rp_rng_fill_normal(zkey, (uint64_t)first * (uint64_t)c->z_dim, z, (size_t)n * (size_t)c->z_dim,
+                       0, 1);
     for (int i = 0; i < n; i++) {
         rp_rng r = rp_rng_make(ykey, (uint64_t)(first + i));
         y[i] = (int32_t)rp_rng_below(&r, (uint32_t)c->classes);
@@ -71,14 +54,15 @@ static rp_status rows_forward(void *ctx, rp_tensor *out, rp_tensor *const *in, i
     return RP_OK;
 }
 
-static rp_status rows_backward(void *ctx, const rp_tensor *out, const float *dout, rp_tensor *const *in,
-                               float *const *din, int n)
+static rp_status rows_backward(void *ctx, const rp_tensor *out, const float *dout,
+                               rp_tensor *const *in, float *const *din, int n)
 {
     const rows_ctx *r = ctx;
     if (!din[0]) return RP_OK;
     int64_t per = in[0]->numel / in[0]->shape[0];
     float *d = din[0] + r->lo * per;
-    for (int64_t i = 0; i < out->numel; i++) d[i] += dout[i];
+    for (int64_t i = 0; i < out->numel; i++)
+        d[i] += dout[i];
     return RP_OK;
 }
 
@@ -99,21 +83,24 @@ static rp_tensor *rows(rp_tape *t, rp_tensor *x, int lo, int hi)
 
 /* ---- building ------------------------------------------------------------------------------ */
 
-static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at, void **out)
+static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
+                       void **out)
 {
     const rp_sngan *g = ctx;
     const rp_sngan_config *cfg = &g->cfg;
-    replica_state *s = calloc(1, sizeof *s);
+    sngan_replica_state *s = calloc(1, sizeof *s);
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a replica's state");
     *out = s; /* freed by destroy() whatever happens below */
     if (!rp_replica_lockstep(rep))
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "the SN-GAN trains in the sync regime only: its two networks "
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "the SN-GAN trains in the sync regime only: its two networks "
                         "take turns and its generator's batch norms are cross-replica");
     s->replica = rp_replica_id(rep);
     s->replicas = rp_replica_count(rep);
     int split = s->replicas * cfg->accum;
     if (cfg->d_batch % split || cfg->g_batch % split)
-        return RP_ERROR(RP_ERR_INVALID, "d_batch %d and g_batch %d must divide by replicas x accum = %d x %d",
+        return RP_ERROR(RP_ERR_INVALID,
+                        "d_batch %d and g_batch %d must divide by replicas x accum = %d x %d",
                         cfg->d_batch, cfg->g_batch, s->replicas, cfg->accum);
     s->d_local = cfg->d_batch / s->replicas;
     s->g_local = cfg->g_batch / s->replicas;
@@ -172,16 +159,16 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     return RP_OK;
 }
 
-/* ---- the two phases --------------------------------------------------------------------------- */
+/* ---- the two phases ----------------------------------------------------------------------- */
 
-static void save_u(replica_state *s)
+static void save_u(sngan_replica_state *s)
 {
     if (s->u_numel > 0)
         memcpy(s->u_saved, rp_params_data(s->dis.params) + rp_params_trainable_numel(s->dis.params),
                (size_t)s->u_numel * sizeof(float));
 }
 
-static void restore_u(replica_state *s)
+static void restore_u(sngan_replica_state *s)
 {
     if (s->u_numel > 0)
         memcpy(rp_params_data(s->dis.params) + rp_params_trainable_numel(s->dis.params), s->u_saved,
@@ -190,15 +177,19 @@ static void restore_u(replica_state *s)
 
 static rp_status not_finite(const char *what, double v, const rp_trainer_at *at)
 {
-    return RP_ERROR(RP_ERR_NUMERIC, "the %s is %g at iteration %lld (lr %g): training diverged; start again "
-                    "with a lower lr", what, v, (long long)at->global_step, (double)at->lr);
+    return RP_ERROR(RP_ERR_NUMERIC,
+                    "the %s is %g at iteration %lld (lr %g): training diverged; start again "
+                    "with a lower lr",
+                    what, v, (long long)at->global_step, (double)at->lr);
 }
 
-rp_status rp_sngan_step_g(rp_replica *rep, rp_sngan *g, void *state, const rp_trainer_at *at, double *scalars)
+rp_status rp_sngan_step_g(rp_replica *rep, rp_sngan *g, void *state, const rp_trainer_at *at,
+                          double *scalars)
 {
-    if (!rep || !g || !state || !at) return RP_ERROR(RP_ERR_INVALID, "rp_sngan_step_g: NULL argument");
+    if (!rep || !g || !state || !at)
+        return RP_ERROR(RP_ERR_INVALID, "rp_sngan_step_g: NULL argument");
     const rp_sngan_config *c = &g->cfg;
-    replica_state *s = state;
+    sngan_replica_state *s = state;
     rp_tape *t = rp_replica_tape(rep);
     int m = s->g_local / c->accum;
     rp_status status = RP_OK;
@@ -210,10 +201,12 @@ rp_status rp_sngan_step_g(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
         /* Each micro-batch sees the u the step started from (they advance once per step). */
         if (a > 0) restore_u(s);
         rp_tape_reset(t);
-        draw_fakes(c, at->global_step, 0, (int64_t)s->replica * s->g_local + (int64_t)a * m, m, s->z, s->y);
+        draw_fakes(c, at->global_step, 0, (int64_t)s->replica * s->g_local + (int64_t)a * m, m,
+                   s->z, s->y);
         rp_tensor *z = rp_tensor_from(t, 2, (int[]){m, c->z_dim}, s->z);
         rp_tensor *fake = sngan_generator_forward(t, s->gen, z, s->y, true);
-        rp_tensor *loss = rp_hinge_loss_g(t, sngan_discriminator_forward(t, &s->dis, fake, s->y, true));
+        rp_tensor *loss =
+            rp_hinge_loss_g(t, sngan_discriminator_forward(t, &s->dis, fake, s->y, true));
         if (!loss) {
             status = rp_last_status();
             goto cleanup;
@@ -236,7 +229,8 @@ cleanup:
 }
 
 /* Real batch i of step `at` into s->real, padded with background (-1) to h x w. */
-static rp_status next_real(replica_state *s, const rp_sngan *g, const rp_trainer_at *at, int i)
+static rp_status next_real(sngan_replica_state *s, const rp_sngan *g, const rp_trainer_at *at,
+                           int i)
 {
     const rp_sngan_config *c = &g->cfg;
     int64_t k = at->global_step * c->n_dis + i, epoch, step;
@@ -246,16 +240,19 @@ static rp_status next_real(replica_state *s, const rp_sngan *g, const rp_trainer
     rp_batch b;
     RP_CHECK(rp_loader_next(s->loader, &b));
     if (b.n != s->d_local)
-        return RP_ERROR(RP_ERR_INVALID, "the loader gave %d real images for a share of %d", b.n, s->d_local);
+        return RP_ERROR(RP_ERR_INVALID, "the loader gave %d real images for a share of %d", b.n,
+                        s->d_local);
     int top = (c->h - b.h) / 2, left = (c->w - b.w) / 2;
     int64_t row = (int64_t)b.w * b.c;
     for (int n = 0; n < b.n; n++) {
         float *dst = s->real + n * s->pixels;
         const float *src = b.x + (int64_t)n * b.h * row;
         if (top || left)
-            for (int64_t j = 0; j < s->pixels; j++) dst[j] = -1.0f;
+            for (int64_t j = 0; j < s->pixels; j++)
+                dst[j] = -1.0f;
         for (int y = 0; y < b.h; y++)
-            memcpy(dst + ((int64_t)(y + top) * c->w + left) * c->c, src + y * row, (size_t)row * sizeof(float));
+            memcpy(dst + ((int64_t)(y + top) * c->w + left) * c->c, src + y * row,
+                   (size_t)row * sizeof(float));
     }
     memcpy(s->real_y, b.y, (size_t)b.n * sizeof *s->real_y);
     return RP_OK;
@@ -264,11 +261,13 @@ static rp_status next_real(replica_state *s, const rp_sngan *g, const rp_trainer
 rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_trainer_at *at, int i,
                           double *scalars)
 {
-    if (!rep || !g || !state || !at) return RP_ERROR(RP_ERR_INVALID, "rp_sngan_step_d: NULL argument");
+    if (!rep || !g || !state || !at)
+        return RP_ERROR(RP_ERR_INVALID, "rp_sngan_step_d: NULL argument");
     const rp_sngan_config *c = &g->cfg;
     if (i < 0 || i >= c->n_dis)
-        return RP_ERROR(RP_ERR_INVALID, "rp_sngan_step_d: discriminator step %d of %d", i, c->n_dis);
-    replica_state *s = state;
+        return RP_ERROR(RP_ERR_INVALID, "rp_sngan_step_d: discriminator step %d of %d", i,
+                        c->n_dis);
+    sngan_replica_state *s = state;
     rp_tape *t = rp_replica_tape(rep);
     int m = s->d_local / c->accum;
     rp_status status = RP_OK;
@@ -281,8 +280,8 @@ rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
         if (a > 0) restore_u(s);
         rp_tape_reset(t);
         /* The fakes: the generator is frozen, so they carry no graph back into it (detached). */
-        draw_fakes(c, at->global_step, 1 + i, (int64_t)s->replica * s->d_local + (int64_t)a * m, m, s->z,
-                   s->y + m);
+        draw_fakes(c, at->global_step, 1 + i, (int64_t)s->replica * s->d_local + (int64_t)a * m, m,
+                   s->z, s->y + m);
         rp_tensor *z = rp_tensor_from(t, 2, (int[]){m, c->z_dim}, s->z);
         rp_tensor *fake = sngan_generator_forward(t, s->gen, z, s->y + m, true);
         if (!fake) {
@@ -295,14 +294,14 @@ rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
             status = rp_last_status();
             goto cleanup;
         }
-        memcpy(x->data, s->real + (int64_t)a * m * s->pixels, (size_t)(m * s->pixels) * sizeof(float));
+        memcpy(x->data, s->real + (int64_t)a * m * s->pixels,
+               (size_t)(m * s->pixels) * sizeof(float));
         memcpy(x->data + m * s->pixels, fake->data, (size_t)(m * s->pixels) * sizeof(float));
         memcpy(s->y, s->real_y + (int64_t)a * m, (size_t)m * sizeof *s->y);
         rp_tensor *out = sngan_discriminator_forward(t, &s->dis, x, s->y, true);
         rp_tensor *d_real = rows(t, out, 0, m), *d_fake = rows(t, out, m, 2 * m);
         rp_tensor *loss = rp_hinge_loss_d(t, d_real, d_fake);
-        rp_tensor *mr = rp_mean(t, d_real), *mf = rp_mean(t, d_fake);
-        if (!loss || !mr || !mf) {
+        if (!loss) {
             status = rp_last_status();
             goto cleanup;
         }
@@ -312,8 +311,11 @@ rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
             goto cleanup;
         }
         loss_sum += l;
-        real_sum += rp_item(mr);
-        fake_sum += rp_item(mf);
+        /* The mean outputs, read off the values (no graph for them). */
+        for (int j = 0; j < m; j++) {
+            real_sum += d_real->data[j] / m;
+            fake_sum += d_fake->data[j] / m;
+        }
         if (c->accum > 1) loss = rp_scale(t, loss, 1.0f / (float)c->accum);
         RP_TRY(rp_backward(t, loss));
     }
@@ -332,7 +334,8 @@ cleanup:
 /* ---- the trainer's callbacks ---------------------------------------------------------------- */
 
 /* Local replica 0 of the root process writes the sample grid, and a copy named by the iteration. */
-static void write_samples(rp_replica *rep, const rp_sngan *g, replica_state *s, int64_t iterations)
+static void write_samples(rp_replica *rep, const rp_sngan *g, sngan_replica_state *s,
+                          int64_t iterations)
 {
     char path[600];
     rp_tape *t = rp_replica_tape(rep);
@@ -346,7 +349,8 @@ static void write_samples(rp_replica *rep, const rp_sngan *g, replica_state *s, 
     if (status != RP_OK) rp_warn("sample grid not written: %s", rp_last_error());
 }
 
-static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at, double *scalars)
+static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
+                            double *scalars)
 {
     rp_sngan *g = ctx;
     const rp_sngan_config *c = &g->cfg;
@@ -364,7 +368,8 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_tr
     scalars[2] = d_real / c->n_dis;
     scalars[3] = d_fake / c->n_dis;
     int64_t done = at->global_step + 1;
-    if (c->sample_every > 0 && done % c->sample_every == 0 && rp_replica_id(rep) == 0 && g->run_dir[0])
+    if (c->sample_every > 0 && done % c->sample_every == 0 && rp_replica_id(rep) == 0 &&
+        g->run_dir[0])
         write_samples(rep, g, state, done);
     return RP_OK;
 }
@@ -381,7 +386,7 @@ static rp_status evaluated(void *ctx, const rp_replicator *r, rp_trainer_metrics
 
 static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
 {
-    const replica_state *s = state;
+    const sngan_replica_state *s = state;
     RP_CHECK(rp_checkpoint_add_params(ck, s->gen->params, "gen/"));
     RP_CHECK(rp_checkpoint_add_params(ck, s->dis.params, "dis/"));
     RP_CHECK(rp_checkpoint_add_optimizer(ck, s->opt_g, s->gen->params, "optim_g/"));
@@ -390,7 +395,7 @@ static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
 
 static rp_status destroy(rp_replica *rep, void *ctx, void *state)
 {
-    replica_state *s = state;
+    sngan_replica_state *s = state;
     if (!s) return RP_OK;
     rp_loader_destroy(s->loader);
     rp_optimizer_destroy(s->opt_d);
@@ -419,21 +424,4 @@ const rp_trainer_model *rp_sngan_trainer_model(void)
         .destroy = destroy,
     };
     return &model;
-}
-
-rp_sngan_generator *rp_sngan_state_generator(void *state)
-{
-    return state ? ((replica_state *)state)->gen : NULL;
-}
-
-rp_params *rp_sngan_state_discriminator_params(void *state)
-{
-    return state ? ((replica_state *)state)->dis.params : NULL;
-}
-
-void rp_sngan_state_optimizers(void *state, rp_optimizer **opt_g, rp_optimizer **opt_d)
-{
-    replica_state *s = state;
-    if (opt_g) *opt_g = s ? s->opt_g : NULL;
-    if (opt_d) *opt_d = s ? s->opt_d : NULL;
 }
