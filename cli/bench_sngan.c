@@ -28,7 +28,7 @@ static void usage(FILE *f)
             "  --iters K            timed iterations (default 10)\n"
             "  --warmup W           untimed iterations first (default 2)\n"
             "  --threads T          kernel threads in all (default: all cores)\n"
-            "  --replicas N         data-parallel replicas (default 1)\n"
+            "  --replicas N         data-parallel replicas (default: one per core, as in training)\n"
             "  --json               one JSON line\n");
 }
 
@@ -62,7 +62,7 @@ static rp_status destroy(rp_replica *rep, void *arg)
 int rp_cli_bench_sngan(int argc, char **argv)
 {
     rp_sngan_config sc = rp_sngan_config_default();
-    int iters = 10, warmup = 2, threads = 0, replicas = 1;
+    int iters = 10, warmup = 2, threads = 0, replicas = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -94,6 +94,11 @@ int rp_cli_bench_sngan(int argc, char **argv)
         i++;
     }
     rp_kernels_set_threads(threads);
+    /* As replicator train sngan: a replica per core, as many as divide both batches. */
+    if (!replicas) {
+        replicas = rp_kernels_get_threads();
+        while (replicas > 1 && (sc.d_batch % replicas || sc.g_batch % replicas)) replicas--;
+    }
     job j = {rp_sngan_trainer_model(), NULL, NULL, {0}};
     rp_replicator *r = NULL;
     double *times = calloc((size_t)iters, sizeof *times);
