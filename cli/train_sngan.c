@@ -20,6 +20,9 @@ void sngan_opts_default(sngan_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->g = rp_sngan_config_default();
+    o->g.lr_g = o->g.lr_d = SNGAN_DEFAULT_LR;
+    o->g.sample_every = 250;
+    o->g.seed = 1;
     o->iters = SNGAN_DEFAULT_ITERS;
     o->checkpoint_every = 500;
     o->eval_every = 0;
