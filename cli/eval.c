@@ -27,14 +27,8 @@ int rp_cli_eval(int argc, char **argv)
     rp_classifier_net net = {0};
     rp_tape *tape = NULL;
     train_opts o;
-    char path[600];
-    rp_trainer_checkpoint_path(path, sizeof path, argv[1]);
-    RP_TRY(rp_trainer_load_checkpoint(&ck, argv[1]));
-    const char *config = rp_checkpoint_get_meta(ck, "replicator.config");
-    if (!config) {
-        status = RP_ERROR(RP_ERR_FORMAT, "%s has no replicator.config metadata", path);
-        goto cleanup;
-    }
+    const char *config;
+    RP_TRY(train_load_run(argv[1], &ck, &config));
     if (sngan_config_is_gan(config)) {
         rp_checkpoint_destroy(ck);
         return sngan_eval_main(argc, argv);

@@ -13,11 +13,11 @@ rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
 {
     *g = NULL;
     rp_checkpoint *ck = NULL;
-    RP_CHECK(rp_trainer_load_checkpoint(&ck, dir));
+    const char *config;
+    RP_CHECK(train_load_run(dir, &ck, &config));
     rp_status status = RP_OK;
-    const char *config = rp_checkpoint_get_meta(ck, "replicator.config");
     if (!sngan_config_is_gan(config)) {
-        cJSON *j = config ? cJSON_Parse(config) : NULL;
+        cJSON *j = cJSON_Parse(config);
         const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
         status = RP_ERROR(RP_ERR_INVALID, "%s is not a GAN run: its checkpoint holds %s%s", dir,
                           cJSON_IsString(m) ? "a " : "no model configuration",

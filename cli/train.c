@@ -88,6 +88,19 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     return RP_OK;
 }
 
+rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **config)
+{
+    *config = NULL;
+    RP_CHECK(rp_trainer_load_checkpoint(ck, dir));
+    *config = rp_checkpoint_get_meta(*ck, "replicator.config");
+    if (*config) return RP_OK;
+    char path[600];
+    rp_trainer_checkpoint_path(path, sizeof path, dir);
+    rp_checkpoint_destroy(*ck);
+    *ck = NULL;
+    return RP_ERROR(RP_ERR_FORMAT, "%s has no replicator.config metadata", path);
+}
+
 /*
  * The options (from the checkpoint when resuming), the classifier (its datasets) and the trainer
  * (the replicator and every replica's model, optimizer and loader).
@@ -99,14 +112,8 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     rp_checkpoint *ck = NULL;
     char *config = NULL;
     if (resume) {
-        RP_TRY(rp_trainer_load_checkpoint(&ck, resume));
-        const char *saved = rp_checkpoint_get_meta(ck, "replicator.config");
-        if (!saved) {
-            char path[600];
-            rp_trainer_checkpoint_path(path, sizeof path, resume);
-            status = RP_ERROR(RP_ERR_FORMAT, "%s has no replicator.config metadata", path);
-            goto cleanup;
-        }
+        const char *saved;
+        RP_TRY(train_load_run(resume, &ck, &saved));
         train_opts cli = *o;
         RP_TRY(train_opts_from_json(o, saved));
         apply_resume_overrides(o, &cli, argc, argv);

@@ -58,6 +58,10 @@ void train_opts_default(train_opts *o, const char *model);
  */
 int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume);
 
+/* A whole decimal integer (float) in [lo, hi]: the command line's number rules. */
+bool train_parse_long(const char *s, long lo, long hi, long *v);
+bool train_parse_float(const char *s, float lo, float hi, float *v);
+
 /* The options as a JSON object text (caller frees with free()), and back. */
 char *train_opts_to_json(const train_opts *o);
 rp_status train_opts_from_json(train_opts *o, const char *json);
@@ -72,6 +76,14 @@ void train_opts_classifier(const train_opts *o, rp_classifier_config *c);
  * that does not split across the replicas, threads under mpirun).
  */
 rp_status train_runtime_config(train_opts *o, rp_config *cfg);
+
+/*
+ * The checkpoint of run directory `dir` and the configuration text stored in
+ * it (owned by *ck; free with rp_checkpoint_destroy()). Errors: the
+ * checkpoint's (named), RP_ERR_FORMAT for one without a configuration; then
+ * *ck is NULL.
+ */
+rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **config);
 
 /* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
 void train_report_error(bool tty);

@@ -111,7 +111,7 @@ static void usage(FILE *f)
             "at the exact batch. `replicator eval DIR` reports a saved run's test accuracy.\n");
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *v)
+bool train_parse_long(const char *s, long lo, long hi, long *v)
 {
     char *end;
     errno = 0;
@@ -119,7 +119,7 @@ static bool parse_long(const char *s, long lo, long hi, long *v)
     return !errno && end != s && !*end && *v >= lo && *v <= hi;
 }
 
-static bool parse_float(const char *s, float lo, float hi, float *v)
+bool train_parse_float(const char *s, float lo, float hi, float *v)
 {
     char *end;
     *v = strtof(s, &end);
@@ -194,13 +194,13 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--schedule")) {
             ok = !strcmp(v, "cosine") || !strcmp(v, "constant");
             snprintf(o->schedule, sizeof o->schedule, "%s", v);
-        } else if (!strcmp(a, "--epochs")) { ok = parse_long(v, 1, 100000, &n); o->epochs = (int)n; }
-        else if (!strcmp(a, "--batch")) { ok = parse_long(v, 1, 1 << 20, &n); o->batch = (int)n; }
-        else if (!strcmp(a, "--warmup")) { ok = parse_long(v, 0, 100000, &n); o->warmup_epochs = (int)n; }
-        else if (!strcmp(a, "--seed")) { ok = parse_long(v, 0, 0x7fffffffL, &n); o->seed = (uint64_t)n; }
-        else if (!strcmp(a, "--threads")) { ok = parse_long(v, 1, 1024, &n); o->threads = (int)n; }
+        } else if (!strcmp(a, "--epochs")) { ok = train_parse_long(v, 1, 100000, &n); o->epochs = (int)n; }
+        else if (!strcmp(a, "--batch")) { ok = train_parse_long(v, 1, 1 << 20, &n); o->batch = (int)n; }
+        else if (!strcmp(a, "--warmup")) { ok = train_parse_long(v, 0, 100000, &n); o->warmup_epochs = (int)n; }
+        else if (!strcmp(a, "--seed")) { ok = train_parse_long(v, 0, 0x7fffffffL, &n); o->seed = (uint64_t)n; }
+        else if (!strcmp(a, "--threads")) { ok = train_parse_long(v, 1, 1024, &n); o->threads = (int)n; }
         else if (!strcmp(a, "--replicas")) {
-            ok = parse_long(v, 1, 256, &n);
+            ok = train_parse_long(v, 1, 256, &n);
             o->replicas = (int)n;
             o->replicas_given = true;
         } else if (!strcmp(a, "--backend")) {
@@ -214,26 +214,26 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         else if (!strcmp(a, "--regime")) {
             ok = !strcmp(v, "sync") || !strcmp(v, "async");
             snprintf(o->regime, sizeof o->regime, "%s", v);
-        } else if (!strcmp(a, "--ps")) { ok = parse_long(v, 1, 256, &n); o->ps = (int)n; }
-        else if (!strcmp(a, "--staleness")) { ok = parse_long(v, -1, 1L << 30, &n); o->staleness = (int)n; }
+        } else if (!strcmp(a, "--ps")) { ok = train_parse_long(v, 1, 256, &n); o->ps = (int)n; }
+        else if (!strcmp(a, "--staleness")) { ok = train_parse_long(v, -1, 1L << 30, &n); o->staleness = (int)n; }
         else if (!strcmp(a, "--slow")) {
             char *end;
             long r = strtol(v, &end, 10);
             ok = end != v && *end == ':' && r >= 0 && r < 4096;
-            if (ok) ok = parse_float(end + 1, 1.0f, 1000.0f, &o->slow_factor);
+            if (ok) ok = train_parse_float(end + 1, 1.0f, 1000.0f, &o->slow_factor);
             o->slow_replica = (int)r;
         }
-        else if (!strcmp(a, "--threads-per-replica")) { ok = parse_long(v, 1, 1024, &n); o->threads_per_replica = (int)n; }
-        else if (!strcmp(a, "--pad")) { ok = parse_long(v, 0, 64, &n); o->pad = (int)n; }
-        else if (!strcmp(a, "--limit")) { ok = parse_long(v, 1, 1L << 40, &n); o->limit = n; }
-        else if (!strcmp(a, "--image-size")) { ok = parse_long(v, 1, 4096, &n); o->image_size = (int)n; }
-        else if (!strcmp(a, "--max-steps")) { ok = parse_long(v, 1, 1L << 40, &n); o->max_steps = n; }
+        else if (!strcmp(a, "--threads-per-replica")) { ok = train_parse_long(v, 1, 1024, &n); o->threads_per_replica = (int)n; }
+        else if (!strcmp(a, "--pad")) { ok = train_parse_long(v, 0, 64, &n); o->pad = (int)n; }
+        else if (!strcmp(a, "--limit")) { ok = train_parse_long(v, 1, 1L << 40, &n); o->limit = n; }
+        else if (!strcmp(a, "--image-size")) { ok = train_parse_long(v, 1, 4096, &n); o->image_size = (int)n; }
+        else if (!strcmp(a, "--max-steps")) { ok = train_parse_long(v, 1, 1L << 40, &n); o->max_steps = n; }
         else if (!strcmp(a, "--lr")) {
-            ok = parse_float(v, 0.0f, 100.0f, &o->lr);
+            ok = train_parse_float(v, 0.0f, 100.0f, &o->lr);
             lr_given = true;
         }
-        else if (!strcmp(a, "--momentum")) ok = parse_float(v, 0.0f, 0.9999f, &o->momentum);
-        else if (!strcmp(a, "--wd")) ok = parse_float(v, 0.0f, 1.0f, &o->weight_decay);
+        else if (!strcmp(a, "--momentum")) ok = train_parse_float(v, 0.0f, 0.9999f, &o->momentum);
+        else if (!strcmp(a, "--wd")) ok = train_parse_float(v, 0.0f, 1.0f, &o->weight_decay);
         else if (!strcmp(a, "--hidden")) ok = parse_widths(v, o->hidden, &o->n_hidden);
         else {
             fprintf(stderr, "replicator train: unknown option %s (see --help)\n", a);

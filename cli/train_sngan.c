@@ -88,24 +88,6 @@ static void usage(FILE *f)
             (long long)d.eval_samples);
 }
 
-static bool parse_long(const char *v, long lo, long hi, long *out)
-{
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || n < lo || n > hi) return false;
-    *out = n;
-    return true;
-}
-
-static bool parse_float(const char *v, double lo, double hi, float *out)
-{
-    char *end;
-    double x = strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || !(x >= lo && x <= hi)) return false;
-    *out = (float)x;
-    return true;
-}
-
 int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
 {
     *resume = NULL;
@@ -129,23 +111,23 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
             ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10");
             snprintf(o->g.dataset, sizeof o->g.dataset, "%s", v);
         } else if (!strcmp(a, "--data")) snprintf(o->g.data_dir, sizeof o->g.data_dir, "%s", v);
-        else if (!strcmp(a, "--limit")) { ok = parse_long(v, 1, 1L << 40, &n); o->g.limit = n; }
-        else if (!strcmp(a, "--ch-g")) { ok = parse_long(v, 1, 4096, &n); o->g.ch_g = (int)n; }
-        else if (!strcmp(a, "--ch-d")) { ok = parse_long(v, 1, 4096, &n); o->g.ch_d = (int)n; }
-        else if (!strcmp(a, "--z-dim")) { ok = parse_long(v, 1, 4096, &n); o->g.z_dim = (int)n; }
-        else if (!strcmp(a, "--iters")) { ok = parse_long(v, 1, 100000000, &n); o->iters = n; }
-        else if (!strcmp(a, "--n-dis")) { ok = parse_long(v, 1, 100, &n); o->g.n_dis = (int)n; }
-        else if (!strcmp(a, "--d-batch")) { ok = parse_long(v, 1, 1 << 20, &n); o->g.d_batch = (int)n; }
-        else if (!strcmp(a, "--g-batch")) { ok = parse_long(v, 1, 1 << 20, &n); o->g.g_batch = (int)n; }
-        else if (!strcmp(a, "--accum")) { ok = parse_long(v, 1, 1024, &n); o->g.accum = (int)n; }
-        else if (!strcmp(a, "--lr-g")) ok = parse_float(v, 0, 1, &o->g.lr_g);
-        else if (!strcmp(a, "--lr-d")) ok = parse_float(v, 0, 1, &o->g.lr_d);
-        else if (!strcmp(a, "--beta1")) ok = parse_float(v, 0, 0.999999, &o->g.beta1);
-        else if (!strcmp(a, "--beta2")) ok = parse_float(v, 0, 0.999999, &o->g.beta2);
-        else if (!strcmp(a, "--seed")) { ok = parse_long(v, 0, 0x7fffffffL, &n); o->g.seed = (uint64_t)n; }
-        else if (!strcmp(a, "--threads")) { ok = parse_long(v, 1, 1024, &n); o->threads = (int)n; }
+        else if (!strcmp(a, "--limit")) { ok = train_parse_long(v, 1, 1L << 40, &n); o->g.limit = n; }
+        else if (!strcmp(a, "--ch-g")) { ok = train_parse_long(v, 1, 4096, &n); o->g.ch_g = (int)n; }
+        else if (!strcmp(a, "--ch-d")) { ok = train_parse_long(v, 1, 4096, &n); o->g.ch_d = (int)n; }
+        else if (!strcmp(a, "--z-dim")) { ok = train_parse_long(v, 1, 4096, &n); o->g.z_dim = (int)n; }
+        else if (!strcmp(a, "--iters")) { ok = train_parse_long(v, 1, 100000000, &n); o->iters = n; }
+        else if (!strcmp(a, "--n-dis")) { ok = train_parse_long(v, 1, 100, &n); o->g.n_dis = (int)n; }
+        else if (!strcmp(a, "--d-batch")) { ok = train_parse_long(v, 1, 1 << 20, &n); o->g.d_batch = (int)n; }
+        else if (!strcmp(a, "--g-batch")) { ok = train_parse_long(v, 1, 1 << 20, &n); o->g.g_batch = (int)n; }
+        else if (!strcmp(a, "--accum")) { ok = train_parse_long(v, 1, 1024, &n); o->g.accum = (int)n; }
+        else if (!strcmp(a, "--lr-g")) ok = train_parse_float(v, 0, 1, &o->g.lr_g);
+        else if (!strcmp(a, "--lr-d")) ok = train_parse_float(v, 0, 1, &o->g.lr_d);
+        else if (!strcmp(a, "--beta1")) ok = train_parse_float(v, 0, 0.999999f, &o->g.beta1);
+        else if (!strcmp(a, "--beta2")) ok = train_parse_float(v, 0, 0.999999f, &o->g.beta2);
+        else if (!strcmp(a, "--seed")) { ok = train_parse_long(v, 0, 0x7fffffffL, &n); o->g.seed = (uint64_t)n; }
+        else if (!strcmp(a, "--threads")) { ok = train_parse_long(v, 1, 1024, &n); o->threads = (int)n; }
         else if (!strcmp(a, "--replicas")) {
-            ok = parse_long(v, 1, 256, &n);
+            ok = train_parse_long(v, 1, 256, &n);
             o->replicas = (int)n;
             o->replicas_given = true;
         } else if (!strcmp(a, "--backend")) {
@@ -153,17 +135,17 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
             snprintf(o->backend, sizeof o->backend, "%s", v);
         } else if (!strcmp(a, "--timeout")) {
             float s = 0;
-            ok = parse_float(v, 0.001, 86400, &s);
+            ok = train_parse_float(v, 0.001f, 86400, &s);
             o->comm_timeout = s;
         } else if (!strcmp(a, "--out")) {
             snprintf(o->out_dir, sizeof o->out_dir, "%s", v);
             o->out_given = true;
-        } else if (!strcmp(a, "--checkpoint-every")) { ok = parse_long(v, 0, 100000000, &n); o->checkpoint_every = n; }
-        else if (!strcmp(a, "--sample-every")) { ok = parse_long(v, 0, 100000000, &n); o->g.sample_every = n; }
+        } else if (!strcmp(a, "--checkpoint-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->checkpoint_every = n; }
+        else if (!strcmp(a, "--sample-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->g.sample_every = n; }
         else if (!strcmp(a, "--judge")) snprintf(o->judge, sizeof o->judge, "%s", v);
-        else if (!strcmp(a, "--eval-every")) { ok = parse_long(v, 0, 100000000, &n); o->eval_every = n; }
-        else if (!strcmp(a, "--eval-samples")) { ok = parse_long(v, 2, 10000000, &n); o->eval_samples = n; }
-        else if (!strcmp(a, "--max-steps")) { ok = parse_long(v, 1, 100000000, &n); o->max_steps = n; }
+        else if (!strcmp(a, "--eval-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->eval_every = n; }
+        else if (!strcmp(a, "--eval-samples")) { ok = train_parse_long(v, 2, 10000000, &n); o->eval_samples = n; }
+        else if (!strcmp(a, "--max-steps")) { ok = train_parse_long(v, 1, 100000000, &n); o->max_steps = n; }
         else if (!strcmp(a, "--resume")) *resume = v;
         else {
             fprintf(stderr, "replicator train sngan: unknown option %s (see --help)\n", a);
@@ -296,17 +278,16 @@ rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir)
 {
     rp_checkpoint *ck = NULL;
     train_opts to;
+    const char *config;
     *j = NULL;
-    RP_CHECK(rp_trainer_load_checkpoint(&ck, dir));
-    const char *config = rp_checkpoint_get_meta(ck, "replicator.config");
-    rp_status status = config ? train_opts_from_json(&to, config)
-                              : RP_ERROR(RP_ERR_FORMAT, "the judge %s has no replicator.config metadata", dir);
+    RP_CHECK(train_load_run(dir, &ck, &config));
+    rp_status status = train_opts_from_json(&to, config);
     if (status == RP_OK) {
         rp_classifier_config cc;
         train_opts_classifier(&to, &cc);
         status = rp_sngan_judge_create(j, &cc, ck);
     }
-    if (status != RP_OK && config && !strstr(rp_last_error(), dir)) {
+    if (status != RP_OK && !strstr(rp_last_error(), dir)) {
         char why[512];
         snprintf(why, sizeof why, "%s", rp_last_error()); /* RP_ERROR overwrites it */
         status = RP_ERROR(status, "the judge %s: %s", dir, why);
@@ -368,9 +349,9 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
     rp_checkpoint *ck = NULL;
     char *config = NULL;
     if (resume) {
-        RP_TRY(rp_trainer_load_checkpoint(&ck, resume));
-        const char *saved = rp_checkpoint_get_meta(ck, "replicator.config");
-        if (!saved || !sngan_config_is_gan(saved)) {
+        const char *saved;
+        RP_TRY(train_load_run(resume, &ck, &saved));
+        if (!sngan_config_is_gan(saved)) {
             status = RP_ERROR(RP_ERR_FORMAT, "%s is not an SN-GAN run (its checkpoint's configuration says "
                               "otherwise or nothing)", resume);
             goto cleanup;

@@ -26,6 +26,12 @@ static void shown_scalars(const rp_trainer *t, const char *prefix, const double 
                                     means[i]);
 }
 
+/* Digits after the point for a rate: three significant ones below 100 (2.47 it/s), none above. */
+static int rate_digits(double rate)
+{
+    return rate < 10 ? 2 : rate < 100 ? 1 : 0;
+}
+
 /* "  epoch 3/8  step 12/40" or, in steps-only mode, "  step 12/40". */
 static void position_text(const rp_trainer *t, int64_t epoch, int64_t step, char *buf, size_t size)
 {
@@ -58,7 +64,7 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
         format_duration(left, eta, sizeof eta);
         position_text(t, epoch, step, where, sizeof where);
         shown_scalars(t, "", means, values, sizeof values);
-        fprintf(stderr, "\r%s%s  lr %.4f  %.0f %s  ETA %s  ", where, values, (double)lr, rate,
+        fprintf(stderr, "\r%s%s  lr %.4f  %.*f %s  ETA %s  ", where, values, (double)lr, rate_digits(rate), rate,
                 t->cfg.rate_unit, eta);
         t->t_print = now;
         return;
@@ -67,7 +73,7 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
     if ((step + 1) % every != 0 || last) return;
     position_text(t, epoch, step, where, sizeof where);
     shown_scalars(t, "", means, values, sizeof values);
-    fprintf(stderr, "%s%s  lr %.4f  %.0f %s\n", where, values, (double)lr, rate, t->cfg.rate_unit);
+    fprintf(stderr, "%s%s  lr %.4f  %.*f %s\n", where, values, (double)lr, rate_digits(rate), rate, t->cfg.rate_unit);
 }
 
 /*
@@ -89,7 +95,7 @@ void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, 
     else
         snprintf(where, sizeof where, "  epoch %lld/%d", (long long)epoch + 1, t->cfg.epochs);
     shown_scalars(t, "train ", means, values, sizeof values);
-    fprintf(stderr, "%s%s%s%s  %.0f %s  %.0fs\n", t->tty ? "\r" : "", where, values, shown, rate,
+    fprintf(stderr, "%s%s%s%s  %.*f %s  %.0fs\n", t->tty ? "\r" : "", where, values, shown, rate_digits(rate), rate,
             t->cfg.rate_unit, seconds);
 }
 
