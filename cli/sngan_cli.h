@@ -11,10 +11,10 @@
 
 /*
  * The default run fits in 30 minutes on 2 cores (docs/sngan.md): the authors'
- * recipe with 4,000 iterations instead of 50,000, and Adam's rate doubled for
+ * recipe with 3,500 iterations instead of 50,000, and Adam's rate doubled for
  * the short schedule (the library's rp_sngan_config_default keeps theirs).
  */
-#define SNGAN_DEFAULT_ITERS 4000
+#define SNGAN_DEFAULT_ITERS 3500
 #define SNGAN_DEFAULT_LR 4e-4f
 
 typedef struct sngan_opts {
