@@ -8,13 +8,54 @@
  * roots, which come from LAPACK's symmetric eigensolver; the two matrix
  * products around it are plain blocked loops here, since the library's GEMM
  * (oneDNN) is single precision and LAPACK does not export BLAS portably.
+ *
+ * LAPACKE is loaded on first use (dlopen), not linked: Debian's LAPACK is
+ * usually OpenBLAS's, whose constructor starts a thread pool when the library
+ * loads - before main() can block SIGINT and SIGTERM - and such a thread,
+ * with the signals unblocked, would take the trainer's stop signal and drop
+ * it (or die of it). Loaded later, from a thread that blocks them, its
+ * threads block them too; and programs that never ask for a distance never
+ * load it.
  */
+#include <dlfcn.h>
 #include <float.h>
 #include <lapacke.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "replicator/nn.h"
+
+typedef lapack_int (*dsyevd_fn)(int layout, char jobz, char uplo, lapack_int n, double *a,
+                                lapack_int lda, double *w);
+static dsyevd_fn lapack_dsyevd;
+static char lapack_error[256];
+static pthread_once_t lapack_once = PTHREAD_ONCE_INIT;
+
+static void lapack_load(void)
+{
+    static const char *const names[] = {"liblapacke.so.3", "liblapacke.so"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lapack_dsyevd; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            snprintf(lapack_error, sizeof lapack_error, "%s", dlerror());
+            continue;
+        }
+        lapack_dsyevd = (dsyevd_fn)dlsym(h, "LAPACKE_dsyevd");
+        if (!lapack_dsyevd) snprintf(lapack_error, sizeof lapack_error, "%s", dlerror());
+    }
+}
+
+/* LAPACKE_dsyevd, loaded once; RP_ERR_UNSUPPORTED naming what failed if it cannot be. */
+static rp_status lapack_get(dsyevd_fn *fn)
+{
+    pthread_once(&lapack_once, lapack_load);
+    *fn = lapack_dsyevd;
+    if (*fn) return RP_OK;
+    return RP_ERROR(RP_ERR_UNSUPPORTED, "rp_frechet_distance needs LAPACKE, which could not be loaded "
+                    "(%s): apt-get install liblapacke", lapack_error);
+}
 
 /* Rows converted to double at a time in rp_gauss_sums_add (the block's x stays in cache). */
 #define SUMS_BLOCK_ROWS 64
@@ -259,7 +300,9 @@ rp_status rp_frechet_distance(const double *mu1, const double *s1, const double 
      * contiguous at e + i*d, which read row-major is V^T: row i of A =
      * L^{1/2} V^T is sqrt(l_i) times it.
      */
-    lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'U', d, e, d, w);
+    dsyevd_fn dsyevd;
+    RP_TRY(lapack_get(&dsyevd));
+    lapack_int info = dsyevd(LAPACK_COL_MAJOR, 'V', 'U', d, e, d, w);
     if (info != 0) {
         status = lapack_status(info, "eigenvectors of s1", d);
         goto cleanup;
@@ -281,7 +324,7 @@ rp_status rp_frechet_distance(const double *mu1, const double *s1, const double 
             double v = 0.5 * (m[(size_t)i * d + j] + m[(size_t)j * d + i]);
             m[(size_t)i * d + j] = m[(size_t)j * d + i] = v;
         }
-    info = LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'N', 'U', d, m, d, w);
+    info = dsyevd(LAPACK_ROW_MAJOR, 'N', 'U', d, m, d, w);
     if (info != 0) {
         status = lapack_status(info, "eigenvalues of s1^1/2 s2 s1^1/2", d);
         goto cleanup;
