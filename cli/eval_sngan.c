@@ -39,6 +39,10 @@ int sngan_eval_main(int argc, char **argv)
     bool calibrate = false;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
         if (!strcmp(a, "--calibrate")) { calibrate = true; continue; }
         char *end = NULL;
         long x = v ? strtol(v, &end, 10) : 0;

@@ -72,6 +72,10 @@ int rp_cli_sample(int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
         if (!strcmp(a, "--raw")) { raw = true; continue; }
         if (!v) {
             fprintf(stderr, "replicator sample: %s needs a value (see --help)\n", a);
