@@ -345,6 +345,21 @@ rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis);
 rp_comm *rp_replica_role_comm(rp_replica *rep);
 rp_comm *rp_replica_world_comm(rp_replica *rep);
 /*
+ * The link: every worker of the job (rank = worker index, as the world),
+ * for messages between roles that outlive runs - an actor's experience to a
+ * replay server, a learner's parameters to its actors. Unlike the others it
+ * is not left when a run ends: a started worker waiting on the link for a
+ * learner between two runs keeps waiting (up to the timeout) instead of
+ * failing at once because the learner's step ended. A worker whose run
+ * failed, or whose started function returned, leaves it, so a peer waiting
+ * for that worker in particular fails at once naming it (a receive from
+ * RP_ANY_SOURCE fails so only when every other worker has left). Collectives
+ * on it would have to be made by every worker of the job; use it for
+ * point-to-point messages. The same handle as the world when the job has one
+ * role. Owned by the replicator; this worker's thread only.
+ */
+rp_comm *rp_replica_link_comm(rp_replica *rep);
+/*
  * TF-Replicator's num_replicas_in_sync: the replicas whose gradients one
  * step combines synchronously - rp_replica_count() in sync training, 1 in
  * async (each replica steps alone). rp_replica_count() is num_replicas.

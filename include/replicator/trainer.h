@@ -181,6 +181,27 @@ typedef struct rp_trainer_model {
     rp_status (*save)(void *ctx, void *state, rp_checkpoint *ck);
     /* Optional. Every replica, in rp_trainer_destroy(): frees the state build made (may be NULL). */
     rp_status (*destroy)(rp_replica *rep, void *ctx, void *state);
+    /*
+     * Optional: a job whose roles do more than step (D4PG's actors and its
+     * replay beside a learner). The job's FIRST role (cfg.runtime.roles[0])
+     * is the one the trainer steps; start_roles (main thread, once, right
+     * after the replicator is created and before build) starts every other
+     * role's long-lived function with rp_replicator_start(). build, the
+     * steps, evaluation and checkpoints then run on the first role's workers
+     * only. A process holding none of them (an actor rank under mpirun) builds
+     * nothing, prints nothing, and its rp_trainer_run() waits for its started
+     * roles to return.
+     */
+    rp_status (*start_roles)(rp_replicator *r, void *ctx);
+    /*
+     * Optional, with start_roles. Every replica of the first role, once, when
+     * rp_trainer_run() ends - finished, stopped or failing (then its error is
+     * ignored: the original one is returned): tells the started roles to
+     * return (e.g. a message to their server). The trainer then waits for
+     * every started role (rp_replicator_wait) and returns the first error.
+     * Without it the started roles must return on their own.
+     */
+    rp_status (*stop_roles)(rp_replica *rep, void *ctx, void *state);
 } rp_trainer_model;
 
 typedef struct rp_trainer_config {
@@ -298,6 +319,11 @@ rp_trainer_progress rp_trainer_get_progress(const rp_trainer *t);
 rp_replicator *rp_trainer_replicator(const rp_trainer *t);
 /* True on an MPI parameter-server rank (async): it serves, it has no replicas. */
 bool rp_trainer_is_server(const rp_trainer *t);
+/*
+ * True on a process that holds no worker of the stepped role (a job with
+ * start_roles under mpirun, e.g. an actor rank): it only runs started roles.
+ */
+bool rp_trainer_is_bystander(const rp_trainer *t);
 /* True on the process of replica 0: it prints and writes the run directory. */
 bool rp_trainer_is_root(const rp_trainer *t);
 /* The run directory chosen (owned by the trainer). */

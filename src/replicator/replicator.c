@@ -271,6 +271,8 @@ static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t gener
         snprintf(rep->error, sizeof rep->error, "%s", *msg ? msg : "the function returned an error without a message");
     }
     leave_all(rep, status);
+    /* A failed worker is gone for good: its peers across roles learn it at once. */
+    if (status != RP_OK && rep->link != rep->world) rp_comm_leave(rep->link, status, rep->error);
 }
 
 static void *worker_main(void *p)
@@ -894,6 +896,7 @@ rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis)
 
 rp_comm *rp_replica_role_comm(rp_replica *rep) { return rep->role_comm; }
 rp_comm *rp_replica_world_comm(rp_replica *rep) { return rep->world; }
+rp_comm *rp_replica_link_comm(rp_replica *rep) { return rep ? rep->link : NULL; }
 
 int rp_replica_in_sync(const rp_replica *rep) { return rep->r->strategy->identical ? rep->count : 1; }
 
@@ -938,6 +941,9 @@ static void *started_main(void *p)
         snprintf(rep->error, sizeof rep->error, "%s", *msg ? msg : "the function returned an error without a message");
     }
     leave_all(rep, status);
+    /* Its long-lived function is over: the other roles stop waiting for it on the link. */
+    if (rep->link != rep->world)
+        rp_comm_leave(rep->link, status, status == RP_OK ? "its started function returned" : rep->error);
     return NULL;
 }
 
@@ -962,6 +968,7 @@ rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn 
         rep->start_fn = fn;
         rep->start_arg = arg;
         rep->status = RP_OK;
+        if (rep->link != rep->world) rp_comm_rejoin(rep->link); /* (left when an earlier start returned) */
         pthread_mutex_lock(&r->mu);
         rep->busy = true;
         pthread_mutex_unlock(&r->mu);

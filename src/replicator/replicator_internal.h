@@ -34,7 +34,7 @@ typedef enum {
     RP_LAYOUT_HIER,        /* threads in each MPI rank */
 } rp_layout;
 
-#define RP_COMMS_MAX 5 /* world, role, and one per axis */
+#define RP_COMMS_MAX 6 /* world, link, role, and one per axis */
 
 struct rp_replica {
     rp_replicator *r;
@@ -48,6 +48,7 @@ struct rp_replica {
     int coord[RP_AXES], shape[RP_AXES];
     rp_comm *axis[RP_AXES];   /* axis[RP_AXIS_DATA] == comm */
     rp_comm *role_comm, *world;
+    rp_comm *link;            /* every worker, between roles: not left at a run's end (see runtime.h) */
     rp_comm *owned[RP_COMMS_MAX]; /* the distinct handles, destroyed with the replica */
     int nowned;
     rp_comm *live[RP_COMMS_MAX];  /* those with peers: left and rejoined around each run */

@@ -133,7 +133,11 @@ rp_status rp_topology_split(rp_replica *rep)
     rp_comm_begin_internal(rep->world, "the runtime's topology split");
     if (r->nroles > 1) status = rp_comm_split(rep->world, rep->role, rep->worker, &rep->role_comm);
     else rep->role_comm = rep->world;
+    /* The link between roles: a copy of the world that runs do not leave (owned, not live). */
+    if (r->nroles > 1 && status == RP_OK) status = rp_comm_split(rep->world, 0, rep->worker, &rep->link);
     rp_comm_end_internal(rep->world);
+    if (rep->link) rep->owned[rep->nowned++] = rep->link;
+    else rep->link = rep->world;
     RP_CHECK(status);
     own(rep, rep->role_comm);
     bool flat = rep->shape[RP_AXIS_MODEL] == 1 && rep->shape[RP_AXIS_PIPE] == 1;
@@ -158,5 +162,5 @@ void rp_topology_destroy(rp_replica *rep)
     if (rep->nowned == 0 && rep->world) rp_comm_destroy(rep->world);
     for (int i = 0; i < rep->nowned; i++) rp_comm_destroy(rep->owned[i]);
     rep->nowned = rep->nlive = 0;
-    rep->world = NULL;
+    rep->world = rep->link = NULL;
 }

@@ -213,11 +213,37 @@ static rp_status train(rp_trainer *t)
     return RP_OK;
 }
 
+static rp_status stop_roles_replica(rp_replica *rep, void *arg)
+{
+    rp_trainer *t = arg;
+    return t->model->stop_roles(rep, t->ctx, t->states ? t->states[rp_replica_local_index(rep)] : NULL);
+}
+
+rp_status train_finish_roles(rp_trainer *t, rp_status status)
+{
+    if (!t->roles_started) return status;
+    t->roles_started = false;
+    char first[1024] = "";
+    if (status != RP_OK) snprintf(first, sizeof first, "%s", rp_last_error());
+    if (!t->bystander && t->model->stop_roles) {
+        rp_status st = rp_replicator_run(t->rep, stop_roles_replica, t);
+        if (status == RP_OK) status = st; /* on the way out of an error, the error stays the one */
+    }
+    for (int i = 1; i < rp_replicator_roles(t->rep); i++) {
+        rp_status st = rp_replicator_wait(t->rep, rp_replicator_role(t->rep, i)->name);
+        if (status == RP_OK) status = st;
+    }
+    if (first[0]) rp_error_set(status, NULL, 0, "%s", first);
+    return status;
+}
+
 rp_status rp_trainer_run(rp_trainer *t)
 {
     if (!t) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_run: NULL trainer");
     /* A parameter server rank: it serves until every replica's process is done. */
     if (t->server) return rp_replicator_serve(t->rep);
+    /* A process of started roles only: they run until the stepped role tells them to stop. */
+    if (t->bystander) return train_finish_roles(t, RP_OK);
     t->first_step = t->global_step;
     t->stop = 0;
     t->stopped = t->finished = false;
@@ -227,5 +253,5 @@ rp_status rp_trainer_run(rp_trainer *t)
     train_stop_arm(true);
     rp_status status = train(t);
     train_stop_arm(false);
-    return status;
+    return train_finish_roles(t, status);
 }

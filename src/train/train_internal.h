@@ -31,6 +31,8 @@ struct rp_trainer {
     void **states; /* [local]: what build made on each local replica */
     int local;
     bool server, root, tty;
+    bool bystander; /* holds no worker of the stepped role (start_roles): runs started roles only */
+    bool roles_started; /* start_roles was called: train_finish_roles() is due */
     rp_schedule sched;
     bool steps_only;         /* cfg.steps: one stretch of steps, shown and recorded without epochs */
     int64_t steps_per_epoch; /* cfg.steps in steps-only mode (then cfg.epochs is 1) */
@@ -73,6 +75,12 @@ void train_metrics_epoch(const rp_trainer *t, int64_t epoch, const double *means
                          const rp_trainer_metrics *m);
 void train_metrics_eval(const rp_trainer *t, const rp_trainer_metrics *m);
 
+/*
+ * loop.c: after a run (or a failed create) of a job with started roles: the stepped replicas'
+ * stop_roles, then a wait for every started role. Returns `status` if it is an error, else the
+ * first error of the roles. Once; later calls return `status`.
+ */
+rp_status train_finish_roles(rp_trainer *t, rp_status status);
 /* signals.c: the process's stop request, taken while a trainer runs. */
 void train_stop_arm(bool on);
 int train_stop_reason(void);

@@ -96,6 +96,11 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
                         (long long)c->checkpoint_every_steps, c->eval_every_epochs,
                         (long long)c->eval_every_steps, (long long)c->metrics_every_steps);
     if (c->batch < 1) return RP_ERROR(RP_ERR_INVALID, "batch %d; at least 1", c->batch);
+    if (m->stop_roles && !m->start_roles)
+        return RP_ERROR(RP_ERR_INVALID, "the trainer's model has stop_roles but no start_roles");
+    if (m->start_roles && c->runtime.nroles < 2)
+        return RP_ERROR(RP_ERR_INVALID, "the trainer's model starts roles, but cfg.runtime has %d role(s): the "
+                        "first is stepped, the others started", c->runtime.nroles);
     return RP_OK;
 }
 
@@ -226,6 +231,17 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
         t->cfg.quiet = true;
         goto cleanup;
     }
+    if (model->start_roles) {
+        t->roles_started = true; /* (some may have started when it fails) */
+        RP_TRY(model->start_roles(t->rep, ctx));
+        /* The stepped role is the first: a process holding any of its workers holds them first. */
+        const char *stepped = rp_replicator_role(t->rep, 0)->name;
+        if (strcmp(rp_replica_role(rp_replicator_replica(t->rep, 0)), stepped) != 0) {
+            t->bystander = true;
+            t->cfg.quiet = true;
+            goto cleanup;
+        }
+    }
     t->root = rp_replica_id(rp_replicator_replica(t->rep, 0)) == 0;
     if (!t->root) t->cfg.quiet = true;
     t->tty = isatty(STDERR_FILENO) && !t->cfg.quiet;
@@ -257,6 +273,7 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
     }
 cleanup:
     t->cfg.resume = NULL;
+    if (status != RP_OK && t->roles_started) train_finish_roles(t, status);
     if (status != RP_OK) {
         rp_status keep = status;
         char msg[1024];
@@ -271,11 +288,14 @@ cleanup:
 rp_status rp_trainer_destroy(rp_trainer *t)
 {
     if (!t) return RP_OK;
-    rp_status status = RP_OK;
+    rp_status status = train_finish_roles(t, RP_OK); /* roles started but never run */
     if (t->rep && t->states) {
         bool any = false;
         for (int i = 0; i < t->local; i++) any |= t->states[i] != NULL;
-        if (any) status = rp_replicator_run(t->rep, destroy_replica, t);
+        if (any) {
+            rp_status st = rp_replicator_run(t->rep, destroy_replica, t);
+            if (status == RP_OK) status = st;
+        }
     }
     if (t->metrics) fclose(t->metrics);
     rp_replicator_destroy(t->rep);
@@ -303,6 +323,7 @@ rp_trainer_progress rp_trainer_get_progress(const rp_trainer *t)
 rp_replicator *rp_trainer_replicator(const rp_trainer *t) { return t ? t->rep : NULL; }
 bool rp_trainer_is_server(const rp_trainer *t) { return t && t->server; }
 bool rp_trainer_is_root(const rp_trainer *t) { return t && t->root; }
+bool rp_trainer_is_bystander(const rp_trainer *t) { return t && t->bystander; }
 const char *rp_trainer_run_dir(const rp_trainer *t) { return t ? t->run_dir : NULL; }
 int64_t rp_trainer_steps_per_epoch(const rp_trainer *t) { return t ? t->steps_per_epoch : 0; }
 void *rp_trainer_state(const rp_trainer *t) { return t && t->states ? t->states[0] : NULL; }
