@@ -11,12 +11,15 @@
  *    resumed run goes on from the saved step with the counter started again;
  *  - a learner that fails mid-run still stops the started role (its error is
  *    the one returned, and the counter returns long before any timeout);
+ *  - a gauge scalar (the counter's count) is recorded as its latest value;
  *  - a model with start_roles on a job of one role, or stop_roles without
  *    start_roles, is refused.
  */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TAG_STEP 1
@@ -102,9 +105,13 @@ static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
     return rp_checkpoint_add_i64(ck, "toy/one", 1, &one);
 }
 
+static const char *const count_scalar[] = {"count", NULL};
+
 static const rp_trainer_model model = {
     .build = build,
     .train_step = train_step,
+    .scalars = count_scalar,
+    .gauges = count_scalar,
     .save = save,
     .start_roles = start_roles,
     .stop_roles = stop_roles,
@@ -165,6 +172,19 @@ static void test_started_role_beside_the_steps(void **unused)
     assert_int_equal(rp_trainer_destroy(t), RP_OK);
     assert_int_equal(j.counter_returns, 2);
     assert_int_equal(j.counted, 5 * LEARNERS);
+
+    /* "count" is a gauge: the run's last line gives the last step's value (replies 9 and 10,
+       averaged over the two learners), not the mean over the run's steps (5.5). */
+    char path[600], line[1024], last[1024] = "";
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "train_count")) snprintf(last, sizeof last, "%s", line);
+    fclose(f);
+    const char *v = strstr(last, "\"train_count\":");
+    assert_non_null(v);
+    assert_true(fabs(atof(v + strlen("\"train_count\":")) - 9.5) < 1e-9);
 }
 
 static void test_failure_stops_the_started_role(void **unused)

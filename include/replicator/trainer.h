@@ -160,6 +160,14 @@ typedef struct rp_trainer_model {
      */
     const char *const *scalars;
     /*
+     * Optional. Those of the scalars that are gauges - a count or a level
+     * read off at each step (env steps so far, a replay's size, a recent
+     * return) rather than a per-step loss - ended by NULL: the lines shown
+     * and metrics.jsonl give their latest value (the last step's, averaged
+     * over the replicas of a sync step) instead of a mean over steps.
+     */
+    const char *const *gauges;
+    /*
      * Optional. Every replica, after each run in which the replicas stepped
      * independently (async only): makes the job's state every replica's
      * (rp_replica_optimizer_fetch(), averaging per-replica buffers), so that

@@ -133,7 +133,7 @@ static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, boo
     double seconds = t->epoch_seconds, rate = seconds > 0 ? (double)t->epoch_steps * c->batch / seconds : 0;
     double means[RP_TRAINER_MAX_SCALARS];
     for (int k = 0; k < t->n_scalars; k++)
-        means[k] = t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps : 0;
+        means[k] = t->gauge[k] ? t->latest[k] : t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps : 0;
     rp_trainer_metrics m = {0};
     if (eval) RP_CHECK(evaluate(t, &m));
     train_print_epoch(t, epoch, means, rate, seconds, &m);
@@ -170,7 +170,10 @@ static rp_status run_chunk(rp_trainer *t)
     for (int k = 0; k < t->n_scalars; k++) {
         t->epoch_sums[k] += sums[k];
         chunk_means[k] = n > 0 ? sums[k] / (double)n : 0;
-        epoch_means[k] = t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps : 0;
+        if (t->gauge[k] && n > 0) t->latest[k] = chunk_means[k];
+        epoch_means[k] = t->gauge[k]       ? t->latest[k]
+                         : t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps
+                                          : 0;
     }
     if (n > 0) rp_debug("step %lld %s %.7f", (long long)before, t->scalar_names[0], chunk_means[0]);
     if (t->lockstep && n > 0)

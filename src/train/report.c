@@ -14,7 +14,14 @@ static void format_duration(double s, char *buf, size_t size)
     else snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
 }
 
-/* The shown scalars, each as "  <prefix><name> %.4f", into buf. */
+/* Digits after the point for a shown scalar: 4 for a loss (0.3058), fewer for counts and returns. */
+static int value_digits(double v)
+{
+    double a = fabs(v);
+    return a >= 1000 ? 0 : a >= 100 ? 1 : 4;
+}
+
+/* The shown scalars, each as "  <prefix><name> <value>", into buf. */
 static void shown_scalars(const rp_trainer *t, const char *prefix, const double *means, char *buf,
                           size_t size)
 {
@@ -22,8 +29,8 @@ static void shown_scalars(const rp_trainer *t, const char *prefix, const double 
     buf[0] = '\0';
     for (int i = 0; i < t->n_scalars; i++)
         if (t->shown[i] && len < size)
-            len += (size_t)snprintf(buf + len, size - len, "  %s%s %.4f", prefix, t->scalar_names[i],
-                                    means[i]);
+            len += (size_t)snprintf(buf + len, size - len, "  %s%s %.*f", prefix, t->scalar_names[i],
+                                    value_digits(means[i]), means[i]);
 }
 
 /* Digits after the point for a rate: three significant ones below 100 (2.47 it/s), none above. */

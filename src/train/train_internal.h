@@ -40,6 +40,8 @@ struct rp_trainer {
     int n_scalars;
     const char *scalar_names[RP_TRAINER_MAX_SCALARS];
     bool shown[RP_TRAINER_MAX_SCALARS];
+    bool gauge[RP_TRAINER_MAX_SCALARS];       /* shown as the latest value (rp_trainer_model.gauges) */
+    double latest[RP_TRAINER_MAX_SCALARS];    /* a gauge's latest value */
     char scalar_reports[RP_TRAINER_MAX_SCALARS][16]; /* their rp_replica_report() names, made once */
     int64_t epoch, step, global_step; /* the next batch */
     int64_t first_step;               /* global_step when rp_trainer_run started */

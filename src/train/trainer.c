@@ -164,6 +164,13 @@ static rp_status take_scalars(rp_trainer *t, const char *shown_list)
     if (n == 0)
         return RP_ERROR(RP_ERR_INVALID, "the model's scalars list is empty; NULL means {\"loss\"}");
     t->n_scalars = n;
+    for (const char *const *g = t->model->gauges; g && *g; g++) {
+        int found = -1;
+        for (int k = 0; k < n && found < 0; k++)
+            if (!strcmp(names[k], *g)) found = k;
+        if (found < 0) return RP_ERROR(RP_ERR_INVALID, "the model's gauge \"%.64s\" is not one of its scalars", *g);
+        t->gauge[found] = true;
+    }
     if (!shown_list) {
         t->shown[0] = true;
         return RP_OK;
