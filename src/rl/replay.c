@@ -138,11 +138,17 @@ static void write_item(rp_replay *r, int64_t slot, const rp_transition *t)
     r->discount[slot] = t->discount;
 }
 
-static void set_priority(rp_replay *r, int64_t slot, float p)
+/* Sets slot's priority p, whose tree leaf is `leaf` = leaf_value(r, p). */
+static void set_priority_leaf(rp_replay *r, int64_t slot, float p, double leaf)
 {
     r->priority[slot] = p;
-    rp_sumtree_set(&r->tree, slot, leaf_value(r, p));
+    rp_sumtree_set(&r->tree, slot, leaf);
     if (p > r->max_priority) r->max_priority = p;
+}
+
+static void set_priority(rp_replay *r, int64_t slot, float p)
+{
+    set_priority_leaf(r, slot, p, leaf_value(r, p));
 }
 
 rp_status rp_replay_insert(rp_replay *r, const rp_transition *t, int n, float priority)
@@ -159,10 +165,11 @@ rp_status rp_replay_insert(rp_replay *r, const rp_transition *t, int n, float pr
                             : !t[i].act ? "act"
                                         : "next_obs");
     float p = priority > 0.0f ? priority : r->max_priority;
+    double leaf = r->cfg.prioritized ? leaf_value(r, p) : 0.0; /* one pow() per call */
     for (int i = 0; i < n; i++) {
         int64_t slot = r->inserted % r->cfg.capacity;
         write_item(r, slot, &t[i]);
-        if (r->cfg.prioritized) set_priority(r, slot, p);
+        if (r->cfg.prioritized) set_priority_leaf(r, slot, p, leaf);
         r->inserted++;
         if (r->size < r->cfg.capacity) r->size++;
     }
