@@ -160,6 +160,9 @@ static void test_actions_are_clipped(void **state)
             assert_int_equal(rp_env_step(b, bound, n, ob, &rb), RP_OK);
             assert_memory_equal(oa, ob, sizeof(float) * (size_t)obs_dims[t]);
             assert_memory_equal(&ra.reward, &rb.reward, sizeof(float));
+            /* MuJoCo clamps a limited control itself; what reaches it must already be clipped */
+            for (int i = 0; i < n; i++)
+                assert_true(rp_env_mj_data(a)->ctrl[i] == bound[i]);
         }
         /* and the bound itself does something: a zero action gives another trajectory */
         float zero[RP_ENV_MAX_ACT] = {0};
@@ -244,6 +247,51 @@ static void test_threads_share_model(void **state)
         assert_memory_equal(jobs[i].obs, jobs[2].obs, sizeof jobs[2].obs);
         assert_memory_equal(jobs[i].rew, jobs[2].rew, sizeof jobs[2].rew);
     }
+}
+
+/* The initial-state distributions: where each task starts, over many seeds. */
+static void test_initial_states(void **state)
+{
+    (void)state;
+    float obs[RP_ENV_MAX_OBS];
+    double lo[4] = {1e9, 1e9, 1e9, 1e9}, hi[4] = {-1e9, -1e9, -1e9, -1e9};
+    rp_rl_env *sw = make("cartpole-swingup"), *bal = make("cartpole-balance");
+    rp_rl_env *pen = make("pendulum-swingup"), *pm = make("point_mass-easy");
+    rp_rl_env *ch = make("cheetah-run"), *wk = make("walker-walk");
+    for (uint64_t seed = 0; seed < 200; seed++) {
+        rp_env_reset(sw, seed, obs); /* hanging down, near the centre, nearly at rest */
+        assert_true(obs[1] < -0.998f && fabsf(obs[0]) < 0.06f && fabsf(obs[3]) < 0.06f);
+        rp_env_reset(bal, seed, obs); /* near upright, cart within 0.1 m */
+        assert_true(obs[1] > 0.999f && fabsf(obs[0]) <= 0.1f);
+        lo[0] = fmin(lo[0], obs[0]), hi[0] = fmax(hi[0], obs[0]);
+        rp_env_reset(pen, seed, obs); /* any angle: atan2(sin, cos) */
+        double angle = atan2(obs[1], obs[0]);
+        lo[1] = fmin(lo[1], angle), hi[1] = fmax(hi[1], angle);
+        assert_true(obs[2] == 0.0f);
+        rp_env_reset(pm, seed, obs); /* anywhere within the joint limits */
+        assert_true(fabsf(obs[0]) <= 0.29f && fabsf(obs[1]) <= 0.29f);
+        lo[2] = fmin(lo[2], obs[0]), hi[2] = fmax(hi[2], obs[0]);
+        rp_env_reset(wk, seed, obs); /* torso at any angle, at 1.3 m */
+        lo[3] = fmin(lo[3], obs[0]), hi[3] = fmax(hi[3], obs[0]);
+        assert_true(fabsf(obs[14] - 1.3f) < 1e-6f);
+    }
+    assert_true(lo[0] < -0.08 && hi[0] > 0.08);
+    assert_true(lo[1] < -2.9 && hi[1] > 2.9);
+    assert_true(lo[2] < -0.25 && hi[2] > 0.25);
+    assert_true(lo[3] < -0.9 && hi[3] > 0.9); /* cos of the torso angle spans [-1, 1] */
+    /* cheetah has settled for 200 steps with the clock reset, its legs within their ranges */
+    rp_env_reset(ch, 1, obs);
+    const mjModel *m = rp_env_mj_model(ch);
+    const mjData *d = rp_env_mj_data(ch);
+    assert_true(d->time == 0.0);
+    for (int j = 3; j < m->njnt; j++) {
+        double q = d->qpos[m->jnt_qposadr[j]];
+        assert_true(q > m->jnt_range[2 * j] - 0.05 && q < m->jnt_range[2 * j + 1] + 0.05);
+    }
+    assert_true(fabs(d->qvel[1]) < 0.5); /* resting on the ground, not falling */
+    rp_rl_env *envs[] = {sw, bal, pen, pm, ch, wk};
+    for (int i = 0; i < 6; i++)
+        rp_env_destroy(envs[i]);
 }
 
 /* ---- rewards at known states ----------------------------------------------- */
@@ -604,14 +652,15 @@ static void test_tolerance(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry),          cmocka_unit_test(test_episode_length_and_sizes),
-        cmocka_unit_test(test_action_repeat),     cmocka_unit_test(test_actions_are_clipped),
-        cmocka_unit_test(test_determinism),       cmocka_unit_test(test_threads_share_model),
-        cmocka_unit_test(test_reward_cartpole),   cmocka_unit_test(test_reward_pendulum),
-        cmocka_unit_test(test_reward_point_mass), cmocka_unit_test(test_reward_reacher),
-        cmocka_unit_test(test_reward_cheetah),    cmocka_unit_test(test_reward_walker),
-        cmocka_unit_test(test_rewards_in_range),  cmocka_unit_test(test_model_from_file),
-        cmocka_unit_test(test_bad_input),         cmocka_unit_test(test_tolerance),
+        cmocka_unit_test(test_registry),        cmocka_unit_test(test_episode_length_and_sizes),
+        cmocka_unit_test(test_action_repeat),   cmocka_unit_test(test_actions_are_clipped),
+        cmocka_unit_test(test_determinism),     cmocka_unit_test(test_threads_share_model),
+        cmocka_unit_test(test_initial_states),  cmocka_unit_test(test_reward_cartpole),
+        cmocka_unit_test(test_reward_pendulum), cmocka_unit_test(test_reward_point_mass),
+        cmocka_unit_test(test_reward_reacher),  cmocka_unit_test(test_reward_cheetah),
+        cmocka_unit_test(test_reward_walker),   cmocka_unit_test(test_rewards_in_range),
+        cmocka_unit_test(test_model_from_file), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_tolerance),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
