@@ -12,6 +12,7 @@ packages=(
   libcjson-dev           # checkpoint headers, configs
   zlib1g-dev             # gzip data files
   libpng-dev             # image grids
+  libcairo2-dev          # line charts (learning curves): antialiased lines and text, PNG
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
   libcmocka-dev          # unit tests
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
