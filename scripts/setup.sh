@@ -13,6 +13,7 @@ packages=(
   zlib1g-dev             # gzip data files
   libpng-dev             # image grids
   libmujoco-dev          # MuJoCo 2.2: physics of the rl environments (src/rl/)
+  libcairo2-dev          # line charts (learning curves): antialiased lines and text, PNG
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
   libcmocka-dev          # unit tests
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark

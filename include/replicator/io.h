@@ -311,6 +311,53 @@ rp_status rp_image_grid_write_png(const char *path, const float *images, int n, 
  */
 rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, int *c);
 
+/* ---- line plots (PNG) -------------------------------------------------------- */
+
+/* One line of a chart: n points (x[i], y[i]); `label` names it in the legend (NULL: "series k"). */
+typedef struct rp_plot_series {
+    const char *label;
+    const double *x, *y;
+    int n;
+} rp_plot_series;
+
+/* A chart's text and size. Start from zero ({0}): every field has a default. */
+typedef struct rp_plot {
+    const char *title, *xlabel, *ylabel; /* NULL or "": not drawn */
+    int width, height;                   /* pixels; 0 takes the default, 800 x 500 */
+    bool y_from_zero;                    /* the y axis starts at 0 (or ends there, data all < 0) */
+} rp_plot;
+
+#define RP_PLOT_MIN_SIDE 160  /* smallest width or height: room for the labels */
+#define RP_PLOT_MAX_SIDE 8192
+
+/*
+ * Writes a line chart of the `nseries` series `s` to `path` as an RGB PNG of
+ * p->width x p->height pixels, drawn with cairo: axes whose ranges are the
+ * data's widened to round-numbered ticks (1, 2 or 5 times a power of ten;
+ * 10,000 and up as "k", "M" or "G": 200k, 1.5M), light grid lines at the ticks, the
+ * title, axis labels, and a legend in the emptiest corner when there is more
+ * than one series. Each series is one line in a colour of its own, in the
+ * order given; a point with a non-finite x or y (or beyond +-1e300) is
+ * skipped and breaks the line there, and a point with no drawn neighbour is
+ * drawn as a dot. An empty series (n 0) takes no room and draws nothing; with
+ * no points at all the axes run from 0 to 1. A series whose values are all
+ * equal gets an axis around the value (0.5 gives 0..1).
+ *
+ * The file is written atomically, as rp_image_grid_write_png does: a failed
+ * write leaves an older file at `path` intact and nothing else behind.
+ * Nothing is kept: the caller owns every array and string, only read here.
+ *
+ * Errors: RP_ERR_INVALID (naming the argument: a NULL or empty path, p NULL,
+ * nseries < 0, s NULL with nseries > 0, a series with n < 0 or with n > 0 and
+ * x or y NULL, a width or height that is not 0 or within
+ * RP_PLOT_MIN_SIDE..RP_PLOT_MAX_SIDE, text that is not valid UTF-8),
+ * RP_ERR_IO (naming the path and the system's reason, e.g. a missing
+ * directory), RP_ERR_NOMEM, RP_ERR_BACKEND (cairo failed). Thread-safe:
+ * calls share no state.
+ */
+rp_status rp_plot_write_png(const char *path, const rp_plot *p, const rp_plot_series *s,
+                            int nseries);
+
 #ifdef __cplusplus
 }
 #endif
