@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "d4pg_cli.h"
 #include "sngan_cli.h"
 
 int rp_cli_eval(int argc, char **argv)
@@ -14,7 +15,8 @@ int rp_cli_eval(int argc, char **argv)
                 "Loads RUN_DIR/checkpoint.safetensors (written by replicator train), rebuilds the\n"
                 "model from the configuration stored in it and reports test loss and accuracy.\n"
                 "On an SN-GAN run it scores the samples instead: see replicator eval GAN_RUN --help\n"
-                "for its options (--judge, --samples, --calibrate).\n");
+                "for its options (--judge, --samples, --calibrate). On a D4PG run it plays\n"
+                "evaluation episodes: see replicator eval D4PG_RUN --help (--episodes).\n");
         return argc < 2 ? 2 : 0;
     }
     int threads = 0;
@@ -32,6 +34,10 @@ int rp_cli_eval(int argc, char **argv)
     if (sngan_config_is_gan(config)) {
         rp_checkpoint_destroy(ck);
         return sngan_eval_main(argc, argv);
+    }
+    if (d4pg_config_is_d4pg(config)) {
+        rp_checkpoint_destroy(ck);
+        return d4pg_eval_main(argc, argv);
     }
     RP_TRY(train_opts_from_json(&o, config));
     rp_classifier_config cc;

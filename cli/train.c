@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "d4pg_cli.h"
 #include "sngan_cli.h"
 
 /* Options that may change on --resume; the rest come from the checkpoint. */
@@ -165,24 +166,28 @@ static void format_duration(double s, char *buf, size_t size)
 }
 
 
-/* Whether argv resumes an SN-GAN run (--resume DIR whose checkpoint says so). */
-static bool resumes_gan(int argc, char **argv)
+/* The model a `--resume DIR` in argv continues, from its checkpoint's configuration ("" if none). */
+static const char *resumed_model(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--resume")) continue;
         rp_checkpoint *ck = NULL;
-        if (rp_trainer_load_checkpoint(&ck, argv[i + 1]) != RP_OK) return false; /* reported later */
-        bool gan = sngan_config_is_gan(rp_checkpoint_get_meta(ck, "replicator.config"));
+        if (rp_trainer_load_checkpoint(&ck, argv[i + 1]) != RP_OK) return ""; /* reported later */
+        const char *config = rp_checkpoint_get_meta(ck, "replicator.config");
+        const char *model = sngan_config_is_gan(config) ? "sngan" : d4pg_config_is_d4pg(config) ? "d4pg" : "";
         rp_checkpoint_destroy(ck);
-        return gan;
+        return model;
     }
-    return false;
+    return "";
 }
 
 int rp_cli_train(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "sngan")) return train_sngan_main(argc - 1, argv + 1);
-    if (resumes_gan(argc, argv)) return train_sngan_main(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "d4pg")) return train_d4pg_main(argc - 1, argv + 1);
+    const char *resumed = resumed_model(argc, argv);
+    if (!strcmp(resumed, "sngan")) return train_sngan_main(argc, argv);
+    if (!strcmp(resumed, "d4pg")) return train_d4pg_main(argc, argv);
     train_opts o;
     const char *resume = NULL;
     int rc = train_opts_parse(argc, argv, &o, &resume);

@@ -16,6 +16,8 @@
 #include "runtime.h"
 #include "ps.h"
 #include "trainer.h"
+#include "env.h"
+#include "replay.h"
 
 #define RP_VERSION "0.1.0"
 

@@ -234,6 +234,7 @@ rp_status train_finish_roles(rp_trainer *t, rp_status status)
     }
     for (int i = 1; i < rp_replicator_roles(t->rep); i++) {
         rp_status st = rp_replicator_wait(t->rep, rp_replicator_role(t->rep, i)->name);
+        if (st != RP_OK && status != RP_OK) rp_warn("and %s", rp_last_error()); /* the first error stays */
         if (status == RP_OK) status = st;
     }
     if (first[0]) rp_error_set(status, NULL, 0, "%s", first);

@@ -1,0 +1,33 @@
+/* d4pg_cli.h - `replicator train d4pg` and `replicator eval` on a D4PG run: options and their JSON.
+ */
+#ifndef RP_CLI_D4PG_H
+#define RP_CLI_D4PG_H
+
+#include "models/d4pg/d4pg_job.h"
+#include "train.h"
+
+typedef struct d4pg_opts {
+    rp_d4pg_job_config j;
+    int64_t eval_every;       /* env steps */
+    int64_t checkpoint_every; /* env steps */
+    int64_t metrics_every;    /* learner steps */
+    int64_t max_steps;        /* learner steps; 0: none */
+    int threads;              /* kernel threads per learner replica; 0: cores / replicas */
+    double comm_timeout;
+    char backend[16];
+    char out_dir[512];
+    bool out_given, force, quiet;
+} d4pg_opts;
+
+void d4pg_opts_default(d4pg_opts *o);
+/* 0: parsed; 1: --help printed; 2: a bad option (printed). */
+int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume);
+char *d4pg_opts_to_json(const d4pg_opts *o);
+rp_status d4pg_opts_from_json(d4pg_opts *o, const char *json);
+/* Whether a checkpoint's configuration is a D4PG run's. */
+bool d4pg_config_is_d4pg(const char *json);
+
+int train_d4pg_main(int argc, char **argv);
+int d4pg_eval_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * eval_d4pg.c - `replicator eval D4PG_RUN`: plays noise-free episodes with a
+ * saved D4PG policy (the one its actors ran: the target policy, as in Acme)
+ * and reports the mean and spread of the returns.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "d4pg_cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: replicator eval D4PG_RUN [--episodes N] [--seed S] [--online]\n"
+               "\n"
+               "Plays N noise-free episodes (default 10) of the run's task with its saved policy\n"
+               "(the target policy its actors ran; --online: the learner's latest) and prints the\n"
+               "mean return, its standard deviation, the smallest and the largest.\n");
+}
+
+int d4pg_eval_main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *run = argv[1];
+    long episodes = 10, seed = 12345;
+    bool online = false;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--online")) {
+            online = true;
+            continue;
+        }
+        long x = 0;
+        if (!strcmp(a, "--episodes") && v && train_parse_long(v, 1, 100000, &x))
+            episodes = x;
+        else if (!strcmp(a, "--seed") && v && train_parse_long(v, 0, 0x7fffffffL, &x))
+            seed = x;
+        else {
+            fprintf(stderr, "replicator eval: bad option %s%s%s (see --help)\n", a, v ? " " : "",
+                    v ? v : "");
+            return 2;
+        }
+        i++;
+    }
+    rp_status status = RP_OK;
+    rp_checkpoint *ck = NULL;
+    rp_d4pg_job *job = NULL;
+    rp_d4pg_policy *policy = NULL;
+    rp_tape *tape = NULL;
+    const char *config;
+    d4pg_opts o;
+    RP_TRY(train_load_run(run, &ck, &config));
+    RP_TRY(d4pg_opts_from_json(&o, config));
+    RP_TRY(rp_d4pg_job_create(&job, &o.j, ck)); /* checks the task, fills in its sizes */
+    RP_TRY(rp_d4pg_policy_create(&policy, &rp_d4pg_job_get_config(job)->agent));
+    RP_TRY(rp_checkpoint_read_params(ck, rp_d4pg_policy_params(policy),
+                                     online ? "d4pg/policy/" : "d4pg/target_policy/"));
+    RP_TRY(rp_tape_create(&tape, 0));
+    double mean = 0, std = 0;
+    RP_TRY(rp_d4pg_evaluate_policy(policy, tape, o.j.task, o.j.action_repeat, (int)episodes,
+                                   (uint64_t)seed, &mean, &std));
+    int64_t n = 0;
+    const int64_t *steps = rp_checkpoint_get_i64(ck, "d4pg/env_steps", &n);
+    printf("d4pg on %s: return %.1f +- %.1f over %ld episodes (%s policy after %lld env steps)\n",
+           o.j.task, mean, std, episodes, online ? "online" : "target",
+           steps && n == 1 ? (long long)steps[0] : -1LL);
+cleanup:
+    rp_tape_destroy(tape);
+    rp_d4pg_policy_destroy(policy);
+    rp_d4pg_job_destroy(job);
+    rp_checkpoint_destroy(ck);
+    if (status != RP_OK) {
+        fprintf(stderr, "replicator eval: error: %s\n", rp_last_error());
+        return 1;
+    }
+    return 0;
+}
