@@ -1,6 +1,7 @@
-/* info.c - `replicator info`: the build, the engines and the environment. */
+/* info.c - `replicator info`: the build, the engines, the environment and the control tasks. */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <mujoco/mujoco.h>
 #include <stdio.h>
 
 #include "cli.h"
@@ -20,5 +21,8 @@ int rp_cli_info(int argc, char **argv)
     printf("environment    RP_LOG_LEVEL=%d RP_THREADS=%d RP_KERNELS=%s RP_DATA_DIR=%s "
            "RP_COMM_TIMEOUT=%g\n", env->log_level, env->threads, env->kernels, env->data_dir,
            env->comm_timeout);
+    printf("MuJoCo         %s (replicator train d4pg --task T)\n", mj_versionString());
+    for (int i = 0; i < rp_env_task_count(); i++)
+        printf("  %s\n", rp_env_task_about(i));
     return 0;
 }
