@@ -13,6 +13,7 @@ packages=(
   zlib1g-dev             # gzip data files
   libpng-dev             # image grids
   libcairo2-dev          # line charts (learning curves): antialiased lines and text, PNG
+  libegl-dev libegl-mesa0 libgl1-mesa-dri  # headless GL (Mesa's surfaceless EGL) for MuJoCo's renderer: episode frames
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
   libcmocka-dev          # unit tests
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
