@@ -14,9 +14,9 @@
  * loads the GL functions itself, through the current context's
  * eglGetProcAddress, so the library links libEGL only.
  *
- * The EGL display is shared by every renderer of the process and terminated
- * when the last one is destroyed (eglTerminate would end every context on
- * it, not just one).
+ * The EGL display is opened once and shared by every renderer of the
+ * process for its whole life, as EGL intends: eglTerminate would end every
+ * context on it, and reopening it reloads and re-initialises the driver.
  */
 #include <EGL/egl.h>
 #include <EGL/eglext.h>
@@ -31,7 +31,6 @@
 struct rp_renderer {
     int width, height;
     EGLContext ctx;
-    bool has_display;     /* counted as a user of the shared display */
     const mjModel *model; /* the model the scene and the GL resources were made for */
     int model_nbody;      /* (a new model at a freed model's address differs in these, usually) */
     int model_ngeom;
@@ -49,7 +48,7 @@ struct rp_renderer {
 static pthread_mutex_t display_lock = PTHREAD_MUTEX_INITIALIZER;
 static EGLDisplay display = EGL_NO_DISPLAY;
 static EGLConfig display_config;
-static int display_users;
+static bool display_open;
 
 static const char *egl_error_name(EGLint e)
 {
@@ -79,15 +78,12 @@ static const char *egl_error_name(EGLint e)
     }
 }
 
-/* Opens (or shares) the display; on success the caller counts as one of its users. */
-static rp_status display_acquire(void)
+/* Opens the shared display the first time; later calls find it open. */
+static rp_status display_open_once(void)
 {
     rp_status status = RP_OK;
     pthread_mutex_lock(&display_lock);
-    if (display_users > 0) {
-        display_users++;
-        goto done;
-    }
+    if (display_open) goto done;
     const char *exts = eglQueryString(EGL_NO_DISPLAY, EGL_EXTENSIONS);
     if (!exts || !strstr(exts, "EGL_MESA_platform_surfaceless")) {
         status = RP_ERROR(RP_ERR_UNSUPPORTED,
@@ -135,21 +131,10 @@ static rp_status display_acquire(void)
         goto done;
     }
     display = dpy;
-    display_users = 1;
+    display_open = true;
 done:
     pthread_mutex_unlock(&display_lock);
     return status;
-}
-
-static void display_release(void)
-{
-    pthread_mutex_lock(&display_lock);
-    if (display_users > 0 && --display_users == 0) {
-        eglTerminate(display);
-        eglReleaseThread();
-        display = EGL_NO_DISPLAY;
-    }
-    pthread_mutex_unlock(&display_lock);
 }
 
 /* ---- the renderer ------------------------------------------------------------------ */
@@ -173,12 +158,11 @@ rp_status rp_renderer_create(rp_renderer **r, int width, int height)
         return RP_ERROR(RP_ERR_NOMEM, "rp_renderer_create: cannot allocate a %dx%d frame", width,
                         height);
     }
-    rp_status status = display_acquire();
+    rp_status status = display_open_once();
     if (status != RP_OK) {
         rp_renderer_destroy(rr);
         return status;
     }
-    rr->has_display = true;
     if (!eglBindAPI(EGL_OPENGL_API) ||
         (rr->ctx = eglCreateContext(display, display_config, EGL_NO_CONTEXT, NULL)) ==
             EGL_NO_CONTEXT) {
@@ -212,7 +196,6 @@ void rp_renderer_destroy(rp_renderer *r)
         }
         eglDestroyContext(display, r->ctx);
     }
-    if (r->has_display) display_release();
     rp_free(r->flip);
     rp_free(r);
 }
