@@ -14,6 +14,7 @@ packages=(
   libpng-dev             # image grids
   libmujoco-dev          # MuJoCo 2.2: physics of the rl environments (src/rl/)
   libcairo2-dev          # line charts (learning curves): antialiased lines and text, PNG
+  libegl-dev libegl-mesa0 libgl1-mesa-dri  # headless GL (Mesa's surfaceless EGL) for MuJoCo's renderer: episode frames
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
   libcmocka-dev          # unit tests
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
