@@ -53,6 +53,38 @@ static void body_activations(void)
     }
 }
 
+/*
+ * The activations computed through exp (tanh, sigmoid, ELU) over their whole range: large
+ * magnitudes (saturation, no inf or NaN), tiny ones (tanh x ~ x, ELU x ~ x) and every scale
+ * between, against libm's tanhf, expf and expm1f within 3e-7 (2.5 float steps at 1; relative, or
+ * absolute below 1).
+ */
+static void test_activations_wide_range(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    float *x = rp_alloc(N * sizeof(float)), *y1 = rp_alloc(N * sizeof(float)),
+          *y2 = rp_alloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) {
+        /* +-10^k for k from -8 to 2.5, and a few exact extremes. */
+        float mag = powf(10.0f, -8.0f + 10.5f * (float)(i / 2) / (N / 2));
+        x[i] = i % 2 ? -mag : mag;
+    }
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e6f, x[3] = -1e6f, x[4] = 88.5f, x[5] = -88.5f;
+    rp_act acts[3] = {RP_ACT_TANH, RP_ACT_SIGMOID, RP_ACT_ELU};
+    for (int k = 0; k < 3; k++) {
+        ref->act_fwd(y1, x, N, acts[k], 1.0f);
+        cpu->act_fwd(y2, x, N, acts[k], 1.0f);
+        for (int i = 0; i < N; i++)
+            assert_true(isfinite(y2[i]) || !isfinite(y1[i]));
+        tu_check_close(y2, y1, N, 3e-7,
+                       acts[k] == RP_ACT_TANH      ? "tanh"
+                       : acts[k] == RP_ACT_SIGMOID ? "sigmoid"
+                                                   : "elu");
+    }
+    rp_free(x), rp_free(y1), rp_free(y2);
+}
+
 static void test_activations(void **state)
 {
     (void)state;
@@ -109,7 +141,8 @@ static void body_batch_norm(void)
             int64_t m = rows_list[r], n = m * c;
             float *x = buf(n, 9), *dy = buf(n, 10), *g = buf(c, 11), *b = buf(c, 12);
             float *mean = buf(c, 13), *invstd = buf(c, 14);
-            for (int j = 0; j < c; j++) invstd[j] = 0.5f + (float)j / c;
+            for (int j = 0; j < c; j++)
+                invstd[j] = 0.5f + (float)j / c;
             double s1[2 * 64], s2[2 * 64];
             ref->bn_stats(s1, x, m, c);
             cpu->bn_stats(s2, x, m, c);
@@ -162,7 +195,8 @@ static void body_pooling_images(void)
         int n = shapes[s][0], h = shapes[s][1], w = shapes[s][2], c = shapes[s][3];
         int64_t big = (int64_t)n * h * w * c;
         float *x = buf(big, 15), *y1 = buf(big, 0), *y2 = buf(big, 0);
-        float *g = buf((int64_t)n * c, 16), *s1 = buf((int64_t)n * c, 0), *s2 = buf((int64_t)n * c, 0);
+        float *g = buf((int64_t)n * c, 16), *s1 = buf((int64_t)n * c, 0),
+              *s2 = buf((int64_t)n * c, 0);
         ref->gap_fwd(s1, x, n, h * w, c);
         cpu->gap_fwd(s2, x, n, h * w, c);
         tu_check_close(s2, s1, (int64_t)n * c, TOL, "gap_fwd");
@@ -228,11 +262,9 @@ static void test_thread_count_honoured(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_thread_count_honoured),
-        cmocka_unit_test(test_activations),
-        cmocka_unit_test(test_binary_scale_reduce),
-        cmocka_unit_test(test_batch_norm_kernels),
-        cmocka_unit_test(test_pooling_images),
+        cmocka_unit_test(test_thread_count_honoured),  cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_activations_wide_range), cmocka_unit_test(test_binary_scale_reduce),
+        cmocka_unit_test(test_batch_norm_kernels),     cmocka_unit_test(test_pooling_images),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

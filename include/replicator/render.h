@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 typedef struct rp_renderer rp_renderer;
-typedef struct rp_env rp_env; /* an environment (replicator/env.h) */
+typedef struct rp_rl_env rp_rl_env; /* an environment (replicator/env.h) */
 
 #define RP_RENDER_MAX_SIDE 4096
 
@@ -57,7 +57,7 @@ void rp_renderer_destroy(rp_renderer *r);
  * Errors: RP_ERR_INVALID (a NULL argument), RP_ERR_BACKEND (the GL context
  * cannot be made current, or GL reports an error), RP_ERR_NOMEM.
  */
-rp_status rp_renderer_draw(rp_renderer *r, rp_env *env, uint8_t *rgb);
+rp_status rp_renderer_draw(rp_renderer *r, rp_rl_env *env, uint8_t *rgb);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 #include "trainer.h"
 #include "env.h"
 #include "replay.h"
+#include "render.h"
 
 #define RP_VERSION "0.1.0"
 

@@ -3,13 +3,10 @@
  * Its own file so that a program using only the MuJoCo-level call (a test)
  * links without the environment.
  */
+#include "rl/env_internal.h"
 #include "rl/render_internal.h"
 
-/* Provided by env_internal.h (the environment's accessors; declared here until it is merged). */
-const mjModel *rp_env_mj_model(const rp_env *env);
-mjData *rp_env_mj_data(rp_env *env);
-
-rp_status rp_renderer_draw(rp_renderer *r, rp_env *env, uint8_t *rgb)
+rp_status rp_renderer_draw(rp_renderer *r, rp_rl_env *env, uint8_t *rgb)
 {
     if (!env) return RP_ERROR(RP_ERR_INVALID, "rp_renderer_draw: env is NULL");
     return rl_renderer_draw_mj(r, rp_env_mj_model(env), rp_env_mj_data(env), rgb);
