@@ -494,7 +494,7 @@ void rp_d4pg_trainer_config_apply(const rp_d4pg_job_config *c, rp_trainer_config
     tc->batch = 1;
     tc->rate_unit = "learner steps/s";
     tc->rate_key = "learner_steps_per_s";
-    tc->shown_scalars = "return,env_steps,env_per_s,critic_loss";
+    tc->shown_scalars = "return,env_steps,env_per_s,replay,critic_loss";
     tc->lr = c->agent.critic_lr;
     tc->schedule = RP_SCHED_CONSTANT;
     tc->eval_every_epochs = 0;
