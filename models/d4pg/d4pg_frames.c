@@ -220,7 +220,10 @@ rp_status rp_d4pg_record_frames(rp_d4pg_policy *policy, rp_tape *t, const char *
     if (status != RP_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", rp_last_error());
-        return RP_ERROR(status, "cannot draw frames of %s: %s", task, why);
+        return RP_ERROR(status, "%s frames of %s: %s",
+                        status == RP_ERR_UNSUPPORTED ? "no headless GL context to draw"
+                                                     : "cannot draw",
+                        task, why);
     }
     rp_env_options eo = rp_env_options_default();
     eo.action_repeat = o.action_repeat;
