@@ -6,16 +6,20 @@
  * of the same seed; stale frames of a longer recording are removed; the
  * contact sheet holds frames 0, 1, 3, ... 20 pixel for pixel; the GIF,
  * read back by giflib, has every frame, in simulated time, close in colour
- * to the PNG frames; bad input is named. Skips (saying why) where no
+ * to the PNG frames; a GIF cut short by a full disk is an I/O error that
+ * leaves the previous one; bad input is named. Skips (saying why) where no
  * headless GL context can be made.
  */
 #include "testutil.h"
 
 #include <gif_lib.h>
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "models/d4pg/d4pg_job.h"
@@ -244,11 +248,75 @@ static void test_errors(void **state)
     rp_d4pg_policy_destroy(p);
 }
 
+static uint8_t *slurp(const char *path, long *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = ftell(f);
+    rewind(f);
+    uint8_t *b = malloc((size_t)*len);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)*len, f), (size_t)*len);
+    fclose(f);
+    return b;
+}
+
+/*
+ * A GIF that cannot be written whole (the file-size limit stops it; SIGXFSZ ignored so write()
+ * returns EFBIG) is an I/O error naming the file; the previous episode.gif stays byte for byte,
+ * and no temporary file is left.
+ */
+static void test_gif_write_fails(void **state)
+{
+    (void)state;
+    skip_without_gl();
+    rp_d4pg_policy *p = random_policy(TASK);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    char dir[512], gif[1024];
+    tu_tmp_path(dir, sizeof dir, "gif_fails");
+    snprintf(gif, sizeof gif, "%s/episode.gif", dir);
+    rp_d4pg_frames_options o = rp_d4pg_frames_options_default();
+    o.width = W, o.height = H, o.every = 500;
+    double ret;
+    assert_int_equal(rp_d4pg_record_frames(p, t, TASK, dir, &o, &ret, NULL), RP_OK);
+    long len0, len1;
+    uint8_t *before = slurp(gif, &len0);
+
+    /* 201 frames: frames of ~2 KB fit under the limit, their GIF does not. */
+    o.every = 5;
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {20000, old.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    rp_status st = rp_d4pg_record_frames(p, t, TASK, dir, &o, &ret, NULL);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, old_handler);
+    assert_int_equal(st, RP_ERR_IO);
+    tu_assert_error_contains("episode.gif.tmp");
+
+    uint8_t *after = slurp(gif, &len1);
+    assert_int_equal(len0, len1);
+    assert_memory_equal(before, after, (size_t)len0);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+        assert_null(strstr(e->d_name, ".tmp."));
+    closedir(d);
+    free(before);
+    free(after);
+    rp_tape_destroy(t);
+    rp_d4pg_policy_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_episode),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_gif_write_fails),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

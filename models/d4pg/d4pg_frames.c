@@ -54,8 +54,12 @@ static int gif_write(GifFileType *gif, const GifByteType *buf, int len)
 
 static rp_status gif_error(const gif_out *o, int err)
 {
-    return RP_ERROR(RP_ERR_BACKEND, "%s: giflib: %s", o->path,
-                    GifErrorString(err) ? GifErrorString(err) : "unknown error");
+    const char *what = GifErrorString(err) ? GifErrorString(err) : "unknown error";
+    /* giflib's write errors are the file's (a full disk): say which file, and why. */
+    if (err == E_GIF_ERR_WRITE_FAILED || err == E_GIF_ERR_DISK_IS_FULL)
+        return RP_ERROR(RP_ERR_IO, "cannot write %s: %s (giflib: %s)", o->tmp,
+                        o->f && ferror(o->f) ? strerror(errno) : "short write", what);
+    return RP_ERROR(RP_ERR_BACKEND, "%s: giflib: %s", o->path, what);
 }
 
 /* Frees everything; the temporary file is removed unless it was renamed into place. */
