@@ -11,11 +11,34 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: replicator eval D4PG_RUN [--episodes N] [--seed S] [--online]\n"
-               "\n"
-               "Plays N noise-free episodes (default 10) of the run's task with its saved policy\n"
-               "(the target policy its actors ran; --online: the learner's latest) and prints the\n"
-               "mean return, its standard deviation, the smallest and the largest.\n");
+    fprintf(f,
+            "usage: replicator eval D4PG_RUN [--episodes N] [--seed S] [--online]\n"
+            "                                [--frames DIR [--every K] [--size WxH]]\n"
+            "\n"
+            "Plays N noise-free episodes (default 10) of the run's task with its saved policy\n"
+            "(the target policy its actors ran; --online: the learner's latest) and prints the\n"
+            "mean return, its standard deviation, the smallest and the largest.\n"
+            "\n"
+            "--frames DIR  then draws the first of those episodes offscreen (MuJoCo's renderer,\n"
+            "              headless EGL) into DIR (made if missing): frame-NNNN.png every K-th\n"
+            "              agent step (--every, default 4) and the first and last state, at\n"
+            "              --size (default 320x240); contact.png, up to 16 of them in a grid;\n"
+            "              episode.gif, all of them in simulated time.\n");
+}
+
+/* "WxH", each side 1..RP_RENDER_MAX_SIDE. */
+static bool parse_size(const char *s, int *w, int *h)
+{
+    char *x = strchr(s, 'x'), side[16];
+    long a = 0, b = 0;
+    if (!x || x == s || (size_t)(x - s) >= sizeof side) return false;
+    memcpy(side, s, (size_t)(x - s));
+    side[x - s] = 0;
+    if (!train_parse_long(side, 1, RP_RENDER_MAX_SIDE, &a) ||
+        !train_parse_long(x + 1, 1, RP_RENDER_MAX_SIDE, &b))
+        return false;
+    *w = (int)a, *h = (int)b;
+    return true;
 }
 
 int d4pg_eval_main(int argc, char **argv)
@@ -27,6 +50,8 @@ int d4pg_eval_main(int argc, char **argv)
     const char *run = argv[1];
     long episodes = 10, seed = 12345;
     bool online = false;
+    const char *frames_dir = NULL;
+    rp_d4pg_frames_options fo = rp_d4pg_frames_options_default();
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -42,12 +67,23 @@ int d4pg_eval_main(int argc, char **argv)
             episodes = x;
         else if (!strcmp(a, "--seed") && v && train_parse_long(v, 0, 0x7fffffffL, &x))
             seed = x;
+        else if (!strcmp(a, "--frames") && v && v[0])
+            frames_dir = v;
+        else if (!strcmp(a, "--every") && v && train_parse_long(v, 1, 100000, &x))
+            fo.every = (int)x;
+        else if (!strcmp(a, "--size") && v && parse_size(v, &fo.width, &fo.height))
+            ;
         else {
             fprintf(stderr, "replicator eval: bad option %s%s%s (see --help)\n", a, v ? " " : "",
                     v ? v : "");
             return 2;
         }
         i++;
+    }
+    rp_d4pg_frames_options fd = rp_d4pg_frames_options_default();
+    if (!frames_dir && (fo.every != fd.every || fo.width != fd.width || fo.height != fd.height)) {
+        fprintf(stderr, "replicator eval: --every and --size go with --frames DIR\n");
+        return 2;
     }
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -71,6 +107,16 @@ int d4pg_eval_main(int argc, char **argv)
     printf("d4pg on %s: return %.1f +- %.1f over %ld episodes (%s policy after %lld env steps)\n",
            o.j.task, mean, std, episodes, online ? "online" : "target",
            steps && n == 1 ? (long long)steps[0] : -1LL);
+    if (frames_dir) {
+        fo.action_repeat = o.j.action_repeat;
+        fo.seed = (uint64_t)seed;
+        double ret = 0;
+        int frames = 0;
+        RP_TRY(rp_d4pg_record_frames(policy, tape, o.j.task, frames_dir, &fo, &ret, &frames));
+        printf("frames of episode 1 (return %.1f): %s/frame-0000.png .. frame-%04d.png (%dx%d, "
+               "every %d steps), %s/contact.png, %s/episode.gif\n",
+               ret, frames_dir, frames - 1, fo.width, fo.height, fo.every, frames_dir, frames_dir);
+    }
 cleanup:
     rp_tape_destroy(tape);
     rp_d4pg_policy_destroy(policy);

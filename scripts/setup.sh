@@ -15,6 +15,7 @@ packages=(
   libmujoco-dev          # MuJoCo 2.2: physics of the rl environments (src/rl/)
   libcairo2-dev          # line charts (learning curves): antialiased lines and text, PNG
   libegl-dev libegl-mesa0 libgl1-mesa-dri  # headless GL (Mesa's surfaceless EGL) for MuJoCo's renderer: episode frames
+  libgif-dev             # animated GIFs of an episode's frames (the D4PG model)
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
   libcmocka-dev          # unit tests
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark

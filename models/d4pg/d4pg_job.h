@@ -104,6 +104,56 @@ rp_status rp_d4pg_evaluate_policy(rp_d4pg_policy *policy, rp_tape *t, const char
                                   int action_repeat, int episodes, uint64_t seed, double *mean,
                                   double *std);
 
+/* ---- frames of an episode ------------------------------------------------------------ */
+
+typedef struct rp_d4pg_frames_options {
+    int every;         /* render every K-th agent step (and the first and last state), default 4 */
+    int width, height; /* pixels of a frame, default 320 x 240 (each 1..RP_RENDER_MAX_SIDE) */
+    int action_repeat; /* the run's, default 1 */
+    uint64_t seed;     /* the episode is rp_d4pg_evaluate_policy's first of this seed; 12345 */
+    bool animation;    /* also DIR/episode.gif (every frame, in simulated time), default true */
+} rp_d4pg_frames_options;
+
+rp_d4pg_frames_options rp_d4pg_frames_options_default(void);
+
+/* Frames one episode of `steps` agent steps gives at `every`: the first state, every K-th step
+ * and the last step, steps / every + 1, plus 1 when every does not divide steps. */
+int rp_d4pg_frames_count(int steps, int every);
+
+/*
+ * Plays ONE noise-free episode of `policy` on `task` (the same episode as
+ * rp_d4pg_evaluate_policy's first with opt->seed and one episode, so the
+ * return is the same) and draws it offscreen (replicator/render.h): the
+ * state after the reset and after every opt->every-th agent step, and after
+ * the last step. Into directory `dir` (made if missing; its parent must
+ * exist):
+ *   frame-NNNN.png  frame i (from 0000, RGB, width x height) shows the state
+ *                   after agent step min(i * every, steps); frames of the
+ *                   same name left by a longer recording are removed;
+ *   contact.png     up to 16 evenly spaced frames (the first and the last
+ *                   among them) in a grid of 4 columns, 2 white pixels
+ *                   between and around the tiles, for a quick look;
+ *   episode.gif     with opt->animation: every frame, looping, each shown
+ *                   for its simulated time (every * control_dt, at least
+ *                   0.02 s; the last for 1 s), each with its own 256-colour
+ *                   palette (giflib's median-cut GifQuantizeBuffer).
+ * Every file is written atomically (a temporary file in `dir`, renamed
+ * over the name), so a reader never sees half a file. opt NULL: the
+ * defaults. *episode_return gets the episode's summed reward and *frames
+ * (may be NULL) the frame count.
+ *
+ * Errors: RP_ERR_INVALID (a NULL argument, every < 1, a bad size, a path
+ * too long), RP_ERR_UNSUPPORTED (no headless GL context can be made here:
+ * the message says which EGL step failed), RP_ERR_IO naming the path (the
+ * directory cannot be made, a file cannot be written), RP_ERR_SHAPE (the
+ * task's sizes are not the policy's), RP_ERR_BACKEND (GL or giflib
+ * failed), the environment's and the policy's errors. Files written before
+ * an error stay. Thread-safety: one thread per policy, tape and directory.
+ */
+rp_status rp_d4pg_record_frames(rp_d4pg_policy *policy, rp_tape *t, const char *task,
+                                const char *dir, const rp_d4pg_frames_options *opt,
+                                double *episode_return, int *frames);
+
 #ifdef __cplusplus
 }
 #endif
