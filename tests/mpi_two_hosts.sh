@@ -19,9 +19,13 @@
 #  4. a rank stopped on host B (SIGSTOP) makes rank 0 fail after the collective
 #     timeout (RP_COMM_TIMEOUT=5) with an error naming rank and host, and the
 #     job ends with an error instead of hanging.
+# Then D4PG on 4 ranks, the learner on host A, 2 actors and the replay on host
+# B: it makes its learner steps, the roles ran where placed, the sampled
+# transitions crossed the veth, and an actor stopped on host B ends the job in
+# bounded time (the learner finishes on the other actor, the replay times out).
 # Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN), iproute2, util-linux's unshare
 # and OpenMPI. Without them, or with RP_TEST_NO_NETNS=1, it prints a line
-# starting "SKIP:" and exits 0. Takes 20-40 s on 2 cores.
+# starting "SKIP:" and exits 0. Takes 40-70 s on 2 cores.
 # Usage: mpi_two_hosts.sh path/to/replicator
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 path/to/replicator" >&2; exit 2; }
@@ -106,7 +110,7 @@ printf '%s slots=1\n%s slots=1\n' "$addra" "$addrb" > "$dir/hostfile"
 # TCP only (ob1, not UCX), on the veth subnet only. --bind-to none: each "host" would bind its one
 # rank to its core 0, the same core of this machine.
 # shellcheck disable=SC2054 # "tcp,self" is one value
-mpiflags=(-np 2 --hostfile "$dir/hostfile" --mca plm_rsh_agent "$dir/agent.sh"
+mpiflags=(--mca plm_rsh_agent "$dir/agent.sh"
     --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net"
     --bind-to none -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
 [ "$(id -u)" -eq 0 ] && mpiflags+=(--allow-run-as-root)
@@ -123,13 +127,16 @@ steps=8 # 256 samples / batch 32, one epoch
 bytes() { # RX + TX bytes of host A's end of the veth
     ip netns exec "$nsa" sh -c "echo \$((\$(cat /sys/class/net/$vetha/statistics/rx_bytes) + \$(cat /sys/class/net/$vetha/statistics/tx_bytes)))"
 }
-# launch LOG ARGS...: mpirun on host A, ARGS after its flags, output to LOG; returns mpirun's status.
-launch() {
-    local log=$1
-    shift
-    timeout 300 ip netns exec "$nsa" unshare --uts "$dir/host.sh" "$hosta" \
-        mpirun "${mpiflags[@]}" "$@" > "$log" 2>&1
+# launch_on HOSTFILE NP LOG ARGS...: mpirun of NP ranks on the hosts of HOSTFILE (filled in its
+# order, by slot), started on host A, ARGS after its flags, output to LOG; returns mpirun's status.
+launch_on() {
+    local hostfile=$1 np=$2 log=$3
+    shift 3
+    timeout "${launch_limit:-300}" ip netns exec "$nsa" unshare --uts "$dir/host.sh" "$hosta" \
+        mpirun -np "$np" --hostfile "$hostfile" "${mpiflags[@]}" "$@" > "$log" 2>&1
 }
+# launch LOG ARGS...: 2 ranks, one on each host.
+launch() { launch_on "$dir/hostfile" 2 "$@"; }
 before=$(bytes)
 rc=0
 launch "$dir/mpi.log" "$dir/rank.sh" "$bin" "${train[@]}" --quiet --out "$dir/mpi" || rc=$?
@@ -182,4 +189,70 @@ took=$((SECONDS - start))
 msg=$(grep -m1 "timed out after 5s.* on rank 0 ($hosta)" "$dir/stop.log") \
     || { cat "$dir/stop.log"; fail "no timeout error from rank 0 naming its host $hosta"; }
 echo "ok: a stopped rank ends the job in ${took}s (timeout 5s), exit $rc: $msg"
+
+# D4PG's roles across the two hosts: the learner (rank 0) on host A; the 2 actors (ranks 1-2) and
+# the replay (rank 3) on host B (ranks go learners, actors, replay; the hostfile's slots place
+# them), so every batch the learner samples crosses the veth, over the link communicator's
+# point-to-point messages on TCP.
+printf '%s slots=1\n%s slots=3\n' "$addra" "$addrb" > "$dir/hostfile.d4pg"
+# shellcheck disable=SC2054 # "32,32" is one value
+d4pg=(train d4pg --task cartpole-swingup --policy-layers 32,32 --critic-layers 32,32 --batch 32
+    --min-replay 400 --eval-every 1000 --eval-episodes 2 --checkpoint-every 1000 --actors 2
+    --threads 1)
+d4pg_steps=1600 d4pg_batch=32 d4pg_row=$((2 * 5 + 1 + 2)) # (2000 - 400) x 32 / 32; cartpole: obs 5, act 1
+: > "$dir/ranks"
+before=$(bytes)
+rc=0
+launch_on "$dir/hostfile.d4pg" 4 "$dir/d4pg.log" "$dir/rank.sh" "$bin" "${d4pg[@]}" --env-steps 2000 \
+    --quiet --out "$dir/d4pg" || rc=$?
+after=$(bytes)
+[ $rc -eq 0 ] || { cat "$dir/d4pg.log"; fail "D4PG on 2 namespaces: mpirun exited with $rc"; }
+cat "$dir/d4pg.log"
+
+# 1. The learner's steps, as on one host.
+grep -q "d4pg on cartpole-swingup: $d4pg_steps learner steps" "$dir/d4pg.log" \
+    || fail "D4PG on 2 hosts did not make $d4pg_steps learner steps"
+
+# 2. Each role on its host: the learner in host A's namespace, the actors and the replay in B's.
+where=$(awk '{ print $1, $2, $3, $4 }' "$dir/ranks" | sort | paste -sd ';')
+[ "$where" = "rank 0 $hosta $nsa;rank 1 $hostb $nsb;rank 2 $hostb $nsb;rank 3 $hostb $nsb" ] \
+    || fail "D4PG's roles did not run learner on A, actors and replay on B: $where"
+echo "ok: $where"
+
+# 3. The experience crossed the veth: at least the transitions of every sampled batch, replay (B)
+# to learner (A), each a row of obs, action, reward, discount and next obs in f32. (More than the
+# env steps' transitions too, 2000 x $d4pg_row x 4 bytes: each is sampled about 32 times.)
+crossed=$((after - before)) need=$((d4pg_steps * d4pg_batch * d4pg_row * 4))
+echo "veth $vetha: $crossed bytes crossed (the sampled transitions: $d4pg_steps steps x batch $d4pg_batch x $d4pg_row floats x 4 bytes = $need)"
+[ "$crossed" -gt "$need" ] || fail "D4PG: only $crossed bytes crossed the veth, expected more than $need"
+echo "ok: D4PG, learner on host A, actors and replay on host B, over TCP"
+
+# 4. An actor stopped on host B (SIGSTOP: alive but silent) ends the job in bounded time instead of
+# hanging. The learner does not wait on any one actor: it finishes the budget on the other actor's
+# experience (its summary line); then the replay, which must tell every actor to stop, waits for the
+# stopped one, times out (--timeout 5) with an error naming itself by rank and host B, and the job
+# ends with an error.
+: > "$dir/ranks"
+launch_limit=90 launch_on "$dir/hostfile.d4pg" 4 "$dir/d4pg-stop.log" "$dir/rank.sh" "$bin" "${d4pg[@]}" \
+    --env-steps 4000 --timeout 5 --out "$dir/d4pg-stop" &
+job=$!
+# Stopped at the first evaluation (learner step 1000 of 3600), while both actors feed the replay.
+for _ in $(seq 600); do grep -q "eval return" "$dir/d4pg-stop.log" && break; sleep 0.1; done
+grep -q "eval return" "$dir/d4pg-stop.log" || { cat "$dir/d4pg-stop.log"; fail "the D4PG run to stop made no progress"; }
+pid=$(awk '$2 == 1 { print $5 }' "$dir/ranks")
+[ -n "$pid" ] || fail "no pid for D4PG's actor rank 1 in $(cat "$dir/ranks")"
+[ "$(readlink "/proc/$pid/exe")" = "$bin" ] || fail "D4PG's actor rank 1 (pid $pid) is not $bin"
+kill -STOP "$pid"
+start=$SECONDS
+rc=0
+wait $job || rc=$?
+took=$((SECONDS - start))
+[ $rc -ne 0 ] || { cat "$dir/d4pg-stop.log"; fail "a stopped D4PG actor: the job exited 0"; }
+[ $rc -ne 124 ] || { cat "$dir/d4pg-stop.log"; fail "a stopped D4PG actor: the job hung until the test's limit (90 s)"; }
+[ $took -lt 60 ] || { cat "$dir/d4pg-stop.log"; fail "a stopped D4PG actor: the job took ${took}s to end, timeout 5s"; }
+grep -q "d4pg on cartpole-swingup: 3600 learner steps" "$dir/d4pg-stop.log" \
+    || { cat "$dir/d4pg-stop.log"; fail "a stopped D4PG actor: the learner did not finish on the other actor"; }
+msg=$(grep -m1 "timed out after 5s.* (rank [0-9]*, $hostb)" "$dir/d4pg-stop.log") \
+    || { cat "$dir/d4pg-stop.log"; fail "a stopped D4PG actor: no timeout error naming a rank on $hostb"; }
+echo "ok: a stopped D4PG actor on host B: the learner finished, the job ended ${took}s after the stop, exit $rc: $msg"
 echo "all two-host checks passed"
