@@ -16,7 +16,8 @@ int rp_cli_eval(int argc, char **argv)
                 "model from the configuration stored in it and reports test loss and accuracy.\n"
                 "On an SN-GAN run it scores the samples instead: see replicator eval GAN_RUN --help\n"
                 "for its options (--judge, --samples, --calibrate). On a D4PG run it plays\n"
-                "evaluation episodes: see replicator eval D4PG_RUN --help (--episodes).\n");
+                "evaluation episodes and records their frames: see replicator eval D4PG_RUN --help\n"
+                "(--episodes, --frames).\n");
         return argc < 2 ? 2 : 0;
     }
     int threads = 0;

@@ -21,7 +21,7 @@ rp_d4pg_job_config rp_d4pg_job_config_default(void)
     c.actors = 1;
     c.envs_per_actor = 1;
     c.learners = 1;
-    c.env_steps = 100000;
+    c.env_steps = 300000;
     c.min_replay = 1000;
     c.samples_per_insert = 32;
     c.replay_capacity = 1000000;
@@ -129,6 +129,7 @@ rp_status rp_d4pg_job_create(rp_d4pg_job **out, const rp_d4pg_job_config *cfg,
     j->first_actor = j->cfg.learners;
     j->replay_worker = j->cfg.learners + j->cfg.actors;
     j->recent_return = NAN;
+    j->t_start = rp_now_s();
     if (resume) {
         RP_TRY(read_counter(resume, "d4pg/env_steps", &j->resume_env_steps));
         RP_TRY(read_counter(resume, "d4pg/episodes", &j->resume_episodes));

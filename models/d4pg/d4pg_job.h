@@ -44,7 +44,7 @@ typedef struct rp_d4pg_job_config {
     int actors;           /* K, default 1 */
     int envs_per_actor;   /* default 1 */
     int learners;         /* R learner replicas, default 1 */
-    int64_t env_steps;    /* the run's budget of environment steps (all actors), default 100,000 */
+    int64_t env_steps;    /* the run's budget of environment steps (all actors), default 300,000 */
     int64_t min_replay;   /* transitions before the first sample, default 1,000 */
     double samples_per_insert; /* default 32 */
     double error_buffer; /* the limiter's tolerance in samples; 0: min_replay * 0.1 * spi (Acme) */

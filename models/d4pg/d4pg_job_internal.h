@@ -18,6 +18,7 @@ struct rp_d4pg_job {
     /* What learner replica 0 last heard from the replay (main thread reads between runs). */
     int64_t env_steps, episodes, held;
     double recent_return;
+    double t_start; /* rp_now_s() when the job was made: evaluations record the wall time since */
     /* Evaluation returns against env steps: the learning curve. */
     double *curve_x, *curve_y;
     int curve_n, curve_cap;

@@ -47,6 +47,8 @@ typedef struct replay_role {
     int64_t *sample_n;    /* [learners]: a held sample request's size, 0 if none */
     bool *param_wait;     /* [actors]: a policy request held until the first publication */
     bool *told;           /* [actors]: told to stop */
+    double *heard;        /* [actors]: when each last sent something (rp_now_s) */
+    double timeout;       /* the link's: an actor silent this long, and not held here, is lost */
     int told_n;
     bool stopping;
     int64_t env_steps, episodes;
@@ -259,6 +261,7 @@ static void role_free(replay_role *s)
     free(s->sample_n);
     free(s->param_wait);
     free(s->told);
+    free(s->heard);
 }
 
 static rp_status role_init(replay_role *s, rp_replica *rep, const rp_d4pg_job *job)
@@ -299,11 +302,36 @@ static rp_status role_init(replay_role *s, rp_replica *rep, const rp_d4pg_job *j
     s->sample_n = calloc((size_t)s->learners, sizeof *s->sample_n);
     s->param_wait = calloc((size_t)s->actors, sizeof *s->param_wait);
     s->told = calloc((size_t)s->actors, sizeof *s->told);
-    if (!s->wire || !s->policy || !s->inserts || !s->sample_n || !s->param_wait || !s->told)
+    s->heard = calloc((size_t)s->actors, sizeof *s->heard);
+    s->timeout = rp_comm_timeout(s->link);
+    if (!s->wire || !s->policy || !s->inserts || !s->sample_n || !s->param_wait || !s->told ||
+        !s->heard)
         return RP_ERROR(RP_ERR_NOMEM, "the replay's buffers");
-    for (int a = 0; a < s->actors; a++)
+    for (int a = 0; a < s->actors; a++) {
         if (!(s->inserts[a].data = malloc(sizeof(float) * (size_t)s->insert_cap)))
             return RP_ERROR(RP_ERR_NOMEM, "the replay's insert buffers");
+        s->heard[a] = rp_now_s();
+    }
+    return RP_OK;
+}
+
+/*
+ * An actor that has sent nothing for the timeout while nothing here holds it (no insert or policy
+ * request waiting for an answer) has stopped or hangs: the others would go on without it and
+ * the run would never notice, so the job ends naming it. (A killed MPI rank ends the job through
+ * mpirun before this.)
+ */
+static rp_status check_actors(const replay_role *s)
+{
+    double now = rp_now_s();
+    for (int a = 0; a < s->actors; a++) {
+        if (s->told[a] || s->inserts[a].held || s->param_wait[a] || now - s->heard[a] <= s->timeout)
+            continue;
+        return RP_ERROR(RP_ERR_TIMEOUT,
+                        "the replay has heard nothing from actor %d (worker %d) for %.0f s, more "
+                        "than the timeout of %g s: that actor stopped or hangs",
+                        a, s->job->first_actor + a, now - s->heard[a], s->timeout);
+    }
     return RP_OK;
 }
 
@@ -315,7 +343,14 @@ rp_status rp_d4pg_replay_main(rp_replica *rep, void *arg)
     while (status == RP_OK && !(s.stopping && s.told_n == s.actors)) {
         int64_t h[W_HDR];
         status = rp_comm_recv(s.link, h, W_HDR, RP_I64, RP_ANY_SOURCE, W_TAG);
+        if (status == RP_ERR_TIMEOUT) {
+            rp_status lost = check_actors(&s); /* name the actor that went silent, if one did */
+            if (lost != RP_OK) status = lost;
+        }
+        int a = status == RP_OK ? (int)h[1] - s.job->first_actor : -1;
+        if (a >= 0 && a < s.actors) s.heard[a] = rp_now_s();
         if (status == RP_OK) status = on_message(&s, h);
+        if (status == RP_OK) status = check_actors(&s);
         if (status == RP_OK && !s.stopping) status = drain(&s);
     }
     role_free(&s);
