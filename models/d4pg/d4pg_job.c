@@ -419,8 +419,10 @@ static rp_status evaluated(void *ctx, const rp_replicator *r, rp_trainer_metrics
     draw_curve(j);
     RP_CHECK(rp_trainer_metrics_add(m, "eval_return", mean, "eval return %.1f +- %.1f", mean, std));
     RP_CHECK(rp_trainer_metrics_add(m, "eval_return_std", std, NULL));
-    return rp_trainer_metrics_add(m, "env_steps", (double)j->env_steps, "at %lld env steps",
-                                  (long long)j->env_steps);
+    RP_CHECK(rp_trainer_metrics_add(m, "env_steps", (double)j->env_steps, "at %lld env steps",
+                                    (long long)j->env_steps));
+    /* Wall time since the job was made (a resumed run counts from its own start). */
+    return rp_trainer_metrics_add(m, "wall_s", rp_now_s() - j->t_start, NULL);
 }
 
 static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
