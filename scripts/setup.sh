@@ -14,6 +14,7 @@ packages=(
   libpng-dev             # image grids
   libmujoco-dev          # MuJoCo 2.2: physics of the rl environments (src/rl/)
   libcairo2-dev          # line charts (learning curves): antialiased lines and text, PNG
+  fonts-dejavu-core      # the charts' font (cairo draws with whatever fontconfig finds)
   libegl-dev libegl-mesa0 libgl1-mesa-dri  # headless GL (Mesa's surfaceless EGL) for MuJoCo's renderer: episode frames
   libgif-dev             # animated GIFs of an episode's frames (the D4PG model)
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
