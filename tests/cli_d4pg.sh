@@ -7,10 +7,11 @@
 #     on from where they stopped; the run directory holds the checkpoint,
 #     metrics.jsonl with evaluation lines and learning_curve.png;
 #  2. eval plays episodes with the saved policy and prints their returns;
-#  3. it learns: 40,000 env steps at small widths take cartpole-swingup's
-#     noise-free return to at least 120 over 10 episodes, more than 3x the
-#     random policy's 36 (bench/bench_env.c; docs/environments.md) - runs here
-#     ended at 182-514;
+#  3. it learns: after 40,000 env steps at small widths cartpole-swingup's
+#     best evaluation during the run is at least 150 and the final policy's
+#     return over 10 episodes at least 100 - the random policy scores 36
+#     (bench/bench_env.c) and the untrained one, which does nothing, 74; runs
+#     here ended at 136-514 with best evaluations of 198-514;
 #  4. bad input gets a clear error: an unknown task (the message lists the
 #     tasks), a batch that does not split over the replicas;
 #  5. under mpirun, one rank per worker (learner, actors, replay): the same
@@ -42,6 +43,11 @@ steps=$(sed -E 's/.*"env_steps":([0-9.]+).*/\1/' <<< "$last")
 awk -v s="$steps" 'BEGIN { exit !(s >= 2800 && s <= 4200) }' || fail "env steps at the end: $last"
 evals_after=$(grep -c '"eval_return"' "$dir/a/metrics.jsonl")
 [ "$evals_after" -gt "$evals_before" ] || fail "no evaluation after the resume"
+# The checkpoint's curve holds every evaluation, before the stop and after the resume.
+# (safetensors: an 8-byte length, then a JSON header naming each tensor's shape)
+points=$(head -c 65536 "$dir/a/checkpoint.safetensors" | tr -c '[:print:]' ' ' |
+         grep -o '"d4pg/curve_return":{[^}]*}' | sed -E 's/.*"shape":\[([0-9]+)\].*/\1/' || true)
+[ "${points:-0}" -eq "$evals_after" ] || fail "the curve has $points points; metrics.jsonl has $evals_after evaluations"
 echo "ok: a D4PG run on threads stops, resumes and finishes with its counters and curve"
 
 out=$("$bin" eval "$dir/a" --episodes 3)
@@ -52,8 +58,10 @@ echo "ok: eval plays the saved policy"
     --env-steps 40000 --min-replay 1000 --eval-every 10000 --quiet --out "$dir/learn" > /dev/null
 out=$("$bin" eval "$dir/learn" --episodes 10)
 ret=$(sed -E 's/.*return ([0-9.]+) .*/\1/' <<< "$out")
-awk -v r="$ret" 'BEGIN { exit !(r >= 120) }' || fail "after 40,000 env steps the return is $ret (random: 36): $out"
-echo "ok: D4PG learns cartpole-swingup: return $ret after 40,000 env steps (random policy: 36)"
+best=$(grep -o '"eval_return":[0-9.]*' "$dir/learn/metrics.jsonl" | cut -d: -f2 | sort -g | tail -1)
+awk -v r="$ret" -v b="$best" 'BEGIN { exit !(r >= 100 && b >= 150) }' \
+    || fail "after 40,000 env steps the return is $ret, the best evaluation $best (random: 36, no action: 74): $out"
+echo "ok: D4PG learns cartpole-swingup: return $ret after 40,000 env steps, best evaluation $best (random policy: 36)"
 
 expect_error() { # expect_error PATTERN command...: exit code 1 and PATTERN in its stderr
     local pattern=$1 msg rc
