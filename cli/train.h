@@ -87,6 +87,12 @@ rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **confi
 
 /* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
 void train_report_error(bool tty);
+/*
+ * The end of a model's training command, after rp_trainer_run() returned `status`: reports an
+ * error (and ends an MPI job), destroys the trainer (reporting a teardown error) and returns the
+ * process's exit status: 1 on an error, 128 + the signal when one stopped the run, else 0.
+ */
+int train_finish(rp_trainer *t, rp_status status, bool tty);
 
 /* `replicator train sngan ...` (train_sngan.c). */
 int train_sngan_main(int argc, char **argv);

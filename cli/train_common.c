@@ -66,3 +66,19 @@ void train_report_error(bool tty)
     if (rp_comm_mpi_launched() && rp_log_prefix(who, sizeof who - 1) > 0) strcat(who, " ");
     fprintf(stderr, "%s%sreplicator train: error: %s\n", tty ? "\n" : "", who, rp_last_error());
 }
+
+int train_finish(rp_trainer *t, rp_status status, bool tty)
+{
+    rp_trainer_progress p = rp_trainer_get_progress(t);
+    if (status != RP_OK) {
+        train_report_error(tty);
+        rp_comm_mpi_abort(1);
+    }
+    rp_status teardown = rp_trainer_destroy(t);
+    if (teardown != RP_OK && status == RP_OK) {
+        status = teardown;
+        train_report_error(false);
+    }
+    if (status != RP_OK) return 1;
+    return p.stopped && p.stop_signal ? 128 + p.stop_signal : 0;
+}

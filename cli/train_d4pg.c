@@ -466,16 +466,7 @@ int train_d4pg_main(int argc, char **argv)
         if (n > 0) printf("; last evaluation %.1f at %.0f env steps", y[n - 1], x[n - 1]);
         printf("; curve in %s/learning_curve.png\n", o.out_dir);
     }
-    if (status != RP_OK) {
-        train_report_error(tty);
-        rp_comm_mpi_abort(1);
-    }
-    rp_status teardown = rp_trainer_destroy(t);
+    rc = train_finish(t, status, tty);
     rp_d4pg_job_destroy(job);
-    if (teardown != RP_OK && status == RP_OK) {
-        status = teardown;
-        train_report_error(false);
-    }
-    if (status != RP_OK) return 1;
-    return p.stopped && p.stop_signal ? 128 + p.stop_signal : 0;
+    return rc;
 }

@@ -459,17 +459,8 @@ int train_sngan_main(int argc, char **argv)
                    ev.last.fd, ev.last.is, (long long)ev.last.n);
         printf("; samples in %s/samples.png\n", o.out_dir);
     }
-    if (status != RP_OK) {
-        train_report_error(tty);
-        rp_comm_mpi_abort(1);
-    }
-    rp_status teardown = rp_trainer_destroy(t);
+    rc = train_finish(t, status, tty);
     rp_sngan_destroy(gan);
     rp_sngan_judge_destroy(ev.judge);
-    if (teardown != RP_OK && status == RP_OK) {
-        status = teardown;
-        train_report_error(false);
-    }
-    if (status != RP_OK) return 1;
-    return p.stopped && p.stop_signal ? 128 + p.stop_signal : 0;
+    return rc;
 }
