@@ -18,6 +18,7 @@ packages=(
   libegl-dev libegl-mesa0 libgl1-mesa-dri  # headless GL (Mesa's surfaceless EGL) for MuJoCo's renderer: episode frames
   libgif-dev             # animated GIFs of an episode's frames (the D4PG model)
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
+  libprotobuf-c-dev protobuf-c-compiler  # TensorBoard event files: protobuf-c and protoc-c (proto/)
   libcmocka-dev          # unit tests
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
   iproute2               # tests/mpi_two_hosts.sh: network namespaces and a veth pair
