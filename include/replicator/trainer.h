@@ -58,6 +58,20 @@
  *                             its metrics}. In steps-only mode (cfg.steps)
  *                             the lines have no "epoch". A value that is not
  *                             finite is written as null.
+ * TensorBoard (cfg.tensorboard_dir set): the process of replica 0 also writes
+ * every number of every metrics.jsonl line as a scalar to a new events file
+ * in that directory (replicator/tensorboard.h), at the line's "step", and
+ * flushes it with each line. Tags, by line:
+ *     step line         "train/<scalar>", "train/lr", "perf/<rate_key>" (the
+ *                       epoch's rate so far; TensorBoard only)
+ *     epoch line        "epoch/train_<scalar>", "eval/<metric>" for the
+ *                       evaluation's, and "perf/<rate_key>" and "train/lr"
+ *                       unless a step line gave them at that step
+ *     evaluation line   "eval/<metric>"
+ * Non-finite values are kept (TensorBoard draws them as NaN or infinity). A
+ * resumed run starts another file in the directory; its steps continue, and
+ * TensorBoard merges the files. A failure to create or write the file warns
+ * once; the run goes on without it.
  * A new run never overwrites saved work: a run_dir holding a checkpoint is
  * refused when run_dir_exact (unless force), else the trainer moves on to
  * run_dir-2, -3, ...
@@ -238,6 +252,10 @@ typedef struct rp_trainer_config {
     int eval_every_epochs;      /* default 1; 0: never at an epoch's end */
     int64_t eval_every_steps;   /* also every K global steps; 0 (default): no */
     int64_t metrics_every_steps; /* a step line in metrics.jsonl every K steps; default 50 */
+    const char *tensorboard_dir; /* also write every metrics line's numbers as TensorBoard scalars
+                                   to an events file in this directory (created if missing;
+                                   replicator/tensorboard.h, "TensorBoard" above); NULL
+                                   (default): none */
     bool no_checkpoint;         /* write no checkpoint (the directory and metrics still are) */
     bool quiet;                 /* no progress or epoch lines (the process of replica 0 prints them) */
     int batch;                  /* samples in one global batch, for the rate shown; default 1 */

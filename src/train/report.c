@@ -1,6 +1,7 @@
 /*
  * report.c - what a run shows and records: the progress line, the line of
- * each epoch, and metrics.jsonl. Only the process of replica 0 writes them.
+ * each epoch, metrics.jsonl and its numbers as TensorBoard scalars. Only the
+ * process of replica 0 writes them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -146,31 +147,94 @@ static double last_lr(const rp_trainer *t)
     return (double)rp_schedule_lr(&t->sched, t->global_step - 1);
 }
 
-void train_metrics_step(const rp_trainer *t, int64_t epoch, const double *means)
+/* ---- TensorBoard: the same numbers as scalars ----------------------------------------------- */
+
+/* The first failure warns and closes the file (it may end in a partial record); the run goes on. */
+static void tb_failed(rp_trainer *t)
 {
-    if (!t->metrics) return;
-    metrics_position(t, epoch);
-    metrics_scalars(t, "", means);
-    fprintf(t->metrics, ",\"lr\":%.6g}\n", last_lr(t));
-    fflush(t->metrics);
+    rp_warn("TensorBoard events: %s; no more are written", rp_last_error());
+    rp_tensorboard_destroy(t->tb); /* its error was the one just shown */
+    t->tb = NULL;
 }
 
-void train_metrics_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
+/* "<group>/<prefix><key>" = v at the line's step. */
+static void tb_scalar(rp_trainer *t, const char *group, const char *prefix, const char *key,
+                      double v)
+{
+    if (!t->tb) return;
+    char tag[RP_TENSORBOARD_TAG_MAX + 1];
+    snprintf(tag, sizeof tag, "%s/%s%s", group, prefix, key);
+    if (rp_tensorboard_add_scalar(t->tb, tag, t->global_step, v) != RP_OK) tb_failed(t);
+}
+
+static void tb_values(rp_trainer *t, const rp_trainer_metrics *m)
+{
+    for (int i = 0; m && i < m->n; i++) tb_scalar(t, "eval", "", m->m[i].key, m->m[i].value);
+}
+
+static void tb_flush(rp_trainer *t)
+{
+    if (t->tb && rp_tensorboard_flush(t->tb) != RP_OK) tb_failed(t);
+}
+
+void train_tensorboard_close(rp_trainer *t)
+{
+    if (!t->tb) return;
+    if (rp_tensorboard_destroy(t->tb) != RP_OK) rp_warn("TensorBoard events: %s", rp_last_error());
+    t->tb = NULL;
+}
+
+/* ---- the lines ----------------------------------------------------------------------------- */
+
+void train_metrics_step(rp_trainer *t, int64_t epoch, const double *means)
+{
+    if (t->metrics) {
+        metrics_position(t, epoch);
+        metrics_scalars(t, "", means);
+        fprintf(t->metrics, ",\"lr\":%.6g}\n", last_lr(t));
+        fflush(t->metrics);
+    }
+    if (!t->tb) return;
+    for (int i = 0; i < t->n_scalars; i++) tb_scalar(t, "train", "", t->scalar_names[i], means[i]);
+    tb_scalar(t, "train", "", "lr", last_lr(t));
+    /* The rate of the epoch so far: models that run one long stretch get it before their end. */
+    if (t->epoch_seconds > 0)
+        tb_scalar(t, "perf", "", t->cfg.rate_key,
+                  (double)t->epoch_steps * t->cfg.batch / t->epoch_seconds);
+    tb_flush(t);
+    t->tb_step_line = t->global_step;
+}
+
+void train_metrics_epoch(rp_trainer *t, int64_t epoch, const double *means, double rate,
                          const rp_trainer_metrics *m)
 {
-    if (!t->metrics) return;
-    metrics_position(t, epoch);
-    metrics_scalars(t, "train_", means);
-    metrics_values(t, m);
-    fprintf(t->metrics, ",\"%s\":%.1f,\"lr\":%.6g}\n", t->cfg.rate_key, rate, last_lr(t));
-    fflush(t->metrics);
+    if (t->metrics) {
+        metrics_position(t, epoch);
+        metrics_scalars(t, "train_", means);
+        metrics_values(t, m);
+        fprintf(t->metrics, ",\"%s\":%.1f,\"lr\":%.6g}\n", t->cfg.rate_key, rate, last_lr(t));
+        fflush(t->metrics);
+    }
+    if (!t->tb) return;
+    for (int i = 0; i < t->n_scalars; i++)
+        tb_scalar(t, "epoch", "train_", t->scalar_names[i], means[i]);
+    tb_values(t, m);
+    /* A step line at this step gave them already, with the same values. */
+    if (t->tb_step_line != t->global_step) {
+        tb_scalar(t, "perf", "", t->cfg.rate_key, rate);
+        tb_scalar(t, "train", "", "lr", last_lr(t));
+    }
+    tb_flush(t);
 }
 
-void train_metrics_eval(const rp_trainer *t, const rp_trainer_metrics *m)
+void train_metrics_eval(rp_trainer *t, const rp_trainer_metrics *m)
 {
-    if (!t->metrics) return;
-    metrics_position(t, t->epoch);
-    metrics_values(t, m);
-    fprintf(t->metrics, "}\n");
-    fflush(t->metrics);
+    if (t->metrics) {
+        metrics_position(t, t->epoch);
+        metrics_values(t, m);
+        fprintf(t->metrics, "}\n");
+        fflush(t->metrics);
+    }
+    tb_values(t, m);
+    tb_flush(t);
 }

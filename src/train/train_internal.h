@@ -46,6 +46,8 @@ struct rp_trainer {
     int64_t epoch, step, global_step; /* the next batch */
     int64_t first_step;               /* global_step when rp_trainer_run started */
     FILE *metrics;
+    rp_tensorboard *tb;      /* cfg.tensorboard_dir's events file (root only; NULL: none, or failed) */
+    int64_t tb_step_line;    /* the global step of the last step line it got (-1: none) */
     int stop;   /* the agreed stop request (0: none) */
     bool stopped, finished;
     int failed; /* independent replicas: one failed; the others stop at their next batch */
@@ -72,10 +74,13 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
 void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
                        double seconds, const rp_trainer_metrics *m);
 void train_print_eval(const rp_trainer *t, const rp_trainer_metrics *m);
-void train_metrics_step(const rp_trainer *t, int64_t epoch, const double *means);
-void train_metrics_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
+/* The metrics lines: metrics.jsonl's, and the same numbers as TensorBoard scalars. */
+void train_metrics_step(rp_trainer *t, int64_t epoch, const double *means);
+void train_metrics_epoch(rp_trainer *t, int64_t epoch, const double *means, double rate,
                          const rp_trainer_metrics *m);
-void train_metrics_eval(const rp_trainer *t, const rp_trainer_metrics *m);
+void train_metrics_eval(rp_trainer *t, const rp_trainer_metrics *m);
+/* Closes the TensorBoard writer (once; a failure warns). */
+void train_tensorboard_close(rp_trainer *t);
 
 /*
  * loop.c: after a run (or a failed create) of a job with started roles: the stepped replicas'

@@ -220,6 +220,8 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
     RP_TRY(rp_trainer_set_config_json(t, cfg->config_json));
     t->cfg.config_json = NULL;
     t->cfg.shown_scalars = NULL; /* taken below, not kept */
+    t->cfg.tensorboard_dir = NULL; /* used below, not kept */
+    t->tb_step_line = -1;
     RP_TRY(take_scalars(t, cfg->shown_scalars));
     if (cfg->steps > 0) {
         /* Steps-only: one stretch of cfg.steps, with the epoch machinery's single epoch. */
@@ -277,6 +279,8 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
         snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
         t->metrics = fopen(path, cfg->resume ? "a" : "w");
         if (!t->metrics) rp_warn("cannot write %s (%s); continuing without metrics", path, strerror(errno));
+        if (cfg->tensorboard_dir && rp_tensorboard_create(&t->tb, cfg->tensorboard_dir) != RP_OK)
+            rp_warn("%s; continuing without TensorBoard events", rp_last_error());
     }
 cleanup:
     t->cfg.resume = NULL;
@@ -305,6 +309,7 @@ rp_status rp_trainer_destroy(rp_trainer *t)
         }
     }
     if (t->metrics) fclose(t->metrics);
+    train_tensorboard_close(t);
     rp_replicator_destroy(t->rep);
     free(t->states);
     free(t->config_json);
