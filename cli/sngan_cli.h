@@ -31,6 +31,7 @@ typedef struct sngan_opts {
     double comm_timeout;
     int threads, replicas;
     bool replicas_given, out_given, force, quiet, no_checkpoint;
+    const char *tensorboard;  /* --tensorboard DIR (argv's), or NULL; not saved */
 } sngan_opts;
 
 void sngan_opts_default(sngan_opts *o);

@@ -52,6 +52,7 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
     o->quiet = cli->quiet;
     o->max_steps = cli->max_steps;
     o->no_checkpoint = cli->no_checkpoint;
+    o->tensorboard = cli->tensorboard;
 }
 
 /*
@@ -95,6 +96,7 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     tc.rate_key = "images_per_s";
     tc.slow_replica = o->slow_replica;
     tc.slow_factor = o->slow_factor;
+    tc.tensorboard_dir = o->tensorboard;
     RP_TRY(rp_trainer_create(t, &tc, rp_classifier_trainer_model(), *clf));
     if (rp_trainer_is_server(*t)) {
         o->quiet = true;

@@ -70,6 +70,8 @@ static void usage(FILE *f)
         "  --backend B       auto (default: MPI under mpirun), threads or mpi\n"
         "  --timeout S       seconds a message may wait for a peer\n"
         "  --out DIR         run directory (default runs/d4pg-TASK, made unique)\n"
+        "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
+        "                    (view them with: tensorboard --logdir DIR)\n"
         "  --force           overwrite a checkpoint in --out\n"
         "  --eval-every N    env steps between evaluations (default %lld)\n"
         "  --eval-episodes N noise-free episodes per evaluation (default %d)\n"
@@ -218,7 +220,10 @@ int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume)
             o->max_steps = n;
         } else if (!strcmp(a, "--resume"))
             *resume = v;
-        else {
+        else if (!strcmp(a, "--tensorboard")) {
+            ok = *v != '\0';
+            o->tensorboard = v;
+        } else {
             fprintf(stderr, "replicator train d4pg: unknown option %s (see --help)\n", a);
             return 2;
         }
@@ -366,6 +371,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
         for (int i = 1; i < argc; i++)
             if (!strcmp(argv[i], "--env-steps")) o->j.env_steps = cli.j.env_steps;
         o->quiet = cli.quiet;
+        o->tensorboard = cli.tensorboard;
         o->max_steps = cli.max_steps;
         o->comm_timeout = cli.comm_timeout;
         snprintf(o->backend, sizeof o->backend, "%s", cli.backend);
@@ -394,6 +400,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
     tc.checkpoint_every_steps = learner_steps_of(&o->j, o->checkpoint_every);
     tc.metrics_every_steps = o->metrics_every;
     tc.quiet = o->quiet;
+    tc.tensorboard_dir = o->tensorboard;
     RP_TRY(rp_trainer_create(t, &tc, rp_d4pg_trainer_model(), *job));
     if (!rp_trainer_is_root(*t)) o->quiet = true;
     snprintf(o->out_dir, sizeof o->out_dir, "%s", rp_trainer_run_dir(*t));

@@ -97,11 +97,13 @@ static void usage(FILE *f)
             "                    stragglers\n"
             "  --out DIR         run directory: checkpoint.safetensors, metrics.jsonl\n"
             "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
+            "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
+            "                    (view them with: tensorboard --logdir DIR)\n"
             "  --force           overwrite a checkpoint already in --out\n"
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
             "                    --comm-timeout, --regime, --ps, --staleness, --slow,\n"
-            "                    --max-steps, --no-checkpoint and --quiet)\n"
+            "                    --max-steps, --no-checkpoint, --tensorboard and --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
             "  --no-checkpoint   do not write checkpoints\n"
             "  --quiet           only the summary\n"
@@ -186,6 +188,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             o->out_given = true;
         }
         else if (!strcmp(a, "--resume")) *resume = v;
+        else if (!strcmp(a, "--tensorboard")) {
+            ok = *v != '\0';
+            o->tensorboard = v;
+        }
         else if (!strcmp(a, "--model")) continue; /* read above, before the defaults */
         else if (!strcmp(a, "--dataset")) {
             ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10") ||
@@ -265,7 +271,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                                               "--replicas", "--threads-per-replica", "--max-steps",
                                               "--no-checkpoint", "--quiet", "--backend",
                                               "--comm-timeout", "--regime", "--ps", "--staleness",
-                                              "--slow"};
+                                              "--slow", "--tensorboard"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;

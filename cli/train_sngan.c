@@ -69,6 +69,8 @@ static void usage(FILE *f)
             "  --backend B       auto (default: MPI under mpirun), threads or mpi\n"
             "  --timeout S       seconds a collective may wait for a peer\n"
             "  --out DIR         run directory (default runs/sngan, made unique)\n"
+            "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
+            "                    (view them with: tensorboard --logdir DIR)\n"
             "  --force           overwrite a checkpoint in --out\n"
             "  --checkpoint-every N  iterations between checkpoints (default %lld; also at the end\n"
             "                    and on Ctrl-C)\n"
@@ -81,7 +83,7 @@ static void usage(FILE *f)
             "  --no-checkpoint   write no checkpoint\n"
             "  --quiet           no progress lines\n"
             "  --resume DIR      continue the run in DIR (with it: --iters, --threads, --replicas,\n"
-            "                    --data, --judge, --eval-every, --eval-samples)\n",
+            "                    --data, --judge, --eval-every, --eval-samples, --tensorboard)\n",
             d.g.ch_g, d.g.ch_d, d.g.z_dim, (long long)d.iters, d.g.n_dis, d.g.d_batch, d.g.g_batch,
             (double)d.g.lr_g, (double)d.g.lr_d, (double)d.g.beta1, (double)d.g.beta2,
             (unsigned long long)d.g.seed, (long long)d.checkpoint_every, (long long)d.g.sample_every,
@@ -147,7 +149,10 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
         else if (!strcmp(a, "--eval-samples")) { ok = train_parse_long(v, 2, 10000000, &n); o->eval_samples = n; }
         else if (!strcmp(a, "--max-steps")) { ok = train_parse_long(v, 1, 100000000, &n); o->max_steps = n; }
         else if (!strcmp(a, "--resume")) *resume = v;
-        else {
+        else if (!strcmp(a, "--tensorboard")) {
+            ok = *v != '\0';
+            o->tensorboard = v;
+        } else {
             fprintf(stderr, "replicator train sngan: unknown option %s (see --help)\n", a);
             return 2;
         }
@@ -314,6 +319,7 @@ static void apply_resume_overrides(sngan_opts *o, const sngan_opts *cli, int arg
     o->quiet = cli->quiet;
     o->max_steps = cli->max_steps;
     o->no_checkpoint = cli->no_checkpoint;
+    o->tensorboard = cli->tensorboard;
 }
 
 /* The runtime's layout, through the classifier command's rules (train_runtime_config). */
@@ -384,6 +390,7 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
     tc.metrics_every_steps = o->metrics_every;
     tc.no_checkpoint = o->no_checkpoint;
     tc.quiet = o->quiet;
+    tc.tensorboard_dir = o->tensorboard;
     RP_TRY(rp_trainer_create(t, &tc, rp_sngan_trainer_model(), *gan));
     if (!rp_trainer_is_root(*t)) o->quiet = true;
     snprintf(o->out_dir, sizeof o->out_dir, "%s", rp_trainer_run_dir(*t));
