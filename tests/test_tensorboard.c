@@ -537,7 +537,7 @@ typedef struct job {
     struct rlimit old;
 } job;
 
-static const char *const scalar_names[] = {"loss", "zero", NULL};
+static const char *const scalar_names[] = {"loss", "zero", "none", NULL};
 
 static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
                        void **state)
@@ -551,13 +551,17 @@ static int64_t steps_per_epoch(void *ctx, void *state)
     return STEPS;
 }
 
-/* A falling loss and a scalar that is always 0 (a proto3 default that must still be written). */
+/*
+ * A falling loss, a scalar that is always 0 (a proto3 default that must still be written) and one
+ * that is always NaN (null in metrics.jsonl, left out of the events).
+ */
 static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
                             double *scalars)
 {
     job *j = ctx;
     scalars[0] = 1.0 / (1.0 + (double)at->global_step);
     scalars[1] = 0;
+    scalars[2] = NAN;
     j->trained = at->global_step + 1;
     if (at->global_step == j->limit_at) limit_files(&j->old, 64);
     return RP_OK;
@@ -645,7 +649,7 @@ static void test_trainer_writes_every_metric(void **unused)
     char *text = (char *)slurp(path, &len);
     text[len] = '\0';
     bool matched[MAX_SCALARS] = {false};
-    int lines = 0, numbers = 0;
+    int lines = 0, numbers = 0, nulls = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), lines++) {
         cJSON *o = cJSON_Parse(line);
         assert_non_null(o);
@@ -654,6 +658,14 @@ static void test_trainer_writes_every_metric(void **unused)
         for (const cJSON *f = o->child; f; f = f->next) {
             char tag[64];
             if (!tag_of(f->string, epoch_line, tag, sizeof tag)) continue;
+            if (cJSON_IsNull(f)) {
+                for (int i = 0; i < ev.n; i++)
+                    if (!strcmp(ev.s[i].tag, tag) && ev.s[i].step == step)
+                        fail_msg("%s at step %lld is null in metrics.jsonl but written", tag,
+                                 (long long)step);
+                nulls++;
+                continue;
+            }
             assert_true(cJSON_IsNumber(f));
             const scalar *s = find(&ev, tag, step);
             /* metrics.jsonl's digits (%.1f for the rate, %.6g for lr, %.6f for the rest), and a
@@ -674,6 +686,7 @@ static void test_trainer_writes_every_metric(void **unused)
     /* Step lines at 2, 4, 6, 8, 10, 12; epoch lines at 6 and 12; an evaluation line at 4 and 8. */
     assert_int_equal(lines, 10);
     assert_true(numbers >= 6 * 3 + 2 * 6 + 2 * 2);
+    assert_int_equal(nulls, 6 + 2); /* "none" on every step line, "train_none" on both epoch lines */
     /* Zero values are there, as scalars with a value. */
     assert_true(find(&ev, "train/zero", 2)->value == 0.0f);
     assert_true(find(&ev, "eval/test_zero", 4)->value == 0.0f);

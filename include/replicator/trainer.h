@@ -68,7 +68,7 @@
  *                       evaluation's, and "perf/<rate_key>" and "train/lr"
  *                       unless a step line gave them at that step
  *     evaluation line   "eval/<metric>"
- * Non-finite values are kept (TensorBoard draws them as NaN or infinity). A
+ * A value that is not finite (null in metrics.jsonl) is left out. A
  * resumed run starts another file in the directory; its steps continue, and
  * TensorBoard merges the files. A failure to create or write the file warns
  * once; the run goes on without it.

@@ -157,11 +157,14 @@ static void tb_failed(rp_trainer *t)
     t->tb = NULL;
 }
 
-/* "<group>/<prefix><key>" = v at the line's step. */
+/*
+ * "<group>/<prefix><key>" = v at the line's step. A value that is not finite is left out, as it is
+ * null in metrics.jsonl: it stands for "none yet" (a gauge before its first reading).
+ */
 static void tb_scalar(rp_trainer *t, const char *group, const char *prefix, const char *key,
                       double v)
 {
-    if (!t->tb) return;
+    if (!t->tb || !isfinite(v)) return;
     char tag[RP_TENSORBOARD_TAG_MAX + 1];
     snprintf(tag, sizeof tag, "%s/%s%s", group, prefix, key);
     if (rp_tensorboard_add_scalar(t->tb, tag, t->global_step, v) != RP_OK) tb_failed(t);
