@@ -11,7 +11,9 @@
  *   (c) pooling: our max pooling loop (value and argmax) against oneDNN's
  *       max pooling alone, and our cached average pooling against oneDNN;
  *   (d) the weight layout choice: oneDNN with weights forced to OHWI
- *       against weights in the layout it prefers plus reorders.
+ *       against weights in the layout it prefers plus reorders;
+ *   (e) batch norm (per-channel sums forward and backward, normalisation,
+ *       backward data): the fast kernels against the plain reference ones.
  *
  * Measurements are interleaved: each round times ours and the direct call
  * back to back (alternating which goes first), and the report gives the
@@ -29,6 +31,8 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "kernels/cpu/conv_pool_dnnl.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/ref/elementwise.h"
 #include "replicator/core.h"
 
 #define MAX_ROUNDS 101
@@ -565,28 +569,138 @@ static void bench_weight_layout(void)
     rp_free(x), rp_free(w), rp_free(y);
 }
 
+/* ---- (e) batch-norm sums -------------------------------------------------- */
+
+typedef struct bn_ctx {
+    const float *x, *dy, *mean, *invstd, *gamma, *beta;
+    float *y;
+    double *sums;
+    int64_t m;
+    int c;
+} bn_ctx;
+
+static void bn_stats_ours(void *p)
+{
+    bn_ctx *b = p;
+    rp_cpu_bn_stats(b->sums, b->x, b->m, b->c);
+}
+
+static void bn_stats_ref(void *p)
+{
+    bn_ctx *b = p;
+    rp_ref_bn_stats(b->sums, b->x, b->m, b->c);
+}
+
+static void bn_stats_bwd_ours(void *p)
+{
+    bn_ctx *b = p;
+    rp_cpu_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c);
+}
+
+static void bn_stats_bwd_ref(void *p)
+{
+    bn_ctx *b = p;
+    rp_ref_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c);
+}
+
+static void bn_norm_fwd_ours(void *p)
+{
+    bn_ctx *b = p;
+    rp_cpu_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, false, b->m, b->c);
+}
+
+static void bn_norm_fwd_ref(void *p)
+{
+    bn_ctx *b = p;
+    rp_ref_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, false, b->m, b->c);
+}
+
+static void bn_bwd_data_ours(void *p)
+{
+    bn_ctx *b = p;
+    rp_cpu_bn_bwd_data(b->y, b->dy, NULL, b->x, b->mean, b->invstd, b->sums, b->gamma, (double)b->m,
+                       b->m, b->c);
+}
+
+static void bn_bwd_data_ref(void *p)
+{
+    bn_ctx *b = p;
+    rp_ref_bn_bwd_data(b->y, b->dy, NULL, b->x, b->mean, b->invstd, b->sums, b->gamma, (double)b->m,
+                       b->m, b->c);
+}
+
+static void bench_bn(void)
+{
+    static const struct {
+        const char *name;
+        int64_t m;
+        int c;
+    } shapes[] = {
+        {"R20 N=128 32x32x16", 128 * 32 * 32, 16},
+        {"R20 N=128 16x16x32", 128 * 16 * 16, 32},
+        {"R20 N=128 8x8x64", 128 * 8 * 8, 64},
+        {"MLP N=128 x 256", 128, 256},
+    };
+    printf("\n(e) batch norm, us per call: ours (rp_cpu_bn_*) vs the reference (rp_ref_bn_*)\n");
+    printf("  %-44s %9s %9s %9s\n", "shape [m rows, c channels]", "ours", "ref", "overhead");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t n = shapes[s].m * shapes[s].c;
+        int c = shapes[s].c;
+        float *x = buffer(n, 12), *dy = buffer(n, 13), *y = buffer(n, 16), *mean = buffer(c, 14),
+              *invstd = buffer(c, 15), *gamma = buffer(c, 17), *beta = buffer(c, 18);
+        double *sums = rp_alloc(2 * (size_t)c * sizeof *sums);
+        if (!sums) {
+            fprintf(stderr, "out of memory (%d sums)\n", 2 * c);
+            exit(1);
+        }
+        bn_ctx b = {.x = x,
+                    .dy = dy,
+                    .mean = mean,
+                    .invstd = invstd,
+                    .gamma = gamma,
+                    .beta = beta,
+                    .y = y,
+                    .sums = sums,
+                    .m = shapes[s].m,
+                    .c = c};
+        char name[96];
+        snprintf(name, sizeof name, "%s stats", shapes[s].name);
+        report_time(name, time_pair(bn_stats_ours, &b, bn_stats_ref, &b), 1e-6, NULL);
+        snprintf(name, sizeof name, "%s stats_bwd", shapes[s].name);
+        report_time(name, time_pair(bn_stats_bwd_ours, &b, bn_stats_bwd_ref, &b), 1e-6, NULL);
+        snprintf(name, sizeof name, "%s norm_fwd", shapes[s].name);
+        report_time(name, time_pair(bn_norm_fwd_ours, &b, bn_norm_fwd_ref, &b), 1e-6, NULL);
+        snprintf(name, sizeof name, "%s bwd_data", shapes[s].name);
+        report_time(name, time_pair(bn_bwd_data_ours, &b, bn_bwd_data_ref, &b), 1e-6, NULL);
+        rp_free(x), rp_free(dy), rp_free(y), rp_free(mean), rp_free(invstd), rp_free(gamma),
+            rp_free(beta), rp_free(sums);
+    }
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bench_kernels [--threads N] [--rounds R] [--quick] [--only a|b|c|d] [--help]\n"
-            "\n"
-            "Measures replicator's fast kernels against the engines underneath, in one run:\n"
-            "  (a) GEMM via rp_cpu_gemm vs dnnl_sgemm directly, and dnnl_sgemm vs cblas_sgemm\n"
-            "  (b) 3x3 convolution fwd / bwd-data / bwd-weights via rp_cpu_conv2d_* vs oneDNN\n"
-            "      directly (same NHWC/OHWI formats and weight reorders)\n"
-            "  (c) max / average pooling forward, ours vs oneDNN\n"
-            "  (d) oneDNN with weights forced to OHWI vs its preferred layout + reorders\n"
-            "Ours and direct are timed in interleaved rounds; medians are reported, and\n"
-            "overhead = (median of per-round time ratios ours/direct - 1) * 100.\n"
-            "\n"
-            "  --threads N   omp_set_num_threads(N) and openblas_set_num_threads(N)\n"
-            "                (default: the libraries' defaults, all cores)\n"
-            "  --rounds R    interleaved rounds per measurement (default 11, max %d)\n"
-            "  --quick       3 rounds and short samples, for a smoke test\n"
-            "  --only X      run one section\n",
-            MAX_ROUNDS);
+    fprintf(
+        f,
+        "usage: bench_kernels [--threads N] [--rounds R] [--quick] [--only a|b|c|d|e] [--help]\n"
+        "\n"
+        "Measures replicator's fast kernels against the engines underneath, in one run:\n"
+        "  (a) GEMM via rp_cpu_gemm vs dnnl_sgemm directly, and dnnl_sgemm vs cblas_sgemm\n"
+        "  (b) 3x3 convolution fwd / bwd-data / bwd-weights via rp_cpu_conv2d_* vs oneDNN\n"
+        "      directly (same NHWC/OHWI formats and weight reorders)\n"
+        "  (c) max / average pooling forward, ours vs oneDNN\n"
+        "  (d) oneDNN with weights forced to OHWI vs its preferred layout + reorders\n"
+        "  (e) batch norm's per-channel sums, forward and backward, vs the reference\n"
+        "Ours and direct are timed in interleaved rounds; medians are reported, and\n"
+        "overhead = (median of per-round time ratios ours/direct - 1) * 100.\n"
+        "\n"
+        "  --threads N   omp_set_num_threads(N) and openblas_set_num_threads(N)\n"
+        "                (default: the libraries' defaults, all cores)\n"
+        "  --rounds R    interleaved rounds per measurement (default 11, max %d)\n"
+        "  --quick       3 rounds and short samples, for a smoke test\n"
+        "  --only X      run one section\n",
+        MAX_ROUNDS);
 }
 
 int main(int argc, char **argv)
@@ -621,7 +735,7 @@ int main(int argc, char **argv)
         }
     }
     if (g_rounds < 1 || g_rounds > MAX_ROUNDS || threads < 0 ||
-        (only && (strlen(only) != 1 || !strchr("abcd", only[0])))) {
+        (only && (strlen(only) != 1 || !strchr("abcde", only[0])))) {
         usage(stderr);
         return 2;
     }
@@ -641,6 +755,7 @@ int main(int argc, char **argv)
     if (!only || only[0] == 'b') bench_conv();
     if (!only || only[0] == 'c') bench_pool();
     if (!only || only[0] == 'd') bench_weight_layout();
+    if (!only || only[0] == 'e') bench_bn();
     printf("\ntotal %.1f s\n", rp_now_s() - t0);
     dnnl_engine_destroy(g_engine);
     return 0;

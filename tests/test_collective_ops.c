@@ -23,7 +23,7 @@
  * and running statistics of batch norm with the runtime's old reduce hook
  * (written here as rp_cross_replica_bn wrote it: the sums and the count in
  * one f64 all-reduce), and agree within rounding with one replica on the
- * whole batch.
+ * whole batch, and with batch norm in double on badly centred inputs.
  *
  * cmocka's asserts are not thread-safe, so member threads record what they
  * see and the main thread asserts.
@@ -548,6 +548,46 @@ static void test_batch_norm_comm(void **state)
     }
 }
 
+/*
+ * Cross-replica batch norm on badly centred inputs (per-channel mean 100
+ * times the standard deviation): with p.comm on 2 and 4 members, the output,
+ * the input gradients and the members' summed gamma and beta gradients are
+ * within 1e-4 of batch norm computed in double over the whole batch. Each
+ * member's sums are plain (unshifted) f64 sums, so they add up across
+ * members whatever each member's kernel did inside.
+ */
+static void test_batch_norm_comm_off_centre(void **state)
+{
+    enum { TOTAL = MAX_N * BN_EL };
+    static float x[TOTAL], proj[TOTAL], gamma[BN_C], beta[BN_C];
+    static float y[TOTAL], dx[TOTAL], dgamma[BN_C], dbeta[BN_C];
+    tu_fill(x, TOTAL, 9, -1, 1);
+    for (int i = 0; i < TOTAL; i++) /* std sqrt(1/3) * 2^(j%3), mean 100 times it */
+        x[i] = (float)((100 / sqrt(3.0) + x[i]) * (1 << (i % BN_C % 3)));
+    tu_fill(proj, TOTAL, 10, 0, 2);
+    tu_fill(gamma, BN_C, 11, 0.5f, 1.5f);
+    tu_fill(beta, BN_C, 12, -1, 1);
+    for (int n = 2; n <= 4; n += 2) {
+        static bn_run comm;
+        comm = (bn_run){
+            .n = n, .mode = 0, .per = BN_PER, .x = x, .proj = proj, .gamma = gamma, .beta = beta};
+        bn_run_all(&comm);
+        int64_t total = (int64_t)n * BN_EL;
+        tu_batch_norm_double(y, dgamma, dbeta, dx, x, proj, gamma, beta, 1e-5, total / BN_C, BN_C);
+        float dg[BN_C] = {0}, dbt[BN_C] = {0};
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < BN_C; j++) {
+                dg[j] += comm.dgamma[r][j];
+                dbt[j] += comm.dbeta[r][j];
+            }
+        double d[4] = {tu_max_rel_diff(comm.y, y, total), tu_max_rel_diff(comm.dx, dx, total),
+                       tu_max_rel_diff(dg, dgamma, BN_C), tu_max_rel_diff(dbt, dbeta, BN_C)};
+        const char *what[4] = {"y", "dx", "dgamma", "dbeta"};
+        for (int q = 0; q < 4; q++)
+            if (!(d[q] < 1e-4)) fail_msg("%d members: %s %g from double", n, what[q], d[q]);
+    }
+}
+
 /* comm and reduce together are refused. */
 static void test_batch_norm_comm_and_hook(void **state)
 {
@@ -584,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_send_recv_ring),
         cmocka_unit_test(test_collective_errors),
         cmocka_unit_test(test_batch_norm_comm),
+        cmocka_unit_test(test_batch_norm_comm_off_centre),
         cmocka_unit_test(test_batch_norm_comm_and_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -600,6 +600,62 @@ static void test_batch_norm_values(void **state)
     }
 }
 
+/*
+ * rp_batch_norm and its backward on badly centred inputs: per-channel mean
+ * 20 and 100 times the standard deviation, an upstream gradient with mean 1,
+ * with both tables. The output and the gradients of x, gamma and beta are
+ * within 1e-4 (relative, or absolute below 1) of batch norm computed in
+ * double. The gamma gradient needs backward's correction for the float-
+ * rounded mean: without it, it is off by up to mean/std * 2^-24 * sum(dy).
+ */
+static void test_batch_norm_off_centre(void **state)
+{
+    (void)state;
+    enum { N = 8, H = 16, W = 16, C = 16, M = N * H * W, NUMEL = M * C };
+    static float xv[NUMEL], dyv[NUMEL], want[2 * NUMEL + 2 * C], got[2 * NUMEL + 2 * C];
+    float gv[C], bv[C];
+    tu_fill(gv, C, 51, 0.5f, 1.5f);
+    tu_fill(bv, C, 52, -1, 1);
+    tu_fill(dyv, NUMEL, 53, 0, 2);
+    const rp_kernels *tables[2] = {rp_kernels_cpu(), rp_kernels_ref()};
+    const double ratios[2] = {20, 100};
+    for (int r = 0; r < 2; r++) {
+        tu_fill(xv, NUMEL, 54, -1, 1);
+        for (int64_t i = 0; i < NUMEL; i++) /* std sqrt(1/3) * 2^(j%4), mean ratio times it */
+            xv[i] = (float)((ratios[r] / sqrt(3.0) + xv[i]) * (1 << (i % C % 4)));
+        /* want and got: y [NUMEL], dx [NUMEL], dgamma [C], dbeta [C] */
+        tu_batch_norm_double(want, want + 2 * NUMEL, want + 2 * NUMEL + C, want + NUMEL, xv, dyv,
+                             gv, bv, 1e-5, M, C);
+        for (int k = 0; k < 2; k++) {
+            rp_tape *t;
+            assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+            t->k = tables[k];
+            rp_tensor *x = rp_tensor_from(t, 4, (int[]){N, H, W, C}, xv);
+            rp_tensor *g = rp_tensor_from(t, 1, (int[]){C}, gv);
+            rp_tensor *b = rp_tensor_from(t, 1, (int[]){C}, bv);
+            rp_tensor_set_requires_grad(x, true);
+            rp_tensor_set_requires_grad(g, true);
+            rp_tensor_set_requires_grad(b, true);
+            rp_tensor *y = rp_batch_norm(t, x, g, b, NULL, NULL, rp_bn_params_default());
+            assert_non_null(y);
+            assert_int_equal(rp_backward_from(t, y, dyv), RP_OK);
+            memcpy(got, y->data, NUMEL * sizeof(float));
+            memcpy(got + NUMEL, x->grad, NUMEL * sizeof(float));
+            memcpy(got + 2 * NUMEL, g->grad, C * sizeof(float));
+            memcpy(got + 2 * NUMEL + C, b->grad, C * sizeof(float));
+            const char *what[4] = {"y", "dx", "dgamma", "dbeta"};
+            const int64_t off[5] = {0, NUMEL, 2 * NUMEL, 2 * NUMEL + C, 2 * NUMEL + 2 * C};
+            for (int q = 0; q < 4; q++) {
+                double d = tu_max_rel_diff(got + off[q], want + off[q], off[q + 1] - off[q]);
+                if (!(d < 1e-4))
+                    fail_msg("batch norm %s, %s table, mean/std %g: %g from double", what[q],
+                             tables[k]->name, ratios[r], d);
+            }
+            rp_tape_destroy(t);
+        }
+    }
+}
+
 /* ---- activations ------------------------------------------------------------ */
 
 typedef struct act_ctx {
@@ -1581,6 +1637,7 @@ int main(void)
         cmocka_unit_test(test_batch_norm_inference),
         cmocka_unit_test(test_batch_norm_fused_relu),
         cmocka_unit_test(test_batch_norm_values),
+        cmocka_unit_test(test_batch_norm_off_centre),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_binary_same_shape),
         cmocka_unit_test(test_binary_broadcast),

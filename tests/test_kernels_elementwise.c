@@ -188,6 +188,104 @@ static void test_batch_norm_kernels(void **state)
     tu_for_each_team(body_batch_norm);
 }
 
+/*
+ * Batch norm through a kernel table, in training mode without a fused ReLU,
+ * with rp_batch_norm's arithmetic around the kernels: mean and 1/std from
+ * bn_stats's sums in double, then rounded to float; bn_stats_bwd's sum of
+ * dy*xhat corrected for the float mean's rounding (backward.c), and used
+ * for dgamma and by bn_bwd_data.
+ */
+static void bn_by_table(const rp_kernels *k, float *y, float *dgamma, float *dbeta, float *dx,
+                        const float *x, const float *dy, const float *gamma, const float *beta,
+                        float eps, int64_t m, int c)
+{
+    double sums[2 * 64];
+    float mean[64], invstd[64], mean_rest[64];
+    k->bn_stats(sums, x, m, c);
+    for (int j = 0; j < c; j++) {
+        double mu = sums[j] / (double)m, var = sums[c + j] / (double)m - mu * mu;
+        if (var < 0) var = 0;
+        mean[j] = (float)mu;
+        mean_rest[j] = (float)(mu - mean[j]);
+        invstd[j] = (float)(1.0 / sqrt(var + eps));
+    }
+    k->bn_norm_fwd(y, x, mean, invstd, gamma, beta, false, m, c);
+    k->bn_stats_bwd(sums, dy, NULL, x, mean, invstd, m, c);
+    for (int j = 0; j < c; j++) {
+        sums[c + j] -= (double)mean_rest[j] * invstd[j] * sums[j];
+        dbeta[j] = (float)sums[j], dgamma[j] = (float)sums[c + j];
+    }
+    k->bn_bwd_data(dx, dy, NULL, x, mean, invstd, sums, gamma, (double)m, m, c);
+}
+
+/*
+ * Inputs whose per-channel mean is 20 and 100 times their standard deviation
+ * (the deviations themselves spread from 1/4 to 4), and an upstream gradient
+ * with mean 1: forward output, dgamma, dbeta and dx from both tables within
+ * 1e-4 of the double-precision batch norm (relative, or absolute below 1).
+ * Float sums of x and x^2 lose about (mean/std)^2 times float's precision to
+ * the cancellation in E[x^2]-E[x]^2, so this fails for a fast kernel that
+ * accumulates them uncentred in float; and dgamma fails without the
+ * correction for the float mean.
+ * The shapes: a partial run of rows, one full run of 32 rows of 64 features
+ * (a linear layer's batch), many runs, and a split over the team.
+ */
+static double off_centre; /* mean/std of the inputs of body_batch_norm_off_centre */
+
+static void body_batch_norm_off_centre(void)
+{
+    static const struct {
+        int64_t m;
+        int c;
+    } shapes[] = {{20, 3}, {32, 64}, {4096, 16}, {9001, 37}};
+    const rp_kernels *tables[] = {ref, cpu};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t m = shapes[s].m, n = m * shapes[s].c;
+        int c = shapes[s].c;
+        float *x = buf(n, 17), *dy = buf(n, 18), *g = buf(c, 19), *b = buf(c, 20);
+        for (int j = 0; j < c; j++) {
+            double sd = 0.25 * pow(2.0, j % 5);
+            /* buf() is uniform on [-2, 2): standard deviation 2/sqrt(3) */
+            for (int64_t i = 0; i < m; i++)
+                x[i * c + j] = (float)(sd * (off_centre + x[i * c + j] * sqrt(3.0) / 2));
+        }
+        for (int64_t i = 0; i < n; i++)
+            dy[i] += 1.0f;
+        float *want[4], *got[4];
+        int64_t len[4] = {n, c, c, n};
+        const char *what[4] = {"y", "dgamma", "dbeta", "dx"};
+        for (int q = 0; q < 4; q++)
+            want[q] = buf(len[q], 0), got[q] = buf(len[q], 0);
+        tu_batch_norm_double(want[0], want[1], want[2], want[3], x, dy, g, b, 1e-5, m, c);
+        for (int k = 0; k < 2; k++) {
+            bn_by_table(tables[k], got[0], got[1], got[2], got[3], x, dy, g, b, 1e-5f, m, c);
+            for (int q = 0; q < 4; q++) {
+                double d = tu_max_rel_diff(got[q], want[q], len[q]);
+                if (!(d < 1e-4))
+                    fail_msg("batch norm %s, %s table, mean/std %g, [%lld, %d]: %g from double",
+                             what[q], tables[k]->name, off_centre, (long long)m, c, d);
+            }
+        }
+        for (int q = 0; q < 4; q++)
+            rp_free(want[q]), rp_free(got[q]);
+        rp_free(x), rp_free(dy), rp_free(g), rp_free(b);
+    }
+}
+
+static void test_batch_norm_mean_20_std(void **state)
+{
+    (void)state;
+    off_centre = 20;
+    tu_for_each_team(body_batch_norm_off_centre);
+}
+
+static void test_batch_norm_mean_100_std(void **state)
+{
+    (void)state;
+    off_centre = 100;
+    tu_for_each_team(body_batch_norm_off_centre);
+}
+
 static void body_pooling_images(void)
 {
     int shapes[][4] = {{1, 1, 1, 1}, {2, 3, 5, 3}, {3, 7, 7, 16}, {8, 8, 8, 64}};
@@ -262,9 +360,14 @@ static void test_thread_count_honoured(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_thread_count_honoured),  cmocka_unit_test(test_activations),
-        cmocka_unit_test(test_activations_wide_range), cmocka_unit_test(test_binary_scale_reduce),
-        cmocka_unit_test(test_batch_norm_kernels),     cmocka_unit_test(test_pooling_images),
+        cmocka_unit_test(test_thread_count_honoured),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_activations_wide_range),
+        cmocka_unit_test(test_binary_scale_reduce),
+        cmocka_unit_test(test_batch_norm_kernels),
+        cmocka_unit_test(test_batch_norm_mean_20_std),
+        cmocka_unit_test(test_batch_norm_mean_100_std),
+        cmocka_unit_test(test_pooling_images),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -30,6 +30,33 @@ void tu_check_close(const float *a, const float *b, int64_t n, double tol, const
     if (!(d < tol)) fail_msg("%s: cpu differs from ref by %g", what, d);
 }
 
+void tu_batch_norm_double(float *y, float *dgamma, float *dbeta, float *dx, const float *x,
+                          const float *dy, const float *gamma, const float *beta, double eps,
+                          int64_t m, int c)
+{
+    for (int j = 0; j < c; j++) {
+        double mu = 0, var = 0, sg = 0, sgh = 0;
+        for (int64_t i = 0; i < m; i++)
+            mu += x[i * c + j];
+        mu /= (double)m;
+        for (int64_t i = 0; i < m; i++)
+            var += ((double)x[i * c + j] - mu) * ((double)x[i * c + j] - mu);
+        double invstd = 1.0 / sqrt(var / (double)m + eps);
+        for (int64_t i = 0; i < m; i++) {
+            double h = ((double)x[i * c + j] - mu) * invstd;
+            y[i * c + j] = (float)((double)gamma[j] * h + beta[j]);
+            sg += dy[i * c + j];
+            sgh += dy[i * c + j] * h;
+        }
+        dbeta[j] = (float)sg, dgamma[j] = (float)sgh;
+        for (int64_t i = 0; i < m; i++) {
+            double h = ((double)x[i * c + j] - mu) * invstd;
+            dx[i * c + j] = (float)((double)gamma[j] * invstd *
+                                    (dy[i * c + j] - sg / (double)m - h * sgh / (double)m));
+        }
+    }
+}
+
 void tu_for_each_team(void (*body)(void))
 {
     int teams[] = {1, 4};

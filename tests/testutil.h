@@ -22,6 +22,17 @@ double tu_max_rel_diff(const float *a, const float *b, int64_t n);
  */
 void tu_check_close(const float *a, const float *b, int64_t n, double tol, const char *what);
 
+/*
+ * Batch norm in training mode computed in double, two-pass (the centred sum
+ * of squares, which does not cancel), rounded to float only at the end: over
+ * rows of x [m, c], y = gamma*xhat + beta, and for the upstream gradient dy,
+ * dbeta = sum(dy), dgamma = sum(dy*xhat) and dx. The spec batch norm is held
+ * to on badly centred inputs.
+ */
+void tu_batch_norm_double(float *y, float *dgamma, float *dbeta, float *dx, const float *x,
+                          const float *dy, const float *gamma, const float *beta, double eps,
+                          int64_t m, int c);
+
 /* Runs body() with OpenMP teams of 1 and of 4 threads (the serial and parallel paths), then 1. */
 void tu_for_each_team(void (*body)(void));
 

@@ -87,7 +87,9 @@ typedef struct rp_kernels {
      *  - bwd_data: dx = gamma*invstd*(g - sums[j]/count - xhat*sums[c+j]/count),
      *    count the rows the (possibly cross-replica) sums cover. All-zero
      *    sums give the inference-mode gradient gamma*invstd*g.
-     * Sums are double: the variance E[x^2]-E[x]^2 cancels badly in float.
+     * Sums are double: the variance E[x^2]-E[x]^2 cancels badly in float
+     * (the fast stats kernel's float partial sums are centred for the same
+     * reason, and it returns plain sums).
      */
     void (*bn_stats)(double *sums, const float *x, int64_t m, int c);
     void (*bn_norm_fwd)(float *y, const float *x, const float *mean, const float *invstd,

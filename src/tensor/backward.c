@@ -114,11 +114,21 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     int c = gamma->shape[0];
     int64_t m = x->numel / c;
     const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
+    const float *mean_rest = (const float *)nd->saved + 2 * c;
     const float *relu_out = nd->a.bn.relu ? y->data : NULL;
     double *sums = rp_arena_alloc(t->arena, (2 * (size_t)c + 1) * sizeof(double));
     float *local = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(float));
     if (!sums || !local) return tape_oom();
     t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c);
+    /*
+     * The kernel's xhat uses the float mean, off from the batch's by
+     * mean_rest, so its sum(g*xhat) holds an extra mean_rest*invstd*sum(g):
+     * up to mean/std * 2^-24 times sum(g), which is what limits dgamma on
+     * badly centred inputs. Take it out (in double, before any all-reduce:
+     * every replica has the same mean and the correction is linear).
+     */
+    for (int j = 0; j < c; j++)
+        sums[c + j] -= (double)mean_rest[j] * invstd[j] * sums[j];
     bool fail = false;
     float *dgamma = tape_grad_acc(t, gamma, &fail), *dbeta = tape_grad_acc(t, beta, &fail);
     float *dx = tape_grad_out(t, x, &fail);

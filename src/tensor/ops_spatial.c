@@ -82,11 +82,12 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
     }
     int64_t m = x->numel / c;
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    float *stats = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(float)); /* mean, invstd */
+    /* mean, invstd, and what rounding the mean to float left out of it (see backward) */
+    float *stats = rp_arena_alloc(t->arena, 3 * (size_t)c * sizeof(float));
     /* sums, sums of squares, and (with a comm) the element count, all-reduced in one call */
     double *sums = rp_arena_alloc(t->arena, (2 * (size_t)c + 1) * sizeof(double));
     if (!y || !stats || !sums) return NULL;
-    float *mean = stats, *invstd = stats + c;
+    float *mean = stats, *invstd = stats + c, *mean_rest = stats + 2 * c;
     double count = (double)m;
     if (p.training) {
         t->k->bn_stats(sums, x->data, m, c);
@@ -107,6 +108,7 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
             double var = sums[c + i] / count - mu * mu;
             if (var < 0) var = 0; /* E[x^2]-E[x]^2 can round below zero */
             mean[i] = (float)mu;
+            mean_rest[i] = (float)(mu - mean[i]);
             invstd[i] = (float)(1.0 / sqrt(var + p.eps));
             if (running_mean) running_mean->data[i] = (float)((1 - p.momentum) * running_mean->data[i] + p.momentum * mu);
             if (running_var)
@@ -116,13 +118,14 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
     } else {
         for (int i = 0; i < c; i++) {
             mean[i] = running_mean->data[i];
+            mean_rest[i] = 0;
             invstd[i] = (float)(1.0 / sqrt((double)running_var->data[i] + p.eps));
         }
     }
     rp_tensor *in[] = {x, gamma, beta};
     t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data, p.relu, m, c);
     if (rp_tape_needs_grad(t, in, 3)) {
-        /* Backward recomputes xhat from x, mean and invstd (stats[0..2c)). */
+        /* Backward recomputes xhat from x, mean and invstd, and corrects with mean_rest. */
         rp_node *node = rp_tape_record(t, RP_OP_BATCH_NORM, y, in, 3);
         if (!node) return NULL;
         node->saved = stats;

@@ -189,10 +189,21 @@ void rp_cpu_add_inplace(float *restrict y, const float *restrict x, int64_t n)
  * each run's total is added to double accumulators. Thread partials are
  * combined in thread order. The result depends on the thread count, never
  * on timing.
+ *
+ * Forward, the float runs sum x-k and (x-k)^2 for a shift k near the mean
+ * (a thread's first run: its first row; each later run: the mean of the run
+ * before), and the shift is added back in double: sum x = sum(x-k) + n*k,
+ * sum x^2 = sum(x-k)^2 + k*(2*sum(x-k) + n*k).
+ * Uncentred float sums of x^2 lose (mean/std)^2 times float's precision to
+ * the cancellation in E[x^2]-E[x]^2; centred ones keep it, and double has
+ * the digits to spare for the cancellation left in the caller. The shift
+ * never leaves the kernel, so sums from different replicas (each with its
+ * own shifts) still add up exactly as plain sums do.
  */
-#define MAX_TEAM 16
-#define MAX_C    512
-#define SUM_RUN  32
+#define MAX_TEAM  16
+#define MAX_C     512
+#define SUM_RUN   32
+#define SUM_BLOCK 16
 
 typedef struct bn_sum_args {
     const float *x, *dy, *y, *mean, *invstd;
@@ -201,24 +212,50 @@ typedef struct bn_sum_args {
     bool backward;
 } bn_sum_args;
 
-/* Float sums of one run of rows [lo, hi) into f (sum) and f2 (second sum). */
-static inline void bn_sum_run(float *restrict f, float *restrict f2, const bn_sum_args *a,
-                              int64_t lo, int64_t hi)
+/*
+ * Float sums of one run of rows [lo, hi) into f (sum) and f2 (second sum):
+ * forward of x-k and (x-k)^2, backward of g and g*xhat.
+ */
+static inline void bn_sum_run(float *restrict f, float *restrict f2, const float *restrict k,
+                              const bn_sum_args *a, int64_t lo, int64_t hi)
 {
     int c = a->c;
-    for (int j = 0; j < c; j++)
-        f[j] = f2[j] = 0.0f;
     if (!a->backward) {
-        for (int64_t i = lo; i < hi; i++) {
+        /*
+         * Blocks of SUM_BLOCK channels, each summed down the run in
+         * fixed-size accumulators the compiler keeps in registers (a
+         * loop over all c channels goes through memory every row).
+         */
+        int j0 = 0;
+        for (; j0 + SUM_BLOCK <= c; j0 += SUM_BLOCK) {
+            float s[SUM_BLOCK] = {0}, s2[SUM_BLOCK] = {0};
+            for (int64_t i = lo; i < hi; i++) {
+                const float *xr = a->x + i * c + j0;
+#pragma omp simd
+                for (int j = 0; j < SUM_BLOCK; j++) {
+                    float d = xr[j] - k[j0 + j];
+                    s[j] += d;
+                    s2[j] += d * d;
+                }
+            }
+            for (int j = 0; j < SUM_BLOCK; j++)
+                f[j0 + j] = s[j], f2[j0 + j] = s2[j];
+        }
+        for (int j = j0; j < c; j++)
+            f[j] = f2[j] = 0.0f;
+        for (int64_t i = lo; i < hi && j0 < c; i++) {
             const float *xr = a->x + i * c;
 #pragma omp simd
-            for (int j = 0; j < c; j++) {
-                f[j] += xr[j];
-                f2[j] += xr[j] * xr[j];
+            for (int j = j0; j < c; j++) {
+                float d = xr[j] - k[j];
+                f[j] += d;
+                f2[j] += d * d;
             }
         }
         return;
     }
+    for (int j = 0; j < c; j++)
+        f[j] = f2[j] = 0.0f;
     for (int64_t i = lo; i < hi; i++) {
         const float *xr = a->x + i * c, *dr = a->dy + i * c, *yr = a->y ? a->y + i * c : NULL;
         if (yr) {
@@ -263,14 +300,27 @@ static void bn_sums(double *sums, const bn_sum_args *a)
         if (t == 0) used = nt;
         int64_t lo = m * t / nt, hi = m * (t + 1) / nt;
         double *s = part[t], *s2 = part[t] + c;
-        float f[MAX_C], f2[MAX_C];
+        float f[MAX_C], f2[MAX_C], k[MAX_C];
         for (int j = 0; j < c; j++)
             s[j] = s2[j] = 0;
+        if (!a->backward && lo < hi)
+            for (int j = 0; j < c; j++)
+                k[j] = a->x[lo * c + j];
         for (int64_t r = lo; r < hi; r += SUM_RUN) {
-            bn_sum_run(f, f2, a, r, r + SUM_RUN < hi ? r + SUM_RUN : hi);
-            for (int j = 0; j < c; j++) {
-                s[j] += f[j];
-                s2[j] += f2[j];
+            int64_t end = r + SUM_RUN < hi ? r + SUM_RUN : hi;
+            bn_sum_run(f, f2, k, a, r, end);
+            if (a->backward) {
+                for (int j = 0; j < c; j++) {
+                    s[j] += f[j];
+                    s2[j] += f2[j];
+                }
+            } else {
+                double n = (double)(end - r);
+                for (int j = 0; j < c; j++) {
+                    s[j] += f[j] + n * k[j];
+                    s2[j] += f2[j] + k[j] * (2.0 * f[j] + n * k[j]);
+                    k[j] += f[j] / (float)n;
+                }
             }
         }
     }
