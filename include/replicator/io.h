@@ -79,8 +79,12 @@ typedef enum {
 /* Longest tensor name or metadata key, in bytes (not counting the NUL). */
 #define RP_CHECKPOINT_NAME_MAX 255
 
-/* Limit on the JSON header of a file that is read (as in safetensors). */
-#define RP_CHECKPOINT_HEADER_MAX (100 * 1024 * 1024)
+/*
+ * Limit on the JSON header of a file, in bytes: safetensors' own
+ * (100,000,000), so a file one reads the other reads. It also bounds the
+ * number of tensors a file can describe (about 1.5 million).
+ */
+#define RP_CHECKPOINT_HEADER_MAX 100000000
 
 typedef struct rp_checkpoint rp_checkpoint;
 
@@ -327,7 +331,7 @@ typedef struct rp_plot {
     bool y_from_zero;                    /* the y axis starts at 0 (or ends there, data all < 0) */
 } rp_plot;
 
-#define RP_PLOT_MIN_SIDE 160  /* smallest width or height: room for the labels */
+#define RP_PLOT_MIN_SIDE 160 /* smallest width or height: room for the labels */
 #define RP_PLOT_MAX_SIDE 8192
 
 /*
