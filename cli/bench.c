@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "models/resnet/resnet.h"
+#include "train.h" /* train_parse_long: the command line's number rules */
 
 static void bench_usage(FILE *f)
 {
@@ -151,9 +152,9 @@ static int bench_resnet(int argc, char **argv)
                     : !strcmp(a, "--replicas") ? &replicas
                     : !strcmp(a, "--threads-per-replica") ? &tpr
                                                : NULL;
-        char *end;
-        long n = strtol(v, &end, 10);
-        if (!slot || *end || n < 0 || n > 100000) {
+        /* Counts start at 1; only the untimed warm-up may be 0. */
+        long n = 0;
+        if (!slot || !train_parse_long(v, slot == &warmup ? 0 : 1, 100000, &n)) {
             fprintf(stderr, "replicator bench: bad option %s %s (see --help)\n", a, v);
             return 2;
         }

@@ -9,6 +9,7 @@
  * (memcpy, the same thread count) no all-reduce beats algbw = S / t_c.
  * The MPI peer: bench/mpi/allreduce_mpi.c, the same table from MPI_Allreduce.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,16 +85,18 @@ static bool parse_list(const char *s, int *out, int *n, int max)
     return *n > 0;
 }
 
+/* "4096", "4K", "256M", "1G": 4 bytes to 64 GiB. */
 static bool parse_bytes(const char *s, int64_t *out)
 {
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || v < 1) return false;
+    if (errno || end == s || v < 1 || v > (1LL << 36)) return false;
     if (*end == 'K' || *end == 'k') v <<= 10, end++;
     else if (*end == 'M' || *end == 'm') v <<= 20, end++;
     else if (*end == 'G' || *end == 'g') v <<= 30, end++;
     *out = v;
-    return !*end && v >= 4;
+    return !*end && v >= 4 && v <= (1LL << 36);
 }
 
 int rp_cli_bench_allreduce(int argc, char **argv)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "train.h" /* train_parse_long: the command line's number rules */
 
 typedef struct ps_job {
     int64_t numel;
@@ -104,9 +105,8 @@ int rp_cli_bench_ps(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        char *end = NULL;
-        long n = v ? strtol(v, &end, 10) : 0;
-        bool ok = v && end && !*end;
+        long n = 0;
+        bool ok = v && train_parse_long(v, -1, 1L << 30, &n);
         if (!strcmp(a, "--optim") && v) {
             ok = true;
             if (!strcmp(v, "sgd")) job.optim.momentum = 0;
@@ -125,7 +125,7 @@ int rp_cli_bench_ps(int argc, char **argv)
             ok = ok && n >= 1 && n <= 3600;
             job.seconds = (double)n;
         } else if (!strcmp(a, "--staleness")) {
-            ok = ok && n >= -1;
+            ok = ok && n >= -1 && n <= (1L << 30);
             cfg.staleness = (int)n;
         } else {
             ok = false;

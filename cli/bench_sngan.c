@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "models/sngan/sngan.h"
+#include "train.h" /* train_parse_long: the command line's number rules */
 
 static void usage(FILE *f)
 {
@@ -74,8 +75,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
             json = true;
             continue;
         }
-        char *end = NULL;
-        long n = v ? strtol(v, &end, 10) : -1;
+        long n = -1;
         int *slot = !strcmp(a, "--ch-g")       ? &sc.ch_g
                     : !strcmp(a, "--ch-d")     ? &sc.ch_d
                     : !strcmp(a, "--d-batch")  ? &sc.d_batch
@@ -86,7 +86,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
                     : !strcmp(a, "--threads")  ? &threads
                     : !strcmp(a, "--replicas") ? &replicas
                                                : NULL;
-        if (!slot || !v || *end || n < (slot == &warmup ? 0 : 1) || n > 100000) {
+        if (!slot || !v || !train_parse_long(v, slot == &warmup ? 0 : 1, 100000, &n)) {
             fprintf(stderr, "replicator bench sngan: bad option %s%s%s (see --help)\n", a, v ? " " : "", v ? v : "");
             return 2;
         }

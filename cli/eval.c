@@ -6,23 +6,32 @@
 #include "d4pg_cli.h"
 #include "sngan_cli.h"
 
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: replicator eval RUN_DIR [--threads N]\n"
+            "\n"
+            "Loads RUN_DIR/checkpoint.safetensors (written by replicator train), rebuilds the\n"
+            "model from the configuration stored in it and reports test loss and accuracy.\n"
+            "On an SN-GAN run it scores the samples instead: see replicator eval GAN_RUN --help\n"
+            "for its options (--judge, --samples, --calibrate). On a D4PG run it plays\n"
+            "evaluation episodes and records their frames: see replicator eval D4PG_RUN --help\n"
+            "(--episodes, --frames).\n");
+}
+
 int rp_cli_eval(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fprintf(argc < 2 ? stderr : stdout,
-                "usage: replicator eval RUN_DIR [--threads N]\n"
-                "\n"
-                "Loads RUN_DIR/checkpoint.safetensors (written by replicator train), rebuilds the\n"
-                "model from the configuration stored in it and reports test loss and accuracy.\n"
-                "On an SN-GAN run it scores the samples instead: see replicator eval GAN_RUN --help\n"
-                "for its options (--judge, --samples, --calibrate). On a D4PG run it plays\n"
-                "evaluation episodes and records their frames: see replicator eval D4PG_RUN --help\n"
-                "(--episodes, --frames).\n");
+        usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    int threads = 0;
-    if (argc == 4 && !strcmp(argv[2], "--threads")) threads = atoi(argv[3]);
-    rp_kernels_set_threads(threads);
+    if (argv[1][0] == '-') {
+        fprintf(stderr,
+                "replicator eval: the run directory comes first (replicator eval RUN_DIR "
+                "[options]), not %s\n",
+                argv[1]);
+        return 2;
+    }
 
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -40,6 +49,30 @@ int rp_cli_eval(int argc, char **argv)
         rp_checkpoint_destroy(ck);
         return d4pg_eval_main(argc, argv);
     }
+    /* A classifier's run: its options, as strictly as train's (the others parse their own). */
+    long threads = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            rp_checkpoint_destroy(ck);
+            return 0;
+        }
+        if (strcmp(a, "--threads") != 0) {
+            fprintf(stderr, "replicator eval: unknown %s %s for a classifier's run (see --help)\n",
+                    a[0] == '-' ? "option" : "argument", a);
+            rp_checkpoint_destroy(ck);
+            return 2;
+        }
+        if (!v || !train_parse_long(v, 1, 1024, &threads)) {
+            fprintf(stderr, "replicator eval: %s needs a number of threads from 1 to 1024%s%s%s\n",
+                    a, v ? ", not \"" : "", v ? v : "", v ? "\"" : "");
+            rp_checkpoint_destroy(ck);
+            return 2;
+        }
+        i++;
+    }
+    rp_kernels_set_threads((int)threads);
     RP_TRY(train_opts_from_json(&o, config));
     rp_classifier_config cc;
     train_opts_classifier(&o, &cc);

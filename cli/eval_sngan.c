@@ -44,12 +44,13 @@ int sngan_eval_main(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "--calibrate")) { calibrate = true; continue; }
-        char *end = NULL;
-        long x = v ? strtol(v, &end, 10) : 0;
-        bool number = v && *v && *end == '\0';
-        if (!strcmp(a, "--judge") && v) judge_dir = v;
-        else if (!strcmp(a, "--samples") && number && x >= 2 && x <= 10000000) samples = x;
-        else if (!strcmp(a, "--threads") && number && x >= 1 && x <= 1024) threads = x;
+        long x = 0;
+        if (!strcmp(a, "--judge") && v && v[0])
+            judge_dir = v;
+        else if (!strcmp(a, "--samples") && v && train_parse_long(v, 2, 10000000, &x))
+            samples = x;
+        else if (!strcmp(a, "--threads") && v && train_parse_long(v, 1, 1024, &x))
+            threads = x;
         else {
             fprintf(stderr, "replicator eval: bad option %s%s%s (see --help)\n", a, v ? " " : "", v ? v : "");
             return 2;

@@ -3,13 +3,22 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <mujoco/mujoco.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 
 int rp_cli_info(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: replicator info\n\nPrints the build, the engines, the environment and the "
+               "control tasks.\n");
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "replicator info: takes no %s, but was given %s (see --help)\n",
+                argv[1][0] == '-' ? "options" : "arguments", argv[1]);
+        return 2;
+    }
     const rp_env *env = rp_env_get();
     const dnnl_version_t *v = dnnl_version();
     printf("replicator %s\n", RP_VERSION);

@@ -52,12 +52,15 @@ static void usage(FILE *f)
             "  --threads N kernel threads (default: all cores)\n");
 }
 
-/* "dir/samples.idx" -> "dir/samples-labels.idx". */
-static void labels_path(const char *images, char *buf, size_t size)
+/* "dir/samples.idx" -> "dir/samples-labels.idx", in a block of its own (free() it), or NULL. */
+static char *labels_path(const char *images)
 {
     const char *dot = strrchr(images, '.'), *slash = strrchr(images, '/');
     if (!dot || (slash && dot < slash)) dot = images + strlen(images);
-    snprintf(buf, size, "%.*s-labels%s", (int)(dot - images), images, dot);
+    size_t size = strlen(images) + sizeof "-labels";
+    char *buf = malloc(size);
+    if (buf) snprintf(buf, size, "%.*s-labels%s", (int)(dot - images), images, dot);
+    return buf;
 }
 
 int rp_cli_sample(int argc, char **argv)
@@ -71,7 +74,6 @@ int rp_cli_sample(int argc, char **argv)
     bool raw = false;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -82,13 +84,17 @@ int rp_cli_sample(int argc, char **argv)
             return 2;
         }
         i++;
-        long x = strtol(v, &end, 10);
-        bool number = *v && *end == '\0';
-        if (!strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--class") && number && x >= 0) cls = x;
-        else if (!strcmp(a, "--n") && number && x >= 1 && x <= 1000000) n = x;
-        else if (!strcmp(a, "--seed") && number && x >= 0) seed = x;
-        else if (!strcmp(a, "--threads") && number && x >= 1 && x <= 1024) threads = x;
+        long x = 0;
+        if (!strcmp(a, "--out") && v[0])
+            out = v;
+        else if (!strcmp(a, "--class") && train_parse_long(v, 0, 1 << 20, &x))
+            cls = x;
+        else if (!strcmp(a, "--n") && train_parse_long(v, 1, 1000000, &x))
+            n = x;
+        else if (!strcmp(a, "--seed") && train_parse_long(v, 0, 0x7fffffffL, &x))
+            seed = x;
+        else if (!strcmp(a, "--threads") && train_parse_long(v, 1, 1024, &x))
+            threads = x;
         else {
             fprintf(stderr, "replicator sample: bad option %s %s (see --help)\n", a, v);
             return 2;
@@ -101,6 +107,7 @@ int rp_cli_sample(int argc, char **argv)
     float *z = NULL, *img = NULL;
     int32_t *labels = NULL;
     uint8_t *bytes = NULL;
+    char *lpath = NULL;
     rp_status status = RP_OK;
     RP_TRY(sngan_run_load(run, &o, &g));
     const rp_sngan_config *c = &o.g;
@@ -149,12 +156,16 @@ int rp_cli_sample(int argc, char **argv)
         int dims[4] = {(int)total, c->h, c->w, c->c};
         RP_TRY(rp_idx_write(out, bytes, c->c == 1 ? 3 : 4, dims));
         for (int64_t s = 0; s < total; s++) bytes[s] = (uint8_t)labels[s];
-        char lpath[1100];
-        labels_path(out, lpath, sizeof lpath);
+        lpath = labels_path(out);
+        if (!lpath) {
+            status = RP_ERROR(RP_ERR_NOMEM, "the labels' path next to %s", out);
+            goto cleanup;
+        }
         RP_TRY(rp_idx_write(lpath, bytes, 1, dims));
         printf("%lld samples in %s, their classes in %s (IDX, unsigned bytes)\n", (long long)total, out, lpath);
     }
 cleanup:
+    free(lpath);
     free(bytes);
     free(labels);
     free(img);

@@ -25,8 +25,8 @@ typedef struct sngan_opts {
     int64_t eval_samples;
     int64_t metrics_every;
     int64_t max_steps;
-    char judge[512];          /* a classifier run directory, or "" */
-    char out_dir[512];
+    char judge[CLI_PATH_MAX]; /* a classifier run directory, or "" */
+    char out_dir[CLI_PATH_MAX];
     char backend[8];
     double comm_timeout;
     int threads, replicas;

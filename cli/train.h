@@ -7,14 +7,19 @@
 #ifndef RP_CLI_TRAIN_H
 #define RP_CLI_TRAIN_H
 
+#include <limits.h>
+
 #include "cli.h"
 #include "models/classifier/classifier.h"
+
+/* The size of a path option's buffer: any path the system accepts (PATH_MAX counts the NUL). */
+#define CLI_PATH_MAX PATH_MAX
 
 typedef struct train_opts {
     char model[32];     /* mlp | resnet20 | resnet18 | resnet50 */
     char dataset[32];   /* fashion-mnist | mnist | cifar10 | synthetic */
-    char data_dir[512];
-    char out_dir[512];
+    char data_dir[CLI_PATH_MAX];
+    char out_dir[CLI_PATH_MAX];
     int epochs;
     int batch;
     float lr;
@@ -58,6 +63,15 @@ void train_opts_default(train_opts *o, const char *model);
  * *resume gets --resume's directory or NULL.
  */
 int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume);
+
+/*
+ * Copies path option `option`'s value into dst[size], or prints why it cannot ("<cmd>: --out
+ * needs a path, not an empty string", "<cmd>: --out is 5000 bytes long, over the 4095 a path
+ * may have") and returns false: a path is never silently cut short. With dst NULL it only
+ * checks (for a path kept as a pointer that is copied into a size-byte buffer later).
+ */
+bool train_copy_path(const char *cmd, const char *option, const char *value, char *dst,
+                     size_t size);
 
 /* A whole decimal integer (float) in [lo, hi]: the command line's number rules. */
 bool train_parse_long(const char *s, long lo, long hi, long *v);

@@ -204,7 +204,8 @@ int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume)
             ok = train_parse_float(v, 0.001f, 86400, &x);
             o->comm_timeout = x;
         } else if (!strcmp(a, "--out")) {
-            snprintf(o->out_dir, sizeof o->out_dir, "%s", v);
+            if (!train_copy_path("replicator train d4pg", a, v, o->out_dir, sizeof o->out_dir))
+                return 2;
             o->out_given = true;
         } else if (!strcmp(a, "--eval-every")) {
             ok = train_parse_long(v, 1, 1L << 40, &n);
@@ -218,10 +219,11 @@ int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume)
         } else if (!strcmp(a, "--max-steps")) {
             ok = train_parse_long(v, 1, 1L << 40, &n);
             o->max_steps = n;
-        } else if (!strcmp(a, "--resume"))
+        } else if (!strcmp(a, "--resume")) {
+            if (!train_copy_path("replicator train d4pg", a, v, NULL, sizeof o->out_dir)) return 2;
             *resume = v;
-        else if (!strcmp(a, "--tensorboard")) {
-            ok = *v != '\0';
+        } else if (!strcmp(a, "--tensorboard")) {
+            if (!train_copy_path("replicator train d4pg", a, v, NULL, CLI_PATH_MAX)) return 2;
             o->tensorboard = v;
         } else {
             fprintf(stderr, "replicator train d4pg: unknown option %s (see --help)\n", a);

@@ -113,6 +113,22 @@ static void usage(FILE *f)
             "at the exact batch. `replicator eval DIR` reports a saved run's test accuracy.\n");
 }
 
+bool train_copy_path(const char *cmd, const char *option, const char *value, char *dst, size_t size)
+{
+    size_t len = strlen(value);
+    if (len == 0) {
+        fprintf(stderr, "%s: %s needs a path, not an empty string\n", cmd, option);
+        return false;
+    }
+    if (len >= size) {
+        fprintf(stderr, "%s: %s is %zu bytes long, over the %zu a path may have\n", cmd, option,
+                len, size - 1);
+        return false;
+    }
+    if (dst) memcpy(dst, value, len + 1);
+    return true;
+}
+
 bool train_parse_long(const char *s, long lo, long hi, long *v)
 {
     char *end;
@@ -182,17 +198,19 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             return 2;
         }
         i++;
-        if (!strcmp(a, "--data")) snprintf(o->data_dir, sizeof o->data_dir, "%s", v);
-        else if (!strcmp(a, "--out")) {
-            snprintf(o->out_dir, sizeof o->out_dir, "%s", v);
+        if (!strcmp(a, "--data")) {
+            if (!train_copy_path("replicator train", a, v, o->data_dir, sizeof o->data_dir))
+                return 2;
+        } else if (!strcmp(a, "--out")) {
+            if (!train_copy_path("replicator train", a, v, o->out_dir, sizeof o->out_dir)) return 2;
             o->out_given = true;
-        }
-        else if (!strcmp(a, "--resume")) *resume = v;
-        else if (!strcmp(a, "--tensorboard")) {
-            ok = *v != '\0';
+        } else if (!strcmp(a, "--resume")) {
+            if (!train_copy_path("replicator train", a, v, NULL, sizeof o->out_dir)) return 2;
+            *resume = v;
+        } else if (!strcmp(a, "--tensorboard")) {
+            if (!train_copy_path("replicator train", a, v, NULL, CLI_PATH_MAX)) return 2;
             o->tensorboard = v;
-        }
-        else if (!strcmp(a, "--model")) continue; /* read above, before the defaults */
+        } else if (!strcmp(a, "--model")) continue; /* read above, before the defaults */
         else if (!strcmp(a, "--dataset")) {
             ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10") ||
                  !strcmp(v, "synthetic");
@@ -321,11 +339,11 @@ char *train_opts_to_json(const train_opts *o)
     return text;
 }
 
-/* Copies a string member into dst; false if missing or not a string. */
+/* Copies a string member into dst; false if missing, not a string or too long for dst. */
 static bool get_str(const cJSON *j, const char *key, char *dst, size_t size)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsString(v)) return false;
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size) return false;
     snprintf(dst, size, "%s", v->valuestring);
     return true;
 }

@@ -92,6 +92,7 @@ static void usage(FILE *f)
 
 int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
 {
+    static const char CMD[] = "replicator train sngan";
     *resume = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -112,8 +113,9 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
         if (!strcmp(a, "--dataset")) {
             ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10");
             snprintf(o->g.dataset, sizeof o->g.dataset, "%s", v);
-        } else if (!strcmp(a, "--data")) snprintf(o->g.data_dir, sizeof o->g.data_dir, "%s", v);
-        else if (!strcmp(a, "--limit")) { ok = train_parse_long(v, 1, 1L << 40, &n); o->g.limit = n; }
+        } else if (!strcmp(a, "--data")) {
+            if (!train_copy_path(CMD, a, v, o->g.data_dir, sizeof o->g.data_dir)) return 2;
+        } else if (!strcmp(a, "--limit")) { ok = train_parse_long(v, 1, 1L << 40, &n); o->g.limit = n; }
         else if (!strcmp(a, "--ch-g")) { ok = train_parse_long(v, 1, 4096, &n); o->g.ch_g = (int)n; }
         else if (!strcmp(a, "--ch-d")) { ok = train_parse_long(v, 1, 4096, &n); o->g.ch_d = (int)n; }
         else if (!strcmp(a, "--z-dim")) { ok = train_parse_long(v, 1, 4096, &n); o->g.z_dim = (int)n; }
@@ -140,17 +142,20 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
             ok = train_parse_float(v, 0.001f, 86400, &s);
             o->comm_timeout = s;
         } else if (!strcmp(a, "--out")) {
-            snprintf(o->out_dir, sizeof o->out_dir, "%s", v);
+            if (!train_copy_path(CMD, a, v, o->out_dir, sizeof o->out_dir)) return 2;
             o->out_given = true;
         } else if (!strcmp(a, "--checkpoint-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->checkpoint_every = n; }
         else if (!strcmp(a, "--sample-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->g.sample_every = n; }
-        else if (!strcmp(a, "--judge")) snprintf(o->judge, sizeof o->judge, "%s", v);
-        else if (!strcmp(a, "--eval-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->eval_every = n; }
+        else if (!strcmp(a, "--judge")) {
+            if (!train_copy_path(CMD, a, v, o->judge, sizeof o->judge)) return 2;
+        } else if (!strcmp(a, "--eval-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->eval_every = n; }
         else if (!strcmp(a, "--eval-samples")) { ok = train_parse_long(v, 2, 10000000, &n); o->eval_samples = n; }
         else if (!strcmp(a, "--max-steps")) { ok = train_parse_long(v, 1, 100000000, &n); o->max_steps = n; }
-        else if (!strcmp(a, "--resume")) *resume = v;
-        else if (!strcmp(a, "--tensorboard")) {
-            ok = *v != '\0';
+        else if (!strcmp(a, "--resume")) {
+            if (!train_copy_path(CMD, a, v, NULL, sizeof o->out_dir)) return 2;
+            *resume = v;
+        } else if (!strcmp(a, "--tensorboard")) {
+            if (!train_copy_path(CMD, a, v, NULL, CLI_PATH_MAX)) return 2;
             o->tensorboard = v;
         } else {
             fprintf(stderr, "replicator train sngan: unknown option %s (see --help)\n", a);

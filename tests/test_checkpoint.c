@@ -20,8 +20,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "io/checkpoint_internal.h"
 #include "replicator/io.h"
 
 static int group_setup(void **state)
@@ -270,7 +273,9 @@ static void test_add_and_lookup_errors(void **state)
     assert_int_equal(rp_checkpoint_add_f32(ck, "five", 5, (int64_t[]){1, 1, 1, 1, 2}, x),
                      RP_ERR_INVALID);
     assert_int_equal(rp_checkpoint_add_f32(ck, "null", 1, (int64_t[]){2}, NULL), RP_ERR_INVALID);
-    assert_int_equal(rp_checkpoint_count(ck), 1); /* nothing half-added */
+    assert_int_equal(rp_checkpoint_count(ck), 1);                /* nothing half-added */
+    assert_non_null(rp_checkpoint_get_f32(ck, "x", NULL, NULL)); /* and the name index intact */
+    assert_null(rp_checkpoint_get_f32(ck, "null", NULL, NULL));
     assert_int_equal(rp_checkpoint_set_meta(ck, "replicator.crc32", "0"), RP_ERR_INVALID);
     tu_assert_error_contains("reserved");
     assert_int_equal(rp_checkpoint_set_meta(ck, "k", "\xc0\xaf"),
@@ -287,6 +292,19 @@ static void test_add_and_lookup_errors(void **state)
     assert_null(rp_checkpoint_get_meta(ck, "absent"));
     assert_null(rp_checkpoint_name_at(ck, 1));
     assert_null(rp_checkpoint_meta_key_at(ck, -1));
+
+    /* Dimensions over 2^53 are refused whatever their order, even beside a zero. */
+    const int64_t big = (int64_t)1 << 53;
+    assert_int_equal(rp_checkpoint_add_f32(ck, "z1", 3, (int64_t[]){0, big, big}, NULL),
+                     RP_ERR_INVALID);
+    tu_assert_error_contains("bad shape [0, 9007199254740992, 9007199254740992]");
+    assert_int_equal(rp_checkpoint_add_f32(ck, "z2", 3, (int64_t[]){big, big, 0}, NULL),
+                     RP_ERR_INVALID);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "z3", 2, (int64_t[]){0, big + 1}, NULL),
+                     RP_ERR_INVALID);
+    assert_int_equal(rp_checkpoint_add_f32(ck, "z4", 3, (int64_t[]){0, 1 << 20, 1 << 20}, NULL),
+                     RP_OK);
+    assert_int_equal(rp_checkpoint_count(ck), 2);
 
     rp_checkpoint *out = (rp_checkpoint *)1;
     char path[256];
@@ -725,6 +743,25 @@ static void test_structure_checks(void **state)
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} x", 4, "after the JSON"},
         {"{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "UTF-8"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4, "not valid JSON"},
+        /* cJSON decodes \u0000 into a NUL that would cut every compared string short. */
+        {"{\"a\":{\"dtype\":\"F32\\u0000x\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "\\u0000"},
+        {"{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "\\u0000"},
+        {"{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", 0, "\\u0000"},
+        /* Dimensions over 2^53 are refused in any order, a zero among them or not. */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[0,9007199254740992,9007199254740992],"
+         "\"data_offsets\":[0,0]}}",
+         0, "impossibly large"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[9007199254740992,9007199254740992,0],"
+         "\"data_offsets\":[0,0]}}",
+         0, "impossibly large"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[0,9007199254740994],\"data_offsets\":[0,0]}}", 0,
+         "dimension 1"},
+        /* safetensors: the header starts with '{'. */
+        {" {\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "'{' first"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"__metadata__\":{\"k\":\"v\"},\"__metadata__\":{\"j\":\"w\"}}",
+         4, "\"__metadata__\" appears twice"},
+        {"{\"__metadata__\":{\"k\":\"v\",\"k\":\"w\"}}", 0, "metadata \"k\" appears twice"},
     };
     char path[256];
     tmp_path(path, sizeof path, "structure.safetensors");
@@ -745,6 +782,192 @@ static void test_structure_checks(void **state)
     rp_checkpoint *ck;
     assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_OK);
     rp_checkpoint_destroy(ck);
+    /*
+     * Zero-size tensors with large dimensions, and an escaped backslash before "u0000" (the
+     * text \u0000, no NUL) in metadata: all fine.
+     */
+    write_raw(path,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[0,1048576,1048576],\"data_offsets\":[0,0]},"
+              "\"__metadata__\":{\"k\":\"\\\\u0000\"}}",
+              zeros, 0);
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_OK);
+    assert_string_equal(rp_checkpoint_get_meta(ck, "k"), "\\u0000");
+    rp_checkpoint_destroy(ck);
+}
+
+/*
+ * The length field's cap is safetensors' own, 100,000,000 bytes: one byte more is refused
+ * before anything is allocated; at the cap the file is merely too short for it.
+ */
+static void test_header_length_cap(void **state)
+{
+    assert_int_equal(RP_CHECKPOINT_HEADER_MAX, 100000000);
+    char path[256];
+    tmp_path(path, sizeof path, "cap.safetensors");
+    unsigned char bytes[16] = "\0\0\0\0\0\0\0\0{}      ";
+    rp_checkpoint *ck;
+    rp_ckpt_put_le64(bytes, (uint64_t)RP_CHECKPOINT_HEADER_MAX + 1);
+    write_file(path, bytes, sizeof bytes);
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_FORMAT);
+    tu_assert_error_contains("header length 100000001 is over the limit of 100000000 bytes");
+    rp_ckpt_put_le64(bytes, RP_CHECKPOINT_HEADER_MAX);
+    write_file(path, bytes, sizeof bytes);
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_FORMAT);
+    tu_assert_error_contains("truncated: the header length 100000000 needs at least 100000008");
+    rp_ckpt_put_le64(bytes, 8);
+    write_file(path, bytes, sizeof bytes);
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+}
+
+/* Types of safetensors that replicator does not read are unsupported, not unknown. */
+static void test_foreign_dtypes(void **state)
+{
+    static const char *const foreign[] = {
+        "BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2",
+        "I16",  "U16", "F16", "BF16",    "I32",     "U32",     "F64", "C64"};
+    char path[256], header[160];
+    tmp_path(path, sizeof path, "dtype.safetensors");
+    unsigned char zeros[8] = {0};
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        snprintf(header, sizeof header,
+                 "{\"a\":{\"dtype\":\"%s\",\"shape\":[1],\"data_offsets\":[0,1]}}", foreign[i]);
+        write_raw(path, header, zeros, 1);
+        rp_checkpoint *ck;
+        assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_UNSUPPORTED);
+        tu_assert_error_contains(foreign[i]);
+        /* A replicator checkpoint only ever holds F32, I64 and U64: anything else is damage. */
+        assert_int_equal(rp_checkpoint_load(&ck, path), RP_ERR_FORMAT);
+        tu_assert_error_contains("unknown dtype");
+    }
+}
+
+/* ---- many tensors, and files that are not regular ---------------------------------------- */
+
+/* CPU seconds this process has used (the machine may be busy: wall time would say less). */
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double wall_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Fails at once if more than `limit` CPU seconds have passed since `t0` (not minutes later). */
+static void within(double t0, double limit, const char *what, int done)
+{
+    double took = cpu_seconds() - t0;
+    if (took > limit) {
+        print_error("%s: %.1f CPU seconds after %d entries, over the %.0f s limit\n", what, took,
+                    done, limit);
+        fail();
+    }
+}
+
+/*
+ * 200,000 tensors and 100,000 metadata entries: adding them, loading the file and looking
+ * every one up by name each take under 5 CPU seconds (about 0.3, 1.5 and 0.1 s in a release
+ * build; the limit leaves room for sanitizer builds). A scan of the names per added or loaded
+ * entry, as the code once did, made this quadratic: 100,000 tensors took 34 s to load.
+ */
+static void test_many_tensors_load_fast(void **state)
+{
+    enum { N = 200000, M = 100000 };
+    const double limit = 5.0;
+    char path[256], name[32], value[32];
+    tmp_path(path, sizeof path, "many.safetensors");
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    double t0 = cpu_seconds();
+    for (int i = 0; i < N; i++) {
+        float v = (float)i;
+        snprintf(name, sizeof name, "layer%d/w", i);
+        assert_int_equal(rp_checkpoint_add_f32(ck, name, 1, (int64_t[]){1}, &v), RP_OK);
+        if (i % 10000 == 0) within(t0, limit, "adding tensors", i);
+    }
+    for (int i = 0; i < M; i++) {
+        snprintf(name, sizeof name, "key%d", i);
+        snprintf(value, sizeof value, "%d", i);
+        assert_int_equal(rp_checkpoint_set_meta(ck, name, value), RP_OK);
+        if (i % 10000 == 0) within(t0, limit, "adding metadata", N + i);
+    }
+    within(t0, limit, "adding", N + M);
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+
+    t0 = cpu_seconds();
+    assert_int_equal(rp_checkpoint_load(&ck, path), RP_OK);
+    within(t0, limit, "loading", N + M);
+    assert_int_equal(rp_checkpoint_count(ck), N);
+    assert_int_equal(rp_checkpoint_meta_count(ck), M);
+
+    t0 = cpu_seconds();
+    for (int i = N - 1; i >= 0; i--) {
+        snprintf(name, sizeof name, "layer%d/w", i);
+        const float *w = rp_checkpoint_get_f32(ck, name, NULL, NULL);
+        assert_non_null(w);
+        assert_true(w[0] == (float)i);
+        if (i % 10000 == 0) within(t0, limit, "looking tensors up", N - i);
+    }
+    for (int i = 0; i < M; i++) {
+        snprintf(name, sizeof name, "key%d", i);
+        snprintf(value, sizeof value, "%d", i);
+        assert_string_equal(rp_checkpoint_get_meta(ck, name), value);
+    }
+    within(t0, limit, "looking up", N + M);
+    assert_null(rp_checkpoint_get_f32(ck, "layer200000/w", NULL, NULL));
+    rp_checkpoint_destroy(ck);
+}
+
+/* SIGALRM only interrupts: a blocked open() then fails with EINTR rather than hang the test. */
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/*
+ * A FIFO at the path (or behind a link there) is refused at once, by name. open() on a FIFO
+ * waits for a writer, so the reader once blocked forever; an alarm after 2 s interrupts such an
+ * open, so that a regression fails here instead of hanging.
+ */
+static void test_fifo_is_refused_at_once(void **state)
+{
+    char fifo[256], link[256];
+    tmp_path(fifo, sizeof fifo, "load_fifo.safetensors");
+    tmp_path(link, sizeof link, "load_link.safetensors");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink(fifo, link), 0);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+    const char *paths[] = {fifo, link, fifo};
+    for (int i = 0; i < 3; i++) {
+        rp_checkpoint *ck = (rp_checkpoint *)1;
+        alarm(2);
+        double t0 = wall_seconds();
+        rp_status s = i < 2 ? rp_checkpoint_load(&ck, paths[i])
+                            : rp_checkpoint_load_safetensors(&ck, paths[i]);
+        double took = wall_seconds() - t0;
+        alarm(0);
+        assert_int_equal(s, RP_ERR_IO);
+        assert_null(ck);
+        tu_assert_error_contains(paths[i]);
+        tu_assert_error_contains("it is a FIFO, not a regular file");
+        assert_true(took < 1.0);
+    }
+    assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
+    /* A directory is refused the same way. */
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_load(&ck, tu_tmpdir()), RP_ERR_IO);
+    tu_assert_error_contains("it is a directory, not a regular file");
 }
 
 /* ---- atomic saves ---------------------------------------------------------------------- */
@@ -819,6 +1042,63 @@ static void test_failed_save_keeps_previous_file(void **state)
     free(good);
 }
 
+/* A pid that names no process: a child that has exited and been reaped. */
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/*
+ * A save removes the temporary files that saves killed mid-write left beside the checkpoint
+ * ("<path>.tmp.<pid>.<n>" of a process that is gone), and keeps those of live processes (a
+ * concurrent save), its own process's, and anything not named exactly so.
+ */
+static void test_stale_temp_files_removed(void **state)
+{
+    char path[256], other[256];
+    tmp_path(path, sizeof path, "stale.safetensors");
+    tmp_path(other, sizeof other, "other.safetensors");
+    long dead = (long)dead_pid(), live = (long)getppid(), self = (long)getpid();
+    char stale[2][300], keep[5][300];
+    snprintf(stale[0], sizeof stale[0], "%s.tmp.%ld.0", path, dead);
+    snprintf(stale[1], sizeof stale[1], "%s.tmp.%ld.17", path, dead);
+    snprintf(keep[0], sizeof keep[0], "%s.tmp.%ld.0", path, live);
+    snprintf(keep[1], sizeof keep[1], "%s.tmp.%ld.3", path, self);
+    snprintf(keep[2], sizeof keep[2], "%s.tmp.%ldx.0", path, dead);
+    snprintf(keep[3], sizeof keep[3], "%s.tmp.%ld.0", other, dead);
+    snprintf(keep[4], sizeof keep[4], "%s.tmp.%ld.", path, dead);
+    for (int i = 0; i < 2; i++)
+        write_file(stale[i], "partial", 7);
+    for (int i = 0; i < 5; i++)
+        write_file(keep[i], "partial", 7);
+
+    size_t n;
+    free(small_checkpoint(path, &n));
+    for (int i = 0; i < 2; i++) {
+        if (exists(stale[i])) {
+            print_error("%s: left in place\n", stale[i]);
+            fail();
+        }
+    }
+    for (int i = 0; i < 5; i++) {
+        if (!exists(keep[i])) {
+            print_error("%s: removed\n", keep[i]);
+            fail();
+        }
+        unlink(keep[i]);
+    }
+}
+
 /* ---- another reader's view --------------------------------------------------------------- */
 
 /*
@@ -879,7 +1159,12 @@ int main(void)
         cmocka_unit_test(test_truncation_reports_sizes),
         cmocka_unit_test(test_foreign_safetensors),
         cmocka_unit_test(test_structure_checks),
+        cmocka_unit_test(test_header_length_cap),
+        cmocka_unit_test(test_foreign_dtypes),
         cmocka_unit_test(test_failed_save_keeps_previous_file),
+        cmocka_unit_test(test_many_tensors_load_fast),
+        cmocka_unit_test(test_fifo_is_refused_at_once),
+        cmocka_unit_test(test_stale_temp_files_removed),
         cmocka_unit_test(test_python_reads_header),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,12 +1,20 @@
-/* test_core.c - errors, allocation counting, the arena, the RNG, clocks, log prefixes, CPU counts. */
+/*
+ * test_core.c - errors, allocation counting, the arena, the RNG, clocks, log prefixes, CPU
+ * counts, and the file helpers (stale temporary files, regular files only).
+ */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
+#include <fcntl.h>
 #include <math.h>
 #include <sched.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/file_internal.h"
 #include "testutil.h"
 
 /* An error message starts with file:line and carries the formatted text and the status. */
@@ -271,6 +279,103 @@ static void test_cpu_count_follows_affinity(void **state)
     assert_int_equal(got[1], 1);
 }
 
+/* ---- file helpers (src/core/file.c) ------------------------------------------------------ */
+
+static void put_file(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fputs("partial", f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/*
+ * An atomic write first removes "<path>.tmp.<pid>.<n>" files of processes that are gone (a
+ * writer killed mid-write), and keeps those of live processes, of this process, and names that
+ * only look similar.
+ */
+static void test_write_removes_stale_temps(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_tmpdir_create("core_file"), 0);
+    char path[256], name[300];
+    tu_tmp_path(path, sizeof path, "out.bin");
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0) _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    long pids[3] = {(long)dead, (long)getppid(), (long)getpid()};
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s.tmp.%ld.%d", path, pids[i], i);
+        put_file(name);
+    }
+    snprintf(name, sizeof name, "%s.tmp.%ld.9.x", path, pids[0]);
+    put_file(name);
+    snprintf(name, sizeof name, "%s/a_dir.tmp.%ld.0", tu_tmpdir(), pids[0]);
+    assert_int_equal(mkdir(name, 0700), 0);
+
+    core_file_piece piece = {"new", 3};
+    assert_int_equal(core_file_write_atomic(path, "test file", &piece, 1), RP_OK);
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s.tmp.%ld.%d", path, pids[i], i);
+        assert_int_equal(exists(name), i != 0); /* only the dead process's is gone */
+    }
+    snprintf(name, sizeof name, "%s.tmp.%ld.9.x", path, pids[0]);
+    assert_true(exists(name));
+    /* A directory of that name is never removed, and a second pass finds nothing to do. */
+    char dir_path[256];
+    tu_tmp_path(dir_path, sizeof dir_path, "a_dir");
+    assert_int_equal(core_file_remove_stale_temps(dir_path), 0);
+    snprintf(name, sizeof name, "%s/a_dir.tmp.%ld.0", tu_tmpdir(), pids[0]);
+    assert_true(exists(name));
+    assert_int_equal(core_file_remove_stale_temps(path), 0);
+    snprintf(name, sizeof name, "%s.tmp.%ld.5", path, pids[0]);
+    put_file(name);
+    assert_int_equal(core_file_remove_stale_temps(path), 1);
+    assert_false(exists(name));
+    assert_int_equal(core_file_remove_stale_temps("/no/such/dir/x"), 0);
+    tu_tmpdir_remove();
+}
+
+/* Only a regular file opens; anything else is refused by name without blocking. */
+static void test_open_regular(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_tmpdir_create("core_open"), 0);
+    char path[256], fifo[256];
+    tu_tmp_path(path, sizeof path, "plain");
+    tu_tmp_path(fifo, sizeof fifo, "fifo");
+    put_file(path);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    int fd = -2;
+    assert_int_equal(core_file_open_regular(path, "test file", &fd), RP_OK);
+    assert_true(fd >= 0);
+    char buf[8] = {0};
+    assert_int_equal(read(fd, buf, sizeof buf), 7); /* blocking again, and reads */
+    assert_int_equal(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    close(fd);
+    assert_int_equal(core_file_open_regular(fifo, "test file", &fd), RP_ERR_IO);
+    assert_int_equal(fd, -1);
+    tu_assert_error_contains("cannot read test file");
+    tu_assert_error_contains(fifo);
+    tu_assert_error_contains("it is a FIFO, not a regular file");
+    assert_int_equal(core_file_open_regular("/dev/null", "test file", &fd), RP_ERR_IO);
+    tu_assert_error_contains("it is a character device");
+    assert_int_equal(core_file_open_regular(tu_tmpdir(), "test file", &fd), RP_ERR_IO);
+    tu_assert_error_contains("it is a directory");
+    tu_tmp_path(path, sizeof path, "absent");
+    assert_int_equal(core_file_open_regular(path, "test file", &fd), RP_ERR_IO);
+    tu_assert_error_contains("cannot open test file");
+    tu_assert_error_contains("No such file or directory");
+    tu_tmpdir_remove();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +391,8 @@ int main(void)
         cmocka_unit_test(test_rng_thread_count_independent),
         cmocka_unit_test(test_rng_streams),
         cmocka_unit_test(test_clock_monotonic),
+        cmocka_unit_test(test_write_removes_stale_temps),
+        cmocka_unit_test(test_open_regular),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

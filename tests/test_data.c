@@ -10,10 +10,12 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -433,6 +435,102 @@ static void test_idx_missing_file(void **state)
     int ndim, dims[4];
     assert_int_equal(rp_idx_read(NULL, &data, &ndim, dims), RP_ERR_INVALID);
     assert_int_equal(rp_idx_read(path, NULL, &ndim, dims), RP_ERR_INVALID);
+}
+
+/* SIGALRM only interrupts: a blocked open() then fails with EINTR rather than hang the test. */
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+static double wall_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/*
+ * Runs load() on a FIFO with an alarm armed: opening a FIFO waits for a writer, so a reader
+ * that opens before checking the type blocks forever; the alarm interrupts such an open after
+ * 2 s, so that a regression fails here instead of hanging. The refusal must take under a second.
+ */
+static rp_status load_with_alarm(rp_status (*load)(const char *path, void *arg), const char *path,
+                                 void *arg)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+    alarm(2);
+    double t0 = wall_seconds();
+    rp_status s = load(path, arg);
+    double took = wall_seconds() - t0;
+    alarm(0);
+    assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
+    assert_true(took < 1.0);
+    return s;
+}
+
+static rp_status idx_load(const char *path, void *arg)
+{
+    (void)arg;
+    uint8_t *data = (uint8_t *)1;
+    int ndim = -1, dims[4];
+    rp_status s = rp_idx_read(path, &data, &ndim, dims);
+    assert_null(data);
+    return s;
+}
+
+static rp_status cifar_load(const char *dir, void *arg)
+{
+    (void)arg;
+    rp_dataset *ds = (rp_dataset *)1;
+    rp_status s = rp_dataset_load_cifar10(&ds, dir, "test");
+    assert_null(ds);
+    return s;
+}
+
+static rp_status mnist_load(const char *dir, void *arg)
+{
+    (void)arg;
+    rp_dataset *ds = (rp_dataset *)1;
+    rp_status s = rp_dataset_load_mnist(&ds, dir, "test");
+    assert_null(ds);
+    return s;
+}
+
+/* A FIFO as an IDX file (plain or .gz), a CIFAR batch or in a dataset directory: refused. */
+static void test_fifo_data_files(void **state)
+{
+    char path[512], dir[256];
+    const char *names[] = {"fifo.idx", "fifo.idx.gz"};
+    for (int i = 0; i < 2; i++) {
+        tmp_path(path, sizeof path, names[i]);
+        assert_int_equal(mkfifo(path, 0600), 0);
+        assert_int_equal(load_with_alarm(idx_load, path, NULL), RP_ERR_IO);
+        tu_assert_error_contains(path);
+        tu_assert_error_contains("it is a FIFO, not a regular file");
+    }
+
+    snprintf(dir, sizeof dir, "%s/fifo-mnist", tu_tmpdir());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/t10k-images-idx3-ubyte.gz", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte.gz", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(load_with_alarm(mnist_load, dir, NULL), RP_ERR_IO);
+    tu_assert_error_contains("t10k-");
+    tu_assert_error_contains("it is a FIFO, not a regular file");
+
+    snprintf(dir, sizeof dir, "%s/fifo-cifar", tu_tmpdir());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(load_with_alarm(cifar_load, dir, NULL), RP_ERR_IO);
+    tu_assert_error_contains(path);
+    tu_assert_error_contains("not a regular file");
 }
 
 /* ---- rp_dataset_load_idx ------------------------------------------------- */
@@ -895,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_idx_truncated_gzip_stream),
         cmocka_unit_test(test_idx_trailing_bytes),
         cmocka_unit_test(test_idx_missing_file),
+        cmocka_unit_test(test_fifo_data_files),
         cmocka_unit_test(test_idx_write_roundtrip),
         cmocka_unit_test(test_idx_write_errors),
         cmocka_unit_test(test_load_idx_ok),

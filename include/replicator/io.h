@@ -43,7 +43,10 @@
  * same directory, fsynced, renamed over `path`, and the directory is
  * fsynced. A failed save removes its temporary file and leaves any existing
  * file at `path` untouched, so the previous good checkpoint survives a full
- * disk or a crash mid-write.
+ * disk or a crash mid-write. A save also removes the temporary files of
+ * earlier saves whose process has gone (killed mid-write); on a file system
+ * shared between machines, where a pid says nothing, do not let two
+ * machines save to one path.
  *
  * Byte order: tensors are stored little-endian, as safetensors requires.
  * The length field is encoded portably; tensor bytes are copied as they are
@@ -79,8 +82,12 @@ typedef enum {
 /* Longest tensor name or metadata key, in bytes (not counting the NUL). */
 #define RP_CHECKPOINT_NAME_MAX 255
 
-/* Limit on the JSON header of a file that is read (as in safetensors). */
-#define RP_CHECKPOINT_HEADER_MAX (100 * 1024 * 1024)
+/*
+ * Limit on the JSON header of a file, in bytes: safetensors' own
+ * (100,000,000), so a file one reads the other reads. It also bounds the
+ * number of tensors a file can describe (about 1.5 million).
+ */
+#define RP_CHECKPOINT_HEADER_MAX 100000000
 
 typedef struct rp_checkpoint rp_checkpoint;
 
@@ -157,13 +164,16 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
  * success *ck owns a new checkpoint (free it with rp_checkpoint_destroy);
  * on error *ck is NULL.
  *
- * Checked: the size (at least 8 bytes; a header length no larger than
- * RP_CHECKPOINT_HEADER_MAX and the file; exactly 8 + N + the bytes the
- * header describes), the header (valid UTF-8 JSON object, only whitespace
- * after it, metadata values all strings, every tensor with a known dtype,
- * 0..4 non-negative dimensions, data offsets whose length matches the shape,
- * tensors covering the buffer exactly with no gap or overlap, unique names)
- * and the CRC-32. The CRC entry is required: a file without it is refused
+ * Checked: that `path` is a regular file (a FIFO or device is refused at
+ * once, never waited on), the size (at least 8 bytes; a header length no
+ * larger than RP_CHECKPOINT_HEADER_MAX and the file; exactly 8 + N + the
+ * bytes the header describes), the header (valid UTF-8 JSON object starting
+ * with '{', only whitespace after it, no \u0000 escape in any string,
+ * metadata values all strings, every tensor with a known dtype, 0..4
+ * dimensions of 0..2^53 whose non-zero ones need at most 2^53 bytes in any
+ * order, data offsets whose length matches the shape, tensors covering the
+ * buffer exactly with no gap or overlap, unique names and metadata keys)
+ * and the CRC-32. docs/architecture.md lists the rules and limits. The CRC entry is required: a file without it is refused
  * (use rp_checkpoint_load_safetensors for files from other tools). The
  * CRC entry itself is not kept in the loaded metadata.
  *
@@ -327,7 +337,7 @@ typedef struct rp_plot {
     bool y_from_zero;                    /* the y axis starts at 0 (or ends there, data all < 0) */
 } rp_plot;
 
-#define RP_PLOT_MIN_SIDE 160  /* smallest width or height: room for the labels */
+#define RP_PLOT_MIN_SIDE 160 /* smallest width or height: room for the labels */
 #define RP_PLOT_MAX_SIDE 8192
 
 /*

@@ -26,7 +26,7 @@
 typedef struct rp_classifier_config {
     char model[32];     /* mlp | resnet20 | resnet18 | resnet50 */
     char dataset[32];   /* fashion-mnist | mnist | cifar10 | synthetic */
-    char data_dir[512];
+    char data_dir[4096]; /* any path the system takes (PATH_MAX) */
     int batch;          /* the global batch */
     float momentum, weight_decay;
     bool nesterov;

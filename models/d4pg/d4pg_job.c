@@ -170,7 +170,9 @@ const rp_d4pg_job_config *rp_d4pg_job_get_config(const rp_d4pg_job *j)
 rp_status rp_d4pg_job_set_run_dir(rp_d4pg_job *j, const char *dir)
 {
     if (!j || !dir || strlen(dir) >= sizeof j->run_dir)
-        return RP_ERROR(RP_ERR_INVALID, "a run directory");
+        return RP_ERROR(RP_ERR_INVALID, "rp_d4pg_job_set_run_dir: %s",
+                        !j || !dir ? "NULL argument"
+                                   : "the run directory is longer than 4095 bytes");
     snprintf(j->run_dir, sizeof j->run_dir, "%s", dir);
     return RP_OK;
 }
@@ -397,7 +399,7 @@ static rp_status evaluate(rp_replica *rep, void *ctx, void *state)
 static void draw_curve(const rp_d4pg_job *j)
 {
     if (!j->run_dir[0] || j->curve_n == 0) return;
-    char path[700], title[160];
+    char path[4096 + 64], title[160]; /* run_dir and a file name */
     snprintf(path, sizeof path, "%s/learning_curve.png", j->run_dir);
     snprintf(title, sizeof title, "D4PG on %s: evaluation return (%d episodes, no noise)",
              j->cfg.task, j->cfg.eval_episodes);

@@ -10,7 +10,7 @@
 
 struct rp_d4pg_job {
     rp_d4pg_job_config cfg;
-    char run_dir[600];
+    char run_dir[4096]; /* up to PATH_MAX */
     /* Where the roles sit in the job (workers in role order: learners, actors, the replay). */
     int first_actor, replay_worker;
     /* Counters the run resumes from (0 for a new run). */

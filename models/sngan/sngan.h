@@ -88,8 +88,8 @@ typedef struct rp_sngan_config {
                                         trainer's peak rate must be lr_g, see
                                         rp_sngan_trainer_config_apply) */
     char dataset[32];     /* fashion-mnist | mnist | cifar10 */
-    char data_dir[512];   /* "": $RP_DATA_DIR or Debian's Fashion-MNIST directory (fashion-mnist
-                             only; mnist and cifar10 need one) */
+    char data_dir[4096];  /* "": $RP_DATA_DIR or Debian's Fashion-MNIST directory (fashion-mnist
+                             only; mnist and cifar10 need one); up to PATH_MAX */
     int64_t limit;        /* the first N training images (0: all) */
     uint64_t seed;        /* initial weights, z, labels, the real batches' order */
     int64_t sample_every; /* write samples.png (and samples-<iter>.png) every K iterations (0: never) */

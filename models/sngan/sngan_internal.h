@@ -52,7 +52,7 @@ rp_tensor *sngan_discriminator_forward(rp_tape *t, const sngan_discriminator *d,
 struct rp_sngan {
     rp_sngan_config cfg;
     rp_dataset *train;
-    char run_dir[512]; /* "" : no samples written */
+    char run_dir[4096]; /* "" : no samples written; up to PATH_MAX */
     void *eval;        /* sngan_eval.h's rp_sngan_eval (borrowed), NULL: no evaluation */
 };
 

@@ -337,7 +337,7 @@ cleanup:
 static void write_samples(rp_replica *rep, const rp_sngan *g, sngan_replica_state *s,
                           int64_t iterations)
 {
-    char path[600];
+    char path[4096 + 64]; /* run_dir and a file name */
     rp_tape *t = rp_replica_tape(rep);
     snprintf(path, sizeof path, "%s/samples-%06lld.png", g->run_dir, (long long)iterations);
     rp_status status = rp_sngan_write_samples(s->gen, t, path);

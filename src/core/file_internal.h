@@ -1,6 +1,8 @@
 /*
  * file_internal.h - writing a whole file atomically, for the library's small
- * writers above core (IDX files in data/, PNG images in io/).
+ * writers above core (IDX files in data/, PNG images in io/), cleaning up
+ * after writers that were killed, and opening a file that must be regular
+ * without blocking on a FIFO.
  */
 #ifndef RP_CORE_FILE_INTERNAL_H
 #define RP_CORE_FILE_INTERNAL_H
@@ -30,5 +32,31 @@ typedef struct core_file_piece {
  */
 rp_status core_file_write_atomic(const char *path, const char *what, const core_file_piece *pieces,
                                  int n_pieces);
+
+/*
+ * Opens `path` for reading (O_RDONLY | O_CLOEXEC) if it is a regular file,
+ * into *fd. A FIFO, a device or a directory is refused by name before
+ * anything can block: the open is non-blocking (open() on a FIFO with no
+ * writer waits forever otherwise), fstat() checks the type, and only then
+ * is the descriptor made blocking. Symbolic links are followed. `what`
+ * ("checkpoint", "IDX file") names the file in messages.
+ *
+ * Errors: RP_ERR_IO: "cannot open <what> <path>: <reason>", or "cannot read
+ * <what> <path>: it is a FIFO, not a regular file" (a directory, a device,
+ * ...). On error *fd is -1 and nothing is left open. Thread-safe.
+ */
+rp_status core_file_open_regular(const char *path, const char *what, int *fd);
+
+/*
+ * Removes the temporary files that writers killed mid-write left beside
+ * `path`: "<path>.tmp.<pid>.<n>" (the names core_file_write_atomic and the
+ * checkpoint writer use) whose pid is not this process's and names no live
+ * process. Files of this process and of live ones (a concurrent writer) are
+ * kept, and so is anything not named exactly so. A pid that was reused by
+ * a new process keeps its file until that process ends. Best effort: a
+ * directory that cannot be read or a file that cannot be removed is left as
+ * it is; returns the number of files removed. Thread-safe.
+ */
+int core_file_remove_stale_temps(const char *path);
 
 #endif

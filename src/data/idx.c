@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "core/file_internal.h"
@@ -141,11 +142,13 @@ rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4])
                         path ? "set" : "NULL", data ? "set" : "NULL", ndim ? "set" : "NULL",
                         dims ? "set" : "NULL");
 
-    errno = 0;
-    f = gzopen(path, "rb");
+    /* A FIFO or device is refused before gzopen could block on it. */
+    int fd = -1;
+    RP_TRY(core_file_open_regular(path, "IDX file", &fd));
+    f = gzdopen(fd, "rb");
     if (!f) {
-        status = RP_ERROR(RP_ERR_IO, "%s: cannot open IDX file: %s", path,
-                          errno ? strerror(errno) : "out of memory");
+        close(fd);
+        status = RP_ERROR(RP_ERR_NOMEM, "cannot open IDX file %s: out of memory", path);
         goto cleanup;
     }
     gzbuffer(f, IDX_GZ_BUFFER);
@@ -218,7 +221,7 @@ rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4])
      * reads below check again, and are the only check for gzip files.
      */
     struct stat st;
-    if (gzdirect(f) && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (gzdirect(f) && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         uint64_t size = (uint64_t)st.st_size;
         uint64_t found = size > head_bytes ? size - head_bytes : 0;
         if (found < total) {

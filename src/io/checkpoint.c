@@ -94,12 +94,44 @@ const char *rp_ckpt_name_problem(const char *name)
     return NULL;
 }
 
+bool rp_ckpt_shape_numel(int ndim, const int64_t *shape, size_t esize, int64_t *numel)
+{
+    /* The zero dimensions are set aside, so that no order of the others can hide an overflow. */
+    int64_t bytes = (int64_t)esize;
+    bool empty = false;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || shape[d] > CKPT_BYTES_MAX) return false;
+        if (shape[d] == 0) {
+            empty = true;
+        } else {
+            if (bytes > CKPT_BYTES_MAX / shape[d]) return false;
+            bytes *= shape[d];
+        }
+    }
+    *numel = empty ? 0 : bytes / (int64_t)esize;
+    return true;
+}
+
+/* ---- the name indexes ------------------------------------------------------ */
+
+static const char *tensor_key(const rp_checkpoint *ck, int i)
+{
+    return ck->tensors[i].name;
+}
+
+static const char *meta_key(const rp_checkpoint *ck, int i)
+{
+    return ck->meta[i].key;
+}
+
 int rp_ckpt_find(const rp_checkpoint *ck, const char *name)
 {
-    for (int i = 0; i < ck->n_tensors; i++) {
-        if (strcmp(ck->tensors[i].name, name) == 0) return i;
-    }
-    return -1;
+    return rp_ckpt_index_find(ck, &ck->tensor_index, tensor_key, name);
+}
+
+int rp_ckpt_meta_find(const rp_checkpoint *ck, const char *key)
+{
+    return rp_ckpt_index_find(ck, &ck->meta_index, meta_key, key);
 }
 
 static char *dup_string(const char *s)
@@ -152,14 +184,13 @@ rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
         return RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\": ndim %d is not in 0..%d", name,
                         ndim, RP_MAX_DIMS);
     }
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0 || (shape[d] > 0 && numel > CKPT_BYTES_MAX / (int64_t)esize / shape[d])) {
-            char buf[128];
-            return RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\": bad shape %s", name,
-                            shape_str(ndim, shape, buf, sizeof buf));
-        }
-        numel *= shape[d];
+    int64_t numel = 0;
+    if (!rp_ckpt_shape_numel(ndim, shape, esize, &numel)) {
+        char buf[128];
+        return RP_ERROR(RP_ERR_INVALID,
+                        "checkpoint: tensor \"%s\": bad shape %s (each dimension 0..2^53, and at "
+                        "most 2^53 bytes)",
+                        name, shape_str(ndim, shape, buf, sizeof buf));
     }
     if (rp_ckpt_find(ck, name) >= 0) {
         return RP_ERROR(RP_ERR_INVALID, "checkpoint: a tensor named \"%s\" is already present",
@@ -182,21 +213,36 @@ rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
         rp_free(t.name);
         return RP_ERR_NOMEM;
     }
-    ck->tensors[ck->n_tensors] = t;
-    *out = &ck->tensors[ck->n_tensors++];
+    ck->tensors[ck->n_tensors++] = t;
+    rp_status status = rp_ckpt_index_add(ck, &ck->tensor_index, tensor_key, ck->n_tensors);
+    if (status != RP_OK) {
+        ck->n_tensors--;
+        rp_free(t.data);
+        rp_free(t.name);
+        return status;
+    }
+    *out = &ck->tensors[ck->n_tensors - 1];
     return RP_OK;
+}
+
+/* Takes back the tensor rp_ckpt_append() added last (an error path: O(n)). */
+static void pop_tensor(rp_checkpoint *ck)
+{
+    ckpt_tensor *t = &ck->tensors[--ck->n_tensors];
+    rp_free(t->data);
+    rp_free(t->name);
+    rp_ckpt_index_rebuild(ck, &ck->tensor_index, tensor_key, ck->n_tensors);
 }
 
 rp_status rp_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value)
 {
     char *copy = dup_string(value);
     if (!copy) return RP_ERR_NOMEM;
-    for (int i = 0; i < ck->n_meta; i++) {
-        if (strcmp(ck->meta[i].key, key) == 0) {
-            rp_free(ck->meta[i].value);
-            ck->meta[i].value = copy;
-            return RP_OK;
-        }
+    int i = rp_ckpt_meta_find(ck, key);
+    if (i >= 0) {
+        rp_free(ck->meta[i].value);
+        ck->meta[i].value = copy;
+        return RP_OK;
     }
     rp_status status = RP_OK;
     char *key_copy = NULL;
@@ -209,8 +255,14 @@ rp_status rp_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value
     ck->meta[ck->n_meta].key = key_copy;
     ck->meta[ck->n_meta].value = copy;
     ck->n_meta++;
+    status = rp_ckpt_index_add(ck, &ck->meta_index, meta_key, ck->n_meta);
+    if (status != RP_OK) {
+        ck->n_meta--;
+        goto cleanup;
+    }
     return RP_OK;
 cleanup:
+    rp_free(key_copy);
     rp_free(copy);
     return status;
 }
@@ -254,7 +306,9 @@ rp_status rp_checkpoint_create(rp_checkpoint **ck)
 {
     if (!ck) return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_create: ck is NULL");
     *ck = rp_calloc(sizeof **ck);
-    return *ck ? RP_OK : rp_last_status();
+    if (!*ck) return rp_last_status();
+    (*ck)->seed = rp_ckpt_index_seed(*ck);
+    return RP_OK;
 }
 
 void rp_checkpoint_destroy(rp_checkpoint *ck)
@@ -270,6 +324,8 @@ void rp_checkpoint_destroy(rp_checkpoint *ck)
         rp_free(ck->tensors[i].name);
     }
     rp_free(ck->tensors);
+    rp_free(ck->tensor_index.slots);
+    rp_free(ck->meta_index.slots);
     rp_free(ck);
 }
 
@@ -281,12 +337,11 @@ rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_d
     ckpt_tensor *t = NULL;
     RP_CHECK(rp_ckpt_append(ck, name, dtype, ndim, shape, &t));
     if (t->nbytes > 0 && !data) {
-        rp_free(t->data);
-        rp_free(t->name);
-        ck->n_tensors--;
+        long long numel = (long long)t->numel;
+        pop_tensor(ck);
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_add: tensor \"%s\" has %lld elements but data is NULL", name,
-                        (long long)t->numel);
+                        numel);
     }
     if (t->nbytes > 0) memcpy(t->data, data, t->nbytes);
     return RP_OK;
@@ -390,9 +445,8 @@ const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key)
         RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_get_meta: ck and key must not be NULL");
         return NULL;
     }
-    for (int i = 0; i < ck->n_meta; i++) {
-        if (strcmp(ck->meta[i].key, key) == 0) return ck->meta[i].value;
-    }
+    int i = rp_ckpt_meta_find(ck, key);
+    if (i >= 0) return ck->meta[i].value;
     RP_ERROR(RP_ERR_INVALID, "checkpoint: no metadata entry \"%s\"", key);
     return NULL;
 }
@@ -478,6 +532,10 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
     ckpt_problems p;
     memset(&p, 0, sizeof p);
     char a[96], b[96];
+    size_t plen = prefix ? strlen(prefix) : 0;
+    /* found[k]: tensor k is wanted, so that finding the unexpected ones takes one pass. */
+    bool *found = plen > 0 ? rp_calloc((size_t)(ck->n_tensors > 0 ? ck->n_tensors : 1)) : NULL;
+    if (plen > 0 && !found) return rp_last_status();
     for (int i = 0; i < n; i++) {
         const ckpt_want *w = &want[i];
         int k = rp_ckpt_find(ck, w->name);
@@ -486,6 +544,7 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
             problem_add(&p, "missing %s %s", w->name, b);
             continue;
         }
+        if (found) found[k] = true;
         const ckpt_tensor *t = &ck->tensors[k];
         bool same = t->ndim == w->ndim;
         for (int d = 0; same && d < w->ndim; d++)
@@ -498,18 +557,14 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
                         shape_str(t->ndim, t->shape, a, sizeof a), b, what);
         }
     }
-    size_t plen = prefix ? strlen(prefix) : 0;
     for (int k = 0; plen > 0 && k < ck->n_tensors; k++) {
         const ckpt_tensor *t = &ck->tensors[k];
-        if (strncmp(t->name, prefix, plen) != 0) continue;
-        bool wanted = false;
-        for (int i = 0; i < n && !wanted; i++)
-            wanted = strcmp(want[i].name, t->name) == 0;
-        if (!wanted) {
+        if (!found[k] && strncmp(t->name, prefix, plen) == 0) {
             problem_add(&p, "unexpected %s %s (not in the %s)", t->name,
                         shape_str(t->ndim, t->shape, a, sizeof a), what);
         }
     }
+    rp_free(found);
     if (p.count > 0) {
         char more[32] = "";
         if (p.omitted) snprintf(more, sizeof more, "; and %d more", p.omitted);

@@ -39,11 +39,26 @@ typedef struct ckpt_meta {
     char *value;
 } ckpt_meta;
 
+/*
+ * A hash index from names to positions in an array, so that adding, finding
+ * and loading n entries costs O(n), not O(n^2) as a scan per name did.
+ * Open addressing with linear probing: slots[h] is a position + 1, 0 when
+ * empty; cap is a power of two, at most half full. The hash is keyed by the
+ * checkpoint's random seed, so a crafted file cannot choose names that all
+ * land in one chain.
+ */
+typedef struct ckpt_index {
+    int *slots;
+    size_t cap;
+} ckpt_index;
+
 struct rp_checkpoint {
     ckpt_tensor *tensors; /* file order */
     int n_tensors, cap_tensors;
     ckpt_meta *meta; /* insertion order */
     int n_meta, cap_meta;
+    ckpt_index tensor_index, meta_index; /* by name, by key */
+    uint64_t seed;                       /* the indexes' hash key */
 };
 
 /* Bytes per element of a dtype, 0 for an unknown one. */
@@ -61,8 +76,41 @@ bool rp_ckpt_utf8_valid(const char *s, size_t len);
  */
 const char *rp_ckpt_name_problem(const char *name);
 
-/* Index of tensor `name`, or -1. */
+/*
+ * Number of elements of a shape, if every dimension is in 0..2^53 and the
+ * bytes it needs at `esize` bytes per element, counting only the non-zero
+ * dimensions, are at most 2^53 (the largest offset a JSON double holds
+ * exactly). The rule does not depend on the order of the dimensions:
+ * [0, 2^53, 2^53] is refused as [2^53, 2^53, 0] is, though both hold no
+ * element. Returns false (and leaves *numel alone) otherwise.
+ */
+bool rp_ckpt_shape_numel(int ndim, const int64_t *shape, size_t esize, int64_t *numel);
+
+/* A name of an indexed array: ck->tensors[i].name or ck->meta[i].key. */
+typedef const char *(*rp_ckpt_key_fn)(const rp_checkpoint *ck, int i);
+
+/* A seed for ck->seed that no file can predict (from the kernel, else clocks). */
+uint64_t rp_ckpt_index_seed(const void *owner);
+
+/* The position whose key(ck, i) is `name`, or -1. */
+int rp_ckpt_index_find(const rp_checkpoint *ck, const ckpt_index *ix, rp_ckpt_key_fn key,
+                       const char *name);
+
+/*
+ * Indexes entry n-1, just appended (its name not yet indexed), growing the
+ * table to keep it at most half full. Errors: RP_ERR_NOMEM, and then the
+ * index is as it was, without entry n-1.
+ */
+rp_status rp_ckpt_index_add(const rp_checkpoint *ck, ckpt_index *ix, rp_ckpt_key_fn key, int n);
+
+/* Refills the index with entries 0..n-1, in place (after the last was taken away). */
+void rp_ckpt_index_rebuild(const rp_checkpoint *ck, ckpt_index *ix, rp_ckpt_key_fn key, int n);
+
+/* Index of tensor `name`, or -1; O(1) on average. */
 int rp_ckpt_find(const rp_checkpoint *ck, const char *name);
+
+/* Index of metadata `key` in ck->meta, or -1; O(1) on average. */
+int rp_ckpt_meta_find(const rp_checkpoint *ck, const char *key);
 
 /*
  * Appends a tensor whose data is allocated but not filled, after checking
@@ -82,7 +130,10 @@ uint32_t rp_ckpt_crc_update(uint32_t crc, const void *data, size_t n);
 void rp_ckpt_put_le64(unsigned char out[8], uint64_t v);
 uint64_t rp_ckpt_get_le64(const unsigned char in[8]);
 
-/* Sets a metadata entry without the reserved-key check (for the reader). */
+/*
+ * Sets a metadata entry without the reserved-key check (for the reader),
+ * replacing the value of an existing key. Errors: RP_ERR_NOMEM.
+ */
 rp_status rp_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value);
 
 #endif

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <zlib.h>
 
+#include "core/file_internal.h"
 #include "io/checkpoint_internal.h"
 
 /* Offsets up to 2^53 are exact in the doubles cJSON parses numbers into. */
@@ -42,6 +43,53 @@ static rp_status read_all(int fd, void *data, size_t n, const char *path)
         p += r;
         n -= (size_t)r;
     }
+    return RP_OK;
+}
+
+/*
+ * The data section read through one buffer, so that a file of many small
+ * tensors costs a few large reads rather than a system call per tensor.
+ * Tensors at least as large as the buffer are read straight into place.
+ */
+#define DATA_BUFFER ((size_t)1 << 20)
+
+typedef struct data_reader {
+    int fd;
+    const char *path;
+    unsigned char *buf; /* [DATA_BUFFER] */
+    size_t pos, len;    /* buf[pos..len) is read and not yet handed out */
+} data_reader;
+
+/* Hands out the next n bytes of the data section into `out`. */
+static rp_status data_read(data_reader *r, void *out, size_t n)
+{
+    unsigned char *dst = out;
+    size_t have = r->len - r->pos;
+    if (have >= n) {
+        memcpy(dst, r->buf + r->pos, n);
+        r->pos += n;
+        return RP_OK;
+    }
+    memcpy(dst, r->buf + r->pos, have);
+    dst += have;
+    n -= have;
+    r->pos = r->len = 0;
+    if (n >= DATA_BUFFER) return read_all(r->fd, dst, n, r->path);
+    while (r->len < n) {
+        ssize_t got = read(r->fd, r->buf + r->len, DATA_BUFFER - r->len);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0)
+            return RP_ERROR(RP_ERR_IO, "cannot read checkpoint %s: %s", r->path, strerror(errno));
+        if (got == 0) {
+            return RP_ERROR(
+                RP_ERR_FORMAT,
+                "checkpoint %s: truncated: the file ended %zu bytes early while reading", r->path,
+                n - r->len);
+        }
+        r->len += (size_t)got;
+    }
+    memcpy(dst, r->buf, n);
+    r->pos = n;
     return RP_OK;
 }
 
@@ -77,8 +125,9 @@ static bool json_uint(const cJSON *item, int64_t *out)
  */
 static bool known_foreign_dtype(const char *s)
 {
-    static const char *const names[] = {"BOOL", "U8",  "I8",   "F8_E5M2", "F8_E4M3", "I16",
-                                        "U16",  "F16", "BF16", "I32",     "U32",     "F64"};
+    static const char *const names[] = {
+        "BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2",
+        "I16",  "U16", "F16", "BF16",    "I32",     "U32",     "F64", "C64"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(s, names[i]) == 0) return true;
     }
@@ -137,7 +186,6 @@ static rp_status parse_entry(const char *path, const cJSON *item, bool strict, h
                         path, name, ndim, RP_MAX_DIMS);
     }
     e->ndim = ndim;
-    int64_t bytes = (int64_t)rp_ckpt_dtype_size(e->dtype);
     int d = 0;
     cJSON_ArrayForEach(field, shape)
     {
@@ -147,12 +195,17 @@ static rp_status parse_entry(const char *path, const cJSON *item, bool strict, h
                 "checkpoint %s: tensor \"%s\": dimension %d is not a non-negative integer", path,
                 name, d);
         }
-        if (e->shape[d] > 0 && bytes > (int64_t)MAX_EXACT / e->shape[d]) {
-            return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: tensor \"%s\" is impossibly large", path,
-                            name);
-        }
-        bytes *= e->shape[d++];
+        d++;
     }
+    size_t esize = rp_ckpt_dtype_size(e->dtype);
+    int64_t numel = 0;
+    if (!rp_ckpt_shape_numel(ndim, e->shape, esize, &numel)) {
+        return RP_ERROR(RP_ERR_FORMAT,
+                        "checkpoint %s: tensor \"%s\" is impossibly large (its dimensions, zeros "
+                        "aside, multiply to more than 2^53 bytes)",
+                        path, name);
+    }
+    int64_t bytes = numel * (int64_t)esize;
     if (cJSON_GetArraySize(offsets) != 2 || !json_uint(cJSON_GetArrayItem(offsets, 0), &e->begin) ||
         !json_uint(cJSON_GetArrayItem(offsets, 1), &e->end) || e->end < e->begin) {
         return RP_ERROR(RP_ERR_FORMAT,
@@ -288,11 +341,9 @@ static rp_status parse_meta(const char *path, const cJSON *root, bool has_crc, r
         }
         first = false;
         if (is_crc) continue;
-        for (int i = 0; i < ck->n_meta; i++) {
-            if (strcmp(ck->meta[i].key, item->string) == 0) {
-                return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: metadata \"%s\" appears twice", path,
-                                item->string);
-            }
+        if (rp_ckpt_meta_find(ck, item->string) >= 0) {
+            return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: metadata \"%s\" appears twice", path,
+                            item->string);
         }
         RP_CHECK(rp_ckpt_meta_put(ck, item->string, item->valuestring));
     }
@@ -370,6 +421,41 @@ static rp_status parse_json(const char *path, const char *header, size_t n, cJSO
     if (!cJSON_IsObject(*root)) {
         return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: the header is not a JSON object", path);
     }
+    if (header[0] != '{') {
+        return RP_ERROR(RP_ERR_FORMAT,
+                        "checkpoint %s: the header starts with byte 0x%02x; safetensors requires "
+                        "'{' first",
+                        path, (unsigned char)header[0]);
+    }
+    return RP_OK;
+}
+
+/*
+ * Refuses a "\u0000" escape in any string of a header known to be valid JSON.
+ * cJSON decodes it into a NUL inside the C string, so "F32\u0000x" would
+ * read as the dtype "F32" and "a\u0000b" as the name "a": every string the
+ * reader compares would be cut short. No name, dtype or metadata string a
+ * writer has reason to produce holds a NUL, so such a header is refused.
+ */
+static rp_status check_no_nul_escape(const char *path, const char *header, size_t n)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = header[i];
+        if (!in_string) {
+            in_string = c == '"';
+        } else if (c == '"') {
+            in_string = false;
+        } else if (c == '\\' && i + 1 < n) {
+            if (header[i + 1] == 'u' && i + 5 < n && memcmp(header + i + 2, "0000", 4) == 0) {
+                return RP_ERROR(RP_ERR_FORMAT,
+                                "checkpoint %s: header byte %zu: a \\u0000 escape (a NUL inside a "
+                                "name, dtype or metadata string) is not allowed",
+                                path, i);
+            }
+            i++; /* the escaped character, which may be a quote */
+        }
+    }
     return RP_OK;
 }
 
@@ -390,11 +476,10 @@ static rp_status load(rp_checkpoint **out, const char *path, bool strict)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "rp_checkpoint_load: %s: big-endian hosts are not supported", path);
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return RP_ERROR(RP_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(errno));
+    RP_CHECK(core_file_open_regular(path, "checkpoint", &fd));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        status = RP_ERROR(RP_ERR_IO, "cannot read checkpoint %s: not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        status = RP_ERROR(RP_ERR_IO, "cannot read checkpoint %s: %s", path, strerror(errno));
         goto cleanup;
     }
     int64_t size = (int64_t)st.st_size;
@@ -431,6 +516,7 @@ static rp_status load(rp_checkpoint **out, const char *path, bool strict)
     header[n] = '\0';
     RP_TRY(check_header_bytes(path, header, n));
     RP_TRY(parse_json(path, header, n, &root));
+    RP_TRY(check_no_nul_escape(path, header, n));
     int64_t total = 0;
     RP_TRY(parse_entries(path, root, strict, &entries, &n_entries, &total));
     if (size != 8 + (int64_t)n + total) {
@@ -461,13 +547,24 @@ static rp_status load(rp_checkpoint **out, const char *path, bool strict)
     crc = rp_ckpt_crc_update(crc, len_field, sizeof len_field);
     if (has_crc) memset(header + RP_CKPT_CRC_PREFIX_LEN, '0', RP_CKPT_CRC_DIGITS);
     crc = rp_ckpt_crc_update(crc, header, n);
+    data_reader reader = {fd, path, NULL, 0, 0};
+    if (n_entries > 0) {
+        reader.buf = rp_alloc(DATA_BUFFER);
+        if (!reader.buf) {
+            status = rp_last_status();
+            goto cleanup;
+        }
+    }
     for (int i = 0; i < n_entries; i++) {
         const header_entry *e = &entries[i];
         ckpt_tensor *t = NULL;
-        RP_TRY(rp_ckpt_append(ck, e->name, e->dtype, e->ndim, e->shape, &t));
-        RP_TRY(read_all(fd, t->data, t->nbytes, path));
+        status = rp_ckpt_append(ck, e->name, e->dtype, e->ndim, e->shape, &t);
+        if (status == RP_OK) status = data_read(&reader, t->data, t->nbytes);
+        if (status != RP_OK) break;
         crc = rp_ckpt_crc_update(crc, t->data, t->nbytes);
     }
+    rp_free(reader.buf);
+    if (status != RP_OK) goto cleanup;
     if (has_crc && crc != stored) {
         status = RP_ERROR(RP_ERR_FORMAT,
                           "checkpoint %s: CRC-32 mismatch: the header records %08x, the contents "

@@ -6,7 +6,9 @@
  * Writing goes through a temporary file in the destination's directory
  * (rename is only atomic within one file system), fsynced before the rename
  * so that the name never points at a half-written file, and the directory is
- * fsynced after it so that the rename itself survives a crash.
+ * fsynced after it so that the rename itself survives a crash. Temporary
+ * files that a writer killed mid-save left behind are removed first
+ * (core_file_remove_stale_temps).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +21,7 @@
 #include <cjson/cJSON.h>
 #include <zlib.h>
 
+#include "core/file_internal.h"
 #include "io/checkpoint_internal.h"
 
 /* Writes all n bytes, retrying short writes and interrupted calls. */
@@ -225,6 +228,7 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path)
     snprintf(digits, sizeof digits, "%08x", (unsigned)crc);
     memcpy(header + RP_CKPT_CRC_PREFIX_LEN, digits, RP_CKPT_CRC_DIGITS);
 
+    core_file_remove_stale_temps(path);
     size_t tmp_size = strlen(path) + 64;
     tmp = rp_alloc(tmp_size);
     if (!tmp) {

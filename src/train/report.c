@@ -3,8 +3,10 @@
  * each epoch, metrics.jsonl and its numbers as TensorBoard scalars. Only the
  * process of replica 0 writes them.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "train_internal.h"
 
@@ -147,6 +149,25 @@ static double last_lr(const rp_trainer *t)
     return (double)rp_schedule_lr(&t->sched, t->global_step - 1);
 }
 
+/*
+ * Ends a metrics.jsonl line: flushes it and checks every write since the last flush (the stream's
+ * error flag catches a failed fprintf too). A run must not die for a metrics line, but the user
+ * must know that metrics.jsonl stops here: the failure is reported once, and the file is closed,
+ * since a line cut short followed by whole ones would no longer parse as JSON lines.
+ */
+static void metrics_line_end(rp_trainer *t)
+{
+    errno = 0;
+    bool flushed = fflush(t->metrics) == 0;
+    int err = errno;
+    if (flushed && !ferror(t->metrics)) return;
+    rp_warn(
+        "cannot write %s/metrics.jsonl (%s): the run goes on, without metrics from step %lld on",
+        t->run_dir, err ? strerror(err) : "a write failed", (long long)t->global_step);
+    fclose(t->metrics);
+    t->metrics = NULL;
+}
+
 /* ---- TensorBoard: the same numbers as scalars ----------------------------------------------- */
 
 /* The first failure warns and closes the file (it may end in a partial record); the run goes on. */
@@ -195,7 +216,7 @@ void train_metrics_step(rp_trainer *t, int64_t epoch, const double *means)
         metrics_position(t, epoch);
         metrics_scalars(t, "", means);
         fprintf(t->metrics, ",\"lr\":%.6g}\n", last_lr(t));
-        fflush(t->metrics);
+        metrics_line_end(t);
     }
     if (!t->tb) return;
     for (int i = 0; i < t->n_scalars; i++) tb_scalar(t, "train", "", t->scalar_names[i], means[i]);
@@ -216,7 +237,7 @@ void train_metrics_epoch(rp_trainer *t, int64_t epoch, const double *means, doub
         metrics_scalars(t, "train_", means);
         metrics_values(t, m);
         fprintf(t->metrics, ",\"%s\":%.1f,\"lr\":%.6g}\n", t->cfg.rate_key, rate, last_lr(t));
-        fflush(t->metrics);
+        metrics_line_end(t);
     }
     if (!t->tb) return;
     for (int i = 0; i < t->n_scalars; i++)
@@ -236,7 +257,7 @@ void train_metrics_eval(rp_trainer *t, const rp_trainer_metrics *m)
         metrics_position(t, t->epoch);
         metrics_values(t, m);
         fprintf(t->metrics, "}\n");
-        fflush(t->metrics);
+        metrics_line_end(t);
     }
     tb_values(t, m);
     tb_flush(t);

@@ -3,33 +3,54 @@
  * new run never overwrites saved work, and writing the run's checkpoint.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "train_internal.h"
 
+#define CHECKPOINT_NAME "checkpoint.safetensors"
+
 void rp_trainer_checkpoint_path(char *buf, size_t size, const char *dir)
 {
     /* A directory too long for buf gives a truncated path, which then fails to open by name. */
-    if (snprintf(buf, size, "%s/checkpoint.safetensors", dir) >= (int)size && size > 0) buf[size - 1] = '\0';
+    if (snprintf(buf, size, "%s/" CHECKPOINT_NAME, dir) >= (int)size && size > 0)
+        buf[size - 1] = '\0';
+}
+
+/* "<dir>/<name>" in a block of its own (free() it), whatever the length; NULL when out of memory.
+ */
+static char *join_path(const char *dir, const char *name)
+{
+    size_t size = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(size);
+    if (path)
+        snprintf(path, size, "%s/%s", dir, name);
+    else
+        RP_ERROR(RP_ERR_NOMEM, "out of memory for a path in %s", dir);
+    return path;
 }
 
 rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir)
 {
     if (!ck || !dir) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_load_checkpoint: NULL argument");
-    char path[TRAIN_PATH_MAX];
-    rp_trainer_checkpoint_path(path, sizeof path, dir);
-    return rp_checkpoint_load(ck, path);
+    char *path = join_path(dir, CHECKPOINT_NAME);
+    if (!path) return rp_last_status();
+    rp_status status = rp_checkpoint_load(ck, path);
+    free(path);
+    return status;
 }
 
 /* true if dir holds a checkpoint. */
 static bool has_checkpoint(const char *dir)
 {
-    char path[TRAIN_PATH_MAX];
-    rp_trainer_checkpoint_path(path, sizeof path, dir);
-    return access(path, F_OK) == 0;
+    char *path = join_path(dir, CHECKPOINT_NAME);
+    bool found = path && access(path, F_OK) == 0;
+    free(path);
+    return found;
 }
 
 /*
@@ -46,29 +67,83 @@ rp_status train_choose_run_dir(char *dir, size_t size, bool exact, bool force)
     char base[TRAIN_PATH_MAX];
     snprintf(base, sizeof base, "%s", dir);
     for (int k = 2; k < 10000; k++) {
-        snprintf(dir, size, "%.500s-%d", base, k);
+        if (snprintf(dir, size, "%s-%d", base, k) >= (int)size) {
+            snprintf(dir, size, "%s", base);
+            return RP_ERROR(RP_ERR_INVALID,
+                            "no room for a numbered run directory next to %s; pass --out", base);
+        }
         if (!has_checkpoint(dir)) return RP_OK;
     }
     snprintf(dir, size, "%s", base);
     return RP_ERROR(RP_ERR_INVALID, "no free run directory next to %s; pass --out", base);
 }
 
-/* Creates dir and its parents. */
+/*
+ * Proves that files can be made in dir by making (and removing) one: access(W_OK) would say yes
+ * to root in a directory without write permission, and no about what a read-only mount refuses.
+ */
+static rp_status check_writable(const char *dir)
+{
+    char name[64];
+    snprintf(name, sizeof name, ".replicator-write-check.%ld", (long)getpid());
+    char *probe = join_path(dir, name);
+    if (!probe) return rp_last_status();
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int err = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    } else if (err == EEXIST) {
+        fd =
+            0; /* a probe of a pid that ran here before: the directory took it, so it is writable */
+    }
+    free(probe);
+    if (fd < 0)
+        return RP_ERROR(RP_ERR_IO,
+                        "the run directory %s is not writable (%s): its checkpoint and metrics "
+                        "could not be saved",
+                        dir, strerror(err));
+    return RP_OK;
+}
+
+/*
+ * Creates dir and its parents, and checks that it is writable, before any training: a
+ * read-only run directory would otherwise fail only at the first checkpoint. A directory that
+ * cannot be made is reported with mkdir's reason (EACCES, EROFS, ENOTDIR...), not with the
+ * ENOENT of the stat that follows.
+ */
 rp_status train_make_dirs(const char *dir)
 {
-    char buf[TRAIN_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        mkdir(buf, 0755);
-        *p = '/';
+    size_t len = strlen(dir);
+    char *buf = malloc(len + 1);
+    if (!buf) return RP_ERROR(RP_ERR_NOMEM, "out of memory for the run directory %s", dir);
+    memcpy(buf, dir, len + 1);
+    int err = 0;          /* the first mkdir failure other than EEXIST */
+    size_t failed_at = 0; /* buf[0..failed_at) named the directory it could not make */
+    for (size_t i = 1; i <= len && !err; i++) {
+        if ((buf[i] != '/' && buf[i] != '\0') || buf[i - 1] == '/') continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            err = errno;
+            failed_at = i;
+        }
+        buf[i] = c;
     }
-    mkdir(buf, 0755);
+    rp_status status = RP_OK;
     struct stat st;
-    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-        return RP_ERROR(RP_ERR_IO, "cannot create the run directory %s: %s", dir, strerror(errno));
-    return RP_OK;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+        status = check_writable(dir);
+    } else if (err) {
+        status = RP_ERROR(RP_ERR_IO, "cannot create the run directory %s: mkdir %.*s: %s", dir,
+                          (int)failed_at, buf, strerror(err));
+    } else {
+        status =
+            RP_ERROR(RP_ERR_IO, "cannot create the run directory %s: %s", dir,
+                     stat(dir, &st) == 0 ? "it exists and is not a directory" : strerror(errno));
+    }
+    free(buf);
+    return status;
 }
 
 /*
@@ -81,16 +156,21 @@ rp_status train_save_checkpoint(const rp_trainer *t)
     if (t->cfg.no_checkpoint || !t->root) return RP_OK;
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
-    char path[TRAIN_PATH_MAX];
+    char *path = NULL;
     int64_t position[3] = {t->epoch, t->step, t->global_step};
     RP_TRY(rp_checkpoint_create(&ck));
     RP_TRY(t->model->save(t->ctx, t->states[0], ck));
     RP_TRY(rp_checkpoint_add_i64(ck, "train/position", 3, position));
     if (t->config_json) RP_TRY(rp_checkpoint_set_meta(ck, "replicator.config", t->config_json));
     RP_TRY(rp_checkpoint_set_meta(ck, "replicator.version", RP_VERSION));
-    rp_trainer_checkpoint_path(path, sizeof path, t->run_dir);
+    path = join_path(t->run_dir, CHECKPOINT_NAME);
+    if (!path) {
+        status = rp_last_status();
+        goto cleanup;
+    }
     RP_TRY(rp_checkpoint_save(ck, path));
 cleanup:
+    free(path);
     rp_checkpoint_destroy(ck);
     return status;
 }

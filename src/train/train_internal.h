@@ -7,11 +7,13 @@
 #ifndef TRAIN_INTERNAL_H
 #define TRAIN_INTERNAL_H
 
+#include <limits.h>
 #include <stdio.h>
 
 #include "replicator/replicator.h"
 
-#define TRAIN_PATH_MAX 600
+/* A run directory of any length the system takes (PATH_MAX), with room for the names inside. */
+#define TRAIN_PATH_MAX (PATH_MAX + 64)
 
 struct rp_trainer {
     rp_trainer_config cfg; /* its strings point at the copies below */
@@ -64,6 +66,7 @@ bool train_key_ok(const char *key);
 
 /* run_dir.c */
 rp_status train_choose_run_dir(char *dir, size_t size, bool exact, bool force);
+/* Creates dir and its parents and checks that files can be made in it (RP_ERR_IO naming why). */
 rp_status train_make_dirs(const char *dir);
 /* Saves the run's state to its checkpoint (the root process only; nothing with no_checkpoint). */
 rp_status train_save_checkpoint(const rp_trainer *t);
@@ -74,7 +77,11 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
 void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
                        double seconds, const rp_trainer_metrics *m);
 void train_print_eval(const rp_trainer *t, const rp_trainer_metrics *m);
-/* The metrics lines: metrics.jsonl's, and the same numbers as TensorBoard scalars. */
+/*
+ * The metrics lines: metrics.jsonl's, and the same numbers as TensorBoard scalars. A
+ * metrics.jsonl line that cannot be written whole (a full disk) is reported once, and
+ * t->metrics is closed and NULL: the run goes on without it.
+ */
 void train_metrics_step(rp_trainer *t, int64_t epoch, const double *means);
 void train_metrics_epoch(rp_trainer *t, int64_t epoch, const double *means, double rate,
                          const rp_trainer_metrics *m);
