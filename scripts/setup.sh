@@ -19,6 +19,7 @@ packages=(
   libgif-dev             # animated GIFs of an episode's frames (the D4PG model)
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
   libcmocka-dev          # unit tests
+  clang libclang-rt-14-dev libomp-dev  # scripts/fuzz.sh: clang 14, its libFuzzer (in compiler-rt) and OpenMP runtime
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
   iproute2               # tests/mpi_two_hosts.sh: network namespaces and a veth pair
   dataset-fashion-mnist  # the default training data
