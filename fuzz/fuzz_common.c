@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "fuzz_common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -15,12 +16,10 @@
 
 #include "replicator/core.h"
 
-#define FUZZ_MAX_DIRS  4
-#define FUZZ_MAX_LINKS 16
+#define FUZZ_MAX_DIRS 4
 
 static char dirs[FUZZ_MAX_DIRS][PATH_MAX];
-static char links[FUZZ_MAX_LINKS][PATH_MAX];
-static int n_dirs, n_links;
+static int n_dirs;
 
 static void harness_fail(const char *what, const char *detail)
 {
@@ -48,13 +47,21 @@ void fuzz_file_set(fuzz_file *f, const uint8_t *data, size_t size)
     }
 }
 
-/* Removes the links and directories made by this process, newest first. */
+/* Removes the scratch directories made by this process with everything in them (only ours). */
 static void remove_all(void)
 {
-    for (int i = n_links - 1; i >= 0; i--)
-        unlink(links[i]);
-    for (int i = n_dirs - 1; i >= 0; i--)
+    for (int i = n_dirs - 1; i >= 0; i--) {
+        DIR *d = opendir(dirs[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char path[PATH_MAX + 256];
+            snprintf(path, sizeof path, "%s/%s", dirs[i], e->d_name);
+            unlink(path);
+        }
+        if (d) closedir(d);
         rmdir(dirs[i]);
+    }
 }
 
 const char *fuzz_dir_create(const char *tag)
@@ -72,11 +79,9 @@ const char *fuzz_dir_create(const char *tag)
 
 void fuzz_dir_link(const char *dir, const char *name, const fuzz_file *f)
 {
-    if (n_links == FUZZ_MAX_LINKS) harness_fail("too many links for", name);
-    char *l = links[n_links];
-    snprintf(l, PATH_MAX, "%s/%s", dir, name);
-    if (symlink(f->path, l) != 0) harness_fail("symlink", l);
-    n_links++;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (symlink(f->path, path) != 0) harness_fail("symlink", path);
 }
 
 void fuzz_fail(const char *file, int line, const char *cond, const char *fmt, ...)

@@ -28,10 +28,10 @@ void fuzz_file_open(fuzz_file *f, const char *name);
 /* Replaces the file's contents by data[0..size). */
 void fuzz_file_set(fuzz_file *f, const uint8_t *data, size_t size);
 
-/* Makes a fresh scratch directory (removed at exit if empty by then) and returns its path. */
+/* Makes a fresh scratch directory (removed at exit with what it holds) and returns its path. */
 const char *fuzz_dir_create(const char *tag);
 
-/* Makes dir/name a symbolic link to f (removed at exit). */
+/* Makes dir/name a symbolic link to f. */
 void fuzz_dir_link(const char *dir, const char *name, const fuzz_file *f);
 
 /*
