@@ -339,7 +339,10 @@ char *train_opts_to_json(const train_opts *o)
     return text;
 }
 
-/* Copies a string member into dst; false if missing, not a string or too long for dst. */
+/*
+ * Copies a string member into dst; false if missing, not a string or too long for dst (cut, it
+ * would name another directory, and could end inside a UTF-8 sequence no checkpoint can store).
+ */
 static bool get_str(const cJSON *j, const char *key, char *dst, size_t size)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
@@ -383,7 +386,7 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
     ok = ok && cJSON_IsArray(hidden) && cJSON_GetArraySize(hidden) < RP_MLP_MAX_LAYERS;
     /* The same ranges as the command line; checked before any cast. */
     ok = ok && epochs >= 1 && epochs <= 100000 && batch >= 1 && batch <= (1 << 20) && lr >= 0 &&
-         lr <= 100 && momentum >= 0 && momentum < 1 && wd >= 0 && wd <= 1 && warmup >= 0 &&
+         lr <= 100 && momentum >= 0 && (float)momentum < 1.0f && wd >= 0 && wd <= 1 && warmup >= 0 &&
          warmup <= 100000 && seed >= 0 && seed <= 0x7fffffff && pad >= 0 && pad <= 64 &&
          limit >= 0 && limit <= 1e12 && (!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "constant"));
     if (ok) {

@@ -20,6 +20,7 @@ packages=(
   liblapacke-dev         # LAPACK's symmetric eigensolver: the Fréchet distance (FID)
   libprotobuf-c-dev protobuf-c-compiler  # TensorBoard event files: protobuf-c and protoc-c (proto/)
   libcmocka-dev          # unit tests
+  clang libclang-rt-14-dev libomp-dev  # scripts/fuzz.sh: clang 14, its libFuzzer (in compiler-rt) and OpenMP runtime
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
   iproute2               # tests/mpi_two_hosts.sh: network namespaces and a veth pair
   dataset-fashion-mnist  # the default training data

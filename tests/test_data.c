@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -409,6 +410,45 @@ static void test_idx_truncated_gzip_stream(void **state)
     write_bytes(tmp_path(path, sizeof path, "crc.idx.gz"), buf, len, 0);
     expect_idx_error(path, RP_ERR_FORMAT, "corrupt gzip");
     free(buf);
+}
+
+/* The virtual memory this process has mapped now, in bytes (/proc/self/statm's first field). */
+static uint64_t mapped_bytes(void)
+{
+    unsigned long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%llu", &pages), 1);
+    fclose(f);
+    return pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * Found by fuzz_idx: 28 bytes of gzip announcing 2^31 - 1 data bytes made the reader allocate
+ * 2 GiB before finding the stream empty (libFuzzer's out-of-memory report). With the address
+ * space capped 1 GiB above what the process maps now, the file must still be refused as
+ * truncated, not as out of memory: the buffer grows with the data that arrives.
+ */
+static void test_idx_gzip_header_announces_2gib(void **state)
+{
+    char path[256];
+    uint32_t dims[1] = {0x7fffffff};
+    write_idx(path, sizeof path, "announces-2gib.idx.gz", 0x08, 1, dims, 0, 1);
+    struct rlimit old, tight;
+    assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+    tight = old;
+    tight.rlim_cur = (rlim_t)(mapped_bytes() + ((uint64_t)1 << 30));
+    if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < tight.rlim_cur)
+        tight.rlim_cur = old.rlim_cur;
+    assert_int_equal(setrlimit(RLIMIT_AS, &tight), 0);
+    uint8_t *data = NULL;
+    int ndim = 0, d[4];
+    rp_status status = rp_idx_read(path, &data, &ndim, d);
+    assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+    assert_int_equal(status, RP_ERR_FORMAT);
+    assert_null(data);
+    tu_assert_error_contains("expected 2147483647 data bytes");
+    tu_assert_error_contains("found 0");
 }
 
 static void test_idx_trailing_bytes(void **state)
@@ -991,6 +1031,7 @@ int main(void)
         cmocka_unit_test(test_idx_truncated_header),
         cmocka_unit_test(test_idx_truncated_data),
         cmocka_unit_test(test_idx_truncated_gzip_stream),
+        cmocka_unit_test(test_idx_gzip_header_announces_2gib),
         cmocka_unit_test(test_idx_trailing_bytes),
         cmocka_unit_test(test_idx_missing_file),
         cmocka_unit_test(test_fifo_data_files),

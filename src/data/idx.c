@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -100,6 +101,43 @@ static rp_status idx_read_bytes(gzFile f, const char *path, void *buf, size_t le
         *got += (size_t)n;
     }
     return RP_OK;
+}
+
+/*
+ * Reads the `total` data bytes into a new buffer (*out, rp_free'd by the caller; NULL on error),
+ * *got saying how many arrived. When `sized` (a plain regular file whose size matched the header)
+ * the buffer is allocated whole at once. Otherwise the header's count is not trusted with the
+ * allocation, since a few bytes of gzip can announce 2 GiB: the buffer starts at one read chunk
+ * and doubles while data keeps coming, so memory follows what the stream really holds.
+ */
+static rp_status idx_read_data(gzFile f, const char *path, size_t total, bool sized,
+                               const char *dstr, uint8_t **out, size_t *got)
+{
+    size_t cap = sized || total < IDX_READ_CHUNK ? total : IDX_READ_CHUNK;
+    uint8_t *buf = rp_alloc(cap);
+    *out = NULL;
+    *got = 0;
+    for (;;) {
+        if (!buf)
+            return RP_ERROR(RP_ERR_NOMEM, "%s: cannot allocate %zu bytes for IDX data (dims %s)",
+                            path, cap, dstr);
+        size_t n = 0;
+        rp_status status = idx_read_bytes(f, path, buf + *got, cap - *got, &n, "the IDX data");
+        *got += n;
+        if (status != RP_OK || *got < cap || cap == total) {
+            if (status == RP_OK)
+                *out = buf;
+            else
+                rp_free(buf);
+            return status;
+        }
+        size_t bigger = cap > total / 2 ? total : 2 * cap;
+        uint8_t *grown = rp_alloc(bigger);
+        if (grown) memcpy(grown, buf, *got);
+        rp_free(buf);
+        buf = grown;
+        cap = bigger;
+    }
 }
 
 /* True if the last read stopped because a gzip stream ended before its end. */
@@ -218,10 +256,12 @@ rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4])
     /*
      * For a plain file the size tells the outcome before the data is read, so
      * a corrupt header cannot make us allocate up to 2 GiB for nothing. The
-     * reads below check again, and are the only check for gzip files.
+     * reads below check again, and are the only check for gzip files, whose
+     * buffer grows with the data instead (idx_read_data).
      */
     struct stat st;
-    if (gzdirect(f) && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    bool sized = gzdirect(f) && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (sized) {
         uint64_t size = (uint64_t)st.st_size;
         uint64_t found = size > head_bytes ? size - head_bytes : 0;
         if (found < total) {
@@ -243,13 +283,7 @@ rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4])
     }
 
     /* The data: exactly `total` bytes, no fewer and no more. */
-    buf = rp_alloc((size_t)total);
-    if (!buf) {
-        status = RP_ERROR(RP_ERR_NOMEM, "%s: cannot allocate %llu bytes for IDX data (dims %s)",
-                          path, (unsigned long long)total, dstr);
-        goto cleanup;
-    }
-    RP_TRY(idx_read_bytes(f, path, buf, (size_t)total, &got, "the IDX data"));
+    RP_TRY(idx_read_data(f, path, (size_t)total, sized, dstr, &buf, &got));
     if (got < total) {
         status = RP_ERROR(RP_ERR_FORMAT,
                           "%s: truncated IDX file: expected %llu data bytes after the %zu-byte "

@@ -1,0 +1,165 @@
+/*
+ * test_cli_config.c - the run configurations the command stores in every checkpoint
+ * ("replicator.config") and reads back on --resume, eval and sample: each model's defaults
+ * survive the trip through JSON unchanged, and what fuzz/fuzz_config.c found is refused with a
+ * clear error instead of being cut or rounded into a configuration that no later resume (or no
+ * checkpoint) accepts.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/d4pg_cli.h"
+#include "cli/sngan_cli.h"
+#include "cli/train.h"
+#include "testutil.h"
+
+/* train_opts_from_json(text) succeeds, and writing the result gives `text` back. */
+static void expect_train_fixed_point(const char *text)
+{
+    static train_opts o;
+    assert_int_equal(train_opts_from_json(&o, text), RP_OK);
+    char *again = train_opts_to_json(&o);
+    assert_non_null(again);
+    assert_string_equal(again, text);
+    free(again);
+}
+
+static void test_defaults_roundtrip(void **state)
+{
+    static train_opts t;
+    static sngan_opts g, g2;
+    static d4pg_opts d, d2;
+    const char *models[] = {"resnet20", "resnet18", "mlp"};
+    for (int i = 0; i < 3; i++) {
+        train_opts_default(&t, models[i]);
+        char *text = train_opts_to_json(&t);
+        assert_non_null(text);
+        expect_train_fixed_point(text);
+        free(text);
+    }
+    sngan_opts_default(&g);
+    char *text = sngan_opts_to_json(&g);
+    assert_true(sngan_config_is_gan(text));
+    assert_false(d4pg_config_is_d4pg(text));
+    assert_int_equal(sngan_opts_from_json(&g2, text), RP_OK);
+    char *again = sngan_opts_to_json(&g2);
+    assert_string_equal(again, text);
+    free(again);
+    free(text);
+    d4pg_opts_default(&d);
+    text = d4pg_opts_to_json(&d);
+    assert_true(d4pg_config_is_d4pg(text));
+    assert_false(sngan_config_is_gan(text));
+    assert_int_equal(d4pg_opts_from_json(&d2, text), RP_OK);
+    again = d4pg_opts_to_json(&d2);
+    assert_string_equal(again, text);
+    free(again);
+    free(text);
+}
+
+/*
+ * Found by fuzz_config: a momentum just below 1 passed the range check as a double and became
+ * 1.0f as a float, which the next resume refused ("momentum" must stay below 1). The input as
+ * the fuzzer wrote it (a later duplicate key is ignored, as cJSON returns the first).
+ */
+static const char momentum_rounds_to_one[] =
+    "{\"model\":\"resnet20\",\"dataset\":\"fashion-mnist\",\"data_dir\":\"/usr/share/datasets/"
+    "fashion-mnist\",\"epochs\":8,\"batch\":128,\"lr\":0.10000000149011612,\"momentum\":0."
+    "999999976158142,\"weight_decay\":0.00050000,\"nesterov\":true,\"schedule\":\"cosine\","
+    "\"warmup_epochs\":0,\"eed\":1,\"epochs\":0,\"seed\":1,\"augment\":true,\"pad\":2,\"limit\":0,"
+    "\"imagads_per_replica\":1,\"regime\":\"sync\",\"ps\":0,\"staleness\":-1,\"hidden\":[]}";
+
+/* The default resnet20 configuration with `key`'s value text replaced by `value`. */
+static char *train_config_with(const char *key, const char *value)
+{
+    static train_opts t;
+    train_opts_default(&t, "resnet20");
+    char *text = train_opts_to_json(&t);
+    assert_non_null(text);
+    char needle[64];
+    snprintf(needle, sizeof needle, "\"%s\":", key);
+    char *at = strstr(text, needle);
+    assert_non_null(at);
+    char *start = at + strlen(needle);
+    char *end = start;
+    if (*end == '"') {
+        end = strchr(end + 1, '"') + 1;
+    } else {
+        while (*end != ',' && *end != '}')
+            end++;
+    }
+    size_t len = (size_t)(start - text) + strlen(value) + strlen(end) + 1;
+    char *out = malloc(len);
+    assert_non_null(out);
+    snprintf(out, len, "%.*s%s%s", (int)(start - text), text, value, end);
+    free(text);
+    return out;
+}
+
+static void test_momentum_rounding_to_one_refused(void **state)
+{
+    static train_opts o;
+    assert_int_equal(train_opts_from_json(&o, momentum_rounds_to_one), RP_ERR_FORMAT);
+    tu_assert_error_contains("incomplete or invalid");
+    char *text = train_config_with("momentum", "0.999999976158142");
+    assert_int_equal(train_opts_from_json(&o, text), RP_ERR_FORMAT);
+    free(text);
+    /* The largest the command line takes (--momentum 0.9999) still resumes. */
+    train_opts_default(&o, "resnet20");
+    o.momentum = 0.9999f;
+    text = train_opts_to_json(&o);
+    expect_train_fixed_point(text);
+    free(text);
+}
+
+/*
+ * Found with fuzz_config's check that a configuration it reads back can be stored again: a
+ * data_dir longer than the options hold was cut at 511 bytes, naming another directory, and
+ * when the cut fell inside a UTF-8 sequence the next checkpoint refused the configuration.
+ */
+static void test_string_too_long_refused(void **state)
+{
+    static train_opts o;
+    const size_t room = sizeof o.data_dir - 1; /* the longest path the options hold */
+    char *value = malloc(room + 8);
+    assert_non_null(value);
+    /* room bytes: the longest that fits, kept whole. */
+    value[0] = '"';
+    memset(value + 1, 'a', room);
+    value[1] = '/';
+    snprintf(value + 1 + room, 8, "\"");
+    char *text = train_config_with("data_dir", value);
+    expect_train_fixed_point(text);
+    free(text);
+    /* room + 1 bytes: refused, not cut. */
+    memset(value + 1, 'a', room + 1);
+    value[1] = '/';
+    snprintf(value + 2 + room, 6, "\"");
+    text = train_config_with("data_dir", value);
+    assert_int_equal(train_opts_from_json(&o, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("incomplete or invalid");
+    free(text);
+    /* room - 1 bytes and an "\u00e9": a cut would have split the character. */
+    memset(value + 1, 'a', room - 1);
+    value[1] = '/';
+    snprintf(value + room, 8, "\xc3\xa9\"");
+    text = train_config_with("data_dir", value);
+    assert_int_equal(train_opts_from_json(&o, text), RP_ERR_FORMAT);
+    free(text);
+    free(value);
+    /* The same rule for the other strings: a dataset name of 32 bytes. */
+    text = train_config_with("dataset", "\"fashion-mnist-fashion-mnist-abcd\"");
+    assert_int_equal(train_opts_from_json(&o, text), RP_ERR_FORMAT);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_roundtrip),
+        cmocka_unit_test(test_momentum_rounding_to_one_refused),
+        cmocka_unit_test(test_string_too_long_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
