@@ -9,6 +9,9 @@
 #
 # Usage: bench/d4pg_seeds.sh OUT_DIR [threshold] [env_steps] [seeds] [actors] [updates]
 #        defaults:                   600         100000      "1 2 3" "1 2 4" "1000"
+# D4PG_ARGS="..." adds options to every run (e.g. --threads 1: a learner without an
+# OpenMP team keeps its pace when other work shares the cores). Rows are appended to
+# OUT_DIR/runs.txt, so a study can be run in parts; the summary covers every row there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 OUT_DIR [threshold] [env_steps] [seeds] [actors] [updates]" >&2; exit 2; }
@@ -20,14 +23,17 @@ actors=${5:-1 2 4}
 updates=${6:-1000}
 mkdir -p "$out"
 
-printf '%-7s %6s %8s %14s %8s %8s %6s\n' actors update seed "steps to $threshold" best final wall
+[ -s "$out/runs.txt" ] ||
+    printf '%-7s %6s %8s %14s %8s %8s %6s\n' actors update seed "steps to $threshold" best final wall \
+        > "$out/runs.txt"
 for u in $updates; do
     for k in $actors; do
         for s in $seeds; do
             dir="$out/a$k-u$u-s$s"
             start=$SECONDS
             build/replicator train d4pg --task cartpole-swingup --actors "$k" --actor-update "$u" \
-                --seed "$s" --env-steps "$budget" --out "$dir" --force --quiet > "$dir.log" 2>&1 ||
+                --seed "$s" --env-steps "$budget" --out "$dir" --force --quiet ${D4PG_ARGS:-} \
+                > "$dir.log" 2>&1 ||
                 { echo "actors $k update $u seed $s: failed, see $dir.log"; continue; }
             /usr/bin/python3 - "$dir/metrics.jsonl" "$threshold" "$k" "$u" "$s" "$((SECONDS - start))" <<'PY'
 import json, sys
@@ -41,11 +47,11 @@ print(f'{k:<7} {u:>6} {s:>8} {steps:>14} {best:>8.1f} {evals[-1]["eval_return"]:
 PY
         done
     done
-done | tee "$out/runs.txt"
+done | tee -a "$out/runs.txt"
 
 /usr/bin/python3 - "$out/runs.txt" "$budget" "$threshold" <<'PY'
 import statistics, sys
-rows, budget, thr = open(sys.argv[1]).read().split("\n")[1:], int(sys.argv[2]), sys.argv[3]
+rows, budget, thr = open(sys.argv[1]).read().split("\n"), int(sys.argv[2]), sys.argv[3]
 by = {}
 for r in rows:
     f = r.split()
