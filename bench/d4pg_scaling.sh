@@ -7,6 +7,7 @@
 #
 # Usage: bench/d4pg_scaling.sh OUT_DIR [threshold] [env_steps] [layouts]
 #        defaults:                     700         200000      "threads mpi"
+# ACTORS="1 2 4" (the default) chooses the actor counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 OUT_DIR [threshold] [env_steps] [layouts]" >&2; exit 2; }
@@ -20,7 +21,7 @@ mpi=(mpirun --oversubscribe -x OMP_WAIT_POLICY=passive)
 
 printf '%-8s %6s %12s %12s %10s %9s\n' layout actors "to $threshold" env_steps final wall
 for layout in $layouts; do
-    for k in 1 2 4; do
+    for k in ${ACTORS:-1 2 4}; do
         dir="$out/$layout-$k"
         cmd=(build/replicator train d4pg --task cartpole-swingup --actors "$k" --env-steps "$budget"
              --out "$dir" --force --quiet)
