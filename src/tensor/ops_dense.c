@@ -408,7 +408,7 @@ static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *lab
             int32_t *copy = rp_arena_alloc(t->arena, (size_t)n * sizeof(int32_t));
             RP_PROPAGATE_NULL(copy);
             memcpy(copy, labels, (size_t)n * sizeof(int32_t));
-            node->a.emb.n = 1; /* marks hard labels */
+            node->a.xent.hard = true;
             node->saved2 = copy;
         }
     }

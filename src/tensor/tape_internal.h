@@ -76,6 +76,7 @@ typedef struct rp_node {
         struct { const rp_custom_op *op; void *ctx; } custom;
         struct { rp_comm *comm; rp_reduce_op op; int root, peer, tag; } coll;
         struct { int n; } emb;
+        struct { bool hard; } xent; /* SOFTMAX_XENT: saved2 holds int32 labels, else float targets */
         struct { int64_t rows, cols; double sigma; } sn; /* saved: u' [rows] then v [cols], double */
     } a;
 } rp_node;
