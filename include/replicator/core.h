@@ -73,7 +73,7 @@ rp_status rp_error_set(rp_status status, const char *file, int line, const char 
  * level. Returns `status`. Only reached on the error path, so the success path
  * of the macros is one predictable branch. Thread-safe.
  */
-rp_status rp_error_trail(rp_status status, const char *file, int line) __attribute__((cold));
+rp_status rp_error_trail(rp_status status, const char *file, int line);
 
 /* Returns from the enclosing function if `expr` is not RP_OK, leaving a trail line. */
 #define RP_CHECK(expr)                                                                             \

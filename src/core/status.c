@@ -68,8 +68,10 @@ rp_status rp_error_set(rp_status status, const char *file, int line, const char 
 }
 
 /*
- * The trail line for one level of the error path. Kept out of line and cold
- * so the macros' success path stays a single compare and branch; the level
+ * The trail line for one level of the error path. Out of line, so the macros'
+ * success path stays a single compare and branch. Not marked cold: GCC then
+ * moves the call to a .cold section and gives every caller a stack frame for
+ * it, where a plain call becomes a tail jump on the unlikely branch. The level
  * test comes first so that below debug nothing is formatted.
  */
 rp_status rp_error_trail(rp_status status, const char *file, int line)
