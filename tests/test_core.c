@@ -1,6 +1,6 @@
 /*
- * test_core.c - errors, allocation counting, the arena, the RNG, clocks, log prefixes, CPU
- * counts, and the file helpers (stale temporary files, regular files only).
+ * test_core.c - errors and their trail, allocation counting, the arena, the RNG, clocks, log
+ * prefixes, CPU counts, and the file helpers (stale temporary files, regular files only).
  */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
 #include <fcntl.h>
@@ -221,6 +221,135 @@ static void test_clock_monotonic(void **state)
 }
 
 /* A log line names host and pid, then the MPI rank once set, then the thread's replica. */
+/*
+ * The trail: a failure three levels below trail_top() passes back through an RP_CHECK, another
+ * RP_CHECK and an RP_TRY; each level's line number is recorded on the line of its macro.
+ */
+static int trail_at[3];
+
+static rp_status trail_leaf(void)
+{
+    return RP_ERROR(RP_ERR_SHAPE, "the leaf failed");
+}
+
+static rp_status trail_mid(void)
+{
+    trail_at[0] = __LINE__; RP_CHECK(trail_leaf());
+    return RP_OK;
+}
+
+static rp_status trail_upper(void)
+{
+    trail_at[1] = __LINE__; RP_CHECK(trail_mid());
+    return RP_OK;
+}
+
+static rp_status trail_top(void)
+{
+    rp_status status = RP_OK;
+    trail_at[2] = __LINE__; RP_TRY(trail_upper());
+cleanup:
+    return status;
+}
+
+static int trail_leaf_value;
+
+static int *trail_ptr_leaf(void)
+{
+    RP_ERROR(RP_ERR_NOMEM, "the pointer leaf failed");
+    return NULL;
+}
+
+static int *trail_ptr_top(bool fail)
+{
+    int *p = fail ? trail_ptr_leaf() : &trail_leaf_value;
+    trail_at[0] = __LINE__; RP_PROPAGATE_NULL(p);
+    return p;
+}
+
+/* Runs fn() with stderr caught in buf (NUL-terminated); returns fn's status. */
+static rp_status trail_capture(rp_status (*fn)(void), char *buf, size_t size)
+{
+    fflush(stderr);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    dup2(fileno(f), STDERR_FILENO);
+    rp_status st = fn();
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    rewind(f);
+    size_t n = fread(buf, 1, size - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return st;
+}
+
+static int count_lines(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++) n++;
+    return n;
+}
+
+static rp_status trail_ptr_fail(void)
+{
+    return trail_ptr_top(true) ? RP_OK : rp_last_status();
+}
+
+static rp_status trail_ptr_ok(void)
+{
+    return trail_ptr_top(false) == &trail_leaf_value ? RP_OK : RP_ERR_INVALID;
+}
+
+/*
+ * At debug level each RP_CHECK / RP_TRY that an error passes through logs "file:line -> status",
+ * innermost first; at the default level (info) none does; the error itself is unchanged.
+ */
+static void test_error_trail(void **state)
+{
+    (void)state;
+    rp_log_level was = rp_log_get_level();
+    char out[4096], want[3][96];
+
+    rp_log_set_level(RP_LOG_DEBUG);
+    rp_error_clear();
+    assert_int_equal(trail_capture(trail_top, out, sizeof out), RP_ERR_SHAPE);
+    assert_int_equal(count_lines(out, "trail: "), 3);
+    const char *at = out;
+    for (int i = 0; i < 3; i++) {
+        snprintf(want[i], sizeof want[i], "DEBUG trail: test_core.c:%d -> %d (SHAPE)\n", trail_at[i],
+                 RP_ERR_SHAPE);
+        const char *hit = strstr(at, want[i]);
+        if (!hit) fail_msg("trail line %d \"%s\" missing or out of order in:\n%s", i, want[i], out);
+        at = hit + 1;
+    }
+    tu_assert_error_contains("the leaf failed");
+
+    /* The success path leaves nothing. */
+    assert_int_equal(trail_capture(trail_ptr_ok, out, sizeof out), RP_OK);
+    assert_int_equal(count_lines(out, "trail: "), 0);
+
+    /* A NULL passed on leaves its line too, with the status of the error that made it. */
+    assert_int_equal(trail_capture(trail_ptr_fail, out, sizeof out), RP_ERR_NOMEM);
+    assert_int_equal(count_lines(out, "trail: "), 1);
+    snprintf(want[0], sizeof want[0], "trail: test_core.c:%d -> %d (NOMEM)\n", trail_at[0],
+             RP_ERR_NOMEM);
+    if (!strstr(out, want[0])) fail_msg("\"%s\" missing in:\n%s", want[0], out);
+
+    /* At the default level the same failure logs no trail at all. */
+    rp_log_set_level(RP_LOG_INFO);
+    assert_int_equal(trail_capture(trail_top, out, sizeof out), RP_ERR_SHAPE);
+    assert_int_equal(count_lines(out, "trail: "), 0);
+    assert_string_equal(out, "");
+    tu_assert_error_contains("the leaf failed");
+    assert_int_equal(trail_capture(trail_ptr_fail, out, sizeof out), RP_ERR_NOMEM);
+    assert_string_equal(out, "");
+    rp_log_set_level(was);
+}
+
 static void test_log_prefix(void **state)
 {
     (void)state;
@@ -383,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_log_prefix),
         cmocka_unit_test(test_error_message),
         cmocka_unit_test(test_error_thread_local),
+        cmocka_unit_test(test_error_trail),
         cmocka_unit_test(test_alloc_aligned_and_counted),
         cmocka_unit_test(test_alloc_failure),
         cmocka_unit_test(test_arena_steady_state),

@@ -645,12 +645,10 @@ static void test_schedule_constant_warmup(void **unused)
 static void test_schedule_step_decay(void **unused)
 {
     (void)unused;
-    rp_schedule s = rp_schedule_constant(1.0f);
-    s.kind = RP_SCHED_STEP;
-    s.gamma = 0.1f;
-    s.n_milestones = 2;
-    s.milestones[0] = 30;
-    s.milestones[1] = 80;
+    int64_t milestones[2] = {30, 80};
+    rp_schedule s = rp_schedule_step(1.0f, 0.1f, milestones, 2);
+    assert_int_equal(s.kind, RP_SCHED_STEP);
+    assert_int_equal(rp_schedule_check(&s), RP_OK);
     s.warmup_steps = 5;
     s.warmup_start = 0.2f;
 
@@ -666,10 +664,55 @@ static void test_schedule_step_decay(void **unused)
     assert_lr(rp_schedule_lr(&s, 100000), 0.01);
 
     /* Milestones are counted, not assumed sorted. */
-    s.milestones[0] = 80;
-    s.milestones[1] = 30;
+    milestones[0] = 80;
+    milestones[1] = 30;
     assert_lr(rp_schedule_lr(&s, 50), 0.1);
     assert_lr(rp_schedule_lr(&s, 80), 0.01);
+}
+
+/*
+ * The milestones are the caller's array, of any length: all 12 here count (a fixed array of 8
+ * used to drop the last ones silently). A schedule built by hand that cannot be right is refused
+ * by rp_schedule_check(), naming the field, and rp_schedule_lr() never reads through NULL.
+ */
+static void test_schedule_step_many_milestones(void **unused)
+{
+    (void)unused;
+    int64_t milestones[12];
+    for (int i = 0; i < 12; i++) milestones[i] = 10 * (12 - i); /* 120, 110, ..., 10 */
+    rp_schedule s = rp_schedule_step(1.0f, 0.5f, milestones, 12);
+    assert_int_equal(rp_schedule_check(&s), RP_OK);
+    assert_lr(rp_schedule_lr(&s, 9), 1.0);
+    assert_lr(rp_schedule_lr(&s, 90), pow(0.5, 9));
+    assert_lr(rp_schedule_lr(&s, 120), pow(0.5, 12));
+
+    rp_schedule bad = s;
+    bad.milestones = NULL;
+    assert_int_equal(rp_schedule_check(&bad), RP_ERR_INVALID);
+    tu_assert_error_contains("n_milestones 12 but milestones is NULL");
+    assert_lr(rp_schedule_lr(&bad, 1000), 1.0);
+    bad = s;
+    bad.n_milestones = -1;
+    assert_int_equal(rp_schedule_check(&bad), RP_ERR_INVALID);
+    tu_assert_error_contains("n_milestones -1");
+    bad = s;
+    bad.gamma = NAN;
+    assert_int_equal(rp_schedule_check(&bad), RP_ERR_INVALID);
+    tu_assert_error_contains("gamma");
+    bad = s;
+    bad.warmup_steps = -5;
+    assert_int_equal(rp_schedule_check(&bad), RP_ERR_INVALID);
+    tu_assert_error_contains("warmup_steps -5");
+    bad = s;
+    bad.kind = (rp_sched_kind)7;
+    assert_int_equal(rp_schedule_check(&bad), RP_ERR_INVALID);
+    tu_assert_error_contains("kind 7");
+    assert_int_equal(rp_schedule_check(NULL), RP_ERR_INVALID);
+
+    /* The other constructors pass; they have no milestones. */
+    rp_schedule ok[3] = {rp_schedule_constant(0.1f), rp_schedule_cosine(0.1f, 5, 100),
+                         rp_schedule_linear(0.1f, 0, 100)};
+    for (int i = 0; i < 3; i++) assert_int_equal(rp_schedule_check(&ok[i]), RP_OK);
 }
 
 static void test_schedule_cosine(void **unused)
@@ -735,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_optimizer_rejects_bad_lr),
         cmocka_unit_test(test_schedule_constant_warmup),
         cmocka_unit_test(test_schedule_step_decay),
+        cmocka_unit_test(test_schedule_step_many_milestones),
         cmocka_unit_test(test_schedule_cosine),
         cmocka_unit_test(test_lr_scale),
     };

@@ -1367,6 +1367,40 @@ static void test_claims_hand_out_each_ticket_once(void **unused)
 
 /* ---- bad input ------------------------------------------------------------------------- */
 
+/*
+ * The stats have a count for every worker a set can have: RP_PS_MAX_WORKERS handles all count
+ * (the last one too), and one more worker is refused at creation, naming the count and the bound.
+ */
+static void test_worker_bound(void **unused)
+{
+    (void)unused;
+    enum { W = RP_PS_MAX_WORKERS };
+    rp_ps_config cfg = ps_config(2, -1, CALL_TIMEOUT_S, sgd_plain_config());
+    rp_ps *h[W + 1];
+    char want[64];
+    assert_int_equal(rp_ps_threads_create(h, W + 1, 10, &cfg), RP_ERR_INVALID);
+    snprintf(want, sizeof want, "%d workers: must be in [1, %d]", W + 1, W);
+    tu_assert_error_contains(want);
+
+    expect_ok(rp_ps_threads_create(h, W, 10, &cfg), "rp_ps_threads_create");
+    float g[10];
+    tu_fill(g, 10, 43, -1.0f, 1.0f);
+    for (int w = 0; w < W; w++) expect_ok(rp_ps_push(h[w], g, 0.1f), "rp_ps_push");
+    expect_ok(rp_ps_push(h[W - 1], g, 0.1f), "rp_ps_push");
+    for (int s = 0; s < 2; s++) {
+        rp_ps_server_stats st;
+        memset(&st, 0xff, sizeof st);
+        expect_ok(rp_ps_stats(h[0], s, &st), "rp_ps_stats");
+        assert_int_equal(st.workers, W);
+        assert_int_equal(st.applied, W + 1);
+        assert_int_equal(st.received, W + 1);
+        for (int w = 0; w < W - 1; w++) assert_int_equal(st.from_worker[w], 1);
+        assert_int_equal(st.from_worker[W - 1], 2);
+    }
+    for (int w = 0; w < W; w++) rp_ps_destroy(h[w]);
+}
+
+
 static void test_bad_input(void **unused)
 {
     (void)unused;
@@ -1573,6 +1607,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shard_ranges),
         cmocka_unit_test(test_config_default_and_accessors),
+        cmocka_unit_test(test_worker_bound),
         cmocka_unit_test(test_no_lost_or_duplicated_updates),
         cmocka_unit_test(test_rules_match_local_apply),
         cmocka_unit_test(test_init_snapshot_round_trip),

@@ -646,6 +646,44 @@ static void test_detach_blocks_gradient_keeps_values(void **state)
     rp_params_destroy(m.ps);
 }
 
+/*
+ * Hard-label and soft-target cross-entropy on one tape, with an embedding recorded between them:
+ * each node keeps its own kind of target, so dx = (softmax(x) - onehot(label)) / N for the hard
+ * loss and (softmax(x) - target) / N for the soft one (its rows sum to 1).
+ */
+static void test_softmax_xent_kinds_on_one_tape(void **state)
+{
+    (void)state;
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    const float xd[6] = {0.5f, -1.0f, 2.0f, 0.0f, 0.3f, -0.7f};
+    const float td[6] = {0.2f, 0.5f, 0.3f, 0.6f, 0.1f, 0.3f};
+    const int32_t labels[2] = {2, 0};
+    rp_tensor *xh = rp_tensor_from(t, 2, (int[]){2, 3}, xd);
+    rp_tensor *xs = rp_tensor_from(t, 2, (int[]){2, 3}, xd);
+    rp_tensor *table = rp_tensor_from(t, 2, (int[]){3, 2}, xd);
+    rp_tensor *target = rp_tensor_from(t, 2, (int[]){2, 3}, td);
+    rp_tensor_set_requires_grad(xh, true);
+    rp_tensor_set_requires_grad(xs, true);
+    rp_tensor_set_requires_grad(table, true);
+    rp_tensor *hard = rp_softmax_cross_entropy(t, xh, labels);
+    rp_tensor *emb = rp_sum(t, rp_embedding(t, table, (const int32_t[]){1}, 1));
+    rp_tensor *soft = rp_softmax_cross_entropy_soft(t, xs, target);
+    rp_tensor *loss = rp_add(t, rp_add(t, hard, soft), emb);
+    assert_non_null(loss);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    for (int i = 0; i < 2; i++) {
+        double z = 0;
+        for (int j = 0; j < 3; j++) z += exp(xd[3 * i + j]);
+        for (int j = 0; j < 3; j++) {
+            double p = exp(xd[3 * i + j]) / z;
+            assert_float_equal(xh->grad[3 * i + j], (p - (j == labels[i])) / 2, 1e-6);
+            assert_float_equal(xs->grad[3 * i + j], (p - td[3 * i + j]) / 2, 1e-6);
+        }
+    }
+    rp_tape_destroy(t);
+}
+
 /* rp_tensor_set_requires_grad turns a leaf's gradient on and off; an op's output ignores it. */
 static void test_set_requires_grad(void **state)
 {
@@ -1009,6 +1047,7 @@ int main(void)
         cmocka_unit_test(test_huge_shape_refused),
         cmocka_unit_test(test_detach_blocks_gradient_keeps_values),
         cmocka_unit_test(test_set_requires_grad),
+        cmocka_unit_test(test_softmax_xent_kinds_on_one_tape),
         cmocka_unit_test(test_backward_from_equals_weighted_sum),
         cmocka_unit_test(test_two_listeners),
         cmocka_unit_test(test_frozen_set),

@@ -65,18 +65,49 @@ rp_status rp_error_set(rp_status status, const char *file, int line, const char 
 
 #define RP_ERROR(status, ...) rp_error_set((status), __FILE__, __LINE__, __VA_ARGS__)
 
-/* Returns from the enclosing function if `expr` is not RP_OK. */
+/*
+ * The trail of a failure: RP_CHECK, RP_TRY and RP_PROPAGATE_NULL call it as an
+ * error passes back through them, and at RP_LOG_DEBUG it logs one line
+ * "trail: file:line -> status (NAME)", like NCCL's "-> %d", so a failure
+ * shows the path it took up the stack. Below debug level it only compares the
+ * level. Returns `status`. Only reached on the error path, so the success path
+ * of the macros is one predictable branch. Thread-safe.
+ */
+rp_status rp_error_trail(rp_status status, const char *file, int line);
+
+/* Returns from the enclosing function if `expr` is not RP_OK, leaving a trail line. */
 #define RP_CHECK(expr)                                                                             \
     do {                                                                                           \
         rp_status rp_check_status_ = (expr);                                                       \
-        if (rp_check_status_ != RP_OK) return rp_check_status_;                                    \
+        if (__builtin_expect(rp_check_status_ != RP_OK, 0))                                        \
+            return rp_error_trail(rp_check_status_, __FILE__, __LINE__);                           \
     } while (0)
 
-/* Stores `expr` in the local `status` and jumps to the local `cleanup` label on error. */
+/*
+ * Stores `expr` in the local `status` and jumps to the local `cleanup` label on error, leaving
+ * a trail line.
+ */
 #define RP_TRY(expr)                                                                               \
     do {                                                                                           \
         status = (expr);                                                                           \
-        if (status != RP_OK) goto cleanup;                                                         \
+        if (__builtin_expect(status != RP_OK, 0)) {                                                \
+            rp_error_trail(status, __FILE__, __LINE__);                                            \
+            goto cleanup;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+/*
+ * In a function that returns a pointer, NULL on failure: returns NULL if `ptr`
+ * is NULL. For a pointer made by an earlier call that failed and recorded its
+ * error (a tensor op's input or result, an arena allocation): that error
+ * stands, so it is passed on unchanged, with a trail line.
+ */
+#define RP_PROPAGATE_NULL(ptr)                                                                     \
+    do {                                                                                           \
+        if (__builtin_expect((ptr) == NULL, 0)) {                                                  \
+            rp_error_trail(rp_last_status(), __FILE__, __LINE__);                                  \
+            return NULL;                                                                           \
+        }                                                                                          \
     } while (0)
 
 /* ---- logging ------------------------------------------------------------ */

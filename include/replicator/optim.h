@@ -181,11 +181,21 @@ typedef struct rp_schedule {
     int64_t total_steps; /* COSINE, LINEAR */
     float min_lr;        /* COSINE */
     float gamma;         /* STEP */
-    int n_milestones;    /* STEP */
-    int64_t milestones[8];
+    int n_milestones;    /* STEP: entries of milestones, >= 0 */
+    /*
+     * STEP: absolute step numbers, in any order; NULL when n_milestones is 0. The
+     * caller owns the array, which must outlive the schedule and its copies.
+     */
+    const int64_t *milestones;
 } rp_schedule;
 
 rp_schedule rp_schedule_constant(float lr);
+/*
+ * Step decay: lr * gamma^(number of milestones <= step), no warm-up. The
+ * schedule points at `milestones` (n entries, caller-owned, see above); it
+ * is not copied. Pure: rp_schedule_check() says whether the result is valid.
+ */
+rp_schedule rp_schedule_step(float lr, float gamma, const int64_t *milestones, int n);
 rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_steps);
 /*
  * Linear decay (SN-GAN's): after the warm-up (from 0 over warmup_steps),
@@ -195,7 +205,20 @@ rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_ste
  * after the warm-up. Pure.
  */
 rp_schedule rp_schedule_linear(float lr, int64_t warmup_steps, int64_t total_steps);
+/*
+ * The rate at `step`. Pure and thread-safe; 0 for a NULL schedule. A STEP
+ * schedule with a NULL milestones array counts no milestones (it fails
+ * rp_schedule_check()).
+ */
 float rp_schedule_lr(const rp_schedule *s, int64_t step);
+
+/*
+ * RP_ERR_INVALID naming the first bad field of `s`: NULL, an unknown kind, a
+ * base_lr, min_lr, gamma or warmup_start that is not finite, a negative
+ * warmup_steps, or (STEP) a negative n_milestones or a NULL milestones
+ * array with n_milestones > 0. RP_OK otherwise.
+ */
+rp_status rp_schedule_check(const rp_schedule *s);
 
 /* The linear scaling rule: base_lr * global_batch / reference_batch. */
 float rp_lr_scale(float base_lr, int global_batch, int reference_batch);

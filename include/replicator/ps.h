@@ -63,6 +63,13 @@ extern "C" {
 /* The range [*lo, *hi) of a numel-float block that server s of `servers` keeps. */
 void rp_ps_shard_range(int64_t numel, int servers, int s, int64_t *lo, int64_t *hi);
 
+/*
+ * The most workers one set of servers takes (the threads backend's handles, a communicator's
+ * worker ranks): the servers keep a clock and counts per worker in fixed tables, and the create
+ * functions refuse more with RP_ERR_INVALID naming the count.
+ */
+#define RP_PS_MAX_WORKERS 64
+
 typedef struct rp_ps_config {
     int servers;          /* S in [1, 256] */
     int staleness;        /* k >= 0, or -1 (the default): unbounded */
@@ -82,7 +89,7 @@ typedef struct rp_ps rp_ps;
  * thread each. The values start at zero, the slots at zero, the step at 0
  * (rp_ps_init() sets them). Each handle is destroyed by its own
  * rp_ps_destroy(); the shards go with the last one.
- * Errors: RP_ERR_INVALID (workers outside [1, 64], numel < 0, servers
+ * Errors: RP_ERR_INVALID (workers outside [1, RP_PS_MAX_WORKERS], numel < 0, servers
  * outside [1, 256], a bad optimizer configuration), RP_ERR_NOMEM.
  */
 rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, const rp_ps_config *cfg);
@@ -133,11 +140,16 @@ rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values)
  */
 rp_status rp_ps_snapshot(rp_ps *ps, float *values, float *slots, int64_t *step);
 
-/* What server s has done since rp_ps_init(): updates applied, pushes received from each worker. */
+/*
+ * What server s has done since rp_ps_init(): updates applied, pushes received from each worker.
+ * from_worker has room for every worker a set can have: the create functions refuse more than
+ * RP_PS_MAX_WORKERS (RP_ERR_INVALID), and entries from `workers` on are 0.
+ */
 typedef struct rp_ps_server_stats {
     int64_t applied;
-    int64_t received;       /* from all workers */
-    int64_t from_worker[64]; /* from workers 0..63 */
+    int64_t received;                       /* from all workers */
+    int workers;                            /* the set's workers: from_worker[0 .. workers) */
+    int64_t from_worker[RP_PS_MAX_WORKERS]; /* from each worker */
 } rp_ps_server_stats;
 
 rp_status rp_ps_stats(rp_ps *ps, int server, rp_ps_server_stats *st);
@@ -190,7 +202,7 @@ typedef struct rp_ps_group rp_ps_group;
  * backend communicator, destroyed with the group). Collective over
  * MPI_COMM_WORLD (MPI is initialised if it is not yet). A timeout of 0 is
  * $RP_COMM_TIMEOUT. Errors: RP_ERR_INVALID if S is not below the job's
- * size or leaves more than 64 workers; RP_ERR_UNSUPPORTED in a build
+ * size or leaves more than RP_PS_MAX_WORKERS workers; RP_ERR_UNSUPPORTED in a build
  * without MPI; the communicator's errors.
  */
 rp_status rp_ps_mpi_group_create(rp_ps_group **g, int servers, double timeout_s);
@@ -230,7 +242,7 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g);
  * k-th set if this is the worker's k-th call (every worker creates the same
  * sets in the same order). The servers' shards start at zero until
  * rp_ps_init(). cfg->servers must be the group's S; a timeout of 0 takes
- * the group's (whose 0 is $RP_COMM_TIMEOUT). At most 64 workers and 8 live
+ * the group's (whose 0 is $RP_COMM_TIMEOUT). At most RP_PS_MAX_WORKERS workers and 8 live
  * sets. A staleness error from a server leaves the handle usable; a server
  * that does not answer breaks the group (later calls fail at once, naming
  * it). rp_ps_backend() is "mpi" on an MPI group, "remote" on any other.

@@ -1,5 +1,6 @@
 /*
- * status.c - status names and the per-thread last-error message.
+ * status.c - status names, the per-thread last-error message and the error
+ * path's trail.
  */
 #include <stdio.h>
 #include <string.h>
@@ -63,5 +64,21 @@ rp_status rp_error_set(rp_status status, const char *file, int line, const char 
     vsnprintf(last_message + len, sizeof last_message - (size_t)len, fmt, ap);
     va_end(ap);
     last_status = status;
+    return status;
+}
+
+/*
+ * The trail line for one level of the error path. Out of line, so the macros'
+ * success path stays a single compare and branch. Not marked cold: GCC then
+ * moves the call to a .cold section and gives every caller a stack frame for
+ * it, where a plain call becomes a tail jump on the unlikely branch. The level
+ * test comes first so that below debug nothing is formatted.
+ */
+rp_status rp_error_trail(rp_status status, const char *file, int line)
+{
+    if (rp_log_get_level() > RP_LOG_DEBUG) return status;
+    const char *base = file ? strrchr(file, '/') : NULL;
+    base = base ? base + 1 : file ? file : "?";
+    rp_log(RP_LOG_DEBUG, "trail: %s:%d -> %d (%s)", base, line, status, rp_status_name(status));
     return status;
 }

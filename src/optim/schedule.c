@@ -38,6 +38,17 @@ rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_ste
     return s;
 }
 
+/* Step decay at the caller's milestones, which the schedule points at (not copied). */
+rp_schedule rp_schedule_step(float lr, float gamma, const int64_t *milestones, int n)
+{
+    rp_schedule s = rp_schedule_constant(lr);
+    s.kind = RP_SCHED_STEP;
+    s.gamma = gamma;
+    s.n_milestones = n;
+    s.milestones = milestones;
+    return s;
+}
+
 /*
  * Linear decay from `lr` at step 0 to 0 at total_steps (SN-GAN's schedule),
  * after a linear warm-up from 0 over the first warmup_steps steps. The decay
@@ -59,8 +70,8 @@ rp_schedule rp_schedule_linear(float lr, int64_t warmup_steps, int64_t total_ste
  * base_lr*warmup_start towards base_lr. After it:
  *   CONSTANT: base_lr;
  *   STEP:     base_lr * gamma^k, k the number of milestones <= step (the
- *             milestones are absolute step numbers, in any order; at most 8
- *             are read);
+ *             milestones are absolute step numbers, in any order; all
+ *             n_milestones are read, none if the array is NULL);
  *   COSINE:   min_lr + (base_lr - min_lr) * (1 + cos(pi*p)) / 2 with
  *             p = (step - warmup) / (total - warmup) clamped to [0, 1], so
  *             the rate stays at min_lr past total_steps (and is min_lr at
@@ -85,10 +96,7 @@ float rp_schedule_lr(const rp_schedule *s, int64_t step)
     case RP_SCHED_CONSTANT:
         return s->base_lr;
     case RP_SCHED_STEP: {
-        int n = s->n_milestones;
-        if (n < 0) n = 0;
-        if (n > (int)(sizeof(s->milestones) / sizeof(s->milestones[0])))
-            n = (int)(sizeof(s->milestones) / sizeof(s->milestones[0]));
+        int n = s->milestones ? s->n_milestones : 0;
         double rate = base;
         for (int i = 0; i < n; i++) {
             if (s->milestones[i] <= step) rate *= (double)s->gamma;
@@ -108,6 +116,34 @@ float rp_schedule_lr(const rp_schedule *s, int64_t step)
         return (float)(base * (1.0 - (double)step / (double)s->total_steps));
     }
     return s->base_lr;
+}
+
+/*
+ * Checks what rp_schedule_lr() relies on, so that a schedule built by hand
+ * fails here with the field named rather than giving a quietly wrong rate.
+ */
+rp_status rp_schedule_check(const rp_schedule *s)
+{
+    if (!s) return RP_ERROR(RP_ERR_INVALID, "schedule is NULL");
+    if (s->kind != RP_SCHED_CONSTANT && s->kind != RP_SCHED_STEP && s->kind != RP_SCHED_COSINE &&
+        s->kind != RP_SCHED_LINEAR)
+        return RP_ERROR(RP_ERR_INVALID, "schedule kind %d: not an rp_sched_kind", (int)s->kind);
+    const struct { const char *name; float value; } floats[] = {
+        {"base_lr", s->base_lr}, {"min_lr", s->min_lr}, {"gamma", s->gamma},
+        {"warmup_start", s->warmup_start}};
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (!isfinite(floats[i].value))
+            return RP_ERROR(RP_ERR_INVALID, "schedule %s %g: must be finite", floats[i].name,
+                            (double)floats[i].value);
+    if (s->warmup_steps < 0)
+        return RP_ERROR(RP_ERR_INVALID, "schedule warmup_steps %lld: must be >= 0",
+                        (long long)s->warmup_steps);
+    if (s->kind == RP_SCHED_STEP && s->n_milestones < 0)
+        return RP_ERROR(RP_ERR_INVALID, "schedule n_milestones %d: must be >= 0", s->n_milestones);
+    if (s->kind == RP_SCHED_STEP && s->n_milestones > 0 && !s->milestones)
+        return RP_ERROR(RP_ERR_INVALID, "schedule n_milestones %d but milestones is NULL",
+                        s->n_milestones);
+    return RP_OK;
 }
 
 /*

@@ -11,8 +11,6 @@
 
 #include "replicator/ps.h"
 
-#define RP_PS_MAX_WORKERS 64
-
 typedef struct rp_ps_ops {
     const char *name;
     /* grad NULL: pull only; values NULL: push only. lr and grad were checked. */

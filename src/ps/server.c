@@ -365,8 +365,8 @@ static rp_status handle(server *sv, const ps_req *rq)
     case MSG_SNAPSHOT:
         return reply(sv, w, rq->kind, RP_OK, sh->step, NULL, sh, rq->flags & F_SLOTS, NULL, 0);
     case MSG_STATS: {
-        rp_ps_server_stats s = {.applied = sh->applied};
-        for (int q = 0; q < g->workers && q < 64; q++) {
+        rp_ps_server_stats s = {.applied = sh->applied, .workers = g->workers};
+        for (int q = 0; q < g->workers; q++) {
             s.from_worker[q] = sh->from_worker[q];
             s.received += sh->from_worker[q];
         }

@@ -188,7 +188,8 @@ static rp_status threads_stats(rp_ps *ps, int s, rp_ps_server_stats *st)
     const rp_ps_shard *sh = &g->servers[s].sh;
     memset(st, 0, sizeof *st);
     st->applied = sh->applied;
-    for (int w = 0; w < g->workers && w < 64; w++) {
+    st->workers = g->workers;
+    for (int w = 0; w < g->workers; w++) {
         st->from_worker[w] = sh->from_worker[w];
         st->received += sh->from_worker[w];
     }

@@ -411,7 +411,7 @@ static rp_status loss_bwd(rp_tape *t, rp_node *nd)
         if (fail) return tape_oom();
         if (!dx) return RP_OK;
         int n = x->shape[0], c = x->shape[1];
-        bool hard = nd->a.emb.n == 1;
+        bool hard = nd->a.xent.hard;
         t->k->softmax_xent_bwd(dx, nd->saved, hard ? nd->saved2 : NULL, hard ? NULL : nd->saved2,
                                dl / (float)n, n, c);
         tape_grad_commit(t, x, dx);

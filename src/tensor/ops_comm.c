@@ -31,21 +31,21 @@ static bool record(rp_tape *t, rp_op op, rp_tensor *y, rp_tensor *x, rp_comm *c,
 
 rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_all_reduce")) return NULL;
     if (op < RP_SUM || op > RP_FIRST) {
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_all_reduce: unknown reduction %d", (int)op);
         return NULL;
     }
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     if (rp_comm_all_reduce(c, x->data, y->data, x->numel, RP_F32, op) != RP_OK) return NULL;
     return record(t, RP_OP_ALL_REDUCE, y, x, c, op, 0) ? y : NULL;
 }
 
 rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_all_gather")) return NULL;
     if (x->ndim >= RP_MAX_DIMS) {
         char sx[64];
@@ -57,14 +57,14 @@ rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
     int shape[RP_MAX_DIMS] = {rp_comm_size(c)};
     for (int i = 0; i < x->ndim; i++) shape[i + 1] = x->shape[i];
     rp_tensor *y = rp_tape_tensor(t, x->ndim + 1, shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     if (rp_comm_all_gather(c, x->data, y->data, x->numel, RP_F32) != RP_OK) return NULL;
     return record(t, RP_OP_ALL_GATHER, y, x, c, RP_SUM, 0) ? y : NULL;
 }
 
 rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_reduce_scatter")) return NULL;
     if (op != RP_SUM && op != RP_MEAN) {
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_reduce_scatter: reduction %s has no gradient here; "
@@ -82,14 +82,14 @@ rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_red
     memcpy(shape, x->shape, sizeof shape);
     shape[0] /= n;
     rp_tensor *y = rp_tape_tensor(t, x->ndim, shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     if (rp_comm_reduce_scatter(c, x->data, y->data, y->numel, RP_F32, op) != RP_OK) return NULL;
     return record(t, RP_OP_REDUCE_SCATTER, y, x, c, op, 0) ? y : NULL;
 }
 
 rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_broadcast")) return NULL;
     if (root < 0 || root >= rp_comm_size(c)) {
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_broadcast: root %d is outside the %d members", root,
@@ -97,7 +97,7 @@ rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
         return NULL;
     }
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     memcpy(y->data, x->data, (size_t)x->numel * sizeof(float));
     if (rp_comm_broadcast(c, y->data, y->numel, RP_F32, root) != RP_OK) return NULL;
     return record(t, RP_OP_BROADCAST, y, x, c, RP_SUM, root) ? y : NULL;
@@ -105,35 +105,35 @@ rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
 
 rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_copy_to_group")) return NULL;
     rp_tensor *y = tape_view(t, x, x->ndim, x->shape); /* the identity: x's values, not a copy */
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     return record(t, RP_OP_COPY_TO_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
 }
 
 rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_reduce_from_group")) return NULL;
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     if (rp_comm_all_reduce(c, x->data, y->data, x->numel, RP_F32, RP_SUM) != RP_OK) return NULL;
     return record(t, RP_OP_REDUCE_FROM_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
 }
 
 rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int tag)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_send")) return NULL;
     rp_tensor *token = rp_tape_tensor(t, 0, NULL);
-    if (!token) return NULL;
+    RP_PROPAGATE_NULL(token);
     token->data[0] = 0.0f;
     if (rp_comm_send(c, x->data, x->numel, RP_F32, peer, tag) != RP_OK) return NULL;
     /* Recorded whenever the tape records, as the matching receive is: the peer's backward sends. */
     if (!t->recording) return token;
     rp_node *node = rp_tape_record(t, RP_OP_SEND, token, &x, 1);
-    if (!node) return NULL;
+    RP_PROPAGATE_NULL(node);
     node->a.coll.comm = c;
     node->a.coll.peer = peer;
     node->a.coll.tag = tag;
@@ -144,11 +144,11 @@ rp_tensor *rp_tensor_recv(rp_tape *t, rp_comm *c, int ndim, const int *shape, in
 {
     if (!check_comm(t, c, "rp_tensor_recv")) return NULL;
     rp_tensor *y = rp_tensor_new(t, ndim, shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     if (rp_comm_recv(c, y->data, y->numel, RP_F32, peer, tag) != RP_OK) return NULL;
     if (!t->recording) return y;
     rp_node *node = rp_tape_record(t, RP_OP_RECV, y, NULL, 0);
-    if (!node) return NULL;
+    RP_PROPAGATE_NULL(node);
     node->a.coll.comm = c;
     node->a.coll.peer = peer;
     node->a.coll.tag = tag;

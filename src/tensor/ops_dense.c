@@ -12,8 +12,8 @@
 /* A NULL input means an earlier op failed: pass the failure on silently. */
 rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
 {
-    TAPE_PROPAGATE_NULL(a);
-    TAPE_PROPAGATE_NULL(b);
+    RP_PROPAGATE_NULL(a);
+    RP_PROPAGATE_NULL(b);
     char sa[64], sb[64];
     if (a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_matmul: cannot multiply %s by %s (need [M,K] x [K,N])",
@@ -22,7 +22,7 @@ rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
     }
     int m = a->shape[0], k = a->shape[1], n = b->shape[1];
     rp_tensor *y = rp_tape_tensor(t, 2, (int[]){m, n});
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->gemm(false, false, m, n, k, 1.0f, a->data, k, b->data, n, 0.0f, y->data, n);
     rp_tensor *in[] = {a, b};
     if (rp_tape_needs_grad(t, in, 2) && !rp_tape_record(t, RP_OP_MATMUL, y, in, 2)) return NULL;
@@ -31,8 +31,8 @@ rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
 
 rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
 {
-    TAPE_PROPAGATE_NULL(x);
-    TAPE_PROPAGATE_NULL(w);
+    RP_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(w);
     char sx[64], sw[64], sb[64];
     if (x->ndim != 2 || w->ndim != 2 || x->shape[1] != w->shape[1]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_linear: input %s does not fit weight %s (need [N,in], [out,in])",
@@ -46,7 +46,7 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
         return NULL;
     }
     rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, out_f});
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->gemm(false, true, n, out_f, in_f, 1.0f, x->data, in_f, w->data, in_f, 0.0f, y->data,
                out_f);
     if (b) t->k->binary(y->data, y->data, b->data, y->numel, out_f, RP_BIN_ADD);
@@ -57,13 +57,13 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
 
 static rp_tensor *activation(rp_tape *t, rp_tensor *x, rp_act act, float slope)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->act_fwd(y->data, x->data, x->numel, act, slope);
     if (rp_tape_needs_grad(t, &x, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_ACT, y, &x, 1);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->a.act.act = act;
         node->a.act.slope = slope;
     }
@@ -111,18 +111,18 @@ rp_tensor *rp_reciprocal(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (!(lo <= hi)) {
         RP_ERROR(RP_ERR_INVALID, "rp_clamp: lo %g must be <= hi %g (and neither NaN)", (double)lo,
                  (double)hi);
         return NULL;
     }
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->clamp_fwd(y->data, x->data, x->numel, lo, hi);
     if (rp_tape_needs_grad(t, &x, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_CLAMP, y, &x, 1);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->a.clamp.lo = lo;
         node->a.clamp.hi = hi;
     }
@@ -167,8 +167,8 @@ static bool broadcasts_per_axis(const rp_tensor *a, const rp_tensor *b, int64_t 
 
 static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, const char *who)
 {
-    TAPE_PROPAGATE_NULL(a);
-    TAPE_PROPAGATE_NULL(b);
+    RP_PROPAGATE_NULL(a);
+    RP_PROPAGATE_NULL(b);
     int64_t shape[RP_MAX_DIMS], bstride[RP_MAX_DIMS];
     if (!broadcasts(a, b)) {
         if (!broadcasts_per_axis(a, b, shape, bstride)) {
@@ -179,12 +179,12 @@ static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, co
             return NULL;
         }
         rp_tensor *y = rp_tape_tensor(t, a->ndim, a->shape);
-        if (!y) return NULL;
+        RP_PROPAGATE_NULL(y);
         t->k->binary_bcast(y->data, a->data, b->data, shape, bstride, op);
         rp_tensor *in[] = {a, b};
         if (rp_tape_needs_grad(t, in, 2)) {
             rp_node *node = rp_tape_record(t, RP_OP_BINARY_BCAST, y, in, 2);
-            if (!node) return NULL;
+            RP_PROPAGATE_NULL(node);
             node->a.bcast.op = op;
             memcpy(node->a.bcast.shape, shape, sizeof shape);
             memcpy(node->a.bcast.bstride, bstride, sizeof bstride);
@@ -192,12 +192,12 @@ static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, co
         return y;
     }
     rp_tensor *y = rp_tape_tensor(t, a->ndim, a->shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->binary(y->data, a->data, b->data, a->numel, b->numel, op);
     rp_tensor *in[] = {a, b};
     if (rp_tape_needs_grad(t, in, 2)) {
         rp_node *node = rp_tape_record(t, RP_OP_BINARY, y, in, 2);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->a.bin.op = op;
         node->a.bin.nb = b->numel;
     }
@@ -226,13 +226,13 @@ rp_tensor *rp_div(rp_tape *t, rp_tensor *a, rp_tensor *b)
 
 rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->scale(y->data, x->data, s, x->numel, false);
     if (rp_tape_needs_grad(t, &x, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_SCALE, y, &x, 1);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->a.scale.s = s;
     }
     return y;
@@ -244,7 +244,7 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
         RP_ERROR(RP_ERR_INVALID, "rp_concat: need at least one tensor, got %d", n);
         return NULL;
     }
-    for (int i = 0; i < n; i++) TAPE_PROPAGATE_NULL(xs[i]);
+    for (int i = 0; i < n; i++) RP_PROPAGATE_NULL(xs[i]);
     const rp_tensor *x0 = xs[0];
     int last = x0->ndim - 1, width = 0;
     if (x0->ndim < 1) {
@@ -267,7 +267,7 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
     memcpy(shape, x0->shape, sizeof shape);
     shape[last] = width;
     rp_tensor *y = rp_tape_tensor(t, x0->ndim, shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     int64_t rows = y->numel / width, off = 0;
     for (int i = 0; i < n; i++) {
         t->k->copy_cols(y->data, width, off, xs[i]->data, rows, xs[i]->shape[last]);
@@ -279,7 +279,7 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
 
 rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (ndim < 0 || ndim > RP_MAX_DIMS || rp_shape_numel(ndim, shape) != x->numel) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_reshape: cannot reshape %s (%lld elements) to %d dims with %lld "
@@ -294,14 +294,14 @@ rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
         }
     }
     rp_tensor *y = tape_view(t, x, ndim, shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_RESHAPE, y, &x, 1)) return NULL;
     return y;
 }
 
 rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (x->ndim < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_flatten: a scalar has no batch dimension");
         return NULL;
@@ -312,9 +312,9 @@ rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x)
 
 static rp_tensor *reduce_all(rp_tape *t, rp_tensor *x, bool mean)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     rp_tensor *y = rp_tape_tensor(t, 0, NULL);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     double s = t->k->sum(x->data, x->numel);
     y->data[0] = (float)(mean ? s / (double)x->numel : s);
     if (rp_tape_needs_grad(t, &x, 1) &&
@@ -335,7 +335,7 @@ rp_tensor *rp_mean(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
 {
-    TAPE_PROPAGATE_NULL(table);
+    RP_PROPAGATE_NULL(table);
     char st[64];
     if (table->ndim != 2 || !idx || n < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_embedding: need a [V,D] table, indices and n >= 1; got table %s, "
@@ -351,7 +351,7 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
         }
     }
     rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, d});
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->embedding_fwd(y->data, table->data, idx, n, d);
     if (rp_tape_needs_grad(t, &table, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_EMBEDDING, y, &table, 1);
@@ -367,7 +367,7 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
 static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *labels,
                                rp_tensor *target, const char *who)
 {
-    TAPE_PROPAGATE_NULL(logits);
+    RP_PROPAGATE_NULL(logits);
     char sl[64], st[64];
     if (logits->ndim != 2) {
         RP_ERROR(RP_ERR_SHAPE, "%s: logits must be [N,C], got %s", who,
@@ -400,15 +400,15 @@ static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *lab
                                                target ? target->data : NULL, n, c);
     if (rp_tape_needs_grad(t, &logits, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_SOFTMAX_XENT, y, &logits, 1);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->saved = probs;
         if (target) {
             node->saved2 = target->data; /* lives in an arena or a parameter block until reset */
         } else if (labels) {
             int32_t *copy = rp_arena_alloc(t->arena, (size_t)n * sizeof(int32_t));
-            if (!copy) return NULL;
+            RP_PROPAGATE_NULL(copy);
             memcpy(copy, labels, (size_t)n * sizeof(int32_t));
-            node->a.emb.n = 1; /* marks hard labels */
+            node->a.xent.hard = true;
             node->saved2 = copy;
         }
     }
@@ -422,14 +422,14 @@ rp_tensor *rp_softmax_cross_entropy(rp_tape *t, rp_tensor *logits, const int32_t
 
 rp_tensor *rp_softmax_cross_entropy_soft(rp_tape *t, rp_tensor *logits, rp_tensor *target)
 {
-    TAPE_PROPAGATE_NULL(target);
+    RP_PROPAGATE_NULL(target);
     return softmax_xent(t, logits, NULL, target, "rp_softmax_cross_entropy_soft");
 }
 
 rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b)
 {
-    TAPE_PROPAGATE_NULL(a);
-    TAPE_PROPAGATE_NULL(b);
+    RP_PROPAGATE_NULL(a);
+    RP_PROPAGATE_NULL(b);
     if (!rp_tensor_same_shape(a, b)) {
         char sa[64], sb[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_mse: shapes differ: %s and %s", rp_shape_str(a, sa, sizeof sa),

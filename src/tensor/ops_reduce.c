@@ -26,12 +26,12 @@ static rp_tensor *reduce(rp_tape *t, rp_tensor *x, unsigned mask, bool keepdims,
         }
     }
     rp_tensor *y = rp_tape_tensor(t, out_ndim, out_shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     float scale = mean ? (float)(1.0 / (double)count) : 1.0f;
     t->k->reduce_axes(y->data, x->data, shape, mask4, scale, false);
     if (rp_tape_needs_grad(t, &x, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_REDUCE_AXES, y, &x, 1);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         memcpy(node->a.red.shape, shape, sizeof shape);
         node->a.red.mask = mask4;
         node->a.red.scale = scale;
@@ -42,7 +42,7 @@ static rp_tensor *reduce(rp_tape *t, rp_tensor *x, unsigned mask, bool keepdims,
 static rp_tensor *reduce_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes,
                               bool keepdims, bool mean, const char *who)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (n_axes < 1 || !axes) {
         RP_ERROR(RP_ERR_INVALID, "%s: need at least one axis, got %d", who, n_axes);
         return NULL;
@@ -73,7 +73,7 @@ rp_tensor *rp_mean_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, b
 
 static rp_tensor *reduce_rows(rp_tape *t, rp_tensor *x, bool mean, const char *who)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (x->ndim < 1) {
         RP_ERROR(RP_ERR_SHAPE, "%s: a scalar has no rows", who);
         return NULL;
@@ -94,14 +94,14 @@ rp_tensor *rp_mean_rows(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (x->ndim < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_log_softmax: need at least one dimension, got a scalar");
         return NULL;
     }
     int c = x->shape[x->ndim - 1];
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->log_softmax_fwd(y->data, x->data, x->numel / c, c);
     if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_LOG_SOFTMAX, y, &x, 1))
         return NULL;
@@ -110,7 +110,7 @@ rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta, float eps)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     char sx[64], sg[64], sb[64];
     int d = x->ndim ? x->shape[x->ndim - 1] : 0;
     bool gok = !gamma || (gamma->ndim == 1 && gamma->shape[0] == d);
@@ -134,7 +134,7 @@ rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
     rp_tensor *in[] = {x, gamma, beta};
     if (rp_tape_needs_grad(t, in, 3)) {
         rp_node *node = rp_tape_record(t, RP_OP_LAYER_NORM, y, in, 3);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->saved = stats;
         node->a.ln.eps = eps;
     }

@@ -9,8 +9,8 @@
 
 rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_conv_params p)
 {
-    TAPE_PROPAGATE_NULL(x);
-    TAPE_PROPAGATE_NULL(w);
+    RP_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(w);
     char sx[64], sw[64], sb[64];
     if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[3]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_conv2d: input %s does not fit weight %s (need NHWC [N,H,W,C] "
@@ -28,12 +28,12 @@ rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_co
                           w->shape[1], w->shape[2], p.stride, p.pad) != RP_OK)
         return NULL;
     rp_tensor *y = rp_tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.o});
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     if (t->k->conv2d_fwd(y->data, x->data, w->data, b ? b->data : NULL, &d) != RP_OK) return NULL;
     rp_tensor *in[] = {x, w, b};
     if (rp_tape_needs_grad(t, in, 3)) {
         rp_node *node = rp_tape_record(t, RP_OP_CONV2D, y, in, 3);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->a.conv = d;
     }
     return y;
@@ -53,9 +53,9 @@ static bool is_channel_vector(const rp_tensor *v, int c)
 rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
                          rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p)
 {
-    TAPE_PROPAGATE_NULL(x);
-    TAPE_PROPAGATE_NULL(gamma);
-    TAPE_PROPAGATE_NULL(beta);
+    RP_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(gamma);
+    RP_PROPAGATE_NULL(beta);
     char sx[64], sg[64], sbeta[64];
     int c = x->ndim ? x->shape[x->ndim - 1] : 0;
     if (x->ndim < 2 || !is_channel_vector(gamma, c) || !is_channel_vector(beta, c)) {
@@ -127,7 +127,7 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
     if (rp_tape_needs_grad(t, in, 3)) {
         /* Backward recomputes xhat from x, mean and invstd, and corrects with mean_rest. */
         rp_node *node = rp_tape_record(t, RP_OP_BATCH_NORM, y, in, 3);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->saved = stats;
         node->a.bn.relu = p.relu;
         node->a.bn.training = p.training;
@@ -142,7 +142,7 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
 
 static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     const char *who = max ? "rp_max_pool2d" : "rp_avg_pool2d";
     if (x->ndim != 4) {
         char sx[64];
@@ -155,7 +155,7 @@ static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
                           p.stride, p.pad) != RP_OK)
         return NULL;
     rp_tensor *y = rp_tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.c});
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     int32_t *argmax = NULL;
     if (max) {
         argmax = rp_arena_alloc(t->arena, (size_t)y->numel * sizeof(int32_t));
@@ -165,7 +165,7 @@ static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
     }
     if (rp_tape_needs_grad(t, &x, 1)) {
         rp_node *node = rp_tape_record(t, max ? RP_OP_MAX_POOL : RP_OP_AVG_POOL, y, &x, 1);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->a.pool = d;
         node->saved = argmax;
     }
@@ -184,7 +184,7 @@ rp_tensor *rp_avg_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p)
 
 rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (x->ndim != 4) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_global_avg_pool: input must be NHWC [N,H,W,C], got %s",
@@ -193,7 +193,7 @@ rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
     }
     int n = x->shape[0], hw = x->shape[1] * x->shape[2], c = x->shape[3];
     rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, c});
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->gap_fwd(y->data, x->data, n, hw, c);
     if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_GLOBAL_AVG_POOL, y, &x, 1))
         return NULL;
@@ -202,7 +202,7 @@ rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
 {
-    TAPE_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(x);
     if (x->ndim != 4) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_upsample2x: input must be NHWC [N,H,W,C], got %s",
@@ -211,7 +211,7 @@ rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
     }
     int n = x->shape[0], h = x->shape[1], w = x->shape[2], c = x->shape[3];
     rp_tensor *y = rp_tape_tensor(t, 4, (int[]){n, 2 * h, 2 * w, c});
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     t->k->upsample2x_fwd(y->data, x->data, n, h, w, c);
     if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_UPSAMPLE2X, y, &x, 1))
         return NULL;

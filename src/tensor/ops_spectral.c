@@ -29,8 +29,8 @@ static void normalise(double *x, int64_t n)
 rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool update_u,
                                  float *sigma_out)
 {
-    TAPE_PROPAGATE_NULL(w);
-    TAPE_PROPAGATE_NULL(u);
+    RP_PROPAGATE_NULL(w);
+    RP_PROPAGATE_NULL(u);
     char sw[64], su[64];
     if (w->ndim < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_spectral_normalize: weight %s needs at least 1 dimension",
@@ -93,7 +93,7 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
 
     if (rp_tape_needs_grad(t, &w, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_SPECTRAL_NORM, y, &w, 1);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->saved = uv;
         node->a.sn.rows = rows;
         node->a.sn.cols = cols;

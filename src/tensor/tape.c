@@ -125,7 +125,7 @@ void rp_tensor_set_requires_grad(rp_tensor *x, bool on)
 
 rp_tensor *rp_detach(rp_tape *t, rp_tensor *x)
 {
-    if (!x) return NULL;
+    RP_PROPAGATE_NULL(x);
     if (!t) {
         RP_ERROR(RP_ERR_INVALID, "rp_detach: tape is NULL");
         return NULL;
@@ -136,7 +136,7 @@ rp_tensor *rp_detach(rp_tape *t, rp_tensor *x)
 rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
 {
     rp_tensor *y = rp_arena_calloc(t->arena, sizeof *y);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     y->ndim = ndim;
     for (int i = 0; i < RP_MAX_DIMS; i++) y->shape[i] = i < ndim ? shape[i] : 1;
     y->numel = x->numel;
@@ -271,7 +271,7 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
     }
     const char *name = op->name ? op->name : "(unnamed)";
     for (int i = 0; i < n; i++)
-        if (!in[i]) return NULL;
+        RP_PROPAGATE_NULL(in[i]);
     if (ndim < 0 || ndim > RP_MAX_DIMS || (ndim > 0 && !shape) ||
         rp_shape_numel(ndim, shape) < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_custom: op \"%s\": the output shape (%d dims) is invalid", name,
@@ -279,7 +279,7 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
         return NULL;
     }
     rp_tensor *y = rp_tape_tensor(t, ndim, shape);
-    if (!y) return NULL;
+    RP_PROPAGATE_NULL(y);
     rp_status st = op->forward(ctx, y, in, n);
     if (st != RP_OK) {
         tape_custom_error(st, op, "forward");
@@ -287,7 +287,7 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
     }
     if (rp_tape_needs_grad(t, in, n)) {
         rp_node *node = rp_tape_record(t, RP_OP_CUSTOM, y, in, n);
-        if (!node) return NULL;
+        RP_PROPAGATE_NULL(node);
         node->a.custom.op = op;
         node->a.custom.ctx = ctx;
     }

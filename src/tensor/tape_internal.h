@@ -76,6 +76,7 @@ typedef struct rp_node {
         struct { const rp_custom_op *op; void *ctx; } custom;
         struct { rp_comm *comm; rp_reduce_op op; int root, peer, tag; } coll;
         struct { int n; } emb;
+        struct { bool hard; } xent; /* SOFTMAX_XENT: saved2 holds int32 labels, else float targets */
         struct { int64_t rows, cols; double sigma; } sn; /* saved: u' [rows] then v [cols], double */
     } a;
 } rp_node;
@@ -124,11 +125,7 @@ void tape_grad_commit(rp_tape *t, rp_tensor *x, float *buf);
 float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail);
 rp_status tape_oom(void); /* tape_error.c */
 
-/* In an op: an input is NULL because an earlier op failed; its error stands, so pass the NULL on. */
-#define TAPE_PROPAGATE_NULL(x)                                                                     \
-    do {                                                                                           \
-        if (!(x)) return NULL;                                                                     \
-    } while (0)
+/* An op's input that is NULL because an earlier op failed is passed on by RP_PROPAGATE_NULL (core.h). */
 
 /*
  * A leaf on t's arena that shares x's values under the shape [ndim, shape]: tensors are never

@@ -71,7 +71,7 @@ static bool shape_ok(int ndim, const int *shape, const char *who)
 rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape)
 {
     rp_tensor *x = rp_arena_alloc(t->arena, sizeof *x);
-    if (!x) return NULL;
+    RP_PROPAGATE_NULL(x);
     memset(x, 0, sizeof *x);
     x->ndim = ndim;
     for (int i = 0; i < RP_MAX_DIMS; i++) x->shape[i] = i < ndim ? shape[i] : 1;
@@ -102,7 +102,7 @@ rp_tensor *rp_tensor_from(rp_tape *t, int ndim, const int *shape, const float *d
 rp_tensor *rp_tensor_fill(rp_tape *t, int ndim, const int *shape, float value)
 {
     rp_tensor *x = rp_tensor_new(t, ndim, shape);
-    if (!x) return NULL;
+    RP_PROPAGATE_NULL(x);
     memset(x->data, 0, (size_t)x->numel * sizeof(float));
     if (value != 0.0f) t->k->add_scalar(x->data, value, x->numel);
     return x;
