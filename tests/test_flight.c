@@ -270,6 +270,8 @@ static void test_healthy_run_entries(void **state)
         assert_true(first >= 0 && first + 4 <= held);
         rp_flight_entry e[5];
         for (int k = 0; k < 4; k++) rp_comm_flight_get(c, first + k, &e[k]);
+        assert_false(e[0].internal);
+        assert_string_equal(e[0].what, "");
         assert_int_equal(e[1].kind, RP_FLIGHT_BROADCAST);
         assert_int_equal(e[1].peer, 1);
         assert_true(e[1].seq == e[0].seq + 1);

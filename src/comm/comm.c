@@ -193,7 +193,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
     rp_coll_desc d = {.kind = kind, .dtype = (int)dtype, .op = (int)op, .root = root, .count = count,
                       .seq = comm ? comm->seq : 0};
     if (comm) rp_coll_desc_name(&d, comm);
-    /* The flight recorder's entry, before the checks: an invalid call is one the peers never see. */
+    /* The flight recorder's entry comes before the checks, so that an invalid call is recorded too. */
     rp_flight_entry *e = comm ? rp_flight_begin(comm, (rp_flight_kind)kind) : NULL;
     uint64_t call = 0;
     if (e) {
@@ -202,6 +202,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
         e->user_seq = d.user_seq;
         e->internal = d.internal;
         if (d.internal) memcpy(e->what, d.what, sizeof e->what);
+        else e->what[0] = 0;
         e->blocking = true;
         e->dtype = dtype;
         e->op = op;
@@ -359,6 +360,7 @@ static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_re
         e->user_seq = 0;
         e->internal = comm->internal > 0;
         if (e->internal) memcpy(e->what, comm->what, sizeof e->what);
+        else e->what[0] = 0;
         e->blocking = blocking;
         e->dtype = (rp_dtype)d->dtype;
         e->op = RP_SUM;
