@@ -7,7 +7,8 @@
 #  2. SIGSTOP of rank 1: rank 0 times out, reports the collective with its own
 #     rank and host and rank 1's, and ends the whole job (MPI_Abort) instead of
 #     waiting for the stopped rank in MPI_Finalize; the checkpoint is intact as
-#     in 1;
+#     in 1; rank 0 leaves its flight recorder (flight-0.txt, with the call that
+#     timed out) in the run directory and logs its last calls;
 #  3. async: SIGSTOP of the parameter server rank: the replicas report a
 #     timeout naming the server and its rank, and the job ends;
 #  4. a run on 4 ranks stopped by --max-steps resumes on 2 ranks at the same
@@ -143,6 +144,12 @@ echo "$msg" | grep -Eq ": rank 1 \($host\) (did not arrive|stopped or died after
 # mpirun returns the code of the abort (its banner saying so is not always printed).
 [ $rc -eq 1 ] || fail "SIGSTOP of rank 1: exit code $rc, expected 1 from rank 0's MPI_Abort"
 checkpoint_intact "$dir/stop"
+# Rank 0 left its flight recorder in the run directory before the abort: the call it timed out in.
+[ -s "$dir/stop/flight-0.txt" ] || fail "SIGSTOP of rank 1: rank 0 wrote no $dir/stop/flight-0.txt"
+grep -Eq "^ +[0-9]+  TIMEOUT " "$dir/stop/flight-0.txt" \
+    || fail "SIGSTOP of rank 1: flight-0.txt has no call that timed out: $(cat "$dir/stop/flight-0.txt")"
+grep -q "flight recorder: worker 0 .*TIMEOUT.*; all in $dir/stop/flight-0.txt" "$log" \
+    || fail "SIGSTOP of rank 1: rank 0 did not log its last calls"
 echo "ok: SIGSTOP of rank 1 ends the job in ${elapsed}s (exit $rc); the checkpoint loads ($at):"
 grep -E "error:|MPI_ABORT|ORTE_ERROR" "$log" | sed 's/^/  | /'
 

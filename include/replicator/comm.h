@@ -39,6 +39,7 @@
 #define REPLICATOR_COMM_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "core.h"
 
@@ -337,6 +338,94 @@ rp_status rp_comm_wait_all(int n, rp_comm_request **reqs);
  */
 rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source, int *msg_tag,
                         int64_t *count, rp_dtype *dt);
+
+/* ---- the flight recorder ---------------------------------------------------------------- */
+
+/*
+ * Every handle keeps its last N calls in a ring (PyTorch's NCCL flight
+ * recorder is the model): each collective and each point-to-point call made
+ * through the calls above, with its kind, dtype, count, sequence number,
+ * peer, tag, start and end times and outcome. When a job fails, the ring of
+ * every member says what each one was doing: which call it made last,
+ * which it was waiting in, and which it never reached.
+ *
+ * N is $RP_FLIGHT_ENTRIES (default 64; 0 turns the recorder off), or
+ * rp_comm_flight_set_size() per handle. The ring is allocated once, at the
+ * handle's first call (or at set_size); recording a call is a few stores
+ * and two clock reads, no allocation. If that one allocation fails the
+ * handle records nothing (rp_comm_flight_count() is 0); calls are not
+ * affected.
+ *
+ * The runtime (rp_replicator_run) writes every worker's rings to
+ * <flight dir>/flight-<worker>.txt and .jsonl when a run fails (see
+ * rp_replicator_set_flight_dir; the trainer sets it to its run directory).
+ * A program that uses communicators directly dumps them itself, e.g. on
+ * any error of a collective: rp_comm_flight_dump(comm, stderr, false).
+ *
+ * Thread-safety: as for every call, a handle's ring is written by its own
+ * thread; read it (get, dump) on that thread, or once it is idle.
+ */
+typedef enum {
+    RP_FLIGHT_ALL_REDUCE = 0,
+    RP_FLIGHT_REDUCE_SCATTER = 1,
+    RP_FLIGHT_ALL_GATHER = 2,
+    RP_FLIGHT_BROADCAST = 3,
+    RP_FLIGHT_BARRIER = 4,
+    RP_FLIGHT_SEND = 5, /* rp_comm_send, or rp_comm_isend (blocking = false) */
+    RP_FLIGHT_RECV = 6, /* rp_comm_recv, or rp_comm_irecv */
+} rp_flight_kind;
+
+/* "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "send", "recv". */
+const char *rp_flight_kind_name(rp_flight_kind kind);
+
+/* One recorded call. */
+typedef struct rp_flight_entry {
+    uint64_t call;   /* the handle's call number: every recorded call, from 0 */
+    uint64_t seq;    /* a collective's sequence number (rp_comm_sequence() before it, as the
+                        members match it); a message's number among this handle's messages */
+    uint64_t user_seq; /* a user collective's number in its step (as messages name it: "#2") */
+    rp_flight_kind kind;
+    bool blocking;   /* messages: send/recv (true) or isend/irecv; collectives: true */
+    bool internal;   /* the runtime's own call (rp_comm_begin_internal), named by `what` */
+    bool done;       /* completed (status holds the outcome); false: still pending */
+    rp_dtype dtype;  /* (barrier: unused) */
+    rp_reduce_op op; /* reductions only */
+    int64_t count;   /* elements as passed */
+    int peer;        /* broadcast: root; message: the other member (RP_ANY_SOURCE); else -1 */
+    int tag;         /* messages; else -1 */
+    rp_status status; /* the call's outcome once done */
+    double start, end; /* rp_now_s() clock; end is 0 while pending */
+    char what[48];   /* internal calls: the runtime's name for it */
+} rp_flight_entry;
+
+/*
+ * Gives this handle a ring of `entries` (0: off; at most 1 << 20) and
+ * clears it. Errors: RP_ERR_INVALID (NULL comm, entries out of range),
+ * RP_ERR_NOMEM (the handle then records nothing).
+ */
+rp_status rp_comm_flight_set_size(rp_comm *comm, int entries);
+
+/* Entries held (at most the ring's size); 0 for NULL or a ring that is off. */
+int rp_comm_flight_count(const rp_comm *comm);
+
+/* Calls recorded since the ring was (re)made: the next call's number. */
+uint64_t rp_comm_flight_calls(const rp_comm *comm);
+
+/*
+ * *out = entry i of those held, oldest first (0 <= i < rp_comm_flight_count).
+ * Errors: RP_ERR_INVALID (NULL argument, i out of range, named).
+ */
+rp_status rp_comm_flight_get(const rp_comm *comm, int i, rp_flight_entry *out);
+
+/*
+ * Writes the ring to f, oldest first: a header naming the member (replica,
+ * rank, size, backend, calls made, whether the communicator is broken) and
+ * one line per call - a table (json false) with ages in seconds before the
+ * dump and durations in ms, or JSON lines (json true: one object for the
+ * header, one per call, times on the rp_now_s() clock). Errors:
+ * RP_ERR_INVALID (NULL argument), RP_ERR_IO (a write failed).
+ */
+rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json);
 
 #ifdef __cplusplus
 }

@@ -157,6 +157,8 @@ typedef struct rp_env {
     int mpi_local_ranks;   /* OMPI_COMM_WORLD_LOCAL_SIZE: MPI ranks on this host (default 1) */
     int mpi_world_size;    /* OMPI_COMM_WORLD_SIZE or PMI_SIZE: ranks in the MPI job (default 1) */
     bool stuck_exit;       /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
+    int flight_entries;    /* RP_FLIGHT_ENTRIES: calls each communicator handle keeps (flight
+                              recorder), default 64, 0 = off, at most 1 << 20 */
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */

@@ -232,6 +232,21 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
 rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
 
 /*
+ * The flight recorder's directory (replicator/comm.h: every communicator
+ * handle keeps its last calls). When rp_replicator_run() fails, each of
+ * this process's workers that ran writes the rings of its communicators to
+ * <dir>/flight-<worker>.txt (a table, oldest call first) and
+ * flight-<worker>.jsonl (JSON lines), <worker> its job-wide index, and logs
+ * its last calls (one error line per worker, with the file's path). Under
+ * MPI every rank whose run failed writes its own workers' files. NULL or ""
+ * (the default): the log lines only. The directory is created if missing
+ * (one level); a file that cannot be written is a warning, never a new
+ * error. The trainer sets its run directory. dir is copied. Errors:
+ * RP_ERR_INVALID (NULL r, dir of 4000 bytes or more).
+ */
+rp_status rp_replicator_set_flight_dir(rp_replicator *r, const char *dir);
+
+/*
  * Asynchronous training under MPI: the last cfg.ps ranks are parameter
  * servers, not replicas. On such a rank rp_replicator_is_server() is true
  * and the program calls rp_replicator_serve() instead of running replicas.

@@ -112,7 +112,9 @@ void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm)
 
 void rp_comm_destroy(rp_comm *comm)
 {
-    if (comm) comm->ops->destroy(comm);
+    if (!comm) return;
+    rp_flight_free(comm);
+    comm->ops->destroy(comm);
 }
 
 int rp_comm_rank(const rp_comm *comm) { return comm->rank; }
@@ -191,8 +193,26 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
     rp_coll_desc d = {.kind = kind, .dtype = (int)dtype, .op = (int)op, .root = root, .count = count,
                       .seq = comm ? comm->seq : 0};
     if (comm) rp_coll_desc_name(&d, comm);
+    /* The flight recorder's entry comes before the checks, so that an invalid call is recorded too. */
+    rp_flight_entry *e = comm ? rp_flight_begin(comm, (rp_flight_kind)kind) : NULL;
+    uint64_t call = 0;
+    if (e) {
+        call = e->call;
+        e->seq = d.seq;
+        e->user_seq = d.user_seq;
+        e->internal = d.internal;
+        if (d.internal) memcpy(e->what, d.what, sizeof e->what);
+        else e->what[0] = 0;
+        e->blocking = true;
+        e->dtype = dtype;
+        e->op = op;
+        e->count = count;
+        e->peer = kind == RP_COLL_BROADCAST ? root : -1;
+        e->tag = -1;
+    }
     rp_status status = check_call(comm, &d, send, recv);
     if (status != RP_OK) {
+        if (e) rp_flight_end(comm, call, status);
         /* The peers would wait for a call that never comes: tell them why, now. */
         if (comm) {
             char reason[1100];
@@ -203,6 +223,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
         return status;
     }
     status = comm->ops->collective(comm, &d, send, recv);
+    if (e) rp_flight_end(comm, call, status);
     if (status == RP_OK && !d.internal) comm->user_seq++;
     return status;
 }
@@ -323,28 +344,68 @@ static rp_status check_p2p(rp_comm *comm, const rp_p2p_desc *d, const void *buf,
     return status;
 }
 
+/*
+ * Posts a send or receive: its flight-recorder entry (before the checks, so
+ * that an invalid call is recorded too), the checks, the backend. The
+ * request carries the entry's number, completed by complete().
+ */
+static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req, bool blocking)
+{
+    if (req) *req = NULL;
+    rp_flight_entry *e = comm ? rp_flight_begin(comm, d->send ? RP_FLIGHT_SEND : RP_FLIGHT_RECV) : NULL;
+    uint64_t call = 0;
+    if (e) {
+        call = e->call;
+        e->seq = comm->flight_msgs++;
+        e->user_seq = 0;
+        e->internal = comm->internal > 0;
+        if (e->internal) memcpy(e->what, comm->what, sizeof e->what);
+        else e->what[0] = 0;
+        e->blocking = blocking;
+        e->dtype = (rp_dtype)d->dtype;
+        e->op = RP_SUM;
+        e->count = d->count;
+        e->peer = d->peer;
+        e->tag = d->tag;
+    }
+    rp_status status = check_p2p(comm, d, buf, req);
+    if (status == RP_OK) status = d->send ? comm->ops->isend(comm, d, buf, req) : comm->ops->irecv(comm, d, buf, req);
+    if (status != RP_OK) {
+        if (e) rp_flight_end(comm, call, status);
+        return status;
+    }
+    (*req)->flight = e ? call + 1 : 0;
+    return RP_OK;
+}
+
+/* Waits for req by `deadline` (the backend frees it) and completes its flight-recorder entry. */
+static rp_status complete(rp_comm_request *req, double deadline)
+{
+    rp_comm *comm = req->comm;
+    uint64_t flight = req->flight;
+    rp_status status = req->backend->ops->wait(req, deadline);
+    if (flight) rp_flight_end(comm, flight - 1, status);
+    return status;
+}
+
 rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
                         rp_comm_request **req)
 {
-    if (req) *req = NULL;
     rp_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
-    RP_CHECK(check_p2p(comm, &d, buf, req));
-    return comm->ops->isend(comm, &d, buf, req);
+    return post(comm, &d, (void *)buf, req, false);
 }
 
 rp_status rp_comm_irecv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
                         rp_comm_request **req)
 {
-    if (req) *req = NULL;
     rp_p2p_desc d = {.send = 0, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
-    RP_CHECK(check_p2p(comm, &d, buf, req));
-    return comm->ops->irecv(comm, &d, buf, req);
+    return post(comm, &d, buf, req, false);
 }
 
 rp_status rp_comm_wait(rp_comm_request *req)
 {
     if (!req) return RP_OK;
-    return req->backend->ops->wait(req, rp_now_s() + req->comm->timeout);
+    return complete(req, rp_now_s() + req->comm->timeout);
 }
 
 rp_status rp_comm_test(rp_comm_request *req, bool *done)
@@ -354,7 +415,11 @@ rp_status rp_comm_test(rp_comm_request *req, bool *done)
         *done = true;
         return RP_OK;
     }
-    return req->backend->ops->test(req, done);
+    rp_comm *comm = req->comm;
+    uint64_t flight = req->flight;
+    rp_status status = req->backend->ops->test(req, done);
+    if (*done && flight) rp_flight_end(comm, flight - 1, status);
+    return status;
 }
 
 rp_status rp_comm_wait_all(int n, rp_comm_request **reqs)
@@ -366,7 +431,7 @@ rp_status rp_comm_wait_all(int n, rp_comm_request **reqs)
     for (int i = 0; i < n; i++) {
         if (!reqs[i]) continue;
         if (deadline < 0) deadline = rp_now_s() + reqs[i]->comm->timeout;
-        rp_status status = reqs[i]->backend->ops->wait(reqs[i], deadline);
+        rp_status status = complete(reqs[i], deadline);
         reqs[i] = NULL;
         if (status != RP_OK && first == RP_OK) {
             first = status;
@@ -380,15 +445,17 @@ rp_status rp_comm_wait_all(int n, rp_comm_request **reqs)
 rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag)
 {
     rp_comm_request *req;
-    RP_CHECK(rp_comm_isend(comm, buf, count, dtype, peer, tag, &req));
-    return req->backend->ops->wait(req, rp_now_s() + comm->timeout);
+    rp_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
+    RP_CHECK(post(comm, &d, (void *)buf, &req, true));
+    return complete(req, rp_now_s() + comm->timeout);
 }
 
 rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag)
 {
     rp_comm_request *req;
-    RP_CHECK(rp_comm_irecv(comm, buf, count, dtype, peer, tag, &req));
-    return req->backend->ops->wait(req, rp_now_s() + comm->timeout);
+    rp_p2p_desc d = {.send = 0, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
+    RP_CHECK(post(comm, &d, buf, &req, true));
+    return complete(req, rp_now_s() + comm->timeout);
 }
 
 rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source, int *msg_tag,

@@ -92,6 +92,7 @@ void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_d
 struct rp_comm_request {
     rp_comm *comm;    /* the handle it was posted on (its timeout) */
     rp_comm *backend; /* the backend handle that made it: wait/test go to its table */
+    uint64_t flight;  /* comm.c's: its flight-recorder call number + 1 (0: none) */
 };
 
 typedef struct rp_comm_ops {
@@ -129,7 +130,30 @@ struct rp_comm {
     int internal;      /* begin_internal depth (0, 1 or 2) */
     char what[48];     /* the outer internal call's name */
     void *impl;        /* the backend's state */
+    /*
+     * The flight recorder (flight.c), kept by comm.c for every public call:
+     * a ring of flight_cap entries (NULL until the first call, or after an
+     * allocation failed), flight_calls recorded so far (entry k is in slot
+     * k % cap), flight_msgs point-to-point calls among them. flight_sized:
+     * false until the first call or rp_comm_flight_set_size (the handles are
+     * calloc'ed; the first call sizes it from $RP_FLIGHT_ENTRIES).
+     */
+    rp_flight_entry *flight;
+    int flight_cap;
+    bool flight_sized;
+    uint64_t flight_calls, flight_msgs;
 };
+
+/*
+ * The recorder's calls (flight.c). rp_flight_begin takes the next slot and
+ * returns it with call, start and kind filled (the caller fills the rest),
+ * or NULL where the ring is off or could not be allocated; rp_flight_end
+ * completes call number `call` with `status` unless the ring has moved past
+ * it. rp_flight_free releases the ring (rp_comm_destroy).
+ */
+rp_flight_entry *rp_flight_begin(rp_comm *comm, rp_flight_kind kind);
+void rp_flight_end(rp_comm *comm, uint64_t call, rp_status status);
+void rp_flight_free(rp_comm *comm);
 
 /* Fills the naming fields of a collective's descriptor (user_seq, internal, what) from comm. */
 void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm);

@@ -464,13 +464,15 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
 
     /* The error that started it: a stuck replica, then a replica's own failure before a peer's
        "replica k failed"; a failure the replicas agreed on names the replica they blamed. */
-    if (*stuck_error) return rp_error_set(RP_ERR_TIMEOUT, NULL, 0, "%s", stuck_error);
     const rp_replica *cause = NULL;
     for (int i = 0; i < r->n; i++) {
         const rp_replica *rep = &r->reps[i];
         if (rep->busy || rep->status == RP_OK) continue;
         if (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)) cause = rep;
     }
+    /* Every worker's last calls, while they are fresh (the next run would add to the rings). */
+    if (*stuck_error || cause) rt_flight_dump_workers(r);
+    if (*stuck_error) return rp_error_set(RP_ERR_TIMEOUT, NULL, 0, "%s", stuck_error);
     if (!cause) {
         if (saved_status != RP_OK) rp_error_set(saved_status, NULL, 0, "%s", saved_error);
         else rp_error_clear();

@@ -107,6 +107,7 @@ struct rp_replicator {
     char abandoned_error[64]; /* which one */
     pthread_t watchdog;       /* cfg.stuck_exit only */
     bool watchdog_started;
+    char flight_dir[4096];    /* where a failed run leaves the flight recorders ("": the log only) */
 };
 
 /* ---- topology (topology.c; calls only comm) --------------------------------------------- */
@@ -123,6 +124,17 @@ void rp_topology_assign(rp_replica *rep);
 rp_status rp_topology_split(rp_replica *rep);
 /* Frees the handles rep owns. */
 void rp_topology_destroy(rp_replica *rep);
+
+/* ---- the flight recorder's dumps (flight.c) ------------------------------------------------ */
+
+/*
+ * After a failed run (every replica done; the caller's thread): each local
+ * worker that ran, but not one abandoned by the watchdog, writes the rings of
+ * its communicators to <flight_dir>/flight-<worker>.txt and .jsonl and logs
+ * its last calls. Never fails the caller: a file that cannot be written is a
+ * warning, and the caller's last error is kept.
+ */
+void rt_flight_dump_workers(rp_replicator *r);
 
 /*
  * The runtime's own collectives (report gathers, checksums, gradient buckets,

@@ -234,6 +234,7 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
         RP_TRY(train_choose_run_dir(t->run_dir, sizeof t->run_dir, cfg->run_dir_exact, cfg->force));
 
     RP_TRY(rp_replicator_create(&t->rep, &cfg->runtime));
+    RP_TRY(rp_replicator_set_flight_dir(t->rep, t->run_dir)); /* a failed run's flight-<worker>.txt */
     t->lockstep = rp_replicator_lockstep(t->rep);
     if (rp_replicator_is_server(t->rep)) {
         t->server = true;
