@@ -2,7 +2,7 @@
 # Sets everything up, then runs every test: the release build, then the same
 # tests under AddressSanitizer + UndefinedBehaviorSanitizer, then the
 # communicator tests under ThreadSanitizer, then the parsers' fuzz targets for a
-# bounded time (RP_FUZZ_SECONDS per target, default 45; 0 skips them).
+# bounded time (RP_FUZZ_SECONDS per target, default 30; 0 skips them).
 # Usage: scripts/test.sh [--fast]   (--fast skips the sanitizer pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,8 +35,8 @@ TSAN_OPTIONS=halt_on_error=1 build-tsan/test_ps
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_async
 
 # The readers of files a user hands in (IDX, CIFAR-10, checkpoints, run configurations) under
-# libFuzzer with ASan + UBSan: about 1.5 minutes to build and 4 x 45 s to run; any finding fails.
-fuzz_seconds=${RP_FUZZ_SECONDS:-45}
+# libFuzzer with ASan + UBSan: about 1.5 minutes to build and 4 x 30 s to run; any finding fails.
+fuzz_seconds=${RP_FUZZ_SECONDS:-30}
 if [ "$fuzz_seconds" != 0 ]; then
   echo "== fuzzing: every target for ${fuzz_seconds} s (scripts/fuzz.sh, docs/fuzzing.md)"
   scripts/fuzz.sh "$fuzz_seconds"
