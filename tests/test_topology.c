@@ -181,6 +181,15 @@ static void test_bad_layouts(void **state)
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
     tu_assert_error_contains("worker 2 of 3 is in no role");
     cfg.roles[1].first = -1;
+    /* A name longer than a role holds is refused, not shortened (rp_role_make cannot fail). */
+    cfg.roles[1] = rp_role_make("a-role-name-of-40-characters-is-too-long", 1, 1);
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
+    tu_assert_error_contains("role 1: its name 'a-role-name-of-40-characters-is...' is longer than 31");
+    assert_null(r);
+    cfg.roles[1] = rp_role_make("", 1, 1);
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
+    tu_assert_error_contains("role 1: its name is empty");
+    cfg.roles[1] = rp_role_make("b", 1, 1);
     cfg.regime = RP_REGIME_ASYNC;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_UNSUPPORTED);
     assert_null(r);

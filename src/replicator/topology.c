@@ -22,7 +22,10 @@ rp_role rp_role_make(const char *name, int members, int model)
 {
     rp_role r;
     memset(&r, 0, sizeof r);
-    snprintf(r.name, sizeof r.name, "%s", name ? name : "");
+    /* A name too long to hold is kept as its first sizeof name bytes with no terminator, so
+     * rp_topology_resolve refuses it by name instead of running with a shortened one. */
+    if (name && strlen(name) >= sizeof r.name) memcpy(r.name, name, sizeof r.name);
+    else snprintf(r.name, sizeof r.name, "%s", name ? name : "");
     r.members = members;
     r.model = model;
     r.pipe = 1;
@@ -41,8 +44,10 @@ rp_status rp_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, i
     for (int i = 0; i < n; i++) {
         rp_role r = cfg->roles[i];
         size_t len = strnlen(r.name, sizeof r.name);
-        if (len == 0 || len == sizeof r.name)
-            return RP_ERROR(RP_ERR_INVALID, "role %d: its name must be 1 to %zu characters", i, sizeof r.name - 1);
+        if (len == 0) return RP_ERROR(RP_ERR_INVALID, "role %d: its name is empty (1 to %zu characters)", i, sizeof r.name - 1);
+        if (len == sizeof r.name)
+            return RP_ERROR(RP_ERR_INVALID, "role %d: its name '%.*s...' is longer than %zu characters", i,
+                            (int)sizeof r.name - 1, r.name, sizeof r.name - 1);
         for (int j = 0; j < i; j++)
             if (!strcmp(out[j].name, r.name))
                 return RP_ERROR(RP_ERR_INVALID, "roles %d and %d are both named '%s'", j, i, r.name);
