@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 static int group_setup(void **state)
 {
@@ -366,6 +369,40 @@ static void test_read_errors(void **state)
 }
 
 /* Files from another writer (libpng's own encoder): alpha is dropped, gray stays one channel. */
+static void on_alarm(int sig) { (void)sig; }
+
+/*
+ * A FIFO at the PNG path: refused as not a regular file within a second. Opening a FIFO waits for
+ * a writer, so a reader that opened before checking would block forever; the alarm interrupts
+ * such an open after 2 s, so that a regression fails here instead of hanging.
+ */
+static void test_read_fifo(void **state)
+{
+    (void)state;
+    char path[512];
+    tu_tmp_path(path, sizeof path, "fifo.png");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    alarm(2);
+    uint8_t *px = NULL;
+    int H = -1, W = -1, C = -1;
+    rp_status s = rp_image_read_png(path, &px, &H, &W, &C);
+    alarm(0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
+    assert_int_equal(s, RP_ERR_IO);
+    tu_assert_error_contains("it is a FIFO, not a regular file");
+    tu_assert_error_contains(path);
+    assert_null(px);
+    assert_true((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) < 1.0);
+}
+
 static void test_read_alpha(void **state)
 {
     (void)state;
@@ -414,7 +451,7 @@ int main(void)
         cmocka_unit_test(test_grid_gray),  cmocka_unit_test(test_grid_rgb),
         cmocka_unit_test(test_mapping),    cmocka_unit_test(test_write_errors),
         cmocka_unit_test(test_overwrite),  cmocka_unit_test(test_read_errors),
-        cmocka_unit_test(test_read_alpha),
+        cmocka_unit_test(test_read_alpha), cmocka_unit_test(test_read_fifo),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

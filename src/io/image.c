@@ -14,6 +14,7 @@
 #include <png.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/file_internal.h"
 #include "replicator/io.h"
@@ -224,8 +225,15 @@ rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, 
                         path ? path : "NULL", pixels ? "set" : "NULL", h ? "set" : "NULL",
                         w ? "set" : "NULL", c ? "set" : "NULL");
     ctx.path = path;
-    ctx.f = fopen(path, "rb");
-    if (!ctx.f) return RP_ERROR(RP_ERR_IO, "%s: cannot open PNG file: %s", path, strerror(errno));
+    /* Checked to be a regular file before anything blocks on it (a FIFO would wait forever). */
+    int fd = -1;
+    RP_CHECK(core_file_open_regular(path, "PNG file", &fd));
+    ctx.f = fdopen(fd, "rb");
+    if (!ctx.f) {
+        int err = errno;
+        close(fd);
+        return RP_ERROR(RP_ERR_IO, "%s: cannot open PNG file: %s", path, strerror(err));
+    }
 
     uint8_t sig[8];
     size_t got = fread(sig, 1, sizeof sig, ctx.f);
