@@ -136,7 +136,7 @@ static void entry_details(const rp_comm *comm, const rp_flight_entry *e, char *b
         if (e->peer == RP_ANY_SOURCE) snprintf(peer, sizeof peer, ", %s any source, %s", e->kind == RP_FLIGHT_SEND ? "to" : "from", tag);
         else
             snprintf(peer, sizeof peer, ", %s rank %d (replica %d), %s", e->kind == RP_FLIGHT_SEND ? "to" : "from",
-                     e->peer, rp_comm_replica_id(comm, e->peer), tag);
+                     e->peer, e->peer >= 0 && e->peer < comm->size ? comm->ids[e->peer] : -1, tag);
     }
     snprintf(buf, size, "%s%s%s", who, peer, shape);
 }
@@ -157,7 +157,7 @@ rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json)
     if (!comm || !f) return RP_ERROR(RP_ERR_INVALID, "rp_comm_flight_dump: communicator or file is NULL");
     int held = rp_comm_flight_count(comm);
     double now = rp_now_s();
-    bool broken = rp_comm_broken(comm);
+    bool broken = comm->ops->broken(comm);
     if (json) {
         fprintf(f, "{\"flight\": \"header\", \"replica\": %d, \"rank\": %d, \"size\": %d, \"backend\": \"%s\", "
                    "\"calls\": %llu, \"held\": %d, \"capacity\": %d, \"broken\": %s, \"now\": %.6f}\n",
