@@ -42,22 +42,6 @@ static int group_teardown(void **state)
 
 #define tmp_path tu_tmp_path
 
-/* The whole file into a malloc'd buffer (caller frees), its size in *n. */
-static unsigned char *read_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)size + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    *n = (size_t)size;
-    return buf;
-}
-
 static void write_file(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -217,7 +201,7 @@ static void test_round_trip_bit_exact(void **state)
     /* Saving what was loaded gives the same bytes: the format is deterministic. */
     assert_int_equal(rp_checkpoint_save(back, path2), RP_OK);
     size_t n1, n2;
-    unsigned char *b1 = read_file(path, &n1), *b2 = read_file(path2, &n2);
+    unsigned char *b1 = tu_read_file(path, &n1), *b2 = tu_read_file(path2, &n2);
     assert_int_equal(n1, n2);
     assert_memory_equal(b1, b2, n1);
     /* The safetensors layout: 8-byte length, header padded to 8, data 8-aligned. */
@@ -511,7 +495,7 @@ static unsigned char *small_checkpoint(const char *path, size_t *n)
     assert_int_equal(rp_checkpoint_add_u64(ck, "rng", 2, (uint64_t[]){7, 9}), RP_OK);
     assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
     rp_checkpoint_destroy(ck);
-    return read_file(path, n);
+    return tu_read_file(path, n);
 }
 
 /*
@@ -998,7 +982,7 @@ static void test_failed_save_keeps_previous_file(void **state)
     tu_assert_error_contains("File too large");
 
     size_t n_now;
-    unsigned char *now = read_file(path, &n_now);
+    unsigned char *now = tu_read_file(path, &n_now);
     assert_int_equal(n_now, n_good);
     assert_memory_equal(now, good, n_good);
     free(now);

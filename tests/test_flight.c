@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include "testutil.h"
+#include "text_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,40 +55,9 @@ static void sleep_s(double s)
     }
 }
 
-/* The whole of a file (NUL-terminated, malloc'ed), or NULL where it cannot be read. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
-
-/* A line of `text` holding every one of the NULL-terminated needles (a call's line in a dump). */
-static bool line_with(const char *text, const char *const *needles)
-{
-    for (const char *line = text; line && *line;) {
-        const char *end = strchr(line, '\n');
-        size_t len = end ? (size_t)(end - line) : strlen(line);
-        char buf[1024];
-        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
-        bool all = true;
-        for (int i = 0; needles[i] && all; i++) all = strstr(buf, needles[i]) != NULL;
-        if (all) return true;
-        line = end ? end + 1 : NULL;
-    }
-    return false;
-}
-
 static void assert_line(const char *text, const char *path, const char *const *needles)
 {
-    if (line_with(text, needles)) return;
+    if (tc_line_with(text, needles)) return;
     print_error("%s has no line with", path);
     for (int i = 0; needles[i]; i++) print_error(" '%s'", needles[i]);
     print_error(":\n%s\n", text);
@@ -143,7 +113,7 @@ static void test_mismatch_dumps_every_worker(void **state)
         char name[64], path[512], seqs[32], prev[32];
         snprintf(name, sizeof name, "flight-%d.txt", i);
         tu_tmp_path(path, sizeof path, name);
-        char *text = slurp(path);
+        char *text = tc_slurp(path);
         if (!text) print_error("%s was not written\n", path);
         assert_non_null(text);
         snprintf(seqs, sizeof seqs, "  %llu  ", (unsigned long long)seq);
@@ -161,7 +131,7 @@ static void test_mismatch_dumps_every_worker(void **state)
         free(text);
         snprintf(name, sizeof name, "flight-%d.jsonl", i);
         tu_tmp_path(path, sizeof path, name);
-        text = slurp(path);
+        text = tc_slurp(path);
         assert_non_null(text);
         char kind[64];
         snprintf(kind, sizeof kind, "\"kind\": \"%s\", \"seq\": %llu,", i == 2 ? "broadcast" : "all_reduce",
@@ -205,7 +175,7 @@ static void test_timeout_dumps_every_worker(void **state)
         char name[64], path[512], seqs[32];
         snprintf(name, sizeof name, "flight-%d.txt", i);
         tu_tmp_path(path, sizeof path, name);
-        char *text = slurp(path);
+        char *text = tc_slurp(path);
         if (!text) print_error("%s was not written\n", path);
         assert_non_null(text);
         snprintf(seqs, sizeof seqs, "  %llu  ", (unsigned long long)e0.seq);
@@ -364,7 +334,7 @@ static void test_ring_off(void **state)
     assert_non_null(f);
     assert_int_equal(rp_comm_flight_dump(c, f, false), RP_OK);
     fclose(f);
-    char *text = slurp(path);
+    char *text = tc_slurp(path);
     assert_non_null(strstr(text, "the recorder is off"));
     free(text);
     rp_comm_destroy(c);

@@ -135,21 +135,6 @@ static const scalar *find(const events *ev, const char *tag, int64_t step)
     return found;
 }
 
-static unsigned char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)size + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    *len = (size_t)size;
-    return buf;
-}
-
 static void spit(const char *path, const unsigned char *buf, size_t len)
 {
     FILE *f = fopen(path, "wb");
@@ -286,7 +271,7 @@ static void test_wire_format(void **unused)
     assert_int_equal(rp_tensorboard_destroy(tb), RP_OK);
 
     size_t len;
-    unsigned char *file = slurp(path, &len);
+    unsigned char *file = tu_read_file(path, &len);
     /* Record 0: the version. Its length, then its Event: wall_time (field 1, fixed64) and
      * file_version (field 3, length-delimited). */
     uint64_t n0 = 0;
@@ -372,7 +357,7 @@ static void test_corruption_detected(void **unused)
     char path[600];
     three_records("corrupt", path);
     size_t len;
-    unsigned char *good = slurp(path, &len);
+    unsigned char *good = tu_read_file(path, &len);
     /* Records: the version (16 + v bytes), then three scalars of equal size. */
     uint64_t v = good[0], rec = (len - 16 - v) / 3;
     assert_int_equal(16 + v + 3 * rec, len);
@@ -646,7 +631,7 @@ static void test_trainer_writes_every_metric(void **unused)
     char path[600];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
     size_t len;
-    char *text = (char *)slurp(path, &len);
+    char *text = (char *)tu_read_file(path, &len);
     text[len] = '\0';
     bool matched[MAX_SCALARS] = {false};
     int lines = 0, numbers = 0, nulls = 0;

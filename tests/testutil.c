@@ -119,3 +119,19 @@ void tu_tmpdir_remove(void)
 {
     if (tmp_dir[0]) remove_tree(tmp_dir);
 }
+
+unsigned char *tu_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    assert_true(size >= 0);
+    unsigned char *buf = malloc((size_t)size + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    *n = (size_t)size;
+    return buf;
+}

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "replicator/replicator.h"
+#include "text_check.h"
 
 static int rank;
 
@@ -50,38 +51,6 @@ static rp_status late_fn(rp_replica *rep, void *arg)
         }
     }
     return rp_all_reduce(rep, buf, buf, 8, RP_F32, RP_MAX);
-}
-
-/* The whole of a file (malloc'ed), or NULL. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
-
-/* A line of text holding every needle (NULL-terminated list; "!x": a line without x). */
-static int line_with(const char *text, const char *const *needles)
-{
-    for (const char *line = text; line && *line;) {
-        const char *end = strchr(line, '\n');
-        size_t len = end ? (size_t)(end - line) : strlen(line);
-        char buf[1024];
-        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
-        int all = 1;
-        for (int i = 0; needles[i] && all; i++)
-            all = needles[i][0] == '!' ? strstr(buf, needles[i] + 1) == NULL : strstr(buf, needles[i]) != NULL;
-        if (all) return 1;
-        line = end ? end + 1 : NULL;
-    }
-    return 0;
 }
 
 /*
@@ -121,7 +90,7 @@ static int scenario(const char *name, int per, double timeout_s, rp_replica_fn f
         int worker = rp_replica_worker(rp_replicator_replica(r, t));
         char path[256];
         snprintf(path, sizeof path, "%s/flight-%d.txt", dir, worker);
-        char *text = slurp(path);
+        char *text = tc_slurp(path);
         if (!text) {
             fprintf(stderr, "rank %d: %s: %s was not written\n", rank, name, path);
             failures++;
@@ -133,7 +102,7 @@ static int scenario(const char *name, int per, double timeout_s, rp_replica_fn f
             const char *mine[6];
             memcpy(mine, needles, sizeof mine);
             if (k == 0 && strcmp(name, "mismatch") == 0 && worker == j.last) mine[0] = "broadcast";
-            if (!line_with(text, mine)) {
+            if (!tc_line_with(text, mine)) {
                 fprintf(stderr, "rank %d: %s: %s has no line with '%s' '%s' '%s':\n%s\n", rank, name, path, mine[0],
                         mine[1] ? mine[1] : "", mine[1] && mine[2] ? mine[2] : "", text);
                 failures++;
