@@ -76,9 +76,10 @@ static rp_status bench_build(rp_replica *rep, void *arg)
     s->labels = rp_alloc((size_t)job->batch * sizeof(int32_t));
     if (!s->images || !s->labels) return rp_last_status();
     /* Replica r holds samples [r*b, (r+1)*b) of the global batch. */
-    rp_rng_fill_normal(rp_hash_str(1, "bench"), (uint64_t)(n_pixels * rp_replica_id(rep)), s->images,
-                       (size_t)n_pixels, 0.0f, 1.0f);
-    for (int i = 0; i < job->batch; i++) s->labels[i] = (i + job->batch * rp_replica_id(rep)) % cfg.classes;
+    rp_rng_fill_normal(rp_hash_str(1, "bench"), (uint64_t)(n_pixels * rp_replica_id(rep)),
+                       s->images, (size_t)n_pixels, 0.0f, 1.0f);
+    for (int i = 0; i < job->batch; i++)
+        s->labels[i] = (i + job->batch * rp_replica_id(rep)) % cfg.classes;
     return RP_OK;
 }
 
@@ -87,7 +88,8 @@ static rp_status bench_step(rp_replica *rep, void *arg)
     bench_job *job = arg;
     bench_state *s = rp_replica_user(rep);
     rp_tape *t = rp_replica_tape(rep);
-    rp_tensor *x = rp_tensor_from(t, 4, (int[]){job->batch, job->size, job->size, job->channels}, s->images);
+    rp_tensor *x =
+        rp_tensor_from(t, 4, (int[]){job->batch, job->size, job->size, job->channels}, s->images);
     rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, s->net, x, true), s->labels);
     if (!loss) return rp_last_status();
     RP_CHECK(rp_backward(t, loss));
@@ -108,7 +110,8 @@ static rp_status bench_destroy(rp_replica *rep, void *arg)
 static int bench_resnet(int argc, char **argv)
 {
     rp_resnet_kind kind = RP_RESNET20;
-    int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0, replicas = 1, tpr = 0;
+    int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0, replicas = 1,
+        tpr = 0;
     bool json = false, cross_bn = true;
     rp_backend backend = RP_BACKEND_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -130,10 +133,13 @@ static int bench_resnet(int argc, char **argv)
         i++;
         if (!strcmp(a, "--backend")) {
             if (strcmp(v, "auto") && strcmp(v, "threads") && strcmp(v, "mpi")) {
-                fprintf(stderr, "replicator bench: --backend %s: expected threads, mpi or auto\n", v);
+                fprintf(stderr, "replicator bench: --backend %s: expected threads, mpi or auto\n",
+                        v);
                 return 2;
             }
-            backend = !strcmp(v, "mpi") ? RP_BACKEND_MPI : !strcmp(v, "threads") ? RP_BACKEND_THREADS : RP_BACKEND_AUTO;
+            backend = !strcmp(v, "mpi")       ? RP_BACKEND_MPI
+                      : !strcmp(v, "threads") ? RP_BACKEND_THREADS
+                                              : RP_BACKEND_AUTO;
             continue;
         }
         if (!strcmp(a, "--model")) {
@@ -143,15 +149,15 @@ static int bench_resnet(int argc, char **argv)
             }
             continue;
         }
-        int *slot = !strcmp(a, "--batch")      ? &batch
-                    : !strcmp(a, "--size")     ? &size
-                    : !strcmp(a, "--channels") ? &channels
-                    : !strcmp(a, "--iters")    ? &iters
-                    : !strcmp(a, "--warmup")   ? &warmup
-                    : !strcmp(a, "--threads")  ? &threads
-                    : !strcmp(a, "--replicas") ? &replicas
+        int *slot = !strcmp(a, "--batch")                 ? &batch
+                    : !strcmp(a, "--size")                ? &size
+                    : !strcmp(a, "--channels")            ? &channels
+                    : !strcmp(a, "--iters")               ? &iters
+                    : !strcmp(a, "--warmup")              ? &warmup
+                    : !strcmp(a, "--threads")             ? &threads
+                    : !strcmp(a, "--replicas")            ? &replicas
                     : !strcmp(a, "--threads-per-replica") ? &tpr
-                                               : NULL;
+                                                          : NULL;
         /* Counts start at 1; only the untimed warm-up may be 0. */
         long n = 0;
         if (!slot || !train_parse_long(v, slot == &warmup ? 0 : 1, 100000, &n)) {
@@ -193,7 +199,8 @@ static int bench_resnet(int argc, char **argv)
     bool root = rp_replica_id(rp_replicator_replica(r, 0)) == 0;
     tpr = rp_replicator_threads_per_replica(r);
     if (batch % total_replicas != 0) {
-        status = RP_ERROR(RP_ERR_INVALID, "--batch %d does not split across %d replicas", batch, total_replicas);
+        status = RP_ERROR(RP_ERR_INVALID, "--batch %d does not split across %d replicas", batch,
+                          total_replicas);
         goto cleanup;
     }
     job.batch = batch / total_replicas;
@@ -219,14 +226,15 @@ static int bench_resnet(int argc, char **argv)
                "\"format\":\"nhwc\",\"images_per_s\":%.2f,\"ms_per_step\":%.2f,"
                "\"median_ms_per_step\":%.2f,\"backend\":\"%s\"}\n",
                rp_resnet_kind_name(kind), batch, size, channels, replicas, tpr,
-               replicas > 1 && cross_bn ? "cross-replica" : "local", ips, 1e3 * total / iters, 1e3 * med,
-               rp_replicator_backend(r));
+               replicas > 1 && cross_bn ? "cross-replica" : "local", ips, 1e3 * total / iters,
+               1e3 * med, rp_replicator_backend(r));
     else
         printf("replicator %s batch %d %dx%dx%d, %d replica%s x %d threads (%s)%s: %.1f images/s "
                "(%.1f ms/step, median %.1f)\n",
-               rp_resnet_kind_name(kind), batch, size, size, channels, replicas, replicas > 1 ? "s" : "",
-               tpr, rp_replicator_backend(r), replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "",
-               ips, 1e3 * total / iters, 1e3 * med);
+               rp_resnet_kind_name(kind), batch, size, size, channels, replicas,
+               replicas > 1 ? "s" : "", tpr, rp_replicator_backend(r),
+               replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "", ips,
+               1e3 * total / iters, 1e3 * med);
 
 cleanup:
     if (r) {
@@ -253,6 +261,9 @@ int rp_cli_bench(int argc, char **argv)
     if (!strcmp(argv[1], "allreduce")) return rp_cli_bench_allreduce(argc - 1, argv + 1);
     if (!strcmp(argv[1], "ps")) return rp_cli_bench_ps(argc - 1, argv + 1);
     if (!strcmp(argv[1], "sngan")) return rp_cli_bench_sngan(argc - 1, argv + 1);
-    fprintf(stderr, "replicator bench: unknown benchmark \"%s\" (available: resnet, sngan, allreduce, ps)\n", argv[1]);
+    fprintf(
+        stderr,
+        "replicator bench: unknown benchmark \"%s\" (available: resnet, sngan, allreduce, ps)\n",
+        argv[1]);
     return 2;
 }

@@ -25,16 +25,18 @@ typedef struct comm_job {
 #define ROUNDS 5
 
 /* Seconds per call of `what` (0 all-reduce, 1 memcpy) over job->iters calls, between barriers. */
-static rp_status time_calls(rp_replica *rep, const comm_job *job, float *send, float *recv, int what,
-                            double *seconds)
+static rp_status time_calls(rp_replica *rep, const comm_job *job, float *send, float *recv,
+                            int what, double *seconds)
 {
     int64_t count = job->bytes / 4;
     float *out = job->in_place ? send : recv;
     RP_CHECK(rp_barrier(rep));
     double t0 = rp_now_s();
     for (int it = 0; it < job->iters; it++) {
-        if (what == 0) RP_CHECK(rp_all_reduce(rep, send, out, count, RP_F32, RP_SUM));
-        else memcpy(recv, send, (size_t)job->bytes);
+        if (what == 0)
+            RP_CHECK(rp_all_reduce(rep, send, out, count, RP_F32, RP_SUM));
+        else
+            memcpy(recv, send, (size_t)job->bytes);
     }
     RP_CHECK(rp_barrier(rep));
     *seconds = (rp_now_s() - t0) / job->iters;
@@ -56,7 +58,8 @@ static rp_status bench_size(rp_replica *rep, void *arg)
         goto cleanup;
     }
     /* Small integers: sums stay exact, and the pages are touched before timing. */
-    for (int64_t i = 0; i < job->bytes / 4; i++) send[i] = (float)((i + rp_replica_id(rep)) & 7);
+    for (int64_t i = 0; i < job->bytes / 4; i++)
+        send[i] = (float)((i + rp_replica_id(rep)) & 7);
     memset(recv, 0, (size_t)job->bytes);
     RP_TRY(rp_all_reduce(rep, send, job->in_place ? send : recv, job->bytes / 4, RP_F32, RP_SUM));
     for (int k = 0; k < ROUNDS; k++) {
@@ -92,9 +95,12 @@ static bool parse_bytes(const char *s, int64_t *out)
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || v < 1 || v > (1LL << 36)) return false;
-    if (*end == 'K' || *end == 'k') v <<= 10, end++;
-    else if (*end == 'M' || *end == 'm') v <<= 20, end++;
-    else if (*end == 'G' || *end == 'g') v <<= 30, end++;
+    if (*end == 'K' || *end == 'k')
+        v <<= 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        v <<= 30, end++;
     *out = v;
     return !*end && v >= 4 && v <= (1LL << 36);
 }
@@ -134,7 +140,8 @@ int rp_cli_bench_allreduce(int argc, char **argv)
             ok = false;
         }
         if (!ok) {
-            fprintf(stderr, "replicator bench allreduce: bad option %s %s (see --help)\n", a, v ? v : "");
+            fprintf(stderr, "replicator bench allreduce: bad option %s %s (see --help)\n", a,
+                    v ? v : "");
             return 2;
         }
         i++;
@@ -168,9 +175,11 @@ int rp_cli_bench_allreduce(int argc, char **argv)
             double algbw = (double)bytes / t_ar / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
             double bound = (double)bytes / t_copy / 1e9;
             if (json)
-                printf("{\"backend\":\"threads\",\"replicas\":%d,\"bytes\":%lld,\"in_place\":%s,"
-                       "\"time_us\":%.2f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"bound_gbs\":%.3f}\n",
-                       n, (long long)bytes, in_place ? "true" : "false", t_ar * 1e6, algbw, busbw, bound);
+                printf(
+                    "{\"backend\":\"threads\",\"replicas\":%d,\"bytes\":%lld,\"in_place\":%s,"
+                    "\"time_us\":%.2f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"bound_gbs\":%.3f}\n",
+                    n, (long long)bytes, in_place ? "true" : "false", t_ar * 1e6, algbw, busbw,
+                    bound);
             else
                 printf("%8d %10lld %12.1f %10.2f %10.2f %10.2f %7.0f%%\n", n, (long long)bytes,
                        t_ar * 1e6, algbw, busbw, bound, 100 * algbw / bound);

@@ -38,7 +38,8 @@ static rp_status bench_replica(rp_replica *rep, void *arg)
     int64_t steps = 0;
     while (t - t0 < job->seconds) {
         /* Small gradients, refreshed each step as a backward pass would (the step zeroes them). */
-        for (int64_t i = 0; i < job->numel; i++) grad[i] = 1e-6f * (float)((i + steps) & 15);
+        for (int64_t i = 0; i < job->numel; i++)
+            grad[i] = 1e-6f * (float)((i + steps) & 15);
         RP_TRY(rp_optimizer_step(opt, 0.01f));
         steps++;
         t = rp_now_s();
@@ -109,9 +110,12 @@ int rp_cli_bench_ps(int argc, char **argv)
         bool ok = v && train_parse_long(v, -1, 1L << 30, &n);
         if (!strcmp(a, "--optim") && v) {
             ok = true;
-            if (!strcmp(v, "sgd")) job.optim.momentum = 0;
-            else if (!strcmp(v, "adam")) job.optim.kind = RP_OPTIM_ADAM;
-            else ok = !strcmp(v, "momentum");
+            if (!strcmp(v, "sgd"))
+                job.optim.momentum = 0;
+            else if (!strcmp(v, "adam"))
+                job.optim.kind = RP_OPTIM_ADAM;
+            else
+                ok = !strcmp(v, "momentum");
         } else if (!strcmp(a, "--replicas")) {
             ok = ok && n >= 1 && n <= 64;
             cfg.replicas = (int)n;
@@ -171,19 +175,23 @@ int rp_cli_bench_ps(int argc, char **argv)
     RP_TRY(rp_replicator_result(r, "steps", &steps));
     RP_TRY(rp_replicator_result(r, "seconds", &seconds));
     if (rp_replica_id(rp_replicator_replica(r, 0)) == 0) {
-        const char *optim = job.optim.kind == RP_OPTIM_ADAM ? "adam" : job.optim.momentum > 0 ? "momentum" : "sgd";
+        const char *optim = job.optim.kind == RP_OPTIM_ADAM ? "adam"
+                            : job.optim.momentum > 0        ? "momentum"
+                                                            : "sgd";
         double rate = steps / seconds, bound = local_rate(&job);
         double mb = (double)job.numel * sizeof(float) / 1e6;
         printf("parameter servers (%s): %d replicas, %d server%s, %lld floats (%.2f MB), %s\n",
                rp_replicator_backend(r), rp_replicator_replicas(r), cfg.ps, cfg.ps > 1 ? "s" : "",
                (long long)job.numel, mb, optim);
-        printf("  %.0f updates/s (%.0f pushes in %.1f s; %.2f GB/s of gradients in and values out)\n", rate,
-               steps, seconds, rate * mb * 2 / 1e3);
+        printf(
+            "  %.0f updates/s (%.0f pushes in %.1f s; %.2f GB/s of gradients in and values out)\n",
+            rate, steps, seconds, rate * mb * 2 / 1e3);
         printf("  one core applying the same update locally: %.0f updates/s (ratio %.2f)\n", bound,
                bound > 0 ? rate / bound : 0);
     }
 cleanup:
-    for (int i = 0; job.params && i < local; i++) rp_params_destroy(job.params[i]);
+    for (int i = 0; job.params && i < local; i++)
+        rp_params_destroy(job.params[i]);
     free(job.params);
     rp_replicator_destroy(r);
     if (status != RP_OK) {

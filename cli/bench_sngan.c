@@ -17,20 +17,21 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: replicator bench sngan [options]\n"
-            "\n"
-            "Milliseconds per SN-GAN iteration (n_dis D steps + 1 G step) on Fashion-MNIST at 32x32.\n"
-            "The same in PyTorch: SCRIPT=bench/sngan_torch.py bench/torch_env.sh.\n"
-            "  --ch-g N, --ch-d N   widths (default 32, 32)\n"
-            "  --d-batch N          real images per D step (default 64)\n"
-            "  --g-batch N          fakes per G step (default 128)\n"
-            "  --n-dis N            D steps per iteration (default 5)\n"
-            "  --iters K            timed iterations (default 10)\n"
-            "  --warmup W           untimed iterations first (default 2)\n"
-            "  --threads T          kernel threads in all (default: all cores)\n"
-            "  --replicas N         data-parallel replicas (default: one per core, as in training)\n"
-            "  --json               one JSON line\n");
+    fprintf(
+        f,
+        "usage: replicator bench sngan [options]\n"
+        "\n"
+        "Milliseconds per SN-GAN iteration (n_dis D steps + 1 G step) on Fashion-MNIST at 32x32.\n"
+        "The same in PyTorch: SCRIPT=bench/sngan_torch.py bench/torch_env.sh.\n"
+        "  --ch-g N, --ch-d N   widths (default 32, 32)\n"
+        "  --d-batch N          real images per D step (default 64)\n"
+        "  --g-batch N          fakes per G step (default 128)\n"
+        "  --n-dis N            D steps per iteration (default 5)\n"
+        "  --iters K            timed iterations (default 10)\n"
+        "  --warmup W           untimed iterations first (default 2)\n"
+        "  --threads T          kernel threads in all (default: all cores)\n"
+        "  --replicas N         data-parallel replicas (default: one per core, as in training)\n"
+        "  --json               one JSON line\n");
 }
 
 typedef struct job {
@@ -87,7 +88,8 @@ int rp_cli_bench_sngan(int argc, char **argv)
                     : !strcmp(a, "--replicas") ? &replicas
                                                : NULL;
         if (!slot || !v || !train_parse_long(v, slot == &warmup ? 0 : 1, 100000, &n)) {
-            fprintf(stderr, "replicator bench sngan: bad option %s%s%s (see --help)\n", a, v ? " " : "", v ? v : "");
+            fprintf(stderr, "replicator bench sngan: bad option %s%s%s (see --help)\n", a,
+                    v ? " " : "", v ? v : "");
             return 2;
         }
         *slot = (int)n;
@@ -97,20 +99,23 @@ int rp_cli_bench_sngan(int argc, char **argv)
     /* As replicator train sngan: a replica per core, as many as divide both batches. */
     if (!replicas) {
         replicas = rp_kernels_get_threads();
-        while (replicas > 1 && (sc.d_batch % replicas || sc.g_batch % replicas)) replicas--;
+        while (replicas > 1 && (sc.d_batch % replicas || sc.g_batch % replicas))
+            replicas--;
     }
     job j = {rp_sngan_trainer_model(), NULL, NULL, {0}};
     rp_replicator *r = NULL;
     double *times = calloc((size_t)iters, sizeof *times);
     rp_status status = RP_OK;
     bool built = false;
-    /* The loader reads only a few batches per iteration; a subset loads faster and times the same. */
+    /* The loader reads only a few batches per iteration; a subset loads faster and times the same.
+     */
     sc.limit = 8192;
     RP_TRY(rp_sngan_create(&j.gan, &sc));
     rp_config cfg = rp_config_default();
     cfg.backend = RP_BACKEND_THREADS;
     cfg.replicas = replicas;
-    cfg.threads_per_replica = rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
+    cfg.threads_per_replica =
+        rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
     RP_TRY(rp_replicator_create(&r, &cfg));
     j.states = calloc((size_t)replicas, sizeof *j.states);
     if (!times || !j.states) {
@@ -126,19 +131,24 @@ int rp_cli_bench_sngan(int argc, char **argv)
         if (it >= warmup) times[it - warmup] = rp_now_s() - t0;
     }
     double sum = 0;
-    for (int i = 0; i < iters; i++) sum += times[i];
+    for (int i = 0; i < iters; i++)
+        sum += times[i];
     double med = rp_cli_median(times, iters);
     int tpr = rp_replicator_threads_per_replica(r);
     if (json)
-        printf("{\"framework\":\"replicator\",\"model\":\"sngan\",\"ch_g\":%d,\"ch_d\":%d,\"d_batch\":%d,"
-               "\"g_batch\":%d,\"n_dis\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"format\":\"nhwc\","
+        printf("{\"framework\":\"replicator\",\"model\":\"sngan\",\"ch_g\":%d,\"ch_d\":%d,\"d_"
+               "batch\":%d,"
+               "\"g_batch\":%d,\"n_dis\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"format\":"
+               "\"nhwc\","
                "\"ms_per_iter\":%.2f,\"mean_ms_per_iter\":%.2f,\"iters\":%d}\n",
-               sc.ch_g, sc.ch_d, sc.d_batch, sc.g_batch, sc.n_dis, replicas, tpr, 1e3 * med, 1e3 * sum / iters, iters);
+               sc.ch_g, sc.ch_d, sc.d_batch, sc.g_batch, sc.n_dis, replicas, tpr, 1e3 * med,
+               1e3 * sum / iters, iters);
     else
-        printf("replicator sngan ch %d/%d, D batch %d x %d + G batch %d, %d replica%s x %d threads: %.1f ms per "
+        printf("replicator sngan ch %d/%d, D batch %d x %d + G batch %d, %d replica%s x %d "
+               "threads: %.1f ms per "
                "iteration (median of %d; mean %.1f)\n",
-               sc.ch_g, sc.ch_d, sc.d_batch, sc.n_dis, sc.g_batch, replicas, replicas > 1 ? "s" : "", tpr,
-               1e3 * med, iters, 1e3 * sum / iters);
+               sc.ch_g, sc.ch_d, sc.d_batch, sc.n_dis, sc.g_batch, replicas,
+               replicas > 1 ? "s" : "", tpr, 1e3 * med, iters, 1e3 * sum / iters);
 cleanup:
     if (built) {
         rp_status teardown = rp_replicator_run(r, destroy, &j);

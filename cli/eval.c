@@ -80,14 +80,16 @@ int rp_cli_eval(int argc, char **argv)
     RP_TRY(rp_classifier_load_dataset(&test, &cc, "test"));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
     RP_TRY(rp_dataset_channel_stats(train, mean, std));
-    RP_TRY(rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes, NULL));
+    RP_TRY(rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes,
+                                    NULL));
     RP_TRY(rp_checkpoint_read_params(ck, rp_classifier_net_params(&net), "param/"));
     RP_TRY(rp_tape_create(&tape, 0));
     rp_classifier_eval ev;
     RP_TRY(rp_classifier_evaluate(tape, &net, test, mean, std, 0, 1, &ev));
     int64_t n;
     const int64_t *pos = rp_checkpoint_get_i64(ck, "train/position", &n);
-    printf("%s on %s: test accuracy %.2f%%, test loss %.4f (%lld images; checkpoint after %lld steps)\n",
+    printf("%s on %s: test accuracy %.2f%%, test loss %.4f (%lld images; checkpoint after %lld "
+           "steps)\n",
            o.model, test->name, 100 * ev.accuracy, ev.loss, (long long)ev.samples,
            pos && n == 3 ? (long long)pos[2] : -1LL);
 cleanup:

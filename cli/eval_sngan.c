@@ -43,7 +43,10 @@ int sngan_eval_main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--calibrate")) { calibrate = true; continue; }
+        if (!strcmp(a, "--calibrate")) {
+            calibrate = true;
+            continue;
+        }
         long x = 0;
         if (!strcmp(a, "--judge") && v && v[0])
             judge_dir = v;
@@ -52,7 +55,8 @@ int sngan_eval_main(int argc, char **argv)
         else if (!strcmp(a, "--threads") && v && train_parse_long(v, 1, 1024, &x))
             threads = x;
         else {
-            fprintf(stderr, "replicator eval: bad option %s%s%s (see --help)\n", a, v ? " " : "", v ? v : "");
+            fprintf(stderr, "replicator eval: bad option %s%s%s (see --help)\n", a, v ? " " : "",
+                    v ? v : "");
             return 2;
         }
         i++;
@@ -68,8 +72,10 @@ int sngan_eval_main(int argc, char **argv)
     RP_TRY(sngan_run_load(run, &o, &g));
     if (!judge_dir) judge_dir = o.judge[0] ? o.judge : NULL;
     if (!judge_dir) {
-        status = RP_ERROR(RP_ERR_INVALID, "%s was trained without a judge: name one with --judge DIR (a run of "
-                          "replicator train resnet20 --image-size %d)", run, o.g.h);
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "%s was trained without a judge: name one with --judge DIR (a run of "
+                          "replicator train resnet20 --image-size %d)",
+                          run, o.g.h);
         goto cleanup;
     }
     RP_TRY(sngan_judge_load(&j, judge_dir));

@@ -28,8 +28,9 @@ int rp_cli_info(int argc, char **argv)
            v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
     printf("OpenMP threads %d\n", omp_get_max_threads());
     printf("environment    RP_LOG_LEVEL=%d RP_THREADS=%d RP_KERNELS=%s RP_DATA_DIR=%s "
-           "RP_COMM_TIMEOUT=%g RP_FLIGHT_ENTRIES=%d\n", env->log_level, env->threads, env->kernels,
-           env->data_dir, env->comm_timeout, env->flight_entries);
+           "RP_COMM_TIMEOUT=%g RP_FLIGHT_ENTRIES=%d\n",
+           env->log_level, env->threads, env->kernels, env->data_dir, env->comm_timeout,
+           env->flight_entries);
     printf("MuJoCo         %s (replicator train d4pg --task T)\n", mj_versionString());
     for (int i = 0; i < rp_env_task_count(); i++)
         printf("  %s\n", rp_env_task_about(i));

@@ -39,17 +39,16 @@ cleanup:
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: replicator sample RUN [--class C] [--n N] [--out FILE] [--raw] [--seed S]\n"
-            "\n"
-            "Draws samples from the SN-GAN saved in RUN (written by replicator train sngan).\n"
-            "  --class C   only class C (default: every class, a row each)\n"
-            "  --n N       samples per class (default 10; with --class, 100)\n"
-            "  --out FILE  where to write (default samples.png, or samples.idx with --raw)\n"
-            "  --raw       write the images as an IDX file of bytes ([n,h,w] or [n,h,w,c]) and\n"
-            "              their classes beside it (FILE with -labels before the extension)\n"
-            "  --seed S    the latent vectors' seed (default 1)\n"
-            "  --threads N kernel threads (default: all cores)\n");
+    fprintf(f, "usage: replicator sample RUN [--class C] [--n N] [--out FILE] [--raw] [--seed S]\n"
+               "\n"
+               "Draws samples from the SN-GAN saved in RUN (written by replicator train sngan).\n"
+               "  --class C   only class C (default: every class, a row each)\n"
+               "  --n N       samples per class (default 10; with --class, 100)\n"
+               "  --out FILE  where to write (default samples.png, or samples.idx with --raw)\n"
+               "  --raw       write the images as an IDX file of bytes ([n,h,w] or [n,h,w,c]) and\n"
+               "              their classes beside it (FILE with -labels before the extension)\n"
+               "  --seed S    the latent vectors' seed (default 1)\n"
+               "  --threads N kernel threads (default: all cores)\n");
 }
 
 /* "dir/samples.idx" -> "dir/samples-labels.idx", in a block of its own (free() it), or NULL. */
@@ -78,7 +77,10 @@ int rp_cli_sample(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--raw")) { raw = true; continue; }
+        if (!strcmp(a, "--raw")) {
+            raw = true;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "replicator sample: %s needs a value (see --help)\n", a);
             return 2;
@@ -112,8 +114,8 @@ int rp_cli_sample(int argc, char **argv)
     RP_TRY(sngan_run_load(run, &o, &g));
     const rp_sngan_config *c = &o.g;
     if (cls >= c->classes) {
-        status = RP_ERROR(RP_ERR_INVALID, "--class %ld: the run's generator knows classes 0..%d", cls,
-                          c->classes - 1);
+        status = RP_ERROR(RP_ERR_INVALID, "--class %ld: the run's generator knows classes 0..%d",
+                          cls, c->classes - 1);
         goto cleanup;
     }
     if (!n) n = cls >= 0 ? 100 : 10;
@@ -129,8 +131,8 @@ int rp_cli_sample(int argc, char **argv)
     /* Column j of every row shares its z: the rows differ by class alone. */
     for (int64_t s = 0; s < total; s++) {
         labels[s] = (int32_t)(cls >= 0 ? cls : s / n);
-        rp_rng_fill_normal((uint64_t)seed, (uint64_t)((s % n) * c->z_dim), z + s * c->z_dim, (size_t)c->z_dim,
-                           0.0f, 1.0f);
+        rp_rng_fill_normal((uint64_t)seed, (uint64_t)((s % n) * c->z_dim), z + s * c->z_dim,
+                           (size_t)c->z_dim, 0.0f, 1.0f);
     }
     RP_TRY(rp_tape_create(&tape, 0));
     for (int64_t s = 0; s < total; s += 100) {
@@ -140,7 +142,8 @@ int rp_cli_sample(int argc, char **argv)
     }
     if (!raw) {
         int cols = cls >= 0 ? (n < 10 ? (int)n : 10) : (int)n;
-        RP_TRY(rp_image_grid_write_png(out, img, (int)total, c->h, c->w, c->c, cols, 2, 255, -1.0f, 1.0f));
+        RP_TRY(rp_image_grid_write_png(out, img, (int)total, c->h, c->w, c->c, cols, 2, 255, -1.0f,
+                                       1.0f));
         printf("%lld samples%s in %s (%d per row)\n", (long long)total,
                cls >= 0 ? " of one class" : ", a row per class", out, cols);
     } else {
@@ -155,14 +158,16 @@ int rp_cli_sample(int argc, char **argv)
         }
         int dims[4] = {(int)total, c->h, c->w, c->c};
         RP_TRY(rp_idx_write(out, bytes, c->c == 1 ? 3 : 4, dims));
-        for (int64_t s = 0; s < total; s++) bytes[s] = (uint8_t)labels[s];
+        for (int64_t s = 0; s < total; s++)
+            bytes[s] = (uint8_t)labels[s];
         lpath = labels_path(out);
         if (!lpath) {
             status = RP_ERROR(RP_ERR_NOMEM, "the labels' path next to %s", out);
             goto cleanup;
         }
         RP_TRY(rp_idx_write(lpath, bytes, 1, dims));
-        printf("%lld samples in %s, their classes in %s (IDX, unsigned bytes)\n", (long long)total, out, lpath);
+        printf("%lld samples in %s, their classes in %s (IDX, unsigned bytes)\n", (long long)total,
+               out, lpath);
     }
 cleanup:
     free(lpath);

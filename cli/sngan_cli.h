@@ -15,7 +15,7 @@
  * the short schedule (the library's rp_sngan_config_default keeps theirs).
  */
 #define SNGAN_DEFAULT_ITERS 3500
-#define SNGAN_DEFAULT_LR 4e-4f
+#define SNGAN_DEFAULT_LR    4e-4f
 
 typedef struct sngan_opts {
     rp_sngan_config g;
@@ -31,7 +31,7 @@ typedef struct sngan_opts {
     double comm_timeout;
     int threads, replicas;
     bool replicas_given, out_given, force, quiet, no_checkpoint;
-    const char *tensorboard;  /* --tensorboard DIR (argv's), or NULL; not saved */
+    const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
 } sngan_opts;
 
 void sngan_opts_default(sngan_opts *o);

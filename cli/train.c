@@ -20,18 +20,23 @@
 static void apply_resume_overrides(train_opts *o, const train_opts *cli, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--epochs")) o->epochs = cli->epochs;
-        else if (!strcmp(argv[i], "--data")) snprintf(o->data_dir, sizeof o->data_dir, "%s", cli->data_dir);
+        if (!strcmp(argv[i], "--epochs"))
+            o->epochs = cli->epochs;
+        else if (!strcmp(argv[i], "--data"))
+            snprintf(o->data_dir, sizeof o->data_dir, "%s", cli->data_dir);
         else if (!strcmp(argv[i], "--threads")) {
-            /* Reductions depend on the team size: a different count resumes correctly, not bit-exactly. */
+            /* Reductions depend on the team size: a different count resumes correctly, not
+             * bit-exactly. */
             if (cli->threads != o->threads)
-                rp_warn("resuming on %d threads, the run used %d: results will differ in the last bits",
-                        cli->threads, o->threads);
+                rp_warn(
+                    "resuming on %d threads, the run used %d: results will differ in the last bits",
+                    cli->threads, o->threads);
             o->threads = cli->threads;
         } else if (!strcmp(argv[i], "--replicas")) {
             if (cli->replicas != o->replicas)
                 rp_warn("resuming on %d replicas, the run used %d: the same global batch, results "
-                        "will differ in the last bits", cli->replicas, o->replicas);
+                        "will differ in the last bits",
+                        cli->replicas, o->replicas);
             o->replicas = cli->replicas;
         } else if (!strcmp(argv[i], "--threads-per-replica")) {
             o->threads_per_replica = cli->threads_per_replica;
@@ -59,8 +64,8 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
  * The options (from the checkpoint when resuming), the classifier (its datasets) and the trainer
  * (the replicator and every replica's model, optimizer and loader).
  */
-static rp_status setup(train_opts *o, const char *resume, int argc, char **argv, rp_classifier **clf,
-                       rp_trainer **t)
+static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
+                       rp_classifier **clf, rp_trainer **t)
 {
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -118,7 +123,8 @@ cleanup:
     return status;
 }
 
-static void print_header(const train_opts *o, const rp_classifier *clf, const rp_trainer *t, bool resumed)
+static void print_header(const train_opts *o, const rp_classifier *clf, const rp_trainer *t,
+                         bool resumed)
 {
     rp_replicator *rep = rp_trainer_replicator(t);
     rp_trainer_progress p = rp_trainer_get_progress(t);
@@ -137,38 +143,42 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
         snprintf(regime, sizeof regime, "cross-replica batch norm");
     }
     if (strcmp(backend, "threads") != 0)
-        snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, %s)", o->replicas,
-                 o->replicas / local, local, tpr, backend, regime);
+        snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, %s)",
+                 o->replicas, o->replicas / local, local, tpr, backend, regime);
     else if (o->replicas > 1 || async)
-        snprintf(layout, sizeof layout, "%d replicas x %d threads (%s, %s)", o->replicas, tpr, backend, regime);
+        snprintf(layout, sizeof layout, "%d replicas x %d threads (%s, %s)", o->replicas, tpr,
+                 backend, regime);
     else
         snprintf(layout, sizeof layout, "%d threads", tpr);
     fprintf(stderr,
             "replicator train %s on %s: %lld train / %lld test images %dx%dx%d, %d classes\n"
             "  %lld parameters; batch %d, %d epochs x %lld steps; lr %g %s (warm-up %d), momentum "
             "%g%s, wd %g; augment %s; seed %llu; %s, %s kernels\n",
-            o->model, clf->train->name, (long long)rp_classifier_state_samples(state), (long long)clf->test->n,
-            clf->train->h, clf->train->w, clf->train->c, clf->train->num_classes,
-            (long long)rp_params_trainable_numel(rp_classifier_state_params(state)), o->batch, o->epochs,
-            (long long)rp_trainer_steps_per_epoch(t), (double)o->lr, o->schedule, o->warmup_epochs,
-            (double)o->momentum, o->nesterov ? " nesterov" : "", (double)o->weight_decay,
-            o->augment ? "crop+flip" : "off", (unsigned long long)o->seed, layout,
-            rp_kernels_name());
+            o->model, clf->train->name, (long long)rp_classifier_state_samples(state),
+            (long long)clf->test->n, clf->train->h, clf->train->w, clf->train->c,
+            clf->train->num_classes,
+            (long long)rp_params_trainable_numel(rp_classifier_state_params(state)), o->batch,
+            o->epochs, (long long)rp_trainer_steps_per_epoch(t), (double)o->lr, o->schedule,
+            o->warmup_epochs, (double)o->momentum, o->nesterov ? " nesterov" : "",
+            (double)o->weight_decay, o->augment ? "crop+flip" : "off", (unsigned long long)o->seed,
+            layout, rp_kernels_name());
     if (resumed)
-        fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir, (long long)p.epoch + 1,
-                (long long)p.step);
+        fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir,
+                (long long)p.epoch + 1, (long long)p.step);
     fprintf(stderr, "  run directory: %s\n", o->out_dir);
 }
 
 static void format_duration(double s, char *buf, size_t size)
 {
     int total = s > 0 ? (int)(s + 0.5) : 0;
-    if (total >= 3600) snprintf(buf, size, "%dh%02dm", total / 3600, total / 60 % 60);
-    else snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
+    if (total >= 3600)
+        snprintf(buf, size, "%dh%02dm", total / 3600, total / 60 % 60);
+    else
+        snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
 }
 
-
-/* The model a `--resume DIR` in argv continues, from its checkpoint's configuration ("" if none). */
+/* The model a `--resume DIR` in argv continues, from its checkpoint's configuration ("" if none).
+ */
 static const char *resumed_model(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++) {
@@ -176,7 +186,9 @@ static const char *resumed_model(int argc, char **argv)
         rp_checkpoint *ck = NULL;
         if (rp_trainer_load_checkpoint(&ck, argv[i + 1]) != RP_OK) return ""; /* reported later */
         const char *config = rp_checkpoint_get_meta(ck, "replicator.config");
-        const char *model = sngan_config_is_gan(config) ? "sngan" : d4pg_config_is_d4pg(config) ? "d4pg" : "";
+        const char *model = sngan_config_is_gan(config)   ? "sngan"
+                            : d4pg_config_is_d4pg(config) ? "d4pg"
+                                                          : "";
         rp_checkpoint_destroy(ck);
         return model;
     }
@@ -220,22 +232,27 @@ int rp_cli_train(int argc, char **argv)
     rp_trainer_progress p = rp_trainer_get_progress(t);
     if (status == RP_OK && p.stopped && !o.quiet) {
         if (o.no_checkpoint)
-            fprintf(stderr, "%s  stopped at epoch %lld step %lld; nothing saved (--no-checkpoint)\n",
+            fprintf(stderr,
+                    "%s  stopped at epoch %lld step %lld; nothing saved (--no-checkpoint)\n",
                     tty ? "\n" : "", (long long)p.epoch + 1, (long long)p.step);
         else
-            fprintf(stderr, "%s  stopped at epoch %lld step %lld (%s); resume with: replicator "
-                    "train --resume %s\n", tty ? "\n" : "", (long long)p.epoch + 1, (long long)p.step,
+            fprintf(stderr,
+                    "%s  stopped at epoch %lld step %lld (%s); resume with: replicator "
+                    "train --resume %s\n",
+                    tty ? "\n" : "", (long long)p.epoch + 1, (long long)p.step,
                     p.stop_signal ? "signal" : "--max-steps", o.out_dir);
     }
     if (status != RP_OK || !rp_trainer_is_root(t)) {
         /* Only the process of replica 0 reports the run. */
     } else if (p.finished && p.steps_this_run == 0) {
         printf("%s: nothing to do: the run in %s already completed %d epochs (extend it with "
-               "--epochs)\n", o.model, o.out_dir, o.epochs);
+               "--epochs)\n",
+               o.model, o.out_dir, o.epochs);
     } else if (p.finished) {
         char total[32];
         format_duration(rp_now_s() - t_start, total, sizeof total);
-        printf("%s on %s: test accuracy %.2f%% (best %.2f%%) after %lld epochs (%lld steps this run), %s\n",
+        printf("%s on %s: test accuracy %.2f%% (best %.2f%%) after %lld epochs (%lld steps this "
+               "run), %s\n",
                o.model, clf->train->name, 100 * clf->last_accuracy, 100 * clf->best_accuracy,
                (long long)p.epoch, (long long)p.steps_this_run, total);
     }
@@ -260,7 +277,8 @@ int rp_cli_train(int argc, char **argv)
     if (teardown != RP_OK && status == RP_OK) status = teardown;
     if (status != RP_OK) {
         if (!reported) train_report_error(tty);
-        rp_comm_mpi_abort(1); /* a clean-up error under mpirun: a peer may still wait for this rank */
+        rp_comm_mpi_abort(
+            1); /* a clean-up error under mpirun: a peer may still wait for this rank */
         return 1;
     }
     return p.stopped && p.stop_signal ? 128 + p.stop_signal : 0;

@@ -16,8 +16,8 @@
 #define CLI_PATH_MAX PATH_MAX
 
 typedef struct train_opts {
-    char model[32];     /* mlp | resnet20 | resnet18 | resnet50 */
-    char dataset[32];   /* fashion-mnist | mnist | cifar10 | synthetic */
+    char model[32];   /* mlp | resnet20 | resnet18 | resnet50 */
+    char dataset[32]; /* fashion-mnist | mnist | cifar10 | synthetic */
     char data_dir[CLI_PATH_MAX];
     char out_dir[CLI_PATH_MAX];
     int epochs;
@@ -26,31 +26,33 @@ typedef struct train_opts {
     float momentum;
     float weight_decay;
     bool nesterov;
-    char schedule[16];  /* cosine | constant */
+    char schedule[16]; /* cosine | constant */
     int warmup_epochs;
     uint64_t seed;
-    int threads;        /* kernel threads in all (0: all cores) */
-    int replicas;       /* data-parallel replicas (threads of this process; under MPI, of each rank) */
-    bool replicas_given; /* --replicas on this command line (under MPI the saved count is the job's) */
-    char backend[8];    /* auto | threads | mpi: where the replicas run (not saved) */
+    int threads;  /* kernel threads in all (0: all cores) */
+    int replicas; /* data-parallel replicas (threads of this process; under MPI, of each rank) */
+    bool replicas_given; /* --replicas on this command line (under MPI the saved count is the job's)
+                          */
+    char backend[8];     /* auto | threads | mpi: where the replicas run (not saved) */
     double comm_timeout; /* seconds (0: the environment's default; not saved) */
     int threads_per_replica; /* 0: threads / replicas */
-    char regime[8];     /* sync | async */
-    int ps;             /* async: parameter servers (in-process shards, or the last ranks under MPI) */
-    int staleness;      /* async: the staleness bound, -1 unbounded */
-    int slow_replica;   /* --slow R:F: replica R sleeps (F-1) x its step time each step (-1: none; not saved) */
+    char regime[8];          /* sync | async */
+    int ps;        /* async: parameter servers (in-process shards, or the last ranks under MPI) */
+    int staleness; /* async: the staleness bound, -1 unbounded */
+    int slow_replica; /* --slow R:F: replica R sleeps (F-1) x its step time each step (-1: none; not
+                         saved) */
     float slow_factor;
     int hidden[RP_MLP_MAX_LAYERS];
     int n_hidden;
     bool augment;
     int pad;
-    int64_t limit;      /* first N training samples (0: all) */
-    int image_size;     /* pad images to N x N (0: as stored) */
-    int64_t max_steps;  /* stop (and checkpoint) after this global step (0: no limit) */
+    int64_t limit;     /* first N training samples (0: all) */
+    int image_size;    /* pad images to N x N (0: as stored) */
+    int64_t max_steps; /* stop (and checkpoint) after this global step (0: no limit) */
     bool quiet;
     bool no_checkpoint;
-    bool force;         /* --out may hold an earlier run's checkpoint: overwrite it */
-    bool out_given;     /* --out was on the command line (else runs/MODEL, made unique) */
+    bool force;              /* --out may hold an earlier run's checkpoint: overwrite it */
+    bool out_given;          /* --out was on the command line (else runs/MODEL, made unique) */
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
 } train_opts;
 

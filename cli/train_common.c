@@ -10,22 +10,31 @@
 
 rp_status train_runtime_config(train_opts *o, rp_config *cfg)
 {
-    /* Under mpirun (or srun): one replica per rank, or --replicas threads in each (hierarchical). */
-    bool mpi = !strcmp(o->backend, "mpi") || (!strcmp(o->backend, "auto") && rp_comm_mpi_launched());
+    /* Under mpirun (or srun): one replica per rank, or --replicas threads in each (hierarchical).
+     */
+    bool mpi =
+        !strcmp(o->backend, "mpi") || (!strcmp(o->backend, "auto") && rp_comm_mpi_launched());
     if (!mpi && rp_comm_mpi_launched() && rp_env_get()->mpi_world_size > 1)
-        return RP_ERROR(RP_ERR_INVALID, "--backend threads under mpirun with %d ranks: every rank would "
-                        "train alone and write the same run directory; start one process, or use the "
-                        "MPI backend", rp_env_get()->mpi_world_size);
+        return RP_ERROR(
+            RP_ERR_INVALID,
+            "--backend threads under mpirun with %d ranks: every rank would "
+            "train alone and write the same run directory; start one process, or use the "
+            "MPI backend",
+            rp_env_get()->mpi_world_size);
     bool async = !strcmp(o->regime, "async");
     if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
     if (o->replicas == 0) {
-        /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as divide the batch. */
-        int total = rp_kernels_get_threads(), tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
+        /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as
+         * divide the batch. */
+        int total = rp_kernels_get_threads(),
+            tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
         o->replicas = total / tpr > 0 ? total / tpr : 1;
-        while (!async && o->batch % o->replicas != 0) o->replicas--;
+        while (!async && o->batch % o->replicas != 0)
+            o->replicas--;
     }
     if (!async && o->batch % o->replicas != 0)
-        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch, o->replicas);
+        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch,
+                        o->replicas);
     *cfg = rp_config_default();
     cfg->backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg->replicas = o->replicas;
@@ -34,7 +43,8 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->regime = async ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
-    /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says. */
+    /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says.
+     */
     if (!cfg->threads_per_replica && (!mpi || o->threads > 0)) {
         int total = o->threads > 0 ? o->threads : rp_kernels_get_threads();
         cfg->threads_per_replica = total / o->replicas > 0 ? total / o->replicas : 1;

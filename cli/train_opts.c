@@ -174,7 +174,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     for (int k = i; k + 1 < argc; k++)
         if (!strcmp(argv[k], "--model")) model = argv[k + 1];
     if (!known_model(model)) {
-        fprintf(stderr, "replicator train: unknown model \"%s\" (resnet20, resnet18, resnet50, mlp)\n",
+        fprintf(stderr,
+                "replicator train: unknown model \"%s\" (resnet20, resnet18, resnet50, mlp)\n",
                 model);
         return 2;
     }
@@ -188,11 +189,26 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             usage(stdout);
             return 1;
         }
-        if (!strcmp(a, "--nesterov")) { o->nesterov = true; continue; }
-        if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
-        if (!strcmp(a, "--no-augment")) { o->augment = false; continue; }
-        if (!strcmp(a, "--no-checkpoint")) { o->no_checkpoint = true; continue; }
-        if (!strcmp(a, "--force")) { o->force = true; continue; }
+        if (!strcmp(a, "--nesterov")) {
+            o->nesterov = true;
+            continue;
+        }
+        if (!strcmp(a, "--quiet")) {
+            o->quiet = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-augment")) {
+            o->augment = false;
+            continue;
+        }
+        if (!strcmp(a, "--no-checkpoint")) {
+            o->no_checkpoint = true;
+            continue;
+        }
+        if (!strcmp(a, "--force")) {
+            o->force = true;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "replicator train: %s needs a value (see --help)\n", a);
             return 2;
@@ -210,7 +226,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--tensorboard")) {
             if (!train_copy_path("replicator train", a, v, NULL, CLI_PATH_MAX)) return 2;
             o->tensorboard = v;
-        } else if (!strcmp(a, "--model")) continue; /* read above, before the defaults */
+        } else if (!strcmp(a, "--model"))
+            continue; /* read above, before the defaults */
         else if (!strcmp(a, "--dataset")) {
             ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10") ||
                  !strcmp(v, "synthetic");
@@ -218,12 +235,22 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--schedule")) {
             ok = !strcmp(v, "cosine") || !strcmp(v, "constant");
             snprintf(o->schedule, sizeof o->schedule, "%s", v);
-        } else if (!strcmp(a, "--epochs")) { ok = train_parse_long(v, 1, 100000, &n); o->epochs = (int)n; }
-        else if (!strcmp(a, "--batch")) { ok = train_parse_long(v, 1, 1 << 20, &n); o->batch = (int)n; }
-        else if (!strcmp(a, "--warmup")) { ok = train_parse_long(v, 0, 100000, &n); o->warmup_epochs = (int)n; }
-        else if (!strcmp(a, "--seed")) { ok = train_parse_long(v, 0, 0x7fffffffL, &n); o->seed = (uint64_t)n; }
-        else if (!strcmp(a, "--threads")) { ok = train_parse_long(v, 1, 1024, &n); o->threads = (int)n; }
-        else if (!strcmp(a, "--replicas")) {
+        } else if (!strcmp(a, "--epochs")) {
+            ok = train_parse_long(v, 1, 100000, &n);
+            o->epochs = (int)n;
+        } else if (!strcmp(a, "--batch")) {
+            ok = train_parse_long(v, 1, 1 << 20, &n);
+            o->batch = (int)n;
+        } else if (!strcmp(a, "--warmup")) {
+            ok = train_parse_long(v, 0, 100000, &n);
+            o->warmup_epochs = (int)n;
+        } else if (!strcmp(a, "--seed")) {
+            ok = train_parse_long(v, 0, 0x7fffffffL, &n);
+            o->seed = (uint64_t)n;
+        } else if (!strcmp(a, "--threads")) {
+            ok = train_parse_long(v, 1, 1024, &n);
+            o->threads = (int)n;
+        } else if (!strcmp(a, "--replicas")) {
             ok = train_parse_long(v, 1, 256, &n);
             o->replicas = (int)n;
             o->replicas_given = true;
@@ -234,31 +261,45 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             char *end;
             o->comm_timeout = strtod(v, &end);
             ok = *end == '\0' && o->comm_timeout > 0 && o->comm_timeout <= 1e6;
-        }
-        else if (!strcmp(a, "--regime")) {
+        } else if (!strcmp(a, "--regime")) {
             ok = !strcmp(v, "sync") || !strcmp(v, "async");
             snprintf(o->regime, sizeof o->regime, "%s", v);
-        } else if (!strcmp(a, "--ps")) { ok = train_parse_long(v, 1, 256, &n); o->ps = (int)n; }
-        else if (!strcmp(a, "--staleness")) { ok = train_parse_long(v, -1, 1L << 30, &n); o->staleness = (int)n; }
-        else if (!strcmp(a, "--slow")) {
+        } else if (!strcmp(a, "--ps")) {
+            ok = train_parse_long(v, 1, 256, &n);
+            o->ps = (int)n;
+        } else if (!strcmp(a, "--staleness")) {
+            ok = train_parse_long(v, -1, 1L << 30, &n);
+            o->staleness = (int)n;
+        } else if (!strcmp(a, "--slow")) {
             char *end;
             long r = strtol(v, &end, 10);
             ok = end != v && *end == ':' && r >= 0 && r < 4096;
             if (ok) ok = train_parse_float(end + 1, 1.0f, 1000.0f, &o->slow_factor);
             o->slow_replica = (int)r;
-        }
-        else if (!strcmp(a, "--threads-per-replica")) { ok = train_parse_long(v, 1, 1024, &n); o->threads_per_replica = (int)n; }
-        else if (!strcmp(a, "--pad")) { ok = train_parse_long(v, 0, 64, &n); o->pad = (int)n; }
-        else if (!strcmp(a, "--limit")) { ok = train_parse_long(v, 1, 1L << 40, &n); o->limit = n; }
-        else if (!strcmp(a, "--image-size")) { ok = train_parse_long(v, 1, 4096, &n); o->image_size = (int)n; }
-        else if (!strcmp(a, "--max-steps")) { ok = train_parse_long(v, 1, 1L << 40, &n); o->max_steps = n; }
-        else if (!strcmp(a, "--lr")) {
+        } else if (!strcmp(a, "--threads-per-replica")) {
+            ok = train_parse_long(v, 1, 1024, &n);
+            o->threads_per_replica = (int)n;
+        } else if (!strcmp(a, "--pad")) {
+            ok = train_parse_long(v, 0, 64, &n);
+            o->pad = (int)n;
+        } else if (!strcmp(a, "--limit")) {
+            ok = train_parse_long(v, 1, 1L << 40, &n);
+            o->limit = n;
+        } else if (!strcmp(a, "--image-size")) {
+            ok = train_parse_long(v, 1, 4096, &n);
+            o->image_size = (int)n;
+        } else if (!strcmp(a, "--max-steps")) {
+            ok = train_parse_long(v, 1, 1L << 40, &n);
+            o->max_steps = n;
+        } else if (!strcmp(a, "--lr")) {
             ok = train_parse_float(v, 0.0f, 100.0f, &o->lr);
             lr_given = true;
-        }
-        else if (!strcmp(a, "--momentum")) ok = train_parse_float(v, 0.0f, 0.9999f, &o->momentum);
-        else if (!strcmp(a, "--wd")) ok = train_parse_float(v, 0.0f, 1.0f, &o->weight_decay);
-        else if (!strcmp(a, "--hidden")) ok = parse_widths(v, o->hidden, &o->n_hidden);
+        } else if (!strcmp(a, "--momentum"))
+            ok = train_parse_float(v, 0.0f, 0.9999f, &o->momentum);
+        else if (!strcmp(a, "--wd"))
+            ok = train_parse_float(v, 0.0f, 1.0f, &o->weight_decay);
+        else if (!strcmp(a, "--hidden"))
+            ok = parse_widths(v, o->hidden, &o->n_hidden);
         else {
             fprintf(stderr, "replicator train: unknown option %s (see --help)\n", a);
             return 2;
@@ -275,8 +316,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
      */
     if (async && !lr_given && !strcmp(o->model, "mlp")) o->lr = 0.02f;
     if (!async && o->replicas > 0 && o->batch % o->replicas != 0) {
-        fprintf(stderr, "replicator train: --batch %d does not split across %d replicas; use a "
-                "multiple of %d\n", o->batch, o->replicas, o->replicas);
+        fprintf(stderr,
+                "replicator train: --batch %d does not split across %d replicas; use a "
+                "multiple of %d\n",
+                o->batch, o->replicas, o->replicas);
         return 2;
     }
     if (o->nesterov && o->momentum <= 0) {
@@ -285,18 +328,23 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     }
     if (*resume) {
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
-        static const char *const allowed[] = {"--resume", "--epochs", "--data", "--threads",
-                                              "--replicas", "--threads-per-replica", "--max-steps",
-                                              "--no-checkpoint", "--quiet", "--backend",
-                                              "--comm-timeout", "--regime", "--ps", "--staleness",
-                                              "--slow", "--tensorboard"};
+        static const char *const allowed[] = {
+            "--resume",     "--epochs",        "--data",
+            "--threads",    "--replicas",      "--threads-per-replica",
+            "--max-steps",  "--no-checkpoint", "--quiet",
+            "--backend",    "--comm-timeout",  "--regime",
+            "--ps",         "--staleness",     "--slow",
+            "--tensorboard"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
-            for (size_t m = 0; m < sizeof allowed / sizeof allowed[0]; m++) ok |= !strcmp(argv[k], allowed[m]);
+            for (size_t m = 0; m < sizeof allowed / sizeof allowed[0]; m++)
+                ok |= !strcmp(argv[k], allowed[m]);
             if (!ok) {
-                fprintf(stderr, "replicator train: %s cannot be changed when resuming; the run's "
-                        "configuration comes from its checkpoint (start a new run with --out)\n", argv[k]);
+                fprintf(stderr,
+                        "replicator train: %s cannot be changed when resuming; the run's "
+                        "configuration comes from its checkpoint (start a new run with --out)\n",
+                        argv[k]);
                 return 2;
             }
         }
@@ -372,23 +420,26 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
     cJSON *j = cJSON_Parse(json);
     if (!j) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is not valid JSON");
     char model[32];
-    double epochs = 0, batch = 0, lr = 0, momentum = 0, wd = 0, warmup = 0, seed = 0, pad = 0, limit = 0;
+    double epochs = 0, batch = 0, lr = 0, momentum = 0, wd = 0, warmup = 0, seed = 0, pad = 0,
+           limit = 0;
     bool ok = get_str(j, "model", model, sizeof model) && known_model(model);
     if (ok) train_opts_default(o, model);
     ok = ok && get_str(j, "dataset", o->dataset, sizeof o->dataset) &&
          get_str(j, "data_dir", o->data_dir, sizeof o->data_dir) &&
          get_str(j, "schedule", o->schedule, sizeof o->schedule) && get_num(j, "epochs", &epochs) &&
-         get_num(j, "batch", &batch) && get_num(j, "lr", &lr) && get_num(j, "momentum", &momentum) &&
-         get_num(j, "weight_decay", &wd) && get_num(j, "warmup_epochs", &warmup) &&
-         get_num(j, "seed", &seed) && get_num(j, "pad", &pad) && get_num(j, "limit", &limit) &&
+         get_num(j, "batch", &batch) && get_num(j, "lr", &lr) &&
+         get_num(j, "momentum", &momentum) && get_num(j, "weight_decay", &wd) &&
+         get_num(j, "warmup_epochs", &warmup) && get_num(j, "seed", &seed) &&
+         get_num(j, "pad", &pad) && get_num(j, "limit", &limit) &&
          get_bool(j, "nesterov", &o->nesterov) && get_bool(j, "augment", &o->augment);
     const cJSON *hidden = cJSON_GetObjectItemCaseSensitive(j, "hidden");
     ok = ok && cJSON_IsArray(hidden) && cJSON_GetArraySize(hidden) < RP_MLP_MAX_LAYERS;
     /* The same ranges as the command line; checked before any cast. */
     ok = ok && epochs >= 1 && epochs <= 100000 && batch >= 1 && batch <= (1 << 20) && lr >= 0 &&
-         lr <= 100 && momentum >= 0 && (float)momentum < 1.0f && wd >= 0 && wd <= 1 && warmup >= 0 &&
-         warmup <= 100000 && seed >= 0 && seed <= 0x7fffffff && pad >= 0 && pad <= 64 &&
-         limit >= 0 && limit <= 1e12 && (!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "constant"));
+         lr <= 100 && momentum >= 0 && (float)momentum < 1.0f && wd >= 0 && wd <= 1 &&
+         warmup >= 0 && warmup <= 100000 && seed >= 0 && seed <= 0x7fffffff && pad >= 0 &&
+         pad <= 64 && limit >= 0 && limit <= 1e12 &&
+         (!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "constant"));
     if (ok) {
         o->epochs = (int)epochs;
         o->batch = (int)batch;
@@ -401,7 +452,8 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         o->limit = (int64_t)limit;
         o->n_hidden = 0;
         const cJSON *h;
-        cJSON_ArrayForEach(h, hidden) {
+        cJSON_ArrayForEach(h, hidden)
+        {
             ok = ok && cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= 65536;
             if (ok) o->hidden[o->n_hidden++] = (int)h->valuedouble;
         }
@@ -410,20 +462,25 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         if (get_num(j, "image_size", &image_size) && image_size >= 0 && image_size <= 4096)
             o->image_size = (int)image_size;
         double threads = 0;
-        if (get_num(j, "threads", &threads) && threads >= 0 && threads <= 1024) o->threads = (int)threads;
+        if (get_num(j, "threads", &threads) && threads >= 0 && threads <= 1024)
+            o->threads = (int)threads;
         double replicas = 0, tpr = 0;
-        if (get_num(j, "replicas", &replicas) && replicas >= 1 && replicas <= 256) o->replicas = (int)replicas;
-        if (get_num(j, "threads_per_replica", &tpr) && tpr >= 0 && tpr <= 1024) o->threads_per_replica = (int)tpr;
+        if (get_num(j, "replicas", &replicas) && replicas >= 1 && replicas <= 256)
+            o->replicas = (int)replicas;
+        if (get_num(j, "threads_per_replica", &tpr) && tpr >= 0 && tpr <= 1024)
+            o->threads_per_replica = (int)tpr;
         /* Runs saved before the async regime existed are sync. */
         double ps = 1, staleness = -1;
         char regime[8] = "sync";
         if (get_str(j, "regime", regime, sizeof regime) && !strcmp(regime, "async"))
             snprintf(o->regime, sizeof o->regime, "async");
         if (get_num(j, "ps", &ps) && ps >= 1 && ps <= 256) o->ps = (int)ps;
-        if (get_num(j, "staleness", &staleness) && staleness >= -1 && staleness <= 1e9) o->staleness = (int)staleness;
+        if (get_num(j, "staleness", &staleness) && staleness >= -1 && staleness <= 1e9)
+            o->staleness = (int)staleness;
     }
     cJSON_Delete(j);
-    if (!ok) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is incomplete or invalid");
+    if (!ok)
+        return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is incomplete or invalid");
     return RP_OK;
 }
 

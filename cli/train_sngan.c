@@ -35,59 +35,60 @@ static void usage(FILE *f)
 {
     sngan_opts d;
     sngan_opts_default(&d);
-    fprintf(f,
-            "usage: replicator train sngan [options]\n"
-            "       replicator train --resume DIR [--iters N] [--threads N] [--replicas N]\n"
-            "\n"
-            "Trains a class-conditional SN-GAN (ResNet generator with conditional batch norm,\n"
-            "spectrally normalised projection discriminator, hinge loss) data-parallel on\n"
-            "replicas; writes samples.png (a row per class) as it learns.\n"
-            "\n"
-            "data:\n"
-            "  --dataset D       fashion-mnist (default; padded to 32x32), mnist or cifar10\n"
-            "  --data DIR        dataset directory (default $RP_DATA_DIR or\n"
-            "                    /usr/share/datasets/fashion-mnist)\n"
-            "  --limit N         train on the first N images only\n"
-            "model:\n"
-            "  --ch-g N          generator width (default %d)\n"
-            "  --ch-d N          discriminator width (default %d)\n"
-            "  --z-dim N         latent size (default %d)\n"
-            "optimisation:\n"
-            "  --iters N         generator iterations (default %lld)\n"
-            "  --n-dis N         discriminator steps per iteration (default %d)\n"
-            "  --d-batch N       real images per discriminator step, global (default %d)\n"
-            "  --g-batch N       fakes per generator step, global (default %d)\n"
-            "  --accum N         split each step's batch into N micro-batches whose gradients\n"
-            "                    add up (larger batches than memory or replicas hold; default 1)\n"
-            "  --lr-g X, --lr-d X  Adam rates (default %g, %g), decayed linearly to 0\n"
-            "  --beta1 X, --beta2 X  Adam betas (default %g, %g)\n"
-            "run:\n"
-            "  --seed N          random seed (default %llu)\n"
-            "  --threads N       kernel threads in all (default: all cores)\n"
-            "  --replicas N      data-parallel replicas (default: one per core that divides\n"
-            "                    both batches); cross-replica batch norm in the generator\n"
-            "  --backend B       auto (default: MPI under mpirun), threads or mpi\n"
-            "  --timeout S       seconds a collective may wait for a peer\n"
-            "  --out DIR         run directory (default runs/sngan, made unique)\n"
-            "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
-            "                    (view them with: tensorboard --logdir DIR)\n"
-            "  --force           overwrite a checkpoint in --out\n"
-            "  --checkpoint-every N  iterations between checkpoints (default %lld; also at the end\n"
-            "                    and on Ctrl-C)\n"
-            "  --sample-every N  iterations between sample grids (default %lld; 0: never)\n"
-            "  --judge DIR       a classifier run (replicator train resnet20 --image-size 32) that\n"
-            "                    scores the samples: class accuracy, FD, IS\n"
-            "  --eval-every N    iterations between scores with --judge (default: 4 in the run)\n"
-            "  --eval-samples N  class-balanced samples per score (default %lld)\n"
-            "  --max-steps N     stop (checkpointed, resumable) after iteration N\n"
-            "  --no-checkpoint   write no checkpoint\n"
-            "  --quiet           no progress lines\n"
-            "  --resume DIR      continue the run in DIR (with it: --iters, --threads, --replicas,\n"
-            "                    --data, --judge, --eval-every, --eval-samples, --tensorboard)\n",
-            d.g.ch_g, d.g.ch_d, d.g.z_dim, (long long)d.iters, d.g.n_dis, d.g.d_batch, d.g.g_batch,
-            (double)d.g.lr_g, (double)d.g.lr_d, (double)d.g.beta1, (double)d.g.beta2,
-            (unsigned long long)d.g.seed, (long long)d.checkpoint_every, (long long)d.g.sample_every,
-            (long long)d.eval_samples);
+    fprintf(
+        f,
+        "usage: replicator train sngan [options]\n"
+        "       replicator train --resume DIR [--iters N] [--threads N] [--replicas N]\n"
+        "\n"
+        "Trains a class-conditional SN-GAN (ResNet generator with conditional batch norm,\n"
+        "spectrally normalised projection discriminator, hinge loss) data-parallel on\n"
+        "replicas; writes samples.png (a row per class) as it learns.\n"
+        "\n"
+        "data:\n"
+        "  --dataset D       fashion-mnist (default; padded to 32x32), mnist or cifar10\n"
+        "  --data DIR        dataset directory (default $RP_DATA_DIR or\n"
+        "                    /usr/share/datasets/fashion-mnist)\n"
+        "  --limit N         train on the first N images only\n"
+        "model:\n"
+        "  --ch-g N          generator width (default %d)\n"
+        "  --ch-d N          discriminator width (default %d)\n"
+        "  --z-dim N         latent size (default %d)\n"
+        "optimisation:\n"
+        "  --iters N         generator iterations (default %lld)\n"
+        "  --n-dis N         discriminator steps per iteration (default %d)\n"
+        "  --d-batch N       real images per discriminator step, global (default %d)\n"
+        "  --g-batch N       fakes per generator step, global (default %d)\n"
+        "  --accum N         split each step's batch into N micro-batches whose gradients\n"
+        "                    add up (larger batches than memory or replicas hold; default 1)\n"
+        "  --lr-g X, --lr-d X  Adam rates (default %g, %g), decayed linearly to 0\n"
+        "  --beta1 X, --beta2 X  Adam betas (default %g, %g)\n"
+        "run:\n"
+        "  --seed N          random seed (default %llu)\n"
+        "  --threads N       kernel threads in all (default: all cores)\n"
+        "  --replicas N      data-parallel replicas (default: one per core that divides\n"
+        "                    both batches); cross-replica batch norm in the generator\n"
+        "  --backend B       auto (default: MPI under mpirun), threads or mpi\n"
+        "  --timeout S       seconds a collective may wait for a peer\n"
+        "  --out DIR         run directory (default runs/sngan, made unique)\n"
+        "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
+        "                    (view them with: tensorboard --logdir DIR)\n"
+        "  --force           overwrite a checkpoint in --out\n"
+        "  --checkpoint-every N  iterations between checkpoints (default %lld; also at the end\n"
+        "                    and on Ctrl-C)\n"
+        "  --sample-every N  iterations between sample grids (default %lld; 0: never)\n"
+        "  --judge DIR       a classifier run (replicator train resnet20 --image-size 32) that\n"
+        "                    scores the samples: class accuracy, FD, IS\n"
+        "  --eval-every N    iterations between scores with --judge (default: 4 in the run)\n"
+        "  --eval-samples N  class-balanced samples per score (default %lld)\n"
+        "  --max-steps N     stop (checkpointed, resumable) after iteration N\n"
+        "  --no-checkpoint   write no checkpoint\n"
+        "  --quiet           no progress lines\n"
+        "  --resume DIR      continue the run in DIR (with it: --iters, --threads, --replicas,\n"
+        "                    --data, --judge, --eval-every, --eval-samples, --tensorboard)\n",
+        d.g.ch_g, d.g.ch_d, d.g.z_dim, (long long)d.iters, d.g.n_dis, d.g.d_batch, d.g.g_batch,
+        (double)d.g.lr_g, (double)d.g.lr_d, (double)d.g.beta1, (double)d.g.beta2,
+        (unsigned long long)d.g.seed, (long long)d.checkpoint_every, (long long)d.g.sample_every,
+        (long long)d.eval_samples);
 }
 
 int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
@@ -102,9 +103,18 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
             usage(stdout);
             return 1;
         }
-        if (!strcmp(a, "--quiet")) { o->quiet = true; continue; }
-        if (!strcmp(a, "--force")) { o->force = true; continue; }
-        if (!strcmp(a, "--no-checkpoint")) { o->no_checkpoint = true; continue; }
+        if (!strcmp(a, "--quiet")) {
+            o->quiet = true;
+            continue;
+        }
+        if (!strcmp(a, "--force")) {
+            o->force = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-checkpoint")) {
+            o->no_checkpoint = true;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "replicator train sngan: %s needs a value (see --help)\n", a);
             return 2;
@@ -115,22 +125,48 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
             snprintf(o->g.dataset, sizeof o->g.dataset, "%s", v);
         } else if (!strcmp(a, "--data")) {
             if (!train_copy_path(CMD, a, v, o->g.data_dir, sizeof o->g.data_dir)) return 2;
-        } else if (!strcmp(a, "--limit")) { ok = train_parse_long(v, 1, 1L << 40, &n); o->g.limit = n; }
-        else if (!strcmp(a, "--ch-g")) { ok = train_parse_long(v, 1, 4096, &n); o->g.ch_g = (int)n; }
-        else if (!strcmp(a, "--ch-d")) { ok = train_parse_long(v, 1, 4096, &n); o->g.ch_d = (int)n; }
-        else if (!strcmp(a, "--z-dim")) { ok = train_parse_long(v, 1, 4096, &n); o->g.z_dim = (int)n; }
-        else if (!strcmp(a, "--iters")) { ok = train_parse_long(v, 1, 100000000, &n); o->iters = n; }
-        else if (!strcmp(a, "--n-dis")) { ok = train_parse_long(v, 1, 100, &n); o->g.n_dis = (int)n; }
-        else if (!strcmp(a, "--d-batch")) { ok = train_parse_long(v, 1, 1 << 20, &n); o->g.d_batch = (int)n; }
-        else if (!strcmp(a, "--g-batch")) { ok = train_parse_long(v, 1, 1 << 20, &n); o->g.g_batch = (int)n; }
-        else if (!strcmp(a, "--accum")) { ok = train_parse_long(v, 1, 1024, &n); o->g.accum = (int)n; }
-        else if (!strcmp(a, "--lr-g")) ok = train_parse_float(v, 0, 1, &o->g.lr_g);
-        else if (!strcmp(a, "--lr-d")) ok = train_parse_float(v, 0, 1, &o->g.lr_d);
-        else if (!strcmp(a, "--beta1")) ok = train_parse_float(v, 0, 0.999999f, &o->g.beta1);
-        else if (!strcmp(a, "--beta2")) ok = train_parse_float(v, 0, 0.999999f, &o->g.beta2);
-        else if (!strcmp(a, "--seed")) { ok = train_parse_long(v, 0, 0x7fffffffL, &n); o->g.seed = (uint64_t)n; }
-        else if (!strcmp(a, "--threads")) { ok = train_parse_long(v, 1, 1024, &n); o->threads = (int)n; }
-        else if (!strcmp(a, "--replicas")) {
+        } else if (!strcmp(a, "--limit")) {
+            ok = train_parse_long(v, 1, 1L << 40, &n);
+            o->g.limit = n;
+        } else if (!strcmp(a, "--ch-g")) {
+            ok = train_parse_long(v, 1, 4096, &n);
+            o->g.ch_g = (int)n;
+        } else if (!strcmp(a, "--ch-d")) {
+            ok = train_parse_long(v, 1, 4096, &n);
+            o->g.ch_d = (int)n;
+        } else if (!strcmp(a, "--z-dim")) {
+            ok = train_parse_long(v, 1, 4096, &n);
+            o->g.z_dim = (int)n;
+        } else if (!strcmp(a, "--iters")) {
+            ok = train_parse_long(v, 1, 100000000, &n);
+            o->iters = n;
+        } else if (!strcmp(a, "--n-dis")) {
+            ok = train_parse_long(v, 1, 100, &n);
+            o->g.n_dis = (int)n;
+        } else if (!strcmp(a, "--d-batch")) {
+            ok = train_parse_long(v, 1, 1 << 20, &n);
+            o->g.d_batch = (int)n;
+        } else if (!strcmp(a, "--g-batch")) {
+            ok = train_parse_long(v, 1, 1 << 20, &n);
+            o->g.g_batch = (int)n;
+        } else if (!strcmp(a, "--accum")) {
+            ok = train_parse_long(v, 1, 1024, &n);
+            o->g.accum = (int)n;
+        } else if (!strcmp(a, "--lr-g"))
+            ok = train_parse_float(v, 0, 1, &o->g.lr_g);
+        else if (!strcmp(a, "--lr-d"))
+            ok = train_parse_float(v, 0, 1, &o->g.lr_d);
+        else if (!strcmp(a, "--beta1"))
+            ok = train_parse_float(v, 0, 0.999999f, &o->g.beta1);
+        else if (!strcmp(a, "--beta2"))
+            ok = train_parse_float(v, 0, 0.999999f, &o->g.beta2);
+        else if (!strcmp(a, "--seed")) {
+            ok = train_parse_long(v, 0, 0x7fffffffL, &n);
+            o->g.seed = (uint64_t)n;
+        } else if (!strcmp(a, "--threads")) {
+            ok = train_parse_long(v, 1, 1024, &n);
+            o->threads = (int)n;
+        } else if (!strcmp(a, "--replicas")) {
             ok = train_parse_long(v, 1, 256, &n);
             o->replicas = (int)n;
             o->replicas_given = true;
@@ -144,14 +180,24 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
         } else if (!strcmp(a, "--out")) {
             if (!train_copy_path(CMD, a, v, o->out_dir, sizeof o->out_dir)) return 2;
             o->out_given = true;
-        } else if (!strcmp(a, "--checkpoint-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->checkpoint_every = n; }
-        else if (!strcmp(a, "--sample-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->g.sample_every = n; }
-        else if (!strcmp(a, "--judge")) {
+        } else if (!strcmp(a, "--checkpoint-every")) {
+            ok = train_parse_long(v, 0, 100000000, &n);
+            o->checkpoint_every = n;
+        } else if (!strcmp(a, "--sample-every")) {
+            ok = train_parse_long(v, 0, 100000000, &n);
+            o->g.sample_every = n;
+        } else if (!strcmp(a, "--judge")) {
             if (!train_copy_path(CMD, a, v, o->judge, sizeof o->judge)) return 2;
-        } else if (!strcmp(a, "--eval-every")) { ok = train_parse_long(v, 0, 100000000, &n); o->eval_every = n; }
-        else if (!strcmp(a, "--eval-samples")) { ok = train_parse_long(v, 2, 10000000, &n); o->eval_samples = n; }
-        else if (!strcmp(a, "--max-steps")) { ok = train_parse_long(v, 1, 100000000, &n); o->max_steps = n; }
-        else if (!strcmp(a, "--resume")) {
+        } else if (!strcmp(a, "--eval-every")) {
+            ok = train_parse_long(v, 0, 100000000, &n);
+            o->eval_every = n;
+        } else if (!strcmp(a, "--eval-samples")) {
+            ok = train_parse_long(v, 2, 10000000, &n);
+            o->eval_samples = n;
+        } else if (!strcmp(a, "--max-steps")) {
+            ok = train_parse_long(v, 1, 100000000, &n);
+            o->max_steps = n;
+        } else if (!strcmp(a, "--resume")) {
             if (!train_copy_path(CMD, a, v, NULL, sizeof o->out_dir)) return 2;
             *resume = v;
         } else if (!strcmp(a, "--tensorboard")) {
@@ -243,12 +289,15 @@ rp_status sngan_opts_from_json(sngan_opts *o, const char *json)
     double v[24];
     char model[32] = "";
     bool ok = str(j, "model", model, sizeof model) && !strcmp(model, "sngan") &&
-              str(j, "dataset", g->dataset, sizeof g->dataset) && str(j, "data_dir", g->data_dir, sizeof g->data_dir) &&
-              num(j, "limit", 0, 1e12, &v[0]) && num(j, "ch_g", 1, 4096, &v[1]) && num(j, "ch_d", 1, 4096, &v[2]) &&
-              num(j, "z_dim", 1, 4096, &v[3]) && num(j, "classes", 1, 256, &v[4]) && num(j, "h", 1, 4096, &v[5]) &&
-              num(j, "w", 1, 4096, &v[6]) && num(j, "c", 1, 4, &v[7]) && num(j, "d_batch", 1, 1 << 20, &v[8]) &&
-              num(j, "g_batch", 1, 1 << 20, &v[9]) && num(j, "accum", 1, 1024, &v[10]) &&
-              num(j, "n_dis", 1, 100, &v[11]) && num(j, "lr_g", 0, 1, &v[12]) && num(j, "lr_d", 0, 1, &v[13]) &&
+              str(j, "dataset", g->dataset, sizeof g->dataset) &&
+              str(j, "data_dir", g->data_dir, sizeof g->data_dir) &&
+              num(j, "limit", 0, 1e12, &v[0]) && num(j, "ch_g", 1, 4096, &v[1]) &&
+              num(j, "ch_d", 1, 4096, &v[2]) && num(j, "z_dim", 1, 4096, &v[3]) &&
+              num(j, "classes", 1, 256, &v[4]) && num(j, "h", 1, 4096, &v[5]) &&
+              num(j, "w", 1, 4096, &v[6]) && num(j, "c", 1, 4, &v[7]) &&
+              num(j, "d_batch", 1, 1 << 20, &v[8]) && num(j, "g_batch", 1, 1 << 20, &v[9]) &&
+              num(j, "accum", 1, 1024, &v[10]) && num(j, "n_dis", 1, 100, &v[11]) &&
+              num(j, "lr_g", 0, 1, &v[12]) && num(j, "lr_d", 0, 1, &v[13]) &&
               num(j, "beta1", 0, 1, &v[14]) && num(j, "beta2", 0, 1, &v[15]) &&
               num(j, "seed", 0, 0x7fffffff, &v[16]) && num(j, "sample_every", 0, 1e8, &v[17]) &&
               num(j, "iters", 1, 1e8, &v[18]) && num(j, "checkpoint_every", 0, 1e8, &v[19]) &&
@@ -256,7 +305,9 @@ rp_status sngan_opts_from_json(sngan_opts *o, const char *json)
               str(j, "judge", o->judge, sizeof o->judge) && num(j, "threads", 0, 1024, &v[22]) &&
               num(j, "replicas", 0, 256, &v[23]);
     cJSON_Delete(j);
-    if (!ok) return RP_ERROR(RP_ERR_FORMAT, "the SN-GAN checkpoint's configuration is incomplete or invalid");
+    if (!ok)
+        return RP_ERROR(RP_ERR_FORMAT,
+                        "the SN-GAN checkpoint's configuration is incomplete or invalid");
     g->limit = (int64_t)v[0];
     g->ch_g = (int)v[1];
     g->ch_d = (int)v[2];
@@ -310,13 +361,20 @@ rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir)
 static void apply_resume_overrides(sngan_opts *o, const sngan_opts *cli, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--iters")) o->iters = cli->iters;
-        else if (!strcmp(argv[i], "--data")) snprintf(o->g.data_dir, sizeof o->g.data_dir, "%s", cli->g.data_dir);
-        else if (!strcmp(argv[i], "--threads")) o->threads = cli->threads;
-        else if (!strcmp(argv[i], "--replicas")) o->replicas = cli->replicas;
-        else if (!strcmp(argv[i], "--judge")) snprintf(o->judge, sizeof o->judge, "%s", cli->judge);
-        else if (!strcmp(argv[i], "--eval-every")) o->eval_every = cli->eval_every;
-        else if (!strcmp(argv[i], "--eval-samples")) o->eval_samples = cli->eval_samples;
+        if (!strcmp(argv[i], "--iters"))
+            o->iters = cli->iters;
+        else if (!strcmp(argv[i], "--data"))
+            snprintf(o->g.data_dir, sizeof o->g.data_dir, "%s", cli->g.data_dir);
+        else if (!strcmp(argv[i], "--threads"))
+            o->threads = cli->threads;
+        else if (!strcmp(argv[i], "--replicas"))
+            o->replicas = cli->replicas;
+        else if (!strcmp(argv[i], "--judge"))
+            snprintf(o->judge, sizeof o->judge, "%s", cli->judge);
+        else if (!strcmp(argv[i], "--eval-every"))
+            o->eval_every = cli->eval_every;
+        else if (!strcmp(argv[i], "--eval-samples"))
+            o->eval_samples = cli->eval_samples;
     }
     o->replicas_given = cli->replicas_given;
     o->comm_timeout = cli->comm_timeout;
@@ -348,7 +406,8 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     RP_CHECK(train_runtime_config(&to, cfg));
     o->replicas = to.replicas;
     if (o->g.d_batch % (o->g.accum * o->replicas) || o->g.g_batch % (o->g.accum * o->replicas))
-        return RP_ERROR(RP_ERR_INVALID, "--d-batch %d and --g-batch %d must split into --accum %d x %d replicas",
+        return RP_ERROR(RP_ERR_INVALID,
+                        "--d-batch %d and --g-batch %d must split into --accum %d x %d replicas",
                         o->g.d_batch, o->g.g_batch, o->g.accum, o->replicas);
     return RP_OK;
 }
@@ -363,8 +422,10 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
         const char *saved;
         RP_TRY(train_load_run(resume, &ck, &saved));
         if (!sngan_config_is_gan(saved)) {
-            status = RP_ERROR(RP_ERR_FORMAT, "%s is not an SN-GAN run (its checkpoint's configuration says "
-                              "otherwise or nothing)", resume);
+            status = RP_ERROR(RP_ERR_FORMAT,
+                              "%s is not an SN-GAN run (its checkpoint's configuration says "
+                              "otherwise or nothing)",
+                              resume);
             goto cleanup;
         }
         sngan_opts cli = *o;
@@ -419,20 +480,25 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
     rp_replicator *rep = rp_trainer_replicator(t);
     rp_sngan_generator *gen = rp_sngan_state_generator(rp_trainer_state(t));
     rp_trainer_progress p = rp_trainer_get_progress(t);
-    fprintf(stderr,
-            "replicator train sngan on %s: %dx%dx%d images, %d classes\n"
-            "  generator ch %d (%lld parameters), discriminator ch %d; z %d; %lld iterations of %d D "
-            "steps (batch %d) + 1 G step (batch %d)%s; Adam %g/%g, betas (%g, %g), linear decay; seed %llu\n"
-            "  %d replicas x %d threads (%s, cross-replica batch norm in G), %s kernels\n",
-            g->dataset, g->h, g->w, g->c, g->classes, g->ch_g,
-            (long long)rp_params_trainable_numel(rp_sngan_generator_params(gen)), g->ch_d, g->z_dim,
-            (long long)o->iters, g->n_dis, g->d_batch, g->g_batch, g->accum > 1 ? " in micro-batches" : "",
-            (double)g->lr_g, (double)g->lr_d, (double)g->beta1, (double)g->beta2, (unsigned long long)g->seed,
-            o->replicas, rp_replicator_threads_per_replica(rep), rp_replicator_backend(rep), rp_kernels_name());
+    fprintf(
+        stderr,
+        "replicator train sngan on %s: %dx%dx%d images, %d classes\n"
+        "  generator ch %d (%lld parameters), discriminator ch %d; z %d; %lld iterations of %d D "
+        "steps (batch %d) + 1 G step (batch %d)%s; Adam %g/%g, betas (%g, %g), linear decay; seed "
+        "%llu\n"
+        "  %d replicas x %d threads (%s, cross-replica batch norm in G), %s kernels\n",
+        g->dataset, g->h, g->w, g->c, g->classes, g->ch_g,
+        (long long)rp_params_trainable_numel(rp_sngan_generator_params(gen)), g->ch_d, g->z_dim,
+        (long long)o->iters, g->n_dis, g->d_batch, g->g_batch,
+        g->accum > 1 ? " in micro-batches" : "", (double)g->lr_g, (double)g->lr_d, (double)g->beta1,
+        (double)g->beta2, (unsigned long long)g->seed, o->replicas,
+        rp_replicator_threads_per_replica(rep), rp_replicator_backend(rep), rp_kernels_name());
     if (o->judge[0])
         fprintf(stderr, "  judged by %s every %lld iterations on %lld samples\n", o->judge,
                 (long long)o->eval_every, (long long)o->eval_samples);
-    if (resumed) fprintf(stderr, "  resumed from %s at iteration %lld\n", o->out_dir, (long long)p.global_step);
+    if (resumed)
+        fprintf(stderr, "  resumed from %s at iteration %lld\n", o->out_dir,
+                (long long)p.global_step);
     fprintf(stderr, "  run directory: %s (samples.png every %lld iterations)\n", o->out_dir,
             (long long)g->sample_every);
 }
@@ -459,16 +525,18 @@ int train_sngan_main(int argc, char **argv)
     }
     rp_trainer_progress p = rp_trainer_get_progress(t);
     if (status == RP_OK && p.stopped && !o.quiet)
-        fprintf(stderr, "%s  stopped at iteration %lld%s%s\n", tty ? "\n" : "", (long long)p.global_step,
-                o.no_checkpoint ? "; nothing saved (--no-checkpoint)" : "; resume with: replicator train --resume ",
+        fprintf(stderr, "%s  stopped at iteration %lld%s%s\n", tty ? "\n" : "",
+                (long long)p.global_step,
+                o.no_checkpoint ? "; nothing saved (--no-checkpoint)"
+                                : "; resume with: replicator train --resume ",
                 o.no_checkpoint ? "" : o.out_dir);
     if (status == RP_OK && rp_trainer_is_root(t) && p.finished) {
         double s = rp_now_s() - t_start;
-        printf("sngan on %s: %lld iterations (%lld this run) in %.0fs", o.g.dataset, (long long)p.global_step,
-               (long long)p.steps_this_run, s);
+        printf("sngan on %s: %lld iterations (%lld this run) in %.0fs", o.g.dataset,
+               (long long)p.global_step, (long long)p.steps_this_run, s);
         if (ev.judge && ev.last.n > 0)
-            printf("; class accuracy %.1f%%, FD %.2f, IS %.2f (%lld samples)", 100 * ev.last.class_accuracy,
-                   ev.last.fd, ev.last.is, (long long)ev.last.n);
+            printf("; class accuracy %.1f%%, FD %.2f, IS %.2f (%lld samples)",
+                   100 * ev.last.class_accuracy, ev.last.fd, ev.last.is, (long long)ev.last.n);
         printf("; samples in %s/samples.png\n", o.out_dir);
     }
     rc = train_finish(t, status, tty);

@@ -21,6 +21,7 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler  # TensorBoard event files: protobuf-c and protoc-c (proto/)
   libcmocka-dev          # unit tests
   clang libclang-rt-14-dev libomp-dev  # scripts/fuzz.sh: clang 14, its libFuzzer (in compiler-rt) and OpenMP runtime
+  clang-format-14        # scripts/format.sh: the committed .clang-format (versions format differently)
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
   iproute2               # tests/mpi_two_hosts.sh: network namespaces and a veth pair
   dataset-fashion-mnist  # the default training data

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 echo "== release build"
 scripts/setup.sh build
+echo "== formatting (.clang-format)"
+scripts/format.sh --check
 ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
 
 if [ "${1:-}" = "--fast" ]; then exit 0; fi

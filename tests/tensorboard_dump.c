@@ -49,8 +49,10 @@ int main(int argc, char **argv)
             const RpTb__Summary__Value *v = e->summary->value[0];
             printf("%lld %s %.9g\n", (long long)e->step, v->tag, (double)v->simple_value);
         } else {
-            fprintf(stderr, "tensorboard_dump: %s: record %lld is neither the version (first) nor "
-                    "one scalar\n", argv[1], k);
+            fprintf(stderr,
+                    "tensorboard_dump: %s: record %lld is neither the version (first) nor "
+                    "one scalar\n",
+                    argv[1], k);
             rc = 1;
         }
         if (e) rp_tb__event__free_unpacked(e, NULL);

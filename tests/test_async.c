@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIM 8
+#define DIM  8
 #define ROWS 64
 #define MAXR 4
 
@@ -32,16 +32,16 @@ typedef struct problem {
 
 typedef struct job {
     problem *p;
-    int64_t batches;   /* batches per run (claimed from the queue) */
-    int batch;         /* rows per batch */
+    int64_t batches; /* batches per run (claimed from the queue) */
+    int batch;       /* rows per batch */
     float lr;
     rp_optim_config oc;
     rp_params *params[MAXR];
     rp_optimizer *opt[MAXR];
-    int64_t taken[MAXR];       /* batches this replica took in the last run */
-    int64_t seen[MAXR][256];   /* tickets it claimed (below `batches`) */
+    int64_t taken[MAXR];     /* batches this replica took in the last run */
+    int64_t seen[MAXR][256]; /* tickets it claimed (below `batches`) */
     bool nan_on_replica1;
-    int64_t own_steps;         /* > 0: each replica takes this many batches itself, no queue */
+    int64_t own_steps; /* > 0: each replica takes this many batches itself, no queue */
     rp_status step_status[MAXR];
 } job;
 
@@ -51,7 +51,8 @@ static void make_problem(problem *p)
     tu_fill(p->xstar, DIM, 12, -2.0f, 2.0f);
     for (int i = 0; i < ROWS; i++) {
         double s = 0;
-        for (int j = 0; j < DIM; j++) s += (double)p->a[i][j] * p->xstar[j];
+        for (int j = 0; j < DIM; j++)
+            s += (double)p->a[i][j] * p->xstar[j];
         p->b[i] = (float)s;
     }
 }
@@ -68,7 +69,8 @@ static void job_setup(job *j, problem *p, int batch, int64_t batches, float lr)
     j->oc = rp_optim_config_default();
 }
 
-/* Each replica: its own parameter list, initialised from a seed of its own (replica 0's must win). */
+/* Each replica: its own parameter list, initialised from a seed of its own (replica 0's must win).
+ */
 static rp_status build(rp_replica *rep, void *arg)
 {
     job *j = arg;
@@ -94,12 +96,15 @@ static rp_status train(rp_replica *rep, void *arg)
         if (t >= j->batches) return RP_OK;
         if (j->taken[r] < 256) j->seen[r][j->taken[r]] = t;
         j->taken[r]++;
-        for (int k = 0; k < DIM; k++) g[k] = 0;
+        for (int k = 0; k < DIM; k++)
+            g[k] = 0;
         for (int q = 0; q < j->batch; q++) {
             int i = (int)((t * j->batch + q) % ROWS);
             double e = -(double)j->p->b[i];
-            for (int k = 0; k < DIM; k++) e += (double)j->p->a[i][k] * x[k];
-            for (int k = 0; k < DIM; k++) g[k] += (float)(e * j->p->a[i][k] / j->batch);
+            for (int k = 0; k < DIM; k++)
+                e += (double)j->p->a[i][k] * x[k];
+            for (int k = 0; k < DIM; k++)
+                g[k] += (float)(e * j->p->a[i][k] / j->batch);
         }
         if (j->nan_on_replica1 && rp_replica_id(rep) == 1) g[3] = NAN;
         j->step_status[r] = rp_optimizer_step(j->opt[r], j->lr);
@@ -155,12 +160,16 @@ static rp_replicator *start_bounded(int replicas, int servers, int staleness, jo
     return r;
 }
 
-static rp_replicator *start(int replicas, int servers, job *j) { return start_bounded(replicas, servers, -1, j); }
+static rp_replicator *start(int replicas, int servers, job *j)
+{
+    return start_bounded(replicas, servers, -1, j);
+}
 
 static double distance(const float *x, const float *y)
 {
     double d = 0;
-    for (int k = 0; k < DIM; k++) d += ((double)x[k] - y[k]) * ((double)x[k] - y[k]);
+    for (int k = 0; k < DIM; k++)
+        d += ((double)x[k] - y[k]) * ((double)x[k] - y[k]);
     return sqrt(d);
 }
 
@@ -207,21 +216,26 @@ static void test_least_squares_converges(void **state)
             memcpy(start_x, rp_params_data(j.params[0]), sizeof start_x);
             assert_int_equal(rp_replicator_run(r, train, &j), RP_OK);
             int64_t total = 0;
-            for (int q = 0; q < replicas; q++) total += j.taken[q];
+            for (int q = 0; q < replicas; q++)
+                total += j.taken[q];
             assert_int_equal(total, j.batches);
             assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
-            double d0 = distance(start_x, p.xstar), d = distance(rp_params_data(j.params[0]), p.xstar);
+            double d0 = distance(start_x, p.xstar),
+                   d = distance(rp_params_data(j.params[0]), p.xstar);
             if (!(d < 1e-3)) {
-                print_error("momentum %d, %d replicas: |x - x*| = %g (started at %g)\n", momentum, replicas, d, d0);
+                print_error("momentum %d, %d replicas: |x - x*| = %g (started at %g)\n", momentum,
+                            replicas, d, d0);
                 fail();
             }
-            assert_int_equal(rp_optimizer_steps(j.opt[0]), j.batches); /* the servers applied every push */
+            assert_int_equal(rp_optimizer_steps(j.opt[0]),
+                             j.batches); /* the servers applied every push */
             assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
             rp_replicator_destroy(r);
         }
 }
 
-/* The queue: each number below the run's count goes to exactly one replica; each run restarts at 0. */
+/* The queue: each number below the run's count goes to exactly one replica; each run restarts at 0.
+ */
 static void test_claims_once_each_per_run(void **state)
 {
     (void)state;
@@ -233,8 +247,10 @@ static void test_claims_once_each_per_run(void **state)
         assert_int_equal(rp_replicator_run(r, train, &j), RP_OK);
         int count[200] = {0};
         for (int q = 0; q < 4; q++)
-            for (int64_t k = 0; k < j.taken[q]; k++) count[j.seen[q][k]]++;
-        for (int t = 0; t < 200; t++) assert_int_equal(count[t], 1);
+            for (int64_t k = 0; k < j.taken[q]; k++)
+                count[j.seen[q][k]]++;
+        for (int t = 0; t < 200; t++)
+            assert_int_equal(count[t], 1);
     }
     assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
     rp_replicator_destroy(r);
@@ -251,8 +267,10 @@ static rp_status change_replica0(rp_replica *rep, void *arg)
     float *x = rp_params_data(j->params[0]);
     int64_t n;
     float *slots = rp_optimizer_state(j->opt[0], &n);
-    for (int k = 0; k < DIM; k++) x[k] = (float)k;
-    for (int64_t k = 0; k < n; k++) slots[k] = -(float)k;
+    for (int k = 0; k < DIM; k++)
+        x[k] = (float)k;
+    for (int64_t k = 0; k < n; k++)
+        slots[k] = -(float)k;
     rp_optimizer_set_steps(j->opt[0], 77);
     return RP_OK;
 }
@@ -267,18 +285,23 @@ static void test_fetch_and_publish(void **state)
     assert_int_equal(rp_replicator_run(r, train, &j), RP_OK);
     assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
     assert_int_equal(rp_optimizer_steps(j.opt[1]), 30);
-    assert_memory_equal(rp_params_data(j.params[0]), rp_params_data(j.params[1]), DIM * sizeof(float));
-    assert_memory_equal(rp_optimizer_state(j.opt[0], NULL), rp_optimizer_state(j.opt[1], NULL), DIM * sizeof(float));
+    assert_memory_equal(rp_params_data(j.params[0]), rp_params_data(j.params[1]),
+                        DIM * sizeof(float));
+    assert_memory_equal(rp_optimizer_state(j.opt[0], NULL), rp_optimizer_state(j.opt[1], NULL),
+                        DIM * sizeof(float));
     float zero[DIM] = {0};
-    assert_memory_not_equal(rp_optimizer_state(j.opt[1], NULL), zero, sizeof zero); /* momentum is there */
+    assert_memory_not_equal(rp_optimizer_state(j.opt[1], NULL), zero,
+                            sizeof zero); /* momentum is there */
 
     assert_int_equal(rp_replicator_run(r, change_replica0, &j), RP_OK);
     assert_int_equal(rp_replicator_run(r, publish, &j), RP_OK);
-    for (int k = 0; k < DIM; k++) assert_true(rp_params_data(j.params[1])[k] == (float)k);
+    for (int k = 0; k < DIM; k++)
+        assert_true(rp_params_data(j.params[1])[k] == (float)k);
     assert_int_equal(rp_optimizer_steps(j.opt[1]), 77);
     memset(rp_optimizer_state(j.opt[1], NULL), 0, sizeof zero);
     assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
-    for (int k = 0; k < DIM; k++) assert_true(rp_optimizer_state(j.opt[1], NULL)[k] == -(float)k);
+    for (int k = 0; k < DIM; k++)
+        assert_true(rp_optimizer_state(j.opt[1], NULL)[k] == -(float)k);
     assert_int_equal(rp_optimizer_steps(j.opt[1]), 77);
     assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
     rp_replicator_destroy(r);
@@ -300,13 +323,15 @@ static void test_nan_gradient_refused(void **state)
     tu_assert_error_contains("'x'");
     assert_int_equal(j.step_status[1], RP_ERR_NUMERIC);
     assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
-    for (int k = 0; k < DIM; k++) assert_true(isfinite(rp_params_data(j.params[0])[k]));
+    for (int k = 0; k < DIM; k++)
+        assert_true(isfinite(rp_params_data(j.params[0])[k]));
     assert_int_equal(rp_optimizer_steps(j.opt[0]), j.taken[0]); /* replica 0's pushes only */
     assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
     rp_replicator_destroy(r);
 }
 
-/* Optimizers made and destroyed run after run: a slot freed is a slot reused (more than 8 in all). */
+/* Optimizers made and destroyed run after run: a slot freed is a slot reused (more than 8 in all).
+ */
 static rp_status build_and_destroy(rp_replica *rep, void *arg)
 {
     RP_CHECK(build(rep, arg));
@@ -322,7 +347,8 @@ static void test_optimizers_made_again_and_again(void **state)
     rp_config cfg = async_config(2, 1);
     rp_replicator *r = NULL;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
-    for (int run = 0; run < 12; run++) assert_int_equal(rp_replicator_run(r, build_and_destroy, &j), RP_OK);
+    for (int run = 0; run < 12; run++)
+        assert_int_equal(rp_replicator_run(r, build_and_destroy, &j), RP_OK);
     rp_replicator_destroy(r);
 }
 
@@ -340,7 +366,8 @@ static rp_status stop_early(rp_replica *rep, void *arg)
     }
     j->own_steps = 0;
     for (int k = 0; k < 20; k++) {
-        for (int d = 0; d < DIM; d++) rp_params_grad(j->params[r])[d] = 0.01f;
+        for (int d = 0; d < DIM; d++)
+            rp_params_grad(j->params[r])[d] = 0.01f;
         RP_CHECK(rp_optimizer_step(j->opt[r], j->lr));
     }
     return RP_OK;

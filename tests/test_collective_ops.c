@@ -36,20 +36,20 @@
 
 #include "testutil.h"
 
-#define MAX_N 4
+#define MAX_N  4
 #define MAX_EL 64
 
 typedef rp_tensor *(*coll_fwd)(rp_tape *t, rp_comm *c, int rank, rp_tensor *x, void *ctx);
 
 typedef struct coll_case {
     const char *name;
-    int n;                   /* members */
-    int ndim, shape[4];      /* each member's input */
+    int n;              /* members */
+    int ndim, shape[4]; /* each member's input */
     coll_fwd fwd;
     void *ctx;
-    bool replicated;         /* x is one logical value: equal on every member, perturbed together */
-    bool loss_once;          /* the loss is member 0's (all compute the same one) */
-    float x[MAX_N][MAX_EL];  /* inputs */
+    bool replicated;        /* x is one logical value: equal on every member, perturbed together */
+    bool loss_once;         /* the loss is member 0's (all compute the same one) */
+    float x[MAX_N][MAX_EL]; /* inputs */
     float grad[MAX_N][MAX_EL];
     int64_t numel;
     /* per evaluation */
@@ -70,7 +70,8 @@ typedef struct member_arg {
 static void projection(const coll_case *c, int rank, float *r, int64_t n)
 {
     tu_fill(r, n, 1000 + (c->loss_once ? 0 : (uint64_t)rank), -1.0f, 1.0f);
-    for (int64_t i = 0; i < n; i++) r[i] = r[i] < 0 ? r[i] - 0.5f : r[i] + 0.5f;
+    for (int64_t i = 0; i < n; i++)
+        r[i] = r[i] < 0 ? r[i] - 0.5f : r[i] + 0.5f;
 }
 
 static void *member_main(void *p)
@@ -89,13 +90,15 @@ static void *member_main(void *p)
     float *proj = rp_arena_alloc(rp_tape_arena(t), (size_t)y->numel * sizeof(float));
     projection(c, r, proj, y->numel);
     double s = 0;
-    for (int64_t i = 0; i < y->numel; i++) s += (double)y->data[i] * proj[i];
+    for (int64_t i = 0; i < y->numel; i++)
+        s += (double)y->data[i] * proj[i];
     c->loss[r] = s;
     if (c->record) {
         rp_tensor *R = rp_tensor_from(t, y->ndim, y->shape, proj);
         rp_status st = rp_backward(t, rp_sum(t, rp_mul(t, y, R)));
         if (st != RP_OK) goto fail;
-        for (int64_t i = 0; i < c->numel; i++) c->grad[r][i] = x->grad ? x->grad[i] : 0.0f;
+        for (int64_t i = 0; i < c->numel; i++)
+            c->grad[r][i] = x->grad ? x->grad[i] : 0.0f;
     }
     return NULL;
 fail:
@@ -114,7 +117,8 @@ static double evaluate(coll_case *c, bool record)
         args[r] = (member_arg){c, r};
         assert_int_equal(pthread_create(&th[r], NULL, member_main, &args[r]), 0);
     }
-    for (int r = 0; r < c->n; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < c->n; r++)
+        pthread_join(th[r], NULL);
     double total = 0;
     for (int r = 0; r < c->n; r++) {
         if (c->status[r] != RP_OK) fail_msg("%s: member %d failed: %s", c->name, r, c->error[r]);
@@ -123,8 +127,8 @@ static double evaluate(coll_case *c, bool record)
     return c->loss_once ? c->loss[0] : total;
 }
 
-static void coll_init(coll_case *c, const char *name, int n, int ndim, const int *shape, coll_fwd fwd,
-                      void *ctx)
+static void coll_init(coll_case *c, const char *name, int n, int ndim, const int *shape,
+                      coll_fwd fwd, void *ctx)
 {
     memset(c, 0, sizeof *c);
     c->name = name;
@@ -135,7 +139,8 @@ static void coll_init(coll_case *c, const char *name, int n, int ndim, const int
     assert_true(c->numel <= MAX_EL);
     c->fwd = fwd;
     c->ctx = ctx;
-    for (int r = 0; r < n; r++) tu_fill(c->x[r], c->numel, 50 + (uint64_t)r, -1, 1);
+    for (int r = 0; r < n; r++)
+        tu_fill(c->x[r], c->numel, 50 + (uint64_t)r, -1, 1);
 }
 
 /* Distinct values across all members' inputs, 0.1 apart: max and min never tie within eps. */
@@ -143,7 +148,8 @@ static void distinct_inputs(coll_case *c)
 {
     int64_t total = c->n * c->numel;
     float *v = malloc((size_t)total * sizeof(float));
-    for (int64_t i = 0; i < total; i++) v[i] = (float)(i - total / 2) * 0.1f;
+    for (int64_t i = 0; i < total; i++)
+        v[i] = (float)(i - total / 2) * 0.1f;
     rp_rng rng = rp_rng_make(77, 1);
     for (int64_t i = total - 1; i > 0; i--) {
         int64_t j = rp_rng_below(&rng, (uint32_t)(i + 1));
@@ -151,7 +157,8 @@ static void distinct_inputs(coll_case *c)
         v[i] = v[j];
         v[j] = tmp;
     }
-    for (int r = 0; r < c->n; r++) memcpy(c->x[r], v + r * c->numel, (size_t)c->numel * sizeof(float));
+    for (int r = 0; r < c->n; r++)
+        memcpy(c->x[r], v + r * c->numel, (size_t)c->numel * sizeof(float));
     free(v);
 }
 
@@ -159,9 +166,11 @@ static void distinct_inputs(coll_case *c)
 static void coll_check(coll_case *c)
 {
     assert_int_equal(rp_comm_threads_create(c->comms, c->n, NULL, 30.0), RP_OK);
-    for (int r = 0; r < c->n; r++) assert_int_equal(rp_tape_create(&c->tapes[r], 0), RP_OK);
+    for (int r = 0; r < c->n; r++)
+        assert_int_equal(rp_tape_create(&c->tapes[r], 0), RP_OK);
     if (c->replicated)
-        for (int r = 1; r < c->n; r++) memcpy(c->x[r], c->x[0], (size_t)c->numel * sizeof(float));
+        for (int r = 1; r < c->n; r++)
+            memcpy(c->x[r], c->x[0], (size_t)c->numel * sizeof(float));
     evaluate(c, true);
     const float eps = 1e-2f, rtol = 5e-3f, floor = 1e-3f;
     int members = c->replicated ? 1 : c->n;
@@ -303,7 +312,8 @@ static void test_copy_to_group(void **state)
 
 static rp_tensor *fwd_reduce_from_group(rp_tape *t, rp_comm *c, int rank, rp_tensor *x, void *ctx)
 {
-    return rp_tanh(t, rp_reduce_from_group(t, c, rp_scale(t, rp_tanh(t, x), 1.0f + 0.5f * (float)rank)));
+    return rp_tanh(
+        t, rp_reduce_from_group(t, c, rp_scale(t, rp_tanh(t, x), 1.0f + 0.5f * (float)rank)));
 }
 
 /* reduce_from_group: per-member inputs, a replicated loss counted once. */
@@ -331,7 +341,8 @@ static rp_tensor *fwd_megatron(rp_tape *t, rp_comm *c, int rank, rp_tensor *x, v
 static void test_megatron_pair(void **state)
 {
     mlp_ctx m;
-    for (int r = 0; r < MAX_N; r++) tu_fill(m.w[r], 6, 300 + (uint64_t)r, -1.5f, 1.5f);
+    for (int r = 0; r < MAX_N; r++)
+        tu_fill(m.w[r], 6, 300 + (uint64_t)r, -1.5f, 1.5f);
     coll_case c;
     coll_init(&c, "copy_to_group -> shard -> reduce_from_group n=4", 4, 2, (int[]){2, 3},
               fwd_megatron, &m);
@@ -399,7 +410,8 @@ static void test_collective_errors(void **state)
     rp_comm_destroy(comms[0]);
 }
 
-/* ---- batch norm over a communicator ------------------------------------------------------------ */
+/* ---- batch norm over a communicator ------------------------------------------------------------
+ */
 
 /* The reduce hook as the runtime wrote it (rp_cross_replica_bn): sums and count in one call. */
 typedef struct hook_ctx {
@@ -418,15 +430,15 @@ static rp_status old_hook(double *sums, int count, double *n, void *ctx)
     return RP_OK;
 }
 
-#define BN_C 5
+#define BN_C   5
 #define BN_PER 2 /* samples per member */
-#define BN_HW 3
-#define BN_EL (BN_PER * BN_HW * BN_HW * BN_C)
+#define BN_HW  3
+#define BN_EL  (BN_PER * BN_HW * BN_HW * BN_C)
 
 typedef struct bn_run {
-    int n;      /* members (1: the whole batch on one) */
-    int mode;   /* 0 comm, 1 hook, 2 none */
-    int per;    /* samples per member */
+    int n;                                /* members (1: the whole batch on one) */
+    int mode;                             /* 0 comm, 1 hook, 2 none */
+    int per;                              /* samples per member */
     const float *x, *proj, *gamma, *beta; /* x and proj: the whole batch */
     rp_comm *comms[MAX_N];
     /* results, the whole batch / per member */
@@ -453,7 +465,8 @@ static void *bn_member(void *arg)
     rp_tensor *x = rp_tensor_from(t, 4, (int[]){b->per, BN_HW, BN_HW, BN_C}, b->x + off);
     rp_tensor *gamma = rp_tensor_from(t, 1, (int[]){BN_C}, b->gamma);
     rp_tensor *beta = rp_tensor_from(t, 1, (int[]){BN_C}, b->beta);
-    rp_tensor *rm = rp_tensor_fill(t, 1, (int[]){BN_C}, 0.0f), *rv = rp_tensor_fill(t, 1, (int[]){BN_C}, 1.0f);
+    rp_tensor *rm = rp_tensor_fill(t, 1, (int[]){BN_C}, 0.0f),
+              *rv = rp_tensor_fill(t, 1, (int[]){BN_C}, 1.0f);
     rp_tensor_set_requires_grad(x, true);
     rp_tensor_set_requires_grad(gamma, true);
     rp_tensor_set_requires_grad(beta, true);
@@ -488,10 +501,13 @@ static void bn_run_all(bn_run *b)
         args[r] = (bn_arg){b, r};
         assert_int_equal(pthread_create(&th[r], NULL, bn_member, &args[r]), 0);
     }
-    for (int r = 0; r < b->n; r++) pthread_join(th[r], NULL);
-    for (int r = 0; r < b->n; r++) assert_int_equal(b->status[r], RP_OK);
+    for (int r = 0; r < b->n; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < b->n; r++)
+        assert_int_equal(b->status[r], RP_OK);
     if (b->mode != 2)
-        for (int r = 0; r < b->n; r++) rp_comm_destroy(b->comms[r]);
+        for (int r = 0; r < b->n; r++)
+            rp_comm_destroy(b->comms[r]);
 }
 
 /*
@@ -509,7 +525,8 @@ static void test_batch_norm_comm(void **state)
     tu_fill(beta, BN_C, 8, -1, 1);
     for (int n = 2; n <= 4; n += 2) {
         static bn_run comm, hook, one;
-        comm = (bn_run){.n = n, .mode = 0, .per = BN_PER, .x = x, .proj = proj, .gamma = gamma, .beta = beta};
+        comm = (bn_run){
+            .n = n, .mode = 0, .per = BN_PER, .x = x, .proj = proj, .gamma = gamma, .beta = beta};
         hook = comm;
         hook.mode = 1;
         one = comm;
@@ -601,7 +618,8 @@ static void test_batch_norm_comm_and_hook(void **state)
     p.reduce = old_hook;
     p.reduce_ctx = &h;
     rp_tensor *x = rp_tensor_fill(t, 2, (int[]){4, 3}, 1.0f);
-    rp_tensor *g = rp_tensor_fill(t, 1, (int[]){3}, 1.0f), *b = rp_tensor_fill(t, 1, (int[]){3}, 0.0f);
+    rp_tensor *g = rp_tensor_fill(t, 1, (int[]){3}, 1.0f),
+              *b = rp_tensor_fill(t, 1, (int[]){3}, 0.0f);
     assert_null(rp_batch_norm(t, x, g, b, NULL, NULL, p));
     assert_int_equal(rp_last_status(), RP_ERR_INVALID);
     tu_assert_error_contains("not both");

@@ -27,12 +27,12 @@
 #include "testutil.h"
 #include "replicator/comm.h"
 
-#define MAX_MEMBERS 8
-#define GUARD_BYTES 64           /* checked after every output buffer */
-#define SENTINEL 0xA5            /* fill byte of output buffers and guards */
-#define JOIN_LIMIT_S 120.0       /* longest a team of members may run */
-#define SWEEP_TIMEOUT_S 60.0     /* communicator timeout where nothing should time out */
-#define BIG_BYTES ((int64_t)64 << 20)
+#define MAX_MEMBERS     8
+#define GUARD_BYTES     64    /* checked after every output buffer */
+#define SENTINEL        0xA5  /* fill byte of output buffers and guards */
+#define JOIN_LIMIT_S    120.0 /* longest a team of members may run */
+#define SWEEP_TIMEOUT_S 60.0  /* communicator timeout where nothing should time out */
+#define BIG_BYTES       ((int64_t)64 << 20)
 
 /* Replica ids for messages: numbers that cannot be mistaken for a line number or a count. */
 static const int IDS[MAX_MEMBERS] = {9000, 9037, 9074, 9111, 9148, 9185, 9222, 9259};
@@ -129,25 +129,29 @@ static void team_run(team *t, member_fn fn, void *ctx)
     pthread_t th[MAX_MEMBERS];
     for (int r = 0; r < t->n; r++) {
         memset(t->m[r].out, 0, sizeof t->m[r].out);
-        for (int k = 0; k < 6; k++) t->m[r].out[k].status = 1; /* "not called" */
+        for (int k = 0; k < 6; k++)
+            t->m[r].out[k].status = 1; /* "not called" */
         t->m[r].bad = 0;
         t->m[r].bad_what[0] = '\0';
     }
-    for (int r = 0; r < t->n; r++) assert_int_equal(pthread_create(&th[r], NULL, member_thread, &t->m[r]), 0);
+    for (int r = 0; r < t->n; r++)
+        assert_int_equal(pthread_create(&th[r], NULL, member_thread, &t->m[r]), 0);
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)JOIN_LIMIT_S;
     for (int r = 0; r < t->n; r++) {
         if (pthread_timedjoin_np(th[r], NULL, &deadline) != 0) {
-            fprintf(stderr, "test_comm: member %d of %d still running after %.0f s: a collective hangs\n", r,
-                    t->n, JOIN_LIMIT_S);
+            fprintf(stderr,
+                    "test_comm: member %d of %d still running after %.0f s: a collective hangs\n",
+                    r, t->n, JOIN_LIMIT_S);
             fflush(stderr);
             _exit(1);
         }
     }
     for (int r = 0; r < t->n; r++) {
         if (t->m[r].bad) {
-            print_error("member %d: %d failed checks, first: %s\n", r, t->m[r].bad, t->m[r].bad_what);
+            print_error("member %d: %d failed checks, first: %s\n", r, t->m[r].bad,
+                        t->m[r].bad_what);
             fail();
         }
     }
@@ -155,7 +159,8 @@ static void team_run(team *t, member_fn fn, void *ctx)
 
 static void team_destroy(team *t)
 {
-    for (int r = 0; r < t->n; r++) rp_comm_destroy(t->comms[r]);
+    for (int r = 0; r < t->n; r++)
+        rp_comm_destroy(t->comms[r]);
     memset(t->comms, 0, sizeof t->comms);
 }
 
@@ -164,8 +169,8 @@ static void expect_status(const team *t, int r, int k, rp_status want)
 {
     const outcome *o = &t->m[r].out[k];
     if (o->status != want) {
-        print_error("member %d call %d: status %d, expected %d; message: \"%s\"\n", r, k, o->status, want,
-                    o->error);
+        print_error("member %d call %d: status %d, expected %d; message: \"%s\"\n", r, k, o->status,
+                    want, o->error);
         fail();
     }
 }
@@ -174,7 +179,8 @@ static void expect_message_contains(const team *t, int r, int k, const char *nee
 {
     const char *msg = t->m[r].out[k].error;
     if (!strcasestr(msg, needle)) {
-        print_error("member %d call %d: expected message containing \"%s\", got \"%s\"\n", r, k, needle, msg);
+        print_error("member %d call %d: expected message containing \"%s\", got \"%s\"\n", r, k,
+                    needle, msg);
         fail();
     }
 }
@@ -207,14 +213,18 @@ static const char *op_name(rp_reduce_op op)
     return names[op];
 }
 
-static rp_status coll_call(rp_comm *c, coll_kind kind, const void *send, void *recv, int64_t count, rp_dtype dt,
-                           rp_reduce_op op, int root)
+static rp_status coll_call(rp_comm *c, coll_kind kind, const void *send, void *recv, int64_t count,
+                           rp_dtype dt, rp_reduce_op op, int root)
 {
     switch (kind) {
-    case ALL_REDUCE: return rp_comm_all_reduce(c, send, recv, count, dt, op);
-    case REDUCE_SCATTER: return rp_comm_reduce_scatter(c, send, recv, count, dt, op);
-    case ALL_GATHER: return rp_comm_all_gather(c, send, recv, count, dt);
-    case BROADCAST: return rp_comm_broadcast(c, recv, count, dt, root);
+    case ALL_REDUCE:
+        return rp_comm_all_reduce(c, send, recv, count, dt, op);
+    case REDUCE_SCATTER:
+        return rp_comm_reduce_scatter(c, send, recv, count, dt, op);
+    case ALL_GATHER:
+        return rp_comm_all_gather(c, send, recv, count, dt);
+    case BROADCAST:
+        return rp_comm_broadcast(c, recv, count, dt, root);
     }
     return RP_ERR_INVALID;
 }
@@ -277,7 +287,8 @@ static void gen(void *dst, rp_dtype dt, int rank, int64_t first, int64_t n, bool
         }
         break;
     }
-    case RP_U8: break; /* the collectives' sweep covers the four numeric types */
+    case RP_U8:
+        break; /* the collectives' sweep covers the four numeric types */
     }
 }
 
@@ -286,21 +297,24 @@ static void gen(void *dst, rp_dtype dt, int rank, int64_t first, int64_t n, bool
  * (((x0 + x1) + x2) + ...). Integer sums wrap (added as unsigned); MEAN is
  * the sum divided by n (C division: toward zero for integers).
  */
-#define DEFINE_REDUCE_REF(NAME, T, U)                                                                  \
-    static void NAME(void *out_, const char *const *in, int n, int64_t count, rp_reduce_op op)        \
-    {                                                                                                  \
-        T *out = out_;                                                                                 \
-        for (int64_t i = 0; i < count; i++) {                                                          \
-            T acc = ((const T *)in[0])[i];                                                             \
-            for (int r = 1; r < n; r++) {                                                              \
-                T x = ((const T *)in[r])[i];                                                           \
-                if (op == RP_SUM || op == RP_MEAN) acc = (T)((U)acc + (U)x);                           \
-                else if (op == RP_MAX) acc = x > acc ? x : acc;                                        \
-                else if (op == RP_MIN) acc = x < acc ? x : acc;                                        \
-            }                                                                                          \
-            if (op == RP_MEAN) acc = (T)(acc / (T)n);                                                  \
-            out[i] = acc;                                                                              \
-        }                                                                                              \
+#define DEFINE_REDUCE_REF(NAME, T, U)                                                              \
+    static void NAME(void *out_, const char *const *in, int n, int64_t count, rp_reduce_op op)     \
+    {                                                                                              \
+        T *out = out_;                                                                             \
+        for (int64_t i = 0; i < count; i++) {                                                      \
+            T acc = ((const T *)in[0])[i];                                                         \
+            for (int r = 1; r < n; r++) {                                                          \
+                T x = ((const T *)in[r])[i];                                                       \
+                if (op == RP_SUM || op == RP_MEAN)                                                 \
+                    acc = (T)((U)acc + (U)x);                                                      \
+                else if (op == RP_MAX)                                                             \
+                    acc = x > acc ? x : acc;                                                       \
+                else if (op == RP_MIN)                                                             \
+                    acc = x < acc ? x : acc;                                                       \
+            }                                                                                      \
+            if (op == RP_MEAN) acc = (T)(acc / (T)n);                                              \
+            out[i] = acc;                                                                          \
+        }                                                                                          \
     }
 
 DEFINE_REDUCE_REF(reduce_ref_f32, float, float)
@@ -308,14 +322,24 @@ DEFINE_REDUCE_REF(reduce_ref_f64, double, double)
 DEFINE_REDUCE_REF(reduce_ref_i32, int32_t, uint32_t)
 DEFINE_REDUCE_REF(reduce_ref_i64, int64_t, uint64_t)
 
-static void reduce_ref(void *out, const char *const *in, int n, int64_t count, rp_dtype dt, rp_reduce_op op)
+static void reduce_ref(void *out, const char *const *in, int n, int64_t count, rp_dtype dt,
+                       rp_reduce_op op)
 {
     switch (dt) {
-    case RP_F32: reduce_ref_f32(out, in, n, count, op); break;
-    case RP_F64: reduce_ref_f64(out, in, n, count, op); break;
-    case RP_I32: reduce_ref_i32(out, in, n, count, op); break;
-    case RP_I64: reduce_ref_i64(out, in, n, count, op); break;
-    case RP_U8: break; /* not reduced */
+    case RP_F32:
+        reduce_ref_f32(out, in, n, count, op);
+        break;
+    case RP_F64:
+        reduce_ref_f64(out, in, n, count, op);
+        break;
+    case RP_I32:
+        reduce_ref_i32(out, in, n, count, op);
+        break;
+    case RP_I64:
+        reduce_ref_i64(out, in, n, count, op);
+        break;
+    case RP_U8:
+        break; /* not reduced */
     }
 }
 
@@ -350,7 +374,9 @@ static void format_value(char *buf, size_t size, const char *p, rp_dtype dt)
         snprintf(buf, size, "%lld", (long long)v);
         break;
     }
-    case RP_U8: snprintf(buf, size, "%u", (unsigned)*(const uint8_t *)p); break;
+    case RP_U8:
+        snprintf(buf, size, "%u", (unsigned)*(const uint8_t *)p);
+        break;
     }
 }
 
@@ -359,7 +385,8 @@ static void format_value(char *buf, size_t size, const char *p, rp_dtype dt)
  * or for a float MEAN (the header does not say whether the sum is divided by
  * N or multiplied by 1/N) within a few ulp. -1 if none.
  */
-static int64_t first_difference(const char *got, const char *want, int64_t count, rp_dtype dt, bool tolerant)
+static int64_t first_difference(const char *got, const char *want, int64_t count, rp_dtype dt,
+                                bool tolerant)
 {
     size_t es = dt_size(dt);
     if (!tolerant || dt == RP_I32 || dt == RP_I64) {
@@ -380,8 +407,8 @@ static int64_t first_difference(const char *got, const char *want, int64_t count
     return -1;
 }
 
-static void check_values(const char *desc, int rank, const char *what, const char *got, const char *want,
-                         int64_t count, rp_dtype dt, bool tolerant)
+static void check_values(const char *desc, int rank, const char *what, const char *got,
+                         const char *want, int64_t count, rp_dtype dt, bool tolerant)
 {
     int64_t i = first_difference(got, want, count, dt, tolerant);
     if (i < 0) return;
@@ -397,7 +424,8 @@ static void check_guard(const char *desc, int rank, const char *guard)
 {
     for (int i = 0; i < GUARD_BYTES; i++) {
         if ((unsigned char)guard[i] != SENTINEL) {
-            print_error("%s, rank %d: wrote past the end of its output (guard byte %d)\n", desc, rank, i);
+            print_error("%s, rank %d: wrote past the end of its output (guard byte %d)\n", desc,
+                        rank, i);
             fail();
         }
     }
@@ -416,7 +444,7 @@ static char *xmalloc(size_t bytes)
  * ones are exact allocations so that ASan sees an overrun. Slots: 0..7 the
  * output buffers, 8..15 the separate send buffers, 16 the reference, 17 scratch.
  */
-#define POOL_SLOTS (2 * MAX_MEMBERS + 2)
+#define POOL_SLOTS     (2 * MAX_MEMBERS + 2)
 #define POOL_MIN_BYTES ((size_t)1 << 20)
 static char *pool[POOL_SLOTS];
 static size_t pool_bytes[POOL_SLOTS];
@@ -473,7 +501,8 @@ static void member_collective(member *m, void *ctx)
     const coll_case *k = ctx;
     int r = m->rank;
     double t0 = rp_now_s();
-    rp_status s = coll_call(m->comm, k->kind, k->send[r], k->recv[r], k->count, k->dtype, k->op, k->root);
+    rp_status s =
+        coll_call(m->comm, k->kind, k->send[r], k->recv[r], k->count, k->dtype, k->op, k->root);
     if (s == RP_OK && k->seen[r]) memcpy(k->seen[r], k->recv[r], k->out_bytes);
     if (s == RP_OK && k->seen_send[r]) {
         memcpy(k->seen_send[r], k->send[r], k->send_bytes);
@@ -487,7 +516,8 @@ static void member_collective(member *m, void *ctx)
  * the reference, the guard after it, that inputs (and the other blocks of an
  * in-place reduce_scatter) were not written, and that all members agree.
  */
-static void run_case(coll_kind kind, int n, int64_t count, rp_dtype dt, rp_reduce_op op, int root, bool in_place)
+static void run_case(coll_kind kind, int n, int64_t count, rp_dtype dt, rp_reduce_op op, int root,
+                     bool in_place)
 {
     const size_t es = dt_size(dt);
     const bool reduces = kind == ALL_REDUCE || kind == REDUCE_SCATTER;
@@ -495,20 +525,32 @@ static void run_case(coll_kind kind, int n, int64_t count, rp_dtype dt, rp_reduc
     const bool tolerant = small && (dt == RP_F32 || dt == RP_F64);
     const size_t cb = (size_t)count * es;
     char desc[200];
-    snprintf(desc, sizeof desc, "%s n=%d count=%lld %s %s root=%d %s", kind_name(kind), n, (long long)count,
-             dt_name(dt), reduces ? op_name(op) : "-", root, in_place ? "in place" : "out of place");
+    snprintf(desc, sizeof desc, "%s n=%d count=%lld %s %s root=%d %s", kind_name(kind), n,
+             (long long)count, dt_name(dt), reduces ? op_name(op) : "-", root,
+             in_place ? "in place" : "out of place");
 
     size_t send_bytes = 0, recv_bytes = 0; /* per member */
     switch (kind) {
-    case ALL_REDUCE: send_bytes = recv_bytes = cb; break;
-    case REDUCE_SCATTER: send_bytes = (size_t)n * cb; recv_bytes = cb; break;
-    case ALL_GATHER: send_bytes = cb; recv_bytes = (size_t)n * cb; break;
-    case BROADCAST: recv_bytes = cb; break;
+    case ALL_REDUCE:
+        send_bytes = recv_bytes = cb;
+        break;
+    case REDUCE_SCATTER:
+        send_bytes = (size_t)n * cb;
+        recv_bytes = cb;
+        break;
+    case ALL_GATHER:
+        send_bytes = cb;
+        recv_bytes = (size_t)n * cb;
+        break;
+    case BROADCAST:
+        recv_bytes = cb;
+        break;
     }
     const bool one_buffer = in_place || kind == BROADCAST;
     /* Bytes of buf[r] before its guard; the guard follows. */
     const size_t whole = one_buffer && kind == REDUCE_SCATTER ? send_bytes : recv_bytes;
-    /* Regenerating inputs to check they were not written costs as much as making them: small cases only. */
+    /* Regenerating inputs to check they were not written costs as much as making them: small cases
+     * only. */
     const bool thorough = (size_t)n * (send_bytes + recv_bytes) <= ((size_t)16 << 20);
 
     coll_case k = {.kind = kind, .count = count, .dtype = dt, .op = op, .root = root};
@@ -549,12 +591,19 @@ static void run_case(coll_kind kind, int n, int64_t count, rp_dtype dt, rp_reduc
     size_t ref_bytes = kind == BROADCAST || kind == ALL_REDUCE ? cb : (size_t)n * cb;
     char *ref = case_alloc(2 * MAX_MEMBERS, ref_bytes);
     switch (kind) {
-    case ALL_REDUCE: reduce_ref(ref, (const char *const *)k.send, n, count, dt, op); break;
-    case REDUCE_SCATTER: reduce_ref(ref, (const char *const *)k.send, n, (int64_t)n * count, dt, op); break;
-    case ALL_GATHER:
-        for (int q = 0; q < n; q++) gen(ref + (size_t)q * cb, dt, q, 0, count, false);
+    case ALL_REDUCE:
+        reduce_ref(ref, (const char *const *)k.send, n, count, dt, op);
         break;
-    case BROADCAST: gen(ref, dt, root, 0, count, false); break;
+    case REDUCE_SCATTER:
+        reduce_ref(ref, (const char *const *)k.send, n, (int64_t)n * count, dt, op);
+        break;
+    case ALL_GATHER:
+        for (int q = 0; q < n; q++)
+            gen(ref + (size_t)q * cb, dt, q, 0, count, false);
+        break;
+    case BROADCAST:
+        gen(ref, dt, root, 0, count, false);
+        break;
     }
 
     k.out_bytes = kind == ALL_GATHER ? (size_t)n * cb : cb;
@@ -571,23 +620,27 @@ static void run_case(coll_kind kind, int n, int64_t count, rp_dtype dt, rp_reduc
 
     for (int r = 0; r < n; r++) {
         if (t.m[r].out[0].status != RP_OK) {
-            print_error("%s, rank %d: returned %d: %s\n", desc, r, t.m[r].out[0].status, t.m[r].out[0].error);
+            print_error("%s, rank %d: returned %d: %s\n", desc, r, t.m[r].out[0].status,
+                        t.m[r].out[0].error);
             fail();
         }
     }
-    char *tmp = thorough ? case_alloc(2 * MAX_MEMBERS + 1, send_bytes > cb ? send_bytes : cb) : NULL;
+    char *tmp =
+        thorough ? case_alloc(2 * MAX_MEMBERS + 1, send_bytes > cb ? send_bytes : cb) : NULL;
     for (int r = 0; r < n; r++) {
         const char *want = kind == REDUCE_SCATTER ? ref + (size_t)r * cb : ref;
         int64_t elems = kind == ALL_GATHER ? (int64_t)n * count : count;
         check_values(desc, r, "output", k.recv[r], want, elems, dt, tolerant);
         check_guard(desc, r, buf[r] + whole);
         if (!thorough) continue;
-        check_values(desc, r, "output when the call returned", k.seen[r], want, elems, dt, tolerant);
+        check_values(desc, r, "output when the call returned", k.seen[r], want, elems, dt,
+                     tolerant);
         if (kind == REDUCE_SCATTER && in_place) {
             gen(tmp, dt, r, 0, (int64_t)n * count, small);
             for (int q = 0; q < n; q++)
-                if (q != r) check_values(desc, r, "input block outside recv", buf[r] + (size_t)q * cb,
-                                         tmp + (size_t)q * cb, count, dt, false);
+                if (q != r)
+                    check_values(desc, r, "input block outside recv", buf[r] + (size_t)q * cb,
+                                 tmp + (size_t)q * cb, count, dt, false);
         }
         if (!one_buffer) {
             gen(tmp, dt, r, 0, (int64_t)(send_bytes / es), small);
@@ -632,11 +685,13 @@ static void sweep_reductions(coll_kind kind)
         for (int c = 0; c < nc; c++)
             for (int d = 0; d < 4; d++)
                 for (int o = 0; o < 5; o++)
-                    for (int ip = 0; ip < 2; ip++) run_case(kind, n, counts[c], DTYPES[d], OPS[o], 0, ip);
+                    for (int ip = 0; ip < 2; ip++)
+                        run_case(kind, n, counts[c], DTYPES[d], OPS[o], 0, ip);
     }
 }
 
-/* all_reduce: every N, count, dtype and op, in place and not, bitwise against rank-order reduction. */
+/* all_reduce: every N, count, dtype and op, in place and not, bitwise against rank-order reduction.
+ */
 static void test_all_reduce_every_dtype_op_count(void **state)
 {
     (void)state;
@@ -648,7 +703,8 @@ static void test_all_reduce_64mib(void **state)
 {
     (void)state;
     for (int n = 1; n <= MAX_MEMBERS; n++)
-        for (int ip = 0; ip < 2; ip++) run_case(ALL_REDUCE, n, BIG_BYTES / 4, RP_F32, RP_SUM, 0, ip);
+        for (int ip = 0; ip < 2; ip++)
+            run_case(ALL_REDUCE, n, BIG_BYTES / 4, RP_F32, RP_SUM, 0, ip);
     pool_release();
 }
 
@@ -663,7 +719,8 @@ static void test_reduce_scatter_64mib(void **state)
 {
     (void)state;
     for (int n = 1; n <= MAX_MEMBERS; n++)
-        for (int ip = 0; ip < 2; ip++) run_case(REDUCE_SCATTER, n, BIG_BYTES / (4 * n), RP_F32, RP_SUM, 0, ip);
+        for (int ip = 0; ip < 2; ip++)
+            run_case(REDUCE_SCATTER, n, BIG_BYTES / (4 * n), RP_F32, RP_SUM, 0, ip);
     pool_release();
 }
 
@@ -675,7 +732,8 @@ static void test_all_gather_every_dtype_count(void **state)
         int nc = small_counts(n, counts);
         for (int c = 0; c < nc; c++)
             for (int d = 0; d < 4; d++)
-                for (int ip = 0; ip < 2; ip++) run_case(ALL_GATHER, n, counts[c], DTYPES[d], RP_SUM, 0, ip);
+                for (int ip = 0; ip < 2; ip++)
+                    run_case(ALL_GATHER, n, counts[c], DTYPES[d], RP_SUM, 0, ip);
     }
 }
 
@@ -684,7 +742,8 @@ static void test_all_gather_64mib(void **state)
 {
     (void)state;
     for (int n = 1; n <= MAX_MEMBERS; n++)
-        for (int ip = 0; ip < 2; ip++) run_case(ALL_GATHER, n, BIG_BYTES / (4 * n), RP_F32, RP_SUM, 0, ip);
+        for (int ip = 0; ip < 2; ip++)
+            run_case(ALL_GATHER, n, BIG_BYTES / (4 * n), RP_F32, RP_SUM, 0, ip);
     pool_release();
 }
 
@@ -696,7 +755,8 @@ static void test_broadcast_every_root_dtype_count(void **state)
         int nc = small_counts(n, counts);
         for (int c = 0; c < nc; c++)
             for (int d = 0; d < 4; d++)
-                for (int root = 0; root < n; root++) run_case(BROADCAST, n, counts[c], DTYPES[d], RP_SUM, root, true);
+                for (int root = 0; root < n; root++)
+                    run_case(BROADCAST, n, counts[c], DTYPES[d], RP_SUM, root, true);
     }
 }
 
@@ -732,7 +792,8 @@ static void test_dtype_and_op_names(void **state)
     assert_string_equal(rp_reduce_op_name(RP_FIRST), "first");
 }
 
-/* Ranks, size, replica ids (default: the rank), backend name, timeout get/set; bad arguments refused. */
+/* Ranks, size, replica ids (default: the rank), backend name, timeout get/set; bad arguments
+ * refused. */
 static void test_create_and_accessors(void **state)
 {
     (void)state;
@@ -741,7 +802,8 @@ static void test_create_and_accessors(void **state)
     for (int r = 0; r < 3; r++) {
         assert_int_equal(rp_comm_rank(c[r]), r);
         assert_int_equal(rp_comm_size(c[r]), 3);
-        for (int q = 0; q < 3; q++) assert_int_equal(rp_comm_replica_id(c[r], q), q);
+        for (int q = 0; q < 3; q++)
+            assert_int_equal(rp_comm_replica_id(c[r], q), q);
         assert_string_equal(rp_comm_backend(c[r]), "threads");
         assert_true(rp_comm_timeout(c[r]) == 2.5);
         assert_int_equal(rp_comm_sequence(c[r]), 0);
@@ -752,13 +814,16 @@ static void test_create_and_accessors(void **state)
     assert_int_not_equal(rp_comm_set_timeout(c[1], 0.0), RP_OK);
     assert_int_not_equal(rp_comm_set_timeout(c[1], -1.0), RP_OK);
     assert_true(rp_comm_timeout(c[1]) == 4.0);
-    for (int r = 0; r < 3; r++) rp_comm_destroy(c[r]);
+    for (int r = 0; r < 3; r++)
+        rp_comm_destroy(c[r]);
     rp_comm_destroy(NULL);
 
     assert_int_equal(rp_comm_threads_create(c, 5, IDS, 1.0), RP_OK);
     for (int r = 0; r < 5; r++)
-        for (int q = 0; q < 5; q++) assert_int_equal(rp_comm_replica_id(c[r], q), IDS[q]);
-    for (int r = 0; r < 5; r++) rp_comm_destroy(c[r]);
+        for (int q = 0; q < 5; q++)
+            assert_int_equal(rp_comm_replica_id(c[r], q), IDS[q]);
+    for (int r = 0; r < 5; r++)
+        rp_comm_destroy(c[r]);
 
     assert_int_equal(rp_comm_threads_create(c, 0, NULL, 1.0), RP_ERR_INVALID);
     assert_int_equal(rp_comm_threads_create(c, 2, NULL, 0.0), RP_ERR_INVALID);
@@ -807,8 +872,9 @@ static void test_barrier_waits_for_everyone(void **state)
             assert_int_equal(rp_comm_sequence(t.comms[r]), BARRIER_ROUNDS);
             for (int k = 0; k < BARRIER_ROUNDS; k++) {
                 if (c.seen[r][k] != n) {
-                    print_error("n=%d round %d: rank %d left the barrier when %d of %d had arrived\n", n, k, r,
-                                c.seen[r][k], n);
+                    print_error(
+                        "n=%d round %d: rank %d left the barrier when %d of %d had arrived\n", n, k,
+                        r, c.seen[r][k], n);
                     fail();
                 }
             }
@@ -856,7 +922,8 @@ static void member_split(member *m, void *ctx)
     }
     c->rank[r] = rp_comm_rank(sub);
     c->size[r] = rp_comm_size(sub);
-    for (int q = 0; q < c->size[r] && q < MAX_MEMBERS; q++) c->ids[r][q] = rp_comm_replica_id(sub, q);
+    for (int q = 0; q < c->size[r] && q < MAX_MEMBERS; q++)
+        c->ids[r][q] = rp_comm_replica_id(sub, q);
     c->timeout[r] = rp_comm_timeout(sub);
     c->backend[r] = rp_comm_backend(sub);
     int64_t v = r + 1, old = r;
@@ -902,12 +969,14 @@ static void test_split_groups_by_color_and_key(void **state)
         int top = r % 2 == 0 ? 6 : 7; /* the group's new rank 0 (key -6 or -7) */
         assert_int_equal(c.size[r], 4);
         assert_int_equal(c.rank[r], (top - r) / 2);
-        for (int q = 0; q < 4; q++) assert_int_equal(c.ids[r][q], IDS[top - 2 * q]);
+        for (int q = 0; q < 4; q++)
+            assert_int_equal(c.ids[r][q], IDS[top - 2 * q]);
         assert_true(c.timeout[r] == 7.5);
         assert_string_equal(c.backend[r], "threads");
         assert_int_equal(c.sum[r], r % 2 == 0 ? 1 + 3 + 5 + 7 : 2 + 4 + 6 + 8);
         assert_int_equal(c.first[r], top);
-        for (int q = 0; q < 4; q++) assert_int_equal(c.gathered[r][q], top - 2 * q);
+        for (int q = 0; q < 4; q++)
+            assert_int_equal(c.gathered[r][q], top - 2 * q);
         if (r == 3) {
             assert_true(c.null2[r]);
             continue;
@@ -967,7 +1036,9 @@ static void member_script(member *m, void *ctx)
         member_fail(m, "out of memory");
     } else {
         t0 = rp_now_s();
-        outcome_set(&m->out[0], coll_call(m->comm, c->kind, send, recv, c->count, c->dtype, c->op, c->root), t0);
+        outcome_set(&m->out[0],
+                    coll_call(m->comm, c->kind, send, recv, c->count, c->dtype, c->op, c->root),
+                    t0);
         if (sc->then_barrier) {
             t0 = rp_now_s();
             outcome_set(&m->out[1], rp_comm_barrier(m->comm), t0);
@@ -979,7 +1050,8 @@ static void member_script(member *m, void *ctx)
 
 static call_spec f32_sum(int64_t count)
 {
-    return (call_spec){.kind = ALL_REDUCE, .count = count, .dtype = RP_F32, .op = RP_SUM, .root = 0};
+    return (call_spec){
+        .kind = ALL_REDUCE, .count = count, .dtype = RP_F32, .op = RP_SUM, .root = 0};
 }
 
 /*
@@ -996,11 +1068,13 @@ static void expect_mismatch(int n, const script *sc, const char *const *needles)
     for (int r = 0; r < n; r++) {
         expect_status(&t, r, 0, RP_ERR_MISMATCH);
         assert_true(t.m[r].out[0].elapsed_s < 10.0);
-        for (int i = 0; needles[i]; i++) expect_message_contains(&t, r, 0, needles[i]);
+        for (int i = 0; needles[i]; i++)
+            expect_message_contains(&t, r, 0, needles[i]);
         expect_status(&t, r, 1, RP_ERR_COMM);
         assert_true(t.m[r].out[1].elapsed_s < 1.0);
         /* The later call's error carries the original reason. */
-        for (int i = 0; needles[i]; i++) expect_message_contains(&t, r, 1, needles[i]);
+        for (int i = 0; needles[i]; i++)
+            expect_message_contains(&t, r, 1, needles[i]);
         assert_true(rp_comm_broken(t.comms[r]));
     }
     team_destroy(&t);
@@ -1011,7 +1085,8 @@ static void test_mismatch_count(void **state)
 {
     (void)state;
     script sc = {.then_barrier = true};
-    for (int r = 0; r < 4; r++) sc.spec[r] = f32_sum(54321);
+    for (int r = 0; r < 4; r++)
+        sc.spec[r] = f32_sum(54321);
     sc.spec[2].count = 65432;
     const char *needles[] = {"54321", "65432", "9074", NULL};
     expect_mismatch(4, &sc, needles);
@@ -1027,7 +1102,8 @@ static void test_mismatch_count_small_against_large(void **state)
     (void)state;
     for (int odd = 0; odd < 2; odd++) {
         script sc = {.then_barrier = true};
-        for (int r = 0; r < 3; r++) sc.spec[r] = f32_sum(odd ? 16 : 1 << 20);
+        for (int r = 0; r < 3; r++)
+            sc.spec[r] = f32_sum(odd ? 16 : 1 << 20);
         sc.spec[1].count = odd ? 1 << 20 : 16;
         const char *needles[] = {"count 16", "count 1048576", "9037", NULL};
         expect_mismatch(3, &sc, needles);
@@ -1039,7 +1115,8 @@ static void test_mismatch_kind(void **state)
 {
     (void)state;
     script sc = {.then_barrier = true};
-    for (int r = 0; r < 3; r++) sc.spec[r] = f32_sum(100);
+    for (int r = 0; r < 3; r++)
+        sc.spec[r] = f32_sum(100);
     sc.spec[1].kind = BROADCAST;
     const char *needles[] = {"broadcast", "reduce", "9037", NULL};
     expect_mismatch(3, &sc, needles);
@@ -1049,7 +1126,8 @@ static void test_mismatch_dtype(void **state)
 {
     (void)state;
     script sc = {.then_barrier = true};
-    for (int r = 0; r < 3; r++) sc.spec[r] = f32_sum(100);
+    for (int r = 0; r < 3; r++)
+        sc.spec[r] = f32_sum(100);
     sc.spec[0].dtype = RP_F64;
     const char *needles[] = {"f32", "f64", "9000", NULL};
     expect_mismatch(3, &sc, needles);
@@ -1059,7 +1137,8 @@ static void test_mismatch_op(void **state)
 {
     (void)state;
     script sc = {.then_barrier = true};
-    for (int r = 0; r < 5; r++) sc.spec[r] = f32_sum(100);
+    for (int r = 0; r < 5; r++)
+        sc.spec[r] = f32_sum(100);
     sc.spec[4].op = RP_MAX;
     const char *needles[] = {"sum", "max", "9148", NULL};
     expect_mismatch(5, &sc, needles);
@@ -1069,7 +1148,8 @@ static void test_mismatch_root(void **state)
 {
     (void)state;
     script sc = {.then_barrier = true};
-    for (int r = 0; r < 3; r++) sc.spec[r] = (call_spec){.kind = BROADCAST, .count = 10, .dtype = RP_I32, .root = 0};
+    for (int r = 0; r < 3; r++)
+        sc.spec[r] = (call_spec){.kind = BROADCAST, .count = 10, .dtype = RP_I32, .root = 0};
     sc.spec[2].root = 1;
     const char *needles[] = {"9074", NULL};
     expect_mismatch(3, &sc, needles);
@@ -1085,28 +1165,33 @@ static void test_timeout_names_missing_replica(void **state)
 {
     (void)state;
     script sc = {.warmup = true, .then_barrier = true};
-    for (int r = 0; r < 4; r++) sc.spec[r] = f32_sum(64);
+    for (int r = 0; r < 4; r++)
+        sc.spec[r] = f32_sum(64);
     sc.delay_s[3] = 1.5;
     team t;
     team_create(&t, 4, IDS, 0.3);
     team_run(&t, member_script, &sc);
-    for (int r = 0; r < 4; r++) expect_status(&t, r, 2, RP_OK);
+    for (int r = 0; r < 4; r++)
+        expect_status(&t, r, 2, RP_OK);
     for (int r = 0; r < 3; r++) {
         expect_status(&t, r, 0, RP_ERR_TIMEOUT);
         if (!(t.m[r].out[0].elapsed_s >= 0.25 && t.m[r].out[0].elapsed_s <= 3.0)) {
-            print_error("member %d timed out after %.3f s with a 0.3 s timeout\n", r, t.m[r].out[0].elapsed_s);
+            print_error("member %d timed out after %.3f s with a 0.3 s timeout\n", r,
+                        t.m[r].out[0].elapsed_s);
             fail();
         }
         expect_message_contains(&t, r, 0, "9111");
         expect_status(&t, r, 1, RP_ERR_COMM);
         assert_true(t.m[r].out[1].elapsed_s < 1.0);
-        expect_message_contains(&t, r, 1, "9111"); /* the original reason, on a member that is not 9111 */
+        expect_message_contains(&t, r, 1,
+                                "9111"); /* the original reason, on a member that is not 9111 */
     }
     expect_status(&t, 3, 0, RP_ERR_COMM);
     assert_true(t.m[3].out[0].elapsed_s < 1.0);
     expect_status(&t, 3, 1, RP_ERR_COMM);
     assert_true(t.m[3].out[1].elapsed_s < 1.0);
-    for (int r = 0; r < 4; r++) assert_true(rp_comm_broken(t.comms[r]));
+    for (int r = 0; r < 4; r++)
+        assert_true(rp_comm_broken(t.comms[r]));
     team_destroy(&t);
 }
 
@@ -1115,7 +1200,8 @@ static void test_late_member_within_timeout(void **state)
 {
     (void)state;
     script sc = {.then_barrier = true};
-    for (int r = 0; r < 4; r++) sc.spec[r] = f32_sum(1000);
+    for (int r = 0; r < 4; r++)
+        sc.spec[r] = f32_sum(1000);
     sc.delay_s[2] = 0.3;
     team t;
     team_create(&t, 4, IDS, 5.0);
@@ -1150,8 +1236,9 @@ static void check_leave_fails_peers_fast(double leave_delay, double others_delay
     for (int r = 0; r < 3; r++) {
         const outcome *o = &t.m[r].out[0];
         if (o->status == RP_OK || o->elapsed_s > 2.0) {
-            print_error("member %d: status %d after %.3f s (expected an error within 2 s): \"%s\"\n", r,
-                        o->status, o->elapsed_s, o->error);
+            print_error(
+                "member %d: status %d after %.3f s (expected an error within 2 s): \"%s\"\n", r,
+                o->status, o->elapsed_s, o->error);
             fail();
         }
         expect_message_contains(&t, r, 0, "boom");
@@ -1195,7 +1282,8 @@ static void test_invalid_call_fails_peers_fast(void **state)
         assert_true(t.m[r].out[0].elapsed_s < 2.0);
         assert_true(rp_comm_broken(t.comms[r]));
     }
-    for (int r = 0; r < 3; r++) expect_message_contains(&t, r, 0, "9111");
+    for (int r = 0; r < 3; r++)
+        expect_message_contains(&t, r, 0, "9111");
     team_destroy(&t);
 }
 
@@ -1223,11 +1311,13 @@ static void member_leave_after(member *m, void *ctx)
     leave_after_ctx *c = ctx;
     int r = m->rank, n = m->team->n;
     double t0 = rp_now_s();
-    outcome_set(&m->out[0], rp_comm_all_reduce(m->comm, c->send[r], c->recv[r], c->count, RP_F32, RP_SUM), t0);
+    outcome_set(&m->out[0],
+                rp_comm_all_reduce(m->comm, c->send[r], c->recv[r], c->count, RP_F32, RP_SUM), t0);
     if (r == n - 1) {
         /* Leaves at once, possibly while the others are still finishing the same collective. */
         rp_comm_leave(m->comm, RP_ERR_NUMERIC, "finished early");
-        if (!wait_until(&c->done_first, n - 1, 30.0)) member_fail(m, "the others never finished call 1");
+        if (!wait_until(&c->done_first, n - 1, 30.0))
+            member_fail(m, "the others never finished call 1");
         rp_comm_rejoin(m->comm);
         atomic_store(&c->rejoined, 1);
     } else {
@@ -1236,7 +1326,8 @@ static void member_leave_after(member *m, void *ctx)
         if (!wait_until(&c->rejoined, 1, 30.0)) member_fail(m, "the last member never rejoined");
     }
     t0 = rp_now_s();
-    outcome_set(&m->out[1], rp_comm_all_reduce(m->comm, c->send[r], c->recv[r], 1, RP_F32, RP_SUM), t0);
+    outcome_set(&m->out[1], rp_comm_all_reduce(m->comm, c->send[r], c->recv[r], 1, RP_F32, RP_SUM),
+                t0);
 }
 
 /*
@@ -1253,7 +1344,8 @@ static void test_leave_after_completing_is_harmless(void **state)
     for (int r = 0; r < n; r++) {
         c.send[r] = (float *)xmalloc((size_t)c.count * 4);
         c.recv[r] = (float *)xmalloc((size_t)c.count * 4);
-        for (int64_t i = 0; i < c.count; i++) c.send[r][i] = (float)(r + 1);
+        for (int64_t i = 0; i < c.count; i++)
+            c.send[r][i] = (float)(r + 1);
     }
     team t;
     team_create(&t, n, IDS, 30.0);
@@ -1308,8 +1400,10 @@ static void test_sequence_counts_collectives(void **state)
     team_create(&t, 3, IDS, SWEEP_TIMEOUT_S);
     team_run(&t, member_sequence, &c);
     for (int r = 0; r < 3; r++) {
-        for (int k = 0; k < 5; k++) expect_status(&t, r, k, RP_OK);
-        for (int k = 0; k < 6; k++) assert_int_equal(c.seq[r][k], k);
+        for (int k = 0; k < 5; k++)
+            expect_status(&t, r, k, RP_OK);
+        for (int k = 0; k < 6; k++)
+            assert_int_equal(c.seq[r][k], k);
     }
     team_destroy(&t);
 }
@@ -1327,12 +1421,14 @@ static void member_determinism(member *m, void *ctx)
     for (int run = 0; run < 3; run++) {
         if (run == 2) sleep_s(0.002 * (n - r)); /* the third run arrives in reverse rank order */
         double t0 = rp_now_s();
-        outcome_set(&m->out[run], rp_comm_all_reduce(m->comm, c->send[r], c->out[run][r], c->count, RP_F32, RP_SUM),
-                    t0);
+        outcome_set(
+            &m->out[run],
+            rp_comm_all_reduce(m->comm, c->send[r], c->out[run][r], c->count, RP_F32, RP_SUM), t0);
     }
 }
 
-/* The same f32 inputs give bitwise the same sums, on every member, run after run, whatever the arrival order. */
+/* The same f32 inputs give bitwise the same sums, on every member, run after run, whatever the
+ * arrival order. */
 static void test_all_reduce_deterministic(void **state)
 {
     (void)state;
@@ -1343,7 +1439,8 @@ static void test_all_reduce_deterministic(void **state)
     for (int r = 0; r < n; r++) {
         c.send[r] = (float *)xmalloc(bytes);
         gen(c.send[r], RP_F32, r, 0, c.count, false);
-        for (int run = 0; run < 3; run++) c.out[run][r] = (float *)xmalloc(bytes);
+        for (int run = 0; run < 3; run++)
+            c.out[run][r] = (float *)xmalloc(bytes);
     }
     team t;
     team_create(&t, n, IDS, SWEEP_TIMEOUT_S);
@@ -1351,14 +1448,16 @@ static void test_all_reduce_deterministic(void **state)
     for (int r = 0; r < n; r++) {
         for (int run = 0; run < 3; run++) {
             expect_status(&t, r, run, RP_OK);
-            check_values("deterministic all_reduce", r, "output vs run 0 rank 0", (const char *)c.out[run][r],
-                         (const char *)c.out[0][0], c.count, RP_F32, false);
+            check_values("deterministic all_reduce", r, "output vs run 0 rank 0",
+                         (const char *)c.out[run][r], (const char *)c.out[0][0], c.count, RP_F32,
+                         false);
         }
     }
     team_destroy(&t);
     for (int r = 0; r < n; r++) {
         free(c.send[r]);
-        for (int run = 0; run < 3; run++) free(c.out[run][r]);
+        for (int run = 0; run < 3; run++)
+            free(c.out[run][r]);
     }
 }
 

@@ -27,11 +27,11 @@
 #include "testutil.h"
 #include "replicator/comm.h"
 
-#define MAX_MEMBERS 8
-#define NOUT 8
-#define JOIN_LIMIT_S 120.0
+#define MAX_MEMBERS     8
+#define NOUT            8
+#define JOIN_LIMIT_S    120.0
 #define SWEEP_TIMEOUT_S 60.0
-#define BIG_BYTES ((int64_t)64 << 20)
+#define BIG_BYTES       ((int64_t)64 << 20)
 
 /* Replica ids for messages: numbers that cannot be mistaken for a count or a tag. */
 static const int IDS[MAX_MEMBERS] = {9000, 9037, 9074, 9111, 9148, 9185, 9222, 9259};
@@ -128,25 +128,29 @@ static void team_run(team *t, member_fn fn, void *ctx)
     pthread_t th[MAX_MEMBERS];
     for (int r = 0; r < t->n; r++) {
         memset(t->m[r].out, 0, sizeof t->m[r].out);
-        for (int k = 0; k < NOUT; k++) t->m[r].out[k].status = 1; /* "not called" */
+        for (int k = 0; k < NOUT; k++)
+            t->m[r].out[k].status = 1; /* "not called" */
         t->m[r].bad = 0;
         t->m[r].bad_what[0] = '\0';
     }
-    for (int r = 0; r < t->n; r++) assert_int_equal(pthread_create(&th[r], NULL, member_thread, &t->m[r]), 0);
+    for (int r = 0; r < t->n; r++)
+        assert_int_equal(pthread_create(&th[r], NULL, member_thread, &t->m[r]), 0);
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)JOIN_LIMIT_S;
     for (int r = 0; r < t->n; r++) {
         if (pthread_timedjoin_np(th[r], NULL, &deadline) != 0) {
-            fprintf(stderr, "test_comm_p2p: member %d of %d still running after %.0f s: a call hangs\n", r, t->n,
-                    JOIN_LIMIT_S);
+            fprintf(stderr,
+                    "test_comm_p2p: member %d of %d still running after %.0f s: a call hangs\n", r,
+                    t->n, JOIN_LIMIT_S);
             fflush(stderr);
             _exit(1);
         }
     }
     for (int r = 0; r < t->n; r++) {
         if (t->m[r].bad) {
-            print_error("member %d: %d failed checks, first: %s\n", r, t->m[r].bad, t->m[r].bad_what);
+            print_error("member %d: %d failed checks, first: %s\n", r, t->m[r].bad,
+                        t->m[r].bad_what);
             fail();
         }
     }
@@ -154,7 +158,8 @@ static void team_run(team *t, member_fn fn, void *ctx)
 
 static void team_destroy(team *t)
 {
-    for (int r = 0; r < t->n; r++) rp_comm_destroy(t->comms[r]);
+    for (int r = 0; r < t->n; r++)
+        rp_comm_destroy(t->comms[r]);
     memset(t->comms, 0, sizeof t->comms);
 }
 
@@ -162,8 +167,8 @@ static void expect_status(const team *t, int r, int k, rp_status want)
 {
     const outcome *o = &t->m[r].out[k];
     if (o->status != want) {
-        print_error("member %d call %d: status %d (%s), expected %d (%s); message: \"%s\"\n", r, k, o->status,
-                    rp_status_name(o->status), want, rp_status_name(want), o->error);
+        print_error("member %d call %d: status %d (%s), expected %d (%s); message: \"%s\"\n", r, k,
+                    o->status, rp_status_name(o->status), want, rp_status_name(want), o->error);
         fail();
     }
 }
@@ -172,7 +177,8 @@ static void expect_contains(const team *t, int r, int k, const char *needle)
 {
     const char *msg = t->m[r].out[k].error;
     if (!strcasestr(msg, needle)) {
-        print_error("member %d call %d: expected message containing \"%s\", got \"%s\"\n", r, k, needle, msg);
+        print_error("member %d call %d: expected message containing \"%s\", got \"%s\"\n", r, k,
+                    needle, msg);
         fail();
     }
 }
@@ -180,7 +186,8 @@ static void expect_contains(const team *t, int r, int k, const char *needle)
 static void expect_fast(const team *t, int r, int k, double limit_s)
 {
     if (!(t->m[r].out[k].elapsed_s < limit_s)) {
-        print_error("member %d call %d took %.3f s, expected < %.3f s\n", r, k, t->m[r].out[k].elapsed_s, limit_s);
+        print_error("member %d call %d took %.3f s, expected < %.3f s\n", r, k,
+                    t->m[r].out[k].elapsed_s, limit_s);
         fail();
     }
 }
@@ -188,14 +195,15 @@ static void expect_fast(const team *t, int r, int k, double limit_s)
 /* Byte i of the message from `src` numbered `k`: differs by sender, message and position. */
 static uint8_t pattern(int src, int k, int64_t i)
 {
-    uint64_t h = (uint64_t)(src + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(k + 1) * 0xc2b2ae3d27d4eb4full ^
-                 (uint64_t)i * 0xbf58476d1ce4e5b9ull;
+    uint64_t h = (uint64_t)(src + 1) * 0x9e3779b97f4a7c15ull ^
+                 (uint64_t)(k + 1) * 0xc2b2ae3d27d4eb4full ^ (uint64_t)i * 0xbf58476d1ce4e5b9ull;
     return (uint8_t)(h >> 56 ^ h >> 29);
 }
 
 static void fill(uint8_t *buf, int src, int k, int64_t bytes)
 {
-    for (int64_t i = 0; i < bytes; i++) buf[i] = pattern(src, k, i);
+    for (int64_t i = 0; i < bytes; i++)
+        buf[i] = pattern(src, k, i);
 }
 
 /* First byte that differs from the pattern, or -1. */
@@ -246,10 +254,13 @@ static void member_ring(member *m, void *arg)
             return;
         }
         int64_t at = first_wrong(c->recv[r], prev, s, bytes);
-        if (at >= 0) member_fail(m, "size %lld from rank %d: byte %lld differs", (long long)bytes, prev, (long long)at);
+        if (at >= 0)
+            member_fail(m, "size %lld from rank %d: byte %lld differs", (long long)bytes, prev,
+                        (long long)at);
         for (int g = 0; g < 64; g++)
             if (c->recv[r][bytes + g] != 0xA5) {
-                member_fail(m, "size %lld: written past the end (byte %lld)", (long long)bytes, (long long)(bytes + g));
+                member_fail(m, "size %lld: written past the end (byte %lld)", (long long)bytes,
+                            (long long)(bytes + g));
                 break;
             }
     }
@@ -261,7 +272,8 @@ static void ring_sweep(int n, bool nonblocking)
     ring_ctx c = {.nonblocking = nonblocking};
     for (int k = 0; (1ll << k) <= BIG_BYTES; k++) {
         c.sizes[c.nsizes++] = 1ll << k;
-        if (k >= 2 && k % 3 == 0) c.sizes[c.nsizes++] = (1ll << k) + 3; /* odd sizes across the eager limit */
+        if (k >= 2 && k % 3 == 0)
+            c.sizes[c.nsizes++] = (1ll << k) + 3; /* odd sizes across the eager limit */
     }
     c.sizes[c.nsizes++] = 0;
     c.sizes[c.nsizes++] = 65537;
@@ -298,7 +310,8 @@ static void test_ring_two_and_one(void **state)
     (void)state;
     for (int n = 1; n <= 2; n++) {
         ring_ctx c = {0};
-        for (int64_t b = 0; b <= 300000; b = b * 3 + 1) c.sizes[c.nsizes++] = b;
+        for (int64_t b = 0; b <= 300000; b = b * 3 + 1)
+            c.sizes[c.nsizes++] = b;
         for (int r = 0; r < n; r++) {
             c.send[r] = xmalloc(300000);
             c.recv[r] = xmalloc(300000 + 64);
@@ -383,8 +396,10 @@ static void member_mismatch(member *m, void *arg)
     t0 = rp_now_s();
     int32_t v = 0;
     /* Member 0 expects an answer that will not come: the mismatch must end the wait at once. */
-    if (m->rank == 0) record(&m->out[1], rp_comm_recv(m->comm, &v, 1, RP_I32, 1, 1), t0);
-    else record(&m->out[1], rp_comm_send(m->comm, &v, 1, RP_I32, 0, 1), t0);
+    if (m->rank == 0)
+        record(&m->out[1], rp_comm_recv(m->comm, &v, 1, RP_I32, 1, 1), t0);
+    else
+        record(&m->out[1], rp_comm_send(m->comm, &v, 1, RP_I32, 0, 1), t0);
     t0 = rp_now_s();
     record(&m->out[2], rp_comm_barrier(m->comm), t0);
     free(buf);
@@ -434,14 +449,20 @@ static void expect_p2p_mismatch(mismatch_ctx *c, const char *sent, const char *e
 static void test_mismatch_tag(void **state)
 {
     (void)state;
-    mismatch_ctx c = {.scount = 10, .rcount = 10, .sdt = RP_F32, .rdt = RP_F32, .stag = 7, .rtag = 8};
+    mismatch_ctx c = {
+        .scount = 10, .rcount = 10, .sdt = RP_F32, .rdt = RP_F32, .stag = 7, .rtag = 8};
     expect_p2p_mismatch(&c, "'send #0 (tag 7, count 10, f32)'", "'recv #0 (tag 8, count 10, f32)'");
 }
 
 static void test_mismatch_count_numbered_along_channel(void **state)
 {
     (void)state;
-    mismatch_ctx c = {.scount = 10, .rcount = 11, .sdt = RP_F32, .rdt = RP_F32, .stag = 7, .rtag = 7,
+    mismatch_ctx c = {.scount = 10,
+                      .rcount = 11,
+                      .sdt = RP_F32,
+                      .rdt = RP_F32,
+                      .stag = 7,
+                      .rtag = 7,
                       .first_ok = true};
     expect_p2p_mismatch(&c, "'send #1 (tag 7, count 10, f32)'", "'recv #1 (tag 7, count 11, f32)'");
 }
@@ -449,8 +470,10 @@ static void test_mismatch_count_numbered_along_channel(void **state)
 static void test_mismatch_dtype(void **state)
 {
     (void)state;
-    mismatch_ctx c = {.scount = 10, .rcount = 10, .sdt = RP_F32, .rdt = RP_I32, .stag = 7, .rtag = RP_ANY_TAG};
-    expect_p2p_mismatch(&c, "'send #0 (tag 7, count 10, f32)'", "'recv #0 (any tag, count 10, i32)'");
+    mismatch_ctx c = {
+        .scount = 10, .rcount = 10, .sdt = RP_F32, .rdt = RP_I32, .stag = 7, .rtag = RP_ANY_TAG};
+    expect_p2p_mismatch(&c, "'send #0 (tag 7, count 10, f32)'",
+                        "'recv #0 (any tag, count 10, i32)'");
 }
 
 /*
@@ -461,9 +484,15 @@ static void test_mismatch_dtype(void **state)
 static void test_mismatch_large_count(void **state)
 {
     (void)state;
-    mismatch_ctx c = {.scount = 1 << 20, .rcount = (1 << 20) - 1, .sdt = RP_F64, .rdt = RP_F64, .stag = 3, .rtag = 3,
+    mismatch_ctx c = {.scount = 1 << 20,
+                      .rcount = (1 << 20) - 1,
+                      .sdt = RP_F64,
+                      .rdt = RP_F64,
+                      .stag = 3,
+                      .rtag = 3,
                       .send_first = true};
-    expect_p2p_mismatch(&c, "'send #0 (tag 3, count 1048576, f64)'", "'recv #0 (tag 3, count 1048575, f64)'");
+    expect_p2p_mismatch(&c, "'send #0 (tag 3, count 1048576, f64)'",
+                        "'recv #0 (tag 3, count 1048575, f64)'");
 }
 
 /* ---- a missing sender ----------------------------------------------------------------------- */
@@ -510,10 +539,12 @@ static void test_missing_sender_times_out_naming_it(void **state)
     assert_int_equal(pthread_barrier_init(&c.start, NULL, 3), 0);
     team_run(&t, member_missing_sender, &c);
     pthread_barrier_destroy(&c.start);
-    for (int r = 0; r < 3; r++) expect_status(&t, r, 0, RP_OK);
+    for (int r = 0; r < 3; r++)
+        expect_status(&t, r, 0, RP_OK);
     expect_status(&t, 0, 1, RP_ERR_TIMEOUT);
     if (!(t.m[0].out[1].elapsed_s >= 0.25 && t.m[0].out[1].elapsed_s <= 3.0)) {
-        print_error("the receive timed out after %.3f s with a 0.3 s timeout\n", t.m[0].out[1].elapsed_s);
+        print_error("the receive timed out after %.3f s with a 0.3 s timeout\n",
+                    t.m[0].out[1].elapsed_s);
         fail();
     }
     expect_contains(&t, 0, 1, "replica 9074 did not send");
@@ -527,11 +558,15 @@ static void test_missing_sender_times_out_naming_it(void **state)
     team_destroy(&t);
 }
 
-/* ---- non-blocking: any wait order ------------------------------------------------------------- */
+/* ---- non-blocking: any wait order -------------------------------------------------------------
+ */
 
 #define NB_MSGS 6
 
-static int64_t nb_bytes(int k) { return k == 2 ? 0 : (int64_t)(37 << (3 * k)); } /* 37 B .. 1.2 MiB, and 0 */
+static int64_t nb_bytes(int k)
+{
+    return k == 2 ? 0 : (int64_t)(37 << (3 * k));
+} /* 37 B .. 1.2 MiB, and 0 */
 
 /*
  * Member 0 sends NB_MSGS messages of growing size to each other member and
@@ -564,14 +599,16 @@ static void member_any_order(member *m, void *arg)
     }
     /* A scrambled order: a stride coprime with total, starting off the end; every third polled. */
     int stride = 7;
-    while (total % stride == 0 || stride % 2 == 0) stride += 2;
+    while (total % stride == 0 || stride % 2 == 0)
+        stride += 2;
     for (int j = 0; j < total; j++) {
         int i = (total - 1 + j * stride) % total;
         rp_status st;
         if (j % 3 == 0) {
             bool done = false;
             double end = rp_now_s() + 30;
-            do st = rp_comm_test(req[i], &done);
+            do
+                st = rp_comm_test(req[i], &done);
             while (st == RP_OK && !done && rp_now_s() < end);
             if (!done && st == RP_OK) member_fail(m, "request %d never completed by test", i);
         } else {
@@ -585,10 +622,12 @@ static void member_any_order(member *m, void *arg)
         int peer = m->rank == 0 ? p + 1 : 0;
         for (int i = 0; i < NB_MSGS; i++, k += 2) {
             int64_t at = first_wrong(bufs[k], peer, i, nb_bytes(i));
-            if (at >= 0) member_fail(m, "message %d from %d: byte %lld differs", i, peer, (long long)at);
+            if (at >= 0)
+                member_fail(m, "message %d from %d: byte %lld differs", i, peer, (long long)at);
         }
     }
-    for (int i = 0; i < total; i++) free(bufs[i]);
+    for (int i = 0; i < total; i++)
+        free(bufs[i]);
     free(bufs);
     free(req);
 }
@@ -617,7 +656,8 @@ static void member_exchange(member *m, void *arg)
         rp_status st = rp_comm_send(m->comm, out, bytes, RP_U8, peer, round);
         if (st == RP_OK) st = rp_comm_recv(m->comm, in, bytes, RP_U8, peer, round);
         record(&m->out[round], st, t0);
-        if (st == RP_OK && first_wrong(in, peer, round, bytes) >= 0) member_fail(m, "round %d: wrong data", round);
+        if (st == RP_OK && first_wrong(in, peer, round, bytes) >= 0)
+            member_fail(m, "round %d: wrong data", round);
     }
     free(out);
     free(in);
@@ -660,7 +700,8 @@ static void member_any_source(member *m, void *arg)
     int n = m->team->n;
     if (m->rank != 0) {
         int32_t v[8];
-        for (int i = 0; i <= m->rank; i++) v[i] = m->rank * 100 + i;
+        for (int i = 0; i <= m->rank; i++)
+            v[i] = m->rank * 100 + i;
         if (rp_comm_send(m->comm, v, m->rank + 1, RP_I32, 0, 10 + m->rank) != RP_OK)
             member_fail(m, "send: %s", rp_last_error());
         if (m->rank == 3 && rp_comm_send(m->comm, v, 2, RP_I32, 0, 50) != RP_OK)
@@ -678,14 +719,16 @@ static void member_any_source(member *m, void *arg)
             member_fail(m, "probe: %s", rp_last_error());
     } while (!ready && rp_now_s() < end);
     if (!ready || source != 3 || tag != 13 || count != 4 || dt != RP_I32)
-        member_fail(m, "probe(3, 13): ready %d source %d tag %d count %lld", ready, source, tag, (long long)count);
+        member_fail(m, "probe(3, 13): ready %d source %d tag %d count %lld", ready, source, tag,
+                    (long long)count);
     if (rp_comm_probe(m->comm, 3, 50, &ready, NULL, NULL, NULL, NULL) != RP_OK || ready)
         member_fail(m, "probe(3, 50) is ready before the message before it was received");
     int seen[MAX_MEMBERS] = {0};
     for (int got = 0; got < n; got++) {
         end = rp_now_s() + 30;
         do {
-            if (rp_comm_probe(m->comm, RP_ANY_SOURCE, RP_ANY_TAG, &ready, &source, &tag, &count, &dt) != RP_OK)
+            if (rp_comm_probe(m->comm, RP_ANY_SOURCE, RP_ANY_TAG, &ready, &source, &tag, &count,
+                              &dt) != RP_OK)
                 member_fail(m, "probe: %s", rp_last_error());
         } while (!ready && rp_now_s() < end);
         if (!ready) {
@@ -703,12 +746,16 @@ static void member_any_source(member *m, void *arg)
         if (second ? source != 3 || count != 2 : tag != 10 + source || count != source + 1)
             member_fail(m, "message from %d: tag %d count %lld", source, tag, (long long)count);
         for (int i = 0; i < count; i++)
-            if (v[i] != source * 100 + i) member_fail(m, "message from %d: element %d is %d", source, i, v[i]);
+            if (v[i] != source * 100 + i)
+                member_fail(m, "message from %d: element %d is %d", source, i, v[i]);
         seen[source] += second ? 10 : 1;
     }
     for (int q = 1; q < n; q++)
-        if (seen[q] != (q == 3 ? 11 : 1)) member_fail(m, "member %d's messages seen %d times", q, seen[q]);
-    if (rp_comm_probe(m->comm, RP_ANY_SOURCE, RP_ANY_TAG, &ready, NULL, NULL, NULL, NULL) != RP_OK || ready)
+        if (seen[q] != (q == 3 ? 11 : 1))
+            member_fail(m, "member %d's messages seen %d times", q, seen[q]);
+    if (rp_comm_probe(m->comm, RP_ANY_SOURCE, RP_ANY_TAG, &ready, NULL, NULL, NULL, NULL) !=
+            RP_OK ||
+        ready)
         member_fail(m, "a message left after all were received");
 }
 
@@ -736,15 +783,20 @@ static void member_posted_any(member *m, void *arg)
         if (a != 11 || b != 22) member_fail(m, "received %d and %d, expected 11 and 22", a, b);
     } else {
         if (rp_comm_barrier(m->comm) != RP_OK) member_fail(m, "barrier: %s", rp_last_error());
-        /* Member 1 sends first; member 2 waits for member 1's go-ahead through member 0's receive. */
+        /* Member 1 sends first; member 2 waits for member 1's go-ahead through member 0's receive.
+         */
         if (m->rank == 1) {
             v = 11;
-            if (rp_comm_send(m->comm, &v, 1, RP_I32, 0, 11) != RP_OK) member_fail(m, "send: %s", rp_last_error());
-            if (rp_comm_send(m->comm, &v, 1, RP_I32, 2, 0) != RP_OK) member_fail(m, "send: %s", rp_last_error());
+            if (rp_comm_send(m->comm, &v, 1, RP_I32, 0, 11) != RP_OK)
+                member_fail(m, "send: %s", rp_last_error());
+            if (rp_comm_send(m->comm, &v, 1, RP_I32, 2, 0) != RP_OK)
+                member_fail(m, "send: %s", rp_last_error());
         } else {
-            if (rp_comm_recv(m->comm, &v, 1, RP_I32, 1, 0) != RP_OK) member_fail(m, "recv: %s", rp_last_error());
+            if (rp_comm_recv(m->comm, &v, 1, RP_I32, 1, 0) != RP_OK)
+                member_fail(m, "recv: %s", rp_last_error());
             v = 22;
-            if (rp_comm_send(m->comm, &v, 1, RP_I32, 0, 22) != RP_OK) member_fail(m, "send: %s", rp_last_error());
+            if (rp_comm_send(m->comm, &v, 1, RP_I32, 0, 22) != RP_OK)
+                member_fail(m, "send: %s", rp_last_error());
         }
     }
 }
@@ -758,7 +810,8 @@ static void test_posted_any_source_takes_first_arrival(void **state)
     team_destroy(&t);
 }
 
-/* ---- broken communicators, leaving, invalid calls ----------------------------------------------- */
+/* ---- broken communicators, leaving, invalid calls -----------------------------------------------
+ */
 
 static void member_after_broken(member *m, void *arg)
 {
@@ -766,7 +819,8 @@ static void member_after_broken(member *m, void *arg)
     float x[16] = {0};
     double t0 = rp_now_s();
     /* A count mismatch breaks the communicator. */
-    record(&m->out[0], rp_comm_all_reduce(m->comm, x, x, m->rank == 1 ? 15 : 16, RP_F32, RP_SUM), t0);
+    record(&m->out[0], rp_comm_all_reduce(m->comm, x, x, m->rank == 1 ? 15 : 16, RP_F32, RP_SUM),
+           t0);
     rp_comm_request *req = (rp_comm_request *)1;
     int peer = 1 - m->rank;
     t0 = rp_now_s();
@@ -778,7 +832,8 @@ static void member_after_broken(member *m, void *arg)
     if (req != NULL) member_fail(m, "irecv on a broken communicator left a request");
     bool ready = true;
     t0 = rp_now_s();
-    record(&m->out[4], rp_comm_probe(m->comm, RP_ANY_SOURCE, RP_ANY_TAG, &ready, NULL, NULL, NULL, NULL), t0);
+    record(&m->out[4],
+           rp_comm_probe(m->comm, RP_ANY_SOURCE, RP_ANY_TAG, &ready, NULL, NULL, NULL, NULL), t0);
 }
 
 static void test_p2p_after_broken_comm_fails_at_once(void **state)
@@ -798,7 +853,8 @@ static void test_p2p_after_broken_comm_fails_at_once(void **state)
     team_destroy(&t);
 }
 
-/* Member 1 leaves (its step failed) while member 0 waits in a receive from it; member 0 fails at once. */
+/* Member 1 leaves (its step failed) while member 0 waits in a receive from it; member 0 fails at
+ * once. */
 static void member_leave(member *m, void *arg)
 {
     (void)arg;
@@ -839,7 +895,8 @@ static void member_invalid(member *m, void *arg)
     } else {
         record(&m->out[0], rp_comm_recv(m->comm, &v, 1, RP_I32, 0, 0), t0);
     }
-    /* Every further invalid form on its own (the communicator is broken now, but the checks come first). */
+    /* Every further invalid form on its own (the communicator is broken now, but the checks come
+     * first). */
     record(&m->out[1], rp_comm_send(m->comm, NULL, 3, RP_I32, 1 - m->rank, 0), t0);
     record(&m->out[2], rp_comm_send(m->comm, &v, 1, RP_I32, 2, 0), t0);
     record(&m->out[3], rp_comm_send(m->comm, &v, 1, RP_I32, 1 - m->rank, -1), t0);
@@ -861,7 +918,8 @@ static void test_invalid_calls(void **state)
     expect_fast(&t, 1, 0, 5.0);
     expect_contains(&t, 1, 0, "count -1");
     for (int r = 0; r < 2; r++) {
-        for (int k = 1; k <= 6; k++) expect_status(&t, r, k, RP_ERR_INVALID);
+        for (int k = 1; k <= 6; k++)
+            expect_status(&t, r, k, RP_ERR_INVALID);
         expect_contains(&t, r, 1, "NULL");
         expect_contains(&t, r, 2, "peer 2");
         expect_contains(&t, r, 3, "tag -1");
@@ -907,13 +965,16 @@ static void member_skip_to_internal(member *m, void *arg)
     int64_t report[2] = {m->rank, 0}, all[16];
     rp_comm_rejoin(m->comm);
     for (int k = 0; k < 2; k++)
-        if (rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM) != RP_OK) member_fail(m, "step 1: %s", rp_last_error());
+        if (rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM) != RP_OK)
+            member_fail(m, "step 1: %s", rp_last_error());
     rp_comm_begin_internal(m->comm, REPORT);
-    if (rp_comm_all_gather(m->comm, report, all, 2, RP_I64) != RP_OK) member_fail(m, "step 1's report: %s", rp_last_error());
+    if (rp_comm_all_gather(m->comm, report, all, 2, RP_I64) != RP_OK)
+        member_fail(m, "step 1's report: %s", rp_last_error());
     rp_comm_end_internal(m->comm);
     rp_comm_rejoin(m->comm);
     if (rp_comm_step_user_sequence(m->comm) != 0 || rp_comm_user_sequence(m->comm) != 2)
-        member_fail(m, "after rejoin: step user sequence %llu, user sequence %llu; expected 0 and 2",
+        member_fail(m,
+                    "after rejoin: step user sequence %llu, user sequence %llu; expected 0 and 2",
                     (unsigned long long)rp_comm_step_user_sequence(m->comm),
                     (unsigned long long)rp_comm_user_sequence(m->comm));
     /* An internal call first: it must not count in the user's numbers. */
@@ -925,9 +986,11 @@ static void member_skip_to_internal(member *m, void *arg)
     record(&m->out[1], rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM), t0);
     if (rp_comm_step_user_sequence(m->comm) != 1 || rp_comm_user_sequence(m->comm) != 3 ||
         rp_comm_sequence(m->comm) != 5)
-        member_fail(m, "step user sequence %llu, user sequence %llu, sequence %llu; expected 1, 3 and 5",
-                    (unsigned long long)rp_comm_step_user_sequence(m->comm),
-                    (unsigned long long)rp_comm_user_sequence(m->comm), (unsigned long long)rp_comm_sequence(m->comm));
+        member_fail(
+            m, "step user sequence %llu, user sequence %llu, sequence %llu; expected 1, 3 and 5",
+            (unsigned long long)rp_comm_step_user_sequence(m->comm),
+            (unsigned long long)rp_comm_user_sequence(m->comm),
+            (unsigned long long)rp_comm_sequence(m->comm));
     t0 = rp_now_s();
     if (m->rank != 3) record(&m->out[2], rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM), t0);
     t0 = rp_now_s();
@@ -949,14 +1012,17 @@ static void test_skipped_user_call_named_against_internal_call(void **state)
         expect_status(&t, r, 1, RP_OK);
         int k = r == 3 ? 3 : 2;
         expect_status(&t, r, k, RP_ERR_MISMATCH);
-        expect_contains(&t, r, k, "replica 9111 ended its step without calling all_reduce #1 (count 8, f32, sum)");
+        expect_contains(
+            &t, r, k,
+            "replica 9111 ended its step without calling all_reduce #1 (count 8, f32, sum)");
         expect_contains(&t, r, k, "(it went on to " REPORT);
         if (strstr(t.m[r].out[k].error, "all_gather #")) {
             print_error("member %d: the internal call is numbered: %s\n", r, t.m[r].out[k].error);
             fail();
         }
         if (strstr(t.m[r].out[k].error, "all_reduce #3")) {
-            print_error("member %d: numbered from creation, not from the step: %s\n", r, t.m[r].out[k].error);
+            print_error("member %d: numbered from creation, not from the step: %s\n", r,
+                        t.m[r].out[k].error);
             fail();
         }
         if (strstr(t.m[r].out[k].error, "inner name")) {
@@ -986,7 +1052,8 @@ static void member_user_numbering(member *m, void *arg)
         if (rp_comm_barrier(m->comm) != RP_OK) member_fail(m, "barrier: %s", rp_last_error());
         rp_comm_end_internal(m->comm);
     }
-    if (rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM) != RP_OK) member_fail(m, "%s", rp_last_error());
+    if (rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM) != RP_OK)
+        member_fail(m, "%s", rp_last_error());
     double t0 = rp_now_s();
     bool bad = step == 1 && m->rank == 1;
     record(&m->out[0], rp_comm_all_reduce(m->comm, x, x, bad ? 7 : 8, RP_F32, RP_SUM), t0);
@@ -1013,7 +1080,8 @@ static void test_user_calls_numbered_without_internal_ones(void **state)
         expect_contains(&t, r, 0, "all_reduce #1 (count 7");
         expect_contains(&t, r, 0, "numbered from #0 in each step");
         if (strstr(t.m[r].out[0].error, "#3")) {
-            print_error("member %d: numbered from creation, not from the step: %s\n", r, t.m[r].out[0].error);
+            print_error("member %d: numbered from creation, not from the step: %s\n", r,
+                        t.m[r].out[0].error);
             fail();
         }
         assert_int_equal(rp_comm_user_sequence(t.comms[r]), 3);

@@ -61,7 +61,8 @@ static void test_alloc_aligned_and_counted(void **state)
     assert_non_null(b);
     assert_int_equal((uintptr_t)a % RP_ALIGN, 0);
     assert_int_equal((uintptr_t)b % RP_ALIGN, 0);
-    for (int i = 0; i < 250; i++) assert_true(b[i] == 0.0f);
+    for (int i = 0; i < 250; i++)
+        assert_true(b[i] == 0.0f);
     assert_int_equal(rp_alloc_count() - before, 2);
     rp_free(a);
     rp_free(b);
@@ -98,7 +99,7 @@ static void test_arena_steady_state(void **state)
         rp_arena_reset(a);
         assert_int_equal(rp_arena_get_stats(a).used, 0);
     }
-    assert_true(allocs[0] > 1);            /* it had to grow */
+    assert_true(allocs[0] > 1); /* it had to grow */
     uint64_t after_reset = rp_arena_get_stats(a).system_allocs;
     assert_int_equal(allocs[2], allocs[1]); /* no allocation in steady state */
     assert_int_equal(allocs[3], allocs[1]);
@@ -117,10 +118,12 @@ static void test_arena_no_overlap(void **state)
     int *p[40];
     for (int i = 0; i < 40; i++) {
         p[i] = rp_arena_alloc(a, 100 * sizeof(int));
-        for (int j = 0; j < 100; j++) p[i][j] = i;
+        for (int j = 0; j < 100; j++)
+            p[i][j] = i;
     }
     for (int i = 0; i < 40; i++)
-        for (int j = 0; j < 100; j++) assert_int_equal(p[i][j], i);
+        for (int j = 0; j < 100; j++)
+            assert_int_equal(p[i][j], i);
     rp_arena_destroy(a);
 }
 
@@ -172,7 +175,8 @@ static void test_rng_thread_count_independent(void **state)
         jobs[i] = (fill_job){key, cuts[i], cuts[i + 1] - cuts[i], four};
         pthread_create(&th[i], NULL, fill_part, &jobs[i]);
     }
-    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
     assert_memory_equal(one, four, N * sizeof(float));
     /* And it looks normal: mean ~0, variance ~1. */
     double s = 0, s2 = 0;
@@ -205,7 +209,8 @@ static void test_rng_streams(void **state)
         assert_true(v < 7);
         seen[v]++;
     }
-    for (int i = 0; i < 7; i++) assert_true(seen[i] > 50);
+    for (int i = 0; i < 7; i++)
+        assert_true(seen[i] > 50);
     float u = rp_rng_uniform(&a);
     assert_true(u >= 0.0f && u < 1.0f);
     assert_true(rp_hash_str(1, "a") != rp_hash_str(1, "b"));
@@ -234,20 +239,23 @@ static rp_status trail_leaf(void)
 
 static rp_status trail_mid(void)
 {
-    trail_at[0] = __LINE__; RP_CHECK(trail_leaf());
+    trail_at[0] = __LINE__;
+    RP_CHECK(trail_leaf());
     return RP_OK;
 }
 
 static rp_status trail_upper(void)
 {
-    trail_at[1] = __LINE__; RP_CHECK(trail_mid());
+    trail_at[1] = __LINE__;
+    RP_CHECK(trail_mid());
     return RP_OK;
 }
 
 static rp_status trail_top(void)
 {
     rp_status status = RP_OK;
-    trail_at[2] = __LINE__; RP_TRY(trail_upper());
+    trail_at[2] = __LINE__;
+    RP_TRY(trail_upper());
 cleanup:
     return status;
 }
@@ -263,7 +271,8 @@ static int *trail_ptr_leaf(void)
 static int *trail_ptr_top(bool fail)
 {
     int *p = fail ? trail_ptr_leaf() : &trail_leaf_value;
-    trail_at[0] = __LINE__; RP_PROPAGATE_NULL(p);
+    trail_at[0] = __LINE__;
+    RP_PROPAGATE_NULL(p);
     return p;
 }
 
@@ -290,7 +299,8 @@ static rp_status trail_capture(rp_status (*fn)(void), char *buf, size_t size)
 static int count_lines(const char *text, const char *needle)
 {
     int n = 0;
-    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++) n++;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        n++;
     return n;
 }
 
@@ -320,8 +330,8 @@ static void test_error_trail(void **state)
     assert_int_equal(count_lines(out, "trail: "), 3);
     const char *at = out;
     for (int i = 0; i < 3; i++) {
-        snprintf(want[i], sizeof want[i], "DEBUG trail: test_core.c:%d -> %d (SHAPE)\n", trail_at[i],
-                 RP_ERR_SHAPE);
+        snprintf(want[i], sizeof want[i], "DEBUG trail: test_core.c:%d -> %d (SHAPE)\n",
+                 trail_at[i], RP_ERR_SHAPE);
         const char *hit = strstr(at, want[i]);
         if (!hit) fail_msg("trail line %d \"%s\" missing or out of order in:\n%s", i, want[i], out);
         at = hit + 1;
@@ -390,7 +400,8 @@ static void *count_on_one_cpu(void *arg)
     return NULL;
 }
 
-/* The CPU count is what the thread may run on (taskset, Slurm, mpirun's binding), not the machine's. */
+/* The CPU count is what the thread may run on (taskset, Slurm, mpirun's binding), not the
+ * machine's. */
 static void test_cpu_count_follows_affinity(void **state)
 {
     (void)state;

@@ -882,7 +882,8 @@ static void test_pad(void **state)
                 for (int k = 0; k < 2; k++) {
                     uint8_t got = out->pixels[((i * 8 + y) * 7 + x) * 2 + k];
                     bool inside = y >= top && y < top + 5 && x >= left && x < left + 4;
-                    uint8_t want = inside ? in->pixels[((i * 5 + y - top) * 4 + x - left) * 2 + k] : 0;
+                    uint8_t want =
+                        inside ? in->pixels[((i * 5 + y - top) * 4 + x - left) * 2 + k] : 0;
                     assert_int_equal(got, want);
                 }
     }

@@ -59,7 +59,8 @@ static void assert_line(const char *text, const char *path, const char *const *n
 {
     if (tc_line_with(text, needles)) return;
     print_error("%s has no line with", path);
-    for (int i = 0; needles[i]; i++) print_error(" '%s'", needles[i]);
+    for (int i = 0; needles[i]; i++)
+        print_error(" '%s'", needles[i]);
     print_error(":\n%s\n", text);
     fail();
 }
@@ -96,7 +97,8 @@ static void test_mismatch_dumps_every_worker(void **state)
     rp_status st = rp_replicator_run(r, mismatch_fn, NULL);
     assert_int_equal(st, RP_ERR_MISMATCH);
     tu_assert_error_contains("broadcast");
-    /* The rings: every worker's newest call is its second, failed with the mismatch, at one sequence number. */
+    /* The rings: every worker's newest call is its second, failed with the mismatch, at one
+     * sequence number. */
     uint64_t seq = last_entry(r, 0).seq;
     for (int i = 0; i < n; i++) {
         rp_flight_entry e = last_entry(r, i);
@@ -108,7 +110,8 @@ static void test_mismatch_dumps_every_worker(void **state)
         assert_true(e.end >= e.start);
         if (i == 2) assert_int_equal(e.peer, 0);
     }
-    /* The files: one table and one JSON-lines file per worker, naming those calls and the one before. */
+    /* The files: one table and one JSON-lines file per worker, naming those calls and the one
+     * before. */
     for (int i = 0; i < n; i++) {
         char name[64], path[512], seqs[32], prev[32];
         snprintf(name, sizeof name, "flight-%d.txt", i);
@@ -118,15 +121,17 @@ static void test_mismatch_dumps_every_worker(void **state)
         assert_non_null(text);
         snprintf(seqs, sizeof seqs, "  %llu  ", (unsigned long long)seq);
         snprintf(prev, sizeof prev, "  %llu  ", (unsigned long long)seq - 1);
-        const char *last[] = {"MISMATCH", i == 2 ? "broadcast" : "all_reduce", seqs, "user #1",
-                              i == 2 ? "root 0" : "sum", NULL};
-        const char *before[] = {" ok ", "all_reduce", prev, "user #0", "count 4, f32, sum, 16 bytes", NULL};
+        const char *last[] = {"MISMATCH", i == 2 ? "broadcast" : "all_reduce", seqs,
+                              "user #1",  i == 2 ? "root 0" : "sum",           NULL};
+        const char *before[] = {
+            " ok ", "all_reduce", prev, "user #0", "count 4, f32, sum, 16 bytes", NULL};
         assert_line(text, path, last);
         assert_line(text, path, before);
         const char *header[] = {"flight recorder of replica", "broken", NULL};
         assert_line(text, path, header);
         /* Each worker's own error heads its file: the mismatch, naming both calls. */
-        const char *error[] = {"ended its run with MISMATCH: ", "collective mismatch", "broadcast", "all_reduce", NULL};
+        const char *error[] = {"ended its run with MISMATCH: ", "collective mismatch", "broadcast",
+                               "all_reduce", NULL};
         assert_line(text, path, error);
         free(text);
         snprintf(name, sizeof name, "flight-%d.jsonl", i);
@@ -134,8 +139,8 @@ static void test_mismatch_dumps_every_worker(void **state)
         text = tc_slurp(path);
         assert_non_null(text);
         char kind[64];
-        snprintf(kind, sizeof kind, "\"kind\": \"%s\", \"seq\": %llu,", i == 2 ? "broadcast" : "all_reduce",
-                 (unsigned long long)seq);
+        snprintf(kind, sizeof kind, "\"kind\": \"%s\", \"seq\": %llu,",
+                 i == 2 ? "broadcast" : "all_reduce", (unsigned long long)seq);
         const char *json[] = {kind, "\"outcome\": \"MISMATCH\"", NULL};
         assert_line(text, path, json);
         free(text);
@@ -179,8 +184,12 @@ static void test_timeout_dumps_every_worker(void **state)
         if (!text) print_error("%s was not written\n", path);
         assert_non_null(text);
         snprintf(seqs, sizeof seqs, "  %llu  ", (unsigned long long)e0.seq);
-        const char *last[] = {i == 0 ? "TIMEOUT" : rp_status_name(e1.status), "all_reduce", seqs, "user #1",
-                              "count 8, f32, max", NULL};
+        const char *last[] = {i == 0 ? "TIMEOUT" : rp_status_name(e1.status),
+                              "all_reduce",
+                              seqs,
+                              "user #1",
+                              "count 8, f32, max",
+                              NULL};
         const char *barrier[] = {" ok ", "barrier", "user #0", NULL};
         assert_line(text, path, last);
         assert_line(text, path, barrier);
@@ -194,7 +203,8 @@ static void test_timeout_dumps_every_worker(void **state)
 
 /* ---- a healthy run ---------------------------------------------------------------------- */
 
-/* Collectives and messages: replica 0 sends 5 floats (tag 7) blocking and 3 (tag 8) non-blocking to 1. */
+/* Collectives and messages: replica 0 sends 5 floats (tag 7) blocking and 3 (tag 8) non-blocking
+ * to 1. */
 static rp_status healthy_fn(rp_replica *rep, void *arg)
 {
     (void)arg;
@@ -239,7 +249,8 @@ static void test_healthy_run_entries(void **state)
         }
         assert_true(first >= 0 && first + 4 <= held);
         rp_flight_entry e[5];
-        for (int k = 0; k < 4; k++) rp_comm_flight_get(c, first + k, &e[k]);
+        for (int k = 0; k < 4; k++)
+            rp_comm_flight_get(c, first + k, &e[k]);
         assert_false(e[0].internal);
         assert_string_equal(e[0].what, "");
         assert_int_equal(e[1].kind, RP_FLIGHT_BROADCAST);
@@ -278,12 +289,15 @@ static void test_ring_wraps(void **state)
     double x = 1;
     const int calls = 21;
     for (int k = 0; k < calls; k++) {
-        if (k % 3 == 2) assert_int_equal(rp_comm_barrier(c), RP_OK);
-        else assert_int_equal(rp_comm_all_reduce(c, &x, &x, 1, RP_F64, RP_SUM), RP_OK);
+        if (k % 3 == 2)
+            assert_int_equal(rp_comm_barrier(c), RP_OK);
+        else
+            assert_int_equal(rp_comm_all_reduce(c, &x, &x, 1, RP_F64, RP_SUM), RP_OK);
     }
     assert_int_equal(rp_comm_flight_count(c), 8);
     assert_true(rp_comm_flight_calls(c) == (uint64_t)calls);
-    /* The last 8 calls, oldest first: calls 13..20, each its collective sequence number, in order. */
+    /* The last 8 calls, oldest first: calls 13..20, each its collective sequence number, in order.
+     */
     for (int i = 0; i < 8; i++) {
         rp_flight_entry e;
         assert_int_equal(rp_comm_flight_get(c, i, &e), RP_OK);

@@ -22,13 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NREP 2
-#define B 4 /* per replica */
-#define Z 3
-#define H 5
-#define C 3
+#define NREP  2
+#define B     4 /* per replica */
+#define Z     3
+#define H     5
+#define C     3
 #define STEPS 3
-#define LR 0.1f
+#define LR    0.1f
 
 typedef struct model {
     rp_params *a, *b;
@@ -59,7 +59,8 @@ static rp_tensor *model_loss(rp_tape *t, const model *m, int step, int phase, in
     if (!x || !y) return NULL;
     for (int k = 0; k < n; k++) {
         int g = k0 + k; /* the sample's index in the global batch */
-        tu_fill(x->data + (size_t)k * Z, Z, (uint64_t)(1000 * step + 100 * phase + g + 1), -1.0f, 1.0f);
+        tu_fill(x->data + (size_t)k * Z, Z, (uint64_t)(1000 * step + 100 * phase + g + 1), -1.0f,
+                1.0f);
         y[k] = (g * 7 + step + phase) % C;
     }
     rp_tensor *h = rp_tanh(t, rp_linear_layer_forward(t, &m->gen, x));
@@ -137,23 +138,30 @@ static rp_status phase(rp_replica *rep, job *j, int ph, rp_params *train, rp_opt
     rp_tensor *loss = model_loss(t, &s->m, j->step, ph, rp_replica_id(rep) * B, B);
     if (!loss) return RP_ERR_INVALID;
     RP_CHECK(rp_backward(t, loss));
-    if (!all_zero(rp_params_grad(frozen), nf)) return broke(j, "the frozen set's gradients are not zero");
+    if (!all_zero(rp_params_grad(frozen), nf))
+        return broke(j, "the frozen set's gradients are not zero");
     if (all_zero(rp_params_grad(train), rp_params_trainable_numel(train)))
         return broke(j, "the trained set has no gradient");
     /* One bucket per parameter (bucket_bytes 4): backward started exactly the trained set's. */
     uint64_t expect = (uint64_t)rp_params_trainable_count(train);
-    if (rp_comm_sequence(c) - seq0 != expect) return broke(j, "backward started buckets of the frozen set");
+    if (rp_comm_sequence(c) - seq0 != expect)
+        return broke(j, "backward started buckets of the frozen set");
     RP_CHECK(rp_optimizer_step(opt, LR));
-    if (rp_comm_sequence(c) - seq0 != expect) return broke(j, "the step all-reduced more than the trained set");
+    if (rp_comm_sequence(c) - seq0 != expect)
+        return broke(j, "the step all-reduced more than the trained set");
     int64_t steps = rp_optimizer_steps(idle);
     rp_status st = rp_optimizer_step(idle, LR);
-    if (st != RP_ERR_INVALID) return broke(j, "stepping the frozen set's optimizer was not refused");
-    if (!strstr(rp_last_error(), "is frozen") || !strstr(rp_last_error(), ph ? "'gen.weight'" : "'disc.weight'"))
+    if (st != RP_ERR_INVALID)
+        return broke(j, "stepping the frozen set's optimizer was not refused");
+    if (!strstr(rp_last_error(), "is frozen") ||
+        !strstr(rp_last_error(), ph ? "'gen.weight'" : "'disc.weight'"))
         return broke(j, "the refusal does not name the frozen set");
     rp_error_clear();
     if (rp_comm_sequence(c) - seq0 != expect) return broke(j, "the refused step ran a collective");
-    if (rp_comm_user_sequence(c) != user0) return broke(j, "the runtime's calls counted as the user's");
-    if (rp_optimizer_steps(idle) != steps || memcmp(before, rp_params_data(frozen), (size_t)nf * sizeof(float)))
+    if (rp_comm_user_sequence(c) != user0)
+        return broke(j, "the runtime's calls counted as the user's");
+    if (rp_optimizer_steps(idle) != steps ||
+        memcmp(before, rp_params_data(frozen), (size_t)nf * sizeof(float)))
         return broke(j, "the refused step changed the frozen set");
     rp_params_set_frozen(frozen, false);
     return RP_OK;
@@ -205,7 +213,8 @@ static void assert_close(const float *x, const float *want, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         if (fabsf(x[i] - want[i]) > 1e-5f * (1 + fabsf(want[i])))
-            print_error("element %lld: %.9g, want %.9g\n", (long long)i, (double)x[i], (double)want[i]);
+            print_error("element %lld: %.9g, want %.9g\n", (long long)i, (double)x[i],
+                        (double)want[i]);
         assert_true(fabsf(x[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])));
     }
 }
@@ -232,8 +241,10 @@ static void test_frozen_set_two_optimizers(void **state)
         if (st != RP_OK) print_error("step %d: %s (%s)\n", j->step, rp_last_error(), j->failure);
         assert_int_equal(st, RP_OK);
         for (int q = 0; q < NREP; q++) {
-            assert_memory_equal(j->st[q].a[j->step], j->st[0].a[j->step], (size_t)na * sizeof(float));
-            assert_memory_equal(j->st[q].b[j->step], j->st[0].b[j->step], (size_t)nb * sizeof(float));
+            assert_memory_equal(j->st[q].a[j->step], j->st[0].a[j->step],
+                                (size_t)na * sizeof(float));
+            assert_memory_equal(j->st[q].b[j->step], j->st[0].b[j->step],
+                                (size_t)nb * sizeof(float));
         }
         assert_close(j->st[0].a[j->step], ra[j->step], na);
         assert_close(j->st[0].b[j->step], rb[j->step], nb);

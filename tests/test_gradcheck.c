@@ -52,7 +52,7 @@
 
 #include "tensor/tape_internal.h"
 
-#define GC_MAX_IN 8
+#define GC_MAX_IN    8
 #define GC_MAX_CHECK 64
 
 /* Set to 1 to print the worst error of every checked tensor. */
@@ -79,12 +79,12 @@ typedef struct gc_case {
     void *ctx;
     gc_input in[GC_MAX_IN];
     int n_in;
-    rp_params *params;    /* gradients zeroed before the analytic pass; NULL if none */
+    rp_params *params; /* gradients zeroed before the analytic pass; NULL if none */
     float eps, rtol, floor;
-    float proj_scale;     /* |R| in [0.5, 1.5] * proj_scale */
+    float proj_scale; /* |R| in [0.5, 1.5] * proj_scale */
     gc_corrupt_fn corrupt;
     void *corrupt_ctx;
-    bool quiet;           /* no failure report (self-tests expect failures) */
+    bool quiet; /* no failure report (self-tests expect failures) */
     uint64_t seed;
 } gc_case;
 
@@ -109,7 +109,8 @@ static float *gc_leaf(gc_case *c, const char *name, int ndim, const int *shape, 
     gc_input *in = &c->in[c->n_in];
     in->name = name;
     in->ndim = ndim;
-    for (int i = 0; i < RP_MAX_DIMS; i++) in->shape[i] = i < ndim ? shape[i] : 1;
+    for (int i = 0; i < RP_MAX_DIMS; i++)
+        in->shape[i] = i < ndim ? shape[i] : 1;
     int64_t n = rp_shape_numel(ndim, shape);
     in->data = malloc((size_t)n * sizeof(float));
     assert_non_null(in->data);
@@ -133,7 +134,8 @@ static void gc_param(gc_case *c, rp_tensor *param, bool check)
 
 static void gc_free(gc_case *c)
 {
-    for (int i = 0; i < c->n_in; i++) free(c->in[i].data);
+    for (int i = 0; i < c->n_in; i++)
+        free(c->in[i].data);
 }
 
 static int64_t gc_numel(const gc_input *in)
@@ -151,7 +153,8 @@ static rp_tensor *gc_forward(gc_case *c, rp_tape *t, bool record, rp_tensor **xs
 {
     rp_tape_reset(t);
     rp_tape_set_recording(t, record);
-    for (int i = 0; i < GC_MAX_IN; i++) xs[i] = NULL;
+    for (int i = 0; i < GC_MAX_IN; i++)
+        xs[i] = NULL;
     for (int i = 0; i < c->n_in; i++) {
         gc_input *in = &c->in[i];
         if (in->param) {
@@ -169,7 +172,8 @@ static rp_tensor *gc_forward(gc_case *c, rp_tape *t, bool record, rp_tensor **xs
 static double gc_project(const rp_tensor *y, const float *proj)
 {
     double s = 0;
-    for (int64_t i = 0; i < y->numel; i++) s += (double)y->data[i] * (double)proj[i];
+    for (int64_t i = 0; i < y->numel; i++)
+        s += (double)y->data[i] * (double)proj[i];
     return s;
 }
 
@@ -199,12 +203,14 @@ static double gc_numeric(gc_case *c, rp_tape *t, gc_input *in, int64_t i, const 
 static int gc_pick(int64_t n, uint64_t seed, int64_t *pick)
 {
     if (n <= GC_MAX_CHECK) {
-        for (int64_t i = 0; i < n; i++) pick[i] = i;
+        for (int64_t i = 0; i < n; i++)
+            pick[i] = i;
         return (int)n;
     }
     int64_t *perm = malloc((size_t)n * sizeof(int64_t));
     assert_non_null(perm);
-    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
     rp_rng rng = rp_rng_make(seed, 3);
     /* Both ends first, then a partial Fisher-Yates shuffle of the middle. */
     perm[1] = n - 1;
@@ -298,7 +304,8 @@ static bool gc_run(gc_case *c, const rp_kernels *k)
             print_message("%-28s [%s] %-22s worst %.2e over %d\n", c->name, k->name, in->name,
                           worst, np);
     }
-    for (int i = 0; i < c->n_in; i++) free(grads[i]);
+    for (int i = 0; i < c->n_in; i++)
+        free(grads[i]);
     free(proj);
     rp_tape_destroy(t);
     return pass;
@@ -309,7 +316,8 @@ static void gc_check(gc_case *c)
 {
     const rp_kernels *tables[2] = {rp_kernels_cpu(), rp_kernels_ref()};
     bool pass[2];
-    for (int i = 0; i < 2; i++) pass[i] = gc_run(c, tables[i]);
+    for (int i = 0; i < 2; i++)
+        pass[i] = gc_run(c, tables[i]);
     gc_free(c);
     if (!pass[0] || !pass[1])
         fail_msg("gradient check failed (cpu %s, ref %s)", pass[0] ? "ok" : "FAILED",
@@ -321,21 +329,24 @@ static void gc_check(gc_case *c)
 /* Moves every value at least `margin` away from zero (keeps relu-like kinks out of reach). */
 static void push_from_zero(float *x, int64_t n, float margin)
 {
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] < 0 ? x[i] - margin : x[i] + margin;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = x[i] < 0 ? x[i] - margin : x[i] + margin;
 }
 
 /* A random permutation of 0, spacing, 2*spacing, ...: distinct values far apart. */
 static void fill_distinct(float *x, int64_t n, float spacing, uint64_t seed)
 {
     rp_rng rng = rp_rng_make(seed, 11);
-    for (int64_t i = 0; i < n; i++) x[i] = (float)i;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)i;
     for (int64_t i = n - 1; i > 0; i--) {
         int64_t j = rp_rng_below(&rng, (uint32_t)(i + 1));
         float tmp = x[i];
         x[i] = x[j];
         x[j] = tmp;
     }
-    for (int64_t i = 0; i < n; i++) x[i] = (x[i] - (float)n / 2) * spacing;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (x[i] - (float)n / 2) * spacing;
 }
 
 #define SHAPE(...) (sizeof((int[]){__VA_ARGS__}) / sizeof(int)), ((int[]){__VA_ARGS__})
@@ -527,7 +538,9 @@ static void test_batch_norm_fused_relu(void **state)
             }
             assert_true(tu_max_rel_diff(out[1], out[0], NUMEL) < 1e-6);
             double d = tu_max_rel_diff(grads[1], grads[0], NUMEL + 2 * C);
-            if (!(d < 1e-5)) fail_msg("fused relu gradients differ by %g (table %d, training %d)", d, k, training);
+            if (!(d < 1e-5))
+                fail_msg("fused relu gradients differ by %g (table %d, training %d)", d, k,
+                         training);
         }
 }
 
@@ -569,9 +582,11 @@ static void test_batch_norm_values(void **state)
         assert_non_null(y);
         for (int j = 0; j < C; j++) {
             double mean = 0, var = 0;
-            for (int i = 0; i < M; i++) mean += x[i * C + j];
+            for (int i = 0; i < M; i++)
+                mean += x[i * C + j];
             mean /= M;
-            for (int i = 0; i < M; i++) var += (x[i * C + j] - mean) * (x[i * C + j] - mean);
+            for (int i = 0; i < M; i++)
+                var += (x[i * C + j] - mean) * (x[i * C + j] - mean);
             var /= M; /* biased: normalisation */
             for (int i = 0; i < M; i++) {
                 double want = gamma[j] * (x[i * C + j] - mean) / sqrt(var + p.eps) + beta[j];
@@ -667,10 +682,14 @@ static rp_tensor *fwd_act(rp_tape *t, rp_tensor *const *in, void *ctx)
 {
     const act_ctx *a = ctx;
     switch (a->kind) {
-    case 0: return rp_relu(t, in[0]);
-    case 1: return rp_leaky_relu(t, in[0], a->slope);
-    case 2: return rp_tanh(t, in[0]);
-    default: return rp_sigmoid(t, in[0]);
+    case 0:
+        return rp_relu(t, in[0]);
+    case 1:
+        return rp_leaky_relu(t, in[0], a->slope);
+    case 2:
+        return rp_tanh(t, in[0]);
+    default:
+        return rp_sigmoid(t, in[0]);
     }
 }
 
@@ -699,9 +718,12 @@ static void test_activations(void **state)
 static rp_tensor *fwd_binary(rp_tape *t, rp_tensor *const *in, void *ctx)
 {
     switch (*(const int *)ctx) {
-    case 0: return rp_add(t, in[0], in[1]);
-    case 1: return rp_sub(t, in[0], in[1]);
-    default: return rp_mul(t, in[0], in[1]);
+    case 0:
+        return rp_add(t, in[0], in[1]);
+    case 1:
+        return rp_sub(t, in[0], in[1]);
+    default:
+        return rp_mul(t, in[0], in[1]);
     }
 }
 
@@ -784,7 +806,8 @@ static void test_concat(void **state)
     int n5 = 5;
     gc_init(&c, "concat 5", fwd_concat, &n5);
     static const char *names[5] = {"x0", "x1", "x2", "x3", "x4"};
-    for (int i = 0; i < 5; i++) gc_leaf(&c, names[i], SHAPE(3, 1 + i % 3), -1, 1, i != 2);
+    for (int i = 0; i < 5; i++)
+        gc_leaf(&c, names[i], SHAPE(3, 1 + i % 3), -1, 1, i != 2);
     gc_check(&c);
 }
 
@@ -1138,7 +1161,8 @@ static float net_margin(const net *m, const float *x)
     h = rp_batchnorm_layer_forward(t, &m->bn, h, true);
     assert_non_null(h);
     float margin = INFINITY;
-    for (int64_t i = 0; i < h->numel; i++) margin = fminf(margin, fabsf(h->data[i]));
+    for (int64_t i = 0; i < h->numel; i++)
+        margin = fminf(margin, fabsf(h->data[i]));
     int c = h->shape[3], w = h->shape[2];
     for (int n = 0; n < h->shape[0]; n++)
         for (int oy = 0; oy < h->shape[1] / 2; oy++)
@@ -1201,7 +1225,8 @@ static void test_small_network(void **state)
         assert_true(++tries < 1000);
         tu_fill(x, 2 * 4 * 4 * 2, 1000 + (uint64_t)tries, -1, 1);
     }
-    for (int i = 0; i < rp_params_trainable_count(ps); i++) gc_param(&c, rp_params_at(ps, i), true);
+    for (int i = 0; i < rp_params_trainable_count(ps); i++)
+        gc_param(&c, rp_params_at(ps, i), true);
     assert_int_equal(c.n_in, 7);
     gc_check(&c);
     rp_params_destroy(ps);
@@ -1218,18 +1243,24 @@ static rp_tensor *fwd_unary(rp_tape *t, rp_tensor *const *in, void *ctx)
 {
     const unary_ctx *u = ctx;
     switch (u->kind) {
-    case 0: return rp_elu(t, in[0], u->p);
-    case 1: return rp_sqrt(t, in[0]);
-    case 2: return rp_reciprocal(t, in[0]);
-    case 3: return rp_clamp(t, in[0], u->p, u->q);
-    default: return rp_log_softmax(t, in[0]);
+    case 0:
+        return rp_elu(t, in[0], u->p);
+    case 1:
+        return rp_sqrt(t, in[0]);
+    case 2:
+        return rp_reciprocal(t, in[0]);
+    case 3:
+        return rp_clamp(t, in[0], u->p, u->q);
+    default:
+        return rp_log_softmax(t, in[0]);
     }
 }
 
 /* Moves every value at least `margin` away from v. */
 static void push_from(float *x, int64_t n, float v, float margin)
 {
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] < v ? fminf(x[i], v - margin) : fmaxf(x[i], v + margin);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = x[i] < v ? fminf(x[i], v - margin) : fmaxf(x[i], v + margin);
 }
 
 /*
@@ -1297,7 +1328,10 @@ static rp_tensor *fwd_div(rp_tape *t, rp_tensor *const *in, void *ctx)
 /* rp_div with equal shapes, suffix broadcasting and per-axis broadcasting; b kept from 0. */
 static void test_div(void **state)
 {
-    struct { const char *name; int na, sa[4], nb, sb[4]; } cases[] = {
+    struct {
+        const char *name;
+        int na, sa[4], nb, sb[4];
+    } cases[] = {
         {"div same", 3, {2, 3, 4}, 3, {2, 3, 4}},
         {"div [C] bcast", 4, {2, 3, 2, 4}, 1, {4}},
         {"div [N,1,1,C] bcast", 4, {3, 2, 3, 4}, 4, {3, 1, 1, 4}},
@@ -1341,7 +1375,8 @@ static void test_per_axis_values(void **state)
     for (int n = 0; n < 2; n++)
         for (int p = 0; p < 6; p++)
             for (int c = 0; c < 2; c++)
-                assert_float_equal(y->data[(n * 6 + p) * 2 + c], ad[(n * 6 + p) * 2 + c] * bd[n * 2 + c], 0);
+                assert_float_equal(y->data[(n * 6 + p) * 2 + c],
+                                   ad[(n * 6 + p) * 2 + c] * bd[n * 2 + c], 0);
     rp_tensor *bad = rp_tensor_fill(t, 4, (int[]){2, 1, 2, 2}, 1.0f);
     assert_null(rp_add(t, a, bad));
     assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
@@ -1364,13 +1399,15 @@ static rp_tensor *fwd_axes(rp_tape *t, rp_tensor *const *in, void *ctx)
                    : rp_sum_axes(t, in[0], a->n, a->axes, a->keep);
 }
 
-/* Sums and means over axis sets of a [2,3,4,5] tensor (inner, outer, middle, mixed, all) and per row. */
+/* Sums and means over axis sets of a [2,3,4,5] tensor (inner, outer, middle, mixed, all) and per
+ * row. */
 static void test_reduce_axes(void **state)
 {
     axes_ctx cases[] = {
-        {1, {3}, false, false, 0}, {1, {0}, true, true, 0},  {2, {1, 2}, false, true, 0},
-        {2, {0, 2}, true, false, 0}, {3, {3, 1, 0}, false, false, 0}, {4, {0, 1, 2, 3}, false, true, 0},
-        {0, {0}, false, false, 1}, {0, {0}, false, true, 1},
+        {1, {3}, false, false, 0},       {1, {0}, true, true, 0},
+        {2, {1, 2}, false, true, 0},     {2, {0, 2}, true, false, 0},
+        {3, {3, 1, 0}, false, false, 0}, {4, {0, 1, 2, 3}, false, true, 0},
+        {0, {0}, false, false, 1},       {0, {0}, false, true, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[64];
@@ -1388,7 +1425,8 @@ static void test_reduce_axes_values(void **state)
     rp_tape *t;
     assert_int_equal(rp_tape_create(&t, 0), RP_OK);
     float xd[2 * 3 * 4];
-    for (int i = 0; i < 24; i++) xd[i] = (float)i;
+    for (int i = 0; i < 24; i++)
+        xd[i] = (float)i;
     rp_tensor *x = rp_tensor_from(t, 3, (int[]){2, 3, 4}, xd);
     rp_tensor *s = rp_sum_axes(t, x, 2, (int[]){0, 2}, false);
     assert_int_equal(s->ndim, 1);
@@ -1396,7 +1434,8 @@ static void test_reduce_axes_values(void **state)
     for (int j = 0; j < 3; j++) {
         float want = 0;
         for (int i = 0; i < 2; i++)
-            for (int k = 0; k < 4; k++) want += xd[(i * 3 + j) * 4 + k];
+            for (int k = 0; k < 4; k++)
+                want += xd[(i * 3 + j) * 4 + k];
         assert_float_equal(s->data[j], want, 0);
     }
     rp_tensor *m = rp_mean_axes(t, x, 1, (int[]){1}, true);
@@ -1446,13 +1485,15 @@ static void test_layer_norm(void **state)
     rp_tensor *y = rp_layer_norm(t, rp_tensor_from(t, 2, (int[]){2, 4}, xd), NULL, NULL, 1e-5f);
     for (int r = 0; r < 2; r++) {
         double mu = 0, var = 0;
-        for (int j = 0; j < 4; j++) mu += xd[r * 4 + j] / 4.0;
-        for (int j = 0; j < 4; j++) var += (xd[r * 4 + j] - mu) * (xd[r * 4 + j] - mu) / 4.0;
+        for (int j = 0; j < 4; j++)
+            mu += xd[r * 4 + j] / 4.0;
+        for (int j = 0; j < 4; j++)
+            var += (xd[r * 4 + j] - mu) * (xd[r * 4 + j] - mu) / 4.0;
         for (int j = 0; j < 4; j++)
             assert_float_equal(y->data[r * 4 + j], (xd[r * 4 + j] - mu) / sqrt(var + 1e-5), 1e-5);
     }
-    assert_null(rp_layer_norm(t, rp_tensor_fill(t, 2, (int[]){2, 4}, 1), rp_tensor_fill(t, 1, (int[]){3}, 1),
-                              NULL, 1e-5f));
+    assert_null(rp_layer_norm(t, rp_tensor_fill(t, 2, (int[]){2, 4}, 1),
+                              rp_tensor_fill(t, 1, (int[]){3}, 1), NULL, 1e-5f));
     assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
     rp_tape_destroy(t);
 }
@@ -1501,7 +1542,8 @@ static rp_status many_forward(void *ctx, rp_tensor *out, rp_tensor *const *in, i
 {
     for (int64_t k = 0; k < out->numel; k++) {
         float s = 0;
-        for (int i = 0; i < n; i++) s += (float)(i + 1) * in[i]->data[k] * in[i]->data[k];
+        for (int i = 0; i < n; i++)
+            s += (float)(i + 1) * in[i]->data[k] * in[i]->data[k];
         out->data[k] = s;
     }
     return RP_OK;
@@ -1512,7 +1554,8 @@ static rp_status many_backward(void *ctx, const rp_tensor *out, const float *dou
 {
     for (int i = 0; i < n; i++)
         if (din[i])
-            for (int64_t k = 0; k < out->numel; k++) din[i][k] += 2.0f * (float)(i + 1) * in[i]->data[k] * dout[k];
+            for (int64_t k = 0; k < out->numel; k++)
+                din[i][k] += 2.0f * (float)(i + 1) * in[i]->data[k] * dout[k];
     return RP_OK;
 }
 
@@ -1536,7 +1579,8 @@ static void test_custom_op(void **state)
     gc_check(&c);
     gc_init(&c, "custom op, 6 inputs", fwd_custom_many, NULL);
     static const char *names[6] = {"x0", "x1", "x2", "x3", "x4", "x5"};
-    for (int i = 0; i < 6; i++) gc_leaf(&c, names[i], SHAPE(2, 3), -1, 1, i != 2);
+    for (int i = 0; i < 6; i++)
+        gc_leaf(&c, names[i], SHAPE(2, 3), -1, 1, i != 2);
     gc_check(&c);
 }
 
@@ -1554,7 +1598,8 @@ static void spoil_grad(float *grad, const gc_input *in, void *ctx)
     if (strcmp(in->name, s->target) != 0) return;
     int64_t n = gc_numel(in);
     if (s->how == 0) {
-        for (int64_t i = 0; i < n; i++) grad[i] *= s->factor;
+        for (int64_t i = 0; i < n; i++)
+            grad[i] *= s->factor;
     } else if (s->how == 1) {
         int d = in->shape[0];
         for (int i = 0; i < d; i++)

@@ -369,7 +369,10 @@ static void test_read_errors(void **state)
 }
 
 /* Files from another writer (libpng's own encoder): alpha is dropped, gray stays one channel. */
-static void on_alarm(int sig) { (void)sig; }
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
 
 /*
  * A FIFO at the PNG path: refused as not a regular file within a second. Opening a FIFO waits for

@@ -98,7 +98,8 @@ static void body_pointwise(void)
     for (size_t si = 0; si < N_SHAPES; si++) {
         int64_t n = numel4(shapes[si]);
         float *x = buf(n, 5, -2, 2), *pos = buf(n, 6, 0.2f, 3), *dy = buf(n, 7, -1, 1);
-        float *y1 = buf(n, 8, 0, 1), *y2 = buf(n, 8, 0, 1), *d1 = buf(n, 9, 0, 1), *d2 = buf(n, 9, 0, 1);
+        float *y1 = buf(n, 8, 0, 1), *y2 = buf(n, 8, 0, 1), *d1 = buf(n, 9, 0, 1),
+              *d2 = buf(n, 9, 0, 1);
         rp_act acts[3] = {RP_ACT_ELU, RP_ACT_SQRT, RP_ACT_RECIPROCAL};
         for (int k = 0; k < 3; k++) {
             const float *in = acts[k] == RP_ACT_ELU ? x : pos;
@@ -151,9 +152,11 @@ static void body_rows(void)
             int d = d_list[di];
             float *x = buf(n, 11, -2, 2), *dy = buf(n, 12, -1, 1);
             float *g = buf(d, 13, 0.5f, 1.5f), *b = buf(d, 14, -1, 1);
-            float *y1 = buf(n, 15, 0, 1), *y2 = buf(n, 15, 0, 1), *d1 = buf(n, 16, 0, 1), *d2 = buf(n, 16, 0, 1);
+            float *y1 = buf(n, 15, 0, 1), *y2 = buf(n, 15, 0, 1), *d1 = buf(n, 16, 0, 1),
+                  *d2 = buf(n, 16, 0, 1);
             float *st1 = buf(2 * rows, 17, 0, 1), *st2 = buf(2 * rows, 17, 0, 1);
-            float *dg1 = buf(d, 18, -1, 1), *dg2 = buf(d, 18, -1, 1), *db1 = buf(d, 19, -1, 1), *db2 = buf(d, 19, -1, 1);
+            float *dg1 = buf(d, 18, -1, 1), *dg2 = buf(d, 18, -1, 1), *db1 = buf(d, 19, -1, 1),
+                  *db2 = buf(d, 19, -1, 1);
             for (int affine = 0; affine < 2; affine++) {
                 const float *gg = affine ? g : NULL, *bb = affine ? b : NULL;
                 ref->layernorm_fwd(y1, st1, st1 + rows, x, gg, bb, rows, d, 1e-5f);
@@ -174,7 +177,8 @@ static void body_rows(void)
             cpu->log_softmax_bwd(d2, dy, y1, rows, d);
             tu_check_close(d1, d2, n, TOL, "log_softmax_bwd");
             float *all[] = {x, dy, g, b, y1, y2, d1, d2, st1, st2, dg1, dg2, db1, db2};
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) rp_free(all[i]);
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                rp_free(all[i]);
         }
 }
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXR 4
+#define MAXR  4
 #define STEPS 7
 #define RANGE 300
 
@@ -84,9 +84,11 @@ static void test_sync_lockstep(void **state)
         for (int q = 0; q < n; q++) {
             assert_true(j->lockstep[q]);
             /* Each run counts from 0 again, one index per call, on every replica. */
-            for (int s = 0; s <= STEPS; s++) assert_int_equal(j->got[q][s], s);
+            for (int s = 0; s <= STEPS; s++)
+                assert_int_equal(j->got[q][s], s);
             for (int s = 0; s < STEPS; s++)
-                for (int p = 0; p < n; p++) assert_int_equal(j->gathered[q][s][p], s);
+                for (int p = 0; p < n; p++)
+                    assert_int_equal(j->gathered[q][s][p], s);
         }
     }
     rp_replicator_destroy(r);
@@ -136,9 +138,11 @@ static void check_once_each(const job *j, int n)
     int count[RANGE] = {0};
     for (int q = 0; q < n; q++) {
         assert_false(j->lockstep[q]);
-        for (int64_t k = 0; k < j->taken[q]; k++) count[j->seen[q][k]]++;
+        for (int64_t k = 0; k < j->taken[q]; k++)
+            count[j->seen[q][k]]++;
     }
-    for (int i = 0; i < RANGE; i++) assert_int_equal(count[i], 1);
+    for (int i = 0; i < RANGE; i++)
+        assert_int_equal(count[i], 1);
 }
 
 static void test_async_each_index_once(void **state)

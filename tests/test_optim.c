@@ -51,10 +51,12 @@ static void assert_lr(float got, double want)
 /* Starts p at P0 and applies the three steps of G with rp_optim_apply. */
 static void run_three_steps(const rp_optim_config *cfg, float lr, float *p, float *state)
 {
-    for (int e = 0; e < N; e++) p[e] = (float)P0[e];
+    for (int e = 0; e < N; e++)
+        p[e] = (float)P0[e];
     for (int t = 1; t <= 3; t++) {
         float g[N];
-        for (int e = 0; e < N; e++) g[e] = (float)G[t - 1][e];
+        for (int e = 0; e < N; e++)
+            g[e] = (float)G[t - 1][e];
         rp_optim_apply(cfg, p, g, state, N, lr, t);
     }
 }
@@ -162,7 +164,7 @@ static void test_apply_sgd_momentum(void **unused)
     double want_p[N], want_v[N];
     for (int e = 0; e < N; e++) {
         double x = P0[e], v;
-        v = G[0][e];          /* step 1: v = g */
+        v = G[0][e]; /* step 1: v = g */
         x = x - lr * v;
         v = mu * v + G[1][e]; /* step 2 */
         x = x - lr * v;
@@ -364,14 +366,18 @@ static double initial_value(int i)
 static void assert_grads_zero(const fixture *f)
 {
     const float *grad = rp_params_grad(f->params);
-    for (int i = 0; i < 10; i++) assert_true(grad[i] == 0.0f);
+    for (int i = 0; i < 10; i++)
+        assert_true(grad[i] == 0.0f);
 }
 
 static void assert_values_initial(const fixture *f)
 {
-    for (int i = 0; i < 6; i++) assert_true(f->w->data[i] == 1.0f);
-    for (int i = 0; i < 4; i++) assert_true(f->b->data[i] == -0.5f);
-    for (int i = 0; i < 2; i++) assert_true(f->buf->data[i] == 3.0f);
+    for (int i = 0; i < 6; i++)
+        assert_true(f->w->data[i] == 1.0f);
+    for (int i = 0; i < 4; i++)
+        assert_true(f->b->data[i] == -0.5f);
+    for (int i = 0; i < 2; i++)
+        assert_true(f->buf->data[i] == 3.0f);
 }
 
 /* The trainable values in block order, w then b. */
@@ -422,7 +428,8 @@ static void test_optimizer_sgd_momentum_steps(void **unused)
         gather_values(&f, got);
         assert_close(got, x, 10, 1e-6);
         assert_close(state, v, 10, 1e-6);
-        for (int i = 0; i < 2; i++) assert_true(f.buf->data[i] == 3.0f); /* buffers untouched */
+        for (int i = 0; i < 2; i++)
+            assert_true(f.buf->data[i] == 3.0f); /* buffers untouched */
     }
     /* Element 0 by hand: v = 0.125, p = 0.9375; v = 0.1125, p = 0.88125. */
     assert_close(f.w->data, (const double[]){0.88125}, 1, 1e-6);
@@ -449,7 +456,8 @@ static void test_optimizer_adam_set_steps(void **unused)
     rp_optimizer_set_steps(opt, 9);
     assert_int_equal(rp_optimizer_steps(opt), 9);
     float *grad = rp_params_grad(f.params);
-    for (int i = 0; i < 10; i++) grad[i] = (float)(0.25 * (i - 4.5));
+    for (int i = 0; i < 10; i++)
+        grad[i] = (float)(0.25 * (i - 4.5));
     const double lr = 0.01;
     assert_int_equal(rp_optimizer_step(opt, (float)lr), RP_OK);
     assert_int_equal(rp_optimizer_steps(opt), 10);
@@ -485,14 +493,16 @@ static void test_optimizer_rejects_nonfinite_grad(void **unused)
     float *state = rp_optimizer_state(opt, NULL);
 
     /* A NaN in element 2 of the second parameter. */
-    for (int i = 0; i < 10; i++) grad[i] = 0.25f;
+    for (int i = 0; i < 10; i++)
+        grad[i] = 0.25f;
     grad[6 + 2] = NAN;
     assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_ERR_NUMERIC);
     tu_assert_error_contains("layer.bias");
     tu_assert_error_contains("element 2");
     assert_values_initial(&f);
     assert_int_equal(rp_optimizer_steps(opt), 0);
-    for (int i = 0; i < 10; i++) assert_true(state[i] == 0.0f);
+    for (int i = 0; i < 10; i++)
+        assert_true(state[i] == 0.0f);
     for (int i = 0; i < 10; i++) {
         if (i == 8)
             assert_true(isnan(grad[i]));
@@ -512,7 +522,8 @@ static void test_optimizer_rejects_nonfinite_grad(void **unused)
     grad[0] = 0.25f;
     assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_OK);
     assert_int_equal(rp_optimizer_steps(opt), 1);
-    for (int i = 0; i < 10; i++) assert_true(state[i] == 0.25f);
+    for (int i = 0; i < 10; i++)
+        assert_true(state[i] == 0.25f);
     assert_close(f.w->data, (const double[]){1.0 - 0.025}, 1, 1e-6);
     assert_grads_zero(&f);
 
@@ -602,7 +613,8 @@ static void test_optimizer_rejects_bad_lr(void **unused)
     rp_optimizer *opt = NULL;
     assert_int_equal(rp_optimizer_create(&opt, f.params, &cfg), RP_OK);
     float *grad = rp_params_grad(f.params);
-    for (int i = 0; i < 10; i++) grad[i] = 0.5f;
+    for (int i = 0; i < 10; i++)
+        grad[i] = 0.5f;
 
     assert_int_equal(rp_optimizer_step(opt, -0.1f), RP_ERR_INVALID);
     tu_assert_error_contains("-0.1");
@@ -610,7 +622,8 @@ static void test_optimizer_rejects_bad_lr(void **unused)
     assert_int_equal(rp_optimizer_step(opt, INFINITY), RP_ERR_INVALID);
     assert_values_initial(&f);
     assert_int_equal(rp_optimizer_steps(opt), 0);
-    for (int i = 0; i < 10; i++) assert_true(grad[i] == 0.5f);
+    for (int i = 0; i < 10; i++)
+        assert_true(grad[i] == 0.5f);
     assert_int_equal(rp_optimizer_step(NULL, 0.1f), RP_ERR_INVALID);
 
     /* A zero rate is allowed: nothing moves, but the step counts and grads are cleared. */
@@ -679,7 +692,8 @@ static void test_schedule_step_many_milestones(void **unused)
 {
     (void)unused;
     int64_t milestones[12];
-    for (int i = 0; i < 12; i++) milestones[i] = 10 * (12 - i); /* 120, 110, ..., 10 */
+    for (int i = 0; i < 12; i++)
+        milestones[i] = 10 * (12 - i); /* 120, 110, ..., 10 */
     rp_schedule s = rp_schedule_step(1.0f, 0.5f, milestones, 12);
     assert_int_equal(rp_schedule_check(&s), RP_OK);
     assert_lr(rp_schedule_lr(&s, 9), 1.0);
@@ -712,7 +726,8 @@ static void test_schedule_step_many_milestones(void **unused)
     /* The other constructors pass; they have no milestones. */
     rp_schedule ok[3] = {rp_schedule_constant(0.1f), rp_schedule_cosine(0.1f, 5, 100),
                          rp_schedule_linear(0.1f, 0, 100)};
-    for (int i = 0; i < 3; i++) assert_int_equal(rp_schedule_check(&ok[i]), RP_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rp_schedule_check(&ok[i]), RP_OK);
 }
 
 static void test_schedule_cosine(void **unused)

@@ -156,10 +156,12 @@ static void *member_thread(void *arg)
     int s = r - w->W, hold = atomic_load(&w->hold);
     if (hold > 0 && s >= hold) {
         double end = rp_now_s() + JOIN_LIMIT_S;
-        while (!atomic_load(&w->released) && rp_now_s() < end) sleep_s(0.001);
+        while (!atomic_load(&w->released) && rp_now_s() < end)
+            sleep_s(0.001);
     }
     w->served[s] = rp_ps_mpi_serve(w->groups[r]);
-    snprintf(w->serve_error[s], sizeof w->serve_error[s], "%s", w->served[s] == RP_OK ? "" : rp_last_error());
+    snprintf(w->serve_error[s], sizeof w->serve_error[s], "%s",
+             w->served[s] == RP_OK ? "" : rp_last_error());
     rp_ps_group_destroy(w->groups[r]);
     w->groups[r] = NULL;
     return NULL;
@@ -181,8 +183,10 @@ static world *world_start(int W, int S, double timeout_s, int hold)
         member_args[r] = (member_arg){w, r};
         assert_int_equal(pthread_create(&w->th[r], NULL, member_thread, &member_args[r]), 0);
     }
-    for (int r = 0; r < W; r++) pthread_join(w->th[r], NULL);
-    for (int r = 0; r < W; r++) expect_ok(w->created[r], "rp_ps_group_create (worker)");
+    for (int r = 0; r < W; r++)
+        pthread_join(w->th[r], NULL);
+    for (int r = 0; r < W; r++)
+        expect_ok(w->created[r], "rp_ps_group_create (worker)");
     return w;
 }
 
@@ -213,7 +217,8 @@ static void world_end(world *w, rp_status want)
             fail();
         }
     }
-    for (int r = 0; r < w->W + w->S; r++) rp_comm_destroy(w->comms[r]);
+    for (int r = 0; r < w->W + w->S; r++)
+        rp_comm_destroy(w->comms[r]);
     free(w);
 }
 
@@ -1093,7 +1098,8 @@ static void test_staleness_timeout_names_worker(void **unused)
     /* Remote servers answer at 0.8 x the timeout, before the worker's own deadline. */
     double least = remote ? 0.40 : 0.45;
     if (!(ctx.elapsed_s >= least && ctx.elapsed_s <= 2.0)) {
-        print_error("the pull timed out after %.3f s, want about 0.5 s (at least %.2f)\n", ctx.elapsed_s, least);
+        print_error("the pull timed out after %.3f s, want about 0.5 s (at least %.2f)\n",
+                    ctx.elapsed_s, least);
         fail();
     }
     if (!strstr(ctx.error, remote ? "for worker 1 (rank 1 on host" : "worker 1")) {
@@ -1385,7 +1391,8 @@ static void test_worker_bound(void **unused)
     expect_ok(rp_ps_threads_create(h, W, 10, &cfg), "rp_ps_threads_create");
     float g[10];
     tu_fill(g, 10, 43, -1.0f, 1.0f);
-    for (int w = 0; w < W; w++) expect_ok(rp_ps_push(h[w], g, 0.1f), "rp_ps_push");
+    for (int w = 0; w < W; w++)
+        expect_ok(rp_ps_push(h[w], g, 0.1f), "rp_ps_push");
     expect_ok(rp_ps_push(h[W - 1], g, 0.1f), "rp_ps_push");
     for (int s = 0; s < 2; s++) {
         rp_ps_server_stats st;
@@ -1394,12 +1401,13 @@ static void test_worker_bound(void **unused)
         assert_int_equal(st.workers, W);
         assert_int_equal(st.applied, W + 1);
         assert_int_equal(st.received, W + 1);
-        for (int w = 0; w < W - 1; w++) assert_int_equal(st.from_worker[w], 1);
+        for (int w = 0; w < W - 1; w++)
+            assert_int_equal(st.from_worker[w], 1);
         assert_int_equal(st.from_worker[W - 1], 2);
     }
-    for (int w = 0; w < W; w++) rp_ps_destroy(h[w]);
+    for (int w = 0; w < W; w++)
+        rp_ps_destroy(h[w]);
 }
-
 
 static void test_bad_input(void **unused)
 {
@@ -1512,7 +1520,8 @@ static void test_remote_silent_server_named(void **unused)
     double t0 = rp_now_s();
     rp_status st = rp_ps_mpi_create(&ps, w->groups[0], 64, &cfg);
     double took = rp_now_s() - t0;
-    if (getenv("RP_TEST_VERBOSE")) print_message("silent server: %.3f s: %s\n", took, rp_last_error());
+    if (getenv("RP_TEST_VERBOSE"))
+        print_message("silent server: %.3f s: %s\n", took, rp_last_error());
     assert_int_equal(st, RP_ERR_TIMEOUT);
     assert_null(ps);
     tu_assert_error_contains("parameter server 1 (rank 2 on host");
@@ -1533,9 +1542,10 @@ static void test_remote_failure_report(void **unused)
     world *w = world_start(2, 2, CALL_TIMEOUT_S, 0);
     rp_ps_group_fail(w->groups[0], RP_ERR_NOMEM, "out of memory here");
     world_end(w, RP_ERR_COMM);
-    if (!strstr(last_serve_error, "worker 0 (rank 0 on host") || !strstr(last_serve_error, "out of memory here") ||
-        !strstr(last_serve_error, "NOMEM")) {
-        print_error("serve's error does not name worker 0, its status and its reason: %s\n", last_serve_error);
+    if (!strstr(last_serve_error, "worker 0 (rank 0 on host") ||
+        !strstr(last_serve_error, "out of memory here") || !strstr(last_serve_error, "NOMEM")) {
+        print_error("serve's error does not name worker 0, its status and its reason: %s\n",
+                    last_serve_error);
         fail();
     }
 }
@@ -1557,7 +1567,8 @@ static void test_remote_bad_input(void **unused)
     tu_assert_error_contains("3 parameter servers");
     cfg.servers = 2;
     assert_int_equal(rp_ps_mpi_create(&h[0], w->groups[0], -1, &cfg), RP_ERR_INVALID);
-    for (int q = 0; q < 2; q++) expect_ok(rp_ps_mpi_create(&h[q], w->groups[q], 100, &cfg), "rp_ps_mpi_create");
+    for (int q = 0; q < 2; q++)
+        expect_ok(rp_ps_mpi_create(&h[q], w->groups[q], 100, &cfg), "rp_ps_mpi_create");
     expect_ok(rp_ps_mpi_create(&e, w->groups[0], 0, &cfg), "rp_ps_mpi_create(numel 0)");
     /* Worker 1's second set is worker 0's empty one (set 1), with another size. */
     assert_int_equal(rp_ps_mpi_create(&bad, w->groups[1], 50, &cfg), RP_ERR_MISMATCH);
@@ -1580,9 +1591,11 @@ static void test_remote_bad_input(void **unused)
     assert_int_equal(rp_ps_claim(h[0], NULL), RP_ERR_INVALID);
     /* The handles still work after all that. */
     expect_ok(rp_ps_push_pull(h[0], g, 0.5f, got), "rp_ps_push_pull");
-    for (int i = 0; i < 100; i++) assert_true(got[i] == -0.5f * g[i]);
+    for (int i = 0; i < 100; i++)
+        assert_true(got[i] == -0.5f * g[i]);
     expect_ok(rp_ps_pull(h[1], got), "rp_ps_pull");
-    for (int i = 0; i < 100; i++) assert_true(got[i] == -0.5f * g[i]);
+    for (int i = 0; i < 100; i++)
+        assert_true(got[i] == -0.5f * g[i]);
 
     expect_ok(rp_ps_push(e, g, 0.5f), "rp_ps_push(numel 0)");
     int64_t step = -1;
@@ -1619,7 +1632,7 @@ int main(void)
         cmocka_unit_test(test_phases_restart_clocks),
         cmocka_unit_test(test_claims_hand_out_each_ticket_once),
         cmocka_unit_test(test_bad_input),
-        /* The remote servers (the MPI backend's code) on the threads communicator. */
+    /* The remote servers (the MPI backend's code) on the threads communicator. */
 #define REMOTE(test) cmocka_unit_test_setup_teardown(test, remote_on, remote_off)
         REMOTE(test_no_lost_or_duplicated_updates),
         REMOTE(test_rules_match_local_apply),

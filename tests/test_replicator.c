@@ -29,26 +29,30 @@
 
 /* ---- data and model ------------------------------------------------------------ */
 
-#define IMG 8
-#define CH 2
-#define FEAT 4
-#define CLASSES 4
-#define SAMPLE (IMG * IMG * CH)
-#define BATCH 12       /* global batch: divisible by 1, 2, 3 and 4 replicas */
-#define STEPS 5
+#define IMG          8
+#define CH           2
+#define FEAT         4
+#define CLASSES      4
+#define SAMPLE       (IMG * IMG * CH)
+#define BATCH        12 /* global batch: divisible by 1, 2, 3 and 4 replicas */
+#define STEPS        5
 #define MAX_REPLICAS 4
-#define TIMEOUT_S 30.0 /* bounds every wait of the healthy runs */
+#define TIMEOUT_S    30.0 /* bounds every wait of the healthy runs */
 
 static const uint64_t DATA_KEY = 0x5eed0fda7aULL;
 
-static int label_of(int64_t i) { return (int)(i % CLASSES); }
+static int label_of(int64_t i)
+{
+    return (int)(i % CLASSES);
+}
 
 /* Sample i: uniform noise plus a class signal on one channel. */
 static void fill_sample(float *x, int64_t i)
 {
     rp_rng_fill_uniform(DATA_KEY, (uint64_t)i * SAMPLE, x, SAMPLE, -1.0f, 1.0f);
     int y = label_of(i);
-    for (int p = 0; p < IMG * IMG; p++) x[p * CH + (y & 1)] += y < 2 ? 0.6f : -0.6f;
+    for (int p = 0; p < IMG * IMG; p++)
+        x[p * CH + (y & 1)] += y < 2 ? 0.6f : -0.6f;
 }
 
 typedef struct model {
@@ -92,8 +96,8 @@ static rp_tensor *model_loss(rp_tape *t, const model *m, int64_t first, int b)
 
 typedef struct job {
     int global_batch;
-    bool cross_bn;      /* cross-replica batch norm */
-    bool vary_seed;     /* each replica initialises from its own seed */
+    bool cross_bn;  /* cross-replica batch norm */
+    bool vary_seed; /* each replica initialises from its own seed */
     uint64_t seed;
     float lr;
     int step;           /* set by the test before each step run */
@@ -121,7 +125,7 @@ typedef struct replica_state {
     /* probe: a private copy of the model on a private tape gives the local gradient */
     model shadow;
     rp_tape *shadow_tape;
-    float *local_grad;  /* this replica's own gradient of the step (before any all-reduce) */
+    float *local_grad; /* this replica's own gradient of the step (before any all-reduce) */
     float *grad_after_backward;
     uint64_t seq_before_backward, seq_after_backward, seq_after_step;
 } replica_state;
@@ -175,7 +179,8 @@ static rp_status step_fn(rp_replica *rep, void *arg)
     if (!s) return RP_ERROR(RP_ERR_INVALID, "replica %d was not built", rp_replica_id(rep));
     rp_input_context ctx;
     RP_CHECK(rp_replica_input_context(rep, j->global_batch, &ctx));
-    int64_t first = (int64_t)j->step * ctx.global_batch + (int64_t)ctx.replica * ctx.per_replica_batch;
+    int64_t first =
+        (int64_t)j->step * ctx.global_batch + (int64_t)ctx.replica * ctx.per_replica_batch;
     int b = ctx.per_replica_batch;
     int64_t tn = rp_params_trainable_numel(s->m.params);
 
@@ -259,7 +264,8 @@ static rp_replicator *make(const rp_config *cfg)
 static void run_ok(rp_replicator *r, rp_replica_fn fn, void *arg)
 {
     rp_status st = rp_replicator_run(r, fn, arg);
-    if (st != RP_OK) print_error("rp_replicator_run: %s: %s\n", rp_status_name(st), rp_last_error());
+    if (st != RP_OK)
+        print_error("rp_replicator_run: %s: %s\n", rp_status_name(st), rp_last_error());
     assert_int_equal(st, RP_OK);
 }
 
@@ -268,7 +274,8 @@ static void finish(rp_replicator *r, bool healthy)
 {
     rp_status st = rp_replicator_run(r, teardown_fn, NULL);
     if (healthy) assert_int_equal(st, RP_OK);
-    for (int i = 0; i < rp_replicator_replicas(r); i++) assert_null(state_of(r, i));
+    for (int i = 0; i < rp_replicator_replicas(r); i++)
+        assert_null(state_of(r, i));
     rp_replicator_destroy(r);
 }
 
@@ -278,7 +285,10 @@ static void run_step(rp_replicator *r, job *j, int step)
     run_ok(r, step_fn, j);
 }
 
-static double seconds_since(double t0) { return rp_now_s() - t0; }
+static double seconds_since(double t0)
+{
+    return rp_now_s() - t0;
+}
 
 static void sleep_s(double s)
 {
@@ -357,9 +367,18 @@ static void check_sync_invariant(int replicas)
     finish(r, true);
 }
 
-static void test_sync_invariant_2(void **state) { check_sync_invariant(2); }
-static void test_sync_invariant_3(void **state) { check_sync_invariant(3); }
-static void test_sync_invariant_4(void **state) { check_sync_invariant(4); }
+static void test_sync_invariant_2(void **state)
+{
+    check_sync_invariant(2);
+}
+static void test_sync_invariant_3(void **state)
+{
+    check_sync_invariant(3);
+}
+static void test_sync_invariant_4(void **state)
+{
+    check_sync_invariant(4);
+}
 
 /* ---- 2. the build broadcasts replica 0's values ------------------------------------ */
 
@@ -387,7 +406,8 @@ static void test_broadcast_at_build(void **state)
     /* Training from there keeps them together. */
     run_step(r, &j, 0);
     for (int i = 1; i < n; i++)
-        assert_true(floats_equal(rp_params_data(state_of(r, i)->m.params), rp_params_data(s0->m.params), numel));
+        assert_true(floats_equal(rp_params_data(state_of(r, i)->m.params),
+                                 rp_params_data(s0->m.params), numel));
     finish(r, true);
 }
 
@@ -482,13 +502,15 @@ static void test_reports_reduced(void **state)
 
     /* The mean of the losses the replicas computed, added in replica order. */
     double sum = 0;
-    for (int i = 0; i < n; i++) sum += state_of(r, i)->loss;
+    for (int i = 0; i < n; i++)
+        sum += state_of(r, i)->loss;
     double mean_loss = 0;
     assert_int_equal(rp_replicator_result(r, "loss", &mean_loss), RP_OK);
     assert_true(mean_loss == sum / n);
     /* Each replica had its own loss, so the mean is not any one of them. */
     assert_true(state_of(r, 0)->loss != state_of(r, 1)->loss);
-    for (int i = 0; i < n; i++) assert_true(mean_loss != state_of(r, i)->loss);
+    for (int i = 0; i < n; i++)
+        assert_true(mean_loss != state_of(r, i)->loss);
 
     /* v = 2, 3, 0, 1 on replicas 0..3. */
     double v = -1;
@@ -516,7 +538,8 @@ static void test_reports_reduced(void **state)
     finish(r, true);
 }
 
-/* mode 0: all alike; 1: replica 2 reports one value more; 2: replica 1 names its second value differently. */
+/* mode 0: all alike; 1: replica 2 reports one value more; 2: replica 1 names its second value
+ * differently. */
 static rp_status report_fn(rp_replica *rep, void *arg)
 {
     int mode = *(const int *)arg, id = rp_replica_id(rep);
@@ -543,7 +566,8 @@ static void test_report_mismatch(void **state)
             assert_int_equal(rp_replicator_result(r, "b", &v), RP_OK);
             assert_true(v == 2.0);
         } else {
-            if (st != RP_ERR_MISMATCH) print_error("mode %d: %s: %s\n", mode, rp_status_name(st), rp_last_error());
+            if (st != RP_ERR_MISMATCH)
+                print_error("mode %d: %s: %s\n", mode, rp_status_name(st), rp_last_error());
             assert_int_equal(st, RP_ERR_MISMATCH);
         }
         rp_replicator_destroy(r);
@@ -623,7 +647,8 @@ static void test_error_failed_replica(void **state)
     st = rp_replicator_run(r, barrier_fn, &j);
     assert_int_equal(st, RP_ERR_COMM);
     assert_true(seconds_since(j.t0) < 5.0);
-    for (int i = 0; i < n; i++) assert_int_equal(j.status[i], RP_ERR_COMM);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(j.status[i], RP_ERR_COMM);
     rp_replicator_destroy(r);
 }
 
@@ -653,7 +678,8 @@ static void test_error_count_mismatch(void **state)
     tu_assert_error_contains("count 9");
     assert_true(seconds_since(j.t0) < 5.0);
     /* Every member got the mismatch, not only one. */
-    for (int i = 0; i < n; i++) assert_int_equal(j.status[i], RP_ERR_MISMATCH);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(j.status[i], RP_ERR_MISMATCH);
     rp_replicator_destroy(r);
 }
 
@@ -679,8 +705,9 @@ static void test_error_timeout(void **state)
         if (i == 1) continue;
         assert_int_equal(j.status[i], RP_ERR_TIMEOUT);
         if (!(j.returned_at[i] >= 0.25 && j.returned_at[i] < 1.4)) {
-            print_error("replica %d's barrier returned after %.3f s (timeout 0.3 s, sleeper 1.5 s)\n",
-                        i, j.returned_at[i]);
+            print_error(
+                "replica %d's barrier returned after %.3f s (timeout 0.3 s, sleeper 1.5 s)\n", i,
+                j.returned_at[i]);
             fail();
         }
         if (!strstr(j.message[i], "replica 1")) {
@@ -727,7 +754,8 @@ static rp_status diverge_one(int checksum_every, bool *still_differs, bool *othe
         if (p0 != b0 && !floats_equal(p0->data, p1->data, p0->numel)) *others_equal = false;
     }
     finish(r, false);
-    if (st != RP_OK) rp_error_set(st, NULL, 0, "%s", msg); /* the step's error, for the caller's checks */
+    if (st != RP_OK)
+        rp_error_set(st, NULL, 0, "%s", msg); /* the step's error, for the caller's checks */
     return st;
 }
 
@@ -813,7 +841,8 @@ static void check_buckets(size_t bucket_bytes, uint64_t min_in_backward)
             replica_state *s = state_of(r, i);
             uint64_t in_backward = s->seq_after_backward - s->seq_before_backward;
             if (in_backward < min_in_backward) {
-                print_error("bucket_bytes %zu: replica %d made %llu collectives in backward, want >= %llu\n",
+                print_error("bucket_bytes %zu: replica %d made %llu collectives in backward, want "
+                            ">= %llu\n",
                             bucket_bytes, i, (unsigned long long)in_backward,
                             (unsigned long long)min_in_backward);
                 fail();
@@ -834,11 +863,13 @@ static void check_buckets(size_t bucket_bytes, uint64_t min_in_backward)
             }
             double mean = sum / n, got = s0->grad_after_backward[e];
             if (!(fabs(got - mean) <= 1e-6 * mag / n + 1e-12)) {
-                print_error("step %d, gradient %lld: %.9g after backward, mean of the replicas' %.9g\n",
-                            step, (long long)e, got, mean);
+                print_error(
+                    "step %d, gradient %lld: %.9g after backward, mean of the replicas' %.9g\n",
+                    step, (long long)e, got, mean);
                 fail();
             }
-            spread = fmax(spread, fabs((double)state_of(r, 0)->local_grad[e] - state_of(r, 1)->local_grad[e]));
+            spread = fmax(spread, fabs((double)state_of(r, 0)->local_grad[e] -
+                                       state_of(r, 1)->local_grad[e]));
             scale = fmax(scale, fabs(mean));
         }
         assert_true(scale > 0);
@@ -848,9 +879,15 @@ static void check_buckets(size_t bucket_bytes, uint64_t min_in_backward)
 }
 
 /* 400 bytes of gradients in buckets of 64: at least two buckets, all reduced in backward. */
-static void test_buckets_small(void **state) { check_buckets(64, 2); }
+static void test_buckets_small(void **state)
+{
+    check_buckets(64, 2);
+}
 /* One bucket holding everything: still reduced in backward, once its last gradient is final. */
-static void test_buckets_one(void **state) { check_buckets((size_t)1 << 30, 1); }
+static void test_buckets_one(void **state)
+{
+    check_buckets((size_t)1 << 30, 1);
+}
 
 /* ---- replicas that use different parameters; gradient accumulation ------------------ */
 
@@ -921,7 +958,7 @@ static rp_status pq_teardown(rp_replica *rep, void *arg)
 static void check_pq(int mode, const float *want_p, const float *want_q)
 {
     rp_config cfg = test_config(2);
-    cfg.bucket_bytes = 16; /* one bucket per parameter */
+    cfg.bucket_bytes = 16;  /* one bucket per parameter */
     cfg.checksum_every = 0; /* the values themselves are compared below */
     rp_replicator *r = make(&cfg);
     pq_job j;
@@ -963,9 +1000,11 @@ static void test_gradient_accumulation(void **state)
 
 static void test_config_from_args(void **state)
 {
-    char *argv[] = {"prog", "--replicas", "4", "--epochs", "3", "--threads-per-replica", "2",
-                    "--comm-timeout", "2.5", "--bucket-kb", "64", "--checksum-every", "0",
-                    "--seed", "7", "rest", "--backend", "threads", NULL};
+    char *argv[] = {
+        "prog", "--replicas",     "4",   "--epochs",    "3",         "--threads-per-replica",
+        "2",    "--comm-timeout", "2.5", "--bucket-kb", "64",        "--checksum-every",
+        "0",    "--seed",         "7",   "rest",        "--backend", "threads",
+        NULL};
     int argc = 18;
     rp_config cfg = rp_config_default();
     assert_int_equal(rp_config_from_args(&cfg, &argc, argv), RP_OK);

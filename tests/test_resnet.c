@@ -16,8 +16,12 @@
 static void test_parameter_counts(void **state)
 {
     (void)state;
-    struct { rp_resnet_kind kind; int in, classes; int64_t want; } cases[] = {
-        {RP_RESNET20, 1, 10, 272186},    /* 0.27M, He et al. 2016 table 6 */
+    struct {
+        rp_resnet_kind kind;
+        int in, classes;
+        int64_t want;
+    } cases[] = {
+        {RP_RESNET20, 1, 10, 272186}, /* 0.27M, He et al. 2016 table 6 */
         {RP_RESNET20, 3, 10, 272474},
         {RP_RESNET18, 3, 1000, 11689512},
         {RP_RESNET50, 3, 1000, 25557032},
@@ -47,7 +51,8 @@ static void test_output_shapes(void **state)
         rp_tape *t;
         assert_int_equal(rp_resnet_create(&net, &cfg, 1), RP_OK);
         assert_int_equal(rp_tape_create(&t, 0), RP_OK);
-        rp_tensor *x = rp_tensor_fill(t, 4, (int[]){3, sizes[s][0], sizes[s][1], sizes[s][2]}, 0.5f);
+        rp_tensor *x =
+            rp_tensor_fill(t, 4, (int[]){3, sizes[s][0], sizes[s][1], sizes[s][2]}, 0.5f);
         rp_tensor *y = rp_resnet_forward(t, net, x, true);
         assert_non_null(y);
         assert_int_equal(y->ndim, 2);
@@ -96,7 +101,8 @@ static void test_loss_falls(void **state)
     static float images[N * HW * HW];
     tu_fill(images, N * HW * HW, 5, -1, 1);
     int32_t labels[N];
-    for (int i = 0; i < N; i++) labels[i] = i % 10;
+    for (int i = 0; i < N; i++)
+        labels[i] = i % 10;
     float first = 0, last = 0;
     for (int step = 0; step < 10; step++) {
         rp_tape_reset(t);
@@ -109,7 +115,8 @@ static void test_loss_falls(void **state)
         assert_int_equal(rp_optimizer_step(opt, 0.05f), RP_OK);
     }
     /* From ~ln(10) = 2.3 to well under half of it. */
-    if (!(last < 0.5f * first)) fail_msg("loss %g -> %g did not halve", (double)first, (double)last);
+    if (!(last < 0.5f * first))
+        fail_msg("loss %g -> %g did not halve", (double)first, (double)last);
     rp_optimizer_destroy(opt);
     rp_tape_destroy(t);
     rp_resnet_destroy(net);
@@ -126,7 +133,8 @@ typedef struct xbn_out {
     int64_t ngrad, nbuf;
 } xbn_out;
 
-/* Builds net `k` (0: bn_comm, 1: bn_reduce, 2: per-replica statistics), one forward and backward. */
+/* Builds net `k` (0: bn_comm, 1: bn_reduce, 2: per-replica statistics), one forward and backward.
+ */
 static rp_status xbn_one(rp_replica *rep, int k, xbn_out *o)
 {
     rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
@@ -145,7 +153,8 @@ static rp_status xbn_one(rp_replica *rep, int k, xbn_out *o)
     int q = rp_replica_id(rep);
     tu_fill(images[q], XN * XHW * XHW, (uint64_t)(20 + q), -1, 1);
     int32_t labels[XN];
-    for (int i = 0; i < XN; i++) labels[i] = (i + 3 * q) % 10;
+    for (int i = 0; i < XN; i++)
+        labels[i] = (i + 3 * q) % 10;
     rp_tensor *x = rp_tensor_from(t, 4, (int[]){XN, XHW, XHW, 1}, images[q]);
     rp_tensor *y = rp_resnet_forward(t, net, x, true);
     rp_tensor *loss = y ? rp_softmax_cross_entropy(t, y, labels) : NULL;
@@ -175,7 +184,8 @@ cleanup:
 static rp_status xbn_replica(rp_replica *rep, void *arg)
 {
     xbn_out *o = (xbn_out *)arg + rp_replica_id(rep);
-    for (int k = 0; k < 3; k++) RP_CHECK(xbn_one(rep, k, o));
+    for (int k = 0; k < 3; k++)
+        RP_CHECK(xbn_one(rep, k, o));
     return RP_OK;
 }
 
@@ -196,7 +206,8 @@ static void test_bn_comm_matches_hook(void **state)
     for (int q = 0; q < XR; q++) {
         xbn_out *o = &out[q];
         assert_true(o->nbuf > 0);
-        /* The communicator gives the hook's bits: logits, every gradient, the running statistics. */
+        /* The communicator gives the hook's bits: logits, every gradient, the running statistics.
+         */
         assert_memory_equal(o->logits[0], o->logits[1], sizeof o->logits[0]);
         assert_memory_equal(o->grad[0], o->grad[1], (size_t)o->ngrad * sizeof(float));
         assert_memory_equal(o->buffers[0], o->buffers[1], (size_t)o->nbuf * sizeof(float));
@@ -229,10 +240,8 @@ static void test_bn_comm_matches_hook(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parameter_counts),
-        cmocka_unit_test(test_output_shapes),
-        cmocka_unit_test(test_resnet18_forward),
-        cmocka_unit_test(test_loss_falls),
+        cmocka_unit_test(test_parameter_counts),     cmocka_unit_test(test_output_shapes),
+        cmocka_unit_test(test_resnet18_forward),     cmocka_unit_test(test_loss_falls),
         cmocka_unit_test(test_bn_comm_matches_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,9 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IN 4
-#define OUT 3
-#define B 4
+#define IN   4
+#define OUT  3
+#define B    4
 #define MAXR 4
 
 static void sleep_s(double s)
@@ -59,7 +59,8 @@ static rp_tensor *net_loss(rp_tape *t, const net *m, int who, int step, int nan_
     if (!x || !y) return NULL;
     tu_fill(x->data, B * IN, (uint64_t)(1000 * step + who + 1), -1.0f, 1.0f);
     if (nan_at >= 0) x->data[nan_at] = NAN;
-    for (int k = 0; k < B; k++) y[k] = (k + who) % OUT;
+    for (int k = 0; k < B; k++)
+        y[k] = (k + who) % OUT;
     return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &m->fc, x), y);
 }
 
@@ -127,7 +128,8 @@ static void test_hooks_compose(void **state)
     memset(&t, 0, sizeof t);
     hook_ctx c[5] = {{&t, 0}, {&t, 1}, {&t, 2}, {&t, 3}, {&t, 4}};
     rp_optimizer_hooks h1 = {.before = h_before, .after = h_after, .release = h_release};
-    rp_optimizer_hooks hu = {.before = h_before, .after = h_after, .update = h_update, .release = h_release};
+    rp_optimizer_hooks hu = {
+        .before = h_before, .after = h_after, .update = h_update, .release = h_release};
     assert_int_equal(rp_optimizer_add_hooks(opt, &h1, &c[0]), RP_OK);
     assert_int_equal(rp_optimizer_add_hooks(opt, &hu, &c[1]), RP_OK);
     /* A second update replacement is refused, naming the set that has one; nothing is added. */
@@ -164,7 +166,8 @@ static void test_hooks_compose(void **state)
     memset(t.log, 0, sizeof t.log);
     rp_optimizer_destroy(opt);
     assert_string_equal(t.log, "r2 r1 r0 ");
-    for (int i = 0; i < 5; i++) assert_int_equal(t.released[i], 1);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(t.released[i], 1);
     free(before);
     rp_params_destroy(m.params);
 }
@@ -172,11 +175,11 @@ static void test_hooks_compose(void **state)
 /* ---- 2. a user hook stacks on the sync strategy ----------------------------------- */
 
 typedef struct rstate {
-    net m, shadow;          /* shadow: the same values on a tape nobody reduces */
+    net m, shadow; /* shadow: the same values on a tape nobody reduces */
     rp_tape *shadow_tape;
     rp_optimizer *opt;
-    float *local_grad;      /* this replica's own gradient */
-    float *seen_grad;       /* what the user's before-hook saw */
+    float *local_grad; /* this replica's own gradient */
+    float *seen_grad;  /* what the user's before-hook saw */
     float *pre_values, *post_values, *ema;
     int64_t steps_in_after;
     int hooks_released;
@@ -184,10 +187,10 @@ typedef struct rstate {
 
 typedef struct job {
     int step;
-    int nan_replica;      /* this replica poisons its data (-1: none) */
+    int nan_replica; /* this replica poisons its data (-1: none) */
     bool user_hooks;
-    bool plain;           /* a plain rp_optimizer_create instead of the replica optimizer */
-    bool same_data;       /* every replica takes replica 0's batch */
+    bool plain;     /* a plain rp_optimizer_create instead of the replica optimizer */
+    bool same_data; /* every replica takes replica 0's batch */
     rstate st[MAXR];
 } job;
 
@@ -207,7 +210,8 @@ static rp_status user_after(rp_optimizer *opt, void *ctx)
     int64_t n = rp_params_trainable_numel(s->m.params);
     const float *p = rp_params_data(s->m.params);
     memcpy(s->post_values, p, (size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) s->ema[i] = 0.5f * s->ema[i] + 0.5f * p[i];
+    for (int64_t i = 0; i < n; i++)
+        s->ema[i] = 0.5f * s->ema[i] + 0.5f * p[i];
     s->steps_in_after = rp_optimizer_steps(opt);
     return RP_OK;
 }
@@ -236,10 +240,13 @@ static rp_status build(rp_replica *rep, void *arg)
         return RP_ERROR(RP_ERR_NOMEM, "test state");
     rp_optim_config oc = rp_optim_config_default();
     oc.momentum = 0;
-    if (j->plain) RP_CHECK(rp_optimizer_create(&s->opt, s->m.params, &oc));
-    else RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, s->m.params, &oc));
+    if (j->plain)
+        RP_CHECK(rp_optimizer_create(&s->opt, s->m.params, &oc));
+    else
+        RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, s->m.params, &oc));
     if (j->user_hooks) {
-        rp_optimizer_hooks h = {.before = user_before, .after = user_after, .release = user_release};
+        rp_optimizer_hooks h = {
+            .before = user_before, .after = user_after, .release = user_release};
         RP_CHECK(rp_optimizer_add_hooks(s->opt, &h, s));
     }
     return RP_OK;
@@ -254,7 +261,8 @@ static rp_status step(rp_replica *rep, void *arg)
     int64_t n = rp_params_trainable_numel(s->m.params);
     /* The local gradient, on a private copy of the values. */
     rp_tape_reset(s->shadow_tape);
-    memcpy(rp_params_data(s->shadow.params), rp_params_data(s->m.params), (size_t)n * sizeof(float));
+    memcpy(rp_params_data(s->shadow.params), rp_params_data(s->m.params),
+           (size_t)n * sizeof(float));
     rp_params_zero_grad(s->shadow.params);
     rp_tensor *sl = net_loss(s->shadow_tape, &s->shadow, who, j->step, nan_at);
     if (!sl) return rp_last_status();
@@ -324,8 +332,10 @@ static void test_user_hooks_stack_on_sync(void **state)
     for (int s = 0; s < 3; s++) {
         j->step = s;
         run_ok(r, step, j);
-        /* The local gradients differ; the user's before saw their mean, the same bits everywhere. */
-        assert_true(memcmp(j->st[0].local_grad, j->st[1].local_grad, (size_t)tn * sizeof(float)) != 0);
+        /* The local gradients differ; the user's before saw their mean, the same bits everywhere.
+         */
+        assert_true(memcmp(j->st[0].local_grad, j->st[1].local_grad, (size_t)tn * sizeof(float)) !=
+                    0);
         assert_memory_equal(j->st[0].seen_grad, j->st[1].seen_grad, (size_t)tn * sizeof(float));
         for (int64_t i = 0; i < tn; i++) {
             float mean = (j->st[0].local_grad[i] + j->st[1].local_grad[i]) / 2;
@@ -336,7 +346,8 @@ static void test_user_hooks_stack_on_sync(void **state)
             /* The after ran after the update (and the step count) and saw the new values. */
             assert_int_equal(st->steps_in_after, s + 1);
             assert_true(memcmp(st->pre_values, st->post_values, (size_t)tn * sizeof(float)) != 0);
-            assert_memory_equal(st->post_values, rp_params_data(st->m.params), (size_t)tn * sizeof(float));
+            assert_memory_equal(st->post_values, rp_params_data(st->m.params),
+                                (size_t)tn * sizeof(float));
             for (int64_t i = 0; i < tn; i++) {
                 float want = st->pre_values[i] - 0.1f * st->seen_grad[i];
                 assert_true(fabsf(st->post_values[i] - want) <= 1e-6f * (1 + fabsf(want)));
@@ -345,7 +356,8 @@ static void test_user_hooks_stack_on_sync(void **state)
         assert_memory_equal(j->st[0].ema, j->st[1].ema, (size_t)tn * sizeof(float));
     }
     run_ok(r, teardown, j);
-    for (int q = 0; q < n; q++) assert_int_equal(j->st[q].hooks_released, 1);
+    for (int q = 0; q < n; q++)
+        assert_int_equal(j->st[q].hooks_released, 1);
     rp_replicator_destroy(r);
     free(j);
 }
@@ -384,8 +396,8 @@ static void test_nan_names_its_replica(void **state)
 /* ---- 4. a replica stuck in user code ------------------------------------------------- */
 
 typedef struct stuck_job {
-    int stuck;            /* this replica spins in user code */
-    int release;          /* atomic: set to let it go */
+    int stuck;   /* this replica spins in user code */
+    int release; /* atomic: set to let it go */
     rp_status status[MAXR];
 } stuck_job;
 
@@ -394,7 +406,8 @@ static rp_status stuck_fn(rp_replica *rep, void *arg)
     stuck_job *j = arg;
     int id = rp_replica_id(rep);
     if (id == j->stuck) {
-        while (!__atomic_load_n(&j->release, __ATOMIC_ACQUIRE)) sleep_s(0.01);
+        while (!__atomic_load_n(&j->release, __ATOMIC_ACQUIRE))
+            sleep_s(0.01);
         return RP_OK;
     }
     rp_status st = rp_barrier(rep);
@@ -425,8 +438,10 @@ static void test_stuck_replica_named(void **state)
     }
     /* The replicator refuses to run again, and says why. */
     assert_int_equal(rp_replicator_run(r, stuck_fn, &j), RP_ERR_INVALID);
-    tu_assert_error_contains("a replica was left stuck in its step function in an earlier run (replica 1)");
-    /* It comes back: destroy waits for its thread and frees everything (the sanitizer builds check). */
+    tu_assert_error_contains(
+        "a replica was left stuck in its step function in an earlier run (replica 1)");
+    /* It comes back: destroy waits for its thread and frees everything (the sanitizer builds
+     * check). */
     __atomic_store_n(&j.release, 1, __ATOMIC_RELEASE);
     rp_replicator_destroy(r);
 }
@@ -452,7 +467,8 @@ static void test_stuck_exit_ends_the_process(void **state)
     int wst = 0;
     double t0 = rp_now_s();
     pid_t got = 0;
-    while ((got = waitpid(pid, &wst, WNOHANG)) == 0 && rp_now_s() - t0 < 20) sleep_s(0.05);
+    while ((got = waitpid(pid, &wst, WNOHANG)) == 0 && rp_now_s() - t0 < 20)
+        sleep_s(0.05);
     if (got == 0) {
         kill(pid, SIGKILL);
         waitpid(pid, &wst, 0);
@@ -540,7 +556,8 @@ static void test_destroy_before_optimizers(void **state)
         j->nan_replica = -1;
         run_ok(r, build, j);
         rp_replicator_destroy(r); /* the optimizers are still alive */
-        tu_assert_error_contains("still had 1 optimizer(s) made by rp_replica_optimizer_create(); destroy them first");
+        tu_assert_error_contains(
+            "still had 1 optimizer(s) made by rp_replica_optimizer_create(); destroy them first");
         for (int q = 0; q < 2; q++) {
             rstate *s = &j->st[q];
             /* A step on an orphan is an error, not a use of the freed replica. */

@@ -246,7 +246,8 @@ static void test_grads_accumulate_until_zeroed(void **state)
 
     rp_tape_reset(t);
     assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
-    for (int64_t i = 0; i < n; i++) twice[i] = 2 * g1[i];
+    for (int64_t i = 0; i < n; i++)
+        twice[i] = 2 * g1[i];
     assert_true(tu_max_rel_diff(rp_params_grad(m.ps), twice, n) < 1e-6);
 
     rp_params_zero_grad(m.ps);
@@ -293,7 +294,8 @@ static void convnet_step(rp_tape *t, convnet *n, const float *x, const int32_t *
     assert_non_null(loss);
     assert_int_equal(rp_backward(t, loss), RP_OK);
     float *w = rp_params_data(n->ps), *g = rp_params_grad(n->ps);
-    for (int64_t i = 0; i < rp_params_trainable_numel(n->ps); i++) w[i] -= 0.01f * g[i];
+    for (int64_t i = 0; i < rp_params_trainable_numel(n->ps); i++)
+        w[i] -= 0.01f * g[i];
     rp_params_zero_grad(n->ps);
     rp_tape_reset(t);
 }
@@ -316,7 +318,8 @@ static void test_conv_grads_accumulate(void **state)
     float *g1 = test_malloc((size_t)count * sizeof(float));
     assert_int_equal(rp_backward(t, convnet_loss(t, &n, x, labels)), RP_OK);
     memcpy(g1, rp_params_grad(n.ps), (size_t)count * sizeof(float));
-    for (int64_t i = 0; i < count; i++) g1[i] *= 2;
+    for (int64_t i = 0; i < count; i++)
+        g1[i] *= 2;
     rp_tape_reset(t);
     assert_int_equal(rp_backward(t, convnet_loss(t, &n, x, labels)), RP_OK);
     assert_true(tu_max_rel_diff(rp_params_grad(n.ps), g1, count) < 1e-5);
@@ -346,12 +349,12 @@ static void test_arena_steady_state(void **state)
         sys[step] = rp_arena_get_stats(rp_tape_arena(t)).system_allocs;
     }
     print_message("rp_alloc_count after each step: %llu %llu %llu %llu %llu; arena chunks %llu "
-                  "%llu %llu %llu %llu\n", (unsigned long long)allocs[0],
-                  (unsigned long long)allocs[1], (unsigned long long)allocs[2],
-                  (unsigned long long)allocs[3], (unsigned long long)allocs[4],
-                  (unsigned long long)sys[0], (unsigned long long)sys[1],
-                  (unsigned long long)sys[2], (unsigned long long)sys[3],
-                  (unsigned long long)sys[4]);
+                  "%llu %llu %llu %llu\n",
+                  (unsigned long long)allocs[0], (unsigned long long)allocs[1],
+                  (unsigned long long)allocs[2], (unsigned long long)allocs[3],
+                  (unsigned long long)allocs[4], (unsigned long long)sys[0],
+                  (unsigned long long)sys[1], (unsigned long long)sys[2],
+                  (unsigned long long)sys[3], (unsigned long long)sys[4]);
     assert_true(sys[0] > 1); /* the first step did outgrow the initial chunk */
     for (int step = 2; step < 5; step++) {
         assert_int_equal(allocs[step], allocs[1]);
@@ -367,7 +370,8 @@ static void test_arena_steady_state(void **state)
 __attribute__((noinline)) static double dirty_stack(void)
 {
     volatile double junk[48 * 1024];
-    for (int i = 0; i < 48 * 1024; i++) junk[i] = 1e6 + i;
+    for (int i = 0; i < 48 * 1024; i++)
+        junk[i] = 1e6 + i;
     return junk[0];
 }
 
@@ -388,10 +392,9 @@ static void test_tapes_in_openmp_team(void **state)
     float ones[C] = {1, 1, 1, 1}, zeros[C] = {0, 0, 0, 0};
     rp_tape *t;
     assert_int_equal(rp_tape_create(&t, 0), RP_OK);
-    rp_tensor *y = rp_batch_norm(t, rp_tensor_from(t, 4, (int[]){N, H, W, C}, x),
-                                 rp_tensor_from(t, 1, (int[]){C}, ones),
-                                 rp_tensor_from(t, 1, (int[]){C}, zeros), NULL, NULL,
-                                 rp_bn_params_default());
+    rp_tensor *y = rp_batch_norm(
+        t, rp_tensor_from(t, 4, (int[]){N, H, W, C}, x), rp_tensor_from(t, 1, (int[]){C}, ones),
+        rp_tensor_from(t, 1, (int[]){C}, zeros), NULL, NULL, rp_bn_params_default());
     assert_non_null(y);
     memcpy(want, y->data, sizeof want);
     rp_tape_destroy(t);
@@ -577,7 +580,8 @@ static void test_huge_shape_refused(void **state)
     assert_int_equal(rp_shape_numel(4, (int[]){65536, 65536, 65536, 65536}), -1);
     rp_params *p;
     assert_int_equal(rp_params_create(&p), RP_OK);
-    assert_null(rp_params_add(p, "big", 2, (int[]){1 << 30, 1 << 30}, (rp_init){RP_INIT_ZEROS, 0, 0, 0}, true));
+    assert_null(rp_params_add(p, "big", 2, (int[]){1 << 30, 1 << 30},
+                              (rp_init){RP_INIT_ZEROS, 0, 0, 0}, true));
     tu_assert_error_contains("big");
     rp_params_destroy(p);
     rp_tape_destroy(t);
@@ -623,7 +627,8 @@ static void test_detach_blocks_gradient_keeps_values(void **state)
     assert_int_equal(d->ndim, 2);
     assert_memory_equal(d->data, sq->data, 6 * sizeof(float));
     assert_int_equal(rp_backward(t, rp_sum(t, rp_mul(t, d, x))), RP_OK);
-    for (int i = 0; i < 6; i++) assert_float_equal(x->grad[i], xd[i] * xd[i], 1e-6);
+    for (int i = 0; i < 6; i++)
+        assert_float_equal(x->grad[i], xd[i] * xd[i], 1e-6);
     assert_null(sq->grad); /* nothing flowed into the detached branch */
     assert_null(rp_detach(t, NULL));
 
@@ -641,7 +646,8 @@ static void test_detach_blocks_gradient_keeps_values(void **state)
     assert_int_equal(log.calls[P_W1], 0);
     assert_int_equal(log.calls[P_B1], 1);
     assert_true(all_zero(m.w1->grad, 12));
-    for (int i = 0; i < 4; i++) assert_float_equal(m.b1->grad[i], 2.0f, 0);
+    for (int i = 0; i < 4; i++)
+        assert_float_equal(m.b1->grad[i], 2.0f, 0);
     rp_tape_destroy(t);
     rp_params_destroy(m.ps);
 }
@@ -674,7 +680,8 @@ static void test_softmax_xent_kinds_on_one_tape(void **state)
     assert_int_equal(rp_backward(t, loss), RP_OK);
     for (int i = 0; i < 2; i++) {
         double z = 0;
-        for (int j = 0; j < 3; j++) z += exp(xd[3 * i + j]);
+        for (int j = 0; j < 3; j++)
+            z += exp(xd[3 * i + j]);
         for (int j = 0; j < 3; j++) {
             double p = exp(xd[3 * i + j]) / z;
             assert_float_equal(xh->grad[3 * i + j], (p - (j == labels[i])) / 2, 1e-6);
@@ -697,7 +704,8 @@ static void test_set_requires_grad(void **state)
     rp_tensor_set_requires_grad(y, false); /* no effect: y is an op's output */
     assert_true(y->flags & RP_TENSOR_REQUIRES_GRAD);
     assert_int_equal(rp_backward(t, rp_sum(t, y)), RP_OK);
-    for (int i = 0; i < 4; i++) assert_float_equal(x->grad[i], 3.0f, 0);
+    for (int i = 0; i < 4; i++)
+        assert_float_equal(x->grad[i], 3.0f, 0);
 
     /* Off again: nothing is recorded, so there is no loss to back-propagate. */
     rp_tape_reset(t);
@@ -824,7 +832,8 @@ static void on_ready_ptr(rp_tensor *p, void *ctx)
 static int fired_count(const ptr_log *log, const rp_tensor *p)
 {
     int k = 0;
-    for (int i = 0; i < log->n && i < 8; i++) k += log->fired[i] == p;
+    for (int i = 0; i < log->n && i < 8; i++)
+        k += log->fired[i] == p;
     return k;
 }
 
@@ -854,9 +863,11 @@ static void test_frozen_set(void **state)
     ptr_log log;
 
 #define GAN_LOSS()                                                                                 \
-    rp_sum(t, rp_tanh(t, rp_linear(t, rp_tanh(t, rp_linear(t, rp_tensor_from(t, 2, (int[]){2, 3}, \
-                                                                            xd), gw, NULL)),       \
-                                   dw, db)))
+    rp_sum(t,                                                                                      \
+           rp_tanh(t, rp_linear(t,                                                                 \
+                                rp_tanh(t, rp_linear(t, rp_tensor_from(t, 2, (int[]){2, 3}, xd),   \
+                                                     gw, NULL)),                                   \
+                                dw, db)))
 
     /* Reference: nothing frozen. */
     memset(&log, 0, sizeof log);
@@ -947,7 +958,8 @@ static rp_status failing_backward(void *ctx, const rp_tensor *out, const float *
     return RP_ERROR(RP_ERR_UNSUPPORTED, "no gradient today");
 }
 
-/* A custom op's backward failure fails rp_backward with its status, naming the op and its message. */
+/* A custom op's backward failure fails rp_backward with its status, naming the op and its message.
+ */
 static void test_custom_op_backward_error(void **state)
 {
     static const rp_custom_op op = {"stubborn", copy_forward, failing_backward};
@@ -972,7 +984,8 @@ static void test_custom_op_backward_error(void **state)
  */
 static rp_status twice_forward(void *ctx, rp_tensor *out, rp_tensor *const *in, int n)
 {
-    for (int64_t i = 0; i < out->numel; i++) out->data[i] = 2.0f * in[0]->data[i];
+    for (int64_t i = 0; i < out->numel; i++)
+        out->data[i] = 2.0f * in[0]->data[i];
     return RP_OK;
 }
 
@@ -980,7 +993,8 @@ static rp_status twice_backward(void *ctx, const rp_tensor *out, const float *do
                                 rp_tensor *const *in, float *const *din, int n)
 {
     if (din[0])
-        for (int64_t i = 0; i < out->numel; i++) din[0][i] += 2.0f * dout[i];
+        for (int64_t i = 0; i < out->numel; i++)
+            din[0][i] += 2.0f * dout[i];
     return RP_OK;
 }
 
@@ -1024,7 +1038,8 @@ static void test_new_ops_steady_state(void **state)
     }
     assert_int_equal(fired1, 10);
     assert_int_equal(fired2, 10);
-    for (int step = 3; step < 5; step++) assert_int_equal(allocs[step], allocs[2]);
+    for (int step = 3; step < 5; step++)
+        assert_int_equal(allocs[step], allocs[2]);
     rp_tape_destroy(t);
     rp_comm_destroy(comms[0]);
     rp_params_destroy(ps);

@@ -156,9 +156,11 @@ static void test_crc32c_vectors(void **unused)
     assert_int_equal(io_crc32c(0, b, 32), 0x8a9136aau);
     memset(b, 0xff, sizeof b);
     assert_int_equal(io_crc32c(0, b, 32), 0x62a8ab43u);
-    for (int i = 0; i < 32; i++) b[i] = (uint8_t)i;
+    for (int i = 0; i < 32; i++)
+        b[i] = (uint8_t)i;
     assert_int_equal(io_crc32c(0, b, 32), 0x46dd794eu);
-    for (int i = 0; i < 32; i++) b[i] = (uint8_t)(31 - i);
+    for (int i = 0; i < 32; i++)
+        b[i] = (uint8_t)(31 - i);
     assert_int_equal(io_crc32c(0, b, 32), 0x113fdb5cu);
     /* Continuing a CRC over a second piece is the CRC of the whole. */
     assert_int_equal(io_crc32c(io_crc32c(0, "1234", 4), "56789", 5), 0xe3069283u);
@@ -211,10 +213,10 @@ static void test_write_read_back(void **unused)
         int64_t step;
         double value;
     } want[] = {
-        {"train/loss", 1, 2.5},        {"train/loss", 2, 0.0},      {"eval/accuracy", 2, 0.875},
-        {"train/loss", 3, -1.25},      {"perf/big", 4, 3.0e38},     {"x", (int64_t)1 << 40, 1e-30},
-        {"train/lr", 0, 0.1},          {"ünïcode/täg", 5, 7},       {"nan", 6, NAN},
-        {"inf", 7, INFINITY},          {"neg_inf", 8, -INFINITY},   {"neg_step", -3, 1},
+        {"train/loss", 1, 2.5},   {"train/loss", 2, 0.0},    {"eval/accuracy", 2, 0.875},
+        {"train/loss", 3, -1.25}, {"perf/big", 4, 3.0e38},   {"x", (int64_t)1 << 40, 1e-30},
+        {"train/lr", 0, 0.1},     {"ünïcode/täg", 5, 7},     {"nan", 6, NAN},
+        {"inf", 7, INFINITY},     {"neg_inf", 8, -INFINITY}, {"neg_step", -3, 1},
     };
     int count = (int)(sizeof want / sizeof want[0]);
     for (int i = 0; i < count; i++) {
@@ -235,8 +237,10 @@ static void test_write_read_back(void **unused)
         assert_string_equal(ev.s[i].tag, want[i].tag);
         assert_int_equal(ev.s[i].step, want[i].step);
         float w = (float)want[i].value;
-        if (isnan(w)) assert_true(isnan(ev.s[i].value));
-        else assert_memory_equal(&ev.s[i].value, &w, sizeof w); /* the float, bit for bit */
+        if (isnan(w))
+            assert_true(isnan(ev.s[i].value));
+        else
+            assert_memory_equal(&ev.s[i].value, &w, sizeof w); /* the float, bit for bit */
         assert_true(ev.s[i].wall_time >= ev.version_time && ev.s[i].wall_time <= t0 + 60);
     }
 }
@@ -275,7 +279,8 @@ static void test_wire_format(void **unused)
     /* Record 0: the version. Its length, then its Event: wall_time (field 1, fixed64) and
      * file_version (field 3, length-delimited). */
     uint64_t n0 = 0;
-    for (int i = 7; i >= 0; i--) n0 = n0 << 8 | file[i];
+    for (int i = 7; i >= 0; i--)
+        n0 = n0 << 8 | file[i];
     assert_int_equal(n0, 9 + 2 + strlen("brain.Event:2"));
     const unsigned char *e0 = file + 12;
     assert_int_equal(e0[0], 0x09);
@@ -309,13 +314,16 @@ static void test_wire_format(void **unused)
     size_t want_len = (size_t)(p - want);
     assert_int_equal(len, 16 + n0 + 16 + want_len); /* nothing else in the file */
     uint64_t n1 = 0;
-    for (int i = 7; i >= 0; i--) n1 = n1 << 8 | r1[i];
+    for (int i = 7; i >= 0; i--)
+        n1 = n1 << 8 | r1[i];
     assert_int_equal(n1, want_len);
     assert_memory_equal(r1 + 12, want, want_len);
     /* The framing's CRCs, little-endian and masked. */
     uint32_t c_len = 0, c_data = 0;
-    for (int i = 3; i >= 0; i--) c_len = c_len << 8 | r1[8 + i];
-    for (int i = 3; i >= 0; i--) c_data = c_data << 8 | r1[12 + want_len + i];
+    for (int i = 3; i >= 0; i--)
+        c_len = c_len << 8 | r1[8 + i];
+    for (int i = 3; i >= 0; i--)
+        c_data = c_data << 8 | r1[12 + want_len + i];
     assert_int_equal(c_len, io_crc32c_mask(io_crc32c(0, r1, 8)));
     assert_int_equal(c_data, io_crc32c_mask(io_crc32c(0, want, want_len)));
     free(file);
@@ -343,7 +351,8 @@ static void expect_corrupt(const char *path, const char *needle1, const char *ne
     const uint8_t *data;
     size_t len;
     rp_status st;
-    while ((st = io_tfrecord_next(r, &data, &len)) == RP_OK && data) continue;
+    while ((st = io_tfrecord_next(r, &data, &len)) == RP_OK && data)
+        continue;
     io_tfrecord_close(r);
     assert_int_equal(st, RP_ERR_FORMAT);
     tu_assert_error_contains(path);
@@ -599,12 +608,18 @@ static rp_trainer_config trainer_config(const char *run_dir, const char *tb_dir)
 static const char *tag_of(const char *key, bool epoch_line, char *buf, size_t size)
 {
     if (!strcmp(key, "step") || !strcmp(key, "epoch")) return NULL;
-    if (!strcmp(key, "lr")) snprintf(buf, size, "train/lr");
-    else if (!strcmp(key, "images_per_s")) snprintf(buf, size, "perf/images_per_s");
-    else if (!strncmp(key, "train_", 6)) snprintf(buf, size, "epoch/%s", key);
-    else if (!strncmp(key, "test_", 5)) snprintf(buf, size, "eval/%s", key);
-    else if (!epoch_line) snprintf(buf, size, "train/%s", key);
-    else fail_msg("metrics key %s on an epoch line", key);
+    if (!strcmp(key, "lr"))
+        snprintf(buf, size, "train/lr");
+    else if (!strcmp(key, "images_per_s"))
+        snprintf(buf, size, "perf/images_per_s");
+    else if (!strncmp(key, "train_", 6))
+        snprintf(buf, size, "epoch/%s", key);
+    else if (!strncmp(key, "test_", 5))
+        snprintf(buf, size, "eval/%s", key);
+    else if (!epoch_line)
+        snprintf(buf, size, "train/%s", key);
+    else
+        fail_msg("metrics key %s on an epoch line", key);
     return buf;
 }
 
@@ -671,7 +686,8 @@ static void test_trainer_writes_every_metric(void **unused)
     /* Step lines at 2, 4, 6, 8, 10, 12; epoch lines at 6 and 12; an evaluation line at 4 and 8. */
     assert_int_equal(lines, 10);
     assert_true(numbers >= 6 * 3 + 2 * 6 + 2 * 2);
-    assert_int_equal(nulls, 6 + 2); /* "none" on every step line, "train_none" on both epoch lines */
+    assert_int_equal(nulls,
+                     6 + 2); /* "none" on every step line, "train_none" on both epoch lines */
     /* Zero values are there, as scalars with a value. */
     assert_true(find(&ev, "train/zero", 2)->value == 0.0f);
     assert_true(find(&ev, "eval/test_zero", 4)->value == 0.0f);
@@ -745,7 +761,8 @@ static void test_trainer_write_failure_warns_once(void **unused)
     assert_int_equal(st_destroy, RP_OK);
     assert_int_equal(j.trained, 2 * STEPS);
     int warnings = 0;
-    for (const char *p = err; (p = strstr(p, "TensorBoard events")); p++) warnings++;
+    for (const char *p = err; (p = strstr(p, "TensorBoard events")); p++)
+        warnings++;
     if (warnings != 1) fail_msg("%d TensorBoard warnings in:\n%s", warnings, err);
     char files[4][PATH_LEN];
     assert_int_equal(events_files(tb_dir, files, 4), 1);
@@ -757,7 +774,8 @@ static void test_trainer_write_failure_warns_once(void **unused)
     const uint8_t *data;
     size_t len;
     int records = 0;
-    while (io_tfrecord_next(r, &data, &len) == RP_OK && data) records++;
+    while (io_tfrecord_next(r, &data, &len) == RP_OK && data)
+        records++;
     io_tfrecord_close(r);
     assert_true(records >= 1 + 4); /* the version; train/loss, zero, lr and the rate at step 2 */
 }

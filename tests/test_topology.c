@@ -52,11 +52,13 @@ static void test_mesh_2x2(void **state)
     assert_int_equal(rp_replicator_replicas(r), 2);
     tc_mesh m = {.data = 2, .model = 2};
     run_ok(r, mesh_fn, &m);
-    for (int w = 0; w < 4; w++) assert_int_equal(m.checked[w], 1);
+    for (int w = 0; w < 4; w++)
+        assert_int_equal(m.checked[w], 1);
     /* Sync training all-reduces over the data axis only: each model coordinate its own shard. */
     tc_train *t = calloc(1, sizeof *t);
     run_ok(r, mesh_build_fn, t);
-    for (int s = 0; s < 3; s++) run_ok(r, mesh_step_fn, t);
+    for (int s = 0; s < 3; s++)
+        run_ok(r, mesh_step_fn, t);
     run_ok(r, mesh_teardown_fn, t);
     free(t);
     rp_replicator_destroy(r);
@@ -105,14 +107,15 @@ static void test_roles_threads(void **state)
     assert_int_equal(j.p2p_seen, 3);
     /* Unknown roles are named with the job's; a started role cannot be started again. */
     assert_int_equal(rp_replicator_start(r, "critic", roles_fn, &j), RP_ERR_INVALID);
-    tu_assert_error_contains("no role named 'critic' in this job (its roles: 'learner', 'actor', 'server')");
+    tu_assert_error_contains(
+        "no role named 'critic' in this job (its roles: 'learner', 'actor', 'server')");
     assert_int_equal(rp_replicator_wait(r, "nobody"), RP_ERR_INVALID);
     rp_replicator_destroy(r);
 }
 
 /* A started role runs on while run() steps the others. */
 typedef struct busy_job {
-    int release;   /* atomic */
+    int release; /* atomic */
     int ran[8];
 } busy_job;
 
@@ -147,7 +150,8 @@ static void test_run_skips_started_role(void **state)
     assert_int_equal(rp_replicator_start(r, "server", spin_fn, &j), RP_OK);
     assert_int_equal(rp_replicator_start(r, "server", spin_fn, &j), RP_ERR_INVALID);
     tu_assert_error_contains("role 'server' is already started");
-    for (int s = 0; s < 3; s++) run_ok(r, mark_fn, &j);
+    for (int s = 0; s < 3; s++)
+        run_ok(r, mark_fn, &j);
     assert_int_equal(j.ran[0], 0);
     assert_int_equal(j.ran[1], 3);
     assert_int_equal(j.ran[2], 3);
@@ -184,7 +188,8 @@ static void test_bad_layouts(void **state)
     /* A name longer than a role holds is refused, not shortened (rp_role_make cannot fail). */
     cfg.roles[1] = rp_role_make("a-role-name-of-40-characters-is-too-long", 1, 1);
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
-    tu_assert_error_contains("role 1: its name 'a-role-name-of-40-characters-is...' is longer than 31");
+    tu_assert_error_contains(
+        "role 1: its name 'a-role-name-of-40-characters-is...' is longer than 31");
     assert_null(r);
     cfg.roles[1] = rp_role_make("", 1, 1);
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
@@ -198,10 +203,8 @@ static void test_bad_layouts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mesh_2x2),
-        cmocka_unit_test(test_default_is_one_role),
-        cmocka_unit_test(test_roles_threads),
-        cmocka_unit_test(test_run_skips_started_role),
+        cmocka_unit_test(test_mesh_2x2),      cmocka_unit_test(test_default_is_one_role),
+        cmocka_unit_test(test_roles_threads), cmocka_unit_test(test_run_skips_started_role),
         cmocka_unit_test(test_bad_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

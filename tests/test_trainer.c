@@ -29,34 +29,34 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define DIM 6
-#define CLASSES 3
-#define ROWS 96
-#define MAXR 2
+#define DIM        6
+#define CLASSES    3
+#define ROWS       96
+#define MAXR       2
 #define MAX_EPOCHS 4
-#define MAX_STEPS 16
+#define MAX_STEPS  16
 #define MAX_RECORD 64
 
 /* The model's context: the data, the test's knobs and what the callbacks saw. */
 typedef struct job {
     float x[ROWS][DIM];
     int32_t y[ROWS];
-    int batch;          /* rows per global batch */
-    int64_t steps;      /* batches per epoch */
+    int batch;     /* rows per global batch */
+    int64_t steps; /* batches per epoch */
     rp_regime regime;
-    const char *dir;    /* the run directory, to read its checkpoint back during the run */
+    const char *dir; /* the run directory, to read its checkpoint back during the run */
     /* knobs */
-    int64_t stop_at;    /* request a stop while training this global step (-1: never) */
-    int64_t signal_at;  /* send this process SIGINT while training this global step (-1: never) */
-    int64_t limit_at;   /* from this global step on, files may not grow past 64 bytes (-1: never) */
+    int64_t stop_at;   /* request a stop while training this global step (-1: never) */
+    int64_t signal_at; /* send this process SIGINT while training this global step (-1: never) */
+    int64_t limit_at;  /* from this global step on, files may not grow past 64 bytes (-1: never) */
     /* records */
-    int seen[MAXR][MAX_EPOCHS][MAX_STEPS];  /* times replica r trained (epoch, step) */
-    int64_t on_disk[MAX_RECORD];            /* the checkpoint's global step when step g began (-1: none) */
-    int64_t evals[MAX_RECORD];              /* steps trained when each evaluation finished */
+    int seen[MAXR][MAX_EPOCHS][MAX_STEPS]; /* times replica r trained (epoch, step) */
+    int64_t on_disk[MAX_RECORD]; /* the checkpoint's global step when step g began (-1: none) */
+    int64_t evals[MAX_RECORD];   /* steps trained when each evaluation finished */
     int n_evals;
-    int eval_replicas[MAX_RECORD];          /* replicas that ran each evaluation */
-    int64_t trained;                        /* global steps trained (replica 0's count in sync) */
-    unsigned char *kept;                    /* the checkpoint's bytes when the limit was set */
+    int eval_replicas[MAX_RECORD]; /* replicas that ran each evaluation */
+    int64_t trained;               /* global steps trained (replica 0's count in sync) */
+    unsigned char *kept;           /* the checkpoint's bytes when the limit was set */
     long kept_size;
 } job;
 
@@ -81,7 +81,8 @@ static void job_init(job *j, int batch, rp_regime regime)
     j->steps = ROWS / batch;
     j->regime = regime;
     j->stop_at = j->signal_at = j->limit_at = -1;
-    for (int i = 0; i < MAX_RECORD; i++) j->on_disk[i] = -2;
+    for (int i = 0; i < MAX_RECORD; i++)
+        j->on_disk[i] = -2;
 }
 
 static void job_free(job *j)
@@ -118,7 +119,8 @@ static int64_t checkpoint_step_on_disk(const char *dir)
     return g;
 }
 
-static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at, void **out)
+static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
+                       void **out)
 {
     state *s = calloc(1, sizeof *s);
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "state");
@@ -148,15 +150,18 @@ static int64_t steps_per_epoch(void *ctx, void *st)
  * Batch s of epoch e: rows from a rotation that depends on both, so every batch differs. Sync: the
  * replica's shard of it; async: all of it.
  */
-static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_trainer_at *at, double *loss)
+static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_trainer_at *at,
+                            double *loss)
 {
     job *j = ctx;
     state *s = st;
     int r = rp_replica_id(rep), n = rp_replica_count(rep);
     bool sync = j->regime == RP_REGIME_SYNC;
-    int rows = sync ? j->batch / n : j->batch, first = (int)at->step * j->batch + (sync ? r * rows : 0);
+    int rows = sync ? j->batch / n : j->batch,
+        first = (int)at->step * j->batch + (sync ? r * rows : 0);
     if (at->epoch < MAX_EPOCHS && at->step < MAX_STEPS) j->seen[r][at->epoch][at->step]++;
-    if (r == 0 && at->global_step < MAX_RECORD) j->on_disk[at->global_step] = checkpoint_step_on_disk(j->dir);
+    if (r == 0 && at->global_step < MAX_RECORD)
+        j->on_disk[at->global_step] = checkpoint_step_on_disk(j->dir);
     if (r == 0 && at->global_step == j->stop_at) rp_trainer_request_stop(SIGINT);
     if (r == 0 && at->global_step == j->signal_at) kill(getpid(), SIGINT);
     if (r == 0 && at->global_step == j->limit_at) {
@@ -198,7 +203,8 @@ static rp_status evaluate(rp_replica *rep, void *ctx, void *st)
     /* The squared norm of the weights: the same on every replica once they agree. */
     const float *v = rp_params_data(s->p);
     double sq = 0;
-    for (int64_t i = 0; i < rp_params_numel(s->p); i++) sq += (double)v[i] * v[i];
+    for (int64_t i = 0; i < rp_params_numel(s->p); i++)
+        sq += (double)v[i] * v[i];
     RP_CHECK(rp_replica_report(rep, "replicas", 1, RP_SUM));
     return rp_replica_report(rep, "wnorm2", sq, RP_MEAN);
 }
@@ -271,7 +277,8 @@ static const char *path_in(char *buf, size_t size, const char *dir, const char *
     return buf;
 }
 
-/* Creates, runs and destroys a trainer of model `m`; returns run's status and its progress in *p. */
+/* Creates, runs and destroys a trainer of model `m`; returns run's status and its progress in *p.
+ */
 static rp_status train_model(job *j, const rp_trainer_config *c, const rp_trainer_model *m,
                              rp_trainer_progress *p)
 {
@@ -334,7 +341,8 @@ static double json_number(const cJSON *o, const char *key)
     return v->valuedouble;
 }
 
-/* Checkpoints at every 3 global steps and every epoch; metrics lines every 2 steps and each epoch. */
+/* Checkpoints at every 3 global steps and every epoch; metrics lines every 2 steps and each epoch.
+ */
 static void test_run_directory_and_cadence(void **unused)
 {
     job j;
@@ -355,7 +363,8 @@ static void test_run_directory_and_cadence(void **unused)
     assert_int_equal(p.step, 0);
     /* What the checkpoint on disk said as each step began: saves after steps 3, 4 (epoch), 6. */
     int64_t want[8] = {-1, -1, -1, 3, 4, 4, 6, 6};
-    for (int g = 0; g < 8; g++) assert_int_equal(j.on_disk[g], want[g]);
+    for (int g = 0; g < 8; g++)
+        assert_int_equal(j.on_disk[g], want[g]);
     assert_int_equal(checkpoint_step_on_disk(dir), 8);
 
     /* The checkpoint holds the configuration text and the position. */
@@ -369,7 +378,8 @@ static void test_run_directory_and_cadence(void **unused)
     assert_int_equal(pos[1], 0);
     rp_checkpoint_destroy(ck);
 
-    /* metrics.jsonl: step lines at 2, 4, 6, 8; epoch lines at 4 and 8 with the evaluation's metric. */
+    /* metrics.jsonl: step lines at 2, 4, 6, 8; epoch lines at 4 and 8 with the evaluation's metric.
+     */
     long size;
     char *text = (char *)read_file(path_in(path, sizeof path, dir, "metrics.jsonl"), &size);
     assert_non_null(text);
@@ -395,7 +405,8 @@ static void test_run_directory_and_cadence(void **unused)
     }
     free(text);
     assert_int_equal(nsteps, 4);
-    for (int i = 0; i < 4; i++) assert_int_equal(steps_seen[i], 2 * (i + 1));
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(steps_seen[i], 2 * (i + 1));
     assert_int_equal(nepochs, 2);
     assert_int_equal(epochs_seen[0], 4);
     assert_int_equal(epochs_seen[1], 8);
@@ -420,7 +431,8 @@ static void test_failed_write_keeps_previous_checkpoint(void **unused)
     tu_assert_error_contains("checkpoint.safetensors");
     assert_non_null(j.kept);
     long size;
-    unsigned char *now = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
+    unsigned char *now =
+        read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
     assert_non_null(now);
     assert_int_equal(size, j.kept_size);
     assert_memory_equal(now, j.kept, (size_t)size);
@@ -429,7 +441,8 @@ static void test_failed_write_keeps_previous_checkpoint(void **unused)
     /* The failed save removed its temporary file. */
     DIR *d = opendir(dir);
     assert_non_null(d);
-    for (struct dirent *e; (e = readdir(d));) assert_null(strstr(e->d_name, ".tmp"));
+    for (struct dirent *e; (e = readdir(d));)
+        assert_null(strstr(e->d_name, ".tmp"));
     closedir(d);
     job_free(&j);
 }
@@ -455,7 +468,8 @@ static void test_stop_request_resumes_bit_exactly(void **unused)
 {
     for (int replicas = 1; replicas <= 2; replicas++) {
         long full_size;
-        unsigned char *full = uninterrupted(replicas == 1 ? "stop-full-1" : "stop-full-2", replicas, &full_size);
+        unsigned char *full =
+            uninterrupted(replicas == 1 ? "stop-full-1" : "stop-full-2", replicas, &full_size);
         assert_non_null(full);
 
         job j;
@@ -494,7 +508,8 @@ static void test_stop_request_resumes_bit_exactly(void **unused)
                 for (int k = 0; k < replicas; k++)
                     assert_int_equal(j.seen[k][e][s] + r.seen[k][e][s], 1);
         long size;
-        unsigned char *resumed = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
+        unsigned char *resumed =
+            read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
         assert_non_null(resumed);
         assert_int_equal(size, full_size);
         assert_memory_equal(resumed, full, (size_t)size);
@@ -505,7 +520,8 @@ static void test_stop_request_resumes_bit_exactly(void **unused)
     }
 }
 
-/* A real SIGINT, through the signal thread: a stop at some step boundary that resumes bit-exactly. */
+/* A real SIGINT, through the signal thread: a stop at some step boundary that resumes bit-exactly.
+ */
 static void test_signal_stops_and_resumes(void **unused)
 {
     job j;
@@ -540,8 +556,10 @@ static void test_signal_stops_and_resumes(void **unused)
     rp_checkpoint_destroy(ck);
     assert_true(p.finished);
     long a_size, b_size;
-    unsigned char *a = read_file(path_in(path, sizeof path, udir, "checkpoint.safetensors"), &a_size);
-    unsigned char *b = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &b_size);
+    unsigned char *a =
+        read_file(path_in(path, sizeof path, udir, "checkpoint.safetensors"), &a_size);
+    unsigned char *b =
+        read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &b_size);
     assert_non_null(a);
     assert_non_null(b);
     assert_int_equal(a_size, b_size);
@@ -555,7 +573,8 @@ static void test_signal_stops_and_resumes(void **unused)
 
 /*
  * Evaluation every 3 steps and every second epoch (and after the last), on every replica: 4 steps
- * per epoch, 3 epochs -> after steps 3, 6, 8 (epoch 2), 9, 12 (step cadence and the last epoch, once).
+ * per epoch, 3 epochs -> after steps 3, 6, 8 (epoch 2), 9, 12 (step cadence and the last epoch,
+ * once).
  */
 static void test_eval_cadence(void **unused)
 {
@@ -576,7 +595,8 @@ static void test_eval_cadence(void **unused)
     job_free(&j);
 }
 
-/* Every batch of every epoch exactly once: sync, each replica its shard; async, one replica each. */
+/* Every batch of every epoch exactly once: sync, each replica its shard; async, one replica each.
+ */
 static void test_every_batch_once(void **unused)
 {
     for (int regime = 0; regime < 2; regime++) {
@@ -603,7 +623,8 @@ static void test_every_batch_once(void **unused)
                 per_replica[1] += j.seen[1][e][s];
             }
         for (int e = 3; e < MAX_EPOCHS; e++)
-            for (int s = 0; s < MAX_STEPS; s++) assert_int_equal(j.seen[0][e][s] + j.seen[1][e][s], 0);
+            for (int s = 0; s < MAX_STEPS; s++)
+                assert_int_equal(j.seen[0][e][s] + j.seen[1][e][s], 0);
         assert_int_equal(per_replica[0] + per_replica[1], regime ? 24 : 48);
         job_free(&j);
     }
@@ -628,7 +649,8 @@ static void test_async_max_steps(void **unused)
     assert_int_equal(checkpoint_step_on_disk(dir), 11);
     int total = 0;
     for (int e = 0; e < MAX_EPOCHS; e++)
-        for (int s = 0; s < MAX_STEPS; s++) total += j.seen[0][e][s] + j.seen[1][e][s];
+        for (int s = 0; s < MAX_STEPS; s++)
+            total += j.seen[0][e][s] + j.seen[1][e][s];
     assert_int_equal(total, 11);
     job_free(&j);
 }
@@ -643,7 +665,8 @@ static void test_refuses_existing_run(void **unused)
     rp_trainer_config c = config(&j, dir, 1, 1);
     assert_int_equal(train_once(&j, &c, NULL), RP_OK);
     long size;
-    unsigned char *before = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
+    unsigned char *before =
+        read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
     assert_non_null(before);
 
     c.force = false;
@@ -722,8 +745,8 @@ static void test_bad_config(void **unused)
 
 /*
  * A model's named scalars: every one in metrics.jsonl (a step line's over the last run's steps, an
- * epoch line's over the epoch, each first averaged over a sync step's replicas), the chosen ones on the
- * progress and epoch lines; in sync with 2 replicas and in async.
+ * epoch line's over the epoch, each first averaged over a sync step's replicas), the chosen ones on
+ * the progress and epoch lines; in sync with 2 replicas and in async.
  */
 static void test_named_scalars(void **unused)
 {
@@ -761,9 +784,11 @@ static void test_named_scalars(void **unused)
             if (cJSON_GetObjectItem(o, "train_loss")) {
                 /* The epoch's steps are 0..3 and 4..7: their mean global step is 1.5 and 5.5. */
                 assert_true(json_number(o, "train_gstep") == (epochs ? 5.5 : 1.5));
-                if (regime == 0) assert_true(json_number(o, "train_replica_id") == 0.5);
-                else assert_true(json_number(o, "train_replica_id") >= 0 &&
-                                 json_number(o, "train_replica_id") <= 1);
+                if (regime == 0)
+                    assert_true(json_number(o, "train_replica_id") == 0.5);
+                else
+                    assert_true(json_number(o, "train_replica_id") >= 0 &&
+                                json_number(o, "train_replica_id") <= 1);
                 assert_true(json_number(o, "train_loss") > 0);
                 assert_null(cJSON_GetObjectItem(o, "gstep"));
                 epochs++;
@@ -795,7 +820,8 @@ static void test_named_scalars(void **unused)
         assert_non_null(strstr(text, "  epoch 2/2  train replica_id "));
         assert_non_null(strstr(text, "  train gstep 5.5000  |w|^2 "));
         if (regime == 0)
-            assert_non_null(strstr(text, "  epoch 1/2  step 1/4  replica_id 0.5000  gstep 0.0000  lr "));
+            assert_non_null(
+                strstr(text, "  epoch 1/2  step 1/4  replica_id 0.5000  gstep 0.0000  lr "));
         else {
             /* Async: this process's first replica shows the steps it takes, whichever they are
              * (the other may take the epoch's first); each line shown names the chosen scalars. */
@@ -831,8 +857,8 @@ static void test_steps_only(void **unused)
         char dir[512], path[600];
         tu_tmp_path(dir, sizeof dir, pass ? "steps-stop" : "steps-full");
         rp_trainer_config c = config(&j, dir, 2, 1);
-        c.epochs = 99;            /* unused in steps-only mode */
-        c.eval_every_epochs = 1;  /* likewise: one evaluation, at the end */
+        c.epochs = 99;           /* unused in steps-only mode */
+        c.eval_every_epochs = 1; /* likewise: one evaluation, at the end */
         c.steps = 10;
         c.warmup_steps = 2;
         c.checkpoint_every_steps = 4;
@@ -844,12 +870,15 @@ static void test_steps_only(void **unused)
             assert_true(p.finished);
             assert_int_equal(p.global_step, 10);
             assert_int_equal(j.n_evals, 1);
-            /* The cadence: checkpoints after steps 4 and 8 (and the end) were on disk as steps began. */
+            /* The cadence: checkpoints after steps 4 and 8 (and the end) were on disk as steps
+             * began. */
             assert_int_equal(j.on_disk[4], 4);
             assert_int_equal(j.on_disk[8], 8);
             assert_int_equal(j.on_disk[9], 8);
-            for (int g = 0; g < 10; g++) assert_int_equal(j.seen[0][0][g], 1);
-            for (int s = 0; s < MAX_STEPS; s++) assert_int_equal(j.seen[0][1][s], 0);
+            for (int g = 0; g < 10; g++)
+                assert_int_equal(j.seen[0][0][g], 1);
+            for (int s = 0; s < MAX_STEPS; s++)
+                assert_int_equal(j.seen[0][1][s], 0);
             cJSON *lines[8];
             int n = read_metrics(dir, lines, 8);
             assert_int_equal(n, 3); /* steps 5 and 10, and the end's */
@@ -878,9 +907,11 @@ static void test_steps_only(void **unused)
         rp_checkpoint_destroy(ck);
         assert_true(p.finished);
         assert_int_equal(p.steps_this_run, 4);
-        for (int g = 0; g < 10; g++) assert_int_equal(j.seen[1][0][g] + r.seen[1][0][g], 1);
+        for (int g = 0; g < 10; g++)
+            assert_int_equal(j.seen[1][0][g] + r.seen[1][0][g], 1);
         long size;
-        unsigned char *resumed = read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
+        unsigned char *resumed =
+            read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), &size);
         assert_non_null(resumed);
         assert_int_equal(size, full_size);
         assert_memory_equal(resumed, full, (size_t)size);

@@ -26,9 +26,12 @@ static long long parse_bytes(const char *s)
 {
     char *end;
     long long v = strtoll(s, &end, 10);
-    if (*end == 'K' || *end == 'k') v <<= 10;
-    else if (*end == 'M' || *end == 'm') v <<= 20;
-    else if (*end == 'G' || *end == 'g') v <<= 30;
+    if (*end == 'K' || *end == 'k')
+        v <<= 10;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20;
+    else if (*end == 'G' || *end == 'g')
+        v <<= 30;
     return v;
 }
 
@@ -66,7 +69,8 @@ static void *member_loop(void *p)
     return NULL;
 }
 
-/* Seconds per all-reduce through replicator's communicators, all T members of this process at once. */
+/* Seconds per all-reduce through replicator's communicators, all T members of this process at once.
+ */
 static double time_ours(member *ms, int T, long long iters)
 {
     for (int t = 0; t < T; t++) {
@@ -74,7 +78,8 @@ static double time_ours(member *ms, int T, long long iters)
         if (t > 0) pthread_create(&ms[t].thread, NULL, member_loop, &ms[t]);
     }
     member_loop(&ms[0]);
-    for (int t = 1; t < T; t++) pthread_join(ms[t].thread, NULL);
+    for (int t = 1; t < T; t++)
+        pthread_join(ms[t].thread, NULL);
     for (int t = 0; t < T; t++)
         if (ms[t].status != RP_OK) {
             fprintf(stderr, "allreduce_mpi: %s\n", rp_last_error());
@@ -87,7 +92,8 @@ static double time_raw(const float *send, float *recv, long long count, long lon
 {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    for (long long it = 0; it < iters; it++) MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (long long it = 0; it < iters; it++)
+        MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     return (MPI_Wtime() - t0) / (double)iters;
 }
@@ -97,15 +103,23 @@ int main(int argc, char **argv)
     long long min = 4 << 10, max = 256 << 20;
     int json = 0, rounds = 5, T = 1, check = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--min") && i + 1 < argc) min = parse_bytes(argv[++i]);
-        else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = parse_bytes(argv[++i]);
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) T = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--check")) check = 1;
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--min") && i + 1 < argc)
+            min = parse_bytes(argv[++i]);
+        else if (!strcmp(argv[i], "--max") && i + 1 < argc)
+            max = parse_bytes(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--check"))
+            check = 1;
         else {
-            fprintf(stderr, "usage: mpirun -np N allreduce_mpi [--threads T] [--check] [--min 4K] [--max 256M] "
-                    "[--rounds 5] [--json]\n");
+            fprintf(
+                stderr,
+                "usage: mpirun -np N allreduce_mpi [--threads T] [--check] [--min 4K] [--max 256M] "
+                "[--rounds 5] [--json]\n");
             return 2;
         }
     }
@@ -124,10 +138,11 @@ int main(int argc, char **argv)
     int members = n * T;
     bool raw = T == 1; /* MPI_Allreduce has one member per rank: compared with the flat backend */
     if (rank == 0 && !json && !check)
-        printf("%6s %7s %10s %12s %12s %9s %10s\n", "ranks", "threads", "bytes", "raw_us", "ours_us",
-               "ours/raw", "busbw_GB/s");
+        printf("%6s %7s %10s %12s %12s %9s %10s\n", "ranks", "threads", "bytes", "raw_us",
+               "ours_us", "ours/raw", "busbw_GB/s");
     if (rank == 0 && !json && check)
-        printf("%6s %7s %10s %12s %12s %11s\n", "ranks", "threads", "bytes", "hashed_us", "full_us", "full/hashed");
+        printf("%6s %7s %10s %12s %12s %11s\n", "ranks", "threads", "bytes", "hashed_us", "full_us",
+               "full/hashed");
     member ms[64];
     for (long long bytes = min; bytes <= max; bytes *= 4) {
         long long count = bytes / 4;
@@ -136,7 +151,8 @@ int main(int argc, char **argv)
             ms[t].send = malloc((size_t)bytes);
             ms[t].recv = malloc((size_t)bytes);
             if (!ms[t].send || !ms[t].recv) MPI_Abort(MPI_COMM_WORLD, 1);
-            for (long long i = 0; i < count; i++) ms[t].send[i] = (float)((i + rank * T + t) & 7);
+            for (long long i = 0; i < count; i++)
+                ms[t].send[i] = (float)((i + rank * T + t) & 7);
             memset(ms[t].recv, 0, (size_t)bytes);
         }
         long long iters = (1ll << 30) / (bytes * members);
@@ -146,7 +162,8 @@ int main(int argc, char **argv)
         time_ours(ms, T, 2); /* warm-up: scratch, MPI's buffers */
         if (raw) time_raw(ms[0].send, ms[0].recv, count, 2);
         if (check) {
-            /* The same calls with the full exchange of calls (the old check), in alternating rounds. */
+            /* The same calls with the full exchange of calls (the old check), in alternating
+             * rounds. */
             double t_full[99];
             for (int r = 0; r < rounds; r++) {
                 rp_comm_mpi_set_full_check(1);
@@ -157,10 +174,12 @@ int main(int argc, char **argv)
             double hashed = median(t_ours, rounds), full = median(t_full, rounds);
             if (rank == 0) {
                 if (json)
-                    printf("{\"ranks\":%d,\"threads\":%d,\"bytes\":%lld,\"hashed_us\":%.2f,\"full_us\":%.2f}\n", n,
-                           T, bytes, hashed * 1e6, full * 1e6);
+                    printf("{\"ranks\":%d,\"threads\":%d,\"bytes\":%lld,\"hashed_us\":%.2f,\"full_"
+                           "us\":%.2f}\n",
+                           n, T, bytes, hashed * 1e6, full * 1e6);
                 else
-                    printf("%6d %7d %10lld %12.1f %12.1f %11.3f\n", n, T, bytes, hashed * 1e6, full * 1e6, full / hashed);
+                    printf("%6d %7d %10lld %12.1f %12.1f %11.3f\n", n, T, bytes, hashed * 1e6,
+                           full * 1e6, full / hashed);
                 fflush(stdout);
             }
             for (int t = 0; t < T; t++) {
@@ -177,14 +196,16 @@ int main(int argc, char **argv)
         double busbw = (double)bytes / ours / 1e9 * 2.0 * (members - 1) / members;
         if (rank == 0) {
             if (json)
-                printf("{\"ranks\":%d,\"threads\":%d,\"bytes\":%lld,\"raw_us\":%.2f,\"ours_us\":%.2f,"
-                       "\"ours_over_raw\":%.3f,\"busbw_gbs\":%.3f}\n", n, T, bytes, base * 1e6, ours * 1e6,
-                       raw ? ours / base : 0.0, busbw);
+                printf(
+                    "{\"ranks\":%d,\"threads\":%d,\"bytes\":%lld,\"raw_us\":%.2f,\"ours_us\":%.2f,"
+                    "\"ours_over_raw\":%.3f,\"busbw_gbs\":%.3f}\n",
+                    n, T, bytes, base * 1e6, ours * 1e6, raw ? ours / base : 0.0, busbw);
             else if (raw)
-                printf("%6d %7d %10lld %12.1f %12.1f %9.3f %10.2f\n", n, T, bytes, base * 1e6, ours * 1e6,
-                       ours / base, busbw);
+                printf("%6d %7d %10lld %12.1f %12.1f %9.3f %10.2f\n", n, T, bytes, base * 1e6,
+                       ours * 1e6, ours / base, busbw);
             else
-                printf("%6d %7d %10lld %12s %12.1f %9s %10.2f\n", n, T, bytes, "-", ours * 1e6, "-", busbw);
+                printf("%6d %7d %10lld %12s %12.1f %9s %10.2f\n", n, T, bytes, "-", ours * 1e6, "-",
+                       busbw);
             fflush(stdout);
         }
         for (int t = 0; t < T; t++) {
@@ -192,6 +213,7 @@ int main(int argc, char **argv)
             free(ms[t].recv);
         }
     }
-    for (int t = 0; t < T; t++) rp_comm_destroy(comms[t]);
+    for (int t = 0; t < T; t++)
+        rp_comm_destroy(comms[t]);
     return 0;
 }

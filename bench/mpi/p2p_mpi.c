@@ -23,8 +23,10 @@ static long long parse_bytes(const char *s)
 {
     char *end;
     long long v = strtoll(s, &end, 10);
-    if (*end == 'K' || *end == 'k') v <<= 10;
-    else if (*end == 'M' || *end == 'm') v <<= 20;
+    if (*end == 'K' || *end == 'k')
+        v <<= 10;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20;
     return v;
 }
 
@@ -52,7 +54,8 @@ static void die(const char *what)
     exit(1);
 }
 
-/* ---- between 2 MPI ranks ---------------------------------------------------------------------- */
+/* ---- between 2 MPI ranks ----------------------------------------------------------------------
+ */
 
 static double pingpong_raw(MPI_Comm comm, int rank, char *buf, long long bytes, long long iters)
 {
@@ -102,7 +105,8 @@ static int run_mpi(long long min, long long max, int rounds, int json)
     MPI_Comm raw;
     MPI_Comm_dup(MPI_COMM_WORLD, &raw);
     if (rank == 0 && !json)
-        printf("%10s %12s %12s %9s %12s %12s\n", "bytes", "raw_us", "ours_us", "ours/raw", "raw_GB/s", "ours_GB/s");
+        printf("%10s %12s %12s %9s %12s %12s\n", "bytes", "raw_us", "ours_us", "ours/raw",
+               "raw_GB/s", "ours_GB/s");
     char *buf = malloc((size_t)max + 1);
     if (!buf) die("malloc");
     memset(buf, 1, (size_t)max + 1);
@@ -118,11 +122,12 @@ static int run_mpi(long long min, long long max, int rounds, int json)
         double a = median(t_raw, rounds), b = median(t_ours, rounds);
         if (rank == 0) {
             if (json)
-                printf("{\"backend\":\"mpi\",\"bytes\":%lld,\"raw_us\":%.3f,\"ours_us\":%.3f,\"ours_over_raw\":%.3f}\n",
+                printf("{\"backend\":\"mpi\",\"bytes\":%lld,\"raw_us\":%.3f,\"ours_us\":%.3f,"
+                       "\"ours_over_raw\":%.3f}\n",
                        bytes, a * 1e6, b * 1e6, b / a);
             else
-                printf("%10lld %12.2f %12.2f %9.3f %12.3f %12.3f\n", bytes, a * 1e6, b * 1e6, b / a, bytes / a / 1e9,
-                       bytes / b / 1e9);
+                printf("%10lld %12.2f %12.2f %9.3f %12.3f %12.3f\n", bytes, a * 1e6, b * 1e6, b / a,
+                       bytes / a / 1e9, bytes / b / 1e9);
             fflush(stdout);
         }
     }
@@ -132,7 +137,8 @@ static int run_mpi(long long min, long long max, int rounds, int json)
     return 0;
 }
 
-/* ---- the threads backend: 2 threads of this process, against memcpy ------------------------------- */
+/* ---- the threads backend: 2 threads of this process, against memcpy
+ * ------------------------------- */
 
 typedef struct {
     rp_comm *comm;
@@ -153,7 +159,8 @@ static double pingpong_threads(rp_comm **comms, char **bufs, long long bytes, lo
 {
     peer p[2];
     pthread_t th;
-    for (int r = 0; r < 2; r++) p[r] = (peer){comms[r], bufs[r], bytes, iters, 0};
+    for (int r = 0; r < 2; r++)
+        p[r] = (peer){comms[r], bufs[r], bytes, iters, 0};
     pthread_create(&th, NULL, peer_loop, &p[1]);
     peer_loop(&p[0]);
     pthread_join(th, NULL);
@@ -178,7 +185,9 @@ static int run_threads(long long min, long long max, int rounds, int json)
     if (!bufs[0] || !bufs[1]) die("malloc");
     memset(bufs[0], 1, (size_t)max + 1);
     memset(bufs[1], 2, (size_t)max + 1);
-    if (!json) printf("%10s %12s %12s %12s %12s %14s\n", "bytes", "memcpy_us", "threads_us", "threads/cp", "memcpy_GB/s", "threads_GB/s");
+    if (!json)
+        printf("%10s %12s %12s %12s %12s %14s\n", "bytes", "memcpy_us", "threads_us", "threads/cp",
+               "memcpy_GB/s", "threads_GB/s");
     for (long long bytes = min; bytes <= max; bytes *= 4) {
         long long iters = iters_for(bytes);
         double t_cp[99], t_th[99];
@@ -189,11 +198,12 @@ static int run_threads(long long min, long long max, int rounds, int json)
         }
         double a = median(t_cp, rounds), b = median(t_th, rounds);
         if (json)
-            printf("{\"backend\":\"threads\",\"bytes\":%lld,\"memcpy_us\":%.3f,\"threads_us\":%.3f}\n", bytes, a * 1e6,
-                   b * 1e6);
+            printf(
+                "{\"backend\":\"threads\",\"bytes\":%lld,\"memcpy_us\":%.3f,\"threads_us\":%.3f}\n",
+                bytes, a * 1e6, b * 1e6);
         else
-            printf("%10lld %12.2f %12.2f %12.3f %12.3f %14.3f\n", bytes, a * 1e6, b * 1e6, b / a, bytes / a / 1e9,
-                   bytes / b / 1e9);
+            printf("%10lld %12.2f %12.2f %12.3f %12.3f %14.3f\n", bytes, a * 1e6, b * 1e6, b / a,
+                   bytes / a / 1e9, bytes / b / 1e9);
         fflush(stdout);
     }
     rp_comm_destroy(comms[0]);
@@ -208,13 +218,19 @@ int main(int argc, char **argv)
     long long min = 8, max = 64 << 20;
     int json = 0, rounds = 5, threads = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--threads")) threads = 1;
-        else if (!strcmp(argv[i], "--min") && i + 1 < argc) min = parse_bytes(argv[++i]);
-        else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = parse_bytes(argv[++i]);
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--threads"))
+            threads = 1;
+        else if (!strcmp(argv[i], "--min") && i + 1 < argc)
+            min = parse_bytes(argv[++i]);
+        else if (!strcmp(argv[i], "--max") && i + 1 < argc)
+            max = parse_bytes(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mpirun -np 2 p2p_mpi | p2p_mpi --threads; [--min 8] [--max 64M] [--rounds 5] [--json]\n");
+            fprintf(stderr, "usage: mpirun -np 2 p2p_mpi | p2p_mpi --threads; [--min 8] [--max "
+                            "64M] [--rounds 5] [--json]\n");
             return 2;
         }
     }

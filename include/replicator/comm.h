@@ -279,7 +279,7 @@ uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
  * requests belong to the handle's thread.
  */
 #define RP_ANY_SOURCE (-1)
-#define RP_ANY_TAG (-1)
+#define RP_ANY_TAG    (-1)
 
 /* One non-blocking call; freed by the wait (or test) that completes it. */
 typedef struct rp_comm_request rp_comm_request;
@@ -288,7 +288,8 @@ typedef struct rp_comm_request rp_comm_request;
  * Sends count elements of buf to `peer` with `tag` (>= 0). Returns when buf
  * may be reused (the message is delivered or buffered). Errors above.
  */
-rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag);
+rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer,
+                       int tag);
 
 /*
  * Receives the next message on the channel from `peer` (or RP_ANY_SOURCE)
@@ -303,8 +304,8 @@ rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, 
  * must stay valid and untouched until then. Requests complete in any order.
  * A request not completed before its handle is destroyed is leaked.
  */
-rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
-                        rp_comm_request **req);
+rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer,
+                        int tag, rp_comm_request **req);
 rp_status rp_comm_irecv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
                         rp_comm_request **req);
 
@@ -380,22 +381,22 @@ const char *rp_flight_kind_name(rp_flight_kind kind);
 
 /* One recorded call. */
 typedef struct rp_flight_entry {
-    uint64_t call;   /* the handle's call number: every recorded call, from 0 */
-    uint64_t seq;    /* a collective's sequence number (rp_comm_sequence() before it, as the
-                        members match it); a message's number among this handle's messages */
+    uint64_t call;     /* the handle's call number: every recorded call, from 0 */
+    uint64_t seq;      /* a collective's sequence number (rp_comm_sequence() before it, as the
+                          members match it); a message's number among this handle's messages */
     uint64_t user_seq; /* a user collective's number in its step (as messages name it: "#2") */
     rp_flight_kind kind;
-    bool blocking;   /* messages: send/recv (true) or isend/irecv; collectives: true */
-    bool internal;   /* the runtime's own call (rp_comm_begin_internal), named by `what` */
-    bool done;       /* completed (status holds the outcome); false: still pending */
-    rp_dtype dtype;  /* (barrier: unused) */
-    rp_reduce_op op; /* reductions only */
-    int64_t count;   /* elements as passed */
-    int peer;        /* broadcast: root; message: the other member (RP_ANY_SOURCE); else -1 */
-    int tag;         /* messages; else -1 */
-    rp_status status; /* the call's outcome once done */
+    bool blocking;     /* messages: send/recv (true) or isend/irecv; collectives: true */
+    bool internal;     /* the runtime's own call (rp_comm_begin_internal), named by `what` */
+    bool done;         /* completed (status holds the outcome); false: still pending */
+    rp_dtype dtype;    /* (barrier: unused) */
+    rp_reduce_op op;   /* reductions only */
+    int64_t count;     /* elements as passed */
+    int peer;          /* broadcast: root; message: the other member (RP_ANY_SOURCE); else -1 */
+    int tag;           /* messages; else -1 */
+    rp_status status;  /* the call's outcome once done */
     double start, end; /* rp_now_s() clock; end is 0 while pending */
-    char what[48];   /* internal calls: the runtime's name for it */
+    char what[48];     /* internal calls: the runtime's name for it */
 } rp_flight_entry;
 
 /*

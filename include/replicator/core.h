@@ -25,18 +25,18 @@ typedef int rp_status;
 
 enum {
     RP_OK = 0,
-    RP_ERR_INVALID = -1,     /* an argument is out of range or NULL */
-    RP_ERR_SHAPE = -2,       /* tensor shapes do not fit together */
-    RP_ERR_NOMEM = -3,       /* an allocation failed */
-    RP_ERR_IO = -4,          /* a file could not be opened, read or written */
-    RP_ERR_FORMAT = -5,      /* a file's contents are corrupt or truncated */
-    RP_ERR_NUMERIC = -6,     /* a NaN or infinity where a finite value is required */
-    RP_ERR_COMM = -7,        /* a communication failure between replicas */
-    RP_ERR_TIMEOUT = -8,     /* a peer did not arrive in time */
-    RP_ERR_MISMATCH = -9,    /* replicas made different collective calls */
+    RP_ERR_INVALID = -1,      /* an argument is out of range or NULL */
+    RP_ERR_SHAPE = -2,        /* tensor shapes do not fit together */
+    RP_ERR_NOMEM = -3,        /* an allocation failed */
+    RP_ERR_IO = -4,           /* a file could not be opened, read or written */
+    RP_ERR_FORMAT = -5,       /* a file's contents are corrupt or truncated */
+    RP_ERR_NUMERIC = -6,      /* a NaN or infinity where a finite value is required */
+    RP_ERR_COMM = -7,         /* a communication failure between replicas */
+    RP_ERR_TIMEOUT = -8,      /* a peer did not arrive in time */
+    RP_ERR_MISMATCH = -9,     /* replicas made different collective calls */
     RP_ERR_UNSUPPORTED = -10, /* valid, but not implemented by this build */
-    RP_ERR_BACKEND = -11,    /* an engine underneath (oneDNN, BLAS, MPI) failed */
-    RP_ERR_INTERRUPTED = -12 /* stopped by a signal or a user request */
+    RP_ERR_BACKEND = -11,     /* an engine underneath (oneDNN, BLAS, MPI) failed */
+    RP_ERR_INTERRUPTED = -12  /* stopped by a signal or a user request */
 };
 
 /* The constant's name without the prefix, e.g. "SHAPE" for RP_ERR_SHAPE. */
@@ -112,7 +112,13 @@ rp_status rp_error_trail(rp_status status, const char *file, int line);
 
 /* ---- logging ------------------------------------------------------------ */
 
-typedef enum { RP_LOG_DEBUG = 0, RP_LOG_INFO = 1, RP_LOG_WARN = 2, RP_LOG_ERROR = 3, RP_LOG_OFF = 4 } rp_log_level;
+typedef enum {
+    RP_LOG_DEBUG = 0,
+    RP_LOG_INFO = 1,
+    RP_LOG_WARN = 2,
+    RP_LOG_ERROR = 3,
+    RP_LOG_OFF = 4
+} rp_log_level;
 
 /* Sets the minimum level written to stderr (default: RP_LOG_INFO, or $RP_LOG_LEVEL). */
 void rp_log_set_level(rp_log_level level);
@@ -138,8 +144,8 @@ int rp_log_prefix(char *buf, size_t size);
 void rp_log(rp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define rp_debug(...) rp_log(RP_LOG_DEBUG, __VA_ARGS__)
-#define rp_info(...) rp_log(RP_LOG_INFO, __VA_ARGS__)
-#define rp_warn(...) rp_log(RP_LOG_WARN, __VA_ARGS__)
+#define rp_info(...)  rp_log(RP_LOG_INFO, __VA_ARGS__)
+#define rp_warn(...)  rp_log(RP_LOG_WARN, __VA_ARGS__)
 
 /* ---- environment -------------------------------------------------------- */
 
@@ -148,17 +154,17 @@ void rp_log(rp_log_level level, const char *fmt, ...) __attribute__((format(prin
  * (src/core/env.c) and printed by `replicator info`.
  */
 typedef struct rp_env {
-    int log_level;         /* RP_LOG_LEVEL: debug|info|warn|error|off, default info */
-    int threads;           /* RP_THREADS: default thread count, 0 = all cores */
-    const char *kernels;   /* RP_KERNELS: "cpu" (default) or "ref" */
-    const char *data_dir;  /* RP_DATA_DIR: default /usr/share/datasets/fashion-mnist */
-    double comm_timeout;   /* RP_COMM_TIMEOUT: seconds a replica waits for its peers, default 300 */
-    bool mpi_launched;     /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */
-    int mpi_local_ranks;   /* OMPI_COMM_WORLD_LOCAL_SIZE: MPI ranks on this host (default 1) */
-    int mpi_world_size;    /* OMPI_COMM_WORLD_SIZE or PMI_SIZE: ranks in the MPI job (default 1) */
-    bool stuck_exit;       /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
-    int flight_entries;    /* RP_FLIGHT_ENTRIES: calls each communicator handle keeps (flight
-                              recorder), default 64, 0 = off, at most 1 << 20 */
+    int log_level;        /* RP_LOG_LEVEL: debug|info|warn|error|off, default info */
+    int threads;          /* RP_THREADS: default thread count, 0 = all cores */
+    const char *kernels;  /* RP_KERNELS: "cpu" (default) or "ref" */
+    const char *data_dir; /* RP_DATA_DIR: default /usr/share/datasets/fashion-mnist */
+    double comm_timeout;  /* RP_COMM_TIMEOUT: seconds a replica waits for its peers, default 300 */
+    bool mpi_launched;    /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */
+    int mpi_local_ranks;  /* OMPI_COMM_WORLD_LOCAL_SIZE: MPI ranks on this host (default 1) */
+    int mpi_world_size;   /* OMPI_COMM_WORLD_SIZE or PMI_SIZE: ranks in the MPI job (default 1) */
+    bool stuck_exit;    /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
+    int flight_entries; /* RP_FLIGHT_ENTRIES: calls each communicator handle keeps (flight
+                           recorder), default 64, 0 = off, at most 1 << 20 */
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */
@@ -205,9 +211,9 @@ void *rp_arena_calloc(rp_arena *arena, size_t bytes);
 void rp_arena_reset(rp_arena *arena);
 
 typedef struct rp_arena_stats {
-    size_t used;           /* bytes handed out since the last reset */
-    size_t capacity;       /* bytes held in chunks */
-    size_t high_water;     /* largest `used` seen */
+    size_t used;            /* bytes handed out since the last reset */
+    size_t capacity;        /* bytes held in chunks */
+    size_t high_water;      /* largest `used` seen */
     uint64_t system_allocs; /* chunks allocated from the system, ever */
 } rp_arena_stats;
 

@@ -173,8 +173,8 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
  * dimensions of 0..2^53 whose non-zero ones need at most 2^53 bytes in any
  * order, data offsets whose length matches the shape, tensors covering the
  * buffer exactly with no gap or overlap, unique names and metadata keys)
- * and the CRC-32. docs/architecture.md lists the rules and limits. The CRC entry is required: a file without it is refused
- * (use rp_checkpoint_load_safetensors for files from other tools). The
+ * and the CRC-32. docs/architecture.md lists the rules and limits. The CRC entry is required: a
+ * file without it is refused (use rp_checkpoint_load_safetensors for files from other tools). The
  * CRC entry itself is not kept in the loaded metadata.
  *
  * Errors: RP_ERR_IO (cannot open or read), RP_ERR_FORMAT (corrupt or

@@ -39,9 +39,9 @@ typedef enum {
 
 typedef struct rp_init {
     rp_init_kind kind;
-    float value;   /* constant, the scale of NORMAL/UNIFORM, or Glorot's gain (0 means 1) */
-    int fan_in;    /* inputs feeding one output unit (e.g. kh*kw*c) */
-    int fan_out;   /* outputs fed by one input unit (e.g. kh*kw*o) */
+    float value; /* constant, the scale of NORMAL/UNIFORM, or Glorot's gain (0 means 1) */
+    int fan_in;  /* inputs feeding one output unit (e.g. kh*kw*c) */
+    int fan_out; /* outputs fed by one input unit (e.g. kh*kw*o) */
 } rp_init;
 
 typedef struct rp_params rp_params;
@@ -78,7 +78,8 @@ int64_t rp_params_numel(const rp_params *params);
 /* The gradient block: one entry per trainable value. */
 float *rp_params_grad(const rp_params *params);
 int64_t rp_params_trainable_numel(const rp_params *params);
-/* Offset of parameter i's values in the value block (and, if trainable, grads in the grad block). */
+/* Offset of parameter i's values in the value block (and, if trainable, grads in the grad block).
+ */
 int64_t rp_params_offset(const rp_params *params, int i);
 
 /* Sets every gradient to zero and marks them fresh. */
@@ -153,13 +154,14 @@ rp_status rp_conv2d_layer_init_with(rp_conv2d_layer *l, rp_params *p, const char
  * `p.reduce` hook) makes it cross-replica: see rp_bn_params.
  */
 typedef struct rp_batchnorm_layer {
-    rp_tensor *gamma, *beta;              /* [c] */
+    rp_tensor *gamma, *beta;               /* [c] */
     rp_tensor *running_mean, *running_var; /* [c], buffers */
     int c;
     rp_bn_params p;
 } rp_batchnorm_layer;
 
-rp_status rp_batchnorm_layer_init(rp_batchnorm_layer *l, rp_params *params, const char *name, int c);
+rp_status rp_batchnorm_layer_init(rp_batchnorm_layer *l, rp_params *params, const char *name,
+                                  int c);
 rp_tensor *rp_batchnorm_layer_forward(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
                                       bool training);
 
@@ -237,7 +239,7 @@ typedef struct rp_cond_batchnorm_layer {
     rp_tensor *gamma, *beta;               /* [classes, c]: ones, zeros (trainable) */
     rp_tensor *running_mean, *running_var; /* [c], buffers */
     int c, classes;
-    rp_bn_params p;                        /* p.comm: cross-replica statistics */
+    rp_bn_params p; /* p.comm: cross-replica statistics */
 } rp_cond_batchnorm_layer;
 
 rp_status rp_cond_batchnorm_layer_init(rp_cond_batchnorm_layer *l, rp_params *p, const char *name,

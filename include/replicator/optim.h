@@ -28,9 +28,9 @@ typedef enum { RP_OPTIM_SGD, RP_OPTIM_ADAM, RP_OPTIM_ADAMW } rp_optim_kind;
 
 typedef struct rp_optim_config {
     rp_optim_kind kind;
-    float momentum;     /* SGD; 0 = plain SGD */
-    bool nesterov;      /* SGD; needs momentum > 0 */
-    float weight_decay; /* L2 for SGD and Adam, decoupled for AdamW */
+    float momentum;          /* SGD; 0 = plain SGD */
+    bool nesterov;           /* SGD; needs momentum > 0 */
+    float weight_decay;      /* L2 for SGD and Adam, decoupled for AdamW */
     float beta1, beta2, eps; /* Adam/AdamW: 0.9, 0.999, 1e-8 */
 } rp_optim_config;
 
@@ -48,12 +48,11 @@ void rp_optimizer_destroy(rp_optimizer *opt);
 
 /*
  * Applies one update with learning rate `lr` to every trainable parameter,
- * then zeroes the gradients. A negative or non-finite lr is RP_ERR_INVALID. Returns RP_ERR_NUMERIC, naming the parameter,
- * if a gradient holds a NaN or infinity; then nothing is changed.
- * A frozen parameter set (rp_params_set_frozen, nn.h) is RP_ERR_INVALID
- * naming its first and last parameters, before any hook runs: nothing is
- * changed, no gradient is all-reduced or pushed, the step count stays. (A
- * zero gradient would not leave the values alone: momentum and weight decay
+ * then zeroes the gradients. A negative or non-finite lr is RP_ERR_INVALID. Returns RP_ERR_NUMERIC,
+ * naming the parameter, if a gradient holds a NaN or infinity; then nothing is changed. A frozen
+ * parameter set (rp_params_set_frozen, nn.h) is RP_ERR_INVALID naming its first and last
+ * parameters, before any hook runs: nothing is changed, no gradient is all-reduced or pushed, the
+ * step count stays. (A zero gradient would not leave the values alone: momentum and weight decay
  * still move them.) So with two sets, e.g. a GAN's generator stepping with
  * the discriminator frozen, step only the optimizer of the set that trained.
  */
@@ -177,7 +176,7 @@ typedef struct rp_schedule {
     rp_sched_kind kind;
     float base_lr;
     int64_t warmup_steps;
-    float warmup_start; /* fraction of base_lr at step 0 of the warm-up (default 0) */
+    float warmup_start;  /* fraction of base_lr at step 0 of the warm-up (default 0) */
     int64_t total_steps; /* COSINE, LINEAR */
     float min_lr;        /* COSINE */
     float gamma;         /* STEP */

@@ -71,9 +71,9 @@ void rp_ps_shard_range(int64_t numel, int servers, int s, int64_t *lo, int64_t *
 #define RP_PS_MAX_WORKERS 64
 
 typedef struct rp_ps_config {
-    int servers;          /* S in [1, 256] */
-    int staleness;        /* k >= 0, or -1 (the default): unbounded */
-    double timeout_s;     /* > 0; 0: $RP_COMM_TIMEOUT */
+    int servers;           /* S in [1, 256] */
+    int staleness;         /* k >= 0, or -1 (the default): unbounded */
+    double timeout_s;      /* > 0; 0: $RP_COMM_TIMEOUT */
     rp_optim_config optim; /* the rule the servers apply */
 } rp_ps_config;
 
@@ -92,14 +92,15 @@ typedef struct rp_ps rp_ps;
  * Errors: RP_ERR_INVALID (workers outside [1, RP_PS_MAX_WORKERS], numel < 0, servers
  * outside [1, 256], a bad optimizer configuration), RP_ERR_NOMEM.
  */
-rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, const rp_ps_config *cfg);
+rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel,
+                               const rp_ps_config *cfg);
 
 /* Frees this worker's handle. NULL is ignored. */
 void rp_ps_destroy(rp_ps *ps);
 
 /* "threads", "mpi", or "remote" (remote servers over a communicator other than MPI). */
 const char *rp_ps_backend(const rp_ps *ps);
-int rp_ps_worker(const rp_ps *ps);   /* this handle's worker index, 0 .. workers-1 */
+int rp_ps_worker(const rp_ps *ps); /* this handle's worker index, 0 .. workers-1 */
 int rp_ps_workers(const rp_ps *ps);
 int rp_ps_servers(const rp_ps *ps);
 int64_t rp_ps_numel(const rp_ps *ps);

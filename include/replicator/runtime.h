@@ -78,15 +78,16 @@ extern "C" {
 
 /* Where the replicas run. */
 typedef enum {
-    RP_BACKEND_AUTO = 0,  /* MPI when started by mpirun/srun (rp_comm_mpi_launched()), else threads */
-    RP_BACKEND_THREADS,   /* `replicas` threads of this process */
-    RP_BACKEND_MPI,       /* `replicas` threads in each MPI process (hierarchical when > 1) */
+    RP_BACKEND_AUTO =
+        0,              /* MPI when started by mpirun/srun (rp_comm_mpi_launched()), else threads */
+    RP_BACKEND_THREADS, /* `replicas` threads of this process */
+    RP_BACKEND_MPI,     /* `replicas` threads in each MPI process (hierarchical when > 1) */
 } rp_backend;
 
 /* How the replicas combine their gradients. */
 typedef enum {
-    RP_REGIME_SYNC = 0,  /* all-reduced every step: the replicas stay identical */
-    RP_REGIME_ASYNC,     /* pushed to parameter servers; each replica pulls fresh values and goes on */
+    RP_REGIME_SYNC = 0, /* all-reduced every step: the replicas stay identical */
+    RP_REGIME_ASYNC, /* pushed to parameter servers; each replica pulls fresh values and goes on */
 } rp_regime;
 
 /* ---- topology: roles, each a mesh of workers along named axes ------------------------ */
@@ -97,7 +98,7 @@ typedef enum {
     RP_AXIS_MODEL = 1, /* across one member's model-parallel workers */
     RP_AXIS_PIPE = 2,  /* across one member's pipeline stages */
 } rp_axis;
-#define RP_AXES 3
+#define RP_AXES      3
 #define RP_ROLES_MAX 8
 
 /*
@@ -113,11 +114,11 @@ typedef enum {
  * worker r*replicas + t.
  */
 typedef struct rp_role {
-    char name[32];  /* unique in the job, 1..31 characters */
-    int members;    /* >= 1 */
-    int model;      /* workers per member along the model axis; 0 means 1 */
-    int pipe;       /* along the pipe axis; 0 means 1 */
-    int first;      /* placement: the role's first worker, or -1 (after the previous role) */
+    char name[32]; /* unique in the job, 1..31 characters */
+    int members;   /* >= 1 */
+    int model;     /* workers per member along the model axis; 0 means 1 */
+    int pipe;      /* along the pipe axis; 0 means 1 */
+    int first;     /* placement: the role's first worker, or -1 (after the previous role) */
 } rp_role;
 
 /* A role of `members` x `model` workers, placed after the previous one. */
@@ -135,15 +136,16 @@ typedef struct rp_config {
     uint64_t seed;           /* rp_replica_seed(); default 0 */
     double timeout_s;        /* how long a replica waits for its peers; 0: $RP_COMM_TIMEOUT (300) */
     size_t bucket_bytes;     /* gradient all-reduce bucket size; default 1 MiB */
-    int checksum_every;      /* verify every K optimizer steps that the replicas agree; 0: never; default 100 */
-    size_t arena_bytes;      /* initial size of each replica's tape arena; 0: a default */
-    int nroles;              /* 0 (default): one role "replica" of every worker on the data axis */
+    int checksum_every; /* verify every K optimizer steps that the replicas agree; 0: never; default
+                           100 */
+    size_t arena_bytes; /* initial size of each replica's tape arena; 0: a default */
+    int nroles;         /* 0 (default): one role "replica" of every worker on the data axis */
     rp_role roles[RP_ROLES_MAX]; /* the job's roles (see rp_role); threads backend: `replicas` is
                                     ignored and every worker is a thread here; MPI: `replicas`
                                     threads per rank, ranks x replicas = the roles' workers */
-    bool stuck_exit;         /* a replica stuck outside every collective ends the process (exit
-                                status RP_STUCK_EXIT_CODE) instead of failing the run; default
-                                $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
+    bool stuck_exit;             /* a replica stuck outside every collective ends the process (exit
+                                    status RP_STUCK_EXIT_CODE) instead of failing the run; default
+                                    $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
 } rp_config;
 
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */
@@ -306,7 +308,8 @@ rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn 
  */
 rp_status rp_replicator_wait(rp_replicator *r, const char *role);
 
-/* The job's roles (placed: `first` filled in), 0 <= i < rp_replicator_roles(); NULL if out of range. */
+/* The job's roles (placed: `first` filled in), 0 <= i < rp_replicator_roles(); NULL if out of
+ * range. */
 int rp_replicator_roles(const rp_replicator *r);
 const rp_role *rp_replicator_role(const rp_replicator *r, int i);
 
@@ -413,7 +416,8 @@ rp_status rp_all_reduce(rp_replica *rep, const void *send, void *recv, int64_t c
                         rp_dtype dtype, rp_reduce_op op);
 rp_status rp_reduce_scatter(rp_replica *rep, const void *send, void *recv, int64_t count,
                             rp_dtype dtype, rp_reduce_op op);
-rp_status rp_all_gather(rp_replica *rep, const void *send, void *recv, int64_t count, rp_dtype dtype);
+rp_status rp_all_gather(rp_replica *rep, const void *send, void *recv, int64_t count,
+                        rp_dtype dtype);
 rp_status rp_broadcast(rp_replica *rep, void *buf, int64_t count, rp_dtype dtype, int root);
 rp_status rp_barrier(rp_replica *rep);
 

@@ -194,8 +194,8 @@ void rp_tensor_set_requires_grad(rp_tensor *x, bool on);
 typedef struct rp_custom_op {
     const char *name; /* for messages */
     rp_status (*forward)(void *ctx, rp_tensor *out, rp_tensor *const *in, int n);
-    rp_status (*backward)(void *ctx, const rp_tensor *out, const float *dout,
-                          rp_tensor *const *in, float *const *din, int n);
+    rp_status (*backward)(void *ctx, const rp_tensor *out, const float *dout, rp_tensor *const *in,
+                          float *const *din, int n);
 } rp_custom_op;
 
 /*
@@ -204,8 +204,8 @@ typedef struct rp_custom_op {
  * that backward calls op->backward. NULL on error (a bad shape, a failing
  * forward: RP_ERR_* from it, with the op's name) or if an input is NULL.
  */
-rp_tensor *rp_custom(rp_tape *tape, const rp_custom_op *op, void *ctx, rp_tensor *const *in,
-                     int n, int ndim, const int *shape);
+rp_tensor *rp_custom(rp_tape *tape, const rp_custom_op *op, void *ctx, rp_tensor *const *in, int n,
+                     int ndim, const int *shape);
 
 /* ---- creating tensors on a tape ------------------------------------------ */
 
@@ -242,11 +242,11 @@ rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_co
 typedef rp_status (*rp_bn_reduce_fn)(double *sums, int count, double *n, void *ctx);
 
 typedef struct rp_bn_params {
-    float momentum;           /* running = (1-m) running + m batch; default 0.1 */
-    float eps;                /* default 1e-5 */
-    bool training;            /* batch statistics (true) or running statistics (false) */
-    bool relu;                /* apply a ReLU to the output, fused (one pass fewer each way) */
-    rp_bn_reduce_fn reduce;   /* NULL: statistics over this replica's batch only */
+    float momentum;         /* running = (1-m) running + m batch; default 0.1 */
+    float eps;              /* default 1e-5 */
+    bool training;          /* batch statistics (true) or running statistics (false) */
+    bool relu;              /* apply a ReLU to the output, fused (one pass fewer each way) */
+    rp_bn_reduce_fn reduce; /* NULL: statistics over this replica's batch only */
     void *reduce_ctx;
     /*
      * Cross-replica batch norm without a hook: when not NULL, the per-channel
@@ -325,7 +325,7 @@ rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x);
 typedef struct rp_pool_params {
     int kernel; /* square window */
     int stride;
-    int pad;    /* max pool pads with -inf, average pool excludes padding */
+    int pad; /* max pool pads with -inf, average pool excludes padding */
 } rp_pool_params;
 
 rp_tensor *rp_max_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p);
@@ -340,7 +340,8 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
 
 /* Mean softmax cross-entropy: logits [N,C], labels[N] in [0,C). Scalar. */
 rp_tensor *rp_softmax_cross_entropy(rp_tape *t, rp_tensor *logits, const int32_t *labels);
-/* Mean over rows of -sum_c target[n,c] log softmax(logits)[n,c]; target [N,C], no gradient to it. */
+/* Mean over rows of -sum_c target[n,c] log softmax(logits)[n,c]; target [N,C], no gradient to it.
+ */
 rp_tensor *rp_softmax_cross_entropy_soft(rp_tape *t, rp_tensor *logits, rp_tensor *target);
 /* Mean of (a-b)^2 over all elements; same shapes. Scalar. */
 rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b);

@@ -201,7 +201,8 @@ typedef struct rp_trainer_model {
      * settle made them so). The trainer adds "train/position" after it.
      */
     rp_status (*save)(void *ctx, void *state, rp_checkpoint *ck);
-    /* Optional. Every replica, in rp_trainer_destroy(): frees the state build made (may be NULL). */
+    /* Optional. Every replica, in rp_trainer_destroy(): frees the state build made (may be NULL).
+     */
     rp_status (*destroy)(rp_replica *rep, void *ctx, void *state);
     /*
      * Optional: a job whose roles do more than step (D4PG's actors and its
@@ -227,45 +228,46 @@ typedef struct rp_trainer_model {
 } rp_trainer_model;
 
 typedef struct rp_trainer_config {
-    rp_config runtime;          /* the replicator the trainer creates; rp_config_default() */
-    const char *run_dir;        /* required: the run directory (copied) */
-    bool run_dir_exact;         /* named by the user: a checkpoint in it is refused unless force;
-                                   false (default): run_dir-2, -3, ... if taken */
-    bool force;                 /* overwrite a checkpoint already in run_dir */
+    rp_config runtime;           /* the replicator the trainer creates; rp_config_default() */
+    const char *run_dir;         /* required: the run directory (copied) */
+    bool run_dir_exact;          /* named by the user: a checkpoint in it is refused unless force;
+                                    false (default): run_dir-2, -3, ... if taken */
+    bool force;                  /* overwrite a checkpoint already in run_dir */
     const rp_checkpoint *resume; /* continue this checkpoint's run in run_dir (borrowed during
                                    rp_trainer_create); NULL: a new run */
-    const char *config_json;    /* stored as the checkpoint's "replicator.config" (copied); may be NULL */
-    int epochs;                 /* >= 1; default 1 */
-    int64_t steps;              /* > 0: steps-only mode, a run of this many global steps with no
-                                   epochs (epochs and the *_every_epochs cadences are unused, the
-                                   checkpoint and evaluation come at the end and at the step
-                                   cadences); 0 (default): epochs of steps_per_epoch */
-    int64_t max_steps;          /* stop (checkpointed, resumable) after this global step; 0: none */
-    float lr;                   /* the schedule's peak rate; default 0.1 */
-    rp_sched_kind schedule;     /* RP_SCHED_COSINE (over all epochs), RP_SCHED_LINEAR (lr to 0 over
-                                   the run's total steps: epochs x steps_per_epoch, or cfg.steps),
-                                   or RP_SCHED_CONSTANT (default); others: RP_ERR_INVALID */
-    int warmup_epochs;          /* linear warm-up; default 0 */
-    int64_t warmup_steps;       /* added to the warm-up (steps-only mode's); default 0 */
+    const char
+        *config_json;  /* stored as the checkpoint's "replicator.config" (copied); may be NULL */
+    int epochs;        /* >= 1; default 1 */
+    int64_t steps;     /* > 0: steps-only mode, a run of this many global steps with no
+                          epochs (epochs and the *_every_epochs cadences are unused, the
+                          checkpoint and evaluation come at the end and at the step
+                          cadences); 0 (default): epochs of steps_per_epoch */
+    int64_t max_steps; /* stop (checkpointed, resumable) after this global step; 0: none */
+    float lr;          /* the schedule's peak rate; default 0.1 */
+    rp_sched_kind schedule;      /* RP_SCHED_COSINE (over all epochs), RP_SCHED_LINEAR (lr to 0 over
+                                    the run's total steps: epochs x steps_per_epoch, or cfg.steps),
+                                    or RP_SCHED_CONSTANT (default); others: RP_ERR_INVALID */
+    int warmup_epochs;           /* linear warm-up; default 0 */
+    int64_t warmup_steps;        /* added to the warm-up (steps-only mode's); default 0 */
     int checkpoint_every_epochs; /* default 1; 0: only on a stop and after the last epoch */
     int64_t checkpoint_every_steps; /* also every K global steps; 0 (default): no */
-    int eval_every_epochs;      /* default 1; 0: never at an epoch's end */
-    int64_t eval_every_steps;   /* also every K global steps; 0 (default): no */
-    int64_t metrics_every_steps; /* a step line in metrics.jsonl every K steps; default 50 */
+    int eval_every_epochs;          /* default 1; 0: never at an epoch's end */
+    int64_t eval_every_steps;       /* also every K global steps; 0 (default): no */
+    int64_t metrics_every_steps;    /* a step line in metrics.jsonl every K steps; default 50 */
     const char *tensorboard_dir; /* also write every metrics line's numbers as TensorBoard scalars
                                    to an events file in this directory (created if missing;
                                    replicator/tensorboard.h, "TensorBoard" above); NULL
                                    (default): none */
-    bool no_checkpoint;         /* write no checkpoint (the directory and metrics still are) */
-    bool quiet;                 /* no progress or epoch lines (the process of replica 0 prints them) */
-    int batch;                  /* samples in one global batch, for the rate shown; default 1 */
-    const char *rate_unit;      /* the rate's unit on the lines shown; default "samples/s" */
-    const char *rate_key;       /* its key in metrics.jsonl; default "samples_per_s" */
-    const char *shown_scalars;  /* the model's scalars on the progress and epoch lines, named and
-                                   separated by commas ("g_loss,d_loss"; read by create), shown
-                                   in the model's order; NULL (default): the first; "": none */
-    int slow_replica;           /* replica R sleeps (slow_factor - 1) x its step time each step,
-                                   to study stragglers; -1 (default): none */
+    bool no_checkpoint;          /* write no checkpoint (the directory and metrics still are) */
+    bool quiet;            /* no progress or epoch lines (the process of replica 0 prints them) */
+    int batch;             /* samples in one global batch, for the rate shown; default 1 */
+    const char *rate_unit; /* the rate's unit on the lines shown; default "samples/s" */
+    const char *rate_key;  /* its key in metrics.jsonl; default "samples_per_s" */
+    const char *shown_scalars; /* the model's scalars on the progress and epoch lines, named and
+                                  separated by commas ("g_loss,d_loss"; read by create), shown
+                                  in the model's order; NULL (default): the first; "": none */
+    int slow_replica;          /* replica R sleeps (slow_factor - 1) x its step time each step,
+                                  to study stragglers; -1 (default): none */
     float slow_factor;
 } rp_trainer_config;
 
@@ -294,8 +296,8 @@ rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json);
  * errors. On error *t is NULL and everything made is freed (the replicas'
  * states through model->destroy).
  */
-rp_status rp_trainer_create(rp_trainer **t, const rp_trainer_config *cfg, const rp_trainer_model *model,
-                            void *ctx);
+rp_status rp_trainer_create(rp_trainer **t, const rp_trainer_config *cfg,
+                            const rp_trainer_model *model, void *ctx);
 
 /*
  * Trains from the current position to the end of the last epoch: after

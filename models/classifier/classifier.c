@@ -14,8 +14,8 @@ bool rp_classifier_known_model(const char *model)
     return model && (!strcmp(model, "mlp") || rp_resnet_kind_parse(model, &k));
 }
 
-rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h, int w,
-                                   int c, int classes, rp_comm *bn_comm)
+rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h,
+                                   int w, int c, int classes, rp_comm *bn_comm)
 {
     memset(net, 0, sizeof *net);
     rp_resnet_kind kind;
@@ -41,9 +41,11 @@ rp_params *rp_classifier_net_params(const rp_classifier_net *net)
     return net->resnet ? rp_resnet_params(net->resnet) : net->mlp->params;
 }
 
-rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, rp_tensor *x, bool training)
+rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, rp_tensor *x,
+                                     bool training)
 {
-    return net->resnet ? rp_resnet_forward(t, net->resnet, x, training) : rp_mlp_forward(t, net->mlp, x);
+    return net->resnet ? rp_resnet_forward(t, net->resnet, x, training)
+                       : rp_mlp_forward(t, net->mlp, x);
 }
 
 static rp_status load_stored(rp_dataset **ds, const rp_classifier_config *cfg, const char *split)
@@ -57,10 +59,12 @@ static rp_status load_stored(rp_dataset **ds, const rp_classifier_config *cfg, c
     return rp_dataset_load_mnist(ds, cfg->data_dir, split);
 }
 
-rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg, const char *split)
+rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg,
+                                     const char *split)
 {
     RP_CHECK(load_stored(ds, cfg, split));
-    if (cfg->image_size <= 0 || ((*ds)->h == cfg->image_size && (*ds)->w == cfg->image_size)) return RP_OK;
+    if (cfg->image_size <= 0 || ((*ds)->h == cfg->image_size && (*ds)->w == cfg->image_size))
+        return RP_OK;
     rp_dataset *padded;
     rp_status status = rp_dataset_pad(&padded, *ds, cfg->image_size, cfg->image_size);
     rp_dataset_destroy(*ds);
@@ -132,7 +136,8 @@ rp_status rp_classifier_create(rp_classifier **out, const rp_classifier_config *
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "rp_classifier_create: NULL argument");
     *out = NULL;
     if (!rp_classifier_known_model(cfg->model))
-        return RP_ERROR(RP_ERR_INVALID, "unknown model \"%s\" (resnet20, resnet18, resnet50, mlp)", cfg->model);
+        return RP_ERROR(RP_ERR_INVALID, "unknown model \"%s\" (resnet20, resnet18, resnet50, mlp)",
+                        cfg->model);
     if (cfg->batch < 1) return RP_ERROR(RP_ERR_INVALID, "batch %d; at least 1", cfg->batch);
     rp_status status = RP_OK;
     rp_classifier *c = calloc(1, sizeof *c);
@@ -141,7 +146,8 @@ rp_status rp_classifier_create(rp_classifier **out, const rp_classifier_config *
     RP_TRY(rp_classifier_load_dataset(&c->train, cfg, "train"));
     RP_TRY(rp_classifier_load_dataset(&c->test, cfg, "test"));
     if (c->train->c > RP_LOADER_MAX_CHANNELS) {
-        status = RP_ERROR(RP_ERR_UNSUPPORTED, "%d channels; at most %d", c->train->c, RP_LOADER_MAX_CHANNELS);
+        status = RP_ERROR(RP_ERR_UNSUPPORTED, "%d channels; at most %d", c->train->c,
+                          RP_LOADER_MAX_CHANNELS);
         goto cleanup;
     }
     RP_TRY(rp_dataset_channel_stats(c->train, c->mean, c->std));

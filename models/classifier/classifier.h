@@ -24,19 +24,19 @@
 #include "replicator/replicator.h"
 
 typedef struct rp_classifier_config {
-    char model[32];     /* mlp | resnet20 | resnet18 | resnet50 */
-    char dataset[32];   /* fashion-mnist | mnist | cifar10 | synthetic */
+    char model[32];      /* mlp | resnet20 | resnet18 | resnet50 */
+    char dataset[32];    /* fashion-mnist | mnist | cifar10 | synthetic */
     char data_dir[4096]; /* any path the system takes (PATH_MAX) */
-    int batch;          /* the global batch */
+    int batch;           /* the global batch */
     float momentum, weight_decay;
     bool nesterov;
-    uint64_t seed;      /* initial weights and the loader's shuffle */
+    uint64_t seed;                 /* initial weights and the loader's shuffle */
     int hidden[RP_MLP_MAX_LAYERS]; /* mlp hidden widths */
     int n_hidden;
-    bool augment;       /* random crop (pad) and flip */
+    bool augment; /* random crop (pad) and flip */
     int pad;
-    int64_t limit;      /* the first N training samples (0: all) */
-    int image_size;     /* images padded to image_size x image_size, centred (0: as stored) */
+    int64_t limit;  /* the first N training samples (0: all) */
+    int image_size; /* images padded to image_size x image_size, centred (0: as stored) */
 } rp_classifier_config;
 
 /* true if `model` names a classifier this file builds. */
@@ -54,14 +54,17 @@ typedef struct rp_classifier_net {
  * (rp_resnet_config.bn_comm; NULL: per-replica statistics). Errors: those of
  * rp_mlp_create/rp_resnet_create.
  */
-rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h, int w,
-                                   int c, int classes, rp_comm *bn_comm);
+rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h,
+                                   int w, int c, int classes, rp_comm *bn_comm);
 void rp_classifier_net_destroy(rp_classifier_net *net);
 rp_params *rp_classifier_net_params(const rp_classifier_net *net);
-rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, rp_tensor *x, bool training);
+rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, rp_tensor *x,
+                                     bool training);
 
-/* Loads the "train" or "test" split of cfg->dataset from cfg->data_dir, padded to cfg->image_size. */
-rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg, const char *split);
+/* Loads the "train" or "test" split of cfg->dataset from cfg->data_dir, padded to cfg->image_size.
+ */
+rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg,
+                                     const char *split);
 
 /* Test-set loss and accuracy. */
 typedef struct rp_classifier_eval {
@@ -104,7 +107,8 @@ void rp_classifier_destroy(rp_classifier *c);
 /* The trainer's callbacks for a classifier (static; pass an rp_classifier as their ctx). */
 const rp_trainer_model *rp_classifier_trainer_model(void);
 
-/* From a replica's state (rp_trainer_state()): its parameters, and the samples its loader reads per epoch. */
+/* From a replica's state (rp_trainer_state()): its parameters, and the samples its loader reads per
+ * epoch. */
 rp_params *rp_classifier_state_params(const void *state);
 int64_t rp_classifier_state_samples(const void *state);
 

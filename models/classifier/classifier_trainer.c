@@ -94,12 +94,14 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_tr
     replica_state *s = state;
     int64_t epoch, step;
     rp_loader_position(s->loader, &epoch, &step);
-    if (epoch != at->epoch || step != at->step) RP_CHECK(rp_loader_seek(s->loader, at->epoch, at->step));
+    if (epoch != at->epoch || step != at->step)
+        RP_CHECK(rp_loader_seek(s->loader, at->epoch, at->step));
     RP_CHECK(rp_loader_next(s->loader, &s->batch));
     rp_tape *t = rp_replica_tape(rep);
     const rp_batch *b = &s->batch;
     rp_tensor *x = rp_tensor_from(t, 4, (int[]){b->n, b->h, b->w, b->c}, b->x);
-    rp_tensor *loss = rp_softmax_cross_entropy(t, rp_classifier_net_forward(t, &s->net, x, true), b->y);
+    rp_tensor *loss =
+        rp_softmax_cross_entropy(t, rp_classifier_net_forward(t, &s->net, x, true), b->y);
     if (!loss) return rp_last_status();
     float l = rp_item(loss);
     if (!isfinite(l))

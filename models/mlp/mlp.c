@@ -18,8 +18,8 @@ rp_status rp_mlp_create(rp_mlp **out, int in, const int *hidden, int n_hidden, i
         int next = i < n_hidden ? hidden[i] : classes;
         char name[16];
         snprintf(name, sizeof name, "fc%d", i);
-        RP_TRY(rp_linear_layer_init(&m->layers[i], m->params, name, width, next, true,
-                                    i < n_hidden));
+        RP_TRY(
+            rp_linear_layer_init(&m->layers[i], m->params, name, width, next, true, i < n_hidden));
         width = next;
     }
     m->n_layers = n_hidden + 1;

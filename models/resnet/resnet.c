@@ -31,14 +31,17 @@ struct rp_resnet {
 
 rp_resnet_config rp_resnet_config_default(rp_resnet_kind kind)
 {
-    rp_resnet_config c = {.kind = kind, .in_channels = 3, .classes = kind == RP_RESNET20 ? 10 : 1000};
+    rp_resnet_config c = {
+        .kind = kind, .in_channels = 3, .classes = kind == RP_RESNET20 ? 10 : 1000};
     return c;
 }
 
 bool rp_resnet_kind_parse(const char *name, rp_resnet_kind *kind)
 {
-    static const struct { const char *name; rp_resnet_kind kind; } table[] = {
-        {"resnet20", RP_RESNET20}, {"resnet18", RP_RESNET18}, {"resnet50", RP_RESNET50}};
+    static const struct {
+        const char *name;
+        rp_resnet_kind kind;
+    } table[] = {{"resnet20", RP_RESNET20}, {"resnet18", RP_RESNET18}, {"resnet50", RP_RESNET50}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (!strcmp(name, table[i].name)) {
             *kind = table[i].kind;
@@ -85,7 +88,8 @@ static rp_status block_init(rp_resnet *net, resnet_block *b, const char *prefix,
         RP_CHECK(conv_bn(p, prefix, 2, &b->conv[1], &b->bn[1], width, width, 3, 1, cfg));
     }
     /* Every BN but the block's last is followed by a ReLU: fuse it. */
-    for (int i = 0; i + 1 < (bottleneck ? 3 : 2); i++) b->bn[i].p.relu = true;
+    for (int i = 0; i + 1 < (bottleneck ? 3 : 2); i++)
+        b->bn[i].p.relu = true;
     b->project = stride != 1 || in != out;
     if (b->project) {
         char name[48];
@@ -110,11 +114,13 @@ rp_status rp_resnet_create(rp_resnet **out, const rp_resnet_config *cfg, uint64_
 {
     if (!out || !cfg || cfg->in_channels < 1 || cfg->classes < 1 || cfg->kind < RP_RESNET20 ||
         cfg->kind > RP_RESNET50)
-        return RP_ERROR(RP_ERR_INVALID, "rp_resnet_create: bad configuration (in_channels %d, "
-                        "classes %d)", cfg ? cfg->in_channels : -1, cfg ? cfg->classes : -1);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_resnet_create: bad configuration (in_channels %d, "
+                        "classes %d)",
+                        cfg ? cfg->in_channels : -1, cfg ? cfg->classes : -1);
     if (cfg->bn_comm && cfg->bn_reduce)
         return RP_ERROR(RP_ERR_INVALID, "rp_resnet_create: both bn_comm and bn_reduce are set; "
-                        "cross-replica batch norm takes one (bn_comm)");
+                                        "cross-replica batch norm takes one (bn_comm)");
     rp_status status = RP_OK;
     rp_resnet *net = rp_calloc(sizeof *net);
     if (!net) return rp_last_status();
@@ -182,7 +188,8 @@ static rp_tensor *block_forward(rp_tape *t, const resnet_block *b, rp_tensor *x,
 {
     int n = b->bottleneck ? 3 : 2;
     rp_tensor *y = x;
-    for (int i = 0; i < n; i++) y = conv_bn_forward(t, &b->conv[i], &b->bn[i], y, training);
+    for (int i = 0; i < n; i++)
+        y = conv_bn_forward(t, &b->conv[i], &b->bn[i], y, training);
     rp_tensor *shortcut = b->project ? conv_bn_forward(t, &b->proj, &b->proj_bn, x, training) : x;
     return rp_relu(t, rp_add(t, y, shortcut));
 }
@@ -199,12 +206,14 @@ rp_tensor *rp_resnet_forward_features(rp_tape *t, const rp_resnet *net, rp_tenso
     if (x && (x->ndim != 4 || x->shape[3] != net->cfg.in_channels)) {
         char s[64];
         RP_ERROR(RP_ERR_SHAPE, "%s expects NHWC input with %d channels, got %s",
-                 rp_resnet_kind_name(net->cfg.kind), net->cfg.in_channels, rp_shape_str(x, s, sizeof s));
+                 rp_resnet_kind_name(net->cfg.kind), net->cfg.in_channels,
+                 rp_shape_str(x, s, sizeof s));
         return NULL;
     }
     x = conv_bn_forward(t, &net->stem, &net->stem_bn, x, training); /* ReLU fused into the BN */
     if (net->stem_pool) x = rp_max_pool2d(t, x, (rp_pool_params){3, 2, 1});
-    for (int i = 0; i < net->n_blocks; i++) x = block_forward(t, &net->blocks[i], x, training);
+    for (int i = 0; i < net->n_blocks; i++)
+        x = block_forward(t, &net->blocks[i], x, training);
     rp_tensor *pooled = rp_global_avg_pool(t, x);
     if (features) *features = pooled;
     return rp_linear_layer_forward(t, &net->fc, pooled);

@@ -18,7 +18,7 @@ typedef enum { RP_RESNET20, RP_RESNET18, RP_RESNET50 } rp_resnet_kind;
 
 typedef struct rp_resnet_config {
     rp_resnet_kind kind;
-    int in_channels;       /* 1 for Fashion-MNIST, 3 for CIFAR and ImageNet */
+    int in_channels; /* 1 for Fashion-MNIST, 3 for CIFAR and ImageNet */
     int classes;
     bool zero_init_residual; /* last BN gamma of each block starts at 0 (Goyal et al. 2017) */
     /*

@@ -81,18 +81,19 @@ typedef struct rp_sngan_config {
                              dataset by rp_sngan_create; h and w multiples of 8, at least the
                              dataset's (smaller images are padded with background, -1) */
     int d_batch, g_batch; /* global batches: 64 (real; as many fakes), 128 */
-    int accum;            /* gradient accumulation: each step's batch in `accum` micro-batches (1) */
-    int n_dis;            /* 5 */
-    float lr_g, lr_d, beta1, beta2;  /* 2e-4, 2e-4, 0.0, 0.9; the trainer's lr schedule
-                                        (linear to 0) scales both: lr_x * at->lr / lr_g (the
-                                        trainer's peak rate must be lr_g, see
-                                        rp_sngan_trainer_config_apply) */
-    char dataset[32];     /* fashion-mnist | mnist | cifar10 */
-    char data_dir[4096];  /* "": $RP_DATA_DIR or Debian's Fashion-MNIST directory (fashion-mnist
-                             only; mnist and cifar10 need one); up to PATH_MAX */
-    int64_t limit;        /* the first N training images (0: all) */
-    uint64_t seed;        /* initial weights, z, labels, the real batches' order */
-    int64_t sample_every; /* write samples.png (and samples-<iter>.png) every K iterations (0: never) */
+    int accum; /* gradient accumulation: each step's batch in `accum` micro-batches (1) */
+    int n_dis; /* 5 */
+    float lr_g, lr_d, beta1, beta2; /* 2e-4, 2e-4, 0.0, 0.9; the trainer's lr schedule
+                                       (linear to 0) scales both: lr_x * at->lr / lr_g (the
+                                       trainer's peak rate must be lr_g, see
+                                       rp_sngan_trainer_config_apply) */
+    char dataset[32];               /* fashion-mnist | mnist | cifar10 */
+    char data_dir[4096]; /* "": $RP_DATA_DIR or Debian's Fashion-MNIST directory (fashion-mnist
+                            only; mnist and cifar10 need one); up to PATH_MAX */
+    int64_t limit;       /* the first N training images (0: all) */
+    uint64_t seed;       /* initial weights, z, labels, the real batches' order */
+    int64_t
+        sample_every; /* write samples.png (and samples-<iter>.png) every K iterations (0: never) */
 } rp_sngan_config;
 
 /* The defaults above (Fashion-MNIST from the default directory, seed 0, sample_every 0). */
@@ -186,7 +187,8 @@ rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
  * communicates). Errors: RP_ERR_INVALID (a bad field), RP_ERR_NOMEM.
  */
 typedef struct rp_sngan_generator rp_sngan_generator;
-rp_status rp_sngan_generator_create(rp_sngan_generator **g, const rp_sngan_config *cfg, rp_comm *bn_comm);
+rp_status rp_sngan_generator_create(rp_sngan_generator **g, const rp_sngan_config *cfg,
+                                    rp_comm *bn_comm);
 void rp_sngan_generator_destroy(rp_sngan_generator *g);
 /* Its parameters and buffers (owned by g). */
 rp_params *rp_sngan_generator_params(rp_sngan_generator *g);
@@ -204,8 +206,8 @@ rp_status rp_sngan_generator_load(rp_sngan_generator *g, const rp_checkpoint *ck
  * chunks). Errors: RP_ERR_INVALID (NULL, n < 1, a label out of range, named),
  * the ops' errors.
  */
-rp_status rp_sngan_generate(rp_sngan_generator *g, rp_tape *t, const float *z, const int32_t *labels,
-                            int n, float *images);
+rp_status rp_sngan_generate(rp_sngan_generator *g, rp_tape *t, const float *z,
+                            const int32_t *labels, int n, float *images);
 /* The generator of a replica's training state (rp_trainer_state()); NULL for NULL. */
 rp_sngan_generator *rp_sngan_state_generator(void *state);
 /* The discriminator's parameters and buffers of a replica's training state; NULL for NULL. */

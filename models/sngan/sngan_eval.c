@@ -47,13 +47,14 @@ void rp_sngan_tally_free(rp_sngan_tally *t)
 }
 
 /* One chunk of 8-bit pixels in the classifier's normalised input, through the classifier. */
-static rp_status add_chunk(const rp_sngan_judge *j, rp_tape *tape, const float *x, const int32_t *labels,
-                           int n, rp_sngan_tally *t)
+static rp_status add_chunk(const rp_sngan_judge *j, rp_tape *tape, const float *x,
+                           const int32_t *labels, int n, rp_sngan_tally *t)
 {
     rp_tape_reset(tape);
     rp_tensor *in = rp_tensor_from(tape, 4, (int[]){n, j->h, j->w, j->c}, x);
     rp_tensor *feat = NULL;
-    rp_tensor *logits = in ? rp_resnet_forward_features(tape, j->net.resnet, in, false, &feat) : NULL;
+    rp_tensor *logits =
+        in ? rp_resnet_forward_features(tape, j->net.resnet, in, false, &feat) : NULL;
     if (!logits || !feat) return rp_last_status();
     RP_CHECK(rp_gauss_sums_add(&t->feat, feat->data, n));
     RP_CHECK(rp_gauss_sums_add(&t->logit, logits->data, n));
@@ -64,7 +65,8 @@ static rp_status add_chunk(const rp_sngan_judge *j, rp_tape *tape, const float *
         double max = z[0], sum = 0;
         for (int y = 1; y < k; y++)
             if (z[y] > max) max = z[y], best = y;
-        for (int y = 0; y < k; y++) sum += exp(z[y] - max);
+        for (int y = 0; y < k; y++)
+            sum += exp(z[y] - max);
         double log_sum = log(sum);
         for (int y = 0; y < k; y++) {
             double logp = z[y] - max - log_sum, p = exp(logp);
@@ -93,14 +95,16 @@ rp_status rp_sngan_judge_add(const rp_sngan_judge *j, rp_tape *tape, const float
                              const int32_t *labels, int64_t n, rp_sngan_tally *t)
 {
     if (!j || !tape || (!images && n > 0) || !t || n < 0)
-        return RP_ERROR(RP_ERR_INVALID, "rp_sngan_judge_add: NULL argument or n %lld", (long long)n);
+        return RP_ERROR(RP_ERR_INVALID, "rp_sngan_judge_add: NULL argument or n %lld",
+                        (long long)n);
     for (int64_t i = 0; labels && i < n; i++)
         if (labels[i] < 0 || labels[i] >= j->classes)
             return RP_ERROR(RP_ERR_INVALID, "sample %lld's class %d: the judge knows classes 0..%d",
                             (long long)i, labels[i], j->classes - 1);
     int64_t per = (int64_t)j->h * j->w * j->c;
     float *x = malloc((size_t)(CHUNK * per) * sizeof *x);
-    if (!x) return RP_ERROR(RP_ERR_NOMEM, "rp_sngan_judge_add: %lld floats", (long long)(CHUNK * per));
+    if (!x)
+        return RP_ERROR(RP_ERR_NOMEM, "rp_sngan_judge_add: %lld floats", (long long)(CHUNK * per));
     rp_status status = RP_OK;
     for (int64_t s = 0; s < n && status == RP_OK; s += CHUNK) {
         int m = (int)(n - s < CHUNK ? n - s : CHUNK);
@@ -121,13 +125,15 @@ rp_status rp_sngan_judge_add(const rp_sngan_judge *j, rp_tape *tape, const float
 /* A dataset's images (optionally blurred or noised) into a tally. */
 typedef enum { AS_IS, BLURRED, NOISED } distortion;
 
-static rp_status add_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_dataset *ds, int64_t limit,
-                             distortion d, rp_sngan_tally *t)
+static rp_status add_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_dataset *ds,
+                             int64_t limit, distortion d, rp_sngan_tally *t)
 {
     int64_t count = limit > 0 && limit < ds->n ? limit : ds->n;
     int64_t per = (int64_t)j->h * j->w * j->c;
     float *x = malloc((size_t)(CHUNK * per) * sizeof *x);
-    if (!x) return RP_ERROR(RP_ERR_NOMEM, "the judge's calibration: %lld floats", (long long)(CHUNK * per));
+    if (!x)
+        return RP_ERROR(RP_ERR_NOMEM, "the judge's calibration: %lld floats",
+                        (long long)(CHUNK * per));
     rp_status status = RP_OK;
     for (int64_t s = 0; s < count && status == RP_OK; s += CHUNK) {
         int m = (int)(count - s < CHUNK ? count - s : CHUNK);
@@ -150,7 +156,8 @@ static rp_status add_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_da
                             v = rint(sum / 9) / 255.0;
                         } else if (d == NOISED) {
                             float e;
-                            rp_rng_fill_normal(0x6e6f697365ULL, (uint64_t)(s * per + at), &e, 1, 0.0f, 0.1f);
+                            rp_rng_fill_normal(0x6e6f697365ULL, (uint64_t)(s * per + at), &e, 1,
+                                               0.0f, 0.1f);
                             v = rint(fmin(1, fmax(0, v + e)) * 255) / 255.0;
                         }
                         x[at] = (float)v;
@@ -163,13 +170,16 @@ static rp_status add_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_da
     return status;
 }
 
-rp_status rp_sngan_judge_create(rp_sngan_judge **out, const rp_classifier_config *cc, const rp_checkpoint *ck)
+rp_status rp_sngan_judge_create(rp_sngan_judge **out, const rp_classifier_config *cc,
+                                const rp_checkpoint *ck)
 {
     if (!out || !cc || !ck) return RP_ERROR(RP_ERR_INVALID, "rp_sngan_judge_create: NULL argument");
     *out = NULL;
     if (strncmp(cc->model, "resnet", 6))
-        return RP_ERROR(RP_ERR_INVALID, "the judge must be a ResNet (its pooled features are compared); "
-                                        "the classifier run is a %s", cc->model);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "the judge must be a ResNet (its pooled features are compared); "
+                        "the classifier run is a %s",
+                        cc->model);
     rp_status status = RP_OK;
     rp_tape *tape = NULL;
     rp_sngan_tally t = {0};
@@ -231,23 +241,38 @@ void rp_sngan_judge_destroy(rp_sngan_judge *j)
     free(j);
 }
 
+/* rp_sngan_tally_all_reduce packs the fields into one call in a fixed order, then unpacks them
+ * the same way (the macros name its locals t, p, fd and ld). */
+/* clang-format off */
+#define FIELDS(X)                                                                                  \
+    X(&t->n, 1) X(&t->labelled, 1) X(&t->correct, 1) X(&t->plogp, 1)                               \
+    X(t->p_sum, RP_SNGAN_MAX_CLASSES) X(&t->feat.n, 1) X(&t->logit.n, 1) X(t->feat.sum, fd)        \
+    X(t->feat.outer, (int64_t)fd * fd) X(t->logit.sum, ld) X(t->logit.outer, (int64_t)ld * ld)
+/* clang-format on */
+#define PACK(ptr, len)                                                                             \
+    {                                                                                              \
+        memcpy(p, ptr, (size_t)(len) * sizeof(double));                                            \
+        p += (len);                                                                                \
+    }
+#define UNPACK(ptr, len)                                                                           \
+    {                                                                                              \
+        memcpy(ptr, p, (size_t)(len) * sizeof(double));                                            \
+        p += (len);                                                                                \
+    }
+
 rp_status rp_sngan_tally_all_reduce(rp_sngan_tally *t, rp_comm *comm)
 {
     int fd = t->feat.d, ld = t->logit.d;
     int64_t count = 4 + RP_SNGAN_MAX_CLASSES + 2 + fd + (int64_t)fd * fd + ld + (int64_t)ld * ld;
     double *buf = malloc((size_t)count * sizeof *buf), *p = buf;
-    if (!buf) return RP_ERROR(RP_ERR_NOMEM, "rp_sngan_tally_all_reduce: %lld doubles", (long long)count);
-    /* Packed into one call: the fields in a fixed order, then unpacked the same way. */
-#define FIELDS(X)                                                                                     \
-    X(&t->n, 1) X(&t->labelled, 1) X(&t->correct, 1) X(&t->plogp, 1) X(t->p_sum, RP_SNGAN_MAX_CLASSES) \
-    X(&t->feat.n, 1) X(&t->logit.n, 1) X(t->feat.sum, fd) X(t->feat.outer, (int64_t)fd * fd)          \
-    X(t->logit.sum, ld) X(t->logit.outer, (int64_t)ld * ld)
-#define PACK(ptr, len) { memcpy(p, ptr, (size_t)(len) * sizeof(double)); p += (len); }
-#define UNPACK(ptr, len) { memcpy(ptr, p, (size_t)(len) * sizeof(double)); p += (len); }
+    if (!buf)
+        return RP_ERROR(RP_ERR_NOMEM, "rp_sngan_tally_all_reduce: %lld doubles", (long long)count);
     FIELDS(PACK)
     rp_status status = rp_comm_all_reduce(comm, buf, buf, count, RP_F64, RP_SUM);
     p = buf;
-    if (status == RP_OK) { FIELDS(UNPACK) }
+    if (status == RP_OK) {
+        FIELDS(UNPACK)
+    }
 #undef FIELDS
 #undef PACK
 #undef UNPACK
@@ -255,10 +280,13 @@ rp_status rp_sngan_tally_all_reduce(rp_sngan_tally *t, rp_comm *comm)
     return status;
 }
 
-rp_status rp_sngan_judge_scores(const rp_sngan_judge *j, const rp_sngan_tally *t, rp_sngan_scores *s)
+rp_status rp_sngan_judge_scores(const rp_sngan_judge *j, const rp_sngan_tally *t,
+                                rp_sngan_scores *s)
 {
     if (!j || !t || !s) return RP_ERROR(RP_ERR_INVALID, "rp_sngan_judge_scores: NULL argument");
-    if (t->n < 2) return RP_ERROR(RP_ERR_INVALID, "a score needs at least 2 images, the tally has %.0f", t->n);
+    if (t->n < 2)
+        return RP_ERROR(RP_ERR_INVALID, "a score needs at least 2 images, the tally has %.0f",
+                        t->n);
     memset(s, 0, sizeof *s);
     s->n = (int64_t)t->n;
     s->class_accuracy = t->labelled > 0 ? t->correct / t->labelled : NAN;
@@ -270,7 +298,8 @@ rp_status rp_sngan_judge_scores(const rp_sngan_judge *j, const rp_sngan_tally *t
     }
     s->is = exp(t->plogp / t->n - marginal);
     rp_status status = RP_OK;
-    double *mu = malloc((size_t)j->dim * sizeof *mu), *cov = malloc((size_t)j->dim * (size_t)j->dim * sizeof *cov);
+    double *mu = malloc((size_t)j->dim * sizeof *mu),
+           *cov = malloc((size_t)j->dim * (size_t)j->dim * sizeof *cov);
     if (!mu || !cov) {
         status = RP_ERROR(RP_ERR_NOMEM, "rp_sngan_judge_scores");
         goto cleanup;
@@ -285,8 +314,8 @@ cleanup:
     return status;
 }
 
-static rp_status score_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_dataset *ds, int64_t n,
-                               distortion d, rp_sngan_scores *s)
+static rp_status score_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_dataset *ds,
+                               int64_t n, distortion d, rp_sngan_scores *s)
 {
     rp_sngan_tally t;
     RP_CHECK(rp_sngan_tally_init(&t, j));
@@ -296,9 +325,11 @@ static rp_status score_dataset(const rp_sngan_judge *j, rp_tape *tape, const rp_
     return status;
 }
 
-rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, int64_t n, rp_sngan_calibration *c)
+rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, int64_t n,
+                                   rp_sngan_calibration *c)
 {
-    if (!j || !tape || !c) return RP_ERROR(RP_ERR_INVALID, "rp_sngan_judge_calibrate: NULL argument");
+    if (!j || !tape || !c)
+        return RP_ERROR(RP_ERR_INVALID, "rp_sngan_judge_calibrate: NULL argument");
     RP_CHECK(score_dataset(j, tape, j->test, n, AS_IS, &c->test));
     RP_CHECK(score_dataset(j, tape, j->train, n, AS_IS, &c->train));
     RP_CHECK(score_dataset(j, tape, j->test, n, BLURRED, &c->blurred));
@@ -308,22 +339,25 @@ rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, int64
 void rp_sngan_eval_z(uint64_t seed, int64_t s, int z_dim, float *z)
 {
     /* A stream of its own (not the training's): the evaluation set is fixed by the seed. */
-    rp_rng_fill_normal(seed ^ 0x6576616c5f7aULL, (uint64_t)s * (uint64_t)z_dim, z, (size_t)z_dim, 0.0f, 1.0f);
+    rp_rng_fill_normal(seed ^ 0x6576616c5f7aULL, (uint64_t)s * (uint64_t)z_dim, z, (size_t)z_dim,
+                       0.0f, 1.0f);
 }
 
-rp_status rp_sngan_judge_generator(const rp_sngan_judge *j, rp_sngan_generator *g, const rp_sngan_config *cfg,
-                                   rp_tape *tape, uint64_t seed, int64_t total, int64_t first, int64_t stride,
-                                   rp_sngan_tally *t)
+rp_status rp_sngan_judge_generator(const rp_sngan_judge *j, rp_sngan_generator *g,
+                                   const rp_sngan_config *cfg, rp_tape *tape, uint64_t seed,
+                                   int64_t total, int64_t first, int64_t stride, rp_sngan_tally *t)
 {
     if (!j || !g || !cfg || !tape || !t || total < 0 || first < 0 || stride < 1)
         return RP_ERROR(RP_ERR_INVALID, "rp_sngan_judge_generator: bad argument");
     if (cfg->h != j->h || cfg->w != j->w || cfg->c != j->c || cfg->classes != j->classes)
-        return RP_ERROR(RP_ERR_INVALID, "the generator makes %dx%dx%d images of %d classes; the judge takes "
-                                        "%dx%dx%d of %d",
+        return RP_ERROR(RP_ERR_INVALID,
+                        "the generator makes %dx%dx%d images of %d classes; the judge takes "
+                        "%dx%dx%d of %d",
                         cfg->h, cfg->w, cfg->c, cfg->classes, j->h, j->w, j->c, j->classes);
     int64_t per = (int64_t)cfg->h * cfg->w * cfg->c;
     enum { GEN = 50 };
-    float *z = malloc((size_t)GEN * (size_t)cfg->z_dim * sizeof *z), *img = malloc((size_t)(GEN * per) * sizeof *img);
+    float *z = malloc((size_t)GEN * (size_t)cfg->z_dim * sizeof *z),
+          *img = malloc((size_t)(GEN * per) * sizeof *img);
     int32_t labels[GEN];
     rp_status status = RP_OK;
     if (!z || !img) {
@@ -358,8 +392,9 @@ rp_status rp_sngan_eval_replica(rp_replica *rep, rp_sngan *g, void *state)
     int id = rp_replica_coord(rep, RP_AXIS_DATA), n = rp_replica_axis_size(rep, RP_AXIS_DATA);
     rp_sngan_tally t;
     RP_CHECK(rp_sngan_tally_init(&t, e->judge));
-    rp_status status = rp_sngan_judge_generator(e->judge, rp_sngan_state_generator(state), cfg,
-                                                rp_replica_tape(rep), cfg->seed, e->samples, id, n, &t);
+    rp_status status =
+        rp_sngan_judge_generator(e->judge, rp_sngan_state_generator(state), cfg,
+                                 rp_replica_tape(rep), cfg->seed, e->samples, id, n, &t);
     /* Every member all-reduces, even after a failure, so that none waits for the others. */
     rp_status reduced = n > 1 ? rp_sngan_tally_all_reduce(&t, data) : RP_OK;
     if (status == RP_OK) status = reduced;
@@ -381,6 +416,7 @@ rp_status rp_sngan_eval_done(rp_sngan *g, const rp_replicator *r, rp_trainer_met
     const rp_sngan_scores *s = &e->last;
     RP_CHECK(rp_trainer_metrics_add(m, "fd", s->fd, "FD %.2f", s->fd));
     RP_CHECK(rp_trainer_metrics_add(m, "fd_logits", s->fd_logits, NULL));
-    RP_CHECK(rp_trainer_metrics_add(m, "class_acc", s->class_accuracy, "class acc %.1f%%", 100 * s->class_accuracy));
+    RP_CHECK(rp_trainer_metrics_add(m, "class_acc", s->class_accuracy, "class acc %.1f%%",
+                                    100 * s->class_accuracy));
     return rp_trainer_metrics_add(m, "is", s->is, "IS %.2f", s->is);
 }

@@ -38,7 +38,8 @@ typedef struct rp_sngan_judge rp_sngan_judge;
  * Errors: RP_ERR_INVALID (not a ResNet), the dataset's and the
  * checkpoint's errors (a missing or mis-shaped tensor, named), RP_ERR_NOMEM.
  */
-rp_status rp_sngan_judge_create(rp_sngan_judge **j, const rp_classifier_config *cc, const rp_checkpoint *ck);
+rp_status rp_sngan_judge_create(rp_sngan_judge **j, const rp_classifier_config *cc,
+                                const rp_checkpoint *ck);
 void rp_sngan_judge_destroy(rp_sngan_judge *j);
 
 /* The images the judge takes ([h,w,c]) and its classes. */
@@ -78,7 +79,8 @@ typedef struct rp_sngan_scores {
 } rp_sngan_scores;
 
 /* Scores of a tally (at least 2 images). Errors: RP_ERR_INVALID, RP_ERR_NUMERIC (LAPACK's). */
-rp_status rp_sngan_judge_scores(const rp_sngan_judge *j, const rp_sngan_tally *t, rp_sngan_scores *s);
+rp_status rp_sngan_judge_scores(const rp_sngan_judge *j, const rp_sngan_tally *t,
+                                rp_sngan_scores *s);
 
 /*
  * What the numbers mean: the scores of real images against the same test
@@ -91,7 +93,8 @@ rp_status rp_sngan_judge_scores(const rp_sngan_judge *j, const rp_sngan_tally *t
 typedef struct rp_sngan_calibration {
     rp_sngan_scores test, train, blurred, noised;
 } rp_sngan_calibration;
-rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, int64_t n, rp_sngan_calibration *c);
+rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, int64_t n,
+                                   rp_sngan_calibration *c);
 
 /*
  * Judges samples first, first+stride, ... (below `total`) of the
@@ -100,9 +103,9 @@ rp_status rp_sngan_judge_calibrate(const rp_sngan_judge *j, rp_tape *tape, int64
  * interleaved shares judge exactly the set one process would. g is run in
  * evaluation mode. Errors: as rp_sngan_judge_add and rp_sngan_generate.
  */
-rp_status rp_sngan_judge_generator(const rp_sngan_judge *j, rp_sngan_generator *g, const rp_sngan_config *cfg,
-                                   rp_tape *tape, uint64_t seed, int64_t total, int64_t first, int64_t stride,
-                                   rp_sngan_tally *t);
+rp_status rp_sngan_judge_generator(const rp_sngan_judge *j, rp_sngan_generator *g,
+                                   const rp_sngan_config *cfg, rp_tape *tape, uint64_t seed,
+                                   int64_t total, int64_t first, int64_t stride, rp_sngan_tally *t);
 
 /* The z of sample s of the evaluation set (z_dim floats), and its class. */
 void rp_sngan_eval_z(uint64_t seed, int64_t s, int z_dim, float *z);

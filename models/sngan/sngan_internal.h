@@ -17,16 +17,17 @@ typedef struct sngan_gblock {
 struct rp_sngan_generator {
     rp_sngan_config cfg;
     rp_params *params;
-    rp_linear_layer l1;   /* z_dim -> bh*bw*ch_g */
+    rp_linear_layer l1; /* z_dim -> bh*bw*ch_g */
     sngan_gblock blocks[3];
     rp_batchnorm_layer b5;
-    rp_conv2d_layer c5;   /* ch_g -> c, 3x3 */
-    int bh, bw;           /* the bottom resolution: h/8, w/8 */
+    rp_conv2d_layer c5; /* ch_g -> c, 3x3 */
+    int bh, bw;         /* the bottom resolution: h/8, w/8 */
 };
 
-/* z [n,z_dim] -> images [n,h,w,c] (tanh). training: batch statistics (cross-replica), updating the running ones. */
-rp_tensor *sngan_generator_forward(rp_tape *t, const rp_sngan_generator *g, rp_tensor *z, const int32_t *labels,
-                                   bool training);
+/* z [n,z_dim] -> images [n,h,w,c] (tanh). training: batch statistics (cross-replica), updating the
+ * running ones. */
+rp_tensor *sngan_generator_forward(rp_tape *t, const rp_sngan_generator *g, rp_tensor *z,
+                                   const int32_t *labels, bool training);
 
 /* One discriminator residual block (dis_models/resblocks.py). */
 typedef struct sngan_dblock {
@@ -53,7 +54,7 @@ struct rp_sngan {
     rp_sngan_config cfg;
     rp_dataset *train;
     char run_dir[4096]; /* "" : no samples written; up to PATH_MAX */
-    void *eval;        /* sngan_eval.h's rp_sngan_eval (borrowed), NULL: no evaluation */
+    void *eval;         /* sngan_eval.h's rp_sngan_eval (borrowed), NULL: no evaluation */
 };
 
 /* What each replica holds in training (the trainer's state; sngan_trainer.c builds it). */
@@ -62,7 +63,7 @@ typedef struct sngan_replica_state {
     sngan_discriminator dis;
     rp_optimizer *opt_g, *opt_d;
     rp_loader *loader;
-    int64_t loader_spe;   /* the loader's global batches per epoch */
+    int64_t loader_spe;    /* the loader's global batches per epoch */
     int replica, replicas; /* on the data axis */
     int d_local, g_local;  /* this replica's shares of d_batch and g_batch */
     int64_t pixels;        /* h * w * c of one (padded) image */

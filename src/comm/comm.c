@@ -9,25 +9,34 @@
 
 static const char *kind_name(int kind)
 {
-    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "left"};
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                  "broadcast",  "barrier",        "left"};
     return (unsigned)kind < 6 ? names[kind] : "?";
 }
 
 const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)
 {
     if (d->layered) {
-        rp_coll_desc outer = {.kind = d->outer_kind, .dtype = d->dtype, .op = d->outer_op,
-                             .root = d->outer_root, .count = d->outer_count, .seq = d->outer_seq,
-                             .user_seq = d->user_seq, .internal = d->internal, .phased = d->phased};
+        rp_coll_desc outer = {.kind = d->outer_kind,
+                              .dtype = d->dtype,
+                              .op = d->outer_op,
+                              .root = d->outer_root,
+                              .count = d->outer_count,
+                              .seq = d->outer_seq,
+                              .user_seq = d->user_seq,
+                              .internal = d->internal,
+                              .phased = d->phased};
         memcpy(outer.what, d->what, sizeof outer.what);
         return rp_coll_desc_str(&outer, buf, size);
     }
     /* A user call by its number among the user's calls; the runtime's own by its name. */
     char name[96];
     if (d->internal)
-        snprintf(name, sizeof name, "%s (%s", d->what[0] ? d->what : "an internal call", kind_name(d->kind));
+        snprintf(name, sizeof name, "%s (%s", d->what[0] ? d->what : "an internal call",
+                 kind_name(d->kind));
     else
-        snprintf(name, sizeof name, "%s #%llu", kind_name(d->kind), (unsigned long long)d->user_seq);
+        snprintf(name, sizeof name, "%s #%llu", kind_name(d->kind),
+                 (unsigned long long)d->user_seq);
     const char *open = d->internal ? ", " : " (", *close = d->internal ? ")" : "";
     switch (d->kind) {
     case RP_COLL_ALL_REDUCE:
@@ -36,7 +45,8 @@ const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)
                  rp_dtype_name(d->dtype), rp_reduce_op_name(d->op));
         break;
     case RP_COLL_ALL_GATHER:
-        snprintf(buf, size, "%s%scount %lld, %s)", name, open, (long long)d->count, rp_dtype_name(d->dtype));
+        snprintf(buf, size, "%s%scount %lld, %s)", name, open, (long long)d->count,
+                 rp_dtype_name(d->dtype));
         break;
     case RP_COLL_BROADCAST:
         snprintf(buf, size, "%s%scount %lld, %s, root %d)", name, open, (long long)d->count,
@@ -52,7 +62,8 @@ bool rp_coll_desc_equal(const rp_coll_desc *a, const rp_coll_desc *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
            a->count == b->count && a->seq == b->seq && a->layered == b->layered &&
-           a->internal == b->internal && (!a->internal || strncmp(a->what, b->what, sizeof a->what) == 0) &&
+           a->internal == b->internal &&
+           (!a->internal || strncmp(a->what, b->what, sizeof a->what) == 0) &&
            (!a->layered || (a->outer_kind == b->outer_kind && a->outer_op == b->outer_op &&
                             a->outer_root == b->outer_root && a->outer_count == b->outer_count &&
                             a->outer_seq == b->outer_seq));
@@ -63,19 +74,24 @@ void rp_coll_mismatch_str(const rp_coll_desc *a, const char *who_a, const rp_col
 {
     char sa[160], sb[160];
     if (a->internal != b->internal) {
-        /* One member went on to the runtime's own call: it skipped the user's call the other is in. */
+        /* One member went on to the runtime's own call: it skipped the user's call the other is in.
+         */
         const rp_coll_desc *user = a->internal ? b : a, *own = a->internal ? a : b;
         rp_coll_desc named = *user;
         if (named.layered) named.user_seq = user->user_seq;
-        snprintf(msg, size, "%s ended its step without calling %s (it went on to %s), which %s is in",
+        snprintf(msg, size,
+                 "%s ended its step without calling %s (it went on to %s), which %s is in",
                  a->internal ? who_a : who_b, rp_coll_desc_str(&named, sa, sizeof sa),
                  rp_coll_desc_str(own, sb, sizeof sb), a->internal ? who_b : who_a);
         return;
     }
-    snprintf(msg, size, "collective mismatch: %s called %s but %s called %s; "
+    snprintf(msg, size,
+             "collective mismatch: %s called %s but %s called %s; "
              "every replica must make the same collective calls in the same order%s",
              who_a, rp_coll_desc_str(a, sa, sizeof sa), who_b, rp_coll_desc_str(b, sb, sizeof sb),
-             a->phased && b->phased && !a->internal ? " (user calls are numbered from #0 in each step)" : "");
+             a->phased && b->phased && !a->internal
+                 ? " (user calls are numbered from #0 in each step)"
+                 : "");
 }
 
 void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm)
@@ -93,26 +109,51 @@ void rp_comm_destroy(rp_comm *comm)
     comm->ops->destroy(comm);
 }
 
-int rp_comm_rank(const rp_comm *comm) { return comm->rank; }
-int rp_comm_size(const rp_comm *comm) { return comm->size; }
-const char *rp_comm_backend(const rp_comm *comm) { return comm->ops->name; }
-uint64_t rp_comm_sequence(const rp_comm *comm) { return comm->seq; }
-uint64_t rp_comm_user_sequence(const rp_comm *comm) { return comm->user_seq; }
-uint64_t rp_comm_step_user_sequence(const rp_comm *comm) { return comm->user_seq - comm->user_base; }
+int rp_comm_rank(const rp_comm *comm)
+{
+    return comm->rank;
+}
+int rp_comm_size(const rp_comm *comm)
+{
+    return comm->size;
+}
+const char *rp_comm_backend(const rp_comm *comm)
+{
+    return comm->ops->name;
+}
+uint64_t rp_comm_sequence(const rp_comm *comm)
+{
+    return comm->seq;
+}
+uint64_t rp_comm_user_sequence(const rp_comm *comm)
+{
+    return comm->user_seq;
+}
+uint64_t rp_comm_step_user_sequence(const rp_comm *comm)
+{
+    return comm->user_seq - comm->user_base;
+}
 
 void rp_comm_begin_internal(rp_comm *comm, const char *what)
 {
     if (!comm) return;
     /* Nested: the outer call's name stays (the runtime's gather inside its own step end, say). */
-    if (comm->internal++ == 0) snprintf(comm->what, sizeof comm->what, "%s", what ? what : "an internal call");
+    if (comm->internal++ == 0)
+        snprintf(comm->what, sizeof comm->what, "%s", what ? what : "an internal call");
 }
 
 void rp_comm_end_internal(rp_comm *comm)
 {
     if (comm && comm->internal > 0) comm->internal--;
 }
-double rp_comm_timeout(const rp_comm *comm) { return comm->timeout; }
-bool rp_comm_broken(const rp_comm *comm) { return comm->ops->broken(comm); }
+double rp_comm_timeout(const rp_comm *comm)
+{
+    return comm->timeout;
+}
+bool rp_comm_broken(const rp_comm *comm)
+{
+    return comm->ops->broken(comm);
+}
 
 int rp_comm_replica_id(const rp_comm *comm, int rank)
 {
@@ -148,10 +189,13 @@ static rp_status check_call(const rp_comm *comm, const rp_coll_desc *d, const vo
     char what[128];
     if (!comm) return RP_ERROR(RP_ERR_INVALID, "communicator is NULL");
     rp_coll_desc_str(d, what, sizeof what);
-    if (d->count < 0) return RP_ERROR(RP_ERR_INVALID, "%s: count %lld is negative", what, (long long)d->count);
+    if (d->count < 0)
+        return RP_ERROR(RP_ERR_INVALID, "%s: count %lld is negative", what, (long long)d->count);
     if (d->kind == RP_COLL_BARRIER) return RP_OK;
-    if (rp_dtype_size(d->dtype) == 0) return RP_ERROR(RP_ERR_INVALID, "%s: unknown dtype %d", what, d->dtype);
-    if ((d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER) && (unsigned)d->op > RP_FIRST)
+    if (rp_dtype_size(d->dtype) == 0)
+        return RP_ERROR(RP_ERR_INVALID, "%s: unknown dtype %d", what, d->dtype);
+    if ((d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER) &&
+        (unsigned)d->op > RP_FIRST)
         return RP_ERROR(RP_ERR_INVALID, "%s: unknown reduction %d", what, d->op);
     if ((d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER) && d->dtype == RP_U8)
         return RP_ERROR(RP_ERR_INVALID, "%s: u8 (raw bytes) cannot be reduced", what);
@@ -166,10 +210,15 @@ static rp_status check_call(const rp_comm *comm, const rp_coll_desc *d, const vo
 static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int64_t count,
                      rp_dtype dtype, rp_reduce_op op, int root)
 {
-    rp_coll_desc d = {.kind = kind, .dtype = (int)dtype, .op = (int)op, .root = root, .count = count,
+    rp_coll_desc d = {.kind = kind,
+                      .dtype = (int)dtype,
+                      .op = (int)op,
+                      .root = root,
+                      .count = count,
                       .seq = comm ? comm->seq : 0};
     if (comm) rp_coll_desc_name(&d, comm);
-    /* The flight recorder's entry comes before the checks, so that an invalid call is recorded too. */
+    /* The flight recorder's entry comes before the checks, so that an invalid call is recorded too.
+     */
     rp_flight_entry *e = comm ? rp_flight_begin(comm, (rp_flight_kind)kind) : NULL;
     uint64_t call = 0;
     if (e) {
@@ -177,8 +226,10 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
         e->seq = d.seq;
         e->user_seq = d.user_seq;
         e->internal = d.internal;
-        if (d.internal) memcpy(e->what, d.what, sizeof e->what);
-        else e->what[0] = 0;
+        if (d.internal)
+            memcpy(e->what, d.what, sizeof e->what);
+        else
+            e->what[0] = 0;
         e->blocking = true;
         e->dtype = dtype;
         e->op = op;
@@ -216,7 +267,8 @@ rp_status rp_comm_reduce_scatter(rp_comm *comm, const void *send, void *recv, in
     return run(comm, RP_COLL_REDUCE_SCATTER, send, recv, count, dtype, op, 0);
 }
 
-rp_status rp_comm_all_gather(rp_comm *comm, const void *send, void *recv, int64_t count, rp_dtype dtype)
+rp_status rp_comm_all_gather(rp_comm *comm, const void *send, void *recv, int64_t count,
+                             rp_dtype dtype)
 {
     return run(comm, RP_COLL_ALL_GATHER, send, recv, count, dtype, RP_SUM, 0);
 }
@@ -268,25 +320,30 @@ const char *rp_p2p_desc_str(const rp_p2p_desc *d, bool numbered, char *buf, size
 {
     char num[32] = "", tag[24];
     if (numbered) snprintf(num, sizeof num, " #%llu", (unsigned long long)d->num);
-    if (d->tag == RP_ANY_TAG) snprintf(tag, sizeof tag, "any tag");
-    else snprintf(tag, sizeof tag, "tag %d", d->tag);
-    snprintf(buf, size, "%s%s (%s, count %lld, %s)", d->send ? "send" : "recv", num, tag, (long long)d->count,
-             rp_dtype_name(d->dtype));
+    if (d->tag == RP_ANY_TAG)
+        snprintf(tag, sizeof tag, "any tag");
+    else
+        snprintf(tag, sizeof tag, "tag %d", d->tag);
+    snprintf(buf, size, "%s%s (%s, count %lld, %s)", d->send ? "send" : "recv", num, tag,
+             (long long)d->count, rp_dtype_name(d->dtype));
     return buf;
 }
 
 bool rp_p2p_accepts(const rp_p2p_desc *r, const rp_p2p_desc *s)
 {
-    return (r->tag == RP_ANY_TAG || r->tag == s->tag) && r->count == s->count && r->dtype == s->dtype;
+    return (r->tag == RP_ANY_TAG || r->tag == s->tag) && r->count == s->count &&
+           r->dtype == s->dtype;
 }
 
-void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_desc *r, const char *who_r,
-                         char *msg, size_t size)
+void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_desc *r,
+                         const char *who_r, char *msg, size_t size)
 {
     char a[96], b[96];
-    snprintf(msg, size, "message mismatch: %s sent '%s' to %s, which expected '%s'; the k-th send from one "
+    snprintf(msg, size,
+             "message mismatch: %s sent '%s' to %s, which expected '%s'; the k-th send from one "
              "member to another meets the k-th receive there, with the same tag, count and dtype",
-             who_s, rp_p2p_desc_str(s, true, a, sizeof a), who_r, rp_p2p_desc_str(r, true, b, sizeof b));
+             who_s, rp_p2p_desc_str(s, true, a, sizeof a), who_r,
+             rp_p2p_desc_str(r, true, b, sizeof b));
 }
 
 /*
@@ -299,22 +356,29 @@ static rp_status check_p2p(rp_comm *comm, const rp_p2p_desc *d, const void *buf,
     char what[96];
     if (!comm) return RP_ERROR(RP_ERR_INVALID, "communicator is NULL");
     if (!comm->ops->isend) {
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "the %s backend has no point-to-point messages", comm->ops->name);
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "the %s backend has no point-to-point messages",
+                        comm->ops->name);
     }
     rp_p2p_desc_str(d, false, what, sizeof what);
     rp_status status = RP_OK;
-    if (d->count < 0) status = RP_ERROR(RP_ERR_INVALID, "%s: count %lld is negative", what, (long long)d->count);
-    else if (rp_dtype_size(d->dtype) == 0) status = RP_ERROR(RP_ERR_INVALID, "%s: unknown dtype %d", what, d->dtype);
-    else if (d->count > 0 && !buf) status = RP_ERROR(RP_ERR_INVALID, "%s: buffer is NULL", what);
-    else if (!req) status = RP_ERROR(RP_ERR_INVALID, "%s: request pointer is NULL", what);
+    if (d->count < 0)
+        status = RP_ERROR(RP_ERR_INVALID, "%s: count %lld is negative", what, (long long)d->count);
+    else if (rp_dtype_size(d->dtype) == 0)
+        status = RP_ERROR(RP_ERR_INVALID, "%s: unknown dtype %d", what, d->dtype);
+    else if (d->count > 0 && !buf)
+        status = RP_ERROR(RP_ERR_INVALID, "%s: buffer is NULL", what);
+    else if (!req)
+        status = RP_ERROR(RP_ERR_INVALID, "%s: request pointer is NULL", what);
     else if (d->peer < (d->send ? 0 : RP_ANY_SOURCE) || d->peer >= comm->size)
-        status = RP_ERROR(RP_ERR_INVALID, "%s: peer %d is not a rank of this communicator of %d%s", what, d->peer,
-                          comm->size, d->send ? "" : " (nor RP_ANY_SOURCE)");
+        status = RP_ERROR(RP_ERR_INVALID, "%s: peer %d is not a rank of this communicator of %d%s",
+                          what, d->peer, comm->size, d->send ? "" : " (nor RP_ANY_SOURCE)");
     else if (d->tag < (d->send ? 0 : RP_ANY_TAG))
-        status = RP_ERROR(RP_ERR_INVALID, "%s: tag %d is negative%s", what, d->tag, d->send ? "" : " (and not RP_ANY_TAG)");
+        status = RP_ERROR(RP_ERR_INVALID, "%s: tag %d is negative%s", what, d->tag,
+                          d->send ? "" : " (and not RP_ANY_TAG)");
     if (status != RP_OK) {
         char reason[1100];
-        snprintf(reason, sizeof reason, "replica %d made an invalid call: %s", comm->ids[comm->rank], rp_last_error());
+        snprintf(reason, sizeof reason, "replica %d made an invalid call: %s",
+                 comm->ids[comm->rank], rp_last_error());
         comm->ops->fail(comm, status, reason);
     }
     return status;
@@ -325,18 +389,22 @@ static rp_status check_p2p(rp_comm *comm, const rp_p2p_desc *d, const void *buf,
  * that an invalid call is recorded too), the checks, the backend. The
  * request carries the entry's number, completed by complete().
  */
-static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req, bool blocking)
+static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req,
+                      bool blocking)
 {
     if (req) *req = NULL;
-    rp_flight_entry *e = comm ? rp_flight_begin(comm, d->send ? RP_FLIGHT_SEND : RP_FLIGHT_RECV) : NULL;
+    rp_flight_entry *e =
+        comm ? rp_flight_begin(comm, d->send ? RP_FLIGHT_SEND : RP_FLIGHT_RECV) : NULL;
     uint64_t call = 0;
     if (e) {
         call = e->call;
         e->seq = comm->flight_msgs++;
         e->user_seq = 0;
         e->internal = comm->internal > 0;
-        if (e->internal) memcpy(e->what, comm->what, sizeof e->what);
-        else e->what[0] = 0;
+        if (e->internal)
+            memcpy(e->what, comm->what, sizeof e->what);
+        else
+            e->what[0] = 0;
         e->blocking = blocking;
         e->dtype = (rp_dtype)d->dtype;
         e->op = RP_SUM;
@@ -345,7 +413,9 @@ static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_re
         e->tag = d->tag;
     }
     rp_status status = check_p2p(comm, d, buf, req);
-    if (status == RP_OK) status = d->send ? comm->ops->isend(comm, d, buf, req) : comm->ops->irecv(comm, d, buf, req);
+    if (status == RP_OK)
+        status =
+            d->send ? comm->ops->isend(comm, d, buf, req) : comm->ops->irecv(comm, d, buf, req);
     if (status != RP_OK) {
         if (e) rp_flight_end(comm, call, status);
         return status;
@@ -364,8 +434,8 @@ static rp_status complete(rp_comm_request *req, double deadline)
     return status;
 }
 
-rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
-                        rp_comm_request **req)
+rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer,
+                        int tag, rp_comm_request **req)
 {
     rp_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
     return post(comm, &d, (void *)buf, req, false);
@@ -400,7 +470,8 @@ rp_status rp_comm_test(rp_comm_request *req, bool *done)
 
 rp_status rp_comm_wait_all(int n, rp_comm_request **reqs)
 {
-    if (n < 0 || (n > 0 && !reqs)) return RP_ERROR(RP_ERR_INVALID, "rp_comm_wait_all: %d requests at %p", n, (void *)reqs);
+    if (n < 0 || (n > 0 && !reqs))
+        return RP_ERROR(RP_ERR_INVALID, "rp_comm_wait_all: %d requests at %p", n, (void *)reqs);
     rp_status first = RP_OK;
     char error[1024] = "";
     double deadline = -1;
@@ -418,7 +489,8 @@ rp_status rp_comm_wait_all(int n, rp_comm_request **reqs)
     return first;
 }
 
-rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer, int tag)
+rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer,
+                       int tag)
 {
     rp_comm_request *req;
     rp_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
@@ -438,12 +510,16 @@ rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *sour
                         int64_t *count, rp_dtype *dt)
 {
     if (ready) *ready = false;
-    if (!comm || !ready) return RP_ERROR(RP_ERR_INVALID, "rp_comm_probe: communicator or ready is NULL");
+    if (!comm || !ready)
+        return RP_ERROR(RP_ERR_INVALID, "rp_comm_probe: communicator or ready is NULL");
     if (!comm->ops->probe)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "the %s backend has no point-to-point messages", comm->ops->name);
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "the %s backend has no point-to-point messages",
+                        comm->ops->name);
     if (peer < RP_ANY_SOURCE || peer >= comm->size)
-        return RP_ERROR(RP_ERR_INVALID, "rp_comm_probe: peer %d is not a rank of this communicator of %d "
-                        "(nor RP_ANY_SOURCE)", peer, comm->size);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_comm_probe: peer %d is not a rank of this communicator of %d "
+                        "(nor RP_ANY_SOURCE)",
+                        peer, comm->size);
     if (tag < RP_ANY_TAG) return RP_ERROR(RP_ERR_INVALID, "rp_comm_probe: tag %d is negative", tag);
     rp_p2p_desc found = {0};
     RP_CHECK(comm->ops->probe(comm, peer, tag, ready, &found));

@@ -66,12 +66,12 @@ void rp_coll_mismatch_str(const rp_coll_desc *a, const char *who_a, const rp_col
 
 /* One point-to-point call, as compared between sender and receiver and named in messages. */
 typedef struct rp_p2p_desc {
-    int send;      /* 1: a send, 0: a receive */
-    int peer;      /* the other side (RP_ANY_SOURCE for such a receive) */
-    int tag;       /* RP_ANY_TAG allowed for a receive */
+    int send; /* 1: a send, 0: a receive */
+    int peer; /* the other side (RP_ANY_SOURCE for such a receive) */
+    int tag;  /* RP_ANY_TAG allowed for a receive */
     int dtype;
     int64_t count;
-    uint64_t num;  /* position along the channel, from 0 (a receive's once matched) */
+    uint64_t num; /* position along the channel, from 0 (a receive's once matched) */
 } rp_p2p_desc;
 
 /* "send #3 (tag 7, count 10, f32)"; a receive not yet matched has no number. */
@@ -82,8 +82,8 @@ bool rp_p2p_accepts(const rp_p2p_desc *r, const rp_p2p_desc *s);
  * "p2p mismatch: replica 1 sent 'send #3 (...)' to replica 0, which expected
  * 'recv #3 (...)'" (who_s, who_r name the two members).
  */
-void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_desc *r, const char *who_r,
-                         char *msg, size_t size);
+void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_desc *r,
+                         const char *who_r, char *msg, size_t size);
 
 /*
  * A non-blocking call. Every backend's request starts with this header
@@ -121,15 +121,15 @@ typedef struct rp_comm_ops {
 struct rp_comm {
     const rp_comm_ops *ops;
     int rank, size;
-    int *ids;       /* [size] replica id of each rank, owned */
-    double timeout; /* seconds */
-    uint64_t seq;   /* collectives completed by this member */
-    uint64_t user_seq; /* of which the user's (outside begin/end_internal) */
+    int *ids;           /* [size] replica id of each rank, owned */
+    double timeout;     /* seconds */
+    uint64_t seq;       /* collectives completed by this member */
+    uint64_t user_seq;  /* of which the user's (outside begin/end_internal) */
     uint64_t user_base; /* user_seq at the last rp_comm_rejoin: messages count from it */
     bool phased;        /* rp_comm_rejoin has been called */
-    int internal;      /* begin_internal depth (0, 1 or 2) */
-    char what[48];     /* the outer internal call's name */
-    void *impl;        /* the backend's state */
+    int internal;       /* begin_internal depth (0, 1 or 2) */
+    char what[48];      /* the outer internal call's name */
+    void *impl;         /* the backend's state */
     /*
      * The flight recorder (flight.c), kept by comm.c for every public call:
      * a ring of flight_cap entries (NULL until the first call, or after an
@@ -202,11 +202,12 @@ void rp_comm_mpi_set_full_check(int full);
  * (NULL: the MPI rank). `owner` is the handle the request is posted on.
  */
 rp_status rp_mpi_p2p_setup(rp_comm *mpi, int lanes, const int *lane_rank, const int *ids);
-rp_status rp_mpi_isend(rp_comm *mpi, const rp_p2p_desc *d, const void *buf, int proc, int slane, int dlane,
-                       rp_comm_request **req, rp_comm *owner);
-rp_status rp_mpi_irecv(rp_comm *mpi, const rp_p2p_desc *d, void *buf, int proc, int slane, int dlane,
-                       rp_comm_request **req, rp_comm *owner);
-rp_status rp_mpi_probe(rp_comm *mpi, int proc, int slane, int lane, int tag, bool *ready, rp_p2p_desc *found);
+rp_status rp_mpi_isend(rp_comm *mpi, const rp_p2p_desc *d, const void *buf, int proc, int slane,
+                       int dlane, rp_comm_request **req, rp_comm *owner);
+rp_status rp_mpi_irecv(rp_comm *mpi, const rp_p2p_desc *d, void *buf, int proc, int slane,
+                       int dlane, rp_comm_request **req, rp_comm *owner);
+rp_status rp_mpi_probe(rp_comm *mpi, int proc, int slane, int lane, int tag, bool *ready,
+                       rp_p2p_desc *found);
 void rp_mpi_lock(void);
 void rp_mpi_unlock(void);
 

@@ -8,11 +8,16 @@
 size_t rp_dtype_size(rp_dtype dtype)
 {
     switch (dtype) {
-    case RP_F32: return 4;
-    case RP_F64: return 8;
-    case RP_I32: return 4;
-    case RP_I64: return 8;
-    case RP_U8: return 1;
+    case RP_F32:
+        return 4;
+    case RP_F64:
+        return 8;
+    case RP_I32:
+        return 4;
+    case RP_I64:
+        return 8;
+    case RP_U8:
+        return 1;
     }
     return 0;
 }

@@ -31,15 +31,15 @@
 
 /* What the members of one group in one process share. */
 typedef struct group {
-    atomic_int refs;   /* this process's members holding it */
-    rp_comm *mpi;      /* across the group's processes (used by the leader); NULL in one process */
-    int nproc;         /* the group's processes, ordered by their first member */
-    int lmax;          /* the most members one process holds */
-    int *pstart;       /* [nproc + 1]: process p holds members pmembers[pstart[p] .. pstart[p + 1]) */
-    int *pmembers;     /* [size] ranks in the group, by process, ascending in each */
-    int *pindex;       /* [size] the process (in that order) of each member */
-    int *lrank;        /* [size] each member's rank among its process's members */
-    int *world;        /* [size] MPI_COMM_WORLD rank of each member's process */
+    atomic_int refs; /* this process's members holding it */
+    rp_comm *mpi;    /* across the group's processes (used by the leader); NULL in one process */
+    int nproc;       /* the group's processes, ordered by their first member */
+    int lmax;        /* the most members one process holds */
+    int *pstart;     /* [nproc + 1]: process p holds members pmembers[pstart[p] .. pstart[p + 1]) */
+    int *pmembers;   /* [size] ranks in the group, by process, ascending in each */
+    int *pindex;     /* [size] the process (in that order) of each member */
+    int *lrank;      /* [size] each member's rank among its process's members */
+    int *world;      /* [size] MPI_COMM_WORLD rank of each member's process */
     struct group **made; /* split: the new groups of this process, for its members to take */
 } group;
 
@@ -55,8 +55,14 @@ typedef struct hier {
 
 static const rp_comm_ops hier_ops;
 
-static hier *HI(const rp_comm *c) { return c->impl; }
-static bool leader(const rp_comm *c) { return HI(c)->local->rank == 0; }
+static hier *HI(const rp_comm *c)
+{
+    return c->impl;
+}
+static bool leader(const rp_comm *c)
+{
+    return HI(c)->local->rank == 0;
+}
 
 static void group_free(group *g)
 {
@@ -92,7 +98,8 @@ static group *group_create(const int *world, int size, int here)
     /* Processes in order of their first member. */
     for (int i = 0; i < size; i++) {
         int p = 0;
-        while (p < g->nproc && world[g->pmembers[g->pstart[p]]] != world[i]) p++;
+        while (p < g->nproc && world[g->pmembers[g->pstart[p]]] != world[i])
+            p++;
         if (p == g->nproc) {
             g->pstart[p] = i; /* provisional: the first member, fixed below */
             g->pmembers[i] = i;
@@ -106,7 +113,8 @@ static group *group_create(const int *world, int size, int here)
         group_free(g);
         return NULL;
     }
-    for (int i = 0; i < size; i++) count[g->pindex[i] + 1]++;
+    for (int i = 0; i < size; i++)
+        count[g->pindex[i] + 1]++;
     for (int p = 0; p < g->nproc; p++) {
         count[p + 1] += count[p];
         int held = count[p + 1] - count[p];
@@ -120,7 +128,8 @@ static group *group_create(const int *world, int size, int here)
     }
     free(count);
     int mine = 0;
-    for (int i = 0; i < size; i++) mine += world[i] == here;
+    for (int i = 0; i < size; i++)
+        mine += world[i] == here;
     atomic_init(&g->refs, mine);
     return g;
 }
@@ -157,7 +166,8 @@ static rp_status grow_scratch(hier *h, size_t bytes)
 {
     if (bytes <= h->scratch_bytes) return RP_OK;
     char *grown = realloc(h->scratch, bytes);
-    if (!grown) return RP_ERROR(RP_ERR_NOMEM, "hierarchical communicator: %zu bytes of scratch", bytes);
+    if (!grown)
+        return RP_ERROR(RP_ERR_NOMEM, "hierarchical communicator: %zu bytes of scratch", bytes);
     h->scratch = grown;
     h->scratch_bytes = bytes;
     return RP_OK;
@@ -167,10 +177,21 @@ static rp_status grow_scratch(hier *h, size_t bytes)
 static rp_status step(rp_comm *sub, const rp_coll_desc *u, int kind, const void *send, void *recv,
                       int64_t count, int op, int root)
 {
-    rp_coll_desc d = {.kind = kind, .dtype = u->dtype, .op = op, .root = root, .count = count,
-                      .seq = sub->seq, .layered = 1, .outer_kind = u->kind, .outer_op = u->op,
-                      .outer_root = u->root, .outer_count = u->count, .outer_seq = u->seq,
-                      .user_seq = u->user_seq, .internal = u->internal, .phased = u->phased};
+    rp_coll_desc d = {.kind = kind,
+                      .dtype = u->dtype,
+                      .op = op,
+                      .root = root,
+                      .count = count,
+                      .seq = sub->seq,
+                      .layered = 1,
+                      .outer_kind = u->kind,
+                      .outer_op = u->op,
+                      .outer_root = u->root,
+                      .outer_count = u->count,
+                      .outer_seq = u->seq,
+                      .user_seq = u->user_seq,
+                      .internal = u->internal,
+                      .phased = u->phased};
     memcpy(d.what, u->what, sizeof d.what);
     return sub->ops->collective(sub, &d, send, recv);
 }
@@ -191,17 +212,29 @@ static rp_status across(rp_comm *c, const rp_coll_desc *u, int kind, const void 
 
 static void divide(void *buf, int64_t n, rp_dtype dtype, int by)
 {
-    for (int64_t i = 0; i < n; i++) switch (dtype) {
-        case RP_F32: ((float *)buf)[i] = ((float *)buf)[i] / (float)by; break;
-        case RP_F64: ((double *)buf)[i] = ((double *)buf)[i] / (double)by; break;
-        case RP_I32: ((int32_t *)buf)[i] = ((int32_t *)buf)[i] / by; break;
-        case RP_I64: ((int64_t *)buf)[i] = ((int64_t *)buf)[i] / by; break;
-        case RP_U8: break; /* never reduced */
+    for (int64_t i = 0; i < n; i++)
+        switch (dtype) {
+        case RP_F32:
+            ((float *)buf)[i] = ((float *)buf)[i] / (float)by;
+            break;
+        case RP_F64:
+            ((double *)buf)[i] = ((double *)buf)[i] / (double)by;
+            break;
+        case RP_I32:
+            ((int32_t *)buf)[i] = ((int32_t *)buf)[i] / by;
+            break;
+        case RP_I64:
+            ((int64_t *)buf)[i] = ((int64_t *)buf)[i] / by;
+            break;
+        case RP_U8:
+            break; /* never reduced */
         }
 }
 
-/* recv = op over every member of send, count elements (the all-reduce, also behind reduce-scatter). */
-static rp_status reduce_all(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv, int64_t count)
+/* recv = op over every member of send, count elements (the all-reduce, also behind reduce-scatter).
+ */
+static rp_status reduce_all(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv,
+                            int64_t count)
 {
     hier *h = HI(c);
     int op = u->op == RP_MEAN ? RP_SUM : u->op, here = h->local->size;
@@ -228,13 +261,17 @@ static rp_status gather_all(rp_comm *c, const rp_coll_desc *u, const void *send,
     int here = h->local->size;
     size_t blk = (size_t)u->count * rp_dtype_size(u->dtype);
     /* This process's blocks (padded to the largest process's), then every process's. */
-    size_t mine = (size_t)g->lmax * blk, all = g->nproc > 1 && leader(c) ? (size_t)g->nproc * mine : 0;
+    size_t mine = (size_t)g->lmax * blk,
+           all = g->nproc > 1 && leader(c) ? (size_t)g->nproc * mine : 0;
     RP_CHECK(grow_scratch(h, mine + all + 1));
     char *ours = h->scratch, *theirs = h->scratch + mine;
-    if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_ALL_GATHER, send, ours, u->count, 0, 0));
-    else memcpy(ours, send, blk);
+    if (here > 1)
+        RP_CHECK(step(h->local, u, RP_COLL_ALL_GATHER, send, ours, u->count, 0, 0));
+    else
+        memcpy(ours, send, blk);
     if (g->nproc == 1) {
-        for (int j = 0; j < here; j++) memcpy((char *)recv + (size_t)g->pmembers[j] * blk, ours + (size_t)j * blk, blk);
+        for (int j = 0; j < here; j++)
+            memcpy((char *)recv + (size_t)g->pmembers[j] * blk, ours + (size_t)j * blk, blk);
         return RP_OK;
     }
     if (leader(c)) {
@@ -242,9 +279,11 @@ static rp_status gather_all(rp_comm *c, const rp_coll_desc *u, const void *send,
         for (int p = 0; p < g->nproc; p++)
             for (int j = g->pstart[p]; j < g->pstart[p + 1]; j++)
                 memcpy((char *)recv + (size_t)g->pmembers[j] * blk,
-                       theirs + ((size_t)p * (size_t)g->lmax + (size_t)(j - g->pstart[p])) * blk, blk);
+                       theirs + ((size_t)p * (size_t)g->lmax + (size_t)(j - g->pstart[p])) * blk,
+                       blk);
     }
-    if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, recv, recv, u->count * c->size, 0, 0));
+    if (here > 1)
+        RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, recv, recv, u->count * c->size, 0, 0));
     return RP_OK;
 }
 
@@ -254,9 +293,13 @@ static rp_status broadcast(rp_comm *c, const rp_coll_desc *u, void *buf)
     group *g = h->g;
     int here = h->local->size, lroot = g->lrank[u->root];
     bool root_here = g->pindex[u->root] == g->pindex[c->rank];
-    if (g->nproc == 1) return here > 1 ? step(h->local, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, lroot) : RP_OK;
-    if (root_here && lroot != 0) RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, lroot));
-    if (leader(c)) RP_CHECK(across(c, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, g->pindex[u->root]));
+    if (g->nproc == 1)
+        return here > 1 ? step(h->local, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, lroot)
+                        : RP_OK;
+    if (root_here && lroot != 0)
+        RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, lroot));
+    if (leader(c))
+        RP_CHECK(across(c, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, g->pindex[u->root]));
     if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, buf, buf, u->count, 0, 0));
     return RP_OK;
 }
@@ -277,7 +320,8 @@ static rp_status hier_collective(rp_comm *c, const rp_coll_desc *d, const void *
     hier *h = HI(c);
     char what[128];
     if (h->broken)
-        return RP_ERROR(RP_ERR_COMM, "%s on replica %d: the communicator is broken by an earlier error: %s",
+        return RP_ERROR(RP_ERR_COMM,
+                        "%s on replica %d: the communicator is broken by an earlier error: %s",
                         rp_coll_desc_str(d, what, sizeof what), c->ids[c->rank], h->reason);
     /*
      * The members in this process wait longer than the leader waits for the
@@ -289,15 +333,24 @@ static rp_status hier_collective(rp_comm *c, const rp_coll_desc *d, const void *
     rp_status status = RP_OK;
     size_t es = rp_dtype_size(d->dtype);
     switch (d->kind) {
-    case RP_COLL_ALL_REDUCE: status = reduce_all(c, d, send, recv, d->count); break;
+    case RP_COLL_ALL_REDUCE:
+        status = reduce_all(c, d, send, recv, d->count);
+        break;
     case RP_COLL_REDUCE_SCATTER:
         status = grow_scratch(h, (size_t)d->count * (size_t)c->size * es + 1);
         if (status == RP_OK) status = reduce_all(c, d, send, h->scratch, d->count * c->size);
-        if (status == RP_OK) memcpy(recv, h->scratch + (size_t)c->rank * (size_t)d->count * es, (size_t)d->count * es);
+        if (status == RP_OK)
+            memcpy(recv, h->scratch + (size_t)c->rank * (size_t)d->count * es,
+                   (size_t)d->count * es);
         break;
-    case RP_COLL_ALL_GATHER: status = gather_all(c, d, send, recv); break;
-    case RP_COLL_BROADCAST: status = broadcast(c, d, recv); break;
-    default: status = barrier(c, d);
+    case RP_COLL_ALL_GATHER:
+        status = gather_all(c, d, send, recv);
+        break;
+    case RP_COLL_BROADCAST:
+        status = broadcast(c, d, recv);
+        break;
+    default:
+        status = barrier(c, d);
     }
     if (status != RP_OK) {
         h->broken = true;
@@ -380,11 +433,13 @@ static bool local_peer(const rp_comm *c, int peer)
 
 static rp_status hier_broken_error(rp_comm *c, const char *what)
 {
-    return RP_ERROR(RP_ERR_COMM, "%s on replica %d: the communicator is broken by an earlier error: %s", what,
+    return RP_ERROR(RP_ERR_COMM,
+                    "%s on replica %d: the communicator is broken by an earlier error: %s", what,
                     c->ids[c->rank], HI(c)->reason);
 }
 
-static rp_status hier_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, rp_comm_request **req)
+static rp_status hier_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf,
+                            rp_comm_request **req)
 {
     hier *h = HI(c);
     group *g = h->g;
@@ -396,7 +451,8 @@ static rp_status hier_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, r
         (*req)->comm = c;
         return RP_OK;
     }
-    return rp_mpi_isend(g->mpi, d, buf, g->pindex[d->peer], g->lrank[c->rank], g->lrank[d->peer], req, c);
+    return rp_mpi_isend(g->mpi, d, buf, g->pindex[d->peer], g->lrank[c->rank], g->lrank[d->peer],
+                        req, c);
 }
 
 static rp_status hier_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm_request **req)
@@ -422,12 +478,14 @@ static rp_status hier_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm
         (*req)->comm = c;
         return RP_OK;
     }
-    return rp_mpi_irecv(g->mpi, d, buf, g->pindex[d->peer], g->lrank[d->peer], g->lrank[c->rank], req, c);
+    return rp_mpi_irecv(g->mpi, d, buf, g->pindex[d->peer], g->lrank[d->peer], g->lrank[c->rank],
+                        req, c);
 }
 
 static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found);
 
-/* A receive from any source right after a probe found a message takes that message (see hreq_find). */
+/* A receive from any source right after a probe found a message takes that message (see hreq_find).
+ */
 static rp_status hier_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
 {
     hier *h = HI(c);
@@ -443,14 +501,15 @@ static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_
     if (h->broken) return hier_broken_error(c, "probe");
     *ready = false;
     if (peer == RP_ANY_SOURCE || local_peer(c, peer)) {
-        RP_CHECK(h->local->ops->probe(h->local, peer == RP_ANY_SOURCE ? RP_ANY_SOURCE : g->lrank[peer], tag, ready,
-                                      found));
+        RP_CHECK(h->local->ops->probe(
+            h->local, peer == RP_ANY_SOURCE ? RP_ANY_SOURCE : g->lrank[peer], tag, ready, found));
         /* Back to this communicator's ranks. */
         if (*ready) found->peer = g->pmembers[g->pstart[g->pindex[c->rank]] + found->peer];
         if (*ready || peer != RP_ANY_SOURCE || g->nproc == 1) return RP_OK;
     }
-    return rp_mpi_probe(g->mpi, peer == RP_ANY_SOURCE ? -1 : g->pindex[peer], peer == RP_ANY_SOURCE ? -1 : g->lrank[peer],
-                        g->lrank[c->rank], tag, ready, found);
+    return rp_mpi_probe(g->mpi, peer == RP_ANY_SOURCE ? -1 : g->pindex[peer],
+                        peer == RP_ANY_SOURCE ? -1 : g->lrank[peer], g->lrank[c->rank], tag, ready,
+                        found);
 }
 
 /* An RP_ANY_SOURCE receive across processes: find a ready message, then receive that one. */
@@ -461,7 +520,8 @@ static rp_status hreq_find(rp_comm *c, hreq *r, bool *found_one)
     *found_one = false;
     hier *h = HI(c);
     if (h->probed >= 0) {
-        /* The message the user's probe announced, even if another has come since on the other side. */
+        /* The message the user's probe announced, even if another has come since on the other side.
+         */
         ready = true;
         found.peer = h->probed;
         h->probed = -1;
@@ -488,8 +548,10 @@ static rp_status hier_wait(rp_comm_request *req, double deadline)
         if (found) break;
         if (rp_now_s() > deadline) {
             char what[96];
-            status = RP_ERROR(RP_ERR_TIMEOUT, "timed out after %gs in %s from any replica on replica %d: no message came",
-                              c->timeout, rp_p2p_desc_str(&r->d, false, what, sizeof what), c->ids[c->rank]);
+            status = RP_ERROR(
+                RP_ERR_TIMEOUT,
+                "timed out after %gs in %s from any replica on replica %d: no message came",
+                c->timeout, rp_p2p_desc_str(&r->d, false, what, sizeof what), c->ids[c->rank]);
             hier_fail(c, status, rp_last_error());
             break;
         }
@@ -522,7 +584,8 @@ static rp_status hier_test(rp_comm_request *req, bool *done)
     return status;
 }
 
-/* The MPI lanes of group g (collective over g's processes): lane l of process p is member pmembers[pstart[p] + l]. */
+/* The MPI lanes of group g (collective over g's processes): lane l of process p is member
+ * pmembers[pstart[p] + l]. */
 static rp_status lanes_setup(group *g, const int *ids)
 {
     if (!g->mpi) return RP_OK;
@@ -565,15 +628,19 @@ static rp_status make_groups(rp_comm *c, const int64_t *all, const int64_t *colo
             if (world[j] == me && first < 0) first = j;
         }
         bool several = false;
-        for (int j = 1; j < n; j++) several |= world[j] != world[0];
+        for (int j = 1; j < n; j++)
+            several |= world[j] != world[0];
         group *made = NULL;
         if (first >= 0) {
             made = g->made[k] = group_create(world, n, me);
             if (!made) return RP_ERROR(RP_ERR_NOMEM, "rp_comm_split: out of memory");
         }
-        if (several) RP_CHECK(rp_comm_split(g->mpi, made ? 0 : -1, first, made ? &made->mpi : &(rp_comm *){NULL}));
+        if (several)
+            RP_CHECK(rp_comm_split(g->mpi, made ? 0 : -1, first,
+                                   made ? &made->mpi : &(rp_comm *){NULL}));
         if (made && made->mpi) {
-            for (int j = 0; j < n; j++) world[j] = c->ids[order[j]]; /* world[] is free now: the group's ids */
+            for (int j = 0; j < n; j++)
+                world[j] = c->ids[order[j]]; /* world[] is free now: the group's ids */
             RP_CHECK(lanes_setup(made, world));
         }
     }
@@ -587,7 +654,8 @@ static rp_status hier_split(rp_comm *c, int color, int key, rp_comm **out)
     int n = c->size;
     rp_status status = RP_OK;
     int64_t mine[2] = {color < 0 ? -1 : color, key};
-    int64_t *all = malloc((size_t)n * 2 * sizeof(int64_t)), *colors = malloc((size_t)n * sizeof(int64_t));
+    int64_t *all = malloc((size_t)n * 2 * sizeof(int64_t)),
+            *colors = malloc((size_t)n * sizeof(int64_t));
     int *order = malloc((size_t)n * sizeof(int)), *ids = malloc((size_t)n * sizeof(int));
     int *world = malloc((size_t)n * sizeof(int));
     rp_comm *local = NULL;
@@ -623,7 +691,8 @@ static rp_status hier_split(rp_comm *c, int color, int key, rp_comm **out)
     RP_TRY(rp_comm_barrier(h->local));
     if (color >= 0) {
         int k = 0;
-        while (colors[k] != color) k++;
+        while (colors[k] != color)
+            k++;
         RP_TRY(handle_create(out, g->made[k], local, pos, size, ids, c->timeout));
         local = NULL;
     }
@@ -658,8 +727,10 @@ static const rp_comm_ops hier_ops = {
 rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s)
 {
     if (!comms) return RP_ERROR(RP_ERR_INVALID, "comms is NULL");
-    if (n < 1 || n > 4096) return RP_ERROR(RP_ERR_INVALID, "%d members per process: must be in [1, 4096]", n);
-    for (int t = 0; t < n; t++) comms[t] = NULL;
+    if (n < 1 || n > 4096)
+        return RP_ERROR(RP_ERR_INVALID, "%d members per process: must be in [1, 4096]", n);
+    for (int t = 0; t < n; t++)
+        comms[t] = NULL;
     rp_comm *mpi = NULL, **locals = calloc((size_t)n, sizeof *locals);
     int *ids = NULL, *world = NULL, *counts = NULL;
     group *g = NULL;
@@ -678,8 +749,10 @@ rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s)
     RP_TRY(rp_comm_all_gather(mpi, &here, counts, 1, RP_I32));
     for (int q = 1; q < R; q++)
         if (counts[q] != counts[0]) {
-            status = RP_ERROR(RP_ERR_INVALID, "rank 0 has %d replicas and rank %d has %d: every rank "
-                              "must run the same number", counts[0], q, counts[q]);
+            status = RP_ERROR(RP_ERR_INVALID,
+                              "rank 0 has %d replicas and rank %d has %d: every rank "
+                              "must run the same number",
+                              counts[0], q, counts[q]);
             goto cleanup;
         }
     for (int i = 0; i < size; i++) {
@@ -713,7 +786,8 @@ cleanup:
             comms[t] = NULL;
         }
     if (g) group_free(g);
-    for (int t = 0; t < n; t++) rp_comm_destroy(locals[t]);
+    for (int t = 0; t < n; t++)
+        rp_comm_destroy(locals[t]);
     rp_comm_destroy(mpi);
     free(locals);
     free(counts);

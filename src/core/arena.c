@@ -24,7 +24,7 @@ struct rp_arena {
     uint64_t system_allocs;
 };
 
-#define CHUNK_HEADER ((sizeof(arena_chunk) + RP_ALIGN - 1) / RP_ALIGN * RP_ALIGN)
+#define CHUNK_HEADER  ((sizeof(arena_chunk) + RP_ALIGN - 1) / RP_ALIGN * RP_ALIGN)
 #define DEFAULT_BYTES ((size_t)1 << 20)
 
 static arena_chunk *chunk_new(rp_arena *a, size_t size)
@@ -108,7 +108,8 @@ void rp_arena_reset(rp_arena *a)
             a->head = single;
         } else {
             /* Out of memory: keep the chunks we have, they still work. */
-            for (arena_chunk *c = a->head; c; c = c->next) c->used = 0;
+            for (arena_chunk *c = a->head; c; c = c->next)
+                c->used = 0;
         }
     }
     a->head->used = 0;

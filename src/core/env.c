@@ -46,7 +46,8 @@ static void read_env(void)
     /* The runtime's watchdog: end the process when a replica is stuck outside every collective. */
     const char *stuck = getenv("RP_STUCK_EXIT");
     env.stuck_exit = stuck && *stuck && strcmp(stuck, "0") != 0;
-    /* The communicators' flight recorder: the last calls of each handle, dumped when a run fails. */
+    /* The communicators' flight recorder: the last calls of each handle, dumped when a run fails.
+     */
     const char *flight = getenv("RP_FLIGHT_ENTRIES");
     env.flight_entries = flight && *flight ? atoi(flight) : 64;
     if (env.flight_entries < 0) env.flight_entries = 0;

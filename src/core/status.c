@@ -15,20 +15,34 @@ static _Thread_local rp_status last_status;
 const char *rp_status_name(rp_status status)
 {
     switch (status) {
-    case RP_OK: return "OK";
-    case RP_ERR_INVALID: return "INVALID";
-    case RP_ERR_SHAPE: return "SHAPE";
-    case RP_ERR_NOMEM: return "NOMEM";
-    case RP_ERR_IO: return "IO";
-    case RP_ERR_FORMAT: return "FORMAT";
-    case RP_ERR_NUMERIC: return "NUMERIC";
-    case RP_ERR_COMM: return "COMM";
-    case RP_ERR_TIMEOUT: return "TIMEOUT";
-    case RP_ERR_MISMATCH: return "MISMATCH";
-    case RP_ERR_UNSUPPORTED: return "UNSUPPORTED";
-    case RP_ERR_BACKEND: return "BACKEND";
-    case RP_ERR_INTERRUPTED: return "INTERRUPTED";
-    default: return "UNKNOWN";
+    case RP_OK:
+        return "OK";
+    case RP_ERR_INVALID:
+        return "INVALID";
+    case RP_ERR_SHAPE:
+        return "SHAPE";
+    case RP_ERR_NOMEM:
+        return "NOMEM";
+    case RP_ERR_IO:
+        return "IO";
+    case RP_ERR_FORMAT:
+        return "FORMAT";
+    case RP_ERR_NUMERIC:
+        return "NUMERIC";
+    case RP_ERR_COMM:
+        return "COMM";
+    case RP_ERR_TIMEOUT:
+        return "TIMEOUT";
+    case RP_ERR_MISMATCH:
+        return "MISMATCH";
+    case RP_ERR_UNSUPPORTED:
+        return "UNSUPPORTED";
+    case RP_ERR_BACKEND:
+        return "BACKEND";
+    case RP_ERR_INTERRUPTED:
+        return "INTERRUPTED";
+    default:
+        return "UNKNOWN";
     }
 }
 

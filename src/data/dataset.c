@@ -21,8 +21,8 @@ rp_status rp_dataset_pad(rp_dataset **out, const rp_dataset *in, int h, int w)
     *out = NULL;
     if (!in) return RP_ERROR(RP_ERR_INVALID, "rp_dataset_pad: in is NULL");
     if (h < in->h || w < in->w)
-        return RP_ERROR(RP_ERR_INVALID, "rp_dataset_pad: %dx%d is smaller than %s's %dx%d images", h, w,
-                        in->name, in->h, in->w);
+        return RP_ERROR(RP_ERR_INVALID, "rp_dataset_pad: %dx%d is smaller than %s's %dx%d images",
+                        h, w, in->name, in->h, in->w);
     size_t row_in = (size_t)in->w * (size_t)in->c, row_out = (size_t)w * (size_t)in->c;
     size_t per = (size_t)h * row_out;
     rp_dataset *d = rp_calloc(sizeof *d);
@@ -44,8 +44,10 @@ rp_status rp_dataset_pad(rp_dataset **out, const rp_dataset *in, int h, int w)
     int top = (h - in->h) / 2, left = (w - in->w) / 2;
     for (int64_t i = 0; i < in->n; i++) {
         const uint8_t *src = in->pixels + (size_t)i * (size_t)in->h * row_in;
-        uint8_t *dst = d->pixels + (size_t)i * per + (size_t)top * row_out + (size_t)left * (size_t)in->c;
-        for (int y = 0; y < in->h; y++) memcpy(dst + (size_t)y * row_out, src + (size_t)y * row_in, row_in);
+        uint8_t *dst =
+            d->pixels + (size_t)i * per + (size_t)top * row_out + (size_t)left * (size_t)in->c;
+        for (int y = 0; y < in->h; y++)
+            memcpy(dst + (size_t)y * row_out, src + (size_t)y * row_in, row_in);
     }
     snprintf(d->name, sizeof d->name, "%.40s@%dx%d", in->name, h, w);
     *out = d;

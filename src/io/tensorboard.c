@@ -54,8 +54,10 @@ static rp_status make_dirs(const char *dir)
     int err = mkdir(buf, 0755) == 0 ? 0 : errno;
     free(buf);
     struct stat st;
-    if (err == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) err = 0;
-    else if (err == EEXIST) err = ENOTDIR;
+    if (err == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        err = 0;
+    else if (err == EEXIST)
+        err = ENOTDIR;
     if (err)
         return RP_ERROR(RP_ERR_IO, "cannot create the TensorBoard directory %s: %s", dir,
                         strerror(err));
@@ -73,8 +75,8 @@ static rp_status open_file(rp_tensorboard *tb, const char *dir)
     long long seconds = (long long)time(NULL), pid = (long long)getpid();
     for (int tries = 0; tries < 1000; tries++) {
         unsigned n = atomic_fetch_add(&file_counter, 1);
-        int len = snprintf(NULL, 0, "%s/events.out.tfevents.%lld.%s.%lld.%u", dir, seconds, host,
-                           pid, n);
+        int len =
+            snprintf(NULL, 0, "%s/events.out.tfevents.%lld.%s.%lld.%u", dir, seconds, host, pid, n);
         free(tb->path);
         tb->path = malloc((size_t)len + 1);
         if (!tb->path) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a path in %s", dir);

@@ -24,7 +24,8 @@ static void crc_table_init(void)
 {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ CRC32C_POLY : c >> 1;
         crc_table[i] = c;
     }
 }
@@ -34,7 +35,8 @@ uint32_t io_crc32c(uint32_t crc, const void *data, size_t n)
     pthread_once(&crc_once, crc_table_init);
     const uint8_t *p = data;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    for (size_t i = 0; i < n; i++)
+        crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
     return ~crc;
 }
 
@@ -51,25 +53,29 @@ uint32_t io_crc32c_unmask(uint32_t masked)
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static void put_u64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static uint32_t get_u32(const uint8_t *p)
 {
     uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
     return v;
 }
 
 static uint64_t get_u64(const uint8_t *p)
 {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
     return v;
 }
 
@@ -107,8 +113,10 @@ rp_status io_tfrecord_open(io_tfrecord_reader **out, const char *path)
     struct stat st;
     const char *why = NULL;
     r->f = fopen(path, "rb");
-    if (!r->f || fstat(fileno(r->f), &st) != 0) why = strerror(errno);
-    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    if (!r->f || fstat(fileno(r->f), &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+        why = "not a regular file";
     if (why) {
         rp_status status = RP_ERROR(RP_ERR_IO, "cannot read %s: %s", path, why);
         io_tfrecord_close(r);

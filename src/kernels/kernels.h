@@ -21,9 +21,9 @@
 
 /* A 2-D convolution, NHWC activations, OHWI weights. */
 typedef struct rp_conv_desc {
-    int n, h, w, c;     /* input  [n,h,w,c] */
-    int o, kh, kw;      /* weight [o,kh,kw,c] */
-    int oh, ow;         /* output [n,oh,ow,o] */
+    int n, h, w, c; /* input  [n,h,w,c] */
+    int o, kh, kw;  /* weight [o,kh,kw,c] */
+    int oh, ow;     /* output [n,oh,ow,o] */
     int stride, pad;
 } rp_conv_desc;
 
@@ -38,7 +38,8 @@ typedef struct rp_pool_desc {
     int k, stride, pad;
 } rp_pool_desc;
 
-rp_status rp_pool_desc_init(rp_pool_desc *d, int n, int h, int w, int c, int k, int stride, int pad);
+rp_status rp_pool_desc_init(rp_pool_desc *d, int n, int h, int w, int c, int k, int stride,
+                            int pad);
 
 /* ELU's alpha travels in `slope`. SQRT and RECIPROCAL: derivatives from y (1/(2y), -y^2). */
 typedef enum {
@@ -160,8 +161,8 @@ typedef struct rp_kernels {
 
     /* Copies a [rows, w] block into columns [off, off+w) of a [rows, ldy] array, and back. */
     void (*copy_cols)(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w);
-    void (*gather_cols)(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows,
-                        int64_t w, bool accumulate);
+    void (*gather_cols)(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
+                        bool accumulate);
 
     /* Nearest 2x upsampling of [n,h,w,c] and its adjoint (sums 2x2 blocks). */
     void (*upsample2x_fwd)(float *y, const float *x, int n, int h, int w, int c);

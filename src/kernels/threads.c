@@ -17,7 +17,8 @@ void rp_kernels_set_threads(int n)
 {
     if (n <= 0) n = rp_env_get()->threads > 0 ? rp_env_get()->threads : rp_cpu_count();
     team_size = n;
-    /* OpenMP's thread count is a per-thread setting: oneDNN (GEMM, convolution) and our loops follow it. */
+    /* OpenMP's thread count is a per-thread setting: oneDNN (GEMM, convolution) and our loops
+     * follow it. */
     omp_set_num_threads(n);
 }
 

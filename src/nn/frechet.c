@@ -53,8 +53,10 @@ static rp_status lapack_get(dsyevd_fn *fn)
     pthread_once(&lapack_once, lapack_load);
     *fn = lapack_dsyevd;
     if (*fn) return RP_OK;
-    return RP_ERROR(RP_ERR_UNSUPPORTED, "rp_frechet_distance needs LAPACKE, which could not be loaded "
-                    "(%s): apt-get install liblapacke", lapack_error);
+    return RP_ERROR(RP_ERR_UNSUPPORTED,
+                    "rp_frechet_distance needs LAPACKE, which could not be loaded "
+                    "(%s): apt-get install liblapacke",
+                    lapack_error);
 }
 
 /* Rows converted to double at a time in rp_gauss_sums_add (the block's x stays in cache). */

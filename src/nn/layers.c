@@ -12,8 +12,8 @@ static rp_status join_name(char *buf, const char *prefix, const char *leaf)
 {
     int n = snprintf(buf, RP_NAME_MAX, "%s.%s", prefix, leaf);
     if (n < 0 || n >= RP_NAME_MAX)
-        return RP_ERROR(RP_ERR_INVALID, "layer name \"%s.%s\" is longer than %d characters",
-                        prefix, leaf, RP_NAME_MAX - 1);
+        return RP_ERROR(RP_ERR_INVALID, "layer name \"%s.%s\" is longer than %d characters", prefix,
+                        leaf, RP_NAME_MAX - 1);
     return RP_OK;
 }
 
@@ -22,7 +22,8 @@ static rp_status check_init(const char *who, rp_init_kind kind, float gain)
 {
     if ((int)kind < RP_INIT_ZEROS || (int)kind > RP_INIT_GLOROT_UNIFORM)
         return RP_ERROR(RP_ERR_INVALID, "%s: init kind %d is not an rp_init_kind", who, (int)kind);
-    if (!isfinite(gain)) return RP_ERROR(RP_ERR_INVALID, "%s: gain %g is not finite", who, (double)gain);
+    if (!isfinite(gain))
+        return RP_ERROR(RP_ERR_INVALID, "%s: gain %g is not finite", who, (double)gain);
     return RP_OK;
 }
 
@@ -37,7 +38,8 @@ rp_status rp_linear_layer_init_with(rp_linear_layer *l, rp_params *params, const
                                     int out, bool bias, rp_init_kind kind, float gain)
 {
     if (!l || !params || !name || in < 1 || out < 1)
-        return RP_ERROR(RP_ERR_INVALID, "rp_linear_layer_init: bad arguments (in %d, out %d)", in, out);
+        return RP_ERROR(RP_ERR_INVALID, "rp_linear_layer_init: bad arguments (in %d, out %d)", in,
+                        out);
     RP_CHECK(check_init("rp_linear_layer_init", kind, gain));
     char full[RP_NAME_MAX];
     l->in = in;
@@ -49,7 +51,8 @@ rp_status rp_linear_layer_init_with(rp_linear_layer *l, rp_params *params, const
     l->b = NULL;
     if (bias) {
         RP_CHECK(join_name(full, name, "bias"));
-        l->b = rp_params_add(params, full, 1, (int[]){out}, (rp_init){RP_INIT_ZEROS, 0, 0, 0}, true);
+        l->b =
+            rp_params_add(params, full, 1, (int[]){out}, (rp_init){RP_INIT_ZEROS, 0, 0, 0}, true);
         if (!l->b) return rp_last_status();
     }
     return RP_OK;
@@ -72,9 +75,10 @@ rp_status rp_conv2d_layer_init_with(rp_conv2d_layer *l, rp_params *params, const
                                     rp_init_kind kind, float gain)
 {
     if (!l || !params || !name || in < 1 || out < 1 || k < 1 || stride < 1 || pad < 0)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "rp_conv2d_layer_init: bad arguments (in %d, out %d, k %d, stride %d, pad %d)",
-                        in, out, k, stride, pad);
+        return RP_ERROR(
+            RP_ERR_INVALID,
+            "rp_conv2d_layer_init: bad arguments (in %d, out %d, k %d, stride %d, pad %d)", in, out,
+            k, stride, pad);
     RP_CHECK(check_init("rp_conv2d_layer_init", kind, gain));
     char full[RP_NAME_MAX];
     l->in = in;
@@ -88,7 +92,8 @@ rp_status rp_conv2d_layer_init_with(rp_conv2d_layer *l, rp_params *params, const
     l->b = NULL;
     if (bias) {
         RP_CHECK(join_name(full, name, "bias"));
-        l->b = rp_params_add(params, full, 1, (int[]){out}, (rp_init){RP_INIT_ZEROS, 0, 0, 0}, true);
+        l->b =
+            rp_params_add(params, full, 1, (int[]){out}, (rp_init){RP_INIT_ZEROS, 0, 0, 0}, true);
         if (!l->b) return rp_last_status();
     }
     return RP_OK;
@@ -107,8 +112,10 @@ rp_status rp_batchnorm_layer_init(rp_batchnorm_layer *l, rp_params *params, cons
     l->c = c;
     l->p = rp_bn_params_default();
     const char *leaves[4] = {"weight", "bias", "running_mean", "running_var"};
-    rp_init inits[4] = {{RP_INIT_CONSTANT, 1, 0, 0}, {RP_INIT_ZEROS, 0, 0, 0},
-                        {RP_INIT_ZEROS, 0, 0, 0}, {RP_INIT_CONSTANT, 1, 0, 0}};
+    rp_init inits[4] = {{RP_INIT_CONSTANT, 1, 0, 0},
+                        {RP_INIT_ZEROS, 0, 0, 0},
+                        {RP_INIT_ZEROS, 0, 0, 0},
+                        {RP_INIT_CONSTANT, 1, 0, 0}};
     rp_tensor **slots[4] = {&l->gamma, &l->beta, &l->running_mean, &l->running_var};
     for (int i = 0; i < 4; i++) {
         RP_CHECK(join_name(full, name, leaves[i]));

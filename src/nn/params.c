@@ -18,8 +18,8 @@ typedef struct param_entry {
 struct rp_params {
     param_entry *entries; /* declaration order */
     int n, cap;
-    int *order;           /* entry index of position i: trainable first */
-    int64_t *offsets;     /* offset of position i's values */
+    int *order;       /* entry index of position i: trainable first */
+    int64_t *offsets; /* offset of position i's values */
     int n_trainable;
     float *data, *grad;
     int64_t numel, trainable_numel;
@@ -37,7 +37,8 @@ rp_status rp_params_create(rp_params **params)
 void rp_params_destroy(rp_params *p)
 {
     if (!p) return;
-    for (int i = 0; i < p->n; i++) rp_free(p->entries[i].t);
+    for (int i = 0; i < p->n; i++)
+        rp_free(p->entries[i].t);
     rp_free(p->entries);
     rp_free(p->order);
     rp_free(p->offsets);
@@ -94,7 +95,8 @@ rp_tensor *rp_params_add(rp_params *p, const char *name, int ndim, const int *sh
     rp_tensor *t = rp_calloc(sizeof *t);
     if (!t) return NULL;
     t->ndim = ndim;
-    for (int i = 0; i < RP_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
+    for (int i = 0; i < RP_MAX_DIMS; i++)
+        t->shape[i] = i < ndim ? shape[i] : 1;
     t->numel = rp_shape_numel(ndim, shape);
     t->node = -1;
     t->flags = RP_TENSOR_PARAM | (trainable ? RP_TENSOR_REQUIRES_GRAD : 0);
@@ -112,23 +114,35 @@ static void init_one(rp_tensor *t, rp_init init, uint64_t seed)
 {
     uint64_t key = rp_hash_str(seed, t->name);
     size_t n = (size_t)t->numel;
-    double fan_in = init.fan_in > 0 ? init.fan_in : 1, fan_out = init.fan_out > 0 ? init.fan_out : 1;
-    double gain = init.value != 0.0f ? (double)init.value : 1.0; /* Glorot's; 0 keeps old callers' 1 */
+    double fan_in = init.fan_in > 0 ? init.fan_in : 1,
+           fan_out = init.fan_out > 0 ? init.fan_out : 1;
+    double gain =
+        init.value != 0.0f ? (double)init.value : 1.0; /* Glorot's; 0 keeps old callers' 1 */
     switch (init.kind) {
-    case RP_INIT_ZEROS: memset(t->data, 0, n * sizeof(float)); break;
-    case RP_INIT_CONSTANT:
-        for (size_t i = 0; i < n; i++) t->data[i] = init.value;
+    case RP_INIT_ZEROS:
+        memset(t->data, 0, n * sizeof(float));
         break;
-    case RP_INIT_NORMAL: rp_rng_fill_normal(key, 0, t->data, n, 0.0f, init.value); break;
-    case RP_INIT_UNIFORM: rp_rng_fill_uniform(key, 0, t->data, n, -init.value, init.value); break;
-    case RP_INIT_HE_NORMAL: rp_rng_fill_normal(key, 0, t->data, n, 0.0f, (float)sqrt(2.0 / fan_in)); break;
+    case RP_INIT_CONSTANT:
+        for (size_t i = 0; i < n; i++)
+            t->data[i] = init.value;
+        break;
+    case RP_INIT_NORMAL:
+        rp_rng_fill_normal(key, 0, t->data, n, 0.0f, init.value);
+        break;
+    case RP_INIT_UNIFORM:
+        rp_rng_fill_uniform(key, 0, t->data, n, -init.value, init.value);
+        break;
+    case RP_INIT_HE_NORMAL:
+        rp_rng_fill_normal(key, 0, t->data, n, 0.0f, (float)sqrt(2.0 / fan_in));
+        break;
     case RP_INIT_HE_UNIFORM: {
         float b = (float)sqrt(6.0 / fan_in);
         rp_rng_fill_uniform(key, 0, t->data, n, -b, b);
         break;
     }
     case RP_INIT_GLOROT_NORMAL:
-        rp_rng_fill_normal(key, 0, t->data, n, 0.0f, (float)(gain * sqrt(2.0 / (fan_in + fan_out))));
+        rp_rng_fill_normal(key, 0, t->data, n, 0.0f,
+                           (float)(gain * sqrt(2.0 / (fan_in + fan_out))));
         break;
     case RP_INIT_GLOROT_UNIFORM: {
         float b = (float)(gain * sqrt(6.0 / (fan_in + fan_out)));
@@ -180,7 +194,8 @@ rp_status rp_params_finalize(rp_params *p, uint64_t seed)
 rp_status rp_params_reinit(rp_params *p, uint64_t seed)
 {
     if (!p || !p->finalized) return RP_ERROR(RP_ERR_INVALID, "rp_params_reinit: not finalized");
-    for (int i = 0; i < p->n; i++) init_one(p->entries[i].t, p->entries[i].init, seed);
+    for (int i = 0; i < p->n; i++)
+        init_one(p->entries[i].t, p->entries[i].init, seed);
     return RP_OK;
 }
 
@@ -236,7 +251,8 @@ void rp_params_zero_grad(rp_params *p)
 {
     if (!p->finalized) return;
     memset(p->grad, 0, (size_t)p->trainable_numel * sizeof(float));
-    for (int i = 0; i < p->n_trainable; i++) p->entries[p->order[i]].t->flags |= RP_TENSOR_GRAD_FRESH;
+    for (int i = 0; i < p->n_trainable; i++)
+        p->entries[p->order[i]].t->flags |= RP_TENSOR_GRAD_FRESH;
 }
 
 void rp_params_set_frozen(rp_params *p, bool frozen)

@@ -25,7 +25,8 @@ struct rp_optimizer {
        the one flagged `slot`, kept at the position where it was first set. */
     struct hook_set *hooks;
     int nhooks, hooks_cap;
-    /* Whose update replaces the rule (at most one set's), or -1; found once per change, not per step. */
+    /* Whose update replaces the rule (at most one set's), or -1; found once per change, not per
+     * step. */
     int updater;
 };
 
@@ -90,9 +91,11 @@ int rp_optim_slots(const rp_optim_config *cfg)
 static void sgd_plain(float *restrict p, const float *restrict g, int64_t n, float lr, float wd)
 {
     if (wd != 0.0f) {
-        for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
+        for (int64_t i = 0; i < n; i++)
+            p[i] -= lr * (g[i] + wd * p[i]);
     } else {
-        for (int64_t i = 0; i < n; i++) p[i] -= lr * g[i];
+        for (int64_t i = 0; i < n; i++)
+            p[i] -= lr * g[i];
     }
 }
 
@@ -101,8 +104,8 @@ static void sgd_plain(float *restrict p, const float *restrict g, int64_t n, flo
  * buffer starts as d on the first step (whatever `v` held before) and is
  * v = mu*v + d afterwards; the step is d + mu*v with Nesterov, v without.
  */
-static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v,
-                         int64_t n, float lr, float wd, float mu, bool nesterov, bool first)
+static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v, int64_t n,
+                         float lr, float wd, float mu, bool nesterov, bool first)
 {
     /*
      * On the first step the buffer is set, not blended: v may hold anything
@@ -135,9 +138,9 @@ static void sgd_momentum(float *restrict p, const float *restrict g, float *rest
  * once by the caller. The operations are grouped as torch.optim.Adam groups
  * them, so that results agree to rounding.
  */
-static void adam(float *restrict p, const float *restrict g, float *restrict m,
-                 float *restrict v, int64_t n, float b1, float b2, float eps, float l2,
-                 float shrink, float step_size, float sqrt_bc2)
+static void adam(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                 int64_t n, float b1, float b2, float eps, float l2, float shrink, float step_size,
+                 float sqrt_bc2)
 {
     const float c1 = 1.0f - b1;
     const float c2 = 1.0f - b2;
@@ -171,8 +174,8 @@ void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad,
         if (cfg->momentum == 0.0f) {
             sgd_plain(param, grad, n, lr, cfg->weight_decay);
         } else {
-            sgd_momentum(param, grad, state, n, lr, cfg->weight_decay, cfg->momentum,
-                         cfg->nesterov, step == 1);
+            sgd_momentum(param, grad, state, n, lr, cfg->weight_decay, cfg->momentum, cfg->nesterov,
+                         step == 1);
         }
         break;
     case RP_OPTIM_ADAM:
@@ -336,7 +339,8 @@ static rp_status nonfinite_error(const rp_optimizer *opt, const float *grad, int
                     (double)grad[at], (long long)at);
 }
 
-/* Counts a step of `opt` on this thread (rp_optimizer_stepped_here()); a fixed table, no allocation. */
+/* Counts a step of `opt` on this thread (rp_optimizer_stepped_here()); a fixed table, no
+ * allocation. */
 static void note_stepped(rp_optimizer *opt)
 {
     for (int i = 0; i < nstepped; i++)
@@ -364,13 +368,15 @@ static void note_stepped(rp_optimizer *opt)
 static rp_status frozen_error(const rp_optimizer *opt)
 {
     int count = rp_params_trainable_count(opt->params);
-    const rp_tensor *first = rp_params_at(opt->params, 0), *last = rp_params_at(opt->params, count - 1);
-    return RP_ERROR(RP_ERR_INVALID,
-                    "rp_optimizer_step: its parameter set ('%s' .. '%s', %d trainable) is frozen "
-                    "(rp_params_set_frozen); stepping it would still move the values through momentum "
-                    "and weight decay: thaw the set first, or step only the optimizers of the sets "
-                    "that trained; nothing was changed",
-                    first ? first->name : "(none)", last ? last->name : "(none)", count);
+    const rp_tensor *first = rp_params_at(opt->params, 0),
+                    *last = rp_params_at(opt->params, count - 1);
+    return RP_ERROR(
+        RP_ERR_INVALID,
+        "rp_optimizer_step: its parameter set ('%s' .. '%s', %d trainable) is frozen "
+        "(rp_params_set_frozen); stepping it would still move the values through momentum "
+        "and weight decay: thaw the set first, or step only the optimizers of the sets "
+        "that trained; nothing was changed",
+        first ? first->name : "(none)", last ? last->name : "(none)", count);
 }
 
 rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
@@ -432,14 +438,20 @@ static hook_set *append_set(rp_optimizer *opt)
 
 rp_status rp_optimizer_add_hooks(rp_optimizer *opt, const rp_optimizer_hooks *h, void *ctx)
 {
-    if (!opt || !h) return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_add_hooks: %s is NULL", opt ? "hooks" : "optimizer");
+    if (!opt || !h)
+        return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_add_hooks: %s is NULL",
+                        opt ? "hooks" : "optimizer");
     if (h->update)
         for (int i = 0; i < opt->nhooks; i++)
             if (opt->hooks[i].h.update)
-                return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_add_hooks: hook set %d already replaces the "
-                                "update (at most one set may; this optimizer has %d sets)", i, opt->nhooks);
+                return RP_ERROR(RP_ERR_INVALID,
+                                "rp_optimizer_add_hooks: hook set %d already replaces the "
+                                "update (at most one set may; this optimizer has %d sets)",
+                                i, opt->nhooks);
     hook_set *e = append_set(opt);
-    if (!e) return RP_ERROR(RP_ERR_NOMEM, "cannot grow the optimizer's hook list past %d sets", opt->nhooks);
+    if (!e)
+        return RP_ERROR(RP_ERR_NOMEM, "cannot grow the optimizer's hook list past %d sets",
+                        opt->nhooks);
     e->h = *h;
     e->ctx = ctx;
     find_updater(opt);
@@ -462,7 +474,8 @@ void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_opti
     if (!e) e = append_set(opt);
     if (!e) {
         /* Out of memory for a 4-entry array: the old hooks are kept, the failure recorded. */
-        rp_error_set(RP_ERR_NOMEM, __FILE__, __LINE__, "rp_optimizer_set_hooks: cannot grow the hook list");
+        rp_error_set(RP_ERR_NOMEM, __FILE__, __LINE__,
+                     "rp_optimizer_set_hooks: cannot grow the hook list");
         if (release) release(ctx);
         return;
     }

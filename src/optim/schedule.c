@@ -128,9 +128,13 @@ rp_status rp_schedule_check(const rp_schedule *s)
     if (s->kind != RP_SCHED_CONSTANT && s->kind != RP_SCHED_STEP && s->kind != RP_SCHED_COSINE &&
         s->kind != RP_SCHED_LINEAR)
         return RP_ERROR(RP_ERR_INVALID, "schedule kind %d: not an rp_sched_kind", (int)s->kind);
-    const struct { const char *name; float value; } floats[] = {
-        {"base_lr", s->base_lr}, {"min_lr", s->min_lr}, {"gamma", s->gamma},
-        {"warmup_start", s->warmup_start}};
+    const struct {
+        const char *name;
+        float value;
+    } floats[] = {{"base_lr", s->base_lr},
+                  {"min_lr", s->min_lr},
+                  {"gamma", s->gamma},
+                  {"warmup_start", s->warmup_start}};
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         if (!isfinite(floats[i].value))
             return RP_ERROR(RP_ERR_INVALID, "schedule %s %g: must be finite", floats[i].name,

@@ -26,7 +26,8 @@ void rp_ps_shard_range(int64_t numel, int servers, int s, int64_t *lo, int64_t *
 
 rp_ps_config rp_ps_config_default(void)
 {
-    return (rp_ps_config){.servers = 1, .staleness = -1, .timeout_s = 0, .optim = rp_optim_config_default()};
+    return (rp_ps_config){
+        .servers = 1, .staleness = -1, .timeout_s = 0, .optim = rp_optim_config_default()};
 }
 
 /* ---- public calls ------------------------------------------------------------------- */
@@ -36,19 +37,39 @@ void rp_ps_destroy(rp_ps *ps)
     if (ps) ps->ops->destroy(ps);
 }
 
-const char *rp_ps_backend(const rp_ps *ps) { return ps->ops->name; }
-int rp_ps_worker(const rp_ps *ps) { return ps->worker; }
-int rp_ps_workers(const rp_ps *ps) { return ps->workers; }
-int rp_ps_servers(const rp_ps *ps) { return ps->cfg.servers; }
-int64_t rp_ps_numel(const rp_ps *ps) { return ps->numel; }
-int64_t rp_ps_clock(const rp_ps *ps) { return ps->clock; }
+const char *rp_ps_backend(const rp_ps *ps)
+{
+    return ps->ops->name;
+}
+int rp_ps_worker(const rp_ps *ps)
+{
+    return ps->worker;
+}
+int rp_ps_workers(const rp_ps *ps)
+{
+    return ps->workers;
+}
+int rp_ps_servers(const rp_ps *ps)
+{
+    return ps->cfg.servers;
+}
+int64_t rp_ps_numel(const rp_ps *ps)
+{
+    return ps->numel;
+}
+int64_t rp_ps_clock(const rp_ps *ps)
+{
+    return ps->clock;
+}
 
 static rp_status check_push(const rp_ps *ps, const float *grad, float lr)
 {
     if (!grad) return RP_ERROR(RP_ERR_INVALID, "push: gradient is NULL");
     if (!(lr >= 0.0f) || isinf(lr))
-        return RP_ERROR(RP_ERR_INVALID, "push: learning rate %g: must be finite and >= 0", (double)lr);
-    /* One branch-free pass over the bits (it vectorises); the index only when something is wrong. */
+        return RP_ERROR(RP_ERR_INVALID, "push: learning rate %g: must be finite and >= 0",
+                        (double)lr);
+    /* One branch-free pass over the bits (it vectorises); the index only when something is wrong.
+     */
     uint32_t bad = 0;
     for (int64_t i = 0; i < ps->numel; i++) {
         uint32_t u;
@@ -57,8 +78,10 @@ static rp_status check_push(const rp_ps *ps, const float *grad, float lr)
     }
     for (int64_t i = 0; bad && i < ps->numel; i++)
         if (!isfinite(grad[i]))
-            return RP_ERROR(RP_ERR_NUMERIC, "push by worker %d: gradient element %lld is %g; nothing was "
-                            "sent", ps->worker, (long long)i, (double)grad[i]);
+            return RP_ERROR(RP_ERR_NUMERIC,
+                            "push by worker %d: gradient element %lld is %g; nothing was "
+                            "sent",
+                            ps->worker, (long long)i, (double)grad[i]);
     return RP_OK;
 }
 
@@ -100,7 +123,8 @@ rp_status rp_ps_init(rp_ps *ps, const float *values, const float *slots, int64_t
 
 rp_status rp_ps_snapshot(rp_ps *ps, float *values, float *slots, int64_t *step)
 {
-    if (!ps || (!values && ps->numel > 0) || !step) return RP_ERROR(RP_ERR_INVALID, "snapshot: NULL argument");
+    if (!ps || (!values && ps->numel > 0) || !step)
+        return RP_ERROR(RP_ERR_INVALID, "snapshot: NULL argument");
     return ps->ops->snapshot(ps, values, slots, step);
 }
 
@@ -159,7 +183,8 @@ void rp_ps_shard_destroy(rp_ps_shard *sh)
     sh->values = sh->state = NULL;
 }
 
-void rp_ps_shard_apply(rp_ps_shard *sh, const rp_optim_config *cfg, const float *grad, float lr, int worker)
+void rp_ps_shard_apply(rp_ps_shard *sh, const rp_optim_config *cfg, const float *grad, float lr,
+                       int worker)
 {
     sh->step++;
     sh->applied++;
@@ -167,14 +192,16 @@ void rp_ps_shard_apply(rp_ps_shard *sh, const rp_optim_config *cfg, const float 
     rp_optim_apply(cfg, sh->values, grad, sh->state, sh->n, lr, sh->step);
 }
 
-void rp_ps_shard_load(rp_ps_shard *sh, const float *values, const float *slots, int64_t slots_stride,
-                      int64_t step)
+void rp_ps_shard_load(rp_ps_shard *sh, const float *values, const float *slots,
+                      int64_t slots_stride, int64_t step)
 {
     if (sh->n > 0) memcpy(sh->values, values, (size_t)sh->n * sizeof(float));
     for (int k = 0; k < sh->slots; k++) {
         float *dst = sh->state + (size_t)k * (size_t)sh->n;
-        if (slots) memcpy(dst, slots + (size_t)k * (size_t)slots_stride, (size_t)sh->n * sizeof(float));
-        else memset(dst, 0, (size_t)sh->n * sizeof(float));
+        if (slots)
+            memcpy(dst, slots + (size_t)k * (size_t)slots_stride, (size_t)sh->n * sizeof(float));
+        else
+            memset(dst, 0, (size_t)sh->n * sizeof(float));
     }
     sh->step = step;
     sh->applied = 0;
@@ -209,9 +236,15 @@ void rp_ps_clocks_join(rp_ps_clocks *c, int worker, uint64_t phase)
     c->clock[worker] = 0;
 }
 
-void rp_ps_clocks_leave(rp_ps_clocks *c, int worker) { c->left[worker] = true; }
+void rp_ps_clocks_leave(rp_ps_clocks *c, int worker)
+{
+    c->left[worker] = true;
+}
 
-void rp_ps_clocks_tick(rp_ps_clocks *c, int worker) { c->clock[worker]++; }
+void rp_ps_clocks_tick(rp_ps_clocks *c, int worker)
+{
+    c->clock[worker]++;
+}
 
 int64_t rp_ps_clocks_of(const rp_ps_clocks *c, int q)
 {
@@ -237,4 +270,7 @@ bool rp_ps_clocks_may_go(const rp_ps_clocks *c, int worker, int *slowest)
     return false;
 }
 
-int64_t rp_ps_clocks_claim(rp_ps_clocks *c) { return c->claims++; }
+int64_t rp_ps_clocks_claim(rp_ps_clocks *c)
+{
+    return c->claims++;
+}

@@ -43,12 +43,12 @@ rp_status rp_ps_exchange(rp_ps *ps, const float *grad, float lr, float *values);
 /* ---- a server's shard of one set ----------------------------------------------- */
 
 typedef struct rp_ps_shard {
-    int64_t lo, n;     /* the range [lo, lo + n) of the set */
-    int slots;         /* rp_optim_slots() of the rule */
-    float *values;     /* [n] */
-    float *state;      /* [slots * n] */
-    int64_t step;      /* updates applied since the start of training (Adam's t) */
-    int64_t applied;   /* updates applied since the last init */
+    int64_t lo, n;   /* the range [lo, lo + n) of the set */
+    int slots;       /* rp_optim_slots() of the rule */
+    float *values;   /* [n] */
+    float *state;    /* [slots * n] */
+    int64_t step;    /* updates applied since the start of training (Adam's t) */
+    int64_t applied; /* updates applied since the last init */
     int64_t from_worker[RP_PS_MAX_WORKERS]; /* pushes received since the last init */
 } rp_ps_shard;
 
@@ -64,8 +64,8 @@ void rp_ps_shard_apply(rp_ps_shard *sh, const rp_optim_config *cfg, const float 
                        int worker);
 
 /* values (n floats) and slots (slots x n; NULL: zeros) into the shard; counts reset. */
-void rp_ps_shard_load(rp_ps_shard *sh, const float *values, const float *slots, int64_t slots_stride,
-                      int64_t step);
+void rp_ps_shard_load(rp_ps_shard *sh, const float *values, const float *slots,
+                      int64_t slots_stride, int64_t step);
 
 /*
  * The shard's values and slots out: slots written at slots + k*slots_stride
@@ -83,12 +83,12 @@ void rp_ps_shard_save(const rp_ps_shard *sh, float *values, float *slots, int64_
  */
 typedef struct rp_ps_clocks {
     int workers;
-    int staleness;                     /* < 0: unbounded */
-    uint64_t phase;                    /* the newest phase any worker joined */
+    int staleness;                      /* < 0: unbounded */
+    uint64_t phase;                     /* the newest phase any worker joined */
     uint64_t joined[RP_PS_MAX_WORKERS]; /* the phase each worker joined last */
     bool left[RP_PS_MAX_WORKERS];
     int64_t clock[RP_PS_MAX_WORKERS];
-    int64_t claims;                    /* tickets handed out in the newest phase */
+    int64_t claims; /* tickets handed out in the newest phase */
 } rp_ps_clocks;
 
 void rp_ps_clocks_init(rp_ps_clocks *c, int workers, int staleness);
@@ -96,7 +96,8 @@ void rp_ps_clocks_join(rp_ps_clocks *c, int worker, uint64_t phase);
 void rp_ps_clocks_leave(rp_ps_clocks *c, int worker);
 void rp_ps_clocks_tick(rp_ps_clocks *c, int worker);
 
-/* The clock the bound counts for worker q: 0 if it has not joined the newest phase, INT64_MAX if it left. */
+/* The clock the bound counts for worker q: 0 if it has not joined the newest phase, INT64_MAX if it
+ * left. */
 int64_t rp_ps_clocks_of(const rp_ps_clocks *c, int q);
 
 /*

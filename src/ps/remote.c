@@ -99,8 +99,10 @@ rp_status rp_ps_remote_wait(rp_comm *c, rp_comm_request **reqs, int *n, bool *ok
             note_error(st, &first, error, sizeof error);
         }
         if (!pending || rp_now_s() > deadline) break;
-        if (progress) polls = 0;
-        else rp_ps_remote_back_off(polls++);
+        if (progress)
+            polls = 0;
+        else
+            rp_ps_remote_back_off(polls++);
     }
     /*
      * Past the deadline: each request still pending is waited for with what
@@ -132,16 +134,18 @@ rp_status rp_ps_group_create(rp_ps_group **out, rp_comm *comm, int servers, doub
     *out = NULL;
     if (!(timeout_s >= 0))
         return RP_ERROR(RP_ERR_INVALID,
-                        "parameter-server timeout %g s: must be >= 0 (0: the communicator's)", timeout_s);
+                        "parameter-server timeout %g s: must be >= 0 (0: the communicator's)",
+                        timeout_s);
     int rank = rp_comm_rank(comm), size = rp_comm_size(comm);
     if (servers < 1 || servers >= size)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "%d parameter servers in a job of %d ranks: there must be at least 1, and at "
-                        "least one rank left to be a worker",
-                        servers, size);
+        return RP_ERROR(
+            RP_ERR_INVALID,
+            "%d parameter servers in a job of %d ranks: there must be at least 1, and at "
+            "least one rank left to be a worker",
+            servers, size);
     if (size - servers > RP_PS_MAX_WORKERS)
-        return RP_ERROR(RP_ERR_INVALID, "%d workers (%d ranks, %d servers): at most %d", size - servers,
-                        size, servers, RP_PS_MAX_WORKERS);
+        return RP_ERROR(RP_ERR_INVALID, "%d workers (%d ranks, %d servers): at most %d",
+                        size - servers, size, servers, RP_PS_MAX_WORKERS);
     rp_ps_group *g = calloc(1, sizeof *g);
     if (g) g->hosts = calloc((size_t)size, HOST_MAX);
     if (!g || !g->hosts) {
@@ -175,8 +179,8 @@ rp_status rp_ps_mpi_group_create(rp_ps_group **out, int servers, double timeout_
     if (!out) return RP_ERROR(RP_ERR_INVALID, "parameter-server group: NULL argument");
     *out = NULL;
     if (!(timeout_s >= 0))
-        return RP_ERROR(RP_ERR_INVALID, "parameter-server timeout %g s: must be >= 0 (0: the default)",
-                        timeout_s);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "parameter-server timeout %g s: must be >= 0 (0: the default)", timeout_s);
     double timeout = timeout_s > 0 ? timeout_s : rp_env_get()->comm_timeout;
     rp_comm *comm = NULL;
     rp_status status = rp_comm_mpi_create(&comm, timeout);
@@ -195,8 +199,14 @@ rp_status rp_ps_mpi_group_create(rp_ps_group **out, int servers, double timeout_
     return RP_OK;
 }
 
-bool rp_ps_group_is_server(const rp_ps_group *g) { return g && g->rank >= g->workers; }
-int rp_ps_group_workers(const rp_ps_group *g) { return g ? g->workers : 0; }
+bool rp_ps_group_is_server(const rp_ps_group *g)
+{
+    return g && g->rank >= g->workers;
+}
+int rp_ps_group_workers(const rp_ps_group *g)
+{
+    return g ? g->workers : 0;
+}
 int rp_ps_group_index(const rp_ps_group *g)
 {
     if (!g) return -1;
@@ -218,12 +228,14 @@ static void tell_servers(rp_ps_group *g, ps_req *req, const char *text)
     req->blocks = text ? 1 : 0;
     req->count = len;
     for (int s = 0; s < g->servers; s++) {
-        if (rp_comm_isend(g->comm, req, (int64_t)sizeof *req, RP_U8, SERVER_RANK(g, s), TAG_REQ, &reqs[n]) !=
-            RP_OK)
+        if (rp_comm_isend(g->comm, req, (int64_t)sizeof *req, RP_U8, SERVER_RANK(g, s), TAG_REQ,
+                          &reqs[n]) != RP_OK)
             break;
         n++;
         if (text) {
-            if (rp_comm_isend(g->comm, text, len, RP_U8, SERVER_RANK(g, s), TAG_DATA, &reqs[n]) != RP_OK) break;
+            if (rp_comm_isend(g->comm, text, len, RP_U8, SERVER_RANK(g, s), TAG_DATA, &reqs[n]) !=
+                RP_OK)
+                break;
             n++;
         }
     }
@@ -253,7 +265,8 @@ void rp_ps_group_destroy(rp_ps_group *g)
 
 /* ---- the worker's side: a handle on one set ------------------------------------------ */
 
-/* Requests of one call per server: the reply's header and blocks, the request's header and blocks. */
+/* Requests of one call per server: the reply's header and blocks, the request's header and blocks.
+ */
 #define REQS_PER_SERVER (2 + 2 * MAX_BLOCKS)
 
 /* What one call moves to and from each server: arrays of the whole set, each server its range. */
@@ -272,22 +285,25 @@ typedef struct remote_ps {
     rp_ps *ps;
     rp_ps_group *g;
     int set;
-    int64_t *lo, *n;          /* [S] each server's range */
-    ps_req req;               /* the current call's header */
-    ps_req *head;             /* [S] the header as sent to each server (its block size) */
-    ps_rep *rep;              /* [S] the replies' headers */
-    char (*text)[TEXT_MAX];   /* [S] the replies' error texts */
-    rp_comm_request **reqs;   /* [S * REQS_PER_SERVER] */
-    int *owner;               /* [S * REQS_PER_SERVER] server * 2 + 1 for a reply header, * 2 else */
-    bool *ok;                 /* [S * REQS_PER_SERVER] */
-    bool *answered;           /* [S] the reply's header came (a later failure to post is not the server's) */
+    int64_t *lo, *n;        /* [S] each server's range */
+    ps_req req;             /* the current call's header */
+    ps_req *head;           /* [S] the header as sent to each server (its block size) */
+    ps_rep *rep;            /* [S] the replies' headers */
+    char (*text)[TEXT_MAX]; /* [S] the replies' error texts */
+    rp_comm_request **reqs; /* [S * REQS_PER_SERVER] */
+    int *owner;             /* [S * REQS_PER_SERVER] server * 2 + 1 for a reply header, * 2 else */
+    bool *ok;               /* [S * REQS_PER_SERVER] */
+    bool *answered; /* [S] the reply's header came (a later failure to post is not the server's) */
     int nreq;
-    const xfer *x;            /* the current call's arrays */
+    const xfer *x; /* the current call's arrays */
 } remote_ps;
 
 static const rp_ps_ops mpi_ops, remote_ops;
 
-static remote_ps *P(const rp_ps *ps) { return ps->impl; }
+static remote_ps *P(const rp_ps *ps)
+{
+    return ps->impl;
+}
 
 static void group_break(rp_ps_group *g, rp_status status, const char *reason)
 {
@@ -305,7 +321,8 @@ static rp_status post(remote_ps *m, int s, bool reply_header, rp_status st)
     return st;
 }
 
-/* A reply header has arrived: post the receives of what follows it, straight into the caller's arrays. */
+/* A reply header has arrived: post the receives of what follows it, straight into the caller's
+ * arrays. */
 static rp_status reply_arrived(void *ctx, int i)
 {
     remote_ps *m = ctx;
@@ -317,10 +334,12 @@ static rp_status reply_arrived(void *ctx, int i)
     const xfer *x = m->x;
     if (r->status != RP_OK) {
         if (r->blocks != 1 || r->count != TEXT_MAX)
-            return RP_ERROR(RP_ERR_COMM, "parameter server %d: an error reply (%s) without its text", s,
+            return RP_ERROR(RP_ERR_COMM,
+                            "parameter server %d: an error reply (%s) without its text", s,
                             rp_status_name((rp_status)r->status));
-        return post(m, s, false, rp_comm_irecv(c, m->text[s], TEXT_MAX, RP_U8, peer, TAG_REPLY_DATA,
-                                               &m->reqs[m->nreq]));
+        return post(
+            m, s, false,
+            rp_comm_irecv(c, m->text[s], TEXT_MAX, RP_U8, peer, TAG_REPLY_DATA, &m->reqs[m->nreq]));
     }
     int64_t lo = m->lo[s], n = m->n[s];
     int blocks = 0;
@@ -334,15 +353,18 @@ static rp_status reply_arrived(void *ctx, int i)
     }
     if (r->blocks != blocks || (blocks > 0 && r->count != count))
         return RP_ERROR(RP_ERR_COMM,
-                        "parameter server %d answered a %s with %d blocks of %lld elements, expected %d of %lld",
-                        s, rp_ps_remote_kind_name(m->req.kind), r->blocks, (long long)r->count, blocks,
-                        (long long)count);
+                        "parameter server %d answered a %s with %d blocks of %lld elements, "
+                        "expected %d of %lld",
+                        s, rp_ps_remote_kind_name(m->req.kind), r->blocks, (long long)r->count,
+                        blocks, (long long)count);
     if (x && x->recv_raw)
-        return post(m, s, false, rp_comm_irecv(c, x->recv_raw, count, RP_U8, peer, TAG_REPLY_DATA,
-                                               &m->reqs[m->nreq]));
+        return post(
+            m, s, false,
+            rp_comm_irecv(c, x->recv_raw, count, RP_U8, peer, TAG_REPLY_DATA, &m->reqs[m->nreq]));
     for (int b = 0; b < blocks; b++) {
         float *dst = b == 0 ? x->recv + lo : x->recv_slots + (int64_t)(b - 1) * m->ps->numel + lo;
-        RP_CHECK(post(m, s, false, rp_comm_irecv(c, dst, n, RP_F32, peer, TAG_REPLY_DATA, &m->reqs[m->nreq])));
+        RP_CHECK(post(m, s, false,
+                      rp_comm_irecv(c, dst, n, RP_F32, peer, TAG_REPLY_DATA, &m->reqs[m->nreq])));
     }
     return RP_OK;
 }
@@ -358,10 +380,12 @@ static rp_status call(rp_ps *ps, int s0, int s1, const xfer *x)
     remote_ps *m = P(ps);
     rp_ps_group *g = m->g;
     rp_comm *c = g->comm;
-    const char *what = m->req.kind == MSG_PUSH && (m->req.flags & F_PULL) ? "push_pull"
-                                                                          : rp_ps_remote_kind_name(m->req.kind);
+    const char *what = m->req.kind == MSG_PUSH && (m->req.flags & F_PULL)
+                           ? "push_pull"
+                           : rp_ps_remote_kind_name(m->req.kind);
     if (g->broken)
-        return RP_ERROR(g->broken_status, "%s of set %d by worker %d: the handle is broken by an earlier error: %s",
+        return RP_ERROR(g->broken_status,
+                        "%s of set %d by worker %d: the handle is broken by an earlier error: %s",
                         what, m->set, ps->worker, g->reason);
     double deadline = rp_now_s() + ps->cfg.timeout_s;
     m->x = x;
@@ -377,15 +401,20 @@ static rp_status call(rp_ps *ps, int s0, int s1, const xfer *x)
         m->head[s].count = n;
         m->rep[s] = (ps_rep){.status = RP_ERR_COMM};
         m->answered[s] = false;
-        status = post(m, s, true, rp_comm_irecv(c, &m->rep[s], (int64_t)sizeof(ps_rep), RP_U8, peer, TAG_REPLY,
-                                                &m->reqs[m->nreq]));
+        status = post(m, s, true,
+                      rp_comm_irecv(c, &m->rep[s], (int64_t)sizeof(ps_rep), RP_U8, peer, TAG_REPLY,
+                                    &m->reqs[m->nreq]));
         if (status == RP_OK)
-            status = post(m, s, false, rp_comm_isend(c, &m->head[s], (int64_t)sizeof(ps_req), RP_U8, peer, TAG_REQ,
-                                                     &m->reqs[m->nreq]));
+            status = post(m, s, false,
+                          rp_comm_isend(c, &m->head[s], (int64_t)sizeof(ps_req), RP_U8, peer,
+                                        TAG_REQ, &m->reqs[m->nreq]));
         for (int b = 0; b < m->head[s].blocks && status == RP_OK; b++) {
-            const float *src = b == 0 && x->send ? x->send + lo
-                                                 : x->send_slots + (int64_t)(b - (x->send ? 1 : 0)) * ps->numel + lo;
-            status = post(m, s, false, rp_comm_isend(c, src, n, RP_F32, peer, TAG_DATA, &m->reqs[m->nreq]));
+            const float *src =
+                b == 0 && x->send
+                    ? x->send + lo
+                    : x->send_slots + (int64_t)(b - (x->send ? 1 : 0)) * ps->numel + lo;
+            status = post(m, s, false,
+                          rp_comm_isend(c, src, n, RP_F32, peer, TAG_DATA, &m->reqs[m->nreq]));
         }
         if (status != RP_OK) {
             snprintf(error, sizeof error, "%s", rp_last_error());
@@ -419,13 +448,15 @@ static rp_status call(rp_ps *ps, int s0, int s1, const xfer *x)
     int missing = 0;
     for (int s = s0; s < s1; s++) {
         bool bad = false;
-        /* A header that came, whose blocks could not be asked for (another server broke the communicator): not s's fault. */
+        /* A header that came, whose blocks could not be asked for (another server broke the
+         * communicator): not s's fault. */
         for (int i = 0; i < m->nreq; i++)
             bad |= m->owner[i] / 2 == s && !m->ok[i] && !(m->owner[i] % 2 == 1 && m->answered[s]);
         if (!bad) continue;
         int r = SERVER_RANK(g, s);
         if (len < sizeof msg)
-            len += (size_t)snprintf(msg + len, sizeof msg - len, "%sparameter server %d (rank %d on host %s)",
+            len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                    "%sparameter server %d (rank %d on host %s)",
                                     missing++ ? ", " : "", s, r, g->hosts[r]);
     }
     if (missing == 0 && len < sizeof msg)
@@ -433,20 +464,27 @@ static rp_status call(rp_ps *ps, int s0, int s1, const xfer *x)
     if (len < sizeof msg) {
         if (status == RP_ERR_TIMEOUT && timed_out)
             snprintf(msg + len, sizeof msg - len,
-                     " did not answer a %s of set %d by worker %d within %g s: %s stopped, dead or overloaded",
-                     what, m->set, ps->worker, ps->cfg.timeout_s, missing > 1 ? "they are" : "it is");
+                     " did not answer a %s of set %d by worker %d within %g s: %s stopped, dead or "
+                     "overloaded",
+                     what, m->set, ps->worker, ps->cfg.timeout_s,
+                     missing > 1 ? "they are" : "it is");
         else
-            snprintf(msg + len, sizeof msg - len, " did not answer a %s of set %d by worker %d (rank %d on host %s): %s",
-                     what, m->set, ps->worker, g->rank, g->hosts[g->rank], error);
+            snprintf(msg + len, sizeof msg - len,
+                     " did not answer a %s of set %d by worker %d (rank %d on host %s): %s", what,
+                     m->set, ps->worker, g->rank, g->hosts[g->rank], error);
     }
-    rp_status broke = status == RP_ERR_MISMATCH || status == RP_ERR_BACKEND || status == RP_ERR_NOMEM
-                          ? status
-                          : status == RP_ERR_TIMEOUT ? RP_ERR_TIMEOUT : RP_ERR_COMM;
+    rp_status broke =
+        status == RP_ERR_MISMATCH || status == RP_ERR_BACKEND || status == RP_ERR_NOMEM ? status
+        : status == RP_ERR_TIMEOUT ? RP_ERR_TIMEOUT
+                                   : RP_ERR_COMM;
     group_break(g, broke, msg);
     return RP_ERROR(broke, "%s", msg);
 }
 
-static rp_status all_servers(rp_ps *ps, const xfer *x) { return call(ps, 0, ps->cfg.servers, x); }
+static rp_status all_servers(rp_ps *ps, const xfer *x)
+{
+    return call(ps, 0, ps->cfg.servers, x);
+}
 
 static void set_req(remote_ps *m, int kind, int flags, int64_t arg, float lr)
 {
@@ -470,7 +508,8 @@ static rp_status remote_init(rp_ps *ps, const float *values, const float *slots,
     int k = rp_optim_slots(&ps->cfg.optim);
     bool with_slots = slots && k > 0;
     set_req(m, MSG_INIT, with_slots ? F_SLOTS : 0, step, 0);
-    xfer x = {.send = values, .send_slots = with_slots ? slots : NULL, .send_k = with_slots ? k : 0};
+    xfer x = {
+        .send = values, .send_slots = with_slots ? slots : NULL, .send_k = with_slots ? k : 0};
     return all_servers(ps, &x);
 }
 
@@ -480,7 +519,8 @@ static rp_status remote_snapshot(rp_ps *ps, float *values, float *slots, int64_t
     int k = rp_optim_slots(&ps->cfg.optim);
     bool with_slots = slots && k > 0;
     set_req(m, MSG_SNAPSHOT, with_slots ? F_SLOTS : 0, 0, 0);
-    xfer x = {.recv = values, .recv_slots = with_slots ? slots : NULL, .recv_k = with_slots ? k : 0};
+    xfer x = {
+        .recv = values, .recv_slots = with_slots ? slots : NULL, .recv_k = with_slots ? k : 0};
     RP_CHECK(all_servers(ps, &x));
     *step = m->rep[0].arg;
     return RP_OK;
@@ -542,18 +582,22 @@ static void remote_destroy(rp_ps *ps)
 
 rp_status rp_ps_mpi_create(rp_ps **out, rp_ps_group *g, int64_t numel, const rp_ps_config *cfg)
 {
-    if (!out || !g || !cfg) return RP_ERROR(RP_ERR_INVALID, "parameter servers (remote): NULL argument");
+    if (!out || !g || !cfg)
+        return RP_ERROR(RP_ERR_INVALID, "parameter servers (remote): NULL argument");
     *out = NULL;
     if (rp_ps_group_is_server(g))
-        return RP_ERROR(RP_ERR_INVALID,
-                        "rank %d is parameter server %d: it serves (rp_ps_mpi_serve), it does not create sets",
-                        g->rank, rp_ps_group_index(g));
+        return RP_ERROR(
+            RP_ERR_INVALID,
+            "rank %d is parameter server %d: it serves (rp_ps_mpi_serve), it does not create sets",
+            g->rank, rp_ps_group_index(g));
     if (numel < 0) return RP_ERROR(RP_ERR_INVALID, "numel %lld < 0", (long long)numel);
     if (cfg->servers != g->servers)
-        return RP_ERROR(RP_ERR_INVALID, "the configuration asks for %d parameter servers but the group has %d",
+        return RP_ERROR(RP_ERR_INVALID,
+                        "the configuration asks for %d parameter servers but the group has %d",
                         cfg->servers, g->servers);
     if (!(cfg->timeout_s >= 0))
-        return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be >= 0 (0: the group's)", cfg->timeout_s);
+        return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be >= 0 (0: the group's)",
+                        cfg->timeout_s);
     RP_CHECK(rp_optim_check(&cfg->optim));
     int S = g->servers;
     int64_t widest = 0;
@@ -564,13 +608,14 @@ rp_status rp_ps_mpi_create(rp_ps **out, rp_ps_group *g, int64_t numel, const rp_
     }
     /* One message per block: the MPI backend sends at most INT_MAX bytes in one. */
     if (widest * (int64_t)sizeof(float) > INT_MAX)
-        return RP_ERROR(RP_ERR_UNSUPPORTED,
-                        "a set of %lld floats on %d parameter servers: at most %d bytes per server and "
-                        "message (use more servers)",
-                        (long long)numel, S, INT_MAX);
+        return RP_ERROR(
+            RP_ERR_UNSUPPORTED,
+            "a set of %lld floats on %d parameter servers: at most %d bytes per server and "
+            "message (use more servers)",
+            (long long)numel, S, INT_MAX);
     if (g->sets_alive >= MAX_SETS)
-        return RP_ERROR(RP_ERR_INVALID, "worker %d has %d parameter-server sets alive: at most %d", g->rank,
-                        g->sets_alive, MAX_SETS);
+        return RP_ERROR(RP_ERR_INVALID, "worker %d has %d parameter-server sets alive: at most %d",
+                        g->rank, g->sets_alive, MAX_SETS);
     rp_ps *ps = calloc(1, sizeof *ps);
     remote_ps *m = calloc(1, sizeof *m);
     if (!ps || !m) {
@@ -578,7 +623,8 @@ rp_status rp_ps_mpi_create(rp_ps **out, rp_ps_group *g, int64_t numel, const rp_
         free(m);
         return RP_ERROR(RP_ERR_NOMEM, "parameter-server handle");
     }
-    /* Dispatch once: a handle over MPI says so (rp_ps_backend), any other communicator is "remote". */
+    /* Dispatch once: a handle over MPI says so (rp_ps_backend), any other communicator is "remote".
+     */
     ps->ops = strcmp(rp_comm_backend(g->comm), "mpi") == 0 ? &mpi_ops : &remote_ops;
     ps->worker = g->rank;
     ps->workers = g->workers;
@@ -600,7 +646,8 @@ rp_status rp_ps_mpi_create(rp_ps **out, rp_ps_group *g, int64_t numel, const rp_
     m->owner = calloc(nr, sizeof *m->owner);
     m->ok = calloc(nr, sizeof *m->ok);
     m->answered = calloc((size_t)S, sizeof *m->answered);
-    if (!m->lo || !m->n || !m->head || !m->rep || !m->text || !m->reqs || !m->owner || !m->ok || !m->answered) {
+    if (!m->lo || !m->n || !m->head || !m->rep || !m->text || !m->reqs || !m->owner || !m->ok ||
+        !m->answered) {
         free(m->reqs);
         m->reqs = NULL; /* nothing was sent: nothing to drop */
         remote_destroy(ps);
@@ -630,11 +677,11 @@ rp_status rp_ps_mpi_create(rp_ps **out, rp_ps_group *g, int64_t numel, const rp_
     return RP_OK;
 }
 
-#define REMOTE_OPS(backend)                                                                                \
-    {                                                                                                      \
-        .name = backend, .push_pull = remote_push_pull, .init = remote_init, .snapshot = remote_snapshot, \
-        .stats = remote_stats, .join = remote_join, .leave = remote_leave, .claim = remote_claim,         \
-        .destroy = remote_destroy,                                                                         \
+#define REMOTE_OPS(backend)                                                                        \
+    {                                                                                              \
+        .name = backend, .push_pull = remote_push_pull, .init = remote_init,                       \
+        .snapshot = remote_snapshot, .stats = remote_stats, .join = remote_join,                   \
+        .leave = remote_leave, .claim = remote_claim, .destroy = remote_destroy,                   \
     }
 static const rp_ps_ops mpi_ops = REMOTE_OPS("mpi");
 static const rp_ps_ops remote_ops = REMOTE_OPS("remote");

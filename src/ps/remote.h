@@ -71,7 +71,7 @@ typedef struct ps_rep {
 
 struct rp_ps_group {
     rp_comm *comm;
-    bool owns_comm;          /* made by rp_ps_mpi_group_create: destroyed with the group */
+    bool owns_comm; /* made by rp_ps_mpi_group_create: destroyed with the group */
     int rank, size, workers, servers;
     double timeout_s;
     char (*hosts)[HOST_MAX]; /* [size] each rank's host, for messages */

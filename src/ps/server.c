@@ -86,8 +86,9 @@ static rp_status outbox_progress(server *sv)
             sv->out[i].req[j] = NULL;
             if (st != RP_OK) {
                 rp_ps_group *g = sv->g;
-                return RP_ERROR(st, "parameter server %d (rank %d on host %s): a reply could not be sent: %s",
-                                sv->index, g->rank, g->hosts[g->rank], rp_last_error());
+                return RP_ERROR(
+                    st, "parameter server %d (rank %d on host %s): a reply could not be sent: %s",
+                    sv->index, g->rank, g->hosts[g->rank], rp_last_error());
             }
         }
     return RP_OK;
@@ -101,7 +102,8 @@ static outbox *outbox_free(server *sv, size_t bytes)
         outbox *o = &sv->out[i];
         if (outbox_busy(o)) continue;
         bool fits = o->cap >= bytes, best_fits = best && best->cap >= bytes;
-        if (!best || (fits && (!best_fits || o->cap < best->cap)) || (!fits && !best_fits && o->cap > best->cap))
+        if (!best || (fits && (!best_fits || o->cap < best->cap)) ||
+            (!fits && !best_fits && o->cap > best->cap))
             best = o;
     }
     return best;
@@ -112,7 +114,8 @@ static outbox *outbox_get(server *sv, size_t bytes)
 {
     outbox *best = outbox_free(sv, bytes);
     if (!best) {
-        /* Every one is busy: complete the sends that have gone (a failed one shows at the next probe). */
+        /* Every one is busy: complete the sends that have gone (a failed one shows at the next
+         * probe). */
         (void)outbox_progress(sv);
         best = outbox_free(sv, bytes);
     }
@@ -140,8 +143,9 @@ static outbox *outbox_get(server *sv, size_t bytes)
  * Sends a reply to `worker`: a header and, if `sh` is given, its values (and
  * slots with `slots`), or `raw`; an error's reply carries `text` instead.
  */
-static rp_status reply(server *sv, int worker, int kind, rp_status status, int64_t arg, const char *text,
-                       const rp_ps_shard *sh, bool slots, const void *raw, size_t raw_bytes)
+static rp_status reply(server *sv, int worker, int kind, rp_status status, int64_t arg,
+                       const char *text, const rp_ps_shard *sh, bool slots, const void *raw,
+                       size_t raw_bytes)
 {
     int blocks = 0;
     int64_t count = 0;
@@ -161,7 +165,9 @@ static rp_status reply(server *sv, int worker, int kind, rp_status status, int64
     size_t block_bytes = (size_t)count * rp_dtype_size(dt);
     size_t bytes = sizeof(ps_rep) + (size_t)blocks * block_bytes;
     outbox *o = outbox_get(sv, bytes);
-    if (!o) return RP_ERROR(RP_ERR_NOMEM, "parameter server %d: a reply of %zu bytes", sv->index, bytes);
+    if (!o)
+        return RP_ERROR(RP_ERR_NOMEM, "parameter server %d: a reply of %zu bytes", sv->index,
+                        bytes);
     ps_rep *h = (ps_rep *)o->buf;
     *h = (ps_rep){.status = status, .kind = kind, .blocks = blocks, .count = count, .arg = arg};
     char *data = o->buf + sizeof(ps_rep);
@@ -174,22 +180,30 @@ static rp_status reply(server *sv, int worker, int kind, rp_status status, int64
     } else if (blocks) {
         memcpy(data, raw, raw_bytes);
     }
-    rp_status st = rp_comm_isend(sv->c, h, (int64_t)sizeof(ps_rep), RP_U8, worker, TAG_REPLY, &o->req[0]);
+    rp_status st =
+        rp_comm_isend(sv->c, h, (int64_t)sizeof(ps_rep), RP_U8, worker, TAG_REPLY, &o->req[0]);
     for (int b = 0; b < blocks && st == RP_OK; b++)
-        st = rp_comm_isend(sv->c, data + (size_t)b * block_bytes, count, dt, worker, TAG_REPLY_DATA, &o->req[1 + b]);
+        st = rp_comm_isend(sv->c, data + (size_t)b * block_bytes, count, dt, worker, TAG_REPLY_DATA,
+                           &o->req[1 + b]);
     if (st != RP_OK) {
         rp_ps_group *g = sv->g;
-        return RP_ERROR(st, "parameter server %d (rank %d on host %s): a reply to worker %d could not be sent: %s",
-                        sv->index, g->rank, g->hosts[g->rank], worker, rp_last_error());
+        return RP_ERROR(
+            st,
+            "parameter server %d (rank %d on host %s): a reply to worker %d could not be sent: %s",
+            sv->index, g->rank, g->hosts[g->rank], worker, rp_last_error());
     }
     return RP_OK;
 }
 
-static rp_status ack(server *sv, int worker, int kind) { return reply(sv, worker, kind, RP_OK, 0, NULL, NULL, false, NULL, 0); }
+static rp_status ack(server *sv, int worker, int kind)
+{
+    return reply(sv, worker, kind, RP_OK, 0, NULL, NULL, false, NULL, 0);
+}
 
-static rp_status reply_error(server *sv, int worker, int kind, rp_status status, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static rp_status reply_error(server *sv, int worker, int kind, rp_status status, const char *fmt, ...)
+static rp_status reply_error(server *sv, int worker, int kind, rp_status status, const char *fmt,
+                             ...) __attribute__((format(printf, 5, 6)));
+static rp_status reply_error(server *sv, int worker, int kind, rp_status status, const char *fmt,
+                             ...)
 {
     char text[TEXT_MAX];
     va_list ap;
@@ -224,13 +238,14 @@ static rp_status release_pulls(server *sv, srv_set *st, double now)
             RP_CHECK(reply(sv, w, MSG_PULL, RP_OK, 0, NULL, &st->sh, false, NULL, 0));
         } else if (now - st->since[w] > 0.8 * st->cfg.timeout_s) {
             st->deferred[w] = false;
-            RP_CHECK(reply_error(sv, w, MSG_PULL, RP_ERR_TIMEOUT,
-                                 "staleness bound %d: worker %d (rank %d on host %s), at clock %lld, waited %.1f s "
-                                 "on parameter server %d for worker %d (rank %d on host %s), still at clock %lld: "
-                                 "that worker is stopped, stuck or far slower",
-                                 st->cfg.staleness, w, w, g->hosts[w], (long long)st->clocks.clock[w],
-                                 now - st->since[w], sv->index, slowest, slowest, g->hosts[slowest],
-                                 (long long)rp_ps_clocks_of(&st->clocks, slowest)));
+            RP_CHECK(reply_error(
+                sv, w, MSG_PULL, RP_ERR_TIMEOUT,
+                "staleness bound %d: worker %d (rank %d on host %s), at clock %lld, waited %.1f s "
+                "on parameter server %d for worker %d (rank %d on host %s), still at clock %lld: "
+                "that worker is stopped, stuck or far slower",
+                st->cfg.staleness, w, w, g->hosts[w], (long long)st->clocks.clock[w],
+                now - st->since[w], sv->index, slowest, slowest, g->hosts[slowest],
+                (long long)rp_ps_clocks_of(&st->clocks, slowest)));
         }
     }
     return RP_OK;
@@ -239,7 +254,8 @@ static rp_status release_pulls(server *sv, srv_set *st, double now)
 /* A pull (or the pull half of a push): answered now, or deferred until the bound allows it. */
 static rp_status pull(server *sv, srv_set *st, int w, int kind)
 {
-    if (rp_ps_clocks_may_go(&st->clocks, w, NULL)) return reply(sv, w, kind, RP_OK, 0, NULL, &st->sh, false, NULL, 0);
+    if (rp_ps_clocks_may_go(&st->clocks, w, NULL))
+        return reply(sv, w, kind, RP_OK, 0, NULL, &st->sh, false, NULL, 0);
     st->deferred[w] = true;
     st->since[w] = rp_now_s();
     return RP_OK;
@@ -252,36 +268,41 @@ static rp_status create_set(server *sv, const ps_req *rq)
     srv_set *st = find_set(sv, rq->set);
     if (st) {
         const rp_optim_config *a = &rq->optim, *b = &st->cfg.optim;
-        bool same_rule = a->kind == b->kind && a->momentum == b->momentum && a->nesterov == b->nesterov &&
-                         a->weight_decay == b->weight_decay && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
-                         a->eps == b->eps;
+        bool same_rule = a->kind == b->kind && a->momentum == b->momentum &&
+                         a->nesterov == b->nesterov && a->weight_decay == b->weight_decay &&
+                         a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps;
         if (st->numel != rq->arg || st->cfg.staleness != rq->staleness || !same_rule)
-            return reply_error(sv, w, rq->kind, RP_ERR_MISMATCH,
-                               "set %d: worker %d creates it with %lld floats (staleness %d, optimizer %d, "
-                               "momentum %g, weight decay %g), another worker did with %lld (staleness %d, "
-                               "optimizer %d, momentum %g, weight decay %g): every worker must create the same "
-                               "sets, with the same rule, in the same order",
-                               rq->set, w, (long long)rq->arg, rq->staleness, (int)a->kind, (double)a->momentum,
-                               (double)a->weight_decay, (long long)st->numel, st->cfg.staleness, (int)b->kind,
-                               (double)b->momentum, (double)b->weight_decay);
+            return reply_error(
+                sv, w, rq->kind, RP_ERR_MISMATCH,
+                "set %d: worker %d creates it with %lld floats (staleness %d, optimizer %d, "
+                "momentum %g, weight decay %g), another worker did with %lld (staleness %d, "
+                "optimizer %d, momentum %g, weight decay %g): every worker must create the same "
+                "sets, with the same rule, in the same order",
+                rq->set, w, (long long)rq->arg, rq->staleness, (int)a->kind, (double)a->momentum,
+                (double)a->weight_decay, (long long)st->numel, st->cfg.staleness, (int)b->kind,
+                (double)b->momentum, (double)b->weight_decay);
         return ack(sv, w, rq->kind);
     }
     for (int i = 0; i < MAX_SETS && !st; i++)
         if (!sv->sets[i].used) st = &sv->sets[i];
     if (!st)
-        return reply_error(sv, w, rq->kind, RP_ERR_INVALID,
-                           "parameter server %d keeps at most %d sets alive: set %d by worker %d is one too many",
-                           sv->index, MAX_SETS, rq->set, w);
+        return reply_error(
+            sv, w, rq->kind, RP_ERR_INVALID,
+            "parameter server %d keeps at most %d sets alive: set %d by worker %d is one too many",
+            sv->index, MAX_SETS, rq->set, w);
     int64_t lo, hi;
     rp_ps_shard_range(rq->arg, g->servers, sv->index, &lo, &hi);
     rp_status status = rp_ps_shard_create(&st->sh, lo, hi, &rq->optim);
     if (status != RP_OK)
-        return reply_error(sv, w, rq->kind, status, "parameter server %d: %s", sv->index, rp_last_error());
+        return reply_error(sv, w, rq->kind, status, "parameter server %d: %s", sv->index,
+                           rp_last_error());
     st->used = true;
     st->id = rq->set;
     st->numel = rq->arg;
-    st->cfg = (rp_ps_config){
-        .servers = g->servers, .staleness = rq->staleness, .timeout_s = rq->timeout_s, .optim = rq->optim};
+    st->cfg = (rp_ps_config){.servers = g->servers,
+                             .staleness = rq->staleness,
+                             .timeout_s = rq->timeout_s,
+                             .optim = rq->optim};
     rp_ps_clocks_init(&st->clocks, g->workers, rq->staleness);
     return ack(sv, w, rq->kind);
 }
@@ -295,11 +316,12 @@ static bool blocks_fit(const ps_req *rq, const srv_set *st, int want)
 static rp_status reply_bad_blocks(server *sv, const ps_req *rq, const srv_set *st, int want)
 {
     int64_t n = st->sh.n;
-    return reply_error(sv, rq->worker, rq->kind, RP_ERR_COMM,
-                       "parameter server %d: a %s of set %d by worker %d carried %d blocks of %lld floats, "
-                       "expected %d of %lld",
-                       sv->index, rp_ps_remote_kind_name(rq->kind), st->id, rq->worker, rq->blocks,
-                       (long long)rq->count, n > 0 ? want : 0, (long long)n);
+    return reply_error(
+        sv, rq->worker, rq->kind, RP_ERR_COMM,
+        "parameter server %d: a %s of set %d by worker %d carried %d blocks of %lld floats, "
+        "expected %d of %lld",
+        sv->index, rp_ps_remote_kind_name(rq->kind), st->id, rq->worker, rq->blocks,
+        (long long)rq->count, n > 0 ? want : 0, (long long)n);
 }
 
 /* Handles one request; its data blocks are in sv->in. */
@@ -322,11 +344,12 @@ static rp_status handle(server *sv, const ps_req *rq)
         memcpy(reason, payload, n);
         reason[n] = 0;
         sv->failed = true;
-        sv->fail_status = RP_ERROR(RP_ERR_COMM,
-                                   "parameter server %d (rank %d on host %s): worker %d (rank %d on host %s) "
-                                   "reported that the job failed (%s): %s",
-                                   sv->index, g->rank, g->hosts[g->rank], w, w, g->hosts[w],
-                                   rp_status_name((rp_status)rq->arg), reason);
+        sv->fail_status =
+            RP_ERROR(RP_ERR_COMM,
+                     "parameter server %d (rank %d on host %s): worker %d (rank %d on host %s) "
+                     "reported that the job failed (%s): %s",
+                     sv->index, g->rank, g->hosts[g->rank], w, w, g->hosts[w],
+                     rp_status_name((rp_status)rq->arg), reason);
         return RP_OK;
     }
     case MSG_CREATE:
@@ -337,10 +360,11 @@ static rp_status handle(server *sv, const ps_req *rq)
     srv_set *st = find_set(sv, rq->set);
     if (!st) {
         if (rq->kind == MSG_DROP) return RP_OK;
-        return reply_error(sv, w, rq->kind, RP_ERR_INVALID,
-                           "parameter server %d (rank %d on host %s) has no set %d (a %s by worker %d): it was "
-                           "never created or every worker destroyed it",
-                           sv->index, g->rank, g->hosts[g->rank], rq->set, rp_ps_remote_kind_name(rq->kind), w);
+        return reply_error(
+            sv, w, rq->kind, RP_ERR_INVALID,
+            "parameter server %d (rank %d on host %s) has no set %d (a %s by worker %d): it was "
+            "never created or every worker destroyed it",
+            sv->index, g->rank, g->hosts[g->rank], rq->set, rp_ps_remote_kind_name(rq->kind), w);
     }
     rp_ps_shard *sh = &st->sh;
     switch (rq->kind) {
@@ -356,8 +380,10 @@ static rp_status handle(server *sv, const ps_req *rq)
         if (!blocks_fit(rq, st, 1)) return reply_bad_blocks(sv, rq, st, 1);
         rp_ps_shard_apply(sh, &st->cfg.optim, (const float *)payload, rq->lr, w);
         rp_ps_clocks_tick(&st->clocks, w);
-        if (rq->flags & F_PULL) RP_CHECK(pull(sv, st, w, rq->kind));
-        else RP_CHECK(ack(sv, w, rq->kind));
+        if (rq->flags & F_PULL)
+            RP_CHECK(pull(sv, st, w, rq->kind));
+        else
+            RP_CHECK(ack(sv, w, rq->kind));
         return release_pulls(sv, st, rp_now_s());
     }
     case MSG_PULL:
@@ -381,7 +407,8 @@ static rp_status handle(server *sv, const ps_req *rq)
         RP_CHECK(ack(sv, w, rq->kind));
         return release_pulls(sv, st, rp_now_s());
     case MSG_CLAIM:
-        return reply(sv, w, rq->kind, RP_OK, rp_ps_clocks_claim(&st->clocks), NULL, NULL, false, NULL, 0);
+        return reply(sv, w, rq->kind, RP_OK, rp_ps_clocks_claim(&st->clocks), NULL, NULL, false,
+                     NULL, 0);
     case MSG_DROP:
         /* A worker without a handle holds no one back; the set goes with the last one. */
         if (st->dropped[w]) return RP_OK;
@@ -403,7 +430,9 @@ static rp_status grow_in(server *sv, size_t bytes)
 {
     if (bytes <= sv->in_cap) return RP_OK;
     char *grown = realloc(sv->in, bytes);
-    if (!grown) return RP_ERROR(RP_ERR_NOMEM, "parameter server %d: a request of %zu bytes", sv->index, bytes);
+    if (!grown)
+        return RP_ERROR(RP_ERR_NOMEM, "parameter server %d: a request of %zu bytes", sv->index,
+                        bytes);
     sv->in = grown;
     sv->in_cap = bytes;
     return RP_OK;
@@ -421,15 +450,18 @@ static rp_status serve_one(server *sv, int src, int tag, int64_t count, rp_dtype
     if (tag != TAG_REQ || dt != RP_U8 || count != (int64_t)sizeof(ps_req) || src >= g->workers) {
         RP_CHECK(grow_in(sv, (size_t)count * rp_dtype_size(dt) + 1));
         st = rp_comm_recv(sv->c, sv->in, count, dt, src, tag);
-        rp_warn("parameter server %d: a message from rank %d (tag %d, %lld %s) is not a worker's request: ignored",
+        rp_warn("parameter server %d: a message from rank %d (tag %d, %lld %s) is not a worker's "
+                "request: ignored",
                 sv->index, src, tag, (long long)count, rp_dtype_name(dt));
         return st;
     }
     ps_req rq;
     RP_CHECK(rp_comm_recv(sv->c, &rq, (int64_t)sizeof rq, RP_U8, src, TAG_REQ));
     rq.worker = src; /* the channel says who sent it */
-    if (rq.kind < MSG_CREATE || rq.kind > MSG_FAIL || rq.blocks < 0 || rq.blocks > MAX_BLOCKS || rq.count < 0) {
-        rp_warn("parameter server %d: a request of kind %d with %d blocks of %lld from worker %d: ignored",
+    if (rq.kind < MSG_CREATE || rq.kind > MSG_FAIL || rq.blocks < 0 || rq.blocks > MAX_BLOCKS ||
+        rq.count < 0) {
+        rp_warn("parameter server %d: a request of kind %d with %d blocks of %lld from worker %d: "
+                "ignored",
                 sv->index, rq.kind, rq.blocks, (long long)rq.count, src);
         return RP_OK;
     }
@@ -440,10 +472,11 @@ static rp_status serve_one(server *sv, int src, int tag, int64_t count, rp_dtype
         st = rp_comm_recv(sv->c, sv->in + (size_t)b * block_bytes, rq.count, bdt, src, TAG_DATA);
         if (st != RP_OK)
             return RP_ERROR(st,
-                            "parameter server %d (rank %d on host %s): the data of a %s from worker %d (rank %d "
+                            "parameter server %d (rank %d on host %s): the data of a %s from "
+                            "worker %d (rank %d "
                             "on host %s) did not arrive: %s",
-                            sv->index, g->rank, g->hosts[g->rank], rp_ps_remote_kind_name(rq.kind), src, src,
-                            g->hosts[src], rp_last_error());
+                            sv->index, g->rank, g->hosts[g->rank], rp_ps_remote_kind_name(rq.kind),
+                            src, src, g->hosts[src], rp_last_error());
     }
     return handle(sv, &rq);
 }
@@ -458,14 +491,16 @@ static void server_free(server *sv)
             if (sv->out[i].req[j]) pending[n++] = sv->out[i].req[j];
     if (n > 0) (void)rp_ps_remote_wait(sv->c, pending, &n, NULL, rp_now_s() + 2.0, NULL, NULL);
     free(pending);
-    for (int i = 0; i < sv->n_out; i++) free(sv->out[i].buf);
+    for (int i = 0; i < sv->n_out; i++)
+        free(sv->out[i].buf);
     free(sv->out);
     for (int i = 0; i < MAX_SETS; i++)
         if (sv->sets[i].used) free_set(&sv->sets[i]);
     free(sv->in);
 }
 
-/* CPU time this thread (the server's loop) has used, in seconds: right for a server rank and a server thread. */
+/* CPU time this thread (the server's loop) has used, in seconds: right for a server rank and a
+ * server thread. */
 static double cpu_seconds(void)
 {
     struct timespec ts;
@@ -477,7 +512,8 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g)
 {
     if (!g) return RP_ERROR(RP_ERR_INVALID, "parameter-server group is NULL");
     if (!rp_ps_group_is_server(g))
-        return RP_ERROR(RP_ERR_INVALID, "rank %d is worker %d, not a parameter server", g->rank, g->rank);
+        return RP_ERROR(RP_ERR_INVALID, "rank %d is worker %d, not a parameter server", g->rank,
+                        g->rank);
     server *sv = calloc(1, sizeof *sv);
     if (!sv) return RP_ERROR(RP_ERR_NOMEM, "parameter server state");
     sv->g = g;
@@ -496,8 +532,8 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g)
         rp_dtype dt = RP_U8;
         status = rp_comm_probe(sv->c, RP_ANY_SOURCE, RP_ANY_TAG, &ready, &src, &tag, &count, &dt);
         if (status != RP_OK) {
-            status = RP_ERROR(status, "parameter server %d (rank %d on host %s): %s", sv->index, g->rank,
-                              g->hosts[g->rank], rp_last_error());
+            status = RP_ERROR(status, "parameter server %d (rank %d on host %s): %s", sv->index,
+                              g->rank, g->hosts[g->rank], rp_last_error());
             break;
         }
         if (ready) {
@@ -512,16 +548,18 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g)
         for (int i = 0; i < MAX_SETS && status == RP_OK; i++)
             if (sv->sets[i].used) status = release_pulls(sv, &sv->sets[i], now);
         if (status != RP_OK) break;
-        if (ready) polls = 0;
-        else rp_ps_remote_back_off(polls++);
+        if (ready)
+            polls = 0;
+        else
+            rp_ps_remote_back_off(polls++);
     }
     if (status == RP_OK && sv->failed) status = sv->fail_status;
     char why[1024] = "";
     if (status != RP_OK) snprintf(why, sizeof why, "%s", rp_last_error());
     /* What serving cost: the measure of a dedicated server rank against one on a worker's cores. */
     double wall = rp_now_s() - wall0, cpu = cpu_seconds() - cpu0;
-    rp_info("parameter server %d: %lld requests in %.1f s, %.2f s of CPU (%.0f%% of a core)", sv->index,
-            (long long)requests, wall, cpu, wall > 0 ? 100 * cpu / wall : 0);
+    rp_info("parameter server %d: %lld requests in %.1f s, %.2f s of CPU (%.0f%% of a core)",
+            sv->index, (long long)requests, wall, cpu, wall > 0 ? 100 * cpu / wall : 0);
     server_free(sv);
     free(sv);
     rp_comm_set_timeout(g->comm, keep);

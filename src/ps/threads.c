@@ -35,7 +35,7 @@ typedef struct group {
     int workers;
     int64_t numel;
     rp_ps_config cfg;
-    server *servers; /* [cfg.servers] */
+    server *servers;    /* [cfg.servers] */
     pthread_mutex_t mu; /* clocks, claims and the reference count */
     pthread_cond_t changed;
     rp_ps_clocks clocks;
@@ -44,7 +44,10 @@ typedef struct group {
 
 static const rp_ps_ops threads_ops;
 
-static group *G(const rp_ps *ps) { return ps->impl; }
+static group *G(const rp_ps *ps)
+{
+    return ps->impl;
+}
 
 static struct timespec realtime_in(double seconds)
 {
@@ -85,11 +88,12 @@ static rp_status lock_server(rp_ps *ps, int s, double deadline, const char *what
     int holder = __atomic_load_n(&sv->holder, __ATOMIC_RELAXED);
     char who[48] = "";
     if (holder >= 0) snprintf(who, sizeof who, " by worker %d", holder);
-    return RP_ERROR(RP_ERR_TIMEOUT,
-                    "%s by worker %d: parameter server %d (in-process shard [%lld, %lld)) stayed locked%s "
-                    "for %g s: that worker is stopped or stuck inside an update",
-                    what, ps->worker, s, (long long)sv->sh.lo, (long long)(sv->sh.lo + sv->sh.n), who,
-                    ps->cfg.timeout_s);
+    return RP_ERROR(
+        RP_ERR_TIMEOUT,
+        "%s by worker %d: parameter server %d (in-process shard [%lld, %lld)) stayed locked%s "
+        "for %g s: that worker is stopped or stuck inside an update",
+        what, ps->worker, s, (long long)sv->sh.lo, (long long)(sv->sh.lo + sv->sh.n), who,
+        ps->cfg.timeout_s);
 }
 
 static void unlock_server(rp_ps *ps, int s)
@@ -110,12 +114,12 @@ static rp_status wait_staleness(rp_ps *ps, double deadline)
         struct timespec at = monotonic_at(deadline);
         if (pthread_cond_timedwait(&g->changed, &g->mu, &at) == ETIMEDOUT &&
             !rp_ps_clocks_may_go(&g->clocks, ps->worker, &slowest)) {
-            status = RP_ERROR(RP_ERR_TIMEOUT,
-                              "staleness bound %d: worker %d, at step %lld of this phase, waited %g s for "
-                              "worker %d, still at step %lld: that worker is stopped, stuck or far slower",
-                              g->cfg.staleness, ps->worker, (long long)g->clocks.clock[ps->worker],
-                              ps->cfg.timeout_s, slowest,
-                              (long long)rp_ps_clocks_of(&g->clocks, slowest));
+            status = RP_ERROR(
+                RP_ERR_TIMEOUT,
+                "staleness bound %d: worker %d, at step %lld of this phase, waited %g s for "
+                "worker %d, still at step %lld: that worker is stopped, stuck or far slower",
+                g->cfg.staleness, ps->worker, (long long)g->clocks.clock[ps->worker],
+                ps->cfg.timeout_s, slowest, (long long)rp_ps_clocks_of(&g->clocks, slowest));
             break;
         }
     }
@@ -148,7 +152,8 @@ static rp_status threads_push_pull(rp_ps *ps, const float *grad, float lr, float
         int s = (ps->worker + i) % S;
         RP_CHECK(lock_server(ps, s, deadline, "pull"));
         server *sv = &g->servers[s];
-        if (sv->sh.n > 0) memcpy(values + sv->sh.lo, sv->sh.values, (size_t)sv->sh.n * sizeof(float));
+        if (sv->sh.n > 0)
+            memcpy(values + sv->sh.lo, sv->sh.values, (size_t)sv->sh.n * sizeof(float));
         unlock_server(ps, s);
     }
     return RP_OK;
@@ -161,7 +166,8 @@ static rp_status threads_init(rp_ps *ps, const float *values, const float *slots
     for (int s = 0; s < g->cfg.servers; s++) {
         RP_CHECK(lock_server(ps, s, deadline, "init"));
         server *sv = &g->servers[s];
-        rp_ps_shard_load(&sv->sh, values + sv->sh.lo, slots ? slots + sv->sh.lo : NULL, g->numel, step);
+        rp_ps_shard_load(&sv->sh, values + sv->sh.lo, slots ? slots + sv->sh.lo : NULL, g->numel,
+                         step);
         unlock_server(ps, s);
     }
     return RP_OK;
@@ -255,15 +261,18 @@ rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, cons
 {
     if (!handles || !cfg) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
     if (workers < 1 || workers > RP_PS_MAX_WORKERS)
-        return RP_ERROR(RP_ERR_INVALID, "%d workers: must be in [1, %d]", workers, RP_PS_MAX_WORKERS);
+        return RP_ERROR(RP_ERR_INVALID, "%d workers: must be in [1, %d]", workers,
+                        RP_PS_MAX_WORKERS);
     if (numel < 0) return RP_ERROR(RP_ERR_INVALID, "numel %lld < 0", (long long)numel);
     if (cfg->servers < 1 || cfg->servers > 256)
         return RP_ERROR(RP_ERR_INVALID, "%d parameter servers: must be in [1, 256]", cfg->servers);
     if (cfg->timeout_s < 0 || cfg->timeout_s != cfg->timeout_s)
-        return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be >= 0 (0: the default)", cfg->timeout_s);
+        return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be >= 0 (0: the default)",
+                        cfg->timeout_s);
     /* The rule's own checks (momentum, betas, eps), on an empty optimizer. */
     RP_CHECK(rp_optim_check(&cfg->optim));
-    for (int w = 0; w < workers; w++) handles[w] = NULL;
+    for (int w = 0; w < workers; w++)
+        handles[w] = NULL;
     rp_status status = RP_OK;
     group *g = calloc(1, sizeof *g);
     if (!g) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate parameter servers");

@@ -19,12 +19,14 @@ rp_status rp_replicator_set_flight_dir(rp_replicator *r, const char *dir)
 {
     if (!r) return RP_ERROR(RP_ERR_INVALID, "rp_replicator_set_flight_dir: replicator is NULL");
     if (dir && strlen(dir) >= 4000)
-        return RP_ERROR(RP_ERR_INVALID, "flight directory of %zu bytes: must be under 4000", strlen(dir));
+        return RP_ERROR(RP_ERR_INVALID, "flight directory of %zu bytes: must be under 4000",
+                        strlen(dir));
     snprintf(r->flight_dir, sizeof r->flight_dir, "%s", dir ? dir : "");
     return RP_OK;
 }
 
-/* What a handle is to the worker: "world", "data axis", "link" ... ("+" joined where it is several). */
+/* What a handle is to the worker: "world", "data axis", "link" ... ("+" joined where it is
+ * several). */
 static void comm_role(const rp_replica *rep, const rp_comm *c, char *buf, size_t size)
 {
     static const char *axes[RP_AXES] = {"data axis", "model axis", "pipe axis"};
@@ -42,7 +44,8 @@ static void comm_role(const rp_replica *rep, const rp_comm *c, char *buf, size_t
         len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? " = " : "", names[i]);
 }
 
-/* One worker's file of `json` kind (every handle it owns, one section each); false if it cannot be written. */
+/* One worker's file of `json` kind (every handle it owns, one section each); false if it cannot be
+ * written. */
 static bool write_file(const rp_replica *rep, const char *path, bool json)
 {
     FILE *f = fopen(path, "w");
@@ -52,7 +55,9 @@ static bool write_file(const rp_replica *rep, const char *path, bool json)
     const char *outcome = rep->status == RP_OK ? "OK" : rp_status_name(rep->status);
     const char *error = rep->status == RP_OK ? "its function returned" : rep->error;
     if (json) {
-        fprintf(f, "{\"flight\": \"worker\", \"worker\": %d, \"replica\": %d, \"outcome\": \"%s\", \"error\": \"",
+        fprintf(f,
+                "{\"flight\": \"worker\", \"worker\": %d, \"replica\": %d, \"outcome\": \"%s\", "
+                "\"error\": \"",
                 rep->worker, rep->id, outcome);
         for (const char *s = error; *s; s++) {
             if (*s == '"' || *s == '\\') fputc('\\', f);
@@ -60,15 +65,19 @@ static bool write_file(const rp_replica *rep, const char *path, bool json)
         }
         fprintf(f, "\"}\n");
     } else {
-        fprintf(f, "worker %d (replica %d) ended its run with %s: %s\n\n", rep->worker, rep->id, outcome, error);
+        fprintf(f, "worker %d (replica %d) ended its run with %s: %s\n\n", rep->worker, rep->id,
+                outcome, error);
     }
     for (int i = 0; i < rep->nowned; i++) {
         const rp_comm *c = rep->owned[i];
         if (rp_comm_flight_count(c) == 0 && rp_comm_size(c) == 1) continue; /* no peers, no calls */
         char role[96];
         comm_role(rep, c, role, sizeof role);
-        if (json) fprintf(f, "{\"flight\": \"communicator\", \"worker\": %d, \"communicator\": \"%s\"}\n", rep->worker, role);
-        else fprintf(f, "== worker %d, %s ==\n", rep->worker, role);
+        if (json)
+            fprintf(f, "{\"flight\": \"communicator\", \"worker\": %d, \"communicator\": \"%s\"}\n",
+                    rep->worker, role);
+        else
+            fprintf(f, "== worker %d, %s ==\n", rep->worker, role);
         ok &= rp_comm_flight_dump(c, f, json) == RP_OK;
         if (!json) fputc('\n', f);
     }
@@ -79,7 +88,8 @@ static bool write_file(const rp_replica *rep, const char *path, bool json)
 /* "all_reduce seq 7 ok, broadcast seq 8 MISMATCH, ..." - the last calls of c, oldest first. */
 static void last_calls(const rp_comm *c, char *buf, size_t size)
 {
-    int held = rp_comm_flight_count(c), first = held > FLIGHT_LOG_CALLS ? held - FLIGHT_LOG_CALLS : 0;
+    int held = rp_comm_flight_count(c),
+        first = held > FLIGHT_LOG_CALLS ? held - FLIGHT_LOG_CALLS : 0;
     size_t len = 0;
     buf[0] = 0;
     if (held == 0) snprintf(buf, size, "none recorded");
@@ -87,11 +97,17 @@ static void last_calls(const rp_comm *c, char *buf, size_t size)
         rp_flight_entry e;
         if (rp_comm_flight_get(c, i, &e) != RP_OK) break;
         char peer[32] = "";
-        if (e.kind >= RP_FLIGHT_SEND) snprintf(peer, sizeof peer, " %s rank %d", e.kind == RP_FLIGHT_SEND ? "to" : "from", e.peer);
-        else if (e.kind == RP_FLIGHT_BROADCAST) snprintf(peer, sizeof peer, " root %d", e.peer);
-        len += (size_t)snprintf(buf + len, size - len, "%s%s seq %llu%s (count %lld) %s", i > first ? ", " : "",
-                                rp_flight_kind_name(e.kind), (unsigned long long)e.seq, peer, (long long)e.count,
-                                !e.done ? "pending" : e.status == RP_OK ? "ok" : rp_status_name(e.status));
+        if (e.kind >= RP_FLIGHT_SEND)
+            snprintf(peer, sizeof peer, " %s rank %d", e.kind == RP_FLIGHT_SEND ? "to" : "from",
+                     e.peer);
+        else if (e.kind == RP_FLIGHT_BROADCAST)
+            snprintf(peer, sizeof peer, " root %d", e.peer);
+        len += (size_t)snprintf(buf + len, size - len, "%s%s seq %llu%s (count %lld) %s",
+                                i > first ? ", " : "", rp_flight_kind_name(e.kind),
+                                (unsigned long long)e.seq, peer, (long long)e.count,
+                                !e.done             ? "pending"
+                                : e.status == RP_OK ? "ok"
+                                                    : rp_status_name(e.status));
     }
 }
 
@@ -105,7 +121,8 @@ void rt_flight_dump_workers(rp_replicator *r)
         rp_warn("flight recorder: cannot create %s (%s)", r->flight_dir, strerror(errno));
     for (int i = 0; i < r->n; i++) {
         const rp_replica *rep = &r->reps[i];
-        /* A started role runs on its own thread, and an abandoned replica may still be in a call: their rings move. */
+        /* A started role runs on its own thread, and an abandoned replica may still be in a call:
+         * their rings move. */
         if (rep->busy || rep->abandoned) continue;
         char path[4200] = "", json[4200];
         if (dir) {
@@ -118,10 +135,13 @@ void rt_flight_dump_workers(rp_replicator *r)
         }
         char calls[512];
         last_calls(rep->comm, calls, sizeof calls);
-        rp_log(RP_LOG_ERROR, "flight recorder: worker %d (replica %d, %s) last calls: %s%s%s", rep->worker, rep->id,
-               rep->status == RP_OK ? "returned" : rp_status_name(rep->status), calls, path[0] ? "; all in " : "",
-               path);
+        rp_log(RP_LOG_ERROR, "flight recorder: worker %d (replica %d, %s) last calls: %s%s%s",
+               rep->worker, rep->id,
+               rep->status == RP_OK ? "returned" : rp_status_name(rep->status), calls,
+               path[0] ? "; all in " : "", path);
     }
-    if (saved != RP_OK) rp_error_set(saved, NULL, 0, "%s", saved_error);
-    else rp_error_clear();
+    if (saved != RP_OK)
+        rp_error_set(saved, NULL, 0, "%s", saved_error);
+    else
+        rp_error_clear();
 }

@@ -87,14 +87,23 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
         const char *a = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
         long x = 0;
         if (!strcmp(a, "--backend")) {
-            if (v && !strcmp(v, "threads")) cfg->backend = RP_BACKEND_THREADS;
-            else if (v && !strcmp(v, "mpi")) cfg->backend = RP_BACKEND_MPI;
-            else if (v && !strcmp(v, "auto")) cfg->backend = RP_BACKEND_AUTO;
-            else return RP_ERROR(RP_ERR_INVALID, "--backend %s: expected threads, mpi or auto", v ? v : "(missing)");
+            if (v && !strcmp(v, "threads"))
+                cfg->backend = RP_BACKEND_THREADS;
+            else if (v && !strcmp(v, "mpi"))
+                cfg->backend = RP_BACKEND_MPI;
+            else if (v && !strcmp(v, "auto"))
+                cfg->backend = RP_BACKEND_AUTO;
+            else
+                return RP_ERROR(RP_ERR_INVALID, "--backend %s: expected threads, mpi or auto",
+                                v ? v : "(missing)");
         } else if (!strcmp(a, "--regime")) {
-            if (v && !strcmp(v, "sync")) cfg->regime = RP_REGIME_SYNC;
-            else if (v && !strcmp(v, "async")) cfg->regime = RP_REGIME_ASYNC;
-            else return RP_ERROR(RP_ERR_INVALID, "--regime %s: expected sync or async", v ? v : "(missing)");
+            if (v && !strcmp(v, "sync"))
+                cfg->regime = RP_REGIME_SYNC;
+            else if (v && !strcmp(v, "async"))
+                cfg->regime = RP_REGIME_ASYNC;
+            else
+                return RP_ERROR(RP_ERR_INVALID, "--regime %s: expected sync or async",
+                                v ? v : "(missing)");
         } else if (!strcmp(a, "--ps")) {
             RP_CHECK(parse_int(a, v, 1, 256, &x));
             cfg->ps = (int)x;
@@ -114,7 +123,8 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
             char *end;
             double s = v ? strtod(v, &end) : 0;
             if (!v || *end || !(s > 0))
-                return RP_ERROR(RP_ERR_INVALID, "--comm-timeout %s: expected seconds > 0", v ? v : "(missing)");
+                return RP_ERROR(RP_ERR_INVALID, "--comm-timeout %s: expected seconds > 0",
+                                v ? v : "(missing)");
             cfg->timeout_s = s;
         } else if (!strcmp(a, "--bucket-kb")) {
             RP_CHECK(parse_int(a, v, 1, 1L << 30, &x));
@@ -155,7 +165,8 @@ static void plain_steps(rp_replica *rep, int64_t *steps, int64_t *hash)
     for (int i = 0; i < n; i++) {
         if (rep->r->strategy->owns && rep->r->strategy->owns(rep, opts[i])) continue;
         rp_params *p = rp_optimizer_params(opts[i]);
-        h = (h ^ rp_strategy_hash_floats(rp_params_data(p), rp_params_trainable_numel(p))) * 0x100000001b3ull;
+        h = (h ^ rp_strategy_hash_floats(rp_params_data(p), rp_params_trainable_numel(p))) *
+            0x100000001b3ull;
         *steps += counts[i];
     }
     *hash = (int64_t)(h >> 1);
@@ -166,7 +177,8 @@ static rp_status reduce_reports(rp_replica *rep)
 {
     rp_replicator *r = rep->r;
     int n = rep->count, k = rep->nreports;
-    bool keeper = rep->local == r->keeper; /* the results are this process's first worker's in the run */
+    bool keeper =
+        rep->local == r->keeper; /* the results are this process's first worker's in the run */
     if (n == 1) {
         if (keeper) {
             memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
@@ -174,7 +186,8 @@ static rp_status reduce_reports(rp_replica *rep)
         }
         return RP_OK;
     }
-    /* After a collective error nothing can be reduced; a run that reports nothing (a clean-up) still succeeds. */
+    /* After a collective error nothing can be reduced; a run that reports nothing (a clean-up)
+     * still succeeds. */
     if (k == 0 && rp_comm_broken(rep->comm)) return RP_OK;
     int64_t mine[3] = {k, 0, 0}, *all = rep->gather;
     if (r->strategy->identical) plain_steps(rep, &mine[1], &mine[2]);
@@ -184,24 +197,28 @@ static rp_status reduce_reports(rp_replica *rep)
     RP_CHECK(status);
     for (int q = 1; q < n; q++)
         if (all[3 * q] != all[0])
-            return RP_ERROR(RP_ERR_MISMATCH, "report mismatch: replica 0 reported %lld values in "
+            return RP_ERROR(RP_ERR_MISMATCH,
+                            "report mismatch: replica 0 reported %lld values in "
                             "this run and replica %d %lld; every replica must call "
                             "rp_replica_report() with the same names in the same order",
                             (long long)all[0], q, (long long)all[3 * q]);
     for (int q = 1; q < n; q++)
         if ((all[1] > 0 || all[3 * q + 1] > 0) && all[3 * q + 2] != all[2])
-            return RP_ERROR(RP_ERR_MISMATCH, "the replicas diverged: after this run the parameters of "
-                            "the plain optimizer(s) stepped on replica %d (%lld steps) differ from replica "
-                            "0's (%lld steps); an optimizer made by rp_optimizer_create() does not "
-                            "all-reduce the gradients: make it with rp_replica_optimizer_create()",
-                            q, (long long)all[3 * q + 1], (long long)all[1]);
+            return RP_ERROR(
+                RP_ERR_MISMATCH,
+                "the replicas diverged: after this run the parameters of "
+                "the plain optimizer(s) stepped on replica %d (%lld steps) differ from replica "
+                "0's (%lld steps); an optimizer made by rp_optimizer_create() does not "
+                "all-reduce the gradients: make it with rp_replica_optimizer_create()",
+                q, (long long)all[3 * q + 1], (long long)all[1]);
     if (k == 0) {
         if (keeper) r->nresults = 0;
         return RP_OK;
     }
     int64_t packed[2 * RP_REPORTS_MAX];
     for (int i = 0; i < k; i++) {
-        packed[2 * i] = (int64_t)(rp_hash_str((uint64_t)rep->reports[i].op, rep->reports[i].name) >> 1);
+        packed[2 * i] =
+            (int64_t)(rp_hash_str((uint64_t)rep->reports[i].op, rep->reports[i].name) >> 1);
         memcpy(&packed[2 * i + 1], &rep->reports[i].value, sizeof(double));
     }
     rt_internal_begin(rep->comm, "the runtime's report all-gather");
@@ -213,17 +230,26 @@ static rp_status reduce_reports(rp_replica *rep)
         for (int q = 0; q < n; q++) {
             const int64_t *e = all + (size_t)q * 2 * k + 2 * i;
             if (e[0] != all[2 * i])
-                return RP_ERROR(RP_ERR_MISMATCH, "report mismatch: report %d of replica %d is not "
-                                "the same name and op as replica 0's (this replica reported '%s', %s)",
-                                i, q, rep->reports[i].name, rp_reduce_op_name(rep->reports[i].op));
+                return RP_ERROR(
+                    RP_ERR_MISMATCH,
+                    "report mismatch: report %d of replica %d is not "
+                    "the same name and op as replica 0's (this replica reported '%s', %s)",
+                    i, q, rep->reports[i].name, rp_reduce_op_name(rep->reports[i].op));
             double v;
             memcpy(&v, &e[1], sizeof v);
             switch (rep->reports[i].op) {
             case RP_SUM:
-            case RP_MEAN: acc = q ? acc + v : v; break;
-            case RP_MAX: acc = q && acc >= v ? acc : v; break;
-            case RP_MIN: acc = q && acc <= v ? acc : v; break;
-            default: acc = q ? acc : v;
+            case RP_MEAN:
+                acc = q ? acc + v : v;
+                break;
+            case RP_MAX:
+                acc = q && acc >= v ? acc : v;
+                break;
+            case RP_MIN:
+                acc = q && acc <= v ? acc : v;
+                break;
+            default:
+                acc = q ? acc : v;
             }
         }
         if (rep->reports[i].op == RP_MEAN) acc /= n;
@@ -240,12 +266,14 @@ static rp_status reduce_reports(rp_replica *rep)
 static void leave_all(rp_replica *rep, rp_status status)
 {
     const char *why = status == RP_OK ? "it returned" : rep->error;
-    for (int i = 0; i < rep->nlive; i++) rp_comm_leave(rep->live[i], status, why);
+    for (int i = 0; i < rep->nlive; i++)
+        rp_comm_leave(rep->live[i], status, why);
 }
 
 static void rejoin_all(rp_replica *rep)
 {
-    for (int i = 0; i < rep->nlive; i++) rp_comm_rejoin(rep->live[i]);
+    for (int i = 0; i < rep->nlive; i++)
+        rp_comm_rejoin(rep->live[i]);
 }
 
 /* One replica's part of a run. */
@@ -256,7 +284,8 @@ static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t gener
     rep->nreports = 0;
     rep->batches = 0;
     rep->blame = -1;
-    (void)rp_optimizer_stepped_here(NULL, NULL, 0); /* what stepped between runs is not this run's */
+    (void)rp_optimizer_stepped_here(NULL, NULL,
+                                    0); /* what stepped between runs is not this run's */
     if (st->phase_begin) st->phase_begin(rep, generation);
     rp_error_clear();
     __atomic_store_n(&rep->started_ns, rp_now_ns(), __ATOMIC_RELAXED);
@@ -268,7 +297,8 @@ static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t gener
     rep->status = status;
     if (status != RP_OK) {
         const char *msg = rp_last_error();
-        snprintf(rep->error, sizeof rep->error, "%s", *msg ? msg : "the function returned an error without a message");
+        snprintf(rep->error, sizeof rep->error, "%s",
+                 *msg ? msg : "the function returned an error without a message");
     }
     leave_all(rep, status);
     /* A failed worker is gone for good: its peers across roles learn it at once. */
@@ -284,7 +314,8 @@ static void *worker_main(void *p)
     uint64_t seen = 0;
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        while (r->generation == seen && !r->quit) pthread_cond_wait(&r->start, &r->mu);
+        while (r->generation == seen && !r->quit)
+            pthread_cond_wait(&r->start, &r->mu);
         if (r->quit) break;
         seen = r->generation;
         rp_replica_fn fn = r->fn;
@@ -320,7 +351,8 @@ static rp_replica *find_stuck(rp_replicator *r, double failed_at, double now)
     if (now - failed_at < grace) return NULL;
     for (int i = 0; i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
-        if (rep->abandoned || rep->busy || !__atomic_load_n(&rep->running, __ATOMIC_ACQUIRE)) continue;
+        if (rep->abandoned || rep->busy || !__atomic_load_n(&rep->running, __ATOMIC_ACQUIRE))
+            continue;
         double since = (double)__atomic_load_n(&rep->started_ns, __ATOMIC_RELAXED) * 1e-9;
         if (now - since >= timeout) return rep;
     }
@@ -340,11 +372,14 @@ static void note_failures(rp_replicator *r, double *failed_at, double now)
     }
 }
 
-static void stuck_message(char *out, size_t size, const rp_replica *rep, double now, const char *then)
+static void stuck_message(char *out, size_t size, const rp_replica *rep, double now,
+                          const char *then)
 {
     double since = (double)__atomic_load_n(&rep->started_ns, __ATOMIC_RELAXED) * 1e-9;
-    snprintf(out, size, "replica %d has been in its step function for %.0f s and did not reach a "
-             "collective; its peers timed out waiting%s", rep->id, now - since, then);
+    snprintf(out, size,
+             "replica %d has been in its step function for %.0f s and did not reach a "
+             "collective; its peers timed out waiting%s",
+             rep->id, now - since, then);
 }
 
 /* cfg.stuck_exit: the process ends, for a replica that can never return. */
@@ -402,11 +437,15 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
 {
     if (!r || !fn) return RP_ERROR(RP_ERR_INVALID, "replicator or function is NULL");
     if (r->server)
-        return RP_ERROR(RP_ERR_INVALID, "this process is a parameter server (one of the last %d ranks), "
-                        "not a replica: call rp_replicator_serve()", r->cfg.ps);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "this process is a parameter server (one of the last %d ranks), "
+                        "not a replica: call rp_replicator_serve()",
+                        r->cfg.ps);
     if (r->abandoned)
-        return RP_ERROR(RP_ERR_INVALID, "the replicator cannot run again: a replica was left stuck in its "
-                        "step function in an earlier run (%s)", r->abandoned_error);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "the replicator cannot run again: a replica was left stuck in its "
+                        "step function in an earlier run (%s)",
+                        r->abandoned_error);
     for (int i = 0; i < r->n; i++)
         if (!r->reps[i].busy) rejoin_all(&r->reps[i]);
     r->claims = 0;
@@ -415,7 +454,8 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     r->arg = arg;
     r->finished = 0;
     r->keeper = 0;
-    for (int i = 0; i < r->n; i++) r->reps[i].done = false;
+    for (int i = 0; i < r->n; i++)
+        r->reps[i].done = false;
     for (int i = r->n - 1; i >= 0; i--)
         if (!r->reps[i].busy) r->keeper = i;
     r->in_run = true;
@@ -446,7 +486,8 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
         rp_replica *stuck = find_stuck(r, failed_at, now);
         if (stuck) {
             if (r->cfg.stuck_exit) stuck_exit(stuck, now);
-            /* Its own status and message are its thread's, should it come back: not touched here. */
+            /* Its own status and message are its thread's, should it come back: not touched here.
+             */
             if (!*stuck_error)
                 stuck_message(stuck_error, sizeof stuck_error, stuck, now,
                               " (its thread is abandoned: the replicator cannot run again)");
@@ -474,8 +515,10 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     if (*stuck_error || cause) rt_flight_dump_workers(r);
     if (*stuck_error) return rp_error_set(RP_ERR_TIMEOUT, NULL, 0, "%s", stuck_error);
     if (!cause) {
-        if (saved_status != RP_OK) rp_error_set(saved_status, NULL, 0, "%s", saved_error);
-        else rp_error_clear();
+        if (saved_status != RP_OK)
+            rp_error_set(saved_status, NULL, 0, "%s", saved_error);
+        else
+            rp_error_clear();
         return RP_OK;
     }
     if (cause->count == 1) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
@@ -506,7 +549,8 @@ void rp_replicator_destroy(rp_replicator *r)
     for (double t0 = rp_now_s();;) {
         stuck = false;
         pthread_mutex_lock(&r->mu);
-        for (int i = 0; r->reps && i < r->n; i++) stuck |= r->reps[i].abandoned && !r->reps[i].exited;
+        for (int i = 0; r->reps && i < r->n; i++)
+            stuck |= r->reps[i].abandoned && !r->reps[i].exited;
         pthread_mutex_unlock(&r->mu);
         if (!stuck || rp_now_s() - t0 > 2.0) break;
         struct timespec ts = {0, 20 * 1000 * 1000};
@@ -515,13 +559,17 @@ void rp_replicator_destroy(rp_replicator *r)
     for (int i = 0; r->reps && i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
         if (!rep->thread_started) continue;
-        if (rep->abandoned && stuck) pthread_detach(rep->thread);
-        else pthread_join(rep->thread, NULL);
+        if (rep->abandoned && stuck)
+            pthread_detach(rep->thread);
+        else
+            pthread_join(rep->thread, NULL);
     }
     if (stuck) {
         /* A stuck thread may still return into its replica, tape and communicator: they stay. */
-        rp_log(RP_LOG_WARN, "replicator: %s was left stuck in its step function; its replicator's "
-               "memory is not freed", r->abandoned_error);
+        rp_log(RP_LOG_WARN,
+               "replicator: %s was left stuck in its step function; its replicator's "
+               "memory is not freed",
+               r->abandoned_error);
         return;
     }
     for (int i = 0; r->reps && i < r->n; i++)
@@ -552,9 +600,11 @@ static rp_status check_config(const rp_config *c)
         return RP_ERROR(RP_ERR_INVALID, "threads_per_replica = %d: must be in [0, 1024]",
                         c->threads_per_replica);
     if (c->timeout_s < 0 || c->timeout_s != c->timeout_s)
-        return RP_ERROR(RP_ERR_INVALID, "timeout_s = %g: must be >= 0 (0: the default)", c->timeout_s);
+        return RP_ERROR(RP_ERR_INVALID, "timeout_s = %g: must be >= 0 (0: the default)",
+                        c->timeout_s);
     if (c->bucket_bytes < 4)
-        return RP_ERROR(RP_ERR_INVALID, "bucket_bytes = %zu: must be at least one float", c->bucket_bytes);
+        return RP_ERROR(RP_ERR_INVALID, "bucket_bytes = %zu: must be at least one float",
+                        c->bucket_bytes);
     if (c->checksum_every < 0)
         return RP_ERROR(RP_ERR_INVALID, "checksum_every = %d: must be >= 0", c->checksum_every);
     if ((unsigned)c->regime > RP_REGIME_ASYNC)
@@ -562,7 +612,8 @@ static rp_status check_config(const rp_config *c)
     if (c->regime == RP_REGIME_ASYNC && (c->ps < 1 || c->ps > 256))
         return RP_ERROR(RP_ERR_INVALID, "ps = %d parameter servers: must be in [1, 256]", c->ps);
     if (c->staleness < -1)
-        return RP_ERROR(RP_ERR_INVALID, "staleness = %d: must be >= 0, or -1 for unbounded", c->staleness);
+        return RP_ERROR(RP_ERR_INVALID, "staleness = %d: must be >= 0, or -1 for unbounded",
+                        c->staleness);
     return RP_OK;
 }
 
@@ -581,12 +632,16 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     int nroles = 0, total = 0;
     RP_CHECK(rp_topology_resolve(cfg, roles, &nroles, &total));
     if (nroles > 0 && cfg->regime != RP_REGIME_SYNC)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "roles (nroles = %d) with the async regime: the parameter "
-                        "servers make their own layout; give no roles, or train a role synchronously",
-                        nroles);
+        return RP_ERROR(
+            RP_ERR_UNSUPPORTED,
+            "roles (nroles = %d) with the async regime: the parameter "
+            "servers make their own layout; give no roles, or train a role synchronously",
+            nroles);
     rp_status status = RP_OK;
-    bool mpi = cfg->backend == RP_BACKEND_MPI || (cfg->backend == RP_BACKEND_AUTO && rp_comm_mpi_launched());
-    /* Workers in this process: under MPI `replicas` on each rank; on threads, with roles, all of them. */
+    bool mpi = cfg->backend == RP_BACKEND_MPI ||
+               (cfg->backend == RP_BACKEND_AUTO && rp_comm_mpi_launched());
+    /* Workers in this process: under MPI `replicas` on each rank; on threads, with roles, all of
+     * them. */
     int n = nroles > 0 && !mpi ? total : cfg->replicas;
     rp_replicator *r = calloc(1, sizeof *r);
     rp_comm **comms = calloc((size_t)n, sizeof *comms);
@@ -646,15 +701,18 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         r->roles[0] = rp_role_make(r->server ? "server" : "replica", r->reps[0].workers, 1);
         r->roles[0].first = 0;
     } else if (r->reps[0].workers != total) {
-        status = RP_ERROR(RP_ERR_INVALID, "the roles hold %d workers but the job has %d (%s): under MPI "
-                          "ranks x replicas must equal the roles' workers", total, r->reps[0].workers,
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "the roles hold %d workers but the job has %d (%s): under MPI "
+                          "ranks x replicas must equal the roles' workers",
+                          total, r->reps[0].workers,
                           r->layout == RP_LAYOUT_THREADS ? "threads" : "ranks x replicas");
         goto cleanup;
     }
     for (int i = 0; i < n; i++) {
         rp_replica *rep = &r->reps[i];
         rp_topology_assign(rep);
-        rep->gather = malloc((size_t)rep->workers * 2 * RP_REPORTS_MAX * sizeof(int64_t) + 3 * sizeof(int64_t));
+        rep->gather = malloc((size_t)rep->workers * 2 * RP_REPORTS_MAX * sizeof(int64_t) +
+                             3 * sizeof(int64_t));
         if (!rep->gather) {
             status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d", i);
             goto cleanup;
@@ -666,15 +724,18 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         rp_replica *rep = &r->reps[i];
         int rc = pthread_create(&rep->thread, NULL, worker_main, rep);
         if (rc != 0) {
-            status = RP_ERROR(RP_ERR_BACKEND, "cannot start the thread of replica %d: %s", i, strerror(rc));
+            status = RP_ERROR(RP_ERR_BACKEND, "cannot start the thread of replica %d: %s", i,
+                              strerror(rc));
             goto cleanup;
         }
         rep->thread_started = true;
     }
-    /* Roles and axes: without collectives for a flat one-role job, else a run of the runtime's own. */
+    /* Roles and axes: without collectives for a flat one-role job, else a run of the runtime's own.
+     */
     const rp_role *r0 = &r->roles[0];
     if (r->nroles == 1 && r0->model == 1 && r0->pipe == 1) {
-        for (int i = 0; i < n; i++) RP_TRY(rp_topology_split(&r->reps[i]));
+        for (int i = 0; i < n; i++)
+            RP_TRY(rp_topology_split(&r->reps[i]));
     } else {
         RP_TRY(rp_replicator_run(r, split_fn, NULL));
     }
@@ -692,9 +753,10 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         }
         r->watchdog_started = true;
     }
-    rp_debug("replicator: %d workers (%d here) in %d role(s) x %d threads, %s backend, %s strategy, timeout %gs",
-             r->reps[0].workers, n, r->nroles, threads_per_replica(r), rp_comm_backend(r->reps[0].world),
-             r->strategy->name, r->cfg.timeout_s);
+    rp_debug("replicator: %d workers (%d here) in %d role(s) x %d threads, %s backend, %s "
+             "strategy, timeout %gs",
+             r->reps[0].workers, n, r->nroles, threads_per_replica(r),
+             rp_comm_backend(r->reps[0].world), r->strategy->name, r->cfg.timeout_s);
     *out = r;
     r = NULL;
 cleanup:
@@ -708,8 +770,14 @@ cleanup:
 
 /* ---- accessors ------------------------------------------------------------------------- */
 
-int rp_replicator_replicas(const rp_replicator *r) { return r->reps[0].count; }
-bool rp_replicator_is_server(const rp_replicator *r) { return r->server; }
+int rp_replicator_replicas(const rp_replicator *r)
+{
+    return r->reps[0].count;
+}
+bool rp_replicator_is_server(const rp_replicator *r)
+{
+    return r->server;
+}
 
 rp_status rp_replicator_serve(rp_replicator *r)
 {
@@ -717,10 +785,22 @@ rp_status rp_replicator_serve(rp_replicator *r)
         return RP_ERROR(RP_ERR_INVALID, "rp_replicator_serve on a replica's process");
     return r->strategy->serve(r);
 }
-int rp_replicator_local_replicas(const rp_replicator *r) { return r->n; }
-int rp_replicator_threads_per_replica(const rp_replicator *r) { return threads_per_replica(r); }
-const char *rp_replicator_backend(const rp_replicator *r) { return rp_comm_backend(r->reps[0].world); }
-int rp_replica_local_index(const rp_replica *rep) { return rep->local; }
+int rp_replicator_local_replicas(const rp_replicator *r)
+{
+    return r->n;
+}
+int rp_replicator_threads_per_replica(const rp_replicator *r)
+{
+    return threads_per_replica(r);
+}
+const char *rp_replicator_backend(const rp_replicator *r)
+{
+    return rp_comm_backend(r->reps[0].world);
+}
+int rp_replica_local_index(const rp_replica *rep)
+{
+    return rep->local;
+}
 
 rp_replica *rp_replicator_replica(rp_replicator *r, int i)
 {
@@ -734,22 +814,46 @@ rp_status rp_replicator_result(const rp_replicator *r, const char *name, double 
             *value = r->results[i].value;
             return RP_OK;
         }
-    return RP_ERROR(RP_ERR_INVALID, "no value named '%s' was reported in the last run", name ? name : "(null)");
+    return RP_ERROR(RP_ERR_INVALID, "no value named '%s' was reported in the last run",
+                    name ? name : "(null)");
 }
 
-int rp_replica_id(const rp_replica *rep) { return rep->id; }
-int rp_replica_count(const rp_replica *rep) { return rep->count; }
-uint64_t rp_replica_seed(const rp_replica *rep) { return rep->r->cfg.seed; }
-rp_tape *rp_replica_tape(rp_replica *rep) { return rep->tape; }
-rp_comm *rp_replica_comm(rp_replica *rep) { return rep->comm; }
-void *rp_replica_user(const rp_replica *rep) { return rep->user; }
-void rp_replica_set_user(rp_replica *rep, void *user) { rep->user = user; }
+int rp_replica_id(const rp_replica *rep)
+{
+    return rep->id;
+}
+int rp_replica_count(const rp_replica *rep)
+{
+    return rep->count;
+}
+uint64_t rp_replica_seed(const rp_replica *rep)
+{
+    return rep->r->cfg.seed;
+}
+rp_tape *rp_replica_tape(rp_replica *rep)
+{
+    return rep->tape;
+}
+rp_comm *rp_replica_comm(rp_replica *rep)
+{
+    return rep->comm;
+}
+void *rp_replica_user(const rp_replica *rep)
+{
+    return rep->user;
+}
+void rp_replica_set_user(rp_replica *rep, void *user)
+{
+    rep->user = user;
+}
 
 rp_status rp_replica_input_context(const rp_replica *rep, int global_batch, rp_input_context *ctx)
 {
     if (global_batch < 1 || global_batch % rep->count != 0)
-        return RP_ERROR(RP_ERR_INVALID, "global batch %d does not split across %d replicas: it "
-                        "must be a positive multiple of the replica count", global_batch, rep->count);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "global batch %d does not split across %d replicas: it "
+                        "must be a positive multiple of the replica count",
+                        global_batch, rep->count);
     ctx->replica = ctx->pipeline = rep->id;
     ctx->replicas = ctx->pipelines = rep->count;
     ctx->global_batch = global_batch;
@@ -763,9 +867,11 @@ rp_status rp_replica_report(rp_replica *rep, const char *name, double value, rp_
     if (strlen(name) >= sizeof rep->reports[0].name)
         return RP_ERROR(RP_ERR_INVALID, "report name '%s' is longer than %zu characters", name,
                         sizeof rep->reports[0].name - 1);
-    if ((unsigned)op > RP_FIRST) return RP_ERROR(RP_ERR_INVALID, "report '%s': unknown op %d", name, (int)op);
+    if ((unsigned)op > RP_FIRST)
+        return RP_ERROR(RP_ERR_INVALID, "report '%s': unknown op %d", name, (int)op);
     if (rep->nreports == RP_REPORTS_MAX)
-        return RP_ERROR(RP_ERR_INVALID, "report '%s': at most %d reports per run", name, RP_REPORTS_MAX);
+        return RP_ERROR(RP_ERR_INVALID, "report '%s': at most %d reports per run", name,
+                        RP_REPORTS_MAX);
     rp_report *e = &rep->reports[rep->nreports++];
     snprintf(e->name, sizeof e->name, "%s", name);
     e->op = (int)op;
@@ -775,8 +881,8 @@ rp_status rp_replica_report(rp_replica *rep, const char *name, double value, rp_
 
 /* ---- the primitives ---------------------------------------------------------------------- */
 
-rp_status rp_all_reduce(rp_replica *rep, const void *send, void *recv, int64_t count, rp_dtype dtype,
-                        rp_reduce_op op)
+rp_status rp_all_reduce(rp_replica *rep, const void *send, void *recv, int64_t count,
+                        rp_dtype dtype, rp_reduce_op op)
 {
     return rp_comm_all_reduce(rep ? rep->comm : NULL, send, recv, count, dtype, op);
 }
@@ -787,7 +893,8 @@ rp_status rp_reduce_scatter(rp_replica *rep, const void *send, void *recv, int64
     return rp_comm_reduce_scatter(rep ? rep->comm : NULL, send, recv, count, dtype, op);
 }
 
-rp_status rp_all_gather(rp_replica *rep, const void *send, void *recv, int64_t count, rp_dtype dtype)
+rp_status rp_all_gather(rp_replica *rep, const void *send, void *recv, int64_t count,
+                        rp_dtype dtype)
 {
     return rp_comm_all_gather(rep ? rep->comm : NULL, send, recv, count, dtype);
 }
@@ -805,7 +912,8 @@ rp_status rp_barrier(rp_replica *rep)
 rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *ctx)
 {
     rp_replica *rep = ctx;
-    if (!rep) return RP_ERROR(RP_ERR_INVALID, "cross-replica batch norm needs the rp_replica as its ctx");
+    if (!rep)
+        return RP_ERROR(RP_ERR_INVALID, "cross-replica batch norm needs the rp_replica as its ctx");
     if (rep->count == 1) return RP_OK;
     if (count + 1 > rep->bn_cap) {
         /* Grows to the widest layer on the first step, then never again. */
@@ -816,7 +924,8 @@ rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *ctx)
     }
     memcpy(rep->bn_scratch, sums, (size_t)count * sizeof(double));
     rep->bn_scratch[count] = *n;
-    RP_CHECK(rp_comm_all_reduce(rep->comm, rep->bn_scratch, rep->bn_scratch, count + 1, RP_F64, RP_SUM));
+    RP_CHECK(
+        rp_comm_all_reduce(rep->comm, rep->bn_scratch, rep->bn_scratch, count + 1, RP_F64, RP_SUM));
     memcpy(sums, rep->bn_scratch, (size_t)count * sizeof(double));
     *n = rep->bn_scratch[count];
     return RP_OK;
@@ -871,15 +980,30 @@ rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index)
     return rep->r->strategy->next_batch(rep, index);
 }
 
-bool rp_replica_lockstep(const rp_replica *rep) { return rep && rep->r->strategy->lockstep; }
+bool rp_replica_lockstep(const rp_replica *rep)
+{
+    return rep && rep->r->strategy->lockstep;
+}
 
-bool rp_replicator_lockstep(const rp_replicator *r) { return r && r->strategy->lockstep; }
+bool rp_replicator_lockstep(const rp_replicator *r)
+{
+    return r && r->strategy->lockstep;
+}
 
 /* ---- topology ---------------------------------------------------------------------------- */
 
-int rp_replica_worker(const rp_replica *rep) { return rep->worker; }
-int rp_replica_workers(const rp_replica *rep) { return rep->workers; }
-const char *rp_replica_role(const rp_replica *rep) { return rep->r->roles[rep->role].name; }
+int rp_replica_worker(const rp_replica *rep)
+{
+    return rep->worker;
+}
+int rp_replica_workers(const rp_replica *rep)
+{
+    return rep->workers;
+}
+const char *rp_replica_role(const rp_replica *rep)
+{
+    return rep->r->roles[rep->role].name;
+}
 
 int rp_replica_coord(const rp_replica *rep, rp_axis axis)
 {
@@ -896,13 +1020,28 @@ rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis)
     return (unsigned)axis < RP_AXES ? rep->axis[axis] : NULL;
 }
 
-rp_comm *rp_replica_role_comm(rp_replica *rep) { return rep->role_comm; }
-rp_comm *rp_replica_world_comm(rp_replica *rep) { return rep->world; }
-rp_comm *rp_replica_link_comm(rp_replica *rep) { return rep ? rep->link : NULL; }
+rp_comm *rp_replica_role_comm(rp_replica *rep)
+{
+    return rep->role_comm;
+}
+rp_comm *rp_replica_world_comm(rp_replica *rep)
+{
+    return rep->world;
+}
+rp_comm *rp_replica_link_comm(rp_replica *rep)
+{
+    return rep ? rep->link : NULL;
+}
 
-int rp_replica_in_sync(const rp_replica *rep) { return rep->r->strategy->identical ? rep->count : 1; }
+int rp_replica_in_sync(const rp_replica *rep)
+{
+    return rep->r->strategy->identical ? rep->count : 1;
+}
 
-int rp_replicator_roles(const rp_replicator *r) { return r ? r->nroles : 0; }
+int rp_replicator_roles(const rp_replicator *r)
+{
+    return r ? r->nroles : 0;
+}
 
 const rp_role *rp_replicator_role(const rp_replicator *r, int i)
 {
@@ -923,7 +1062,8 @@ static rp_status unknown_role(const rp_replicator *r, const char *name)
         size_t len = strlen(names);
         snprintf(names + len, sizeof names - len, "%s'%s'", i ? ", " : "", r->roles[i].name);
     }
-    return RP_ERROR(RP_ERR_INVALID, "no role named '%s' in this job (its roles: %s)", name ? name : "(null)", names);
+    return RP_ERROR(RP_ERR_INVALID, "no role named '%s' in this job (its roles: %s)",
+                    name ? name : "(null)", names);
 }
 
 /* A started worker: the role's function on a thread of its own, once. */
@@ -940,12 +1080,14 @@ static void *started_main(void *p)
     rep->status = status;
     if (status != RP_OK) {
         const char *msg = rp_last_error();
-        snprintf(rep->error, sizeof rep->error, "%s", *msg ? msg : "the function returned an error without a message");
+        snprintf(rep->error, sizeof rep->error, "%s",
+                 *msg ? msg : "the function returned an error without a message");
     }
     leave_all(rep, status);
     /* Its long-lived function is over: the other roles stop waiting for it on the link. */
     if (rep->link != rep->world)
-        rp_comm_leave(rep->link, status, status == RP_OK ? "its started function returned" : rep->error);
+        rp_comm_leave(rep->link, status,
+                      status == RP_OK ? "its started function returned" : rep->error);
     return NULL;
 }
 
@@ -955,11 +1097,15 @@ rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn 
     int k = role_index(r, role);
     if (k < 0) return unknown_role(r, role);
     if (r->abandoned)
-        return RP_ERROR(RP_ERR_INVALID, "the replicator cannot start role '%s': a replica was left stuck in "
-                        "its step function in an earlier run (%s)", role, r->abandoned_error);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "the replicator cannot start role '%s': a replica was left stuck in "
+                        "its step function in an earlier run (%s)",
+                        role, r->abandoned_error);
     for (int i = 0; i < r->n; i++)
         if (r->reps[i].role == k && r->reps[i].busy)
-            return RP_ERROR(RP_ERR_INVALID, "role '%s' is already started: rp_replicator_wait() for it first", role);
+            return RP_ERROR(RP_ERR_INVALID,
+                            "role '%s' is already started: rp_replicator_wait() for it first",
+                            role);
     /* A new phase for every idle worker here: a role started next, or a run, must not find its
        peers "ended" from the last run and fail at once (the threads backend would). */
     for (int i = 0; i < r->n; i++)
@@ -970,7 +1116,8 @@ rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn 
         rep->start_fn = fn;
         rep->start_arg = arg;
         rep->status = RP_OK;
-        if (rep->link != rep->world) rp_comm_rejoin(rep->link); /* (left when an earlier start returned) */
+        if (rep->link != rep->world)
+            rp_comm_rejoin(rep->link); /* (left when an earlier start returned) */
         pthread_mutex_lock(&r->mu);
         rep->busy = true;
         pthread_mutex_unlock(&r->mu);
@@ -979,9 +1126,10 @@ rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn 
             pthread_mutex_lock(&r->mu);
             rep->busy = false;
             pthread_mutex_unlock(&r->mu);
-            return RP_ERROR(RP_ERR_BACKEND, "cannot start a thread for worker %d of role '%s': %s (the "
-                            "workers started so far run on: call rp_replicator_wait())", rep->worker, role,
-                            strerror(rc));
+            return RP_ERROR(RP_ERR_BACKEND,
+                            "cannot start a thread for worker %d of role '%s': %s (the "
+                            "workers started so far run on: call rp_replicator_wait())",
+                            rep->worker, role, strerror(rc));
         }
     }
     return RP_OK;
@@ -1000,9 +1148,11 @@ rp_status rp_replicator_wait(rp_replicator *r, const char *role)
         pthread_mutex_lock(&r->mu);
         rep->busy = false;
         pthread_mutex_unlock(&r->mu);
-        if (rep->status != RP_OK && (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)))
+        if (rep->status != RP_OK &&
+            (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)))
             cause = rep;
     }
     if (!cause) return RP_OK;
-    return rp_error_set(cause->status, NULL, 0, "role '%s', worker %d: %s", role, cause->worker, cause->error);
+    return rp_error_set(cause->status, NULL, 0, "role '%s', worker %d: %s", role, cause->worker,
+                        cause->error);
 }

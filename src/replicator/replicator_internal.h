@@ -20,7 +20,7 @@
 
 typedef struct rp_report {
     char name[32];
-    int op;       /* rp_reduce_op */
+    int op; /* rp_reduce_op */
     double value;
 } rp_report;
 
@@ -38,20 +38,20 @@ typedef enum {
 
 struct rp_replica {
     rp_replicator *r;
-    int id, count;            /* its replica (data coordinate) and the role's replicas */
-    int local;                /* index in this process */
-    rp_comm *comm;            /* its data axis (the replicas); the same handle as world and role
-                                 comm when the job is one role of one-worker replicas */
+    int id, count; /* its replica (data coordinate) and the role's replicas */
+    int local;     /* index in this process */
+    rp_comm *comm; /* its data axis (the replicas); the same handle as world and role
+                      comm when the job is one role of one-worker replicas */
     /* Topology (topology.c). */
-    int worker, workers;      /* in the job */
-    int role;                 /* index in r->roles */
+    int worker, workers; /* in the job */
+    int role;            /* index in r->roles */
     int coord[RP_AXES], shape[RP_AXES];
-    rp_comm *axis[RP_AXES];   /* axis[RP_AXIS_DATA] == comm */
+    rp_comm *axis[RP_AXES]; /* axis[RP_AXIS_DATA] == comm */
     rp_comm *role_comm, *world;
-    rp_comm *link;            /* every worker, between roles: not left at a run's end (see runtime.h) */
+    rp_comm *link; /* every worker, between roles: not left at a run's end (see runtime.h) */
     rp_comm *owned[RP_COMMS_MAX]; /* the distinct handles, destroyed with the replica */
     int nowned;
-    rp_comm *live[RP_COMMS_MAX];  /* those with peers: left and rejoined around each run */
+    rp_comm *live[RP_COMMS_MAX]; /* those with peers: left and rejoined around each run */
     int nlive;
     /* A role started with rp_replicator_start(): its own thread until rp_replicator_wait(). */
     bool busy;
@@ -60,46 +60,46 @@ struct rp_replica {
     void *start_arg;
     rp_tape *tape;
     void *user;
-    pthread_t thread;         /* replicas 1..N-1 */
+    pthread_t thread; /* replicas 1..N-1 */
     bool thread_started;
     /* The last run's outcome. */
     rp_status status;
     char error[1024];
-    bool running;             /* inside fn (atomic), for the watchdog */
-    uint64_t started_ns;      /* rp_now_ns() when fn was called (atomic) */
-    bool done;                /* finished the current run (under r->mu) */
-    bool abandoned;           /* declared stuck by the watchdog: its thread is left running */
-    bool exited;              /* an abandoned thread came back and ended (under r->mu) */
+    bool running;        /* inside fn (atomic), for the watchdog */
+    uint64_t started_ns; /* rp_now_ns() when fn was called (atomic) */
+    bool done;           /* finished the current run (under r->mu) */
+    bool abandoned;      /* declared stuck by the watchdog: its thread is left running */
+    bool exited;         /* an abandoned thread came back and ended (under r->mu) */
     /* Reports of the current run, and their reduction. */
-    int64_t batches;          /* rp_replica_next_batch() of lockstep replicas: this run's count */
+    int64_t batches; /* rp_replica_next_batch() of lockstep replicas: this run's count */
     int nreports;
     rp_report reports[RP_REPORTS_MAX];
-    int64_t *gather;          /* [count * 2 * RP_REPORTS_MAX] scratch */
-    double *bn_scratch;       /* cross-replica batch norm: sums and n, grown once */
+    int64_t *gather;    /* [count * 2 * RP_REPORTS_MAX] scratch */
+    double *bn_scratch; /* cross-replica batch norm: sums and n, grown once */
     int bn_cap;
-    void *strategy;           /* the strategy's per-replica state */
-    int blame;                /* a failure agreed by the replicas names this replica (or -1) */
+    void *strategy; /* the strategy's per-replica state */
+    int blame;      /* a failure agreed by the replicas names this replica (or -1) */
 };
 
 struct rp_replicator {
     rp_config cfg;
     int n;
-    rp_replica *reps;         /* [n] */
+    rp_replica *reps; /* [n] */
     rp_layout layout;
     const struct rp_strategy *strategy; /* chosen once at create */
-    void *strategy_state;     /* the strategy's, per process */
+    void *strategy_state;               /* the strategy's, per process */
     pthread_mutex_t mu;
     pthread_cond_t start, done, wake;
-    uint64_t generation;      /* bumped for each run */
-    int finished;             /* replicas 1..N-1 done with the current run */
+    uint64_t generation; /* bumped for each run */
+    int finished;        /* replicas 1..N-1 done with the current run */
     bool quit;
     rp_replica_fn fn;
     void *arg;
     int nresults;
     rp_report results[RP_REPORTS_MAX];
-    int keeper;               /* the local worker whose reduced reports are kept (first in the run) */
-    bool server;              /* this rank serves (a strategy's role), not a replica */
-    int nroles;               /* the job's roles, placed (first filled in) */
+    int keeper;  /* the local worker whose reduced reports are kept (first in the run) */
+    bool server; /* this rank serves (a strategy's role), not a replica */
+    int nroles;  /* the job's roles, placed (first filled in) */
     rp_role roles[RP_ROLES_MAX];
     int64_t claims;           /* rp_replica_claim() on threads: this run's next ticket */
     bool in_run;              /* between the start and the end of rp_replicator_run (under mu) */
@@ -107,7 +107,7 @@ struct rp_replicator {
     char abandoned_error[64]; /* which one */
     pthread_t watchdog;       /* cfg.stuck_exit only */
     bool watchdog_started;
-    char flight_dir[4096];    /* where a failed run leaves the flight recorders ("": the log only) */
+    char flight_dir[4096]; /* where a failed run leaves the flight recorders ("": the log only) */
 };
 
 /* ---- topology (topology.c; calls only comm) --------------------------------------------- */
@@ -141,7 +141,13 @@ void rt_flight_dump_workers(rp_replicator *r);
  * parameter broadcasts, creation barriers) are marked so that comm keeps them
  * out of the user's call numbers and names them in messages.
  */
-static inline void rt_internal_begin(rp_comm *c, const char *what) { rp_comm_begin_internal(c, what); }
-static inline void rt_internal_end(rp_comm *c) { rp_comm_end_internal(c); }
+static inline void rt_internal_begin(rp_comm *c, const char *what)
+{
+    rp_comm_begin_internal(c, what);
+}
+static inline void rt_internal_end(rp_comm *c)
+{
+    rp_comm_end_internal(c);
+}
 
 #endif

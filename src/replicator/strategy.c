@@ -10,7 +10,8 @@
 
 uint64_t rp_strategy_hash_floats(const float *x, int64_t n)
 {
-    uint64_t h[4] = {0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull, 0x2545f4914f6cdd1dull};
+    uint64_t h[4] = {0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull,
+                     0x2545f4914f6cdd1dull};
     const uint64_t p = 0x100000001b3ull;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -46,7 +47,8 @@ rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt)
 rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket)
 {
     if (rep->r->layout != RP_LAYOUT_THREADS)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "rp_replica_claim across processes needs the async regime "
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "rp_replica_claim across processes needs the async regime "
                         "and an optimizer made by rp_replica_optimizer_create() first");
     *ticket = __atomic_fetch_add(&rep->r->claims, 1, __ATOMIC_RELAXED);
     return RP_OK;

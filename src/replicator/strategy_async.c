@@ -33,7 +33,8 @@ typedef struct rp_async {
     rp_optimizer *opt;
     rp_params *params;
     rp_ps *ps;
-    int slot; /* in async_replica.slots: the same on every replica, as they create in the same order */
+    int slot; /* in async_replica.slots: the same on every replica, as they create in the same order
+               */
     struct rp_async *next;
 } rp_async;
 
@@ -43,16 +44,18 @@ typedef struct async_replica {
 } async_replica;
 
 typedef struct async_state {
-    rp_ps_group *group;                  /* MPI: the server and worker ranks (NULL on threads) */
-    rp_ps **sets[RP_ASYNC_SETS_MAX];     /* threads: each set's handles, [n], until taken */
+    rp_ps_group *group;              /* MPI: the server and worker ranks (NULL on threads) */
+    rp_ps **sets[RP_ASYNC_SETS_MAX]; /* threads: each set's handles, [n], until taken */
 } async_state;
 
 static rp_status async_update(rp_optimizer *opt, float lr, void *ctx)
 {
     rp_async *a = ctx;
     if (!a->rep)
-        return RP_ERROR(RP_ERR_INVALID, "this replica optimizer outlived its replicator: destroy every "
-                        "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
+        return RP_ERROR(
+            RP_ERR_INVALID,
+            "this replica optimizer outlived its replicator: destroy every "
+            "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
     /* rp_optimizer_step has checked lr and found every gradient finite. */
     return rp_ps_exchange(a->ps, rp_params_grad(a->params), lr, rp_params_data(a->params));
 }
@@ -81,13 +84,17 @@ static rp_async *find(const rp_replica *rep, const rp_optimizer *opt)
     return NULL;
 }
 
-static bool async_owns(const rp_replica *rep, const rp_optimizer *opt) { return find(rep, opt) != NULL; }
+static bool async_owns(const rp_replica *rep, const rp_optimizer *opt)
+{
+    return find(rep, opt) != NULL;
+}
 
 static void async_phase_begin(rp_replica *rep, uint64_t phase)
 {
     async_replica *ar = rep->strategy;
     /* A failure here (a server gone) comes back, named, from the next push or pull. */
-    for (rp_async *a = ar->asyncs; a; a = a->next) (void)rp_ps_join(a->ps, phase);
+    for (rp_async *a = ar->asyncs; a; a = a->next)
+        (void)rp_ps_join(a->ps, phase);
 }
 
 static void async_phase_end(rp_replica *rep)
@@ -98,20 +105,26 @@ static void async_phase_end(rp_replica *rep)
     rp_status status = rp_last_status();
     char message[1024];
     snprintf(message, sizeof message, "%s", rp_last_error());
-    for (rp_async *a = ar->asyncs; a; a = a->next) (void)rp_ps_leave(a->ps);
-    if (status != RP_OK) rp_error_set(status, NULL, 0, "%s", message);
-    else rp_error_clear();
+    for (rp_async *a = ar->asyncs; a; a = a->next)
+        (void)rp_ps_leave(a->ps);
+    if (status != RP_OK)
+        rp_error_set(status, NULL, 0, "%s", message);
+    else
+        rp_error_clear();
 }
 
 /* This replica's handle on set k: made by local replica 0 (threads) or by this rank (MPI). */
-static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_config *pc, rp_ps **ps)
+static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_config *pc,
+                             rp_ps **ps)
 {
     rp_replicator *r = rep->r;
     async_state *st = r->strategy_state;
     if (st->group) {
         if (r->n > 1)
-            return RP_ERROR(RP_ERR_UNSUPPORTED, "asynchronous training under MPI runs one replica per rank "
-                            "(this rank has %d): start more ranks instead of --replicas", r->n);
+            return RP_ERROR(RP_ERR_UNSUPPORTED,
+                            "asynchronous training under MPI runs one replica per rank "
+                            "(this rank has %d): start more ranks instead of --replicas",
+                            r->n);
         return rp_ps_mpi_create(ps, st->group, numel, pc);
     }
     if (rep->local == 0) {
@@ -128,8 +141,10 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
     *ps = st->sets[k][rep->local];
     st->sets[k][rep->local] = NULL;
     if (rp_ps_numel(*ps) != numel)
-        return RP_ERROR(RP_ERR_SHAPE, "replica %d has %lld trainable values, replica 0 %lld: every replica "
-                        "must build the same model", rep->id, (long long)numel, (long long)rp_ps_numel(*ps));
+        return RP_ERROR(RP_ERR_SHAPE,
+                        "replica %d has %lld trainable values, replica 0 %lld: every replica "
+                        "must build the same model",
+                        rep->id, (long long)numel, (long long)rp_ps_numel(*ps));
     return RP_OK;
 }
 
@@ -151,9 +166,11 @@ static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
     rp_replicator *r = rep->r;
     async_replica *ar = rep->strategy;
     int k = 0;
-    while (k < RP_ASYNC_SETS_MAX && (ar->slots >> k & 1u)) k++;
+    while (k < RP_ASYNC_SETS_MAX && (ar->slots >> k & 1u))
+        k++;
     if (k == RP_ASYNC_SETS_MAX)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d async optimizers alive per replica", RP_ASYNC_SETS_MAX);
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d async optimizers alive per replica",
+                        RP_ASYNC_SETS_MAX);
     rp_ps_config pc = rp_ps_config_default();
     pc.servers = r->cfg.ps;
     pc.staleness = r->cfg.staleness;
@@ -195,7 +212,8 @@ static rp_status async_fetch(rp_replica *rep, rp_optimizer *opt)
     rp_async *a = find(rep, opt);
     if (!a) return RP_OK;
     int64_t step = 0;
-    RP_CHECK(rp_ps_snapshot(a->ps, rp_params_data(a->params), rp_optimizer_state(opt, NULL), &step));
+    RP_CHECK(
+        rp_ps_snapshot(a->ps, rp_params_data(a->params), rp_optimizer_state(opt, NULL), &step));
     rp_optimizer_set_steps(opt, step);
     return RP_OK;
 }
@@ -216,10 +234,12 @@ static rp_status async_claim(rp_replica *rep, int64_t *ticket)
     async_replica *ar = rep->strategy;
     async_state *st = rep->r->strategy_state;
     rp_async *oldest = ar->asyncs;
-    while (oldest && oldest->next) oldest = oldest->next;
+    while (oldest && oldest->next)
+        oldest = oldest->next;
     if (oldest) return rp_ps_claim(oldest->ps, ticket);
     if (st->group)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "rp_replica_claim across processes needs the async regime "
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "rp_replica_claim across processes needs the async regime "
                         "and an optimizer made by rp_replica_optimizer_create() first");
     return rp_strategy_local_claim(rep, ticket);
 }
@@ -231,9 +251,12 @@ static rp_status async_create(rp_replicator *r, bool mpi, rp_comm **world)
     r->strategy_state = st;
     if (!mpi) return RP_OK;
     if (r->n > 1)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "asynchronous training under MPI runs one replica per rank "
-                        "(asked for %d in each): start more ranks instead", r->n);
-    /* The last cfg.ps ranks serve; the others are the replicas, with a communicator of their own. */
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "asynchronous training under MPI runs one replica per rank "
+                        "(asked for %d in each): start more ranks instead",
+                        r->n);
+    /* The last cfg.ps ranks serve; the others are the replicas, with a communicator of their own.
+     */
     RP_CHECK(rp_ps_mpi_group_create(&st->group, r->cfg.ps, r->cfg.timeout_s));
     r->server = rp_ps_group_is_server(st->group);
     rp_comm *all = NULL;
@@ -248,7 +271,8 @@ static void async_destroy(rp_replicator *r)
     async_state *st = r->strategy_state;
     if (!st) return;
     for (int k = 0; k < RP_ASYNC_SETS_MAX; k++) {
-        for (int i = 0; st->sets[k] && i < r->n; i++) rp_ps_destroy(st->sets[k][i]);
+        for (int i = 0; st->sets[k] && i < r->n; i++)
+            rp_ps_destroy(st->sets[k][i]);
         free(st->sets[k]);
     }
     /* The servers stop once every replica's process has said goodbye. */
@@ -266,7 +290,9 @@ static rp_status async_serve(rp_replicator *r)
 static rp_status async_replica_init(rp_replica *rep)
 {
     rep->strategy = calloc(1, sizeof(async_replica));
-    return rep->strategy ? RP_OK : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
+    return rep->strategy
+               ? RP_OK
+               : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
 }
 
 static void async_replica_destroy(rp_replica *rep)
@@ -281,9 +307,12 @@ static void async_replica_destroy(rp_replica *rep)
         a->ps = NULL;
     }
     if (alive)
-        rp_error_set(RP_ERR_INVALID, __FILE__, __LINE__, "rp_replicator_destroy: replica %d still had %d "
-                     "optimizer(s) made by rp_replica_optimizer_create(); destroy them first (they now "
-                     "fail every step; rp_optimizer_destroy() still frees them)", rep->id, alive);
+        rp_error_set(
+            RP_ERR_INVALID, __FILE__, __LINE__,
+            "rp_replicator_destroy: replica %d still had %d "
+            "optimizer(s) made by rp_replica_optimizer_create(); destroy them first (they now "
+            "fail every step; rp_optimizer_destroy() still frees them)",
+            rep->id, alive);
     free(ar);
     rep->strategy = NULL;
 }

@@ -58,10 +58,11 @@ typedef struct rp_sync {
     int started;     /* buckets [0, started) have started since the last step */
     bool again;      /* a bucket completed a second time: reduce everything again */
     int64_t *hashes; /* [count * nparams] checksum scratch; also [count * 2] for the NaN exchange */
-    int64_t local_bad;   /* first element of the gradient block non-finite before its all-reduce, or -1 */
-    float local_value;   /* its value */
-    bool reduced_bad;    /* a reduced bucket was non-finite (the same on every replica) */
-    rp_status error; /* first failure inside a callback, re-raised by the step */
+    int64_t
+        local_bad; /* first element of the gradient block non-finite before its all-reduce, or -1 */
+    float local_value; /* its value */
+    bool reduced_bad;  /* a reduced bucket was non-finite (the same on every replica) */
+    rp_status error;   /* first failure inside a callback, re-raised by the step */
     char message[1024];
     struct rp_sync *next;
 } rp_sync;
@@ -70,7 +71,8 @@ typedef struct sync_replica {
     rp_sync *syncs; /* this replica's wrapped optimizers */
 } sync_replica;
 
-/* Index of the first non-finite value of x[0, n), or -1: a vectorised OR first, the search only if dirty. */
+/* Index of the first non-finite value of x[0, n), or -1: a vectorised OR first, the search only if
+ * dirty. */
 static int64_t first_nonfinite(const float *restrict x, int64_t n)
 {
     uint32_t any = 0;
@@ -124,7 +126,8 @@ static void sync_on_grad_ready(rp_tensor *param, void *ctx)
             s->buckets[b].ready = 0;
             return;
         }
-        while (s->started < s->nbuckets && s->buckets[s->started].ready == s->buckets[s->started].params)
+        while (s->started < s->nbuckets &&
+               s->buckets[s->started].ready == s->buckets[s->started].params)
             bucket_start(s, s->started++);
         return;
     }
@@ -169,23 +172,28 @@ static rp_status nonfinite_blame(rp_sync *s)
         int64_t index, numel;
         const char *name = param_at(s, all[2 * q], &index, &numel);
         rep->blame = q;
-        return RP_ERROR(RP_ERR_NUMERIC, "replica %d's own gradient of parameter '%s' held %g at element "
+        return RP_ERROR(RP_ERR_NUMERIC,
+                        "replica %d's own gradient of parameter '%s' held %g at element "
                         "%lld (of %lld) before the all-reduce, so the mean is non-finite on every "
-                        "replica; no parameter was updated", q, name, (double)v, (long long)index,
-                        (long long)numel);
+                        "replica; no parameter was updated",
+                        q, name, (double)v, (long long)index, (long long)numel);
     }
     int64_t bad = first_nonfinite(s->grad, s->numel), index = 0, numel = 0;
     const char *name = param_at(s, bad < 0 ? 0 : bad, &index, &numel);
-    return RP_ERROR(RP_ERR_NUMERIC, "the all-reduced gradient of parameter '%s' is %g at element %lld "
-                    "(of %lld) although every replica's own gradient was finite: the sum overflowed "
-                    "float; no parameter was updated", name, bad < 0 ? 0.0 : (double)s->grad[bad],
-                    (long long)index, (long long)numel);
+    return RP_ERROR(
+        RP_ERR_NUMERIC,
+        "the all-reduced gradient of parameter '%s' is %g at element %lld "
+        "(of %lld) although every replica's own gradient was finite: the sum overflowed "
+        "float; no parameter was updated",
+        name, bad < 0 ? 0.0 : (double)s->grad[bad], (long long)index, (long long)numel);
 }
 
 static rp_status orphaned(void)
 {
-    return RP_ERROR(RP_ERR_INVALID, "this replica optimizer outlived its replicator: destroy every "
-                    "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
+    return RP_ERROR(
+        RP_ERR_INVALID,
+        "this replica optimizer outlived its replicator: destroy every "
+        "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
 }
 
 /* Before the update: every bucket reduced exactly once since the last step. */
@@ -193,10 +201,13 @@ static rp_status sync_before(rp_optimizer *opt, void *ctx)
 {
     rp_sync *s = ctx;
     if (!s->rep) return orphaned();
-    while (s->started < s->nbuckets) bucket_start(s, s->started++);
+    while (s->started < s->nbuckets)
+        bucket_start(s, s->started++);
     if (s->again)
-        for (int b = 0; b < s->nbuckets; b++) bucket_start(s, b);
-    for (int b = 0; b < s->nbuckets; b++) s->buckets[b].ready = 0;
+        for (int b = 0; b < s->nbuckets; b++)
+            bucket_start(s, b);
+    for (int b = 0; b < s->nbuckets; b++)
+        s->buckets[b].ready = 0;
     s->started = 0;
     s->again = false;
     bool reduced_bad = s->reduced_bad;
@@ -236,14 +247,15 @@ static rp_status sync_after(rp_optimizer *opt, void *ctx)
     for (int i = 0; i < T; i++)
         for (int q = 1; q < n; q++)
             if (s->hashes[(size_t)q * T + i] != s->hashes[i])
-                return RP_ERROR(RP_ERR_MISMATCH,
-                                "the replicas diverged: after step %lld parameter '%s' on replica %d "
-                                "differs from replica 0 (checksum %016llx vs %016llx); synchronous "
-                                "training keeps every replica bitwise identical, so something changed "
-                                "parameters outside the optimizer or ran differently on one replica",
-                                (long long)steps, rp_params_at(s->params, i)->name, q,
-                                (unsigned long long)s->hashes[(size_t)q * T + i],
-                                (unsigned long long)s->hashes[i]);
+                return RP_ERROR(
+                    RP_ERR_MISMATCH,
+                    "the replicas diverged: after step %lld parameter '%s' on replica %d "
+                    "differs from replica 0 (checksum %016llx vs %016llx); synchronous "
+                    "training keeps every replica bitwise identical, so something changed "
+                    "parameters outside the optimizer or ran differently on one replica",
+                    (long long)steps, rp_params_at(s->params, i)->name, q,
+                    (unsigned long long)s->hashes[(size_t)q * T + i],
+                    (unsigned long long)s->hashes[i]);
     return RP_OK;
 }
 
@@ -270,7 +282,8 @@ static rp_status make_buckets(rp_sync *s, size_t bytes)
     int T = s->nparams;
     s->bucket_of = malloc((size_t)(T ? T : 1) * sizeof(int));
     s->buckets = calloc((size_t)(T ? T : 1), sizeof(bucket));
-    if (!s->bucket_of || !s->buckets) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d buckets", T);
+    if (!s->bucket_of || !s->buckets)
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d buckets", T);
     int b = -1;
     size_t filled = bytes;
     for (int i = T - 1; i >= 0; i--) {
@@ -339,7 +352,9 @@ static bool sync_owns(const rp_replica *rep, const rp_optimizer *opt)
 static rp_status sync_replica_init(rp_replica *rep)
 {
     rep->strategy = calloc(1, sizeof(sync_replica));
-    return rep->strategy ? RP_OK : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
+    return rep->strategy
+               ? RP_OK
+               : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
 }
 
 static void sync_replica_destroy(rp_replica *rep)
@@ -347,11 +362,15 @@ static void sync_replica_destroy(rp_replica *rep)
     sync_replica *sr = rep->strategy;
     if (!sr) return;
     int alive = 0;
-    for (rp_sync *s = sr->syncs; s; s = s->next, alive++) s->rep = NULL;
+    for (rp_sync *s = sr->syncs; s; s = s->next, alive++)
+        s->rep = NULL;
     if (alive)
-        rp_error_set(RP_ERR_INVALID, __FILE__, __LINE__, "rp_replicator_destroy: replica %d still had %d "
-                     "optimizer(s) made by rp_replica_optimizer_create(); destroy them first (they now "
-                     "fail every step; rp_optimizer_destroy() still frees them)", rep->id, alive);
+        rp_error_set(
+            RP_ERR_INVALID, __FILE__, __LINE__,
+            "rp_replicator_destroy: replica %d still had %d "
+            "optimizer(s) made by rp_replica_optimizer_create(); destroy them first (they now "
+            "fail every step; rp_optimizer_destroy() still frees them)",
+            rep->id, alive);
     free(sr);
     rep->strategy = NULL;
 }

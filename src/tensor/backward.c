@@ -78,11 +78,16 @@ static rp_status linear_bwd(rp_tape *t, rp_node *nd)
     rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
     int n = x->shape[0], in_f = x->shape[1], out_f = w->shape[0];
     bool fail = false;
-    float *dx = tape_grad_acc(t, x, &fail), *dw = tape_grad_acc(t, w, &fail), *db = tape_grad_acc(t, b, &fail);
+    float *dx = tape_grad_acc(t, x, &fail), *dw = tape_grad_acc(t, w, &fail),
+          *db = tape_grad_acc(t, b, &fail);
     if (fail) return tape_oom();
     /* dx[N,in] += dy[N,out] w[out,in]; dw[out,in] += dy^T x; db += column sums of dy */
-    if (dx) t->k->gemm(false, false, n, in_f, out_f, 1.0f, y->grad, out_f, w->data, in_f, 1.0f, dx, in_f);
-    if (dw) t->k->gemm(true, false, out_f, in_f, n, 1.0f, y->grad, out_f, x->data, in_f, 1.0f, dw, in_f);
+    if (dx)
+        t->k->gemm(false, false, n, in_f, out_f, 1.0f, y->grad, out_f, w->data, in_f, 1.0f, dx,
+                   in_f);
+    if (dw)
+        t->k->gemm(true, false, out_f, in_f, n, 1.0f, y->grad, out_f, x->data, in_f, 1.0f, dw,
+                   in_f);
     if (db) t->k->reduce_rows(db, y->grad, n, out_f, true);
     return RP_OK;
 }
@@ -91,7 +96,8 @@ static rp_status conv_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
     bool fail = false;
-    float *dx = tape_grad_out(t, x, &fail), *dw = tape_grad_out(t, w, &fail), *db = tape_grad_out(t, b, &fail);
+    float *dx = tape_grad_out(t, x, &fail), *dw = tape_grad_out(t, w, &fail),
+          *db = tape_grad_out(t, b, &fail);
     if (fail) return tape_oom();
     if (dx) {
         RP_CHECK(t->k->conv2d_bwd_data(dx, y->grad, w->data, &nd->a.conv));
@@ -134,7 +140,8 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     float *dx = tape_grad_out(t, x, &fail);
     if (fail) return tape_oom();
     /* Parameter gradients use this replica's sums: the gradient all-reduce averages them. */
-    for (int j = 0; j < 2 * c; j++) local[j] = (float)sums[j];
+    for (int j = 0; j < 2 * c; j++)
+        local[j] = (float)sums[j];
     if (dbeta) t->k->add_inplace(dbeta, local, c);
     if (dgamma) t->k->add_inplace(dgamma, local + c, c);
     if (!dx) return RP_OK;
@@ -310,7 +317,9 @@ static rp_status reduce_axes_bwd(rp_tape *t, rp_node *nd)
     bool fail = false;
     float *dx = tape_grad_acc(t, nd->in[0], &fail);
     if (fail) return tape_oom();
-    if (dx) t->k->expand_axes(dx, nd->out->grad, nd->a.red.shape, nd->a.red.mask, nd->a.red.scale, true);
+    if (dx)
+        t->k->expand_axes(dx, nd->out->grad, nd->a.red.shape, nd->a.red.mask, nd->a.red.scale,
+                          true);
     return RP_OK;
 }
 
@@ -320,7 +329,8 @@ static rp_status custom_bwd(rp_tape *t, rp_node *nd)
     float **din = rp_arena_alloc(t->arena, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof(float *));
     if (!din) return tape_oom();
     bool fail = false;
-    for (int i = 0; i < nd->n_in; i++) din[i] = tape_grad_acc(t, in[i], &fail);
+    for (int i = 0; i < nd->n_in; i++)
+        din[i] = tape_grad_acc(t, in[i], &fail);
     if (fail) return tape_oom();
     const rp_custom_op *op = nd->a.custom.op;
     rp_status st = op->backward(nd->a.custom.ctx, nd->out, nd->out->grad, in, din, nd->n_in);
@@ -344,13 +354,15 @@ static rp_status spectral_norm_bwd(rp_tape *t, rp_node *nd)
     const double *un = nd->saved, *v = un + rows;
     const float *g = y->grad, *W = w->data;
     double gw = 0;
-    for (int64_t k = 0; k < w->numel; k++) gw += (double)g[k] * W[k];
+    for (int64_t k = 0; k < w->numel; k++)
+        gw += (double)g[k] * W[k];
     double inv = 1.0 / sigma, c = gw / (sigma * sigma);
     for (int64_t i = 0; i < rows; i++) {
         double cu = c * un[i];
         float *dr = dw + i * cols;
         const float *gr = g + i * cols;
-        for (int64_t j = 0; j < cols; j++) dr[j] += (float)(gr[j] * inv - cu * v[j]);
+        for (int64_t j = 0; j < cols; j++)
+            dr[j] += (float)(gr[j] * inv - cu * v[j]);
     }
     return RP_OK;
 }
@@ -481,7 +493,8 @@ static rp_status collective_bwd(rp_tape *t, rp_node *nd)
     }
 
     const float *dy = out_grad(t, y);
-    float *g = rp_arena_alloc(t->arena, (size_t)(y->numel > x->numel ? y->numel : x->numel) * sizeof(float));
+    float *g = rp_arena_alloc(t->arena,
+                              (size_t)(y->numel > x->numel ? y->numel : x->numel) * sizeof(float));
     if (!dy || !g) return tape_oom();
     switch (nd->op) {
     case RP_OP_ALL_REDUCE:
@@ -523,19 +536,26 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
 {
     bool fail = false;
     switch (nd->op) {
-    case RP_OP_MATMUL: return matmul_bwd(t, nd);
-    case RP_OP_LINEAR: return linear_bwd(t, nd);
-    case RP_OP_CONV2D: return conv_bwd(t, nd);
-    case RP_OP_BATCH_NORM: return batch_norm_bwd(t, nd);
-    case RP_OP_ACT: return act_bwd(t, nd);
-    case RP_OP_BINARY: return binary_bwd(t, nd);
+    case RP_OP_MATMUL:
+        return matmul_bwd(t, nd);
+    case RP_OP_LINEAR:
+        return linear_bwd(t, nd);
+    case RP_OP_CONV2D:
+        return conv_bwd(t, nd);
+    case RP_OP_BATCH_NORM:
+        return batch_norm_bwd(t, nd);
+    case RP_OP_ACT:
+        return act_bwd(t, nd);
+    case RP_OP_BINARY:
+        return binary_bwd(t, nd);
     case RP_OP_SCALE: {
         float *dx = tape_grad_acc(t, nd->in[0], &fail);
         if (fail) return tape_oom();
         if (dx) t->k->scale(dx, nd->out->grad, nd->a.scale.s, nd->out->numel, true);
         return RP_OK;
     }
-    case RP_OP_CONCAT: return concat_bwd(t, nd);
+    case RP_OP_CONCAT:
+        return concat_bwd(t, nd);
     case RP_OP_RESHAPE: {
         float *dx = tape_grad_acc(t, nd->in[0], &fail);
         if (fail) return tape_oom();
@@ -543,9 +563,11 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
         return RP_OK;
     }
     case RP_OP_MAX_POOL:
-    case RP_OP_AVG_POOL: return pool_bwd(t, nd);
+    case RP_OP_AVG_POOL:
+        return pool_bwd(t, nd);
     case RP_OP_GLOBAL_AVG_POOL:
-    case RP_OP_UPSAMPLE2X: return image_bwd(t, nd);
+    case RP_OP_UPSAMPLE2X:
+        return image_bwd(t, nd);
     case RP_OP_EMBEDDING: {
         float *dtable = tape_grad_acc(t, nd->in[0], &fail);
         if (fail) return tape_oom();
@@ -556,14 +578,22 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
     case RP_OP_SOFTMAX_XENT:
     case RP_OP_MSE:
     case RP_OP_SUM:
-    case RP_OP_MEAN: return loss_bwd(t, nd);
-    case RP_OP_BINARY_BCAST: return binary_bcast_bwd(t, nd);
-    case RP_OP_CLAMP: return clamp_bwd(t, nd);
-    case RP_OP_LAYER_NORM: return layer_norm_bwd(t, nd);
-    case RP_OP_LOG_SOFTMAX: return log_softmax_bwd(t, nd);
-    case RP_OP_REDUCE_AXES: return reduce_axes_bwd(t, nd);
-    case RP_OP_CUSTOM: return custom_bwd(t, nd);
-    case RP_OP_SPECTRAL_NORM: return spectral_norm_bwd(t, nd);
+    case RP_OP_MEAN:
+        return loss_bwd(t, nd);
+    case RP_OP_BINARY_BCAST:
+        return binary_bcast_bwd(t, nd);
+    case RP_OP_CLAMP:
+        return clamp_bwd(t, nd);
+    case RP_OP_LAYER_NORM:
+        return layer_norm_bwd(t, nd);
+    case RP_OP_LOG_SOFTMAX:
+        return log_softmax_bwd(t, nd);
+    case RP_OP_REDUCE_AXES:
+        return reduce_axes_bwd(t, nd);
+    case RP_OP_CUSTOM:
+        return custom_bwd(t, nd);
+    case RP_OP_SPECTRAL_NORM:
+        return spectral_norm_bwd(t, nd);
     case RP_OP_ALL_REDUCE:
     case RP_OP_ALL_GATHER:
     case RP_OP_REDUCE_SCATTER:
@@ -571,7 +601,8 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
     case RP_OP_COPY_TO_GROUP:
     case RP_OP_REDUCE_FROM_GROUP:
     case RP_OP_SEND:
-    case RP_OP_RECV: return collective_bwd(t, nd);
+    case RP_OP_RECV:
+        return collective_bwd(t, nd);
     }
     return RP_ERROR(RP_ERR_INVALID, "backward: unknown op %d", (int)nd->op);
 }

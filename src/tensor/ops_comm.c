@@ -49,13 +49,15 @@ rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
     if (!check_comm(t, c, "rp_tensor_all_gather")) return NULL;
     if (x->ndim >= RP_MAX_DIMS) {
         char sx[64];
-        RP_ERROR(RP_ERR_SHAPE, "rp_tensor_all_gather: input %s has %d dims; the gathered result "
-                 "adds one, and at most %d are allowed", rp_shape_str(x, sx, sizeof sx), x->ndim,
-                 RP_MAX_DIMS);
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_tensor_all_gather: input %s has %d dims; the gathered result "
+                 "adds one, and at most %d are allowed",
+                 rp_shape_str(x, sx, sizeof sx), x->ndim, RP_MAX_DIMS);
         return NULL;
     }
     int shape[RP_MAX_DIMS] = {rp_comm_size(c)};
-    for (int i = 0; i < x->ndim; i++) shape[i + 1] = x->shape[i];
+    for (int i = 0; i < x->ndim; i++)
+        shape[i + 1] = x->shape[i];
     rp_tensor *y = rp_tape_tensor(t, x->ndim + 1, shape);
     RP_PROPAGATE_NULL(y);
     if (rp_comm_all_gather(c, x->data, y->data, x->numel, RP_F32) != RP_OK) return NULL;
@@ -67,15 +69,19 @@ rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_red
     RP_PROPAGATE_NULL(x);
     if (!check_comm(t, c, "rp_tensor_reduce_scatter")) return NULL;
     if (op != RP_SUM && op != RP_MEAN) {
-        RP_ERROR(RP_ERR_INVALID, "rp_tensor_reduce_scatter: reduction %s has no gradient here; "
-                 "use sum or mean", rp_reduce_op_name(op));
+        RP_ERROR(RP_ERR_INVALID,
+                 "rp_tensor_reduce_scatter: reduction %s has no gradient here; "
+                 "use sum or mean",
+                 rp_reduce_op_name(op));
         return NULL;
     }
     int n = rp_comm_size(c);
     char sx[64];
     if (x->ndim < 1 || x->shape[0] % n != 0) {
-        RP_ERROR(RP_ERR_SHAPE, "rp_tensor_reduce_scatter: input %s: the leading dimension must "
-                 "be divisible by the %d members", rp_shape_str(x, sx, sizeof sx), n);
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_tensor_reduce_scatter: input %s: the leading dimension must "
+                 "be divisible by the %d members",
+                 rp_shape_str(x, sx, sizeof sx), n);
         return NULL;
     }
     int shape[RP_MAX_DIMS];

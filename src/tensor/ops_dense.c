@@ -133,7 +133,8 @@ rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi)
 static bool broadcasts(const rp_tensor *a, const rp_tensor *b)
 {
     int lead = 0;
-    while (lead < b->ndim - 1 && b->shape[lead] == 1) lead++;
+    while (lead < b->ndim - 1 && b->shape[lead] == 1)
+        lead++;
     int bn = b->ndim - lead;
     if (bn > a->ndim) return false;
     for (int i = 0; i < bn; i++)
@@ -173,9 +174,10 @@ static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, co
     if (!broadcasts(a, b)) {
         if (!broadcasts_per_axis(a, b, shape, bstride)) {
             char sa[64], sb[64];
-            RP_ERROR(RP_ERR_SHAPE, "%s: shape %s does not broadcast against %s (b's shape must be "
-                     "a suffix of a's, or have a's dimensions with some of them 1)", who,
-                     rp_shape_str(b, sb, sizeof sb), rp_shape_str(a, sa, sizeof sa));
+            RP_ERROR(RP_ERR_SHAPE,
+                     "%s: shape %s does not broadcast against %s (b's shape must be "
+                     "a suffix of a's, or have a's dimensions with some of them 1)",
+                     who, rp_shape_str(b, sb, sizeof sb), rp_shape_str(a, sa, sizeof sa));
             return NULL;
         }
         rp_tensor *y = rp_tape_tensor(t, a->ndim, a->shape);
@@ -244,7 +246,8 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
         RP_ERROR(RP_ERR_INVALID, "rp_concat: need at least one tensor, got %d", n);
         return NULL;
     }
-    for (int i = 0; i < n; i++) RP_PROPAGATE_NULL(xs[i]);
+    for (int i = 0; i < n; i++)
+        RP_PROPAGATE_NULL(xs[i]);
     const rp_tensor *x0 = xs[0];
     int last = x0->ndim - 1, width = 0;
     if (x0->ndim < 1) {
@@ -253,12 +256,14 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
     }
     for (int i = 0; i < n; i++) {
         bool ok = xs[i]->ndim == x0->ndim;
-        for (int d = 0; ok && d < last; d++) ok = xs[i]->shape[d] == x0->shape[d];
+        for (int d = 0; ok && d < last; d++)
+            ok = xs[i]->shape[d] == x0->shape[d];
         if (!ok) {
             char s0[64], si[64];
-            RP_ERROR(RP_ERR_SHAPE, "rp_concat: tensor %d has shape %s, tensor 0 has %s; all but "
-                     "the last dimension must match", i, rp_shape_str(xs[i], si, sizeof si),
-                     rp_shape_str(x0, s0, sizeof s0));
+            RP_ERROR(RP_ERR_SHAPE,
+                     "rp_concat: tensor %d has shape %s, tensor 0 has %s; all but "
+                     "the last dimension must match",
+                     i, rp_shape_str(xs[i], si, sizeof si), rp_shape_str(x0, s0, sizeof s0));
             return NULL;
         }
         width += xs[i]->shape[last];
@@ -282,8 +287,10 @@ rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
     RP_PROPAGATE_NULL(x);
     if (ndim < 0 || ndim > RP_MAX_DIMS || rp_shape_numel(ndim, shape) != x->numel) {
         char sx[64];
-        RP_ERROR(RP_ERR_SHAPE, "rp_reshape: cannot reshape %s (%lld elements) to %d dims with %lld "
-                 "elements", rp_shape_str(x, sx, sizeof sx), (long long)x->numel, ndim,
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_reshape: cannot reshape %s (%lld elements) to %d dims with %lld "
+                 "elements",
+                 rp_shape_str(x, sx, sizeof sx), (long long)x->numel, ndim,
                  ndim >= 0 && ndim <= RP_MAX_DIMS ? (long long)rp_shape_numel(ndim, shape) : -1LL);
         return NULL;
     }
@@ -317,8 +324,7 @@ static rp_tensor *reduce_all(rp_tape *t, rp_tensor *x, bool mean)
     RP_PROPAGATE_NULL(y);
     double s = t->k->sum(x->data, x->numel);
     y->data[0] = (float)(mean ? s / (double)x->numel : s);
-    if (rp_tape_needs_grad(t, &x, 1) &&
-        !rp_tape_record(t, mean ? RP_OP_MEAN : RP_OP_SUM, y, &x, 1))
+    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, mean ? RP_OP_MEAN : RP_OP_SUM, y, &x, 1))
         return NULL;
     return y;
 }
@@ -338,15 +344,17 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
     RP_PROPAGATE_NULL(table);
     char st[64];
     if (table->ndim != 2 || !idx || n < 1) {
-        RP_ERROR(RP_ERR_SHAPE, "rp_embedding: need a [V,D] table, indices and n >= 1; got table %s, "
-                 "n %d", rp_shape_str(table, st, sizeof st), n);
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_embedding: need a [V,D] table, indices and n >= 1; got table %s, "
+                 "n %d",
+                 rp_shape_str(table, st, sizeof st), n);
         return NULL;
     }
     int v = table->shape[0], d = table->shape[1];
     for (int i = 0; i < n; i++) {
         if (idx[i] < 0 || idx[i] >= v) {
-            RP_ERROR(RP_ERR_INVALID, "rp_embedding: index %d is %d, outside the table's %d rows",
-                     i, (int)idx[i], v);
+            RP_ERROR(RP_ERR_INVALID, "rp_embedding: index %d is %d, outside the table's %d rows", i,
+                     (int)idx[i], v);
             return NULL;
         }
     }

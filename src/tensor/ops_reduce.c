@@ -15,7 +15,8 @@ static rp_tensor *reduce(rp_tape *t, rp_tensor *x, unsigned mask, bool keepdims,
     int64_t shape[RP_MAX_DIMS], count = 1;
     unsigned mask4 = 0;
     int lead = RP_MAX_DIMS - x->ndim, out_shape[RP_MAX_DIMS], out_ndim = 0;
-    for (int d = 0; d < RP_MAX_DIMS; d++) shape[d] = d < lead ? 1 : x->shape[d - lead];
+    for (int d = 0; d < RP_MAX_DIMS; d++)
+        shape[d] = d < lead ? 1 : x->shape[d - lead];
     for (int i = 0; i < x->ndim; i++) {
         if (mask & (1u << i)) {
             mask4 |= 1u << (i + lead);
@@ -39,8 +40,8 @@ static rp_tensor *reduce(rp_tape *t, rp_tensor *x, unsigned mask, bool keepdims,
     return y;
 }
 
-static rp_tensor *reduce_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes,
-                              bool keepdims, bool mean, const char *who)
+static rp_tensor *reduce_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, bool keepdims,
+                              bool mean, const char *who)
 {
     RP_PROPAGATE_NULL(x);
     if (n_axes < 1 || !axes) {
@@ -116,9 +117,11 @@ rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
     bool gok = !gamma || (gamma->ndim == 1 && gamma->shape[0] == d);
     bool bok = !beta || (beta->ndim == 1 && beta->shape[0] == d);
     if (x->ndim < 1 || !gok || !bok) {
-        RP_ERROR(RP_ERR_SHAPE, "rp_layer_norm: input %s needs gamma and beta of shape [%d] (or "
-                 "NULL), got %s and %s", rp_shape_str(x, sx, sizeof sx), d,
-                 rp_shape_str(gamma, sg, sizeof sg), rp_shape_str(beta, sb, sizeof sb));
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_layer_norm: input %s needs gamma and beta of shape [%d] (or "
+                 "NULL), got %s and %s",
+                 rp_shape_str(x, sx, sizeof sx), d, rp_shape_str(gamma, sg, sizeof sg),
+                 rp_shape_str(beta, sb, sizeof sb));
         return NULL;
     }
     if (!(eps > 0) || !isfinite(eps)) {

@@ -13,9 +13,10 @@ rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_co
     RP_PROPAGATE_NULL(w);
     char sx[64], sw[64], sb[64];
     if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[3]) {
-        RP_ERROR(RP_ERR_SHAPE, "rp_conv2d: input %s does not fit weight %s (need NHWC [N,H,W,C] "
-                 "and OHWI [O,KH,KW,C] with equal C)", rp_shape_str(x, sx, sizeof sx),
-                 rp_shape_str(w, sw, sizeof sw));
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_conv2d: input %s does not fit weight %s (need NHWC [N,H,W,C] "
+                 "and OHWI [O,KH,KW,C] with equal C)",
+                 rp_shape_str(x, sx, sizeof sx), rp_shape_str(w, sw, sizeof sw));
         return NULL;
     }
     if (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) {
@@ -59,8 +60,10 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
     char sx[64], sg[64], sbeta[64];
     int c = x->ndim ? x->shape[x->ndim - 1] : 0;
     if (x->ndim < 2 || !is_channel_vector(gamma, c) || !is_channel_vector(beta, c)) {
-        RP_ERROR(RP_ERR_SHAPE, "rp_batch_norm: input %s needs gamma and beta of shape [%d], got %s "
-                 "and %s", rp_shape_str(x, sx, sizeof sx), c, rp_shape_str(gamma, sg, sizeof sg),
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_batch_norm: input %s needs gamma and beta of shape [%d], got %s "
+                 "and %s",
+                 rp_shape_str(x, sx, sizeof sx), c, rp_shape_str(gamma, sg, sizeof sg),
                  rp_shape_str(beta, sbeta, sizeof sbeta));
         return NULL;
     }
@@ -99,8 +102,10 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
             count = sums[2 * c];
         }
         if (count < 2) {
-            RP_ERROR(RP_ERR_SHAPE, "rp_batch_norm: training needs at least 2 values per channel, "
-                     "got %g (input %s)", count, rp_shape_str(x, sx, sizeof sx));
+            RP_ERROR(RP_ERR_SHAPE,
+                     "rp_batch_norm: training needs at least 2 values per channel, "
+                     "got %g (input %s)",
+                     count, rp_shape_str(x, sx, sizeof sx));
             return NULL;
         }
         for (int i = 0; i < c; i++) {
@@ -110,7 +115,9 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
             mean[i] = (float)mu;
             mean_rest[i] = (float)(mu - mean[i]);
             invstd[i] = (float)(1.0 / sqrt(var + p.eps));
-            if (running_mean) running_mean->data[i] = (float)((1 - p.momentum) * running_mean->data[i] + p.momentum * mu);
+            if (running_mean)
+                running_mean->data[i] =
+                    (float)((1 - p.momentum) * running_mean->data[i] + p.momentum * mu);
             if (running_var)
                 running_var->data[i] = (float)((1 - p.momentum) * running_var->data[i] +
                                                p.momentum * var * count / (count - 1));
@@ -213,7 +220,6 @@ rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
     rp_tensor *y = rp_tape_tensor(t, 4, (int[]){n, 2 * h, 2 * w, c});
     RP_PROPAGATE_NULL(y);
     t->k->upsample2x_fwd(y->data, x->data, n, h, w, c);
-    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_UPSAMPLE2X, y, &x, 1))
-        return NULL;
+    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_UPSAMPLE2X, y, &x, 1)) return NULL;
     return y;
 }

@@ -48,7 +48,8 @@ void rp_tape_destroy(rp_tape *t)
 
 void rp_tape_reset(rp_tape *t)
 {
-    for (int i = 0; i < t->n_params; i++) t->params[i]->pending = 0;
+    for (int i = 0; i < t->n_params; i++)
+        t->params[i]->pending = 0;
     t->n_params = 0;
     t->n_nodes = 0;
     t->backward_done = false;
@@ -82,16 +83,20 @@ void rp_tape_on_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
 {
     t->n_ready = 0;
     /* The void call has no status to return: an allocation failure must not pass unseen. */
-    if (fn && rp_tape_add_grad_ready(t, fn, ctx) != RP_OK) rp_warn("rp_tape_on_grad_ready: %s", rp_last_error());
+    if (fn && rp_tape_add_grad_ready(t, fn, ctx) != RP_OK)
+        rp_warn("rp_tape_on_grad_ready: %s", rp_last_error());
 }
 
 rp_status rp_tape_add_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
 {
-    if (!t || !fn) return RP_ERROR(RP_ERR_INVALID, "rp_tape_add_grad_ready: tape and fn must not be NULL");
+    if (!t || !fn)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tape_add_grad_ready: tape and fn must not be NULL");
     for (int i = 0; i < t->n_ready; i++)
         if (t->ready[i].fn == fn && t->ready[i].ctx == ctx)
-            return RP_ERROR(RP_ERR_INVALID, "rp_tape_add_grad_ready: this (fn, ctx %p) pair is "
-                            "already listening", ctx);
+            return RP_ERROR(RP_ERR_INVALID,
+                            "rp_tape_add_grad_ready: this (fn, ctx %p) pair is "
+                            "already listening",
+                            ctx);
     if (!grow((void **)&t->ready, &t->cap_ready, t->n_ready + 1, sizeof *t->ready))
         return rp_last_status();
     t->ready[t->n_ready++] = (struct tape_ready_entry){fn, ctx};
@@ -112,15 +117,18 @@ void rp_tape_remove_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
 static void fire_ready(rp_tape *t, rp_tensor *x)
 {
     if (!(x->flags & RP_TENSOR_REQUIRES_GRAD)) return; /* frozen since its use: no gradient */
-    for (int i = 0; i < t->n_ready; i++) t->ready[i].fn(x, t->ready[i].ctx);
+    for (int i = 0; i < t->n_ready; i++)
+        t->ready[i].fn(x, t->ready[i].ctx);
 }
 
 void rp_tensor_set_requires_grad(rp_tensor *x, bool on)
 {
     /* An op's output keeps its node's say; a buffer has no gradient storage to write. */
     if (!x || x->node >= 0 || ((x->flags & RP_TENSOR_PARAM) && !x->grad)) return;
-    if (on) x->flags |= RP_TENSOR_REQUIRES_GRAD;
-    else x->flags &= ~RP_TENSOR_REQUIRES_GRAD;
+    if (on)
+        x->flags |= RP_TENSOR_REQUIRES_GRAD;
+    else
+        x->flags &= ~RP_TENSOR_REQUIRES_GRAD;
 }
 
 rp_tensor *rp_detach(rp_tape *t, rp_tensor *x)
@@ -138,7 +146,8 @@ rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
     rp_tensor *y = rp_arena_calloc(t->arena, sizeof *y);
     RP_PROPAGATE_NULL(y);
     y->ndim = ndim;
-    for (int i = 0; i < RP_MAX_DIMS; i++) y->shape[i] = i < ndim ? shape[i] : 1;
+    for (int i = 0; i < RP_MAX_DIMS; i++)
+        y->shape[i] = i < ndim ? shape[i] : 1;
     y->numel = x->numel;
     y->data = x->data;
     y->node = -1;
@@ -158,7 +167,8 @@ static bool grow(void **array, int *cap, int need, size_t elem)
 {
     if (need <= *cap) return true;
     int fresh = *cap ? *cap * 2 : 64;
-    while (fresh < need) fresh *= 2;
+    while (fresh < need)
+        fresh *= 2;
     void *p = rp_alloc((size_t)fresh * elem);
     if (!p) return false;
     if (*array) memcpy(p, *array, (size_t)*cap * elem);
@@ -211,15 +221,19 @@ static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const 
     if (y->node < 0 || y->node >= t->n_nodes || t->nodes[y->node].out != y)
         return RP_ERROR(RP_ERR_INVALID,
                         "%s: the output was not recorded on this tape (no parameter "
-                        "requires a gradient, recording is off, or the tape was reset)", who);
+                        "requires a gradient, recording is off, or the tape was reset)",
+                        who);
     if (t->backward_done)
-        return RP_ERROR(RP_ERR_INVALID, "%s: backward already ran on this tape; reset it first", who);
+        return RP_ERROR(RP_ERR_INVALID, "%s: backward already ran on this tape; reset it first",
+                        who);
     t->backward_done = true;
 
     y->grad = rp_arena_alloc(t->arena, (size_t)y->numel * sizeof(float));
     if (!y->grad) return rp_last_status();
-    if (dy) memcpy(y->grad, dy, (size_t)y->numel * sizeof(float));
-    else y->grad[0] = 1.0f;
+    if (dy)
+        memcpy(y->grad, dy, (size_t)y->numel * sizeof(float));
+    else
+        y->grad[0] = 1.0f;
 
     for (int i = y->node; i >= 0; i--) {
         rp_node *node = &t->nodes[i];
@@ -265,15 +279,16 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
                      int ndim, const int *shape)
 {
     if (!t || !op || !op->forward || !op->backward || n < 0 || (n > 0 && !in)) {
-        RP_ERROR(RP_ERR_INVALID, "rp_custom: need a tape, an op with forward and backward, and "
-                 "n >= 0 inputs (got n %d)", n);
+        RP_ERROR(RP_ERR_INVALID,
+                 "rp_custom: need a tape, an op with forward and backward, and "
+                 "n >= 0 inputs (got n %d)",
+                 n);
         return NULL;
     }
     const char *name = op->name ? op->name : "(unnamed)";
     for (int i = 0; i < n; i++)
         RP_PROPAGATE_NULL(in[i]);
-    if (ndim < 0 || ndim > RP_MAX_DIMS || (ndim > 0 && !shape) ||
-        rp_shape_numel(ndim, shape) < 1) {
+    if (ndim < 0 || ndim > RP_MAX_DIMS || (ndim > 0 && !shape) || rp_shape_numel(ndim, shape) < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_custom: op \"%s\": the output shape (%d dims) is invalid", name,
                  ndim);
         return NULL;

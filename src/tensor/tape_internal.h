@@ -32,7 +32,7 @@ typedef enum {
     RP_OP_CLAMP,
     RP_OP_LAYER_NORM,
     RP_OP_LOG_SOFTMAX,
-    RP_OP_REDUCE_AXES,  /* sum or mean over chosen axes */
+    RP_OP_REDUCE_AXES, /* sum or mean over chosen axes */
     RP_OP_CUSTOM,
     RP_OP_SPECTRAL_NORM,
     /* Collectives: their backward is itself a collective, so it runs even without a gradient. */
@@ -57,27 +57,67 @@ static inline bool tape_op_is_collective(rp_op op)
 typedef struct rp_node {
     rp_op op;
     rp_tensor *out;
-    int n_in;                          /* for CONCAT: number of inputs, in `many` */
+    int n_in; /* for CONCAT: number of inputs, in `many` */
     rp_tensor *in[RP_NODE_MAX_INPUTS];
-    rp_tensor **many;                  /* CONCAT inputs (arena) */
-    void *saved;                       /* op-specific arena memory (argmax, probs, xhat...) */
+    rp_tensor **many; /* CONCAT inputs (arena) */
+    void *saved;      /* op-specific arena memory (argmax, probs, xhat...) */
     void *saved2;
     union {
         rp_conv_desc conv;
         rp_pool_desc pool;
-        struct { rp_act act; float slope; } act;
-        struct { rp_binop op; int64_t nb; } bin;
-        struct { float s; } scale;
-        struct { float momentum, eps; bool training, relu; double count; rp_bn_reduce_fn reduce; void *ctx; rp_comm *comm; } bn;
-        struct { rp_binop op; int64_t shape[RP_MAX_DIMS], bstride[RP_MAX_DIMS]; } bcast;
-        struct { float lo, hi; } clamp;
-        struct { float eps; } ln;
-        struct { int64_t shape[RP_MAX_DIMS]; unsigned mask; float scale; } red;
-        struct { const rp_custom_op *op; void *ctx; } custom;
-        struct { rp_comm *comm; rp_reduce_op op; int root, peer, tag; } coll;
-        struct { int n; } emb;
-        struct { bool hard; } xent; /* SOFTMAX_XENT: saved2 holds int32 labels, else float targets */
-        struct { int64_t rows, cols; double sigma; } sn; /* saved: u' [rows] then v [cols], double */
+        struct {
+            rp_act act;
+            float slope;
+        } act;
+        struct {
+            rp_binop op;
+            int64_t nb;
+        } bin;
+        struct {
+            float s;
+        } scale;
+        struct {
+            float momentum, eps;
+            bool training, relu;
+            double count;
+            rp_bn_reduce_fn reduce;
+            void *ctx;
+            rp_comm *comm;
+        } bn;
+        struct {
+            rp_binop op;
+            int64_t shape[RP_MAX_DIMS], bstride[RP_MAX_DIMS];
+        } bcast;
+        struct {
+            float lo, hi;
+        } clamp;
+        struct {
+            float eps;
+        } ln;
+        struct {
+            int64_t shape[RP_MAX_DIMS];
+            unsigned mask;
+            float scale;
+        } red;
+        struct {
+            const rp_custom_op *op;
+            void *ctx;
+        } custom;
+        struct {
+            rp_comm *comm;
+            rp_reduce_op op;
+            int root, peer, tag;
+        } coll;
+        struct {
+            int n;
+        } emb;
+        struct {
+            bool hard;
+        } xent; /* SOFTMAX_XENT: saved2 holds int32 labels, else float targets */
+        struct {
+            int64_t rows, cols;
+            double sigma;
+        } sn; /* saved: u' [rows] then v [cols], double */
     } a;
 } rp_node;
 
@@ -86,11 +126,14 @@ struct rp_tape {
     const rp_kernels *k;
     bool recording;
     bool backward_done;
-    rp_node *nodes;      /* persistent, grows to the high-water mark */
+    rp_node *nodes; /* persistent, grows to the high-water mark */
     int n_nodes, cap_nodes;
-    rp_tensor **params;  /* parameters used since the last reset (pending > 0 at first use) */
+    rp_tensor **params; /* parameters used since the last reset (pending > 0 at first use) */
     int n_params, cap_params;
-    struct tape_ready_entry { rp_grad_ready_fn fn; void *ctx; } *ready; /* persistent listener list */
+    struct tape_ready_entry {
+        rp_grad_ready_fn fn;
+        void *ctx;
+    } * ready; /* persistent listener list */
     int n_ready, cap_ready;
 };
 
@@ -125,7 +168,8 @@ void tape_grad_commit(rp_tape *t, rp_tensor *x, float *buf);
 float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail);
 rp_status tape_oom(void); /* tape_error.c */
 
-/* An op's input that is NULL because an earlier op failed is passed on by RP_PROPAGATE_NULL (core.h). */
+/* An op's input that is NULL because an earlier op failed is passed on by RP_PROPAGATE_NULL
+ * (core.h). */
 
 /*
  * A leaf on t's arena that shares x's values under the shape [ndim, shape]: tensors are never
@@ -139,6 +183,5 @@ rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape);
  * names the op and carries the callback's own message (when it set one).
  */
 rp_status tape_custom_error(rp_status st, const rp_custom_op *op, const char *phase);
-
 
 #endif

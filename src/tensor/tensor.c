@@ -74,7 +74,8 @@ rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape)
     RP_PROPAGATE_NULL(x);
     memset(x, 0, sizeof *x);
     x->ndim = ndim;
-    for (int i = 0; i < RP_MAX_DIMS; i++) x->shape[i] = i < ndim ? shape[i] : 1;
+    for (int i = 0; i < RP_MAX_DIMS; i++)
+        x->shape[i] = i < ndim ? shape[i] : 1;
     x->numel = rp_shape_numel(ndim, shape);
     x->node = -1;
     x->index = -1;

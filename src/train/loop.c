@@ -16,7 +16,8 @@
 
 #include "train_internal.h"
 
-/* slow_replica sleeps (slow_factor - 1) times what its step took, so its steps take that factor longer. */
+/* slow_replica sleeps (slow_factor - 1) times what its step took, so its steps take that factor
+ * longer. */
 static void straggle(const rp_trainer *t, const rp_replica *rep, double started)
 {
     if (rp_replica_id(rep) != t->cfg.slow_replica || t->cfg.slow_factor <= 1) return;
@@ -41,7 +42,8 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
     double sums[RP_TRAINER_MAX_SCALARS] = {0}, t_chunk = rp_now_s();
     rp_status status = RP_OK;
     for (;;) {
-        if (independent && (train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED))) break;
+        if (independent && (train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED)))
+            break;
         int64_t ticket;
         RP_TRY(rp_replica_next_batch(rep, &ticket));
         if (start + ticket >= end) break;
@@ -52,12 +54,15 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
         RP_TRY(t->model->train_step(rep, t->ctx, state, &at, values));
         straggle(t, rep, started);
         done++;
-        for (int k = 0; k < t->n_scalars; k++) sums[k] += values[k];
+        for (int k = 0; k < t->n_scalars; k++)
+            sums[k] += values[k];
         if (lead) {
             double means[RP_TRAINER_MAX_SCALARS];
-            for (int k = 0; k < t->n_scalars; k++) means[k] = sums[k] / (double)done;
+            for (int k = 0; k < t->n_scalars; k++)
+                means[k] = sums[k] / (double)done;
             train_print_progress(t, at.epoch, at.step, global + 1, means, at.lr,
-                                 t->epoch_steps + ticket + 1, t->epoch_seconds + rp_now_s() - t_chunk);
+                                 t->epoch_steps + ticket + 1,
+                                 t->epoch_seconds + rp_now_s() - t_chunk);
         }
     }
 cleanup:
@@ -68,7 +73,8 @@ cleanup:
     RP_CHECK(rp_replica_report(rep, "steps", (double)done, RP_SUM));
     for (int k = 0; k < t->n_scalars; k++)
         RP_CHECK(rp_replica_report(rep, t->scalar_reports[k], sums[k], RP_SUM));
-    /* A signal may reach the processes at different steps: they agree here to stop after this one. */
+    /* A signal may reach the processes at different steps: they agree here to stop after this one.
+     */
     return rp_replica_report(rep, "stop", (double)train_stop_reason(), RP_MAX);
 }
 
@@ -94,8 +100,10 @@ static rp_status evaluate(rp_trainer *t, rp_trainer_metrics *m)
 rp_status rp_trainer_evaluate(rp_trainer *t, rp_trainer_metrics *m)
 {
     if (!t || !m) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_evaluate: NULL argument");
-    if (t->server) return RP_ERROR(RP_ERR_INVALID, "a parameter-server rank has no replicas to evaluate");
-    if (!t->model->evaluate) return RP_ERROR(RP_ERR_INVALID, "the trainer's model has no evaluate callback");
+    if (t->server)
+        return RP_ERROR(RP_ERR_INVALID, "a parameter-server rank has no replicas to evaluate");
+    if (!t->model->evaluate)
+        return RP_ERROR(RP_ERR_INVALID, "the trainer's model has no evaluate callback");
     return evaluate(t, m);
 }
 
@@ -126,14 +134,18 @@ static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, boo
 {
     const rp_trainer_config *c = &t->cfg;
     bool last = epoch + 1 == c->epochs;
-    bool eval = t->model->evaluate &&
-                (eval_steps || last || (c->eval_every_epochs && (epoch + 1) % c->eval_every_epochs == 0));
+    bool eval =
+        t->model->evaluate &&
+        (eval_steps || last || (c->eval_every_epochs && (epoch + 1) % c->eval_every_epochs == 0));
     bool save = save_steps || last ||
                 (c->checkpoint_every_epochs && (epoch + 1) % c->checkpoint_every_epochs == 0);
-    double seconds = t->epoch_seconds, rate = seconds > 0 ? (double)t->epoch_steps * c->batch / seconds : 0;
+    double seconds = t->epoch_seconds,
+           rate = seconds > 0 ? (double)t->epoch_steps * c->batch / seconds : 0;
     double means[RP_TRAINER_MAX_SCALARS];
     for (int k = 0; k < t->n_scalars; k++)
-        means[k] = t->gauge[k] ? t->latest[k] : t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps : 0;
+        means[k] = t->gauge[k]      ? t->latest[k]
+                   : t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps
+                                    : 0;
     rp_trainer_metrics m = {0};
     if (eval) RP_CHECK(evaluate(t, &m));
     train_print_epoch(t, epoch, means, rate, seconds, &m);
@@ -160,7 +172,8 @@ static rp_status run_chunk(rp_trainer *t)
         /* Every replica trained its shard of each batch: the batch's scalars are their means. */
         int n = rp_replicator_replicas(t->rep);
         steps /= n;
-        for (int k = 0; k < t->n_scalars; k++) sums[k] /= n;
+        for (int k = 0; k < t->n_scalars; k++)
+            sums[k] /= n;
     }
     int64_t n = (int64_t)steps, epoch = t->epoch, before = t->global_step;
     t->global_step += n;
@@ -171,14 +184,15 @@ static rp_status run_chunk(rp_trainer *t)
         t->epoch_sums[k] += sums[k];
         chunk_means[k] = n > 0 ? sums[k] / (double)n : 0;
         if (t->gauge[k] && n > 0) t->latest[k] = chunk_means[k];
-        epoch_means[k] = t->gauge[k]       ? t->latest[k]
+        epoch_means[k] = t->gauge[k]      ? t->latest[k]
                          : t->epoch_steps ? t->epoch_sums[k] / (double)t->epoch_steps
                                           : 0;
     }
     if (n > 0) rp_debug("step %lld %s %.7f", (long long)before, t->scalar_names[0], chunk_means[0]);
     if (t->lockstep && n > 0)
         train_print_progress(t, epoch, t->step - 1, t->global_step, epoch_means,
-                             rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_steps, t->epoch_seconds);
+                             rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_steps,
+                             t->epoch_seconds);
     if (n > 0 && (!t->lockstep || crosses(before, t->global_step, c->metrics_every_steps)))
         train_metrics_step(t, epoch, chunk_means);
     bool eval_steps = t->model->evaluate && crosses(before, t->global_step, c->eval_every_steps);
@@ -219,7 +233,8 @@ static rp_status train(rp_trainer *t)
 static rp_status stop_roles_replica(rp_replica *rep, void *arg)
 {
     rp_trainer *t = arg;
-    return t->model->stop_roles(rep, t->ctx, t->states ? t->states[rp_replica_local_index(rep)] : NULL);
+    return t->model->stop_roles(rep, t->ctx,
+                                t->states ? t->states[rp_replica_local_index(rep)] : NULL);
 }
 
 rp_status train_finish_roles(rp_trainer *t, rp_status status)
@@ -234,7 +249,8 @@ rp_status train_finish_roles(rp_trainer *t, rp_status status)
     }
     for (int i = 1; i < rp_replicator_roles(t->rep); i++) {
         rp_status st = rp_replicator_wait(t->rep, rp_replicator_role(t->rep, i)->name);
-        if (st != RP_OK && status != RP_OK) rp_warn("and %s", rp_last_error()); /* the first error stays */
+        if (st != RP_OK && status != RP_OK)
+            rp_warn("and %s", rp_last_error()); /* the first error stays */
         if (status == RP_OK) status = st;
     }
     if (first[0]) rp_error_set(status, NULL, 0, "%s", first);

@@ -13,11 +13,14 @@
 static void format_duration(double s, char *buf, size_t size)
 {
     int total = isfinite(s) && s > 0 ? (int)(s + 0.5) : 0;
-    if (total >= 3600) snprintf(buf, size, "%dh%02dm", total / 3600, total / 60 % 60);
-    else snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
+    if (total >= 3600)
+        snprintf(buf, size, "%dh%02dm", total / 3600, total / 60 % 60);
+    else
+        snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
 }
 
-/* Digits after the point for a shown scalar: 4 for a loss (0.3058), fewer for counts and returns. */
+/* Digits after the point for a shown scalar: 4 for a loss (0.3058), fewer for counts and returns.
+ */
 static int value_digits(double v)
 {
     double a = fabs(v);
@@ -32,8 +35,8 @@ static void shown_scalars(const rp_trainer *t, const char *prefix, const double 
     buf[0] = '\0';
     for (int i = 0; i < t->n_scalars; i++)
         if (t->shown[i] && len < size)
-            len += (size_t)snprintf(buf + len, size - len, "  %s%s %.*f", prefix, t->scalar_names[i],
-                                    value_digits(means[i]), means[i]);
+            len += (size_t)snprintf(buf + len, size - len, "  %s%s %.*f", prefix,
+                                    t->scalar_names[i], value_digits(means[i]), means[i]);
 }
 
 /* Digits after the point for a rate: three significant ones below 100 (2.47 it/s), none above. */
@@ -68,14 +71,14 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
     char where[96], values[RP_TRAINER_MAX_SCALARS * 48];
     if (t->tty) {
         if (now - t->t_print <= 0.25 && !last) return;
-        double left = (double)(t->steps_per_epoch * t->cfg.epochs - global_done) *
-                      t->cfg.batch / rate;
+        double left =
+            (double)(t->steps_per_epoch * t->cfg.epochs - global_done) * t->cfg.batch / rate;
         char eta[32];
         format_duration(left, eta, sizeof eta);
         position_text(t, epoch, step, where, sizeof where);
         shown_scalars(t, "", means, values, sizeof values);
-        fprintf(stderr, "\r%s%s  lr %.4f  %.*f %s  ETA %s  ", where, values, (double)lr, rate_digits(rate), rate,
-                t->cfg.rate_unit, eta);
+        fprintf(stderr, "\r%s%s  lr %.4f  %.*f %s  ETA %s  ", where, values, (double)lr,
+                rate_digits(rate), rate, t->cfg.rate_unit, eta);
         t->t_print = now;
         return;
     }
@@ -83,7 +86,8 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
     if ((step + 1) % every != 0 || last) return;
     position_text(t, epoch, step, where, sizeof where);
     shown_scalars(t, "", means, values, sizeof values);
-    fprintf(stderr, "%s%s  lr %.4f  %.*f %s\n", where, values, (double)lr, rate_digits(rate), rate, t->cfg.rate_unit);
+    fprintf(stderr, "%s%s  lr %.4f  %.*f %s\n", where, values, (double)lr, rate_digits(rate), rate,
+            t->cfg.rate_unit);
 }
 
 /*
@@ -105,8 +109,8 @@ void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, 
     else
         snprintf(where, sizeof where, "  epoch %lld/%d", (long long)epoch + 1, t->cfg.epochs);
     shown_scalars(t, "train ", means, values, sizeof values);
-    fprintf(stderr, "%s%s%s%s  %.*f %s  %.0fs\n", t->tty ? "\r" : "", where, values, shown, rate_digits(rate), rate,
-            t->cfg.rate_unit, seconds);
+    fprintf(stderr, "%s%s%s%s  %.*f %s  %.0fs\n", t->tty ? "\r" : "", where, values, shown,
+            rate_digits(rate), rate, t->cfg.rate_unit, seconds);
 }
 
 /* An evaluation between epochs (eval_every_steps): "  step 200  test loss ...". */
@@ -122,18 +126,22 @@ void train_print_eval(const rp_trainer *t, const rp_trainer_metrics *m)
 /* ,"<prefix><key>":value with 6 decimals, or null: JSON has no NaN or infinity. */
 static void json_value(const rp_trainer *t, const char *prefix, const char *key, double v)
 {
-    if (isfinite(v)) fprintf(t->metrics, ",\"%s%s\":%.6f", prefix, key, v);
-    else fprintf(t->metrics, ",\"%s%s\":null", prefix, key);
+    if (isfinite(v))
+        fprintf(t->metrics, ",\"%s%s\":%.6f", prefix, key, v);
+    else
+        fprintf(t->metrics, ",\"%s%s\":null", prefix, key);
 }
 
 static void metrics_values(const rp_trainer *t, const rp_trainer_metrics *m)
 {
-    for (int i = 0; m && i < m->n; i++) json_value(t, "", m->m[i].key, m->m[i].value);
+    for (int i = 0; m && i < m->n; i++)
+        json_value(t, "", m->m[i].key, m->m[i].value);
 }
 
 static void metrics_scalars(const rp_trainer *t, const char *prefix, const double *means)
 {
-    for (int i = 0; i < t->n_scalars; i++) json_value(t, prefix, t->scalar_names[i], means[i]);
+    for (int i = 0; i < t->n_scalars; i++)
+        json_value(t, prefix, t->scalar_names[i], means[i]);
 }
 
 /* {"step":S,"epoch":E (1-based; none in steps-only mode) */
@@ -193,7 +201,8 @@ static void tb_scalar(rp_trainer *t, const char *group, const char *prefix, cons
 
 static void tb_values(rp_trainer *t, const rp_trainer_metrics *m)
 {
-    for (int i = 0; m && i < m->n; i++) tb_scalar(t, "eval", "", m->m[i].key, m->m[i].value);
+    for (int i = 0; m && i < m->n; i++)
+        tb_scalar(t, "eval", "", m->m[i].key, m->m[i].value);
 }
 
 static void tb_flush(rp_trainer *t)
@@ -219,7 +228,8 @@ void train_metrics_step(rp_trainer *t, int64_t epoch, const double *means)
         metrics_line_end(t);
     }
     if (!t->tb) return;
-    for (int i = 0; i < t->n_scalars; i++) tb_scalar(t, "train", "", t->scalar_names[i], means[i]);
+    for (int i = 0; i < t->n_scalars; i++)
+        tb_scalar(t, "train", "", t->scalar_names[i], means[i]);
     tb_scalar(t, "train", "", "lr", last_lr(t));
     /* The rate of the epoch so far: models that run one long stretch get it before their end. */
     if (t->epoch_seconds > 0)

@@ -63,7 +63,8 @@ rp_status train_choose_run_dir(char *dir, size_t size, bool exact, bool force)
     if (exact)
         return RP_ERROR(RP_ERR_INVALID,
                         "%s already holds a run's checkpoint; continue it with --resume %s, or "
-                        "overwrite it with --force (rp_trainer_config.force)", dir, dir);
+                        "overwrite it with --force (rp_trainer_config.force)",
+                        dir, dir);
     char base[TRAIN_PATH_MAX];
     snprintf(base, sizeof base, "%s", dir);
     for (int k = 2; k < 10000; k++) {

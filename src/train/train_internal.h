@@ -36,21 +36,22 @@ struct rp_trainer {
     bool bystander; /* holds no worker of the stepped role (start_roles): runs started roles only */
     bool roles_started; /* start_roles was called: train_finish_roles() is due */
     rp_schedule sched;
-    bool steps_only;         /* cfg.steps: one stretch of steps, shown and recorded without epochs */
+    bool steps_only; /* cfg.steps: one stretch of steps, shown and recorded without epochs */
     int64_t steps_per_epoch; /* cfg.steps in steps-only mode (then cfg.epochs is 1) */
     /* The model's scalars (default {"loss"}) and which of them the lines show. */
     int n_scalars;
     const char *scalar_names[RP_TRAINER_MAX_SCALARS];
     bool shown[RP_TRAINER_MAX_SCALARS];
-    bool gauge[RP_TRAINER_MAX_SCALARS];       /* shown as the latest value (rp_trainer_model.gauges) */
-    double latest[RP_TRAINER_MAX_SCALARS];    /* a gauge's latest value */
-    char scalar_reports[RP_TRAINER_MAX_SCALARS][16]; /* their rp_replica_report() names, made once */
+    bool gauge[RP_TRAINER_MAX_SCALARS];    /* shown as the latest value (rp_trainer_model.gauges) */
+    double latest[RP_TRAINER_MAX_SCALARS]; /* a gauge's latest value */
+    char scalar_reports[RP_TRAINER_MAX_SCALARS]
+                       [16];          /* their rp_replica_report() names, made once */
     int64_t epoch, step, global_step; /* the next batch */
     int64_t first_step;               /* global_step when rp_trainer_run started */
     FILE *metrics;
-    rp_tensorboard *tb;      /* cfg.tensorboard_dir's events file (root only; NULL: none, or failed) */
-    int64_t tb_step_line;    /* the global step of the last step line it got (-1: none) */
-    int stop;   /* the agreed stop request (0: none) */
+    rp_tensorboard *tb;   /* cfg.tensorboard_dir's events file (root only; NULL: none, or failed) */
+    int64_t tb_step_line; /* the global step of the last step line it got (-1: none) */
+    int stop;             /* the agreed stop request (0: none) */
     bool stopped, finished;
     int failed; /* independent replicas: one failed; the others stop at their next batch */
     /* The chunk being run: batches [chunk_start, chunk_end) of epoch `epoch`. */

@@ -35,18 +35,20 @@ bool train_key_ok(const char *key)
 {
     size_t len = strlen(key);
     bool ok = len > 0 && len < 32;
-    for (size_t i = 0; ok && i < len; i++) ok = isalnum((unsigned char)key[i]) || key[i] == '_';
+    for (size_t i = 0; ok && i < len; i++)
+        ok = isalnum((unsigned char)key[i]) || key[i] == '_';
     return ok;
 }
 
-rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double value, const char *shown_fmt,
-                                 ...)
+rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double value,
+                                 const char *shown_fmt, ...)
 {
     if (!m || !key) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_metrics_add: NULL argument");
     if (!train_key_ok(key))
         return RP_ERROR(RP_ERR_INVALID, "metric key \"%.64s\": 1..31 letters, digits or '_'", key);
     if (m->n < 0 || m->n >= RP_TRAINER_MAX_METRICS)
-        return RP_ERROR(RP_ERR_INVALID, "metric \"%s\": at most %d metrics", key, RP_TRAINER_MAX_METRICS);
+        return RP_ERROR(RP_ERR_INVALID, "metric \"%s\": at most %d metrics", key,
+                        RP_TRAINER_MAX_METRICS);
     snprintf(m->m[m->n].key, sizeof m->m[m->n].key, "%s", key);
     m->m[m->n].value = value;
     m->m[m->n].shown[0] = '\0';
@@ -64,7 +66,8 @@ rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json)
 {
     if (!t) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_set_config_json: NULL trainer");
     char *copy = NULL;
-    if (json && !(copy = strdup(json))) return RP_ERROR(RP_ERR_NOMEM, "cannot copy the configuration");
+    if (json && !(copy = strdup(json)))
+        return RP_ERROR(RP_ERR_NOMEM, "cannot copy the configuration");
     free(t->config_json);
     t->config_json = copy;
     return RP_OK;
@@ -74,33 +77,42 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
 {
     if (!m || !m->build || !m->train_step || (!m->steps_per_epoch && c->steps <= 0))
         return RP_ERROR(RP_ERR_INVALID, "the trainer's model needs build, train_step and (unless "
-                        "cfg.steps is set) steps_per_epoch");
+                                        "cfg.steps is set) steps_per_epoch");
     if (!c->no_checkpoint && !m->save)
-        return RP_ERROR(RP_ERR_INVALID, "the trainer's model has no save callback; set no_checkpoint");
+        return RP_ERROR(RP_ERR_INVALID,
+                        "the trainer's model has no save callback; set no_checkpoint");
     if (m->evaluate && !m->evaluated)
-        return RP_ERROR(RP_ERR_INVALID, "the trainer's model has evaluate but no evaluated callback");
+        return RP_ERROR(RP_ERR_INVALID,
+                        "the trainer's model has evaluate but no evaluated callback");
     if (!c->run_dir || !c->run_dir[0] || strlen(c->run_dir) >= TRAIN_PATH_MAX - 32)
         return RP_ERROR(RP_ERR_INVALID, "run_dir must be set, under %d bytes", TRAIN_PATH_MAX - 32);
     if (c->epochs < 1) return RP_ERROR(RP_ERR_INVALID, "epochs %d; at least 1", c->epochs);
-    if (c->max_steps < 0) return RP_ERROR(RP_ERR_INVALID, "max_steps %lld < 0", (long long)c->max_steps);
+    if (c->max_steps < 0)
+        return RP_ERROR(RP_ERR_INVALID, "max_steps %lld < 0", (long long)c->max_steps);
     if (c->steps < 0) return RP_ERROR(RP_ERR_INVALID, "steps %lld < 0", (long long)c->steps);
     if (c->warmup_steps < 0)
         return RP_ERROR(RP_ERR_INVALID, "warmup_steps %lld < 0", (long long)c->warmup_steps);
-    if (c->schedule != RP_SCHED_CONSTANT && c->schedule != RP_SCHED_COSINE && c->schedule != RP_SCHED_LINEAR)
-        return RP_ERROR(RP_ERR_INVALID, "schedule %d: RP_SCHED_CONSTANT, RP_SCHED_COSINE or RP_SCHED_LINEAR",
+    if (c->schedule != RP_SCHED_CONSTANT && c->schedule != RP_SCHED_COSINE &&
+        c->schedule != RP_SCHED_LINEAR)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "schedule %d: RP_SCHED_CONSTANT, RP_SCHED_COSINE or RP_SCHED_LINEAR",
                         (int)c->schedule);
     if (c->warmup_epochs < 0 || c->checkpoint_every_epochs < 0 || c->eval_every_epochs < 0 ||
         c->checkpoint_every_steps < 0 || c->eval_every_steps < 0 || c->metrics_every_steps < 0)
-        return RP_ERROR(RP_ERR_INVALID, "a negative cadence or warm-up (warmup %d, checkpoint %d/%lld, eval "
-                        "%d/%lld, metrics %lld)", c->warmup_epochs, c->checkpoint_every_epochs,
+        return RP_ERROR(RP_ERR_INVALID,
+                        "a negative cadence or warm-up (warmup %d, checkpoint %d/%lld, eval "
+                        "%d/%lld, metrics %lld)",
+                        c->warmup_epochs, c->checkpoint_every_epochs,
                         (long long)c->checkpoint_every_steps, c->eval_every_epochs,
                         (long long)c->eval_every_steps, (long long)c->metrics_every_steps);
     if (c->batch < 1) return RP_ERROR(RP_ERR_INVALID, "batch %d; at least 1", c->batch);
     if (m->stop_roles && !m->start_roles)
         return RP_ERROR(RP_ERR_INVALID, "the trainer's model has stop_roles but no start_roles");
     if (m->start_roles && c->runtime.nroles < 2)
-        return RP_ERROR(RP_ERR_INVALID, "the trainer's model starts roles, but cfg.runtime has %d role(s): the "
-                        "first is stepped, the others started", c->runtime.nroles);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "the trainer's model starts roles, but cfg.runtime has %d role(s): the "
+                        "first is stepped, the others started",
+                        c->runtime.nroles);
     return RP_OK;
 }
 
@@ -131,7 +143,8 @@ static rp_status read_position(rp_trainer *t)
     const int64_t *pos = rp_checkpoint_get_i64(t->cfg.resume, "train/position", &n);
     if (!pos || n != 3) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint has no train/position");
     if (pos[0] < 0 || pos[1] < 0 || pos[2] < 0)
-        return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's train/position {%lld, %lld, %lld} is negative",
+        return RP_ERROR(RP_ERR_FORMAT,
+                        "the checkpoint's train/position {%lld, %lld, %lld} is negative",
                         (long long)pos[0], (long long)pos[1], (long long)pos[2]);
     t->epoch = pos[0];
     t->step = pos[1];
@@ -153,8 +166,8 @@ static rp_status take_scalars(rp_trainer *t, const char *shown_list)
             return RP_ERROR(RP_ERR_INVALID, "the model has more than %d scalars",
                             RP_TRAINER_MAX_SCALARS);
         if (!train_key_ok(names[n]))
-            return RP_ERROR(RP_ERR_INVALID, "the model's scalar \"%.64s\": 1..31 letters, digits or '_'",
-                            names[n]);
+            return RP_ERROR(RP_ERR_INVALID,
+                            "the model's scalar \"%.64s\": 1..31 letters, digits or '_'", names[n]);
         for (int k = 0; k < n; k++)
             if (!strcmp(names[k], names[n]))
                 return RP_ERROR(RP_ERR_INVALID, "the model names scalar \"%s\" twice", names[n]);
@@ -168,7 +181,9 @@ static rp_status take_scalars(rp_trainer *t, const char *shown_list)
         int found = -1;
         for (int k = 0; k < n && found < 0; k++)
             if (!strcmp(names[k], *g)) found = k;
-        if (found < 0) return RP_ERROR(RP_ERR_INVALID, "the model's gauge \"%.64s\" is not one of its scalars", *g);
+        if (found < 0)
+            return RP_ERROR(RP_ERR_INVALID, "the model's gauge \"%.64s\" is not one of its scalars",
+                            *g);
         t->gauge[found] = true;
     }
     if (!shown_list) {
@@ -181,8 +196,9 @@ static rp_status take_scalars(rp_trainer *t, const char *shown_list)
         for (int k = 0; k < n && found < 0; k++)
             if (strlen(names[k]) == len && !strncmp(names[k], p, len)) found = k;
         if (found < 0)
-            return RP_ERROR(RP_ERR_INVALID, "shown_scalars \"%s\": the model has no scalar \"%.*s\"",
-                            shown_list, (int)(len < 64 ? len : 64), p);
+            return RP_ERROR(RP_ERR_INVALID,
+                            "shown_scalars \"%s\": the model has no scalar \"%.*s\"", shown_list,
+                            (int)(len < 64 ? len : 64), p);
         t->shown[found] = true;
         p += len;
         if (*p == ',') p++;
@@ -201,8 +217,8 @@ static void make_schedule(rp_trainer *t)
     t->sched.warmup_steps = warmup;
 }
 
-rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, const rp_trainer_model *model,
-                            void *ctx)
+rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
+                            const rp_trainer_model *model, void *ctx)
 {
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_create: NULL argument");
     *out = NULL;
@@ -219,7 +235,7 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
     if (!t->cfg.rate_key) t->cfg.rate_key = "samples_per_s";
     RP_TRY(rp_trainer_set_config_json(t, cfg->config_json));
     t->cfg.config_json = NULL;
-    t->cfg.shown_scalars = NULL; /* taken below, not kept */
+    t->cfg.shown_scalars = NULL;   /* taken below, not kept */
     t->cfg.tensorboard_dir = NULL; /* used below, not kept */
     t->tb_step_line = -1;
     RP_TRY(take_scalars(t, cfg->shown_scalars));
@@ -229,12 +245,14 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
         t->cfg.epochs = 1;
         t->cfg.warmup_epochs = 0;
     }
-    if (cfg->resume) RP_TRY(read_position(t));
+    if (cfg->resume)
+        RP_TRY(read_position(t));
     else if (!cfg->no_checkpoint)
         RP_TRY(train_choose_run_dir(t->run_dir, sizeof t->run_dir, cfg->run_dir_exact, cfg->force));
 
     RP_TRY(rp_replicator_create(&t->rep, &cfg->runtime));
-    RP_TRY(rp_replicator_set_flight_dir(t->rep, t->run_dir)); /* a failed run's flight-<worker>.txt */
+    RP_TRY(
+        rp_replicator_set_flight_dir(t->rep, t->run_dir)); /* a failed run's flight-<worker>.txt */
     t->lockstep = rp_replicator_lockstep(t->rep);
     if (rp_replicator_is_server(t->rep)) {
         t->server = true;
@@ -264,8 +282,9 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
     RP_TRY(rp_replicator_run(t->rep, build_replica, t));
     t->steps_per_epoch = t->steps_only ? cfg->steps : model->steps_per_epoch(ctx, t->states[0]);
     if (t->steps_per_epoch < 1) {
-        status = RP_ERROR(RP_ERR_INVALID, "the model has %lld batches per epoch; at least 1 is needed",
-                          (long long)t->steps_per_epoch);
+        status =
+            RP_ERROR(RP_ERR_INVALID, "the model has %lld batches per epoch; at least 1 is needed",
+                     (long long)t->steps_per_epoch);
         goto cleanup;
     }
     if (t->step >= t->steps_per_epoch) {
@@ -279,7 +298,8 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg, cons
         char path[TRAIN_PATH_MAX + 16];
         snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
         t->metrics = fopen(path, cfg->resume ? "a" : "w");
-        if (!t->metrics) rp_warn("cannot write %s (%s); continuing without metrics", path, strerror(errno));
+        if (!t->metrics)
+            rp_warn("cannot write %s (%s); continuing without metrics", path, strerror(errno));
         if (cfg->tensorboard_dir && rp_tensorboard_create(&t->tb, cfg->tensorboard_dir) != RP_OK)
             rp_warn("%s; continuing without TensorBoard events", rp_last_error());
     }
@@ -303,7 +323,8 @@ rp_status rp_trainer_destroy(rp_trainer *t)
     rp_status status = train_finish_roles(t, RP_OK); /* roles started but never run */
     if (t->rep && t->states) {
         bool any = false;
-        for (int i = 0; i < t->local; i++) any |= t->states[i] != NULL;
+        for (int i = 0; i < t->local; i++)
+            any |= t->states[i] != NULL;
         if (any) {
             rp_status st = rp_replicator_run(t->rep, destroy_replica, t);
             if (status == RP_OK) status = st;
@@ -333,13 +354,34 @@ rp_trainer_progress rp_trainer_get_progress(const rp_trainer *t)
     return p;
 }
 
-rp_replicator *rp_trainer_replicator(const rp_trainer *t) { return t ? t->rep : NULL; }
-bool rp_trainer_is_server(const rp_trainer *t) { return t && t->server; }
-bool rp_trainer_is_root(const rp_trainer *t) { return t && t->root; }
-bool rp_trainer_is_bystander(const rp_trainer *t) { return t && t->bystander; }
-const char *rp_trainer_run_dir(const rp_trainer *t) { return t ? t->run_dir : NULL; }
-int64_t rp_trainer_steps_per_epoch(const rp_trainer *t) { return t ? t->steps_per_epoch : 0; }
-void *rp_trainer_state(const rp_trainer *t) { return t && t->states ? t->states[0] : NULL; }
+rp_replicator *rp_trainer_replicator(const rp_trainer *t)
+{
+    return t ? t->rep : NULL;
+}
+bool rp_trainer_is_server(const rp_trainer *t)
+{
+    return t && t->server;
+}
+bool rp_trainer_is_root(const rp_trainer *t)
+{
+    return t && t->root;
+}
+bool rp_trainer_is_bystander(const rp_trainer *t)
+{
+    return t && t->bystander;
+}
+const char *rp_trainer_run_dir(const rp_trainer *t)
+{
+    return t ? t->run_dir : NULL;
+}
+int64_t rp_trainer_steps_per_epoch(const rp_trainer *t)
+{
+    return t ? t->steps_per_epoch : 0;
+}
+void *rp_trainer_state(const rp_trainer *t)
+{
+    return t && t->states ? t->states[0] : NULL;
+}
 
 float rp_trainer_lr(const rp_trainer *t, int64_t step)
 {

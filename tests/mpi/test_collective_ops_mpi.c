@@ -34,11 +34,12 @@ static int size_, per_ = 1;     /* members in all; members in each process */
 #include "mpi_check.h"
 
 #define MAX_N 8
-#define K 6 /* elements of each member's input block */
+#define K     6 /* elements of each member's input block */
 
 static uint64_t mix(uint64_t a, uint64_t b, uint64_t c)
 {
-    uint64_t h = (a + 1) * 0x9e3779b97f4a7c15ull ^ (b + 1) * 0xc2b2ae3d27d4eb4full ^ (c + 1) * 0xbf58476d1ce4e5b9ull;
+    uint64_t h = (a + 1) * 0x9e3779b97f4a7c15ull ^ (b + 1) * 0xc2b2ae3d27d4eb4full ^
+                 (c + 1) * 0xbf58476d1ce4e5b9ull;
     h ^= h >> 31;
     h *= 0x94d049bb133111ebull;
     return h ^ h >> 29;
@@ -108,21 +109,29 @@ static float want_y(const op_case *c, int kase, int n, int r, int64_t i)
         float acc = x_of(kase, 0, i);
         for (int s = 1; s < n; s++) {
             float v = x_of(kase, s, i);
-            if (op == RP_SUM || op == RP_MEAN) acc += v;
-            else if (op == RP_MAX) acc = v > acc ? v : acc;
-            else if (op == RP_MIN) acc = v < acc ? v : acc;
+            if (op == RP_SUM || op == RP_MEAN)
+                acc += v;
+            else if (op == RP_MAX)
+                acc = v > acc ? v : acc;
+            else if (op == RP_MIN)
+                acc = v < acc ? v : acc;
         }
         return op == RP_MEAN ? acc / (float)n : acc;
     }
-    case OP_ALL_GATHER: return x_of(kase, (int)(i / K), i % K);
+    case OP_ALL_GATHER:
+        return x_of(kase, (int)(i / K), i % K);
     case OP_REDUCE_SCATTER: {
         float acc = 0;
-        for (int s = 0; s < n; s++) acc += x_of(kase, s, (int64_t)r * K + i);
+        for (int s = 0; s < n; s++)
+            acc += x_of(kase, s, (int64_t)r * K + i);
         return c->op == RP_MEAN ? acc / (float)n : acc;
     }
-    case OP_BROADCAST: return x_of(kase, c->root < 0 ? n - 1 : c->root, i);
-    case OP_SEND_RECV: return x_of(kase, (r + n - 1) % n, i);
-    case OP_COPY_TO_GROUP: return x_of(kase, r, i);
+    case OP_BROADCAST:
+        return x_of(kase, c->root < 0 ? n - 1 : c->root, i);
+    case OP_SEND_RECV:
+        return x_of(kase, (r + n - 1) % n, i);
+    case OP_COPY_TO_GROUP:
+        return x_of(kase, r, i);
     }
     return NAN;
 }
@@ -131,7 +140,8 @@ static float want_y(const op_case *c, int kase, int n, int r, int64_t i)
 static float sum_dy(int kase, int n, int64_t i)
 {
     float acc = 0;
-    for (int s = 0; s < n; s++) acc += dy_of(kase, s, i);
+    for (int s = 0; s < n; s++)
+        acc += dy_of(kase, s, i);
     return acc;
 }
 
@@ -141,22 +151,31 @@ static float want_dx(const op_case *c, int kase, int n, int p, int64_t i)
     switch (c->kind) {
     case OP_ALL_REDUCE:
         switch (c->op) {
-        case RP_SUM: return sum_dy(kase, n, i);
-        case RP_MEAN: return sum_dy(kase, n, i) / (float)n;
+        case RP_SUM:
+            return sum_dy(kase, n, i);
+        case RP_MEAN:
+            return sum_dy(kase, n, i) / (float)n;
         case RP_MAX:
-        case RP_MIN: return x_of(kase, p, i) == want_y(c, kase, n, p, i) ? sum_dy(kase, n, i) : 0.0f;
-        case RP_FIRST: return p == 0 ? sum_dy(kase, n, i) : 0.0f;
+        case RP_MIN:
+            return x_of(kase, p, i) == want_y(c, kase, n, p, i) ? sum_dy(kase, n, i) : 0.0f;
+        case RP_FIRST:
+            return p == 0 ? sum_dy(kase, n, i) : 0.0f;
         }
         return NAN;
-    case OP_ALL_GATHER: return sum_dy(kase, n, (int64_t)p * K + i);
+    case OP_ALL_GATHER:
+        return sum_dy(kase, n, (int64_t)p * K + i);
     case OP_REDUCE_SCATTER: {
         float g = dy_of(kase, (int)(i / K), i % K); /* block b of x went to member b */
         return c->op == RP_MEAN ? g / (float)n : g;
     }
-    case OP_BROADCAST: return p == (c->root < 0 ? n - 1 : c->root) ? sum_dy(kase, n, i) : 0.0f;
-    case OP_SEND_RECV: return dy_of(kase, (p + 1) % n, i); /* x_p went to the next member */
-    case OP_COPY_TO_GROUP: return sum_dy(kase, n, i);
-    case OP_REDUCE_FROM_GROUP: return dy_of(kase, p, i);
+    case OP_BROADCAST:
+        return p == (c->root < 0 ? n - 1 : c->root) ? sum_dy(kase, n, i) : 0.0f;
+    case OP_SEND_RECV:
+        return dy_of(kase, (p + 1) % n, i); /* x_p went to the next member */
+    case OP_COPY_TO_GROUP:
+        return sum_dy(kase, n, i);
+    case OP_REDUCE_FROM_GROUP:
+        return dy_of(kase, p, i);
     }
     return NAN;
 }
@@ -171,18 +190,24 @@ static rp_tensor *forward(rp_tape *t, rp_comm *comm, const op_case *c, rp_tensor
 {
     int r = rp_comm_rank(comm);
     switch (c->kind) {
-    case OP_ALL_REDUCE: return rp_tensor_all_reduce(t, comm, x, c->op);
-    case OP_ALL_GATHER: return rp_tensor_all_gather(t, comm, x);
-    case OP_REDUCE_SCATTER: return rp_tensor_reduce_scatter(t, comm, x, c->op);
-    case OP_BROADCAST: return rp_tensor_broadcast(t, comm, x, c->root < 0 ? n - 1 : c->root);
+    case OP_ALL_REDUCE:
+        return rp_tensor_all_reduce(t, comm, x, c->op);
+    case OP_ALL_GATHER:
+        return rp_tensor_all_gather(t, comm, x);
+    case OP_REDUCE_SCATTER:
+        return rp_tensor_reduce_scatter(t, comm, x, c->op);
+    case OP_BROADCAST:
+        return rp_tensor_broadcast(t, comm, x, c->root < 0 ? n - 1 : c->root);
     case OP_SEND_RECV: {
         rp_tensor *tok = rp_tensor_send(t, comm, x, (r + 1) % n, 5);
         rp_tensor *h = rp_tensor_recv(t, comm, x->ndim, x->shape, (r + n - 1) % n, 5);
         /* The token (a scalar 0) in the output, so one backward covers the send too. */
         return tok && h ? rp_add(t, h, tok) : NULL;
     }
-    case OP_COPY_TO_GROUP: return rp_copy_to_group(t, comm, x);
-    case OP_REDUCE_FROM_GROUP: return rp_reduce_from_group(t, comm, x);
+    case OP_COPY_TO_GROUP:
+        return rp_copy_to_group(t, comm, x);
+    case OP_REDUCE_FROM_GROUP:
+        return rp_reduce_from_group(t, comm, x);
     }
     return NULL;
 }
@@ -201,8 +226,10 @@ static void run_case(rp_comm *comm, rp_tape *t, int kase)
         CHECK(false, "%s: allocation: %s", c->name, rp_last_error());
         return;
     }
-    for (int64_t i = 0; i < nin; i++) x->data[i] = x_of(kase, r, i);
-    for (int64_t i = 0; i < nout; i++) dy[i] = dy_of(kase, r, i);
+    for (int64_t i = 0; i < nin; i++)
+        x->data[i] = x_of(kase, r, i);
+    for (int64_t i = 0; i < nout; i++)
+        dy[i] = dy_of(kase, r, i);
     rp_tensor_set_requires_grad(x, true);
     rp_tensor *y = forward(t, comm, c, x, n);
     CHECK(y != NULL, "%s: forward: %s", c->name, rp_last_error());
@@ -211,12 +238,14 @@ static void run_case(rp_comm *comm, rp_tape *t, int kase)
           (long long)nout);
     if (y->numel != nout) return;
     if (c->kind == OP_ALL_GATHER)
-        CHECK(y->ndim == 3 && y->shape[0] == n, "%s: output not [%d, ...] (ndim %d)", c->name, n, y->ndim);
+        CHECK(y->ndim == 3 && y->shape[0] == n, "%s: output not [%d, ...] (ndim %d)", c->name, n,
+              y->ndim);
     int bad = 0;
     for (int64_t i = 0; i < nout; i++) {
         float want = want_y(c, kase, n, r, i);
         if (!close_to(y->data[i], want) && bad++ < 3)
-            CHECK(false, "%s: y[%lld] = %.9g, want %.9g", c->name, (long long)i, (double)y->data[i], (double)want);
+            CHECK(false, "%s: y[%lld] = %.9g, want %.9g", c->name, (long long)i, (double)y->data[i],
+                  (double)want);
     }
     rp_status st = rp_backward_from(t, y, dy);
     CHECK(st == RP_OK, "%s: backward: %s", c->name, rp_last_error());
@@ -227,8 +256,8 @@ static void run_case(rp_comm *comm, rp_tape *t, int kase)
     for (int64_t i = 0; i < nin; i++) {
         float want = want_dx(c, kase, n, r, i);
         if (!close_to(x->grad[i], want) && bad++ < 3)
-            CHECK(false, "%s: dx[%lld] = %.9g, want %.9g", c->name, (long long)i, (double)x->grad[i],
-                  (double)want);
+            CHECK(false, "%s: dx[%lld] = %.9g, want %.9g", c->name, (long long)i,
+                  (double)x->grad[i], (double)want);
     }
 }
 
@@ -240,7 +269,8 @@ static void test_ops(rp_comm *comm)
         CHECK(false, "tape: %s", rp_last_error());
         return;
     }
-    for (int k = 0; k < NCASES; k++) run_case(comm, t, k);
+    for (int k = 0; k < NCASES; k++)
+        run_case(comm, t, k);
     /*
      * Last (it breaks the communicator): a shape that differs in process 0 fails on every member.
      * (Per process, so that on mpi+threads the processes' leaders meet and see it; a mismatch
@@ -252,7 +282,8 @@ static void test_ops(rp_comm *comm)
     rp_tensor *y = x ? rp_tensor_all_reduce(t, comm, x, RP_SUM) : NULL;
     CHECK(y == NULL && rp_last_status() == RP_ERR_MISMATCH, "a shape mismatch gave %s: %s",
           y ? "an output" : rp_status_name(rp_last_status()), rp_last_error());
-    CHECK(strstr(rp_last_error(), "all_reduce") != NULL, "the mismatch does not name the call: %s", rp_last_error());
+    CHECK(strstr(rp_last_error(), "all_reduce") != NULL, "the mismatch does not name the call: %s",
+          rp_last_error());
     rp_tape_destroy(t);
 }
 
@@ -260,7 +291,8 @@ static rp_comm *comms_[64];
 
 static void create_comms(double timeout)
 {
-    rp_status st = per_ == 1 ? rp_comm_mpi_create(&comms_[0], timeout) : rp_comm_hier_create(comms_, per_, timeout);
+    rp_status st = per_ == 1 ? rp_comm_mpi_create(&comms_[0], timeout)
+                             : rp_comm_hier_create(comms_, per_, timeout);
     if (st != RP_OK) {
         fprintf(stderr, "create: %s\n", rp_last_error());
         exit(1);
@@ -304,13 +336,15 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    for (int t = 0; t < per_; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < per_; t++)
+        pthread_join(th[t], NULL);
     MPI_Barrier(MPI_COMM_WORLD);
-    for (int t = 0; t < per_; t++) rp_comm_destroy(comms_[t]);
+    for (int t = 0; t < per_; t++)
+        rp_comm_destroy(comms_[t]);
     int mine = atomic_load(&failures), total = 0;
     MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (process == 0)
-        printf("%s: %d ranks x %d members, %d cases, %d failures\n", total ? "FAIL" : "ok", size_ / per_, per_,
-               NCASES, total);
+        printf("%s: %d ranks x %d members, %d cases, %d failures\n", total ? "FAIL" : "ok",
+               size_ / per_, per_, NCASES, total);
     return total ? 1 : 0;
 }

@@ -52,11 +52,21 @@ static void fill(void *buf, rp_dtype dt, int r, int64_t off, int64_t n)
     for (int64_t i = 0; i < n; i++) {
         double v = value(r, off + i);
         switch (dt) {
-        case RP_F32: ((float *)buf)[i] = (float)v; break;
-        case RP_F64: ((double *)buf)[i] = v; break;
-        case RP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-        case RP_I64: ((int64_t *)buf)[i] = (int64_t)v * 1000003; break;
-        case RP_U8: ((uint8_t *)buf)[i] = (uint8_t)(int)v; break;
+        case RP_F32:
+            ((float *)buf)[i] = (float)v;
+            break;
+        case RP_F64:
+            ((double *)buf)[i] = v;
+            break;
+        case RP_I32:
+            ((int32_t *)buf)[i] = (int32_t)v;
+            break;
+        case RP_I64:
+            ((int64_t *)buf)[i] = (int64_t)v * 1000003;
+            break;
+        case RP_U8:
+            ((uint8_t *)buf)[i] = (uint8_t)(int)v;
+            break;
         }
     }
 }
@@ -69,17 +79,25 @@ static void combine(void *out, const void *in, rp_dtype dt, rp_reduce_op op, int
 #define RED(T, U)                                                                                  \
     {                                                                                              \
         T *o = (T *)out + i, v = ((T *)tmp)[i];                                                    \
-        if (op == RP_SUM || op == RP_MEAN) *o = (T)((U)*o + (U)v);                                 \
-        else if (op == RP_MAX) *o = v > *o ? v : *o;                                               \
-        else *o = v < *o ? v : *o;                                                                 \
+        if (op == RP_SUM || op == RP_MEAN)                                                         \
+            *o = (T)((U)*o + (U)v);                                                                \
+        else if (op == RP_MAX)                                                                     \
+            *o = v > *o ? v : *o;                                                                  \
+        else                                                                                       \
+            *o = v < *o ? v : *o;                                                                  \
     }
-            switch (dt) {
-            case RP_F32: RED(float, float) break;
-            case RP_F64: RED(double, double) break;
-            case RP_I32: RED(int32_t, uint32_t) break;
-            case RP_I64: RED(int64_t, uint64_t) break;
-            case RP_U8: break; /* not reduced */
-            }
+        switch (dt) {
+        case RP_F32:
+            RED(float, float) break;
+        case RP_F64:
+            RED(double, double) break;
+        case RP_I32:
+            RED(int32_t, uint32_t) break;
+        case RP_I64:
+            RED(int64_t, uint64_t) break;
+        case RP_U8:
+            break; /* not reduced */
+        }
     }
 }
 
@@ -88,7 +106,8 @@ static void combine(void *out, const void *in, rp_dtype dt, rp_reduce_op op, int
  * adding each process's `per` members in order, then the processes in order
  * (per = 1: the flat rank order).
  */
-static void reference_grouped(void *out, rp_dtype dt, rp_reduce_op op, int64_t off, int64_t n, int per)
+static void reference_grouped(void *out, rp_dtype dt, rp_reduce_op op, int64_t off, int64_t n,
+                              int per)
 {
     size_t es = rp_dtype_size(dt);
     char *tmp = malloc((size_t)n * es + 8), *part = malloc((size_t)n * es + 8);
@@ -98,16 +117,27 @@ static void reference_grouped(void *out, rp_dtype dt, rp_reduce_op op, int64_t o
             fill(tmp, dt, p * per + t, off, n);
             combine(part, tmp, dt, op, n);
         }
-        if (p == 0) memcpy(out, part, (size_t)n * es);
-        else combine(out, part, dt, op, n);
+        if (p == 0)
+            memcpy(out, part, (size_t)n * es);
+        else
+            combine(out, part, dt, op, n);
     }
     for (int64_t i = 0; i < n && op == RP_MEAN && size_ > 1; i++) {
         switch (dt) {
-        case RP_F32: ((float *)out)[i] /= (float)size_; break;
-        case RP_F64: ((double *)out)[i] /= size_; break;
-        case RP_I32: ((int32_t *)out)[i] /= size_; break;
-        case RP_I64: ((int64_t *)out)[i] /= size_; break;
-        case RP_U8: break;
+        case RP_F32:
+            ((float *)out)[i] /= (float)size_;
+            break;
+        case RP_F64:
+            ((double *)out)[i] /= size_;
+            break;
+        case RP_I32:
+            ((int32_t *)out)[i] /= size_;
+            break;
+        case RP_I64:
+            ((int64_t *)out)[i] /= size_;
+            break;
+        case RP_U8:
+            break;
         }
     }
     free(tmp);
@@ -161,25 +191,28 @@ static void test_all_reduce(rp_comm *c, int64_t count, rp_dtype dt, rp_reduce_op
     rp_status st = rp_comm_all_reduce(c, send, in_place ? send : recv, count, dt, op);
     CHECK(st == RP_OK, "all_reduce(%lld, %s, %s): %s", (long long)count, rp_dtype_name(dt),
           rp_reduce_op_name(op), rp_last_error());
-    CHECK(memcmp(in_place ? send : recv, want, (size_t)count * es) == 0, "all_reduce(%lld, %s, %s%s) differs",
-          (long long)count, rp_dtype_name(dt), rp_reduce_op_name(op), in_place ? ", in place" : "");
+    CHECK(memcmp(in_place ? send : recv, want, (size_t)count * es) == 0,
+          "all_reduce(%lld, %s, %s%s) differs", (long long)count, rp_dtype_name(dt),
+          rp_reduce_op_name(op), in_place ? ", in place" : "");
     if (count < 10000) check_near_flat(in_place ? send : recv, dt, op, count);
     free(send);
     free(recv);
     free(want);
 }
 
-static void test_reduce_scatter(rp_comm *c, int64_t count, rp_dtype dt, rp_reduce_op op, bool in_place)
+static void test_reduce_scatter(rp_comm *c, int64_t count, rp_dtype dt, rp_reduce_op op,
+                                bool in_place)
 {
     size_t es = rp_dtype_size(dt), all = (size_t)count * es * (size_t)size_ + 8;
-    char *send = malloc(all), *recv = malloc((size_t)count * es + 8), *want = malloc((size_t)count * es + 8);
+    char *send = malloc(all), *recv = malloc((size_t)count * es + 8),
+         *want = malloc((size_t)count * es + 8);
     fill(send, dt, rank_, 0, count * size_);
     reference(want, dt, op, count * rank_, count);
     char *out = in_place ? send + (size_t)count * es * (size_t)rank_ : recv;
     rp_status st = rp_comm_reduce_scatter(c, send, out, count, dt, op);
     CHECK(st == RP_OK, "reduce_scatter: %s", rp_last_error());
-    CHECK(memcmp(out, want, (size_t)count * es) == 0, "reduce_scatter(%lld, %s, %s) differs", (long long)count,
-          rp_dtype_name(dt), rp_reduce_op_name(op));
+    CHECK(memcmp(out, want, (size_t)count * es) == 0, "reduce_scatter(%lld, %s, %s) differs",
+          (long long)count, rp_dtype_name(dt), rp_reduce_op_name(op));
     free(send);
     free(recv);
     free(want);
@@ -189,23 +222,26 @@ static void test_all_gather_broadcast(rp_comm *c, int64_t count)
 {
     size_t bytes = (size_t)count * sizeof(float);
     float *recv = malloc(bytes * (size_t)size_ + 8), *want = malloc(bytes * (size_t)size_ + 8);
-    for (int q = 0; q < size_; q++) fill(want + (size_t)count * (size_t)q, RP_F32, q, 0, count);
+    for (int q = 0; q < size_; q++)
+        fill(want + (size_t)count * (size_t)q, RP_F32, q, 0, count);
     for (int ip = 0; ip < 2; ip++) {
         memset(recv, 0, bytes * (size_t)size_);
         float *mine = recv + (size_t)count * (size_t)rank_;
         float *send = ip ? mine : malloc(bytes + 8);
         fill(send, RP_F32, rank_, 0, count);
-        CHECK(rp_comm_all_gather(c, send, recv, count, RP_F32) == RP_OK, "all_gather: %s", rp_last_error());
-        CHECK(memcmp(recv, want, bytes * (size_t)size_) == 0, "all_gather(%lld%s) differs", (long long)count,
-              ip ? ", in place" : "");
+        CHECK(rp_comm_all_gather(c, send, recv, count, RP_F32) == RP_OK, "all_gather: %s",
+              rp_last_error());
+        CHECK(memcmp(recv, want, bytes * (size_t)size_) == 0, "all_gather(%lld%s) differs",
+              (long long)count, ip ? ", in place" : "");
         if (!ip) free(send);
     }
     for (int root = 0; root < size_; root++) {
         float *buf = malloc(bytes + 8);
         fill(buf, RP_F32, rank_, 0, count);
-        CHECK(rp_comm_broadcast(c, buf, count, RP_F32, root) == RP_OK, "broadcast: %s", rp_last_error());
-        CHECK(memcmp(buf, want + (size_t)count * (size_t)root, bytes) == 0, "broadcast(%lld, root %d) differs",
-              (long long)count, root);
+        CHECK(rp_comm_broadcast(c, buf, count, RP_F32, root) == RP_OK, "broadcast: %s",
+              rp_last_error());
+        CHECK(memcmp(buf, want + (size_t)count * (size_t)root, bytes) == 0,
+              "broadcast(%lld, root %d) differs", (long long)count, root);
         free(buf);
     }
     free(recv);
@@ -223,7 +259,8 @@ static void test_collectives(rp_comm *c)
                 if (big && (t > 0 || op != RP_SUM)) continue;
                 for (int ip = 0; ip < 2; ip++) {
                     test_all_reduce(c, counts[k], dts[t], (rp_reduce_op)op, ip);
-                    test_reduce_scatter(c, big ? counts[k] / size_ : counts[k], dts[t], (rp_reduce_op)op, ip);
+                    test_reduce_scatter(c, big ? counts[k] / size_ : counts[k], dts[t],
+                                        (rp_reduce_op)op, ip);
                 }
             }
         test_all_gather_broadcast(c, big ? counts[k] / size_ : counts[k]);
@@ -240,27 +277,42 @@ static void check_group(rp_comm *g, int color, int (*color_of)(int))
             if (q == rank_) pos = n;
             members[n++] = q;
         }
-    CHECK(rp_comm_size(g) == n && rp_comm_rank(g) == pos, "group of color %d: rank %d of %d, want %d of %d",
-          color, rp_comm_rank(g), rp_comm_size(g), pos, n);
+    CHECK(rp_comm_size(g) == n && rp_comm_rank(g) == pos,
+          "group of color %d: rank %d of %d, want %d of %d", color, rp_comm_rank(g),
+          rp_comm_size(g), pos, n);
     CHECK(rp_comm_replica_id(g, rp_comm_rank(g)) == rank_, "group keeps replica ids");
     int32_t x = rank_ + 1, sum = 0, want = 0, all[64], first = -1;
-    for (int j = 0; j < n; j++) want += members[j] + 1;
-    CHECK(rp_comm_all_reduce(g, &x, &sum, 1, RP_I32, RP_SUM) == RP_OK, "group all_reduce: %s", rp_last_error());
+    for (int j = 0; j < n; j++)
+        want += members[j] + 1;
+    CHECK(rp_comm_all_reduce(g, &x, &sum, 1, RP_I32, RP_SUM) == RP_OK, "group all_reduce: %s",
+          rp_last_error());
     CHECK(sum == want, "group of color %d: sum %d, want %d", color, sum, want);
-    CHECK(rp_comm_all_reduce(g, &x, &first, 1, RP_I32, RP_FIRST) == RP_OK && first == members[0] + 1,
+    CHECK(rp_comm_all_reduce(g, &x, &first, 1, RP_I32, RP_FIRST) == RP_OK &&
+              first == members[0] + 1,
           "group first: %d, want %d", first, members[0] + 1);
-    CHECK(rp_comm_all_gather(g, &x, all, 1, RP_I32) == RP_OK, "group all_gather: %s", rp_last_error());
-    for (int j = 0; j < n; j++) CHECK(all[j] == members[j] + 1, "group all_gather[%d] = %d", j, all[j]);
+    CHECK(rp_comm_all_gather(g, &x, all, 1, RP_I32) == RP_OK, "group all_gather: %s",
+          rp_last_error());
+    for (int j = 0; j < n; j++)
+        CHECK(all[j] == members[j] + 1, "group all_gather[%d] = %d", j, all[j]);
     int32_t b = rank_ + 100;
     CHECK(rp_comm_broadcast(g, &b, 1, RP_I32, n - 1) == RP_OK && b == members[n - 1] + 100,
           "group broadcast from its last member: %d", b);
     CHECK(rp_comm_barrier(g) == RP_OK, "group barrier: %s", rp_last_error());
 }
 
-static int by_parity(int q) { return q % 2; }
-static int by_process(int q) { return q / per_; }
+static int by_parity(int q)
+{
+    return q % 2;
+}
+static int by_process(int q)
+{
+    return q / per_;
+}
 /* Uneven: all but the last member, and the last alone (or out, with 2 members). */
-static int uneven(int q) { return q < size_ - 1 ? 0 : size_ > 2 ? 1 : -1; }
+static int uneven(int q)
+{
+    return q < size_ - 1 ? 0 : size_ > 2 ? 1 : -1;
+}
 
 static void test_split(rp_comm *c)
 {
@@ -280,7 +332,8 @@ static rp_comm *comms_[64];
 
 static void create_comms(double timeout)
 {
-    rp_status st = per_ == 1 ? rp_comm_mpi_create(&comms_[0], timeout) : rp_comm_hier_create(comms_, per_, timeout);
+    rp_status st = per_ == 1 ? rp_comm_mpi_create(&comms_[0], timeout)
+                             : rp_comm_hier_create(comms_, per_, timeout);
     if (st != RP_OK) {
         fprintf(stderr, "create: %s\n", rp_last_error());
         exit(1);
@@ -295,7 +348,8 @@ static void test_mismatch(rp_comm *c)
     bool last = rank_ / per_ == size_ / per_ - 1;
     rp_status st = rp_comm_all_reduce(c, buf, buf, last ? 9 : 7, RP_F32, RP_SUM);
     CHECK(st == RP_ERR_MISMATCH, "mismatch: status %d: %s", st, rp_last_error());
-    CHECK(strstr(rp_last_error(), "count 9") && strstr(rp_last_error(), "count 7"), "message: %s", rp_last_error());
+    CHECK(strstr(rp_last_error(), "count 9") && strstr(rp_last_error(), "count 7"), "message: %s",
+          rp_last_error());
     CHECK(rp_now_s() - t0 < 10, "mismatch took %.1f s", rp_now_s() - t0);
     st = rp_comm_barrier(c);
     CHECK(st == RP_ERR_COMM, "after a mismatch: status %d", st);
@@ -314,7 +368,8 @@ static void test_timeout(rp_comm *c)
         char want[32];
         snprintf(want, sizeof want, "rank %d (", late);
         CHECK(st == RP_ERR_TIMEOUT, "timeout: status %d: %s", st, rp_last_error());
-        CHECK(strstr(rp_last_error(), want) != NULL, "timeout message does not name %s: %s", want, rp_last_error());
+        CHECK(strstr(rp_last_error(), want) != NULL, "timeout message does not name %s: %s", want,
+              rp_last_error());
         CHECK(took > 0.9 && took < 2.5, "timed out after %.2f s (timeout 1 s)", took);
     } else {
         /* Its peers gave up before it came: it times out too (no hang). */
@@ -338,8 +393,10 @@ static void test_leave(rp_comm *c)
     rp_status st = rp_comm_all_reduce(c, buf, buf, 4, RP_F32, RP_SUM);
     char want[32];
     bool same_process = rank_ / per_ == (size_ - 1) / per_;
-    if (same_process) snprintf(want, sizeof want, "replica %d ", size_ - 1);
-    else snprintf(want, sizeof want, "rank %d (", (size_ - 1) / per_);
+    if (same_process)
+        snprintf(want, sizeof want, "replica %d ", size_ - 1);
+    else
+        snprintf(want, sizeof want, "rank %d (", (size_ - 1) / per_);
     CHECK(st == RP_ERR_COMM, "after a peer left: status %d: %s", st, rp_last_error());
     CHECK(strstr(rp_last_error(), want), "message does not name '%s': %s", want, rp_last_error());
     if (per_ == 1) CHECK(strstr(rp_last_error(), "NUMERIC"), "message: %s", rp_last_error());
@@ -360,7 +417,8 @@ static void *member_main(void *p)
     return NULL;
 }
 
-/* Runs fn on every member of this process, each on its own thread, over the communicators made by create_comms(). */
+/* Runs fn on every member of this process, each on its own thread, over the communicators made by
+ * create_comms(). */
 static void on_members(void (*fn)(rp_comm *))
 {
     pthread_t th[64];
@@ -372,7 +430,8 @@ static void on_members(void (*fn)(rp_comm *))
             exit(1);
         }
     }
-    for (int t = 0; t < per_; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < per_; t++)
+        pthread_join(th[t], NULL);
     for (int t = 0; t < per_; t++) {
         rp_comm_destroy(comms_[t]);
         comms_[t] = NULL;
@@ -381,7 +440,8 @@ static void on_members(void (*fn)(rp_comm *))
 
 static void test_all(rp_comm *c)
 {
-    CHECK(!strcmp(rp_comm_backend(c), per_ == 1 ? "mpi" : "mpi+threads"), "backend %s", rp_comm_backend(c));
+    CHECK(!strcmp(rp_comm_backend(c), per_ == 1 ? "mpi" : "mpi+threads"), "backend %s",
+          rp_comm_backend(c));
     test_collectives(c);
     test_split(c);
 }
@@ -411,6 +471,8 @@ int main(int argc, char **argv)
     int mine = atomic_load(&failures), total = 0;
     /* The test communicators are broken; MPI_COMM_WORLD still works for the verdict. */
     MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (process == 0) printf("%s: %d ranks x %d members, %d failures\n", total ? "FAIL" : "ok", size_ / per_, per_, total);
+    if (process == 0)
+        printf("%s: %d ranks x %d members, %d failures\n", total ? "FAIL" : "ok", size_ / per_,
+               per_, total);
     return total ? 1 : 0;
 }

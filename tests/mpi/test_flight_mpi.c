@@ -57,8 +57,8 @@ static rp_status late_fn(rp_replica *rep, void *arg)
  * One failed run: its status must be an error (for a mismatch, one whose message names `cause`),
  * and each local worker's file must hold a line with each `lines` row's needles. Returns failures.
  */
-static int scenario(const char *name, int per, double timeout_s, rp_replica_fn fn, const char *cause,
-                    const char *const lines[][6], int nlines)
+static int scenario(const char *name, int per, double timeout_s, rp_replica_fn fn,
+                    const char *cause, const char *const lines[][6], int nlines)
 {
     int failures = 0;
     char dir[] = "/tmp/rp_test_flight_mpi_XXXXXX";
@@ -83,7 +83,8 @@ static int scenario(const char *name, int per, double timeout_s, rp_replica_fn f
         fprintf(stderr, "rank %d: %s: the run succeeded\n", rank, name);
         failures++;
     } else if (cause && !strstr(rp_last_error(), cause)) {
-        fprintf(stderr, "rank %d: %s: the error does not name '%s': %s\n", rank, name, cause, rp_last_error());
+        fprintf(stderr, "rank %d: %s: the error does not name '%s': %s\n", rank, name, cause,
+                rp_last_error());
         failures++;
     }
     for (int t = 0; t < per; t++) {
@@ -103,13 +104,15 @@ static int scenario(const char *name, int per, double timeout_s, rp_replica_fn f
             memcpy(mine, needles, sizeof mine);
             if (k == 0 && strcmp(name, "mismatch") == 0 && worker == j.last) mine[0] = "broadcast";
             if (!tc_line_with(text, mine)) {
-                fprintf(stderr, "rank %d: %s: %s has no line with '%s' '%s' '%s':\n%s\n", rank, name, path, mine[0],
-                        mine[1] ? mine[1] : "", mine[1] && mine[2] ? mine[2] : "", text);
+                fprintf(stderr, "rank %d: %s: %s has no line with '%s' '%s' '%s':\n%s\n", rank,
+                        name, path, mine[0], mine[1] ? mine[1] : "",
+                        mine[1] && mine[2] ? mine[2] : "", text);
                 failures++;
             }
         }
         if (!strstr(text, "ended its run with")) {
-            fprintf(stderr, "rank %d: %s: %s does not give the worker's error:\n%s\n", rank, name, path, text);
+            fprintf(stderr, "rank %d: %s: %s does not give the worker's error:\n%s\n", rank, name,
+                    path, text);
             failures++;
         }
         free(text);

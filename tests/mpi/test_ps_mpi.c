@@ -304,12 +304,14 @@ static void test_large_set(rp_ps_group *g)
     if (!ps) return;
     float *grad = malloc((size_t)n * sizeof(float)), *got = malloc((size_t)n * sizeof(float));
     if (rank_ == 0) {
-        for (int64_t i = 0; i < n; i++) got[i] = (float)(i % 1000) / 4.0f;
+        for (int64_t i = 0; i < n; i++)
+            got[i] = (float)(i % 1000) / 4.0f;
         OK(rp_ps_init(ps, got, NULL, 0));
     }
     MPI_Barrier(workers_);
     for (int j = 0; j < K; j++) {
-        for (int64_t i = 0; i < n; i++) grad[i] = grad_value(rank_, j, i);
+        for (int64_t i = 0; i < n; i++)
+            grad[i] = grad_value(rank_, j, i);
         OK(rp_ps_push_pull(ps, grad, 1.0f, got));
     }
     MPI_Barrier(workers_);
@@ -320,10 +322,12 @@ static void test_large_set(rp_ps_group *g)
     for (int64_t i = 0; i < n; i++) {
         double want = (double)(i % 1000) / 4.0;
         for (int w = 0; w < W; w++)
-            for (int j = 0; j < K; j++) want -= grad_value(w, j, i);
+            for (int j = 0; j < K; j++)
+                want -= grad_value(w, j, i);
         if ((double)got[i] != want && bad++ == 0) first = i;
     }
-    CHECK(bad == 0, "large set: %lld of %lld elements differ from init - sum of pushes (first %lld)",
+    CHECK(bad == 0,
+          "large set: %lld of %lld elements differ from init - sum of pushes (first %lld)",
           (long long)bad, (long long)n, (long long)first);
     MPI_Barrier(workers_);
     rp_ps_destroy(ps);
@@ -331,14 +335,18 @@ static void test_large_set(rp_ps_group *g)
     rp_ps_config adam = config(RP_OPTIM_ADAM, 0.0f, -1, 30.0);
     OK(rp_ps_mpi_create(&ps, g, n, &adam));
     if (ps && rank_ == 0) {
-        float *slots = malloc(2 * (size_t)n * sizeof(float)), *got_slots = malloc(2 * (size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) grad[i] = (float)(i % 77) - 38.0f;
-        for (int64_t i = 0; i < 2 * n; i++) slots[i] = (float)(i % 101) / 128.0f;
+        float *slots = malloc(2 * (size_t)n * sizeof(float)),
+              *got_slots = malloc(2 * (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            grad[i] = (float)(i % 77) - 38.0f;
+        for (int64_t i = 0; i < 2 * n; i++)
+            slots[i] = (float)(i % 101) / 128.0f;
         OK(rp_ps_init(ps, grad, slots, 5));
         step = -1;
         OK(rp_ps_snapshot(ps, got, got_slots, &step));
         CHECK(step == 5, "large set: snapshot step %lld after init at 5", (long long)step);
-        CHECK(memcmp(got, grad, (size_t)n * sizeof(float)) == 0, "large set: snapshot values differ from init");
+        CHECK(memcmp(got, grad, (size_t)n * sizeof(float)) == 0,
+              "large set: snapshot values differ from init");
         CHECK(memcmp(got_slots, slots, 2 * (size_t)n * sizeof(float)) == 0,
               "large set: snapshot slots differ from init");
         free(slots);

@@ -17,10 +17,10 @@
 #include "replicator/replicator.h"
 
 #define GLOBAL_BATCH 16
-#define IN 12
-#define HIDDEN 8
-#define CLASSES 4
-#define STEPS 5
+#define IN           12
+#define HIDDEN       8
+#define CLASSES      4
+#define STEPS        5
 
 typedef struct state {
     rp_params *ps;
@@ -140,14 +140,17 @@ int main(int argc, char **argv)
     failures += train(RP_BACKEND_THREADS, size * per, thr_values, &n_thr, &loss_thr);
     if (!failures) {
         double worst = 0;
-        int equal = n_mpi == n_thr && !memcmp(mpi_values, thr_values, (size_t)n_mpi * sizeof(float));
+        int equal =
+            n_mpi == n_thr && !memcmp(mpi_values, thr_values, (size_t)n_mpi * sizeof(float));
         for (int64_t i = 0; i < n_mpi && n_mpi == n_thr; i++) {
-            double d = fabs((double)mpi_values[i] - thr_values[i]) / fmax(1.0, fabs((double)thr_values[i]));
+            double d = fabs((double)mpi_values[i] - thr_values[i]) /
+                       fmax(1.0, fabs((double)thr_values[i]));
             if (d > worst) worst = d;
         }
         if (n_mpi != n_thr || worst > 1e-6) {
-            fprintf(stderr, "rank %d: MPI and threads differ: %lld vs %lld values, worst relative %g\n", rank,
-                    (long long)n_mpi, (long long)n_thr, worst);
+            fprintf(stderr,
+                    "rank %d: MPI and threads differ: %lld vs %lld values, worst relative %g\n",
+                    rank, (long long)n_mpi, (long long)n_thr, worst);
             failures++;
         }
         /* Every rank holds rank 0's values. */
@@ -159,8 +162,10 @@ int main(int argc, char **argv)
             failures++;
         }
         if (rank == 0)
-            printf("%d ranks x %d replicas: MPI vs threads after %d steps: %s (worst relative %g), loss %.6f vs %.6f\n",
-                   size, per, STEPS, equal ? "bitwise equal" : "not bitwise equal", worst, loss_mpi, loss_thr);
+            printf("%d ranks x %d replicas: MPI vs threads after %d steps: %s (worst relative %g), "
+                   "loss %.6f vs %.6f\n",
+                   size, per, STEPS, equal ? "bitwise equal" : "not bitwise equal", worst, loss_mpi,
+                   loss_thr);
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -48,12 +48,15 @@ static int mesh(int per)
     tc_mesh m = {.data = 2, .model = 2};
     if (rp_replicator_run(r, mesh_fn, &m) != RP_OK) failures += fail("mesh: checks");
     for (int i = 0; i < rp_replicator_local_replicas(r) && !failures; i++)
-        if (!m.checked[rp_replica_worker(rp_replicator_replica(r, i))]) failures += fail("mesh: not checked");
+        if (!m.checked[rp_replica_worker(rp_replicator_replica(r, i))])
+            failures += fail("mesh: not checked");
     static tc_train t;
-    if (!failures && rp_replicator_run(r, mesh_build_fn, &t) != RP_OK) failures += fail("mesh: build");
+    if (!failures && rp_replicator_run(r, mesh_build_fn, &t) != RP_OK)
+        failures += fail("mesh: build");
     for (int s = 0; s < 3 && !failures; s++)
         if (rp_replicator_run(r, mesh_step_fn, &t) != RP_OK) failures += fail("mesh: step");
-    if (!failures && rp_replicator_run(r, mesh_teardown_fn, &t) != RP_OK) failures += fail("mesh: teardown");
+    if (!failures && rp_replicator_run(r, mesh_teardown_fn, &t) != RP_OK)
+        failures += fail("mesh: teardown");
     rp_replicator_destroy(r);
     return failures;
 }

@@ -29,30 +29,34 @@
 #include "replicator/replicator.h"
 
 #define TC_MAX_WORKERS 16
-#define TC_ROUNDS 5
+#define TC_ROUNDS      5
 
 /* The workers of `c` in rank order must be want[0..n). */
 static rp_status tc_members(rp_comm *c, const char *what, int worker, const int *want, int n)
 {
     if (!c) return RP_ERROR(RP_ERR_INVALID, "worker %d: no %s communicator", worker, what);
     if (rp_comm_size(c) != n)
-        return RP_ERROR(RP_ERR_INVALID, "worker %d: its %s communicator has %d members, expected %d", worker,
-                        what, rp_comm_size(c), n);
+        return RP_ERROR(RP_ERR_INVALID,
+                        "worker %d: its %s communicator has %d members, expected %d", worker, what,
+                        rp_comm_size(c), n);
     int64_t mine = worker, all[TC_MAX_WORKERS];
     RP_CHECK(rp_comm_all_gather(c, &mine, all, 1, RP_I64));
     for (int k = 0; k < n; k++)
         if (all[k] != want[k])
-            return RP_ERROR(RP_ERR_INVALID, "worker %d: rank %d of its %s communicator is worker %lld, "
-                            "expected %d", worker, k, what, (long long)all[k], want[k]);
+            return RP_ERROR(RP_ERR_INVALID,
+                            "worker %d: rank %d of its %s communicator is worker %lld, "
+                            "expected %d",
+                            worker, k, what, (long long)all[k], want[k]);
     for (int k = 0; k < n; k++)
         if (want[k] == worker && rp_comm_rank(c) != k)
-            return RP_ERROR(RP_ERR_INVALID, "worker %d: rank %d in its %s communicator, expected %d", worker,
+            return RP_ERROR(RP_ERR_INVALID,
+                            "worker %d: rank %d in its %s communicator, expected %d", worker,
                             rp_comm_rank(c), what, k);
     return RP_OK;
 }
 
 typedef struct tc_mesh {
-    int data, model; /* the mesh */
+    int data, model;             /* the mesh */
     int checked[TC_MAX_WORKERS]; /* by worker: 1 once its checks passed (this process's workers) */
 } tc_mesh;
 
@@ -67,33 +71,44 @@ static rp_status mesh_fn(rp_replica *rep, void *arg)
         return RP_ERROR(RP_ERR_INVALID, "worker %d: role '%s'", w, rp_replica_role(rep));
     if (rp_replica_coord(rep, RP_AXIS_DATA) != d || rp_replica_coord(rep, RP_AXIS_MODEL) != k ||
         rp_replica_coord(rep, RP_AXIS_PIPE) != 0)
-        return RP_ERROR(RP_ERR_INVALID, "worker %d: coordinates (data %d, model %d, pipe %d), expected (%d, %d, 0)",
-                        w, rp_replica_coord(rep, RP_AXIS_DATA), rp_replica_coord(rep, RP_AXIS_MODEL),
-                        rp_replica_coord(rep, RP_AXIS_PIPE), d, k);
-    if (rp_replica_axis_size(rep, RP_AXIS_DATA) != D || rp_replica_axis_size(rep, RP_AXIS_MODEL) != M ||
+        return RP_ERROR(RP_ERR_INVALID,
+                        "worker %d: coordinates (data %d, model %d, pipe %d), expected (%d, %d, 0)",
+                        w, rp_replica_coord(rep, RP_AXIS_DATA),
+                        rp_replica_coord(rep, RP_AXIS_MODEL), rp_replica_coord(rep, RP_AXIS_PIPE),
+                        d, k);
+    if (rp_replica_axis_size(rep, RP_AXIS_DATA) != D ||
+        rp_replica_axis_size(rep, RP_AXIS_MODEL) != M ||
         rp_replica_axis_size(rep, RP_AXIS_PIPE) != 1)
-        return RP_ERROR(RP_ERR_INVALID, "worker %d: axis sizes %d x %d x %d", w, rp_replica_axis_size(rep, RP_AXIS_DATA),
-                        rp_replica_axis_size(rep, RP_AXIS_MODEL), rp_replica_axis_size(rep, RP_AXIS_PIPE));
+        return RP_ERROR(RP_ERR_INVALID, "worker %d: axis sizes %d x %d x %d", w,
+                        rp_replica_axis_size(rep, RP_AXIS_DATA),
+                        rp_replica_axis_size(rep, RP_AXIS_MODEL),
+                        rp_replica_axis_size(rep, RP_AXIS_PIPE));
     if (rp_replica_id(rep) != d || rp_replica_count(rep) != D || rp_replica_in_sync(rep) != D)
-        return RP_ERROR(RP_ERR_INVALID, "worker %d: replica %d of %d (%d in sync), expected %d of %d", w,
+        return RP_ERROR(RP_ERR_INVALID,
+                        "worker %d: replica %d of %d (%d in sync), expected %d of %d", w,
                         rp_replica_id(rep), rp_replica_count(rep), rp_replica_in_sync(rep), d, D);
     if (rp_replica_comm(rep) != rp_replica_axis_comm(rep, RP_AXIS_DATA))
-        return RP_ERROR(RP_ERR_INVALID, "worker %d: the replica communicator is not the data axis", w);
+        return RP_ERROR(RP_ERR_INVALID, "worker %d: the replica communicator is not the data axis",
+                        w);
     int want[TC_MAX_WORKERS];
-    for (int q = 0; q < D; q++) want[q] = q * M + k;
+    for (int q = 0; q < D; q++)
+        want[q] = q * M + k;
     RP_CHECK(tc_members(rp_replica_axis_comm(rep, RP_AXIS_DATA), "data-axis", w, want, D));
-    for (int q = 0; q < M; q++) want[q] = d * M + q;
+    for (int q = 0; q < M; q++)
+        want[q] = d * M + q;
     RP_CHECK(tc_members(rp_replica_axis_comm(rep, RP_AXIS_MODEL), "model-axis", w, want, M));
     want[0] = w;
     RP_CHECK(tc_members(rp_replica_axis_comm(rep, RP_AXIS_PIPE), "pipe-axis", w, want, 1));
-    for (int q = 0; q < D * M; q++) want[q] = q;
+    for (int q = 0; q < D * M; q++)
+        want[q] = q;
     RP_CHECK(tc_members(rp_replica_role_comm(rep), "role", w, want, D * M));
     RP_CHECK(tc_members(rp_replica_world_comm(rep), "world", w, want, D * M));
     /* Every worker of one model group reads the same batch: its pipeline is its replica. */
     rp_input_context in;
     RP_CHECK(rp_replica_input_context(rep, 4 * D, &in));
     if (in.replica != d || in.pipeline != d || in.pipelines != D || in.per_replica_batch != 4)
-        return RP_ERROR(RP_ERR_INVALID, "worker %d: input context replica %d pipeline %d of %d, batch %d", w,
+        return RP_ERROR(RP_ERR_INVALID,
+                        "worker %d: input context replica %d pipeline %d of %d, batch %d", w,
                         in.replica, in.pipeline, in.pipelines, in.per_replica_batch);
     m->checked[w] = 1;
     return RP_OK;
@@ -130,7 +145,8 @@ static uint64_t tc_hash(const float *x, int64_t n)
 {
     uint64_t h = 1469598103934665603ull;
     const unsigned char *b = (const unsigned char *)x;
-    for (int64_t i = 0; i < n * 4; i++) h = (h ^ b[i]) * 1099511628211ull;
+    for (int64_t i = 0; i < n * 4; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
@@ -138,12 +154,14 @@ static rp_status tc_check_axis(rp_replica *rep, const tc_worker *s, rp_axis axis
 {
     rp_comm *c = rp_replica_axis_comm(rep, axis);
     int n = rp_comm_size(c);
-    int64_t mine = (int64_t)(tc_hash(rp_params_data(s->params), rp_params_numel(s->params)) >> 1), all[TC_MAX_WORKERS];
+    int64_t mine = (int64_t)(tc_hash(rp_params_data(s->params), rp_params_numel(s->params)) >> 1),
+            all[TC_MAX_WORKERS];
     RP_CHECK(rp_comm_all_gather(c, &mine, all, 1, RP_I64));
     for (int q = 1; q < n; q++)
         if ((all[q] == all[0]) != same)
-            return RP_ERROR(RP_ERR_INVALID, "worker %d: values on %s-axis rank %d %s rank 0's", rp_replica_worker(rep),
-                            axis == RP_AXIS_DATA ? "data" : "model", q, same ? "differ from" : "equal");
+            return RP_ERROR(RP_ERR_INVALID, "worker %d: values on %s-axis rank %d %s rank 0's",
+                            rp_replica_worker(rep), axis == RP_AXIS_DATA ? "data" : "model", q,
+                            same ? "differ from" : "equal");
     return RP_OK;
 }
 
@@ -157,7 +175,8 @@ static rp_status mesh_step_fn(rp_replica *rep, void *arg)
     rp_tensor *x = rp_tensor_new(tp, 2, (int[]){2, 3});
     if (!x) return rp_last_status();
     /* Different data per replica; the same for the workers of one replica. */
-    for (int i = 0; i < 6; i++) x->data[i] = (float)((i + 1) * (rp_replica_id(rep) + 1)) * 0.1f;
+    for (int i = 0; i < 6; i++)
+        x->data[i] = (float)((i + 1) * (rp_replica_id(rep) + 1)) * 0.1f;
     int32_t y[2] = {0, 1};
     rp_tensor *loss = rp_softmax_cross_entropy(tp, rp_linear_layer_forward(tp, &s->fc, x), y);
     if (!loss) return rp_last_status();
@@ -180,15 +199,18 @@ static rp_status mesh_teardown_fn(rp_replica *rep, void *arg)
 /* ---- roles: learners, actors, a server ---------------------------------------------------- */
 
 typedef struct tc_roles {
-    int learners, actors; /* then one server */
-    int p2p;              /* actors also send the server a point-to-point message */
+    int learners, actors;       /* then one server */
+    int p2p;                    /* actors also send the server a point-to-point message */
     int rounds[TC_MAX_WORKERS]; /* by worker: rounds completed (this process's workers) */
-    int p2p_seen;         /* the server: actors heard from (bit per actor) */
+    int p2p_seen;               /* the server: actors heard from (bit per actor) */
 } tc_roles;
 
 static int tc_code(const char *role)
 {
-    return !strcmp(role, "learner") ? 1 : !strcmp(role, "actor") ? 2 : !strcmp(role, "server") ? 3 : 0;
+    return !strcmp(role, "learner")  ? 1
+           : !strcmp(role, "actor")  ? 2
+           : !strcmp(role, "server") ? 3
+                                     : 0;
 }
 
 static int tc_role_of(const tc_roles *j, int worker)
@@ -199,17 +221,19 @@ static int tc_role_of(const tc_roles *j, int worker)
 static rp_status roles_fn(rp_replica *rep, void *arg)
 {
     tc_roles *j = arg;
-    int w = rp_replica_worker(rep), W = rp_replica_workers(rep), code = tc_code(rp_replica_role(rep));
+    int w = rp_replica_worker(rep), W = rp_replica_workers(rep),
+        code = tc_code(rp_replica_role(rep));
     if (code != tc_role_of(j, w))
-        return RP_ERROR(RP_ERR_INVALID, "worker %d: role '%s', expected code %d", w, rp_replica_role(rep),
-                        tc_role_of(j, w));
+        return RP_ERROR(RP_ERR_INVALID, "worker %d: role '%s', expected code %d", w,
+                        rp_replica_role(rep), tc_role_of(j, w));
     rp_comm *world = rp_replica_world_comm(rep);
     for (int r = 0; r < TC_ROUNDS; r++) {
         int64_t mine = (int64_t)code * 1000000 + w * 1000 + r, all[TC_MAX_WORKERS];
         RP_CHECK(rp_comm_all_gather(world, &mine, all, 1, RP_I64));
         for (int q = 0; q < W; q++)
             if (all[q] != (int64_t)tc_role_of(j, q) * 1000000 + q * 1000 + r)
-                return RP_ERROR(RP_ERR_INVALID, "worker %d, round %d: worker %d sent %lld", w, r, q, (long long)all[q]);
+                return RP_ERROR(RP_ERR_INVALID, "worker %d, round %d: worker %d sent %lld", w, r, q,
+                                (long long)all[q]);
         if (code == 1) {
             /* The learners among themselves, on their role communicator. */
             double v = r + 1;
@@ -227,7 +251,8 @@ static rp_status roles_fn(rp_replica *rep, void *arg)
             int32_t from = -1;
             RP_CHECK(rp_comm_recv(world, &from, 1, RP_I32, RP_ANY_SOURCE, 7));
             if (from < j->learners || from >= j->learners + j->actors)
-                return RP_ERROR(RP_ERR_INVALID, "the server heard from worker %d, not an actor", from);
+                return RP_ERROR(RP_ERR_INVALID, "the server heard from worker %d, not an actor",
+                                from);
             j->p2p_seen |= 1 << (from - j->learners);
         }
     }

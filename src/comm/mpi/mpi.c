@@ -25,17 +25,23 @@ static rp_status mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, rp
 
 static rp_status mpi_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm_request **req)
 {
-    return rp_mpi_irecv(c, d, buf, d->peer == RP_ANY_SOURCE ? MPI_ANY_SOURCE : d->peer, d->peer == RP_ANY_SOURCE ? -1 : 0,
-                        0, req, c);
+    return rp_mpi_irecv(c, d, buf, d->peer == RP_ANY_SOURCE ? MPI_ANY_SOURCE : d->peer,
+                        d->peer == RP_ANY_SOURCE ? -1 : 0, 0, req, c);
 }
 
-static rp_status mpi_wait(rp_comm_request *req, double deadline) { return rp_mpi_wait(req->backend, req, deadline); }
-static rp_status mpi_test(rp_comm_request *req, bool *done) { return rp_mpi_test(req->backend, req, done); }
+static rp_status mpi_wait(rp_comm_request *req, double deadline)
+{
+    return rp_mpi_wait(req->backend, req, deadline);
+}
+static rp_status mpi_test(rp_comm_request *req, bool *done)
+{
+    return rp_mpi_test(req->backend, req, done);
+}
 
 static rp_status mpi_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
 {
-    return rp_mpi_probe(c, peer == RP_ANY_SOURCE ? MPI_ANY_SOURCE : peer, peer == RP_ANY_SOURCE ? -1 : 0, 0, tag,
-                        ready, found);
+    return rp_mpi_probe(c, peer == RP_ANY_SOURCE ? MPI_ANY_SOURCE : peer,
+                        peer == RP_ANY_SOURCE ? -1 : 0, 0, tag, ready, found);
 }
 
 /*
@@ -72,8 +78,14 @@ static void mpi_leave(rp_comm *c, rp_status status, const char *reason)
     }
     rp_mpi_mark_broken(c, status, "this rank's step failed");
 }
-static void mpi_rejoin(rp_comm *c) { (void)c; }
-static bool mpi_broken(const rp_comm *c) { return M(c)->broken; }
+static void mpi_rejoin(rp_comm *c)
+{
+    (void)c;
+}
+static bool mpi_broken(const rp_comm *c)
+{
+    return M(c)->broken;
+}
 
 static void mpi_fail(rp_comm *c, rp_status status, const char *reason)
 {
@@ -135,8 +147,8 @@ static rp_status wrap(rp_comm **out, MPI_Comm comm, const int *ids, double timeo
         m->missing = calloc((size_t)size, sizeof *m->missing);
         m->notice_req = MPI_REQUEST_NULL;
     }
-    if (!c || !m || !c->ids || !m->hosts || !m->calls || !m->reqs || !m->blocks || !m->left || !m->early ||
-        !m->early_ok || !m->from || !m->missing) {
+    if (!c || !m || !c->ids || !m->hosts || !m->calls || !m->reqs || !m->blocks || !m->left ||
+        !m->early || !m->early_ok || !m->from || !m->missing) {
         if (m) {
             free(m->missing);
             free(m->early);
@@ -165,7 +177,8 @@ static rp_status wrap(rp_comm **out, MPI_Comm comm, const int *ids, double timeo
     memcpy(host, name, (size_t)(len < HOST_MAX - 1 ? len : HOST_MAX - 1));
     MPI_Allgather(host, HOST_MAX, MPI_CHAR, m->hosts, HOST_MAX, MPI_CHAR, comm);
     unlock();
-    for (int q = 0; q < size; q++) c->ids[q] = ids ? ids[q] : q;
+    for (int q = 0; q < size; q++)
+        c->ids[q] = ids ? ids[q] : q;
     c->ops = &mpi_ops;
     c->rank = rank;
     c->size = size;

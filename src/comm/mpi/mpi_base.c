@@ -18,9 +18,16 @@
  */
 static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Every MPI call of the process goes through it (exported for any other part that calls MPI itself). */
-void rp_mpi_lock(void) { pthread_mutex_lock(&mpi_mu); }
-void rp_mpi_unlock(void) { pthread_mutex_unlock(&mpi_mu); }
+/* Every MPI call of the process goes through it (exported for any other part that calls MPI
+ * itself). */
+void rp_mpi_lock(void)
+{
+    pthread_mutex_lock(&mpi_mu);
+}
+void rp_mpi_unlock(void)
+{
+    pthread_mutex_unlock(&mpi_mu);
+}
 
 void rp_mpi_mark_broken(rp_comm *c, rp_status status, const char *reason)
 {

@@ -46,8 +46,11 @@ static const char *own_fault(rp_comm *c, char *buf, size_t size)
     mpi_impl *m = M(c);
     buf[0] = '\0';
     if (m->stalled > 0) {
-        snprintf(buf, size, "this rank was not running for %.1f s (stopped or descheduled?), so its peers may have "
-                 "given up on it; still missing: ", m->stalled);
+        snprintf(
+            buf, size,
+            "this rank was not running for %.1f s (stopped or descheduled?), so its peers may have "
+            "given up on it; still missing: ",
+            m->stalled);
         return buf;
     }
     for (int i = 0; i < 100; i++) {
@@ -57,8 +60,11 @@ static const char *own_fault(rp_comm *c, char *buf, size_t size)
         for (int q = 0; q < c->size; q++) {
             const left_note *ln = &m->left[q];
             if (!ln->left || !ln->blames_me) continue;
-            snprintf(buf, size, "rank %d (%s) had already given up on this rank (\"%.300s\"): this rank was late "
-                     "(stopped or descheduled before the call?); still missing: ", q, m->hosts[q], ln->reason);
+            snprintf(
+                buf, size,
+                "rank %d (%s) had already given up on this rank (\"%.300s\"): this rank was late "
+                "(stopped or descheduled before the call?); still missing: ",
+                q, m->hosts[q], ln->reason);
             return buf;
         }
         struct timespec ts = {0, 200000};
@@ -97,14 +103,16 @@ static void give_up(rp_comm *c, rp_status status, const char *reason)
         MPI_Request r;
         MPI_Isend(why, len, MPI_BYTE, q, TAG_LEFT, m->comm, &r);
         int done = 0;
-        for (int i = 0; i < 100 && !done; i++) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        for (int i = 0; i < 100 && !done; i++)
+            MPI_Test(&r, &done, MPI_STATUS_IGNORE);
         if (!done) {
             MPI_Request_free(&r);
             all_done = false;
         }
     }
     unlock();
-    /* A notice still in flight (to a dead peer) keeps its buffer: 1 KiB, once per broken communicator. */
+    /* A notice still in flight (to a dead peer) keeps its buffer: 1 KiB, once per broken
+     * communicator. */
     if (all_done) free(why);
 }
 
@@ -129,18 +137,21 @@ rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
         int done = 0;
         lock();
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        bool other = !done && rc == MPI_SUCCESS && m->hashed && (polls & 31) == 31 && probe_peers(c, m->desc, n, reqs);
+        bool other = !done && rc == MPI_SUCCESS && m->hashed && (polls & 31) == 31 &&
+                     probe_peers(c, m->desc, n, reqs);
         unlock();
         if (rc != MPI_SUCCESS) {
             char msg[512];
-            snprintf(msg, sizeof msg, "%s: MPI reported an error on rank %d (%s)", what, c->rank, M(c)->hosts[c->rank]);
+            snprintf(msg, sizeof msg, "%s: MPI reported an error on rank %d (%s)", what, c->rank,
+                     M(c)->hosts[c->rank]);
             rp_mpi_mark_broken(c, RP_ERR_BACKEND, msg);
             return RP_ERROR(RP_ERR_BACKEND, "%s", msg);
         }
         if (done) return RP_OK;
         if (other) return RP_ERR_MISMATCH;
         if (rp_now_s() > deadline) break;
-        if (polls >= 64) rp_mpi_pause_briefly(polls); /* a message a few microseconds away: spin first */
+        if (polls >= 64)
+            rp_mpi_pause_briefly(polls); /* a message a few microseconds away: spin first */
     }
     lock();
     for (int i = 0; pending && i < n; i++) {
@@ -184,13 +195,15 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
             continue;
         }
         from[k] = q;
-        MPI_Irecv(&m->calls[q], (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
+        MPI_Irecv(&m->calls[q], (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm,
+                  &m->reqs[k++]);
     }
     int recvs = k;
     for (int q = 0; q < n; q++) {
         if (q == c->rank) continue;
         from[k] = q;
-        MPI_Isend((void *)d, (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
+        MPI_Isend((void *)d, (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm,
+                  &m->reqs[k++]);
     }
     unlock();
     bool pending[2 * 4096];
@@ -204,23 +217,26 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
     if (status != RP_ERR_TIMEOUT) return status;
     char msg[1400], own[512];
     own_fault(c, own, sizeof own);
-    snprintf(msg, sizeof msg, "timed out after %gs in %s on rank %d (%s): %s", c->timeout, what, c->rank,
-             m->hosts[c->rank], own);
+    snprintf(msg, sizeof msg, "timed out after %gs in %s on rank %d (%s): %s", c->timeout, what,
+             c->rank, m->hosts[c->rank], own);
     size_t len = strlen(msg);
     int missing = 0;
-    /* A peer is missing if its call did not come, or (a send still pending) mine did not reach it. */
+    /* A peer is missing if its call did not come, or (a send still pending) mine did not reach it.
+     */
     bool *miss = calloc((size_t)n, sizeof *miss);
     for (int i = 0; p && miss && i < k; i++)
         if (p[i]) miss[from[i]] = true;
-    for (int q = 0; q < n; q++) m->missing[q] = q != c->rank && !(p && miss && !miss[q]);
+    for (int q = 0; q < n; q++)
+        m->missing[q] = q != c->rank && !(p && miss && !miss[q]);
     for (int q = 0; q < n && len < sizeof msg; q++) {
         if (q == c->rank || (p && miss && !miss[q])) continue;
-        len += (size_t)snprintf(msg + len, sizeof msg - len, "%srank %d (%s)", missing++ ? ", " : "", q, m->hosts[q]);
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "%srank %d (%s)",
+                                missing++ ? ", " : "", q, m->hosts[q]);
     }
     free(miss);
     if (len < sizeof msg && !own[0])
-        snprintf(msg + len, sizeof msg - len, "%s did not arrive (dead, stopped, or in another call)",
-                 missing ? "" : "a peer");
+        snprintf(msg + len, sizeof msg - len,
+                 "%s did not arrive (dead, stopped, or in another call)", missing ? "" : "a peer");
     lock();
     for (int i = 0; i < k; i++)
         if (m->reqs[i] != MPI_REQUEST_NULL) {
@@ -239,8 +255,9 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
  * carry the call's tag (m->tag); `first` says whether this is the call's
  * first exchange (where a missing peer may be in another call).
  */
-static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadline, const void *const *sbuf,
-                               const int *sbytes, void *const *rbuf, const int *rbytes, bool first)
+static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadline,
+                               const void *const *sbuf, const int *sbytes, void *const *rbuf,
+                               const int *rbytes, bool first)
 {
     mpi_impl *m = M(c);
     int n = c->size, tag = m->hashed ? m->tag : TAG_DATA;
@@ -254,8 +271,10 @@ static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadlin
     for (int q = 0; q < n; q++) {
         m->reqs[2 * q] = m->reqs[2 * q + 1] = MPI_REQUEST_NULL;
         if (q == c->rank) continue;
-        if (rbytes[q] > 0 || every) MPI_Irecv(rbuf[q], rbytes[q], MPI_BYTE, q, tag, m->comm, &m->reqs[2 * q]);
-        if (sbytes[q] > 0 || every) MPI_Isend(sbuf[q], sbytes[q], MPI_BYTE, q, tag, m->comm, &m->reqs[2 * q + 1]);
+        if (rbytes[q] > 0 || every)
+            MPI_Irecv(rbuf[q], rbytes[q], MPI_BYTE, q, tag, m->comm, &m->reqs[2 * q]);
+        if (sbytes[q] > 0 || every)
+            MPI_Isend(sbuf[q], sbytes[q], MPI_BYTE, q, tag, m->comm, &m->reqs[2 * q + 1]);
     }
     unlock();
     bool pending[2 * 4096];
@@ -269,19 +288,24 @@ static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadlin
     }
     if (status != RP_ERR_TIMEOUT) return status;
     char msg[1400], own[512];
-    bool agreed = !(every && first); /* in a hashed call's first exchange, a missing peer may be in another call */
+    bool agreed =
+        !(every &&
+          first); /* in a hashed call's first exchange, a missing peer may be in another call */
     own_fault(c, own, sizeof own);
-    size_t len = (size_t)snprintf(msg, sizeof msg, "timed out after %gs %s%s on rank %d (%s): %s", c->timeout,
-                                  agreed ? "moving the data of " : "in ", what, c->rank, m->hosts[c->rank], own);
+    size_t len = (size_t)snprintf(msg, sizeof msg, "timed out after %gs %s%s on rank %d (%s): %s",
+                                  c->timeout, agreed ? "moving the data of " : "in ", what, c->rank,
+                                  m->hosts[c->rank], own);
     int missing = 0;
-    for (int q = 0; q < n; q++) m->missing[q] = p && (p[2 * q] || p[2 * q + 1]);
+    for (int q = 0; q < n; q++)
+        m->missing[q] = p && (p[2 * q] || p[2 * q + 1]);
     for (int q = 0; p && q < n && len < sizeof msg; q++)
         if (p[2 * q] || p[2 * q + 1])
-            len += (size_t)snprintf(msg + len, sizeof msg - len, "%srank %d (%s)", missing++ ? ", " : "", q,
-                                    m->hosts[q]);
+            len += (size_t)snprintf(msg + len, sizeof msg - len, "%srank %d (%s)",
+                                    missing++ ? ", " : "", q, m->hosts[q]);
     if (len < sizeof msg && !own[0])
         snprintf(msg + len, sizeof msg - len, "%s %s", missing ? "" : "a peer",
-                 agreed ? "stopped or died after the call was agreed" : "did not arrive (dead, stopped, or in another call)");
+                 agreed ? "stopped or died after the call was agreed"
+                        : "did not arrive (dead, stopped, or in another call)");
     drop_requests(2 * n, m->reqs, true);
     rp_mpi_mark_broken(c, RP_ERR_TIMEOUT, msg);
     return RP_ERROR(RP_ERR_TIMEOUT, "%s", msg);
@@ -291,7 +315,8 @@ static rp_status ensure_buffers(mpi_impl *m, int n, size_t scratch)
 {
     if (scratch > m->scratch_bytes) {
         char *grown = realloc(m->scratch, scratch);
-        if (!grown) return RP_ERROR(RP_ERR_NOMEM, "MPI communicator: %zu bytes of scratch", scratch);
+        if (!grown)
+            return RP_ERROR(RP_ERR_NOMEM, "MPI communicator: %zu bytes of scratch", scratch);
         m->scratch = grown;
         m->scratch_bytes = scratch;
     }
@@ -336,7 +361,8 @@ static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *s
         m->blocks[c->rank] = rbuf[c->rank];
     }
     if (myhi > mylo)
-        rp_reduce_block((char *)recv + mylo * (int64_t)es, m->blocks, n, 0, myhi - mylo, d->dtype, d->op);
+        rp_reduce_block((char *)recv + mylo * (int64_t)es, m->blocks, n, 0, myhi - mylo, d->dtype,
+                        d->op);
     /* My reduced slice to every rank; theirs from them. */
     for (int q = 0; q < n; q++) {
         int64_t lo, hi;
@@ -366,7 +392,8 @@ static rp_status mpi_reduce_scatter(rp_comm *c, const rp_coll_desc *d, const voi
     RP_CHECK(exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes, true));
     /* My own block: copied, as recv may be it (in place). */
     memcpy(rbuf[c->rank], sbuf[c->rank], bytes);
-    for (int q = 0; q < n; q++) m->blocks[q] = rbuf[q];
+    for (int q = 0; q < n; q++)
+        m->blocks[q] = rbuf[q];
     rp_reduce_block(recv, m->blocks, n, 0, d->count, d->dtype, d->op);
     return RP_OK;
 }
@@ -390,7 +417,8 @@ static rp_status mpi_all_gather(rp_comm *c, const rp_coll_desc *d, const void *s
     return exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes, true);
 }
 
-/* The root sends to every rank (the sizes here are a handful of ranks; a tree for many is future work). */
+/* The root sends to every rank (the sizes here are a handful of ranks; a tree for many is future
+ * work). */
 static rp_status mpi_broadcast(rp_comm *c, const rp_coll_desc *d, void *buf, double deadline)
 {
     mpi_impl *m = M(c);
@@ -429,7 +457,10 @@ static rp_status mpi_broadcast(rp_comm *c, const rp_coll_desc *d, void *buf, dou
 #define HASH_BIT (1 << 30)
 static int full_check;
 
-void rp_comm_mpi_set_full_check(int full) { full_check = full; }
+void rp_comm_mpi_set_full_check(int full)
+{
+    full_check = full;
+}
 
 static uint64_t fnv(uint64_t h, int64_t v)
 {
@@ -444,13 +475,18 @@ static uint64_t fnv(uint64_t h, int64_t v)
 static int hashed_tag(const rp_coll_desc *d)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    int64_t f[] = {d->kind, d->dtype, d->op, d->root, d->count, (int64_t)d->seq, d->layered, d->internal};
-    for (size_t i = 0; i < sizeof f / sizeof *f; i++) h = fnv(h, f[i]);
+    int64_t f[] = {d->kind,  d->dtype,        d->op,      d->root,
+                   d->count, (int64_t)d->seq, d->layered, d->internal};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        h = fnv(h, f[i]);
     if (d->layered) {
-        int64_t o[] = {d->outer_kind, d->outer_op, d->outer_root, d->outer_count, (int64_t)d->outer_seq};
-        for (size_t i = 0; i < sizeof o / sizeof *o; i++) h = fnv(h, o[i]);
+        int64_t o[] = {d->outer_kind, d->outer_op, d->outer_root, d->outer_count,
+                       (int64_t)d->outer_seq};
+        for (size_t i = 0; i < sizeof o / sizeof *o; i++)
+            h = fnv(h, o[i]);
     }
-    for (size_t i = 0; d->internal && i < sizeof d->what && d->what[i]; i++) h = fnv(h, d->what[i]);
+    for (size_t i = 0; d->internal && i < sizeof d->what && d->what[i]; i++)
+        h = fnv(h, d->what[i]);
     h ^= h >> 29;
     return HASH_BIT | (int)((d->seq & 0xff) << 22) | (int)(h & 0x3fffff);
 }
@@ -481,7 +517,8 @@ static bool probe_peers(rp_comm *c, const rp_coll_desc *d, int nreq, MPI_Request
                 continue;
             }
             if (t & HASH_BIT) {
-                if (((t >> 22) & 0xff) == (int)((d->seq + 1) & 0xff)) break; /* its next call: it is ahead */
+                if (((t >> 22) & 0xff) == (int)((d->seq + 1) & 0xff))
+                    break; /* its next call: it is ahead */
                 m->disagree = true;
                 return true;
             }
@@ -515,14 +552,17 @@ static rp_status left_error(rp_comm *c, const rp_coll_desc *d, int q, const rp_c
     rp_mpi_poll_notices(c);
     unlock();
     const left_note *ln = &m->left[q];
-    snprintf(msg, sizeof msg, "rank %d (%s) ended its step (%s: %.600s) without calling %s, which rank %d is in",
-             q, m->hosts[q], rp_status_name(notice->op), ln->left && ln->reason[0] ? ln->reason : "its own message says why",
+    snprintf(msg, sizeof msg,
+             "rank %d (%s) ended its step (%s: %.600s) without calling %s, which rank %d is in", q,
+             m->hosts[q], rp_status_name(notice->op),
+             ln->left && ln->reason[0] ? ln->reason : "its own message says why",
              rp_coll_desc_str(d, what, sizeof what), c->rank);
     rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
     return RP_ERROR(RP_ERR_COMM, "%s", msg);
 }
 
-/* After a full exchange: a peer that left, or calls that differ, is the error on every rank alike. */
+/* After a full exchange: a peer that left, or calls that differ, is the error on every rank alike.
+ */
 static rp_status check_calls(rp_comm *c, const rp_coll_desc *d)
 {
     mpi_impl *m = M(c);
@@ -545,7 +585,8 @@ rp_status rp_mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send,
     mpi_impl *m = M(c);
     char what[128];
     if (m->broken)
-        return RP_ERROR(RP_ERR_COMM, "%s on rank %d: the communicator is broken by an earlier error: %s",
+        return RP_ERROR(RP_ERR_COMM,
+                        "%s on rank %d: the communicator is broken by an earlier error: %s",
                         rp_coll_desc_str(d, what, sizeof what), c->rank, m->reason);
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype) * (size_t)c->size;
     if (bytes > INT_MAX)
@@ -553,11 +594,13 @@ rp_status rp_mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send,
                         rp_coll_desc_str(d, what, sizeof what), INT_MAX);
     double deadline = rp_now_s() + c->timeout;
     bool hashed = !full_check && c->size > 1 && d->count > 0 &&
-                  (d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER || d->kind == RP_COLL_ALL_GATHER);
+                  (d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER ||
+                   d->kind == RP_COLL_ALL_GATHER);
     m->desc = d;
     m->disagree = false;
     m->left_q = -1;
-    /* A peer's call kept from before: it is in a call without data (or left) while this one has data. */
+    /* A peer's call kept from before: it is in a call without data (or left) while this one has
+     * data. */
     for (int q = 0; hashed && q < c->size; q++)
         if (m->early_ok[q]) {
             if (m->early[q].kind == RP_COLL_LEFT) return left_error(c, d, q, &m->early[q]);
@@ -573,29 +616,39 @@ rp_status rp_mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send,
     m->tag = hashed ? hashed_tag(d) : TAG_DATA;
     if (d->count > 0) {
         switch (d->kind) {
-        case RP_COLL_ALL_REDUCE: status = mpi_all_reduce(c, d, send, recv, deadline); break;
-        case RP_COLL_REDUCE_SCATTER: status = mpi_reduce_scatter(c, d, send, recv, deadline); break;
-        case RP_COLL_ALL_GATHER: status = mpi_all_gather(c, d, send, recv, deadline); break;
-        case RP_COLL_BROADCAST: status = mpi_broadcast(c, d, recv, deadline); break;
-        default: break;
+        case RP_COLL_ALL_REDUCE:
+            status = mpi_all_reduce(c, d, send, recv, deadline);
+            break;
+        case RP_COLL_REDUCE_SCATTER:
+            status = mpi_reduce_scatter(c, d, send, recv, deadline);
+            break;
+        case RP_COLL_ALL_GATHER:
+            status = mpi_all_gather(c, d, send, recv, deadline);
+            break;
+        case RP_COLL_BROADCAST:
+            status = mpi_broadcast(c, d, recv, deadline);
+            break;
+        default:
+            break;
         }
     }
     m->hashed = false;
     if (status == RP_ERR_TIMEOUT) give_up(c, status, rp_last_error());
-    if (status == RP_ERR_MISMATCH && m->left_q >= 0) return left_error(c, d, m->left_q, &m->early[m->left_q]);
+    if (status == RP_ERR_MISMATCH && m->left_q >= 0)
+        return left_error(c, d, m->left_q, &m->early[m->left_q]);
     if (status == RP_ERR_MISMATCH && m->disagree) {
         /* A peer is in another call: the full exchange says which, on every rank alike. */
         RP_CHECK(exchange_calls(c, d, deadline));
         RP_CHECK(check_calls(c, d));
-    agreed_anyway:
-        {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s on rank %d (%s): a peer's messages belonged to another call, yet every "
-                     "rank's call is the same (a bug in the call check)", rp_coll_desc_str(d, what, sizeof what),
-                     c->rank, m->hosts[c->rank]);
-            rp_mpi_mark_broken(c, RP_ERR_BACKEND, msg);
-            return RP_ERROR(RP_ERR_BACKEND, "%s", msg);
-        }
+    agreed_anyway : {
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "%s on rank %d (%s): a peer's messages belonged to another call, yet every "
+                 "rank's call is the same (a bug in the call check)",
+                 rp_coll_desc_str(d, what, sizeof what), c->rank, m->hosts[c->rank]);
+        rp_mpi_mark_broken(c, RP_ERR_BACKEND, msg);
+        return RP_ERROR(RP_ERR_BACKEND, "%s", msg);
+    }
     }
     if (status == RP_OK) c->seq++;
     return status;

@@ -16,17 +16,18 @@
 
 #include "comm/comm_internal.h"
 
-#define TAG_CALL 7001
-#define TAG_DATA 7002
+#define TAG_CALL   7001
+#define TAG_DATA   7002
 #define TAG_NOTICE 7003 /* a point-to-point mismatch, told to the sender */
-#define TAG_LEFT 7004   /* a peer's step ended (rp_comm_leave) or it gave up (timed out), with its reason */
-#define HOST_MAX 64
+#define TAG_LEFT                                                                                   \
+    7004 /* a peer's step ended (rp_comm_leave) or it gave up (timed out), with its reason */
+#define HOST_MAX   64
 #define NOTICE_MAX 1024
 
 /* A peer's leave (or give-up) notice, as received. */
 typedef struct left_note {
     bool left;
-    bool blames_me;  /* it gave up waiting for this rank */
+    bool blames_me; /* it gave up waiting for this rank */
     rp_status status;
     char reason[NOTICE_MAX];
 } left_note;
@@ -45,34 +46,43 @@ typedef struct mpi_impl {
     char reason[1024];
     /* Point-to-point (see its section): lanes, their communicators and state. */
     int lanes;
-    MPI_Comm *pc;                /* [lanes] */
-    struct lane_state *lane;     /* [lanes] */
-    uint64_t *sent, *rcvd;       /* [size * lanes * lanes] messages per channel */
-    int *lane_rank;              /* [size * lanes] or NULL */
-    int *lane_ids;               /* [members] their replica ids, with lane_rank */
+    MPI_Comm *pc;            /* [lanes] */
+    struct lane_state *lane; /* [lanes] */
+    uint64_t *sent, *rcvd;   /* [size * lanes * lanes] messages per channel */
+    int *lane_rank;          /* [size * lanes] or NULL */
+    int *lane_ids;           /* [members] their replica ids, with lane_rank */
     int64_t tag_limit;
-    struct left_note *left;      /* [size] the peers' leave notices */
+    struct left_note *left; /* [size] the peers' leave notices */
     MPI_Request notice_req;
     char notice[1100];
-    double notices_due;          /* when p2p next looks for notices (poll_notices_due) */
+    double notices_due; /* when p2p next looks for notices (poll_notices_due) */
     /* The call check (see mpi_collective). */
-    bool hashed;                 /* the current call checks by its data messages' tag */
-    int tag;                     /* that tag */
-    const rp_coll_desc *desc;    /* the current call */
-    bool disagree;               /* a peer was seen in another call: diagnose */
-    int left_q;                  /* >= 0: that peer's leave notice came instead */
-    double stalled;              /* the longest gap between this rank's polls in the current wait */
-    rp_coll_desc *early;         /* [size] a call a peer sent ahead of this rank's */
-    bool *early_ok;              /* [size] */
-    int *from;                   /* [2 * size] scratch: the peer of each request */
-    bool *missing;               /* [size] the peers a timeout gave up on (told to the peers: give_up) */
+    bool hashed;              /* the current call checks by its data messages' tag */
+    int tag;                  /* that tag */
+    const rp_coll_desc *desc; /* the current call */
+    bool disagree;            /* a peer was seen in another call: diagnose */
+    int left_q;               /* >= 0: that peer's leave notice came instead */
+    double stalled;           /* the longest gap between this rank's polls in the current wait */
+    rp_coll_desc *early;      /* [size] a call a peer sent ahead of this rank's */
+    bool *early_ok;           /* [size] */
+    int *from;                /* [2 * size] scratch: the peer of each request */
+    bool *missing; /* [size] the peers a timeout gave up on (told to the peers: give_up) */
 } mpi_impl;
 
-static inline mpi_impl *M(const rp_comm *c) { return c->impl; }
+static inline mpi_impl *M(const rp_comm *c)
+{
+    return c->impl;
+}
 
 /* The process-wide MPI lock (rp_mpi_lock, mpi_base.c), by its short names. */
-static inline void lock(void) { rp_mpi_lock(); }
-static inline void unlock(void) { rp_mpi_unlock(); }
+static inline void lock(void)
+{
+    rp_mpi_lock();
+}
+static inline void unlock(void)
+{
+    rp_mpi_unlock();
+}
 
 /* ---- mpi_base.c ---- */
 
@@ -80,7 +90,8 @@ static inline void unlock(void) { rp_mpi_unlock(); }
 void rp_mpi_mark_broken(rp_comm *c, rp_status status, const char *reason);
 /* Between two polls of a wait: a yield, then (after many polls) a short sleep. */
 void rp_mpi_pause_briefly(unsigned polls);
-/* Notes the gap since *last in *stalled if it says this process was not running (see mpi_base.c). */
+/* Notes the gap since *last in *stalled if it says this process was not running (see mpi_base.c).
+ */
 void rp_mpi_note_gap(double *last, double timeout, double *stalled);
 
 /* ---- mpi_p2p.c ---- */
@@ -102,6 +113,7 @@ rp_status rp_mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send,
  * Polls reqs[0..n) until all complete or the deadline passes (RP_ERR_TIMEOUT;
  * *pending, if given, says which are still pending).
  */
-rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline, bool *pending, const char *what);
+rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline, bool *pending,
+                          const char *what);
 
 #endif

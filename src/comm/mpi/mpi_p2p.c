@@ -45,22 +45,22 @@ enum { MREQ_POSTED, MREQ_ACTIVE, MREQ_DONE };
 
 typedef struct umsg {
     struct umsg *next;
-    int proc, slane;   /* the channel */
-    rp_p2p_desc d;     /* the send, numbered */
+    int proc, slane; /* the channel */
+    rp_p2p_desc d;   /* the send, numbered */
     char *data;
 } umsg;
 
 typedef struct mreq {
     rp_comm_request base;
-    rp_p2p_desc d;     /* d.peer: a rank of the communicator (or RP_ANY_SOURCE) */
-    int proc, lane;    /* the peer's MPI rank (or MPI_ANY_SOURCE) and lane (-1: any); */
+    rp_p2p_desc d;  /* d.peer: a rank of the communicator (or RP_ANY_SOURCE) */
+    int proc, lane; /* the peer's MPI rank (or MPI_ANY_SOURCE) and lane (-1: any); */
     int mylane;
     void *buf;
     MPI_Request mr;
     int state;
-    bool mismatch;     /* receiving a mismatched message into tmp, to fail */
+    bool mismatch; /* receiving a mismatched message into tmp, to fail */
     char *tmp;
-    rp_p2p_desc got;   /* a receive's matched send */
+    rp_p2p_desc got; /* a receive's matched send */
     int got_proc, got_lane;
     rp_status status;
     char error[1400];
@@ -72,9 +72,8 @@ typedef struct mreq {
 typedef struct lane_state {
     mreq *posted, *ptail;
     umsg *uhead, *utail;
-    bool owed;         /* the lane's member gets the breaking error itself (its message mismatched) */
+    bool owed; /* the lane's member gets the breaking error itself (its message mismatched) */
 } lane_state;
-
 
 static rp_status p2p_status_broken(rp_comm *c, int lane, const char *what);
 
@@ -190,7 +189,8 @@ static void p2p_mismatch(rp_comm *c, mreq *r)
         memcpy(m->notice, &r->got_lane, sizeof(int));
         size_t len = strlen(msg) + 1;
         memcpy(m->notice + sizeof(int), msg, len);
-        MPI_Isend(m->notice, (int)(sizeof(int) + len), MPI_BYTE, r->got_proc, TAG_NOTICE, m->comm, &m->notice_req);
+        MPI_Isend(m->notice, (int)(sizeof(int) + len), MPI_BYTE, r->got_proc, TAG_NOTICE, m->comm,
+                  &m->notice_req);
     }
     rp_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
     req_done(r, RP_ERR_MISMATCH, msg);
@@ -200,7 +200,8 @@ static void p2p_mismatch(rp_comm *c, mreq *r)
 static bool take_unexpected(rp_comm *c, lane_state *ls, mreq *r)
 {
     umsg **p = &ls->uhead, *prev = NULL;
-    while (*p && !((r->proc == MPI_ANY_SOURCE || (*p)->proc == r->proc) && (r->lane < 0 || (*p)->slane == r->lane))) {
+    while (*p && !((r->proc == MPI_ANY_SOURCE || (*p)->proc == r->proc) &&
+                   (r->lane < 0 || (*p)->slane == r->lane))) {
         prev = *p;
         p = &(*p)->next;
     }
@@ -258,8 +259,9 @@ static void progress(rp_comm *c, int lane, bool drain)
     for (mreq *r = ls->posted; r;) {
         bool skip = false;
         for (int b = 0; b < nblocked && !skip; b++)
-            skip = r->proc == MPI_ANY_SOURCE || (blocked[b][0] == r->proc && (blocked[b][1] == r->lane || r->lane < 0 ||
-                                                                              blocked[b][1] < 0));
+            skip = r->proc == MPI_ANY_SOURCE ||
+                   (blocked[b][0] == r->proc &&
+                    (blocked[b][1] == r->lane || r->lane < 0 || blocked[b][1] < 0));
         if (skip && r->proc == MPI_ANY_SOURCE) break;
         bool matched = !skip && take_unexpected(c, ls, r);
         while (!matched && !skip) {
@@ -273,7 +275,8 @@ static void progress(rp_comm *c, int lane, bool drain)
             decode(m, &st, &d, &slane);
             int bytes = 0;
             MPI_Get_count(&st, MPI_BYTE, &bytes);
-            uint64_t *num = &m->rcvd[(size_t)(st.MPI_SOURCE * m->lanes + slane) * (size_t)m->lanes + (size_t)lane];
+            uint64_t *num = &m->rcvd[(size_t)(st.MPI_SOURCE * m->lanes + slane) * (size_t)m->lanes +
+                                     (size_t)lane];
             d.num = (*num)++;
             d.peer = member_of(c, c->rank, lane);
             if (r->lane >= 0 && slane != r->lane) {
@@ -289,8 +292,10 @@ static void progress(rp_comm *c, int lane, bool drain)
                 }
                 MPI_Mrecv(data, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
                 *u = (umsg){.proc = st.MPI_SOURCE, .slane = slane, .d = d, .data = data};
-                if (ls->utail) ls->utail->next = u;
-                else ls->uhead = u;
+                if (ls->utail)
+                    ls->utail->next = u;
+                else
+                    ls->uhead = u;
                 ls->utail = u;
                 continue;
             }
@@ -309,8 +314,10 @@ static void progress(rp_comm *c, int lane, bool drain)
         mreq *next = r->next;
         if (matched) {
             /* Off the posted list. */
-            if (prev) prev->next = next;
-            else ls->posted = next;
+            if (prev)
+                prev->next = next;
+            else
+                ls->posted = next;
             if (ls->ptail == r) ls->ptail = prev;
             r->next = NULL;
         } else {
@@ -335,7 +342,8 @@ static void progress(rp_comm *c, int lane, bool drain)
         int slane, bytes = 0;
         decode(m, &st, &d, &slane);
         MPI_Get_count(&st, MPI_BYTE, &bytes);
-        d.num = m->rcvd[(size_t)(st.MPI_SOURCE * m->lanes + slane) * (size_t)m->lanes + (size_t)lane]++;
+        d.num =
+            m->rcvd[(size_t)(st.MPI_SOURCE * m->lanes + slane) * (size_t)m->lanes + (size_t)lane]++;
         d.peer = member_of(c, c->rank, lane);
         umsg *u = calloc(1, sizeof *u);
         char *data = malloc(bytes ? (size_t)bytes : 1);
@@ -348,8 +356,10 @@ static void progress(rp_comm *c, int lane, bool drain)
         }
         MPI_Mrecv(data, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
         *u = (umsg){.proc = st.MPI_SOURCE, .slane = slane, .d = d, .data = data};
-        if (ls->utail) ls->utail->next = u;
-        else ls->uhead = u;
+        if (ls->utail)
+            ls->utail->next = u;
+        else
+            ls->uhead = u;
         ls->utail = u;
     }
 }
@@ -361,7 +371,8 @@ static rp_status p2p_status_broken(rp_comm *c, int lane, const char *what)
         m->lane[lane].owed = false;
         return rp_error_set(m->broken_status, __FILE__, __LINE__, "%s", m->reason);
     }
-    return RP_ERROR(RP_ERR_COMM, "%s on rank %d (%s): the communicator is broken by an earlier error: %s", what,
+    return RP_ERROR(RP_ERR_COMM,
+                    "%s on rank %d (%s): the communicator is broken by an earlier error: %s", what,
                     c->rank, m->hosts[c->rank], m->reason);
 }
 
@@ -376,7 +387,8 @@ static rp_status req_begin(rp_comm *c, const rp_p2p_desc *d, int proc, int peer_
     mpi_impl *m = M(c);
     rp_p2p_desc_str(d, false, what, size);
     if ((int64_t)d->tag >= m->tag_limit)
-        return RP_ERROR(RP_ERR_INVALID, "%s: tags must be below %lld on the MPI backend", what, (long long)m->tag_limit);
+        return RP_ERROR(RP_ERR_INVALID, "%s: tags must be below %lld on the MPI backend", what,
+                        (long long)m->tag_limit);
     mreq *r = calloc(1, sizeof *r);
     if (!r) return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", what);
     lock();
@@ -396,15 +408,16 @@ static rp_status req_begin(rp_comm *c, const rp_p2p_desc *d, int proc, int peer_
     return RP_OK;
 }
 
-rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int proc, int slane, int dlane,
-                       rp_comm_request **out, rp_comm *owner)
+rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int proc, int slane,
+                       int dlane, rp_comm_request **out, rp_comm *owner)
 {
     mpi_impl *m = M(c);
     char what[96];
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
     if (bytes > INT_MAX) {
         rp_p2p_desc_str(d, false, what, sizeof what);
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "%s: the MPI backend sends at most %d bytes", what, INT_MAX);
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "%s: the MPI backend sends at most %d bytes", what,
+                        INT_MAX);
     }
     mreq *r = NULL;
     RP_CHECK(req_begin(c, d, proc, dlane, slane, owner, what, sizeof what, &r));
@@ -432,8 +445,10 @@ rp_status rp_mpi_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, int proc, in
     r->posted_s = rp_now_s();
     r->state = MREQ_POSTED;
     lane_state *ls = &m->lane[dlane];
-    if (ls->ptail) ls->ptail->next = r;
-    else ls->posted = r;
+    if (ls->ptail)
+        ls->ptail->next = r;
+    else
+        ls->posted = r;
     ls->ptail = r;
     progress(c, dlane, false);
     unlock();
@@ -470,8 +485,10 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
     mpi_impl *m = M(c);
     char what[96], msg[1400], peer[160], me[160];
     /* Notices (a mismatch, a peer that left): rate-limited; always before a timeout is reported. */
-    if (rp_now_s() > deadline) rp_mpi_poll_notices(c);
-    else poll_notices_due(c);
+    if (rp_now_s() > deadline)
+        rp_mpi_poll_notices(c);
+    else
+        poll_notices_due(c);
     if (r->state != MREQ_DONE) progress(c, r->mylane, drain);
     if (r->state == MREQ_ACTIVE) {
         int flag = 0;
@@ -490,9 +507,11 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
     rp_p2p_desc_str(&r->d, r->d.send, what, sizeof what);
     member_name(c, c->rank, r->mylane, me, sizeof me);
     if (m->broken) {
-        rp_status st = r->mylane < m->lanes && m->lane[r->mylane].owed ? m->broken_status : RP_ERR_COMM;
+        rp_status st =
+            r->mylane < m->lanes && m->lane[r->mylane].owed ? m->broken_status : RP_ERR_COMM;
         if (st != RP_ERR_COMM) m->lane[r->mylane].owed = false;
-        snprintf(msg, sizeof msg, "%s on %s: the communicator is broken: %.1000s", what, me, m->reason);
+        snprintf(msg, sizeof msg, "%s on %s: the communicator is broken: %.1000s", what, me,
+                 m->reason);
         req_drop(c, r);
         req_done(r, st, st == RP_ERR_COMM ? msg : m->reason);
         return;
@@ -500,8 +519,10 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
     int proc = r->proc;
     if (proc != MPI_ANY_SOURCE) member_name(c, proc, r->lane < 0 ? 0 : r->lane, peer, sizeof peer);
     if (proc != MPI_ANY_SOURCE && m->left[proc].left) {
-        snprintf(msg, sizeof msg, "%s ended its step (%s: %.600s) without %s the message of %s, which %s is "
-                 "waiting in", peer, rp_status_name(m->left[proc].status), m->left[proc].reason,
+        snprintf(msg, sizeof msg,
+                 "%s ended its step (%s: %.600s) without %s the message of %s, which %s is "
+                 "waiting in",
+                 peer, rp_status_name(m->left[proc].status), m->left[proc].reason,
                  r->d.send ? "receiving" : "sending", what, me);
         rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
         req_drop(c, r);
@@ -511,21 +532,28 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
     double now = rp_now_s();
     if (now <= deadline) return;
     if (stalled_s > 0) {
-        snprintf(msg, sizeof msg, "this rank (%d, %s) was not running for %.1f s (stopped or descheduled?) while "
-                 "it waited in %s; its peers may have given up on it", c->rank, m->hosts[c->rank], stalled_s, what);
+        snprintf(msg, sizeof msg,
+                 "this rank (%d, %s) was not running for %.1f s (stopped or descheduled?) while "
+                 "it waited in %s; its peers may have given up on it",
+                 c->rank, m->hosts[c->rank], stalled_s, what);
     } else if (proc == MPI_ANY_SOURCE) {
-        snprintf(msg, sizeof msg, "timed out after %gs in %s from any replica on %s: no message came", c->timeout,
+        snprintf(msg, sizeof msg,
+                 "timed out after %gs in %s from any replica on %s: no message came", c->timeout,
                  what, me);
     } else {
         char last[128] = "it has sent this member nothing";
-        uint64_t k = r->lane >= 0 ? m->rcvd[(size_t)(proc * m->lanes + r->lane) * (size_t)m->lanes + (size_t)r->mylane] : 0;
+        uint64_t k = r->lane >= 0 ? m->rcvd[(size_t)(proc * m->lanes + r->lane) * (size_t)m->lanes +
+                                            (size_t)r->mylane]
+                                  : 0;
         if (r->d.send) {
             snprintf(last, sizeof last, "it is dead, stopped, or in another call");
         } else if (k > 0) {
-            snprintf(last, sizeof last, "its last message to this member was send #%llu", (unsigned long long)(k - 1));
+            snprintf(last, sizeof last, "its last message to this member was send #%llu",
+                     (unsigned long long)(k - 1));
         }
-        snprintf(msg, sizeof msg, "timed out after %gs in %s %s %s on %s: it did not %s (%s)", c->timeout, what,
-                 r->d.send ? "to" : "from", peer, me, r->d.send ? "receive it" : "send", last);
+        snprintf(msg, sizeof msg, "timed out after %gs in %s %s %s on %s: it did not %s (%s)",
+                 c->timeout, what, r->d.send ? "to" : "from", peer, me,
+                 r->d.send ? "receive it" : "send", last);
     }
     rp_mpi_mark_broken(c, RP_ERR_TIMEOUT, msg);
     req_drop(c, r);
@@ -571,7 +599,8 @@ rp_status rp_mpi_test(rp_comm *c, rp_comm_request *req, bool *done)
 }
 
 /* Whether a message for `lane` from (proc, slane) (MPI_ANY_SOURCE / -1: any) is ready. */
-rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool *ready, rp_p2p_desc *found)
+rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool *ready,
+                       rp_p2p_desc *found)
 {
     mpi_impl *m = M(c);
     lock();
@@ -603,7 +632,8 @@ rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool 
         int sl, bytes = 0;
         decode(m, &st, &d, &sl);
         MPI_Get_count(&st, MPI_BYTE, &bytes);
-        d.num = m->rcvd[(size_t)(st.MPI_SOURCE * m->lanes + sl) * (size_t)m->lanes + (size_t)lane]++;
+        d.num =
+            m->rcvd[(size_t)(st.MPI_SOURCE * m->lanes + sl) * (size_t)m->lanes + (size_t)lane]++;
         umsg *u = calloc(1, sizeof *u);
         char *data = malloc(bytes ? (size_t)bytes : 1);
         if (!u || !data) {
@@ -615,8 +645,10 @@ rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool 
         }
         MPI_Mrecv(data, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
         *u = (umsg){.proc = st.MPI_SOURCE, .slane = sl, .d = d, .data = data};
-        if (ls->utail) ls->utail->next = u;
-        else ls->uhead = u;
+        if (ls->utail)
+            ls->utail->next = u;
+        else
+            ls->uhead = u;
         ls->utail = u;
         if ((slane < 0 || sl == slane) && (tag == RP_ANY_TAG || d.tag == tag)) {
             *ready = true;
@@ -630,7 +662,8 @@ rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool 
     return RP_OK;
 }
 
-/* Frees the point-to-point state (queued messages included). MPI finalized: the communicators are gone. */
+/* Frees the point-to-point state (queued messages included). MPI finalized: the communicators are
+ * gone. */
 void rp_mpi_p2p_release(mpi_impl *m)
 {
     int finalized = 0;
@@ -661,7 +694,8 @@ void rp_mpi_p2p_release(mpi_impl *m)
     m->lanes = 0;
 }
 
-/* Gives this communicator `lanes` lanes (collective; the hierarchical backend's members per process). */
+/* Gives this communicator `lanes` lanes (collective; the hierarchical backend's members per
+ * process). */
 rp_status rp_mpi_p2p_setup(rp_comm *c, int lanes, const int *lane_rank, const int *ids)
 {
     mpi_impl *m = M(c);
@@ -676,9 +710,11 @@ rp_status rp_mpi_p2p_setup(rp_comm *c, int lanes, const int *lane_rank, const in
     int *map = lane_rank ? malloc((size_t)n * (size_t)lanes * sizeof *map) : NULL;
     int *idcopy = lane_rank && ids ? malloc((size_t)members * sizeof *idcopy + 1) : NULL;
     int rc = MPI_SUCCESS;
-    for (int l = 0; pc && l < lanes && rc == MPI_SUCCESS; l++) rc = MPI_Comm_dup(m->comm, &pc[l]);
+    for (int l = 0; pc && l < lanes && rc == MPI_SUCCESS; l++)
+        rc = MPI_Comm_dup(m->comm, &pc[l]);
     unlock();
-    if (!pc || !ls || !sent || !rcvd || (lane_rank && !map) || (lane_rank && ids && !idcopy) || rc != MPI_SUCCESS) {
+    if (!pc || !ls || !sent || !rcvd || (lane_rank && !map) || (lane_rank && ids && !idcopy) ||
+        rc != MPI_SUCCESS) {
         free(idcopy);
         free(pc);
         free(ls);

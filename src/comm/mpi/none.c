@@ -9,7 +9,7 @@ rp_status rp_comm_mpi_create(rp_comm **comm, double timeout_s)
     (void)timeout_s;
     if (comm) *comm = NULL;
     return RP_ERROR(RP_ERR_UNSUPPORTED, "this build of replicator has no MPI backend "
-                    "(install libopenmpi-dev and rebuild: scripts/setup.sh)");
+                                        "(install libopenmpi-dev and rebuild: scripts/setup.sh)");
 }
 
 bool rp_comm_mpi_launched(void)

@@ -35,7 +35,8 @@
 
 #include "comm/comm_internal.h"
 
-/* A spinning waiter's hint to the core (lets a sibling hyperthread run); nothing where there is none. */
+/* A spinning waiter's hint to the core (lets a sibling hyperthread run); nothing where there is
+ * none. */
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -54,7 +55,7 @@ static inline void cpu_relax(void)
  * when members share cores and spinning would steal a peer's time.
  */
 #define SPIN_NS_OWN_CORE 1000000
-#define SPIN_NS_SHARED 50000
+#define SPIN_NS_SHARED   50000
 /*
  * All-reduces (and barriers) up to this size take the one-rendezvous path:
  * each member copies its input into its staging slot, and after everyone
@@ -68,47 +69,50 @@ typedef struct member {
     _Atomic uint64_t phase;     /* rendezvous passed: 2 per collective */
     _Atomic uint64_t last;      /* the last call arrived at, packed by pack_call() */
     _Atomic uint64_t last_user; /* its user sequence number, bit 63: internal */
-    char last_what[2][48];      /* its name if internal, by sequence parity (written before `last`) */
+    char last_what[2][48]; /* its name if internal, by sequence parity (written before `last`) */
     _Atomic uint64_t p2p_last[2]; /* the last point-to-point call completed (pack_p2p), 0: none */
-    _Atomic int p2p_latest;     /* 1 if that came after the last collective */
-    _Atomic int owed;           /* 1: this member's next call gets the breaking error itself (p2p mismatch) */
-    _Atomic int left;           /* 1 while this member has left the step */
-    rp_status left_status;      /* written before `left` is set */
+    _Atomic int p2p_latest;       /* 1 if that came after the last collective */
+    _Atomic int owed; /* 1: this member's next call gets the breaking error itself (p2p mismatch) */
+    _Atomic int left; /* 1 while this member has left the step */
+    rp_status left_status; /* written before `left` is set */
     char left_reason[256];
-    rp_coll_desc desc[2];       /* the call of sequence number s is desc[s & 1]; written before `phase` */
+    rp_coll_desc desc[2]; /* the call of sequence number s is desc[s & 1]; written before `phase` */
     const void *send;
     void *recv;
-    char *staging[2];           /* [SMALL_BYTES] each: inputs of small all-reduces, by sequence parity */
+    char *staging[2]; /* [SMALL_BYTES] each: inputs of small all-reduces, by sequence parity */
 } __attribute__((aligned(64))) member;
 
 typedef struct world {
     int n;
-    _Atomic int refs;           /* member handles alive */
+    _Atomic int refs; /* member handles alive */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    _Atomic int waiters;        /* members sleeping on cv */
-    _Atomic int broken;         /* set once, after `reason` */
+    _Atomic int waiters; /* members sleeping on cv */
+    _Atomic int broken;  /* set once, after `reason` */
     rp_status broken_status;
     char reason[1400];
-    member *m;                  /* [n] */
-    char *staging;              /* [n * 2 * SMALL_BYTES] */
+    member *m;     /* [n] */
+    char *staging; /* [n * 2 * SMALL_BYTES] */
     uint64_t spin_ns;
     /* Point-to-point, all under mu: per channel (dst * n + src) the sends not yet received. */
-    struct tmsg **qhead, **qtail;   /* [n * n] */
-    uint64_t *sent, *rcvd;          /* [n * n] sends posted / receives matched per channel */
-    struct treq **posted, **ptail;  /* [n] receives posted and not yet matched, per destination */
-    uint64_t stamp;                 /* arrival order, for RP_ANY_SOURCE */
+    struct tmsg **qhead, **qtail;  /* [n * n] */
+    uint64_t *sent, *rcvd;         /* [n * n] sends posted / receives matched per channel */
+    struct treq **posted, **ptail; /* [n] receives posted and not yet matched, per destination */
+    uint64_t stamp;                /* arrival order, for RP_ANY_SOURCE */
 } world;
 
 typedef struct handle {
     world *w;
-    const void **sends;         /* [n] scratch: the members' input pointers */
-    void **recvs;               /* [n] */
+    const void **sends; /* [n] scratch: the members' input pointers */
+    void **recvs;       /* [n] */
 } handle;
 
 static const rp_comm_ops threads_ops;
 
-static handle *H(const rp_comm *c) { return c->impl; }
+static handle *H(const rp_comm *c)
+{
+    return c->impl;
+}
 
 /* ---- the shared state ------------------------------------------------------ */
 
@@ -142,7 +146,8 @@ static world *world_create(int n)
     w->ptail = calloc((size_t)n, sizeof *w->ptail);
     bool p2p_ok = w->qhead && w->qtail && w->sent && w->rcvd && w->posted && w->ptail;
     for (int q = 0; w->m && w->staging && q < n; q++)
-        for (int k = 0; k < 2; k++) w->m[q].staging[k] = w->staging + ((size_t)q * 2 + (size_t)k) * SMALL_BYTES;
+        for (int k = 0; k < 2; k++)
+            w->m[q].staging[k] = w->staging + ((size_t)q * 2 + (size_t)k) * SMALL_BYTES;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -196,7 +201,8 @@ static rp_status broken_error(rp_comm *c, const char *what)
     world *w = H(c)->w;
     if (atomic_exchange(&w->m[c->rank].owed, 0))
         return rp_error_set(w->broken_status, __FILE__, __LINE__, "%s", w->reason);
-    return RP_ERROR(RP_ERR_COMM, "%s on replica %d: the communicator is broken by an earlier error: %s", what,
+    return RP_ERROR(RP_ERR_COMM,
+                    "%s on replica %d: the communicator is broken by an earlier error: %s", what,
                     c->ids[c->rank], w->reason);
 }
 
@@ -210,9 +216,13 @@ static uint64_t pack_call(const rp_coll_desc *d)
 static rp_coll_desc unpack_call(const member *m, uint64_t seq)
 {
     uint64_t v = atomic_load(&m->last), u = atomic_load(&m->last_user);
-    rp_coll_desc d = {.kind = (int)(v >> 52 & 0xff), .dtype = (int)(v >> 44 & 0xff),
-                      .op = (int)(v >> 36 & 0xff), .count = (int64_t)(v & 0xfffffffffull), .seq = seq,
-                      .user_seq = u & ~(1ull << 63), .internal = (int)(u >> 63)};
+    rp_coll_desc d = {.kind = (int)(v >> 52 & 0xff),
+                      .dtype = (int)(v >> 44 & 0xff),
+                      .op = (int)(v >> 36 & 0xff),
+                      .count = (int64_t)(v & 0xfffffffffull),
+                      .seq = seq,
+                      .user_seq = u & ~(1ull << 63),
+                      .internal = (int)(u >> 63)};
     if (d.internal) memcpy(d.what, m->last_what[seq & 1], sizeof d.what);
     return d;
 }
@@ -236,7 +246,8 @@ static int poll_members(world *w, uint64_t target)
 }
 
 /* Appends to buf (always NUL-terminated). */
-static void append(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void append(char *buf, size_t size, const char *fmt, ...)
 {
     size_t len = strlen(buf);
@@ -261,14 +272,17 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
         member *m = &w->m[q];
         if (atomic_load_explicit(&m->left, memory_order_acquire) &&
             atomic_load_explicit(&m->phase, memory_order_acquire) < target) {
-            snprintf(msg, sizeof msg, "replica %d ended its step (%s: %s) without calling %s, "
-                     "which replica %d is waiting in", c->ids[q], rp_status_name(m->left_status),
-                     m->left_reason, what, c->ids[c->rank]);
+            snprintf(msg, sizeof msg,
+                     "replica %d ended its step (%s: %s) without calling %s, "
+                     "which replica %d is waiting in",
+                     c->ids[q], rp_status_name(m->left_status), m->left_reason, what,
+                     c->ids[c->rank]);
             world_break(w, RP_ERR_COMM, msg);
             return rp_error_set(RP_ERR_COMM, __FILE__, __LINE__, "%s", msg);
         }
     }
-    if (!timed_out) return rp_error_set(RP_ERR_COMM, __FILE__, __LINE__, "rendezvous failed in %s", what);
+    if (!timed_out)
+        return rp_error_set(RP_ERR_COMM, __FILE__, __LINE__, "rendezvous failed in %s", what);
     snprintf(msg, sizeof msg, "timed out after %gs in %s: ", c->timeout, what);
     int late = 0;
     for (int q = 0; q < w->n; q++) {
@@ -281,7 +295,8 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
         } else {
             char lastbuf[128];
             rp_coll_desc ld = unpack_call(m, phase & 1 ? (phase - 1) / 2 : phase / 2 - 1);
-            append(msg, sizeof msg, " (%s %s)", phase & 1 ? "it is waiting in" : "its last completed was",
+            append(msg, sizeof msg, " (%s %s)",
+                   phase & 1 ? "it is waiting in" : "its last completed was",
                    rp_coll_desc_str(&ld, lastbuf, sizeof lastbuf));
         }
     }
@@ -316,7 +331,8 @@ static rp_status rendezvous(rp_comm *c, uint64_t publish, uint64_t target, const
     }
 
     uint64_t deadline_ns = start + (uint64_t)(c->timeout * 1e9);
-    struct timespec deadline = {(time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull)};
+    struct timespec deadline = {(time_t)(deadline_ns / 1000000000ull),
+                                (long)(deadline_ns % 1000000000ull)};
     int st;
     bool timed_out = false;
     pthread_mutex_lock(&w->mu);
@@ -397,7 +413,8 @@ static void do_all_reduce(rp_comm *c, const rp_coll_desc *d)
     for (int64_t off = lo; off < hi; off += block) {
         int64_t len = hi - off < block ? hi - off : block;
         rp_reduce_block(tmp, h->sends, n, off, len, d->dtype, d->op);
-        for (int q = 0; q < n; q++) copy_out((char *)h->recvs[q] + off * es, tmp, (size_t)len * es, stream);
+        for (int q = 0; q < n; q++)
+            copy_out((char *)h->recvs[q] + off * es, tmp, (size_t)len * es, stream);
     }
     if (stream) store_fence();
 }
@@ -408,7 +425,8 @@ static void do_reduce_scatter(rp_comm *c, const rp_coll_desc *d)
     world *w = h->w;
     size_t es = rp_dtype_size(d->dtype);
     int n = w->n;
-    for (int q = 0; q < n; q++) h->sends[q] = w->m[q].send;
+    for (int q = 0; q < n; q++)
+        h->sends[q] = w->m[q].send;
     int64_t base = d->count * c->rank, block = BLOCK_BYTES / (int64_t)es;
     char *out = w->m[c->rank].recv;
     _Alignas(64) char tmp[BLOCK_BYTES];
@@ -459,19 +477,19 @@ static void do_broadcast(rp_comm *c, const rp_coll_desc *d)
  * which then completes: that is what keeps two members sending to each
  * other (or a ring of blocking sends) from waiting for each other forever.
  */
-#define EAGER_BYTES 65536
+#define EAGER_BYTES     65536
 #define BUFFER_AFTER_NS 2000000ull
 
 enum { REQ_PENDING, REQ_COPYING, REQ_DONE };
 
 typedef struct tmsg {
     struct tmsg *next;
-    rp_p2p_desc d;        /* the send; d.peer is the destination */
+    rp_p2p_desc d; /* the send; d.peer is the destination */
     int src;
     uint64_t stamp;
-    const void *data;     /* the sender's buffer, or `owned` */
-    char *owned;          /* a copy, once the sender has gone on */
-    struct treq *sreq;    /* the sender's request while it waits with its buffer, else NULL */
+    const void *data;  /* the sender's buffer, or `owned` */
+    char *owned;       /* a copy, once the sender has gone on */
+    struct treq *sreq; /* the sender's request while it waits with its buffer, else NULL */
 } tmsg;
 
 typedef struct treq {
@@ -480,11 +498,11 @@ typedef struct treq {
     _Atomic int state;
     rp_status status;
     char error[1400];
-    void *buf;            /* a receive's destination */
-    tmsg *msg;            /* a send's queued message, while PENDING */
-    struct treq *next;    /* in the destination's posted list */
+    void *buf;         /* a receive's destination */
+    tmsg *msg;         /* a send's queued message, while PENDING */
+    struct treq *next; /* in the destination's posted list */
     uint64_t posted_ns;
-    bool buffered;        /* a send that tried to copy its message */
+    bool buffered; /* a send that tried to copy its message */
 } treq;
 
 static void p2p_free(world *w)
@@ -523,11 +541,15 @@ static const char *last_call_str(const rp_comm *c, int q, char *buf, size_t size
     char what[160];
     if (a && (atomic_load(&m->p2p_latest) || phase == 0)) {
         uint64_t b = atomic_load(&m->p2p_last[1]);
-        rp_p2p_desc d = {.send = (int)(a >> 62 & 1), .dtype = (int)(a >> 56 & 0xf), .peer = (int)(a >> 40 & 0xffff),
-                         .count = (int64_t)(a & 0xffffffffffull), .tag = (int)(int32_t)(b >> 32),
+        rp_p2p_desc d = {.send = (int)(a >> 62 & 1),
+                         .dtype = (int)(a >> 56 & 0xf),
+                         .peer = (int)(a >> 40 & 0xffff),
+                         .count = (int64_t)(a & 0xffffffffffull),
+                         .tag = (int)(int32_t)(b >> 32),
                          .num = b & 0xffffffffull};
-        snprintf(buf, size, "its last completed call was %s %s replica %d", rp_p2p_desc_str(&d, true, what, sizeof what),
-                 d.send ? "to" : "from", rp_comm_replica_id(c, d.peer));
+        snprintf(buf, size, "its last completed call was %s %s replica %d",
+                 rp_p2p_desc_str(&d, true, what, sizeof what), d.send ? "to" : "from",
+                 rp_comm_replica_id(c, d.peer));
     } else if (phase == 0) {
         snprintf(buf, size, "it has completed no call");
     } else {
@@ -568,7 +590,8 @@ static void posted_remove(world *w, int dst, treq *r)
     r->next = NULL;
 }
 
-/* The message a receive from `src` (or any) at `dst` would take next, with a tag filter for probe. */
+/* The message a receive from `src` (or any) at `dst` would take next, with a tag filter for probe.
+ */
 static tmsg *next_message(world *w, int dst, int src, int tag)
 {
     int n = w->n;
@@ -579,7 +602,8 @@ static tmsg *next_message(world *w, int dst, int src, int tag)
     tmsg *best = NULL;
     for (int q = 0; q < n; q++) {
         tmsg *m = w->qhead[dst * n + q];
-        if (m && (tag == RP_ANY_TAG || m->d.tag == tag) && (!best || m->stamp < best->stamp)) best = m;
+        if (m && (tag == RP_ANY_TAG || m->d.tag == tag) && (!best || m->stamp < best->stamp))
+            best = m;
     }
     return best;
 }
@@ -655,7 +679,8 @@ static treq *req_new(rp_comm *c, const rp_p2p_desc *d)
     return r;
 }
 
-static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, rp_comm_request **out)
+static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf,
+                               rp_comm_request **out)
 {
     world *w = H(c)->w;
     char what[96];
@@ -667,7 +692,8 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
     if (!r || !m) {
         free(r);
         free(m);
-        return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", rp_p2p_desc_str(d, false, what, sizeof what));
+        return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory",
+                        rp_p2p_desc_str(d, false, what, sizeof what));
     }
     int n = w->n, dst = d->peer, ch = dst * n + c->rank;
     m->d = *d;
@@ -693,7 +719,8 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
             pthread_mutex_unlock(&w->mu);
             free(m);
             free(r);
-            return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", rp_p2p_desc_str(d, false, what, sizeof what));
+            return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory",
+                            rp_p2p_desc_str(d, false, what, sizeof what));
         }
         if (bytes) memcpy(m->owned, buf, bytes);
         m->data = m->owned;
@@ -702,8 +729,10 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
         m->sreq = r;
         r->msg = m;
     }
-    if (w->qtail[ch]) w->qtail[ch]->next = m;
-    else w->qhead[ch] = m;
+    if (w->qtail[ch])
+        w->qtail[ch]->next = m;
+    else
+        w->qhead[ch] = m;
     w->qtail[ch] = m;
     if (match) copy = pair(c, match, m);
     pthread_cond_broadcast(&w->cv);
@@ -720,7 +749,9 @@ static rp_status threads_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_c
     if (atomic_load_explicit(&w->broken, memory_order_acquire))
         return broken_error(c, rp_p2p_desc_str(d, false, what, sizeof what));
     treq *r = req_new(c, d);
-    if (!r) return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory", rp_p2p_desc_str(d, false, what, sizeof what));
+    if (!r)
+        return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory",
+                        rp_p2p_desc_str(d, false, what, sizeof what));
     r->buf = buf;
     int dst = c->rank;
     pthread_mutex_lock(&w->mu);
@@ -729,8 +760,10 @@ static rp_status threads_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_c
      * whatever it can at once), so this one takes the oldest it accepts.
      */
     tmsg *m = next_message(w, dst, d->peer, RP_ANY_TAG);
-    if (w->ptail[dst]) w->ptail[dst]->next = r;
-    else w->posted[dst] = r;
+    if (w->ptail[dst])
+        w->ptail[dst]->next = r;
+    else
+        w->posted[dst] = r;
     w->ptail[dst] = r;
     bool copy = m ? pair(c, r, m) : false;
     pthread_mutex_unlock(&w->mu);
@@ -775,7 +808,8 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
     int me = c->ids[c->rank];
     if (atomic_load(&w->broken)) {
         rp_status st = atomic_exchange(&w->m[c->rank].owed, 0) ? w->broken_status : RP_ERR_COMM;
-        snprintf(msg, sizeof msg, "%s on replica %d: the communicator is broken: %.1200s", what, me, w->reason);
+        snprintf(msg, sizeof msg, "%s on replica %d: the communicator is broken: %.1200s", what, me,
+                 w->reason);
         req_unlink(w, c, r);
         req_finish(w, r, st, st == RP_ERR_COMM ? msg : w->reason);
         return true;
@@ -791,12 +825,16 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
     if (gone != -1) {
         const member *g = gone >= 0 ? &w->m[gone] : NULL;
         if (g)
-            snprintf(msg, sizeof msg, "replica %d ended its step (%s: %s) without %s the message of %s, which "
-                     "replica %d is waiting in", c->ids[gone], rp_status_name(g->left_status), g->left_reason,
+            snprintf(msg, sizeof msg,
+                     "replica %d ended its step (%s: %s) without %s the message of %s, which "
+                     "replica %d is waiting in",
+                     c->ids[gone], rp_status_name(g->left_status), g->left_reason,
                      r->d.send ? "receiving" : "sending", what, me);
         else
-            snprintf(msg, sizeof msg, "every other replica ended its step while replica %d waits in %s from any "
-                     "replica", me, what);
+            snprintf(msg, sizeof msg,
+                     "every other replica ended its step while replica %d waits in %s from any "
+                     "replica",
+                     me, what);
         world_break_locked(w, RP_ERR_COMM, msg);
         req_unlink(w, c, r);
         req_finish(w, r, RP_ERR_COMM, msg);
@@ -804,12 +842,16 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
     }
     if (!timed_out) return false;
     if (peer >= 0)
-        snprintf(msg, sizeof msg, "timed out after %gs in %s %s replica %d on replica %d: replica %d did not %s "
-                 "(%s)", c->timeout, what, r->d.send ? "to" : "from", c->ids[peer], me, c->ids[peer],
+        snprintf(msg, sizeof msg,
+                 "timed out after %gs in %s %s replica %d on replica %d: replica %d did not %s "
+                 "(%s)",
+                 c->timeout, what, r->d.send ? "to" : "from", c->ids[peer], me, c->ids[peer],
                  r->d.send ? "receive it" : "send", last_call_str(c, peer, last, sizeof last));
     else
-        snprintf(msg, sizeof msg, "timed out after %gs in %s from any replica on replica %d: no replica sent "
-                 "to it", c->timeout, what, me);
+        snprintf(msg, sizeof msg,
+                 "timed out after %gs in %s from any replica on replica %d: no replica sent "
+                 "to it",
+                 c->timeout, what, me);
     world_break_locked(w, RP_ERR_TIMEOUT, msg);
     req_unlink(w, c, r);
     req_finish(w, r, RP_ERR_TIMEOUT, msg);
@@ -846,8 +888,10 @@ static void buffer_send(world *w, treq *r)
 static rp_status req_end(rp_comm *c, treq *r)
 {
     rp_status status = r->status;
-    if (status == RP_OK) note_p2p(&H(c)->w->m[c->rank], &r->d);
-    else rp_error_set(status, __FILE__, __LINE__, "%s", r->error);
+    if (status == RP_OK)
+        note_p2p(&H(c)->w->m[c->rank], &r->d);
+    else
+        rp_error_set(status, __FILE__, __LINE__, "%s", r->error);
     free(r);
     return status;
 }
@@ -858,8 +902,10 @@ static rp_status threads_wait(rp_comm_request *req, double deadline)
     rp_comm *c = req->backend;
     world *w = H(c)->w;
     uint64_t start = rp_now_ns();
-    for (unsigned spin = 0; atomic_load_explicit(&r->state, memory_order_acquire) != REQ_DONE; spin++) {
-        if ((spin & 63) == 63 && (rp_now_ns() - start > w->spin_ns || atomic_load(&w->broken))) break;
+    for (unsigned spin = 0; atomic_load_explicit(&r->state, memory_order_acquire) != REQ_DONE;
+         spin++) {
+        if ((spin & 63) == 63 && (rp_now_ns() - start > w->spin_ns || atomic_load(&w->broken)))
+            break;
         cpu_relax();
     }
     pthread_mutex_lock(&w->mu);
@@ -931,12 +977,14 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
     member *me = &w->m[c->rank];
     int parity = (int)(d->seq & 1);
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
-    bool small = (d->kind == RP_COLL_ALL_REDUCE && bytes <= SMALL_BYTES) || d->kind == RP_COLL_BARRIER;
+    bool small =
+        (d->kind == RP_COLL_ALL_REDUCE && bytes <= SMALL_BYTES) || d->kind == RP_COLL_BARRIER;
     me->desc[parity] = *d;
     me->send = send;
     me->recv = recv;
     if (d->internal) memcpy(me->last_what[parity], d->what, sizeof d->what);
-    atomic_store_explicit(&me->last_user, d->user_seq | (uint64_t)(d->internal != 0) << 63, memory_order_relaxed);
+    atomic_store_explicit(&me->last_user, d->user_seq | (uint64_t)(d->internal != 0) << 63,
+                          memory_order_relaxed);
     atomic_store_explicit(&me->last, pack_call(d), memory_order_release);
     atomic_store_explicit(&me->p2p_latest, 0, memory_order_relaxed);
     /*
@@ -964,7 +1012,8 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
     if (small) {
         if (d->count > 0) {
             /* Every member reduces the whole buffer, in rank order: bitwise the same everywhere. */
-            for (int q = 0; q < w->n; q++) h->sends[q] = w->m[q].staging[parity];
+            for (int q = 0; q < w->n; q++)
+                h->sends[q] = w->m[q].staging[parity];
             rp_reduce_block(recv, h->sends, w->n, 0, d->count, d->dtype, d->op);
         }
         c->seq++;
@@ -972,11 +1021,20 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
     }
     if (d->count > 0) {
         switch (d->kind) {
-        case RP_COLL_ALL_REDUCE: do_all_reduce(c, d); break;
-        case RP_COLL_REDUCE_SCATTER: do_reduce_scatter(c, d); break;
-        case RP_COLL_ALL_GATHER: do_all_gather(c, d); break;
-        case RP_COLL_BROADCAST: do_broadcast(c, d); break;
-        default: break;
+        case RP_COLL_ALL_REDUCE:
+            do_all_reduce(c, d);
+            break;
+        case RP_COLL_REDUCE_SCATTER:
+            do_reduce_scatter(c, d);
+            break;
+        case RP_COLL_ALL_GATHER:
+            do_all_gather(c, d);
+            break;
+        case RP_COLL_BROADCAST:
+            do_broadcast(c, d);
+            break;
+        default:
+            break;
         }
     }
     RP_CHECK(rendezvous(c, 2 * d->seq + 2, 2 * d->seq + 2, d));
@@ -1041,7 +1099,8 @@ static rp_status handle_create(rp_comm **out, world *w, int rank, const int *ids
     h->w = w;
     h->sends = (const void **)(h + 1);
     h->recvs = (void **)(h->sends + n);
-    for (int q = 0; q < n; q++) idcopy[q] = ids ? ids[q] : q;
+    for (int q = 0; q < n; q++)
+        idcopy[q] = ids ? ids[q] : q;
     c->ops = &threads_ops;
     c->rank = rank;
     c->size = n;
@@ -1084,7 +1143,8 @@ static rp_status threads_split(rp_comm *c, int color, int key, rp_comm **out)
     int n = c->size;
     rp_status status = RP_OK;
     int64_t mine[2] = {color, key};
-    int64_t *all = malloc((size_t)n * 2 * sizeof(int64_t)), *ptrs = malloc((size_t)n * sizeof(int64_t));
+    int64_t *all = malloc((size_t)n * 2 * sizeof(int64_t)),
+            *ptrs = malloc((size_t)n * sizeof(int64_t));
     int *order = malloc((size_t)n * sizeof(int)), *ids = malloc((size_t)n * sizeof(int));
     world *created = NULL;
     if (!all || !ptrs || !order || !ids) {
@@ -1109,7 +1169,8 @@ static rp_status threads_split(rp_comm *c, int color, int key, rp_comm **out)
     if (color >= 0) {
         world *w = (world *)(intptr_t)ptrs[order[0]];
         if (!w) {
-            status = RP_ERROR(RP_ERR_NOMEM, "rp_comm_split: the group of color %d could not be created", color);
+            status = RP_ERROR(RP_ERR_NOMEM,
+                              "rp_comm_split: the group of color %d could not be created", color);
             goto cleanup;
         }
         RP_TRY(handle_create(out, w, pos, ids, c->timeout));

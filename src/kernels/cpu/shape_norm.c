@@ -13,7 +13,7 @@
 
 #include "kernels/cpu/elementwise.h"
 
-#define PAR_MIN 32768
+#define PAR_MIN  32768
 #define MAX_TEAM 16
 
 void rp_cpu_binary_bcast(float *y, const float *a, const float *restrict b, const int64_t *shape,
@@ -33,38 +33,46 @@ void rp_cpu_binary_bcast(float *y, const float *a, const float *restrict b, cons
             switch (op) {
             case RP_BIN_ADD:
 #pragma omp simd
-                for (int64_t j = 0; j < n3; j++) yr[j] = ar[j] + bv;
+                for (int64_t j = 0; j < n3; j++)
+                    yr[j] = ar[j] + bv;
                 break;
             case RP_BIN_SUB:
 #pragma omp simd
-                for (int64_t j = 0; j < n3; j++) yr[j] = ar[j] - bv;
+                for (int64_t j = 0; j < n3; j++)
+                    yr[j] = ar[j] - bv;
                 break;
             case RP_BIN_MUL:
 #pragma omp simd
-                for (int64_t j = 0; j < n3; j++) yr[j] = ar[j] * bv;
+                for (int64_t j = 0; j < n3; j++)
+                    yr[j] = ar[j] * bv;
                 break;
             case RP_BIN_DIV:
 #pragma omp simd
-                for (int64_t j = 0; j < n3; j++) yr[j] = ar[j] / bv;
+                for (int64_t j = 0; j < n3; j++)
+                    yr[j] = ar[j] / bv;
                 break;
             }
         } else {
             switch (op) {
             case RP_BIN_ADD:
 #pragma omp simd
-                for (int64_t j = 0; j < n3; j++) yr[j] = ar[j] + br[j];
+                for (int64_t j = 0; j < n3; j++)
+                    yr[j] = ar[j] + br[j];
                 break;
             case RP_BIN_SUB:
 #pragma omp simd
-                for (int64_t j = 0; j < n3; j++) yr[j] = ar[j] - br[j];
+                for (int64_t j = 0; j < n3; j++)
+                    yr[j] = ar[j] - br[j];
                 break;
             case RP_BIN_MUL:
 #pragma omp simd
-                for (int64_t j = 0; j < n3; j++) yr[j] = ar[j] * br[j];
+                for (int64_t j = 0; j < n3; j++)
+                    yr[j] = ar[j] * br[j];
                 break;
             case RP_BIN_DIV:
 #pragma omp simd
-                for (int64_t j = 0; j < n3; j++) yr[j] = ar[j] / br[j];
+                for (int64_t j = 0; j < n3; j++)
+                    yr[j] = ar[j] / br[j];
                 break;
             }
         }
@@ -108,7 +116,8 @@ void rp_cpu_reduce_axes(float *restrict y, const float *restrict x, const int64_
             const float *xr = x + i * w;
             double s = 0;
 #pragma omp simd reduction(+ : s)
-            for (int64_t j = 0; j < w; j++) s += xr[j];
+            for (int64_t j = 0; j < w; j++)
+                s += xr[j];
             y[i] = (float)((accumulate ? (double)y[i] : 0.0) + (double)scale * s);
         }
         return;
@@ -117,11 +126,13 @@ void rp_cpu_reduce_axes(float *restrict y, const float *restrict x, const int64_
         /* [reduced rows, kept run]: column sums, vectorised across the run. */
         int64_t rows = len[0], w = len[1];
         double s[4096];
-        for (int64_t j = 0; j < w; j++) s[j] = 0;
+        for (int64_t j = 0; j < w; j++)
+            s[j] = 0;
         for (int64_t i = 0; i < rows; i++) {
             const float *xr = x + i * w;
 #pragma omp simd
-            for (int64_t j = 0; j < w; j++) s[j] += xr[j];
+            for (int64_t j = 0; j < w; j++)
+                s[j] += xr[j];
         }
         for (int64_t j = 0; j < w; j++)
             y[j] = (float)((accumulate ? (double)y[j] : 0.0) + (double)scale * s[j]);
@@ -133,11 +144,13 @@ void rp_cpu_reduce_axes(float *restrict y, const float *restrict x, const int64_
 #pragma omp parallel for if (outer * mid * w >= PAR_MIN) schedule(static)
         for (int64_t o = 0; o < outer; o++) {
             double s[4096];
-            for (int64_t j = 0; j < w; j++) s[j] = 0;
+            for (int64_t j = 0; j < w; j++)
+                s[j] = 0;
             for (int64_t r = 0; r < mid; r++) {
                 const float *xr = x + (o * mid + r) * w;
 #pragma omp simd
-                for (int64_t j = 0; j < w; j++) s[j] += xr[j];
+                for (int64_t j = 0; j < w; j++)
+                    s[j] += xr[j];
             }
             float *yr = y + o * w;
             for (int64_t j = 0; j < w; j++)
@@ -163,17 +176,21 @@ void rp_cpu_expand_axes(float *restrict x, const float *restrict y, const int64_
                 float v = scale * y[i];
                 if (accumulate) {
 #pragma omp simd
-                    for (int64_t j = 0; j < w; j++) xr[j] += v;
+                    for (int64_t j = 0; j < w; j++)
+                        xr[j] += v;
                 } else {
 #pragma omp simd
-                    for (int64_t j = 0; j < w; j++) xr[j] = v;
+                    for (int64_t j = 0; j < w; j++)
+                        xr[j] = v;
                 }
             } else if (accumulate) {
 #pragma omp simd
-                for (int64_t j = 0; j < w; j++) xr[j] += scale * y[j];
+                for (int64_t j = 0; j < w; j++)
+                    xr[j] += scale * y[j];
             } else {
 #pragma omp simd
-                for (int64_t j = 0; j < w; j++) xr[j] = scale * y[j];
+                for (int64_t j = 0; j < w; j++)
+                    xr[j] = scale * y[j];
             }
         }
         return;
@@ -187,10 +204,12 @@ void rp_cpu_expand_axes(float *restrict x, const float *restrict y, const int64_
                 const float *yr = y + o * w;
                 if (accumulate) {
 #pragma omp simd
-                    for (int64_t j = 0; j < w; j++) xr[j] += scale * yr[j];
+                    for (int64_t j = 0; j < w; j++)
+                        xr[j] += scale * yr[j];
                 } else {
 #pragma omp simd
-                    for (int64_t j = 0; j < w; j++) xr[j] = scale * yr[j];
+                    for (int64_t j = 0; j < w; j++)
+                        xr[j] = scale * yr[j];
                 }
             }
         return;
@@ -201,7 +220,8 @@ void rp_cpu_expand_axes(float *restrict x, const float *restrict y, const int64_
 void rp_cpu_clamp_fwd(float *restrict y, const float *restrict x, int64_t n, float lo, float hi)
 {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
 }
 
 void rp_cpu_clamp_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
@@ -224,17 +244,20 @@ void rp_cpu_layernorm_fwd(float *restrict y, float *restrict mean, float *restri
         float *yr = y + i * d;
         double s = 0, s2 = 0;
 #pragma omp simd reduction(+ : s)
-        for (int j = 0; j < d; j++) s += xr[j];
+        for (int j = 0; j < d; j++)
+            s += xr[j];
         double mu = s / d;
         /* Two passes: the centred sum of squares does not cancel like E[x^2]-E[x]^2. */
 #pragma omp simd reduction(+ : s2)
-        for (int j = 0; j < d; j++) s2 += (xr[j] - mu) * (xr[j] - mu);
+        for (int j = 0; j < d; j++)
+            s2 += (xr[j] - mu) * (xr[j] - mu);
         float m = (float)mu, r = (float)(1.0 / sqrt(s2 / d + eps));
         mean[i] = m;
         rstd[i] = r;
         if (gamma && beta) {
 #pragma omp simd
-            for (int j = 0; j < d; j++) yr[j] = (xr[j] - m) * r * gamma[j] + beta[j];
+            for (int j = 0; j < d; j++)
+                yr[j] = (xr[j] - m) * r * gamma[j] + beta[j];
         } else {
 #pragma omp simd
             for (int j = 0; j < d; j++)
@@ -255,7 +278,8 @@ void rp_cpu_layernorm_bwd(float *restrict dx, float *restrict dgamma, float *res
     }
     if (dgamma || dbeta) {
         double sgam[4096], sbet[4096];
-        for (int j = 0; j < d; j++) sgam[j] = sbet[j] = 0;
+        for (int j = 0; j < d; j++)
+            sgam[j] = sbet[j] = 0;
         for (int64_t i = 0; i < rows; i++) {
             const float *xr = x + i * d, *dr = dy + i * d;
             float m = mean[i], r = rstd[i];
@@ -297,12 +321,15 @@ void rp_cpu_log_softmax_fwd(float *restrict y, const float *restrict x, int64_t 
     for (int64_t i = 0; i < rows; i++) {
         const float *z = x + i * c;
         float mx = z[0];
-        for (int j = 1; j < c; j++) mx = z[j] > mx ? z[j] : mx;
+        for (int j = 1; j < c; j++)
+            mx = z[j] > mx ? z[j] : mx;
         double s = 0;
-        for (int j = 0; j < c; j++) s += exp((double)z[j] - mx);
+        for (int j = 0; j < c; j++)
+            s += exp((double)z[j] - mx);
         float lse = (float)(mx + log(s));
 #pragma omp simd
-        for (int j = 0; j < c; j++) y[i * c + j] = z[j] - lse;
+        for (int j = 0; j < c; j++)
+            y[i * c + j] = z[j] - lse;
     }
 }
 
@@ -314,9 +341,11 @@ void rp_cpu_log_softmax_bwd(float *restrict dx, const float *restrict dy, const 
         const float *dr = dy + i * c, *yr = y + i * c;
         double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int j = 0; j < c; j++) s += dr[j];
+        for (int j = 0; j < c; j++)
+            s += dr[j];
         float sf = (float)s;
-        for (int j = 0; j < c; j++) dx[i * c + j] = dr[j] - expf(yr[j]) * sf;
+        for (int j = 0; j < c; j++)
+            dx[i * c + j] = dr[j] - expf(yr[j]) * sf;
     }
 }
 
@@ -335,16 +364,19 @@ double rp_cpu_sum_squares(const float *restrict x, int64_t n)
         int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
         double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        for (int64_t i = lo; i < hi; i++)
+            s += (double)x[i] * x[i];
         part[t] = s;
     }
     double s = 0;
-    for (int t = 0; t < used; t++) s += part[t];
+    for (int t = 0; t < used; t++)
+        s += part[t];
     return s;
 }
 
 void rp_cpu_scale_inplace(float *restrict y, float s, int64_t n)
 {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] *= s;
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= s;
 }

@@ -69,35 +69,57 @@ void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *y, const float 
 static float act(float x, rp_act a, float slope)
 {
     switch (a) {
-    case RP_ACT_RELU: return x > 0 ? x : 0;
-    case RP_ACT_LEAKY_RELU: return x > 0 ? x : slope * x;
-    case RP_ACT_TANH: return tanhf(x);
-    case RP_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case RP_ACT_ELU: return x > 0 ? x : slope * expm1f(x);
-    case RP_ACT_SQRT: return sqrtf(x);
-    case RP_ACT_RECIPROCAL: return 1.0f / x;
+    case RP_ACT_RELU:
+        return x > 0 ? x : 0;
+    case RP_ACT_LEAKY_RELU:
+        return x > 0 ? x : slope * x;
+    case RP_ACT_TANH:
+        return tanhf(x);
+    case RP_ACT_SIGMOID:
+        return 1.0f / (1.0f + expf(-x));
+    case RP_ACT_ELU:
+        return x > 0 ? x : slope * expm1f(x);
+    case RP_ACT_SQRT:
+        return sqrtf(x);
+    case RP_ACT_RECIPROCAL:
+        return 1.0f / x;
     }
     return x;
 }
 
 void rp_ref_act_fwd(float *y, const float *x, int64_t n, rp_act a, float slope)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = act(x[i], a, slope);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = act(x[i], a, slope);
 }
 
-void rp_ref_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
-                    rp_act a, float slope)
+void rp_ref_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n, rp_act a,
+                    float slope)
 {
     for (int64_t i = 0; i < n; i++) {
         float d = 0;
         switch (a) {
-        case RP_ACT_RELU: d = x[i] > 0 ? 1.0f : 0.0f; break;
-        case RP_ACT_LEAKY_RELU: d = x[i] > 0 ? 1.0f : slope; break;
-        case RP_ACT_TANH: d = 1.0f - y[i] * y[i]; break;
-        case RP_ACT_SIGMOID: d = y[i] * (1.0f - y[i]); break;
-        case RP_ACT_ELU: d = x[i] > 0 ? 1.0f : y[i] + slope; break;
-        case RP_ACT_SQRT: d = 0.5f / y[i]; break;
-        case RP_ACT_RECIPROCAL: d = -y[i] * y[i]; break;
+        case RP_ACT_RELU:
+            d = x[i] > 0 ? 1.0f : 0.0f;
+            break;
+        case RP_ACT_LEAKY_RELU:
+            d = x[i] > 0 ? 1.0f : slope;
+            break;
+        case RP_ACT_TANH:
+            d = 1.0f - y[i] * y[i];
+            break;
+        case RP_ACT_SIGMOID:
+            d = y[i] * (1.0f - y[i]);
+            break;
+        case RP_ACT_ELU:
+            d = x[i] > 0 ? 1.0f : y[i] + slope;
+            break;
+        case RP_ACT_SQRT:
+            d = 0.5f / y[i];
+            break;
+        case RP_ACT_RECIPROCAL:
+            d = -y[i] * y[i];
+            break;
         }
         dx[i] = dy[i] * d;
     }
@@ -116,43 +138,50 @@ void rp_ref_binary(float *y, const float *a, const float *b, int64_t n, int64_t 
 
 void rp_ref_scale(float *y, const float *x, float s, int64_t n, bool accumulate)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = (accumulate ? y[i] : 0.0f) + s * x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (accumulate ? y[i] : 0.0f) + s * x[i];
 }
 
 void rp_ref_add_inplace(float *y, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
 }
 
 void rp_ref_mul(float *y, const float *a, const float *b, int64_t n, bool accumulate)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = (accumulate ? y[i] : 0.0f) + a[i] * b[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (accumulate ? y[i] : 0.0f) + a[i] * b[i];
 }
 
 void rp_ref_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate)
 {
     for (int64_t j = 0; j < nb; j++) {
         double s = 0;
-        for (int64_t i = 0; i < rows; i++) s += x[i * nb + j];
+        for (int64_t i = 0; i < rows; i++)
+            s += x[i * nb + j];
         y[j] = (float)((accumulate ? y[j] : 0.0) + s);
     }
 }
 
 void rp_ref_add_scalar(float *y, float s, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] += s;
+    for (int64_t i = 0; i < n; i++)
+        y[i] += s;
 }
 
 double rp_ref_sum(const float *x, int64_t n)
 {
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += x[i];
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
     return s;
 }
 
 void rp_ref_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w)
 {
-    for (int64_t i = 0; i < rows; i++) memcpy(y + i * ldy + off, x + i * w, (size_t)w * sizeof(float));
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(y + i * ldy + off, x + i * w, (size_t)w * sizeof(float));
 }
 
 void rp_ref_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
@@ -181,7 +210,8 @@ void rp_ref_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int 
                     float s = 0;
                     for (int di = 0; di < 2; di++)
                         for (int dj = 0; dj < 2; dj++)
-                            s += dy[(((int64_t)b * 2 * h + 2 * i + di) * 2 * w + 2 * j + dj) * c + k];
+                            s += dy[(((int64_t)b * 2 * h + 2 * i + di) * 2 * w + 2 * j + dj) * c +
+                                    k];
                     dx[(((int64_t)b * h + i) * w + j) * c + k] = s;
                 }
 }
@@ -191,7 +221,8 @@ void rp_ref_gap_fwd(float *y, const float *x, int n, int hw, int c)
     for (int b = 0; b < n; b++)
         for (int k = 0; k < c; k++) {
             double s = 0;
-            for (int p = 0; p < hw; p++) s += x[((int64_t)b * hw + p) * c + k];
+            for (int p = 0; p < hw; p++)
+                s += x[((int64_t)b * hw + p) * c + k];
             y[(int64_t)b * c + k] = (float)(s / hw);
         }
 }
@@ -213,7 +244,8 @@ void rp_ref_embedding_fwd(float *y, const float *table, const int32_t *idx, int 
 void rp_ref_embedding_bwd(float *dtable, const float *dy, const int32_t *idx, int n, int d)
 {
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < d; j++) dtable[(int64_t)idx[i] * d + j] += dy[(int64_t)i * d + j];
+        for (int j = 0; j < d; j++)
+            dtable[(int64_t)idx[i] * d + j] += dy[(int64_t)i * d + j];
 }
 
 double rp_ref_softmax_xent_fwd(float *probs, const float *logits, const int32_t *labels,
@@ -224,15 +256,19 @@ double rp_ref_softmax_xent_fwd(float *probs, const float *logits, const int32_t 
         const float *z = logits + (int64_t)i * c;
         float *p = probs + (int64_t)i * c;
         float mx = z[0];
-        for (int j = 1; j < c; j++) mx = z[j] > mx ? z[j] : mx;
+        for (int j = 1; j < c; j++)
+            mx = z[j] > mx ? z[j] : mx;
         double s = 0;
-        for (int j = 0; j < c; j++) s += exp((double)z[j] - mx);
+        for (int j = 0; j < c; j++)
+            s += exp((double)z[j] - mx);
         double lse = mx + log(s);
-        for (int j = 0; j < c; j++) p[j] = (float)exp((double)z[j] - lse);
+        for (int j = 0; j < c; j++)
+            p[j] = (float)exp((double)z[j] - lse);
         if (labels) {
             total += lse - z[labels[i]];
         } else {
-            for (int j = 0; j < c; j++) total += target[(int64_t)i * c + j] * (lse - z[j]);
+            for (int j = 0; j < c; j++)
+                total += target[(int64_t)i * c + j] * (lse - z[j]);
         }
     }
     return total / n;
@@ -244,7 +280,8 @@ void rp_ref_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *
     for (int i = 0; i < n; i++) {
         double tsum = 0;
         if (!labels)
-            for (int j = 0; j < c; j++) tsum += target[(int64_t)i * c + j];
+            for (int j = 0; j < c; j++)
+                tsum += target[(int64_t)i * c + j];
         for (int j = 0; j < c; j++) {
             int64_t k = (int64_t)i * c + j;
             /* d/dz of -sum t log softmax(z) = softmax(z) * sum(t) - t */

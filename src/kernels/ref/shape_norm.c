@@ -12,10 +12,14 @@
 static float binop(float a, float b, rp_binop op)
 {
     switch (op) {
-    case RP_BIN_ADD: return a + b;
-    case RP_BIN_SUB: return a - b;
-    case RP_BIN_MUL: return a * b;
-    case RP_BIN_DIV: return a / b;
+    case RP_BIN_ADD:
+        return a + b;
+    case RP_BIN_SUB:
+        return a - b;
+    case RP_BIN_MUL:
+        return a * b;
+    case RP_BIN_DIV:
+        return a / b;
     }
     return a;
 }
@@ -28,7 +32,8 @@ void rp_ref_binary_bcast(float *y, const float *a, const float *b, const int64_t
         for (int64_t i1 = 0; i1 < shape[1]; i1++)
             for (int64_t i2 = 0; i2 < shape[2]; i2++)
                 for (int64_t i3 = 0; i3 < shape[3]; i3++, i++) {
-                    int64_t j = i0 * bstride[0] + i1 * bstride[1] + i2 * bstride[2] + i3 * bstride[3];
+                    int64_t j =
+                        i0 * bstride[0] + i1 * bstride[1] + i2 * bstride[2] + i3 * bstride[3];
                     y[i] = binop(a[i], b[j], op);
                 }
 }
@@ -74,7 +79,8 @@ void rp_ref_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned
     int64_t total = shape[0] * shape[1] * shape[2] * shape[3], nred = total / nout;
     for (int64_t o = 0; o < nout; o++) {
         double s = 0;
-        for (int64_t r = 0; r < nred; r++) s += x[offset_of(shape, mask, o, r)];
+        for (int64_t r = 0; r < nred; r++)
+            s += x[offset_of(shape, mask, o, r)];
         y[o] = (float)((accumulate ? (double)y[o] : 0.0) + (double)scale * s);
     }
 }
@@ -93,12 +99,14 @@ void rp_ref_expand_axes(float *x, const float *y, const int64_t *shape, unsigned
 
 void rp_ref_clamp_fwd(float *y, const float *x, int64_t n, float lo, float hi)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
 }
 
 void rp_ref_clamp_bwd(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi)
 {
-    for (int64_t i = 0; i < n; i++) dx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f;
 }
 
 void rp_ref_select_eq_acc(float *dx, const float *g, const float *x, const float *y, int64_t n)
@@ -113,9 +121,11 @@ void rp_ref_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, co
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = x + i * d;
         double s = 0, s2 = 0;
-        for (int j = 0; j < d; j++) s += xr[j];
+        for (int j = 0; j < d; j++)
+            s += xr[j];
         double mu = s / d;
-        for (int j = 0; j < d; j++) s2 += (xr[j] - mu) * (xr[j] - mu);
+        for (int j = 0; j < d; j++)
+            s2 += (xr[j] - mu) * (xr[j] - mu);
         double r = 1.0 / sqrt(s2 / d + eps);
         mean[i] = (float)mu;
         rstd[i] = (float)r;
@@ -164,11 +174,14 @@ void rp_ref_log_softmax_fwd(float *y, const float *x, int64_t rows, int c)
     for (int64_t i = 0; i < rows; i++) {
         const float *z = x + i * c;
         float mx = z[0];
-        for (int j = 1; j < c; j++) mx = z[j] > mx ? z[j] : mx;
+        for (int j = 1; j < c; j++)
+            mx = z[j] > mx ? z[j] : mx;
         double s = 0;
-        for (int j = 0; j < c; j++) s += exp((double)z[j] - mx);
+        for (int j = 0; j < c; j++)
+            s += exp((double)z[j] - mx);
         double lse = mx + log(s);
-        for (int j = 0; j < c; j++) y[i * c + j] = (float)((double)z[j] - lse);
+        for (int j = 0; j < c; j++)
+            y[i * c + j] = (float)((double)z[j] - lse);
     }
 }
 
@@ -176,7 +189,8 @@ void rp_ref_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t 
 {
     for (int64_t i = 0; i < rows; i++) {
         double s = 0;
-        for (int j = 0; j < c; j++) s += dy[i * c + j];
+        for (int j = 0; j < c; j++)
+            s += dy[i * c + j];
         for (int j = 0; j < c; j++)
             dx[i * c + j] = (float)((double)dy[i * c + j] - exp((double)y[i * c + j]) * s);
     }
@@ -185,11 +199,13 @@ void rp_ref_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t 
 double rp_ref_sum_squares(const float *x, int64_t n)
 {
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
     return s;
 }
 
 void rp_ref_scale_inplace(float *y, float s, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] *= s;
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= s;
 }
