@@ -239,14 +239,14 @@ static rp_status trail_leaf(void)
 
 static rp_status trail_mid(void)
 {
-    trail_at[0] = __LINE__;
+    trail_at[0] = __LINE__ + 1; /* the line of the check below */
     RP_CHECK(trail_leaf());
     return RP_OK;
 }
 
 static rp_status trail_upper(void)
 {
-    trail_at[1] = __LINE__;
+    trail_at[1] = __LINE__ + 1; /* the line of the check below */
     RP_CHECK(trail_mid());
     return RP_OK;
 }
@@ -254,7 +254,7 @@ static rp_status trail_upper(void)
 static rp_status trail_top(void)
 {
     rp_status status = RP_OK;
-    trail_at[2] = __LINE__;
+    trail_at[2] = __LINE__ + 1; /* the line of the check below */
     RP_TRY(trail_upper());
 cleanup:
     return status;
@@ -271,7 +271,7 @@ static int *trail_ptr_leaf(void)
 static int *trail_ptr_top(bool fail)
 {
     int *p = fail ? trail_ptr_leaf() : &trail_leaf_value;
-    trail_at[0] = __LINE__;
+    trail_at[0] = __LINE__ + 1; /* the line of the check below */
     RP_PROPAGATE_NULL(p);
     return p;
 }
