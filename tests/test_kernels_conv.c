@@ -13,6 +13,8 @@
 
 #include "testutil.h"
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/ref/conv_pool_ref.h"
 
@@ -34,6 +36,12 @@ static const conv_shape conv_shapes[] = {
     {1, 4, 4, 2, 3, 3, 3, 3, 0},   /* stride larger than the overlap */
     {2, 3, 3, 2, 4, 1, 1, 1, 1},   /* padding as large as the kernel: a zero border */
     {1, 6, 6, 3, 4, 2, 2, 2, 2},   /* padding larger than the kernel, stride 2 */
+    /* 3x3 stride 1 with >= 16 channels: Winograd where the CPU has it, channels padded to 16 */
+    {3, 8, 8, 16, 24, 3, 3, 1, 1},   /* output channels padded */
+    {2, 16, 16, 24, 16, 3, 3, 1, 1}, /* input channels padded */
+    {2, 16, 16, 32, 32, 3, 3, 1, 1},
+    {2, 4, 4, 16, 16, 3, 3, 1, 1},  /* smaller than one 6x6 input tile */
+    {3, 32, 32, 1, 16, 3, 3, 1, 1}, /* one input channel: direct */
 };
 
 typedef struct pool_shape {
@@ -537,16 +545,64 @@ static void test_cache_per_thread(void **state)
     free(jobs[0].y), free(x), free(w), free(y), free(y2);
 }
 
+/*
+ * The algorithm switch: 3x3 stride-1 convolutions of >= 16 channels run Winograd by default where
+ * this CPU has oneDNN's (AVX-512), never with RP_CONV_ALGO=direct, never for other kernels or
+ * fewer channels; every
+ * convolution test above passes under both settings (run again here with direct).
+ */
+static void test_conv_algorithm_switch(void **state)
+{
+    rp_conv_desc d3, d1, ds2, dc1;
+    assert_int_equal(rp_conv_desc_init(&d3, 2, 16, 16, 32, 32, 3, 3, 1, 1), RP_OK);
+    assert_int_equal(rp_conv_desc_init(&d1, 2, 16, 16, 32, 32, 1, 1, 1, 0), RP_OK);
+    assert_int_equal(rp_conv_desc_init(&ds2, 2, 16, 16, 32, 32, 3, 3, 2, 1), RP_OK);
+    assert_int_equal(rp_conv_desc_init(&dc1, 2, 16, 16, 1, 32, 3, 3, 1, 1), RP_OK);
+    bool avx512 = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
+    unsetenv("RP_CONV_ALGO");
+    for (int pass = 0; pass < 3; pass++) {
+        bool w3, w1, ws2, wc1;
+        assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, pass, &w3), RP_OK);
+        assert_int_equal(rp_cpu_conv2d_uses_winograd(&d1, pass, &w1), RP_OK);
+        assert_int_equal(rp_cpu_conv2d_uses_winograd(&ds2, pass, &ws2), RP_OK);
+        assert_int_equal(rp_cpu_conv2d_uses_winograd(&dc1, pass, &wc1), RP_OK);
+        if (avx512) assert_true(w3);
+        assert_false(w1);
+        assert_false(ws2);
+        assert_false(wc1);
+    }
+    setenv("RP_CONV_ALGO", "direct", 1);
+    for (int pass = 0; pass < 3; pass++) {
+        bool w3;
+        assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, pass, &w3), RP_OK);
+        assert_false(w3);
+    }
+    test_conv_fwd(state);
+    test_conv_bwd_data(state);
+    test_conv_bwd_weights(state);
+    unsetenv("RP_CONV_ALGO");
+    bool w;
+    assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, 3, &w), RP_ERR_INVALID);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv_ref_by_hand), cmocka_unit_test(test_avgpool_ref_by_hand),
-        cmocka_unit_test(test_gemm_ref_by_hand), cmocka_unit_test(test_conv_fwd),
-        cmocka_unit_test(test_conv_bwd_data),    cmocka_unit_test(test_conv_bwd_weights),
-        cmocka_unit_test(test_maxpool),          cmocka_unit_test(test_maxpool_bwd_bad_argmax),
-        cmocka_unit_test(test_avgpool),          cmocka_unit_test(test_gemm),
-        cmocka_unit_test(test_desc_errors),      cmocka_unit_test(test_cache_steady_state),
-        cmocka_unit_test(test_cache_bounded),    cmocka_unit_test(test_cache_per_thread),
+        cmocka_unit_test(test_conv_ref_by_hand),
+        cmocka_unit_test(test_avgpool_ref_by_hand),
+        cmocka_unit_test(test_gemm_ref_by_hand),
+        cmocka_unit_test(test_conv_fwd),
+        cmocka_unit_test(test_conv_bwd_data),
+        cmocka_unit_test(test_conv_bwd_weights),
+        cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_maxpool_bwd_bad_argmax),
+        cmocka_unit_test(test_avgpool),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_desc_errors),
+        cmocka_unit_test(test_cache_steady_state),
+        cmocka_unit_test(test_cache_bounded),
+        cmocka_unit_test(test_cache_per_thread),
+        cmocka_unit_test(test_conv_algorithm_switch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -433,6 +433,19 @@ static double grad_diff(const float *a, const float *b, int64_t n)
  */
 static void test_replicas_match_one(void **unused)
 {
+    /*
+     * This comparison is chaotic at ReLU's and the hinge's kinks: the two layouts sum batch-norm
+     * statistics in different orders, and a pre-activation within that rounding of zero takes the
+     * other branch in one run, which moves every gradient upstream of it by ~1e-3. How often
+     * depends on the seed and on the kernels' rounding: over seeds 1-30 of this config (at 8
+     * channels, Winograd forced on for the measurement), direct convolutions failed the 1e-5
+     * check for 5 seeds and Winograd ones (2-3x the rounding) for 11, every kernel being within
+     * 1e-6 of the reference (test_kernels_conv). The test proves the replication, not the
+     * kernels: it pins the direct algorithm, for which this seed has no kink within rounding.
+     */
+    const char *algo = getenv("RP_CONV_ALGO");
+    char *saved = algo ? strdup(algo) : NULL;
+    setenv("RP_CONV_ALGO", "direct", 1);
     rp_sngan_config c = tiny_config();
     harness one, two;
     harness_init(&one, &c, 1);
@@ -484,6 +497,11 @@ static void test_replicas_match_one(void **unused)
     }
     harness_free(&one);
     harness_free(&two);
+    if (saved)
+        setenv("RP_CONV_ALGO", saved, 1);
+    else
+        unsetenv("RP_CONV_ALGO");
+    free(saved);
 }
 
 /* ---- gradient accumulation -------------------------------------------------------------- */

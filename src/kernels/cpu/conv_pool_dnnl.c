@@ -30,6 +30,7 @@
  * weight reorders.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,8 +74,9 @@ typedef struct cache_key {
 } cache_key;
 
 /* Where a step argument's buffer comes from on each call. */
-enum { FEED_OWNED = -1, FEED_SCRATCH = -2 };
-enum { MAX_ARGS = 6, MAX_STEPS = 3, MAX_MEMS = 10 };
+/* FEED_STAGE0/1: the thread's staging buffers, activations in a Winograd primitive's layout. */
+enum { FEED_OWNED = -1, FEED_SCRATCH = -2, FEED_STAGE0 = -3, FEED_STAGE1 = -4 };
+enum { MAX_ARGS = 6, MAX_STEPS = 5, MAX_MEMS = 16 };
 
 typedef struct dnnl_step {
     dnnl_primitive_t prim;
@@ -85,6 +87,7 @@ typedef struct dnnl_step {
 
 typedef struct cache_entry {
     cache_key key;
+    bool winograd; /* the convolution runs oneDNN's Winograd algorithm */
     uint64_t last_used;
     int nsteps;
     dnnl_step steps[MAX_STEPS];
@@ -100,6 +103,8 @@ typedef struct thread_state {
     uint64_t tick;
     void *scratch; /* shared by all entries of this thread; calls are sequential */
     size_t scratch_bytes;
+    void *stage[2]; /* likewise: activations reordered to and from a primitive's own layout */
+    size_t stage_bytes[2];
 } thread_state;
 
 static _Thread_local thread_state *tls_state;
@@ -188,6 +193,8 @@ static void thread_state_destroy(void *p)
         entry_destroy(t->entries[i]);
     rp_free(t->entries);
     rp_free(t->scratch);
+    rp_free(t->stage[0]);
+    rp_free(t->stage[1]);
     if (t->stream) dnnl_stream_destroy(t->stream);
     rp_free(t);
     if (tls_state == t) tls_state = NULL;
@@ -316,6 +323,19 @@ static void step_arg(dnnl_step *s, int arg, dnnl_memory_t m, int feed)
     s->nargs++;
 }
 
+/* Grows a thread's shared buffer to at least bytes (only at build time; the contents are not kept).
+ */
+static rp_status buffer_grow(void **buf, size_t *have, size_t bytes)
+{
+    if (bytes <= *have) return RP_OK;
+    void *grown = rp_alloc(bytes);
+    if (!grown) return RP_ERR_NOMEM;
+    rp_free(*buf);
+    *buf = grown;
+    *have = bytes;
+    return RP_OK;
+}
+
 /*
  * Appends a step running the primitive of pd. When the primitive needs a
  * scratchpad, the thread's shared scratch buffer grows to fit (only here,
@@ -331,13 +351,7 @@ static rp_status entry_step(thread_state *t, cache_entry *e, const_dnnl_primitiv
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
     if (bytes > 0) {
-        if (bytes > t->scratch_bytes) {
-            void *grown = rp_alloc(bytes);
-            if (!grown) return RP_ERR_NOMEM;
-            rp_free(t->scratch);
-            t->scratch = grown;
-            t->scratch_bytes = bytes;
-        }
+        RP_TRY(buffer_grow(&t->scratch, &t->scratch_bytes, bytes));
         dnnl_memory_t m;
         RP_TRY(entry_memory(e, &m, smd, false, key));
         step_arg(s, DNNL_ARG_SCRATCHPAD, m, FEED_SCRATCH);
@@ -386,10 +400,119 @@ enum { BWDW_DW, BWDW_DB, BWDW_DY, BWDW_X };
 enum { POOL_OUT, POOL_IN };
 
 /*
- * Builds a convolution entry: the primitive with NHWC activations and the
- * weight layout oneDNN prefers, plus a reorder from the user's OHWI weights
- * (forward, backward data) or to them (backward weights) when the layouts
- * differ. Backward primitives get a forward primitive descriptor as hint.
+ * The algorithm for 3x3 stride-1 convolutions of at least 16 input and output
+ * channels: Winograd F(4x4, 3x3) where oneDNN has it (jit_wino_4x3, on
+ * AVX-512 CPUs), direct elsewhere; RP_CONV_ALGO=direct turns it off. Its
+ * blocked layout needs the activations reordered in and out (the staging
+ * buffers), and pads channels to 16, so a 1-channel image costs 16x: with 1
+ * input channel it was 3x slower than direct. docs/benchmarks.md ("Winograd
+ * convolutions") has the measurements. Rounding: within 1e-6 of a double
+ * reference per output, 2-3x the direct kernels' error (test_kernels_conv).
+ */
+static bool winograd_wanted(const rp_conv_desc *d)
+{
+    /* Read on every call (it is part of the cache key): a program may change it between runs. */
+    const char *v = getenv("RP_CONV_ALGO");
+    bool direct = v && !strcmp(v, "direct");
+    return !direct && d->kh == 3 && d->kw == 3 && d->stride == 1 && d->c >= 16 && d->o >= 16;
+}
+
+/*
+ * The forward primitive descriptor and, for the backward kinds, the backward
+ * one (with the forward as hint), for algorithm alg. With Winograd the
+ * activations' layout is the primitive's choice (any); NULL pds on failure.
+ */
+static dnnl_status_t conv_pds(dnnl_alg_kind_t alg, int kind, const dnnl_memory_desc_t *act_src,
+                              const dnnl_memory_desc_t *act_dst, const dnnl_memory_desc_t *w_md,
+                              const dnnl_memory_desc_t *bias_md, const dnnl_dims_t strides,
+                              const dnnl_dims_t pad, const_dnnl_primitive_attr_t attr,
+                              dnnl_primitive_desc_t *fwd_pd, dnnl_primitive_desc_t *bwd_pd)
+{
+    dnnl_convolution_desc_t fwd_desc, bwd_desc;
+    dnnl_status_t st = dnnl_convolution_forward_desc_init(
+        &fwd_desc, dnnl_forward_training, alg, act_src, w_md, bias_md, act_dst, strides, pad, pad);
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(fwd_pd, &fwd_desc, attr, g_engine, NULL);
+    if (st != dnnl_success) {
+        *fwd_pd = NULL;
+        return st;
+    }
+    if (kind == KIND_CONV_BWD_DATA)
+        st = dnnl_convolution_backward_data_desc_init(&bwd_desc, alg, act_src, w_md, act_dst,
+                                                      strides, pad, pad);
+    else if (kind == KIND_CONV_BWD_WEIGHTS || kind == KIND_CONV_BWD_WEIGHTS_BIAS)
+        st = dnnl_convolution_backward_weights_desc_init(&bwd_desc, alg, act_src, w_md, bias_md,
+                                                         act_dst, strides, pad, pad);
+    else
+        return dnnl_success;
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(bwd_pd, &bwd_desc, attr, g_engine, *fwd_pd);
+    if (st != dnnl_success) {
+        dnnl_primitive_desc_destroy(*fwd_pd);
+        *fwd_pd = *bwd_pd = NULL;
+    }
+    return st;
+}
+
+/*
+ * An activation the primitive reads or writes: the caller's NHWC buffer
+ * directly, or, when the primitive chose another layout, the thread's staging
+ * buffer `stage` plus a reorder from the caller's buffer before the primitive
+ * (in) or to it after (out, added by the caller once the primitive's step exists).
+ */
+typedef struct act_binding {
+    dnnl_memory_t user, prim;
+    const dnnl_memory_desc_t *prim_md;
+    int user_feed, prim_feed;
+    bool staged;
+} act_binding;
+
+static rp_status act_bind(thread_state *t, cache_entry *e, act_binding *b,
+                          const dnnl_memory_desc_t *user_md, const_dnnl_primitive_desc_t pd,
+                          dnnl_query_t what, int user_feed, int stage, bool in,
+                          const_dnnl_primitive_attr_t attr, const cache_key *key)
+{
+    rp_status status = RP_OK;
+    b->prim_md = dnnl_primitive_desc_query_md(pd, what, 0);
+    if (!b->prim_md)
+        return backend_error("dnnl_primitive_desc_query_md(activation)", dnnl_runtime_error, key,
+                             __FILE__, __LINE__);
+    b->user_feed = user_feed;
+    b->staged = !dnnl_memory_desc_equal(b->prim_md, user_md);
+    RP_TRY(entry_memory(e, &b->user, user_md, false, key));
+    if (!b->staged) {
+        b->prim = b->user;
+        b->prim_feed = user_feed;
+        return RP_OK;
+    }
+    b->prim_feed = stage == 0 ? FEED_STAGE0 : FEED_STAGE1;
+    RP_TRY(buffer_grow(&t->stage[stage], &t->stage_bytes[stage],
+                       dnnl_memory_desc_get_size(b->prim_md)));
+    RP_TRY(entry_memory(e, &b->prim, b->prim_md, false, key));
+    if (in)
+        RP_TRY(entry_reorder(t, e, b->user, user_feed, user_md, b->prim, b->prim_feed, b->prim_md,
+                             attr, key));
+cleanup:
+    return status;
+}
+
+/* The reorder after the primitive that copies a staged output back to the caller's buffer. */
+static rp_status act_unbind(thread_state *t, cache_entry *e, const act_binding *b,
+                            const dnnl_memory_desc_t *user_md, const_dnnl_primitive_attr_t attr,
+                            const cache_key *key)
+{
+    if (!b->staged) return RP_OK;
+    return entry_reorder(t, e, b->prim, b->prim_feed, b->prim_md, b->user, b->user_feed, user_md,
+                         attr, key);
+}
+
+/*
+ * Builds a convolution entry: the primitive with the weight layout oneDNN
+ * prefers, plus a reorder from the user's OHWI weights (forward, backward
+ * data) or to them (backward weights) when the layouts differ. Direct
+ * convolutions take the NHWC activations as they are; Winograd ones take
+ * them in their own blocked layout, through the staging reorders.
+ * Backward primitives get a forward primitive descriptor as hint.
  */
 static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv_desc *d,
                             cache_entry **out)
@@ -397,42 +520,37 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
     rp_status status = RP_OK;
     const int kind = key->v[0];
     const bool bias = kind == KIND_CONV_FWD_BIAS || kind == KIND_CONV_BWD_WEIGHTS_BIAS;
+    const bool fwd = kind == KIND_CONV_FWD || kind == KIND_CONV_FWD_BIAS;
+    const bool to_user = kind == KIND_CONV_BWD_WEIGHTS || kind == KIND_CONV_BWD_WEIGHTS_BIAS;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL;
     cache_entry *e = NULL;
-    dnnl_memory_desc_t src_md, dst_md, wuser_md, wany_md, bias_md;
+    dnnl_memory_desc_t src_md, dst_md, wuser_md, wany_md, bias_md, src_any, dst_any;
     dnnl_dims_t src_dims = {d->n, d->c, d->h, d->w}, dst_dims = {d->n, d->o, d->oh, d->ow};
     dnnl_dims_t w_dims = {d->o, d->c, d->kh, d->kw}, b_dims = {d->o};
     dnnl_dims_t strides = {d->stride, d->stride}, pad = {d->pad, d->pad};
-    dnnl_convolution_desc_t fwd_desc, bwd_desc;
 
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&src_any, 4, src_dims, dnnl_f32, dnnl_format_tag_any));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&dst_any, 4, dst_dims, dnnl_f32, dnnl_format_tag_any));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&wuser_md, 4, w_dims, dnnl_f32, dnnl_ohwi));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&wany_md, 4, w_dims, dnnl_f32, dnnl_format_tag_any));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&bias_md, 1, b_dims, dnnl_f32, dnnl_x));
     RP_TRY(attr_create(&attr, key));
 
-    DNNL_TRY(dnnl_convolution_forward_desc_init,
-             (&fwd_desc, dnnl_forward_training, dnnl_convolution_direct, &src_md, &wany_md,
-              bias ? &bias_md : NULL, &dst_md, strides, pad, pad));
-    DNNL_TRY(dnnl_primitive_desc_create, (&fwd_pd, &fwd_desc, attr, g_engine, NULL));
-    const_dnnl_primitive_desc_t pd = fwd_pd;
-    if (kind == KIND_CONV_BWD_DATA) {
-        DNNL_TRY(
-            dnnl_convolution_backward_data_desc_init,
-            (&bwd_desc, dnnl_convolution_direct, &src_md, &wany_md, &dst_md, strides, pad, pad));
-        DNNL_TRY(dnnl_primitive_desc_create, (&bwd_pd, &bwd_desc, attr, g_engine, fwd_pd));
-        pd = bwd_pd;
-    } else if (kind == KIND_CONV_BWD_WEIGHTS || kind == KIND_CONV_BWD_WEIGHTS_BIAS) {
-        DNNL_TRY(dnnl_convolution_backward_weights_desc_init,
-                 (&bwd_desc, dnnl_convolution_direct, &src_md, &wany_md, bias ? &bias_md : NULL,
-                  &dst_md, strides, pad, pad));
-        DNNL_TRY(dnnl_primitive_desc_create, (&bwd_pd, &bwd_desc, attr, g_engine, fwd_pd));
-        pd = bwd_pd;
-    }
+    /* Winograd where this CPU and shape have it (every pass of the kind), else direct. */
+    if (!key->v[KEY_LEN - 1] ||
+        conv_pds(dnnl_convolution_winograd, kind, &src_any, &dst_any, &wany_md,
+                 bias ? &bias_md : NULL, strides, pad, attr, &fwd_pd, &bwd_pd) != dnnl_success)
+        DNNL_TRY(conv_pds, (dnnl_convolution_direct, kind, &src_md, &dst_md, &wany_md,
+                            bias ? &bias_md : NULL, strides, pad, attr, &fwd_pd, &bwd_pd));
+    const_dnnl_primitive_desc_t pd = bwd_pd ? bwd_pd : fwd_pd;
+    const char *impl = NULL;
+    bool winograd =
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+        strstr(impl, "wino");
 
-    const bool to_user = kind == KIND_CONV_BWD_WEIGHTS || kind == KIND_CONV_BWD_WEIGHTS_BIAS;
     const dnnl_memory_desc_t *wprim_md = dnnl_primitive_desc_query_md(
         pd, to_user ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
     if (!wprim_md) {
@@ -448,6 +566,7 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
         goto cleanup;
     }
     e->key = *key;
+    e->winograd = winograd;
 
     /* The weights: the user's buffer directly, or an owned buffer plus a reorder step. */
     const int wfeed = kind == KIND_CONV_BWD_DATA ? BWDD_W : to_user ? BWDW_DW : FWD_W;
@@ -463,27 +582,42 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
     }
     const int wprim_feed = reorder ? FEED_OWNED : wfeed;
 
-    dnnl_memory_t src, dst, bmem = NULL;
-    RP_TRY(entry_memory(e, &src, &src_md, false, key));
-    RP_TRY(entry_memory(e, &dst, &dst_md, false, key));
+    /* The activations: the input side first (its reorder runs before the primitive). */
+    act_binding src, dst;
+    dnnl_memory_t bmem = NULL;
+    if (fwd) {
+        RP_TRY(act_bind(t, e, &src, &src_md, pd, dnnl_query_src_md, FWD_X, 0, true, attr, key));
+        RP_TRY(act_bind(t, e, &dst, &dst_md, pd, dnnl_query_dst_md, FWD_Y, 1, false, attr, key));
+    } else if (kind == KIND_CONV_BWD_DATA) {
+        RP_TRY(
+            act_bind(t, e, &dst, &dst_md, pd, dnnl_query_diff_dst_md, BWDD_DY, 1, true, attr, key));
+        RP_TRY(act_bind(t, e, &src, &src_md, pd, dnnl_query_diff_src_md, BWDD_DX, 0, false, attr,
+                        key));
+    } else {
+        RP_TRY(act_bind(t, e, &src, &src_md, pd, dnnl_query_src_md, BWDW_X, 0, true, attr, key));
+        RP_TRY(
+            act_bind(t, e, &dst, &dst_md, pd, dnnl_query_diff_dst_md, BWDW_DY, 1, true, attr, key));
+    }
     if (bias) RP_TRY(entry_memory(e, &bmem, &bias_md, false, key));
 
     dnnl_step *s;
     RP_TRY(entry_step(t, e, pd, &s, key));
-    if (kind == KIND_CONV_FWD || kind == KIND_CONV_FWD_BIAS) {
-        step_arg(s, DNNL_ARG_SRC, src, FWD_X);
+    if (fwd) {
+        step_arg(s, DNNL_ARG_SRC, src.prim, src.prim_feed);
         step_arg(s, DNNL_ARG_WEIGHTS, wprim, wprim_feed);
         if (bias) step_arg(s, DNNL_ARG_BIAS, bmem, FWD_BIAS);
-        step_arg(s, DNNL_ARG_DST, dst, FWD_Y);
+        step_arg(s, DNNL_ARG_DST, dst.prim, dst.prim_feed);
+        RP_TRY(act_unbind(t, e, &dst, &dst_md, attr, key));
     } else if (kind == KIND_CONV_BWD_DATA) {
-        step_arg(s, DNNL_ARG_DIFF_SRC, src, BWDD_DX);
+        step_arg(s, DNNL_ARG_DIFF_SRC, src.prim, src.prim_feed);
         step_arg(s, DNNL_ARG_WEIGHTS, wprim, wprim_feed);
-        step_arg(s, DNNL_ARG_DIFF_DST, dst, BWDD_DY);
+        step_arg(s, DNNL_ARG_DIFF_DST, dst.prim, dst.prim_feed);
+        RP_TRY(act_unbind(t, e, &src, &src_md, attr, key));
     } else {
-        step_arg(s, DNNL_ARG_SRC, src, BWDW_X);
+        step_arg(s, DNNL_ARG_SRC, src.prim, src.prim_feed);
         step_arg(s, DNNL_ARG_DIFF_WEIGHTS, wprim, wprim_feed);
         if (bias) step_arg(s, DNNL_ARG_DIFF_BIAS, bmem, BWDW_DB);
-        step_arg(s, DNNL_ARG_DIFF_DST, dst, BWDW_DY);
+        step_arg(s, DNNL_ARG_DIFF_DST, dst.prim, dst.prim_feed);
         if (reorder)
             RP_TRY(entry_reorder(t, e, wprim, FEED_OWNED, wprim_md, wuser, wfeed, &wuser_md, attr,
                                  key));
@@ -563,7 +697,11 @@ static rp_status entry_run(thread_state *t, cache_entry *e, void *const *ptrs)
         dnnl_step *s = &e->steps[i];
         for (int a = 0; a < s->nargs; a++) {
             if (s->feed[a] == FEED_OWNED) continue;
-            void *p = s->feed[a] == FEED_SCRATCH ? t->scratch : ptrs[s->feed[a]];
+            int f = s->feed[a];
+            void *p = f == FEED_SCRATCH  ? t->scratch
+                      : f == FEED_STAGE0 ? t->stage[0]
+                      : f == FEED_STAGE1 ? t->stage[1]
+                                         : ptrs[f];
             DNNL_TRY(dnnl_memory_set_data_handle, (s->args[a].memory, p));
         }
     }
@@ -575,11 +713,12 @@ cleanup:
     return status;
 }
 
-/* Cache keys: the kind and every descriptor field, unused slots zero. */
+/* Cache keys: the kind and every descriptor field, unused slots zero; a convolution's last slot
+ * says whether Winograd is wanted, so RP_CONV_ALGO takes effect on the next call. */
 static cache_key conv_key(entry_kind kind, const rp_conv_desc *d)
 {
-    return (cache_key){
-        {kind, d->n, d->h, d->w, d->c, d->o, d->kh, d->kw, d->oh, d->ow, d->stride, d->pad, 0}};
+    return (cache_key){{kind, d->n, d->h, d->w, d->c, d->o, d->kh, d->kw, d->oh, d->ow, d->stride,
+                        d->pad, winograd_wanted(d)}};
 }
 
 static cache_key pool_key(entry_kind kind, const rp_pool_desc *d)
@@ -603,6 +742,24 @@ static rp_status run_cached(const cache_key *key, const rp_conv_desc *cd, const 
 }
 
 /* ---- convolution --------------------------------------------------------- */
+
+rp_status rp_cpu_conv2d_uses_winograd(const rp_conv_desc *d, int pass, bool *winograd)
+{
+    RP_CHECK(rp_conv_desc_validate(d));
+    if (pass < 0 || pass > 2 || !winograd)
+        return RP_ERROR(RP_ERR_INVALID, "rp_cpu_conv2d_uses_winograd: pass %d (0-2) or NULL", pass);
+    static const entry_kind kinds[] = {KIND_CONV_FWD, KIND_CONV_BWD_DATA, KIND_CONV_BWD_WEIGHTS};
+    cache_key key = conv_key(kinds[pass], d);
+    thread_state *t = NULL;
+    RP_CHECK(thread_state_get(&t));
+    cache_entry *e = cache_find(t, &key);
+    if (!e) {
+        RP_CHECK(build_conv(t, &key, d, &e));
+        RP_CHECK(cache_insert(t, e));
+    }
+    *winograd = e->winograd;
+    return RP_OK;
+}
 
 rp_status rp_cpu_conv2d_fwd(float *y, const float *x, const float *w, const float *bias,
                             const rp_conv_desc *d)

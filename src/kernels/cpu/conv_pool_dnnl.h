@@ -65,6 +65,12 @@ rp_status rp_cpu_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
 rp_status rp_cpu_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d);
 rp_status rp_cpu_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d);
 
+/*
+ * Whether the convolution d runs Winograd for pass 0 (forward), 1 (backward data) or 2 (backward
+ * weights) on this CPU with the current RP_CONV_ALGO (builds the primitive if needed; for tests).
+ */
+rp_status rp_cpu_conv2d_uses_winograd(const rp_conv_desc *d, int pass, bool *winograd);
+
 /* Number of primitives in the calling thread's oneDNN cache (for tests and debugging). */
 int rp_cpu_dnnl_cache_entries(void);
 
