@@ -28,9 +28,14 @@ int rp_cli_info(int argc, char **argv)
            v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
     printf("OpenMP threads %d\n", omp_get_max_threads());
     printf("environment    RP_LOG_LEVEL=%d RP_THREADS=%d RP_KERNELS=%s RP_DATA_DIR=%s "
-           "RP_COMM_TIMEOUT=%g RP_FLIGHT_ENTRIES=%d\n",
+           "RP_COMM_TIMEOUT=%g RP_FLIGHT_ENTRIES=%d RP_CONV_ALGO=%s\n",
            env->log_level, env->threads, env->kernels, env->data_dir, env->comm_timeout,
-           env->flight_entries);
+           env->flight_entries, env->conv_algo);
+    printf("convolutions   %s\n",
+           rp_kernels_get_conv_algorithm() == RP_CONV_DIRECT ? "direct (RP_CONV_ALGO=direct)"
+           : dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core
+               ? "Winograd for 3x3 stride 1 with >= 16 channels, direct otherwise"
+               : "direct (this CPU has no AVX-512, which oneDNN's Winograd needs)");
     printf("MuJoCo         %s (replicator train d4pg --task T)\n", mj_versionString());
     for (int i = 0; i < rp_env_task_count(); i++)
         printf("  %s\n", rp_env_task_about(i));

@@ -547,7 +547,7 @@ static void test_cache_per_thread(void **state)
 
 /*
  * The algorithm switch: 3x3 stride-1 convolutions of >= 16 channels run Winograd by default where
- * this CPU has oneDNN's (AVX-512), never with RP_CONV_ALGO=direct, never for other kernels or
+ * this CPU has oneDNN's (AVX-512), never with RP_CONV_DIRECT, never for other kernels or
  * fewer channels; every
  * convolution test above passes under both settings (run again here with direct).
  */
@@ -559,7 +559,7 @@ static void test_conv_algorithm_switch(void **state)
     assert_int_equal(rp_conv_desc_init(&ds2, 2, 16, 16, 32, 32, 3, 3, 2, 1), RP_OK);
     assert_int_equal(rp_conv_desc_init(&dc1, 2, 16, 16, 1, 32, 3, 3, 1, 1), RP_OK);
     bool avx512 = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
-    unsetenv("RP_CONV_ALGO");
+    rp_kernels_set_conv_algorithm(RP_CONV_AUTO);
     for (int pass = 0; pass < 3; pass++) {
         bool w3, w1, ws2, wc1;
         assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, pass, &w3), RP_OK);
@@ -571,7 +571,8 @@ static void test_conv_algorithm_switch(void **state)
         assert_false(ws2);
         assert_false(wc1);
     }
-    setenv("RP_CONV_ALGO", "direct", 1);
+    rp_kernels_set_conv_algorithm(RP_CONV_DIRECT);
+    assert_int_equal(rp_kernels_get_conv_algorithm(), RP_CONV_DIRECT);
     for (int pass = 0; pass < 3; pass++) {
         bool w3;
         assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, pass, &w3), RP_OK);
@@ -580,7 +581,7 @@ static void test_conv_algorithm_switch(void **state)
     test_conv_fwd(state);
     test_conv_bwd_data(state);
     test_conv_bwd_weights(state);
-    unsetenv("RP_CONV_ALGO");
+    rp_kernels_set_conv_algorithm(RP_CONV_AUTO);
     bool w;
     assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, 3, &w), RP_ERR_INVALID);
 }

@@ -443,9 +443,8 @@ static void test_replicas_match_one(void **unused)
      * 1e-6 of the reference (test_kernels_conv). The test proves the replication, not the
      * kernels: it pins the direct algorithm, for which this seed has no kink within rounding.
      */
-    const char *algo = getenv("RP_CONV_ALGO");
-    char *saved = algo ? strdup(algo) : NULL;
-    setenv("RP_CONV_ALGO", "direct", 1);
+    rp_conv_algorithm algo = rp_kernels_get_conv_algorithm();
+    rp_kernels_set_conv_algorithm(RP_CONV_DIRECT);
     rp_sngan_config c = tiny_config();
     harness one, two;
     harness_init(&one, &c, 1);
@@ -497,11 +496,7 @@ static void test_replicas_match_one(void **unused)
     }
     harness_free(&one);
     harness_free(&two);
-    if (saved)
-        setenv("RP_CONV_ALGO", saved, 1);
-    else
-        unsetenv("RP_CONV_ALGO");
-    free(saved);
+    rp_kernels_set_conv_algorithm(algo);
 }
 
 /* ---- gradient accumulation -------------------------------------------------------------- */

@@ -165,6 +165,8 @@ typedef struct rp_env {
     bool stuck_exit;    /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
     int flight_entries; /* RP_FLIGHT_ENTRIES: calls each communicator handle keeps (flight
                            recorder), default 64, 0 = off, at most 1 << 20 */
+    const char *conv_algo; /* RP_CONV_ALGO: "auto" (default: Winograd where it is faster) or
+                              "direct" (see rp_kernels_set_conv_algorithm) */
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */

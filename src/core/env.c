@@ -52,6 +52,8 @@ static void read_env(void)
     env.flight_entries = flight && *flight ? atoi(flight) : 64;
     if (env.flight_entries < 0) env.flight_entries = 0;
     if (env.flight_entries > (1 << 20)) env.flight_entries = 1 << 20;
+    const char *algo = getenv("RP_CONV_ALGO");
+    env.conv_algo = algo && !strcmp(algo, "direct") ? "direct" : "auto";
 }
 
 const rp_env *rp_env_get(void)

@@ -1,5 +1,6 @@
 /*
- * threads.c - choosing the kernel table and the calling thread's team size.
+ * threads.c - choosing the kernel table, the calling thread's team size and the convolution
+ * algorithm.
  */
 #include <omp.h>
 #include <string.h>
@@ -30,4 +31,26 @@ int rp_kernels_get_threads(void)
 const char *rp_kernels_name(void)
 {
     return rp_kernels_active()->name;
+}
+
+/* -1 until first asked: then RP_CONV_ALGO's value, until a program sets another. */
+static int conv_algorithm = -1;
+
+void rp_kernels_set_conv_algorithm(rp_conv_algorithm a)
+{
+    __atomic_store_n(&conv_algorithm, a == RP_CONV_DIRECT ? RP_CONV_DIRECT : RP_CONV_AUTO,
+                     __ATOMIC_RELAXED);
+}
+
+rp_conv_algorithm rp_kernels_get_conv_algorithm(void)
+{
+    int a = __atomic_load_n(&conv_algorithm, __ATOMIC_RELAXED);
+    if (a < 0) {
+        a = strcmp(rp_env_get()->conv_algo, "direct") == 0 ? RP_CONV_DIRECT : RP_CONV_AUTO;
+        int unset = -1; /* a concurrent setter wins */
+        __atomic_compare_exchange_n(&conv_algorithm, &unset, a, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+        a = __atomic_load_n(&conv_algorithm, __ATOMIC_RELAXED);
+    }
+    return (rp_conv_algorithm)a;
 }

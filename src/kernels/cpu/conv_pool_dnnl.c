@@ -400,21 +400,19 @@ enum { BWDW_DW, BWDW_DB, BWDW_DY, BWDW_X };
 enum { POOL_OUT, POOL_IN };
 
 /*
- * The algorithm for 3x3 stride-1 convolutions of at least 16 input and output
- * channels: Winograd F(4x4, 3x3) where oneDNN has it (jit_wino_4x3, on
- * AVX-512 CPUs), direct elsewhere; RP_CONV_ALGO=direct turns it off. Its
- * blocked layout needs the activations reordered in and out (the staging
- * buffers), and pads channels to 16, so a 1-channel image costs 16x: with 1
- * input channel it was 3x slower than direct. docs/benchmarks.md ("Winograd
- * convolutions") has the measurements. Rounding: within 1e-6 of a double
- * reference per output, 2-3x the direct kernels' error (test_kernels_conv).
+ * The algorithm (rp_kernels_set_conv_algorithm): with AUTO, 3x3 stride-1
+ * convolutions of at least 16 input and output channels ask for Winograd
+ * F(4x4, 3x3), which oneDNN has on AVX-512 CPUs (jit_wino_4x3); build_conv
+ * falls back to direct where it has not. Its blocked layout needs the
+ * activations reordered in and out (the staging buffers) and pads channels
+ * to 16, so a 1-channel image costs 16x: with 1 input channel it ran 3x
+ * slower than direct, hence the 16-channel floor. Measurements:
+ * docs/benchmarks.md ("Winograd convolutions").
  */
 static bool winograd_wanted(const rp_conv_desc *d)
 {
-    /* Read on every call (it is part of the cache key): a program may change it between runs. */
-    const char *v = getenv("RP_CONV_ALGO");
-    bool direct = v && !strcmp(v, "direct");
-    return !direct && d->kh == 3 && d->kw == 3 && d->stride == 1 && d->c >= 16 && d->o >= 16;
+    return rp_kernels_get_conv_algorithm() == RP_CONV_AUTO && d->kh == 3 && d->kw == 3 &&
+           d->stride == 1 && d->c >= 16 && d->o >= 16;
 }
 
 /*
@@ -714,7 +712,7 @@ cleanup:
 }
 
 /* Cache keys: the kind and every descriptor field, unused slots zero; a convolution's last slot
- * says whether Winograd is wanted, so RP_CONV_ALGO takes effect on the next call. */
+ * says whether Winograd is wanted, so a change of algorithm takes effect on the next call. */
 static cache_key conv_key(entry_kind kind, const rp_conv_desc *d)
 {
     return (cache_key){{kind, d->n, d->h, d->w, d->c, d->o, d->kh, d->kw, d->oh, d->ow, d->stride,

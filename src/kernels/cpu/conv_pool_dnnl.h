@@ -67,7 +67,8 @@ rp_status rp_cpu_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d);
 
 /*
  * Whether the convolution d runs Winograd for pass 0 (forward), 1 (backward data) or 2 (backward
- * weights) on this CPU with the current RP_CONV_ALGO (builds the primitive if needed; for tests).
+ * weights) on this CPU with the current rp_kernels_get_conv_algorithm() (builds the primitive if
+ * needed; for tests and `replicator info`).
  */
 rp_status rp_cpu_conv2d_uses_winograd(const rp_conv_desc *d, int pass, bool *winograd);
 
