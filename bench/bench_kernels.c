@@ -362,6 +362,19 @@ static void conv_ours(void *p)
     }
 }
 
+/* The same call with the convolution algorithm set first (section f). */
+static void conv_ours_auto(void *p)
+{
+    rp_kernels_set_conv_algorithm(RP_CONV_AUTO);
+    conv_ours(p);
+}
+
+static void conv_ours_direct(void *p)
+{
+    rp_kernels_set_conv_algorithm(RP_CONV_DIRECT);
+    conv_ours(p);
+}
+
 static void bench_conv(void)
 {
     static const struct {
@@ -372,8 +385,10 @@ static void bench_conv(void)
         {"R18 N=32 56x56 64->64 3x3", 32, 56, 64, 64, 3, 1, 1},
         {"R18 N=32 56x56 64->128 3x3 s2", 32, 56, 64, 128, 3, 2, 1},
     };
+    /* Our wrapper's cost against the same algorithm: Winograd is section (f). */
+    rp_kernels_set_conv_algorithm(RP_CONV_DIRECT);
     printf("\n(b) convolution, NHWC/OHWI, GFLOP/s: rp_cpu_conv2d_* vs oneDNN direct "
-           "(weights: primitive's layout + reorder)\n");
+           "(weights: primitive's layout + reorder; ours with RP_CONV_DIRECT)\n");
     printf("  %-44s %9s %9s %9s  %s\n", "shape", "ours", "direct", "overhead", "oneDNN impl");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         rp_conv_desc d;
@@ -418,6 +433,47 @@ static void bench_conv(void)
         direct_conv_free(&c.dc);
     }
     rp_free(x), rp_free(w), rp_free(y);
+    rp_kernels_set_conv_algorithm(RP_CONV_AUTO);
+}
+
+/*
+ * (f) The convolution algorithm: rp_cpu_conv2d_* with RP_CONV_AUTO (Winograd for 3x3 stride 1
+ * with >= 16 channels, its activations staged through reorders) against RP_CONV_DIRECT, on the
+ * SN-GAN's and ResNet-20's shapes. GFLOP/s count the direct algorithm's arithmetic for both.
+ */
+static void bench_conv_algorithm(void)
+{
+    static const struct {
+        const char *name;
+        int n, hw, c, o;
+    } shapes[] = {
+        {"SN-GAN N=64 32x32 32->32", 64, 32, 32, 32}, {"SN-GAN N=64 16x16 32->32", 64, 16, 32, 32},
+        {"SN-GAN N=64 8x8 32->32", 64, 8, 32, 32},    {"R20 N=64 28x28 16->16", 64, 28, 16, 16},
+        {"R20 N=64 14x14 32->32", 64, 14, 32, 32},    {"R20 N=64 7x7 64->64", 64, 7, 64, 64},
+    };
+    printf("\n(f) 3x3 stride-1 convolution, GFLOP/s (direct's arithmetic): rp_cpu_conv2d_* with "
+           "RP_CONV_AUTO vs RP_CONV_DIRECT\n");
+    printf("  %-44s %9s %9s %9s\n", "shape", "auto", "direct", "auto/direct-1");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        rp_conv_desc d;
+        RP(rp_conv_desc_init(&d, shapes[s].n, shapes[s].hw, shapes[s].hw, shapes[s].c, shapes[s].o,
+                             3, 3, 1, 1));
+        float *x = buffer((int64_t)d.n * d.h * d.w * d.c, 4);
+        float *w = buffer((int64_t)d.o * d.kh * d.kw * d.c, 5);
+        float *y = buffer((int64_t)d.n * d.oh * d.ow * d.o, 6);
+        double flops = 2.0 * d.n * d.oh * d.ow * d.o * d.c * d.kh * d.kw;
+        for (int k = 0; k < 3; k++) {
+            conv_ctx c = {.kind = (conv_kind)k, .d = d, .x = x, .w = w, .y = y};
+            char name[96];
+            snprintf(name, sizeof name, "%s %s", shapes[s].name, conv_kind_names[k]);
+            pair_result r = time_pair(conv_ours_auto, &c, conv_ours_direct, &c);
+            bool wino = false;
+            RP(rp_cpu_conv2d_uses_winograd(&d, k, &wino));
+            report_flops(name, flops, r, wino ? "Winograd" : "direct (no Winograd here)");
+        }
+        rp_free(x), rp_free(w), rp_free(y);
+    }
+    rp_kernels_set_conv_algorithm(RP_CONV_AUTO);
 }
 
 /* ---- (c) pooling -------------------------------------------------------- */
@@ -683,7 +739,7 @@ static void usage(FILE *f)
 {
     fprintf(
         f,
-        "usage: bench_kernels [--threads N] [--rounds R] [--quick] [--only a|b|c|d|e] [--help]\n"
+        "usage: bench_kernels [--threads N] [--rounds R] [--quick] [--only a|b|c|d|e|f] [--help]\n"
         "\n"
         "Measures replicator's fast kernels against the engines underneath, in one run:\n"
         "  (a) GEMM via rp_cpu_gemm vs dnnl_sgemm directly, and dnnl_sgemm vs cblas_sgemm\n"
@@ -692,6 +748,7 @@ static void usage(FILE *f)
         "  (c) max / average pooling forward, ours vs oneDNN\n"
         "  (d) oneDNN with weights forced to OHWI vs its preferred layout + reorders\n"
         "  (e) batch norm's per-channel sums, forward and backward, vs the reference\n"
+        "  (f) 3x3 convolution: Winograd (RP_CONV_AUTO) vs direct, through rp_cpu_conv2d_*\n"
         "Ours and direct are timed in interleaved rounds; medians are reported, and\n"
         "overhead = (median of per-round time ratios ours/direct - 1) * 100.\n"
         "\n"
@@ -735,7 +792,7 @@ int main(int argc, char **argv)
         }
     }
     if (g_rounds < 1 || g_rounds > MAX_ROUNDS || threads < 0 ||
-        (only && (strlen(only) != 1 || !strchr("abcde", only[0])))) {
+        (only && (strlen(only) != 1 || !strchr("abcdef", only[0])))) {
         usage(stderr);
         return 2;
     }
@@ -756,6 +813,7 @@ int main(int argc, char **argv)
     if (!only || only[0] == 'c') bench_pool();
     if (!only || only[0] == 'd') bench_weight_layout();
     if (!only || only[0] == 'e') bench_bn();
+    if (!only || only[0] == 'f') bench_conv_algorithm();
     printf("\ntotal %.1f s\n", rp_now_s() - t0);
     dnnl_engine_destroy(g_engine);
     return 0;
