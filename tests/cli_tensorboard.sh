@@ -98,3 +98,19 @@ msg=$("$bin" train mlp --tensorboard "" 2>&1); rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q -- "--tensorboard" <<< "$msg" || fail "an empty --tensorboard: $rc $msg"
 echo "ok: bad directories"
+
+need_mpirun   # (exits here without mpirun: the checks above have passed)
+
+# Under mpirun -np 2: one events file, written by rank 0 alone, with the same steps and the same
+# reduced numbers as 2 replica threads (both backends reduce in rank order).
+"$bin" "${mlp[@]}" --epochs 1 --replicas 2 --threads-per-replica 1 --out "$dir/thr" \
+    --tensorboard "$dir/tb-thr" > /dev/null
+"${mpi[@]}" -np 2 "$bin" "${mlp[@]}" --epochs 1 --threads-per-replica 1 --out "$dir/mpi" \
+    --tensorboard "$dir/tb-mpi" > /dev/null
+thr=$(events "$dir/tb-thr")
+out=$(events "$dir/tb-mpi")
+check_events "$out" train/loss train/lr epoch/train_loss eval/test_accuracy
+# perf/ (throughput) differs run to run; everything else must match.
+[ "$(grep -v ' perf/' <<< "$out")" = "$(grep -v ' perf/' <<< "$thr")" ] \
+    || fail "mpirun -np 2's events differ from 2 threads': $(diff <(echo "$thr") <(echo "$out"))"
+echo "ok: mpirun -np 2 --tensorboard: one file, the same scalars as 2 threads"
