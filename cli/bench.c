@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli.h"
 #include "models/resnet/resnet.h"
@@ -105,6 +106,13 @@ static rp_status bench_destroy(rp_replica *rep, void *arg)
     rp_free(s->images);
     rp_free(s->labels);
     return RP_OK;
+}
+
+/* Minor and major page faults of the whole process so far. */
+static long page_faults(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt + u.ru_majflt : 0;
 }
 
 static int bench_resnet(int argc, char **argv)
@@ -207,7 +215,9 @@ static int bench_resnet(int argc, char **argv)
     replicas = total_replicas;
     RP_TRY(rp_replicator_run(r, bench_build, &job));
     double total = 0;
+    long faults0 = 0;
     for (int it = 0; it < warmup + iters; it++) {
+        if (it == warmup) faults0 = page_faults();
         double t0 = rp_now_s();
         RP_TRY(rp_replicator_run(r, bench_step, &job));
         double dt = rp_now_s() - t0;
@@ -216,6 +226,8 @@ static int bench_resnet(int argc, char **argv)
             total += dt;
         }
     }
+    /* The process's, over the timed steps: the steady state should fault no pages (issue 17). */
+    double faults = (double)(page_faults() - faults0) / iters;
     double med = rp_cli_median(times, iters);
     double ips = (double)batch * iters / total;
     if (!root) {
@@ -224,17 +236,17 @@ static int bench_resnet(int argc, char **argv)
         printf("{\"framework\":\"replicator\",\"model\":\"%s\",\"batch\":%d,\"size\":%d,"
                "\"channels\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"bn\":\"%s\","
                "\"format\":\"nhwc\",\"images_per_s\":%.2f,\"ms_per_step\":%.2f,"
-               "\"median_ms_per_step\":%.2f,\"backend\":\"%s\"}\n",
+               "\"median_ms_per_step\":%.2f,\"page_faults_per_step\":%.1f,\"backend\":\"%s\"}\n",
                rp_resnet_kind_name(kind), batch, size, channels, replicas, tpr,
                replicas > 1 && cross_bn ? "cross-replica" : "local", ips, 1e3 * total / iters,
-               1e3 * med, rp_replicator_backend(r));
+               1e3 * med, faults, rp_replicator_backend(r));
     else
         printf("replicator %s batch %d %dx%dx%d, %d replica%s x %d threads (%s)%s: %.1f images/s "
-               "(%.1f ms/step, median %.1f)\n",
+               "(%.1f ms/step, median %.1f; %.1f page faults/step)\n",
                rp_resnet_kind_name(kind), batch, size, size, channels, replicas,
                replicas > 1 ? "s" : "", tpr, rp_replicator_backend(r),
                replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "", ips,
-               1e3 * total / iters, 1e3 * med);
+               1e3 * total / iters, 1e3 * med, faults);
 
 cleanup:
     if (r) {
