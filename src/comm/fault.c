@@ -413,7 +413,7 @@ typedef struct due {
 static rp_status invalid_schedule(rp_comm *comm)
 {
     comm->ops->fail(comm, RP_ERR_INVALID, sched_error);
-    return RP_ERROR(RP_ERR_INVALID, "%s", sched_error);
+    return rp_error_set(RP_ERR_INVALID, NULL, 0, "%s", sched_error); /* (already has its place) */
 }
 
 /*
