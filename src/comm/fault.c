@@ -52,7 +52,7 @@ static const char *kind_word(rp_fault_kind k)
     return k == RP_FAULT_DELAY ? "delay" : k == RP_FAULT_KILL ? "kill" : "corrupt";
 }
 
-/* ---- the spec ------------------------------------------------------------------------------- */
+/* ---- the spec ---------------------------------------------------------------------------- */
 
 /* s[0..n) without the spaces around it, as a NUL-terminated copy in buf (cut to fit). */
 static void trimmed(const char *s, size_t n, char *buf, size_t size)
@@ -266,7 +266,7 @@ bool rp_fault_fires(const rp_fault_schedule *s, int k, int worker, uint64_t call
     return (double)w[0] < f->p * 4294967296.0;
 }
 
-/* ---- the process's schedule ------------------------------------------------------------------ */
+/* ---- the process's schedule -------------------------------------------------------------- */
 
 static void load_env(void)
 {
@@ -326,12 +326,32 @@ int rp_fault_events(rp_fault_event *out, int max)
     return n;
 }
 
-/* ---- applying it --------------------------------------------------------------------------------
- */
+/* ---- applying it ------------------------------------------------------------------------- */
 
 static int worker_of(const rp_comm *comm)
 {
     return comm->ids[comm->rank];
+}
+
+/* A call as messages name it, written only when one needs it (a fault fired, or a dead worker). */
+typedef struct call_text {
+    const rp_coll_desc *coll; /* a collective, or */
+    const rp_p2p_desc *msg;   /* a message post */
+    char buf[160];
+} call_text;
+
+static const char *describe(call_text *t)
+{
+    if (t->buf[0]) return t->buf;
+    if (t->coll) {
+        rp_coll_desc_str(t->coll, t->buf, sizeof t->buf);
+    } else {
+        char desc[96];
+        rp_p2p_desc_str(t->msg, false, desc, sizeof desc);
+        snprintf(t->buf, sizeof t->buf, "%s %s %d", desc, t->msg->send ? "to" : "from",
+                 t->msg->peer);
+    }
+    return t->buf;
 }
 
 bool rp_fault_dead(const rp_comm *comm)
@@ -379,7 +399,7 @@ static void die(void)
  * for it, it breaks the communicator itself after twice the timeout, so
  * that nothing hangs. Then the call fails, saying so.
  */
-static rp_status dead_call(rp_comm *comm, const char *call)
+static rp_status dead_call(rp_comm *comm, call_text *call)
 {
     /* The name of the backend, not a table slot: read only once a worker is dead. */
     if (strcmp(comm->ops->name, "threads") != 0) die();
@@ -400,7 +420,7 @@ static rp_status dead_call(rp_comm *comm, const char *call)
     return RP_ERROR(RP_ERR_COMM,
                     "%s on replica %d: the replica is dead, killed by an injected fault (%s); its "
                     "calls never reach its peers",
-                    call, id, sched.origin);
+                    describe(call), id, sched.origin);
 }
 
 /* What the schedule does at one call, gathered before any of it is applied. */
@@ -417,12 +437,13 @@ static rp_status invalid_schedule(rp_comm *comm)
 }
 
 /*
- * Counts the call (text `call`, for the log) and finds the faults due at
- * it: each one that fires is logged and recorded here, so that whatever
- * follows - even the end of the process - comes after its line.
+ * Counts the call and finds the faults due at it: each one that fires is
+ * logged and recorded here, so that whatever follows - even the end of the
+ * process - comes after its line.
  */
-static due find_due(rp_comm *comm, const char *call, bool message)
+static due find_due(rp_comm *comm, call_text *call)
 {
+    bool message = call->msg != NULL;
     due du = {0};
     uint64_t n = comm->fault_calls++, run = comm->fault_runs, in_run = n - comm->fault_run_start;
     int worker = worker_of(comm);
@@ -456,14 +477,14 @@ static due find_due(rp_comm *comm, const char *call, bool message)
                "fault injected: %s worker %d at call %llu (run %llu, call %llu of the run): %s (%s "
                "'%s')",
                what, worker, (unsigned long long)n, (unsigned long long)run,
-               (unsigned long long)in_run, call, sched.origin, f->text);
+               (unsigned long long)in_run, describe(call), sched.origin, f->text);
         record(f, k, worker, n, run, in_run);
     }
     return du;
 }
 
 /* Applies a kill: this worker's calls stop (threads), or its process ends (MPI: dead_call). */
-static rp_status kill_worker(rp_comm *comm, const char *call)
+static rp_status kill_worker(rp_comm *comm, call_text *call)
 {
     pthread_mutex_lock(&mu);
     if (ndead < MAX_DEAD) {
@@ -494,12 +515,11 @@ rp_status rp_fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *
     if (!__atomic_load_n(&rp_fault_armed, __ATOMIC_ACQUIRE) || comm->fault_exempt)
         return comm->ops->collective(comm, d, send, recv);
     if (sched_error[0]) return invalid_schedule(comm);
-    char call[160];
-    rp_coll_desc_str(d, call, sizeof call);
-    if (rp_fault_dead(comm)) return dead_call(comm, call);
-    due du = find_due(comm, call, false);
+    call_text call = {.coll = d};
+    if (rp_fault_dead(comm)) return dead_call(comm, &call);
+    due du = find_due(comm, &call);
     if (du.delay_ms > 0) sleep_ms(du.delay_ms);
-    if (du.kill) return kill_worker(comm, call);
+    if (du.kill) return kill_worker(comm, &call);
     rp_coll_desc bad = *d;
     if (du.header) {
         /* A header the peers can compare but the backend can still act on safely: one element
@@ -518,7 +538,7 @@ rp_status rp_fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *
         int bit = (int)(w[2] % 8);
         ((unsigned char *)recv)[byte] ^= (unsigned char)(1u << bit);
         rp_log(RP_LOG_WARN, "fault injected: bit %d of byte %zu of worker %d's result flipped (%s)",
-               bit, byte, worker_of(comm), call);
+               bit, byte, worker_of(comm), describe(&call));
     }
     return status;
 }
@@ -529,13 +549,11 @@ rp_status rp_fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_
     if (!__atomic_load_n(&rp_fault_armed, __ATOMIC_ACQUIRE) || comm->fault_exempt)
         return d->send ? comm->ops->isend(comm, d, buf, req) : comm->ops->irecv(comm, d, buf, req);
     if (sched_error[0]) return invalid_schedule(comm);
-    char call[160], desc[96];
-    rp_p2p_desc_str(d, false, desc, sizeof desc);
-    snprintf(call, sizeof call, "%s %s %d", desc, d->send ? "to" : "from", d->peer);
-    if (rp_fault_dead(comm)) return dead_call(comm, call);
-    due du = find_due(comm, call, true);
+    call_text call = {.msg = d};
+    if (rp_fault_dead(comm)) return dead_call(comm, &call);
+    due du = find_due(comm, &call);
     if (du.delay_ms > 0) sleep_ms(du.delay_ms);
-    if (du.kill) return kill_worker(comm, call);
+    if (du.kill) return kill_worker(comm, &call);
     rp_p2p_desc bad = *d;
     if (du.header) {
         if (bad.count > 0)
