@@ -340,17 +340,44 @@ typedef struct call_text {
     char buf[160];
 } call_text;
 
+/*
+ * "all_reduce #2 (count 8, f32, max)", "the runtime's report all-gather (all_gather, count 6,
+ * i64)", "send (tag 7, count 5, f32) to 1": as comm.c's messages name calls, written here from the
+ * fields (dtype.c's names, the flight recorder's kinds) so that comm.c and this file do not call
+ * each other.
+ */
 static const char *describe(call_text *t)
 {
     if (t->buf[0]) return t->buf;
-    if (t->coll) {
-        rp_coll_desc_str(t->coll, t->buf, sizeof t->buf);
-    } else {
-        char desc[96];
-        rp_p2p_desc_str(t->msg, false, desc, sizeof desc);
-        snprintf(t->buf, sizeof t->buf, "%s %s %d", desc, t->msg->send ? "to" : "from",
-                 t->msg->peer);
+    char args[96] = "";
+    if (t->msg) {
+        const rp_p2p_desc *d = t->msg;
+        if (d->tag == RP_ANY_TAG)
+            snprintf(args, sizeof args, "any tag");
+        else
+            snprintf(args, sizeof args, "tag %d", d->tag);
+        snprintf(t->buf, sizeof t->buf, "%s (%s, count %lld, %s) %s %d", d->send ? "send" : "recv",
+                 args, (long long)d->count, rp_dtype_name((rp_dtype)d->dtype),
+                 d->send ? "to" : "from", d->peer);
+        return t->buf;
     }
+    const rp_coll_desc *d = t->coll;
+    const char *kind = rp_flight_kind_name((rp_flight_kind)d->kind);
+    if (d->kind != RP_COLL_BARRIER) {
+        int n = snprintf(args, sizeof args, "count %lld, %s", (long long)d->count,
+                         rp_dtype_name((rp_dtype)d->dtype));
+        if (n > 0 && (size_t)n < sizeof args && d->kind == RP_COLL_BROADCAST)
+            snprintf(args + n, sizeof args - (size_t)n, ", root %d", d->root);
+        else if (n > 0 && (size_t)n < sizeof args && d->kind != RP_COLL_ALL_GATHER)
+            snprintf(args + n, sizeof args - (size_t)n, ", %s",
+                     rp_reduce_op_name((rp_reduce_op)d->op));
+    }
+    if (d->internal)
+        snprintf(t->buf, sizeof t->buf, "%s (%s%s%s)", d->what[0] ? d->what : "an internal call",
+                 kind, args[0] ? ", " : "", args);
+    else
+        snprintf(t->buf, sizeof t->buf, "%s #%llu%s%s%s", kind, (unsigned long long)d->user_seq,
+                 args[0] ? " (" : "", args, args[0] ? ")" : "");
     return t->buf;
 }
 
