@@ -41,8 +41,7 @@ static char sched_error[1200];  /* set: $RP_FAULTS is invalid, and every call sa
 static uint64_t injected;       /* under mu */
 static rp_fault_event events[RP_FAULT_EVENTS];
 static uint64_t nevents; /* under mu */
-/* The workers killed on a threads backend; beyond this many, a kill stops only the handle's calls.
- */
+/* The workers killed on a threads backend (beyond this many, a kill stops one handle's calls). */
 #define MAX_DEAD 4096
 static int dead[MAX_DEAD]; /* under mu */
 static int ndead;          /* written under mu, read atomically */
