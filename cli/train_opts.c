@@ -95,6 +95,9 @@ static void usage(FILE *f)
             "                    (default: unbounded)\n"
             "  --slow R:F        make replica R F times slower (a sleep each step), to study\n"
             "                    stragglers\n"
+            "  --faults SPEC     inject faults into the workers' calls, e.g.\n"
+            "                    'kill:worker=1,run=20' or 'delay:worker=any,p=0.01,ms=50'\n"
+            "                    (docs/faults.md; also $RP_FAULTS)\n"
             "  --out DIR         run directory: checkpoint.safetensors, metrics.jsonl\n"
             "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
             "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
@@ -103,7 +106,8 @@ static void usage(FILE *f)
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
             "                    --comm-timeout, --regime, --ps, --staleness, --slow,\n"
-            "                    --max-steps, --no-checkpoint, --tensorboard and --quiet)\n"
+            "                    --faults, --max-steps, --no-checkpoint, --tensorboard and\n"
+            "                    --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
             "  --no-checkpoint   do not write checkpoints\n"
             "  --quiet           only the summary\n"
@@ -276,6 +280,13 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             ok = end != v && *end == ':' && r >= 0 && r < 4096;
             if (ok) ok = train_parse_float(end + 1, 1.0f, 1000.0f, &o->slow_factor);
             o->slow_replica = (int)r;
+        } else if (!strcmp(a, "--faults")) {
+            /* Process-wide, not saved in the checkpoint: a resumed run injects only what it is
+               given. */
+            if (rp_comm_faults_set(v, "--faults") != RP_OK) {
+                fprintf(stderr, "replicator train: %s\n", rp_last_error());
+                return 2;
+            }
         } else if (!strcmp(a, "--threads-per-replica")) {
             ok = train_parse_long(v, 1, 1024, &n);
             o->threads_per_replica = (int)n;
@@ -329,12 +340,12 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     if (*resume) {
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
         static const char *const allowed[] = {
-            "--resume",     "--epochs",        "--data",
-            "--threads",    "--replicas",      "--threads-per-replica",
-            "--max-steps",  "--no-checkpoint", "--quiet",
-            "--backend",    "--comm-timeout",  "--regime",
-            "--ps",         "--staleness",     "--slow",
-            "--tensorboard"};
+            "--resume",    "--epochs",        "--data",
+            "--threads",   "--replicas",      "--threads-per-replica",
+            "--max-steps", "--no-checkpoint", "--quiet",
+            "--backend",   "--comm-timeout",  "--regime",
+            "--ps",        "--staleness",     "--slow",
+            "--faults",    "--tensorboard"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;

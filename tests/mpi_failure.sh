@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of `mpirun replicator train` when a rank fails, on a small
 # subset of Fashion-MNIST, with a 10 s collective timeout (--comm-timeout):
-#  1. SIGKILL of rank 1 after the first epoch's checkpoint: the job ends,
+#  1. rank 1 killed (SIGKILL) by the fault schedule (--faults, docs/faults.md)
+#     at the second step after the first epoch's checkpoint: the job ends,
 #     non-zero, within the timeout and a margin; the output names rank 1; the
 #     checkpoint still loads and is the one written at an epoch's end;
 #  2. SIGSTOP of rank 1: rank 0 times out, reports the collective with its own
@@ -118,17 +119,35 @@ checkpoint_intact() {
     [[ "$at" =~ ^epoch\ ([2-9]|[1-9][0-9]+)\ step\ 0$ ]] || fail "the checkpoint is not at the end of an epoch ('$at'): $out"
 }
 
-# 1. SIGKILL: mpirun sees rank 1 die and ends the job at once.
-start_job "$dir/kill" --epochs 50
-kill -KILL "$victim_pid"
+# 1. A dead rank: the fault schedule kills rank 1 at its run 12 - the second step of epoch 2, after
+# the build (run 1), epoch 1's 8 steps, its evaluation and one step. Rank 1 reaches it only after
+# rank 0 met it in run 11, that is after rank 0 saved the first epoch's checkpoint (run 11 itself
+# could find rank 0 still writing it). The same step every time, where a SIGKILL sent by this
+# script once the checkpoint appeared landed wherever the job had got to. mpirun sees rank 1 die
+# and ends the job at once.
+log=$dir/kill.log
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${common[@]}" --epochs 50 --out "$dir/kill" \
+    --faults kill:worker=1,run=12 > "$log" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+    for r in 0 1; do
+        p=$(rank_pid "$job" $r || true)
+        if [ -n "$p" ] && [[ " ${ranks[*]} " != *" $p "* ]]; then ranks+=("$p"); fi
+    done
+    grep -q "fault injected: kill worker 1 " "$log" && break
+    kill -0 "$job" 2> /dev/null || break
+    sleep 0.2
+done
 t0=$(date +%s)
+grep -Eq "fault injected: kill worker 1 at call [0-9]+ \(run 12, call 0 of the run\)" "$log" \
+    || fail "the fault schedule did not kill rank 1 at its run 12 within 120 s"
 finish_job
-[ $rc -ne 0 ] || fail "SIGKILL of rank 1: the job exited 0"
+[ $rc -ne 0 ] || fail "rank 1 killed: the job exited 0"
 grep -Eq "rank 1 with PID [0-9]+ on node $host exited on signal 9|rank 1 \($host\)" "$log" \
-    || fail "SIGKILL of rank 1: the output does not name rank 1"
+    || fail "rank 1 killed: the output does not name rank 1"
 checkpoint_intact "$dir/kill"
-echo "ok: SIGKILL of rank 1 ends the job in ${elapsed}s (exit $rc); the checkpoint loads ($at):"
-grep -E "exited on signal|error:" "$log" | sed 's/^/  | /'
+echo "ok: rank 1 killed by the fault schedule ends the job in ${elapsed}s (exit $rc); the checkpoint loads ($at):"
+grep -E "fault injected|exited on signal|error:" "$log" | sed 's/^/  | /'
 
 # 2. SIGSTOP: nothing tells mpirun; rank 0 times out, reports it and aborts the job.
 start_job "$dir/stop" --epochs 50

@@ -3,9 +3,9 @@
  * and the runtime's dumps of it (rp_replicator_set_flight_dir).
  *
  * A run where one replica calls a different collective and one where a
- * replica arrives after its peers' timeout each leave flight-<worker>.txt
- * and .jsonl for every worker, naming the last calls (kind, sequence,
- * peer/root, outcome); the ring keeps the last N calls oldest first after
+ * replica never arrives (the fault schedule kills it) each leave
+ * flight-<worker>.txt and .jsonl for every worker, naming the last calls
+ * (kind, sequence, peer/root, outcome); the ring keeps the last N calls oldest first after
  * more than N; a healthy run's entries (collectives and messages) are ok,
  * complete, with end >= start, and write no file; an invalid call is
  * recorded with its error; bad arguments are errors, not crashes.
@@ -46,13 +46,6 @@ static rp_replicator *make(const rp_config *cfg, const char *dir)
     assert_int_equal(st, RP_OK);
     assert_int_equal(rp_replicator_set_flight_dir(r, dir), RP_OK);
     return r;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
 }
 
 static void assert_line(const char *text, const char *path, const char *const *needles)
@@ -150,13 +143,17 @@ static void test_mismatch_dumps_every_worker(void **state)
 
 /* ---- a timeout ----------------------------------------------------------------------- */
 
-/* A barrier, then replica 1 sleeps past its peers' timeout before its all-reduce. */
+/*
+ * A barrier, then an all-reduce, which replica 1 never reaches: the fault
+ * schedule kills it there (docs/faults.md). Its peer's timeout is then
+ * certain, however slow the machine - a sleep past the timeout was not (a
+ * descheduled peer could still meet the sleeper).
+ */
 static rp_status late_fn(rp_replica *rep, void *arg)
 {
     (void)arg;
     float buf[8] = {0};
     RP_CHECK(rp_barrier(rep));
-    if (rp_replica_id(rep) == 1) sleep_s(1.2);
     return rp_all_reduce(rep, buf, buf, 8, RP_F32, RP_MAX);
 }
 
@@ -166,9 +163,11 @@ static void test_timeout_dumps_every_worker(void **state)
     const int n = 2;
     rp_config cfg = test_config(n, 0.3);
     rp_replicator *r = make(&cfg, tu_tmpdir());
+    assert_int_equal(rp_comm_faults_set("kill:worker=1,run=1,call=1", "test_flight"), RP_OK);
     rp_status st = rp_replicator_run(r, late_fn, NULL);
+    assert_int_equal(rp_comm_faults_set(NULL, NULL), RP_OK);
     assert_int_equal(st, RP_ERR_TIMEOUT);
-    /* Replica 0 waited its timeout in the all-reduce; replica 1 came to a broken communicator. */
+    /* Replica 0 waited its timeout in the all-reduce; replica 1's call failed once it broke. */
     rp_flight_entry e0 = last_entry(r, 0), e1 = last_entry(r, 1);
     assert_int_equal(e0.kind, RP_FLIGHT_ALL_REDUCE);
     assert_int_equal(e0.status, RP_ERR_TIMEOUT);

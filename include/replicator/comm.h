@@ -428,6 +428,51 @@ rp_status rp_comm_flight_get(const rp_comm *comm, int i, rp_flight_entry *out);
  */
 rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json);
 
+/* ---- fault injection --------------------------------------------------------------------- */
+
+/*
+ * A schedule of faults injected into chosen workers' calls, to test what a
+ * job does when a worker is late, dies or sends a wrong call - without
+ * sleeps or signals in the test (docs/faults.md has the whole language):
+ *
+ *     seed=7; delay:worker=1,call=40,ms=300; kill:worker=2,run=10;
+ *     corrupt:worker=0,call=25,what=header; delay:worker=any,p=0.01,ms=50
+ *
+ * Clauses are separated by ';'. A fault is KIND:KEY=VALUE,... with KIND
+ * delay (ms=N: the call starts N ms late), kill (the worker dies at the
+ * call: under the MPI backends its process ends by SIGKILL, on the threads
+ * backend its calls stop - they never reach the peers, who time out and
+ * name it - and its blocked call then fails with RP_ERR_COMM) or corrupt
+ * (what=header, the default: the call as the peers see it has one element
+ * fewer, or another dtype when it has none, so the check reports a
+ * mismatch; what=data: one bit of this worker's result of a collective is
+ * flipped after the call - no header check can see that). worker= is a
+ * replica id (rp_comm_replica_id of the handle's rank) or any. When:
+ * call=N is the handle's N-th call from 0 (collectives and message posts
+ * together, the flight recorder's numbering); run=R the handle's R-th run
+ * (the runtime starts one at every rp_replicator_run, counted from 1; the
+ * calls before the first are run 0), with call=N then counted from the
+ * run's start (default 0, its first call); p=P makes the fault random:
+ * each matching call fires with probability P, drawn from the
+ * counter-based generator at (seed, fault, worker, call), so a seed always
+ * gives the same faults. Every fault injected logs a line (WARN) starting
+ * "fault injected:" naming the fault, the worker, the call and the origin.
+ *
+ * The schedule is process-wide: $RP_FAULTS (read at the first call), or
+ * this call, which replaces it (spec NULL or empty: no faults). `origin`
+ * names the spec in messages and log lines (NULL: "rp_comm_faults_set").
+ * Calls and runs are counted while a schedule is set: set it before the
+ * communicators are created (or made their first call) for the numbers
+ * above. Without a schedule a call costs one predictable branch more.
+ * Not thread-safe against calls in flight: set it between runs.
+ * Errors: RP_ERR_INVALID naming the fault and the token at fault (the
+ * schedule in force is then unchanged).
+ */
+rp_status rp_comm_faults_set(const char *spec, const char *origin);
+
+/* Faults injected in this process since the schedule was set. Thread-safe. */
+uint64_t rp_comm_faults_injected(void);
+
 #ifdef __cplusplus
 }
 #endif

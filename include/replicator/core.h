@@ -167,6 +167,7 @@ typedef struct rp_env {
                            recorder), default 64, 0 = off, at most 1 << 20 */
     const char *conv_algo; /* RP_CONV_ALGO: "auto" (default: Winograd where it is faster) or
                               "direct" (see rp_kernels_set_conv_algorithm) */
+    const char *faults;    /* RP_FAULTS: a fault schedule (docs/faults.md), NULL if unset */
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */

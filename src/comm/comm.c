@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "comm/fault_internal.h"
 
 static const char *kind_name(int kind)
 {
@@ -170,7 +171,8 @@ rp_status rp_comm_set_timeout(rp_comm *comm, double seconds)
 
 void rp_comm_leave(rp_comm *comm, rp_status status, const char *reason)
 {
-    if (comm) comm->ops->leave(comm, status, reason ? reason : "");
+    if (comm && !(rp_fault_on() && rp_fault_dead(comm)))
+        comm->ops->leave(comm, status, reason ? reason : "");
 }
 
 void rp_comm_rejoin(rp_comm *comm)
@@ -179,6 +181,7 @@ void rp_comm_rejoin(rp_comm *comm)
     /* A new phase (the runtime's next step): messages number the user's calls from #0 again. */
     comm->user_base = comm->user_seq;
     comm->phased = true;
+    if (rp_fault_on()) rp_fault_rejoin(comm);
     comm->ops->rejoin(comm);
 }
 
@@ -249,7 +252,8 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
         }
         return status;
     }
-    status = comm->ops->collective(comm, &d, send, recv);
+    status = rp_fault_on() ? rp_fault_collective(comm, &d, send, recv)
+                           : comm->ops->collective(comm, &d, send, recv);
     if (e) rp_flight_end(comm, call, status);
     if (status == RP_OK && !d.internal) comm->user_seq++;
     return status;
@@ -287,7 +291,9 @@ rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out)
 {
     if (!comm || !out) return RP_ERROR(RP_ERR_INVALID, "communicator or output is NULL");
     *out = NULL;
-    return comm->ops->split(comm, color, key, out);
+    rp_status status = comm->ops->split(comm, color, key, out);
+    if (*out) (*out)->fault_exempt = comm->fault_exempt;
+    return status;
 }
 
 int rp_comm_group_order(const int64_t *all, int n, int64_t color, int *order)
@@ -414,8 +420,9 @@ static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_re
     }
     rp_status status = check_p2p(comm, d, buf, req);
     if (status == RP_OK)
-        status =
-            d->send ? comm->ops->isend(comm, d, buf, req) : comm->ops->irecv(comm, d, buf, req);
+        status = rp_fault_on() ? rp_fault_post(comm, d, buf, req)
+                 : d->send     ? comm->ops->isend(comm, d, buf, req)
+                               : comm->ops->irecv(comm, d, buf, req);
     if (status != RP_OK) {
         if (e) rp_flight_end(comm, call, status);
         return status;

@@ -142,6 +142,14 @@ struct rp_comm {
     int flight_cap;
     bool flight_sized;
     uint64_t flight_calls, flight_msgs;
+    /*
+     * Fault injection (fault.c), counted while a schedule is set: calls made
+     * (collectives and message posts), runs (rp_comm_rejoin) and fault_calls
+     * at the last rejoin. fault_exempt: an inner handle of a layered backend
+     * (hier.c), never faulted itself; inherited by its splits.
+     */
+    uint64_t fault_calls, fault_runs, fault_run_start;
+    bool fault_exempt;
 };
 
 /*

@@ -737,6 +737,7 @@ rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s)
     rp_status status = RP_OK;
     if (!locals) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d members", n);
     RP_TRY(rp_comm_mpi_create(&mpi, timeout_s));
+    mpi->fault_exempt = true; /* faults are the members' (comm.c's dispatch on these handles) */
     int R = rp_comm_size(mpi), r = rp_comm_rank(mpi), size = n * R;
     counts = malloc((size_t)R * sizeof(int));
     ids = malloc((size_t)size * sizeof(int));
@@ -760,6 +761,8 @@ rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s)
         world[i] = i / n;
     }
     RP_TRY(rp_comm_threads_create(locals, n, ids + r * n, timeout_s * 1.25 + 1));
+    for (int t = 0; t < n; t++)
+        locals[t]->fault_exempt = true;
     g = group_create(world, size, r);
     if (!g) {
         status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate a communicator of %d members", size);

@@ -54,6 +54,9 @@ static void read_env(void)
     if (env.flight_entries > (1 << 20)) env.flight_entries = 1 << 20;
     const char *algo = getenv("RP_CONV_ALGO");
     env.conv_algo = algo && !strcmp(algo, "direct") ? "direct" : "auto";
+    /* Faults to inject into the communicators' calls (checked by src/comm/fault.c). */
+    const char *faults = getenv("RP_FAULTS");
+    env.faults = faults && *faults ? faults : NULL;
 }
 
 const rp_env *rp_env_get(void)
