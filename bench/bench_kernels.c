@@ -468,6 +468,7 @@ static void bench_conv_algorithm(void)
             snprintf(name, sizeof name, "%s %s", shapes[s].name, conv_kind_names[k]);
             pair_result r = time_pair(conv_ours_auto, &c, conv_ours_direct, &c);
             bool wino = false;
+            rp_kernels_set_conv_algorithm(RP_CONV_AUTO); /* what AUTO chose, not the last run's */
             RP(rp_cpu_conv2d_uses_winograd(&d, k, &wino));
             report_flops(name, flops, r, wino ? "Winograd" : "direct (no Winograd here)");
         }
