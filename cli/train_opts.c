@@ -99,11 +99,14 @@ static void usage(FILE *f)
             "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
             "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
             "                    (view them with: tensorboard --logdir DIR)\n"
+            "  --trace FILE      write a Chrome trace-event JSON of the run to FILE (open it in\n"
+            "                    ui.perfetto.dev; docs/tracing.md)\n"
             "  --force           overwrite a checkpoint already in --out\n"
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
             "                    --comm-timeout, --regime, --ps, --staleness, --slow,\n"
-            "                    --max-steps, --no-checkpoint, --tensorboard and --quiet)\n"
+            "                    --max-steps, --no-checkpoint, --tensorboard, --trace and\n"
+            "                    --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
             "  --no-checkpoint   do not write checkpoints\n"
             "  --quiet           only the summary\n"
@@ -226,6 +229,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--tensorboard")) {
             if (!train_copy_path("replicator train", a, v, NULL, CLI_PATH_MAX)) return 2;
             o->tensorboard = v;
+        } else if (!strcmp(a, "--trace")) {
+            if (!train_copy_path("replicator train", a, v, NULL, CLI_PATH_MAX)) return 2;
+            o->trace = v;
         } else if (!strcmp(a, "--model"))
             continue; /* read above, before the defaults */
         else if (!strcmp(a, "--dataset")) {
@@ -329,12 +335,12 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     if (*resume) {
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
         static const char *const allowed[] = {
-            "--resume",     "--epochs",        "--data",
-            "--threads",    "--replicas",      "--threads-per-replica",
-            "--max-steps",  "--no-checkpoint", "--quiet",
-            "--backend",    "--comm-timeout",  "--regime",
-            "--ps",         "--staleness",     "--slow",
-            "--tensorboard"};
+            "--resume",      "--epochs",        "--data",
+            "--threads",     "--replicas",      "--threads-per-replica",
+            "--max-steps",   "--no-checkpoint", "--quiet",
+            "--backend",     "--comm-timeout",  "--regime",
+            "--ps",          "--staleness",     "--slow",
+            "--tensorboard", "--trace"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
