@@ -213,7 +213,7 @@ static cJSON *read_json(const char *path)
 {
     size_t n;
     unsigned char *text = tu_read_file(path, &n);
-    cJSON *root = cJSON_Parse((const char *)text);
+    cJSON *root = cJSON_ParseWithLength((const char *)text, n);
     free(text);
     assert_non_null(root);
     return root;
@@ -408,8 +408,8 @@ static void test_replicator_results_and_tracks(void **state)
     cJSON *root = read_json(path);
     int barriers = 0;
     const cJSON *e;
-    cJSON_ArrayForEach(e, item(root, "traceEvents"))
-    barriers += !strcmp(cJSON_GetStringValue(item(e, "name")), "barrier");
+    cJSON_ArrayForEach(e, item(root, "traceEvents")) barriers +=
+        !strcmp(cJSON_GetStringValue(item(e, "name")), "barrier");
     assert_int_equal(barriers, 3); /* one per replica, on its own track */
     cJSON_Delete(root);
     rp_replicator_destroy(r);

@@ -64,7 +64,7 @@ rp_status rp_trace_start(int64_t per_thread)
 {
     if (rp_trace_enabled()) return RP_ERROR(RP_ERR_INVALID, "tracing is already started");
     events_per_thread = per_thread > 0 ? per_thread : RP_TRACE_DEFAULT_EVENTS;
-    generation++;
+    __atomic_fetch_add(&generation, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&enabled, true, __ATOMIC_RELEASE);
     return RP_OK;
 }
@@ -75,7 +75,7 @@ void rp_trace_stop(void)
     pthread_mutex_lock(&list_mu);
     trace_buffer *b = buffers;
     buffers = NULL;
-    generation++; /* every thread's buf pointer is stale from here */
+    __atomic_fetch_add(&generation, 1, __ATOMIC_RELAXED); /* every thread's buf is stale now */
     pthread_mutex_unlock(&list_mu);
     while (b) {
         trace_buffer *next = b->next;
@@ -89,7 +89,7 @@ rp_status rp_trace_thread_attach(int tid, const char *name)
 {
     if (!rp_trace_enabled()) return RP_OK;
     pthread_mutex_lock(&list_mu);
-    if (tls.buf && tls.generation == generation) {
+    if (tls.buf && tls.generation == __atomic_load_n(&generation, __ATOMIC_RELAXED)) {
         tls.buf->tid = tid;
         snprintf(tls.buf->name, sizeof tls.buf->name, "%s", name ? name : "");
         pthread_mutex_unlock(&list_mu);
@@ -112,7 +112,7 @@ rp_status rp_trace_thread_attach(int tid, const char *name)
     b->next = buffers;
     buffers = b;
     tls.buf = b;
-    tls.generation = generation;
+    tls.generation = __atomic_load_n(&generation, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&list_mu);
     return RP_OK;
 }
@@ -132,7 +132,9 @@ void rp_trace_begin(rp_trace_phase phase)
 /* The recording thread's buffer, if it is current and recording is on. */
 static trace_buffer *live_buffer(void)
 {
-    if (!tls.buf || !rp_trace_enabled() || tls.generation != generation) return NULL;
+    if (!tls.buf || !rp_trace_enabled() ||
+        tls.generation != __atomic_load_n(&generation, __ATOMIC_RELAXED))
+        return NULL;
     return tls.buf;
 }
 
