@@ -129,8 +129,8 @@ int main(int argc, char **argv)
         x->ts = ns_of(item(e, "ts")->valuedouble);
         x->end = x->ts + ns_of(dur->valuedouble);
         const cJSON *args = item(e, "args");
-        x->bytes = cJSON_IsNumber(item(args, "bytes")) ? (int64_t)item(args, "bytes")->valuedouble
-                                                       : -1;
+        x->bytes =
+            cJSON_IsNumber(item(args, "bytes")) ? (int64_t)item(args, "bytes")->valuedouble : -1;
         x->seq = cJSON_IsNumber(item(args, "seq")) ? (int64_t)item(args, "seq")->valuedouble : -1;
         x->op = cJSON_IsString(item(args, "op"));
     }
@@ -232,8 +232,8 @@ int main(int argc, char **argv)
                 snprintf(msg, sizeof msg,
                          "all_reduce seq %lld: rank 0 [%lld, %lld] and rank %d [%lld, %lld] ns "
                          "do not overlap",
-                         (long long)ev[a].seq, (long long)ev[a].ts, (long long)ev[a].end,
-                         ev[b].pid, (long long)ev[b].ts, (long long)ev[b].end);
+                         (long long)ev[a].seq, (long long)ev[a].ts, (long long)ev[a].end, ev[b].pid,
+                         (long long)ev[b].ts, (long long)ev[b].end);
                 return fail(msg);
             }
             matched++;

@@ -283,7 +283,6 @@ static void rejoin_all(rp_replica *rep)
         rp_comm_rejoin(rep->live[i]);
 }
 
-/* One replica's part of a run. */
 /* Names this thread's trace track after its worker: "replica 1", "actor 0" (tid = the worker). */
 static void trace_attach(const rp_replica *rep)
 {
@@ -294,6 +293,7 @@ static void trace_attach(const rp_replica *rep)
         rp_warn("tracing: %s (its track stays empty)", rp_last_error());
 }
 
+/* One replica's part of a run. */
 static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t generation)
 {
     const rp_strategy *st = rep->r->strategy;

@@ -159,7 +159,7 @@ rp_status train_straggler_step(rp_trainer *t)
         return RP_OK;
     }
     if (!found) {
-        if (s->replica >= 0)
+        if (s->replica >= 0 && t->root)
             rp_info("straggler: cleared (replica %d's %s is within %.2fx of the others' median "
                     "over the last %d steps)",
                     s->replica, rp_trace_phase_name(blamed[s->phase]), STRAGGLER_CLEAR, s->filled);
@@ -176,8 +176,9 @@ rp_status train_straggler_step(rp_trainer *t)
     s->ratio = worst_ratio;
     s->reports++;
     const char *host = s->hosts + (size_t)worst * HOST_LEN;
-    rp_warn("straggler: replica %d on host %s: %s %.1fx the median over the last %d steps", worst,
-            host, rp_trace_phase_name(blamed[worst_phase]), worst_ratio, s->filled);
+    if (t->root) /* every process decides alike; the process of replica 0 says it */
+        rp_warn("straggler: replica %d on host %s: %s %.1fx the median over the last %d steps",
+                worst, host, rp_trace_phase_name(blamed[worst_phase]), worst_ratio, s->filled);
     snprintf(t->straggler_text, sizeof t->straggler_text, "  straggler: replica %d %s %.1fx", worst,
              rp_trace_phase_name(blamed[worst_phase]), worst_ratio);
     return RP_OK;
