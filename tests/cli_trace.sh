@@ -3,8 +3,9 @@
 #  1. a traced ResNet-20 run on 2 replica threads: trace_check parses the file, finds every
 #     event's fields, exact nesting per track, 2 workers with every step's data, forward,
 #     backward, optimizer and gradient all-reduce;
-#  2. traced `train sngan`, `train d4pg` (learner, actor and replay tracks) and `bench resnet`
-#     files pass the same field and nesting checks; `trace merge` names a missing input;
+#  2. traced `train sngan`, `train d4pg` (learner, actor and replay tracks), `bench resnet` and
+#     async (parameter-server calls) files pass the same field and nesting checks; `trace merge`
+#     names a missing input;
 #  3. --slow 1:3 on 3 replicas: the log names replica 1 and its compute phase by step 10 of 20
 #     (the window needs 10 steps), once (no repeat while it lasts), and the progress line
 #     carries it; the same run without --slow reports no straggler;
@@ -46,14 +47,19 @@ done
     > /dev/null
 out=$("$check" "$dir/b.json" 2 0) || fail "bench trace: $out"
 grep -q '"name":"forward"' "$dir/b.json" || fail "the bench trace has no forward"
+"$bin" train mlp --data "$data" --limit 512 --batch 64 --threads 2 --replicas 2 --ps 1 --regime async \
+    --epochs 1 --quiet --no-checkpoint --trace "$dir/a.json" --out "$dir/a" > /dev/null
+out=$("$check" "$dir/a.json" 2 0) || fail "async trace: $out"
+grep -q '"name":"ps push/pull"' "$dir/a.json" || fail "the async trace has no parameter-server call"
 set +e
 msg=$("$bin" trace merge "$dir/m.json" "$dir/t.json" "$dir/missing.json" 2>&1); rc=$?
 set -e
 [ $rc -eq 1 ] && grep -q "missing.json" <<< "$msg" || fail "trace merge of a missing file: rc $rc: $msg"
-echo "ok: sngan, d4pg (learner, actor, replay tracks) and bench traces check; merge names a missing input"
+echo "ok: sngan, d4pg (learner, actor, replay tracks), bench and async (ps push/pull) traces check;" \
+    "merge names a missing input"
 
-# 3. Stragglers: 20 steps of 48 on 3 replicas, progress lines every 2 steps.
-out=$("$bin" "${resnet[@]}" --limit 960 --batch 48 --replicas 3 --slow 1:3 --out "$dir/s1" 2>&1) \
+# 3. Stragglers: 20 steps of 24 on 3 replicas, progress lines every 2 steps.
+out=$("$bin" "${resnet[@]}" --limit 480 --batch 24 --replicas 3 --slow 1:3 --out "$dir/s1" 2>&1) \
     || fail "--slow run: $out"
 reports=$(grep -c "WARN straggler:" <<< "$out" || true)
 [ "$reports" -eq 1 ] || fail "--slow 1:3: $reports straggler reports (expected 1): $out"
@@ -64,7 +70,7 @@ before=$(sed -n '/WARN straggler:/q;p' <<< "$out")
 grep -q "step 12/20" <<< "$before" && fail "--slow 1:3: named only after step 12: $out"
 grep -q "step 18/20 .*straggler: replica 1 compute" <<< "$out" \
     || fail "--slow 1:3: the progress line does not carry the straggler: $out"
-out=$("$bin" "${resnet[@]}" --limit 960 --batch 48 --replicas 3 --out "$dir/s2" 2>&1) \
+out=$("$bin" "${resnet[@]}" --limit 480 --batch 24 --replicas 3 --out "$dir/s2" 2>&1) \
     || fail "plain 3-replica run: $out"
 grep -q "straggler" <<< "$out" && fail "a straggler reported without --slow: $out"
 echo "ok: --slow 1:3 names replica 1's compute by step 10, once; no report without --slow"
