@@ -37,6 +37,8 @@ static void bench_usage(FILE *f)
             "  --threads-per-replica T  (default: threads / replicas)\n"
             "  --backend B   threads, mpi or auto (default: mpi under mpirun)\n"
             "  --local-bn    per-replica batch norm (default: cross-replica, as in training)\n"
+            "  --trace FILE  write a Chrome trace-event JSON of the steps to FILE (open it in\n"
+            "                ui.perfetto.dev; docs/tracing.md)\n"
             "  --json        one JSON line instead of text\n");
 }
 
@@ -121,6 +123,7 @@ static int bench_resnet(int argc, char **argv)
     int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0, replicas = 1,
         tpr = 0;
     bool json = false, cross_bn = true;
+    const char *trace = NULL;
     rp_backend backend = RP_BACKEND_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -148,6 +151,14 @@ static int bench_resnet(int argc, char **argv)
             backend = !strcmp(v, "mpi")       ? RP_BACKEND_MPI
                       : !strcmp(v, "threads") ? RP_BACKEND_THREADS
                                               : RP_BACKEND_AUTO;
+            continue;
+        }
+        if (!strcmp(a, "--trace")) {
+            if (!*v) {
+                fprintf(stderr, "replicator bench: --trace needs a file name\n");
+                return 2;
+            }
+            trace = v;
             continue;
         }
         if (!strcmp(a, "--model")) {
@@ -201,6 +212,7 @@ static int bench_resnet(int argc, char **argv)
     cfg.backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg.replicas = replicas;
     cfg.threads_per_replica = tpr;
+    if (trace) RP_TRY(rp_trace_start(0)); /* before the replicator: its workers' buffers */
     RP_TRY(rp_replicator_create(&r, &cfg));
     /* The job's replicas share the batch (all ranks' under MPI); only the first rank prints. */
     int total_replicas = rp_replicator_replicas(r);
@@ -228,6 +240,7 @@ static int bench_resnet(int argc, char **argv)
     }
     /* The process's, over the timed steps: the steady state should fault no pages (issue 17). */
     double faults = (double)(page_faults() - faults0) / iters;
+    if (trace) RP_TRY(rp_replicator_trace_write(r, trace));
     double med = rp_cli_median(times, iters);
     double ips = (double)batch * iters / total;
     if (!root) {
@@ -254,6 +267,7 @@ cleanup:
         if (status == RP_OK) status = teardown;
     }
     rp_replicator_destroy(r);
+    if (trace) rp_trace_stop();
     free(job.states);
     rp_free(times);
     if (status != RP_OK) {

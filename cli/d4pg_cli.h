@@ -18,6 +18,7 @@ typedef struct d4pg_opts {
     char out_dir[CLI_PATH_MAX];
     bool out_given, force, quiet;
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
+    const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
 } d4pg_opts;
 
 void d4pg_opts_default(d4pg_opts *o);

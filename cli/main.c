@@ -15,6 +15,7 @@ static void usage(FILE *f)
             "  sample  a trained GAN's samples as a PNG grid or IDX files\n"
             "  bench   training throughput of a model on synthetic data\n"
             "  info    print the build, the engines and the environment\n"
+            "  trace   merge per-rank trace files (`trace merge OUT IN...`)\n"
             "\n"
             "`replicator <command> --help` describes each command's options.\n");
 }
@@ -30,6 +31,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "sample")) return rp_cli_sample(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return rp_cli_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return rp_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "trace")) return rp_cli_trace(argc - 1, argv + 1);
     if (!strcmp(argv[1], "--version")) {
         printf("replicator %s\n", RP_VERSION);
         return 0;

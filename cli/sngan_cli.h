@@ -32,6 +32,7 @@ typedef struct sngan_opts {
     int threads, replicas;
     bool replicas_given, out_given, force, quiet, no_checkpoint;
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
+    const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
 } sngan_opts;
 
 void sngan_opts_default(sngan_opts *o);

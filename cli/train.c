@@ -58,6 +58,7 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
     o->max_steps = cli->max_steps;
     o->no_checkpoint = cli->no_checkpoint;
     o->tensorboard = cli->tensorboard;
+    o->trace = cli->trace;
 }
 
 /*
@@ -102,6 +103,7 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     tc.slow_replica = o->slow_replica;
     tc.slow_factor = o->slow_factor;
     tc.tensorboard_dir = o->tensorboard;
+    tc.trace = o->trace;
     RP_TRY(rp_trainer_create(t, &tc, rp_classifier_trainer_model(), *clf));
     if (rp_trainer_is_server(*t)) {
         o->quiet = true;

@@ -54,6 +54,7 @@ typedef struct train_opts {
     bool force;              /* --out may hold an earlier run's checkpoint: overwrite it */
     bool out_given;          /* --out was on the command line (else runs/MODEL, made unique) */
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
+    const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
 } train_opts;
 
 /* Defaults for a model: what `replicator train MODEL` runs with no options. */

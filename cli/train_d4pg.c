@@ -73,6 +73,8 @@ static void usage(FILE *f)
         "  --out DIR         run directory (default runs/d4pg-TASK, made unique)\n"
         "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
         "                    (view them with: tensorboard --logdir DIR)\n"
+        "  --trace FILE      write a Chrome trace-event JSON of the run to FILE (open it in\n"
+        "                    ui.perfetto.dev; docs/tracing.md)\n"
         "  --force           overwrite a checkpoint in --out\n"
         "  --eval-every N    env steps between evaluations (default %lld)\n"
         "  --eval-episodes N noise-free episodes per evaluation (default %d)\n"
@@ -226,6 +228,9 @@ int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume)
         } else if (!strcmp(a, "--tensorboard")) {
             if (!train_copy_path("replicator train d4pg", a, v, NULL, CLI_PATH_MAX)) return 2;
             o->tensorboard = v;
+        } else if (!strcmp(a, "--trace")) {
+            if (!train_copy_path("replicator train d4pg", a, v, NULL, CLI_PATH_MAX)) return 2;
+            o->trace = v;
         } else {
             fprintf(stderr, "replicator train d4pg: unknown option %s (see --help)\n", a);
             return 2;
@@ -375,6 +380,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
             if (!strcmp(argv[i], "--env-steps")) o->j.env_steps = cli.j.env_steps;
         o->quiet = cli.quiet;
         o->tensorboard = cli.tensorboard;
+        o->trace = cli.trace;
         o->max_steps = cli.max_steps;
         o->comm_timeout = cli.comm_timeout;
         snprintf(o->backend, sizeof o->backend, "%s", cli.backend);
@@ -404,6 +410,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
     tc.metrics_every_steps = o->metrics_every;
     tc.quiet = o->quiet;
     tc.tensorboard_dir = o->tensorboard;
+    tc.trace = o->trace;
     RP_TRY(rp_trainer_create(t, &tc, rp_d4pg_trainer_model(), *job));
     if (!rp_trainer_is_root(*t)) o->quiet = true;
     snprintf(o->out_dir, sizeof o->out_dir, "%s", rp_trainer_run_dir(*t));

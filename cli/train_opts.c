@@ -102,11 +102,14 @@ static void usage(FILE *f)
             "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
             "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
             "                    (view them with: tensorboard --logdir DIR)\n"
+            "  --trace FILE      write a Chrome trace-event JSON of the run to FILE (open it in\n"
+            "                    ui.perfetto.dev; docs/tracing.md)\n"
             "  --force           overwrite a checkpoint already in --out\n"
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
             "                    --comm-timeout, --regime, --ps, --staleness, --slow,\n"
-            "                    --faults, --max-steps, --no-checkpoint, --tensorboard and\n"
+            "                    --faults, --max-steps, --no-checkpoint, --tensorboard,\n"
+            "                    --trace and\n"
             "                    --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
             "  --no-checkpoint   do not write checkpoints\n"
@@ -230,6 +233,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--tensorboard")) {
             if (!train_copy_path("replicator train", a, v, NULL, CLI_PATH_MAX)) return 2;
             o->tensorboard = v;
+        } else if (!strcmp(a, "--trace")) {
+            if (!train_copy_path("replicator train", a, v, NULL, CLI_PATH_MAX)) return 2;
+            o->trace = v;
         } else if (!strcmp(a, "--model"))
             continue; /* read above, before the defaults */
         else if (!strcmp(a, "--dataset")) {
@@ -345,7 +351,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             "--max-steps", "--no-checkpoint", "--quiet",
             "--backend",   "--comm-timeout",  "--regime",
             "--ps",        "--staleness",     "--slow",
-            "--faults",    "--tensorboard"};
+            "--faults",    "--tensorboard",   "--trace"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;

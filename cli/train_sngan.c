@@ -72,6 +72,8 @@ static void usage(FILE *f)
         "  --out DIR         run directory (default runs/sngan, made unique)\n"
         "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
         "                    (view them with: tensorboard --logdir DIR)\n"
+        "  --trace FILE      write a Chrome trace-event JSON of the run to FILE (open it in\n"
+        "                    ui.perfetto.dev; docs/tracing.md)\n"
         "  --force           overwrite a checkpoint in --out\n"
         "  --checkpoint-every N  iterations between checkpoints (default %lld; also at the end\n"
         "                    and on Ctrl-C)\n"
@@ -203,6 +205,9 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
         } else if (!strcmp(a, "--tensorboard")) {
             if (!train_copy_path(CMD, a, v, NULL, CLI_PATH_MAX)) return 2;
             o->tensorboard = v;
+        } else if (!strcmp(a, "--trace")) {
+            if (!train_copy_path(CMD, a, v, NULL, CLI_PATH_MAX)) return 2;
+            o->trace = v;
         } else {
             fprintf(stderr, "replicator train sngan: unknown option %s (see --help)\n", a);
             return 2;
@@ -383,6 +388,7 @@ static void apply_resume_overrides(sngan_opts *o, const sngan_opts *cli, int arg
     o->max_steps = cli->max_steps;
     o->no_checkpoint = cli->no_checkpoint;
     o->tensorboard = cli->tensorboard;
+    o->trace = cli->trace;
 }
 
 /* The runtime's layout, through the classifier command's rules (train_runtime_config). */
@@ -457,6 +463,7 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
     tc.no_checkpoint = o->no_checkpoint;
     tc.quiet = o->quiet;
     tc.tensorboard_dir = o->tensorboard;
+    tc.trace = o->trace;
     RP_TRY(rp_trainer_create(t, &tc, rp_sngan_trainer_model(), *gan));
     if (!rp_trainer_is_root(*t)) o->quiet = true;
     snprintf(o->out_dir, sizeof o->out_dir, "%s", rp_trainer_run_dir(*t));

@@ -280,6 +280,30 @@ rp_replica *rp_replicator_replica(rp_replicator *r, int i);
  */
 rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value);
 
+/*
+ * Every replica's own value of the report `name` in the last run, in replica
+ * order, before the reduction: values[n], n = the replicas whose reports were
+ * reduced (rp_replicator_replicas() in a one-role job). The values ride along
+ * with the report exchange the run makes anyway. Errors: RP_ERR_INVALID (NULL,
+ * no such report, n not that count).
+ */
+rp_status rp_replicator_result_each(const rp_replicator *r, const char *name, double *values,
+                                    int n);
+
+/*
+ * Writes the trace recorded so far (replicator/trace.h) for the whole job.
+ * On one process: the file `path`. Across MPI processes: each measures its
+ * clock's offset to the process of worker 0 (a run of point-to-point round
+ * trips; the offset of the shortest is applied, half its round trip is the
+ * bound written in otherData), writes `path`.rank<N>.json, and after a
+ * barrier the process of worker 0 merges them into `path` when it can read
+ * them all (one file system) and removes them; otherwise it warns and they
+ * stay, for `replicator trace merge`. Call it on every process, between runs;
+ * a parameter-server rank writes nothing. Errors: those of the runs and of
+ * rp_trace_write / rp_trace_merge.
+ */
+rp_status rp_replicator_trace_write(rp_replicator *r, const char *path);
+
 /* ---- roles: long-lived functions --------------------------------------------------- */
 
 /*

@@ -267,8 +267,14 @@ typedef struct rp_trainer_config {
                                   separated by commas ("g_loss,d_loss"; read by create), shown
                                   in the model's order; NULL (default): the first; "": none */
     int slow_replica;          /* replica R sleeps (slow_factor - 1) x its step time each step,
-                                  to study stragglers; -1 (default): none */
+                                  to study stragglers; -1 (default): none. The sleep counts as
+                                  its compute time (a "slow (--slow)" span in the trace) */
     float slow_factor;
+    const char *trace;    /* write a Chrome trace-event JSON of the run here at its end
+                             (rp_replicator_trace_write; tracing is started before the
+                             replicator is created); NULL (default): none */
+    int straggler_window; /* the straggler report's window in steps (lockstep, >= 2 replicas;
+                             docs/tracing.md); default 50, 0: off */
 } rp_trainer_config;
 
 /* The defaults noted on each field (run_dir, which has none, must be set). */

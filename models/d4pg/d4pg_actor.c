@@ -176,7 +176,9 @@ rp_status rp_d4pg_actor_main(rp_replica *rep, void *arg)
     int64_t since_fetch = 0;
     while (status == RP_OK && !stop) {
         int64_t rows = 0, returns = 0, h[W_HDR];
+        rp_trace_begin(RP_PHASE_COMPUTE); /* the actor's work on its track (replicator/trace.h) */
         status = step(&s, t, &rng, &rows, &returns);
+        rp_trace_end("act");
         if (status != RP_OK) break;
         int64_t n = rows * w_row(s.obs, s.act) + returns;
         status = w_send(s.link, s.replay, W_INSERT, s.self, rows, returns, s.n, 0, 0, 0);

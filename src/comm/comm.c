@@ -7,6 +7,7 @@
 
 #include "comm/comm_internal.h"
 #include "comm/fault_internal.h"
+#include "replicator/trace.h"
 
 static const char *kind_name(int kind)
 {
@@ -252,8 +253,13 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
         }
         return status;
     }
+    rp_trace_begin(RP_PHASE_COMM); /* the trace's span: next to the flight recorder's entry */
     status = rp_fault_on() ? rp_fault_collective(comm, &d, send, recv)
                            : comm->ops->collective(comm, &d, send, recv);
+    rp_trace_end_args(kind_name(kind), count * (int64_t)rp_dtype_size(dtype), (int64_t)d.seq,
+                      kind == RP_COLL_ALL_REDUCE || kind == RP_COLL_REDUCE_SCATTER
+                          ? rp_reduce_op_name(op)
+                          : NULL);
     if (e) rp_flight_end(comm, call, status);
     if (status == RP_OK && !d.internal) comm->user_seq++;
     return status;
@@ -501,16 +507,22 @@ rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype d
 {
     rp_comm_request *req;
     rp_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
-    RP_CHECK(post(comm, &d, (void *)buf, &req, true));
-    return complete(req, rp_now_s() + comm->timeout);
+    rp_trace_begin(RP_PHASE_COMM);
+    rp_status status = post(comm, &d, (void *)buf, &req, true);
+    if (status == RP_OK) status = complete(req, rp_now_s() + comm->timeout);
+    rp_trace_end_args("send", count * (int64_t)rp_dtype_size(dtype), -1, NULL);
+    return status;
 }
 
 rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag)
 {
     rp_comm_request *req;
     rp_p2p_desc d = {.send = 0, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
-    RP_CHECK(post(comm, &d, buf, &req, true));
-    return complete(req, rp_now_s() + comm->timeout);
+    rp_trace_begin(RP_PHASE_COMM);
+    rp_status status = post(comm, &d, buf, &req, true);
+    if (status == RP_OK) status = complete(req, rp_now_s() + comm->timeout);
+    rp_trace_end_args("recv", count * (int64_t)rp_dtype_size(dtype), -1, NULL);
+    return status;
 }
 
 rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source, int *msg_tag,

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "data/loader_internal.h"
+#include "replicator/trace.h"
 
 rp_loader_config rp_loader_config_default(void)
 {
@@ -395,7 +396,19 @@ static rp_status loader_fail(rp_loader *ld, rp_status status, const char *msg)
     return RP_ERROR(status, "%s", ld->sticky_msg);
 }
 
+static rp_status loader_next(rp_loader *ld, rp_batch *b);
+
+/* The wait for a batch as a trace span ("data"); the forward pass is timed from its end. */
 rp_status rp_loader_next(rp_loader *ld, rp_batch *b)
+{
+    rp_trace_begin(RP_PHASE_DATA);
+    rp_status status = loader_next(ld, b);
+    rp_trace_end("data");
+    rp_trace_mark();
+    return status;
+}
+
+static rp_status loader_next(rp_loader *ld, rp_batch *b)
 {
     if (b) memset(b, 0, sizeof *b);
     if (!ld || !b) return RP_ERROR(RP_ERR_INVALID, "rp_loader_next: %s is NULL", !ld ? "ld" : "b");

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "replicator/optim.h"
+#include "replicator/trace.h"
 
 struct rp_optimizer {
     rp_params *params;   /* not owned */
@@ -379,7 +380,19 @@ static rp_status frozen_error(const rp_optimizer *opt)
         first ? first->name : "(none)", last ? last->name : "(none)", count);
 }
 
+static rp_status optimizer_step(rp_optimizer *opt, float lr);
+
+/* The step as a trace span (its hooks' collectives inside it), then the update. */
 rp_status rp_optimizer_step(rp_optimizer *opt, float lr)
+{
+    rp_trace_begin(RP_PHASE_OPTIMIZER);
+    rp_status status = optimizer_step(opt, lr);
+    rp_trace_end("optimizer");
+    rp_trace_mark();
+    return status;
+}
+
+static rp_status optimizer_step(rp_optimizer *opt, float lr)
 {
     if (!opt) return RP_ERROR(RP_ERR_INVALID, "optimizer is NULL");
     if (!(lr >= 0.0f) || isinf(lr))

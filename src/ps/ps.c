@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ps/ps_internal.h"
+#include "replicator/trace.h"
 
 /* Shard boundaries fall on multiples of 16 floats: no two servers share a cache line. */
 #define ALIGN 16
@@ -89,7 +90,10 @@ rp_status rp_ps_push(rp_ps *ps, const float *grad, float lr)
 {
     if (!ps) return RP_ERROR(RP_ERR_INVALID, "parameter server handle is NULL");
     RP_CHECK(check_push(ps, grad, lr));
-    RP_CHECK(ps->ops->push_pull(ps, grad, lr, NULL));
+    rp_trace_begin(RP_PHASE_COMM);
+    rp_status status = ps->ops->push_pull(ps, grad, lr, NULL);
+    rp_trace_end("ps push");
+    RP_CHECK(status);
     ps->clock++;
     return RP_OK;
 }
@@ -97,7 +101,10 @@ rp_status rp_ps_push(rp_ps *ps, const float *grad, float lr)
 rp_status rp_ps_pull(rp_ps *ps, float *values)
 {
     if (!ps || !values) return RP_ERROR(RP_ERR_INVALID, "pull: NULL argument");
-    return ps->ops->push_pull(ps, NULL, 0, values);
+    rp_trace_begin(RP_PHASE_COMM);
+    rp_status status = ps->ops->push_pull(ps, NULL, 0, values);
+    rp_trace_end("ps pull");
+    return status;
 }
 
 rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values)
@@ -109,7 +116,10 @@ rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values)
 
 rp_status rp_ps_exchange(rp_ps *ps, const float *grad, float lr, float *values)
 {
-    RP_CHECK(ps->ops->push_pull(ps, grad, lr, values));
+    rp_trace_begin(RP_PHASE_COMM);
+    rp_status status = ps->ops->push_pull(ps, grad, lr, values);
+    rp_trace_end("ps push/pull");
+    RP_CHECK(status);
     ps->clock++;
     return RP_OK;
 }

@@ -183,6 +183,9 @@ static rp_status reduce_reports(rp_replica *rep)
         if (keeper) {
             memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
             r->nresults = k;
+            r->each_count = r->each_cap >= 1 ? 1 : 0;
+            for (int i = 0; i < k && r->each_count; i++)
+                r->each[(size_t)i * (size_t)r->each_cap] = rep->reports[i].value;
         }
         return RP_OK;
     }
@@ -237,6 +240,7 @@ static rp_status reduce_reports(rp_replica *rep)
                     i, q, rep->reports[i].name, rp_reduce_op_name(rep->reports[i].op));
             double v;
             memcpy(&v, &e[1], sizeof v);
+            if (keeper && q < r->each_cap) r->each[(size_t)i * (size_t)r->each_cap + q] = v;
             switch (rep->reports[i].op) {
             case RP_SUM:
             case RP_MEAN:
@@ -258,7 +262,10 @@ static rp_status reduce_reports(rp_replica *rep)
             r->results[i].value = acc;
         }
     }
-    if (keeper) r->nresults = k;
+    if (keeper) {
+        r->nresults = k;
+        r->each_count = n <= r->each_cap ? n : 0;
+    }
     return RP_OK;
 }
 
@@ -276,10 +283,21 @@ static void rejoin_all(rp_replica *rep)
         rp_comm_rejoin(rep->live[i]);
 }
 
+/* Names this thread's trace track after its worker: "replica 1", "actor 0" (tid = the worker). */
+static void trace_attach(const rp_replica *rep)
+{
+    if (!rp_trace_enabled()) return;
+    char name[48];
+    snprintf(name, sizeof name, "%s %d", rp_replica_role(rep), rep->id);
+    if (rp_trace_thread_attach(rep->worker, name) != RP_OK)
+        rp_warn("tracing: %s (its track stays empty)", rp_last_error());
+}
+
 /* One replica's part of a run. */
 static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t generation)
 {
     const rp_strategy *st = rep->r->strategy;
+    trace_attach(rep);
     rp_tape_reset(rep->tape);
     rep->nreports = 0;
     rep->batches = 0;
@@ -289,6 +307,7 @@ static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t gener
     if (st->phase_begin) st->phase_begin(rep, generation);
     rp_error_clear();
     __atomic_store_n(&rep->started_ns, rp_now_ns(), __ATOMIC_RELAXED);
+    rp_trace_mark(); /* a step function's forward pass runs from here to its backward */
     __atomic_store_n(&rep->running, true, __ATOMIC_RELEASE);
     rp_status status = fn(rep, arg);
     __atomic_store_n(&rep->running, false, __ATOMIC_RELEASE);
@@ -587,6 +606,7 @@ void rp_replicator_destroy(rp_replicator *r)
     pthread_cond_destroy(&r->start);
     pthread_mutex_destroy(&r->mu);
     free(r->reps);
+    free(r->each);
     free(r);
 }
 
@@ -739,6 +759,13 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     } else {
         RP_TRY(rp_replicator_run(r, split_fn, NULL));
     }
+    for (int i = 0; i < n; i++)
+        if (r->reps[i].count > r->each_cap) r->each_cap = r->reps[i].count;
+    r->each = calloc((size_t)r->each_cap * RP_REPORTS_MAX, sizeof(double));
+    if (!r->each) {
+        status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate the results of %d replicas", r->each_cap);
+        goto cleanup;
+    }
     for (int i = 0; i < n; i++) {
         rp_replica *rep = &r->reps[i];
         /* A listener among others: a tracer or a user's callback stack with the strategy's. */
@@ -805,6 +832,22 @@ int rp_replica_local_index(const rp_replica *rep)
 rp_replica *rp_replicator_replica(rp_replicator *r, int i)
 {
     return r && i >= 0 && i < r->n ? &r->reps[i] : NULL;
+}
+
+rp_status rp_replicator_result_each(const rp_replicator *r, const char *name, double *values, int n)
+{
+    if (!r || !name || !values) return RP_ERROR(RP_ERR_INVALID, "rp_replicator_result_each: NULL");
+    for (int i = 0; i < r->nresults; i++)
+        if (!strcmp(r->results[i].name, name)) {
+            if (n != r->each_count)
+                return RP_ERROR(RP_ERR_INVALID,
+                                "rp_replicator_result_each('%s'): room for %d values, but the "
+                                "last run had %d replicas",
+                                name, n, r->each_count);
+            memcpy(values, r->each + (size_t)i * (size_t)r->each_cap, sizeof(double) * (size_t)n);
+            return RP_OK;
+        }
+    return RP_ERROR(RP_ERR_INVALID, "no value named '%s' was reported in the last run", name);
 }
 
 rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value)
@@ -1072,11 +1115,14 @@ static void *started_main(void *p)
     rp_replica *rep = p;
     rp_log_set_replica(rep->worker);
     rp_kernels_set_threads(threads_per_replica(rep->r));
+    trace_attach(rep);
     rp_tape_reset(rep->tape);
     rep->nreports = 0;
     rep->blame = -1;
     rp_error_clear();
+    rp_trace_begin(RP_PHASE_COMPUTE); /* a started role's whole life: its track's outer span */
     rp_status status = rep->start_fn(rep, rep->start_arg);
+    rp_trace_end(rp_replica_role(rep));
     rep->status = status;
     if (status != RP_OK) {
         const char *msg = rp_last_error();

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "replicator/trace.h"
 #include "tape_internal.h"
 
 rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes)
@@ -266,13 +267,23 @@ rp_status rp_backward(rp_tape *t, rp_tensor *loss)
         return RP_ERROR(RP_ERR_SHAPE, "rp_backward: loss must have one element, got shape %s",
                         rp_shape_str(loss, buf, sizeof buf));
     }
-    return backward_from(t, loss, NULL, "rp_backward");
+    rp_trace_forward();
+    rp_trace_begin(RP_PHASE_COMPUTE);
+    rp_status status = backward_from(t, loss, NULL, "rp_backward");
+    rp_trace_end("backward");
+    rp_trace_mark();
+    return status;
 }
 
 rp_status rp_backward_from(rp_tape *t, rp_tensor *y, const float *dy)
 {
     if (!dy) return RP_ERROR(RP_ERR_INVALID, "rp_backward_from: dy is NULL");
-    return backward_from(t, y, dy, "rp_backward_from");
+    rp_trace_forward();
+    rp_trace_begin(RP_PHASE_COMPUTE);
+    rp_status status = backward_from(t, y, dy, "rp_backward_from");
+    rp_trace_end("backward");
+    rp_trace_mark();
+    return status;
 }
 
 rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *const *in, int n,

@@ -17,13 +17,15 @@
 #include "train_internal.h"
 
 /* slow_replica sleeps (slow_factor - 1) times what its step took, so its steps take that factor
- * longer. */
+ * longer; the sleep is a compute span, so the straggler report blames its compute. */
 static void straggle(const rp_trainer *t, const rp_replica *rep, double started)
 {
     if (rp_replica_id(rep) != t->cfg.slow_replica || t->cfg.slow_factor <= 1) return;
     double pause = (rp_now_s() - started) * (double)(t->cfg.slow_factor - 1);
     struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+    rp_trace_begin(RP_PHASE_COMPUTE);
     nanosleep(&ts, NULL);
+    rp_trace_end("slow (--slow)");
 }
 
 /*
@@ -41,6 +43,11 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
     bool lead = independent && i == 0 && t->root && !t->cfg.quiet;
     double sums[RP_TRAINER_MAX_SCALARS] = {0}, t_chunk = rp_now_s();
     rp_status status = RP_OK;
+    /* The step's span: "step" for replicas, the role's name ("learner") for another stepped role.
+     */
+    const char *step_name = strcmp(rp_replica_role(rep), "replica") ? rp_replica_role(rep) : "step";
+    double phases[RP_PHASE_COUNT];
+    rp_trace_phase_take(phases); /* what came before this chunk (evaluation, last reports) */
     for (;;) {
         if (independent && (train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED)))
             break;
@@ -51,8 +58,12 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
         rp_trainer_at at = {t->epoch, start + ticket, global, rp_schedule_lr(&t->sched, global)};
         double started = rp_now_s(), values[RP_TRAINER_MAX_SCALARS] = {0};
         if (independent) rp_tape_reset(rp_replica_tape(rep)); /* one run takes many steps here */
-        RP_TRY(t->model->train_step(rep, t->ctx, state, &at, values));
-        straggle(t, rep, started);
+        rp_trace_begin(RP_PHASE_COMPUTE);
+        rp_trace_mark(); /* forward runs from here (or from the batch) to backward */
+        status = t->model->train_step(rep, t->ctx, state, &at, values);
+        if (status == RP_OK) straggle(t, rep, started);
+        rp_trace_end(step_name);
+        if (status != RP_OK) goto cleanup;
         done++;
         for (int k = 0; k < t->n_scalars; k++)
             sums[k] += values[k];
@@ -71,6 +82,7 @@ cleanup:
         return status;
     }
     RP_CHECK(rp_replica_report(rep, "steps", (double)done, RP_SUM));
+    if (!independent) RP_CHECK(train_straggler_report(rep));
     for (int k = 0; k < t->n_scalars; k++)
         RP_CHECK(rp_replica_report(rep, t->scalar_reports[k], sums[k], RP_SUM));
     /* A signal may reach the processes at different steps: they agree here to stop after this one.
@@ -87,7 +99,10 @@ static rp_status settle_replica(rp_replica *rep, void *arg)
 static rp_status evaluate_replica(rp_replica *rep, void *arg)
 {
     rp_trainer *t = arg;
-    return t->model->evaluate(rep, t->ctx, t->states[rp_replica_local_index(rep)]);
+    rp_trace_begin(RP_PHASE_OTHER);
+    rp_status status = t->model->evaluate(rep, t->ctx, t->states[rp_replica_local_index(rep)]);
+    rp_trace_end("evaluate");
+    return status;
 }
 
 static rp_status evaluate(rp_trainer *t, rp_trainer_metrics *m)
@@ -189,6 +204,7 @@ static rp_status run_chunk(rp_trainer *t)
                                           : 0;
     }
     if (n > 0) rp_debug("step %lld %s %.7f", (long long)before, t->scalar_names[0], chunk_means[0]);
+    if (t->lockstep && n > 0) RP_CHECK(train_straggler_step(t));
     if (t->lockstep && n > 0)
         train_print_progress(t, epoch, t->step - 1, t->global_step, epoch_means,
                              rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_steps,
@@ -273,5 +289,11 @@ rp_status rp_trainer_run(rp_trainer *t)
     train_stop_arm(true);
     rp_status status = train(t);
     train_stop_arm(false);
-    return train_finish_roles(t, status);
+    status = train_finish_roles(t, status); /* first: the started roles' spans end with them */
+    if (status == RP_OK && t->trace_path) {
+        status = rp_replicator_trace_write(t->rep, t->trace_path);
+        if (status == RP_OK && t->root && !t->cfg.quiet)
+            rp_info("trace: %s (open it in ui.perfetto.dev)", t->trace_path);
+    }
+    return status;
 }

@@ -77,8 +77,8 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
         format_duration(left, eta, sizeof eta);
         position_text(t, epoch, step, where, sizeof where);
         shown_scalars(t, "", means, values, sizeof values);
-        fprintf(stderr, "\r%s%s  lr %.4f  %.*f %s  ETA %s  ", where, values, (double)lr,
-                rate_digits(rate), rate, t->cfg.rate_unit, eta);
+        fprintf(stderr, "\r%s%s  lr %.4f  %.*f %s  ETA %s%s  ", where, values, (double)lr,
+                rate_digits(rate), rate, t->cfg.rate_unit, eta, t->straggler_text);
         t->t_print = now;
         return;
     }
@@ -86,8 +86,8 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
     if ((step + 1) % every != 0 || last) return;
     position_text(t, epoch, step, where, sizeof where);
     shown_scalars(t, "", means, values, sizeof values);
-    fprintf(stderr, "%s%s  lr %.4f  %.*f %s\n", where, values, (double)lr, rate_digits(rate), rate,
-            t->cfg.rate_unit);
+    fprintf(stderr, "%s%s  lr %.4f  %.*f %s%s\n", where, values, (double)lr, rate_digits(rate),
+            rate, t->cfg.rate_unit, t->straggler_text);
 }
 
 /*

@@ -152,9 +152,20 @@ rp_status train_make_dirs(const char *dir)
  * position of the next batch and the configuration, written atomically: the
  * previous checkpoint survives any failure.
  */
+static rp_status save_checkpoint(const rp_trainer *t);
+
+/* The save as a trace span on the calling (main) thread's track. */
 rp_status train_save_checkpoint(const rp_trainer *t)
 {
     if (t->cfg.no_checkpoint || !t->root) return RP_OK;
+    rp_trace_begin(RP_PHASE_OTHER);
+    rp_status status = save_checkpoint(t);
+    rp_trace_end("checkpoint");
+    return status;
+}
+
+static rp_status save_checkpoint(const rp_trainer *t)
+{
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
     char *path = NULL;

@@ -15,6 +15,23 @@
 /* A run directory of any length the system takes (PATH_MAX), with room for the names inside. */
 #define TRAIN_PATH_MAX (PATH_MAX + 64)
 
+/* The straggler report's window (straggler.c). */
+#define TRAIN_PHASES 4 /* data, compute, optimizer, comm: reported by every replica each step */
+typedef struct train_straggler {
+    bool on;          /* lockstep with >= 2 replicas and a window */
+    int n, window;    /* replicas; steps kept */
+    int filled, next; /* steps in the window; the slot of the next */
+    double *times;    /* [window][n][TRAIN_PHASES] seconds */
+    double *scratch;  /* [max(window, n)] */
+    double *medians;  /* [n][TRAIN_PHASES] */
+    double *step;     /* [n] one phase of the last step */
+    char *hosts;      /* [n][64] replicas' host names, gathered at the first report */
+    bool have_hosts;
+    int replica, phase; /* the one reported now (replica -1: none) */
+    double ratio;
+    int reports; /* reports logged so far */
+} train_straggler;
+
 struct rp_trainer {
     rp_trainer_config cfg; /* its strings point at the copies below */
     char run_dir[TRAIN_PATH_MAX];
@@ -60,6 +77,10 @@ struct rp_trainer {
     int64_t epoch_steps;
     double epoch_sums[RP_TRAINER_MAX_SCALARS], epoch_seconds;
     double t_print; /* when the progress line was last drawn */
+    train_straggler straggler;
+    char straggler_text[96]; /* "  straggler: replica 1 compute 3.0x" on the progress line, or "" */
+    bool tracing;            /* this trainer started tracing (cfg.trace) */
+    char *trace_path;        /* cfg.trace, copied; NULL: none */
 };
 
 /* trainer.c: whether `key` is a JSON-safe name of 1..31 letters, digits or '_'. */
@@ -96,6 +117,14 @@ void train_tensorboard_close(rp_trainer *t);
  * first error of the roles. Once; later calls return `status`.
  */
 rp_status train_finish_roles(rp_trainer *t, rp_status status);
+
+rp_status train_straggler_init(rp_trainer *t);
+void train_straggler_free(rp_trainer *t);
+/* On each replica at the end of its lockstep chunk: its phase times as reports. */
+rp_status train_straggler_report(rp_replica *rep);
+/* After each lockstep chunk: the window, and a report when a straggler appears, changes or goes.
+ */
+rp_status train_straggler_step(rp_trainer *t);
 /* signals.c: the process's stop request, taken while a trainer runs. */
 void train_stop_arm(bool on);
 int train_stop_reason(void);

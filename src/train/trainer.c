@@ -28,6 +28,7 @@ rp_trainer_config rp_trainer_config_default(void)
     c.rate_key = "samples_per_s";
     c.slow_replica = -1;
     c.slow_factor = 1;
+    c.straggler_window = 50;
     return c;
 }
 
@@ -106,6 +107,10 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
                         (long long)c->checkpoint_every_steps, c->eval_every_epochs,
                         (long long)c->eval_every_steps, (long long)c->metrics_every_steps);
     if (c->batch < 1) return RP_ERROR(RP_ERR_INVALID, "batch %d; at least 1", c->batch);
+    if (c->straggler_window < 0 || c->straggler_window > 100000)
+        return RP_ERROR(RP_ERR_INVALID, "straggler_window %d: 0 (off) to 100000 steps",
+                        c->straggler_window);
+    if (c->trace && !c->trace[0]) return RP_ERROR(RP_ERR_INVALID, "trace: an empty path");
     if (m->stop_roles && !m->start_roles)
         return RP_ERROR(RP_ERR_INVALID, "the trainer's model has stop_roles but no start_roles");
     if (m->start_roles && c->runtime.nroles < 2)
@@ -250,6 +255,16 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
     else if (!cfg->no_checkpoint)
         RP_TRY(train_choose_run_dir(t->run_dir, sizeof t->run_dir, cfg->run_dir_exact, cfg->force));
 
+    t->cfg.trace = NULL; /* copied into trace_path */
+    if (cfg->trace) {
+        t->trace_path = strdup(cfg->trace);
+        if (!t->trace_path) RP_TRY(RP_ERROR(RP_ERR_NOMEM, "cannot copy the trace path"));
+        /* Before the replicator, so that its workers' buffers are made as their threads start. */
+        if (!rp_trace_enabled()) {
+            RP_TRY(rp_trace_start(0));
+            t->tracing = true;
+        }
+    }
     RP_TRY(rp_replicator_create(&t->rep, &cfg->runtime));
     RP_TRY(
         rp_replicator_set_flight_dir(t->rep, t->run_dir)); /* a failed run's flight-<worker>.txt */
@@ -293,6 +308,7 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
         goto cleanup;
     }
     make_schedule(t);
+    if (!t->server) RP_TRY(train_straggler_init(t));
     if (t->root) {
         RP_TRY(train_make_dirs(t->run_dir));
         char path[TRAIN_PATH_MAX + 16];
@@ -333,6 +349,9 @@ rp_status rp_trainer_destroy(rp_trainer *t)
     if (t->metrics) fclose(t->metrics);
     train_tensorboard_close(t);
     rp_replicator_destroy(t->rep);
+    train_straggler_free(t);
+    if (t->tracing) rp_trace_stop();
+    free(t->trace_path);
     free(t->states);
     free(t->config_json);
     free(t);
