@@ -28,6 +28,8 @@ static void usage(FILE *f)
         "  --g-batch N          fakes per G step (default 128)\n"
         "  --n-dis N            D steps per iteration (default 5)\n"
         "  --iters K            timed iterations (default 10)\n"
+        "  --trace FILE         write a Chrome trace-event JSON of the iterations to FILE\n"
+        "                       (open it in ui.perfetto.dev; docs/tracing.md)\n"
         "  --warmup W           untimed iterations first (default 2)\n"
         "  --threads T          kernel threads in all (default: all cores)\n"
         "  --replicas N         data-parallel replicas (default: one per core, as in training)\n"
@@ -66,6 +68,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
     rp_sngan_config sc = rp_sngan_config_default();
     int iters = 10, warmup = 2, threads = 0, replicas = 0;
     bool json = false;
+    const char *trace = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -74,6 +77,15 @@ int rp_cli_bench_sngan(int argc, char **argv)
         }
         if (!strcmp(a, "--json")) {
             json = true;
+            continue;
+        }
+        if (!strcmp(a, "--trace")) {
+            if (!v || !*v) {
+                fprintf(stderr, "replicator bench sngan: --trace needs a file name\n");
+                return 2;
+            }
+            trace = v;
+            i++;
             continue;
         }
         long n = -1;
@@ -116,6 +128,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
     cfg.replicas = replicas;
     cfg.threads_per_replica =
         rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
+    if (trace) RP_TRY(rp_trace_start(0)); /* before the replicator: its workers' buffers */
     RP_TRY(rp_replicator_create(&r, &cfg));
     j.states = calloc((size_t)replicas, sizeof *j.states);
     if (!times || !j.states) {
@@ -130,6 +143,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
         RP_TRY(rp_replicator_run(r, step, &j));
         if (it >= warmup) times[it - warmup] = rp_now_s() - t0;
     }
+    if (trace) RP_TRY(rp_replicator_trace_write(r, trace));
     double sum = 0;
     for (int i = 0; i < iters; i++)
         sum += times[i];
@@ -155,6 +169,7 @@ cleanup:
         if (status == RP_OK) status = teardown;
     }
     rp_replicator_destroy(r);
+    if (trace) rp_trace_stop();
     rp_sngan_destroy(j.gan);
     free(j.states);
     free(times);

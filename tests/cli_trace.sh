@@ -47,6 +47,10 @@ done
     > /dev/null
 out=$("$check" "$dir/b.json" 2 0) || fail "bench trace: $out"
 grep -q '"name":"forward"' "$dir/b.json" || fail "the bench trace has no forward"
+"$bin" bench sngan --ch-g 8 --ch-d 8 --d-batch 16 --g-batch 16 --n-dis 2 --iters 2 --warmup 1 \
+    --threads 2 --trace "$dir/g.json" > /dev/null
+out=$("$check" "$dir/g.json" 2 0) || fail "bench sngan trace: $out"
+grep -q '"name":"backward"' "$dir/g.json" || fail "the bench sngan trace has no backward"
 "$bin" train mlp --data "$data" --limit 512 --batch 64 --threads 2 --replicas 2 --ps 1 --regime async \
     --epochs 1 --quiet --no-checkpoint --trace "$dir/a.json" --out "$dir/a" > /dev/null
 out=$("$check" "$dir/a.json" 2 0) || fail "async trace: $out"
@@ -55,7 +59,7 @@ set +e
 msg=$("$bin" trace merge "$dir/m.json" "$dir/t.json" "$dir/missing.json" 2>&1); rc=$?
 set -e
 [ $rc -eq 1 ] && grep -q "missing.json" <<< "$msg" || fail "trace merge of a missing file: rc $rc: $msg"
-echo "ok: sngan, d4pg (learner, actor, replay tracks), bench and async (ps push/pull) traces check;" \
+echo "ok: sngan, d4pg (learner, actor, replay tracks), bench resnet and sngan, and async (ps push/pull) traces check;" \
     "merge names a missing input"
 
 # 3. Stragglers: 20 steps of 24 on 3 replicas, progress lines every 2 steps.
