@@ -663,13 +663,13 @@ static void bn_stats_bwd_ref(void *p)
 static void bn_norm_fwd_ours(void *p)
 {
     bn_ctx *b = p;
-    rp_cpu_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, false, b->m, b->c);
+    rp_cpu_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, NULL, false, b->m, b->c);
 }
 
 static void bn_norm_fwd_ref(void *p)
 {
     bn_ctx *b = p;
-    rp_ref_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, false, b->m, b->c);
+    rp_ref_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, NULL, false, b->m, b->c);
 }
 
 static void bn_bwd_data_ours(void *p)

@@ -3,11 +3,14 @@
  * synthetic data (data loading is not measured), comparable one to one with
  * bench/resnet_torch.py.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "models/resnet/resnet.h"
@@ -39,6 +42,12 @@ static void bench_usage(FILE *f)
             "  --local-bn    per-replica batch norm (default: cross-replica, as in training)\n"
             "  --trace FILE  write a Chrome trace-event JSON of the steps to FILE (open it in\n"
             "                ui.perfetto.dev; docs/tracing.md)\n"
+            "  --memory      print where the memory goes: peak resident memory, parameters,\n"
+            "                gradients, optimizer state, the arena (activations and their\n"
+            "                gradients) and the kernels' caches\n"
+            "  --torch SCRIPT  with --memory: also run SCRIPT (bench/torch_env.sh) on the same\n"
+            "                model, batch, steps and threads, once per memory format, and print\n"
+            "                its peak resident memory next to ours\n"
             "  --json        one JSON line instead of text\n");
 }
 
@@ -48,6 +57,9 @@ typedef struct bench_state {
     rp_optimizer *opt;
     float *images;
     int32_t *labels;
+    /* Memory, the largest seen over the steps: */
+    size_t forward_live; /* arena bytes live when the forward pass ends */
+    size_t arena_live_peak, arena_footprint, kernel_cache;
 } bench_state;
 
 typedef struct bench_job {
@@ -95,8 +107,16 @@ static rp_status bench_step(rp_replica *rep, void *arg)
         rp_tensor_from(t, 4, (int[]){job->batch, job->size, job->size, job->channels}, s->images);
     rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, s->net, x, true), s->labels);
     if (!loss) return rp_last_status();
+    rp_arena_stats a = rp_arena_get_stats(rp_tape_arena(t));
+    if (a.live > s->forward_live) s->forward_live = a.live;
     RP_CHECK(rp_backward(t, loss));
-    return rp_optimizer_step(s->opt, 0.01f);
+    RP_CHECK(rp_optimizer_step(s->opt, 0.01f));
+    a = rp_arena_get_stats(rp_tape_arena(t));
+    if (a.live_peak > s->arena_live_peak) s->arena_live_peak = a.live_peak;
+    if (a.high_water > s->arena_footprint) s->arena_footprint = a.high_water;
+    size_t cache = rp_kernels_cache_bytes();
+    if (cache > s->kernel_cache) s->kernel_cache = cache;
+    return RP_OK;
 }
 
 static rp_status bench_destroy(rp_replica *rep, void *arg)
@@ -108,6 +128,104 @@ static rp_status bench_destroy(rp_replica *rep, void *arg)
     rp_free(s->images);
     rp_free(s->labels);
     return RP_OK;
+}
+
+/*
+ * Runs `script --model ... --format fmt --json` (bench/torch_env.sh) to its end and returns its
+ * peak resident memory in bytes (wait4's ru_maxrss), or 0 with a message on stderr.
+ */
+static double torch_peak(const char *script, rp_resnet_kind kind, int batch, int size, int channels,
+                         int iters, int threads, const char *fmt)
+{
+    char b[16], s[16], c[16], it[16], th[16];
+    snprintf(b, sizeof b, "%d", batch);
+    snprintf(s, sizeof s, "%d", size);
+    snprintf(c, sizeof c, "%d", channels);
+    snprintf(it, sizeof it, "%d", iters);
+    snprintf(th, sizeof th, "%d", threads);
+    char *argv[] = {(char *)script,
+                    "--model",
+                    (char *)rp_resnet_kind_name(kind),
+                    "--batch",
+                    b,
+                    "--size",
+                    s,
+                    "--in-ch",
+                    c,
+                    "--iters",
+                    it,
+                    "--threads",
+                    th,
+                    "--format",
+                    (char *)fmt,
+                    "--json",
+                    NULL};
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "replicator bench: --torch: fork failed: %s\n", strerror(errno));
+        return 0;
+    }
+    if (pid == 0) {
+        /* Its output would mix with ours: only its peak is wanted (run it alone to see it). */
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(127);
+        execv(script, argv);
+        _exit(127);
+    }
+    int wst = 0;
+    struct rusage u;
+    if (wait4(pid, &wst, 0, &u) != pid || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+        fprintf(stderr,
+                "replicator bench: --torch: %s --format %s failed; run it by hand to see why\n",
+                script, fmt);
+        return 0;
+    }
+    return (double)u.ru_maxrss * 1024.0;
+}
+
+static void print_bytes(const char *what, double bytes, const char *note)
+{
+    printf("  %-28s %9.1f MB%s%s\n", what, bytes / 1e6, note ? "  " : "", note ? note : "");
+}
+
+/* What --memory reports, in bytes; the breakdown is replica 0's. */
+typedef struct bench_memory {
+    double peak; /* the process's peak resident set */
+    double params, grads, optim, forward, live_peak, footprint, kernels;
+    int replicas_here;
+} bench_memory;
+
+static void print_memory(const bench_memory *m, double torch_nhwc, double torch_nchw, bool json)
+{
+    if (json) {
+        printf("{\"framework\":\"replicator\",\"memory\":{\"peak_resident\":%.0f,"
+               "\"parameters\":%.0f,\"gradients\":%.0f,\"optimizer_state\":%.0f,"
+               "\"arena_footprint\":%.0f,\"arena_live_peak\":%.0f,\"forward_live\":%.0f,"
+               "\"kernel_caches\":%.0f,\"replicas_in_process\":%d,"
+               "\"pytorch_peak_channels_last\":%.0f,\"pytorch_peak_nchw\":%.0f}}\n",
+               m->peak, m->params, m->grads, m->optim, m->footprint, m->live_peak, m->forward,
+               m->kernels, m->replicas_here, torch_nhwc, torch_nchw);
+        return;
+    }
+    char note[96];
+    printf("memory (replica 0; %d replica%s in this process):\n", m->replicas_here,
+           m->replicas_here > 1 ? "s" : "");
+    print_bytes("peak resident (process)", m->peak, NULL);
+    print_bytes("parameters and buffers", m->params, NULL);
+    print_bytes("gradients", m->grads, NULL);
+    print_bytes("optimizer state", m->optim, NULL);
+    snprintf(note, sizeof note, "at most %.1f MB live; %.1f MB when the forward pass ends",
+             m->live_peak / 1e6, m->forward / 1e6);
+    print_bytes("arena (activations, grads)", m->footprint, note);
+    print_bytes("kernel caches", m->kernels, "oneDNN scratchpad, staging, reordered weights");
+    if (torch_nhwc > 0)
+        print_bytes(
+            "pytorch peak, channels-last", torch_nhwc,
+            (snprintf(note, sizeof note, "ours / theirs %.2f", m->peak / torch_nhwc), note));
+    if (torch_nchw > 0)
+        print_bytes(
+            "pytorch peak, NCHW", torch_nchw,
+            (snprintf(note, sizeof note, "ours / theirs %.2f", m->peak / torch_nchw), note));
 }
 
 /* Minor and major page faults of the whole process so far. */
@@ -123,7 +241,8 @@ static int bench_resnet(int argc, char **argv)
     int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0, replicas = 1,
         tpr = 0;
     bool json = false, cross_bn = true;
-    const char *trace = NULL;
+    const char *trace = NULL, *torch = NULL;
+    bool memory = false;
     rp_backend backend = RP_BACKEND_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -135,6 +254,9 @@ static int bench_resnet(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--local-bn")) {
             cross_bn = false;
+            continue;
+        } else if (!strcmp(a, "--memory")) {
+            memory = true;
             continue;
         }
         if (!v) {
@@ -151,6 +273,14 @@ static int bench_resnet(int argc, char **argv)
             backend = !strcmp(v, "mpi")       ? RP_BACKEND_MPI
                       : !strcmp(v, "threads") ? RP_BACKEND_THREADS
                                               : RP_BACKEND_AUTO;
+            continue;
+        }
+        if (!strcmp(a, "--torch")) {
+            if (!*v) {
+                fprintf(stderr, "replicator bench: --torch needs a script (bench/torch_env.sh)\n");
+                return 2;
+            }
+            torch = v;
             continue;
         }
         if (!strcmp(a, "--trace")) {
@@ -185,6 +315,10 @@ static int bench_resnet(int argc, char **argv)
         }
         *slot = (int)n;
     }
+    if (torch && !memory) {
+        fprintf(stderr, "replicator bench: --torch goes with --memory\n");
+        return 2;
+    }
     bool small = kind == RP_RESNET20;
     if (!batch) batch = small ? 128 : 32;
     if (!size) size = small ? 28 : 224;
@@ -200,6 +334,7 @@ static int bench_resnet(int argc, char **argv)
         tpr = rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
 
     bench_job job = {kind, 0, size, channels, cross_bn, NULL};
+    bench_memory mem = {0};
     rp_status status = RP_OK;
     rp_replicator *r = NULL;
     double *times = rp_alloc((size_t)(iters + 1) * sizeof(double));
@@ -260,6 +395,24 @@ static int bench_resnet(int argc, char **argv)
                replicas > 1 ? "s" : "", tpr, rp_replicator_backend(r),
                replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "", ips,
                1e3 * total / iters, 1e3 * med, faults);
+    if (memory && root) {
+        const bench_state *s = &job.states[0];
+        const rp_params *params = rp_resnet_params(s->net);
+        int64_t state_numel = 0;
+        rp_optimizer_state(s->opt, &state_numel);
+        mem = (bench_memory){
+            .params = (double)rp_params_numel(params) * sizeof(float),
+            .grads = (double)rp_params_trainable_numel(params) * sizeof(float),
+            .optim = (double)state_numel * sizeof(float),
+            .forward = (double)s->forward_live,
+            .live_peak = (double)s->arena_live_peak,
+            .footprint = (double)s->arena_footprint,
+            .kernels = (double)s->kernel_cache,
+            .replicas_here = rp_replicator_local_replicas(r),
+        };
+        struct rusage u;
+        mem.peak = getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_maxrss * 1024.0 : 0;
+    }
 
 cleanup:
     if (r) {
@@ -273,6 +426,16 @@ cleanup:
     if (status != RP_OK) {
         fprintf(stderr, "replicator bench: error: %s\n", rp_last_error());
         return 1;
+    }
+    /* After the teardown, so PyTorch's run does not share the machine's memory with ours. */
+    if (mem.peak > 0) {
+        double nhwc = 0, nchw = 0;
+        if (torch) {
+            nhwc = torch_peak(torch, kind, batch, size, channels, iters, tpr * replicas,
+                              "channels_last");
+            nchw = torch_peak(torch, kind, batch, size, channels, iters, tpr * replicas, "nchw");
+        }
+        print_memory(&mem, nhwc, nchw, json);
     }
     return 0;
 }

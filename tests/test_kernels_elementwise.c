@@ -151,8 +151,12 @@ static void body_batch_norm(void)
                     fail_msg("bn_stats[%d]: cpu %.9g ref %.9g", k, s2[k], s1[k]);
             float *y1 = buf(n, 0), *y2 = buf(n, 0), *h1 = buf(n, 0), *h2 = buf(n, 0);
             for (int relu = 0; relu < 2; relu++) {
-                ref->bn_norm_fwd(y1, x, mean, invstd, g, b, relu, m, c);
-                cpu->bn_norm_fwd(y2, x, mean, invstd, g, b, relu, m, c);
+                /* With a residual added before the ReLU (the fused block tail) too. */
+                ref->bn_norm_fwd(y1, x, mean, invstd, g, b, dy, relu, m, c);
+                cpu->bn_norm_fwd(y2, x, mean, invstd, g, b, dy, relu, m, c);
+                tu_check_close(y2, y1, n, TOL, relu ? "bn_norm_fwd+res relu" : "bn_norm_fwd+res");
+                ref->bn_norm_fwd(y1, x, mean, invstd, g, b, NULL, relu, m, c);
+                cpu->bn_norm_fwd(y2, x, mean, invstd, g, b, NULL, relu, m, c);
                 tu_check_close(y2, y1, n, TOL, relu ? "bn_norm_fwd relu" : "bn_norm_fwd");
                 const float *mask = relu ? y1 : NULL;
                 ref->bn_stats_bwd(s1, dy, mask, x, mean, invstd, m, c);
@@ -209,7 +213,7 @@ static void bn_by_table(const rp_kernels *k, float *y, float *dgamma, float *dbe
         mean_rest[j] = (float)(mu - mean[j]);
         invstd[j] = (float)(1.0 / sqrt(var + eps));
     }
-    k->bn_norm_fwd(y, x, mean, invstd, gamma, beta, false, m, c);
+    k->bn_norm_fwd(y, x, mean, invstd, gamma, beta, NULL, false, m, c);
     k->bn_stats_bwd(sums, dy, NULL, x, mean, invstd, m, c);
     for (int j = 0; j < c; j++) {
         sums[c + j] -= (double)mean_rest[j] * invstd[j] * sums[j];

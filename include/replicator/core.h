@@ -200,6 +200,11 @@ uint64_t rp_alloc_count(void);
  * The arena grows by adding chunks while a step needs more; at the next reset
  * it replaces its chunks with one block of the high-water size, so from the
  * second identical step on it makes no system allocation at all.
+ * Blocks known to be dead before the reset can be handed back with
+ * rp_arena_release(); later allocations of the same step reuse them (best
+ * fit), so a step's footprint is its live set rather than the sum of what it
+ * made. A step that makes the same requests and releases in the same order
+ * gets the same layout every time.
  * Not thread-safe: one arena per replica.
  */
 typedef struct rp_arena rp_arena;
@@ -213,11 +218,29 @@ void *rp_arena_alloc(rp_arena *arena, size_t bytes);
 void *rp_arena_calloc(rp_arena *arena, size_t bytes);
 void rp_arena_reset(rp_arena *arena);
 
+/*
+ * Hands back `bytes` at `ptr`, a block this arena returned since its last
+ * reset and not yet released (with the size it was asked for). Nothing may
+ * read or write it afterwards: in poison mode it is filled with NaN (f32
+ * 0x7fc00000), and in an AddressSanitizer build any access is reported. NULL
+ * is ignored.
+ */
+void rp_arena_release(rp_arena *arena, void *ptr, size_t bytes);
+
+/*
+ * Poison mode: released blocks are filled with NaN, so a value used after
+ * its release shows in the results. Off by default; on for every arena
+ * created while the environment variable RP_ARENA_POISON is set (not "0").
+ */
+void rp_arena_set_poison(rp_arena *arena, bool on);
+
 typedef struct rp_arena_stats {
-    size_t used;            /* bytes handed out since the last reset */
+    size_t used;            /* bytes the step spans (handed out, or released below the top) */
     size_t capacity;        /* bytes held in chunks */
-    size_t high_water;      /* largest `used` seen */
+    size_t high_water;      /* largest `used` seen: the step's footprint */
     uint64_t system_allocs; /* chunks allocated from the system, ever */
+    size_t live;            /* handed out and not released since the last reset */
+    size_t live_peak;       /* largest `live` seen */
 } rp_arena_stats;
 
 rp_arena_stats rp_arena_get_stats(const rp_arena *arena);

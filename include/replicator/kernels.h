@@ -7,6 +7,8 @@
 #ifndef REPLICATOR_KERNELS_H
 #define REPLICATOR_KERNELS_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,6 +38,14 @@ const char *rp_kernels_name(void);
 typedef enum { RP_CONV_AUTO = 0, RP_CONV_DIRECT = 1 } rp_conv_algorithm;
 void rp_kernels_set_conv_algorithm(rp_conv_algorithm a);
 rp_conv_algorithm rp_kernels_get_conv_algorithm(void);
+
+/*
+ * Bytes the kernels keep for the calling thread between calls: oneDNN's
+ * scratchpad, the staging buffers of Winograd convolutions, and weights held
+ * in a primitive's own layout. They grow while new shapes are seen, then stay
+ * (a steady-state step allocates nothing). 0 for the ref table.
+ */
+size_t rp_kernels_cache_bytes(void);
 
 #ifdef __cplusplus
 }

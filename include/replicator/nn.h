@@ -164,6 +164,12 @@ rp_status rp_batchnorm_layer_init(rp_batchnorm_layer *l, rp_params *params, cons
                                   int c);
 rp_tensor *rp_batchnorm_layer_forward(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
                                       bool training);
+/*
+ * A residual block's tail: relu(bn(x) + residual) with relu true, bn(x) + residual without,
+ * fused (rp_batch_norm_add); the layer's own p.relu is not used here.
+ */
+rp_tensor *rp_batchnorm_layer_forward_add(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
+                                          rp_tensor *residual, bool relu, bool training);
 
 /* ---- layers for GANs (SN-GAN) ---------------------------------------------- */
 /*

@@ -273,6 +273,18 @@ rp_bn_params rp_bn_params_default(void);
 rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
                          rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p);
 
+/*
+ * A residual block's tail in one op: batch norm of x, plus `residual` (x's
+ * shape), then the ReLU if p.relu: relu(bn(x) + residual). The values and
+ * gradients are bitwise those of rp_relu(rp_add(rp_batch_norm(x), residual))
+ * (with p.relu false inside the batch norm), in one pass each way instead of
+ * three, and one tensor kept instead of three. Errors: rp_batch_norm's, and
+ * RP_ERR_SHAPE when residual's shape is not x's.
+ */
+rp_tensor *rp_batch_norm_add(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
+                             rp_tensor *running_mean, rp_tensor *running_var, rp_tensor *residual,
+                             rp_bn_params p);
+
 rp_tensor *rp_relu(rp_tape *t, rp_tensor *x);
 rp_tensor *rp_leaky_relu(rp_tape *t, rp_tensor *x, float slope);
 rp_tensor *rp_tanh(rp_tape *t, rp_tensor *x);

@@ -184,14 +184,19 @@ static rp_tensor *conv_bn_forward(rp_tape *t, const rp_conv2d_layer *conv,
     return rp_batchnorm_layer_forward(t, bn, rp_conv2d_layer_forward(t, conv, x), training);
 }
 
+/*
+ * relu(bn(conv(...)) + shortcut): the last batch norm, the addition and the ReLU are one fused op
+ * (rp_batch_norm_add), which keeps one tensor where three ops kept three.
+ */
 static rp_tensor *block_forward(rp_tape *t, const resnet_block *b, rp_tensor *x, bool training)
 {
     int n = b->bottleneck ? 3 : 2;
     rp_tensor *y = x;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n - 1; i++)
         y = conv_bn_forward(t, &b->conv[i], &b->bn[i], y, training);
+    y = rp_conv2d_layer_forward(t, &b->conv[n - 1], y);
     rp_tensor *shortcut = b->project ? conv_bn_forward(t, &b->proj, &b->proj_bn, x, training) : x;
-    return rp_relu(t, rp_add(t, y, shortcut));
+    return rp_batchnorm_layer_forward_add(t, &b->bn[n - 1], y, shortcut, true, training);
 }
 
 rp_tensor *rp_resnet_forward(rp_tape *t, const rp_resnet *net, rp_tensor *x, bool training)

@@ -93,8 +93,10 @@ typedef struct rp_kernels {
      * reason, and it returns plain sums).
      */
     void (*bn_stats)(double *sums, const float *x, int64_t m, int c);
+    /* y = gamma*xhat + beta (+ residual, [m*c], when not NULL), then the ReLU if relu. */
     void (*bn_norm_fwd)(float *y, const float *x, const float *mean, const float *invstd,
-                        const float *gamma, const float *beta, bool relu, int64_t m, int c);
+                        const float *gamma, const float *beta, const float *residual, bool relu,
+                        int64_t m, int c);
     void (*bn_stats_bwd)(double *sums, const float *dy, const float *y, const float *x,
                          const float *mean, const float *invstd, int64_t m, int c);
     void (*bn_bwd_data)(float *dx, const float *dy, const float *y, const float *x,
@@ -185,6 +187,9 @@ typedef struct rp_kernels {
     /* dlogits = scale * (probs - onehot/target). */
     void (*softmax_xent_bwd)(float *dlogits, const float *probs, const int32_t *labels,
                              const float *target, float scale, int n, int c);
+
+    /* Bytes the calling thread's kernel caches hold (NULL: the table keeps none). */
+    size_t (*cache_bytes)(void);
 } rp_kernels;
 
 /* The plain C reference table. */

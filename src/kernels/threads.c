@@ -54,3 +54,9 @@ rp_conv_algorithm rp_kernels_get_conv_algorithm(void)
     }
     return (rp_conv_algorithm)a;
 }
+
+size_t rp_kernels_cache_bytes(void)
+{
+    const rp_kernels *k = rp_kernels_active();
+    return k->cache_bytes ? k->cache_bytes() : 0;
+}

@@ -132,3 +132,12 @@ rp_tensor *rp_batchnorm_layer_forward(rp_tape *t, const rp_batchnorm_layer *l, r
     p.training = training;
     return rp_batch_norm(t, x, l->gamma, l->beta, l->running_mean, l->running_var, p);
 }
+
+rp_tensor *rp_batchnorm_layer_forward_add(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
+                                          rp_tensor *residual, bool relu, bool training)
+{
+    rp_bn_params p = l->p;
+    p.training = training;
+    p.relu = relu;
+    return rp_batch_norm_add(t, x, l->gamma, l->beta, l->running_mean, l->running_var, residual, p);
+}

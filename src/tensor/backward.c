@@ -36,7 +36,7 @@ float *tape_grad_out(rp_tape *t, rp_tensor *x, bool *fail)
         if (!x->grad) *fail = true;
         return x->grad;
     }
-    float *scratch = rp_arena_alloc(t->arena, bytes);
+    float *scratch = tape_scratch(t, bytes);
     if (!scratch) *fail = true;
     return scratch;
 }
@@ -105,7 +105,7 @@ static rp_status conv_bwd(rp_tape *t, rp_node *nd)
     }
     if (dw || db) {
         /* bwd_weights always produces dw; give it scratch if w needs no gradient. */
-        float *dw_buf = dw ? dw : rp_arena_alloc(t->arena, (size_t)w->numel * sizeof(float));
+        float *dw_buf = dw ? dw : tape_scratch(t, (size_t)w->numel * sizeof(float));
         if (!dw_buf) return tape_oom();
         RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, x->data, &nd->a.conv));
         if (dw) tape_grad_commit(t, w, dw);
@@ -122,8 +122,8 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
     const float *mean_rest = (const float *)nd->saved + 2 * c;
     const float *relu_out = nd->a.bn.relu ? y->data : NULL;
-    double *sums = rp_arena_alloc(t->arena, (2 * (size_t)c + 1) * sizeof(double));
-    float *local = rp_arena_alloc(t->arena, 2 * (size_t)c * sizeof(float));
+    double *sums = tape_scratch(t, (2 * (size_t)c + 1) * sizeof(double));
+    float *local = tape_scratch(t, 2 * (size_t)c * sizeof(float));
     if (!sums || !local) return tape_oom();
     t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c);
     /*
@@ -139,6 +139,17 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     float *dgamma = tape_grad_acc(t, gamma, &fail), *dbeta = tape_grad_acc(t, beta, &fail);
     float *dx = tape_grad_out(t, x, &fail);
     if (fail) return tape_oom();
+    rp_tensor *residual = nd->in[3]; /* rp_batch_norm_add's; NULL for plain batch norm */
+    if (tape_wants_grad(residual)) {
+        /* The residual's gradient is dy, through the ReLU's mask when there is one. */
+        float *dr = tape_grad_out(t, residual, &fail);
+        if (fail) return tape_oom();
+        if (relu_out)
+            t->k->act_bwd(dr, y->grad, relu_out, relu_out, y->numel, RP_ACT_RELU, 0.0f);
+        else
+            memcpy(dr, y->grad, (size_t)y->numel * sizeof(float));
+        tape_grad_commit(t, residual, dr);
+    }
     /* Parameter gradients use this replica's sums: the gradient all-reduce averages them. */
     for (int j = 0; j < 2 * c; j++)
         local[j] = (float)sums[j];
@@ -205,7 +216,7 @@ static rp_status binary_bwd(rp_tape *t, rp_node *nd)
     if (fail) return tape_oom();
     const float *src = y->grad;
     if (op != RP_BIN_ADD || nb != n) {
-        float *tmp = rp_arena_alloc(t->arena, (size_t)n * sizeof(float));
+        float *tmp = tape_scratch(t, (size_t)n * sizeof(float));
         if (!tmp) return tape_oom();
         if (op == RP_BIN_MUL) {
             t->k->mul(tmp, y->grad, a->data, n, false);
@@ -253,7 +264,7 @@ static rp_status binary_bcast_bwd(rp_tape *t, rp_node *nd)
     const float *src = y->grad;
     float scale = op == RP_BIN_ADD ? 1.0f : -1.0f;
     if (scaled) {
-        float *tmp = rp_arena_alloc(t->arena, (size_t)n * sizeof(float));
+        float *tmp = tape_scratch(t, (size_t)n * sizeof(float));
         if (!tmp) return tape_oom();
         if (op == RP_BIN_MUL) {
             t->k->mul(tmp, y->grad, a->data, n, false);
@@ -291,7 +302,7 @@ static rp_status layer_norm_bwd(rp_tape *t, rp_node *nd)
     float *dx = tape_grad_out(t, x, &fail);
     if (fail) return tape_oom();
     /* The kernel always writes dx: scratch when x needs no gradient. */
-    float *dx_buf = dx ? dx : rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
+    float *dx_buf = dx ? dx : tape_scratch(t, (size_t)x->numel * sizeof(float));
     if (!dx_buf) return tape_oom();
     t->k->layernorm_bwd(dx_buf, dgamma, dbeta, y->grad, x->data, mean, rstd,
                         gamma ? gamma->data : NULL, rows, d);
@@ -326,7 +337,7 @@ static rp_status reduce_axes_bwd(rp_tape *t, rp_node *nd)
 static rp_status custom_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor **in = nd->many ? nd->many : nd->in;
-    float **din = rp_arena_alloc(t->arena, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof(float *));
+    float **din = tape_scratch(t, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof(float *));
     if (!din) return tape_oom();
     bool fail = false;
     for (int i = 0; i < nd->n_in; i++)
@@ -432,7 +443,7 @@ static rp_status loss_bwd(rp_tape *t, rp_node *nd)
     if (nd->op == RP_OP_MSE) {
         rp_tensor *b = nd->in[1];
         int64_t n = x->numel;
-        float *diff = rp_arena_alloc(t->arena, (size_t)n * sizeof(float));
+        float *diff = tape_scratch(t, (size_t)n * sizeof(float));
         float *da = tape_grad_acc(t, x, &fail), *db = tape_grad_acc(t, b, &fail);
         if (fail || !diff) return tape_oom();
         t->k->binary(diff, x->data, b->data, n, n, RP_BIN_SUB);
@@ -457,7 +468,10 @@ static rp_status loss_bwd(rp_tape *t, rp_node *nd)
 /* The output's gradient, or zeros if the loss did not reach it on this member. */
 static const float *out_grad(rp_tape *t, rp_tensor *y)
 {
-    return y->grad ? y->grad : rp_arena_calloc(t->arena, (size_t)y->numel * sizeof(float));
+    if (y->grad) return y->grad;
+    float *zeros = tape_scratch(t, (size_t)y->numel * sizeof(float));
+    if (zeros) memset(zeros, 0, (size_t)y->numel * sizeof(float));
+    return zeros;
 }
 
 static rp_status collective_bwd(rp_tape *t, rp_node *nd)
@@ -478,7 +492,7 @@ static rp_status collective_bwd(rp_tape *t, rp_node *nd)
 
     if (nd->op == RP_OP_SEND) {
         /* The peer's receive sends back the gradient of what it received. */
-        float *g = rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
+        float *g = tape_scratch(t, (size_t)x->numel * sizeof(float));
         if (!g) return tape_oom();
         RP_CHECK(rp_comm_recv(c, g, x->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag));
         float *dx = tape_grad_acc(t, x, &fail);
@@ -493,8 +507,7 @@ static rp_status collective_bwd(rp_tape *t, rp_node *nd)
     }
 
     const float *dy = out_grad(t, y);
-    float *g = rp_arena_alloc(t->arena,
-                              (size_t)(y->numel > x->numel ? y->numel : x->numel) * sizeof(float));
+    float *g = tape_scratch(t, (size_t)(y->numel > x->numel ? y->numel : x->numel) * sizeof(float));
     if (!dy || !g) return tape_oom();
     switch (nd->op) {
     case RP_OP_ALL_REDUCE:

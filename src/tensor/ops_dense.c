@@ -367,6 +367,7 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
         if (!node || !saved) return NULL;
         memcpy(saved, idx, (size_t)n * sizeof(int32_t));
         node->saved = saved;
+        node->saved_bytes = (size_t)n * sizeof(int32_t);
         node->a.emb.n = n;
     }
     return y;
@@ -410,6 +411,7 @@ static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *lab
         rp_node *node = rp_tape_record(t, RP_OP_SOFTMAX_XENT, y, &logits, 1);
         RP_PROPAGATE_NULL(node);
         node->saved = probs;
+        node->saved_bytes = (size_t)logits->numel * sizeof(float);
         if (target) {
             node->saved2 = target->data; /* lives in an arena or a parameter block until reset */
         } else if (labels) {

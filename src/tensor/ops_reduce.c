@@ -139,6 +139,7 @@ rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
         rp_node *node = rp_tape_record(t, RP_OP_LAYER_NORM, y, in, 3);
         RP_PROPAGATE_NULL(node);
         node->saved = stats;
+        node->saved_bytes = 2 * (size_t)rows * sizeof(float);
         node->a.ln.eps = eps;
     }
     return y;

@@ -51,8 +51,10 @@ static bool is_channel_vector(const rp_tensor *v, int c)
     return v && v->ndim == 1 && v->shape[0] == c;
 }
 
-rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
-                         rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p)
+/* Batch norm, with `residual` (when not NULL) added before the optional ReLU. */
+static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
+                             rp_tensor *running_mean, rp_tensor *running_var, rp_tensor *residual,
+                             rp_bn_params p)
 {
     RP_PROPAGATE_NULL(x);
     RP_PROPAGATE_NULL(gamma);
@@ -129,13 +131,16 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
             invstd[i] = (float)(1.0 / sqrt((double)running_var->data[i] + p.eps));
         }
     }
-    rp_tensor *in[] = {x, gamma, beta};
-    t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data, p.relu, m, c);
-    if (rp_tape_needs_grad(t, in, 3)) {
+    rp_tensor *in[] = {x, gamma, beta, residual};
+    int n_in = residual ? 4 : 3;
+    t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
+                      residual ? residual->data : NULL, p.relu, m, c);
+    if (rp_tape_needs_grad(t, in, n_in)) {
         /* Backward recomputes xhat from x, mean and invstd, and corrects with mean_rest. */
-        rp_node *node = rp_tape_record(t, RP_OP_BATCH_NORM, y, in, 3);
+        rp_node *node = rp_tape_record(t, RP_OP_BATCH_NORM, y, in, n_in);
         RP_PROPAGATE_NULL(node);
         node->saved = stats;
+        node->saved_bytes = 3 * (size_t)c * sizeof(float);
         node->a.bn.relu = p.relu;
         node->a.bn.training = p.training;
         node->a.bn.count = count;
@@ -145,6 +150,27 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
         node->a.bn.eps = p.eps;
     }
     return y;
+}
+
+rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
+                         rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p)
+{
+    return batch_norm(t, x, gamma, beta, running_mean, running_var, NULL, p);
+}
+
+rp_tensor *rp_batch_norm_add(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
+                             rp_tensor *running_mean, rp_tensor *running_var, rp_tensor *residual,
+                             rp_bn_params p)
+{
+    RP_PROPAGATE_NULL(x);
+    RP_PROPAGATE_NULL(residual);
+    if (!rp_tensor_same_shape(x, residual)) {
+        char sx[64], sr[64];
+        RP_ERROR(RP_ERR_SHAPE, "rp_batch_norm_add: the residual %s must have the input's shape %s",
+                 rp_shape_str(residual, sr, sizeof sr), rp_shape_str(x, sx, sizeof sx));
+        return NULL;
+    }
+    return batch_norm(t, x, gamma, beta, running_mean, running_var, residual, p);
 }
 
 static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
@@ -175,6 +201,7 @@ static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
         RP_PROPAGATE_NULL(node);
         node->a.pool = d;
         node->saved = argmax;
+        node->saved_bytes = max ? (size_t)y->numel * sizeof(int32_t) : 0;
     }
     return y;
 }

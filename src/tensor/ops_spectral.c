@@ -95,6 +95,7 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
         rp_node *node = rp_tape_record(t, RP_OP_SPECTRAL_NORM, y, &w, 1);
         RP_PROPAGATE_NULL(node);
         node->saved = uv;
+        node->saved_bytes = (size_t)(rows + cols) * sizeof(double);
         node->a.sn.rows = rows;
         node->a.sn.cols = cols;
         node->a.sn.sigma = sigma;

@@ -5,6 +5,17 @@
  * step seen; tensors, saved values and activation gradients come from the
  * arena. So a steady-state step allocates nothing.
  *
+ * Liveness: backward walks the nodes in reverse, so once node i's rule has
+ * run, nothing reads its output's gradient again (every consumer of the
+ * output came later and has run) and nothing reads what node i saved. Those
+ * go back to the arena there and then, with the rule's scratch, and the
+ * gradients of earlier nodes reuse the memory: the backward pass's footprint
+ * is the few gradients alive at once, not the sum of them all. Only leaves
+ * (inputs, parameters, detached tensors) keep their gradients, as in
+ * PyTorch; an op's output has grad NULL after backward. Forward values are
+ * kept until the reset: the caller may read any of them (logits for the
+ * accuracy, say) after backward.
+ *
  * Gradient-ready: every recorded use of a parameter increments its
  * `pending` count. Backward decrements it after each node's rule has run;
  * when it reaches zero no later node can touch that gradient, and the
@@ -44,6 +55,7 @@ void rp_tape_destroy(rp_tape *t)
     rp_free(t->nodes);
     rp_free(t->params);
     rp_free(t->ready);
+    rp_free(t->scratch);
     rp_free(t);
 }
 
@@ -214,6 +226,35 @@ static rp_tensor **node_inputs(rp_node *node)
     return node->many ? node->many : node->in;
 }
 
+void *tape_scratch(rp_tape *t, size_t bytes)
+{
+    if (!grow((void **)&t->scratch, &t->cap_scratch, t->n_scratch + 1, sizeof *t->scratch))
+        return NULL;
+    void *p = rp_arena_alloc(t->arena, bytes);
+    if (p) t->scratch[t->n_scratch++] = (struct tape_scratch_entry){p, bytes};
+    return p;
+}
+
+/* After node's rule: its scratch (newest first, so the arena's top comes down), its output's
+ * gradient and what it saved are dead. */
+static void release_after(rp_tape *t, rp_node *node)
+{
+    while (t->n_scratch > 0) {
+        struct tape_scratch_entry *e = &t->scratch[--t->n_scratch];
+        rp_arena_release(t->arena, e->p, e->bytes);
+    }
+    rp_tensor *y = node->out;
+    if (y->grad && !(y->flags & RP_TENSOR_PARAM)) {
+        rp_arena_release(t->arena, y->grad, (size_t)y->numel * sizeof(float));
+        y->grad = NULL;
+    }
+    if (node->saved_bytes) {
+        rp_arena_release(t->arena, node->saved, node->saved_bytes);
+        node->saved = NULL;
+        node->saved_bytes = 0;
+    }
+}
+
 /* Seeds y's gradient with dy (or 1 for a scalar when dy is NULL) and runs every node up to y's. */
 static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const char *who)
 {
@@ -238,7 +279,14 @@ static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const 
 
     for (int i = y->node; i >= 0; i--) {
         rp_node *node = &t->nodes[i];
-        if (node->out->grad || tape_op_is_collective(node->op)) RP_CHECK(rp_node_backward(t, node));
+        if (node->out->grad || tape_op_is_collective(node->op)) {
+            rp_status st = rp_node_backward(t, node);
+            if (st != RP_OK) {
+                t->n_scratch = 0; /* the reset takes it all back */
+                return st;
+            }
+        }
+        release_after(t, node);
         rp_tensor **in = node_inputs(node);
         for (int j = 0; j < node->n_in; j++) {
             rp_tensor *x = in[j];

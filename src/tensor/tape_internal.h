@@ -62,6 +62,8 @@ typedef struct rp_node {
     rp_tensor **many; /* CONCAT inputs (arena) */
     void *saved;      /* op-specific arena memory (argmax, probs, xhat...) */
     void *saved2;
+    size_t saved_bytes; /* nonzero when `saved` is arena memory of this node's own: released after
+                           its backward (saved2 is never released: it may be borrowed) */
     union {
         rp_conv_desc conv;
         rp_pool_desc pool;
@@ -135,6 +137,11 @@ struct rp_tape {
         void *ctx;
     } * ready; /* persistent listener list */
     int n_ready, cap_ready;
+    struct tape_scratch_entry {
+        void *p;
+        size_t bytes;
+    } * scratch; /* the running rule's scratch, released when it returns (persistent list) */
+    int n_scratch, cap_scratch;
 };
 
 /* A fresh tensor on the tape (struct and data from the arena); NULL on OOM. */
@@ -167,6 +174,12 @@ float *tape_grad_out(rp_tape *t, rp_tensor *x, bool *fail);
 void tape_grad_commit(rp_tape *t, rp_tensor *x, float *buf);
 float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail);
 rp_status tape_oom(void); /* tape_error.c */
+
+/*
+ * Scratch for one backward rule: arena memory released as soon as the rule
+ * returns (tape.c). NULL on OOM. tape_grad_out's scratch comes from here too.
+ */
+void *tape_scratch(rp_tape *t, size_t bytes);
 
 /* An op's input that is NULL because an earlier op failed is passed on by RP_PROPAGATE_NULL
  * (core.h). */

@@ -87,7 +87,8 @@ typedef struct dnnl_step {
 
 typedef struct cache_entry {
     cache_key key;
-    bool winograd; /* the convolution runs oneDNN's Winograd algorithm */
+    bool winograd;      /* the convolution runs oneDNN's Winograd algorithm */
+    size_t owned_bytes; /* buffers oneDNN allocated for this entry (weights in its layout) */
     uint64_t last_used;
     int nsteps;
     dnnl_step steps[MAX_STEPS];
@@ -237,6 +238,16 @@ int rp_cpu_dnnl_cache_entries(void)
     return tls_state ? tls_state->count : 0;
 }
 
+size_t rp_cpu_dnnl_cache_bytes(void)
+{
+    const thread_state *t = tls_state;
+    if (!t) return 0;
+    size_t bytes = t->scratch_bytes + t->stage_bytes[0] + t->stage_bytes[1];
+    for (int i = 0; i < t->count; i++)
+        bytes += t->entries[i]->owned_bytes;
+    return bytes;
+}
+
 void rp_cpu_dnnl_cache_clear(void)
 {
     thread_state *t = tls_state;
@@ -310,6 +321,7 @@ static rp_status entry_memory(cache_entry *e, dnnl_memory_t *out, const dnnl_mem
     DNNL_TRY(dnnl_memory_create,
              (out, md, g_engine, owned ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE));
     e->mems[e->nmems++] = *out;
+    if (owned) e->owned_bytes += dnnl_memory_desc_get_size(md);
 cleanup:
     return status;
 }

@@ -70,6 +70,12 @@ rp_status rp_cpu_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d);
  * weights) on this CPU with the current rp_kernels_get_conv_algorithm() (builds the primitive if
  * needed; for tests and `replicator info`).
  */
+/*
+ * Bytes the calling thread's cache holds: its scratchpad and staging buffers and the weights its
+ * primitives keep in their own layouts. For the memory report.
+ */
+size_t rp_cpu_dnnl_cache_bytes(void);
+
 rp_status rp_cpu_conv2d_uses_winograd(const rp_conv_desc *d, int pass, bool *winograd);
 
 /* Number of primitives in the calling thread's oneDNN cache (for tests and debugging). */

@@ -359,10 +359,11 @@ void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const fl
 
 void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float *restrict mean,
                         const float *restrict invstd, const float *restrict gamma,
-                        const float *restrict beta, bool relu, int64_t m, int c)
+                        const float *restrict beta, const float *restrict residual, bool relu,
+                        int64_t m, int c)
 {
     if (c > MAX_C) {
-        rp_ref_bn_norm_fwd(y, x, mean, invstd, gamma, beta, relu, m, c);
+        rp_ref_bn_norm_fwd(y, x, mean, invstd, gamma, beta, residual, relu, m, c);
         return;
     }
     /* y = scale*x + shift with scale = gamma*invstd, shift = beta - mean*scale. */
@@ -375,7 +376,16 @@ void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float 
     for (int64_t i = 0; i < m; i++) {
         const float *xr = x + i * c;
         float *yr = y + i * c;
-        if (relu) {
+        if (residual) {
+            /* The residual block's tail: the same roundings as bn, then add, then relu. */
+            const float *rr = residual + i * c;
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float v = xr[j] * scale[j] + shift[j];
+                v += rr[j];
+                yr[j] = !relu || v > 0 ? v : 0.0f;
+            }
+        } else if (relu) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
                 float v = xr[j] * scale[j] + shift[j];

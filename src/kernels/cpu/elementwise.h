@@ -12,7 +12,8 @@ void rp_cpu_scale(float *y, const float *x, float s, int64_t n, bool accumulate)
 void rp_cpu_add_inplace(float *y, const float *x, int64_t n);
 void rp_cpu_bn_stats(double *sums, const float *x, int64_t m, int c);
 void rp_cpu_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
-                        const float *gamma, const float *beta, bool relu, int64_t m, int c);
+                        const float *gamma, const float *beta, const float *residual, bool relu,
+                        int64_t m, int c);
 void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
                          const float *mean, const float *invstd, int64_t m, int c);
 void rp_cpu_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,

@@ -51,6 +51,7 @@ static const rp_kernels cpu_table = {
     .log_softmax_bwd = rp_cpu_log_softmax_bwd,
     .sum_squares = rp_cpu_sum_squares,
     .scale_inplace = rp_cpu_scale_inplace,
+    .cache_bytes = rp_cpu_dnnl_cache_bytes,
 };
 
 const rp_kernels *rp_kernels_cpu(void)

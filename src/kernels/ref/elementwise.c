@@ -22,11 +22,13 @@ void rp_ref_bn_stats(double *sums, const float *x, int64_t m, int c)
 }
 
 void rp_ref_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
-                        const float *gamma, const float *beta, bool relu, int64_t m, int c)
+                        const float *gamma, const float *beta, const float *residual, bool relu,
+                        int64_t m, int c)
 {
     for (int64_t i = 0; i < m; i++) {
         for (int j = 0; j < c; j++) {
             float v = gamma[j] * ((x[i * c + j] - mean[j]) * invstd[j]) + beta[j];
+            if (residual) v += residual[i * c + j];
             y[i * c + j] = relu && !(v > 0) ? 0.0f : v;
         }
     }
