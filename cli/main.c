@@ -22,7 +22,6 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    rp_memory_keep_resident(); /* steady-state steps fault no pages in (docs/benchmarks.md) */
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -195,18 +195,6 @@ void rp_free(void *ptr);
 uint64_t rp_alloc_count(void);
 
 /*
- * Keeps freed memory in the process instead of returning it to the system
- * (glibc's malloc: a fixed 64 MiB mmap threshold, heap trimming only above
- * 512 MiB, a 64 MiB top pad), so a training loop whose libraries allocate
- * and free buffers each step (oneDNN's GEMM packs its operands in fresh
- * buffers) stops faulting pages in once the heap has grown to fit. Process-
- * wide, for programs that train: the CLI calls it first thing. A no-op on
- * other C libraries; GLIBC_TUNABLES set by the user still win, since it
- * leaves any tunable the environment sets alone.
- */
-void rp_memory_keep_resident(void);
-
-/*
  * The arena: bump allocation for everything a step creates (activations and
  * their gradients, saved values). rp_arena_reset() frees everything at once.
  * The arena grows by adding chunks while a step needs more; at the next reset

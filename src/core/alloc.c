@@ -4,9 +4,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include "replicator/core.h"
 
@@ -40,15 +37,4 @@ void rp_free(void *ptr)
 uint64_t rp_alloc_count(void)
 {
     return __atomic_load_n(&alloc_count, __ATOMIC_RELAXED);
-}
-
-void rp_memory_keep_resident(void)
-{
-#if defined(__GLIBC__)
-    const char *tunables = getenv("GLIBC_TUNABLES");
-    if (tunables && strstr(tunables, "glibc.malloc.")) return; /* the user's say */
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-    mallopt(M_TOP_PAD, 64 << 20);
-#endif
 }
