@@ -47,8 +47,8 @@ static void net_init(net *n)
     n->bn[0].p.relu = true;
     n->ln_gamma = rp_params_add(n->ps, "ln.gamma", 1, (int[]){2 * C},
                                 (rp_init){.kind = RP_INIT_CONSTANT, .value = 1}, true);
-    n->ln_beta = rp_params_add(n->ps, "ln.beta", 1, (int[]){2 * C},
-                               (rp_init){.kind = RP_INIT_ZEROS}, true);
+    n->ln_beta =
+        rp_params_add(n->ps, "ln.beta", 1, (int[]){2 * C}, (rp_init){.kind = RP_INIT_ZEROS}, true);
     assert_int_equal(rp_linear_layer_init(&n->fc, n->ps, "fc", 2 * C, CLASSES, true, false), RP_OK);
     assert_int_equal(rp_params_finalize(n->ps, 11), RP_OK);
 }
@@ -59,13 +59,18 @@ static void net_init(net *n)
  */
 static rp_tensor *net_loss(rp_tape *t, net *n, rp_tensor *x, const int32_t *labels)
 {
-    rp_tensor *h0 = rp_batchnorm_layer_forward(t, &n->bn[0], rp_conv2d_layer_forward(t, &n->conv[0], x), true);
+    rp_tensor *h0 =
+        rp_batchnorm_layer_forward(t, &n->bn[0], rp_conv2d_layer_forward(t, &n->conv[0], x), true);
     rp_tensor *h1 = rp_batchnorm_layer_forward_add(
         t, &n->bn[1], rp_conv2d_layer_forward(t, &n->conv[1], h0), x, true, true);
-    rp_tensor *h2 = rp_relu(
-        t, rp_add(t, rp_batchnorm_layer_forward(t, &n->bn[2], rp_conv2d_layer_forward(t, &n->conv[2], h1), true), h1));
+    rp_tensor *h2 =
+        rp_relu(t, rp_add(t,
+                          rp_batchnorm_layer_forward(
+                              t, &n->bn[2], rp_conv2d_layer_forward(t, &n->conv[2], h1), true),
+                          h1));
     rp_tensor *gate = rp_sigmoid(t, rp_conv2d_layer_forward(t, &n->conv[3], h2));
-    rp_tensor *g = rp_batchnorm_layer_forward_add(t, &n->bn[3], rp_mul(t, h2, gate), h0, false, true);
+    rp_tensor *g =
+        rp_batchnorm_layer_forward_add(t, &n->bn[3], rp_mul(t, h2, gate), h0, false, true);
     rp_tensor *a = rp_max_pool2d(t, g, (rp_pool_params){2, 2, 0});
     rp_tensor *b = rp_avg_pool2d(t, h2, (rp_pool_params){2, 2, 0});
     rp_tensor *cat = rp_concat(t, (rp_tensor *[]){a, b}, 2);
@@ -74,7 +79,8 @@ static rp_tensor *net_loss(rp_tape *t, net *n, rp_tensor *x, const int32_t *labe
                                     n->ln_beta, 1e-5f);
     rp_tensor *logits = rp_linear_layer_forward(t, &n->fc, feat);
     rp_tensor *zero = rp_tensor_fill(t, 2, (int[]){N, 2 * C}, 0.0f);
-    return rp_add(t, rp_softmax_cross_entropy(t, logits, labels), rp_scale(t, rp_mse(t, feat, zero), 0.1f));
+    return rp_add(t, rp_softmax_cross_entropy(t, logits, labels),
+                  rp_scale(t, rp_mse(t, feat, zero), 0.1f));
 }
 
 typedef struct result {

@@ -200,15 +200,18 @@ void rp_cpu_add_inplace(float *restrict y, const float *restrict x, int64_t n)
  * never leaves the kernel, so sums from different replicas (each with its
  * own shifts) still add up exactly as plain sums do.
  */
-#define MAX_TEAM  16
-#define MAX_C     512
+#define MAX_TEAM   16
+#define MAX_C      512  /* channels per block of partial sums (thread-local) */
+#define NORM_MAX_C 2048 /* per-channel coefficients on the stack (ResNet-50's widest); wider: ref  \
+                         */
 #define SUM_RUN   32
 #define SUM_BLOCK 16
 
 typedef struct bn_sum_args {
     const float *x, *dy, *y, *mean, *invstd;
     int64_t m;
-    int c;
+    int c;      /* channels summed, at most MAX_C */
+    int64_t ld; /* floats from one row to the next (c, or more for a block of wider rows) */
     bool backward;
 } bn_sum_args;
 
@@ -230,7 +233,7 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const float
         for (; j0 + SUM_BLOCK <= c; j0 += SUM_BLOCK) {
             float s[SUM_BLOCK] = {0}, s2[SUM_BLOCK] = {0};
             for (int64_t i = lo; i < hi; i++) {
-                const float *xr = a->x + i * c + j0;
+                const float *xr = a->x + i * a->ld + j0;
 #pragma omp simd
                 for (int j = 0; j < SUM_BLOCK; j++) {
                     float d = xr[j] - k[j0 + j];
@@ -244,7 +247,7 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const float
         for (int j = j0; j < c; j++)
             f[j] = f2[j] = 0.0f;
         for (int64_t i = lo; i < hi && j0 < c; i++) {
-            const float *xr = a->x + i * c;
+            const float *xr = a->x + i * a->ld;
 #pragma omp simd
             for (int j = j0; j < c; j++) {
                 float d = xr[j] - k[j];
@@ -257,7 +260,8 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const float
     for (int j = 0; j < c; j++)
         f[j] = f2[j] = 0.0f;
     for (int64_t i = lo; i < hi; i++) {
-        const float *xr = a->x + i * c, *dr = a->dy + i * c, *yr = a->y ? a->y + i * c : NULL;
+        const float *xr = a->x + i * a->ld, *dr = a->dy + i * a->ld,
+                    *yr = a->y ? a->y + i * a->ld : NULL;
         if (yr) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
@@ -305,7 +309,7 @@ static void bn_sums(double *sums, const bn_sum_args *a)
             s[j] = s2[j] = 0;
         if (!a->backward && lo < hi)
             for (int j = 0; j < c; j++)
-                k[j] = a->x[lo * c + j];
+                k[j] = a->x[lo * a->ld + j];
         for (int64_t r = lo; r < hi; r += SUM_RUN) {
             int64_t end = r + SUM_RUN < hi ? r + SUM_RUN : hi;
             bn_sum_run(f, f2, k, a, r, end);
@@ -335,26 +339,49 @@ static void bn_sums(double *sums, const bn_sum_args *a)
     }
 }
 
-void rp_cpu_bn_stats(double *sums, const float *x, int64_t m, int c)
+/*
+ * Rows wider than MAX_C channels are summed in blocks of MAX_C channels (each block reads its
+ * stretch of every row), so the thread-local partial sums stay small.
+ */
+static void bn_sums_blocked(double *sums, bn_sum_args a)
 {
-    if (c > MAX_C) {
-        rp_ref_bn_stats(sums, x, m, c);
+    int c = a.c;
+    a.ld = c;
+    if (c <= MAX_C) {
+        bn_sums(sums, &a);
         return;
     }
-    bn_sum_args a = {.x = x, .m = m, .c = c};
-    bn_sums(sums, &a);
+    double block[2 * MAX_C];
+    bn_sum_args b = a;
+    for (int c0 = 0; c0 < c; c0 += MAX_C) {
+        b.c = c - c0 < MAX_C ? c - c0 : MAX_C;
+        b.x = a.x + c0;
+        b.dy = a.dy ? a.dy + c0 : NULL;
+        b.y = a.y ? a.y + c0 : NULL;
+        b.mean = a.mean ? a.mean + c0 : NULL;
+        b.invstd = a.invstd ? a.invstd + c0 : NULL;
+        bn_sums(block, &b);
+        memcpy(sums + c0, block, (size_t)b.c * sizeof *block);
+        memcpy(sums + c + c0, block + b.c, (size_t)b.c * sizeof *block);
+    }
+}
+
+void rp_cpu_bn_stats(double *sums, const float *x, int64_t m, int c)
+{
+    bn_sums_blocked(sums, (bn_sum_args){.x = x, .m = m, .c = c});
 }
 
 void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
                          const float *mean, const float *invstd, int64_t m, int c)
 {
-    if (c > MAX_C) {
-        rp_ref_bn_stats_bwd(sums, dy, y, x, mean, invstd, m, c);
-        return;
-    }
-    bn_sum_args a = {
-        .x = x, .dy = dy, .y = y, .mean = mean, .invstd = invstd, .m = m, .c = c, .backward = true};
-    bn_sums(sums, &a);
+    bn_sums_blocked(sums, (bn_sum_args){.x = x,
+                                        .dy = dy,
+                                        .y = y,
+                                        .mean = mean,
+                                        .invstd = invstd,
+                                        .m = m,
+                                        .c = c,
+                                        .backward = true});
 }
 
 void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float *restrict mean,
@@ -362,12 +389,12 @@ void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float 
                         const float *restrict beta, const float *restrict residual, bool relu,
                         int64_t m, int c)
 {
-    if (c > MAX_C) {
+    if (c > NORM_MAX_C) {
         rp_ref_bn_norm_fwd(y, x, mean, invstd, gamma, beta, residual, relu, m, c);
         return;
     }
     /* y = scale*x + shift with scale = gamma*invstd, shift = beta - mean*scale. */
-    float scale[MAX_C], shift[MAX_C];
+    float scale[NORM_MAX_C], shift[NORM_MAX_C];
     for (int j = 0; j < c; j++) {
         scale[j] = gamma[j] * invstd[j];
         shift[j] = beta[j] - mean[j] * scale[j];
@@ -404,7 +431,7 @@ void rp_cpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const floa
                         const float *restrict invstd, const double *restrict sums,
                         const float *restrict gamma, double count, int64_t m, int c)
 {
-    if (c > MAX_C) {
+    if (c > NORM_MAX_C) {
         rp_ref_bn_bwd_data(dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
         return;
     }
@@ -414,7 +441,7 @@ void rp_cpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const floa
      * k1 = g, k2 = -g*b*invstd, k3 = -g*a. (x-mean) stays explicit so a
      * large mean does not cancel away the precision.
      */
-    float k1[MAX_C], k2[MAX_C], k3[MAX_C];
+    float k1[NORM_MAX_C], k2[NORM_MAX_C], k3[NORM_MAX_C];
     for (int j = 0; j < c; j++) {
         double g = (double)gamma[j] * invstd[j], a = sums[j] / count, b = sums[c + j] / count;
         k1[j] = (float)g;
