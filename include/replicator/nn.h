@@ -59,6 +59,22 @@ rp_tensor *rp_params_add(rp_params *params, const char *name, int ndim, const in
                          rp_init init, bool trainable);
 
 /*
+ * Declares this member's shard of a tensor split over `size` members along
+ * `axis` (tensor parallelism): the parameter's shape is dense_shape with
+ * dense_shape[axis] / size in place of dense_shape[axis], and its initial
+ * values are the slice [rank * k, (rank + 1) * k) along `axis` (k =
+ * dense_shape[axis] / size) of the values rp_params_add(name, dense_shape,
+ * init) would get from the same seed. So M members that declare their shards
+ * under the dense name hold, together, exactly the dense parameter (fan_in and
+ * fan_out in `init` are the dense tensor's). Errors: rp_params_add's;
+ * RP_ERR_INVALID for an axis outside [0, ndim) or a rank outside [0, size);
+ * RP_ERR_SHAPE when size does not divide dense_shape[axis].
+ */
+rp_tensor *rp_params_add_shard(rp_params *params, const char *name, int ndim,
+                               const int *dense_shape, rp_init init, bool trainable, int axis,
+                               int rank, int size);
+
+/*
  * Allocates the blocks and initialises every value from `seed`; gradients
  * start at zero. After this, no parameter can be added.
  */
