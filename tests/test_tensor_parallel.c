@@ -730,6 +730,153 @@ static void test_softmax_xent_equals_dense(void **state)
     xent_equivalence(2, 1000.0f);
 }
 
+/* ---- on the runtime's mesh: 2 replicas x tensor parallelism 2 ------------------------------ */
+
+#define MT_B     4 /* rows per replica */
+#define MT_IN    6
+#define MT_HID   8
+#define MT_CLS   6
+#define MT_REP   2
+#define MT_TP    2
+#define MT_STEPS 3
+
+/* One worker's model: fc1 column, relu, fc2 row, relu, head column (split classes), the loss. */
+typedef struct mt_worker {
+    rp_params *params;
+    rp_tp_linear_layer fc1, fc2, head;
+    rp_optimizer *opt;
+} mt_worker;
+
+typedef struct mt_job {
+    float x[MT_REP * MT_B * MT_IN]; /* the global batch: replica d takes rows [d*B, (d+1)*B) */
+    int32_t labels[MT_REP * MT_B];
+    mt_worker w[MT_REP * MT_TP];
+    float loss[MT_REP * MT_TP];
+} mt_job;
+
+static rp_status mt_build(rp_replica *rep, void *arg)
+{
+    mt_job *j = arg;
+    mt_worker *s = &j->w[rp_replica_local_index(rep)];
+    rp_comm *model = rp_replica_axis_comm(rep, RP_AXIS_MODEL);
+    RP_CHECK(rp_params_create(&s->params));
+    RP_CHECK(rp_tp_linear_layer_init(&s->fc1, s->params, "fc1", model, RP_TP_COLUMN, MT_IN, MT_HID,
+                                     true, false));
+    RP_CHECK(rp_tp_linear_layer_init(&s->fc2, s->params, "fc2", model, RP_TP_ROW, MT_HID, MT_HID,
+                                     true, false));
+    RP_CHECK(rp_tp_linear_layer_init(&s->head, s->params, "head", model, RP_TP_COLUMN, MT_HID,
+                                     MT_CLS, true, false));
+    RP_CHECK(rp_params_finalize(s->params, SEED));
+    rp_optim_config oc = rp_optim_config_default();
+    return rp_replica_optimizer_create(rep, &s->opt, s->params, &oc);
+}
+
+/* The dense model's forward on rows x [n, MT_IN]: the mean loss. */
+static rp_tensor *mt_dense_forward(rp_tape *t, rp_linear_layer *l, rp_tensor *x,
+                                   const int32_t *labels)
+{
+    rp_tensor *h = rp_relu(t, rp_linear_layer_forward(t, &l[0], x));
+    h = rp_relu(t, rp_linear_layer_forward(t, &l[1], h));
+    return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &l[2], h), labels);
+}
+
+static rp_status mt_step(rp_replica *rep, void *arg)
+{
+    mt_job *j = arg;
+    mt_worker *s = &j->w[rp_replica_local_index(rep)];
+    rp_tape *t = rp_replica_tape(rep);
+    int d = rp_replica_id(rep);
+    rp_tensor *x = rp_tensor_from(t, 2, (int[]){MT_B, MT_IN}, j->x + d * MT_B * MT_IN);
+    rp_tensor *h = rp_relu(t, rp_tp_linear_layer_forward(t, &s->fc1, x));
+    h = rp_relu(t, rp_tp_linear_layer_forward(t, &s->fc2, h));
+    rp_tensor *loss = rp_tp_softmax_cross_entropy(
+        t, s->head.comm, rp_tp_linear_layer_forward(t, &s->head, h), j->labels + d * MT_B, MT_CLS);
+    if (!loss) return rp_last_status();
+    j->loss[rp_replica_local_index(rep)] = loss->data[0];
+    RP_CHECK(rp_backward(t, loss));
+    return rp_optimizer_step(s->opt, 0.1f);
+}
+
+static rp_status mt_teardown(rp_replica *rep, void *arg)
+{
+    mt_job *j = arg;
+    mt_worker *s = &j->w[rp_replica_local_index(rep)];
+    rp_optimizer_destroy(s->opt);
+    rp_params_destroy(s->params);
+    s->params = NULL;
+    return RP_OK;
+}
+
+/*
+ * Data parallelism 2 x tensor parallelism 2 on the runtime's mesh (threads):
+ * each replica's two model workers split the MLP and the class-parallel
+ * loss over their RP_AXIS_MODEL communicator, the sync strategy averages
+ * gradients over the data axis (SGD with momentum), and after 3 steps every
+ * worker's shards equal the slices of a dense MLP trained on the global
+ * batch within 1e-5, and the loss on every worker is its replica's.
+ */
+static void test_mesh_data_x_tensor_parallel(void **state)
+{
+    static mt_job j;
+    memset(&j, 0, sizeof j);
+    tu_fill(j.x, MT_REP * MT_B * MT_IN, 91, -1, 1);
+    for (int i = 0; i < MT_REP * MT_B; i++)
+        j.labels[i] = (int32_t)((i * 5 + 1) % MT_CLS);
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.threads_per_replica = 1;
+    cfg.timeout_s = 30;
+    cfg.checksum_every = 1;
+    cfg.nroles = 1;
+    cfg.roles[0] = rp_role_make("replica", MT_REP, MT_TP);
+    rp_replicator *r;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    rp_status st = rp_replicator_run(r, mt_build, &j);
+    for (int s = 0; st == RP_OK && s < MT_STEPS; s++)
+        st = rp_replicator_run(r, mt_step, &j);
+    if (st != RP_OK) fail_msg("run: %s", rp_last_error());
+    /* The dense MLP on the global batch: the mean loss's gradient is the replicas' average. */
+    rp_params *dp;
+    rp_linear_layer l[3];
+    assert_int_equal(rp_params_create(&dp), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&l[0], dp, "fc1", MT_IN, MT_HID, true, false), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&l[1], dp, "fc2", MT_HID, MT_HID, true, false), RP_OK);
+    assert_int_equal(rp_linear_layer_init(&l[2], dp, "head", MT_HID, MT_CLS, true, false), RP_OK);
+    assert_int_equal(rp_params_finalize(dp, SEED), RP_OK);
+    rp_optimizer *opt;
+    rp_optim_config oc = rp_optim_config_default();
+    assert_int_equal(rp_optimizer_create(&opt, dp, &oc), RP_OK);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    for (int s = 0; s < MT_STEPS; s++) {
+        rp_tape_reset(t);
+        rp_tensor *x = rp_tensor_from(t, 2, (int[]){MT_REP * MT_B, MT_IN}, j.x);
+        assert_int_equal(rp_backward(t, mt_dense_forward(t, l, x, j.labels)), RP_OK);
+        assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_OK);
+    }
+    const char *names[6] = {"fc1.weight", "fc1.bias",    "fc2.weight",
+                            "fc2.bias",   "head.weight", "head.bias"};
+    int axes[6] = {0, 0, 1, -1, 0, 0};
+    for (int w = 0; w < MT_REP * MT_TP; w++) {
+        rp_replica *rep = rp_replicator_replica(r, w);
+        int m = rp_replica_coord(rep, RP_AXIS_MODEL);
+        assert_int_equal(m, w % MT_TP);
+        for (int i = 0; i < 6; i++) {
+            rp_tensor *dt = param_of(dp, names[i]);
+            check_shard(names[i], m, param_of(j.w[w].params, names[i])->data, dt->data, dt->ndim,
+                        dt->shape, axes[i], MT_TP, 1e-5);
+        }
+    }
+    /* The two model workers of a replica computed one loss; the replicas' losses differ. */
+    assert_true(j.loss[0] == j.loss[1] && j.loss[2] == j.loss[3]);
+    assert_true(j.loss[0] != j.loss[2]);
+    assert_int_equal(rp_replicator_run(r, mt_teardown, &j), RP_OK);
+    rp_replicator_destroy(r);
+    rp_optimizer_destroy(opt);
+    rp_tape_destroy(t);
+    rp_params_destroy(dp);
+}
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 /* Sizes that do not divide over the group, bad splits and ranks: refused at init, named. */
@@ -989,6 +1136,7 @@ int main(void)
         cmocka_unit_test(test_mlp_equals_dense),
         cmocka_unit_test(test_resnet_block_equals_dense),
         cmocka_unit_test(test_softmax_xent_equals_dense),
+        cmocka_unit_test(test_mesh_data_x_tensor_parallel),
         cmocka_unit_test(test_bad_sizes),
         cmocka_unit_test(test_bad_input_shapes),
         cmocka_unit_test(test_mismatched_members),
