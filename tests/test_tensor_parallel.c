@@ -1058,8 +1058,8 @@ static void mismatch_member(void *ctx, int r)
     }
     m->status[r] = y ? RP_OK : rp_last_status();
     snprintf(m->error[r], sizeof m->error[r], "%s", y ? "" : rp_last_error());
+    rp_tape_destroy(t); /* before the parameters it may still refer to */
     rp_params_destroy(p);
-    rp_tape_destroy(t);
 }
 
 static mismatch_run *run_mismatch(int case_id)
