@@ -1,7 +1,8 @@
 /*
  * replicator/nn.h - the named parameter list of a model, initialisers and
- * layers (linear, conv2d, batch norm; spectral-normalised and conditional
- * layers and hinge losses for GANs).
+ * layers (linear, conv2d, batch norm; tensor-parallel linear, convolution and
+ * softmax cross-entropy; spectral-normalised and conditional layers and hinge
+ * losses for GANs).
  *
  * A model is built in two phases. First its layers declare parameters with
  * rp_params_add() (shapes, names, initialisers); then rp_params_finalize()
@@ -57,6 +58,22 @@ void rp_params_destroy(rp_params *params);
  */
 rp_tensor *rp_params_add(rp_params *params, const char *name, int ndim, const int *shape,
                          rp_init init, bool trainable);
+
+/*
+ * Declares this member's shard of a tensor split over `size` members along
+ * `axis` (tensor parallelism): the parameter's shape is dense_shape with
+ * dense_shape[axis] / size in place of dense_shape[axis], and its initial
+ * values are the slice [rank * k, (rank + 1) * k) along `axis` (k =
+ * dense_shape[axis] / size) of the values rp_params_add(name, dense_shape,
+ * init) would get from the same seed. So M members that declare their shards
+ * under the dense name hold, together, exactly the dense parameter (fan_in and
+ * fan_out in `init` are the dense tensor's). Errors: rp_params_add's;
+ * RP_ERR_INVALID for an axis outside [0, ndim) or a rank outside [0, size);
+ * RP_ERR_SHAPE when size does not divide dense_shape[axis].
+ */
+rp_tensor *rp_params_add_shard(rp_params *params, const char *name, int ndim,
+                               const int *dense_shape, rp_init init, bool trainable, int axis,
+                               int rank, int size);
 
 /*
  * Allocates the blocks and initialises every value from `seed`; gradients
@@ -170,6 +187,203 @@ rp_tensor *rp_batchnorm_layer_forward(rp_tape *t, const rp_batchnorm_layer *l, r
  */
 rp_tensor *rp_batchnorm_layer_forward_add(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
                                           rp_tensor *residual, bool relu, bool training);
+
+/* ---- tensor-parallel layers (Megatron-LM; src/nn/layers_tp.c) ------------------ */
+/*
+ * Layers whose parameters are split over the M members of a communicator
+ * `comm` (the model axis: rp_replica's RP_AXIS_MODEL communicator, or any
+ * group from rp_comm_split), after Megatron-LM (Shoeybi et al. 2019). Every
+ * member of the group builds the same layers with the same arguments and
+ * calls them in the same order; each holds only its own shard, and the
+ * layers' collectives (tensor.h's differentiable ones) make the members'
+ * forward and backward together equal the dense layer's.
+ *
+ * Convention (tensor.h, "Megatron's pair"): a tensor is either REPLICATED
+ * (one logical value, equal on every member: a layer's input, a gathered or
+ * reduced output, the loss) or SPLIT along its last axis (member r holds the
+ * r-th of M equal slices). A loss computed from replicated values counts
+ * once: every member computes it and runs rp_backward from it, and each
+ * member's gradients are then those of the dense model's one loss - the full
+ * gradient of every replicated tensor and parameter, and its own slice of
+ * every split one.
+ *
+ * Sizes must divide: a split dimension not divisible by M is refused with
+ * RP_ERR_SHAPE at init (there are no uneven shards). Shapes are checked
+ * before any collective, so members that all pass a wrong shape all fail at
+ * once; a member whose shape alone is wrong fails at once and its peers fail
+ * in the collective it skipped: with RP_ERR_COMM quoting its error as soon
+ * as it leaves the step (rp_comm_leave, which the runtime calls), else
+ * RP_ERR_TIMEOUT naming the call; never a hang. Shards whose sizes differ
+ * between members fail every member in the first collective that sees them
+ * (RP_ERR_MISMATCH naming both counts, or the loss's own RP_ERR_SHAPE).
+ *
+ * Parameters keep the dense layer's names ("<name>.weight", "<name>.bias"),
+ * each member's list holding its shard under that name
+ * (rp_params_add_shard): shard r of the weight is the slice r of the dense
+ * weight along the split axis, and its initial values are that slice of the
+ * dense layer's initial values under the same seed: M shards together equal
+ * the dense parameter bitwise (M = 1: the dense parameter itself).
+ * Data-parallel peers at the same model coordinate hold the same shard under
+ * the same name, so the sync strategy's gradient all-reduce over the data
+ * axis works unchanged. A checkpoint of one member holds its shards only.
+ *
+ * Lifetime: a layer keeps `comm` (not owned): it must outlive every forward
+ * and backward through the layer. Thread-safety: one thread per member.
+ */
+
+/* Which dimension of the dense layer is split over the group. */
+typedef enum {
+    RP_TP_COLUMN, /* output features (channels): each member computes out/M of them */
+    RP_TP_ROW,    /* input features (channels): each member multiplies its in/M of them */
+} rp_tp_split;
+
+/*
+ * Copies member `rank`'s slice of `dense` (row-major, `ndim` dims of
+ * dense_shape) along `axis`, split into `size` equal slices, into `shard`
+ * (the slice's numel floats, row-major): the layout of a parameter made by
+ * rp_params_add_shard. E.g. dense [6, 4], axis 1, size 2, rank 1: shard
+ * [6, 2] holds columns 2 and 3. For loading dense values (a checkpoint of
+ * the dense model) into shards, and for comparing a shard's gradient with a
+ * dense one. Errors: RP_ERR_INVALID (NULL, ndim outside [1, RP_MAX_DIMS],
+ * axis outside [0, ndim), rank outside [0, size), a dimension below 1),
+ * RP_ERR_SHAPE (size does not divide dense_shape[axis]).
+ */
+rp_status rp_tp_shard_copy(float *shard, const float *dense, int ndim, const int *dense_shape,
+                           int axis, int rank, int size);
+
+/*
+ * The regions between replicated and split tensors along the last axis,
+ * tape ops (Megatron's gather_from / scatter_to_tensor_model_parallel_region):
+ *  - rp_tp_gather: x [..., k] split -> y [..., M*k] replicated: the
+ *    members' slices concatenated in rank order (an all-gather). Backward:
+ *    dx = this member's slice of dy (no collective: dy is replicated).
+ *  - rp_tp_scatter: x [..., M*k] replicated -> y [..., k], this member's
+ *    slice (no collective). Backward: dx = the members' dy slices
+ *    concatenated (an all-gather).
+ * Every member must call them (and run backward through them) in step.
+ * Errors: RP_ERR_INVALID (NULL comm), RP_ERR_SHAPE (rp_tp_scatter: the last
+ * dimension does not divide by M), the comm's errors (RP_ERR_MISMATCH when
+ * members' slices differ in size).
+ */
+rp_tensor *rp_tp_gather(rp_tape *t, rp_comm *comm, rp_tensor *x);
+rp_tensor *rp_tp_scatter(rp_tape *t, rp_comm *comm, rp_tensor *x);
+
+/*
+ * Tensor-parallel linear layer, y = x W^T + b with W [out, in] split over
+ * the M members of comm:
+ *
+ * RP_TP_COLUMN (Megatron's ColumnParallelLinear): w [out/M, in] holds rows
+ * [r*out/M, (r+1)*out/M) of W, b [out/M] the same slice of the bias.
+ *   forward:  x [N, in] replicated -> rp_copy_to_group (identity) -> x w^T + b,
+ *             y [N, out/M] split; with gather_output, rp_tp_gather to
+ *             [N, out] replicated.
+ *   backward: dx is all-reduced (SUM) over the group by rp_copy_to_group
+ *             (every member's slice of the output contributes to it).
+ *
+ * RP_TP_ROW (Megatron's RowParallelLinear): w [out, in/M] holds columns
+ * [r*in/M, (r+1)*in/M) of W; b [out] is replicated (not split).
+ *   forward:  x [N, in/M] split (input_is_parallel, the default: e.g. a
+ *             column layer's output) or x [N, in] replicated (then
+ *             rp_tp_scatter keeps this member's slice) -> x w^T (a partial
+ *             sum) -> rp_reduce_from_group (all-reduce SUM) -> + b once,
+ *             y [N, out] replicated.
+ *   backward: identity through the reduction; with a replicated input, dx
+ *             is all-gathered by rp_tp_scatter.
+ *
+ * An MLP is column(gather_output = false) -> activation -> row(input_is_parallel
+ * = true): one all-reduce forward, one backward.
+ *
+ * Initialisation as rp_linear_layer_init's (Glorot uniform, He normal with
+ * he = true, fan_in = in and fan_out = out of the dense layer; bias zeros),
+ * as shards of the dense values (see the top of this section).
+ * gather_output starts false and input_is_parallel true: set them after init.
+ * Errors (init): RP_ERR_INVALID (NULL, in or out < 1, a bad split, a name too
+ * long), RP_ERR_SHAPE (out, for a column layer, or in, for a row layer, not
+ * divisible by M, naming both). Forward: RP_ERR_SHAPE for an x that is not
+ * [N, in] or [N, in/M] as the layer expects (naming the shape and the layer),
+ * and the collectives' errors; NULL as the ops (rp_last_error()).
+ */
+typedef struct rp_tp_linear_layer {
+    rp_tensor *w;           /* column: [out/M, in]; row: [out, in/M] */
+    rp_tensor *b;           /* column: [out/M]; row: [out], replicated; or NULL */
+    int in, out;            /* the dense layer's sizes */
+    rp_tp_split split;      /* RP_TP_COLUMN or RP_TP_ROW */
+    rp_comm *comm;          /* the group (not owned) */
+    int rank, size;         /* this member's rank in comm, and M */
+    bool gather_output;     /* column: all-gather y to [N, out] (default false) */
+    bool input_is_parallel; /* row: x is already [N, in/M] (default true) */
+} rp_tp_linear_layer;
+
+rp_status rp_tp_linear_layer_init(rp_tp_linear_layer *l, rp_params *params, const char *name,
+                                  rp_comm *comm, rp_tp_split split, int in, int out, bool bias,
+                                  bool he);
+rp_tensor *rp_tp_linear_layer_forward(rp_tape *t, const rp_tp_linear_layer *l, rp_tensor *x);
+
+/*
+ * Channel-split convolution, NHWC input, OHWI weight W [out, k, k, in], as
+ * the linear layer above with channels for features:
+ *
+ * RP_TP_COLUMN (output channels split): w [out/M, k, k, in], b [out/M].
+ *   x [N, H, W, in] replicated -> rp_copy_to_group -> conv -> [N, OH, OW,
+ *   out/M] split (gather_output: [N, OH, OW, out] replicated). Backward: dx
+ *   all-reduced (SUM).
+ * RP_TP_ROW (input channels split): w [out, k, k, in/M], b [out] replicated.
+ *   x [N, H, W, in/M] split (input_is_parallel, default) or [N, H, W, in]
+ *   replicated (rp_tp_scatter keeps this member's channels) -> conv (a
+ *   partial sum) -> rp_reduce_from_group (all-reduce SUM) -> + b, [N, OH, OW,
+ *   out] replicated.
+ *
+ * A ResNet basic block splits its first convolution by columns and its
+ * second by rows; the batch norm between them normalises per channel, so on
+ * split channels it is a plain rp_batchnorm_layer of out/M channels, local
+ * to each member (each member owns its channels' statistics), and the one
+ * after the row convolution sees replicated channels. Initialisation as
+ * rp_conv2d_layer_init's (He normal, fan_in k*k*in; bias zeros), as shards.
+ * Errors: as the linear layer's (k, stride < 1 or pad < 0: RP_ERR_INVALID),
+ * and rp_conv2d's.
+ */
+typedef struct rp_tp_conv2d_layer {
+    rp_tensor *w;      /* column: [out/M, k, k, in]; row: [out, k, k, in/M] */
+    rp_tensor *b;      /* column: [out/M]; row: [out], replicated; or NULL */
+    int in, out, k;    /* the dense layer's channels and kernel size */
+    rp_conv_params p;  /* stride and padding */
+    rp_tp_split split; /* RP_TP_COLUMN or RP_TP_ROW */
+    rp_comm *comm;     /* the group (not owned) */
+    int rank, size;
+    bool gather_output;     /* column: all-gather to [N, OH, OW, out] (default false) */
+    bool input_is_parallel; /* row: x is already [N, H, W, in/M] (default true) */
+} rp_tp_conv2d_layer;
+
+rp_status rp_tp_conv2d_layer_init(rp_tp_conv2d_layer *l, rp_params *params, const char *name,
+                                  rp_comm *comm, rp_tp_split split, int in, int out, int k,
+                                  int stride, int pad, bool bias);
+rp_tensor *rp_tp_conv2d_layer_forward(rp_tape *t, const rp_tp_conv2d_layer *l, rp_tensor *x);
+
+/*
+ * Class-parallel (Megatron's vocab-parallel) softmax cross-entropy: the mean
+ * over N rows of logsumexp(z) - z[label], where the logits z [N, classes] are
+ * split over the classes: member r passes logits [N, classes/M], the classes
+ * [r*classes/M, (r+1)*classes/M), e.g. a column layer's output without
+ * gather. labels [N] are the global class ids, the same on every member.
+ *
+ * Forward, two collectives: an all-reduce MAX of each row's largest logit
+ * (with the members' shard widths and a checksum of the labels riding
+ * along, so that members that disagree all fail together), then an
+ * all-reduce SUM, in double, of each row's sum of exp(z - max) and of the
+ * target logit, which only the member owning the label contributes. The
+ * loss is a scalar, replicated (it counts once); its value and each member's
+ * logits gradient, (softmax(z) - onehot(label)) / N on its own classes,
+ * equal rp_softmax_cross_entropy on the full logits within float rounding
+ * (the same max-shifted arithmetic). The backward needs no collective.
+ *
+ * Errors (NULL, rp_last_error()): RP_ERR_INVALID (NULL comm or labels,
+ * classes < 1; a label outside [0, classes), naming it, on every member; the
+ * members' labels differ); RP_ERR_SHAPE (logits not 2-D; members' shard
+ * widths differ, or width * M != classes, naming them, on every member); the
+ * comm's errors (RP_ERR_MISMATCH for different N).
+ */
+rp_tensor *rp_tp_softmax_cross_entropy(rp_tape *t, rp_comm *comm, rp_tensor *logits,
+                                       const int32_t *labels, int classes);
 
 /* ---- layers for GANs (SN-GAN) ---------------------------------------------- */
 /*

@@ -12,6 +12,9 @@ typedef struct param_entry {
     rp_tensor *t;
     rp_init init;
     bool trainable;
+    /* A shard (rp_params_add_shard): the dense tensor's size along `shard_axis`, and this
+     * member's place; shard_size 0 for a whole tensor. */
+    int shard_axis, shard_dense, shard_rank, shard_size;
     uint32_t frozen_flags; /* RP_TENSOR_REQUIRES_GRAD as it was when the set was frozen */
 } param_entry;
 
@@ -101,7 +104,7 @@ rp_tensor *rp_params_add(rp_params *p, const char *name, int ndim, const int *sh
     t->node = -1;
     t->flags = RP_TENSOR_PARAM | (trainable ? RP_TENSOR_REQUIRES_GRAD : 0);
     snprintf(t->name, sizeof t->name, "%s", name);
-    p->entries[p->n++] = (param_entry){t, init, trainable, 0};
+    p->entries[p->n++] = (param_entry){t, init, trainable, 0, 0, 0, 0, 0};
     if (p->frozen) { /* joins a frozen set frozen, and thaws with it */
         p->entries[p->n - 1].frozen_flags = t->flags & RP_TENSOR_REQUIRES_GRAD;
         t->flags &= ~RP_TENSOR_REQUIRES_GRAD;
@@ -109,46 +112,107 @@ rp_tensor *rp_params_add(rp_params *p, const char *name, int ndim, const int *sh
     return t;
 }
 
-/* Fills one parameter from its initialiser; the stream is keyed by seed and name. */
-static void init_one(rp_tensor *t, rp_init init, uint64_t seed)
+rp_tensor *rp_params_add_shard(rp_params *p, const char *name, int ndim, const int *dense_shape,
+                               rp_init init, bool trainable, int axis, int rank, int size)
 {
-    uint64_t key = rp_hash_str(seed, t->name);
-    size_t n = (size_t)t->numel;
+    if (!p || !name || !dense_shape) {
+        RP_ERROR(RP_ERR_INVALID, "rp_params_add_shard: params, name and shape must not be NULL");
+        return NULL;
+    }
+    if (ndim < 1 || ndim > RP_MAX_DIMS || axis < 0 || axis >= ndim) {
+        RP_ERROR(RP_ERR_INVALID, "rp_params_add_shard: \"%s\": axis %d is not one of its %d dims",
+                 name, axis, ndim);
+        return NULL;
+    }
+    if (size < 1 || rank < 0 || rank >= size) {
+        RP_ERROR(RP_ERR_INVALID, "rp_params_add_shard: \"%s\": rank %d is not in [0, %d)", name,
+                 rank, size);
+        return NULL;
+    }
+    if (dense_shape[axis] < 1 || dense_shape[axis] % size != 0) {
+        RP_ERROR(RP_ERR_SHAPE,
+                 "rp_params_add_shard: \"%s\": dimension %d (%d) does not split evenly over %d "
+                 "members",
+                 name, axis, dense_shape[axis], size);
+        return NULL;
+    }
+    int shape[RP_MAX_DIMS];
+    memcpy(shape, dense_shape, (size_t)ndim * sizeof(int));
+    shape[axis] = dense_shape[axis] / size;
+    rp_tensor *t = rp_params_add(p, name, ndim, shape, init, trainable);
+    if (!t) return NULL;
+    param_entry *e = &p->entries[p->n - 1];
+    e->shard_axis = axis;
+    e->shard_dense = dense_shape[axis];
+    e->shard_rank = rank;
+    e->shard_size = size;
+    return t;
+}
+
+/* n values of the initialiser's random stream `key` from position `first`, into out. */
+static void init_range(float *out, size_t n, rp_init init, uint64_t key, uint64_t first)
+{
     double fan_in = init.fan_in > 0 ? init.fan_in : 1,
            fan_out = init.fan_out > 0 ? init.fan_out : 1;
     double gain =
         init.value != 0.0f ? (double)init.value : 1.0; /* Glorot's; 0 keeps old callers' 1 */
     switch (init.kind) {
     case RP_INIT_ZEROS:
-        memset(t->data, 0, n * sizeof(float));
+        memset(out, 0, n * sizeof(float));
         break;
     case RP_INIT_CONSTANT:
         for (size_t i = 0; i < n; i++)
-            t->data[i] = init.value;
+            out[i] = init.value;
         break;
     case RP_INIT_NORMAL:
-        rp_rng_fill_normal(key, 0, t->data, n, 0.0f, init.value);
+        rp_rng_fill_normal(key, first, out, n, 0.0f, init.value);
         break;
     case RP_INIT_UNIFORM:
-        rp_rng_fill_uniform(key, 0, t->data, n, -init.value, init.value);
+        rp_rng_fill_uniform(key, first, out, n, -init.value, init.value);
         break;
     case RP_INIT_HE_NORMAL:
-        rp_rng_fill_normal(key, 0, t->data, n, 0.0f, (float)sqrt(2.0 / fan_in));
+        rp_rng_fill_normal(key, first, out, n, 0.0f, (float)sqrt(2.0 / fan_in));
         break;
     case RP_INIT_HE_UNIFORM: {
         float b = (float)sqrt(6.0 / fan_in);
-        rp_rng_fill_uniform(key, 0, t->data, n, -b, b);
+        rp_rng_fill_uniform(key, first, out, n, -b, b);
         break;
     }
     case RP_INIT_GLOROT_NORMAL:
-        rp_rng_fill_normal(key, 0, t->data, n, 0.0f,
+        rp_rng_fill_normal(key, first, out, n, 0.0f,
                            (float)(gain * sqrt(2.0 / (fan_in + fan_out))));
         break;
     case RP_INIT_GLOROT_UNIFORM: {
         float b = (float)(gain * sqrt(6.0 / (fan_in + fan_out)));
-        rp_rng_fill_uniform(key, 0, t->data, n, -b, b);
+        rp_rng_fill_uniform(key, first, out, n, -b, b);
         break;
     }
+    }
+}
+
+/*
+ * Fills one parameter from its initialiser; the stream is keyed by seed and
+ * name, one position per element of the dense tensor. A shard takes the
+ * positions of its slice (one contiguous run per index of the axes before the
+ * split one), so the shards of every member together hold the dense values.
+ */
+static void init_one(const param_entry *e, uint64_t seed)
+{
+    rp_tensor *t = e->t;
+    uint64_t key = rp_hash_str(seed, t->name);
+    if (e->shard_size == 0) {
+        init_range(t->data, (size_t)t->numel, e->init, key, 0);
+        return;
+    }
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < e->shard_axis; i++)
+        outer *= t->shape[i];
+    for (int i = e->shard_axis + 1; i < t->ndim; i++)
+        inner *= t->shape[i];
+    int64_t k = t->shape[e->shard_axis], run = k * inner;
+    for (int64_t o = 0; o < outer; o++) {
+        uint64_t first = (uint64_t)((o * e->shard_dense + (int64_t)e->shard_rank * k) * inner);
+        init_range(t->data + o * run, (size_t)run, e->init, key, first);
     }
 }
 
@@ -195,7 +259,7 @@ rp_status rp_params_reinit(rp_params *p, uint64_t seed)
 {
     if (!p || !p->finalized) return RP_ERROR(RP_ERR_INVALID, "rp_params_reinit: not finalized");
     for (int i = 0; i < p->n; i++)
-        init_one(p->entries[i].t, p->entries[i].init, seed);
+        init_one(&p->entries[i], seed);
     return RP_OK;
 }
 
