@@ -200,10 +200,11 @@ void rp_cpu_add_inplace(float *restrict y, const float *restrict x, int64_t n)
  * never leaves the kernel, so sums from different replicas (each with its
  * own shifts) still add up exactly as plain sums do.
  */
-#define MAX_TEAM   16
-#define MAX_C      512  /* channels per block of partial sums (thread-local) */
-#define NORM_MAX_C 2048 /* per-channel coefficients on the stack (ResNet-50's widest); wider: ref  \
-                         */
+#define MAX_TEAM 16
+#define MAX_C    512 /* channels per block of partial sums (thread-local) */
+#define NORM_MAX_C                                                                                 \
+    2048 /* per-channel coefficients on the stack (ResNet-50's widest); wider: ref                 \
+          */
 #define SUM_RUN   32
 #define SUM_BLOCK 16
 
