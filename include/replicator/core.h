@@ -168,6 +168,8 @@ typedef struct rp_env {
     const char *conv_algo; /* RP_CONV_ALGO: "auto" (default: Winograd where it is faster) or
                               "direct" (see rp_kernels_set_conv_algorithm) */
     const char *faults;    /* RP_FAULTS: a fault schedule (docs/faults.md), NULL if unset */
+    bool arena_poison;     /* RP_ARENA_POISON: set and not "0": arenas start in poison mode
+                              (rp_arena_set_poison), released memory filled with NaN */
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */

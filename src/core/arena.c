@@ -20,7 +20,6 @@
  * poisoned, so a read of released memory shows.
  */
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "replicator/core.h"
@@ -96,8 +95,7 @@ rp_status rp_arena_create(rp_arena **arena, size_t initial_bytes)
         rp_free(a);
         return rp_last_status();
     }
-    const char *env = getenv("RP_ARENA_POISON");
-    a->poison = env && *env && strcmp(env, "0") != 0;
+    a->poison = rp_env_get()->arena_poison;
     *arena = a;
     return RP_OK;
 }

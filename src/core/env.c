@@ -57,6 +57,9 @@ static void read_env(void)
     /* Faults to inject into the communicators' calls (checked by src/comm/fault.c). */
     const char *faults = getenv("RP_FAULTS");
     env.faults = faults && *faults ? faults : NULL;
+    /* Released arena memory filled with NaN (src/core/arena.c), for tests of the liveness plan. */
+    const char *poison = getenv("RP_ARENA_POISON");
+    env.arena_poison = poison && *poison && strcmp(poison, "0") != 0;
 }
 
 const rp_env *rp_env_get(void)
