@@ -651,13 +651,13 @@ static void bn_stats_ref(void *p)
 static void bn_stats_bwd_ours(void *p)
 {
     bn_ctx *b = p;
-    rp_cpu_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c);
+    rp_cpu_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c, NULL);
 }
 
 static void bn_stats_bwd_ref(void *p)
 {
     bn_ctx *b = p;
-    rp_ref_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c);
+    rp_ref_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c, NULL);
 }
 
 static void bn_norm_fwd_ours(void *p)

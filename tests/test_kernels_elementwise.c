@@ -164,8 +164,13 @@ static void body_batch_norm(void)
                 cpu->bn_norm_fwd(y2, x, mean, invstd, g, b, NULL, relu, m, c);
                 tu_check_close(y2, y1, n, TOL, relu ? "bn_norm_fwd relu" : "bn_norm_fwd");
                 const float *mask = relu ? y1 : NULL;
-                ref->bn_stats_bwd(s1, dy, mask, x, mean, invstd, m, c);
-                cpu->bn_stats_bwd(s2, dy, mask, x, mean, invstd, m, c);
+                /* With the masked gradient written out too (the fused tail's residual). */
+                ref->bn_stats_bwd(s1, dy, mask, x, mean, invstd, m, c, h1);
+                cpu->bn_stats_bwd(s2, dy, mask, x, mean, invstd, m, c, h2);
+                assert_memory_equal(h2, h1, (size_t)n * sizeof(float));
+                for (int64_t i = 0; i < n; i++)
+                    if (h1[i] != (mask && !(mask[i] > 0) ? 0.0f : dy[i]))
+                        fail_msg("bn_stats_bwd g_out[%lld] = %g", (long long)i, (double)h1[i]);
                 /*
                  * Float runs of 32 rows inside double totals: the error is
                  * bounded by the sum of the terms' magnitudes, not by the
@@ -220,7 +225,7 @@ static void bn_by_table(const rp_kernels *k, float *y, float *dgamma, float *dbe
         invstd[j] = (float)(1.0 / sqrt(var + eps));
     }
     k->bn_norm_fwd(y, x, mean, invstd, gamma, beta, NULL, false, m, c);
-    k->bn_stats_bwd(sums, dy, NULL, x, mean, invstd, m, c);
+    k->bn_stats_bwd(sums, dy, NULL, x, mean, invstd, m, c, NULL);
     for (int j = 0; j < c; j++) {
         sums[c + j] -= (double)mean_rest[j] * invstd[j] * sums[j];
         dbeta[j] = (float)sums[j], dgamma[j] = (float)sums[c + j];

@@ -97,8 +97,10 @@ typedef struct rp_kernels {
     void (*bn_norm_fwd)(float *y, const float *x, const float *mean, const float *invstd,
                         const float *gamma, const float *beta, const float *residual, bool relu,
                         int64_t m, int c);
+    /* g_out (when not NULL) also receives the gradient reaching the normalisation: dy, masked by
+       y > 0 when y is given (a fused ReLU), in the same pass. */
     void (*bn_stats_bwd)(double *sums, const float *dy, const float *y, const float *x,
-                         const float *mean, const float *invstd, int64_t m, int c);
+                         const float *mean, const float *invstd, int64_t m, int c, float *g_out);
     void (*bn_bwd_data)(float *dx, const float *dy, const float *y, const float *x,
                         const float *mean, const float *invstd, const double *sums,
                         const float *gamma, double count, int64_t m, int c);

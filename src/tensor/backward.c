@@ -125,7 +125,14 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     double *sums = tape_scratch(t, (2 * (size_t)c + 1) * sizeof(double));
     float *local = tape_scratch(t, 2 * (size_t)c * sizeof(float));
     if (!sums || !local) return tape_oom();
-    t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c);
+    /* rp_batch_norm_add's residual: its gradient is dy through the ReLU's mask, written by the
+     * statistics pass as it reads dy and y anyway. */
+    rp_tensor *residual = nd->in[3];
+    bool fail = false;
+    float *dr = tape_grad_out(t, residual, &fail);
+    if (fail) return tape_oom();
+    t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c, dr);
+    if (dr) tape_grad_commit(t, residual, dr);
     /*
      * The kernel's xhat uses the float mean, off from the batch's by
      * mean_rest, so its sum(g*xhat) holds an extra mean_rest*invstd*sum(g):
@@ -135,21 +142,9 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
      */
     for (int j = 0; j < c; j++)
         sums[c + j] -= (double)mean_rest[j] * invstd[j] * sums[j];
-    bool fail = false;
     float *dgamma = tape_grad_acc(t, gamma, &fail), *dbeta = tape_grad_acc(t, beta, &fail);
     float *dx = tape_grad_out(t, x, &fail);
     if (fail) return tape_oom();
-    rp_tensor *residual = nd->in[3]; /* rp_batch_norm_add's; NULL for plain batch norm */
-    if (tape_wants_grad(residual)) {
-        /* The residual's gradient is dy, through the ReLU's mask when there is one. */
-        float *dr = tape_grad_out(t, residual, &fail);
-        if (fail) return tape_oom();
-        if (relu_out)
-            t->k->act_bwd(dr, y->grad, relu_out, relu_out, y->numel, RP_ACT_RELU, 0.0f);
-        else
-            memcpy(dr, y->grad, (size_t)y->numel * sizeof(float));
-        tape_grad_commit(t, residual, dr);
-    }
     /* Parameter gradients use this replica's sums: the gradient all-reduce averages them. */
     for (int j = 0; j < 2 * c; j++)
         local[j] = (float)sums[j];

@@ -214,6 +214,7 @@ typedef struct bn_sum_args {
     int c;      /* channels summed, at most MAX_C */
     int64_t ld; /* floats from one row to the next (c, or more for a block of wider rows) */
     bool backward;
+    float *g_out; /* backward: the masked dy is written here too (NULL: not) */
 } bn_sum_args;
 
 /*
@@ -263,7 +264,16 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const float
     for (int64_t i = lo; i < hi; i++) {
         const float *xr = a->x + i * a->ld, *dr = a->dy + i * a->ld,
                     *yr = a->y ? a->y + i * a->ld : NULL;
-        if (yr) {
+        float *gr = a->g_out ? a->g_out + i * a->ld : NULL;
+        if (yr && gr) {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float d = dr[j], g = yr[j] > 0 ? d : 0.0f;
+                gr[j] = g;
+                f[j] += g;
+                f2[j] += g * ((xr[j] - a->mean[j]) * a->invstd[j]);
+            }
+        } else if (yr) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
                 float d = dr[j], g = yr[j] > 0 ? d : 0.0f;
@@ -271,6 +281,7 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const float
                 f2[j] += g * ((xr[j] - a->mean[j]) * a->invstd[j]);
             }
         } else {
+            if (gr) memcpy(gr, dr, (size_t)c * sizeof *gr);
 #pragma omp simd
             for (int j = 0; j < c; j++) {
                 f[j] += dr[j];
@@ -361,6 +372,7 @@ static void bn_sums_blocked(double *sums, bn_sum_args a)
         b.y = a.y ? a.y + c0 : NULL;
         b.mean = a.mean ? a.mean + c0 : NULL;
         b.invstd = a.invstd ? a.invstd + c0 : NULL;
+        b.g_out = a.g_out ? a.g_out + c0 : NULL;
         bn_sums(block, &b);
         memcpy(sums + c0, block, (size_t)b.c * sizeof *block);
         memcpy(sums + c + c0, block + b.c, (size_t)b.c * sizeof *block);
@@ -373,7 +385,7 @@ void rp_cpu_bn_stats(double *sums, const float *x, int64_t m, int c)
 }
 
 void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
-                         const float *mean, const float *invstd, int64_t m, int c)
+                         const float *mean, const float *invstd, int64_t m, int c, float *g_out)
 {
     bn_sums_blocked(sums, (bn_sum_args){.x = x,
                                         .dy = dy,
@@ -382,7 +394,8 @@ void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const fl
                                         .invstd = invstd,
                                         .m = m,
                                         .c = c,
-                                        .backward = true});
+                                        .backward = true,
+                                        .g_out = g_out});
 }
 
 void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float *restrict mean,

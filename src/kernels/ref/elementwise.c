@@ -41,12 +41,13 @@ static double bn_grad(const float *dy, const float *y, int64_t k)
 }
 
 void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
-                         const float *mean, const float *invstd, int64_t m, int c)
+                         const float *mean, const float *invstd, int64_t m, int c, float *g_out)
 {
     for (int j = 0; j < c; j++) {
         double s = 0, s2 = 0;
         for (int64_t i = 0; i < m; i++) {
             double g = bn_grad(dy, y, i * c + j);
+            if (g_out) g_out[i * c + j] = (float)g;
             s += g;
             s2 += g * (((double)x[i * c + j] - mean[j]) * invstd[j]);
         }

@@ -13,7 +13,7 @@ void rp_ref_bn_norm_fwd(float *y, const float *x, const float *mean, const float
                         const float *gamma, const float *beta, const float *residual, bool relu,
                         int64_t m, int c);
 void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
-                         const float *mean, const float *invstd, int64_t m, int c);
+                         const float *mean, const float *invstd, int64_t m, int c, float *g_out);
 void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,
                         const float *mean, const float *invstd, const double *sums,
                         const float *gamma, double count, int64_t m, int c);
