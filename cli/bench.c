@@ -363,8 +363,12 @@ static int bench_resnet(int argc, char **argv)
     RP_TRY(rp_replicator_run(r, bench_build, &job));
     double total = 0;
     long faults0 = 0;
+    uint64_t allocs0 = 0;
     for (int it = 0; it < warmup + iters; it++) {
-        if (it == warmup) faults0 = page_faults();
+        if (it == warmup) {
+            faults0 = page_faults();
+            allocs0 = rp_alloc_count();
+        }
         double t0 = rp_now_s();
         RP_TRY(rp_replicator_run(r, bench_step, &job));
         double dt = rp_now_s() - t0;
@@ -375,6 +379,8 @@ static int bench_resnet(int argc, char **argv)
     }
     /* The process's, over the timed steps: the steady state should fault no pages (issue 17). */
     double faults = (double)(page_faults() - faults0) / iters;
+    /* And our own allocations (rp_alloc, every thread): none once the arena has settled. */
+    double allocs = (double)(rp_alloc_count() - allocs0) / iters;
     if (trace) RP_TRY(rp_replicator_trace_write(r, trace));
     double med = rp_cli_median(times, iters);
     double ips = (double)batch * iters / total;
@@ -384,17 +390,18 @@ static int bench_resnet(int argc, char **argv)
         printf("{\"framework\":\"replicator\",\"model\":\"%s\",\"batch\":%d,\"size\":%d,"
                "\"channels\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"bn\":\"%s\","
                "\"format\":\"nhwc\",\"images_per_s\":%.2f,\"ms_per_step\":%.2f,"
-               "\"median_ms_per_step\":%.2f,\"page_faults_per_step\":%.1f,\"backend\":\"%s\"}\n",
+               "\"median_ms_per_step\":%.2f,\"page_faults_per_step\":%.1f,"
+               "\"allocations_per_step\":%.1f,\"backend\":\"%s\"}\n",
                rp_resnet_kind_name(kind), batch, size, channels, replicas, tpr,
                replicas > 1 && cross_bn ? "cross-replica" : "local", ips, 1e3 * total / iters,
-               1e3 * med, faults, rp_replicator_backend(r));
+               1e3 * med, faults, allocs, rp_replicator_backend(r));
     else
         printf("replicator %s batch %d %dx%dx%d, %d replica%s x %d threads (%s)%s: %.1f images/s "
-               "(%.1f ms/step, median %.1f; %.1f page faults/step)\n",
+               "(%.1f ms/step, median %.1f; %.1f page faults, %.1f allocations/step)\n",
                rp_resnet_kind_name(kind), batch, size, size, channels, replicas,
                replicas > 1 ? "s" : "", tpr, rp_replicator_backend(r),
                replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "", ips,
-               1e3 * total / iters, 1e3 * med, faults);
+               1e3 * total / iters, 1e3 * med, faults, allocs);
     if (memory && root) {
         const bench_state *s = &job.states[0];
         const rp_params *params = rp_resnet_params(s->net);
