@@ -42,6 +42,8 @@ static void bench_usage(FILE *f)
             "  --local-bn    per-replica batch norm (default: cross-replica, as in training)\n"
             "  --trace FILE  write a Chrome trace-event JSON of the steps to FILE (open it in\n"
             "                ui.perfetto.dev; docs/tracing.md)\n"
+            "  --recompute   recompute the blocks' inner batch norm + ReLU outputs in backward\n"
+            "                instead of storing them (less memory, one more pass each)\n"
             "  --memory      print where the memory goes: peak resident memory, parameters,\n"
             "                gradients, optimizer state, the arena (activations and their\n"
             "                gradients) and the kernels' caches\n"
@@ -66,7 +68,7 @@ typedef struct bench_job {
     rp_resnet_kind kind;
     int batch; /* per replica */
     int size, channels;
-    bool cross_bn;
+    bool cross_bn, recompute;
     bench_state *states;
 } bench_job;
 
@@ -79,6 +81,7 @@ static rp_status bench_build(rp_replica *rep, void *arg)
     rp_resnet_config cfg = rp_resnet_config_default(job->kind);
     cfg.in_channels = job->channels;
     cfg.classes = small ? 10 : 1000;
+    cfg.recompute_bn = job->recompute;
     if (rp_replica_count(rep) > 1 && job->cross_bn) {
         cfg.bn_comm = rp_replica_axis_comm(rep, RP_AXIS_DATA);
     }
@@ -242,7 +245,7 @@ static int bench_resnet(int argc, char **argv)
         tpr = 0;
     bool json = false, cross_bn = true;
     const char *trace = NULL, *torch = NULL;
-    bool memory = false;
+    bool memory = false, recompute = false;
     rp_backend backend = RP_BACKEND_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -257,6 +260,9 @@ static int bench_resnet(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--memory")) {
             memory = true;
+            continue;
+        } else if (!strcmp(a, "--recompute")) {
+            recompute = true;
             continue;
         }
         if (!v) {
@@ -333,7 +339,7 @@ static int bench_resnet(int argc, char **argv)
     if (!tpr && (!mpi || threads > 0))
         tpr = rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
 
-    bench_job job = {kind, 0, size, channels, cross_bn, NULL};
+    bench_job job = {kind, 0, size, channels, cross_bn, recompute, NULL};
     bench_memory mem = {0};
     rp_status status = RP_OK;
     rp_replicator *r = NULL;

@@ -11,6 +11,8 @@
  *    forward values stay readable.
  *  - rp_batch_norm_add equals relu(add(batch_norm)) bitwise, values and
  *    gradients, with and without the ReLU, in training and in evaluation.
+ *  - Batch norm outputs dropped after their last forward use (rp_tape_drop) and recomputed in
+ *    backward give bitwise the gradients of storing them, in less memory.
  *  - A ResNet's steady-state step allocates nothing and faults no page in.
  */
 #include "testutil.h"
@@ -254,6 +256,87 @@ static void test_fused_tail_shape_error(void **state)
     rp_params_destroy(ps);
 }
 
+/* ---- recompute instead of store (rp_tape_drop) ------------------------------------- */
+
+typedef struct r20_run {
+    float *grads;
+    int64_t count;
+    float loss;
+    size_t forward_live;
+} r20_run;
+
+/* One ResNet-20 training step's loss and gradients, its batch norms recomputed or stored. */
+static r20_run resnet_grads(bool recompute, bool poison)
+{
+    rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
+    cfg.in_channels = 1;
+    cfg.recompute_bn = recompute;
+    rp_resnet *net;
+    assert_int_equal(rp_resnet_create(&net, &cfg, 3), RP_OK);
+    rp_params *ps = rp_resnet_params(net);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_arena_set_poison(rp_tape_arena(t), poison);
+    enum { B = 4, S = 16 };
+    float xs[B * S * S];
+    tu_fill(xs, B * S * S, 51, -1, 1);
+    static const int32_t labels[B] = {1, 7, 3, 9};
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){B, S, S, 1}, xs);
+    rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, net, x, true), labels);
+    assert_non_null(loss);
+    r20_run r = {.loss = rp_item(loss), .count = rp_params_trainable_numel(ps)};
+    r.forward_live = rp_arena_get_stats(rp_tape_arena(t)).live;
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    r.grads = test_malloc((size_t)r.count * sizeof(float));
+    memcpy(r.grads, rp_params_grad(ps), (size_t)r.count * sizeof(float));
+    rp_tape_destroy(t);
+    rp_resnet_destroy(net);
+    return r;
+}
+
+static void test_recomputed_batch_norms_give_bitwise_gradients(void **state)
+{
+    (void)state;
+    r20_run stored = resnet_grads(false, false), recomputed = resnet_grads(true, true);
+    assert_true(stored.loss == recomputed.loss);
+    assert_memory_equal(recomputed.grads, stored.grads, (size_t)stored.count * sizeof(float));
+    /* Each of the 9 blocks keeps one tensor fewer (of its 4) when the forward pass ends. */
+    print_message("forward pass ends with %zu bytes stored, %zu recomputed\n", stored.forward_live,
+                  recomputed.forward_live);
+    assert_true(recomputed.forward_live < stored.forward_live * 5 / 6);
+    test_free(stored.grads);
+    test_free(recomputed.grads);
+}
+
+static void test_drop_refuses_what_it_cannot_recompute(void **state)
+{
+    (void)state;
+    rp_params *ps;
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    rp_batchnorm_layer bn;
+    assert_int_equal(rp_batchnorm_layer_init(&bn, ps, "bn", C), RP_OK);
+    assert_int_equal(rp_params_finalize(ps, 5), RP_OK);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    const int shape[] = {N, H, H, C};
+    rp_tensor *x = rp_tensor_fill(t, 4, shape, 1.0f), *r = rp_tensor_fill(t, 4, shape, 2.0f);
+    rp_tensor *relu = rp_relu(t, rp_batchnorm_layer_forward(t, &bn, x, true));
+    assert_int_equal(rp_tape_drop(t, relu), RP_ERR_INVALID);
+    tu_assert_error_contains("only a batch norm's output");
+    assert_int_equal(rp_tape_drop(t, x), RP_ERR_INVALID); /* a leaf */
+    rp_tensor *tail = rp_batchnorm_layer_forward_add(t, &bn, x, r, true, true);
+    assert_int_equal(rp_tape_drop(t, tail), RP_ERR_INVALID);
+    tu_assert_error_contains("rp_batch_norm_add's output cannot be recomputed");
+    rp_tensor *y = rp_batchnorm_layer_forward(t, &bn, x, true);
+    assert_int_equal(rp_tape_drop(t, y), RP_OK);
+    assert_null(y->data);
+    assert_int_equal(rp_tape_drop(t, y), RP_ERR_INVALID);
+    tu_assert_error_contains("already dropped");
+    assert_int_equal(rp_tape_drop(NULL, y), RP_ERR_INVALID);
+    rp_tape_destroy(t);
+    rp_params_destroy(ps);
+}
+
 /* ---- the steady state --------------------------------------------------------------- */
 
 static long faults(void)
@@ -323,6 +406,8 @@ int main(void)
         cmocka_unit_test(test_poison_fills_released_blocks),
         cmocka_unit_test(test_fused_tail_is_bitwise_the_three_ops),
         cmocka_unit_test(test_fused_tail_shape_error),
+        cmocka_unit_test(test_recomputed_batch_norms_give_bitwise_gradients),
+        cmocka_unit_test(test_drop_refuses_what_it_cannot_recompute),
         cmocka_unit_test(test_resnet_steady_state_faults_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,6 +40,7 @@ enum {
     RP_TENSOR_REQUIRES_GRAD = 1u << 0, /* gradients flow to this tensor */
     RP_TENSOR_PARAM = 1u << 1,         /* a parameter: persistent data and grad */
     RP_TENSOR_GRAD_FRESH = 1u << 2,    /* param grad holds zeros: the next write may overwrite */
+    RP_TENSOR_DROPPED = 1u << 3,       /* values released by rp_tape_drop, recomputed in backward */
 };
 
 typedef struct rp_tensor {
@@ -161,6 +162,22 @@ rp_status rp_backward(rp_tape *tape, rp_tensor *loss);
  * gradient from elsewhere. Errors: as rp_backward; RP_ERR_INVALID if dy is NULL.
  */
 rp_status rp_backward_from(rp_tape *tape, rp_tensor *y, const float *dy);
+
+/*
+ * Recompute instead of store: hands the values of x, a batch norm's output
+ * (rp_batch_norm, with or without its fused ReLU; not rp_batch_norm_add's),
+ * back to the arena now,
+ * and has backward recompute them from the batch norm's input and
+ * statistics (one pass) when a rule first needs them, and release them again
+ * once the batch norm's own rule has run. The caller promises that nothing
+ * reads x's values again in the forward pass (nor any view of x: a reshape,
+ * a detach); call it right after the last op that uses x, typically the
+ * convolution that follows a batch norm + ReLU. The gradients are bitwise
+ * those of storing x. After the call x->data is NULL until backward
+ * recomputes it. Errors: RP_ERR_INVALID for a NULL tape or tensor, a tensor
+ * not made by rp_batch_norm on this recording tape, or one already dropped.
+ */
+rp_status rp_tape_drop(rp_tape *tape, rp_tensor *x);
 
 /*
  * Stop-gradient: a tensor with x's shape and values (shared storage, not a

@@ -188,13 +188,17 @@ static rp_tensor *conv_bn_forward(rp_tape *t, const rp_conv2d_layer *conv,
  * relu(bn(conv(...)) + shortcut): the last batch norm, the addition and the ReLU are one fused op
  * (rp_batch_norm_add), which keeps one tensor where three ops kept three.
  */
-static rp_tensor *block_forward(rp_tape *t, const resnet_block *b, rp_tensor *x, bool training)
+static rp_tensor *block_forward(rp_tape *t, const resnet_block *b, rp_tensor *x, bool training,
+                                bool recompute)
 {
     int n = b->bottleneck ? 3 : 2;
-    rp_tensor *y = x;
-    for (int i = 0; i < n - 1; i++)
-        y = conv_bn_forward(t, &b->conv[i], &b->bn[i], y, training);
-    y = rp_conv2d_layer_forward(t, &b->conv[n - 1], y);
+    rp_tensor *y = rp_conv2d_layer_forward(t, &b->conv[0], x);
+    for (int i = 0; i < n - 1; i++) {
+        rp_tensor *a = rp_batchnorm_layer_forward(t, &b->bn[i], y, training);
+        y = rp_conv2d_layer_forward(t, &b->conv[i + 1], a);
+        /* The convolution was a's only reader: backward recomputes it from y's batch norm. */
+        if (recompute && y && a->node >= 0 && rp_tape_drop(t, a) != RP_OK) return NULL;
+    }
     rp_tensor *shortcut = b->project ? conv_bn_forward(t, &b->proj, &b->proj_bn, x, training) : x;
     return rp_batchnorm_layer_forward_add(t, &b->bn[n - 1], y, shortcut, true, training);
 }
@@ -218,7 +222,7 @@ rp_tensor *rp_resnet_forward_features(rp_tape *t, const rp_resnet *net, rp_tenso
     x = conv_bn_forward(t, &net->stem, &net->stem_bn, x, training); /* ReLU fused into the BN */
     if (net->stem_pool) x = rp_max_pool2d(t, x, (rp_pool_params){3, 2, 1});
     for (int i = 0; i < net->n_blocks; i++)
-        x = block_forward(t, &net->blocks[i], x, training);
+        x = block_forward(t, &net->blocks[i], x, training, net->cfg.recompute_bn);
     rp_tensor *pooled = rp_global_avg_pool(t, x);
     if (features) *features = pooled;
     return rp_linear_layer_forward(t, &net->fc, pooled);

@@ -32,6 +32,13 @@ typedef struct rp_resnet_config {
        rp_cross_replica_bn with the replica as ctx. Setting both is RP_ERR_INVALID. */
     rp_bn_reduce_fn bn_reduce;
     void *bn_reduce_ctx;
+    /*
+     * Recompute rather than store the batch norm + ReLU outputs inside each block (the input of
+     * its second and third convolutions): each is dropped once that convolution has read it and
+     * recomputed in backward (rp_tape_drop), bitwise the same gradients. Less memory for one
+     * more pass over each of them; docs/benchmarks.md measures both. Default false.
+     */
+    bool recompute_bn;
 } rp_resnet_config;
 
 rp_resnet_config rp_resnet_config_default(rp_resnet_kind kind);

@@ -169,6 +169,20 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
+rp_status tape_recompute(rp_tape *t, rp_tensor *y)
+{
+    rp_node *nd = &t->nodes[y->node]; /* a batch norm (rp_tape_drop checked) */
+    rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *residual = nd->in[3];
+    int c = gamma->shape[0];
+    const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
+    y->data = rp_arena_alloc(t->arena, (size_t)y->numel * sizeof(float));
+    if (!y->data) return tape_oom();
+    /* The forward pass's own kernel on the same values: bitwise the stored output. */
+    t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
+                      residual ? residual->data : NULL, nd->a.bn.relu, x->numel / c, c);
+    return RP_OK;
+}
+
 static rp_status act_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;

@@ -235,6 +235,38 @@ void *tape_scratch(rp_tape *t, size_t bytes)
     return p;
 }
 
+rp_status rp_tape_drop(rp_tape *t, rp_tensor *x)
+{
+    if (!t || !x) return RP_ERROR(RP_ERR_INVALID, "rp_tape_drop: tape and tensor must not be NULL");
+    if (x->node < 0 || x->node >= t->n_nodes || t->nodes[x->node].out != x ||
+        t->nodes[x->node].op != RP_OP_BATCH_NORM)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_tape_drop: only a batch norm's output recorded on this tape can be "
+                        "recomputed (this tensor was made by another op, or not recorded)");
+    if (t->nodes[x->node].n_in > 3)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_tape_drop: rp_batch_norm_add's output cannot be recomputed (its "
+                        "residual may be gone by then); drop plain batch norms only");
+    if (x->flags & RP_TENSOR_DROPPED)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tape_drop: the tensor was already dropped");
+    rp_arena_release(t->arena, x->data, (size_t)x->numel * sizeof(float));
+    x->data = NULL;
+    x->flags |= RP_TENSOR_DROPPED;
+    return RP_OK;
+}
+
+/* Before node's rule: the values it reads that rp_tape_drop released, recomputed. */
+static rp_status recompute_before(rp_tape *t, rp_node *node)
+{
+    rp_tensor **in = node_inputs(node);
+    for (int j = 0; j < node->n_in; j++)
+        if (in[j] && (in[j]->flags & RP_TENSOR_DROPPED) && !in[j]->data)
+            RP_CHECK(tape_recompute(t, in[j]));
+    rp_tensor *y = node->out;
+    if ((y->flags & RP_TENSOR_DROPPED) && !y->data) RP_CHECK(tape_recompute(t, y));
+    return RP_OK;
+}
+
 /* After node's rule: its scratch (newest first, so the arena's top comes down), its output's
  * gradient and what it saved are dead. */
 static void release_after(rp_tape *t, rp_node *node)
@@ -247,6 +279,11 @@ static void release_after(rp_tape *t, rp_node *node)
     if (y->grad && !(y->flags & RP_TENSOR_PARAM)) {
         rp_arena_release(t->arena, y->grad, (size_t)y->numel * sizeof(float));
         y->grad = NULL;
+    }
+    if ((y->flags & RP_TENSOR_DROPPED) && y->data) {
+        /* Recomputed for this rule and the ones after it: the producer's was the last. */
+        rp_arena_release(t->arena, y->data, (size_t)y->numel * sizeof(float));
+        y->data = NULL;
     }
     if (node->saved_bytes) {
         rp_arena_release(t->arena, node->saved, node->saved_bytes);
@@ -280,7 +317,8 @@ static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const 
     for (int i = y->node; i >= 0; i--) {
         rp_node *node = &t->nodes[i];
         if (node->out->grad || tape_op_is_collective(node->op)) {
-            rp_status st = rp_node_backward(t, node);
+            rp_status st = recompute_before(t, node);
+            if (st == RP_OK) st = rp_node_backward(t, node);
             if (st != RP_OK) {
                 t->n_scratch = 0; /* the reset takes it all back */
                 return st;

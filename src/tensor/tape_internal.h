@@ -181,6 +181,9 @@ rp_status tape_oom(void); /* tape_error.c */
  */
 void *tape_scratch(rp_tape *t, size_t bytes);
 
+/* Recomputes the values of y, dropped by rp_tape_drop, from its batch norm node (backward.c). */
+rp_status tape_recompute(rp_tape *t, rp_tensor *y);
+
 /* An op's input that is NULL because an earlier op failed is passed on by RP_PROPAGATE_NULL
  * (core.h). */
 
