@@ -50,7 +50,7 @@ static void bench_usage(FILE *f)
             "  --torch SCRIPT  with --memory: also run SCRIPT (bench/torch_env.sh) on the same\n"
             "                model, batch, steps and threads, once per memory format, and print\n"
             "                its peak resident memory next to ours\n"
-            "  --json        one JSON line instead of text\n");
+            "  --json        JSON instead of text: one line (a second with --memory)\n");
 }
 
 /* One replica's model, optimizer and synthetic batch. */
