@@ -42,12 +42,12 @@ typedef struct net {
 
 typedef struct job {
     rp_optim_config oc;
-    int steps;          /* steps in this run */
-    int64_t step0;      /* global step of the first */
-    int accum;          /* backward passes per step (1: none) */
-    float clip;         /* > 0: a `before` hook clips to this global norm */
-    int nan_replica;    /* >= 0: that replica's input holds a NaN at step nan_step */
-    int nan_step;       /* of this run */
+    int steps;                   /* steps in this run */
+    int64_t step0;               /* global step of the first */
+    int accum;                   /* backward passes per step (1: none) */
+    float clip;                  /* > 0: a `before` hook clips to this global norm */
+    int nan_replica;             /* >= 0: that replica's input holds a NaN at step nan_step */
+    int nan_step;                /* of this run */
     const rp_checkpoint *resume; /* read into every replica at build */
     rp_checkpoint *save;         /* after the run: replica 0's gathered state */
     float out[NP];               /* replica 0's trainable values after the run */
@@ -250,8 +250,7 @@ static void test_optimizer_range(void **state)
             int64_t n = -1;
             rp_optimizer_state(part[q], &n);
             assert_int_equal(n, rp_optim_slots(&oc) * (cut[q + 1] - cut[q]));
-            assert_int_equal(rp_optimizer_state_bytes(part[q]),
-                             (size_t)n * sizeof(float));
+            assert_int_equal(rp_optimizer_state_bytes(part[q]), (size_t)n * sizeof(float));
         }
         for (int s = 0; s < 4; s++) {
             float g[NP];
@@ -363,8 +362,7 @@ static void test_state_bytes(void **state)
         int64_t shard = (NP + n - 1) / n;
         for (int q = 0; q < n; q++) {
             assert_int_equal(s.bytes[q], whole); /* sync: every replica holds it all */
-            int64_t lo = q * shard < NP ? q * shard : NP,
-                    hi = lo + shard < NP ? lo + shard : NP;
+            int64_t lo = q * shard < NP ? q * shard : NP, hi = lo + shard < NP ? lo + shard : NP;
             assert_int_equal(z.bytes[q], (size_t)(2 * (hi - lo)) * sizeof(float));
             /* About 1/N: at most one padded shard's worth above whole / N. */
             assert_true(z.bytes[q] * (size_t)n <= whole + (size_t)(2 * n) * sizeof(float));

@@ -63,15 +63,15 @@ typedef struct rp_zero {
     int64_t lo, hi;      /* this replica's shard [lo, hi) of the block */
     int64_t chunk;       /* the largest bucket's length */
     int nparams;         /* trainable */
-    int *first, *list; /* parameter i's buckets: list[first[i] .. first[i+1]) */
+    int *first, *list;   /* parameter i's buckets: list[first[i] .. first[i+1]) */
     int nbuckets;
     zbucket *buckets;
-    int started; /* buckets [0, started) have started since the last step */
-    bool again;  /* a bucket completed a second time: reduce everything again */
-    float *sgrad; /* [S] this replica's shard of the mean gradient */
-    float *pack;  /* [N * chunk] one bucket's segments, back to back */
-    float *one;   /* [chunk] this replica's segment, zero-padded past P */
-    int64_t *scratch; /* [count * max(nparams, 3)]: checksums, the finiteness exchange */
+    int started;       /* buckets [0, started) have started since the last step */
+    bool again;        /* a bucket completed a second time: reduce everything again */
+    float *sgrad;      /* [S] this replica's shard of the mean gradient */
+    float *pack;       /* [N * chunk] one bucket's segments, back to back */
+    float *one;        /* [chunk] this replica's segment, zero-padded past P */
+    int64_t *scratch;  /* [count * max(nparams, 3)]: checksums, the finiteness exchange */
     int64_t local_bad; /* first element of the gradient block non-finite before reduction, or -1 */
     float local_value;
     int64_t reduced_bad; /* first element of the reduced shard non-finite, or -1 */
@@ -323,8 +323,7 @@ static rp_status zero_before(rp_optimizer *opt, void *ctx)
         return rp_error_set(status, __FILE__, __LINE__, "ZeRO-1 step: %s", z->message);
     }
     RP_CHECK(agree_finite(z));
-    if (z->hi > z->lo)
-        memcpy(z->grad + z->lo, z->sgrad, (size_t)(z->hi - z->lo) * sizeof(float));
+    if (z->hi > z->lo) memcpy(z->grad + z->lo, z->sgrad, (size_t)(z->hi - z->lo) * sizeof(float));
     return RP_OK;
 }
 
