@@ -532,8 +532,9 @@ static rp_status zero_fetch(rp_replica *rep, rp_optimizer *opt)
     rp_zero *z = find(rep, opt);
     if (!z) return RP_OK;
     int slots = rp_optim_slots(rp_optimizer_config(opt));
-    if (slots == 0) return RP_OK;
+    /* Even without state (plain SGD): a checkpoint takes only an optimizer over every value. */
     if (rep->id == 0) RP_CHECK(rp_optimizer_set_range(opt, 0, z->numel));
+    if (slots == 0) return RP_OK;
     int64_t lo, hi;
     rp_optimizer_range(opt, &lo, &hi);
     float *state = rp_optimizer_state(opt, NULL);
