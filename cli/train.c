@@ -48,6 +48,7 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             o->staleness = cli->staleness;
         }
     }
+    o->zero = cli->zero;
     o->slow_replica = cli->slow_replica;
     o->slow_factor = cli->slow_factor;
     /* Where the replicas run is this invocation's, never the saved run's. */
@@ -142,7 +143,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
         snprintf(regime, sizeof regime, "async: %d parameter-server %s%s, staleness %s", o->ps,
                  ranks ? "rank" : "shard", o->ps > 1 ? "s" : "", bound);
     } else {
-        snprintf(regime, sizeof regime, "cross-replica batch norm");
+        snprintf(regime, sizeof regime, "cross-replica batch norm%s", o->zero ? ", ZeRO-1" : "");
     }
     if (strcmp(backend, "threads") != 0)
         snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, %s)",
@@ -164,6 +165,17 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
             o->warmup_epochs, (double)o->momentum, o->nesterov ? " nesterov" : "",
             (double)o->weight_decay, o->augment ? "crop+flip" : "off", (unsigned long long)o->seed,
             layout, rp_kernels_name());
+    /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO-1). */
+    const rp_optimizer *opt = rp_classifier_state_optimizer(state);
+    size_t held = rp_optimizer_state_bytes(opt),
+           whole = opt ? (size_t)rp_optim_slots(rp_optimizer_config(opt)) *
+                             (size_t)rp_params_trainable_numel(rp_classifier_state_params(state)) *
+                             sizeof(float)
+                       : 0;
+    fprintf(stderr, "  optimizer state: %zu bytes per replica (%.2f MiB)", held,
+            (double)held / (1 << 20));
+    if (held != whole) fprintf(stderr, "; ZeRO-1: %zu bytes unsharded", whole);
+    fprintf(stderr, "\n");
     if (resumed)
         fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir,
                 (long long)p.epoch + 1, (long long)p.step);

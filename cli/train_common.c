@@ -43,6 +43,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->regime = async ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
+    cfg->zero = o->zero;
     /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says.
      */
     if (!cfg->threads_per_replica && (!mpi || o->threads > 0)) {

@@ -93,6 +93,9 @@ static void usage(FILE *f)
             "                    or under mpirun the last S ranks\n"
             "  --staleness K     async: no replica runs more than K steps ahead of the slowest\n"
             "                    (default: unbounded)\n"
+            "  --zero            sync: ZeRO-1, each of N replicas keeps the optimizer state of\n"
+            "                    1/N of the parameters (gradients reduce-scattered, values\n"
+            "                    all-gathered); the same values bitwise (docs/distributed.md)\n"
             "  --slow R:F        make replica R F times slower (a sleep each step), to study\n"
             "                    stragglers\n"
             "  --faults SPEC     inject faults into the workers' calls, e.g.\n"
@@ -107,7 +110,7 @@ static void usage(FILE *f)
             "  --force           overwrite a checkpoint already in --out\n"
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
-            "                    --comm-timeout, --regime, --ps, --staleness, --slow,\n"
+            "                    --comm-timeout, --regime, --ps, --staleness, --zero, --slow,\n"
             "                    --faults, --max-steps, --no-checkpoint, --tensorboard,\n"
             "                    --trace and\n"
             "                    --quiet)\n"
@@ -214,6 +217,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         }
         if (!strcmp(a, "--force")) {
             o->force = true;
+            continue;
+        }
+        if (!strcmp(a, "--zero")) {
+            o->zero = true;
             continue;
         }
         if (!v) {
@@ -339,6 +346,11 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                 o->batch, o->replicas, o->replicas);
         return 2;
     }
+    if (async && o->zero) {
+        fprintf(stderr, "replicator train: --zero shards the optimizer state of synchronous "
+                        "replicas; it does not combine with --regime async\n");
+        return 2;
+    }
     if (o->nesterov && o->momentum <= 0) {
         fprintf(stderr, "replicator train: --nesterov needs --momentum > 0\n");
         return 2;
@@ -351,7 +363,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             "--max-steps", "--no-checkpoint", "--quiet",
             "--backend",   "--comm-timeout",  "--regime",
             "--ps",        "--staleness",     "--slow",
-            "--faults",    "--tensorboard",   "--trace"};
+            "--faults",    "--tensorboard",   "--trace",
+            "--zero"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;

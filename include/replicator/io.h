@@ -259,8 +259,12 @@ rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, 
  * is the list the optimizer was created over. Names, not positions, tie the
  * state to parameters, so it survives a change in parameter order.
  *
+ * The tensors are logical (unsharded): an optimizer restricted to a range
+ * (rp_optimizer_set_range, ZeRO-1) is refused; gather its state first
+ * (rp_replica_optimizer_fetch).
+ *
  * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if the state does not fit
- * `params`.
+ * `params`, or the optimizer is sharded.
  */
 rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
                                       const rp_params *params, const char *prefix);
@@ -270,6 +274,9 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
  * step count). All or nothing, with the checks and RP_ERR_SHAPE message of
  * rp_checkpoint_read_params(); a checkpoint from an optimizer with a
  * different number of slots (e.g. Adam into SGD) is refused the same way.
+ * A sharded optimizer (rp_optimizer_set_range) takes the part of each
+ * logical tensor inside its range (every tensor's name and shape is still
+ * checked), so a checkpoint saved by N replicas resumes on M.
  */
 rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
                                        const rp_params *params, const char *prefix);

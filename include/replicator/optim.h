@@ -47,8 +47,9 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
 void rp_optimizer_destroy(rp_optimizer *opt);
 
 /*
- * Applies one update with learning rate `lr` to every trainable parameter,
- * then zeroes the gradients. A negative or non-finite lr is RP_ERR_INVALID. Returns RP_ERR_NUMERIC,
+ * Applies one update with learning rate `lr` to every trainable parameter
+ * (to its range's, when sharded: rp_optimizer_set_range), then zeroes the
+ * gradients. A negative or non-finite lr is RP_ERR_INVALID. Returns RP_ERR_NUMERIC,
  * naming the parameter, if a gradient holds a NaN or infinity; then nothing is changed. A frozen
  * parameter set (rp_params_set_frozen, nn.h) is RP_ERR_INVALID naming its first and last
  * parameters, before any hook runs: nothing is changed, no gradient is all-reduced or pushed, the
@@ -155,10 +156,49 @@ rp_status rp_optim_check(const rp_optim_config *cfg);
 /* Number of state slots of the rule (0, 1 or 2). */
 int rp_optim_slots(const rp_optim_config *cfg);
 
-/* Steps taken so far, and the state block (slots x trainable numel floats). */
+/*
+ * Steps taken so far, and the state block: slots x (hi - lo) floats for the
+ * optimizer's range [lo, hi) (the whole trainable numel unless sharded),
+ * slot after slot.
+ */
 int64_t rp_optimizer_steps(const rp_optimizer *opt);
 void rp_optimizer_set_steps(rp_optimizer *opt, int64_t steps);
 float *rp_optimizer_state(const rp_optimizer *opt, int64_t *numel);
+
+/* ---- sharding: an optimizer over one contiguous range (ZeRO-1) ----------- */
+
+/*
+ * Restricts the optimizer to the trainable elements [lo, hi) of its
+ * parameter list's flat blocks (value, gradient): a shard of the model, as
+ * ZeRO-1 gives each data-parallel replica. From then on:
+ *  - the state block holds slots x (hi - lo) floats (rp_optimizer_state,
+ *    rp_optimizer_state_bytes); an element in both the old and the new range
+ *    keeps its state, the others start at zero as in a fresh optimizer;
+ *  - rp_optimizer_step() checks the finiteness of, and updates, gradients and
+ *    values in [lo, hi) only; every gradient is still zeroed afterwards, and
+ *    the values outside the range are left as they are (the caller brings
+ *    them up to date, e.g. by an all-gather);
+ *  - the rule is elementwise, so updating every range of a partition once
+ *    gives bitwise the values of one unsharded step on the same gradients.
+ * [0, trainable numel) is the unsharded optimizer again (the state grows back,
+ * zero outside the old range). Allocates (not in a step): call it between
+ * steps, not concurrently with one. Errors: RP_ERR_INVALID (NULL, a range
+ * outside [0, trainable numel] or with hi < lo), RP_ERR_NOMEM (nothing
+ * changed).
+ */
+rp_status rp_optimizer_set_range(rp_optimizer *opt, int64_t lo, int64_t hi);
+/* The range the optimizer updates: [0, trainable numel) unless set; 0, 0 for NULL. */
+void rp_optimizer_range(const rp_optimizer *opt, int64_t *lo, int64_t *hi);
+/* Bytes of optimizer state it holds now: slots x (hi - lo) x 4. 0 for NULL. */
+size_t rp_optimizer_state_bytes(const rp_optimizer *opt);
+/*
+ * The rule alone, for an `update` hook that wraps it (ZeRO-1: the rule on the
+ * shard, then an all-gather of the values): applies rp_optim_apply() to the
+ * optimizer's range with the step number steps + 1, reading the gradients
+ * as they are (no finiteness check, no zeroing, the step count unchanged).
+ * Errors: RP_ERR_INVALID for NULL.
+ */
+rp_status rp_optimizer_apply_rule(rp_optimizer *opt, float lr);
 
 /* ---- schedules ------------------------------------------------------------ */
 

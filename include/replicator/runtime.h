@@ -49,7 +49,8 @@
  * (rp_replicator_start / rp_replicator_wait): an actor loop, a server loop.
  *
  * Strategies. How replicas combine gradients (cfg.regime: sync all-reduce
- * over the data axis, async parameter servers) is chosen once at create;
+ * over the data axis, async parameter servers; cfg.zero: sync with the
+ * optimizer state sharded, ZeRO-1) is chosen once at create;
  * the optimizer it wraps composes with other hooks (optim.h:
  * rp_optimizer_add_hooks), so clipping, an EMA or tracing stack on it.
  *
@@ -146,6 +147,8 @@ typedef struct rp_config {
     bool stuck_exit;             /* a replica stuck outside every collective ends the process (exit
                                     status RP_STUCK_EXIT_CODE) instead of failing the run; default
                                     $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
+    bool zero; /* sync only: ZeRO-1, each replica keeps the optimizer state of 1/N of the values
+                  (see "ZeRO-1" below); default false */
 } rp_config;
 
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */
@@ -157,7 +160,7 @@ rp_config rp_config_default(void);
  * Takes the runtime's options out of argv (shifting the rest down and
  * updating *argc): --backend threads|mpi|auto, --regime sync|async, --ps S, --staleness K,
  * --replicas N, --threads-per-replica T, --seed S,
- * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K. Errors:
+ * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero. Errors:
  * RP_ERR_INVALID naming the option and value.
  */
 rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);
@@ -490,6 +493,62 @@ rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
  */
 rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_params *params,
                                       const rp_optim_config *cfg);
+
+/*
+ * ZeRO-1 (cfg.zero): rp_replica_optimizer_create() makes an optimizer that
+ * behaves as the sync one above - the same values after every step, bitwise
+ * (the reductions add in the same order and the rule is elementwise), the
+ * same checksums - while each of the N replicas keeps the optimizer state
+ * of one shard of the trainable values only: the flat block of P values is
+ * cut into N shards of ceil(P / N) (the last ones shorter or empty: no size
+ * is refused), so rp_optimizer_state_bytes() falls to about 1/N. A step
+ * reduce-scatters the gradients (mean, in buckets of cfg.bucket_bytes,
+ * started from backward), agrees across replicas that they are finite (a
+ * non-finite one fails the step on every replica, naming the replica whose
+ * own gradient held it), updates the replica's shard (optim.h:
+ * rp_optimizer_set_range) and all-gathers the values in buckets. Costs
+ * besides the state: a reduced-gradient shard of P/N floats and
+ * 2 x bucket_bytes of scratch per replica.
+ * What user hooks see: a `before` added after the runtime's sees the
+ * replica's shard [lo, hi) (rp_optimizer_range) of the reduced gradients in
+ * place, and the rest of the gradient block holding local gradients: clip
+ * with rp_replica_clip_grad_norm(), not rp_clip_grad_norm(). An `after`
+ * sees the whole updated values. rp_replica_optimizer_fetch() (collective)
+ * gathers every shard's state into replica 0's optimizer, whose state block
+ * then is the whole logical state until its next step shards it again - do
+ * so before rp_checkpoint_add_optimizer(), which stores logical tensors
+ * (the trainer does it before each checkpoint: rp_replicator_sharded()).
+ * rp_checkpoint_read_optimizer() into a ZeRO-1 optimizer takes its shard of
+ * each logical tensor, so a run saved on N replicas resumes on M.
+ * rp_replica_optimizer_publish() sends replica 0's values and steps, and
+ * its state's shards when replica 0 holds the whole state. With one
+ * replica it is the plain optimizer.
+ */
+
+/*
+ * Whether the replicator's optimizers hold a shard of their state each
+ * (ZeRO-1), so that rp_replica_optimizer_fetch() must gather it before a
+ * checkpoint is written. False for NULL.
+ */
+bool rp_replicator_sharded(const rp_replicator *r);
+
+/*
+ * Global-norm gradient clipping of a replica optimizer's reduced gradients,
+ * for a `before` hook added to it after the runtime's (so that the
+ * gradients are reduced): the L2 norm of the whole mean gradient, and when
+ * it exceeds max_norm every gradient scaled by max_norm / norm, as
+ * rp_clip_grad_norm() does. Sync, async and plain optimizers: exactly
+ * rp_clip_grad_norm() of the block. ZeRO-1: each replica's shard's squared
+ * norm (double) all-reduced, then its shard scaled: a collective, every
+ * replica calls it in the same step; the norm agrees with the sync
+ * strategy's to rounding (the squares are added in another order). *norm
+ * (may be NULL) receives the norm before clipping, the same on every
+ * replica. Errors: those of rp_clip_grad_norm (RP_ERR_INVALID for max_norm
+ * not finite and > 0, RP_ERR_NUMERIC for a non-finite norm: nothing
+ * scaled), and the all-reduce's.
+ */
+rp_status rp_replica_clip_grad_norm(rp_replica *rep, rp_optimizer *opt, float max_norm,
+                                    float *norm);
 
 /*
  * Copies replica 0's parameter values (and buffers) to every replica

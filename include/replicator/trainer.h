@@ -183,9 +183,13 @@ typedef struct rp_trainer_model {
     const char *const *gauges;
     /*
      * Optional. Every replica, after each run in which the replicas stepped
-     * independently (async only): makes the job's state every replica's
+     * independently (async): makes the job's state every replica's
      * (rp_replica_optimizer_fetch(), averaging per-replica buffers), so that
-     * evaluation and the checkpoint see one model.
+     * evaluation and the checkpoint see one model. Also before each
+     * checkpoint when the optimizers hold a shard of their state each
+     * (ZeRO-1, rp_replicator_sharded()): rp_replica_optimizer_fetch() then
+     * gathers it into replica 0's optimizer; the replicas step in lockstep
+     * (rp_replica_lockstep), their buffers are equal already.
      */
     rp_status (*settle)(rp_replica *rep, void *ctx, void *state);
     /*

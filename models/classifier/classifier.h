@@ -110,6 +110,8 @@ const rp_trainer_model *rp_classifier_trainer_model(void);
 /* From a replica's state (rp_trainer_state()): its parameters, and the samples its loader reads per
  * epoch. */
 rp_params *rp_classifier_state_params(const void *state);
+/* The replica's optimizer (its state bytes: rp_optimizer_state_bytes); NULL for NULL. */
+rp_optimizer *rp_classifier_state_optimizer(const void *state);
 int64_t rp_classifier_state_samples(const void *state);
 
 #endif

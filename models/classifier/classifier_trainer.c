@@ -118,15 +118,18 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_tr
 /*
  * After a run of async pushes: every replica takes the servers' values (and replica 0's optimizer
  * the slots, for the checkpoint), and the replicas' batch-norm statistics, which each kept for
- * itself, are averaged, so the replicas evaluate and save one model.
+ * itself, are averaged, so the replicas evaluate and save one model. Before a ZeRO-1 checkpoint:
+ * replica 0's optimizer gathers every shard's state.
  */
 static rp_status settle(rp_replica *rep, void *ctx, void *state)
 {
     replica_state *s = state;
     rp_params *p = rp_classifier_net_params(&s->net);
     RP_CHECK(rp_replica_optimizer_fetch(rep, s->opt));
+    /* Lockstep replicas (ZeRO-1 before a checkpoint) hold equal buffers: averaging them could only
+     * round them. */
     int64_t trainable = rp_params_trainable_numel(p), buffers = rp_params_numel(p) - trainable;
-    if (rp_replica_count(rep) > 1 && buffers > 0) {
+    if (!rp_replica_lockstep(rep) && rp_replica_count(rep) > 1 && buffers > 0) {
         float *v = rp_params_data(p) + trainable;
         RP_CHECK(rp_all_reduce(rep, v, v, buffers, RP_F32, RP_MEAN));
     }
@@ -192,6 +195,11 @@ const rp_trainer_model *rp_classifier_trainer_model(void)
         .destroy = destroy,
     };
     return &model;
+}
+
+rp_optimizer *rp_classifier_state_optimizer(const void *state)
+{
+    return state ? ((const replica_state *)state)->opt : NULL;
 }
 
 rp_params *rp_classifier_state_params(const void *state)

@@ -491,6 +491,8 @@ typedef struct ckpt_want {
     int ndim;
     int64_t shape[RP_MAX_DIMS];
     void *dst;
+    /* f32 elements [skip, skip + take) of the tensor go to dst; take < 0: all of it. */
+    int64_t skip, take;
 } ckpt_want;
 
 /* Problems found while matching a checkpoint to a model, joined with "; ". */
@@ -573,7 +575,14 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
     }
     for (int i = 0; i < n; i++) {
         const ckpt_tensor *t = &ck->tensors[rp_ckpt_find(ck, want[i].name)];
-        if (t->nbytes > 0) memcpy(want[i].dst, t->data, t->nbytes);
+        if (want[i].take >= 0) {
+            /* A shard's part (the shape matched, so the range lies inside the tensor). */
+            if (want[i].take > 0)
+                memcpy(want[i].dst, (const char *)t->data + want[i].skip * (int64_t)sizeof(float),
+                       (size_t)want[i].take * sizeof(float));
+        } else if (t->nbytes > 0) {
+            memcpy(want[i].dst, t->data, t->nbytes);
+        }
     }
     return RP_OK;
 }
@@ -587,6 +596,8 @@ static rp_status want_param(ckpt_want *w, const char *prefix, const rp_tensor *t
     for (int d = 0; d < t->ndim; d++)
         w->shape[d] = t->shape[d];
     w->dst = dst;
+    w->skip = 0;
+    w->take = -1;
     return RP_OK;
 }
 
@@ -633,29 +644,37 @@ cleanup:
     return status;
 }
 
-/* Slots of the optimizer's state block, checked against the parameter list. */
+/*
+ * Slots of the optimizer's state block, checked against the parameter list: slots x the
+ * optimizer's range [lo, hi) of the trainable values (all of them unless sharded).
+ */
 static rp_status optimizer_slots(const rp_optimizer *opt, const rp_params *params, float **state,
-                                 int *slots)
+                                 int *slots, int64_t *lo, int64_t *hi)
 {
     int64_t numel = 0;
     int64_t trainable = rp_params_trainable_numel(params);
     *state = rp_optimizer_state(opt, &numel);
-    *slots = trainable > 0 ? (int)(numel / trainable) : 0;
-    if (numel != (int64_t)*slots * trainable || (numel > 0 && !*state)) {
-        return RP_ERROR(
-            RP_ERR_INVALID,
-            "checkpoint: optimizer state of %lld floats does not fit %lld trainable values",
-            (long long)numel, (long long)trainable);
+    rp_optimizer_range(opt, lo, hi);
+    *slots = rp_optim_slots(rp_optimizer_config(opt));
+    if (*hi > trainable || numel != (int64_t)*slots * (*hi - *lo) || (numel > 0 && !*state)) {
+        return RP_ERROR(RP_ERR_INVALID,
+                        "checkpoint: optimizer state of %lld floats (range [%lld, %lld)) does not "
+                        "fit %lld trainable values",
+                        (long long)numel, (long long)*lo, (long long)*hi, (long long)trainable);
     }
     return RP_OK;
 }
 
-/* Fills want[0..slots*trainable) with the state tensors and want[last] with the step count. */
+/*
+ * Fills want[0..slots*trainable) with the state tensors and want[last] with the step count. A
+ * sharded optimizer's range [lo, hi) takes each tensor's part inside it (none for the others,
+ * which are still checked).
+ */
 static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const char *prefix,
-                                 float *state, int slots, int64_t *steps)
+                                 float *state, int slots, int64_t lo, int64_t hi, int64_t *steps)
 {
     int n_train = rp_params_trainable_count(params);
-    int64_t trainable = rp_params_trainable_numel(params);
+    int64_t len = hi - lo;
     int w = 0;
     for (int k = 0; k < slots; k++) {
         char slot_prefix[RP_CHECKPOINT_NAME_MAX + 1];
@@ -664,8 +683,13 @@ static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const
         RP_CHECK(full_name(slot_prefix, prefix, slot));
         for (int i = 0; i < n_train; i++) {
             const rp_tensor *t = rp_params_at(params, i);
-            float *dst = state + (int64_t)k * trainable + rp_params_offset(params, i);
-            RP_CHECK(want_param(&want[w++], slot_prefix, t, dst));
+            int64_t off = rp_params_offset(params, i);
+            int64_t from = off > lo ? off : lo, to = off + t->numel < hi ? off + t->numel : hi;
+            ckpt_want *x = &want[w++];
+            RP_CHECK(want_param(x, slot_prefix, t, NULL));
+            x->skip = from < to ? from - off : 0;
+            x->take = from < to ? to - from : 0;
+            x->dst = from < to ? state + (int64_t)k * len + (from - lo) : NULL;
         }
     }
     ckpt_want *last = &want[w];
@@ -674,6 +698,8 @@ static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const
     last->ndim = 1;
     last->shape[0] = 1;
     last->dst = steps;
+    last->skip = 0;
+    last->take = -1;
     return RP_OK;
 }
 
@@ -687,12 +713,20 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
     rp_status status = RP_OK;
     float *state;
     int slots;
-    RP_CHECK(optimizer_slots(opt, params, &state, &slots));
+    int64_t lo, hi;
+    RP_CHECK(optimizer_slots(opt, params, &state, &slots, &lo, &hi));
+    int64_t trainable = rp_params_trainable_numel(params);
+    if (lo != 0 || hi != trainable)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_optimizer: the optimizer holds the state of values "
+                        "[%lld, %lld) of %lld only (sharded); a checkpoint stores the whole "
+                        "state: gather it first (rp_replica_optimizer_fetch)",
+                        (long long)lo, (long long)hi, (long long)trainable);
     int n = slots * rp_params_trainable_count(params) + 1;
     int64_t steps = rp_optimizer_steps(opt);
     ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
     if (!want) return rp_last_status();
-    RP_TRY(optimizer_wants(want, params, prefix, state, slots, &steps));
+    RP_TRY(optimizer_wants(want, params, prefix, state, slots, lo, hi, &steps));
     for (int i = 0; i < n; i++) {
         RP_TRY(rp_checkpoint_add(ck, want[i].name, want[i].dtype, want[i].ndim, want[i].shape,
                                  want[i].dst));
@@ -712,12 +746,13 @@ rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *op
     rp_status status = RP_OK;
     float *state;
     int slots;
-    RP_CHECK(optimizer_slots(opt, params, &state, &slots));
+    int64_t lo, hi;
+    RP_CHECK(optimizer_slots(opt, params, &state, &slots, &lo, &hi));
     int n = slots * rp_params_trainable_count(params) + 1;
     int64_t steps = 0;
     ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
     if (!want) return rp_last_status();
-    RP_TRY(optimizer_wants(want, params, prefix, state, slots, &steps));
+    RP_TRY(optimizer_wants(want, params, prefix, state, slots, lo, hi, &steps));
     RP_TRY(read_set(ck, prefix, want, n, "optimizer"));
     rp_optimizer_set_steps(opt, steps);
 cleanup:

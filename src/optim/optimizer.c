@@ -20,8 +20,9 @@ struct rp_optimizer {
     rp_optim_config cfg; /* validated at create */
     int slots;           /* 0, 1 or 2 */
     int64_t numel;       /* trainable elements of params */
-    float *state;        /* [slots * numel], zeroed at create */
-    int64_t steps;       /* updates applied so far */
+    int64_t lo, hi; /* the range it updates, [0, numel) unless sharded (rp_optimizer_set_range) */
+    float *state;   /* [slots * (hi - lo)], zeroed at create */
+    int64_t steps;  /* updates applied so far */
     /* Hook sets, in the order added (rp_optimizer_add_hooks); rp_optimizer_set_hooks() owns
        the one flagged `slot`, kept at the position where it was first set. */
     struct hook_set *hooks;
@@ -259,6 +260,8 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
     o->cfg = *cfg;
     o->slots = rp_optim_slots(cfg);
     o->numel = numel;
+    o->lo = 0;
+    o->hi = numel;
     o->steps = 0;
     o->updater = -1;
     if (o->slots > 0 && numel > 0) {
@@ -402,12 +405,12 @@ static rp_status optimizer_step(rp_optimizer *opt, float lr)
 
     for (int i = 0; i < opt->nhooks; i++)
         if (opt->hooks[i].h.before) RP_CHECK(opt->hooks[i].h.before(opt, opt->hooks[i].ctx));
-    float *param = rp_params_data(opt->params);
+    /* A sharded optimizer checks and updates its range only: the rest is other replicas' work. */
     float *grad = rp_params_grad(opt->params);
-    int64_t n = opt->numel;
+    int64_t n = opt->hi - opt->lo;
     if (n > 0) {
-        int64_t bad = find_nonfinite(grad, n);
-        if (bad >= 0) return nonfinite_error(opt, grad, bad);
+        int64_t bad = find_nonfinite(grad + opt->lo, n);
+        if (bad >= 0) return nonfinite_error(opt, grad, opt->lo + bad);
     }
 
     int64_t t = opt->steps + 1;
@@ -415,7 +418,7 @@ static rp_status optimizer_step(rp_optimizer *opt, float lr)
         const hook_set *u = &opt->hooks[opt->updater];
         RP_CHECK(u->h.update(opt, lr, u->ctx));
     } else {
-        rp_optim_apply(&opt->cfg, param, grad, opt->state, n, lr, t);
+        RP_CHECK(rp_optimizer_apply_rule(opt, lr));
     }
     opt->steps = t;
     rp_params_zero_grad(opt->params);
@@ -564,9 +567,62 @@ float *rp_optimizer_state(const rp_optimizer *opt, int64_t *numel)
     int64_t total = 0;
     float *state = NULL;
     if (opt && opt->state) {
-        total = (int64_t)opt->slots * opt->numel;
+        total = (int64_t)opt->slots * (opt->hi - opt->lo);
         state = opt->state;
     }
     if (numel) *numel = total;
     return state;
+}
+
+rp_status rp_optimizer_apply_rule(rp_optimizer *opt, float lr)
+{
+    if (!opt) return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_apply_rule: optimizer is NULL");
+    int64_t n = opt->hi - opt->lo;
+    if (n > 0)
+        rp_optim_apply(&opt->cfg, rp_params_data(opt->params) + opt->lo,
+                       rp_params_grad(opt->params) + opt->lo, opt->state, n, lr, opt->steps + 1);
+    return RP_OK;
+}
+
+/*
+ * The new state block is allocated before the old one is freed, so a failure
+ * leaves the optimizer as it was. Elements in both ranges keep their state;
+ * the others start at zero, like a fresh optimizer's.
+ */
+rp_status rp_optimizer_set_range(rp_optimizer *opt, int64_t lo, int64_t hi)
+{
+    if (!opt) return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_set_range: optimizer is NULL");
+    if (lo < 0 || hi < lo || hi > opt->numel)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_optimizer_set_range: [%lld, %lld) is not a range of the %lld "
+                        "trainable values (0 <= lo <= hi <= %lld)",
+                        (long long)lo, (long long)hi, (long long)opt->numel, (long long)opt->numel);
+    if (lo == opt->lo && hi == opt->hi) return RP_OK;
+    float *state = NULL;
+    int64_t n = hi - lo, old = opt->hi - opt->lo;
+    if (opt->slots > 0 && n > 0) {
+        state = rp_calloc((size_t)opt->slots * (size_t)n * sizeof(float));
+        if (!state) return rp_last_status();
+        int64_t from = lo > opt->lo ? lo : opt->lo, to = hi < opt->hi ? hi : opt->hi;
+        for (int k = 0; k < opt->slots && from < to; k++)
+            memcpy(state + (int64_t)k * n + (from - lo),
+                   opt->state + (int64_t)k * old + (from - opt->lo),
+                   (size_t)(to - from) * sizeof(float));
+    }
+    rp_free(opt->state);
+    opt->state = state;
+    opt->lo = lo;
+    opt->hi = hi;
+    return RP_OK;
+}
+
+void rp_optimizer_range(const rp_optimizer *opt, int64_t *lo, int64_t *hi)
+{
+    if (lo) *lo = opt ? opt->lo : 0;
+    if (hi) *hi = opt ? opt->hi : 0;
+}
+
+size_t rp_optimizer_state_bytes(const rp_optimizer *opt)
+{
+    return opt ? (size_t)opt->slots * (size_t)(opt->hi - opt->lo) * sizeof(float) : 0;
 }

@@ -104,6 +104,9 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
             else
                 return RP_ERROR(RP_ERR_INVALID, "--regime %s: expected sync or async",
                                 v ? v : "(missing)");
+        } else if (!strcmp(a, "--zero")) {
+            cfg->zero = true;
+            continue;
         } else if (!strcmp(a, "--ps")) {
             RP_CHECK(parse_int(a, v, 1, 256, &x));
             cfg->ps = (int)x;
@@ -631,6 +634,10 @@ static rp_status check_config(const rp_config *c)
         return RP_ERROR(RP_ERR_INVALID, "regime = %d: not an rp_regime", (int)c->regime);
     if (c->regime == RP_REGIME_ASYNC && (c->ps < 1 || c->ps > 256))
         return RP_ERROR(RP_ERR_INVALID, "ps = %d parameter servers: must be in [1, 256]", c->ps);
+    if (c->zero && c->regime != RP_REGIME_SYNC)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "zero = true (ZeRO-1) with the async regime: optimizer-state sharding "
+                        "needs synchronous replicas; drop --zero or use --regime sync");
     if (c->staleness < -1)
         return RP_ERROR(RP_ERR_INVALID, "staleness = %d: must be >= 0, or -1 for unbounded",
                         c->staleness);
@@ -673,7 +680,8 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     r->cfg = *cfg;
     if (r->cfg.timeout_s == 0) r->cfg.timeout_s = rp_env_get()->comm_timeout;
     r->n = n;
-    r->strategy = strategies[cfg->regime];
+    /* ZeRO-1 is synchronous training with sharded optimizer state: a table of its own. */
+    r->strategy = cfg->zero ? &rp_strategy_zero : strategies[cfg->regime];
     r->nroles = nroles;
     memcpy(r->roles, roles, sizeof roles);
     pthread_mutex_init(&r->mu, NULL);
@@ -1021,6 +1029,20 @@ rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index)
     if (!rep || !index) return RP_ERROR(RP_ERR_INVALID, "rp_replica_next_batch: NULL argument");
     if (!rep->r->strategy->next_batch) return rp_strategy_lockstep_batch(rep, index);
     return rep->r->strategy->next_batch(rep, index);
+}
+
+rp_status rp_replica_clip_grad_norm(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
+{
+    if (!rep || !opt)
+        return RP_ERROR(RP_ERR_INVALID, "rp_replica_clip_grad_norm: %s is NULL",
+                        rep ? "opt" : "rep");
+    if (!rep->r->strategy->clip) return rp_strategy_clip_full(rep, opt, max_norm, norm);
+    return rep->r->strategy->clip(rep, opt, max_norm, norm);
+}
+
+bool rp_replicator_sharded(const rp_replicator *r)
+{
+    return r && r->strategy->sharded;
 }
 
 bool rp_replica_lockstep(const rp_replica *rep)

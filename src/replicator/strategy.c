@@ -4,7 +4,10 @@
  * in-process work queue and lockstep batch numbers. It calls only the
  * layers below, so every runtime file may call it without a loop.
  */
+#include <math.h>
 #include <string.h>
+
+#include "kernels/kernels.h"
 
 #include "replicator/strategy.h"
 
@@ -58,5 +61,69 @@ rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index)
 {
     /* No collective: replicas in lockstep call it equally often, so their counters agree. */
     *index = rep->batches++;
+    return RP_OK;
+}
+
+/*
+ * One hash per trainable parameter, gathered from every replica and compared with replica 0's;
+ * a difference names the first parameter and replica that differ.
+ */
+rp_status rp_strategy_checksum(rp_replica *rep, rp_params *params, int64_t steps, int64_t *hashes)
+{
+    int every = rep->r->cfg.checksum_every;
+    if (every <= 0 || steps % every != 0) return RP_OK;
+    int n = rep->count, T = rp_params_trainable_count(params);
+    int64_t *mine = hashes + (size_t)rep->id * T;
+    for (int i = 0; i < T; i++) {
+        const rp_tensor *p = rp_params_at(params, i);
+        mine[i] = (int64_t)rp_strategy_hash_floats(p->data, p->numel);
+    }
+    rt_internal_begin(rep->comm, "the runtime's parameter checksum");
+    rp_status status = rp_comm_all_gather(rep->comm, mine, hashes, T, RP_I64);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
+    for (int i = 0; i < T; i++)
+        for (int q = 1; q < n; q++)
+            if (hashes[(size_t)q * T + i] != hashes[i])
+                return RP_ERROR(
+                    RP_ERR_MISMATCH,
+                    "the replicas diverged: after step %lld parameter '%s' on replica %d "
+                    "differs from replica 0 (checksum %016llx vs %016llx); synchronous "
+                    "training keeps every replica bitwise identical, so something changed "
+                    "parameters outside the optimizer or ran differently on one replica",
+                    (long long)steps, rp_params_at(params, i)->name, q,
+                    (unsigned long long)hashes[(size_t)q * T + i], (unsigned long long)hashes[i]);
+    return RP_OK;
+}
+
+rp_status rp_strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
+{
+    return rp_clip_grad_norm(rp_optimizer_params(opt), max_norm, norm);
+}
+
+rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
+{
+    if (!(max_norm > 0) || !isfinite(max_norm))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_replica_clip_grad_norm: max_norm %g must be finite and > 0",
+                        (double)max_norm);
+    int64_t lo, hi;
+    rp_optimizer_range(opt, &lo, &hi);
+    float *grad = rp_params_grad(rp_optimizer_params(opt)) + lo;
+    const rp_kernels *k = rp_kernels_active();
+    /* The squares of the shards add up to the whole gradient's: one f64 all-reduce. */
+    double sq = hi > lo ? k->sum_squares(grad, hi - lo) : 0.0;
+    rt_internal_begin(rep->comm, "the runtime's gradient-norm all-reduce");
+    rp_status status = rp_comm_all_reduce(rep->comm, &sq, &sq, 1, RP_F64, RP_SUM);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
+    double total = sqrt(sq);
+    if (norm) *norm = (float)total;
+    if (!isfinite(total))
+        return RP_ERROR(RP_ERR_NUMERIC,
+                        "rp_replica_clip_grad_norm: the gradient norm is %g (a NaN or "
+                        "infinite gradient); nothing was scaled",
+                        total);
+    if (total > max_norm && hi > lo) k->scale_inplace(grad, (float)(max_norm / total), hi - lo);
     return RP_OK;
 }

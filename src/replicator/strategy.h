@@ -1,8 +1,9 @@
 /*
  * strategy.h - how replicas combine their work, as a table chosen once at
  * rp_replicator_create(): synchronous all-reduce (strategy_sync.c) and
- * asynchronous parameter servers (strategy_async.c); ZeRO-1 and sync groups
- * are further tables of the same shape.
+ * asynchronous parameter servers (strategy_async.c), ZeRO-1's sharded
+ * optimizer state (strategy_zero.c); sync groups will be another table of
+ * the same shape.
  *
  * replicator.c calls only these slots and never asks which table it holds.
  * A NULL slot means "nothing to do" (the run path tests the pointer, so a
@@ -24,6 +25,8 @@ typedef struct rp_strategy {
     /* The replicas meet in every step (each trains its shard of every batch, and the step's
        collectives join them); false: they step independently within a run. */
     bool lockstep;
+    /* Each replica's optimizer holds a shard of the state: fetch gathers it before a checkpoint. */
+    bool sharded;
     /*
      * Per process, before the replicas' communicators exist: may take ranks of the job for
      * a role of its own (async: the last cfg.ps ranks serve). Sets r->server on such a rank
@@ -54,10 +57,14 @@ typedef struct rp_strategy {
     rp_status (*next_batch)(rp_replica *rep, int64_t *index);
     /* The loop of a rank this strategy took for itself (r->server). */
     rp_status (*serve)(rp_replicator *r);
+    /* Global-norm clipping of a wrapped optimizer's reduced gradients (rp_replica_clip_grad_norm);
+       NULL: rp_clip_grad_norm of the whole block. */
+    rp_status (*clip)(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
 } rp_strategy;
 
 extern const rp_strategy rp_strategy_sync;
 extern const rp_strategy rp_strategy_async;
+extern const rp_strategy rp_strategy_zero;
 
 /* ---- helpers every strategy may use (strategy.c) ---------------------------------------- */
 
@@ -70,6 +77,20 @@ rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt);
 
 /* Tickets of one run on the threads backend (no servers): an atomic counter. */
 rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket);
+
+/*
+ * Every checksum_every steps (none when steps is not a multiple): one hash per trainable
+ * parameter of params, all-gathered and compared with replica 0's; RP_ERR_MISMATCH names the
+ * first that differs. hashes: scratch of count x trainable parameters.
+ */
+rp_status rp_strategy_checksum(rp_replica *rep, rp_params *params, int64_t steps, int64_t *hashes);
+
+/*
+ * Global-norm clipping: of the whole gradient block (every replica holds the reduced gradients),
+ * or of the optimizer's range, the norm all-reduced over the replicas (each holds its shard).
+ */
+rp_status rp_strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
+rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
 
 /* Batches of lockstep replicas: 0, 1, 2, ... on every replica, counted per replica per run. */
 rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);

@@ -223,40 +223,12 @@ static rp_status sync_before(rp_optimizer *opt, void *ctx)
     return status;
 }
 
-/*
- * After the update, every checksum_every steps: one hash per trainable
- * parameter, gathered from every replica and compared with replica 0's.
- */
+/* After the update, every checksum_every steps: the replicas' parameters compared. */
 static rp_status sync_after(rp_optimizer *opt, void *ctx)
 {
     rp_sync *s = ctx;
     if (!s->rep) return orphaned();
-    int every = s->rep->r->cfg.checksum_every;
-    int64_t steps = rp_optimizer_steps(opt);
-    if (every <= 0 || steps % every != 0) return RP_OK;
-    int n = s->rep->count, T = s->nparams;
-    int64_t *mine = s->hashes + (size_t)s->rep->id * T;
-    for (int i = 0; i < T; i++) {
-        const rp_tensor *p = rp_params_at(s->params, i);
-        mine[i] = (int64_t)rp_strategy_hash_floats(p->data, p->numel);
-    }
-    rt_internal_begin(s->rep->comm, "the runtime's parameter checksum");
-    rp_status status = rp_comm_all_gather(s->rep->comm, mine, s->hashes, T, RP_I64);
-    rt_internal_end(s->rep->comm);
-    RP_CHECK(status);
-    for (int i = 0; i < T; i++)
-        for (int q = 1; q < n; q++)
-            if (s->hashes[(size_t)q * T + i] != s->hashes[i])
-                return RP_ERROR(
-                    RP_ERR_MISMATCH,
-                    "the replicas diverged: after step %lld parameter '%s' on replica %d "
-                    "differs from replica 0 (checksum %016llx vs %016llx); synchronous "
-                    "training keeps every replica bitwise identical, so something changed "
-                    "parameters outside the optimizer or ran differently on one replica",
-                    (long long)steps, rp_params_at(s->params, i)->name, q,
-                    (unsigned long long)s->hashes[(size_t)q * T + i],
-                    (unsigned long long)s->hashes[i]);
-    return RP_OK;
+    return rp_strategy_checksum(s->rep, s->params, rp_optimizer_steps(opt), s->hashes);
 }
 
 static void sync_release(void *ctx)

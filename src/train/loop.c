@@ -96,6 +96,18 @@ static rp_status settle_replica(rp_replica *rep, void *arg)
     return t->model->settle(rep, t->ctx, t->states[rp_replica_local_index(rep)]);
 }
 
+/*
+ * A checkpoint of local replica 0's state: where each replica's optimizer holds a shard of the
+ * state (ZeRO-1), settle first gathers it (rp_replica_optimizer_fetch) - a run, so every process
+ * takes part, not only the one that writes.
+ */
+static rp_status save_checkpoint(rp_trainer *t)
+{
+    if (!t->cfg.no_checkpoint && rp_replicator_sharded(t->rep) && t->model->settle)
+        RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
+    return train_save_checkpoint(t);
+}
+
 static rp_status evaluate_replica(rp_replica *rep, void *arg)
 {
     rp_trainer *t = arg;
@@ -165,7 +177,7 @@ static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, boo
     if (eval) RP_CHECK(evaluate(t, &m));
     train_print_epoch(t, epoch, means, rate, seconds, &m);
     train_metrics_epoch(t, epoch, means, rate, &m);
-    return save ? train_save_checkpoint(t) : RP_OK;
+    return save ? save_checkpoint(t) : RP_OK;
 }
 
 /* One chunk: run it, take the agreed results, record them, and what falls due after it. */
@@ -229,7 +241,7 @@ static rp_status run_chunk(rp_trainer *t)
         train_print_eval(t, &m);
         train_metrics_eval(t, &m);
     }
-    return save_steps ? train_save_checkpoint(t) : RP_OK;
+    return save_steps ? save_checkpoint(t) : RP_OK;
 }
 
 static rp_status train(rp_trainer *t)
@@ -238,7 +250,7 @@ static rp_status train(rp_trainer *t)
     while (t->epoch < c->epochs) {
         if (t->stop || (c->max_steps && t->global_step >= c->max_steps)) {
             t->stopped = true;
-            return train_save_checkpoint(t);
+            return save_checkpoint(t);
         }
         RP_CHECK(run_chunk(t));
     }

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# `replicator train --zero` (ZeRO-1: optimizer state sharded across the replicas) end to end, on a
+# small subset of Fashion-MNIST:
+#  1. the header names ZeRO-1 and counts the optimizer state per replica: 1/N of the unsharded
+#     bytes (2 replicas of the MLP), a shard of ceil(P/N) values on 3 replicas;
+#  2. the checkpoint (logical tensors, gathered before it is written) is byte for byte the sync
+#     run's: the MLP on 2 and 3 replicas, ResNet-20 (batch norm buffers) on 4;
+#  3. a --zero run saved on 4 replicas resumes on 2 (and a sync run's checkpoint resumes with
+#     --zero), byte for byte what the sync runs that did the same wrote;
+#  4. --zero with --regime async is refused;
+#  5. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
+#     wrote (both backends reduce in rank order).
+# Usage: cli_zero.sh path/to/replicator
+set -euo pipefail
+bin=$(realpath "$1")
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
+fail() { echo "FAIL: $*"; exit 1; }
+# (--threads-per-replica 1 everywhere: the kernels' team size changes the last bits.)
+common=(--data "$data" --limit 512 --threads 2 --threads-per-replica 1 --epochs 1)
+
+# 1. The header.
+out=$("$bin" train mlp "${common[@]}" --batch 64 --replicas 2 --zero --out "$dir/z2" 2>&1) \
+    || fail "mlp --zero on 2 replicas: $out"
+grep -q "2 replicas x 1 threads (threads, cross-replica batch norm, ZeRO-1)" <<< "$out" \
+    || fail "header does not name ZeRO-1: $out"
+# The MLP: 535818 trainable values, one momentum slot: 2143272 bytes, 1071636 on each of 2.
+grep -q "optimizer state: 1071636 bytes per replica (1.02 MiB); ZeRO-1: 2143272 bytes unsharded" \
+    <<< "$out" || fail "optimizer-state bytes on 2 replicas: $out"
+grep -q "after 1 epochs" <<< "$out" || fail "mlp --zero did not finish: $out"
+out=$("$bin" train mlp "${common[@]}" --batch 64 --replicas 2 --out "$dir/s2" 2>&1)
+grep -q "optimizer state: 2143272 bytes per replica" <<< "$out" || fail "sync bytes: $out"
+cmp "$dir/s2/checkpoint.safetensors" "$dir/z2/checkpoint.safetensors" \
+    || fail "mlp: --zero on 2 replicas wrote another checkpoint than sync"
+echo "ok: header counts 1/2 of the optimizer state; checkpoint equals sync's on 2 replicas"
+
+# 2. Three replicas (535818 = 3 x 178606 values each), and ResNet-20 on 4: 272186 values, shards
+#    of 68047 and a last one of 68045 (padded).
+out=$("$bin" train mlp "${common[@]}" --batch 60 --replicas 3 --zero --out "$dir/z3" 2>&1) \
+    || fail "mlp --zero on 3 replicas: $out"
+grep -q "optimizer state: 714424 bytes per replica" <<< "$out" || fail "bytes on 3 replicas: $out"
+"$bin" train mlp "${common[@]}" --batch 60 --replicas 3 --quiet --out "$dir/s3" > /dev/null 2>&1
+cmp "$dir/s3/checkpoint.safetensors" "$dir/z3/checkpoint.safetensors" \
+    || fail "mlp: --zero on 3 replicas wrote another checkpoint than sync"
+res=(--data "$data" --limit 128 --batch 32 --threads 2 --threads-per-replica 1 --epochs 1 --quiet)
+"$bin" train resnet20 "${res[@]}" --replicas 4 --zero --out "$dir/rz" > /dev/null 2>&1 \
+    || fail "resnet20 --zero on 4 replicas failed"
+"$bin" train resnet20 "${res[@]}" --replicas 4 --out "$dir/rs" > /dev/null 2>&1
+cmp "$dir/rs/checkpoint.safetensors" "$dir/rz/checkpoint.safetensors" \
+    || fail "resnet20: --zero on 4 replicas wrote another checkpoint than sync"
+echo "ok: checkpoints equal sync's: mlp on 3 replicas, resnet20 on 4"
+
+# 3. Save on 4, resume on 2.
+mlp=(--data "$data" --limit 512 --batch 64 --threads 2 --threads-per-replica 1 --epochs 2 --quiet)
+"$bin" train mlp "${mlp[@]}" --replicas 4 --zero --max-steps 5 --out "$dir/rz4" > /dev/null 2>&1
+"$bin" train mlp "${mlp[@]}" --replicas 4 --max-steps 5 --out "$dir/rs4" > /dev/null 2>&1
+cp -r "$dir/rs4" "$dir/rs4z"
+"$bin" train --resume "$dir/rz4" --replicas 2 --zero --threads 2 --quiet > /dev/null 2>&1 \
+    || fail "resuming a --zero run of 4 replicas on 2"
+"$bin" train --resume "$dir/rs4" --replicas 2 --threads 2 --quiet > /dev/null 2>&1
+"$bin" train --resume "$dir/rs4z" --replicas 2 --zero --threads 2 --quiet > /dev/null 2>&1
+cmp "$dir/rs4/checkpoint.safetensors" "$dir/rz4/checkpoint.safetensors" \
+    || fail "--zero 4 -> 2 differs from sync 4 -> 2"
+cmp "$dir/rs4/checkpoint.safetensors" "$dir/rs4z/checkpoint.safetensors" \
+    || fail "a sync checkpoint resumed with --zero differs from sync"
+echo "ok: --zero saved on 4 replicas resumes on 2 as sync does"
+
+# 4. Refused.
+set +e
+msg=$("$bin" train mlp "${common[@]}" --regime async --zero --out "$dir/za" 2>&1); rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "does not combine with --regime async" <<< "$msg" \
+    || fail "--zero --regime async: $rc $msg"
+echo "ok: --zero with async refused"
+
+# 5. MPI.
+need_mpirun
+res=(--data "$data" --limit 128 --batch 32 --threads 2 --threads-per-replica 1 --epochs 1 --quiet)
+"$bin" train resnet20 "${res[@]}" --replicas 2 --out "$dir/t2" > /dev/null 2>&1
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --zero --out "$dir/m2" > /dev/null 2>&1 \
+    || fail "mpirun -np 2 --zero failed"
+cmp "$dir/t2/checkpoint.safetensors" "$dir/m2/checkpoint.safetensors" \
+    || fail "mpirun -np 2 --zero differs from 2 sync threads"
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --replicas 2 --zero --out "$dir/m22" > /dev/null 2>&1 \
+    || fail "mpirun -np 2 --replicas 2 --zero failed"
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --replicas 2 --out "$dir/m22s" > /dev/null 2>&1
+cmp "$dir/m22s/checkpoint.safetensors" "$dir/m22/checkpoint.safetensors" \
+    || fail "2 ranks x 2 threads: --zero differs from sync"
+echo "ok: mpirun -np 2 (and 2 ranks x 2 threads) --zero equals sync"

@@ -1,0 +1,482 @@
+/*
+ * test_zero.c - ZeRO-1, optimizer-state sharding (runtime.h: cfg.zero;
+ * optim.h: rp_optimizer_set_range):
+ *  - an optimizer stepped range by range equals one stepped whole, bitwise,
+ *    and keeps its state across a change of range;
+ *  - ZeRO-1 on 2 and 4 replicas (threads) gives bitwise the values of the
+ *    sync strategy after several steps, with momentum SGD (Nesterov, weight
+ *    decay), Adam and AdamW, a varying learning rate, one bucket or many;
+ *    with gradient accumulation within 1e-6 (the sync strategy reduces its
+ *    already-reduced first micro-batch again, ZeRO-1 the local sums);
+ *  - 53 trainable values on 3 and 4 replicas (padded shards, not refused);
+ *  - each replica holds about 1/N of the optimizer state, counted;
+ *  - a run saved on 4 replicas (logical tensors, the same as sync's) resumes
+ *    on 2 and equals the sync run that did the same;
+ *  - global-norm clipping on the shards equals the sync strategy's to 1e-6;
+ *  - a NaN in one replica's data fails the step on every replica, naming it,
+ *    with nothing updated.
+ *
+ * The model: linear 6 -> 5 with bias, ReLU, linear 5 -> 3 with bias (53
+ * values: no replica count above 1 divides it). The global batch of step s
+ * is a function of s alone; replica r of n trains rows [r*12/n, (r+1)*12/n).
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IN   6
+#define HID  5
+#define OUT  3
+#define GB   12
+#define NP   53
+#define MAXR 4
+
+typedef struct net {
+    rp_params *params;
+    rp_linear_layer l1, l2;
+    rp_optimizer *opt;
+} net;
+
+typedef struct job {
+    rp_optim_config oc;
+    int steps;                   /* steps in this run */
+    int64_t step0;               /* global step of the first */
+    int accum;                   /* backward passes per step (1: none) */
+    float clip;                  /* > 0: a `before` hook clips to this global norm */
+    int nan_replica;             /* >= 0: that replica's input holds a NaN at step nan_step */
+    int nan_step;                /* of this run */
+    const rp_checkpoint *resume; /* read into every replica at build */
+    rp_checkpoint *save;         /* after the run: replica 0's gathered state */
+    float out[NP];               /* replica 0's trainable values after the run */
+    size_t bytes[MAXR];          /* each replica's optimizer state, after build */
+    float norm[MAXR];            /* each replica's last gradient norm (clip) */
+    rp_status step_status;       /* of the failing step (nan) */
+} job;
+
+typedef struct clip_ctx {
+    rp_replica *rep;
+    job *j;
+} clip_ctx;
+
+static clip_ctx clips[MAXR];
+
+static rp_status clip_before(rp_optimizer *opt, void *ctx)
+{
+    clip_ctx *c = ctx;
+    return rp_replica_clip_grad_norm(c->rep, opt, c->j->clip, &c->j->norm[rp_replica_id(c->rep)]);
+}
+
+static rp_status build_fn(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = calloc(1, sizeof *m);
+    if (!m) return RP_ERR_NOMEM;
+    rp_replica_set_user(rep, m);
+    RP_CHECK(rp_params_create(&m->params));
+    RP_CHECK(rp_linear_layer_init(&m->l1, m->params, "l1", IN, HID, true, true));
+    RP_CHECK(rp_linear_layer_init(&m->l2, m->params, "l2", HID, OUT, true, false));
+    /* Replica-dependent initial values: the runtime's broadcast must make them replica 0's. */
+    RP_CHECK(rp_params_finalize(m->params, 7 + (uint64_t)rp_replica_id(rep)));
+    RP_CHECK(rp_replica_optimizer_create(rep, &m->opt, m->params, &j->oc));
+    if (j->resume) {
+        RP_CHECK(rp_checkpoint_read_params(j->resume, m->params, "param/"));
+        RP_CHECK(rp_checkpoint_read_optimizer(j->resume, m->opt, m->params, "optim/"));
+    }
+    if (j->clip > 0) {
+        clip_ctx *c = &clips[rp_replica_id(rep)];
+        c->rep = rep;
+        c->j = j;
+        rp_optimizer_hooks h = {.before = clip_before};
+        RP_CHECK(rp_optimizer_add_hooks(m->opt, &h, c));
+    }
+    j->bytes[rp_replica_id(rep)] = rp_optimizer_state_bytes(m->opt);
+    return RP_OK;
+}
+
+/* The loss of this replica's rows of global step s's batch. */
+static rp_tensor *net_loss(rp_tape *t, const net *m, int id, int n, int64_t s, bool poison)
+{
+    float x[GB * IN];
+    tu_fill(x, GB * IN, 1000 + (uint64_t)s, -1.0f, 1.0f);
+    int rows = GB / n, r0 = id * rows;
+    rp_tensor *xt = rp_tensor_new(t, 2, (int[]){rows, IN});
+    int32_t *y = rp_arena_alloc(rp_tape_arena(t), (size_t)rows * sizeof(int32_t));
+    if (!xt || !y) return NULL;
+    memcpy(xt->data, x + r0 * IN, (size_t)rows * IN * sizeof(float));
+    if (poison) xt->data[1] = NAN;
+    for (int k = 0; k < rows; k++)
+        y[k] = (int32_t)((r0 + k + s) % OUT);
+    rp_tensor *h = rp_relu(t, rp_linear_layer_forward(t, &m->l1, xt));
+    return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &m->l2, h), y);
+}
+
+static int step_index; /* the run's step, set before each rp_replicator_run */
+
+static rp_status step_fn(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = rp_replica_user(rep);
+    int64_t s = j->step0 + step_index;
+    rp_tape *t = rp_replica_tape(rep);
+    bool poison = rp_replica_id(rep) == j->nan_replica && step_index == j->nan_step;
+    for (int a = 0; a < j->accum; a++) {
+        if (a > 0) rp_tape_reset(t);
+        rp_tensor *loss =
+            net_loss(t, m, rp_replica_id(rep), rp_replica_count(rep), s * 7 + a, poison);
+        if (!loss) return rp_last_status();
+        RP_CHECK(rp_backward(t, loss));
+    }
+    /* A varying rate, as a schedule gives: the step number reaches the update. */
+    float lr = 0.05f + 0.01f * (float)(s % 5);
+    return rp_optimizer_step(m->opt, lr);
+}
+
+static rp_status fetch_fn(rp_replica *rep, void *arg)
+{
+    net *m = rp_replica_user(rep);
+    return rp_replica_optimizer_fetch(rep, m->opt);
+}
+
+static rp_status destroy_fn(rp_replica *rep, void *arg)
+{
+    net *m = rp_replica_user(rep);
+    if (!m) return RP_OK;
+    rp_optimizer_destroy(m->opt);
+    rp_params_destroy(m->params);
+    free(m);
+    rp_replica_set_user(rep, NULL);
+    return RP_OK;
+}
+
+/* One job on n thread replicas, ZeRO-1 or sync; returns the first failing run's status. */
+static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
+{
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = n;
+    cfg.threads_per_replica = 1;
+    cfg.timeout_s = 30;
+    cfg.checksum_every = 1;
+    cfg.zero = zero;
+    if (bucket_bytes) cfg.bucket_bytes = bucket_bytes;
+    if (j->accum < 1) j->accum = 1;
+    rp_replicator *r;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    rp_status status = rp_replicator_run(r, build_fn, j);
+    for (step_index = 0; status == RP_OK && step_index < j->steps; step_index++)
+        status = rp_replicator_run(r, step_fn, j);
+    j->step_status = status;
+    if (status == RP_OK) {
+        net *m = rp_replica_user(rp_replicator_replica(r, 0));
+        memcpy(j->out, rp_params_data(m->params), sizeof j->out);
+        if (j->save) {
+            status = rp_replicator_run(r, fetch_fn, j);
+            if (status == RP_OK) status = rp_checkpoint_add_params(j->save, m->params, "param/");
+            if (status == RP_OK)
+                status = rp_checkpoint_add_optimizer(j->save, m->opt, m->params, "optim/");
+        }
+    }
+    rp_status freed = rp_replicator_run(r, destroy_fn, j);
+    rp_replicator_destroy(r);
+    return status != RP_OK ? status : freed;
+}
+
+static job make_job(rp_optim_kind kind, int steps)
+{
+    job j;
+    memset(&j, 0, sizeof j);
+    j.oc = rp_optim_config_default();
+    j.oc.kind = kind;
+    j.oc.weight_decay = 0.01f;
+    if (kind == RP_OPTIM_SGD) j.oc.nesterov = true;
+    j.steps = steps;
+    j.accum = 1;
+    j.nan_replica = -1;
+    return j;
+}
+
+static void assert_bitwise(const float *a, const float *b, const char *what)
+{
+    for (int i = 0; i < NP; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            print_error("%s: value %d differs: %.9g vs %.9g\n", what, i, (double)a[i],
+                        (double)b[i]);
+            fail();
+        }
+}
+
+/* ---- 1. the optimizer over a range ----------------------------------------------------- */
+
+static void test_optimizer_range(void **state)
+{
+    rp_optim_kind kinds[3] = {RP_OPTIM_SGD, RP_OPTIM_ADAM, RP_OPTIM_ADAMW};
+    for (int k = 0; k < 3; k++) {
+        rp_params *p[2];
+        rp_optimizer *o[2];
+        rp_linear_layer l[2][2];
+        rp_optim_config oc = make_job(kinds[k], 0).oc;
+        for (int v = 0; v < 2; v++) {
+            assert_int_equal(rp_params_create(&p[v]), RP_OK);
+            assert_int_equal(rp_linear_layer_init(&l[v][0], p[v], "l1", IN, HID, true, true),
+                             RP_OK);
+            assert_int_equal(rp_linear_layer_init(&l[v][1], p[v], "l2", HID, OUT, true, false),
+                             RP_OK);
+            assert_int_equal(rp_params_finalize(p[v], 3), RP_OK);
+            assert_int_equal(rp_optimizer_create(&o[v], p[v], &oc), RP_OK);
+        }
+        assert_int_equal(rp_params_trainable_numel(p[0]), NP);
+        size_t whole = rp_optimizer_state_bytes(o[0]);
+        assert_int_equal(whole, (size_t)rp_optim_slots(&oc) * NP * sizeof(float));
+        /* o[0] steps every value; the same gradients each step. */
+        int64_t cut[4] = {0, 20, 37, NP};
+        for (int s = 0; s < 4; s++) {
+            float g[NP];
+            tu_fill(g, NP, 50 + (uint64_t)s, -1.0f, 1.0f);
+            memcpy(rp_params_grad(p[0]), g, sizeof g);
+            assert_int_equal(rp_optimizer_step(o[0], 0.1f), RP_OK);
+        }
+        /* The same steps by three optimizers over p[1], one per range, each with its own state. */
+        rp_optimizer *part[3];
+        for (int q = 0; q < 3; q++) {
+            assert_int_equal(rp_optimizer_create(&part[q], p[1], &oc), RP_OK);
+            assert_int_equal(rp_optimizer_set_range(part[q], cut[q], cut[q + 1]), RP_OK);
+            int64_t lo, hi;
+            rp_optimizer_range(part[q], &lo, &hi);
+            assert_int_equal(lo, cut[q]);
+            assert_int_equal(hi, cut[q + 1]);
+            int64_t n = -1;
+            rp_optimizer_state(part[q], &n);
+            assert_int_equal(n, rp_optim_slots(&oc) * (cut[q + 1] - cut[q]));
+            assert_int_equal(rp_optimizer_state_bytes(part[q]), (size_t)n * sizeof(float));
+        }
+        for (int s = 0; s < 4; s++) {
+            float g[NP];
+            tu_fill(g, NP, 50 + (uint64_t)s, -1.0f, 1.0f);
+            for (int q = 0; q < 3; q++) {
+                memcpy(rp_params_grad(p[1]), g, sizeof g);
+                assert_int_equal(rp_optimizer_step(part[q], 0.1f), RP_OK);
+            }
+        }
+        assert_bitwise(rp_params_data(p[1]), rp_params_data(p[0]), "three ranges vs whole");
+        /* Growing a range back to the whole keeps the range's state and zeroes the rest. */
+        int64_t n = 0;
+        float *s0 = rp_optimizer_state(o[0], NULL);
+        float kept[NP];
+        memcpy(kept, rp_optimizer_state(part[1], &n), (size_t)(cut[2] - cut[1]) * sizeof(float));
+        assert_int_equal(rp_optimizer_set_range(part[1], 0, NP), RP_OK);
+        float *grown = rp_optimizer_state(part[1], &n);
+        assert_int_equal(n, rp_optim_slots(&oc) * NP);
+        assert_memory_equal(grown + cut[1], kept, (size_t)(cut[2] - cut[1]) * sizeof(float));
+        assert_memory_equal(grown + cut[1], s0 + cut[1], (size_t)(cut[2] - cut[1]) * sizeof(float));
+        assert_true(grown[0] == 0.0f && grown[NP - 1] == 0.0f);
+        /* Bad ranges are refused, naming the range; nothing changes. */
+        assert_int_equal(rp_optimizer_set_range(part[0], 5, 4), RP_ERR_INVALID);
+        tu_assert_error_contains("[5, 4) is not a range of the 53 trainable values");
+        assert_int_equal(rp_optimizer_set_range(part[0], 0, NP + 1), RP_ERR_INVALID);
+        assert_int_equal(rp_optimizer_set_range(NULL, 0, 1), RP_ERR_INVALID);
+        /* A checkpoint stores logical tensors: a sharded optimizer is refused, whole is fine. */
+        rp_checkpoint *ck;
+        assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+        assert_int_equal(rp_checkpoint_add_optimizer(ck, part[2], p[1], "optim/"), RP_ERR_INVALID);
+        tu_assert_error_contains("holds the state of values [37, 53) of 53 only");
+        assert_int_equal(rp_checkpoint_add_optimizer(ck, o[0], p[0], "optim/"), RP_OK);
+        /* Read into a range: that range's part of each logical tensor. */
+        assert_int_equal(rp_checkpoint_read_optimizer(ck, part[2], p[1], "optim/"), RP_OK);
+        assert_memory_equal(rp_optimizer_state(part[2], NULL), s0 + 37, 16 * sizeof(float));
+        rp_checkpoint_destroy(ck);
+        for (int q = 0; q < 3; q++)
+            rp_optimizer_destroy(part[q]);
+        for (int v = 0; v < 2; v++) {
+            rp_optimizer_destroy(o[v]);
+            rp_params_destroy(p[v]);
+        }
+    }
+}
+
+/* ---- 2. ZeRO-1 equals sync ------------------------------------------------------------ */
+
+static void check_equal(rp_optim_kind kind, int n, size_t bucket, int accum)
+{
+    job a = make_job(kind, 5), b = make_job(kind, 5);
+    a.accum = b.accum = accum;
+    assert_int_equal(run_job(&a, n, false, bucket), RP_OK);
+    assert_int_equal(run_job(&b, n, true, bucket), RP_OK);
+    char what[96];
+    snprintf(what, sizeof what, "kind %d, %d replicas, bucket %zu, accum %d", (int)kind, n, bucket,
+             accum);
+    if (accum == 1)
+        assert_bitwise(b.out, a.out, what);
+    else /* sync reduces mean1 + local2 again, ZeRO-1 the local sums: one rounding apart */
+        tu_check_close(b.out, a.out, NP, 1e-6, what);
+    /* The values moved: the comparison is not of two untouched models. */
+    job c = make_job(kind, 0);
+    assert_int_equal(run_job(&c, n, true, bucket), RP_OK);
+    assert_true(memcmp(c.out, b.out, sizeof c.out) != 0);
+}
+
+static void test_equal_sgd(void **state)
+{
+    for (int n = 2; n <= 4; n += 2) {
+        check_equal(RP_OPTIM_SGD, n, 0, 1);
+        check_equal(RP_OPTIM_SGD, n, 16, 1); /* buckets of 16 bytes: many of them */
+    }
+}
+
+static void test_equal_adam(void **state)
+{
+    for (int n = 2; n <= 4; n += 2) {
+        check_equal(RP_OPTIM_ADAM, n, 0, 1);
+        check_equal(RP_OPTIM_ADAM, n, 24, 1);
+        check_equal(RP_OPTIM_ADAMW, n, 0, 1);
+    }
+}
+
+static void test_equal_accumulation(void **state)
+{
+    check_equal(RP_OPTIM_SGD, 2, 16, 2);
+    check_equal(RP_OPTIM_ADAM, 4, 0, 3);
+}
+
+/* 53 values on 3 replicas: shards of 18, 18, 17; on 4: 14, 14, 14, 11. */
+static void test_non_dividing(void **state)
+{
+    check_equal(RP_OPTIM_SGD, 3, 0, 1);
+    check_equal(RP_OPTIM_ADAM, 3, 8, 1);
+    check_equal(RP_OPTIM_ADAM, 4, 12, 1);
+}
+
+/* ---- 3. optimizer-state bytes per replica --------------------------------------------- */
+
+static void test_state_bytes(void **state)
+{
+    int ns[3] = {2, 3, 4};
+    for (int c = 0; c < 3; c++) {
+        int n = ns[c];
+        job z = make_job(RP_OPTIM_ADAM, 1), s = make_job(RP_OPTIM_ADAM, 1);
+        assert_int_equal(run_job(&s, n, false, 0), RP_OK);
+        assert_int_equal(run_job(&z, n, true, 0), RP_OK);
+        size_t whole = 2 * NP * sizeof(float), total = 0;
+        int64_t shard = (NP + n - 1) / n;
+        for (int q = 0; q < n; q++) {
+            assert_int_equal(s.bytes[q], whole); /* sync: every replica holds it all */
+            int64_t lo = q * shard < NP ? q * shard : NP, hi = lo + shard < NP ? lo + shard : NP;
+            assert_int_equal(z.bytes[q], (size_t)(2 * (hi - lo)) * sizeof(float));
+            /* About 1/N: at most one padded shard's worth above whole / N. */
+            assert_true(z.bytes[q] * (size_t)n <= whole + (size_t)(2 * n) * sizeof(float));
+            total += z.bytes[q];
+        }
+        assert_int_equal(total, whole); /* the shards partition the state */
+    }
+    /* One replica: nothing to shard. */
+    job one = make_job(RP_OPTIM_SGD, 1);
+    assert_int_equal(run_job(&one, 1, true, 0), RP_OK);
+    assert_int_equal(one.bytes[0], NP * sizeof(float));
+}
+
+/* ---- 4. save on 4, resume on 2 ---------------------------------------------------------- */
+
+static void test_resume_4_to_2(void **state)
+{
+    /* Momentum SGD, Adam, and plain SGD (no state: the checkpoint still needs a whole optimizer).
+     */
+    rp_optim_kind kinds[3] = {RP_OPTIM_SGD, RP_OPTIM_ADAM, RP_OPTIM_SGD};
+    for (int k = 0; k < 3; k++) {
+        rp_checkpoint *cs, *cz;
+        assert_int_equal(rp_checkpoint_create(&cs), RP_OK);
+        assert_int_equal(rp_checkpoint_create(&cz), RP_OK);
+        job s1 = make_job(kinds[k], 3), z1 = make_job(kinds[k], 3);
+        if (k == 2) {
+            s1.oc.momentum = z1.oc.momentum = 0.0f;
+            s1.oc.nesterov = z1.oc.nesterov = false;
+        }
+        s1.save = cs;
+        z1.save = cz;
+        assert_int_equal(run_job(&s1, 4, false, 0), RP_OK);
+        assert_int_equal(run_job(&z1, 4, true, 16), RP_OK);
+        /* The gathered logical state is the sync run's, tensor by tensor. */
+        assert_int_equal(rp_checkpoint_count(cz), rp_checkpoint_count(cs));
+        for (int i = 0; i < rp_checkpoint_count(cs); i++) {
+            const char *name = rp_checkpoint_name_at(cs, i);
+            rp_checkpoint_dtype dt;
+            int nd;
+            int64_t shape[RP_MAX_DIMS];
+            const void *a = rp_checkpoint_get(cs, name, &dt, &nd, shape);
+            const void *b = rp_checkpoint_get(cz, name, NULL, NULL, NULL);
+            assert_non_null(b);
+            int64_t count = 1;
+            for (int d = 0; d < nd; d++)
+                count *= shape[d];
+            assert_memory_equal(a, b, (size_t)count * 4 * (dt == RP_CHECKPOINT_F32 ? 1 : 2));
+        }
+        /* Resume on 2: sync from the sync checkpoint, ZeRO-1 from its own. */
+        job s2 = make_job(kinds[k], 4), z2 = make_job(kinds[k], 4);
+        s2.oc = z2.oc = s1.oc;
+        s2.step0 = z2.step0 = 3;
+        s2.resume = cs;
+        z2.resume = cz;
+        assert_int_equal(run_job(&s2, 2, false, 0), RP_OK);
+        assert_int_equal(run_job(&z2, 2, true, 0), RP_OK);
+        assert_bitwise(z2.out, s2.out, "resumed 4 -> 2");
+        assert_true(memcmp(z2.out, z1.out, sizeof z1.out) != 0);
+        /* And onto 3 (uneven shards) from the same checkpoint. */
+        job s3 = make_job(kinds[k], 2), z3 = make_job(kinds[k], 2);
+        s3.oc = z3.oc = s1.oc;
+        s3.step0 = z3.step0 = 3;
+        s3.resume = cs;
+        z3.resume = cz;
+        assert_int_equal(run_job(&s3, 3, false, 0), RP_OK);
+        assert_int_equal(run_job(&z3, 3, true, 0), RP_OK);
+        assert_bitwise(z3.out, s3.out, "resumed 4 -> 3");
+        rp_checkpoint_destroy(cs);
+        rp_checkpoint_destroy(cz);
+    }
+}
+
+/* ---- 5. clipping over the shards -------------------------------------------------------- */
+
+static void test_clip(void **state)
+{
+    for (int n = 2; n <= 4; n++) {
+        job a = make_job(RP_OPTIM_SGD, 4), b = make_job(RP_OPTIM_SGD, 4);
+        a.clip = b.clip = 0.05f; /* below the norms seen: every step clips */
+        assert_int_equal(run_job(&a, n, false, 0), RP_OK);
+        assert_int_equal(run_job(&b, n, true, 16), RP_OK);
+        assert_true(a.norm[0] > 0.05f);
+        for (int q = 0; q < n; q++) {
+            assert_true(fabsf(b.norm[q] - a.norm[0]) <= 1e-6f * a.norm[0]);
+            assert_true(b.norm[q] == b.norm[0]); /* every replica agrees */
+        }
+        tu_check_close(b.out, a.out, NP, 1e-6, "clipped ZeRO-1 vs sync");
+        /* Clipping changed the result: without it the values differ by far more. */
+        job c = make_job(RP_OPTIM_SGD, 4);
+        assert_int_equal(run_job(&c, n, true, 0), RP_OK);
+        assert_true(tu_max_rel_diff(c.out, b.out, NP) > 1e-4);
+    }
+}
+
+/* ---- 6. a non-finite gradient ----------------------------------------------------------- */
+
+static void test_nonfinite(void **state)
+{
+    job j = make_job(RP_OPTIM_ADAM, 3);
+    j.nan_replica = 2;
+    j.nan_step = 1;
+    assert_int_equal(run_job(&j, 3, true, 16), RP_ERR_NUMERIC);
+    tu_assert_error_contains("replica 2's own gradient of parameter 'l");
+    tu_assert_error_contains("no parameter was updated");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_optimizer_range), cmocka_unit_test(test_equal_sgd),
+        cmocka_unit_test(test_equal_adam),      cmocka_unit_test(test_equal_accumulation),
+        cmocka_unit_test(test_non_dividing),    cmocka_unit_test(test_state_bytes),
+        cmocka_unit_test(test_resume_4_to_2),   cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_nonfinite),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
