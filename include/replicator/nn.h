@@ -2,7 +2,8 @@
  * replicator/nn.h - the named parameter list of a model, initialisers and
  * layers (linear, conv2d, batch norm; tensor-parallel linear, convolution and
  * softmax cross-entropy; spectral-normalised and conditional layers and hinge
- * losses for GANs).
+ * losses for GANs), and the pipeline schedules that run a model cut into
+ * stages (GPipe, 1F1B).
  *
  * A model is built in two phases. First its layers declare parameters with
  * rp_params_add() (shapes, names, initialisers); then rp_params_finalize()
