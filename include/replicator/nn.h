@@ -2,7 +2,8 @@
  * replicator/nn.h - the named parameter list of a model, initialisers and
  * layers (linear, conv2d, batch norm; tensor-parallel linear, convolution and
  * softmax cross-entropy; spectral-normalised and conditional layers and hinge
- * losses for GANs).
+ * losses for GANs), and the pipeline schedules that run a model cut into
+ * stages (GPipe, 1F1B).
  *
  * A model is built in two phases. First its layers declare parameters with
  * rp_params_add() (shapes, names, initialisers); then rp_params_finalize()
@@ -384,6 +385,107 @@ rp_tensor *rp_tp_conv2d_layer_forward(rp_tape *t, const rp_tp_conv2d_layer *l, r
  */
 rp_tensor *rp_tp_softmax_cross_entropy(rp_tape *t, rp_comm *comm, rp_tensor *logits,
                                        const int32_t *labels, int classes);
+
+/* ---- pipeline schedules (GPipe, 1F1B; src/nn/pipeline.c) -------------------------- */
+/*
+ * A model cut by layers into P stages, one per member of `comm` (stage i is
+ * rank i; on the runtime's mesh, the pipe axis's communicator). Each member
+ * gives its own stage function:
+ *
+ *   rp_tensor *stage(rp_tape *t, rp_tensor *x, int micro, void *ctx)
+ *
+ * which records its layers on `t` from the input `x` (stage 0: micro-batch
+ * `micro` of the batch; stage i > 0: the activation stage i - 1 returned for
+ * it) and returns the activation for stage i + 1 or, on the last stage, a
+ * scalar loss for the micro-batch (a mean over its examples; `micro` picks
+ * the labels). It returns NULL with rp_last_error() set on failure. It runs
+ * once per micro-batch, in micro-batch order, on the member's own thread.
+ *
+ * rp_pipeline_run cuts stage 0's batch into M equal micro-batches along dim
+ * 0 and runs them through the stages: activations go forward with
+ * rp_tensor_send / rp_tensor_recv (tensor.h) after a small header message
+ * with their shape, so only stage 0 needs to know the input's; gradients
+ * come back through those ops' backward rules. Each in-flight micro-batch
+ * has its own tape (GPipe: M per stage; 1F1B: min(P - i - 1, M) + 1 on
+ * stage i), made at create and reset before use, so a steady-state run
+ * allocates nothing beyond the tapes' arenas. The last stage seeds each
+ * micro-batch's backward with 1/M, so the stages' parameter gradients
+ * ACCUMULATE (+=, like rp_backward; zero them between steps) the gradient
+ * of the mean of the M losses: for equal micro-batches and mean losses,
+ * the full batch's gradient. Backwards run in micro-batch order 0..M-1 on
+ * both schedules, so GPipe and 1F1B accumulate in the same order and give
+ * bitwise the same gradients.
+ *
+ * Schedules (P stages, M micro-batches, F(m) / B(m) the forward / backward
+ * of micro-batch m on this stage):
+ *  - RP_PIPE_GPIPE: F(0) .. F(M-1), then B(0) .. B(M-1).
+ *  - RP_PIPE_1F1B (PipeDream-flush): w = min(P - i - 1, M) warm-up forwards
+ *    F(0) .. F(w-1); then F(w+k), B(k) for k = 0 .. M-w-1; then the
+ *    remaining B(M-w) .. B(M-1). At most w + 1 micro-batches are alive.
+ * Ordering, and why nothing deadlocks: sends never wait for their receiver
+ * (comm.h: they buffer), so a stage blocks only in a receive, F(m) for F(m)
+ * of stage i - 1 and B(m) for B(m) of stage i + 1. Stage i reaches B(m)
+ * having sent the activations of F(0) .. F(min(m + w_i, M - 1)); stage
+ * i + 1 runs B(m) right after F(min(m + w_{i+1}, M - 1)), w_{i+1} <= w_i
+ * (GPipe: after all M forwards, which stage i sent before its first
+ * backward). So every receive waits for work whose own inputs were already
+ * sent, and by induction over the micro-batches every receive completes.
+ * Every channel carries its messages in micro-batch order with the
+ * micro-batch as the tag, so a stage out of step is RP_ERR_MISMATCH, never
+ * a wrong gradient. M < P works: the warm-up is capped at M and some
+ * stages simply idle longer.
+ *
+ * Batch norm inside a stage computes its statistics per micro-batch (each
+ * micro-batch is its own forward), as GPipe does: with M > 1 the result
+ * differs from one forward over the whole batch, and the running
+ * statistics are updated M times per run. Cross-micro-batch statistics are
+ * not offered.
+ *
+ * Errors: a stage function that fails, bad input or a comm error fails this
+ * member's run with a message "pipeline stage i of P: ..." naming the
+ * schedule, the micro-batch and the phase; the member then leaves the comm
+ * (rp_comm_leave) with that message, so its neighbours' pending receives
+ * fail at once, which breaks the communicator and fails every other stage
+ * with the first failure's message (see comm.h); a stage that dies without
+ * returning is reported by the comm's timeout, naming its replica. The
+ * runtime rejoins the comm before its next step; a raw comm is broken for
+ * good after a failure. After any run, successful or not, the tapes are
+ * reset (activations do not survive the run) and no parameter is referred
+ * to by them.
+ *
+ * Thread-safety: a pipeline belongs to its member's thread.
+ */
+typedef enum { RP_PIPE_GPIPE = 0, RP_PIPE_1F1B = 1 } rp_pipe_schedule;
+
+typedef rp_tensor *(*rp_pipe_stage_fn)(rp_tape *t, rp_tensor *x, int micro, void *ctx);
+
+typedef struct rp_pipeline rp_pipeline;
+
+/* "gpipe" or "1f1b" (or "unknown"). */
+const char *rp_pipe_schedule_name(rp_pipe_schedule schedule);
+
+/*
+ * This member's runner for `micro_batches` (M >= 1) micro-batches on the
+ * stages of `comm` (not owned; it must outlive the pipeline). Errors:
+ * RP_ERR_INVALID (NULL pipeline or comm, an unknown schedule, M < 1),
+ * RP_ERR_NOMEM.
+ */
+rp_status rp_pipeline_create(rp_pipeline **pipeline, rp_comm *comm, rp_pipe_schedule schedule,
+                             int micro_batches);
+void rp_pipeline_destroy(rp_pipeline *pipeline);
+
+/*
+ * Runs one batch through the pipeline (forwards and backwards, see above),
+ * every member at once. `input` is read on stage 0 only ([B, ...] with
+ * B % M == 0; not modified; others pass NULL). On the last stage *loss
+ * (may be NULL) receives the mean of the M micro-batch losses (summed in
+ * double); other stages get NAN. Errors above, and: RP_ERR_INVALID (NULL
+ * pipeline or stage; stage 0 without input), RP_ERR_SHAPE (B not divisible
+ * by M; the last stage's output not a scalar), RP_ERR_FORMAT (a bad shape
+ * header from the previous stage).
+ */
+rp_status rp_pipeline_run(rp_pipeline *pipeline, rp_pipe_stage_fn stage, void *ctx,
+                          const rp_tensor *input, float *loss);
 
 /* ---- layers for GANs (SN-GAN) ---------------------------------------------- */
 /*
