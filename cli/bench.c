@@ -42,8 +42,9 @@ static void bench_usage(FILE *f)
             "  --local-bn    per-replica batch norm (default: cross-replica, as in training)\n"
             "  --trace FILE  write a Chrome trace-event JSON of the steps to FILE (open it in\n"
             "                ui.perfetto.dev; docs/tracing.md)\n"
-            "  --recompute   recompute the blocks' inner batch norm + ReLU outputs in backward\n"
-            "                instead of storing them (less memory, one more pass each)\n"
+            "  --no-recompute  store the blocks' inner batch norm + ReLU outputs instead of\n"
+            "                recomputing them in backward (the default recomputes: less memory,\n"
+            "                one more pass each)\n"
             "  --memory      print where the memory goes: peak resident memory, parameters,\n"
             "                gradients, optimizer state, the arena (activations and their\n"
             "                gradients) and the kernels' caches\n"
@@ -245,7 +246,7 @@ static int bench_resnet(int argc, char **argv)
         tpr = 0;
     bool json = false, cross_bn = true;
     const char *trace = NULL, *torch = NULL;
-    bool memory = false, recompute = false;
+    bool memory = false, recompute = true;
     rp_backend backend = RP_BACKEND_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -261,8 +262,8 @@ static int bench_resnet(int argc, char **argv)
         } else if (!strcmp(a, "--memory")) {
             memory = true;
             continue;
-        } else if (!strcmp(a, "--recompute")) {
-            recompute = true;
+        } else if (!strcmp(a, "--no-recompute")) {
+            recompute = false;
             continue;
         }
         if (!v) {

@@ -31,8 +31,10 @@ struct rp_resnet {
 
 rp_resnet_config rp_resnet_config_default(rp_resnet_kind kind)
 {
-    rp_resnet_config c = {
-        .kind = kind, .in_channels = 3, .classes = kind == RP_RESNET20 ? 10 : 1000};
+    rp_resnet_config c = {.kind = kind,
+                          .in_channels = 3,
+                          .classes = kind == RP_RESNET20 ? 10 : 1000,
+                          .recompute_bn = true};
     return c;
 }
 
