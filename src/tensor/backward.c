@@ -21,6 +21,23 @@ bool tape_wants_grad(const rp_tensor *x)
     return x && (x->flags & RP_TENSOR_REQUIRES_GRAD);
 }
 
+void *tape_scratch(rp_tape *t, size_t bytes)
+{
+    if (t->n_scratch == t->cap_scratch) {
+        /* The list is persistent: it grows to the most scratch one rule takes, then stays. */
+        int cap = t->cap_scratch ? 2 * t->cap_scratch : 16;
+        struct tape_scratch_entry *grown = rp_alloc((size_t)cap * sizeof *grown);
+        if (!grown) return NULL;
+        if (t->n_scratch) memcpy(grown, t->scratch, (size_t)t->n_scratch * sizeof *grown);
+        rp_free(t->scratch);
+        t->scratch = grown;
+        t->cap_scratch = cap;
+    }
+    void *p = rp_arena_alloc(t->arena, bytes);
+    if (p) t->scratch[t->n_scratch++] = (struct tape_scratch_entry){p, bytes};
+    return p;
+}
+
 /* Sets *fail on OOM so callers can check once. */
 float *tape_grad_out(rp_tape *t, rp_tensor *x, bool *fail)
 {

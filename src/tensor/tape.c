@@ -226,15 +226,6 @@ static rp_tensor **node_inputs(rp_node *node)
     return node->many ? node->many : node->in;
 }
 
-void *tape_scratch(rp_tape *t, size_t bytes)
-{
-    if (!grow((void **)&t->scratch, &t->cap_scratch, t->n_scratch + 1, sizeof *t->scratch))
-        return NULL;
-    void *p = rp_arena_alloc(t->arena, bytes);
-    if (p) t->scratch[t->n_scratch++] = (struct tape_scratch_entry){p, bytes};
-    return p;
-}
-
 rp_status rp_tape_drop(rp_tape *t, rp_tensor *x)
 {
     if (!t || !x) return RP_ERROR(RP_ERR_INVALID, "rp_tape_drop: tape and tensor must not be NULL");

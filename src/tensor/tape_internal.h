@@ -176,8 +176,9 @@ float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail);
 rp_status tape_oom(void); /* tape_error.c */
 
 /*
- * Scratch for one backward rule: arena memory released as soon as the rule
- * returns (tape.c). NULL on OOM. tape_grad_out's scratch comes from here too.
+ * Scratch for one backward rule (backward.c): arena memory the tape releases
+ * as soon as the rule returns. NULL on OOM. tape_grad_out's scratch comes
+ * from here too.
  */
 void *tape_scratch(rp_tape *t, size_t bytes);
 
