@@ -127,3 +127,20 @@ rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_n
     if (total > max_norm && hi > lo) k->scale_inplace(grad, (float)(max_norm / total), hi - lo);
     return RP_OK;
 }
+
+const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *index,
+                                 int64_t *numel)
+{
+    for (int i = 0; i < rp_params_trainable_count(params); i++) {
+        const rp_tensor *p = rp_params_at(params, i);
+        int64_t off = rp_params_offset(params, i);
+        if (at >= off && at < off + p->numel) {
+            *index = at - off;
+            *numel = p->numel;
+            return p->name;
+        }
+    }
+    *index = at;
+    *numel = rp_params_trainable_numel(params);
+    return "(none)";
+}

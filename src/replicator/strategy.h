@@ -92,6 +92,14 @@ rp_status rp_strategy_checksum(rp_replica *rep, rp_params *params, int64_t steps
 rp_status rp_strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
 rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
 
+/*
+ * The name of the trainable parameter holding element `at` of params' gradient (or value)
+ * block, with the element's index in it and its numel; "(none)" (index at, numel the block's)
+ * past the end. For messages that blame an element.
+ */
+const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *index,
+                                 int64_t *numel);
+
 /* Batches of lockstep replicas: 0, 1, 2, ... on every replica, counted per replica per run. */
 rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);
 

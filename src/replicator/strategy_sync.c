@@ -133,23 +133,6 @@ static void sync_on_grad_ready(rp_tensor *param, void *ctx)
     }
 }
 
-/* The name of the trainable parameter holding element `at` of the gradient block. */
-static const char *param_at(const rp_sync *s, int64_t at, int64_t *index, int64_t *numel)
-{
-    for (int i = 0; i < s->nparams; i++) {
-        const rp_tensor *p = rp_params_at(s->params, i);
-        int64_t off = rp_params_offset(s->params, i);
-        if (at >= off && at < off + p->numel) {
-            *index = at - off;
-            *numel = p->numel;
-            return p->name;
-        }
-    }
-    *index = at;
-    *numel = s->numel;
-    return "(none)";
-}
-
 /*
  * A reduced gradient is non-finite on every replica: they exchange what each saw
  * before the all-reduce and agree on the first replica (in id order) whose own
@@ -170,7 +153,7 @@ static rp_status nonfinite_blame(rp_sync *s)
         float v;
         memcpy(&v, &all[2 * q + 1], sizeof v);
         int64_t index, numel;
-        const char *name = param_at(s, all[2 * q], &index, &numel);
+        const char *name = rp_strategy_param_at(s->params, all[2 * q], &index, &numel);
         rep->blame = q;
         return RP_ERROR(RP_ERR_NUMERIC,
                         "replica %d's own gradient of parameter '%s' held %g at element "
@@ -179,7 +162,7 @@ static rp_status nonfinite_blame(rp_sync *s)
                         q, name, (double)v, (long long)index, (long long)numel);
     }
     int64_t bad = first_nonfinite(s->grad, s->numel), index = 0, numel = 0;
-    const char *name = param_at(s, bad < 0 ? 0 : bad, &index, &numel);
+    const char *name = rp_strategy_param_at(s->params, bad < 0 ? 0 : bad, &index, &numel);
     return RP_ERROR(
         RP_ERR_NUMERIC,
         "the all-reduced gradient of parameter '%s' is %g at element %lld "

@@ -231,23 +231,6 @@ static void zero_on_grad_ready(rp_tensor *param, void *ctx)
     }
 }
 
-/* The name of the trainable parameter holding element `at` of the block. */
-static const char *param_at(const rp_zero *z, int64_t at, int64_t *index, int64_t *numel)
-{
-    for (int i = 0; i < z->nparams; i++) {
-        const rp_tensor *p = rp_params_at(z->params, i);
-        int64_t off = rp_params_offset(z->params, i);
-        if (at >= off && at < off + p->numel) {
-            *index = at - off;
-            *numel = p->numel;
-            return p->name;
-        }
-    }
-    *index = at;
-    *numel = z->numel;
-    return "(none)";
-}
-
 /*
  * The replicas agree whether every gradient was finite: each replica saw only its local
  * gradients and its reduced shard, so they exchange what they saw; a failure names the first
@@ -271,7 +254,7 @@ static rp_status agree_finite(rp_zero *z)
         if (all[3 * q] < 0) continue;
         float v;
         memcpy(&v, &all[3 * q + 1], sizeof v);
-        const char *name = param_at(z, all[3 * q], &index, &numel);
+        const char *name = rp_strategy_param_at(z->params, all[3 * q], &index, &numel);
         rep->blame = q;
         return RP_ERROR(RP_ERR_NUMERIC,
                         "replica %d's own gradient of parameter '%s' held %g at element "
@@ -281,7 +264,7 @@ static rp_status agree_finite(rp_zero *z)
     }
     for (int q = 0; q < rep->count; q++) {
         if (all[3 * q + 2] < 0) continue;
-        const char *name = param_at(z, all[3 * q + 2], &index, &numel);
+        const char *name = rp_strategy_param_at(z->params, all[3 * q + 2], &index, &numel);
         return RP_ERROR(RP_ERR_NUMERIC,
                         "the reduced gradient of parameter '%s' (replica %d's shard) is "
                         "non-finite at element %lld (of %lld) although every replica's own "
