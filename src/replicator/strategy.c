@@ -5,6 +5,7 @@
  * layers below, so every runtime file may call it without a loop.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -143,4 +144,22 @@ const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *i
     *index = at;
     *numel = rp_params_trainable_numel(params);
     return "(none)";
+}
+
+rp_status rp_strategy_replica_alloc(rp_replica *rep, size_t size)
+{
+    rep->strategy = calloc(1, size);
+    return rep->strategy
+               ? RP_OK
+               : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
+}
+
+void rp_strategy_orphans(const rp_replica *rep, int alive)
+{
+    if (alive)
+        rp_error_set(RP_ERR_INVALID, __FILE__, __LINE__,
+                     "rp_replicator_destroy: replica %d still had %d optimizer(s) made by "
+                     "rp_replica_optimizer_create(); destroy them first (they now fail every "
+                     "step; rp_optimizer_destroy() still frees them)",
+                     rep->id, alive);
 }

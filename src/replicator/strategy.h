@@ -93,6 +93,18 @@ rp_status rp_strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_no
 rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
 
 /*
+ * A strategy's per-replica state: rep->strategy = size zeroed bytes (freed by the strategy's
+ * replica_destroy with free()). RP_ERR_NOMEM naming the replica.
+ */
+rp_status rp_strategy_replica_alloc(rp_replica *rep, size_t size);
+
+/*
+ * At replica_destroy: records the error for `alive` (> 0) optimizers the user did not destroy
+ * before the replicator; nothing for 0.
+ */
+void rp_strategy_orphans(const rp_replica *rep, int alive);
+
+/*
  * The name of the trainable parameter holding element `at` of params' gradient (or value)
  * block, with the element's index in it and its numel; "(none)" (index at, numel the block's)
  * past the end. For messages that blame an element.

@@ -289,10 +289,7 @@ static rp_status async_serve(rp_replicator *r)
 
 static rp_status async_replica_init(rp_replica *rep)
 {
-    rep->strategy = calloc(1, sizeof(async_replica));
-    return rep->strategy
-               ? RP_OK
-               : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
+    return rp_strategy_replica_alloc(rep, sizeof(async_replica));
 }
 
 static void async_replica_destroy(rp_replica *rep)
@@ -306,13 +303,7 @@ static void async_replica_destroy(rp_replica *rep)
         rp_ps_destroy(a->ps);
         a->ps = NULL;
     }
-    if (alive)
-        rp_error_set(
-            RP_ERR_INVALID, __FILE__, __LINE__,
-            "rp_replicator_destroy: replica %d still had %d "
-            "optimizer(s) made by rp_replica_optimizer_create(); destroy them first (they now "
-            "fail every step; rp_optimizer_destroy() still frees them)",
-            rep->id, alive);
+    rp_strategy_orphans(rep, alive);
     free(ar);
     rep->strategy = NULL;
 }

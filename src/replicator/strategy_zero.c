@@ -481,10 +481,7 @@ static bool zero_owns(const rp_replica *rep, const rp_optimizer *opt)
 
 static rp_status zero_replica_init(rp_replica *rep)
 {
-    rep->strategy = calloc(1, sizeof(zero_replica));
-    return rep->strategy
-               ? RP_OK
-               : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
+    return rp_strategy_replica_alloc(rep, sizeof(zero_replica));
 }
 
 static void zero_replica_destroy(rp_replica *rep)
@@ -494,13 +491,7 @@ static void zero_replica_destroy(rp_replica *rep)
     int alive = 0;
     for (rp_zero *z = zr->zeros; z; z = z->next, alive++)
         z->rep = NULL;
-    if (alive)
-        rp_error_set(
-            RP_ERR_INVALID, __FILE__, __LINE__,
-            "rp_replicator_destroy: replica %d still had %d "
-            "optimizer(s) made by rp_replica_optimizer_create(); destroy them first (they now "
-            "fail every step; rp_optimizer_destroy() still frees them)",
-            rep->id, alive);
+    rp_strategy_orphans(rep, alive);
     free(zr);
     rep->strategy = NULL;
 }
