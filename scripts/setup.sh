@@ -25,6 +25,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # the MPI backend; the all-reduce peer benchmark
   iproute2               # tests/mpi_two_hosts.sh: network namespaces and a veth pair
   dataset-fashion-mnist  # the default training data
+  python3                # tests/cli_memory.sh: reads bench's JSON report and plays the peer
 )
 
 missing=()
