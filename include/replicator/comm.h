@@ -428,6 +428,71 @@ rp_status rp_comm_flight_get(const rp_comm *comm, int i, rp_flight_entry *out);
  */
 rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json);
 
+/* ---- traffic counters ------------------------------------------------------------------- */
+
+/*
+ * Every handle counts the calls it completes and the payload bytes they
+ * move, per kind of call (rp_flight_kind: all-reduce, reduce-scatter,
+ * all-gather, broadcast, barrier, send, recv) and per class:
+ *
+ *  - RP_COMM_USER: calls made outside rp_comm_begin_internal (the user's,
+ *    and the layers': cross-replica batch norm, tensor-parallel layers);
+ *  - RP_COMM_RUNTIME: the runtime's own calls that move a step's data - the
+ *    gradient all-reduce buckets, ZeRO-1's reduce-scatters and all-gathers
+ *    and its finiteness exchange, parameter broadcasts at creation;
+ *  - RP_COMM_HOUSEKEEPING: the runtime's checks and bookkeeping, made inside
+ *    rp_comm_begin_housekeeping: the report all-gathers at the end of each
+ *    run, the periodic parameter checksums, the topology splits, the
+ *    non-finite-gradient exchange of a failing step.
+ *
+ * Payload bytes are counted at the API, the same on every backend: count x
+ * rp_dtype_size(dtype) of the call as this member passed it - an all-reduce's
+ * buffer, a reduce-scatter's block (its result, 1/size of what it sends), an
+ * all-gather's contribution (1/size of what it receives), a broadcast's
+ * buffer (root or not), a message's count x size on both its send and its
+ * receive. A barrier counts a call and no bytes. What a backend puts on the
+ * wire (ring steps, headers, the MPI backend's call checks) is not counted:
+ * the numbers are exact and predictable from the calls alone (the planner,
+ * `replicator plan`, predicts them). A call is counted once it completed
+ * (collectives) or was posted (messages), successfully; a failed call is
+ * not counted. Counting costs two additions; it is always on.
+ *
+ * Thread-safety: as for every call, read a handle's counters on its own
+ * thread, or once it is idle.
+ */
+typedef enum { RP_COMM_USER = 0, RP_COMM_RUNTIME = 1, RP_COMM_HOUSEKEEPING = 2 } rp_comm_class;
+#define RP_COMM_CLASSES 3
+#define RP_COMM_KINDS   7 /* the rp_flight_kind values */
+
+/* "user", "runtime", "housekeeping". */
+const char *rp_comm_class_name(rp_comm_class cls);
+
+typedef struct rp_comm_tally {
+    uint64_t calls;
+    uint64_t bytes;
+} rp_comm_tally;
+
+typedef struct rp_comm_stats {
+    rp_comm_tally by[RP_COMM_CLASSES][RP_COMM_KINDS]; /* [class][rp_flight_kind] */
+} rp_comm_stats;
+
+/*
+ * *out = this handle's counters since it was created or last reset.
+ * Errors: RP_ERR_INVALID (NULL argument).
+ */
+rp_status rp_comm_stats_get(const rp_comm *comm, rp_comm_stats *out);
+/* Zeroes this handle's counters. NULL is ignored. */
+void rp_comm_stats_reset(rp_comm *comm);
+/* *out = a - b, element by element (the calls between two readings). */
+void rp_comm_stats_diff(const rp_comm_stats *a, const rp_comm_stats *b, rp_comm_stats *out);
+
+/*
+ * Like rp_comm_begin_internal (ended by rp_comm_end_internal), and the calls
+ * until then are counted as RP_COMM_HOUSEKEEPING. Inside an outer internal
+ * call the outer class stays.
+ */
+void rp_comm_begin_housekeeping(rp_comm *comm, const char *what);
+
 /* ---- fault injection --------------------------------------------------------------------- */
 
 /*

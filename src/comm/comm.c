@@ -146,7 +146,55 @@ void rp_comm_begin_internal(rp_comm *comm, const char *what)
 
 void rp_comm_end_internal(rp_comm *comm)
 {
-    if (comm && comm->internal > 0) comm->internal--;
+    if (comm && comm->internal > 0 && --comm->internal == 0) comm->housekeeping = false;
+}
+
+void rp_comm_begin_housekeeping(rp_comm *comm, const char *what)
+{
+    if (!comm) return;
+    if (comm->internal == 0) comm->housekeeping = true;
+    rp_comm_begin_internal(comm, what);
+}
+
+/* ---- traffic counters -------------------------------------------------------------------- */
+
+const char *rp_comm_class_name(rp_comm_class cls)
+{
+    static const char *names[] = {"user", "runtime", "housekeeping"};
+    return (unsigned)cls < RP_COMM_CLASSES ? names[cls] : "?";
+}
+
+/* Counts one completed (posted) call of `kind` moving count elements of dtype. */
+static void tally(rp_comm *comm, int kind, int64_t count, rp_dtype dtype)
+{
+    int cls = comm->internal == 0  ? RP_COMM_USER
+              : comm->housekeeping ? RP_COMM_HOUSEKEEPING
+                                   : RP_COMM_RUNTIME;
+    rp_comm_tally *t = &comm->stats.by[cls][kind];
+    t->calls++;
+    if (kind != RP_FLIGHT_BARRIER) t->bytes += (uint64_t)count * rp_dtype_size(dtype);
+}
+
+rp_status rp_comm_stats_get(const rp_comm *comm, rp_comm_stats *out)
+{
+    if (!comm || !out)
+        return RP_ERROR(RP_ERR_INVALID, "rp_comm_stats_get: communicator or output is NULL");
+    *out = comm->stats;
+    return RP_OK;
+}
+
+void rp_comm_stats_reset(rp_comm *comm)
+{
+    if (comm) memset(&comm->stats, 0, sizeof comm->stats);
+}
+
+void rp_comm_stats_diff(const rp_comm_stats *a, const rp_comm_stats *b, rp_comm_stats *out)
+{
+    for (int c = 0; c < RP_COMM_CLASSES; c++)
+        for (int k = 0; k < RP_COMM_KINDS; k++) {
+            out->by[c][k].calls = a->by[c][k].calls - b->by[c][k].calls;
+            out->by[c][k].bytes = a->by[c][k].bytes - b->by[c][k].bytes;
+        }
 }
 double rp_comm_timeout(const rp_comm *comm)
 {
@@ -261,6 +309,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
                           ? rp_reduce_op_name(op)
                           : NULL);
     if (e) rp_flight_end(comm, call, status);
+    if (status == RP_OK) tally(comm, kind, count, dtype);
     if (status == RP_OK && !d.internal) comm->user_seq++;
     return status;
 }
@@ -433,6 +482,7 @@ static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_re
         if (e) rp_flight_end(comm, call, status);
         return status;
     }
+    tally(comm, d->send ? RP_FLIGHT_SEND : RP_FLIGHT_RECV, d->count, (rp_dtype)d->dtype);
     (*req)->flight = e ? call + 1 : 0;
     return RP_OK;
 }

@@ -197,7 +197,7 @@ static rp_status reduce_reports(rp_replica *rep)
     if (k == 0 && rp_comm_broken(rep->comm)) return RP_OK;
     int64_t mine[3] = {k, 0, 0}, *all = rep->gather;
     if (r->strategy->identical) plain_steps(rep, &mine[1], &mine[2]);
-    rt_internal_begin(rep->comm, "the runtime's report all-gather");
+    rt_housekeeping_begin(rep->comm, "the runtime's report all-gather");
     rp_status status = rp_all_gather(rep, mine, all, 3, RP_I64);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
@@ -227,7 +227,7 @@ static rp_status reduce_reports(rp_replica *rep)
             (int64_t)(rp_hash_str((uint64_t)rep->reports[i].op, rep->reports[i].name) >> 1);
         memcpy(&packed[2 * i + 1], &rep->reports[i].value, sizeof(double));
     }
-    rt_internal_begin(rep->comm, "the runtime's report all-gather");
+    rt_housekeeping_begin(rep->comm, "the runtime's report all-gather");
     status = rp_all_gather(rep, packed, all, 2 * k, RP_I64);
     rt_internal_end(rep->comm);
     RP_CHECK(status);

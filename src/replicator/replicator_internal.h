@@ -149,6 +149,12 @@ static inline void rt_internal_begin(rp_comm *c, const char *what)
 {
     rp_comm_begin_internal(c, what);
 }
+/* The runtime's checks and bookkeeping (report gathers, checksums, splits): counted apart from a
+   step's traffic (rp_comm_stats' RP_COMM_HOUSEKEEPING). Ended by rt_internal_end. */
+static inline void rt_housekeeping_begin(rp_comm *c, const char *what)
+{
+    rp_comm_begin_housekeeping(c, what);
+}
 static inline void rt_internal_end(rp_comm *c)
 {
     rp_comm_end_internal(c);

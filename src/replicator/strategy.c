@@ -79,7 +79,7 @@ rp_status rp_strategy_checksum(rp_replica *rep, rp_params *params, int64_t steps
         const rp_tensor *p = rp_params_at(params, i);
         mine[i] = (int64_t)rp_strategy_hash_floats(p->data, p->numel);
     }
-    rt_internal_begin(rep->comm, "the runtime's parameter checksum");
+    rt_housekeeping_begin(rep->comm, "the runtime's parameter checksum");
     rp_status status = rp_comm_all_gather(rep->comm, mine, hashes, T, RP_I64);
     rt_internal_end(rep->comm);
     RP_CHECK(status);

@@ -144,7 +144,7 @@ static rp_status nonfinite_blame(rp_sync *s)
     int64_t mine[2] = {s->local_bad, 0};
     memcpy(&mine[1], &s->local_value, sizeof s->local_value);
     int64_t *all = s->hashes; /* at least count * 2: nparams >= 1 when a gradient exists */
-    rt_internal_begin(rep->comm, "the runtime's non-finite gradient exchange");
+    rt_housekeeping_begin(rep->comm, "the runtime's non-finite gradient exchange");
     rp_status status = rp_comm_all_gather(rep->comm, mine, all, 2, RP_I64);
     rt_internal_end(rep->comm);
     RP_CHECK(status);

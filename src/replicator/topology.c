@@ -157,7 +157,7 @@ rp_status rp_topology_split(rp_replica *rep)
     const rp_replicator *r = rep->r;
     rp_status status = RP_OK;
     own(rep, rep->world);
-    rp_comm_begin_internal(rep->world, "the runtime's topology split");
+    rp_comm_begin_housekeeping(rep->world, "the runtime's topology split");
     if (r->nroles > 1)
         status = rp_comm_split(rep->world, rep->role, rep->worker, &rep->role_comm);
     else
@@ -173,7 +173,7 @@ rp_status rp_topology_split(rp_replica *rep)
     RP_CHECK(status);
     own(rep, rep->role_comm);
     bool flat = rep->shape[RP_AXIS_MODEL] == 1 && rep->shape[RP_AXIS_PIPE] == 1;
-    rp_comm_begin_internal(rep->role_comm, "the runtime's topology split");
+    rp_comm_begin_housekeeping(rep->role_comm, "the runtime's topology split");
     for (int a = 0; a < RP_AXES && status == RP_OK; a++) {
         if (a == RP_AXIS_DATA && flat)
             rep->axis[a] = rep->role_comm;
