@@ -14,6 +14,8 @@ static void usage(FILE *f)
             "  eval    test accuracy of a saved run; a GAN run's sample scores\n"
             "  sample  a trained GAN's samples as a PNG grid or IDX files\n"
             "  bench   training throughput of a model on synthetic data\n"
+            "  plan    each worker's memory and each step's communication for train's options,\n"
+            "          predicted before anything trains\n"
             "  info    print the build, the engines and the environment\n"
             "  trace   merge per-rank trace files (`trace merge OUT IN...`)\n"
             "\n"
@@ -32,6 +34,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "info")) return rp_cli_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return rp_cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "trace")) return rp_cli_trace(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "plan")) return rp_cli_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "--version")) {
         printf("replicator %s\n", RP_VERSION);
         return 0;

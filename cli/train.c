@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "d4pg_cli.h"
+#include "plan_cli.h"
 #include "sngan_cli.h"
 
 /* Options that may change on --resume; the rest come from the checkpoint. */
@@ -67,7 +68,8 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
  * (the replicator and every replica's model, optimizer and loader).
  */
 static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
-                       rp_classifier **clf, rp_trainer **t)
+                       rp_classifier **clf, rp_trainer **t, rp_classifier_plan **plan,
+                       plan_check **pc)
 {
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -86,6 +88,16 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     rp_classifier_config cc;
     train_opts_classifier(o, &cc);
     RP_TRY(rp_classifier_create(clf, &cc));
+    const rp_trainer_model *model = rp_classifier_trainer_model();
+    void *ctx = *clf;
+    if (o->plan_check) {
+        /* The plan (printed before anything trains, below); the wrapper measures the first steps.
+         */
+        RP_TRY(plan_for_run(plan, o, &tc.runtime, *clf));
+        RP_TRY(plan_check_create(pc, *plan, model, ctx, o->replicas, (int)o->max_steps));
+        model = plan_check_model(*pc);
+        ctx = *pc;
+    }
 
     tc.run_dir = o->out_dir;
     tc.run_dir_exact = o->out_given;
@@ -105,7 +117,7 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     tc.slow_factor = o->slow_factor;
     tc.tensorboard_dir = o->tensorboard;
     tc.trace = o->trace;
-    RP_TRY(rp_trainer_create(t, &tc, rp_classifier_trainer_model(), *clf));
+    RP_TRY(rp_trainer_create(t, &tc, model, ctx));
     if (rp_trainer_is_server(*t)) {
         o->quiet = true;
         goto cleanup;
@@ -113,6 +125,10 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     /* What the checkpoints record: the job's replica count, the directory the trainer chose. */
     o->replicas = rp_replicator_replicas(rp_trainer_replicator(*t));
     if (!rp_trainer_is_root(*t)) o->quiet = true;
+    if (*plan && rp_trainer_is_root(*t)) {
+        plan_print(stdout, *plan, o, *clf, false);
+        fflush(stdout);
+    }
     snprintf(o->out_dir, sizeof o->out_dir, "%s", rp_trainer_run_dir(*t));
     config = train_opts_to_json(o);
     if (!config) {
@@ -224,8 +240,10 @@ int rp_cli_train(int argc, char **argv)
 
     rp_classifier *clf = NULL;
     rp_trainer *t = NULL;
+    rp_classifier_plan *plan = NULL;
+    plan_check *pc = NULL;
     double t_start = rp_now_s();
-    rp_status status = setup(&o, resume, argc, argv, &clf, &t);
+    rp_status status = setup(&o, resume, argc, argv, &clf, &t, &plan, &pc);
     bool tty = isatty(STDERR_FILENO) && !o.quiet;
     if (status == RP_OK && rp_trainer_is_server(t)) {
         /* A parameter server rank: it serves until every replica's process is done. */
@@ -244,6 +262,13 @@ int rp_cli_train(int argc, char **argv)
         status = rp_trainer_run(t);
     }
     rp_trainer_progress p = rp_trainer_get_progress(t);
+    if (status == RP_OK && pc) {
+        int flags = plan_check_report(pc, stdout);
+        if (flags)
+            status =
+                RP_ERROR(RP_ERR_MISMATCH, "--plan-check: %d difference%s from the plan (above)",
+                         flags, flags > 1 ? "s" : "");
+    }
     if (status == RP_OK && p.stopped && !o.quiet) {
         if (o.no_checkpoint)
             fprintf(stderr,
@@ -287,6 +312,8 @@ int rp_cli_train(int argc, char **argv)
         reported = true;
     }
     rp_status teardown = rp_trainer_destroy(t);
+    plan_check_destroy(pc);
+    rp_classifier_plan_destroy(plan);
     rp_classifier_destroy(clf);
     if (teardown != RP_OK && status == RP_OK) status = teardown;
     if (status != RP_OK) {

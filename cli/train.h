@@ -57,6 +57,7 @@ typedef struct train_opts {
     bool out_given;          /* --out was on the command line (else runs/MODEL, made unique) */
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
     const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
+    bool plan_check; /* --plan-check: print the plan, compare it with the first steps (not saved) */
 } train_opts;
 
 /* Defaults for a model: what `replicator train MODEL` runs with no options. */

@@ -115,6 +115,10 @@ static void usage(FILE *f)
             "                    --trace and\n"
             "                    --quiet)\n"
             "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
+            "  --plan-check      print the plan (`replicator plan`), then compare it with what\n"
+            "                    each worker measures in its first steps (memory in percent,\n"
+            "                    communication exactly); stops after 3 steps unless --max-steps\n"
+            "                    says; exit status 1 if anything differs\n"
             "  --no-checkpoint   do not write checkpoints\n"
             "  --quiet           only the summary\n"
             "  --help            this text\n"
@@ -221,6 +225,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         }
         if (!strcmp(a, "--zero")) {
             o->zero = true;
+            continue;
+        }
+        if (!strcmp(a, "--plan-check")) {
+            o->plan_check = true;
             continue;
         }
         if (!v) {
@@ -380,6 +388,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         }
     }
     if (!o->out_dir[0]) snprintf(o->out_dir, sizeof o->out_dir, "runs/%s", o->model);
+    /* A plan check is a short run: the first steps, then the comparison. */
+    if (o->plan_check && !o->max_steps) o->max_steps = 3;
     return 0;
 }
 

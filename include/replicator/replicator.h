@@ -16,6 +16,7 @@
 #include "loader.h"
 #include "comm.h"
 #include "runtime.h"
+#include "plan.h"
 #include "ps.h"
 #include "trainer.h"
 #include "env.h"

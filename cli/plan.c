@@ -1,0 +1,476 @@
+/*
+ * plan.c - `replicator plan`: each worker's memory and each step's
+ * communication for a `replicator train` command line, predicted before
+ * anything trains (models/classifier/classifier_plan.h); and `train
+ * --plan-check`, which wraps the classifier's trainer callbacks to measure
+ * the first steps of the run and compares them with the plan.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_cli.h"
+
+/* ---- the plan ---------------------------------------------------------------------------- */
+
+static int64_t worker_total(const rp_plan_worker *w)
+{
+    return w->params + w->grads + w->optim + w->strategy + w->activations + w->loader;
+}
+
+/* Whether workers a and b hold and send the same (their ids aside). */
+static bool same_worker(const rp_plan_worker *a, const rp_plan_worker *b)
+{
+    rp_plan_worker x = *a, y = *b;
+    x.worker = y.worker = 0;
+    return memcmp(&x, &y, sizeof x) == 0;
+}
+
+rp_status plan_for_run(rp_classifier_plan **p, const train_opts *o, const rp_config *rcfg,
+                       const rp_classifier *clf)
+{
+    int ranks = rcfg->backend == RP_BACKEND_MPI && rp_env_get()->mpi_world_size > 1
+                    ? rp_env_get()->mpi_world_size
+                    : 1;
+    return rp_classifier_plan_create(p, clf, rcfg, o->replicas * ranks);
+}
+
+static void print_row(FILE *f, const char *what, const int64_t *v, int n)
+{
+    fprintf(f, "  %-32s", what);
+    for (int i = 0; i < n; i++)
+        fprintf(f, " %14.2f", (double)v[i] / 1e6);
+    fprintf(f, "\n");
+}
+
+static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o,
+                       const rp_classifier *clf)
+{
+    const rp_dataset *ds = clf->train;
+    fprintf(f, "plan: %s on %s (%dx%dx%d, %d classes), batch %d on %d replica%s (%d each)%s%s\n",
+            o->model, ds->name, ds->h, ds->w, ds->c, ds->num_classes, o->batch, p->replicas,
+            p->replicas > 1 ? "s" : "", p->batch,
+            p->replicas > 1 ? ", sync, cross-replica batch norm" : "",
+            o->zero && p->replicas > 1 ? ", ZeRO-1" : "");
+    /* One column per group of workers that hold and send the same. */
+    enum { MAX_GROUPS = 6 };
+    int first[MAX_GROUPS], last[MAX_GROUPS], count[MAX_GROUPS], ng = 0;
+    for (int id = 0; id < p->replicas; id++) {
+        int g = 0;
+        while (g < ng && !same_worker(&p->workers[first[g]], &p->workers[id]))
+            g++;
+        if (g == ng) {
+            if (ng == MAX_GROUPS) continue; /* more kinds of worker than columns: the first shown */
+            first[ng] = last[ng] = id;
+            count[ng++] = 0;
+        }
+        last[g] = id;
+        count[g]++;
+    }
+    fprintf(f, "memory per worker, MB (1e6 bytes)  ");
+    for (int g = 0; g < ng; g++) {
+        char label[32];
+        if (count[g] == 1)
+            snprintf(label, sizeof label, "worker %d", first[g]);
+        else if (last[g] - first[g] + 1 == count[g])
+            snprintf(label, sizeof label, "workers %d-%d", first[g], last[g]);
+        else
+            snprintf(label, sizeof label, "%d workers", count[g]);
+        fprintf(f, " %14s", label);
+    }
+    fprintf(f, "\n");
+    int64_t v[MAX_GROUPS];
+#define ROW(label, field)                                                                          \
+    do {                                                                                           \
+        for (int g = 0; g < ng; g++)                                                               \
+            v[g] = p->workers[first[g]].field;                                                     \
+        print_row(f, label, v, ng);                                                                \
+    } while (0)
+    ROW("parameters and buffers", params);
+    ROW("gradients", grads);
+    ROW("optimizer state", optim);
+    ROW("strategy buffers", strategy);
+    ROW("activations (arena live peak)", activations);
+    ROW("loader buffers", loader);
+#undef ROW
+    for (int g = 0; g < ng; g++)
+        v[g] = worker_total(&p->workers[first[g]]);
+    print_row(f, "total", v, ng);
+    fprintf(f,
+            "  activations: one training step recorded at batch 1 (%.2f MB) and 2 (%.2f MB), "
+            "fitted as a + b x batch: a = %.2f MB, b = %.3f MB per sample, at batch %d\n",
+            (double)p->probe_peak[0] / 1e6, (double)p->probe_peak[1] / 1e6, p->act_a / 1e6,
+            p->act_b / 1e6, p->batch);
+    fprintf(f,
+            "  process-wide: the datasets %.2f MB; kernel caches %.2f MB after the recorded steps "
+            "(they grow with the batch's shapes; `replicator bench resnet --memory` measures "
+            "them)\n",
+            (double)p->datasets / 1e6, (double)p->kernel_caches / 1e6);
+    fprintf(f, "communication per step, per worker (payload bytes: count x dtype size per call)\n");
+    for (int g = 0; g < ng; g++) {
+        const rp_plan_worker *w = &p->workers[first[g]];
+        char label[32];
+        snprintf(label, sizeof label, count[g] == 1 ? "worker %d" : "workers %d-%d", first[g],
+                 last[g]);
+        if (w->ntraffic == 0) {
+            fprintf(f, "  %-14s none (one replica: nothing to exchange)\n", label);
+            continue;
+        }
+        int64_t calls = 0, bytes = 0;
+        for (int i = 0; i < w->ntraffic; i++) {
+            const rp_plan_traffic *l = &w->traffic[i];
+            fprintf(f, "  %-14s %-5s %-15s %-8s %-30s %6lld calls %12lld B\n", i ? "" : label,
+                    rp_plan_axis_name(l->axis), rp_flight_kind_name(l->kind),
+                    rp_comm_class_name(l->cls), l->what, (long long)l->calls, (long long)l->bytes);
+            calls += l->calls;
+            bytes += l->bytes;
+        }
+        fprintf(f, "  %-14s %-62s %6lld calls %12lld B\n", "", "total", (long long)calls,
+                (long long)bytes);
+    }
+    if (p->replicas > 1)
+        fprintf(f, "  not in the plan: the runtime's housekeeping (the report all-gathers of each "
+                   "run, the parameter checksum every 100 steps)\n");
+}
+
+static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", o->model);
+    cJSON_AddNumberToObject(j, "replicas", p->replicas);
+    cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "batch_per_worker", p->batch);
+    cJSON_AddBoolToObject(j, "zero", o->zero && p->replicas > 1);
+    cJSON *fit = cJSON_AddObjectToObject(j, "activations_fit");
+    cJSON_AddNumberToObject(fit, "a", p->act_a);
+    cJSON_AddNumberToObject(fit, "b", p->act_b);
+    cJSON_AddNumberToObject(fit, "peak_batch_1", (double)p->probe_peak[0]);
+    cJSON_AddNumberToObject(fit, "peak_batch_2", (double)p->probe_peak[1]);
+    cJSON_AddNumberToObject(j, "datasets", (double)p->datasets);
+    cJSON_AddNumberToObject(j, "kernel_caches_probe", (double)p->kernel_caches);
+    cJSON *workers = cJSON_AddArrayToObject(j, "workers");
+    for (int id = 0; workers && id < p->replicas; id++) {
+        const rp_plan_worker *w = &p->workers[id];
+        cJSON *wj = cJSON_CreateObject();
+        cJSON_AddItemToArray(workers, wj);
+        cJSON_AddNumberToObject(wj, "worker", w->worker);
+        cJSON *m = cJSON_AddObjectToObject(wj, "memory");
+        cJSON_AddNumberToObject(m, "parameters", (double)w->params);
+        cJSON_AddNumberToObject(m, "gradients", (double)w->grads);
+        cJSON_AddNumberToObject(m, "optimizer_state", (double)w->optim);
+        cJSON_AddNumberToObject(m, "strategy", (double)w->strategy);
+        cJSON_AddNumberToObject(m, "activations", (double)w->activations);
+        cJSON_AddNumberToObject(m, "loader", (double)w->loader);
+        cJSON_AddNumberToObject(m, "total", (double)worker_total(w));
+        cJSON *tr = cJSON_AddArrayToObject(wj, "traffic");
+        for (int i = 0; tr && i < w->ntraffic; i++) {
+            const rp_plan_traffic *l = &w->traffic[i];
+            cJSON *lj = cJSON_CreateObject();
+            cJSON_AddItemToArray(tr, lj);
+            cJSON_AddStringToObject(lj, "axis", rp_plan_axis_name(l->axis));
+            cJSON_AddStringToObject(lj, "class", rp_comm_class_name(l->cls));
+            cJSON_AddStringToObject(lj, "kind", rp_flight_kind_name(l->kind));
+            cJSON_AddStringToObject(lj, "what", l->what);
+            cJSON_AddNumberToObject(lj, "calls", (double)l->calls);
+            cJSON_AddNumberToObject(lj, "bytes", (double)l->bytes);
+        }
+    }
+    char *text = cJSON_PrintUnformatted(j);
+    if (text) fprintf(f, "%s\n", text);
+    free(text);
+    cJSON_Delete(j);
+}
+
+void plan_print(FILE *f, const rp_classifier_plan *p, const train_opts *o, const rp_classifier *clf,
+                bool json)
+{
+    if (json)
+        print_json(f, p, o);
+    else
+        print_text(f, p, o, clf);
+}
+
+int rp_cli_plan(int argc, char **argv)
+{
+    /* train's options, less the plan's own (--json), which train_opts_parse would refuse. */
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (!args) {
+        fprintf(stderr, "replicator plan: out of memory\n");
+        return 1;
+    }
+    int n = 0;
+    bool json = false;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--json"))
+            json = true;
+        else if (i > 0 && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))) {
+            printf(
+                "usage: replicator plan [MODEL] [the options of replicator train] [--json]\n"
+                "\n"
+                "Prints, before anything trains, what each worker of the run `replicator train`\n"
+                "would start with the same options holds (parameters, gradients, optimizer\n"
+                "state, the strategy's buffers, activations at its batch, loader buffers) and\n"
+                "what it sends in each step (calls and payload bytes per axis and kind).\n"
+                "Activations come from one training step recorded at batch 1 and 2 (a + b x\n"
+                "batch). --json: one JSON object instead of the table. `replicator train ...\n"
+                "--plan-check` compares the plan with the run's first steps (docs/\n"
+                "model-parallel.md, \"Planner\").\n");
+            free(args);
+            return 0;
+        } else if (i > 0 && (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--plan-check"))) {
+            fprintf(stderr, "replicator plan: %s is train's; plan takes the options of a new run\n",
+                    argv[i]);
+            free(args);
+            return 2;
+        } else
+            args[n++] = argv[i];
+    }
+    train_opts o;
+    const char *resume = NULL;
+    int rc = train_opts_parse(n, args, &o, &resume);
+    free(args);
+    if (rc) return rc == 1 ? 0 : rc;
+    rp_kernels_set_threads(o.threads);
+    rp_config rcfg;
+    rp_classifier *clf = NULL;
+    rp_classifier_plan *p = NULL;
+    rp_status status = train_runtime_config(&o, &rcfg);
+    rp_classifier_config cc;
+    train_opts_classifier(&o, &cc);
+    if (status == RP_OK) status = rp_classifier_create(&clf, &cc);
+    if (status == RP_OK) status = plan_for_run(&p, &o, &rcfg, clf);
+    if (status == RP_OK) plan_print(stdout, p, &o, clf, json);
+    if (status != RP_OK) fprintf(stderr, "replicator plan: error: %s\n", rp_last_error());
+    rp_classifier_plan_destroy(p);
+    rp_classifier_destroy(clf);
+    return status == RP_OK ? 0 : 1;
+}
+
+/* ---- --plan-check -------------------------------------------------------------------------- */
+
+#define CHECK_MAX_STEPS 8
+
+/* What one local worker measured. */
+typedef struct measured {
+    int id; /* its replica id (-1: not measured) */
+    int steps;
+    int64_t params, grads, optim, arena_peak;
+    rp_comm_stats step[CHECK_MAX_STEPS]; /* its data axis's traffic in each measured step */
+    bool has_comm;
+} measured;
+
+struct plan_check {
+    const rp_classifier_plan *plan;
+    const rp_trainer_model *inner;
+    void *inner_ctx;
+    rp_trainer_model model; /* the wrapper: inner's table with this file's callbacks */
+    int workers, steps;
+    measured *m; /* [workers] by local index */
+};
+
+static rp_status pc_build(rp_replica *rep, void *ctx, const rp_checkpoint *ck,
+                          const rp_trainer_at *at, void **state)
+{
+    plan_check *pc = ctx;
+    return pc->inner->build(rep, pc->inner_ctx, ck, at, state);
+}
+
+static int64_t pc_steps_per_epoch(void *ctx, void *state)
+{
+    plan_check *pc = ctx;
+    return pc->inner->steps_per_epoch(pc->inner_ctx, state);
+}
+
+static rp_status pc_train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
+                               double *scalars)
+{
+    plan_check *pc = ctx;
+    int i = rp_replica_local_index(rep);
+    measured *m = i >= 0 && i < pc->workers ? &pc->m[i] : NULL;
+    bool measure = m && m->steps < pc->steps;
+    rp_comm *comm = rp_replica_axis_comm(rep, RP_AXIS_DATA);
+    rp_comm_stats before = {0}, after = {0};
+    if (measure && comm) RP_CHECK(rp_comm_stats_get(comm, &before));
+    RP_CHECK(pc->inner->train_step(rep, pc->inner_ctx, state, at, scalars));
+    if (!measure) return RP_OK;
+    if (comm) {
+        RP_CHECK(rp_comm_stats_get(comm, &after));
+        rp_comm_stats_diff(&after, &before, &m->step[m->steps]);
+        m->has_comm = true;
+    }
+    const rp_params *p = rp_classifier_state_params(state);
+    m->id = rp_replica_id(rep);
+    m->params = rp_params_numel(p) * (int64_t)sizeof(float);
+    m->grads = rp_params_trainable_numel(p) * (int64_t)sizeof(float);
+    m->optim = (int64_t)rp_optimizer_state_bytes(rp_classifier_state_optimizer(state));
+    int64_t peak = (int64_t)rp_arena_get_stats(rp_tape_arena(rp_replica_tape(rep))).live_peak;
+    if (peak > m->arena_peak) m->arena_peak = peak;
+    m->steps++;
+    return RP_OK;
+}
+
+static rp_status pc_settle(rp_replica *rep, void *ctx, void *state)
+{
+    plan_check *pc = ctx;
+    return pc->inner->settle(rep, pc->inner_ctx, state);
+}
+
+static rp_status pc_evaluate(rp_replica *rep, void *ctx, void *state)
+{
+    plan_check *pc = ctx;
+    return pc->inner->evaluate(rep, pc->inner_ctx, state);
+}
+
+static rp_status pc_evaluated(void *ctx, const rp_replicator *r, rp_trainer_metrics *m)
+{
+    plan_check *pc = ctx;
+    return pc->inner->evaluated(pc->inner_ctx, r, m);
+}
+
+static rp_status pc_save(void *ctx, void *state, rp_checkpoint *ck)
+{
+    plan_check *pc = ctx;
+    return pc->inner->save(pc->inner_ctx, state, ck);
+}
+
+static rp_status pc_destroy(rp_replica *rep, void *ctx, void *state)
+{
+    plan_check *pc = ctx;
+    return pc->inner->destroy(rep, pc->inner_ctx, state);
+}
+
+rp_status plan_check_create(plan_check **out, const rp_classifier_plan *plan,
+                            const rp_trainer_model *inner, void *inner_ctx, int workers, int steps)
+{
+    *out = NULL;
+    if (inner->start_roles || inner->stop_roles)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "--plan-check: a model with roles of its own");
+    plan_check *pc = calloc(1, sizeof *pc);
+    if (pc) pc->m = calloc((size_t)(workers > 0 ? workers : 1), sizeof *pc->m);
+    if (!pc || !pc->m) {
+        if (pc) free(pc);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the plan check of %d workers", workers);
+    }
+    pc->plan = plan;
+    pc->inner = inner;
+    pc->inner_ctx = inner_ctx;
+    pc->workers = workers;
+    pc->steps = steps < 1 ? 1 : steps > CHECK_MAX_STEPS ? CHECK_MAX_STEPS : steps;
+    for (int i = 0; i < workers; i++)
+        pc->m[i].id = -1;
+    /* The inner table's optional slots stay optional: a NULL one is NULL in the wrapper. */
+    pc->model = *inner;
+    pc->model.build = pc_build;
+    pc->model.train_step = pc_train_step;
+    if (inner->steps_per_epoch) pc->model.steps_per_epoch = pc_steps_per_epoch;
+    if (inner->settle) pc->model.settle = pc_settle;
+    if (inner->evaluate) pc->model.evaluate = pc_evaluate;
+    if (inner->evaluated) pc->model.evaluated = pc_evaluated;
+    if (inner->save) pc->model.save = pc_save;
+    if (inner->destroy) pc->model.destroy = pc_destroy;
+    *out = pc;
+    return RP_OK;
+}
+
+const rp_trainer_model *plan_check_model(const plan_check *pc)
+{
+    return &pc->model;
+}
+
+void plan_check_destroy(plan_check *pc)
+{
+    if (!pc) return;
+    free(pc->m);
+    free(pc);
+}
+
+/* One memory row: predicted, measured, the difference in percent; returns 1 if beyond 10%. */
+static int memory_row(FILE *f, const char *what, int64_t predicted, int64_t measured_bytes)
+{
+    double diff = predicted > 0
+                      ? 100.0 * ((double)measured_bytes - (double)predicted) / (double)predicted
+                  : measured_bytes == 0 ? 0.0
+                                        : 100.0;
+    bool bad = fabs(diff) > 10.0;
+    fprintf(f, "    %-30s %14lld %14lld %+8.2f%%%s\n", what, (long long)predicted,
+            (long long)measured_bytes, diff, bad ? "  <- over 10%" : "");
+    return bad;
+}
+
+int plan_check_report(const plan_check *pc, FILE *f)
+{
+    int flags = 0, shown = 0;
+    fprintf(f, "plan check: each worker's first %d step%s measured against the plan\n", pc->steps,
+            pc->steps > 1 ? "s" : "");
+    for (int i = 0; i < pc->workers; i++) {
+        const measured *m = &pc->m[i];
+        if (m->id < 0) continue;
+        shown++;
+        if (m->id >= pc->plan->replicas) {
+            fprintf(f, "  worker %d: not in the plan (%d replicas)  <- differs\n", m->id,
+                    pc->plan->replicas);
+            flags++;
+            continue;
+        }
+        const rp_plan_worker *w = &pc->plan->workers[m->id];
+        fprintf(f, "  worker %d (%d step%s)                  predicted B     measured B     diff\n",
+                m->id, m->steps, m->steps > 1 ? "s" : "");
+        flags += memory_row(f, "parameters and buffers", w->params, m->params);
+        flags += memory_row(f, "gradients", w->grads, m->grads);
+        flags += memory_row(f, "optimizer state", w->optim, m->optim);
+        flags += memory_row(f, "activations (arena live peak)", w->activations, m->arena_peak);
+        if (!m->has_comm) continue;
+        rp_comm_stats want;
+        rp_plan_traffic_stats(w, RP_AXIS_DATA, &want);
+        /* The step's traffic, user and runtime classes, exactly; housekeeping shown apart. */
+        for (int c = RP_COMM_USER; c <= RP_COMM_RUNTIME; c++)
+            for (int k = 0; k < RP_COMM_KINDS; k++) {
+                const rp_comm_tally *p = &want.by[c][k];
+                int differing = 0;
+                for (int s = 0; s < m->steps; s++) {
+                    const rp_comm_tally *g = &m->step[s].by[c][k];
+                    if (g->calls != p->calls || g->bytes != p->bytes) {
+                        if (!differing)
+                            fprintf(f,
+                                    "    data %-15s %-8s step %d: predicted %llu calls %llu B, "
+                                    "measured %llu calls %llu B  <- differs\n",
+                                    rp_flight_kind_name((rp_flight_kind)k),
+                                    rp_comm_class_name((rp_comm_class)c), s + 1,
+                                    (unsigned long long)p->calls, (unsigned long long)p->bytes,
+                                    (unsigned long long)g->calls, (unsigned long long)g->bytes);
+                        differing++;
+                    }
+                }
+                if (differing) {
+                    flags++;
+                    continue;
+                }
+                if (p->calls == 0) continue;
+                fprintf(f,
+                        "    data %-15s %-8s %6llu calls %12llu B per step: exact in %d step%s\n",
+                        rp_flight_kind_name((rp_flight_kind)k),
+                        rp_comm_class_name((rp_comm_class)c), (unsigned long long)p->calls,
+                        (unsigned long long)p->bytes, m->steps, m->steps > 1 ? "s" : "");
+            }
+        uint64_t hk_calls = 0, hk_bytes = 0;
+        for (int s = 0; s < m->steps; s++)
+            for (int k = 0; k < RP_COMM_KINDS; k++) {
+                hk_calls += m->step[s].by[RP_COMM_HOUSEKEEPING][k].calls;
+                hk_bytes += m->step[s].by[RP_COMM_HOUSEKEEPING][k].bytes;
+            }
+        if (hk_calls)
+            fprintf(f, "    housekeeping (not planned): %llu calls %llu B in %d steps\n",
+                    (unsigned long long)hk_calls, (unsigned long long)hk_bytes, m->steps);
+    }
+    if (!shown) {
+        fprintf(f, "  no worker of this process trained a step  <- nothing measured\n");
+        flags++;
+    }
+    if (flags)
+        fprintf(f, "plan check: %d difference%s flagged\n", flags, flags > 1 ? "s" : "");
+    else
+        fprintf(f, "plan check: memory within 10%% and communication exact on every worker\n");
+    return flags;
+}

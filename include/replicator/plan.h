@@ -1,0 +1,99 @@
+/*
+ * replicator/plan.h - the planner's runtime share: what a worker of a
+ * layout will hold and send, predicted before anything runs (`replicator
+ * plan`, `replicator train --plan-check`).
+ *
+ * A plan is one rp_plan_worker per worker: its memory (parameters,
+ * gradients, optimizer state, the strategy's buffers, activations, loader
+ * buffers) and its traffic per training step, one line per (axis, class,
+ * kind, what). The runtime fills what it decides - the optimizer state each
+ * worker keeps, the strategy's buffers and collectives (rp_plan_runtime);
+ * the model fills what only it knows (activations, the layers' own
+ * collectives such as cross-replica batch norm's sums) and adds its lines
+ * with rp_plan_add_traffic.
+ *
+ * Traffic is in the units of the communicators' counters (rp_comm_stats,
+ * replicator/comm.h): calls and payload bytes (count x dtype size as
+ * passed) per member, so a prediction is compared with a measured step
+ * exactly. The runtime's housekeeping (report gathers, the parameter
+ * checksum every cfg.checksum_every steps) is not in a plan: it is counted
+ * apart (RP_COMM_HOUSEKEEPING) and depends on what a step reports.
+ *
+ * Layouts: one replica, N synchronous data-parallel replicas (the sync
+ * strategy's bucketed all-reduce) and ZeRO-1 (cfg.zero). An async layout is
+ * RP_ERR_UNSUPPORTED (its traffic goes to parameter servers and depends on
+ * timing, not on the layout alone).
+ */
+#ifndef REPLICATOR_PLAN_H
+#define REPLICATOR_PLAN_H
+
+#include "comm.h"
+#include "nn.h"
+#include "optim.h"
+#include "runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One line of a worker's traffic in one step. */
+typedef struct rp_plan_traffic {
+    rp_axis axis;
+    rp_comm_class cls; /* RP_COMM_USER (the model's layers) or RP_COMM_RUNTIME */
+    rp_flight_kind kind;
+    char what[48]; /* e.g. "gradient buckets", "batch norm sums" */
+    int64_t calls; /* per step */
+    int64_t bytes; /* payload bytes per step (rp_comm_stats' definition) */
+} rp_plan_traffic;
+
+#define RP_PLAN_MAX_TRAFFIC 16
+
+/* What one worker holds and sends; bytes unless named otherwise. */
+typedef struct rp_plan_worker {
+    int worker;          /* its id on the data axis (the replica id) */
+    int replicas;        /* data-parallel replicas in the layout */
+    int batch;           /* samples per step on this worker */
+    int64_t params;      /* parameters and buffers (e.g. batch norm's running statistics) */
+    int64_t grads;       /* the gradient block: trainable values */
+    int64_t optim;       /* optimizer state: slots x the values this worker updates */
+    int64_t strategy;    /* the strategy's own buffers (ZeRO-1: shard, packing, scratch) */
+    int64_t activations; /* the tape arena's live peak in one step (rp_arena_stats.live_peak) */
+    int64_t loader;      /* the input's buffers (batches in flight, epoch order) */
+    int ntraffic;
+    rp_plan_traffic traffic[RP_PLAN_MAX_TRAFFIC];
+} rp_plan_worker;
+
+/*
+ * Fills the runtime's share of worker `id` (0 <= id < replicas) of the
+ * layout cfg (regime, zero, bucket_bytes) when it trains `params` with the
+ * optimizer `oc`: w->worker, replicas, params, grads, optim, strategy, and
+ * the strategy's traffic lines on the data axis (appended). The rest of *w
+ * is left as it is. Errors: RP_ERR_INVALID (NULL argument, id out of
+ * range, a bad optimizer configuration), RP_ERR_UNSUPPORTED (async),
+ * RP_ERR_NOMEM (more than RP_PLAN_MAX_TRAFFIC lines).
+ */
+rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_params *params,
+                          const rp_optim_config *oc, rp_plan_worker *w);
+
+/*
+ * Adds calls and bytes to w's line (axis, cls, kind, what), creating it.
+ * Errors: RP_ERR_INVALID (NULL argument), RP_ERR_NOMEM (no room for a line).
+ */
+rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls,
+                              rp_flight_kind kind, const char *what, int64_t calls, int64_t bytes);
+
+/*
+ * The predicted traffic of w as counters: out->by[cls][kind] summed over w's
+ * lines of `axis` (for a direct comparison with a measured rp_comm_stats
+ * difference over one step).
+ */
+void rp_plan_traffic_stats(const rp_plan_worker *w, rp_axis axis, rp_comm_stats *out);
+
+/* "data", "model", "pipe". */
+const char *rp_plan_axis_name(rp_axis axis);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

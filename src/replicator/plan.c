@@ -1,0 +1,132 @@
+/*
+ * plan.c - the runtime's share of a plan (replicator/plan.h): the optimizer
+ * state and buffers each worker keeps, and the collectives its strategy
+ * makes in one step.
+ *
+ * The numbers follow the strategies' own rules: strategy_sync.c cuts the
+ * gradient block into buckets of at least cfg.bucket_bytes from the last
+ * parameter back, one mean all-reduce each; strategy_zero.c cuts each shard
+ * of S = ceil(P/N) values into buckets of bucket_bytes / (4N) positions, one
+ * reduce-scatter and one all-gather each, plus one all-gather of 3 int64
+ * (the finiteness exchange). A change to either rule must be made here too:
+ * tests/cli_plan.sh compares these predictions with the counters of a real
+ * step, exactly, and fails on any difference.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "replicator/plan.h"
+
+const char *rp_plan_axis_name(rp_axis axis)
+{
+    static const char *names[] = {"data", "model", "pipe"};
+    return (unsigned)axis < RP_AXES ? names[axis] : "?";
+}
+
+rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls,
+                              rp_flight_kind kind, const char *what, int64_t calls, int64_t bytes)
+{
+    if (!w || !what) return RP_ERROR(RP_ERR_INVALID, "rp_plan_add_traffic: NULL argument");
+    for (int i = 0; i < w->ntraffic; i++) {
+        rp_plan_traffic *l = &w->traffic[i];
+        if (l->axis == axis && l->cls == cls && l->kind == kind &&
+            strncmp(l->what, what, sizeof l->what - 1) == 0) {
+            l->calls += calls;
+            l->bytes += bytes;
+            return RP_OK;
+        }
+    }
+    if (w->ntraffic >= RP_PLAN_MAX_TRAFFIC)
+        return RP_ERROR(RP_ERR_NOMEM, "a plan holds at most %d traffic lines; '%s' is one more",
+                        RP_PLAN_MAX_TRAFFIC, what);
+    rp_plan_traffic *l = &w->traffic[w->ntraffic++];
+    memset(l, 0, sizeof *l);
+    l->axis = axis;
+    l->cls = cls;
+    l->kind = kind;
+    snprintf(l->what, sizeof l->what, "%s", what);
+    l->calls = calls;
+    l->bytes = bytes;
+    return RP_OK;
+}
+
+void rp_plan_traffic_stats(const rp_plan_worker *w, rp_axis axis, rp_comm_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < w->ntraffic; i++) {
+        const rp_plan_traffic *l = &w->traffic[i];
+        if (l->axis != axis || (unsigned)l->cls >= RP_COMM_CLASSES ||
+            (unsigned)l->kind >= RP_COMM_KINDS)
+            continue;
+        out->by[l->cls][l->kind].calls += (uint64_t)l->calls;
+        out->by[l->cls][l->kind].bytes += (uint64_t)l->bytes;
+    }
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* The sync strategy's buckets (strategy_sync.c, make_buckets): how many. */
+static int sync_buckets(const rp_params *params, size_t bytes)
+{
+    int n = 0;
+    size_t filled = bytes;
+    for (int i = rp_params_trainable_count(params) - 1; i >= 0; i--) {
+        if (filled >= bytes) {
+            n++;
+            filled = 0;
+        }
+        filled += (size_t)rp_params_at(params, i)->numel * sizeof(float);
+    }
+    return n;
+}
+
+rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_params *params,
+                          const rp_optim_config *oc, rp_plan_worker *w)
+{
+    if (!cfg || !params || !oc || !w)
+        return RP_ERROR(RP_ERR_INVALID, "rp_plan_runtime: NULL argument");
+    if (replicas < 1 || id < 0 || id >= replicas)
+        return RP_ERROR(RP_ERR_INVALID, "rp_plan_runtime: worker %d of %d replicas", id, replicas);
+    if (cfg->regime == RP_REGIME_ASYNC)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "the planner covers synchronous layouts (one replica, N replicas, "
+                        "ZeRO-1); async replicas talk to parameter servers at their own pace");
+    RP_CHECK(rp_optim_check(oc));
+    int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc);
+    int T = rp_params_trainable_count(params), N = replicas;
+    w->worker = id;
+    w->replicas = replicas;
+    w->params = rp_params_numel(params) * (int64_t)sizeof(float);
+    w->grads = P * (int64_t)sizeof(float);
+    w->optim = slots * P * (int64_t)sizeof(float);
+    w->strategy = 0;
+    /* One replica: the optimizer is not wrapped (no collective, no buffer). */
+    if (N == 1) return RP_OK;
+    size_t bytes = cfg->bucket_bytes;
+    if (!cfg->zero) {
+        int nb = sync_buckets(params, bytes);
+        int Tc = T > 2 ? T : 2, Tb = T ? T : 1;
+        /* The checksum scratch, each parameter's bucket and the buckets (strategy_sync.c). */
+        w->strategy = (int64_t)N * Tc * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24;
+        return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                                   "gradient buckets (mean)", nb, P * (int64_t)sizeof(float));
+    }
+    int64_t S = (P + N - 1) / N, c = (int64_t)(bytes / (sizeof(float) * (size_t)N));
+    c = c < 1 ? 1 : c > S ? S : c;
+    int64_t nb = S > 0 ? (S + c - 1) / c : 0;
+    int64_t lo = min64((int64_t)id * S, P), hi = min64(lo + S, P);
+    w->optim = slots * (hi - lo) * (int64_t)sizeof(float);
+    int Tz = T > 3 ? T : 3;
+    /* The reduced shard, one bucket's segments packed, this replica's segment, the scratch. */
+    w->strategy = (int64_t)N * Tz * 8;
+    if (S > 0) w->strategy += (S + (int64_t)N * c + c) * (int64_t)sizeof(float);
+    RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_REDUCE_SCATTER,
+                                 "gradient shards (mean)", nb, S * (int64_t)sizeof(float)));
+    RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
+                                 "parameter shards", nb, S * (int64_t)sizeof(float)));
+    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
+                               "gradient finiteness exchange", 1, 3 * 8);
+}
