@@ -231,6 +231,9 @@ int rp_cli_plan(int argc, char **argv)
     const char *resume = NULL;
     int rc = train_opts_parse(n, args, &o, &resume);
     free(args);
+    if (rc == 2)
+        fprintf(stderr, "replicator plan: takes the options of replicator train (replicator train "
+                        "--help), and --json\n");
     if (rc) return rc == 1 ? 0 : rc;
     rp_kernels_set_threads(o.threads);
     rp_config rcfg;

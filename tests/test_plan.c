@@ -1,0 +1,241 @@
+/*
+ * test_plan.c - the planner's runtime share (replicator/plan.h) against what
+ * the runtime does: on 1, 2 and 3 thread replicas, sync and ZeRO-1, with
+ * bucket sizes from 64 bytes (a bucket per parameter and more) to 1 MiB (one
+ * bucket), the traffic of one optimizer step, read from the data axis's
+ * counters (rp_comm_stats), equals rp_plan_runtime's prediction exactly, and
+ * each replica's optimizer state equals the predicted bytes. A plan made for
+ * another bucket size differs from the counters (the comparison can fail).
+ * Plus the line bookkeeping (merging, the limit) and the refusal of async.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "replicator/replicator.h"
+
+#define MAXR 3
+
+/* Parameter sizes that straddle buckets and shards: odd, one large, one tiny. */
+static const int SIZES[] = {37, 1000, 3, 513, 64, 129};
+#define NSIZES ((int)(sizeof SIZES / sizeof SIZES[0]))
+
+typedef struct job {
+    rp_optim_config oc;
+    rp_comm_stats step[MAXR]; /* each replica's data-axis traffic in its step */
+    size_t optim[MAXR];       /* its optimizer state bytes after the step */
+} job;
+
+typedef struct net {
+    rp_params *params;
+    rp_optimizer *opt;
+} net;
+
+static rp_status make_params(rp_params **p)
+{
+    RP_CHECK(rp_params_create(p));
+    for (int i = 0; i < NSIZES; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%d", i);
+        if (!rp_params_add(*p, name, 1, (int[]){SIZES[i]},
+                           (rp_init){.kind = RP_INIT_UNIFORM, .value = 1.0f}, true))
+            return rp_last_status();
+    }
+    /* A buffer: counted in the parameters, not in the gradients. */
+    if (!rp_params_add(*p, "running", 1, (int[]){16}, (rp_init){.kind = RP_INIT_ZEROS}, false))
+        return rp_last_status();
+    return rp_params_finalize(*p, 5);
+}
+
+static rp_status build_fn(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = calloc(1, sizeof *m);
+    if (!m) return RP_ERR_NOMEM;
+    rp_replica_set_user(rep, m);
+    RP_CHECK(make_params(&m->params));
+    return rp_replica_optimizer_create(rep, &m->opt, m->params, &j->oc);
+}
+
+static rp_status step_fn(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = rp_replica_user(rep);
+    rp_comm *c = rp_replica_axis_comm(rep, RP_AXIS_DATA);
+    rp_comm_stats before, after;
+    RP_CHECK(rp_comm_stats_get(c, &before));
+    float *g = rp_params_grad(m->params);
+    tu_fill(g, rp_params_trainable_numel(m->params), 11 + (uint64_t)rp_replica_id(rep), -1, 1);
+    RP_CHECK(rp_optimizer_step(m->opt, 0.1f));
+    RP_CHECK(rp_comm_stats_get(c, &after));
+    rp_comm_stats_diff(&after, &before, &j->step[rp_replica_id(rep)]);
+    j->optim[rp_replica_id(rep)] = rp_optimizer_state_bytes(m->opt);
+    return RP_OK;
+}
+
+static rp_status destroy_fn(rp_replica *rep, void *arg)
+{
+    net *m = rp_replica_user(rep);
+    if (!m) return RP_OK;
+    rp_optimizer_destroy(m->opt);
+    rp_params_destroy(m->params);
+    free(m);
+    rp_replica_set_user(rep, NULL);
+    return RP_OK;
+}
+
+static rp_config layout(int n, bool zero, size_t bucket_bytes)
+{
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = n;
+    cfg.threads_per_replica = 1;
+    cfg.timeout_s = 30;
+    cfg.checksum_every = 1; /* a checksum in every step: housekeeping, kept out of the plan */
+    cfg.zero = zero;
+    cfg.bucket_bytes = bucket_bytes;
+    return cfg;
+}
+
+/* The user and runtime classes of a and b are equal (housekeeping aside). */
+static bool same_step(const rp_comm_stats *a, const rp_comm_stats *b)
+{
+    return memcmp(a->by[RP_COMM_USER], b->by[RP_COMM_USER], sizeof a->by[0]) == 0 &&
+           memcmp(a->by[RP_COMM_RUNTIME], b->by[RP_COMM_RUNTIME], sizeof a->by[0]) == 0;
+}
+
+static void check_layout(int n, bool zero, size_t bucket_bytes)
+{
+    job j;
+    memset(&j, 0, sizeof j);
+    j.oc = rp_optim_config_default(); /* momentum: one slot */
+    rp_config cfg = layout(n, zero, bucket_bytes);
+    rp_replicator *r;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    assert_int_equal(rp_replicator_run(r, build_fn, &j), RP_OK);
+    assert_int_equal(rp_replicator_run(r, step_fn, &j), RP_OK);
+    assert_int_equal(rp_replicator_run(r, destroy_fn, &j), RP_OK);
+    rp_replicator_destroy(r);
+
+    rp_params *p;
+    assert_int_equal(make_params(&p), RP_OK);
+    for (int id = 0; id < n; id++) {
+        rp_plan_worker w;
+        memset(&w, 0, sizeof w);
+        assert_int_equal(rp_plan_runtime(&cfg, n, id, p, &j.oc, &w), RP_OK);
+        rp_comm_stats want;
+        rp_plan_traffic_stats(&w, RP_AXIS_DATA, &want);
+        if (!same_step(&want, &j.step[id]))
+            fail_msg(
+                "%d replicas%s, buckets of %zu B, replica %d: the plan's traffic differs "
+                "from the counters' (all_reduce %llu/%llu calls, reduce_scatter %llu/%llu, "
+                "all_gather %llu/%llu)",
+                n, zero ? " ZeRO-1" : "", bucket_bytes, id,
+                (unsigned long long)want.by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_REDUCE].calls,
+                (unsigned long long)j.step[id].by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_REDUCE].calls,
+                (unsigned long long)want.by[RP_COMM_RUNTIME][RP_FLIGHT_REDUCE_SCATTER].calls,
+                (unsigned long long)j.step[id].by[RP_COMM_RUNTIME][RP_FLIGHT_REDUCE_SCATTER].calls,
+                (unsigned long long)want.by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_GATHER].calls,
+                (unsigned long long)j.step[id].by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_GATHER].calls);
+        assert_int_equal(w.optim, (int64_t)j.optim[id]);
+        assert_int_equal(w.grads, rp_params_trainable_numel(p) * 4);
+        assert_int_equal(w.params, rp_params_numel(p) * 4);
+        /* The checksum ran (housekeeping) and is not in the plan. */
+        if (n > 1) assert_true(j.step[id].by[RP_COMM_HOUSEKEEPING][RP_FLIGHT_ALL_GATHER].calls > 0);
+        /* A plan for buckets 16x larger sends the same bytes in fewer calls: caught. */
+        rp_config other = layout(n, zero, bucket_bytes * 16);
+        rp_plan_worker v;
+        memset(&v, 0, sizeof v);
+        assert_int_equal(rp_plan_runtime(&other, n, id, p, &j.oc, &v), RP_OK);
+        rp_plan_traffic_stats(&v, RP_AXIS_DATA, &want);
+        if (n > 1 && bucket_bytes < 4096) assert_false(same_step(&want, &j.step[id]));
+    }
+    rp_params_destroy(p);
+}
+
+static void test_one_replica(void **state)
+{
+    (void)state;
+    check_layout(1, false, 1 << 20);
+    check_layout(1, true, 1 << 20);
+}
+
+static void test_sync(void **state)
+{
+    (void)state;
+    size_t sizes[] = {64, 1000, 2048, 1 << 20};
+    for (int n = 2; n <= 3; n++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            check_layout(n, false, sizes[i]);
+}
+
+static void test_zero(void **state)
+{
+    (void)state;
+    size_t sizes[] = {64, 1000, 2048, 1 << 20};
+    for (int n = 2; n <= 3; n++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            check_layout(n, true, sizes[i]);
+}
+
+static void test_lines(void **state)
+{
+    (void)state;
+    rp_plan_worker w;
+    memset(&w, 0, sizeof w);
+    assert_int_equal(rp_plan_add_traffic(&w, RP_AXIS_DATA, RP_COMM_USER, RP_FLIGHT_ALL_REDUCE,
+                                         "batch norm sums", 2, 16),
+                     RP_OK);
+    assert_int_equal(rp_plan_add_traffic(&w, RP_AXIS_DATA, RP_COMM_USER, RP_FLIGHT_ALL_REDUCE,
+                                         "batch norm sums", 3, 24),
+                     RP_OK);
+    assert_int_equal(w.ntraffic, 1);
+    assert_int_equal(w.traffic[0].calls, 5);
+    assert_int_equal(w.traffic[0].bytes, 40);
+    for (int i = 1; i < RP_PLAN_MAX_TRAFFIC; i++) {
+        char what[16];
+        snprintf(what, sizeof what, "line %d", i);
+        assert_int_equal(
+            rp_plan_add_traffic(&w, RP_AXIS_MODEL, RP_COMM_USER, RP_FLIGHT_SEND, what, 1, 4),
+            RP_OK);
+    }
+    assert_int_equal(
+        rp_plan_add_traffic(&w, RP_AXIS_MODEL, RP_COMM_USER, RP_FLIGHT_SEND, "one too many", 1, 4),
+        RP_ERR_NOMEM);
+    assert_non_null(strstr(rp_last_error(), "one too many"));
+    rp_comm_stats s;
+    rp_plan_traffic_stats(&w, RP_AXIS_MODEL, &s);
+    assert_int_equal(s.by[RP_COMM_USER][RP_FLIGHT_SEND].calls, RP_PLAN_MAX_TRAFFIC - 1);
+    assert_int_equal(s.by[RP_COMM_USER][RP_FLIGHT_ALL_REDUCE].calls, 0);
+    assert_string_equal(rp_plan_axis_name(RP_AXIS_MODEL), "model");
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    rp_params *p;
+    assert_int_equal(make_params(&p), RP_OK);
+    rp_optim_config oc = rp_optim_config_default();
+    rp_config cfg = layout(2, false, 1 << 20);
+    rp_plan_worker w;
+    memset(&w, 0, sizeof w);
+    cfg.regime = RP_REGIME_ASYNC;
+    assert_int_equal(rp_plan_runtime(&cfg, 2, 0, p, &oc, &w), RP_ERR_UNSUPPORTED);
+    cfg.regime = RP_REGIME_SYNC;
+    assert_int_equal(rp_plan_runtime(&cfg, 2, 2, p, &oc, &w), RP_ERR_INVALID);
+    assert_non_null(strstr(rp_last_error(), "worker 2 of 2"));
+    oc.momentum = -1;
+    assert_int_equal(rp_plan_runtime(&cfg, 2, 0, p, &oc, &w), RP_ERR_INVALID);
+    assert_int_equal(rp_plan_runtime(NULL, 2, 0, p, &oc, &w), RP_ERR_INVALID);
+    rp_params_destroy(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_replica), cmocka_unit_test(test_sync),
+        cmocka_unit_test(test_zero),        cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
