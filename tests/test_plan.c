@@ -6,12 +6,18 @@
  * counters (rp_comm_stats), equals rp_plan_runtime's prediction exactly, and
  * each replica's optimizer state equals the predicted bytes. A plan made for
  * another bucket size differs from the counters (the comparison can fail).
+ * Pipeline stages: ResNet-20 cut into 2 and 3 stages (rp_resnet_partition),
+ * run by rp_pipeline_run on thread members with 1, 2 and 4 micro-batches of
+ * 2 images: each stage's messages, read from the counters, are exactly
+ * rp_plan_pipeline's.
  * Plus the line bookkeeping (merging, the limit) and the refusal of async.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
+#include "models/resnet/resnet.h"
 #include "replicator/replicator.h"
 
 #define MAXR 3
@@ -178,6 +184,133 @@ static void test_zero(void **state)
             check_layout(n, true, sizes[i]);
 }
 
+/* ---- pipeline stages ---------------------------------------------------------------------- */
+
+#define MAXP 3
+
+typedef struct stage_job {
+    rp_comm *comm;
+    int stage, stages, micro, mb;
+    const int *bounds;
+    rp_status status;
+    rp_comm_stats sent;
+} stage_job;
+
+static rp_resnet_config stage_config(int first, int last)
+{
+    rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
+    cfg.in_channels = 1;
+    cfg.classes = 10;
+    cfg.first_unit = first;
+    cfg.last_unit = last;
+    return cfg;
+}
+
+typedef struct stage_ctx {
+    rp_resnet *net;
+    bool last;
+    int32_t labels[64];
+} stage_ctx;
+
+static rp_tensor *stage_fn(rp_tape *t, rp_tensor *x, int micro, void *arg)
+{
+    stage_ctx *c = arg;
+    rp_tensor *y = rp_resnet_forward(t, c->net, x, true);
+    return c->last ? rp_softmax_cross_entropy(t, y, c->labels) : y;
+}
+
+static void *stage_main(void *arg)
+{
+    stage_job *j = arg;
+    stage_ctx c = {.last = j->stage == j->stages - 1};
+    rp_pipeline *p = NULL;
+    float *images = NULL;
+    rp_tensor in = {0};
+    rp_comm_stats before, after;
+    rp_resnet_config cfg = stage_config(j->bounds[j->stage], j->bounds[j->stage + 1]);
+    int B = j->micro * j->mb;
+    j->status = rp_resnet_create(&c.net, &cfg, 3);
+    if (j->status == RP_OK) j->status = rp_pipeline_create(&p, j->comm, RP_PIPE_GPIPE, j->micro);
+    if (j->status == RP_OK && j->stage == 0) {
+        images = calloc((size_t)B * 28 * 28, sizeof(float));
+        tu_fill(images, (int64_t)B * 28 * 28, 5, -1, 1);
+        in.ndim = 4;
+        in.shape[0] = B;
+        in.shape[1] = in.shape[2] = 28;
+        in.shape[3] = 1;
+        in.numel = (int64_t)B * 28 * 28;
+        in.data = images;
+    }
+    if (j->status == RP_OK) j->status = rp_comm_stats_get(j->comm, &before);
+    if (j->status == RP_OK)
+        j->status = rp_pipeline_run(p, stage_fn, &c, j->stage == 0 ? &in : NULL, NULL);
+    if (j->status == RP_OK) j->status = rp_comm_stats_get(j->comm, &after);
+    if (j->status == RP_OK) rp_comm_stats_diff(&after, &before, &j->sent);
+    rp_pipeline_destroy(p);
+    rp_resnet_destroy(c.net);
+    free(images);
+    return NULL;
+}
+
+static void check_pipeline(int stages, int micro)
+{
+    int bounds[MAXP + 1];
+    rp_resnet_config whole = stage_config(0, 0);
+    assert_int_equal(rp_resnet_partition(&whole, 28, 28, stages, bounds), RP_OK);
+    rp_comm *comms[MAXP];
+    assert_int_equal(rp_comm_threads_create(comms, stages, NULL, 60.0), RP_OK);
+    stage_job jobs[MAXP];
+    pthread_t th[MAXP];
+    for (int s = 0; s < stages; s++) {
+        jobs[s] = (stage_job){.comm = comms[s],
+                              .stage = s,
+                              .stages = stages,
+                              .micro = micro,
+                              .mb = 2,
+                              .bounds = bounds};
+        assert_int_equal(pthread_create(&th[s], NULL, stage_main, &jobs[s]), 0);
+    }
+    for (int s = 0; s < stages; s++)
+        assert_int_equal(pthread_join(th[s], NULL), 0);
+    for (int s = 0; s < stages; s++) {
+        assert_int_equal(jobs[s].status, RP_OK);
+        /* The stage's input and output per micro-batch: the units' output sizes. */
+        rp_resnet_unit_info in = {0}, out;
+        if (s > 0)
+            assert_int_equal(rp_resnet_unit_info_get(&whole, 28, 28, bounds[s] - 1, &in), RP_OK);
+        assert_int_equal(rp_resnet_unit_info_get(&whole, 28, 28, bounds[s + 1] - 1, &out), RP_OK);
+        rp_plan_worker w;
+        memset(&w, 0, sizeof w);
+        assert_int_equal(rp_plan_pipeline(&w, RP_AXIS_PIPE, s, stages, micro,
+                                          2 * (int64_t)in.out_h * in.out_w * in.out_c,
+                                          2 * (int64_t)out.out_h * out.out_w * out.out_c),
+                         RP_OK);
+        rp_comm_stats want;
+        rp_plan_traffic_stats(&w, RP_AXIS_PIPE, &want);
+        for (int k = RP_FLIGHT_SEND; k <= RP_FLIGHT_RECV; k++) {
+            const rp_comm_tally *p = &want.by[RP_COMM_USER][k],
+                                *g = &jobs[s].sent.by[RP_COMM_USER][k];
+            if (p->calls != g->calls || p->bytes != g->bytes)
+                fail_msg("%d stages, %d micro-batches, stage %d, %s: planned %llu calls %llu B, "
+                         "counted %llu calls %llu B",
+                         stages, micro, s, rp_flight_kind_name((rp_flight_kind)k),
+                         (unsigned long long)p->calls, (unsigned long long)p->bytes,
+                         (unsigned long long)g->calls, (unsigned long long)g->bytes);
+        }
+        assert_true(same_step(&want, &jobs[s].sent));
+    }
+    for (int s = 0; s < stages; s++)
+        rp_comm_destroy(comms[s]);
+}
+
+static void test_pipeline(void **state)
+{
+    (void)state;
+    for (int stages = 2; stages <= MAXP; stages++)
+        for (int micro = 1; micro <= 4; micro *= 2)
+            check_pipeline(stages, micro);
+}
+
 static void test_lines(void **state)
 {
     (void)state;
@@ -234,8 +367,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_replica), cmocka_unit_test(test_sync),
-        cmocka_unit_test(test_zero),        cmocka_unit_test(test_lines),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_zero),        cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_lines),       cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -83,6 +83,20 @@ rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls
                               rp_flight_kind kind, const char *what, int64_t calls, int64_t bytes);
 
 /*
+ * Adds the messages of pipeline stage `stage` of `stages` (nn.h,
+ * rp_pipeline_run) in one run of `micro_batches` micro-batches, on `axis`:
+ * for each micro-batch, from the previous stage a shape header and the
+ * input activation (in_floats floats), and back to it the activation's
+ * gradient; to the next stage a header and the output activation
+ * (out_floats), and back from it its gradient. Class RP_COMM_USER (the
+ * pipeline is a layer's work, not the runtime's). Errors: RP_ERR_INVALID
+ * (NULL w, stage outside [0, stages), micro_batches < 1, negative sizes),
+ * rp_plan_add_traffic's.
+ */
+rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, int stages,
+                           int micro_batches, int64_t in_floats, int64_t out_floats);
+
+/*
  * The predicted traffic of w as counters: out->by[cls][kind] summed over w's
  * lines of `axis` (for a direct comparison with a measured rp_comm_stats
  * difference over one step).

@@ -83,6 +83,35 @@ static int sync_buckets(const rp_params *params, size_t bytes)
     return n;
 }
 
+/* pipeline.c's shape header before each activation: ndim, then RP_MAX_DIMS dimensions (int32). */
+#define PIPE_HEADER_BYTES ((int64_t)(1 + RP_MAX_DIMS) * 4)
+
+rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, int stages,
+                           int micro_batches, int64_t in_floats, int64_t out_floats)
+{
+    if (!w || stages < 1 || stage < 0 || stage >= stages || micro_batches < 1 || in_floats < 0 ||
+        out_floats < 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_plan_pipeline: stage %d of %d, %d micro-batches, %lld and %lld floats",
+                        stage, stages, micro_batches, (long long)in_floats, (long long)out_floats);
+    int64_t M = micro_batches, f = (int64_t)sizeof(float);
+    if (stage > 0) {
+        RP_CHECK(rp_plan_add_traffic(w, axis, RP_COMM_USER, RP_FLIGHT_RECV,
+                                     "activations in (and shape headers)", 2 * M,
+                                     M * (PIPE_HEADER_BYTES + in_floats * f)));
+        RP_CHECK(rp_plan_add_traffic(w, axis, RP_COMM_USER, RP_FLIGHT_SEND, "their gradients back",
+                                     M, M * in_floats * f));
+    }
+    if (stage < stages - 1) {
+        RP_CHECK(rp_plan_add_traffic(w, axis, RP_COMM_USER, RP_FLIGHT_SEND,
+                                     "activations out (and shape headers)", 2 * M,
+                                     M * (PIPE_HEADER_BYTES + out_floats * f)));
+        RP_CHECK(rp_plan_add_traffic(w, axis, RP_COMM_USER, RP_FLIGHT_RECV, "their gradients in", M,
+                                     M * out_floats * f));
+    }
+    return RP_OK;
+}
+
 rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_params *params,
                           const rp_optim_config *oc, rp_plan_worker *w)
 {
