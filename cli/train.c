@@ -47,6 +47,18 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             o->ps = cli->ps;
         } else if (!strcmp(argv[i], "--staleness")) {
             o->staleness = cli->staleness;
+        } else if (!strcmp(argv[i], "--model-parallel")) {
+            /* A layout: the checkpoint holds the whole model, whatever the stages. */
+            o->model_parallel = cli->model_parallel;
+            if (o->model_parallel < 2) o->micro_batches = 1;
+        } else if (!strcmp(argv[i], "--pipeline")) {
+            snprintf(o->pipeline, sizeof o->pipeline, "%s", cli->pipeline);
+        } else if (!strcmp(argv[i], "--micro-batches")) {
+            if (cli->micro_batches != o->micro_batches)
+                rp_warn("resuming with %d micro-batches, the run used %d: batch norm's "
+                        "statistics cover other examples, results will differ",
+                        cli->micro_batches, o->micro_batches);
+            o->micro_batches = cli->micro_batches;
         }
     }
     o->zero = cli->zero;

@@ -22,13 +22,26 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
             "MPI backend",
             rp_env_get()->mpi_world_size);
     bool async = !strcmp(o->regime, "async");
+    /* Workers per replica: its stages (logical devices). */
+    int span = o->model_parallel > 1 ? o->model_parallel : 1;
     if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
+    int per_rank = o->replicas; /* under MPI: workers (threads) in each rank */
+    if (mpi && span > 1) {
+        /* The ranks' threads are the job's workers; a replica spans `span` of them. */
+        int workers = rp_env_get()->mpi_world_size * per_rank;
+        if (workers % span != 0)
+            return RP_ERROR(RP_ERR_INVALID,
+                            "%d workers (%d ranks x %d) do not make replicas of %d stages "
+                            "(--model-parallel %d): use a multiple of %d workers",
+                            workers, rp_env_get()->mpi_world_size, per_rank, span, span, span);
+        o->replicas = workers / span;
+    }
     if (o->replicas == 0) {
-        /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as
-         * divide the batch. */
+        /* Auto: one worker per kernel thread (or per --threads-per-replica threads), as many
+         * replicas as divide the batch. */
         int total = rp_kernels_get_threads(),
             tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
-        o->replicas = total / tpr > 0 ? total / tpr : 1;
+        o->replicas = total / tpr / span > 0 ? total / tpr / span : 1;
         while (!async && o->batch % o->replicas != 0)
             o->replicas--;
     }
@@ -37,18 +50,25 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
                         o->replicas);
     *cfg = rp_config_default();
     cfg->backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
-    cfg->replicas = o->replicas;
+    cfg->replicas = mpi && span > 1 ? per_rank : o->replicas;
     cfg->threads_per_replica = o->threads_per_replica;
     cfg->timeout_s = o->comm_timeout;
     cfg->regime = async ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
     cfg->zero = o->zero;
+    if (span > 1) {
+        /* One role: replicas on the data axis, each `span` stages on the pipe axis. */
+        cfg->nroles = 1;
+        cfg->roles[0] = rp_role_make("replica", o->replicas, 1);
+        cfg->roles[0].pipe = span;
+    }
     /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says.
      */
+    int local_workers = mpi ? per_rank : o->replicas * span;
     if (!cfg->threads_per_replica && (!mpi || o->threads > 0)) {
         int total = o->threads > 0 ? o->threads : rp_kernels_get_threads();
-        cfg->threads_per_replica = total / o->replicas > 0 ? total / o->replicas : 1;
+        cfg->threads_per_replica = total / local_workers > 0 ? total / local_workers : 1;
     }
     cfg->seed = o->seed;
     return RP_OK;

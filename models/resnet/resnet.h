@@ -91,6 +91,7 @@ rp_tensor *rp_resnet_forward_features(rp_tape *t, const rp_resnet *net, rp_tenso
  * b - 1's output: the logits when it holds the head, else an activation.
  */
 int rp_resnet_units(rp_resnet_kind kind);
+#define RP_RESNET_MAX_UNITS 18 /* ResNet-50's */
 
 /* What one unit is: its name ("stem", "stage2.block0", "head"), its trainable parameters and
  * batch-norm buffers, its forward FLOPs per example (multiply-adds x 2 of its convolutions and
