@@ -31,10 +31,12 @@ static bool same_worker(const rp_plan_worker *a, const rp_plan_worker *b)
 rp_status plan_for_run(rp_classifier_plan **p, const train_opts *o, const rp_config *rcfg,
                        const rp_classifier *clf)
 {
-    int ranks = rcfg->backend == RP_BACKEND_MPI && rp_env_get()->mpi_world_size > 1
+    /* o->replicas: the job's replicas with stages; without, each rank's under MPI. */
+    int stages = o->model_parallel > 1 ? o->model_parallel : 1;
+    int ranks = rcfg->backend == RP_BACKEND_MPI && stages == 1 && rp_env_get()->mpi_world_size > 1
                     ? rp_env_get()->mpi_world_size
                     : 1;
-    return rp_classifier_plan_create(p, clf, rcfg, o->replicas * ranks);
+    return rp_classifier_plan_create(p, clf, rcfg, o->replicas * ranks, stages);
 }
 
 static void print_row(FILE *f, const char *what, const int64_t *v, int n)
@@ -49,17 +51,22 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
                        const rp_classifier *clf)
 {
     const rp_dataset *ds = clf->train;
-    fprintf(f, "plan: %s on %s (%dx%dx%d, %d classes), batch %d on %d replica%s (%d each)%s%s\n",
+    char stages[96] = "";
+    if (p->stages > 1)
+        snprintf(stages, sizeof stages, " x %d pipeline stages (%s, %d micro-batch%s of %d)",
+                 p->stages, rp_pipe_schedule_name(clf->cfg.schedule), p->micro_batches,
+                 p->micro_batches > 1 ? "es" : "", p->micro);
+    fprintf(f, "plan: %s on %s (%dx%dx%d, %d classes), batch %d on %d replica%s (%d each)%s%s%s\n",
             o->model, ds->name, ds->h, ds->w, ds->c, ds->num_classes, o->batch, p->replicas,
-            p->replicas > 1 ? "s" : "", p->batch,
+            p->replicas > 1 ? "s" : "", p->batch, stages,
             p->replicas > 1 ? ", sync, cross-replica batch norm" : "",
             o->zero && p->replicas > 1 ? ", ZeRO-1" : "");
     /* One column per group of workers that hold and send the same. */
-    enum { MAX_GROUPS = 6 };
+    enum { MAX_GROUPS = 8 };
     int first[MAX_GROUPS], last[MAX_GROUPS], count[MAX_GROUPS], ng = 0;
-    for (int id = 0; id < p->replicas; id++) {
+    for (int id = 0; id < p->workers; id++) {
         int g = 0;
-        while (g < ng && !same_worker(&p->workers[first[g]], &p->workers[id]))
+        while (g < ng && !same_worker(&p->worker[first[g]], &p->worker[id]))
             g++;
         if (g == ng) {
             if (ng == MAX_GROUPS) continue; /* more kinds of worker than columns: the first shown */
@@ -69,40 +76,52 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
         last[g] = id;
         count[g]++;
     }
-    fprintf(f, "memory per worker, MB (1e6 bytes)  ");
+    char label[MAX_GROUPS][32];
     for (int g = 0; g < ng; g++) {
-        char label[32];
-        if (count[g] == 1)
-            snprintf(label, sizeof label, "worker %d", first[g]);
+        if (p->stages > 1)
+            snprintf(label[g], sizeof label[g], "stage %d%s", p->worker[first[g]].stage,
+                     count[g] > 1 ? " (each)" : "");
+        else if (count[g] == 1)
+            snprintf(label[g], sizeof label[g], "worker %d", first[g]);
         else if (last[g] - first[g] + 1 == count[g])
-            snprintf(label, sizeof label, "workers %d-%d", first[g], last[g]);
+            snprintf(label[g], sizeof label[g], "workers %d-%d", first[g], last[g]);
         else
-            snprintf(label, sizeof label, "%d workers", count[g]);
-        fprintf(f, " %14s", label);
+            snprintf(label[g], sizeof label[g], "%d workers", count[g]);
     }
+    fprintf(f, "memory per worker, MB (1e6 bytes)  ");
+    for (int g = 0; g < ng; g++)
+        fprintf(f, " %14s", label[g]);
     fprintf(f, "\n");
     int64_t v[MAX_GROUPS];
-#define ROW(label, field)                                                                          \
+#define ROW(name, field)                                                                           \
     do {                                                                                           \
         for (int g = 0; g < ng; g++)                                                               \
-            v[g] = p->workers[first[g]].field;                                                     \
-        print_row(f, label, v, ng);                                                                \
+            v[g] = p->worker[first[g]].field;                                                      \
+        print_row(f, name, v, ng);                                                                 \
     } while (0)
     ROW("parameters and buffers", params);
     ROW("gradients", grads);
     ROW("optimizer state", optim);
     ROW("strategy buffers", strategy);
-    ROW("activations (arena live peak)", activations);
+    ROW(p->stages > 1 ? "activations (a bound)" : "activations (arena live peak)", activations);
     ROW("loader buffers", loader);
 #undef ROW
     for (int g = 0; g < ng; g++)
-        v[g] = worker_total(&p->workers[first[g]]);
+        v[g] = worker_total(&p->worker[first[g]]);
     print_row(f, "total", v, ng);
-    fprintf(f,
-            "  activations: one training step recorded at batch 1 (%.2f MB) and 2 (%.2f MB), "
-            "fitted as a + b x batch: a = %.2f MB, b = %.3f MB per sample, at batch %d\n",
-            (double)p->probe_peak[0] / 1e6, (double)p->probe_peak[1] / 1e6, p->act_a / 1e6,
-            p->act_b / 1e6, p->batch);
+    for (int s = 0; s < p->stages; s++) {
+        const rp_classifier_plan_stage *st = &p->stage[s];
+        char who[32] = "";
+        if (p->stages > 1) snprintf(who, sizeof who, " (stage %d)", s);
+        fprintf(f,
+                "  activations%s: one training step recorded at batch 1 (%.2f MB) and 2 (%.2f MB), "
+                "fitted as a + b x batch: a = %.2f MB, b = %.3f MB per sample, at batch %d",
+                who, (double)st->probe_peak[0] / 1e6, (double)st->probe_peak[1] / 1e6,
+                st->act_a / 1e6, st->act_b / 1e6, p->micro);
+        if (p->stages > 1)
+            fprintf(f, ", x %d micro-batch%s alive", st->tapes, st->tapes > 1 ? "es" : "");
+        fprintf(f, "\n");
+    }
     fprintf(f,
             "  process-wide: the datasets %.2f MB; kernel caches %.2f MB after the recorded steps "
             "(they grow with the batch's shapes; `replicator bench resnet --memory` measures "
@@ -110,24 +129,21 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
             (double)p->datasets / 1e6, (double)p->kernel_caches / 1e6);
     fprintf(f, "communication per step, per worker (payload bytes: count x dtype size per call)\n");
     for (int g = 0; g < ng; g++) {
-        const rp_plan_worker *w = &p->workers[first[g]];
-        char label[32];
-        snprintf(label, sizeof label, count[g] == 1 ? "worker %d" : "workers %d-%d", first[g],
-                 last[g]);
+        const rp_plan_worker *w = &p->worker[first[g]];
         if (w->ntraffic == 0) {
-            fprintf(f, "  %-14s none (one replica: nothing to exchange)\n", label);
+            fprintf(f, "  %-14s none (one replica: nothing to exchange)\n", label[g]);
             continue;
         }
         int64_t calls = 0, bytes = 0;
         for (int i = 0; i < w->ntraffic; i++) {
             const rp_plan_traffic *l = &w->traffic[i];
-            fprintf(f, "  %-14s %-5s %-15s %-8s %-30s %6lld calls %12lld B\n", i ? "" : label,
+            fprintf(f, "  %-14s %-5s %-15s %-8s %-36s %6lld calls %12lld B\n", i ? "" : label[g],
                     rp_plan_axis_name(l->axis), rp_flight_kind_name(l->kind),
                     rp_comm_class_name(l->cls), l->what, (long long)l->calls, (long long)l->bytes);
             calls += l->calls;
             bytes += l->bytes;
         }
-        fprintf(f, "  %-14s %-62s %6lld calls %12lld B\n", "", "total", (long long)calls,
+        fprintf(f, "  %-14s %-68s %6lld calls %12lld B\n", "", "total", (long long)calls,
                 (long long)bytes);
     }
     if (p->replicas > 1)
@@ -140,22 +156,31 @@ static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", o->model);
     cJSON_AddNumberToObject(j, "replicas", p->replicas);
+    cJSON_AddNumberToObject(j, "stages", p->stages);
+    cJSON_AddNumberToObject(j, "micro_batches", p->micro_batches);
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "batch_per_worker", p->batch);
     cJSON_AddBoolToObject(j, "zero", o->zero && p->replicas > 1);
-    cJSON *fit = cJSON_AddObjectToObject(j, "activations_fit");
-    cJSON_AddNumberToObject(fit, "a", p->act_a);
-    cJSON_AddNumberToObject(fit, "b", p->act_b);
-    cJSON_AddNumberToObject(fit, "peak_batch_1", (double)p->probe_peak[0]);
-    cJSON_AddNumberToObject(fit, "peak_batch_2", (double)p->probe_peak[1]);
+    cJSON *fits = cJSON_AddArrayToObject(j, "activations_fit");
+    for (int s = 0; fits && s < p->stages; s++) {
+        const rp_classifier_plan_stage *st = &p->stage[s];
+        cJSON *fit = cJSON_CreateObject();
+        cJSON_AddItemToArray(fits, fit);
+        cJSON_AddNumberToObject(fit, "a", st->act_a);
+        cJSON_AddNumberToObject(fit, "b", st->act_b);
+        cJSON_AddNumberToObject(fit, "peak_batch_1", (double)st->probe_peak[0]);
+        cJSON_AddNumberToObject(fit, "peak_batch_2", (double)st->probe_peak[1]);
+        cJSON_AddNumberToObject(fit, "micro_batches_alive", st->tapes);
+    }
     cJSON_AddNumberToObject(j, "datasets", (double)p->datasets);
     cJSON_AddNumberToObject(j, "kernel_caches_probe", (double)p->kernel_caches);
     cJSON *workers = cJSON_AddArrayToObject(j, "workers");
-    for (int id = 0; workers && id < p->replicas; id++) {
-        const rp_plan_worker *w = &p->workers[id];
+    for (int id = 0; workers && id < p->workers; id++) {
+        const rp_plan_worker *w = &p->worker[id];
         cJSON *wj = cJSON_CreateObject();
         cJSON_AddItemToArray(workers, wj);
         cJSON_AddNumberToObject(wj, "worker", w->worker);
+        cJSON_AddNumberToObject(wj, "stage", w->stage);
         cJSON *m = cJSON_AddObjectToObject(wj, "memory");
         cJSON_AddNumberToObject(m, "parameters", (double)w->params);
         cJSON_AddNumberToObject(m, "gradients", (double)w->grads);
@@ -255,13 +280,16 @@ int rp_cli_plan(int argc, char **argv)
 
 #define CHECK_MAX_STEPS 8
 
+/* The axes whose traffic the check measures: a worker's data axis and its pipe axis. */
+static const rp_axis CHECKED_AXES[2] = {RP_AXIS_DATA, RP_AXIS_PIPE};
+
 /* What one local worker measured. */
 typedef struct measured {
-    int id; /* its replica id (-1: not measured) */
+    int id; /* the job's worker (rp_replica_worker; -1: not measured) */
     int steps;
     int64_t params, grads, optim, arena_peak;
-    rp_comm_stats step[CHECK_MAX_STEPS]; /* its data axis's traffic in each measured step */
-    bool has_comm;
+    rp_comm_stats step[CHECK_MAX_STEPS][2]; /* each measured step's traffic on CHECKED_AXES */
+    bool has_comm[2];
 } measured;
 
 struct plan_check {
@@ -293,18 +321,23 @@ static rp_status pc_train_step(rp_replica *rep, void *ctx, void *state, const rp
     int i = rp_replica_local_index(rep);
     measured *m = i >= 0 && i < pc->workers ? &pc->m[i] : NULL;
     bool measure = m && m->steps < pc->steps;
-    rp_comm *comm = rp_replica_axis_comm(rep, RP_AXIS_DATA);
-    rp_comm_stats before = {0}, after = {0};
-    if (measure && comm) RP_CHECK(rp_comm_stats_get(comm, &before));
+    rp_comm *comm[2];
+    rp_comm_stats before[2] = {0}, after = {0};
+    for (int a = 0; a < 2; a++) {
+        comm[a] = rp_replica_axis_comm(rep, CHECKED_AXES[a]);
+        if (measure && comm[a]) RP_CHECK(rp_comm_stats_get(comm[a], &before[a]));
+    }
     RP_CHECK(pc->inner->train_step(rep, pc->inner_ctx, state, at, scalars));
     if (!measure) return RP_OK;
-    if (comm) {
-        RP_CHECK(rp_comm_stats_get(comm, &after));
-        rp_comm_stats_diff(&after, &before, &m->step[m->steps]);
-        m->has_comm = true;
+    for (int a = 0; a < 2; a++) {
+        /* An axis of one member may share the other's handle: count it once. */
+        if (!comm[a] || (a > 0 && comm[a] == comm[0])) continue;
+        RP_CHECK(rp_comm_stats_get(comm[a], &after));
+        rp_comm_stats_diff(&after, &before[a], &m->step[m->steps][a]);
+        m->has_comm[a] = true;
     }
     const rp_params *p = rp_classifier_state_params(state);
-    m->id = rp_replica_id(rep);
+    m->id = rp_replica_worker(rep);
     m->params = rp_params_numel(p) * (int64_t)sizeof(float);
     m->grads = rp_params_trainable_numel(p) * (int64_t)sizeof(float);
     m->optim = (int64_t)rp_optimizer_state_bytes(rp_classifier_state_optimizer(state));
@@ -353,7 +386,7 @@ rp_status plan_check_create(plan_check **out, const rp_classifier_plan *plan,
     plan_check *pc = calloc(1, sizeof *pc);
     if (pc) pc->m = calloc((size_t)(workers > 0 ? workers : 1), sizeof *pc->m);
     if (!pc || !pc->m) {
-        if (pc) free(pc);
+        free(pc);
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the plan check of %d workers", workers);
     }
     pc->plan = plan;
@@ -402,6 +435,56 @@ static int memory_row(FILE *f, const char *what, int64_t predicted, int64_t meas
     return bad;
 }
 
+/*
+ * Worker m's traffic on axis CHECKED_AXES[a] in each measured step against w's plan, user and
+ * runtime classes exactly (housekeeping shown apart); returns the number of differing kinds.
+ */
+static int traffic_rows(FILE *f, const measured *m, const rp_plan_worker *w, int a)
+{
+    if (!m->has_comm[a]) return 0;
+    const char *axis = rp_plan_axis_name(CHECKED_AXES[a]);
+    rp_comm_stats want;
+    rp_plan_traffic_stats(w, CHECKED_AXES[a], &want);
+    int flags = 0;
+    for (int c = RP_COMM_USER; c <= RP_COMM_RUNTIME; c++)
+        for (int k = 0; k < RP_COMM_KINDS; k++) {
+            const rp_comm_tally *p = &want.by[c][k];
+            int differing = 0;
+            for (int s = 0; s < m->steps; s++) {
+                const rp_comm_tally *g = &m->step[s][a].by[c][k];
+                if (g->calls == p->calls && g->bytes == p->bytes) continue;
+                if (!differing)
+                    fprintf(f,
+                            "    %-4s %-15s %-8s step %d: predicted %llu calls %llu B, measured "
+                            "%llu calls %llu B  <- differs\n",
+                            axis, rp_flight_kind_name((rp_flight_kind)k),
+                            rp_comm_class_name((rp_comm_class)c), s + 1,
+                            (unsigned long long)p->calls, (unsigned long long)p->bytes,
+                            (unsigned long long)g->calls, (unsigned long long)g->bytes);
+                differing++;
+            }
+            if (differing) {
+                flags++;
+                continue;
+            }
+            if (p->calls == 0) continue;
+            fprintf(f, "    %-4s %-15s %-8s %6llu calls %12llu B per step: exact in %d step%s\n",
+                    axis, rp_flight_kind_name((rp_flight_kind)k),
+                    rp_comm_class_name((rp_comm_class)c), (unsigned long long)p->calls,
+                    (unsigned long long)p->bytes, m->steps, m->steps > 1 ? "s" : "");
+        }
+    uint64_t hk_calls = 0, hk_bytes = 0;
+    for (int s = 0; s < m->steps; s++)
+        for (int k = 0; k < RP_COMM_KINDS; k++) {
+            hk_calls += m->step[s][a].by[RP_COMM_HOUSEKEEPING][k].calls;
+            hk_bytes += m->step[s][a].by[RP_COMM_HOUSEKEEPING][k].bytes;
+        }
+    if (hk_calls)
+        fprintf(f, "    %-4s housekeeping (not planned): %llu calls %llu B in %d steps\n", axis,
+                (unsigned long long)hk_calls, (unsigned long long)hk_bytes, m->steps);
+    return flags;
+}
+
 int plan_check_report(const plan_check *pc, FILE *f)
 {
     int flags = 0, shown = 0;
@@ -411,61 +494,31 @@ int plan_check_report(const plan_check *pc, FILE *f)
         const measured *m = &pc->m[i];
         if (m->id < 0) continue;
         shown++;
-        if (m->id >= pc->plan->replicas) {
-            fprintf(f, "  worker %d: not in the plan (%d replicas)  <- differs\n", m->id,
-                    pc->plan->replicas);
+        if (m->id >= pc->plan->workers) {
+            fprintf(f, "  worker %d: not in the plan (%d workers)  <- differs\n", m->id,
+                    pc->plan->workers);
             flags++;
             continue;
         }
-        const rp_plan_worker *w = &pc->plan->workers[m->id];
-        fprintf(f, "  worker %d (%d step%s)                  predicted B     measured B     diff\n",
-                m->id, m->steps, m->steps > 1 ? "s" : "");
+        const rp_plan_worker *w = &pc->plan->worker[m->id];
+        char who[64];
+        if (w->stages > 1)
+            snprintf(who, sizeof who, "worker %d, stage %d (%d step%s)", m->id, w->stage, m->steps,
+                     m->steps > 1 ? "s" : "");
+        else
+            snprintf(who, sizeof who, "worker %d (%d step%s)", m->id, m->steps,
+                     m->steps > 1 ? "s" : "");
+        fprintf(f, "  %-34s predicted B     measured B     diff\n", who);
         flags += memory_row(f, "parameters and buffers", w->params, m->params);
         flags += memory_row(f, "gradients", w->grads, m->grads);
         flags += memory_row(f, "optimizer state", w->optim, m->optim);
-        flags += memory_row(f, "activations (arena live peak)", w->activations, m->arena_peak);
-        if (!m->has_comm) continue;
-        rp_comm_stats want;
-        rp_plan_traffic_stats(w, RP_AXIS_DATA, &want);
-        /* The step's traffic, user and runtime classes, exactly; housekeeping shown apart. */
-        for (int c = RP_COMM_USER; c <= RP_COMM_RUNTIME; c++)
-            for (int k = 0; k < RP_COMM_KINDS; k++) {
-                const rp_comm_tally *p = &want.by[c][k];
-                int differing = 0;
-                for (int s = 0; s < m->steps; s++) {
-                    const rp_comm_tally *g = &m->step[s].by[c][k];
-                    if (g->calls != p->calls || g->bytes != p->bytes) {
-                        if (!differing)
-                            fprintf(f,
-                                    "    data %-15s %-8s step %d: predicted %llu calls %llu B, "
-                                    "measured %llu calls %llu B  <- differs\n",
-                                    rp_flight_kind_name((rp_flight_kind)k),
-                                    rp_comm_class_name((rp_comm_class)c), s + 1,
-                                    (unsigned long long)p->calls, (unsigned long long)p->bytes,
-                                    (unsigned long long)g->calls, (unsigned long long)g->bytes);
-                        differing++;
-                    }
-                }
-                if (differing) {
-                    flags++;
-                    continue;
-                }
-                if (p->calls == 0) continue;
-                fprintf(f,
-                        "    data %-15s %-8s %6llu calls %12llu B per step: exact in %d step%s\n",
-                        rp_flight_kind_name((rp_flight_kind)k),
-                        rp_comm_class_name((rp_comm_class)c), (unsigned long long)p->calls,
-                        (unsigned long long)p->bytes, m->steps, m->steps > 1 ? "s" : "");
-            }
-        uint64_t hk_calls = 0, hk_bytes = 0;
-        for (int s = 0; s < m->steps; s++)
-            for (int k = 0; k < RP_COMM_KINDS; k++) {
-                hk_calls += m->step[s].by[RP_COMM_HOUSEKEEPING][k].calls;
-                hk_bytes += m->step[s].by[RP_COMM_HOUSEKEEPING][k].bytes;
-            }
-        if (hk_calls)
-            fprintf(f, "    housekeeping (not planned): %llu calls %llu B in %d steps\n",
-                    (unsigned long long)hk_calls, (unsigned long long)hk_bytes, m->steps);
+        if (w->stages > 1)
+            fprintf(f, "    %-30s %14lld %14s  (not measured: the pipeline's own tapes)\n",
+                    "activations (a bound)", (long long)w->activations, "-");
+        else
+            flags += memory_row(f, "activations (arena live peak)", w->activations, m->arena_peak);
+        for (int a = 0; a < 2; a++)
+            flags += traffic_rows(f, m, w, a);
     }
     if (!shown) {
         fprintf(f, "  no worker of this process trained a step  <- nothing measured\n");

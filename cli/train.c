@@ -106,7 +106,9 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
         /* The plan (printed before anything trains, below); the wrapper measures the first steps.
          */
         RP_TRY(plan_for_run(plan, o, &tc.runtime, *clf));
-        RP_TRY(plan_check_create(pc, *plan, model, ctx, o->replicas, (int)o->max_steps));
+        RP_TRY(plan_check_create(pc, *plan, model, ctx,
+                                 o->replicas * (o->model_parallel > 1 ? o->model_parallel : 1),
+                                 (int)o->max_steps));
         model = plan_check_model(*pc);
         ctx = *pc;
     }

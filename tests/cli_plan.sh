@@ -8,7 +8,11 @@
 #  2. `plan --json`: the numbers that follow from the layout alone - 272,186 trainable floats,
 #     one momentum slot, ZeRO-1's shards of ceil(P/3) values with a short last one, the gradient
 #     bytes that cross the data axis - and the activations fit;
-#  3. bad input is a clear error: an unknown option, --resume, an async layout.
+#  3. a replica cut into 2 pipeline stages (--model-parallel 2, 1F1B over 2 micro-batches) on 2
+#     ZeRO-1 replicas: each stage's parameters, gradients and optimizer state exactly the plan's,
+#     and its traffic on both axes - the stage's gradient shards and batch norm sums on the data
+#     axis, the activations, gradients, labels and loss on the pipe axis - exact in every step;
+#  4. bad input is a clear error: an unknown option, --resume, an async layout, an MLP in stages.
 # Usage: cli_plan.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -82,13 +86,40 @@ for x in w:
     assert kinds[("all_gather", "parameter shards")][1] == S * 4, kinds
     assert kinds[("all_gather", "gradient finiteness exchange")] == (1, 24), kinds
 assert [x["memory"]["optimizer_state"] for x in w] == [S * 4, S * 4, (P - 2 * S) * 4], w
-f = p["activations_fit"]
+f = p["activations_fit"][0]
 assert 0 < f["peak_batch_1"] < f["peak_batch_2"], f
 assert abs(f["a"] + 11 * f["b"] - w[0]["memory"]["activations"]) <= 1, f
 PY
 echo "ok: plan --json: shards, traffic and the activations fit"
 
-# 3. Bad input.
+# 3. Pipeline stages.
+out=$("$bin" train "${common[@]}" --plan-check --out "$dir/mp" --replicas 2 --zero \
+      --model-parallel 2 --pipeline 1f1b --micro-batches 2 2>&1) || fail "stages: $out"
+grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
+    || fail "stages: no verdict: $out"
+/usr/bin/python3 - "$out" <<'PY' || fail "stages: $out"
+import re, sys
+out = sys.argv[1]
+assert "differs" not in out and "over 10%" not in out
+workers = re.findall(r"^  worker (\d), stage (\d) \(3 steps\)", out, re.M)
+assert sorted(workers) == [("0", "0"), ("1", "1"), ("2", "0"), ("3", "1")], workers
+rows = re.findall(r"^    (parameters and buffers|gradients|optimizer state) +(\d+) +(\d+) ", out, re.M)
+assert len(rows) == 12 and all(p == m for _, p, m in rows), rows
+exact = re.findall(r"^    (data|pipe) +(\S+) +(\S+) +(\d+) calls +(\d+) B per step: exact in 3 steps",
+                   out, re.M)
+axes = {(a, k) for a, k, *_ in exact}
+for want in [("data", "reduce_scatter"), ("data", "all_gather"), ("data", "all_reduce"),
+             ("pipe", "send"), ("pipe", "recv"), ("pipe", "broadcast")]:
+    assert want in axes, (want, exact)
+# stage 0 sends 2 micro-batches of 8 activations, a 20-byte shape header before each, and the
+# batch's 16 labels; it receives the activations' gradients, the same size
+s0 = [(int(c), int(b)) for a, k, cl, c, b in exact if a == "pipe" and k in ("send", "recv")][:2]
+(sc, sb), (rc, rb) = s0
+assert (sc, rc) == (5, 2) and sb - rb == 2 * 20 + 16 * 4 and rb % (2 * 8 * 4) == 0, s0
+PY
+echo "ok: 2 replicas x 2 pipeline stages (1F1B, ZeRO-1): memory counted, traffic exact on both axes"
+
+# 4. Bad input.
 expect_error() {
     local rc=$1 pattern=$2; shift 2
     set +e
@@ -102,4 +133,5 @@ expect_error 2 "takes the options of replicator train" resnet20 --batch 0
 expect_error 2 "--resume is train's" --resume "$dir/none"
 expect_error 2 "does not split across 3 replicas" resnet20 --batch 32 --replicas 3
 expect_error 1 "the planner covers synchronous layouts" "${common[@]}" --replicas 2 --regime async
+expect_error 1 "only the ResNets are" mlp --data "$data" --model-parallel 2 --threads 2
 echo "ok: bad options are clear errors"

@@ -50,14 +50,17 @@ typedef struct rp_plan_traffic {
 
 /* What one worker holds and sends; bytes unless named otherwise. */
 typedef struct rp_plan_worker {
-    int worker;          /* its id on the data axis (the replica id) */
+    int worker;          /* its id on the data axis (the replica id); the plan's caller may
+                            renumber it as the job's worker (rp_replica_worker) */
     int replicas;        /* data-parallel replicas in the layout */
+    int stage, stages;   /* a model cut into pipeline stages: this worker's (0 and 1: whole) */
     int batch;           /* samples per step on this worker */
     int64_t params;      /* parameters and buffers (e.g. batch norm's running statistics) */
     int64_t grads;       /* the gradient block: trainable values */
     int64_t optim;       /* optimizer state: slots x the values this worker updates */
     int64_t strategy;    /* the strategy's own buffers (ZeRO-1: shard, packing, scratch) */
-    int64_t activations; /* the tape arena's live peak in one step (rp_arena_stats.live_peak) */
+    int64_t activations; /* the tape arena's live peak in one step (rp_arena_stats.live_peak); a
+                            pipeline stage: its tapes alive at once x one micro-batch's peak */
     int64_t loader;      /* the input's buffers (batches in flight, epoch order) */
     int ntraffic;
     rp_plan_traffic traffic[RP_PLAN_MAX_TRAFFIC];

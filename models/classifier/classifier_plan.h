@@ -17,34 +17,56 @@
  *    (rp_comm_stats): the calls and bytes of a step do not depend on the
  *    batch or on the number of members;
  *  - the loader's buffers: the batches in flight (two with prefetch) and the
- *    epoch's order.
+ *    epoch's order;
+ *  - a model cut into pipeline stages (--model-parallel): each stage's part
+ *    is recorded on its own, the messages between stages follow from the
+ *    units' output sizes (rp_plan_pipeline), plus the labels sent from stage
+ *    0 to the last and the loss broadcast back.
  */
 #ifndef RP_MODELS_CLASSIFIER_PLAN_H
 #define RP_MODELS_CLASSIFIER_PLAN_H
 
 #include "models/classifier/classifier.h"
 
+/* One pipeline stage's recorded step (the whole network's when not cut). */
+typedef struct rp_classifier_plan_stage {
+    int64_t probe_peak[2]; /* the arena's live peak of one step at batch 1 and 2 */
+    double act_a, act_b;   /* the fit: live peak = act_a + act_b x batch */
+    int tapes;             /* micro-batches alive at once (GPipe M; 1F1B min(P - i - 1, M) + 1) */
+    int64_t in_floats, out_floats; /* per example: the input it receives, the output it sends */
+} rp_classifier_plan_stage;
+
 typedef struct rp_classifier_plan {
-    int replicas;            /* data-parallel replicas */
-    int batch;               /* per worker */
-    int64_t probe_peak[2];   /* the arena's live peak of one step at batch 1 and 2 */
-    double act_a, act_b;     /* the fit: live peak = act_a + act_b x batch */
-    int64_t datasets;        /* both splits in memory (process-wide, shared by the workers) */
-    int64_t kernel_caches;   /* rp_kernels_cache_bytes() after the probe: batch 2's shapes
-                                (process-wide; shown, not predicted for the worker's batch) */
-    rp_plan_worker *workers; /* [replicas] */
+    int replicas;          /* data-parallel replicas */
+    int stages;            /* workers per replica, one pipeline stage each (1: the whole model) */
+    int micro_batches;     /* a pipeline's M (1 without stages) */
+    int batch;             /* per replica */
+    int micro;             /* examples per micro-batch: batch / micro_batches */
+    int64_t datasets;      /* both splits in memory (process-wide, shared by the workers) */
+    int64_t kernel_caches; /* rp_kernels_cache_bytes() after the probe: batch 2's shapes
+                              (process-wide; shown, not predicted for the worker's batch) */
+    rp_classifier_plan_stage *stage; /* [stages] */
+    int workers;                     /* replicas x stages */
+    rp_plan_worker *worker; /* [workers]: worker w is stage w % stages of replica w / stages,
+                               as the runtime numbers them (rp_replica_worker) */
 } rp_classifier_plan;
 
 /*
  * Plans clf's training on the layout rcfg with `replicas` data-parallel
- * replicas in all (rcfg->replicas is per process under MPI): one
- * rp_plan_worker each. Builds the network and records two steps (a second
- * or so for ResNet-50 at 224x224); trains nothing. Errors: RP_ERR_INVALID
- * (a batch that does not split across the replicas), the runtime's
- * (rp_plan_runtime: RP_ERR_UNSUPPORTED for async), the network's.
+ * replicas in all (rcfg->replicas is per process under MPI), each cut into
+ * `stages` pipeline stages (1: not cut) that run clf->cfg's schedule over
+ * its micro_batches: one rp_plan_worker per worker. Builds each stage's
+ * network and records two steps of it (a second or so for ResNet-50 at
+ * 224x224); trains nothing. A stage's activations are its tapes alive at
+ * once (rp_pipeline_run keeps one per micro-batch in flight) times one
+ * micro-batch's recorded peak: a bound, since a tape that finished its
+ * backward holds less. Errors: RP_ERR_INVALID (a batch that does not split
+ * across the replicas or into the micro-batches), the runtime's
+ * (rp_plan_runtime: RP_ERR_UNSUPPORTED for async), the network's
+ * (RP_ERR_UNSUPPORTED: an MLP cut into stages).
  */
 rp_status rp_classifier_plan_create(rp_classifier_plan **plan, const rp_classifier *clf,
-                                    const rp_config *rcfg, int replicas);
+                                    const rp_config *rcfg, int replicas, int stages);
 void rp_classifier_plan_destroy(rp_classifier_plan *plan);
 
 /* The optimizer configuration the classifier trains with (as its build makes it). */
