@@ -305,7 +305,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             snprintf(o->pipeline, sizeof o->pipeline, "%s", v);
             pipeline_given = true;
         } else if (!strcmp(a, "--micro-batches")) {
-            ok = train_parse_long(v, 1, 4096, &n);
+            ok = train_parse_long(v, 1, 1024, &n);
             o->micro_batches = (int)n;
             micro_given = true;
         } else if (!strcmp(a, "--staleness")) {
@@ -555,7 +555,7 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
             o->model_parallel = (int)stages;
         if (get_str(j, "pipeline", pipeline, sizeof pipeline) && !strcmp(pipeline, "1f1b"))
             snprintf(o->pipeline, sizeof o->pipeline, "1f1b");
-        if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 4096)
+        if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 1024)
             o->micro_batches = (int)micro;
     }
     cJSON_Delete(j);

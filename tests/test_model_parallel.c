@@ -229,14 +229,16 @@ static void test_resume_across_layouts(void **state)
     assert_int_equal(train("resplit", L(1, 1, 1, RP_PIPE_GPIPE), 2, NULL), RP_OK);
     assert_int_equal(train("resplit", L(1, 3, 1, RP_PIPE_GPIPE), 4, "resplit"), RP_OK);
     double a = compare("base", "split"), b = compare("base", "resplit");
-    if (a > 1e-5 || b > 1e-5) fail_msg("resumed across layouts: %g and %g from the whole run", a, b);
+    if (a > 1e-5 || b > 1e-5)
+        fail_msg("resumed across layouts: %g and %g from the whole run", a, b);
 }
 
 static void test_refusals(void **state)
 {
     (void)state;
-    assert_int_equal(train("mlp", (layout){.replicas = 1, .stages = 2, .micro = 1, .model = "mlp"}, 1, NULL),
-                     RP_ERR_UNSUPPORTED);
+    assert_int_equal(
+        train("mlp", (layout){.replicas = 1, .stages = 2, .micro = 1, .model = "mlp"}, 1, NULL),
+        RP_ERR_UNSUPPORTED);
     tu_assert_error_contains("only the ResNets");
     assert_int_equal(train("many", L(1, 12, 1, RP_PIPE_GPIPE), 1, NULL), RP_ERR_INVALID);
     tu_assert_error_contains("12 stages");
@@ -247,8 +249,8 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stages_equal_whole),    cmocka_unit_test(test_stages_times_replicas),
-        cmocka_unit_test(test_schedules_agree),       cmocka_unit_test(test_resume_across_layouts),
+        cmocka_unit_test(test_stages_equal_whole), cmocka_unit_test(test_stages_times_replicas),
+        cmocka_unit_test(test_schedules_agree),    cmocka_unit_test(test_resume_across_layouts),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -38,8 +38,9 @@ typedef struct replica_state {
     rp_checkpoint *gathered; /* stage 0 of replica 0, from settle to save: every stage's tensors */
 } replica_state;
 
-/* The labels' message from stage 0 to the last stage (the pipeline tags micro-batch numbers). */
-#define LABELS_TAG (1 << 23)
+/* The labels' message from stage 0 to the last stage. The pipeline tags micro-batch numbers
+   (--micro-batches is at most 1024) and the MPI backend takes tags below 4095: in between. */
+#define LABELS_TAG 4000
 
 static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
                        void **out)
@@ -225,7 +226,7 @@ typedef struct wire_tensor {
     int64_t nbytes;
 } wire_tensor;
 
-#define GATHER_TAG (1 << 22)
+#define GATHER_TAG 4001
 
 /* A stage's parameters and optimizer state as a checkpoint's tensors ("param/", "optim/"). */
 static rp_status stage_tensors(const replica_state *s, rp_checkpoint **out)
