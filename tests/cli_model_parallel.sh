@@ -11,7 +11,8 @@
 #     --model-parallel, a batch that does not split into the micro-batches;
 #  5. a stage that dies mid-pipeline fails the run within the timeout, naming the stage and the
 #     peer that did not send;
-#  6. under mpirun: 2 ranks (a stage each), 4 ranks (2 replicas x 2 stages) and 2 ranks x 2
+#  6. `replicator bench pipeline` reports the bubble beside (P-1)/(M+P-1);
+#  7. under mpirun: 2 ranks (a stage each), 4 ranks (2 replicas x 2 stages) and 2 ranks x 2
 #     threads train what the threads backend trains.
 # Usage: cli_model_parallel.sh path/to/replicator
 set -euo pipefail
@@ -112,7 +113,18 @@ grep -q "pipeline stage 0 of 2" <<< "$msg" && grep -q "replica 1 did not send" <
 [ "$took" -lt 30 ] || fail "a dead stage took ${took}s to report"
 echo "ok: a dead stage fails the run in ${took}s, named"
 
-# 6. MPI.
+# 6. The bubble benchmark: one JSON line per micro-batch count, the theory's (P-1)/(M+P-1) beside
+#    the step times measured.
+out=$("$bin" bench pipeline --data "$data" --batch 16 --micro 1,4 --steps 1 --warmup 0 --json) \
+    || fail "bench pipeline: $out"
+[ "$(grep -c '"model":"resnet20"' <<< "$out")" -eq 2 ] || fail "bench pipeline lines: $out"
+grep -q '"micro_batches":1,"theory":0.5000' <<< "$out" && grep -q '"micro_batches":4,"theory":0.2000' \
+    <<< "$out" || fail "bench pipeline's theory column: $out"
+grep -q '"gpipe_ms":[1-9]' <<< "$out" && grep -q '"1f1b_ms":[1-9]' <<< "$out" \
+    || fail "bench pipeline timed nothing: $out"
+echo "ok: bench pipeline times both schedules beside the theory"
+
+# 7. MPI.
 need_mpirun
 "${mpi[@]}" -np 2 "$bin" train resnet20 "${common[@]}" --model-parallel 2 --quiet \
     --out "$dir/m2" > /dev/null 2>&1 || fail "mpirun -np 2 --model-parallel 2"
