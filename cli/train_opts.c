@@ -107,7 +107,8 @@ static void usage(FILE *f)
             "  --pipeline S      the schedule over the stages: gpipe (default) or 1f1b\n"
             "  --micro-batches M cut each replica's batch into M micro-batches that flow\n"
             "                    through the stages (default 1, or 2W with --pipeline); batch\n"
-            "                    norm takes its statistics per micro-batch\n"
+            "                    norm takes its statistics per micro-batch. Without\n"
+            "                    --model-parallel: gradient accumulation over M micro-batches\n"
             "  --slow R:F        make replica R F times slower (a sleep each step), to study\n"
             "                    stragglers\n"
             "  --faults SPEC     inject faults into the workers' calls, e.g.\n"
@@ -313,7 +314,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             snprintf(o->pipeline, sizeof o->pipeline, "%s", v);
             pipeline_given = true;
         } else if (!strcmp(a, "--micro-batches")) {
-            ok = train_parse_long(v, 1, 4096, &n);
+            ok = train_parse_long(v, 1, 1024, &n);
             o->micro_batches = (int)n;
             micro_given = true;
         } else if (!strcmp(a, "--staleness")) {
@@ -383,11 +384,13 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                         "replicas; it does not combine with --regime async\n");
         return 2;
     }
-    if ((pipeline_given || micro_given) && o->model_parallel < 2) {
-        fprintf(stderr,
-                "replicator train: %s schedules a replica cut into stages; add "
-                "--model-parallel W (W >= 2)\n",
-                pipeline_given ? "--pipeline" : "--micro-batches");
+    if (pipeline_given && o->model_parallel < 2) {
+        fprintf(stderr, "replicator train: --pipeline schedules a replica cut into stages; add "
+                        "--model-parallel W (W >= 2)\n");
+        return 2;
+    }
+    if (o->micro_batches > 1 && async) {
+        fprintf(stderr, "replicator train: --micro-batches does not combine with --regime async\n");
         return 2;
     }
     if (pipeline_given && !micro_given) o->micro_batches = 2 * o->model_parallel;
@@ -565,7 +568,7 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
             o->model_parallel = (int)stages;
         if (get_str(j, "pipeline", pipeline, sizeof pipeline) && !strcmp(pipeline, "1f1b"))
             snprintf(o->pipeline, sizeof o->pipeline, "1f1b");
-        if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 4096)
+        if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 1024)
             o->micro_batches = (int)micro;
     }
     cJSON_Delete(j);

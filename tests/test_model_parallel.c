@@ -8,7 +8,8 @@
  *  - 2 stages x 1 replica against 1 x 1, and 3 stages;
  *  - 2 stages x 2 replicas against 1 stage x 4 replicas (cross-replica batch
  *    norm: the same global batch statistics);
- *  - GPipe and 1F1B over 4 micro-batches: bitwise the same;
+ *  - GPipe and 1F1B over 4 micro-batches: bitwise the same, and the same as
+ *    accumulating the gradients of 4 micro-batches on one worker;
  *  - a 2-stage checkpoint resumed whole continues as the whole run does;
  *  - what cannot be split is a clear error: an MLP, more stages than units,
  *    a batch that does not split into the micro-batches.
@@ -213,6 +214,9 @@ static void test_schedules_agree(void **state)
     assert_int_equal(train("gpipe4", L(1, 2, 4, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
     assert_int_equal(train("1f1b4", L(1, 2, 4, RP_PIPE_1F1B), STEPS, NULL), RP_OK);
     assert_true(compare("gpipe4", "1f1b4") == 0);
+    /* On one worker, 4 micro-batches accumulate gradients: the same computation again. */
+    assert_int_equal(train("accumulate4", L(1, 1, 4, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
+    assert_true(compare("gpipe4", "accumulate4") == 0);
     /* Per-micro-batch batch norm is another computation than the whole batch's. */
     assert_int_equal(train("whole4", L(1, 1, 1, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
     assert_true(compare("whole4", "gpipe4") > 1e-6);
@@ -229,14 +233,16 @@ static void test_resume_across_layouts(void **state)
     assert_int_equal(train("resplit", L(1, 1, 1, RP_PIPE_GPIPE), 2, NULL), RP_OK);
     assert_int_equal(train("resplit", L(1, 3, 1, RP_PIPE_GPIPE), 4, "resplit"), RP_OK);
     double a = compare("base", "split"), b = compare("base", "resplit");
-    if (a > 1e-5 || b > 1e-5) fail_msg("resumed across layouts: %g and %g from the whole run", a, b);
+    if (a > 1e-5 || b > 1e-5)
+        fail_msg("resumed across layouts: %g and %g from the whole run", a, b);
 }
 
 static void test_refusals(void **state)
 {
     (void)state;
-    assert_int_equal(train("mlp", (layout){.replicas = 1, .stages = 2, .micro = 1, .model = "mlp"}, 1, NULL),
-                     RP_ERR_UNSUPPORTED);
+    assert_int_equal(
+        train("mlp", (layout){.replicas = 1, .stages = 2, .micro = 1, .model = "mlp"}, 1, NULL),
+        RP_ERR_UNSUPPORTED);
     tu_assert_error_contains("only the ResNets");
     assert_int_equal(train("many", L(1, 12, 1, RP_PIPE_GPIPE), 1, NULL), RP_ERR_INVALID);
     tu_assert_error_contains("12 stages");
@@ -247,8 +253,8 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stages_equal_whole),    cmocka_unit_test(test_stages_times_replicas),
-        cmocka_unit_test(test_schedules_agree),       cmocka_unit_test(test_resume_across_layouts),
+        cmocka_unit_test(test_stages_equal_whole), cmocka_unit_test(test_stages_times_replicas),
+        cmocka_unit_test(test_schedules_agree),    cmocka_unit_test(test_resume_across_layouts),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

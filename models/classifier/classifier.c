@@ -105,9 +105,9 @@ rp_status rp_classifier_evaluate(rp_tape *t, const rp_classifier_net *net, const
     return rp_classifier_evaluate_stages(t, net, test, mean, std, replica, replicas, NULL, r);
 }
 
-/* Messages between stages in evaluation, on the pipe's channels (the pipeline's are micro-batch
- * numbers). */
-#define EVAL_TAG (1 << 24)
+/* Messages between stages in evaluation, on the pipe's channels: a tag above the pipeline's
+ * micro-batch numbers and below the 4095 tags of the MPI backend. */
+#define EVAL_TAG 4002
 
 /* Scores a batch's logits: the loss sum and the count of correct top-1 predictions. */
 static rp_status score(rp_tape *t, rp_tensor *logits, const int32_t *labels, int n,

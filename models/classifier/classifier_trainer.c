@@ -14,7 +14,8 @@
  * gradients over the replicas (its data axis). Before a checkpoint every
  * stage of replica 0 sends its tensors to stage 0, which saves the whole
  * model under the names the unsplit network uses, so a checkpoint resumes
- * split or whole, on any number of stages.
+ * split or whole, on any number of stages. On one worker, micro-batches
+ * accumulate gradients (a pipeline of one stage).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -38,8 +39,9 @@ typedef struct replica_state {
     rp_checkpoint *gathered; /* stage 0 of replica 0, from settle to save: every stage's tensors */
 } replica_state;
 
-/* The labels' message from stage 0 to the last stage (the pipeline tags micro-batch numbers). */
-#define LABELS_TAG (1 << 23)
+/* The labels' message from stage 0 to the last stage. The pipeline tags micro-batch numbers
+   (--micro-batches is at most 1024) and the MPI backend takes tags below 4095: in between. */
+#define LABELS_TAG 4000
 
 static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
                        void **out)
@@ -98,8 +100,9 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
         lc.std[k] = c->std[k];
     }
     RP_CHECK(rp_loader_create(&s->loader, c->train, &lc));
-    if (s->stages > 1) {
-        int m = cfg->micro_batches > 1 ? cfg->micro_batches : 1;
+    int m = cfg->micro_batches > 1 ? cfg->micro_batches : 1;
+    if (s->stages > 1 || m > 1) {
+        /* Stages, or micro-batches on one worker: gradient accumulation, a pipeline of one. */
         s->per_replica = lc.global_batch / lc.replicas;
         if (s->per_replica % m != 0)
             return RP_ERROR(RP_ERR_INVALID,
@@ -108,7 +111,7 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
                             s->per_replica, m, cfg->batch, lc.replicas);
         s->micro_batches = m;
         RP_CHECK(rp_pipeline_create(&s->pipeline, s->pipe, cfg->schedule, m));
-        if (s->stage == s->stages - 1) {
+        if (s->stages > 1 && s->stage == s->stages - 1) {
             s->labels = calloc((size_t)s->per_replica, sizeof *s->labels);
             if (!s->labels) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the labels");
         }
@@ -163,7 +166,8 @@ static rp_tensor *stage_forward(rp_tape *t, rp_tensor *x, int micro, void *arg)
 /*
  * One step of a replica cut into stages: stage 0 reads the batch and sends its labels to the last
  * stage, the pipeline runs the micro-batches forward and back, the last stage's loss goes to
- * every stage, and each stage steps its own parameters.
+ * every stage, and each stage steps its own parameters. A replica of one worker with several
+ * micro-batches is a pipeline of one stage: gradient accumulation.
  */
 static rp_status pipeline_step(rp_replica *rep, replica_state *s, const rp_trainer_at *at,
                                double *scalars)
@@ -179,13 +183,16 @@ static rp_status pipeline_step(rp_replica *rep, replica_state *s, const rp_train
         const rp_batch *b = &s->batch;
         x = rp_tensor_from(rp_replica_tape(rep), 4, (int[]){b->n, b->h, b->w, b->c}, b->x);
         if (!x) return rp_last_status();
-        RP_CHECK(rp_comm_send(s->pipe, b->y, b->n, RP_I32, s->stages - 1, LABELS_TAG));
+        if (s->stages > 1)
+            RP_CHECK(rp_comm_send(s->pipe, b->y, b->n, RP_I32, s->stages - 1, LABELS_TAG));
     }
-    if (last) RP_CHECK(rp_comm_recv(s->pipe, s->labels, s->per_replica, RP_I32, 0, LABELS_TAG));
-    stage_ctx c = {&s->net, s->labels, s->per_replica / s->micro_batches, last};
+    const int32_t *labels = s->stages > 1 ? s->labels : s->batch.y;
+    if (last && s->stages > 1)
+        RP_CHECK(rp_comm_recv(s->pipe, s->labels, s->per_replica, RP_I32, 0, LABELS_TAG));
+    stage_ctx c = {&s->net, labels, s->per_replica / s->micro_batches, last};
     float loss = NAN;
     RP_CHECK(rp_pipeline_run(s->pipeline, stage_forward, &c, x, &loss));
-    RP_CHECK(rp_comm_broadcast(s->pipe, &loss, 1, RP_F32, s->stages - 1));
+    if (s->stages > 1) RP_CHECK(rp_comm_broadcast(s->pipe, &loss, 1, RP_F32, s->stages - 1));
     if (!isfinite(loss)) return diverged(loss, at);
     RP_CHECK(rp_optimizer_step(s->opt, at->lr));
     scalars[0] = loss;
@@ -197,7 +204,7 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *state, const rp_tr
                             double *scalars)
 {
     replica_state *s = state;
-    if (s->stages > 1) return pipeline_step(rep, s, at, scalars);
+    if (s->pipeline) return pipeline_step(rep, s, at, scalars);
     int64_t epoch, step;
     rp_loader_position(s->loader, &epoch, &step);
     if (epoch != at->epoch || step != at->step)
@@ -225,7 +232,7 @@ typedef struct wire_tensor {
     int64_t nbytes;
 } wire_tensor;
 
-#define GATHER_TAG (1 << 22)
+#define GATHER_TAG 4001
 
 /* A stage's parameters and optimizer state as a checkpoint's tensors ("param/", "optim/"). */
 static rp_status stage_tensors(const replica_state *s, rp_checkpoint **out)
