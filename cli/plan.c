@@ -52,10 +52,10 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
 {
     const rp_dataset *ds = clf->train;
     char stages[96] = "";
-    if (p->stages > 1)
-        snprintf(stages, sizeof stages, " x %d pipeline stages (%s, %d micro-batch%s of %d)",
-                 p->stages, rp_pipe_schedule_name(clf->cfg.schedule), p->micro_batches,
-                 p->micro_batches > 1 ? "es" : "", p->micro);
+    if (p->stages > 1 || p->micro_batches > 1)
+        snprintf(stages, sizeof stages, " x %d pipeline stage%s (%s, %d micro-batch%s of %d)",
+                 p->stages, p->stages > 1 ? "s" : "", rp_pipe_schedule_name(clf->cfg.schedule),
+                 p->micro_batches, p->micro_batches > 1 ? "es" : "", p->micro);
     fprintf(f, "plan: %s on %s (%dx%dx%d, %d classes), batch %d on %d replica%s (%d each)%s%s%s\n",
             o->model, ds->name, ds->h, ds->w, ds->c, ds->num_classes, o->batch, p->replicas,
             p->replicas > 1 ? "s" : "", p->batch, stages,
@@ -103,7 +103,8 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
     ROW("gradients", grads);
     ROW("optimizer state", optim);
     ROW("strategy buffers", strategy);
-    ROW(p->stages > 1 ? "activations (a bound)" : "activations (arena live peak)", activations);
+    bool piped = p->stages > 1 || p->micro_batches > 1;
+    ROW(piped ? "activations (a bound)" : "activations (arena live peak)", activations);
     ROW("loader buffers", loader);
 #undef ROW
     for (int g = 0; g < ng; g++)
@@ -118,8 +119,7 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
                 "fitted as a + b x batch: a = %.2f MB, b = %.3f MB per sample, at batch %d",
                 who, (double)st->probe_peak[0] / 1e6, (double)st->probe_peak[1] / 1e6,
                 st->act_a / 1e6, st->act_b / 1e6, p->micro);
-        if (p->stages > 1)
-            fprintf(f, ", x %d micro-batch%s alive", st->tapes, st->tapes > 1 ? "es" : "");
+        if (piped) fprintf(f, ", x %d micro-batch%s alive", st->tapes, st->tapes > 1 ? "es" : "");
         fprintf(f, "\n");
     }
     fprintf(f,
@@ -512,7 +512,7 @@ int plan_check_report(const plan_check *pc, FILE *f)
         flags += memory_row(f, "parameters and buffers", w->params, m->params);
         flags += memory_row(f, "gradients", w->grads, m->grads);
         flags += memory_row(f, "optimizer state", w->optim, m->optim);
-        if (w->stages > 1)
+        if (pc->plan->stages > 1 || pc->plan->micro_batches > 1)
             fprintf(f, "    %-30s %14lld %14s  (not measured: the pipeline's own tapes)\n",
                     "activations (a bound)", (long long)w->activations, "-");
         else

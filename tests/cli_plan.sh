@@ -12,6 +12,7 @@
 #     ZeRO-1 replicas: each stage's parameters, gradients and optimizer state exactly the plan's,
 #     and its traffic on both axes - the stage's gradient shards and batch norm sums on the data
 #     axis, the activations, gradients, labels and loss on the pipe axis - exact in every step;
+#     and micro-batches on one worker: batch norm's sums per micro-batch;
 #  4. bad input is a clear error: an unknown option, --resume, an async layout, an MLP in stages.
 # Usage: cli_plan.sh path/to/replicator
 set -euo pipefail
@@ -118,6 +119,16 @@ s0 = [(int(c), int(b)) for a, k, cl, c, b in exact if a == "pipe" and k in ("sen
 assert (sc, rc) == (5, 2) and sb - rb == 2 * 20 + 16 * 4 and rb % (2 * 8 * 4) == 0, s0
 PY
 echo "ok: 2 replicas x 2 pipeline stages (1F1B, ZeRO-1): memory counted, traffic exact on both axes"
+
+# Micro-batches on one worker (gradient accumulation through a pipeline of one stage): batch norm
+# sums once per micro-batch, the gradients reduced once per step.
+out=$("$bin" train "${common[@]}" --plan-check --out "$dir/acc" --replicas 2 --micro-batches 2 2>&1) \
+    || fail "micro-batches: $out"
+grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
+    || fail "micro-batches: no verdict: $out"
+[ "$(grep -c "data all_reduce      user         84 calls        50848 B per step: exact" <<< "$out")" = 2 ] \
+    || fail "micro-batches: batch norm's 2 x 42 sums per step not confirmed on both workers: $out"
+echo "ok: 2 micro-batches on each of 2 replicas: batch norm twice per step, exact"
 
 # 4. Bad input.
 expect_error() {

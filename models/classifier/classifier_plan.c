@@ -189,7 +189,8 @@ rp_status rp_classifier_plan_create(rp_classifier_plan **out, const rp_classifie
     if (clf->cfg.batch % replicas != 0)
         return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas",
                         clf->cfg.batch, replicas);
-    int M = stages > 1 && clf->cfg.micro_batches > 1 ? clf->cfg.micro_batches : 1;
+    /* Micro-batches run through rp_pipeline_run, on one worker too (gradient accumulation). */
+    int M = clf->cfg.micro_batches > 1 ? clf->cfg.micro_batches : 1;
     if (clf->cfg.batch / replicas % M != 0)
         return RP_ERROR(RP_ERR_INVALID,
                         "each replica's batch of %d does not split into %d micro-batches",
@@ -237,7 +238,7 @@ rp_status rp_classifier_plan_create(rp_classifier_plan **out, const rp_classifie
         st->act_b = (double)(st->probe_peak[1] - st->probe_peak[0]);
         st->act_a = (double)st->probe_peak[0] - st->act_b;
         int w1f1b = stages - s - 1 < M ? stages - s - 1 : M;
-        st->tapes = stages == 1 ? 1 : clf->cfg.schedule == RP_PIPE_1F1B ? w1f1b + 1 : M;
+        st->tapes = clf->cfg.schedule == RP_PIPE_1F1B ? w1f1b + 1 : M;
         st->in_floats = (int64_t)in[s][0] * in[s][1] * in[s][2];
         st->out_floats = (int64_t)outs[s][0] * outs[s][1] * outs[s][2];
     }

@@ -39,7 +39,8 @@ typedef struct rp_classifier_plan_stage {
 typedef struct rp_classifier_plan {
     int replicas;          /* data-parallel replicas */
     int stages;            /* workers per replica, one pipeline stage each (1: the whole model) */
-    int micro_batches;     /* a pipeline's M (1 without stages) */
+    int micro_batches;     /* M: micro-batches of each replica's batch through rp_pipeline_run
+                              (on one worker too: gradient accumulation); 1: all at once */
     int batch;             /* per replica */
     int micro;             /* examples per micro-batch: batch / micro_batches */
     int64_t datasets;      /* both splits in memory (process-wide, shared by the workers) */
