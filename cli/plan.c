@@ -239,7 +239,9 @@ int rp_cli_plan(int argc, char **argv)
                 "state, the strategy's buffers, activations at its batch, loader buffers) and\n"
                 "what it sends in each step (calls and payload bytes per axis and kind).\n"
                 "Activations come from one training step recorded at batch 1 and 2 (a + b x\n"
-                "batch). --json: one JSON object instead of the table. `replicator train ...\n"
+                "batch). Layouts: one replica, N sync replicas, --zero, --model-parallel W\n"
+                "with --pipeline and --micro-batches (async is refused).\n"
+                "--json: one JSON object instead of the table. `replicator train ...\n"
                 "--plan-check` compares the plan with the run's first steps (docs/\n"
                 "model-parallel.md, \"Planner\").\n");
             free(args);
