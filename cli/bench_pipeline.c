@@ -213,8 +213,8 @@ int rp_cli_bench_pipeline(int argc, char **argv)
         status = time_step(clf, 1, m, RP_PIPE_GPIPE, steps, warmup, &one);
         for (int s = 0; s < 2 && status == RP_OK; s++) {
             if (!strcmp(schedule, s ? "gpipe" : "1f1b")) continue;
-            status = time_step(clf, stages, m, s ? RP_PIPE_1F1B : RP_PIPE_GPIPE, steps, warmup,
-                               &t[s]);
+            status =
+                time_step(clf, stages, m, s ? RP_PIPE_1F1B : RP_PIPE_GPIPE, steps, warmup, &t[s]);
         }
         if (status != RP_OK) break;
         double bubble[2];

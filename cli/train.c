@@ -217,7 +217,9 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
         snprintf(regime, sizeof regime, "async: %d parameter-server %s%s, staleness %s", o->ps,
                  ranks ? "rank" : "shard", o->ps > 1 ? "s" : "", bound);
     } else {
-        snprintf(regime, sizeof regime, "cross-replica batch norm%s", o->zero ? ", ZeRO-1" : "");
+        snprintf(regime, sizeof regime, "%s%s",
+                 o->replicas > 1 ? "cross-replica batch norm" : "one replica",
+                 o->zero ? ", ZeRO-1" : "");
     }
     if (o->model_parallel > 1) {
         /* The mesh: replicas on the data axis, each a pipeline of stages on the pipe axis. */
