@@ -487,6 +487,16 @@ void rp_pipeline_destroy(rp_pipeline *pipeline);
 rp_status rp_pipeline_run(rp_pipeline *pipeline, rp_pipe_stage_fn stage, void *ctx,
                           const rp_tensor *input, float *loss);
 
+/*
+ * Memory reports: the runner's tapes (one per micro-batch in flight: GPipe
+ * M, 1F1B min(P - i - 1, M) + 1 on stage i, at most M), and the sum of their
+ * arenas' live peaks (rp_arena_stats.live_peak) since the pipeline was made:
+ * the most this stage's activations held, were every tape at its peak at
+ * once - the bound a planner predicts. 0 for NULL.
+ */
+int rp_pipeline_tapes(const rp_pipeline *pipeline);
+size_t rp_pipeline_live_peak(const rp_pipeline *pipeline);
+
 /* ---- layers for GANs (SN-GAN) ---------------------------------------------- */
 /*
  * Spectral-normalised layers (Miyato et al. 2018): the forward uses the

@@ -159,5 +159,8 @@ rp_params *rp_classifier_state_params(const void *state);
 /* The replica's optimizer (its state bytes: rp_optimizer_state_bytes); NULL for NULL. */
 rp_optimizer *rp_classifier_state_optimizer(const void *state);
 int64_t rp_classifier_state_samples(const void *state);
+/* The replica's pipeline runner when it trains micro-batches or stages (rp_pipeline_tapes,
+ * rp_pipeline_live_peak for its activations); NULL otherwise, and for NULL. */
+const rp_pipeline *rp_classifier_state_pipeline(const void *state);
 
 #endif

@@ -447,3 +447,8 @@ int64_t rp_classifier_state_samples(const void *state)
 {
     return state ? rp_loader_samples(((const replica_state *)state)->loader) : 0;
 }
+
+const rp_pipeline *rp_classifier_state_pipeline(const void *state)
+{
+    return state ? ((const replica_state *)state)->pipeline : NULL;
+}

@@ -266,3 +266,16 @@ rp_status rp_pipeline_run(rp_pipeline *p, rp_pipe_stage_fn stage, void *ctx, con
     if (loss && p->stage == p->size - 1) *loss = (float)(p->loss_sum / p->micro);
     return RP_OK;
 }
+
+int rp_pipeline_tapes(const rp_pipeline *p)
+{
+    return p ? p->n_tapes : 0;
+}
+
+size_t rp_pipeline_live_peak(const rp_pipeline *p)
+{
+    size_t sum = 0;
+    for (int k = 0; p && k < p->n_tapes; k++)
+        sum += rp_arena_get_stats(rp_tape_arena(p->tapes[k])).live_peak;
+    return sum;
+}
