@@ -254,6 +254,7 @@ static void test_units_describe_the_network(void **state)
         cfg.classes = 7;
         assert_int_equal(rp_resnet_units(cases[i].kind), cases[i].units);
         int64_t params = 0, buffers = 0;
+        rp_resnet *nets[RP_RESNET_MAX_UNITS] = {0};
         rp_tape *t;
         assert_int_equal(rp_tape_create(&t, 0), RP_OK);
         rp_tensor *x = rp_tensor_fill(t, 4, (int[]){2, cases[i].h, cases[i].h, 3}, 0.25f);
@@ -264,8 +265,9 @@ static void test_units_describe_the_network(void **state)
             rp_resnet_config one = cfg;
             one.first_unit = u;
             one.last_unit = u + 1;
-            rp_resnet *net;
+            rp_resnet *net = NULL;
             assert_int_equal(rp_resnet_create(&net, &one, 3), RP_OK);
+            nets[u] = net;
             rp_params *p = rp_resnet_params(net);
             if (rp_params_trainable_numel(p) != info.params ||
                 rp_params_numel(p) - rp_params_trainable_numel(p) != info.buffers)
@@ -288,14 +290,16 @@ static void test_units_describe_the_network(void **state)
                 assert_string_equal(info.name, "head");
                 assert_int_equal(x->shape[1], 7);
             }
-            rp_resnet_destroy(net);
         }
         rp_resnet *whole;
         assert_int_equal(rp_resnet_create(&whole, &cfg, 3), RP_OK);
         assert_int_equal(rp_params_trainable_numel(rp_resnet_params(whole)), params);
         assert_int_equal(rp_params_numel(rp_resnet_params(whole)), params + buffers);
         rp_resnet_destroy(whole);
+        /* The tape refers to the units' parameters: it goes first. */
         rp_tape_destroy(t);
+        for (int u = 0; u < cases[i].units; u++)
+            rp_resnet_destroy(nets[u]);
     }
 }
 
