@@ -37,10 +37,11 @@ typedef struct train_opts {
     double comm_timeout; /* seconds (0: the environment's default; not saved) */
     int threads_per_replica; /* 0: threads / replicas */
     char regime[8];          /* sync | async */
-    bool zero;     /* --zero: ZeRO-1, each replica keeps 1/N of the optimizer state (sync; a layout
-                      like --replicas: bitwise the same run, so not saved) */
-    int ps;        /* async: parameter servers (in-process shards, or the last ranks under MPI) */
-    int staleness; /* async: the staleness bound, -1 unbounded */
+    bool zero; /* --zero: ZeRO-1, each replica keeps 1/N of the optimizer state (sync; a layout
+                  like --replicas: bitwise the same run, so not saved) */
+    int sync_groups; /* --sync-groups G: G groups in sync inside, async between them (0, 1: off) */
+    int ps;          /* async: parameter servers (in-process shards, or the last ranks under MPI) */
+    int staleness;   /* async: the staleness bound, -1 unbounded */
     int slow_replica; /* --slow R:F: replica R sleeps (F-1) x its step time each step (-1: none; not
                          saved) */
     float slow_factor;

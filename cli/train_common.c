@@ -23,18 +23,25 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
             rp_env_get()->mpi_world_size);
     bool async = !strcmp(o->regime, "async");
     if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
+    int groups = o->sync_groups > 1 ? o->sync_groups : 1;
     if (o->replicas == 0) {
         /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as
-         * divide the batch. */
+         * divide the batch; with sync groups a multiple of the groups (at least one each). */
         int total = rp_kernels_get_threads(),
             tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
         o->replicas = total / tpr > 0 ? total / tpr : 1;
-        while (!async && o->batch % o->replicas != 0)
-            o->replicas--;
+        o->replicas = o->replicas > groups ? o->replicas / groups * groups : groups;
+        while (!async && o->replicas > groups && o->batch % (o->replicas / groups) != 0)
+            o->replicas -= groups;
     }
-    if (!async && o->batch % o->replicas != 0)
-        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch,
-                        o->replicas);
+    if (o->replicas % groups != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "--sync-groups %d does not divide the %d replicas: every group needs the "
+                        "same number of replicas",
+                        groups, o->replicas);
+    if (!async && o->batch % (o->replicas / groups) != 0)
+        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas%s", o->batch,
+                        o->replicas / groups, groups > 1 ? " (a sync group)" : "");
     *cfg = rp_config_default();
     cfg->backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg->replicas = o->replicas;
@@ -44,6 +51,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
     cfg->zero = o->zero;
+    cfg->sync_groups = o->sync_groups;
     /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says.
      */
     if (!cfg->threads_per_replica && (!mpi || o->threads > 0)) {
