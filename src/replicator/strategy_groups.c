@@ -54,9 +54,9 @@ typedef struct groups_replica {
 } groups_replica;
 
 typedef struct groups_state {
-    int groups, size;                 /* G groups of S replicas */
-    rp_comm **comms;                  /* [n] each replica's group handle, until taken */
-    rp_ps **sets[RP_GROUP_SETS_MAX];  /* each set's handles, [G], until taken by the ranks 0 */
+    int groups, size;                /* G groups of S replicas */
+    rp_comm **comms;                 /* [n] each replica's group handle, until taken */
+    rp_ps **sets[RP_GROUP_SETS_MAX]; /* each set's handles, [G], until taken by the ranks 0 */
 } groups_state;
 
 static rp_status orphaned(void)
@@ -167,8 +167,7 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
     if (rep->local == 0) {
         free(st->sets[k]); /* an earlier, destroyed set's: every handle was taken then */
         st->sets[k] = calloc((size_t)st->groups, sizeof(rp_ps *));
-        if (!st->sets[k])
-            return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d handles", st->groups);
+        if (!st->sets[k]) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d handles", st->groups);
         RP_CHECK(rp_ps_threads_create(st->sets[k], st->groups, numel, pc));
     }
     RP_CHECK(barrier_all(rep, "the runtime's optimizer creation barrier"));
@@ -332,14 +331,15 @@ static rp_status groups_create(rp_replicator *r, bool mpi, rp_comm **world)
     st->size = r->n / st->groups;
     st->comms = calloc((size_t)r->n, sizeof(rp_comm *));
     int *ids = malloc((size_t)st->size * sizeof(int));
-    rp_status status = st->comms && ids ? RP_OK
-                                        : RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d sync groups",
-                                                   st->groups);
+    rp_status status = st->comms && ids
+                           ? RP_OK
+                           : RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d sync groups", st->groups);
     /* Group g is replicas [gS, (g+1)S): on threads a replica's id is its local index. */
     for (int grp = 0; grp < st->groups && status == RP_OK; grp++) {
         for (int q = 0; q < st->size; q++)
             ids[q] = grp * st->size + q;
-        status = rp_comm_threads_create(st->comms + grp * st->size, st->size, ids, r->cfg.timeout_s);
+        status =
+            rp_comm_threads_create(st->comms + grp * st->size, st->size, ids, r->cfg.timeout_s);
     }
     free(ids);
     return status;
