@@ -23,6 +23,7 @@ static void bench_usage(FILE *f)
             "       replicator bench sngan [--help]       (one SN-GAN iteration)\n"
             "       replicator bench allreduce [--help]   (collective bandwidth)\n"
             "       replicator bench ps [--help]          (parameter-server updates/s)\n"
+            "       replicator bench pipeline [--help]    (the pipeline bubble on ResNet stages)\n"
             "\n"
             "Measures training images/s (forward, backward, SGD momentum step) of a ResNet on\n"
             "random data. The same measurement in PyTorch: bench/torch_env.sh --model resnet20.\n"
@@ -464,9 +465,10 @@ int rp_cli_bench(int argc, char **argv)
     if (!strcmp(argv[1], "allreduce")) return rp_cli_bench_allreduce(argc - 1, argv + 1);
     if (!strcmp(argv[1], "ps")) return rp_cli_bench_ps(argc - 1, argv + 1);
     if (!strcmp(argv[1], "sngan")) return rp_cli_bench_sngan(argc - 1, argv + 1);
-    fprintf(
-        stderr,
-        "replicator bench: unknown benchmark \"%s\" (available: resnet, sngan, allreduce, ps)\n",
-        argv[1]);
+    if (!strcmp(argv[1], "pipeline")) return rp_cli_bench_pipeline(argc - 1, argv + 1);
+    fprintf(stderr,
+            "replicator bench: unknown benchmark \"%s\" (available: resnet, sngan, allreduce, ps, "
+            "pipeline)\n",
+            argv[1]);
     return 2;
 }

@@ -11,6 +11,7 @@ int rp_cli_trace(int argc, char **argv);
 int rp_cli_bench_allreduce(int argc, char **argv);
 int rp_cli_bench_ps(int argc, char **argv);
 int rp_cli_bench_sngan(int argc, char **argv);
+int rp_cli_bench_pipeline(int argc, char **argv);
 /* The median of n values (sorts them in place); for the benchmarks. */
 double rp_cli_median(double *v, int n);
 int rp_cli_eval(int argc, char **argv);

@@ -48,6 +48,18 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             o->sync_groups = cli->sync_groups;
         } else if (!strcmp(argv[i], "--staleness")) {
             o->staleness = cli->staleness;
+        } else if (!strcmp(argv[i], "--model-parallel")) {
+            /* A layout: the checkpoint holds the whole model, whatever the stages. */
+            o->model_parallel = cli->model_parallel;
+            if (o->model_parallel < 2) o->micro_batches = 1;
+        } else if (!strcmp(argv[i], "--pipeline")) {
+            snprintf(o->pipeline, sizeof o->pipeline, "%s", cli->pipeline);
+        } else if (!strcmp(argv[i], "--micro-batches")) {
+            if (cli->micro_batches != o->micro_batches)
+                rp_warn("resuming with %d micro-batches, the run used %d: batch norm's "
+                        "statistics cover other examples, results will differ",
+                        cli->micro_batches, o->micro_batches);
+            o->micro_batches = cli->micro_batches;
         }
     }
     o->zero = cli->zero;
@@ -128,6 +140,43 @@ cleanup:
     return status;
 }
 
+/*
+ * A replica cut into stages: which units each stage holds and its share of the forward FLOPs, as
+ * the workers built them (rp_resnet_partition); and the whole model's trainable parameters.
+ */
+static int64_t describe_stages(const train_opts *o, const rp_classifier *clf, char *line,
+                               size_t size)
+{
+    rp_resnet_kind kind;
+    line[0] = 0;
+    if (!rp_resnet_kind_parse(o->model, &kind)) return 0;
+    rp_resnet_config rc = rp_resnet_config_default(kind);
+    rc.in_channels = clf->train->c;
+    rc.classes = clf->train->num_classes;
+    int bounds[RP_RESNET_MAX_UNITS + 1], h = clf->train->h, w = clf->train->w;
+    if (rp_resnet_partition(&rc, h, w, o->model_parallel, bounds) != RP_OK) return 0;
+    int64_t params = 0;
+    double total = 0, flops[RP_RESNET_MAX_UNITS + 1] = {0};
+    char first[RP_RESNET_MAX_UNITS + 1][32], last[RP_RESNET_MAX_UNITS + 1][32];
+    for (int s = 0; s < o->model_parallel; s++) {
+        for (int u = bounds[s]; u < bounds[s + 1]; u++) {
+            rp_resnet_unit_info info;
+            if (rp_resnet_unit_info_get(&rc, h, w, u, &info) != RP_OK) return 0;
+            params += info.params;
+            flops[s] += info.flops;
+            total += info.flops;
+            if (u == bounds[s]) snprintf(first[s], sizeof first[s], "%s", info.name);
+            snprintf(last[s], sizeof last[s], "%s", info.name);
+        }
+    }
+    size_t n = (size_t)snprintf(line, size, "  stages (share of the forward FLOPs):");
+    for (int s = 0; s < o->model_parallel && n < size; s++)
+        n += (size_t)snprintf(line + n, size - n, "%s %d: %s%s%s (%.0f%%)", s ? ";" : "", s,
+                              first[s], strcmp(first[s], last[s]) ? " .. " : "",
+                              strcmp(first[s], last[s]) ? last[s] : "", 100 * flops[s] / total);
+    return params;
+}
+
 static void print_header(const train_opts *o, const rp_classifier *clf, const rp_trainer *t,
                          bool resumed)
 {
@@ -140,6 +189,13 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     bool async = !strcmp(o->regime, "async"), groups = o->sync_groups > 1;
     char bound[32] = "unbounded";
     if (o->staleness >= 0) snprintf(bound, sizeof bound, "%d", o->staleness);
+    /* The whole model's parameters (local replica 0 may hold one stage of it). */
+    int64_t params = rp_params_trainable_numel(rp_classifier_state_params(state));
+    char stages[512] = "";
+    if (o->model_parallel > 1) {
+        int64_t whole = describe_stages(o, clf, stages, sizeof stages);
+        if (whole > 0) params = whole;
+    }
     if (async) {
         bool ranks = strcmp(backend, "threads") != 0;
         snprintf(regime, sizeof regime, "async: %d parameter-server %s%s, staleness %s", o->ps,
@@ -150,9 +206,25 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                  "staleness %s",
                  o->ps, o->ps > 1 ? "s" : "", bound);
     } else {
-        snprintf(regime, sizeof regime, "cross-replica batch norm%s", o->zero ? ", ZeRO-1" : "");
+        snprintf(regime, sizeof regime, "%s%s",
+                 o->replicas > 1 ? "cross-replica batch norm" : "one replica",
+                 o->zero ? ", ZeRO-1" : "");
     }
-    if (strcmp(backend, "threads") != 0)
+    if (o->model_parallel > 1) {
+        /* The mesh: replicas on the data axis, each a pipeline of stages on the pipe axis. */
+        char schedule[64] = "one batch at a time";
+        if (o->micro_batches > 1)
+            snprintf(schedule, sizeof schedule, "%s over %d micro-batches", o->pipeline,
+                     o->micro_batches);
+        int workers = o->replicas * o->model_parallel;
+        char where[64] = "";
+        if (strcmp(backend, "threads") != 0)
+            snprintf(where, sizeof where, " in %d ranks x %d", workers / local, local);
+        snprintf(layout, sizeof layout,
+                 "%d replica%s x %d stages (%s) = %d workers%s x %d threads (%s, %s)", o->replicas,
+                 o->replicas > 1 ? "s" : "", o->model_parallel, schedule, workers, where, tpr,
+                 backend, regime);
+    } else if (strcmp(backend, "threads") != 0)
         snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, %s)",
                  o->replicas, o->replicas / local, local, tpr, backend, regime);
     else if (groups)
@@ -169,12 +241,12 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
             "%g%s, wd %g; augment %s; seed %llu; %s, %s kernels\n",
             o->model, clf->train->name, (long long)rp_classifier_state_samples(state),
             (long long)clf->test->n, clf->train->h, clf->train->w, clf->train->c,
-            clf->train->num_classes,
-            (long long)rp_params_trainable_numel(rp_classifier_state_params(state)), o->batch,
-            o->epochs, (long long)rp_trainer_steps_per_epoch(t), (double)o->lr, o->schedule,
-            o->warmup_epochs, (double)o->momentum, o->nesterov ? " nesterov" : "",
-            (double)o->weight_decay, o->augment ? "crop+flip" : "off", (unsigned long long)o->seed,
-            layout, rp_kernels_name());
+            clf->train->num_classes, (long long)params, o->batch, o->epochs,
+            (long long)rp_trainer_steps_per_epoch(t), (double)o->lr, o->schedule, o->warmup_epochs,
+            (double)o->momentum, o->nesterov ? " nesterov" : "", (double)o->weight_decay,
+            o->augment ? "crop+flip" : "off", (unsigned long long)o->seed, layout,
+            rp_kernels_name());
+    if (stages[0]) fprintf(stderr, "%s\n", stages);
     /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO-1). */
     const rp_optimizer *opt = rp_classifier_state_optimizer(state);
     size_t held = rp_optimizer_state_bytes(opt),
@@ -182,7 +254,8 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                              (size_t)rp_params_trainable_numel(rp_classifier_state_params(state)) *
                              sizeof(float)
                        : 0;
-    fprintf(stderr, "  optimizer state: %zu bytes per replica (%.2f MiB)", held,
+    fprintf(stderr, "  optimizer state: %zu bytes %s (%.2f MiB)", held,
+            o->model_parallel > 1 ? "on each worker of stage 0" : "per replica",
             (double)held / (1 << 20));
     if (held != whole) fprintf(stderr, "; ZeRO-1: %zu bytes unsharded", whole);
     fprintf(stderr, "\n");

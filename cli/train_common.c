@@ -22,14 +22,28 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
             "MPI backend",
             rp_env_get()->mpi_world_size);
     bool async = !strcmp(o->regime, "async");
+    /* Workers per replica: its stages (logical devices). */
+    int span = o->model_parallel > 1 ? o->model_parallel : 1;
     if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
+    int per_rank = o->replicas; /* under MPI: workers (threads) in each rank */
+    if (mpi && span > 1) {
+        /* The ranks' threads are the job's workers; a replica spans `span` of them. */
+        int workers = rp_env_get()->mpi_world_size * per_rank;
+        if (workers % span != 0)
+            return RP_ERROR(RP_ERR_INVALID,
+                            "%d workers (%d ranks x %d) do not make replicas of %d stages "
+                            "(--model-parallel %d): use a multiple of %d workers",
+                            workers, rp_env_get()->mpi_world_size, per_rank, span, span, span);
+        o->replicas = workers / span;
+    }
     int groups = o->sync_groups > 1 ? o->sync_groups : 1;
     if (o->replicas == 0) {
-        /* Auto: one replica per kernel thread (or per --threads-per-replica threads), as many as
-         * divide the batch; with sync groups a multiple of the groups (at least one each). */
+        /* Auto: one worker per kernel thread (or per --threads-per-replica threads), as many
+         * replicas as divide the batch; with sync groups a multiple of the groups (at least one
+         * each). */
         int total = rp_kernels_get_threads(),
             tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
-        o->replicas = total / tpr > 0 ? total / tpr : 1;
+        o->replicas = total / tpr / span > 0 ? total / tpr / span : 1;
         o->replicas = o->replicas > groups ? o->replicas / groups * groups : groups;
         while (!async && o->replicas > groups && o->batch % (o->replicas / groups) != 0)
             o->replicas -= groups;
@@ -44,7 +58,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
                         o->replicas / groups, groups > 1 ? " (a sync group)" : "");
     *cfg = rp_config_default();
     cfg->backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
-    cfg->replicas = o->replicas;
+    cfg->replicas = mpi && span > 1 ? per_rank : o->replicas;
     cfg->threads_per_replica = o->threads_per_replica;
     cfg->timeout_s = o->comm_timeout;
     cfg->regime = async ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
@@ -52,11 +66,18 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->staleness = o->staleness;
     cfg->zero = o->zero;
     cfg->sync_groups = o->sync_groups;
+    if (span > 1) {
+        /* One role: replicas on the data axis, each `span` stages on the pipe axis. */
+        cfg->nroles = 1;
+        cfg->roles[0] = rp_role_make("replica", o->replicas, 1);
+        cfg->roles[0].pipe = span;
+    }
     /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says.
      */
+    int local_workers = mpi ? per_rank : o->replicas * span;
     if (!cfg->threads_per_replica && (!mpi || o->threads > 0)) {
         int total = o->threads > 0 ? o->threads : rp_kernels_get_threads();
-        cfg->threads_per_replica = total / o->replicas > 0 ? total / o->replicas : 1;
+        cfg->threads_per_replica = total / local_workers > 0 ? total / local_workers : 1;
     }
     cfg->seed = o->seed;
     return RP_OK;

@@ -28,6 +28,9 @@ void train_opts_default(train_opts *o, const char *model)
     o->ps = 1;
     o->staleness = -1;
     o->slow_replica = -1;
+    o->model_parallel = 1;
+    snprintf(o->pipeline, sizeof o->pipeline, "gpipe");
+    o->micro_batches = 1;
     if (!strcmp(model, "mlp")) {
         o->epochs = 10;
         o->lr = 0.05f;
@@ -100,6 +103,16 @@ static void usage(FILE *f)
             "  --zero            sync: ZeRO-1, each of N replicas keeps the optimizer state of\n"
             "                    1/N of the parameters (gradients reduce-scattered, values\n"
             "                    all-gathered); the same values bitwise (docs/distributed.md)\n"
+            "model parallelism (ResNets; docs/model-parallel.md):\n"
+            "  --model-parallel W  each replica spans W workers, one stage of the network\n"
+            "                    each (logical devices: the layers cut into W stages of\n"
+            "                    balanced cost, the input entering on stage 0); --replicas\n"
+            "                    counts replicas, so the job has replicas x W workers\n"
+            "  --pipeline S      the schedule over the stages: gpipe (default) or 1f1b\n"
+            "  --micro-batches M cut each replica's batch into M micro-batches that flow\n"
+            "                    through the stages (default 1, or 2W with --pipeline); batch\n"
+            "                    norm takes its statistics per micro-batch. Without\n"
+            "                    --model-parallel: gradient accumulation over M micro-batches\n"
             "  --slow R:F        make replica R F times slower (a sleep each step), to study\n"
             "                    stragglers\n"
             "  --faults SPEC     inject faults into the workers' calls, e.g.\n"
@@ -114,7 +127,8 @@ static void usage(FILE *f)
             "  --force           overwrite a checkpoint already in --out\n"
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
-            "                    --comm-timeout, --regime, --ps, --staleness, --zero, --slow,\n"
+            "                    --comm-timeout, --regime, --ps, --staleness, --zero,\n"
+            "                    --model-parallel, --pipeline, --micro-batches, --slow,\n"
             "                    --sync-groups,\n"
             "                    --faults, --max-steps, --no-checkpoint, --tensorboard,\n"
             "                    --trace and\n"
@@ -195,7 +209,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         return 2;
     }
     train_opts_default(o, model);
-    bool lr_given = false;
+    bool lr_given = false, pipeline_given = false, micro_given = false;
     for (; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n = 0;
@@ -292,6 +306,17 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--ps")) {
             ok = train_parse_long(v, 1, 256, &n);
             o->ps = (int)n;
+        } else if (!strcmp(a, "--model-parallel")) {
+            ok = train_parse_long(v, 1, RP_RESNET_MAX_UNITS, &n);
+            o->model_parallel = (int)n;
+        } else if (!strcmp(a, "--pipeline")) {
+            ok = !strcmp(v, "gpipe") || !strcmp(v, "1f1b");
+            snprintf(o->pipeline, sizeof o->pipeline, "%s", v);
+            pipeline_given = true;
+        } else if (!strcmp(a, "--micro-batches")) {
+            ok = train_parse_long(v, 1, 1024, &n);
+            o->micro_batches = (int)n;
+            micro_given = true;
         } else if (!strcmp(a, "--staleness")) {
             ok = train_parse_long(v, -1, 1L << 30, &n);
             o->staleness = (int)n;
@@ -381,20 +406,46 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                         "replicas; it does not combine with --regime async\n");
         return 2;
     }
+    if (pipeline_given && o->model_parallel < 2) {
+        fprintf(stderr, "replicator train: --pipeline schedules a replica cut into stages; add "
+                        "--model-parallel W (W >= 2)\n");
+        return 2;
+    }
+    if (o->micro_batches > 1 && async) {
+        fprintf(stderr, "replicator train: --micro-batches does not combine with --regime async\n");
+        return 2;
+    }
+    if (pipeline_given && !micro_given) o->micro_batches = 2 * o->model_parallel;
+    if (o->model_parallel > 1 && async) {
+        fprintf(stderr, "replicator train: --model-parallel trains synchronously: a replica's "
+                        "stages step together; it does not combine with --regime async\n");
+        return 2;
+    }
+    if (groups && (o->model_parallel > 1 || o->micro_batches > 1)) {
+        fprintf(stderr,
+                "replicator train: --sync-groups does not combine with %s yet: a group "
+                "is made of single-worker replicas training whole batch shards\n",
+                o->model_parallel > 1 ? "--model-parallel" : "--micro-batches");
+        return 2;
+    }
     if (o->nesterov && o->momentum <= 0) {
         fprintf(stderr, "replicator train: --nesterov needs --momentum > 0\n");
         return 2;
     }
     if (*resume) {
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
-        static const char *const allowed[] = {
-            "--resume",    "--epochs",        "--data",
-            "--threads",   "--replicas",      "--threads-per-replica",
-            "--max-steps", "--no-checkpoint", "--quiet",
-            "--backend",   "--comm-timeout",  "--regime",
-            "--ps",        "--staleness",     "--slow",
-            "--faults",    "--tensorboard",   "--trace",
-            "--zero",      "--sync-groups"};
+        static const char *const allowed[] = {"--resume",       "--epochs",
+                                              "--data",         "--threads",
+                                              "--replicas",     "--threads-per-replica",
+                                              "--max-steps",    "--no-checkpoint",
+                                              "--quiet",        "--backend",
+                                              "--comm-timeout", "--regime",
+                                              "--ps",           "--staleness",
+                                              "--slow",         "--faults",
+                                              "--tensorboard",  "--trace",
+                                              "--zero",         "--model-parallel",
+                                              "--pipeline",     "--micro-batches",
+                                              "--sync-groups"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -440,6 +491,9 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddNumberToObject(j, "ps", o->ps);
     cJSON_AddNumberToObject(j, "sync_groups", o->sync_groups);
     cJSON_AddNumberToObject(j, "staleness", o->staleness);
+    cJSON_AddNumberToObject(j, "model_parallel", o->model_parallel);
+    cJSON_AddStringToObject(j, "pipeline", o->pipeline);
+    cJSON_AddNumberToObject(j, "micro_batches", o->micro_batches);
     cJSON *hidden = cJSON_AddArrayToObject(j, "hidden");
     for (int i = 0; hidden && i < o->n_hidden; i++)
         cJSON_AddItemToArray(hidden, cJSON_CreateNumber(o->hidden[i]));
@@ -542,6 +596,15 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
             o->sync_groups = (int)groups;
         if (get_num(j, "staleness", &staleness) && staleness >= -1 && staleness <= 1e9)
             o->staleness = (int)staleness;
+        /* Runs saved before model parallelism ran whole. */
+        double stages = 1, micro = 1;
+        char pipeline[8] = "gpipe";
+        if (get_num(j, "model_parallel", &stages) && stages >= 1 && stages <= RP_RESNET_MAX_UNITS)
+            o->model_parallel = (int)stages;
+        if (get_str(j, "pipeline", pipeline, sizeof pipeline) && !strcmp(pipeline, "1f1b"))
+            snprintf(o->pipeline, sizeof o->pipeline, "1f1b");
+        if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 1024)
+            o->micro_batches = (int)micro;
     }
     cJSON_Delete(j);
     if (!ok)
@@ -566,4 +629,6 @@ void train_opts_classifier(const train_opts *o, rp_classifier_config *c)
     c->pad = o->pad;
     c->limit = o->limit;
     c->image_size = o->image_size;
+    c->schedule = !strcmp(o->pipeline, "1f1b") ? RP_PIPE_1F1B : RP_PIPE_GPIPE;
+    c->micro_batches = o->micro_batches;
 }

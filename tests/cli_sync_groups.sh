@@ -5,8 +5,8 @@
 #  2. ResNet-20 (batch norm within each group) trains the same way and resumes;
 #  3. --sync-groups 1 is sync training: the checkpoint's tensors equal a plain sync run's, bit for
 #     bit;
-#  4. a G that does not divide the replicas, and G with --regime async or --zero, are refused
-#     (exit 2, named);
+#  4. a G that does not divide the replicas, and G with --regime async, --zero or
+#     --model-parallel, are refused (exit 2, named);
 #  5. a replica killed in one group (--faults) fails the run within the timeout, naming it.
 # Usage: cli_sync_groups.sh path/to/replicator
 set -euo pipefail
@@ -73,6 +73,8 @@ expect_refused "does not combine with --regime async" --replicas 4 --sync-groups
 expect_refused "does not combine with --zero" --replicas 4 --sync-groups 2 --zero
 expect_refused "does not split across 2 replicas (a sync group)" --replicas 4 --sync-groups 2 \
     --batch 63
+expect_refused "does not combine with --model-parallel" --replicas 4 --sync-groups 2 \
+    --model-parallel 2
 echo "ok: bad --sync-groups are refused by name"
 
 # 5. A replica killed in group 1: its group's peer times out naming it, within the timeout.

@@ -2,7 +2,10 @@
  * test_resnet.c - the ResNet models: parameter counts that match the
  * published architectures, output shapes, a few training steps on a tiny
  * batch whose loss must fall, and cross-replica batch norm on a communicator
- * (bn_comm) giving bitwise what the deprecated hook (bn_reduce) gives.
+ * (bn_comm) giving bitwise what the deprecated hook (bn_reduce) gives; the
+ * units a network split across workers is cut between (their descriptions
+ * against the built network, and a chain of split networks giving bitwise
+ * the whole one's outputs and gradients).
  */
 #include <math.h>
 #include <stdio.h>
@@ -237,12 +240,172 @@ static void test_bn_comm_matches_hook(void **state)
     rp_comm_destroy(c);
 }
 
+/* The unit descriptions agree with the networks built: parameter and buffer counts, unit by unit
+ * and in sum, and the output shapes a forward pass produces. */
+static void test_units_describe_the_network(void **state)
+{
+    (void)state;
+    struct {
+        rp_resnet_kind kind;
+        int units, h;
+    } cases[] = {{RP_RESNET20, 11, 32}, {RP_RESNET18, 10, 64}, {RP_RESNET50, 18, 64}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rp_resnet_config cfg = rp_resnet_config_default(cases[i].kind);
+        cfg.classes = 7;
+        assert_int_equal(rp_resnet_units(cases[i].kind), cases[i].units);
+        int64_t params = 0, buffers = 0;
+        rp_tape *t;
+        assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+        rp_tensor *x = rp_tensor_fill(t, 4, (int[]){2, cases[i].h, cases[i].h, 3}, 0.25f);
+        for (int u = 0; u < cases[i].units; u++) {
+            rp_resnet_unit_info info;
+            assert_int_equal(rp_resnet_unit_info_get(&cfg, cases[i].h, cases[i].h, u, &info),
+                             RP_OK);
+            rp_resnet_config one = cfg;
+            one.first_unit = u;
+            one.last_unit = u + 1;
+            rp_resnet *net;
+            assert_int_equal(rp_resnet_create(&net, &one, 3), RP_OK);
+            rp_params *p = rp_resnet_params(net);
+            if (rp_params_trainable_numel(p) != info.params ||
+                rp_params_numel(p) - rp_params_trainable_numel(p) != info.buffers)
+                fail_msg("%s unit %d (%s): built %lld + %lld, described %lld + %lld",
+                         rp_resnet_kind_name(cases[i].kind), u, info.name,
+                         (long long)rp_params_trainable_numel(p),
+                         (long long)(rp_params_numel(p) - rp_params_trainable_numel(p)),
+                         (long long)info.params, (long long)info.buffers);
+            assert_true(info.flops > 0);
+            params += info.params;
+            buffers += info.buffers;
+            x = rp_resnet_forward(t, net, x, true);
+            assert_non_null(x);
+            if (u + 1 < cases[i].units) {
+                assert_int_equal(x->ndim, 4);
+                assert_int_equal(x->shape[1], info.out_h);
+                assert_int_equal(x->shape[2], info.out_w);
+                assert_int_equal(x->shape[3], info.out_c);
+            } else {
+                assert_string_equal(info.name, "head");
+                assert_int_equal(x->shape[1], 7);
+            }
+            rp_resnet_destroy(net);
+        }
+        rp_resnet *whole;
+        assert_int_equal(rp_resnet_create(&whole, &cfg, 3), RP_OK);
+        assert_int_equal(rp_params_trainable_numel(rp_resnet_params(whole)), params);
+        assert_int_equal(rp_params_numel(rp_resnet_params(whole)), params + buffers);
+        rp_resnet_destroy(whole);
+        rp_tape_destroy(t);
+    }
+}
+
+/* The partition covers the chain with non-empty stages and balances it: no stage costs more than
+ * the whole over the stage count plus the costliest unit. Bad counts are refused, named. */
+static void test_partition(void **state)
+{
+    (void)state;
+    rp_resnet_kind kinds[] = {RP_RESNET20, RP_RESNET50};
+    for (int k = 0; k < 2; k++) {
+        rp_resnet_config cfg = rp_resnet_config_default(kinds[k]);
+        int h = k ? 224 : 32, units = rp_resnet_units(kinds[k]);
+        double cost[32], total = 0, largest = 0;
+        for (int u = 0; u < units; u++) {
+            rp_resnet_unit_info info;
+            assert_int_equal(rp_resnet_unit_info_get(&cfg, h, h, u, &info), RP_OK);
+            cost[u] = info.flops;
+            total += cost[u];
+            if (cost[u] > largest) largest = cost[u];
+        }
+        for (int stages = 1; stages <= 4; stages++) {
+            int bounds[8];
+            assert_int_equal(rp_resnet_partition(&cfg, h, h, stages, bounds), RP_OK);
+            assert_int_equal(bounds[0], 0);
+            assert_int_equal(bounds[stages], units);
+            for (int s = 0; s < stages; s++) {
+                assert_true(bounds[s] < bounds[s + 1]);
+                double c = 0;
+                for (int u = bounds[s]; u < bounds[s + 1]; u++)
+                    c += cost[u];
+                assert_true(c <= total / stages + largest);
+            }
+        }
+        int bounds[32];
+        assert_int_equal(rp_resnet_partition(&cfg, h, h, units + 1, bounds), RP_ERR_INVALID);
+        tu_assert_error_contains("stages");
+        assert_int_equal(rp_resnet_partition(&cfg, h, h, 0, bounds), RP_ERR_INVALID);
+    }
+    rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
+    cfg.first_unit = 5;
+    cfg.last_unit = 3;
+    rp_resnet *net = NULL;
+    assert_int_equal(rp_resnet_create(&net, &cfg, 1), RP_ERR_INVALID);
+    tu_assert_error_contains("[5, 3)");
+    assert_null(net);
+}
+
+/* ResNet-20 cut into three networks chained on one tape gives bitwise the whole network's loss,
+ * parameter gradients and running statistics. */
+static void test_split_chain_is_the_network(void **state)
+{
+    (void)state;
+    rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
+    int bounds[4];
+    assert_int_equal(rp_resnet_partition(&cfg, 16, 16, 3, bounds), RP_OK);
+    rp_resnet *whole, *part[3];
+    assert_int_equal(rp_resnet_create(&whole, &cfg, 9), RP_OK);
+    for (int s = 0; s < 3; s++) {
+        rp_resnet_config c = cfg;
+        c.first_unit = bounds[s];
+        c.last_unit = bounds[s + 1];
+        assert_int_equal(rp_resnet_create(&part[s], &c, 9), RP_OK);
+    }
+    float images[4 * 16 * 16 * 3];
+    for (size_t i = 0; i < sizeof images / sizeof images[0]; i++)
+        images[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    int32_t labels[4] = {1, 3, 3, 9};
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){4, 16, 16, 3}, images);
+    rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, whole, x, true), labels);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    float whole_loss = rp_item(loss);
+    rp_tape_reset(t);
+    x = rp_tensor_from(t, 4, (int[]){4, 16, 16, 3}, images);
+    for (int s = 0; s < 3; s++)
+        x = rp_resnet_forward(t, part[s], x, true);
+    loss = rp_softmax_cross_entropy(t, x, labels);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    assert_true(rp_item(loss) == whole_loss);
+    rp_params *wp = rp_resnet_params(whole);
+    int matched = 0;
+    for (int s = 0; s < 3; s++) {
+        rp_params *pp = rp_resnet_params(part[s]);
+        for (int i = 0; i < rp_params_count(pp); i++) {
+            rp_tensor *a = rp_params_at(pp, i), *b = rp_params_find(wp, a->name);
+            assert_non_null(b);
+            assert_memory_equal(a->data, b->data, (size_t)a->numel * sizeof(float));
+            if (a->grad) assert_memory_equal(a->grad, b->grad, (size_t)a->numel * sizeof(float));
+            matched++;
+        }
+    }
+    assert_int_equal(matched, rp_params_count(wp));
+    rp_tape_destroy(t);
+    for (int s = 0; s < 3; s++)
+        rp_resnet_destroy(part[s]);
+    rp_resnet_destroy(whole);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parameter_counts),     cmocka_unit_test(test_output_shapes),
-        cmocka_unit_test(test_resnet18_forward),     cmocka_unit_test(test_loss_falls),
+        cmocka_unit_test(test_parameter_counts),
+        cmocka_unit_test(test_output_shapes),
+        cmocka_unit_test(test_resnet18_forward),
+        cmocka_unit_test(test_loss_falls),
         cmocka_unit_test(test_bn_comm_matches_hook),
+        cmocka_unit_test(test_units_describe_the_network),
+        cmocka_unit_test(test_partition),
+        cmocka_unit_test(test_split_chain_is_the_network),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

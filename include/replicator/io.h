@@ -281,6 +281,18 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
 rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
                                        const rp_params *params, const char *prefix);
 
+/*
+ * The same two reads for a worker that holds part of a model (a stage of a
+ * network split across workers): tensors under `prefix` that `params` does
+ * not hold belong to other workers and are left alone instead of refused.
+ * Everything else is checked as above (each of this part's tensors present,
+ * with its dtype and shape; all or nothing).
+ */
+rp_status rp_checkpoint_read_params_part(const rp_checkpoint *ck, rp_params *params,
+                                         const char *prefix);
+rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimizer *opt,
+                                            const rp_params *params, const char *prefix);
+
 /* ---- images (PNG) ------------------------------------------------------------ */
 
 /*

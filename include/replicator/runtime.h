@@ -548,9 +548,11 @@ rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_pa
  */
 
 /*
- * Whether the replicator's optimizers hold a shard of their state each
- * (ZeRO-1), so that rp_replica_optimizer_fetch() must gather it before a
- * checkpoint is written. False for NULL.
+ * Whether a replica's state is held in pieces, so that it must be gathered
+ * before a checkpoint is written: the replicator's optimizers hold a shard
+ * of their state each (ZeRO-1; rp_replica_optimizer_fetch() gathers it), or
+ * a replica of the first role spans several workers (model x pipe > 1:
+ * each holds its part of the model; the model gathers them). False for NULL.
  */
 bool rp_replicator_sharded(const rp_replicator *r);
 

@@ -190,10 +190,13 @@ typedef struct rp_trainer_model {
      * independently (async): makes the job's state every replica's
      * (rp_replica_optimizer_fetch(), averaging per-replica buffers), so that
      * evaluation and the checkpoint see one model. Also before each
-     * checkpoint when the optimizers hold a shard of their state each
-     * (ZeRO-1, rp_replicator_sharded()): rp_replica_optimizer_fetch() then
-     * gathers it into replica 0's optimizer; the replicas step in lockstep
-     * (rp_replica_lockstep), their buffers are equal already.
+     * checkpoint when a replica's state is held in pieces
+     * (rp_replicator_sharded()): ZeRO-1's optimizer shards,
+     * which rp_replica_optimizer_fetch() gathers into replica 0's
+     * optimizer, or a replica spanning several workers (model or pipe axis),
+     * whose parts the model gathers into the state save() sees (local
+     * replica 0's of the process of worker 0); the replicas step in
+     * lockstep (rp_replica_lockstep), their buffers are equal already.
      */
     rp_status (*settle)(rp_replica *rep, void *ctx, void *state);
     /*

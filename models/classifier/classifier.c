@@ -14,19 +14,45 @@ bool rp_classifier_known_model(const char *model)
     return model && (!strcmp(model, "mlp") || rp_resnet_kind_parse(model, &k));
 }
 
-rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h,
-                                   int w, int c, int classes, rp_comm *bn_comm)
+rp_status rp_classifier_net_create_part(rp_classifier_net *net, const rp_classifier_config *cfg,
+                                        int h, int w, int c, int classes,
+                                        const rp_classifier_place *place)
 {
     memset(net, 0, sizeof *net);
+    int stages = place && place->stages > 1 ? place->stages : 1,
+        stage = place && place->stages > 1 ? place->stage : 0;
+    net->stage = stage;
+    net->stages = stages;
+    if (stage < 0 || stage >= stages)
+        return RP_ERROR(RP_ERR_INVALID, "stage %d of a network cut into %d stages", stage, stages);
     rp_resnet_kind kind;
     if (rp_resnet_kind_parse(cfg->model, &kind)) {
         rp_resnet_config rc = rp_resnet_config_default(kind);
         rc.in_channels = c;
         rc.classes = classes;
-        rc.bn_comm = bn_comm;
+        rc.bn_comm = place ? place->bn_comm : NULL;
+        if (stages > 1) {
+            int bounds[RP_RESNET_MAX_UNITS + 1];
+            RP_CHECK(rp_resnet_partition(&rc, h, w, stages, bounds));
+            rc.first_unit = bounds[stage];
+            rc.last_unit = bounds[stage + 1];
+        }
         return rp_resnet_create(&net->resnet, &rc, cfg->seed);
     }
+    if (stages > 1)
+        return RP_ERROR(
+            RP_ERR_UNSUPPORTED,
+            "%s cannot be cut into %d stages: only the ResNets are (resnet20, resnet18, "
+            "resnet50); drop --model-parallel",
+            cfg->model, stages);
     return rp_mlp_create(&net->mlp, h * w * c, cfg->hidden, cfg->n_hidden, classes, cfg->seed);
+}
+
+rp_status rp_classifier_net_create(rp_classifier_net *net, const rp_classifier_config *cfg, int h,
+                                   int w, int c, int classes, rp_comm *bn_comm)
+{
+    rp_classifier_place place = {.bn_comm = bn_comm, .stage = 0, .stages = 1};
+    return rp_classifier_net_create_part(net, cfg, h, w, c, classes, &place);
 }
 
 void rp_classifier_net_destroy(rp_classifier_net *net)
@@ -76,13 +102,96 @@ rp_status rp_classifier_evaluate(rp_tape *t, const rp_classifier_net *net, const
                                  const float *mean, const float *std, int replica, int replicas,
                                  rp_classifier_eval *r)
 {
+    return rp_classifier_evaluate_stages(t, net, test, mean, std, replica, replicas, NULL, r);
+}
+
+/* Messages between stages in evaluation, on the pipe's channels: a tag above the pipeline's
+ * micro-batch numbers and below the 4095 tags of the MPI backend. */
+#define EVAL_TAG 4002
+
+/* Scores a batch's logits: the loss sum and the count of correct top-1 predictions. */
+static rp_status score(rp_tape *t, rp_tensor *logits, const int32_t *labels, int n,
+                       double *loss_sum, int64_t *correct)
+{
+    rp_tensor *loss = rp_softmax_cross_entropy(t, logits, labels);
+    if (!loss) return rp_last_status();
+    *loss_sum += (double)rp_item(loss) * n;
+    int classes = logits->shape[1];
+    for (int i = 0; i < n; i++) {
+        const float *row = logits->data + (int64_t)i * classes;
+        int best = 0;
+        for (int k = 1; k < classes; k++)
+            if (row[k] > row[best]) best = k;
+        *correct += best == labels[i];
+    }
+    return RP_OK;
+}
+
+/*
+ * One stage's side of the evaluation: stage 0 reads the batches (from its loader), the others
+ * receive them from the stage before; each but the last passes its output on.
+ */
+static rp_status evaluate_loop(rp_tape *t, const rp_classifier_net *net, rp_loader *ld,
+                               rp_comm *pipe, int stage, int stages, int32_t *labels, int max_n,
+                               double *loss_sum, int64_t *correct, int64_t *seen)
+{
+    bool last = stage == stages - 1;
+    for (int64_t s = 0;; s++) {
+        rp_tape_reset(t);
+        rp_tensor *x;
+        int n;
+        if (stage == 0) {
+            if (s == rp_loader_steps_per_epoch(ld)) break;
+            rp_batch b;
+            RP_CHECK(rp_loader_next(ld, &b));
+            x = rp_tensor_from(t, 4, (int[]){b.n, b.h, b.w, b.c}, b.x);
+            memcpy(labels, b.y, (size_t)b.n * sizeof *labels);
+            n = b.n;
+        } else {
+            int32_t shape[4];
+            RP_CHECK(rp_comm_recv(pipe, shape, 4, RP_I32, stage - 1, EVAL_TAG));
+            if (shape[0] == 0) break;
+            if (shape[0] < 0 || shape[0] > max_n)
+                return RP_ERROR(RP_ERR_FORMAT, "evaluation stage %d: a batch of %d from stage %d",
+                                stage, shape[0], stage - 1);
+            x = rp_tensor_new(t, 4, (int[]){shape[0], shape[1], shape[2], shape[3]});
+            if (!x) return rp_last_status();
+            RP_CHECK(rp_comm_recv(pipe, x->data, x->numel, RP_F32, stage - 1, EVAL_TAG));
+            RP_CHECK(rp_comm_recv(pipe, labels, shape[0], RP_I32, stage - 1, EVAL_TAG));
+            n = shape[0];
+        }
+        rp_tensor *y = rp_classifier_net_forward(t, net, x, false);
+        if (!y) return rp_last_status();
+        if (last) {
+            RP_CHECK(score(t, y, labels, n, loss_sum, correct));
+            *seen += n;
+            continue;
+        }
+        int32_t shape[4] = {y->shape[0], y->shape[1], y->shape[2], y->shape[3]};
+        RP_CHECK(rp_comm_send(pipe, shape, 4, RP_I32, stage + 1, EVAL_TAG));
+        RP_CHECK(rp_comm_send(pipe, y->data, y->numel, RP_F32, stage + 1, EVAL_TAG));
+        RP_CHECK(rp_comm_send(pipe, labels, n, RP_I32, stage + 1, EVAL_TAG));
+    }
+    if (!last)
+        RP_CHECK(rp_comm_send(pipe, (int32_t[]){0, 0, 0, 0}, 4, RP_I32, stage + 1, EVAL_TAG));
+    return RP_OK;
+}
+
+rp_status rp_classifier_evaluate_stages(rp_tape *t, const rp_classifier_net *net,
+                                        const rp_dataset *test, const float *mean, const float *std,
+                                        int replica, int replicas, rp_comm *pipe,
+                                        rp_classifier_eval *r)
+{
     rp_status status = RP_OK;
     rp_loader *ld = NULL;
+    int32_t *labels = NULL;
+    int stages = pipe ? rp_comm_size(pipe) : 1, stage = pipe ? rp_comm_rank(pipe) : 0;
     rp_loader_config lc = rp_loader_config_default();
     /* About 256 images per test batch in all, whatever the replica count: each replica's arena
        holds one batch's activations, so the memory of evaluation does not grow with replicas. */
     int per = (256 + replicas - 1) / replicas;
-    lc.global_batch = (per < 16 ? 16 : per) * replicas;
+    if (per < 16) per = 16;
+    lc.global_batch = per * replicas;
     lc.replica = replica;
     lc.replicas = replicas;
     lc.shuffle = false;
@@ -93,31 +202,20 @@ rp_status rp_classifier_evaluate(rp_tape *t, const rp_classifier_net *net, const
         lc.mean[c] = mean[c];
         lc.std[c] = std[c];
     }
-    RP_TRY(rp_loader_create(&ld, test, &lc));
+    labels = rp_alloc((size_t)per * sizeof *labels);
+    if (!labels) return rp_last_status();
+    if (stage == 0) RP_TRY(rp_loader_create(&ld, test, &lc));
     int64_t correct = 0, seen = 0;
     double loss_sum = 0;
     rp_tape_set_recording(t, false);
-    for (int64_t s = 0; s < rp_loader_steps_per_epoch(ld); s++) {
-        rp_batch b;
-        RP_TRY(rp_loader_next(ld, &b));
-        rp_tape_reset(t);
-        rp_tensor *x = rp_tensor_from(t, 4, (int[]){b.n, b.h, b.w, b.c}, b.x);
-        rp_tensor *logits = rp_classifier_net_forward(t, net, x, false);
-        rp_tensor *loss = rp_softmax_cross_entropy(t, logits, b.y);
-        if (!loss) {
-            status = rp_last_status();
-            goto cleanup;
-        }
-        loss_sum += (double)rp_item(loss) * b.n;
-        int classes = logits->shape[1];
-        for (int i = 0; i < b.n; i++) {
-            const float *row = logits->data + (int64_t)i * classes;
-            int best = 0;
-            for (int k = 1; k < classes; k++)
-                if (row[k] > row[best]) best = k;
-            correct += best == b.y[i];
-        }
-        seen += b.n;
+    RP_TRY(evaluate_loop(t, net, ld, pipe, stage, stages, labels, per, &loss_sum, &correct, &seen));
+    if (stages > 1) {
+        /* The last stage scored the batches: every stage returns its sums. */
+        double sums[3] = {loss_sum, (double)correct, (double)seen};
+        RP_TRY(rp_comm_broadcast(pipe, sums, 3, RP_F64, stages - 1));
+        loss_sum = sums[0];
+        correct = (int64_t)sums[1];
+        seen = (int64_t)sums[2];
     }
     r->loss = seen ? loss_sum / (double)seen : 0;
     r->accuracy = seen ? (double)correct / (double)seen : 0;
@@ -128,6 +226,7 @@ cleanup:
     rp_tape_set_recording(t, true);
     rp_tape_reset(t);
     rp_loader_destroy(ld);
+    rp_free(labels);
     return status;
 }
 

@@ -37,16 +37,47 @@ typedef struct rp_classifier_config {
     int pad;
     int64_t limit;  /* the first N training samples (0: all) */
     int image_size; /* images padded to image_size x image_size, centred (0: as stored) */
+    /*
+     * A replica that spans several workers on the pipe axis (the runtime's mesh: rp_role.pipe)
+     * holds one stage of the ResNet each (logical devices, rp_resnet_partition) and trains
+     * with this schedule over micro_batches micro-batches of its batch (rp_pipeline_run):
+     * RP_PIPE_GPIPE with 1 micro-batch is TF-Replicator's plain model parallelism. Unused on a
+     * replica of one worker.
+     */
+    rp_pipe_schedule schedule;
+    int micro_batches; /* 0 or 1: the whole per-replica batch at once */
 } rp_classifier_config;
 
 /* true if `model` names a classifier this file builds. */
 bool rp_classifier_known_model(const char *model);
 
-/* The network: an MLP or a ResNet behind one face. */
+/* The network: an MLP or a ResNet behind one face, or one stage of a ResNet. */
 typedef struct rp_classifier_net {
     rp_mlp *mlp;
     rp_resnet *resnet;
+    int stage, stages; /* this stage of the network cut into `stages` (1: the whole network) */
 } rp_classifier_net;
+
+/* Where one worker's part of the network sits. */
+typedef struct rp_classifier_place {
+    rp_comm *bn_comm; /* cross-replica batch norm over its members, or NULL */
+    int stage;        /* this worker's stage ... */
+    int stages;       /* ... of the network cut into `stages` (0 or 1: the whole network) */
+} rp_classifier_place;
+
+/*
+ * Builds stage place->stage of cfg->model's network cut into place->stages
+ * stages of balanced cost (rp_resnet_partition) for h x w x c images: its
+ * parameters only, each with the whole network's initial value. Stage 0
+ * takes the images, the last stage returns the logits, the others an
+ * activation (rp_classifier_net_forward). Errors: RP_ERR_UNSUPPORTED (an
+ * MLP cut into stages: only the ResNets are), RP_ERR_INVALID (a stage
+ * outside [0, stages), more stages than the network has units), those of
+ * rp_mlp_create/rp_resnet_create.
+ */
+rp_status rp_classifier_net_create_part(rp_classifier_net *net, const rp_classifier_config *cfg,
+                                        int h, int w, int c, int classes,
+                                        const rp_classifier_place *place);
 
 /*
  * Builds the network of cfg->model for h x w x c images and `classes`, from
@@ -82,6 +113,21 @@ typedef struct rp_classifier_eval {
 rp_status rp_classifier_evaluate(rp_tape *t, const rp_classifier_net *net, const rp_dataset *test,
                                  const float *mean, const float *std, int replica, int replicas,
                                  rp_classifier_eval *r);
+
+/*
+ * The same for a network cut into stages, one per member of `pipe` (stage i
+ * is rank i; the runtime's pipe axis): stage 0 reads the test batches and
+ * each stage passes its activations and the labels on to the next
+ * (rp_comm_send; a header with the batch's shape first, a batch of 0 ends
+ * it); the last stage scores them, and every stage gets its sums (a
+ * broadcast from the last). Every member calls it at once. With a pipe of
+ * one member it is rp_classifier_evaluate. Errors: the comm's, and those
+ * of rp_classifier_evaluate.
+ */
+rp_status rp_classifier_evaluate_stages(rp_tape *t, const rp_classifier_net *net,
+                                        const rp_dataset *test, const float *mean, const float *std,
+                                        int replica, int replicas, rp_comm *pipe,
+                                        rp_classifier_eval *r);
 
 /*
  * The trainer's context: the datasets and their normalisation, and what

@@ -27,6 +27,7 @@ struct rp_resnet {
     resnet_block blocks[MAX_BLOCKS];
     int n_blocks;
     rp_linear_layer fc;
+    int first, last; /* the units built and run: [first, last) */
 };
 
 rp_resnet_config rp_resnet_config_default(rp_resnet_kind kind)
@@ -112,6 +113,64 @@ static void layout(rp_resnet_kind kind, int *stages, int counts[4], int widths[4
     *bottleneck = kind == RP_RESNET50;
 }
 
+/* The kind's unit count: the stem, the blocks and the head. */
+int rp_resnet_units(rp_resnet_kind kind)
+{
+    int stages, counts[4], widths[4];
+    bool bottleneck;
+    if (kind < RP_RESNET20 || kind > RP_RESNET50) return 0;
+    layout(kind, &stages, counts, widths, &bottleneck);
+    int blocks = 0;
+    for (int s = 0; s < stages; s++)
+        blocks += counts[s];
+    return blocks + 2;
+}
+
+/*
+ * One block of the chain as the layout lays it out: its input channels, width, stride and output
+ * channels. Block b counts from 0 (unit b + 1).
+ */
+typedef struct block_shape {
+    char prefix[32];
+    int in, width, stride, out;
+} block_shape;
+
+static int block_shapes(rp_resnet_kind kind, int stem_channels, block_shape *out, bool *bottleneck)
+{
+    int stages, counts[4], widths[4], n = 0, channels = stem_channels;
+    layout(kind, &stages, counts, widths, bottleneck);
+    for (int s = 0; s < stages; s++) {
+        for (int i = 0; i < counts[s]; i++) {
+            block_shape *b = &out[n++];
+            snprintf(b->prefix, sizeof b->prefix, "stage%d.block%d", s + 1, i);
+            b->in = channels;
+            b->width = widths[s];
+            b->stride = (i == 0 && s > 0) ? 2 : 1;
+            b->out = *bottleneck ? 4 * widths[s] : widths[s];
+            channels = b->out;
+        }
+    }
+    return n;
+}
+
+static int conv_out(int x, int k, int stride, int pad)
+{
+    return (x + 2 * pad - k) / stride + 1;
+}
+
+/* A valid unit range: [first, last) inside the chain, last 0 meaning its end. */
+static rp_status unit_range(const rp_resnet_config *cfg, int *first, int *last)
+{
+    int units = rp_resnet_units(cfg->kind);
+    *first = cfg->first_unit;
+    *last = cfg->last_unit ? cfg->last_unit : units;
+    if (*first < 0 || *first >= *last || *last > units)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_resnet_create: units [%d, %d) are not a range of %s's %d units",
+                        cfg->first_unit, cfg->last_unit, rp_resnet_kind_name(cfg->kind), units);
+    return RP_OK;
+}
+
 rp_status rp_resnet_create(rp_resnet **out, const rp_resnet_config *cfg, uint64_t seed)
 {
     if (!out || !cfg || cfg->in_channels < 1 || cfg->classes < 1 || cfg->kind < RP_RESNET20 ||
@@ -123,42 +182,41 @@ rp_status rp_resnet_create(rp_resnet **out, const rp_resnet_config *cfg, uint64_
     if (cfg->bn_comm && cfg->bn_reduce)
         return RP_ERROR(RP_ERR_INVALID, "rp_resnet_create: both bn_comm and bn_reduce are set; "
                                         "cross-replica batch norm takes one (bn_comm)");
+    int first, last;
+    RP_CHECK(unit_range(cfg, &first, &last));
     rp_status status = RP_OK;
     rp_resnet *net = rp_calloc(sizeof *net);
     if (!net) return rp_last_status();
     net->cfg = *cfg;
+    net->first = first;
+    net->last = last;
     RP_TRY(rp_params_create(&net->params));
 
-    int stages, counts[4], widths[4];
+    bool imagenet = cfg->kind != RP_RESNET20;
+    int stem_channels = imagenet ? 64 : 16;
+    block_shape shapes[MAX_BLOCKS];
     bool bottleneck;
-    layout(cfg->kind, &stages, counts, widths, &bottleneck);
-    int channels = widths[0];
-    if (cfg->kind == RP_RESNET20) {
+    net->n_blocks = block_shapes(cfg->kind, stem_channels, shapes, &bottleneck);
+    if (first == 0) {
         RP_TRY(conv_bn(net->params, "stem", 0, &net->stem, &net->stem_bn, cfg->in_channels,
-                       channels, 3, 1, cfg));
-    } else {
-        RP_TRY(conv_bn(net->params, "stem", 0, &net->stem, &net->stem_bn, cfg->in_channels,
-                       channels, 7, 2, cfg));
-        net->stem_pool = true;
+                       stem_channels, imagenet ? 7 : 3, imagenet ? 2 : 1, cfg));
+        net->stem_bn.p.relu = true;
     }
-    net->stem_bn.p.relu = true;
-    for (int s = 0; s < stages; s++) {
-        for (int i = 0; i < counts[s]; i++) {
-            char prefix[32];
-            snprintf(prefix, sizeof prefix, "stage%d.block%d", s + 1, i);
-            int stride = (i == 0 && s > 0) ? 2 : 1;
-            resnet_block *b = &net->blocks[net->n_blocks++];
-            RP_TRY(block_init(net, b, prefix, channels, widths[s], stride, bottleneck));
-            channels = bottleneck ? 4 * widths[s] : widths[s];
-        }
+    net->stem_pool = imagenet;
+    for (int i = 0; i < net->n_blocks; i++) {
+        if (i + 1 < first || i + 1 >= last) continue;
+        const block_shape *b = &shapes[i];
+        RP_TRY(block_init(net, &net->blocks[i], b->prefix, b->in, b->width, b->stride, bottleneck));
     }
-    RP_TRY(rp_linear_layer_init(&net->fc, net->params, "fc", channels, cfg->classes, true, false));
+    if (last == net->n_blocks + 2)
+        RP_TRY(rp_linear_layer_init(&net->fc, net->params, "fc", shapes[net->n_blocks - 1].out,
+                                    cfg->classes, true, false));
     RP_TRY(rp_params_finalize(net->params, seed));
     if (cfg->zero_init_residual) {
         for (int i = 0; i < net->n_blocks; i++) {
             resnet_block *b = &net->blocks[i];
             rp_tensor *gamma = b->bn[b->bottleneck ? 2 : 1].gamma;
-            memset(gamma->data, 0, (size_t)gamma->numel * sizeof(float));
+            if (gamma) memset(gamma->data, 0, (size_t)gamma->numel * sizeof(float));
         }
     }
     *out = net;
@@ -166,6 +224,126 @@ rp_status rp_resnet_create(rp_resnet **out, const rp_resnet_config *cfg, uint64_
 cleanup:
     rp_resnet_destroy(net);
     return status;
+}
+
+rp_status rp_resnet_unit_info_get(const rp_resnet_config *cfg, int h, int w, int unit,
+                                  rp_resnet_unit_info *info)
+{
+    if (!cfg || !info || cfg->kind < RP_RESNET20 || cfg->kind > RP_RESNET50 || h < 1 || w < 1 ||
+        cfg->in_channels < 1 || cfg->classes < 1)
+        return RP_ERROR(RP_ERR_INVALID, "rp_resnet_unit_info_get: bad arguments (%d x %d images)",
+                        h, w);
+    int units = rp_resnet_units(cfg->kind);
+    if (unit < 0 || unit >= units)
+        return RP_ERROR(RP_ERR_INVALID, "rp_resnet_unit_info_get: unit %d; %s has units 0 to %d",
+                        unit, rp_resnet_kind_name(cfg->kind), units - 1);
+    bool imagenet = cfg->kind != RP_RESNET20;
+    int stem_channels = imagenet ? 64 : 16;
+    block_shape shapes[MAX_BLOCKS];
+    bool bottleneck;
+    int n_blocks = block_shapes(cfg->kind, stem_channels, shapes, &bottleneck);
+    memset(info, 0, sizeof *info);
+    /* Walk the chain up to the unit, tracking the spatial size. */
+    int k = imagenet ? 7 : 3, stride = imagenet ? 2 : 1;
+    int oh = conv_out(h, k, stride, k / 2), ow = conv_out(w, k, stride, k / 2);
+    if (unit == 0) {
+        snprintf(info->name, sizeof info->name, "stem");
+        info->params = (int64_t)k * k * cfg->in_channels * stem_channels + 2 * stem_channels;
+        info->buffers = 2 * stem_channels;
+        info->flops = 2.0 * oh * ow * k * k * cfg->in_channels * stem_channels;
+    }
+    if (imagenet) {
+        oh = conv_out(oh, 3, 2, 1);
+        ow = conv_out(ow, 3, 2, 1);
+    }
+    info->out_h = oh;
+    info->out_w = ow;
+    info->out_c = stem_channels;
+    for (int i = 0; i < n_blocks && i + 1 <= unit; i++) {
+        const block_shape *b = &shapes[i];
+        int ih = oh, iw = ow;
+        oh = conv_out(ih, 3, b->stride, 1);
+        ow = conv_out(iw, 3, b->stride, 1);
+        if (i + 1 < unit) continue;
+        snprintf(info->name, sizeof info->name, "%.31s", b->prefix);
+        /* (in, out, k, spatial size of the output) of each convolution */
+        int convs[4][4], n = 0;
+        if (bottleneck) {
+            memcpy(convs[n++], (int[]){b->in, b->width, 1, 0}, sizeof convs[0]);
+            memcpy(convs[n++], (int[]){b->width, b->width, 3, 1}, sizeof convs[0]);
+            memcpy(convs[n++], (int[]){b->width, b->out, 1, 1}, sizeof convs[0]);
+        } else {
+            memcpy(convs[n++], (int[]){b->in, b->width, 3, 1}, sizeof convs[0]);
+            memcpy(convs[n++], (int[]){b->width, b->out, 3, 1}, sizeof convs[0]);
+        }
+        if (b->stride != 1 || b->in != b->out)
+            memcpy(convs[n++], (int[]){b->in, b->out, 1, 1}, sizeof convs[0]);
+        for (int c = 0; c < n; c++) {
+            /* convs[c][3]: 0 at the input's size (a bottleneck's first 1x1), 1 at the output's */
+            double pixels = convs[c][3] ? (double)oh * ow : (double)ih * iw;
+            info->params +=
+                (int64_t)convs[c][2] * convs[c][2] * convs[c][0] * convs[c][1] + 2 * convs[c][1];
+            info->buffers += 2 * convs[c][1];
+            info->flops += 2.0 * pixels * convs[c][2] * convs[c][2] * convs[c][0] * convs[c][1];
+        }
+        info->out_h = oh;
+        info->out_w = ow;
+        info->out_c = b->out;
+    }
+    if (unit == n_blocks + 1) {
+        int c = shapes[n_blocks - 1].out;
+        snprintf(info->name, sizeof info->name, "head");
+        info->params = (int64_t)c * cfg->classes + cfg->classes;
+        info->flops = 2.0 * c * cfg->classes + (double)oh * ow * c;
+        info->out_h = info->out_w = 1;
+        info->out_c = cfg->classes;
+    }
+    return RP_OK;
+}
+
+rp_status rp_resnet_partition(const rp_resnet_config *cfg, int h, int w, int stages, int *bounds)
+{
+    if (!cfg || !bounds) return RP_ERROR(RP_ERR_INVALID, "rp_resnet_partition: NULL argument");
+    int units = rp_resnet_units(cfg->kind);
+    if (stages < 1 || stages > units)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "cannot cut %s into %d stages: it has %d units (the stem, %d blocks, the "
+                        "head), so 1 to %d stages",
+                        rp_resnet_kind_name(cfg->kind), stages, units, units - 2, units);
+    double cost[MAX_BLOCKS + 2], prefix[MAX_BLOCKS + 3] = {0};
+    for (int u = 0; u < units; u++) {
+        rp_resnet_unit_info info;
+        RP_CHECK(rp_resnet_unit_info_get(cfg, h, w, u, &info));
+        cost[u] = info.flops;
+        prefix[u + 1] = prefix[u] + cost[u];
+    }
+    /*
+     * best[s][u]: the smallest largest-stage cost of cutting units [0, u) into s stages; the
+     * chain is short (at most 18 units), so the full table is cheap.
+     */
+    double best[MAX_BLOCKS + 3][MAX_BLOCKS + 3];
+    int cut[MAX_BLOCKS + 3][MAX_BLOCKS + 3];
+    for (int u = 1; u <= units; u++) {
+        best[1][u] = prefix[u];
+        cut[1][u] = 0;
+    }
+    for (int s = 2; s <= stages; s++) {
+        for (int u = s; u <= units; u++) {
+            best[s][u] = -1;
+            for (int v = s - 1; v < u; v++) {
+                double here = prefix[u] - prefix[v],
+                       worst = best[s - 1][v] > here ? best[s - 1][v] : here;
+                if (best[s][u] < 0 || worst < best[s][u]) {
+                    best[s][u] = worst;
+                    cut[s][u] = v;
+                }
+            }
+        }
+    }
+    bounds[stages] = units;
+    for (int s = stages; s >= 1; s--)
+        bounds[s - 1] = cut[s][bounds[s]];
+    return RP_OK;
 }
 
 void rp_resnet_destroy(rp_resnet *net)
@@ -214,17 +392,21 @@ rp_tensor *rp_resnet_forward_features(rp_tape *t, const rp_resnet *net, rp_tenso
                                       rp_tensor **features)
 {
     if (features) *features = NULL;
-    if (x && (x->ndim != 4 || x->shape[3] != net->cfg.in_channels)) {
+    if (x && net->first == 0 && (x->ndim != 4 || x->shape[3] != net->cfg.in_channels)) {
         char s[64];
         RP_ERROR(RP_ERR_SHAPE, "%s expects NHWC input with %d channels, got %s",
                  rp_resnet_kind_name(net->cfg.kind), net->cfg.in_channels,
                  rp_shape_str(x, s, sizeof s));
         return NULL;
     }
-    x = conv_bn_forward(t, &net->stem, &net->stem_bn, x, training); /* ReLU fused into the BN */
-    if (net->stem_pool) x = rp_max_pool2d(t, x, (rp_pool_params){3, 2, 1});
+    if (net->first == 0) {
+        x = conv_bn_forward(t, &net->stem, &net->stem_bn, x, training); /* ReLU fused in the BN */
+        if (net->stem_pool) x = rp_max_pool2d(t, x, (rp_pool_params){3, 2, 1});
+    }
     for (int i = 0; i < net->n_blocks; i++)
-        x = block_forward(t, &net->blocks[i], x, training, net->cfg.recompute_bn);
+        if (i + 1 >= net->first && i + 1 < net->last)
+            x = block_forward(t, &net->blocks[i], x, training, net->cfg.recompute_bn);
+    if (net->last < net->n_blocks + 2) return x;
     rp_tensor *pooled = rp_global_avg_pool(t, x);
     if (features) *features = pooled;
     return rp_linear_layer_forward(t, &net->fc, pooled);

@@ -40,6 +40,14 @@ typedef struct rp_resnet_config {
      * noise of the step time (docs/benchmarks.md, "Memory and speed"). Default true.
      */
     bool recompute_bn;
+    /*
+     * Logical devices: build and run units [first_unit, last_unit) only (see "Units" below), the
+     * worker's stage of a network split across workers. 0 and 0 (the default): every unit, the
+     * whole network. Each parameter built has its whole network's initial value under the same
+     * seed (values depend on the seed and the parameter's name only), so the stages of a split
+     * network together start as the unsplit one.
+     */
+    int first_unit, last_unit;
 } rp_resnet_config;
 
 rp_resnet_config rp_resnet_config_default(rp_resnet_kind kind);
@@ -70,5 +78,48 @@ rp_tensor *rp_resnet_forward(rp_tape *t, const rp_resnet *net, rp_tensor *x, boo
  */
 rp_tensor *rp_resnet_forward_features(rp_tape *t, const rp_resnet *net, rp_tensor *x, bool training,
                                       rp_tensor **features);
+
+/*
+ * Units. A ResNet is a chain of units, the pieces a network split across
+ * workers is cut between: unit 0 is the stem (convolution, batch norm and
+ * ReLU, and the ImageNet stem's max pool), units 1 .. B the residual blocks
+ * in order, unit B + 1 the head (global average pool and the classifier).
+ * ResNet-20 has 11 units, ResNet-18 10, ResNet-50 18. A network built with
+ * units [a, b) (rp_resnet_config.first_unit/last_unit) takes, in
+ * rp_resnet_forward, the images when a = 0 and otherwise the activation unit
+ * a - 1 returns, [N, H, W, C] as rp_resnet_unit_info says; it returns unit
+ * b - 1's output: the logits when it holds the head, else an activation.
+ */
+int rp_resnet_units(rp_resnet_kind kind);
+#define RP_RESNET_MAX_UNITS 18 /* ResNet-50's */
+
+/* What one unit is: its name ("stem", "stage2.block0", "head"), its trainable parameters and
+ * batch-norm buffers, its forward FLOPs per example (multiply-adds x 2 of its convolutions and
+ * its classifier), and its output per example, h x w x c (head: 1 x 1 x classes). */
+typedef struct rp_resnet_unit_info {
+    char name[32];
+    int64_t params;  /* trainable values */
+    int64_t buffers; /* running statistics */
+    double flops;    /* forward, per example */
+    int out_h, out_w, out_c;
+} rp_resnet_unit_info;
+
+/*
+ * Unit `unit` of cfg's network for h x w images (cfg->in_channels,
+ * cfg->classes; first_unit/last_unit ignored). Errors: RP_ERR_INVALID (NULL,
+ * a bad kind, h or w below 1, unit outside [0, rp_resnet_units)).
+ */
+rp_status rp_resnet_unit_info_get(const rp_resnet_config *cfg, int h, int w, int unit,
+                                  rp_resnet_unit_info *info);
+
+/*
+ * Cuts cfg's network into `stages` contiguous runs of units of balanced cost
+ * (the largest stage's forward FLOPs as small as it can be): stage s holds
+ * units [bounds[s], bounds[s + 1]), bounds[0] = 0, bounds[stages] = the unit
+ * count, every stage at least one unit. bounds holds stages + 1 ints.
+ * Errors: RP_ERR_INVALID (NULL, stages below 1 or above the unit count,
+ * naming both, and rp_resnet_unit_info_get's).
+ */
+rp_status rp_resnet_partition(const rp_resnet_config *cfg, int h, int w, int stages, int *bounds);
 
 #endif

@@ -529,13 +529,14 @@ static void problem_add(ckpt_problems *p, const char *fmt, ...)
  * failed read leaves the destination as it was.
  */
 static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckpt_want *want, int n,
-                          const char *what)
+                          const char *what, bool part)
 {
     ckpt_problems p;
     memset(&p, 0, sizeof p);
     char a[96], b[96];
     size_t plen = prefix ? strlen(prefix) : 0;
     /* found[k]: tensor k is wanted, so that finding the unexpected ones takes one pass. */
+    if (part) plen = 0; /* a part of the model: the rest of the checkpoint is other workers' */
     bool *found = plen > 0 ? rp_calloc((size_t)(ck->n_tensors > 0 ? ck->n_tensors : 1)) : NULL;
     if (plen > 0 && !found) return rp_last_status();
     for (int i = 0; i < n; i++) {
@@ -620,7 +621,8 @@ rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, c
     return RP_OK;
 }
 
-rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix)
+static rp_status read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix,
+                             bool part)
 {
     if (!ck || !params) {
         return RP_ERROR(RP_ERR_INVALID,
@@ -638,7 +640,7 @@ rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, 
         rp_tensor *t = rp_params_at(params, i);
         RP_TRY(want_param(&want[i], prefix, t, t->data));
     }
-    RP_TRY(read_set(ck, prefix, want, n, "model"));
+    RP_TRY(read_set(ck, prefix, want, n, "model", part));
 cleanup:
     rp_free(want);
     return status;
@@ -736,8 +738,8 @@ cleanup:
     return status;
 }
 
-rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
-                                       const rp_params *params, const char *prefix)
+static rp_status read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt, const rp_params *params,
+                                const char *prefix, bool part)
 {
     if (!ck || !opt || !params) {
         return RP_ERROR(RP_ERR_INVALID,
@@ -753,9 +755,32 @@ rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *op
     ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
     if (!want) return rp_last_status();
     RP_TRY(optimizer_wants(want, params, prefix, state, slots, lo, hi, &steps));
-    RP_TRY(read_set(ck, prefix, want, n, "optimizer"));
+    RP_TRY(read_set(ck, prefix, want, n, "optimizer", part));
     rp_optimizer_set_steps(opt, steps);
 cleanup:
     rp_free(want);
     return status;
+}
+
+rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix)
+{
+    return read_params(ck, params, prefix, false);
+}
+
+rp_status rp_checkpoint_read_params_part(const rp_checkpoint *ck, rp_params *params,
+                                         const char *prefix)
+{
+    return read_params(ck, params, prefix, true);
+}
+
+rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
+                                       const rp_params *params, const char *prefix)
+{
+    return read_optimizer(ck, opt, params, prefix, false);
+}
+
+rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimizer *opt,
+                                            const rp_params *params, const char *prefix)
+{
+    return read_optimizer(ck, opt, params, prefix, true);
 }

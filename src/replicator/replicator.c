@@ -1081,7 +1081,8 @@ rp_status rp_replica_clip_grad_norm(rp_replica *rep, rp_optimizer *opt, float ma
 
 bool rp_replicator_sharded(const rp_replicator *r)
 {
-    return r && r->strategy->sharded;
+    /* The first role's replicas: ZeRO-1's optimizer shards, or a replica spanning workers. */
+    return r && (r->strategy->sharded || r->roles[0].model * r->roles[0].pipe > 1);
 }
 
 bool rp_replica_lockstep(const rp_replica *rep)

@@ -285,7 +285,10 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
             goto cleanup;
         }
     }
-    t->root = rp_replica_id(rp_replicator_replica(t->rep, 0)) == 0;
+    /* The root holds replica 0's first worker (a replica may span workers, and processes). */
+    const rp_replica *first = rp_replicator_replica(t->rep, 0);
+    t->root = rp_replica_id(first) == 0 && rp_replica_coord(first, RP_AXIS_MODEL) == 0 &&
+              rp_replica_coord(first, RP_AXIS_PIPE) == 0;
     if (!t->root) t->cfg.quiet = true;
     t->tty = isatty(STDERR_FILENO) && !t->cfg.quiet;
     t->local = rp_replicator_local_replicas(t->rep);
