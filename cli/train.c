@@ -45,6 +45,8 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             snprintf(o->regime, sizeof o->regime, "%s", cli->regime);
         } else if (!strcmp(argv[i], "--ps")) {
             o->ps = cli->ps;
+        } else if (!strcmp(argv[i], "--sync-groups")) {
+            o->sync_groups = cli->sync_groups;
         } else if (!strcmp(argv[i], "--staleness")) {
             o->staleness = cli->staleness;
         } else if (!strcmp(argv[i], "--model-parallel")) {
@@ -199,10 +201,12 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     rp_replicator *rep = rp_trainer_replicator(t);
     rp_trainer_progress p = rp_trainer_get_progress(t);
     const void *state = rp_trainer_state(t);
-    char layout[256], regime[96] = "";
+    char layout[256], regime[128] = "";
     int tpr = rp_replicator_threads_per_replica(rep), local = rp_replicator_local_replicas(rep);
     const char *backend = rp_replicator_backend(rep);
-    bool async = !strcmp(o->regime, "async");
+    bool async = !strcmp(o->regime, "async"), groups = o->sync_groups > 1;
+    char bound[32] = "unbounded";
+    if (o->staleness >= 0) snprintf(bound, sizeof bound, "%d", o->staleness);
     /* The whole model's parameters (local replica 0 may hold one stage of it). */
     int64_t params = rp_params_trainable_numel(rp_classifier_state_params(state));
     char stages[512] = "";
@@ -211,11 +215,14 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
         if (whole > 0) params = whole;
     }
     if (async) {
-        char bound[32] = "unbounded";
-        if (o->staleness >= 0) snprintf(bound, sizeof bound, "%d", o->staleness);
         bool ranks = strcmp(backend, "threads") != 0;
         snprintf(regime, sizeof regime, "async: %d parameter-server %s%s, staleness %s", o->ps,
                  ranks ? "rank" : "shard", o->ps > 1 ? "s" : "", bound);
+    } else if (groups) {
+        snprintf(regime, sizeof regime,
+                 "batch norm within a group; groups async: %d parameter-server shard%s, "
+                 "staleness %s",
+                 o->ps, o->ps > 1 ? "s" : "", bound);
     } else {
         snprintf(regime, sizeof regime, "%s%s",
                  o->replicas > 1 ? "cross-replica batch norm" : "one replica",
@@ -238,6 +245,9 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     } else if (strcmp(backend, "threads") != 0)
         snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, %s)",
                  o->replicas, o->replicas / local, local, tpr, backend, regime);
+    else if (groups)
+        snprintf(layout, sizeof layout, "%d replicas in %d sync groups of %d x %d threads (%s, %s)",
+                 o->replicas, o->sync_groups, o->replicas / o->sync_groups, tpr, backend, regime);
     else if (o->replicas > 1 || async)
         snprintf(layout, sizeof layout, "%d replicas x %d threads (%s, %s)", o->replicas, tpr,
                  backend, regime);

@@ -42,8 +42,9 @@ typedef struct train_opts {
     int model_parallel; /* --model-parallel W: workers (pipeline stages) per replica; 1: none */
     char pipeline[8];   /* --pipeline gpipe | 1f1b: the schedule over the stages */
     int micro_batches;  /* --micro-batches M: of each replica's batch (1: the whole batch) */
-    int ps;        /* async: parameter servers (in-process shards, or the last ranks under MPI) */
-    int staleness; /* async: the staleness bound, -1 unbounded */
+    int sync_groups; /* --sync-groups G: G groups in sync inside, async between them (0, 1: off) */
+    int ps;          /* async: parameter servers (in-process shards, or the last ranks under MPI) */
+    int staleness;   /* async: the staleness bound, -1 unbounded */
     int slow_replica; /* --slow R:F: replica R sleeps (F-1) x its step time each step (-1: none; not
                          saved) */
     float slow_factor;

@@ -36,18 +36,26 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
                             workers, rp_env_get()->mpi_world_size, per_rank, span, span, span);
         o->replicas = workers / span;
     }
+    int groups = o->sync_groups > 1 ? o->sync_groups : 1;
     if (o->replicas == 0) {
         /* Auto: one worker per kernel thread (or per --threads-per-replica threads), as many
-         * replicas as divide the batch. */
+         * replicas as divide the batch; with sync groups a multiple of the groups (at least one
+         * each). */
         int total = rp_kernels_get_threads(),
             tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
         o->replicas = total / tpr / span > 0 ? total / tpr / span : 1;
-        while (!async && o->batch % o->replicas != 0)
-            o->replicas--;
+        o->replicas = o->replicas > groups ? o->replicas / groups * groups : groups;
+        while (!async && o->replicas > groups && o->batch % (o->replicas / groups) != 0)
+            o->replicas -= groups;
     }
-    if (!async && o->batch % o->replicas != 0)
-        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", o->batch,
-                        o->replicas);
+    if (o->replicas % groups != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "--sync-groups %d does not divide the %d replicas: every group needs the "
+                        "same number of replicas",
+                        groups, o->replicas);
+    if (!async && o->batch % (o->replicas / groups) != 0)
+        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas%s", o->batch,
+                        o->replicas / groups, groups > 1 ? " (a sync group)" : "");
     *cfg = rp_config_default();
     cfg->backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg->replicas = mpi && span > 1 ? per_rank : o->replicas;
@@ -57,6 +65,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
     cfg->zero = o->zero;
+    cfg->sync_groups = o->sync_groups;
     if (span > 1) {
         /* One role: replicas on the data axis, each `span` stages on the pipe axis. */
         cfg->nroles = 1;

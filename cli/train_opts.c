@@ -96,6 +96,10 @@ static void usage(FILE *f)
             "                    or under mpirun the last S ranks\n"
             "  --staleness K     async: no replica runs more than K steps ahead of the slowest\n"
             "                    (default: unbounded)\n"
+            "  --sync-groups G   G groups of replicas/G: all-reduce inside a group, parameter\n"
+            "                    servers (--ps, --staleness) between groups; each batch goes to\n"
+            "                    one group and is split in it; G must divide --replicas\n"
+            "                    (threads backend; docs/distributed.md)\n"
             "  --zero            sync: ZeRO-1, each of N replicas keeps the optimizer state of\n"
             "                    1/N of the parameters (gradients reduce-scattered, values\n"
             "                    all-gathered); the same values bitwise (docs/distributed.md)\n"
@@ -125,6 +129,7 @@ static void usage(FILE *f)
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
             "                    --comm-timeout, --regime, --ps, --staleness, --zero,\n"
             "                    --model-parallel, --pipeline, --micro-batches, --slow,\n"
+            "                    --sync-groups,\n"
             "                    --faults, --max-steps, --no-checkpoint, --tensorboard,\n"
             "                    --trace and\n"
             "                    --quiet)\n"
@@ -303,6 +308,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--regime")) {
             ok = !strcmp(v, "sync") || !strcmp(v, "async");
             snprintf(o->regime, sizeof o->regime, "%s", v);
+        } else if (!strcmp(a, "--sync-groups")) {
+            ok = train_parse_long(v, 1, 4096, &n);
+            o->sync_groups = (int)n;
         } else if (!strcmp(a, "--ps")) {
             ok = train_parse_long(v, 1, 256, &n);
             o->ps = (int)n;
@@ -372,11 +380,33 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
      * with momentum 0.9 overshoot (docs/training.md). ResNets keep their rate.
      */
     if (async && !lr_given && !strcmp(o->model, "mlp")) o->lr = 0.02f;
-    if (!async && o->replicas > 0 && o->batch % o->replicas != 0) {
+    bool groups = o->sync_groups > 1;
+    if (groups && async) {
         fprintf(stderr,
-                "replicator train: --batch %d does not split across %d replicas; use a "
+                "replicator train: --sync-groups %d makes the groups asynchronous with "
+                "each other already; it does not combine with --regime async\n",
+                o->sync_groups);
+        return 2;
+    }
+    if (groups && o->zero) {
+        fprintf(stderr, "replicator train: --sync-groups keeps the optimizer state on the "
+                        "parameter servers; it does not combine with --zero\n");
+        return 2;
+    }
+    if (groups && o->replicas > 0 && o->replicas % o->sync_groups != 0) {
+        fprintf(stderr,
+                "replicator train: --sync-groups %d does not divide --replicas %d: every group "
+                "needs the same number of replicas\n",
+                o->sync_groups, o->replicas);
+        return 2;
+    }
+    /* The batch is split across the replicas in sync: all of them, or a group's. */
+    int share = groups && o->replicas > 0 ? o->replicas / o->sync_groups : o->replicas;
+    if (!async && share > 0 && o->batch % share != 0) {
+        fprintf(stderr,
+                "replicator train: --batch %d does not split across %d replicas%s; use a "
                 "multiple of %d\n",
-                o->batch, o->replicas, o->replicas);
+                o->batch, share, groups ? " (a sync group)" : "", share);
         return 2;
     }
     if (async && o->zero) {
@@ -399,21 +429,31 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                         "stages step together; it does not combine with --regime async\n");
         return 2;
     }
+    if (groups && (o->model_parallel > 1 || o->micro_batches > 1)) {
+        fprintf(stderr,
+                "replicator train: --sync-groups does not combine with %s yet: a group "
+                "is made of single-worker replicas training whole batch shards\n",
+                o->model_parallel > 1 ? "--model-parallel" : "--micro-batches");
+        return 2;
+    }
     if (o->nesterov && o->momentum <= 0) {
         fprintf(stderr, "replicator train: --nesterov needs --momentum > 0\n");
         return 2;
     }
     if (*resume) {
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
-        static const char *const allowed[] = {
-            "--resume",       "--epochs",         "--data",
-            "--threads",      "--replicas",       "--threads-per-replica",
-            "--max-steps",    "--no-checkpoint",  "--quiet",
-            "--backend",      "--comm-timeout",   "--regime",
-            "--ps",           "--staleness",      "--slow",
-            "--faults",       "--tensorboard",    "--trace",
-            "--zero",         "--model-parallel", "--pipeline",
-            "--micro-batches"};
+        static const char *const allowed[] = {"--resume",       "--epochs",
+                                              "--data",         "--threads",
+                                              "--replicas",     "--threads-per-replica",
+                                              "--max-steps",    "--no-checkpoint",
+                                              "--quiet",        "--backend",
+                                              "--comm-timeout", "--regime",
+                                              "--ps",           "--staleness",
+                                              "--slow",         "--faults",
+                                              "--tensorboard",  "--trace",
+                                              "--zero",         "--model-parallel",
+                                              "--pipeline",     "--micro-batches",
+                                              "--sync-groups"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -459,6 +499,7 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddNumberToObject(j, "threads_per_replica", o->threads_per_replica);
     cJSON_AddStringToObject(j, "regime", o->regime);
     cJSON_AddNumberToObject(j, "ps", o->ps);
+    cJSON_AddNumberToObject(j, "sync_groups", o->sync_groups);
     cJSON_AddNumberToObject(j, "staleness", o->staleness);
     cJSON_AddNumberToObject(j, "model_parallel", o->model_parallel);
     cJSON_AddStringToObject(j, "pipeline", o->pipeline);
@@ -559,6 +600,10 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         if (get_str(j, "regime", regime, sizeof regime) && !strcmp(regime, "async"))
             snprintf(o->regime, sizeof o->regime, "async");
         if (get_num(j, "ps", &ps) && ps >= 1 && ps <= 256) o->ps = (int)ps;
+        /* Runs saved before sync groups existed had none. */
+        double groups = 0;
+        if (get_num(j, "sync_groups", &groups) && groups >= 0 && groups <= 4096)
+            o->sync_groups = (int)groups;
         if (get_num(j, "staleness", &staleness) && staleness >= -1 && staleness <= 1e9)
             o->staleness = (int)staleness;
         /* Runs saved before model parallelism ran whole. */

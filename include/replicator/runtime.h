@@ -50,7 +50,10 @@
  *
  * Strategies. How replicas combine gradients (cfg.regime: sync all-reduce
  * over the data axis, async parameter servers; cfg.zero: sync with the
- * optimizer state sharded, ZeRO-1) is chosen once at create;
+ * optimizer state sharded, ZeRO-1; cfg.sync_groups: groups of replicas
+ * that all-reduce inside the group and meet the other groups only at the
+ * parameter servers - TF-Replicator's RFC's sync groups) is chosen once at
+ * create;
  * the optimizer it wraps composes with other hooks (optim.h:
  * rp_optimizer_add_hooks), so clipping, an EMA or tracing stack on it.
  *
@@ -149,6 +152,10 @@ typedef struct rp_config {
                                     $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
     bool zero; /* sync only: ZeRO-1, each replica keeps the optimizer state of 1/N of the values
                   (see "ZeRO-1" below); default false */
+    int sync_groups; /* sync only: G >= 2 groups of replicas/G, in sync inside a group and
+                        asynchronous between groups through `ps` parameter servers (see "Sync
+                        groups" below); must divide replicas; G = replicas is the async regime;
+                        0 or 1 (default): off */
 } rp_config;
 
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */
@@ -160,7 +167,7 @@ rp_config rp_config_default(void);
  * Takes the runtime's options out of argv (shifting the rest down and
  * updating *argc): --backend threads|mpi|auto, --regime sync|async, --ps S, --staleness K,
  * --replicas N, --threads-per-replica T, --seed S,
- * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero. Errors:
+ * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G. Errors:
  * RP_ERR_INVALID naming the option and value.
  */
 rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);
@@ -407,9 +414,21 @@ rp_comm *rp_replica_link_comm(rp_replica *rep);
 /*
  * TF-Replicator's num_replicas_in_sync: the replicas whose gradients one
  * step combines synchronously - rp_replica_count() in sync training, 1 in
- * async (each replica steps alone). rp_replica_count() is num_replicas.
+ * async (each replica steps alone), the group's size with sync groups.
+ * rp_replica_count() is num_replicas. rp_replicator_in_sync: the same, for
+ * the replicator (0 for NULL).
  */
 int rp_replica_in_sync(const rp_replica *rep);
+int rp_replicator_in_sync(const rp_replicator *r);
+/*
+ * The communicator of the replicas in sync with this one (rank = its place
+ * among them): the data axis in sync training (rp_replica_comm), its group's
+ * with sync groups, NULL in async training and for NULL. For collectives
+ * that must stay inside the replicas that step together - cross-replica
+ * batch norm, a stop request agreed before each batch. Owned by the
+ * replicator; this worker's thread only.
+ */
+rp_comm *rp_replica_sync_comm(rp_replica *rep);
 /* The user's per-replica state, NULL until set. */
 void *rp_replica_user(const rp_replica *rep);
 void rp_replica_set_user(rp_replica *rep, void *user);
@@ -419,6 +438,9 @@ void rp_replica_set_user(rp_replica *rep, void *user);
  * input pipeline (one per replica here: pipeline = replica id, so every
  * worker of one model group reads the same batch) and the per-replica share
  * of a global batch. RP_ERR_INVALID if the replica count does not divide it.
+ * With sync groups a group trains each batch together: replica and replicas
+ * are its rank in its group and the group's size, and the share is the
+ * batch / the group's size (RP_ERR_INVALID if that does not divide it).
  */
 typedef struct rp_input_context {
     int replica, replicas;
@@ -600,6 +622,36 @@ rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt);
  * created (server 0 counts); RP_ERR_UNSUPPORTED otherwise.
  */
 rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
+
+/* ---- sync groups (cfg.sync_groups = G) ------------------------------------------------ */
+
+/*
+ * The N replicas form G groups of S = N / G consecutive replicas (group g:
+ * replicas gS .. gS + S - 1). Inside a group the replicas are in sync: an
+ * optimizer made by rp_replica_optimizer_create() (collective: every
+ * replica, one run) all-reduces the gradients over the group (mean, in
+ * buckets from backward, finiteness agreed and blamed as in sync training),
+ * then the group's rank 0 pushes the group's mean gradient to the
+ * parameter servers and pulls the current values, and broadcasts them in
+ * the group: one push per group step, so the servers' step count is the
+ * number of group steps, and the group's replicas stay bitwise identical
+ * (checksummed within the group every checksum_every steps). Between
+ * groups it is async training: the groups never wait for each other except
+ * under a staleness bound (cfg.staleness counts group steps), and a step
+ * function calls collectives only on rp_replica_sync_comm() (cross-replica
+ * batch norm inside the group), never rp_all_reduce() & co. over every
+ * replica. Work: rp_replica_claim()/rp_replica_next_batch() hand each
+ * ticket to one group (its rank 0 claims, the group learns it), so every
+ * replica of a group trains its share (rp_replica_input_context) of the
+ * same batch. rp_replica_optimizer_fetch() (collective in the group) brings
+ * the servers' values, slots and step to every replica of the group;
+ * rp_replica_optimizer_publish() loads replica 0's into the servers.
+ * rp_replica_lockstep() is false, rp_replica_in_sync() is S. G = 1 is sync
+ * training and G = N async training (the same tables). Threads backend
+ * only (RP_ERR_UNSUPPORTED under MPI); no roles, no ZeRO-1, regime sync.
+ * rp_replicator_create() refuses a G that does not divide the replicas
+ * (RP_ERR_INVALID naming both).
+ */
 
 /* ---- iterating over batches: one loop for every strategy ---------------------------- */
 

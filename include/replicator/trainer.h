@@ -31,7 +31,11 @@
  *    cadences) per run; the replicas take the batches one at a time from the
  *    runtime's shared queue (rp_replica_next_batch()), each the whole batch, so a
  *    fast replica takes more of them and the epoch still covers every batch
- *    once; after the run, settle() makes the replicas' state the job's.
+ *    once; after the run, settle() makes the replicas' state the job's;
+ *  - sync groups (lockstep false, rp_replica_in_sync() > 1): as async, but a
+ *    batch goes to a group, each replica of it trains its share, and the group
+ *    agrees on a stop request before each batch; a chunk's scalars are the
+ *    group's means.
  * Batch s of epoch e gets the schedule's rate for its global step in both
  * regimes, so they see the same examples in the same number of updates.
  * After every chunk the replicas agree on a stop request (the largest signal

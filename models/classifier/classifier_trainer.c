@@ -3,7 +3,8 @@
  * replica its network (cross-replica batch norm when sync replicas are
  * several), its optimizer (which broadcasts replica 0's initial values and
  * averages gradients, or pushes them to parameter servers) and its loader
- * (its shard of every global batch, or whole batches in async); one batch's
+ * (its shard of every global batch, or whole batches in async; with sync
+ * groups its shard of each batch its group claims); one batch's
  * forward, loss, backward and update; evaluation; what a checkpoint holds.
  *
  * Logical devices: a replica that spans P workers on the pipe axis holds one
@@ -51,14 +52,16 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     replica_state *s = calloc(1, sizeof *s);
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a replica's state");
     *out = s; /* freed by destroy() whatever happens below */
-    /* Replicas that step independently (async) each train whole batches and never meet. */
-    bool async = !rp_replica_lockstep(rep);
-    if (!async && cfg->batch % rp_replica_count(rep) != 0)
+    /* Replicas that step independently (async, sync groups) jump between batches; an async
+       replica trains whole batches and never meets the others. */
+    bool independent = !rp_replica_lockstep(rep);
+    int in_sync = rp_replica_in_sync(rep);
+    bool async = independent && in_sync == 1;
+    if (cfg->batch % in_sync != 0)
         return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas", cfg->batch,
-                        rp_replica_count(rep));
-    /* Async replicas never wait for each other, so batch norm keeps per-replica statistics. */
-    bool cross = rp_replica_count(rep) > 1 && !async;
-    rp_comm *bn_comm = cross ? rp_replica_axis_comm(rep, RP_AXIS_DATA) : NULL;
+                        in_sync);
+    /* Batch norm's statistics cover the replicas in sync (async: each replica's own). */
+    rp_comm *bn_comm = in_sync > 1 ? rp_replica_sync_comm(rep) : NULL;
     s->stages = rp_replica_axis_size(rep, RP_AXIS_PIPE);
     s->stage = rp_replica_coord(rep, RP_AXIS_PIPE);
     s->pipe = rp_replica_axis_comm(rep, RP_AXIS_PIPE);
@@ -91,9 +94,9 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     lc.augment = cfg->augment;
     lc.pad = cfg->pad;
     lc.flip = cfg->augment;
-    /* Async replicas jump between batches: nothing to prefetch. Only stage 0 reads the images;
-       the other stages' loaders only count the epoch's batches. */
-    lc.prefetch = !async && s->stage == 0;
+    /* Independent replicas jump between batches: nothing to prefetch. Only stage 0 reads the
+       images; the other stages' loaders only count the epoch's batches. */
+    lc.prefetch = !independent && s->stage == 0;
     lc.limit = cfg->limit;
     for (int k = 0; k < c->train->c; k++) {
         lc.mean[k] = c->mean[k];
@@ -127,8 +130,8 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
             RP_CHECK(rp_checkpoint_read_optimizer(ck, s->opt, p, "optim/"));
         }
         RP_CHECK(rp_loader_seek(s->loader, at->epoch, at->step));
-        /* Async: the restored values and slots go to the parameter servers. */
-        if (async) RP_CHECK(rp_replica_optimizer_publish(rep, s->opt));
+        /* Async, sync groups: the restored values and slots go to the parameter servers. */
+        if (independent) RP_CHECK(rp_replica_optimizer_publish(rep, s->opt));
     }
     return RP_OK;
 }

@@ -107,6 +107,9 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
         } else if (!strcmp(a, "--zero")) {
             cfg->zero = true;
             continue;
+        } else if (!strcmp(a, "--sync-groups")) {
+            RP_CHECK(parse_int(a, v, 1, 4096, &x));
+            cfg->sync_groups = (int)x;
         } else if (!strcmp(a, "--ps")) {
             RP_CHECK(parse_int(a, v, 1, 256, &x));
             cfg->ps = (int)x;
@@ -632,7 +635,26 @@ static rp_status check_config(const rp_config *c)
         return RP_ERROR(RP_ERR_INVALID, "checksum_every = %d: must be >= 0", c->checksum_every);
     if ((unsigned)c->regime > RP_REGIME_ASYNC)
         return RP_ERROR(RP_ERR_INVALID, "regime = %d: not an rp_regime", (int)c->regime);
-    if (c->regime == RP_REGIME_ASYNC && (c->ps < 1 || c->ps > 256))
+    if (c->sync_groups < 0 || c->sync_groups > 4096)
+        return RP_ERROR(RP_ERR_INVALID, "sync_groups = %d: must be in [0, 4096] (0 or 1: off)",
+                        c->sync_groups);
+    if (c->sync_groups > 1 && c->replicas % c->sync_groups != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "sync_groups = %d does not divide the %d replicas: every group needs "
+                        "the same number of replicas (use a divisor of %d)",
+                        c->sync_groups, c->replicas, c->replicas);
+    if (c->sync_groups > 1 && c->regime != RP_REGIME_SYNC)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "sync_groups = %d with the async regime: the groups are asynchronous "
+                        "with each other already; leave the regime sync",
+                        c->sync_groups);
+    if (c->sync_groups > 1 && c->zero)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "sync_groups = %d with zero = true (ZeRO-1): sync groups keep the "
+                        "optimizer state on the parameter servers; drop one of them",
+                        c->sync_groups);
+    bool servers = c->regime == RP_REGIME_ASYNC || c->sync_groups > 1;
+    if (servers && (c->ps < 1 || c->ps > 256))
         return RP_ERROR(RP_ERR_INVALID, "ps = %d parameter servers: must be in [1, 256]", c->ps);
     if (c->zero && c->regime != RP_REGIME_SYNC)
         return RP_ERROR(RP_ERR_INVALID,
@@ -658,6 +680,11 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     rp_role roles[RP_ROLES_MAX];
     int nroles = 0, total = 0;
     RP_CHECK(rp_topology_resolve(cfg, roles, &nroles, &total));
+    if (nroles > 0 && cfg->sync_groups > 1)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "roles (nroles = %d) with sync_groups = %d: sync groups split a job "
+                        "of plain replicas; give no roles, or no sync groups",
+                        nroles, cfg->sync_groups);
     if (nroles > 0 && cfg->regime != RP_REGIME_SYNC)
         return RP_ERROR(
             RP_ERR_UNSUPPORTED,
@@ -680,8 +707,13 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     r->cfg = *cfg;
     if (r->cfg.timeout_s == 0) r->cfg.timeout_s = rp_env_get()->comm_timeout;
     r->n = n;
-    /* ZeRO-1 is synchronous training with sharded optimizer state: a table of its own. */
-    r->strategy = cfg->zero ? &rp_strategy_zero : strategies[cfg->regime];
+    /* ZeRO-1 is synchronous training with sharded optimizer state: a table of its own. Sync
+       groups: one group is sync, groups of one replica are async. */
+    int groups = cfg->sync_groups;
+    r->strategy = cfg->zero                           ? &rp_strategy_zero
+                  : groups > 1 && (groups < n || mpi) ? &rp_strategy_groups
+                  : groups > 1                        ? &rp_strategy_async
+                                                      : strategies[cfg->regime];
     r->nroles = nroles;
     memcpy(r->roles, roles, sizeof roles);
     pthread_mutex_init(&r->mu, NULL);
@@ -900,15 +932,22 @@ void rp_replica_set_user(rp_replica *rep, void *user)
 
 rp_status rp_replica_input_context(const rp_replica *rep, int global_batch, rp_input_context *ctx)
 {
-    if (global_batch < 1 || global_batch % rep->count != 0)
+    /* A sync group trains each of its batches together: the batch is split inside the group. */
+    int split = rep->group_comm ? rep->group_size : rep->count;
+    if (global_batch < 1 || global_batch % split != 0)
         return RP_ERROR(RP_ERR_INVALID,
-                        "global batch %d does not split across %d replicas: it "
-                        "must be a positive multiple of the replica count",
-                        global_batch, rep->count);
+                        "global batch %d does not split across %d replicas%s: it must be a "
+                        "positive multiple of %s",
+                        global_batch, split, rep->group_comm ? " (a sync group)" : "",
+                        rep->group_comm ? "the group's size" : "the replica count");
     ctx->replica = ctx->pipeline = rep->id;
     ctx->replicas = ctx->pipelines = rep->count;
+    if (rep->group_comm) {
+        ctx->replica = rep->group_rank;
+        ctx->replicas = rep->group_size;
+    }
     ctx->global_batch = global_batch;
-    ctx->per_replica_batch = global_batch / rep->count;
+    ctx->per_replica_batch = global_batch / split;
     return RP_OK;
 }
 
@@ -1101,7 +1140,20 @@ rp_comm *rp_replica_link_comm(rp_replica *rep)
 
 int rp_replica_in_sync(const rp_replica *rep)
 {
+    if (rep->group_comm) return rep->group_size;
     return rep->r->strategy->identical ? rep->count : 1;
+}
+
+int rp_replicator_in_sync(const rp_replicator *r)
+{
+    return r ? rp_replica_in_sync(&r->reps[0]) : 0;
+}
+
+rp_comm *rp_replica_sync_comm(rp_replica *rep)
+{
+    if (!rep) return NULL;
+    if (rep->group_comm) return rep->group_comm;
+    return rep->r->strategy->identical ? rep->comm : NULL;
 }
 
 int rp_replicator_roles(const rp_replicator *r)

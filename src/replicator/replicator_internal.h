@@ -79,7 +79,10 @@ struct rp_replica {
     double *bn_scratch; /* cross-replica batch norm: sums and n, grown once */
     int bn_cap;
     void *strategy; /* the strategy's per-replica state */
-    int blame;      /* a failure agreed by the replicas names this replica (or -1) */
+    /* Sync groups (strategy_groups.c): the replicas in sync with this one, else NULL, 0, 1. */
+    rp_comm *group_comm;
+    int group_rank, group_size;
+    int blame; /* a failure agreed by the replicas names this replica (or -1) */
 };
 
 struct rp_replicator {

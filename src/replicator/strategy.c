@@ -66,22 +66,24 @@ rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index)
 }
 
 /*
- * One hash per trainable parameter, gathered from every replica and compared with replica 0's;
- * a difference names the first parameter and replica that differ.
+ * One hash per trainable parameter, gathered from every member of comm and compared with its rank
+ * 0's; a difference names the first parameter and replica that differ.
  */
-rp_status rp_strategy_checksum(rp_replica *rep, rp_params *params, int64_t steps, int64_t *hashes)
+rp_status rp_strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params, int64_t steps,
+                               int64_t *hashes)
 {
     int every = rep->r->cfg.checksum_every;
     if (every <= 0 || steps % every != 0) return RP_OK;
-    int n = rep->count, T = rp_params_trainable_count(params);
-    int64_t *mine = hashes + (size_t)rep->id * T;
+    int n = rp_comm_size(comm), rank = rp_comm_rank(comm), base = rep->id - rank;
+    int T = rp_params_trainable_count(params);
+    int64_t *mine = hashes + (size_t)rank * T;
     for (int i = 0; i < T; i++) {
         const rp_tensor *p = rp_params_at(params, i);
         mine[i] = (int64_t)rp_strategy_hash_floats(p->data, p->numel);
     }
-    rt_housekeeping_begin(rep->comm, "the runtime's parameter checksum");
-    rp_status status = rp_comm_all_gather(rep->comm, mine, hashes, T, RP_I64);
-    rt_internal_end(rep->comm);
+    rt_housekeeping_begin(comm, "the runtime's parameter checksum");
+    rp_status status = rp_comm_all_gather(comm, mine, hashes, T, RP_I64);
+    rt_internal_end(comm);
     RP_CHECK(status);
     for (int i = 0; i < T; i++)
         for (int q = 1; q < n; q++)
@@ -89,10 +91,10 @@ rp_status rp_strategy_checksum(rp_replica *rep, rp_params *params, int64_t steps
                 return RP_ERROR(
                     RP_ERR_MISMATCH,
                     "the replicas diverged: after step %lld parameter '%s' on replica %d "
-                    "differs from replica 0 (checksum %016llx vs %016llx); synchronous "
+                    "differs from replica %d (checksum %016llx vs %016llx); synchronous "
                     "training keeps every replica bitwise identical, so something changed "
                     "parameters outside the optimizer or ran differently on one replica",
-                    (long long)steps, rp_params_at(params, i)->name, q,
+                    (long long)steps, rp_params_at(params, i)->name, base + q, base,
                     (unsigned long long)hashes[(size_t)q * T + i], (unsigned long long)hashes[i]);
     return RP_OK;
 }
@@ -162,4 +164,252 @@ void rp_strategy_orphans(const rp_replica *rep, int alive)
                      "rp_replica_optimizer_create(); destroy them first (they now fail every "
                      "step; rp_optimizer_destroy() still frees them)",
                      rep->id, alive);
+}
+
+rp_status rp_bucket_order_create(rp_bucket_order *o, int nparams, int nbuckets,
+                                 int (*touch)(void *ctx, int i, int *mark, int *out), void *ctx)
+{
+    memset(o, 0, sizeof *o);
+    o->nparams = nparams;
+    o->nbuckets = nbuckets;
+    size_t nb = (size_t)(nbuckets > 0 ? nbuckets : 1);
+    o->first = calloc((size_t)nparams + 1, sizeof(int));
+    o->params = calloc(nb, sizeof(int));
+    o->ready = calloc(nb, sizeof(int));
+    int *mark = malloc(nb * sizeof(int));
+    if (!o->first || !o->params || !o->ready || !mark) goto nomem;
+    /* Two passes: count each parameter's buckets, then list them. */
+    for (int k = 0; k < nbuckets; k++)
+        mark[k] = -1;
+    for (int i = 0; i < nparams; i++)
+        o->first[i + 1] = o->first[i] + (nbuckets > 0 ? touch(ctx, i, mark, NULL) : 0);
+    o->list = malloc((size_t)(o->first[nparams] > 0 ? o->first[nparams] : 1) * sizeof(int));
+    if (!o->list) goto nomem;
+    for (int k = 0; k < nbuckets; k++)
+        mark[k] = -1;
+    for (int i = 0; i < nparams && nbuckets > 0; i++) {
+        touch(ctx, i, mark, o->list + o->first[i]);
+        for (int j = o->first[i]; j < o->first[i + 1]; j++)
+            o->params[o->list[j]]++;
+    }
+    free(mark);
+    return RP_OK;
+nomem:
+    free(mark);
+    rp_bucket_order_destroy(o);
+    return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d gradient buckets for %d parameters", nbuckets,
+                    nparams);
+}
+
+/* rp_bucket_order_cut's touch: each parameter lies in exactly one bucket. */
+static int one_bucket(void *ctx, int i, int *mark, int *out)
+{
+    const int *bucket_of = ctx;
+    if (out) out[0] = bucket_of[i];
+    return 1;
+}
+
+rp_status rp_bucket_order_cut(rp_bucket_order *o, const rp_params *params, size_t bytes,
+                              int64_t **ranges)
+{
+    int T = rp_params_trainable_count(params);
+    int *bucket_of = malloc((size_t)(T ? T : 1) * sizeof(int));
+    int64_t *r = malloc((size_t)(T ? T : 1) * 2 * sizeof(int64_t));
+    *ranges = NULL;
+    if (!bucket_of || !r) {
+        free(bucket_of);
+        free(r);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d buckets", T);
+    }
+    int b = -1;
+    size_t filled = bytes;
+    for (int i = T - 1; i >= 0; i--) {
+        const rp_tensor *p = rp_params_at(params, i);
+        int64_t off = rp_params_offset(params, i);
+        if (filled >= bytes) {
+            b++;
+            r[2 * b + 1] = off + p->numel;
+            filled = 0;
+        }
+        r[2 * b] = off;
+        bucket_of[i] = b;
+        filled += (size_t)p->numel * sizeof(float);
+    }
+    rp_status status = rp_bucket_order_create(o, T, b + 1, one_bucket, bucket_of);
+    free(bucket_of);
+    if (status != RP_OK) {
+        free(r);
+        return status;
+    }
+    *ranges = r;
+    return RP_OK;
+}
+
+void rp_bucket_order_destroy(rp_bucket_order *o)
+{
+    free(o->first);
+    free(o->list);
+    free(o->params);
+    free(o->ready);
+    memset(o, 0, sizeof *o);
+}
+
+void rp_bucket_order_ready(rp_bucket_order *o, int i, rp_bucket_start_fn start, void *ctx)
+{
+    if (i < 0 || i >= o->nparams) return;
+    for (int j = o->first[i]; j < o->first[i + 1]; j++) {
+        int b = o->list[j];
+        if (++o->ready[b] < o->params[b]) continue;
+        if (b < o->started) {
+            o->again = true;
+            o->ready[b] = 0;
+        }
+    }
+    while (o->started < o->nbuckets && o->ready[o->started] == o->params[o->started]) {
+        o->ready[o->started] = 0;
+        start(ctx, o->started++);
+    }
+}
+
+void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *ctx)
+{
+    while (o->started < o->nbuckets)
+        start(ctx, o->started++);
+    if (o->again)
+        for (int b = 0; b < o->nbuckets; b++)
+            start(ctx, b);
+    for (int b = 0; b < o->nbuckets; b++)
+        o->ready[b] = 0;
+    o->started = 0;
+    o->again = false;
+}
+
+/* ---- the gradient all-reduce ------------------------------------------------------------- */
+
+/* Index of the first non-finite value of x[0, n), or -1: a vectorised OR first, the search only if
+ * dirty. */
+static int64_t first_nonfinite(const float *restrict x, int64_t n)
+{
+    uint32_t any = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        any |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    if (!any) return -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+static void reducer_start(void *ctx, int b)
+{
+    rp_grad_reducer *g = ctx;
+    if (g->error != RP_OK) return;
+    int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
+    float *x = g->grad + lo;
+    if (g->local_bad < 0) {
+        int64_t at = first_nonfinite(x, n);
+        if (at >= 0) {
+            g->local_bad = lo + at;
+            g->local_value = x[at];
+        }
+    }
+    rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
+    rp_status status = rp_comm_all_reduce(g->comm, x, x, n, RP_F32, RP_MEAN);
+    rt_internal_end(g->comm);
+    if (status != RP_OK) {
+        g->error = status;
+        snprintf(g->message, sizeof g->message, "%s", rp_last_error());
+        return;
+    }
+    if (first_nonfinite(x, n) >= 0) g->reduced_bad = true;
+}
+
+rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
+                               const rp_params *params)
+{
+    memset(g, 0, sizeof *g);
+    g->rep = rep;
+    g->comm = comm;
+    g->base = rep->id - rp_comm_rank(comm);
+    g->params = params;
+    g->grad = rp_params_grad(params);
+    g->numel = rp_params_trainable_numel(params);
+    g->local_bad = -1;
+    g->scratch = malloc((size_t)rp_comm_size(comm) * 2 * sizeof(int64_t));
+    if (!g->scratch) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the gradient all-reduce");
+    rp_status status = rp_bucket_order_cut(&g->order, params, rep->r->cfg.bucket_bytes, &g->ranges);
+    if (status != RP_OK) rp_grad_reducer_free(g);
+    return status;
+}
+
+void rp_grad_reducer_free(rp_grad_reducer *g)
+{
+    rp_bucket_order_destroy(&g->order);
+    free(g->ranges);
+    free(g->scratch);
+    g->ranges = NULL;
+    g->scratch = NULL;
+}
+
+bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param)
+{
+    if (param->grad < g->grad || param->grad >= g->grad + g->numel) return false;
+    rp_bucket_order_ready(&g->order, param->index, reducer_start, g);
+    return true;
+}
+
+/*
+ * A reduced gradient is non-finite on every member: they exchange what each saw before the
+ * all-reduce and agree on the first replica (in rank order) whose own gradient held it. Runs
+ * only on this error path.
+ */
+static rp_status nonfinite_blame(rp_grad_reducer *g)
+{
+    rp_replica *rep = g->rep;
+    int64_t mine[2] = {g->local_bad, 0};
+    memcpy(&mine[1], &g->local_value, sizeof g->local_value);
+    int64_t *all = g->scratch;
+    rt_housekeeping_begin(g->comm, "the runtime's non-finite gradient exchange");
+    rp_status status = rp_comm_all_gather(g->comm, mine, all, 2, RP_I64);
+    rt_internal_end(g->comm);
+    RP_CHECK(status);
+    for (int q = 0; q < rp_comm_size(g->comm); q++) {
+        if (all[2 * q] < 0) continue;
+        float v;
+        memcpy(&v, &all[2 * q + 1], sizeof v);
+        int64_t index, numel;
+        const char *name = rp_strategy_param_at(g->params, all[2 * q], &index, &numel);
+        rep->blame = g->base + q;
+        return RP_ERROR(RP_ERR_NUMERIC,
+                        "replica %d's own gradient of parameter '%s' held %g at element "
+                        "%lld (of %lld) before the all-reduce, so the mean is non-finite on every "
+                        "replica; no parameter was updated",
+                        g->base + q, name, (double)v, (long long)index, (long long)numel);
+    }
+    int64_t bad = first_nonfinite(g->grad, g->numel), index = 0, numel = 0;
+    const char *name = rp_strategy_param_at(g->params, bad < 0 ? 0 : bad, &index, &numel);
+    return RP_ERROR(
+        RP_ERR_NUMERIC,
+        "the all-reduced gradient of parameter '%s' is %g at element %lld "
+        "(of %lld) although every replica's own gradient was finite: the sum overflowed "
+        "float; no parameter was updated",
+        name, bad < 0 ? 0.0 : (double)g->grad[bad], (long long)index, (long long)numel);
+}
+
+rp_status rp_grad_reducer_finish(rp_grad_reducer *g)
+{
+    rp_bucket_order_flush(&g->order, reducer_start, g);
+    bool reduced_bad = g->reduced_bad;
+    g->reduced_bad = false;
+    if (g->error != RP_OK) {
+        rp_status status = g->error;
+        g->error = RP_OK;
+        g->local_bad = -1;
+        return rp_error_set(status, __FILE__, __LINE__, "gradient all-reduce: %s", g->message);
+    }
+    rp_status status = reduced_bad ? nonfinite_blame(g) : RP_OK;
+    g->local_bad = -1;
+    return status;
 }

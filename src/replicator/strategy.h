@@ -2,8 +2,8 @@
  * strategy.h - how replicas combine their work, as a table chosen once at
  * rp_replicator_create(): synchronous all-reduce (strategy_sync.c) and
  * asynchronous parameter servers (strategy_async.c), ZeRO-1's sharded
- * optimizer state (strategy_zero.c); sync groups will be another table of
- * the same shape.
+ * optimizer state (strategy_zero.c), and sync groups: all-reduce inside a
+ * group, parameter servers between groups (strategy_groups.c).
  *
  * replicator.c calls only these slots and never asks which table it holds.
  * A NULL slot means "nothing to do" (the run path tests the pointer, so a
@@ -65,6 +65,7 @@ typedef struct rp_strategy {
 extern const rp_strategy rp_strategy_sync;
 extern const rp_strategy rp_strategy_async;
 extern const rp_strategy rp_strategy_zero;
+extern const rp_strategy rp_strategy_groups;
 
 /* ---- helpers every strategy may use (strategy.c) ---------------------------------------- */
 
@@ -80,10 +81,13 @@ rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket);
 
 /*
  * Every checksum_every steps (none when steps is not a multiple): one hash per trainable
- * parameter of params, all-gathered and compared with replica 0's; RP_ERR_MISMATCH names the
- * first that differs. hashes: scratch of count x trainable parameters.
+ * parameter of params, all-gathered over comm (the replicas that must agree: rep->comm, or a sync
+ * group's) and compared with its rank 0's; RP_ERR_MISMATCH names the first parameter that
+ * differs and the replica (rank q of comm is replica rep->id - rank + q: groups are contiguous).
+ * hashes: scratch of comm's size x trainable parameters.
  */
-rp_status rp_strategy_checksum(rp_replica *rep, rp_params *params, int64_t steps, int64_t *hashes);
+rp_status rp_strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params, int64_t steps,
+                               int64_t *hashes);
 
 /*
  * Global-norm clipping: of the whole gradient block (every replica holds the reduced gradients),
@@ -114,5 +118,97 @@ const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *i
 
 /* Batches of lockstep replicas: 0, 1, 2, ... on every replica, counted per replica per run. */
 rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);
+
+/* ---- gradient buckets: the order they start in (sync, ZeRO-1, sync groups) ------------- */
+
+/*
+ * Buckets reduced from backward's gradient-ready callbacks. Parameter i
+ * touches buckets list[first[i] .. first[i+1]); a bucket is complete when
+ * every parameter touching it is final in this backward pass, and buckets
+ * start in index order only (a complete bucket waits for the ones before it),
+ * so every replica reduces the same buckets in the same order whatever order
+ * its backward finished them in. A bucket that completes again after it
+ * started (a second backward before the step: gradient accumulation) sets
+ * `again`: the step then reduces every bucket once more.
+ */
+typedef struct rp_bucket_order {
+    int nparams, nbuckets;
+    int *first, *list; /* [nparams + 1], [first[nparams]] */
+    int *params;       /* [nbuckets] the parameters touching each bucket */
+    int *ready;        /* [nbuckets] of those, final in this backward pass */
+    int started;       /* buckets [0, started) have started since the last step */
+    bool again;        /* a bucket completed a second time since it started */
+} rp_bucket_order;
+
+/* Starts bucket b's reduction (the strategy's own: all-reduce, reduce-scatter ...). */
+typedef void (*rp_bucket_start_fn)(void *ctx, int b);
+
+/*
+ * Makes the order of nbuckets buckets from touch(ctx, i, mark, out): the number of distinct
+ * buckets parameter i touches, written to out when it is not NULL; mark[nbuckets] (-1 before the
+ * first parameter, each pass) is the callee's to remove repeats with. RP_ERR_NOMEM.
+ */
+rp_status rp_bucket_order_create(rp_bucket_order *o, int nparams, int nbuckets,
+                                 int (*touch)(void *ctx, int i, int *mark, int *out), void *ctx);
+
+/*
+ * The sync strategies' buckets: contiguous ranges of params' gradient block of at least `bytes`,
+ * cut at parameter boundaries from the end of the block (backward finishes the last parameters
+ * first, so bucket 0 is ready first). *ranges (malloc'd, the caller frees it) gets lo, hi of
+ * each bucket, back to back. RP_ERR_NOMEM.
+ */
+rp_status rp_bucket_order_cut(rp_bucket_order *o, const rp_params *params, size_t bytes,
+                              int64_t **ranges);
+
+void rp_bucket_order_destroy(rp_bucket_order *o);
+
+/* Parameter i is final (the gradient-ready callback): starts the buckets that may start now. */
+void rp_bucket_order_ready(rp_bucket_order *o, int i, rp_bucket_start_fn start, void *ctx);
+
+/* At the step: starts every bucket that has not started (in order), every bucket once more if
+ * one completed again, and resets the counts for the next backward pass. */
+void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *ctx);
+
+/*
+ * The mean all-reduce of a parameter list's gradients over a communicator
+ * (the sync strategy's over the replicas, a sync group's over the group), in
+ * the buckets of rp_bucket_order_cut, each started from backward.
+ *
+ * Non-finite gradients: the mean of a NaN is a NaN on every member, so after
+ * the all-reduce nobody can tell whose data made it. Each bucket is scanned
+ * before its all-reduce (the first non-finite local element is remembered)
+ * and after it (cache-hot, an OR over exponent bits). Only when a reduced
+ * bucket is non-finite - identically on every member - do the members
+ * exchange what they saw, and finish fails naming the replica whose own
+ * gradient first held it (and sets rep->blame) and the parameter.
+ */
+typedef struct rp_grad_reducer {
+    rp_replica *rep;
+    rp_comm *comm; /* the members whose gradients are averaged; rank q is replica base + q */
+    int base;
+    const rp_params *params;
+    float *grad;
+    int64_t numel;
+    rp_bucket_order order;
+    int64_t *ranges;   /* [2 * buckets]: lo, hi of each in the gradient block */
+    int64_t *scratch;  /* [2 * comm size]: the non-finite exchange */
+    int64_t local_bad; /* first element of the block non-finite before its all-reduce, or -1 */
+    float local_value; /* its value */
+    bool reduced_bad;  /* a reduced bucket was non-finite (the same on every member) */
+    rp_status error;   /* first failure inside a callback, re-raised by finish */
+    char message[1024];
+} rp_grad_reducer;
+
+/* For params' trainable gradients over comm (rank q = replica rep->id - rank + q). RP_ERR_NOMEM. */
+rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
+                               const rp_params *params);
+void rp_grad_reducer_free(rp_grad_reducer *g);
+/* Whether param's gradient lies in this reducer's block; if so, counts it final (the callback). */
+bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param);
+/*
+ * Before the update: every bucket reduced exactly once since the last step (the rest start now),
+ * then a failure of a callback's all-reduce, or the agreed non-finite error (RP_ERR_NUMERIC).
+ */
+rp_status rp_grad_reducer_finish(rp_grad_reducer *g);
 
 #endif

@@ -49,8 +49,6 @@
 
 typedef struct zbucket {
     int64_t a, b; /* shard-local positions [a, b) */
-    int params;   /* trainable parameters with an element in one of its segments */
-    int ready;    /* of those, final in this backward pass */
 } zbucket;
 
 typedef struct rp_zero {
@@ -63,15 +61,13 @@ typedef struct rp_zero {
     int64_t lo, hi;      /* this replica's shard [lo, hi) of the block */
     int64_t chunk;       /* the largest bucket's length */
     int nparams;         /* trainable */
-    int *first, *list;   /* parameter i's buckets: list[first[i] .. first[i+1]) */
     int nbuckets;
     zbucket *buckets;
-    int started;       /* buckets [0, started) have started since the last step */
-    bool again;        /* a bucket completed a second time: reduce everything again */
-    float *sgrad;      /* [S] this replica's shard of the mean gradient */
-    float *pack;       /* [N * chunk] one bucket's segments, back to back */
-    float *one;        /* [chunk] this replica's segment, zero-padded past P */
-    int64_t *scratch;  /* [count * max(nparams, 3)]: checksums, the finiteness exchange */
+    rp_bucket_order order; /* which parameters touch each bucket, and the order they start in */
+    float *sgrad;          /* [S] this replica's shard of the mean gradient */
+    float *pack;           /* [N * chunk] one bucket's segments, back to back */
+    float *one;            /* [chunk] this replica's segment, zero-padded past P */
+    int64_t *scratch;      /* [count * max(nparams, 3)]: checksums, the finiteness exchange */
     int64_t local_bad; /* first element of the gradient block non-finite before reduction, or -1 */
     float local_value;
     int64_t reduced_bad; /* first element of the reduced shard non-finite, or -1 */
@@ -118,10 +114,10 @@ static void fail(rp_zero *z, rp_status status)
 }
 
 /* Bucket b's reduce-scatter: every shard's segment of the local gradients, mean into sgrad. */
-static void bucket_start(rp_zero *z, int b)
+static void bucket_start(void *ctx, int b)
 {
+    rp_zero *z = ctx;
     zbucket *k = &z->buckets[b];
-    k->ready = 0;
     if (z->error != RP_OK) return;
     int n = z->rep->count;
     int64_t len = k->b - k->a;
@@ -215,18 +211,7 @@ static void zero_on_grad_ready(rp_tensor *param, void *ctx)
     zero_replica *zr = rep->strategy;
     for (rp_zero *z = zr->zeros; z; z = z->next) {
         if (param->grad < z->grad || param->grad >= z->grad + z->numel) continue;
-        if (param->index < 0 || param->index >= z->nparams) return;
-        for (int j = z->first[param->index]; j < z->first[param->index + 1]; j++) {
-            int b = z->list[j];
-            if (++z->buckets[b].ready < z->buckets[b].params) continue;
-            if (b < z->started) {
-                z->again = true;
-                z->buckets[b].ready = 0;
-            }
-        }
-        while (z->started < z->nbuckets &&
-               z->buckets[z->started].ready == z->buckets[z->started].params)
-            bucket_start(z, z->started++);
+        rp_bucket_order_ready(&z->order, param->index, bucket_start, z);
         return;
     }
 }
@@ -290,15 +275,7 @@ static rp_status zero_before(rp_optimizer *opt, void *ctx)
     /* A fetch grew replica 0's optimizer to the whole range for a checkpoint: shard it again. */
     rp_status status = rp_optimizer_set_range(opt, z->lo, z->hi);
     if (status != RP_OK) fail(z, status);
-    while (z->started < z->nbuckets)
-        bucket_start(z, z->started++);
-    if (z->again)
-        for (int b = 0; b < z->nbuckets; b++)
-            bucket_start(z, b);
-    for (int b = 0; b < z->nbuckets; b++)
-        z->buckets[b].ready = 0;
-    z->started = 0;
-    z->again = false;
+    rp_bucket_order_flush(&z->order, bucket_start, z);
     if (z->error != RP_OK) {
         status = z->error;
         z->error = RP_OK;
@@ -323,7 +300,8 @@ static rp_status zero_after(rp_optimizer *opt, void *ctx)
 {
     rp_zero *z = ctx;
     if (!z->rep) return orphaned();
-    return rp_strategy_checksum(z->rep, z->params, rp_optimizer_steps(opt), z->scratch);
+    return rp_strategy_checksum(z->rep, z->rep->comm, z->params, rp_optimizer_steps(opt),
+                                z->scratch);
 }
 
 static void zero_release(void *ctx)
@@ -337,8 +315,7 @@ static void zero_release(void *ctx)
                 break;
             }
     }
-    free(z->first);
-    free(z->list);
+    rp_bucket_order_destroy(&z->order);
     free(z->buckets);
     rp_free(z->sgrad);
     rp_free(z->pack);
@@ -354,11 +331,12 @@ static int bucket_of(const rp_zero *z, int64_t x)
 }
 
 /*
- * Calls fn(z, i, b) once for each bucket b that parameter i has an element in (through any
- * shard); mark[] (one per bucket, set to -1 before the first parameter) removes repeats.
+ * The buckets that parameter i has an element in (through any shard), written to out if not
+ * NULL; mark[] (one per bucket, set to -1 before the first parameter) removes repeats.
  */
-static int param_buckets(rp_zero *z, int i, int *mark, int *out)
+static int param_buckets(void *ctx, int i, int *mark, int *out)
 {
+    rp_zero *z = ctx;
     const rp_tensor *p = rp_params_at(z->params, i);
     int64_t off = rp_params_offset(z->params, i), end = off + p->numel, S = z->shard;
     int count = 0;
@@ -385,34 +363,12 @@ static rp_status make_buckets(rp_zero *z, size_t bytes)
     z->nbuckets = S > 0 ? (int)((S + c - 1) / c) : 0;
     int nb = z->nbuckets;
     z->buckets = calloc((size_t)(nb ? nb : 1), sizeof(zbucket));
-    z->first = calloc((size_t)T + 1, sizeof(int));
-    int *mark = malloc((size_t)(nb ? nb : 1) * sizeof(int));
-    if (!z->buckets || !z->first || !mark) {
-        free(mark);
-        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's %d buckets", nb);
-    }
+    if (!z->buckets) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's %d buckets", nb);
     for (int k = 0; k < nb; k++) {
         z->buckets[k].b = S - (int64_t)k * c;
         z->buckets[k].a = S - (int64_t)(k + 1) * c > 0 ? S - (int64_t)(k + 1) * c : 0;
     }
-    for (int k = 0; k < nb; k++)
-        mark[k] = -1;
-    for (int i = 0; i < T; i++)
-        z->first[i + 1] = z->first[i] + (S > 0 ? param_buckets(z, i, mark, NULL) : 0);
-    z->list = malloc((size_t)(z->first[T] ? z->first[T] : 1) * sizeof(int));
-    if (!z->list) {
-        free(mark);
-        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's bucket lists");
-    }
-    for (int k = 0; k < nb; k++)
-        mark[k] = -1;
-    for (int i = 0; i < T && S > 0; i++) {
-        param_buckets(z, i, mark, z->list + z->first[i]);
-        for (int j = z->first[i]; j < z->first[i + 1]; j++)
-            z->buckets[z->list[j]].params++;
-    }
-    free(mark);
-    return RP_OK;
+    return rp_bucket_order_create(&z->order, T, nb, param_buckets, z);
 }
 
 static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,

@@ -6,8 +6,9 @@
  * every replica trains its shard of it), the rest of the epoch when they
  * run independently (async: each batch to whichever replica claims it from
  * the runtime's shared queue), cut short at max_steps and at the step
- * cadences. After
- * each chunk the replicas have agreed on a stop request; the main thread
+ * cadences; with sync groups, the rest of the epoch too, each batch to
+ * whichever group claims it (every replica of the group trains its share).
+ * After each chunk the replicas have agreed on a stop request; the main thread
  * then records the steps, draws the progress, and at an epoch's end (or a
  * step cadence) evaluates and checkpoints.
  */
@@ -26,6 +27,25 @@ static void straggle(const rp_trainer *t, const rp_replica *rep, double started)
     rp_trace_begin(RP_PHASE_COMPUTE);
     nanosleep(&ts, NULL);
     rp_trace_end("slow (--slow)");
+}
+
+/*
+ * Whether an independent replica stops before its next batch: a signal or a failed peer. The
+ * replicas of a sync group must decide together (they take each batch as one), so they agree on
+ * the largest request over the group's communicator.
+ */
+static rp_status stop_now(rp_trainer *t, rp_replica *rep, bool *stop)
+{
+    int64_t want = train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED);
+    rp_comm *group = rp_replica_in_sync(rep) > 1 ? rp_replica_sync_comm(rep) : NULL;
+    if (group) {
+        rp_comm_begin_internal(group, "the trainer's stop agreement");
+        rp_status status = rp_comm_all_reduce(group, &want, &want, 1, RP_I64, RP_MAX);
+        rp_comm_end_internal(group);
+        RP_CHECK(status);
+    }
+    *stop = want != 0;
+    return RP_OK;
 }
 
 /*
@@ -49,8 +69,9 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
     double phases[RP_PHASE_COUNT];
     rp_trace_phase_take(phases); /* what came before this chunk (evaluation, last reports) */
     for (;;) {
-        if (independent && (train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED)))
-            break;
+        bool stop = false;
+        if (independent) RP_TRY(stop_now(t, rep, &stop));
+        if (stop) break;
         int64_t ticket;
         RP_TRY(rp_replica_next_batch(rep, &ticket));
         if (start + ticket >= end) break;
@@ -195,9 +216,10 @@ static rp_status run_chunk(rp_trainer *t)
     if (!t->lockstep && t->model->settle) RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
     t->epoch_seconds += rp_now_s() - t0;
     t->stop = (int)stop;
-    if (t->lockstep) {
-        /* Every replica trained its shard of each batch: the batch's scalars are their means. */
-        int n = rp_replicator_replicas(t->rep);
+    if (t->lockstep || rp_replicator_in_sync(t->rep) > 1) {
+        /* The replicas in sync trained a shard each of every batch (sync: all of them; sync
+           groups: a group): the batch's scalars are their means. */
+        int n = t->lockstep ? rp_replicator_replicas(t->rep) : rp_replicator_in_sync(t->rep);
         steps /= n;
         for (int k = 0; k < t->n_scalars; k++)
             sums[k] /= n;

@@ -1,0 +1,413 @@
+/*
+ * strategy_groups.c - sync groups as a strategy table (TF-Replicator's RFC:
+ * "within each sync group, each replica is in sync, but the sync groups are
+ * asynchronous among themselves"): the N replicas form cfg.sync_groups
+ * groups of S = N / G consecutive replicas; inside a group they train like
+ * the sync strategy, and the groups meet only at the parameter servers.
+ *
+ * A step of one group:
+ *  1. backward's gradient-ready callbacks all-reduce (mean) the gradients
+ *     over the group's communicator, in the sync strategy's buckets and
+ *     order, with its non-finite check (strategy.c: rp_grad_reducer);
+ *  2. the group's rank 0 pushes the group's mean gradient to the servers
+ *     and pulls the current values (one push per group step, so the servers'
+ *     step count is the groups' steps; the staleness bound counts groups);
+ *  3. it broadcasts the values inside the group, so the group's replicas
+ *     stay bitwise identical (checked every checksum_every steps, within the
+ *     group).
+ * Work: a group takes batches from the shared queue as a unit - its rank 0
+ * claims a ticket and broadcasts it in the group - and each replica trains
+ * its share of that batch (rp_replica_input_context gives the rank in the
+ * group and the group's size).
+ *
+ * Layout: threads only. Each group's communicator is made at create (one
+ * rp_comm_threads_create per group: no collective), kept by the replica and
+ * left and rejoined around each run with its other communicators, so a
+ * replica that fails makes its group's peers fail at once. The servers are
+ * one in-process set per optimizer with one worker handle per group, taken
+ * by the group's rank 0.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/ps_internal.h"
+#include "replicator/ps.h"
+#include "replicator/strategy.h"
+
+#define RP_GROUP_SETS_MAX 8
+
+typedef struct rp_grouped {
+    rp_replica *rep; /* NULL once the replicator was destroyed */
+    rp_optimizer *opt;
+    rp_params *params;
+    rp_grad_reducer red; /* the all-reduce over the group */
+    rp_ps *ps;           /* the group's handle on the servers: its rank 0's (NULL on the others) */
+    int slot;            /* in groups_replica.slots: the same on every replica */
+    int64_t *hashes;     /* [S * trainable parameters] checksum scratch */
+    struct rp_grouped *next;
+} rp_grouped;
+
+typedef struct groups_replica {
+    rp_grouped *list; /* this replica's wrapped optimizers, oldest last */
+    unsigned slots;   /* bit k: an optimizer alive in slot k */
+} groups_replica;
+
+typedef struct groups_state {
+    int groups, size;                /* G groups of S replicas */
+    rp_comm **comms;                 /* [n] each replica's group handle, until taken */
+    rp_ps **sets[RP_GROUP_SETS_MAX]; /* each set's handles, [G], until taken by the ranks 0 */
+} groups_state;
+
+static rp_status orphaned(void)
+{
+    return RP_ERROR(
+        RP_ERR_INVALID,
+        "this replica optimizer outlived its replicator: destroy every "
+        "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
+}
+
+static int group_of(const rp_replica *rep)
+{
+    return rep->id / rep->group_size;
+}
+
+/* Broadcasts count values of `dtype` from the group's rank 0, as one of the runtime's calls. */
+static rp_status group_broadcast(rp_replica *rep, void *buf, int64_t count, rp_dtype dtype,
+                                 const char *what)
+{
+    rt_internal_begin(rep->group_comm, what);
+    rp_status status = rp_comm_broadcast(rep->group_comm, buf, count, dtype, 0);
+    rt_internal_end(rep->group_comm);
+    return status;
+}
+
+static rp_status barrier_all(rp_replica *rep, const char *what)
+{
+    rt_internal_begin(rep->comm, what);
+    rp_status status = rp_comm_barrier(rep->comm);
+    rt_internal_end(rep->comm);
+    return status;
+}
+
+static void groups_on_grad_ready(rp_tensor *param, void *ctx)
+{
+    rp_replica *rep = ctx;
+    groups_replica *gr = rep->strategy;
+    for (rp_grouped *g = gr->list; g; g = g->next)
+        if (rp_grad_reducer_ready(&g->red, param)) return;
+}
+
+static rp_status groups_before(rp_optimizer *opt, void *ctx)
+{
+    rp_grouped *g = ctx;
+    if (!g->rep) return orphaned();
+    return rp_grad_reducer_finish(&g->red);
+}
+
+/* The update: rank 0 pushes the group's mean gradient and pulls the values; the group takes them.
+ */
+static rp_status groups_update(rp_optimizer *opt, float lr, void *ctx)
+{
+    rp_grouped *g = ctx;
+    if (!g->rep) return orphaned();
+    float *values = rp_params_data(g->params);
+    /* A failed push returns here without the broadcast: the rank's step fails, it leaves the
+       group's communicator, and its peers waiting in the broadcast fail at once, naming it. */
+    if (g->ps) RP_CHECK(rp_ps_exchange(g->ps, rp_params_grad(g->params), lr, values));
+    return group_broadcast(g->rep, values, rp_params_trainable_numel(g->params), RP_F32,
+                           "the runtime's group parameter broadcast");
+}
+
+static rp_status groups_after(rp_optimizer *opt, void *ctx)
+{
+    rp_grouped *g = ctx;
+    if (!g->rep) return orphaned();
+    return rp_strategy_checksum(g->rep, g->rep->group_comm, g->params, rp_optimizer_steps(opt),
+                                g->hashes);
+}
+
+static void groups_release(void *ctx)
+{
+    rp_grouped *g = ctx;
+    if (g->rep) {
+        groups_replica *gr = g->rep->strategy;
+        for (rp_grouped **p = &gr->list; *p; p = &(*p)->next)
+            if (*p == g) {
+                *p = g->next;
+                break;
+            }
+        gr->slots &= ~(1u << g->slot);
+    }
+    rp_grad_reducer_free(&g->red);
+    rp_ps_destroy(g->ps);
+    free(g->hashes);
+    free(g);
+}
+
+static rp_grouped *find(const rp_replica *rep, const rp_optimizer *opt)
+{
+    const groups_replica *gr = rep->strategy;
+    for (rp_grouped *g = gr->list; g; g = g->next)
+        if (g->opt == opt) return g;
+    return NULL;
+}
+
+static bool groups_owns(const rp_replica *rep, const rp_optimizer *opt)
+{
+    return find(rep, opt) != NULL;
+}
+
+/* Set k's handles, made by local replica 0 with one worker per group; each group's rank 0 takes
+ * its own. */
+static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_config *pc,
+                             rp_ps **ps)
+{
+    groups_state *st = rep->r->strategy_state;
+    if (rep->local == 0) {
+        free(st->sets[k]); /* an earlier, destroyed set's: every handle was taken then */
+        st->sets[k] = calloc((size_t)st->groups, sizeof(rp_ps *));
+        if (!st->sets[k]) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d handles", st->groups);
+        RP_CHECK(rp_ps_threads_create(st->sets[k], st->groups, numel, pc));
+    }
+    RP_CHECK(barrier_all(rep, "the runtime's optimizer creation barrier"));
+    if (rep->group_rank != 0) return RP_OK;
+    *ps = st->sets[k][group_of(rep)];
+    st->sets[k][group_of(rep)] = NULL;
+    if (rp_ps_numel(*ps) != numel)
+        return RP_ERROR(RP_ERR_SHAPE,
+                        "replica %d has %lld trainable values, replica 0 %lld: every replica "
+                        "must build the same model",
+                        rep->id, (long long)numel, (long long)rp_ps_numel(*ps));
+    return RP_OK;
+}
+
+static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
+                                         const rp_optim_config *cfg)
+{
+    rp_replicator *r = rep->r;
+    groups_replica *gr = rep->strategy;
+    int k = 0;
+    while (k < RP_GROUP_SETS_MAX && (gr->slots >> k & 1u))
+        k++;
+    if (k == RP_GROUP_SETS_MAX)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d sync-group optimizers alive per replica",
+                        RP_GROUP_SETS_MAX);
+    /* Replica 0's values (and buffers) become everyone's, as in sync training. */
+    rt_internal_begin(rep->comm, "the runtime's parameter broadcast");
+    rp_status status = rp_strategy_broadcast_params(rep, params);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
+    rp_ps_config pc = rp_ps_config_default();
+    pc.servers = r->cfg.ps;
+    pc.staleness = r->cfg.staleness;
+    pc.timeout_s = r->cfg.timeout_s;
+    pc.optim = *cfg;
+    int64_t numel = rp_params_trainable_numel(params);
+    rp_ps *ps = NULL;
+    RP_CHECK(take_handle(rep, k, numel, &pc, &ps));
+    rp_grouped *g = calloc(1, sizeof *g);
+    if (!g) {
+        rp_ps_destroy(ps);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group optimizer");
+    }
+    g->rep = rep;
+    g->opt = opt;
+    g->params = params;
+    g->ps = ps;
+    g->slot = k;
+    int T = rp_params_trainable_count(params);
+    g->hashes = malloc((size_t)rep->group_size * (size_t)(T > 0 ? T : 1) * sizeof(int64_t));
+    status = g->hashes ? rp_grad_reducer_init(&g->red, rep, rep->group_comm, params)
+                       : RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group optimizer");
+    rp_optimizer_hooks h = {.before = groups_before,
+                            .update = groups_update,
+                            .after = groups_after,
+                            .release = groups_release};
+    if (status == RP_OK) status = rp_optimizer_add_hooks(opt, &h, g);
+    if (status != RP_OK) {
+        g->rep = NULL;
+        groups_release(g);
+        return status;
+    }
+    gr->slots |= 1u << k;
+    g->next = gr->list;
+    gr->list = g;
+    if (ps) RP_CHECK(rp_ps_join(ps, r->generation));
+    /* The servers start from replica 0's values, which every replica holds already. */
+    if (rep->id == 0) RP_CHECK(rp_ps_init(ps, rp_params_data(params), NULL, 0));
+    RP_CHECK(barrier_all(rep, "the runtime's parameter-server barrier"));
+    rp_debug("sync-group optimizer: group %d of %d (rank %d of %d), set %d, %lld values on %d "
+             "parameter servers, staleness %d",
+             group_of(rep), r->cfg.sync_groups, rep->group_rank, rep->group_size, k,
+             (long long)numel, pc.servers, pc.staleness);
+    return RP_OK;
+}
+
+static void groups_phase_begin(rp_replica *rep, uint64_t phase)
+{
+    groups_replica *gr = rep->strategy;
+    /* A failure here (a server gone) comes back, named, from the next push or pull. */
+    for (rp_grouped *g = gr->list; g; g = g->next)
+        if (g->ps) (void)rp_ps_join(g->ps, phase);
+}
+
+static void groups_phase_end(rp_replica *rep)
+{
+    groups_replica *gr = rep->strategy;
+    /* The step's own error, if any, is the one to report, not a leave that failed because of it. */
+    rp_status status = rp_last_status();
+    char message[1024];
+    snprintf(message, sizeof message, "%s", rp_last_error());
+    for (rp_grouped *g = gr->list; g; g = g->next)
+        if (g->ps) (void)rp_ps_leave(g->ps);
+    if (status != RP_OK)
+        rp_error_set(status, NULL, 0, "%s", message);
+    else
+        rp_error_clear();
+}
+
+/*
+ * The servers' state into every replica of the group (collective in the group): rank 0 takes a
+ * snapshot - values, slots, step - and broadcasts it.
+ */
+static rp_status groups_fetch(rp_replica *rep, rp_optimizer *opt)
+{
+    rp_grouped *g = find(rep, opt);
+    if (!g) return RP_OK;
+    int64_t step = 0, nstate = 0;
+    float *values = rp_params_data(g->params), *state = rp_optimizer_state(opt, &nstate);
+    if (g->ps) RP_CHECK(rp_ps_snapshot(g->ps, values, state, &step));
+    const char *what = "the runtime's optimizer-state broadcast";
+    RP_CHECK(group_broadcast(rep, values, rp_params_trainable_numel(g->params), RP_F32, what));
+    if (nstate > 0) RP_CHECK(group_broadcast(rep, state, nstate, RP_F32, what));
+    RP_CHECK(group_broadcast(rep, &step, 1, RP_I64, what));
+    rp_optimizer_set_steps(opt, step);
+    return RP_OK;
+}
+
+/* Replica 0's values, slots and step into the servers; every group's rank 0 pulls, and the group
+ * takes the values. */
+static rp_status groups_publish(rp_replica *rep, rp_optimizer *opt)
+{
+    rp_grouped *g = find(rep, opt);
+    if (!g) return rp_strategy_broadcast_state(rep, opt);
+    int64_t steps = rp_optimizer_steps(opt);
+    float *values = rp_params_data(g->params);
+    if (rep->id == 0) RP_CHECK(rp_ps_init(g->ps, values, rp_optimizer_state(opt, NULL), steps));
+    RP_CHECK(barrier_all(rep, "the runtime's parameter-server barrier"));
+    if (g->ps) RP_CHECK(rp_ps_pull(g->ps, values));
+    RP_CHECK(group_broadcast(rep, values, rp_params_trainable_numel(g->params), RP_F32,
+                             "the runtime's group parameter broadcast"));
+    rt_internal_begin(rep->comm, "the runtime's step-count broadcast");
+    rp_status status = rp_comm_broadcast(rep->comm, &steps, 1, RP_I64, 0);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
+    rp_optimizer_set_steps(opt, steps);
+    return RP_OK;
+}
+
+/* The shared work queue, a group at a time: rank 0 claims, the group learns the ticket. */
+static rp_status groups_claim(rp_replica *rep, int64_t *ticket)
+{
+    int64_t t = 0;
+    if (rep->group_rank == 0) RP_CHECK(rp_strategy_local_claim(rep, &t));
+    RP_CHECK(group_broadcast(rep, &t, 1, RP_I64, "the runtime's batch-ticket broadcast"));
+    *ticket = t;
+    return RP_OK;
+}
+
+static rp_status groups_create(rp_replicator *r, bool mpi, rp_comm **world)
+{
+    if (mpi)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "sync groups (sync_groups = %d) run on the threads backend only: "
+                        "start one process with --replicas N instead of mpirun",
+                        r->cfg.sync_groups);
+    groups_state *st = calloc(1, sizeof *st);
+    if (!st) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group strategy");
+    r->strategy_state = st;
+    st->groups = r->cfg.sync_groups;
+    st->size = r->n / st->groups;
+    st->comms = calloc((size_t)r->n, sizeof(rp_comm *));
+    int *ids = malloc((size_t)st->size * sizeof(int));
+    rp_status status = st->comms && ids
+                           ? RP_OK
+                           : RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d sync groups", st->groups);
+    /* Group g is replicas [gS, (g+1)S): on threads a replica's id is its local index. */
+    for (int grp = 0; grp < st->groups && status == RP_OK; grp++) {
+        for (int q = 0; q < st->size; q++)
+            ids[q] = grp * st->size + q;
+        status =
+            rp_comm_threads_create(st->comms + grp * st->size, st->size, ids, r->cfg.timeout_s);
+    }
+    free(ids);
+    return status;
+}
+
+static void groups_destroy(rp_replicator *r)
+{
+    groups_state *st = r->strategy_state;
+    if (!st) return;
+    for (int k = 0; k < RP_GROUP_SETS_MAX; k++) {
+        for (int i = 0; st->sets[k] && i < st->groups; i++)
+            rp_ps_destroy(st->sets[k][i]);
+        free(st->sets[k]);
+    }
+    for (int i = 0; st->comms && i < r->n; i++)
+        if (st->comms[i]) rp_comm_destroy(st->comms[i]);
+    free(st->comms);
+    free(st);
+    r->strategy_state = NULL;
+}
+
+static rp_status groups_replica_init(rp_replica *rep)
+{
+    groups_state *st = rep->r->strategy_state;
+    RP_CHECK(rp_strategy_replica_alloc(rep, sizeof(groups_replica)));
+    rep->group_comm = st->comms[rep->local];
+    st->comms[rep->local] = NULL;
+    rep->group_rank = rp_comm_rank(rep->group_comm);
+    rep->group_size = rp_comm_size(rep->group_comm);
+    /* Left and rejoined around each run with the replica's other communicators. */
+    if (rep->group_size > 1) rep->live[rep->nlive++] = rep->group_comm;
+    return RP_OK;
+}
+
+static void groups_replica_destroy(rp_replica *rep)
+{
+    groups_replica *gr = rep->strategy;
+    if (gr) {
+        int alive = 0;
+        /* Their server handles go now, with the strategy's state; release frees the rest later. */
+        for (rp_grouped *g = gr->list; g; g = g->next, alive++) {
+            g->rep = NULL;
+            rp_ps_destroy(g->ps);
+            g->ps = NULL;
+        }
+        rp_strategy_orphans(rep, alive);
+        free(gr);
+        rep->strategy = NULL;
+    }
+    if (rep->group_comm) rp_comm_destroy(rep->group_comm);
+    rep->group_comm = NULL;
+}
+
+const rp_strategy rp_strategy_groups = {
+    .name = "sync groups",
+    .identical = false,
+    .lockstep = false,
+    .create = groups_create,
+    .destroy = groups_destroy,
+    .replica_init = groups_replica_init,
+    .replica_destroy = groups_replica_destroy,
+    .grad_ready = groups_on_grad_ready,
+    .optimizer_create = groups_optimizer_create,
+    .owns = groups_owns,
+    .phase_begin = groups_phase_begin,
+    .phase_end = groups_phase_end,
+    .fetch = groups_fetch,
+    .publish = groups_publish,
+    .claim = groups_claim,
+    .next_batch = groups_claim, /* each batch to whichever group asks first */
+};
