@@ -18,6 +18,9 @@
  *    momentum) turn the shards into the dense tensors and back bitwise, and
  *    a dense network's tensors scattered into a tensor-parallel one give
  *    its shards bitwise;
+ *  - a checkpoint written at T = 2 (gathered) resumes dense, and a dense
+ *    one resumes at T = 2 (scattered), each taking the next step as the run
+ *    it came from does;
  *  - a 1-member tp_comm is the dense network bitwise; widths that T does
  *    not divide, and a dense list of another shape, are clear errors naming
  *    the layer or tensor.
@@ -47,8 +50,8 @@
 typedef struct tr_worker {
     rp_resnet *net;
     rp_optimizer *opt;
-    int data, model; /* coordinates */
-    float loss[STEPS];
+    int data, model;           /* coordinates */
+    float loss[STEPS + 1];     /* + 1: a run continued after a checkpoint */
     float logits[B * MAX_CLS]; /* the last step's */
     /* gather_job: the dense tensors gathered, and a second network (another seed) scattered into */
     rp_resnet *dense, *copy;
@@ -59,9 +62,10 @@ typedef struct tr_worker {
 typedef struct tr_job {
     rp_resnet_kind kind;
     int img, classes, replicas, tp, steps;
-    bool bn_cross;  /* cross-replica batch norm over the data axis */
-    bool zero_init; /* rp_resnet_config.zero_init_residual */
-    float *x;       /* [replicas * B, img, img, 3]: replica d takes images [d*B, (d+1)*B) */
+    bool bn_cross;      /* cross-replica batch norm over the data axis */
+    bool zero_init;     /* rp_resnet_config.zero_init_residual */
+    const char *resume; /* a checkpoint of the dense network to start from, or NULL */
+    float *x;           /* [replicas * B, img, img, 3]: replica d takes images [d*B, (d+1)*B) */
     int32_t labels[MAX_W * B];
     int step;
     tr_worker w[MAX_W];
@@ -77,6 +81,37 @@ static rp_resnet_config tr_config(const tr_job *j)
     return cfg;
 }
 
+/*
+ * A trainer's resume, written against the public API: the checkpoint holds the dense network's
+ * tensors and momentum; read them into a dense network and optimizer, then scatter this
+ * member's shards (T = 1: a plain copy).
+ */
+static rp_status tr_load(tr_worker *w, const tr_job *j)
+{
+    rp_resnet_config cfg = tr_config(j);
+    rp_checkpoint *ck = NULL;
+    rp_resnet *dense = NULL;
+    rp_optimizer *dopt = NULL;
+    rp_optim_config oc = rp_optim_config_default();
+    rp_status status = RP_OK;
+    RP_TRY(rp_checkpoint_load(&ck, j->resume));
+    RP_TRY(rp_resnet_create(&dense, &cfg, SEED + 4));
+    rp_params *dp = rp_resnet_params(dense);
+    RP_TRY(rp_optimizer_create(&dopt, dp, &oc));
+    RP_TRY(rp_checkpoint_read_params(ck, dp, "param/"));
+    RP_TRY(rp_checkpoint_read_optimizer(ck, dopt, dp, "optim/"));
+    RP_TRY(rp_resnet_scatter_dense(w->net, dp));
+    int64_t n;
+    RP_TRY(rp_resnet_scatter_state(w->net, rp_optimizer_state(w->opt, &n), dp,
+                                   rp_optimizer_state(dopt, &n), 1));
+    rp_optimizer_set_steps(w->opt, rp_optimizer_steps(dopt));
+cleanup:
+    rp_optimizer_destroy(dopt);
+    rp_resnet_destroy(dense);
+    rp_checkpoint_destroy(ck);
+    return status;
+}
+
 static rp_status tr_build(rp_replica *rep, void *arg)
 {
     tr_job *j = arg;
@@ -87,9 +122,10 @@ static rp_status tr_build(rp_replica *rep, void *arg)
     cfg.bn_comm = j->bn_cross ? rp_replica_axis_comm(rep, RP_AXIS_DATA) : NULL;
     w->data = rp_replica_coord(rep, RP_AXIS_DATA);
     w->model = rp_replica_coord(rep, RP_AXIS_MODEL);
-    RP_CHECK(rp_resnet_create(&w->net, &cfg, SEED));
+    RP_CHECK(rp_resnet_create(&w->net, &cfg, j->resume ? SEED + 3 : SEED));
     rp_optim_config oc = rp_optim_config_default(); /* SGD, momentum 0.9 */
-    return rp_replica_optimizer_create(rep, &w->opt, rp_resnet_params(w->net), &oc);
+    RP_CHECK(rp_replica_optimizer_create(rep, &w->opt, rp_resnet_params(w->net), &oc));
+    return j->resume ? tr_load(w, j) : RP_OK;
 }
 
 static rp_status tr_step(rp_replica *rep, void *arg)
@@ -123,9 +159,12 @@ static rp_status tr_teardown(rp_replica *rep, void *arg)
     return RP_OK;
 }
 
-/* Builds the job's networks on a (replicas x tp) mesh and trains them `steps` (<= STEPS) steps. */
-static void tr_run(tr_job *j, rp_resnet_kind kind, int img, int classes, int replicas, int tp,
-                   bool bn_cross, bool zero_init, int steps)
+/*
+ * Builds the job's networks on a (replicas x tp) mesh, from the checkpoint `resume` if not NULL,
+ * and trains them `steps` (<= STEPS) steps.
+ */
+static void tr_run_from(tr_job *j, rp_resnet_kind kind, int img, int classes, int replicas, int tp,
+                        bool bn_cross, bool zero_init, int steps, const char *resume)
 {
     memset(j, 0, sizeof *j);
     *j = (tr_job){.kind = kind,
@@ -135,7 +174,8 @@ static void tr_run(tr_job *j, rp_resnet_kind kind, int img, int classes, int rep
                   .tp = tp,
                   .bn_cross = bn_cross,
                   .zero_init = zero_init,
-                  .steps = steps};
+                  .steps = steps,
+                  .resume = resume};
     int64_t n = (int64_t)replicas * B * img * img * 3;
     j->x = malloc((size_t)n * sizeof(float));
     assert_non_null(j->x);
@@ -156,6 +196,23 @@ static void tr_run(tr_job *j, rp_resnet_kind kind, int img, int classes, int rep
     if (st != RP_OK)
         fail_msg("%s, %d replicas x %d: %s", rp_resnet_kind_name(kind), replicas, tp,
                  rp_last_error());
+}
+
+static void tr_run(tr_job *j, rp_resnet_kind kind, int img, int classes, int replicas, int tp,
+                   bool bn_cross, bool zero_init, int steps)
+{
+    tr_run_from(j, kind, img, classes, replicas, tp, bn_cross, zero_init, steps, NULL);
+}
+
+/*
+ * One more step on the images of step `step` (the same images every step): the step a run
+ * resumed from a checkpoint takes next.
+ */
+static void tr_continue(tr_job *j)
+{
+    j->steps++;
+    if (rp_replicator_run(j->r, tr_step, j) != RP_OK) fail_msg("continue: %s", rp_last_error());
+    j->step++;
 }
 
 static void tr_destroy(tr_job *j)
@@ -403,6 +460,97 @@ static void *rt_member(void *arg)
     return NULL;
 }
 
+/*
+ * A trainer's save, written against the public API: gather the shards and the momentum into a
+ * dense network and optimizer, and let model worker 0 write the checkpoint of the dense model.
+ */
+static const char *save_path;
+
+static rp_status tr_save(rp_replica *rep, void *arg)
+{
+    tr_job *j = arg;
+    tr_worker *w = &j->w[rp_replica_local_index(rep)];
+    rp_resnet_config cfg = tr_config(j);
+    rp_resnet *dense = NULL;
+    rp_optimizer *dopt = NULL;
+    rp_checkpoint *ck = NULL;
+    rp_optim_config oc = rp_optim_config_default();
+    rp_status status = RP_OK;
+    RP_TRY(rp_resnet_create(&dense, &cfg, SEED + 5));
+    rp_params *dp = rp_resnet_params(dense);
+    RP_TRY(rp_optimizer_create(&dopt, dp, &oc));
+    RP_TRY(rp_resnet_gather_dense(w->net, dp));
+    int64_t n;
+    RP_TRY(rp_resnet_gather_state(w->net, rp_optimizer_state(w->opt, &n), dp,
+                                  rp_optimizer_state(dopt, &n), 1));
+    rp_optimizer_set_steps(dopt, rp_optimizer_steps(w->opt));
+    if (w->model == 0) {
+        RP_TRY(rp_checkpoint_create(&ck));
+        RP_TRY(rp_checkpoint_add_params(ck, dp, "param/"));
+        RP_TRY(rp_checkpoint_add_optimizer(ck, dopt, dp, "optim/"));
+        RP_TRY(rp_checkpoint_save(ck, save_path));
+    }
+cleanup:
+    rp_checkpoint_destroy(ck);
+    rp_optimizer_destroy(dopt);
+    rp_resnet_destroy(dense);
+    return status;
+}
+
+/*
+ * Checkpoints stay logical: a run at T = 2 saved after 3 steps resumes dense, a dense run resumes
+ * at T = 2, and either takes the next step as the run it came from does (within 1e-5: the two
+ * layouts' arithmetic differs in order). The checkpoint of T = 2 holds the dense network's names
+ * and shapes.
+ */
+static tr_job resumed;
+
+static void test_checkpoint_resumes_across_layouts(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_tmpdir_create("tp_resnet"), 0);
+    char tp_path[512], dense_path[512];
+    tu_tmp_path(tp_path, sizeof tp_path, "tp.ckpt");
+    tu_tmp_path(dense_path, sizeof dense_path, "dense.ckpt");
+    tr_run(&dense_job, RP_RESNET20, 8, 10, 1, 1, false, true, STEPS);
+    tr_run(&tp_job, RP_RESNET20, 8, 10, 1, 2, false, true, STEPS);
+    save_path = tp_path;
+    if (rp_replicator_run(tp_job.r, tr_save, &tp_job) != RP_OK)
+        fail_msg("save at T = 2: %s", rp_last_error());
+    save_path = dense_path;
+    if (rp_replicator_run(dense_job.r, tr_save, &dense_job) != RP_OK)
+        fail_msg("save dense: %s", rp_last_error());
+    /* The T = 2 checkpoint is the dense model's: its conv1 weight has all 16 output channels. */
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_load(&ck, tp_path), RP_OK);
+    int ndim;
+    int64_t shape[RP_MAX_DIMS];
+    assert_non_null(rp_checkpoint_get_f32(ck, "param/stage1.block0.conv1.weight", &ndim, shape));
+    assert_int_equal(shape[0], 16);
+    assert_int_equal(shape[3], 16);
+    rp_checkpoint_destroy(ck);
+    /* T = 2 -> dense: the resumed dense run's next step against the T = 2 run's next step. */
+    tr_run_from(&resumed, RP_RESNET20, 8, 10, 1, 1, false, true, 0, tp_path);
+    tr_continue(&resumed);
+    tr_continue(&tp_job);
+    for (int m = 0; m < 2; m++)
+        check_net(RP_RESNET20, tp_job.w[m].net, tp_job.w[m].model, 2, resumed.w[0].net, 1e-5);
+    tu_check_close(resumed.w[0].loss, &tp_job.w[0].loss[STEPS], 1, 1e-5, "loss after resuming");
+    tr_destroy(&resumed);
+    /* dense -> T = 2. */
+    tr_run_from(&resumed, RP_RESNET20, 8, 10, 1, 2, false, true, 0, dense_path);
+    tr_continue(&resumed);
+    tr_continue(&dense_job);
+    for (int m = 0; m < 2; m++)
+        check_net(RP_RESNET20, resumed.w[m].net, resumed.w[m].model, 2, dense_job.w[0].net, 1e-5);
+    tu_check_close(resumed.w[0].loss, &dense_job.w[0].loss[STEPS], 1, 1e-5,
+                   "loss after resuming at T = 2");
+    tr_destroy(&resumed);
+    tr_destroy(&tp_job);
+    tr_destroy(&dense_job);
+    tu_tmpdir_remove();
+}
+
 static void test_dense_to_tp_and_back(void **state)
 {
     (void)state;
@@ -565,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_resnet20_tp2_x_data2_equals_dense),
         cmocka_unit_test(test_resnet50_tp2_equals_dense),
         cmocka_unit_test(test_gather_scatter_round_trip),
+        cmocka_unit_test(test_checkpoint_resumes_across_layouts),
         cmocka_unit_test(test_dense_to_tp_and_back),
         cmocka_unit_test(test_initial_shards_are_dense_slices),
         cmocka_unit_test(test_one_member_is_dense),
