@@ -253,6 +253,17 @@ rp_status rp_tp_shard_copy(float *shard, const float *dense, int ndim, const int
                            int axis, int rank, int size);
 
 /*
+ * The inverse of rp_tp_shard_copy: writes `shard` (member `rank`'s slice,
+ * its numel floats, row-major) into its place in `dense` along `axis`,
+ * leaving the rest of `dense` as it is. Placing every rank's slice rebuilds
+ * the dense tensor bitwise: for turning a member's shards (gathered from the
+ * group) back into the dense model's tensors, e.g. for a checkpoint. Errors:
+ * as rp_tp_shard_copy's.
+ */
+rp_status rp_tp_shard_place(float *dense, const float *shard, int ndim, const int *dense_shape,
+                            int axis, int rank, int size);
+
+/*
  * The regions between replicated and split tensors along the last axis,
  * tape ops (Megatron's gather_from / scatter_to_tensor_model_parallel_region):
  *  - rp_tp_gather: x [..., k] split -> y [..., M*k] replicated: the

@@ -12,6 +12,9 @@
 typedef struct resnet_block {
     bool bottleneck;
     rp_conv2d_layer conv[3];
+    /* Tensor parallelism: convolution i is tp_conv[i] (column or row) when split[i]. */
+    rp_tp_conv2d_layer tp_conv[3];
+    bool split[3];
     rp_batchnorm_layer bn[3];
     bool project;
     rp_conv2d_layer proj;
@@ -75,20 +78,71 @@ static rp_status conv_bn(rp_params *p, const char *prefix, int i, rp_conv2d_laye
     return RP_OK;
 }
 
+/* The tensor-parallel degree T of a configuration: 1 without tp_comm. */
+static int tp_size(const rp_resnet_config *cfg)
+{
+    return cfg->tp_comm ? rp_comm_size(cfg->tp_comm) : 1;
+}
+
+/*
+ * conv_bn's tensor-parallel form, the convolution split over cfg->tp_comm: a column split's batch
+ * norm covers this member's out/T channels (per-channel statistics need no collective; its
+ * constant initial values are the dense ones' slice), a row split's the reduced, replicated out.
+ */
+static rp_status tp_conv_bn(rp_params *p, const char *prefix, int i, rp_tp_conv2d_layer *conv,
+                            rp_batchnorm_layer *bn, int in, int out, int k, int stride,
+                            rp_tp_split split, const rp_resnet_config *cfg)
+{
+    char name[RP_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%.40s.conv%d", prefix, i);
+    RP_CHECK(rp_tp_conv2d_layer_init(conv, p, name, cfg->tp_comm, split, in, out, k, stride, k / 2,
+                                     false));
+    snprintf(name, sizeof name, "%.40s.bn%d", prefix, i);
+    RP_CHECK(
+        rp_batchnorm_layer_init(bn, p, name, split == RP_TP_COLUMN ? out / tp_size(cfg) : out));
+    bn->p.comm = cfg->bn_comm;
+    bn->p.reduce = cfg->bn_reduce;
+    bn->p.reduce_ctx = cfg->bn_reduce_ctx;
+    return RP_OK;
+}
+
+/*
+ * Convolution i of a block with its batch norm: dense, or split as `split` when tensor-parallel.
+ */
+static rp_status block_conv_bn(rp_resnet *net, resnet_block *b, const char *prefix, int i, int in,
+                               int out, int k, int stride, bool tp, rp_tp_split split)
+{
+    b->split[i] = tp;
+    if (tp)
+        return tp_conv_bn(net->params, prefix, i + 1, &b->tp_conv[i], &b->bn[i], in, out, k, stride,
+                          split, &net->cfg);
+    return conv_bn(net->params, prefix, i + 1, &b->conv[i], &b->bn[i], in, out, k, stride,
+                   &net->cfg);
+}
+
+/*
+ * A block, dense or (T > 1) split Megatron-style so that it costs one all-reduce forward (the row
+ * convolution's) and one backward (at the column convolution's input): basic blocks split conv1 by
+ * columns and conv2 by rows; bottlenecks keep the 1x1 conv1 replicated and split conv2 by columns
+ * and conv3 by rows. Splitting conv1 as well would leave two split convolutions in a row, which
+ * needs a second collective (an all-gather between them); replicating it costs its FLOPs on every
+ * member, about a quarter of a bottleneck's (4w^2 of 4w^2 + 9w^2 + 4w^2 per pixel at stride 1).
+ */
 static rp_status block_init(rp_resnet *net, resnet_block *b, const char *prefix, int in, int width,
                             int stride, bool bottleneck)
 {
     const rp_resnet_config *cfg = &net->cfg;
     rp_params *p = net->params;
     int out = bottleneck ? 4 * width : width;
+    bool tp = tp_size(cfg) > 1;
     b->bottleneck = bottleneck;
     if (bottleneck) {
-        RP_CHECK(conv_bn(p, prefix, 1, &b->conv[0], &b->bn[0], in, width, 1, 1, cfg));
-        RP_CHECK(conv_bn(p, prefix, 2, &b->conv[1], &b->bn[1], width, width, 3, stride, cfg));
-        RP_CHECK(conv_bn(p, prefix, 3, &b->conv[2], &b->bn[2], width, out, 1, 1, cfg));
+        RP_CHECK(block_conv_bn(net, b, prefix, 0, in, width, 1, 1, false, RP_TP_COLUMN));
+        RP_CHECK(block_conv_bn(net, b, prefix, 1, width, width, 3, stride, tp, RP_TP_COLUMN));
+        RP_CHECK(block_conv_bn(net, b, prefix, 2, width, out, 1, 1, tp, RP_TP_ROW));
     } else {
-        RP_CHECK(conv_bn(p, prefix, 1, &b->conv[0], &b->bn[0], in, width, 3, stride, cfg));
-        RP_CHECK(conv_bn(p, prefix, 2, &b->conv[1], &b->bn[1], width, width, 3, 1, cfg));
+        RP_CHECK(block_conv_bn(net, b, prefix, 0, in, width, 3, stride, tp, RP_TP_COLUMN));
+        RP_CHECK(block_conv_bn(net, b, prefix, 1, width, width, 3, 1, tp, RP_TP_ROW));
     }
     /* Every BN but the block's last is followed by a ReLU: fuse it. */
     for (int i = 0; i + 1 < (bottleneck ? 3 : 2); i++)
@@ -364,6 +418,13 @@ static rp_tensor *conv_bn_forward(rp_tape *t, const rp_conv2d_layer *conv,
     return rp_batchnorm_layer_forward(t, bn, rp_conv2d_layer_forward(t, conv, x), training);
 }
 
+/* Convolution i of a block, dense or tensor-parallel. */
+static rp_tensor *block_conv(rp_tape *t, const resnet_block *b, int i, rp_tensor *x)
+{
+    return b->split[i] ? rp_tp_conv2d_layer_forward(t, &b->tp_conv[i], x)
+                       : rp_conv2d_layer_forward(t, &b->conv[i], x);
+}
+
 /*
  * relu(bn(conv(...)) + shortcut): the last batch norm, the addition and the ReLU are one fused op
  * (rp_batch_norm_add), which keeps one tensor where three ops kept three.
@@ -372,12 +433,17 @@ static rp_tensor *block_forward(rp_tape *t, const resnet_block *b, rp_tensor *x,
                                 bool recompute)
 {
     int n = b->bottleneck ? 3 : 2;
-    rp_tensor *y = rp_conv2d_layer_forward(t, &b->conv[0], x);
+    rp_tensor *y = block_conv(t, b, 0, x);
     for (int i = 0; i < n - 1; i++) {
         rp_tensor *a = rp_batchnorm_layer_forward(t, &b->bn[i], y, training);
-        y = rp_conv2d_layer_forward(t, &b->conv[i + 1], a);
-        /* The convolution was a's only reader: backward recomputes it from y's batch norm. */
-        if (recompute && y && a->node >= 0 && rp_tape_drop(t, a) != RP_OK) return NULL;
+        y = block_conv(t, b, i + 1, a);
+        /*
+         * The convolution was a's only reader: backward recomputes it from y's batch norm. Not
+         * behind a column split, whose convolution reads a view of a (rp_copy_to_group), which
+         * rp_tape_drop does not follow.
+         */
+        bool column = b->split[i + 1] && b->tp_conv[i + 1].split == RP_TP_COLUMN;
+        if (recompute && !column && y && a->node >= 0 && rp_tape_drop(t, a) != RP_OK) return NULL;
     }
     rp_tensor *shortcut = b->project ? conv_bn_forward(t, &b->proj, &b->proj_bn, x, training) : x;
     return rp_batchnorm_layer_forward_add(t, &b->bn[n - 1], y, shortcut, true, training);
@@ -410,4 +476,137 @@ rp_tensor *rp_resnet_forward_features(rp_tape *t, const rp_resnet *net, rp_tenso
     rp_tensor *pooled = rp_global_avg_pool(t, x);
     if (features) *features = pooled;
     return rp_linear_layer_forward(t, &net->fc, pooled);
+}
+
+int rp_resnet_tp_size(const rp_resnet *net)
+{
+    return net ? tp_size(&net->cfg) : 1;
+}
+
+/* ---- dense tensors for checkpoints ------------------------------------------------------------
+ */
+
+/*
+ * How this member holds the dense tensor d as s: *axis -1 for replicated (the same shape), else
+ * the axis along which s is d's slice over T members. RP_ERR_SHAPE naming d otherwise.
+ */
+static rp_status held_as(const rp_tensor *d, const rp_tensor *s, int T, const char *who, int *axis)
+{
+    char sd[64], ss[64];
+    if (!s)
+        return RP_ERROR(RP_ERR_SHAPE, "%s: the network has no tensor \"%s\" (dense %s)", who,
+                        d->name, rp_shape_str(d, sd, sizeof sd));
+    int n = 0;
+    *axis = -1;
+    if (s->ndim == d->ndim)
+        for (int i = 0; i < d->ndim; i++)
+            if (s->shape[i] != d->shape[i]) {
+                n++;
+                *axis = i;
+            }
+    if (s->ndim == d->ndim && (n == 0 || (n == 1 && s->shape[*axis] * T == d->shape[*axis])))
+        return RP_OK;
+    return RP_ERROR(RP_ERR_SHAPE,
+                    "%s: tensor \"%s\" is %s in the dense list and %s in the network, neither the "
+                    "same shape nor its slice over %d members along one axis",
+                    who, d->name, rp_shape_str(d, sd, sizeof sd), rp_shape_str(s, ss, sizeof ss),
+                    T);
+}
+
+/*
+ * Moves the value blocks (state false: every tensor's values) or `slots` state blocks (state
+ * true: trainable tensors only, each block laid out as the value block's trainable part) between
+ * this member's shards (src_s/dst_s, laid out as the network's list) and the dense tensors (laid
+ * out as `dense`): gather all-gathers split tensors over tp_comm and places the slices, scatter
+ * copies this member's slice. Every tensor is checked before the first collective, so members given
+ * the same wrong list fail together.
+ */
+static rp_status move_dense(const rp_resnet *net, const rp_params *dense, float *shard_block,
+                            float *dense_block, bool state, int slots, bool gather, const char *who)
+{
+    if (!net || !dense || slots < 0 || (state && slots > 0 && (!shard_block || !dense_block)))
+        return RP_ERROR(RP_ERR_INVALID, "%s: bad arguments (net %p, dense %p, slots %d)", who,
+                        (const void *)net, (const void *)dense, slots);
+    const rp_params *np = net->params;
+    int T = tp_size(&net->cfg), rank = net->cfg.tp_comm ? rp_comm_rank(net->cfg.tp_comm) : 0;
+    int count = state ? rp_params_trainable_count(dense) : rp_params_count(dense);
+    int have = state ? rp_params_trainable_count(np) : rp_params_count(np);
+    if (count != have)
+        return RP_ERROR(RP_ERR_SHAPE, "%s: the dense list has %d %s, the network %d", who, count,
+                        state ? "trainable parameters" : "tensors", have);
+    int64_t gather_numel = 0;
+    for (int i = 0; i < count; i++) {
+        const rp_tensor *d = rp_params_at(dense, i);
+        const rp_tensor *s = rp_params_find(np, d->name);
+        int axis;
+        RP_CHECK(held_as(d, s, T, who, &axis));
+        if (state && s->data - rp_params_data(np) >= rp_params_trainable_numel(np))
+            return RP_ERROR(RP_ERR_SHAPE,
+                            "%s: \"%s\" is trainable in the dense list, not in the "
+                            "network",
+                            who, d->name);
+        if (axis >= 0 && s->numel * T > gather_numel) gather_numel = s->numel * T;
+    }
+    float *buf = NULL;
+    if (gather && gather_numel > 0) {
+        buf = rp_calloc((size_t)gather_numel * sizeof(float));
+        if (!buf) return rp_last_status();
+    }
+    rp_status status = RP_OK;
+    int64_t s_stride = rp_params_trainable_numel(np), d_stride = rp_params_trainable_numel(dense);
+    for (int k = 0; k < (state ? slots : 1); k++) {
+        for (int i = 0; i < count; i++) {
+            const rp_tensor *d = rp_params_at(dense, i);
+            const rp_tensor *s = rp_params_find(np, d->name);
+            float *sp = s->data, *dp = d->data;
+            if (state) {
+                sp = shard_block + k * s_stride + (s->data - rp_params_data(np));
+                dp = dense_block + k * d_stride + (d->data - rp_params_data(dense));
+            }
+            int axis;
+            RP_TRY(held_as(d, s, T, who, &axis));
+            if (axis < 0) {
+                if (gather)
+                    memcpy(dp, sp, (size_t)d->numel * sizeof(float));
+                else
+                    memcpy(sp, dp, (size_t)d->numel * sizeof(float));
+            } else if (!gather) {
+                RP_TRY(rp_tp_shard_copy(sp, dp, d->ndim, d->shape, axis, rank, T));
+            } else {
+                RP_TRY(rp_comm_all_gather(net->cfg.tp_comm, sp, buf, s->numel, RP_F32));
+                for (int r = 0; r < T; r++)
+                    RP_TRY(
+                        rp_tp_shard_place(dp, buf + r * s->numel, d->ndim, d->shape, axis, r, T));
+            }
+        }
+    }
+cleanup:
+    rp_free(buf);
+    return status;
+}
+
+rp_status rp_resnet_gather_dense(const rp_resnet *net, rp_params *dense)
+{
+    return move_dense(net, dense, NULL, NULL, false, 0, true, "rp_resnet_gather_dense");
+}
+
+rp_status rp_resnet_scatter_dense(rp_resnet *net, const rp_params *dense)
+{
+    return move_dense(net, dense, NULL, NULL, false, 0, false, "rp_resnet_scatter_dense");
+}
+
+rp_status rp_resnet_gather_state(const rp_resnet *net, const float *shard_state,
+                                 const rp_params *dense, float *dense_state, int slots)
+{
+    /* shard_state is only read when gathering. */
+    return move_dense(net, dense, (float *)shard_state, dense_state, true, slots, true,
+                      "rp_resnet_gather_state");
+}
+
+rp_status rp_resnet_scatter_state(const rp_resnet *net, float *shard_state, const rp_params *dense,
+                                  const float *dense_state, int slots)
+{
+    /* dense_state is only read when scattering. */
+    return move_dense(net, dense, shard_state, (float *)dense_state, true, slots, false,
+                      "rp_resnet_scatter_state");
 }

@@ -48,6 +48,29 @@ typedef struct rp_resnet_config {
      * network together start as the unsplit one.
      */
     int first_unit, last_unit;
+    /*
+     * Tensor parallelism (Megatron-LM, nn.h's tensor-parallel layers): NULL, or the communicator
+     * whose T members split every residual block's convolutions between them - the replica's
+     * model axis, rp_replica_axis_comm(rep, RP_AXIS_MODEL). NULL or a 1-member communicator is
+     * the dense network, bitwise as without the field. With T > 1, each block costs one
+     * all-reduce forward and one backward over this communicator:
+     *  - basic block (ResNet-20, -18): conv1 column-parallel (output channels split), bn1 local
+     *    on the member's width/T channels, conv2 row-parallel (input channels split; its
+     *    all-reduce makes the block's output replicated), bn2 replicated;
+     *  - bottleneck (ResNet-50): conv1 (1x1) and bn1 replicated, conv2 (3x3) column-parallel,
+     *    bn2 local on width/T channels, conv3 (1x1) row-parallel, bn3 replicated.
+     * The stem, the shortcut projections and fc are replicated: every member holds them whole
+     * and computes them on the same values, and their gradients come out bitwise equal on every
+     * member (the backward's all-reduce sits at the column convolution's input, so every
+     * replicated tensor's gradient is the same sum on every member; docs/model-parallel.md).
+     * Parameters keep the dense names; a split one holds this member's slice (rp_params_add_shard
+     * and, for batch norm, the same constant initial values), so at step 0 the members together
+     * hold exactly the dense network of the same seed. Every member must build the network with
+     * the same configuration and seed, and run every forward and backward in step with the
+     * others. Each split dimension (every block's width; T must divide it) is checked at create:
+     * RP_ERR_SHAPE naming the layer. Not owned; it must outlive the network.
+     */
+    rp_comm *tp_comm;
 } rp_resnet_config;
 
 rp_resnet_config rp_resnet_config_default(rp_resnet_kind kind);
@@ -121,5 +144,45 @@ rp_status rp_resnet_unit_info_get(const rp_resnet_config *cfg, int h, int w, int
  * naming both, and rp_resnet_unit_info_get's).
  */
 rp_status rp_resnet_partition(const rp_resnet_config *cfg, int h, int w, int stages, int *bounds);
+
+/*
+ * Checkpoints of a tensor-parallel network stay logical: they hold the dense network's tensors.
+ * `dense` is the parameter list of a dense network of the same configuration but tp_comm NULL
+ * (rp_resnet_params of rp_resnet_create; the same units, for a stage of a split network), or
+ * any list whose trainable parameters and buffers are that network's names and shapes, in any
+ * order.
+ *
+ * rp_resnet_gather_dense fills every value of `dense` (trainable parameters and buffers, such as
+ * batch norm's running statistics) from the members' shards: a replicated tensor is copied from
+ * this member, a split one is all-gathered over cfg.tp_comm and each member's slice put in its
+ * place (rp_tp_shard_place). Collective over tp_comm: every member calls it, with the same
+ * `dense` names in the same order, and every member ends with the same dense values.
+ * rp_resnet_scatter_dense is its inverse and needs no collective: each member copies its own
+ * slice of every split tensor and the whole of every replicated one (rp_tp_shard_copy) into its
+ * network. Scatter after gather restores each member's values bitwise, and a dense network's
+ * values scattered into a tensor-parallel one (and gathered back) are bitwise the same, so a
+ * tensor-parallel run resumes from a dense checkpoint and vice versa. Without tensor
+ * parallelism (tp_comm NULL or of 1 member) both copy tensor by tensor.
+ *
+ * The _state forms move optimizer state laid out as rp_optimizer_state's: `slots` blocks one
+ * after the other, each laid out as the trainable part of the value block of its list
+ * (`shard_state` of this network's list, `dense_state` of `dense`), e.g. SGD momentum (1 slot)
+ * or Adam's moments (2); the step count is the same everywhere and is not moved.
+ *
+ * Errors: RP_ERR_INVALID (NULL, slots < 0), RP_ERR_SHAPE naming the tensor when a dense name is
+ * missing from the network or its shape is neither the network's nor T times it along one axis,
+ * RP_ERR_NOMEM, and the collectives' errors (a member that fails before a collective makes its
+ * peers fail in it, RP_ERR_TIMEOUT or RP_ERR_COMM, never a hang). Thread-safety: one thread per
+ * member; not concurrently with a step.
+ */
+rp_status rp_resnet_gather_dense(const rp_resnet *net, rp_params *dense);
+rp_status rp_resnet_scatter_dense(rp_resnet *net, const rp_params *dense);
+rp_status rp_resnet_gather_state(const rp_resnet *net, const float *shard_state,
+                                 const rp_params *dense, float *dense_state, int slots);
+rp_status rp_resnet_scatter_state(const rp_resnet *net, float *shard_state, const rp_params *dense,
+                                  const float *dense_state, int slots);
+
+/* T, the network's tensor-parallel degree: tp_comm's size, 1 without it. */
+int rp_resnet_tp_size(const rp_resnet *net);
 
 #endif

@@ -28,33 +28,56 @@ static rp_status tp_name(char *buf, const char *prefix, const char *leaf)
     return RP_OK;
 }
 
-rp_status rp_tp_shard_copy(float *shard, const float *dense, int ndim, const int *dense_shape,
-                           int axis, int rank, int size)
+/*
+ * Copies member `rank`'s slice along `axis` between a dense tensor and its
+ * shard: into the shard (place false, rp_tp_shard_copy) or back into its
+ * place in the dense tensor (place true, rp_tp_shard_place).
+ */
+static rp_status shard_move(const char *who, float *shard, float *dense, int ndim,
+                            const int *dense_shape, int axis, int rank, int size, bool place)
 {
     if (!shard || !dense || !dense_shape)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "rp_tp_shard_copy: shard, dense and shape must not be NULL");
+        return RP_ERROR(RP_ERR_INVALID, "%s: shard, dense and shape must not be NULL", who);
     if (ndim < 1 || ndim > RP_MAX_DIMS || axis < 0 || axis >= ndim)
-        return RP_ERROR(RP_ERR_INVALID, "rp_tp_shard_copy: axis %d of a %d-dim tensor", axis, ndim);
+        return RP_ERROR(RP_ERR_INVALID, "%s: axis %d of a %d-dim tensor", who, axis, ndim);
     if (size < 1 || rank < 0 || rank >= size)
-        return RP_ERROR(RP_ERR_INVALID, "rp_tp_shard_copy: rank %d is not in [0, %d)", rank, size);
+        return RP_ERROR(RP_ERR_INVALID, "%s: rank %d is not in [0, %d)", who, rank, size);
     for (int i = 0; i < ndim; i++)
         if (dense_shape[i] < 1)
-            return RP_ERROR(RP_ERR_INVALID, "rp_tp_shard_copy: dimension %d is %d", i,
-                            dense_shape[i]);
+            return RP_ERROR(RP_ERR_INVALID, "%s: dimension %d is %d", who, i, dense_shape[i]);
     if (dense_shape[axis] % size != 0)
-        return RP_ERROR(RP_ERR_SHAPE,
-                        "rp_tp_shard_copy: dimension %d (%d) does not split evenly over %d members",
-                        axis, dense_shape[axis], size);
+        return RP_ERROR(RP_ERR_SHAPE, "%s: dimension %d (%d) does not split evenly over %d members",
+                        who, axis, dense_shape[axis], size);
     int64_t outer = 1, inner = 1, d = dense_shape[axis], k = d / size;
     for (int i = 0; i < axis; i++)
         outer *= dense_shape[i];
     for (int i = axis + 1; i < ndim; i++)
         inner *= dense_shape[i];
-    for (int64_t o = 0; o < outer; o++)
-        memcpy(shard + o * k * inner, dense + (o * d + rank * k) * inner,
-               (size_t)(k * inner) * sizeof(float));
+    size_t bytes = (size_t)(k * inner) * sizeof(float);
+    for (int64_t o = 0; o < outer; o++) {
+        float *s = shard + o * k * inner, *dn = dense + (o * d + rank * k) * inner;
+        if (place)
+            memcpy(dn, s, bytes);
+        else
+            memcpy(s, dn, bytes);
+    }
     return RP_OK;
+}
+
+rp_status rp_tp_shard_copy(float *shard, const float *dense, int ndim, const int *dense_shape,
+                           int axis, int rank, int size)
+{
+    /* dense is only read when place is false. */
+    return shard_move("rp_tp_shard_copy", shard, (float *)dense, ndim, dense_shape, axis, rank,
+                      size, false);
+}
+
+rp_status rp_tp_shard_place(float *dense, const float *shard, int ndim, const int *dense_shape,
+                            int axis, int rank, int size)
+{
+    /* shard is only read when place is true. */
+    return shard_move("rp_tp_shard_place", (float *)shard, dense, ndim, dense_shape, axis, rank,
+                      size, true);
 }
 
 /* ---- the regions along the last axis ------------------------------------------------- */
