@@ -31,6 +31,11 @@ static bool same_worker(const rp_plan_worker *a, const rp_plan_worker *b)
 rp_status plan_for_run(rp_classifier_plan **p, const train_opts *o, const rp_config *rcfg,
                        const rp_classifier *clf)
 {
+    if (o->tensor_parallel > 1)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "the planner does not cover --tensor-parallel yet (a worker's shards; "
+                        "docs/model-parallel.md, \"Planner\"); plan without it, or train without "
+                        "--plan-check");
     /* o->replicas: the job's replicas with stages; without, each rank's under MPI. */
     int stages = o->model_parallel > 1 ? o->model_parallel : 1;
     int ranks = rcfg->backend == RP_BACKEND_MPI && stages == 1 && rp_env_get()->mpi_world_size > 1

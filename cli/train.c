@@ -53,6 +53,8 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             /* A layout: the checkpoint holds the whole model, whatever the stages. */
             o->model_parallel = cli->model_parallel;
             if (o->model_parallel < 2) o->micro_batches = 1;
+        } else if (!strcmp(argv[i], "--tensor-parallel")) {
+            o->tensor_parallel = cli->tensor_parallel; /* a layout, as the stages */
         } else if (!strcmp(argv[i], "--pipeline")) {
             snprintf(o->pipeline, sizeof o->pipeline, "%s", cli->pipeline);
         } else if (!strcmp(argv[i], "--micro-batches")) {
@@ -109,7 +111,8 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
          */
         RP_TRY(plan_for_run(plan, o, &tc.runtime, *clf));
         RP_TRY(plan_check_create(pc, *plan, model, ctx,
-                                 o->replicas * (o->model_parallel > 1 ? o->model_parallel : 1),
+                                 o->replicas * (o->model_parallel > 1 ? o->model_parallel : 1) *
+                                     (o->tensor_parallel > 1 ? o->tensor_parallel : 1),
                                  (int)o->max_steps));
         model = plan_check_model(*pc);
         ctx = *pc;
@@ -210,9 +213,11 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     /* The whole model's parameters (local replica 0 may hold one stage of it). */
     int64_t params = rp_params_trainable_numel(rp_classifier_state_params(state));
     char stages[512] = "";
-    if (o->model_parallel > 1) {
+    int tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
+    if (o->model_parallel > 1 || tp > 1) {
         int64_t whole = describe_stages(o, clf, stages, sizeof stages);
         if (whole > 0) params = whole;
+        if (o->model_parallel < 2) stages[0] = 0; /* one stage: nothing to say */
     }
     if (async) {
         bool ranks = strcmp(backend, "threads") != 0;
@@ -228,20 +233,28 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                  o->replicas > 1 ? "cross-replica batch norm" : "one replica",
                  o->zero ? ", ZeRO-1" : "");
     }
-    if (o->model_parallel > 1) {
-        /* The mesh: replicas on the data axis, each a pipeline of stages on the pipe axis. */
-        char schedule[64] = "one batch at a time";
-        if (o->micro_batches > 1)
-            snprintf(schedule, sizeof schedule, "%s over %d micro-batches", o->pipeline,
-                     o->micro_batches);
-        int workers = o->replicas * o->model_parallel;
+    if (o->model_parallel > 1 || tp > 1) {
+        /* The mesh: replicas on the data axis, each a pipeline of stages on the pipe axis, each
+           stage split over the model axis. */
+        char mesh[128] = "";
+        size_t n = 0;
+        if (o->model_parallel > 1) {
+            char schedule[64] = "one batch at a time";
+            if (o->micro_batches > 1)
+                snprintf(schedule, sizeof schedule, "%s over %d micro-batches", o->pipeline,
+                         o->micro_batches);
+            n += (size_t)snprintf(mesh + n, sizeof mesh - n, " x %d stages (%s)", o->model_parallel,
+                                  schedule);
+        }
+        if (tp > 1 && n < sizeof mesh)
+            snprintf(mesh + n, sizeof mesh - n, " x %d tensor-parallel", tp);
+        int workers = o->replicas * (o->model_parallel > 1 ? o->model_parallel : 1) * tp;
         char where[64] = "";
         if (strcmp(backend, "threads") != 0)
             snprintf(where, sizeof where, " in %d ranks x %d", workers / local, local);
-        snprintf(layout, sizeof layout,
-                 "%d replica%s x %d stages (%s) = %d workers%s x %d threads (%s, %s)", o->replicas,
-                 o->replicas > 1 ? "s" : "", o->model_parallel, schedule, workers, where, tpr,
-                 backend, regime);
+        snprintf(layout, sizeof layout, "%d replica%s%s = %d workers%s x %d threads (%s, %s)",
+                 o->replicas, o->replicas > 1 ? "s" : "", mesh, workers, where, tpr, backend,
+                 regime);
     } else if (strcmp(backend, "threads") != 0)
         snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, %s)",
                  o->replicas, o->replicas / local, local, tpr, backend, regime);
@@ -273,7 +286,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                              sizeof(float)
                        : 0;
     fprintf(stderr, "  optimizer state: %zu bytes %s (%.2f MiB)", held,
-            o->model_parallel > 1 ? "on each worker of stage 0" : "per replica",
+            o->model_parallel > 1 || tp > 1 ? "on worker 0 (its stage and shard)" : "per replica",
             (double)held / (1 << 20));
     if (held != whole) fprintf(stderr, "; ZeRO-1: %zu bytes unsharded", whole);
     fprintf(stderr, "\n");

@@ -39,9 +39,10 @@ typedef struct train_opts {
     char regime[8];          /* sync | async */
     bool zero; /* --zero: ZeRO-1, each replica keeps 1/N of the optimizer state (sync; a layout
                   like --replicas: bitwise the same run, so not saved) */
-    int model_parallel; /* --model-parallel W: workers (pipeline stages) per replica; 1: none */
-    char pipeline[8];   /* --pipeline gpipe | 1f1b: the schedule over the stages */
-    int micro_batches;  /* --micro-batches M: of each replica's batch (1: the whole batch) */
+    int model_parallel;  /* --model-parallel W: workers (pipeline stages) per replica; 1: none */
+    int tensor_parallel; /* --tensor-parallel T: workers splitting each stage's blocks; 1: none */
+    char pipeline[8];    /* --pipeline gpipe | 1f1b: the schedule over the stages */
+    int micro_batches;   /* --micro-batches M: of each replica's batch (1: the whole batch) */
     int sync_groups; /* --sync-groups G: G groups in sync inside, async between them (0, 1: off) */
     int ps;          /* async: parameter servers (in-process shards, or the last ranks under MPI) */
     int staleness;   /* async: the staleness bound, -1 unbounded */

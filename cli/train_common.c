@@ -22,8 +22,9 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
             "MPI backend",
             rp_env_get()->mpi_world_size);
     bool async = !strcmp(o->regime, "async");
-    /* Workers per replica: its stages (logical devices). */
-    int span = o->model_parallel > 1 ? o->model_parallel : 1;
+    /* Workers per replica: its stages (logical devices) x its tensor-parallel workers. */
+    int stages = o->model_parallel > 1 ? o->model_parallel : 1,
+        tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1, span = stages * tp;
     if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
     int per_rank = o->replicas; /* under MPI: workers (threads) in each rank */
     if (mpi && span > 1) {
@@ -31,9 +32,11 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
         int workers = rp_env_get()->mpi_world_size * per_rank;
         if (workers % span != 0)
             return RP_ERROR(RP_ERR_INVALID,
-                            "%d workers (%d ranks x %d) do not make replicas of %d stages "
-                            "(--model-parallel %d): use a multiple of %d workers",
-                            workers, rp_env_get()->mpi_world_size, per_rank, span, span, span);
+                            "%d workers (%d ranks x %d) do not make replicas of %d workers "
+                            "(--model-parallel %d x --tensor-parallel %d): use a multiple of %d "
+                            "workers",
+                            workers, rp_env_get()->mpi_world_size, per_rank, span, stages, tp,
+                            span);
         o->replicas = workers / span;
     }
     int groups = o->sync_groups > 1 ? o->sync_groups : 1;
@@ -67,10 +70,11 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->zero = o->zero;
     cfg->sync_groups = o->sync_groups;
     if (span > 1) {
-        /* One role: replicas on the data axis, each `span` stages on the pipe axis. */
+        /* One role: replicas on the data axis, each of `stages` stages on the pipe axis and
+           `tp` tensor-parallel workers on the model axis (adjacent: the fastest links). */
         cfg->nroles = 1;
-        cfg->roles[0] = rp_role_make("replica", o->replicas, 1);
-        cfg->roles[0].pipe = span;
+        cfg->roles[0] = rp_role_make("replica", o->replicas, tp);
+        cfg->roles[0].pipe = stages;
     }
     /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says.
      */

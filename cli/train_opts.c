@@ -29,6 +29,7 @@ void train_opts_default(train_opts *o, const char *model)
     o->staleness = -1;
     o->slow_replica = -1;
     o->model_parallel = 1;
+    o->tensor_parallel = 1;
     snprintf(o->pipeline, sizeof o->pipeline, "gpipe");
     o->micro_batches = 1;
     if (!strcmp(model, "mlp")) {
@@ -113,6 +114,9 @@ static void usage(FILE *f)
             "                    through the stages (default 1, or 2W with --pipeline); batch\n"
             "                    norm takes its statistics per micro-batch. Without\n"
             "                    --model-parallel: gradient accumulation over M micro-batches\n"
+            "  --tensor-parallel T  split every residual block's convolutions over T workers\n"
+            "                    (Megatron-style: one all-reduce forward and one backward per\n"
+            "                    block); with --model-parallel W a replica has W x T workers\n"
             "  --slow R:F        make replica R F times slower (a sleep each step), to study\n"
             "                    stragglers\n"
             "  --faults SPEC     inject faults into the workers' calls, e.g.\n"
@@ -317,6 +321,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--model-parallel")) {
             ok = train_parse_long(v, 1, RP_RESNET_MAX_UNITS, &n);
             o->model_parallel = (int)n;
+        } else if (!strcmp(a, "--tensor-parallel")) {
+            ok = train_parse_long(v, 1, 64, &n);
+            o->tensor_parallel = (int)n;
         } else if (!strcmp(a, "--pipeline")) {
             ok = !strcmp(v, "gpipe") || !strcmp(v, "1f1b");
             snprintf(o->pipeline, sizeof o->pipeline, "%s", v);
@@ -424,6 +431,21 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         return 2;
     }
     if (pipeline_given && !micro_given) o->micro_batches = 2 * o->model_parallel;
+    if (o->tensor_parallel > 1 && async) {
+        fprintf(stderr, "replicator train: --tensor-parallel trains synchronously: a replica's "
+                        "workers step together; it does not combine with --regime async\n");
+        return 2;
+    }
+    if (o->tensor_parallel > 1 && o->zero) {
+        fprintf(stderr, "replicator train: --tensor-parallel does not combine with --zero yet "
+                        "(the optimizer's shards would be of shards)\n");
+        return 2;
+    }
+    if (groups && o->tensor_parallel > 1) {
+        fprintf(stderr, "replicator train: --sync-groups does not combine with "
+                        "--tensor-parallel yet\n");
+        return 2;
+    }
     if (o->model_parallel > 1 && async) {
         fprintf(stderr, "replicator train: --model-parallel trains synchronously: a replica's "
                         "stages step together; it does not combine with --regime async\n");
@@ -453,7 +475,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                                               "--tensorboard",  "--trace",
                                               "--zero",         "--model-parallel",
                                               "--pipeline",     "--micro-batches",
-                                              "--sync-groups"};
+                                              "--sync-groups",  "--tensor-parallel"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -502,6 +524,7 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddNumberToObject(j, "sync_groups", o->sync_groups);
     cJSON_AddNumberToObject(j, "staleness", o->staleness);
     cJSON_AddNumberToObject(j, "model_parallel", o->model_parallel);
+    cJSON_AddNumberToObject(j, "tensor_parallel", o->tensor_parallel);
     cJSON_AddStringToObject(j, "pipeline", o->pipeline);
     cJSON_AddNumberToObject(j, "micro_batches", o->micro_batches);
     cJSON *hidden = cJSON_AddArrayToObject(j, "hidden");
@@ -611,6 +634,8 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         char pipeline[8] = "gpipe";
         if (get_num(j, "model_parallel", &stages) && stages >= 1 && stages <= RP_RESNET_MAX_UNITS)
             o->model_parallel = (int)stages;
+        double tp = 1;
+        if (get_num(j, "tensor_parallel", &tp) && tp >= 1 && tp <= 64) o->tensor_parallel = (int)tp;
         if (get_str(j, "pipeline", pipeline, sizeof pipeline) && !strcmp(pipeline, "1f1b"))
             snprintf(o->pipeline, sizeof o->pipeline, "1f1b");
         if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 1024)

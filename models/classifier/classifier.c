@@ -31,6 +31,7 @@ rp_status rp_classifier_net_create_part(rp_classifier_net *net, const rp_classif
         rc.in_channels = c;
         rc.classes = classes;
         rc.bn_comm = place ? place->bn_comm : NULL;
+        rc.tp_comm = place ? place->tp_comm : NULL;
         if (stages > 1) {
             int bounds[RP_RESNET_MAX_UNITS + 1];
             RP_CHECK(rp_resnet_partition(&rc, h, w, stages, bounds));
@@ -39,6 +40,11 @@ rp_status rp_classifier_net_create_part(rp_classifier_net *net, const rp_classif
         }
         return rp_resnet_create(&net->resnet, &rc, cfg->seed);
     }
+    if (place && place->tp_comm && rp_comm_size(place->tp_comm) > 1)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "%s cannot be split by tensor parallelism: only the ResNets are "
+                        "(resnet20, resnet18, resnet50); drop --tensor-parallel",
+                        cfg->model);
     if (stages > 1)
         return RP_ERROR(
             RP_ERR_UNSUPPORTED,

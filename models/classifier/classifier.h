@@ -63,6 +63,8 @@ typedef struct rp_classifier_place {
     rp_comm *bn_comm; /* cross-replica batch norm over its members, or NULL */
     int stage;        /* this worker's stage ... */
     int stages;       /* ... of the network cut into `stages` (0 or 1: the whole network) */
+    rp_comm *tp_comm; /* tensor parallelism over its members (rp_resnet_config.tp_comm; the
+                         model axis), or NULL */
 } rp_classifier_place;
 
 /*
@@ -70,8 +72,10 @@ typedef struct rp_classifier_place {
  * stages of balanced cost (rp_resnet_partition) for h x w x c images: its
  * parameters only, each with the whole network's initial value. Stage 0
  * takes the images, the last stage returns the logits, the others an
- * activation (rp_classifier_net_forward). Errors: RP_ERR_UNSUPPORTED (an
- * MLP cut into stages: only the ResNets are), RP_ERR_INVALID (a stage
+ * activation (rp_classifier_net_forward). With place->tp_comm of T > 1
+ * members every convolution block is split over them (tensor parallelism,
+ * rp_resnet_config.tp_comm). Errors: RP_ERR_UNSUPPORTED (an MLP cut into
+ * stages or split by tensor parallelism: only the ResNets are), RP_ERR_INVALID (a stage
  * outside [0, stages), more stages than the network has units), those of
  * rp_mlp_create/rp_resnet_create.
  */

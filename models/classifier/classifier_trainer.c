@@ -38,11 +38,62 @@ typedef struct replica_state {
     int micro_batches;       /* the pipeline's M */
     int32_t *labels;         /* [per_replica], the last stage's copy of the batch's labels */
     rp_checkpoint *gathered; /* stage 0 of replica 0, from settle to save: every stage's tensors */
+    /* Tensor parallelism (tp > 1): this worker holds a shard of each split block. */
+    int tp, tp_rank;
+    const rp_classifier *clf; /* to build the dense twin a checkpoint goes through */
 } replica_state;
 
 /* The labels' message from stage 0 to the last stage. The pipeline tags micro-batch numbers
    (--micro-batches is at most 1024) and the MPI backend takes tags below 4095: in between. */
 #define LABELS_TAG 4000
+
+/*
+ * Tensor parallelism and checkpoints, which hold the dense network's tensors: a dense twin of this
+ * worker's part (the same stage, no tp_comm) and a plain optimizer over it, which the shards are
+ * gathered into and scattered from (rp_resnet_gather_dense, rp_resnet_scatter_state).
+ */
+typedef struct dense_twin {
+    rp_classifier_net net;
+    rp_optimizer *opt;
+} dense_twin;
+
+static void twin_destroy(dense_twin *d)
+{
+    rp_optimizer_destroy(d->opt);
+    rp_classifier_net_destroy(&d->net);
+}
+
+static rp_status twin_create(const replica_state *s, dense_twin *d)
+{
+    const rp_classifier *c = s->clf;
+    memset(d, 0, sizeof *d);
+    rp_classifier_place place = {.stage = s->stage, .stages = s->stages};
+    RP_CHECK(rp_classifier_net_create_part(&d->net, &c->cfg, c->train->h, c->train->w, c->train->c,
+                                           c->train->num_classes, &place));
+    rp_status status = rp_optimizer_create(&d->opt, rp_classifier_net_params(&d->net),
+                                           rp_optimizer_config(s->opt));
+    if (status != RP_OK) twin_destroy(d);
+    return status;
+}
+
+/* Resuming with tensor parallelism: the dense tensors read into the twin, then this shard's part
+ * of them taken (no collective). */
+static rp_status read_shards(replica_state *s, const rp_checkpoint *ck)
+{
+    dense_twin d;
+    RP_CHECK(twin_create(s, &d));
+    rp_params *dp = rp_classifier_net_params(&d.net);
+    int slots = rp_optim_slots(rp_optimizer_config(s->opt));
+    rp_status status = rp_checkpoint_read_params_part(ck, dp, "param/");
+    if (status == RP_OK) status = rp_checkpoint_read_optimizer_part(ck, d.opt, dp, "optim/");
+    if (status == RP_OK) status = rp_resnet_scatter_dense(s->net.resnet, dp);
+    if (status == RP_OK)
+        status = rp_resnet_scatter_state(s->net.resnet, rp_optimizer_state(s->opt, NULL), dp,
+                                         rp_optimizer_state(d.opt, NULL), slots);
+    if (status == RP_OK) rp_optimizer_set_steps(s->opt, rp_optimizer_steps(d.opt));
+    twin_destroy(&d);
+    return status;
+}
 
 static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
                        void **out)
@@ -65,7 +116,14 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     s->stages = rp_replica_axis_size(rep, RP_AXIS_PIPE);
     s->stage = rp_replica_coord(rep, RP_AXIS_PIPE);
     s->pipe = rp_replica_axis_comm(rep, RP_AXIS_PIPE);
-    rp_classifier_place place = {.bn_comm = bn_comm, .stage = s->stage, .stages = s->stages};
+    s->tp = rp_replica_axis_size(rep, RP_AXIS_MODEL);
+    s->tp_rank = rp_replica_coord(rep, RP_AXIS_MODEL);
+    s->clf = c;
+    rp_classifier_place place = {.bn_comm = bn_comm,
+                                 .stage = s->stage,
+                                 .stages = s->stages,
+                                 .tp_comm =
+                                     s->tp > 1 ? rp_replica_axis_comm(rep, RP_AXIS_MODEL) : NULL};
     RP_CHECK(rp_classifier_net_create_part(&s->net, cfg, c->train->h, c->train->w, c->train->c,
                                            c->train->num_classes, &place));
     rp_params *p = rp_classifier_net_params(&s->net);
@@ -74,6 +132,12 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     oc.nesterov = cfg->nesterov;
     oc.weight_decay = cfg->weight_decay;
     RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, p, &oc));
+    int64_t lo, hi;
+    rp_optimizer_range(s->opt, &lo, &hi);
+    if (s->tp > 1 && (lo != 0 || hi != rp_params_trainable_numel(p)))
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "tensor parallelism with an optimizer whose state is sharded (ZeRO-1) is "
+                        "not supported: drop --zero or --tensor-parallel");
 
     rp_loader_config lc = rp_loader_config_default();
     if (async) {
@@ -122,7 +186,9 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     if (ck) {
         /* Every replica restores the same state; a checkpoint of N replicas resumes on M. A stage
            takes its part of the whole model's tensors. */
-        if (s->stages > 1) {
+        if (s->tp > 1) {
+            RP_CHECK(read_shards(s, ck));
+        } else if (s->stages > 1) {
             RP_CHECK(rp_checkpoint_read_params_part(ck, p, "param/"));
             RP_CHECK(rp_checkpoint_read_optimizer_part(ck, s->opt, p, "optim/"));
         } else {
@@ -237,14 +303,36 @@ typedef struct wire_tensor {
 
 #define GATHER_TAG 4001
 
-/* A stage's parameters and optimizer state as a checkpoint's tensors ("param/", "optim/"). */
+/*
+ * A stage's parameters and optimizer state as a checkpoint's tensors ("param/", "optim/"), dense:
+ * with tensor parallelism the members' shards are gathered first (collective over the model
+ * axis; every member gets them, and all but rank 0 let them go).
+ */
 static rp_status stage_tensors(const replica_state *s, rp_checkpoint **out)
 {
     rp_params *p = rp_classifier_net_params(&s->net);
-    rp_checkpoint *ck;
-    RP_CHECK(rp_checkpoint_create(&ck));
-    rp_status status = rp_checkpoint_add_params(ck, p, "param/");
-    if (status == RP_OK) status = rp_checkpoint_add_optimizer(ck, s->opt, p, "optim/");
+    const rp_optimizer *opt = s->opt;
+    dense_twin d = {0};
+    bool twin = s->tp > 1;
+    if (twin) {
+        RP_CHECK(twin_create(s, &d));
+        p = rp_classifier_net_params(&d.net);
+        opt = d.opt;
+    }
+    rp_checkpoint *ck = NULL;
+    rp_status status = RP_OK;
+    if (twin) {
+        status = rp_resnet_gather_dense(s->net.resnet, p);
+        if (status == RP_OK)
+            status = rp_resnet_gather_state(s->net.resnet, rp_optimizer_state(s->opt, NULL), p,
+                                            rp_optimizer_state(d.opt, NULL),
+                                            rp_optim_slots(rp_optimizer_config(s->opt)));
+        if (status == RP_OK) rp_optimizer_set_steps(d.opt, rp_optimizer_steps(s->opt));
+    }
+    if (status == RP_OK) status = rp_checkpoint_create(&ck);
+    if (status == RP_OK) status = rp_checkpoint_add_params(ck, p, "param/");
+    if (status == RP_OK) status = rp_checkpoint_add_optimizer(ck, opt, p, "optim/");
+    if (twin) twin_destroy(&d);
     if (status != RP_OK) {
         rp_checkpoint_destroy(ck);
         return status;
@@ -309,14 +397,20 @@ static rp_status recv_tensors(rp_comm *pipe, rp_checkpoint *ck, int from)
 }
 
 /*
- * Before a checkpoint of a replica cut into stages: replica 0's stages send their tensors to its
- * stage 0, which keeps the whole model's until save() writes them (the replicas are identical).
+ * Before a checkpoint of a replica spanning workers: replica 0's stages (each gathered from its
+ * tensor-parallel shards first) send their tensors to its stage 0, which keeps the whole model's
+ * until save() writes them (the replicas are identical).
  */
 static rp_status gather_stages(rp_replica *rep, replica_state *s)
 {
     if (rp_replica_id(rep) != 0) return RP_OK;
     rp_checkpoint *mine = NULL;
     RP_CHECK(stage_tensors(s, &mine));
+    if (s->tp_rank != 0) {
+        /* Its shards went to the stage's tensor-parallel rank 0 in stage_tensors. */
+        rp_checkpoint_destroy(mine);
+        return RP_OK;
+    }
     if (s->stage != 0) {
         rp_status status = send_tensors(s->pipe, mine, 0);
         rp_checkpoint_destroy(mine);
@@ -347,7 +441,7 @@ static rp_status settle(rp_replica *rep, void *ctx, void *state)
         float *v = rp_params_data(p) + trainable;
         RP_CHECK(rp_all_reduce(rep, v, v, buffers, RP_F32, RP_MEAN));
     }
-    return s->stages > 1 ? gather_stages(rep, s) : RP_OK;
+    return s->stages > 1 || s->tp > 1 ? gather_stages(rep, s) : RP_OK;
 }
 
 /* Each replica evaluates its share of every test batch; the sums are reduced. */
@@ -382,13 +476,13 @@ static rp_status evaluated(void *ctx, const rp_replicator *r, rp_trainer_metrics
 static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
 {
     replica_state *s = state;
-    if (s->stages > 1) {
+    if (s->stages > 1 || s->tp > 1) {
         /* The tensors every stage sent in settle, under the unsplit network's names. */
         if (!s->gathered)
             return RP_ERROR(RP_ERR_INVALID,
-                            "a checkpoint of a replica cut into %d stages needs "
-                            "its stages' tensors gathered first (settle)",
-                            s->stages);
+                            "a checkpoint of a replica spanning %d workers needs its parts "
+                            "gathered first (settle)",
+                            s->stages * s->tp);
         rp_status status = RP_OK;
         for (int i = 0; i < rp_checkpoint_count(s->gathered) && status == RP_OK; i++) {
             const char *name = rp_checkpoint_name_at(s->gathered, i);
