@@ -16,6 +16,7 @@
 #     one process (both backends reduce in rank order);
 #  3. more than parameters x 4 bytes x 2 x steps crossed the veth: every
 #     step's gradients, once each way (the least any 2-rank all-reduce moves);
+#  3b. a replica cut into 2 pipeline stages, one per host, trains what it trains on 2 threads;
 #  4. a rank stopped on host B (SIGSTOP) makes rank 0 fail after the collective
 #     timeout (RP_COMM_TIMEOUT=5) with an error naming rank and host, and the
 #     job ends with an error instead of hanging.
@@ -165,6 +166,32 @@ crossed=$((after - before)) need=$((params * 4 * 2 * steps))
 echo "veth $vetha: $crossed bytes crossed (the gradients, once each way: $params parameters x 4 bytes x 2 x $steps steps = $need)"
 [ "$crossed" -gt "$need" ] || fail "only $crossed bytes crossed the veth, expected more than $need"
 echo "ok: 2 ranks on 2 network namespaces over TCP equal 2 threads, byte for byte"
+
+# 3b. A replica cut into 2 stages, one per host (logical devices; 1F1B over 4 micro-batches): the
+# activations and their gradients cross the veth, and the checkpoint's tensors are those of the
+# same 2 stages on 2 threads (the configuration text differs only in the backend's count).
+pipe=(--model-parallel 2 --pipeline 1f1b --micro-batches 4)
+rc=0
+launch "$dir/pipe.log" "$dir/rank.sh" "$bin" "${train[@]}" "${pipe[@]}" --out "$dir/mpipe" || rc=$?
+[ $rc -eq 0 ] || { cat "$dir/pipe.log"; fail "2 stages on 2 hosts: mpirun exited with $rc"; }
+grep -q "1 replica x 2 stages (1f1b over 4 micro-batches) = 2 workers in 2 ranks" "$dir/pipe.log" \
+    || { cat "$dir/pipe.log"; fail "2 stages on 2 hosts: the header does not name the mesh"; }
+"$bin" "${train[@]}" "${pipe[@]}" --replicas 1 --quiet --out "$dir/tpipe" > /dev/null 2>&1 \
+    || fail "2 stages on 2 threads"
+python3 - "$dir/tpipe/checkpoint.safetensors" "$dir/mpipe/checkpoint.safetensors" << 'PY' \
+    || fail "2 stages on 2 hosts and on 2 threads trained different models"
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head, body = json.loads(raw[8:8 + n]), raw[8 + n:]
+    return {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items()
+            if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+sys.exit(0 if a == b else "the tensors differ")
+PY
+{ grep -o "[0-9.]* img/s" "$dir/pipe.log" || true; } | tail -1 | sed "s/^/2 stages on 2 hosts: /"
+echo "ok: a replica in 2 stages on 2 hosts trains what it trains on 2 threads"
 
 # 4. A rank stopped on host B (SIGSTOP: alive but silent) makes rank 0 on host A fail once the
 # collective timeout passes, with an error naming itself by rank and host (and rank 1 too when the
