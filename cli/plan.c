@@ -31,6 +31,10 @@ static bool same_worker(const rp_plan_worker *a, const rp_plan_worker *b)
 rp_status plan_for_run(rp_classifier_plan **p, const train_opts *o, const rp_config *rcfg,
                        const rp_classifier *clf)
 {
+    if (o->sync_groups > 1)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "the planner does not cover --sync-groups yet (each group's pushes to the "
+                        "parameter servers); plan without it, or train without --plan-check");
     if (o->tensor_parallel > 1)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "the planner does not cover --tensor-parallel yet (a worker's shards; "
