@@ -14,6 +14,10 @@
  *    tensor parallelism 2;
  * The runs of several steps start each block's last gamma at 0
  * (zero_init_residual): see test_resnet50_tp2_equals_dense for why.
+ *  - the gradients of one batch from the default initialisation (ResNet-20
+ *    and ResNet-50, with and without recompute_bn) against the dense ones
+ *    within 1e-5 of each tensor's largest (2e-5 on batch statistics): see
+ *    test_tp2_gradients_equal_dense for the sizes;
  *  - rp_resnet_gather_dense / scatter_dense (and the _state forms, for the
  *    momentum) turn the shards into the dense tensors and back bitwise, and
  *    a dense network's tensors scattered into a tensor-parallel one give
@@ -41,8 +45,9 @@
 #define SEED    7
 #define STEPS   3
 #define LR      0.05f
-#define B       4 /* images per replica */
-#define MAX_W   4 /* workers in a job */
+#define B       4  /* images per replica */
+#define MAX_B   16 /* images per replica of the gradient runs */
+#define MAX_W   4  /* workers in a job */
 #define MAX_CLS 10
 
 /* ---- one job on the mesh: build, train, record ---------------------------------------------- */
@@ -62,11 +67,14 @@ typedef struct tr_worker {
 typedef struct tr_job {
     rp_resnet_kind kind;
     int img, classes, replicas, tp, steps;
+    int batch;          /* images per replica: B, or up to MAX_B for the gradient runs */
     bool bn_cross;      /* cross-replica batch norm over the data axis */
     bool zero_init;     /* rp_resnet_config.zero_init_residual */
+    bool recompute;     /* rp_resnet_config.recompute_bn */
+    bool training;      /* the gradient runs' batch norm: batch statistics, or running ones */
     const char *resume; /* a checkpoint of the dense network to start from, or NULL */
-    float *x;           /* [replicas * B, img, img, 3]: replica d takes images [d*B, (d+1)*B) */
-    int32_t labels[MAX_W * B];
+    float *x;           /* [replicas * batch, img, img, 3]: replica d's from image d * batch */
+    int32_t labels[MAX_W * MAX_B];
     int step;
     tr_worker w[MAX_W];
     rp_replicator *r;
@@ -78,6 +86,7 @@ static rp_resnet_config tr_config(const tr_job *j)
     cfg.in_channels = 3;
     cfg.classes = j->classes;
     cfg.zero_init_residual = j->zero_init;
+    cfg.recompute_bn = j->recompute;
     return cfg;
 }
 
@@ -145,6 +154,22 @@ static rp_status tr_step(rp_replica *rep, void *arg)
     return rp_optimizer_step(w->opt, LR);
 }
 
+/* One forward and backward, no update: the gradients stay in the parameters for the checks. */
+static rp_status tr_grad(rp_replica *rep, void *arg)
+{
+    tr_job *j = arg;
+    tr_worker *w = &j->w[rp_replica_local_index(rep)];
+    rp_tape *t = rp_replica_tape(rep);
+    int d = rp_replica_id(rep), px = j->img * j->img * 3;
+    int b = j->batch;
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){b, j->img, j->img, 3}, j->x + d * b * px);
+    rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, w->net, x, j->training),
+                                               j->labels + d * b);
+    if (!loss) return rp_last_status();
+    w->loss[j->step] = loss->data[0];
+    return rp_backward(t, loss);
+}
+
 static rp_status tr_teardown(rp_replica *rep, void *arg)
 {
     tr_job *j = arg;
@@ -157,6 +182,33 @@ static rp_status tr_teardown(rp_replica *rep, void *arg)
     free(w->copy_state);
     memset(w, 0, sizeof *w);
     return RP_OK;
+}
+
+/* Builds the networks of the job `j` describes and runs `step` j->steps times. */
+static void tr_launch(tr_job *j, rp_replica_fn step)
+{
+    int replicas = j->replicas, tp = j->tp, img = j->img, classes = j->classes;
+    if (!j->batch) j->batch = B;
+    int64_t n = (int64_t)replicas * j->batch * img * img * 3;
+    j->x = malloc((size_t)n * sizeof(float));
+    assert_non_null(j->x);
+    tu_fill(j->x, n, 31, -1, 1); /* the same images for every layout */
+    for (int i = 0; i < replicas * j->batch; i++)
+        j->labels[i] = (int32_t)((i * 3 + 1) % classes);
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.threads_per_replica = 1;
+    cfg.timeout_s = 60;
+    cfg.checksum_every = 1;
+    cfg.nroles = 1;
+    cfg.roles[0] = rp_role_make("replica", replicas, tp);
+    assert_int_equal(rp_replicator_create(&j->r, &cfg), RP_OK);
+    rp_status st = rp_replicator_run(j->r, tr_build, j);
+    for (j->step = 0; st == RP_OK && j->step < j->steps; j->step++)
+        st = rp_replicator_run(j->r, step, j);
+    if (st != RP_OK)
+        fail_msg("%s, %d replicas x %d: %s", rp_resnet_kind_name(j->kind), replicas, tp,
+                 rp_last_error());
 }
 
 /*
@@ -176,26 +228,24 @@ static void tr_run_from(tr_job *j, rp_resnet_kind kind, int img, int classes, in
                   .zero_init = zero_init,
                   .steps = steps,
                   .resume = resume};
-    int64_t n = (int64_t)replicas * B * img * img * 3;
-    j->x = malloc((size_t)n * sizeof(float));
-    assert_non_null(j->x);
-    tu_fill(j->x, n, 31, -1, 1); /* the same images for every layout */
-    for (int i = 0; i < replicas * B; i++)
-        j->labels[i] = (int32_t)((i * 3 + 1) % classes);
-    rp_config cfg = rp_config_default();
-    cfg.backend = RP_BACKEND_THREADS;
-    cfg.threads_per_replica = 1;
-    cfg.timeout_s = 60;
-    cfg.checksum_every = 1;
-    cfg.nroles = 1;
-    cfg.roles[0] = rp_role_make("replica", replicas, tp);
-    assert_int_equal(rp_replicator_create(&j->r, &cfg), RP_OK);
-    rp_status st = rp_replicator_run(j->r, tr_build, j);
-    for (j->step = 0; st == RP_OK && j->step < steps; j->step++)
-        st = rp_replicator_run(j->r, tr_step, j);
-    if (st != RP_OK)
-        fail_msg("%s, %d replicas x %d: %s", rp_resnet_kind_name(kind), replicas, tp,
-                 rp_last_error());
+    tr_launch(j, tr_step);
+}
+
+/* The gradients of one batch from the default initialisation, at tensor parallelism `tp`. */
+static void tr_run_grad(tr_job *j, rp_resnet_kind kind, int batch, int img, int classes, int tp,
+                        bool training, bool recompute)
+{
+    memset(j, 0, sizeof *j);
+    *j = (tr_job){.kind = kind,
+                  .batch = batch,
+                  .img = img,
+                  .classes = classes,
+                  .replicas = 1,
+                  .tp = tp,
+                  .recompute = recompute,
+                  .training = training,
+                  .steps = 1};
+    tr_launch(j, tr_grad);
 }
 
 static void tr_run(tr_job *j, rp_resnet_kind kind, int img, int classes, int replicas, int tp,
@@ -281,6 +331,46 @@ static void check_net(rp_resnet_kind kind, const rp_resnet *net, int r, int n,
         check_shard(d->name, r, s, s->data, d, d->data, axis, n, tol);
     }
     if (n > 1 && split == 0) fail_msg("no tensor of the network is split");
+}
+
+/*
+ * Every trainable parameter's gradient on each member of `tp` against its slice of the dense
+ * job's, as the largest difference over the dense tensor's largest gradient magnitude; fails
+ * above tol. The largest relative difference seen goes to *worst.
+ */
+static void check_grads(const tr_job *tp, const tr_job *dense, double tol, double *worst)
+{
+    rp_params *dp = rp_resnet_params(dense->w[0].net);
+    for (int m = 0; m < tp->tp; m++) {
+        rp_params *sp = rp_resnet_params(tp->w[m].net);
+        for (int i = 0; i < rp_params_trainable_count(dp); i++) {
+            const rp_tensor *d = rp_params_at(dp, i);
+            const rp_tensor *s = rp_params_find(sp, d->name);
+            if (!s) fail_msg("no tensor \"%s\" in the tensor-parallel network", d->name);
+            int axis = split_axis(tp->kind, d->name);
+            int64_t k = axis < 0 ? d->numel : d->numel / tp->tp;
+            assert_int_equal(s->numel, k);
+            float *want = malloc((size_t)d->numel * sizeof(float));
+            assert_non_null(want);
+            if (axis < 0)
+                memcpy(want, d->grad, (size_t)k * sizeof(float));
+            else
+                assert_int_equal(rp_tp_shard_copy(want, d->grad, d->ndim, d->shape, axis,
+                                                  tp->w[m].model, tp->tp),
+                                 RP_OK);
+            double max = 0, diff = 0;
+            for (int64_t e = 0; e < d->numel; e++)
+                max = fmax(max, fabs(d->grad[e]));
+            for (int64_t e = 0; e < k; e++)
+                diff = fmax(diff, fabs((double)s->grad[e] - want[e]));
+            free(want);
+            if (max == 0) fail_msg("\"%s\" has no gradient in the dense network", d->name);
+            *worst = fmax(*worst, diff / max);
+            if (!(diff <= tol * max))
+                fail_msg("%s, member %d of %d: gradient %g from the dense one's (max %g)", d->name,
+                         tp->w[m].model, tp->tp, diff / max, max);
+        }
+    }
 }
 
 /*
@@ -386,6 +476,49 @@ static void test_resnet50_tp2_equals_dense(void **state)
     compare_jobs(&tp_job, &dense_job, 1e-5);
     tr_destroy(&tp_job);
     tr_destroy(&dense_job);
+}
+
+/*
+ * The gradients themselves, from the default initialisation (every residual branch live, so each
+ * block's input gets both the fused batch norm's shortcut gradient and the column split's
+ * all-reduced one), with and without recomputed batch norms: every parameter's gradient at T = 2
+ * against the dense one's, relative to the dense tensor's largest. The two layouts round
+ * differently (the row convolution's all-reduce adds the partial sums in another order), and
+ * the gradients are far more sensitive to that than the values: a pre-activation within
+ * rounding of 0 takes the other side of its ReLU, which moves every gradient below it by 1e-3
+ * to 1e-2 (ResNet-20 on 32 images of 32x32; the dense network's own gradients move as much when
+ * one input element changes by one ulp), and batch statistics over few values amplify rounding
+ * block after block. So: batch norm on the running statistics (no amplification; 2e-6 for
+ * ResNet-20, 4e-6 for ResNet-50) within 1e-5, and ResNet-20 on batch statistics, at a size
+ * where no ReLU sits that close to 0 (16 images of 16x16: up to 7.5e-6), within 2e-5. A wrong
+ * gradient reaching a block's input is off by far more.
+ */
+static void test_tp2_gradients_equal_dense(void **state)
+{
+    (void)state;
+    struct {
+        rp_resnet_kind kind;
+        int batch, img, classes;
+        bool training;
+        double tol;
+    } runs[3] = {{RP_RESNET20, 4, 8, 10, false, 1e-5},
+                 {RP_RESNET50, 4, 64, 4, false, 1e-5},
+                 {RP_RESNET20, 16, 16, 10, true, 2e-5}};
+    for (int k = 0; k < 3; k++)
+        for (int recompute = 0; recompute < 2; recompute++) {
+            tr_run_grad(&dense_job, runs[k].kind, runs[k].batch, runs[k].img, runs[k].classes, 1,
+                        runs[k].training, recompute);
+            tr_run_grad(&tp_job, runs[k].kind, runs[k].batch, runs[k].img, runs[k].classes, 2,
+                        runs[k].training, recompute);
+            tu_check_close(tp_job.w[0].loss, dense_job.w[0].loss, 1, 1e-5, "loss");
+            double worst = 0;
+            check_grads(&tp_job, &dense_job, runs[k].tol, &worst);
+            print_message("%s, %s batch norm, recompute %d: gradients within %.2g\n",
+                          rp_resnet_kind_name(runs[k].kind), runs[k].training ? "training" : "eval",
+                          recompute, worst);
+            tr_destroy(&tp_job);
+            tr_destroy(&dense_job);
+        }
 }
 
 /* ---- dense tensors for checkpoints ----------------------------------------------------------- */
@@ -712,6 +845,7 @@ int main(void)
         cmocka_unit_test(test_resnet20_tp2_first_step_equals_dense),
         cmocka_unit_test(test_resnet20_tp2_x_data2_equals_dense),
         cmocka_unit_test(test_resnet50_tp2_equals_dense),
+        cmocka_unit_test(test_tp2_gradients_equal_dense),
         cmocka_unit_test(test_gather_scatter_round_trip),
         cmocka_unit_test(test_checkpoint_resumes_across_layouts),
         cmocka_unit_test(test_dense_to_tp_and_back),
