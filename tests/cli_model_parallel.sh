@@ -7,6 +7,7 @@
 #     checkpoint's tensors are the same bytes), and GPipe and 1F1B over 4 micro-batches agree
 #     bitwise with each other;
 #  3. a checkpoint of 2 stages resumes whole (--model-parallel 1) and on 3 stages;
+#  3b. --tensor-parallel 2: the header, a dense checkpoint resumed whole, --zero refused;
 #  4. what cannot be done is refused with a reason: an MLP cut into stages, --pipeline without
 #     --model-parallel, a batch that does not split into the micro-batches;
 #  5. a stage that dies mid-pipeline fails the run within the timeout, naming the stage and the
@@ -86,6 +87,20 @@ same_tensors "$dir/w" "$dir/s" || fail "2 stages resumed whole differ from the w
     2>&1 || fail "resuming 2 stages on 3"
 echo "ok: a checkpoint of 2 stages resumes whole (bitwise the whole run) and on 3 stages"
 
+# 3b. Tensor parallelism: the header names it; a checkpoint of 2 tensor-parallel workers is the
+#     dense tensors, and resumes whole.
+out=$("$bin" train resnet20 "${common[@]}" --replicas 1 --tensor-parallel 2 --max-steps 2 \
+    --out "$dir/tp" 2>&1) || fail "--tensor-parallel 2: $out"
+grep -q "1 replica x 2 tensor-parallel = 2 workers x 1 threads" <<< "$out" \
+    || fail "the header does not name tensor parallelism: $out"
+grep -q "272186 parameters" <<< "$out" || fail "the header counts a shard's parameters: $out"
+"$bin" train --resume "$dir/tp" --threads 1 --replicas 1 --tensor-parallel 1 --max-steps 4 \
+    --quiet > /dev/null 2>&1 || fail "resuming 2 tensor-parallel workers whole"
+msg=$("$bin" train resnet20 "${common[@]}" --tensor-parallel 2 --zero --out "$dir/m" 2>&1) && \
+    fail "--tensor-parallel with --zero was accepted"
+grep -q "does not combine with --zero" <<< "$msg" || fail "--tensor-parallel --zero: $msg"
+echo "ok: --tensor-parallel 2 names its mesh, saves the dense model, resumes whole; --zero refused"
+
 # 4. Refusals.
 set +e
 msg=$("$bin" train mlp "${common[@]}" --model-parallel 2 --out "$dir/m" 2>&1); rc=$?
@@ -137,3 +152,9 @@ same_tensors "$dir/p1f1b" "$dir/m4" || fail "4 ranks (2 replicas x 2 stages) dif
     || fail "mpirun -np 2 --replicas 2 (2 ranks x 2 threads)"
 same_tensors "$dir/p1f1b" "$dir/m22" || fail "2 ranks x 2 threads differ from threads"
 echo "ok: mpirun with 2 ranks, 4 ranks and 2 ranks x 2 threads trains what threads train"
+"$bin" train resnet20 "${common[@]}" --replicas 1 --tensor-parallel 2 --quiet --out "$dir/tpt" \
+    > /dev/null 2>&1 || fail "--tensor-parallel 2 on threads"
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${common[@]}" --tensor-parallel 2 --quiet \
+    --out "$dir/tpm" > /dev/null 2>&1 || fail "mpirun -np 2 --tensor-parallel 2"
+same_tensors "$dir/tpt" "$dir/tpm" || fail "tensor parallelism on 2 ranks differs from 2 threads"
+echo "ok: mpirun -np 2 --tensor-parallel 2 trains what 2 threads train"

@@ -11,8 +11,11 @@
  *  - GPipe and 1F1B over 4 micro-batches: bitwise the same, and the same as
  *    accumulating the gradients of 4 micro-batches on one worker;
  *  - a 2-stage checkpoint resumed whole continues as the whole run does;
- *  - what cannot be split is a clear error: an MLP, more stages than units,
- *    a batch that does not split into the micro-batches.
+ *  - tensor parallelism: checkpoints through the dense tensors lose nothing
+ *    (resumed = uninterrupted, bitwise; dense -> split -> saved = dense);
+ *  - what cannot be split is a clear error: an MLP (stages or tensor
+ *    parallelism), more stages than units, a batch that does not split into
+ *    the micro-batches.
  * Every worker runs its kernels on one thread, so the runs differ only in
  * the layout.
  */
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "models/classifier/classifier.h"
 
@@ -246,33 +250,43 @@ static layout TP(int replicas, int stages, int micro, int tp)
 }
 
 /*
- * Tensor parallelism through the trainer: 2 workers splitting every block train the whole
- * network (within 1e-5: the all-reduces add the partial sums in another order), alone, with 2
- * stages and with 2 replicas; the checkpoint is dense (compare() finds every dense tensor) and
- * resumes whole, and a whole one resumes split.
+ * Tensor parallelism through the trainer. Its arithmetic against the dense network is
+ * test_tp_resnet's (gradients within 1e-5 of dense); here, what the trainer adds: every checkpoint
+ * goes through the dense tensors (shards and momentum gathered into a dense twin, and scattered
+ * back on resume), which must lose nothing. So:
+ *  - a tensor-parallel run interrupted and resumed equals the uninterrupted one bitwise, alone and
+ *    with 2 stages of 2 workers each;
+ *  - a dense checkpoint resumed on 2 tensor-parallel workers and saved again at once is the same
+ *    tensors, bitwise (scatter then gather is the identity).
+ * (After several steps a tensor-parallel run is not within 1e-5 of the dense one: the
+ * all-reduces add partial sums in another order, a ReLU input within rounding of zero lands on the
+ * other side, and the gradients below it move by ~1% - as they do in the dense network itself when
+ * one input element moves by one ulp; docs/model-parallel.md.)
  */
 static void test_tensor_parallel(void **state)
 {
     (void)state;
-    assert_int_equal(train("tp_whole", L(1, 1, 1, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
-    assert_int_equal(train("tp2", TP(1, 1, 1, 2), STEPS, NULL), RP_OK);
-    assert_int_equal(train("tp2_stages2", TP(1, 2, 1, 2), STEPS, NULL), RP_OK);
-    assert_trained("tp2");
-    double a = compare("tp_whole", "tp2"), b = compare("tp_whole", "tp2_stages2");
-    if (a > 1e-5 || b > 1e-5) fail_msg("tensor parallel 2: %g, with 2 stages: %g", a, b);
-    assert_int_equal(train("tp_r2", L(2, 1, 1, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
-    assert_int_equal(train("tp2_r2", TP(2, 1, 1, 2), STEPS, NULL), RP_OK);
-    double c = compare("tp_r2", "tp2_r2");
-    if (c > 1e-5) fail_msg("2 replicas x tensor parallel 2 differ from 2 replicas by %g", c);
-    /* Resume: split -> whole and whole -> split, against the whole run of 4 steps. */
-    assert_int_equal(train("tp_base", L(1, 1, 1, RP_PIPE_GPIPE), 2, NULL), RP_OK);
-    assert_int_equal(train("tp_base", L(1, 1, 1, RP_PIPE_GPIPE), 4, "tp_base"), RP_OK);
-    assert_int_equal(train("tp_out", TP(1, 1, 1, 2), 2, NULL), RP_OK);
-    assert_int_equal(train("tp_out", L(1, 1, 1, RP_PIPE_GPIPE), 4, "tp_out"), RP_OK);
-    assert_int_equal(train("tp_in", L(1, 1, 1, RP_PIPE_GPIPE), 2, NULL), RP_OK);
-    assert_int_equal(train("tp_in", TP(1, 1, 1, 2), 4, "tp_in"), RP_OK);
-    double d = compare("tp_base", "tp_out"), e = compare("tp_base", "tp_in");
-    if (d > 1e-5 || e > 1e-5) fail_msg("resumed across tensor parallelism: %g and %g", d, e);
+    assert_int_equal(train("tp_straight", TP(1, 1, 1, 2), 4, NULL), RP_OK);
+    assert_int_equal(train("tp_resumed", TP(1, 1, 1, 2), 2, NULL), RP_OK);
+    assert_int_equal(train("tp_resumed", TP(1, 1, 1, 2), 4, "tp_resumed"), RP_OK);
+    assert_trained("tp_straight");
+    assert_true(compare("tp_straight", "tp_resumed") == 0);
+    assert_int_equal(train("tpp_straight", TP(1, 2, 2, 2), 4, NULL), RP_OK);
+    assert_int_equal(train("tpp_resumed", TP(1, 2, 2, 2), 2, NULL), RP_OK);
+    assert_int_equal(train("tpp_resumed", TP(1, 2, 2, 2), 4, "tpp_resumed"), RP_OK);
+    assert_true(compare("tpp_straight", "tpp_resumed") == 0);
+    /* Dense -> 2 workers -> saved at once: the same tensors. */
+    assert_int_equal(train("dense_a", L(1, 1, 1, RP_PIPE_GPIPE), 2, NULL), RP_OK);
+    assert_int_equal(train("dense_b", L(1, 1, 1, RP_PIPE_GPIPE), 2, NULL), RP_OK);
+    char path[512];
+    struct stat before, after;
+    assert_int_equal(
+        stat(tu_tmp_path(path, sizeof path, "dense_b/checkpoint.safetensors"), &before), 0);
+    assert_int_equal(train("dense_b", TP(1, 1, 1, 2), 2, "dense_b"), RP_OK);
+    /* Written again (an atomic write: a new file), from the 2 workers' shards. */
+    assert_int_equal(stat(path, &after), 0);
+    assert_true(after.st_ino != before.st_ino);
+    assert_true(compare("dense_a", "dense_b") == 0);
 }
 
 static void test_refusals(void **state)
@@ -282,6 +296,9 @@ static void test_refusals(void **state)
         train("mlp", (layout){.replicas = 1, .stages = 2, .micro = 1, .model = "mlp"}, 1, NULL),
         RP_ERR_UNSUPPORTED);
     tu_assert_error_contains("only the ResNets");
+    layout mlp_tp = {.replicas = 1, .stages = 1, .micro = 1, .model = "mlp", .tp = 2};
+    assert_int_equal(train("mlp_tp", mlp_tp, 1, NULL), RP_ERR_UNSUPPORTED);
+    tu_assert_error_contains("tensor parallelism");
     assert_int_equal(train("many", L(1, 12, 1, RP_PIPE_GPIPE), 1, NULL), RP_ERR_INVALID);
     tu_assert_error_contains("12 stages");
     assert_int_equal(train("micro", L(1, 2, 3, RP_PIPE_GPIPE), 1, NULL), RP_ERR_INVALID);
