@@ -6,8 +6,8 @@
  * (which hold the whole model under the unsplit network's names, gathered
  * from the stages) are compared:
  *  - 2 stages x 1 replica against 1 x 1, and 3 stages;
- *  - 2 stages x 2 replicas against 1 stage x 4 replicas (cross-replica batch
- *    norm: the same global batch statistics);
+ *  - 2 stages x 2 replicas against 1 stage x 2 replicas, bitwise (with one
+ *    micro-batch, and 1F1B over 4 against accumulation over 4);
  *  - GPipe and 1F1B over 4 micro-batches: bitwise the same, and the same as
  *    accumulating the gradients of 4 micro-batches on one worker;
  *  - a 2-stage checkpoint resumed whole continues as the whole run does;
@@ -203,14 +203,23 @@ static void test_stages_equal_whole(void **state)
         fail_msg("split runs differ from the whole run: 2 stages %g, 3 stages %g", two, three);
 }
 
+/*
+ * 2 stages x 2 replicas: bitwise what 1 stage x 2 replicas trains (the same cross-replica sums in
+ * the same order; the stages add only messages). Against 1 x 4 replicas - the same global batch
+ * statistics, added in another order - no fixed tolerance holds: the release build measured
+ * 1.5e-6 and the sanitizer build 0.11, a ReLU input within rounding of zero landing on the other
+ * side (docs/model-parallel.md); so that pair is not compared.
+ */
 static void test_stages_times_replicas(void **state)
 {
     (void)state;
-    assert_int_equal(train("one_by_four", L(4, 1, 1, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
+    assert_int_equal(train("one_by_two", L(2, 1, 1, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
     assert_int_equal(train("two_by_two", L(2, 2, 1, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
     assert_trained("two_by_two");
-    double d = compare("one_by_four", "two_by_two");
-    if (d > 1e-5) fail_msg("2 stages x 2 replicas differ from 1 x 4 by %g", d);
+    assert_true(compare("one_by_two", "two_by_two") == 0);
+    assert_int_equal(train("two_by_two_1f1b", L(2, 2, 4, RP_PIPE_1F1B), STEPS, NULL), RP_OK);
+    assert_int_equal(train("one_by_two_acc", L(2, 1, 4, RP_PIPE_GPIPE), STEPS, NULL), RP_OK);
+    assert_true(compare("one_by_two_acc", "two_by_two_1f1b") == 0);
 }
 
 static void test_schedules_agree(void **state)
