@@ -286,9 +286,7 @@ void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *c
 
 /* ---- the gradient all-reduce ------------------------------------------------------------- */
 
-/* Index of the first non-finite value of x[0, n), or -1: a vectorised OR first, the search only if
- * dirty. */
-static int64_t first_nonfinite(const float *restrict x, int64_t n)
+int64_t rp_strategy_first_nonfinite(const float *restrict x, int64_t n)
 {
     uint32_t any = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -302,6 +300,16 @@ static int64_t first_nonfinite(const float *restrict x, int64_t n)
     return -1;
 }
 
+rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg)
+{
+    rp_ps_config pc = rp_ps_config_default();
+    pc.servers = r->cfg.ps;
+    pc.staleness = r->cfg.staleness;
+    pc.timeout_s = r->cfg.timeout_s;
+    pc.optim = *cfg;
+    return pc;
+}
+
 static void reducer_start(void *ctx, int b)
 {
     rp_grad_reducer *g = ctx;
@@ -309,7 +317,7 @@ static void reducer_start(void *ctx, int b)
     int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
     float *x = g->grad + lo;
     if (g->local_bad < 0) {
-        int64_t at = first_nonfinite(x, n);
+        int64_t at = rp_strategy_first_nonfinite(x, n);
         if (at >= 0) {
             g->local_bad = lo + at;
             g->local_value = x[at];
@@ -323,7 +331,7 @@ static void reducer_start(void *ctx, int b)
         snprintf(g->message, sizeof g->message, "%s", rp_last_error());
         return;
     }
-    if (first_nonfinite(x, n) >= 0) g->reduced_bad = true;
+    if (rp_strategy_first_nonfinite(x, n) >= 0) g->reduced_bad = true;
 }
 
 rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
@@ -388,7 +396,7 @@ static rp_status nonfinite_blame(rp_grad_reducer *g)
                         "replica; no parameter was updated",
                         g->base + q, name, (double)v, (long long)index, (long long)numel);
     }
-    int64_t bad = first_nonfinite(g->grad, g->numel), index = 0, numel = 0;
+    int64_t bad = rp_strategy_first_nonfinite(g->grad, g->numel), index = 0, numel = 0;
     const char *name = rp_strategy_param_at(g->params, bad < 0 ? 0 : bad, &index, &numel);
     return RP_ERROR(
         RP_ERR_NUMERIC,

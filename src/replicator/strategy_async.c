@@ -171,11 +171,7 @@ static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
     if (k == RP_ASYNC_SETS_MAX)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d async optimizers alive per replica",
                         RP_ASYNC_SETS_MAX);
-    rp_ps_config pc = rp_ps_config_default();
-    pc.servers = r->cfg.ps;
-    pc.staleness = r->cfg.staleness;
-    pc.timeout_s = r->cfg.timeout_s;
-    pc.optim = *cfg;
+    rp_ps_config pc = rp_strategy_ps_config(r, cfg);
     int64_t numel = rp_params_trainable_numel(params);
     rp_ps *ps = NULL;
     RP_CHECK(take_handle(rep, k, numel, &pc, &ps));

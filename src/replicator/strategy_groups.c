@@ -198,11 +198,7 @@ static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_
     rp_status status = rp_strategy_broadcast_params(rep, params);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
-    rp_ps_config pc = rp_ps_config_default();
-    pc.servers = r->cfg.ps;
-    pc.staleness = r->cfg.staleness;
-    pc.timeout_s = r->cfg.timeout_s;
-    pc.optim = *cfg;
+    rp_ps_config pc = rp_strategy_ps_config(r, cfg);
     int64_t numel = rp_params_trainable_numel(params);
     rp_ps *ps = NULL;
     RP_CHECK(take_handle(rep, k, numel, &pc, &ps));

@@ -91,21 +91,6 @@ static int64_t valid(int64_t g0, int64_t n, int64_t P)
     return g0 >= P ? 0 : min64(n, P - g0);
 }
 
-/* Index of the first non-finite value of x[0, n), or -1. */
-static int64_t first_nonfinite(const float *restrict x, int64_t n)
-{
-    uint32_t any = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof u);
-        any |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-    }
-    if (!any) return -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return -1;
-}
-
 static void fail(rp_zero *z, rp_status status)
 {
     if (z->error != RP_OK) return;
@@ -127,7 +112,7 @@ static void bucket_start(void *ctx, int b)
         if (have > 0) memcpy(dst, z->grad + g0, (size_t)have * sizeof(float));
         if (have < len) memset(dst + have, 0, (size_t)(len - have) * sizeof(float));
         if (z->local_bad < 0 && have > 0) {
-            int64_t at = first_nonfinite(dst, have);
+            int64_t at = rp_strategy_first_nonfinite(dst, have);
             if (at >= 0) {
                 z->local_bad = g0 + at;
                 z->local_value = dst[at];
@@ -144,7 +129,7 @@ static void bucket_start(void *ctx, int b)
     }
     int64_t mine = valid(z->lo + k->a, len, z->hi);
     if (z->reduced_bad < 0 && mine > 0) {
-        int64_t at = first_nonfinite(z->sgrad + k->a, mine);
+        int64_t at = rp_strategy_first_nonfinite(z->sgrad + k->a, mine);
         if (at >= 0) z->reduced_bad = z->lo + k->a + at;
     }
 }
