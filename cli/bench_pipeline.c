@@ -43,33 +43,6 @@ static void usage(FILE *f)
             "  --json             one JSON line per point\n");
 }
 
-typedef struct job {
-    const rp_trainer_model *m;
-    rp_classifier *clf;
-    void **states;
-    rp_trainer_at at;
-} job;
-
-static rp_status build(rp_replica *rep, void *arg)
-{
-    job *j = arg;
-    return j->m->build(rep, j->clf, NULL, NULL, &j->states[rp_replica_local_index(rep)]);
-}
-
-static rp_status step(rp_replica *rep, void *arg)
-{
-    job *j = arg;
-    double scalars[RP_TRAINER_MAX_SCALARS] = {0};
-    return j->m->train_step(rep, j->clf, j->states[rp_replica_local_index(rep)], &j->at, scalars);
-}
-
-static rp_status destroy(rp_replica *rep, void *arg)
-{
-    job *j = arg;
-    void *s = j->states[rp_replica_local_index(rep)];
-    return s ? j->m->destroy(rep, j->clf, s) : RP_OK;
-}
-
 /*
  * The median seconds of one training step of the classifier on `stages` workers (1: one worker)
  * of one thread each, with `micro` micro-batches on `schedule`.
@@ -80,7 +53,7 @@ static rp_status time_step(rp_classifier *clf, int stages, int micro, rp_pipe_sc
     rp_status status = RP_OK;
     clf->cfg.micro_batches = micro;
     clf->cfg.schedule = schedule;
-    job j = {rp_classifier_trainer_model(), clf, NULL, {0}};
+    rp_cli_driver j = {rp_classifier_trainer_model(), clf, NULL, {0}};
     rp_replicator *r = NULL;
     double *times = calloc((size_t)steps, sizeof *times);
     bool built = false;
@@ -99,19 +72,19 @@ static rp_status time_step(rp_classifier *clf, int stages, int micro, rp_pipe_sc
         status = RP_ERROR(RP_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    RP_TRY(rp_replicator_run(r, build, &j));
+    RP_TRY(rp_replicator_run(r, rp_cli_driver_build, &j));
     built = true;
-    int64_t per_epoch = j.m->steps_per_epoch(clf, j.states[0]);
+    int64_t per_epoch = j.model->steps_per_epoch(clf, j.states[0]);
     for (int it = 0; it < warmup + steps; it++) {
         j.at = (rp_trainer_at){it / per_epoch, it % per_epoch, it, 0.01f};
         double t0 = rp_now_s();
-        RP_TRY(rp_replicator_run(r, step, &j));
+        RP_TRY(rp_replicator_run(r, rp_cli_driver_step, &j));
         if (it >= warmup) times[it - warmup] = rp_now_s() - t0;
     }
     *seconds = rp_cli_median(times, steps);
 cleanup:
     if (built) {
-        rp_status teardown = rp_replicator_run(r, destroy, &j);
+        rp_status teardown = rp_replicator_run(r, rp_cli_driver_destroy, &j);
         if (status == RP_OK) status = teardown;
     }
     rp_replicator_destroy(r);

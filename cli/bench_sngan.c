@@ -36,33 +36,6 @@ static void usage(FILE *f)
         "  --json               one JSON line\n");
 }
 
-typedef struct job {
-    const rp_trainer_model *m;
-    rp_sngan *gan;
-    void **states;
-    rp_trainer_at at;
-} job;
-
-static rp_status build(rp_replica *rep, void *arg)
-{
-    job *j = arg;
-    return j->m->build(rep, j->gan, NULL, NULL, &j->states[rp_replica_local_index(rep)]);
-}
-
-static rp_status step(rp_replica *rep, void *arg)
-{
-    job *j = arg;
-    double scalars[RP_TRAINER_MAX_SCALARS] = {0};
-    return j->m->train_step(rep, j->gan, j->states[rp_replica_local_index(rep)], &j->at, scalars);
-}
-
-static rp_status destroy(rp_replica *rep, void *arg)
-{
-    job *j = arg;
-    void *s = j->states[rp_replica_local_index(rep)];
-    return s && j->m->destroy ? j->m->destroy(rep, j->gan, s) : RP_OK;
-}
-
 int rp_cli_bench_sngan(int argc, char **argv)
 {
     rp_sngan_config sc = rp_sngan_config_default();
@@ -114,7 +87,8 @@ int rp_cli_bench_sngan(int argc, char **argv)
         while (replicas > 1 && (sc.d_batch % replicas || sc.g_batch % replicas))
             replicas--;
     }
-    job j = {rp_sngan_trainer_model(), NULL, NULL, {0}};
+    rp_cli_driver j = {rp_sngan_trainer_model(), NULL, NULL, {0}};
+    rp_sngan *gan = NULL;
     rp_replicator *r = NULL;
     double *times = calloc((size_t)iters, sizeof *times);
     rp_status status = RP_OK;
@@ -122,7 +96,8 @@ int rp_cli_bench_sngan(int argc, char **argv)
     /* The loader reads only a few batches per iteration; a subset loads faster and times the same.
      */
     sc.limit = 8192;
-    RP_TRY(rp_sngan_create(&j.gan, &sc));
+    RP_TRY(rp_sngan_create(&gan, &sc));
+    j.ctx = gan;
     rp_config cfg = rp_config_default();
     cfg.backend = RP_BACKEND_THREADS;
     cfg.replicas = replicas;
@@ -135,12 +110,12 @@ int rp_cli_bench_sngan(int argc, char **argv)
         status = RP_ERROR(RP_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    RP_TRY(rp_replicator_run(r, build, &j));
+    RP_TRY(rp_replicator_run(r, rp_cli_driver_build, &j));
     built = true;
     for (int it = 0; it < warmup + iters; it++) {
         j.at = (rp_trainer_at){0, it, it, sc.lr_g};
         double t0 = rp_now_s();
-        RP_TRY(rp_replicator_run(r, step, &j));
+        RP_TRY(rp_replicator_run(r, rp_cli_driver_step, &j));
         if (it >= warmup) times[it - warmup] = rp_now_s() - t0;
     }
     if (trace) RP_TRY(rp_replicator_trace_write(r, trace));
@@ -165,12 +140,12 @@ int rp_cli_bench_sngan(int argc, char **argv)
                replicas > 1 ? "s" : "", tpr, 1e3 * med, iters, 1e3 * sum / iters);
 cleanup:
     if (built) {
-        rp_status teardown = rp_replicator_run(r, destroy, &j);
+        rp_status teardown = rp_replicator_run(r, rp_cli_driver_destroy, &j);
         if (status == RP_OK) status = teardown;
     }
     rp_replicator_destroy(r);
     if (trace) rp_trace_stop();
-    rp_sngan_destroy(j.gan);
+    rp_sngan_destroy(gan);
     free(j.states);
     free(times);
     if (status != RP_OK) {

@@ -14,6 +14,20 @@ int rp_cli_bench_allreduce(int argc, char **argv);
 int rp_cli_bench_ps(int argc, char **argv);
 int rp_cli_bench_sngan(int argc, char **argv);
 int rp_cli_bench_pipeline(int argc, char **argv);
+/*
+ * A model's trainer callbacks driven on a replicator one run at a time (bench_driver.c), for the
+ * benchmarks: build (states[] by local index, no checkpoint), one train_step at `at` on every
+ * worker, destroy. Pass the driver as the run's argument.
+ */
+typedef struct rp_cli_driver {
+    const rp_trainer_model *model;
+    void *ctx;     /* the model's context */
+    void **states; /* [local workers] */
+    rp_trainer_at at;
+} rp_cli_driver;
+rp_status rp_cli_driver_build(rp_replica *rep, void *arg);
+rp_status rp_cli_driver_step(rp_replica *rep, void *arg);
+rp_status rp_cli_driver_destroy(rp_replica *rep, void *arg);
 /* The median of n values (sorts them in place); for the benchmarks. */
 double rp_cli_median(double *v, int n);
 int rp_cli_eval(int argc, char **argv);
