@@ -225,9 +225,10 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                  ranks ? "rank" : "shard", o->ps > 1 ? "s" : "", bound);
     } else if (groups) {
         snprintf(regime, sizeof regime,
-                 "batch norm within a group; groups async: %d parameter-server shard%s, "
+                 "batch norm within a group; groups async: %d parameter-server %s%s, "
                  "staleness %s",
-                 o->ps, o->ps > 1 ? "s" : "", bound);
+                 o->ps, strcmp(backend, "threads") != 0 ? "rank" : "shard", o->ps > 1 ? "s" : "",
+                 bound);
     } else {
         snprintf(regime, sizeof regime, "%s%s",
                  o->replicas > 1 ? "cross-replica batch norm" : "one replica",
@@ -255,12 +256,16 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
         snprintf(layout, sizeof layout, "%d replica%s%s = %d workers%s x %d threads (%s, %s)",
                  o->replicas, o->replicas > 1 ? "s" : "", mesh, workers, where, tpr, backend,
                  regime);
+    } else if (groups) {
+        char where[64] = "";
+        if (strcmp(backend, "threads") != 0)
+            snprintf(where, sizeof where, " (%d ranks x %d)", o->replicas / local, local);
+        snprintf(layout, sizeof layout,
+                 "%d replicas in %d sync groups of %d%s x %d threads (%s, %s)", o->replicas,
+                 o->sync_groups, o->replicas / o->sync_groups, where, tpr, backend, regime);
     } else if (strcmp(backend, "threads") != 0)
         snprintf(layout, sizeof layout, "%d replicas (%d ranks x %d) x %d threads (%s, %s)",
                  o->replicas, o->replicas / local, local, tpr, backend, regime);
-    else if (groups)
-        snprintf(layout, sizeof layout, "%d replicas in %d sync groups of %d x %d threads (%s, %s)",
-                 o->replicas, o->sync_groups, o->replicas / o->sync_groups, tpr, backend, regime);
     else if (o->replicas > 1 || async)
         snprintf(layout, sizeof layout, "%d replicas x %d threads (%s, %s)", o->replicas, tpr,
                  backend, regime);

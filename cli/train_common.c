@@ -51,14 +51,17 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
         while (!async && o->replicas > groups && o->batch % (o->replicas / groups) != 0)
             o->replicas -= groups;
     }
-    if (o->replicas % groups != 0)
+    /* The job's replicas: under MPI with sync groups, the ranks less the parameter servers (the
+       runtime refuses more than one replica per rank there, and too many servers). */
+    int job = mpi && groups > 1 ? (rp_env_get()->mpi_world_size - o->ps) * per_rank : o->replicas;
+    if (job > 0 && job % groups != 0)
         return RP_ERROR(RP_ERR_INVALID,
-                        "--sync-groups %d does not divide the %d replicas: every group needs the "
-                        "same number of replicas",
-                        groups, o->replicas);
-    if (!async && o->batch % (o->replicas / groups) != 0)
+                        "--sync-groups %d does not divide the %d replicas%s: every group needs "
+                        "the same number of replicas",
+                        groups, job, mpi && groups > 1 ? " (the ranks less --ps)" : "");
+    if (!async && job > 0 && o->batch % (job / groups) != 0)
         return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas%s", o->batch,
-                        o->replicas / groups, groups > 1 ? " (a sync group)" : "");
+                        job / groups, groups > 1 ? " (a sync group)" : "");
     *cfg = rp_config_default();
     cfg->backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg->replicas = mpi && span > 1 ? per_rank : o->replicas;

@@ -100,7 +100,7 @@ static void usage(FILE *f)
             "  --sync-groups G   G groups of replicas/G: all-reduce inside a group, parameter\n"
             "                    servers (--ps, --staleness) between groups; each batch goes to\n"
             "                    one group and is split in it; G must divide --replicas\n"
-            "                    (threads backend; docs/distributed.md)\n"
+            "                    (under mpirun: the ranks less --ps; docs/distributed.md)\n"
             "  --zero            sync: ZeRO-1, each of N replicas keeps the optimizer state of\n"
             "                    1/N of the parameters (gradients reduce-scattered, values\n"
             "                    all-gathered); the same values bitwise (docs/distributed.md)\n"

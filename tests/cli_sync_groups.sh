@@ -7,7 +7,11 @@
 #     bit;
 #  4. a G that does not divide the replicas, and G with --regime async, --zero or
 #     --model-parallel, are refused (exit 2, named);
-#  5. a replica killed in one group (--faults) fails the run within the timeout, naming it.
+#  5. a replica killed in one group (--faults) fails the run within the timeout, naming it;
+#  6. under mpirun: 4 replica ranks in 2 groups and a server rank - the header, the MLP trains,
+#     the servers count one step per group step (a run stopped at step 5 resumes on threads with
+#     27 to go, as in 1), ResNet-20's batch norm within each group over MPI, and a G that does
+#     not divide the ranks less the servers is refused by name.
 # Usage: cli_sync_groups.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -89,3 +93,33 @@ took=$((($(date +%s%N) - t0) / 1000000)) # ms
 [ "$took" -lt 20000 ] || fail "the run took ${took} ms to fail with a 2 s timeout"
 grep -q "replica 3 did not arrive" <<< "$msg" || fail "the error does not name replica 3: $msg"
 echo "ok: a replica killed in one group fails the run in ${took} ms, naming it"
+
+# 6. MPI: one replica per rank, the last --ps ranks serve.
+need_mpirun # (exits here without mpirun: the checks above have passed)
+out=$("${mpi[@]}" -np 5 "$bin" train mlp "${common[@]}" --lr 0.02 --sync-groups 2 --ps 1 \
+    --out "$dir/mpi" 2>&1) || fail "mpirun -np 5 --sync-groups 2: $out"
+grep -q "4 replicas in 2 sync groups of 2 (4 ranks x 1) x 1 threads (mpi, batch norm within a group; groups async: 1 parameter-server rank, staleness unbounded)" <<< "$out" \
+    || fail "the MPI header does not name the sync groups: $out"
+[ "$(grep -c "run directory" <<< "$out")" -eq 1 ] || fail "more than one rank printed the header: $out"
+acc=$(sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p' <<< "$out")
+awk -v a="$acc" 'BEGIN { exit !(a > 35) }' || fail "mlp in MPI sync groups reached only $acc%: $out"
+"${mpi[@]}" -np 5 "$bin" train mlp "${common[@]}" --lr 0.02 --sync-groups 2 --ps 1 --max-steps 5 \
+    --quiet --out "$dir/mpi5" > /dev/null 2>&1 || fail "mpirun --sync-groups 2 --max-steps 5 failed"
+out=$("$bin" train --resume "$dir/mpi5" --threads 2 --replicas 4 2>&1) \
+    || fail "resuming the MPI sync-group run on threads: $out"
+grep -q "after 2 epochs (27 steps this run)" <<< "$out" || fail "the MPI run resumed on threads: $out"
+echo "ok: mpirun, 2 sync groups of 2 ranks and a server rank: $acc%, and it resumes at its step"
+"${mpi[@]}" -np 5 "$bin" train resnet20 "${res[@]}" --sync-groups 2 --ps 1 --max-steps 3 \
+    --out "$dir/mpir" > /dev/null 2>&1 || fail "mpirun resnet20 --sync-groups 2 failed"
+out=$("$bin" train --resume "$dir/mpir" --threads 2 --replicas 4 2>&1) \
+    || fail "resuming the MPI resnet20 sync-group run: $out"
+grep -q "after 1 epochs (5 steps this run)" <<< "$out" || fail "the resumed MPI resnet20 run: $out"
+echo "ok: mpirun, resnet20 in 2 sync groups (batch norm within each over MPI) trains and resumes"
+set +e
+msg=$("${mpi[@]}" -np 4 "$bin" train mlp "${common[@]}" --sync-groups 2 --ps 1 --out "$dir/bad3" 2>&1)
+rc=$?
+set -e
+[ $rc -ne 0 ] || fail "3 replica ranks in 2 groups were not refused: $msg"
+grep -q -- "--sync-groups 2 does not divide the 3 replicas (the ranks less --ps)" <<< "$msg" \
+    || fail "the refusal does not name the ranks: $msg"
+echo "ok: mpirun with 3 replica ranks and --sync-groups 2 is refused by name"

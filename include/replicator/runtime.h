@@ -154,8 +154,9 @@ typedef struct rp_config {
                   (see "ZeRO-1" below); default false */
     int sync_groups; /* sync only: G >= 2 groups of replicas/G, in sync inside a group and
                         asynchronous between groups through `ps` parameter servers (see "Sync
-                        groups" below); must divide replicas; G = replicas is the async regime;
-                        0 or 1 (default): off */
+                        groups" below); must divide the job's replicas (under MPI: the ranks
+                        less the servers); G = replicas is the async regime; 0 or 1 (default):
+                        off */
 } rp_config;
 
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */
@@ -647,10 +648,14 @@ rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
  * the servers' values, slots and step to every replica of the group;
  * rp_replica_optimizer_publish() loads replica 0's into the servers.
  * rp_replica_lockstep() is false, rp_replica_in_sync() is S. G = 1 is sync
- * training and G = N async training (the same tables). Threads backend
- * only (RP_ERR_UNSUPPORTED under MPI); no roles, no ZeRO-1, regime sync.
- * rp_replicator_create() refuses a G that does not divide the replicas
- * (RP_ERR_INVALID naming both).
+ * training and G = N async training (the same tables). No roles, no
+ * ZeRO-1, regime sync. rp_replicator_create() refuses a G that does not
+ * divide the replicas (RP_ERR_INVALID naming both).
+ * Under MPI: one replica per rank (cfg.replicas = 1; more is
+ * RP_ERR_UNSUPPORTED); the last cfg.ps ranks serve, as in the async regime,
+ * and G divides the other ranks (group g: replica ranks gS .. gS + S - 1).
+ * The servers count G workers, the groups' ranks 0, so the staleness bound,
+ * the step count and the claims are per group exactly as on threads.
  */
 
 /* ---- iterating over batches: one loop for every strategy ---------------------------- */

@@ -194,9 +194,13 @@ rp_status rp_classifier_evaluate_stages(rp_tape *t, const rp_classifier_net *net
     int stages = pipe ? rp_comm_size(pipe) : 1, stage = pipe ? rp_comm_rank(pipe) : 0;
     rp_loader_config lc = rp_loader_config_default();
     /* About 256 images per test batch in all, whatever the replica count: each replica's arena
-       holds one batch's activations, so the memory of evaluation does not grow with replicas. */
+       holds one batch's activations, so the memory of evaluation does not grow with replicas.
+       And at most 4M input values per replica: ResNet-50's 224x224x3 images go 27 at a time
+       (a forward pass of 256 of them held about 20 GB). */
     int per = (256 + replicas - 1) / replicas;
     if (per < 16) per = 16;
+    int64_t image = (int64_t)test->h * test->w * test->c, cap = (4 << 20) / (image > 0 ? image : 1);
+    if (per > cap) per = cap > 1 ? (int)cap : 1;
     lc.global_batch = per * replicas;
     lc.replica = replica;
     lc.replicas = replicas;

@@ -638,11 +638,6 @@ static rp_status check_config(const rp_config *c)
     if (c->sync_groups < 0 || c->sync_groups > 4096)
         return RP_ERROR(RP_ERR_INVALID, "sync_groups = %d: must be in [0, 4096] (0 or 1: off)",
                         c->sync_groups);
-    if (c->sync_groups > 1 && c->replicas % c->sync_groups != 0)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "sync_groups = %d does not divide the %d replicas: every group needs "
-                        "the same number of replicas (use a divisor of %d)",
-                        c->sync_groups, c->replicas, c->replicas);
     if (c->sync_groups > 1 && c->regime != RP_REGIME_SYNC)
         return RP_ERROR(RP_ERR_INVALID,
                         "sync_groups = %d with the async regime: the groups are asynchronous "
@@ -694,6 +689,14 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     rp_status status = RP_OK;
     bool mpi = cfg->backend == RP_BACKEND_MPI ||
                (cfg->backend == RP_BACKEND_AUTO && rp_comm_mpi_launched());
+    /* Under MPI the groups divide the job's replicas, which the strategy counts
+     * (strategy_groups.c).
+     */
+    if (!mpi && cfg->sync_groups > 1 && cfg->replicas % cfg->sync_groups != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "sync_groups = %d does not divide the %d replicas: every group needs "
+                        "the same number of replicas (use a divisor of %d)",
+                        cfg->sync_groups, cfg->replicas, cfg->replicas);
     /* Workers in this process: under MPI `replicas` on each rank; on threads, with roles, all of
      * them. */
     int n = nroles > 0 && !mpi ? total : cfg->replicas;

@@ -20,12 +20,18 @@
  * its share of that batch (rp_replica_input_context gives the rank in the
  * group and the group's size).
  *
- * Layout: threads only. Each group's communicator is made at create (one
- * rp_comm_threads_create per group: no collective), kept by the replica and
- * left and rejoined around each run with its other communicators, so a
- * replica that fails makes its group's peers fail at once. The servers are
- * one in-process set per optimizer with one worker handle per group, taken
- * by the group's rank 0.
+ * Layout. Each group's communicator is made at create, kept by the replica
+ * and left and rejoined around each run with its other communicators, so a
+ * replica that fails makes its group's peers fail at once.
+ *  - Threads: one rp_comm_threads_create per group (no collective); the
+ *    servers are one in-process set per optimizer with one worker handle
+ *    per group, taken by the group's rank 0.
+ *  - MPI (one replica per rank): the last cfg.ps ranks serve, as in async
+ *    training; the others are the replicas, and their communicator is split
+ *    into the groups. The servers' group is made over the groups' ranks 0
+ *    and the servers only (a communicator split off for them), so the
+ *    servers count G workers - one clock, one goodbye and one share of the
+ *    claims per group, as on threads - and worker g is group g's rank 0.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +62,10 @@ typedef struct groups_replica {
 typedef struct groups_state {
     int groups, size;                /* G groups of S replicas */
     rp_comm **comms;                 /* [n] each replica's group handle, until taken */
-    rp_ps **sets[RP_GROUP_SETS_MAX]; /* each set's handles, [G], until taken by the ranks 0 */
+    rp_ps **sets[RP_GROUP_SETS_MAX]; /* threads: each set's handles, [G], until taken */
+    bool mpi;                        /* the servers are ranks of an MPI job */
+    rp_comm *ps_comm; /* MPI: the groups' ranks 0 and the servers (NULL on other ranks) */
+    rp_ps_group *ps;  /* MPI: the servers' group over ps_comm (NULL on other ranks) */
 } groups_state;
 
 static rp_status orphaned(void)
@@ -164,6 +173,8 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
                              rp_ps **ps)
 {
     groups_state *st = rep->r->strategy_state;
+    /* MPI: each group's rank 0 makes its own; the servers make the set at its first message. */
+    if (st->mpi) return rep->group_rank == 0 ? rp_ps_mpi_create(ps, st->ps, numel, pc) : RP_OK;
     if (rep->local == 0) {
         free(st->sets[k]); /* an earlier, destroyed set's: every handle was taken then */
         st->sets[k] = calloc((size_t)st->groups, sizeof(rp_ps *));
@@ -303,29 +314,91 @@ static rp_status groups_publish(rp_replica *rep, rp_optimizer *opt)
     return RP_OK;
 }
 
+/* A ticket for the group (its rank 0's call): from this process's counter, or under MPI from the
+ * servers (server 0 counts), as async replicas claim. */
+static rp_status leader_claim(rp_replica *rep, int64_t *ticket)
+{
+    groups_state *st = rep->r->strategy_state;
+    if (!st->mpi) return rp_strategy_local_claim(rep, ticket);
+    groups_replica *gr = rep->strategy;
+    rp_grouped *oldest = gr->list;
+    while (oldest && oldest->next)
+        oldest = oldest->next;
+    if (!oldest)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "rp_replica_claim across processes needs an optimizer made by "
+                        "rp_replica_optimizer_create() first: its parameter servers hand out "
+                        "the tickets");
+    return rp_ps_claim(oldest->ps, ticket);
+}
+
 /* The shared work queue, a group at a time: rank 0 claims, the group learns the ticket. */
 static rp_status groups_claim(rp_replica *rep, int64_t *ticket)
 {
     int64_t t = 0;
-    if (rep->group_rank == 0) RP_CHECK(rp_strategy_local_claim(rep, &t));
+    if (rep->group_rank == 0) RP_CHECK(leader_claim(rep, &t));
     RP_CHECK(group_broadcast(rep, &t, 1, RP_I64, "the runtime's batch-ticket broadcast"));
     *ticket = t;
     return RP_OK;
 }
 
+/*
+ * MPI: the last cfg.ps ranks serve; the W others are the replicas, G groups of S = W / G
+ * consecutive ranks. Three splits of the job's communicator and one of the replicas': the
+ * replicas' world (the servers get one of their own), the servers' communicator (the groups'
+ * ranks 0, in group order, then the servers) and each group's.
+ */
+static rp_status create_mpi(rp_replicator *r, groups_state *st, rp_comm **world)
+{
+    int G = r->cfg.sync_groups, servers = r->cfg.ps;
+    if (r->n > 1)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "sync groups under MPI run one replica per rank (this rank has %d): "
+                        "start more ranks instead of --replicas",
+                        r->n);
+    rp_comm *all = NULL;
+    RP_CHECK(rp_comm_mpi_create(&all, r->cfg.timeout_s));
+    int rank = rp_comm_rank(all), size = rp_comm_size(all), W = size - servers;
+    rp_status status = RP_OK;
+    if (W < 1)
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "%d parameter servers in a job of %d ranks: at least one rank must be "
+                          "left to be a replica",
+                          servers, size);
+    else if (W % G != 0)
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "sync_groups = %d does not divide the job's %d replicas (%d ranks less "
+                          "%d parameter servers): every group needs the same number of replicas",
+                          G, W, size, servers);
+    if (status != RP_OK) {
+        rp_comm_destroy(all);
+        return status;
+    }
+    int S = W / G;
+    bool server = rank >= W, leader = !server && rank % S == 0;
+    st->size = S;
+    st->mpi = true;
+    r->server = server;
+    status = rp_comm_split(all, server ? 1 : 0, rank, world);
+    if (status == RP_OK) status = rp_comm_split(all, server || leader ? 0 : -1, rank, &st->ps_comm);
+    rp_comm_destroy(all);
+    if (status == RP_OK && !server) status = rp_comm_split(*world, rank / S, rank, &st->comms[0]);
+    if (status == RP_OK && st->ps_comm)
+        status = rp_ps_group_create(&st->ps, st->ps_comm, servers, r->cfg.timeout_s);
+    return status;
+}
+
 static rp_status groups_create(rp_replicator *r, bool mpi, rp_comm **world)
 {
-    if (mpi)
-        return RP_ERROR(RP_ERR_UNSUPPORTED,
-                        "sync groups (sync_groups = %d) run on the threads backend only: "
-                        "start one process with --replicas N instead of mpirun",
-                        r->cfg.sync_groups);
     groups_state *st = calloc(1, sizeof *st);
     if (!st) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group strategy");
     r->strategy_state = st;
     st->groups = r->cfg.sync_groups;
     st->size = r->n / st->groups;
     st->comms = calloc((size_t)r->n, sizeof(rp_comm *));
+    if (mpi)
+        return st->comms ? create_mpi(r, st, world)
+                         : RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group strategy");
     int *ids = malloc((size_t)st->size * sizeof(int));
     rp_status status = st->comms && ids
                            ? RP_OK
@@ -353,6 +426,9 @@ static void groups_destroy(rp_replicator *r)
     for (int i = 0; st->comms && i < r->n; i++)
         if (st->comms[i]) rp_comm_destroy(st->comms[i]);
     free(st->comms);
+    /* A group's rank 0 says goodbye here; the servers stop once every group's has. */
+    rp_ps_group_destroy(st->ps);
+    rp_comm_destroy(st->ps_comm);
     free(st);
     r->strategy_state = NULL;
 }
@@ -361,6 +437,7 @@ static rp_status groups_replica_init(rp_replica *rep)
 {
     groups_state *st = rep->r->strategy_state;
     RP_CHECK(rp_strategy_replica_alloc(rep, sizeof(groups_replica)));
+    if (rep->r->server) return RP_OK; /* a server rank's: it only serves */
     rep->group_comm = st->comms[rep->local];
     st->comms[rep->local] = NULL;
     rep->group_rank = rp_comm_rank(rep->group_comm);
@@ -389,6 +466,12 @@ static void groups_replica_destroy(rp_replica *rep)
     rep->group_comm = NULL;
 }
 
+static rp_status groups_serve(rp_replicator *r)
+{
+    groups_state *st = r->strategy_state;
+    return rp_ps_mpi_serve(st->ps);
+}
+
 const rp_strategy rp_strategy_groups = {
     .name = "sync groups",
     .identical = false,
@@ -406,4 +489,5 @@ const rp_strategy rp_strategy_groups = {
     .publish = groups_publish,
     .claim = groups_claim,
     .next_batch = groups_claim, /* each batch to whichever group asks first */
+    .serve = groups_serve,
 };
