@@ -1,7 +1,7 @@
 #!/bin/bash
 # issue 15 leftovers, on an idle machine: ResNet-50's bubble on real stages, then ResNet-50 split
 # across 2 MPI ranks with each schedule.
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 export OMP_WAIT_POLICY=passive
 uptime
 build/replicator bench pipeline --model resnet50 --batch 16 --steps 3 --warmup 1
