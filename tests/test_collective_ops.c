@@ -325,6 +325,23 @@ static void test_reduce_from_group(void **state)
     coll_check(&c);
 }
 
+static rp_tensor *fwd_reduce_inplace(rp_tape *t, rp_comm *c, int rank, rp_tensor *x, void *ctx)
+{
+    rp_tensor *p = rp_scale(t, rp_tanh(t, x), 1.0f + 0.5f * (float)rank);
+    rp_tensor *y = rp_reduce_from_group_inplace(t, c, p);
+    if (y && y->data != p->data) return NULL; /* the sum must be in p's own storage */
+    return rp_tanh(t, y);
+}
+
+/* The in-place variant: the same values and gradients as reduce_from_group. */
+static void test_reduce_from_group_inplace(void **state)
+{
+    coll_case c;
+    coll_init(&c, "reduce_from_group_inplace n=3", 3, 2, (int[]){2, 3}, fwd_reduce_inplace, NULL);
+    c.loss_once = true;
+    coll_check(&c);
+}
+
 typedef struct mlp_ctx {
     float w[MAX_N][6]; /* member r's shard of the weight, per element */
 } mlp_ctx;
@@ -637,6 +654,7 @@ int main(void)
         cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_copy_to_group),
         cmocka_unit_test(test_reduce_from_group),
+        cmocka_unit_test(test_reduce_from_group_inplace),
         cmocka_unit_test(test_megatron_pair),
         cmocka_unit_test(test_send_recv_pipeline),
         cmocka_unit_test(test_send_recv_ring),

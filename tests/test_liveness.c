@@ -12,7 +12,8 @@
  *  - rp_batch_norm_add equals relu(add(batch_norm)) bitwise, values and
  *    gradients, with and without the ReLU, in training and in evaluation.
  *  - Batch norm outputs dropped after their last forward use (rp_tape_drop) and recomputed in
- *    backward give bitwise the gradients of storing them, in less memory.
+ *    backward give bitwise the gradients of storing them, in less memory; also when the last
+ *    use reads them through views (rp_copy_to_group, rp_reshape).
  *  - A ResNet's steady-state step allocates nothing and faults no page in.
  */
 #include "testutil.h"
@@ -337,6 +338,71 @@ static void test_drop_refuses_what_it_cannot_recompute(void **state)
     rp_params_destroy(ps);
 }
 
+/*
+ * A batch norm's output read only through views - rp_copy_to_group's (a one-member group) and a
+ * reshape of it, as a tensor-parallel column convolution reads its input - then dropped: one
+ * step's loss and gradients (parameters and input), and the arena's live bytes when the forward
+ * pass ends.
+ */
+static result drop_through_views(bool drop, bool poison)
+{
+    rp_params *ps;
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    rp_batchnorm_layer bn;
+    rp_linear_layer fc;
+    assert_int_equal(rp_batchnorm_layer_init(&bn, ps, "bn", C), RP_OK);
+    bn.p.relu = true;
+    assert_int_equal(rp_linear_layer_init(&fc, ps, "fc", H * H * C, CLASSES, true, false), RP_OK);
+    assert_int_equal(rp_params_finalize(ps, 13), RP_OK);
+    rp_comm *one;
+    assert_int_equal(rp_comm_threads_create(&one, 1, NULL, 10.0), RP_OK);
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_arena_set_poison(rp_tape_arena(t), poison);
+    float xs[N * H * H * C];
+    tu_fill(xs, N * H * H * C, 33, -2, 2);
+    static const int32_t labels[N] = {2, 0, 4, 1};
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){N, H, H, C}, xs);
+    rp_tensor_set_requires_grad(x, true);
+    rp_tensor *a = rp_batchnorm_layer_forward(t, &bn, rp_scale(t, x, 1.5f), true);
+    rp_tensor *v = rp_reshape(t, rp_copy_to_group(t, one, a), 2, (int[]){N, H * H * C});
+    rp_tensor *logits = rp_linear_layer_forward(t, &fc, v);
+    assert_non_null(logits);
+    if (drop) {
+        assert_int_equal(rp_tape_drop(t, a), RP_OK);
+        assert_null(v->data); /* the views went with it */
+    }
+    rp_tensor *loss = rp_softmax_cross_entropy(t, logits, labels);
+    result r = {.loss = rp_item(loss)};
+    r.forward_live = rp_arena_get_stats(rp_tape_arena(t)).live;
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    int64_t np = rp_params_trainable_numel(ps);
+    r.count = np + x->numel;
+    r.grads = test_malloc((size_t)r.count * sizeof(float));
+    memcpy(r.grads, rp_params_grad(ps), (size_t)np * sizeof(float));
+    memcpy(r.grads + np, x->grad, (size_t)x->numel * sizeof(float));
+    rp_tape_destroy(t);
+    rp_comm_destroy(one);
+    rp_params_destroy(ps);
+    return r;
+}
+
+static void test_drop_follows_views(void **state)
+{
+    (void)state;
+    result stored = drop_through_views(false, false), dropped = drop_through_views(true, true);
+    assert_true(stored.loss == dropped.loss);
+    assert_int_equal(stored.count, dropped.count);
+    /* The linear layer's weight gradient reads the view: recomputed values, not poison. */
+    assert_memory_equal(dropped.grads, stored.grads, (size_t)stored.count * sizeof(float));
+    for (int64_t i = 0; i < dropped.count; i++)
+        assert_true(isfinite(dropped.grads[i]));
+    size_t act = (size_t)N * H * H * C * sizeof(float);
+    assert_true(dropped.forward_live + act <= stored.forward_live);
+    test_free(stored.grads);
+    test_free(dropped.grads);
+}
+
 /* ---- the steady state --------------------------------------------------------------- */
 
 static long faults(void)
@@ -408,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_fused_tail_shape_error),
         cmocka_unit_test(test_recomputed_batch_norms_give_bitwise_gradients),
         cmocka_unit_test(test_drop_refuses_what_it_cannot_recompute),
+        cmocka_unit_test(test_drop_follows_views),
         cmocka_unit_test(test_resnet_steady_state_faults_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -169,10 +169,12 @@ rp_status rp_backward_from(rp_tape *tape, rp_tensor *y, const float *dy);
  * back to the arena now,
  * and has backward recompute them from the batch norm's input and
  * statistics (one pass) when a rule first needs them, and release them again
- * once the batch norm's own rule has run. The caller promises that nothing
- * reads x's values again in the forward pass (nor any view of x: a reshape,
- * a detach); call it right after the last op that uses x, typically the
- * convolution that follows a batch norm + ReLU. The gradients are bitwise
+ * once the batch norm's own rule has run. The recorded views of x made so
+ * far (rp_reshape, rp_copy_to_group) are dropped with it and get the
+ * recomputed values when a rule reads them (an rp_detach is not followed).
+ * The caller promises that nothing reads x's values again in the forward
+ * pass, nor any view of x; call it right after the last op that uses x,
+ * typically the convolution that follows a batch norm + ReLU. The gradients are bitwise
  * those of storing x. After the call x->data is NULL until backward
  * recomputes it. Errors: RP_ERR_INVALID for a NULL tape or tensor, a tensor
  * not made by rp_batch_norm on this recording tape, or one already dropped.
@@ -472,6 +474,13 @@ rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_red
 rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root);
 rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x);
 rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x);
+/*
+ * rp_reduce_from_group reduced in x's own storage: y is a view of x, and x holds the sum once it
+ * returns, so the step keeps one full-size tensor where it kept two. For a partial result the
+ * caller made and reads no more, from an op whose backward does not read its output (a
+ * convolution's or a matrix product's: the row-parallel layers' partial sums).
+ */
+rp_tensor *rp_reduce_from_group_inplace(rp_tape *t, rp_comm *c, rp_tensor *x);
 
 /*
  * Point-to-point, for pipelines of model stages (comm's rp_comm_send/recv:

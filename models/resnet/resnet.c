@@ -437,13 +437,9 @@ static rp_tensor *block_forward(rp_tape *t, const resnet_block *b, rp_tensor *x,
     for (int i = 0; i < n - 1; i++) {
         rp_tensor *a = rp_batchnorm_layer_forward(t, &b->bn[i], y, training);
         y = block_conv(t, b, i + 1, a);
-        /*
-         * The convolution was a's only reader: backward recomputes it from y's batch norm. Not
-         * behind a column split, whose convolution reads a view of a (rp_copy_to_group), which
-         * rp_tape_drop does not follow.
-         */
-        bool column = b->split[i + 1] && b->tp_conv[i + 1].split == RP_TP_COLUMN;
-        if (recompute && !column && y && a->node >= 0 && rp_tape_drop(t, a) != RP_OK) return NULL;
+        /* The convolution was a's only reader (a column split's through a view of a, which
+           rp_tape_drop follows): backward recomputes a from its batch norm. */
+        if (recompute && y && a->node >= 0 && rp_tape_drop(t, a) != RP_OK) return NULL;
     }
     rp_tensor *shortcut = b->project ? conv_bn_forward(t, &b->proj, &b->proj_bn, x, training) : x;
     return rp_batchnorm_layer_forward_add(t, &b->bn[n - 1], y, shortcut, true, training);

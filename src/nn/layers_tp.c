@@ -7,7 +7,10 @@
  *
  * The layers are compositions: rp_copy_to_group and rp_reduce_from_group
  * (tensor.h) around the plain rp_linear and rp_conv2d, so their gradients
- * come from those ops' rules. The regions along the last axis and the loss
+ * come from those ops' rules; a row split's partial product is summed in
+ * its own storage (rp_reduce_from_group_inplace: nothing else reads it, and
+ * the product's backward reads its inputs only), so it costs no second
+ * full-size tensor. The regions along the last axis and the loss
  * are rp_custom ops, because no existing op moves a slice of the last axis
  * (rp_tensor_all_gather stacks along a new leading axis) and the loss's
  * gradient needs the global maximum and sum that its forward reduces.
@@ -325,7 +328,7 @@ rp_tensor *rp_tp_linear_layer_forward(rp_tape *t, const rp_tp_linear_layer *l, r
         return l->gather_output ? rp_tp_gather(t, l->comm, y) : y;
     }
     rp_tensor *xr = row_input(t, l->comm, x, 2, l->in, l->size, l->input_is_parallel, who, l->w);
-    rp_tensor *y = rp_reduce_from_group(t, l->comm, rp_linear(t, xr, l->w, NULL));
+    rp_tensor *y = rp_reduce_from_group_inplace(t, l->comm, rp_linear(t, xr, l->w, NULL));
     return l->b ? rp_add(t, y, l->b) : y;
 }
 
@@ -368,7 +371,7 @@ rp_tensor *rp_tp_conv2d_layer_forward(rp_tape *t, const rp_tp_conv2d_layer *l, r
         return l->gather_output ? rp_tp_gather(t, l->comm, y) : y;
     }
     rp_tensor *xr = row_input(t, l->comm, x, 4, l->in, l->size, l->input_is_parallel, who, l->w);
-    rp_tensor *y = rp_reduce_from_group(t, l->comm, rp_conv2d(t, xr, l->w, NULL, l->p));
+    rp_tensor *y = rp_reduce_from_group_inplace(t, l->comm, rp_conv2d(t, xr, l->w, NULL, l->p));
     return l->b ? rp_add(t, y, l->b) : y;
 }
 

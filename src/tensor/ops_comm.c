@@ -118,14 +118,27 @@ rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x)
     return record(t, RP_OP_COPY_TO_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
 }
 
-rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x)
+static rp_tensor *reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x, bool inplace,
+                                    const char *who)
 {
     RP_PROPAGATE_NULL(x);
-    if (!check_comm(t, c, "rp_reduce_from_group")) return NULL;
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    if (!check_comm(t, c, who)) return NULL;
+    rp_tensor *y =
+        inplace ? tape_view(t, x, x->ndim, x->shape) : rp_tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     if (rp_comm_all_reduce(c, x->data, y->data, x->numel, RP_F32, RP_SUM) != RP_OK) return NULL;
+    /* The backward is the identity on dy: it reads neither x's values nor y's. */
     return record(t, RP_OP_REDUCE_FROM_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
+}
+
+rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x)
+{
+    return reduce_from_group(t, c, x, false, "rp_reduce_from_group");
+}
+
+rp_tensor *rp_reduce_from_group_inplace(rp_tape *t, rp_comm *c, rp_tensor *x)
+{
+    return reduce_from_group(t, c, x, true, "rp_reduce_from_group_inplace");
 }
 
 rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int tag)

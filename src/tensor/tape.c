@@ -240,19 +240,48 @@ rp_status rp_tape_drop(rp_tape *t, rp_tensor *x)
                         "residual may be gone by then); drop plain batch norms only");
     if (x->flags & RP_TENSOR_DROPPED)
         return RP_ERROR(RP_ERR_INVALID, "rp_tape_drop: the tensor was already dropped");
+    /* The recorded views of x so far (rp_copy_to_group's, rp_reshape's: outputs of later nodes
+       that share its storage) lose their values with it, and get them back when a rule reads
+       them (recompute_before). */
+    for (int k = x->node + 1; k < t->n_nodes; k++) {
+        rp_tensor *v = t->nodes[k].out;
+        if (v != x && v->data == x->data) {
+            v->data = NULL;
+            v->flags |= TAPE_VIEW_DROPPED;
+        }
+    }
     rp_arena_release(t->arena, x->data, (size_t)x->numel * sizeof(float));
     x->data = NULL;
     x->flags |= RP_TENSOR_DROPPED;
     return RP_OK;
 }
 
-/* Before node's rule: the values it reads that rp_tape_drop released, recomputed. */
+/* The values of v, a view of a dropped tensor: its base's, recomputed if they are gone. */
+static rp_status recompute_view(rp_tape *t, rp_tensor *v)
+{
+    rp_tensor *base = v;
+    while ((base->flags & TAPE_VIEW_DROPPED) && base->node >= 0)
+        base = node_inputs(&t->nodes[base->node])[0];
+    if (!(base->flags & RP_TENSOR_DROPPED))
+        return RP_ERROR(RP_ERR_INVALID, "a view lost its values, but not to rp_tape_drop");
+    if (!base->data) RP_CHECK(tape_recompute(t, base));
+    v->data = base->data; /* a view starts where its base does */
+    return RP_OK;
+}
+
+/*
+ * Before node's rule: the values it reads that rp_tape_drop released, recomputed. A view's become
+ * stale again once its base's producer releases them, after every reader of the view has run.
+ */
 static rp_status recompute_before(rp_tape *t, rp_node *node)
 {
     rp_tensor **in = node_inputs(node);
-    for (int j = 0; j < node->n_in; j++)
+    for (int j = 0; j < node->n_in; j++) {
         if (in[j] && (in[j]->flags & RP_TENSOR_DROPPED) && !in[j]->data)
             RP_CHECK(tape_recompute(t, in[j]));
+        if (in[j] && (in[j]->flags & TAPE_VIEW_DROPPED) && !in[j]->data)
+            RP_CHECK(recompute_view(t, in[j]));
+    }
     rp_tensor *y = node->out;
     if ((y->flags & RP_TENSOR_DROPPED) && !y->data) RP_CHECK(tape_recompute(t, y));
     return RP_OK;

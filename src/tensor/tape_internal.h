@@ -52,6 +52,10 @@ static inline bool tape_op_is_collective(rp_op op)
     return op >= RP_OP_ALL_REDUCE;
 }
 
+/* A tensor flag of the tape's own (the public RP_TENSOR_* flags hold the low bits): a recorded
+ * view of a tensor that rp_tape_drop released, its values NULL until a rule reads them. */
+#define TAPE_VIEW_DROPPED (1u << 16)
+
 #define RP_NODE_MAX_INPUTS 4
 
 typedef struct rp_node {
