@@ -310,6 +310,30 @@ rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config
     return pc;
 }
 
+rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int index, int64_t numel,
+                              const rp_ps_config *pc, rp_ps **ps)
+{
+    if (rep->local == 0) {
+        free(*set); /* an earlier, destroyed set's: every handle was taken then */
+        *set = calloc((size_t)count, sizeof(rp_ps *));
+        if (!*set) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d handles", count);
+        RP_CHECK(rp_ps_threads_create(*set, count, numel, pc));
+    }
+    rt_internal_begin(rep->comm, "the runtime's optimizer creation barrier");
+    rp_status status = rp_comm_barrier(rep->comm);
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
+    if (index < 0) return RP_OK;
+    *ps = (*set)[index];
+    (*set)[index] = NULL;
+    if (rp_ps_numel(*ps) != numel)
+        return RP_ERROR(RP_ERR_SHAPE,
+                        "replica %d has %lld trainable values, replica 0 %lld: every replica "
+                        "must build the same model",
+                        rep->id, (long long)numel, (long long)rp_ps_numel(*ps));
+    return RP_OK;
+}
+
 static void reducer_start(void *ctx, int b)
 {
     rp_grad_reducer *g = ctx;

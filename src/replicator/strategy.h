@@ -125,6 +125,16 @@ int64_t rp_strategy_first_nonfinite(const float *restrict x, int64_t n);
  * optimizer of `cfg`: the async strategy's and the sync groups'. */
 rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg);
 
+/*
+ * The threads backend's handles on a new set of parameter-server variables (the async strategy's
+ * and the sync groups'): local replica 0 makes `count` worker handles on in-process servers into
+ * *set (freeing the array an earlier, destroyed set left), every replica meets it at a barrier,
+ * and then takes handle `index` into *ps (index < 0: none). RP_ERR_SHAPE if this replica's
+ * numel is not replica 0's; RP_ERR_NOMEM; the barrier's errors.
+ */
+rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int index, int64_t numel,
+                              const rp_ps_config *pc, rp_ps **ps);
+
 /* Batches of lockstep replicas: 0, 1, 2, ... on every replica, counted per replica per run. */
 rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);
 

@@ -127,25 +127,7 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
                             r->n);
         return rp_ps_mpi_create(ps, st->group, numel, pc);
     }
-    if (rep->local == 0) {
-        /* The slot's array of an earlier, destroyed set: every replica took its handle then. */
-        free(st->sets[k]);
-        st->sets[k] = calloc((size_t)r->n, sizeof(rp_ps *));
-        if (!st->sets[k]) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d handles", r->n);
-        RP_CHECK(rp_ps_threads_create(st->sets[k], r->n, numel, pc));
-    }
-    rt_internal_begin(rep->comm, "the runtime's optimizer creation barrier");
-    rp_status status = rp_comm_barrier(rep->comm);
-    rt_internal_end(rep->comm);
-    RP_CHECK(status);
-    *ps = st->sets[k][rep->local];
-    st->sets[k][rep->local] = NULL;
-    if (rp_ps_numel(*ps) != numel)
-        return RP_ERROR(RP_ERR_SHAPE,
-                        "replica %d has %lld trainable values, replica 0 %lld: every replica "
-                        "must build the same model",
-                        rep->id, (long long)numel, (long long)rp_ps_numel(*ps));
-    return RP_OK;
+    return rp_strategy_ps_take(rep, &st->sets[k], r->n, rep->local, numel, pc, ps);
 }
 
 /* Loads replica 0's values (and slots, step) into the servers; every replica then pulls them. */

@@ -175,22 +175,8 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
     groups_state *st = rep->r->strategy_state;
     /* MPI: each group's rank 0 makes its own; the servers make the set at its first message. */
     if (st->mpi) return rep->group_rank == 0 ? rp_ps_mpi_create(ps, st->ps, numel, pc) : RP_OK;
-    if (rep->local == 0) {
-        free(st->sets[k]); /* an earlier, destroyed set's: every handle was taken then */
-        st->sets[k] = calloc((size_t)st->groups, sizeof(rp_ps *));
-        if (!st->sets[k]) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d handles", st->groups);
-        RP_CHECK(rp_ps_threads_create(st->sets[k], st->groups, numel, pc));
-    }
-    RP_CHECK(barrier_all(rep, "the runtime's optimizer creation barrier"));
-    if (rep->group_rank != 0) return RP_OK;
-    *ps = st->sets[k][group_of(rep)];
-    st->sets[k][group_of(rep)] = NULL;
-    if (rp_ps_numel(*ps) != numel)
-        return RP_ERROR(RP_ERR_SHAPE,
-                        "replica %d has %lld trainable values, replica 0 %lld: every replica "
-                        "must build the same model",
-                        rep->id, (long long)numel, (long long)rp_ps_numel(*ps));
-    return RP_OK;
+    return rp_strategy_ps_take(rep, &st->sets[k], st->groups,
+                               rep->group_rank == 0 ? group_of(rep) : -1, numel, pc, ps);
 }
 
 static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
