@@ -36,6 +36,12 @@ rp_status plan_for_run(rp_classifier_plan **p, const train_opts *o, const rp_con
        MPI. */
     int stages = o->model_parallel > 1 ? o->model_parallel : 1,
         tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
+    /* Under MPI the groups' servers would be reached through the communicators, which the
+       planner's lines (in-process servers: no calls) do not describe. */
+    if (o->sync_groups > 1 && rcfg->backend == RP_BACKEND_MPI)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "the planner covers --sync-groups on the threads backend (in-process "
+                        "parameter servers); plan it without mpirun");
     int ranks =
         rcfg->backend == RP_BACKEND_MPI && stages * tp == 1 && rp_env_get()->mpi_world_size > 1
             ? rp_env_get()->mpi_world_size
