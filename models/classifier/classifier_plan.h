@@ -48,7 +48,7 @@ typedef struct rp_classifier_plan_stage {
     int tapes;             /* micro-batches alive at once (GPipe M; 1F1B min(P - i - 1, M) + 1) */
     int64_t in_floats, out_floats; /* per example: the input it receives, the output it sends */
     rp_comm_stats model[2];        /* tensor parallelism: the model axis's counters in the step at
-                                      batch 1 and 2 (the largest member's; they make the same calls) */
+                                      batch 1 and 2 (every member's: the recording requires them equal) */
 } rp_classifier_plan_stage;
 
 typedef struct rp_classifier_plan {
