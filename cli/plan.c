@@ -20,32 +20,33 @@ static int64_t worker_total(const rp_plan_worker *w)
     return w->params + w->grads + w->optim + w->strategy + w->activations + w->loader;
 }
 
-/* Whether workers a and b hold and send the same (their ids aside). */
+/* Whether workers a and b hold and send the same (their ids and shards aside). */
 static bool same_worker(const rp_plan_worker *a, const rp_plan_worker *b)
 {
     rp_plan_worker x = *a, y = *b;
     x.worker = y.worker = 0;
+    x.shard = y.shard = 0;
     return memcmp(&x, &y, sizeof x) == 0;
 }
 
 rp_status plan_for_run(rp_classifier_plan **p, const train_opts *o, const rp_config *rcfg,
                        const rp_classifier *clf)
 {
-    if (o->sync_groups > 1)
+    /* o->replicas: the job's replicas when a replica spans workers; without, each rank's under
+       MPI. */
+    int stages = o->model_parallel > 1 ? o->model_parallel : 1,
+        tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
+    /* Under MPI the groups' servers would be reached through the communicators, which the
+       planner's lines (in-process servers: no calls) do not describe. */
+    if (o->sync_groups > 1 && rcfg->backend == RP_BACKEND_MPI)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
-                        "the planner does not cover --sync-groups yet (each group's pushes to the "
-                        "parameter servers); plan without it, or train without --plan-check");
-    if (o->tensor_parallel > 1)
-        return RP_ERROR(RP_ERR_UNSUPPORTED,
-                        "the planner does not cover --tensor-parallel yet (a worker's shards; "
-                        "docs/model-parallel.md, \"Planner\"); plan without it, or train without "
-                        "--plan-check");
-    /* o->replicas: the job's replicas with stages; without, each rank's under MPI. */
-    int stages = o->model_parallel > 1 ? o->model_parallel : 1;
-    int ranks = rcfg->backend == RP_BACKEND_MPI && stages == 1 && rp_env_get()->mpi_world_size > 1
-                    ? rp_env_get()->mpi_world_size
-                    : 1;
-    return rp_classifier_plan_create(p, clf, rcfg, o->replicas * ranks, stages);
+                        "the planner covers --sync-groups on the threads backend (in-process "
+                        "parameter servers); plan it without mpirun");
+    int ranks =
+        rcfg->backend == RP_BACKEND_MPI && stages * tp == 1 && rp_env_get()->mpi_world_size > 1
+            ? rp_env_get()->mpi_world_size
+            : 1;
+    return rp_classifier_plan_create(p, clf, rcfg, o->replicas * ranks, stages, tp);
 }
 
 static void print_row(FILE *f, const char *what, const int64_t *v, int n)
@@ -60,15 +61,25 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
                        const rp_classifier *clf)
 {
     const rp_dataset *ds = clf->train;
-    char stages[96] = "";
+    char stages[96] = "", split[64] = "", sync[96] = "";
     if (p->stages > 1 || p->micro_batches > 1)
         snprintf(stages, sizeof stages, " x %d pipeline stage%s (%s, %d micro-batch%s of %d)",
                  p->stages, p->stages > 1 ? "s" : "", rp_pipe_schedule_name(clf->cfg.schedule),
                  p->micro_batches, p->micro_batches > 1 ? "es" : "", p->micro);
-    fprintf(f, "plan: %s on %s (%dx%dx%d, %d classes), batch %d on %d replica%s (%d each)%s%s%s\n",
+    if (p->tp > 1)
+        snprintf(split, sizeof split, " x %d tensor-parallel workers (Megatron-style blocks)",
+                 p->tp);
+    if (p->groups > 1)
+        snprintf(sync, sizeof sync,
+                 ", %d sync groups of %d (sync inside, async between, %d parameter server%s)",
+                 p->groups, p->in_sync, o->ps, o->ps > 1 ? "s" : "");
+    else if (p->replicas > 1)
+        snprintf(sync, sizeof sync, ", sync");
+    fprintf(f,
+            "plan: %s on %s (%dx%dx%d, %d classes), batch %d on %d replica%s (%d each)%s%s%s%s%s\n",
             o->model, ds->name, ds->h, ds->w, ds->c, ds->num_classes, o->batch, p->replicas,
-            p->replicas > 1 ? "s" : "", p->batch, stages,
-            p->replicas > 1 ? ", sync, cross-replica batch norm" : "",
+            p->replicas > 1 ? "s" : "", p->batch, stages, split, sync,
+            p->in_sync > 1 ? ", cross-replica batch norm" : "",
             o->zero && p->replicas > 1 ? ", ZeRO-1" : "");
     /* One column per group of workers that hold and send the same. */
     enum { MAX_GROUPS = 8 };
@@ -90,6 +101,8 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
         if (p->stages > 1)
             snprintf(label[g], sizeof label[g], "stage %d%s", p->worker[first[g]].stage,
                      count[g] > 1 ? " (each)" : "");
+        else if (p->tp > 1 && count[g] == p->workers)
+            snprintf(label[g], sizeof label[g], "every shard");
         else if (count[g] == 1)
             snprintf(label[g], sizeof label[g], "worker %d", first[g]);
         else if (last[g] - first[g] + 1 == count[g])
@@ -130,12 +143,32 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
                 st->act_a / 1e6, st->act_b / 1e6, p->micro);
         if (piped) fprintf(f, ", x %d micro-batch%s alive", st->tapes, st->tapes > 1 ? "es" : "");
         fprintf(f, "\n");
+        if (p->tp > 1) {
+            uint64_t calls = 0, b1 = 0, b2 = 0;
+            for (int k = 0; k < RP_COMM_KINDS; k++) {
+                calls += st->model[0].by[RP_COMM_USER][k].calls;
+                b1 += st->model[0].by[RP_COMM_USER][k].bytes;
+                b2 += st->model[1].by[RP_COMM_USER][k].bytes;
+            }
+            fprintf(f,
+                    "  model axis%s: the same step on %d threads over a %d-member communicator: "
+                    "%llu calls at batch 1 and 2, %llu B and %llu B, fitted as a + b x batch (the "
+                    "calls fixed), at batch %d\n",
+                    who, p->tp, p->tp, (unsigned long long)calls, (unsigned long long)b1,
+                    (unsigned long long)b2, p->micro);
+        }
     }
     fprintf(f,
             "  process-wide: the datasets %.2f MB; kernel caches %.2f MB after the recorded steps "
             "(they grow with the batch's shapes; `replicator bench resnet --memory` measures "
             "them)\n",
             (double)p->datasets / 1e6, (double)p->kernel_caches / 1e6);
+    if (p->groups > 1)
+        fprintf(f,
+                "  process-wide: the parameter servers (in-process, one set shared by the %d "
+                "groups; its values and optimizer slots) %.2f MB; each worker's optimizer state "
+                "above is its own copy, filled only for checkpoints\n",
+                p->groups, (double)p->servers / 1e6);
     fprintf(f, "communication per step, per worker (payload bytes: count x dtype size per call)\n");
     for (int g = 0; g < ng; g++) {
         const rp_plan_worker *w = &p->worker[first[g]];
@@ -155,9 +188,15 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
         fprintf(f, "  %-14s %-68s %6lld calls %12lld B\n", "", "total", (long long)calls,
                 (long long)bytes);
     }
-    if (p->replicas > 1)
+    if (p->replicas > 1 || p->tp > 1)
         fprintf(f, "  not in the plan: the runtime's housekeeping (the report all-gathers of each "
                    "run, the parameter checksum every 100 steps)\n");
+    if (p->groups > 1)
+        fprintf(f,
+                "  not counted (no communicator call): each group's rank 0 pushes the group's "
+                "mean gradient to the in-process parameter servers and pulls the values, "
+                "%.2f MB each way per step, as memory copies\n",
+                (double)p->worker[0].grads / 1e6);
 }
 
 static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o)
@@ -166,6 +205,9 @@ static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o
     cJSON_AddStringToObject(j, "model", o->model);
     cJSON_AddNumberToObject(j, "replicas", p->replicas);
     cJSON_AddNumberToObject(j, "stages", p->stages);
+    cJSON_AddNumberToObject(j, "tensor_parallel", p->tp);
+    cJSON_AddNumberToObject(j, "sync_groups", p->groups);
+    cJSON_AddNumberToObject(j, "replicas_in_sync", p->in_sync);
     cJSON_AddNumberToObject(j, "micro_batches", p->micro_batches);
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "batch_per_worker", p->batch);
@@ -180,9 +222,23 @@ static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o
         cJSON_AddNumberToObject(fit, "peak_batch_1", (double)st->probe_peak[0]);
         cJSON_AddNumberToObject(fit, "peak_batch_2", (double)st->probe_peak[1]);
         cJSON_AddNumberToObject(fit, "micro_batches_alive", st->tapes);
+        if (p->tp > 1) {
+            /* The model axis's recorded steps: calls and bytes at batch 1 and 2. */
+            cJSON *mj = cJSON_AddObjectToObject(fit, "model_axis");
+            uint64_t calls = 0, b1 = 0, b2 = 0;
+            for (int k = 0; k < RP_COMM_KINDS; k++) {
+                calls += st->model[0].by[RP_COMM_USER][k].calls;
+                b1 += st->model[0].by[RP_COMM_USER][k].bytes;
+                b2 += st->model[1].by[RP_COMM_USER][k].bytes;
+            }
+            cJSON_AddNumberToObject(mj, "calls", (double)calls);
+            cJSON_AddNumberToObject(mj, "bytes_batch_1", (double)b1);
+            cJSON_AddNumberToObject(mj, "bytes_batch_2", (double)b2);
+        }
     }
     cJSON_AddNumberToObject(j, "datasets", (double)p->datasets);
     cJSON_AddNumberToObject(j, "kernel_caches_probe", (double)p->kernel_caches);
+    cJSON_AddNumberToObject(j, "parameter_servers", (double)p->servers);
     cJSON *workers = cJSON_AddArrayToObject(j, "workers");
     for (int id = 0; workers && id < p->workers; id++) {
         const rp_plan_worker *w = &p->worker[id];
@@ -190,6 +246,7 @@ static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o
         cJSON_AddItemToArray(workers, wj);
         cJSON_AddNumberToObject(wj, "worker", w->worker);
         cJSON_AddNumberToObject(wj, "stage", w->stage);
+        cJSON_AddNumberToObject(wj, "shard", w->shard);
         cJSON *m = cJSON_AddObjectToObject(wj, "memory");
         cJSON_AddNumberToObject(m, "parameters", (double)w->params);
         cJSON_AddNumberToObject(m, "gradients", (double)w->grads);
@@ -249,7 +306,8 @@ int rp_cli_plan(int argc, char **argv)
                 "what it sends in each step (calls and payload bytes per axis and kind).\n"
                 "Activations come from one training step recorded at batch 1 and 2 (a + b x\n"
                 "batch). Layouts: one replica, N sync replicas, --zero, --model-parallel W\n"
-                "with --pipeline and --micro-batches (async is refused).\n"
+                "with --pipeline and --micro-batches, --tensor-parallel T (each worker's\n"
+                "shard, the model axis's all-reduces), --sync-groups G (async is refused).\n"
                 "--json: one JSON object instead of the table. `replicator train ...\n"
                 "--plan-check` compares the plan with the run's first steps (docs/\n"
                 "model-parallel.md, \"Planner\").\n");
@@ -291,16 +349,22 @@ int rp_cli_plan(int argc, char **argv)
 
 #define CHECK_MAX_STEPS 8
 
-/* The axes whose traffic the check measures: a worker's data axis and its pipe axis. */
-static const rp_axis CHECKED_AXES[2] = {RP_AXIS_DATA, RP_AXIS_PIPE};
+/*
+ * The communicators whose traffic the check measures: a worker's data, pipe and model axes, and
+ * its sync group's (rp_replica_sync_comm where it is none of the axes).
+ */
+enum { CHECKED = 4 };
+static const rp_axis CHECKED_AXES[CHECKED] = {RP_AXIS_DATA, RP_AXIS_PIPE, RP_AXIS_MODEL,
+                                              RP_PLAN_GROUP};
 
 /* What one local worker measured. */
 typedef struct measured {
     int id; /* the job's worker (rp_replica_worker; -1: not measured) */
     int steps;
     int64_t params, grads, optim, arena_peak;
-    rp_comm_stats step[CHECK_MAX_STEPS][2]; /* each measured step's traffic on CHECKED_AXES */
-    bool has_comm[2];
+    rp_comm_stats step[CHECK_MAX_STEPS][CHECKED]; /* each measured step's traffic */
+    bool has_comm[CHECKED];
+    rp_comm_stats group_mark; /* the group's counters at the end of build or of the last step */
 } measured;
 
 struct plan_check {
@@ -312,11 +376,30 @@ struct plan_check {
     measured *m; /* [workers] by local index */
 };
 
+/* The worker's communicator of CHECKED_AXES[a], or NULL (none, or one counted already). */
+static rp_comm *checked_comm(rp_replica *rep, int a)
+{
+    rp_comm *c[CHECKED];
+    for (int i = 0; i <= a; i++)
+        c[i] = CHECKED_AXES[i] == RP_PLAN_GROUP ? rp_replica_sync_comm(rep)
+                                                : rp_replica_axis_comm(rep, CHECKED_AXES[i]);
+    /* An axis of one member may share another's handle, and the sync communicator is the data
+       axis's outside sync groups: count each handle once. */
+    for (int i = 0; i < a; i++)
+        if (c[i] == c[a]) return NULL;
+    return c[a];
+}
+
 static rp_status pc_build(rp_replica *rep, void *ctx, const rp_checkpoint *ck,
                           const rp_trainer_at *at, void **state)
 {
     plan_check *pc = ctx;
-    return pc->inner->build(rep, pc->inner_ctx, ck, at, state);
+    RP_CHECK(pc->inner->build(rep, pc->inner_ctx, ck, at, state));
+    int i = rp_replica_local_index(rep);
+    rp_comm *group = checked_comm(rep, CHECKED - 1);
+    if (i >= 0 && i < pc->workers && group)
+        RP_CHECK(rp_comm_stats_get(group, &pc->m[i].group_mark));
+    return RP_OK;
 }
 
 static int64_t pc_steps_per_epoch(void *ctx, void *state)
@@ -325,6 +408,12 @@ static int64_t pc_steps_per_epoch(void *ctx, void *state)
     return pc->inner->steps_per_epoch(pc->inner_ctx, state);
 }
 
+/*
+ * The axes' traffic is measured over the model's step. A sync group's also over what the
+ * trainer's loop and the runtime send in the group before it (the stop agreement, the batch's
+ * ticket: one of each per batch), so its window runs from the end of build or of the worker's
+ * last step to the end of this one.
+ */
 static rp_status pc_train_step(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
                                double *scalars)
 {
@@ -332,19 +421,23 @@ static rp_status pc_train_step(rp_replica *rep, void *ctx, void *state, const rp
     int i = rp_replica_local_index(rep);
     measured *m = i >= 0 && i < pc->workers ? &pc->m[i] : NULL;
     bool measure = m && m->steps < pc->steps;
-    rp_comm *comm[2];
-    rp_comm_stats before[2] = {0}, after = {0};
-    for (int a = 0; a < 2; a++) {
-        comm[a] = rp_replica_axis_comm(rep, CHECKED_AXES[a]);
-        if (measure && comm[a]) RP_CHECK(rp_comm_stats_get(comm[a], &before[a]));
+    rp_comm *comm[CHECKED];
+    rp_comm_stats before[CHECKED] = {0}, after = {0};
+    for (int a = 0; a < CHECKED; a++) {
+        comm[a] = checked_comm(rep, a);
+        if (!measure || !comm[a]) continue;
+        if (CHECKED_AXES[a] == RP_PLAN_GROUP)
+            before[a] = m->group_mark;
+        else
+            RP_CHECK(rp_comm_stats_get(comm[a], &before[a]));
     }
     RP_CHECK(pc->inner->train_step(rep, pc->inner_ctx, state, at, scalars));
     if (!measure) return RP_OK;
-    for (int a = 0; a < 2; a++) {
-        /* An axis of one member may share the other's handle: count it once. */
-        if (!comm[a] || (a > 0 && comm[a] == comm[0])) continue;
+    for (int a = 0; a < CHECKED; a++) {
+        if (!comm[a]) continue;
         RP_CHECK(rp_comm_stats_get(comm[a], &after));
         rp_comm_stats_diff(&after, &before[a], &m->step[m->steps][a]);
+        if (CHECKED_AXES[a] == RP_PLAN_GROUP) m->group_mark = after;
         m->has_comm[a] = true;
     }
     const rp_params *p = rp_classifier_state_params(state);
@@ -501,8 +594,16 @@ static int traffic_rows(FILE *f, const measured *m, const rp_plan_worker *w, int
 int plan_check_report(const plan_check *pc, FILE *f)
 {
     int flags = 0, shown = 0;
-    fprintf(f, "plan check: each worker's first %d step%s measured against the plan\n", pc->steps,
-            pc->steps > 1 ? "s" : "");
+    if (pc->plan->groups > 1)
+        fprintf(f,
+                "plan check: each worker's first %d steps at most (the groups take the batches "
+                "as they come) measured against the plan; the group's traffic from the end of the "
+                "worker's last step, so the stop agreement and the batch's ticket before each step "
+                "count\n",
+                pc->steps);
+    else
+        fprintf(f, "plan check: each worker's first %d step%s measured against the plan\n",
+                pc->steps, pc->steps > 1 ? "s" : "");
     for (int i = 0; i < pc->workers; i++) {
         const measured *m = &pc->m[i];
         if (m->id < 0) continue;
@@ -515,8 +616,14 @@ int plan_check_report(const plan_check *pc, FILE *f)
         }
         const rp_plan_worker *w = &pc->plan->worker[m->id];
         char who[64];
-        if (w->stages > 1)
+        if (w->stages > 1 && w->shards > 1)
+            snprintf(who, sizeof who, "worker %d, stage %d, shard %d (%d step%s)", m->id, w->stage,
+                     w->shard, m->steps, m->steps > 1 ? "s" : "");
+        else if (w->stages > 1)
             snprintf(who, sizeof who, "worker %d, stage %d (%d step%s)", m->id, w->stage, m->steps,
+                     m->steps > 1 ? "s" : "");
+        else if (w->shards > 1)
+            snprintf(who, sizeof who, "worker %d, shard %d (%d step%s)", m->id, w->shard, m->steps,
                      m->steps > 1 ? "s" : "");
         else
             snprintf(who, sizeof who, "worker %d (%d step%s)", m->id, m->steps,
@@ -530,7 +637,7 @@ int plan_check_report(const plan_check *pc, FILE *f)
                                 ? "activations (tapes' live peaks)"
                                 : "activations (arena live peak)",
                             w->activations, m->arena_peak);
-        for (int a = 0; a < 2; a++)
+        for (int a = 0; a < CHECKED; a++)
             flags += traffic_rows(f, m, w, a);
     }
     if (!shown) {

@@ -24,7 +24,9 @@ rp_status plan_for_run(rp_classifier_plan **p, const train_opts *o, const rp_con
  * --plan-check: a trainer model that wraps `inner` (ctx inner_ctx) and, on
  * each of the first `steps` steps of every local worker, measures the
  * worker's memory (parameters, gradients, optimizer state, the arena's live
- * peak) and its data axis's traffic over the step (rp_comm_stats).
+ * peak) and its traffic over the step (rp_comm_stats) on its data, pipe and
+ * model axes, and on its sync group's communicator from the end of its last
+ * step (or of build) to the end of this one.
  * `workers` is the number of local workers (rp_config.replicas).
  */
 typedef struct plan_check plan_check;

@@ -13,7 +13,15 @@
 #     and its traffic on both axes - the stage's gradient shards and batch norm sums on the data
 #     axis, the activations, gradients, labels and loss on the pipe axis - exact in every step;
 #     and micro-batches on one worker: batch norm's sums per micro-batch;
-#  4. bad input is a clear error: an unknown option, --resume, an async layout, an MLP in stages.
+#  4. tensor parallelism (--tensor-parallel 2 on 1 and on 2 replicas): every worker's shard's
+#     parameters, gradients and optimizer state exactly the plan's, its arena within 10%, and the
+#     model axis's all-reduces exactly what the blocks send - derived here from ResNet-20's shapes,
+#     one all-reduce each way per block - as are batch norm's sums over the split channels;
+#  5. sync groups (--sync-groups 2 on 4 replicas): each worker's group traffic - gradient buckets,
+#     parameters, ticket, stop agreement, batch norm - exact in every step it trained, its own
+#     optimizer copy counted, the servers' shards in the JSON plan;
+#  6. bad input is a clear error: an unknown option, --resume, an async layout, an MLP in stages,
+#     groups of one replica, a width that --tensor-parallel does not divide.
 # Usage: cli_plan.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -130,7 +138,121 @@ grep -q "plan check: memory within 10% and communication exact on every worker" 
     || fail "micro-batches: batch norm's 2 x 42 sums per step not confirmed on both workers: $out"
 echo "ok: 2 micro-batches on each of 2 replicas: batch norm twice per step, exact"
 
-# 4. Bad input.
+# 4. Tensor parallelism.
+tp_check() {
+    local name=$1; shift
+    local out
+    out=$("$bin" train "${common[@]}" --plan-check --out "$dir/$name" "$@" 2>&1) \
+        || fail "$name: --plan-check failed: $out"
+    grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
+        || fail "$name: no verdict: $out"
+    /usr/bin/python3 - "$out" "$@" <<'PY' || fail "$name: $out"
+import re, sys
+out, args = sys.argv[1], sys.argv[2:]
+R = int(args[args.index("--replicas") + 1])
+T = int(args[args.index("--tensor-parallel") + 1])
+B = 32 // R          # every worker of a replica reads the replica's whole batch
+assert "differs" not in out and "over 10%" not in out
+workers = re.findall(r"^  worker (\d+), shard (\d+) \(3 steps\)", out, re.M)
+assert workers == [(str(w), str(w % T)) for w in range(R * T)], workers
+rows = re.findall(r"^    (parameters and buffers|gradients|optimizer state|activations \(arena "
+                  r"live peak\)) +(\d+) +(\d+) +([-+][\d.]+)%", out, re.M)
+assert len(rows) == 4 * R * T, ("rows", len(rows))
+for what, pred, meas, diff in rows:
+    pred, meas = int(pred), int(meas)
+    assert pred > 0 and abs(meas - pred) <= 0.10 * pred, (what, pred, meas)
+    if what != "activations (arena live peak)":
+        assert meas == pred, (what, pred, meas)
+    if what == "gradients":
+        assert pred < 272186 * 4 * 0.6, pred      # a shard: the split blocks halved
+# The model axis: each of the 9 blocks all-reduces its output in the forward and its input's
+# gradient in the backward (floats per sample; 28x28 images, widths 16, 32, 64).
+fwd = 3 * 28 * 28 * 16 + 3 * 14 * 14 * 32 + 3 * 7 * 7 * 64
+bwd = 3 * 28 * 28 * 16 + (28 * 28 * 16 + 2 * 14 * 14 * 32) + (14 * 14 * 32 + 2 * 7 * 7 * 64)
+model = re.findall(r"^    model all_reduce +user +(\d+) calls +(\d+) B per step: exact in 3 steps",
+                   out, re.M)
+assert model == [("18", str(4 * B * (fwd + bwd)))] * (R * T), model
+data = re.findall(r"^    data (\S+) +(\S+) +(\d+) calls +(\d+) B per step: exact in 3 steps",
+                  out, re.M)
+if R == 1:
+    assert data == [], data                       # one replica: nothing on the data axis
+else:
+    grads = [int(p) for w, p, m, d in rows if w == "gradients"]
+    # batch norm's sums (2C + 1 doubles, forward and backward) over 21 layers, each block's bn1
+    # on its width / T channels; the shard's gradients in one bucket
+    C = 16 + 3 * (16 // T + 16) + 3 * (32 // T + 32) + 3 * (64 // T + 64) + 32 + 64
+    want = [("all_reduce", "user", "42", str(2 * 8 * (2 * C + 21)))]
+    for g in grads:
+        assert ("all_reduce", "runtime", "1", str(g)) in data, (g, data)
+    assert [d for d in data if d[1] == "user"] == want * (R * T), data
+PY
+    echo "ok: $name: each shard's memory counted, the model axis's all-reduces exact over 3 steps"
+}
+tp_check tp1x2 --replicas 1 --tensor-parallel 2
+tp_check tp2x2 --replicas 2 --tensor-parallel 2
+
+# The JSON plan of 2 x 2: the shards, in the runtime's order, and the model axis's fit.
+out=$("$bin" plan "${common[@]}" --replicas 2 --tensor-parallel 2 --json) || fail "tp --json: $out"
+/usr/bin/python3 - "$out" <<'PY' || fail "bad tensor-parallel JSON plan: $out"
+import json, sys
+p = json.loads(sys.argv[1])
+assert p["tensor_parallel"] == 2 and p["replicas"] == 2 and p["batch_per_worker"] == 16, p
+assert [(w["worker"], w["shard"]) for w in p["workers"]] == [(0, 0), (1, 1), (2, 0), (3, 1)]
+m = p["activations_fit"][0]["model_axis"]
+assert m["calls"] == 18 and m["bytes_batch_2"] == 2 * m["bytes_batch_1"], m
+for w in p["workers"]:
+    t = {(x["axis"], x["kind"], x["class"]): (x["calls"], x["bytes"]) for x in w["traffic"]}
+    assert t[("model", "all_reduce", "user")] == (18, 16 * m["bytes_batch_1"]), t
+PY
+echo "ok: plan --json with --tensor-parallel 2: shards and the model axis's fit"
+
+# 5. Sync groups: 2 groups of 2 replicas; the groups take the 6 batches as they come.
+out=$("$bin" train "${common[@]}" --plan-check --out "$dir/groups" --replicas 4 --sync-groups 2 \
+      --max-steps 6 2>&1) || fail "sync groups: --plan-check failed: $out"
+grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
+    || fail "sync groups: no verdict: $out"
+/usr/bin/python3 - "$out" <<'PY' || fail "sync groups: $out"
+import re, sys
+out = sys.argv[1]
+assert "differs" not in out and "over 10%" not in out
+P = 272186 * 4
+workers = re.findall(r"^  worker (\d) \((\d) steps?\)", out, re.M)
+# a group's replicas train the same batches; 6 batches between the groups
+assert len(workers) >= 2 and len(workers) % 2 == 0, workers
+steps = {int(w): int(n) for w, n in workers}
+for g in range(2):
+    if 2 * g in steps:
+        assert steps[2 * g] == steps.get(2 * g + 1), steps
+assert sum(steps.values()) == 2 * 6, steps
+rows = re.findall(r"^    (parameters and buffers|gradients|optimizer state) +(\d+) +(\d+) ", out, re.M)
+assert len(rows) == 3 * len(workers) and all(p == m for _, p, m in rows), rows
+assert [int(p) for w, p, m in rows if w == "optimizer state"] == [P] * len(workers), rows
+exact = re.findall(r"^    group (\S+) +(\S+) +(\d+) calls +(\d+) B per step: exact in (\d) steps?",
+                   out, re.M)
+# per worker and step: batch norm's 42 sums; 2 gradient buckets and the stop agreement (8 B);
+# the parameters and the batch's ticket (8 B) broadcast from the group's rank 0
+want = [("all_reduce", "user", "42", "25424"), ("all_reduce", "runtime", "3", str(P + 8)),
+        ("broadcast", "runtime", "2", str(P + 8))]
+assert [e[:4] for e in exact] == want * len(workers), exact
+assert re.search(r"parameter servers \(in-process, one set shared by the 2 groups; .*\) 2\.18 MB", out)
+assert "not counted (no communicator call)" in out
+PY
+echo "ok: 2 sync groups of 2: group traffic exact in every step each worker trained"
+
+out=$("$bin" plan "${common[@]}" --replicas 4 --sync-groups 2 --json) || fail "groups --json: $out"
+/usr/bin/python3 - "$out" <<'PY' || fail "bad sync-group JSON plan: $out"
+import json, sys
+p = json.loads(sys.argv[1])
+P = 272186 * 4
+assert p["sync_groups"] == 2 and p["replicas_in_sync"] == 2 and p["batch_per_worker"] == 16, p
+assert p["parameter_servers"] == 2 * P, p           # values and one momentum slot
+for w in p["workers"]:
+    assert {t["axis"] for t in w["traffic"]} == {"group"}, w
+    assert w["memory"]["optimizer_state"] == P, w
+PY
+echo "ok: plan --json with --sync-groups 2: the servers' shards, traffic on the group"
+
+# 6. Bad input.
 expect_error() {
     local rc=$1 pattern=$2; shift 2
     set +e
@@ -145,4 +267,7 @@ expect_error 2 "--resume is train's" --resume "$dir/none"
 expect_error 2 "does not split across 3 replicas" resnet20 --batch 32 --replicas 3
 expect_error 1 "the planner covers synchronous layouts" "${common[@]}" --replicas 2 --regime async
 expect_error 1 "only the ResNets are" mlp --data "$data" --model-parallel 2 --threads 2
+expect_error 1 "groups of one replica" "${common[@]}" --replicas 2 --sync-groups 2
+expect_error 1 "stage1.block0.conv1\": 16 output features do not split evenly over 3" \
+    "${common[@]}" --replicas 1 --tensor-parallel 3
 echo "ok: bad options are clear errors"

@@ -10,7 +10,13 @@
  * run by rp_pipeline_run on thread members with 1, 2 and 4 micro-batches of
  * 2 images: each stage's messages, read from the counters, are exactly
  * rp_plan_pipeline's.
- * Plus the line bookkeeping (merging, the limit) and the refusal of async.
+ * Sync groups: 2 groups of 2 and 3 replicas, and 3 of 2, buckets from 64 B
+ * to 1 MiB: each replica's traffic on its group's communicator in a batch
+ * (rp_replica_next_batch and an optimizer step) equals the plan's group
+ * lines exactly, nothing goes over the data axis, the optimizer state is the
+ * replica's own copy; the servers' shards are (1 + slots) x P floats.
+ * Plus the line bookkeeping (merging, the limit) and the refusals: async,
+ * groups of one replica (run as async), groups that do not divide.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,10 +32,13 @@
 static const int SIZES[] = {37, 1000, 3, 513, 64, 129};
 #define NSIZES ((int)(sizeof SIZES / sizeof SIZES[0]))
 
+#define MAXG 6 /* replicas in the sync-group layouts */
+
 typedef struct job {
     rp_optim_config oc;
-    rp_comm_stats step[MAXR]; /* each replica's data-axis traffic in its step */
-    size_t optim[MAXR];       /* its optimizer state bytes after the step */
+    rp_comm_stats step[MAXG];  /* each replica's data-axis traffic in its step */
+    rp_comm_stats group[MAXG]; /* sync groups: its group's traffic in its batch */
+    size_t optim[MAXG];        /* its optimizer state bytes after the step */
 } job;
 
 typedef struct net {
@@ -76,6 +85,30 @@ static rp_status step_fn(rp_replica *rep, void *arg)
     RP_CHECK(rp_comm_stats_get(c, &after));
     rp_comm_stats_diff(&after, &before, &j->step[rp_replica_id(rep)]);
     j->optim[rp_replica_id(rep)] = rp_optimizer_state_bytes(m->opt);
+    return RP_OK;
+}
+
+/* Sync groups: one batch as the trainer takes it - its ticket, then the step - on both the data
+ * axis and the group's communicator. */
+static rp_status group_step_fn(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = rp_replica_user(rep);
+    int id = rp_replica_id(rep);
+    rp_comm *c = rp_replica_axis_comm(rep, RP_AXIS_DATA), *grp = rp_replica_sync_comm(rep);
+    rp_comm_stats before, after, gbefore, gafter;
+    RP_CHECK(rp_comm_stats_get(c, &before));
+    RP_CHECK(rp_comm_stats_get(grp, &gbefore));
+    int64_t ticket;
+    RP_CHECK(rp_replica_next_batch(rep, &ticket));
+    float *g = rp_params_grad(m->params);
+    tu_fill(g, rp_params_trainable_numel(m->params), 11 + (uint64_t)id, -1, 1);
+    RP_CHECK(rp_optimizer_step(m->opt, 0.1f));
+    RP_CHECK(rp_comm_stats_get(c, &after));
+    RP_CHECK(rp_comm_stats_get(grp, &gafter));
+    rp_comm_stats_diff(&after, &before, &j->step[id]);
+    rp_comm_stats_diff(&gafter, &gbefore, &j->group[id]);
+    j->optim[id] = rp_optimizer_state_bytes(m->opt);
     return RP_OK;
 }
 
@@ -311,6 +344,81 @@ static void test_pipeline(void **state)
             check_pipeline(stages, micro);
 }
 
+/* ---- sync groups ------------------------------------------------------------------------ */
+
+static void check_groups(int n, int groups, size_t bucket_bytes)
+{
+    job j;
+    memset(&j, 0, sizeof j);
+    j.oc = rp_optim_config_default();
+    rp_config cfg = layout(n, false, bucket_bytes);
+    cfg.sync_groups = groups;
+    rp_replicator *r;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    assert_int_equal(rp_replicator_run(r, build_fn, &j), RP_OK);
+    assert_int_equal(rp_replicator_run(r, group_step_fn, &j), RP_OK);
+    assert_int_equal(rp_replicator_run(r, destroy_fn, &j), RP_OK);
+    rp_replicator_destroy(r);
+
+    rp_params *p;
+    assert_int_equal(make_params(&p), RP_OK);
+    int64_t P = rp_params_trainable_numel(p);
+    for (int id = 0; id < n; id++) {
+        rp_plan_worker w;
+        memset(&w, 0, sizeof w);
+        assert_int_equal(rp_plan_runtime(&cfg, n, id, p, &j.oc, &w), RP_OK);
+        assert_int_equal(w.groups, groups);
+        rp_comm_stats want, none;
+        rp_plan_traffic_stats(&w, RP_PLAN_GROUP, &want);
+        if (!same_step(&want, &j.group[id]))
+            fail_msg(
+                "%d replicas in %d groups, buckets of %zu B, replica %d: the plan's group "
+                "traffic differs from the counters' (all_reduce %llu/%llu calls, broadcast "
+                "%llu/%llu calls %llu/%llu B)",
+                n, groups, bucket_bytes, id,
+                (unsigned long long)want.by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_REDUCE].calls,
+                (unsigned long long)j.group[id].by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_REDUCE].calls,
+                (unsigned long long)want.by[RP_COMM_RUNTIME][RP_FLIGHT_BROADCAST].calls,
+                (unsigned long long)j.group[id].by[RP_COMM_RUNTIME][RP_FLIGHT_BROADCAST].calls,
+                (unsigned long long)want.by[RP_COMM_RUNTIME][RP_FLIGHT_BROADCAST].bytes,
+                (unsigned long long)j.group[id].by[RP_COMM_RUNTIME][RP_FLIGHT_BROADCAST].bytes);
+        /* The parameters and the ticket from the group's rank 0: P floats and one int64. */
+        assert_int_equal(want.by[RP_COMM_RUNTIME][RP_FLIGHT_BROADCAST].bytes, P * 4 + 8);
+        /* Nothing over the data axis in a step, and nothing planned there. */
+        rp_plan_traffic_stats(&w, RP_AXIS_DATA, &none);
+        memset(&want, 0, sizeof want);
+        assert_true(same_step(&none, &want));
+        assert_true(same_step(&j.step[id], &want));
+        /* Every replica keeps its own optimizer block (checkpoints), the servers theirs. */
+        assert_int_equal(w.optim, (int64_t)j.optim[id]);
+        assert_int_equal(w.grads, P * 4);
+        /* A plan for buckets 16x larger: fewer all-reduces than the counters saw. */
+        rp_config other = cfg;
+        other.bucket_bytes = bucket_bytes * 16;
+        rp_plan_worker v;
+        memset(&v, 0, sizeof v);
+        assert_int_equal(rp_plan_runtime(&other, n, id, p, &j.oc, &v), RP_OK);
+        rp_plan_traffic_stats(&v, RP_PLAN_GROUP, &want);
+        if (bucket_bytes < 4096) assert_false(same_step(&want, &j.group[id]));
+    }
+    /* One momentum slot: values and slot, P floats each. */
+    assert_int_equal(rp_plan_servers(&cfg, p, &j.oc), 2 * P * 4);
+    rp_config sync = layout(n, false, bucket_bytes);
+    assert_int_equal(rp_plan_servers(&sync, p, &j.oc), 0);
+    rp_params_destroy(p);
+}
+
+static void test_groups(void **state)
+{
+    (void)state;
+    size_t sizes[] = {64, 1000, 1 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        check_groups(4, 2, sizes[i]);
+        check_groups(6, 2, sizes[i]);
+        check_groups(6, 3, sizes[i]);
+    }
+}
+
 static void test_lines(void **state)
 {
     (void)state;
@@ -341,6 +449,7 @@ static void test_lines(void **state)
     assert_int_equal(s.by[RP_COMM_USER][RP_FLIGHT_SEND].calls, RP_PLAN_MAX_TRAFFIC - 1);
     assert_int_equal(s.by[RP_COMM_USER][RP_FLIGHT_ALL_REDUCE].calls, 0);
     assert_string_equal(rp_plan_axis_name(RP_AXIS_MODEL), "model");
+    assert_string_equal(rp_plan_axis_name(RP_PLAN_GROUP), "group");
 }
 
 static void test_refusals(void **state)
@@ -355,6 +464,13 @@ static void test_refusals(void **state)
     cfg.regime = RP_REGIME_ASYNC;
     assert_int_equal(rp_plan_runtime(&cfg, 2, 0, p, &oc, &w), RP_ERR_UNSUPPORTED);
     cfg.regime = RP_REGIME_SYNC;
+    /* Groups of one replica are async training; groups must divide the replicas. */
+    cfg.sync_groups = 2;
+    assert_int_equal(rp_plan_runtime(&cfg, 2, 0, p, &oc, &w), RP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rp_last_error(), "groups of one replica"));
+    assert_int_equal(rp_plan_runtime(&cfg, 3, 0, p, &oc, &w), RP_ERR_INVALID);
+    assert_non_null(strstr(rp_last_error(), "does not divide the 3 replicas"));
+    cfg.sync_groups = 0;
     assert_int_equal(rp_plan_runtime(&cfg, 2, 2, p, &oc, &w), RP_ERR_INVALID);
     assert_non_null(strstr(rp_last_error(), "worker 2 of 2"));
     oc.momentum = -1;
@@ -368,7 +484,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_replica), cmocka_unit_test(test_sync),
         cmocka_unit_test(test_zero),        cmocka_unit_test(test_pipeline),
-        cmocka_unit_test(test_lines),       cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_groups),      cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,9 +20,15 @@
  * apart (RP_COMM_HOUSEKEEPING) and depends on what a step reports.
  *
  * Layouts: one replica, N synchronous data-parallel replicas (the sync
- * strategy's bucketed all-reduce) and ZeRO-1 (cfg.zero). An async layout is
- * RP_ERR_UNSUPPORTED (its traffic goes to parameter servers and depends on
- * timing, not on the layout alone).
+ * strategy's bucketed all-reduce), ZeRO-1 (cfg.zero) and sync groups
+ * (cfg.sync_groups G < N: the sync strategy's buckets over each group's
+ * communicator, the group's parameter broadcast and batch ticket; the
+ * pushes and pulls of the in-process parameter servers are memory copies,
+ * not communicator calls, and are not lines of a plan). Tensor parallelism
+ * is the model's share (its blocks' collectives on the model axis); the
+ * runtime plans the data axis of a worker's shard as of any parameter
+ * list. An async layout is RP_ERR_UNSUPPORTED (its traffic goes to
+ * parameter servers and depends on timing, not on the layout alone).
  */
 #ifndef REPLICATOR_PLAN_H
 #define REPLICATOR_PLAN_H
@@ -36,9 +42,16 @@
 extern "C" {
 #endif
 
+/*
+ * Where a line's calls go besides the mesh's axes: the sync group's
+ * communicator (rp_replica_sync_comm under cfg.sync_groups), which is no
+ * axis of the mesh. A line's axis is an rp_axis or this.
+ */
+#define RP_PLAN_GROUP ((rp_axis)RP_AXES)
+
 /* One line of a worker's traffic in one step. */
 typedef struct rp_plan_traffic {
-    rp_axis axis;
+    rp_axis axis;      /* an axis of the mesh, or RP_PLAN_GROUP */
     rp_comm_class cls; /* RP_COMM_USER (the model's layers) or RP_COMM_RUNTIME */
     rp_flight_kind kind;
     char what[48]; /* e.g. "gradient buckets", "batch norm sums" */
@@ -54,6 +67,9 @@ typedef struct rp_plan_worker {
                             renumber it as the job's worker (rp_replica_worker) */
     int replicas;        /* data-parallel replicas in the layout */
     int stage, stages;   /* a model cut into pipeline stages: this worker's (0 and 1: whole) */
+    int shard, shards;   /* tensor parallelism: this worker's shard of each split block, its model
+                            coordinate (0 and 1: whole) */
+    int groups;          /* sync groups of the replicas (1: none) */
     int batch;           /* samples per step on this worker */
     int64_t params;      /* parameters and buffers (e.g. batch norm's running statistics) */
     int64_t grads;       /* the gradient block: trainable values */
@@ -68,15 +84,31 @@ typedef struct rp_plan_worker {
 
 /*
  * Fills the runtime's share of worker `id` (0 <= id < replicas) of the
- * layout cfg (regime, zero, bucket_bytes) when it trains `params` with the
- * optimizer `oc`: w->worker, replicas, params, grads, optim, strategy, and
- * the strategy's traffic lines on the data axis (appended). The rest of *w
- * is left as it is. Errors: RP_ERR_INVALID (NULL argument, id out of
- * range, a bad optimizer configuration), RP_ERR_UNSUPPORTED (async),
- * RP_ERR_NOMEM (more than RP_PLAN_MAX_TRAFFIC lines).
+ * layout cfg (regime, zero, sync_groups, bucket_bytes) when it trains
+ * `params` with the optimizer `oc`: w->worker, replicas, groups, params,
+ * grads, optim, strategy, and the strategy's traffic lines (appended): on
+ * the data axis, or with sync groups on RP_PLAN_GROUP - the gradient
+ * buckets over the group, the parameters broadcast from the group's rank 0
+ * after its exchange with the servers, and the batch ticket broadcast in
+ * the group once per batch (rp_replica_next_batch). With sync groups
+ * w->optim is the optimizer's own block (every replica keeps one for
+ * checkpoints); the state the updates use lives on the servers
+ * (rp_plan_servers). The rest of *w is left as it is. Errors:
+ * RP_ERR_INVALID (NULL argument, id out of range, groups that do not
+ * divide the replicas, a bad optimizer configuration), RP_ERR_UNSUPPORTED
+ * (async, and sync groups of one replica each, which the runtime runs as
+ * async), RP_ERR_NOMEM (more than RP_PLAN_MAX_TRAFFIC lines).
  */
 rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_params *params,
                           const rp_optim_config *oc, rp_plan_worker *w);
+
+/*
+ * The in-process parameter servers of a sync-group layout (cfg.sync_groups
+ * > 1), process-wide: cfg.ps shards of `params`' trainable values, each
+ * holding its values and its optimizer slots (at least one). 0 for another
+ * layout.
+ */
+int64_t rp_plan_servers(const rp_config *cfg, const rp_params *params, const rp_optim_config *oc);
 
 /*
  * Adds calls and bytes to w's line (axis, cls, kind, what), creating it.
@@ -106,7 +138,7 @@ rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, int stage
  */
 void rp_plan_traffic_stats(const rp_plan_worker *w, rp_axis axis, rp_comm_stats *out);
 
-/* "data", "model", "pipe". */
+/* "data", "model", "pipe", "group" (RP_PLAN_GROUP). */
 const char *rp_plan_axis_name(rp_axis axis);
 
 #ifdef __cplusplus

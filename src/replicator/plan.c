@@ -8,7 +8,10 @@
  * parameter back, one mean all-reduce each; strategy_zero.c cuts each shard
  * of S = ceil(P/N) values into buckets of bucket_bytes / (4N) positions, one
  * reduce-scatter and one all-gather each, plus one all-gather of 3 int64
- * (the finiteness exchange). A change to either rule must be made here too:
+ * (the finiteness exchange); strategy_groups.c reduces a group's gradients
+ * in the sync strategy's buckets over the group's communicator, broadcasts
+ * the values its rank 0 pulled from the servers, and broadcasts each batch's
+ * ticket in the group. A change to any of these rules must be made here too:
  * tests/cli_plan.sh compares these predictions with the counters of a real
  * step, exactly, and fails on any difference.
  */
@@ -19,8 +22,8 @@
 
 const char *rp_plan_axis_name(rp_axis axis)
 {
-    static const char *names[] = {"data", "model", "pipe"};
-    return (unsigned)axis < RP_AXES ? names[axis] : "?";
+    static const char *names[] = {"data", "model", "pipe", "group"};
+    return (unsigned)axis <= (unsigned)RP_PLAN_GROUP ? names[axis] : "?";
 }
 
 rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls,
@@ -112,6 +115,56 @@ rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, int stage
     return RP_OK;
 }
 
+/*
+ * The gradient all-reduce of a group of S members over T parameters in nb buckets
+ * (strategy.c, rp_grad_reducer_init and rp_bucket_order_cut): the scratch of the non-finite
+ * exchange, the buckets' ranges, each parameter's bucket list and the buckets' counters; plus
+ * the strategy's checksum scratch (S x T hashes).
+ */
+static int64_t reducer_bytes(int S, int T, int nb)
+{
+    int64_t Tb = T > 0 ? T : 1, B = nb > 0 ? nb : 1;
+    return (int64_t)S * 2 * 8 + Tb * 2 * 8 + ((int64_t)T + 1) * 4 + Tb * 4 + 2 * B * 4 +
+           (int64_t)S * Tb * 8;
+}
+
+int64_t rp_plan_servers(const rp_config *cfg, const rp_params *params, const rp_optim_config *oc)
+{
+    if (!cfg || !params || !oc || cfg->sync_groups < 2 || cfg->regime != RP_REGIME_SYNC) return 0;
+    int64_t slots = rp_optim_slots(oc);
+    /* Each shard holds its values and at least one slot (ps.c, rp_ps_shard_create). */
+    return rp_params_trainable_numel(params) * (int64_t)sizeof(float) *
+           (1 + (slots > 0 ? slots : 1));
+}
+
+/* Sync groups: the group's gradient buckets, its parameter broadcast and its batch tickets. */
+static rp_status plan_groups(const rp_config *cfg, int N, const rp_params *params,
+                             rp_plan_worker *w)
+{
+    int G = cfg->sync_groups;
+    if (N % G != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "sync_groups = %d does not divide the %d replicas: every group needs the "
+                        "same number of replicas",
+                        G, N);
+    if (G == N)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "sync_groups = %d of %d replicas makes groups of one replica, which the "
+                        "runtime trains asynchronously; the planner covers groups of 2 or more",
+                        G, N);
+    int S = N / G, T = rp_params_trainable_count(params);
+    int nb = sync_buckets(params, cfg->bucket_bytes);
+    int64_t bytes = rp_params_trainable_numel(params) * (int64_t)sizeof(float);
+    w->groups = G;
+    w->strategy = reducer_bytes(S, T, nb);
+    RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                                 "gradient buckets (mean, in the group)", nb, bytes));
+    RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
+                                 "parameters from the group's rank 0", 1, bytes));
+    return rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
+                               "the batch's ticket", 1, (int64_t)sizeof(int64_t));
+}
+
 rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_params *params,
                           const rp_optim_config *oc, rp_plan_worker *w)
 {
@@ -122,7 +175,8 @@ rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_p
     if (cfg->regime == RP_REGIME_ASYNC)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "the planner covers synchronous layouts (one replica, N replicas, "
-                        "ZeRO-1); async replicas talk to parameter servers at their own pace");
+                        "ZeRO-1, sync groups); async replicas talk to parameter servers at their "
+                        "own pace");
     RP_CHECK(rp_optim_check(oc));
     int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc);
     int T = rp_params_trainable_count(params), N = replicas;
@@ -132,6 +186,8 @@ rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_p
     w->grads = P * (int64_t)sizeof(float);
     w->optim = slots * P * (int64_t)sizeof(float);
     w->strategy = 0;
+    w->groups = 1;
+    if (cfg->sync_groups > 1) return plan_groups(cfg, N, params, w);
     /* One replica: the optimizer is not wrapped (no collective, no buffer). */
     if (N == 1) return RP_OK;
     size_t bytes = cfg->bucket_bytes;
