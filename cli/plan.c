@@ -36,17 +36,14 @@ rp_status plan_for_run(rp_classifier_plan **p, const train_opts *o, const rp_con
        MPI. */
     int stages = o->model_parallel > 1 ? o->model_parallel : 1,
         tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1;
-    /* Under MPI the groups' servers would be reached through the communicators, which the
-       planner's lines (in-process servers: no calls) do not describe. */
-    if (o->sync_groups > 1 && rcfg->backend == RP_BACKEND_MPI)
-        return RP_ERROR(RP_ERR_UNSUPPORTED,
-                        "the planner covers --sync-groups on the threads backend (in-process "
-                        "parameter servers); plan it without mpirun");
-    int ranks =
-        rcfg->backend == RP_BACKEND_MPI && stages * tp == 1 && rp_env_get()->mpi_world_size > 1
-            ? rp_env_get()->mpi_world_size
-            : 1;
-    return rp_classifier_plan_create(p, clf, rcfg, o->replicas * ranks, stages, tp);
+    bool mpi = rcfg->backend == RP_BACKEND_MPI && rp_env_get()->mpi_world_size > 1;
+    int replicas = o->replicas * (mpi && stages * tp == 1 ? rp_env_get()->mpi_world_size : 1);
+    /* Sync groups under MPI: one replica per rank, the last --ps ranks serve (strategy_groups.c).
+     */
+    if (mpi && o->sync_groups > 1) replicas = rp_env_get()->mpi_world_size - o->ps;
+    RP_CHECK(rp_classifier_plan_create(p, clf, rcfg, replicas, stages, tp));
+    (*p)->server_ranks = mpi && o->sync_groups > 1;
+    return RP_OK;
 }
 
 static void print_row(FILE *f, const char *what, const int64_t *v, int n)
@@ -163,7 +160,13 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
             "(they grow with the batch's shapes; `replicator bench resnet --memory` measures "
             "them)\n",
             (double)p->datasets / 1e6, (double)p->kernel_caches / 1e6);
-    if (p->groups > 1)
+    if (p->groups > 1 && p->server_ranks)
+        fprintf(f,
+                "  on the %d server rank%s, in all: the parameter servers' shards (their values "
+                "and optimizer slots) %.2f MB; each worker's optimizer state above is its own "
+                "copy, filled only for checkpoints\n",
+                o->ps, o->ps > 1 ? "s" : "", (double)p->servers / 1e6);
+    else if (p->groups > 1)
         fprintf(f,
                 "  process-wide: the parameter servers (in-process, one set shared by the %d "
                 "groups; its values and optimizer slots) %.2f MB; each worker's optimizer state "
@@ -191,7 +194,13 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
     if (p->replicas > 1 || p->tp > 1)
         fprintf(f, "  not in the plan: the runtime's housekeeping (the report all-gathers of each "
                    "run, the parameter checksum every 100 steps)\n");
-    if (p->groups > 1)
+    if (p->groups > 1 && p->server_ranks)
+        fprintf(f,
+                "  not in the plan: each group's rank 0 pushes the group's mean gradient to the "
+                "server ranks and pulls the values, %.2f MB each way per step, over the servers' "
+                "own communicator\n",
+                (double)p->worker[0].grads / 1e6);
+    else if (p->groups > 1)
         fprintf(f,
                 "  not counted (no communicator call): each group's rank 0 pushes the group's "
                 "mean gradient to the in-process parameter servers and pulls the values, "

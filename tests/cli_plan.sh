@@ -21,7 +21,10 @@
 #     parameters, ticket, stop agreement, batch norm - exact in every step it trained, its own
 #     optimizer copy counted, the servers' shards in the JSON plan;
 #  6. bad input is a clear error: an unknown option, --resume, an async layout, an MLP in stages,
-#     groups of one replica, a width that --tensor-parallel does not divide.
+#     groups of one replica, a width that --tensor-parallel does not divide;
+#  7. under mpirun, sync groups of ranks (4 replica ranks in 2 groups and a server rank): every
+#     replica rank's check passes with the same group traffic as on threads, and the plan puts the
+#     servers' shards on the server rank.
 # Usage: cli_plan.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -271,3 +274,24 @@ expect_error 1 "groups of one replica" "${common[@]}" --replicas 2 --sync-groups
 expect_error 1 "stage1.block0.conv1\": 16 output features do not split evenly over 3" \
     "${common[@]}" --replicas 1 --tensor-parallel 3
 echo "ok: bad options are clear errors"
+
+# 7. MPI: sync groups of ranks; each replica rank checks its own worker.
+need_mpirun # (exits here without mpirun: the checks above have passed)
+out=$("${mpi[@]}" -np 5 "$bin" train "${common[@]}" --plan-check --out "$dir/groups-mpi" \
+      --sync-groups 2 --ps 1 --max-steps 6 2>&1) || fail "sync groups under mpirun: $out"
+[ "$(grep -c "plan check: memory within 10% and communication exact on every worker" <<< "$out")" \
+    -eq 4 ] || fail "sync groups under mpirun: not 4 verdicts: $out"
+/usr/bin/python3 - "$out" <<'PY' || fail "sync groups under mpirun: $out"
+import re, sys
+out = sys.argv[1]
+assert "differs" not in out and "over 10%" not in out
+P = 272186 * 4
+assert re.search(r"on the 1 server rank, in all: the parameter servers' shards .* 2\.18 MB", out)
+assert "to the server ranks and pulls the values" in out
+exact = re.findall(r"^    group (\S+) +(\S+) +(\d+) calls +(\d+) B per step: exact in (\d) steps?",
+                   out, re.M)
+want = [("all_reduce", "user", "42", "25424"), ("all_reduce", "runtime", "3", str(P + 8)),
+        ("broadcast", "runtime", "2", str(P + 8))]
+assert sorted(e[:4] for e in exact) == sorted(want * 4), exact
+PY
+echo "ok: mpirun, 2 sync groups of 2 ranks and a server rank: each rank's check passes"

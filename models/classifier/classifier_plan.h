@@ -64,8 +64,9 @@ typedef struct rp_classifier_plan {
     int64_t datasets;      /* both splits in memory (process-wide, shared by the workers) */
     int64_t kernel_caches; /* rp_kernels_cache_bytes() after the probe: batch 2's shapes
                               (process-wide; shown, not predicted for the worker's batch) */
-    int64_t servers;       /* sync groups: the in-process parameter servers' shards (process-wide,
-                              rp_plan_servers; 0 otherwise) */
+    int64_t servers;       /* sync groups: the parameter servers' shards (rp_plan_servers; 0
+                              otherwise): in-process, or on server ranks when server_ranks */
+    bool server_ranks;     /* under MPI the servers are the job's last ranks (the caller sets it) */
     rp_classifier_plan_stage *stage; /* [stages] */
     int workers;                     /* replicas x stages x tp */
     rp_plan_worker *worker; /* [workers]: worker w is shard w % tp of stage w / tp % stages of
