@@ -436,11 +436,6 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                         "workers step together; it does not combine with --regime async\n");
         return 2;
     }
-    if (o->tensor_parallel > 1 && o->zero) {
-        fprintf(stderr, "replicator train: --tensor-parallel does not combine with --zero yet "
-                        "(the optimizer's shards would be of shards)\n");
-        return 2;
-    }
     if (groups && o->tensor_parallel > 1) {
         fprintf(stderr, "replicator train: --sync-groups does not combine with "
                         "--tensor-parallel yet\n");

@@ -12,7 +12,8 @@
  *    accumulating the gradients of 4 micro-batches on one worker;
  *  - a 2-stage checkpoint resumed whole continues as the whole run does;
  *  - tensor parallelism: checkpoints through the dense tensors lose nothing
- *    (resumed = uninterrupted, bitwise; dense -> split -> saved = dense);
+ *    (resumed = uninterrupted, bitwise; dense -> split -> saved = dense); with
+ *    ZeRO-1 on the data axis it trains bitwise what it trains without;
  *  - what cannot be split is a clear error: an MLP (stages or tensor
  *    parallelism), more stages than units, a batch that does not split into
  *    the micro-batches.
@@ -66,6 +67,7 @@ typedef struct layout {
     const char *model; /* NULL: resnet20 */
     int batch;         /* 0: 16 */
     int tp;            /* tensor-parallel workers per stage (0: 1) */
+    bool zero;         /* ZeRO-1 on the data axis */
 } layout;
 
 static layout L(int replicas, int stages, int micro, rp_pipe_schedule schedule)
@@ -88,6 +90,7 @@ static rp_status train(const char *name, layout l, int64_t steps, const char *re
     tc.runtime.threads_per_replica = 1;
     tc.runtime.timeout_s = 30;
     tc.runtime.seed = 5;
+    tc.runtime.zero = l.zero;
     if (l.stages > 1 || l.tp > 1) {
         tc.runtime.nroles = 1;
         tc.runtime.roles[0] = rp_role_make("replica", l.replicas, l.tp > 1 ? l.tp : 1);
@@ -298,6 +301,25 @@ static void test_tensor_parallel(void **state)
     assert_true(compare("dense_a", "dense_b") == 0);
 }
 
+/*
+ * Tensor parallelism with ZeRO-1 on the data axis: each of 2 replicas' 2 workers keeps the state of
+ * half its shard. The reduce-scatter adds in the all-reduce's order, so the checkpoint is bitwise
+ * the one without ZeRO-1, straight and resumed (each worker cuts its range out of the dense state).
+ */
+static void test_tensor_parallel_zero(void **state)
+{
+    (void)state;
+    layout tp = TP(2, 1, 1, 2), tpz = tp;
+    tpz.zero = true;
+    assert_int_equal(train("tpz_plain", tp, 4, NULL), RP_OK);
+    assert_int_equal(train("tpz_straight", tpz, 4, NULL), RP_OK);
+    assert_int_equal(train("tpz_resumed", tpz, 2, NULL), RP_OK);
+    assert_int_equal(train("tpz_resumed", tpz, 4, "tpz_resumed"), RP_OK);
+    assert_trained("tpz_straight");
+    assert_true(compare("tpz_plain", "tpz_straight") == 0);
+    assert_true(compare("tpz_plain", "tpz_resumed") == 0);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -319,7 +341,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages_equal_whole), cmocka_unit_test(test_stages_times_replicas),
         cmocka_unit_test(test_schedules_agree),    cmocka_unit_test(test_resume_across_layouts),
-        cmocka_unit_test(test_tensor_parallel),    cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_tensor_parallel),    cmocka_unit_test(test_tensor_parallel_zero),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

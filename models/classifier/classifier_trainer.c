@@ -76,21 +76,39 @@ static rp_status twin_create(const replica_state *s, dense_twin *d)
     return status;
 }
 
-/* Resuming with tensor parallelism: the dense tensors read into the twin, then this shard's part
- * of them taken (no collective). */
+/*
+ * Resuming with tensor parallelism: the dense tensors read into the twin, then this shard's part
+ * of them taken (no collective). Under ZeRO-1 the optimizer keeps the state of its range [lo, hi)
+ * of the shard's values only: the shard's whole state is made in scratch and the range kept.
+ */
 static rp_status read_shards(replica_state *s, const rp_checkpoint *ck)
 {
     dense_twin d;
     RP_CHECK(twin_create(s, &d));
     rp_params *dp = rp_classifier_net_params(&d.net);
     int slots = rp_optim_slots(rp_optimizer_config(s->opt));
+    int64_t lo, hi, P = rp_params_trainable_numel(rp_classifier_net_params(&s->net));
+    rp_optimizer_range(s->opt, &lo, &hi);
+    float *state = rp_optimizer_state(s->opt, NULL), *whole = state;
+    if (slots > 0 && (lo != 0 || hi != P)) {
+        whole = malloc((size_t)slots * (size_t)P * sizeof(float));
+        if (!whole) {
+            twin_destroy(&d);
+            return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a shard's optimizer state (%lld floats)",
+                            (long long)slots * P);
+        }
+    }
     rp_status status = rp_checkpoint_read_params_part(ck, dp, "param/");
     if (status == RP_OK) status = rp_checkpoint_read_optimizer_part(ck, d.opt, dp, "optim/");
     if (status == RP_OK) status = rp_resnet_scatter_dense(s->net.resnet, dp);
     if (status == RP_OK)
-        status = rp_resnet_scatter_state(s->net.resnet, rp_optimizer_state(s->opt, NULL), dp,
-                                         rp_optimizer_state(d.opt, NULL), slots);
+        status = rp_resnet_scatter_state(s->net.resnet, whole, dp, rp_optimizer_state(d.opt, NULL),
+                                         slots);
+    for (int k = 0; status == RP_OK && whole != state && k < slots; k++)
+        memcpy(state + (int64_t)k * (hi - lo), whole + (int64_t)k * P + lo,
+               (size_t)(hi - lo) * sizeof(float));
     if (status == RP_OK) rp_optimizer_set_steps(s->opt, rp_optimizer_steps(d.opt));
+    if (whole != state) free(whole);
     twin_destroy(&d);
     return status;
 }
@@ -132,12 +150,6 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     oc.nesterov = cfg->nesterov;
     oc.weight_decay = cfg->weight_decay;
     RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, p, &oc));
-    int64_t lo, hi;
-    rp_optimizer_range(s->opt, &lo, &hi);
-    if (s->tp > 1 && (lo != 0 || hi != rp_params_trainable_numel(p)))
-        return RP_ERROR(RP_ERR_UNSUPPORTED,
-                        "tensor parallelism with an optimizer whose state is sharded (ZeRO-1) is "
-                        "not supported: drop --zero or --tensor-parallel");
 
     rp_loader_config lc = rp_loader_config_default();
     if (async) {
