@@ -130,7 +130,7 @@ msg=$(timeout 60 "$bin" train resnet20 "${common[@]}" --replicas 1 --model-paral
 set -e
 took=$(($(date +%s) - start))
 [ $rc -eq 1 ] || fail "a dead stage: exit $rc: $msg"
-grep -q "pipeline stage 0 of 2" <<< "$msg" && grep -q "replica 1 did not send" <<< "$msg" \
+grep -q "pipeline stage 0 of 2" <<< "$msg" && grep -q "worker 1 did not send" <<< "$msg" \
     || fail "a dead stage is not named: $msg"
 [ "$took" -lt 30 ] || fail "a dead stage took ${took}s to report"
 echo "ok: a dead stage fails the run in ${took}s, named"

@@ -1195,6 +1195,37 @@ static void test_timeout_names_missing_replica(void **state)
     team_destroy(&t);
 }
 
+/*
+ * The noun a handle's messages give its members ("replica" unless set; the runtime sets "worker"
+ * in a mesh): a receive that times out names the silent peer with it, and a split inherits it.
+ */
+static void test_noun_names_members(void **state)
+{
+    (void)state;
+    rp_comm *c[2];
+    assert_int_equal(rp_comm_threads_create(c, 2, (int[]){4, 7}, 0.2), RP_OK);
+    assert_string_equal(rp_comm_noun(c[0]), "replica");
+    rp_comm_set_noun(c[0], "worker");
+    assert_string_equal(rp_comm_noun(c[0]), "worker");
+    float x = 0;
+    assert_int_equal(rp_comm_recv(c[0], &x, 1, RP_F32, 1, 3), RP_ERR_TIMEOUT);
+    tu_assert_error_contains("from worker 7 on worker 4: worker 7 did not send");
+    rp_comm_destroy(c[0]);
+    rp_comm_destroy(c[1]);
+
+    rp_comm *one, *half;
+    assert_int_equal(rp_comm_threads_create(&one, 1, (int[]){5}, 1.0), RP_OK);
+    rp_comm_set_noun(one, "learner-and-more-than-15");
+    assert_string_equal(rp_comm_noun(one), "learner-and-mor"); /* cut at 15 characters */
+    rp_comm_set_noun(one, "worker");
+    assert_int_equal(rp_comm_split(one, 0, 0, &half), RP_OK);
+    assert_string_equal(rp_comm_noun(half), "worker");
+    rp_comm_set_noun(one, NULL);
+    assert_string_equal(rp_comm_noun(one), "replica");
+    rp_comm_destroy(half);
+    rp_comm_destroy(one);
+}
+
 /* A member late by less than the timeout is waited for. */
 static void test_late_member_within_timeout(void **state)
 {
@@ -1488,6 +1519,7 @@ int main(void)
         cmocka_unit_test(test_mismatch_op),
         cmocka_unit_test(test_mismatch_root),
         cmocka_unit_test(test_timeout_names_missing_replica),
+        cmocka_unit_test(test_noun_names_members),
         cmocka_unit_test(test_late_member_within_timeout),
         cmocka_unit_test(test_invalid_call_fails_peers_fast),
         cmocka_unit_test(test_leave_while_peers_wait_fails_them_fast),

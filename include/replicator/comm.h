@@ -135,6 +135,14 @@ int rp_comm_rank(const rp_comm *comm);
 int rp_comm_size(const rp_comm *comm);
 /* The replica id of `rank` (for messages; the rank itself unless given). */
 int rp_comm_replica_id(const rp_comm *comm, int rank);
+/*
+ * What this handle's messages call a member, before its id: "replica" (the default), or e.g.
+ * "worker" where a replica spans several workers or the job has roles (the runtime sets it on
+ * such a job's communicators, so an error names the worker it means). Splits inherit it. At most
+ * 15 characters (longer is cut); NULL or "" is the default. Not collective: this handle only.
+ */
+void rp_comm_set_noun(rp_comm *comm, const char *noun);
+const char *rp_comm_noun(const rp_comm *comm);
 /* Name of the backend ("threads", "mpi"). */
 const char *rp_comm_backend(const rp_comm *comm);
 

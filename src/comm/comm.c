@@ -210,6 +210,16 @@ int rp_comm_replica_id(const rp_comm *comm, int rank)
     return rank >= 0 && rank < comm->size ? comm->ids[rank] : -1;
 }
 
+void rp_comm_set_noun(rp_comm *comm, const char *noun)
+{
+    if (comm) snprintf(comm->noun, sizeof comm->noun, "%s", noun ? noun : "");
+}
+
+const char *rp_comm_noun(const rp_comm *comm)
+{
+    return comm && comm->noun[0] ? comm->noun : "replica";
+}
+
 rp_status rp_comm_set_timeout(rp_comm *comm, double seconds)
 {
     if (!comm) return RP_ERROR(RP_ERR_INVALID, "communicator is NULL");
@@ -295,7 +305,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
         /* The peers would wait for a call that never comes: tell them why, now. */
         if (comm) {
             char reason[1100];
-            snprintf(reason, sizeof reason, "replica %d made an invalid call: %s",
+            snprintf(reason, sizeof reason, "%s %d made an invalid call: %s", rp_comm_noun(comm),
                      comm->ids[comm->rank], rp_last_error());
             comm->ops->fail(comm, status, reason);
         }
@@ -347,7 +357,10 @@ rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out)
     if (!comm || !out) return RP_ERROR(RP_ERR_INVALID, "communicator or output is NULL");
     *out = NULL;
     rp_status status = comm->ops->split(comm, color, key, out);
-    if (*out) (*out)->fault_exempt = comm->fault_exempt;
+    if (*out) {
+        (*out)->fault_exempt = comm->fault_exempt;
+        memcpy((*out)->noun, comm->noun, sizeof comm->noun);
+    }
     return status;
 }
 
@@ -438,7 +451,7 @@ static rp_status check_p2p(rp_comm *comm, const rp_p2p_desc *d, const void *buf,
                           d->send ? "" : " (and not RP_ANY_TAG)");
     if (status != RP_OK) {
         char reason[1100];
-        snprintf(reason, sizeof reason, "replica %d made an invalid call: %s",
+        snprintf(reason, sizeof reason, "%s %d made an invalid call: %s", rp_comm_noun(comm),
                  comm->ids[comm->rank], rp_last_error());
         comm->ops->fail(comm, status, reason);
     }

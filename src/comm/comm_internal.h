@@ -122,6 +122,7 @@ struct rp_comm {
     const rp_comm_ops *ops;
     int rank, size;
     int *ids;            /* [size] replica id of each rank, owned */
+    char noun[16];       /* what messages call a member (rp_comm_noun: "replica" when empty) */
     double timeout;      /* seconds */
     uint64_t seq;        /* collectives completed by this member */
     uint64_t user_seq;   /* of which the user's (outside begin/end_internal) */

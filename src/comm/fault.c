@@ -435,18 +435,18 @@ static rp_status dead_call(rp_comm *comm, call_text *call)
         if (rp_now_s() - start > limit) {
             char reason[600];
             snprintf(reason, sizeof reason,
-                     "replica %d was killed by an injected fault (%s) and no peer noticed within "
+                     "%s %d was killed by an injected fault (%s) and no peer noticed within "
                      "%g s",
-                     id, sched.origin, limit);
+                     rp_comm_noun(comm), id, sched.origin, limit);
             comm->ops->fail(comm, RP_ERR_COMM, reason);
             break;
         }
         sleep_ms(2);
     }
     return RP_ERROR(RP_ERR_COMM,
-                    "%s on replica %d: the replica is dead, killed by an injected fault (%s); its "
+                    "%s on %s %d: the %s is dead, killed by an injected fault (%s); its "
                     "calls never reach its peers",
-                    describe(call), id, sched.origin);
+                    describe(call), rp_comm_noun(comm), id, rp_comm_noun(comm), sched.origin);
 }
 
 /* What the schedule does at one call, gathered before any of it is applied. */

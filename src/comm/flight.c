@@ -42,9 +42,8 @@ static rp_status make_ring(rp_comm *comm, int n)
     if (n == 0) return RP_OK;
     comm->flight = calloc((size_t)n, sizeof *comm->flight);
     if (!comm->flight)
-        return RP_ERROR(RP_ERR_NOMEM,
-                        "cannot allocate a flight recorder of %d entries for replica %d", n,
-                        comm->ids[comm->rank]);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a flight recorder of %d entries for %s %d",
+                        n, rp_comm_noun(comm), comm->ids[comm->rank]);
     comm->flight_cap = n;
     return RP_OK;
 }
@@ -155,8 +154,8 @@ static void entry_details(const rp_comm *comm, const rp_flight_entry *e, char *b
             snprintf(peer, sizeof peer, ", %s any source, %s",
                      e->kind == RP_FLIGHT_SEND ? "to" : "from", tag);
         else
-            snprintf(peer, sizeof peer, ", %s rank %d (replica %d), %s",
-                     e->kind == RP_FLIGHT_SEND ? "to" : "from", e->peer,
+            snprintf(peer, sizeof peer, ", %s rank %d (%s %d), %s",
+                     e->kind == RP_FLIGHT_SEND ? "to" : "from", e->peer, rp_comm_noun(comm),
                      e->peer >= 0 && e->peer < comm->size ? comm->ids[e->peer] : -1, tag);
     }
     snprintf(buf, size, "%s%s%s", who, peer, shape);
@@ -192,13 +191,12 @@ rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json)
                 (unsigned long long)comm->flight_calls, held, comm->flight_cap,
                 broken ? "true" : "false", now);
     } else {
-        fprintf(
-            f,
-            "flight recorder of replica %d (rank %d of %d, %s): %llu calls recorded, the last %d "
-            "below, oldest first%s\n",
-            comm->ids[comm->rank], comm->rank, comm->size, comm->ops->name,
-            (unsigned long long)comm->flight_calls, held,
-            broken ? "; the communicator is broken" : "");
+        fprintf(f,
+                "flight recorder of %s %d (rank %d of %d, %s): %llu calls recorded, the last %d "
+                "below, oldest first%s\n",
+                rp_comm_noun(comm), comm->ids[comm->rank], comm->rank, comm->size, comm->ops->name,
+                (unsigned long long)comm->flight_calls, held,
+                broken ? "; the communicator is broken" : "");
         if (!comm->flight)
             fprintf(f,
                     "  (the recorder is off for this handle: RP_FLIGHT_ENTRIES=0 or no memory)\n");

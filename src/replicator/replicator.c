@@ -771,6 +771,12 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
                           r->layout == RP_LAYOUT_THREADS ? "threads" : "ranks x replicas");
         goto cleanup;
     }
+    /* In a mesh (a replica spans workers) or a job of roles, a communicator's member is a worker:
+       its messages say "worker 3", the id of the header, the flight recorder and --faults. */
+    const rp_role *first = &r->roles[0];
+    bool meshed = r->nroles > 1 || first->model > 1 || first->pipe > 1;
+    for (int i = 0; meshed && i < n; i++)
+        rp_comm_set_noun(r->reps[i].world, "worker");
     for (int i = 0; i < n; i++) {
         rp_replica *rep = &r->reps[i];
         rp_topology_assign(rep);

@@ -201,9 +201,8 @@ static rp_status broken_error(rp_comm *c, const char *what)
     world *w = H(c)->w;
     if (atomic_exchange(&w->m[c->rank].owed, 0))
         return rp_error_set(w->broken_status, __FILE__, __LINE__, "%s", w->reason);
-    return RP_ERROR(RP_ERR_COMM,
-                    "%s on replica %d: the communicator is broken by an earlier error: %s", what,
-                    c->ids[c->rank], w->reason);
+    return RP_ERROR(RP_ERR_COMM, "%s on %s %d: the communicator is broken by an earlier error: %s",
+                    what, rp_comm_noun(c), c->ids[c->rank], w->reason);
 }
 
 /* One call in 64 bits, for the racy-but-atomic "last call" a timeout message shows. */
@@ -273,10 +272,10 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
         if (atomic_load_explicit(&m->left, memory_order_acquire) &&
             atomic_load_explicit(&m->phase, memory_order_acquire) < target) {
             snprintf(msg, sizeof msg,
-                     "replica %d ended its step (%s: %s) without calling %s, "
-                     "which replica %d is waiting in",
-                     c->ids[q], rp_status_name(m->left_status), m->left_reason, what,
-                     c->ids[c->rank]);
+                     "%s %d ended its step (%s: %s) without calling %s, "
+                     "which %s %d is waiting in",
+                     rp_comm_noun(c), c->ids[q], rp_status_name(m->left_status), m->left_reason,
+                     what, rp_comm_noun(c), c->ids[c->rank]);
             world_break(w, RP_ERR_COMM, msg);
             return rp_error_set(RP_ERR_COMM, __FILE__, __LINE__, "%s", msg);
         }
@@ -289,7 +288,8 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
         member *m = &w->m[q];
         uint64_t phase = atomic_load(&m->phase);
         if (phase >= target) continue;
-        append(msg, sizeof msg, "%sreplica %d did not arrive", late++ ? "; " : "", c->ids[q]);
+        append(msg, sizeof msg, "%s%s %d did not arrive", late++ ? "; " : "", rp_comm_noun(c),
+               c->ids[q]);
         if (phase == 0) {
             append(msg, sizeof msg, " (it has made no collective call)");
         } else {
@@ -547,9 +547,9 @@ static const char *last_call_str(const rp_comm *c, int q, char *buf, size_t size
                          .count = (int64_t)(a & 0xffffffffffull),
                          .tag = (int)(int32_t)(b >> 32),
                          .num = b & 0xffffffffull};
-        snprintf(buf, size, "its last completed call was %s %s replica %d",
+        snprintf(buf, size, "its last completed call was %s %s %s %d",
                  rp_p2p_desc_str(&d, true, what, sizeof what), d.send ? "to" : "from",
-                 rp_comm_replica_id(c, d.peer));
+                 rp_comm_noun(c), rp_comm_replica_id(c, d.peer));
     } else if (phase == 0) {
         snprintf(buf, size, "it has completed no call");
     } else {
@@ -630,8 +630,8 @@ static bool pair(rp_comm *c, treq *r, tmsg *m)
     rp_p2p_desc s = m->d, rd = r->d;
     s.peer = dst;
     rd.peer = m->src;
-    snprintf(who_s, sizeof who_s, "replica %d", c->ids[m->src]);
-    snprintf(who_r, sizeof who_r, "replica %d", c->ids[dst]);
+    snprintf(who_s, sizeof who_s, "%s %d", rp_comm_noun(c), c->ids[m->src]);
+    snprintf(who_r, sizeof who_r, "%s %d", rp_comm_noun(c), c->ids[dst]);
     rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
     /*
      * The sender has gone on: its next call says it. Owed before the break
@@ -808,8 +808,8 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
     int me = c->ids[c->rank];
     if (atomic_load(&w->broken)) {
         rp_status st = atomic_exchange(&w->m[c->rank].owed, 0) ? w->broken_status : RP_ERR_COMM;
-        snprintf(msg, sizeof msg, "%s on replica %d: the communicator is broken: %.1200s", what, me,
-                 w->reason);
+        snprintf(msg, sizeof msg, "%s on %s %d: the communicator is broken: %.1200s", what,
+                 rp_comm_noun(c), me, w->reason);
         req_unlink(w, c, r);
         req_finish(w, r, st, st == RP_ERR_COMM ? msg : w->reason);
         return true;
@@ -826,15 +826,14 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
         const member *g = gone >= 0 ? &w->m[gone] : NULL;
         if (g)
             snprintf(msg, sizeof msg,
-                     "replica %d ended its step (%s: %s) without %s the message of %s, which "
-                     "replica %d is waiting in",
-                     c->ids[gone], rp_status_name(g->left_status), g->left_reason,
-                     r->d.send ? "receiving" : "sending", what, me);
+                     "%s %d ended its step (%s: %s) without %s the message of %s, which "
+                     "%s %d is waiting in",
+                     rp_comm_noun(c), c->ids[gone], rp_status_name(g->left_status), g->left_reason,
+                     r->d.send ? "receiving" : "sending", what, rp_comm_noun(c), me);
         else
             snprintf(msg, sizeof msg,
-                     "every other replica ended its step while replica %d waits in %s from any "
-                     "replica",
-                     me, what);
+                     "every other %s ended its step while %s %d waits in %s from any %s",
+                     rp_comm_noun(c), rp_comm_noun(c), me, what, rp_comm_noun(c));
         world_break_locked(w, RP_ERR_COMM, msg);
         req_unlink(w, c, r);
         req_finish(w, r, RP_ERR_COMM, msg);
@@ -843,15 +842,14 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
     if (!timed_out) return false;
     if (peer >= 0)
         snprintf(msg, sizeof msg,
-                 "timed out after %gs in %s %s replica %d on replica %d: replica %d did not %s "
-                 "(%s)",
-                 c->timeout, what, r->d.send ? "to" : "from", c->ids[peer], me, c->ids[peer],
-                 r->d.send ? "receive it" : "send", last_call_str(c, peer, last, sizeof last));
+                 "timed out after %gs in %s %s %s %d on %s %d: %s %d did not %s (%s)", c->timeout,
+                 what, r->d.send ? "to" : "from", rp_comm_noun(c), c->ids[peer], rp_comm_noun(c),
+                 me, rp_comm_noun(c), c->ids[peer], r->d.send ? "receive it" : "send",
+                 last_call_str(c, peer, last, sizeof last));
     else
         snprintf(msg, sizeof msg,
-                 "timed out after %gs in %s from any replica on replica %d: no replica sent "
-                 "to it",
-                 c->timeout, what, me);
+                 "timed out after %gs in %s from any %s on %s %d: no %s sent to it", c->timeout,
+                 what, rp_comm_noun(c), rp_comm_noun(c), me, rp_comm_noun(c));
     world_break_locked(w, RP_ERR_TIMEOUT, msg);
     req_unlink(w, c, r);
     req_finish(w, r, RP_ERR_TIMEOUT, msg);
@@ -1003,8 +1001,8 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
         const rp_coll_desc *other = &w->m[q].desc[parity];
         if (rp_coll_desc_equal(other, first)) continue;
         char a[32], b[32], msg[640];
-        snprintf(a, sizeof a, "replica %d", c->ids[0]);
-        snprintf(b, sizeof b, "replica %d", c->ids[q]);
+        snprintf(a, sizeof a, "%s %d", rp_comm_noun(c), c->ids[0]);
+        snprintf(b, sizeof b, "%s %d", rp_comm_noun(c), c->ids[q]);
         rp_coll_mismatch_str(first, a, other, b, msg, sizeof msg);
         world_break(w, RP_ERR_MISMATCH, msg);
         return RP_ERROR(RP_ERR_MISMATCH, "%s", msg);
