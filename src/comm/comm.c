@@ -217,7 +217,7 @@ void rp_comm_set_noun(rp_comm *comm, const char *noun)
 
 const char *rp_comm_noun(const rp_comm *comm)
 {
-    return comm && comm->noun[0] ? comm->noun : "replica";
+    return comm ? comm_noun(comm) : "replica";
 }
 
 rp_status rp_comm_set_timeout(rp_comm *comm, double seconds)

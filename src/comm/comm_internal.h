@@ -155,6 +155,13 @@ struct rp_comm {
     bool fault_exempt;
 };
 
+/* What messages call a member (rp_comm_set_noun): "replica" unless set. Inline, so the files
+ * that write messages (backends, faults, flight recorder) need nothing of comm.c for it. */
+static inline const char *comm_noun(const rp_comm *c)
+{
+    return c->noun[0] ? c->noun : "replica";
+}
+
 /*
  * The recorder's calls (flight.c). rp_flight_begin takes the next slot and
  * returns it with call, start and kind filled (the caller fills the rest),

@@ -437,7 +437,7 @@ static rp_status dead_call(rp_comm *comm, call_text *call)
             snprintf(reason, sizeof reason,
                      "%s %d was killed by an injected fault (%s) and no peer noticed within "
                      "%g s",
-                     rp_comm_noun(comm), id, sched.origin, limit);
+                     comm_noun(comm), id, sched.origin, limit);
             comm->ops->fail(comm, RP_ERR_COMM, reason);
             break;
         }
@@ -446,7 +446,7 @@ static rp_status dead_call(rp_comm *comm, call_text *call)
     return RP_ERROR(RP_ERR_COMM,
                     "%s on %s %d: the %s is dead, killed by an injected fault (%s); its "
                     "calls never reach its peers",
-                    describe(call), rp_comm_noun(comm), id, rp_comm_noun(comm), sched.origin);
+                    describe(call), comm_noun(comm), id, comm_noun(comm), sched.origin);
 }
 
 /* What the schedule does at one call, gathered before any of it is applied. */

@@ -43,7 +43,7 @@ static rp_status make_ring(rp_comm *comm, int n)
     comm->flight = calloc((size_t)n, sizeof *comm->flight);
     if (!comm->flight)
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a flight recorder of %d entries for %s %d",
-                        n, rp_comm_noun(comm), comm->ids[comm->rank]);
+                        n, comm_noun(comm), comm->ids[comm->rank]);
     comm->flight_cap = n;
     return RP_OK;
 }
@@ -155,7 +155,7 @@ static void entry_details(const rp_comm *comm, const rp_flight_entry *e, char *b
                      e->kind == RP_FLIGHT_SEND ? "to" : "from", tag);
         else
             snprintf(peer, sizeof peer, ", %s rank %d (%s %d), %s",
-                     e->kind == RP_FLIGHT_SEND ? "to" : "from", e->peer, rp_comm_noun(comm),
+                     e->kind == RP_FLIGHT_SEND ? "to" : "from", e->peer, comm_noun(comm),
                      e->peer >= 0 && e->peer < comm->size ? comm->ids[e->peer] : -1, tag);
     }
     snprintf(buf, size, "%s%s%s", who, peer, shape);
@@ -194,7 +194,7 @@ rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json)
         fprintf(f,
                 "flight recorder of %s %d (rank %d of %d, %s): %llu calls recorded, the last %d "
                 "below, oldest first%s\n",
-                rp_comm_noun(comm), comm->ids[comm->rank], comm->rank, comm->size, comm->ops->name,
+                comm_noun(comm), comm->ids[comm->rank], comm->rank, comm->size, comm->ops->name,
                 (unsigned long long)comm->flight_calls, held,
                 broken ? "; the communicator is broken" : "");
         if (!comm->flight)

@@ -322,7 +322,7 @@ static rp_status hier_collective(rp_comm *c, const rp_coll_desc *d, const void *
     if (h->broken)
         return RP_ERROR(
             RP_ERR_COMM, "%s on %s %d: the communicator is broken by an earlier error: %s",
-            rp_coll_desc_str(d, what, sizeof what), rp_comm_noun(c), c->ids[c->rank], h->reason);
+            rp_coll_desc_str(d, what, sizeof what), comm_noun(c), c->ids[c->rank], h->reason);
     /*
      * The members in this process wait longer than the leader waits for the
      * other processes: a process that does not arrive is reported by the
@@ -434,7 +434,7 @@ static bool local_peer(const rp_comm *c, int peer)
 static rp_status hier_broken_error(rp_comm *c, const char *what)
 {
     return RP_ERROR(RP_ERR_COMM, "%s on %s %d: the communicator is broken by an earlier error: %s",
-                    what, rp_comm_noun(c), c->ids[c->rank], HI(c)->reason);
+                    what, comm_noun(c), c->ids[c->rank], HI(c)->reason);
 }
 
 static rp_status hier_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf,
@@ -550,7 +550,7 @@ static rp_status hier_wait(rp_comm_request *req, double deadline)
             status = RP_ERROR(RP_ERR_TIMEOUT,
                               "timed out after %gs in %s from any %s on %s %d: no message came",
                               c->timeout, rp_p2p_desc_str(&r->d, false, what, sizeof what),
-                              rp_comm_noun(c), rp_comm_noun(c), c->ids[c->rank]);
+                              comm_noun(c), comm_noun(c), c->ids[c->rank]);
             hier_fail(c, status, rp_last_error());
             break;
         }

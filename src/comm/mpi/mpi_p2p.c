@@ -89,7 +89,7 @@ static void member_name(const rp_comm *c, int proc, int lane, char *buf, size_t 
     const mpi_impl *m = M(c);
     int r = member_of(c, proc, lane);
     int id = r < 0 ? -1 : m->lane_ids ? m->lane_ids[r] : c->ids[r];
-    snprintf(buf, size, "%s %d (rank %d, %s)", rp_comm_noun(c), id, proc, m->hosts[proc]);
+    snprintf(buf, size, "%s %d (rank %d, %s)", comm_noun(c), id, proc, m->hosts[proc]);
 }
 
 /* Notices of mismatches and of peers that left: read under the lock, at every p2p poll. */
@@ -538,7 +538,7 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
                  c->rank, m->hosts[c->rank], stalled_s, what);
     } else if (proc == MPI_ANY_SOURCE) {
         snprintf(msg, sizeof msg, "timed out after %gs in %s from any %s on %s: no message came",
-                 c->timeout, what, rp_comm_noun(c), me);
+                 c->timeout, what, comm_noun(c), me);
     } else {
         char last[128] = "it has sent this member nothing";
         uint64_t k = r->lane >= 0 ? m->rcvd[(size_t)(proc * m->lanes + r->lane) * (size_t)m->lanes +

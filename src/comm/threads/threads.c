@@ -202,7 +202,7 @@ static rp_status broken_error(rp_comm *c, const char *what)
     if (atomic_exchange(&w->m[c->rank].owed, 0))
         return rp_error_set(w->broken_status, __FILE__, __LINE__, "%s", w->reason);
     return RP_ERROR(RP_ERR_COMM, "%s on %s %d: the communicator is broken by an earlier error: %s",
-                    what, rp_comm_noun(c), c->ids[c->rank], w->reason);
+                    what, comm_noun(c), c->ids[c->rank], w->reason);
 }
 
 /* One call in 64 bits, for the racy-but-atomic "last call" a timeout message shows. */
@@ -274,8 +274,8 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
             snprintf(msg, sizeof msg,
                      "%s %d ended its step (%s: %s) without calling %s, "
                      "which %s %d is waiting in",
-                     rp_comm_noun(c), c->ids[q], rp_status_name(m->left_status), m->left_reason,
-                     what, rp_comm_noun(c), c->ids[c->rank]);
+                     comm_noun(c), c->ids[q], rp_status_name(m->left_status), m->left_reason, what,
+                     comm_noun(c), c->ids[c->rank]);
             world_break(w, RP_ERR_COMM, msg);
             return rp_error_set(RP_ERR_COMM, __FILE__, __LINE__, "%s", msg);
         }
@@ -288,7 +288,7 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
         member *m = &w->m[q];
         uint64_t phase = atomic_load(&m->phase);
         if (phase >= target) continue;
-        append(msg, sizeof msg, "%s%s %d did not arrive", late++ ? "; " : "", rp_comm_noun(c),
+        append(msg, sizeof msg, "%s%s %d did not arrive", late++ ? "; " : "", comm_noun(c),
                c->ids[q]);
         if (phase == 0) {
             append(msg, sizeof msg, " (it has made no collective call)");
@@ -548,8 +548,8 @@ static const char *last_call_str(const rp_comm *c, int q, char *buf, size_t size
                          .tag = (int)(int32_t)(b >> 32),
                          .num = b & 0xffffffffull};
         snprintf(buf, size, "its last completed call was %s %s %s %d",
-                 rp_p2p_desc_str(&d, true, what, sizeof what), d.send ? "to" : "from",
-                 rp_comm_noun(c), rp_comm_replica_id(c, d.peer));
+                 rp_p2p_desc_str(&d, true, what, sizeof what), d.send ? "to" : "from", comm_noun(c),
+                 rp_comm_replica_id(c, d.peer));
     } else if (phase == 0) {
         snprintf(buf, size, "it has completed no call");
     } else {
@@ -630,8 +630,8 @@ static bool pair(rp_comm *c, treq *r, tmsg *m)
     rp_p2p_desc s = m->d, rd = r->d;
     s.peer = dst;
     rd.peer = m->src;
-    snprintf(who_s, sizeof who_s, "%s %d", rp_comm_noun(c), c->ids[m->src]);
-    snprintf(who_r, sizeof who_r, "%s %d", rp_comm_noun(c), c->ids[dst]);
+    snprintf(who_s, sizeof who_s, "%s %d", comm_noun(c), c->ids[m->src]);
+    snprintf(who_r, sizeof who_r, "%s %d", comm_noun(c), c->ids[dst]);
     rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
     /*
      * The sender has gone on: its next call says it. Owed before the break
@@ -809,7 +809,7 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
     if (atomic_load(&w->broken)) {
         rp_status st = atomic_exchange(&w->m[c->rank].owed, 0) ? w->broken_status : RP_ERR_COMM;
         snprintf(msg, sizeof msg, "%s on %s %d: the communicator is broken: %.1200s", what,
-                 rp_comm_noun(c), me, w->reason);
+                 comm_noun(c), me, w->reason);
         req_unlink(w, c, r);
         req_finish(w, r, st, st == RP_ERR_COMM ? msg : w->reason);
         return true;
@@ -828,12 +828,12 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
             snprintf(msg, sizeof msg,
                      "%s %d ended its step (%s: %s) without %s the message of %s, which "
                      "%s %d is waiting in",
-                     rp_comm_noun(c), c->ids[gone], rp_status_name(g->left_status), g->left_reason,
-                     r->d.send ? "receiving" : "sending", what, rp_comm_noun(c), me);
+                     comm_noun(c), c->ids[gone], rp_status_name(g->left_status), g->left_reason,
+                     r->d.send ? "receiving" : "sending", what, comm_noun(c), me);
         else
             snprintf(msg, sizeof msg,
                      "every other %s ended its step while %s %d waits in %s from any %s",
-                     rp_comm_noun(c), rp_comm_noun(c), me, what, rp_comm_noun(c));
+                     comm_noun(c), comm_noun(c), me, what, comm_noun(c));
         world_break_locked(w, RP_ERR_COMM, msg);
         req_unlink(w, c, r);
         req_finish(w, r, RP_ERR_COMM, msg);
@@ -843,13 +843,13 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
     if (peer >= 0)
         snprintf(msg, sizeof msg,
                  "timed out after %gs in %s %s %s %d on %s %d: %s %d did not %s (%s)", c->timeout,
-                 what, r->d.send ? "to" : "from", rp_comm_noun(c), c->ids[peer], rp_comm_noun(c),
-                 me, rp_comm_noun(c), c->ids[peer], r->d.send ? "receive it" : "send",
+                 what, r->d.send ? "to" : "from", comm_noun(c), c->ids[peer], comm_noun(c), me,
+                 comm_noun(c), c->ids[peer], r->d.send ? "receive it" : "send",
                  last_call_str(c, peer, last, sizeof last));
     else
         snprintf(msg, sizeof msg,
                  "timed out after %gs in %s from any %s on %s %d: no %s sent to it", c->timeout,
-                 what, rp_comm_noun(c), rp_comm_noun(c), me, rp_comm_noun(c));
+                 what, comm_noun(c), comm_noun(c), me, comm_noun(c));
     world_break_locked(w, RP_ERR_TIMEOUT, msg);
     req_unlink(w, c, r);
     req_finish(w, r, RP_ERR_TIMEOUT, msg);
@@ -1001,8 +1001,8 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
         const rp_coll_desc *other = &w->m[q].desc[parity];
         if (rp_coll_desc_equal(other, first)) continue;
         char a[32], b[32], msg[640];
-        snprintf(a, sizeof a, "%s %d", rp_comm_noun(c), c->ids[0]);
-        snprintf(b, sizeof b, "%s %d", rp_comm_noun(c), c->ids[q]);
+        snprintf(a, sizeof a, "%s %d", comm_noun(c), c->ids[0]);
+        snprintf(b, sizeof b, "%s %d", comm_noun(c), c->ids[q]);
         rp_coll_mismatch_str(first, a, other, b, msg, sizeof msg);
         world_break(w, RP_ERR_MISMATCH, msg);
         return RP_ERROR(RP_ERR_MISMATCH, "%s", msg);
