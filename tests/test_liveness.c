@@ -93,6 +93,16 @@ typedef struct result {
     size_t forward_live, footprint;
 } result;
 
+/* The parameters' gradients, then the input's, copied into r (r->count floats). */
+static void keep_grads(result *r, const rp_params *ps, const rp_tensor *x)
+{
+    int64_t np = rp_params_trainable_numel(ps);
+    r->count = np + x->numel;
+    r->grads = test_malloc((size_t)r->count * sizeof(float));
+    memcpy(r->grads, rp_params_grad(ps), (size_t)np * sizeof(float));
+    memcpy(r->grads + np, x->grad, (size_t)x->numel * sizeof(float));
+}
+
 static result run(net *n, bool poison)
 {
     rp_params_zero_grad(n->ps);
@@ -113,11 +123,7 @@ static result run(net *n, bool poison)
     r.loss = rp_item(loss); /* forward values stay readable after backward */
     assert_null(loss->grad);
     assert_non_null(x->grad);
-    int64_t np = rp_params_trainable_numel(n->ps);
-    r.count = np + x->numel;
-    r.grads = test_malloc((size_t)r.count * sizeof(float));
-    memcpy(r.grads, rp_params_grad(n->ps), (size_t)np * sizeof(float));
-    memcpy(r.grads + np, x->grad, (size_t)x->numel * sizeof(float));
+    keep_grads(&r, n->ps, x);
     rp_tape_destroy(t);
     return r;
 }
@@ -376,11 +382,7 @@ static result drop_through_views(bool drop, bool poison)
     result r = {.loss = rp_item(loss)};
     r.forward_live = rp_arena_get_stats(rp_tape_arena(t)).live;
     assert_int_equal(rp_backward(t, loss), RP_OK);
-    int64_t np = rp_params_trainable_numel(ps);
-    r.count = np + x->numel;
-    r.grads = test_malloc((size_t)r.count * sizeof(float));
-    memcpy(r.grads, rp_params_grad(ps), (size_t)np * sizeof(float));
-    memcpy(r.grads + np, x->grad, (size_t)x->numel * sizeof(float));
+    keep_grads(&r, ps, x);
     rp_tape_destroy(t);
     rp_comm_destroy(one);
     rp_params_destroy(ps);
