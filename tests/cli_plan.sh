@@ -37,14 +37,20 @@ fail() { echo "FAIL: $*"; exit 1; }
 common=(resnet20 --data "$data" --limit 256 --batch 32 --threads 2 --threads-per-replica 1
         --no-checkpoint --quiet)
 
-# 1. The check on three layouts.
-check() {
+# plan_check NAME ARGS...: train's --plan-check with ARGS into $dir/NAME; sets out, and fails
+# unless the command passed with its verdict.
+plan_check() {
     local name=$1; shift
-    local out
     out=$("$bin" train "${common[@]}" --plan-check --out "$dir/$name" "$@" 2>&1) \
         || fail "$name: --plan-check failed: $out"
     grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
         || fail "$name: no verdict: $out"
+}
+
+# 1. The check on three layouts.
+check() {
+    local name=$1; shift
+    plan_check "$name" "$@"
     /usr/bin/python3 - "$name" "$out" "$@" <<'PY' || fail "$name: $out"
 import re, sys
 name, out, args = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -144,11 +150,7 @@ echo "ok: 2 micro-batches on each of 2 replicas: batch norm twice per step, exac
 # 4. Tensor parallelism.
 tp_check() {
     local name=$1; shift
-    local out
-    out=$("$bin" train "${common[@]}" --plan-check --out "$dir/$name" "$@" 2>&1) \
-        || fail "$name: --plan-check failed: $out"
-    grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
-        || fail "$name: no verdict: $out"
+    plan_check "$name" "$@"
     /usr/bin/python3 - "$out" "$@" <<'PY' || fail "$name: $out"
 import re, sys
 out, args = sys.argv[1], sys.argv[2:]
