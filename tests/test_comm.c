@@ -288,6 +288,7 @@ static void gen(void *dst, rp_dtype dt, int rank, int64_t first, int64_t n, bool
         break;
     }
     case RP_U8:
+    case RP_BF16:
         break; /* the collectives' sweep covers the four numeric types */
     }
 }
@@ -339,6 +340,7 @@ static void reduce_ref(void *out, const char *const *in, int n, int64_t count, r
         reduce_ref_i64(out, in, n, count, op);
         break;
     case RP_U8:
+    case RP_BF16:
         break; /* not reduced */
     }
 }
@@ -376,6 +378,9 @@ static void format_value(char *buf, size_t size, const char *p, rp_dtype dt)
     }
     case RP_U8:
         snprintf(buf, size, "%u", (unsigned)*(const uint8_t *)p);
+        break;
+    case RP_BF16:
+        snprintf(buf, size, "0x%04x", (unsigned)*(const uint16_t *)p);
         break;
     }
 }

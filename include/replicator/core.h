@@ -284,6 +284,27 @@ uint32_t rp_rng_below(rp_rng *rng, uint32_t n);
 void rp_rng_fill_uniform(uint64_t key, uint64_t first, float *out, size_t n, float lo, float hi);
 void rp_rng_fill_normal(uint64_t key, uint64_t first, float *out, size_t n, float mean, float std);
 
+/* ---- bfloat16 ----------------------------------------------------------- */
+
+/*
+ * bfloat16: the top 16 bits of an IEEE float (1 sign, 8 exponent and 7
+ * mantissa bits, 8 significant bits; unit roundoff 2^-8). Widening to float
+ * is exact. Narrowing rounds to nearest, ties to even; infinities stay
+ * infinities, a NaN stays a NaN of the same sign (made quiet: its payload
+ * may shrink), and subnormals round like any other value (AMX and
+ * VCVTNEPS2BF16 flush them to zero; our conversions do not). A float too
+ * large for bf16 (above 0x1.FEp127 after rounding) becomes infinity.
+ */
+typedef uint16_t rp_bf16;
+
+/* x rounded to the nearest bf16, ties to even. Thread-safe (pure). */
+rp_bf16 rp_bf16_from_f32(float x);
+/* The float that a bf16 value stands for (exact). */
+float rp_bf16_to_f32(rp_bf16 x);
+/* Arrays of n values. Pure; the arrays must not overlap. */
+void rp_bf16_from_f32_array(rp_bf16 *y, const float *x, size_t n);
+void rp_bf16_to_f32_array(float *y, const rp_bf16 *x, size_t n);
+
 /* ---- clocks ------------------------------------------------------------- */
 
 /* Monotonic time in nanoseconds (CLOCK_MONOTONIC). */

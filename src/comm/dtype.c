@@ -18,14 +18,16 @@ size_t rp_dtype_size(rp_dtype dtype)
         return 8;
     case RP_U8:
         return 1;
+    case RP_BF16:
+        return 2;
     }
     return 0;
 }
 
 const char *rp_dtype_name(rp_dtype dtype)
 {
-    static const char *names[] = {"f32", "f64", "i32", "i64", "u8"};
-    return (unsigned)dtype < 5 ? names[dtype] : "?";
+    static const char *names[] = {"f32", "f64", "i32", "i64", "u8", "bf16"};
+    return (unsigned)dtype < 6 ? names[dtype] : "?";
 }
 
 const char *rp_reduce_op_name(rp_reduce_op op)

@@ -67,6 +67,9 @@ static void fill(void *buf, rp_dtype dt, int r, int64_t off, int64_t n)
         case RP_U8:
             ((uint8_t *)buf)[i] = (uint8_t)(int)v;
             break;
+        case RP_BF16:
+            ((uint16_t *)buf)[i] = rp_bf16_from_f32((float)v);
+            break;
         }
     }
 }
@@ -96,6 +99,7 @@ static void combine(void *out, const void *in, rp_dtype dt, rp_reduce_op op, int
         case RP_I64:
             RED(int64_t, uint64_t) break;
         case RP_U8:
+        case RP_BF16:
             break; /* not reduced */
         }
     }
@@ -137,6 +141,7 @@ static void reference_grouped(void *out, rp_dtype dt, rp_reduce_op op, int64_t o
             ((int64_t *)out)[i] /= size_;
             break;
         case RP_U8:
+        case RP_BF16:
             break;
         }
     }
