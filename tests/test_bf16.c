@@ -38,7 +38,8 @@ static uint16_t spec_round(float x)
     double dx = fabs((double)x), dlo = fabs((double)f32_of((uint32_t)lo << 16));
     /* The upper neighbour: for the largest finite binade's top value it is infinity, which
        bf16 reaches when x is at least halfway to 2^128 (one ulp past the largest finite). */
-    double dhi = (hi & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128) : fabs((double)f32_of((uint32_t)hi << 16));
+    double dhi =
+        (hi & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128) : fabs((double)f32_of((uint32_t)hi << 16));
     double a = dx - dlo, b = dhi - dx;
     if (a < b) return lo;
     if (b < a) return hi;
@@ -65,7 +66,8 @@ static void test_round_matches_spec(void **state)
                 continue;
             }
             uint16_t want = spec_round(x);
-            if (got != want) fail_msg("0x%08x (%.9g) -> 0x%04x, want 0x%04x", u, (double)x, got, want);
+            if (got != want)
+                fail_msg("0x%08x (%.9g) -> 0x%04x, want 0x%04x", u, (double)x, got, want);
             checked++;
         }
     assert_true(checked > 700000);
