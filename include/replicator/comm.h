@@ -47,19 +47,7 @@
 extern "C" {
 #endif
 
-/*
- * Element types. RP_U8 (raw bytes) is for point-to-point messages and for
- * all-gather and broadcast of raw bytes; a reduction (all-reduce,
- * reduce-scatter) of RP_U8 is RP_ERR_INVALID. RP_BF16 is bfloat16
- * (rp_bf16, see replicator/core.h): tensors of that type, and payloads on
- * the wire.
- */
-typedef enum { RP_F32 = 0, RP_F64 = 1, RP_I32 = 2, RP_I64 = 3, RP_U8 = 4, RP_BF16 = 5 } rp_dtype;
-
-/* Bytes of one element of the type (0 for an unknown value). */
-size_t rp_dtype_size(rp_dtype dtype);
-/* "f32", "f64", "i32", "i64", "u8", "bf16". */
-const char *rp_dtype_name(rp_dtype dtype);
+/* Element types (rp_dtype, rp_dtype_size, rp_dtype_name): replicator/core.h. */
 
 /*
  * Reductions. Integer sums wrap around (two's complement); an integer MEAN

@@ -284,7 +284,21 @@ uint32_t rp_rng_below(rp_rng *rng, uint32_t n);
 void rp_rng_fill_uniform(uint64_t key, uint64_t first, float *out, size_t n, float lo, float hi);
 void rp_rng_fill_normal(uint64_t key, uint64_t first, float *out, size_t n, float mean, float std);
 
-/* ---- bfloat16 ----------------------------------------------------------- */
+/* ---- element types and bfloat16 ---------------------------------------- */
+
+/*
+ * Element types: of tensors (F32, BF16), of the collectives' and messages'
+ * buffers (all of them), of checkpointed tensors. RP_U8 (raw bytes) is for
+ * point-to-point messages and for all-gather and broadcast of raw bytes; a
+ * reduction (all-reduce, reduce-scatter) of RP_U8 is RP_ERR_INVALID.
+ * RP_BF16 is bfloat16 (rp_bf16, below).
+ */
+typedef enum { RP_F32 = 0, RP_F64 = 1, RP_I32 = 2, RP_I64 = 3, RP_U8 = 4, RP_BF16 = 5 } rp_dtype;
+
+/* Bytes of one element of the type (0 for an unknown value). */
+size_t rp_dtype_size(rp_dtype dtype);
+/* "f32", "f64", "i32", "i64", "u8", "bf16". */
+const char *rp_dtype_name(rp_dtype dtype);
 
 /*
  * bfloat16: the top 16 bits of an IEEE float (1 sign, 8 exponent and 7
