@@ -19,12 +19,20 @@
 #include "replicator/core.h"
 #include "replicator/kernels.h"
 
-/* A 2-D convolution, NHWC activations, OHWI weights. */
+/*
+ * A 2-D convolution, NHWC activations, OHWI weights. `compute` is the type
+ * of its products: RP_F32 (what rp_conv_desc_init sets), or RP_BF16: the
+ * kernel rounds its two multiplied inputs (x and w forward, dy and w for
+ * backward data, dy and x for backward weights, and dy for the bias
+ * gradient's sum) to bf16, multiplies them exactly and accumulates in f32;
+ * the buffers stay f32 on both sides.
+ */
 typedef struct rp_conv_desc {
     int n, h, w, c; /* input  [n,h,w,c] */
     int o, kh, kw;  /* weight [o,kh,kw,c] */
     int oh, ow;     /* output [n,oh,ow,o] */
     int stride, pad;
+    rp_dtype compute; /* RP_F32 or RP_BF16 */
 } rp_conv_desc;
 
 /* Fills oh/ow from the rest; RP_ERR_SHAPE (with a message) if the output would be empty. */
@@ -59,6 +67,14 @@ typedef struct rp_kernels {
     /* C[M,N] = alpha op(A) op(B) + beta C, row-major; op(A) is [M,K], op(B) [K,N]. */
     void (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
+    /*
+     * The same product with A's and B's elements rounded to bf16 (rp_bf16_from_f32), their
+     * products exact and summed in f32 (bf16 compute, f32 buffers). alpha and beta as gemm.
+     * RP_ERR_BACKEND or RP_ERR_NOMEM when the engine fails; C is then unspecified.
+     */
+    rp_status (*gemm_bf16)(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                           int ldc);
 
     /* Convolution. bias may be NULL. bwd_weights overwrites dw and db (db may be NULL). */
     rp_status (*conv2d_fwd)(float *y, const float *x, const float *w, const float *bias,
@@ -192,6 +208,12 @@ typedef struct rp_kernels {
 
     /* Bytes the calling thread's kernel caches hold (NULL: the table keeps none). */
     size_t (*cache_bytes)(void);
+    /*
+     * Which bf16 path this table's gemm_bf16 and bf16 convolutions take on this CPU:
+     * "amx", "avx512_bf16", "avx512_core (emulated)", or "reference" (rounded inputs, f32
+     * arithmetic: correct, and slow). Never NULL.
+     */
+    const char *(*bf16_path)(void);
 } rp_kernels;
 
 /* The plain C reference table. */

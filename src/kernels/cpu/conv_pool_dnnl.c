@@ -57,16 +57,22 @@ typedef enum {
     KIND_CONV_BWD_WEIGHTS,
     KIND_CONV_BWD_WEIGHTS_BIAS,
     KIND_AVGPOOL_FWD,
-    KIND_AVGPOOL_BWD
+    KIND_AVGPOOL_BWD,
+    KIND_MATMUL
 } entry_kind;
 
 static const char *const kind_names[] = {
-    "conv2d forward",          "conv2d forward with bias",         "conv2d backward data",
-    "conv2d backward weights", "conv2d backward weights and bias", "avgpool forward",
+    "conv2d forward",
+    "conv2d forward with bias",
+    "conv2d backward data",
+    "conv2d backward weights",
+    "conv2d backward weights and bias",
+    "avgpool forward",
     "avgpool backward",
+    "matmul",
 };
 
-enum { KEY_LEN = 13 };
+enum { KEY_LEN = 14, KEY_COMPUTE = 12 };
 
 /* kind followed by every field of the descriptor, so memcmp decides equality. */
 typedef struct cache_key {
@@ -139,9 +145,13 @@ static void key_describe(const cache_key *k, char *buf, size_t size)
     if (k->v[0] <= KIND_CONV_BWD_WEIGHTS_BIAS) {
         snprintf(buf, size,
                  "%s, x[n,h,w,c]=[%d,%d,%d,%d], w[o,kh,kw,c]=[%d,%d,%d,%d], "
-                 "y[n,oh,ow,o]=[%d,%d,%d,%d], stride %d, pad %d",
+                 "y[n,oh,ow,o]=[%d,%d,%d,%d], stride %d, pad %d, %s compute",
                  kind_names[k->v[0]], v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[3], v[0], v[7],
-                 v[8], v[4], v[9], v[10]);
+                 v[8], v[4], v[9], v[10], rp_dtype_name((rp_dtype)k->v[KEY_COMPUTE]));
+    } else if (k->v[0] == KIND_MATMUL) {
+        snprintf(buf, size, "%s, %s[%d,%d] x %s[%d,%d], lda %d, ldb %d, ldc %d, %s compute",
+                 kind_names[k->v[0]], v[0] ? "A^T" : "A", v[2], v[4], v[1] ? "B^T" : "B", v[4],
+                 v[3], v[5], v[6], v[7], rp_dtype_name((rp_dtype)k->v[KEY_COMPUTE]));
     } else {
         snprintf(buf, size,
                  "%s, x[n,h,w,c]=[%d,%d,%d,%d], window %dx%d, stride %d, pad %d, "
@@ -423,24 +433,28 @@ enum { POOL_OUT, POOL_IN };
  */
 static bool winograd_wanted(const rp_conv_desc *d)
 {
-    return rp_kernels_get_conv_algorithm() == RP_CONV_AUTO && d->kh == 3 && d->kw == 3 &&
-           d->stride == 1 && d->c >= 16 && d->o >= 16;
+    return rp_kernels_get_conv_algorithm() == RP_CONV_AUTO && d->compute == RP_F32 && d->kh == 3 &&
+           d->kw == 3 && d->stride == 1 && d->c >= 16 && d->o >= 16;
 }
 
 /*
  * The forward primitive descriptor and, for the backward kinds, the backward
- * one (with the forward as hint), for algorithm alg. With Winograd the
- * activations' layout is the primitive's choice (any); NULL pds on failure.
+ * one (with the forward as hint), for algorithm alg. fwd[] holds the forward
+ * descriptor's source, weights and destination, bwd[] the backward one's
+ * (diff) source, (diff) weights and (diff) destination: they differ only in
+ * bf16 compute, where a backward pass's f32 output has no forward twin. With
+ * Winograd the activations' layout is the primitive's choice (any); NULL pds
+ * on failure.
  */
-static dnnl_status_t conv_pds(dnnl_alg_kind_t alg, int kind, const dnnl_memory_desc_t *act_src,
-                              const dnnl_memory_desc_t *act_dst, const dnnl_memory_desc_t *w_md,
+static dnnl_status_t conv_pds(dnnl_alg_kind_t alg, int kind, const dnnl_memory_desc_t *const *fwd,
+                              const dnnl_memory_desc_t *const *bwd,
                               const dnnl_memory_desc_t *bias_md, const dnnl_dims_t strides,
                               const dnnl_dims_t pad, const_dnnl_primitive_attr_t attr,
                               dnnl_primitive_desc_t *fwd_pd, dnnl_primitive_desc_t *bwd_pd)
 {
     dnnl_convolution_desc_t fwd_desc, bwd_desc;
     dnnl_status_t st = dnnl_convolution_forward_desc_init(
-        &fwd_desc, dnnl_forward_training, alg, act_src, w_md, bias_md, act_dst, strides, pad, pad);
+        &fwd_desc, dnnl_forward_training, alg, fwd[0], fwd[1], bias_md, fwd[2], strides, pad, pad);
     if (st == dnnl_success)
         st = dnnl_primitive_desc_create(fwd_pd, &fwd_desc, attr, g_engine, NULL);
     if (st != dnnl_success) {
@@ -448,11 +462,11 @@ static dnnl_status_t conv_pds(dnnl_alg_kind_t alg, int kind, const dnnl_memory_d
         return st;
     }
     if (kind == KIND_CONV_BWD_DATA)
-        st = dnnl_convolution_backward_data_desc_init(&bwd_desc, alg, act_src, w_md, act_dst,
+        st = dnnl_convolution_backward_data_desc_init(&bwd_desc, alg, bwd[0], bwd[1], bwd[2],
                                                       strides, pad, pad);
     else if (kind == KIND_CONV_BWD_WEIGHTS || kind == KIND_CONV_BWD_WEIGHTS_BIAS)
-        st = dnnl_convolution_backward_weights_desc_init(&bwd_desc, alg, act_src, w_md, bias_md,
-                                                         act_dst, strides, pad, pad);
+        st = dnnl_convolution_backward_weights_desc_init(&bwd_desc, alg, bwd[0], bwd[1], bias_md,
+                                                         bwd[2], strides, pad, pad);
     else
         return dnnl_success;
     if (st == dnnl_success)
@@ -532,6 +546,7 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
     const bool bias = kind == KIND_CONV_FWD_BIAS || kind == KIND_CONV_BWD_WEIGHTS_BIAS;
     const bool fwd = kind == KIND_CONV_FWD || kind == KIND_CONV_FWD_BIAS;
     const bool to_user = kind == KIND_CONV_BWD_WEIGHTS || kind == KIND_CONV_BWD_WEIGHTS_BIAS;
+    const dnnl_data_type_t mul_t = key->v[KEY_COMPUTE] == RP_BF16 ? dnnl_bf16 : dnnl_f32;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL;
     cache_entry *e = NULL;
@@ -547,14 +562,25 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&wuser_md, 4, w_dims, dnnl_f32, dnnl_ohwi));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&wany_md, 4, w_dims, dnnl_f32, dnnl_format_tag_any));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&bias_md, 1, b_dims, dnnl_f32, dnnl_x));
+    /* bf16 compute: the multiplied inputs in bf16 on the primitive's side (the staging and
+       weight reorders convert the caller's f32), every output f32. */
+    dnnl_memory_desc_t src_m, dst_m, w_m;
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&src_m, 4, src_dims, mul_t, dnnl_nhwc));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&dst_m, 4, dst_dims, mul_t, dnnl_nhwc));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&w_m, 4, w_dims, mul_t, dnnl_format_tag_any));
     RP_TRY(attr_create(&attr, key));
 
     /* Winograd where this CPU and shape have it (every pass of the kind), else direct. */
+    const dnnl_memory_desc_t *wino[] = {&src_any, &wany_md, &dst_any};
+    const dnnl_memory_desc_t *fwd_md[] = {&src_m, &w_m, fwd ? &dst_md : &dst_m};
+    const dnnl_memory_desc_t *bwd_md[] = {kind == KIND_CONV_BWD_DATA ? &src_md : &src_m,
+                                          to_user ? &wany_md : &w_m,
+                                          kind == KIND_CONV_BWD_DATA || to_user ? &dst_m : &dst_md};
     if (!key->v[KEY_LEN - 1] ||
-        conv_pds(dnnl_convolution_winograd, kind, &src_any, &dst_any, &wany_md,
-                 bias ? &bias_md : NULL, strides, pad, attr, &fwd_pd, &bwd_pd) != dnnl_success)
-        DNNL_TRY(conv_pds, (dnnl_convolution_direct, kind, &src_md, &dst_md, &wany_md,
-                            bias ? &bias_md : NULL, strides, pad, attr, &fwd_pd, &bwd_pd));
+        conv_pds(dnnl_convolution_winograd, kind, wino, wino, bias ? &bias_md : NULL, strides, pad,
+                 attr, &fwd_pd, &bwd_pd) != dnnl_success)
+        DNNL_TRY(conv_pds, (dnnl_convolution_direct, kind, fwd_md, bwd_md, bias ? &bias_md : NULL,
+                            strides, pad, attr, &fwd_pd, &bwd_pd));
     const_dnnl_primitive_desc_t pd = bwd_pd ? bwd_pd : fwd_pd;
     const char *impl = NULL;
     bool winograd =
@@ -692,6 +718,79 @@ cleanup:
     return status;
 }
 
+/* Pointer-list layout of a matmul entry. */
+enum { MM_C, MM_A, MM_B };
+
+/*
+ * Builds a matmul entry for C[m,n] = alpha op(A) op(B) + beta C with the
+ * multiplied inputs in the key's compute type: the caller's f32 A and B
+ * (strided, transposed or not) are reordered into the staging buffers in
+ * the primitive's type and layout (B in the layout the primitive prefers,
+ * which AMX needs), C is written in place through a sum post-op.
+ */
+static rp_status build_matmul(thread_state *t, const cache_key *key, cache_entry **out)
+{
+    rp_status status = RP_OK;
+    const int *v = key->v + 1;
+    const bool ta = v[0], tb = v[1];
+    const int m = v[2], n = v[3], k = v[4], lda = v[5], ldb = v[6], ldc = v[7];
+    float alpha, beta;
+    memcpy(&alpha, &v[8], sizeof alpha);
+    memcpy(&beta, &v[9], sizeof beta);
+    const dnnl_data_type_t mul_t = key->v[KEY_COMPUTE] == RP_BF16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_primitive_attr_t attr = NULL, plain = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    cache_entry *e = NULL;
+    dnnl_memory_desc_t a_user, b_user, c_md, a_md, b_md;
+    dnnl_dims_t a_dims = {m, k}, b_dims = {k, n}, c_dims = {m, n};
+    dnnl_dims_t a_str = {ta ? 1 : lda, ta ? lda : 1}, b_str = {tb ? 1 : ldb, tb ? ldb : 1};
+    dnnl_dims_t c_str = {ldc, 1};
+
+    DNNL_TRY(dnnl_memory_desc_init_by_strides, (&a_user, 2, a_dims, dnnl_f32, a_str));
+    DNNL_TRY(dnnl_memory_desc_init_by_strides, (&b_user, 2, b_dims, dnnl_f32, b_str));
+    DNNL_TRY(dnnl_memory_desc_init_by_strides, (&c_md, 2, c_dims, dnnl_f32, c_str));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&a_md, 2, a_dims, mul_t, dnnl_ab));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&b_md, 2, b_dims, mul_t, dnnl_format_tag_any));
+    RP_TRY(attr_create(&attr, key));
+    RP_TRY(attr_create(&plain, key)); /* the reorders: no scale, no post-op */
+    if (alpha != 1.0f) DNNL_TRY(dnnl_primitive_attr_set_output_scales, (attr, 1, 0, &alpha));
+    if (beta != 0.0f) {
+        DNNL_TRY(dnnl_post_ops_create, (&po));
+        DNNL_TRY(dnnl_post_ops_append_sum, (po, beta));
+        DNNL_TRY(dnnl_primitive_attr_set_post_ops, (attr, po));
+    }
+    dnnl_matmul_desc_t desc;
+    DNNL_TRY(dnnl_matmul_desc_init, (&desc, &a_md, &b_md, NULL, &c_md));
+    DNNL_TRY(dnnl_primitive_desc_create, (&pd, &desc, attr, g_engine, NULL));
+
+    e = rp_calloc(sizeof *e);
+    if (!e) {
+        status = RP_ERR_NOMEM;
+        goto cleanup;
+    }
+    e->key = *key;
+    act_binding a, b;
+    dnnl_memory_t c;
+    RP_TRY(act_bind(t, e, &a, &a_user, pd, dnnl_query_src_md, MM_A, 0, true, plain, key));
+    RP_TRY(act_bind(t, e, &b, &b_user, pd, dnnl_query_weights_md, MM_B, 1, true, plain, key));
+    RP_TRY(entry_memory(e, &c, &c_md, false, key));
+    dnnl_step *s;
+    RP_TRY(entry_step(t, e, pd, &s, key));
+    step_arg(s, DNNL_ARG_SRC, a.prim, a.prim_feed);
+    step_arg(s, DNNL_ARG_WEIGHTS, b.prim, b.prim_feed);
+    step_arg(s, DNNL_ARG_DST, c, MM_C);
+    *out = e;
+    e = NULL;
+cleanup:
+    entry_destroy(e);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (plain) dnnl_primitive_attr_destroy(plain);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return status;
+}
+
 /* ---- running entries ----------------------------------------------------- */
 
 /*
@@ -728,13 +827,13 @@ cleanup:
 static cache_key conv_key(entry_kind kind, const rp_conv_desc *d)
 {
     return (cache_key){{kind, d->n, d->h, d->w, d->c, d->o, d->kh, d->kw, d->oh, d->ow, d->stride,
-                        d->pad, winograd_wanted(d)}};
+                        d->pad, (int)d->compute, winograd_wanted(d)}};
 }
 
 static cache_key pool_key(entry_kind kind, const rp_pool_desc *d)
 {
     return (cache_key){
-        {kind, d->n, d->h, d->w, d->c, d->oh, d->ow, d->k, d->stride, d->pad, 0, 0, 0}};
+        {kind, d->n, d->h, d->w, d->c, d->oh, d->ow, d->k, d->stride, d->pad, 0, 0, 0, 0}};
 }
 
 /* Finds or builds the entry for key, then runs it on ptrs. */
@@ -745,10 +844,48 @@ static rp_status run_cached(const cache_key *key, const rp_conv_desc *cd, const 
     RP_CHECK(thread_state_get(&t));
     cache_entry *e = cache_find(t, key);
     if (!e) {
-        RP_CHECK(cd ? build_conv(t, key, cd, &e) : build_avgpool(t, key, pd, &e));
+        RP_CHECK(cd   ? build_conv(t, key, cd, &e)
+                 : pd ? build_avgpool(t, key, pd, &e)
+                      : build_matmul(t, key, &e));
         RP_CHECK(cache_insert(t, e));
     }
     return entry_run(t, e, ptrs);
+}
+
+/* ---- bf16 -------------------------------------------------------------------- */
+
+const char *rp_cpu_bf16_path(void)
+{
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return "amx";
+    if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
+        return "avx512_bf16";
+    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core)
+        return "avx512_core (emulated)";
+    return "reference";
+}
+
+/* Below AVX-512 oneDNN has no bf16 primitives at all: the reference kernels compute them. */
+static bool bf16_by_reference(void)
+{
+    return strcmp(rp_cpu_bf16_path(), "reference") == 0;
+}
+
+rp_status rp_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                           int ldc)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || alpha == 0.0f) {
+        rp_cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return RP_OK;
+    }
+    if (bf16_by_reference())
+        return rp_ref_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    cache_key key = {{KIND_MATMUL, trans_a, trans_b, m, n, k, lda, ldb, ldc, 0, 0, 0, RP_BF16, 0}};
+    memcpy(&key.v[9], &alpha, sizeof alpha);
+    memcpy(&key.v[10], &beta, sizeof beta);
+    void *ptrs[] = {[MM_C] = c, [MM_A] = (void *)a, [MM_B] = (void *)b};
+    return run_cached(&key, NULL, NULL, ptrs);
 }
 
 /* ---- convolution --------------------------------------------------------- */
@@ -776,6 +913,7 @@ rp_status rp_cpu_conv2d_fwd(float *y, const float *x, const float *w, const floa
 {
     RP_CHECK(rp_conv_desc_validate(d));
     if (!y || !x || !w) return RP_ERROR(RP_ERR_INVALID, "rp_cpu_conv2d_fwd: NULL y, x or w");
+    if (d->compute == RP_BF16 && bf16_by_reference()) return rp_ref_conv2d_fwd(y, x, w, bias, d);
     cache_key key = conv_key(bias ? KIND_CONV_FWD_BIAS : KIND_CONV_FWD, d);
     void *ptrs[] = {
         [FWD_Y] = y, [FWD_X] = (void *)x, [FWD_W] = (void *)w, [FWD_BIAS] = (void *)bias};
@@ -787,6 +925,7 @@ rp_status rp_cpu_conv2d_bwd_data(float *dx, const float *dy, const float *w, con
     RP_CHECK(rp_conv_desc_validate(d));
     if (!dx || !dy || !w)
         return RP_ERROR(RP_ERR_INVALID, "rp_cpu_conv2d_bwd_data: NULL dx, dy or w");
+    if (d->compute == RP_BF16 && bf16_by_reference()) return rp_ref_conv2d_bwd_data(dx, dy, w, d);
     cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
     void *ptrs[] = {[BWDD_DX] = dx, [BWDD_DY] = (void *)dy, [BWDD_W] = (void *)w};
     return run_cached(&key, d, NULL, ptrs);
@@ -798,6 +937,8 @@ rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const
     RP_CHECK(rp_conv_desc_validate(d));
     if (!dw || !dy || !x)
         return RP_ERROR(RP_ERR_INVALID, "rp_cpu_conv2d_bwd_weights: NULL dw, dy or x");
+    if (d->compute == RP_BF16 && bf16_by_reference())
+        return rp_ref_conv2d_bwd_weights(dw, db, dy, x, d);
     cache_key key = conv_key(db ? KIND_CONV_BWD_WEIGHTS_BIAS : KIND_CONV_BWD_WEIGHTS, d);
     void *ptrs[] = {[BWDW_DW] = dw, [BWDW_DB] = db, [BWDW_DY] = (void *)dy, [BWDW_X] = (void *)x};
     return run_cached(&key, d, NULL, ptrs);

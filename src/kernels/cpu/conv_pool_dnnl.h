@@ -41,6 +41,17 @@
 void rp_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
+/*
+ * The product with A and B rounded to bf16 and summed in f32, through oneDNN's matmul (the
+ * reorders into bf16 are its staging steps). Below AVX-512, where oneDNN has no bf16, the
+ * reference kernel computes it.
+ */
+rp_status rp_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                           int ldc);
+/* The bf16 path oneDNN takes on this CPU (see rp_kernels.bf16_path). */
+const char *rp_cpu_bf16_path(void);
+
 /* y = conv(x, w) + bias (bias may be NULL). Overwrites y. */
 rp_status rp_cpu_conv2d_fwd(float *y, const float *x, const float *w, const float *bias,
                             const rp_conv_desc *d);

@@ -9,6 +9,7 @@
 static const rp_kernels cpu_table = {
     .name = "cpu",
     .gemm = rp_cpu_gemm,
+    .gemm_bf16 = rp_cpu_gemm_bf16,
     .conv2d_fwd = rp_cpu_conv2d_fwd,
     .conv2d_bwd_data = rp_cpu_conv2d_bwd_data,
     .conv2d_bwd_weights = rp_cpu_conv2d_bwd_weights,
@@ -52,6 +53,7 @@ static const rp_kernels cpu_table = {
     .sum_squares = rp_cpu_sum_squares,
     .scale_inplace = rp_cpu_scale_inplace,
     .cache_bytes = rp_cpu_dnnl_cache_bytes,
+    .bf16_path = rp_cpu_bf16_path,
 };
 
 const rp_kernels *rp_kernels_cpu(void)

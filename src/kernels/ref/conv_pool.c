@@ -7,7 +7,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "kernels/ref/conv_pool_ref.h"
+
+/* A multiplied input as the compute type sees it: itself, or rounded to bf16. */
+static inline double in_val(float v, bool bf16)
+{
+    return bf16 ? (double)core_bf16_widen(core_bf16_round(v)) : (double)v;
+}
 
 /* (in + 2*pad - k) / stride + 1 in 64-bit, or 0 when the window does not fit. */
 static int64_t out_size(int in, int k, int stride, int pad)
@@ -92,6 +99,9 @@ rp_status rp_conv_desc_validate(const rp_conv_desc *d)
                         "%dx%d, stride %d, pad %d (expected %dx%d); use rp_conv_desc_init",
                         d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->stride, d->pad, e.oh, e.ow);
     }
+    if (d->compute != RP_F32 && d->compute != RP_BF16)
+        return RP_ERROR(RP_ERR_INVALID, "conv2d: compute type %s (%d) is neither f32 nor bf16",
+                        rp_dtype_name(d->compute), (int)d->compute);
     return RP_OK;
 }
 
@@ -120,6 +130,7 @@ rp_status rp_ref_conv2d_fwd(float *y, const float *x, const float *w, const floa
     RP_CHECK(rp_conv_desc_validate(d));
     if (!y || !x || !w) return RP_ERROR(RP_ERR_INVALID, "rp_ref_conv2d_fwd: NULL y, x or w");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad;
+    const bool bf = d->compute == RP_BF16;
     for (int n = 0; n < d->n; n++)
         for (int oy = 0; oy < d->oh; oy++)
             for (int ox = 0; ox < d->ow; ox++)
@@ -134,7 +145,7 @@ rp_status rp_ref_conv2d_fwd(float *y, const float *x, const float *w, const floa
                             const float *xp = x + (((int64_t)n * H + iy) * W + ix) * C;
                             const float *wp = w + (((int64_t)o * d->kh + ky) * d->kw + kx) * C;
                             for (int c = 0; c < C; c++)
-                                acc += (double)xp[c] * (double)wp[c];
+                                acc += in_val(xp[c], bf) * in_val(wp[c], bf);
                         }
                     }
                     y[(((int64_t)n * d->oh + oy) * d->ow + ox) * d->o + o] = (float)acc;
@@ -152,6 +163,7 @@ rp_status rp_ref_conv2d_bwd_data(float *dx, const float *dy, const float *w, con
     if (!dx || !dy || !w)
         return RP_ERROR(RP_ERR_INVALID, "rp_ref_conv2d_bwd_data: NULL dx, dy or w");
     const int C = d->c, S = d->stride, P = d->pad, O = d->o;
+    const bool bf = d->compute == RP_BF16;
     for (int n = 0; n < d->n; n++)
         for (int iy = 0; iy < d->h; iy++)
             for (int ix = 0; ix < d->w; ix++)
@@ -167,8 +179,9 @@ rp_status rp_ref_conv2d_bwd_data(float *dx, const float *dy, const float *w, con
                             int ox = tx / S;
                             const float *dyp = dy + (((int64_t)n * d->oh + oy) * d->ow + ox) * O;
                             for (int o = 0; o < O; o++) {
-                                double wv = w[(((int64_t)o * d->kh + ky) * d->kw + kx) * C + c];
-                                acc += (double)dyp[o] * wv;
+                                double wv =
+                                    in_val(w[(((int64_t)o * d->kh + ky) * d->kw + kx) * C + c], bf);
+                                acc += in_val(dyp[o], bf) * wv;
                             }
                         }
                     }
@@ -185,6 +198,7 @@ rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const
     if (!dw || !dy || !x)
         return RP_ERROR(RP_ERR_INVALID, "rp_ref_conv2d_bwd_weights: NULL dw, dy or x");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad, O = d->o;
+    const bool bf = d->compute == RP_BF16;
     for (int o = 0; o < O; o++)
         for (int ky = 0; ky < d->kh; ky++)
             for (int kx = 0; kx < d->kw; kx++)
@@ -197,8 +211,9 @@ rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const
                             for (int ox = 0; ox < d->ow; ox++) {
                                 int ix = ox * S - P + kx;
                                 if (ix < 0 || ix >= W) continue;
-                                double g = dy[(((int64_t)n * d->oh + oy) * d->ow + ox) * O + o];
-                                acc += g * (double)x[(((int64_t)n * H + iy) * W + ix) * C + c];
+                                double g = in_val(
+                                    dy[(((int64_t)n * d->oh + oy) * d->ow + ox) * O + o], bf);
+                                acc += g * in_val(x[(((int64_t)n * H + iy) * W + ix) * C + c], bf);
                             }
                         }
                     dw[(((int64_t)o * d->kh + ky) * d->kw + kx) * C + c] = (float)acc;
@@ -208,7 +223,7 @@ rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const
         for (int o = 0; o < O; o++) {
             double acc = 0.0;
             for (int64_t r = 0; r < rows; r++)
-                acc += (double)dy[r * O + o];
+                acc += in_val(dy[r * O + o], bf);
             db[o] = (float)acc;
         }
     }

@@ -32,6 +32,12 @@ rp_status rp_pool_desc_validate(const rp_pool_desc *d);
  */
 void rp_ref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
+/* The same with every element of A and B rounded to bf16 as it is read (the bf16 spec). */
+rp_status rp_ref_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                           int ldc);
+/* "reference": the ref table computes bf16 by rounding its inputs. */
+const char *rp_ref_bf16_path(void);
 
 /*
  * y[n,oy,ox,o] = bias[o] + sum over ky,kx,c of

@@ -2,6 +2,7 @@
  * gemm.c - the reference matrix multiply: a plain triple loop accumulating in
  * double, the specification rp_cpu_gemm is tested against.
  */
+#include "core/bf16.h"
 #include "kernels/ref/conv_pool_ref.h"
 
 /*
@@ -10,8 +11,8 @@
  * As BLAS specifies, with beta == 0 C is only written, never read, and with
  * alpha == 0 A and B are not read.
  */
-void rp_ref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
-                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
+static void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc, bool bf16)
 {
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < n; j++) {
@@ -19,6 +20,10 @@ void rp_ref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
             for (int p = 0; alpha != 0.0f && p < k; p++) {
                 float av = trans_a ? a[(int64_t)p * lda + i] : a[(int64_t)i * lda + p];
                 float bv = trans_b ? b[(int64_t)j * ldb + p] : b[(int64_t)p * ldb + j];
+                if (bf16) {
+                    av = core_bf16_widen(core_bf16_round(av));
+                    bv = core_bf16_widen(core_bf16_round(bv));
+                }
                 acc += (double)av * (double)bv;
             }
             float *cij = &c[(int64_t)i * ldc + j];
@@ -27,4 +32,24 @@ void rp_ref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
             *cij = (float)out;
         }
     }
+}
+
+void rp_ref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+}
+
+/* The bf16 specification: each element of A and B rounded to bf16 as it is read. */
+rp_status rp_ref_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                           int ldc)
+{
+    gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
+    return RP_OK;
+}
+
+const char *rp_ref_bf16_path(void)
+{
+    return "reference";
 }

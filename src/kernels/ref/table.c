@@ -5,6 +5,7 @@
 static const rp_kernels ref_table = {
     .name = "ref",
     .gemm = rp_ref_gemm,
+    .gemm_bf16 = rp_ref_gemm_bf16,
     .conv2d_fwd = rp_ref_conv2d_fwd,
     .conv2d_bwd_data = rp_ref_conv2d_bwd_data,
     .conv2d_bwd_weights = rp_ref_conv2d_bwd_weights,
@@ -47,6 +48,7 @@ static const rp_kernels ref_table = {
     .log_softmax_bwd = rp_ref_log_softmax_bwd,
     .sum_squares = rp_ref_sum_squares,
     .scale_inplace = rp_ref_scale_inplace,
+    .bf16_path = rp_ref_bf16_path,
 };
 
 const rp_kernels *rp_kernels_ref(void)

@@ -1,0 +1,212 @@
+/*
+ * test_kernels_bf16.c - the bf16-compute GEMM and convolutions of the cpu table (oneDNN's bf16
+ * primitives: AMX, AVX512-BF16, or emulation) against the reference applied to the same
+ * bf16-rounded inputs.
+ *
+ * The bound. Both sides multiply the same bf16 values, whose products are exact in f32; they
+ * differ only in how they sum K products: the reference in double, the kernel in f32 (any
+ * order), so each output differs by at most gamma_K * sum|x_i w_i| with gamma_K ~ K u_f32
+ * (Higham, Accuracy and Stability, 3.1). We allow 4 K 2^-24 sum|x_i w_i|, the magnitude sum
+ * being the reference itself run on |x| and |w|. The same check would fail a kernel that
+ * multiplied the unrounded f32 inputs: their results differ from the rounded ones' by about
+ * 2^-9 sum|x_i w_i|, far above the bound, and the tests assert that they do.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "kernels/cpu/conv_pool_dnnl.h"
+#include "kernels/ref/conv_pool_ref.h"
+
+static float *absv(const float *x, int64_t n)
+{
+    float *y = malloc((size_t)n * sizeof *y);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = fabsf(x[i]);
+    return y;
+}
+
+/*
+ * Fails unless |got - want| <= 4 K 2^-24 mag + 1e-30 everywhere; returns the largest
+ * |other - want| / (mag + tiny), for the check that the f32 product lies outside the bound.
+ */
+static void check_bound(const float *got, const float *want, const float *mag, int64_t n, int64_t k,
+                        const char *what)
+{
+    double tol = 4.0 * (double)k * 0x1p-24;
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - (double)want[i]);
+        if (err > tol * (double)mag[i] + 1e-30)
+            fail_msg("%s: element %lld is %.9g, the reference %.9g (|x||w| sum %.3g, K %lld)", what,
+                     (long long)i, (double)got[i], (double)want[i], (double)mag[i], (long long)k);
+    }
+}
+
+/* The largest relative gap between two results, over the magnitude sums. */
+static double max_gap(const float *a, const float *b, const float *mag, int64_t n)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = fabs((double)a[i] - (double)b[i]) / ((double)mag[i] + 1e-30);
+        if (g > worst) worst = g;
+    }
+    return worst;
+}
+
+typedef struct gemm_case {
+    bool ta, tb;
+    int m, n, k;
+    float beta;
+} gemm_case;
+
+static void test_gemm_bf16(void **state)
+{
+    (void)state;
+    static const gemm_case cases[] = {
+        {false, false, 7, 5, 3, 0.0f},     {false, true, 33, 17, 65, 0.0f},
+        {true, false, 16, 31, 128, 1.0f},  {true, true, 9, 64, 40, 1.0f},
+        {false, true, 128, 10, 512, 0.0f}, {true, false, 64, 576, 256, 1.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const gemm_case *g = &cases[ci];
+        int lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+        int64_t na = (int64_t)g->m * g->k, nb = (int64_t)g->k * g->n, nc = (int64_t)g->m * g->n;
+        float *a = malloc(na * 4), *b = malloc(nb * 4), *c0 = malloc(nc * 4);
+        float *got = malloc(nc * 4), *want = malloc(nc * 4), *f32 = malloc(nc * 4),
+              *mag = malloc(nc * 4);
+        tu_fill(a, na, 11 + ci, -2, 2);
+        tu_fill(b, nb, 23 + ci, -1, 1);
+        tu_fill(c0, nc, 31 + ci, -1, 1);
+        memcpy(got, c0, nc * 4);
+        memcpy(want, c0, nc * 4);
+        memcpy(f32, c0, nc * 4);
+        assert_int_equal(rp_cpu_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
+                                          g->beta, got, g->n),
+                         RP_OK);
+        assert_int_equal(rp_ref_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
+                                          g->beta, want, g->n),
+                         RP_OK);
+        rp_ref_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb, g->beta, f32, g->n);
+        float *aa = absv(a, na), *ab = absv(b, nb), *ac = absv(c0, nc);
+        memcpy(mag, ac, nc * 4);
+        assert_int_equal(rp_ref_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, aa, lda, ab, ldb,
+                                          g->beta, mag, g->n),
+                         RP_OK);
+        char what[96];
+        snprintf(what, sizeof what, "gemm %s%s %dx%dx%d beta %g", g->ta ? "T" : "N",
+                 g->tb ? "T" : "N", g->m, g->n, g->k, (double)g->beta);
+        check_bound(got, want, mag, nc, g->k + 1, what);
+        /* The rounding happened: the f32 product is measurably elsewhere. */
+        assert_true(max_gap(f32, want, mag, nc) > 8.0 * (g->k + 1) * 0x1p-24);
+        free(aa), free(ab), free(ac);
+        free(a), free(b), free(c0), free(got), free(want), free(f32), free(mag);
+    }
+}
+
+typedef struct conv_case {
+    int n, h, w, c, o, kh, kw, stride, pad;
+} conv_case;
+
+static void test_conv_bf16(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {3, 7, 5, 3, 5, 3, 3, 2, 1},   {2, 8, 8, 16, 32, 3, 3, 1, 1}, {2, 7, 7, 16, 32, 1, 1, 2, 0},
+        {2, 15, 13, 3, 8, 7, 7, 2, 3}, {2, 8, 8, 17, 19, 3, 3, 1, 1}, {4, 8, 8, 64, 64, 3, 3, 1, 1},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const conv_case *s = &cases[ci];
+        rp_conv_desc d;
+        assert_int_equal(
+            rp_conv_desc_init(&d, s->n, s->h, s->w, s->c, s->o, s->kh, s->kw, s->stride, s->pad),
+            RP_OK);
+        d.compute = RP_BF16;
+        int64_t nx = (int64_t)d.n * d.h * d.w * d.c, nw = (int64_t)d.o * d.kh * d.kw * d.c,
+                ny = (int64_t)d.n * d.oh * d.ow * d.o;
+        float *x = malloc(nx * 4), *w = malloc(nw * 4), *bias = malloc(d.o * 4),
+              *dy = malloc(ny * 4);
+        tu_fill(x, nx, 3 + ci, -1, 1);
+        tu_fill(w, nw, 5 + ci, -0.5, 0.5);
+        tu_fill(bias, d.o, 7 + ci, -0.1, 0.1);
+        tu_fill(dy, ny, 9 + ci, -1, 1);
+        float *ax = absv(x, nx), *aw = absv(w, nw), *ady = absv(dy, ny), *ab = absv(bias, d.o);
+        rp_conv_desc df = d;
+        df.compute = RP_F32;
+        char what[128];
+
+        /* forward: K = kh kw c (+ the bias) */
+        float *got = malloc(ny * 4), *want = malloc(ny * 4), *mag = malloc(ny * 4),
+              *f32 = malloc(ny * 4);
+        assert_int_equal(rp_cpu_conv2d_fwd(got, x, w, bias, &d), RP_OK);
+        assert_int_equal(rp_ref_conv2d_fwd(want, x, w, bias, &d), RP_OK);
+        assert_int_equal(rp_ref_conv2d_fwd(mag, ax, aw, ab, &d), RP_OK);
+        assert_int_equal(rp_ref_conv2d_fwd(f32, x, w, bias, &df), RP_OK);
+        snprintf(what, sizeof what, "conv fwd case %zu", ci);
+        int64_t k = (int64_t)d.kh * d.kw * d.c + 1;
+        check_bound(got, want, mag, ny, k, what);
+        assert_true(max_gap(f32, want, mag, ny) > 8.0 * k * 0x1p-24);
+
+        /* backward data: K = kh kw o */
+        float *gx = malloc(nx * 4), *wx = malloc(nx * 4), *mx = malloc(nx * 4);
+        assert_int_equal(rp_cpu_conv2d_bwd_data(gx, dy, w, &d), RP_OK);
+        assert_int_equal(rp_ref_conv2d_bwd_data(wx, dy, w, &d), RP_OK);
+        assert_int_equal(rp_ref_conv2d_bwd_data(mx, ady, aw, &d), RP_OK);
+        snprintf(what, sizeof what, "conv bwd data case %zu", ci);
+        check_bound(gx, wx, mx, nx, (int64_t)d.kh * d.kw * d.o, what);
+
+        /* backward weights and bias: K = n oh ow (the bias sums dy in f32 on both sides) */
+        float *gw = malloc(nw * 4), *ww = malloc(nw * 4), *mw = malloc(nw * 4);
+        float *gb = malloc(d.o * 4), *wb = malloc(d.o * 4), *mb = malloc(d.o * 4);
+        assert_int_equal(rp_cpu_conv2d_bwd_weights(gw, gb, dy, x, &d), RP_OK);
+        assert_int_equal(rp_ref_conv2d_bwd_weights(ww, wb, dy, x, &d), RP_OK);
+        assert_int_equal(rp_ref_conv2d_bwd_weights(mw, mb, ady, ax, &d), RP_OK);
+        snprintf(what, sizeof what, "conv bwd weights case %zu", ci);
+        int64_t kw = (int64_t)d.n * d.oh * d.ow;
+        check_bound(gw, ww, mw, nw, kw, what);
+        /* The bias gradient sums the bf16-rounded dy, as oneDNN's bf16 backward does. */
+        snprintf(what, sizeof what, "conv bwd bias case %zu", ci);
+        check_bound(gb, wb, mb, d.o, kw, what);
+
+        free(gw), free(ww), free(mw), free(gb), free(wb), free(mb);
+        free(gx), free(wx), free(mx);
+        free(got), free(want), free(mag), free(f32);
+        free(ax), free(aw), free(ady), free(ab);
+        free(x), free(w), free(bias), free(dy);
+    }
+}
+
+/* The path is named, and it is one of the four the header lists. */
+static void test_bf16_path_named(void **state)
+{
+    (void)state;
+    const char *p = rp_cpu_bf16_path();
+    assert_true(strcmp(p, "amx") == 0 || strcmp(p, "avx512_bf16") == 0 ||
+                strcmp(p, "avx512_core (emulated)") == 0 || strcmp(p, "reference") == 0);
+    assert_string_equal(rp_ref_bf16_path(), "reference");
+}
+
+/* A compute type other than f32 or bf16 is refused by name. */
+static void test_bad_compute_refused(void **state)
+{
+    (void)state;
+    rp_conv_desc d;
+    assert_int_equal(rp_conv_desc_init(&d, 1, 4, 4, 2, 2, 3, 3, 1, 1), RP_OK);
+    assert_int_equal(d.compute, RP_F32);
+    d.compute = RP_I32;
+    float buf[64] = {0};
+    assert_int_equal(rp_cpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_INVALID);
+    tu_assert_error_contains("compute type i32");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_bf16),
+        cmocka_unit_test(test_conv_bf16),
+        cmocka_unit_test(test_bf16_path_named),
+        cmocka_unit_test(test_bad_compute_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
