@@ -15,6 +15,7 @@ typedef struct d4pg_opts {
     int threads;              /* kernel threads per learner replica; 0: cores / replicas */
     double comm_timeout;
     char backend[16];
+    char precision[8]; /* --precision f32|bf16 (not saved) */
     char out_dir[CLI_PATH_MAX];
     bool out_given, force, quiet;
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */

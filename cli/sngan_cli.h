@@ -28,6 +28,7 @@ typedef struct sngan_opts {
     char judge[CLI_PATH_MAX]; /* a classifier run directory, or "" */
     char out_dir[CLI_PATH_MAX];
     char backend[8];
+    char precision[8]; /* --precision f32|bf16 (not saved) */
     double comm_timeout;
     int threads, replicas;
     bool replicas_given, out_given, force, quiet, no_checkpoint;

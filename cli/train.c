@@ -55,6 +55,8 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             if (o->model_parallel < 2) o->micro_batches = 1;
         } else if (!strcmp(argv[i], "--tensor-parallel")) {
             o->tensor_parallel = cli->tensor_parallel; /* a layout, as the stages */
+        } else if (!strcmp(argv[i], "--precision")) {
+            snprintf(o->precision, sizeof o->precision, "%s", cli->precision);
         } else if (!strcmp(argv[i], "--pipeline")) {
             snprintf(o->pipeline, sizeof o->pipeline, "%s", cli->pipeline);
         } else if (!strcmp(argv[i], "--micro-batches")) {
@@ -283,6 +285,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
             o->augment ? "crop+flip" : "off", (unsigned long long)o->seed, layout,
             rp_kernels_name());
     if (stages[0]) fprintf(stderr, "%s\n", stages);
+    train_print_precision(o->precision);
     /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO-1). */
     const rp_optimizer *opt = rp_classifier_state_optimizer(state);
     size_t held = rp_optimizer_state_bytes(opt),

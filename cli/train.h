@@ -39,6 +39,8 @@ typedef struct train_opts {
     char regime[8];          /* sync | async */
     bool zero; /* --zero: ZeRO-1, each replica keeps 1/N of the optimizer state (sync; a layout
                   like --replicas: bitwise the same run, so not saved) */
+    char precision[8];   /* --precision f32|bf16: the replicas' compute policy (tensor.h); saved,
+                            and a resumed run may change it */
     int model_parallel;  /* --model-parallel W: workers (pipeline stages) per replica; 1: none */
     int tensor_parallel; /* --tensor-parallel T: workers splitting each stage's blocks; 1: none */
     char pipeline[8];    /* --pipeline gpipe | 1f1b: the schedule over the stages */
@@ -110,6 +112,12 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg);
  * *ck is NULL.
  */
 rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **config);
+
+/*
+ * The run header's precision line, for bf16 only: which ops run in bf16 and on which path
+ * (rp_kernels_bf16_path), with a warning where that path is slower than f32.
+ */
+void train_print_precision(const char *precision);
 
 /* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
 void train_report_error(bool tty);

@@ -71,6 +71,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
     cfg->zero = o->zero;
+    cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->sync_groups = o->sync_groups;
     if (span > 1) {
         /* One role: replicas on the data axis, each of `stages` stages on the pipe axis and
@@ -128,4 +129,17 @@ int train_finish(rp_trainer *t, rp_status status, bool tty)
     }
     if (status != RP_OK) return 1;
     return p.stopped && p.stop_signal ? 128 + p.stop_signal : 0;
+}
+
+void train_print_precision(const char *precision)
+{
+    if (strcmp(precision, "bf16") != 0) return;
+    const char *path = rp_kernels_bf16_path();
+    bool slow = strcmp(path, "amx") != 0 && strcmp(path, "avx512_bf16") != 0;
+    fprintf(stderr,
+            "  precision: bf16 compute for convolutions, linear layers and matmuls on %s%s; f32 "
+            "master weights, norms, losses, gradients and optimizer state\n",
+            path,
+            slow ? " - this CPU has no bf16 units, so bf16 runs correctly but slower than f32"
+                 : "");
 }

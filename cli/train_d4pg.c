@@ -20,6 +20,7 @@ void d4pg_opts_default(d4pg_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->j = rp_d4pg_job_config_default();
+    snprintf(o->precision, sizeof o->precision, "f32");
     o->eval_every = 10000;
     o->checkpoint_every = 20000;
     o->metrics_every = 100;
@@ -69,6 +70,8 @@ static void usage(FILE *f)
         "  --threads N       kernel threads of each learner replica (default: cores / replicas;\n"
         "                    on a machine shared with other work, 1 keeps the learner's pace)\n"
         "  --backend B       auto (default: MPI under mpirun), threads or mpi\n"
+        "  --precision P     f32 (default) or bf16 compute for the learner's and actors'\n"
+        "                    linear layers (docs/precision.md)\n"
         "  --timeout S       seconds a message may wait for a peer\n"
         "  --out DIR         run directory (default runs/d4pg-TASK, made unique)\n"
         "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
@@ -203,6 +206,9 @@ int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume)
         } else if (!strcmp(a, "--backend")) {
             ok = !strcmp(v, "auto") || !strcmp(v, "threads") || !strcmp(v, "mpi");
             snprintf(o->backend, sizeof o->backend, "%s", v);
+        } else if (!strcmp(a, "--precision")) {
+            ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
+            snprintf(o->precision, sizeof o->precision, "%s", ok ? v : "f32");
         } else if (!strcmp(a, "--timeout")) {
             ok = train_parse_float(v, 0.001f, 86400, &x);
             o->comm_timeout = x;
@@ -384,6 +390,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
         o->max_steps = cli.max_steps;
         o->comm_timeout = cli.comm_timeout;
         snprintf(o->backend, sizeof o->backend, "%s", cli.backend);
+        snprintf(o->precision, sizeof o->precision, "%s", cli.precision);
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
         o->out_given = true;
     }
@@ -399,6 +406,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
     tc.runtime.threads_per_replica = per;
     tc.runtime.seed = o->j.seed;
     if (o->comm_timeout > 0) tc.runtime.timeout_s = o->comm_timeout;
+    tc.runtime.precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     rp_d4pg_trainer_config_apply(&o->j, &tc);
     tc.run_dir = o->out_dir;
     tc.run_dir_exact = o->out_given;
@@ -445,6 +453,7 @@ static void print_header(const d4pg_opts *o, const rp_trainer *t, bool resumed)
             j->agent.atoms, (unsigned long long)j->seed, j->learners,
             rp_replicator_threads_per_replica(rep), j->actors, j->envs_per_actor,
             rp_replicator_backend(rep));
+    train_print_precision(o->precision);
     if (resumed)
         fprintf(stderr, "  resumed from %s at learner step %lld\n", o->out_dir,
                 (long long)p.global_step);

@@ -25,6 +25,7 @@ void train_opts_default(train_opts *o, const char *model)
     o->replicas = 0; /* auto: one replica per thread (measured fastest here; docs/benchmarks.md) */
     snprintf(o->backend, sizeof o->backend, "auto");
     snprintf(o->regime, sizeof o->regime, "sync");
+    snprintf(o->precision, sizeof o->precision, "f32");
     o->ps = 1;
     o->staleness = -1;
     o->slow_replica = -1;
@@ -104,6 +105,10 @@ static void usage(FILE *f)
             "  --zero            sync: ZeRO-1, each of N replicas keeps the optimizer state of\n"
             "                    1/N of the parameters (gradients reduce-scattered, values\n"
             "                    all-gathered); the same values bitwise (docs/distributed.md)\n"
+            "  --precision P     f32 (default) or bf16: convolutions and linear layers multiply\n"
+            "                    in bf16 (AMX or AVX512-BF16 where the CPU has them), master\n"
+            "                    weights, norms, losses and optimizer state stay f32; a run\n"
+            "                    resumes in either (docs/precision.md)\n"
             "model parallelism (ResNets; docs/model-parallel.md):\n"
             "  --model-parallel W  each replica spans W workers, one stage of the network\n"
             "                    each (logical devices: the layers cut into W stages of\n"
@@ -133,7 +138,7 @@ static void usage(FILE *f)
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
             "                    --comm-timeout, --regime, --ps, --staleness, --zero,\n"
             "                    --model-parallel, --pipeline, --micro-batches, --slow,\n"
-            "                    --sync-groups,\n"
+            "                    --sync-groups, --precision,\n"
             "                    --faults, --max-steps, --no-checkpoint, --tensorboard,\n"
             "                    --trace and\n"
             "                    --quiet)\n"
@@ -312,6 +317,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--regime")) {
             ok = !strcmp(v, "sync") || !strcmp(v, "async");
             snprintf(o->regime, sizeof o->regime, "%s", v);
+        } else if (!strcmp(a, "--precision")) {
+            ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
+            snprintf(o->precision, sizeof o->precision, "%s", ok ? v : "f32");
         } else if (!strcmp(a, "--sync-groups")) {
             ok = train_parse_long(v, 1, 4096, &n);
             o->sync_groups = (int)n;
@@ -470,7 +478,8 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                                               "--tensorboard",  "--trace",
                                               "--zero",         "--model-parallel",
                                               "--pipeline",     "--micro-batches",
-                                              "--sync-groups",  "--tensor-parallel"};
+                                              "--sync-groups",  "--tensor-parallel",
+                                              "--precision"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -515,6 +524,7 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddNumberToObject(j, "replicas", o->replicas);
     cJSON_AddNumberToObject(j, "threads_per_replica", o->threads_per_replica);
     cJSON_AddStringToObject(j, "regime", o->regime);
+    cJSON_AddStringToObject(j, "precision", o->precision);
     cJSON_AddNumberToObject(j, "ps", o->ps);
     cJSON_AddNumberToObject(j, "sync_groups", o->sync_groups);
     cJSON_AddNumberToObject(j, "staleness", o->staleness);
@@ -617,6 +627,10 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         char regime[8] = "sync";
         if (get_str(j, "regime", regime, sizeof regime) && !strcmp(regime, "async"))
             snprintf(o->regime, sizeof o->regime, "async");
+        /* Runs saved before --precision existed were f32. */
+        char precision[8] = "f32";
+        if (get_str(j, "precision", precision, sizeof precision) && !strcmp(precision, "bf16"))
+            snprintf(o->precision, sizeof o->precision, "bf16");
         if (get_num(j, "ps", &ps) && ps >= 1 && ps <= 256) o->ps = (int)ps;
         /* Runs saved before sync groups existed had none. */
         double groups = 0;

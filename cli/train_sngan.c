@@ -20,6 +20,7 @@ void sngan_opts_default(sngan_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->g = rp_sngan_config_default();
+    snprintf(o->precision, sizeof o->precision, "f32");
     o->g.lr_g = o->g.lr_d = SNGAN_DEFAULT_LR;
     o->g.sample_every = 250;
     o->g.seed = 1;
@@ -68,6 +69,8 @@ static void usage(FILE *f)
         "  --replicas N      data-parallel replicas (default: one per core that divides\n"
         "                    both batches); cross-replica batch norm in the generator\n"
         "  --backend B       auto (default: MPI under mpirun), threads or mpi\n"
+        "  --precision P     f32 (default) or bf16 compute for convolutions and linear\n"
+        "                    layers (docs/precision.md)\n"
         "  --timeout S       seconds a collective may wait for a peer\n"
         "  --out DIR         run directory (default runs/sngan, made unique)\n"
         "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
@@ -86,7 +89,8 @@ static void usage(FILE *f)
         "  --no-checkpoint   write no checkpoint\n"
         "  --quiet           no progress lines\n"
         "  --resume DIR      continue the run in DIR (with it: --iters, --threads, --replicas,\n"
-        "                    --data, --judge, --eval-every, --eval-samples, --tensorboard)\n",
+        "                    --data, --judge, --eval-every, --eval-samples, --tensorboard,\n"
+        "                    --precision)\n",
         d.g.ch_g, d.g.ch_d, d.g.z_dim, (long long)d.iters, d.g.n_dis, d.g.d_batch, d.g.g_batch,
         (double)d.g.lr_g, (double)d.g.lr_d, (double)d.g.beta1, (double)d.g.beta2,
         (unsigned long long)d.g.seed, (long long)d.checkpoint_every, (long long)d.g.sample_every,
@@ -175,6 +179,9 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
         } else if (!strcmp(a, "--backend")) {
             ok = !strcmp(v, "auto") || !strcmp(v, "threads") || !strcmp(v, "mpi");
             snprintf(o->backend, sizeof o->backend, "%s", v);
+        } else if (!strcmp(a, "--precision")) {
+            ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
+            snprintf(o->precision, sizeof o->precision, "%s", ok ? v : "f32");
         } else if (!strcmp(a, "--timeout")) {
             float s = 0;
             ok = train_parse_float(v, 0.001f, 86400, &s);
@@ -384,6 +391,7 @@ static void apply_resume_overrides(sngan_opts *o, const sngan_opts *cli, int arg
     o->replicas_given = cli->replicas_given;
     o->comm_timeout = cli->comm_timeout;
     snprintf(o->backend, sizeof o->backend, "%s", cli->backend);
+    snprintf(o->precision, sizeof o->precision, "%s", cli->precision);
     o->quiet = cli->quiet;
     o->max_steps = cli->max_steps;
     o->no_checkpoint = cli->no_checkpoint;
@@ -401,6 +409,7 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     to.replicas_given = o->replicas_given;
     to.threads = o->threads;
     to.comm_timeout = o->comm_timeout;
+    snprintf(to.precision, sizeof to.precision, "%s", o->precision);
     /* Replicas that divide both global batches (and their micro-batches). */
     int a = o->g.d_batch / o->g.accum, b = o->g.g_batch / o->g.accum;
     while (b) {
@@ -500,6 +509,7 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
         g->accum > 1 ? " in micro-batches" : "", (double)g->lr_g, (double)g->lr_d, (double)g->beta1,
         (double)g->beta2, (unsigned long long)g->seed, o->replicas,
         rp_replicator_threads_per_replica(rep), rp_replicator_backend(rep), rp_kernels_name());
+    train_print_precision(o->precision);
     if (o->judge[0])
         fprintf(stderr, "  judged by %s every %lld iterations on %lld samples\n", o->judge,
                 (long long)o->eval_every, (long long)o->eval_samples);

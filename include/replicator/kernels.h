@@ -40,6 +40,15 @@ void rp_kernels_set_conv_algorithm(rp_conv_algorithm a);
 rp_conv_algorithm rp_kernels_get_conv_algorithm(void);
 
 /*
+ * The path bf16 compute (rp_precision_policy, tensor.h) takes on this CPU
+ * with the table in use: "amx" (AMX tiles), "avx512_bf16" (AVX512-BF16
+ * dot products), "avx512_core (emulated)" (oneDNN emulates bf16 with
+ * AVX-512: correct, slower than f32), or "reference" (no AVX-512, or the
+ * ref table: the plain reference kernels, correct and very slow).
+ */
+const char *rp_kernels_bf16_path(void);
+
+/*
  * Bytes the kernels keep for the calling thread between calls: oneDNN's
  * scratchpad, the staging buffers of Winograd convolutions, and weights held
  * in a primitive's own layout. They grow while new shapes are seen, then stay

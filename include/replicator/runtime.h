@@ -143,6 +143,10 @@ typedef struct rp_config {
     int checksum_every; /* verify every K optimizer steps that the replicas agree; 0: never; default
                            100 */
     size_t arena_bytes; /* initial size of each replica's tape arena; 0: a default */
+    rp_dtype precision; /* RP_F32 (default) or RP_BF16: each replica's tape gets
+                           rp_precision_policy_make(precision) (tensor.h: convolutions, linear
+                           layers and matmuls multiply in bf16; the rest, and every stored
+                           tensor, stay f32); a step may change its tape's policy */
     int nroles;         /* 0 (default): one role "replica" of every worker on the data axis */
     rp_role roles[RP_ROLES_MAX]; /* the job's roles (see rp_role); threads backend: `replicas` is
                                     ignored and every worker is a thread here; MPI: `replicas`
@@ -168,7 +172,8 @@ rp_config rp_config_default(void);
  * Takes the runtime's options out of argv (shifting the rest down and
  * updating *argc): --backend threads|mpi|auto, --regime sync|async, --ps S, --staleness K,
  * --replicas N, --threads-per-replica T, --seed S,
- * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G. Errors:
+ * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G,
+ * --precision f32|bf16. Errors:
  * RP_ERR_INVALID naming the option and value.
  */
 rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);

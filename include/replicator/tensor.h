@@ -197,6 +197,55 @@ rp_tensor *rp_detach(rp_tape *tape, rp_tensor *x);
  */
 void rp_tensor_set_requires_grad(rp_tensor *x, bool on);
 
+/* ---- mixed precision ---------------------------------------------------- */
+
+/*
+ * A tape's precision policy, after PyTorch's autocast but explicit: with
+ * compute RP_BF16, the op classes in `ops` multiply in bf16 - their two
+ * multiplied inputs rounded to bf16 (round to nearest even), the products
+ * exact and summed in f32 - forward, backward-data and backward-weights
+ * alike, on oneDNN's AMX or AVX512-BF16 kernels where the CPU has them.
+ * Everything else stays f32 whatever the policy: batch and layer norm and
+ * their statistics, softmax and log-softmax, losses, reductions, spectral
+ * norm's power iteration, and every tensor's storage (activations,
+ * parameters - the f32 master weights -, gradients, optimizer state).
+ * Each op records the compute type it ran with, so its backward follows it
+ * even when the policy changes in between.
+ *
+ * Override per op or layer by changing the policy around it:
+ *
+ *     rp_precision_policy keep = rp_tape_precision(t);
+ *     rp_tape_set_precision(t, rp_precision_policy_make(RP_F32));  // this layer in f32
+ *     logits = rp_linear(t, h, w, b);
+ *     rp_tape_set_precision(t, keep);
+ *
+ * or narrow the classes (p.ops = RP_AUTOCAST_CONV: convolutions only).
+ * The runtime sets every replica's tape from rp_config.precision.
+ */
+enum {
+    RP_AUTOCAST_CONV = 1u << 0,   /* rp_conv2d */
+    RP_AUTOCAST_LINEAR = 1u << 1, /* rp_linear */
+    RP_AUTOCAST_MATMUL = 1u << 2, /* rp_matmul */
+    RP_AUTOCAST_ALL = RP_AUTOCAST_CONV | RP_AUTOCAST_LINEAR | RP_AUTOCAST_MATMUL,
+    RP_AUTOCAST_DEFAULT = RP_AUTOCAST_ALL,
+};
+
+typedef struct rp_precision_policy {
+    rp_dtype compute; /* RP_F32 (default: everything f32) or RP_BF16 */
+    unsigned ops;     /* RP_AUTOCAST_* classes that run in `compute` */
+} rp_precision_policy;
+
+/* {compute, RP_AUTOCAST_DEFAULT}. */
+rp_precision_policy rp_precision_policy_make(rp_dtype compute);
+/*
+ * Sets the policy of the ops recorded (or run) on t from now on. Errors:
+ * RP_ERR_INVALID for a NULL tape, a compute type other than f32 and bf16,
+ * or unknown bits in ops. Not thread-safe against ops on the same tape.
+ */
+rp_status rp_tape_set_precision(rp_tape *tape, rp_precision_policy p);
+/* The tape's policy (f32 for a NULL tape). */
+rp_precision_policy rp_tape_precision(const rp_tape *tape);
+
 /* ---- custom ops ------------------------------------------------------------ */
 
 /*

@@ -33,6 +33,11 @@ const char *rp_kernels_name(void)
     return rp_kernels_active()->name;
 }
 
+const char *rp_kernels_bf16_path(void)
+{
+    return rp_kernels_active()->bf16_path();
+}
+
 /* -1 until first asked: then RP_CONV_ALGO's value, until a program sets another. */
 static int conv_algorithm = -1;
 

@@ -138,6 +138,14 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
         } else if (!strcmp(a, "--checksum-every")) {
             RP_CHECK(parse_int(a, v, 0, 1L << 30, &x));
             cfg->checksum_every = (int)x;
+        } else if (!strcmp(a, "--precision")) {
+            if (v && !strcmp(v, "f32"))
+                cfg->precision = RP_F32;
+            else if (v && !strcmp(v, "bf16"))
+                cfg->precision = RP_BF16;
+            else
+                return RP_ERROR(RP_ERR_INVALID, "--precision %s: expected f32 or bf16",
+                                v ? v : "(missing)");
         } else {
             argv[out++] = argv[i];
             continue;
@@ -633,6 +641,9 @@ static rp_status check_config(const rp_config *c)
                         c->bucket_bytes);
     if (c->checksum_every < 0)
         return RP_ERROR(RP_ERR_INVALID, "checksum_every = %d: must be >= 0", c->checksum_every);
+    if (c->precision != RP_F32 && c->precision != RP_BF16)
+        return RP_ERROR(RP_ERR_INVALID, "precision = %s (%d): must be f32 or bf16",
+                        rp_dtype_name(c->precision), (int)c->precision);
     if ((unsigned)c->regime > RP_REGIME_ASYNC)
         return RP_ERROR(RP_ERR_INVALID, "regime = %d: not an rp_regime", (int)c->regime);
     if (c->sync_groups < 0 || c->sync_groups > 4096)
@@ -787,6 +798,7 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
             goto cleanup;
         }
         RP_TRY(rp_tape_create(&rep->tape, cfg->arena_bytes));
+        RP_TRY(rp_tape_set_precision(rep->tape, rp_precision_policy_make(cfg->precision)));
         if (r->strategy->replica_init) RP_TRY(r->strategy->replica_init(rep));
     }
     for (int i = 1; i < n; i++) {

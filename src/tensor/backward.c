@@ -85,8 +85,12 @@ static rp_status matmul_bwd(rp_tape *t, rp_node *nd)
     float *da = tape_grad_acc(t, a, &fail), *db = tape_grad_acc(t, b, &fail);
     if (fail) return tape_oom();
     /* da[M,K] += dy[M,N] b^T; db[K,N] += a^T dy */
-    if (da) t->k->gemm(false, true, m, k, n, 1.0f, y->grad, n, b->data, n, 1.0f, da, k);
-    if (db) t->k->gemm(true, false, k, n, m, 1.0f, a->data, k, y->grad, n, 1.0f, db, n);
+    if (da)
+        RP_CHECK(
+            tape_gemm(t, nd->compute, false, true, m, k, n, y->grad, n, b->data, n, 1.0f, da, k));
+    if (db)
+        RP_CHECK(
+            tape_gemm(t, nd->compute, true, false, k, n, m, a->data, k, y->grad, n, 1.0f, db, n));
     return RP_OK;
 }
 
@@ -100,11 +104,11 @@ static rp_status linear_bwd(rp_tape *t, rp_node *nd)
     if (fail) return tape_oom();
     /* dx[N,in] += dy[N,out] w[out,in]; dw[out,in] += dy^T x; db += column sums of dy */
     if (dx)
-        t->k->gemm(false, false, n, in_f, out_f, 1.0f, y->grad, out_f, w->data, in_f, 1.0f, dx,
-                   in_f);
+        RP_CHECK(tape_gemm(t, nd->compute, false, false, n, in_f, out_f, y->grad, out_f, w->data,
+                           in_f, 1.0f, dx, in_f));
     if (dw)
-        t->k->gemm(true, false, out_f, in_f, n, 1.0f, y->grad, out_f, x->data, in_f, 1.0f, dw,
-                   in_f);
+        RP_CHECK(tape_gemm(t, nd->compute, true, false, out_f, in_f, n, y->grad, out_f, x->data,
+                           in_f, 1.0f, dw, in_f));
     if (db) t->k->reduce_rows(db, y->grad, n, out_f, true);
     return RP_OK;
 }

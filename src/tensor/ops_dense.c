@@ -23,9 +23,16 @@ rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
     int m = a->shape[0], k = a->shape[1], n = b->shape[1];
     rp_tensor *y = rp_tape_tensor(t, 2, (int[]){m, n});
     RP_PROPAGATE_NULL(y);
-    t->k->gemm(false, false, m, n, k, 1.0f, a->data, k, b->data, n, 0.0f, y->data, n);
+    rp_dtype compute = tape_compute(t, RP_AUTOCAST_MATMUL);
+    if (tape_gemm(t, compute, false, false, m, n, k, a->data, k, b->data, n, 0.0f, y->data, n) !=
+        RP_OK)
+        return NULL;
     rp_tensor *in[] = {a, b};
-    if (rp_tape_needs_grad(t, in, 2) && !rp_tape_record(t, RP_OP_MATMUL, y, in, 2)) return NULL;
+    if (rp_tape_needs_grad(t, in, 2)) {
+        rp_node *node = rp_tape_record(t, RP_OP_MATMUL, y, in, 2);
+        RP_PROPAGATE_NULL(node);
+        node->compute = compute;
+    }
     return y;
 }
 
@@ -47,11 +54,17 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
     }
     rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, out_f});
     RP_PROPAGATE_NULL(y);
-    t->k->gemm(false, true, n, out_f, in_f, 1.0f, x->data, in_f, w->data, in_f, 0.0f, y->data,
-               out_f);
+    rp_dtype compute = tape_compute(t, RP_AUTOCAST_LINEAR);
+    if (tape_gemm(t, compute, false, true, n, out_f, in_f, x->data, in_f, w->data, in_f, 0.0f,
+                  y->data, out_f) != RP_OK)
+        return NULL;
     if (b) t->k->binary(y->data, y->data, b->data, y->numel, out_f, RP_BIN_ADD);
     rp_tensor *in[] = {x, w, b};
-    if (rp_tape_needs_grad(t, in, 3) && !rp_tape_record(t, RP_OP_LINEAR, y, in, 3)) return NULL;
+    if (rp_tape_needs_grad(t, in, 3)) {
+        rp_node *node = rp_tape_record(t, RP_OP_LINEAR, y, in, 3);
+        RP_PROPAGATE_NULL(node);
+        node->compute = compute;
+    }
     return y;
 }
 

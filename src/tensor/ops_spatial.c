@@ -28,6 +28,7 @@ rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_co
     if (rp_conv_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
                           w->shape[1], w->shape[2], p.stride, p.pad) != RP_OK)
         return NULL;
+    d.compute = tape_compute(t, RP_AUTOCAST_CONV);
     rp_tensor *y = rp_tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.o});
     RP_PROPAGATE_NULL(y);
     if (t->k->conv2d_fwd(y->data, x->data, w->data, b ? b->data : NULL, &d) != RP_OK) return NULL;

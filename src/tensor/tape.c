@@ -43,6 +43,7 @@ rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes)
     }
     t->k = rp_kernels_active();
     t->recording = true;
+    t->precision = rp_precision_policy_make(RP_F32);
     *tape = t;
     return RP_OK;
 }
@@ -424,4 +425,47 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
         node->a.custom.ctx = ctx;
     }
     return y;
+}
+
+/* ---- mixed precision ------------------------------------------------------- */
+
+rp_precision_policy rp_precision_policy_make(rp_dtype compute)
+{
+    rp_precision_policy p = {.compute = compute, .ops = RP_AUTOCAST_DEFAULT};
+    return p;
+}
+
+rp_status rp_tape_set_precision(rp_tape *t, rp_precision_policy p)
+{
+    if (!t) return RP_ERROR(RP_ERR_INVALID, "rp_tape_set_precision: tape is NULL");
+    if (p.compute != RP_F32 && p.compute != RP_BF16)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_tape_set_precision: compute type %s (%d) is neither f32 nor bf16",
+                        rp_dtype_name(p.compute), (int)p.compute);
+    if (p.ops & ~(unsigned)RP_AUTOCAST_ALL)
+        return RP_ERROR(
+            RP_ERR_INVALID,
+            "rp_tape_set_precision: ops 0x%x name classes that do not exist (all: 0x%x)", p.ops,
+            (unsigned)RP_AUTOCAST_ALL);
+    t->precision = p;
+    return RP_OK;
+}
+
+rp_precision_policy rp_tape_precision(const rp_tape *t)
+{
+    return t ? t->precision : rp_precision_policy_make(RP_F32);
+}
+
+rp_dtype tape_compute(const rp_tape *t, unsigned cls)
+{
+    return t->precision.compute == RP_BF16 && (t->precision.ops & cls) ? RP_BF16 : RP_F32;
+}
+
+rp_status tape_gemm(rp_tape *t, rp_dtype compute, bool ta, bool tb, int m, int n, int k,
+                    const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    if (compute == RP_BF16)
+        return t->k->gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    t->k->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    return RP_OK;
 }

@@ -68,6 +68,7 @@ typedef struct rp_node {
     void *saved2;
     size_t saved_bytes; /* nonzero when `saved` is arena memory of this node's own: released after
                            its backward (saved2 is never released: it may be borrowed) */
+    rp_dtype compute; /* MATMUL, LINEAR: the products' type, as the forward ran (CONV2D: a.conv) */
     union {
         rp_conv_desc conv;
         rp_pool_desc pool;
@@ -146,7 +147,16 @@ struct rp_tape {
         size_t bytes;
     } * scratch; /* the running rule's scratch, released when it returns (persistent list) */
     int n_scratch, cap_scratch;
+    rp_precision_policy precision; /* which ops the forward runs in bf16 */
 };
+
+/* The compute type the tape's policy gives an op of class `cls` (RP_AUTOCAST_*). */
+rp_dtype tape_compute(const rp_tape *t, unsigned cls);
+
+/* C = alpha op(A) op(B) + beta C in the compute type (the kernels' gemm or gemm_bf16). */
+rp_status tape_gemm(rp_tape *t, rp_dtype compute, bool ta, bool tb, int m, int n, int k,
+                    const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                    int ldc);
 
 /* A fresh tensor on the tape (struct and data from the arena); NULL on OOM. */
 rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape);
