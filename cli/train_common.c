@@ -71,6 +71,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
     cfg->zero = o->zero;
+    cfg->grad_dtype = o->grad_dtype;
     cfg->sync_groups = o->sync_groups;
     if (span > 1) {
         /* One role: replicas on the data axis, each of `stages` stages on the pipe axis and
