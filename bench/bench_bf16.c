@@ -50,10 +50,10 @@ typedef struct probe {
     const char *name;
     double flop;
     rp_status (*run)(const struct probe *p, rp_dtype compute);
-    int m, n, k;       /* gemm */
-    rp_conv_desc d;    /* conv */
-    int pass;          /* conv: 0 fwd, 1 bwd data, 2 bwd weights */
-    float *a, *b, *c;  /* buffers */
+    int m, n, k;      /* gemm */
+    rp_conv_desc d;   /* conv */
+    int pass;         /* conv: 0 fwd, 1 bwd data, 2 bwd weights */
+    float *a, *b, *c; /* buffers */
 } probe;
 
 static rp_status run_gemm(const probe *p, rp_dtype compute)
@@ -108,10 +108,14 @@ int main(int argc, char **argv)
                                          {"rounds", required_argument, 0, 'r'},
                                          {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
-        if (c == 't') threads = atoi(optarg);
-        else if (c == 'g') ghz = atof(optarg);
-        else if (c == 'r') g_rounds = atoi(optarg);
-        else return 2;
+        if (c == 't')
+            threads = atoi(optarg);
+        else if (c == 'g')
+            ghz = atof(optarg);
+        else if (c == 'r')
+            g_rounds = atoi(optarg);
+        else
+            return 2;
     }
     if (g_rounds < 1 || g_rounds > 101) g_rounds = 7;
     rp_kernels_set_threads(threads);

@@ -72,12 +72,14 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
                  p->groups, p->in_sync, o->ps, o->ps > 1 ? "s" : "");
     else if (p->replicas > 1)
         snprintf(sync, sizeof sync, ", sync");
-    fprintf(f,
-            "plan: %s on %s (%dx%dx%d, %d classes), batch %d on %d replica%s (%d each)%s%s%s%s%s\n",
-            o->model, ds->name, ds->h, ds->w, ds->c, ds->num_classes, o->batch, p->replicas,
-            p->replicas > 1 ? "s" : "", p->batch, stages, split, sync,
-            p->in_sync > 1 ? ", cross-replica batch norm" : "",
-            o->zero && p->replicas > 1 ? ", ZeRO-1" : "");
+    fprintf(
+        f,
+        "plan: %s on %s (%dx%dx%d, %d classes), batch %d on %d replica%s (%d each)%s%s%s%s%s%s\n",
+        o->model, ds->name, ds->h, ds->w, ds->c, ds->num_classes, o->batch, p->replicas,
+        p->replicas > 1 ? "s" : "", p->batch, stages, split, sync,
+        p->in_sync > 1 ? ", cross-replica batch norm" : "",
+        o->zero && p->replicas > 1 ? ", ZeRO-1" : "",
+        o->grad_dtype == RP_BF16 && p->in_sync > 1 ? ", gradients in bf16 on the wire" : "");
     /* One column per group of workers that hold and send the same. */
     enum { MAX_GROUPS = 8 };
     int first[MAX_GROUPS], last[MAX_GROUPS], count[MAX_GROUPS], ng = 0;
@@ -221,6 +223,7 @@ static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "batch_per_worker", p->batch);
     cJSON_AddBoolToObject(j, "zero", o->zero && p->replicas > 1);
+    cJSON_AddStringToObject(j, "grad_dtype", rp_dtype_name(o->grad_dtype));
     cJSON *fits = cJSON_AddArrayToObject(j, "activations_fit");
     for (int s = 0; fits && s < p->stages; s++) {
         const rp_classifier_plan_stage *st = &p->stage[s];

@@ -206,7 +206,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     rp_replicator *rep = rp_trainer_replicator(t);
     rp_trainer_progress p = rp_trainer_get_progress(t);
     const void *state = rp_trainer_state(t);
-    char layout[256], regime[128] = "";
+    char layout[320], regime[176] = "";
     int tpr = rp_replicator_threads_per_replica(rep), local = rp_replicator_local_replicas(rep);
     const char *backend = rp_replicator_backend(rep);
     bool async = !strcmp(o->regime, "async"), groups = o->sync_groups > 1;
@@ -228,13 +228,17 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     } else if (groups) {
         snprintf(regime, sizeof regime,
                  "batch norm within a group; groups async: %d parameter-server %s%s, "
-                 "staleness %s",
+                 "staleness %s%s",
                  o->ps, strcmp(backend, "threads") != 0 ? "rank" : "shard", o->ps > 1 ? "s" : "",
-                 bound);
+                 bound, o->grad_dtype == RP_BF16 ? "; grad all-reduce in bf16" : "");
     } else {
-        snprintf(regime, sizeof regime, "%s%s",
+        /* The gradients' type on the wire, where there is a wire (sync with replicas). */
+        const char *wire = o->grad_dtype != RP_BF16 || o->replicas < 2 ? ""
+                           : o->zero ? ", grad reduce-scatter in bf16"
+                                     : ", grad all-reduce in bf16";
+        snprintf(regime, sizeof regime, "%s%s%s",
                  o->replicas > 1 ? "cross-replica batch norm" : "one replica",
-                 o->zero ? ", ZeRO-1" : "");
+                 o->zero ? ", ZeRO-1" : "", wire);
     }
     if (o->model_parallel > 1 || tp > 1) {
         /* The mesh: replicas on the data axis, each a pipeline of stages on the pipe axis, each

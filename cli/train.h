@@ -41,6 +41,8 @@ typedef struct train_opts {
                   like --replicas: bitwise the same run, so not saved) */
     char precision[8];   /* --precision f32|bf16: the replicas' compute policy (tensor.h); saved,
                             and a resumed run may change it */
+    rp_dtype grad_dtype; /* --grad-dtype f32 | bf16: the gradients on the wire (sync; saved, may
+                            change on resume) */
     int model_parallel;  /* --model-parallel W: workers (pipeline stages) per replica; 1: none */
     int tensor_parallel; /* --tensor-parallel T: workers splitting each stage's blocks; 1: none */
     char pipeline[8];    /* --pipeline gpipe | 1f1b: the schedule over the stages */

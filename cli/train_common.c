@@ -72,6 +72,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->staleness = o->staleness;
     cfg->zero = o->zero;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
+    cfg->grad_dtype = o->grad_dtype;
     cfg->sync_groups = o->sync_groups;
     if (span > 1) {
         /* One role: replicas on the data axis, each of `stages` stages on the pipe axis and

@@ -109,6 +109,9 @@ static void usage(FILE *f)
             "                    in bf16 (AMX or AVX512-BF16 where the CPU has them), master\n"
             "                    weights, norms, losses and optimizer state stay f32; a run\n"
             "                    resumes in either (docs/precision.md)\n"
+            "  --grad-dtype T    sync: the gradients' type on the wire, f32 (default) or bf16:\n"
+            "                    half the bytes, reduced with f32 accumulation and rounded\n"
+            "                    once; the replicas stay bitwise identical (docs/distributed.md)\n"
             "model parallelism (ResNets; docs/model-parallel.md):\n"
             "  --model-parallel W  each replica spans W workers, one stage of the network\n"
             "                    each (logical devices: the layers cut into W stages of\n"
@@ -137,6 +140,7 @@ static void usage(FILE *f)
             "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
             "                    --threads, --replicas, --threads-per-replica, --backend,\n"
             "                    --comm-timeout, --regime, --ps, --staleness, --zero,\n"
+            "                    --grad-dtype,\n"
             "                    --model-parallel, --pipeline, --micro-batches, --slow,\n"
             "                    --sync-groups, --precision,\n"
             "                    --faults, --max-steps, --no-checkpoint, --tensorboard,\n"
@@ -320,6 +324,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--precision")) {
             ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
             snprintf(o->precision, sizeof o->precision, "%s", ok ? v : "f32");
+        } else if (!strcmp(a, "--grad-dtype")) {
+            ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
+            o->grad_dtype = !strcmp(v, "bf16") ? RP_BF16 : RP_F32;
         } else if (!strcmp(a, "--sync-groups")) {
             ok = train_parse_long(v, 1, 4096, &n);
             o->sync_groups = (int)n;
@@ -424,6 +431,12 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                 o->batch, share, groups ? " (a sync group)" : "", share);
         return 2;
     }
+    if (async && o->grad_dtype == RP_BF16) {
+        fprintf(stderr, "replicator train: --grad-dtype bf16 is for synchronous replicas (their "
+                        "gradient all-reduce); parameter servers take f32 gradients; it does not "
+                        "combine with --regime async\n");
+        return 2;
+    }
     if (async && o->zero) {
         fprintf(stderr, "replicator train: --zero shards the optimizer state of synchronous "
                         "replicas; it does not combine with --regime async\n");
@@ -479,7 +492,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                                               "--zero",         "--model-parallel",
                                               "--pipeline",     "--micro-batches",
                                               "--sync-groups",  "--tensor-parallel",
-                                              "--precision"};
+                                              "--precision",    "--grad-dtype"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -527,6 +540,7 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddStringToObject(j, "precision", o->precision);
     cJSON_AddNumberToObject(j, "ps", o->ps);
     cJSON_AddNumberToObject(j, "sync_groups", o->sync_groups);
+    cJSON_AddStringToObject(j, "grad_dtype", rp_dtype_name(o->grad_dtype));
     cJSON_AddNumberToObject(j, "staleness", o->staleness);
     cJSON_AddNumberToObject(j, "model_parallel", o->model_parallel);
     cJSON_AddNumberToObject(j, "tensor_parallel", o->tensor_parallel);
@@ -632,6 +646,10 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         if (get_str(j, "precision", precision, sizeof precision) && !strcmp(precision, "bf16"))
             snprintf(o->precision, sizeof o->precision, "bf16");
         if (get_num(j, "ps", &ps) && ps >= 1 && ps <= 256) o->ps = (int)ps;
+        /* Runs saved before --grad-dtype sent f32. */
+        char grad[8] = "f32";
+        if (get_str(j, "grad_dtype", grad, sizeof grad) && !strcmp(grad, "bf16"))
+            o->grad_dtype = RP_BF16;
         /* Runs saved before sync groups existed had none. */
         double groups = 0;
         if (get_num(j, "sync_groups", &groups) && groups >= 0 && groups <= 4096)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `replicator plan` and `replicator train --plan-check` (issue 15's planner), ResNet-20 at batch 32
 # on a small subset of Fashion-MNIST:
-#  1. --plan-check on 1 replica, 2 replicas and 2 replicas with --zero: every worker's parameters,
+#  1. --plan-check on 1 replica, 2 replicas and 2 replicas with --zero (and both with
+#     --grad-dtype bf16: the gradients' bytes exactly half): every worker's parameters,
 #     gradients, optimizer state and arena live peak within 10% of the plan (read from the table
 #     and checked here, not only by the command's own verdict), and the step's traffic exactly the
 #     plan's on each of 3 steps (the lines the communicators' counters confirmed are named);
@@ -13,7 +14,8 @@
 #     and its traffic on both axes - the stage's gradient shards and batch norm sums on the data
 #     axis, the activations, gradients, labels and loss on the pipe axis - exact in every step;
 #     and micro-batches on one worker: batch norm's sums per micro-batch;
-#  4. tensor parallelism (--tensor-parallel 2 on 1 and on 2 replicas): every worker's shard's
+#  4. tensor parallelism (--tensor-parallel 2 on 1 and on 2 replicas, and 2 with bf16 gradients
+#     on the data axis: half the bytes): every worker's shard's
 #     parameters, gradients and optimizer state exactly the plan's, its arena within 10%, and the
 #     model axis's all-reduces exactly what the blocks send - derived here from ResNet-20's shapes,
 #     one all-reduce each way per block - as are batch norm's sums over the split channels;
@@ -56,6 +58,7 @@ import re, sys
 name, out, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 replicas = int(args[args.index("--replicas") + 1])
 zero = "--zero" in args
+g = 2 if "bf16" in args else 4                    # --grad-dtype bf16: 2 bytes a gradient value
 rows = re.findall(r"^    (parameters and buffers|gradients|optimizer state|activations \(arena "
                   r"live peak\)) +(\d+) +(\d+) +([-+][\d.]+)%", out, re.M)
 assert len(rows) == 4 * replicas, ("rows", len(rows))
@@ -67,16 +70,16 @@ for what, pred, meas, diff in rows:
 exact = re.findall(r"^    data (\S+) +(\S+) +(\d+) calls +(\d+) B per step: exact in 3 steps",
                    out, re.M)
 assert "differs" not in out and "over 10%" not in out
-P = 272186 * 4
+P = 272186 * g
 if replicas == 1:
     assert exact == [], exact                     # one replica sends nothing
 elif not zero:
     # per worker: 2 gradient buckets of 1 MiB+ (all of P), 21 batch norms x 2 (forward, backward)
     assert exact == [("all_reduce", "user", "42", "25424"), ("all_reduce", "runtime", "2", str(P))] * 2, exact
 else:
-    S = (272186 + 1) // 2 * 4
-    assert ("reduce_scatter", "runtime", "2", str(S)) in exact, exact
-    assert ("all_gather", "runtime", "3", str(S + 24)) in exact, exact
+    S = (272186 + 1) // 2
+    assert ("reduce_scatter", "runtime", "2", str(S * g)) in exact, exact
+    assert ("all_gather", "runtime", "3", str(S * 4 + 24)) in exact, exact
     assert len(exact) == 3 * 2, exact
 PY
     echo "ok: $name: memory within 10% of the plan, traffic exact over 3 steps"
@@ -84,6 +87,8 @@ PY
 check one --replicas 1
 check sync2 --replicas 2
 check zero2 --replicas 2 --zero
+check sync2-bf16 --replicas 2 --grad-dtype bf16
+check zero2-bf16 --replicas 2 --zero --grad-dtype bf16
 
 # 2. The JSON plan on 3 ZeRO-1 replicas (33 = 3 x 11).
 out=$("$bin" plan "${common[@]}" --batch 33 --replicas 3 --zero --json) || fail "plan --json: $out"
@@ -187,14 +192,16 @@ else:
     # on its width / T channels; the shard's gradients in one bucket
     C = 16 + 3 * (16 // T + 16) + 3 * (32 // T + 32) + 3 * (64 // T + 64) + 32 + 64
     want = [("all_reduce", "user", "42", str(2 * 8 * (2 * C + 21)))]
+    half = 2 if "bf16" in args else 1             # --grad-dtype bf16: half the gradient bytes
     for g in grads:
-        assert ("all_reduce", "runtime", "1", str(g)) in data, (g, data)
+        assert ("all_reduce", "runtime", "1", str(g // half)) in data, (g, data)
     assert [d for d in data if d[1] == "user"] == want * (R * T), data
 PY
     echo "ok: $name: each shard's memory counted, the model axis's all-reduces exact over 3 steps"
 }
 tp_check tp1x2 --replicas 1 --tensor-parallel 2
 tp_check tp2x2 --replicas 2 --tensor-parallel 2
+tp_check tp2x2-bf16 --replicas 2 --tensor-parallel 2 --grad-dtype bf16
 
 # The JSON plan of 2 x 2: the shards, in the runtime's order, and the model axis's fit.
 out=$("$bin" plan "${common[@]}" --replicas 2 --tensor-parallel 2 --json) || fail "tp --json: $out"

@@ -2,8 +2,9 @@
  * test_comm.c - the threads-backend communicator (replicator/comm.h).
  *
  * Every collective against a plain reference computed here (N = 1..8 members,
- * every dtype and reduction, in place and out of place, counts from 0 to
- * 64 MiB, broadcast from every root), the barrier, split, the call checks
+ * every dtype and reduction (bf16 sums against an f32 sum in rank order,
+ * rounded once, and hand-computed cases where any other rule differs), in place and out of place,
+ * counts from 0 to 64 MiB, broadcast from every root), the barrier, split, the call checks
  * (mismatch, timeout, a member leaving), the sequence counter and
  * determinism.
  *
@@ -26,6 +27,7 @@
 
 #include "testutil.h"
 #include "replicator/comm.h"
+#include "replicator/core.h"
 
 #define MAX_MEMBERS     8
 #define GUARD_BYTES     64    /* checked after every output buffer */
@@ -198,12 +200,12 @@ static const char *kind_name(coll_kind k)
 /* Own tables, so that a wrong rp_dtype_size() cannot hide behind the test's sizing. */
 static size_t dt_size(rp_dtype dt)
 {
-    return dt == RP_F32 || dt == RP_I32 ? 4 : 8;
+    return dt == RP_BF16 ? 2 : dt == RP_F32 || dt == RP_I32 ? 4 : 8;
 }
 
 static const char *dt_name(rp_dtype dt)
 {
-    static const char *names[] = {"f32", "f64", "i32", "i64"};
+    static const char *names[] = {"f32", "f64", "i32", "i64", "u8", "bf16"};
     return names[dt];
 }
 
@@ -287,9 +289,17 @@ static void gen(void *dst, rp_dtype dt, int rank, int64_t first, int64_t n, bool
         }
         break;
     }
+    case RP_BF16: {
+        /* As f32's, cut to bf16's 7 mantissa bits: over 2^16 the f32 sum of a few rounds too. */
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t h = mix64(salt ^ ((uint64_t)(first + i) * 0x9e3779b97f4a7c15ull));
+            d[i] = (uint16_t)((h >> 63) << 15 | (120 + (h >> 32) % 16) << 7 | (h & 0x7f));
+        }
+        break;
+    }
     case RP_U8:
-    case RP_BF16:
-        break; /* the collectives' sweep covers the four numeric types */
+        break; /* the collectives' sweep covers the numeric types */
     }
 }
 
@@ -323,6 +333,30 @@ DEFINE_REDUCE_REF(reduce_ref_f64, double, double)
 DEFINE_REDUCE_REF(reduce_ref_i32, int32_t, uint32_t)
 DEFINE_REDUCE_REF(reduce_ref_i64, int64_t, uint64_t)
 
+/*
+ * bf16: the values widened to f32 and reduced as f32 in rank order (a mean: the f32 sum divided
+ * by n), the result rounded to bf16 once. Max, min and first are exact in either type.
+ */
+static void reduce_ref_bf16(void *out_, const char *const *in, int n, int64_t count,
+                            rp_reduce_op op)
+{
+    rp_bf16 *out = out_;
+    for (int64_t i = 0; i < count; i++) {
+        float acc = rp_bf16_to_f32(((const rp_bf16 *)in[0])[i]);
+        for (int r = 1; r < n; r++) {
+            float x = rp_bf16_to_f32(((const rp_bf16 *)in[r])[i]);
+            if (op == RP_SUM || op == RP_MEAN)
+                acc = acc + x;
+            else if (op == RP_MAX)
+                acc = x > acc ? x : acc;
+            else if (op == RP_MIN)
+                acc = x < acc ? x : acc;
+        }
+        if (op == RP_MEAN) acc = acc / (float)n;
+        out[i] = rp_bf16_from_f32(acc);
+    }
+}
+
 static void reduce_ref(void *out, const char *const *in, int n, int64_t count, rp_dtype dt,
                        rp_reduce_op op)
 {
@@ -339,8 +373,10 @@ static void reduce_ref(void *out, const char *const *in, int n, int64_t count, r
     case RP_I64:
         reduce_ref_i64(out, in, n, count, op);
         break;
-    case RP_U8:
     case RP_BF16:
+        reduce_ref_bf16(out, in, n, count, op);
+        break;
+    case RP_U8:
         break; /* not reduced */
     }
 }
@@ -668,7 +704,8 @@ static void run_case(coll_kind kind, int n, int64_t count, rp_dtype dt, rp_reduc
     }
 }
 
-static const rp_dtype DTYPES[] = {RP_F32, RP_F64, RP_I32, RP_I64};
+static const rp_dtype DTYPES[] = {RP_F32, RP_F64, RP_I32, RP_I64, RP_BF16};
+#define NDTYPES (int)(sizeof DTYPES / sizeof DTYPES[0])
 static const rp_reduce_op OPS[] = {RP_SUM, RP_MEAN, RP_MAX, RP_MIN, RP_FIRST};
 
 /* 0, 1, odd, not a multiple of n (7n+3), a prime. */
@@ -688,7 +725,7 @@ static void sweep_reductions(coll_kind kind)
         int64_t counts[5];
         int nc = small_counts(n, counts);
         for (int c = 0; c < nc; c++)
-            for (int d = 0; d < 4; d++)
+            for (int d = 0; d < NDTYPES; d++)
                 for (int o = 0; o < 5; o++)
                     for (int ip = 0; ip < 2; ip++)
                         run_case(kind, n, counts[c], DTYPES[d], OPS[o], 0, ip);
@@ -736,7 +773,7 @@ static void test_all_gather_every_dtype_count(void **state)
         int64_t counts[5];
         int nc = small_counts(n, counts);
         for (int c = 0; c < nc; c++)
-            for (int d = 0; d < 4; d++)
+            for (int d = 0; d < NDTYPES; d++)
                 for (int ip = 0; ip < 2; ip++)
                     run_case(ALL_GATHER, n, counts[c], DTYPES[d], RP_SUM, 0, ip);
     }
@@ -759,7 +796,7 @@ static void test_broadcast_every_root_dtype_count(void **state)
         int64_t counts[5];
         int nc = small_counts(n, counts);
         for (int c = 0; c < nc; c++)
-            for (int d = 0; d < 4; d++)
+            for (int d = 0; d < NDTYPES; d++)
                 for (int root = 0; root < n; root++)
                     run_case(BROADCAST, n, counts[c], DTYPES[d], RP_SUM, root, true);
     }
@@ -995,6 +1032,65 @@ static void test_split_groups_by_color_and_key(void **state)
     team_destroy(&t);
 }
 
+/*
+ * bf16 sums by hand, three members: each case's expected bits follow only from "widen to f32,
+ * add in rank order in f32, divide a mean by n in f32, round to bf16 once" (round to nearest,
+ * ties to even); each other rule gives other bits.
+ *  - 1 + 3*2^-10 + 3*2^-10 = 1 + 0.75 ulp of bf16 at 1: rounds up to 1 + 2^-7 (0x3f81). Summed in
+ *    bf16 (rounding after each member) each addend is lost: 1 (0x3f80).
+ *  - 1 + 2^-8 + 2^-33: in f32 the 2^-33 is lost (under half an f32 ulp), leaving 1 + 2^-8, a tie,
+ *    which rounds to even: 1 (0x3f80). The exact sum, rounded once, is 0x3f81.
+ *  - 1 + -1 + 2^-30 in rank order is 2^-30 (0x3080); any order adding 2^-30 to +-1 first gives 0.
+ *  - the mean of 1, 1.5 and 2^-7: (2.5078125 / 3) rounds to 0x3f56; rounding the sum to bf16
+ *    first (2.5) gives 0x3f55.
+ */
+static const rp_bf16 BF16_IN[3][4] = {{0x3f80, 0x3f80, 0x3f80, 0x3f80},
+                                      {0x3b40, 0x3b80, 0xbf80, 0x3fc0},
+                                      {0x3b40, 0x2f00, 0x3080, 0x3c00}};
+static const rp_bf16 BF16_SUM[3] = {0x3f81, 0x3f80, 0x3080}, BF16_MEAN = 0x3f56;
+
+typedef struct {
+    rp_bf16 sum[3][3], mean[3], scattered[3]; /* by member */
+} bf16_cases;
+
+static void member_bf16_cases(member *m, void *ctx)
+{
+    bf16_cases *c = ctx;
+    int r = m->rank;
+    rp_bf16 in[4];
+    memcpy(in, BF16_IN[r], sizeof in);
+    double t0 = rp_now_s();
+    outcome_set(&m->out[0], rp_comm_all_reduce(m->comm, in, c->sum[r], 3, RP_BF16, RP_SUM), t0);
+    outcome_set(&m->out[1], rp_comm_all_reduce(m->comm, in + 3, &c->mean[r], 1, RP_BF16, RP_MEAN),
+                t0);
+    /* In place: block r of the three sums lands at in[r]. */
+    outcome_set(&m->out[2], rp_comm_reduce_scatter(m->comm, in, in + r, 1, RP_BF16, RP_SUM), t0);
+    c->scattered[r] = in[r];
+}
+
+static void test_bf16_sums_in_f32_rounded_once(void **state)
+{
+    (void)state;
+    /* The inputs are the values the comment says. */
+    assert_true(rp_bf16_to_f32(BF16_IN[1][0]) == 0x3p-10f &&
+                rp_bf16_to_f32(BF16_IN[2][1]) == 0x1p-33f);
+    assert_true(rp_bf16_to_f32(BF16_IN[2][2]) == 0x1p-30f && rp_bf16_to_f32(BF16_IN[1][3]) == 1.5f);
+    static bf16_cases c;
+    memset(&c, 0, sizeof c);
+    team t;
+    team_create(&t, 3, IDS, SWEEP_TIMEOUT_S);
+    team_run(&t, member_bf16_cases, &c);
+    for (int r = 0; r < 3; r++) {
+        for (int k = 0; k < 3; k++)
+            expect_status(&t, r, k, RP_OK);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(c.sum[r][i], BF16_SUM[i]);
+        assert_int_equal(c.mean[r], BF16_MEAN);
+        assert_int_equal(c.scattered[r], BF16_SUM[r]);
+    }
+    team_destroy(&t);
+}
+
 /* ---- call checks: mismatch, timeout, leave ------------------------------ */
 
 typedef struct {
@@ -1136,6 +1232,21 @@ static void test_mismatch_dtype(void **state)
     sc.spec[0].dtype = RP_F64;
     const char *needles[] = {"f32", "f64", "9000", NULL};
     expect_mismatch(3, &sc, needles);
+}
+
+/* One member all-reduces f32 gradients where the others send bf16: both dtypes are named. */
+static void test_mismatch_dtype_bf16(void **state)
+{
+    (void)state;
+    script sc = {.then_barrier = true};
+    for (int r = 0; r < 4; r++) {
+        sc.spec[r] = f32_sum(100);
+        sc.spec[r].dtype = RP_BF16;
+        sc.spec[r].op = RP_MEAN;
+    }
+    sc.spec[3].dtype = RP_F32;
+    const char *needles[] = {"bf16", "f32", "9111", NULL};
+    expect_mismatch(4, &sc, needles);
 }
 
 static void test_mismatch_op(void **state)
@@ -1514,6 +1625,7 @@ int main(void)
         cmocka_unit_test(test_all_gather_64mib),
         cmocka_unit_test(test_broadcast_64mib),
         cmocka_unit_test(test_all_reduce_deterministic),
+        cmocka_unit_test(test_bf16_sums_in_f32_rounded_once),
         cmocka_unit_test(test_barrier_waits_for_everyone),
         cmocka_unit_test(test_sequence_counts_collectives),
         cmocka_unit_test(test_split_groups_by_color_and_key),
@@ -1521,6 +1633,7 @@ int main(void)
         cmocka_unit_test(test_mismatch_count_small_against_large),
         cmocka_unit_test(test_mismatch_kind),
         cmocka_unit_test(test_mismatch_dtype),
+        cmocka_unit_test(test_mismatch_dtype_bf16),
         cmocka_unit_test(test_mismatch_op),
         cmocka_unit_test(test_mismatch_root),
         cmocka_unit_test(test_timeout_names_missing_replica),

@@ -6,6 +6,8 @@
  * counters (rp_comm_stats), equals rp_plan_runtime's prediction exactly, and
  * each replica's optimizer state equals the predicted bytes. A plan made for
  * another bucket size differs from the counters (the comparison can fail).
+ * With gradients in bf16 on the wire (cfg.grad_dtype) the same holds, and the
+ * gradient lines carry exactly half the f32 plan's bytes in as many calls.
  * Pipeline stages: ResNet-20 cut into 2 and 3 stages (rp_resnet_partition),
  * run by rp_pipeline_run on thread members with 1, 2 and 4 micro-batches of
  * 2 images: each stage's messages, read from the counters, are exactly
@@ -143,12 +145,13 @@ static bool same_step(const rp_comm_stats *a, const rp_comm_stats *b)
            memcmp(a->by[RP_COMM_RUNTIME], b->by[RP_COMM_RUNTIME], sizeof a->by[0]) == 0;
 }
 
-static void check_layout(int n, bool zero, size_t bucket_bytes)
+static void check_layout_dtype(int n, bool zero, size_t bucket_bytes, rp_dtype grad_dtype)
 {
     job j;
     memset(&j, 0, sizeof j);
     j.oc = rp_optim_config_default(); /* momentum: one slot */
     rp_config cfg = layout(n, zero, bucket_bytes);
+    cfg.grad_dtype = grad_dtype;
     rp_replicator *r;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
     assert_int_equal(rp_replicator_run(r, build_fn, &j), RP_OK);
@@ -183,13 +186,36 @@ static void check_layout(int n, bool zero, size_t bucket_bytes)
         if (n > 1) assert_true(j.step[id].by[RP_COMM_HOUSEKEEPING][RP_FLIGHT_ALL_GATHER].calls > 0);
         /* A plan for buckets 16x larger sends the same bytes in fewer calls: caught. */
         rp_config other = layout(n, zero, bucket_bytes * 16);
+        other.grad_dtype = grad_dtype;
         rp_plan_worker v;
         memset(&v, 0, sizeof v);
         assert_int_equal(rp_plan_runtime(&other, n, id, p, &j.oc, &v), RP_OK);
         rp_plan_traffic_stats(&v, RP_AXIS_DATA, &want);
         if (n > 1 && bucket_bytes < 4096) assert_false(same_step(&want, &j.step[id]));
+        if (grad_dtype != RP_BF16 || n < 2) continue;
+        /* bf16: the gradients' calls are the f32 plan's, with half its bytes; the rest the same. */
+        rp_config f32 = cfg;
+        f32.grad_dtype = RP_F32;
+        rp_comm_stats full, half;
+        memset(&v, 0, sizeof v);
+        assert_int_equal(rp_plan_runtime(&f32, n, id, p, &j.oc, &v), RP_OK);
+        rp_plan_traffic_stats(&v, RP_AXIS_DATA, &full);
+        rp_plan_traffic_stats(&w, RP_AXIS_DATA, &half);
+        int grads = zero ? RP_FLIGHT_REDUCE_SCATTER : RP_FLIGHT_ALL_REDUCE;
+        const rp_comm_tally *a = &full.by[RP_COMM_RUNTIME][grads],
+                            *b = &half.by[RP_COMM_RUNTIME][grads];
+        assert_true(a->calls > 0 && a->calls == b->calls);
+        assert_int_equal(b->bytes * 2, a->bytes);
+        full.by[RP_COMM_RUNTIME][grads] = half.by[RP_COMM_RUNTIME][grads];
+        assert_true(same_step(&full, &half));
+        assert_true(w.strategy > v.strategy); /* the bf16 copy of a bucket */
     }
     rp_params_destroy(p);
+}
+
+static void check_layout(int n, bool zero, size_t bucket_bytes)
+{
+    check_layout_dtype(n, zero, bucket_bytes, RP_F32);
 }
 
 static void test_one_replica(void **state)
@@ -215,6 +241,18 @@ static void test_zero(void **state)
     for (int n = 2; n <= 3; n++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
             check_layout(n, true, sizes[i]);
+}
+
+/* Gradients in bf16 on the wire: sync and ZeRO-1, one bucket and many. */
+static void test_bf16_gradients(void **state)
+{
+    (void)state;
+    size_t sizes[] = {64, 2048, 1 << 20};
+    for (int n = 2; n <= 3; n++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            check_layout_dtype(n, false, sizes[i], RP_BF16);
+            check_layout_dtype(n, true, sizes[i], RP_BF16);
+        }
 }
 
 /* ---- pipeline stages ---------------------------------------------------------------------- */
@@ -483,9 +521,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_replica), cmocka_unit_test(test_sync),
-        cmocka_unit_test(test_zero),        cmocka_unit_test(test_pipeline),
-        cmocka_unit_test(test_groups),      cmocka_unit_test(test_lines),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_zero),        cmocka_unit_test(test_bf16_gradients),
+        cmocka_unit_test(test_pipeline),    cmocka_unit_test(test_groups),
+        cmocka_unit_test(test_lines),       cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

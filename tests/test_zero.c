@@ -8,6 +8,10 @@
  *    decay), Adam and AdamW, a varying learning rate, one bucket or many;
  *    with gradient accumulation within 1e-6 (the sync strategy reduces its
  *    already-reduced first micro-batch again, ZeRO-1 the local sums);
+ *  - with gradients in bf16 on the wire (cfg.grad_dtype) ZeRO-1's reduce-
+ *    scatter gives bitwise the values of the sync strategy's bf16 all-reduce
+ *    (both round each local gradient, add in f32 in rank order and round
+ *    once), and differs from the f32 run;
  *  - 53 trainable values on 3 and 4 replicas (padded shards, not refused);
  *  - each replica holds about 1/N of the optimizer state, counted;
  *  - a run saved on 4 replicas (logical tensors, the same as sync's) resumes
@@ -44,6 +48,7 @@ typedef struct job {
     rp_optim_config oc;
     int steps;                   /* steps in this run */
     int64_t step0;               /* global step of the first */
+    rp_dtype grad_dtype;         /* the gradients on the wire (f32 by default) */
     int accum;                   /* backward passes per step (1: none) */
     float clip;                  /* > 0: a `before` hook clips to this global norm */
     int nan_replica;             /* >= 0: that replica's input holds a NaN at step nan_step */
@@ -161,6 +166,7 @@ static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
     cfg.timeout_s = 30;
     cfg.checksum_every = 1;
     cfg.zero = zero;
+    cfg.grad_dtype = j->grad_dtype;
     if (bucket_bytes) cfg.bucket_bytes = bucket_bytes;
     if (j->accum < 1) j->accum = 1;
     rp_replicator *r;
@@ -340,6 +346,25 @@ static void test_equal_accumulation(void **state)
     check_equal(RP_OPTIM_ADAM, 4, 0, 3);
 }
 
+static void test_equal_bf16(void **state)
+{
+    for (int n = 2; n <= 4; n++)
+        for (int k = 0; k < 2; k++) {
+            size_t bucket = k ? 16 : 0;
+            job a = make_job(RP_OPTIM_SGD, 5), b = make_job(RP_OPTIM_SGD, 5),
+                f = make_job(RP_OPTIM_SGD, 5);
+            a.grad_dtype = b.grad_dtype = RP_BF16;
+            assert_int_equal(run_job(&a, n, false, bucket), RP_OK);
+            assert_int_equal(run_job(&b, n, true, bucket), RP_OK);
+            assert_int_equal(run_job(&f, n, true, bucket), RP_OK);
+            char what[64];
+            snprintf(what, sizeof what, "bf16 gradients, %d replicas, bucket %zu", n, bucket);
+            assert_bitwise(b.out, a.out, what);
+            assert_true(memcmp(b.out, f.out, sizeof b.out) != 0); /* bf16 is not f32 */
+            tu_check_close(b.out, f.out, NP, 1e-2, what);
+        }
+}
+
 /* 53 values on 3 replicas: shards of 18, 18, 17; on 4: 14, 14, 14, 11. */
 static void test_non_dividing(void **state)
 {
@@ -472,10 +497,15 @@ static void test_nonfinite(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_optimizer_range), cmocka_unit_test(test_equal_sgd),
-        cmocka_unit_test(test_equal_adam),      cmocka_unit_test(test_equal_accumulation),
-        cmocka_unit_test(test_non_dividing),    cmocka_unit_test(test_state_bytes),
-        cmocka_unit_test(test_resume_4_to_2),   cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_optimizer_range),
+        cmocka_unit_test(test_equal_sgd),
+        cmocka_unit_test(test_equal_adam),
+        cmocka_unit_test(test_equal_accumulation),
+        cmocka_unit_test(test_equal_bf16),
+        cmocka_unit_test(test_non_dividing),
+        cmocka_unit_test(test_state_bytes),
+        cmocka_unit_test(test_resume_4_to_2),
+        cmocka_unit_test(test_clip),
         cmocka_unit_test(test_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

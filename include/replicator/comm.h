@@ -27,6 +27,16 @@
  * members' values in rank order (((x0 + x1) + x2) + ...), so the same inputs
  * give bitwise the same outputs on every member and in every run.
  *
+ * bf16 payloads (RP_BF16): a sum or mean widens the members' values to f32,
+ * adds them in the same order in f32 and rounds the result to bf16 once
+ * (round to nearest even; a mean is the f32 sum divided by the member count,
+ * then rounded): recv[i] = bf16(((x0 + x1) + x2) + ...) computed in f32,
+ * exactly, on every member (the hierarchical backend adds in its own order,
+ * see rp_comm_hier_create, still in f32, rounding once). Max, min and first are exact (the
+ * chosen member's bits). The wire carries bf16 both ways: half the bytes of
+ * f32. A member that passes RP_F32 where its peers pass RP_BF16 (or any other
+ * dtype) gets RP_ERR_MISMATCH naming both dtypes.
+ *
  * Backends: "threads" (the replicas are threads of one process; shared
  * memory; each member reduces 1/N of the buffer and writes the result
  * straight into every member's output, so each byte is read and written
@@ -101,7 +111,9 @@ rp_status rp_comm_mpi_create(rp_comm **comm, double timeout_s);
  * among this process's members first, then across ranks (the MPI backend,
  * driven by member 0), then hands the result back: the network carries one
  * copy per process. Sums add each process's members in order, then the
- * processes in order: deterministic, the same bits on every member. Checked
+ * processes in order: deterministic, the same bits on every member. A bf16
+ * sum or mean moves f32 partial sums between the steps and rounds to bf16
+ * once, at the end (so it is bf16 of the f32 sum in that order). Checked
  * like the other backends; every rank must pass the same n (collective over
  * MPI_COMM_WORLD). Backend name "mpi+threads".
  */

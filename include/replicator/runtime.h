@@ -161,6 +161,16 @@ typedef struct rp_config {
                         groups" below); must divide the job's replicas (under MPI: the ranks
                         less the servers); G = replicas is the async regime; 0 or 1 (default):
                         off */
+    /*
+     * sync only: the type of the gradients on the wire (their mean across replicas, in the sync
+     * strategy's buckets, ZeRO-1's reduce-scatter and a sync group's all-reduce). RP_F32
+     * (default) or RP_BF16: each bucket is rounded to bf16 (nearest even), reduced with f32
+     * accumulation and rounded once more (comm.h: "bf16 payloads"), and the optimizer sees
+     * the widened result: half the gradient bytes, the replicas still bitwise identical, each
+     * gradient off by at most about 2^-8 of its size (two bf16 roundings). Buckets keep their
+     * size in f32 bytes (bucket_bytes). Other types are RP_ERR_INVALID.
+     */
+    rp_dtype grad_dtype;
 } rp_config;
 
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */
@@ -173,7 +183,7 @@ rp_config rp_config_default(void);
  * updating *argc): --backend threads|mpi|auto, --regime sync|async, --ps S, --staleness K,
  * --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G,
- * --precision f32|bf16. Errors:
+ * --precision f32|bf16, --grad-dtype f32|bf16. Errors:
  * RP_ERR_INVALID naming the option and value.
  */
 rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);

@@ -261,8 +261,6 @@ static rp_status check_call(const rp_comm *comm, const rp_coll_desc *d, const vo
         return RP_ERROR(RP_ERR_INVALID, "%s: unknown reduction %d", what, d->op);
     if ((d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER) && d->dtype == RP_U8)
         return RP_ERROR(RP_ERR_INVALID, "%s: u8 (raw bytes) cannot be reduced", what);
-    if ((d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER) && d->dtype == RP_BF16)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "%s: bf16 reductions are not implemented yet", what);
     if (d->kind == RP_COLL_BROADCAST && (d->root < 0 || d->root >= comm->size))
         return RP_ERROR(RP_ERR_INVALID, "%s: root %d is not a rank of this communicator of %d",
                         what, d->root, comm->size);

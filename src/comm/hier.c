@@ -11,7 +11,11 @@
  * Results are deterministic: a sum adds the members of each process in
  * order, then the processes in order - (x0 + x1) + (x2 + x3) for 2 x 2 -
  * the same bits on every member (not the same bits as a flat communicator
- * of 4, which adds ((x0 + x1) + x2) + x3).
+ * of 4, which adds ((x0 + x1) + x2) + x3). A bf16 sum or mean is the
+ * exception: it is rounded once from an f32 sum in rank order, so every
+ * member gathers every member's bf16 values (the network carries bf16: each
+ * process's payloads once to every other process) and adds them itself in
+ * rank order, the same bits as the flat backends.
  *
  * Every call is checked: in the process by the threads backend, across
  * processes by the leaders' exchange. Each step carries the user's call
@@ -48,6 +52,8 @@ typedef struct hier {
     group *g;
     char *scratch;
     size_t scratch_bytes;
+    char *stack; /* bf16 sums: every member's payload, stacked in rank order (see reduce_bf16) */
+    size_t stack_bytes;
     bool broken;
     char reason[1024];
     int probed; /* the source of the message the last probe from any source found, or -1 */
@@ -228,7 +234,7 @@ static void divide(void *buf, int64_t n, rp_dtype dtype, int by)
             break;
         case RP_U8:
         case RP_BF16:
-            break; /* never reduced here (u8) or not yet (bf16: refused by comm.c) */
+            break; /* never reduced (u8) or never divided here (bf16 means: reduce_bf16) */
         }
 }
 
@@ -255,19 +261,22 @@ static rp_status reduce_all(rp_comm *c, const rp_coll_desc *u, const void *send,
     return RP_OK;
 }
 
-static rp_status gather_all(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv)
+/* recv = every member's `count` elements of send, stacked in rank order (all-gather's data path,
+   also behind reduce_bf16, where count is not the user's). */
+static rp_status gather_all(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv,
+                            int64_t count)
 {
     hier *h = HI(c);
     group *g = h->g;
     int here = h->local->size;
-    size_t blk = (size_t)u->count * rp_dtype_size(u->dtype);
+    size_t blk = (size_t)count * rp_dtype_size(u->dtype);
     /* This process's blocks (padded to the largest process's), then every process's. */
     size_t mine = (size_t)g->lmax * blk,
            all = g->nproc > 1 && leader(c) ? (size_t)g->nproc * mine : 0;
     RP_CHECK(grow_scratch(h, mine + all + 1));
     char *ours = h->scratch, *theirs = h->scratch + mine;
     if (here > 1)
-        RP_CHECK(step(h->local, u, RP_COLL_ALL_GATHER, send, ours, u->count, 0, 0));
+        RP_CHECK(step(h->local, u, RP_COLL_ALL_GATHER, send, ours, count, 0, 0));
     else
         memcpy(ours, send, blk);
     if (g->nproc == 1) {
@@ -276,15 +285,43 @@ static rp_status gather_all(rp_comm *c, const rp_coll_desc *u, const void *send,
         return RP_OK;
     }
     if (leader(c)) {
-        RP_CHECK(across(c, u, RP_COLL_ALL_GATHER, ours, theirs, u->count * g->lmax, 0, 0));
+        RP_CHECK(across(c, u, RP_COLL_ALL_GATHER, ours, theirs, count * g->lmax, 0, 0));
         for (int p = 0; p < g->nproc; p++)
             for (int j = g->pstart[p]; j < g->pstart[p + 1]; j++)
                 memcpy((char *)recv + (size_t)g->pmembers[j] * blk,
                        theirs + ((size_t)p * (size_t)g->lmax + (size_t)(j - g->pstart[p])) * blk,
                        blk);
     }
-    if (here > 1)
-        RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, recv, recv, u->count * c->size, 0, 0));
+    if (here > 1) RP_CHECK(step(h->local, u, RP_COLL_BROADCAST, recv, recv, count * c->size, 0, 0));
+    return RP_OK;
+}
+
+/*
+ * A bf16 sum or mean: recv[0 .. len) = the reduction of elements [off, off + len) of every
+ * member's `count` elements of send, in rank order with f32 accumulation and one rounding
+ * (rp_reduce_block), from every member's payload gathered here. Adding partial sums per
+ * process would need them in f32 (twice the bytes) and would not be rank order.
+ */
+static rp_status reduce_bf16(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv,
+                             int64_t count, int64_t off, int64_t len)
+{
+    hier *h = HI(c);
+    size_t blk = (size_t)count * sizeof(rp_bf16), ptrs = (size_t)c->size * sizeof(void *);
+    size_t bytes = ptrs + (size_t)c->size * blk;
+    if (bytes > h->stack_bytes) {
+        char *grown = realloc(h->stack, bytes);
+        if (!grown)
+            return RP_ERROR(RP_ERR_NOMEM, "hierarchical communicator: %zu bytes for a bf16 sum",
+                            bytes);
+        h->stack = grown;
+        h->stack_bytes = bytes;
+    }
+    const void **srcs = (const void **)h->stack;
+    char *all = h->stack + ptrs;
+    RP_CHECK(gather_all(c, u, send, all, count));
+    for (int q = 0; q < c->size; q++)
+        srcs[q] = all + (size_t)q * blk;
+    rp_reduce_block(recv, srcs, c->size, off, len, RP_BF16, (rp_reduce_op)u->op);
     return RP_OK;
 }
 
@@ -333,11 +370,18 @@ static rp_status hier_collective(rp_comm *c, const rp_coll_desc *d, const void *
     if (h->g->mpi && leader(c)) h->g->mpi->timeout = c->timeout;
     rp_status status = RP_OK;
     size_t es = rp_dtype_size(d->dtype);
+    bool bf16_sum = d->dtype == RP_BF16 && (d->op == RP_SUM || d->op == RP_MEAN);
     switch (d->kind) {
     case RP_COLL_ALL_REDUCE:
-        status = reduce_all(c, d, send, recv, d->count);
+        status = bf16_sum ? reduce_bf16(c, d, send, recv, d->count, 0, d->count)
+                          : reduce_all(c, d, send, recv, d->count);
         break;
     case RP_COLL_REDUCE_SCATTER:
+        if (bf16_sum) {
+            status =
+                reduce_bf16(c, d, send, recv, d->count * c->size, d->count * c->rank, d->count);
+            break;
+        }
         status = grow_scratch(h, (size_t)d->count * (size_t)c->size * es + 1);
         if (status == RP_OK) status = reduce_all(c, d, send, h->scratch, d->count * c->size);
         if (status == RP_OK)
@@ -345,7 +389,7 @@ static rp_status hier_collective(rp_comm *c, const rp_coll_desc *d, const void *
                    (size_t)d->count * es);
         break;
     case RP_COLL_ALL_GATHER:
-        status = gather_all(c, d, send, recv);
+        status = gather_all(c, d, send, recv, d->count);
         break;
     case RP_COLL_BROADCAST:
         status = broadcast(c, d, recv);
@@ -403,6 +447,7 @@ static void hier_destroy(rp_comm *c)
     rp_comm_destroy(h->local);
     if (atomic_fetch_sub(&h->g->refs, 1) == 1) group_free(h->g);
     free(h->scratch);
+    free(h->stack);
     free(h);
     free(c->ids);
     free(c);

@@ -11,7 +11,9 @@
  * (the finiteness exchange); strategy_groups.c reduces a group's gradients
  * in the sync strategy's buckets over the group's communicator, broadcasts
  * the values its rank 0 pulled from the servers, and broadcasts each batch's
- * ticket in the group. A change to any of these rules must be made here too:
+ * ticket in the group. Gradients travel as cfg.grad_dtype (bf16: 2 bytes a
+ * value, and a bf16 copy of the largest bucket as scratch; the buckets keep
+ * their f32 cut). A change to any of these rules must be made here too:
  * tests/cli_plan.sh compares these predictions with the counters of a real
  * step, exactly, and fails on any difference.
  */
@@ -71,19 +73,31 @@ static int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* The sync strategy's buckets (strategy_sync.c, make_buckets): how many. */
-static int sync_buckets(const rp_params *params, size_t bytes)
+/* The sync strategy's buckets (strategy.c, rp_bucket_order_cut): how many, and the largest's
+   values (into *most, if not NULL). */
+static int sync_buckets(const rp_params *params, size_t bytes, int64_t *most)
 {
     int n = 0;
     size_t filled = bytes;
+    int64_t values = 0, largest = 0;
     for (int i = rp_params_trainable_count(params) - 1; i >= 0; i--) {
         if (filled >= bytes) {
             n++;
             filled = 0;
+            values = 0;
         }
         filled += (size_t)rp_params_at(params, i)->numel * sizeof(float);
+        values += rp_params_at(params, i)->numel;
+        if (values > largest) largest = values;
     }
+    if (most) *most = largest;
     return n;
+}
+
+/* The bf16 copy of the largest bucket the gradient reducer keeps for grad_dtype bf16. */
+static int64_t wire_bytes(const rp_config *cfg, int64_t most)
+{
+    return cfg->grad_dtype == RP_BF16 ? (most > 1 ? most : 1) * (int64_t)sizeof(rp_bf16) : 0;
 }
 
 /* pipeline.c's shape header before each activation: ndim, then RP_MAX_DIMS dimensions (int32). */
@@ -153,12 +167,16 @@ static rp_status plan_groups(const rp_config *cfg, int N, const rp_params *param
                         "runtime trains asynchronously; the planner covers groups of 2 or more",
                         G, N);
     int S = N / G, T = rp_params_trainable_count(params);
-    int nb = sync_buckets(params, cfg->bucket_bytes);
-    int64_t bytes = rp_params_trainable_numel(params) * (int64_t)sizeof(float);
+    int64_t most = 0;
+    int nb = sync_buckets(params, cfg->bucket_bytes, &most);
+    int64_t P = rp_params_trainable_numel(params), bytes = P * (int64_t)sizeof(float);
+    bool bf16 = cfg->grad_dtype == RP_BF16;
     w->groups = G;
-    w->strategy = reducer_bytes(S, T, nb);
+    w->strategy = reducer_bytes(S, T, nb) + wire_bytes(cfg, most);
     RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
-                                 "gradient buckets (mean, in the group)", nb, bytes));
+                                 bf16 ? "gradient buckets (mean, in the group, bf16)"
+                                      : "gradient buckets (mean, in the group)",
+                                 nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
     RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
                                  "parameters from the group's rank 0", 1, bytes));
     return rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
@@ -191,13 +209,19 @@ rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_p
     /* One replica: the optimizer is not wrapped (no collective, no buffer). */
     if (N == 1) return RP_OK;
     size_t bytes = cfg->bucket_bytes;
+    /* Gradients on the wire: f32, or bf16 (cfg.grad_dtype). */
+    int64_t g = (int64_t)rp_dtype_size(cfg->grad_dtype);
+    bool bf16 = cfg->grad_dtype == RP_BF16;
     if (!cfg->zero) {
-        int nb = sync_buckets(params, bytes);
+        int64_t most = 0;
+        int nb = sync_buckets(params, bytes, &most);
         int Tc = T > 2 ? T : 2, Tb = T ? T : 1;
         /* The checksum scratch, each parameter's bucket and the buckets (strategy_sync.c). */
-        w->strategy = (int64_t)N * Tc * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24;
-        return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
-                                   "gradient buckets (mean)", nb, P * (int64_t)sizeof(float));
+        w->strategy = (int64_t)N * Tc * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24 +
+                      wire_bytes(cfg, most);
+        return rp_plan_add_traffic(
+            w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+            bf16 ? "gradient buckets (mean, bf16)" : "gradient buckets (mean)", nb, P * g);
     }
     int64_t S = (P + N - 1) / N, c = (int64_t)(bytes / (sizeof(float) * (size_t)N));
     c = c < 1 ? 1 : c > S ? S : c;
@@ -208,8 +232,11 @@ rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_p
     /* The reduced shard, one bucket's segments packed, this replica's segment, the scratch. */
     w->strategy = (int64_t)N * Tz * 8;
     if (S > 0) w->strategy += (S + (int64_t)N * c + c) * (int64_t)sizeof(float);
+    /* bf16: the bucket's segments rounded, and the reduced segment (strategy_zero.c). */
+    if (S > 0 && bf16) w->strategy += ((int64_t)N + 1) * c * (int64_t)sizeof(rp_bf16);
     RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_REDUCE_SCATTER,
-                                 "gradient shards (mean)", nb, S * (int64_t)sizeof(float)));
+                                 bf16 ? "gradient shards (mean, bf16)" : "gradient shards (mean)",
+                                 nb, S * g));
     RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
                                  "parameter shards", nb, S * (int64_t)sizeof(float)));
     return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,

@@ -135,6 +135,14 @@ rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
         } else if (!strcmp(a, "--bucket-kb")) {
             RP_CHECK(parse_int(a, v, 1, 1L << 30, &x));
             cfg->bucket_bytes = (size_t)x << 10;
+        } else if (!strcmp(a, "--grad-dtype")) {
+            if (v && !strcmp(v, "f32"))
+                cfg->grad_dtype = RP_F32;
+            else if (v && !strcmp(v, "bf16"))
+                cfg->grad_dtype = RP_BF16;
+            else
+                return RP_ERROR(RP_ERR_INVALID, "--grad-dtype %s: expected f32 or bf16",
+                                v ? v : "(missing)");
         } else if (!strcmp(a, "--checksum-every")) {
             RP_CHECK(parse_int(a, v, 0, 1L << 30, &x));
             cfg->checksum_every = (int)x;
@@ -644,6 +652,13 @@ static rp_status check_config(const rp_config *c)
     if (c->precision != RP_F32 && c->precision != RP_BF16)
         return RP_ERROR(RP_ERR_INVALID, "precision = %s (%d): must be f32 or bf16",
                         rp_dtype_name(c->precision), (int)c->precision);
+    if (c->grad_dtype != RP_F32 && c->grad_dtype != RP_BF16)
+        return RP_ERROR(RP_ERR_INVALID, "grad_dtype = %d (%s): gradients travel as f32 or bf16",
+                        (int)c->grad_dtype, rp_dtype_name(c->grad_dtype));
+    if (c->grad_dtype == RP_BF16 && c->regime == RP_REGIME_ASYNC)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "grad_dtype = bf16 with the async regime: parameter servers take f32 "
+                        "gradients; bf16 on the wire is for synchronous replicas");
     if ((unsigned)c->regime > RP_REGIME_ASYNC)
         return RP_ERROR(RP_ERR_INVALID, "regime = %d: not an rp_regime", (int)c->regime);
     if (c->sync_groups < 0 || c->sync_groups > 4096)

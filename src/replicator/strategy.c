@@ -347,8 +347,16 @@ static void reducer_start(void *ctx, int b)
             g->local_value = x[at];
         }
     }
+    /* bf16 on the wire: rounded, reduced with f32 accumulation, widened back for the optimizer. */
     rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
-    rp_status status = rp_comm_all_reduce(g->comm, x, x, n, RP_F32, RP_MEAN);
+    rp_status status;
+    if (g->wire) {
+        rp_bf16_from_f32_array(g->wire, x, (size_t)n);
+        status = rp_comm_all_reduce(g->comm, g->wire, g->wire, n, RP_BF16, RP_MEAN);
+        if (status == RP_OK) rp_bf16_to_f32_array(x, g->wire, (size_t)n);
+    } else {
+        status = rp_comm_all_reduce(g->comm, x, x, n, RP_F32, RP_MEAN);
+    }
     rt_internal_end(g->comm);
     if (status != RP_OK) {
         g->error = status;
@@ -372,6 +380,14 @@ rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *com
     g->scratch = malloc((size_t)rp_comm_size(comm) * 2 * sizeof(int64_t));
     if (!g->scratch) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the gradient all-reduce");
     rp_status status = rp_bucket_order_cut(&g->order, params, rep->r->cfg.bucket_bytes, &g->ranges);
+    if (status == RP_OK && rep->r->cfg.grad_dtype == RP_BF16) {
+        int64_t most = 1;
+        for (int b = 0; b < g->order.nbuckets; b++)
+            if (g->ranges[2 * b + 1] - g->ranges[2 * b] > most)
+                most = g->ranges[2 * b + 1] - g->ranges[2 * b];
+        g->wire = rp_alloc((size_t)most * sizeof(rp_bf16));
+        if (!g->wire) status = rp_last_status();
+    }
     if (status != RP_OK) rp_grad_reducer_free(g);
     return status;
 }
@@ -381,8 +397,10 @@ void rp_grad_reducer_free(rp_grad_reducer *g)
     rp_bucket_order_destroy(&g->order);
     free(g->ranges);
     free(g->scratch);
+    rp_free(g->wire);
     g->ranges = NULL;
     g->scratch = NULL;
+    g->wire = NULL;
 }
 
 bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param)
@@ -426,8 +444,9 @@ static rp_status nonfinite_blame(rp_grad_reducer *g)
         RP_ERR_NUMERIC,
         "the all-reduced gradient of parameter '%s' is %g at element %lld "
         "(of %lld) although every replica's own gradient was finite: the sum overflowed "
-        "float; no parameter was updated",
-        name, bad < 0 ? 0.0 : (double)g->grad[bad], (long long)index, (long long)numel);
+        "float%s; no parameter was updated",
+        name, bad < 0 ? 0.0 : (double)g->grad[bad], (long long)index, (long long)numel,
+        g->wire ? " (or a value overflowed bf16 on the wire)" : "");
 }
 
 rp_status rp_grad_reducer_finish(rp_grad_reducer *g)

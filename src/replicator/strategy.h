@@ -210,6 +210,7 @@ typedef struct rp_grad_reducer {
     int64_t numel;
     rp_bucket_order order;
     int64_t *ranges;   /* [2 * buckets]: lo, hi of each in the gradient block */
+    rp_bf16 *wire;     /* cfg.grad_dtype bf16: [the largest bucket] its payload; NULL for f32 */
     int64_t *scratch;  /* [2 * comm size]: the non-finite exchange */
     int64_t local_bad; /* first element of the block non-finite before its all-reduce, or -1 */
     float local_value; /* its value */

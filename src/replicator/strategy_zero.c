@@ -67,6 +67,8 @@ typedef struct rp_zero {
     float *sgrad;          /* [S] this replica's shard of the mean gradient */
     float *pack;           /* [N * chunk] one bucket's segments, back to back */
     float *one;            /* [chunk] this replica's segment, zero-padded past P */
+    rp_bf16 *wire;         /* cfg.grad_dtype bf16: [N * chunk] pack rounded, then [chunk] the
+                              reduced segment; NULL for f32 */
     int64_t *scratch;      /* [count * max(nparams, 3)]: checksums, the finiteness exchange */
     int64_t local_bad; /* first element of the gradient block non-finite before reduction, or -1 */
     float local_value;
@@ -119,9 +121,18 @@ static void bucket_start(void *ctx, int b)
             }
         }
     }
+    /* bf16 on the wire: the segments rounded, reduced with f32 accumulation, widened back. */
     rt_internal_begin(z->rep->comm, "the runtime's gradient reduce-scatter");
-    rp_status status =
-        rp_comm_reduce_scatter(z->rep->comm, z->pack, z->sgrad + k->a, len, RP_F32, RP_MEAN);
+    rp_status status;
+    if (z->wire) {
+        rp_bf16 *mine = z->wire + (int64_t)n * z->chunk;
+        rp_bf16_from_f32_array(z->wire, z->pack, (size_t)(n * len));
+        status = rp_comm_reduce_scatter(z->rep->comm, z->wire, mine, len, RP_BF16, RP_MEAN);
+        if (status == RP_OK) rp_bf16_to_f32_array(z->sgrad + k->a, mine, (size_t)len);
+    } else {
+        status =
+            rp_comm_reduce_scatter(z->rep->comm, z->pack, z->sgrad + k->a, len, RP_F32, RP_MEAN);
+    }
     rt_internal_end(z->rep->comm);
     if (status != RP_OK) {
         fail(z, status);
@@ -305,6 +316,7 @@ static void zero_release(void *ctx)
     rp_free(z->sgrad);
     rp_free(z->pack);
     rp_free(z->one);
+    rp_free(z->wire);
     free(z->scratch);
     free(z);
 }
@@ -386,7 +398,10 @@ static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
         z->sgrad = rp_alloc((size_t)z->shard * sizeof(float));
         z->pack = rp_alloc((size_t)n * (size_t)z->chunk * sizeof(float));
         z->one = rp_alloc((size_t)z->chunk * sizeof(float));
-        if (!z->sgrad || !z->pack || !z->one) status = rp_last_status();
+        if (rep->r->cfg.grad_dtype == RP_BF16)
+            z->wire = rp_alloc(((size_t)n + 1) * (size_t)z->chunk * sizeof(rp_bf16));
+        if (!z->sgrad || !z->pack || !z->one || (rep->r->cfg.grad_dtype == RP_BF16 && !z->wire))
+            status = rp_last_status();
     }
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->lo, z->hi);

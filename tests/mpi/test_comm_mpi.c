@@ -9,7 +9,8 @@
  * for the hierarchical backend each process's members, then the processes.
  * The hierarchical results are also compared with the flat order (what 4
  * ranks of the MPI backend compute, bitwise, in test_comm_mpi_4): equal up
- * to rounding.
+ * to rounding. bf16 sums are the exception: on every backend the f32 sum of
+ * the bf16 values in flat rank order, rounded once, so bitwise equal to it.
  *
  *  1. every collective against a reference computed here, for counts 0, 1,
  *     odd, not divisible by the rank count and 1M elements; every reduction
@@ -17,6 +18,7 @@
  *     the results bitwise equal to a rank-order reduction;
  *  2. a split by parity, reduced within each group;
  *  3. a count mismatch: RP_ERR_MISMATCH on every rank, naming both counts;
+ *     a dtype mismatch (f32 against bf16), naming both dtypes;
  *  4. a rank whose step failed (rp_comm_leave): the others fail at once,
  *     naming it and its status;
  *  5. a rank that arrives after the timeout: the others get RP_ERR_TIMEOUT
@@ -68,7 +70,10 @@ static void fill(void *buf, rp_dtype dt, int r, int64_t off, int64_t n)
             ((uint8_t *)buf)[i] = (uint8_t)(int)v;
             break;
         case RP_BF16:
-            ((uint16_t *)buf)[i] = rp_bf16_from_f32((float)v);
+            /* Scaled over 2^24, so that the f32 sum of a few rounds and only rank order gives
+               the reference bits. */
+            ((uint16_t *)buf)[i] =
+                rp_bf16_from_f32(ldexpf((float)v, (int)(((off + i) * 7 + r * 13) % 24) - 12));
             break;
         }
     }
@@ -106,13 +111,43 @@ static void combine(void *out, const void *in, rp_dtype dt, rp_reduce_op op, int
 }
 
 /*
+ * bf16, on every backend: the members' values widened to f32 and reduced in rank order in f32
+ * (a mean divided by the member count in f32), rounded to bf16 once.
+ */
+static void reference_bf16(rp_bf16 *out, rp_reduce_op op, int64_t off, int64_t n)
+{
+    rp_bf16 *in = malloc((size_t)n * sizeof *in + 8);
+    float *acc = malloc((size_t)n * sizeof *acc + 8);
+    for (int q = 0; q < size_; q++) {
+        fill(in, RP_BF16, q, off, n);
+        for (int64_t i = 0; i < n; i++) {
+            float x = rp_bf16_to_f32(in[i]);
+            if (q == 0 || op == RP_SUM || op == RP_MEAN)
+                acc[i] = q == 0 ? x : acc[i] + x;
+            else if (op == RP_MAX)
+                acc[i] = x > acc[i] ? x : acc[i];
+            else if (op == RP_MIN)
+                acc[i] = x < acc[i] ? x : acc[i];
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        out[i] = rp_bf16_from_f32(op == RP_MEAN ? acc[i] / (float)size_ : acc[i]);
+    free(in);
+    free(acc);
+}
+
+/*
  * The reduction of element range [off, off+n) of every member's input,
  * adding each process's `per` members in order, then the processes in order
- * (per = 1: the flat rank order).
+ * (per = 1: the flat rank order). bf16: the flat order whatever `per`.
  */
 static void reference_grouped(void *out, rp_dtype dt, rp_reduce_op op, int64_t off, int64_t n,
                               int per)
 {
+    if (dt == RP_BF16) {
+        reference_bf16(out, op, off, n);
+        return;
+    }
     size_t es = rp_dtype_size(dt);
     char *tmp = malloc((size_t)n * es + 8), *part = malloc((size_t)n * es + 8);
     for (int p = 0; p < size_ / per; p++) {
@@ -165,7 +200,7 @@ static void check_near_flat(const void *got, rp_dtype dt, rp_reduce_op op, int64
     size_t es = rp_dtype_size(dt);
     char *flat = malloc((size_t)n * es + 8), *one = malloc((size_t)n * es + 8);
     reference_grouped(flat, dt, op, 0, n, 1);
-    bool exact = dt == RP_I32 || dt == RP_I64 || (op != RP_SUM && op != RP_MEAN);
+    bool exact = dt == RP_I32 || dt == RP_I64 || dt == RP_BF16 || (op != RP_SUM && op != RP_MEAN);
     int64_t bad = -1;
     for (int64_t i = 0; i < n && bad < 0; i++) {
         if (exact) {
@@ -256,12 +291,13 @@ static void test_all_gather_broadcast(rp_comm *c, int64_t count)
 static void test_collectives(rp_comm *c)
 {
     const int64_t counts[] = {0, 1, 1001, 7 * size_ + 3, 1 << 20};
-    const rp_dtype dts[] = {RP_F32, RP_F64, RP_I32, RP_I64};
+    const rp_dtype dts[] = {RP_F32, RP_F64, RP_I32, RP_I64, RP_BF16};
     for (int k = 0; k < 5; k++) {
         bool big = counts[k] > 10000;
-        for (int t = 0; t < 4; t++)
+        for (int t = 0; t < 5; t++)
             for (int op = RP_SUM; op <= RP_FIRST; op++) {
-                if (big && (t > 0 || op != RP_SUM)) continue;
+                /* 1M elements: f32 and bf16 sums (the gradients' types). */
+                if (big && ((t > 0 && dts[t] != RP_BF16) || op != RP_SUM)) continue;
                 for (int ip = 0; ip < 2; ip++) {
                     test_all_reduce(c, counts[k], dts[t], (rp_reduce_op)op, ip);
                     test_reduce_scatter(c, big ? counts[k] / size_ : counts[k], dts[t],
@@ -358,6 +394,19 @@ static void test_mismatch(rp_comm *c)
     CHECK(rp_now_s() - t0 < 10, "mismatch took %.1f s", rp_now_s() - t0);
     st = rp_comm_barrier(c);
     CHECK(st == RP_ERR_COMM, "after a mismatch: status %d", st);
+}
+
+/* The last process's members all-reduce f32 where the others send bf16: both are named. */
+static void test_mismatch_dtype(rp_comm *c)
+{
+    float buf[16] = {0};
+    double t0 = rp_now_s();
+    bool last = rank_ / per_ == size_ / per_ - 1;
+    rp_status st = rp_comm_all_reduce(c, buf, buf, 8, last ? RP_F32 : RP_BF16, RP_MEAN);
+    CHECK(st == RP_ERR_MISMATCH, "dtype mismatch: status %d: %s", st, rp_last_error());
+    CHECK(strstr(rp_last_error(), "bf16, mean") && strstr(rp_last_error(), "f32, mean"),
+          "message: %s", rp_last_error());
+    CHECK(rp_now_s() - t0 < 10, "mismatch took %.1f s", rp_now_s() - t0);
 }
 
 /* The last process arrives after the timeout: the others get RP_ERR_TIMEOUT naming it. */
@@ -467,6 +516,9 @@ int main(int argc, char **argv)
     on_members(test_all);
     create_comms(20.0);
     on_members(test_mismatch);
+    MPI_Barrier(MPI_COMM_WORLD);
+    create_comms(20.0);
+    on_members(test_mismatch_dtype);
     MPI_Barrier(MPI_COMM_WORLD);
     create_comms(30.0);
     on_members(test_leave);
