@@ -52,6 +52,7 @@ typedef struct job {
     int64_t limit_at;  /* from this global step on, files may not grow past 64 bytes (-1: never) */
     /* records */
     int seen[MAXR][MAX_EPOCHS][MAX_STEPS]; /* times replica r trained (epoch, step) */
+    int rows_seen[MAX_EPOCHS][ROWS];       /* times a row was trained in an epoch, any replica */
     int64_t on_disk[MAX_RECORD]; /* the checkpoint's global step when step g began (-1: none) */
     int64_t evals[MAX_RECORD];   /* steps trained when each evaluation finished */
     int n_evals;
@@ -148,18 +149,18 @@ static int64_t steps_per_epoch(void *ctx, void *st)
 }
 
 /*
- * Batch s of epoch e: rows from a rotation that depends on both, so every batch differs. Sync: the
- * replica's shard of it; async: all of it.
+ * Batch s of epoch e: rows from a rotation that depends on both, so every batch differs. The
+ * replica's share of it, as the input context says (sync: its shard; async: all of it).
  */
 static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_trainer_at *at,
                             double *loss)
 {
     job *j = ctx;
     state *s = st;
-    int r = rp_replica_id(rep), n = rp_replica_count(rep);
-    bool sync = j->regime == RP_REGIME_SYNC;
-    int rows = sync ? j->batch / n : j->batch,
-        first = (int)at->step * j->batch + (sync ? r * rows : 0);
+    int r = rp_replica_id(rep);
+    rp_input_context in;
+    RP_CHECK(rp_replica_input_context(rep, j->batch, &in));
+    int rows = in.per_replica_batch, first = (int)at->step * j->batch + in.replica * rows;
     if (at->epoch < MAX_EPOCHS && at->step < MAX_STEPS) j->seen[r][at->epoch][at->step]++;
     if (r == 0 && at->global_step < MAX_RECORD)
         j->on_disk[at->global_step] = checkpoint_step_on_disk(j->dir);
@@ -178,6 +179,8 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_train
     int32_t yb[ROWS];
     for (int i = 0; i < rows; i++) {
         int row = (first + i + 7 * (int)at->epoch) % ROWS;
+        if (at->epoch < MAX_EPOCHS)
+            __atomic_add_fetch(&j->rows_seen[at->epoch][row], 1, __ATOMIC_RELAXED);
         memcpy(xb + i * DIM, j->x[row], sizeof j->x[row]);
         yb[i] = j->y[row];
     }
@@ -665,7 +668,9 @@ static void test_eval_cadence(void **unused)
     job_free(&j);
 }
 
-/* Every batch of every epoch exactly once: sync, each replica its shard; async, one replica each.
+/*
+ * Every batch of every epoch exactly once: sync, each replica its shard; async, one replica each,
+ * all of it (the input context's share): every example of every epoch trained exactly once.
  */
 static void test_every_batch_once(void **unused)
 {
@@ -695,6 +700,9 @@ static void test_every_batch_once(void **unused)
         for (int e = 3; e < MAX_EPOCHS; e++)
             for (int s = 0; s < MAX_STEPS; s++)
                 assert_int_equal(j.seen[0][e][s] + j.seen[1][e][s], 0);
+        for (int e = 0; e < 3; e++)
+            for (int row = 0; row < ROWS; row++)
+                assert_int_equal(j.rows_seen[e][row], 1);
         assert_int_equal(per_replica[0] + per_replica[1], regime ? 24 : 48);
         job_free(&j);
     }

@@ -435,13 +435,24 @@ void *rp_replica_user(const rp_replica *rep);
 void rp_replica_set_user(rp_replica *rep, void *user);
 
 /*
- * The input context (as TF-Replicator's): the replica's id and count, its
- * input pipeline (one per replica here: pipeline = replica id, so every
- * worker of one model group reads the same batch) and the per-replica share
- * of a global batch. RP_ERR_INVALID if the replica count does not divide it.
- * With sync groups a group trains each batch together: replica and replicas
- * are its rank in its group and the group's size, and the share is the
- * batch / the group's size (RP_ERR_INVALID if that does not divide it).
+ * The input context (as TF-Replicator's): the share of a global batch this
+ * replica trains, among the replicas that train each batch together
+ * (rp_replica_in_sync()): `replicas` of them, this one `replica`-th, each
+ * `per_replica_batch` = global_batch / replicas examples, the share starting
+ * at example replica x per_replica_batch of the batch; and its input
+ * pipeline (one per replica here: pipeline = replica id, pipelines = the
+ * replica count, so every worker of one model group reads the same batch).
+ *  - sync (and ZeRO): every replica trains its shard of every batch:
+ *    replica = its id, replicas = the replica count; RP_ERR_INVALID if that
+ *    does not divide the batch;
+ *  - async: a batch goes to the one replica that claims it
+ *    (rp_replica_next_batch()), which trains all of it: replica = 0,
+ *    replicas = 1, per_replica_batch = global_batch, whatever the replica
+ *    count (a global batch is one push's);
+ *  - sync groups: a group trains each batch together: replica and replicas
+ *    are its rank in its group and the group's size, and the share is the
+ *    batch / the group's size (RP_ERR_INVALID if that does not divide it);
+ *    G = N groups is async's share.
  */
 typedef struct rp_input_context {
     int replica, replicas;

@@ -173,7 +173,10 @@ typedef struct rp_trainer_model {
      * writes them all to metrics.jsonl; cfg.shown_scalars picks the ones on
      * the progress and epoch lines. Sync: every replica, in step, its shard
      * of one global batch. Async: only the replica that claimed the batch,
-     * the whole batch; the replica's tape is reset before each batch. A
+     * the whole batch; the replica's tape is reset before each batch.
+     * rp_replica_input_context() gives that share in every regime (sync:
+     * the replica's shard; async: replica 0 of 1, the whole batch; sync
+     * groups: the replica's shard within its group). A
      * replica's batches come in increasing order within an epoch.
      */
     rp_status (*train_step)(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
