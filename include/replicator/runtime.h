@@ -473,6 +473,16 @@ rp_status rp_replica_report(rp_replica *rep, const char *name, double value, rp_
 
 /* ---- cross-replica primitives: rp_comm_* on the replica's communicator ------------ */
 
+/*
+ * Each is the rp_comm_* call (replicator/comm.h) on rp_replica_comm(rep):
+ * the DATA axis - the replicas, rank = rp_replica_id(). In a mesh (roles,
+ * or a replica of model x pipe workers) that is this worker's peers with the
+ * same model and pipe coordinates in the other replicas, never the workers of
+ * its own replica: for those, call rp_comm_* on rp_replica_axis_comm(rep,
+ * RP_AXIS_MODEL or RP_AXIS_PIPE), and on rp_replica_role_comm() or
+ * rp_replica_world_comm() for a whole role or job. Without a mesh the data
+ * axis is every replica of the job. Errors: those of the rp_comm_* call.
+ */
 rp_status rp_all_reduce(rp_replica *rep, const void *send, void *recv, int64_t count,
                         rp_dtype dtype, rp_reduce_op op);
 rp_status rp_reduce_scatter(rp_replica *rep, const void *send, void *recv, int64_t count,
