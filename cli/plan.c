@@ -135,11 +135,12 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
         const rp_classifier_plan_stage *st = &p->stage[s];
         char who[32] = "";
         if (p->stages > 1) snprintf(who, sizeof who, " (stage %d)", s);
-        fprintf(f,
-                "  activations%s: one training step recorded at batch 1 (%.2f MB) and 2 (%.2f MB), "
-                "fitted as a + b x batch: a = %.2f MB, b = %.3f MB per sample, at batch %d",
-                who, (double)st->probe_peak[0] / 1e6, (double)st->probe_peak[1] / 1e6,
-                st->act_a / 1e6, st->act_b / 1e6, p->micro);
+        fprintf(
+            f,
+            "  activations%s: one training step recorded at batch %d (%.2f MB) and %d (%.2f MB), "
+            "fitted as a + b x batch: a = %.2f MB, b = %.3f MB per sample, at batch %d",
+            who, st->probe_batch[0], (double)st->probe_peak[0] / 1e6, st->probe_batch[1],
+            (double)st->probe_peak[1] / 1e6, st->act_a / 1e6, st->act_b / 1e6, p->micro);
         if (piped) fprintf(f, ", x %d micro-batch%s alive", st->tapes, st->tapes > 1 ? "es" : "");
         fprintf(f, "\n");
         if (p->tp > 1) {
@@ -151,10 +152,10 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
             }
             fprintf(f,
                     "  model axis%s: the same step on %d threads over a %d-member communicator: "
-                    "%llu calls at batch 1 and 2, %llu B and %llu B, fitted as a + b x batch (the "
-                    "calls fixed), at batch %d\n",
-                    who, p->tp, p->tp, (unsigned long long)calls, (unsigned long long)b1,
-                    (unsigned long long)b2, p->micro);
+                    "%llu calls at batch %d and %d, %llu B and %llu B, fitted as a + b x batch "
+                    "(the calls fixed), at batch %d\n",
+                    who, p->tp, p->tp, (unsigned long long)calls, st->probe_batch[0],
+                    st->probe_batch[1], (unsigned long long)b1, (unsigned long long)b2, p->micro);
         }
     }
     fprintf(f,
@@ -231,11 +232,16 @@ static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o
         cJSON_AddItemToArray(fits, fit);
         cJSON_AddNumberToObject(fit, "a", st->act_a);
         cJSON_AddNumberToObject(fit, "b", st->act_b);
+        /* peak_batch_1 and _2: the peaks at the first and second recorded batch (probe_batches:
+           1 and 2, or 2 and 4 where batch norm sees 1x1 images). */
+        cJSON *pb = cJSON_AddArrayToObject(fit, "probe_batches");
+        for (int k = 0; pb && k < 2; k++)
+            cJSON_AddItemToArray(pb, cJSON_CreateNumber(st->probe_batch[k]));
         cJSON_AddNumberToObject(fit, "peak_batch_1", (double)st->probe_peak[0]);
         cJSON_AddNumberToObject(fit, "peak_batch_2", (double)st->probe_peak[1]);
         cJSON_AddNumberToObject(fit, "micro_batches_alive", st->tapes);
         if (p->tp > 1) {
-            /* The model axis's recorded steps: calls and bytes at batch 1 and 2. */
+            /* The model axis's recorded steps: calls and bytes at the two recorded batches. */
             cJSON *mj = cJSON_AddObjectToObject(fit, "model_axis");
             uint64_t calls = 0, b1 = 0, b2 = 0;
             for (int k = 0; k < RP_COMM_KINDS; k++) {
@@ -316,8 +322,9 @@ int rp_cli_plan(int argc, char **argv)
                 "would start with the same options holds (parameters, gradients, optimizer\n"
                 "state, the strategy's buffers, activations at its batch, loader buffers) and\n"
                 "what it sends in each step (calls and payload bytes per axis and kind).\n"
-                "Activations come from one training step recorded at batch 1 and 2 (a + b x\n"
-                "batch). Layouts: one replica, N sync replicas, --zero, --model-parallel W\n"
+                "Activations come from one training step recorded at batch 1 and 2, or 2 and 4\n"
+                "where batch norm sees 1x1 images (a + b x batch). Layouts: one replica, N sync "
+                "replicas, --zero, --model-parallel W\n"
                 "with --pipeline and --micro-batches, --tensor-parallel T (each worker's\n"
                 "shard, the model axis's all-reduces), --sync-groups G (async is refused).\n"
                 "--json: one JSON object instead of the table. `replicator train ...\n"

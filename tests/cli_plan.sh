@@ -22,9 +22,12 @@
 #  5. sync groups (--sync-groups 2 on 4 replicas): each worker's group traffic - gradient buckets,
 #     parameters, ticket, stop agreement, batch norm - exact in every step it trained, its own
 #     optimizer copy counted, the servers' shards in the JSON plan;
-#  6. bad input is a clear error: an unknown option, --resume, an async layout, an MLP in stages,
-#     groups of one replica, a width that --tensor-parallel does not divide;
-#  7. under mpirun, sync groups of ranks (4 replica ranks in 2 groups and a server rank): every
+#  6. ResNet-50 in 2 stages on 2 replicas, whose last units see 1x1 images: planned (that
+#     stage recorded at batch 2 and 4, where batch 1 would leave batch norm one value) and checked;
+#  7. bad input is a clear error: an unknown option, --resume, an async layout, an MLP in stages,
+#     groups of one replica, a width that --tensor-parallel does not divide, a micro-batch
+#     too small for ResNet-50's 1x1 batch norms;
+#  8. under mpirun, sync groups of ranks (4 replica ranks in 2 groups and a server rank): every
 #     replica rank's check passes with the same group traffic as on threads, and the plan puts the
 #     servers' shards on the server rank.
 # Usage: cli_plan.sh path/to/replicator
@@ -264,7 +267,25 @@ for w in p["workers"]:
 PY
 echo "ok: plan --json with --sync-groups 2: the servers' shards, traffic on the group"
 
-# 6. Bad input.
+# 6. A layout whose batch norm sees 1x1 images: ResNet-50's last units on 28x28 images. The planner
+# records such a stage at batch 2 and 4 (at batch 1 its batch norm would have one value per
+# channel), and the check passes: memory within 10%, traffic exact.
+out=$("$bin" plan resnet50 --data "$data" --limit 64 --model-parallel 2 --replicas 2 --threads 2 \
+      --json 2>&1) || fail "plan resnet50 --model-parallel 2 --replicas 2: $out"
+/usr/bin/python3 - "$out" <<'PY' || fail "resnet50 in 2 stages: $out"
+import json, sys
+j = json.loads(sys.argv[1])
+assert [f["probe_batches"] for f in j["activations_fit"]] == [[1, 2], [2, 4]], j["activations_fit"]
+assert all(0 < f["peak_batch_1"] < f["peak_batch_2"] and f["b"] > 0 for f in j["activations_fit"])
+PY
+out=$("$bin" train resnet50 --data "$data" --limit 64 --batch 16 --threads 2 --threads-per-replica 1 \
+      --no-checkpoint --quiet --plan-check --out "$dir/r50" --model-parallel 2 --replicas 2 2>&1) \
+    || fail "resnet50 in 2 stages: --plan-check failed: $out"
+grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
+    || fail "resnet50 in 2 stages: no verdict: $out"
+echo "ok: resnet50 in 2 stages on 2 replicas: its 1x1 stage recorded at batch 2 and 4, checked"
+
+# 7. Bad input.
 expect_error() {
     local rc=$1 pattern=$2; shift 2
     set +e
@@ -282,9 +303,12 @@ expect_error 1 "only the ResNets are" mlp --data "$data" --model-parallel 2 --th
 expect_error 1 "groups of one replica" "${common[@]}" --replicas 2 --sync-groups 2
 expect_error 1 "stage1.block0.conv1\": 16 output features do not split evenly over 3" \
     "${common[@]}" --replicas 1 --tensor-parallel 3
+# A micro-batch of one example leaves ResNet-50's 1x1 batch norms one value per channel.
+expect_error 1 "batch norm in stage4.block0 (1x1 pixels per example, pipeline stage 1) would see 1 value(s).*raise --batch" \
+    resnet50 --data "$data" --limit 64 --batch 1 --model-parallel 2 --threads 2
 echo "ok: bad options are clear errors"
 
-# 7. MPI: sync groups of ranks; each replica rank checks its own worker.
+# 8. MPI: sync groups of ranks; each replica rank checks its own worker.
 need_mpirun # (exits here without mpirun: the checks above have passed)
 out=$("${mpi[@]}" -np 5 "$bin" train "${common[@]}" --plan-check --out "$dir/groups-mpi" \
       --sync-groups 2 --ps 1 --max-steps 6 2>&1) || fail "sync groups under mpirun: $out"

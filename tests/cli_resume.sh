@@ -3,7 +3,8 @@
 # subset of Fashion-MNIST:
 #  1. an interrupted run (--max-steps) resumed to the end writes a checkpoint
 #     byte-identical to an uninterrupted run's (parameters, optimizer state,
-#     loader position), for the MLP and for ResNet-20 with augmentation;
+#     loader position), and the same metrics.jsonl lines (but for the rate),
+#     for the MLP and for ResNet-20 with augmentation;
 #  2. SIGINT stops a run with exit code 130 and a resumable checkpoint;
 #  3. a corrupt checkpoint is refused with a message naming the file, and is
 #     left as it was; a diverging run (huge lr) stops with a NaN error and
@@ -29,7 +30,12 @@ for model in mlp resnet20; do
     "$bin" train --resume "$dir/$model-b" --threads 1 --quiet > /dev/null
     cmp "$dir/$model-a/checkpoint.safetensors" "$dir/$model-b/checkpoint.safetensors" \
         || fail "$model: resumed run differs from the uninterrupted one"
-    echo "ok: $model resume is bit-exact"
+    # The metrics too, line for line but for the rate: the resumed epoch's train_loss is the
+    # mean over the whole epoch, the steps before the stop included.
+    norate() { sed -E 's/,"images_per_s":[0-9.]+//' "$1/metrics.jsonl"; }
+    diff <(norate "$dir/$model-a") <(norate "$dir/$model-b") \
+        || fail "$model: the resumed run's metrics.jsonl differs from the uninterrupted one's"
+    echo "ok: $model resume is bit-exact, checkpoint and metrics"
 done
 
 # What a run shows when stderr is not a terminal: a progress line about every tenth of an epoch

@@ -8,9 +8,14 @@
 #     static one (COMPONENTS static);
 # and runs each build, checking what it prints: the regression recovers the true weights on 4
 # identical replicas, the MLP classifies held-out points, the hand-written collectives match a
-# serial computation, async training under mpirun -np 3 --ps 1 fits its weights, and the
-# model-parallel toy matches the same model trained on one replica.
-# Also: the README's code sample is, verbatim, the marked core of examples/mlp.c.
+# serial computation, async training under mpirun -np 3 --ps 1 fits its weights, the
+# model-parallel toy matches the same model trained on one replica, the job of roles (a learner
+# and 2 actors exchanging messages; also under mpirun -np 3) fits its line, the mesh's two-stage
+# pipeline on the model axis of 2 replicas and the pipeline of differentiable send/recv match one
+# device, and the model on rp_trainer reaches 90% in sync and async with a checkpoint and 3 epoch
+# lines.
+# Also: the README's code sample is, verbatim, the marked core of examples/mlp.c, and every example
+# builds with the README's `cc` line as written there.
 # Usage: examples.sh BUILD_DIR SOURCE_DIR   (env: CC, RP_EXAMPLE_FLAGS for sanitizer builds)
 set -euo pipefail
 build=$(realpath "$1")
@@ -61,6 +66,29 @@ run_all() {
     fi
     out=$("$d/model_parallel") || fail "$d/model_parallel: $out"
     echo "$out" | grep -q 'the parameters match one replica' || fail "$d/model_parallel: $out"
+    out=$("$d/roles") || fail "$d/roles: $out"
+    echo "$out" | grep -q '^learner and 2 actors: after 300 rounds y = 3\.0' || fail "$d/roles: $out"
+    if [ -n "${mpi:-}" ]; then
+        out=$("${mpi[@]}" -np 3 "$d/roles" 2>&1) || fail "mpirun -np 3 $d/roles: $out"
+        echo "$out" | grep -q '^learner and 2 actors: after 300 rounds' || fail "mpirun $d/roles: $out"
+    fi
+    out=$("$d/mesh_pipeline") || fail "$d/mesh_pipeline: $out"
+    echo "$out" | grep -q "^2 replicas x 2 stages: .* every worker's layer matches one device's" \
+        || fail "$d/mesh_pipeline: $out"
+    out=$("$d/diff_sendrecv") || fail "$d/diff_sendrecv: $out"
+    echo "$out" | grep -q "^2 stages, rp_tensor_send/recv: .* the parameters match one device's" \
+        || fail "$d/diff_sendrecv: $out"
+    local regime runs
+    runs=$(mktemp -d)
+    for regime in sync async; do
+        out=$("$d/trainer_model" --out "$runs/$regime" --regime $regime 2>/dev/null) \
+            || fail "$d/trainer_model --regime $regime: $out"
+        echo "$out" | grep -q '^trainer: 36 steps on 2 replicas, test accuracy 9[0-9]\.' \
+            || fail "$d/trainer_model --regime $regime: $out"
+        [ -f "$runs/$regime/checkpoint.safetensors" ] && [ "$(grep -c '"train_loss"' "$runs/$regime/metrics.jsonl")" -eq 3 ] \
+            || fail "$d/trainer_model --regime $regime: no checkpoint, or not 3 epoch lines"
+    done
+    rm -rf "$runs"
     echo "ok: $d: $(echo "$examples" | tr '\n' ' ')ran and checked out"
 }
 
@@ -82,6 +110,22 @@ out=$(pc/linear_regression_static) || fail "the static build: $out"
 echo "$out" | grep -q 'identical: yes$' || fail "the static build: $out"
 echo "ok: pkg-config --libs replicator-static: $(pkg-config --libs replicator-static)"
 run_all pc
+
+# 1b. The README's own line ("Building against it"), as written there, for every example: only the
+# source and the output change (and the compiler and sanitizer flags of this build, when set).
+readme_line=$(grep -E '^cc .*examples/mlp\.c -o mlp ' "$src/README.md" | sed 's/ *#.*//')
+[ -n "$readme_line" ] || fail "README.md has no 'cc ... examples/mlp.c -o mlp ...' line"
+cc() { command "$cc" "${flags[@]}" "$@"; } # the line's `cc`: this build's compiler and flags
+mkdir readme
+for e in $examples; do
+    line=${readme_line//examples\/mlp.c/src\/$e.c}
+    line=${line//-o mlp/-o readme\/$e}
+    eval "$line" || fail "$e does not build with the README's line: $readme_line"
+done
+unset -f cc
+out=$(LD_LIBRARY_PATH=$libdir readme/mlp --replicas 2) || fail "the README's mlp: $out"
+echo "$out" | grep -q '^replicas 2  test accuracy 0\.9[5-9]' || fail "the README's mlp: $out"
+echo "ok: every example builds with the README's line: $readme_line"
 
 # 2. CMake's find_package, shared and static.
 for kind in shared static; do

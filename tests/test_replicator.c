@@ -781,7 +781,7 @@ static void test_divergence_detected(void **state)
     assert_true(others_equal);
 }
 
-/* ---- 8. the input context ------------------------------------------------------------ */
+/* ---- 8. the input context: sync splits each batch among the replicas, async does not ---- */
 
 static rp_status context_fn(rp_replica *rep, void *arg)
 {
@@ -817,6 +817,24 @@ static void test_input_context(void **state)
         assert_int_equal(c.replica, i);
         assert_int_equal(rp_replica_input_context(rep, 10, &c), RP_ERR_INVALID);
         tu_assert_error_contains("10");
+    }
+    rp_replicator_destroy(r);
+
+    /* Async: each batch goes to one replica (rp_replica_next_batch), which trains all of it. */
+    cfg.regime = RP_REGIME_ASYNC;
+    r = make(&cfg);
+    memset(got, 0xff, sizeof got);
+    run_ok(r, context_fn, got);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(got[i].replica, 0);
+        assert_int_equal(got[i].replicas, 1);
+        assert_int_equal(got[i].pipeline, i);
+        assert_int_equal(got[i].pipelines, n);
+        assert_int_equal(got[i].global_batch, 12);
+        assert_int_equal(got[i].per_replica_batch, 12);
+        rp_input_context c;
+        assert_int_equal(rp_replica_input_context(rp_replicator_replica(r, i), 10, &c), RP_OK);
+        assert_int_equal(c.per_replica_batch, 10);
     }
     rp_replicator_destroy(r);
 }

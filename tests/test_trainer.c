@@ -9,8 +9,9 @@
  *    leaves the previous checkpoint byte for byte;
  *  - a stop request (the call the signal thread makes; and a real SIGINT
  *    through rp_trainer_catch_signals) stops at a step boundary with a
- *    checkpoint that resumes to the same final checkpoint, bit for bit, as
- *    an uninterrupted run;
+ *    checkpoint that resumes to the same final checkpoint and the same
+ *    metrics.jsonl lines (but for the rate), bit for bit, as an
+ *    uninterrupted run;
  *  - evaluation runs at the configured cadence, on every replica;
  *  - sync with 2 replicas (each its shard of every batch) and async with 2
  *    replicas (each batch to one of them) both cover every batch of every
@@ -32,7 +33,7 @@
 #define DIM        6
 #define CLASSES    3
 #define ROWS       96
-#define MAXR       2
+#define MAXR       4
 #define MAX_EPOCHS 4
 #define MAX_STEPS  16
 #define MAX_RECORD 64
@@ -51,6 +52,7 @@ typedef struct job {
     int64_t limit_at;  /* from this global step on, files may not grow past 64 bytes (-1: never) */
     /* records */
     int seen[MAXR][MAX_EPOCHS][MAX_STEPS]; /* times replica r trained (epoch, step) */
+    int rows_seen[MAX_EPOCHS][ROWS];       /* times a row was trained in an epoch, any replica */
     int64_t on_disk[MAX_RECORD]; /* the checkpoint's global step when step g began (-1: none) */
     int64_t evals[MAX_RECORD];   /* steps trained when each evaluation finished */
     int n_evals;
@@ -147,18 +149,18 @@ static int64_t steps_per_epoch(void *ctx, void *st)
 }
 
 /*
- * Batch s of epoch e: rows from a rotation that depends on both, so every batch differs. Sync: the
- * replica's shard of it; async: all of it.
+ * Batch s of epoch e: rows from a rotation that depends on both, so every batch differs. The
+ * replica's share of it, as the input context says (sync: its shard; async: all of it).
  */
 static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_trainer_at *at,
                             double *loss)
 {
     job *j = ctx;
     state *s = st;
-    int r = rp_replica_id(rep), n = rp_replica_count(rep);
-    bool sync = j->regime == RP_REGIME_SYNC;
-    int rows = sync ? j->batch / n : j->batch,
-        first = (int)at->step * j->batch + (sync ? r * rows : 0);
+    int r = rp_replica_id(rep);
+    rp_input_context in;
+    RP_CHECK(rp_replica_input_context(rep, j->batch, &in));
+    int rows = in.per_replica_batch, first = (int)at->step * j->batch + in.replica * rows;
     if (at->epoch < MAX_EPOCHS && at->step < MAX_STEPS) j->seen[r][at->epoch][at->step]++;
     if (r == 0 && at->global_step < MAX_RECORD)
         j->on_disk[at->global_step] = checkpoint_step_on_disk(j->dir);
@@ -177,6 +179,8 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_train
     int32_t yb[ROWS];
     for (int i = 0; i < rows; i++) {
         int row = (first + i + 7 * (int)at->epoch) % ROWS;
+        if (at->epoch < MAX_EPOCHS)
+            __atomic_add_fetch(&j->rows_seen[at->epoch][row], 1, __ATOMIC_RELAXED);
         memcpy(xb + i * DIM, j->x[row], sizeof j->x[row]);
         yb[i] = j->y[row];
     }
@@ -341,6 +345,34 @@ static double json_number(const cJSON *o, const char *key)
     return v->valuedouble;
 }
 
+/*
+ * A copy of checkpoint `ck` without tensors `skip_a` and `skip_b` (may be NULL), with the tensor
+ * `add` (u64, n values; NULL: none) in their place.
+ */
+static rp_checkpoint *checkpoint_edit(const rp_checkpoint *ck, const char *skip_a,
+                                      const char *skip_b, const char *add, int64_t n,
+                                      const uint64_t *values)
+{
+    rp_checkpoint *out = NULL;
+    assert_int_equal(rp_checkpoint_create(&out), RP_OK);
+    for (int i = 0; i < rp_checkpoint_count(ck); i++) {
+        const char *name = rp_checkpoint_name_at(ck, i);
+        if ((skip_a && !strcmp(name, skip_a)) || (skip_b && !strcmp(name, skip_b))) continue;
+        rp_checkpoint_dtype dtype;
+        int ndim;
+        int64_t shape[RP_MAX_DIMS];
+        const void *data = rp_checkpoint_get(ck, name, &dtype, &ndim, shape);
+        assert_non_null(data);
+        assert_int_equal(rp_checkpoint_add(out, name, dtype, ndim, shape, data), RP_OK);
+    }
+    for (int i = 0; i < rp_checkpoint_meta_count(ck); i++) {
+        const char *key = rp_checkpoint_meta_key_at(ck, i);
+        assert_int_equal(rp_checkpoint_set_meta(out, key, rp_checkpoint_get_meta(ck, key)), RP_OK);
+    }
+    if (add) assert_int_equal(rp_checkpoint_add_u64(out, add, n, values), RP_OK);
+    return out;
+}
+
 /* Checkpoints at every 3 global steps and every epoch; metrics lines every 2 steps and each epoch.
  */
 static void test_run_directory_and_cadence(void **unused)
@@ -447,14 +479,47 @@ static void test_failed_write_keeps_previous_checkpoint(void **unused)
     job_free(&j);
 }
 
-/* The final checkpoint of an uninterrupted run of `replicas` sync replicas, 3 epochs. */
-static unsigned char *uninterrupted(const char *name, int replicas, long *size)
+/*
+ * metrics.jsonl's text without the rate ("samples_per_s":..., a measurement, never the same twice);
+ * every other byte is the run's numbers.
+ */
+static char *metrics_without_rate(const char *dir)
+{
+    char path[600];
+    long size;
+    char *text = (char *)read_file(path_in(path, sizeof path, dir, "metrics.jsonl"), &size);
+    assert_non_null(text);
+    text[size] = '\0';
+    const char *key = ",\"samples_per_s\":";
+    for (char *at; (at = strstr(text, key));) {
+        char *end = at + strlen(key);
+        end += strspn(end, "0123456789.-e");
+        memmove(at, end, strlen(end) + 1);
+    }
+    return text;
+}
+
+/* Asserts that two metrics.jsonl files hold the same lines, bit for bit but for the rate. */
+static void assert_same_metrics(const char *dir_a, const char *dir_b)
+{
+    char *a = metrics_without_rate(dir_a), *b = metrics_without_rate(dir_b);
+    assert_true(strlen(a) > 0);
+    assert_string_equal(b, a);
+    free(a);
+    free(b);
+}
+
+/* The final checkpoint of an uninterrupted run of `replicas` sync replicas, 3 epochs, in tmp dir
+ * `name` (full path into dir); step lines every `metrics_every` steps. */
+static unsigned char *uninterrupted(const char *name, int replicas, int64_t metrics_every,
+                                    char *dir, size_t dir_size, long *size)
 {
     job j;
     job_init(&j, 24, RP_REGIME_SYNC);
-    char dir[512], path[600];
-    tu_tmp_path(dir, sizeof dir, name);
+    char path[600];
+    tu_tmp_path(dir, dir_size, name);
     rp_trainer_config c = config(&j, dir, replicas, 3);
+    c.metrics_every_steps = metrics_every;
     assert_int_equal(train_once(&j, &c, NULL), RP_OK);
     job_free(&j);
     return read_file(path_in(path, sizeof path, dir, "checkpoint.safetensors"), size);
@@ -462,21 +527,27 @@ static unsigned char *uninterrupted(const char *name, int replicas, long *size)
 
 /*
  * A stop request while step 6 trains: the run stops after it, at a step boundary (global 7, epoch 2
- * step 3), checkpointed; resumed, it ends with the uninterrupted run's checkpoint, bit for bit.
+ * step 3), checkpointed; resumed, it ends with the uninterrupted run's checkpoint, bit for bit, and
+ * its metrics.jsonl holds the uninterrupted run's lines (the epoch's train_loss a mean over all of
+ * epoch 2, not over the step after the resume), with 1, 2 and 4 replicas.
  */
 static void test_stop_request_resumes_bit_exactly(void **unused)
 {
-    for (int replicas = 1; replicas <= 2; replicas++) {
+    for (int replicas = 1; replicas <= 4; replicas *= 2) {
         long full_size;
+        char full_dir[512], name[32];
+        snprintf(name, sizeof name, "stop-full-%d", replicas);
         unsigned char *full =
-            uninterrupted(replicas == 1 ? "stop-full-1" : "stop-full-2", replicas, &full_size);
+            uninterrupted(name, replicas, 2, full_dir, sizeof full_dir, &full_size);
         assert_non_null(full);
 
         job j;
         job_init(&j, 24, RP_REGIME_SYNC);
         char dir[512], path[600];
-        tu_tmp_path(dir, sizeof dir, replicas == 1 ? "stop-1" : "stop-2");
+        snprintf(name, sizeof name, "stop-%d", replicas);
+        tu_tmp_path(dir, sizeof dir, name);
         rp_trainer_config c = config(&j, dir, replicas, 3);
+        c.metrics_every_steps = 2;
         j.stop_at = 6;
         rp_trainer_progress p;
         assert_int_equal(train_once(&j, &c, &p), RP_OK);
@@ -495,6 +566,7 @@ static void test_stop_request_resumes_bit_exactly(void **unused)
         job r;
         job_init(&r, 24, RP_REGIME_SYNC);
         rp_trainer_config rc = config(&r, dir, replicas, 3);
+        rc.metrics_every_steps = 2;
         rc.resume = ck;
         rc.run_dir_exact = true;
         rc.force = false; /* resuming continues the run in its own directory: no refusal */
@@ -513,6 +585,7 @@ static void test_stop_request_resumes_bit_exactly(void **unused)
         assert_non_null(resumed);
         assert_int_equal(size, full_size);
         assert_memory_equal(resumed, full, (size_t)size);
+        assert_same_metrics(full_dir, dir);
         free(resumed);
         free(full);
         job_free(&j);
@@ -595,7 +668,9 @@ static void test_eval_cadence(void **unused)
     job_free(&j);
 }
 
-/* Every batch of every epoch exactly once: sync, each replica its shard; async, one replica each.
+/*
+ * Every batch of every epoch exactly once: sync, each replica its shard; async, one replica each,
+ * all of it (the input context's share): every example of every epoch trained exactly once.
  */
 static void test_every_batch_once(void **unused)
 {
@@ -610,7 +685,7 @@ static void test_every_batch_once(void **unused)
         assert_int_equal(train_once(&j, &c, &p), RP_OK);
         assert_true(p.finished);
         assert_int_equal(p.global_step, 24);
-        int per_replica[MAXR] = {0, 0};
+        int per_replica[MAXR] = {0};
         for (int e = 0; e < 3; e++)
             for (int s = 0; s < 8; s++) {
                 if (regime == 0) {
@@ -625,6 +700,9 @@ static void test_every_batch_once(void **unused)
         for (int e = 3; e < MAX_EPOCHS; e++)
             for (int s = 0; s < MAX_STEPS; s++)
                 assert_int_equal(j.seen[0][e][s] + j.seen[1][e][s], 0);
+        for (int e = 0; e < 3; e++)
+            for (int row = 0; row < ROWS; row++)
+                assert_int_equal(j.rows_seen[e][row], 1);
         assert_int_equal(per_replica[0] + per_replica[1], regime ? 24 : 48);
         job_free(&j);
     }
@@ -744,6 +822,65 @@ static void test_bad_config(void **unused)
 }
 
 /*
+ * The epoch's running scalars in a mid-epoch checkpoint ("train/epoch_steps", "train/epoch_sums"):
+ * one sum per scalar, or the checkpoint is refused, naming the tensor; without both (a checkpoint
+ * of an older version) it resumes, the epoch's means covering the steps since the resume.
+ */
+static void test_checkpoint_epoch_sums(void **unused)
+{
+    job j;
+    job_init(&j, 24, RP_REGIME_SYNC);
+    char dir[512];
+    tu_tmp_path(dir, sizeof dir, "epoch-sums");
+    rp_trainer_config c = config(&j, dir, 1, 2);
+    j.stop_at = 1; /* stops after 2 steps of the first epoch's 4 */
+    assert_int_equal(train_once(&j, &c, NULL), RP_OK);
+    rp_checkpoint *ck = NULL;
+    assert_int_equal(rp_trainer_load_checkpoint(&ck, dir), RP_OK);
+    int64_t n = 0;
+    const int64_t *steps = rp_checkpoint_get_i64(ck, "train/epoch_steps", &n);
+    assert_non_null(steps);
+    assert_int_equal(n, 1);
+    assert_int_equal(steps[0], 2);
+    const uint64_t *sums = rp_checkpoint_get_u64(ck, "train/epoch_sums", &n);
+    assert_non_null(sums);
+    assert_int_equal(n, 1);
+    double loss_sum;
+    memcpy(&loss_sum, sums, sizeof loss_sum);
+    assert_true(loss_sum > 0.5 && loss_sum < 10); /* two steps' cross-entropy over 3 classes */
+
+    rp_trainer *t = NULL;
+    uint64_t two[2] = {sums[0], sums[0]};
+    rp_checkpoint *bad = checkpoint_edit(ck, "train/epoch_sums", NULL, "train/epoch_sums", 2, two);
+    rp_trainer_config rc = config(&j, dir, 1, 2);
+    rc.resume = bad;
+    assert_int_equal(rp_trainer_create(&t, &rc, &model, &j), RP_ERR_FORMAT);
+    assert_null(t);
+    tu_assert_error_contains("train/epoch_sums holds 2 scalars; the model has 1");
+    rp_checkpoint_destroy(bad);
+    bad = checkpoint_edit(ck, "train/epoch_sums", NULL, NULL, 0, NULL);
+    rc.resume = bad;
+    assert_int_equal(rp_trainer_create(&t, &rc, &model, &j), RP_ERR_FORMAT);
+    tu_assert_error_contains("no train/epoch_sums");
+    rp_checkpoint_destroy(bad);
+    /* An older checkpoint, without either: resumed. */
+    rp_checkpoint *old =
+        checkpoint_edit(ck, "train/epoch_sums", "train/epoch_steps", NULL, 0, NULL);
+    job r;
+    job_init(&r, 24, RP_REGIME_SYNC);
+    rc = config(&r, dir, 1, 2);
+    rc.resume = old;
+    rp_trainer_progress p;
+    assert_int_equal(train_once(&r, &rc, &p), RP_OK);
+    assert_true(p.finished);
+    assert_int_equal(p.steps_this_run, 6);
+    rp_checkpoint_destroy(old);
+    rp_checkpoint_destroy(ck);
+    job_free(&j);
+    job_free(&r);
+}
+
+/*
  * A model's named scalars: every one in metrics.jsonl (a step line's over the last run's steps, an
  * epoch line's over the epoch, each first averaged over a sync step's replicas), the chosen ones on
  * the progress and epoch lines; in sync with 2 replicas and in async.
@@ -842,7 +979,8 @@ static void test_named_scalars(void **unused)
 
 /*
  * Steps-only mode (cfg.steps): a model without epochs or steps_per_epoch takes 10 global steps;
- * a stop after step 6 resumes to the uninterrupted run's checkpoint, bit for bit; metrics.jsonl's
+ * a stop after step 6 resumes to the uninterrupted run's checkpoint and metrics.jsonl, bit for
+ * bit; metrics.jsonl's
  * lines say no epoch, and the checkpoint cadence counts global steps.
  */
 static void test_steps_only(void **unused)
@@ -915,6 +1053,10 @@ static void test_steps_only(void **unused)
         assert_non_null(resumed);
         assert_int_equal(size, full_size);
         assert_memory_equal(resumed, full, (size_t)size);
+        /* The end's line is the mean of all 10 steps, as the uninterrupted run's. */
+        char full_dir[512];
+        tu_tmp_path(full_dir, sizeof full_dir, "steps-full");
+        assert_same_metrics(full_dir, dir);
         free(resumed);
         job_free(&j);
         job_free(&r);
@@ -991,6 +1133,7 @@ int main(void)
         cmocka_unit_test(test_async_max_steps),
         cmocka_unit_test(test_refuses_existing_run),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_checkpoint_epoch_sums),
         cmocka_unit_test(test_named_scalars),
         cmocka_unit_test(test_steps_only),
         cmocka_unit_test(test_bad_scalars),

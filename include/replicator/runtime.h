@@ -450,13 +450,24 @@ void *rp_replica_user(const rp_replica *rep);
 void rp_replica_set_user(rp_replica *rep, void *user);
 
 /*
- * The input context (as TF-Replicator's): the replica's id and count, its
- * input pipeline (one per replica here: pipeline = replica id, so every
- * worker of one model group reads the same batch) and the per-replica share
- * of a global batch. RP_ERR_INVALID if the replica count does not divide it.
- * With sync groups a group trains each batch together: replica and replicas
- * are its rank in its group and the group's size, and the share is the
- * batch / the group's size (RP_ERR_INVALID if that does not divide it).
+ * The input context (as TF-Replicator's): the share of a global batch this
+ * replica trains, among the replicas that train each batch together
+ * (rp_replica_in_sync()): `replicas` of them, this one `replica`-th, each
+ * `per_replica_batch` = global_batch / replicas examples, the share starting
+ * at example replica x per_replica_batch of the batch; and its input
+ * pipeline (one per replica here: pipeline = replica id, pipelines = the
+ * replica count, so every worker of one model group reads the same batch).
+ *  - sync (and ZeRO): every replica trains its shard of every batch:
+ *    replica = its id, replicas = the replica count; RP_ERR_INVALID if that
+ *    does not divide the batch;
+ *  - async: a batch goes to the one replica that claims it
+ *    (rp_replica_next_batch()), which trains all of it: replica = 0,
+ *    replicas = 1, per_replica_batch = global_batch, whatever the replica
+ *    count (a global batch is one push's);
+ *  - sync groups: a group trains each batch together: replica and replicas
+ *    are its rank in its group and the group's size, and the share is the
+ *    batch / the group's size (RP_ERR_INVALID if that does not divide it);
+ *    G = N groups is async's share.
  */
 typedef struct rp_input_context {
     int replica, replicas;
@@ -477,6 +488,16 @@ rp_status rp_replica_report(rp_replica *rep, const char *name, double value, rp_
 
 /* ---- cross-replica primitives: rp_comm_* on the replica's communicator ------------ */
 
+/*
+ * Each is the rp_comm_* call (replicator/comm.h) on rp_replica_comm(rep):
+ * the DATA axis - the replicas, rank = rp_replica_id(). In a mesh (roles,
+ * or a replica of model x pipe workers) that is this worker's peers with the
+ * same model and pipe coordinates in the other replicas, never the workers of
+ * its own replica: for those, call rp_comm_* on rp_replica_axis_comm(rep,
+ * RP_AXIS_MODEL or RP_AXIS_PIPE), and on rp_replica_role_comm() or
+ * rp_replica_world_comm() for a whole role or job. Without a mesh the data
+ * axis is every replica of the job. Errors: those of the rp_comm_* call.
+ */
 rp_status rp_all_reduce(rp_replica *rep, const void *send, void *recv, int64_t count,
                         rp_dtype dtype, rp_reduce_op op);
 rp_status rp_reduce_scatter(rp_replica *rep, const void *send, void *recv, int64_t count,

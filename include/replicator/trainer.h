@@ -44,7 +44,15 @@
  * The run directory (written only by the process of replica 0):
  *     checkpoint.safetensors  the model's tensors (save callback), the
  *                             tensor "train/position" = {epoch, step in
- *                             epoch, global step} of the next batch, and the
+ *                             epoch, global step} of the next batch, the
+ *                             epoch's running scalars ("train/epoch_steps",
+ *                             i64 {steps summed}, and "train/epoch_sums",
+ *                             u64: each scalar's sum as IEEE-754 bits, so
+ *                             that a run resumed mid-epoch writes the
+ *                             uninterrupted run's epoch line, bit for bit
+ *                             but for the rate, which is measured over the
+ *                             steps this process ran; a checkpoint without
+ *                             them sums afresh from the resume), and the
  *                             metadata "replicator.config" (cfg.config_json)
  *                             and "replicator.version"; written atomically
  *                             (replicator/io.h), so a failed write leaves the
@@ -165,7 +173,10 @@ typedef struct rp_trainer_model {
      * writes them all to metrics.jsonl; cfg.shown_scalars picks the ones on
      * the progress and epoch lines. Sync: every replica, in step, its shard
      * of one global batch. Async: only the replica that claimed the batch,
-     * the whole batch; the replica's tape is reset before each batch. A
+     * the whole batch; the replica's tape is reset before each batch.
+     * rp_replica_input_context() gives that share in every regime (sync:
+     * the replica's shard; async: replica 0 of 1, the whole batch; sync
+     * groups: the replica's shard within its group). A
      * replica's batches come in increasing order within an epoch.
      */
     rp_status (*train_step)(rp_replica *rep, void *ctx, void *state, const rp_trainer_at *at,
@@ -308,8 +319,9 @@ rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json);
  * `model` and `ctx` are borrowed for the trainer's lifetime.
  * Errors: RP_ERR_INVALID (a bad field, named; a model's scalar name that is
  * malformed or repeated, or a shown_scalars name the model does not have; a run_dir holding a
- * checkpoint, as above; a resume checkpoint without "train/position"),
- * RP_ERR_IO (the directory), the replicator's and the build callback's
+ * checkpoint, as above), RP_ERR_FORMAT (a resume checkpoint without
+ * "train/position", or with epoch sums that do not fit the model's
+ * scalars, each named), RP_ERR_IO (the directory), the replicator's and the build callback's
  * errors. On error *t is NULL and everything made is freed (the replicas'
  * states through model->destroy).
  */

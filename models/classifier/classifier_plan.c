@@ -2,9 +2,11 @@
  * classifier_plan.c - the classifier's planner (classifier_plan.h): the
  * runtime's share (rp_plan_runtime) plus activations, the layers'
  * collectives, the pipeline's messages and the loader's buffers, from a
- * recorded step of each stage at batch 1 and 2 - on one thread, or with
- * tensor parallelism on one thread per member of the stage's model axis.
+ * recorded step of each stage at two batches (1 and 2, or larger where a
+ * batch norm would see a single value) - on one thread, or with tensor
+ * parallelism on one thread per member of the stage's model axis.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,11 +97,12 @@ cleanup:
     return status;
 }
 
-/* One member's recording of a stage at batch 1 and 2 (all members of a model axis at once). */
+/* One member's recording of a stage at two batches (all members of a model axis at once). */
 typedef struct member_job {
     const rp_classifier *clf;
     rp_classifier_place place; /* the stage; tp_comm: this member's handle (NULL: not split) */
     const int *in;
+    const int *batches; /* the two recorded batches */
     bool bn;     /* cross-replica batch norm: its sums recorded over a one-member communicator */
     int threads; /* kernel threads of the member's thread */
     int64_t peak[2];
@@ -116,8 +119,8 @@ static void member_run(member_job *j)
     if (j->bn) RP_TRY(rp_comm_threads_create(&bn, 1, NULL, 60.0));
     j->place.bn_comm = bn;
     for (int k = 0; k < 2; k++)
-        RP_TRY(
-            probe(j->clf, &j->place, j->in, k + 1, &j->peak[k], &j->bn_sent[k], &j->model_sent[k]));
+        RP_TRY(probe(j->clf, &j->place, j->in, j->batches[k], &j->peak[k], &j->bn_sent[k],
+                     &j->model_sent[k]));
     j->caches = (int64_t)rp_kernels_cache_bytes();
 cleanup:
     j->place.bn_comm = NULL;
@@ -144,10 +147,10 @@ static bool same_calls(const rp_comm_stats *a, const rp_comm_stats *b)
 }
 
 /*
- * Records stage s of `stages` split over `tp` members (1: whole) at batch 1 and 2: st's peaks
- * (the largest member's), its model axis's counters, and what batch norm sent (*bn, the same at
- * both batches). With tp > 1 the members run on tp threads over a tp-member threads
- * communicator, as the trainer's model axis; the calling thread waits for them.
+ * Records stage s of `stages` split over `tp` members (1: whole) at batches st->probe_batch[0]
+ * and [1]: st's peaks (the largest member's), its model axis's counters, and what batch norm sent
+ * (*bn, the same at both batches). With tp > 1 the members run on tp threads over a tp-member
+ * threads communicator, as the trainer's model axis; the calling thread waits for them.
  */
 static rp_status record_stage(const rp_classifier *clf, const int *in, int s, int stages, int tp,
                               bool bn, rp_classifier_plan_stage *st, rp_comm_stats *bn_sent,
@@ -168,6 +171,7 @@ static rp_status record_stage(const rp_classifier *clf, const int *in, int s, in
         jobs[m] = (member_job){.clf = clf,
                                .place = {.stage = s, .stages = stages, .tp_comm = comms[m]},
                                .in = in,
+                               .batches = st->probe_batch,
                                .bn = bn,
                                .threads = threads > 0 ? threads : 1};
     if (tp == 1) {
@@ -196,10 +200,10 @@ static rp_status record_stage(const rp_classifier *clf, const int *in, int s, in
         if (memcmp(&j->bn_sent[0], &j->bn_sent[1], sizeof j->bn_sent[0]) != 0 ||
             !same_calls(&j->model_sent[0], &j->model_sent[1])) {
             status = RP_ERROR(RP_ERR_INVALID,
-                              "the planner's recorded steps at batch 1 and 2 made different "
+                              "the planner's recorded steps at batch %d and %d made different "
                               "collectives (stage %d, member %d); the layers' calls depend on the "
                               "batch, which the planner does not model",
-                              s, m);
+                              st->probe_batch[0], st->probe_batch[1], s, m);
             goto cleanup;
         }
         if (memcmp(&j->model_sent, &jobs[0].model_sent, sizeof j->model_sent) != 0) {
@@ -249,11 +253,21 @@ static int64_t dataset_bytes(const rp_dataset *ds)
     return ds ? ds->n * ((int64_t)ds->h * ds->w * ds->c + (int64_t)sizeof(int32_t)) : 0;
 }
 
+/* Where a stage's batch norms see the fewest values per channel of each example. */
+typedef struct bn_least {
+    int area; /* h x w of that unit's output (INT_MAX: the stage has no batch norm) */
+    int h, w;
+    char unit[32]; /* the unit's name */
+} bn_least;
+
 /*
  * Each stage's input and output per example (h, w, c): the images, the units' outputs at the
- * cuts (rp_resnet_partition, as rp_classifier_net_create_part cuts), the logits.
+ * cuts (rp_resnet_partition, as rp_classifier_net_create_part cuts), the logits; and where its
+ * batch norms see the fewest values (a unit's batch norms see its input's or its output's pixels,
+ * and a unit's output is never larger than its input).
  */
-static rp_status stage_shapes(const rp_classifier *clf, int stages, int (*in)[3], int (*out)[3])
+static rp_status stage_shapes(const rp_classifier *clf, int stages, int (*in)[3], int (*out)[3],
+                              bn_least *bn)
 {
     const rp_dataset *ds = clf->train;
     in[0][0] = ds->h;
@@ -261,25 +275,37 @@ static rp_status stage_shapes(const rp_classifier *clf, int stages, int (*in)[3]
     in[0][2] = ds->c;
     out[stages - 1][0] = out[stages - 1][1] = 1;
     out[stages - 1][2] = ds->num_classes;
-    if (stages == 1) return RP_OK;
+    for (int s = 0; s < stages; s++)
+        bn[s] = (bn_least){.area = INT_MAX};
     rp_resnet_kind kind;
-    if (!rp_resnet_kind_parse(clf->cfg.model, &kind))
+    if (!rp_resnet_kind_parse(clf->cfg.model, &kind)) {
+        if (stages == 1) return RP_OK; /* the MLP: no batch norm */
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "%s cannot be cut into %d stages: only the ResNets are (resnet20, "
                         "resnet18, resnet50); drop --model-parallel",
                         clf->cfg.model, stages);
+    }
     rp_resnet_config rc = rp_resnet_config_default(kind);
     rc.in_channels = ds->c;
     rc.classes = ds->num_classes;
     int bounds[RP_RESNET_MAX_UNITS + 1];
     RP_CHECK(rp_resnet_partition(&rc, ds->h, ds->w, stages, bounds));
-    for (int s = 0; s + 1 < stages; s++) {
-        rp_resnet_unit_info info;
-        RP_CHECK(rp_resnet_unit_info_get(&rc, ds->h, ds->w, bounds[s + 1] - 1, &info));
-        out[s][0] = in[s + 1][0] = info.out_h;
-        out[s][1] = in[s + 1][1] = info.out_w;
-        out[s][2] = in[s + 1][2] = info.out_c;
-    }
+    for (int s = 0; s < stages; s++)
+        for (int u = bounds[s]; u < bounds[s + 1]; u++) {
+            rp_resnet_unit_info info;
+            RP_CHECK(rp_resnet_unit_info_get(&rc, ds->h, ds->w, u, &info));
+            if (info.buffers > 0 && info.out_h * info.out_w < bn[s].area) {
+                bn[s].area = info.out_h * info.out_w;
+                bn[s].h = info.out_h;
+                bn[s].w = info.out_w;
+                snprintf(bn[s].unit, sizeof bn[s].unit, "%s", info.name);
+            }
+            if (u + 1 == bounds[s + 1] && s + 1 < stages) {
+                out[s][0] = in[s + 1][0] = info.out_h;
+                out[s][1] = in[s + 1][1] = info.out_w;
+                out[s][2] = in[s + 1][2] = info.out_c;
+            }
+        }
     return RP_OK;
 }
 
@@ -319,13 +345,14 @@ static rp_status plan_worker(rp_classifier_plan *p, const rp_classifier *clf, co
                                      (int64_t)c->bytes * M));
     }
     /* Tensor parallelism: the split blocks' collectives, the same calls at every batch and bytes
-       affine in it (activations and their gradients), from the steps at batch 1 and 2. */
+       affine in it (activations and their gradients), from the two recorded steps. */
+    int64_t k1 = st->probe_batch[0], dk = st->probe_batch[1] - st->probe_batch[0];
     for (int c = RP_COMM_USER; c <= RP_COMM_RUNTIME && p->tp > 1; c++)
         for (int k = 0; k < RP_COMM_KINDS; k++) {
             const rp_comm_tally *b1 = &st->model[0].by[c][k], *b2 = &st->model[1].by[c][k];
             if (b1->calls == 0) continue;
-            int64_t bytes = (int64_t)b1->bytes +
-                            ((int64_t)b2->bytes - (int64_t)b1->bytes) * (int64_t)(p->micro - 1);
+            int64_t bytes = (int64_t)b1->bytes + ((int64_t)b2->bytes - (int64_t)b1->bytes) *
+                                                     ((int64_t)p->micro - k1) / dk;
             RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_MODEL, (rp_comm_class)c, (rp_flight_kind)k,
                                          "split blocks' collectives", (int64_t)b1->calls * M,
                                          bytes * M));
@@ -380,6 +407,7 @@ rp_status rp_classifier_plan_create(rp_classifier_plan **out, const rp_classifie
     rp_comm **tp_comms = NULL;
     rp_classifier_net net = {0};
     rp_comm_stats *bn = NULL;
+    bn_least *least = NULL;
     int(*in)[3] = NULL, (*outs)[3] = NULL;
     int workers = replicas * stages * tp;
     rp_classifier_plan *p = calloc(1, sizeof *p);
@@ -388,10 +416,11 @@ rp_status rp_classifier_plan_create(rp_classifier_plan **out, const rp_classifie
         p->worker = calloc((size_t)workers, sizeof *p->worker);
     }
     bn = calloc((size_t)stages, sizeof *bn);
+    least = calloc((size_t)stages, sizeof *least);
     in = calloc((size_t)stages, sizeof *in);
     outs = calloc((size_t)stages, sizeof *outs);
     tp_comms = calloc((size_t)tp, sizeof *tp_comms);
-    if (!p || !p->stage || !p->worker || !bn || !in || !outs || !tp_comms) {
+    if (!p || !p->stage || !p->worker || !bn || !least || !in || !outs || !tp_comms) {
         status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate a plan of %d x %d x %d workers", replicas,
                           stages, tp);
         goto cleanup;
@@ -405,14 +434,40 @@ rp_status rp_classifier_plan_create(rp_classifier_plan **out, const rp_classifie
     p->batch = clf->cfg.batch / in_sync;
     p->micro = p->batch / M;
     p->workers = workers;
-    RP_TRY(stage_shapes(clf, stages, in, outs));
+    RP_TRY(stage_shapes(clf, stages, in, outs, least));
     for (int s = 0; s < stages; s++) {
         rp_classifier_plan_stage *st = &p->stage[s];
+        /*
+         * Batch norm in training needs at least 2 values per channel: a micro-batch's examples
+         * times the pixels at its smallest, over the replicas in sync (cross-replica batch norm).
+         * A layout where it gets fewer cannot train: say what to change.
+         */
+        if (least[s].area < INT_MAX && (int64_t)p->micro * least[s].area * in_sync < 2) {
+            char where[32] = "";
+            if (stages > 1) snprintf(where, sizeof where, ", pipeline stage %d", s);
+            status = RP_ERROR(RP_ERR_INVALID,
+                              "this layout cannot train: batch norm in %s (%dx%d pixels per "
+                              "example%s) would see %lld value(s) per channel from a micro-batch "
+                              "of %d example(s) on %d replica(s) in sync, and training needs at "
+                              "least 2; raise --batch (now %d) or lower --micro-batches",
+                              least[s].unit, least[s].h, least[s].w, where,
+                              (long long)p->micro * least[s].area * in_sync, p->micro, in_sync,
+                              clf->cfg.batch);
+            goto cleanup;
+        }
+        /*
+         * The recorded batches: 1 and 2, or the smallest k and 2k at which every batch norm sees
+         * 2 values (a ResNet-50's last units are 1x1 on 28x28 images). The recording's batch norm
+         * runs over a one-member communicator, so its values are the recorded batch's only.
+         */
+        int k = least[s].area >= 2 ? 1 : 2;
+        st->probe_batch[0] = k;
+        st->probe_batch[1] = 2 * k;
         /* Batch norm is cross-replica when the replicas in sync are several (classifier_trainer.c).
          */
         RP_TRY(record_stage(clf, in[s], s, stages, tp, in_sync > 1, st, &bn[s], &p->kernel_caches));
-        st->act_b = (double)(st->probe_peak[1] - st->probe_peak[0]);
-        st->act_a = (double)st->probe_peak[0] - st->act_b;
+        st->act_b = (double)(st->probe_peak[1] - st->probe_peak[0]) / k;
+        st->act_a = (double)st->probe_peak[0] - st->act_b * k;
         int w1f1b = stages - s - 1 < M ? stages - s - 1 : M;
         st->tapes = clf->cfg.schedule == RP_PIPE_1F1B ? w1f1b + 1 : M;
         st->in_floats = (int64_t)in[s][0] * in[s][1] * in[s][2];
@@ -442,6 +497,7 @@ cleanup:
         rp_comm_destroy(tp_comms[m]);
     free(tp_comms);
     free(bn);
+    free(least);
     free(in);
     free(outs);
     if (status == RP_OK)

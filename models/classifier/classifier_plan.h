@@ -8,10 +8,15 @@
  * this file adds what only the model knows:
  *  - activations: the worker's network is built once and ONE training step
  *    (forward, loss, backward) is recorded on a scratch tape at batch 1 and
- *    at batch 2; the arena's live peak is affine in the batch (every
- *    activation and gradient is a per-sample size times the batch, plus
- *    per-step constants such as batch norm's statistics), so the two points
- *    give peak(B) = a + b x B for the worker's batch B;
+ *    at batch 2 (at 2 and 4 for a stage whose batch norm sees a 1x1 image,
+ *    as ResNet-50's last units on 28x28 images: training batch norm needs 2
+ *    values per channel); the arena's live peak is affine in the batch
+ *    (every activation and gradient is a per-sample size times the batch,
+ *    plus per-step constants such as batch norm's statistics), so the two
+ *    points give peak(B) = a + b x B for the worker's batch B. A layout
+ *    whose micro-batch leaves a batch norm fewer than 2 values per channel
+ *    (over the replicas in sync) cannot train, and is refused, naming the
+ *    unit and the options to change;
  *  - the layers' own collectives: the same recording runs cross-replica
  *    batch norm over a one-member communicator and reads its counters
  *    (rp_comm_stats): the calls and bytes of a step do not depend on the
@@ -27,7 +32,7 @@
  *    trainer builds it on the model axis, so each worker's parameters,
  *    gradients and optimizer state are its shard's; the blocks'
  *    all-reduces on the model axis are read off that communicator's
- *    counters at batch 1 and 2: the calls do not depend on the batch, the
+ *    counters at the two recorded batches: the calls do not depend on the batch, the
  *    bytes are affine in it (every message is an activation or its
  *    gradient), so the two points give them at the worker's batch;
  *  - sync groups (--sync-groups G): each replica trains its share of a
@@ -43,12 +48,15 @@
 
 /* One pipeline stage's recorded step (the whole network's when not cut). */
 typedef struct rp_classifier_plan_stage {
-    int64_t probe_peak[2]; /* the arena's live peak of one step at batch 1 and 2 */
+    int probe_batch[2];    /* the recorded batches: 1 and 2, or k and 2k where batch norm needs
+                              k examples to see 2 values per channel (1x1 pixels: k = 2) */
+    int64_t probe_peak[2]; /* the arena's live peak of one step at each recorded batch */
     double act_a, act_b;   /* the fit: live peak = act_a + act_b x batch */
     int tapes;             /* micro-batches alive at once (GPipe M; 1F1B min(P - i - 1, M) + 1) */
     int64_t in_floats, out_floats; /* per example: the input it receives, the output it sends */
     rp_comm_stats model[2];        /* tensor parallelism: the model axis's counters in the step at
-                                      batch 1 and 2 (every member's: the recording requires them equal) */
+                                      each recorded batch (every member's: the recording requires
+                                      them equal) */
 } rp_classifier_plan_stage;
 
 typedef struct rp_classifier_plan {
@@ -87,7 +95,9 @@ typedef struct rp_classifier_plan {
  * flight) times one micro-batch's recorded peak: a bound, since a tape that
  * finished its backward holds less. Errors: RP_ERR_INVALID (a batch that
  * does not split across the replicas in sync or into the micro-batches,
- * recorded steps whose collectives differ between batch 1 and 2), the
+ * a micro-batch too small for batch norm's 2 values per channel, naming
+ * the unit, recorded steps whose collectives differ between the two
+ * batches), the
  * runtime's (rp_plan_runtime: RP_ERR_UNSUPPORTED for async), the
  * network's (RP_ERR_UNSUPPORTED: an MLP cut into stages or split;
  * RP_ERR_SHAPE: a width that tp does not divide).

@@ -968,20 +968,22 @@ void rp_replica_set_user(rp_replica *rep, void *user)
 
 rp_status rp_replica_input_context(const rp_replica *rep, int global_batch, rp_input_context *ctx)
 {
-    /* A sync group trains each of its batches together: the batch is split inside the group. */
-    int split = rep->group_comm ? rep->group_size : rep->count;
+    /*
+     * A batch is split among the replicas that train it together (rp_replica_in_sync): every
+     * replica in sync training, a sync group's, and in async training one replica, which trains
+     * the whole batch it claimed.
+     */
+    int split = rp_replica_in_sync(rep);
     if (global_batch < 1 || global_batch % split != 0)
         return RP_ERROR(RP_ERR_INVALID,
                         "global batch %d does not split across %d replicas%s: it must be a "
                         "positive multiple of %s",
                         global_batch, split, rep->group_comm ? " (a sync group)" : "",
                         rep->group_comm ? "the group's size" : "the replica count");
-    ctx->replica = ctx->pipeline = rep->id;
-    ctx->replicas = ctx->pipelines = rep->count;
-    if (rep->group_comm) {
-        ctx->replica = rep->group_rank;
-        ctx->replicas = rep->group_size;
-    }
+    ctx->pipeline = rep->id;
+    ctx->pipelines = rep->count;
+    ctx->replica = rep->group_comm ? rep->group_rank : rep->r->strategy->identical ? rep->id : 0;
+    ctx->replicas = split;
     ctx->global_batch = global_batch;
     ctx->per_replica_batch = global_batch / split;
     return RP_OK;

@@ -93,7 +93,7 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
             for (int k = 0; k < t->n_scalars; k++)
                 means[k] = sums[k] / (double)done;
             train_print_progress(t, at.epoch, at.step, global + 1, means, at.lr,
-                                 t->epoch_steps + ticket + 1,
+                                 t->epoch_run_steps + ticket + 1,
                                  t->epoch_seconds + rp_now_s() - t_chunk);
         }
     }
@@ -188,7 +188,7 @@ static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, boo
     bool save = save_steps || last ||
                 (c->checkpoint_every_epochs && (epoch + 1) % c->checkpoint_every_epochs == 0);
     double seconds = t->epoch_seconds,
-           rate = seconds > 0 ? (double)t->epoch_steps * c->batch / seconds : 0;
+           rate = seconds > 0 ? (double)t->epoch_run_steps * c->batch / seconds : 0;
     double means[RP_TRAINER_MAX_SCALARS];
     for (int k = 0; k < t->n_scalars; k++)
         means[k] = t->gauge[k]      ? t->latest[k]
@@ -198,6 +198,10 @@ static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, boo
     if (eval) RP_CHECK(evaluate(t, &m));
     train_print_epoch(t, epoch, means, rate, seconds, &m);
     train_metrics_epoch(t, epoch, means, rate, &m);
+    /* Before the checkpoint: it resumes at the next epoch's first batch, with nothing summed. */
+    t->epoch_steps = t->epoch_run_steps = 0;
+    memset(t->epoch_sums, 0, sizeof t->epoch_sums);
+    t->epoch_seconds = 0;
     return save ? save_checkpoint(t) : RP_OK;
 }
 
@@ -228,6 +232,7 @@ static rp_status run_chunk(rp_trainer *t)
     t->global_step += n;
     t->step += n;
     t->epoch_steps += n;
+    t->epoch_run_steps += n;
     double chunk_means[RP_TRAINER_MAX_SCALARS], epoch_means[RP_TRAINER_MAX_SCALARS];
     for (int k = 0; k < t->n_scalars; k++) {
         t->epoch_sums[k] += sums[k];
@@ -241,7 +246,7 @@ static rp_status run_chunk(rp_trainer *t)
     if (t->lockstep && n > 0) RP_CHECK(train_straggler_step(t));
     if (t->lockstep && n > 0)
         train_print_progress(t, epoch, t->step - 1, t->global_step, epoch_means,
-                             rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_steps,
+                             rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_run_steps,
                              t->epoch_seconds);
     if (n > 0 && (!t->lockstep || crosses(before, t->global_step, c->metrics_every_steps)))
         train_metrics_step(t, epoch, chunk_means);
@@ -251,11 +256,7 @@ static rp_status run_chunk(rp_trainer *t)
         /* The checkpoint resumes at the next epoch's first batch. */
         t->epoch++;
         t->step = 0;
-        RP_CHECK(finish_epoch(t, epoch, eval_steps, save_steps));
-        t->epoch_steps = 0;
-        memset(t->epoch_sums, 0, sizeof t->epoch_sums);
-        t->epoch_seconds = 0;
-        return RP_OK;
+        return finish_epoch(t, epoch, eval_steps, save_steps);
     }
     if (eval_steps) {
         rp_trainer_metrics m = {0};
@@ -317,8 +318,8 @@ rp_status rp_trainer_run(rp_trainer *t)
     t->first_step = t->global_step;
     t->stop = 0;
     t->stopped = t->finished = false;
-    t->epoch_steps = 0;
-    memset(t->epoch_sums, 0, sizeof t->epoch_sums);
+    /* The epoch's steps and sums are where create left them (restored when resuming). */
+    t->epoch_run_steps = 0;
     t->epoch_seconds = 0;
     train_stop_arm(true);
     rp_status status = train(t);

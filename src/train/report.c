@@ -234,7 +234,7 @@ void train_metrics_step(rp_trainer *t, int64_t epoch, const double *means)
     /* The rate of the epoch so far: models that run one long stretch get it before their end. */
     if (t->epoch_seconds > 0)
         tb_scalar(t, "perf", "", t->cfg.rate_key,
-                  (double)t->epoch_steps * t->cfg.batch / t->epoch_seconds);
+                  (double)t->epoch_run_steps * t->cfg.batch / t->epoch_seconds);
     tb_flush(t);
     t->tb_step_line = t->global_step;
 }

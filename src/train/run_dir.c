@@ -149,8 +149,9 @@ rp_status train_make_dirs(const char *dir)
 
 /*
  * The model's tensors (local replica 0's state: the replicas agree), the
- * position of the next batch and the configuration, written atomically: the
- * previous checkpoint survives any failure.
+ * position of the next batch, the epoch's running scalars and the
+ * configuration, written atomically: the previous checkpoint survives any
+ * failure.
  */
 static rp_status save_checkpoint(const rp_trainer *t);
 
@@ -170,9 +171,15 @@ static rp_status save_checkpoint(const rp_trainer *t)
     rp_checkpoint *ck = NULL;
     char *path = NULL;
     int64_t position[3] = {t->epoch, t->step, t->global_step};
+    /* The sums' bits, not rounded values: the resumed epoch's means come out bit for bit. */
+    _Static_assert(sizeof(uint64_t) == sizeof(double), "a sum's bits fill a u64");
+    uint64_t sums[RP_TRAINER_MAX_SCALARS];
+    memcpy(sums, t->epoch_sums, sizeof sums);
     RP_TRY(rp_checkpoint_create(&ck));
     RP_TRY(t->model->save(t->ctx, t->states[0], ck));
     RP_TRY(rp_checkpoint_add_i64(ck, "train/position", 3, position));
+    RP_TRY(rp_checkpoint_add_i64(ck, TRAIN_EPOCH_STEPS, 1, &t->epoch_steps));
+    RP_TRY(rp_checkpoint_add_u64(ck, TRAIN_EPOCH_SUMS, t->n_scalars, sums));
     if (t->config_json) RP_TRY(rp_checkpoint_set_meta(ck, "replicator.config", t->config_json));
     RP_TRY(rp_checkpoint_set_meta(ck, "replicator.version", RP_VERSION));
     path = join_path(t->run_dir, CHECKPOINT_NAME);

@@ -73,9 +73,15 @@ struct rp_trainer {
     int failed; /* independent replicas: one failed; the others stop at their next batch */
     /* The chunk being run: batches [chunk_start, chunk_end) of epoch `epoch`. */
     int64_t chunk_start, chunk_end;
-    /* This epoch so far: steps, the sums of their scalars, seconds spent in runs. */
+    /*
+     * This epoch so far: its steps and the sums of their scalars (kept in the checkpoint, so that
+     * a resumed run's epoch line covers the whole epoch); and the steps this process ran of it in
+     * epoch_seconds, spent in runs (the rate).
+     */
     int64_t epoch_steps;
-    double epoch_sums[RP_TRAINER_MAX_SCALARS], epoch_seconds;
+    double epoch_sums[RP_TRAINER_MAX_SCALARS];
+    int64_t epoch_run_steps;
+    double epoch_seconds;
     double t_print; /* when the progress line was last drawn */
     train_straggler straggler;
     char straggler_text[96]; /* "  straggler: replica 1 compute 3.0x" on the progress line, or "" */
@@ -92,6 +98,12 @@ rp_status train_choose_run_dir(char *dir, size_t size, bool exact, bool force);
 rp_status train_make_dirs(const char *dir);
 /* Saves the run's state to its checkpoint (the root process only; nothing with no_checkpoint). */
 rp_status train_save_checkpoint(const rp_trainer *t);
+/*
+ * The epoch's running scalars in a checkpoint: "train/epoch_steps" (i64, 1) the steps they cover,
+ * and "train/epoch_sums" (u64, one per scalar) their sums' IEEE-754 bits, exact.
+ */
+#define TRAIN_EPOCH_STEPS "train/epoch_steps"
+#define TRAIN_EPOCH_SUMS  "train/epoch_sums"
 
 /* report.c; `means` are the scalars' means, in the model's order. */
 void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t global_done,

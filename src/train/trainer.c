@@ -154,6 +154,34 @@ static rp_status read_position(rp_trainer *t)
     t->epoch = pos[0];
     t->step = pos[1];
     t->global_step = pos[2];
+    /*
+     * The epoch's running scalars, so that its line covers the steps before the stop too. A
+     * checkpoint without them (an older version's) starts them afresh: the epoch's means then
+     * cover the steps since the resume.
+     */
+    const int64_t *steps = rp_checkpoint_get_i64(t->cfg.resume, TRAIN_EPOCH_STEPS, &n);
+    int64_t n_sums = 0;
+    const uint64_t *sums = rp_checkpoint_get_u64(t->cfg.resume, TRAIN_EPOCH_SUMS, &n_sums);
+    if (!steps && !sums) return RP_OK;
+    if (!steps || !sums)
+        return RP_ERROR(RP_ERR_FORMAT, "the checkpoint has %s but no %s",
+                        steps ? TRAIN_EPOCH_STEPS : TRAIN_EPOCH_SUMS,
+                        steps ? TRAIN_EPOCH_SUMS : TRAIN_EPOCH_STEPS);
+    if (n != 1)
+        return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's " TRAIN_EPOCH_STEPS " has %lld values; 1",
+                        (long long)n);
+    if (n_sums != t->n_scalars)
+        return RP_ERROR(RP_ERR_FORMAT,
+                        "the checkpoint's " TRAIN_EPOCH_SUMS
+                        " holds %lld scalars; the model has %d",
+                        (long long)n_sums, t->n_scalars);
+    if (steps[0] < 0 || steps[0] > t->step)
+        return RP_ERROR(RP_ERR_FORMAT,
+                        "the checkpoint's " TRAIN_EPOCH_STEPS " %lld is not in 0..%lld (its step "
+                        "in the epoch)",
+                        (long long)steps[0], (long long)t->step);
+    t->epoch_steps = steps[0];
+    memcpy(t->epoch_sums, sums, (size_t)n_sums * sizeof *sums);
     return RP_OK;
 }
 
