@@ -183,6 +183,26 @@ int rp_cpu_count(void);
 /* True if that is fewer than the machine's online cores: the process was given its share. */
 bool rp_cpu_bound(void);
 
+/* ---- files --------------------------------------------------------------- */
+
+/*
+ * Whether a file can be written at `path` the way the library writes every
+ * file (checkpoints, images, IDX files, traces): a temporary file beside it,
+ * then renamed over it. `path` must be absent or a regular file - a FIFO, a
+ * device (/dev/null), a directory or a socket is refused, never replaced -
+ * and its directory must accept a new file: a temporary file is created
+ * there and removed at once. `what` ("trace file") starts the message.
+ * Call it before a long run, so that a bad path fails in a second, not when
+ * the run ends. Symbolic links are followed. A program that writes a file
+ * of its own by renaming over a path can call it just before the rename.
+ *
+ * Errors: RP_ERR_INVALID (NULL or empty path); RP_ERR_IO naming the path and
+ * why: "cannot write trace file /tmp/fifo: it is a FIFO, not a regular file
+ * (refusing to replace it)", or the system's reason the directory refused
+ * the temporary file. Thread-safe.
+ */
+rp_status rp_file_check_writable(const char *path, const char *what);
+
 /* ---- memory ------------------------------------------------------------- */
 
 #define RP_ALIGN 64
