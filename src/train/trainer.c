@@ -228,6 +228,8 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_create: NULL argument");
     *out = NULL;
     RP_CHECK(check_config(cfg, model));
+    /* A trace path that cannot be written fails now, not when a finished run tries to write it. */
+    if (cfg->trace) RP_CHECK(rp_file_check_writable(cfg->trace, "trace file"));
     rp_status status = RP_OK;
     rp_trainer *t = calloc(1, sizeof *t);
     if (!t) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a trainer");
