@@ -287,6 +287,16 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
             goto cleanup;
         }
     }
+    /* A straggler study of a replica the job does not have would never sleep: refused by name. */
+    int replicas = rp_replicator_replicas(t->rep);
+    if (t->cfg.slow_replica >= replicas) {
+        char ids[32] = "0";
+        if (replicas > 1) snprintf(ids, sizeof ids, "0 to %d", replicas - 1);
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "slow_replica (--slow) %d: the job has no replica %d, only %d (%s)",
+                          t->cfg.slow_replica, t->cfg.slow_replica, replicas, ids);
+        goto cleanup;
+    }
     /* The root holds replica 0's first worker (a replica may span workers, and processes). */
     const rp_replica *first = rp_replicator_replica(t->rep, 0);
     t->root = rp_replica_id(first) == 0 && rp_replica_coord(first, RP_AXIS_MODEL) == 0 &&
