@@ -398,6 +398,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
         o->threads ? o->threads : (int)(cores / o->j.learners > 0 ? cores / o->j.learners : 1);
     tc.runtime.threads_per_replica = per;
     tc.runtime.seed = o->j.seed;
+    tc.runtime.stuck_exit = train_stuck_exit();
     if (o->comm_timeout > 0) tc.runtime.timeout_s = o->comm_timeout;
     rp_d4pg_trainer_config_apply(&o->j, &tc);
     tc.run_dir = o->out_dir;

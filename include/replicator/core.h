@@ -162,9 +162,11 @@ typedef struct rp_env {
     bool mpi_launched;    /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */
     int mpi_local_ranks;  /* OMPI_COMM_WORLD_LOCAL_SIZE: MPI ranks on this host (default 1) */
     int mpi_world_size;   /* OMPI_COMM_WORLD_SIZE or PMI_SIZE: ranks in the MPI job (default 1) */
-    bool stuck_exit;    /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
-    int flight_entries; /* RP_FLIGHT_ENTRIES: calls each communicator handle keeps (flight
-                           recorder), default 64, 0 = off, at most 1 << 20 */
+    bool stuck_exit;     /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
+    bool stuck_exit_set; /* RP_STUCK_EXIT is set (to anything, "0" included): the replicator
+                            command keeps stuck_exit on unless it is "0" */
+    int flight_entries;  /* RP_FLIGHT_ENTRIES: calls each communicator handle keeps (flight
+                            recorder), default 64, 0 = off, at most 1 << 20 */
     const char *conv_algo; /* RP_CONV_ALGO: "auto" (default: Winograd where it is faster) or
                               "direct" (see rp_kernels_set_conv_algorithm) */
     const char *faults;    /* RP_FAULTS: a fault schedule (docs/faults.md), NULL if unset */
