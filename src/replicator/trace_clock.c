@@ -93,9 +93,9 @@ static rp_status write_own(rp_replicator *r, const char *path, const char *why)
     if (processes == 1) return rp_trace_write(path, &proc);
     char own[4200];
     snprintf(own, sizeof own, "%s.rank%d.json", path, pid);
-    rp_warn("tracing: %s: %s has no clock offset (merge the ranks' files with `replicator trace "
-            "merge %s %s.rank*.json`)",
-            why, own, path, path);
+    rp_warn("tracing: %s: %s%s (merge the ranks' files with `replicator trace merge %s "
+            "%s.rank*.json`)",
+            why, own, pid == 0 ? "" : " has no clock offset", path, path);
     return rp_trace_write(own, &proc);
 }
 
@@ -104,7 +104,9 @@ rp_status rp_replicator_trace_write_local(rp_replicator *r, const char *path)
     if (!r || !path)
         return RP_ERROR(RP_ERR_INVALID, "rp_replicator_trace_write_local: NULL argument");
     if (r->server) return RP_OK;
-    return write_own(r, path, "written without the other processes");
+    RP_CHECK(write_own(r, path, "written without the other processes"));
+    if (r->reps[0].workers / r->n == 1) rp_info("trace: %s (open it in ui.perfetto.dev)", path);
+    return RP_OK;
 }
 
 rp_status rp_replicator_trace_write(rp_replicator *r, const char *path)
