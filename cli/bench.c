@@ -355,6 +355,8 @@ static int bench_resnet(int argc, char **argv)
     cfg.backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg.replicas = replicas;
     cfg.threads_per_replica = tpr;
+    cfg.stuck_exit = train_stuck_exit();
+    if (trace) RP_TRY(rp_file_check_writable(trace, "trace file")); /* now, not at the end */
     if (trace) RP_TRY(rp_trace_start(0)); /* before the replicator: its workers' buffers */
     RP_TRY(rp_replicator_create(&r, &cfg));
     /* The job's replicas share the batch (all ranks' under MPI); only the first rank prints. */

@@ -101,8 +101,10 @@ int rp_cli_bench_sngan(int argc, char **argv)
     rp_config cfg = rp_config_default();
     cfg.backend = RP_BACKEND_THREADS;
     cfg.replicas = replicas;
+    cfg.stuck_exit = train_stuck_exit();
     cfg.threads_per_replica =
         rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
+    if (trace) RP_TRY(rp_file_check_writable(trace, "trace file")); /* now, not at the end */
     if (trace) RP_TRY(rp_trace_start(0)); /* before the replicator: its workers' buffers */
     RP_TRY(rp_replicator_create(&r, &cfg));
     j.states = calloc((size_t)replicas, sizeof *j.states);

@@ -108,6 +108,13 @@ void train_opts_classifier(const train_opts *o, rp_classifier_config *c);
 rp_status train_runtime_config(train_opts *o, rp_config *cfg);
 
 /*
+ * The command's rp_config.stuck_exit: true unless RP_STUCK_EXIT=0. The command promises that
+ * --comm-timeout bounds a stall, and only the watchdog's exit can end a replica stuck outside
+ * every collective on the caller's thread (replica 0 on threads; runtime.h, the watchdog).
+ */
+bool train_stuck_exit(void);
+
+/*
  * The checkpoint of run directory `dir` and the configuration text stored in
  * it (owned by *ck; free with rp_checkpoint_destroy()). Errors: the
  * checkpoint's (named), RP_ERR_FORMAT for one without a configuration; then

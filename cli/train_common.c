@@ -89,7 +89,14 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
         cfg->threads_per_replica = total / local_workers > 0 ? total / local_workers : 1;
     }
     cfg->seed = o->seed;
+    cfg->stuck_exit = train_stuck_exit();
     return RP_OK;
+}
+
+bool train_stuck_exit(void)
+{
+    const rp_env *env = rp_env_get();
+    return env->stuck_exit_set ? env->stuck_exit : true;
 }
 
 rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **config)

@@ -405,6 +405,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
         o->threads ? o->threads : (int)(cores / o->j.learners > 0 ? cores / o->j.learners : 1);
     tc.runtime.threads_per_replica = per;
     tc.runtime.seed = o->j.seed;
+    tc.runtime.stuck_exit = train_stuck_exit();
     if (o->comm_timeout > 0) tc.runtime.timeout_s = o->comm_timeout;
     tc.runtime.precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     rp_d4pg_trainer_config_apply(&o->j, &tc);

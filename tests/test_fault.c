@@ -4,7 +4,9 @@
  *
  * The spec parser: a valid spec's every field, and invalid specs each
  * refused with RP_ERR_INVALID naming the token at fault (the schedule in
- * force stays). The random form: one seed gives one schedule, another seed
+ * force stays); a value of any length is read whole, never cut; a fault
+ * aimed at a worker the job does not have is refused when the replicator is
+ * created. The random form: one seed gives one schedule, another seed
  * another, at the rate asked. Then on the threads backend, through the
  * runtime (each replica records its own outcome; the test's thread checks):
  *  - a delay past the timeout fails every worker, each naming the late one;
@@ -161,6 +163,64 @@ static void test_parse_invalid_names_the_token(void **state)
     rp_replicator *r = make(&cfg);
     assert_int_equal(rp_replicator_run(r, barrier_fn, NULL), RP_OK);
     assert_true(rp_comm_faults_injected() == 1);
+    rp_replicator_destroy(r);
+    set_faults(NULL);
+}
+
+/*
+ * A value longer than 63 characters is read whole: "ms=" with 70 zeros before the 7 is 7 ms (the
+ * parser cut it to 63 zeros: 0 ms), a 70-digit seed of leading zeros is 42, and a long clause is
+ * quoted in messages with a visible "...". A clause over RP_FAULT_CLAUSE_MAX is refused by its
+ * length.
+ */
+static void test_long_values_are_not_cut(void **state)
+{
+    (void)state;
+    char zeros[71];
+    memset(zeros, '0', 70);
+    zeros[70] = '\0';
+    char spec[600];
+    snprintf(spec, sizeof spec, "seed=%s42;delay:worker=1,call=%s3,ms=%s7", zeros, zeros, zeros);
+    rp_fault_schedule s;
+    assert_int_equal(rp_fault_parse(spec, "t", &s), RP_OK);
+    assert_true(s.seed == 42);
+    assert_int_equal(s.n, 1);
+    assert_true(s.f[0].ms == 7 && s.f[0].call == 3 && s.f[0].worker == 1);
+    size_t len = strlen(s.f[0].text);
+    assert_true(len == sizeof s.f[0].text - 1);
+    assert_string_equal(s.f[0].text + len - 3, "...");
+    /* A 71-digit number is still too large where it is not all leading zeros. */
+    snprintf(spec, sizeof spec, "delay:worker=1,call=1%s,ms=1", zeros);
+    assert_int_equal(rp_fault_parse(spec, "t", &s), RP_ERR_INVALID);
+    tu_assert_error_contains("is not a whole number");
+    char huge[RP_FAULT_CLAUSE_MAX + 32] = "delay:worker=1,call=1,ms=";
+    while (strlen(huge) < RP_FAULT_CLAUSE_MAX + 8)
+        strcat(huge, "0");
+    assert_int_equal(rp_fault_parse(huge, "t", &s), RP_ERR_INVALID);
+    tu_assert_error_contains("characters (at most 511)");
+}
+
+/*
+ * A fault aimed at a worker the job does not have never fired; the replicator now refuses it at
+ * create, naming the fault, the worker and the job's size. worker=any and the last worker pass.
+ */
+static void test_faults_at_missing_workers_are_refused(void **state)
+{
+    (void)state;
+    rp_config cfg = test_config(2, 30);
+    rp_replicator *r = NULL;
+    set_faults("delay:worker=any,run=1,ms=0;kill:worker=5,run=2");
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
+    assert_null(r);
+    tu_assert_error_contains("test: fault 'kill:worker=5,run=2' is aimed at replica 5, but the job "
+                             "has 2 replicas (0 to 1)");
+    set_faults("kill:worker=2,run=2");
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
+    tu_assert_error_contains("replica 2");
+    set_faults("delay:worker=any,run=1,ms=0;delay:worker=1,run=1,ms=0");
+    r = make(&cfg);
+    assert_int_equal(rp_replicator_run(r, barrier_fn, NULL), RP_OK);
+    assert_true(rp_comm_faults_injected() == 3); /* any: on both; 1: on the last */
     rp_replicator_destroy(r);
     set_faults(NULL);
 }
@@ -618,6 +678,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_valid),
         cmocka_unit_test_setup_teardown(test_parse_invalid_names_the_token, setup, teardown),
+        cmocka_unit_test(test_long_values_are_not_cut),
+        cmocka_unit_test_setup_teardown(test_faults_at_missing_workers_are_refused, setup,
+                                        teardown),
         cmocka_unit_test(test_random_form_is_seeded),
         cmocka_unit_test_setup_teardown(test_delay_past_timeout_names_late_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_fails_peers_naming_dead_worker, setup, teardown),

@@ -15,18 +15,30 @@
  *    path is RP_ERR_IO naming it;
  *  - the merge concatenates two ranks' files and lists both in otherData; a
  *    file that is not a trace is RP_ERR_FORMAT naming it;
+ *  - a FIFO at the output stays a FIFO (refused, never renamed over); the
+ *    merge refuses a FIFO or device input at once and an input over
+ *    RP_TRACE_MERGE_MAX_BYTES; a write that fails midway names the file and
+ *    the system's reason (EFBIG here), and keeps the old file;
  *  - rp_replicator_result_each gives every replica's own value of a report,
  *    and the runtime's workers record their tracks ("replica 1").
  */
 #include "testutil.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static int group_setup(void **state)
 {
@@ -361,6 +373,141 @@ static void test_merge(void **state)
     assert_int_equal(rp_trace_merge(out, missing, 0), RP_ERR_INVALID);
 }
 
+/* The number of entries in the scratch directory whose name starts with `prefix`. */
+static int entries_starting(const char *prefix)
+{
+    DIR *d = opendir(tu_tmpdir());
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return n;
+}
+
+/*
+ * A FIFO at the output path of the writer and of the merge stays a FIFO: refused by name, never
+ * renamed over (it became a regular file, and the call returned RP_OK), and no temporary file is
+ * left beside it. rp_file_check_writable refuses it, and a directory that does not exist, before
+ * any run; it accepts an absent path in a writable directory and leaves nothing there.
+ */
+static void test_output_must_be_regular(void **state)
+{
+    (void)state;
+    char fifo[512], good[512], in[512];
+    tu_tmp_path(fifo, sizeof fifo, "out.fifo");
+    tu_tmp_path(good, sizeof good, "fresh.json");
+    tu_tmp_path(in, sizeof in, "in.json");
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    write_one(in, 0, 0, 0);
+
+    assert_int_equal(rp_trace_start(0), RP_OK);
+    rp_trace_process proc = {0, "rank 0", 0, 0, 0};
+    assert_int_equal(rp_trace_write(fifo, &proc), RP_ERR_IO);
+    tu_assert_error_contains("out.fifo: it is a FIFO, not a regular file");
+    rp_trace_stop();
+    const char *inputs[] = {in};
+    assert_int_equal(rp_trace_merge(fifo, inputs, 1), RP_ERR_IO);
+    tu_assert_error_contains("out.fifo: it is a FIFO, not a regular file");
+    struct stat st;
+    assert_int_equal(stat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(entries_starting("out.fifo"), 1); /* no temporary file */
+
+    assert_int_equal(rp_file_check_writable(fifo, "trace file"), RP_ERR_IO);
+    tu_assert_error_contains("trace file");
+    assert_int_equal(rp_file_check_writable(tu_tmpdir(), "trace file"), RP_ERR_IO);
+    tu_assert_error_contains("it is a directory");
+    assert_int_equal(rp_file_check_writable("/nonexistent-dir/t.json", "trace file"), RP_ERR_IO);
+    tu_assert_error_contains("/nonexistent-dir/t.json");
+    assert_int_equal(rp_file_check_writable(good, "trace file"), RP_OK);
+    assert_int_equal(entries_starting("fresh.json"), 0);
+}
+
+/*
+ * The merge's inputs: a FIFO with no writer is refused at once (it waited for ever), /dev/zero
+ * is refused as a device (it grew memory without bound), and a regular file over
+ * RP_TRACE_MERGE_MAX_BYTES (sparse: nothing is written) is refused with its size before anything
+ * is read. The output is not created.
+ */
+static void test_merge_inputs_are_bounded(void **state)
+{
+    (void)state;
+    char fifo[512], big[512], out[512];
+    tu_tmp_path(fifo, sizeof fifo, "in.fifo");
+    tu_tmp_path(big, sizeof big, "big.json");
+    tu_tmp_path(out, sizeof out, "bounded.json");
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    const char *from_fifo[] = {fifo};
+    uint64_t t0 = rp_now_ns();
+    assert_int_equal(rp_trace_merge(out, from_fifo, 1), RP_ERR_IO);
+    tu_assert_error_contains("in.fifo: it is a FIFO, not a regular file");
+    assert_true(rp_now_ns() - t0 < 2000000000ull);
+    const char *from_zero[] = {"/dev/zero"};
+    assert_int_equal(rp_trace_merge(out, from_zero, 1), RP_ERR_IO);
+    tu_assert_error_contains("/dev/zero: it is a character device");
+    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)RP_TRACE_MERGE_MAX_BYTES + 1), 0);
+    close(fd);
+    const char *from_big[] = {big};
+    assert_int_equal(rp_trace_merge(out, from_big, 1), RP_ERR_IO);
+    tu_assert_error_contains("RP_TRACE_MERGE_MAX_BYTES");
+    tu_assert_error_contains("big.json: it is 2147483649 bytes");
+    assert_int_equal(entries_starting("bounded.json"), 0);
+}
+
+/*
+ * A write that fails midway says why with the system's own reason, not "Input/output error": in
+ * a child limited to 64 KiB files (RLIMIT_FSIZE, SIGXFSZ ignored: each write past it fails with
+ * EFBIG, as a full disk fails with ENOSPC) a trace of 4000 events cannot be written; the message
+ * names the file and the reason, the old file at the path is kept and no temporary file is left.
+ * (tests/cli_trace_paths.sh fills a small tmpfs for ENOSPC itself, where it may mount one.)
+ */
+static void test_write_failure_names_the_reason(void **state)
+{
+    (void)state;
+    char path[512];
+    tu_tmp_path(path, sizeof path, "limited.json");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("old", f);
+    fclose(f);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit lim = {64 << 10, 64 << 10};
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
+        if (rp_trace_start(0) != RP_OK || rp_trace_thread_attach(0, "replica 0") != RP_OK)
+            _exit(11);
+        for (int i = 0; i < 4000; i++) {
+            rp_trace_begin(RP_PHASE_COMPUTE);
+            rp_trace_end("step");
+        }
+        rp_trace_process proc = {0, "rank 0", 0, 0, 0};
+        rp_status st = rp_trace_write(path, &proc);
+        if (st != RP_ERR_IO) _exit(12);
+        const char *msg = rp_last_error();
+        fprintf(stderr, "(expected) %s\n", msg);
+        if (!strstr(msg, "limited.json") || !strstr(msg, strerror(EFBIG))) _exit(13);
+        if (strstr(msg, "Input/output error")) _exit(14);
+        _exit(0);
+    }
+    int wst;
+    assert_int_equal(waitpid(pid, &wst, 0), pid);
+    assert_true(WIFEXITED(wst));
+    assert_int_equal(WEXITSTATUS(wst), 0);
+    size_t n;
+    unsigned char *old = tu_read_file(path, &n);
+    assert_int_equal(n, 3);
+    assert_memory_equal(old, "old", 3);
+    free(old);
+    assert_int_equal(entries_starting("limited.json"), 1);
+}
+
 /* ---- the runtime ----------------------------------------------------------------------------- */
 
 static rp_status report_id(rp_replica *rep, void *arg)
@@ -441,6 +588,9 @@ int main(void)
         cmocka_unit_test_setup(test_no_allocation_after_attach, trace_off),
         cmocka_unit_test_setup(test_writer_output_parses, trace_off),
         cmocka_unit_test_setup(test_merge, trace_off),
+        cmocka_unit_test_setup(test_output_must_be_regular, trace_off),
+        cmocka_unit_test_setup(test_merge_inputs_are_bounded, trace_off),
+        cmocka_unit_test_setup(test_write_failure_names_the_reason, trace_off),
         cmocka_unit_test_setup(test_replicator_results_and_tracks, trace_off),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -545,6 +545,20 @@ void rp_comm_begin_housekeeping(rp_comm *comm, const char *what);
  */
 rp_status rp_comm_faults_set(const char *spec, const char *origin);
 
+/*
+ * Checks the schedule in force ($RP_FAULTS or rp_comm_faults_set) against a
+ * job whose workers have the ids 0 to workers - 1: a fault aimed at a worker
+ * the job does not have would never fire, so it is refused. `noun`
+ * ("worker", "replica"; NULL: "worker") names them in the message. The
+ * runtime calls it when it creates a replicator; a program of its own
+ * communicators can call it once it knows their size. Thread-safe against
+ * nothing but itself: call it between runs.
+ * Errors: RP_ERR_INVALID "--faults: fault 'kill:worker=5,run=2' is aimed at
+ * worker 5, but the job has 2 workers (0 to 1)". An invalid $RP_FAULTS is
+ * not reported here: it fails every call, as above.
+ */
+rp_status rp_comm_faults_check(int workers, const char *noun);
+
 /* Faults injected in this process since the schedule was set. Thread-safe. */
 uint64_t rp_comm_faults_injected(void);
 

@@ -162,9 +162,11 @@ typedef struct rp_env {
     bool mpi_launched;    /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */
     int mpi_local_ranks;  /* OMPI_COMM_WORLD_LOCAL_SIZE: MPI ranks on this host (default 1) */
     int mpi_world_size;   /* OMPI_COMM_WORLD_SIZE or PMI_SIZE: ranks in the MPI job (default 1) */
-    bool stuck_exit;    /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
-    int flight_entries; /* RP_FLIGHT_ENTRIES: calls each communicator handle keeps (flight
-                           recorder), default 64, 0 = off, at most 1 << 20 */
+    bool stuck_exit;     /* RP_STUCK_EXIT: set and not "0": rp_config.stuck_exit defaults to true */
+    bool stuck_exit_set; /* RP_STUCK_EXIT is set (to anything, "0" included): the replicator
+                            command keeps stuck_exit on unless it is "0" */
+    int flight_entries;  /* RP_FLIGHT_ENTRIES: calls each communicator handle keeps (flight
+                            recorder), default 64, 0 = off, at most 1 << 20 */
     const char *conv_algo; /* RP_CONV_ALGO: "auto" (default: Winograd where it is faster) or
                               "direct" (see rp_kernels_set_conv_algorithm) */
     const char *faults;    /* RP_FAULTS: a fault schedule (docs/faults.md), NULL if unset */
@@ -182,6 +184,26 @@ const rp_env *rp_env_get(void);
 int rp_cpu_count(void);
 /* True if that is fewer than the machine's online cores: the process was given its share. */
 bool rp_cpu_bound(void);
+
+/* ---- files --------------------------------------------------------------- */
+
+/*
+ * Whether a file can be written at `path` the way the library writes every
+ * file (checkpoints, images, IDX files, traces): a temporary file beside it,
+ * then renamed over it. `path` must be absent or a regular file - a FIFO, a
+ * device (/dev/null), a directory or a socket is refused, never replaced -
+ * and its directory must accept a new file: a temporary file is created
+ * there and removed at once. `what` ("trace file") starts the message.
+ * Call it before a long run, so that a bad path fails in a second, not when
+ * the run ends. Symbolic links are followed. A program that writes a file
+ * of its own by renaming over a path can call it just before the rename.
+ *
+ * Errors: RP_ERR_INVALID (NULL or empty path); RP_ERR_IO naming the path and
+ * why: "cannot write trace file /tmp/fifo: it is a FIFO, not a regular file
+ * (refusing to replace it)", or the system's reason the directory refused
+ * the temporary file. Thread-safe.
+ */
+rp_status rp_file_check_writable(const char *path, const char *what);
 
 /* ---- memory ------------------------------------------------------------- */
 

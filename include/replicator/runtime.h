@@ -330,6 +330,19 @@ rp_status rp_replicator_result_each(const rp_replicator *r, const char *name, do
  */
 rp_status rp_replicator_trace_write(rp_replicator *r, const char *path);
 
+/*
+ * Writes this process's trace without meeting the other processes: for a
+ * run that failed, whose communicators may be broken (the trainer calls it
+ * then). On one process: the file `path`, as rp_replicator_trace_write, and
+ * an INFO line naming it. Across processes: `path`.rank<N>.json, without a
+ * clock offset (bound -1, except on rank 0), and a warning naming it and the
+ * `replicator trace merge` line. Events
+ * of a replica still running (abandoned by the watchdog) are written up to
+ * the last one it closed. A parameter-server rank writes nothing. Errors:
+ * those of rp_trace_write.
+ */
+rp_status rp_replicator_trace_write_local(rp_replicator *r, const char *path);
+
 /* ---- roles: long-lived functions --------------------------------------------------- */
 
 /*

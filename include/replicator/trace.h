@@ -132,17 +132,29 @@ typedef struct rp_trace_process {
  * the process and its threads, an "X" event per span (ts and dur in
  * microseconds with nanosecond decimals; ts is the monotonic clock plus the
  * clock offset, so files of one job share a time line), and otherData with
- * the clock offset, its bound, and the recorded and dropped counts.
- * Errors: RP_ERR_INVALID (NULL), RP_ERR_IO (naming the path).
+ * the clock offset, its bound, and the recorded and dropped counts. `path`
+ * must be absent or a regular file: a FIFO, a device (/dev/null) or a
+ * directory there is refused, never replaced (rp_file_check_writable, which
+ * a program can call before its run to fail early).
+ * Errors: RP_ERR_INVALID (NULL), RP_ERR_IO naming the path and the system's
+ * reason ("No space left on device (the file system is full)"); on error
+ * nothing is left at or beside `path`.
  */
 rp_status rp_trace_write(const char *path, const rp_trace_process *proc);
+
+/* The largest input file rp_trace_merge reads (2 GiB; a rank's file holds at most its workers'
+ * buffers: about 20 MB each at RP_TRACE_DEFAULT_EVENTS). */
+#define RP_TRACE_MERGE_MAX_BYTES ((int64_t)2 << 30)
 
 /*
  * Merges per-rank trace files (written by rp_trace_write) into one at
  * `out`: their events concatenated (their timestamps already share rank 0's
  * clock), otherData listing each input's rank, clock offset and bound.
- * Errors: RP_ERR_IO (a path), RP_ERR_FORMAT (an input that is not such a
- * file, named), RP_ERR_NOMEM.
+ * Inputs must be regular files of at most RP_TRACE_MERGE_MAX_BYTES (a FIFO
+ * or a device is refused at once, not read); `out` follows
+ * rp_trace_write's rule.
+ * Errors: RP_ERR_IO (a path, named, and why), RP_ERR_FORMAT (an input that
+ * is not such a file, named), RP_ERR_NOMEM.
  */
 rp_status rp_trace_merge(const char *out, const char *const *inputs, int n);
 

@@ -290,11 +290,14 @@ typedef struct rp_trainer_config {
                                   in the model's order; NULL (default): the first; "": none */
     int slow_replica;          /* replica R sleeps (slow_factor - 1) x its step time each step,
                                   to study stragglers; -1 (default): none. The sleep counts as
-                                  its compute time (a "slow (--slow)" span in the trace) */
+                                  its compute time (a "slow (--slow)" span in the trace). A
+                                  replica the job does not have is refused by create */
     float slow_factor;
     const char *trace;    /* write a Chrome trace-event JSON of the run here at its end
                              (rp_replicator_trace_write; tracing is started before the
-                             replicator is created); NULL (default): none */
+                             replicator is created), and also when the run fails
+                             (rp_replicator_trace_write_local); create refuses a path that
+                             cannot be written (rp_file_check_writable); NULL (default): none */
     int straggler_window; /* the straggler report's window in steps (lockstep, >= 2 replicas;
                              docs/tracing.md); default 50, 0: off */
 } rp_trainer_config;
@@ -319,9 +322,10 @@ rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json);
  * `model` and `ctx` are borrowed for the trainer's lifetime.
  * Errors: RP_ERR_INVALID (a bad field, named; a model's scalar name that is
  * malformed or repeated, or a shown_scalars name the model does not have; a run_dir holding a
- * checkpoint, as above), RP_ERR_FORMAT (a resume checkpoint without
- * "train/position", or with epoch sums that do not fit the model's
- * scalars, each named), RP_ERR_IO (the directory), the replicator's and the build callback's
+ * checkpoint, as above; a slow_replica the job does not have), RP_ERR_FORMAT
+ * (a resume checkpoint without "train/position", or with epoch sums that do
+ * not fit the model's scalars, each named), RP_ERR_IO (the directory; a trace
+ * path that cannot be written), the replicator's and the build callback's
  * errors. On error *t is NULL and everything made is freed (the replicas'
  * states through model->destroy).
  */

@@ -85,6 +85,9 @@ static rp_status gif_open(gif_out *o, const char *dir, int w, int h)
     o->w = w, o->h = h;
     snprintf(o->path, sizeof o->path, "%s/episode.gif", dir);
     snprintf(o->tmp, sizeof o->tmp, "%s/episode.gif.tmp.%ld", dir, (long)getpid());
+    /* The library's rule for a file renamed into place: absent or regular, never a FIFO's or a
+       device's name taken over. */
+    RP_CHECK(rp_file_check_writable(o->path, "animated GIF"));
     size_t n = (size_t)w * (size_t)h;
     o->r = malloc(n), o->g = malloc(n), o->b = malloc(n), o->idx = malloc(n);
     o->map = GifMakeMapObject(256, NULL);
@@ -160,6 +163,7 @@ static rp_status gif_close(gif_out *o)
     if (fclose(o->f) != 0 && status == RP_OK)
         status = RP_ERROR(RP_ERR_IO, "cannot write %s: %s", o->tmp, strerror(errno));
     o->f = NULL;
+    if (status == RP_OK) status = rp_file_check_writable(o->path, "animated GIF");
     if (status == RP_OK && rename(o->tmp, o->path) != 0)
         status =
             RP_ERROR(RP_ERR_IO, "cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));

@@ -100,9 +100,13 @@ static rp_status parse_clause(const char *origin, const char *clause, rp_fault *
     memset(f, 0, sizeof *f);
     f->worker = -2; /* not given */
     f->call = f->run = f->ms = -1;
-    snprintf(f->text, sizeof f->text, "%s", clause);
+    /* The clause as messages quote it; a long one is shortened visibly, with "...". */
+    if (strlen(clause) < sizeof f->text)
+        snprintf(f->text, sizeof f->text, "%s", clause);
+    else
+        snprintf(f->text, sizeof f->text, "%.*s...", (int)sizeof f->text - 4, clause);
     const char *colon = strchr(clause, ':');
-    char word[64];
+    char word[RP_FAULT_CLAUSE_MAX];
     trimmed(clause, colon ? (size_t)(colon - clause) : strlen(clause), word, sizeof word);
     if (!colon)
         return clause_error(origin, clause,
@@ -121,7 +125,8 @@ static rp_status parse_clause(const char *origin, const char *clause, rp_fault *
     for (const char *p = colon + 1; *p;) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        char item[128], key[64], val[64];
+        /* As long as the clause: no token is cut (a cut "ms=0000...05" would read 0). */
+        char item[RP_FAULT_CLAUSE_MAX], key[RP_FAULT_CLAUSE_MAX], val[RP_FAULT_CLAUSE_MAX];
         trimmed(p, len, item, sizeof item);
         const char *eq = strchr(item, '=');
         if (!eq)
@@ -208,14 +213,14 @@ rp_status rp_fault_parse(const char *spec, const char *origin, rp_fault_schedule
     for (const char *p = spec; *p;) {
         const char *end = strchr(p, ';');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        char clause[512];
+        char clause[RP_FAULT_CLAUSE_MAX];
         if (len >= sizeof clause)
             return RP_ERROR(RP_ERR_INVALID,
                             "%s: a fault of %zu characters (at most %zu): '%.60s...'", origin, len,
                             sizeof clause - 1, p);
         trimmed(p, len, clause, sizeof clause);
         if (clause[0] && !strncmp(clause, "seed", 4) && !strchr(clause, ':')) {
-            char key[16], val[64];
+            char key[RP_FAULT_CLAUSE_MAX], val[RP_FAULT_CLAUSE_MAX];
             const char *eq = strchr(clause, '=');
             trimmed(clause, eq ? (size_t)(eq - clause) : strlen(clause), key, sizeof key);
             trimmed(eq ? eq + 1 : "", eq ? strlen(eq + 1) : 0, val, sizeof val);
@@ -304,6 +309,27 @@ rp_status rp_comm_faults_set(const char *spec, const char *origin)
     if (s.n > 0)
         rp_log(RP_LOG_WARN, "fault injection on: %s \"%s\" (docs/faults.md)", s.origin, spec);
     return RP_OK;
+}
+
+rp_status rp_comm_faults_check(int workers, const char *noun)
+{
+    ensure_loaded();
+    if (!noun) noun = "worker";
+    pthread_mutex_lock(&mu);
+    rp_status status = RP_OK;
+    for (int k = 0; k < sched.n && !sched_error[0] && status == RP_OK; k++) {
+        const rp_fault *f = &sched.f[k];
+        if (f->worker < workers) continue; /* (any is -1) */
+        char ids[32] = "0";
+        if (workers > 1) snprintf(ids, sizeof ids, "0 to %d", workers - 1);
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "%s: fault '%s' is aimed at %s %d, but the job has %d %s%s (%s), so it "
+                          "would never fire (see docs/faults.md)",
+                          sched.origin, f->text, noun, f->worker, workers, noun,
+                          workers == 1 ? "" : "s", ids);
+    }
+    pthread_mutex_unlock(&mu);
+    return status;
 }
 
 uint64_t rp_comm_faults_injected(void)

@@ -39,6 +39,8 @@ bool rp_fault_dead(const rp_comm *comm);
 typedef enum { RP_FAULT_DELAY, RP_FAULT_KILL, RP_FAULT_CORRUPT } rp_fault_kind;
 
 #define RP_FAULT_MAX_CLAUSES 64
+/* The longest clause, in bytes with its NUL: a longer one is refused by name, never cut. */
+#define RP_FAULT_CLAUSE_MAX 512
 
 /* One clause of a spec: what happens, to which worker, at which call. */
 typedef struct rp_fault {
@@ -49,7 +51,7 @@ typedef struct rp_fault {
     double p;      /* > 0: random form, each matching call with probability p */
     int64_t ms;    /* delay: milliseconds */
     bool data;     /* corrupt: the payload (one bit of the result), not the header */
-    char text[96]; /* the clause as written (cut to fit), for messages */
+    char text[96]; /* the clause as written (a longer one cut, ending "..."), for messages */
 } rp_fault;
 
 typedef struct rp_fault_schedule {

@@ -46,6 +46,7 @@ static void read_env(void)
     /* The runtime's watchdog: end the process when a replica is stuck outside every collective. */
     const char *stuck = getenv("RP_STUCK_EXIT");
     env.stuck_exit = stuck && *stuck && strcmp(stuck, "0") != 0;
+    env.stuck_exit_set = stuck && *stuck;
     /* The communicators' flight recorder: the last calls of each handle, dumped when a run fails.
      */
     const char *flight = getenv("RP_FLIGHT_ENTRIES");

@@ -1,13 +1,14 @@
 /*
- * file.c - atomic whole-file writes, the cleanup of temporary files that a
- * killed writer left, and opening a regular file without blocking on a FIFO
- * (see file_internal.h).
+ * file.c - atomic whole-file writes (from pieces, or streamed), the rule
+ * that a write never replaces anything but a regular file, the cleanup of
+ * temporary files that a killed writer left, and opening a regular file
+ * without blocking on a FIFO (see file_internal.h).
  *
  * The temporary file lives in the destination's directory because rename is
  * only atomic within one file system; it is fsynced before the rename so that
  * the name never points at a half-written file, and the directory is fsynced
  * after it so that the rename itself survives a crash. (The checkpoint writer
- * in io/ follows the same steps with messages of its own.)
+ * in io/ follows the same steps with messages of its own, and the same rule.)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,24 +20,6 @@
 #include <unistd.h>
 
 #include "core/file_internal.h"
-
-/* Writes all n bytes, retrying short writes and interrupted calls. */
-static rp_status write_all(int fd, const void *data, size_t n, const char *what, const char *path,
-                           const char *tmp)
-{
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            return RP_ERROR(RP_ERR_IO, "cannot write %s %s: writing %s failed: %s", what, path, tmp,
-                            w < 0 ? strerror(errno) : "no progress");
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return RP_OK;
-}
 
 /* The directory part of path ("." for none) and where its last component starts. */
 static char *split_path(const char *path, const char **base)
@@ -55,6 +38,17 @@ static char *split_path(const char *path, const char **base)
     }
     *base = slash ? slash + 1 : path;
     return dir;
+}
+
+/* "FIFO", "directory", ...: what a non-regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode)) return "FIFO";
+    if (S_ISDIR(mode)) return "directory";
+    if (S_ISCHR(mode)) return "character device";
+    if (S_ISBLK(mode)) return "block device";
+    if (S_ISSOCK(mode)) return "socket";
+    return "special file";
 }
 
 /* fsyncs the directory holding `path`, so that a rename into it is durable. */
@@ -128,17 +122,6 @@ int core_file_remove_stale_temps(const char *path)
     return removed;
 }
 
-/* "FIFO", "directory", ...: what a non-regular file is, for messages. */
-static const char *file_kind(mode_t mode)
-{
-    if (S_ISFIFO(mode)) return "FIFO";
-    if (S_ISDIR(mode)) return "directory";
-    if (S_ISCHR(mode)) return "character device";
-    if (S_ISBLK(mode)) return "block device";
-    if (S_ISSOCK(mode)) return "socket";
-    return "special file";
-}
-
 rp_status core_file_open_regular(const char *path, const char *what, int *fd)
 {
     if (!fd) return RP_ERROR(RP_ERR_INVALID, "core_file_open_regular: fd is NULL");
@@ -170,64 +153,148 @@ rp_status core_file_open_regular(const char *path, const char *what, int *fd)
     return RP_OK;
 }
 
+/* The system's reason for a failed write, saying what the two "disk full" errors mean. */
+static const char *write_reason(int err, char *buf, size_t size)
+{
+    const char *means = err == ENOSPC   ? " (the file system is full)"
+                        : err == EDQUOT ? " (the disk quota is used up)"
+                        : err == EFBIG  ? " (over the largest file this process may write)"
+                                        : "";
+    snprintf(buf, size, "%s%s", strerror(err), means);
+    return buf;
+}
+
+rp_status core_file_check_replaceable(const char *path, const char *what)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT) return RP_OK;
+        return RP_ERROR(RP_ERR_IO, "cannot write %s %s: %s", what, path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return RP_ERROR(RP_ERR_IO,
+                        "cannot write %s %s: it is a %s, not a regular file (refusing to replace "
+                        "it)",
+                        what, path, file_kind(st.st_mode));
+    return RP_OK;
+}
+
+void core_file_out_abort(core_file_out *o)
+{
+    if (!o) return;
+    if (o->f) {
+        fclose(o->f);
+        unlink(o->tmp);
+    }
+    o->f = NULL;
+    rp_free(o->tmp);
+    rp_free(o->path);
+    o->tmp = o->path = NULL;
+}
+
+rp_status core_file_out_open(core_file_out *o, const char *path, const char *what)
+{
+    static unsigned long tmp_counter;
+    if (!o) return RP_ERROR(RP_ERR_INVALID, "core_file_out_open: NULL writer");
+    memset(o, 0, sizeof *o);
+    o->what = what ? what : "file";
+    if (!path || !*path)
+        return RP_ERROR(RP_ERR_INVALID, "cannot write %s: the path is %s", o->what,
+                        path ? "empty" : "NULL");
+    RP_CHECK(core_file_check_replaceable(path, o->what));
+    core_file_remove_stale_temps(path);
+    size_t len = strlen(path);
+    o->path = rp_alloc(len + 1);
+    o->tmp = rp_alloc(len + 64);
+    if (!o->path || !o->tmp) {
+        core_file_out_abort(o);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot write %s %s: no memory for its name", o->what, path);
+    }
+    memcpy(o->path, path, len + 1);
+    snprintf(o->tmp, len + 64, "%s.tmp.%ld.%lu", path, (long)getpid(),
+             __atomic_fetch_add(&tmp_counter, 1, __ATOMIC_RELAXED));
+    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rp_status st =
+            RP_ERROR(RP_ERR_IO, "cannot write %s %s: cannot create temporary file %s: %s", o->what,
+                     path, o->tmp, strerror(errno));
+        core_file_out_abort(o);
+        return st;
+    }
+    o->f = fdopen(fd, "w");
+    if (!o->f) {
+        rp_status st =
+            RP_ERROR(RP_ERR_IO, "cannot write %s %s: %s", o->what, path, strerror(errno));
+        close(fd);
+        unlink(o->tmp);
+        core_file_out_abort(o);
+        return st;
+    }
+    return RP_OK;
+}
+
+/* The error of a failed write (errno err) to o's temporary file. */
+static rp_status write_failed(core_file_out *o, const char *step, int err)
+{
+    char why[160];
+    if (!o->err) o->err = err ? err : EIO;
+    return RP_ERROR(RP_ERR_IO, "cannot write %s %s: %s %s failed: %s", o->what, o->path, step,
+                    o->tmp, write_reason(o->err, why, sizeof why));
+}
+
+rp_status core_file_out_check(core_file_out *o)
+{
+    if (!o || !o->f) return RP_ERROR(RP_ERR_INVALID, "core_file_out_check: no open file");
+    if (!o->err && !ferror(o->f)) return RP_OK;
+    return write_failed(o, "writing", errno);
+}
+
+rp_status core_file_out_commit(core_file_out *o)
+{
+    if (!o || !o->f) return RP_ERROR(RP_ERR_INVALID, "core_file_out_commit: no open file");
+    rp_status status = core_file_out_check(o);
+    if (status == RP_OK && fflush(o->f) != 0) status = write_failed(o, "writing", errno);
+    if (status == RP_OK && fsync(fileno(o->f)) != 0) status = write_failed(o, "syncing", errno);
+    int rc = fclose(o->f);
+    o->f = NULL;
+    if (status == RP_OK && rc != 0) status = write_failed(o, "closing", errno);
+    /* Checked again: something may have been made at the path while the file was written. */
+    if (status == RP_OK) status = core_file_check_replaceable(o->path, o->what);
+    if (status == RP_OK && rename(o->tmp, o->path) != 0)
+        status = RP_ERROR(RP_ERR_IO, "cannot write %s %s: renaming %s over it failed: %s", o->what,
+                          o->path, o->tmp, strerror(errno));
+    if (status != RP_OK)
+        unlink(o->tmp);
+    else
+        status = sync_directory(o->path, o->what);
+    core_file_out_abort(o); /* (the file is closed: frees the names only) */
+    return status;
+}
+
 rp_status core_file_write_atomic(const char *path, const char *what, const core_file_piece *pieces,
                                  int n_pieces)
 {
-    static unsigned long tmp_counter;
-    rp_status status = RP_OK;
-    char *tmp = NULL;
-    int fd = -1;
-    bool created = false;
-
     if (!what) what = "file";
     if (!path || !*path || (n_pieces > 0 && !pieces) || n_pieces < 0) {
         return RP_ERROR(RP_ERR_INVALID, "cannot write %s: path %s, %d pieces at %p", what,
                         path ? (*path ? path : "\"\"") : "NULL", n_pieces, (const void *)pieces);
     }
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        return RP_ERROR(RP_ERR_IO, "cannot write %s %s: it exists and is not a regular file", what,
-                        path);
-    }
-
-    core_file_remove_stale_temps(path);
-    size_t tmp_size = strlen(path) + 64;
-    tmp = rp_alloc(tmp_size);
-    if (!tmp) return rp_last_status();
-    snprintf(tmp, tmp_size, "%s.tmp.%ld.%lu", path, (long)getpid(),
-             __atomic_fetch_add(&tmp_counter, 1, __ATOMIC_RELAXED));
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        status = RP_ERROR(RP_ERR_IO, "cannot write %s %s: cannot create temporary file %s: %s",
-                          what, path, tmp, strerror(errno));
-        goto cleanup;
-    }
-    created = true;
+    core_file_out o;
+    RP_CHECK(core_file_out_open(&o, path, what));
     for (int i = 0; i < n_pieces; i++) {
-        RP_TRY(write_all(fd, pieces[i].data, pieces[i].len, what, path, tmp));
+        if (pieces[i].len > 0 && fwrite(pieces[i].data, 1, pieces[i].len, o.f) != pieces[i].len) {
+            rp_status st = write_failed(&o, "writing", errno);
+            core_file_out_abort(&o);
+            return st;
+        }
     }
-    if (fsync(fd) != 0) {
-        status = RP_ERROR(RP_ERR_IO, "cannot write %s %s: fsync of %s failed: %s", what, path, tmp,
-                          strerror(errno));
-        goto cleanup;
-    }
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) {
-        status = RP_ERROR(RP_ERR_IO, "cannot write %s %s: closing %s failed: %s", what, path, tmp,
-                          strerror(errno));
-        goto cleanup;
-    }
-    if (rename(tmp, path) != 0) {
-        status = RP_ERROR(RP_ERR_IO, "cannot write %s %s: renaming %s over it failed: %s", what,
-                          path, tmp, strerror(errno));
-        goto cleanup;
-    }
-    created = false;
-    RP_TRY(sync_directory(path, what));
-cleanup:
-    if (fd >= 0) close(fd);
-    if (created) unlink(tmp);
-    rp_free(tmp);
-    return status;
+    return core_file_out_commit(&o);
+}
+
+rp_status rp_file_check_writable(const char *path, const char *what)
+{
+    core_file_out o;
+    RP_CHECK(core_file_out_open(&o, path, what));
+    core_file_out_abort(&o);
+    return RP_OK;
 }

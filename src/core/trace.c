@@ -144,10 +144,13 @@ static void record(const char *name, uint64_t start, uint64_t dur, int64_t bytes
     trace_buffer *b = live_buffer();
     if (!b) return;
     if (b->n == b->cap) {
-        b->dropped++;
+        __atomic_store_n(&b->dropped, b->dropped + 1, __ATOMIC_RELAXED);
         return;
     }
-    b->events[b->n++] = (rp_trace_event){name, start, dur, bytes, seq, op};
+    /* The event, then the count (release): a writer that reads the count while this thread still
+       records - a failed run's trace, with a replica left running - sees only whole events. */
+    b->events[b->n] = (rp_trace_event){name, start, dur, bytes, seq, op};
+    __atomic_store_n(&b->n, b->n + 1, __ATOMIC_RELEASE);
 }
 
 void rp_trace_end_args(const char *name, int64_t bytes, int64_t seq, const char *op)
@@ -199,7 +202,7 @@ static int64_t sum_counts(bool dropped)
     int64_t total = 0;
     pthread_mutex_lock(&list_mu);
     for (trace_buffer *b = buffers; b; b = b->next)
-        total += dropped ? b->dropped : b->n;
+        total += __atomic_load_n(dropped ? &b->dropped : &b->n, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&list_mu);
     return total;
 }
@@ -222,7 +225,7 @@ rp_status rp_trace_each_thread(rp_status (*fn)(int tid, const char *name,
     rp_status status = RP_OK;
     pthread_mutex_lock(&list_mu);
     for (trace_buffer *b = buffers; b && status == RP_OK; b = b->next)
-        status = fn(b->tid, b->name, b->events, b->n, arg);
+        status = fn(b->tid, b->name, b->events, __atomic_load_n(&b->n, __ATOMIC_ACQUIRE), arg);
     pthread_mutex_unlock(&list_mu);
     return status;
 }

@@ -194,11 +194,7 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "rp_checkpoint_save: %s: big-endian hosts are not supported", path);
     }
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        return RP_ERROR(RP_ERR_IO,
-                        "cannot save checkpoint to %s: it exists and is not a regular file", path);
-    }
+    RP_CHECK(core_file_check_replaceable(path, "checkpoint"));
 
     size_t header_len = 0;
     order = write_order(ck);
@@ -263,6 +259,8 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path)
                           strerror(errno));
         goto cleanup;
     }
+    /* Again: something may have been made at the path while the file was written. */
+    RP_TRY(core_file_check_replaceable(path, "checkpoint"));
     if (rename(tmp, path) != 0) {
         status = RP_ERROR(RP_ERR_IO, "cannot save checkpoint %s: renaming %s over it failed: %s",
                           path, tmp, strerror(errno));

@@ -4,7 +4,10 @@
  *
  * Events are printed directly (a traced run holds up to millions of them,
  * more than is worth building as a cJSON tree); the merge reads the inputs
- * with cJSON, which is fine for files this program wrote. Timestamps are the
+ * with cJSON, which is fine for files this program wrote (regular files of
+ * at most RP_TRACE_MERGE_MAX_BYTES each). Both write through core's atomic
+ * file writer: a temporary file renamed over the path, which must be absent
+ * or a regular file (a FIFO or /dev/null is refused, never replaced). Timestamps are the
  * monotonic clock plus the process's offset to rank 0, in microseconds with
  * three decimals, so per-rank files share one time line without re-basing.
  */
@@ -12,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "core/file_internal.h"
 #include "replicator/trace.h"
 
 /* Prints s as a JSON string body (the names are ours, but a thread name is the user's). */
@@ -35,6 +40,7 @@ static void put_escaped(FILE *f, const char *s)
 #define NAMED_MAX 1024
 
 typedef struct write_ctx {
+    core_file_out *out;
     FILE *f;
     const rp_trace_process *proc;
     bool first;
@@ -106,60 +112,24 @@ static rp_status write_thread(int tid, const char *name, const rp_trace_event *e
             fputc('}', f);
         }
         fputc('}', f);
+        /* A failed write (a full disk) ends the file here, with the write's own errno. */
+        RP_CHECK(core_file_out_check(w->out));
     }
-    return RP_OK;
-}
-
-/* Closes f and renames tmp over path; on any failure removes tmp. */
-static rp_status finish_file(FILE *f, const char *tmp, const char *path)
-{
-    bool bad = ferror(f) != 0;
-    int err = bad ? EIO : 0;
-    if (fclose(f) != 0 && !bad) {
-        bad = true;
-        err = errno;
-    }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = true;
-        err = errno;
-    }
-    if (bad) {
-        unlink(tmp);
-        return RP_ERROR(RP_ERR_IO, "cannot write the trace file '%s': %s", path, strerror(err));
-    }
-    return RP_OK;
-}
-
-static rp_status open_tmp(const char *path, char **tmp, FILE **f)
-{
-    size_t len = strlen(path) + 32;
-    *tmp = malloc(len);
-    if (!*tmp) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a path for '%s'", path);
-    snprintf(*tmp, len, "%s.tmp.%d", path, (int)getpid());
-    *f = fopen(*tmp, "w");
-    if (!*f) {
-        rp_status st =
-            RP_ERROR(RP_ERR_IO, "cannot create the trace file '%s': %s", *tmp, strerror(errno));
-        free(*tmp);
-        *tmp = NULL;
-        return st;
-    }
-    return RP_OK;
+    return core_file_out_check(w->out);
 }
 
 rp_status rp_trace_write(const char *path, const rp_trace_process *proc)
 {
     if (!path || !proc) return RP_ERROR(RP_ERR_INVALID, "rp_trace_write: NULL path or process");
-    char *tmp;
-    FILE *f;
-    RP_CHECK(open_tmp(path, &tmp, &f));
+    core_file_out out;
+    RP_CHECK(core_file_out_open(&out, path, "trace file"));
+    FILE *f = out.f;
     write_ctx *w = calloc(1, sizeof *w);
     if (!w) {
-        fclose(f);
-        unlink(tmp);
-        free(tmp);
+        core_file_out_abort(&out);
         return RP_ERROR(RP_ERR_NOMEM, "cannot write the trace file '%s'", path);
     }
+    w->out = &out;
     w->f = f;
     w->proc = proc;
     w->first = true;
@@ -177,6 +147,11 @@ rp_status rp_trace_write(const char *path, const rp_trace_process *proc)
             "\"args\":{\"sort_index\":%d}}",
             proc->pid, proc->pid);
     rp_status status = rp_trace_each_thread(write_thread, w);
+    free(w);
+    if (status != RP_OK) {
+        core_file_out_abort(&out);
+        return status;
+    }
     fprintf(f,
             "\n],\n\"otherData\":{\"replicator\":\"trace\",\"ranks\":[{\"rank\":%d,"
             "\"clock_offset_us\":%.3f,\"clock_bound_us\":%.3f,\"clock_rtt_us\":%.3f,"
@@ -184,41 +159,52 @@ rp_status rp_trace_write(const char *path, const rp_trace_process *proc)
             proc->pid, (double)proc->clock_offset_ns * 1e-3, (double)proc->clock_bound_ns * 1e-3,
             (double)proc->clock_rtt_ns * 1e-3, (long long)rp_trace_recorded(),
             (long long)rp_trace_dropped());
-    rp_status st = finish_file(f, tmp, path);
-    free(tmp);
-    free(w);
-    return status != RP_OK ? status : st;
+    return core_file_out_commit(&out);
 }
 
-/* Reads the whole file at path into a NUL-terminated buffer. */
+/*
+ * Reads the whole trace file at path into a NUL-terminated buffer: a regular file (a FIFO would
+ * block for ever, /dev/zero never ends) of at most RP_TRACE_MERGE_MAX_BYTES, read up to the size
+ * it had when opened.
+ */
 static rp_status read_text(const char *path, char **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return RP_ERROR(RP_ERR_IO, "cannot open the trace file '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        char *more = realloc(buf, cap * 2);
-        if (!more) {
+    int fd;
+    RP_CHECK(core_file_open_regular(path, "trace file", &fd));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return RP_ERROR(RP_ERR_IO, "cannot read trace file %s: %s", path, strerror(err));
+    }
+    if ((uint64_t)st.st_size > (uint64_t)RP_TRACE_MERGE_MAX_BYTES) {
+        close(fd);
+        return RP_ERROR(RP_ERR_IO,
+                        "cannot merge trace file %s: it is %lld bytes, over the %lld bytes "
+                        "(RP_TRACE_MERGE_MAX_BYTES) that a merge reads from one file",
+                        path, (long long)st.st_size, (long long)RP_TRACE_MERGE_MAX_BYTES);
+    }
+    size_t size = (size_t)st.st_size, n = 0;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        close(fd);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot read trace file %s (%zu bytes) into memory", path,
+                        size);
+    }
+    while (n < size) {
+        ssize_t r = read(fd, buf + n, size - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int err = errno;
+            close(fd);
             free(buf);
-            buf = NULL;
-            break;
+            return RP_ERROR(RP_ERR_IO, "cannot read trace file %s: %s", path, strerror(err));
         }
-        buf = more;
-        cap *= 2;
+        if (r == 0) break; /* it shrank: what is there */
+        n += (size_t)r;
     }
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (!buf) return RP_ERROR(RP_ERR_NOMEM, "cannot read the trace file '%s' into memory", path);
-    if (bad) {
-        free(buf);
-        return RP_ERROR(RP_ERR_IO, "cannot read the trace file '%s'", path);
-    }
+    close(fd);
     buf[n] = '\0';
     *out = buf;
     return RP_OK;
@@ -228,15 +214,15 @@ rp_status rp_trace_merge(const char *out, const char *const *inputs, int n)
 {
     if (!out || !inputs || n < 1)
         return RP_ERROR(RP_ERR_INVALID, "rp_trace_merge: an output and at least one input");
-    char *tmp = NULL;
-    FILE *f = NULL;
+    core_file_out file;
     cJSON *ranks = cJSON_CreateArray();
     if (!ranks) return RP_ERROR(RP_ERR_NOMEM, "cannot merge traces into '%s'", out);
-    rp_status status = open_tmp(out, &tmp, &f);
+    rp_status status = core_file_out_open(&file, out, "trace file");
     if (status != RP_OK) {
         cJSON_Delete(ranks);
         return status;
     }
+    FILE *f = file.f;
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
     bool first = true;
     for (int i = 0; i < n && status == RP_OK; i++) {
@@ -268,6 +254,11 @@ rp_status rp_trace_merge(const char *out, const char *const *inputs, int n)
             fputs(s, f);
             first = false;
             cJSON_free(s);
+            status = core_file_out_check(&file);
+            if (status != RP_OK) {
+                cJSON_Delete(root);
+                goto cleanup;
+            }
         }
         const cJSON *r;
         cJSON_ArrayForEach(r, their)
@@ -284,12 +275,8 @@ rp_status rp_trace_merge(const char *out, const char *const *inputs, int n)
 cleanup:
     cJSON_Delete(ranks);
     if (status != RP_OK) {
-        fclose(f);
-        unlink(tmp);
-        free(tmp);
+        core_file_out_abort(&file);
         return status;
     }
-    status = finish_file(f, tmp, out);
-    free(tmp);
-    return status;
+    return core_file_out_commit(&file);
 }

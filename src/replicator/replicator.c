@@ -803,6 +803,12 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     bool meshed = r->nroles > 1 || first->model > 1 || first->pipe > 1;
     for (int i = 0; meshed && i < n; i++)
         rp_comm_set_noun(r->reps[i].world, "worker");
+    /* Faults aimed at workers the job does not have would never fire: refused here, at start.
+       Under MPI the ids run over every rank's threads, a parameter server's included. */
+    int ids = r->reps[0].workers;
+    if (mpi && rp_env_get()->mpi_world_size * (cfg->replicas > 0 ? cfg->replicas : 1) > ids)
+        ids = rp_env_get()->mpi_world_size * (cfg->replicas > 0 ? cfg->replicas : 1);
+    RP_TRY(rp_comm_faults_check(ids, meshed ? "worker" : "replica"));
     for (int i = 0; i < n; i++) {
         rp_replica *rep = &r->reps[i];
         rp_topology_assign(rep);

@@ -64,32 +64,66 @@ static rp_status barrier_fn(rp_replica *rep, void *arg)
     return rp_barrier(rep);
 }
 
+/* "rank 3 (host)": the name of this process's track group. */
+static void process_name(char *name, size_t size, int pid)
+{
+    char host[64] = "?";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    snprintf(name, size, "rank %d (%s)", pid, host);
+}
+
+static void warn_dropped(void)
+{
+    if (rp_trace_dropped() > 0)
+        rp_warn("tracing: %lld events were dropped (a thread's buffer was full)",
+                (long long)rp_trace_dropped());
+}
+
+/* This process's file alone, without the others': `path` for a job of one process, else
+ * `path`.rank<N>.json with no clock offset (bound -1, except on rank 0, whose clock is the
+ * reference), for `replicator trace merge`; `why` says in the warning why there is no merge. */
+static rp_status write_own(rp_replicator *r, const char *path, const char *why)
+{
+    int processes = r->reps[0].workers / r->n, pid = r->reps[0].worker / r->n;
+    char name[128];
+    process_name(name, sizeof name, pid);
+    rp_trace_process proc = {pid, name, 0, pid == 0 ? 0 : -1, 0};
+    warn_dropped();
+    if (processes == 1) return rp_trace_write(path, &proc);
+    char own[4200];
+    snprintf(own, sizeof own, "%s.rank%d.json", path, pid);
+    rp_warn("tracing: %s: %s%s (merge the ranks' files with `replicator trace merge %s "
+            "%s.rank*.json`)",
+            why, own, pid == 0 ? "" : " has no clock offset", path, path);
+    return rp_trace_write(own, &proc);
+}
+
+rp_status rp_replicator_trace_write_local(rp_replicator *r, const char *path)
+{
+    if (!r || !path)
+        return RP_ERROR(RP_ERR_INVALID, "rp_replicator_trace_write_local: NULL argument");
+    if (r->server) return RP_OK;
+    RP_CHECK(write_own(r, path, "written without the other processes"));
+    if (r->reps[0].workers / r->n == 1) rp_info("trace: %s (open it in ui.perfetto.dev)", path);
+    return RP_OK;
+}
+
 rp_status rp_replicator_trace_write(rp_replicator *r, const char *path)
 {
     if (!r || !path) return RP_ERROR(RP_ERR_INVALID, "rp_replicator_trace_write: NULL argument");
     if (r->server) return RP_OK; /* a parameter-server rank runs no replica: nothing traced */
+    /* A process may hold started workers only: it cannot join runs, so no clock exchange. */
+    if (r->reps[0].workers / r->n > 1 && r->nroles > 1)
+        return write_own(r, path, "a job of several roles across processes");
     clock_job j = {.per_process = r->n, .processes = r->reps[0].workers / r->n};
-    if (j.processes > 1 && r->nroles == 1) RP_CHECK(rp_replicator_run(r, clock_fn, &j));
+    if (j.processes > 1) RP_CHECK(rp_replicator_run(r, clock_fn, &j));
     int pid = r->reps[0].worker / r->n;
-    char host[64] = "?", name[128];
-    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
-    host[sizeof host - 1] = '\0';
-    snprintf(name, sizeof name, "rank %d (%s)", pid, host);
+    char name[128];
+    process_name(name, sizeof name, pid);
     rp_trace_process proc = {pid, name, j.offset_ns, j.bound_ns, j.rtt_ns};
-    if (rp_trace_dropped() > 0)
-        rp_warn("tracing: %lld events were dropped (a thread's buffer was full)",
-                (long long)rp_trace_dropped());
+    warn_dropped();
     if (j.processes == 1) return rp_trace_write(path, &proc);
-    if (r->nroles > 1) {
-        /* A process may hold started workers only: it cannot join runs, so no clock exchange. */
-        char own[4200];
-        snprintf(own, sizeof own, "%s.rank%d.json", path, pid);
-        rp_warn("tracing: a job of several roles across processes: %s has no clock offset "
-                "(merge with `replicator trace merge`)",
-                own);
-        proc.clock_bound_ns = -1;
-        return rp_trace_write(own, &proc);
-    }
 
     /* One file per process, then the first merges them if it can read them all (a shared
      * directory); otherwise they stay for `replicator trace merge`. */

@@ -329,6 +329,14 @@ rp_status rp_trainer_run(rp_trainer *t)
         status = rp_replicator_trace_write(t->rep, t->trace_path);
         if (status == RP_OK && t->root && !t->cfg.quiet)
             rp_info("trace: %s (open it in ui.perfetto.dev)", t->trace_path);
+    } else if (t->trace_path) {
+        /* A failed run's trace is the one most needed: this process's, without the others (a
+           broken communicator cannot exchange clocks); the run's error stays the one reported. */
+        char first[1024];
+        snprintf(first, sizeof first, "%s", rp_last_error());
+        if (rp_replicator_trace_write_local(t->rep, t->trace_path) != RP_OK)
+            rp_warn("the trace of the failed run was not written: %s", rp_last_error());
+        rp_error_set(status, NULL, 0, "%s", first);
     }
     return status;
 }

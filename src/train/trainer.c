@@ -256,6 +256,8 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_create: NULL argument");
     *out = NULL;
     RP_CHECK(check_config(cfg, model));
+    /* A trace path that cannot be written fails now, not when a finished run tries to write it. */
+    if (cfg->trace) RP_CHECK(rp_file_check_writable(cfg->trace, "trace file"));
     rp_status status = RP_OK;
     rp_trainer *t = calloc(1, sizeof *t);
     if (!t) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a trainer");
@@ -312,6 +314,16 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
             t->cfg.quiet = true;
             goto cleanup;
         }
+    }
+    /* A straggler study of a replica the job does not have would never sleep: refused by name. */
+    int replicas = rp_replicator_replicas(t->rep);
+    if (t->cfg.slow_replica >= replicas) {
+        char ids[32] = "0";
+        if (replicas > 1) snprintf(ids, sizeof ids, "0 to %d", replicas - 1);
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "slow_replica (--slow) %d: the job has no replica %d, only %d (%s)",
+                          t->cfg.slow_replica, t->cfg.slow_replica, replicas, ids);
+        goto cleanup;
     }
     /* The root holds replica 0's first worker (a replica may span workers, and processes). */
     const rp_replica *first = rp_replicator_replica(t->rep, 0);
