@@ -88,7 +88,32 @@ bool train_copy_path(const char *cmd, const char *option, const char *value, cha
 bool train_parse_long(const char *s, long lo, long hi, long *v);
 bool train_parse_float(const char *s, float lo, float hi, float *v);
 
-/* The options as a JSON object text (caller frees with free()), and back. */
+/*
+ * Reading a run's stored configuration (a parsed JSON object) key by key, as strictly as the
+ * command line. The first key that is missing, of another type or out of range is kept, so the
+ * error names it and its value: `"ch_g" is 5000, outside [1, 4096]`. Each read returns false
+ * once a read has failed, so a chain of reads stops at the first bad key.
+ */
+struct cJSON;
+typedef struct train_config_reader {
+    const struct cJSON *json;
+    char bad[256]; /* what the first failed read found ("" while none has failed) */
+} train_config_reader;
+/* A number in [lo, hi] under `key`. */
+bool train_config_num(train_config_reader *r, const char *key, double lo, double hi, double *out);
+/* A string under `key` that fits dst[size] whole (never cut: a cut path names another place). */
+bool train_config_str(train_config_reader *r, const char *key, char *dst, size_t size);
+bool train_config_bool(train_config_reader *r, const char *key, bool *dst);
+/* Refuses key's value for `why` ("must be below 1"); returns false. */
+bool train_config_refuse(train_config_reader *r, const char *key, const char *why);
+/* RP_ERR_FORMAT: "<what> is incomplete or invalid: <the bad key and its value>". */
+rp_status train_config_error(const train_config_reader *r, const char *what);
+
+/*
+ * The options as a JSON object text (caller frees with free()), and back. Errors of
+ * train_opts_from_json: RP_ERR_FORMAT naming the first key missing or out of range, and its
+ * value.
+ */
 char *train_opts_to_json(const train_opts *o);
 rp_status train_opts_from_json(train_opts *o, const char *json);
 
