@@ -76,8 +76,7 @@ int rp_cli_eval(int argc, char **argv)
     RP_TRY(train_opts_from_json(&o, config));
     rp_classifier_config cc;
     train_opts_classifier(&o, &cc);
-    RP_TRY(rp_classifier_load_dataset(&train, &cc, "train"));
-    RP_TRY(rp_classifier_load_dataset(&test, &cc, "test"));
+    RP_TRY(rp_classifier_load_splits(&train, &test, &cc));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
     RP_TRY(rp_dataset_channel_stats(train, mean, std));
     RP_TRY(rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes,

@@ -3,7 +3,9 @@
 # a robustness campaign's findings):
 #  1. a corrupt checkpoint on the documented resume lines (train --resume DIR --iters N for an
 #     SN-GAN, --env-steps N for D4PG) is reported as the checkpoint's fault, not as an unknown
-#     option.
+#     option;
+#  2. train and test images of different sizes are refused at load, naming both shapes, before
+#     an epoch trains (eval too).
 # Usage: cli_refusals.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -13,8 +15,8 @@ trap 'rm -rf "$dir"' EXIT
 . "$(dirname "$0")/lib.sh"
 cd "$dir"
 fail() { echo "FAIL: $*"; exit 1; }
-expect_error() { # expect_error RC PATTERN command...: exit code RC and PATTERN in its output
-    local want=$1 pattern=$2 msg rc
+expect_error() { # expect_error RC PATTERN command...: exit code RC and PATTERN in its output ($msg)
+    local want=$1 pattern=$2 rc
     shift 2
     set +e
     msg=$("$@" 2>&1); rc=$?
@@ -33,3 +35,25 @@ for line in "train --resume bad --iters 8" "train --resume bad --env-steps 4000"
     expect_error 1 "bad/checkpoint.safetensors" "$bin" $line
 done
 echo "ok: a corrupt checkpoint on every resume line is reported as the checkpoint's fault"
+
+# 2. A data directory whose splits differ in size: 28x28 train images, 32x32 test images.
+python3 - << 'PY'
+import os, struct
+os.makedirs("mix")
+def images(path, n, h, w):
+    open(path, "wb").write(struct.pack(">IIII", 0x803, n, h, w) + bytes(i * 7 % 256 for i in range(n * h * w)))
+def labels(path, n):
+    open(path, "wb").write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+images("mix/train-images-idx3-ubyte", 64, 28, 28)
+labels("mix/train-labels-idx1-ubyte", 64)
+images("mix/t10k-images-idx3-ubyte", 16, 32, 32)
+labels("mix/t10k-labels-idx1-ubyte", 16)
+PY
+expect_error 1 "the train images (mix/train) are 28x28x1 but the test images (mix/test) 32x32x1" \
+    "$bin" train mlp --data mix --batch 32 --epochs 1 --threads 1 --out mixed
+grep -q "epoch 1/1" <<< "$msg" && fail "an epoch trained before the sizes were compared: $msg"
+[ ! -e mixed/metrics.jsonl ] || fail "the refused run wrote metrics: $(cat mixed/metrics.jsonl)"
+# Padded to one size, the same splits train and evaluate.
+"$bin" train mlp --data mix --image-size 32 --batch 32 --epochs 1 --threads 1 --quiet --out padded > /dev/null \
+    || fail "the splits padded to 32x32 did not train"
+echo "ok: splits of different sizes are refused at load, naming both shapes"
