@@ -5,7 +5,9 @@
 #     SN-GAN, --env-steps N for D4PG) is reported as the checkpoint's fault, not as an unknown
 #     option;
 #  2. train and test images of different sizes are refused at load, naming both shapes, before
-#     an epoch trains (eval too).
+#     an epoch trains (eval too);
+#  3. sample's --n is checked against what the file can hold (the PNG's sides, the IDX's 2^31
+#     bytes) before any sample is drawn: at once, not after ten million samples.
 # Usage: cli_refusals.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -57,3 +59,18 @@ grep -q "epoch 1/1" <<< "$msg" && fail "an epoch trained before the sizes were c
 "$bin" train mlp --data mix --image-size 32 --batch 32 --epochs 1 --threads 1 --quiet --out padded > /dev/null \
     || fail "the splits padded to 32x32 did not train"
 echo "ok: splits of different sizes are refused at load, naming both shapes"
+
+# 3. A tiny SN-GAN run to sample from.
+need_fashion_mnist
+"$bin" train sngan --data "$data" --limit 64 --ch-g 8 --ch-d 8 --z-dim 16 --d-batch 16 --g-batch 16 \
+    --n-dis 1 --iters 2 --sample-every 0 --checkpoint-every 0 --threads 1 --quiet --out gan > /dev/null
+# The old code drew all 1,000,000 samples of the class first (minutes: `timeout` fails it), then
+# found that their grid is too tall for a PNG.
+expect_error 1 "--n 1000000: .*the grid would be 3400002 x 342 x 1" \
+    timeout 10 "$bin" sample gan --class 0 --n 1000000
+expect_error 1 "--n 1000000: .*the grid would be 342 x 34000002 x 1" timeout 10 "$bin" sample gan --n 1000000
+expect_error 1 "--n 1000000: 10000000 samples of 32x32x1 are 10240000000 bytes, over the 2^31" \
+    timeout 10 "$bin" sample gan --n 1000000 --raw --out s.idx
+[ ! -e samples.png ] && [ ! -e s.idx ] || fail "a refused sample wrote a file"
+"$bin" sample gan --n 2 --out two.png > /dev/null || fail "sample --n 2"
+echo "ok: sample refuses an --n its file cannot hold before drawing a sample"
