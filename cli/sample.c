@@ -26,7 +26,12 @@ rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
         goto cleanup;
     }
     RP_TRY(sngan_opts_from_json(o, config));
-    RP_TRY(rp_sngan_generator_create(g, &o->g, NULL));
+    /* The generator's tensors held to the checkpoint's before they are allocated. */
+    train_checkpoint_guard_arg guard = {ck, "gen/"};
+    RP_TRY(rp_params_guard_push(train_checkpoint_guard, &guard));
+    status = rp_sngan_generator_create(g, &o->g, NULL);
+    rp_params_guard_pop();
+    if (status != RP_OK) goto cleanup;
     RP_TRY(rp_sngan_generator_load(*g, ck));
 cleanup:
     if (status != RP_OK) {

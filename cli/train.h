@@ -136,6 +136,20 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg);
  */
 rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **config);
 
+/*
+ * Holds a model built from checkpoint `ck`'s configuration to the checkpoint's tensors before
+ * anything is allocated: push train_checkpoint_guard with a train_checkpoint_guard_arg around
+ * the build (rp_params_guard_push). Every parameter the configuration declares must be in the
+ * checkpoint as prefix + name, f32, with the declared shape; otherwise RP_ERR_SHAPE naming the
+ * tensor and both shapes (a crafted or edited configuration, or another run's file), and the
+ * build fails with nothing allocated.
+ */
+typedef struct train_checkpoint_guard_arg {
+    const rp_checkpoint *ck;
+    const char *prefix; /* "param/", "gen/", ... */
+} train_checkpoint_guard_arg;
+rp_status train_checkpoint_guard(const rp_params *params, void *arg);
+
 /* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
 void train_report_error(bool tty);
 /*

@@ -103,6 +103,50 @@ rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **confi
     return RP_ERROR(RP_ERR_FORMAT, "%s has no replicator.config metadata", path);
 }
 
+/* "[2, 3]" */
+static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+}
+
+rp_status train_checkpoint_guard(const rp_params *params, void *arg)
+{
+    const train_checkpoint_guard_arg *g = arg;
+    for (int i = 0; i < rp_params_count(params); i++) {
+        const rp_tensor *t = rp_params_at(params, i);
+        char name[RP_NAME_MAX + 64], want[160], have[160];
+        snprintf(name, sizeof name, "%s%s", g->prefix, t->name);
+        int64_t declared[RP_MAX_DIMS], stored[RP_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++)
+            declared[d] = t->shape[d];
+        shape_text(t->ndim, declared, want, sizeof want);
+        rp_checkpoint_dtype dtype;
+        int ndim = 0;
+        if (!rp_checkpoint_get(g->ck, name, &dtype, &ndim, stored))
+            return RP_ERROR(RP_ERR_SHAPE,
+                            "the checkpoint's configuration declares %s %s, which the checkpoint "
+                            "does not hold: the configuration is not its tensors' (edited, or "
+                            "another run's)",
+                            name, want);
+        bool same = dtype == RP_CHECKPOINT_F32 && ndim == t->ndim;
+        for (int d = 0; same && d < ndim; d++)
+            same = stored[d] == declared[d];
+        if (!same) {
+            shape_text(ndim, stored, have, sizeof have);
+            return RP_ERROR(RP_ERR_SHAPE,
+                            "the checkpoint's configuration makes %s %s (%lld values), the "
+                            "checkpoint holds it as %s%s: the configuration is not its tensors' "
+                            "(edited, or another run's)",
+                            name, want, (long long)t->numel, have,
+                            dtype == RP_CHECKPOINT_F32 ? "" : " of another dtype");
+        }
+    }
+    return RP_OK;
+}
+
 /*
  * Every process prints its own error, replica 0's or not: it may be the one that explains the
  * others'. Under mpirun the lines of all ranks meet on one terminal, so each says whose it is.

@@ -7,7 +7,10 @@
 #  2. train and test images of different sizes are refused at load, naming both shapes, before
 #     an epoch trains (eval too);
 #  3. sample's --n is checked against what the file can hold (the PNG's sides, the IDX's 2^31
-#     bytes) before any sample is drawn: at once, not after ten million samples.
+#     bytes) before any sample is drawn: at once, not after a million samples;
+#  4. a checkpoint whose configuration was edited to declare larger tensors than it holds is
+#     refused by sample and eval before the model is allocated, naming the tensor and both
+#     shapes (the old code allocated and filled the model first: gigabytes for a crafted one).
 # Usage: cli_refusals.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -74,3 +77,50 @@ expect_error 1 "--n 1000000: 10000000 samples of 32x32x1 are 10240000000 bytes, 
 [ ! -e samples.png ] && [ ! -e s.idx ] || fail "a refused sample wrote a file"
 "$bin" sample gan --n 2 --out two.png > /dev/null || fail "sample --n 2"
 echo "ok: sample refuses an --n its file cannot hold before drawing a sample"
+
+# 4. craft.py IN OUT KEY=JSON...: checkpoint IN with its configuration's keys set, its CRC
+# computed again as the writer does, so only the configuration is at fault.
+cat > craft.py << 'PY'
+import json, struct, sys, zlib
+src, dst, sets = sys.argv[1], sys.argv[2], sys.argv[3:]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+header, data = b[8:8 + n].decode(), b[8 + n:]
+key = '"replicator.config":'
+at = header.index(key) + len(key)
+text, end = json.JSONDecoder().raw_decode(header, at)
+config = json.loads(text)
+for kv in sets:
+    k, v = kv.split("=", 1)
+    config[k] = json.loads(v)
+header = header[:at] + json.dumps(json.dumps(config, separators=(",", ":"))) + header[end:]
+h = (header + " " * (-len(header) % 8)).encode()
+prefix = b'{"__metadata__":{"replicator.crc32":"'
+assert h.startswith(prefix)
+zeroed = h[:len(prefix)] + b"0" * 8 + h[len(prefix) + 8:]
+length = struct.pack("<Q", len(h))
+crc = zlib.crc32(data, zlib.crc32(zeroed, zlib.crc32(length))) & 0xffffffff
+open(dst, "wb").write(length + h[:len(prefix)] + b"%08x" % crc + h[len(prefix) + 8:] + data)
+PY
+# peak.py OUT command...: runs the command, writes its peak resident memory in MiB to OUT, exits
+# with its exit code.
+cat > peak.py << 'PY'
+import resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write("%d\n" % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024))
+sys.exit(rc)
+PY
+mkdir crafted
+python3 craft.py gan/checkpoint.safetensors crafted/checkpoint.safetensors ch_g=8
+"$bin" sample crafted --out same.png > /dev/null || fail "a checkpoint rewritten unchanged is refused"
+# ch_g 2048: about 1.2 GB of generator, allocated and filled by the old code before the check.
+python3 craft.py gan/checkpoint.safetensors crafted/checkpoint.safetensors ch_g=2048
+expect_error 1 "configuration makes gen/l1.weight \[32768, 16\] (524288 values), the checkpoint holds it as \[128, 16\]" \
+    python3 peak.py peak.txt timeout 60 "$bin" sample crafted --out big.png
+[ "$(cat peak.txt)" -lt 300 ] || fail "sample reached $(cat peak.txt) MiB before refusing the configuration"
+expect_error 1 "configuration makes gen/l1.weight \[32768, 16\]" timeout 60 "$bin" eval crafted --samples 10
+"$bin" train mlp --data "$data" --limit 64 --batch 32 --epochs 1 --threads 1 --quiet --out mlp > /dev/null
+python3 craft.py mlp/checkpoint.safetensors crafted/checkpoint.safetensors 'hidden=[65536,65536]'
+expect_error 1 "configuration makes param/fc0.weight \[65536, 784\] (51380224 values), the checkpoint holds it as \[512, 784\]" \
+    timeout 60 "$bin" eval crafted --threads 1
+echo "ok: an edited configuration is refused before the model is allocated, naming the tensor"
