@@ -101,6 +101,19 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     rp_kernels_set_threads(o->threads);
     rp_trainer_config tc = rp_trainer_config_default();
     RP_TRY(train_runtime_config(o, &tc.runtime));
+    if (tc.runtime.backend == RP_BACKEND_MPI) {
+        /* Every rank's options the same, before the data loads (a data directory and the threads
+           may differ by host). */
+        static const char *const local[] = {"data_dir", "threads", "threads_per_replica", NULL};
+        config = train_opts_to_json(o);
+        if (!config) {
+            status = RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
+            goto cleanup;
+        }
+        RP_TRY(train_agree_config(config, local, o->out_dir, o->max_steps, o->comm_timeout));
+        free(config);
+        config = NULL;
+    }
     rp_classifier_config cc;
     train_opts_classifier(o, &cc);
     RP_TRY(rp_classifier_create(clf, &cc));

@@ -150,6 +150,19 @@ typedef struct train_checkpoint_guard_arg {
 } train_checkpoint_guard_arg;
 rp_status train_checkpoint_guard(const rp_params *params, void *arg);
 
+/*
+ * Under mpirun (more than one rank), refuses a job whose ranks were started with different
+ * options, before anything loads or trains: every rank calls it with its resolved configuration
+ * (the checkpoint's JSON object text, with --out and --max-steps, which it does not hold) and
+ * the keys that may differ by host (`local`, NULL-ended: a data directory, a thread count). The
+ * ranks all-gather a hash of the rest; on a mismatch
+ * they compare it with rank 0's, and every rank returns RP_ERR_MISMATCH naming the first
+ * differing key, both values and the ranks that differ ("rank 1's "seed" is 2, rank 0's 1").
+ * Elsewhere it does nothing. `timeout_s` bounds the wait for a peer (0: $RP_COMM_TIMEOUT's).
+ */
+rp_status train_agree_config(const char *json, const char *const *local, const char *out_dir,
+                             int64_t max_steps, double timeout_s);
+
 /* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
 void train_report_error(bool tty);
 /*

@@ -444,6 +444,19 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
     rp_kernels_set_threads(o->threads);
     rp_trainer_config tc = rp_trainer_config_default();
     RP_TRY(runtime_config(o, &tc.runtime));
+    if (tc.runtime.backend == RP_BACKEND_MPI) {
+        /* Every rank's options the same, before the data loads (paths and threads may differ by
+           host). */
+        static const char *const local[] = {"data_dir", "threads", "judge", NULL};
+        config = sngan_opts_to_json(o);
+        if (!config) {
+            status = RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
+            goto cleanup;
+        }
+        RP_TRY(train_agree_config(config, local, o->out_dir, o->max_steps, o->comm_timeout));
+        free(config);
+        config = NULL;
+    }
     RP_TRY(rp_sngan_create(gan, &o->g));
     o->g = *rp_sngan_get_config(*gan); /* the dataset's shape and classes filled in */
     if (o->judge[0]) {

@@ -10,7 +10,10 @@
 #     bytes) before any sample is drawn: at once, not after a million samples;
 #  4. a checkpoint whose configuration was edited to declare larger tensors than it holds is
 #     refused by sample and eval before the model is allocated, naming the tensor and both
-#     shapes (the old code allocated and filled the model first: gigabytes for a crafted one).
+#     shapes (the old code allocated and filled the model first: gigabytes for a crafted one);
+#  5. under mpirun, ranks started with different options are refused at start, naming the key,
+#     both values and the ranks: a different --seed passed silently before, a different --lr
+#     was caught only by the checksum at step 100; a --data path may differ by host.
 # Usage: cli_refusals.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -124,3 +127,22 @@ python3 craft.py mlp/checkpoint.safetensors crafted/checkpoint.safetensors 'hidd
 expect_error 1 "configuration makes param/fc0.weight \[65536, 784\] (51380224 values), the checkpoint holds it as \[512, 784\]" \
     timeout 60 "$bin" eval crafted --threads 1
 echo "ok: an edited configuration is refused before the model is allocated, naming the tensor"
+
+# 5. Ranks with different options (an MPMD command line: one rank's options differ).
+need_mpirun
+mlp=(train mlp --data "$data" --limit 64 --batch 32 --epochs 1 --threads 1 --quiet)
+expect_error 1 "the ranks were started with different options: rank 2's \"seed\" is 7, rank 0's 1 (rank 2 differs from rank 0)" \
+    timeout 120 "${mpi[@]}" -np 2 "$bin" "${mlp[@]}" --out m1 : -np 1 "$bin" "${mlp[@]}" --out m1 --seed 7
+[ ! -e m1/metrics.jsonl ] || fail "the refused job trained: $(cat m1/metrics.jsonl)"
+expect_error 1 "rank 1's \"lr\" is 0.0199999995" \
+    timeout 120 "${mpi[@]}" -np 1 "$bin" "${mlp[@]}" --out m2 : -np 1 "$bin" "${mlp[@]}" --out m2 --lr 0.02
+gan=(train sngan --data "$data" --limit 64 --ch-g 8 --ch-d 8 --z-dim 16 --d-batch 16 --g-batch 16 --n-dis 1
+     --iters 2 --sample-every 0 --checkpoint-every 0 --threads 1 --quiet)
+expect_error 1 "rank 1's \"iters\" is 3, rank 0's 2" \
+    timeout 120 "${mpi[@]}" -np 1 "$bin" "${gan[@]}" --out g1 : -np 1 "$bin" "${gan[@]}" --out g1 --iters 3
+# The same options, and a data directory that differs by host (a link here), train.
+mkdir data2
+ln -s "$data"/*.gz data2/
+"${mpi[@]}" -np 1 "$bin" "${mlp[@]}" --out m3 : -np 1 "$bin" "${mlp[@]}" --out m3 --data "$dir/data2" > /dev/null \
+    || fail "ranks whose --data differs did not train"
+echo "ok: ranks started with different options are refused at start, naming the key"
