@@ -13,7 +13,9 @@
 #     shapes (the old code allocated and filled the model first: gigabytes for a crafted one);
 #  5. under mpirun, ranks started with different options are refused at start, naming the key,
 #     both values and the ranks: a different --seed passed silently before, a different --lr
-#     was caught only by the checksum at step 100; a --data path may differ by host.
+#     was caught only by the checksum at step 100; a --data path may differ by host;
+#  6. D4PG under mpirun: a stopped learner rank is named as the learner, not reported as the
+#     replay's fault with the message of a stopped replay.
 # Usage: cli_refusals.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -146,3 +148,33 @@ ln -s "$data"/*.gz data2/
 "${mpi[@]}" -np 1 "$bin" "${mlp[@]}" --out m3 : -np 1 "$bin" "${mlp[@]}" --out m3 --data "$dir/data2" > /dev/null \
     || fail "ranks whose --data differs did not train"
 echo "ok: ranks started with different options are refused at start, naming the key"
+
+# 6. Rank 0 learns, rank 1 acts, rank 2 is the replay; rank 0 is stopped (SIGSTOP) mid-run.
+rl=(train d4pg --task cartpole-swingup --policy-layers 8 --critic-layers 8 --batch 8 --min-replay 100
+    --eval-every 100000 --eval-episodes 1 --checkpoint-every 1000 --threads 1 --quiet --env-steps 10000000
+    --timeout 4 --out stop)
+"${mpi[@]}" -np 3 "$bin" "${rl[@]}" > stop.out 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 300); do
+    if [ -z "$victim" ] && [ -f stop/checkpoint.safetensors ]; then
+        for p in $(pgrep -f -- "--out stop" || true); do
+            ours "$p" || continue
+            tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' && victim=$p
+        done
+        [ -n "$victim" ] && kill -STOP "$victim"
+    fi
+    kill -0 "$job" 2> /dev/null || break
+    sleep 0.2
+done
+set +e
+wait "$job"
+rc=$?
+set -e
+kill_ours $(pgrep -f -- "--out stop" || true)
+[ -n "$victim" ] || fail "no learner rank to stop: $(tail -5 stop.out)"
+[ $rc -ne 0 ] || fail "the job survived a stopped learner"
+grep -Eq "learner 0 \(worker 0\) did not take the batch|learners? 0 asked for no batch" stop.out \
+    || fail "the stopped learner is not named: $(grep error stop.out)"
+grep -q "not the replay" stop.out || fail "the replay is not cleared: $(grep error stop.out)"
+echo "ok: a stopped D4PG learner is named as the learner, not blamed on the replay"
