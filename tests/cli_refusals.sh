@@ -152,7 +152,7 @@ echo "ok: ranks started with different options are refused at start, naming the 
 # 6. Rank 0 learns, rank 1 acts, rank 2 is the replay; rank 0 is stopped (SIGSTOP) mid-run.
 rl=(train d4pg --task cartpole-swingup --policy-layers 8 --critic-layers 8 --batch 8 --min-replay 100
     --eval-every 100000 --eval-episodes 1 --checkpoint-every 1000 --threads 1 --quiet --env-steps 10000000
-    --timeout 4 --out stop)
+    --timeout 10 --out stop) # the replay gives up on the learner at 5 s, the actors at 10
 "${mpi[@]}" -np 3 "$bin" "${rl[@]}" > stop.out 2>&1 &
 job=$!
 victim=""

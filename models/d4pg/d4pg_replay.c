@@ -371,9 +371,9 @@ static rp_status learners_silent(const replay_role *s)
             silent++;
         }
     return RP_ERROR(RP_ERR_TIMEOUT,
-                    "the replay holds %d actor%s' inserts until the learners sample, and learner%s "
+                    "the replay holds %d actor%s inserts until the learners sample, and learner%s "
                     "%s asked for no batch in %g s: %s stopped or hang%s, not the replay (%s)",
-                    held, held > 1 ? "s" : "", silent > 1 ? "s" : "", which, s->timeout / 2,
+                    held, held > 1 ? "s'" : "'s", silent > 1 ? "s" : "", which, s->timeout / 2,
                     silent > 1 ? "they" : "it", silent > 1 ? "" : "s", why);
 }
 
