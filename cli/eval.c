@@ -76,12 +76,16 @@ int rp_cli_eval(int argc, char **argv)
     RP_TRY(train_opts_from_json(&o, config));
     rp_classifier_config cc;
     train_opts_classifier(&o, &cc);
-    RP_TRY(rp_classifier_load_dataset(&train, &cc, "train"));
-    RP_TRY(rp_classifier_load_dataset(&test, &cc, "test"));
+    RP_TRY(rp_classifier_load_splits(&train, &test, &cc));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
     RP_TRY(rp_dataset_channel_stats(train, mean, std));
-    RP_TRY(rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes,
-                                    NULL));
+    /* The network's tensors held to the checkpoint's before they are allocated. */
+    train_checkpoint_guard_arg guard = {ck, "param/"};
+    RP_TRY(rp_params_guard_push(train_checkpoint_guard, &guard));
+    status =
+        rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes, NULL);
+    rp_params_guard_pop();
+    if (status != RP_OK) goto cleanup;
     RP_TRY(rp_checkpoint_read_params(ck, rp_classifier_net_params(&net), "param/"));
     RP_TRY(rp_tape_create(&tape, 0));
     rp_classifier_eval ev;

@@ -95,9 +95,14 @@ int d4pg_eval_main(int argc, char **argv)
     RP_TRY(train_load_run(run, &ck, &config));
     RP_TRY(d4pg_opts_from_json(&o, config));
     RP_TRY(rp_d4pg_job_create(&job, &o.j, ck)); /* checks the task, fills in its sizes */
-    RP_TRY(rp_d4pg_policy_create(&policy, &rp_d4pg_job_get_config(job)->agent));
-    RP_TRY(rp_checkpoint_read_params(ck, rp_d4pg_policy_params(policy),
-                                     online ? "d4pg/policy/" : "d4pg/target_policy/"));
+    const char *prefix = online ? "d4pg/policy/" : "d4pg/target_policy/";
+    /* The policy's tensors held to the checkpoint's before they are allocated. */
+    train_checkpoint_guard_arg guard = {ck, prefix};
+    RP_TRY(rp_params_guard_push(train_checkpoint_guard, &guard));
+    status = rp_d4pg_policy_create(&policy, &rp_d4pg_job_get_config(job)->agent);
+    rp_params_guard_pop();
+    if (status != RP_OK) goto cleanup;
+    RP_TRY(rp_checkpoint_read_params(ck, rp_d4pg_policy_params(policy), prefix));
     RP_TRY(rp_tape_create(&tape, 0));
     double mean = 0, std = 0;
     RP_TRY(rp_d4pg_evaluate_policy(policy, tape, o.j.task, o.j.action_repeat, (int)episodes,

@@ -26,7 +26,12 @@ rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
         goto cleanup;
     }
     RP_TRY(sngan_opts_from_json(o, config));
-    RP_TRY(rp_sngan_generator_create(g, &o->g, NULL));
+    /* The generator's tensors held to the checkpoint's before they are allocated. */
+    train_checkpoint_guard_arg guard = {ck, "gen/"};
+    RP_TRY(rp_params_guard_push(train_checkpoint_guard, &guard));
+    status = rp_sngan_generator_create(g, &o->g, NULL);
+    rp_params_guard_pop();
+    if (status != RP_OK) goto cleanup;
     RP_TRY(rp_sngan_generator_load(*g, ck));
 cleanup:
     if (status != RP_OK) {
@@ -43,7 +48,9 @@ static void usage(FILE *f)
                "\n"
                "Draws samples from the SN-GAN saved in RUN (written by replicator train sngan).\n"
                "  --class C   only class C (default: every class, a row each)\n"
-               "  --n N       samples per class (default 10; with --class, 100)\n"
+               "  --n N       samples per class (default 10; with --class, 100); refused before\n"
+               "              drawing if the file cannot hold them (a PNG side over 1,000,000\n"
+               "              pixels, an IDX file of 2 GiB)\n"
                "  --out FILE  where to write (default samples.png, or samples.idx with --raw)\n"
                "  --raw       write the images as an IDX file of bytes ([n,h,w] or [n,h,w,c]) and\n"
                "              their classes beside it (FILE with -labels before the extension)\n"
@@ -121,6 +128,21 @@ int rp_cli_sample(int argc, char **argv)
     if (!n) n = cls >= 0 ? 100 : 10;
     int64_t total = cls >= 0 ? n : n * c->classes, per = (int64_t)c->h * c->w * c->c;
     if (!out) out = raw ? "samples.idx" : "samples.png";
+    /* What the file can hold, before any sample is drawn. */
+    int cols = cls >= 0 ? (n < 10 ? (int)n : 10) : (int)n;
+    if (raw && total * per >= (int64_t)1 << 31)
+        status = RP_ERROR(RP_ERR_INVALID,
+                          "--n %ld: %lld samples of %dx%dx%d are %lld bytes, over the 2^31 an IDX "
+                          "file holds; ask for fewer",
+                          n, (long long)total, c->h, c->w, c->c, (long long)(total * per));
+    else if (!raw && total <= INT32_MAX &&
+             rp_image_grid_check((int)total, c->h, c->w, c->c, cols, 2) != RP_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", rp_last_error());
+        status = RP_ERROR(RP_ERR_INVALID, "--n %ld: %s; ask for fewer, or write them with --raw", n,
+                          why);
+    }
+    if (status != RP_OK) goto cleanup;
     z = malloc((size_t)total * (size_t)c->z_dim * sizeof *z);
     img = malloc((size_t)(total * per) * sizeof *img);
     labels = malloc((size_t)total * sizeof *labels);
@@ -141,7 +163,6 @@ int rp_cli_sample(int argc, char **argv)
         RP_TRY(rp_sngan_generate(g, tape, z + s * c->z_dim, labels + s, m, img + s * per));
     }
     if (!raw) {
-        int cols = cls >= 0 ? (n < 10 ? (int)n : 10) : (int)n;
         RP_TRY(rp_image_grid_write_png(out, img, (int)total, c->h, c->w, c->c, cols, 2, 255, -1.0f,
                                        1.0f));
         printf("%lld samples%s in %s (%d per row)\n", (long long)total,

@@ -103,6 +103,19 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
     rp_kernels_set_threads(o->threads);
     rp_trainer_config tc = rp_trainer_config_default();
     RP_TRY(train_runtime_config(o, &tc.runtime));
+    if (tc.runtime.backend == RP_BACKEND_MPI) {
+        /* Every rank's options the same, before the data loads (a data directory and the threads
+           may differ by host). */
+        static const char *const local[] = {"data_dir", "threads", "threads_per_replica", NULL};
+        config = train_opts_to_json(o);
+        if (!config) {
+            status = RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
+            goto cleanup;
+        }
+        RP_TRY(train_agree_config(config, local, o->out_dir, o->max_steps, o->comm_timeout));
+        free(config);
+        config = NULL;
+    }
     rp_classifier_config cc;
     train_opts_classifier(o, &cc);
     RP_TRY(rp_classifier_create(clf, &cc));
@@ -317,19 +330,32 @@ static void format_duration(double s, char *buf, size_t size)
         snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
 }
 
-/* The model a `--resume DIR` in argv continues, from its checkpoint's configuration ("" if none).
+/*
+ * The model a `--resume DIR` in argv continues, from its checkpoint's configuration: "sngan",
+ * "d4pg", or "" for a classifier's run (and when there is no --resume). NULL, with the error
+ * printed, when the checkpoint cannot be read or its configuration is no model's: the options
+ * after --resume are the resumed model's (--iters, --env-steps), so parsing them as the
+ * classifier's would blame an option ("unknown option --iters") for the checkpoint's fault.
  */
 static const char *resumed_model(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--resume")) continue;
         rp_checkpoint *ck = NULL;
-        if (rp_trainer_load_checkpoint(&ck, argv[i + 1]) != RP_OK) return ""; /* reported later */
-        const char *config = rp_checkpoint_get_meta(ck, "replicator.config");
-        const char *model = sngan_config_is_gan(config)   ? "sngan"
-                            : d4pg_config_is_d4pg(config) ? "d4pg"
-                                                          : "";
+        const char *config = NULL, *model = "";
+        rp_status status = train_load_run(argv[i + 1], &ck, &config);
+        if (status == RP_OK) {
+            static train_opts classifier; /* static: a few KiB of paths */
+            model = sngan_config_is_gan(config)   ? "sngan"
+                    : d4pg_config_is_d4pg(config) ? "d4pg"
+                                                  : "";
+            if (!model[0]) status = train_opts_from_json(&classifier, config);
+        }
         rp_checkpoint_destroy(ck);
+        if (status != RP_OK) {
+            train_report_error(false);
+            return NULL;
+        }
         return model;
     }
     return "";
@@ -340,6 +366,7 @@ int rp_cli_train(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "sngan")) return train_sngan_main(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "d4pg")) return train_d4pg_main(argc - 1, argv + 1);
     const char *resumed = resumed_model(argc, argv);
+    if (!resumed) return 1;
     if (!strcmp(resumed, "sngan")) return train_sngan_main(argc, argv);
     if (!strcmp(resumed, "d4pg")) return train_d4pg_main(argc, argv);
     train_opts o;

@@ -92,7 +92,32 @@ bool train_copy_path(const char *cmd, const char *option, const char *value, cha
 bool train_parse_long(const char *s, long lo, long hi, long *v);
 bool train_parse_float(const char *s, float lo, float hi, float *v);
 
-/* The options as a JSON object text (caller frees with free()), and back. */
+/*
+ * Reading a run's stored configuration (a parsed JSON object) key by key, as strictly as the
+ * command line. The first key that is missing, of another type or out of range is kept, so the
+ * error names it and its value: `"ch_g" is 5000, outside [1, 4096]`. Each read returns false
+ * once a read has failed, so a chain of reads stops at the first bad key.
+ */
+struct cJSON;
+typedef struct train_config_reader {
+    const struct cJSON *json;
+    char bad[256]; /* what the first failed read found ("" while none has failed) */
+} train_config_reader;
+/* A number in [lo, hi] under `key`. */
+bool train_config_num(train_config_reader *r, const char *key, double lo, double hi, double *out);
+/* A string under `key` that fits dst[size] whole (never cut: a cut path names another place). */
+bool train_config_str(train_config_reader *r, const char *key, char *dst, size_t size);
+bool train_config_bool(train_config_reader *r, const char *key, bool *dst);
+/* Refuses key's value for `why` ("must be below 1"); returns false. */
+bool train_config_refuse(train_config_reader *r, const char *key, const char *why);
+/* RP_ERR_FORMAT: "<what> is incomplete or invalid: <the bad key and its value>". */
+rp_status train_config_error(const train_config_reader *r, const char *what);
+
+/*
+ * The options as a JSON object text (caller frees with free()), and back. Errors of
+ * train_opts_from_json: RP_ERR_FORMAT naming the first key missing or out of range, and its
+ * value.
+ */
 char *train_opts_to_json(const train_opts *o);
 rp_status train_opts_from_json(train_opts *o, const char *json);
 
@@ -127,6 +152,33 @@ rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **confi
  * (rp_kernels_bf16_path), with a warning where that path is slower than f32.
  */
 void train_print_precision(const char *precision);
+
+/*
+ * Holds a model built from checkpoint `ck`'s configuration to the checkpoint's tensors before
+ * anything is allocated: push train_checkpoint_guard with a train_checkpoint_guard_arg around
+ * the build (rp_params_guard_push). Every parameter the configuration declares must be in the
+ * checkpoint as prefix + name, f32, with the declared shape; otherwise RP_ERR_SHAPE naming the
+ * tensor and both shapes (a crafted or edited configuration, or another run's file), and the
+ * build fails with nothing allocated.
+ */
+typedef struct train_checkpoint_guard_arg {
+    const rp_checkpoint *ck;
+    const char *prefix; /* "param/", "gen/", ... */
+} train_checkpoint_guard_arg;
+rp_status train_checkpoint_guard(const rp_params *params, void *arg);
+
+/*
+ * Under mpirun (more than one rank), refuses a job whose ranks were started with different
+ * options, before anything loads or trains: every rank calls it with its resolved configuration
+ * (the checkpoint's JSON object text, with --out and --max-steps, which it does not hold) and
+ * the keys that may differ by host (`local`, NULL-ended: a data directory, a thread count). The
+ * ranks all-gather a hash of the rest; on a mismatch
+ * they compare it with rank 0's, and every rank returns RP_ERR_MISMATCH naming the first
+ * differing key, both values and the ranks that differ ("rank 1's "seed" is 2, rank 0's 1").
+ * Elsewhere it does nothing. `timeout_s` bounds the wait for a peer (0: $RP_COMM_TIMEOUT's).
+ */
+rp_status train_agree_config(const char *json, const char *const *local, const char *out_dir,
+                             int64_t max_steps, double timeout_s);
 
 /* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
 void train_report_error(bool tty);

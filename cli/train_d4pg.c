@@ -287,14 +287,6 @@ char *d4pg_opts_to_json(const d4pg_opts *o)
     return text;
 }
 
-static bool num(const cJSON *c, const char *key, double lo, double hi, double *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, key);
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) return false;
-    *out = v->valuedouble;
-    return true;
-}
-
 bool d4pg_config_is_d4pg(const char *json)
 {
     cJSON *c = json ? cJSON_Parse(json) : NULL;
@@ -310,33 +302,38 @@ rp_status d4pg_opts_from_json(d4pg_opts *o, const char *json)
     if (!c) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is not valid JSON");
     d4pg_opts_default(o);
     rp_d4pg_job_config *j = &o->j;
-    const cJSON *task = cJSON_GetObjectItemCaseSensitive(c, "task");
-    const cJSON *prio = cJSON_GetObjectItemCaseSensitive(c, "prioritized");
-    const cJSON *pl = cJSON_GetObjectItemCaseSensitive(c, "policy_layers");
-    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(c, "critic_layers");
+    train_config_reader r = {.json = c};
+    char pl[256], cl[256];
     double v[20];
-    bool ok = cJSON_IsString(task) && strlen(task->valuestring) < sizeof j->task &&
-              cJSON_IsBool(prio) && cJSON_IsString(pl) &&
-              parse_layers(pl->valuestring, j->agent.policy_layers) && cJSON_IsString(cl) &&
-              parse_layers(cl->valuestring, j->agent.critic_layers) &&
-              num(c, "action_repeat", 1, 100, &v[0]) && num(c, "actors", 1, 256, &v[1]) &&
-              num(c, "envs_per_actor", 1, 64, &v[2]) && num(c, "learners", 1, 64, &v[3]) &&
-              num(c, "env_steps", 2, 1e13, &v[4]) && num(c, "batch", 1, 65536, &v[5]) &&
-              num(c, "lr", 0, 1, &v[6]) && num(c, "sigma", 0, 10, &v[7]) &&
-              num(c, "n_step", 1, 15, &v[8]) && num(c, "discount", 0, 1, &v[9]) &&
-              num(c, "v_max", 1e-3, 1e6, &v[10]) && num(c, "min_replay", 1, 1e10, &v[11]) &&
-              num(c, "spi", 1e-3, 1e6, &v[12]) && num(c, "actor_update", 1, 1e10, &v[13]) &&
-              num(c, "eval_episodes", 1, 1000, &v[14]) && num(c, "seed", 0, 0x7fffffff, &v[15]) &&
-              num(c, "eval_every", 1, 1e13, &v[16]) &&
-              num(c, "checkpoint_every", 1, 1e13, &v[17]) && num(c, "threads", 0, 1024, &v[18]);
-    if (ok) {
-        snprintf(j->task, sizeof j->task, "%s", task->valuestring);
-        j->prioritized = cJSON_IsTrue(prio);
-    }
+    bool ok = train_config_str(&r, "task", j->task, sizeof j->task) &&
+              train_config_bool(&r, "prioritized", &j->prioritized) &&
+              train_config_str(&r, "policy_layers", pl, sizeof pl) &&
+              train_config_str(&r, "critic_layers", cl, sizeof cl);
+    if (ok && !parse_layers(pl, j->agent.policy_layers))
+        ok = train_config_refuse(&r, "policy_layers", "not widths 1..65536 separated by commas");
+    if (ok && !parse_layers(cl, j->agent.critic_layers))
+        ok = train_config_refuse(&r, "critic_layers", "not widths 1..65536 separated by commas");
+    ok = ok && train_config_num(&r, "action_repeat", 1, 100, &v[0]) &&
+         train_config_num(&r, "actors", 1, 256, &v[1]) &&
+         train_config_num(&r, "envs_per_actor", 1, 64, &v[2]) &&
+         train_config_num(&r, "learners", 1, 64, &v[3]) &&
+         train_config_num(&r, "env_steps", 2, 1e13, &v[4]) &&
+         train_config_num(&r, "batch", 1, 65536, &v[5]) &&
+         train_config_num(&r, "lr", 0, 1, &v[6]) && train_config_num(&r, "sigma", 0, 10, &v[7]) &&
+         train_config_num(&r, "n_step", 1, 15, &v[8]) &&
+         train_config_num(&r, "discount", 0, 1, &v[9]) &&
+         train_config_num(&r, "v_max", 1e-3, 1e6, &v[10]) &&
+         train_config_num(&r, "min_replay", 1, 1e10, &v[11]) &&
+         train_config_num(&r, "spi", 1e-3, 1e6, &v[12]) &&
+         train_config_num(&r, "actor_update", 1, 1e10, &v[13]) &&
+         train_config_num(&r, "eval_episodes", 1, 1000, &v[14]) &&
+         train_config_num(&r, "seed", 0, 0x7fffffff, &v[15]) &&
+         train_config_num(&r, "eval_every", 1, 1e13, &v[16]) &&
+         train_config_num(&r, "checkpoint_every", 1, 1e13, &v[17]) &&
+         train_config_num(&r, "threads", 0, 1024, &v[18]);
+    rp_status status = ok ? RP_OK : train_config_error(&r, "the D4PG checkpoint's configuration");
     cJSON_Delete(c);
-    if (!ok)
-        return RP_ERROR(RP_ERR_FORMAT,
-                        "the D4PG checkpoint's configuration is incomplete or invalid");
+    if (!ok) return status;
     j->action_repeat = (int)v[0];
     j->actors = (int)v[1];
     j->envs_per_actor = (int)v[2];
@@ -393,6 +390,18 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
         snprintf(o->precision, sizeof o->precision, "%s", cli.precision);
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
         o->out_given = true;
+    }
+    if (strcmp(o->backend, "threads") != 0) {
+        /* Every rank's options the same, before the job is made (the threads may differ). */
+        static const char *const local[] = {"threads", NULL};
+        config = d4pg_opts_to_json(o);
+        if (!config) {
+            status = RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
+            goto cleanup;
+        }
+        RP_TRY(train_agree_config(config, local, o->out_dir, o->max_steps, o->comm_timeout));
+        free(config);
+        config = NULL;
     }
     RP_TRY(rp_d4pg_job_create(job, &o->j, ck));
     o->j = *rp_d4pg_job_get_config(*job); /* the task's sizes filled in */

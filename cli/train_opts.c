@@ -556,18 +556,99 @@ char *train_opts_to_json(const train_opts *o)
     return text;
 }
 
-/*
- * Copies a string member into dst; false if missing, not a string or too long for dst (cut, it
- * would name another directory, and could end inside a UTF-8 sequence no checkpoint can store).
- */
-static bool get_str(const cJSON *j, const char *key, char *dst, size_t size)
+/* The fewest digits that read back as the same double: as the file most likely has it. */
+static void number_text(double x, char *buf, size_t size)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size) return false;
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, size, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+}
+
+/* A short text of a value for a message: a number in full, a string quoted, cut at 64 bytes. */
+static void value_text(const cJSON *v, char *buf, size_t size)
+{
+    if (cJSON_IsNumber(v)) {
+        number_text(v->valuedouble, buf, size);
+        return;
+    }
+    char *text = cJSON_PrintUnformatted(v);
+    if (!text) {
+        snprintf(buf, size, "a value");
+        return;
+    }
+    size_t n = strlen(text);
+    snprintf(buf, size, "%.64s%s", text, n > 64 ? "..." : "");
+    free(text);
+}
+
+/* Keeps the first failure only: it explains the others. */
+static bool reader_fail(train_config_reader *r, const char *key, const cJSON *v, const char *why)
+{
+    if (r->bad[0]) return false;
+    if (!v) {
+        snprintf(r->bad, sizeof r->bad, "\"%.64s\" is missing", key);
+        return false;
+    }
+    char value[80];
+    value_text(v, value, sizeof value);
+    snprintf(r->bad, sizeof r->bad, "\"%.64s\" is %s, %s", key, value, why);
+    return false;
+}
+
+bool train_config_num(train_config_reader *r, const char *key, double lo, double hi, double *out)
+{
+    if (r->bad[0]) return false;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->json, key);
+    if (!cJSON_IsNumber(v)) return reader_fail(r, key, v, "not a number");
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        char why[96], low[32], high[32];
+        number_text(lo, low, sizeof low);
+        number_text(hi, high, sizeof high);
+        snprintf(why, sizeof why, "outside [%s, %s]", low, high);
+        return reader_fail(r, key, v, why);
+    }
+    *out = v->valuedouble;
+    return true;
+}
+
+bool train_config_str(train_config_reader *r, const char *key, char *dst, size_t size)
+{
+    if (r->bad[0]) return false;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->json, key);
+    if (!cJSON_IsString(v)) return reader_fail(r, key, v, "not a string");
+    size_t n = strlen(v->valuestring);
+    if (n >= size) {
+        char why[96];
+        snprintf(why, sizeof why, "%zu bytes long, over the %zu it may have", n, size - 1);
+        return reader_fail(r, key, v, why);
+    }
     snprintf(dst, size, "%s", v->valuestring);
     return true;
 }
 
+bool train_config_bool(train_config_reader *r, const char *key, bool *dst)
+{
+    if (r->bad[0]) return false;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->json, key);
+    if (!cJSON_IsBool(v)) return reader_fail(r, key, v, "not true or false");
+    *dst = cJSON_IsTrue(v);
+    return true;
+}
+
+bool train_config_refuse(train_config_reader *r, const char *key, const char *why)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->json, key);
+    return reader_fail(r, key, v, why);
+}
+
+rp_status train_config_error(const train_config_reader *r, const char *what)
+{
+    return RP_ERROR(RP_ERR_FORMAT, "%s is incomplete or invalid: %s", what,
+                    r->bad[0] ? r->bad : "it is not a JSON object");
+}
+
+/* Optional keys (absent in runs saved before they existed) keep their default when absent. */
 static bool get_num(const cJSON *j, const char *key, double *dst)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
@@ -576,11 +657,11 @@ static bool get_num(const cJSON *j, const char *key, double *dst)
     return true;
 }
 
-static bool get_bool(const cJSON *j, const char *key, bool *dst)
+static bool get_str(const cJSON *j, const char *key, char *dst, size_t size)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsBool(v)) return false;
-    *dst = cJSON_IsTrue(v);
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size) return false;
+    snprintf(dst, size, "%s", v->valuestring);
     return true;
 }
 
@@ -588,27 +669,42 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
 {
     cJSON *j = cJSON_Parse(json);
     if (!j) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is not valid JSON");
+    train_config_reader r = {.json = j};
     char model[32];
     double epochs = 0, batch = 0, lr = 0, momentum = 0, wd = 0, warmup = 0, seed = 0, pad = 0,
            limit = 0;
-    bool ok = get_str(j, "model", model, sizeof model) && known_model(model);
+    bool ok = cJSON_IsObject(j) && train_config_str(&r, "model", model, sizeof model);
+    if (ok && !known_model(model))
+        ok = train_config_refuse(&r, "model",
+                                 "not a classifier (resnet20, resnet18, resnet50, mlp)");
     if (ok) train_opts_default(o, model);
-    ok = ok && get_str(j, "dataset", o->dataset, sizeof o->dataset) &&
-         get_str(j, "data_dir", o->data_dir, sizeof o->data_dir) &&
-         get_str(j, "schedule", o->schedule, sizeof o->schedule) && get_num(j, "epochs", &epochs) &&
-         get_num(j, "batch", &batch) && get_num(j, "lr", &lr) &&
-         get_num(j, "momentum", &momentum) && get_num(j, "weight_decay", &wd) &&
-         get_num(j, "warmup_epochs", &warmup) && get_num(j, "seed", &seed) &&
-         get_num(j, "pad", &pad) && get_num(j, "limit", &limit) &&
-         get_bool(j, "nesterov", &o->nesterov) && get_bool(j, "augment", &o->augment);
-    const cJSON *hidden = cJSON_GetObjectItemCaseSensitive(j, "hidden");
-    ok = ok && cJSON_IsArray(hidden) && cJSON_GetArraySize(hidden) < RP_MLP_MAX_LAYERS;
     /* The same ranges as the command line; checked before any cast. */
-    ok = ok && epochs >= 1 && epochs <= 100000 && batch >= 1 && batch <= (1 << 20) && lr >= 0 &&
-         lr <= 100 && momentum >= 0 && (float)momentum < 1.0f && wd >= 0 && wd <= 1 &&
-         warmup >= 0 && warmup <= 100000 && seed >= 0 && seed <= 0x7fffffff && pad >= 0 &&
-         pad <= 64 && limit >= 0 && limit <= 1e12 &&
-         (!strcmp(o->schedule, "cosine") || !strcmp(o->schedule, "constant"));
+    ok = ok && train_config_str(&r, "dataset", o->dataset, sizeof o->dataset) &&
+         train_config_str(&r, "data_dir", o->data_dir, sizeof o->data_dir) &&
+         train_config_str(&r, "schedule", o->schedule, sizeof o->schedule) &&
+         train_config_num(&r, "epochs", 1, 100000, &epochs) &&
+         train_config_num(&r, "batch", 1, 1 << 20, &batch) &&
+         train_config_num(&r, "lr", 0, 100, &lr) &&
+         train_config_num(&r, "momentum", 0, 1, &momentum) &&
+         train_config_num(&r, "weight_decay", 0, 1, &wd) &&
+         train_config_num(&r, "warmup_epochs", 0, 100000, &warmup) &&
+         train_config_num(&r, "seed", 0, 0x7fffffff, &seed) &&
+         train_config_num(&r, "pad", 0, 64, &pad) &&
+         train_config_num(&r, "limit", 0, 1e12, &limit) &&
+         train_config_bool(&r, "nesterov", &o->nesterov) &&
+         train_config_bool(&r, "augment", &o->augment);
+    /* A momentum just below 1 as a double is 1 as a float, which no later resume accepts. */
+    if (ok && !((float)momentum < 1.0f))
+        ok = train_config_refuse(&r, "momentum",
+                                 "not below 1 as a float (a momentum must stay below 1)");
+    if (ok && strcmp(o->schedule, "cosine") && strcmp(o->schedule, "constant"))
+        ok = train_config_refuse(&r, "schedule", "not cosine or constant");
+    const cJSON *hidden = cJSON_GetObjectItemCaseSensitive(j, "hidden");
+    if (ok && !(cJSON_IsArray(hidden) && cJSON_GetArraySize(hidden) < RP_MLP_MAX_LAYERS)) {
+        char why[64];
+        snprintf(why, sizeof why, "not an array of at most %d widths", RP_MLP_MAX_LAYERS - 1);
+        ok = train_config_refuse(&r, "hidden", why);
+    }
     if (ok) {
         o->epochs = (int)epochs;
         o->batch = (int)batch;
@@ -623,7 +719,8 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         const cJSON *h;
         cJSON_ArrayForEach(h, hidden)
         {
-            ok = ok && cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= 65536;
+            if (ok && !(cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= 65536))
+                ok = train_config_refuse(&r, "hidden", "with a width outside [1, 65536]");
             if (ok) o->hidden[o->n_hidden++] = (int)h->valuedouble;
         }
         /* Runs saved before --image-size existed kept the stored size. */
@@ -670,10 +767,9 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 1024)
             o->micro_batches = (int)micro;
     }
+    rp_status status = ok ? RP_OK : train_config_error(&r, "the checkpoint's configuration");
     cJSON_Delete(j);
-    if (!ok)
-        return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is incomplete or invalid");
-    return RP_OK;
+    return status;
 }
 
 void train_opts_classifier(const train_opts *o, rp_classifier_config *c)

@@ -266,15 +266,6 @@ char *sngan_opts_to_json(const sngan_opts *o)
     return text;
 }
 
-/* A number in [lo, hi] under `key`, or false. */
-static bool num(const cJSON *j, const char *key, double lo, double hi, double *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) return false;
-    *out = v->valuedouble;
-    return true;
-}
-
 static bool str(const cJSON *j, const char *key, char *dst, size_t size)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
@@ -300,26 +291,37 @@ rp_status sngan_opts_from_json(sngan_opts *o, const char *json)
     rp_sngan_config *g = &o->g;
     double v[24];
     char model[32] = "";
-    bool ok = str(j, "model", model, sizeof model) && !strcmp(model, "sngan") &&
-              str(j, "dataset", g->dataset, sizeof g->dataset) &&
-              str(j, "data_dir", g->data_dir, sizeof g->data_dir) &&
-              num(j, "limit", 0, 1e12, &v[0]) && num(j, "ch_g", 1, 4096, &v[1]) &&
-              num(j, "ch_d", 1, 4096, &v[2]) && num(j, "z_dim", 1, 4096, &v[3]) &&
-              num(j, "classes", 1, 256, &v[4]) && num(j, "h", 1, 4096, &v[5]) &&
-              num(j, "w", 1, 4096, &v[6]) && num(j, "c", 1, 4, &v[7]) &&
-              num(j, "d_batch", 1, 1 << 20, &v[8]) && num(j, "g_batch", 1, 1 << 20, &v[9]) &&
-              num(j, "accum", 1, 1024, &v[10]) && num(j, "n_dis", 1, 100, &v[11]) &&
-              num(j, "lr_g", 0, 1, &v[12]) && num(j, "lr_d", 0, 1, &v[13]) &&
-              num(j, "beta1", 0, 1, &v[14]) && num(j, "beta2", 0, 1, &v[15]) &&
-              num(j, "seed", 0, 0x7fffffff, &v[16]) && num(j, "sample_every", 0, 1e8, &v[17]) &&
-              num(j, "iters", 1, 1e8, &v[18]) && num(j, "checkpoint_every", 0, 1e8, &v[19]) &&
-              num(j, "eval_every", 0, 1e8, &v[20]) && num(j, "eval_samples", 2, 1e7, &v[21]) &&
-              str(j, "judge", o->judge, sizeof o->judge) && num(j, "threads", 0, 1024, &v[22]) &&
-              num(j, "replicas", 0, 256, &v[23]);
+    train_config_reader r = {.json = j};
+    bool ok = train_config_str(&r, "model", model, sizeof model);
+    if (ok && strcmp(model, "sngan")) ok = train_config_refuse(&r, "model", "not sngan");
+    ok = ok && train_config_str(&r, "dataset", g->dataset, sizeof g->dataset) &&
+         train_config_str(&r, "data_dir", g->data_dir, sizeof g->data_dir) &&
+         train_config_num(&r, "limit", 0, 1e12, &v[0]) &&
+         train_config_num(&r, "ch_g", 1, 4096, &v[1]) &&
+         train_config_num(&r, "ch_d", 1, 4096, &v[2]) &&
+         train_config_num(&r, "z_dim", 1, 4096, &v[3]) &&
+         train_config_num(&r, "classes", 1, 256, &v[4]) &&
+         train_config_num(&r, "h", 1, 4096, &v[5]) && train_config_num(&r, "w", 1, 4096, &v[6]) &&
+         train_config_num(&r, "c", 1, 4, &v[7]) &&
+         train_config_num(&r, "d_batch", 1, 1 << 20, &v[8]) &&
+         train_config_num(&r, "g_batch", 1, 1 << 20, &v[9]) &&
+         train_config_num(&r, "accum", 1, 1024, &v[10]) &&
+         train_config_num(&r, "n_dis", 1, 100, &v[11]) &&
+         train_config_num(&r, "lr_g", 0, 1, &v[12]) && train_config_num(&r, "lr_d", 0, 1, &v[13]) &&
+         train_config_num(&r, "beta1", 0, 1, &v[14]) &&
+         train_config_num(&r, "beta2", 0, 1, &v[15]) &&
+         train_config_num(&r, "seed", 0, 0x7fffffff, &v[16]) &&
+         train_config_num(&r, "sample_every", 0, 1e8, &v[17]) &&
+         train_config_num(&r, "iters", 1, 1e8, &v[18]) &&
+         train_config_num(&r, "checkpoint_every", 0, 1e8, &v[19]) &&
+         train_config_num(&r, "eval_every", 0, 1e8, &v[20]) &&
+         train_config_num(&r, "eval_samples", 2, 1e7, &v[21]) &&
+         train_config_str(&r, "judge", o->judge, sizeof o->judge) &&
+         train_config_num(&r, "threads", 0, 1024, &v[22]) &&
+         train_config_num(&r, "replicas", 0, 256, &v[23]);
+    rp_status status = ok ? RP_OK : train_config_error(&r, "the SN-GAN checkpoint's configuration");
     cJSON_Delete(j);
-    if (!ok)
-        return RP_ERROR(RP_ERR_FORMAT,
-                        "the SN-GAN checkpoint's configuration is incomplete or invalid");
+    if (!ok) return status;
     g->limit = (int64_t)v[0];
     g->ch_g = (int)v[1];
     g->ch_d = (int)v[2];
@@ -451,6 +453,19 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
     rp_kernels_set_threads(o->threads);
     rp_trainer_config tc = rp_trainer_config_default();
     RP_TRY(runtime_config(o, &tc.runtime));
+    if (tc.runtime.backend == RP_BACKEND_MPI) {
+        /* Every rank's options the same, before the data loads (paths and threads may differ by
+           host). */
+        static const char *const local[] = {"data_dir", "threads", "judge", NULL};
+        config = sngan_opts_to_json(o);
+        if (!config) {
+            status = RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
+            goto cleanup;
+        }
+        RP_TRY(train_agree_config(config, local, o->out_dir, o->max_steps, o->comm_timeout));
+        free(config);
+        config = NULL;
+    }
     RP_TRY(rp_sngan_create(gan, &o->g));
     o->g = *rp_sngan_get_config(*gan); /* the dataset's shape and classes filled in */
     if (o->judge[0]) {

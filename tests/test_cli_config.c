@@ -102,8 +102,10 @@ static void test_momentum_rounding_to_one_refused(void **state)
     static train_opts o;
     assert_int_equal(train_opts_from_json(&o, momentum_rounds_to_one), RP_ERR_FORMAT);
     tu_assert_error_contains("incomplete or invalid");
+    tu_assert_error_contains("\"momentum\" is 0.999999976158142");
     char *text = train_config_with("momentum", "0.999999976158142");
     assert_int_equal(train_opts_from_json(&o, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("\"momentum\" is 0.999999976158142, not below 1 as a float");
     free(text);
     /* The largest the command line takes (--momentum 0.9999) still resumes. */
     train_opts_default(&o, "resnet20");
@@ -139,6 +141,8 @@ static void test_string_too_long_refused(void **state)
     text = train_config_with("data_dir", value);
     assert_int_equal(train_opts_from_json(&o, text), RP_ERR_FORMAT);
     tu_assert_error_contains("incomplete or invalid");
+    tu_assert_error_contains("\"data_dir\" is \"/aaaa");
+    tu_assert_error_contains("4096 bytes long, over the 4095 it may have");
     free(text);
     /* room - 1 bytes and an "\u00e9": a cut would have split the character. */
     memset(value + 1, 'a', room - 1);
@@ -154,12 +158,85 @@ static void test_string_too_long_refused(void **state)
     free(text);
 }
 
+/* `text` with the first `"key":value` of the default configuration's replaced by `with`. */
+static char *replaced(const char *text, const char *key, const char *with)
+{
+    char needle[64];
+    snprintf(needle, sizeof needle, "\"%s\":", key);
+    const char *at = strstr(text, needle);
+    assert_non_null(at);
+    const char *end = at + strlen(needle);
+    if (*end == '"')
+        end = strchr(end + 1, '"') + 1;
+    else
+        while (*end != ',' && *end != '}')
+            end++;
+    size_t len = strlen(text) + strlen(with) + 1;
+    char *out = malloc(len);
+    assert_non_null(out);
+    snprintf(out, len, "%.*s%s%s", (int)(at - text), text, with, end);
+    return out;
+}
+
+/*
+ * A bad value names its key and the value, in each model's configuration: "incomplete or invalid"
+ * alone left the user to guess which of two dozen keys was wrong.
+ */
+static void test_bad_value_named(void **state)
+{
+    static train_opts t;
+    static sngan_opts g;
+    static d4pg_opts d;
+    char *text = train_config_with("batch", "0");
+    assert_int_equal(train_opts_from_json(&t, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("configuration is incomplete or invalid: \"batch\" is 0, outside "
+                             "[1, 1048576]");
+    free(text);
+    text = train_config_with("nesterov", "\"yes\"");
+    assert_int_equal(train_opts_from_json(&t, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("\"nesterov\" is \"yes\", not true or false");
+    free(text);
+    text = train_config_with("model", "\"vgg\"");
+    assert_int_equal(train_opts_from_json(&t, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("\"model\" is \"vgg\", not a classifier");
+    free(text);
+
+    sngan_opts_default(&g);
+    char *gan = sngan_opts_to_json(&g);
+    assert_non_null(gan);
+    text = replaced(gan, "ch_g", "\"x\":1");
+    assert_int_equal(sngan_opts_from_json(&g, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("SN-GAN checkpoint's configuration is incomplete or invalid: "
+                             "\"ch_g\" is missing");
+    free(text);
+    text = replaced(gan, "z_dim", "\"z_dim\":5000");
+    assert_int_equal(sngan_opts_from_json(&g, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("\"z_dim\" is 5000, outside [1, 4096]");
+    free(text);
+    free(gan);
+
+    d4pg_opts_default(&d);
+    char *rl = d4pg_opts_to_json(&d);
+    assert_non_null(rl);
+    text = replaced(rl, "n_step", "\"n_step\":16");
+    assert_int_equal(d4pg_opts_from_json(&d, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("D4PG checkpoint's configuration is incomplete or invalid: "
+                             "\"n_step\" is 16, outside [1, 15]");
+    free(text);
+    text = replaced(rl, "policy_layers", "\"policy_layers\":\"256,0\"");
+    assert_int_equal(d4pg_opts_from_json(&d, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("\"policy_layers\" is \"256,0\", not widths");
+    free(text);
+    free(rl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_roundtrip),
         cmocka_unit_test(test_momentum_rounding_to_one_refused),
         cmocka_unit_test(test_string_too_long_refused),
+        cmocka_unit_test(test_bad_value_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

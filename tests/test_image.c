@@ -263,6 +263,25 @@ static void test_write_errors(void **state)
     assert_int_equal(count_entries(tu_tmpdir(), "bad.png"), 0);
 }
 
+/* rp_image_grid_check: the writer's size rules, before any image exists. */
+static void test_grid_check(void **state)
+{
+    (void)state;
+    /* 1000 columns of 1000 pixels: exactly the side limit. */
+    assert_int_equal(rp_image_grid_check(1000, 1, 1000, 1, 1000, 0), RP_OK);
+    assert_int_equal(rp_image_grid_check(1001, 1, 1000, 1, 1001, 0), RP_ERR_INVALID);
+    tu_assert_error_contains("the grid would be 1 x 1001000 x 1");
+    /* sample --class 0 --n 1000000: 100,000 rows of 10 tiles of 32x32. */
+    assert_int_equal(rp_image_grid_check(1000000, 32, 32, 1, 10, 2), RP_ERR_INVALID);
+    tu_assert_error_contains("3400002 x 342 x 1 (100000 rows of 10 tiles of 32x32, pad 2)");
+    /* Under both sides' limit but over 4 GiB of pixels. */
+    assert_int_equal(rp_image_grid_check(1, 40000, 40000, 3, 1, 0), RP_ERR_INVALID);
+    tu_assert_error_contains("4 GiB");
+    assert_int_equal(rp_image_grid_check(0, 2, 2, 1, 1, 0), RP_ERR_INVALID);
+    assert_int_equal(rp_image_grid_check(1, 2, 2, 2, 1, 0), RP_ERR_INVALID);
+    assert_int_equal(rp_image_grid_check(1, 2, 2, 1, 1, -1), RP_ERR_INVALID);
+}
+
 /* A second write replaces the file whole. */
 static void test_overwrite(void **state)
 {
@@ -454,7 +473,8 @@ int main(void)
         cmocka_unit_test(test_grid_gray),  cmocka_unit_test(test_grid_rgb),
         cmocka_unit_test(test_mapping),    cmocka_unit_test(test_write_errors),
         cmocka_unit_test(test_overwrite),  cmocka_unit_test(test_read_errors),
-        cmocka_unit_test(test_read_alpha), cmocka_unit_test(test_read_fifo),
+        cmocka_unit_test(test_grid_check), cmocka_unit_test(test_read_alpha),
+        cmocka_unit_test(test_read_fifo),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

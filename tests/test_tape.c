@@ -604,6 +604,64 @@ static void test_params_duplicate_name(void **state)
     rp_params_destroy(ps);
 }
 
+/* A guard that refuses any declared tensor over `arg` values, naming it; counts its calls. */
+static int guard_calls[2];
+static rp_status refuse_over(const rp_params *p, void *arg)
+{
+    int64_t limit = *(const int64_t *)arg;
+    guard_calls[limit > 100]++;
+    for (int i = 0; i < rp_params_count(p); i++) {
+        const rp_tensor *t = rp_params_at(p, i);
+        assert_null(t->data); /* before anything is allocated */
+        if (t->numel > limit)
+            return RP_ERROR(RP_ERR_SHAPE, "%s has %lld values, over %lld", t->name,
+                            (long long)t->numel, (long long)limit);
+    }
+    return RP_OK;
+}
+
+/*
+ * Guards run in rp_params_finalize before it allocates, innermost first, on this thread until
+ * popped: a refused list stays unallocated, and finalize returns the guard's error.
+ */
+static void test_params_guard(void **state)
+{
+    rp_init z = {RP_INIT_ZEROS, 0, 0, 0};
+    int64_t small = 10, large = 1000;
+    rp_params *ps;
+    assert_int_equal(rp_params_guard_push(refuse_over, &large), RP_OK);
+    assert_int_equal(rp_params_guard_push(refuse_over, &small), RP_OK);
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    assert_non_null(rp_params_add(ps, "fc.weight", 2, (int[]){4, 5}, z, true));
+    assert_int_equal(rp_params_finalize(ps, 1), RP_ERR_SHAPE);
+    tu_assert_error_contains("fc.weight has 20 values, over 10");
+    assert_null(rp_params_data(ps));
+    assert_int_equal(guard_calls[0], 1); /* the inner guard refused first */
+    assert_int_equal(guard_calls[1], 0);
+    rp_params_destroy(ps);
+    rp_params_guard_pop();
+    /* The outer guard alone: 20 values pass it, and the list is allocated. */
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    assert_non_null(rp_params_add(ps, "fc.weight", 2, (int[]){4, 5}, z, true));
+    assert_int_equal(rp_params_finalize(ps, 1), RP_OK);
+    assert_non_null(rp_params_data(ps));
+    assert_int_equal(guard_calls[1], 1);
+    rp_params_destroy(ps);
+    rp_params_guard_pop();
+    /* None installed: nothing is checked. */
+    assert_int_equal(rp_params_create(&ps), RP_OK);
+    assert_non_null(rp_params_add(ps, "big", 1, (int[]){5000}, z, true));
+    assert_int_equal(rp_params_finalize(ps, 1), RP_OK);
+    assert_int_equal(guard_calls[0] + guard_calls[1], 2);
+    rp_params_destroy(ps);
+    assert_int_equal(rp_params_guard_push(NULL, NULL), RP_ERR_INVALID);
+    for (int i = 0; i < RP_PARAMS_GUARDS; i++)
+        assert_int_equal(rp_params_guard_push(refuse_over, &large), RP_OK);
+    assert_int_equal(rp_params_guard_push(refuse_over, &large), RP_ERR_INVALID);
+    for (int i = 0; i < RP_PARAMS_GUARDS; i++)
+        rp_params_guard_pop();
+}
+
 /* ---- stop-gradient, leaves, seeded backward ------------------------------------------ */
 
 /*
@@ -1059,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_values),
         cmocka_unit_test(test_null_propagates_without_overwriting),
         cmocka_unit_test(test_params_duplicate_name),
+        cmocka_unit_test(test_params_guard),
         cmocka_unit_test(test_huge_shape_refused),
         cmocka_unit_test(test_detach_blocks_gradient_keeps_values),
         cmocka_unit_test(test_set_requires_grad),

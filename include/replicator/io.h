@@ -325,6 +325,15 @@ rp_status rp_image_grid_write_png(const char *path, const float *images, int n, 
                                   int cols, int pad, uint8_t pad_value, float lo, float hi);
 
 /*
+ * Whether rp_image_grid_write_png could write a grid of n tiles of h x w x c in `cols` columns
+ * with `pad`: the same size rules (every count at least 1, c 1 or 3, each side at most
+ * RP_IMAGE_MAX_SIDE, at most 4 GiB of pixels), checked before the images exist, so a caller
+ * refuses a grid it cannot write before computing its tiles. Errors: RP_ERR_INVALID, naming the
+ * grid's size and the limit. Thread-safe.
+ */
+rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
+
+/*
  * Reads a PNG into *pixels, [h, w, c] bytes row-major, c 1 for a gray image
  * (gray, gray+alpha) and 3 for a colour one (RGB, RGBA, palette). 8-bit
  * images are returned as stored (no gamma correction); alpha and any

@@ -82,6 +82,23 @@ rp_tensor *rp_params_add_shard(rp_params *params, const char *name, int ndim,
  */
 rp_status rp_params_finalize(rp_params *params, uint64_t seed);
 
+/*
+ * Guards: checks of a list's declared parameters that rp_params_finalize runs before it allocates
+ * anything, for a caller that builds a model from a configuration it does not trust (one read
+ * from a checkpoint, say) and must refuse tensors that will not match before allocating them: a
+ * crafted configuration can declare gigabytes. Before finalize, rp_params_at(params, i) for i in
+ * [0, rp_params_count) gives each declared tensor (name, ndim, shape, numel; data NULL).
+ *
+ * push installs `fn` on the calling thread for every list finalized there until the matching
+ * pop; guards nest (all installed run, innermost first, and the first error is finalize's, with
+ * nothing allocated). Thread-local: other threads' builds are unaffected. Errors of push:
+ * RP_ERR_INVALID for a NULL fn or more than RP_PARAMS_GUARDS at once.
+ */
+#define RP_PARAMS_GUARDS 8
+typedef rp_status (*rp_params_guard_fn)(const rp_params *params, void *arg);
+rp_status rp_params_guard_push(rp_params_guard_fn fn, void *arg);
+void rp_params_guard_pop(void);
+
 /* Re-runs the initialisers with a new seed (values only). */
 rp_status rp_params_reinit(rp_params *params, uint64_t seed);
 

@@ -104,6 +104,29 @@ rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config
     return status;
 }
 
+rp_status rp_classifier_load_splits(rp_dataset **train, rp_dataset **test,
+                                    const rp_classifier_config *cfg)
+{
+    *train = *test = NULL;
+    RP_CHECK(rp_classifier_load_dataset(train, cfg, "train"));
+    rp_status status = rp_classifier_load_dataset(test, cfg, "test");
+    if (status == RP_OK &&
+        ((*train)->h != (*test)->h || (*train)->w != (*test)->w || (*train)->c != (*test)->c))
+        status = RP_ERROR(RP_ERR_SHAPE,
+                          "the train images (%s) are %dx%dx%d but the test images (%s) "
+                          "%dx%dx%d: a network scores images of the size it trained on (pad both "
+                          "to one size with image_size, --image-size N, or give splits of one "
+                          "size)",
+                          (*train)->name, (*train)->h, (*train)->w, (*train)->c, (*test)->name,
+                          (*test)->h, (*test)->w, (*test)->c);
+    if (status != RP_OK) {
+        rp_dataset_destroy(*test);
+        rp_dataset_destroy(*train);
+        *train = *test = NULL;
+    }
+    return status;
+}
+
 rp_status rp_classifier_evaluate(rp_tape *t, const rp_classifier_net *net, const rp_dataset *test,
                                  const float *mean, const float *std, int replica, int replicas,
                                  rp_classifier_eval *r)
@@ -252,8 +275,7 @@ rp_status rp_classifier_create(rp_classifier **out, const rp_classifier_config *
     rp_classifier *c = calloc(1, sizeof *c);
     if (!c) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a classifier");
     c->cfg = *cfg;
-    RP_TRY(rp_classifier_load_dataset(&c->train, cfg, "train"));
-    RP_TRY(rp_classifier_load_dataset(&c->test, cfg, "test"));
+    RP_TRY(rp_classifier_load_splits(&c->train, &c->test, cfg));
     if (c->train->c > RP_LOADER_MAX_CHANNELS) {
         status = RP_ERROR(RP_ERR_UNSUPPORTED, "%d channels; at most %d", c->train->c,
                           RP_LOADER_MAX_CHANNELS);

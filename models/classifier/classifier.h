@@ -100,6 +100,14 @@ rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, r
  */
 rp_status rp_classifier_load_dataset(rp_dataset **ds, const rp_classifier_config *cfg,
                                      const char *split);
+/*
+ * Loads both splits (rp_classifier_load_dataset) and checks that their images have one shape: a
+ * network built for the train images cannot score test images of another size, and finding out
+ * at the first evaluation loses an epoch. Errors: the loads'; RP_ERR_SHAPE naming both splits and
+ * their shapes; then *train and *test are NULL.
+ */
+rp_status rp_classifier_load_splits(rp_dataset **train, rp_dataset **test,
+                                    const rp_classifier_config *cfg);
 
 /* Test-set loss and accuracy. */
 typedef struct rp_classifier_eval {
@@ -148,7 +156,8 @@ typedef struct rp_classifier {
 
 /*
  * Loads both splits of cfg->dataset and their channel statistics. Errors:
- * the dataset's (a missing or corrupt file, named), RP_ERR_UNSUPPORTED for
+ * the dataset's (a missing or corrupt file, named), RP_ERR_SHAPE for splits
+ * whose images differ in size (rp_classifier_load_splits), RP_ERR_UNSUPPORTED for
  * more than RP_LOADER_MAX_CHANNELS channels, RP_ERR_NOMEM.
  */
 rp_status rp_classifier_create(rp_classifier **c, const rp_classifier_config *cfg);

@@ -127,10 +127,27 @@ static rp_status send_batch(replay_role *s, int learner, int64_t n)
     }
     memcpy(w, b->weights, sizeof *w * (size_t)n);
     bool prio = s->job->cfg.prioritized;
-    RP_CHECK(w_send(s->link, learner, W_BATCH, s->self, n, s->env_steps, s->episodes,
-                    rp_replay_size(s->table), w_bits(recent_return(s)), prio));
-    RP_CHECK(rp_comm_send(s->link, s->wire, n * w_row(obs, act) + n, RP_F32, learner, W_TAG));
-    if (prio) RP_CHECK(rp_comm_send(s->link, b->keys, n, RP_I64, learner, W_TAG));
+    /*
+     * The learner asked for this batch, so it waits for it: a learner that does not take it has
+     * stopped. Half the link's timeout, so that the replay gives up first and its reason, naming
+     * the learner, reaches the actors waiting on the replay (rp_comm_leave); with the whole
+     * timeout they gave up at the same moment and blamed the replay, as for a stopped replay.
+     */
+    RP_CHECK(rp_comm_set_timeout(s->link, s->timeout / 2));
+    rp_status status = w_send(s->link, learner, W_BATCH, s->self, n, s->env_steps, s->episodes,
+                              rp_replay_size(s->table), w_bits(recent_return(s)), prio);
+    if (status == RP_OK)
+        status = rp_comm_send(s->link, s->wire, n * w_row(obs, act) + n, RP_F32, learner, W_TAG);
+    if (status == RP_OK && prio) status = rp_comm_send(s->link, b->keys, n, RP_I64, learner, W_TAG);
+    rp_comm_set_timeout(s->link, s->timeout);
+    if (status != RP_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", rp_last_error()); /* RP_ERROR overwrites it */
+        return RP_ERROR(status,
+                        "learner %d (worker %d) did not take the batch it asked the replay for "
+                        "within %g s: the learner stopped or hangs, not the replay (%s)",
+                        learner, learner, s->timeout / 2, why);
+    }
     return RP_OK;
 }
 
@@ -335,6 +352,31 @@ static rp_status check_actors(const replay_role *s)
     return RP_OK;
 }
 
+/*
+ * Nothing came for half the timeout while actors' inserts are held until the learners sample:
+ * the learners that are not waiting for a batch here have stopped or hang. Named, so that the
+ * actors waiting on the replay are told it (rp_comm_leave) before their own timeout blames it.
+ */
+static rp_status learners_silent(const replay_role *s)
+{
+    char why[512], which[128] = "";
+    snprintf(why, sizeof why, "%s", rp_last_error()); /* RP_ERROR overwrites it */
+    size_t n = 0;
+    int held = 0, silent = 0;
+    for (int a = 0; a < s->actors; a++)
+        held += s->inserts[a].held;
+    for (int l = 0; l < s->learners && n < sizeof which; l++)
+        if (!s->sample_n[l]) {
+            n += (size_t)snprintf(which + n, sizeof which - n, "%s%d", silent ? ", " : "", l);
+            silent++;
+        }
+    return RP_ERROR(RP_ERR_TIMEOUT,
+                    "the replay holds %d actor%s inserts until the learners sample, and learner%s "
+                    "%s asked for no batch in %g s: %s stopped or hang%s, not the replay (%s)",
+                    held, held > 1 ? "s'" : "'s", silent > 1 ? "s" : "", which, s->timeout / 2,
+                    silent > 1 ? "they" : "it", silent > 1 ? "" : "s", why);
+}
+
 rp_status rp_d4pg_replay_main(rp_replica *rep, void *arg)
 {
     replay_role s;
@@ -342,9 +384,17 @@ rp_status rp_d4pg_replay_main(rp_replica *rep, void *arg)
     rp_status status = role_init(&s, rep, arg);
     while (status == RP_OK && !(s.stopping && s.told_n == s.actors)) {
         int64_t h[W_HDR];
-        status = rp_comm_recv(s.link, h, W_HDR, RP_I64, RP_ANY_SOURCE, W_TAG);
+        /* While inserts are held the actors wait on the learners through the replay: half the
+           timeout, so that a stopped learner is named here before the actors blame the replay. */
+        bool held = false;
+        for (int a = 0; a < s.actors; a++)
+            held = held || s.inserts[a].held;
+        if (held) status = rp_comm_set_timeout(s.link, s.timeout / 2);
+        if (status == RP_OK) status = rp_comm_recv(s.link, h, W_HDR, RP_I64, RP_ANY_SOURCE, W_TAG);
+        if (held) rp_comm_set_timeout(s.link, s.timeout);
         if (status == RP_ERR_TIMEOUT) {
             rp_status lost = check_actors(&s); /* name the actor that went silent, if one did */
+            if (lost == RP_OK && held) lost = learners_silent(&s);
             if (lost != RP_OK) status = lost;
         }
         int a = status == RP_OK ? (int)h[1] - s.job->first_actor : -1;

@@ -185,8 +185,7 @@ rp_status rp_sngan_judge_create(rp_sngan_judge **out, const rp_classifier_config
     rp_sngan_tally t = {0};
     rp_sngan_judge *j = calloc(1, sizeof *j);
     if (!j) return RP_ERROR(RP_ERR_NOMEM, "rp_sngan_judge_create");
-    RP_TRY(rp_classifier_load_dataset(&j->train, cc, "train"));
-    RP_TRY(rp_classifier_load_dataset(&j->test, cc, "test"));
+    RP_TRY(rp_classifier_load_splits(&j->train, &j->test, cc));
     j->h = j->test->h;
     j->w = j->test->w;
     j->c = j->test->c;

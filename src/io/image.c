@@ -31,6 +31,39 @@ static inline uint8_t to_byte(float x, double lo, double scale)
     return (uint8_t)(v + 0.5);
 }
 
+/*
+ * A grid over the limits: false, with `why` saying its size ("the grid would be ..."). The one
+ * rule for rp_image_grid_check and rp_image_grid_write_png; the counts are checked already.
+ */
+static bool grid_fits(int n, int h, int w, int c, int cols, int pad, char *why, size_t size)
+{
+    int64_t rows = ((int64_t)n + cols - 1) / cols;
+    int64_t height = rows * h + (rows + 1) * (int64_t)pad;
+    int64_t width = (int64_t)cols * w + ((int64_t)cols + 1) * pad;
+    if (height <= RP_IMAGE_MAX_SIDE && width <= RP_IMAGE_MAX_SIDE &&
+        (uint64_t)height * (uint64_t)width * (uint64_t)c <= IMAGE_MAX_BYTES)
+        return true;
+    snprintf(why, size,
+             "the grid would be %lld x %lld x %d (%lld rows of %d tiles of %dx%d, pad %d), over "
+             "the limit of %d per side and 4 GiB",
+             (long long)height, (long long)width, c, (long long)rows, cols, h, w, pad,
+             RP_IMAGE_MAX_SIDE);
+    return false;
+}
+
+rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad)
+{
+    if (n < 1 || h < 1 || w < 1 || cols < 1 || pad < 0 || (c != 1 && c != 3))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_image_grid_check: n %d, h %d, w %d and cols %d must be >= 1, c 1 or 3 "
+                        "(is %d), pad >= 0 (is %d)",
+                        n, h, w, cols, c, pad);
+    char why[256];
+    if (!grid_fits(n, h, w, c, cols, pad, why, sizeof why))
+        return RP_ERROR(RP_ERR_INVALID, "%s", why);
+    return RP_OK;
+}
+
 rp_status rp_image_grid_write_png(const char *path, const float *images, int n, int h, int w, int c,
                                   int cols, int pad, uint8_t pad_value, float lo, float hi)
 {
@@ -63,13 +96,9 @@ rp_status rp_image_grid_write_png(const char *path, const float *images, int n, 
     int64_t rows = ((int64_t)n + cols - 1) / cols;
     int64_t height = rows * h + (rows + 1) * (int64_t)pad;
     int64_t width = (int64_t)cols * w + ((int64_t)cols + 1) * pad;
-    if (height > RP_IMAGE_MAX_SIDE || width > RP_IMAGE_MAX_SIDE ||
-        (uint64_t)height * (uint64_t)width * (uint64_t)c > IMAGE_MAX_BYTES)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "rp_image_grid_write_png %s: the grid would be %lld x %lld x %d (%lld rows "
-                        "of %d tiles of %dx%d, pad %d), over the limit of %d per side and 4 GiB",
-                        path, (long long)height, (long long)width, c, (long long)rows, cols, h, w,
-                        pad, RP_IMAGE_MAX_SIDE);
+    char why[256];
+    if (!grid_fits(n, h, w, c, cols, pad, why, sizeof why))
+        return RP_ERROR(RP_ERR_INVALID, "rp_image_grid_write_png %s: %s", path, why);
 
     size_t row_bytes = (size_t)width * (size_t)c;
     size_t bytes = row_bytes * (size_t)height;

@@ -216,11 +216,37 @@ static void init_one(const param_entry *e, uint64_t seed)
     }
 }
 
+/* This thread's guards (rp_params_guard_push), outermost first. */
+static _Thread_local struct {
+    rp_params_guard_fn fn;
+    void *arg;
+} guards[RP_PARAMS_GUARDS];
+static _Thread_local int n_guards;
+
+rp_status rp_params_guard_push(rp_params_guard_fn fn, void *arg)
+{
+    if (!fn) return RP_ERROR(RP_ERR_INVALID, "rp_params_guard_push: fn is NULL");
+    if (n_guards == RP_PARAMS_GUARDS)
+        return RP_ERROR(RP_ERR_INVALID, "rp_params_guard_push: %d guards are installed already",
+                        RP_PARAMS_GUARDS);
+    guards[n_guards].fn = fn;
+    guards[n_guards].arg = arg;
+    n_guards++;
+    return RP_OK;
+}
+
+void rp_params_guard_pop(void)
+{
+    if (n_guards > 0) n_guards--;
+}
+
 rp_status rp_params_finalize(rp_params *p, uint64_t seed)
 {
     if (!p) return RP_ERROR(RP_ERR_INVALID, "rp_params_finalize: params is NULL");
     if (p->finalized) return RP_ERROR(RP_ERR_INVALID, "rp_params_finalize: already finalized");
     if (p->n == 0) return RP_ERROR(RP_ERR_INVALID, "rp_params_finalize: no parameters declared");
+    for (int g = n_guards - 1; g >= 0; g--)
+        RP_CHECK(guards[g].fn(p, guards[g].arg));
     p->order = rp_alloc((size_t)p->n * sizeof(int));
     p->offsets = rp_alloc((size_t)p->n * sizeof(int64_t));
     if (!p->order || !p->offsets) return rp_last_status();
