@@ -271,7 +271,14 @@ uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
  * does not come within the communicator's timeout is RP_ERR_TIMEOUT naming
  * the peer (by rank and host under MPI) and the last call it completed; a
  * peer whose step ended (rp_comm_leave) while this member waits for it is
- * reported at once; a mismatch or timeout breaks the communicator like a
+ * reported at once, and so is a receive from a peer that went on to a
+ * collective this member has not reached (the runtime's report all-gather
+ * at the end of its step, say): the two would wait for each other, so the
+ * receive fails with RP_ERR_MISMATCH on both, "replica 0 went on to ...
+ * without sending the message of recv (tag 7, ...), which replica 1 is
+ * waiting in" (under MPI after a moment, at most a quarter second, for the
+ * message to arrive; not yet in the hierarchical backend, where it waits
+ * for the timeout); a mismatch or timeout breaks the communicator like a
  * collective error, and every later call on a broken communicator -
  * point-to-point included - fails at once with RP_ERR_COMM and the original
  * reason. An invalid call (negative count, NULL buffer with count > 0,
