@@ -60,10 +60,112 @@ static void test_skipped_send(void **state)
     rp_replicator_destroy(r);
 }
 
+/* ---- results and printing in a mesh ------------------------------------------------- */
+
+typedef struct mesh_job {
+    int leaders;     /* atomic: workers on which rp_replica_is_leader() was true */
+    int leader;      /* the last one's worker index */
+    int stage0_only; /* report from model worker 0 instead of the last one */
+} mesh_job;
+
+/* The loss is known at the end of the model: only the last model worker reports it. */
+static rp_status mesh_report_fn(rp_replica *rep, void *arg)
+{
+    mesh_job *j = arg;
+    if (rp_replica_is_leader(rep)) {
+        __atomic_add_fetch(&j->leaders, 1, __ATOMIC_RELAXED);
+        j->leader = rp_replica_worker(rep);
+    }
+    int last = rp_replica_axis_size(rep, RP_AXIS_MODEL) - 1;
+    int reporter = j->stage0_only ? 0 : last;
+    if (rp_replica_coord(rep, RP_AXIS_MODEL) != reporter) return RP_OK;
+    return rp_replica_report(rep, "loss", 10.0 + rp_replica_id(rep), RP_MEAN);
+}
+
+static void test_mesh_result_and_leader(void **state)
+{
+    (void)state;
+    rp_config cfg = base();
+    cfg.nroles = 1;
+    cfg.roles[0] = rp_role_make("replica", 2, 2);
+    rp_replicator *r = make(&cfg);
+    mesh_job j;
+    memset(&j, 0, sizeof j);
+    assert_int_equal(rp_replicator_run(r, mesh_report_fn, &j), RP_OK);
+    /* The last stage's report, reduced over its data axis: (10 + 11) / 2. */
+    double loss = 0;
+    rp_status st = rp_replicator_result(r, "loss", &loss);
+    if (st != RP_OK) print_error("%s\n", rp_last_error());
+    assert_int_equal(st, RP_OK);
+    assert_true(loss == 10.5);
+    double each[2] = {0, 0};
+    assert_int_equal(rp_replicator_result_each(r, "loss", each, 2), RP_OK);
+    assert_true(each[0] == 10 && each[1] == 11);
+    /* One leader in the job: replica 0's last model worker (worker 1), not every model worker of
+     * replica 0 as rp_replica_id() == 0 would be. */
+    assert_int_equal(j.leaders, 1);
+    assert_int_equal(j.leader, 1);
+    assert_true(rp_replicator_is_leader(r));
+    /* A loss reported by the first stage only is found too. */
+    memset(&j, 0, sizeof j);
+    j.stage0_only = 1;
+    assert_int_equal(rp_replicator_run(r, mesh_report_fn, &j), RP_OK);
+    assert_int_equal(rp_replicator_result(r, "loss", &loss), RP_OK);
+    assert_true(loss == 10.5);
+    rp_replicator_destroy(r);
+    /* Single-worker replicas: the leader is replica 0. */
+    cfg = base();
+    cfg.replicas = 3;
+    r = make(&cfg);
+    memset(&j, 0, sizeof j);
+    assert_int_equal(rp_replicator_run(r, mesh_report_fn, &j), RP_OK);
+    assert_int_equal(j.leaders, 1);
+    assert_int_equal(j.leader, 0);
+    assert_int_equal(rp_replicator_result(r, "loss", &loss), RP_OK);
+    assert_true(loss == 11.0);
+    rp_replicator_destroy(r);
+    assert_false(rp_replicator_is_leader(NULL));
+    assert_false(rp_replica_is_leader(NULL));
+}
+
+/* A process whose workers are all in a started role (under MPI, a rank of actors) has no result,
+ * and says why. */
+static rp_status wait_release_fn(rp_replica *rep, void *arg)
+{
+    (void)rep;
+    while (!__atomic_load_n((int *)arg, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return RP_OK;
+}
+
+static void test_result_without_workers(void **state)
+{
+    (void)state;
+    rp_config cfg = base();
+    cfg.nroles = 1;
+    cfg.roles[0] = rp_role_make("actor", 2, 1);
+    rp_replicator *r = make(&cfg);
+    int release = 0;
+    assert_int_equal(rp_replicator_start(r, "actor", wait_release_fn, &release), RP_OK);
+    mesh_job j;
+    memset(&j, 0, sizeof j);
+    assert_int_equal(rp_replicator_run(r, mesh_report_fn, &j), RP_OK);
+    double loss;
+    assert_int_equal(rp_replicator_result(r, "loss", &loss), RP_ERR_INVALID);
+    tu_assert_error_contains("no value named 'loss': no worker of this process ran the last run");
+    __atomic_store_n(&release, 1, __ATOMIC_RELEASE);
+    assert_int_equal(rp_replicator_wait(r, "actor"), RP_OK);
+    rp_replicator_destroy(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_skipped_send),
+        cmocka_unit_test(test_mesh_result_and_leader),
+        cmocka_unit_test(test_result_without_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -211,8 +211,8 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
  * ... before the all-reduce" (RP_ERR_NUMERIC, nothing updated).
  * With roles, fn runs on every worker except those of a started role
  * (rp_replicator_start); the reports are reduced over each worker's data
- * axis, and rp_replicator_result() gives those of this process's first
- * worker.
+ * axis, and rp_replicator_result() gives those of one worker of this
+ * process (the last stage's in a mesh: see there).
  *
  * Divergence by a plain optimizer: when the replicas must stay identical
  * (sync), an rp_optimizer_create() optimizer stepped inside the run (on the
@@ -287,7 +287,16 @@ rp_replica *rp_replicator_replica(rp_replicator *r, int i);
 
 /*
  * The value reported under `name` in the last run, reduced across replicas
- * with the op it was reported with. RP_ERR_INVALID if no such report.
+ * with the op it was reported with. The reports are reduced over each
+ * worker's data axis, so in a mesh each model or pipeline position has its
+ * own; the result is that of this process's worker that ranks first among
+ * those that reported anything: the first role, then the last pipeline
+ * stage and the last model worker (where a model's loss is known), then the
+ * first worker. So a loss reported by the last stage only is found on the
+ * process holding it. RP_ERR_INVALID if no such report - also on a process
+ * whose workers all ran a started role during the run (under MPI, a rank
+ * holding only actors): "no worker of this process ran the last run"; read
+ * the results on a process whose workers reported (rp_replicator_is_leader).
  */
 rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value);
 
@@ -391,6 +400,19 @@ rp_comm *rp_replica_comm(rp_replica *rep);
  */
 int rp_replica_worker(const rp_replica *rep);
 int rp_replica_workers(const rp_replica *rep);
+/*
+ * The print-once predicate: true on exactly one worker of the job - the
+ * first role's replica 0, its last worker along the model and pipe axes
+ * (the one that holds the end of the model, and so the loss; in a job of
+ * single-worker replicas, replica 0). rp_replica_id(rep) == 0 is true on
+ * every model worker of replica 0 and prints once per stage.
+ * rp_replicator_is_leader: whether this process holds that worker (true on
+ * one process of the job; false on a parameter-server rank and for NULL);
+ * its rp_replicator_result() is the leader's, as the leader reported.
+ * Thread-safe.
+ */
+bool rp_replica_is_leader(const rp_replica *rep);
+bool rp_replicator_is_leader(const rp_replicator *r);
 const char *rp_replica_role(const rp_replica *rep);
 int rp_replica_coord(const rp_replica *rep, rp_axis axis);
 int rp_replica_axis_size(const rp_replica *rep, rp_axis axis);

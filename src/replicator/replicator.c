@@ -178,21 +178,53 @@ static void plain_steps(rp_replica *rep, int64_t *steps, int64_t *hash)
     *hash = (int64_t)(h >> 1);
 }
 
-/* All replicas' reports, checked and reduced in replica order into rep->r->results. */
+/*
+ * Which local worker's reduced reports rp_replicator_result() gives: one that reported beats one
+ * that did not, then the first role, then the last pipeline stage and the last model worker (in a
+ * mesh the loss is known at the end of the model), then the first worker. Higher is better.
+ */
+static int64_t keeper_rank(const rp_replica *rep)
+{
+    const int *c = rep->coord;
+    return (int64_t)(rep->nreports > 0) << 60 | (int64_t)(RP_ROLES_MAX - rep->role) << 52 |
+           (int64_t)c[RP_AXIS_PIPE] << 40 | (int64_t)c[RP_AXIS_MODEL] << 20 |
+           (int64_t)((1 << 20) - 1 - rep->local);
+}
+
+/*
+ * Offers rep's reduced reports (res[0..k), and each replica's values: all[q * stride + 2 * i +
+ * 1] as doubles, or rep's own with all NULL) as the run's results; kept if rep ranks above the
+ * worker whose results are held (keeper_rank). Takes r->mu.
+ */
+static void keep_results(rp_replica *rep, const rp_report *res, int k, const int64_t *all,
+                         int stride, int n)
+{
+    rp_replicator *r = rep->r;
+    int64_t rank = keeper_rank(rep);
+    pthread_mutex_lock(&r->mu);
+    if (r->keeper < 0 || rank > r->keeper_rank) {
+        r->keeper = rep->local;
+        r->keeper_rank = rank;
+        memcpy(r->results, res, sizeof(rp_report) * (size_t)k);
+        r->nresults = k;
+        r->each_count = n <= r->each_cap ? n : 0;
+        for (int i = 0; i < k && r->each_count; i++)
+            for (int q = 0; q < n; q++) {
+                double v = rep->reports[i].value;
+                if (all) memcpy(&v, &all[(size_t)q * (size_t)stride + 2 * (size_t)i + 1], sizeof v);
+                r->each[(size_t)i * (size_t)r->each_cap + (size_t)q] = v;
+            }
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* All replicas' reports, checked and reduced in replica order (keep_results). */
 static rp_status reduce_reports(rp_replica *rep)
 {
     rp_replicator *r = rep->r;
     int n = rep->count, k = rep->nreports;
-    bool keeper =
-        rep->local == r->keeper; /* the results are this process's first worker's in the run */
     if (n == 1) {
-        if (keeper) {
-            memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
-            r->nresults = k;
-            r->each_count = r->each_cap >= 1 ? 1 : 0;
-            for (int i = 0; i < k && r->each_count; i++)
-                r->each[(size_t)i * (size_t)r->each_cap] = rep->reports[i].value;
-        }
+        keep_results(rep, rep->reports, k, NULL, 0, 1);
         return RP_OK;
     }
     /* After a collective error nothing can be reduced; a run that reports nothing (a clean-up)
@@ -221,9 +253,10 @@ static rp_status reduce_reports(rp_replica *rep)
                 "all-reduce the gradients: make it with rp_replica_optimizer_create()",
                 q, (long long)all[3 * q + 1], (long long)all[1]);
     if (k == 0) {
-        if (keeper) r->nresults = 0;
+        keep_results(rep, rep->reports, 0, NULL, 0, n);
         return RP_OK;
     }
+    rp_report res[RP_REPORTS_MAX];
     int64_t packed[2 * RP_REPORTS_MAX];
     for (int i = 0; i < k; i++) {
         packed[2 * i] =
@@ -246,7 +279,6 @@ static rp_status reduce_reports(rp_replica *rep)
                     i, q, rep->reports[i].name, rp_reduce_op_name(rep->reports[i].op));
             double v;
             memcpy(&v, &e[1], sizeof v);
-            if (keeper && q < r->each_cap) r->each[(size_t)i * (size_t)r->each_cap + q] = v;
             switch (rep->reports[i].op) {
             case RP_SUM:
             case RP_MEAN:
@@ -263,15 +295,10 @@ static rp_status reduce_reports(rp_replica *rep)
             }
         }
         if (rep->reports[i].op == RP_MEAN) acc /= n;
-        if (keeper) {
-            r->results[i] = rep->reports[i];
-            r->results[i].value = acc;
-        }
+        res[i] = rep->reports[i];
+        res[i].value = acc;
     }
-    if (keeper) {
-        r->nresults = k;
-        r->each_count = n <= r->each_cap ? n : 0;
-    }
+    keep_results(rep, res, k, all, 2 * k, n);
     return RP_OK;
 }
 
@@ -478,11 +505,14 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     r->fn = fn;
     r->arg = arg;
     r->finished = 0;
-    r->keeper = 0;
-    for (int i = 0; i < r->n; i++)
+    r->keeper = -1; /* chosen as the workers finish (keep_results) */
+    r->nresults = 0;
+    r->each_count = 0;
+    r->ran_here = false;
+    for (int i = 0; i < r->n; i++) {
         r->reps[i].done = false;
-    for (int i = r->n - 1; i >= 0; i--)
-        if (!r->reps[i].busy) r->keeper = i;
+        r->ran_here |= !r->reps[i].busy;
+    }
     r->in_run = true;
     r->generation++;
     pthread_cond_broadcast(&r->start);
@@ -906,6 +936,12 @@ rp_status rp_replicator_result(const rp_replicator *r, const char *name, double 
             *value = r->results[i].value;
             return RP_OK;
         }
+    if (r && !r->ran_here)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "no value named '%s': no worker of this process ran the last run (its "
+                        "workers are all in started roles); the results are on the processes of "
+                        "the workers that reported",
+                        name ? name : "(null)");
     return RP_ERROR(RP_ERR_INVALID, "no value named '%s' was reported in the last run",
                     name ? name : "(null)");
 }
@@ -1105,6 +1141,21 @@ bool rp_replicator_lockstep(const rp_replicator *r)
 }
 
 /* ---- topology ---------------------------------------------------------------------------- */
+
+bool rp_replica_is_leader(const rp_replica *rep)
+{
+    if (!rep) return false;
+    const int *c = rep->coord, *n = rep->shape;
+    return rep->role == 0 && c[RP_AXIS_DATA] == 0 && c[RP_AXIS_MODEL] == n[RP_AXIS_MODEL] - 1 &&
+           c[RP_AXIS_PIPE] == n[RP_AXIS_PIPE] - 1;
+}
+
+bool rp_replicator_is_leader(const rp_replicator *r)
+{
+    for (int i = 0; r && !r->server && i < r->n; i++)
+        if (rp_replica_is_leader(&r->reps[i])) return true;
+    return false;
+}
 
 int rp_replica_worker(const rp_replica *rep)
 {
