@@ -10,7 +10,9 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static rp_config base(void)
 {
@@ -160,12 +162,117 @@ static void test_result_without_workers(void **state)
     rp_replicator_destroy(r);
 }
 
+/* ---- destroy with a started role still running -------------------------------------- */
+
+typedef struct actor_job {
+    long sent;
+    rp_status status;
+    char error[1024];
+    int release; /* atomic: the silent actor may return */
+} actor_job;
+
+/* The most ordinary mistake in a job of roles: an actor that sends to the learner forever, and a
+ * program that destroys the replicator without stopping it. */
+static rp_status sending_actor_fn(rp_replica *rep, void *arg)
+{
+    actor_job *j = arg;
+    float x = 1;
+    rp_status st;
+    while ((st = rp_comm_send(rp_replica_link_comm(rep), &x, 1, RP_F32, 0, 3)) == RP_OK)
+        j->sent++;
+    j->status = st;
+    snprintf(j->error, sizeof j->error, "%s", rp_last_error());
+    return st;
+}
+
+static rp_config learner_actor(void)
+{
+    rp_config cfg = base();
+    cfg.nroles = 2;
+    cfg.roles[0] = rp_role_make("learner", 1, 1); /* worker 0 */
+    cfg.roles[1] = rp_role_make("actor", 1, 1);   /* worker 1 */
+    return cfg;
+}
+
+static void test_destroy_stops_sending_actor(void **state)
+{
+    (void)state;
+    rp_config cfg = learner_actor();
+    rp_replicator *r = make(&cfg);
+    actor_job j;
+    memset(&j, 0, sizeof j);
+    assert_int_equal(rp_replicator_start(r, "actor", sending_actor_fn, &j), RP_OK);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    double t0 = rp_now_s();
+    rp_replicator_destroy(r);
+    double took = rp_now_s() - t0;
+    /* The actor's next send failed at once, naming the learner that left and why. */
+    if (took >= 2.0) print_error("destroy took %.2f s (timeout 10 s)\n", took);
+    assert_true(took < 2.0);
+    assert_true(j.sent > 0);
+    assert_int_equal(j.status, RP_ERR_COMM);
+    if (!strstr(j.error, "worker 0 has left (COMM: worker 0's replicator was destroyed): send "
+                         "(tag 3, count 1, f32) from worker 1 to it would never be received"))
+        print_error("actor's error: %s\n", j.error);
+    assert_non_null(strstr(j.error, "worker 0 has left (COMM: worker 0's replicator was "
+                                    "destroyed): send (tag 3, count 1, f32) from worker 1"));
+}
+
+/* An actor that never calls comm cannot be told: destroy gives up on it after the bound. */
+static rp_status silent_actor_fn(rp_replica *rep, void *arg)
+{
+    (void)rep;
+    actor_job *j = arg;
+    while (!__atomic_load_n(&j->release, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return RP_OK;
+}
+
+static void test_destroy_names_stuck_role(void **state)
+{
+    (void)state;
+    /* In a child: the replicator's memory is left allocated under the detached thread, on
+     * purpose, and _exit skips the leak check. */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        rp_config cfg = learner_actor();
+        cfg.timeout_s = 1; /* the bound: max(2 s, timeout) */
+        rp_replicator *r = NULL;
+        if (rp_replicator_create(&r, &cfg) != RP_OK) _exit(2);
+        static actor_job j;
+        if (rp_replicator_start(r, "actor", silent_actor_fn, &j) != RP_OK) _exit(3);
+        double t0 = rp_now_s();
+        rp_replicator_destroy(r);
+        double took = rp_now_s() - t0;
+        const char *e = rp_last_error();
+        int bad = 0;
+        if (!(took >= 1.9 && took < 5.0)) bad |= 4, fprintf(stderr, "destroy took %.2f s\n", took);
+        if (rp_last_status() != RP_ERR_TIMEOUT ||
+            !strstr(e, "rp_replicator_destroy: role 'actor', worker 1 did not return from its "
+                       "started function within 2 s"))
+            bad |= 8, fprintf(stderr, "error: %s\n", e);
+        __atomic_store_n(&j.release, 1, __ATOMIC_RELEASE);
+        _exit(bad);
+    }
+    int wst = 0;
+    assert_int_equal(waitpid(pid, &wst, 0), pid);
+    assert_true(WIFEXITED(wst));
+    assert_int_equal(WEXITSTATUS(wst), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_skipped_send),
         cmocka_unit_test(test_mesh_result_and_leader),
         cmocka_unit_test(test_result_without_workers),
+        cmocka_unit_test(test_destroy_stops_sending_actor),
+        cmocka_unit_test(test_destroy_names_stuck_role),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -278,7 +278,10 @@ uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
  * without sending the message of recv (tag 7, ...), which replica 1 is
  * waiting in" (under MPI after a moment, at most a quarter second, for the
  * message to arrive; not yet in the hierarchical backend, where it waits
- * for the timeout); a mismatch or timeout breaks the communicator like a
+ * for the timeout). A send to a member that has left (threads: its step
+ * ended or failed; MPI: it failed) fails at once with RP_ERR_COMM instead
+ * of buffering a message that would never be received, and breaks the
+ * communicator. A mismatch or timeout breaks the communicator like a
  * collective error, and every later call on a broken communicator -
  * point-to-point included - fails at once with RP_ERR_COMM and the original
  * reason. An invalid call (negative count, NULL buffer with count > 0,

@@ -583,6 +583,76 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
 
 /* ---- create / destroy ----------------------------------------------------------------- */
 
+/*
+ * destroy's end of the roles started and not waited for. On threads the workers that are not in
+ * one leave their communicators for good first - the link too, unlike at a run's end - so a
+ * started function sending to them or waiting for them fails at once instead of buffering
+ * forever. Then each started thread gets the timeout (at least 2 s) to return; one that does not
+ * is named in the log and rp_last_error(), detached, and true is returned: its replica, tape
+ * and communicators may still be in use, so the caller frees nothing.
+ */
+static bool stop_started(rp_replicator *r)
+{
+    bool any = false;
+    for (int i = 0; r->reps && i < r->n; i++)
+        any |= r->reps[i].busy;
+    /*
+     * On threads the leave is a flag. Over MPI it is a message to every peer, and one that
+     * reaches a process that has already freed that communicator is kept by OpenMPI for the
+     * next communicator given the same context id, whose creation then crashes
+     * (test_topology_mpi did): so not there, and a started role on another rank is not told.
+     */
+    bool leave = r->layout == RP_LAYOUT_THREADS && any;
+    for (int i = 0; leave && r->reps && i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (rep->busy || !rep->world) continue;
+        char why[96];
+        snprintf(why, sizeof why, "worker %d's replicator was destroyed", rep->worker);
+        for (int k = 0; k < rep->nlive; k++)
+            rp_comm_leave(rep->live[k], RP_ERR_COMM, why);
+        if (rep->link != rep->world) rp_comm_leave(rep->link, RP_ERR_COMM, why);
+    }
+    if (!any) return false;
+    double bound = fmax(2.0, r->cfg.timeout_s), t0 = rp_now_s();
+    bool stuck = false;
+    char names[256] = "";
+    for (int i = 0; r->reps && i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (!rep->busy) continue;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        double left = fmax(0.0, bound - (rp_now_s() - t0));
+        until.tv_sec += (time_t)left;
+        until.tv_nsec += (long)((left - floor(left)) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (pthread_timedjoin_np(rep->started, NULL, &until) == 0) {
+            rep->busy = false;
+            continue;
+        }
+        pthread_detach(rep->started);
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%srole '%s', worker %d", stuck ? "; " : "",
+                 r->roles[rep->role].name, rep->worker);
+        if (!stuck)
+            snprintf(r->abandoned_error, sizeof r->abandoned_error, "role '%s', worker %d",
+                     r->roles[rep->role].name, rep->worker);
+        stuck = true;
+    }
+    if (stuck) {
+        rp_error_set(RP_ERR_TIMEOUT, NULL, 0,
+                     "rp_replicator_destroy: %s did not return from its started function within "
+                     "%.0f s (its peers here had left; stop it, e.g. by a message, and "
+                     "rp_replicator_wait() for it before destroy): its thread is detached and "
+                     "the replicator's memory is not freed",
+                     names, bound);
+        rp_log(RP_LOG_ERROR, "replicator: %s", rp_last_error());
+    }
+    return stuck;
+}
+
 void rp_replicator_destroy(rp_replicator *r)
 {
     if (!r) return;
@@ -592,12 +662,7 @@ void rp_replicator_destroy(rp_replicator *r)
     pthread_cond_broadcast(&r->wake);
     pthread_mutex_unlock(&r->mu);
     if (r->watchdog_started) pthread_join(r->watchdog, NULL);
-    /* A started role not waited for: its functions are expected to return (destroy waits). */
-    for (int i = 0; r->reps && i < r->n; i++)
-        if (r->reps[i].busy) {
-            pthread_join(r->reps[i].started, NULL);
-            r->reps[i].busy = false;
-        }
+    bool started_stuck = stop_started(r);
     /* A stuck thread that comes back within the grace (2 s) ends: then everything is freed
        as usual. Only a thread still stuck after that is left with the memory it uses. */
     bool stuck = false;
@@ -619,12 +684,14 @@ void rp_replicator_destroy(rp_replicator *r)
         else
             pthread_join(rep->thread, NULL);
     }
-    if (stuck) {
-        /* A stuck thread may still return into its replica, tape and communicator: they stay. */
-        rp_log(RP_LOG_WARN,
-               "replicator: %s was left stuck in its step function; its replicator's "
-               "memory is not freed",
-               r->abandoned_error);
+    if (stuck || started_stuck) {
+        /* A stuck thread may still return into its replica, tape and communicator: they stay.
+           (stop_started has said so for a started one.) */
+        if (stuck)
+            rp_log(RP_LOG_WARN,
+                   "replicator: %s was left stuck in its step function; its replicator's "
+                   "memory is not freed",
+                   r->abandoned_error);
         return;
     }
     for (int i = 0; r->reps && i < r->n; i++)

@@ -447,6 +447,21 @@ rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int pr
     }
     mreq *r = NULL;
     RP_CHECK(req_begin(c, d, proc, dlane, slane, owner, what, sizeof what, &r));
+    /* A destination that has left (its step failed, its replicator was destroyed) would never
+     * receive it: fail now rather than buffer it. */
+    poll_notices_due(c);
+    if (m->left[proc].left) {
+        char msg[1400], peer[160], me[160];
+        member_name(c, proc, dlane, peer, sizeof peer);
+        member_name(c, c->rank, slane, me, sizeof me);
+        snprintf(msg, sizeof msg,
+                 "%s has left (%s: %.600s): %s from %s to it would never be received", peer,
+                 rp_status_name(m->left[proc].status), m->left[proc].reason, what, me);
+        rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
+        unlock();
+        free(r);
+        return RP_ERROR(RP_ERR_COMM, "%s", msg);
+    }
     r->d.num = m->sent[(size_t)(proc * m->lanes + dlane) * (size_t)m->lanes + (size_t)slane]++;
     r->posted_s = rp_now_s();
     int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, proc, mpi_tag(m, d, slane), m->pc[dlane], &r->mr);

@@ -686,6 +686,20 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
     char what[96];
     if (atomic_load_explicit(&w->broken, memory_order_acquire))
         return broken_error(c, rp_p2p_desc_str(d, false, what, sizeof what));
+    /*
+     * A destination that has left would never receive it: fail now rather than buffer it (a
+     * sender in a loop would never learn, and its messages would pile up).
+     */
+    const member *dm = &w->m[d->peer];
+    if (d->peer != c->rank && atomic_load_explicit(&dm->left, memory_order_acquire)) {
+        char msg[1400];
+        snprintf(msg, sizeof msg,
+                 "%s %d has left (%s: %s): %s from %s %d to it would never be received",
+                 comm_noun(c), c->ids[d->peer], rp_status_name(dm->left_status), dm->left_reason,
+                 rp_p2p_desc_str(d, false, what, sizeof what), comm_noun(c), c->ids[c->rank]);
+        world_break(w, RP_ERR_COMM, msg);
+        return RP_ERROR(RP_ERR_COMM, "%s", msg);
+    }
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
     treq *r = req_new(c, d);
     tmsg *m = calloc(1, sizeof *m);
