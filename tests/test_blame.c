@@ -9,6 +9,7 @@
 #include "testutil.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -59,6 +60,75 @@ static void test_skipped_send(void **state)
     tu_assert_error_contains("without sending the message of recv (tag 7, count 1, f32), which "
                              "replica 1 is waiting in");
     assert_null(strstr(rp_last_error(), "did not arrive"));
+    rp_replicator_destroy(r);
+}
+
+/* ---- a collective on the wrong axis ----------------------------------------------------- */
+
+/* In a 2 x 2 mesh, worker 3 all-reduces on its data axis while the others use the model axis. */
+static rp_status wrong_axis_fn(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    float x = 1;
+    rp_axis a = rp_replica_worker(rep) == 3 ? RP_AXIS_DATA : RP_AXIS_MODEL;
+    return rp_comm_all_reduce(rp_replica_axis_comm(rep, a), &x, &x, 1, RP_F32, RP_SUM);
+}
+
+static void test_wrong_axis_named(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_tmpdir_create("blame"), 0);
+    rp_config cfg = base();
+    cfg.nroles = 1;
+    cfg.roles[0] = rp_role_make("replica", 2, 2);
+    rp_replicator *r = make(&cfg);
+    assert_int_equal(rp_replicator_set_flight_dir(r, tu_tmpdir()), RP_OK);
+    assert_int_equal(rp_replicator_run(r, wrong_axis_fn, NULL), RP_ERR_MISMATCH);
+    const char *e = rp_last_error();
+    /* The worker that made the call, and the axis it made it on; one noun in the line. */
+    if (strncmp(e,
+                "worker 3: worker 3 made other collective calls than every other worker of "
+                "role 'replica'",
+                81) != 0)
+        print_error("%s\n", e);
+    assert_int_equal(strncmp(e, "worker 3: worker 3 made other collective calls", 46), 0);
+    tu_assert_error_contains("worker 3: data 1, model 0; each other worker: data 0, model 1");
+    tu_assert_error_contains("(the data axis reported: ");
+    assert_null(strstr(e, "replica 0:"));
+    assert_null(strstr(e, "replica 1:"));
+    rp_replicator_destroy(r);
+    /* Worker 3's model axis saw no call: its flight file says so, not "the recorder is off". */
+    char path[512];
+    size_t n = 0;
+    char *text = (char *)tu_read_file(tu_tmp_path(path, sizeof path, "flight-3.txt"), &n);
+    assert_non_null(text);
+    char *model = strstr(text, "== worker 3, model axis ==");
+    assert_non_null(model);
+    assert_non_null(strstr(model, "no call has been made on this handle"));
+    assert_null(strstr(text, "the recorder is off"));
+    free(text);
+    tu_tmpdir_remove();
+}
+
+/* A failure on one axis of a mesh names that communicator. */
+static rp_status model_skip_fn(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    float x = 1;
+    if (rp_replica_coord(rep, RP_AXIS_MODEL) == 1) return RP_OK;
+    return rp_comm_all_reduce(rp_replica_axis_comm(rep, RP_AXIS_MODEL), &x, &x, 1, RP_F32, RP_SUM);
+}
+
+static void test_axis_named_in_message(void **state)
+{
+    (void)state;
+    rp_config cfg = base();
+    cfg.nroles = 1;
+    cfg.roles[0] = rp_role_make("replica", 1, 2);
+    rp_replicator *r = make(&cfg);
+    assert_int_equal(rp_replicator_run(r, model_skip_fn, NULL), RP_ERR_COMM);
+    tu_assert_error_contains("model axis: worker 1 ended its step");
+    assert_null(strstr(rp_last_error(), "replica 0:"));
     rp_replicator_destroy(r);
 }
 
@@ -269,6 +339,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_skipped_send),
+        cmocka_unit_test(test_wrong_axis_named),
+        cmocka_unit_test(test_axis_named_in_message),
         cmocka_unit_test(test_mesh_result_and_leader),
         cmocka_unit_test(test_result_without_workers),
         cmocka_unit_test(test_destroy_stops_sending_actor),

@@ -143,6 +143,17 @@ int rp_comm_replica_id(const rp_comm *comm, int rank);
  */
 void rp_comm_set_noun(rp_comm *comm, const char *noun);
 const char *rp_comm_noun(const rp_comm *comm);
+/*
+ * What this handle's error messages call the communicator, e.g. "data axis": a failed call's
+ * message then reads "data axis: worker 1 ended its step ..." (after the file:line origin), so
+ * a job with several communicators says which one failed. The runtime names its workers'
+ * communicators in a mesh or a job of roles ("data axis", "model axis", "pipe axis", "role",
+ * "world", "link").
+ * Not inherited by splits. At most 23 characters (longer is cut); NULL or "": none (the
+ * default). Not collective: this handle only. rp_comm_name: "" when none or for NULL.
+ */
+void rp_comm_set_name(rp_comm *comm, const char *name);
+const char *rp_comm_name(const rp_comm *comm);
 /* Name of the backend ("threads", "mpi"). */
 const char *rp_comm_backend(const rp_comm *comm);
 
@@ -240,6 +251,13 @@ uint64_t rp_comm_user_sequence(const rp_comm *comm);
  * (Members match calls by their whole sequence; this only names them.)
  */
 uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
+/*
+ * User collectives this member has entered in the current phase (since the last
+ * rp_comm_rejoin), completed or not: the step's calls as this member made them, where
+ * rp_comm_step_user_sequence counts those that completed. The runtime compares them across a
+ * mesh's axes to name the worker that made a call on the wrong axis. 0 for NULL.
+ */
+uint64_t rp_comm_step_user_calls(const rp_comm *comm);
 
 /* ---- point-to-point messages ------------------------------------------------------------ */
 

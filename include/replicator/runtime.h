@@ -223,6 +223,18 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
  * agree on names the replica that caused it: a non-finite gradient is
  * "replica 2: replica 2's own gradient of parameter 'fc.weight' held nan
  * ... before the all-reduce" (RP_ERR_NUMERIC, nothing updated).
+ * In a mesh or a job of roles the message names workers, prefix included
+ * ("worker 3: ..."), and the communicator a call failed on ("data axis:
+ * worker 1 ended its step ..."; the runtime names each worker's data, model
+ * and pipe axes, role, world and link: rp_comm_set_name). When every worker
+ * of a role ran in this process and exactly one made other user
+ * collectives than all the others, counted per axis (a call on the wrong
+ * axis, or one skipped), that worker is named first: "worker 3: worker 3
+ * made other collective calls than every other worker of role 'replica'
+ * (user collectives on each axis in this step - worker 3: data 1, model 0;
+ * each other worker: data 0, model 1): a call on the wrong axis, or one
+ * skipped (the data axis reported: ...)" - the axis alone cannot tell,
+ * when two workers meet on it, which of them erred.
  * With roles, fn runs on every worker except those of a started role
  * (rp_replicator_start); the reports are reduced over each worker's data
  * axis, and rp_replicator_result() gives those of one worker of this

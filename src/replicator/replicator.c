@@ -485,6 +485,89 @@ static void *watchdog_main(void *p)
     return NULL;
 }
 
+/*
+ * After a failed run of a mesh: the one worker whose user collectives in the step, counted per
+ * axis (entered, completed or not), differ from those of every other worker of its role, when
+ * all of them ran here and at least two others agree - a call made on the wrong axis, or
+ * skipped, by that worker. The comm layer cannot tell: on a two-member axis one worker in a
+ * call and one that ended its step look alike whichever erred. Its description into why.
+ */
+static const rp_replica *wrong_axis(const rp_replicator *r, char *why, size_t size)
+{
+    if (strcmp(rp_comm_noun(r->reps[0].world), "worker") != 0) return NULL;
+    for (int k = 0; k < r->nroles; k++) {
+        const rp_role *ro = &r->roles[k];
+        int members = 0, odd = -1, ref = -1;
+        uint64_t calls[RP_AXES], want[RP_AXES] = {0};
+        for (int i = 0; i < r->n; i++) {
+            const rp_replica *rep = &r->reps[i];
+            if (rep->role != k || rep->busy || rep->abandoned) continue;
+            members++;
+            for (int a = 0; a < RP_AXES; a++)
+                calls[a] = rep->shape[a] > 1 ? rp_comm_step_user_calls(rep->axis[a]) : 0;
+            if (ref < 0) {
+                ref = i;
+                memcpy(want, calls, sizeof want);
+            } else if (memcmp(calls, want, sizeof want) != 0) {
+                if (odd >= 0) goto next_role; /* two differ from the first: no single culprit */
+                odd = i;
+            }
+        }
+        if (members != ro->members * ro->model * ro->pipe || members < 3 || odd < 0) continue;
+        /* The first differs from the rest, or one of the rest from the first: which is odd? */
+        for (int i = 0; i < r->n; i++) {
+            const rp_replica *rep = &r->reps[i];
+            if (rep->role != k || rep->busy || i == ref || i == odd) continue;
+            bool like_ref = true;
+            for (int a = 0; a < RP_AXES && like_ref; a++)
+                like_ref =
+                    (rep->shape[a] > 1 ? rp_comm_step_user_calls(rep->axis[a]) : 0) == want[a];
+            if (!like_ref) { /* the reference is the odd one */
+                int t = ref;
+                ref = odd;
+                odd = t;
+            }
+            break;
+        }
+        const rp_replica *o = &r->reps[odd], *g = &r->reps[ref];
+        static const char *const names[RP_AXES] = {"data", "model", "pipe"};
+        char mine[96] = "", theirs[96] = "";
+        for (int a = 0; a < RP_AXES; a++) {
+            if (o->shape[a] <= 1) continue;
+            size_t lm = strlen(mine), lt = strlen(theirs);
+            snprintf(mine + lm, sizeof mine - lm, "%s%s %llu", lm ? ", " : "", names[a],
+                     (unsigned long long)rp_comm_step_user_calls(o->axis[a]));
+            snprintf(theirs + lt, sizeof theirs - lt, "%s%s %llu", lt ? ", " : "", names[a],
+                     (unsigned long long)rp_comm_step_user_calls(g->axis[a]));
+        }
+        snprintf(why, size,
+                 "worker %d made other collective calls than every other worker of role '%s' "
+                 "(user collectives on each axis in this step - worker %d: %s; each other "
+                 "worker: %s): a call on the wrong axis, or one skipped",
+                 o->worker, ro->name, o->worker, mine, theirs);
+        return o;
+    next_role:;
+    }
+    return NULL;
+}
+
+/* The name of the first axis on which rep's user calls differ from a peer's, for messages. */
+static const char *axis_reported(const rp_replica *rep)
+{
+    const rp_replicator *r = rep->r;
+    static const char *const names[RP_AXES] = {"data axis", "model axis", "pipe axis"};
+    for (int i = 0; i < r->n; i++) {
+        const rp_replica *o = &r->reps[i];
+        if (o == rep || o->role != rep->role || o->busy) continue;
+        for (int a = 0; a < RP_AXES; a++)
+            if (rep->shape[a] > 1 &&
+                rp_comm_step_user_calls(rep->axis[a]) > rp_comm_step_user_calls(o->axis[a]))
+                return names[a];
+        break;
+    }
+    return "communicator";
+}
+
 rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
 {
     if (!r || !fn) return RP_ERROR(RP_ERR_INVALID, "replicator or function is NULL");
@@ -576,6 +659,13 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
             rp_error_clear();
         return RP_OK;
     }
+    char why[1024];
+    const rp_replica *culprit = wrong_axis(r, why, sizeof why);
+    if (culprit)
+        return rp_error_set(cause->status, NULL, 0, "worker %d: %s (the %s reported: %s)",
+                            culprit->worker, why, axis_reported(culprit), cause->error);
+    if (strcmp(rp_comm_noun(cause->world), "worker") == 0)
+        return rp_error_set(cause->status, NULL, 0, "worker %d: %s", cause->worker, cause->error);
     if (cause->count == 1) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
     int who = cause->blame >= 0 ? cause->blame : cause->id;
     return rp_error_set(cause->status, NULL, 0, "replica %d: %s", who, cause->error);
@@ -904,6 +994,16 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
             RP_TRY(rp_topology_split(&r->reps[i]));
     } else {
         RP_TRY(rp_replicator_run(r, split_fn, NULL));
+    }
+    /* In a mesh or a job of roles an error names the communicator it happened on. */
+    for (int i = 0; meshed && i < n; i++) {
+        rp_replica *rep = &r->reps[i];
+        static const char *const axis_names[RP_AXES] = {"data axis", "model axis", "pipe axis"};
+        rp_comm_set_name(rep->world, "world");
+        if (rep->link != rep->world) rp_comm_set_name(rep->link, "link");
+        if (rep->role_comm != rep->world) rp_comm_set_name(rep->role_comm, "role");
+        for (int a = 0; a < RP_AXES; a++)
+            rp_comm_set_name(rep->axis[a], axis_names[a]);
     }
     for (int i = 0; i < n; i++)
         if (r->reps[i].count > r->each_cap) r->each_cap = r->reps[i].count;
