@@ -571,10 +571,12 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
         return;
     }
     double now = rp_now_s();
-    if (!r->d.send && proc != MPI_ANY_SOURCE && m->lanes == 1 && peer_went_on(c, proc)) {
+    if (!r->d.send && r->state == MREQ_POSTED && proc != MPI_ANY_SOURCE && m->lanes == 1 &&
+        peer_went_on(c, proc)) {
         /*
          * Its peer is in a collective this rank has not reached, which cannot complete without
-         * it: the two wait for each other, the peer having skipped its send. Messages of two
+         * it, and no message of the peer's is matched (one matched is on its way): the two wait
+         * for each other, the peer having skipped its send. Messages of two
          * communicators may arrive out of order, so the send gets a moment to show up first.
          */
         if (r->peer_on_s == 0) r->peer_on_s = now;
