@@ -68,9 +68,8 @@ static void test_skipped_send(void **state)
 /* In a 2 x 2 mesh, worker 3 all-reduces on its data axis while the others use the model axis. */
 static rp_status wrong_axis_fn(rp_replica *rep, void *arg)
 {
-    (void)arg;
     float x = 1;
-    rp_axis a = rp_replica_worker(rep) == 3 ? RP_AXIS_DATA : RP_AXIS_MODEL;
+    rp_axis a = rp_replica_worker(rep) == *(const int *)arg ? RP_AXIS_DATA : RP_AXIS_MODEL;
     return rp_comm_all_reduce(rp_replica_axis_comm(rep, a), &x, &x, 1, RP_F32, RP_SUM);
 }
 
@@ -83,7 +82,8 @@ static void test_wrong_axis_named(void **state)
     cfg.roles[0] = rp_role_make("replica", 2, 2);
     rp_replicator *r = make(&cfg);
     assert_int_equal(rp_replicator_set_flight_dir(r, tu_tmpdir()), RP_OK);
-    assert_int_equal(rp_replicator_run(r, wrong_axis_fn, NULL), RP_ERR_MISMATCH);
+    int culprit = 3;
+    assert_int_equal(rp_replicator_run(r, wrong_axis_fn, &culprit), RP_ERR_MISMATCH);
     const char *e = rp_last_error();
     /* The worker that made the call, and the axis it made it on; one noun in the line. */
     if (strncmp(e,
@@ -108,6 +108,15 @@ static void test_wrong_axis_named(void **state)
     assert_null(strstr(text, "the recorder is off"));
     free(text);
     tu_tmpdir_remove();
+    /* The first worker erring is found the same way. */
+    r = make(&cfg);
+    culprit = 0;
+    assert_int_equal(rp_replicator_run(r, wrong_axis_fn, &culprit), RP_ERR_MISMATCH);
+    tu_assert_error_contains("worker 0: worker 0 made other collective calls than every other "
+                             "worker of role 'replica' (user collectives on each axis in this "
+                             "step - worker 0: data 1, model 0; each other worker: data 0, "
+                             "model 1)");
+    rp_replicator_destroy(r);
 }
 
 /* A failure on one axis of a mesh names that communicator. */

@@ -492,44 +492,48 @@ static void *watchdog_main(void *p)
  * skipped, by that worker. The comm layer cannot tell: on a two-member axis one worker in a
  * call and one that ended its step look alike whichever erred. Its description into why.
  */
+static void axis_calls(const rp_replica *rep, uint64_t *calls)
+{
+    for (int a = 0; a < RP_AXES; a++)
+        calls[a] = rep->shape[a] > 1 ? rp_comm_step_user_calls(rep->axis[a]) : 0;
+}
+
 static const rp_replica *wrong_axis(const rp_replicator *r, char *why, size_t size)
 {
     if (strcmp(rp_comm_noun(r->reps[0].world), "worker") != 0) return NULL;
     for (int k = 0; k < r->nroles; k++) {
         const rp_role *ro = &r->roles[k];
-        int members = 0, odd = -1, ref = -1;
-        uint64_t calls[RP_AXES], want[RP_AXES] = {0};
-        for (int i = 0; i < r->n; i++) {
+        /* At most two distinct count vectors, one of them held by exactly one worker. */
+        int members = 0, na = 0, nb = 0, last_a = -1, last_b = -1;
+        uint64_t calls[RP_AXES], va[RP_AXES], vb[RP_AXES];
+        bool several = false;
+        for (int i = 0; i < r->n && !several; i++) {
             const rp_replica *rep = &r->reps[i];
             if (rep->role != k || rep->busy || rep->abandoned) continue;
             members++;
-            for (int a = 0; a < RP_AXES; a++)
-                calls[a] = rep->shape[a] > 1 ? rp_comm_step_user_calls(rep->axis[a]) : 0;
-            if (ref < 0) {
-                ref = i;
-                memcpy(want, calls, sizeof want);
-            } else if (memcmp(calls, want, sizeof want) != 0) {
-                if (odd >= 0) goto next_role; /* two differ from the first: no single culprit */
-                odd = i;
+            axis_calls(rep, calls);
+            if (na == 0 || memcmp(calls, va, sizeof va) == 0) {
+                memcpy(va, calls, sizeof va);
+                na++;
+                last_a = i;
+            } else if (nb == 0 || memcmp(calls, vb, sizeof vb) == 0) {
+                memcpy(vb, calls, sizeof vb);
+                nb++;
+                last_b = i;
+            } else {
+                several = true;
             }
         }
-        if (members != ro->members * ro->model * ro->pipe || members < 3 || odd < 0) continue;
-        /* The first differs from the rest, or one of the rest from the first: which is odd? */
-        for (int i = 0; i < r->n; i++) {
-            const rp_replica *rep = &r->reps[i];
-            if (rep->role != k || rep->busy || i == ref || i == odd) continue;
-            bool like_ref = true;
-            for (int a = 0; a < RP_AXES && like_ref; a++)
-                like_ref =
-                    (rep->shape[a] > 1 ? rp_comm_step_user_calls(rep->axis[a]) : 0) == want[a];
-            if (!like_ref) { /* the reference is the odd one */
-                int t = ref;
-                ref = odd;
-                odd = t;
-            }
-            break;
-        }
-        const rp_replica *o = &r->reps[odd], *g = &r->reps[ref];
+        if (several || members != ro->members * ro->model * ro->pipe || members < 3 || nb == 0)
+            continue;
+        int odd, good;
+        if (na == 1 && nb >= 2)
+            odd = last_a, good = last_b;
+        else if (nb == 1 && na >= 2)
+            odd = last_b, good = last_a;
+        else
+            continue;
+        const rp_replica *o = &r->reps[odd], *g = &r->reps[good];
         static const char *const names[RP_AXES] = {"data", "model", "pipe"};
         char mine[96] = "", theirs[96] = "";
         for (int a = 0; a < RP_AXES; a++) {
@@ -546,7 +550,6 @@ static const rp_replica *wrong_axis(const rp_replicator *r, char *why, size_t si
                  "worker: %s): a call on the wrong axis, or one skipped",
                  o->worker, ro->name, o->worker, mine, theirs);
         return o;
-    next_role:;
     }
     return NULL;
 }
