@@ -98,7 +98,7 @@ int main(int argc, char **argv)
     cfg.replicas = 2;
     RP_TRY(rp_config_from_args(&cfg, &argc, argv)); /* --replicas 4, --backend mpi, ... */
     RP_TRY(rp_replicator_create(&r, &cfg));
-    bool lead = rp_replica_id(rp_replicator_replica(r, 0)) == 0; /* prints (once per job) */
+    bool lead = rp_replicator_is_leader(r); /* prints (once per job, whatever the layout) */
     RP_TRY(rp_replicator_run(r, build, NULL));
     for (int64_t k = 0; k < STEPS; k++) {
         RP_TRY(rp_replicator_run(r, step, &k)); /* every replica, its own shard */

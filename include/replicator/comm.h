@@ -145,6 +145,17 @@ int rp_comm_replica_id(const rp_comm *comm, int rank);
  */
 void rp_comm_set_noun(rp_comm *comm, const char *noun);
 const char *rp_comm_noun(const rp_comm *comm);
+/*
+ * What this handle's error messages call the communicator, e.g. "data axis": a failed call's
+ * message then reads "data axis: worker 1 ended its step ..." (after the file:line origin), so
+ * a job with several communicators says which one failed. The runtime names its workers'
+ * communicators in a mesh or a job of roles ("data axis", "model axis", "pipe axis", "role",
+ * "world", "link").
+ * Not inherited by splits. At most 23 characters (longer is cut); NULL or "": none (the
+ * default). Not collective: this handle only. rp_comm_name: "" when none or for NULL.
+ */
+void rp_comm_set_name(rp_comm *comm, const char *name);
+const char *rp_comm_name(const rp_comm *comm);
 /* Name of the backend ("threads", "mpi"). */
 const char *rp_comm_backend(const rp_comm *comm);
 
@@ -242,6 +253,13 @@ uint64_t rp_comm_user_sequence(const rp_comm *comm);
  * (Members match calls by their whole sequence; this only names them.)
  */
 uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
+/*
+ * User collectives this member has entered in the current phase (since the last
+ * rp_comm_rejoin), completed or not: the step's calls as this member made them, where
+ * rp_comm_step_user_sequence counts those that completed. The runtime compares them across a
+ * mesh's axes to name the worker that made a call on the wrong axis. 0 for NULL.
+ */
+uint64_t rp_comm_step_user_calls(const rp_comm *comm);
 
 /* ---- point-to-point messages ------------------------------------------------------------ */
 
@@ -273,7 +291,17 @@ uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
  * does not come within the communicator's timeout is RP_ERR_TIMEOUT naming
  * the peer (by rank and host under MPI) and the last call it completed; a
  * peer whose step ended (rp_comm_leave) while this member waits for it is
- * reported at once; a mismatch or timeout breaks the communicator like a
+ * reported at once, and so is a receive from a peer that went on to a
+ * collective this member has not reached (the runtime's report all-gather
+ * at the end of its step, say): the two would wait for each other, so the
+ * receive fails with RP_ERR_MISMATCH on both, "replica 0 went on to ...
+ * without sending the message of recv (tag 7, ...), which replica 1 is
+ * waiting in" (under MPI after a moment, at most a quarter second, for the
+ * message to arrive; not yet in the hierarchical backend, where it waits
+ * for the timeout). A send to a member that has left (threads: its step
+ * ended or failed; MPI: it failed) fails at once with RP_ERR_COMM instead
+ * of buffering a message that would never be received, and breaks the
+ * communicator. A mismatch or timeout breaks the communicator like a
  * collective error, and every later call on a broken communicator -
  * point-to-point included - fails at once with RP_ERR_COMM and the original
  * reason. An invalid call (negative count, NULL buffer with count > 0,

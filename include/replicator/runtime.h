@@ -198,7 +198,21 @@ typedef struct rp_replica rp_replica;
 rp_status rp_replicator_create(rp_replicator **r, const rp_config *cfg);
 /*
  * Stops the threads and frees the replicas (not their user data); see the
- * teardown order above. Waits for a role started and not waited for. With
+ * teardown order above. A role started and not waited for: on the threads
+ * backend the other workers first leave their communicators for good (the
+ * link too), so the started function's next send to them, or a receive from
+ * them, fails at once with RP_ERR_COMM ("worker 0 has left (COMM: worker
+ * 0's replicator was destroyed): send (tag 3, ...) from worker 1 to it would
+ * never be received") - an actor sending in a loop ends; then destroy waits
+ * for the started threads at most the timeout (cfg.timeout_s, at least 2 s).
+ * One still running then (a loop that makes no comm call) is named in the
+ * log and in rp_last_error() (RP_ERR_TIMEOUT, "rp_replicator_destroy: role
+ * 'actor', worker 1 did not return from its started function within 2 s
+ * ..."), its thread is detached and the replicator's memory is left
+ * allocated, as for a stuck replica below. Under MPI a started role on
+ * another rank is not told (a message to a rank that has freed its
+ * communicator would corrupt the next one): stop it and
+ * rp_replicator_wait() for it before destroy, on every rank. With
  * replica optimizers still alive it detaches them and records RP_ERR_INVALID
  * ("replica 0 still had 1 optimizer(s) ... destroy them first") in
  * rp_last_error(). After the watchdog abandoned a stuck replica it waits
@@ -224,10 +238,22 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
  * agree on names the replica that caused it: a non-finite gradient is
  * "replica 2: replica 2's own gradient of parameter 'fc.weight' held nan
  * ... before the all-reduce" (RP_ERR_NUMERIC, nothing updated).
+ * In a mesh or a job of roles the message names workers, prefix included
+ * ("worker 3: ..."), and the communicator a call failed on ("data axis:
+ * worker 1 ended its step ..."; the runtime names each worker's data, model
+ * and pipe axes, role, world and link: rp_comm_set_name). When every worker
+ * of a role ran in this process and exactly one made other user
+ * collectives than all the others, counted per axis (a call on the wrong
+ * axis, or one skipped), that worker is named first: "worker 3: worker 3
+ * made other collective calls than every other worker of role 'replica'
+ * (user collectives on each axis in this step - worker 3: data 1, model 0;
+ * each other worker: data 0, model 1): a call on the wrong axis, or one
+ * skipped (the data axis reported: ...)" - the axis alone cannot tell,
+ * when two workers meet on it, which of them erred.
  * With roles, fn runs on every worker except those of a started role
  * (rp_replicator_start); the reports are reduced over each worker's data
- * axis, and rp_replicator_result() gives those of this process's first
- * worker.
+ * axis, and rp_replicator_result() gives those of one worker of this
+ * process (the last stage's in a mesh: see there).
  *
  * Divergence by a plain optimizer: when the replicas must stay identical
  * (sync), an rp_optimizer_create() optimizer stepped inside the run (on the
@@ -302,7 +328,16 @@ rp_replica *rp_replicator_replica(rp_replicator *r, int i);
 
 /*
  * The value reported under `name` in the last run, reduced across replicas
- * with the op it was reported with. RP_ERR_INVALID if no such report.
+ * with the op it was reported with. The reports are reduced over each
+ * worker's data axis, so in a mesh each model or pipeline position has its
+ * own; the result is that of this process's worker that ranks first among
+ * those that reported anything: the first role, then the last pipeline
+ * stage and the last model worker (where a model's loss is known), then the
+ * first worker. So a loss reported by the last stage only is found on the
+ * process holding it. RP_ERR_INVALID if no such report - also on a process
+ * whose workers all ran a started role during the run (under MPI, a rank
+ * holding only actors): "no worker of this process ran the last run"; read
+ * the results on a process whose workers reported (rp_replicator_is_leader).
  */
 rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value);
 
@@ -419,6 +454,19 @@ rp_comm *rp_replica_comm(rp_replica *rep);
  */
 int rp_replica_worker(const rp_replica *rep);
 int rp_replica_workers(const rp_replica *rep);
+/*
+ * The print-once predicate: true on exactly one worker of the job - the
+ * first role's replica 0, its last worker along the model and pipe axes
+ * (the one that holds the end of the model, and so the loss; in a job of
+ * single-worker replicas, replica 0). rp_replica_id(rep) == 0 is true on
+ * every model worker of replica 0 and prints once per stage.
+ * rp_replicator_is_leader: whether this process holds that worker (true on
+ * one process of the job; false on a parameter-server rank and for NULL);
+ * its rp_replicator_result() is the leader's, as the leader reported.
+ * Thread-safe.
+ */
+bool rp_replica_is_leader(const rp_replica *rep);
+bool rp_replicator_is_leader(const rp_replicator *r);
 const char *rp_replica_role(const rp_replica *rep);
 int rp_replica_coord(const rp_replica *rep, rp_axis axis);
 int rp_replica_axis_size(const rp_replica *rep, rp_axis axis);

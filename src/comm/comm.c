@@ -220,6 +220,46 @@ const char *rp_comm_noun(const rp_comm *comm)
     return comm ? comm_noun(comm) : "replica";
 }
 
+void rp_comm_set_name(rp_comm *comm, const char *name)
+{
+    if (comm) snprintf(comm->name, sizeof comm->name, "%s", name ? name : "");
+}
+
+const char *rp_comm_name(const rp_comm *comm)
+{
+    return comm ? comm->name : "";
+}
+
+uint64_t rp_comm_step_user_calls(const rp_comm *comm)
+{
+    return comm ? comm->user_entered : 0;
+}
+
+/*
+ * A failed call's message names the communicator, where it has a name: "threads.c:268: data
+ * axis: worker 1 ended its step ...", after the origin, once. Returns status.
+ */
+static rp_status named(const rp_comm *comm, rp_status status)
+{
+    if (status == RP_OK || !comm || !comm->name[0]) return status;
+    const char *msg = rp_last_error();
+    char tag[32];
+    snprintf(tag, sizeof tag, "%s: ", comm->name);
+    if (strstr(msg, tag)) return status;
+    /* The origin "file.c:123: ", if the message starts with one. */
+    size_t origin = 0;
+    const char *colon = strstr(msg, ".c:");
+    if (colon && !memchr(msg, ' ', (size_t)(colon - msg))) {
+        const char *p = colon + 3;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (p > colon + 3 && p[0] == ':' && p[1] == ' ') origin = (size_t)(p + 2 - msg);
+    }
+    char copy[2048];
+    snprintf(copy, sizeof copy, "%s", msg);
+    return rp_error_set(status, NULL, 0, "%.*s%s%s", (int)origin, copy, tag, copy + origin);
+}
+
 rp_status rp_comm_set_timeout(rp_comm *comm, double seconds)
 {
     if (!comm) return RP_ERROR(RP_ERR_INVALID, "communicator is NULL");
@@ -239,6 +279,7 @@ void rp_comm_rejoin(rp_comm *comm)
     if (!comm) return;
     /* A new phase (the runtime's next step): messages number the user's calls from #0 again. */
     comm->user_base = comm->user_seq;
+    comm->user_entered = 0;
     comm->phased = true;
     if (rp_fault_on()) rp_fault_rejoin(comm);
     comm->ops->rejoin(comm);
@@ -309,8 +350,9 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
                      comm->ids[comm->rank], rp_last_error());
             comm->ops->fail(comm, status, reason);
         }
-        return status;
+        return named(comm, status);
     }
+    if (!d.internal) comm->user_entered++;
     rp_trace_begin(RP_PHASE_COMM); /* the trace's span: next to the flight recorder's entry */
     status = rp_fault_on() ? rp_fault_collective(comm, &d, send, recv)
                            : comm->ops->collective(comm, &d, send, recv);
@@ -321,7 +363,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
     if (e) rp_flight_end(comm, call, status);
     if (status == RP_OK) tally(comm, kind, count, dtype);
     if (status == RP_OK && !d.internal) comm->user_seq++;
-    return status;
+    return named(comm, status);
 }
 
 rp_status rp_comm_all_reduce(rp_comm *comm, const void *send, void *recv, int64_t count,
@@ -493,7 +535,7 @@ static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_re
                                : comm->ops->irecv(comm, d, buf, req);
     if (status != RP_OK) {
         if (e) rp_flight_end(comm, call, status);
-        return status;
+        return named(comm, status);
     }
     tally(comm, d->send ? RP_FLIGHT_SEND : RP_FLIGHT_RECV, d->count, (rp_dtype)d->dtype);
     (*req)->flight = e ? call + 1 : 0;
@@ -507,7 +549,7 @@ static rp_status complete(rp_comm_request *req, double deadline)
     uint64_t flight = req->flight;
     rp_status status = req->backend->ops->wait(req, deadline);
     if (flight) rp_flight_end(comm, flight - 1, status);
-    return status;
+    return named(comm, status);
 }
 
 rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer,

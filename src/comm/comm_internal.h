@@ -121,18 +121,20 @@ typedef struct rp_comm_ops {
 struct rp_comm {
     const rp_comm_ops *ops;
     int rank, size;
-    int *ids;            /* [size] replica id of each rank, owned */
-    char noun[16];       /* what messages call a member (rp_comm_noun: "replica" when empty) */
-    double timeout;      /* seconds */
-    uint64_t seq;        /* collectives completed by this member */
-    uint64_t user_seq;   /* of which the user's (outside begin/end_internal) */
-    uint64_t user_base;  /* user_seq at the last rp_comm_rejoin: messages count from it */
-    bool phased;         /* rp_comm_rejoin has been called */
-    int internal;        /* begin_internal depth (0, 1 or 2) */
-    char what[48];       /* the outer internal call's name */
-    bool housekeeping;   /* the outer internal call began with rp_comm_begin_housekeeping */
-    rp_comm_stats stats; /* the traffic counters (comm.c) */
-    void *impl;          /* the backend's state */
+    int *ids;              /* [size] replica id of each rank, owned */
+    char noun[16];         /* what messages call a member (rp_comm_noun: "replica" when empty) */
+    char name[24];         /* what messages call the communicator (rp_comm_set_name; "" none) */
+    uint64_t user_entered; /* user collectives entered since the last rejoin, completed or not */
+    double timeout;        /* seconds */
+    uint64_t seq;          /* collectives completed by this member */
+    uint64_t user_seq;     /* of which the user's (outside begin/end_internal) */
+    uint64_t user_base;    /* user_seq at the last rp_comm_rejoin: messages count from it */
+    bool phased;           /* rp_comm_rejoin has been called */
+    int internal;          /* begin_internal depth (0, 1 or 2) */
+    char what[48];         /* the outer internal call's name */
+    bool housekeeping;     /* the outer internal call began with rp_comm_begin_housekeeping */
+    rp_comm_stats stats;   /* the traffic counters (comm.c) */
+    void *impl;            /* the backend's state */
     /*
      * The flight recorder (flight.c), kept by comm.c for every public call:
      * a ring of flight_cap entries (NULL until the first call, or after an

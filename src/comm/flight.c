@@ -197,7 +197,9 @@ rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json)
                 comm_noun(comm), comm->ids[comm->rank], comm->rank, comm->size, comm->ops->name,
                 (unsigned long long)comm->flight_calls, held,
                 broken ? "; the communicator is broken" : "");
-        if (!comm->flight)
+        if (!comm->flight && !comm->flight_sized)
+            fprintf(f, "  (no call has been made on this handle: its ring is made at the first)\n");
+        else if (!comm->flight)
             fprintf(f,
                     "  (the recorder is off for this handle: RP_FLIGHT_ENTRIES=0 or no memory)\n");
         else

@@ -194,21 +194,53 @@ static void plain_steps(rp_replica *rep, int64_t *steps, int64_t *hash)
     *hash = (int64_t)(h >> 1);
 }
 
-/* All replicas' reports, checked and reduced in replica order into rep->r->results. */
+/*
+ * Which local worker's reduced reports rp_replicator_result() gives: one that reported beats one
+ * that did not, then the first role, then the last pipeline stage and the last model worker (in a
+ * mesh the loss is known at the end of the model), then the first worker. Higher is better.
+ */
+static int64_t keeper_rank(const rp_replica *rep)
+{
+    const int *c = rep->coord;
+    return (int64_t)(rep->nreports > 0) << 60 | (int64_t)(RP_ROLES_MAX - rep->role) << 52 |
+           (int64_t)c[RP_AXIS_PIPE] << 40 | (int64_t)c[RP_AXIS_MODEL] << 20 |
+           (int64_t)((1 << 20) - 1 - rep->local);
+}
+
+/*
+ * Offers rep's reduced reports (res[0..k), and each replica's values: all[q * stride + 2 * i +
+ * 1] as doubles, or rep's own with all NULL) as the run's results; kept if rep ranks above the
+ * worker whose results are held (keeper_rank). Takes r->mu.
+ */
+static void keep_results(rp_replica *rep, const rp_report *res, int k, const int64_t *all,
+                         int stride, int n)
+{
+    rp_replicator *r = rep->r;
+    int64_t rank = keeper_rank(rep);
+    pthread_mutex_lock(&r->mu);
+    if (r->keeper < 0 || rank > r->keeper_rank) {
+        r->keeper = rep->local;
+        r->keeper_rank = rank;
+        memcpy(r->results, res, sizeof(rp_report) * (size_t)k);
+        r->nresults = k;
+        r->each_count = n <= r->each_cap ? n : 0;
+        for (int i = 0; i < k && r->each_count; i++)
+            for (int q = 0; q < n; q++) {
+                double v = rep->reports[i].value;
+                if (all) memcpy(&v, &all[(size_t)q * (size_t)stride + 2 * (size_t)i + 1], sizeof v);
+                r->each[(size_t)i * (size_t)r->each_cap + (size_t)q] = v;
+            }
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* All replicas' reports, checked and reduced in replica order (keep_results). */
 static rp_status reduce_reports(rp_replica *rep)
 {
     rp_replicator *r = rep->r;
     int n = rep->count, k = rep->nreports;
-    bool keeper =
-        rep->local == r->keeper; /* the results are this process's first worker's in the run */
     if (n == 1) {
-        if (keeper) {
-            memcpy(r->results, rep->reports, sizeof(rp_report) * (size_t)k);
-            r->nresults = k;
-            r->each_count = r->each_cap >= 1 ? 1 : 0;
-            for (int i = 0; i < k && r->each_count; i++)
-                r->each[(size_t)i * (size_t)r->each_cap] = rep->reports[i].value;
-        }
+        keep_results(rep, rep->reports, k, NULL, 0, 1);
         return RP_OK;
     }
     /* After a collective error nothing can be reduced; a run that reports nothing (a clean-up)
@@ -237,9 +269,10 @@ static rp_status reduce_reports(rp_replica *rep)
                 "all-reduce the gradients: make it with rp_replica_optimizer_create()",
                 q, (long long)all[3 * q + 1], (long long)all[1]);
     if (k == 0) {
-        if (keeper) r->nresults = 0;
+        keep_results(rep, rep->reports, 0, NULL, 0, n);
         return RP_OK;
     }
+    rp_report res[RP_REPORTS_MAX];
     int64_t packed[2 * RP_REPORTS_MAX];
     for (int i = 0; i < k; i++) {
         packed[2 * i] =
@@ -262,7 +295,6 @@ static rp_status reduce_reports(rp_replica *rep)
                     i, q, rep->reports[i].name, rp_reduce_op_name(rep->reports[i].op));
             double v;
             memcpy(&v, &e[1], sizeof v);
-            if (keeper && q < r->each_cap) r->each[(size_t)i * (size_t)r->each_cap + q] = v;
             switch (rep->reports[i].op) {
             case RP_SUM:
             case RP_MEAN:
@@ -279,15 +311,10 @@ static rp_status reduce_reports(rp_replica *rep)
             }
         }
         if (rep->reports[i].op == RP_MEAN) acc /= n;
-        if (keeper) {
-            r->results[i] = rep->reports[i];
-            r->results[i].value = acc;
-        }
+        res[i] = rep->reports[i];
+        res[i].value = acc;
     }
-    if (keeper) {
-        r->nresults = k;
-        r->each_count = n <= r->each_cap ? n : 0;
-    }
+    keep_results(rep, res, k, all, 2 * k, n);
     return RP_OK;
 }
 
@@ -474,6 +501,92 @@ static void *watchdog_main(void *p)
     return NULL;
 }
 
+/*
+ * After a failed run of a mesh: the one worker whose user collectives in the step, counted per
+ * axis (entered, completed or not), differ from those of every other worker of its role, when
+ * all of them ran here and at least two others agree - a call made on the wrong axis, or
+ * skipped, by that worker. The comm layer cannot tell: on a two-member axis one worker in a
+ * call and one that ended its step look alike whichever erred. Its description into why.
+ */
+static void axis_calls(const rp_replica *rep, uint64_t *calls)
+{
+    for (int a = 0; a < RP_AXES; a++)
+        calls[a] = rep->shape[a] > 1 ? rp_comm_step_user_calls(rep->axis[a]) : 0;
+}
+
+static const rp_replica *wrong_axis(const rp_replicator *r, char *why, size_t size)
+{
+    if (strcmp(rp_comm_noun(r->reps[0].world), "worker") != 0) return NULL;
+    for (int k = 0; k < r->nroles; k++) {
+        const rp_role *ro = &r->roles[k];
+        /* At most two distinct count vectors, one of them held by exactly one worker. */
+        int members = 0, na = 0, nb = 0, last_a = -1, last_b = -1;
+        uint64_t calls[RP_AXES], va[RP_AXES], vb[RP_AXES];
+        bool several = false;
+        for (int i = 0; i < r->n && !several; i++) {
+            const rp_replica *rep = &r->reps[i];
+            if (rep->role != k || rep->busy || rep->abandoned) continue;
+            members++;
+            axis_calls(rep, calls);
+            if (na == 0 || memcmp(calls, va, sizeof va) == 0) {
+                memcpy(va, calls, sizeof va);
+                na++;
+                last_a = i;
+            } else if (nb == 0 || memcmp(calls, vb, sizeof vb) == 0) {
+                memcpy(vb, calls, sizeof vb);
+                nb++;
+                last_b = i;
+            } else {
+                several = true;
+            }
+        }
+        if (several || members != ro->members * ro->model * ro->pipe || members < 3 || nb == 0)
+            continue;
+        int odd, good;
+        if (na == 1 && nb >= 2)
+            odd = last_a, good = last_b;
+        else if (nb == 1 && na >= 2)
+            odd = last_b, good = last_a;
+        else
+            continue;
+        const rp_replica *o = &r->reps[odd], *g = &r->reps[good];
+        static const char *const names[RP_AXES] = {"data", "model", "pipe"};
+        char mine[96] = "", theirs[96] = "";
+        for (int a = 0; a < RP_AXES; a++) {
+            if (o->shape[a] <= 1) continue;
+            size_t lm = strlen(mine), lt = strlen(theirs);
+            snprintf(mine + lm, sizeof mine - lm, "%s%s %llu", lm ? ", " : "", names[a],
+                     (unsigned long long)rp_comm_step_user_calls(o->axis[a]));
+            snprintf(theirs + lt, sizeof theirs - lt, "%s%s %llu", lt ? ", " : "", names[a],
+                     (unsigned long long)rp_comm_step_user_calls(g->axis[a]));
+        }
+        snprintf(why, size,
+                 "worker %d made other collective calls than every other worker of role '%s' "
+                 "(user collectives on each axis in this step - worker %d: %s; each other "
+                 "worker: %s): a call on the wrong axis, or one skipped",
+                 o->worker, ro->name, o->worker, mine, theirs);
+        return o;
+    }
+    return NULL;
+}
+
+/* The name of the first axis on which rep's user calls differ from a peer's, for messages. */
+static const char *axis_reported(const rp_replica *rep)
+{
+    const rp_replicator *r = rep->r;
+    static const char *const names[RP_AXES] = {"data axis", "model axis", "pipe axis"};
+    for (int i = 0; i < r->n; i++) {
+        const rp_replica *o = &r->reps[i];
+        if (o == rep || o->role != rep->role || o->busy) continue;
+        for (int a = 0; a < RP_AXES; a++)
+            if (rep->shape[a] > 1 &&
+                rp_comm_step_user_calls(rep->axis[a]) > rp_comm_step_user_calls(o->axis[a]))
+                return names[a];
+        break;
+    }
+    return "communicator";
+}
+
 rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
 {
     if (!r || !fn) return RP_ERROR(RP_ERR_INVALID, "replicator or function is NULL");
@@ -494,11 +607,14 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     r->fn = fn;
     r->arg = arg;
     r->finished = 0;
-    r->keeper = 0;
-    for (int i = 0; i < r->n; i++)
+    r->keeper = -1; /* chosen as the workers finish (keep_results) */
+    r->nresults = 0;
+    r->each_count = 0;
+    r->ran_here = false;
+    for (int i = 0; i < r->n; i++) {
         r->reps[i].done = false;
-    for (int i = r->n - 1; i >= 0; i--)
-        if (!r->reps[i].busy) r->keeper = i;
+        r->ran_here |= !r->reps[i].busy;
+    }
     r->in_run = true;
     r->generation++;
     pthread_cond_broadcast(&r->start);
@@ -562,12 +678,89 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
             rp_error_clear();
         return RP_OK;
     }
+    char why[1024];
+    const rp_replica *culprit = wrong_axis(r, why, sizeof why);
+    if (culprit)
+        return rp_error_set(cause->status, NULL, 0, "worker %d: %s (the %s reported: %s)",
+                            culprit->worker, why, axis_reported(culprit), cause->error);
+    if (strcmp(rp_comm_noun(cause->world), "worker") == 0)
+        return rp_error_set(cause->status, NULL, 0, "worker %d: %s", cause->worker, cause->error);
     if (cause->count == 1) return rp_error_set(cause->status, NULL, 0, "%s", cause->error);
     int who = cause->blame >= 0 ? cause->blame : cause->id;
     return rp_error_set(cause->status, NULL, 0, "replica %d: %s", who, cause->error);
 }
 
 /* ---- create / destroy ----------------------------------------------------------------- */
+
+/*
+ * destroy's end of the roles started and not waited for. On threads the workers that are not in
+ * one leave their communicators for good first - the link too, unlike at a run's end - so a
+ * started function sending to them or waiting for them fails at once instead of buffering
+ * forever. Then each started thread gets the timeout (at least 2 s) to return; one that does not
+ * is named in the log and rp_last_error(), detached, and true is returned: its replica, tape
+ * and communicators may still be in use, so the caller frees nothing.
+ */
+static bool stop_started(rp_replicator *r)
+{
+    bool any = false;
+    for (int i = 0; r->reps && i < r->n; i++)
+        any |= r->reps[i].busy;
+    /*
+     * On threads the leave is a flag. Over MPI it is a message to every peer, and one that
+     * reaches a process that has already freed that communicator is kept by OpenMPI for the
+     * next communicator given the same context id, whose creation then crashes
+     * (test_topology_mpi did): so not there, and a started role on another rank is not told.
+     */
+    bool leave = r->layout == RP_LAYOUT_THREADS && any;
+    for (int i = 0; leave && r->reps && i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (rep->busy || !rep->world) continue;
+        char why[96];
+        snprintf(why, sizeof why, "worker %d's replicator was destroyed", rep->worker);
+        for (int k = 0; k < rep->nlive; k++)
+            rp_comm_leave(rep->live[k], RP_ERR_COMM, why);
+        if (rep->link != rep->world) rp_comm_leave(rep->link, RP_ERR_COMM, why);
+    }
+    if (!any) return false;
+    double bound = fmax(2.0, r->cfg.timeout_s), t0 = rp_now_s();
+    bool stuck = false;
+    char names[256] = "";
+    for (int i = 0; r->reps && i < r->n; i++) {
+        rp_replica *rep = &r->reps[i];
+        if (!rep->busy) continue;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        double left = fmax(0.0, bound - (rp_now_s() - t0));
+        until.tv_sec += (time_t)left;
+        until.tv_nsec += (long)((left - floor(left)) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (pthread_timedjoin_np(rep->started, NULL, &until) == 0) {
+            rep->busy = false;
+            continue;
+        }
+        pthread_detach(rep->started);
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%srole '%s', worker %d", stuck ? "; " : "",
+                 r->roles[rep->role].name, rep->worker);
+        if (!stuck)
+            snprintf(r->abandoned_error, sizeof r->abandoned_error, "role '%s', worker %d",
+                     r->roles[rep->role].name, rep->worker);
+        stuck = true;
+    }
+    if (stuck) {
+        rp_error_set(RP_ERR_TIMEOUT, NULL, 0,
+                     "rp_replicator_destroy: %s did not return from its started function within "
+                     "%.0f s (its peers here had left; stop it, e.g. by a message, and "
+                     "rp_replicator_wait() for it before destroy): its thread is detached and "
+                     "the replicator's memory is not freed",
+                     names, bound);
+        rp_log(RP_LOG_ERROR, "replicator: %s", rp_last_error());
+    }
+    return stuck;
+}
 
 void rp_replicator_destroy(rp_replicator *r)
 {
@@ -578,12 +771,7 @@ void rp_replicator_destroy(rp_replicator *r)
     pthread_cond_broadcast(&r->wake);
     pthread_mutex_unlock(&r->mu);
     if (r->watchdog_started) pthread_join(r->watchdog, NULL);
-    /* A started role not waited for: its functions are expected to return (destroy waits). */
-    for (int i = 0; r->reps && i < r->n; i++)
-        if (r->reps[i].busy) {
-            pthread_join(r->reps[i].started, NULL);
-            r->reps[i].busy = false;
-        }
+    bool started_stuck = stop_started(r);
     /* A stuck thread that comes back within the grace (2 s) ends: then everything is freed
        as usual. Only a thread still stuck after that is left with the memory it uses. */
     bool stuck = false;
@@ -605,12 +793,14 @@ void rp_replicator_destroy(rp_replicator *r)
         else
             pthread_join(rep->thread, NULL);
     }
-    if (stuck) {
-        /* A stuck thread may still return into its replica, tape and communicator: they stay. */
-        rp_log(RP_LOG_WARN,
-               "replicator: %s was left stuck in its step function; its replicator's "
-               "memory is not freed",
-               r->abandoned_error);
+    if (stuck || started_stuck) {
+        /* A stuck thread may still return into its replica, tape and communicator: they stay.
+           (stop_started has said so for a started one.) */
+        if (stuck)
+            rp_log(RP_LOG_WARN,
+                   "replicator: %s was left stuck in its step function; its replicator's "
+                   "memory is not freed",
+                   r->abandoned_error);
         return;
     }
     for (int i = 0; r->reps && i < r->n; i++)
@@ -841,6 +1031,16 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     } else {
         RP_TRY(rp_replicator_run(r, split_fn, NULL));
     }
+    /* In a mesh or a job of roles an error names the communicator it happened on. */
+    for (int i = 0; meshed && i < n; i++) {
+        rp_replica *rep = &r->reps[i];
+        static const char *const axis_names[RP_AXES] = {"data axis", "model axis", "pipe axis"};
+        rp_comm_set_name(rep->world, "world");
+        if (rep->link != rep->world) rp_comm_set_name(rep->link, "link");
+        if (rep->role_comm != rep->world) rp_comm_set_name(rep->role_comm, "role");
+        for (int a = 0; a < RP_AXES; a++)
+            rp_comm_set_name(rep->axis[a], axis_names[a]);
+    }
     for (int i = 0; i < n; i++)
         if (r->reps[i].count > r->each_cap) r->each_cap = r->reps[i].count;
     r->each = calloc((size_t)r->each_cap * RP_REPORTS_MAX, sizeof(double));
@@ -939,6 +1139,12 @@ rp_status rp_replicator_result(const rp_replicator *r, const char *name, double 
             *value = r->results[i].value;
             return RP_OK;
         }
+    if (r && !r->ran_here)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "no value named '%s': no worker of this process ran the last run (its "
+                        "workers are all in started roles); the results are on the processes of "
+                        "the workers that reported",
+                        name ? name : "(null)");
     return RP_ERROR(RP_ERR_INVALID, "no value named '%s' was reported in the last run",
                     name ? name : "(null)");
 }
@@ -1140,6 +1346,21 @@ bool rp_replicator_lockstep(const rp_replicator *r)
 }
 
 /* ---- topology ---------------------------------------------------------------------------- */
+
+bool rp_replica_is_leader(const rp_replica *rep)
+{
+    if (!rep) return false;
+    const int *c = rep->coord, *n = rep->shape;
+    return rep->role == 0 && c[RP_AXIS_DATA] == 0 && c[RP_AXIS_MODEL] == n[RP_AXIS_MODEL] - 1 &&
+           c[RP_AXIS_PIPE] == n[RP_AXIS_PIPE] - 1;
+}
+
+bool rp_replicator_is_leader(const rp_replicator *r)
+{
+    for (int i = 0; r && !r->server && i < r->n; i++)
+        if (rp_replica_is_leader(&r->reps[i])) return true;
+    return false;
+}
 
 int rp_replica_worker(const rp_replica *rep)
 {

@@ -101,12 +101,14 @@ struct rp_replicator {
     void *arg;
     int nresults;
     rp_report results[RP_REPORTS_MAX];
-    double *each;   /* [RP_REPORTS_MAX][each_cap]: every replica's value of each result */
-    int each_cap;   /* replicas it holds room for */
-    int each_count; /* replicas in the last run's results */
-    int keeper;     /* the local worker whose reduced reports are kept (first in the run) */
-    bool server;    /* this rank serves (a strategy's role), not a replica */
-    int nroles;     /* the job's roles, placed (first filled in) */
+    double *each;        /* [RP_REPORTS_MAX][each_cap]: every replica's value of each result */
+    int each_cap;        /* replicas it holds room for */
+    int each_count;      /* replicas in the last run's results */
+    int keeper;          /* the local worker whose reduced reports are kept (-1: none yet) */
+    int64_t keeper_rank; /* its rank (replicator.c: keeper_rank): a better one replaces it */
+    bool ran_here;       /* a worker of this process ran the last run */
+    bool server;         /* this rank serves (a strategy's role), not a replica */
+    int nroles;          /* the job's roles, placed (first filled in) */
     rp_role roles[RP_ROLES_MAX];
     int64_t claims;           /* rp_replica_claim() on threads: this run's next ticket */
     bool in_run;              /* between the start and the end of rp_replicator_run (under mu) */

@@ -460,6 +460,32 @@ static void test_internal_skip(rp_comm *c)
           "numbered from the communicator's creation, not the step: %s", e);
 }
 
+/* A forgotten send (issue 26): rank 0 goes on to the runtime's report all-gather without the
+ * send rank 1 waits for. Both fail at once (not at the 10 s timeout), naming rank 0 as the one
+ * that skipped it - not rank 1, which never arrived at the all-gather because it waited. */
+static void test_skipped_send(rp_comm *c)
+{
+    int64_t mine[2] = {rank_, 0}, all[2 * 64];
+    float v = 0;
+    double t0 = rp_now_s();
+    rp_status st = RP_OK;
+    if (rank_ == 1) st = rp_comm_recv(c, &v, 1, RP_F32, 0, 7);
+    if (st == RP_OK) {
+        rp_comm_begin_internal(c, REPORT);
+        st = rp_comm_all_gather(c, mine, all, 2, RP_I64);
+        rp_comm_end_internal(c);
+    }
+    double took = rp_now_s() - t0;
+    const char *e = rp_last_error();
+    CHECK(st == RP_ERR_MISMATCH, "skipped send: status %d: %s", st, e);
+    CHECK(took < 2.0, "the skipped send took %.2f s to report (timeout 10 s)", took);
+    CHECK(strstr(e, "replica 0 (rank 0, ") && strstr(e, "went on to its next collective") &&
+              strstr(e, "without sending the message of recv (tag 7, count 1, f32)") &&
+              strstr(e, "which replica 1 (rank 1, "),
+          "message: %s", e);
+    CHECK(!strstr(e, "did not arrive"), "the waiting rank is blamed: %s", e);
+}
+
 /* ---- 10. the call check
  * ----------------------------------------------------------------------------- */
 
@@ -697,6 +723,7 @@ int main(int argc, char **argv)
     if (size_ >= 2) on_members(test_leave_p2p, 30.0);
     if (per_ == 1) on_members(test_leave_collective, 30.0);
     on_members(test_internal_skip, 10.0);
+    if (per_ == 1 && size_ == 2) on_members(test_skipped_send, 10.0);
     on_members(test_call_sequence, 30.0);
     on_members(test_check_data_against_barrier, 20.0);
     on_members(test_check_gather_counts, 20.0);

@@ -148,6 +148,9 @@ rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
             return RP_ERROR(RP_ERR_BACKEND, "%s", msg);
         }
         if (done) return RP_OK;
+        /* A peer's notice (it found this rank had skipped its send) broke the communicator. */
+        if (m->broken && !other && m->hashed)
+            return rp_error_set(m->broken_status, __FILE__, __LINE__, "%s", m->reason);
         if (other) return RP_ERR_MISMATCH;
         if (rp_now_s() > deadline) break;
         if (polls >= 64)

@@ -67,6 +67,7 @@ typedef struct mreq {
     struct mreq *next; /* the lane's posted receives */
     double posted_s;
     bool drained;
+    double peer_on_s; /* a receive: when its peer was first seen in a later collective (0: not) */
 } mreq;
 
 typedef struct lane_state {
@@ -175,6 +176,39 @@ static void req_done(mreq *r, rp_status status, const char *error)
     r->state = MREQ_DONE;
 }
 
+/*
+ * Tells the member at (proc, lane) the mismatch it caused, so that it fails with the same message
+ * (a notice on the collectives' communicator). One notice per communicator (a mismatch breaks
+ * it); its buffer lives until destroy. Under the lock, before the communicator is marked broken.
+ */
+static void tell_peer(rp_comm *c, int proc, int lane, const char *msg)
+{
+    mpi_impl *m = M(c);
+    if (m->notice_req != MPI_REQUEST_NULL || m->broken) return;
+    memcpy(m->notice, &lane, sizeof(int));
+    size_t len = strlen(msg) + 1;
+    if (len > sizeof m->notice - sizeof(int)) len = sizeof m->notice - sizeof(int);
+    memcpy(m->notice + sizeof(int), msg, len);
+    m->notice[sizeof m->notice - 1] = '\0';
+    MPI_Isend(m->notice, (int)(sizeof(int) + len), MPI_BYTE, proc, TAG_NOTICE, m->comm,
+              &m->notice_req);
+}
+
+/*
+ * Whether MPI rank `proc` has gone on to a collective this rank has not reached: its message of
+ * one waits here (this rank has received every message of the collectives it completed), or its
+ * call was kept for the next one. Under the lock.
+ */
+static bool peer_went_on(rp_comm *c, int proc)
+{
+    mpi_impl *m = M(c);
+    if (m->early_ok && m->early_ok[proc] && m->early[proc].kind != RP_COLL_LEFT) return true;
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(proc, MPI_ANY_TAG, m->comm, &flag, &st);
+    return flag && st.MPI_TAG != TAG_NOTICE && st.MPI_TAG != TAG_LEFT;
+}
+
 /* A matched receive's send differs: fail the receive, tell the sender, break. Under the lock. */
 static void p2p_mismatch(rp_comm *c, mreq *r)
 {
@@ -183,15 +217,7 @@ static void p2p_mismatch(rp_comm *c, mreq *r)
     member_name(c, r->got_proc, r->got_lane, who_s, sizeof who_s);
     member_name(c, c->rank, r->mylane, who_r, sizeof who_r);
     rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
-    /* One notice per communicator (the mismatch breaks it); its buffer lives until destroy. */
-    mpi_impl *m = M(c);
-    if (m->notice_req == MPI_REQUEST_NULL && !m->broken) {
-        memcpy(m->notice, &r->got_lane, sizeof(int));
-        size_t len = strlen(msg) + 1;
-        memcpy(m->notice + sizeof(int), msg, len);
-        MPI_Isend(m->notice, (int)(sizeof(int) + len), MPI_BYTE, r->got_proc, TAG_NOTICE, m->comm,
-                  &m->notice_req);
-    }
+    tell_peer(c, r->got_proc, r->got_lane, msg);
     rp_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
     req_done(r, RP_ERR_MISMATCH, msg);
 }
@@ -421,6 +447,21 @@ rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int pr
     }
     mreq *r = NULL;
     RP_CHECK(req_begin(c, d, proc, dlane, slane, owner, what, sizeof what, &r));
+    /* A destination that has left (its step failed, its replicator was destroyed) would never
+     * receive it: fail now rather than buffer it. */
+    poll_notices_due(c);
+    if (m->left[proc].left) {
+        char msg[1400], peer[160], me[160];
+        member_name(c, proc, dlane, peer, sizeof peer);
+        member_name(c, c->rank, slane, me, sizeof me);
+        snprintf(msg, sizeof msg,
+                 "%s has left (%s: %.600s): %s from %s to it would never be received", peer,
+                 rp_status_name(m->left[proc].status), m->left[proc].reason, what, me);
+        rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
+        unlock();
+        free(r);
+        return RP_ERROR(RP_ERR_COMM, "%s", msg);
+    }
     r->d.num = m->sent[(size_t)(proc * m->lanes + dlane) * (size_t)m->lanes + (size_t)slane]++;
     r->posted_s = rp_now_s();
     int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, proc, mpi_tag(m, d, slane), m->pc[dlane], &r->mr);
@@ -530,6 +571,28 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
         return;
     }
     double now = rp_now_s();
+    if (!r->d.send && r->state == MREQ_POSTED && proc != MPI_ANY_SOURCE && m->lanes == 1 &&
+        peer_went_on(c, proc)) {
+        /*
+         * Its peer is in a collective this rank has not reached, which cannot complete without
+         * it, and no message of the peer's is matched (one matched is on its way): the two wait
+         * for each other, the peer having skipped its send. Messages of two
+         * communicators may arrive out of order, so the send gets a moment to show up first.
+         */
+        if (r->peer_on_s == 0) r->peer_on_s = now;
+        if (now - r->peer_on_s >= fmin(0.05 * c->timeout, 0.25)) {
+            snprintf(msg, sizeof msg,
+                     "%s went on to its next collective on this communicator without sending "
+                     "the message of %s, which %s is waiting in (each waits for the other: a "
+                     "send must come before the sender's next collective)",
+                     peer, what, me);
+            tell_peer(c, proc, r->lane < 0 ? 0 : r->lane, msg);
+            rp_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
+            req_drop(c, r);
+            req_done(r, RP_ERR_MISMATCH, msg);
+            return;
+        }
+    }
     if (now <= deadline) return;
     if (stalled_s > 0) {
         snprintf(msg, sizeof msg,

@@ -686,6 +686,20 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
     char what[96];
     if (atomic_load_explicit(&w->broken, memory_order_acquire))
         return broken_error(c, rp_p2p_desc_str(d, false, what, sizeof what));
+    /*
+     * A destination that has left would never receive it: fail now rather than buffer it (a
+     * sender in a loop would never learn, and its messages would pile up).
+     */
+    const member *dm = &w->m[d->peer];
+    if (d->peer != c->rank && atomic_load_explicit(&dm->left, memory_order_acquire)) {
+        char msg[1400];
+        snprintf(msg, sizeof msg,
+                 "%s %d has left (%s: %s): %s from %s %d to it would never be received",
+                 comm_noun(c), c->ids[d->peer], rp_status_name(dm->left_status), dm->left_reason,
+                 rp_p2p_desc_str(d, false, what, sizeof what), comm_noun(c), c->ids[c->rank]);
+        world_break(w, RP_ERR_COMM, msg);
+        return RP_ERROR(RP_ERR_COMM, "%s", msg);
+    }
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
     treq *r = req_new(c, d);
     tmsg *m = calloc(1, sizeof *m);
@@ -839,6 +853,27 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
         req_finish(w, r, RP_ERR_COMM, msg);
         return true;
     }
+    /*
+     * A receive from a peer that has gone on to a collective this member has
+     * not reached: the collective cannot complete without this member, and the
+     * peer's send, had it made one, would be queued already (a post matches
+     * at once). They wait for each other: the peer skipped the send.
+     */
+    if (!r->d.send && peer >= 0 &&
+        atomic_load_explicit(&w->m[peer].phase, memory_order_acquire) > 2 * c->seq) {
+        char coll[128];
+        rp_coll_desc ld = unpack_call(&w->m[peer], c->seq);
+        snprintf(msg, sizeof msg,
+                 "%s %d went on to %s without sending the message of %s, which %s %d is "
+                 "waiting in (each waits for the other: a send must come before the sender's "
+                 "next collective)",
+                 comm_noun(c), c->ids[peer], rp_coll_desc_str(&ld, coll, sizeof coll), what,
+                 comm_noun(c), me);
+        world_break_locked(w, RP_ERR_MISMATCH, msg);
+        req_unlink(w, c, r);
+        req_finish(w, r, RP_ERR_MISMATCH, msg);
+        return true;
+    }
     if (!timed_out) return false;
     if (peer >= 0)
         snprintf(msg, sizeof msg,
@@ -907,6 +942,8 @@ static rp_status threads_wait(rp_comm_request *req, double deadline)
         cpu_relax();
     }
     pthread_mutex_lock(&w->mu);
+    /* Counted among the sleepers, so a peer arriving at a collective wakes it (see req_check). */
+    atomic_fetch_add(&w->waiters, 1);
     while (atomic_load(&r->state) != REQ_DONE) {
         uint64_t now = rp_now_ns();
         if (atomic_load(&r->state) == REQ_PENDING) {
@@ -928,6 +965,7 @@ static rp_status threads_wait(rp_comm_request *req, double deadline)
         struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
         pthread_cond_timedwait(&w->cv, &w->mu, &ts);
     }
+    atomic_fetch_sub(&w->waiters, 1);
     pthread_mutex_unlock(&w->mu);
     return req_end(c, r);
 }
