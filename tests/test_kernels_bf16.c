@@ -169,6 +169,28 @@ static void test_conv_bf16(void **state)
         snprintf(what, sizeof what, "conv bwd bias case %zu", ci);
         check_bound(gb, wb, mb, d.o, kw, what);
 
+        /* Activations stored in bf16: x read as bf16 (forward, backward weights), y written as
+           bf16 (one more rounding, at most one bf16 ulp: 2^-7 of |y|, on top of the bound). */
+        rp_conv_desc db16 = d;
+        db16.x_type = db16.y_type = RP_BF16;
+        rp_bf16 *xb = malloc(nx * 2), *yb = malloc(ny * 2), *yr = malloc(ny * 2);
+        rp_bf16_from_f32_array(xb, x, (size_t)nx);
+        assert_int_equal(rp_cpu_conv2d_fwd(yb, xb, w, bias, &db16), RP_OK);
+        assert_int_equal(rp_ref_conv2d_fwd(yr, xb, w, bias, &db16), RP_OK);
+        for (int64_t i = 0; i < ny; i++) {
+            double g = rp_bf16_to_f32(yb[i]), r = rp_bf16_to_f32(yr[i]);
+            if (fabs(g - r) > 4.0 * k * 0x1p-24 * mag[i] + 0x1p-7 * fabs(r) + 1e-30)
+                fail_msg("conv fwd bf16 storage case %zu: y[%lld] %.9g, reference %.9g", ci,
+                         (long long)i, g, r);
+        }
+        /* The reference's bf16 y is its f32 y rounded once. */
+        for (int64_t i = 0; i < ny; i++)
+            assert_int_equal(yr[i], rp_bf16_from_f32(want[i]));
+        assert_int_equal(rp_cpu_conv2d_bwd_weights(gw, gb, dy, xb, &db16), RP_OK);
+        snprintf(what, sizeof what, "conv bwd weights, bf16 x, case %zu", ci);
+        check_bound(gw, ww, mw, nw, kw, what);
+        free(xb), free(yb), free(yr);
+
         free(gw), free(ww), free(mw), free(gb), free(wb), free(mb);
         free(gx), free(wx), free(mx);
         free(got), free(want), free(mag), free(f32);
@@ -198,6 +220,11 @@ static void test_bad_compute_refused(void **state)
     float buf[64] = {0};
     assert_int_equal(rp_cpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_INVALID);
     tu_assert_error_contains("compute type i32");
+    /* bf16 storage needs bf16 compute. */
+    d.compute = RP_F32;
+    d.x_type = RP_BF16;
+    assert_int_equal(rp_cpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_INVALID);
+    tu_assert_error_contains("x stored as bf16 with f32 compute");
 }
 
 int main(void)

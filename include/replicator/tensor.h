@@ -47,10 +47,16 @@ typedef struct rp_tensor {
     int ndim;               /* 0..RP_MAX_DIMS */
     int shape[RP_MAX_DIMS]; /* shape[0..ndim-1]; unused dims are 1 */
     int64_t numel;          /* product of shape */
-    float *data;            /* [numel] */
-    float *grad;            /* [numel], or NULL while no gradient exists */
-    uint32_t flags;         /* RP_TENSOR_* */
-    int node;               /* index of the tape node that produced it, -1 for leaves */
+    rp_dtype dtype;         /* of the values: RP_F32, or RP_BF16 for activations a bf16 policy
+                               stores (see "mixed precision"); gradients are always f32 */
+    union {
+        float *data;        /* RP_F32: the values [numel] */
+        rp_bf16 *data_bf16; /* RP_BF16: the values [numel] */
+        void *storage;      /* either, as bytes: numel * rp_dtype_size(dtype) */
+    };
+    float *grad;    /* [numel], or NULL while no gradient exists */
+    uint32_t flags; /* RP_TENSOR_* */
+    int node;       /* index of the tape node that produced it, -1 for leaves */
     /* Parameters only: */
     char name[RP_NAME_MAX]; /* stable name, e.g. "stage1.block0.conv1.weight" */
     int index;              /* position in its parameter list */
@@ -79,6 +85,13 @@ const char *rp_shape_str(const rp_tensor *t, char *buf, size_t size);
 
 /* The single value of a tensor with one element (NAN if x is NULL or larger). */
 float rp_item(const rp_tensor *x);
+
+/*
+ * Element i of x as a float, whatever x's dtype (widened from bf16). For
+ * reading a few values; a loop over a tensor belongs in an op. NAN if x is
+ * NULL or i is out of range.
+ */
+float rp_tensor_get(const rp_tensor *x, int64_t i);
 
 /* ---- the tape ----------------------------------------------------------- */
 
@@ -231,11 +244,23 @@ enum {
 };
 
 typedef struct rp_precision_policy {
-    rp_dtype compute; /* RP_F32 (default: everything f32) or RP_BF16 */
-    unsigned ops;     /* RP_AUTOCAST_* classes that run in `compute` */
+    rp_dtype compute;     /* RP_F32 (default: everything f32) or RP_BF16 */
+    unsigned ops;         /* RP_AUTOCAST_* classes that run in `compute` */
+    rp_dtype activations; /* RP_F32, or RP_BF16 (with bf16 compute): a convolution in bf16
+                             stores its output in bf16, and so does a batch norm whose input
+                             is bf16; every other op reads a bf16 input widened (rp_cast) and
+                             writes f32. Gradients, parameters and statistics stay f32. */
 } rp_precision_policy;
 
-/* {compute, RP_AUTOCAST_DEFAULT}. */
+/*
+ * y = x in another dtype (RP_F32 or RP_BF16; x itself when it has it
+ * already), rounded to nearest even into bf16, widened exactly into f32.
+ * The gradient passes through unchanged (gradients are f32). Every op that
+ * computes in f32 widens a bf16 input this way by itself.
+ */
+rp_tensor *rp_cast(rp_tape *tape, rp_tensor *x, rp_dtype dtype);
+
+/* {compute, RP_AUTOCAST_DEFAULT, compute}: bf16 compute stores activations in bf16 too. */
 rp_precision_policy rp_precision_policy_make(rp_dtype compute);
 /*
  * Sets the policy of the ops recorded (or run) on t from now on. Errors:

@@ -33,6 +33,9 @@ typedef struct rp_conv_desc {
     int oh, ow;     /* output [n,oh,ow,o] */
     int stride, pad;
     rp_dtype compute; /* RP_F32 or RP_BF16 */
+    rp_dtype x_type;  /* the storage of x (forward, backward weights): RP_F32 or, with bf16
+                         compute, RP_BF16 */
+    rp_dtype y_type;  /* the storage of the forward's y: likewise; gradients are always f32 */
 } rp_conv_desc;
 
 /* Fills oh/ow from the rest; RP_ERR_SHAPE (with a message) if the output would be empty. */
@@ -77,10 +80,10 @@ typedef struct rp_kernels {
                            int ldc);
 
     /* Convolution. bias may be NULL. bwd_weights overwrites dw and db (db may be NULL). */
-    rp_status (*conv2d_fwd)(float *y, const float *x, const float *w, const float *bias,
+    rp_status (*conv2d_fwd)(void *y, const void *x, const float *w, const float *bias,
                             const rp_conv_desc *d);
     rp_status (*conv2d_bwd_data)(float *dx, const float *dy, const float *w, const rp_conv_desc *d);
-    rp_status (*conv2d_bwd_weights)(float *dw, float *db, const float *dy, const float *x,
+    rp_status (*conv2d_bwd_weights)(float *dw, float *db, const float *dy, const void *x,
                                     const rp_conv_desc *d);
 
     /* Max pooling saves the flat input offset of each output's maximum in argmax. */
@@ -120,6 +123,21 @@ typedef struct rp_kernels {
     void (*bn_bwd_data)(float *dx, const float *dy, const float *y, const float *x,
                         const float *mean, const float *invstd, const double *sums,
                         const float *gamma, double count, int64_t m, int c);
+
+    /*
+     * The same four over activations stored in bf16 (x, the fused ReLU's y, the residual; the
+     * output y is rounded to bf16); statistics, dy, dx and g_out stay f32 and double.
+     */
+    void (*bn_stats_bf16)(double *sums, const rp_bf16 *x, int64_t m, int c);
+    void (*bn_norm_fwd_bf16)(rp_bf16 *y, const rp_bf16 *x, const float *mean, const float *invstd,
+                             const float *gamma, const float *beta, const rp_bf16 *residual,
+                             bool relu, int64_t m, int c);
+    void (*bn_stats_bwd_bf16)(double *sums, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
+                              const float *mean, const float *invstd, int64_t m, int c,
+                              float *g_out);
+    void (*bn_bwd_data_bf16)(float *dx, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
+                             const float *mean, const float *invstd, const double *sums,
+                             const float *gamma, double count, int64_t m, int c);
 
     /* y = act(x); dx = dy * act'(x) computed from y (and x for leaky relu). */
     void (*act_fwd)(float *y, const float *x, int64_t n, rp_act act, float slope);
@@ -208,6 +226,9 @@ typedef struct rp_kernels {
 
     /* Bytes the calling thread's kernel caches hold (NULL: the table keeps none). */
     size_t (*cache_bytes)(void);
+    /* Conversions (rp_bf16_from_f32's rounding; widening is exact). */
+    void (*cast_f32_bf16)(rp_bf16 *y, const float *x, int64_t n);
+    void (*cast_bf16_f32)(float *y, const rp_bf16 *x, int64_t n);
     /*
      * Which bf16 path this table's gemm_bf16 and bf16 convolutions take on this CPU:
      * "amx", "avx512_bf16", "avx512_core (emulated)", or "reference" (rounded inputs, f32

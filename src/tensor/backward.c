@@ -128,7 +128,7 @@ static rp_status conv_bwd(rp_tape *t, rp_node *nd)
         /* bwd_weights always produces dw; give it scratch if w needs no gradient. */
         float *dw_buf = dw ? dw : tape_scratch(t, (size_t)w->numel * sizeof(float));
         if (!dw_buf) return tape_oom();
-        RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, x->data, &nd->a.conv));
+        RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, x->storage, &nd->a.conv));
         if (dw) tape_grad_commit(t, w, dw);
         if (db) tape_grad_commit(t, b, db);
     }
@@ -142,7 +142,8 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     int64_t m = x->numel / c;
     const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
     const float *mean_rest = (const float *)nd->saved + 2 * c;
-    const float *relu_out = nd->a.bn.relu ? y->data : NULL;
+    bool bf16 = x->dtype == RP_BF16;
+    const void *relu_out = nd->a.bn.relu ? y->storage : NULL;
     double *sums = tape_scratch(t, (2 * (size_t)c + 1) * sizeof(double));
     float *local = tape_scratch(t, 2 * (size_t)c * sizeof(float));
     if (!sums || !local) return tape_oom();
@@ -152,7 +153,10 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     bool fail = false;
     float *dr = tape_grad_out(t, residual, &fail);
     if (fail) return tape_oom();
-    t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c, dr);
+    if (bf16)
+        t->k->bn_stats_bwd_bf16(sums, y->grad, relu_out, x->data_bf16, mean, invstd, m, c, dr);
+    else
+        t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c, dr);
     if (dr) tape_grad_commit(t, residual, dr);
     /*
      * The kernel's xhat uses the float mean, off from the batch's by
@@ -185,7 +189,12 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
         /* Running statistics are constants: zero sums give dx = gamma*invstd*dy. */
         memset(sums, 0, 2 * (size_t)c * sizeof(double));
     }
-    t->k->bn_bwd_data(dx, y->grad, relu_out, x->data, mean, invstd, sums, gamma->data, count, m, c);
+    if (bf16)
+        t->k->bn_bwd_data_bf16(dx, y->grad, relu_out, x->data_bf16, mean, invstd, sums, gamma->data,
+                               count, m, c);
+    else
+        t->k->bn_bwd_data(dx, y->grad, relu_out, x->data, mean, invstd, sums, gamma->data, count, m,
+                          c);
     tape_grad_commit(t, x, dx);
     return RP_OK;
 }
@@ -196,11 +205,16 @@ rp_status tape_recompute(rp_tape *t, rp_tensor *y)
     rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *residual = nd->in[3];
     int c = gamma->shape[0];
     const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
-    y->data = rp_arena_alloc(t->arena, (size_t)y->numel * sizeof(float));
-    if (!y->data) return tape_oom();
+    y->storage = rp_arena_alloc(t->arena, tape_bytes(y));
+    if (!y->storage) return tape_oom();
     /* The forward pass's own kernel on the same values: bitwise the stored output. */
-    t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
-                      residual ? residual->data : NULL, nd->a.bn.relu, x->numel / c, c);
+    if (x->dtype == RP_BF16)
+        t->k->bn_norm_fwd_bf16(y->data_bf16, x->data_bf16, mean, invstd, gamma->data, beta->data,
+                               residual ? residual->data_bf16 : NULL, nd->a.bn.relu, x->numel / c,
+                               c);
+    else
+        t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
+                          residual ? residual->data : NULL, nd->a.bn.relu, x->numel / c, c);
     return RP_OK;
 }
 
@@ -637,6 +651,14 @@ rp_status rp_node_backward(rp_tape *t, rp_node *nd)
         return custom_bwd(t, nd);
     case RP_OP_SPECTRAL_NORM:
         return spectral_norm_bwd(t, nd);
+    case RP_OP_CAST: {
+        /* Gradients are f32 on both sides: the cast passes them on unchanged. */
+        bool fail = false;
+        float *dx = tape_grad_acc(t, nd->in[0], &fail);
+        if (fail) return tape_oom();
+        if (dx) t->k->add_inplace(dx, nd->out->grad, nd->out->numel);
+        return RP_OK;
+    }
     case RP_OP_ALL_REDUCE:
     case RP_OP_ALL_GATHER:
     case RP_OP_REDUCE_SCATTER:

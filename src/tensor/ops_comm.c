@@ -31,7 +31,7 @@ static bool record(rp_tape *t, rp_op op, rp_tensor *y, rp_tensor *x, rp_comm *c,
 
 rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (!check_comm(t, c, "rp_tensor_all_reduce")) return NULL;
     if (op < RP_SUM || op > RP_FIRST) {
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_all_reduce: unknown reduction %d", (int)op);
@@ -45,7 +45,7 @@ rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_
 
 rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (!check_comm(t, c, "rp_tensor_all_gather")) return NULL;
     if (x->ndim >= RP_MAX_DIMS) {
         char sx[64];
@@ -66,7 +66,7 @@ rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
 
 rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (!check_comm(t, c, "rp_tensor_reduce_scatter")) return NULL;
     if (op != RP_SUM && op != RP_MEAN) {
         RP_ERROR(RP_ERR_INVALID,
@@ -95,7 +95,7 @@ rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_red
 
 rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (!check_comm(t, c, "rp_tensor_broadcast")) return NULL;
     if (root < 0 || root >= rp_comm_size(c)) {
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_broadcast: root %d is outside the %d members", root,
@@ -121,7 +121,7 @@ rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x)
 static rp_tensor *reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x, bool inplace,
                                     const char *who)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (!check_comm(t, c, who)) return NULL;
     rp_tensor *y =
         inplace ? tape_view(t, x, x->ndim, x->shape) : rp_tape_tensor(t, x->ndim, x->shape);
@@ -143,7 +143,7 @@ rp_tensor *rp_reduce_from_group_inplace(rp_tape *t, rp_comm *c, rp_tensor *x)
 
 rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int tag)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (!check_comm(t, c, "rp_tensor_send")) return NULL;
     rp_tensor *token = rp_tape_tensor(t, 0, NULL);
     RP_PROPAGATE_NULL(token);

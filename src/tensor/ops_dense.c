@@ -12,8 +12,8 @@
 /* A NULL input means an earlier op failed: pass the failure on silently. */
 rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
 {
-    RP_PROPAGATE_NULL(a);
-    RP_PROPAGATE_NULL(b);
+    TAPE_F32_IN(t, a);
+    TAPE_F32_IN(t, b);
     char sa[64], sb[64];
     if (a->ndim != 2 || b->ndim != 2 || a->shape[1] != b->shape[0]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_matmul: cannot multiply %s by %s (need [M,K] x [K,N])",
@@ -38,8 +38,8 @@ rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
 
 rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
 {
-    RP_PROPAGATE_NULL(x);
-    RP_PROPAGATE_NULL(w);
+    TAPE_F32_IN(t, x);
+    TAPE_F32_IN(t, w);
     char sx[64], sw[64], sb[64];
     if (x->ndim != 2 || w->ndim != 2 || x->shape[1] != w->shape[1]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_linear: input %s does not fit weight %s (need [N,in], [out,in])",
@@ -70,7 +70,7 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
 
 static rp_tensor *activation(rp_tape *t, rp_tensor *x, rp_act act, float slope)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     t->k->act_fwd(y->data, x->data, x->numel, act, slope);
@@ -124,7 +124,7 @@ rp_tensor *rp_reciprocal(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (!(lo <= hi)) {
         RP_ERROR(RP_ERR_INVALID, "rp_clamp: lo %g must be <= hi %g (and neither NaN)", (double)lo,
                  (double)hi);
@@ -181,8 +181,8 @@ static bool broadcasts_per_axis(const rp_tensor *a, const rp_tensor *b, int64_t 
 
 static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, const char *who)
 {
-    RP_PROPAGATE_NULL(a);
-    RP_PROPAGATE_NULL(b);
+    TAPE_F32_IN(t, a);
+    TAPE_F32_IN(t, b);
     int64_t shape[RP_MAX_DIMS], bstride[RP_MAX_DIMS];
     if (!broadcasts(a, b)) {
         if (!broadcasts_per_axis(a, b, shape, bstride)) {
@@ -241,7 +241,7 @@ rp_tensor *rp_div(rp_tape *t, rp_tensor *a, rp_tensor *b)
 
 rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     t->k->scale(y->data, x->data, s, x->numel, false);
@@ -261,6 +261,18 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
     }
     for (int i = 0; i < n; i++)
         RP_PROPAGATE_NULL(xs[i]);
+    for (int i = 0; i < n; i++)
+        if (xs[i]->dtype != RP_F32) {
+            /* Widen every bf16 member (the caller's array is const: a copy of it). */
+            rp_tensor **wide = rp_arena_alloc(t->arena, (size_t)n * sizeof *wide);
+            RP_PROPAGATE_NULL(wide);
+            for (int k = 0; k < n; k++) {
+                wide[k] = xs[k];
+                TAPE_F32_IN(t, wide[k]);
+            }
+            xs = wide;
+            break;
+        }
     const rp_tensor *x0 = xs[0];
     int last = x0->ndim - 1, width = 0;
     if (x0->ndim < 1) {
@@ -332,7 +344,7 @@ rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x)
 
 static rp_tensor *reduce_all(rp_tape *t, rp_tensor *x, bool mean)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     rp_tensor *y = rp_tape_tensor(t, 0, NULL);
     RP_PROPAGATE_NULL(y);
     double s = t->k->sum(x->data, x->numel);
@@ -354,7 +366,7 @@ rp_tensor *rp_mean(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
 {
-    RP_PROPAGATE_NULL(table);
+    TAPE_F32_IN(t, table);
     char st[64];
     if (table->ndim != 2 || !idx || n < 1) {
         RP_ERROR(RP_ERR_SHAPE,
@@ -389,7 +401,8 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
 static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *labels,
                                rp_tensor *target, const char *who)
 {
-    RP_PROPAGATE_NULL(logits);
+    TAPE_F32_IN(t, logits);
+    if (target) TAPE_F32_IN(t, target);
     char sl[64], st[64];
     if (logits->ndim != 2) {
         RP_ERROR(RP_ERR_SHAPE, "%s: logits must be [N,C], got %s", who,
@@ -445,14 +458,14 @@ rp_tensor *rp_softmax_cross_entropy(rp_tape *t, rp_tensor *logits, const int32_t
 
 rp_tensor *rp_softmax_cross_entropy_soft(rp_tape *t, rp_tensor *logits, rp_tensor *target)
 {
-    RP_PROPAGATE_NULL(target);
+    TAPE_F32_IN(t, target);
     return softmax_xent(t, logits, NULL, target, "rp_softmax_cross_entropy_soft");
 }
 
 rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b)
 {
-    RP_PROPAGATE_NULL(a);
-    RP_PROPAGATE_NULL(b);
+    TAPE_F32_IN(t, a);
+    TAPE_F32_IN(t, b);
     if (!rp_tensor_same_shape(a, b)) {
         char sa[64], sb[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_mse: shapes differ: %s and %s", rp_shape_str(a, sa, sizeof sa),
@@ -467,5 +480,29 @@ rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b)
     y->data[0] = (float)(t->k->sum(diff, a->numel) / (double)a->numel);
     rp_tensor *in[] = {a, b};
     if (rp_tape_needs_grad(t, in, 2) && !rp_tape_record(t, RP_OP_MSE, y, in, 2)) return NULL;
+    return y;
+}
+
+rp_tensor *tape_f32(rp_tape *t, rp_tensor *x)
+{
+    return rp_cast(t, x, RP_F32);
+}
+
+rp_tensor *rp_cast(rp_tape *t, rp_tensor *x, rp_dtype dtype)
+{
+    RP_PROPAGATE_NULL(x);
+    if (dtype != RP_F32 && dtype != RP_BF16) {
+        RP_ERROR(RP_ERR_INVALID, "rp_cast: dtype %s (%d) is neither f32 nor bf16",
+                 rp_dtype_name(dtype), (int)dtype);
+        return NULL;
+    }
+    if (x->dtype == dtype) return x;
+    rp_tensor *y = tape_tensor_typed(t, x->ndim, x->shape, dtype);
+    RP_PROPAGATE_NULL(y);
+    if (dtype == RP_F32)
+        t->k->cast_bf16_f32(y->data, x->data_bf16, x->numel);
+    else
+        t->k->cast_f32_bf16(y->data_bf16, x->data, x->numel);
+    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_CAST, y, &x, 1)) return NULL;
     return y;
 }

@@ -43,7 +43,7 @@ static rp_tensor *reduce(rp_tape *t, rp_tensor *x, unsigned mask, bool keepdims,
 static rp_tensor *reduce_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, bool keepdims,
                               bool mean, const char *who)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (n_axes < 1 || !axes) {
         RP_ERROR(RP_ERR_INVALID, "%s: need at least one axis, got %d", who, n_axes);
         return NULL;
@@ -74,7 +74,7 @@ rp_tensor *rp_mean_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, b
 
 static rp_tensor *reduce_rows(rp_tape *t, rp_tensor *x, bool mean, const char *who)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (x->ndim < 1) {
         RP_ERROR(RP_ERR_SHAPE, "%s: a scalar has no rows", who);
         return NULL;
@@ -95,7 +95,7 @@ rp_tensor *rp_mean_rows(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (x->ndim < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_log_softmax: need at least one dimension, got a scalar");
         return NULL;
@@ -111,7 +111,7 @@ rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta, float eps)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     char sx[64], sg[64], sb[64];
     int d = x->ndim ? x->shape[x->ndim - 1] : 0;
     bool gok = !gamma || (gamma->ndim == 1 && gamma->shape[0] == d);

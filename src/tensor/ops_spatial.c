@@ -29,9 +29,14 @@ rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_co
                           w->shape[1], w->shape[2], p.stride, p.pad) != RP_OK)
         return NULL;
     d.compute = tape_compute(t, RP_AUTOCAST_CONV);
-    rp_tensor *y = rp_tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.o});
+    /* A bf16 input needs bf16 compute (the kernels multiply bf16 by bf16); else widen it. */
+    if (x->dtype != RP_F32 && d.compute != RP_BF16) TAPE_F32_IN(t, x);
+    d.x_type = x->dtype;
+    d.y_type = d.compute == RP_BF16 ? t->precision.activations : RP_F32;
+    rp_tensor *y = tape_tensor_typed(t, 4, (int[]){d.n, d.oh, d.ow, d.o}, d.y_type);
     RP_PROPAGATE_NULL(y);
-    if (t->k->conv2d_fwd(y->data, x->data, w->data, b ? b->data : NULL, &d) != RP_OK) return NULL;
+    if (t->k->conv2d_fwd(y->storage, x->storage, w->data, b ? b->data : NULL, &d) != RP_OK)
+        return NULL;
     rp_tensor *in[] = {x, w, b};
     if (rp_tape_needs_grad(t, in, 3)) {
         rp_node *node = rp_tape_record(t, RP_OP_CONV2D, y, in, 3);
@@ -86,8 +91,14 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
         RP_ERROR(RP_ERR_INVALID, "rp_batch_norm: set either comm or reduce, not both");
         return NULL;
     }
+    /* Activations in bf16: y in x's type, the residual converted to it if it differs. */
+    bool bf16 = x->dtype == RP_BF16;
+    if (residual && residual->dtype != x->dtype) {
+        residual = rp_cast(t, residual, x->dtype);
+        RP_PROPAGATE_NULL(residual);
+    }
     int64_t m = x->numel / c;
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_tensor_typed(t, x->ndim, x->shape, x->dtype);
     /* mean, invstd, and what rounding the mean to float left out of it (see backward) */
     float *stats = rp_arena_alloc(t->arena, 3 * (size_t)c * sizeof(float));
     /* sums, sums of squares, and (with a comm) the element count, all-reduced in one call */
@@ -96,7 +107,10 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
     float *mean = stats, *invstd = stats + c, *mean_rest = stats + 2 * c;
     double count = (double)m;
     if (p.training) {
-        t->k->bn_stats(sums, x->data, m, c);
+        if (bf16)
+            t->k->bn_stats_bf16(sums, x->data_bf16, m, c);
+        else
+            t->k->bn_stats(sums, x->data, m, c);
         if (p.reduce && p.reduce(sums, 2 * c, &count, p.reduce_ctx) != RP_OK) return NULL;
         if (p.comm) {
             sums[2 * c] = count;
@@ -134,8 +148,12 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
     }
     rp_tensor *in[] = {x, gamma, beta, residual};
     int n_in = residual ? 4 : 3;
-    t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
-                      residual ? residual->data : NULL, p.relu, m, c);
+    if (bf16)
+        t->k->bn_norm_fwd_bf16(y->data_bf16, x->data_bf16, mean, invstd, gamma->data, beta->data,
+                               residual ? residual->data_bf16 : NULL, p.relu, m, c);
+    else
+        t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
+                          residual ? residual->data : NULL, p.relu, m, c);
     if (rp_tape_needs_grad(t, in, n_in)) {
         /* Backward recomputes xhat from x, mean and invstd, and corrects with mean_rest. */
         rp_node *node = rp_tape_record(t, RP_OP_BATCH_NORM, y, in, n_in);
@@ -176,7 +194,7 @@ rp_tensor *rp_batch_norm_add(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
 
 static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     const char *who = max ? "rp_max_pool2d" : "rp_avg_pool2d";
     if (x->ndim != 4) {
         char sx[64];
@@ -219,7 +237,7 @@ rp_tensor *rp_avg_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p)
 
 rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (x->ndim != 4) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_global_avg_pool: input must be NHWC [N,H,W,C], got %s",
@@ -237,7 +255,7 @@ rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_F32_IN(t, x);
     if (x->ndim != 4) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_upsample2x: input must be NHWC [N,H,W,C], got %s",

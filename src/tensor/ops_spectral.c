@@ -29,8 +29,8 @@ static void normalise(double *x, int64_t n)
 rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool update_u,
                                  float *sigma_out)
 {
-    RP_PROPAGATE_NULL(w);
-    RP_PROPAGATE_NULL(u);
+    TAPE_F32_IN(t, w);
+    TAPE_F32_IN(t, u);
     char sw[64], su[64];
     if (w->ndim < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_spectral_normalize: weight %s needs at least 1 dimension",

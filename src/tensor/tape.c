@@ -163,7 +163,8 @@ rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
     for (int i = 0; i < RP_MAX_DIMS; i++)
         y->shape[i] = i < ndim ? shape[i] : 1;
     y->numel = x->numel;
-    y->data = x->data;
+    y->dtype = x->dtype;
+    y->storage = x->storage;
     y->node = -1;
     y->index = -1;
     return y;
@@ -246,13 +247,13 @@ rp_status rp_tape_drop(rp_tape *t, rp_tensor *x)
        them (recompute_before). */
     for (int k = x->node + 1; k < t->n_nodes; k++) {
         rp_tensor *v = t->nodes[k].out;
-        if (v != x && v->data == x->data) {
+        if (v != x && v->storage == x->storage) {
             v->data = NULL;
             v->flags |= TAPE_VIEW_DROPPED;
         }
     }
-    rp_arena_release(t->arena, x->data, (size_t)x->numel * sizeof(float));
-    x->data = NULL;
+    rp_arena_release(t->arena, x->storage, tape_bytes(x));
+    x->storage = NULL;
     x->flags |= RP_TENSOR_DROPPED;
     return RP_OK;
 }
@@ -301,10 +302,10 @@ static void release_after(rp_tape *t, rp_node *node)
         rp_arena_release(t->arena, y->grad, (size_t)y->numel * sizeof(float));
         y->grad = NULL;
     }
-    if ((y->flags & RP_TENSOR_DROPPED) && y->data) {
+    if ((y->flags & RP_TENSOR_DROPPED) && y->storage) {
         /* Recomputed for this rule and the ones after it: the producer's was the last. */
-        rp_arena_release(t->arena, y->data, (size_t)y->numel * sizeof(float));
-        y->data = NULL;
+        rp_arena_release(t->arena, y->storage, tape_bytes(y));
+        y->storage = NULL;
     }
     if (node->saved_bytes) {
         rp_arena_release(t->arena, node->saved, node->saved_bytes);
@@ -406,6 +407,18 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
     const char *name = op->name ? op->name : "(unnamed)";
     for (int i = 0; i < n; i++)
         RP_PROPAGATE_NULL(in[i]);
+    for (int i = 0; i < n; i++)
+        if (in[i]->dtype != RP_F32) {
+            /* A custom op reads f32: widen the bf16 inputs (a copy of the caller's array). */
+            rp_tensor **wide = rp_arena_alloc(t->arena, (size_t)n * sizeof *wide);
+            RP_PROPAGATE_NULL(wide);
+            for (int k = 0; k < n; k++) {
+                wide[k] = in[k];
+                TAPE_F32_IN(t, wide[k]);
+            }
+            in = wide;
+            break;
+        }
     if (ndim < 0 || ndim > RP_MAX_DIMS || (ndim > 0 && !shape) || rp_shape_numel(ndim, shape) < 1) {
         RP_ERROR(RP_ERR_SHAPE, "rp_custom: op \"%s\": the output shape (%d dims) is invalid", name,
                  ndim);
@@ -431,7 +444,8 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
 
 rp_precision_policy rp_precision_policy_make(rp_dtype compute)
 {
-    rp_precision_policy p = {.compute = compute, .ops = RP_AUTOCAST_DEFAULT};
+    rp_precision_policy p = {
+        .compute = compute, .ops = RP_AUTOCAST_DEFAULT, .activations = compute};
     return p;
 }
 
@@ -442,6 +456,10 @@ rp_status rp_tape_set_precision(rp_tape *t, rp_precision_policy p)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_tape_set_precision: compute type %s (%d) is neither f32 nor bf16",
                         rp_dtype_name(p.compute), (int)p.compute);
+    if (p.activations != RP_F32 && !(p.activations == RP_BF16 && p.compute == RP_BF16))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_tape_set_precision: activations in %s need bf16 compute (got %s)",
+                        rp_dtype_name(p.activations), rp_dtype_name(p.compute));
     if (p.ops & ~(unsigned)RP_AUTOCAST_ALL)
         return RP_ERROR(
             RP_ERR_INVALID,

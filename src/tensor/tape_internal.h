@@ -35,6 +35,7 @@ typedef enum {
     RP_OP_REDUCE_AXES, /* sum or mean over chosen axes */
     RP_OP_CUSTOM,
     RP_OP_SPECTRAL_NORM,
+    RP_OP_CAST, /* a copy in another dtype; the gradient passes unchanged */
     /* Collectives: their backward is itself a collective, so it runs even without a gradient. */
     RP_OP_ALL_REDUCE,
     RP_OP_ALL_GATHER,
@@ -160,6 +161,29 @@ rp_status tape_gemm(rp_tape *t, rp_dtype compute, bool ta, bool tb, int m, int n
 
 /* A fresh tensor on the tape (struct and data from the arena); NULL on OOM. */
 rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape);
+/* The same with values of type dtype (RP_F32 or RP_BF16). */
+rp_tensor *tape_tensor_typed(rp_tape *t, int ndim, const int *shape, rp_dtype dtype);
+
+/* Bytes of x's values. */
+static inline size_t tape_bytes(const rp_tensor *x)
+{
+    return (size_t)x->numel * rp_dtype_size(x->dtype);
+}
+
+/*
+ * x itself when it is f32, else an f32 copy recorded as an RP_OP_CAST (gradients flow through
+ * unchanged). Every op whose kernels read only f32 takes its inputs through TAPE_F32_IN, so a
+ * bf16 activation reaches it widened; NULL on OOM.
+ */
+rp_tensor *tape_f32(rp_tape *t, rp_tensor *x);
+#define TAPE_F32_IN(t, x)                                                                          \
+    do {                                                                                           \
+        RP_PROPAGATE_NULL(x);                                                                      \
+        if ((x)->dtype != RP_F32) {                                                                \
+            (x) = tape_f32((t), (x));                                                              \
+            RP_PROPAGATE_NULL(x);                                                                  \
+        }                                                                                          \
+    } while (0)
 
 /*
  * Whether an op with these inputs must be recorded: the tape records and at

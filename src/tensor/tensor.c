@@ -43,7 +43,13 @@ const char *rp_shape_str(const rp_tensor *t, char *buf, size_t size)
 float rp_item(const rp_tensor *x)
 {
     if (!x || x->numel != 1) return NAN;
-    return x->data[0];
+    return rp_tensor_get(x, 0);
+}
+
+float rp_tensor_get(const rp_tensor *x, int64_t i)
+{
+    if (!x || !x->storage || i < 0 || i >= x->numel) return NAN;
+    return x->dtype == RP_BF16 ? rp_bf16_to_f32(x->data_bf16[i]) : x->data[i];
 }
 
 /* Validates a shape given by a caller; sets an error naming it if bad. */
@@ -70,6 +76,11 @@ static bool shape_ok(int ndim, const int *shape, const char *who)
 
 rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape)
 {
+    return tape_tensor_typed(t, ndim, shape, RP_F32);
+}
+
+rp_tensor *tape_tensor_typed(rp_tape *t, int ndim, const int *shape, rp_dtype dtype)
+{
     rp_tensor *x = rp_arena_alloc(t->arena, sizeof *x);
     RP_PROPAGATE_NULL(x);
     memset(x, 0, sizeof *x);
@@ -79,8 +90,9 @@ rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape)
     x->numel = rp_shape_numel(ndim, shape);
     x->node = -1;
     x->index = -1;
-    x->data = rp_arena_alloc(t->arena, (size_t)x->numel * sizeof(float));
-    return x->data ? x : NULL;
+    x->dtype = dtype;
+    x->storage = rp_arena_alloc(t->arena, (size_t)x->numel * rp_dtype_size(dtype));
+    return x->storage ? x : NULL;
 }
 
 rp_tensor *rp_tensor_new(rp_tape *t, int ndim, const int *shape)

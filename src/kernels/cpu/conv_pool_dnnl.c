@@ -72,7 +72,7 @@ static const char *const kind_names[] = {
     "matmul",
 };
 
-enum { KEY_LEN = 14, KEY_COMPUTE = 12 };
+enum { KEY_LEN = 16, KEY_COMPUTE = 12, KEY_X_TYPE = 13, KEY_Y_TYPE = 14 };
 
 /* kind followed by every field of the descriptor, so memcmp decides equality. */
 typedef struct cache_key {
@@ -433,8 +433,9 @@ enum { POOL_OUT, POOL_IN };
  */
 static bool winograd_wanted(const rp_conv_desc *d)
 {
-    return rp_kernels_get_conv_algorithm() == RP_CONV_AUTO && d->compute == RP_F32 && d->kh == 3 &&
-           d->kw == 3 && d->stride == 1 && d->c >= 16 && d->o >= 16;
+    return rp_kernels_get_conv_algorithm() == RP_CONV_AUTO && d->compute == RP_F32 &&
+           d->x_type == RP_F32 && d->y_type == RP_F32 && d->kh == 3 && d->kw == 3 &&
+           d->stride == 1 && d->c >= 16 && d->o >= 16;
 }
 
 /*
@@ -547,6 +548,8 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
     const bool fwd = kind == KIND_CONV_FWD || kind == KIND_CONV_FWD_BIAS;
     const bool to_user = kind == KIND_CONV_BWD_WEIGHTS || kind == KIND_CONV_BWD_WEIGHTS_BIAS;
     const dnnl_data_type_t mul_t = key->v[KEY_COMPUTE] == RP_BF16 ? dnnl_bf16 : dnnl_f32;
+    const dnnl_data_type_t x_t = key->v[KEY_X_TYPE] == RP_BF16 ? dnnl_bf16 : dnnl_f32;
+    const dnnl_data_type_t y_t = key->v[KEY_Y_TYPE] == RP_BF16 ? dnnl_bf16 : dnnl_f32;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t fwd_pd = NULL, bwd_pd = NULL;
     cache_entry *e = NULL;
@@ -564,7 +567,10 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&bias_md, 1, b_dims, dnnl_f32, dnnl_x));
     /* bf16 compute: the multiplied inputs in bf16 on the primitive's side (the staging and
        weight reorders convert the caller's f32), every output f32. */
-    dnnl_memory_desc_t src_m, dst_m, w_m;
+    dnnl_memory_desc_t src_m, dst_m, w_m, x_md, y_md;
+    /* The caller's x and forward y in their storage types (gradients are f32: src_md, dst_md). */
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&x_md, 4, src_dims, x_t, dnnl_nhwc));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag, (&y_md, 4, dst_dims, y_t, dnnl_nhwc));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&src_m, 4, src_dims, mul_t, dnnl_nhwc));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&dst_m, 4, dst_dims, mul_t, dnnl_nhwc));
     DNNL_TRY(dnnl_memory_desc_init_by_tag, (&w_m, 4, w_dims, mul_t, dnnl_format_tag_any));
@@ -572,7 +578,7 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
 
     /* Winograd where this CPU and shape have it (every pass of the kind), else direct. */
     const dnnl_memory_desc_t *wino[] = {&src_any, &wany_md, &dst_any};
-    const dnnl_memory_desc_t *fwd_md[] = {&src_m, &w_m, fwd ? &dst_md : &dst_m};
+    const dnnl_memory_desc_t *fwd_md[] = {&src_m, &w_m, fwd ? &y_md : &dst_m};
     const dnnl_memory_desc_t *bwd_md[] = {kind == KIND_CONV_BWD_DATA ? &src_md : &src_m,
                                           to_user ? &wany_md : &w_m,
                                           kind == KIND_CONV_BWD_DATA || to_user ? &dst_m : &dst_md};
@@ -622,15 +628,15 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
     act_binding src, dst;
     dnnl_memory_t bmem = NULL;
     if (fwd) {
-        RP_TRY(act_bind(t, e, &src, &src_md, pd, dnnl_query_src_md, FWD_X, 0, true, attr, key));
-        RP_TRY(act_bind(t, e, &dst, &dst_md, pd, dnnl_query_dst_md, FWD_Y, 1, false, attr, key));
+        RP_TRY(act_bind(t, e, &src, &x_md, pd, dnnl_query_src_md, FWD_X, 0, true, attr, key));
+        RP_TRY(act_bind(t, e, &dst, &y_md, pd, dnnl_query_dst_md, FWD_Y, 1, false, attr, key));
     } else if (kind == KIND_CONV_BWD_DATA) {
         RP_TRY(
             act_bind(t, e, &dst, &dst_md, pd, dnnl_query_diff_dst_md, BWDD_DY, 1, true, attr, key));
         RP_TRY(act_bind(t, e, &src, &src_md, pd, dnnl_query_diff_src_md, BWDD_DX, 0, false, attr,
                         key));
     } else {
-        RP_TRY(act_bind(t, e, &src, &src_md, pd, dnnl_query_src_md, BWDW_X, 0, true, attr, key));
+        RP_TRY(act_bind(t, e, &src, &x_md, pd, dnnl_query_src_md, BWDW_X, 0, true, attr, key));
         RP_TRY(
             act_bind(t, e, &dst, &dst_md, pd, dnnl_query_diff_dst_md, BWDW_DY, 1, true, attr, key));
     }
@@ -643,7 +649,7 @@ static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv
         step_arg(s, DNNL_ARG_WEIGHTS, wprim, wprim_feed);
         if (bias) step_arg(s, DNNL_ARG_BIAS, bmem, FWD_BIAS);
         step_arg(s, DNNL_ARG_DST, dst.prim, dst.prim_feed);
-        RP_TRY(act_unbind(t, e, &dst, &dst_md, attr, key));
+        RP_TRY(act_unbind(t, e, &dst, &y_md, attr, key));
     } else if (kind == KIND_CONV_BWD_DATA) {
         step_arg(s, DNNL_ARG_DIFF_SRC, src.prim, src.prim_feed);
         step_arg(s, DNNL_ARG_WEIGHTS, wprim, wprim_feed);
@@ -827,13 +833,14 @@ cleanup:
 static cache_key conv_key(entry_kind kind, const rp_conv_desc *d)
 {
     return (cache_key){{kind, d->n, d->h, d->w, d->c, d->o, d->kh, d->kw, d->oh, d->ow, d->stride,
-                        d->pad, (int)d->compute, winograd_wanted(d)}};
+                        d->pad, (int)d->compute, (int)d->x_type, (int)d->y_type,
+                        winograd_wanted(d)}};
 }
 
 static cache_key pool_key(entry_kind kind, const rp_pool_desc *d)
 {
     return (cache_key){
-        {kind, d->n, d->h, d->w, d->c, d->oh, d->ow, d->k, d->stride, d->pad, 0, 0, 0, 0}};
+        {kind, d->n, d->h, d->w, d->c, d->oh, d->ow, d->k, d->stride, d->pad, 0, 0, 0, 0, 0, 0}};
 }
 
 /* Finds or builds the entry for key, then runs it on ptrs. */
@@ -865,6 +872,21 @@ const char *rp_cpu_bf16_path(void)
     return "reference";
 }
 
+/* The conversions: the reference loops, split over the calling thread's team. */
+void rp_cpu_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n)
+{
+#pragma omp parallel for if (n >= (1 << 16)) schedule(static)
+    for (int64_t b = 0; b < n; b += 4096)
+        rp_ref_cast_f32_bf16(y + b, x + b, n - b < 4096 ? n - b : 4096);
+}
+
+void rp_cpu_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n)
+{
+#pragma omp parallel for if (n >= (1 << 16)) schedule(static)
+    for (int64_t b = 0; b < n; b += 4096)
+        rp_ref_cast_bf16_f32(y + b, x + b, n - b < 4096 ? n - b : 4096);
+}
+
 /* Below AVX-512 oneDNN has no bf16 primitives at all: the reference kernels compute them. */
 static bool bf16_by_reference(void)
 {
@@ -881,7 +903,8 @@ rp_status rp_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, floa
     }
     if (bf16_by_reference())
         return rp_ref_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    cache_key key = {{KIND_MATMUL, trans_a, trans_b, m, n, k, lda, ldb, ldc, 0, 0, 0, RP_BF16, 0}};
+    cache_key key = {
+        {KIND_MATMUL, trans_a, trans_b, m, n, k, lda, ldb, ldc, 0, 0, 0, RP_BF16, 0, 0, 0}};
     memcpy(&key.v[9], &alpha, sizeof alpha);
     memcpy(&key.v[10], &beta, sizeof beta);
     void *ptrs[] = {[MM_C] = c, [MM_A] = (void *)a, [MM_B] = (void *)b};
@@ -908,7 +931,7 @@ rp_status rp_cpu_conv2d_uses_winograd(const rp_conv_desc *d, int pass, bool *win
     return RP_OK;
 }
 
-rp_status rp_cpu_conv2d_fwd(float *y, const float *x, const float *w, const float *bias,
+rp_status rp_cpu_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
                             const rp_conv_desc *d)
 {
     RP_CHECK(rp_conv_desc_validate(d));
@@ -931,7 +954,7 @@ rp_status rp_cpu_conv2d_bwd_data(float *dx, const float *dy, const float *w, con
     return run_cached(&key, d, NULL, ptrs);
 }
 
-rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const float *x,
+rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
                                     const rp_conv_desc *d)
 {
     RP_CHECK(rp_conv_desc_validate(d));

@@ -49,16 +49,18 @@ void rp_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
 rp_status rp_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                            const float *a, int lda, const float *b, int ldb, float beta, float *c,
                            int ldc);
+void rp_cpu_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n);
+void rp_cpu_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n);
 /* The bf16 path oneDNN takes on this CPU (see rp_kernels.bf16_path). */
 const char *rp_cpu_bf16_path(void);
 
 /* y = conv(x, w) + bias (bias may be NULL). Overwrites y. */
-rp_status rp_cpu_conv2d_fwd(float *y, const float *x, const float *w, const float *bias,
+rp_status rp_cpu_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
                             const rp_conv_desc *d);
 /* dx = conv2d_fwd's adjoint in x applied to dy. Overwrites dx. */
 rp_status rp_cpu_conv2d_bwd_data(float *dx, const float *dy, const float *w, const rp_conv_desc *d);
 /* dw (and db when not NULL) = gradients of conv2d_fwd given dy and x. Overwrites both. */
-rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const float *x,
+rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
                                     const rp_conv_desc *d);
 
 /*

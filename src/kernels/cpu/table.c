@@ -3,8 +3,36 @@
  * at the reference kernel: those are cheap, rarely-hot loops that GCC
  * already vectorises at -O3, and a copy would only be a second thing to test.
  */
+#include "kernels/bn_bf16.h"
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/cpu/elementwise.h"
+
+/* Batch norm over bf16 activations: this table's f32 kernels on widened chunks (bn_bf16.c). */
+static void cpu_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c)
+{
+    rp_bn_stats_bf16(rp_kernels_cpu(), sums, x, m, c);
+}
+
+static void cpu_bn_norm_fwd_bf16(rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                                 const float *invstd, const float *gamma, const float *beta,
+                                 const rp_bf16 *residual, bool relu, int64_t m, int c)
+{
+    rp_bn_norm_fwd_bf16(rp_kernels_cpu(), y, x, mean, invstd, gamma, beta, residual, relu, m, c);
+}
+
+static void cpu_bn_stats_bwd_bf16(double *sums, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
+                                  const float *mean, const float *invstd, int64_t m, int c,
+                                  float *g_out)
+{
+    rp_bn_stats_bwd_bf16(rp_kernels_cpu(), sums, dy, y, x, mean, invstd, m, c, g_out);
+}
+
+static void cpu_bn_bwd_data_bf16(float *dx, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
+                                 const float *mean, const float *invstd, const double *sums,
+                                 const float *gamma, double count, int64_t m, int c)
+{
+    rp_bn_bwd_data_bf16(rp_kernels_cpu(), dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
+}
 
 static const rp_kernels cpu_table = {
     .name = "cpu",
@@ -21,6 +49,10 @@ static const rp_kernels cpu_table = {
     .bn_norm_fwd = rp_cpu_bn_norm_fwd,
     .bn_stats_bwd = rp_cpu_bn_stats_bwd,
     .bn_bwd_data = rp_cpu_bn_bwd_data,
+    .bn_stats_bf16 = cpu_bn_stats_bf16,
+    .bn_norm_fwd_bf16 = cpu_bn_norm_fwd_bf16,
+    .bn_stats_bwd_bf16 = cpu_bn_stats_bwd_bf16,
+    .bn_bwd_data_bf16 = cpu_bn_bwd_data_bf16,
     .act_fwd = rp_cpu_act_fwd,
     .act_bwd = rp_cpu_act_bwd,
     .binary = rp_cpu_binary,
@@ -53,6 +85,8 @@ static const rp_kernels cpu_table = {
     .sum_squares = rp_cpu_sum_squares,
     .scale_inplace = rp_cpu_scale_inplace,
     .cache_bytes = rp_cpu_dnnl_cache_bytes,
+    .cast_f32_bf16 = rp_cpu_cast_f32_bf16,
+    .cast_bf16_f32 = rp_cpu_cast_bf16_f32,
     .bf16_path = rp_cpu_bf16_path,
 };
 

@@ -16,6 +16,12 @@ static inline double in_val(float v, bool bf16)
     return bf16 ? (double)core_bf16_widen(core_bf16_round(v)) : (double)v;
 }
 
+/* Element i of an activation stored as `type` (f32 or bf16), as a float. */
+static inline float act_at(const void *x, int64_t i, rp_dtype type)
+{
+    return type == RP_BF16 ? core_bf16_widen(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+}
+
 /* (in + 2*pad - k) / stride + 1 in 64-bit, or 0 when the window does not fit. */
 static int64_t out_size(int in, int k, int stride, int pad)
 {
@@ -102,6 +108,14 @@ rp_status rp_conv_desc_validate(const rp_conv_desc *d)
     if (d->compute != RP_F32 && d->compute != RP_BF16)
         return RP_ERROR(RP_ERR_INVALID, "conv2d: compute type %s (%d) is neither f32 nor bf16",
                         rp_dtype_name(d->compute), (int)d->compute);
+    for (int k = 0; k < 2; k++) {
+        rp_dtype s = k ? d->y_type : d->x_type;
+        if (s != RP_F32 && !(s == RP_BF16 && d->compute == RP_BF16))
+            return RP_ERROR(RP_ERR_INVALID,
+                            "conv2d: %s stored as %s with %s compute (bf16 storage needs bf16 "
+                            "compute; other types none)",
+                            k ? "y" : "x", rp_dtype_name(s), rp_dtype_name(d->compute));
+    }
     return RP_OK;
 }
 
@@ -124,7 +138,7 @@ rp_status rp_pool_desc_validate(const rp_pool_desc *d)
  * Forward convolution: each output element is the dot product of the
  * filter with the input window, padding contributing zero, plus the bias.
  */
-rp_status rp_ref_conv2d_fwd(float *y, const float *x, const float *w, const float *bias,
+rp_status rp_ref_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
                             const rp_conv_desc *d)
 {
     RP_CHECK(rp_conv_desc_validate(d));
@@ -142,13 +156,17 @@ rp_status rp_ref_conv2d_fwd(float *y, const float *x, const float *w, const floa
                         for (int kx = 0; kx < d->kw; kx++) {
                             int ix = ox * S - P + kx;
                             if (ix < 0 || ix >= W) continue;
-                            const float *xp = x + (((int64_t)n * H + iy) * W + ix) * C;
+                            int64_t xp = (((int64_t)n * H + iy) * W + ix) * C;
                             const float *wp = w + (((int64_t)o * d->kh + ky) * d->kw + kx) * C;
                             for (int c = 0; c < C; c++)
-                                acc += in_val(xp[c], bf) * in_val(wp[c], bf);
+                                acc += in_val(act_at(x, xp + c, d->x_type), bf) * in_val(wp[c], bf);
                         }
                     }
-                    y[(((int64_t)n * d->oh + oy) * d->ow + ox) * d->o + o] = (float)acc;
+                    int64_t yi = (((int64_t)n * d->oh + oy) * d->ow + ox) * d->o + o;
+                    if (d->y_type == RP_BF16)
+                        ((uint16_t *)y)[yi] = core_bf16_round((float)acc);
+                    else
+                        ((float *)y)[yi] = (float)acc;
                 }
     return RP_OK;
 }
@@ -191,7 +209,7 @@ rp_status rp_ref_conv2d_bwd_data(float *dx, const float *dy, const float *w, con
 }
 
 /* Backward weights: each filter tap correlates dy with the shifted input. */
-rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const float *x,
+rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
                                     const rp_conv_desc *d)
 {
     RP_CHECK(rp_conv_desc_validate(d));
@@ -213,7 +231,10 @@ rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const
                                 if (ix < 0 || ix >= W) continue;
                                 double g = in_val(
                                     dy[(((int64_t)n * d->oh + oy) * d->ow + ox) * O + o], bf);
-                                acc += g * in_val(x[(((int64_t)n * H + iy) * W + ix) * C + c], bf);
+                                acc +=
+                                    g * in_val(act_at(x, (((int64_t)n * H + iy) * W + ix) * C + c,
+                                                      d->x_type),
+                                               bf);
                             }
                         }
                     dw[(((int64_t)o * d->kh + ky) * d->kw + kx) * C + c] = (float)acc;

@@ -36,6 +36,9 @@ void rp_ref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
 rp_status rp_ref_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                            const float *a, int lda, const float *b, int ldb, float beta, float *c,
                            int ldc);
+/* f32 <-> bf16 (rp_bf16_from_f32's rounding). */
+void rp_ref_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n);
+void rp_ref_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n);
 /* "reference": the ref table computes bf16 by rounding its inputs. */
 const char *rp_ref_bf16_path(void);
 
@@ -45,7 +48,7 @@ const char *rp_ref_bf16_path(void);
  * where positions outside the input contribute zero. bias may be NULL.
  * Overwrites y. RP_ERR_INVALID for a NULL pointer, RP_ERR_SHAPE for a bad d.
  */
-rp_status rp_ref_conv2d_fwd(float *y, const float *x, const float *w, const float *bias,
+rp_status rp_ref_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
                             const rp_conv_desc *d);
 
 /* dx = the adjoint of conv2d_fwd with respect to x, applied to dy. Overwrites dx. */
@@ -56,7 +59,7 @@ rp_status rp_ref_conv2d_bwd_data(float *dx, const float *dy, const float *w, con
  * the input); db[o] = sum over n,oy,ox of dy[n,oy,ox,o]. Overwrites dw and,
  * when db is not NULL, db.
  */
-rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const float *x,
+rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
                                     const rp_conv_desc *d);
 
 /*
