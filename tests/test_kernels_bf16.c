@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/ref/conv_pool_ref.h"
+#include "kernels/kernels.h"
 
 static float *absv(const float *x, int64_t n)
 {
@@ -199,6 +200,86 @@ static void test_conv_bf16(void **state)
     }
 }
 
+/*
+ * Batch norm over bf16 activations: each slot is the table's f32 kernel on the widened values,
+ * a chunk of rows at a time. Element-wise outputs (y, dx, the masked dy) are therefore exactly
+ * the f32 kernel's on the widened input (y then rounded once); the sums differ only in how the
+ * chunks' sums are added, within 1e-5 of the magnitudes summed. Shapes cross the chunk size
+ * (8192 values), leave a partial chunk, and take the one-row path above 4096 channels.
+ */
+static void test_bn_bf16(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t m;
+        int c;
+    } shapes[] = {{37, 5}, {1000, 64}, {9001, 3}, {40, 2048}, {3, 5000}};
+    const rp_kernels *tables[] = {rp_kernels_ref(), rp_kernels_cpu()};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int ti = 0; ti < 2; ti++) {
+            const rp_kernels *k = tables[ti];
+            int64_t m = shapes[si].m, n = m * shapes[si].c;
+            int c = shapes[si].c;
+            float *xf = malloc(n * 4), *rf = malloc(n * 4), *dy = malloc(n * 4);
+            float *yf = malloc(n * 4), *dxf = malloc(n * 4), *dxb = malloc(n * 4);
+            float *gf = malloc(n * 4), *gb = malloc(n * 4);
+            rp_bf16 *xb = malloc(n * 2), *rb = malloc(n * 2), *yb = malloc(n * 2);
+            float *mean = malloc(c * 4), *invstd = malloc(c * 4), *gamma = malloc(c * 4),
+                  *beta = malloc(c * 4);
+            double *s1 = malloc(2 * c * 8), *s2 = malloc(2 * c * 8), *mag = malloc(2 * c * 8);
+            tu_fill(xf, n, 40 + si, -2, 3);
+            tu_fill(rf, n, 50 + si, -1, 1);
+            tu_fill(dy, n, 60 + si, -1, 1);
+            tu_fill(mean, c, 70, -0.5, 0.5);
+            tu_fill(invstd, c, 71, 0.5, 2);
+            tu_fill(gamma, c, 72, 0.5, 1.5);
+            tu_fill(beta, c, 73, -0.2, 0.2);
+            rp_bf16_from_f32_array(xb, xf, (size_t)n);
+            rp_bf16_from_f32_array(rb, rf, (size_t)n);
+            rp_bf16_to_f32_array(xf, xb, (size_t)n); /* the widened values the f32 kernels see */
+            rp_bf16_to_f32_array(rf, rb, (size_t)n);
+            char what[96];
+            snprintf(what, sizeof what, "%s table, m %lld, c %d", k->name, (long long)m, c);
+
+            k->bn_stats(s1, xf, m, c);
+            k->bn_stats_bf16(s2, xb, m, c);
+            for (int j = 0; j < c; j++)
+                mag[j] = mag[c + j] = 0;
+            for (int64_t i = 0; i < n; i++) {
+                mag[i % c] += fabs(xf[i]);
+                mag[c + i % c] += (double)xf[i] * xf[i];
+            }
+            for (int j = 0; j < 2 * c; j++)
+                if (fabs(s1[j] - s2[j]) > 1e-5 * mag[j])
+                    fail_msg("bn_stats_bf16 %s: sum %d is %.9g, f32 %.9g", what, j, s2[j], s1[j]);
+
+            k->bn_norm_fwd(yf, xf, mean, invstd, gamma, beta, rf, true, m, c);
+            k->bn_norm_fwd_bf16(yb, xb, mean, invstd, gamma, beta, rb, true, m, c);
+            for (int64_t i = 0; i < n; i++)
+                if (yb[i] != rp_bf16_from_f32(yf[i]))
+                    fail_msg("bn_norm_fwd_bf16 %s: y[%lld] 0x%04x, want 0x%04x", what, (long long)i,
+                             yb[i], rp_bf16_from_f32(yf[i]));
+
+            /* Backward with the fused ReLU's y (the bf16 one, widened for the f32 kernel). */
+            float *yw = malloc(n * 4);
+            rp_bf16_to_f32_array(yw, yb, (size_t)n);
+            k->bn_stats_bwd(s1, dy, yw, xf, mean, invstd, m, c, gf);
+            k->bn_stats_bwd_bf16(s2, dy, yb, xb, mean, invstd, m, c, gb);
+            assert_memory_equal(gf, gb, (size_t)n * 4);
+            for (int j = 0; j < 2 * c; j++)
+                if (fabs(s1[j] - s2[j]) > 1e-5 * (mag[j % c] + (double)m) + 1e-9)
+                    fail_msg("bn_stats_bwd_bf16 %s: sum %d is %.9g, f32 %.9g", what, j, s2[j],
+                             s1[j]);
+            k->bn_bwd_data(dxf, dy, yw, xf, mean, invstd, s1, gamma, (double)m, m, c);
+            k->bn_bwd_data_bf16(dxb, dy, yb, xb, mean, invstd, s1, gamma, (double)m, m, c);
+            assert_memory_equal(dxf, dxb, (size_t)n * 4);
+            free(yw);
+            free(xf), free(rf), free(dy), free(yf), free(dxf), free(dxb), free(gf), free(gb);
+            free(xb), free(rb), free(yb), free(mean), free(invstd), free(gamma), free(beta);
+            free(s1), free(s2), free(mag);
+        }
+}
+
 /* The path is named, and it is one of the four the header lists. */
 static void test_bf16_path_named(void **state)
 {
@@ -232,6 +313,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_bf16),
         cmocka_unit_test(test_conv_bf16),
+        cmocka_unit_test(test_bn_bf16),
         cmocka_unit_test(test_bf16_path_named),
         cmocka_unit_test(test_bad_compute_refused),
     };
