@@ -32,6 +32,8 @@ size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype)
         return 8;
     case RP_CHECKPOINT_U64:
         return 8;
+    case RP_CHECKPOINT_BF16:
+        return 2;
     }
     return 0;
 }
@@ -45,8 +47,23 @@ const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype)
         return "I64";
     case RP_CHECKPOINT_U64:
         return "U64";
+    case RP_CHECKPOINT_BF16:
+        return "BF16";
     }
     return NULL;
+}
+
+bool rp_ckpt_dtype_parse(const char *name, rp_checkpoint_dtype *dtype)
+{
+    static const rp_checkpoint_dtype all[] = {RP_CHECKPOINT_F32, RP_CHECKPOINT_I64,
+                                              RP_CHECKPOINT_U64, RP_CHECKPOINT_BF16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(name, rp_ckpt_dtype_name(all[i])) == 0) {
+            *dtype = all[i];
+            return true;
+        }
+    }
+    return false;
 }
 
 /*
@@ -225,8 +242,7 @@ rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
     return RP_OK;
 }
 
-/* Takes back the tensor rp_ckpt_append() added last (an error path: O(n)). */
-static void pop_tensor(rp_checkpoint *ck)
+void rp_ckpt_pop(rp_checkpoint *ck)
 {
     ckpt_tensor *t = &ck->tensors[--ck->n_tensors];
     rp_free(t->data);
@@ -338,7 +354,7 @@ rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_d
     RP_CHECK(rp_ckpt_append(ck, name, dtype, ndim, shape, &t));
     if (t->nbytes > 0 && !data) {
         long long numel = (long long)t->numel;
-        pop_tensor(ck);
+        rp_ckpt_pop(ck);
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_add: tensor \"%s\" has %lld elements but data is NULL", name,
                         numel);
