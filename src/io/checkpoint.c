@@ -23,49 +23,6 @@
 
 /* ---- small helpers shared with the reader and the writer ---------------- */
 
-size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype)
-{
-    switch (dtype) {
-    case RP_CHECKPOINT_F32:
-        return 4;
-    case RP_CHECKPOINT_I64:
-        return 8;
-    case RP_CHECKPOINT_U64:
-        return 8;
-    case RP_CHECKPOINT_BF16:
-        return 2;
-    }
-    return 0;
-}
-
-const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype)
-{
-    switch (dtype) {
-    case RP_CHECKPOINT_F32:
-        return "F32";
-    case RP_CHECKPOINT_I64:
-        return "I64";
-    case RP_CHECKPOINT_U64:
-        return "U64";
-    case RP_CHECKPOINT_BF16:
-        return "BF16";
-    }
-    return NULL;
-}
-
-bool rp_ckpt_dtype_parse(const char *name, rp_checkpoint_dtype *dtype)
-{
-    static const rp_checkpoint_dtype all[] = {RP_CHECKPOINT_F32, RP_CHECKPOINT_I64,
-                                              RP_CHECKPOINT_U64, RP_CHECKPOINT_BF16};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (strcmp(name, rp_ckpt_dtype_name(all[i])) == 0) {
-            *dtype = all[i];
-            return true;
-        }
-    }
-    return false;
-}
-
 /*
  * Python's safetensors refuses a header that is not valid UTF-8, so names
  * and values are checked on the way in, and headers on the way back.

@@ -1,7 +1,7 @@
 /*
  * checkpoint_internal.h - the in-memory checkpoint shared by checkpoint.c
  * (building, lookups, models and optimizers, small shared helpers),
- * checkpoint_bf16.c (bf16 tensors and conversions), checkpoint_save.c (the
+ * checkpoint_dtype.c (dtypes, bf16 tensors and conversions), checkpoint_save.c (the
  * safetensors writer) and checkpoint_load.c (the reader).
  */
 #ifndef RP_IO_CHECKPOINT_INTERNAL_H

@@ -1,13 +1,59 @@
 /*
- * checkpoint_bf16.c - bf16 tensors in a checkpoint: adding them (as they are,
- * or rounded from f32), finding them, and reading any float tensor back as
- * f32. The file format treats BF16 as any other dtype (checkpoint_save.c,
+ * checkpoint_dtype.c - a checkpoint's element types: their sizes and
+ * safetensors names, and bf16 tensors: adding them (as they are, or rounded
+ * from f32), finding them, and reading any float tensor back as f32. The
+ * file format treats BF16 as any other dtype (checkpoint_save.c,
  * checkpoint_load.c); only the conversions live here.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "io/checkpoint_internal.h"
+
+size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype)
+{
+    switch (dtype) {
+    case RP_CHECKPOINT_F32:
+        return 4;
+    case RP_CHECKPOINT_I64:
+        return 8;
+    case RP_CHECKPOINT_U64:
+        return 8;
+    case RP_CHECKPOINT_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype)
+{
+    switch (dtype) {
+    case RP_CHECKPOINT_F32:
+        return "F32";
+    case RP_CHECKPOINT_I64:
+        return "I64";
+    case RP_CHECKPOINT_U64:
+        return "U64";
+    case RP_CHECKPOINT_BF16:
+        return "BF16";
+    }
+    return NULL;
+}
+
+bool rp_ckpt_dtype_parse(const char *name, rp_checkpoint_dtype *dtype)
+{
+    static const rp_checkpoint_dtype all[] = {RP_CHECKPOINT_F32, RP_CHECKPOINT_I64,
+                                              RP_CHECKPOINT_U64, RP_CHECKPOINT_BF16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(name, rp_ckpt_dtype_name(all[i])) == 0) {
+            *dtype = all[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- bf16 tensors ---------------------------------------------------------------- */
 
 rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
                                  const int64_t *shape, const rp_bf16 *data)
