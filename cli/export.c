@@ -18,27 +18,31 @@
  * state sit under other names and are left out.
  */
 static const char *const param_prefixes[] = {
-    "param/",        "gen/",          "dis/", "d4pg/policy/", "d4pg/critic/", "d4pg/target_policy/",
+    "param/",
+    "gen/",
+    "dis/",
+    "d4pg/policy/",
+    "d4pg/critic/",
+    "d4pg/target_policy/",
     "d4pg/target_critic/",
 };
 #define N_PREFIXES (sizeof param_prefixes / sizeof param_prefixes[0])
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: replicator export RUN_DIR OUT.safetensors [--dtype bf16|f32]\n"
-            "\n"
-            "Writes the parameters of RUN_DIR/checkpoint.safetensors (a run of replicator\n"
-            "train: a classifier, an SN-GAN or D4PG) to OUT.safetensors, a safetensors file\n"
-            "any reader opens (Python's safetensors, PyTorch): every parameter and buffer\n"
-            "under its checkpoint name (param/..., gen/... and dis/..., d4pg/policy/...),\n"
-            "without optimizer state, step counters or RNG state, and the run's\n"
-            "configuration as the metadata \"replicator.config\". The run's checkpoint is\n"
-            "only read: it keeps its f32 masters.\n"
-            "\n"
-            "  --dtype bf16   (default) each value rounded to the nearest bfloat16, ties to\n"
-            "                 even (NaN and infinities kept): half the bytes of f32\n"
-            "  --dtype f32    the f32 values as the checkpoint holds them\n");
+    fprintf(f, "usage: replicator export RUN_DIR OUT.safetensors [--dtype bf16|f32]\n"
+               "\n"
+               "Writes the parameters of RUN_DIR/checkpoint.safetensors (a run of replicator\n"
+               "train: a classifier, an SN-GAN or D4PG) to OUT.safetensors, a safetensors file\n"
+               "any reader opens (Python's safetensors, PyTorch): every parameter and buffer\n"
+               "under its checkpoint name (param/..., gen/... and dis/..., d4pg/policy/...),\n"
+               "without optimizer state, step counters or RNG state, and the run's\n"
+               "configuration as the metadata \"replicator.config\". The run's checkpoint is\n"
+               "only read: it keeps its f32 masters.\n"
+               "\n"
+               "  --dtype bf16   (default) each value rounded to the nearest bfloat16, ties to\n"
+               "                 even (NaN and infinities kept): half the bytes of f32\n"
+               "  --dtype f32    the f32 values as the checkpoint holds them\n");
 }
 
 static bool is_param(const char *name)
@@ -151,8 +155,9 @@ int rp_cli_export(int argc, char **argv)
         if (argc == 1) {
             usage(stderr);
         } else {
-            fprintf(stderr, "replicator export: needs %s (replicator export RUN_DIR OUT.safetensors "
-                            "[--dtype bf16|f32])\n",
+            fprintf(stderr,
+                    "replicator export: needs %s (replicator export RUN_DIR OUT.safetensors "
+                    "[--dtype bf16|f32])\n",
                     n_pos == 0 ? "RUN_DIR and OUT.safetensors" : "OUT.safetensors after RUN_DIR");
         }
         return 2;
