@@ -32,5 +32,7 @@ rp_status rp_cli_driver_destroy(rp_replica *rep, void *arg);
 double rp_cli_median(double *v, int n);
 int rp_cli_eval(int argc, char **argv);
 int rp_cli_sample(int argc, char **argv);
+/* `replicator export RUN_DIR OUT [--dtype bf16|f32]`: a run's parameters only (export.c). */
+int rp_cli_export(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ static void usage(FILE *f)
             "  train   train a model (default: ResNet-20 on Fashion-MNIST; `train sngan`: a GAN)\n"
             "  eval    test accuracy of a saved run; a GAN run's sample scores\n"
             "  sample  a trained GAN's samples as a PNG grid or IDX files\n"
+            "  export  a run's parameters as a safetensors file, in bf16 (or f32)\n"
             "  bench   training throughput of a model on synthetic data\n"
             "  plan    each worker's memory and each step's communication for train's options,\n"
             "          predicted before anything trains\n"
@@ -31,6 +32,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "train")) return rp_cli_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval")) return rp_cli_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "sample")) return rp_cli_sample(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "export")) return rp_cli_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return rp_cli_info(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return rp_cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "trace")) return rp_cli_trace(argc - 1, argv + 1);

@@ -9,6 +9,7 @@
  * - what the strict reader accepts the lenient one accepts too, with the same contents;
  * - every tensor of a loaded checkpoint is reachable by name with a shape that fits its dtype,
  *   and every metadata key by name, the reserved CRC key never among them;
+ * - a BF16 tensor reads back as f32 exactly widened (rp_checkpoint_copy_f32);
  * - reading params or optimizer state is all or nothing: on an error nothing changed;
  * - a loaded checkpoint saved again (to a scratch directory in memory) loads back strictly with
  *   the same tensors and metadata.
@@ -24,7 +25,26 @@
 /* Bytes per element of a dtype. */
 static size_t dtype_size(rp_checkpoint_dtype dtype)
 {
-    return dtype == RP_CHECKPOINT_F32 ? 4 : 8;
+    return dtype == RP_CHECKPOINT_BF16 ? 2 : dtype == RP_CHECKPOINT_F32 ? 4 : 8;
+}
+
+/* A BF16 tensor read as f32 is each value's bits shifted up 16, and a wrong count is refused. */
+static void check_widened(const rp_checkpoint *ck, const char *name, const uint8_t *data,
+                          size_t numel)
+{
+    static float wide[4096];
+    if (numel > sizeof wide / sizeof wide[0]) return;
+    FUZZ_EXPECT(rp_checkpoint_copy_f32(ck, name, wide, (int64_t)numel + 1) != RP_OK,
+                "tensor \"%s\" copied into a destination of the wrong size", name);
+    FUZZ_EXPECT(rp_checkpoint_copy_f32(ck, name, wide, (int64_t)numel) == RP_OK,
+                "tensor \"%s\" (BF16) cannot be read as f32: %s", name, rp_last_error());
+    for (size_t k = 0; k < numel; k++) {
+        uint16_t h;
+        uint32_t u;
+        memcpy(&h, data + 2 * k, sizeof h);
+        memcpy(&u, &wide[k], sizeof u);
+        FUZZ_EXPECT(u == (uint32_t)h << 16, "tensor \"%s\" element %zu widened wrongly", name, k);
+    }
 }
 
 /* Visits every tensor and metadata entry; returns the total tensor bytes. */
@@ -42,8 +62,8 @@ static size_t walk(const rp_checkpoint *ck)
         const uint8_t *data = rp_checkpoint_get(ck, name, &dtype, &ndim, shape);
         FUZZ_EXPECT(data != NULL, "tensor \"%s\" not found by its name", name);
         FUZZ_EXPECT(ndim >= 0 && ndim <= RP_MAX_DIMS, "tensor \"%s\": ndim %d", name, ndim);
-        FUZZ_EXPECT(dtype == RP_CHECKPOINT_F32 || dtype == RP_CHECKPOINT_I64 ||
-                        dtype == RP_CHECKPOINT_U64,
+        FUZZ_EXPECT(dtype == RP_CHECKPOINT_F32 || dtype == RP_CHECKPOINT_BF16 ||
+                        dtype == RP_CHECKPOINT_I64 || dtype == RP_CHECKPOINT_U64,
                     "tensor \"%s\": dtype %d", name, (int)dtype);
         size_t nbytes = dtype_size(dtype);
         for (int d = 0; d < ndim; d++) {
@@ -56,6 +76,7 @@ static size_t walk(const rp_checkpoint *ck)
         for (size_t k = 0; k < nbytes; k++)
             sink ^= data[k];
         (void)sink;
+        if (dtype == RP_CHECKPOINT_BF16) check_widened(ck, name, data, nbytes / 2);
         bytes += nbytes;
     }
     int m = rp_checkpoint_meta_count(ck);

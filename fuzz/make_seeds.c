@@ -192,6 +192,20 @@ static void seeds_checkpoint(void)
     if (rp_checkpoint_save(ck, path) != RP_OK) die(path);
     rp_checkpoint_destroy(ck);
 
+    /* Exported weights: bf16 parameters (odd counts: 2-byte offsets) beside an f32 buffer. */
+    const float vals[5] = {1.0f, -0.5f, 3.14159f, 1e-40f, 65504.0f};
+    if (rp_checkpoint_create(&ck) != RP_OK ||
+        rp_checkpoint_add_f32_as(ck, "param/fc.weight", RP_CHECKPOINT_BF16, 2, (int64_t[]){1, 5},
+                                 vals) != RP_OK ||
+        rp_checkpoint_add_f32_as(ck, "param/fc.bias", RP_CHECKPOINT_BF16, 1, (int64_t[]){3},
+                                 vals) != RP_OK ||
+        rp_checkpoint_add_f32(ck, "param/bn.mean", 1, (int64_t[]){1}, vals) != RP_OK ||
+        rp_checkpoint_set_meta(ck, "replicator.export", "{\"dtype\":\"bf16\"}") != RP_OK)
+        die("the bf16 checkpoint");
+    path_of(path, sizeof path, "checkpoint", "export-bf16.safetensors");
+    if (rp_checkpoint_save(ck, path) != RP_OK) die(path);
+    rp_checkpoint_destroy(ck);
+
     /* A safetensors file from another tool: no CRC, an F16 tensor the reader refuses. */
     static const char foreign[] =
         "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"

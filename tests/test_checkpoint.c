@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,10 @@ static rp_checkpoint *make_mixed(void)
 {
     rp_checkpoint *ck;
     assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    /* bf16 first, and 3 of them: the writer puts them after every wider tensor regardless. */
+    assert_int_equal(
+        rp_checkpoint_add_bf16(ck, "half", 1, (int64_t[]){3}, (rp_bf16[]){0x3f80, 0xffc1, 0x0001}),
+        RP_OK);
     float special[N_SPECIAL];
     for (size_t i = 0; i < N_SPECIAL; i++)
         special[i] = bits_to_float(SPECIAL_BITS[i]);
@@ -142,8 +147,7 @@ static void assert_same_checkpoint(const rp_checkpoint *a, const rp_checkpoint *
             numel *= sa[d];
         }
         assert_int_equal((uintptr_t)pb % RP_ALIGN, 0);
-        if (numel > 0)
-            assert_memory_equal(pa, pb, (size_t)numel * (da == RP_CHECKPOINT_F32 ? 4 : 8));
+        if (numel > 0) assert_memory_equal(pa, pb, (size_t)numel * rp_ckpt_dtype_size(da));
     }
     assert_int_equal(rp_checkpoint_meta_count(a), rp_checkpoint_meta_count(b));
     for (int i = 0; i < rp_checkpoint_meta_count(a); i++) {
@@ -195,6 +199,12 @@ static void test_round_trip_bit_exact(void **state)
     assert_string_equal(rp_checkpoint_name_at(back, 0), "counters");
     assert_string_equal(rp_checkpoint_name_at(back, 1), "rng/state");
     assert_string_equal(rp_checkpoint_name_at(back, 2), "special");
+    assert_string_equal(rp_checkpoint_name_at(back, rp_checkpoint_count(back) - 1), "half");
+    const rp_bf16 *half = rp_checkpoint_get_bf16(back, "half", &ndim, shape);
+    assert_non_null(half);
+    assert_int_equal(ndim, 1);
+    assert_int_equal(shape[0], 3);
+    assert_true(half[0] == 0x3f80 && half[1] == 0xffc1 && half[2] == 0x0001);
     /* The CRC entry is the file's business, not the user's. */
     assert_null(rp_checkpoint_get_meta(back, "replicator.crc32"));
 
@@ -483,7 +493,7 @@ static void test_optimizer_kind_mismatch(void **state)
 
 /* ---- corruption and truncation ----------------------------------------------------- */
 
-/* A small checkpoint with metadata and three tensors of all dtypes; returns its bytes. */
+/* A small checkpoint with metadata and four tensors of all dtypes; returns its bytes. */
 static unsigned char *small_checkpoint(const char *path, size_t *n)
 {
     rp_checkpoint *ck;
@@ -493,6 +503,8 @@ static unsigned char *small_checkpoint(const char *path, size_t *n)
         rp_checkpoint_add_f32(ck, "w", 2, (int64_t[]){2, 3}, (float[]){1, 2, 3, 4, 5, 6}), RP_OK);
     assert_int_equal(rp_checkpoint_add_i64(ck, "step", 1, (int64_t[]){42}), RP_OK);
     assert_int_equal(rp_checkpoint_add_u64(ck, "rng", 2, (uint64_t[]){7, 9}), RP_OK);
+    assert_int_equal(rp_checkpoint_add_bf16(ck, "h", 1, (int64_t[]){1}, (rp_bf16[]){0xc0a0}),
+                     RP_OK);
     assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
     rp_checkpoint_destroy(ck);
     return tu_read_file(path, n);
@@ -808,8 +820,8 @@ static void test_header_length_cap(void **state)
 static void test_foreign_dtypes(void **state)
 {
     static const char *const foreign[] = {
-        "BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2",
-        "I16",  "U16", "F16", "BF16",    "I32",     "U32",     "F64", "C64"};
+        "BOOL",    "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3",
+        "F6_E3M2", "I16", "U16", "F16",     "I32",     "U32",     "F64", "C64"};
     char path[256], header[160];
     tmp_path(path, sizeof path, "dtype.safetensors");
     unsigned char zeros[8] = {0};
@@ -820,10 +832,384 @@ static void test_foreign_dtypes(void **state)
         rp_checkpoint *ck;
         assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_UNSUPPORTED);
         tu_assert_error_contains(foreign[i]);
-        /* A replicator checkpoint only ever holds F32, I64 and U64: anything else is damage. */
+        /* A replicator checkpoint only ever holds F32, BF16, I64 and U64: anything else is damage.
+         */
         assert_int_equal(rp_checkpoint_load(&ck, path), RP_ERR_FORMAT);
         tu_assert_error_contains("unknown dtype");
     }
+}
+
+/* ---- bf16 tensors ---------------------------------------------------------------------- */
+
+/*
+ * bf16 rounding written independently of core's: the nearer of the two bf16 values around x
+ * (the larger one may be 2^128, which stands for infinity, as IEEE rounding with an unbounded
+ * exponent has it), a tie going to the even one. NaN keeps its sign and the top of its payload
+ * and becomes quiet.
+ */
+static rp_bf16 reference_bf16(uint32_t u)
+{
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (rp_bf16)((u >> 16) | 0x0040u);
+    if ((u & 0x7fffffffu) == 0x7f800000u) return (rp_bf16)(u >> 16);
+    uint32_t sign = u & 0x80000000u, mag = u & 0x7fffffffu;
+    uint32_t lo = mag & 0xffff0000u, hi = lo + 0x10000u;
+    double x = (double)bits_to_float(mag), dlo = (double)bits_to_float(lo);
+    double dhi = hi == 0x7f800000u ? ldexp(1.0, 128) : (double)bits_to_float(hi);
+    double below = x - dlo, above = dhi - x;
+    uint32_t pick = below < above ? lo : above < below ? hi : ((lo >> 16) & 1u) ? hi : lo;
+    return (rp_bf16)((sign | pick) >> 16);
+}
+
+/*
+ * rp_checkpoint_add_f32_as(BF16) rounds to nearest, ties to even, and the rounded values are
+ * what the file holds and what a load gives back: each boundary case (ties on both sides of
+ * even, just above and below a tie, the carry into the next binade and into infinity,
+ * denormals, -0, infinities, quiet and signalling NaNs), and a sweep of a million f32 patterns
+ * against a reference written apart from core's.
+ */
+static void test_bf16_rounding_through_the_file(void **state)
+{
+    static const struct {
+        uint32_t f32;
+        rp_bf16 bf16;
+    } cases[] = {
+        {0x3f800000u, 0x3f80}, /* 1, exact */
+        {0x3f808000u, 0x3f80}, /* tie, the even one below */
+        {0x3f818000u, 0x3f82}, /* tie, the even one above */
+        {0x3f808001u, 0x3f81}, /* just above a tie */
+        {0x3f807fffu, 0x3f80}, /* just below a tie */
+        {0xbf808000u, 0xbf80}, /* negative ties */
+        {0xbf818000u, 0xbf82},
+        {0x3f7fffffu, 0x3f80}, /* a carry into the next binade */
+        {0x7f7effffu, 0x7f7f},
+        {0x7f7f7fffu, 0x7f7f}, /* the largest bf16 */
+        {0x7f7f8000u, 0x7f80}, /* a tie above it goes to infinity (0x7f7f is odd) */
+        {0x7f7fffffu, 0x7f80}, /* FLT_MAX */
+        {0xff7fffffu, 0xff80}, /* -FLT_MAX */
+        {0x7f800000u, 0x7f80}, /* infinities */
+        {0xff800000u, 0xff80},
+        {0x7fc00000u, 0x7fc0}, /* quiet NaN */
+        {0x7f800001u, 0x7fc0}, /* signalling NaN, payload in the low half only: NaN, not inf */
+        {0xffa12345u, 0xffe1}, /* negative signalling NaN with a payload */
+        {0x80000000u, 0x8000}, /* -0 */
+        {0x00000001u, 0x0000}, /* the smallest denormal */
+        {0x00008000u, 0x0000}, /* denormal ties */
+        {0x00018000u, 0x0002},
+        {0x807fffffu, 0x8080}, /* the largest negative denormal, up to -FLT_MIN */
+        {0x00800000u, 0x0080}, /* FLT_MIN */
+    };
+    enum { N_CASES = sizeof cases / sizeof cases[0] };
+    const int64_t sweep = ((int64_t)1 << 32) / 4093 + 1; /* a prime stride over every pattern */
+    float *vals = malloc((size_t)(N_CASES > sweep ? N_CASES : sweep) * sizeof *vals);
+    float *wide = malloc((size_t)sweep * sizeof *wide);
+    assert_true(vals && wide);
+    for (int i = 0; i < N_CASES; i++) {
+        vals[i] = bits_to_float(cases[i].f32);
+        assert_int_equal(reference_bf16(cases[i].f32), cases[i].bf16); /* the reference agrees */
+    }
+    rp_checkpoint *ck, *back;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(
+        rp_checkpoint_add_f32_as(ck, "cases", RP_CHECKPOINT_BF16, 1, (int64_t[]){N_CASES}, vals),
+        RP_OK);
+    for (int64_t i = 0; i < sweep; i++)
+        vals[i] = bits_to_float((uint32_t)(i * 4093));
+    assert_int_equal(
+        rp_checkpoint_add_f32_as(ck, "sweep", RP_CHECKPOINT_BF16, 2, (int64_t[]){1, sweep}, vals),
+        RP_OK);
+    char path[256];
+    tmp_path(path, sizeof path, "rounding.safetensors");
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+    assert_int_equal(rp_checkpoint_load(&back, path), RP_OK);
+
+    int ndim;
+    int64_t shape[RP_MAX_DIMS];
+    const rp_bf16 *got = rp_checkpoint_get_bf16(back, "cases", &ndim, shape);
+    assert_non_null(got);
+    assert_true(ndim == 1 && shape[0] == N_CASES);
+    for (int i = 0; i < N_CASES; i++) {
+        if (got[i] != cases[i].bf16) {
+            print_error("f32 0x%08x: bf16 0x%04x in the file, want 0x%04x\n", cases[i].f32, got[i],
+                        cases[i].bf16);
+            fail();
+        }
+    }
+    got = rp_checkpoint_get_bf16(back, "sweep", &ndim, shape);
+    assert_non_null(got);
+    assert_true(ndim == 2 && shape[0] == 1 && shape[1] == sweep);
+    assert_int_equal(rp_checkpoint_copy_f32(back, "sweep", wide, sweep), RP_OK);
+    for (int64_t i = 0; i < sweep; i++) {
+        uint32_t u = (uint32_t)(i * 4093), w;
+        memcpy(&w, &wide[i], sizeof w);
+        if (got[i] != reference_bf16(u) || w != (uint32_t)got[i] << 16) {
+            print_error("f32 0x%08x: bf16 0x%04x in the file (want 0x%04x), widened 0x%08x\n", u,
+                        got[i], reference_bf16(u), w);
+            fail();
+        }
+    }
+    rp_checkpoint_destroy(back);
+    free(wide);
+    free(vals);
+}
+
+/*
+ * Every bf16 bit pattern survives a file as it is, widens to f32 exactly (its bits shifted
+ * up), and rounds back from that f32 to itself (NaNs to a quiet NaN of the same sign).
+ */
+static void test_bf16_every_pattern_round_trip(void **state)
+{
+    enum { N = 1 << 16 };
+    rp_bf16 *all = malloc(N * sizeof *all);
+    float *wide = malloc(N * sizeof *wide);
+    assert_true(all && wide);
+    for (int i = 0; i < N; i++)
+        all[i] = (rp_bf16)i;
+    rp_checkpoint *ck, *back;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_checkpoint_add_bf16(ck, "all", 2, (int64_t[]){256, 256}, all), RP_OK);
+    char path[256];
+    tmp_path(path, sizeof path, "patterns.safetensors");
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+    assert_int_equal(rp_checkpoint_load(&back, path), RP_OK);
+    const rp_bf16 *got = rp_checkpoint_get_bf16(back, "all", NULL, NULL);
+    assert_non_null(got);
+    assert_memory_equal(got, all, N * sizeof *all);
+    assert_int_equal(rp_checkpoint_copy_f32(back, "all", wide, N), RP_OK);
+    rp_checkpoint *again;
+    assert_int_equal(rp_checkpoint_create(&again), RP_OK);
+    assert_int_equal(
+        rp_checkpoint_add_f32_as(again, "all", RP_CHECKPOINT_BF16, 1, (int64_t[]){N}, wide), RP_OK);
+    const rp_bf16 *rounded = rp_checkpoint_get_bf16(again, "all", NULL, NULL);
+    assert_non_null(rounded);
+    for (int i = 0; i < N; i++) {
+        uint32_t w;
+        memcpy(&w, &wide[i], sizeof w);
+        assert_int_equal(w, (uint32_t)i << 16);
+        bool nan = (i & 0x7fff) > 0x7f80;
+        assert_int_equal(rounded[i], nan ? (i | 0x0040) : i);
+    }
+    rp_checkpoint_destroy(again);
+    rp_checkpoint_destroy(back);
+    free(wide);
+    free(all);
+}
+
+/* The typed lookups and conversions refuse the wrong dtype or size, naming the tensor. */
+static void test_bf16_lookups_and_errors(void **state)
+{
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    const float f[3] = {1.0f, 2.5f, -3.0f};
+    assert_int_equal(rp_checkpoint_add_f32_as(ck, "f", RP_CHECKPOINT_F32, 1, (int64_t[]){3}, f),
+                     RP_OK);
+    assert_memory_equal(rp_checkpoint_get_f32(ck, "f", NULL, NULL), f, sizeof f); /* as it is */
+    assert_int_equal(rp_checkpoint_add_f32_as(ck, "h", RP_CHECKPOINT_BF16, 1, (int64_t[]){3}, f),
+                     RP_OK);
+    assert_int_equal(rp_checkpoint_add_i64(ck, "n", 2, (int64_t[]){1, 2}), RP_OK);
+
+    assert_null(rp_checkpoint_get_f32(ck, "h", NULL, NULL));
+    tu_assert_error_contains("tensor \"h\" is BF16, not F32");
+    assert_null(rp_checkpoint_get_bf16(ck, "f", NULL, NULL));
+    tu_assert_error_contains("tensor \"f\" is F32, not BF16");
+    assert_null(rp_checkpoint_get_bf16(ck, "none", NULL, NULL));
+    tu_assert_error_contains("no tensor named \"none\"");
+
+    float dst[3] = {7, 7, 7};
+    assert_int_equal(rp_checkpoint_copy_f32(ck, "h", dst, 2), RP_ERR_INVALID);
+    tu_assert_error_contains("tensor \"h\" (BF16) has 3 elements, the destination 2");
+    assert_int_equal(rp_checkpoint_copy_f32(ck, "n", dst, 2), RP_ERR_INVALID);
+    tu_assert_error_contains("tensor \"n\" is I64, not a float tensor");
+    assert_int_equal(rp_checkpoint_copy_f32(ck, "none", dst, 3), RP_ERR_INVALID);
+    tu_assert_error_contains("no tensor named \"none\"");
+    assert_true(dst[0] == 7 && dst[1] == 7 && dst[2] == 7); /* untouched by the refusals */
+    assert_int_equal(rp_checkpoint_copy_f32(ck, "h", dst, 3), RP_OK);
+    assert_true(dst[0] == 1.0f && dst[1] == 2.5f && dst[2] == -3.0f); /* exact in bf16 */
+    assert_int_equal(rp_checkpoint_copy_f32(ck, "f", dst, 3), RP_OK);
+    assert_memory_equal(dst, f, sizeof f);
+
+    assert_int_equal(rp_checkpoint_add_f32_as(ck, "x", RP_CHECKPOINT_I64, 1, (int64_t[]){3}, f),
+                     RP_ERR_INVALID);
+    tu_assert_error_contains("tensor \"x\": f32 values can be stored as F32 or BF16, not I64");
+    assert_int_equal(
+        rp_checkpoint_add_f32_as(ck, "x", (rp_checkpoint_dtype)9, 1, (int64_t[]){3}, f),
+        RP_ERR_INVALID);
+    tu_assert_error_contains("not dtype 9");
+    assert_int_equal(rp_checkpoint_add_f32_as(ck, "x", RP_CHECKPOINT_BF16, 1, (int64_t[]){3}, NULL),
+                     RP_ERR_INVALID);
+    tu_assert_error_contains("tensor \"x\" has 3 elements but data is NULL");
+    assert_int_equal(rp_checkpoint_add_f32_as(ck, "h", RP_CHECKPOINT_BF16, 1, (int64_t[]){3}, f),
+                     RP_ERR_INVALID);
+    tu_assert_error_contains("a tensor named \"h\" is already present");
+    assert_int_equal(rp_checkpoint_count(ck), 3); /* nothing half-added */
+    assert_int_equal(rp_checkpoint_add_f32_as(ck, "e", RP_CHECKPOINT_BF16, 1, (int64_t[]){0}, NULL),
+                     RP_OK);
+    rp_checkpoint_destroy(ck);
+}
+
+/*
+ * Checkpoints keep f32 masters: a model's parameters are saved as F32, and a parameter stored
+ * as BF16 (an export) is refused by name when read into a model, which stays as it was.
+ */
+static void test_bf16_params_are_not_masters(void **state)
+{
+    model a, b;
+    model_init(&a, 3, false, 1);
+    model_init(&b, 3, false, 2);
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_checkpoint_add_params(ck, a.params, "param/"), RP_OK);
+    for (int i = 0; i < rp_checkpoint_count(ck); i++) {
+        rp_checkpoint_dtype dtype;
+        assert_non_null(rp_checkpoint_get(ck, rp_checkpoint_name_at(ck, i), &dtype, NULL, NULL));
+        assert_int_equal(dtype, RP_CHECKPOINT_F32);
+    }
+    rp_checkpoint_destroy(ck);
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    for (int i = 0; i < rp_params_count(a.params); i++) {
+        const rp_tensor *t = rp_params_at(a.params, i);
+        char name[300];
+        int64_t shape[RP_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++)
+            shape[d] = t->shape[d];
+        snprintf(name, sizeof name, "param/%s", t->name);
+        assert_int_equal(rp_checkpoint_add_f32_as(ck, name,
+                                                  i == 0 ? RP_CHECKPOINT_BF16 : RP_CHECKPOINT_F32,
+                                                  t->ndim, shape, t->data),
+                         RP_OK);
+    }
+    assert_read_fails_unchanged(ck, &b);
+    char want[400];
+    snprintf(want, sizeof want, "param/%s is BF16 in the checkpoint, F32 in the model",
+             rp_params_at(a.params, 0)->name);
+    tu_assert_error_contains(want);
+    rp_checkpoint_destroy(ck);
+    rp_params_destroy(b.params);
+    rp_params_destroy(a.params);
+}
+
+/*
+ * A BF16 tensor is held to every structural rule, with its 2-byte elements: sizes, gaps,
+ * overlaps, truncation, trailing bytes, the 2^53-byte limit; each message names the tensor.
+ * A valid file (BF16 first, F32 after it at an odd-looking offset, as another writer may lay it
+ * out) loads with the values it holds.
+ */
+static void test_bf16_structure_checks(void **state)
+{
+    static const struct {
+        const char *header;
+        size_t data_len;
+        const char *needle;
+    } cases[] = {
+        {"{\"bf\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+         "tensor \"bf\": its shape needs 6 bytes but data_offsets [0, 8] hold 8"},
+        {"{\"bf\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,12]}}", 12,
+         "tensor \"bf\": its shape needs 6 bytes"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+         "\"bf\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[2,4]}}",
+         4,
+         "tensor \"bf\" starts at byte 2 of the data, but the previous tensor ends at 4 (an "
+         "overlap)"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+         "\"bf\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[6,8]}}",
+         8,
+         "tensor \"bf\" starts at byte 6 of the data, but the previous tensor ends at 4 (a gap)"},
+        {"{\"bf\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[0,8]}}", 6, "truncated"},
+        {"{\"bf\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 4, "trailing bytes"},
+        {"{\"bf\":{\"dtype\":\"bf16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2,
+         "tensor \"bf\" has unknown dtype \"bf16\""},
+        {"{\"bf\":{\"dtype\":\"BF16\",\"shape\":[4503599627370497],\"data_offsets\":[0,0]}}", 0,
+         "tensor \"bf\" is impossibly large"},
+        {"{\"bf\":{\"dtype\":\"BF16\",\"shape\":[4503599627370496],\"data_offsets\":[0,2]}}", 2,
+         "tensor \"bf\": its shape needs 9007199254740992 bytes"},
+    };
+    char path[256];
+    tmp_path(path, sizeof path, "bf16-structure.safetensors");
+    unsigned char zeros[16] = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_raw(path, cases[i].header, zeros, cases[i].data_len);
+        rp_checkpoint *ck = (rp_checkpoint *)1;
+        rp_status s = rp_checkpoint_load_safetensors(&ck, path);
+        if (s != RP_ERR_FORMAT || !strstr(rp_last_error(), cases[i].needle)) {
+            print_error("case %zu (%s): status %s, \"%s\"\n", i, cases[i].header, rp_status_name(s),
+                        rp_last_error());
+            fail();
+        }
+        assert_null(ck);
+    }
+    /* BF16 then F32 at byte 6 (not 4-aligned in the file): both read, values intact. */
+    unsigned char data[10];
+    const rp_bf16 h[3] = {0x3f80, 0xc040, 0x7f80};
+    const float w = -2.25f;
+    memcpy(data, h, sizeof h);
+    memcpy(data + 6, &w, sizeof w);
+    write_raw(path,
+              "{\"h\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+              "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[6,10]}}",
+              data, sizeof data);
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_OK);
+    const rp_bf16 *got = rp_checkpoint_get_bf16(ck, "h", NULL, NULL);
+    assert_non_null(got);
+    assert_memory_equal(got, h, sizeof h);
+    const float *gw = rp_checkpoint_get_f32(ck, "w", NULL, NULL);
+    assert_non_null(gw);
+    assert_true(*gw == w && (uintptr_t)gw % RP_ALIGN == 0);
+    float wide[3];
+    assert_int_equal(rp_checkpoint_copy_f32(ck, "h", wide, 3), RP_OK);
+    assert_true(wide[0] == 1.0f && wide[1] == -3.0f && isinf(wide[2]));
+    rp_checkpoint_destroy(ck);
+}
+
+/* The first occurrence of text `s` in bytes[0..n), or NULL. */
+static char *find_bytes(unsigned char *bytes, size_t n, const char *s)
+{
+    size_t len = strlen(s);
+    for (size_t i = 0; i + len <= n; i++) {
+        if (memcmp(bytes + i, s, len) == 0) return (char *)bytes + i;
+    }
+    return NULL;
+}
+
+/*
+ * In replicator's own (CRC'd) file, a damaged BF16 entry is refused by the structural checks
+ * with the tensor's name, before the CRC: a changed dtype, a changed shape.
+ */
+static void test_bf16_damaged_header_named(void **state)
+{
+    char path[256], bad[256];
+    tmp_path(path, sizeof path, "bf16-good.safetensors");
+    tmp_path(bad, sizeof bad, "bf16-bad.safetensors");
+    rp_checkpoint *ck;
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_checkpoint_add_f32_as(ck, "weights", RP_CHECKPOINT_BF16, 1, (int64_t[]){3},
+                                              (float[]){1, 2, 3}),
+                     RP_OK);
+    assert_int_equal(rp_checkpoint_save(ck, path), RP_OK);
+    rp_checkpoint_destroy(ck);
+    size_t n;
+    unsigned char *bytes = tu_read_file(path, &n);
+    char *dtype = find_bytes(bytes, n, "\"BF16\""), *shape = find_bytes(bytes, n, "[3]");
+    assert_true(dtype && shape);
+
+    dtype[4] = '7'; /* "BF17" */
+    write_file(bad, bytes, n);
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
+    tu_assert_error_contains("tensor \"weights\" has unknown dtype \"BF17\"");
+    tu_assert_error_contains("bf16-bad.safetensors");
+    dtype[4] = '6';
+
+    shape[1] = '4';
+    write_file(bad, bytes, n);
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
+    tu_assert_error_contains("tensor \"weights\": its shape needs 8 bytes but data_offsets [0, 6]");
+    shape[1] = '3';
+
+    write_file(bad, bytes, n);
+    assert_int_equal(rp_checkpoint_load(&ck, bad), RP_OK);
+    rp_checkpoint_destroy(ck);
+    free(bytes);
 }
 
 /* ---- many tensors, and files that are not regular ---------------------------------------- */
@@ -1108,7 +1494,7 @@ static void test_python_reads_header(void **state)
         "meta = h.pop('__metadata__')\n"
         "assert all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())\n"
         "assert json.loads(meta['config'])['lr'] == 0.1\n"
-        "size = {'F32': 4, 'I64': 8, 'U64': 8}\n"
+        "size = {'F32': 4, 'I64': 8, 'U64': 8, 'BF16': 2}\n"
         "at = 0\n"
         "for name, t in sorted(h.items(), key=lambda kv: kv[1]['data_offsets']):\n"
         "    s, e = t['data_offsets']\n"
@@ -1122,7 +1508,10 @@ static void test_python_reads_header(void **state)
         "vals = struct.unpack('<12f', b[8 + n + s:8 + n + e])\n"
         "assert vals == tuple(i - 5.5 for i in range(12)), vals\n"
         "s, e = h['counters']['data_offsets']\n"
-        "assert struct.unpack('<5q', b[8 + n + s:8 + n + e])[4] == 2**63 - 1\n";
+        "assert struct.unpack('<5q', b[8 + n + s:8 + n + e])[4] == 2**63 - 1\n"
+        "assert h['half']['dtype'] == 'BF16' and h['half']['shape'] == [3]\n"
+        "s, e = h['half']['data_offsets']\n"
+        "assert e == at and struct.unpack('<3H', b[8 + n + s:8 + n + e]) == (0x3f80, 0xffc1, 1)\n";
     write_file(script, py, sizeof py - 1);
     snprintf(cmd, sizeof cmd, "python3 %s %s", script, path);
     assert_int_equal(system(cmd), 0);
@@ -1145,6 +1534,12 @@ int main(void)
         cmocka_unit_test(test_structure_checks),
         cmocka_unit_test(test_header_length_cap),
         cmocka_unit_test(test_foreign_dtypes),
+        cmocka_unit_test(test_bf16_rounding_through_the_file),
+        cmocka_unit_test(test_bf16_every_pattern_round_trip),
+        cmocka_unit_test(test_bf16_lookups_and_errors),
+        cmocka_unit_test(test_bf16_params_are_not_masters),
+        cmocka_unit_test(test_bf16_structure_checks),
+        cmocka_unit_test(test_bf16_damaged_header_named),
         cmocka_unit_test(test_failed_save_keeps_previous_file),
         cmocka_unit_test(test_many_tensors_load_fast),
         cmocka_unit_test(test_fifo_is_refused_at_once),

@@ -1,8 +1,8 @@
 /*
  * replicator/io.h - checkpoints in the safetensors layout, and PNG images.
  *
- * A checkpoint is an in-memory set of named tensors (f32, int64, uint64) and
- * string metadata. It holds whatever a run needs to resume: parameters and
+ * A checkpoint is an in-memory set of named tensors (f32, bf16, int64,
+ * uint64) and string metadata. It holds whatever a run needs to resume: parameters and
  * buffers (rp_checkpoint_add_params), optimizer state
  * (rp_checkpoint_add_optimizer), RNG state and loader position (small
  * integer tensors), and the configuration (a metadata string, e.g. JSON).
@@ -13,14 +13,14 @@
  *     [8 bytes]  N, the header length, unsigned little-endian
  *     [N bytes]  UTF-8 JSON, padded with spaces so that 8 + N is a multiple of 8:
  *                {"__metadata__": {"key": "value", ...},
- *                 "<name>": {"dtype": "F32"|"I64"|"U64", "shape": [...],
+ *                 "<name>": {"dtype": "F32"|"BF16"|"I64"|"U64", "shape": [...],
  *                            "data_offsets": [begin, end]}, ...}
  *     [...]      the byte buffer: every tensor's raw little-endian bytes,
  *                row-major, back to back with no gaps; offsets are
  *                relative to the start of the buffer. Tensors of 8-byte
- *                types come first, then f32, each group in insertion
- *                order, so every tensor starts at a multiple of its
- *                element size (as safetensors' own writer arranges it)
+ *                types come first, then f32, then bf16, each group in
+ *                insertion order, so every tensor starts at a multiple of
+ *                its element size (as safetensors' own writer arranges it)
  *
  * Integrity, which safetensors itself lacks: the first metadata entry is
  * always "replicator.crc32", eight lowercase hex digits, so the header
@@ -72,11 +72,18 @@
 extern "C" {
 #endif
 
-/* Element types a checkpoint holds, named in the file as "F32", "I64", "U64". */
+/*
+ * Element types a checkpoint holds, named in the file as "F32", "I64", "U64",
+ * "BF16". BF16 is bfloat16 (rp_bf16 of core.h): 2 bytes, the top half of an
+ * f32. Training checkpoints hold f32 masters (rp_checkpoint_add_params and
+ * rp_checkpoint_add_optimizer write F32 whatever the run's precision); BF16
+ * is for exported weights (rp_checkpoint_add_f32_as, `replicator export`).
+ */
 typedef enum {
     RP_CHECKPOINT_F32 = 0,
     RP_CHECKPOINT_I64 = 1,
     RP_CHECKPOINT_U64 = 2,
+    RP_CHECKPOINT_BF16 = 3,
 } rp_checkpoint_dtype;
 
 /* Longest tensor name or metadata key, in bytes (not counting the NUL). */
@@ -127,6 +134,21 @@ rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n,
 /* A 1-d uint64 tensor of n elements (RNG keys and counters). */
 rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
                                 const uint64_t *data);
+
+/* rp_checkpoint_add() for bf16 values, stored as they are. */
+rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
+                                 const int64_t *shape, const rp_bf16 *data);
+
+/*
+ * Adds the f32 values `data` (numel of `shape` of them) stored as `dtype`:
+ * RP_CHECKPOINT_F32 copies them; RP_CHECKPOINT_BF16 rounds each with
+ * rp_bf16_from_f32 (to nearest, ties to even; NaN stays NaN, infinities stay
+ * infinite, a value too large for bf16 becomes infinity). Otherwise as
+ * rp_checkpoint_add(). Errors: those of rp_checkpoint_add(); RP_ERR_INVALID
+ * naming the dtype if it is neither F32 nor BF16.
+ */
+rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                                   int ndim, const int64_t *shape, const float *data);
 
 /*
  * Sets metadata `key` to `value` (both copied; a second call with the same
@@ -180,7 +202,7 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
  * Errors: RP_ERR_IO (cannot open or read), RP_ERR_FORMAT (corrupt or
  * truncated; the message names the path and what is wrong, for a wrong size
  * the expected and actual byte counts), RP_ERR_UNSUPPORTED (big-endian host,
- * or a dtype other than F32/I64/U64), RP_ERR_NOMEM, RP_ERR_INVALID.
+ * or a dtype other than F32/BF16/I64/U64), RP_ERR_NOMEM, RP_ERR_INVALID.
  */
 rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
 
@@ -208,6 +230,20 @@ const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name, rp_chec
 /* rp_checkpoint_get() for an f32 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
 const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
                                    int64_t *shape);
+
+/* rp_checkpoint_get() for a bf16 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
+const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name, int *ndim,
+                                      int64_t *shape);
+
+/*
+ * Copies float tensor `name` into dst[0..n) as f32, for a caller that wants
+ * f32 whatever was stored: an F32 tensor as it is, a BF16 one widened
+ * (rp_bf16_to_f32, exact). `n` must be the tensor's element count (from the
+ * shape rp_checkpoint_get gives). Errors: RP_ERR_INVALID (NULL arguments, no
+ * such tensor, an I64 or U64 tensor, or n not its element count; the message
+ * names the tensor, its dtype and element count); dst is then unchanged.
+ */
+rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, float *dst, int64_t n);
 
 /* An int64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
 const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n);

@@ -23,32 +23,6 @@
 
 /* ---- small helpers shared with the reader and the writer ---------------- */
 
-size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype)
-{
-    switch (dtype) {
-    case RP_CHECKPOINT_F32:
-        return 4;
-    case RP_CHECKPOINT_I64:
-        return 8;
-    case RP_CHECKPOINT_U64:
-        return 8;
-    }
-    return 0;
-}
-
-const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype)
-{
-    switch (dtype) {
-    case RP_CHECKPOINT_F32:
-        return "F32";
-    case RP_CHECKPOINT_I64:
-        return "I64";
-    case RP_CHECKPOINT_U64:
-        return "U64";
-    }
-    return NULL;
-}
-
 /*
  * Python's safetensors refuses a header that is not valid UTF-8, so names
  * and values are checked on the way in, and headers on the way back.
@@ -225,8 +199,7 @@ rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
     return RP_OK;
 }
 
-/* Takes back the tensor rp_ckpt_append() added last (an error path: O(n)). */
-static void pop_tensor(rp_checkpoint *ck)
+void rp_ckpt_pop(rp_checkpoint *ck)
 {
     ckpt_tensor *t = &ck->tensors[--ck->n_tensors];
     rp_free(t->data);
@@ -338,7 +311,7 @@ rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_d
     RP_CHECK(rp_ckpt_append(ck, name, dtype, ndim, shape, &t));
     if (t->nbytes > 0 && !data) {
         long long numel = (long long)t->numel;
-        pop_tensor(ck);
+        rp_ckpt_pop(ck);
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_add: tensor \"%s\" has %lld elements but data is NULL", name,
                         numel);

@@ -1,8 +1,8 @@
 /*
  * checkpoint_internal.h - the in-memory checkpoint shared by checkpoint.c
  * (building, lookups, models and optimizers, small shared helpers),
- * checkpoint_save.c (the safetensors writer) and checkpoint_load.c (the
- * reader).
+ * checkpoint_dtype.c (dtypes, bf16 tensors and conversions), checkpoint_save.c (the
+ * safetensors writer) and checkpoint_load.c (the reader).
  */
 #ifndef RP_IO_CHECKPOINT_INTERNAL_H
 #define RP_IO_CHECKPOINT_INTERNAL_H
@@ -67,6 +67,9 @@ size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype);
 /* The safetensors name of a dtype ("F32"), NULL for an unknown one. */
 const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype);
 
+/* The dtype whose safetensors name is `name` ("BF16"); false if none is. */
+bool rp_ckpt_dtype_parse(const char *name, rp_checkpoint_dtype *dtype);
+
 /* True if s[0..len) is well-formed UTF-8 (no overlong forms, no surrogates). */
 bool rp_ckpt_utf8_valid(const char *s, size_t len);
 
@@ -119,6 +122,9 @@ int rp_ckpt_meta_find(const rp_checkpoint *ck, const char *key);
  */
 rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
                          const int64_t *shape, ckpt_tensor **out);
+
+/* Takes back the tensor rp_ckpt_append() added last (an error path: O(n)). */
+void rp_ckpt_pop(rp_checkpoint *ck);
 
 /* True on a little-endian host, the byte order of the file's tensors. */
 bool rp_ckpt_host_is_little_endian(void);

@@ -126,8 +126,8 @@ static bool json_uint(const cJSON *item, int64_t *out)
 static bool known_foreign_dtype(const char *s)
 {
     static const char *const names[] = {
-        "BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2",
-        "I16",  "U16", "F16", "BF16",    "I32",     "U32",     "F64", "C64"};
+        "BOOL",    "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3",
+        "F6_E3M2", "I16", "U16", "F16",     "I32",     "U32",     "F64", "C64"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(s, names[i]) == 0) return true;
     }
@@ -165,17 +165,13 @@ static rp_status parse_entry(const char *path, const cJSON *item, bool strict, h
                         path, name);
     }
     e->name = name;
-    if (strcmp(dtype->valuestring, "F32") == 0) {
-        e->dtype = RP_CHECKPOINT_F32;
-    } else if (strcmp(dtype->valuestring, "I64") == 0) {
-        e->dtype = RP_CHECKPOINT_I64;
-    } else if (strcmp(dtype->valuestring, "U64") == 0) {
-        e->dtype = RP_CHECKPOINT_U64;
-    } else if (!strict && known_foreign_dtype(dtype->valuestring)) {
-        return RP_ERROR(RP_ERR_UNSUPPORTED,
-                        "checkpoint %s: tensor \"%s\" has dtype %s; only F32, I64 and U64 are read",
-                        path, name, dtype->valuestring);
-    } else {
+    if (!rp_ckpt_dtype_parse(dtype->valuestring, &e->dtype)) {
+        if (!strict && known_foreign_dtype(dtype->valuestring)) {
+            return RP_ERROR(RP_ERR_UNSUPPORTED,
+                            "checkpoint %s: tensor \"%s\" has dtype %s; only F32, BF16, I64 and "
+                            "U64 are read",
+                            path, name, dtype->valuestring);
+        }
         return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: tensor \"%s\" has unknown dtype \"%.16s\"",
                         path, name, dtype->valuestring);
     }

@@ -64,17 +64,17 @@ static bool add_int_array(cJSON *obj, const char *key, const int64_t *v, int n)
 }
 
 /*
- * The order tensors are written in: 8-byte types first, then f32, each
- * group in insertion order. Like safetensors' own writer (which sorts by
- * descending dtype), this starts every tensor at a multiple of its element
- * size, so readers that map the file can use the data in place.
+ * The order tensors are written in: 8-byte types first, then f32, then bf16,
+ * each group in insertion order. Like safetensors' own writer (which sorts
+ * by descending dtype), this starts every tensor at a multiple of its
+ * element size, so readers that map the file can use the data in place.
  */
 static int *write_order(const rp_checkpoint *ck)
 {
     int *order = rp_alloc((size_t)(ck->n_tensors > 0 ? ck->n_tensors : 1) * sizeof *order);
     if (!order) return NULL;
     int k = 0;
-    for (size_t size = 8; size >= 4; size -= 4) {
+    for (size_t size = 8; size >= 2; size /= 2) {
         for (int i = 0; i < ck->n_tensors; i++) {
             if (rp_ckpt_dtype_size(ck->tensors[i].dtype) == size) order[k++] = i;
         }
