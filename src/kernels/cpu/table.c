@@ -5,6 +5,7 @@
  */
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/ref/optim.h"
 
 static const rp_kernels cpu_table = {
     .name = "cpu",
@@ -54,6 +55,10 @@ static const rp_kernels cpu_table = {
     .scale_inplace = rp_cpu_scale_inplace,
     .cache_bytes = rp_cpu_dnnl_cache_bytes,
     .bf16_path = rp_cpu_bf16_path,
+    /* ---- optimizer ---- */
+    .sgd_update = rp_ref_sgd_update,
+    .adam_update = rp_ref_adam_update,
+    .first_nonfinite = rp_ref_first_nonfinite,
 };
 
 const rp_kernels *rp_kernels_cpu(void)

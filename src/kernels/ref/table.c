@@ -1,6 +1,7 @@
 /* table.c - the reference kernel table. */
 #include "kernels/ref/conv_pool_ref.h"
 #include "kernels/ref/elementwise.h"
+#include "kernels/ref/optim.h"
 
 static const rp_kernels ref_table = {
     .name = "ref",
@@ -49,6 +50,10 @@ static const rp_kernels ref_table = {
     .sum_squares = rp_ref_sum_squares,
     .scale_inplace = rp_ref_scale_inplace,
     .bf16_path = rp_ref_bf16_path,
+    /* ---- optimizer ---- */
+    .sgd_update = rp_ref_sgd_update,
+    .adam_update = rp_ref_adam_update,
+    .first_nonfinite = rp_ref_first_nonfinite,
 };
 
 const rp_kernels *rp_kernels_ref(void)
