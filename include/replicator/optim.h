@@ -65,7 +65,8 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
  * slots back to back (n floats each: 0 for plain SGD, 1 for momentum, 2 for
  * Adam); Adam's moments must start at zero, a momentum buffer is overwritten
  * on step 1. `step` counts from 1 (below 1 is taken as 1). The arrays must not
- * overlap. No finiteness check.
+ * overlap. No finiteness check. The loop runs on the active kernel table
+ * (rp_kernels_name()); every table gives bitwise the same values.
  */
 void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
                     int64_t n, float lr, int64_t step);

@@ -235,6 +235,30 @@ typedef struct rp_kernels {
      * arithmetic: correct, and slow). Never NULL.
      */
     const char *(*bf16_path)(void);
+
+    /* ---- optimizer ---- */
+    /*
+     * The optimizers' update rules over n elements (rp_optim_apply() computes the scalars once
+     * per call). Each updates w and its state in place and only reads g; no two arrays overlap.
+     * Results are bitwise the same in every table: checkpoints and the replicas' agreement are
+     * compared byte for byte, so the float operations are fixed as written here.
+     *  - sgd_update, momentum 0 (mom unused, may be NULL): w -= lr * (g + wd*w), or w -= lr*g
+     *    when wd is 0. Otherwise torch.optim.SGD with dampening 0: d = g + wd*w; the buffer
+     *    b = d when `first` (whatever mom held: it is set, not blended), else momentum*mom + d;
+     *    mom = b; w -= lr * (d + momentum*b) with nesterov, w -= lr*b without.
+     *  - adam_update (Adam, and AdamW through shrink): wi = w*shrink; gi = g + l2*wi;
+     *    m = b1*m + (1-b1)*gi; v = b2*v + (1-b2)*gi*gi; w = wi - step_size *
+     *    (m / (sqrtf(v)/sqrt_bc2 + eps)), every operation in float.
+     */
+    void (*sgd_update)(float *w, float *mom, const float *g, int64_t n, float lr, float momentum,
+                       float wd, bool nesterov, bool first);
+    void (*adam_update)(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2,
+                        float eps, float l2, float shrink, float step_size, float sqrt_bc2);
+    /*
+     * Index of the first non-finite element (NaN or an infinity) of x[0, n), or -1; when one is
+     * found and value is not NULL, *value receives it (so callers name it without reading x).
+     */
+    int64_t (*first_nonfinite)(float *value, const float *x, int64_t n);
 } rp_kernels;
 
 /* The plain C reference table. */

@@ -4,19 +4,23 @@
  *
  * The optimizer keeps one state block laid out like the gradient block of
  * its parameter list: slot k of element i lives at state[k*numel + i]. The
- * update itself is rp_optim_apply(), a set of branch-free loops over flat
- * arrays, so the same code serves a whole model, a parameter-server shard or
- * a sharded optimizer.
+ * update itself is rp_optim_apply(): the kernel table's update slots over
+ * flat arrays, so the same code serves a whole model, a parameter-server
+ * shard or a sharded optimizer. Nothing here reads or writes the values,
+ * gradients or state element by element: the loops (updates, the scan for
+ * NaNs and infinities) are kernel slots, so another backend can run them.
  */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "replicator/optim.h"
 #include "replicator/trace.h"
 
 struct rp_optimizer {
     rp_params *params;   /* not owned */
+    const rp_kernels *k; /* the table its loops run on, taken at create */
     rp_optim_config cfg; /* validated at create */
     int slots;           /* 0, 1 or 2 */
     int64_t numel;       /* trainable elements of params */
@@ -86,99 +90,23 @@ int rp_optim_slots(const rp_optim_config *cfg)
 }
 
 /*
- * Plain SGD: p -= lr * (g + wd*p). Kept separate from the momentum loops so
- * that each loop body is a handful of independent float operations the
- * compiler vectorises.
+ * The rule of `cfg` through table k's update slots (kernels.h: sgd_update, adam_update), as
+ * torch.optim's SGD (dampening 0), Adam and AdamW (not amsgrad): Adam's L2 decay is added to the
+ * gradient (l2), AdamW's decoupled decay scales the values by shrink = 1 - lr*wd first. The
+ * scalars that are the same for every element are computed here, once per call: the slots only
+ * loop.
  */
-static void sgd_plain(float *restrict p, const float *restrict g, int64_t n, float lr, float wd)
-{
-    if (wd != 0.0f) {
-        for (int64_t i = 0; i < n; i++)
-            p[i] -= lr * (g[i] + wd * p[i]);
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            p[i] -= lr * g[i];
-    }
-}
-
-/*
- * SGD with momentum, as torch.optim.SGD with dampening 0: d = g + wd*p; the
- * buffer starts as d on the first step (whatever `v` held before) and is
- * v = mu*v + d afterwards; the step is d + mu*v with Nesterov, v without.
- */
-static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v, int64_t n,
-                         float lr, float wd, float mu, bool nesterov, bool first)
-{
-    /*
-     * On the first step the buffer is set, not blended: v may hold anything
-     * (a caller's uninitialised slice), and 0*NaN would still be NaN. The
-     * `first` test is loop-invariant, so the compiler unswitches it.
-     */
-    if (nesterov) {
-        for (int64_t i = 0; i < n; i++) {
-            float d = g[i] + wd * p[i];
-            float b = first ? d : mu * v[i] + d;
-            v[i] = b;
-            p[i] -= lr * (d + mu * b);
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            float d = g[i] + wd * p[i];
-            float b = first ? d : mu * v[i] + d;
-            v[i] = b;
-            p[i] -= lr * b;
-        }
-    }
-}
-
-/*
- * Adam and AdamW, as torch.optim.Adam/AdamW (not amsgrad): with L2 decay the
- * gradient becomes g + l2*p; with decoupled decay p is first scaled by
- * `shrink` = 1 - lr*wd. Then m and v move towards g and g^2, and
- * p -= step_size * (m / (sqrt(v) / sqrt_bc2 + eps)), where
- * step_size = lr / (1 - b1^t) and sqrt_bc2 = sqrt(1 - b2^t) were computed
- * once by the caller. The operations are grouped as torch.optim.Adam groups
- * them, so that results agree to rounding.
- */
-static void adam(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-                 int64_t n, float b1, float b2, float eps, float l2, float shrink, float step_size,
-                 float sqrt_bc2)
-{
-    const float c1 = 1.0f - b1;
-    const float c2 = 1.0f - b2;
-    for (int64_t i = 0; i < n; i++) {
-        float pi = p[i] * shrink;
-        float gi = g[i] + l2 * pi;
-        float mi = b1 * m[i] + c1 * gi;
-        float vi = b2 * v[i] + c2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi - step_size * (mi / (sqrtf(vi) / sqrt_bc2 + eps));
-    }
-}
-
-/*
- * Applies the rule of `cfg` to n elements: param and state are updated in
- * place, grad is only read. `state` holds rp_optim_slots(cfg) slots of n
- * floats back to back (it may be NULL when there are none). `step` is the
- * 1-based number of this update; a value below 1 is treated as 1. No
- * argument is checked and nothing is allocated: this is the inner loop of
- * every optimizer step. The arrays must not overlap.
- */
-void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
-                    int64_t n, float lr, int64_t step)
+static void apply(const rp_kernels *k, const rp_optim_config *cfg, float *param, const float *grad,
+                  float *state, int64_t n, float lr, int64_t step)
 {
     if (!cfg || n <= 0) return;
     if (step < 1) step = 1;
 
     switch (cfg->kind) {
     case RP_OPTIM_SGD:
-        if (cfg->momentum == 0.0f) {
-            sgd_plain(param, grad, n, lr, cfg->weight_decay);
-        } else {
-            sgd_momentum(param, grad, state, n, lr, cfg->weight_decay, cfg->momentum, cfg->nesterov,
-                         step == 1);
-        }
+        /* Plain SGD (momentum 0) keeps no state: state may be NULL. */
+        k->sgd_update(param, cfg->momentum != 0.0f ? state : NULL, grad, n, lr, cfg->momentum,
+                      cfg->weight_decay, cfg->nesterov, step == 1);
         break;
     case RP_OPTIM_ADAM:
     case RP_OPTIM_ADAMW: {
@@ -195,11 +123,25 @@ void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad,
         bool decoupled = cfg->kind == RP_OPTIM_ADAMW;
         float l2 = decoupled ? 0.0f : cfg->weight_decay;
         float shrink = decoupled ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
-        adam(param, grad, state, state + n, n, cfg->beta1, cfg->beta2, cfg->eps, l2, shrink,
-             step_size, sqrt_bc2);
+        k->adam_update(param, state, state + n, grad, n, cfg->beta1, cfg->beta2, cfg->eps, l2,
+                       shrink, step_size, sqrt_bc2);
         break;
     }
     }
+}
+
+/*
+ * Applies the rule of `cfg` to n elements: param and state are updated in
+ * place, grad is only read. `state` holds rp_optim_slots(cfg) slots of n
+ * floats back to back (it may be NULL when there are none). `step` is the
+ * 1-based number of this update; a value below 1 is treated as 1. No
+ * argument is checked and nothing is allocated: this is the inner loop of
+ * every optimizer step. The arrays must not overlap.
+ */
+void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
+                    int64_t n, float lr, int64_t step)
+{
+    apply(rp_kernels_active(), cfg, param, grad, state, n, lr, step);
 }
 
 /*
@@ -257,6 +199,7 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
     rp_optimizer *o = rp_calloc(sizeof(*o));
     if (!o) return RP_ERR_NOMEM;
     o->params = params;
+    o->k = rp_kernels_active();
     o->cfg = *cfg;
     o->slots = rp_optim_slots(cfg);
     o->numel = numel;
@@ -295,37 +238,11 @@ void rp_optimizer_destroy(rp_optimizer *opt)
     rp_free(opt);
 }
 
-/* True if the float's exponent bits are all ones (an infinity or a NaN). */
-static inline bool is_nonfinite_bits(uint32_t u)
-{
-    return (u & 0x7f800000u) == 0x7f800000u;
-}
-
 /*
- * Index of the first non-finite value of g[0, n), or -1. The common case is
- * a clean block, so the first pass is an integer OR over the exponent bits
- * that vectorises; only a dirty block pays for the search.
- */
-static int64_t find_nonfinite(const float *restrict g, int64_t n)
-{
-    uint32_t any = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &g[i], sizeof(u));
-        any |= (uint32_t)is_nonfinite_bits(u);
-    }
-    if (!any) return -1;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(g[i])) return i;
-    }
-    return -1;
-}
-
-/*
- * Builds the RP_ERR_NUMERIC error for element `at` of the gradient block,
+ * Builds the RP_ERR_NUMERIC error for element `at` of the gradient block, which holds `value`,
  * naming the trainable parameter it belongs to and the index inside it.
  */
-static rp_status nonfinite_error(const rp_optimizer *opt, const float *grad, int64_t at)
+static rp_status nonfinite_error(const rp_optimizer *opt, int64_t at, float value)
 {
     int count = rp_params_trainable_count(opt->params);
     for (int i = 0; i < count; i++) {
@@ -335,12 +252,12 @@ static rp_status nonfinite_error(const rp_optimizer *opt, const float *grad, int
             return RP_ERROR(RP_ERR_NUMERIC,
                             "gradient of parameter '%s' holds %g at element %lld (of %lld); "
                             "no parameter was updated",
-                            t->name, (double)grad[at], (long long)(at - off), (long long)t->numel);
+                            t->name, (double)value, (long long)(at - off), (long long)t->numel);
     }
     return RP_ERROR(RP_ERR_NUMERIC,
                     "gradient block holds %g at element %lld, outside every parameter; "
                     "no parameter was updated",
-                    (double)grad[at], (long long)at);
+                    (double)value, (long long)at);
 }
 
 /* Counts a step of `opt` on this thread (rp_optimizer_stepped_here()); a fixed table, no
@@ -409,8 +326,9 @@ static rp_status optimizer_step(rp_optimizer *opt, float lr)
     float *grad = rp_params_grad(opt->params);
     int64_t n = opt->hi - opt->lo;
     if (n > 0) {
-        int64_t bad = find_nonfinite(grad + opt->lo, n);
-        if (bad >= 0) return nonfinite_error(opt, grad, opt->lo + bad);
+        float value = 0.0f;
+        int64_t bad = opt->k->first_nonfinite(&value, grad + opt->lo, n);
+        if (bad >= 0) return nonfinite_error(opt, opt->lo + bad, value);
     }
 
     int64_t t = opt->steps + 1;
@@ -579,8 +497,8 @@ rp_status rp_optimizer_apply_rule(rp_optimizer *opt, float lr)
     if (!opt) return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_apply_rule: optimizer is NULL");
     int64_t n = opt->hi - opt->lo;
     if (n > 0)
-        rp_optim_apply(&opt->cfg, rp_params_data(opt->params) + opt->lo,
-                       rp_params_grad(opt->params) + opt->lo, opt->state, n, lr, opt->steps + 1);
+        apply(opt->k, &opt->cfg, rp_params_data(opt->params) + opt->lo,
+              rp_params_grad(opt->params) + opt->lo, opt->state, n, lr, opt->steps + 1);
     return RP_OK;
 }
 

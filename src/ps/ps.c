@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "ps/ps_internal.h"
 #include "replicator/trace.h"
 
@@ -69,20 +70,13 @@ static rp_status check_push(const rp_ps *ps, const float *grad, float lr)
     if (!(lr >= 0.0f) || isinf(lr))
         return RP_ERROR(RP_ERR_INVALID, "push: learning rate %g: must be finite and >= 0",
                         (double)lr);
-    /* One branch-free pass over the bits (it vectorises); the index only when something is wrong.
-     */
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < ps->numel; i++) {
-        uint32_t u;
-        memcpy(&u, grad + i, sizeof u);
-        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-    }
-    for (int64_t i = 0; bad && i < ps->numel; i++)
-        if (!isfinite(grad[i]))
-            return RP_ERROR(RP_ERR_NUMERIC,
-                            "push by worker %d: gradient element %lld is %g; nothing was "
-                            "sent",
-                            ps->worker, (long long)i, (double)grad[i]);
+    float value = 0.0f;
+    int64_t at = rp_kernels_active()->first_nonfinite(&value, grad, ps->numel);
+    if (at >= 0)
+        return RP_ERROR(RP_ERR_NUMERIC,
+                        "push by worker %d: gradient element %lld is %g; nothing was "
+                        "sent",
+                        ps->worker, (long long)at, (double)value);
     return RP_OK;
 }
 

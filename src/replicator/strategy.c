@@ -286,20 +286,6 @@ void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *c
 
 /* ---- the gradient all-reduce ------------------------------------------------------------- */
 
-int64_t rp_strategy_first_nonfinite(const float *restrict x, int64_t n)
-{
-    uint32_t any = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof u);
-        any |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-    }
-    if (!any) return -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return -1;
-}
-
 rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg)
 {
     rp_ps_config pc = rp_ps_config_default();
@@ -341,11 +327,8 @@ static void reducer_start(void *ctx, int b)
     int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
     float *x = g->grad + lo;
     if (g->local_bad < 0) {
-        int64_t at = rp_strategy_first_nonfinite(x, n);
-        if (at >= 0) {
-            g->local_bad = lo + at;
-            g->local_value = x[at];
-        }
+        int64_t at = g->k->first_nonfinite(&g->local_value, x, n);
+        if (at >= 0) g->local_bad = lo + at;
     }
     /* bf16 on the wire: rounded, reduced with f32 accumulation, widened back for the optimizer. */
     rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
@@ -363,7 +346,7 @@ static void reducer_start(void *ctx, int b)
         snprintf(g->message, sizeof g->message, "%s", rp_last_error());
         return;
     }
-    if (rp_strategy_first_nonfinite(x, n) >= 0) g->reduced_bad = true;
+    if (g->k->first_nonfinite(NULL, x, n) >= 0) g->reduced_bad = true;
 }
 
 rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
@@ -376,6 +359,7 @@ rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *com
     g->params = params;
     g->grad = rp_params_grad(params);
     g->numel = rp_params_trainable_numel(params);
+    g->k = rp_kernels_active();
     g->local_bad = -1;
     g->scratch = malloc((size_t)rp_comm_size(comm) * 2 * sizeof(int64_t));
     if (!g->scratch) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the gradient all-reduce");
@@ -438,14 +422,15 @@ static rp_status nonfinite_blame(rp_grad_reducer *g)
                         "replica; no parameter was updated",
                         g->base + q, name, (double)v, (long long)index, (long long)numel);
     }
-    int64_t bad = rp_strategy_first_nonfinite(g->grad, g->numel), index = 0, numel = 0;
+    float value = 0.0f;
+    int64_t bad = g->k->first_nonfinite(&value, g->grad, g->numel), index = 0, numel = 0;
     const char *name = rp_strategy_param_at(g->params, bad < 0 ? 0 : bad, &index, &numel);
     return RP_ERROR(
         RP_ERR_NUMERIC,
         "the all-reduced gradient of parameter '%s' is %g at element %lld "
         "(of %lld) although every replica's own gradient was finite: the sum overflowed "
         "float%s; no parameter was updated",
-        name, bad < 0 ? 0.0 : (double)g->grad[bad], (long long)index, (long long)numel,
+        name, (double)value, (long long)index, (long long)numel,
         g->wire ? " (or a value overflowed bf16 on the wire)" : "");
 }
 

@@ -15,6 +15,7 @@
 #ifndef RP_STRATEGY_H
 #define RP_STRATEGY_H
 
+#include "kernels/kernels.h"
 #include "replicator/ps.h"
 #include "replicator/replicator_internal.h"
 
@@ -117,10 +118,6 @@ void rp_strategy_orphans(const rp_replica *rep, int alive);
 const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *index,
                                  int64_t *numel);
 
-/* Index of the first non-finite value of x[0, n), or -1: a vectorised OR over the exponent bits
- * first, the search only if one is set. */
-int64_t rp_strategy_first_nonfinite(const float *restrict x, int64_t n);
-
 /* The parameter servers' configuration from the replicator's (cfg.ps, staleness, timeout) for an
  * optimizer of `cfg`: the async strategy's and the sync groups'. */
 rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg);
@@ -208,6 +205,7 @@ typedef struct rp_grad_reducer {
     const rp_params *params;
     float *grad;
     int64_t numel;
+    const rp_kernels *k; /* the table its scans run on */
     rp_bucket_order order;
     int64_t *ranges;   /* [2 * buckets]: lo, hi of each in the gradient block */
     rp_bf16 *wire;     /* cfg.grad_dtype bf16: [the largest bucket] its payload; NULL for f32 */

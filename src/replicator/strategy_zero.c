@@ -63,6 +63,8 @@ typedef struct rp_zero {
     int nparams;         /* trainable */
     int nbuckets;
     zbucket *buckets;
+    /* The kernel table its scans run on. */
+    const rp_kernels *kernels;
     rp_bucket_order order; /* which parameters touch each bucket, and the order they start in */
     float *sgrad;          /* [S] this replica's shard of the mean gradient */
     float *pack;           /* [N * chunk] one bucket's segments, back to back */
@@ -114,11 +116,8 @@ static void bucket_start(void *ctx, int b)
         if (have > 0) memcpy(dst, z->grad + g0, (size_t)have * sizeof(float));
         if (have < len) memset(dst + have, 0, (size_t)(len - have) * sizeof(float));
         if (z->local_bad < 0 && have > 0) {
-            int64_t at = rp_strategy_first_nonfinite(dst, have);
-            if (at >= 0) {
-                z->local_bad = g0 + at;
-                z->local_value = dst[at];
-            }
+            int64_t at = z->kernels->first_nonfinite(&z->local_value, dst, have);
+            if (at >= 0) z->local_bad = g0 + at;
         }
     }
     /* bf16 on the wire: the segments rounded, reduced with f32 accumulation, widened back. */
@@ -140,7 +139,7 @@ static void bucket_start(void *ctx, int b)
     }
     int64_t mine = valid(z->lo + k->a, len, z->hi);
     if (z->reduced_bad < 0 && mine > 0) {
-        int64_t at = rp_strategy_first_nonfinite(z->sgrad + k->a, mine);
+        int64_t at = z->kernels->first_nonfinite(NULL, z->sgrad + k->a, mine);
         if (at >= 0) z->reduced_bad = z->lo + k->a + at;
     }
 }
@@ -384,6 +383,7 @@ static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
     z->params = params;
     z->grad = rp_params_grad(params);
     z->value = rp_params_data(params);
+    z->kernels = rp_kernels_active();
     z->numel = rp_params_trainable_numel(params);
     z->nparams = rp_params_trainable_count(params);
     z->shard = (z->numel + n - 1) / n;

@@ -6,6 +6,7 @@
 #include "kernels/bn_bf16.h"
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/ref/optim.h"
 
 /* Batch norm over bf16 activations: this table's f32 kernels on widened chunks (bn_bf16.c). */
 static void cpu_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c)
@@ -88,6 +89,10 @@ static const rp_kernels cpu_table = {
     .cast_f32_bf16 = rp_cpu_cast_f32_bf16,
     .cast_bf16_f32 = rp_cpu_cast_bf16_f32,
     .bf16_path = rp_cpu_bf16_path,
+    /* ---- optimizer ---- */
+    .sgd_update = rp_ref_sgd_update,
+    .adam_update = rp_ref_adam_update,
+    .first_nonfinite = rp_ref_first_nonfinite,
 };
 
 const rp_kernels *rp_kernels_cpu(void)

@@ -2,6 +2,7 @@
 #include "kernels/bn_bf16.h"
 #include "kernels/ref/conv_pool_ref.h"
 #include "kernels/ref/elementwise.h"
+#include "kernels/ref/optim.h"
 
 /* Batch norm over bf16 activations: this table's f32 kernels on widened chunks (bn_bf16.c). */
 static void ref_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c)
@@ -83,6 +84,10 @@ static const rp_kernels ref_table = {
     .cast_f32_bf16 = rp_ref_cast_f32_bf16,
     .cast_bf16_f32 = rp_ref_cast_bf16_f32,
     .bf16_path = rp_ref_bf16_path,
+    /* ---- optimizer ---- */
+    .sgd_update = rp_ref_sgd_update,
+    .adam_update = rp_ref_adam_update,
+    .first_nonfinite = rp_ref_first_nonfinite,
 };
 
 const rp_kernels *rp_kernels_ref(void)
