@@ -5,6 +5,7 @@
  */
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/ref/norms.h"
 
 static const rp_kernels cpu_table = {
     .name = "cpu",
@@ -54,6 +55,13 @@ static const rp_kernels cpu_table = {
     .scale_inplace = rp_cpu_scale_inplace,
     .cache_bytes = rp_cpu_dnnl_cache_bytes,
     .bf16_path = rp_cpu_bf16_path,
+    .bn_train_stats = rp_ref_bn_train_stats,
+    .bn_eval_stats = rp_ref_bn_eval_stats,
+    .bn_bwd_sums = rp_ref_bn_bwd_sums,
+    .sn_power = rp_ref_sn_power,
+    .sn_fwd = rp_ref_sn_fwd,
+    .sn_bwd = rp_ref_sn_bwd,
+    .checksum = rp_ref_checksum,
 };
 
 const rp_kernels *rp_kernels_cpu(void)

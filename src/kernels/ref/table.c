@@ -1,6 +1,7 @@
 /* table.c - the reference kernel table. */
 #include "kernels/ref/conv_pool_ref.h"
 #include "kernels/ref/elementwise.h"
+#include "kernels/ref/norms.h"
 
 static const rp_kernels ref_table = {
     .name = "ref",
@@ -49,6 +50,13 @@ static const rp_kernels ref_table = {
     .sum_squares = rp_ref_sum_squares,
     .scale_inplace = rp_ref_scale_inplace,
     .bf16_path = rp_ref_bf16_path,
+    .bn_train_stats = rp_ref_bn_train_stats,
+    .bn_eval_stats = rp_ref_bn_eval_stats,
+    .bn_bwd_sums = rp_ref_bn_bwd_sums,
+    .sn_power = rp_ref_sn_power,
+    .sn_fwd = rp_ref_sn_fwd,
+    .sn_bwd = rp_ref_sn_bwd,
+    .checksum = rp_ref_checksum,
 };
 
 const rp_kernels *rp_kernels_ref(void)
