@@ -259,6 +259,48 @@ typedef struct rp_kernels {
      * found and value is not NULL, *value receives it (so callers name it without reading x).
      */
     int64_t (*first_nonfinite)(float *value, const float *x, int64_t n);
+    /* ---- norms, checksums, servers ---- */
+    /*
+     * Batch norm's per-channel statistics from bn_stats' (possibly all-reduced) sums over
+     * `count` rows: mean = sums[j]/count, var = max(sums[c+j]/count - mean^2, 0) in double;
+     * writes mean and invstd = 1/sqrt(var + eps) as floats, and mean_rest = what rounding the
+     * mean to float left out (backward's correction). Then the running averages, each skipped
+     * when NULL: running = (1-momentum)*running + momentum*x with x the mean and the unbiased
+     * variance var*count/(count-1); (1-momentum)*running is a float product, the rest double.
+     */
+    void (*bn_train_stats)(float *mean, float *invstd, float *mean_rest, float *running_mean,
+                           float *running_var, const double *sums, double count, float eps,
+                           float momentum, int c);
+    /* Inference mode: mean = running_mean, invstd = 1/sqrt(running_var + eps) in double,
+       mean_rest = 0. */
+    void (*bn_eval_stats)(float *mean, float *invstd, float *mean_rest, const float *running_mean,
+                          const float *running_var, float eps, int c);
+    /*
+     * Backward's sums from bn_stats_bwd, corrected in place for the float mean:
+     * sums[c+j] -= mean_rest[j]*invstd[j]*sums[j] (double); then local[0..2c) = (float)sums.
+     */
+    void (*bn_bwd_sums)(float *local, double *sums, const float *mean_rest, const float *invstd,
+                        int c);
+    /*
+     * One power-iteration step of spectral norm on w viewed as [rows, cols], in double and
+     * serial (bitwise the same on every replica): v = normalise(w^T u), u_new = normalise(w v),
+     * normalise(x) = x/(|x| + 1e-12). Returns sigma = |w v|^2/(|w v| + 1e-12); the caller
+     * rejects a sigma that is not finite and positive.
+     */
+    double (*sn_power)(double *u_new, double *v, const float *w, const float *u, int64_t rows,
+                       int64_t cols);
+    /* y = (float)(w / sigma) over rows*cols; u (when not NULL) = (float)u_new [rows]. */
+    void (*sn_fwd)(float *y, float *u, const double *u_new, const float *w, double sigma,
+                   int64_t rows, int64_t cols);
+    /* Accumulates dw += dy/sigma - (sum(dy .* w)/sigma^2) u_new v^T, in double per element. */
+    void (*sn_bwd)(float *dw, const double *u_new, const double *v, const float *dy, const float *w,
+                   double sigma, int64_t rows, int64_t cols);
+    /*
+     * A 64-bit hash of the bits of x[0, n) (the sync invariant's parameter checksum): four
+     * FNV-style lanes over blocks of 8 floats, the tail into lane 0. The same function of the
+     * bits in every table, so replicas on different backends can compare it.
+     */
+    uint64_t (*checksum)(const float *x, int64_t n);
 } rp_kernels;
 
 /* The plain C reference table. */

@@ -183,12 +183,12 @@ static void plain_steps(rp_replica *rep, int64_t *steps, int64_t *hash)
     int n = rp_optimizer_stepped_here(opts, counts, PLAIN_MAX);
     if (n > PLAIN_MAX) n = PLAIN_MAX;
     uint64_t h = 0x6a09e667f3bcc909ull;
+    const rp_kernels *k = rp_kernels_active();
     *steps = 0;
     for (int i = 0; i < n; i++) {
         if (rep->r->strategy->owns && rep->r->strategy->owns(rep, opts[i])) continue;
         rp_params *p = rp_optimizer_params(opts[i]);
-        h = (h ^ rp_strategy_hash_floats(rp_params_data(p), rp_params_trainable_numel(p))) *
-            0x100000001b3ull;
+        h = (h ^ k->checksum(rp_params_data(p), rp_params_trainable_numel(p))) * 0x100000001b3ull;
         *steps += counts[i];
     }
     *hash = (int64_t)(h >> 1);

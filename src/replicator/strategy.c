@@ -12,26 +12,6 @@
 
 #include "replicator/strategy.h"
 
-uint64_t rp_strategy_hash_floats(const float *x, int64_t n)
-{
-    uint64_t h[4] = {0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull,
-                     0x2545f4914f6cdd1dull};
-    const uint64_t p = 0x100000001b3ull;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 4; l++) {
-            uint64_t w;
-            memcpy(&w, x + i + 2 * l, sizeof w);
-            h[l] = (h[l] ^ w) * p;
-        }
-    for (; i < n; i++) {
-        uint32_t w;
-        memcpy(&w, x + i, sizeof w);
-        h[0] = (h[0] ^ w) * p;
-    }
-    return h[0] ^ (h[1] << 1 | h[1] >> 63) ^ (h[2] << 2 | h[2] >> 62) ^ (h[3] << 3 | h[3] >> 61);
-}
-
 rp_status rp_strategy_broadcast_params(rp_replica *rep, rp_params *params)
 {
     return rp_comm_broadcast(rep->comm, rp_params_data(params), rp_params_numel(params), RP_F32, 0);
@@ -77,9 +57,10 @@ rp_status rp_strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params
     int n = rp_comm_size(comm), rank = rp_comm_rank(comm), base = rep->id - rank;
     int T = rp_params_trainable_count(params);
     int64_t *mine = hashes + (size_t)rank * T;
+    const rp_kernels *k = rp_kernels_active();
     for (int i = 0; i < T; i++) {
         const rp_tensor *p = rp_params_at(params, i);
-        mine[i] = (int64_t)rp_strategy_hash_floats(p->data, p->numel);
+        mine[i] = (int64_t)k->checksum(p->data, p->numel);
     }
     rt_housekeeping_begin(comm, "the runtime's parameter checksum");
     rp_status status = rp_comm_all_gather(comm, mine, hashes, T, RP_I64);

@@ -71,9 +71,6 @@ extern const rp_strategy rp_strategy_groups;
 
 /* ---- helpers every strategy may use (strategy.c) ---------------------------------------- */
 
-/* A 64-bit hash of n floats' bits (four lanes, at memory speed). */
-uint64_t rp_strategy_hash_floats(const float *x, int64_t n);
-
 /* Broadcasts replica 0's values of params (and, if any, the optimizer's slots and steps). */
 rp_status rp_strategy_broadcast_params(rp_replica *rep, rp_params *params);
 rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt);

@@ -163,16 +163,14 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
      * mean_rest, so its sum(g*xhat) holds an extra mean_rest*invstd*sum(g):
      * up to mean/std * 2^-24 times sum(g), which is what limits dgamma on
      * badly centred inputs. Take it out (in double, before any all-reduce:
-     * every replica has the same mean and the correction is linear).
+     * every replica has the same mean and the correction is linear). The
+     * kernel also leaves the corrected sums as floats in `local`.
      */
-    for (int j = 0; j < c; j++)
-        sums[c + j] -= (double)mean_rest[j] * invstd[j] * sums[j];
+    t->k->bn_bwd_sums(local, sums, mean_rest, invstd, c);
     float *dgamma = tape_grad_acc(t, gamma, &fail), *dbeta = tape_grad_acc(t, beta, &fail);
     float *dx = tape_grad_out(t, x, &fail);
     if (fail) return tape_oom();
     /* Parameter gradients use this replica's sums: the gradient all-reduce averages them. */
-    for (int j = 0; j < 2 * c; j++)
-        local[j] = (float)sums[j];
     if (dbeta) t->k->add_inplace(dbeta, local, c);
     if (dgamma) t->k->add_inplace(dgamma, local + c, c);
     if (!dx) return RP_OK;
@@ -407,18 +405,7 @@ static rp_status spectral_norm_bwd(rp_tape *t, rp_node *nd)
     int64_t rows = nd->a.sn.rows, cols = nd->a.sn.cols;
     double sigma = nd->a.sn.sigma;
     const double *un = nd->saved, *v = un + rows;
-    const float *g = y->grad, *W = w->data;
-    double gw = 0;
-    for (int64_t k = 0; k < w->numel; k++)
-        gw += (double)g[k] * W[k];
-    double inv = 1.0 / sigma, c = gw / (sigma * sigma);
-    for (int64_t i = 0; i < rows; i++) {
-        double cu = c * un[i];
-        float *dr = dw + i * cols;
-        const float *gr = g + i * cols;
-        for (int64_t j = 0; j < cols; j++)
-            dr[j] += (float)(gr[j] * inv - cu * v[j]);
-    }
+    t->k->sn_bwd(dw, un, v, y->grad, w->data, sigma, rows, cols);
     return RP_OK;
 }
 

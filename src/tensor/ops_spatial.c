@@ -125,26 +125,12 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
                      count, rp_shape_str(x, sx, sizeof sx));
             return NULL;
         }
-        for (int i = 0; i < c; i++) {
-            double mu = sums[i] / count;
-            double var = sums[c + i] / count - mu * mu;
-            if (var < 0) var = 0; /* E[x^2]-E[x]^2 can round below zero */
-            mean[i] = (float)mu;
-            mean_rest[i] = (float)(mu - mean[i]);
-            invstd[i] = (float)(1.0 / sqrt(var + p.eps));
-            if (running_mean)
-                running_mean->data[i] =
-                    (float)((1 - p.momentum) * running_mean->data[i] + p.momentum * mu);
-            if (running_var)
-                running_var->data[i] = (float)((1 - p.momentum) * running_var->data[i] +
-                                               p.momentum * var * count / (count - 1));
-        }
+        t->k->bn_train_stats(mean, invstd, mean_rest, running_mean ? running_mean->data : NULL,
+                             running_var ? running_var->data : NULL, sums, count, p.eps, p.momentum,
+                             c);
     } else {
-        for (int i = 0; i < c; i++) {
-            mean[i] = running_mean->data[i];
-            mean_rest[i] = 0;
-            invstd[i] = (float)(1.0 / sqrt((double)running_var->data[i] + p.eps));
-        }
+        t->k->bn_eval_stats(mean, invstd, mean_rest, running_mean->data, running_var->data, p.eps,
+                            c);
     }
     rp_tensor *in[] = {x, gamma, beta, residual};
     int n_in = residual ? 4 : 3;

@@ -3,28 +3,15 @@
  * one power-iteration step estimates the largest singular value sigma of the
  * weight viewed as a matrix, and the op returns W / sigma.
  *
- * The iteration runs in double so that sigma does not depend on the order of
- * float rounding more than it must, and it is serial and deterministic: every
- * replica holding the same W and u computes bitwise the same u', so the
- * buffer u stays identical across replicas without being synchronised.
+ * The iteration (the sn_power kernel) runs in double so that sigma does not
+ * depend on the order of float rounding more than it must, and it is serial
+ * and deterministic: every replica holding the same W and u computes bitwise
+ * the same u', so the buffer u stays identical across replicas without being
+ * synchronised.
  */
 #include <math.h>
-#include <string.h>
 
 #include "tape_internal.h"
-
-/* As the authors' l2normalize: x / (|x| + eps), eps keeping a zero vector finite. */
-#define SN_EPS 1e-12
-
-static void normalise(double *x, int64_t n)
-{
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++)
-        ss += x[i] * x[i];
-    double s = 1.0 / (sqrt(ss) + SN_EPS);
-    for (int64_t i = 0; i < n; i++)
-        x[i] *= s;
-}
 
 rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool update_u,
                                  float *sigma_out)
@@ -50,29 +37,7 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
     rp_tensor *y = rp_tape_tensor(t, w->ndim, w->shape);
     if (!uv || !y) return NULL;
     double *un = uv, *v = uv + rows;
-    const float *W = w->data;
-
-    /* v = normalise(W^T u): accumulate row by row, so W is read in its storage order. */
-    memset(v, 0, (size_t)cols * sizeof(double));
-    for (int64_t i = 0; i < rows; i++) {
-        double ui = u->data[i];
-        const float *wr = W + i * cols;
-        for (int64_t j = 0; j < cols; j++)
-            v[j] += ui * wr[j];
-    }
-    normalise(v, cols);
-    /* u' = normalise(W v); sigma = u'^T W v = |Wv|^2 / (|Wv| + eps). */
-    double ss = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        const float *wr = W + i * cols;
-        double acc = 0;
-        for (int64_t j = 0; j < cols; j++)
-            acc += wr[j] * v[j];
-        un[i] = acc;
-        ss += acc * acc;
-    }
-    double norm = sqrt(ss);
-    double sigma = ss / (norm + SN_EPS);
+    double sigma = t->k->sn_power(un, v, w->data, u->data, rows, cols);
     if (!isfinite(sigma) || !(sigma > 0)) {
         RP_ERROR(RP_ERR_NUMERIC,
                  "rp_spectral_normalize: sigma of weight %s (\"%s\") is %g; the weight is zero "
@@ -80,15 +45,7 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
                  rp_shape_str(w, sw, sizeof sw), w->name, sigma);
         return NULL;
     }
-    double s = 1.0 / (norm + SN_EPS);
-    for (int64_t i = 0; i < rows; i++)
-        un[i] *= s;
-
-    for (int64_t k = 0; k < w->numel; k++)
-        y->data[k] = (float)((double)W[k] / sigma);
-    if (update_u)
-        for (int64_t i = 0; i < rows; i++)
-            u->data[i] = (float)un[i];
+    t->k->sn_fwd(y->data, update_u ? u->data : NULL, un, w->data, sigma, rows, cols);
     if (sigma_out) *sigma_out = (float)sigma;
 
     if (rp_tape_needs_grad(t, &w, 1)) {

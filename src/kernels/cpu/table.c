@@ -7,6 +7,7 @@
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/ref/optim.h"
+#include "kernels/ref/norms.h"
 
 /* Batch norm over bf16 activations: this table's f32 kernels on widened chunks (bn_bf16.c). */
 static void cpu_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c)
@@ -93,6 +94,14 @@ static const rp_kernels cpu_table = {
     .sgd_update = rp_ref_sgd_update,
     .adam_update = rp_ref_adam_update,
     .first_nonfinite = rp_ref_first_nonfinite,
+    /* ---- norms, checksums, servers ---- */
+    .bn_train_stats = rp_ref_bn_train_stats,
+    .bn_eval_stats = rp_ref_bn_eval_stats,
+    .bn_bwd_sums = rp_ref_bn_bwd_sums,
+    .sn_power = rp_ref_sn_power,
+    .sn_fwd = rp_ref_sn_fwd,
+    .sn_bwd = rp_ref_sn_bwd,
+    .checksum = rp_ref_checksum,
 };
 
 const rp_kernels *rp_kernels_cpu(void)
