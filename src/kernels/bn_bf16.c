@@ -1,9 +1,10 @@
 /*
  * bn_bf16.c - batch norm over bf16 activations through the f32 kernels, a chunk of rows at a
  * time (bn_bf16.h). Chunks are about CHUNK values; the chunk loop is split over the calling
- * thread's team, each thread with its own buffers on its stack, and the f32 kernel runs on that
- * thread alone (a nested region). Sums are kept per thread in double and combined in thread
- * order, so a result depends on the team size, as the f32 kernels' do, and on nothing else.
+ * thread's team, each thread with its own buffers on its stack (no thread-local storage), and
+ * the f32 kernel runs on that thread alone (a nested region). Sums are kept per thread in double
+ * and added in thread order, so a result depends on the team size, as the f32 kernels' do, and
+ * on nothing else.
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -69,14 +70,12 @@ static void sums_by_chunks(const rp_kernels *k, double *sums, const float *dy, c
     int team = omp_get_max_threads();
     if (team > MAX_TEAM) team = MAX_TEAM;
     if (m * c < 4 * CHUNK) team = 1;
-    static _Thread_local double partial[MAX_TEAM][MAX_SUMS];
-    double(*part)[MAX_SUMS] = partial;
-    int used = 1;
+    memset(sums, 0, 2 * (size_t)c * sizeof *sums);
 #pragma omp parallel num_threads(team)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        if (t == 0) used = nt;
-        double *acc = part[t], local[MAX_SUMS];
+        /* Each thread's sums on its own stack, added into `sums` in thread order below. */
+        double acc[MAX_SUMS], local[MAX_SUMS];
         float xb[CHUNK], yb[CHUNK];
         memset(acc, 0, 2 * (size_t)c * sizeof *acc);
         int64_t lo = nchunks * t / nt, hi = nchunks * (t + 1) / nt;
@@ -93,12 +92,12 @@ static void sums_by_chunks(const rp_kernels *k, double *sums, const float *dy, c
             for (int j = 0; j < 2 * c; j++)
                 acc[j] += local[j];
         }
-    }
-    for (int j = 0; j < 2 * c; j++) {
-        double s = 0;
-        for (int t = 0; t < used; t++)
-            s += part[t][j];
-        sums[j] = s;
+#pragma omp for ordered schedule(static, 1)
+        for (int i = 0; i < nt; i++) {
+#pragma omp ordered
+            for (int j = 0; j < 2 * c; j++)
+                sums[j] += acc[j];
+        }
     }
 }
 
