@@ -107,14 +107,8 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
         /* Every rank's options the same, before the data loads (a data directory and the threads
            may differ by host). */
         static const char *const local[] = {"data_dir", "threads", "threads_per_replica", NULL};
-        config = train_opts_to_json(o);
-        if (!config) {
-            status = RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
-            goto cleanup;
-        }
-        RP_TRY(train_agree_config(config, local, o->out_dir, o->max_steps, o->comm_timeout));
-        free(config);
-        config = NULL;
+        RP_TRY(train_agree_options(train_opts_to_json(o), local, o->out_dir, o->max_steps,
+                                   o->comm_timeout));
     }
     rp_classifier_config cc;
     train_opts_classifier(o, &cc);

@@ -177,6 +177,10 @@ rp_status train_checkpoint_guard(const rp_params *params, void *arg);
  * differing key, both values and the ranks that differ ("rank 1's "seed" is 2, rank 0's 1").
  * Elsewhere it does nothing. `timeout_s` bounds the wait for a peer (0: $RP_COMM_TIMEOUT's).
  */
+/* The same for a configuration text the caller hands over: freed here; NULL is RP_ERR_NOMEM
+ * (its serialisation failed). */
+rp_status train_agree_options(char *json, const char *const *local, const char *out_dir,
+                              int64_t max_steps, double timeout_s);
 rp_status train_agree_config(const char *json, const char *const *local, const char *out_dir,
                              int64_t max_steps, double timeout_s);
 

@@ -197,6 +197,15 @@ static bool first_difference(const cJSON *mine, const cJSON *theirs, int me, cha
 
 #define AGREE_RECORD 256 /* bytes of each rank's description of its difference */
 
+rp_status train_agree_options(char *json, const char *const *local, const char *out_dir,
+                              int64_t max_steps, double timeout_s)
+{
+    if (!json) return RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
+    rp_status status = train_agree_config(json, local, out_dir, max_steps, timeout_s);
+    free(json);
+    return status;
+}
+
 rp_status train_agree_config(const char *json, const char *const *local, const char *out_dir,
                              int64_t max_steps, double timeout_s)
 {

@@ -394,14 +394,8 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
     if (strcmp(o->backend, "threads") != 0) {
         /* Every rank's options the same, before the job is made (the threads may differ). */
         static const char *const local[] = {"threads", NULL};
-        config = d4pg_opts_to_json(o);
-        if (!config) {
-            status = RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
-            goto cleanup;
-        }
-        RP_TRY(train_agree_config(config, local, o->out_dir, o->max_steps, o->comm_timeout));
-        free(config);
-        config = NULL;
+        RP_TRY(train_agree_options(d4pg_opts_to_json(o), local, o->out_dir, o->max_steps,
+                                   o->comm_timeout));
     }
     RP_TRY(rp_d4pg_job_create(job, &o->j, ck));
     o->j = *rp_d4pg_job_get_config(*job); /* the task's sizes filled in */

@@ -457,14 +457,8 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
         /* Every rank's options the same, before the data loads (paths and threads may differ by
            host). */
         static const char *const local[] = {"data_dir", "threads", "judge", NULL};
-        config = sngan_opts_to_json(o);
-        if (!config) {
-            status = RP_ERROR(RP_ERR_NOMEM, "cannot serialise the configuration");
-            goto cleanup;
-        }
-        RP_TRY(train_agree_config(config, local, o->out_dir, o->max_steps, o->comm_timeout));
-        free(config);
-        config = NULL;
+        RP_TRY(train_agree_options(sngan_opts_to_json(o), local, o->out_dir, o->max_steps,
+                                   o->comm_timeout));
     }
     RP_TRY(rp_sngan_create(gan, &o->g));
     o->g = *rp_sngan_get_config(*gan); /* the dataset's shape and classes filled in */

@@ -20,4 +20,20 @@ void rp_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, const 
                          const rp_bf16 *x, const float *mean, const float *invstd,
                          const double *sums, const float *gamma, double count, int64_t m, int c);
 
+/* The same, bound to one table each: the ref and cpu tables' slots. */
+#define RP_BN_BF16_DECLARE(table)                                                                  \
+    void rp_##table##_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c);             \
+    void rp_##table##_bn_norm_fwd_bf16(rp_bf16 *y, const rp_bf16 *x, const float *mean,            \
+                                       const float *invstd, const float *gamma, const float *beta, \
+                                       const rp_bf16 *residual, bool relu, int64_t m, int c);      \
+    void rp_##table##_bn_stats_bwd_bf16(double *sums, const float *dy, const rp_bf16 *y,           \
+                                        const rp_bf16 *x, const float *mean, const float *invstd,  \
+                                        int64_t m, int c, float *g_out);                           \
+    void rp_##table##_bn_bwd_data_bf16(float *dx, const float *dy, const rp_bf16 *y,               \
+                                       const rp_bf16 *x, const float *mean, const float *invstd,   \
+                                       const double *sums, const float *gamma, double count,       \
+                                       int64_t m, int c);
+RP_BN_BF16_DECLARE(ref)
+RP_BN_BF16_DECLARE(cpu)
+
 #endif

@@ -9,33 +9,6 @@
 #include "kernels/ref/optim.h"
 #include "kernels/ref/norms.h"
 
-/* Batch norm over bf16 activations: this table's f32 kernels on widened chunks (bn_bf16.c). */
-static void cpu_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c)
-{
-    rp_bn_stats_bf16(rp_kernels_cpu(), sums, x, m, c);
-}
-
-static void cpu_bn_norm_fwd_bf16(rp_bf16 *y, const rp_bf16 *x, const float *mean,
-                                 const float *invstd, const float *gamma, const float *beta,
-                                 const rp_bf16 *residual, bool relu, int64_t m, int c)
-{
-    rp_bn_norm_fwd_bf16(rp_kernels_cpu(), y, x, mean, invstd, gamma, beta, residual, relu, m, c);
-}
-
-static void cpu_bn_stats_bwd_bf16(double *sums, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
-                                  const float *mean, const float *invstd, int64_t m, int c,
-                                  float *g_out)
-{
-    rp_bn_stats_bwd_bf16(rp_kernels_cpu(), sums, dy, y, x, mean, invstd, m, c, g_out);
-}
-
-static void cpu_bn_bwd_data_bf16(float *dx, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
-                                 const float *mean, const float *invstd, const double *sums,
-                                 const float *gamma, double count, int64_t m, int c)
-{
-    rp_bn_bwd_data_bf16(rp_kernels_cpu(), dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
-}
-
 static const rp_kernels cpu_table = {
     .name = "cpu",
     .gemm = rp_cpu_gemm,
@@ -51,10 +24,10 @@ static const rp_kernels cpu_table = {
     .bn_norm_fwd = rp_cpu_bn_norm_fwd,
     .bn_stats_bwd = rp_cpu_bn_stats_bwd,
     .bn_bwd_data = rp_cpu_bn_bwd_data,
-    .bn_stats_bf16 = cpu_bn_stats_bf16,
-    .bn_norm_fwd_bf16 = cpu_bn_norm_fwd_bf16,
-    .bn_stats_bwd_bf16 = cpu_bn_stats_bwd_bf16,
-    .bn_bwd_data_bf16 = cpu_bn_bwd_data_bf16,
+    .bn_stats_bf16 = rp_cpu_bn_stats_bf16,
+    .bn_norm_fwd_bf16 = rp_cpu_bn_norm_fwd_bf16,
+    .bn_stats_bwd_bf16 = rp_cpu_bn_stats_bwd_bf16,
+    .bn_bwd_data_bf16 = rp_cpu_bn_bwd_data_bf16,
     .act_fwd = rp_cpu_act_fwd,
     .act_bwd = rp_cpu_act_bwd,
     .binary = rp_cpu_binary,

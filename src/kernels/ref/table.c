@@ -5,33 +5,6 @@
 #include "kernels/ref/optim.h"
 #include "kernels/ref/norms.h"
 
-/* Batch norm over bf16 activations: this table's f32 kernels on widened chunks (bn_bf16.c). */
-static void ref_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c)
-{
-    rp_bn_stats_bf16(rp_kernels_ref(), sums, x, m, c);
-}
-
-static void ref_bn_norm_fwd_bf16(rp_bf16 *y, const rp_bf16 *x, const float *mean,
-                                 const float *invstd, const float *gamma, const float *beta,
-                                 const rp_bf16 *residual, bool relu, int64_t m, int c)
-{
-    rp_bn_norm_fwd_bf16(rp_kernels_ref(), y, x, mean, invstd, gamma, beta, residual, relu, m, c);
-}
-
-static void ref_bn_stats_bwd_bf16(double *sums, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
-                                  const float *mean, const float *invstd, int64_t m, int c,
-                                  float *g_out)
-{
-    rp_bn_stats_bwd_bf16(rp_kernels_ref(), sums, dy, y, x, mean, invstd, m, c, g_out);
-}
-
-static void ref_bn_bwd_data_bf16(float *dx, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
-                                 const float *mean, const float *invstd, const double *sums,
-                                 const float *gamma, double count, int64_t m, int c)
-{
-    rp_bn_bwd_data_bf16(rp_kernels_ref(), dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
-}
-
 static const rp_kernels ref_table = {
     .name = "ref",
     .gemm = rp_ref_gemm,
@@ -47,10 +20,10 @@ static const rp_kernels ref_table = {
     .bn_norm_fwd = rp_ref_bn_norm_fwd,
     .bn_stats_bwd = rp_ref_bn_stats_bwd,
     .bn_bwd_data = rp_ref_bn_bwd_data,
-    .bn_stats_bf16 = ref_bn_stats_bf16,
-    .bn_norm_fwd_bf16 = ref_bn_norm_fwd_bf16,
-    .bn_stats_bwd_bf16 = ref_bn_stats_bwd_bf16,
-    .bn_bwd_data_bf16 = ref_bn_bwd_data_bf16,
+    .bn_stats_bf16 = rp_ref_bn_stats_bf16,
+    .bn_norm_fwd_bf16 = rp_ref_bn_norm_fwd_bf16,
+    .bn_stats_bwd_bf16 = rp_ref_bn_stats_bwd_bf16,
+    .bn_bwd_data_bf16 = rp_ref_bn_bwd_data_bf16,
     .act_fwd = rp_ref_act_fwd,
     .act_bwd = rp_ref_act_bwd,
     .binary = rp_ref_binary,
