@@ -4,13 +4,16 @@
  * bench/d4pg_torch.py measures for PyTorch.
  *
  * Usage: bench_d4pg [--obs N --act N] [--replicas R] [--threads T] [--batch B]
- *                   [--steps S] [--warmup W] [--json]
+ *                   [--steps S] [--warmup W] [--precision f32|bf16] [--json]
  * Without --obs/--act it runs the cartpole (obs 5, act 1) and cheetah (obs
  * 17, act 6) sizes; without --replicas/--threads, 1 replica x 2 threads and
  * 2 replicas x 1 thread. One line per case (a JSON object with --json).
  * A step is the whole learner step: target forward, critic forward and
  * backward, policy forward and backward through the critic, two Adam updates,
- * gradient all-reduce (2 replicas) and clipping.
+ * gradient all-reduce (2 replicas) and clipping. --precision bf16 runs the
+ * networks' linear layers in bf16 (rp_config.precision, as train d4pg
+ * --precision bf16); each line reports the precision the replicas' tapes ran
+ * with and, for bf16, the CPU's bf16 path.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +69,7 @@ static rp_status teardown(rp_replica *rep, void *arg)
 }
 
 static int run_case(int obs, int act, int replicas, int threads, int batch, int steps, int warmup,
-                    bool json)
+                    rp_dtype precision, bool json)
 {
     job j;
     memset(&j, 0, sizeof j);
@@ -78,6 +81,7 @@ static int run_case(int obs, int act, int replicas, int threads, int batch, int 
     rc.backend = RP_BACKEND_THREADS;
     rc.replicas = replicas;
     rc.threads_per_replica = threads;
+    rc.precision = precision;
     rp_replicator *r = NULL;
     if (batch % replicas) {
         fprintf(stderr, "batch %d does not split over %d replicas\n", batch, replicas);
@@ -95,18 +99,23 @@ static int run_case(int obs, int act, int replicas, int threads, int batch, int 
     if (s == RP_OK) s = rp_replicator_run(r, train, &j);
     double dt = rp_now_s() - t0;
     if (s != RP_OK) fprintf(stderr, "bench_d4pg: %s\n", rp_last_error());
+    /* What the replicas' tapes ran with, not what was asked. */
+    rp_dtype ran = rp_tape_precision(rp_replica_tape(rp_replicator_replica(r, 0))).compute;
+    const char *path = ran == RP_BF16 ? rp_kernels_bf16_path() : "";
     rp_replicator_run(r, teardown, &j);
     rp_replicator_destroy(r);
     if (s != RP_OK) return 1;
     double sps = steps / dt;
     if (json)
         printf("{\"obs\": %d, \"act\": %d, \"replicas\": %d, \"threads\": %d, \"batch\": %d, "
-               "\"steps\": %d, \"steps_per_s\": %.3f}\n",
-               obs, act, replicas, threads, batch, steps, sps);
+               "\"steps\": %d, \"precision\": \"%s\"%s%s%s, \"steps_per_s\": %.3f}\n",
+               obs, act, replicas, threads, batch, steps, rp_dtype_name(ran),
+               *path ? ", \"bf16_path\": \"" : "", path, *path ? "\"" : "", sps);
     else
-        printf("obs %2d act %d, %d replica(s) x %d thread(s), batch %d: %.1f learner steps/s "
-               "(%.2f ms/step, %d steps)\n",
-               obs, act, replicas, threads, batch, sps, 1e3 / sps, steps);
+        printf("obs %2d act %d, %d replica(s) x %d thread(s), batch %d, %s%s%s: %.1f learner "
+               "steps/s (%.2f ms/step, %d steps)\n",
+               obs, act, replicas, threads, batch, rp_dtype_name(ran), *path ? " on " : "", path,
+               sps, 1e3 / sps, steps);
     fflush(stdout);
     return 0;
 }
@@ -115,6 +124,7 @@ int main(int argc, char **argv)
 {
     int obs = 0, act = 0, replicas = 0, threads = 0, batch = 256, steps = 50, warmup = 5;
     bool json = false;
+    rp_dtype precision = RP_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int *dst = !strcmp(a, "--obs")        ? &obs
@@ -127,12 +137,15 @@ int main(int argc, char **argv)
                                               : NULL;
         if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--precision") && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "f32") || !strcmp(argv[i + 1], "bf16"))) {
+            precision = !strcmp(argv[++i], "bf16") ? RP_BF16 : RP_F32;
         } else if (dst && i + 1 < argc) {
             *dst = atoi(argv[++i]);
         } else {
             fprintf(stderr,
                     "usage: %s [--obs N --act N] [--replicas R --threads T] [--batch B] "
-                    "[--steps S] [--warmup W] [--json]\n",
+                    "[--steps S] [--warmup W] [--precision f32|bf16] [--json]\n",
                     argv[0]);
             return 2;
         }
@@ -145,6 +158,6 @@ int main(int argc, char **argv)
     for (int d = 0; d < nd; d++)
         for (int l = 0; l < nl; l++)
             rc |= run_case(dims[d][0], dims[d][1], layouts[l][0], layouts[l][1], batch, steps,
-                           warmup, json);
+                           warmup, precision, json);
     return rc;
 }

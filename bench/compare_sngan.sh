@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Side-by-side SN-GAN training speed: replicator against PyTorch 1.13 (Debian's
-# python3-torch at its best settings: OPENBLAS_NUM_THREADS=1, its thread count
-# set, channels-last and NCHW both tried and the faster kept), on the same
-# architecture, widths and batches: ms per iteration, one iteration being one
-# G step and n_dis (5) D steps. The two alternate within each round, and the
-# one that goes first alternates between rounds, so the shared machine's
-# noise and any order effect hit both alike. Prints each round's ratio
-# (PyTorch's best ms / replicator's ms: above 1 means replicator is faster)
-# and the median.
+# Side-by-side SN-GAN training speed: replicator in f32 and bf16 against
+# PyTorch 1.13 at its best (Debian's python3-torch: OPENBLAS_NUM_THREADS=1, its
+# thread count set, four arms tried - f32 and bf16 autocast around the whole
+# iteration, each channels-last and NCHW - and the fastest kept as "PyTorch's
+# best"), on the same architecture, widths and batches: ms per iteration, one
+# iteration being one G step and n_dis (5) D steps. The two alternate within
+# each round, and the one that goes first alternates between rounds, so the
+# shared machine's noise and any order effect hit both alike. Prints each
+# round's ratios (PyTorch's best ms / replicator's ms, for our f32 and our
+# bf16: above 1 means replicator is faster) and their medians.
 #
 # Usage: bench/compare_sngan.sh [ch_g] [ch_d] [threads] [rounds] [iters] [channels]
 #        defaults:               32     32     2         3        10      1
@@ -40,9 +41,10 @@ if [ "$channels" != 1 ]; then ours+=(--channels "$channels"); fi
 ours+=(${OURS_ARGS:-})
 theirs=(env SCRIPT=bench/sngan_torch.py bench/torch_env.sh --ch-g "$ch_g" --ch-d "$ch_d"
         --d-batch "$d_batch" --g-batch "$g_batch" --n-dis "$n_dis" --channels "$channels"
-        --shortcut "$shortcut" --iters "$iters" --threads "$threads" --format both --json)
+        --shortcut "$shortcut" --iters "$iters" --threads "$threads" --format both
+        --precision both --json)
 
-echo "ours:   ${ours[*]}"
+echo "ours:   ${ours[*]} --precision f32|bf16"
 echo "theirs: ${theirs[*]}"
 
 ours_missing=
@@ -53,13 +55,23 @@ fi
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 
-# Prints replicator's ms_per_iter, or nothing (and sets ours_missing) when the
-# command fails or prints no JSON line with ms_per_iter.
+# Sets a (f32) and a_bf16 to replicator's ms_per_iter, or leaves them empty (and sets
+# ours_missing) when the command fails or prints no JSON line with ms_per_iter.
 run_ours() {
+    run_ours_at f32
+    if [ -n "$a" ]; then
+        local f32=$a
+        run_ours_at bf16
+        a_bf16=$a
+        a=$f32
+    fi
+}
+run_ours_at() {
     local out ms
+    a=
     if [ -n "$ours_missing" ]; then return 0; fi
-    if ! out=$("${ours[@]}" 2>"$err"); then
-        ours_missing="'${ours[*]}' failed: $(tail -n 1 "$err")"
+    if ! out=$("${ours[@]}" --precision "$1" 2>"$err"); then
+        ours_missing="'${ours[*]} --precision $1' failed: $(tail -n 1 "$err")"
         return 0
     fi
     ms=$(printf '%s\n' "$out" | /usr/bin/python3 -c '
@@ -72,37 +84,46 @@ for line in sys.stdin:
             break
 ')
     if [ -z "$ms" ]; then
-        ours_missing="'${ours[*]}' printed no JSON line with ms_per_iter"
+        ours_missing="'${ours[*]} --precision $1' printed no JSON line with ms_per_iter"
         return 0
     fi
     a=$ms
 }
 
-# Sets b to "best_ms best_format other_ms other_format".
+# Sets b to "best_ms best_arm" and arms to every arm's "precision/format ms".
 run_theirs() {
-    b=$("${theirs[@]}" 2>"$err" | /usr/bin/python3 -c '
+    local out
+    out=$("${theirs[@]}" 2>"$err" | /usr/bin/python3 -c '
 import json, sys
-rs = sorted((json.loads(l) for l in sys.stdin if l.startswith("{")), key=lambda r: r["ms_per_iter"])
-if not rs:
+rs = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+if len(rs) != 4:
     sys.exit(1)
-o = rs[-1] if len(rs) > 1 else rs[0]
-print(rs[0]["ms_per_iter"], rs[0]["format"], o["ms_per_iter"], o["format"])') || {
+best = min(rs, key=lambda r: r["ms_per_iter"])
+print(", ".join("%s/%s %s" % (r["precision"], r["format"], r["ms_per_iter"]) for r in rs))
+print(best["ms_per_iter"], best["precision"] + "/" + best["format"])') || {
         echo "PyTorch run failed: $(tail -n 3 "$err")" >&2
         exit 1
     }
+    arms=$(head -n 1 <<< "$out")
+    b=$(tail -n 1 <<< "$out")
 }
 
 ratios=()
+ratios_bf16=()
 for r in $(seq "$rounds"); do
     a=
+    a_bf16=
     if [ $((r % 2)) -eq 1 ]; then run_ours; run_theirs; else run_theirs; run_ours; fi
-    read -r best_ms best_fmt other_ms other_fmt <<<"$b"
-    if [ -n "$a" ]; then
+    read -r best_ms best_arm <<<"$b"
+    if [ -n "$a" ] && [ -n "$a_bf16" ]; then
         ratio=$(awk -v a="$a" -v b="$best_ms" 'BEGIN { printf "%.3f", b / a }')
+        ratio_bf16=$(awk -v a="$a_bf16" -v b="$best_ms" 'BEGIN { printf "%.3f", b / a }')
         ratios+=("$ratio")
-        echo "round $r: replicator $a ms/iter, pytorch $best_ms ms/iter ($best_fmt; $other_fmt $other_ms): ratio $ratio"
+        ratios_bf16+=("$ratio_bf16")
+        echo "round $r: replicator f32 $a, bf16 $a_bf16 ms/iter; pytorch $arms ms/iter;" \
+             "best $best_arm $best_ms: ratios f32 $ratio, bf16 $ratio_bf16"
     else
-        echo "round $r: replicator -, pytorch $best_ms ms/iter ($best_fmt; $other_fmt $other_ms)"
+        echo "round $r: replicator -; pytorch $arms ms/iter; best $best_arm $best_ms"
     fi
 done
 
@@ -110,5 +131,8 @@ if [ -n "$ours_missing" ]; then
     echo "no ratio: replicator's side did not run: $ours_missing" >&2
     exit 3
 fi
-printf '%s\n' "${ratios[@]}" | sort -g | awk -v cfg="ch_g $ch_g, ch_d $ch_d, 32x32x$channels, d_batch $d_batch, g_batch $g_batch, n_dis $n_dis, $threads threads, pytorch shortcut $shortcut" \
-    '{ v[NR] = $1 } END { printf "median ratio pytorch/replicator ms (above 1: replicator faster): %s (%s, %d rounds)\n", v[int((NR + 1) / 2)], cfg, NR }'
+med() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+echo "median ratio PyTorch's best ms / replicator's ms (above 1: replicator faster):" \
+     "f32 $(med "${ratios[@]}"), bf16 $(med "${ratios_bf16[@]}") (ch_g $ch_g, ch_d $ch_d," \
+     "32x32x$channels, d_batch $d_batch, g_batch $g_batch, n_dis $n_dis, $threads threads," \
+     "pytorch shortcut $shortcut, $rounds rounds)"

@@ -10,8 +10,17 @@ gradients clipped to a global norm of 40, two Adam optimizers (lr 1e-4).
 Run it through bench/torch_env.sh (OPENBLAS_NUM_THREADS=1, Debian's python3):
 
     SCRIPT=bench/d4pg_torch.py bench/torch_env.sh --obs 17 --act 6 --threads 2 --json
+
+--precision bf16 runs the forward passes under PyTorch's CPU mixed precision,
+torch.cpu.amp.autocast(dtype=torch.bfloat16): the linear layers in bf16, the
+layer norm in f32 (1.13's CPU layer norm refuses bf16 input with f32 weights,
+so its input is cast back), tanh and ELU on the activations they get, softmax
+and the losses in f32 (the logits are taken as f32 first); the backward
+passes, clipping and Adam outside it, on f32 master weights.
+--precision both runs f32 then bf16, one line each.
 """
 import argparse
+import contextlib
 import copy
 import json
 import time
@@ -35,7 +44,9 @@ class LayerNormMLP(nn.Module):
             nn.init.zeros_(lin.bias)
 
     def forward(self, x):
-        x = torch.tanh(self.norm(self.first(x)))
+        # .float(): under bf16 autocast the linear layer gives bf16, and 1.13's CPU layer norm
+        # takes no bf16 input with f32 weights; the norm runs in f32 (a no-op in f32 runs).
+        x = torch.tanh(self.norm(self.first(x).float()))
         for lin in self.rest:
             x = F.elu(lin(x))
         return x
@@ -90,8 +101,22 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=["f32", "bf16", "both"], default="f32",
+                    help="f32 (default), bf16 (autocast around the forward passes) or both")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    for precision in (["f32", "bf16"] if a.precision == "both" else [a.precision]):
+        run(a, precision)
+
+
+def autocast(precision):
+    """bf16: PyTorch 1.13's CPU autocast to bfloat16; f32: nothing."""
+    if precision == "bf16":
+        return torch.cpu.amp.autocast(dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def run(a, precision):
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     atoms, v_min, v_max, period = 51, -150.0, 150.0, 100
@@ -116,14 +141,20 @@ def main():
             t_critic.load_state_dict(critic.state_dict())
         step_count[0] += 1
         with torch.no_grad():
-            p_next = F.softmax(t_critic(nxt, t_policy(nxt)), dim=-1)
+            with autocast(precision):
+                logits_next = t_critic(nxt, t_policy(nxt)).float()
+            p_next = F.softmax(logits_next, dim=-1)
             target = project(p_next, rew, disc, z, v_min, v_max)
-        critic_loss = -(target * F.log_softmax(critic(obs, act), dim=-1)).sum(-1).mean()
+        with autocast(precision):
+            logits = critic(obs, act).float()
+        critic_loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         opt_c.zero_grad(set_to_none=True)
         critic_loss.backward()
         # The policy loss sees the critic before its update, as in Acme.
-        a_pi = policy(obs)
-        q = (F.softmax(critic(obs, a_pi), dim=-1) * z).sum(-1)
+        with autocast(precision):
+            a_pi = policy(obs).float()
+            logits_pi = critic(obs, a_pi).float()
+        q = (F.softmax(logits_pi, dim=-1) * z).sum(-1)
         (dqda,) = torch.autograd.grad(q.sum(), a_pi, retain_graph=True)
         norm = dqda.norm(dim=-1, keepdim=True)
         dqda = dqda * torch.clamp(1.0 / norm.clamp(min=1e-12), max=1.0)
@@ -145,10 +176,10 @@ def main():
     if a.json:
         print(json.dumps({"framework": "pytorch " + torch.__version__, "obs": a.obs, "act": a.act,
                           "threads": a.threads, "batch": B, "steps": a.steps,
-                          "steps_per_s": round(sps, 3)}))
+                          "precision": precision, "steps_per_s": round(sps, 3)}), flush=True)
     else:
-        print(f"pytorch {torch.__version__}: obs {a.obs} act {a.act}, {a.threads} threads, batch {B}:"
-              f" {sps:.1f} learner steps/s ({1e3 / sps:.2f} ms/step)")
+        print(f"pytorch {torch.__version__}: obs {a.obs} act {a.act}, {a.threads} threads, batch {B},"
+              f" {precision}: {sps:.1f} learner steps/s ({1e3 / sps:.2f} ms/step)", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,19 @@ otherwise fights torch's OpenMP pool.  bench/torch_env.sh does this:
     bench/torch_env.sh --model resnet20 --threads 2 --format both
     bench/torch_env.sh --model resnet50 --batch 32 --iters 3 --json
 
+--precision bf16 runs PyTorch's CPU mixed precision as its documentation
+prescribes: torch.cpu.amp.autocast(dtype=torch.bfloat16) around the forward
+pass and the loss (convolutions and linear layers in bf16, batch norm on the
+bf16 activations with f32 statistics, the loss in f32), the backward pass and
+the SGD step outside it, master weights f32. --precision both runs f32 and
+bf16, each in every --format asked.
+
 Each result reports the mean ms/step and images/s over the timed iterations and
 the median per-iteration time; with --json one JSON line per result is printed:
 {"framework":"pytorch","model":..,"batch":..,"threads":..,"format":..,
- "images_per_s":..,"ms_per_step":..,...}
+ "precision":..,"images_per_s":..,"ms_per_step":..,...}
 """
+import contextlib
 import argparse
 import json
 import os
@@ -172,15 +180,23 @@ def make_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
 
 
-def train_step(model, opt, x, y):
+def autocast(precision):
+    """bf16: PyTorch 1.13's CPU autocast to bfloat16; f32: nothing."""
+    if precision == "bf16":
+        return torch.cpu.amp.autocast(dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def train_step(model, opt, x, y, precision="f32"):
     opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y)
+    with autocast(precision):
+        loss = F.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
     return loss
 
 
-def bench_one(name, batch, iters, warmup, threads, fmt, in_ch, size, seed):
+def bench_one(name, batch, iters, warmup, threads, fmt, in_ch, size, seed, precision="f32"):
     torch.manual_seed(seed)
     model = build_model(name, in_ch)
     model.train()
@@ -194,12 +210,12 @@ def bench_one(name, batch, iters, warmup, threads, fmt, in_ch, size, seed):
         x = x.contiguous()
     opt = make_optimizer(model)  # after the format conversion: holds the final params
     for _ in range(warmup):
-        train_step(model, opt, x, y)
+        train_step(model, opt, x, y, precision)
     times = []
     loss = None
     for _ in range(iters):
         t0 = time.perf_counter()
-        loss = train_step(model, opt, x, y)
+        loss = train_step(model, opt, x, y, precision)
         times.append(time.perf_counter() - t0)
     total = sum(times)
     return {
@@ -208,6 +224,7 @@ def bench_one(name, batch, iters, warmup, threads, fmt, in_ch, size, seed):
         "batch": batch,
         "threads": threads,
         "format": fmt,
+        "precision": precision,
         "images_per_s": round(batch * iters / total, 2),
         "ms_per_step": round(1e3 * total / iters, 2),
         "median_ms_per_step": round(1e3 * statistics.median(times), 2),
@@ -229,6 +246,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3, help="untimed warm-up iterations (default 3)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     ap.add_argument("--format", choices=["channels_last", "nchw", "both"], default="both")
+    ap.add_argument("--precision", choices=["f32", "bf16", "both"], default="f32",
+                    help="f32 (default), bf16 (autocast around the forward pass) or both")
     ap.add_argument("--in-ch", type=int, default=None, help="input channels (resnet20: 1 or 3)")
     ap.add_argument("--size", type=int, default=None, help="input height=width")
     ap.add_argument("--seed", type=int, default=0)
@@ -257,22 +276,24 @@ def main(argv=None):
           f"({count_params(build_model(a.model, in_ch)) / 1e6:.3f}M)", file=log)
 
     fmts = ["channels_last", "nchw"] if a.format == "both" else [a.format]
+    precisions = ["f32", "bf16"] if a.precision == "both" else [a.precision]
     results = []
-    for fmt in fmts:
-        r = bench_one(a.model, batch, iters, a.warmup, a.threads, fmt, in_ch, size, a.seed)
+    for fmt, precision in [(f, p) for p in precisions for f in fmts]:
+        r = bench_one(a.model, batch, iters, a.warmup, a.threads, fmt, in_ch, size, a.seed,
+                      precision)
         results.append(r)
         if a.json:
             print(json.dumps(r), flush=True)
         else:
-            print(f"{fmt:>13}: {r['images_per_s']:9.2f} images/s  {r['ms_per_step']:9.2f} ms/step "
+            print(f"{fmt:>13} {precision:>4}: {r['images_per_s']:9.2f} images/s  {r['ms_per_step']:9.2f} ms/step "
                   f"(mean)  median {r['median_ms_per_step']:9.2f} ms/step "
                   f"= {r['median_images_per_s']:.2f} images/s  loss {r['final_loss']}", flush=True)
     if len(results) > 1:
         best = max(results, key=lambda r: r["images_per_s"])
         other = min(results, key=lambda r: r["images_per_s"])
-        print(f"faster format: {best['format']} "
-              f"({best['images_per_s'] / other['images_per_s']:.2f}x over {other['format']})",
-              file=log)
+        print(f"fastest: {best['format']} {best['precision']} "
+              f"({best['images_per_s'] / other['images_per_s']:.2f}x over the slowest, "
+              f"{other['format']} {other['precision']})", file=log)
 
 
 if __name__ == "__main__":

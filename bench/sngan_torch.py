@@ -42,10 +42,18 @@ OPENBLAS_NUM_THREADS=1, through bench/torch_env.sh:
     SCRIPT=bench/sngan_torch.py bench/torch_env.sh --describe
     SCRIPT=bench/sngan_torch.py bench/torch_env.sh --iters 10 --json
 
-With --json one line per memory format:
-{"framework":"pytorch","model":"sngan","format":..,"ms_per_iter":<median>,...}
+--precision bf16 runs the iteration under PyTorch's CPU mixed precision:
+torch.cpu.amp.autocast(dtype=torch.bfloat16) around the whole iteration (both
+models' forward and backward passes; convolutions and linear layers in bf16,
+the losses in f32), the Adam steps on f32 master weights. --precision both
+runs f32 and bf16, each in every --format asked.
+
+With --json one line per memory format and precision:
+{"framework":"pytorch","model":"sngan","format":..,"precision":..,
+ "ms_per_iter":<median>,...}
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -265,22 +273,32 @@ class Gan:
         return float(d_loss), float(g_loss)
 
 
-def bench_one(a, fmt):
+def autocast(precision):
+    """bf16: PyTorch 1.13's CPU autocast to bfloat16; f32: nothing."""
+    if precision == "bf16":
+        return torch.cpu.amp.autocast(dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def bench_one(a, fmt, precision="f32"):
     torch.manual_seed(a.seed)
     gan = Gan(a, fmt)
     for _ in range(a.warmup):
-        gan.iteration()
+        with autocast(precision):
+            gan.iteration()
     times = []
     d_loss = g_loss = float("nan")
     for _ in range(a.iters):
         t0 = time.perf_counter()
-        d_loss, g_loss = gan.iteration()
+        with autocast(precision):
+            d_loss, g_loss = gan.iteration()
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     return {
         "framework": "pytorch",
         "model": "sngan",
         "format": fmt,
+        "precision": precision,
         "threads": torch.get_num_threads(),
         "ms_per_iter": round(1e3 * med, 2),
         "mean_ms_per_iter": round(1e3 * sum(times) / len(times), 2),
@@ -346,6 +364,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations (default 2)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     ap.add_argument("--format", choices=["nchw", "channels_last", "both"], default="both")
+    ap.add_argument("--precision", choices=["f32", "bf16", "both"], default="f32",
+                    help="f32 (default), bf16 (autocast around the whole iteration) or both")
     ap.add_argument("--shortcut", choices=["authors", "commuted"], default="authors",
                     help="the 1x1 shortcut convs where the authors put them (G: upsample -> conv, "
                          "D's down block: conv -> pool) or commuted to the smaller side (the same "
@@ -379,22 +399,23 @@ def main(argv=None):
         sys.exit(0 if describe(a, log) else 1)
 
     fmts = ["channels_last", "nchw"] if a.format == "both" else [a.format]
+    precisions = ["f32", "bf16"] if a.precision == "both" else [a.precision]
     results = []
-    for fmt in fmts:
-        r = bench_one(a, fmt)
+    for fmt, precision in [(f, p) for p in precisions for f in fmts]:
+        r = bench_one(a, fmt, precision)
         results.append(r)
         if a.json:
             print(json.dumps(r), flush=True)
         else:
-            print(f"{fmt:>13}: median {r['ms_per_iter']:9.1f} ms/iter  mean "
+            print(f"{fmt:>13} {precision:>4}: median {r['ms_per_iter']:9.1f} ms/iter  mean "
                   f"{r['mean_ms_per_iter']:9.1f}  min {r['min_ms_per_iter']:9.1f}  "
                   f"d_loss {r['d_loss']}  g_loss {r['g_loss']}", flush=True)
     if len(results) > 1:
         best = min(results, key=lambda r: r["ms_per_iter"])
         other = max(results, key=lambda r: r["ms_per_iter"])
-        print(f"faster format: {best['format']} "
-              f"({other['ms_per_iter'] / best['ms_per_iter']:.2f}x over {other['format']})",
-              file=log)
+        print(f"fastest: {best['format']} {best['precision']} "
+              f"({other['ms_per_iter'] / best['ms_per_iter']:.2f}x over the slowest, "
+              f"{other['format']} {other['precision']})", file=log)
 
 
 if __name__ == "__main__":

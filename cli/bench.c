@@ -41,6 +41,9 @@ static void bench_usage(FILE *f)
             "  --threads-per-replica T  (default: threads / replicas)\n"
             "  --backend B   threads, mpi or auto (default: mpi under mpirun)\n"
             "  --local-bn    per-replica batch norm (default: cross-replica, as in training)\n"
+            "  --precision P f32 (default) or bf16: convolutions and linear layers multiply in\n"
+            "                bf16 on this CPU's bf16 path (replicator info names it), as\n"
+            "                train --precision bf16 (docs/precision.md)\n"
             "  --trace FILE  write a Chrome trace-event JSON of the steps to FILE (open it in\n"
             "                ui.perfetto.dev; docs/tracing.md)\n"
             "  --no-recompute  store the blocks' inner batch norm + ReLU outputs instead of\n"
@@ -50,8 +53,9 @@ static void bench_usage(FILE *f)
             "                gradients, optimizer state, the arena (activations and their\n"
             "                gradients) and the kernels' caches\n"
             "  --torch SCRIPT  with --memory: also run SCRIPT (bench/torch_env.sh) on the same\n"
-            "                model, batch, steps and threads, once per memory format, and print\n"
-            "                its peak resident memory next to ours\n"
+            "                model, batch, steps, threads and precision (bf16: its autocast),\n"
+            "                once per memory format, and print its peak resident memory next to\n"
+            "                ours\n"
             "  --json        JSON instead of text: one line (a second with --memory)\n");
 }
 
@@ -64,6 +68,7 @@ typedef struct bench_state {
     /* Memory, the largest seen over the steps: */
     size_t forward_live; /* arena bytes live when the forward pass ends */
     size_t arena_live_peak, arena_footprint, kernel_cache;
+    float loss; /* the last step's */
 } bench_state;
 
 typedef struct bench_job {
@@ -114,6 +119,7 @@ static rp_status bench_step(rp_replica *rep, void *arg)
     if (!loss) return rp_last_status();
     rp_arena_stats a = rp_arena_get_stats(rp_tape_arena(t));
     if (a.live > s->forward_live) s->forward_live = a.live;
+    s->loss = rp_item(loss);
     RP_CHECK(rp_backward(t, loss));
     RP_CHECK(rp_optimizer_step(s->opt, 0.01f));
     a = rp_arena_get_stats(rp_tape_arena(t));
@@ -140,7 +146,7 @@ static rp_status bench_destroy(rp_replica *rep, void *arg)
  * peak resident memory in bytes (wait4's ru_maxrss), or 0 with a message on stderr.
  */
 static double torch_peak(const char *script, rp_resnet_kind kind, int batch, int size, int channels,
-                         int iters, int threads, const char *fmt)
+                         int iters, int threads, const char *fmt, rp_dtype precision)
 {
     char b[16], s[16], c[16], it[16], th[16];
     snprintf(b, sizeof b, "%d", batch);
@@ -163,6 +169,8 @@ static double torch_peak(const char *script, rp_resnet_kind kind, int batch, int
                     th,
                     "--format",
                     (char *)fmt,
+                    "--precision",
+                    precision == RP_BF16 ? "bf16" : "f32",
                     "--json",
                     NULL};
     fflush(stdout);
@@ -200,21 +208,23 @@ typedef struct bench_memory {
     int replicas_here;
 } bench_memory;
 
-static void print_memory(const bench_memory *m, double torch_nhwc, double torch_nchw, bool json)
+static void print_memory(const bench_memory *m, double torch_nhwc, double torch_nchw,
+                         rp_dtype precision, bool json)
 {
     if (json) {
-        printf("{\"framework\":\"replicator\",\"memory\":{\"peak_resident\":%.0f,"
-               "\"parameters\":%.0f,\"gradients\":%.0f,\"optimizer_state\":%.0f,"
-               "\"arena_footprint\":%.0f,\"arena_live_peak\":%.0f,\"forward_live\":%.0f,"
-               "\"kernel_caches\":%.0f,\"replicas_in_process\":%d,"
-               "\"pytorch_peak_channels_last\":%.0f,\"pytorch_peak_nchw\":%.0f}}\n",
-               m->peak, m->params, m->grads, m->optim, m->footprint, m->live_peak, m->forward,
-               m->kernels, m->replicas_here, torch_nhwc, torch_nchw);
+        printf(
+            "{\"framework\":\"replicator\",\"precision\":\"%s\",\"memory\":{\"peak_resident\":%.0f,"
+            "\"parameters\":%.0f,\"gradients\":%.0f,\"optimizer_state\":%.0f,"
+            "\"arena_footprint\":%.0f,\"arena_live_peak\":%.0f,\"forward_live\":%.0f,"
+            "\"kernel_caches\":%.0f,\"replicas_in_process\":%d,"
+            "\"pytorch_peak_channels_last\":%.0f,\"pytorch_peak_nchw\":%.0f}}\n",
+            rp_dtype_name(precision), m->peak, m->params, m->grads, m->optim, m->footprint,
+            m->live_peak, m->forward, m->kernels, m->replicas_here, torch_nhwc, torch_nchw);
         return;
     }
     char note[96];
-    printf("memory (replica 0; %d replica%s in this process):\n", m->replicas_here,
-           m->replicas_here > 1 ? "s" : "");
+    printf("memory (replica 0; %d replica%s in this process; %s):\n", m->replicas_here,
+           m->replicas_here > 1 ? "s" : "", rp_dtype_name(precision));
     print_bytes("peak resident (process)", m->peak, NULL);
     print_bytes("parameters and buffers", m->params, NULL);
     print_bytes("gradients", m->grads, NULL);
@@ -225,11 +235,12 @@ static void print_memory(const bench_memory *m, double torch_nhwc, double torch_
     print_bytes("kernel caches", m->kernels, "oneDNN scratchpad, staging, reordered weights");
     if (torch_nhwc > 0)
         print_bytes(
-            "pytorch peak, channels-last", torch_nhwc,
+            precision == RP_BF16 ? "pytorch bf16, channels-last" : "pytorch peak, channels-last",
+            torch_nhwc,
             (snprintf(note, sizeof note, "ours / theirs %.2f", m->peak / torch_nhwc), note));
     if (torch_nchw > 0)
         print_bytes(
-            "pytorch peak, NCHW", torch_nchw,
+            precision == RP_BF16 ? "pytorch bf16, NCHW" : "pytorch peak, NCHW", torch_nchw,
             (snprintf(note, sizeof note, "ours / theirs %.2f", m->peak / torch_nchw), note));
 }
 
@@ -249,6 +260,7 @@ static int bench_resnet(int argc, char **argv)
     const char *trace = NULL, *torch = NULL;
     bool memory = false, recompute = true;
     rp_backend backend = RP_BACKEND_AUTO;
+    rp_dtype precision = RP_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
@@ -281,6 +293,13 @@ static int bench_resnet(int argc, char **argv)
             backend = !strcmp(v, "mpi")       ? RP_BACKEND_MPI
                       : !strcmp(v, "threads") ? RP_BACKEND_THREADS
                                               : RP_BACKEND_AUTO;
+            continue;
+        }
+        if (!strcmp(a, "--precision")) {
+            if (!rp_cli_precision_parse(v, &precision)) {
+                fprintf(stderr, "replicator bench: --precision %s: expected f32 or bf16\n", v);
+                return 2;
+            }
             continue;
         }
         if (!strcmp(a, "--torch")) {
@@ -355,6 +374,7 @@ static int bench_resnet(int argc, char **argv)
     cfg.backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
     cfg.replicas = replicas;
     cfg.threads_per_replica = tpr;
+    cfg.precision = precision;
     cfg.stuck_exit = train_stuck_exit();
     if (trace) RP_TRY(rp_file_check_writable(trace, "trace file")); /* now, not at the end */
     if (trace) RP_TRY(rp_trace_start(0)); /* before the replicator: its workers' buffers */
@@ -394,6 +414,11 @@ static int bench_resnet(int argc, char **argv)
     if (trace) RP_TRY(rp_replicator_trace_write(r, trace));
     double med = rp_cli_median(times, iters);
     double ips = (double)batch * iters / total;
+    /* What the replicas' tapes ran with, not what was asked. */
+    char prec_json[96], prec_text[64];
+    rp_dtype ran = rp_cli_precision_ran(r);
+    rp_cli_precision_json(ran, prec_json, sizeof prec_json);
+    rp_cli_precision_text(ran, prec_text, sizeof prec_text);
     if (!root) {
         /* another rank prints */
     } else if (json)
@@ -401,16 +426,17 @@ static int bench_resnet(int argc, char **argv)
                "\"channels\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"bn\":\"%s\","
                "\"format\":\"nhwc\",\"images_per_s\":%.2f,\"ms_per_step\":%.2f,"
                "\"median_ms_per_step\":%.2f,\"page_faults_per_step\":%.1f,"
-               "\"allocations_per_step\":%.1f,\"backend\":\"%s\"}\n",
+               "\"allocations_per_step\":%.1f,\"backend\":\"%s\",%s,\"final_loss\":%.6g}\n",
                rp_resnet_kind_name(kind), batch, size, channels, replicas, tpr,
                replicas > 1 && cross_bn ? "cross-replica" : "local", ips, 1e3 * total / iters,
-               1e3 * med, faults, allocs, rp_replicator_backend(r));
+               1e3 * med, faults, allocs, rp_replicator_backend(r), prec_json,
+               (double)job.states[0].loss);
     else
-        printf("replicator %s batch %d %dx%dx%d, %d replica%s x %d threads (%s)%s: %.1f images/s "
-               "(%.1f ms/step, median %.1f; %.1f page faults, %.1f allocations/step)\n",
+        printf("replicator %s batch %d %dx%dx%d, %d replica%s x %d threads (%s)%s, %s: %.1f "
+               "images/s (%.1f ms/step, median %.1f; %.1f page faults, %.1f allocations/step)\n",
                rp_resnet_kind_name(kind), batch, size, size, channels, replicas,
                replicas > 1 ? "s" : "", tpr, rp_replicator_backend(r),
-               replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "", ips,
+               replicas > 1 ? (cross_bn ? ", cross-replica BN" : ", local BN") : "", prec_text, ips,
                1e3 * total / iters, 1e3 * med, faults, allocs);
     if (memory && root) {
         const bench_state *s = &job.states[0];
@@ -449,10 +475,11 @@ cleanup:
         double nhwc = 0, nchw = 0;
         if (torch) {
             nhwc = torch_peak(torch, kind, batch, size, channels, iters, tpr * replicas,
-                              "channels_last");
-            nchw = torch_peak(torch, kind, batch, size, channels, iters, tpr * replicas, "nchw");
+                              "channels_last", precision);
+            nchw = torch_peak(torch, kind, batch, size, channels, iters, tpr * replicas, "nchw",
+                              precision);
         }
-        print_memory(&mem, nhwc, nchw, json);
+        print_memory(&mem, nhwc, nchw, precision, json);
     }
     return 0;
 }

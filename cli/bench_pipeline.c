@@ -40,15 +40,19 @@ static void usage(FILE *f)
             "  --steps K          timed steps per point (default 5)\n"
             "  --warmup W         untimed steps first (default 2)\n"
             "  --data DIR         Fashion-MNIST's directory (default $RP_DATA_DIR)\n"
+            "  --precision P      f32 (default) or bf16 compute for convolutions and linear\n"
+            "                     layers, as train --precision bf16\n"
             "  --json             one JSON line per point\n");
 }
 
 /*
  * The median seconds of one training step of the classifier on `stages` workers (1: one worker)
- * of one thread each, with `micro` micro-batches on `schedule`.
+ * of one thread each, with `micro` micro-batches on `schedule`, at `precision`; *ran: the compute
+ * type the workers' tapes ran with.
  */
 static rp_status time_step(rp_classifier *clf, int stages, int micro, rp_pipe_schedule schedule,
-                           int steps, int warmup, double *seconds)
+                           int steps, int warmup, rp_dtype precision, double *seconds,
+                           rp_dtype *ran)
 {
     rp_status status = RP_OK;
     clf->cfg.micro_batches = micro;
@@ -61,6 +65,7 @@ static rp_status time_step(rp_classifier *clf, int stages, int micro, rp_pipe_sc
     cfg.backend = RP_BACKEND_THREADS;
     cfg.threads_per_replica = 1;
     cfg.replicas = 1;
+    cfg.precision = precision;
     if (stages > 1) {
         cfg.nroles = 1;
         cfg.roles[0] = rp_role_make("replica", 1, 1);
@@ -82,6 +87,7 @@ static rp_status time_step(rp_classifier *clf, int stages, int micro, rp_pipe_sc
         if (it >= warmup) times[it - warmup] = rp_now_s() - t0;
     }
     *seconds = rp_cli_median(times, steps);
+    *ran = rp_cli_precision_ran(r);
 cleanup:
     if (built) {
         rp_status teardown = rp_replicator_run(r, rp_cli_driver_destroy, &j);
@@ -112,6 +118,7 @@ int rp_cli_bench_pipeline(int argc, char **argv)
     const char *model = "resnet20", *data = NULL, *schedule = "both";
     int stages = 2, batch = 0, steps = 5, warmup = 2, micro[16] = {1, 2, 4, 8}, n_micro = 4;
     bool json = false;
+    rp_dtype precision = RP_F32, ran = RP_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n = 0;
@@ -135,6 +142,8 @@ int rp_cli_bench_pipeline(int argc, char **argv)
         } else if (!strcmp(a, "--schedule")) {
             schedule = v;
             ok = !strcmp(v, "gpipe") || !strcmp(v, "1f1b") || !strcmp(v, "both");
+        } else if (!strcmp(a, "--precision")) {
+            ok = rp_cli_precision_parse(v, &precision);
         } else if (!strcmp(a, "--data")) {
             data = v;
         } else if (!strcmp(a, "--micro")) {
@@ -174,20 +183,22 @@ int rp_cli_bench_pipeline(int argc, char **argv)
             status = RP_ERROR(RP_ERR_INVALID, "batch %d does not split into %d micro-batches",
                               batch, micro[k]);
     rp_kernels_set_threads(stages);
+    char prec[96];
     if (status == RP_OK && !json)
-        printf("replicator bench pipeline: %s, batch %d, %d stages of one thread each against "
-               "one worker of one thread; median of %d steps\n"
+        printf("replicator bench pipeline: %s, batch %d, %s, %d stages of one thread each "
+               "against one worker of one thread; median of %d steps\n"
                "   M   theory   one worker   %-24s %-24s\n",
-               model, batch, stages, steps, strcmp(schedule, "1f1b") ? "gpipe: step, bubble" : "",
+               model, batch, rp_cli_precision_text(precision, prec, sizeof prec), stages, steps,
+               strcmp(schedule, "1f1b") ? "gpipe: step, bubble" : "",
                strcmp(schedule, "gpipe") ? "1f1b: step, bubble" : "");
     for (int k = 0; status == RP_OK && k < n_micro; k++) {
         int m = micro[k];
         double one = 0, t[2] = {0, 0}, theory = (double)(stages - 1) / (m + stages - 1);
-        status = time_step(clf, 1, m, RP_PIPE_GPIPE, steps, warmup, &one);
+        status = time_step(clf, 1, m, RP_PIPE_GPIPE, steps, warmup, precision, &one, &ran);
         for (int s = 0; s < 2 && status == RP_OK; s++) {
             if (!strcmp(schedule, s ? "gpipe" : "1f1b")) continue;
-            status =
-                time_step(clf, stages, m, s ? RP_PIPE_1F1B : RP_PIPE_GPIPE, steps, warmup, &t[s]);
+            status = time_step(clf, stages, m, s ? RP_PIPE_1F1B : RP_PIPE_GPIPE, steps, warmup,
+                               precision, &t[s], &ran);
         }
         if (status != RP_OK) break;
         double bubble[2];
@@ -196,9 +207,9 @@ int rp_cli_bench_pipeline(int argc, char **argv)
         if (json) {
             printf("{\"model\":\"%s\",\"batch\":%d,\"stages\":%d,\"micro_batches\":%d,"
                    "\"theory\":%.4f,\"one_worker_ms\":%.2f,\"gpipe_ms\":%.2f,\"gpipe_bubble\":%.4f,"
-                   "\"1f1b_ms\":%.2f,\"1f1b_bubble\":%.4f}\n",
+                   "\"1f1b_ms\":%.2f,\"1f1b_bubble\":%.4f,%s}\n",
                    model, batch, stages, m, theory, 1e3 * one, 1e3 * t[0], bubble[0], 1e3 * t[1],
-                   bubble[1]);
+                   bubble[1], rp_cli_precision_json(ran, prec, sizeof prec));
             continue;
         }
         printf("%4d   %5.1f%%   %7.1f ms  ", m, 100 * theory, 1e3 * one);

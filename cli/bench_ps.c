@@ -88,7 +88,9 @@ static void usage(FILE *f)
             "  --numel N      floats in the set (default 272186, ResNet-20's parameters)\n"
             "  --optim O      sgd, momentum (default) or adam\n"
             "  --seconds T    how long to run (default 3)\n"
-            "  --staleness K  the staleness bound (default unbounded)\n");
+            "  --staleness K  the staleness bound (default unbounded)\n"
+            "  --precision P  f32 only: no model runs, and the servers move and apply f32 (bf16\n"
+            "                 is refused, naming why)\n");
 }
 
 int rp_cli_bench_ps(int argc, char **argv)
@@ -108,7 +110,19 @@ int rp_cli_bench_ps(int argc, char **argv)
         }
         long n = 0;
         bool ok = v && train_parse_long(v, -1, 1L << 30, &n);
-        if (!strcmp(a, "--optim") && v) {
+        if (!strcmp(a, "--precision") && v) {
+            rp_dtype p = RP_F32;
+            ok = rp_cli_precision_parse(v, &p);
+            if (ok && p != RP_F32) {
+                fprintf(stderr,
+                        "replicator bench ps: --precision %s: this benchmark runs no model, and "
+                        "the parameter servers move and apply f32 values and gradients (bf16 "
+                        "payloads are for the synchronous strategies: --grad-dtype); only f32 "
+                        "applies\n",
+                        v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--optim") && v) {
             ok = true;
             if (!strcmp(v, "sgd"))
                 job.optim.momentum = 0;
@@ -180,7 +194,8 @@ int rp_cli_bench_ps(int argc, char **argv)
                                                             : "sgd";
         double rate = steps / seconds, bound = local_rate(&job);
         double mb = (double)job.numel * sizeof(float) / 1e6;
-        printf("parameter servers (%s): %d replicas, %d server%s, %lld floats (%.2f MB), %s\n",
+        printf("parameter servers (%s): %d replicas, %d server%s, %lld floats (%.2f MB), %s, "
+               "precision f32\n",
                rp_replicator_backend(r), rp_replicator_replicas(r), cfg.ps, cfg.ps > 1 ? "s" : "",
                (long long)job.numel, mb, optim);
         printf(

@@ -33,6 +33,8 @@ static void usage(FILE *f)
         "  --warmup W           untimed iterations first (default 2)\n"
         "  --threads T          kernel threads in all (default: all cores)\n"
         "  --replicas N         data-parallel replicas (default: one per core, as in training)\n"
+        "  --precision P        f32 (default) or bf16: G's and D's convolutions and linear\n"
+        "                       layers multiply in bf16, as train sngan --precision bf16\n"
         "  --json               one JSON line\n");
 }
 
@@ -42,6 +44,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
     int iters = 10, warmup = 2, threads = 0, replicas = 0;
     bool json = false;
     const char *trace = NULL;
+    rp_dtype precision = RP_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -50,6 +53,15 @@ int rp_cli_bench_sngan(int argc, char **argv)
         }
         if (!strcmp(a, "--json")) {
             json = true;
+            continue;
+        }
+        if (!strcmp(a, "--precision")) {
+            if (!rp_cli_precision_parse(v, &precision)) {
+                fprintf(stderr, "replicator bench sngan: --precision %s: expected f32 or bf16\n",
+                        v ? v : "(missing)");
+                return 2;
+            }
+            i++;
             continue;
         }
         if (!strcmp(a, "--trace")) {
@@ -101,6 +113,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
     rp_config cfg = rp_config_default();
     cfg.backend = RP_BACKEND_THREADS;
     cfg.replicas = replicas;
+    cfg.precision = precision;
     cfg.stuck_exit = train_stuck_exit();
     cfg.threads_per_replica =
         rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
@@ -126,20 +139,23 @@ int rp_cli_bench_sngan(int argc, char **argv)
         sum += times[i];
     double med = rp_cli_median(times, iters);
     int tpr = rp_replicator_threads_per_replica(r);
+    char prec_json[96], prec_text[64];
+    rp_dtype ran = rp_cli_precision_ran(r); /* what the replicas' tapes ran with */
+    rp_cli_precision_json(ran, prec_json, sizeof prec_json);
+    rp_cli_precision_text(ran, prec_text, sizeof prec_text);
     if (json)
         printf("{\"framework\":\"replicator\",\"model\":\"sngan\",\"ch_g\":%d,\"ch_d\":%d,\"d_"
                "batch\":%d,"
                "\"g_batch\":%d,\"n_dis\":%d,\"replicas\":%d,\"threads_per_replica\":%d,\"format\":"
                "\"nhwc\","
-               "\"ms_per_iter\":%.2f,\"mean_ms_per_iter\":%.2f,\"iters\":%d}\n",
+               "\"ms_per_iter\":%.2f,\"mean_ms_per_iter\":%.2f,\"iters\":%d,%s}\n",
                sc.ch_g, sc.ch_d, sc.d_batch, sc.g_batch, sc.n_dis, replicas, tpr, 1e3 * med,
-               1e3 * sum / iters, iters);
+               1e3 * sum / iters, iters, prec_json);
     else
         printf("replicator sngan ch %d/%d, D batch %d x %d + G batch %d, %d replica%s x %d "
-               "threads: %.1f ms per "
-               "iteration (median of %d; mean %.1f)\n",
+               "threads, %s: %.1f ms per iteration (median of %d; mean %.1f)\n",
                sc.ch_g, sc.ch_d, sc.d_batch, sc.n_dis, sc.g_batch, replicas,
-               replicas > 1 ? "s" : "", tpr, 1e3 * med, iters, 1e3 * sum / iters);
+               replicas > 1 ? "s" : "", tpr, prec_text, 1e3 * med, iters, 1e3 * sum / iters);
 cleanup:
     if (built) {
         rp_status teardown = rp_replicator_run(r, rp_cli_driver_destroy, &j);

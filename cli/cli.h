@@ -28,6 +28,17 @@ typedef struct rp_cli_driver {
 rp_status rp_cli_driver_build(rp_replica *rep, void *arg);
 rp_status rp_cli_driver_step(rp_replica *rep, void *arg);
 rp_status rp_cli_driver_destroy(rp_replica *rep, void *arg);
+/*
+ * --precision f32|bf16 in every benchmark (bench_precision.c). parse: "f32" or "bf16" into *out,
+ * false (out untouched) for anything else, NULL included. ran: the compute type of replica 0's
+ * tape (rp_tape_precision), what the benchmark's steps ran with; call it between runs. json and
+ * text write into buf (size bytes) and return it: `"precision":"bf16","bf16_path":"amx"` (no
+ * braces, no comma; f32 has no path) and "bf16 on amx" or "f32".
+ */
+bool rp_cli_precision_parse(const char *v, rp_dtype *out);
+rp_dtype rp_cli_precision_ran(rp_replicator *r);
+const char *rp_cli_precision_json(rp_dtype p, char *buf, size_t size);
+const char *rp_cli_precision_text(rp_dtype p, char *buf, size_t size);
 /* The median of n values (sorts them in place); for the benchmarks. */
 double rp_cli_median(double *v, int n);
 int rp_cli_eval(int argc, char **argv);

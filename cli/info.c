@@ -1,4 +1,7 @@
-/* info.c - `replicator info`: the build, the engines, the environment and the control tasks. */
+/*
+ * info.c - `replicator info`: the build, the engines, the bf16 path (rp_kernels_bf16_path), the
+ * environment and the control tasks.
+ */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <mujoco/mujoco.h>
@@ -10,8 +13,9 @@
 int rp_cli_info(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: replicator info\n\nPrints the build, the engines, the environment and the "
-               "control tasks.\n");
+        printf(
+            "usage: replicator info\n\nPrints the build, the engines, the path bf16 compute takes "
+            "on this CPU, the environment and the control tasks.\n");
         return 0;
     }
     if (argc > 1) {
@@ -37,6 +41,17 @@ int rp_cli_info(int argc, char **argv)
            : dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core
                ? "Winograd for 3x3 stride 1 with >= 16 channels, direct otherwise"
                : "direct (this CPU has no AVX-512, which oneDNN's Winograd needs)");
+    /* The path names are rp_kernels_bf16_path()'s (kernels.h). */
+    const char *bf16 = rp_kernels_bf16_path();
+    const char *what = !strcmp(bf16, "amx") ? "AMX tiles: --precision bf16 is fast"
+                       : !strcmp(bf16, "avx512_bf16")
+                           ? "AVX512-BF16 dot products: --precision bf16 is fast"
+                       : !strcmp(bf16, "reference")
+                           ? "no bf16 units in use (the plain reference kernels compute it): "
+                             "--precision bf16 is correct but much slower than f32"
+                           : "no bf16 units in use (oneDNN emulates bf16 with AVX-512): "
+                             "--precision bf16 is correct but slower than f32";
+    printf("bf16           %s - %s\n", bf16, what);
     printf("MuJoCo         %s (replicator train d4pg --task T)\n", mj_versionString());
     for (int i = 0; i < rp_env_task_count(); i++)
         printf("  %s\n", rp_env_task_about(i));

@@ -6,6 +6,9 @@
  *
  *     ./mlp [--replicas N] [other runtime options: rp_config_from_args]
  *
+ * (--precision bf16, one of them, multiplies the linear layers in bf16 with
+ * f32 master weights; examples/trainer_model.c sets the policy by hand.)
+ *
  * Prints the loss every 50 steps and the accuracy on held-out points; exits 1
  * below 95%.
  */

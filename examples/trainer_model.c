@@ -8,6 +8,11 @@
  *
  *     ./trainer_model [--out DIR] [--resume] [runtime options: rp_config_from_args]
  *
+ * --precision bf16 (a runtime option) trains in mixed precision: the linear
+ * layer multiplies in bf16 (f32 master weights and optimizer state). The
+ * evaluation shows the policy API: it runs in f32 whatever the training's
+ * policy, by setting the tape's policy around it (rp_tape_set_precision).
+ *
  * Writes DIR (default runs/trainer_model, or -2, -3 ... if it holds a run):
  * checkpoint.safetensors and metrics.jsonl. --resume continues the run in DIR
  * from its checkpoint. Prints the epochs' lines and the test accuracy; exits
@@ -123,8 +128,12 @@ static rp_status evaluate(rp_replica *rep, void *ctx, void *state)
     RP_CHECK(rp_replica_input_context(rep, TEST, &in));
     int n = in.per_replica_batch, first = TRAIN + in.replica * n;
     rp_tape *t = rp_replica_tape(rep);
+    /* The policy API: this forward pass in f32 whatever --precision asked, then the run's again. */
+    rp_precision_policy keep = rp_tape_precision(t);
+    RP_CHECK(rp_tape_set_precision(t, rp_precision_policy_make(RP_F32)));
     rp_tensor *logits =
         rp_linear_layer_forward(t, &s->fc, rp_tensor_from(t, 2, (int[]){n, DIM}, &d->x[first][0]));
+    RP_CHECK(rp_tape_set_precision(t, keep));
     if (!logits) return rp_last_status();
     int correct = 0;
     for (int i = 0; i < n; i++) {
@@ -192,7 +201,7 @@ int main(int argc, char **argv)
     rp_trainer_config cfg = rp_trainer_config_default();
     cfg.runtime.replicas = 2;
     cfg.runtime.threads_per_replica = 1;
-    RP_TRY(rp_config_from_args(&cfg.runtime, &argc, argv));
+    RP_TRY(rp_config_from_args(&cfg.runtime, &argc, argv)); /* --precision bf16, --regime ... */
     cfg.run_dir = "runs/trainer_model";
     bool resume = false;
     for (int i = 1; i < argc; i++) {
@@ -218,10 +227,14 @@ int main(int argc, char **argv)
     RP_TRY(rp_trainer_evaluate(t, &m));
     double acc = m.m[0].value;
     rp_trainer_progress p = rp_trainer_get_progress(t);
+    rp_replicator *r = rp_trainer_replicator(t);
+    /* The policy the replicas trained with (the evaluation put it back). */
+    rp_dtype trained = rp_tape_precision(rp_replica_tape(rp_replicator_replica(r, 0))).compute;
     if (acc >= 0.9)
-        printf("trainer: %lld steps on %d replicas, test accuracy %.2f%%; run directory %s\n",
-               (long long)p.global_step, rp_replicator_replicas(rp_trainer_replicator(t)),
-               100 * acc, rp_trainer_run_dir(t));
+        printf("trainer: %lld steps on %d replicas, test accuracy %.2f%%; run directory %s; "
+               "trained in %s, evaluated in f32\n",
+               (long long)p.global_step, rp_replicator_replicas(r), 100 * acc,
+               rp_trainer_run_dir(t), rp_dtype_name(trained));
     else
         status = RP_ERROR(RP_ERR_NUMERIC, "test accuracy %.2f%% after %lld steps", 100 * acc,
                           (long long)p.global_step);

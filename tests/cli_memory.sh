@@ -5,7 +5,9 @@
 #     and the process's peak resident memory holds them all;
 #  2. --torch runs the peer's script once per memory format and reports its peak resident memory
 #     (a stand-in script that holds 300 MiB is measured as such), and names a script that fails;
-#  3. --torch without --memory is refused (exit 2).
+#  3. --torch without --memory is refused (exit 2);
+#  4. with --precision bf16 the peer is asked for bf16 too (its autocast), and the report says
+#     bf16.
 # Usage: cli_memory.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -58,3 +60,12 @@ set -e
 [ $rc -eq 2 ] || fail "--torch without --memory gave exit $rc: $msg"
 grep -q -- "--torch goes with --memory" <<< "$msg" || fail "unclear message: $msg"
 echo "ok: --torch without --memory is refused"
+
+# 4. The peer at our precision: a stand-in that records its arguments.
+printf '#!/bin/sh\necho "$*" >> "%s/args"\n' "$dir" > "$dir/record.sh"
+chmod +x "$dir/record.sh"
+out=$("$bin" "${common[@]}" --precision bf16 --torch "$dir/record.sh")
+[ "$(grep -c -- "--precision bf16" "$dir/args")" -eq 2 ] \
+    || fail "the peer was not asked for bf16 in both formats: $(cat "$dir/args")"
+grep '"memory"' <<< "$out" | grep -q '"precision":"bf16"' || fail "the report does not say bf16: $out"
+echo "ok: --precision bf16 runs the peer in bf16 and says so"
