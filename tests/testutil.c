@@ -132,6 +132,7 @@ unsigned char *tu_read_file(const char *path, size_t *n)
     assert_non_null(buf);
     assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
     fclose(f);
+    buf[size] = 0; /* a NUL after the contents, so a text file can be searched as a string */
     *n = (size_t)size;
     return buf;
 }

@@ -49,8 +49,8 @@ const char *tu_tmpdir(void);
 const char *tu_tmp_path(char *buf, size_t size, const char *name);
 void tu_tmpdir_remove(void);
 
-/* The whole of a file into a malloc'ed buffer (one spare byte after it; the caller frees), its
- * size in *n. Fails the test if it cannot be read. */
+/* The whole of a file into a malloc'ed buffer, NUL-terminated after its contents (the caller
+ * frees), its size in *n. Fails the test if it cannot be read. */
 unsigned char *tu_read_file(const char *path, size_t *n);
 
 #endif
