@@ -8,18 +8,21 @@
 # round's numbers and the ratios replicator / PyTorch's best (above 1:
 # replicator faster) for our f32 and our bf16, then their medians.
 #
-# Usage: bench/compare_resnet.sh [resnet20|resnet50] [threads] [rounds]
+# Usage: bench/compare_resnet.sh [resnet20|resnet50] [threads] [rounds] [replicas]
+#        (replicas: ours as that many data-parallel replicas sharing the threads, default 1;
+#        PyTorch always runs one process on all the threads)
 #        (build first: scripts/setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-resnet20}
 threads=${2:-2}
 rounds=${3:-3}
+replicas=${4:-1}
 if [ "$model" = resnet20 ]; then
-    ours=(build/replicator bench resnet --model resnet20 --batch 128 --size 28 --channels 1 --iters 20 --threads "$threads" --json)
+    ours=(build/replicator bench resnet --model resnet20 --batch 128 --size 28 --channels 1 --iters 20 --threads "$threads" --replicas "$replicas" --json)
     theirs=(bench/torch_env.sh --model resnet20 --batch 128 --iters 20 --threads "$threads" --format both --precision both --json)
 else
-    ours=(build/replicator bench resnet --model resnet50 --batch 32 --iters 3 --warmup 1 --threads "$threads" --json)
+    ours=(build/replicator bench resnet --model resnet50 --batch 32 --iters 3 --warmup 1 --threads "$threads" --replicas "$replicas" --json)
     theirs=(bench/torch_env.sh --model resnet50 --batch 32 --iters 3 --warmup 1 --threads "$threads" --format both --precision both --json)
 fi
 echo "ours:   ${ours[*]} --precision f32|bf16"
