@@ -311,8 +311,9 @@ void train_print_precision(const char *precision)
     const char *path = rp_kernels_bf16_path();
     bool slow = strcmp(path, "amx") != 0 && strcmp(path, "avx512_bf16") != 0;
     fprintf(stderr,
-            "  precision: bf16 compute for convolutions, linear layers and matmuls on %s%s; f32 "
-            "master weights, norms, losses, gradients and optimizer state\n",
+            "  precision: bf16 compute for convolutions, linear layers and matmuls on %s%s; "
+            "convolution and batch-norm outputs stored in bf16; f32 master weights, gradients, "
+            "norms' statistics, losses and optimizer state\n",
             path,
             slow ? " - this CPU has no bf16 units, so bf16 runs correctly but slower than f32"
                  : "");
