@@ -242,7 +242,7 @@ static void test_bn_bf16(void **state)
             snprintf(what, sizeof what, "%s table, m %lld, c %d", k->name, (long long)m, c);
 
             k->bn_stats(s1, xf, m, c);
-            k->bn_stats_bf16(s2, xb, m, c);
+            k->bn_stats_bf16(k, s2, xb, m, c);
             for (int j = 0; j < c; j++)
                 mag[j] = mag[c + j] = 0;
             for (int64_t i = 0; i < n; i++) {
@@ -254,7 +254,7 @@ static void test_bn_bf16(void **state)
                     fail_msg("bn_stats_bf16 %s: sum %d is %.9g, f32 %.9g", what, j, s2[j], s1[j]);
 
             k->bn_norm_fwd(yf, xf, mean, invstd, gamma, beta, rf, true, m, c);
-            k->bn_norm_fwd_bf16(yb, xb, mean, invstd, gamma, beta, rb, true, m, c);
+            k->bn_norm_fwd_bf16(k, yb, xb, mean, invstd, gamma, beta, rb, true, m, c);
             for (int64_t i = 0; i < n; i++)
                 if (yb[i] != rp_bf16_from_f32(yf[i]))
                     fail_msg("bn_norm_fwd_bf16 %s: y[%lld] 0x%04x, want 0x%04x", what, (long long)i,
@@ -264,14 +264,14 @@ static void test_bn_bf16(void **state)
             float *yw = malloc(n * 4);
             rp_bf16_to_f32_array(yw, yb, (size_t)n);
             k->bn_stats_bwd(s1, dy, yw, xf, mean, invstd, m, c, gf);
-            k->bn_stats_bwd_bf16(s2, dy, yb, xb, mean, invstd, m, c, gb);
+            k->bn_stats_bwd_bf16(k, s2, dy, yb, xb, mean, invstd, m, c, gb);
             assert_memory_equal(gf, gb, (size_t)n * 4);
             for (int j = 0; j < 2 * c; j++)
                 if (fabs(s1[j] - s2[j]) > 1e-5 * (mag[j % c] + (double)m) + 1e-9)
                     fail_msg("bn_stats_bwd_bf16 %s: sum %d is %.9g, f32 %.9g", what, j, s2[j],
                              s1[j]);
             k->bn_bwd_data(dxf, dy, yw, xf, mean, invstd, s1, gamma, (double)m, m, c);
-            k->bn_bwd_data_bf16(dxb, dy, yb, xb, mean, invstd, s1, gamma, (double)m, m, c);
+            k->bn_bwd_data_bf16(k, dxb, dy, yb, xb, mean, invstd, s1, gamma, (double)m, m, c);
             assert_memory_equal(dxf, dxb, (size_t)n * 4);
             free(yw);
             free(xf), free(rf), free(dy), free(yf), free(dxf), free(dxb), free(gf), free(gb);

@@ -150,34 +150,3 @@ void rp_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, const 
         if (xb != sx) free(xb), free(yb);
     }
 }
-
-/* Each table's slots: the functions above over that table's f32 kernels. */
-#define RP_BN_BF16_DEFINE(table)                                                                   \
-    void rp_##table##_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c)              \
-    {                                                                                              \
-        rp_bn_stats_bf16(rp_kernels_##table(), sums, x, m, c);                                     \
-    }                                                                                              \
-    void rp_##table##_bn_norm_fwd_bf16(rp_bf16 *y, const rp_bf16 *x, const float *mean,            \
-                                       const float *invstd, const float *gamma, const float *beta, \
-                                       const rp_bf16 *residual, bool relu, int64_t m, int c)       \
-    {                                                                                              \
-        rp_bn_norm_fwd_bf16(rp_kernels_##table(), y, x, mean, invstd, gamma, beta, residual, relu, \
-                            m, c);                                                                 \
-    }                                                                                              \
-    void rp_##table##_bn_stats_bwd_bf16(double *sums, const float *dy, const rp_bf16 *y,           \
-                                        const rp_bf16 *x, const float *mean, const float *invstd,  \
-                                        int64_t m, int c, float *g_out)                            \
-    {                                                                                              \
-        rp_bn_stats_bwd_bf16(rp_kernels_##table(), sums, dy, y, x, mean, invstd, m, c, g_out);     \
-    }                                                                                              \
-    void rp_##table##_bn_bwd_data_bf16(float *dx, const float *dy, const rp_bf16 *y,               \
-                                       const rp_bf16 *x, const float *mean, const float *invstd,   \
-                                       const double *sums, const float *gamma, double count,       \
-                                       int64_t m, int c)                                           \
-    {                                                                                              \
-        rp_bn_bwd_data_bf16(rp_kernels_##table(), dx, dy, y, x, mean, invstd, sums, gamma, count,  \
-                            m, c);                                                                 \
-    }
-
-RP_BN_BF16_DEFINE(ref)
-RP_BN_BF16_DEFINE(cpu)

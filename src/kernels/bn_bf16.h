@@ -2,7 +2,8 @@
  * bn_bf16.h - batch norm over activations stored in bf16, for both tables: each reads x (and
  * y, the residual) in chunks of rows widened to f32, runs the table's own f32 kernel on the
  * chunk, and rounds what it writes back to bf16 (rp_bf16_from_f32's rounding). Statistics and
- * gradients stay f32/double, as in the f32 kernels. `k` is the table whose f32 kernels run.
+ * gradients stay f32/double, as in the f32 kernels. `k` is the table whose f32 kernels run:
+ * both tables' bf16 batch-norm slots point here, and callers pass the table itself.
  */
 #ifndef RP_KERNELS_BN_BF16_H
 #define RP_KERNELS_BN_BF16_H
@@ -19,21 +20,5 @@ void rp_bn_stats_bwd_bf16(const rp_kernels *k, double *sums, const float *dy, co
 void rp_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, const rp_bf16 *y,
                          const rp_bf16 *x, const float *mean, const float *invstd,
                          const double *sums, const float *gamma, double count, int64_t m, int c);
-
-/* The same, bound to one table each: the ref and cpu tables' slots. */
-#define RP_BN_BF16_DECLARE(table)                                                                  \
-    void rp_##table##_bn_stats_bf16(double *sums, const rp_bf16 *x, int64_t m, int c);             \
-    void rp_##table##_bn_norm_fwd_bf16(rp_bf16 *y, const rp_bf16 *x, const float *mean,            \
-                                       const float *invstd, const float *gamma, const float *beta, \
-                                       const rp_bf16 *residual, bool relu, int64_t m, int c);      \
-    void rp_##table##_bn_stats_bwd_bf16(double *sums, const float *dy, const rp_bf16 *y,           \
-                                        const rp_bf16 *x, const float *mean, const float *invstd,  \
-                                        int64_t m, int c, float *g_out);                           \
-    void rp_##table##_bn_bwd_data_bf16(float *dx, const float *dy, const rp_bf16 *y,               \
-                                       const rp_bf16 *x, const float *mean, const float *invstd,   \
-                                       const double *sums, const float *gamma, double count,       \
-                                       int64_t m, int c);
-RP_BN_BF16_DECLARE(ref)
-RP_BN_BF16_DECLARE(cpu)
 
 #endif

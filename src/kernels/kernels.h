@@ -126,18 +126,23 @@ typedef struct rp_kernels {
 
     /*
      * The same four over activations stored in bf16 (x, the fused ReLU's y, the residual; the
-     * output y is rounded to bf16); statistics, dy, dx and g_out stay f32 and double.
+     * output y is rounded to bf16); statistics, dy, dx and g_out stay f32 and double. `k` is
+     * the table itself (call as k->bn_stats_bf16(k, ...)): the cpu and ref tables both point at
+     * kernels/bn_bf16.c, which runs k's own f32 kernels on widened chunks of rows.
      */
-    void (*bn_stats_bf16)(double *sums, const rp_bf16 *x, int64_t m, int c);
-    void (*bn_norm_fwd_bf16)(rp_bf16 *y, const rp_bf16 *x, const float *mean, const float *invstd,
-                             const float *gamma, const float *beta, const rp_bf16 *residual,
-                             bool relu, int64_t m, int c);
-    void (*bn_stats_bwd_bf16)(double *sums, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
-                              const float *mean, const float *invstd, int64_t m, int c,
-                              float *g_out);
-    void (*bn_bwd_data_bf16)(float *dx, const float *dy, const rp_bf16 *y, const rp_bf16 *x,
-                             const float *mean, const float *invstd, const double *sums,
-                             const float *gamma, double count, int64_t m, int c);
+    void (*bn_stats_bf16)(const struct rp_kernels *k, double *sums, const rp_bf16 *x, int64_t m,
+                          int c);
+    void (*bn_norm_fwd_bf16)(const struct rp_kernels *k, rp_bf16 *y, const rp_bf16 *x,
+                             const float *mean, const float *invstd, const float *gamma,
+                             const float *beta, const rp_bf16 *residual, bool relu, int64_t m,
+                             int c);
+    void (*bn_stats_bwd_bf16)(const struct rp_kernels *k, double *sums, const float *dy,
+                              const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                              const float *invstd, int64_t m, int c, float *g_out);
+    void (*bn_bwd_data_bf16)(const struct rp_kernels *k, float *dx, const float *dy,
+                             const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                             const float *invstd, const double *sums, const float *gamma,
+                             double count, int64_t m, int c);
 
     /* y = act(x); dx = dy * act'(x) computed from y (and x for leaky relu). */
     void (*act_fwd)(float *y, const float *x, int64_t n, rp_act act, float slope);

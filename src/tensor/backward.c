@@ -154,7 +154,8 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     float *dr = tape_grad_out(t, residual, &fail);
     if (fail) return tape_oom();
     if (bf16)
-        t->k->bn_stats_bwd_bf16(sums, y->grad, relu_out, x->data_bf16, mean, invstd, m, c, dr);
+        t->k->bn_stats_bwd_bf16(t->k, sums, y->grad, relu_out, x->data_bf16, mean, invstd, m, c,
+                                dr);
     else
         t->k->bn_stats_bwd(sums, y->grad, relu_out, x->data, mean, invstd, m, c, dr);
     if (dr) tape_grad_commit(t, residual, dr);
@@ -188,8 +189,8 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
         memset(sums, 0, 2 * (size_t)c * sizeof(double));
     }
     if (bf16)
-        t->k->bn_bwd_data_bf16(dx, y->grad, relu_out, x->data_bf16, mean, invstd, sums, gamma->data,
-                               count, m, c);
+        t->k->bn_bwd_data_bf16(t->k, dx, y->grad, relu_out, x->data_bf16, mean, invstd, sums,
+                               gamma->data, count, m, c);
     else
         t->k->bn_bwd_data(dx, y->grad, relu_out, x->data, mean, invstd, sums, gamma->data, count, m,
                           c);
@@ -207,9 +208,9 @@ rp_status tape_recompute(rp_tape *t, rp_tensor *y)
     if (!y->storage) return tape_oom();
     /* The forward pass's own kernel on the same values: bitwise the stored output. */
     if (x->dtype == RP_BF16)
-        t->k->bn_norm_fwd_bf16(y->data_bf16, x->data_bf16, mean, invstd, gamma->data, beta->data,
-                               residual ? residual->data_bf16 : NULL, nd->a.bn.relu, x->numel / c,
-                               c);
+        t->k->bn_norm_fwd_bf16(t->k, y->data_bf16, x->data_bf16, mean, invstd, gamma->data,
+                               beta->data, residual ? residual->data_bf16 : NULL, nd->a.bn.relu,
+                               x->numel / c, c);
     else
         t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
                           residual ? residual->data : NULL, nd->a.bn.relu, x->numel / c, c);

@@ -482,27 +482,3 @@ rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b)
     if (rp_tape_needs_grad(t, in, 2) && !rp_tape_record(t, RP_OP_MSE, y, in, 2)) return NULL;
     return y;
 }
-
-rp_tensor *tape_f32(rp_tape *t, rp_tensor *x)
-{
-    return rp_cast(t, x, RP_F32);
-}
-
-rp_tensor *rp_cast(rp_tape *t, rp_tensor *x, rp_dtype dtype)
-{
-    RP_PROPAGATE_NULL(x);
-    if (dtype != RP_F32 && dtype != RP_BF16) {
-        RP_ERROR(RP_ERR_INVALID, "rp_cast: dtype %s (%d) is neither f32 nor bf16",
-                 rp_dtype_name(dtype), (int)dtype);
-        return NULL;
-    }
-    if (x->dtype == dtype) return x;
-    rp_tensor *y = tape_tensor_typed(t, x->ndim, x->shape, dtype);
-    RP_PROPAGATE_NULL(y);
-    if (dtype == RP_F32)
-        t->k->cast_bf16_f32(y->data, x->data_bf16, x->numel);
-    else
-        t->k->cast_f32_bf16(y->data_bf16, x->data, x->numel);
-    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_CAST, y, &x, 1)) return NULL;
-    return y;
-}

@@ -108,7 +108,7 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
     double count = (double)m;
     if (p.training) {
         if (bf16)
-            t->k->bn_stats_bf16(sums, x->data_bf16, m, c);
+            t->k->bn_stats_bf16(t->k, sums, x->data_bf16, m, c);
         else
             t->k->bn_stats(sums, x->data, m, c);
         if (p.reduce && p.reduce(sums, 2 * c, &count, p.reduce_ctx) != RP_OK) return NULL;
@@ -135,8 +135,8 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
     rp_tensor *in[] = {x, gamma, beta, residual};
     int n_in = residual ? 4 : 3;
     if (bf16)
-        t->k->bn_norm_fwd_bf16(y->data_bf16, x->data_bf16, mean, invstd, gamma->data, beta->data,
-                               residual ? residual->data_bf16 : NULL, p.relu, m, c);
+        t->k->bn_norm_fwd_bf16(t->k, y->data_bf16, x->data_bf16, mean, invstd, gamma->data,
+                               beta->data, residual ? residual->data_bf16 : NULL, p.relu, m, c);
     else
         t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
                           residual ? residual->data : NULL, p.relu, m, c);

@@ -43,7 +43,8 @@ rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes)
     }
     t->k = rp_kernels_active();
     t->recording = true;
-    t->precision = rp_precision_policy_make(RP_F32);
+    t->precision =
+        (rp_precision_policy){.compute = RP_F32, .ops = RP_AUTOCAST_DEFAULT, .activations = RP_F32};
     *tape = t;
     return RP_OK;
 }
@@ -392,98 +393,4 @@ rp_status rp_backward_from(rp_tape *t, rp_tensor *y, const float *dy)
     rp_trace_end("backward");
     rp_trace_mark();
     return status;
-}
-
-rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *const *in, int n,
-                     int ndim, const int *shape)
-{
-    if (!t || !op || !op->forward || !op->backward || n < 0 || (n > 0 && !in)) {
-        RP_ERROR(RP_ERR_INVALID,
-                 "rp_custom: need a tape, an op with forward and backward, and "
-                 "n >= 0 inputs (got n %d)",
-                 n);
-        return NULL;
-    }
-    const char *name = op->name ? op->name : "(unnamed)";
-    for (int i = 0; i < n; i++)
-        RP_PROPAGATE_NULL(in[i]);
-    for (int i = 0; i < n; i++)
-        if (in[i]->dtype != RP_F32) {
-            /* A custom op reads f32: widen the bf16 inputs (a copy of the caller's array). */
-            rp_tensor **wide = rp_arena_alloc(t->arena, (size_t)n * sizeof *wide);
-            RP_PROPAGATE_NULL(wide);
-            for (int k = 0; k < n; k++) {
-                wide[k] = in[k];
-                TAPE_F32_IN(t, wide[k]);
-            }
-            in = wide;
-            break;
-        }
-    if (ndim < 0 || ndim > RP_MAX_DIMS || (ndim > 0 && !shape) || rp_shape_numel(ndim, shape) < 1) {
-        RP_ERROR(RP_ERR_SHAPE, "rp_custom: op \"%s\": the output shape (%d dims) is invalid", name,
-                 ndim);
-        return NULL;
-    }
-    rp_tensor *y = rp_tape_tensor(t, ndim, shape);
-    RP_PROPAGATE_NULL(y);
-    rp_status st = op->forward(ctx, y, in, n);
-    if (st != RP_OK) {
-        tape_custom_error(st, op, "forward");
-        return NULL;
-    }
-    if (rp_tape_needs_grad(t, in, n)) {
-        rp_node *node = rp_tape_record(t, RP_OP_CUSTOM, y, in, n);
-        RP_PROPAGATE_NULL(node);
-        node->a.custom.op = op;
-        node->a.custom.ctx = ctx;
-    }
-    return y;
-}
-
-/* ---- mixed precision ------------------------------------------------------- */
-
-rp_precision_policy rp_precision_policy_make(rp_dtype compute)
-{
-    rp_precision_policy p = {
-        .compute = compute, .ops = RP_AUTOCAST_DEFAULT, .activations = compute};
-    return p;
-}
-
-rp_status rp_tape_set_precision(rp_tape *t, rp_precision_policy p)
-{
-    if (!t) return RP_ERROR(RP_ERR_INVALID, "rp_tape_set_precision: tape is NULL");
-    if (p.compute != RP_F32 && p.compute != RP_BF16)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "rp_tape_set_precision: compute type %s (%d) is neither f32 nor bf16",
-                        rp_dtype_name(p.compute), (int)p.compute);
-    if (p.activations != RP_F32 && !(p.activations == RP_BF16 && p.compute == RP_BF16))
-        return RP_ERROR(RP_ERR_INVALID,
-                        "rp_tape_set_precision: activations in %s need bf16 compute (got %s)",
-                        rp_dtype_name(p.activations), rp_dtype_name(p.compute));
-    if (p.ops & ~(unsigned)RP_AUTOCAST_ALL)
-        return RP_ERROR(
-            RP_ERR_INVALID,
-            "rp_tape_set_precision: ops 0x%x name classes that do not exist (all: 0x%x)", p.ops,
-            (unsigned)RP_AUTOCAST_ALL);
-    t->precision = p;
-    return RP_OK;
-}
-
-rp_precision_policy rp_tape_precision(const rp_tape *t)
-{
-    return t ? t->precision : rp_precision_policy_make(RP_F32);
-}
-
-rp_dtype tape_compute(const rp_tape *t, unsigned cls)
-{
-    return t->precision.compute == RP_BF16 && (t->precision.ops & cls) ? RP_BF16 : RP_F32;
-}
-
-rp_status tape_gemm(rp_tape *t, rp_dtype compute, bool ta, bool tb, int m, int n, int k,
-                    const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
-{
-    if (compute == RP_BF16)
-        return t->k->gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-    t->k->gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-    return RP_OK;
 }
