@@ -861,15 +861,30 @@ static rp_status run_cached(const cache_key *key, const rp_conv_desc *cd, const 
 
 /* ---- bf16 -------------------------------------------------------------------- */
 
-const char *rp_cpu_bf16_path(void)
+/*
+ * oneDNN fixes its ISA for the process at its first use ($ONEDNN_MAX_CPU_ISA included), so the
+ * path is looked up once: every bf16 GEMM and convolution asks whether to take the reference.
+ */
+static pthread_once_t g_path_once = PTHREAD_ONCE_INIT;
+static const char *g_path = "reference";
+static bool g_by_reference = true; /* below AVX-512: oneDNN has no bf16 */
+
+static void path_init(void)
 {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return "amx";
-    if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
-        return "avx512_bf16";
-    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core)
-        return "avx512_core (emulated)";
-    return "reference";
+    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx)
+        g_path = "amx";
+    else if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
+        g_path = "avx512_bf16";
+    else if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core)
+        g_path = "avx512_core (emulated)";
+    g_by_reference = !strcmp(g_path, "reference");
+}
+
+const char *rp_cpu_bf16_path(void)
+{
+    pthread_once(&g_path_once, path_init);
+    return g_path;
 }
 
 /* The conversions: the reference loops, split over the calling thread's team. */
@@ -890,7 +905,8 @@ void rp_cpu_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n)
 /* Below AVX-512 oneDNN has no bf16 primitives at all: the reference kernels compute them. */
 static bool bf16_by_reference(void)
 {
-    return strcmp(rp_cpu_bf16_path(), "reference") == 0;
+    pthread_once(&g_path_once, path_init);
+    return g_by_reference;
 }
 
 rp_status rp_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
