@@ -30,7 +30,9 @@ static void read_env(void)
     env.threads = threads ? atoi(threads) : 0;
     if (env.threads < 0) env.threads = 0;
     const char *kernels = getenv("RP_KERNELS");
-    env.kernels = (kernels && !strcmp(kernels, "ref")) ? "ref" : "cpu";
+    env.kernels = (kernels && !strcmp(kernels, "ref"))      ? "ref"
+                  : (kernels && !strcmp(kernels, "strict")) ? "strict"
+                                                            : "cpu";
     const char *data = getenv("RP_DATA_DIR");
     env.data_dir = data && *data ? data : "/usr/share/datasets/fashion-mnist";
     /* Set by OpenMPI's mpirun (and by PMI launchers such as Slurm's srun). */

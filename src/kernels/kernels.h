@@ -306,14 +306,46 @@ typedef struct rp_kernels {
      * bits in every table, so replicas on different backends can compare it.
      */
     uint64_t (*checksum)(const float *x, int64_t n);
+
+    /* ---- memory: the table owns tensor storage ---- */
+    /*
+     * Every buffer a kernel reads or writes comes from its own table's mem_alloc: the tape's
+     * values, gradients and saved buffers, the parameters, the optimizers' state, the gradient
+     * buckets. Host code never dereferences such a buffer; it moves values with upload and
+     * download (which return once the copy is complete) and names them by pointer only. The
+     * host tables (cpu, ref) use host memory and memcpy; the strict table (RP_KERNELS=strict)
+     * keeps its storage unreadable between kernel calls, so a host read fails loudly; a device
+     * table would use device memory.
+     *  - mem_alloc: `bytes` (> 0) aligned to RP_ALIGN, contents unspecified; NULL when out of
+     *    memory (the caller names what it was for). mem_free takes the same size back.
+     *  - mem_fill: sets bytes/4 32-bit words to `pattern` (0 for zeros, 0x7fc00000 for f32 NaN,
+     *    an f32's bits for a constant); bytes is a multiple of 4.
+     *  - mem_sync: returns once all queued work is done (the host tables queue none).
+     */
+    void *(*mem_alloc)(size_t bytes);
+    void (*mem_free)(void *p, size_t bytes);
+    void (*mem_upload)(void *dst, const void *host, size_t bytes);
+    void (*mem_download)(void *host, const void *src, size_t bytes);
+    void (*mem_copy)(void *dst, const void *src, size_t bytes);
+    void (*mem_fill)(void *dst, uint32_t pattern, size_t bytes);
+    void (*mem_sync)(void);
 } rp_kernels;
 
 /* The plain C reference table. */
 const rp_kernels *rp_kernels_ref(void);
 /* The fast CPU table. */
 const rp_kernels *rp_kernels_cpu(void);
-/* The table ops use: cpu, or ref when RP_KERNELS=ref. */
+/* The strict table: cpu's kernels over storage that host code cannot read (RP_KERNELS=strict). */
+const rp_kernels *rp_kernels_strict(void);
+/* The table ops use: cpu, ref when RP_KERNELS=ref, strict when RP_KERNELS=strict. */
 const rp_kernels *rp_kernels_active(void);
+
+/* The host tables' memory slots (cpu and ref share them): malloc, memcpy and a word fill. */
+void *rp_host_mem_alloc(size_t bytes);
+void rp_host_mem_free(void *p, size_t bytes);
+void rp_host_mem_copy(void *dst, const void *src, size_t bytes);
+void rp_host_mem_fill(void *dst, uint32_t pattern, size_t bytes);
+void rp_host_mem_sync(void);
 
 /* rp_kernels_set_threads(), rp_kernels_get_threads(), rp_kernels_name(): replicator/kernels.h. */
 

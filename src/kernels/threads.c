@@ -9,7 +9,10 @@
 
 const rp_kernels *rp_kernels_active(void)
 {
-    return strcmp(rp_env_get()->kernels, "ref") == 0 ? rp_kernels_ref() : rp_kernels_cpu();
+    const char *name = rp_env_get()->kernels;
+    if (strcmp(name, "ref") == 0) return rp_kernels_ref();
+    if (strcmp(name, "strict") == 0) return rp_kernels_strict();
+    return rp_kernels_cpu();
 }
 
 static _Thread_local int team_size;

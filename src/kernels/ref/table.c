@@ -70,6 +70,14 @@ static const rp_kernels ref_table = {
     .sn_fwd = rp_ref_sn_fwd,
     .sn_bwd = rp_ref_sn_bwd,
     .checksum = rp_ref_checksum,
+    /* ---- memory: host memory ---- */
+    .mem_alloc = rp_host_mem_alloc,
+    .mem_free = rp_host_mem_free,
+    .mem_upload = rp_host_mem_copy,
+    .mem_download = rp_host_mem_copy,
+    .mem_copy = rp_host_mem_copy,
+    .mem_fill = rp_host_mem_fill,
+    .mem_sync = rp_host_mem_sync,
 };
 
 const rp_kernels *rp_kernels_ref(void)

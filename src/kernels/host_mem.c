@@ -1,0 +1,38 @@
+/*
+ * host_mem.c - the memory slots of the host tables (cpu and ref): tensor storage is host memory,
+ * so upload, download and copy are one memcpy and nothing is ever queued.
+ */
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+void *rp_host_mem_alloc(size_t bytes)
+{
+    return rp_alloc(bytes ? bytes : 1);
+}
+
+void rp_host_mem_free(void *p, size_t bytes)
+{
+    (void)bytes;
+    rp_free(p);
+}
+
+void rp_host_mem_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+void rp_host_mem_fill(void *dst, uint32_t pattern, size_t bytes)
+{
+    if (pattern == 0) {
+        memset(dst, 0, bytes);
+        return;
+    }
+    uint32_t *w = dst;
+    for (size_t i = 0; i < bytes / sizeof *w; i++)
+        w[i] = pattern;
+}
+
+void rp_host_mem_sync(void)
+{
+}
