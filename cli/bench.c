@@ -117,12 +117,12 @@ static rp_status bench_step(rp_replica *rep, void *arg)
         rp_tensor_from(t, 4, (int[]){job->batch, job->size, job->size, job->channels}, s->images);
     rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, s->net, x, true), s->labels);
     if (!loss) return rp_last_status();
-    rp_arena_stats a = rp_arena_get_stats(rp_tape_arena(t));
+    rp_arena_stats a = rp_arena_get_stats(rp_tape_storage(t));
     if (a.live > s->forward_live) s->forward_live = a.live;
     s->loss = rp_item(loss);
     RP_CHECK(rp_backward(t, loss));
     RP_CHECK(rp_optimizer_step(s->opt, 0.01f));
-    a = rp_arena_get_stats(rp_tape_arena(t));
+    a = rp_arena_get_stats(rp_tape_storage(t));
     if (a.live_peak > s->arena_live_peak) s->arena_live_peak = a.live_peak;
     if (a.high_water > s->arena_footprint) s->arena_footprint = a.high_water;
     size_t cache = rp_kernels_cache_bytes();

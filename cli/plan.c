@@ -465,7 +465,7 @@ static rp_status pc_train_step(rp_replica *rep, void *ctx, void *state, const rp
     m->grads = rp_params_trainable_numel(p) * (int64_t)sizeof(float);
     m->optim = (int64_t)rp_optimizer_state_bytes(rp_classifier_state_optimizer(state));
     /* The replica's tape, and the pipeline's tapes when it runs micro-batches or stages. */
-    int64_t peak = (int64_t)rp_arena_get_stats(rp_tape_arena(rp_replica_tape(rep))).live_peak +
+    int64_t peak = (int64_t)rp_arena_get_stats(rp_tape_storage(rp_replica_tape(rep))).live_peak +
                    (int64_t)rp_pipeline_live_peak(rp_classifier_state_pipeline(state));
     if (peak > m->arena_peak) m->arena_peak = peak;
     m->steps++;

@@ -108,7 +108,7 @@ static result run(net *n, bool poison)
     rp_params_zero_grad(n->ps);
     rp_tape *t;
     assert_int_equal(rp_tape_create(&t, 0), RP_OK);
-    rp_arena_set_poison(rp_tape_arena(t), poison);
+    rp_arena_set_poison(rp_tape_storage(t), poison);
     float xs[N * H * H * C];
     tu_fill(xs, N * H * H * C, 21, -1, 1);
     static const int32_t labels[N] = {0, 3, 1, 4};
@@ -117,9 +117,9 @@ static result run(net *n, bool poison)
     rp_tensor *loss = net_loss(t, n, x, labels);
     assert_non_null(loss);
     result r = {0};
-    r.forward_live = rp_arena_get_stats(rp_tape_arena(t)).live;
+    r.forward_live = rp_arena_get_stats(rp_tape_storage(t)).live;
     assert_int_equal(rp_backward(t, loss), RP_OK);
-    r.footprint = rp_arena_get_stats(rp_tape_arena(t)).high_water;
+    r.footprint = rp_arena_get_stats(rp_tape_storage(t)).high_water;
     r.loss = rp_item(loss); /* forward values stay readable after backward */
     assert_null(loss->grad);
     assert_non_null(x->grad);
@@ -283,7 +283,7 @@ static r20_run resnet_grads(bool recompute, bool poison)
     rp_params *ps = rp_resnet_params(net);
     rp_tape *t;
     assert_int_equal(rp_tape_create(&t, 0), RP_OK);
-    rp_arena_set_poison(rp_tape_arena(t), poison);
+    rp_arena_set_poison(rp_tape_storage(t), poison);
     enum { B = 4, S = 16 };
     float xs[B * S * S];
     tu_fill(xs, B * S * S, 51, -1, 1);
@@ -292,7 +292,7 @@ static r20_run resnet_grads(bool recompute, bool poison)
     rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, net, x, true), labels);
     assert_non_null(loss);
     r20_run r = {.loss = rp_item(loss), .count = rp_params_trainable_numel(ps)};
-    r.forward_live = rp_arena_get_stats(rp_tape_arena(t)).live;
+    r.forward_live = rp_arena_get_stats(rp_tape_storage(t)).live;
     assert_int_equal(rp_backward(t, loss), RP_OK);
     r.grads = test_malloc((size_t)r.count * sizeof(float));
     memcpy(r.grads, rp_params_grad(ps), (size_t)r.count * sizeof(float));
@@ -364,7 +364,7 @@ static result drop_through_views(bool drop, bool poison)
     assert_int_equal(rp_comm_threads_create(&one, 1, NULL, 10.0), RP_OK);
     rp_tape *t;
     assert_int_equal(rp_tape_create(&t, 0), RP_OK);
-    rp_arena_set_poison(rp_tape_arena(t), poison);
+    rp_arena_set_poison(rp_tape_storage(t), poison);
     float xs[N * H * H * C];
     tu_fill(xs, N * H * H * C, 33, -2, 2);
     static const int32_t labels[N] = {2, 0, 4, 1};
@@ -380,7 +380,7 @@ static result drop_through_views(bool drop, bool poison)
     }
     rp_tensor *loss = rp_softmax_cross_entropy(t, logits, labels);
     result r = {.loss = rp_item(loss)};
-    r.forward_live = rp_arena_get_stats(rp_tape_arena(t)).live;
+    r.forward_live = rp_arena_get_stats(rp_tape_storage(t)).live;
     assert_int_equal(rp_backward(t, loss), RP_OK);
     keep_grads(&r, ps, x);
     rp_tape_destroy(t);
@@ -444,7 +444,7 @@ static void test_resnet_steady_state_faults_nothing(void **state)
         if (step == 3) {
             f0 = faults();
             a0 = rp_alloc_count();
-            s0 = rp_arena_get_stats(rp_tape_arena(t)).system_allocs;
+            s0 = rp_arena_get_stats(rp_tape_storage(t)).system_allocs;
         }
         rp_tape_reset(t);
         rp_tensor *x = rp_tensor_from(t, 4, (int[]){B, S, S, 1}, xs);
@@ -457,7 +457,7 @@ static void test_resnet_steady_state_faults_nothing(void **state)
     print_message("5 steady steps: %ld page faults, %llu allocations\n", df,
                   (unsigned long long)(rp_alloc_count() - a0));
     assert_int_equal(rp_alloc_count(), a0);
-    assert_int_equal(rp_arena_get_stats(rp_tape_arena(t)).system_allocs, s0);
+    assert_int_equal(rp_arena_get_stats(rp_tape_storage(t)).system_allocs, s0);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     /* (A sanitizer's own bookkeeping maps pages as it goes.) */
     assert_int_equal(df, 0);

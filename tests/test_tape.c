@@ -346,7 +346,7 @@ static void test_arena_steady_state(void **state)
     for (int step = 0; step < 5; step++) {
         convnet_step(t, &n, x, labels);
         allocs[step] = rp_alloc_count();
-        sys[step] = rp_arena_get_stats(rp_tape_arena(t)).system_allocs;
+        sys[step] = rp_arena_get_stats(rp_tape_storage(t)).system_allocs;
     }
     print_message("rp_alloc_count after each step: %llu %llu %llu %llu %llu; arena chunks %llu "
                   "%llu %llu %llu %llu\n",

@@ -236,6 +236,21 @@ typedef struct rp_arena rp_arena;
 rp_status rp_arena_create(rp_arena **arena, size_t initial_bytes);
 void rp_arena_destroy(rp_arena *arena);
 
+/*
+ * Where an arena's chunks come from, when not host memory: a kernel table's storage (a
+ * device's, or the strict table's). The arena never reads or writes such memory itself: its
+ * bookkeeping lives on the host, rp_arena_calloc zeroes through `fill`, and poison mode fills
+ * through it. alloc returns NULL when out of memory; fill sets bytes/4 32-bit words to pattern.
+ */
+typedef struct rp_arena_memory {
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p, size_t bytes);
+    void (*fill)(void *p, uint32_t pattern, size_t bytes);
+} rp_arena_memory;
+
+/* An arena over `mem`'s memory (NULL: host memory, as rp_arena_create). mem must outlive it. */
+rp_status rp_arena_create_on(rp_arena **arena, size_t initial_bytes, const rp_arena_memory *mem);
+
 /* `bytes` aligned to RP_ALIGN, uninitialised; NULL (with an error) on failure. */
 void *rp_arena_alloc(rp_arena *arena, size_t bytes);
 /* Like rp_arena_alloc, zero-filled. */

@@ -5,7 +5,16 @@
  * (channels-last); convolution weights are OHWI ([out][kh][kw][in]).
  *
  * Ops take a tape and return a new tensor whose storage comes from the tape's
- * arena; it lives until rp_tape_reset(). While the tape records (training),
+ * storage arena; it lives until rp_tape_reset().
+ *
+ * Storage belongs to the kernel table (replicator/kernels.h): host memory
+ * with the cpu and ref tables, memory host code cannot read with the strict
+ * one (RP_KERNELS=strict, which proves the rule), a device's with a device
+ * table. So `data`, `data_bf16` and `grad` (and rp_params_data/grad) name
+ * storage: pass them to the library, but move values in and out with
+ * rp_tensor_from, rp_tensor_write, rp_tensor_read, rp_tensor_get and
+ * rp_item rather than by dereferencing them. Code that does read them
+ * directly works with the host tables only. While the tape records (training),
  * each op appends a node so that rp_backward() can propagate gradients. In
  * evaluation mode (rp_tape_set_recording(t, 0)) nothing is recorded and no
  * gradient memory is used.
@@ -83,6 +92,14 @@ bool rp_tensor_same_shape(const rp_tensor *a, const rp_tensor *b);
  */
 const char *rp_shape_str(const rp_tensor *t, char *buf, size_t size);
 
+/*
+ * Copies all n (= x->numel) values into out, widened to f32 whatever x's dtype. RP_ERR_SHAPE
+ * when n is not x's size; RP_ERR_INVALID when x is NULL or its values were released.
+ */
+rp_status rp_tensor_read(const rp_tensor *x, float *out, int64_t n);
+/* Overwrites the n (= x->numel) values of an f32 tensor from the host. Errors as rp_tensor_read. */
+rp_status rp_tensor_write(rp_tensor *x, const float *values, int64_t n);
+
 /* The single value of a tensor with one element (NAN if x is NULL or larger). */
 float rp_item(const rp_tensor *x);
 
@@ -123,8 +140,18 @@ void rp_tape_reset(rp_tape *tape);
 void rp_tape_set_recording(rp_tape *tape, bool on);
 bool rp_tape_recording(const rp_tape *tape);
 
-/* The arena the tape allocates from (e.g. for inputs of this step). */
+/*
+ * The tape's host arena: the tensor structs and node lists, and host memory a
+ * caller needs for this step (a custom op's context, labels before they are
+ * copied in). Host code may read and write it; it is not storage.
+ */
 rp_arena *rp_tape_arena(rp_tape *tape);
+/*
+ * The tape's storage arena (the kernel table's memory): every value,
+ * gradient and saved buffer of this step. Its statistics are the step's
+ * activation memory (rp_arena_get_stats: live_peak, high_water).
+ */
+rp_arena *rp_tape_storage(rp_tape *tape);
 
 /* Number of nodes recorded since the last reset. */
 int rp_tape_size(const rp_tape *tape);
@@ -302,7 +329,7 @@ rp_tensor *rp_custom(rp_tape *tape, const rp_custom_op *op, void *ctx, rp_tensor
 
 /* ---- creating tensors on a tape ------------------------------------------ */
 
-/* An uninitialised tensor from the tape's arena (a leaf: no node). */
+/* An uninitialised tensor from the tape's storage (a leaf: no node). */
 rp_tensor *rp_tensor_new(rp_tape *tape, int ndim, const int *shape);
 /* A leaf tensor holding a copy of `data` (numel floats). */
 rp_tensor *rp_tensor_from(rp_tape *tape, int ndim, const int *shape, const float *data);

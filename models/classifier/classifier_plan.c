@@ -79,7 +79,7 @@ static rp_status probe(const rp_classifier *clf, const rp_classifier_place *plac
         rp_rng_fill_normal(rp_hash_str(2, "plan"), 0, dy, (size_t)out->numel, 0.0f, 1.0f);
         RP_TRY(rp_backward_from(t, out, dy));
     }
-    *peak = (int64_t)rp_arena_get_stats(rp_tape_arena(t)).live_peak;
+    *peak = (int64_t)rp_arena_get_stats(rp_tape_storage(t)).live_peak;
     if (place->bn_comm) {
         RP_TRY(rp_comm_stats_get(place->bn_comm, &after));
         rp_comm_stats_diff(&after, &before, sent);

@@ -35,7 +35,8 @@
 
 typedef struct arena_chunk {
     struct arena_chunk *next;
-    size_t size; /* usable bytes after the header */
+    char *base;  /* the chunk's memory: right after this header (host), or from `mem` */
+    size_t size; /* usable bytes at base */
     size_t used; /* the top: bytes below it are handed out or on the free list */
 } arena_chunk;
 
@@ -55,6 +56,7 @@ struct rp_arena {
     arena_block *free; /* released blocks below the tops, sorted by address, merged */
     int n_free, cap_free;
     bool poison;
+    const rp_arena_memory *mem; /* NULL: host memory, the header and the chunk in one block */
 };
 
 #define CHUNK_HEADER  ((sizeof(arena_chunk) + RP_ALIGN - 1) / RP_ALIGN * RP_ALIGN)
@@ -62,34 +64,66 @@ struct rp_arena {
 
 static char *chunk_base(arena_chunk *c)
 {
-    return (char *)c + CHUNK_HEADER;
+    return c->base;
+}
+
+/* AddressSanitizer watches host chunks only: another memory's bytes are not the host's. */
+static void arena_poison(const rp_arena *a, void *p, size_t n)
+{
+    if (!a->mem) ARENA_POISON(p, n);
+}
+
+static void arena_unpoison(const rp_arena *a, void *p, size_t n)
+{
+    if (!a->mem) ARENA_UNPOISON(p, n);
 }
 
 static arena_chunk *chunk_new(rp_arena *a, size_t size)
 {
-    arena_chunk *c = rp_alloc(CHUNK_HEADER + size);
-    if (!c) return NULL;
+    arena_chunk *c;
+    if (a->mem) {
+        c = rp_alloc(sizeof *c);
+        if (!c) return NULL;
+        c->base = a->mem->alloc(size);
+        if (!c->base) {
+            rp_free(c);
+            RP_ERROR(RP_ERR_NOMEM, "arena: the kernel table could not allocate %zu bytes of "
+                                   "storage", size);
+            return NULL;
+        }
+    } else {
+        c = rp_alloc(CHUNK_HEADER + size);
+        if (!c) return NULL;
+        c->base = (char *)c + CHUNK_HEADER;
+    }
     c->next = NULL;
     c->size = size;
     c->used = 0;
     a->capacity += size;
     a->system_allocs++;
-    ARENA_POISON(chunk_base(c), size);
+    arena_poison(a, chunk_base(c), size);
     return c;
 }
 
 static void chunk_free(rp_arena *a, arena_chunk *c)
 {
-    ARENA_UNPOISON(chunk_base(c), c->size);
+    arena_unpoison(a, chunk_base(c), c->size);
     a->capacity -= c->size;
+    if (a->mem) a->mem->free(c->base, c->size);
     rp_free(c);
 }
 
 rp_status rp_arena_create(rp_arena **arena, size_t initial_bytes)
 {
+    return rp_arena_create_on(arena, initial_bytes, NULL);
+}
+
+rp_status rp_arena_create_on(rp_arena **arena, size_t initial_bytes, const rp_arena_memory *mem)
+{
     if (!arena) return RP_ERROR(RP_ERR_INVALID, "rp_arena_create: arena is NULL");
     rp_arena *a = rp_calloc(sizeof *a);
     if (!a) return rp_last_status();
+    a->mem = mem;
     a->head = chunk_new(a, initial_bytes ? initial_bytes : DEFAULT_BYTES);
     if (!a->head) {
         rp_free(a);
@@ -164,7 +198,7 @@ void *rp_arena_alloc(rp_arena *a, size_t bytes)
         a->used += need;
         if (a->used > a->high_water) a->high_water = a->used;
     }
-    ARENA_UNPOISON(p, need);
+    arena_unpoison(a, p, need);
     a->live += need;
     if (a->live > a->live_peak) a->live_peak = a->live;
     return p;
@@ -173,7 +207,14 @@ void *rp_arena_alloc(rp_arena *a, size_t bytes)
 void *rp_arena_calloc(rp_arena *a, size_t bytes)
 {
     void *p = rp_arena_alloc(a, bytes);
-    if (p) memset(p, 0, bytes);
+    if (!p) return NULL;
+    if (!a->mem) {
+        memset(p, 0, bytes);
+    } else if (bytes % 4 == 0) {
+        a->mem->fill(p, 0, bytes);
+    } else { /* the rounded block is the caller's too: zero all of it */
+        a->mem->fill(p, 0, round_up(bytes));
+    }
     return p;
 }
 
@@ -244,10 +285,14 @@ void rp_arena_release(rp_arena *a, void *ptr, size_t bytes)
     char *p = ptr;
     if (a->poison) {
         const uint32_t nan = 0x7fc00000u; /* a quiet NaN as f32; odd as anything else */
-        for (size_t i = 0; i + sizeof nan <= size; i += sizeof nan)
-            memcpy(p + i, &nan, sizeof nan);
+        if (a->mem) {
+            a->mem->fill(p, nan, size); /* round_up keeps size a multiple of RP_ALIGN */
+        } else {
+            for (size_t i = 0; i + sizeof nan <= size; i += sizeof nan)
+                memcpy(p + i, &nan, sizeof nan);
+        }
     }
-    ARENA_POISON(p, size);
+    arena_poison(a, p, size);
     a->live -= size;
     arena_chunk *c = a->head;
     if (p + size == chunk_base(c) + c->used) {
@@ -275,12 +320,12 @@ void rp_arena_reset(rp_arena *a)
         } else {
             /* Out of memory: keep the chunks we have, they still work. */
             for (arena_chunk *c = a->head; c; c = c->next) {
-                ARENA_POISON(chunk_base(c), c->size);
+                arena_poison(a, chunk_base(c), c->size);
                 c->used = 0;
             }
         }
     } else {
-        ARENA_POISON(chunk_base(a->head), a->head->used);
+        arena_poison(a, chunk_base(a->head), a->head->used);
     }
     a->head->used = 0;
     a->used = 0;

@@ -66,6 +66,9 @@ typedef enum { RP_BIN_ADD, RP_BIN_SUB, RP_BIN_MUL, RP_BIN_DIV } rp_binop;
 
 typedef struct rp_kernels {
     const char *name;
+    /* Storage is host memory (cpu, ref): other layers may hand a storage pointer straight to host
+       code, a collective say, instead of staging it through mem_download and mem_upload. */
+    bool host_storage;
 
     /* C[M,N] = alpha op(A) op(B) + beta C, row-major; op(A) is [M,K], op(B) [K,N]. */
     void (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,

@@ -1,11 +1,15 @@
 /*
  * params.c - the named parameter list: one block of values, one of
  * gradients, stable names, seeded initialisers.
+ *
+ * Both blocks are the kernel table's storage (mem_alloc): the initialisers
+ * fill a host buffer that is uploaded once, and zeroing is the table's fill.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "replicator/nn.h"
 
 typedef struct param_entry {
@@ -24,7 +28,8 @@ struct rp_params {
     int *order;       /* entry index of position i: trainable first */
     int64_t *offsets; /* offset of position i's values */
     int n_trainable;
-    float *data, *grad;
+    float *data, *grad; /* storage of k */
+    const rp_kernels *k;
     int64_t numel, trainable_numel;
     bool finalized;
     bool frozen;
@@ -37,6 +42,12 @@ rp_status rp_params_create(rp_params **params)
     return *params ? RP_OK : rp_last_status();
 }
 
+/* The gradient block's size (one float when nothing is trainable, so it is never empty). */
+static size_t grad_bytes(const rp_params *p)
+{
+    return (size_t)(p->trainable_numel ? p->trainable_numel : 1) * sizeof(float);
+}
+
 void rp_params_destroy(rp_params *p)
 {
     if (!p) return;
@@ -45,8 +56,8 @@ void rp_params_destroy(rp_params *p)
     rp_free(p->entries);
     rp_free(p->order);
     rp_free(p->offsets);
-    rp_free(p->data);
-    rp_free(p->grad);
+    if (p->data) p->k->mem_free(p->data, (size_t)p->numel * sizeof(float));
+    if (p->grad) p->k->mem_free(p->grad, grad_bytes(p));
     rp_free(p);
 }
 
@@ -196,12 +207,12 @@ static void init_range(float *out, size_t n, rp_init init, uint64_t key, uint64_
  * positions of its slice (one contiguous run per index of the axes before the
  * split one), so the shards of every member together hold the dense values.
  */
-static void init_one(const param_entry *e, uint64_t seed)
+static void init_one(const param_entry *e, float *dst, uint64_t seed)
 {
     rp_tensor *t = e->t;
     uint64_t key = rp_hash_str(seed, t->name);
     if (e->shard_size == 0) {
-        init_range(t->data, (size_t)t->numel, e->init, key, 0);
+        init_range(dst, (size_t)t->numel, e->init, key, 0);
         return;
     }
     int64_t outer = 1, inner = 1;
@@ -212,7 +223,7 @@ static void init_one(const param_entry *e, uint64_t seed)
     int64_t k = t->shape[e->shard_axis], run = k * inner;
     for (int64_t o = 0; o < outer; o++) {
         uint64_t first = (uint64_t)((o * e->shard_dense + (int64_t)e->shard_rank * k) * inner);
-        init_range(t->data + o * run, (size_t)run, e->init, key, first);
+        init_range(dst + o * run, (size_t)run, e->init, key, first);
     }
 }
 
@@ -265,9 +276,14 @@ rp_status rp_params_finalize(rp_params *p, uint64_t seed)
             p->n_trainable++;
         }
     }
-    p->data = rp_alloc((size_t)p->numel * sizeof(float));
-    p->grad = rp_calloc((size_t)(p->trainable_numel ? p->trainable_numel : 1) * sizeof(float));
-    if (!p->data || !p->grad) return rp_last_status();
+    p->k = rp_kernels_active();
+    p->data = p->k->mem_alloc((size_t)p->numel * sizeof(float));
+    p->grad = p->k->mem_alloc(grad_bytes(p));
+    if (!p->data || !p->grad)
+        return RP_ERROR(RP_ERR_NOMEM, "rp_params_finalize: the %s kernels could not allocate the "
+                                      "%lld parameters' values and gradients",
+                        p->k->name, (long long)p->numel);
+    p->k->mem_fill(p->grad, 0, grad_bytes(p));
     for (int i = 0; i < p->n; i++) {
         rp_tensor *t = p->entries[p->order[i]].t;
         t->index = i;
@@ -284,8 +300,14 @@ rp_status rp_params_finalize(rp_params *p, uint64_t seed)
 rp_status rp_params_reinit(rp_params *p, uint64_t seed)
 {
     if (!p || !p->finalized) return RP_ERROR(RP_ERR_INVALID, "rp_params_reinit: not finalized");
-    for (int i = 0; i < p->n; i++)
-        init_one(&p->entries[i], seed);
+    float *host = rp_alloc((size_t)p->numel * sizeof(float));
+    if (!host) return rp_last_status();
+    for (int i = 0; i < p->n; i++) {
+        const param_entry *e = &p->entries[p->order[i]];
+        init_one(e, host + p->offsets[i], seed);
+    }
+    p->k->mem_upload(p->data, host, (size_t)p->numel * sizeof(float));
+    rp_free(host);
     return RP_OK;
 }
 
@@ -340,7 +362,7 @@ int64_t rp_params_offset(const rp_params *p, int i)
 void rp_params_zero_grad(rp_params *p)
 {
     if (!p->finalized) return;
-    memset(p->grad, 0, (size_t)p->trainable_numel * sizeof(float));
+    if (p->trainable_numel) p->k->mem_fill(p->grad, 0, (size_t)p->trainable_numel * sizeof(float));
     for (int i = 0; i < p->n_trainable; i++)
         p->entries[p->order[i]].t->flags |= RP_TENSOR_GRAD_FRESH;
 }

@@ -276,6 +276,6 @@ size_t rp_pipeline_live_peak(const rp_pipeline *p)
 {
     size_t sum = 0;
     for (int k = 0; p && k < p->n_tapes; k++)
-        sum += rp_arena_get_stats(rp_tape_arena(p->tapes[k])).live_peak;
+        sum += rp_arena_get_stats(rp_tape_storage(p->tapes[k])).live_peak;
     return sum;
 }

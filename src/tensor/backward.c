@@ -33,7 +33,7 @@ void *tape_scratch(rp_tape *t, size_t bytes)
         t->scratch = grown;
         t->cap_scratch = cap;
     }
-    void *p = rp_arena_alloc(t->arena, bytes);
+    void *p = rp_arena_alloc(t->store, bytes);
     if (p) t->scratch[t->n_scratch++] = (struct tape_scratch_entry){p, bytes};
     return p;
 }
@@ -49,7 +49,7 @@ float *tape_grad_out(rp_tape *t, rp_tensor *x, bool *fail)
             return x->grad;
         }
     } else if (!x->grad) {
-        x->grad = rp_arena_alloc(t->arena, bytes);
+        x->grad = rp_arena_alloc(t->store, bytes);
         if (!x->grad) *fail = true;
         return x->grad;
     }
@@ -71,7 +71,7 @@ float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail)
         return x->grad;
     }
     if (!x->grad) {
-        x->grad = rp_arena_calloc(t->arena, (size_t)x->numel * sizeof(float));
+        x->grad = rp_arena_calloc(t->store, (size_t)x->numel * sizeof(float));
         if (!x->grad) *fail = true;
     }
     return x->grad;
@@ -177,16 +177,22 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
     if (!dx) return RP_OK;
     double count = (double)m;
     if (nd->a.bn.training) {
-        if (nd->a.bn.reduce) RP_CHECK(nd->a.bn.reduce(sums, 2 * c, &count, nd->a.bn.ctx));
-        if (nd->a.bn.comm) {
-            /* The same one call of 2C+1 doubles as forward (and as the runtime's old hook). */
-            sums[2 * c] = count;
-            RP_CHECK(rp_comm_all_reduce(nd->a.bn.comm, sums, sums, 2 * c + 1, RP_F64, RP_SUM));
-            count = sums[2 * c];
+        if (nd->a.bn.reduce || nd->a.bn.comm) {
+            size_t bytes = (2 * (size_t)c + 1) * sizeof(double);
+            double *hs = tape_host_in(t, sums, bytes);
+            if (!hs) return tape_oom();
+            if (nd->a.bn.reduce) RP_CHECK(nd->a.bn.reduce(hs, 2 * c, &count, nd->a.bn.ctx));
+            if (nd->a.bn.comm) {
+                /* The same one call of 2C+1 doubles as forward (and as the runtime's old hook). */
+                hs[2 * c] = count;
+                RP_CHECK(rp_comm_all_reduce(nd->a.bn.comm, hs, hs, 2 * c + 1, RP_F64, RP_SUM));
+                count = hs[2 * c];
+            }
+            tape_host_commit(t, sums, hs, bytes);
         }
     } else {
         /* Running statistics are constants: zero sums give dx = gamma*invstd*dy. */
-        memset(sums, 0, 2 * (size_t)c * sizeof(double));
+        t->k->mem_fill(sums, 0, 2 * (size_t)c * sizeof(double));
     }
     if (bf16)
         t->k->bn_bwd_data_bf16(t->k, dx, y->grad, relu_out, x->data_bf16, mean, invstd, sums,
@@ -204,7 +210,7 @@ rp_status tape_recompute(rp_tape *t, rp_tensor *y)
     rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *residual = nd->in[3];
     int c = gamma->shape[0];
     const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
-    y->storage = rp_arena_alloc(t->arena, tape_bytes(y));
+    y->storage = rp_arena_alloc(t->store, tape_bytes(y));
     if (!y->storage) return tape_oom();
     /* The forward pass's own kernel on the same values: bitwise the stored output. */
     if (x->dtype == RP_BF16)
@@ -251,7 +257,7 @@ static rp_status binary_bwd(rp_tape *t, rp_node *nd)
         /* Same shapes (a residual add): b's gradient is dy itself. */
         float *db = tape_grad_out(t, b, &fail);
         if (fail) return tape_oom();
-        memcpy(db, y->grad, (size_t)n * sizeof(float));
+        t->k->mem_copy(db, y->grad, (size_t)n * sizeof(float));
         tape_grad_commit(t, b, db);
         return RP_OK;
     }
@@ -271,7 +277,7 @@ static rp_status binary_bwd(rp_tape *t, rp_node *nd)
         } else if (op == RP_BIN_SUB) {
             t->k->scale(tmp, y->grad, -1.0f, n, false);
         } else {
-            memcpy(tmp, y->grad, (size_t)n * sizeof(float));
+            t->k->mem_copy(tmp, y->grad, (size_t)n * sizeof(float));
         }
         src = tmp;
     }
@@ -459,7 +465,8 @@ static rp_status image_bwd(rp_tape *t, rp_node *nd)
 static rp_status loss_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
-    float dl = y->grad[0];
+    float dl;
+    t->k->mem_download(&dl, y->grad, sizeof dl);
     bool fail = false;
     if (nd->op == RP_OP_SOFTMAX_XENT) {
         float *dx = tape_grad_out(t, x, &fail);
@@ -502,7 +509,7 @@ static const float *out_grad(rp_tape *t, rp_tensor *y)
 {
     if (y->grad) return y->grad;
     float *zeros = tape_scratch(t, (size_t)y->numel * sizeof(float));
-    if (zeros) memset(zeros, 0, (size_t)y->numel * sizeof(float));
+    if (zeros) t->k->mem_fill(zeros, 0, (size_t)y->numel * sizeof(float));
     return zeros;
 }
 
@@ -524,9 +531,11 @@ static rp_status collective_bwd(rp_tape *t, rp_node *nd)
 
     if (nd->op == RP_OP_SEND) {
         /* The peer's receive sends back the gradient of what it received. */
-        float *g = tape_scratch(t, (size_t)x->numel * sizeof(float));
-        if (!g) return tape_oom();
-        RP_CHECK(rp_comm_recv(c, g, x->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag));
+        size_t bytes = (size_t)x->numel * sizeof(float);
+        float *g = tape_scratch(t, bytes), *hg = g ? tape_host_out(t, g, bytes) : NULL;
+        if (!hg) return tape_oom();
+        RP_CHECK(rp_comm_recv(c, hg, x->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag));
+        tape_host_commit(t, g, hg, bytes);
         float *dx = tape_grad_acc(t, x, &fail);
         if (fail) return tape_oom();
         if (dx) t->k->add_inplace(dx, g, x->numel);
@@ -534,12 +543,18 @@ static rp_status collective_bwd(rp_tape *t, rp_node *nd)
     }
     if (nd->op == RP_OP_RECV) {
         const float *dy = out_grad(t, y);
-        if (!dy) return tape_oom();
-        return rp_comm_send(c, dy, y->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag);
+        const float *hdy = dy ? tape_host_in(t, dy, (size_t)y->numel * sizeof(float)) : NULL;
+        if (!hdy) return tape_oom();
+        return rp_comm_send(c, hdy, y->numel, RP_F32, nd->a.coll.peer, nd->a.coll.tag);
     }
 
-    const float *dy = out_grad(t, y);
-    float *g = tape_scratch(t, (size_t)(y->numel > x->numel ? y->numel : x->numel) * sizeof(float));
+    const float *dy_store = out_grad(t, y);
+    size_t g_bytes = (size_t)(y->numel > x->numel ? y->numel : x->numel) * sizeof(float);
+    float *g_store = tape_scratch(t, g_bytes);
+    if (!dy_store || !g_store) return tape_oom();
+    /* The collective runs on host views (the storage itself for a host table). */
+    const float *dy = tape_host_in(t, dy_store, (size_t)y->numel * sizeof(float));
+    float *g = tape_host_out(t, g_store, g_bytes);
     if (!dy || !g) return tape_oom();
     switch (nd->op) {
     case RP_OP_ALL_REDUCE:
@@ -556,11 +571,14 @@ static rp_status collective_bwd(rp_tape *t, rp_node *nd)
         break;
     case RP_OP_REDUCE_SCATTER:
         RP_CHECK(rp_comm_all_gather(c, dy, g, y->numel, RP_F32));
-        if (nd->a.coll.op == RP_MEAN) t->k->scale_inplace(g, 1.0f / (float)n, x->numel);
         break;
     default:
         return RP_ERROR(RP_ERR_UNSUPPORTED, "backward: collective op %d has no rule", (int)nd->op);
     }
+    tape_host_commit(t, g_store, g, g_bytes);
+    g = g_store;
+    if (nd->op == RP_OP_REDUCE_SCATTER && nd->a.coll.op == RP_MEAN)
+        t->k->scale_inplace(g, 1.0f / (float)n, x->numel);
 
     float *dx = tape_grad_acc(t, x, &fail);
     if (fail) return tape_oom();

@@ -39,7 +39,11 @@ rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_
     }
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
-    if (rp_comm_all_reduce(c, x->data, y->data, x->numel, RP_F32, op) != RP_OK) return NULL;
+    size_t bytes = (size_t)x->numel * sizeof(float);
+    const float *hx = tape_host_in(t, x->data, bytes);
+    float *hy = tape_host_out(t, y->data, bytes);
+    if (!hx || !hy || rp_comm_all_reduce(c, hx, hy, x->numel, RP_F32, op) != RP_OK) return NULL;
+    tape_host_commit(t, y->data, hy, bytes);
     return record(t, RP_OP_ALL_REDUCE, y, x, c, op, 0) ? y : NULL;
 }
 
@@ -60,7 +64,10 @@ rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
         shape[i + 1] = x->shape[i];
     rp_tensor *y = rp_tape_tensor(t, x->ndim + 1, shape);
     RP_PROPAGATE_NULL(y);
-    if (rp_comm_all_gather(c, x->data, y->data, x->numel, RP_F32) != RP_OK) return NULL;
+    const float *hx = tape_host_in(t, x->data, (size_t)x->numel * sizeof(float));
+    float *hy = tape_host_out(t, y->data, (size_t)y->numel * sizeof(float));
+    if (!hx || !hy || rp_comm_all_gather(c, hx, hy, x->numel, RP_F32) != RP_OK) return NULL;
+    tape_host_commit(t, y->data, hy, (size_t)y->numel * sizeof(float));
     return record(t, RP_OP_ALL_GATHER, y, x, c, RP_SUM, 0) ? y : NULL;
 }
 
@@ -89,7 +96,11 @@ rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_red
     shape[0] /= n;
     rp_tensor *y = rp_tape_tensor(t, x->ndim, shape);
     RP_PROPAGATE_NULL(y);
-    if (rp_comm_reduce_scatter(c, x->data, y->data, y->numel, RP_F32, op) != RP_OK) return NULL;
+    const float *hx = tape_host_in(t, x->data, (size_t)x->numel * sizeof(float));
+    float *hy = tape_host_out(t, y->data, (size_t)y->numel * sizeof(float));
+    if (!hx || !hy || rp_comm_reduce_scatter(c, hx, hy, y->numel, RP_F32, op) != RP_OK)
+        return NULL;
+    tape_host_commit(t, y->data, hy, (size_t)y->numel * sizeof(float));
     return record(t, RP_OP_REDUCE_SCATTER, y, x, c, op, 0) ? y : NULL;
 }
 
@@ -104,8 +115,14 @@ rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
     }
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
-    memcpy(y->data, x->data, (size_t)x->numel * sizeof(float));
-    if (rp_comm_broadcast(c, y->data, y->numel, RP_F32, root) != RP_OK) return NULL;
+    size_t bytes = (size_t)x->numel * sizeof(float);
+    float *hy = tape_host_in(t, x->data, bytes); /* x's own values when storage is host memory */
+    if (hy == x->data) {
+        t->k->mem_copy(y->data, x->data, bytes);
+        hy = y->data;
+    }
+    if (!hy || rp_comm_broadcast(c, hy, y->numel, RP_F32, root) != RP_OK) return NULL;
+    tape_host_commit(t, y->data, hy, bytes);
     return record(t, RP_OP_BROADCAST, y, x, c, RP_SUM, root) ? y : NULL;
 }
 
@@ -126,7 +143,12 @@ static rp_tensor *reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x, bool i
     rp_tensor *y =
         inplace ? tape_view(t, x, x->ndim, x->shape) : rp_tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
-    if (rp_comm_all_reduce(c, x->data, y->data, x->numel, RP_F32, RP_SUM) != RP_OK) return NULL;
+    size_t bytes = (size_t)x->numel * sizeof(float);
+    const float *hx = tape_host_in(t, x->data, bytes);
+    float *hy = tape_host_out(t, y->data, bytes);
+    if (!hx || !hy || rp_comm_all_reduce(c, hx, hy, x->numel, RP_F32, RP_SUM) != RP_OK)
+        return NULL;
+    tape_host_commit(t, y->data, hy, bytes);
     /* The backward is the identity on dy: it reads neither x's values nor y's. */
     return record(t, RP_OP_REDUCE_FROM_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;
 }
@@ -147,8 +169,9 @@ rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int ta
     if (!check_comm(t, c, "rp_tensor_send")) return NULL;
     rp_tensor *token = rp_tape_tensor(t, 0, NULL);
     RP_PROPAGATE_NULL(token);
-    token->data[0] = 0.0f;
-    if (rp_comm_send(c, x->data, x->numel, RP_F32, peer, tag) != RP_OK) return NULL;
+    tape_set_scalar(t, token, 0.0f);
+    const float *hx = tape_host_in(t, x->data, (size_t)x->numel * sizeof(float));
+    if (!hx || rp_comm_send(c, hx, x->numel, RP_F32, peer, tag) != RP_OK) return NULL;
     /* Recorded whenever the tape records, as the matching receive is: the peer's backward sends. */
     if (!t->recording) return token;
     rp_node *node = rp_tape_record(t, RP_OP_SEND, token, &x, 1);
@@ -164,7 +187,9 @@ rp_tensor *rp_tensor_recv(rp_tape *t, rp_comm *c, int ndim, const int *shape, in
     if (!check_comm(t, c, "rp_tensor_recv")) return NULL;
     rp_tensor *y = rp_tensor_new(t, ndim, shape);
     RP_PROPAGATE_NULL(y);
-    if (rp_comm_recv(c, y->data, y->numel, RP_F32, peer, tag) != RP_OK) return NULL;
+    float *hy = tape_host_out(t, y->data, (size_t)y->numel * sizeof(float));
+    if (!hy || rp_comm_recv(c, hy, y->numel, RP_F32, peer, tag) != RP_OK) return NULL;
+    tape_host_commit(t, y->data, hy, (size_t)y->numel * sizeof(float));
     if (!t->recording) return y;
     rp_node *node = rp_tape_record(t, RP_OP_RECV, y, NULL, 0);
     RP_PROPAGATE_NULL(node);

@@ -348,7 +348,7 @@ static rp_tensor *reduce_all(rp_tape *t, rp_tensor *x, bool mean)
     rp_tensor *y = rp_tape_tensor(t, 0, NULL);
     RP_PROPAGATE_NULL(y);
     double s = t->k->sum(x->data, x->numel);
-    y->data[0] = (float)(mean ? s / (double)x->numel : s);
+    tape_set_scalar(t, y, (float)(mean ? s / (double)x->numel : s));
     if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, mean ? RP_OP_MEAN : RP_OP_SUM, y, &x, 1))
         return NULL;
     return y;
@@ -384,14 +384,13 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
         }
     }
     rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, d});
-    RP_PROPAGATE_NULL(y);
-    t->k->embedding_fwd(y->data, table->data, idx, n, d);
+    int32_t *stored = tape_upload(t, idx, (size_t)n * sizeof(int32_t)); /* the kernels' copy */
+    if (!y || !stored) return NULL;
+    t->k->embedding_fwd(y->data, table->data, stored, n, d);
     if (rp_tape_needs_grad(t, &table, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_EMBEDDING, y, &table, 1);
-        int32_t *saved = rp_arena_alloc(t->arena, (size_t)n * sizeof(int32_t));
-        if (!node || !saved) return NULL;
-        memcpy(saved, idx, (size_t)n * sizeof(int32_t));
-        node->saved = saved;
+        RP_PROPAGATE_NULL(node);
+        node->saved = stored;
         node->saved_bytes = (size_t)n * sizeof(int32_t);
         node->a.emb.n = n;
     }
@@ -429,10 +428,12 @@ static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *lab
         }
     }
     rp_tensor *y = rp_tape_tensor(t, 0, NULL);
-    float *probs = rp_arena_alloc(t->arena, (size_t)logits->numel * sizeof(float));
-    if (!y || !probs) return NULL;
-    y->data[0] = (float)t->k->softmax_xent_fwd(probs, logits->data, target ? NULL : labels,
-                                               target ? target->data : NULL, n, c);
+    float *probs = rp_arena_alloc(t->store, (size_t)logits->numel * sizeof(float));
+    int32_t *stored = target ? NULL : tape_upload(t, labels, (size_t)n * sizeof(int32_t));
+    if (!y || !probs || (!target && !stored)) return NULL;
+    tape_set_scalar(t, y,
+                    (float)t->k->softmax_xent_fwd(probs, logits->data, stored,
+                                                  target ? target->data : NULL, n, c));
     if (rp_tape_needs_grad(t, &logits, 1)) {
         rp_node *node = rp_tape_record(t, RP_OP_SOFTMAX_XENT, y, &logits, 1);
         RP_PROPAGATE_NULL(node);
@@ -440,12 +441,9 @@ static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *lab
         node->saved_bytes = (size_t)logits->numel * sizeof(float);
         if (target) {
             node->saved2 = target->data; /* lives in an arena or a parameter block until reset */
-        } else if (labels) {
-            int32_t *copy = rp_arena_alloc(t->arena, (size_t)n * sizeof(int32_t));
-            RP_PROPAGATE_NULL(copy);
-            memcpy(copy, labels, (size_t)n * sizeof(int32_t));
+        } else {
             node->a.xent.hard = true;
-            node->saved2 = copy;
+            node->saved2 = stored;
         }
     }
     return y;
@@ -473,11 +471,11 @@ rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b)
         return NULL;
     }
     rp_tensor *y = rp_tape_tensor(t, 0, NULL);
-    float *diff = rp_arena_alloc(t->arena, (size_t)a->numel * sizeof(float));
+    float *diff = rp_arena_alloc(t->store, (size_t)a->numel * sizeof(float));
     if (!y || !diff) return NULL;
     t->k->binary(diff, a->data, b->data, a->numel, a->numel, RP_BIN_SUB);
     t->k->mul(diff, diff, diff, a->numel, false);
-    y->data[0] = (float)(t->k->sum(diff, a->numel) / (double)a->numel);
+    tape_set_scalar(t, y, (float)(t->k->sum(diff, a->numel) / (double)a->numel));
     rp_tensor *in[] = {a, b};
     if (rp_tape_needs_grad(t, in, 2) && !rp_tape_record(t, RP_OP_MSE, y, in, 2)) return NULL;
     return y;

@@ -130,7 +130,7 @@ rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
     }
     int64_t rows = x->numel / d;
     rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
-    float *stats = rp_arena_alloc(t->arena, 2 * (size_t)rows * sizeof(float)); /* mean, rstd */
+    float *stats = rp_arena_alloc(t->store, 2 * (size_t)rows * sizeof(float)); /* mean, rstd */
     if (!y || !stats) return NULL;
     t->k->layernorm_fwd(y->data, stats, stats + rows, x->data, gamma ? gamma->data : NULL,
                         beta ? beta->data : NULL, rows, d, eps);

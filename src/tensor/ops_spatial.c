@@ -100,9 +100,9 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
     int64_t m = x->numel / c;
     rp_tensor *y = tape_tensor_typed(t, x->ndim, x->shape, x->dtype);
     /* mean, invstd, and what rounding the mean to float left out of it (see backward) */
-    float *stats = rp_arena_alloc(t->arena, 3 * (size_t)c * sizeof(float));
+    float *stats = rp_arena_alloc(t->store, 3 * (size_t)c * sizeof(float));
     /* sums, sums of squares, and (with a comm) the element count, all-reduced in one call */
-    double *sums = rp_arena_alloc(t->arena, (2 * (size_t)c + 1) * sizeof(double));
+    double *sums = rp_arena_alloc(t->store, (2 * (size_t)c + 1) * sizeof(double));
     if (!y || !stats || !sums) return NULL;
     float *mean = stats, *invstd = stats + c, *mean_rest = stats + 2 * c;
     double count = (double)m;
@@ -111,12 +111,18 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
             t->k->bn_stats_bf16(t->k, sums, x->data_bf16, m, c);
         else
             t->k->bn_stats(sums, x->data, m, c);
-        if (p.reduce && p.reduce(sums, 2 * c, &count, p.reduce_ctx) != RP_OK) return NULL;
-        if (p.comm) {
-            sums[2 * c] = count;
-            if (rp_comm_all_reduce(p.comm, sums, sums, 2 * c + 1, RP_F64, RP_SUM) != RP_OK)
-                return NULL;
-            count = sums[2 * c];
+        if (p.reduce || p.comm) { /* host code: on a host view of the sums */
+            size_t bytes = (2 * (size_t)c + 1) * sizeof(double);
+            double *hs = tape_host_in(t, sums, bytes);
+            if (!hs) return NULL;
+            if (p.reduce && p.reduce(hs, 2 * c, &count, p.reduce_ctx) != RP_OK) return NULL;
+            if (p.comm) {
+                hs[2 * c] = count;
+                if (rp_comm_all_reduce(p.comm, hs, hs, 2 * c + 1, RP_F64, RP_SUM) != RP_OK)
+                    return NULL;
+                count = hs[2 * c];
+            }
+            tape_host_commit(t, sums, hs, bytes);
         }
         if (count < 2) {
             RP_ERROR(RP_ERR_SHAPE,
@@ -196,7 +202,7 @@ static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
     RP_PROPAGATE_NULL(y);
     int32_t *argmax = NULL;
     if (max) {
-        argmax = rp_arena_alloc(t->arena, (size_t)y->numel * sizeof(int32_t));
+        argmax = rp_arena_alloc(t->store, (size_t)y->numel * sizeof(int32_t));
         if (!argmax || t->k->maxpool_fwd(y->data, argmax, x->data, &d) != RP_OK) return NULL;
     } else if (t->k->avgpool_fwd(y->data, x->data, &d) != RP_OK) {
         return NULL;

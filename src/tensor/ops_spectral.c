@@ -33,7 +33,7 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
         return NULL;
     }
     /* u' [rows] then v [cols]; kept for backward (arena, until the reset). */
-    double *uv = rp_arena_alloc(t->arena, (size_t)(rows + cols) * sizeof(double));
+    double *uv = rp_arena_alloc(t->store, (size_t)(rows + cols) * sizeof(double));
     rp_tensor *y = rp_tape_tensor(t, w->ndim, w->shape);
     if (!uv || !y) return NULL;
     double *un = uv, *v = uv + rows;

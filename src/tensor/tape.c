@@ -36,12 +36,17 @@ rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes)
     if (!tape) return RP_ERROR(RP_ERR_INVALID, "rp_tape_create: tape is NULL");
     rp_tape *t = rp_calloc(sizeof *t);
     if (!t) return rp_last_status();
-    rp_status status = rp_arena_create(&t->arena, arena_bytes ? arena_bytes : (size_t)16 << 20);
+    t->k = rp_kernels_active();
+    t->mem = (rp_arena_memory){t->k->mem_alloc, t->k->mem_free, t->k->mem_fill};
+    rp_status status = rp_arena_create(&t->arena, (size_t)1 << 20);
+    if (status == RP_OK)
+        status = rp_arena_create_on(&t->store, arena_bytes ? arena_bytes : (size_t)16 << 20,
+                                    &t->mem);
     if (status != RP_OK) {
+        rp_arena_destroy(t->arena);
         rp_free(t);
         return status;
     }
-    t->k = rp_kernels_active();
     t->recording = true;
     t->precision =
         (rp_precision_policy){.compute = RP_F32, .ops = RP_AUTOCAST_DEFAULT, .activations = RP_F32};
@@ -53,6 +58,7 @@ void rp_tape_destroy(rp_tape *t)
 {
     if (!t) return;
     rp_tape_reset(t);
+    rp_arena_destroy(t->store);
     rp_arena_destroy(t->arena);
     rp_free(t->nodes);
     rp_free(t->params);
@@ -68,6 +74,7 @@ void rp_tape_reset(rp_tape *t)
     t->n_params = 0;
     t->n_nodes = 0;
     t->backward_done = false;
+    rp_arena_reset(t->store);
     rp_arena_reset(t->arena);
 }
 
@@ -84,6 +91,46 @@ bool rp_tape_recording(const rp_tape *t)
 rp_arena *rp_tape_arena(rp_tape *t)
 {
     return t->arena;
+}
+
+rp_arena *rp_tape_storage(rp_tape *t)
+{
+    return t->store;
+}
+
+void *tape_store(rp_tape *t, size_t bytes)
+{
+    return rp_arena_alloc(t->store, bytes);
+}
+
+void *tape_upload(rp_tape *t, const void *host, size_t bytes)
+{
+    void *p = rp_arena_alloc(t->store, bytes);
+    if (p) t->k->mem_upload(p, host, bytes);
+    return p;
+}
+
+void *tape_host_in(rp_tape *t, const void *storage, size_t bytes)
+{
+    if (t->k->host_storage) return (void *)storage;
+    void *host = rp_arena_alloc(t->arena, bytes);
+    if (host) t->k->mem_download(host, storage, bytes);
+    return host;
+}
+
+void *tape_host_out(rp_tape *t, void *storage, size_t bytes)
+{
+    return t->k->host_storage ? storage : rp_arena_alloc(t->arena, bytes);
+}
+
+void tape_host_commit(rp_tape *t, void *storage, const void *host, size_t bytes)
+{
+    if (host != storage) t->k->mem_upload(storage, host, bytes);
+}
+
+void tape_set_scalar(rp_tape *t, rp_tensor *y, float value)
+{
+    t->k->mem_upload(y->data, &value, sizeof value);
 }
 
 int rp_tape_size(const rp_tape *t)
@@ -253,7 +300,7 @@ rp_status rp_tape_drop(rp_tape *t, rp_tensor *x)
             v->flags |= TAPE_VIEW_DROPPED;
         }
     }
-    rp_arena_release(t->arena, x->storage, tape_bytes(x));
+    rp_arena_release(t->store, x->storage, tape_bytes(x));
     x->storage = NULL;
     x->flags |= RP_TENSOR_DROPPED;
     return RP_OK;
@@ -296,20 +343,20 @@ static void release_after(rp_tape *t, rp_node *node)
 {
     while (t->n_scratch > 0) {
         struct tape_scratch_entry *e = &t->scratch[--t->n_scratch];
-        rp_arena_release(t->arena, e->p, e->bytes);
+        rp_arena_release(t->store, e->p, e->bytes);
     }
     rp_tensor *y = node->out;
     if (y->grad && !(y->flags & RP_TENSOR_PARAM)) {
-        rp_arena_release(t->arena, y->grad, (size_t)y->numel * sizeof(float));
+        rp_arena_release(t->store, y->grad, (size_t)y->numel * sizeof(float));
         y->grad = NULL;
     }
     if ((y->flags & RP_TENSOR_DROPPED) && y->storage) {
         /* Recomputed for this rule and the ones after it: the producer's was the last. */
-        rp_arena_release(t->arena, y->storage, tape_bytes(y));
+        rp_arena_release(t->store, y->storage, tape_bytes(y));
         y->storage = NULL;
     }
     if (node->saved_bytes) {
-        rp_arena_release(t->arena, node->saved, node->saved_bytes);
+        rp_arena_release(t->store, node->saved, node->saved_bytes);
         node->saved = NULL;
         node->saved_bytes = 0;
     }
@@ -330,12 +377,14 @@ static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const 
                         who);
     t->backward_done = true;
 
-    y->grad = rp_arena_alloc(t->arena, (size_t)y->numel * sizeof(float));
+    y->grad = rp_arena_alloc(t->store, (size_t)y->numel * sizeof(float));
     if (!y->grad) return rp_last_status();
-    if (dy)
-        memcpy(y->grad, dy, (size_t)y->numel * sizeof(float));
-    else
-        y->grad[0] = 1.0f;
+    if (dy) {
+        t->k->mem_upload(y->grad, dy, (size_t)y->numel * sizeof(float));
+    } else {
+        const float one = 1.0f;
+        t->k->mem_upload(y->grad, &one, sizeof one);
+    }
 
     for (int i = y->node; i >= 0; i--) {
         rp_node *node = &t->nodes[i];

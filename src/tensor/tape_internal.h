@@ -130,7 +130,9 @@ typedef struct rp_node {
 } rp_node;
 
 struct rp_tape {
-    rp_arena *arena;
+    rp_arena *arena; /* host memory: tensor structs, node arrays, ops' host contexts */
+    rp_arena *store; /* the kernel table's storage: values, gradients, saved buffers, scratch */
+    rp_arena_memory mem; /* store's memory: k's mem_alloc, mem_free and mem_fill */
     const rp_kernels *k;
     bool recording;
     bool backward_done;
@@ -159,7 +161,27 @@ rp_status tape_gemm(rp_tape *t, rp_dtype compute, bool ta, bool tb, int m, int n
                     const float *a, int lda, const float *b, int ldb, float beta, float *c,
                     int ldc);
 
-/* A fresh tensor on the tape (struct and data from the arena); NULL on OOM. */
+/* `bytes` of the tape's storage (values, saved buffers), until the reset; NULL on OOM. */
+void *tape_store(rp_tape *t, size_t bytes);
+/* A copy of `bytes` of host memory in the tape's storage (labels, indices); NULL on OOM. */
+void *tape_upload(rp_tape *t, const void *host, size_t bytes);
+/*
+ * Host views of storage, for code that must run on the host over it (a collective, batch norm's
+ * reduce hook). With a host table (k->host_storage) each is the storage itself and nothing is
+ * copied; otherwise a staging buffer from the tape's host arena (until the reset):
+ *  - tape_host_in: the values, downloaded (for reading);
+ *  - tape_host_out: a buffer for results (not downloaded), then
+ *  - tape_host_commit: uploads what the host wrote back into the storage.
+ * NULL on OOM.
+ */
+void *tape_host_in(rp_tape *t, const void *storage, size_t bytes);
+void *tape_host_out(rp_tape *t, void *storage, size_t bytes);
+void tape_host_commit(rp_tape *t, void *storage, const void *host, size_t bytes);
+
+/* Sets a one-element f32 tensor's value from the host (a loss the kernels returned). */
+void tape_set_scalar(rp_tape *t, rp_tensor *y, float value);
+
+/* A fresh tensor on the tape (struct from the arena, values from the storage); NULL on OOM. */
 rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape);
 /* The same with values of type dtype (RP_F32 or RP_BF16). */
 rp_tensor *tape_tensor_typed(rp_tape *t, int ndim, const int *shape, rp_dtype dtype);

@@ -49,7 +49,54 @@ float rp_item(const rp_tensor *x)
 float rp_tensor_get(const rp_tensor *x, int64_t i)
 {
     if (!x || !x->storage || i < 0 || i >= x->numel) return NAN;
-    return x->dtype == RP_BF16 ? rp_bf16_to_f32(x->data_bf16[i]) : x->data[i];
+    const rp_kernels *k = rp_kernels_active();
+    if (x->dtype == RP_BF16) {
+        rp_bf16 v;
+        k->mem_download(&v, x->data_bf16 + i, sizeof v);
+        return rp_bf16_to_f32(v);
+    }
+    float v;
+    k->mem_download(&v, x->data + i, sizeof v);
+    return v;
+}
+
+rp_status rp_tensor_read(const rp_tensor *x, float *out, int64_t n)
+{
+    if (!x || !out) return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read: tensor and out must not be NULL");
+    char sx[64];
+    if (n != x->numel)
+        return RP_ERROR(RP_ERR_SHAPE, "rp_tensor_read: the tensor %s has %lld values, not %lld",
+                        rp_shape_str(x, sx, sizeof sx), (long long)x->numel, (long long)n);
+    if (!x->storage)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read: the tensor's values were released "
+                                        "(rp_tape_drop)");
+    const rp_kernels *k = rp_kernels_active();
+    if (x->dtype == RP_F32) {
+        k->mem_download(out, x->data, (size_t)n * sizeof(float));
+        return RP_OK;
+    }
+    /* bf16: download the halves into the top of out, then widen upwards (in place is safe:
+       element i is written after halves i and above were read, from the low end). */
+    rp_bf16 *half = (rp_bf16 *)(out + n) - n;
+    k->mem_download(half, x->data_bf16, (size_t)n * sizeof(rp_bf16));
+    for (int64_t i = 0; i < n; i++)
+        out[i] = rp_bf16_to_f32(half[i]);
+    return RP_OK;
+}
+
+rp_status rp_tensor_write(rp_tensor *x, const float *values, int64_t n)
+{
+    if (!x || !values)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tensor_write: tensor and values must not be NULL");
+    char sx[64];
+    if (n != x->numel)
+        return RP_ERROR(RP_ERR_SHAPE, "rp_tensor_write: the tensor %s has %lld values, not %lld",
+                        rp_shape_str(x, sx, sizeof sx), (long long)x->numel, (long long)n);
+    if (x->dtype != RP_F32 || !x->storage)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tensor_write: the tensor holds no f32 values to "
+                                        "overwrite");
+    rp_kernels_active()->mem_upload(x->data, values, (size_t)n * sizeof(float));
+    return RP_OK;
 }
 
 /* Validates a shape given by a caller; sets an error naming it if bad. */
@@ -91,7 +138,7 @@ rp_tensor *tape_tensor_typed(rp_tape *t, int ndim, const int *shape, rp_dtype dt
     x->node = -1;
     x->index = -1;
     x->dtype = dtype;
-    x->storage = rp_arena_alloc(t->arena, (size_t)x->numel * rp_dtype_size(dtype));
+    x->storage = rp_arena_alloc(t->store, (size_t)x->numel * rp_dtype_size(dtype));
     return x->storage ? x : NULL;
 }
 
@@ -108,7 +155,7 @@ rp_tensor *rp_tensor_new(rp_tape *t, int ndim, const int *shape)
 rp_tensor *rp_tensor_from(rp_tape *t, int ndim, const int *shape, const float *data)
 {
     rp_tensor *x = rp_tensor_new(t, ndim, shape);
-    if (x && data) memcpy(x->data, data, (size_t)x->numel * sizeof(float));
+    if (x && data) t->k->mem_upload(x->data, data, (size_t)x->numel * sizeof(float));
     return x;
 }
 
@@ -116,7 +163,8 @@ rp_tensor *rp_tensor_fill(rp_tape *t, int ndim, const int *shape, float value)
 {
     rp_tensor *x = rp_tensor_new(t, ndim, shape);
     RP_PROPAGATE_NULL(x);
-    memset(x->data, 0, (size_t)x->numel * sizeof(float));
-    if (value != 0.0f) t->k->add_scalar(x->data, value, x->numel);
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    t->k->mem_fill(x->data, bits, (size_t)x->numel * sizeof(float));
     return x;
 }

@@ -11,6 +11,7 @@
 
 static const rp_kernels cpu_table = {
     .name = "cpu",
+    .host_storage = true,
     .gemm = rp_cpu_gemm,
     .gemm_bf16 = rp_cpu_gemm_bf16,
     .conv2d_fwd = rp_cpu_conv2d_fwd,

@@ -7,6 +7,7 @@
 
 static const rp_kernels ref_table = {
     .name = "ref",
+    .host_storage = true,
     .gemm = rp_ref_gemm,
     .gemm_bf16 = rp_ref_gemm_bf16,
     .conv2d_fwd = rp_ref_conv2d_fwd,
