@@ -36,3 +36,30 @@ void rp_host_mem_fill(void *dst, uint32_t pattern, size_t bytes)
 void rp_host_mem_sync(void)
 {
 }
+
+void *rp_staging_view(rp_staging *s, const rp_kernels *k, const void *storage, size_t bytes,
+                      bool download)
+{
+    if (k->host_storage) return (void *)storage;
+    if (bytes > s->cap) {
+        void *grown = rp_alloc(bytes);
+        if (!grown) return NULL;
+        rp_free(s->host);
+        s->host = grown;
+        s->cap = bytes;
+    }
+    if (download && bytes) k->mem_download(s->host, storage, bytes);
+    return s->host;
+}
+
+void rp_staging_commit(const rp_kernels *k, void *storage, const void *view, size_t bytes)
+{
+    if (view != storage && bytes) k->mem_upload(storage, view, bytes);
+}
+
+void rp_staging_free(rp_staging *s)
+{
+    rp_free(s->host);
+    s->host = NULL;
+    s->cap = 0;
+}

@@ -343,6 +343,24 @@ const rp_kernels *rp_kernels_strict(void);
 /* The table ops use: cpu, ref when RP_KERNELS=ref, strict when RP_KERNELS=strict. */
 const rp_kernels *rp_kernels_active(void);
 
+/*
+ * Host views of storage, for host code outside the kernels that must read or write values (a
+ * collective over a gradient bucket, a checkpoint writer, a loss read back). With a host table
+ * (k->host_storage) a view is the storage itself and nothing is copied; otherwise it is s's
+ * buffer (grown as needed, kept for the next call), downloaded first when `download`.
+ * rp_staging_commit uploads what the host wrote (nothing when the view is the storage).
+ * rp_staging_view returns NULL (with an error) when out of memory. One view per rp_staging at
+ * a time: a second call reuses the buffer.
+ */
+typedef struct rp_staging {
+    void *host;
+    size_t cap;
+} rp_staging;
+void *rp_staging_view(rp_staging *s, const rp_kernels *k, const void *storage, size_t bytes,
+                      bool download);
+void rp_staging_commit(const rp_kernels *k, void *storage, const void *view, size_t bytes);
+void rp_staging_free(rp_staging *s);
+
 /* The host tables' memory slots (cpu and ref share them): malloc, memcpy and a word fill. */
 void *rp_host_mem_alloc(size_t bytes);
 void rp_host_mem_free(void *p, size_t bytes);
