@@ -789,7 +789,8 @@ static void test_softmax_xent_kinds_on_one_tape(void **state)
     rp_tape_destroy(t);
 }
 
-/* rp_tensor_set_requires_grad turns a leaf's gradient on and off; an op's output ignores it. */
+/* rp_tensor_set_requires_grad turns a leaf's gradient on and off; an op's output ignores it.
+ * rp_tensor_read_grad reads the leaf's gradient and refuses a wrong size or none. */
 static void test_set_requires_grad(void **state)
 {
     rp_tape *t;
@@ -806,6 +807,11 @@ static void test_set_requires_grad(void **state)
     read_grad(x, gx);
     for (int i = 0; i < 4; i++)
         assert_float_equal(gx[i], 3.0f, 0);
+    assert_int_equal(rp_tensor_read_grad(x, gx, 3), RP_ERR_SHAPE);
+    tu_assert_error_contains("[4]");
+    assert_int_equal(rp_tensor_read_grad(y, gx, 4), RP_ERR_INVALID); /* an op's: released */
+    tu_assert_error_contains("no gradient");
+    assert_int_equal(rp_tensor_read_grad(NULL, gx, 4), RP_ERR_INVALID);
 
     /* Off again: nothing is recorded, so there is no loss to back-propagate. */
     rp_tape_reset(t);
