@@ -113,6 +113,17 @@ int64_t rp_params_numel(const rp_params *params);
 /* The gradient block: one entry per trainable value. */
 float *rp_params_grad(const rp_params *params);
 int64_t rp_params_trainable_numel(const rp_params *params);
+/*
+ * Host copies of the blocks (the blocks are the kernel table's storage: read
+ * and write values through these, not through rp_params_data/grad):
+ * rp_params_read_values copies the rp_params_numel values into out,
+ * rp_params_write_values overwrites them from `values`, rp_params_read_grads
+ * copies the rp_params_trainable_numel gradients into out. Errors:
+ * RP_ERR_INVALID for NULL arguments or a list that is not finalized.
+ */
+rp_status rp_params_read_values(const rp_params *params, float *out);
+rp_status rp_params_write_values(rp_params *params, const float *values);
+rp_status rp_params_read_grads(const rp_params *params, float *out);
 /* Offset of parameter i's values in the value block (and, if trainable, grads in the grad block).
  */
 int64_t rp_params_offset(const rp_params *params, int i);
