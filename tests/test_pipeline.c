@@ -157,20 +157,22 @@ static void *member_main(void *arg)
         return NULL;
     }
     rp_pipeline *pl = NULL;
-    rp_tensor in = {0};
-    in.ndim = 2;
-    in.shape[0] = j->input_rows;
-    in.shape[1] = DIMS[0];
-    in.numel = (int64_t)j->input_rows * DIMS[0];
-    in.data = (float *)(j->input ? j->input : g_x);
-    in.node = -1;
-    rp_status st = rp_pipeline_create(&pl, j->comms[r], j->schedule, j->M);
+    /* Stage 0's batch, a leaf on a tape of its own (the pipeline copies micro-batches from it). */
+    rp_tape *tin = NULL;
+    rp_tensor *in = NULL;
+    rp_status st = r == 0 ? rp_tape_create(&tin, 0) : RP_OK;
+    if (st == RP_OK && r == 0) {
+        in = rp_tensor_from(tin, 2, (int[]){j->input_rows, DIMS[0]}, j->input ? j->input : g_x);
+        if (!in) st = rp_last_status();
+    }
+    if (st == RP_OK) st = rp_pipeline_create(&pl, j->comms[r], j->schedule, j->M);
     t0 = rp_now_s(); /* the run alone */
-    if (st == RP_OK) st = rp_pipeline_run(pl, j->fn, &j->st[r], r == 0 ? &in : NULL, &j->loss[r]);
+    if (st == RP_OK) st = rp_pipeline_run(pl, j->fn, &j->st[r], in, &j->loss[r]);
     j->status[r] = st;
     if (st != RP_OK) snprintf(j->error[r], sizeof j->error[r], "%s", rp_last_error());
     j->elapsed[r] = rp_now_s() - t0;
     rp_pipeline_destroy(pl);
+    rp_tape_destroy(tin);
     return NULL;
 }
 

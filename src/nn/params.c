@@ -388,31 +388,32 @@ bool rp_params_frozen(const rp_params *p)
     return p && p->frozen;
 }
 
-/* ---- host copies of the blocks (the public way to read and write them) ---- */
+/* ---- host copies of the blocks (the kernel table moves them) ---- */
 
-rp_status rp_params_read_values(const rp_params *p, float *out)
+static rp_status check_block(const rp_params *p, const void *host, const char *fn)
 {
-    if (!p || !out || !p->finalized)
-        return RP_ERROR(RP_ERR_INVALID, "rp_params_read_values: %s",
-                        !p || !out ? "params and out must not be NULL" : "not finalized");
-    p->k->mem_download(out, p->data, (size_t)p->numel * sizeof(float));
+    if (!p || !host) return RP_ERROR(RP_ERR_INVALID, "%s: NULL argument", fn);
+    if (!p->finalized) return RP_ERROR(RP_ERR_INVALID, "%s: the list is not finalized", fn);
     return RP_OK;
 }
 
-rp_status rp_params_write_values(rp_params *p, const float *values)
+rp_status rp_params_read_values(const rp_params *p, float *out)
 {
-    if (!p || !values || !p->finalized)
-        return RP_ERROR(RP_ERR_INVALID, "rp_params_write_values: %s",
-                        !p || !values ? "params and values must not be NULL" : "not finalized");
-    p->k->mem_upload(p->data, values, (size_t)p->numel * sizeof(float));
+    RP_CHECK(check_block(p, out, "rp_params_read_values"));
+    if (p->numel) p->k->mem_download(out, p->data, (size_t)p->numel * sizeof(float));
+    return RP_OK;
+}
+
+rp_status rp_params_write_values(rp_params *p, const float *in)
+{
+    RP_CHECK(check_block(p, in, "rp_params_write_values"));
+    if (p->numel) p->k->mem_upload(p->data, in, (size_t)p->numel * sizeof(float));
     return RP_OK;
 }
 
 rp_status rp_params_read_grads(const rp_params *p, float *out)
 {
-    if (!p || !out || !p->finalized)
-        return RP_ERROR(RP_ERR_INVALID, "rp_params_read_grads: %s",
-                        !p || !out ? "params and out must not be NULL" : "not finalized");
+    RP_CHECK(check_block(p, out, "rp_params_read_grads"));
     if (p->trainable_numel)
         p->k->mem_download(out, p->grad, (size_t)p->trainable_numel * sizeof(float));
     return RP_OK;
