@@ -1123,11 +1123,10 @@ static void test_bf16_params_are_not_masters(void **state)
         for (int d = 0; d < t->ndim; d++)
             shape[d] = t->shape[d];
         snprintf(name, sizeof name, "param/%s", t->name);
-        assert_int_equal(rp_checkpoint_add_f32_as(ck, name,
-                                                  i == 0 ? RP_CHECKPOINT_BF16 : RP_CHECKPOINT_F32,
-                                                  t->ndim, shape,
-                                                  values + rp_params_offset(a.params, i)),
-                         RP_OK);
+        assert_int_equal(
+            rp_checkpoint_add_f32_as(ck, name, i == 0 ? RP_CHECKPOINT_BF16 : RP_CHECKPOINT_F32,
+                                     t->ndim, shape, values + rp_params_offset(a.params, i)),
+            RP_OK);
     }
     free(values);
     assert_read_fails_unchanged(ck, &b);

@@ -847,8 +847,8 @@ static void test_cbn_values_and_grad(void **unused)
         double var = ss / (double)m;
         for (int64_t i = 0; i < m; i++) {
             int lab = labels[i / (h * w)];
-            double want =
-                (c.x[i * ch + j] - mu) / sqrt(var + 1e-5) * gamma[lab * ch + j] + beta[lab * ch + j];
+            double want = (c.x[i * ch + j] - mu) / sqrt(var + 1e-5) * gamma[lab * ch + j] +
+                          beta[lab * ch + j];
             assert_true(fabs(yv[i * ch + j] - want) < 1e-5);
         }
         /* running statistics moved from (0, 1) by momentum 0.1, unbiased variance */
@@ -865,9 +865,9 @@ static void test_cbn_values_and_grad(void **unused)
     for (int64_t i = 0; i < m; i++) {
         int lab = labels[i / (h * w)];
         for (int j = 0; j < ch; j++) {
-            double want = (c.x[i * ch + j] - rmean[j]) / sqrt((double)rvar[j] + 1e-5) *
-                              gamma[lab * ch + j] +
-                          beta[lab * ch + j];
+            double want =
+                (c.x[i * ch + j] - rmean[j]) / sqrt((double)rvar[j] + 1e-5) * gamma[lab * ch + j] +
+                beta[lab * ch + j];
             assert_true(fabs(yv[i * ch + j] - want) < 1e-5);
         }
     }

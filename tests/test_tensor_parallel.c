@@ -552,8 +552,8 @@ static void mlp_equivalence(int n)
         /* The initialiser's shards are the dense weights' slices, bitwise. */
         check_shard_of("fc1.weight init", r, m.fc1[r].w, d1.w, false, 2, (int[]){MLP_HID, MLP_IN},
                        0, n, 0);
-        check_shard_of("fc2.weight init", r, m.fc2[r].w, d2.w, false, 2,
-                       (int[]){MLP_OUT, MLP_HID}, 1, n, 0);
+        check_shard_of("fc2.weight init", r, m.fc2[r].w, d2.w, false, 2, (int[]){MLP_OUT, MLP_HID},
+                       1, n, 0);
         copy_shard_of(m.fc1[r].b, d1.b, 0, r, n);
         copy_shard_of(m.fc2[r].b, d2.b, -1, r, n);
     }
@@ -708,10 +708,8 @@ static void block_equivalence(int n)
         if (b.status[r] != RP_OK) fail_msg("member %d: %s", r, b.error[r]);
         check_shard("y", r, b.y[r], y, 4, (int[]){BLK_N, BLK_HW, BLK_HW, BLK_C}, -1, n, 1e-5);
         check_shard("dx", r, b.dx[r], dx, 4, (int[]){BLK_N, BLK_HW, BLK_HW, BLK_C}, -1, n, 1e-5);
-        check_shard_of("conv1.weight grad", r, l->tconv1.w, d.conv1.w, true, 4, wshape, 0, n,
-                       1e-5);
-        check_shard_of("conv2.weight grad", r, l->tconv2.w, d.conv2.w, true, 4, wshape, 3, n,
-                       1e-5);
+        check_shard_of("conv1.weight grad", r, l->tconv1.w, d.conv1.w, true, 4, wshape, 0, n, 1e-5);
+        check_shard_of("conv2.weight grad", r, l->tconv2.w, d.conv2.w, true, 4, wshape, 3, n, 1e-5);
         check_shard_of("bn1.weight grad", r, l->bn1.gamma, d.bn1.gamma, true, 1, cshape, 0, n,
                        1e-5);
         check_shard_of("bn1.bias grad", r, l->bn1.beta, d.bn1.beta, true, 1, cshape, 0, n, 1e-5);
