@@ -302,8 +302,7 @@ truncated:
     if (t->src->cfg.skip_bad) {
         /* What came before the cut is sound; the sample being gathered may not be complete. */
         rp_warn("%s; the rest of the shard is skipped", rp_last_error());
-        s->active = false;
-        status = RP_OK;
+        status = tar_finish(t, s); /* kept if whole, else dropped with a warning */
     }
 cleanup:
     free(long_name);

@@ -49,6 +49,17 @@ static rp_status tj_handle(img_decoder *d, const char *name)
     return RP_OK;
 }
 
+/*
+ * A handle that has failed is not reused: TurboJPEG 2.1's state after an error
+ * in the middle of a header or scan is not reliable (a header read after a
+ * failed one came back 0 pixels wide here), and a fresh one costs little.
+ */
+static void tj_reset(img_decoder *d)
+{
+    tjDestroy(d->tj);
+    d->tj = NULL;
+}
+
 static uint32_t be32(const uint8_t *p)
 {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -62,9 +73,12 @@ rp_status img_probe(img_decoder *d, const uint8_t *data, size_t size, const char
     if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
         RP_CHECK(tj_handle(d, name));
         int w, h, subsamp, cs;
-        if (tjDecompressHeader3(d->tj, data, (unsigned long)size, &w, &h, &subsamp, &cs) != 0)
-            return RP_ERROR(RP_ERR_FORMAT, "%s: corrupt JPEG header: %s", name,
-                            tjGetErrorStr2(d->tj));
+        if (tjDecompressHeader3(d->tj, data, (unsigned long)size, &w, &h, &subsamp, &cs) != 0) {
+            rp_status st = RP_ERROR(RP_ERR_FORMAT, "%s: corrupt or truncated JPEG header: %s",
+                                    name, tjGetErrorStr2(d->tj));
+            tj_reset(d);
+            return st;
+        }
         info->format = IMG_JPEG;
         info->w = w;
         info->h = h;
@@ -174,11 +188,17 @@ static rp_status decode_jpeg(img_decoder *d, const uint8_t *data, size_t size, c
         /*
          * A warning leaves a decoded (maybe damaged) image. PIL refuses a
          * truncated file ("image file is truncated") and accepts the other
-         * warnings (e.g. extraneous bytes before a marker), so do we.
+         * warnings (e.g. extraneous bytes before a marker). We refuse both of
+         * libjpeg's truncation warnings ("Premature end of JPEG file", and
+         * "premature end of data segment", which follows it and which a cut
+         * entropy segment also gives) and accept the others.
          */
         const char *msg = tjGetErrorStr2(d->tj);
-        if (tjGetErrorCode(d->tj) != TJERR_WARNING || strstr(msg, "Premature end"))
-            return RP_ERROR(RP_ERR_FORMAT, "%s: corrupt or truncated JPEG: %s", name, msg);
+        if (tjGetErrorCode(d->tj) != TJERR_WARNING || strstr(msg, "remature end")) {
+            rp_status st = RP_ERROR(RP_ERR_FORMAT, "%s: corrupt or truncated JPEG: %s", name, msg);
+            tj_reset(d);
+            return st;
+        }
     }
     if (info->cmyk) {
         /*
