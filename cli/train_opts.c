@@ -633,7 +633,6 @@ char *train_opts_to_json(const train_opts *o)
             cJSON_AddNumberToObject(fj, "ratio_max", f->ratio_max);
             cJSON_AddItemToObject(fj, "mean", cJSON_CreateFloatArray(f->mean, 3));
             cJSON_AddItemToObject(fj, "std", cJSON_CreateFloatArray(f->std, 3));
-            cJSON_AddNumberToObject(fj, "threads", f->threads);
             cJSON_AddBoolToObject(fj, "skip_bad", f->skip_bad);
             cJSON_AddBoolToObject(fj, "dct_scaling", f->dct_scaling);
         }
@@ -755,17 +754,20 @@ static bool get_str(const cJSON *j, const char *key, char *dst, size_t size)
     return true;
 }
 
-/* The image-folder options (--dataset folder), checked with the command line's ranges. */
+/*
+ * The image-folder options (--dataset folder), checked with the command line's ranges. The
+ * decoding threads are not saved: like --threads they are this machine's, and the samples are
+ * the same on any count (a resumed run takes --loader-threads again, or the default).
+ */
 static bool folder_from_json(train_config_reader *r, const cJSON *fj, rp_folder_config *f)
 {
     train_config_reader fr = {.json = (cJSON *)fj};
-    double resize = 0, s0 = 0, s1 = 0, r0 = 0, r1 = 0, threads = 0;
+    double resize = 0, s0 = 0, s1 = 0, r0 = 0, r1 = 0;
     bool ok = cJSON_IsObject(fj) && train_config_num(&fr, "resize_size", 0, 65535, &resize) &&
               train_config_num(&fr, "scale_min", 1e-9, 1, &s0) &&
               train_config_num(&fr, "scale_max", 1e-9, 1, &s1) &&
               train_config_num(&fr, "ratio_min", 1e-9, 1e6, &r0) &&
               train_config_num(&fr, "ratio_max", 1e-9, 1e6, &r1) &&
-              train_config_num(&fr, "threads", 1, 256, &threads) &&
               train_config_bool(&fr, "skip_bad", &f->skip_bad) &&
               train_config_bool(&fr, "dct_scaling", &f->dct_scaling);
     const char *keys[2] = {"mean", "std"};
@@ -790,7 +792,6 @@ static bool folder_from_json(train_config_reader *r, const cJSON *fj, rp_folder_
     f->scale_max = (float)s1;
     f->ratio_min = (float)r0;
     f->ratio_max = (float)r1;
-    f->threads = (int)threads;
     return true;
 }
 
