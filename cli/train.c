@@ -433,8 +433,9 @@ int rp_cli_train(int argc, char **argv)
     if (clf && t && rp_trainer_is_root(t)) {
         int64_t bad = rp_dataset_bad_files(clf->train) + rp_dataset_bad_files(clf->test);
         if (bad)
-            fprintf(stderr, "  %lld image file%s could not be decoded and %s skipped (--skip-bad; "
-                            "the warnings name them)\n",
+            fprintf(stderr,
+                    "  %lld image file%s could not be decoded and %s skipped (--skip-bad; "
+                    "the warnings name them)\n",
                     (long long)bad, bad > 1 ? "s" : "", bad > 1 ? "were" : "was");
     }
     bool reported = false;

@@ -72,7 +72,8 @@ static void usage(FILE *f)
             "  --image-size N    pad the images to N x N, centred (e.g. 32 for Fashion-MNIST,\n"
             "                    the size the SN-GAN's judge sees)\n"
             "  --no-augment      no random crop and flip (resnets augment by default)\n"
-            "  --pad N           random-crop padding (default 2)\n"            "image files (--dataset folder; torchvision's ImageNet recipe, docs/data.md):\n"
+            "  --pad N           random-crop padding (default 2)\n"
+            "image files (--dataset folder; torchvision's ImageNet recipe, docs/data.md):\n"
             "  --image-size N    side of the crops (default 224): training takes\n"
             "                    RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3) and a flip,\n"
             "                    evaluation Resize(--resize-size) and CenterCrop(N)\n"
@@ -231,8 +232,7 @@ static bool parse_triple(const char *s, float lo, float hi, float out[3])
     for (int k = 0; k < 3; k++) {
         char *end;
         float v = strtof(s, &end);
-        if (end == s || !(v >= lo && v <= hi) || (k < 2 ? *end != ',' : *end != '\0'))
-            return false;
+        if (end == s || !(v >= lo && v <= hi) || (k < 2 ? *end != ',' : *end != '\0')) return false;
         out[k] = v;
         s = end + 1;
     }
@@ -528,9 +528,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         return 2;
     }
     if (strcmp(o->dataset, "folder") != 0) {
-        static const char *const folder_only[] = {"--resize-size", "--mean", "--std",
-                                                  "--loader-threads", "--skip-bad",
-                                                  "--no-dct-scaling"};
+        static const char *const folder_only[] = {"--resize-size", "--mean",
+                                                  "--std",         "--loader-threads",
+                                                  "--skip-bad",    "--no-dct-scaling"};
         for (int k = 1; k < argc; k++)
             for (size_t m = 0; m < sizeof folder_only / sizeof folder_only[0]; m++)
                 if (!strcmp(argv[k], folder_only[m]) && !*resume) {
@@ -555,20 +555,34 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     }
     if (*resume) {
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
-        static const char *const allowed[] = {"--resume",       "--epochs",
-                                              "--data",         "--threads",
-                                              "--replicas",     "--threads-per-replica",
-                                              "--max-steps",    "--no-checkpoint",
-                                              "--quiet",        "--backend",
-                                              "--comm-timeout", "--regime",
-                                              "--ps",           "--staleness",
-                                              "--slow",         "--faults",
-                                              "--tensorboard",  "--trace",
-                                              "--zero",         "--model-parallel",
-                                              "--pipeline",     "--micro-batches",
-                                              "--sync-groups",  "--tensor-parallel",
-                                              "--precision",    "--grad-dtype",
-                                              "--loader-threads", "--skip-bad"};
+        static const char *const allowed[] = {"--resume",
+                                              "--epochs",
+                                              "--data",
+                                              "--threads",
+                                              "--replicas",
+                                              "--threads-per-replica",
+                                              "--max-steps",
+                                              "--no-checkpoint",
+                                              "--quiet",
+                                              "--backend",
+                                              "--comm-timeout",
+                                              "--regime",
+                                              "--ps",
+                                              "--staleness",
+                                              "--slow",
+                                              "--faults",
+                                              "--tensorboard",
+                                              "--trace",
+                                              "--zero",
+                                              "--model-parallel",
+                                              "--pipeline",
+                                              "--micro-batches",
+                                              "--sync-groups",
+                                              "--tensor-parallel",
+                                              "--precision",
+                                              "--grad-dtype",
+                                              "--loader-threads",
+                                              "--skip-bad"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -783,8 +797,7 @@ static bool folder_from_json(train_config_reader *r, const cJSON *fj, rp_folder_
         if (!ok) snprintf(fr.bad, sizeof fr.bad, "\"%s\" is not 3 numbers in range", keys[a]);
     }
     if (!ok) {
-        snprintf(r->bad, sizeof r->bad, "\"folder\": %.200s",
-                 fr.bad[0] ? fr.bad : "not an object");
+        snprintf(r->bad, sizeof r->bad, "\"folder\": %.200s", fr.bad[0] ? fr.bad : "not an object");
         return false;
     }
     f->resize_size = (int)resize;

@@ -41,7 +41,8 @@ static int split(const char *dir, const char *name, int classes, int per, int si
             bool png = i % 3 == 2;
             rc = png ? fx_png_bytes(px, w, h, 3, &b, &nb) : fx_jpeg_bytes(px, w, h, 3, 90, &b, &nb);
             if (rc) break;
-            snprintf(path, sizeof path, "%s/%s/class%d/%03d.%s", dir, name, c, i, png ? "png" : "jpg");
+            snprintf(path, sizeof path, "%s/%s/class%d/%03d.%s", dir, name, c, i,
+                     png ? "png" : "jpg");
             rc = fx_write_file(path, b, nb);
             fprintf(lf, "../%s/class%d/%03d.%s %d\n", name, c, i, png ? "png" : "jpg", c);
             char key[32];
@@ -56,7 +57,8 @@ static int split(const char *dir, const char *name, int classes, int per, int si
         }
     }
     if (fclose(lf) != 0) rc = -1;
-    if (!rc) rc = fx_write_tar(tar, (const char *const *)names, (const uint8_t *const *)data, sizes, m);
+    if (!rc)
+        rc = fx_write_tar(tar, (const char *const *)names, (const uint8_t *const *)data, sizes, m);
     for (int i = 0; i < m; i++) {
         free(names[i]);
         free(data[i]);

@@ -68,8 +68,8 @@ static void put_png(const char *path, int w, int h, int seed)
 static void make_tree(const char *top)
 {
     char d[4096];
-    const char *dirs[] = {"train/Bee", "train/ant/a/x", "train/ant/a-b", "train/cat", "train/dog",
-                          "val/ant", "val/dog"};
+    const char *dirs[] = {"train/Bee", "train/ant/a/x", "train/ant/a-b", "train/cat",
+                          "train/dog", "val/ant",       "val/dog"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         snprintf(d, sizeof d, "%s/%s", top, dirs[i]);
         assert_int_equal(fx_mkdirs(d), 0);
@@ -125,7 +125,7 @@ static void test_tree_order(void **state)
     assert_int_equal(rp_dataset_load_folder(&ds, P("tree"), "train", &c), RP_OK);
     /* torchvision: classes sorted (uppercase first), os.walk's dirs sorted by full path ("a-b"
        before "a/x"), files sorted, extensions in any case, .txt and .bmp left out. */
-    const char *want[] = {"Bee/b1.png",  "ant/1.jpeg",    "ant/2.JPG",  "ant/a/3.png",
+    const char *want[] = {"Bee/b1.png",    "ant/1.jpeg",    "ant/2.JPG", "ant/a/3.png",
                           "ant/a-b/4.jpg", "ant/a/x/5.jpg", "cat/c.jpg", "dog/d.png"};
     const int label[] = {0, 1, 1, 1, 1, 1, 2, 3};
     const char *cls[] = {"Bee", "ant", "cat", "dog"};
@@ -387,7 +387,7 @@ static void test_rrc_matches_torchvision(void **state)
 {
     (void)state;
     const double scale[2] = {0.08, 1.0}, ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
-    const int sizes[][2] = {{224, 224}, {375, 500}, {500, 375}, {1, 1},    {7, 3},
+    const int sizes[][2] = {{224, 224}, {375, 500}, {500, 375}, {1, 1},       {7, 3},
                             {1000, 10}, {10, 1000}, {31, 32},   {4000, 3000}, {2, 900}};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
         for (int rep = 0; rep < 500; rep++) {
@@ -548,8 +548,8 @@ static void test_resample(void **state)
         /* A window of the output (the centre crop) is that window of the whole. */
         uint8_t *win = malloc((size_t)ow * oh * 3);
         int cx = ow / 3, cy = oh / 4, cw = ow / 2, ch = oh / 2;
-        assert_int_equal(aug_resample(&s, src, W * 3, W, H, 0, 0, W, H, ow, oh, cx, cy, cw, ch, win),
-                         RP_OK);
+        assert_int_equal(
+            aug_resample(&s, src, W * 3, W, H, 0, 0, W, H, ow, oh, cx, cy, cw, ch, win), RP_OK);
         for (int y = 0; y < ch; y++)
             assert_memory_equal(win + (size_t)y * cw * 3, o2 + ((size_t)(y + cy) * ow + cx) * 3,
                                 (size_t)cw * 3);
@@ -653,9 +653,11 @@ static void test_eval_identity_and_flip(void **state)
                     for (int k = 0; k < 3; k++) {
                         float scale = 1.0f / (255.0f * c.std[k]), shift = -c.mean[k] / c.std[k];
                         float v = x[((i * S + r) * S + col) * 3 + k];
-                        same &= fabsf(v - ((float)px[(r * S + col) * 3 + k] * scale + shift)) < 1e-5f;
-                        mirror &= fabsf(v - ((float)px[(r * S + S - 1 - col) * 3 + k] * scale +
-                                             shift)) < 1e-5f;
+                        same &=
+                            fabsf(v - ((float)px[(r * S + col) * 3 + k] * scale + shift)) < 1e-5f;
+                        mirror &=
+                            fabsf(v - ((float)px[(r * S + S - 1 - col) * 3 + k] * scale + shift)) <
+                            1e-5f;
                     }
             assert_true(same || mirror);
             flips += mirror && !same;
@@ -698,9 +700,8 @@ static void make_list_and_tar(const rp_dataset *tree)
         if (i == 2) first_shard_end = m;
     }
     fclose(f);
-    assert_int_equal(fx_write_tar(P("tars/train/shard-000000.tar"), names, data, sizes,
-                                  first_shard_end),
-                     0);
+    assert_int_equal(
+        fx_write_tar(P("tars/train/shard-000000.tar"), names, data, sizes, first_shard_end), 0);
     assert_int_equal(fx_write_tar(P("tars/train/shard-000001.tar"), names + first_shard_end,
                                   data + first_shard_end, sizes + first_shard_end,
                                   m - first_shard_end),

@@ -42,12 +42,12 @@ typedef struct rp_image_source rp_image_source;
  * and c are then the shape of the images it makes).
  */
 typedef struct rp_dataset {
-    int64_t n;       /* samples */
-    int h, w, c;     /* image shape (NHWC per sample) */
-    int num_classes; /* labels lie in [0, num_classes) */
-    uint8_t *pixels; /* [n, h, w, c], or NULL when source is set */
-    int32_t *labels; /* [n] in [0, num_classes) */
-    char name[64];   /* e.g. "fashion-mnist/train" */
+    int64_t n;               /* samples */
+    int h, w, c;             /* image shape (NHWC per sample) */
+    int num_classes;         /* labels lie in [0, num_classes) */
+    uint8_t *pixels;         /* [n, h, w, c], or NULL when source is set */
+    int32_t *labels;         /* [n] in [0, num_classes) */
+    char name[64];           /* e.g. "fashion-mnist/train" */
     rp_image_source *source; /* the image files and their decoder, or NULL; owned */
 } rp_dataset;
 
@@ -184,18 +184,18 @@ rp_status rp_dataset_pad(rp_dataset **out, const rp_dataset *in, int h, int w);
  * Resize(256), CenterCrop(224), Normalize(IMAGENET mean, std)).
  */
 typedef struct rp_folder_config {
-    int image_size;   /* side of the square images made, train and eval (224) */
-    int resize_size;  /* eval: the short side is resized to this, then the centre
-                         image_size x image_size is cut; >= image_size (0: image_size
-                         * 256 / 224 rounded, torchvision's 256 for 224) */
+    int image_size;             /* side of the square images made, train and eval (224) */
+    int resize_size;            /* eval: the short side is resized to this, then the centre
+                                   image_size x image_size is cut; >= image_size (0: image_size
+                                   * 256 / 224 rounded, torchvision's 256 for 224) */
     float scale_min, scale_max; /* RandomResizedCrop's area fraction range (0.08, 1) */
     float ratio_min, ratio_max; /* its aspect ratio (w/h) range (3/4, 4/3) */
     float mean[3], std[3];      /* normalisation of pixel / 255 (ImageNet's) */
-    int threads;      /* decoding threads of the dataset, shared by its loaders (2) */
-    bool skip_bad;    /* false: a file that cannot be decoded stops the run with an
-                         error naming it; true: it is logged once, counted and
-                         replaced by the next sample that decodes (docs/data.md) */
-    bool dct_scaling; /* training crops decode large JPEGs at a reduced size (true) */
+    int threads;                /* decoding threads of the dataset, shared by its loaders (2) */
+    bool skip_bad;              /* false: a file that cannot be decoded stops the run with an
+                                   error naming it; true: it is logged once, counted and
+                                   replaced by the next sample that decodes (docs/data.md) */
+    bool dct_scaling;           /* training crops decode large JPEGs at a reduced size (true) */
 } rp_folder_config;
 
 /* The defaults above: 224, 0 (256), (0.08, 1), (3/4, 4/3), ImageNet's mean and std,

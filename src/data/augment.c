@@ -18,9 +18,8 @@ static int round_half_even(double x)
     return (int)rint(x);
 }
 
-aug_box aug_random_resized_crop(int H, int W, double scale_min, double scale_max,
-                                double ratio_min, double ratio_max, aug_uniform_fn uniform,
-                                void *ctx)
+aug_box aug_random_resized_crop(int H, int W, double scale_min, double scale_max, double ratio_min,
+                                double ratio_max, aug_uniform_fn uniform, void *ctx)
 {
     aug_box b;
     double area = (double)H * (double)W;
@@ -194,8 +193,8 @@ rp_status aug_resample(aug_scratch *s, const uint8_t *src, size_t stride, int in
     int kh = coeff_size(x0, x1, out_w), kv = coeff_size(y0, y1, out_h);
     size_t ncoef = (size_t)n_w * (size_t)kh + (size_t)n_h * (size_t)kv;
     RP_CHECK(scratch_grow((void **)&s->coef, &s->coef_cap, ncoef * sizeof(int32_t)));
-    RP_CHECK(scratch_grow((void **)&s->bounds, &s->bounds_cap,
-                          2 * (size_t)(n_w + n_h) * sizeof(int)));
+    RP_CHECK(
+        scratch_grow((void **)&s->bounds, &s->bounds_cap, 2 * (size_t)(n_w + n_h) * sizeof(int)));
     int32_t *kx = s->coef, *ky = s->coef + (size_t)n_w * (size_t)kh;
     int *bx = s->bounds, *by = s->bounds + 2 * (size_t)n_w;
     coeffs(in_w, x0, x1, out_w, ox, n_w, kh, bx, kx);

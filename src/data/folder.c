@@ -71,8 +71,7 @@ static rp_status config_check(const rp_folder_config *c)
                             "and both finite",
                             k, (double)c->mean[k], k, (double)c->std[k]);
     if (c->threads < 1 || c->threads > 256)
-        return RP_ERROR(RP_ERR_INVALID, "image folder: threads %d is outside [1, 256]",
-                        c->threads);
+        return RP_ERROR(RP_ERR_INVALID, "image folder: threads %d is outside [1, 256]", c->threads);
     return RP_OK;
 }
 
@@ -95,8 +94,7 @@ rp_status folder_add_sample(rp_image_source *src, const char *name, int32_t labe
     if (*n == *cap) {
         int64_t c = *cap ? *cap * 2 : 1024;
         if (c > (int64_t)UINT32_MAX) c = UINT32_MAX;
-        if (*n >= c)
-            return RP_ERROR(RP_ERR_INVALID, "image folder: more than 2^32 - 1 samples");
+        if (*n >= c) return RP_ERROR(RP_ERR_INVALID, "image folder: more than 2^32 - 1 samples");
         int32_t *l = realloc(*labels, (size_t)c * sizeof *l);
         if (l) *labels = l;
         int64_t *o = realloc(src->name_off, (size_t)c * sizeof *o);
@@ -111,7 +109,9 @@ rp_status folder_add_sample(rp_image_source *src, const char *name, int32_t labe
             if (sz) src->size = sz;
             ok = sh && of && sz;
         }
-        if (!ok) return RP_ERROR(RP_ERR_NOMEM, "image folder: cannot grow the index to %lld", (long long)c);
+        if (!ok)
+            return RP_ERROR(RP_ERR_NOMEM, "image folder: cannot grow the index to %lld",
+                            (long long)c);
         *cap = c;
     }
     memcpy(src->names + src->names_len, name, len);
@@ -401,8 +401,8 @@ static rp_status list_index(rp_image_source *src, const char *file, const char *
     *max_label = -1;
     while ((len = getline(&line, &line_cap, f)) >= 0) {
         lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' ||
-                           line[len - 1] == ' ' || line[len - 1] == '\t'))
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' ||
+                           line[len - 1] == '\t'))
             line[--len] = '\0';
         char *p = line;
         while (*p == ' ' || *p == '\t')
@@ -417,7 +417,7 @@ static rp_status list_index(rp_image_source *src, const char *file, const char *
             sep--;
         errno = 0;
         long v = sep > p ? strtol(lab, &end, 10) : -1;
-        const char *why = sep == p                          ? "no label after the path"
+        const char *why = sep == p                         ? "no label after the path"
                           : errno || !end || *end || v < 0 ? "the label is not a number >= 0"
                           : v >= RP_FOLDER_MAX_CLASSES     ? "the label is too large"
                                                            : NULL;
@@ -520,10 +520,12 @@ rp_status rp_dataset_load_folder(rp_dataset **ds, const char *spec, const char *
     *ds = NULL;
     if (!spec || !split || !cfg)
         return RP_ERROR(RP_ERR_INVALID, "rp_dataset_load_folder: %s is NULL",
-                        !spec ? "spec" : !split ? "split" : "cfg");
-    const char *sp = !strcmp(split, "train")                        ? "train"
+                        !spec    ? "spec"
+                        : !split ? "split"
+                                 : "cfg");
+    const char *sp = !strcmp(split, "train")                           ? "train"
                      : !strcmp(split, "val") || !strcmp(split, "test") ? "val"
-                                                                      : NULL;
+                                                                       : NULL;
     if (!sp)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_dataset_load_folder: unknown split \"%s\" (train, val or test)", split);

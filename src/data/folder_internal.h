@@ -23,9 +23,9 @@ enum { IMG_UNKNOWN, IMG_JPEG, IMG_PNG };
 
 /* What an image's header says, before any pixel is decoded. */
 typedef struct img_info {
-    int format;     /* IMG_JPEG or IMG_PNG */
-    int w, h;       /* full size in pixels */
-    bool cmyk;      /* a CMYK or YCCK JPEG */
+    int format; /* IMG_JPEG or IMG_PNG */
+    int w, h;   /* full size in pixels */
+    bool cmyk;  /* a CMYK or YCCK JPEG */
 } img_info;
 
 /* A DCT scaling factor num/denom (TurboJPEG's tjscalingfactor); 1/1 for none. */
@@ -39,10 +39,10 @@ typedef struct img_scale {
  * reused, so that the steady state allocates nothing.
  */
 typedef struct img_decoder {
-    void *tj;         /* tjhandle, made on first use */
-    uint8_t *rgb;     /* decoded image, [h, w, 3] */
+    void *tj;     /* tjhandle, made on first use */
+    uint8_t *rgb; /* decoded image, [h, w, 3] */
     size_t rgb_cap;
-    uint8_t *aux;     /* CMYK pixels, PNG row pointers */
+    uint8_t *aux; /* CMYK pixels, PNG row pointers */
     size_t aux_cap;
 } img_decoder;
 
@@ -94,9 +94,8 @@ typedef double (*aug_uniform_fn)(void *ctx);
  * top row and the left column; then the central-crop fallback. Every draw
  * uses one value of `uniform` (a randint over [0, n) is floor(u * n)).
  */
-aug_box aug_random_resized_crop(int H, int W, double scale_min, double scale_max,
-                                double ratio_min, double ratio_max, aug_uniform_fn uniform,
-                                void *ctx);
+aug_box aug_random_resized_crop(int H, int W, double scale_min, double scale_max, double ratio_min,
+                                double ratio_max, aug_uniform_fn uniform, void *ctx);
 
 /*
  * The evaluation transform as resampling parameters: Resize(resize) (short side
@@ -176,27 +175,27 @@ typedef struct folder_pool {
     pthread_cond_t done; /* a job's last sample finished */
     bool made;           /* mu and the conds are initialised */
     bool stop;
-    int started;         /* threads running */
+    int started; /* threads running */
     pthread_t *threads;
     struct folder_worker *workers;
     struct rp_image_source *src;
-    folder_job *jobs;    /* posted jobs with samples left to claim, a list */
+    folder_job *jobs; /* posted jobs with samples left to claim, a list */
 } folder_pool;
 
 struct rp_image_source {
     rp_folder_config cfg;
-    int kind;                /* FOLDER_* */
-    char *names;             /* NUL-terminated paths (tree, list) or member names (tar) */
+    int kind;    /* FOLDER_* */
+    char *names; /* NUL-terminated paths (tree, list) or member names (tar) */
     size_t names_len, names_cap;
-    int64_t *name_off;       /* [n] offset of sample i's name in names */
-    int32_t *shard;          /* tar: [n] shard of sample i */
-    int64_t *offset, *size;  /* tar: [n] the image member's data in its shard */
+    int64_t *name_off;      /* [n] offset of sample i's name in names */
+    int32_t *shard;         /* tar: [n] shard of sample i */
+    int64_t *offset, *size; /* tar: [n] the image member's data in its shard */
     folder_shard *shards;
     int nshards;
-    char **classes;          /* tree: [num_classes] class names, else NULL */
+    char **classes; /* tree: [num_classes] class names, else NULL */
     int nclasses;
-    uint8_t *bad;            /* [n] 1 once sample i failed to decode (atomic bytes) */
-    int64_t bad_count;       /* atomic */
+    uint8_t *bad;      /* [n] 1 once sample i failed to decode (atomic bytes) */
+    int64_t bad_count; /* atomic */
     folder_pool pool;
 };
 
@@ -231,14 +230,14 @@ typedef struct folder_request {
     int64_t lo;           /* samples perm[lo .. lo + n) */
     int n;
     int64_t epoch;
-    uint32_t key[2];       /* the loader's augmentation key */
-    bool train;            /* RandomResizedCrop (+ flip) or Resize + CenterCrop */
-    bool flip;             /* with train: a horizontal flip with probability 1/2 */
-    const float *scale;    /* [3] normalisation: pixel * scale + shift */
+    uint32_t key[2];    /* the loader's augmentation key */
+    bool train;         /* RandomResizedCrop (+ flip) or Resize + CenterCrop */
+    bool flip;          /* with train: a horizontal flip with probability 1/2 */
+    const float *scale; /* [3] normalisation: pixel * scale + shift */
     const float *shift;
-    float *x;             /* [n, h, w, 3] out */
-    int32_t *y;           /* [n] out */
-    const int *cancel;    /* read atomically before each sample; nonzero: stop */
+    float *x;          /* [n, h, w, 3] out */
+    int32_t *y;        /* [n] out */
+    const int *cancel; /* read atomically before each sample; nonzero: stop */
 } folder_request;
 
 /*
@@ -271,6 +270,16 @@ void folder_worker_free(folder_worker *w);
  */
 rp_status folder_make_sample(const folder_request *req, int64_t idx, folder_worker *w, float *out,
                              int32_t *label);
+
+/*
+ * The loader's side (loader_files.c): fills slot `s` with samples [lo, lo + n)
+ * of epoch `epoch`'s order of an image-file dataset, as rp_loader_produce
+ * does for an in-memory one (same returns, the message in s->error).
+ */
+struct rp_loader;
+struct rp_loader_slot;
+rp_status loader_produce_files(struct rp_loader *ld, struct rp_loader_slot *s, int64_t epoch,
+                               int64_t lo, int n, bool cancellable);
 
 /* Initialises the pool's mutex and conditions (threads start on first use). */
 rp_status folder_pool_init(folder_pool *p);

@@ -72,8 +72,8 @@ static rp_status read_sample(const rp_image_source *src, int64_t i, const char *
         size_t want = (size_t)src->size[i], done = 0;
         RP_CHECK(grow(&w->file, &w->file_cap, want));
         while (done < want) {
-            ssize_t r = pread(sh->fd, w->file + done, want - done,
-                              (off_t)(src->offset[i] + (int64_t)done));
+            ssize_t r =
+                pread(sh->fd, w->file + done, want - done, (off_t)(src->offset[i] + (int64_t)done));
             if (r < 0 && errno == EINTR) continue;
             if (r < 0) return RP_ERROR(RP_ERR_IO, "%s: cannot read: %s", name, strerror(errno));
             if (r == 0)
@@ -163,8 +163,8 @@ static rp_status make_one(const folder_request *req, int64_t i, folder_worker *w
         if (iy1 > dh) iy1 = dh;
         size_t stride = (size_t)dw * 3;
         RP_CHECK(aug_resample(&w->scr, w->dec.rgb + (size_t)iy0 * stride + (size_t)ix0 * 3, stride,
-                              ix1 - ix0, iy1 - iy0, x0 - ix0, y0 - iy0, x1 - ix0, y1 - iy0, S, S,
-                              0, 0, S, S, w->img));
+                              ix1 - ix0, iy1 - iy0, x0 - ix0, y0 - iy0, x1 - ix0, y1 - iy0, S, S, 0,
+                              0, S, S, w->img));
     } else {
         /* Evaluation decodes at full size, so that accuracy compares with published numbers. */
         RP_CHECK(img_decode(&w->dec, w->file, size, name, &info, (img_scale){1, 1}, &dw, &dh));

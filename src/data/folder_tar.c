@@ -96,7 +96,7 @@ static rp_status tar_finish(tar_ctx *t, tar_sample *s)
 {
     if (!s->active) return RP_OK;
     s->active = false;
-    const char *why = !s->has_img ? "has no .jpg, .jpeg or .png member"
+    const char *why = !s->has_img    ? "has no .jpg, .jpeg or .png member"
                       : s->label < 0 ? "has no .cls member (its label)"
                                      : NULL;
     if (why) {
@@ -363,8 +363,8 @@ rp_status folder_tar_index(rp_image_source *src, const char *dir, int32_t **labe
         char path[4096];
         int w = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         if (w < 0 || (size_t)w >= sizeof path) {
-            status = RP_ERROR(RP_ERR_INVALID, "image shards: the path %s/%s is too long", dir,
-                              names[i]);
+            status =
+                RP_ERROR(RP_ERR_INVALID, "image shards: the path %s/%s is too long", dir, names[i]);
             goto cleanup;
         }
         src->shards[i].path = strdup(path);
@@ -385,11 +385,17 @@ rp_status folder_tar_index(rp_image_source *src, const char *dir, int32_t **labe
         }
         fcntl(fd, F_SETFL, 0);
         src->shards[i].fd = fd;
-        tar_ctx t = {.src = src, .labels = labels, .n = n, .cap = cap,
-                     .shard_path = src->shards[i].path, .shard = (int)i, .fd = fd};
+        tar_ctx t = {.src = src,
+                     .labels = labels,
+                     .n = n,
+                     .cap = cap,
+                     .shard_path = src->shards[i].path,
+                     .shard = (int)i,
+                     .fd = fd};
         RP_TRY(tar_shard(&t));
     }
-    if (*n == 0) status = RP_ERROR(RP_ERR_FORMAT, "image shards: the shards in %s hold no sample", dir);
+    if (*n == 0)
+        status = RP_ERROR(RP_ERR_FORMAT, "image shards: the shards in %s hold no sample", dir);
 cleanup:
     if (d) closedir(d);
     for (size_t i = 0; i < count; i++)

@@ -74,8 +74,8 @@ rp_status img_probe(img_decoder *d, const uint8_t *data, size_t size, const char
         RP_CHECK(tj_handle(d, name));
         int w, h, subsamp, cs;
         if (tjDecompressHeader3(d->tj, data, (unsigned long)size, &w, &h, &subsamp, &cs) != 0) {
-            rp_status st = RP_ERROR(RP_ERR_FORMAT, "%s: corrupt or truncated JPEG header: %s",
-                                    name, tjGetErrorStr2(d->tj));
+            rp_status st = RP_ERROR(RP_ERR_FORMAT, "%s: corrupt or truncated JPEG header: %s", name,
+                                    tjGetErrorStr2(d->tj));
             tj_reset(d);
             return st;
         }
@@ -118,7 +118,8 @@ img_scale img_pick_scale(int box_w, int box_h, int out)
         int num = sf[i].num, den = sf[i].denom;
         if (num > den) continue; /* upscaling factors */
         /* box * num/den >= out, and smaller than the best so far. */
-        if ((int64_t)box_w * num >= (int64_t)out * den && (int64_t)box_h * num >= (int64_t)out * den &&
+        if ((int64_t)box_w * num >= (int64_t)out * den &&
+            (int64_t)box_h * num >= (int64_t)out * den &&
             (int64_t)num * best.denom < (int64_t)best.num * den) {
             best.num = num;
             best.denom = den;

@@ -117,13 +117,8 @@ rp_status rp_loader_produce(rp_loader *ld, rp_loader_slot *s, int64_t epoch, int
     const uint32_t ctr_hi[2] = {(uint32_t)epoch, (uint32_t)((uint64_t)epoch >> 32)};
 
     if (ds->source) {
-        /* Image files: decoded and augmented on the dataset's threads (folder_pool.c). */
-        folder_request req = {.ds = ds, .perm = ld->perm, .lo = lo, .n = n, .epoch = epoch,
-                              .key = {ld->augment_key[0], ld->augment_key[1]},
-                              .train = cfg->augment, .flip = cfg->augment && cfg->flip,
-                              .scale = ld->scale, .shift = ld->shift, .x = s->x, .y = s->y,
-                              .cancel = cancellable ? &ld->cancel : NULL};
-        rp_status status = folder_fill(&req, s->error, sizeof s->error);
+        /* Image files: decoded and augmented on the dataset's threads (loader_files.c). */
+        rp_status status = loader_produce_files(ld, s, epoch, lo, n, cancellable);
         if (status != RP_OK) return status;
         goto made;
     }
