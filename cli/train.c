@@ -297,8 +297,9 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
             clf->train->num_classes, (long long)params, o->batch, o->epochs,
             (long long)rp_trainer_steps_per_epoch(t), (double)o->lr, o->schedule, o->warmup_epochs,
             (double)o->momentum, o->nesterov ? " nesterov" : "", (double)o->weight_decay,
-            o->augment ? "crop+flip" : "off", (unsigned long long)o->seed, layout,
-            rp_kernels_name());
+            o->augment ? (!strcmp(o->dataset, "folder") ? "RandomResizedCrop+flip" : "crop+flip")
+                       : "off",
+            (unsigned long long)o->seed, layout, rp_kernels_name());
     if (stages[0]) fprintf(stderr, "%s\n", stages);
     train_print_precision(o->precision);
     /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO-1). */
