@@ -387,3 +387,34 @@ bool rp_params_frozen(const rp_params *p)
 {
     return p && p->frozen;
 }
+
+/* ---- host copies of the blocks (the kernel table moves them) ---- */
+
+static rp_status check_block(const rp_params *p, const void *host, const char *fn)
+{
+    if (!p || !host) return RP_ERROR(RP_ERR_INVALID, "%s: NULL argument", fn);
+    if (!p->finalized) return RP_ERROR(RP_ERR_INVALID, "%s: the list is not finalized", fn);
+    return RP_OK;
+}
+
+rp_status rp_params_read_values(const rp_params *p, float *out)
+{
+    RP_CHECK(check_block(p, out, "rp_params_read_values"));
+    if (p->numel) p->k->mem_download(out, p->data, (size_t)p->numel * sizeof(float));
+    return RP_OK;
+}
+
+rp_status rp_params_write_values(rp_params *p, const float *in)
+{
+    RP_CHECK(check_block(p, in, "rp_params_write_values"));
+    if (p->numel) p->k->mem_upload(p->data, in, (size_t)p->numel * sizeof(float));
+    return RP_OK;
+}
+
+rp_status rp_params_read_grads(const rp_params *p, float *out)
+{
+    RP_CHECK(check_block(p, out, "rp_params_read_grads"));
+    if (p->trainable_numel)
+        p->k->mem_download(out, p->grad, (size_t)p->trainable_numel * sizeof(float));
+    return RP_OK;
+}
