@@ -74,6 +74,18 @@ static rp_status build_fn(rp_replica *rep, void *arg)
     return rp_replica_optimizer_create(rep, &m->opt, m->params, &j->oc);
 }
 
+/* Random gradients in [-1, 1), written through a host copy (the gradient block is storage). */
+static rp_status fill_grads(rp_params *p, uint64_t seed)
+{
+    int64_t n = rp_params_trainable_numel(p);
+    float *g = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!g) return RP_ERROR(RP_ERR_NOMEM, "test gradients");
+    tu_fill(g, n, seed, -1, 1);
+    rp_status status = rp_params_write_grads(p, g);
+    free(g);
+    return status;
+}
+
 static rp_status step_fn(rp_replica *rep, void *arg)
 {
     job *j = arg;
@@ -81,8 +93,7 @@ static rp_status step_fn(rp_replica *rep, void *arg)
     rp_comm *c = rp_replica_axis_comm(rep, RP_AXIS_DATA);
     rp_comm_stats before, after;
     RP_CHECK(rp_comm_stats_get(c, &before));
-    float *g = rp_params_grad(m->params);
-    tu_fill(g, rp_params_trainable_numel(m->params), 11 + (uint64_t)rp_replica_id(rep), -1, 1);
+    RP_CHECK(fill_grads(m->params, 11 + (uint64_t)rp_replica_id(rep)));
     RP_CHECK(rp_optimizer_step(m->opt, 0.1f));
     RP_CHECK(rp_comm_stats_get(c, &after));
     rp_comm_stats_diff(&after, &before, &j->step[rp_replica_id(rep)]);
@@ -103,8 +114,7 @@ static rp_status group_step_fn(rp_replica *rep, void *arg)
     RP_CHECK(rp_comm_stats_get(grp, &gbefore));
     int64_t ticket;
     RP_CHECK(rp_replica_next_batch(rep, &ticket));
-    float *g = rp_params_grad(m->params);
-    tu_fill(g, rp_params_trainable_numel(m->params), 11 + (uint64_t)id, -1, 1);
+    RP_CHECK(fill_grads(m->params, 11 + (uint64_t)id));
     RP_CHECK(rp_optimizer_step(m->opt, 0.1f));
     RP_CHECK(rp_comm_stats_get(c, &after));
     RP_CHECK(rp_comm_stats_get(grp, &gafter));

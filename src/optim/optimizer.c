@@ -533,7 +533,8 @@ rp_status rp_optimizer_set_range(rp_optimizer *opt, int64_t lo, int64_t hi)
     if (opt->slots > 0 && n > 0) {
         state = k->mem_alloc(state_bytes(opt, n));
         if (!state)
-            return RP_ERROR(RP_ERR_NOMEM, "rp_optimizer_set_range: cannot allocate %zu bytes of state",
+            return RP_ERROR(RP_ERR_NOMEM,
+                            "rp_optimizer_set_range: cannot allocate %zu bytes of state",
                             state_bytes(opt, n));
         k->mem_fill(state, 0, state_bytes(opt, n));
         int64_t from = lo > opt->lo ? lo : opt->lo, to = hi < opt->hi ? hi : opt->hi;

@@ -31,8 +31,8 @@ void rp_strategy_commit(void *storage, const void *view, size_t bytes)
     rp_staging_commit(rp_kernels_active(), storage, view, bytes);
 }
 
-rp_status rp_strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count,
-                                        rp_dtype dtype, rp_staging *s)
+rp_status rp_strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count, rp_dtype dtype,
+                                        rp_staging *s)
 {
     size_t bytes = (size_t)(count > 0 ? count : 0) * rp_dtype_size(dtype);
     bool root = !comm || rp_comm_rank(comm) == 0;

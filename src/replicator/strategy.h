@@ -80,8 +80,8 @@ extern const rp_strategy rp_strategy_groups;
 void *rp_strategy_view(rp_staging *s, const void *storage, size_t bytes, bool download);
 void rp_strategy_commit(void *storage, const void *view, size_t bytes);
 /* Broadcasts count elements of storage from comm's rank 0, through s's host view. */
-rp_status rp_strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count,
-                                        rp_dtype dtype, rp_staging *s);
+rp_status rp_strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count, rp_dtype dtype,
+                                        rp_staging *s);
 
 /* Broadcasts replica 0's values of params (and, if any, the optimizer's slots and steps). */
 rp_status rp_strategy_broadcast_params(rp_replica *rep, rp_params *params);

@@ -320,9 +320,9 @@ static rp_status groups_publish(rp_replica *rep, rp_optimizer *opt)
     size_t bytes = (size_t)numel * sizeof(float);
     if (rep->id == 0) {
         const float *hv = rp_strategy_view(&g->values, values, bytes, true);
-        const float *hs = state && hv ? rp_strategy_view(&g->state, state,
-                                                         (size_t)nstate * sizeof(float), true)
-                                      : NULL;
+        const float *hs =
+            state && hv ? rp_strategy_view(&g->state, state, (size_t)nstate * sizeof(float), true)
+                        : NULL;
         if (!hv || (state && !hs)) return rp_last_status();
         RP_CHECK(rp_ps_init(g->ps, hv, hs, steps));
     }

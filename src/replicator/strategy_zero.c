@@ -144,8 +144,8 @@ static void bucket_start(void *ctx, int b)
     rp_status status = rv ? RP_OK : rp_last_status();
     rt_internal_begin(z->rep->comm, "the runtime's gradient reduce-scatter");
     if (rv)
-        status = rp_comm_reduce_scatter(z->rep->comm, sv, rv, len, z->wire ? RP_BF16 : RP_F32,
-                                        RP_MEAN);
+        status =
+            rp_comm_reduce_scatter(z->rep->comm, sv, rv, len, z->wire ? RP_BF16 : RP_F32, RP_MEAN);
     rt_internal_end(z->rep->comm);
     if (status != RP_OK) {
         fail(z, status);
