@@ -306,7 +306,8 @@ static void *stage_main(void *arg)
     stage_ctx c = {.last = j->stage == j->stages - 1};
     rp_pipeline *p = NULL;
     float *images = NULL;
-    rp_tensor in = {0};
+    rp_tape *tin = NULL; /* stage 0's batch: a leaf on a tape of its own, in storage */
+    rp_tensor *in = NULL;
     rp_comm_stats before, after;
     rp_resnet_config cfg = stage_config(j->bounds[j->stage], j->bounds[j->stage + 1]);
     int B = j->micro * j->mb;
@@ -314,21 +315,20 @@ static void *stage_main(void *arg)
     if (j->status == RP_OK) j->status = rp_pipeline_create(&p, j->comm, RP_PIPE_GPIPE, j->micro);
     if (j->status == RP_OK && j->stage == 0) {
         images = calloc((size_t)B * 28 * 28, sizeof(float));
-        tu_fill(images, (int64_t)B * 28 * 28, 5, -1, 1);
-        in.ndim = 4;
-        in.shape[0] = B;
-        in.shape[1] = in.shape[2] = 28;
-        in.shape[3] = 1;
-        in.numel = (int64_t)B * 28 * 28;
-        in.data = images;
+        j->status = images ? rp_tape_create(&tin, 0) : RP_ERR_NOMEM;
+        if (j->status == RP_OK) {
+            tu_fill(images, (int64_t)B * 28 * 28, 5, -1, 1);
+            in = rp_tensor_from(tin, 4, (int[]){B, 28, 28, 1}, images);
+            if (!in) j->status = rp_last_status();
+        }
     }
     if (j->status == RP_OK) j->status = rp_comm_stats_get(j->comm, &before);
-    if (j->status == RP_OK)
-        j->status = rp_pipeline_run(p, stage_fn, &c, j->stage == 0 ? &in : NULL, NULL);
+    if (j->status == RP_OK) j->status = rp_pipeline_run(p, stage_fn, &c, in, NULL);
     if (j->status == RP_OK) j->status = rp_comm_stats_get(j->comm, &after);
     if (j->status == RP_OK) rp_comm_stats_diff(&after, &before, &j->sent);
     rp_pipeline_destroy(p);
     rp_resnet_destroy(c.net);
+    rp_tape_destroy(tin);
     free(images);
     return NULL;
 }

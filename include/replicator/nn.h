@@ -123,8 +123,8 @@ int64_t rp_params_offset(const rp_params *params, int i);
  * read_values copies the value block (rp_params_numel floats) into out, write_values replaces
  * it from in; read_grads and write_grads do the same with the gradient block
  * (rp_params_trainable_numel floats; a backward pass after write_grads accumulates onto what
- * it wrote). RP_ERR_INVALID for NULL or a list not finalized. Not
- * thread-safe with a step or a backward pass of the set.
+ * it wrote). RP_ERR_INVALID for NULL or a list not finalized. Not thread-safe with a step or a
+ * backward pass of the set.
  */
 rp_status rp_params_read_values(const rp_params *params, float *out);
 rp_status rp_params_write_values(rp_params *params, const float *in);

@@ -280,8 +280,9 @@ rp_status rp_params_finalize(rp_params *p, uint64_t seed)
     p->data = p->k->mem_alloc((size_t)p->numel * sizeof(float));
     p->grad = p->k->mem_alloc(grad_bytes(p));
     if (!p->data || !p->grad)
-        return RP_ERROR(RP_ERR_NOMEM, "rp_params_finalize: the %s kernels could not allocate the "
-                                      "%lld parameters' values and gradients",
+        return RP_ERROR(RP_ERR_NOMEM,
+                        "rp_params_finalize: the %s kernels could not allocate the "
+                        "%lld parameters' values and gradients",
                         p->k->name, (long long)p->numel);
     p->k->mem_fill(p->grad, 0, grad_bytes(p));
     for (int i = 0; i < p->n; i++) {

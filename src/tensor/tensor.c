@@ -62,7 +62,8 @@ float rp_tensor_get(const rp_tensor *x, int64_t i)
 
 rp_status rp_tensor_read(const rp_tensor *x, float *out, int64_t n)
 {
-    if (!x || !out) return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read: tensor and out must not be NULL");
+    if (!x || !out)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read: tensor and out must not be NULL");
     char sx[64];
     if (n != x->numel)
         return RP_ERROR(RP_ERR_SHAPE, "rp_tensor_read: the tensor %s has %lld values, not %lld",
