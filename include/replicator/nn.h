@@ -121,12 +121,15 @@ int64_t rp_params_offset(const rp_params *params, int i);
  * Host copies of the blocks, which are the kernel table's storage (so not for reading through
  * rp_params_data or rp_params_grad: a device table's storage is not host memory).
  * read_values copies the value block (rp_params_numel floats) into out, write_values replaces
- * it from in, read_grads copies the gradient block (rp_params_trainable_numel floats) into out.
- * RP_ERR_INVALID for NULL or a list not finalized. Not thread-safe with a step of the set.
+ * it from in; read_grads and write_grads do the same with the gradient block
+ * (rp_params_trainable_numel floats; a backward pass after write_grads accumulates onto what
+ * it wrote). RP_ERR_INVALID for NULL or a list not finalized. Not thread-safe with a step or a
+ * backward pass of the set.
  */
 rp_status rp_params_read_values(const rp_params *params, float *out);
 rp_status rp_params_write_values(rp_params *params, const float *in);
 rp_status rp_params_read_grads(const rp_params *params, float *out);
+rp_status rp_params_write_grads(rp_params *params, const float *in);
 
 /* Sets every gradient to zero and marks them fresh. */
 void rp_params_zero_grad(rp_params *params);

@@ -419,3 +419,14 @@ rp_status rp_params_read_grads(const rp_params *p, float *out)
         p->k->mem_download(out, p->grad, (size_t)p->trainable_numel * sizeof(float));
     return RP_OK;
 }
+
+rp_status rp_params_write_grads(rp_params *p, const float *in)
+{
+    RP_CHECK(check_block(p, in, "rp_params_write_grads"));
+    if (p->trainable_numel)
+        p->k->mem_upload(p->grad, in, (size_t)p->trainable_numel * sizeof(float));
+    /* No longer zeros: a later backward accumulates onto them. */
+    for (int i = 0; i < p->n_trainable; i++)
+        p->entries[p->order[i]].t->flags &= ~RP_TENSOR_GRAD_FRESH;
+    return RP_OK;
+}
