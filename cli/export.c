@@ -222,8 +222,9 @@ int rp_cli_export(int argc, char **argv)
                         "--dtype and --layout are for safetensors\n");
         return 2;
     }
-    if (!onnx && online) {
-        fprintf(stderr, "replicator export: --online goes with --format onnx\n");
+    if (!onnx && strcmp(layout, "standard") != 0 && online) {
+        fprintf(stderr,
+                "replicator export: --online goes with --format onnx or --layout standard\n");
         return 2;
     }
     if (!dtype_arg) dtype_arg = "bf16";
