@@ -124,7 +124,8 @@ echo "ok: a one-node Slurm ($(sinfo -V)) is up on $host"
 
 export REPLICATOR="$bin" OMP_WAIT_POLICY=passive
 run="$dir/run"
-args=(--threads 1 --data "$data" --limit 256 --batch 32)
+# The MLP: the scheduler is under test, not the model (8 steps an epoch; cheap under ASan too).
+args=(--threads 1 --data "$data" --limit 512 --batch 64)
 # step FILE: the global step a checkpoint holds (train/position[2]), read from the safetensors
 # header and buffer.
 step() {
@@ -148,7 +149,7 @@ wait_job() {
 }
 
 # 1. sbatch, mpirun inside the allocation.
-id=$(sbatch --parsable -o "$dir/job-%j.out" "$sbatch_script" resnet20 "${args[@]}" \
+id=$(sbatch --parsable -o "$dir/job-%j.out" "$sbatch_script" mlp "${args[@]}" \
     --max-steps 4 --out "$run")
 s=$(wait_job "$id")
 [ "$s" = COMPLETED ] || { tail -5 "$dir/job-$id.out"; fail "sbatch job $id ended $s"; }
@@ -164,7 +165,7 @@ grep -q "2 replicas (2 ranks x 1)" "$dir/srun.out" || fail "srun did not run 2 r
 echo "ok: srun -n2 --mpi=pmix resumed it to step 8"
 
 # 3. scancel mid-run, then resume.
-id=$(sbatch --parsable -o "$dir/job-%j.out" "$sbatch_script" --resume "$run" --epochs 100 \
+id=$(sbatch --parsable -o "$dir/job-%j.out" "$sbatch_script" --resume "$run" --epochs 1000 \
     --max-steps 100000)
 for _ in $(seq 240); do
     [ "$(step "$run/checkpoint.safetensors")" -gt 8 ] && break
