@@ -27,6 +27,7 @@ packages=(
   iproute2               # tests/mpi_two_hosts.sh: network namespaces and a veth pair
   dataset-fashion-mnist  # the default training data
   python3                # tests/cli_memory.sh: reads bench's JSON report and plays the peer
+  python3-torchvision    # bench/compare_loader_folder.sh: torchvision's ImageFolder + DataLoader, the loader's peer
 )
 
 missing=()
