@@ -6,7 +6,8 @@
 # says what each target checks and how to turn a finding into a regression test.
 #
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   SECONDS per target (default 45); TARGETs of
-#                                                idx cifar checkpoint config (default all)
+#                                                idx cifar checkpoint config image tar list
+#                                                (default all)
 #        scripts/fuzz.sh --seeds                 rewrites fuzz/corpus/ from the seed generator
 #
 # Each target runs over three corpus directories: build-fuzz/corpus/T (where new inputs go, kept
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=build-fuzz
-all_targets=(idx cifar checkpoint config)
+all_targets=(idx cifar checkpoint config image tar list)
 jobs=$(nproc)
 
 configure_and_build() {

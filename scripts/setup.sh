@@ -29,6 +29,7 @@ packages=(
   python3                # tests/cli_memory.sh: reads bench's JSON report and plays the peer
   python3-onnx python3-opencv  # tests/cli_onnx.sh: onnx.checker and OpenCV's dnn run the exported models
   slurmctld slurmd slurm-client munge libpmix-dev  # tests/cli_slurm.sh: a one-node Slurm; srun --mpi=pmix loads libpmix.so (in -dev)
+  python3-torchvision    # bench/compare_loader_folder.sh: torchvision's ImageFolder + DataLoader, the loader's peer
 )
 
 missing=()

@@ -39,8 +39,9 @@ RP_TEST_SKIP='*64mib' TSAN_OPTIONS=halt_on_error=1 build-tsan/test_comm_p2p
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_ps
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_async
 
-# The readers of files a user hands in (IDX, CIFAR-10, checkpoints, run configurations) under
-# libFuzzer with ASan + UBSan: about 1.5 minutes to build and 4 x 30 s to run; any finding fails.
+# The readers of files a user hands in (IDX, CIFAR-10, checkpoints, run configurations, and the
+# image-file datasets' JPEG/PNG decoder, tar shards and list files) under libFuzzer with
+# ASan + UBSan: about 1.5 minutes to build and 7 x 30 s to run; any finding fails.
 fuzz_seconds=${RP_FUZZ_SECONDS:-30}
 if [ "$fuzz_seconds" != 0 ]; then
   echo "== fuzzing: every target for ${fuzz_seconds} s (scripts/fuzz.sh, docs/fuzzing.md)"

@@ -215,8 +215,9 @@ rp_folder_config rp_folder_config_default(void);
  *             ImageFolder orders them. val's classes are named by train's
  *             (a val class missing is allowed, one train lacks is an error).
  *   list:DIR  list files DIR/train.txt and DIR/val.txt: one "path label" a
- *             line (the label the last field; a relative path is relative to
- *             DIR; blank lines and lines starting with '#' are skipped).
+ *             line (the label the last field, decimal digits; a relative path
+ *             is relative to DIR; blank lines and lines starting with '#' are
+ *             skipped; a line holding a NUL byte is bad).
  *   tar:DIR   WebDataset shards DIR/train/<any>.tar and DIR/val/<any>.tar in
  *             name order: a sample is the adjacent members sharing a key (the
  *             name up to the first dot of its last component), with an image

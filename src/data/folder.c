@@ -401,13 +401,16 @@ static rp_status list_index(rp_image_source *src, const char *file, const char *
     *max_label = -1;
     while ((len = getline(&line, &line_cap, f)) >= 0) {
         lineno++;
+        /* A NUL would end the line early for what follows, hiding the rest of it (or all of
+           it, as a blank line): a corrupt or binary file, so the line is bad. */
+        bool nul = memchr(line, '\0', (size_t)len) != NULL;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' ||
                            line[len - 1] == '\t'))
             line[--len] = '\0';
         char *p = line;
         while (*p == ' ' || *p == '\t')
             p++;
-        if (!*p || *p == '#') continue;
+        if (!nul && (!*p || *p == '#')) continue;
         /* The label is the last field, so a path may hold spaces. */
         char *sep = p + strlen(p);
         while (sep > p && sep[-1] != ' ' && sep[-1] != '\t')
@@ -415,12 +418,17 @@ static rp_status list_index(rp_image_source *src, const char *file, const char *
         char *lab = sep, *end = NULL;
         while (sep > p && (sep[-1] == ' ' || sep[-1] == '\t'))
             sep--;
+        /* Decimal digits only: strtol would also take a sign, and "" as 0. */
+        bool digits = *lab != '\0';
+        for (const char *q = lab; *q && digits; q++)
+            digits = *q >= '0' && *q <= '9';
         errno = 0;
-        long v = sep > p ? strtol(lab, &end, 10) : -1;
-        const char *why = sep == p                         ? "no label after the path"
-                          : errno || !end || *end || v < 0 ? "the label is not a number >= 0"
-                          : v >= RP_FOLDER_MAX_CLASSES     ? "the label is too large"
-                                                           : NULL;
+        long v = sep > p && digits ? strtol(lab, &end, 10) : -1;
+        const char *why = nul        ? "the line holds a NUL byte (a binary file?)"
+                          : sep == p ? "no label after the path"
+                          : !digits  ? "the label is not a decimal number >= 0"
+                          : errno || v >= RP_FOLDER_MAX_CLASSES ? "the label is too large"
+                                                                : NULL;
         if (why) {
             if (!src->cfg.skip_bad) {
                 status = RP_ERROR(RP_ERR_FORMAT,

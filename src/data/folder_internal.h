@@ -35,8 +35,9 @@ typedef struct img_scale {
 
 /*
  * A decoder's reusable state: one per thread (a TurboJPEG handle must not be
- * shared) and its buffers, which grow to the largest image seen and are then
- * reused, so that the steady state allocates nothing.
+ * shared; img_probe makes a fresh one for each JPEG, so that nothing of one
+ * file reaches the next) and its buffers, which grow to the largest image seen
+ * and are then reused, so that the steady state allocates none of them.
  */
 typedef struct img_decoder {
     void *tj;     /* tjhandle, made on first use */

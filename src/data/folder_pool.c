@@ -124,6 +124,15 @@ cleanup:
     return status;
 }
 
+/* Sample i's file for messages: its path, or "SHARD:MEMBER". */
+static void sample_name(const rp_image_source *src, int64_t i, char *buf, size_t size)
+{
+    if (src->kind == FOLDER_TAR)
+        snprintf(buf, size, "%s:%s", src->shards[src->shard[i]].path, folder_sample_name(src, i));
+    else
+        snprintf(buf, size, "%s", folder_sample_name(src, i));
+}
+
 /* Makes sample i (no replacement): read, decode, crop and resize, flip and normalise. */
 static rp_status make_one(const folder_request *req, int64_t i, folder_worker *w, float *out)
 {
@@ -132,11 +141,7 @@ static rp_status make_one(const folder_request *req, int64_t i, folder_worker *w
     const rp_folder_config *cfg = &src->cfg;
     const int S = ds->h;
     char name[4200];
-    if (src->kind == FOLDER_TAR)
-        snprintf(name, sizeof name, "%s:%s", src->shards[src->shard[i]].path,
-                 folder_sample_name(src, i));
-    else
-        snprintf(name, sizeof name, "%s", folder_sample_name(src, i));
+    sample_name(src, i, name, sizeof name);
 
     size_t size = 0;
     RP_CHECK(read_sample(src, i, name, w, &size));
@@ -184,6 +189,7 @@ rp_status folder_make_sample(const folder_request *req, int64_t idx, folder_work
     rp_image_source *src = ds->source;
     int tries = src->cfg.skip_bad ? FOLDER_SKIP_TRIES : 1;
     if (tries > ds->n) tries = (int)ds->n;
+    char last[4400] = ""; /* the last failure's message, for the error when all fail */
     for (int t = 0; t < tries; t++) {
         int64_t j = (idx + t) % ds->n;
         if (__atomic_load_n(&src->bad[j], __ATOMIC_RELAXED)) continue;
@@ -194,16 +200,23 @@ rp_status folder_make_sample(const folder_request *req, int64_t idx, folder_work
         }
         /* Only the file's own faults are skipped; running out of memory is not one. */
         if (!src->cfg.skip_bad || status == RP_ERR_NOMEM) return status;
+        snprintf(last, sizeof last, "%s", rp_last_error());
         if (__atomic_exchange_n(&src->bad[j], 1, __ATOMIC_RELAXED) == 0) {
             __atomic_add_fetch(&src->bad_count, 1, __ATOMIC_RELAXED);
             rp_warn("%s; skipped (--skip-bad): sample %lld is replaced by the next that decodes",
-                    rp_last_error(), (long long)j);
+                    last, (long long)j);
         }
     }
+    /* Every try failed, now or in an earlier batch: the error names a file at fault. */
+    char first[4200];
+    if (!last[0]) {
+        sample_name(src, idx % ds->n, first, sizeof first);
+        snprintf(last, sizeof last, "%s failed to decode earlier", first);
+    }
     return RP_ERROR(RP_ERR_FORMAT,
-                    "image folder: sample %lld and the %d after it cannot be decoded (see the "
-                    "warnings): too many bad files in a row to skip",
-                    (long long)idx, tries - 1);
+                    "image folder: %d samples in a row from sample %lld cannot be decoded, too "
+                    "many bad files to skip; the last: %s",
+                    tries, (long long)idx, last);
 }
 
 /* ---- the threads ------------------------------------------------------------- */

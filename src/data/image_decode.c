@@ -50,13 +50,17 @@ static rp_status tj_handle(img_decoder *d, const char *name)
 }
 
 /*
- * A handle that has failed is not reused: TurboJPEG 2.1's state after an error
- * in the middle of a header or scan is not reliable (a header read after a
- * failed one came back 0 pixels wide here), and a fresh one costs little.
+ * Drops the handle, so that the next file gets a fresh one. Each file does:
+ * libjpeg keeps the Huffman and quantisation tables of what a handle has read
+ * (for abbreviated datastreams, whose tables come separately), so a file that
+ * lacks a table would decode with the previous file's and its pixels would
+ * depend on what the thread read before. Nor is a handle that has failed
+ * reliable (TurboJPEG 2.1: a header read after a failed one came back 0
+ * pixels wide). A handle is cheap to make.
  */
 static void tj_reset(img_decoder *d)
 {
-    tjDestroy(d->tj);
+    if (d->tj) tjDestroy(d->tj);
     d->tj = NULL;
 }
 
@@ -71,11 +75,22 @@ rp_status img_probe(img_decoder *d, const uint8_t *data, size_t size, const char
     memset(info, 0, sizeof *info);
     if (size == 0) return RP_ERROR(RP_ERR_FORMAT, "%s: the file is empty (0 bytes)", name);
     if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
+        tj_reset(d); /* a fresh handle per file (see tj_reset) */
         RP_CHECK(tj_handle(d, name));
-        int w, h, subsamp, cs;
+        /* TurboJPEG 2.1 succeeds without setting the size when the data ends before the frame
+           header (libjpeg reads that as a tables-only stream): the zeros stay, and say so. */
+        int w = 0, h = 0, subsamp = 0, cs = 0;
         if (tjDecompressHeader3(d->tj, data, (unsigned long)size, &w, &h, &subsamp, &cs) != 0) {
             rp_status st = RP_ERROR(RP_ERR_FORMAT, "%s: corrupt or truncated JPEG header: %s", name,
                                     tjGetErrorStr2(d->tj));
+            tj_reset(d);
+            return st;
+        }
+        if (w == 0 || h == 0) {
+            rp_status st = RP_ERROR(RP_ERR_FORMAT,
+                                    "%s: a JPEG without an image: the data ends before the frame "
+                                    "header (%zu bytes; truncated?)",
+                                    name, size);
             tj_reset(d);
             return st;
         }
@@ -164,6 +179,38 @@ static bool jpeg_adobe(const uint8_t *p, size_t n)
     return false;
 }
 
+/*
+ * Whether TurboJPEG's last message is a libjpeg warning that leaves a whole
+ * image (jerror.h's JWRN_ texts). PIL refuses a truncated file ("image file
+ * is truncated") and accepts the other warnings (e.g. extraneous bytes before
+ * a marker). We refuse both of libjpeg's truncation warnings ("Premature end
+ * of JPEG file", and "premature end of data segment", which follows it and
+ * which a cut entropy segment also gives) and accept the others.
+ *
+ * The text decides, not tjGetErrorCode() alone: TurboJPEG 2.1 reports
+ * TJERR_WARNING for a call that warned at all, even when a fatal error then
+ * stopped it before any pixel was written (e.g. stray bytes before a scan,
+ * then a scan naming a component the frame lacks), which would pass off a
+ * buffer's old contents as the image. A fatal error's text replaces the
+ * warning's.
+ */
+static bool jpeg_accepted_warning(const char *msg)
+{
+    static const char *const accepted[] = {
+        "Corrupt JPEG data: ", /* extraneous bytes, bad Huffman or arithmetic code,
+                                  marker instead of RST, bad ICC marker */
+        "Unknown Adobe color transform code",
+        "Inconsistent progression sequence",
+        "Warning: unknown JFIF revision number",
+        "Invalid SOS parameters for sequential JPEG",
+        "Application transferred too many scanlines",
+    };
+    if (strstr(msg, "premature end")) return false;
+    for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++)
+        if (!strncmp(msg, accepted[i], strlen(accepted[i]))) return true;
+    return false;
+}
+
 static rp_status decode_jpeg(img_decoder *d, const uint8_t *data, size_t size, const char *name,
                              const img_info *info, img_scale s, int *pw, int *ph)
 {
@@ -186,16 +233,8 @@ static rp_status decode_jpeg(img_decoder *d, const uint8_t *data, size_t size, c
     }
     /* The accurate IDCT and fancy upsampling are TurboJPEG's defaults, and PIL's. */
     if (tjDecompress2(d->tj, data, (unsigned long)size, dst, w, 0, h, pf, 0) != 0) {
-        /*
-         * A warning leaves a decoded (maybe damaged) image. PIL refuses a
-         * truncated file ("image file is truncated") and accepts the other
-         * warnings (e.g. extraneous bytes before a marker). We refuse both of
-         * libjpeg's truncation warnings ("Premature end of JPEG file", and
-         * "premature end of data segment", which follows it and which a cut
-         * entropy segment also gives) and accept the others.
-         */
         const char *msg = tjGetErrorStr2(d->tj);
-        if (tjGetErrorCode(d->tj) != TJERR_WARNING || strstr(msg, "remature end")) {
+        if (tjGetErrorCode(d->tj) != TJERR_WARNING || !jpeg_accepted_warning(msg)) {
             rp_status st = RP_ERROR(RP_ERR_FORMAT, "%s: corrupt or truncated JPEG: %s", name, msg);
             tj_reset(d);
             return st;

@@ -216,9 +216,9 @@ typedef struct rp_grad_reducer {
     int64_t numel;
     const rp_kernels *k; /* the table its scans run on */
     rp_bucket_order order;
-    int64_t *ranges;   /* [2 * buckets]: lo, hi of each in the gradient block */
-    rp_bf16 *wire;     /* cfg.grad_dtype bf16: [the largest bucket] its payload (storage of k);
-                          NULL for f32 */
+    int64_t *ranges; /* [2 * buckets]: lo, hi of each in the gradient block */
+    rp_bf16 *wire;   /* cfg.grad_dtype bf16: [the largest bucket] its payload (storage of k);
+                        NULL for f32 */
     size_t wire_bytes;
     rp_staging stage;  /* the host view each bucket's all-reduce runs on */
     int64_t *scratch;  /* [2 * comm size]: the non-finite exchange */
