@@ -121,6 +121,23 @@ int64_t rp_params_offset(const rp_params *params, int i);
 void rp_params_zero_grad(rp_params *params);
 
 /*
+ * Whole blocks to and from the host. The blocks are the kernel table's storage (see tensor.h):
+ * code outside the library moves them with these rather than through rp_params_data/grad.
+ *  - rp_params_read_values copies the value block (rp_params_numel floats) into out;
+ *  - rp_params_write_values overwrites it from `values` (as many floats);
+ *  - rp_params_read_grads copies the gradient block (rp_params_trainable_numel floats) into out;
+ *  - rp_params_copy_values sets dst's values to src's (a target network from its online one,
+ *    say), storage to storage. The lists must have the same layout: as many tensors, each of
+ *    the same size in the same place (two lists built by the same code).
+ * Errors: RP_ERR_INVALID for a NULL argument or a list not finalized; RP_ERR_SHAPE when
+ * copy_values' lists differ (the message names the first tensor that does).
+ */
+rp_status rp_params_read_values(const rp_params *params, float *out);
+rp_status rp_params_write_values(rp_params *params, const float *values);
+rp_status rp_params_read_grads(const rp_params *params, float *out);
+rp_status rp_params_copy_values(rp_params *dst, const rp_params *src);
+
+/*
  * Freezes (true) or thaws (false) the whole set, e.g. a GAN's discriminator
  * while its generator trains. While frozen, no parameter of the set
  * requires a gradient: ops record no use of them, backward accumulates

@@ -387,3 +387,54 @@ bool rp_params_frozen(const rp_params *p)
 {
     return p && p->frozen;
 }
+
+/* ---- whole blocks, for code outside the library (storage moves through the table) ---- */
+
+static rp_status block_check(const rp_params *p, const void *host, const char *who)
+{
+    if (!p || !host)
+        return RP_ERROR(RP_ERR_INVALID, "%s: params and the host buffer must not be NULL", who);
+    if (!p->finalized) return RP_ERROR(RP_ERR_INVALID, "%s: the list is not finalized", who);
+    return RP_OK;
+}
+
+rp_status rp_params_read_values(const rp_params *p, float *out)
+{
+    RP_CHECK(block_check(p, out, "rp_params_read_values"));
+    p->k->mem_download(out, p->data, (size_t)p->numel * sizeof(float));
+    return RP_OK;
+}
+
+rp_status rp_params_write_values(rp_params *p, const float *values)
+{
+    RP_CHECK(block_check(p, values, "rp_params_write_values"));
+    p->k->mem_upload(p->data, values, (size_t)p->numel * sizeof(float));
+    return RP_OK;
+}
+
+rp_status rp_params_read_grads(const rp_params *p, float *out)
+{
+    RP_CHECK(block_check(p, out, "rp_params_read_grads"));
+    if (p->trainable_numel)
+        p->k->mem_download(out, p->grad, (size_t)p->trainable_numel * sizeof(float));
+    return RP_OK;
+}
+
+rp_status rp_params_copy_values(rp_params *dst, const rp_params *src)
+{
+    RP_CHECK(block_check(dst, src, "rp_params_copy_values"));
+    RP_CHECK(block_check(src, dst, "rp_params_copy_values"));
+    if (dst->n != src->n)
+        return RP_ERROR(RP_ERR_SHAPE, "rp_params_copy_values: %d tensors into a list of %d",
+                        src->n, dst->n);
+    for (int i = 0; i < src->n; i++) {
+        const rp_tensor *a = src->entries[src->order[i]].t, *b = dst->entries[dst->order[i]].t;
+        if (a->numel != b->numel || src->offsets[i] != dst->offsets[i])
+            return RP_ERROR(RP_ERR_SHAPE,
+                            "rp_params_copy_values: tensor %d is \"%s\" of %lld values in the "
+                            "source and \"%s\" of %lld in the destination",
+                            i, a->name, (long long)a->numel, b->name, (long long)b->numel);
+    }
+    dst->k->mem_copy(dst->data, src->data, (size_t)src->numel * sizeof(float));
+    return RP_OK;
+}
