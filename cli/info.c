@@ -32,10 +32,12 @@ int rp_cli_info(int argc, char **argv)
            v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
     printf("OpenMP threads %d\n", omp_get_max_threads());
     printf("environment    RP_LOG_LEVEL=%d RP_THREADS=%d RP_KERNELS=%s RP_DATA_DIR=%s "
-           "RP_COMM_TIMEOUT=%g RP_FLIGHT_ENTRIES=%d RP_CONV_ALGO=%s%s%s%s\n",
+           "RP_COMM_TIMEOUT=%g RP_FLIGHT_ENTRIES=%d RP_CONV_ALGO=%s%s%s%s%s%s\n",
            env->log_level, env->threads, env->kernels, env->data_dir, env->comm_timeout,
            env->flight_entries, env->conv_algo, env->faults ? " RP_FAULTS=" : "",
-           env->faults ? env->faults : "", env->arena_poison ? " RP_ARENA_POISON=1" : "");
+           env->faults ? env->faults : "", env->arena_poison ? " RP_ARENA_POISON=1" : "",
+           strcmp(env->kernels, "strict") == 0 ? " RP_STRICT_ARGS=" : "",
+           strcmp(env->kernels, "strict") == 0 ? env->strict_args : "");
     printf("convolutions   %s\n",
            rp_kernels_get_conv_algorithm() == RP_CONV_DIRECT ? "direct (RP_CONV_ALGO=direct)"
            : dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core

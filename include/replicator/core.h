@@ -172,6 +172,9 @@ typedef struct rp_env {
     const char *faults;    /* RP_FAULTS: a fault schedule (docs/faults.md), NULL if unset */
     bool arena_poison;     /* RP_ARENA_POISON: set and not "0": arenas start in poison mode
                               (rp_arena_set_poison), released memory filled with NaN */
+    /* RP_STRICT_ARGS, for RP_KERNELS=strict: "abort" (the default: host memory passed to a kernel
+       aborts the process), "warn" (said once per kernel and argument) or "off" ("0"). */
+    const char *strict_args;
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */

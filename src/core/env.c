@@ -63,6 +63,11 @@ static void read_env(void)
     /* Released arena memory filled with NaN (src/core/arena.c), for tests of the liveness plan. */
     const char *poison = getenv("RP_ARENA_POISON");
     env.arena_poison = poison && *poison && strcmp(poison, "0") != 0;
+    /* The strict kernel table's check that kernels receive storage only (src/kernels/strict/). */
+    const char *strict = getenv("RP_STRICT_ARGS");
+    env.strict_args = strict && !strcmp(strict, "0")      ? "off"
+                      : strict && !strcmp(strict, "warn") ? "warn"
+                                                          : "abort";
 }
 
 const rp_env *rp_env_get(void)

@@ -2,7 +2,8 @@
  * kernels.h - the compute layer. Everything that loops over tensor elements
  * lives behind this table. Two tables exist: `ref` (src/kernels/ref/, plain C,
  * the numerical specification) and `cpu` (src/kernels/cpu/, OpenBLAS, oneDNN
- * and vectorisable loops). A later GPU backend is a third table.
+ * and vectorisable loops). A later GPU backend is a third table; until then `strict`
+ * (src/kernels/strict/) runs cpu's kernels over storage the host cannot read between calls.
  *
  * Argument order, as in llm.c: outputs, saved values, inputs, weights, dims.
  * Gradient arguments are prefixed with d. Unless a kernel says "accumulates",

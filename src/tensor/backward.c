@@ -386,15 +386,36 @@ static rp_status reduce_axes_bwd(rp_tape *t, rp_node *nd)
 static rp_status custom_bwd(rp_tape *t, rp_node *nd)
 {
     rp_tensor **in = nd->many ? nd->many : nd->in;
-    float **din = tape_scratch(t, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof(float *));
+    float **din = rp_arena_alloc(t->arena, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof(float *));
     if (!din) return tape_oom();
     bool fail = false;
     for (int i = 0; i < nd->n_in; i++)
         din[i] = tape_grad_acc(t, in[i], &fail);
     if (fail) return tape_oom();
     const rp_custom_op *op = nd->a.custom.op;
-    rp_status st = op->backward(nd->a.custom.ctx, nd->out, nd->out->grad, in, din, nd->n_in);
-    return st == RP_OK ? RP_OK : tape_custom_error(st, op, "backward");
+    if (t->k->host_storage) {
+        rp_status st = op->backward(nd->a.custom.ctx, nd->out, nd->out->grad, in, din, nd->n_in);
+        return st == RP_OK ? RP_OK : tape_custom_error(st, op, "backward");
+    }
+    /* Host code over host shadows: the values, dout and the gradients it adds to, downloaded,
+       then the gradients uploaded back. */
+    rp_tensor **hin = rp_arena_alloc(t->arena, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof *hin);
+    float **hdin = rp_arena_alloc(t->arena, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof *hdin);
+    rp_tensor *hout = tape_host_tensor(t, nd->out, true);
+    size_t out_bytes = (size_t)nd->out->numel * sizeof(float);
+    const float *hdout = nd->out->grad ? tape_host_in(t, nd->out->grad, out_bytes) : NULL;
+    if (!hin || !hdin || !hout || (nd->out->grad && !hdout)) return tape_oom();
+    for (int i = 0; i < nd->n_in; i++) {
+        hin[i] = tape_host_tensor(t, in[i], true);
+        size_t bytes = (size_t)in[i]->numel * sizeof(float);
+        hdin[i] = din[i] ? tape_host_in(t, din[i], bytes) : NULL;
+        if (!hin[i] || (din[i] && !hdin[i])) return tape_oom();
+    }
+    rp_status st = op->backward(nd->a.custom.ctx, hout, hdout, hin, hdin, nd->n_in);
+    if (st != RP_OK) return tape_custom_error(st, op, "backward");
+    for (int i = 0; i < nd->n_in; i++)
+        if (din[i]) tape_host_commit(t, din[i], hdin[i], (size_t)in[i]->numel * sizeof(float));
+    return RP_OK;
 }
 
 /*

@@ -36,11 +36,26 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
     }
     rp_tensor *y = rp_tape_tensor(t, ndim, shape);
     RP_PROPAGATE_NULL(y);
-    rp_status st = op->forward(ctx, y, in, n);
+    /* The callbacks are host code: they get host shadows of the tensors (the tensors themselves
+       when storage is host memory). */
+    rp_tensor *const *hin = in;
+    if (!t->k->host_storage && n > 0) {
+        rp_tensor **shadows = rp_arena_alloc(t->arena, (size_t)n * sizeof *shadows);
+        RP_PROPAGATE_NULL(shadows);
+        for (int i = 0; i < n; i++) {
+            shadows[i] = tape_host_tensor(t, in[i], true);
+            RP_PROPAGATE_NULL(shadows[i]);
+        }
+        hin = shadows;
+    }
+    rp_tensor *hy = tape_host_tensor(t, y, false);
+    RP_PROPAGATE_NULL(hy);
+    rp_status st = op->forward(ctx, hy, hin, n);
     if (st != RP_OK) {
         tape_custom_error(st, op, "forward");
         return NULL;
     }
+    tape_host_tensor_commit(t, y, hy);
     if (rp_tape_needs_grad(t, in, n)) {
         rp_node *node = rp_tape_record(t, RP_OP_CUSTOM, y, in, n);
         RP_PROPAGATE_NULL(node);

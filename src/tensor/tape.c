@@ -128,6 +128,23 @@ void tape_host_commit(rp_tape *t, void *storage, const void *host, size_t bytes)
     if (host != storage) t->k->mem_upload(storage, host, bytes);
 }
 
+rp_tensor *tape_host_tensor(rp_tape *t, rp_tensor *x, bool download)
+{
+    if (t->k->host_storage) return x;
+    rp_tensor *h = rp_arena_alloc(t->arena, sizeof *h);
+    RP_PROPAGATE_NULL(h);
+    *h = *x;
+    h->grad = NULL; /* a callback gets gradients as arguments, never through the struct */
+    h->storage = download ? tape_host_in(t, x->storage, tape_bytes(x))
+                          : tape_host_out(t, x->storage, tape_bytes(x));
+    return h->storage ? h : NULL;
+}
+
+void tape_host_tensor_commit(rp_tape *t, rp_tensor *x, const rp_tensor *shadow)
+{
+    if (shadow != x) tape_host_commit(t, x->storage, shadow->storage, tape_bytes(x));
+}
+
 void tape_set_scalar(rp_tape *t, rp_tensor *y, float value)
 {
     t->k->mem_upload(y->data, &value, sizeof value);

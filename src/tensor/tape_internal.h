@@ -178,6 +178,15 @@ void *tape_host_in(rp_tape *t, const void *storage, size_t bytes);
 void *tape_host_out(rp_tape *t, void *storage, size_t bytes);
 void tape_host_commit(rp_tape *t, void *storage, const void *host, size_t bytes);
 
+/*
+ * A host shadow of x for a custom op's callbacks (host code by contract): x itself with a host
+ * table; otherwise a copy of x's struct on the host arena whose values are a host view
+ * (downloaded when `download`). tape_host_tensor_commit uploads the shadow's values back into x.
+ * NULL on OOM.
+ */
+rp_tensor *tape_host_tensor(rp_tape *t, rp_tensor *x, bool download);
+void tape_host_tensor_commit(rp_tape *t, rp_tensor *x, const rp_tensor *shadow);
+
 /* Sets a one-element f32 tensor's value from the host (a loss the kernels returned). */
 void tape_set_scalar(rp_tape *t, rp_tensor *y, float value);
 
