@@ -65,6 +65,18 @@ static rp_status build(rp_replica *rep, void *arg)
 }
 
 /*
+ * x's gradient (a leaf's, after backward) to the host. Like its values, a gradient lives in the
+ * kernel table's storage: a tensor naming it as its values is read with rp_tensor_read.
+ */
+static rp_status read_grad(const rp_tensor *x, float *out)
+{
+    rp_tensor g = *x;
+    g.dtype = RP_F32;
+    g.data = x->grad;
+    return rp_tensor_read(&g, out, x->numel);
+}
+
+/*
  * Plain SGD on this stage's own parameters. The stages hold different layers, so the replica
  * optimizer (which keeps replicas identical) is not the tool here; rp_optim_apply is the
  * update rule on a block the caller owns.
@@ -91,7 +103,10 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
         rp_tensor *h = rp_relu(
             t, rp_linear_layer_forward(t, &s->fc, rp_tensor_from(t, 2, (int[]){BATCH, IN}, x)));
         if (!h) return rp_last_status();
-        RP_CHECK(rp_comm_send(c, h->data, h->numel, RP_F32, 1, TAG_ACTIVATION));
+        /* Tensor values live in the kernel table's storage: messages go through host copies. */
+        float hv[BATCH * HIDDEN];
+        RP_CHECK(rp_tensor_read(h, hv, BATCH * HIDDEN));
+        RP_CHECK(rp_comm_send(c, hv, BATCH * HIDDEN, RP_F32, 1, TAG_ACTIVATION));
         float dh[BATCH * HIDDEN];
         RP_CHECK(rp_comm_recv(c, dh, BATCH * HIDDEN, RP_F32, 1, TAG_GRADIENT));
         /* Back-propagate stage 1's dL/dh from h: the gradient of sum(h * dh), dh held constant,
@@ -101,15 +116,17 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
         if (!through) return rp_last_status();
         RP_CHECK(rp_backward(t, through));
     } else {
-        rp_tensor *h = rp_tensor_new(t, 2, (int[]){BATCH, HIDDEN});
+        float hv[BATCH * HIDDEN];
+        RP_CHECK(rp_comm_recv(c, hv, BATCH * HIDDEN, RP_F32, 0, TAG_ACTIVATION));
+        rp_tensor *h = rp_tensor_from(t, 2, (int[]){BATCH, HIDDEN}, hv);
         if (!h) return rp_last_status();
-        RP_CHECK(rp_comm_recv(c, h->data, h->numel, RP_F32, 0, TAG_ACTIVATION));
-        h->flags |= RP_TENSOR_REQUIRES_GRAD; /* a leaf here, but its gradient goes back */
+        rp_tensor_set_requires_grad(h, true); /* a leaf here, but its gradient goes back */
         rp_tensor *l = rp_mse(t, rp_linear_layer_forward(t, &s->fc, h),
                               rp_tensor_from(t, 2, (int[]){BATCH, 1}, y));
         if (!l) return rp_last_status();
         RP_CHECK(rp_backward(t, l));
-        RP_CHECK(rp_comm_send(c, h->grad, h->numel, RP_F32, 0, TAG_GRADIENT));
+        RP_CHECK(read_grad(h, hv));
+        RP_CHECK(rp_comm_send(c, hv, BATCH * HIDDEN, RP_F32, 0, TAG_GRADIENT));
         loss = rp_item(l);
     }
     update(s->params);
@@ -165,8 +182,12 @@ static double max_diff(const rp_params *stage, const rp_params *ref)
     for (int i = 0; i < rp_params_trainable_count(stage); i++) {
         const rp_tensor *a = rp_params_at(stage, i), *b = rp_params_find(ref, a->name);
         if (!b || b->numel != a->numel) return INFINITY;
+        float va[IN * HIDDEN], vb[IN * HIDDEN]; /* the largest tensor: fc1's weight */
+        if (a->numel > IN * HIDDEN || rp_tensor_read(a, va, a->numel) != RP_OK ||
+            rp_tensor_read(b, vb, b->numel) != RP_OK)
+            return INFINITY;
         for (int64_t j = 0; j < a->numel; j++)
-            d = fmax(d, fabs(a->data[j] - b->data[j]));
+            d = fmax(d, fabs(va[j] - vb[j]));
     }
     return d;
 }

@@ -125,7 +125,9 @@ void rp_params_zero_grad(rp_params *params);
  * code outside the library moves them with these rather than through rp_params_data/grad.
  *  - rp_params_read_values copies the value block (rp_params_numel floats) into out;
  *  - rp_params_write_values overwrites it from `values` (as many floats);
- *  - rp_params_read_grads copies the gradient block (rp_params_trainable_numel floats) into out;
+ *  - rp_params_read_grads copies the gradient block (rp_params_trainable_numel floats) into out,
+ *    and rp_params_write_grads overwrites it (gradients averaged by hand, say; a later
+ *    backward adds to what was written);
  *  - rp_params_copy_values sets dst's values to src's (a target network from its online one,
  *    say), storage to storage. The lists must have the same layout: as many tensors, each of
  *    the same size in the same place (two lists built by the same code).
@@ -135,6 +137,7 @@ void rp_params_zero_grad(rp_params *params);
 rp_status rp_params_read_values(const rp_params *params, float *out);
 rp_status rp_params_write_values(rp_params *params, const float *values);
 rp_status rp_params_read_grads(const rp_params *params, float *out);
+rp_status rp_params_write_grads(rp_params *params, const float *grads);
 rp_status rp_params_copy_values(rp_params *dst, const rp_params *src);
 
 /*

@@ -420,6 +420,17 @@ rp_status rp_params_read_grads(const rp_params *p, float *out)
     return RP_OK;
 }
 
+rp_status rp_params_write_grads(rp_params *p, const float *grads)
+{
+    RP_CHECK(block_check(p, grads, "rp_params_write_grads"));
+    if (p->trainable_numel)
+        p->k->mem_upload(p->grad, grads, (size_t)p->trainable_numel * sizeof(float));
+    /* The block no longer holds zeros: a later backward adds to what was written. */
+    for (int i = 0; i < p->n_trainable; i++)
+        p->entries[p->order[i]].t->flags &= ~RP_TENSOR_GRAD_FRESH;
+    return RP_OK;
+}
+
 rp_status rp_params_copy_values(rp_params *dst, const rp_params *src)
 {
     RP_CHECK(block_check(dst, src, "rp_params_copy_values"));
