@@ -30,9 +30,10 @@ for k in $(seq "$rounds"); do
     all[r2x1_cross]+=" $(build/replicator bench resnet "${common[@]}" --replicas 2 --threads-per-replica 1 | ips)"
     all[r2x1_local]+=" $(build/replicator bench resnet "${common[@]}" --replicas 2 --threads-per-replica 1 --local-bn | ips)"
     all[torch_1x2]+=" $(bench/torch_env.sh --model resnet20 --batch 128 --iters 20 --threads 2 --format both --json 2>/dev/null | ips)"
-    # DDP takes one memory format per run: both, keep the faster.
-    all[torch_ddp_2x1]+=" $(for f in nchw channels_last; do SCRIPT=bench/resnet_torch_ddp.py timeout 600 \
-        bench/torch_env.sh --threads 1 --batch 128 --iters 20 --format $f --json 2>/dev/null; done | ips)"
+    # DDP takes one memory format and precision per run: all four, keep the fastest.
+    all[torch_ddp_2x1]+=" $(for f in nchw channels_last; do for p in f32 bf16; do SCRIPT=bench/resnet_torch_ddp.py \
+        timeout 600 bench/torch_env.sh --threads 1 --batch 128 --iters 20 --format $f --precision $p --json \
+        2>/dev/null; done; done | ips)"
     echo "round $k:"; for n in "${names[@]}"; do echo "  $n ${all[$n]}"; done
 done
 echo "medians (global images/s; gemm_ceiling: the GEMM's GFLOP/s over 0.187 GFLOP per image):"

@@ -7,7 +7,8 @@ ResNet-20 (the model of bench/resnet_torch.py, imported from it) on synthetic
 28x28x1 inputs at a GLOBAL batch (--batch, default 128 = 64 per process), with
 SGD(lr=0.1, momentum=0.9, weight_decay=5e-4), cross-entropy, batch norm in
 training mode (per-process statistics, as plain DDP does).  Data loading is not
-measured.  Each timed step is bracketed by nothing but the step itself; the
+measured.  --precision bf16 adds CPU autocast to bf16 around the forward pass and
+the loss (gradients stay f32, so DDP all-reduces f32).  Each timed step is bracketed by nothing but the step itself; the
 whole timed window is bracketed by barriers, and global images/s =
 global_batch * iters / window.
 
@@ -33,7 +34,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from resnet_torch import build_model, count_params, make_optimizer, MODELS  # noqa: E402
+from resnet_torch import autocast, build_model, count_params, make_optimizer, MODELS  # noqa: E402
 
 
 def free_port():
@@ -66,7 +67,8 @@ def worker(rank, a, port):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(ddp(x), y)
+            with autocast(a.precision):  # bf16: the same autocast arm as resnet_torch.py's
+                loss = F.cross_entropy(ddp(x), y)
             loss.backward()  # gradients all-reduced (mean) by DDP here
             opt.step()
             return loss
@@ -100,6 +102,7 @@ def worker(rank, a, port):
                 "procs": a.procs,
                 "threads": a.threads,
                 "format": a.format,
+                "precision": a.precision,
                 "images_per_s": round(a.batch * a.iters / window, 2),
                 "ms_per_step": round(1e3 * window / a.iters, 2),
                 "median_ms_per_step": round(1e3 * med, 2),
@@ -117,7 +120,7 @@ def worker(rank, a, port):
             if a.json:
                 print(json.dumps(r), flush=True)
             else:
-                print(f"DDP {a.procs}x{a.threads} {a.format}: global batch {a.batch} "
+                print(f"DDP {a.procs}x{a.threads} {a.format} {a.precision}: global batch {a.batch} "
                       f"({per}/proc): {r['images_per_s']:.2f} images/s, "
                       f"{r['ms_per_step']:.2f} ms/step (mean), median {r['median_ms_per_step']:.2f} "
                       f"ms/step, params {r['params']}, in sync {r['replicas_in_sync']}", flush=True)
@@ -139,6 +142,9 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--format", choices=["channels_last", "nchw"], default="nchw")
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                    help="f32 (default) or bf16: torch.cpu.amp.autocast(dtype=torch.bfloat16) "
+                         "around the forward pass and the loss, as bench/resnet_torch.py")
     ap.add_argument("--in-ch", type=int, default=1)
     ap.add_argument("--size", type=int, default=28)
     ap.add_argument("--seed", type=int, default=0)

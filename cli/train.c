@@ -59,6 +59,10 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli, int arg
             snprintf(o->precision, sizeof o->precision, "%s", cli->precision);
         } else if (!strcmp(argv[i], "--pipeline")) {
             snprintf(o->pipeline, sizeof o->pipeline, "%s", cli->pipeline);
+        } else if (!strcmp(argv[i], "--loader-threads")) {
+            o->folder.threads = cli->folder.threads; /* the same samples on any count */
+        } else if (!strcmp(argv[i], "--skip-bad")) {
+            o->folder.skip_bad = true;
         } else if (!strcmp(argv[i], "--micro-batches")) {
             if (cli->micro_batches != o->micro_batches)
                 rp_warn("resuming with %d micro-batches, the run used %d: batch norm's "
@@ -293,8 +297,9 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
             clf->train->num_classes, (long long)params, o->batch, o->epochs,
             (long long)rp_trainer_steps_per_epoch(t), (double)o->lr, o->schedule, o->warmup_epochs,
             (double)o->momentum, o->nesterov ? " nesterov" : "", (double)o->weight_decay,
-            o->augment ? "crop+flip" : "off", (unsigned long long)o->seed, layout,
-            rp_kernels_name());
+            o->augment ? (!strcmp(o->dataset, "folder") ? "RandomResizedCrop+flip" : "crop+flip")
+                       : "off",
+            (unsigned long long)o->seed, layout, rp_kernels_name());
     if (stages[0]) fprintf(stderr, "%s\n", stages);
     train_print_precision(o->precision);
     /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO-1). */
@@ -425,6 +430,14 @@ int rp_cli_train(int argc, char **argv)
                "run), %s\n",
                o.model, clf->train->name, 100 * clf->last_accuracy, 100 * clf->best_accuracy,
                (long long)p.epoch, (long long)p.steps_this_run, total);
+    }
+    if (clf && t && rp_trainer_is_root(t)) {
+        int64_t bad = rp_dataset_bad_files(clf->train) + rp_dataset_bad_files(clf->test);
+        if (bad)
+            fprintf(stderr,
+                    "  %lld image file%s could not be decoded and %s skipped (--skip-bad; "
+                    "the warnings name them)\n",
+                    (long long)bad, bad > 1 ? "s" : "", bad > 1 ? "were" : "was");
     }
     bool reported = false;
     if (status != RP_OK && rp_comm_mpi_launched()) {

@@ -57,9 +57,11 @@ typedef struct train_opts {
     int n_hidden;
     bool augment;
     int pad;
-    int64_t limit;     /* first N training samples (0: all) */
-    int image_size;    /* pad images to N x N (0: as stored) */
-    int64_t max_steps; /* stop (and checkpoint) after this global step (0: no limit) */
+    int64_t limit;           /* first N training samples (0: all) */
+    int image_size;          /* pad images to N x N (0: as stored) */
+    rp_folder_config folder; /* --dataset folder: decoding and augmentation (image_size unused:
+                                the crop side is image_size, 224 when 0; threads not saved) */
+    int64_t max_steps;       /* stop (and checkpoint) after this global step (0: no limit) */
     bool quiet;
     bool no_checkpoint;
     bool force;              /* --out may hold an earlier run's checkpoint: overwrite it */

@@ -33,6 +33,7 @@ void train_opts_default(train_opts *o, const char *model)
     o->tensor_parallel = 1;
     snprintf(o->pipeline, sizeof o->pipeline, "gpipe");
     o->micro_batches = 1;
+    o->folder = rp_folder_config_default();
     if (!strcmp(model, "mlp")) {
         o->epochs = 10;
         o->lr = 0.05f;
@@ -59,14 +60,32 @@ static void usage(FILE *f)
             "MODEL is resnet20 (default), resnet18, resnet50 or mlp; `resnet` means resnet20.\n"
             "\n"
             "data:\n"
-            "  --dataset D       fashion-mnist (default), mnist, cifar10 or synthetic\n"
+            "  --dataset D       fashion-mnist (default), mnist, cifar10, synthetic, or folder:\n"
+            "                    your own JPEG/PNG images (docs/data.md)\n"
             "  --data DIR        dataset directory (default $RP_DATA_DIR or\n"
-            "                    /usr/share/datasets/fashion-mnist)\n"
+            "                    /usr/share/datasets/fashion-mnist); for folder: DIR with\n"
+            "                    train/<class>/*.jpg and val/<class>/*.jpg (torchvision's\n"
+            "                    ImageFolder), list:DIR (DIR/train.txt, DIR/val.txt: lines\n"
+            "                    \"path label\"), or tar:DIR (WebDataset shards DIR/train/*.tar,\n"
+            "                    DIR/val/*.tar of NNNNNN.jpg + NNNNNN.cls)\n"
             "  --limit N         train on the first N samples only\n"
             "  --image-size N    pad the images to N x N, centred (e.g. 32 for Fashion-MNIST,\n"
             "                    the size the SN-GAN's judge sees)\n"
             "  --no-augment      no random crop and flip (resnets augment by default)\n"
             "  --pad N           random-crop padding (default 2)\n"
+            "image files (--dataset folder; torchvision's ImageNet recipe, docs/data.md):\n"
+            "  --image-size N    side of the crops (default 224): training takes\n"
+            "                    RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3) and a flip,\n"
+            "                    evaluation Resize(--resize-size) and CenterCrop(N)\n"
+            "  --resize-size N   evaluation's short side before the centre crop (default\n"
+            "                    N x 256/224: 256 for 224)\n"
+            "  --mean R,G,B      normalisation of pixel/255 (default ImageNet's\n"
+            "  --std R,G,B       0.485,0.456,0.406 and 0.229,0.224,0.225)\n"
+            "  --loader-threads N  threads decoding and augmenting images (default 2)\n"
+            "  --skip-bad        log, count and replace a file that cannot be decoded (default:\n"
+            "                    stop with an error naming it)\n"
+            "  --no-dct-scaling  decode every JPEG at full size (default: training crops\n"
+            "                    decode large JPEGs at 1/2, 1/4... in libjpeg-turbo's DCT)\n"
             "optimisation:\n"
             "  --epochs N        passes over the training set (resnet20: 8, mlp: 10)\n"
             "  --batch N         batch size (default 128)\n"
@@ -207,6 +226,19 @@ static bool parse_widths(const char *s, int *out, int *n)
     return *n > 0;
 }
 
+/* Three comma-separated numbers in [lo, hi], e.g. "0.485,0.456,0.406". */
+static bool parse_triple(const char *s, float lo, float hi, float out[3])
+{
+    for (int k = 0; k < 3; k++) {
+        char *end;
+        float v = strtof(s, &end);
+        if (end == s || !(v >= lo && v <= hi) || (k < 2 ? *end != ',' : *end != '\0')) return false;
+        out[k] = v;
+        s = end + 1;
+    }
+    return true;
+}
+
 static bool known_model(const char *m)
 {
     return rp_classifier_known_model(m);
@@ -266,6 +298,14 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             o->plan_check = true;
             continue;
         }
+        if (!strcmp(a, "--skip-bad")) {
+            o->folder.skip_bad = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-dct-scaling")) {
+            o->folder.dct_scaling = false;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "replicator train: %s needs a value (see --help)\n", a);
             return 2;
@@ -290,7 +330,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
             continue; /* read above, before the defaults */
         else if (!strcmp(a, "--dataset")) {
             ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10") ||
-                 !strcmp(v, "synthetic");
+                 !strcmp(v, "synthetic") || !strcmp(v, "folder");
             snprintf(o->dataset, sizeof o->dataset, "%s", v);
         } else if (!strcmp(a, "--schedule")) {
             ok = !strcmp(v, "cosine") || !strcmp(v, "constant");
@@ -378,6 +418,16 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         } else if (!strcmp(a, "--image-size")) {
             ok = train_parse_long(v, 1, 4096, &n);
             o->image_size = (int)n;
+        } else if (!strcmp(a, "--resize-size")) {
+            ok = train_parse_long(v, 1, 65535, &n);
+            o->folder.resize_size = (int)n;
+        } else if (!strcmp(a, "--loader-threads")) {
+            ok = train_parse_long(v, 1, 256, &n);
+            o->folder.threads = (int)n;
+        } else if (!strcmp(a, "--mean")) {
+            ok = parse_triple(v, -1000.0f, 1000.0f, o->folder.mean);
+        } else if (!strcmp(a, "--std")) {
+            ok = parse_triple(v, 1e-6f, 1000.0f, o->folder.std);
         } else if (!strcmp(a, "--max-steps")) {
             ok = train_parse_long(v, 1, 1L << 40, &n);
             o->max_steps = n;
@@ -477,25 +527,62 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                 o->model_parallel > 1 ? "--model-parallel" : "--micro-batches");
         return 2;
     }
+    if (strcmp(o->dataset, "folder") != 0) {
+        static const char *const folder_only[] = {"--resize-size", "--mean",
+                                                  "--std",         "--loader-threads",
+                                                  "--skip-bad",    "--no-dct-scaling"};
+        for (int k = 1; k < argc; k++)
+            for (size_t m = 0; m < sizeof folder_only / sizeof folder_only[0]; m++)
+                if (!strcmp(argv[k], folder_only[m]) && !*resume) {
+                    fprintf(stderr,
+                            "replicator train: %s is for image files (--dataset folder); "
+                            "%s is read whole\n",
+                            argv[k], o->dataset);
+                    return 2;
+                }
+    }
+    if (!strcmp(o->dataset, "folder") && o->folder.resize_size &&
+        o->folder.resize_size < (o->image_size ? o->image_size : 224)) {
+        fprintf(stderr,
+                "replicator train: --resize-size %d is smaller than the crop (--image-size %d): "
+                "the centre crop is cut from the resized image\n",
+                o->folder.resize_size, o->image_size ? o->image_size : 224);
+        return 2;
+    }
     if (o->nesterov && o->momentum <= 0) {
         fprintf(stderr, "replicator train: --nesterov needs --momentum > 0\n");
         return 2;
     }
     if (*resume) {
         /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
-        static const char *const allowed[] = {"--resume",       "--epochs",
-                                              "--data",         "--threads",
-                                              "--replicas",     "--threads-per-replica",
-                                              "--max-steps",    "--no-checkpoint",
-                                              "--quiet",        "--backend",
-                                              "--comm-timeout", "--regime",
-                                              "--ps",           "--staleness",
-                                              "--slow",         "--faults",
-                                              "--tensorboard",  "--trace",
-                                              "--zero",         "--model-parallel",
-                                              "--pipeline",     "--micro-batches",
-                                              "--sync-groups",  "--tensor-parallel",
-                                              "--precision",    "--grad-dtype"};
+        static const char *const allowed[] = {"--resume",
+                                              "--epochs",
+                                              "--data",
+                                              "--threads",
+                                              "--replicas",
+                                              "--threads-per-replica",
+                                              "--max-steps",
+                                              "--no-checkpoint",
+                                              "--quiet",
+                                              "--backend",
+                                              "--comm-timeout",
+                                              "--regime",
+                                              "--ps",
+                                              "--staleness",
+                                              "--slow",
+                                              "--faults",
+                                              "--tensorboard",
+                                              "--trace",
+                                              "--zero",
+                                              "--model-parallel",
+                                              "--pipeline",
+                                              "--micro-batches",
+                                              "--sync-groups",
+                                              "--tensor-parallel",
+                                              "--precision",
+                                              "--grad-dtype",
+                                              "--loader-threads",
+                                              "--skip-bad"};
         for (int k = 1; k < argc; k++) {
             if (strncmp(argv[k], "--", 2) != 0) continue;
             bool ok = false;
@@ -549,6 +636,21 @@ char *train_opts_to_json(const train_opts *o)
     cJSON_AddNumberToObject(j, "tensor_parallel", o->tensor_parallel);
     cJSON_AddStringToObject(j, "pipeline", o->pipeline);
     cJSON_AddNumberToObject(j, "micro_batches", o->micro_batches);
+    if (!strcmp(o->dataset, "folder")) {
+        const rp_folder_config *f = &o->folder;
+        cJSON *fj = cJSON_AddObjectToObject(j, "folder");
+        if (fj) {
+            cJSON_AddNumberToObject(fj, "resize_size", f->resize_size);
+            cJSON_AddNumberToObject(fj, "scale_min", f->scale_min);
+            cJSON_AddNumberToObject(fj, "scale_max", f->scale_max);
+            cJSON_AddNumberToObject(fj, "ratio_min", f->ratio_min);
+            cJSON_AddNumberToObject(fj, "ratio_max", f->ratio_max);
+            cJSON_AddItemToObject(fj, "mean", cJSON_CreateFloatArray(f->mean, 3));
+            cJSON_AddItemToObject(fj, "std", cJSON_CreateFloatArray(f->std, 3));
+            cJSON_AddBoolToObject(fj, "skip_bad", f->skip_bad);
+            cJSON_AddBoolToObject(fj, "dct_scaling", f->dct_scaling);
+        }
+    }
     cJSON *hidden = cJSON_AddArrayToObject(j, "hidden");
     for (int i = 0; hidden && i < o->n_hidden; i++)
         cJSON_AddItemToArray(hidden, cJSON_CreateNumber(o->hidden[i]));
@@ -666,6 +768,46 @@ static bool get_str(const cJSON *j, const char *key, char *dst, size_t size)
     return true;
 }
 
+/*
+ * The image-folder options (--dataset folder), checked with the command line's ranges. The
+ * decoding threads are not saved: like --threads they are this machine's, and the samples are
+ * the same on any count (a resumed run takes --loader-threads again, or the default).
+ */
+static bool folder_from_json(train_config_reader *r, const cJSON *fj, rp_folder_config *f)
+{
+    train_config_reader fr = {.json = (cJSON *)fj};
+    double resize = 0, s0 = 0, s1 = 0, r0 = 0, r1 = 0;
+    bool ok = cJSON_IsObject(fj) && train_config_num(&fr, "resize_size", 0, 65535, &resize) &&
+              train_config_num(&fr, "scale_min", 1e-9, 1, &s0) &&
+              train_config_num(&fr, "scale_max", 1e-9, 1, &s1) &&
+              train_config_num(&fr, "ratio_min", 1e-9, 1e6, &r0) &&
+              train_config_num(&fr, "ratio_max", 1e-9, 1e6, &r1) &&
+              train_config_bool(&fr, "skip_bad", &f->skip_bad) &&
+              train_config_bool(&fr, "dct_scaling", &f->dct_scaling);
+    const char *keys[2] = {"mean", "std"};
+    float *dst[2] = {f->mean, f->std};
+    for (int a = 0; ok && a < 2; a++) {
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(fj, keys[a]);
+        ok = cJSON_IsArray(arr) && cJSON_GetArraySize(arr) == 3;
+        for (int k = 0; ok && k < 3; k++) {
+            const cJSON *v = cJSON_GetArrayItem(arr, k);
+            ok = cJSON_IsNumber(v) && v->valuedouble > (a ? 0 : -1000) && v->valuedouble < 1000;
+            if (ok) dst[a][k] = (float)v->valuedouble;
+        }
+        if (!ok) snprintf(fr.bad, sizeof fr.bad, "\"%s\" is not 3 numbers in range", keys[a]);
+    }
+    if (!ok) {
+        snprintf(r->bad, sizeof r->bad, "\"folder\": %.200s", fr.bad[0] ? fr.bad : "not an object");
+        return false;
+    }
+    f->resize_size = (int)resize;
+    f->scale_min = (float)s0;
+    f->scale_max = (float)s1;
+    f->ratio_min = (float)r0;
+    f->ratio_max = (float)r1;
+    return true;
+}
+
 rp_status train_opts_from_json(train_opts *o, const char *json)
 {
     cJSON *j = cJSON_Parse(json);
@@ -767,6 +909,8 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
             snprintf(o->pipeline, sizeof o->pipeline, "1f1b");
         if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 1024)
             o->micro_batches = (int)micro;
+        const cJSON *fj = cJSON_GetObjectItemCaseSensitive(j, "folder");
+        if (ok && fj) ok = folder_from_json(&r, fj, &o->folder);
     }
     rp_status status = ok ? RP_OK : train_config_error(&r, "the checkpoint's configuration");
     cJSON_Delete(j);
@@ -790,6 +934,8 @@ void train_opts_classifier(const train_opts *o, rp_classifier_config *c)
     c->pad = o->pad;
     c->limit = o->limit;
     c->image_size = o->image_size;
+    c->folder = o->folder;
+    if (c->folder.image_size <= 0) c->folder.image_size = 224;
     c->schedule = !strcmp(o->pipeline, "1f1b") ? RP_PIPE_1F1B : RP_PIPE_GPIPE;
     c->micro_batches = o->micro_batches;
 }

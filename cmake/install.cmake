@@ -54,7 +54,7 @@ function(rp_link_flags out)
   set(${out} "${flags}" PARENT_SCOPE)
 endfunction()
 
-set(rp_dep_libs ${DNNL_LIB} ${CJSON_LIB} ${CAIRO_LIB} ${MUJOCO_LIB} ${EGL_LIB} ${PROTOBUF_C_LIB} ${PNG_LIBRARIES} ${ZLIB_LIBRARIES} ${CMAKE_DL_LIBS})
+set(rp_dep_libs ${DNNL_LIB} ${CJSON_LIB} ${TURBOJPEG_LIB} ${CAIRO_LIB} ${MUJOCO_LIB} ${EGL_LIB} ${PROTOBUF_C_LIB} ${PNG_LIBRARIES} ${ZLIB_LIBRARIES} ${CMAKE_DL_LIBS})
 foreach(name ${OpenMP_C_LIB_NAMES})
   list(APPEND rp_dep_libs ${OpenMP_${name}_LIBRARY})
 endforeach()

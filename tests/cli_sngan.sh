@@ -3,7 +3,7 @@
 # `replicator eval` on a GAN run, at tiny widths on a subset of Fashion-MNIST:
 #  1. a run writes its checkpoint, metrics and sample grids; one interrupted
 #     (--max-steps) and resumed from its directory ends bit-identical to an
-#     uninterrupted one;
+#     uninterrupted one, and a finished run resumed with a larger --iters goes on;
 #  2. sample writes a PNG grid of the expected size (a row per class, or one
 #     class) and --raw IDX files of the expected sizes;
 #  3. bad input gets a clear error and exit code 1: a class the generator does
@@ -34,6 +34,12 @@ grep -Eq '^\{"step":6,"train_d_loss":[0-9.]+,"train_g_loss":-?[0-9.]+,' "$dir/a/
 cmp "$dir/a/checkpoint.safetensors" "$dir/b/checkpoint.safetensors" \
     || fail "the resumed GAN run differs from the uninterrupted one"
 echo "ok: a GAN run resumes bit-exactly from its directory"
+# A finished run resumed with more iterations trains them (it used to stop at once, at 6).
+cp -r "$dir/a" "$dir/more"
+out=$("$bin" train --resume "$dir/more" --iters 8 --threads 2 2>&1)
+grep -q "8 iterations (2 this run)" <<< "$out" || fail "a finished run given --iters 8 said: $out"
+grep -q '^{"step":8,' "$dir/more/metrics.jsonl" || fail "no step 8 in metrics.jsonl"
+echo "ok: a finished GAN run resumed with --iters 8 trains iterations 7 and 8"
 
 # PNG width and height from the IHDR chunk (bytes 16..23, big-endian).
 png_size() { od -An -tu1 -j16 -N8 "$1" | awk '{print $1*16777216+$2*65536+$3*256+$4 "x" $5*16777216+$6*65536+$7*256+$8}'; }

@@ -82,12 +82,31 @@ static rp_status build(rp_replica *rep, void *arg)
     return rp_replica_optimizer_create(rep, &j->opt[r], j->params[r], &j->oc);
 }
 
+/*
+ * The parameter list's blocks are the kernel table's storage: the tests read and write them
+ * through host copies (x is the only parameter, so the value block is its DIM values). These
+ * assert, so the main thread only.
+ */
+static void values_of(const rp_params *p, float x[DIM])
+{
+    assert_int_equal(rp_params_numel(p), DIM);
+    assert_int_equal(rp_params_read_values(p, x), RP_OK);
+}
+
+static void state_of(const rp_optimizer *opt, float s[DIM])
+{
+    int64_t n = 0;
+    rp_optimizer_state(opt, &n);
+    assert_int_equal(n, DIM);
+    assert_int_equal(rp_optimizer_read_state(opt, s), RP_OK);
+}
+
 /* Takes batches from the queue until the run's are gone: gradient of the batch's rows, one step. */
 static rp_status train(rp_replica *rep, void *arg)
 {
     job *j = arg;
     int r = rp_replica_local_index(rep);
-    float *x = rp_params_data(j->params[r]), *g = rp_params_grad(j->params[r]);
+    float x[DIM], g[DIM];
     j->taken[r] = 0;
     for (;;) {
         int64_t t = j->taken[r];
@@ -96,6 +115,7 @@ static rp_status train(rp_replica *rep, void *arg)
         if (t >= j->batches) return RP_OK;
         if (j->taken[r] < 256) j->seen[r][j->taken[r]] = t;
         j->taken[r]++;
+        RP_CHECK(rp_params_read_values(j->params[r], x));
         for (int k = 0; k < DIM; k++)
             g[k] = 0;
         for (int q = 0; q < j->batch; q++) {
@@ -107,6 +127,7 @@ static rp_status train(rp_replica *rep, void *arg)
                 g[k] += (float)(e * j->p->a[i][k] / j->batch);
         }
         if (j->nan_on_replica1 && rp_replica_id(rep) == 1) g[3] = NAN;
+        RP_CHECK(rp_params_write_grads(j->params[r], g));
         j->step_status[r] = rp_optimizer_step(j->opt[r], j->lr);
         RP_CHECK(j->step_status[r]);
     }
@@ -186,8 +207,12 @@ static void test_replica0_values_start_everyone(void **state)
     assert_non_null(rp_params_add(ref, "x", 1, (int[]){DIM}, init, true));
     assert_int_equal(rp_params_finalize(ref, 100), RP_OK); /* replica 0's seed */
     rp_replicator *r = start(3, 2, &j);
-    for (int q = 0; q < 3; q++)
-        assert_memory_equal(rp_params_data(j.params[q]), rp_params_data(ref), DIM * sizeof(float));
+    float want[DIM], got[DIM];
+    values_of(ref, want);
+    for (int q = 0; q < 3; q++) {
+        values_of(j.params[q], got);
+        assert_memory_equal(got, want, DIM * sizeof(float));
+    }
     assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
     rp_replicator_destroy(r);
     rp_params_destroy(ref);
@@ -212,16 +237,16 @@ static void test_least_squares_converges(void **state)
             job_setup(&j, &p, 8, 600, momentum ? 0.05f : 0.1f);
             j.oc.momentum = momentum ? 0.5f : 0.0f;
             rp_replicator *r = start_bounded(replicas, 2, 2, &j);
-            float start_x[DIM];
-            memcpy(start_x, rp_params_data(j.params[0]), sizeof start_x);
+            float start_x[DIM], x[DIM];
+            values_of(j.params[0], start_x);
             assert_int_equal(rp_replicator_run(r, train, &j), RP_OK);
             int64_t total = 0;
             for (int q = 0; q < replicas; q++)
                 total += j.taken[q];
             assert_int_equal(total, j.batches);
             assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
-            double d0 = distance(start_x, p.xstar),
-                   d = distance(rp_params_data(j.params[0]), p.xstar);
+            values_of(j.params[0], x);
+            double d0 = distance(start_x, p.xstar), d = distance(x, p.xstar);
             if (!(d < 1e-3)) {
                 print_error("momentum %d, %d replicas: |x - x*| = %g (started at %g)\n", momentum,
                             replicas, d, d0);
@@ -264,13 +289,16 @@ static rp_status change_replica0(rp_replica *rep, void *arg)
 {
     job *j = arg;
     if (rp_replica_id(rep) != 0) return RP_OK;
-    float *x = rp_params_data(j->params[0]);
+    float x[DIM], slots[DIM];
     int64_t n;
-    float *slots = rp_optimizer_state(j->opt[0], &n);
+    rp_optimizer_state(j->opt[0], &n);
+    if (n != DIM) return RP_ERROR(RP_ERR_INVALID, "%lld slots, not %d", (long long)n, DIM);
     for (int k = 0; k < DIM; k++)
         x[k] = (float)k;
     for (int64_t k = 0; k < n; k++)
         slots[k] = -(float)k;
+    RP_CHECK(rp_params_write_values(j->params[0], x));
+    RP_CHECK(rp_optimizer_write_state(j->opt[0], slots));
     rp_optimizer_set_steps(j->opt[0], 77);
     return RP_OK;
 }
@@ -285,23 +313,27 @@ static void test_fetch_and_publish(void **state)
     assert_int_equal(rp_replicator_run(r, train, &j), RP_OK);
     assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
     assert_int_equal(rp_optimizer_steps(j.opt[1]), 30);
-    assert_memory_equal(rp_params_data(j.params[0]), rp_params_data(j.params[1]),
-                        DIM * sizeof(float));
-    assert_memory_equal(rp_optimizer_state(j.opt[0], NULL), rp_optimizer_state(j.opt[1], NULL),
-                        DIM * sizeof(float));
+    float a[DIM], b[DIM];
+    values_of(j.params[0], a);
+    values_of(j.params[1], b);
+    assert_memory_equal(a, b, DIM * sizeof(float));
+    state_of(j.opt[0], a);
+    state_of(j.opt[1], b);
+    assert_memory_equal(a, b, DIM * sizeof(float));
     float zero[DIM] = {0};
-    assert_memory_not_equal(rp_optimizer_state(j.opt[1], NULL), zero,
-                            sizeof zero); /* momentum is there */
+    assert_memory_not_equal(b, zero, sizeof zero); /* momentum is there */
 
     assert_int_equal(rp_replicator_run(r, change_replica0, &j), RP_OK);
     assert_int_equal(rp_replicator_run(r, publish, &j), RP_OK);
+    values_of(j.params[1], b);
     for (int k = 0; k < DIM; k++)
-        assert_true(rp_params_data(j.params[1])[k] == (float)k);
+        assert_true(b[k] == (float)k);
     assert_int_equal(rp_optimizer_steps(j.opt[1]), 77);
-    memset(rp_optimizer_state(j.opt[1], NULL), 0, sizeof zero);
+    assert_int_equal(rp_optimizer_write_state(j.opt[1], zero), RP_OK);
     assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
+    state_of(j.opt[1], b);
     for (int k = 0; k < DIM; k++)
-        assert_true(rp_optimizer_state(j.opt[1], NULL)[k] == -(float)k);
+        assert_true(b[k] == -(float)k);
     assert_int_equal(rp_optimizer_steps(j.opt[1]), 77);
     assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
     rp_replicator_destroy(r);
@@ -323,8 +355,10 @@ static void test_nan_gradient_refused(void **state)
     tu_assert_error_contains("'x'");
     assert_int_equal(j.step_status[1], RP_ERR_NUMERIC);
     assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
+    float x[DIM];
+    values_of(j.params[0], x);
     for (int k = 0; k < DIM; k++)
-        assert_true(isfinite(rp_params_data(j.params[0])[k]));
+        assert_true(isfinite(x[k]));
     assert_int_equal(rp_optimizer_steps(j.opt[0]), j.taken[0]); /* replica 0's pushes only */
     assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
     rp_replicator_destroy(r);
@@ -365,9 +399,11 @@ static rp_status stop_early(rp_replica *rep, void *arg)
         return destroy(rep, arg);
     }
     j->own_steps = 0;
+    float g[DIM];
+    for (int d = 0; d < DIM; d++)
+        g[d] = 0.01f;
     for (int k = 0; k < 20; k++) {
-        for (int d = 0; d < DIM; d++)
-            rp_params_grad(j->params[r])[d] = 0.01f;
+        RP_CHECK(rp_params_write_grads(j->params[r], g));
         RP_CHECK(rp_optimizer_step(j->opt[r], j->lr));
     }
     return RP_OK;

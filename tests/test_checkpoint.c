@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint_internal.h"
+#include "kernels/kernels.h"
 #include "replicator/io.h"
 
 static int group_setup(void **state)
@@ -317,6 +318,45 @@ typedef struct model {
     rp_batchnorm_layer bn;
 } model;
 
+/* A host copy of the model's values (malloc'd; the caller frees it). */
+static float *values_of(const rp_params *p)
+{
+    float *v = malloc((size_t)rp_params_numel(p) * sizeof(float));
+    assert_non_null(v);
+    assert_int_equal(rp_params_read_values(p, v), RP_OK);
+    return v;
+}
+
+/* Asserts that two models of one shape hold bitwise equal values. */
+static void assert_same_values(const rp_params *a, const rp_params *b)
+{
+    assert_int_equal(rp_params_numel(a), rp_params_numel(b));
+    float *va = values_of(a), *vb = values_of(b);
+    assert_memory_equal(va, vb, (size_t)rp_params_numel(a) * sizeof(float));
+    free(vb);
+    free(va);
+}
+
+/* tu_fill into n floats of storage (a gradient block), through a host buffer. */
+static void fill_storage(float *storage, int64_t n, uint64_t seed, float lo, float hi)
+{
+    float *h = malloc((size_t)n * sizeof(float));
+    assert_non_null(h);
+    tu_fill(h, n, seed, lo, hi);
+    rp_kernels_active()->mem_upload(storage, h, (size_t)n * sizeof(float));
+    free(h);
+}
+
+/* A host copy of an optimizer's state block (malloc'd), its float count in *n. */
+static float *state_of(const rp_optimizer *opt, int64_t *n)
+{
+    const float *state = rp_optimizer_state(opt, n);
+    float *h = malloc((size_t)(*n > 0 ? *n : 1) * sizeof(float));
+    assert_non_null(h);
+    if (*n > 0) rp_kernels_active()->mem_download(h, state, (size_t)*n * sizeof(float));
+    return h;
+}
+
 /* fc1 (4 -> hidden), bn (hidden, optional), fc2 (hidden -> 2). */
 static void model_init(model *m, int hidden, bool with_bn, uint64_t seed)
 {
@@ -328,7 +368,12 @@ static void model_init(model *m, int hidden, bool with_bn, uint64_t seed)
                      RP_OK);
     assert_int_equal(rp_params_finalize(m->params, seed), RP_OK);
     /* Every value distinct and non-trivial, buffers included. */
-    tu_fill(rp_params_data(m->params), rp_params_numel(m->params), seed, -1.0f, 1.0f);
+    int64_t n = rp_params_numel(m->params);
+    float *v = malloc((size_t)n * sizeof(float));
+    assert_non_null(v);
+    tu_fill(v, n, seed, -1.0f, 1.0f);
+    assert_int_equal(rp_params_write_values(m->params, v), RP_OK);
+    free(v);
 }
 
 static void test_params_round_trip(void **state)
@@ -339,8 +384,10 @@ static void test_params_round_trip(void **state)
     model_init(&a, 3, true, 1);
     model_init(&b, 3, true, 2);
     assert_true(rp_params_count(a.params) > rp_params_trainable_count(a.params)); /* has buffers */
-    assert_true(memcmp(rp_params_data(a.params), rp_params_data(b.params),
-                       (size_t)rp_params_numel(a.params) * sizeof(float)) != 0);
+    float *va = values_of(a.params), *vb = values_of(b.params);
+    assert_true(memcmp(va, vb, (size_t)rp_params_numel(a.params) * sizeof(float)) != 0);
+    free(vb);
+    free(va);
 
     /* An Adam optimizer with a real step behind it, so both moments and the count matter. */
     rp_optim_config cfg = rp_optim_config_default();
@@ -349,7 +396,8 @@ static void test_params_round_trip(void **state)
     assert_int_equal(rp_optimizer_create(&oa, a.params, &cfg), RP_OK);
     assert_int_equal(rp_optimizer_create(&ob, b.params, &cfg), RP_OK);
     for (int step = 0; step < 2; step++) {
-        tu_fill(rp_params_grad(a.params), rp_params_trainable_numel(a.params), 10 + step, -1, 1);
+        fill_storage(rp_params_grad(a.params), rp_params_trainable_numel(a.params), 10 + step, -1,
+                     1);
         assert_int_equal(rp_optimizer_step(oa, 0.01f), RP_OK);
     }
 
@@ -363,22 +411,22 @@ static void test_params_round_trip(void **state)
     assert_int_equal(rp_checkpoint_load(&back, path), RP_OK);
 
     assert_int_equal(rp_checkpoint_read_params(back, b.params, "param/"), RP_OK);
-    assert_memory_equal(rp_params_data(a.params), rp_params_data(b.params),
-                        (size_t)rp_params_numel(a.params) * sizeof(float));
+    assert_same_values(a.params, b.params);
     assert_int_equal(rp_checkpoint_read_optimizer(back, ob, b.params, "optim/"), RP_OK);
     int64_t na, nb;
-    float *sa = rp_optimizer_state(oa, &na), *sb = rp_optimizer_state(ob, &nb);
+    float *sa = state_of(oa, &na), *sb = state_of(ob, &nb);
     assert_int_equal(na, nb);
     assert_memory_equal(sa, sb, (size_t)na * sizeof(float));
+    free(sb);
+    free(sa);
     assert_int_equal(rp_optimizer_steps(ob), 2);
 
     /* One more identical step on both gives identical parameters: the resume is exact. */
-    tu_fill(rp_params_grad(a.params), rp_params_trainable_numel(a.params), 99, -1, 1);
-    tu_fill(rp_params_grad(b.params), rp_params_trainable_numel(b.params), 99, -1, 1);
+    fill_storage(rp_params_grad(a.params), rp_params_trainable_numel(a.params), 99, -1, 1);
+    fill_storage(rp_params_grad(b.params), rp_params_trainable_numel(b.params), 99, -1, 1);
     assert_int_equal(rp_optimizer_step(oa, 0.01f), RP_OK);
     assert_int_equal(rp_optimizer_step(ob, 0.01f), RP_OK);
-    assert_memory_equal(rp_params_data(a.params), rp_params_data(b.params),
-                        (size_t)rp_params_numel(a.params) * sizeof(float));
+    assert_same_values(a.params, b.params);
 
     rp_checkpoint_destroy(back);
     rp_checkpoint_destroy(ck);
@@ -392,11 +440,11 @@ static void test_params_round_trip(void **state)
 static void assert_read_fails_unchanged(const rp_checkpoint *ck, model *m)
 {
     size_t bytes = (size_t)rp_params_numel(m->params) * sizeof(float);
-    float *before = malloc(bytes);
-    assert_non_null(before);
-    memcpy(before, rp_params_data(m->params), bytes);
+    float *before = values_of(m->params);
     assert_int_equal(rp_checkpoint_read_params(ck, m->params, "param/"), RP_ERR_SHAPE);
-    assert_memory_equal(before, rp_params_data(m->params), bytes);
+    float *after = values_of(m->params);
+    assert_memory_equal(before, after, bytes);
+    free(after);
     free(before);
 }
 
@@ -1067,6 +1115,7 @@ static void test_bf16_params_are_not_masters(void **state)
     }
     rp_checkpoint_destroy(ck);
     assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    float *values = values_of(a.params);
     for (int i = 0; i < rp_params_count(a.params); i++) {
         const rp_tensor *t = rp_params_at(a.params, i);
         char name[300];
@@ -1074,11 +1123,12 @@ static void test_bf16_params_are_not_masters(void **state)
         for (int d = 0; d < t->ndim; d++)
             shape[d] = t->shape[d];
         snprintf(name, sizeof name, "param/%s", t->name);
-        assert_int_equal(rp_checkpoint_add_f32_as(ck, name,
-                                                  i == 0 ? RP_CHECKPOINT_BF16 : RP_CHECKPOINT_F32,
-                                                  t->ndim, shape, t->data),
-                         RP_OK);
+        assert_int_equal(
+            rp_checkpoint_add_f32_as(ck, name, i == 0 ? RP_CHECKPOINT_BF16 : RP_CHECKPOINT_F32,
+                                     t->ndim, shape, values + rp_params_offset(a.params, i)),
+            RP_OK);
     }
+    free(values);
     assert_read_fails_unchanged(ck, &b);
     char want[400];
     snprintf(want, sizeof want, "param/%s is BF16 in the checkpoint, F32 in the model",

@@ -88,17 +88,21 @@ static void *member_main(void *p)
     rp_tensor *y = c->fwd(t, c->comms[r], r, x, c->ctx);
     if (!y) goto fail;
     float *proj = rp_arena_alloc(rp_tape_arena(t), (size_t)y->numel * sizeof(float));
+    float *yv = rp_arena_alloc(rp_tape_arena(t), (size_t)y->numel * sizeof(float));
+    if (!proj || !yv || rp_tensor_read(y, yv, y->numel) != RP_OK) goto fail;
     projection(c, r, proj, y->numel);
     double s = 0;
     for (int64_t i = 0; i < y->numel; i++)
-        s += (double)y->data[i] * proj[i];
+        s += (double)yv[i] * proj[i];
     c->loss[r] = s;
     if (c->record) {
         rp_tensor *R = rp_tensor_from(t, y->ndim, y->shape, proj);
         rp_status st = rp_backward(t, rp_sum(t, rp_mul(t, y, R)));
         if (st != RP_OK) goto fail;
-        for (int64_t i = 0; i < c->numel; i++)
-            c->grad[r][i] = x->grad ? x->grad[i] : 0.0f;
+        if (!x->grad)
+            memset(c->grad[r], 0, (size_t)c->numel * sizeof(float));
+        else if (rp_tensor_read_grad(x, c->grad[r], c->numel) != RP_OK)
+            goto fail;
     }
     return NULL;
 fail:
@@ -422,7 +426,10 @@ static void test_collective_errors(void **state)
     rp_tensor *g = rp_tensor_all_gather(t, comms[0], x);
     assert_int_equal(g->ndim, 3);
     assert_int_equal(g->shape[0], 1);
-    assert_memory_equal(g->data, x->data, 6 * sizeof(float));
+    float gv[6], xv[6];
+    assert_int_equal(rp_tensor_read(g, gv, 6), RP_OK);
+    assert_int_equal(rp_tensor_read(x, xv, 6), RP_OK);
+    assert_memory_equal(gv, xv, sizeof gv);
     rp_tape_destroy(t);
     rp_comm_destroy(comms[0]);
 }
@@ -496,14 +503,12 @@ static void *bn_member(void *arg)
     rp_tensor *y = rp_batch_norm(t, x, gamma, beta, rm, rv, p);
     rp_tensor *R = rp_tensor_from(t, 4, x->shape, b->proj + off);
     rp_status st = y ? rp_backward(t, rp_sum(t, rp_mul(t, y, R))) : rp_last_status();
-    if (st == RP_OK) {
-        memcpy(b->y + off, y->data, (size_t)el * sizeof(float));
-        memcpy(b->dx + off, x->grad, (size_t)el * sizeof(float));
-        memcpy(b->dgamma[r], gamma->grad, sizeof b->dgamma[r]);
-        memcpy(b->dbeta[r], beta->grad, sizeof b->dbeta[r]);
-        memcpy(b->rmean[r], rm->data, sizeof b->rmean[r]);
-        memcpy(b->rvar[r], rv->data, sizeof b->rvar[r]);
-    }
+    if (st == RP_OK) st = rp_tensor_read(y, b->y + off, el);
+    if (st == RP_OK) st = rp_tensor_read_grad(x, b->dx + off, el);
+    if (st == RP_OK) st = rp_tensor_read_grad(gamma, b->dgamma[r], BN_C);
+    if (st == RP_OK) st = rp_tensor_read_grad(beta, b->dbeta[r], BN_C);
+    if (st == RP_OK) st = rp_tensor_read(rm, b->rmean[r], BN_C);
+    if (st == RP_OK) st = rp_tensor_read(rv, b->rvar[r], BN_C);
     b->status[r] = st;
     rp_tape_destroy(t);
     return NULL;

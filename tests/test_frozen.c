@@ -54,15 +54,15 @@ static void model_destroy(model *m)
 /* The mean loss of samples [k0, k0 + n) of step `step`, phase `phase` (0: G, 1: D). */
 static rp_tensor *model_loss(rp_tape *t, const model *m, int step, int phase, int k0, int n)
 {
-    rp_tensor *x = rp_tensor_new(t, 2, (int[]){n, Z});
+    float *xs = rp_arena_alloc(rp_tape_arena(t), (size_t)n * Z * sizeof(float));
     int32_t *y = rp_arena_alloc(rp_tape_arena(t), (size_t)n * sizeof(int32_t));
-    if (!x || !y) return NULL;
+    if (!xs || !y) return NULL;
     for (int k = 0; k < n; k++) {
         int g = k0 + k; /* the sample's index in the global batch */
-        tu_fill(x->data + (size_t)k * Z, Z, (uint64_t)(1000 * step + 100 * phase + g + 1), -1.0f,
-                1.0f);
+        tu_fill(xs + (size_t)k * Z, Z, (uint64_t)(1000 * step + 100 * phase + g + 1), -1.0f, 1.0f);
         y[k] = (g * 7 + step + phase) % C;
     }
+    rp_tensor *x = rp_tensor_from(t, 2, (int[]){n, Z}, xs);
     rp_tensor *h = rp_tanh(t, rp_linear_layer_forward(t, &m->gen, x));
     return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &m->disc, h), y);
 }
@@ -132,15 +132,16 @@ static rp_status phase(rp_replica *rep, job *j, int ph, rp_params *train, rp_opt
     rp_tape_reset(t);
     rp_params_set_frozen(frozen, true);
     int64_t nf = rp_params_trainable_numel(frozen);
-    float before[64];
-    memcpy(before, rp_params_data(frozen), (size_t)nf * sizeof(float));
+    float before[64], now[64], g[64]; /* both sets hold under 64 values (checked by the test) */
+    RP_CHECK(rp_params_read_values(frozen, before));
     uint64_t seq0 = rp_comm_sequence(c), user0 = rp_comm_user_sequence(c);
     rp_tensor *loss = model_loss(t, &s->m, j->step, ph, rp_replica_id(rep) * B, B);
     if (!loss) return RP_ERR_INVALID;
     RP_CHECK(rp_backward(t, loss));
-    if (!all_zero(rp_params_grad(frozen), nf))
-        return broke(j, "the frozen set's gradients are not zero");
-    if (all_zero(rp_params_grad(train), rp_params_trainable_numel(train)))
+    RP_CHECK(rp_params_read_grads(frozen, g));
+    if (!all_zero(g, nf)) return broke(j, "the frozen set's gradients are not zero");
+    RP_CHECK(rp_params_read_grads(train, g));
+    if (all_zero(g, rp_params_trainable_numel(train)))
         return broke(j, "the trained set has no gradient");
     /* One bucket per parameter (bucket_bytes 4): backward started exactly the trained set's. */
     uint64_t expect = (uint64_t)rp_params_trainable_count(train);
@@ -160,8 +161,8 @@ static rp_status phase(rp_replica *rep, job *j, int ph, rp_params *train, rp_opt
     if (rp_comm_sequence(c) - seq0 != expect) return broke(j, "the refused step ran a collective");
     if (rp_comm_user_sequence(c) != user0)
         return broke(j, "the runtime's calls counted as the user's");
-    if (rp_optimizer_steps(idle) != steps ||
-        memcmp(before, rp_params_data(frozen), (size_t)nf * sizeof(float)))
+    RP_CHECK(rp_params_read_values(frozen, now));
+    if (rp_optimizer_steps(idle) != steps || memcmp(before, now, (size_t)nf * sizeof(float)))
         return broke(j, "the refused step changed the frozen set");
     rp_params_set_frozen(frozen, false);
     return RP_OK;
@@ -173,9 +174,8 @@ static rp_status step(rp_replica *rep, void *arg)
     rstate *s = &j->st[rp_replica_id(rep)];
     RP_CHECK(phase(rep, j, 0, s->m.a, s->opt_a, s->m.b, s->opt_b)); /* generator: B frozen */
     RP_CHECK(phase(rep, j, 1, s->m.b, s->opt_b, s->m.a, s->opt_a)); /* discriminator: A frozen */
-    memcpy(s->a[j->step], rp_params_data(s->m.a), (size_t)rp_params_numel(s->m.a) * sizeof(float));
-    memcpy(s->b[j->step], rp_params_data(s->m.b), (size_t)rp_params_numel(s->m.b) * sizeof(float));
-    return RP_OK;
+    RP_CHECK(rp_params_read_values(s->m.a, s->a[j->step]));
+    return rp_params_read_values(s->m.b, s->b[j->step]);
 }
 
 /* The same steps on one replica over the whole batch, with plain optimizers. */
@@ -200,8 +200,8 @@ static void reference(float a[STEPS][64], float b[STEPS][64])
             assert_int_equal(rp_optimizer_step(ph ? ob : oa, LR), RP_OK);
             rp_params_set_frozen(frozen, false);
         }
-        memcpy(a[s], rp_params_data(m.a), (size_t)rp_params_numel(m.a) * sizeof(float));
-        memcpy(b[s], rp_params_data(m.b), (size_t)rp_params_numel(m.b) * sizeof(float));
+        assert_int_equal(rp_params_read_values(m.a, a[s]), RP_OK);
+        assert_int_equal(rp_params_read_values(m.b, b[s]), RP_OK);
     }
     rp_tape_destroy(t);
     rp_optimizer_destroy(oa);
@@ -267,16 +267,19 @@ static void test_frozen_step_refused(void **state)
     rp_optimizer *ob;
     assert_int_equal(rp_optimizer_create(&ob, m.b, &oc), RP_OK);
     int64_t n = rp_params_numel(m.b);
-    float *before = malloc((size_t)n * sizeof(float));
-    memcpy(before, rp_params_data(m.b), (size_t)n * sizeof(float));
+    float *before = malloc((size_t)n * sizeof(float)), *now = malloc((size_t)n * sizeof(float));
+    assert_int_equal(rp_params_read_values(m.b, before), RP_OK);
     rp_params_set_frozen(m.b, true);
     assert_int_equal(rp_optimizer_step(ob, LR), RP_ERR_INVALID);
     tu_assert_error_contains("'disc.weight' .. 'disc.bias', 2 trainable) is frozen");
-    assert_memory_equal(before, rp_params_data(m.b), (size_t)n * sizeof(float));
+    assert_int_equal(rp_params_read_values(m.b, now), RP_OK);
+    assert_memory_equal(before, now, (size_t)n * sizeof(float));
     assert_int_equal(rp_optimizer_steps(ob), 0);
     rp_params_set_frozen(m.b, false);
     assert_int_equal(rp_optimizer_step(ob, LR), RP_OK); /* weight decay moves it now */
-    assert_memory_not_equal(before, rp_params_data(m.b), (size_t)n * sizeof(float));
+    assert_int_equal(rp_params_read_values(m.b, now), RP_OK);
+    assert_memory_not_equal(before, now, (size_t)n * sizeof(float));
+    free(now);
     free(before);
     rp_optimizer_destroy(ob);
     model_destroy(&m);

@@ -35,10 +35,66 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
+
 #define RTOL  5e-3
 #define FLOOR 1e-3
 
 /* ---- helpers ------------------------------------------------------------------ */
+
+/*
+ * Values and gradients are the kernel table's storage: the test reads and
+ * writes them through host copies, values through the public API, and a
+ * gradient (which has no public reader) downloaded through the table.
+ * grad_into does not assert (replica threads call it); the rest do.
+ */
+static void grad_into(const rp_tensor *t, float *out)
+{
+    rp_kernels_active()->mem_download(out, t->grad, (size_t)t->numel * sizeof(float));
+}
+
+/* A malloc'd host copy of t's values. */
+static float *values_of(const rp_tensor *t)
+{
+    float *h = malloc((size_t)t->numel * sizeof(float));
+    assert_non_null(h);
+    assert_int_equal(rp_tensor_read(t, h, t->numel), RP_OK);
+    return h;
+}
+
+/* A malloc'd host copy of t's gradient (t must have one). */
+static float *grad_of(const rp_tensor *t)
+{
+    assert_non_null(t->grad);
+    float *h = malloc((size_t)t->numel * sizeof(float));
+    assert_non_null(h);
+    grad_into(t, h);
+    return h;
+}
+
+/* A malloc'd host copy of every value of a parameter list. */
+static float *params_values(const rp_params *p)
+{
+    float *h = malloc((size_t)rp_params_numel(p) * sizeof(float));
+    assert_non_null(h);
+    assert_int_equal(rp_params_read_values(p, h), RP_OK);
+    return h;
+}
+
+static void set_values(rp_tensor *t, const float *v)
+{
+    assert_int_equal(rp_tensor_write(t, v, t->numel), RP_OK);
+}
+
+/* Overwrites t's values with tu_fill(seed, lo, hi). */
+static void fill_values(rp_tensor *t, uint64_t seed, float lo, float hi)
+{
+    float *h = malloc((size_t)t->numel * sizeof(float));
+    assert_non_null(h);
+    tu_fill(h, t->numel, seed, lo, hi);
+    set_values(t, h);
+    free(h);
+}
 
 /* Largest singular value of the row-major [rows, cols] matrix w (LAPACK). */
 static double top_singular(const float *w, int rows, int cols)
@@ -83,9 +139,11 @@ static double projected_loss(rp_tape *t, fwd_fn f, void *ctx)
     float *r = malloc((size_t)y->numel * sizeof(float));
     assert_non_null(r);
     projection(r, y->numel);
+    float *yv = values_of(y);
     double s = 0;
     for (int64_t i = 0; i < y->numel; i++)
-        s += (double)y->data[i] * r[i];
+        s += (double)yv[i] * r[i];
+    free(yv);
     free(r);
     rp_tape_set_recording(t, true);
     return s;
@@ -109,11 +167,12 @@ static void analytic_pass(rp_tape *t, fwd_fn f, void *ctx)
 
 /*
  * Compares analytic[n] (copied by the caller after analytic_pass) with
- * central differences of the projected loss in the values x[n] (a
- * parameter's data or a leaf's source buffer, read by f).
+ * central differences of the projected loss in the values x[n]: a host copy
+ * of a parameter's values, written back to `dst` after each change, or (dst
+ * NULL) a leaf's source buffer, read by f.
  */
-static void fd_check(rp_tape *t, fwd_fn f, void *ctx, float *x, const float *analytic, int64_t n,
-                     double eps, const char *what)
+static void fd_check(rp_tape *t, fwd_fn f, void *ctx, float *x, rp_tensor *dst,
+                     const float *analytic, int64_t n, double eps, const char *what)
 {
     double *num = malloc((size_t)n * sizeof(double));
     assert_non_null(num);
@@ -121,10 +180,13 @@ static void fd_check(rp_tape *t, fwd_fn f, void *ctx, float *x, const float *ana
     for (int64_t i = 0; i < n; i++) {
         float keep = x[i];
         x[i] = keep + (float)eps;
+        if (dst) set_values(dst, x);
         double lp = projected_loss(t, f, ctx);
         x[i] = keep - (float)eps;
+        if (dst) set_values(dst, x);
         double lm = projected_loss(t, f, ctx);
         x[i] = keep;
+        if (dst) set_values(dst, x);
         /* the step actually taken, in float */
         num[i] = (lp - lm) / ((double)(keep + (float)eps) - (double)(keep - (float)eps));
         if (fabs(num[i]) > g) g = fabs(num[i]);
@@ -137,14 +199,6 @@ static void fd_check(rp_tape *t, fwd_fn f, void *ctx, float *x, const float *ana
                      (long long)i, (double)analytic[i], num[i], tol);
     }
     free(num);
-}
-
-static float *copy_of(const float *x, int64_t n)
-{
-    float *c = malloc((size_t)n * sizeof(float));
-    assert_non_null(c);
-    memcpy(c, x, (size_t)n * sizeof(float));
-    return c;
 }
 
 /* Power iteration to convergence: `steps` training forwards of the op on (w, u). */
@@ -181,7 +235,8 @@ static rp_params *new_params(void)
 static void check_sigma(rp_tape *t, rp_tensor *w, rp_tensor *u, const char *what)
 {
     int rows = w->shape[0], cols = (int)(w->numel / rows);
-    double ref = top_singular(w->data, rows, cols);
+    float *wv = values_of(w);
+    double ref = top_singular(wv, rows, cols);
     float sigma = converge(t, w, u, 200);
     double rel = fabs((double)sigma - ref) / ref;
     if (!(rel < 1e-4))
@@ -191,13 +246,16 @@ static void check_sigma(rp_tape *t, rp_tensor *w, rp_tensor *u, const char *what
     rp_tensor *wn = rp_spectral_normalize(t, w, u, false, &again);
     assert_non_null(wn);
     assert_true(fabs((double)again - ref) / ref < 1e-4);
-    double top = top_singular(wn->data, rows, cols);
+    float *wnv = values_of(wn);
+    double top = top_singular(wnv, rows, cols);
     if (!(fabs(top - 1.0) < 1e-4))
         fail_msg("%s: normalised weight has spectral norm %.8g", what, top);
     /* and it is W / sigma, element by element */
     for (int64_t i = 0; i < w->numel; i++)
-        assert_true(fabs((double)wn->data[i] - (double)w->data[i] / again) <=
-                    1e-6 * fabs((double)w->data[i] / again) + 1e-12);
+        assert_true(fabs((double)wnv[i] - (double)wv[i] / again) <=
+                    1e-6 * fabs((double)wv[i] / again) + 1e-12);
+    free(wnv);
+    free(wv);
 }
 
 static void test_sigma_matches_svd(void **unused)
@@ -255,7 +313,7 @@ static void test_u_update_and_eval(void **unused)
     rp_tensor *us[3] = {l.u, c.u, e.u};
     for (int k = 0; k < 3; k++) {
         rp_tensor *u = us[k];
-        float *u0 = copy_of(u->data, u->numel);
+        float *u0 = values_of(u);
         /* evaluation: the output, u bitwise unchanged */
         rp_tape_reset(t);
         rp_tensor *y_eval = NULL, *x = NULL;
@@ -267,8 +325,10 @@ static void test_u_update_and_eval(void **unused)
                 t, &c, x = rp_tensor_from(t, 4, (int[]){1, 4, 4, 2}, xc), false);
         if (k == 2) y_eval = rp_sn_embedding_layer_forward(t, &e, labels, 3, false);
         assert_non_null(y_eval);
-        assert_memory_equal(u->data, u0, (size_t)u->numel * sizeof(float));
-        float *ye = copy_of(y_eval->data, y_eval->numel);
+        float *uv = values_of(u);
+        assert_memory_equal(uv, u0, (size_t)u->numel * sizeof(float));
+        free(uv);
+        float *ye = values_of(y_eval);
         int64_t ny = y_eval->numel;
         /* training: the same output (the same iteration from the same u), and u moves */
         rp_tape_reset(t);
@@ -281,19 +341,23 @@ static void test_u_update_and_eval(void **unused)
                 t, &c, rp_tensor_from(t, 4, (int[]){1, 4, 4, 2}, xc), true);
         if (k == 2) y_train = rp_sn_embedding_layer_forward(t, &e, labels, 3, true);
         assert_non_null(y_train);
-        assert_memory_equal(y_train->data, ye, (size_t)ny * sizeof(float));
-        assert_memory_not_equal(u->data, u0, (size_t)u->numel * sizeof(float));
+        float *yt = values_of(y_train);
+        assert_memory_equal(yt, ye, (size_t)ny * sizeof(float));
+        free(yt);
         /* the layer's update is the op's: from u0, rp_spectral_normalize writes the same u' */
-        float *u1 = copy_of(u->data, u->numel);
-        memcpy(u->data, u0, (size_t)u->numel * sizeof(float));
+        float *u1 = values_of(u);
+        assert_memory_not_equal(u1, u0, (size_t)u->numel * sizeof(float));
+        set_values(u, u0);
         rp_tensor *w = k == 0 ? l.lin.w : k == 1 ? c.conv.w : e.table;
         rp_tape_reset(t);
         assert_non_null(rp_spectral_normalize(t, w, u, true, NULL));
-        assert_memory_equal(u->data, u1, (size_t)u->numel * sizeof(float));
+        uv = values_of(u);
+        assert_memory_equal(uv, u1, (size_t)u->numel * sizeof(float));
         /* u' is a unit vector */
         double norm = 0;
         for (int64_t i = 0; i < u->numel; i++)
-            norm += (double)u->data[i] * u->data[i];
+            norm += (double)uv[i] * uv[i];
+        free(uv);
         assert_true(fabs(sqrt(norm) - 1.0) < 1e-6);
         free(u0);
         free(u1);
@@ -321,7 +385,9 @@ static void test_sn_errors(void **unused)
     float sigma = 123;
     assert_null(rp_spectral_normalize(t, zero, u, true, &sigma));
     assert_int_equal(rp_last_status(), RP_ERR_NUMERIC);
-    assert_true(u->data[0] == 0.5f && u->data[1] == -1.0f && u->data[2] == 2.0f);
+    float *uv = values_of(u);
+    assert_true(uv[0] == 0.5f && uv[1] == -1.0f && uv[2] == 2.0f);
+    free(uv);
     assert_true(sigma == 123);
     /* a NaN in the weight */
     wd[5] = NAN;
@@ -382,8 +448,9 @@ static void check_param_grad(rp_tape *t, rp_params *p, sn_case *c, rp_tensor *pa
 {
     rp_params_zero_grad(p);
     analytic_pass(t, sn_forward, c);
-    float *a = copy_of(param->grad, param->numel);
-    fd_check(t, sn_forward, c, param->data, a, param->numel, 5e-3, what);
+    float *a = grad_of(param), *x = values_of(param);
+    fd_check(t, sn_forward, c, x, param, a, param->numel, 5e-3, what);
+    free(x);
     free(a);
 }
 
@@ -417,7 +484,7 @@ static void run_sn_grad_case(int kind)
         tu_fill(c.x, nx, 21, -1, 1);
     }
     rp_tensor *bias = kind == 0 ? c.lin.lin.b : kind == 1 ? c.conv.conv.b : NULL;
-    if (bias) tu_fill(bias->data, bias->numel, 22, -0.5f, 0.5f);
+    if (bias) fill_values(bias, 22, -0.5f, 0.5f);
     converge(t, sn_weight(&c), sn_u(&c), 300);
     char what[96];
 
@@ -436,10 +503,10 @@ static void run_sn_grad_case(int kind)
     if (kind != 2) {
         rp_params_zero_grad(p);
         analytic_pass(t, sn_forward, &c);
-        assert_non_null(c.xt->grad);
-        float *a = copy_of(c.xt->grad, nx);
+        assert_int_equal(c.xt->numel, nx);
+        float *a = grad_of(c.xt);
         snprintf(what, sizeof what, "%s layer: input", names[kind]);
-        fd_check(t, sn_forward, &c, c.x, a, nx, 1e-2, what);
+        fd_check(t, sn_forward, &c, c.x, NULL, a, nx, 1e-2, what);
         free(a);
     }
     /* the rule must not be W's plain 1/sigma scaling: the sigma term matters */
@@ -453,10 +520,12 @@ static void run_sn_grad_case(int kind)
     float sigma = 0;
     rp_tape_reset(t);
     assert_non_null(rp_spectral_normalize(t, w, sn_u(&c), false, &sigma));
+    float *wg = grad_of(w);
     double worst = 0;
     for (int64_t i = 0; i < w->numel; i++)
-        worst = fmax(worst, fabs(w->grad[i] - r[i] / sigma));
+        worst = fmax(worst, fabs(wg[i] - r[i] / sigma));
     assert_true(worst > 1e-2);
+    free(wg);
     free(r);
     free(c.x);
     rp_tape_destroy(t);
@@ -507,19 +576,25 @@ static void test_glorot_gain_and_init_with(void **unused)
     assert_int_equal(rp_params_finalize(p0, 5), RP_OK);
     int64_t n = (int64_t)fan_in * fan_out;
     /* gain 0 is gain 1: every existing caller keeps its values bitwise */
-    assert_memory_equal(rp_params_data(p0), rp_params_data(p),
-                        (size_t)rp_params_numel(p) * sizeof(float));
+    float *v0 = params_values(p0), *v1 = params_values(p);
+    assert_memory_equal(v0, v1, (size_t)rp_params_numel(p) * sizeof(float));
+    free(v1);
+    free(v0);
+    float *wv[4];
+    for (int k = 0; k < 4; k++)
+        wv[k] = values_of(w[k]);
     for (int k = 0; k < 2; k++) {
         for (int64_t i = 0; i < n; i++)
-            assert_true(fabsf(w[2 + k]->data[i] - 2.0f * w[k]->data[i]) <=
-                        1e-6f * fabsf(w[k]->data[i]));
+            assert_true(fabsf(wv[2 + k][i] - 2.0f * wv[k][i]) <= 1e-6f * fabsf(wv[k][i]));
     }
     /* uniform: within the bound, reaching near it; normal: the std */
     double b = sqrt(6.0 / (fan_in + fan_out)), maxabs = 0, ss = 0;
     for (int64_t i = 0; i < n; i++) {
-        maxabs = fmax(maxabs, fabs((double)w[2]->data[i]));
-        ss += (double)w[3]->data[i] * w[3]->data[i];
+        maxabs = fmax(maxabs, fabs((double)wv[2][i]));
+        ss += (double)wv[3][i] * wv[3][i];
     }
+    for (int k = 0; k < 4; k++)
+        free(wv[k]);
     assert_true(maxabs <= 2 * b * (1 + 1e-6) && maxabs > 2 * b * 0.99);
     double sd = sqrt(ss / (double)n), want = 2 * sqrt(2.0 / (fan_in + fan_out));
     assert_true(fabs(sd - want) < 0.02 * want);
@@ -545,8 +620,10 @@ static void test_glorot_gain_and_init_with(void **unused)
     assert_int_equal(rp_params_finalize(a, 9), RP_OK);
     assert_int_equal(rp_params_finalize(bp, 9), RP_OK);
     assert_int_equal(rp_params_numel(a), rp_params_numel(bp));
-    assert_memory_equal(rp_params_data(a), rp_params_data(bp),
-                        (size_t)rp_params_numel(a) * sizeof(float));
+    float *va = params_values(a), *vb = params_values(bp);
+    assert_memory_equal(va, vb, (size_t)rp_params_numel(a) * sizeof(float));
+    free(vb);
+    free(va);
     assert_int_equal(cb.p.stride, 2);
     assert_int_equal(cb.p.pad, 1);
     assert_null(lb2.b);
@@ -565,12 +642,15 @@ static void test_glorot_gain_and_init_with(void **unused)
     assert_int_equal(rp_params_finalize(c, 2), RP_OK);
     double bound = 1.5 * sqrt(6.0 / (9.0 * (16 + 32)));
     maxabs = 0;
+    float *cgv = values_of(cg.w), *lgv = values_of(lg.w);
     for (int64_t i = 0; i < cg.w->numel; i++)
-        maxabs = fmax(maxabs, fabs((double)cg.w->data[i]));
+        maxabs = fmax(maxabs, fabs((double)cgv[i]));
     assert_true(maxabs <= bound * (1 + 1e-6) && maxabs > bound * 0.99);
     maxabs = 0;
     for (int64_t i = 0; i < lg.w->numel; i++)
-        maxabs = fmax(maxabs, fabs((double)lg.w->data[i]));
+        maxabs = fmax(maxabs, fabs((double)lgv[i]));
+    free(lgv);
+    free(cgv);
     assert_true(maxabs <= 0.25 * (1 + 1e-6) && maxabs > 0.25 * 0.99);
     /* errors */
     rp_linear_layer bad;
@@ -670,21 +750,29 @@ static void test_sn_replicas_agree(void **unused)
     rp_replicator *r = make_replicator(SN_REPLICAS);
     run_ok(r, sn_build, &j);
     int64_t n = rp_params_numel(j.params[0]);
-    float *start = copy_of(rp_params_data(j.params[0]), n);
-    float *u1_start = copy_of(j.l1[0].u->data, j.l1[0].u->numel);
+    float *start = params_values(j.params[0]);
+    float *u1_start = values_of(j.l1[0].u);
     for (j.step = 0; j.step < 3; j.step++)
         run_ok(r, sn_train_step, &j);
     /* bitwise: every value and buffer, u included */
     assert_int_equal(rp_params_numel(j.params[1]), n);
-    assert_memory_equal(rp_params_data(j.params[0]), rp_params_data(j.params[1]),
-                        (size_t)n * sizeof(float));
-    assert_memory_equal(j.l1[0].u->data, j.l1[1].u->data, (size_t)j.l1[0].u->numel * sizeof(float));
-    assert_memory_equal(j.l2[0].u->data, j.l2[1].u->data, (size_t)j.l2[0].u->numel * sizeof(float));
+    float *v0 = params_values(j.params[0]), *v1 = params_values(j.params[1]);
+    assert_memory_equal(v0, v1, (size_t)n * sizeof(float));
+    float *u10 = values_of(j.l1[0].u), *u11 = values_of(j.l1[1].u);
+    float *u20 = values_of(j.l2[0].u), *u21 = values_of(j.l2[1].u);
+    assert_memory_equal(u10, u11, (size_t)j.l1[0].u->numel * sizeof(float));
+    assert_memory_equal(u20, u21, (size_t)j.l2[0].u->numel * sizeof(float));
     /* and the test saw something happen: weights trained, u moved */
-    assert_memory_not_equal(j.l1[0].lin.w->data,
-                            start + rp_params_offset(j.params[0], j.l1[0].lin.w->index),
+    int64_t w_off = rp_params_offset(j.params[0], j.l1[0].lin.w->index);
+    assert_memory_not_equal(v0 + w_off, start + w_off,
                             (size_t)j.l1[0].lin.w->numel * sizeof(float));
-    assert_memory_not_equal(j.l1[0].u->data, u1_start, (size_t)j.l1[0].u->numel * sizeof(float));
+    assert_memory_not_equal(u10, u1_start, (size_t)j.l1[0].u->numel * sizeof(float));
+    free(u21);
+    free(u20);
+    free(u11);
+    free(u10);
+    free(v1);
+    free(v0);
     free(start);
     free(u1_start);
     run_ok(r, sn_teardown, &j);
@@ -723,12 +811,16 @@ static void test_cbn_values_and_grad(void **unused)
     assert_int_equal(c.l.gamma->ndim, 2);
     assert_int_equal(c.l.gamma->shape[0], classes);
     assert_int_equal(c.l.gamma->shape[1], ch);
-    assert_true(c.l.gamma->data[0] == 1.0f && c.l.beta->data[0] == 0.0f);
+    float *g0 = values_of(c.l.gamma), *b0 = values_of(c.l.beta);
+    assert_true(g0[0] == 1.0f && b0[0] == 0.0f);
+    free(b0);
+    free(g0);
     assert_int_equal(c.l.running_mean->numel, ch);
     assert_false(c.l.running_var->flags & RP_TENSOR_REQUIRES_GRAD);
     assert_ptr_equal(rp_params_find(p, "cbn.weight"), c.l.gamma);
-    tu_fill(c.l.gamma->data, c.l.gamma->numel, 31, 0.5f, 1.5f);
-    tu_fill(c.l.beta->data, c.l.beta->numel, 32, -0.5f, 0.5f);
+    fill_values(c.l.gamma, 31, 0.5f, 1.5f);
+    fill_values(c.l.beta, 32, -0.5f, 0.5f);
+    float *gamma = values_of(c.l.gamma), *beta = values_of(c.l.beta);
     memcpy(c.shape, (int[]){n, h, w, ch}, sizeof c.shape);
     int64_t nx = (int64_t)n * h * w * ch, m = (int64_t)n * h * w;
     c.x = malloc((size_t)nx * sizeof(float));
@@ -743,6 +835,8 @@ static void test_cbn_values_and_grad(void **unused)
     rp_tape_reset(t);
     rp_tensor *y = cbn_forward(t, &c);
     assert_non_null(y);
+    float *yv = values_of(y), *rmean = values_of(c.l.running_mean),
+          *rvar = values_of(c.l.running_var);
     for (int j = 0; j < ch; j++) {
         double s = 0, ss = 0;
         for (int64_t i = 0; i < m; i++)
@@ -753,30 +847,33 @@ static void test_cbn_values_and_grad(void **unused)
         double var = ss / (double)m;
         for (int64_t i = 0; i < m; i++) {
             int lab = labels[i / (h * w)];
-            double want =
-                (c.x[i * ch + j] - mu) / sqrt(var + 1e-5) * c.l.gamma->data[lab * ch + j] +
-                c.l.beta->data[lab * ch + j];
-            assert_true(fabs(y->data[i * ch + j] - want) < 1e-5);
+            double want = (c.x[i * ch + j] - mu) / sqrt(var + 1e-5) * gamma[lab * ch + j] +
+                          beta[lab * ch + j];
+            assert_true(fabs(yv[i * ch + j] - want) < 1e-5);
         }
         /* running statistics moved from (0, 1) by momentum 0.1, unbiased variance */
-        assert_true(fabs(c.l.running_mean->data[j] - 0.1 * mu) < 1e-6);
-        assert_true(fabs(c.l.running_var->data[j] - (0.9 + 0.1 * ss / (double)(m - 1))) < 1e-5);
+        assert_true(fabs(rmean[j] - 0.1 * mu) < 1e-6);
+        assert_true(fabs(rvar[j] - (0.9 + 0.1 * ss / (double)(m - 1))) < 1e-5);
     }
+    free(yv);
     /* evaluation: running statistics */
     c.training = false;
     rp_tape_reset(t);
     y = cbn_forward(t, &c);
     assert_non_null(y);
+    yv = values_of(y);
     for (int64_t i = 0; i < m; i++) {
         int lab = labels[i / (h * w)];
         for (int j = 0; j < ch; j++) {
-            double want = (c.x[i * ch + j] - c.l.running_mean->data[j]) /
-                              sqrt((double)c.l.running_var->data[j] + 1e-5) *
-                              c.l.gamma->data[lab * ch + j] +
-                          c.l.beta->data[lab * ch + j];
-            assert_true(fabs(y->data[i * ch + j] - want) < 1e-5);
+            double want =
+                (c.x[i * ch + j] - rmean[j]) / sqrt((double)rvar[j] + 1e-5) * gamma[lab * ch + j] +
+                beta[lab * ch + j];
+            assert_true(fabs(yv[i * ch + j] - want) < 1e-5);
         }
     }
+    free(yv);
+    free(rvar);
+    free(rmean);
 
     /* gradients: x, gamma, beta, in training and in evaluation */
     for (int mode = 0; mode < 2; mode++) {
@@ -785,14 +882,14 @@ static void test_cbn_values_and_grad(void **unused)
         char what[64];
         rp_params_zero_grad(p);
         analytic_pass(t, cbn_forward, &c);
-        float *dx = copy_of(c.xt->grad, nx), *dg = copy_of(c.l.gamma->grad, c.l.gamma->numel),
-              *db = copy_of(c.l.beta->grad, c.l.beta->numel);
+        assert_int_equal(c.xt->numel, nx);
+        float *dx = grad_of(c.xt), *dg = grad_of(c.l.gamma), *db = grad_of(c.l.beta);
         snprintf(what, sizeof what, "cbn %s: x", tag);
-        fd_check(t, cbn_forward, &c, c.x, dx, nx, 1e-2, what);
+        fd_check(t, cbn_forward, &c, c.x, NULL, dx, nx, 1e-2, what);
         snprintf(what, sizeof what, "cbn %s: gamma", tag);
-        fd_check(t, cbn_forward, &c, c.l.gamma->data, dg, c.l.gamma->numel, 1e-2, what);
+        fd_check(t, cbn_forward, &c, gamma, c.l.gamma, dg, c.l.gamma->numel, 1e-2, what);
         snprintf(what, sizeof what, "cbn %s: beta", tag);
-        fd_check(t, cbn_forward, &c, c.l.beta->data, db, c.l.beta->numel, 1e-2, what);
+        fd_check(t, cbn_forward, &c, beta, c.l.beta, db, c.l.beta->numel, 1e-2, what);
         free(dx);
         free(dg);
         free(db);
@@ -816,6 +913,8 @@ static void test_cbn_values_and_grad(void **unused)
     assert_null(rp_cond_batchnorm_layer_forward(t, &l2, x4, labels, true)); /* 4 channels, not 3 */
     assert_int_equal(rp_last_status(), RP_ERR_SHAPE);
     rp_params_destroy(p);
+    free(beta);
+    free(gamma);
     free(c.x);
     rp_tape_destroy(t);
 }
@@ -850,8 +949,9 @@ static rp_status cbn_member(cbn_job *j, int id, rp_tape *t, rp_comm *comm)
     rp_status st = rp_cond_batchnorm_layer_init(&l, p, "cbn", CBN_C, CBN_K);
     if (st == RP_OK) st = rp_params_finalize(p, 1);
     if (st != RP_OK) goto done;
-    memcpy(l.gamma->data, j->gamma, sizeof j->gamma);
-    memcpy(l.beta->data, j->beta, sizeof j->beta);
+    st = rp_tensor_write(l.gamma, j->gamma, CBN_K * CBN_C);
+    if (st == RP_OK) st = rp_tensor_write(l.beta, j->beta, CBN_K * CBN_C);
+    if (st != RP_OK) goto done;
     l.p.comm = comm;
     int rows = CBN_B / j->replicas, first = id * rows;
     rp_tape_reset(t);
@@ -866,12 +966,13 @@ static rp_status cbn_member(cbn_job *j, int id, rp_tape *t, rp_comm *comm)
     }
     st = rp_backward(t, loss);
     if (st != RP_OK) goto done;
-    memcpy(j->y + first * CBN_ROW, y->data, (size_t)rows * CBN_ROW * sizeof(float));
-    memcpy(j->dx + first * CBN_ROW, x->grad, (size_t)rows * CBN_ROW * sizeof(float));
-    memcpy(j->dgamma[id], l.gamma->grad, sizeof j->dgamma[id]);
-    memcpy(j->dbeta[id], l.beta->grad, sizeof j->dbeta[id]);
-    memcpy(j->rmean[id], l.running_mean->data, sizeof j->rmean[id]);
-    memcpy(j->rvar[id], l.running_var->data, sizeof j->rvar[id]);
+    st = rp_tensor_read(y, j->y + first * CBN_ROW, (int64_t)rows * CBN_ROW);
+    if (st == RP_OK) st = rp_tensor_read(l.running_mean, j->rmean[id], CBN_C);
+    if (st == RP_OK) st = rp_tensor_read(l.running_var, j->rvar[id], CBN_C);
+    if (st != RP_OK) goto done;
+    grad_into(x, j->dx + first * CBN_ROW);
+    grad_into(l.gamma, j->dgamma[id]);
+    grad_into(l.beta, j->dbeta[id]);
 done:
     rp_tape_reset(t); /* before the parameters go */
     rp_params_destroy(p);
@@ -955,10 +1056,13 @@ static void test_hinge_losses(void **unused)
         assert_true(fabs(rp_item(ld) - (5.0 / 6.0 + 0.65)) < 1e-6);
         assert_int_equal(rp_backward(t, ld), RP_OK);
         float want_r[3] = {-1.0f / 3, 0, -1.0f / 3}, want_f[2] = {0, 0.5f};
+        float *gr = grad_of(dr), *gf = grad_of(df);
         for (int i = 0; i < 3; i++)
-            assert_true(fabsf(dr->grad[i] - want_r[i]) < 1e-7f);
+            assert_true(fabsf(gr[i] - want_r[i]) < 1e-7f);
         for (int i = 0; i < 2; i++)
-            assert_true(fabsf(df->grad[i] - want_f[i]) < 1e-7f);
+            assert_true(fabsf(gf[i] - want_f[i]) < 1e-7f);
+        free(gf);
+        free(gr);
 
         rp_tape_reset(t);
         df = rp_tensor_from(t, shaped ? 2 : 1, fshape, (float[]){-2.0f, 0.3f});
@@ -967,8 +1071,10 @@ static void test_hinge_losses(void **unused)
         assert_non_null(lg);
         assert_true(fabs(rp_item(lg) - 0.85) < 1e-6);
         assert_int_equal(rp_backward(t, lg), RP_OK);
+        float *gf2 = grad_of(df);
         for (int i = 0; i < 2; i++)
-            assert_true(fabsf(df->grad[i] + 0.5f) < 1e-7f);
+            assert_true(fabsf(gf2[i] + 0.5f) < 1e-7f);
+        free(gf2);
     }
     assert_null(rp_hinge_loss_d(t, NULL, NULL));
     assert_null(rp_hinge_loss_g(t, NULL));

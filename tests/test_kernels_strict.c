@@ -79,13 +79,20 @@ static void assert_pool_idle(void)
 
 /*
  * No slot is NULL and none is the cpu table's own function: every one is a wrapper. The struct
- * is `name` and then function pointers only, so it can be walked as an array of them.
+ * is `name`, `host_storage` and then function pointers only, so the slots can be walked as an
+ * array of them.
  */
 static void test_every_slot_wrapped(void **state)
 {
     (void)state;
     typedef void (*slot_fn)(void);
-    assert_int_equal(offsetof(rp_kernels, gemm), sizeof(const char *));
+    /* Its storage is not host memory: the layers above stage through the memory slots. */
+    assert_false(strict()->host_storage);
+    assert_true(rp_kernels_cpu()->host_storage);
+    /* `name`, the host_storage flag, then the slots: gemm starts the first pointer-aligned
+       word after the flag. */
+    assert_int_equal(offsetof(rp_kernels, host_storage), sizeof(const char *));
+    assert_int_equal(offsetof(rp_kernels, gemm), 2 * sizeof(slot_fn));
     size_t span = sizeof(rp_kernels) - offsetof(rp_kernels, gemm);
     assert_int_equal(span % sizeof(slot_fn), 0);
     size_t nslots = span / sizeof(slot_fn);

@@ -99,8 +99,8 @@ static void keep_grads(result *r, const rp_params *ps, const rp_tensor *x)
     int64_t np = rp_params_trainable_numel(ps);
     r->count = np + x->numel;
     r->grads = test_malloc((size_t)r->count * sizeof(float));
-    memcpy(r->grads, rp_params_grad(ps), (size_t)np * sizeof(float));
-    memcpy(r->grads + np, x->grad, (size_t)x->numel * sizeof(float));
+    assert_int_equal(rp_params_read_grads(ps, r->grads), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(x, r->grads + np, x->numel), RP_OK);
 }
 
 static result run(net *n, bool poison)
@@ -192,10 +192,15 @@ static void tail(bool fused, bool relu, bool training, tail_out *out)
     rp_batchnorm_layer bn;
     assert_int_equal(rp_batchnorm_layer_init(&bn, ps, "bn", C), RP_OK);
     assert_int_equal(rp_params_finalize(ps, 5), RP_OK);
-    float *gb = rp_params_data(ps); /* gamma, beta: not the defaults, so both matter */
-    tu_fill(gb, 2 * C, 6, 0.5f, 1.5f);
-    tu_fill(bn.running_mean->data, C, 7, -0.5f, 0.5f);
-    tu_fill(bn.running_var->data, C, 8, 0.5f, 2.0f);
+    float v[4 * C]; /* gamma, beta: not the defaults, so both matter; then the statistics */
+    assert_int_equal(rp_params_numel(ps), 4 * C);
+    assert_int_equal(rp_params_read_values(ps, v), RP_OK);
+    tu_fill(v, 2 * C, 6, 0.5f, 1.5f);
+    assert_int_equal(rp_params_write_values(ps, v), RP_OK);
+    tu_fill(v, C, 7, -0.5f, 0.5f);
+    assert_int_equal(rp_tensor_write(bn.running_mean, v, C), RP_OK);
+    tu_fill(v, C, 8, 0.5f, 2.0f);
+    assert_int_equal(rp_tensor_write(bn.running_var, v, C), RP_OK);
     rp_tape *t;
     assert_int_equal(rp_tape_create(&t, 0), RP_OK);
     float xs[N * H * H * C], rs[N * H * H * C], dys[N * H * H * C];
@@ -214,13 +219,15 @@ static void tail(bool fused, bool relu, bool training, tail_out *out)
         if (relu) y = rp_relu(t, y);
     }
     assert_non_null(y);
-    memcpy(out->y, y->data, sizeof out->y);
+    const int64_t n = N * H * H * C;
+    assert_int_equal(rp_tensor_read(y, out->y, n), RP_OK);
     assert_int_equal(rp_backward_from(t, y, dys), RP_OK);
-    memcpy(out->dx, x->grad, sizeof out->dx);
-    memcpy(out->dr, r->grad, sizeof out->dr);
-    memcpy(out->dparams, rp_params_grad(ps), 2 * C * sizeof(float));
-    memcpy(out->dparams + 2 * C, bn.running_mean->data, C * sizeof(float));
-    memcpy(out->dparams + 3 * C, bn.running_var->data, C * sizeof(float));
+    assert_int_equal(rp_tensor_read_grad(x, out->dx, n), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(r, out->dr, n), RP_OK);
+    assert_int_equal(rp_params_trainable_numel(ps), 2 * C);
+    assert_int_equal(rp_params_read_grads(ps, out->dparams), RP_OK);
+    assert_int_equal(rp_tensor_read(bn.running_mean, out->dparams + 2 * C, C), RP_OK);
+    assert_int_equal(rp_tensor_read(bn.running_var, out->dparams + 3 * C, C), RP_OK);
     rp_tape_destroy(t);
     rp_params_destroy(ps);
 }
@@ -295,7 +302,7 @@ static r20_run resnet_grads(bool recompute, bool poison)
     r.forward_live = rp_arena_get_stats(rp_tape_storage(t)).live;
     assert_int_equal(rp_backward(t, loss), RP_OK);
     r.grads = test_malloc((size_t)r.count * sizeof(float));
-    memcpy(r.grads, rp_params_grad(ps), (size_t)r.count * sizeof(float));
+    assert_int_equal(rp_params_read_grads(ps, r.grads), RP_OK);
     rp_tape_destroy(t);
     rp_resnet_destroy(net);
     return r;

@@ -363,28 +363,51 @@ static double initial_value(int i)
     return i < 6 ? 1.0 : -0.5;
 }
 
+/* The storage is the kernel table's: the tests read and write it through host copies. */
+static void read_grads(const fixture *f, float *grad)
+{
+    assert_int_equal(rp_params_read_grads(f->params, grad), RP_OK);
+}
+
+static void write_grads(fixture *f, const float *grad)
+{
+    assert_int_equal(rp_params_write_grads(f->params, grad), RP_OK);
+}
+
+static void read_state(const rp_optimizer *opt, float *state)
+{
+    assert_int_equal(rp_optimizer_read_state(opt, state), RP_OK);
+}
+
 static void assert_grads_zero(const fixture *f)
 {
-    const float *grad = rp_params_grad(f->params);
+    float grad[10];
+    read_grads(f, grad);
     for (int i = 0; i < 10; i++)
         assert_true(grad[i] == 0.0f);
+}
+
+/* The buffer keeps its initial values (an optimizer never touches buffers). */
+static void assert_buffer_untouched(const fixture *f)
+{
+    for (int i = 0; i < 2; i++)
+        assert_true(rp_tensor_get(f->buf, i) == 3.0f);
 }
 
 static void assert_values_initial(const fixture *f)
 {
     for (int i = 0; i < 6; i++)
-        assert_true(f->w->data[i] == 1.0f);
+        assert_true(rp_tensor_get(f->w, i) == 1.0f);
     for (int i = 0; i < 4; i++)
-        assert_true(f->b->data[i] == -0.5f);
-    for (int i = 0; i < 2; i++)
-        assert_true(f->buf->data[i] == 3.0f);
+        assert_true(rp_tensor_get(f->b, i) == -0.5f);
+    assert_buffer_untouched(f);
 }
 
 /* The trainable values in block order, w then b. */
 static void gather_values(const fixture *f, float *out)
 {
-    memcpy(out, f->w->data, 6 * sizeof(float));
-    memcpy(out + 6, f->b->data, 4 * sizeof(float));
+    assert_int_equal(rp_tensor_read(f->w, out, 6), RP_OK);
+    assert_int_equal(rp_tensor_read(f->b, out + 6, 4), RP_OK);
 }
 
 static void test_optimizer_sgd_momentum_steps(void **unused)
@@ -398,15 +421,14 @@ static void test_optimizer_sgd_momentum_steps(void **unused)
     assert_int_equal(rp_optimizer_steps(opt), 0);
 
     int64_t state_numel = -1;
-    float *state = rp_optimizer_state(opt, &state_numel);
-    assert_non_null(state);
+    assert_non_null(rp_optimizer_state(opt, &state_numel));
     assert_int_equal(state_numel, 10);
 
     const double lr = 0.5, mu = 0.9;
     double x[10], v[10];
     uint64_t allocs_before = 0;
     for (int t = 1; t <= 2; t++) {
-        float *grad = rp_params_grad(f.params);
+        float grad[10], state[10];
         for (int i = 0; i < 10; i++) {
             double g = t == 1 ? 0.125 * (i + 1) : -0.0625 * i;
             grad[i] = (float)g;
@@ -418,6 +440,7 @@ static void test_optimizer_sgd_momentum_steps(void **unused)
             }
             x[i] = x[i] - lr * v[i];
         }
+        write_grads(&f, grad);
         if (t == 2) allocs_before = rp_alloc_count();
         assert_int_equal(rp_optimizer_step(opt, (float)lr), RP_OK);
         if (t == 2) assert_true(rp_alloc_count() == allocs_before); /* steady state: no malloc */
@@ -427,12 +450,12 @@ static void test_optimizer_sgd_momentum_steps(void **unused)
         float got[10];
         gather_values(&f, got);
         assert_close(got, x, 10, 1e-6);
+        read_state(opt, state);
         assert_close(state, v, 10, 1e-6);
-        for (int i = 0; i < 2; i++)
-            assert_true(f.buf->data[i] == 3.0f); /* buffers untouched */
+        assert_buffer_untouched(&f);
     }
     /* Element 0 by hand: v = 0.125, p = 0.9375; v = 0.1125, p = 0.88125. */
-    assert_close(f.w->data, (const double[]){0.88125}, 1, 1e-6);
+    assert_close((const float[]){rp_tensor_get(f.w, 0)}, (const double[]){0.88125}, 1, 1e-6);
 
     rp_optimizer_destroy(opt);
     rp_params_destroy(f.params);
@@ -455,9 +478,10 @@ static void test_optimizer_adam_set_steps(void **unused)
 
     rp_optimizer_set_steps(opt, 9);
     assert_int_equal(rp_optimizer_steps(opt), 9);
-    float *grad = rp_params_grad(f.params);
+    float grad[10];
     for (int i = 0; i < 10; i++)
         grad[i] = (float)(0.25 * (i - 4.5));
+    write_grads(&f, grad);
     const double lr = 0.01;
     assert_int_equal(rp_optimizer_step(opt, (float)lr), RP_OK);
     assert_int_equal(rp_optimizer_steps(opt), 10);
@@ -489,20 +513,22 @@ static void test_optimizer_rejects_nonfinite_grad(void **unused)
     rp_optim_config cfg = sgd_config(0.9f, false, 0.0f);
     rp_optimizer *opt = NULL;
     assert_int_equal(rp_optimizer_create(&opt, f.params, &cfg), RP_OK);
-    float *grad = rp_params_grad(f.params);
-    float *state = rp_optimizer_state(opt, NULL);
+    float grad[10], state[10];
 
     /* A NaN in element 2 of the second parameter. */
     for (int i = 0; i < 10; i++)
         grad[i] = 0.25f;
     grad[6 + 2] = NAN;
+    write_grads(&f, grad);
     assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_ERR_NUMERIC);
     tu_assert_error_contains("layer.bias");
     tu_assert_error_contains("element 2");
     assert_values_initial(&f);
     assert_int_equal(rp_optimizer_steps(opt), 0);
+    read_state(opt, state);
     for (int i = 0; i < 10; i++)
         assert_true(state[i] == 0.0f);
+    read_grads(&f, grad);
     for (int i = 0; i < 10; i++) {
         if (i == 8)
             assert_true(isnan(grad[i]));
@@ -513,6 +539,7 @@ static void test_optimizer_rejects_nonfinite_grad(void **unused)
     /* An infinity in element 0 of the first parameter. */
     grad[6 + 2] = 0.25f;
     grad[0] = -INFINITY;
+    write_grads(&f, grad);
     assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_ERR_NUMERIC);
     tu_assert_error_contains("layer.weight");
     assert_values_initial(&f);
@@ -520,11 +547,13 @@ static void test_optimizer_rejects_nonfinite_grad(void **unused)
 
     /* Once clean, the step goes through and is still the first one (v = g). */
     grad[0] = 0.25f;
+    write_grads(&f, grad);
     assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_OK);
     assert_int_equal(rp_optimizer_steps(opt), 1);
+    read_state(opt, state);
     for (int i = 0; i < 10; i++)
         assert_true(state[i] == 0.25f);
-    assert_close(f.w->data, (const double[]){1.0 - 0.025}, 1, 1e-6);
+    assert_close((const float[]){rp_tensor_get(f.w, 0)}, (const double[]){1.0 - 0.025}, 1, 1e-6);
     assert_grads_zero(&f);
 
     rp_optimizer_destroy(opt);
@@ -612,9 +641,10 @@ static void test_optimizer_rejects_bad_lr(void **unused)
     rp_optim_config cfg = sgd_config(0.9f, false, 0.0f);
     rp_optimizer *opt = NULL;
     assert_int_equal(rp_optimizer_create(&opt, f.params, &cfg), RP_OK);
-    float *grad = rp_params_grad(f.params);
+    float grad[10];
     for (int i = 0; i < 10; i++)
         grad[i] = 0.5f;
+    write_grads(&f, grad);
 
     assert_int_equal(rp_optimizer_step(opt, -0.1f), RP_ERR_INVALID);
     tu_assert_error_contains("-0.1");
@@ -622,6 +652,7 @@ static void test_optimizer_rejects_bad_lr(void **unused)
     assert_int_equal(rp_optimizer_step(opt, INFINITY), RP_ERR_INVALID);
     assert_values_initial(&f);
     assert_int_equal(rp_optimizer_steps(opt), 0);
+    read_grads(&f, grad);
     for (int i = 0; i < 10; i++)
         assert_true(grad[i] == 0.5f);
     assert_int_equal(rp_optimizer_step(NULL, 0.1f), RP_ERR_INVALID);
@@ -632,6 +663,66 @@ static void test_optimizer_rejects_bad_lr(void **unused)
     assert_int_equal(rp_optimizer_steps(opt), 1);
     assert_grads_zero(&f);
 
+    rp_optimizer_destroy(opt);
+    rp_params_destroy(f.params);
+}
+
+/*
+ * The host copies of the blocks and of the state (they are the kernel table's storage): what is
+ * written reads back, buffers included, and a step uses the state that was written.
+ */
+static void test_host_copies(void **unused)
+{
+    (void)unused;
+    fixture f;
+    fixture_make(&f);
+    rp_optim_config cfg = sgd_config(0.5f, false, 0.0f);
+    rp_optimizer *opt = NULL;
+    assert_int_equal(rp_optimizer_create(&opt, f.params, &cfg), RP_OK);
+    /* The value block: w (6), b (4), then the buffer (2). */
+    float v[12], back[12];
+    assert_int_equal(rp_params_read_values(f.params, back), RP_OK);
+    assert_true(back[0] == 1.0f && back[6] == -0.5f && back[10] == 3.0f && back[11] == 3.0f);
+    for (int i = 0; i < 12; i++)
+        v[i] = 0.25f * (float)i - 1.0f;
+    assert_int_equal(rp_params_write_values(f.params, v), RP_OK);
+    assert_int_equal(rp_params_read_values(f.params, back), RP_OK);
+    assert_memory_equal(back, v, sizeof v);
+    assert_true(rp_tensor_get(f.buf, 1) == v[11]);
+    /* A momentum buffer written after the first step is the one the next step blends. */
+    float g[10], st[10];
+    for (int i = 0; i < 10; i++) {
+        g[i] = 0.5f;
+        st[i] = 1.0f;
+    }
+    assert_int_equal(rp_optimizer_write_state(opt, st), RP_OK);
+    rp_optimizer_set_steps(opt, 1);
+    write_grads(&f, g);
+    read_grads(&f, back);
+    assert_memory_equal(back, g, sizeof g);
+    assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_OK);
+    read_state(opt, st);
+    double want_v[10], want_s[10];
+    for (int i = 0; i < 10; i++) {
+        want_s[i] = 0.5 * 1.0 + 0.5; /* momentum * buffer + gradient */
+        want_v[i] = (double)v[i] - 0.1 * want_s[i];
+    }
+    assert_close(st, want_s, 10, 0);
+    gather_values(&f, back);
+    assert_close(back, want_v, 10, 1e-6);
+    assert_true(rp_tensor_get(f.buf, 0) == v[10]); /* buffers stay */
+    /* NULL and a list not finalized are refused. */
+    assert_int_equal(rp_params_read_values(NULL, back), RP_ERR_INVALID);
+    assert_int_equal(rp_params_write_values(f.params, NULL), RP_ERR_INVALID);
+    assert_int_equal(rp_params_read_grads(f.params, NULL), RP_ERR_INVALID);
+    assert_int_equal(rp_params_write_grads(NULL, g), RP_ERR_INVALID);
+    assert_int_equal(rp_optimizer_read_state(NULL, st), RP_ERR_INVALID);
+    assert_int_equal(rp_optimizer_write_state(opt, NULL), RP_ERR_INVALID);
+    rp_params *fresh = NULL;
+    assert_int_equal(rp_params_create(&fresh), RP_OK);
+    assert_int_equal(rp_params_read_values(fresh, back), RP_ERR_INVALID);
+    tu_assert_error_contains("not finalized");
+    rp_params_destroy(fresh);
     rp_optimizer_destroy(opt);
     rp_params_destroy(f.params);
 }
@@ -791,6 +882,7 @@ int main(void)
         cmocka_unit_test(test_optimizer_rejects_nonfinite_grad),
         cmocka_unit_test(test_optimizer_invalid_config),
         cmocka_unit_test(test_optimizer_rejects_bad_lr),
+        cmocka_unit_test(test_host_copies),
         cmocka_unit_test(test_schedule_constant_warmup),
         cmocka_unit_test(test_schedule_step_decay),
         cmocka_unit_test(test_schedule_step_many_milestones),

@@ -115,7 +115,7 @@ static float reference(rp_params **out, int m_count)
         assert_non_null(loss);
         float seed = 1.0f / (float)m_count;
         assert_int_equal(rp_backward_from(t, loss, &seed), RP_OK);
-        sum += (double)loss->data[0];
+        sum += (double)rp_item(loss);
     }
     rp_tape_destroy(t);
     *out = p;
@@ -157,20 +157,22 @@ static void *member_main(void *arg)
         return NULL;
     }
     rp_pipeline *pl = NULL;
-    rp_tensor in = {0};
-    in.ndim = 2;
-    in.shape[0] = j->input_rows;
-    in.shape[1] = DIMS[0];
-    in.numel = (int64_t)j->input_rows * DIMS[0];
-    in.data = (float *)(j->input ? j->input : g_x);
-    in.node = -1;
-    rp_status st = rp_pipeline_create(&pl, j->comms[r], j->schedule, j->M);
+    /* Stage 0's batch, a leaf on a tape of its own (the pipeline copies micro-batches from it). */
+    rp_tape *tin = NULL;
+    rp_tensor *in = NULL;
+    rp_status st = r == 0 ? rp_tape_create(&tin, 0) : RP_OK;
+    if (st == RP_OK && r == 0) {
+        in = rp_tensor_from(tin, 2, (int[]){j->input_rows, DIMS[0]}, j->input ? j->input : g_x);
+        if (!in) st = rp_last_status();
+    }
+    if (st == RP_OK) st = rp_pipeline_create(&pl, j->comms[r], j->schedule, j->M);
     t0 = rp_now_s(); /* the run alone */
-    if (st == RP_OK) st = rp_pipeline_run(pl, j->fn, &j->st[r], r == 0 ? &in : NULL, &j->loss[r]);
+    if (st == RP_OK) st = rp_pipeline_run(pl, j->fn, &j->st[r], in, &j->loss[r]);
     j->status[r] = st;
     if (st != RP_OK) snprintf(j->error[r], sizeof j->error[r], "%s", rp_last_error());
     j->elapsed[r] = rp_now_s() - t0;
     rp_pipeline_destroy(pl);
+    rp_tape_destroy(tin);
     return NULL;
 }
 
@@ -224,6 +226,24 @@ static void expect_ok(const job *j, const char *what)
         if (j->status[r] != RP_OK) fail_msg("%s: stage %d failed: %s", what, r, j->error[r]);
 }
 
+/* Host copies (malloc'd) of a parameter list's values and gradients. */
+static float *values_of(const rp_params *p)
+{
+    float *v = malloc((size_t)rp_params_numel(p) * sizeof(float));
+    assert_non_null(v);
+    assert_int_equal(rp_params_read_values(p, v), RP_OK);
+    return v;
+}
+
+static float *grads_of(const rp_params *p)
+{
+    int64_t n = rp_params_trainable_numel(p);
+    float *g = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(g);
+    assert_int_equal(rp_params_read_grads(p, g), RP_OK);
+    return g;
+}
+
 /*
  * Every trainable parameter of every stage of j against the parameter of the same name in ref
  * (bitwise, and the relative difference printed if not); returns the number compared.
@@ -231,28 +251,37 @@ static void expect_ok(const job *j, const char *what)
 static int compare_grads(const job *j, const rp_params *ref, const char *what)
 {
     int compared = 0;
+    float *ref_v = values_of(ref), *ref_g = grads_of(ref);
     for (int r = 0; r < j->P; r++) {
         const rp_params *p = j->st[r].params;
+        float *pv = values_of(p), *pg = grads_of(p);
         for (int i = 0; i < rp_params_trainable_count(p); i++) {
             const rp_tensor *a = rp_params_at(p, i);
             const rp_tensor *b = rp_params_find(ref, a->name);
             if (!b) fail_msg("%s: %s is not in the reference", what, a->name);
             assert_int_equal(a->numel, b->numel);
+            const float *av = pv + rp_params_offset(p, i), *ag = pg + rp_params_offset(p, i);
+            const float *bv = ref_v + rp_params_offset(ref, b->index);
+            const float *bg = ref_g + rp_params_offset(ref, b->index);
             /* Values first: the stage holds the unsplit model's initial values. */
-            if (memcmp(a->data, b->data, (size_t)a->numel * sizeof(float)) != 0)
+            if (memcmp(av, bv, (size_t)a->numel * sizeof(float)) != 0)
                 fail_msg("%s: stage %d's %s differs from the unsplit model's values", what, r,
                          a->name);
             double biggest = 0;
             for (int64_t k = 0; k < a->numel; k++)
-                biggest = fmax(biggest, fabs(b->grad[k]));
+                biggest = fmax(biggest, fabs(bg[k]));
             if (!(biggest > 0)) fail_msg("%s: %s has an all-zero gradient", what, a->name);
-            if (memcmp(a->grad, b->grad, (size_t)a->numel * sizeof(float)) != 0)
+            if (memcmp(ag, bg, (size_t)a->numel * sizeof(float)) != 0)
                 fail_msg("%s: stage %d's gradient of %s is not bitwise the reference's "
                          "(max rel diff %.3g)",
-                         what, r, a->name, tu_max_rel_diff(a->grad, b->grad, a->numel));
+                         what, r, a->name, tu_max_rel_diff(ag, bg, a->numel));
             compared++;
         }
+        free(pg);
+        free(pv);
     }
+    free(ref_g);
+    free(ref_v);
     return compared;
 }
 
@@ -293,13 +322,19 @@ static void test_schedules_equal_accumulation(void **state)
                 assert_int_equal(compare_grads(j, ref, what), 2 * LAYERS);
             }
             /* The schedules against each other (implied above; stated for the record). */
-            for (int r = 0; r < P; r++)
-                for (int i = 0; i < rp_params_trainable_count(jobs[0].st[r].params); i++) {
-                    const rp_tensor *a = rp_params_at(jobs[0].st[r].params, i);
-                    const rp_tensor *b = rp_params_at(jobs[1].st[r].params, i);
-                    if (memcmp(a->grad, b->grad, (size_t)a->numel * sizeof(float)) != 0)
+            for (int r = 0; r < P; r++) {
+                const rp_params *pa = jobs[0].st[r].params, *pb = jobs[1].st[r].params;
+                float *ga = grads_of(pa), *gb = grads_of(pb);
+                for (int i = 0; i < rp_params_trainable_count(pa); i++) {
+                    const rp_tensor *a = rp_params_at(pa, i);
+                    int64_t off = rp_params_offset(pa, i);
+                    assert_int_equal(off, rp_params_offset(pb, i));
+                    if (memcmp(ga + off, gb + off, (size_t)a->numel * sizeof(float)) != 0)
                         fail_msg("P = %d, M = %d: gpipe and 1f1b differ on %s", P, M, a->name);
                 }
+                free(gb);
+                free(ga);
+            }
             for (int sch = 0; sch < 2; sch++)
                 job_destroy(&jobs[sch]);
             rp_params_destroy(ref);
@@ -320,18 +355,24 @@ static void test_runs_accumulate(void **state)
     expect_ok(&j, "first run");
     run_job(&j);
     expect_ok(&j, "second run");
+    float *ref_g = grads_of(ref);
     for (int r = 0; r < 2; r++) {
         const rp_params *p = j.st[r].params;
+        float *pg = grads_of(p);
         for (int i = 0; i < rp_params_trainable_count(p); i++) {
             const rp_tensor *a = rp_params_at(p, i), *b = rp_params_find(ref, a->name);
+            assert_non_null(b);
+            const float *ag = pg + rp_params_offset(p, i);
+            const float *bg = ref_g + rp_params_offset(ref, b->index);
             /* ((g0 + g1) + g0) + g1 against 2 (g0 + g1): rounding apart, not bitwise. */
             for (int64_t k = 0; k < a->numel; k++)
-                if (!(fabs(a->grad[k] - 2.0f * b->grad[k]) <=
-                      1e-6 * fmax(1.0, fabs(2.0 * b->grad[k]))))
+                if (!(fabs(ag[k] - 2.0f * bg[k]) <= 1e-6 * fmax(1.0, fabs(2.0 * bg[k]))))
                     fail_msg("%s[%lld]: %g after two runs, expected 2 x %g", a->name, (long long)k,
-                             a->grad[k], b->grad[k]);
+                             ag[k], bg[k]);
         }
+        free(pg);
     }
+    free(ref_g);
     job_destroy(&j);
     rp_params_destroy(ref);
 }

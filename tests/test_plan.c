@@ -74,6 +74,18 @@ static rp_status build_fn(rp_replica *rep, void *arg)
     return rp_replica_optimizer_create(rep, &m->opt, m->params, &j->oc);
 }
 
+/* Random gradients in [-1, 1), written through a host copy (the gradient block is storage). */
+static rp_status fill_grads(rp_params *p, uint64_t seed)
+{
+    int64_t n = rp_params_trainable_numel(p);
+    float *g = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!g) return RP_ERROR(RP_ERR_NOMEM, "test gradients");
+    tu_fill(g, n, seed, -1, 1);
+    rp_status status = rp_params_write_grads(p, g);
+    free(g);
+    return status;
+}
+
 static rp_status step_fn(rp_replica *rep, void *arg)
 {
     job *j = arg;
@@ -81,8 +93,7 @@ static rp_status step_fn(rp_replica *rep, void *arg)
     rp_comm *c = rp_replica_axis_comm(rep, RP_AXIS_DATA);
     rp_comm_stats before, after;
     RP_CHECK(rp_comm_stats_get(c, &before));
-    float *g = rp_params_grad(m->params);
-    tu_fill(g, rp_params_trainable_numel(m->params), 11 + (uint64_t)rp_replica_id(rep), -1, 1);
+    RP_CHECK(fill_grads(m->params, 11 + (uint64_t)rp_replica_id(rep)));
     RP_CHECK(rp_optimizer_step(m->opt, 0.1f));
     RP_CHECK(rp_comm_stats_get(c, &after));
     rp_comm_stats_diff(&after, &before, &j->step[rp_replica_id(rep)]);
@@ -103,8 +114,7 @@ static rp_status group_step_fn(rp_replica *rep, void *arg)
     RP_CHECK(rp_comm_stats_get(grp, &gbefore));
     int64_t ticket;
     RP_CHECK(rp_replica_next_batch(rep, &ticket));
-    float *g = rp_params_grad(m->params);
-    tu_fill(g, rp_params_trainable_numel(m->params), 11 + (uint64_t)id, -1, 1);
+    RP_CHECK(fill_grads(m->params, 11 + (uint64_t)id));
     RP_CHECK(rp_optimizer_step(m->opt, 0.1f));
     RP_CHECK(rp_comm_stats_get(c, &after));
     RP_CHECK(rp_comm_stats_get(grp, &gafter));
@@ -296,7 +306,8 @@ static void *stage_main(void *arg)
     stage_ctx c = {.last = j->stage == j->stages - 1};
     rp_pipeline *p = NULL;
     float *images = NULL;
-    rp_tensor in = {0};
+    rp_tape *tin = NULL; /* stage 0's batch: a leaf on a tape of its own, in storage */
+    rp_tensor *in = NULL;
     rp_comm_stats before, after;
     rp_resnet_config cfg = stage_config(j->bounds[j->stage], j->bounds[j->stage + 1]);
     int B = j->micro * j->mb;
@@ -304,21 +315,20 @@ static void *stage_main(void *arg)
     if (j->status == RP_OK) j->status = rp_pipeline_create(&p, j->comm, RP_PIPE_GPIPE, j->micro);
     if (j->status == RP_OK && j->stage == 0) {
         images = calloc((size_t)B * 28 * 28, sizeof(float));
-        tu_fill(images, (int64_t)B * 28 * 28, 5, -1, 1);
-        in.ndim = 4;
-        in.shape[0] = B;
-        in.shape[1] = in.shape[2] = 28;
-        in.shape[3] = 1;
-        in.numel = (int64_t)B * 28 * 28;
-        in.data = images;
+        j->status = images ? rp_tape_create(&tin, 0) : RP_ERR_NOMEM;
+        if (j->status == RP_OK) {
+            tu_fill(images, (int64_t)B * 28 * 28, 5, -1, 1);
+            in = rp_tensor_from(tin, 4, (int[]){B, 28, 28, 1}, images);
+            if (!in) j->status = rp_last_status();
+        }
     }
     if (j->status == RP_OK) j->status = rp_comm_stats_get(j->comm, &before);
-    if (j->status == RP_OK)
-        j->status = rp_pipeline_run(p, stage_fn, &c, j->stage == 0 ? &in : NULL, NULL);
+    if (j->status == RP_OK) j->status = rp_pipeline_run(p, stage_fn, &c, in, NULL);
     if (j->status == RP_OK) j->status = rp_comm_stats_get(j->comm, &after);
     if (j->status == RP_OK) rp_comm_stats_diff(&after, &before, &j->sent);
     rp_pipeline_destroy(p);
     rp_resnet_destroy(c.net);
+    rp_tape_destroy(tin);
     free(images);
     return NULL;
 }

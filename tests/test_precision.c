@@ -58,12 +58,12 @@ static void linear_run(rp_precision_policy p, bool switch_before_backward, float
     rp_tensor_set_requires_grad(w, true);
     rp_tensor *out = rp_linear(t, x, w, b);
     assert_non_null(out);
-    memcpy(y, out->data, sizeof(float) * N * OUT);
+    assert_int_equal(rp_tensor_read(out, y, N * OUT), RP_OK);
     if (switch_before_backward)
         assert_int_equal(rp_tape_set_precision(t, rp_precision_policy_make(RP_F32)), RP_OK);
     assert_int_equal(rp_backward_from(t, out, dys), RP_OK);
-    memcpy(dx, x->grad, sizeof(float) * N * IN);
-    memcpy(dw, w->grad, sizeof(float) * OUT * IN);
+    assert_int_equal(rp_tensor_read_grad(x, dx, N * IN), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(w, dw, OUT * IN), RP_OK);
     rp_tape_destroy(t);
 }
 
@@ -136,14 +136,14 @@ static float *net_grads(rp_params *params, net_forward_fn fwd, void *net, rp_dty
     tu_fill(dy, out->numel, 77, -1, 1);
     *ny = out->numel;
     *y = malloc((size_t)out->numel * sizeof **y);
-    memcpy(*y, out->data, (size_t)out->numel * sizeof **y);
+    assert_int_equal(rp_tensor_read(out, *y, out->numel), RP_OK);
     assert_int_equal(rp_backward_from(t, out, dy), RP_OK);
     int64_t total = rp_params_trainable_numel(params), at = 0;
     float *g = malloc((size_t)total * sizeof *g);
     for (int i = 0; i < rp_params_count(params); i++) {
         rp_tensor *p = rp_params_at(params, i);
         if (!(p->flags & RP_TENSOR_REQUIRES_GRAD)) continue;
-        memcpy(g + at, p->grad, (size_t)p->numel * sizeof(float));
+        assert_int_equal(rp_tensor_read_grad(p, g + at, p->numel), RP_OK);
         at += p->numel;
     }
     assert_int_equal(at, total);
@@ -389,7 +389,7 @@ static float run_small(const small_net *n, rp_precision_policy p, bool drop, flo
     assert_int_equal(rp_backward(t, loss), RP_OK);
     int64_t at = 0;
     for (int i = 0; i < 3; i++) {
-        memcpy(grads + at, params[i]->grad, (size_t)params[i]->numel * sizeof(float));
+        assert_int_equal(rp_tensor_read_grad(params[i], grads + at, params[i]->numel), RP_OK);
         at += params[i]->numel;
     }
     rp_tape_destroy(t);

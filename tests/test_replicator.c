@@ -81,11 +81,14 @@ static rp_tensor *model_loss(rp_tape *t, const model *m, int64_t first, int b)
 {
     rp_tensor *x = rp_tensor_new(t, 4, (int[]){b, IMG, IMG, CH});
     int32_t *y = rp_arena_alloc(rp_tape_arena(t), (size_t)b * sizeof(int32_t));
-    if (!x || !y) return NULL;
+    /* The samples are made on the host (the tape's host arena) and written into x's storage. */
+    float *hx = rp_arena_alloc(rp_tape_arena(t), (size_t)b * SAMPLE * sizeof(float));
+    if (!x || !y || !hx) return NULL;
     for (int i = 0; i < b; i++) {
-        fill_sample(x->data + (int64_t)i * SAMPLE, first + i);
+        fill_sample(hx + (int64_t)i * SAMPLE, first + i);
         y[i] = label_of(first + i);
     }
+    if (rp_tensor_write(x, hx, (int64_t)b * SAMPLE) != RP_OK) return NULL;
     rp_tensor *h = rp_conv2d_layer_forward(t, &m->conv, x);
     h = rp_relu(t, rp_batchnorm_layer_forward(t, &m->bn, h, true));
     h = rp_linear_layer_forward(t, &m->fc, rp_global_avg_pool(t, h));
@@ -136,10 +139,39 @@ static replica_state *state_of(rp_replicator *r, int i)
     return rep ? rp_replica_user(rep) : NULL;
 }
 
-static float *copy_floats(const float *x, int64_t n)
+/*
+ * Host copies of a parameter list's value block and of an optimizer's state (both are the kernel
+ * table's storage), malloc'd; NULL on failure (they run on replica threads too: no asserts).
+ */
+static float *copy_values(const rp_params *p)
 {
-    float *c = malloc((size_t)n * sizeof(float));
-    if (c) memcpy(c, x, (size_t)n * sizeof(float));
+    float *c = malloc((size_t)rp_params_numel(p) * sizeof(float));
+    if (c && rp_params_read_values(p, c) != RP_OK) {
+        free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+static float *copy_state(const rp_optimizer *opt, int64_t *numel)
+{
+    rp_optimizer_state(opt, numel);
+    float *c = malloc((size_t)(*numel > 0 ? *numel : 1) * sizeof(float));
+    if (c && rp_optimizer_read_state(opt, c) != RP_OK) {
+        free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+/* One tensor's values, read into a host copy (a parameter's storage is the kernel table's). */
+static float *copy_tensor(const rp_tensor *x)
+{
+    float *c = malloc((size_t)x->numel * sizeof(float));
+    if (c && rp_tensor_read(x, c, x->numel) != RP_OK) {
+        free(c);
+        c = NULL;
+    }
     return c;
 }
 
@@ -151,15 +183,14 @@ static rp_status build_fn(rp_replica *rep, void *arg)
     rp_replica_set_user(rep, s);
     uint64_t seed = j->vary_seed ? j->seed + 1000 * (uint64_t)(rp_replica_id(rep) + 1) : j->seed;
     RP_CHECK(model_build(&s->m, seed, j->cross_bn ? rep : NULL));
-    int64_t n = rp_params_numel(s->m.params);
-    s->init_local = copy_floats(rp_params_data(s->m.params), n);
+    s->init_local = copy_values(s->m.params);
     if (!s->init_local) return RP_ERROR(RP_ERR_NOMEM, "test state");
     rp_optim_config oc = rp_optim_config_default();
     oc.kind = RP_OPTIM_SGD;
     oc.momentum = 0.9f;
     oc.weight_decay = 1e-4f;
     RP_CHECK(rp_replica_optimizer_create(rep, &s->opt, s->m.params, &oc));
-    s->init_synced = copy_floats(rp_params_data(s->m.params), n);
+    s->init_synced = copy_values(s->m.params);
     if (!s->init_synced) return RP_ERROR(RP_ERR_NOMEM, "test state");
     if (j->probe) {
         RP_CHECK(model_build(&s->shadow, j->seed, j->cross_bn ? rep : NULL));
@@ -182,18 +213,20 @@ static rp_status step_fn(rp_replica *rep, void *arg)
     int64_t first =
         (int64_t)j->step * ctx.global_batch + (int64_t)ctx.replica * ctx.per_replica_batch;
     int b = ctx.per_replica_batch;
-    int64_t tn = rp_params_trainable_numel(s->m.params);
 
     if (j->probe) {
         /* The same values, data and local batch norm on a tape no optimizer listens to. */
         rp_tape_reset(s->shadow_tape);
-        memcpy(rp_params_data(s->shadow.params), rp_params_data(s->m.params),
-               (size_t)rp_params_numel(s->m.params) * sizeof(float));
+        float *values = copy_values(s->m.params);
+        if (!values) return RP_ERROR(RP_ERR_NOMEM, "test state");
+        rp_status status = rp_params_write_values(s->shadow.params, values);
+        free(values);
+        RP_CHECK(status);
         rp_params_zero_grad(s->shadow.params);
         rp_tensor *sl = model_loss(s->shadow_tape, &s->shadow, first, b);
         if (!sl) return rp_last_status();
         RP_CHECK(rp_backward(s->shadow_tape, sl));
-        memcpy(s->local_grad, rp_params_grad(s->shadow.params), (size_t)tn * sizeof(float));
+        RP_CHECK(rp_params_read_grads(s->shadow.params, s->local_grad));
     }
 
     rp_tape *t = rp_replica_tape(rep);
@@ -203,8 +236,7 @@ static rp_status step_fn(rp_replica *rep, void *arg)
     s->seq_before_backward = rp_comm_sequence(rp_replica_comm(rep));
     RP_CHECK(rp_backward(t, loss));
     s->seq_after_backward = rp_comm_sequence(rp_replica_comm(rep));
-    if (j->probe)
-        memcpy(s->grad_after_backward, rp_params_grad(s->m.params), (size_t)tn * sizeof(float));
+    if (j->probe) RP_CHECK(rp_params_read_grads(s->m.params, s->grad_after_backward));
     RP_CHECK(rp_optimizer_step(s->opt, j->lr));
     s->seq_after_step = rp_comm_sequence(rp_replica_comm(rep));
     RP_CHECK(rp_replica_report(rep, "loss", s->loss, RP_MEAN));
@@ -319,7 +351,7 @@ static float *train_fresh(int replicas, job j, int64_t *numel, double *losses)
     }
     replica_state *s0 = state_of(r, 0);
     *numel = rp_params_numel(s0->m.params);
-    float *values = copy_floats(rp_params_data(s0->m.params), *numel);
+    float *values = copy_values(s0->m.params);
     assert_non_null(values);
     finish(r, true);
     return values;
@@ -336,13 +368,15 @@ static void check_sync_invariant(int replicas)
     replica_state *s0 = state_of(r, 0);
     int64_t numel = rp_params_numel(s0->m.params), tn = rp_params_trainable_numel(s0->m.params);
     assert_true(numel > tn); /* the running statistics are part of the compared block */
-    float *prev = copy_floats(rp_params_data(s0->m.params), numel);
+    float *prev = copy_values(s0->m.params);
     assert_non_null(prev);
     for (int step = 0; step < STEPS; step++) {
         run_step(r, &j, step);
-        const float *v0 = rp_params_data(s0->m.params);
+        float *v0 = copy_values(s0->m.params);
         int64_t sn0 = 0;
-        const float *st0 = rp_optimizer_state(s0->opt, &sn0);
+        float *st0 = copy_state(s0->opt, &sn0);
+        assert_non_null(v0);
+        assert_non_null(st0);
         /* The step changed the model (trainable values and running statistics alike)... */
         assert_false(floats_equal(v0, prev, tn));
         assert_false(floats_equal(v0 + tn, prev + tn, numel - tn));
@@ -351,17 +385,24 @@ static void check_sync_invariant(int replicas)
         for (int i = 0; i < replicas; i++) {
             replica_state *s = state_of(r, i);
             assert_int_equal(rp_params_numel(s->m.params), numel);
-            if (!floats_equal(rp_params_data(s->m.params), v0, numel)) {
+            float *v = copy_values(s->m.params);
+            assert_non_null(v);
+            if (!floats_equal(v, v0, numel)) {
                 print_error("%d replicas, step %d: replica %d's values differ from replica 0's\n",
                             replicas, step, i);
                 fail();
             }
+            free(v);
             int64_t sn = 0;
-            const float *st = rp_optimizer_state(s->opt, &sn);
+            float *st = copy_state(s->opt, &sn);
+            assert_non_null(st);
             assert_int_equal(sn, sn0);
             assert_true(floats_equal(st, st0, sn0));
+            free(st);
             assert_int_equal(rp_optimizer_steps(s->opt), step + 1);
         }
+        free(v0);
+        free(st0);
     }
     free(prev);
     finish(r, true);
@@ -401,13 +442,22 @@ static void test_broadcast_at_build(void **state)
         replica_state *s = state_of(r, i);
         /* ...and the optimizer's creation replaced them with replica 0's. */
         assert_true(floats_equal(s->init_synced, s0->init_local, numel));
-        assert_true(floats_equal(rp_params_data(s->m.params), s0->init_local, numel));
+        float *v = copy_values(s->m.params);
+        assert_non_null(v);
+        assert_true(floats_equal(v, s0->init_local, numel));
+        free(v);
     }
     /* Training from there keeps them together. */
     run_step(r, &j, 0);
-    for (int i = 1; i < n; i++)
-        assert_true(floats_equal(rp_params_data(state_of(r, i)->m.params),
-                                 rp_params_data(s0->m.params), numel));
+    float *v0 = copy_values(s0->m.params);
+    assert_non_null(v0);
+    for (int i = 1; i < n; i++) {
+        float *v = copy_values(state_of(r, i)->m.params);
+        assert_non_null(v);
+        assert_true(floats_equal(v, v0, numel));
+        free(v);
+    }
+    free(v0);
     finish(r, true);
 }
 
@@ -482,7 +532,10 @@ static void test_determinism(void **state)
     model m;
     memset(&m, 0, sizeof m);
     assert_int_equal(model_build(&m, j.seed, NULL), RP_OK);
-    assert_false(floats_equal(a, rp_params_data(m.params), rp_params_trainable_numel(m.params)));
+    float *init = copy_values(m.params);
+    assert_non_null(init);
+    assert_false(floats_equal(a, init, rp_params_trainable_numel(m.params)));
+    free(init);
     rp_params_destroy(m.params);
     free(a);
     free(b);
@@ -741,17 +794,30 @@ static rp_status diverge_one(int checksum_every, bool *still_differs, bool *othe
     replica_state *s0 = state_of(r, 0), *s1 = state_of(r, 1);
     rp_tensor *b1 = rp_params_find(s1->m.params, "bn.bias");
     assert_non_null(b1);
-    b1->data[1] += 0.01f;
+    float *moved = copy_tensor(b1);
+    assert_non_null(moved);
+    moved[1] += 0.01f;
+    assert_int_equal(rp_tensor_write(b1, moved, b1->numel), RP_OK);
+    free(moved);
     j.step = 2;
     rp_status st = rp_replicator_run(r, step_fn, &j);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", rp_last_error());
     rp_tensor *b0 = rp_params_find(s0->m.params, "bn.bias");
-    *still_differs = !floats_equal(b0->data, b1->data, b0->numel);
     *others_equal = true;
+    *still_differs = false;
     for (int i = 0; i < rp_params_trainable_count(s0->m.params); i++) {
         rp_tensor *p0 = rp_params_at(s0->m.params, i), *p1 = rp_params_at(s1->m.params, i);
-        if (p0 != b0 && !floats_equal(p0->data, p1->data, p0->numel)) *others_equal = false;
+        float *v0 = copy_tensor(p0), *v1 = copy_tensor(p1);
+        assert_non_null(v0);
+        assert_non_null(v1);
+        bool equal = floats_equal(v0, v1, p0->numel);
+        if (p0 == b0)
+            *still_differs = !equal;
+        else if (!equal)
+            *others_equal = false;
+        free(v0);
+        free(v1);
     }
     finish(r, false);
     if (st != RP_OK)
@@ -986,8 +1052,8 @@ static void check_pq(int mode, const float *want_p, const float *want_q)
     run_ok(r, pq_step, &j);
     for (int id = 0; id < 2; id++)
         for (int i = 0; i < 4; i++) {
-            assert_float_equal(j.st[id].p->data[i], want_p[i], 1e-5);
-            assert_float_equal(j.st[id].q->data[i], want_q[i], 1e-5);
+            assert_float_equal(rp_tensor_get(j.st[id].p, i), want_p[i], 1e-5);
+            assert_float_equal(rp_tensor_get(j.st[id].q, i), want_q[i], 1e-5);
         }
     run_ok(r, pq_teardown, &j);
     rp_replicator_destroy(r);

@@ -53,7 +53,46 @@ static rp_status net_build(net *m, uint64_t seed)
 {
     RP_CHECK(rp_params_create(&m->params));
     RP_CHECK(rp_linear_layer_init(&m->fc, m->params, "fc", IN, OUT, true, false));
-    return rp_params_finalize(m->params, seed);
+    RP_CHECK(rp_params_finalize(m->params, seed));
+    /* No buffers: the value block is the trainable values, which the helpers below rely on. */
+    if (rp_params_numel(m->params) != rp_params_trainable_numel(m->params))
+        return RP_ERROR(RP_ERR_INVALID, "the test's net has buffers");
+    return RP_OK;
+}
+
+/* The blocks are the kernel table's storage: the tests read and write them through host copies
+   (these assert: the main thread only; the replicas' code checks the status instead). */
+static void read_values(const rp_params *p, float *out)
+{
+    assert_int_equal(rp_params_read_values(p, out), RP_OK);
+}
+
+/* Whether two lists hold bitwise the same values. */
+static bool same_values(const rp_params *a, const rp_params *b)
+{
+    int64_t n = rp_params_numel(a);
+    assert_int_equal(n, rp_params_numel(b));
+    float *va = malloc((size_t)n * sizeof(float)), *vb = malloc((size_t)n * sizeof(float));
+    assert_non_null(va);
+    assert_non_null(vb);
+    read_values(a, va);
+    read_values(b, vb);
+    bool same = memcmp(va, vb, (size_t)n * sizeof(float)) == 0;
+    free(va);
+    free(vb);
+    return same;
+}
+
+/* Whether the list holds bitwise the values `want` (its numel floats). */
+static bool has_values(const rp_params *p, const float *want)
+{
+    int64_t n = rp_params_numel(p);
+    float *v = malloc((size_t)n * sizeof(float));
+    assert_non_null(v);
+    read_values(p, v);
+    bool same = memcmp(v, want, (size_t)n * sizeof(float)) == 0;
+    free(v);
+    return same;
 }
 
 /* The loss of replica `who`'s batch at `step` (NULL on error); nan_at >= 0 poisons that input. */
@@ -62,8 +101,10 @@ static rp_tensor *net_loss(rp_tape *t, const net *m, int who, int step, int nan_
     rp_tensor *x = rp_tensor_new(t, 2, (int[]){B, IN});
     int32_t *y = rp_arena_alloc(rp_tape_arena(t), B * sizeof(int32_t));
     if (!x || !y) return NULL;
-    tu_fill(x->data, B * IN, (uint64_t)(1000 * step + who + 1), -1.0f, 1.0f);
-    if (nan_at >= 0) x->data[nan_at] = NAN;
+    float xs[B * IN];
+    tu_fill(xs, B * IN, (uint64_t)(1000 * step + who + 1), -1.0f, 1.0f);
+    if (nan_at >= 0) xs[nan_at] = NAN;
+    if (rp_tensor_write(x, xs, B * IN) != RP_OK) return NULL;
     for (int k = 0; k < B; k++)
         y[k] = (k + who) % OUT;
     return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &m->fc, x), y);
@@ -148,11 +189,11 @@ static void test_hooks_compose(void **state)
     memset(t.log, 0, sizeof t.log);
     int64_t numel = rp_params_trainable_numel(m.params);
     float *before = malloc((size_t)numel * sizeof(float));
-    memcpy(before, rp_params_data(m.params), (size_t)numel * sizeof(float));
+    read_values(m.params, before);
     assert_int_equal(rp_optimizer_step(opt, 0.1f), RP_OK);
     assert_string_equal(t.log, "b0 b1 b4 u1 a4 a1 a0 ");
     /* The replaced update ran instead of the rule: the values did not move. */
-    assert_memory_equal(before, rp_params_data(m.params), (size_t)numel * sizeof(float));
+    assert_true(has_values(m.params, before));
     assert_int_equal(rp_optimizer_steps(opt), 1);
     /* The slot's update wins over an added set's; set_hooks clears it again. */
     rp_optimizer_set_update(opt, h_update);
@@ -186,6 +227,7 @@ typedef struct rstate {
     float *local_grad; /* this replica's own gradient */
     float *seen_grad;  /* what the user's before-hook saw */
     float *pre_values, *post_values, *ema;
+    float *copy; /* the values on their way to the shadow */
     int64_t steps_in_after;
     int hooks_released;
     float loss; /* of the last step */
@@ -203,10 +245,8 @@ typedef struct job {
 static rp_status user_before(rp_optimizer *opt, void *ctx)
 {
     rstate *s = ctx;
-    int64_t n = rp_params_trainable_numel(s->m.params);
-    memcpy(s->seen_grad, rp_params_grad(s->m.params), (size_t)n * sizeof(float));
-    memcpy(s->pre_values, rp_params_data(s->m.params), (size_t)n * sizeof(float));
-    return RP_OK;
+    RP_CHECK(rp_params_read_grads(s->m.params, s->seen_grad));
+    return rp_params_read_values(s->m.params, s->pre_values);
 }
 
 /* An exponential moving average of the values: it must see the updated ones. */
@@ -214,8 +254,8 @@ static rp_status user_after(rp_optimizer *opt, void *ctx)
 {
     rstate *s = ctx;
     int64_t n = rp_params_trainable_numel(s->m.params);
-    const float *p = rp_params_data(s->m.params);
-    memcpy(s->post_values, p, (size_t)n * sizeof(float));
+    const float *p = s->post_values;
+    RP_CHECK(rp_params_read_values(s->m.params, s->post_values));
     for (int64_t i = 0; i < n; i++)
         s->ema[i] = 0.5f * s->ema[i] + 0.5f * p[i];
     s->steps_in_after = rp_optimizer_steps(opt);
@@ -242,7 +282,8 @@ static rp_status build(rp_replica *rep, void *arg)
     s->pre_values = calloc((size_t)n, sizeof(float));
     s->post_values = calloc((size_t)n, sizeof(float));
     s->ema = calloc((size_t)n, sizeof(float));
-    if (!s->local_grad || !s->seen_grad || !s->pre_values || !s->post_values || !s->ema)
+    s->copy = calloc((size_t)n, sizeof(float));
+    if (!s->local_grad || !s->seen_grad || !s->pre_values || !s->post_values || !s->ema || !s->copy)
         return RP_ERROR(RP_ERR_NOMEM, "test state");
     rp_optim_config oc = rp_optim_config_default();
     oc.momentum = 0;
@@ -264,16 +305,15 @@ static rp_status step(rp_replica *rep, void *arg)
     rstate *s = rp_replica_user(rep);
     int who = j->same_data ? 0 : rp_replica_id(rep);
     int nan_at = rp_replica_id(rep) == j->nan_replica ? 5 : -1;
-    int64_t n = rp_params_trainable_numel(s->m.params);
     /* The local gradient, on a private copy of the values. */
     rp_tape_reset(s->shadow_tape);
-    memcpy(rp_params_data(s->shadow.params), rp_params_data(s->m.params),
-           (size_t)n * sizeof(float));
+    RP_CHECK(rp_params_read_values(s->m.params, s->copy));
+    RP_CHECK(rp_params_write_values(s->shadow.params, s->copy));
     rp_params_zero_grad(s->shadow.params);
     rp_tensor *sl = net_loss(s->shadow_tape, &s->shadow, who, j->step, nan_at);
     if (!sl) return rp_last_status();
     RP_CHECK(rp_backward(s->shadow_tape, sl));
-    memcpy(s->local_grad, rp_params_grad(s->shadow.params), (size_t)n * sizeof(float));
+    RP_CHECK(rp_params_read_grads(s->shadow.params, s->local_grad));
 
     rp_tape *t = rp_replica_tape(rep);
     rp_tensor *loss = net_loss(t, &s->m, who, j->step, nan_at);
@@ -296,6 +336,7 @@ static rp_status teardown(rp_replica *rep, void *arg)
     free(s->pre_values);
     free(s->post_values);
     free(s->ema);
+    free(s->copy);
     rp_replica_set_user(rep, NULL);
     return RP_OK;
 }
@@ -353,8 +394,7 @@ static void test_user_hooks_stack_on_sync(void **state)
             /* The after ran after the update (and the step count) and saw the new values. */
             assert_int_equal(st->steps_in_after, s + 1);
             assert_true(memcmp(st->pre_values, st->post_values, (size_t)tn * sizeof(float)) != 0);
-            assert_memory_equal(st->post_values, rp_params_data(st->m.params),
-                                (size_t)tn * sizeof(float));
+            assert_true(has_values(st->m.params, st->post_values));
             for (int64_t i = 0; i < tn; i++) {
                 float want = st->pre_values[i] - 0.1f * st->seen_grad[i];
                 assert_true(fabsf(st->post_values[i] - want) <= 1e-6f * (1 + fabsf(want)));
@@ -402,8 +442,7 @@ static void test_bf16_gradients_on_the_wire(void **state)
                          (double)g1);
             rounded += want != (g0 + g1) / 2;
         }
-        assert_memory_equal(rp_params_data(j->st[0].m.params), rp_params_data(j->st[1].m.params),
-                            (size_t)tn * sizeof(float));
+        assert_true(same_values(j->st[0].m.params, j->st[1].m.params));
     }
     assert_true(rounded > 0); /* the f32 mean was not what the optimizer saw */
     run_ok(r, teardown, j);
@@ -420,14 +459,12 @@ static void train_losses(rp_dtype grad_dtype, float *losses, int steps)
     job *j = calloc(1, sizeof *j);
     j->nan_replica = -1;
     run_ok(r, build, j);
-    int64_t tn = rp_params_trainable_numel(j->st[0].m.params);
     for (int s = 0; s < steps; s++) {
         j->step = s % 4; /* four batches per replica, over and over: the loss falls */
         run_ok(r, step, j);
         losses[s] = j->st[0].loss;
     }
-    assert_memory_equal(rp_params_data(j->st[0].m.params), rp_params_data(j->st[1].m.params),
-                        (size_t)tn * sizeof(float));
+    assert_true(same_values(j->st[0].m.params, j->st[1].m.params));
     run_ok(r, teardown, j);
     rp_replicator_destroy(r);
     free(j);
@@ -492,7 +529,7 @@ static void test_nan_names_its_replica(void **state)
     run_ok(r, build, j);
     int64_t tn = rp_params_trainable_numel(j->st[0].m.params);
     float *before = malloc((size_t)tn * sizeof(float));
-    memcpy(before, rp_params_data(j->st[0].m.params), (size_t)tn * sizeof(float));
+    read_values(j->st[0].m.params, before);
     rp_status st = rp_replicator_run(r, step, j);
     assert_int_equal(st, RP_ERR_NUMERIC);
     const char *msg = rp_last_error();
@@ -504,7 +541,7 @@ static void test_nan_names_its_replica(void **state)
     tu_assert_error_contains("before the all-reduce");
     tu_assert_error_contains("no parameter was updated");
     for (int q = 0; q < n; q++)
-        assert_memory_equal(before, rp_params_data(j->st[q].m.params), (size_t)tn * sizeof(float));
+        assert_true(has_values(j->st[q].m.params, before));
     free(before);
     rp_replicator_run(r, teardown, j);
     rp_replicator_destroy(r);

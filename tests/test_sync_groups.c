@@ -84,6 +84,33 @@ static rp_status build(rp_replica *rep, void *arg)
 }
 
 /*
+ * The parameter list's values are the kernel table's storage: read through a host copy (x is the
+ * only parameter, so the value block is its DIM values). Asserts: the main thread only.
+ */
+static void values_of(const rp_params *p, float x[DIM])
+{
+    assert_int_equal(rp_params_numel(p), DIM);
+    assert_int_equal(rp_params_read_values(p, x), RP_OK);
+}
+
+static void assert_same_values(const rp_params *a, const rp_params *b)
+{
+    float va[DIM], vb[DIM];
+    values_of(a, va);
+    values_of(b, vb);
+    assert_memory_equal(va, vb, DIM * sizeof(float));
+}
+
+static double distance(const float *x, const float *y);
+
+static double distance_of(const rp_params *p, const float *y)
+{
+    float x[DIM];
+    values_of(p, x);
+    return distance(x, y);
+}
+
+/*
  * Takes batches as the runtime hands them out (a group's rank 0 claims, the group trains it):
  * the gradient of this replica's share of the batch's rows (rp_replica_input_context), one step.
  */
@@ -91,7 +118,7 @@ static rp_status train(rp_replica *rep, void *arg)
 {
     job *j = arg;
     int r = rp_replica_local_index(rep);
-    float *x = rp_params_data(j->params[r]), *g = rp_params_grad(j->params[r]);
+    float x[DIM], g[DIM];
     rp_input_context in;
     RP_CHECK(rp_replica_input_context(rep, j->batch, &in));
     j->taken[r] = 0;
@@ -104,6 +131,7 @@ static rp_status train(rp_replica *rep, void *arg)
             return RP_ERROR(RP_ERR_INVALID, "replica %d gave up at batch %lld", rp_replica_id(rep),
                             (long long)t);
         j->taken[r]++;
+        RP_CHECK(rp_params_read_values(j->params[r], x));
         for (int k = 0; k < DIM; k++)
             g[k] = 0;
         for (int q = 0; q < in.per_replica_batch; q++) {
@@ -115,6 +143,7 @@ static rp_status train(rp_replica *rep, void *arg)
                 g[k] += (float)(e * j->p->a[i][k] / in.per_replica_batch);
         }
         if (rp_replica_id(rep) == j->nan_replica) g[5] = NAN;
+        RP_CHECK(rp_params_write_grads(j->params[r], g));
         RP_CHECK(rp_optimizer_step(j->opt[r], j->lr));
     }
 }
@@ -277,8 +306,7 @@ static void test_bitwise_within_group_no_lost_updates(void **state)
                     assert_int_equal(j.taken[q], j.taken[lead]);
                     assert_memory_equal(j.seen[q], j.seen[lead],
                                         (size_t)j.taken[lead] * sizeof(int64_t));
-                    assert_memory_equal(rp_params_data(j.params[q]), rp_params_data(j.params[lead]),
-                                        DIM * sizeof(float));
+                    assert_same_values(j.params[q], j.params[lead]);
                 }
                 for (int64_t k = 0; k < j.taken[lead]; k++)
                     count[j.seen[lead][k]]++;
@@ -291,8 +319,7 @@ static void test_bitwise_within_group_no_lost_updates(void **state)
         assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
         for (int q = 0; q < n; q++) {
             assert_int_equal(rp_optimizer_steps(j.opt[q]), steps); /* one push per group step */
-            assert_memory_equal(rp_params_data(j.params[q]), rp_params_data(j.params[0]),
-                                DIM * sizeof(float));
+            assert_same_values(j.params[q], j.params[0]);
         }
         assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
         rp_replicator_destroy(r);
@@ -316,12 +343,12 @@ static void test_groups_converge(void **state)
         rp_config cfg = groups_config(4, 2);
         cfg.staleness = 2;
         rp_replicator *r = start(&cfg, &j);
-        double d0 = distance(rp_params_data(j.params[0]), p.xstar);
+        double d0 = distance_of(j.params[0], p.xstar);
         assert_true(d0 > 0.5);
         assert_int_equal(rp_replicator_run(r, train, &j), RP_OK);
         assert_true(j.taken[0] > 0 && j.taken[2] > 0); /* both groups trained */
         for (int q = 0; q < 4; q++) {
-            double d = distance(rp_params_data(j.params[q]), p.xstar);
+            double d = distance_of(j.params[q], p.xstar);
             if (!(d < 1e-3)) {
                 print_error("momentum %d: replica %d's |x - x*| = %g (started at %g)\n", momentum,
                             q, d, d0);
@@ -329,7 +356,7 @@ static void test_groups_converge(void **state)
             }
         }
         assert_int_equal(rp_replicator_run(r, fetch, &j), RP_OK);
-        assert_true(distance(rp_params_data(j.params[0]), p.xstar) < 1e-3);
+        assert_true(distance_of(j.params[0], p.xstar) < 1e-3);
         assert_int_equal(rp_optimizer_steps(j.opt[0]), j.batches);
         assert_int_equal(rp_replicator_run(r, destroy, &j), RP_OK);
         rp_replicator_destroy(r);

@@ -205,10 +205,14 @@ static rp_status evaluate(rp_replica *rep, void *ctx, void *st)
     state *s = st;
     s->evaluated++;
     /* The squared norm of the weights: the same on every replica once they agree. */
-    const float *v = rp_params_data(s->p);
+    float *v = malloc((size_t)rp_params_numel(s->p) * sizeof(float));
+    if (!v) return RP_ERROR(RP_ERR_NOMEM, "evaluate: no room for a copy of the weights");
+    rp_status read = rp_params_read_values(s->p, v);
     double sq = 0;
-    for (int64_t i = 0; i < rp_params_numel(s->p); i++)
+    for (int64_t i = 0; read == RP_OK && i < rp_params_numel(s->p); i++)
         sq += (double)v[i] * v[i];
+    free(v);
+    RP_CHECK(read);
     RP_CHECK(rp_replica_report(rep, "replicas", 1, RP_SUM));
     return rp_replica_report(rep, "wnorm2", sq, RP_MEAN);
 }

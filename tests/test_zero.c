@@ -110,8 +110,8 @@ static rp_tensor *net_loss(rp_tape *t, const net *m, int id, int n, int64_t s, b
     rp_tensor *xt = rp_tensor_new(t, 2, (int[]){rows, IN});
     int32_t *y = rp_arena_alloc(rp_tape_arena(t), (size_t)rows * sizeof(int32_t));
     if (!xt || !y) return NULL;
-    memcpy(xt->data, x + r0 * IN, (size_t)rows * IN * sizeof(float));
-    if (poison) xt->data[1] = NAN;
+    if (poison) x[r0 * IN + 1] = NAN;
+    if (rp_tensor_write(xt, x + r0 * IN, (int64_t)rows * IN) != RP_OK) return NULL;
     for (int k = 0; k < rows; k++)
         y[k] = (int32_t)((r0 + k + s) % OUT);
     rp_tensor *h = rp_relu(t, rp_linear_layer_forward(t, &m->l1, xt));
@@ -177,7 +177,8 @@ static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
     j->step_status = status;
     if (status == RP_OK) {
         net *m = rp_replica_user(rp_replicator_replica(r, 0));
-        memcpy(j->out, rp_params_data(m->params), sizeof j->out);
+        assert_int_equal(rp_params_numel(m->params), NP);
+        assert_int_equal(rp_params_read_values(m->params, j->out), RP_OK);
         if (j->save) {
             status = rp_replicator_run(r, fetch_fn, j);
             if (status == RP_OK) status = rp_checkpoint_add_params(j->save, m->params, "param/");
@@ -241,7 +242,7 @@ static void test_optimizer_range(void **state)
         for (int s = 0; s < 4; s++) {
             float g[NP];
             tu_fill(g, NP, 50 + (uint64_t)s, -1.0f, 1.0f);
-            memcpy(rp_params_grad(p[0]), g, sizeof g);
+            assert_int_equal(rp_params_write_grads(p[0], g), RP_OK);
             assert_int_equal(rp_optimizer_step(o[0], 0.1f), RP_OK);
         }
         /* The same steps by three optimizers over p[1], one per range, each with its own state. */
@@ -262,19 +263,24 @@ static void test_optimizer_range(void **state)
             float g[NP];
             tu_fill(g, NP, 50 + (uint64_t)s, -1.0f, 1.0f);
             for (int q = 0; q < 3; q++) {
-                memcpy(rp_params_grad(p[1]), g, sizeof g);
+                assert_int_equal(rp_params_write_grads(p[1], g), RP_OK);
                 assert_int_equal(rp_optimizer_step(part[q], 0.1f), RP_OK);
             }
         }
-        assert_bitwise(rp_params_data(p[1]), rp_params_data(p[0]), "three ranges vs whole");
-        /* Growing a range back to the whole keeps the range's state and zeroes the rest. */
+        float v0[NP], v1[NP];
+        assert_int_equal(rp_params_read_values(p[0], v0), RP_OK);
+        assert_int_equal(rp_params_read_values(p[1], v1), RP_OK);
+        assert_bitwise(v1, v0, "three ranges vs whole");
+        /* Growing a range back to the whole keeps the range's state and zeroes the rest (host
+           copies of the state: it is the kernel table's storage). */
         int64_t n = 0;
-        float *s0 = rp_optimizer_state(o[0], NULL);
-        float kept[NP];
-        memcpy(kept, rp_optimizer_state(part[1], &n), (size_t)(cut[2] - cut[1]) * sizeof(float));
+        float s0[2 * NP], kept[2 * NP], grown[2 * NP];
+        assert_int_equal(rp_optimizer_read_state(o[0], s0), RP_OK);
+        assert_int_equal(rp_optimizer_read_state(part[1], kept), RP_OK);
         assert_int_equal(rp_optimizer_set_range(part[1], 0, NP), RP_OK);
-        float *grown = rp_optimizer_state(part[1], &n);
+        rp_optimizer_state(part[1], &n);
         assert_int_equal(n, rp_optim_slots(&oc) * NP);
+        assert_int_equal(rp_optimizer_read_state(part[1], grown), RP_OK);
         assert_memory_equal(grown + cut[1], kept, (size_t)(cut[2] - cut[1]) * sizeof(float));
         assert_memory_equal(grown + cut[1], s0 + cut[1], (size_t)(cut[2] - cut[1]) * sizeof(float));
         assert_true(grown[0] == 0.0f && grown[NP - 1] == 0.0f);
@@ -291,7 +297,9 @@ static void test_optimizer_range(void **state)
         assert_int_equal(rp_checkpoint_add_optimizer(ck, o[0], p[0], "optim/"), RP_OK);
         /* Read into a range: that range's part of each logical tensor. */
         assert_int_equal(rp_checkpoint_read_optimizer(ck, part[2], p[1], "optim/"), RP_OK);
-        assert_memory_equal(rp_optimizer_state(part[2], NULL), s0 + 37, 16 * sizeof(float));
+        float got[2 * NP];
+        assert_int_equal(rp_optimizer_read_state(part[2], got), RP_OK);
+        assert_memory_equal(got, s0 + 37, 16 * sizeof(float));
         rp_checkpoint_destroy(ck);
         for (int q = 0; q < 3; q++)
             rp_optimizer_destroy(part[q]);

@@ -1,6 +1,8 @@
 /*
  * replicator/data.h - datasets: Fashion-MNIST/MNIST (IDX files), CIFAR-10
- * (binary batches) and synthetic ImageNet-shaped data.
+ * (binary batches), synthetic ImageNet-shaped data, and a user's own JPEG and
+ * PNG images (an ImageFolder tree, a list file or WebDataset tar shards),
+ * which are decoded and augmented batch by batch instead of held in memory.
  *
  * A dataset is held whole in memory as uint8 images in NHWC order plus one
  * int32 label per image. Loading validates everything it reads: a file that is
@@ -18,6 +20,7 @@
 #ifndef REPLICATOR_DATA_H
 #define REPLICATOR_DATA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core.h"
@@ -29,14 +32,23 @@ extern "C" {
 /* The directory Debian's dataset-fashion-mnist package installs into. */
 #define RP_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
-/* An in-memory labelled image dataset, images as uint8 NHWC. */
+/* The decoder behind a dataset of image files (rp_dataset_load_folder); opaque. */
+typedef struct rp_image_source rp_image_source;
+
+/*
+ * A labelled image dataset, images as uint8 NHWC. Either every image is in
+ * memory (pixels set, source NULL), or the images are files that the loader
+ * decodes and augments as it makes each batch (source set, pixels NULL; h, w
+ * and c are then the shape of the images it makes).
+ */
 typedef struct rp_dataset {
-    int64_t n;       /* samples */
-    int h, w, c;     /* image shape (NHWC per sample) */
-    int num_classes; /* labels lie in [0, num_classes) */
-    uint8_t *pixels; /* [n, h, w, c] */
-    int32_t *labels; /* [n] in [0, num_classes) */
-    char name[64];   /* e.g. "fashion-mnist/train" */
+    int64_t n;               /* samples */
+    int h, w, c;             /* image shape (NHWC per sample) */
+    int num_classes;         /* labels lie in [0, num_classes) */
+    uint8_t *pixels;         /* [n, h, w, c], or NULL when source is set */
+    int32_t *labels;         /* [n] in [0, num_classes) */
+    char name[64];           /* e.g. "fashion-mnist/train" */
+    rp_image_source *source; /* the image files and their decoder, or NULL; owned */
 } rp_dataset;
 
 /*
@@ -158,6 +170,96 @@ rp_status rp_dataset_synthetic(rp_dataset **ds, int64_t n, int h, int w, int c, 
  */
 rp_status rp_dataset_pad(rp_dataset **out, const rp_dataset *in, int h, int w);
 
+/* ---- image files: ImageFolder trees, list files, WebDataset shards ------------ */
+
+/* Most classes a dataset of image files may have (labels are below it). */
+#define RP_FOLDER_MAX_CLASSES (1 << 20)
+/* Most pixels a decoded image may have (after DCT scaling): 2^26, 192 MiB as RGB. */
+#define RP_IMAGE_MAX_PIXELS (1 << 26)
+
+/*
+ * How a dataset of image files is read, decoded and augmented (docs/data.md).
+ * Start from rp_folder_config_default(); the defaults are torchvision's
+ * ImageNet recipe (transforms.RandomResizedCrop(224), RandomHorizontalFlip(),
+ * Resize(256), CenterCrop(224), Normalize(IMAGENET mean, std)).
+ */
+typedef struct rp_folder_config {
+    int image_size;             /* side of the square images made, train and eval (224) */
+    int resize_size;            /* eval: the short side is resized to this, then the centre
+                                   image_size x image_size is cut; >= image_size (0: image_size
+                                   * 256 / 224 rounded, torchvision's 256 for 224) */
+    float scale_min, scale_max; /* RandomResizedCrop's area fraction range (0.08, 1) */
+    float ratio_min, ratio_max; /* its aspect ratio (w/h) range (3/4, 4/3) */
+    float mean[3], std[3];      /* normalisation of pixel / 255 (ImageNet's) */
+    int threads;                /* decoding threads of the dataset, shared by its loaders (2) */
+    bool skip_bad;              /* false: a file that cannot be decoded stops the run with an
+                                   error naming it; true: it is logged once, counted and
+                                   replaced by the next sample that decodes (docs/data.md) */
+    bool dct_scaling;           /* training crops decode large JPEGs at a reduced size (true) */
+} rp_folder_config;
+
+/* The defaults above: 224, 0 (256), (0.08, 1), (3/4, 4/3), ImageNet's mean and std,
+   2 threads, no skipping, DCT scaling on. */
+rp_folder_config rp_folder_config_default(void);
+
+/*
+ * Reads the index of split `split` ("train"; "val" or "test", which name the
+ * same split) of a dataset of JPEG and PNG files. `spec` says where it is:
+ *
+ *   DIR       torchvision's ImageFolder layout: DIR/train/<class>/... and
+ *             DIR/val/<class>/...; classes are train's subdirectories sorted
+ *             by name (byte order), label i the i-th; each class's files are
+ *             found recursively (symbolic links followed), directories and
+ *             then files in sorted order, keeping names that end in .jpg,
+ *             .jpeg or .png in any case, exactly as torchvision's
+ *             ImageFolder orders them. val's classes are named by train's
+ *             (a val class missing is allowed, one train lacks is an error).
+ *   list:DIR  list files DIR/train.txt and DIR/val.txt: one "path label" a
+ *             line (the label the last field; a relative path is relative to
+ *             DIR; blank lines and lines starting with '#' are skipped).
+ *   tar:DIR   WebDataset shards DIR/train/<any>.tar and DIR/val/<any>.tar in
+ *             name order: a sample is the adjacent members sharing a key (the
+ *             name up to the first dot of its last component), with an image
+ *             (.jpg, .jpeg or .png) and its label as decimal text (.cls).
+ *
+ * Only the index is read here (names, labels; for shards the members'
+ * offsets): images are decoded by the loader, on the dataset's threads, as it
+ * makes each batch. The dataset has pixels NULL, h = w = cfg->image_size,
+ * c = 3 (grayscale and CMYK images are converted to RGB as PIL's
+ * convert("RGB") does), and is named "<last component of DIR>/<split>".
+ * The loader makes a training sample (rp_loader_config.augment) as
+ * RandomResizedCrop + flip (rp_loader_config.flip) and an evaluation sample
+ * as Resize + CenterCrop, then normalises with the loader's mean and std.
+ *
+ * On success *ds is owned by the caller (rp_dataset_destroy()). Errors:
+ * RP_ERR_INVALID (a NULL argument, an unknown split, a configuration value
+ * out of range, naming it); RP_ERR_IO (a missing or unreadable directory,
+ * list or shard, naming it: e.g. DIR/val when it does not exist); RP_ERR_FORMAT
+ * (no class directory; a class without an image file; a list line without a
+ * label or with a label out of range, naming file and line; a shard member
+ * that runs past the end of its file, a corrupt tar header, a sample without
+ * its image or .cls; each naming the file). With cfg->skip_bad an empty class,
+ * a bad list line or a bad shard member is logged and left out instead.
+ * RP_ERR_NOMEM. On error *ds is NULL. Thread-safe: calls share no state.
+ */
+rp_status rp_dataset_load_folder(rp_dataset **ds, const char *spec, const char *split,
+                                 const rp_folder_config *cfg);
+
+/*
+ * For a dataset of image files: the path of sample i (for a shard member
+ * "SHARD.tar:NAME"), copied into buf (truncated to size), and its class name
+ * (ImageFolder) or NULL in *class_name if class_name is not NULL. Returns
+ * RP_ERR_INVALID for a dataset without files or i out of range.
+ */
+rp_status rp_dataset_sample_path(const rp_dataset *ds, int64_t i, char *buf, size_t size,
+                                 const char **class_name);
+
+/*
+ * Files that failed to decode and were replaced under skip_bad since the
+ * dataset was loaded (each counted once); 0 for an in-memory dataset.
+ */
+int64_t rp_dataset_bad_files(const rp_dataset *ds);
+
 /* Frees a dataset and its pixels and labels. NULL is allowed and ignored. */
 void rp_dataset_destroy(rp_dataset *ds);
 
@@ -166,6 +268,8 @@ void rp_dataset_destroy(rp_dataset *ds);
  * standard deviation of the pixel values scaled to [0, 1] over all samples
  * and positions, in double precision. The results are written to mean[k] and
  * std[k]; both arrays are provided by the caller and hold ds->c floats.
+ * A dataset of image files is not scanned (that would decode every file):
+ * its configuration's mean and std (ImageNet's by default) are returned.
  * Errors: RP_ERR_INVALID for a NULL argument or an empty dataset;
  * RP_ERR_NOMEM.
  */

@@ -27,6 +27,12 @@
  * pixels are zeros in pixel space, so after normalisation they hold
  * (0 - mean[k]) / std[k], like a black pixel of the source.
  *
+ * A dataset of image files (rp_dataset_load_folder: pixels NULL, source set)
+ * is decoded batch by batch on the dataset's threads instead: with `augment`,
+ * torchvision's RandomResizedCrop to h x w (and with `flip` a flip with
+ * probability 1/2), drawn by Philox from (seed, epoch, sample index) as
+ * above; without, Resize and CenterCrop (docs/data.md). `pad` is then unused.
+ *
  * Normalisation: x = (pixel / 255 - mean[k]) / std[k] for channel k,
  * computed as pixel * scale[k] + shift[k] with scale and shift precomputed in
  * float.

@@ -117,28 +117,29 @@ int64_t rp_params_trainable_numel(const rp_params *params);
  */
 int64_t rp_params_offset(const rp_params *params, int i);
 
-/* Sets every gradient to zero and marks them fresh. */
-void rp_params_zero_grad(rp_params *params);
-
 /*
- * Whole blocks to and from the host. The blocks are the kernel table's storage (see tensor.h):
- * code outside the library moves them with these rather than through rp_params_data/grad.
- *  - rp_params_read_values copies the value block (rp_params_numel floats) into out;
- *  - rp_params_write_values overwrites it from `values` (as many floats);
- *  - rp_params_read_grads copies the gradient block (rp_params_trainable_numel floats) into out,
- *    and rp_params_write_grads overwrites it (gradients averaged by hand, say; a later
- *    backward adds to what was written);
- *  - rp_params_copy_values sets dst's values to src's (a target network from its online one,
- *    say), storage to storage. The lists must have the same layout: as many tensors, each of
- *    the same size in the same place (two lists built by the same code).
- * Errors: RP_ERR_INVALID for a NULL argument or a list not finalized; RP_ERR_SHAPE when
- * copy_values' lists differ (the message names the first tensor that does).
+ * Host copies of the blocks, which are the kernel table's storage (so not for reading through
+ * rp_params_data or rp_params_grad: a device table's storage is not host memory).
+ * read_values copies the value block (rp_params_numel floats) into out, write_values replaces
+ * it from in; read_grads and write_grads do the same with the gradient block
+ * (rp_params_trainable_numel floats; a backward pass after write_grads accumulates onto what
+ * it wrote). RP_ERR_INVALID for NULL or a list not finalized. Not thread-safe with a step or a
+ * backward pass of the set.
  */
 rp_status rp_params_read_values(const rp_params *params, float *out);
-rp_status rp_params_write_values(rp_params *params, const float *values);
+rp_status rp_params_write_values(rp_params *params, const float *in);
 rp_status rp_params_read_grads(const rp_params *params, float *out);
-rp_status rp_params_write_grads(rp_params *params, const float *grads);
+rp_status rp_params_write_grads(rp_params *params, const float *in);
+/*
+ * Sets dst's values to src's, storage to storage (nothing passes through the host): a target
+ * network from its online one, say. The lists must have the same layout: as many tensors, each
+ * of the same size in the same place (two lists built by the same code). RP_ERR_INVALID for NULL
+ * or a list not finalized; RP_ERR_SHAPE naming the first tensor that differs.
+ */
 rp_status rp_params_copy_values(rp_params *dst, const rp_params *src);
+
+/* Sets every gradient to zero and marks them fresh. */
+void rp_params_zero_grad(rp_params *params);
 
 /*
  * Freezes (true) or thaws (false) the whole set, e.g. a GAN's discriminator

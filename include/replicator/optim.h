@@ -65,8 +65,11 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
  * slots back to back (n floats each: 0 for plain SGD, 1 for momentum, 2 for
  * Adam); Adam's moments must start at zero, a momentum buffer is overwritten
  * on step 1. `step` counts from 1 (below 1 is taken as 1). The arrays must not
- * overlap. No finiteness check. The loop runs on the active kernel table
- * (rp_kernels_name()); every table gives bitwise the same values.
+ * overlap. No finiteness check. The arrays are host memory (a server's shard,
+ * a copy read with rp_params_read_values), not tensor storage: the loop runs
+ * on the active kernel table when its storage is host memory, else on cpu's;
+ * every table gives bitwise the same values. To update a parameter list's own
+ * blocks, use an rp_optimizer, whose state lives where the values do.
  */
 void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
                     int64_t n, float lr, int64_t step);
@@ -160,11 +163,22 @@ int rp_optim_slots(const rp_optim_config *cfg);
 /*
  * Steps taken so far, and the state block: slots x (hi - lo) floats for the
  * optimizer's range [lo, hi) (the whole trainable numel unless sharded),
- * slot after slot.
+ * slot after slot. The block is the kernel table's storage, like the
+ * parameter list's blocks: the pointer names it (for the library's own
+ * kernels and collectives) and host code does not dereference it; read and
+ * write its values with rp_optimizer_read_state and rp_optimizer_write_state.
+ * rp_optimizer_state returns NULL (and *numel 0) when the rule keeps no state.
  */
 int64_t rp_optimizer_steps(const rp_optimizer *opt);
 void rp_optimizer_set_steps(rp_optimizer *opt, int64_t steps);
 float *rp_optimizer_state(const rp_optimizer *opt, int64_t *numel);
+/*
+ * Host copies of the state block: read copies its rp_optimizer_state() numel floats into out,
+ * write replaces them from in (nothing when there is no state). RP_ERR_INVALID for NULL. Not
+ * thread-safe with a step of the same optimizer.
+ */
+rp_status rp_optimizer_read_state(const rp_optimizer *opt, float *out);
+rp_status rp_optimizer_write_state(rp_optimizer *opt, const float *in);
 
 /* ---- sharding: an optimizer over one contiguous range (ZeRO-1) ----------- */
 

@@ -99,6 +99,12 @@ const char *rp_shape_str(const rp_tensor *t, char *buf, size_t size);
 rp_status rp_tensor_read(const rp_tensor *x, float *out, int64_t n);
 /* Overwrites the n (= x->numel) values of an f32 tensor from the host. Errors as rp_tensor_read. */
 rp_status rp_tensor_write(rp_tensor *x, const float *values, int64_t n);
+/*
+ * Copies the n (= x->numel) values of x's gradient (always f32) into out: a leaf's or a
+ * parameter's after rp_backward, or a parameter's in a gradient-ready callback. RP_ERR_SHAPE
+ * when n is not x's size; RP_ERR_INVALID when x or out is NULL or x holds no gradient.
+ */
+rp_status rp_tensor_read_grad(const rp_tensor *x, float *out, int64_t n);
 
 /* The single value of a tensor with one element (NAN if x is NULL or larger). */
 float rp_item(const rp_tensor *x);

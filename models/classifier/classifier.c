@@ -82,6 +82,12 @@ rp_tensor *rp_classifier_net_forward(rp_tape *t, const rp_classifier_net *net, r
 
 static rp_status load_stored(rp_dataset **ds, const rp_classifier_config *cfg, const char *split)
 {
+    if (!strcmp(cfg->dataset, "folder")) {
+        /* A user's JPEG/PNG files, decoded and augmented by the loader: made at their size. */
+        rp_folder_config fc = cfg->folder.image_size > 0 ? cfg->folder : rp_folder_config_default();
+        if (cfg->image_size > 0) fc.image_size = cfg->image_size;
+        return rp_dataset_load_folder(ds, cfg->data_dir, split, &fc);
+    }
     if (!strcmp(cfg->dataset, "cifar10")) return rp_dataset_load_cifar10(ds, cfg->data_dir, split);
     if (!strcmp(cfg->dataset, "synthetic")) {
         /* ImageNet-shaped, for throughput work: a fixed set, a different seed per split. */

@@ -25,7 +25,7 @@
 
 typedef struct rp_classifier_config {
     char model[32];      /* mlp | resnet20 | resnet18 | resnet50 */
-    char dataset[32];    /* fashion-mnist | mnist | cifar10 | synthetic */
+    char dataset[32];    /* fashion-mnist | mnist | cifar10 | synthetic | folder */
     char data_dir[4096]; /* any path the system takes (PATH_MAX) */
     int batch;           /* the global batch */
     float momentum, weight_decay;
@@ -36,7 +36,11 @@ typedef struct rp_classifier_config {
     bool augment; /* random crop (pad) and flip */
     int pad;
     int64_t limit;  /* the first N training samples (0: all) */
-    int image_size; /* images padded to image_size x image_size, centred (0: as stored) */
+    int image_size; /* images padded to image_size x image_size, centred (0: as stored); for
+                       dataset "folder" the side of the crops made (0: folder.image_size) */
+    /* dataset "folder" (data_dir "DIR", "list:DIR" or "tar:DIR"): how the image files are
+       decoded and augmented (rp_folder_config; all zero: rp_folder_config_default()) */
+    rp_folder_config folder;
     /*
      * A replica that spans several workers on the pipe axis (the runtime's mesh: rp_role.pipe)
      * holds one stage of the ResNet each (logical devices, rp_resnet_partition) and trains

@@ -250,6 +250,8 @@ static int64_t loader_bytes(const rp_classifier *clf, int batch, bool prefetch)
 
 static int64_t dataset_bytes(const rp_dataset *ds)
 {
+    /* A dataset of image files keeps only its labels in memory (and an index of names). */
+    if (ds && !ds->pixels) return ds->n * (int64_t)sizeof(int32_t);
     return ds ? ds->n * ((int64_t)ds->h * ds->w * ds->c + (int64_t)sizeof(int32_t)) : 0;
 }
 

@@ -87,8 +87,10 @@ static arena_chunk *chunk_new(rp_arena *a, size_t size)
         c->base = a->mem->alloc(size);
         if (!c->base) {
             rp_free(c);
-            RP_ERROR(RP_ERR_NOMEM, "arena: the kernel table could not allocate %zu bytes of "
-                                   "storage", size);
+            RP_ERROR(RP_ERR_NOMEM,
+                     "arena: the kernel table could not allocate %zu bytes of "
+                     "storage",
+                     size);
             return NULL;
         }
     } else {

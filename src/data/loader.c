@@ -162,7 +162,8 @@ static void loader_stop_thread(rp_loader *ld)
 
 static rp_status loader_validate(const rp_dataset *ds, const rp_loader_config *cfg)
 {
-    if (ds->n <= 0 || ds->h <= 0 || ds->w <= 0 || ds->c <= 0 || !ds->pixels || !ds->labels)
+    if (ds->n <= 0 || ds->h <= 0 || ds->w <= 0 || ds->c <= 0 || (!ds->pixels && !ds->source) ||
+        !ds->labels)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_loader_create: dataset \"%s\" is empty or unset (n %lld, %dx%dx%d, "
                         "pixels %p, labels %p)",

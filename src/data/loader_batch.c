@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "data/folder_internal.h"
 #include "data/loader_internal.h"
 
 /*
@@ -115,6 +116,12 @@ rp_status rp_loader_produce(rp_loader *ld, rp_loader_slot *s, int64_t epoch, int
     const uint32_t span = (uint32_t)(2 * cfg->pad + 1);
     const uint32_t ctr_hi[2] = {(uint32_t)epoch, (uint32_t)((uint64_t)epoch >> 32)};
 
+    if (ds->source) {
+        /* Image files: decoded and augmented on the dataset's threads (loader_files.c). */
+        rp_status status = loader_produce_files(ld, s, epoch, lo, n, cancellable);
+        if (status != RP_OK) return status;
+        goto made;
+    }
     for (int i = 0; i < n; i++) {
         if (cancellable && __atomic_load_n(&ld->cancel, __ATOMIC_RELAXED))
             return RP_LOADER_CANCELLED;
@@ -150,6 +157,7 @@ rp_status rp_loader_produce(rp_loader *ld, rp_loader_slot *s, int64_t epoch, int
         }
         loader_image(ld, ds->pixels + (size_t)idx * image, s->x + (size_t)i * image, oy, ox, flip);
     }
+made:
     s->n = n;
     s->epoch = epoch;
     s->step = step;

@@ -6,6 +6,11 @@
  * Tensors are copied in when added and owned by the checkpoint, each in its
  * own aligned block, so a lookup hands out a pointer that is aligned for its
  * element type whatever the byte offsets in the file were.
+ *
+ * Parameter values and optimizer state are the kernel table's storage: the
+ * bridges see them through one host view of each block (rp_staging: the
+ * block itself on a host table), downloaded before it is copied into the
+ * checkpoint and uploaded only after a read has matched every tensor.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +19,7 @@
 #include <zlib.h>
 
 #include "io/checkpoint_internal.h"
+#include "kernels/kernels.h"
 
 /*
  * Largest byte size of one tensor. JSON numbers are read as doubles, which
@@ -585,13 +591,23 @@ rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, c
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_add_params: the parameter list is not finalized");
     }
+    if (n == 0) return RP_OK;
+    const rp_kernels *k = rp_kernels_active();
+    rp_staging stage = {0};
+    rp_status status = RP_OK;
+    const float *values = rp_staging_view(&stage, k, rp_params_data(params),
+                                          (size_t)rp_params_numel(params) * sizeof(float), true);
+    if (!values) return rp_last_status();
     for (int i = 0; i < n; i++) {
         const rp_tensor *t = rp_params_at(params, i);
         ckpt_want w;
-        RP_CHECK(want_param(&w, prefix, t, NULL));
-        RP_CHECK(rp_checkpoint_add(ck, w.name, RP_CHECKPOINT_F32, w.ndim, w.shape, t->data));
+        RP_TRY(want_param(&w, prefix, t, NULL));
+        RP_TRY(rp_checkpoint_add(ck, w.name, RP_CHECKPOINT_F32, w.ndim, w.shape,
+                                 values + rp_params_offset(params, i)));
     }
-    return RP_OK;
+cleanup:
+    rp_staging_free(&stage);
+    return status;
 }
 
 static rp_status read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix,
@@ -607,14 +623,28 @@ static rp_status read_params(const rp_checkpoint *ck, rp_params *params, const c
                         "rp_checkpoint_read_params: the parameter list is not finalized");
     }
     rp_status status = RP_OK;
-    ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
+    const rp_kernels *k = rp_kernels_active();
+    rp_staging stage = {0};
+    size_t bytes = (size_t)rp_params_numel(params) * sizeof(float);
+    float *values = NULL;
+    ckpt_want *want = rp_alloc((size_t)(n > 0 ? n : 1) * sizeof *want);
     if (!want) return rp_last_status();
+    if (n > 0) {
+        /* Downloaded too, so that the view holds the model's values wherever no want lands. */
+        values = rp_staging_view(&stage, k, rp_params_data(params), bytes, true);
+        if (!values) {
+            status = rp_last_status();
+            goto cleanup;
+        }
+    }
     for (int i = 0; i < n; i++) {
         rp_tensor *t = rp_params_at(params, i);
-        RP_TRY(want_param(&want[i], prefix, t, t->data));
+        RP_TRY(want_param(&want[i], prefix, t, values + rp_params_offset(params, i)));
     }
     RP_TRY(read_set(ck, prefix, want, n, "model", part));
+    if (n > 0) rp_staging_commit(k, rp_params_data(params), values, bytes);
 cleanup:
+    rp_staging_free(&stage);
     rp_free(want);
     return status;
 }
@@ -699,14 +729,26 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
                         (long long)lo, (long long)hi, (long long)trainable);
     int n = slots * rp_params_trainable_count(params) + 1;
     int64_t steps = rp_optimizer_steps(opt);
+    const rp_kernels *k = rp_kernels_active();
+    rp_staging stage = {0};
+    float *values = NULL;
+    size_t bytes = (size_t)slots * (size_t)(hi - lo) * sizeof(float);
     ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
     if (!want) return rp_last_status();
-    RP_TRY(optimizer_wants(want, params, prefix, state, slots, lo, hi, &steps));
+    if (bytes > 0) {
+        values = rp_staging_view(&stage, k, state, bytes, true);
+        if (!values) {
+            status = rp_last_status();
+            goto cleanup;
+        }
+    }
+    RP_TRY(optimizer_wants(want, params, prefix, values, slots, lo, hi, &steps));
     for (int i = 0; i < n; i++) {
         RP_TRY(rp_checkpoint_add(ck, want[i].name, want[i].dtype, want[i].ndim, want[i].shape,
                                  want[i].dst));
     }
 cleanup:
+    rp_staging_free(&stage);
     rp_free(want);
     return status;
 }
@@ -725,12 +767,25 @@ static rp_status read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt, cons
     RP_CHECK(optimizer_slots(opt, params, &state, &slots, &lo, &hi));
     int n = slots * rp_params_trainable_count(params) + 1;
     int64_t steps = 0;
+    const rp_kernels *k = rp_kernels_active();
+    rp_staging stage = {0};
+    float *values = NULL;
+    size_t bytes = (size_t)slots * (size_t)(hi - lo) * sizeof(float);
     ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
     if (!want) return rp_last_status();
-    RP_TRY(optimizer_wants(want, params, prefix, state, slots, lo, hi, &steps));
+    if (bytes > 0) {
+        values = rp_staging_view(&stage, k, state, bytes, true);
+        if (!values) {
+            status = rp_last_status();
+            goto cleanup;
+        }
+    }
+    RP_TRY(optimizer_wants(want, params, prefix, values, slots, lo, hi, &steps));
     RP_TRY(read_set(ck, prefix, want, n, "optimizer", part));
+    if (bytes > 0) rp_staging_commit(k, state, values, bytes);
     rp_optimizer_set_steps(opt, steps);
 cleanup:
+    rp_staging_free(&stage);
     rp_free(want);
     return status;
 }

@@ -33,9 +33,7 @@ void rp_host_mem_fill(void *dst, uint32_t pattern, size_t bytes)
         w[i] = pattern;
 }
 
-void rp_host_mem_sync(void)
-{
-}
+void rp_host_mem_sync(void) {}
 
 void *rp_staging_view(rp_staging *s, const rp_kernels *k, const void *storage, size_t bytes,
                       bool download)

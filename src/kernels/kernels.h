@@ -343,6 +343,13 @@ const rp_kernels *rp_kernels_cpu(void);
 const rp_kernels *rp_kernels_strict(void);
 /* The table ops use: cpu, ref when RP_KERNELS=ref, strict when RP_KERNELS=strict. */
 const rp_kernels *rp_kernels_active(void);
+/*
+ * The table for arrays that are host memory by contract, not storage: a parameter server's
+ * shard, the buffers a caller hands to rp_optim_apply() or rp_ps_push(). The active table when
+ * its storage is host memory (cpu, ref), else cpu, whose kernels are bitwise the same (so a
+ * server's update on the host equals a replica's on its device).
+ */
+const rp_kernels *rp_kernels_host(void);
 
 /*
  * Host views of storage, for host code outside the kernels that must read or write values (a

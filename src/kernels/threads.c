@@ -15,6 +15,12 @@ const rp_kernels *rp_kernels_active(void)
     return rp_kernels_cpu();
 }
 
+const rp_kernels *rp_kernels_host(void)
+{
+    const rp_kernels *k = rp_kernels_active();
+    return k->host_storage ? k : rp_kernels_cpu();
+}
+
 static _Thread_local int team_size;
 
 void rp_kernels_set_threads(int n)

@@ -280,8 +280,9 @@ rp_status rp_params_finalize(rp_params *p, uint64_t seed)
     p->data = p->k->mem_alloc((size_t)p->numel * sizeof(float));
     p->grad = p->k->mem_alloc(grad_bytes(p));
     if (!p->data || !p->grad)
-        return RP_ERROR(RP_ERR_NOMEM, "rp_params_finalize: the %s kernels could not allocate the "
-                                      "%lld parameters' values and gradients",
+        return RP_ERROR(RP_ERR_NOMEM,
+                        "rp_params_finalize: the %s kernels could not allocate the "
+                        "%lld parameters' values and gradients",
                         p->k->name, (long long)p->numel);
     p->k->mem_fill(p->grad, 0, grad_bytes(p));
     for (int i = 0; i < p->n; i++) {
@@ -388,44 +389,43 @@ bool rp_params_frozen(const rp_params *p)
     return p && p->frozen;
 }
 
-/* ---- whole blocks, for code outside the library (storage moves through the table) ---- */
+/* ---- host copies of the blocks (the kernel table moves them) ---- */
 
-static rp_status block_check(const rp_params *p, const void *host, const char *who)
+static rp_status check_block(const rp_params *p, const void *host, const char *fn)
 {
-    if (!p || !host)
-        return RP_ERROR(RP_ERR_INVALID, "%s: params and the host buffer must not be NULL", who);
-    if (!p->finalized) return RP_ERROR(RP_ERR_INVALID, "%s: the list is not finalized", who);
+    if (!p || !host) return RP_ERROR(RP_ERR_INVALID, "%s: NULL argument", fn);
+    if (!p->finalized) return RP_ERROR(RP_ERR_INVALID, "%s: the list is not finalized", fn);
     return RP_OK;
 }
 
 rp_status rp_params_read_values(const rp_params *p, float *out)
 {
-    RP_CHECK(block_check(p, out, "rp_params_read_values"));
-    p->k->mem_download(out, p->data, (size_t)p->numel * sizeof(float));
+    RP_CHECK(check_block(p, out, "rp_params_read_values"));
+    if (p->numel) p->k->mem_download(out, p->data, (size_t)p->numel * sizeof(float));
     return RP_OK;
 }
 
-rp_status rp_params_write_values(rp_params *p, const float *values)
+rp_status rp_params_write_values(rp_params *p, const float *in)
 {
-    RP_CHECK(block_check(p, values, "rp_params_write_values"));
-    p->k->mem_upload(p->data, values, (size_t)p->numel * sizeof(float));
+    RP_CHECK(check_block(p, in, "rp_params_write_values"));
+    if (p->numel) p->k->mem_upload(p->data, in, (size_t)p->numel * sizeof(float));
     return RP_OK;
 }
 
 rp_status rp_params_read_grads(const rp_params *p, float *out)
 {
-    RP_CHECK(block_check(p, out, "rp_params_read_grads"));
+    RP_CHECK(check_block(p, out, "rp_params_read_grads"));
     if (p->trainable_numel)
         p->k->mem_download(out, p->grad, (size_t)p->trainable_numel * sizeof(float));
     return RP_OK;
 }
 
-rp_status rp_params_write_grads(rp_params *p, const float *grads)
+rp_status rp_params_write_grads(rp_params *p, const float *in)
 {
-    RP_CHECK(block_check(p, grads, "rp_params_write_grads"));
+    RP_CHECK(check_block(p, in, "rp_params_write_grads"));
     if (p->trainable_numel)
-        p->k->mem_upload(p->grad, grads, (size_t)p->trainable_numel * sizeof(float));
-    /* The block no longer holds zeros: a later backward adds to what was written. */
+        p->k->mem_upload(p->grad, in, (size_t)p->trainable_numel * sizeof(float));
+    /* No longer zeros: a later backward accumulates onto them. */
     for (int i = 0; i < p->n_trainable; i++)
         p->entries[p->order[i]].t->flags &= ~RP_TENSOR_GRAD_FRESH;
     return RP_OK;
@@ -433,8 +433,8 @@ rp_status rp_params_write_grads(rp_params *p, const float *grads)
 
 rp_status rp_params_copy_values(rp_params *dst, const rp_params *src)
 {
-    RP_CHECK(block_check(dst, src, "rp_params_copy_values"));
-    RP_CHECK(block_check(src, dst, "rp_params_copy_values"));
+    RP_CHECK(check_block(dst, src, "rp_params_copy_values"));
+    RP_CHECK(check_block(src, dst, "rp_params_copy_values"));
     if (dst->n != src->n)
         return RP_ERROR(RP_ERR_SHAPE, "rp_params_copy_values: %d tensors into a list of %d",
                         src->n, dst->n);
@@ -446,6 +446,7 @@ rp_status rp_params_copy_values(rp_params *dst, const rp_params *src)
                             "source and \"%s\" of %lld in the destination",
                             i, a->name, (long long)a->numel, b->name, (long long)b->numel);
     }
+    /* Storage to storage: nothing passes through the host. */
     dst->k->mem_copy(dst->data, src->data, (size_t)src->numel * sizeof(float));
     return RP_OK;
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "replicator/nn.h"
 
 #define RP_PIPE_HEADER (1 + RP_MAX_DIMS)
@@ -99,7 +100,8 @@ void rp_pipeline_destroy(rp_pipeline *p)
     rp_free(p);
 }
 
-/* The micro-batch's input on stage 0: rows [m*b, (m+1)*b) of the batch, a leaf on t. */
+/* The micro-batch's input on stage 0: rows [m*b, (m+1)*b) of the batch, a leaf on t (a copy
+ * from storage to storage: the batch is never read on the host). */
 static rp_tensor *micro_input(rp_pipeline *p, rp_tape *t, int m)
 {
     const rp_tensor *in = p->input;
@@ -107,7 +109,11 @@ static rp_tensor *micro_input(rp_pipeline *p, rp_tape *t, int m)
     memcpy(shape, in->shape, sizeof shape);
     shape[0] = in->shape[0] / p->micro;
     int64_t per = in->numel / p->micro;
-    return rp_tensor_from(t, in->ndim, shape, in->data + (int64_t)m * per);
+    rp_tensor *x = rp_tensor_new(t, in->ndim, shape);
+    if (x)
+        rp_kernels_active()->mem_copy(x->data, in->data + (int64_t)m * per,
+                                      (size_t)per * sizeof(float));
+    return x;
 }
 
 /* The activation of micro-batch m from stage i - 1: its shape header, then the tensor. */
@@ -157,7 +163,7 @@ static rp_status forward(rp_pipeline *p, int m)
                             rp_shape_str(y, buf, sizeof buf));
         }
         p->out[m] = y;
-        p->loss_sum += (double)y->data[0];
+        p->loss_sum += (double)rp_item(y);
         return RP_OK;
     }
     int32_t hdr[RP_PIPE_HEADER] = {y->ndim, 1, 1, 1, 1};

@@ -4,11 +4,13 @@
  *
  * The optimizer keeps one state block laid out like the gradient block of
  * its parameter list: slot k of element i lives at state[k*numel + i]. The
- * update itself is rp_optim_apply(): the kernel table's update slots over
- * flat arrays, so the same code serves a whole model, a parameter-server
- * shard or a sharded optimizer. Nothing here reads or writes the values,
- * gradients or state element by element: the loops (updates, the scan for
- * NaNs and infinities) are kernel slots, so another backend can run them.
+ * update itself is the kernel table's update slots over flat arrays, so the
+ * same code serves a whole model, a parameter-server shard (rp_optim_apply,
+ * on host arrays) or a sharded optimizer. The state block is the table's
+ * storage, as the values and gradients are: nothing here reads or writes
+ * them element by element (the loops - updates, the scan for NaNs and
+ * infinities - are kernel slots, and moving state is mem_copy and
+ * mem_fill), so another backend can hold them.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -25,7 +27,7 @@ struct rp_optimizer {
     int slots;           /* 0, 1 or 2 */
     int64_t numel;       /* trainable elements of params */
     int64_t lo, hi; /* the range it updates, [0, numel) unless sharded (rp_optimizer_set_range) */
-    float *state;   /* [slots * (hi - lo)], zeroed at create */
+    float *state;   /* [slots * (hi - lo)] storage of k, zeroed at create; NULL when empty */
     int64_t steps;  /* updates applied so far */
     /* Hook sets, in the order added (rp_optimizer_add_hooks); rp_optimizer_set_hooks() owns
        the one flagged `slot`, kept at the position where it was first set. */
@@ -141,7 +143,14 @@ static void apply(const rp_kernels *k, const rp_optim_config *cfg, float *param,
 void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
                     int64_t n, float lr, int64_t step)
 {
-    apply(rp_kernels_active(), cfg, param, grad, state, n, lr, step);
+    /* Host arrays (a server's shard, a caller's copy): a host table's slots, bitwise the same. */
+    apply(rp_kernels_host(), cfg, param, grad, state, n, lr, step);
+}
+
+/* The state block's size for a range of n elements. */
+static size_t state_bytes(const rp_optimizer *opt, int64_t n)
+{
+    return (size_t)opt->slots * (size_t)(n > 0 ? n : 0) * sizeof(float);
 }
 
 /*
@@ -208,12 +217,14 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
     o->steps = 0;
     o->updater = -1;
     if (o->slots > 0 && numel > 0) {
-        size_t bytes = (size_t)o->slots * (size_t)numel * sizeof(float);
-        o->state = rp_calloc(bytes);
+        size_t bytes = state_bytes(o, numel);
+        o->state = o->k->mem_alloc(bytes);
         if (!o->state) {
             rp_free(o);
-            return RP_ERR_NOMEM;
+            return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the optimizer's state (%zu bytes)",
+                            bytes);
         }
+        o->k->mem_fill(o->state, 0, bytes);
     }
     *opt = o;
     return RP_OK;
@@ -234,7 +245,7 @@ void rp_optimizer_destroy(rp_optimizer *opt)
             break;
         }
     rp_free(opt->hooks);
-    rp_free(opt->state);
+    if (opt->state) opt->k->mem_free(opt->state, state_bytes(opt, opt->hi - opt->lo));
     rp_free(opt);
 }
 
@@ -516,18 +527,23 @@ rp_status rp_optimizer_set_range(rp_optimizer *opt, int64_t lo, int64_t hi)
                         "trainable values (0 <= lo <= hi <= %lld)",
                         (long long)lo, (long long)hi, (long long)opt->numel, (long long)opt->numel);
     if (lo == opt->lo && hi == opt->hi) return RP_OK;
+    const rp_kernels *k = opt->k;
     float *state = NULL;
     int64_t n = hi - lo, old = opt->hi - opt->lo;
     if (opt->slots > 0 && n > 0) {
-        state = rp_calloc((size_t)opt->slots * (size_t)n * sizeof(float));
-        if (!state) return rp_last_status();
+        state = k->mem_alloc(state_bytes(opt, n));
+        if (!state)
+            return RP_ERROR(RP_ERR_NOMEM,
+                            "rp_optimizer_set_range: cannot allocate %zu bytes of state",
+                            state_bytes(opt, n));
+        k->mem_fill(state, 0, state_bytes(opt, n));
         int64_t from = lo > opt->lo ? lo : opt->lo, to = hi < opt->hi ? hi : opt->hi;
-        for (int k = 0; k < opt->slots && from < to; k++)
-            memcpy(state + (int64_t)k * n + (from - lo),
-                   opt->state + (int64_t)k * old + (from - opt->lo),
-                   (size_t)(to - from) * sizeof(float));
+        for (int s = 0; s < opt->slots && from < to && opt->state; s++)
+            k->mem_copy(state + (int64_t)s * n + (from - lo),
+                        opt->state + (int64_t)s * old + (from - opt->lo),
+                        (size_t)(to - from) * sizeof(float));
     }
-    rp_free(opt->state);
+    if (opt->state) k->mem_free(opt->state, state_bytes(opt, old));
     opt->state = state;
     opt->lo = lo;
     opt->hi = hi;
@@ -542,5 +558,19 @@ void rp_optimizer_range(const rp_optimizer *opt, int64_t *lo, int64_t *hi)
 
 size_t rp_optimizer_state_bytes(const rp_optimizer *opt)
 {
-    return opt ? (size_t)opt->slots * (size_t)(opt->hi - opt->lo) * sizeof(float) : 0;
+    return opt ? state_bytes(opt, opt->hi - opt->lo) : 0;
+}
+
+rp_status rp_optimizer_read_state(const rp_optimizer *opt, float *out)
+{
+    if (!opt || !out) return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_read_state: NULL argument");
+    if (opt->state) opt->k->mem_download(out, opt->state, state_bytes(opt, opt->hi - opt->lo));
+    return RP_OK;
+}
+
+rp_status rp_optimizer_write_state(rp_optimizer *opt, const float *in)
+{
+    if (!opt || !in) return RP_ERROR(RP_ERR_INVALID, "rp_optimizer_write_state: NULL argument");
+    if (opt->state) opt->k->mem_upload(opt->state, in, state_bytes(opt, opt->hi - opt->lo));
+    return RP_OK;
 }

@@ -2,6 +2,12 @@
  * ps.c - the parameter servers' public calls (checked here once, then
  * handed to the backend's table), and what every backend's servers share:
  * the shard of a set and the staleness clocks.
+ *
+ * Memory: everything here is host memory. The arrays a worker passes (gradients to push, values
+ * to pull into, slots) are its host copies - a replica stages its storage through rp_staging on
+ * its side (strategy_async.c, strategy_groups.c) - and a server's shard is host memory it owns,
+ * updated with a host table's kernels (rp_kernels_host: cpu's when the replicas run on a device),
+ * since the servers serve over the network and their state never needs to be on a device.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -71,7 +77,7 @@ static rp_status check_push(const rp_ps *ps, const float *grad, float lr)
         return RP_ERROR(RP_ERR_INVALID, "push: learning rate %g: must be finite and >= 0",
                         (double)lr);
     float value = 0.0f;
-    int64_t at = rp_kernels_active()->first_nonfinite(&value, grad, ps->numel);
+    int64_t at = rp_kernels_host()->first_nonfinite(&value, grad, ps->numel);
     if (at >= 0)
         return RP_ERROR(RP_ERR_NUMERIC,
                         "push by worker %d: gradient element %lld is %g; nothing was "

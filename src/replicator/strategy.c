@@ -3,6 +3,12 @@
  * hashing parameters for checksums, broadcasting replica 0's state, the
  * in-process work queue and lockstep batch numbers. It calls only the
  * layers below, so every runtime file may call it without a loop.
+ *
+ * Values, gradients and optimizer state are the kernel table's storage. The
+ * collectives read and write host memory, so they run on host views
+ * (rp_staging): the storage itself with a host table, a copy with any other.
+ * The loops over values (the non-finite scans, the bf16 rounding of a wire
+ * payload, the checksums) are kernel slots over storage.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -12,9 +18,39 @@
 
 #include "replicator/strategy.h"
 
+void *rp_strategy_view(rp_staging *s, const void *storage, size_t bytes, bool download)
+{
+    /* Nothing to copy: the collective is still made (every member must), on a pointer it never
+       dereferences. */
+    if (!bytes) return (void *)storage;
+    return rp_staging_view(s, rp_kernels_active(), storage, bytes, download);
+}
+
+void rp_strategy_commit(void *storage, const void *view, size_t bytes)
+{
+    rp_staging_commit(rp_kernels_active(), storage, view, bytes);
+}
+
+rp_status rp_strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count, rp_dtype dtype,
+                                        rp_staging *s)
+{
+    size_t bytes = (size_t)(count > 0 ? count : 0) * rp_dtype_size(dtype);
+    bool root = !comm || rp_comm_rank(comm) == 0;
+    void *view = rp_strategy_view(s, storage, bytes, root);
+    if (!view) return rp_last_status();
+    RP_CHECK(rp_comm_broadcast(comm, view, count, dtype, 0));
+    if (!root) rp_strategy_commit(storage, view, bytes);
+    return RP_OK;
+}
+
 rp_status rp_strategy_broadcast_params(rp_replica *rep, rp_params *params)
 {
-    return rp_comm_broadcast(rep->comm, rp_params_data(params), rp_params_numel(params), RP_F32, 0);
+    /* Not in the steady state (optimizer creation, checkpoints): the staging buffer is freed. */
+    rp_staging s = {0};
+    rp_status status = rp_strategy_broadcast_storage(rep->comm, rp_params_data(params),
+                                                     rp_params_numel(params), RP_F32, &s);
+    rp_staging_free(&s);
+    return status;
 }
 
 rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt)
@@ -22,7 +58,12 @@ rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt)
     int64_t steps = rp_optimizer_steps(opt), nstate = 0;
     float *state = rp_optimizer_state(opt, &nstate);
     RP_CHECK(rp_strategy_broadcast_params(rep, rp_optimizer_params(opt)));
-    if (nstate > 0) RP_CHECK(rp_comm_broadcast(rep->comm, state, nstate, RP_F32, 0));
+    if (nstate > 0) {
+        rp_staging s = {0};
+        rp_status status = rp_strategy_broadcast_storage(rep->comm, state, nstate, RP_F32, &s);
+        rp_staging_free(&s);
+        RP_CHECK(status);
+    }
     RP_CHECK(rp_comm_broadcast(rep->comm, &steps, 1, RP_I64, 0));
     rp_optimizer_set_steps(opt, steps);
     return RP_OK;
@@ -311,22 +352,28 @@ static void reducer_start(void *ctx, int b)
         int64_t at = g->k->first_nonfinite(&g->local_value, x, n);
         if (at >= 0) g->local_bad = lo + at;
     }
-    /* bf16 on the wire: rounded, reduced with f32 accumulation, widened back for the optimizer. */
-    rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
-    rp_status status;
+    /* bf16 on the wire: rounded, reduced with f32 accumulation, widened back for the optimizer.
+       The payload (storage: the casts are kernels) goes to the collective through a host view. */
+    void *payload = x;
+    size_t bytes = (size_t)n * sizeof(float);
     if (g->wire) {
-        rp_bf16_from_f32_array(g->wire, x, (size_t)n);
-        status = rp_comm_all_reduce(g->comm, g->wire, g->wire, n, RP_BF16, RP_MEAN);
-        if (status == RP_OK) rp_bf16_to_f32_array(x, g->wire, (size_t)n);
-    } else {
-        status = rp_comm_all_reduce(g->comm, x, x, n, RP_F32, RP_MEAN);
+        g->k->cast_f32_bf16(g->wire, x, n);
+        payload = g->wire;
+        bytes = (size_t)n * sizeof(rp_bf16);
     }
+    void *view = rp_strategy_view(&g->stage, payload, bytes, true);
+    rp_status status = view ? RP_OK : rp_last_status();
+    rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
+    if (view)
+        status = rp_comm_all_reduce(g->comm, view, view, n, g->wire ? RP_BF16 : RP_F32, RP_MEAN);
     rt_internal_end(g->comm);
     if (status != RP_OK) {
         g->error = status;
         snprintf(g->message, sizeof g->message, "%s", rp_last_error());
         return;
     }
+    rp_strategy_commit(payload, view, bytes);
+    if (g->wire) g->k->cast_bf16_f32(x, g->wire, n);
     if (g->k->first_nonfinite(NULL, x, n) >= 0) g->reduced_bad = true;
 }
 
@@ -350,8 +397,11 @@ rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *com
         for (int b = 0; b < g->order.nbuckets; b++)
             if (g->ranges[2 * b + 1] - g->ranges[2 * b] > most)
                 most = g->ranges[2 * b + 1] - g->ranges[2 * b];
-        g->wire = rp_alloc((size_t)most * sizeof(rp_bf16));
-        if (!g->wire) status = rp_last_status();
+        g->wire_bytes = (size_t)most * sizeof(rp_bf16);
+        g->wire = g->k->mem_alloc(g->wire_bytes);
+        if (!g->wire)
+            status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate the bf16 gradient payload (%zu bytes)",
+                              g->wire_bytes);
     }
     if (status != RP_OK) rp_grad_reducer_free(g);
     return status;
@@ -362,7 +412,8 @@ void rp_grad_reducer_free(rp_grad_reducer *g)
     rp_bucket_order_destroy(&g->order);
     free(g->ranges);
     free(g->scratch);
-    rp_free(g->wire);
+    if (g->wire) g->k->mem_free(g->wire, g->wire_bytes);
+    rp_staging_free(&g->stage);
     g->ranges = NULL;
     g->scratch = NULL;
     g->wire = NULL;

@@ -71,6 +71,18 @@ extern const rp_strategy rp_strategy_groups;
 
 /* ---- helpers every strategy may use (strategy.c) ---------------------------------------- */
 
+/*
+ * Collectives over storage (the kernel table's: values, gradients, optimizer state) run on host
+ * views. rp_strategy_view is rp_staging_view on the active table (the storage itself with a host
+ * table; NULL with the error recorded when out of memory), and the storage itself when bytes is
+ * 0 (a collective of nothing is still made); rp_strategy_commit uploads what the view received.
+ */
+void *rp_strategy_view(rp_staging *s, const void *storage, size_t bytes, bool download);
+void rp_strategy_commit(void *storage, const void *view, size_t bytes);
+/* Broadcasts count elements of storage from comm's rank 0, through s's host view. */
+rp_status rp_strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count, rp_dtype dtype,
+                                        rp_staging *s);
+
 /* Broadcasts replica 0's values of params (and, if any, the optimizer's slots and steps). */
 rp_status rp_strategy_broadcast_params(rp_replica *rep, rp_params *params);
 rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt);
@@ -200,12 +212,15 @@ typedef struct rp_grad_reducer {
     rp_comm *comm; /* the members whose gradients are averaged; rank q is replica base + q */
     int base;
     const rp_params *params;
-    float *grad;
+    float *grad; /* the gradient block (storage) */
     int64_t numel;
     const rp_kernels *k; /* the table its scans run on */
     rp_bucket_order order;
     int64_t *ranges;   /* [2 * buckets]: lo, hi of each in the gradient block */
-    rp_bf16 *wire;     /* cfg.grad_dtype bf16: [the largest bucket] its payload; NULL for f32 */
+    rp_bf16 *wire;     /* cfg.grad_dtype bf16: [the largest bucket] its payload (storage of k);
+                          NULL for f32 */
+    size_t wire_bytes;
+    rp_staging stage;  /* the host view each bucket's all-reduce runs on */
     int64_t *scratch;  /* [2 * comm size]: the non-finite exchange */
     int64_t local_bad; /* first element of the block non-finite before its all-reduce, or -1 */
     float local_value; /* its value */

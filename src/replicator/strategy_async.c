@@ -17,6 +17,10 @@
  *
  * Layout. Under MPI this strategy takes the last cfg.ps ranks of the job as
  * servers (create); the others split off a communicator of replicas.
+ *
+ * Memory. The servers take and give host arrays (ps.c); the values, gradients
+ * and state are the kernel table's storage, so every exchange goes through
+ * host views (rp_staging: the storage itself with a host table).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +39,7 @@ typedef struct rp_async {
     rp_ps *ps;
     int slot; /* in async_replica.slots: the same on every replica, as they create in the same order
                */
+    rp_staging grad, values, state; /* host views of the blocks for the servers */
     struct rp_async *next;
 } rp_async;
 
@@ -57,7 +62,14 @@ static rp_status async_update(rp_optimizer *opt, float lr, void *ctx)
             "this replica optimizer outlived its replicator: destroy every "
             "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
     /* rp_optimizer_step has checked lr and found every gradient finite. */
-    return rp_ps_exchange(a->ps, rp_params_grad(a->params), lr, rp_params_data(a->params));
+    size_t bytes = (size_t)rp_params_trainable_numel(a->params) * sizeof(float);
+    float *values = rp_params_data(a->params);
+    const float *hg = rp_strategy_view(&a->grad, rp_params_grad(a->params), bytes, true);
+    float *hv = hg ? rp_strategy_view(&a->values, values, bytes, false) : NULL;
+    if (!hv) return rp_last_status();
+    RP_CHECK(rp_ps_exchange(a->ps, hg, lr, hv));
+    rp_strategy_commit(values, hv, bytes);
+    return RP_OK;
 }
 
 static void async_release(void *ctx)
@@ -73,6 +85,9 @@ static void async_release(void *ctx)
         ar->slots &= ~(1u << a->slot);
     }
     rp_ps_destroy(a->ps);
+    rp_staging_free(&a->grad);
+    rp_staging_free(&a->values);
+    rp_staging_free(&a->state);
     free(a);
 }
 
@@ -130,16 +145,31 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
     return rp_strategy_ps_take(rep, &st->sets[k], r->n, rep->local, numel, pc, ps);
 }
 
-/* Loads replica 0's values (and slots, step) into the servers; every replica then pulls them. */
-static rp_status load_and_pull(rp_async *a, const float *slots, int64_t steps)
+/*
+ * Loads replica 0's values (and slots, `nslots` floats of storage, step) into the servers; every
+ * replica then pulls them.
+ */
+static rp_status load_and_pull(rp_async *a, const float *slots, int64_t nslots, int64_t steps)
 {
     rp_replica *rep = a->rep;
-    if (rep->id == 0) RP_CHECK(rp_ps_init(a->ps, rp_params_data(a->params), slots, steps));
+    float *values = rp_params_data(a->params);
+    size_t bytes = (size_t)rp_params_trainable_numel(a->params) * sizeof(float);
+    if (rep->id == 0) {
+        size_t sbytes = slots ? (size_t)nslots * sizeof(float) : 0;
+        const float *hv = rp_strategy_view(&a->values, values, bytes, true);
+        const float *hs = slots && hv ? rp_strategy_view(&a->state, slots, sbytes, true) : NULL;
+        if (!hv || (slots && !hs)) return rp_last_status();
+        RP_CHECK(rp_ps_init(a->ps, hv, hs, steps));
+    }
     rt_internal_begin(rep->comm, "the runtime's parameter-server barrier");
     rp_status status = rp_comm_barrier(rep->comm);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
-    return rp_ps_pull(a->ps, rp_params_data(a->params));
+    float *hv = rp_strategy_view(&a->values, values, bytes, false);
+    if (!hv) return rp_last_status();
+    RP_CHECK(rp_ps_pull(a->ps, hv));
+    rp_strategy_commit(values, hv, bytes);
+    return RP_OK;
 }
 
 static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
@@ -179,7 +209,7 @@ static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
     ar->asyncs = a;
     RP_CHECK(rp_ps_join(ps, r->generation));
     /* Replica 0's initial values become everyone's, as in sync training. */
-    RP_CHECK(load_and_pull(a, NULL, 0));
+    RP_CHECK(load_and_pull(a, NULL, 0, 0));
     rp_debug("async optimizer: set %d, %lld values on %d %s parameter servers, staleness %d", k,
              (long long)numel, pc.servers, rp_ps_backend(ps), pc.staleness);
     return RP_OK;
@@ -189,9 +219,16 @@ static rp_status async_fetch(rp_replica *rep, rp_optimizer *opt)
 {
     rp_async *a = find(rep, opt);
     if (!a) return RP_OK;
-    int64_t step = 0;
-    RP_CHECK(
-        rp_ps_snapshot(a->ps, rp_params_data(a->params), rp_optimizer_state(opt, NULL), &step));
+    int64_t step = 0, nstate = 0;
+    float *values = rp_params_data(a->params), *state = rp_optimizer_state(opt, &nstate);
+    size_t bytes = (size_t)rp_params_trainable_numel(a->params) * sizeof(float),
+           sbytes = (size_t)nstate * sizeof(float);
+    float *hv = rp_strategy_view(&a->values, values, bytes, false);
+    float *hs = state && hv ? rp_strategy_view(&a->state, state, sbytes, false) : NULL;
+    if (!hv || (state && !hs)) return rp_last_status();
+    RP_CHECK(rp_ps_snapshot(a->ps, hv, hs, &step));
+    rp_strategy_commit(values, hv, bytes);
+    if (state) rp_strategy_commit(state, hs, sbytes);
     rp_optimizer_set_steps(opt, step);
     return RP_OK;
 }
@@ -201,7 +238,9 @@ static rp_status async_publish(rp_replica *rep, rp_optimizer *opt)
     rp_async *a = find(rep, opt);
     if (!a) return rp_strategy_broadcast_state(rep, opt);
     int64_t steps = rp_optimizer_steps(opt);
-    RP_CHECK(load_and_pull(a, rp_optimizer_state(opt, NULL), steps));
+    int64_t nstate = 0;
+    float *state = rp_optimizer_state(opt, &nstate);
+    RP_CHECK(load_and_pull(a, state, nstate, steps));
     RP_CHECK(rp_comm_broadcast(rep->comm, &steps, 1, RP_I64, 0));
     rp_optimizer_set_steps(opt, steps);
     return RP_OK;

@@ -32,6 +32,10 @@
  *    and the servers only (a communicator split off for them), so the
  *    servers count G workers - one clock, one goodbye and one share of the
  *    claims per group, as on threads - and worker g is group g's rank 0.
+ *
+ * Memory. Values, gradients and state are the kernel table's storage; the
+ * servers and the group's broadcasts take host memory, so they run on host
+ * views (rp_staging: the storage itself with a host table).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +55,7 @@ typedef struct rp_grouped {
     rp_ps *ps;           /* the group's handle on the servers: its rank 0's (NULL on the others) */
     int slot;            /* in groups_replica.slots: the same on every replica */
     int64_t *hashes;     /* [S * trainable parameters] checksum scratch */
+    rp_staging grad, values, state; /* host views of the blocks for the servers and broadcasts */
     struct rp_grouped *next;
 } rp_grouped;
 
@@ -121,11 +126,21 @@ static rp_status groups_update(rp_optimizer *opt, float lr, void *ctx)
     rp_grouped *g = ctx;
     if (!g->rep) return orphaned();
     float *values = rp_params_data(g->params);
+    int64_t numel = rp_params_trainable_numel(g->params);
+    size_t bytes = (size_t)numel * sizeof(float);
+    /* The values view is filled by the pull (rank 0) or the broadcast (the others). */
+    float *hv = rp_strategy_view(&g->values, values, bytes, false);
+    if (!hv) return rp_last_status();
     /* A failed push returns here without the broadcast: the rank's step fails, it leaves the
        group's communicator, and its peers waiting in the broadcast fail at once, naming it. */
-    if (g->ps) RP_CHECK(rp_ps_exchange(g->ps, rp_params_grad(g->params), lr, values));
-    return group_broadcast(g->rep, values, rp_params_trainable_numel(g->params), RP_F32,
-                           "the runtime's group parameter broadcast");
+    if (g->ps) {
+        const float *hg = rp_strategy_view(&g->grad, rp_params_grad(g->params), bytes, true);
+        if (!hg) return rp_last_status();
+        RP_CHECK(rp_ps_exchange(g->ps, hg, lr, hv));
+    }
+    RP_CHECK(group_broadcast(g->rep, hv, numel, RP_F32, "the runtime's group parameter broadcast"));
+    rp_strategy_commit(values, hv, bytes);
+    return RP_OK;
 }
 
 static rp_status groups_after(rp_optimizer *opt, void *ctx)
@@ -150,6 +165,9 @@ static void groups_release(void *ctx)
     }
     rp_grad_reducer_free(&g->red);
     rp_ps_destroy(g->ps);
+    rp_staging_free(&g->grad);
+    rp_staging_free(&g->values);
+    rp_staging_free(&g->state);
     free(g->hashes);
     free(g);
 }
@@ -228,7 +246,12 @@ static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_
     gr->list = g;
     if (ps) RP_CHECK(rp_ps_join(ps, r->generation));
     /* The servers start from replica 0's values, which every replica holds already. */
-    if (rep->id == 0) RP_CHECK(rp_ps_init(ps, rp_params_data(params), NULL, 0));
+    if (rep->id == 0) {
+        const float *hv = rp_strategy_view(&g->values, rp_params_data(params),
+                                           (size_t)numel * sizeof(float), true);
+        if (!hv) return rp_last_status();
+        RP_CHECK(rp_ps_init(ps, hv, NULL, 0));
+    }
     RP_CHECK(barrier_all(rep, "the runtime's parameter-server barrier"));
     rp_debug("sync-group optimizer: group %d of %d (rank %d of %d), set %d, %lld values on %d "
              "parameter servers, staleness %d",
@@ -268,13 +291,19 @@ static rp_status groups_fetch(rp_replica *rep, rp_optimizer *opt)
 {
     rp_grouped *g = find(rep, opt);
     if (!g) return RP_OK;
-    int64_t step = 0, nstate = 0;
+    int64_t step = 0, nstate = 0, numel = rp_params_trainable_numel(g->params);
     float *values = rp_params_data(g->params), *state = rp_optimizer_state(opt, &nstate);
-    if (g->ps) RP_CHECK(rp_ps_snapshot(g->ps, values, state, &step));
+    size_t bytes = (size_t)numel * sizeof(float), sbytes = (size_t)nstate * sizeof(float);
+    float *hv = rp_strategy_view(&g->values, values, bytes, false);
+    float *hs = state && hv ? rp_strategy_view(&g->state, state, sbytes, false) : NULL;
+    if (!hv || (state && !hs)) return rp_last_status();
+    if (g->ps) RP_CHECK(rp_ps_snapshot(g->ps, hv, hs, &step));
     const char *what = "the runtime's optimizer-state broadcast";
-    RP_CHECK(group_broadcast(rep, values, rp_params_trainable_numel(g->params), RP_F32, what));
-    if (nstate > 0) RP_CHECK(group_broadcast(rep, state, nstate, RP_F32, what));
+    RP_CHECK(group_broadcast(rep, hv, numel, RP_F32, what));
+    if (nstate > 0) RP_CHECK(group_broadcast(rep, hs, nstate, RP_F32, what));
     RP_CHECK(group_broadcast(rep, &step, 1, RP_I64, what));
+    rp_strategy_commit(values, hv, bytes);
+    if (state) rp_strategy_commit(state, hs, sbytes);
     rp_optimizer_set_steps(opt, step);
     return RP_OK;
 }
@@ -285,13 +314,24 @@ static rp_status groups_publish(rp_replica *rep, rp_optimizer *opt)
 {
     rp_grouped *g = find(rep, opt);
     if (!g) return rp_strategy_broadcast_state(rep, opt);
-    int64_t steps = rp_optimizer_steps(opt);
-    float *values = rp_params_data(g->params);
-    if (rep->id == 0) RP_CHECK(rp_ps_init(g->ps, values, rp_optimizer_state(opt, NULL), steps));
+    int64_t steps = rp_optimizer_steps(opt), nstate = 0,
+            numel = rp_params_trainable_numel(g->params);
+    float *values = rp_params_data(g->params), *state = rp_optimizer_state(opt, &nstate);
+    size_t bytes = (size_t)numel * sizeof(float);
+    if (rep->id == 0) {
+        const float *hv = rp_strategy_view(&g->values, values, bytes, true);
+        const float *hs =
+            state && hv ? rp_strategy_view(&g->state, state, (size_t)nstate * sizeof(float), true)
+                        : NULL;
+        if (!hv || (state && !hs)) return rp_last_status();
+        RP_CHECK(rp_ps_init(g->ps, hv, hs, steps));
+    }
     RP_CHECK(barrier_all(rep, "the runtime's parameter-server barrier"));
-    if (g->ps) RP_CHECK(rp_ps_pull(g->ps, values));
-    RP_CHECK(group_broadcast(rep, values, rp_params_trainable_numel(g->params), RP_F32,
-                             "the runtime's group parameter broadcast"));
+    float *hv = rp_strategy_view(&g->values, values, bytes, false);
+    if (!hv) return rp_last_status();
+    if (g->ps) RP_CHECK(rp_ps_pull(g->ps, hv));
+    RP_CHECK(group_broadcast(rep, hv, numel, RP_F32, "the runtime's group parameter broadcast"));
+    rp_strategy_commit(values, hv, bytes);
     rt_internal_begin(rep->comm, "the runtime's step-count broadcast");
     rp_status status = rp_comm_broadcast(rep->comm, &steps, 1, RP_I64, 0);
     rt_internal_end(rep->comm);

@@ -39,6 +39,11 @@
  * into replica 0's optimizer (which grows back to the whole range until its
  * next step), and a checkpoint read into a sharded optimizer takes its
  * range's part (io.h), so a run saved on N replicas resumes on M.
+ *
+ * Memory: the blocks, the state and the buffers below (sgrad, pack, one, wire) are the kernel
+ * table's storage. Packing and unpacking are mem_copy and mem_fill, the scans and the bf16
+ * rounding kernel slots; the collectives run on host views of the buffers (rp_staging: the
+ * buffers themselves with a host table).
  */
 #include <math.h>
 #include <stdio.h>
@@ -55,7 +60,7 @@ typedef struct rp_zero {
     rp_replica *rep; /* NULL once the replicator was destroyed (the optimizer outlived it) */
     rp_optimizer *opt;
     rp_params *params;
-    float *grad, *value; /* the parameter list's blocks */
+    float *grad, *value; /* the parameter list's blocks (storage) */
     int64_t numel;       /* P: trainable values */
     int64_t shard;       /* S = ceil(P / N) */
     int64_t lo, hi;      /* this replica's shard [lo, hi) of the block */
@@ -71,6 +76,8 @@ typedef struct rp_zero {
     float *one;            /* [chunk] this replica's segment, zero-padded past P */
     rp_bf16 *wire;         /* cfg.grad_dtype bf16: [N * chunk] pack rounded, then [chunk] the
                               reduced segment; NULL for f32 */
+    size_t sgrad_bytes, pack_bytes, one_bytes, wire_bytes; /* what mem_free takes back */
+    rp_staging send, recv; /* the host views a collective sends from and receives into */
     int64_t *scratch;      /* [count * max(nparams, 3)]: checksums, the finiteness exchange */
     int64_t local_bad; /* first element of the gradient block non-finite before reduction, or -1 */
     float local_value;
@@ -108,35 +115,44 @@ static void bucket_start(void *ctx, int b)
     rp_zero *z = ctx;
     zbucket *k = &z->buckets[b];
     if (z->error != RP_OK) return;
+    const rp_kernels *kt = z->kernels;
     int n = z->rep->count;
     int64_t len = k->b - k->a;
     for (int q = 0; q < n; q++) {
         int64_t g0 = (int64_t)q * z->shard + k->a, have = valid(g0, len, z->numel);
         float *dst = z->pack + (int64_t)q * len;
-        if (have > 0) memcpy(dst, z->grad + g0, (size_t)have * sizeof(float));
-        if (have < len) memset(dst + have, 0, (size_t)(len - have) * sizeof(float));
+        if (have > 0) kt->mem_copy(dst, z->grad + g0, (size_t)have * sizeof(float));
+        if (have < len) kt->mem_fill(dst + have, 0, (size_t)(len - have) * sizeof(float));
         if (z->local_bad < 0 && have > 0) {
-            int64_t at = z->kernels->first_nonfinite(&z->local_value, dst, have);
+            int64_t at = kt->first_nonfinite(&z->local_value, dst, have);
             if (at >= 0) z->local_bad = g0 + at;
         }
     }
     /* bf16 on the wire: the segments rounded, reduced with f32 accumulation, widened back. */
-    rt_internal_begin(z->rep->comm, "the runtime's gradient reduce-scatter");
-    rp_status status;
+    const void *send = z->pack;
+    void *recv = z->sgrad + k->a;
+    size_t width = sizeof(float);
     if (z->wire) {
-        rp_bf16 *mine = z->wire + (int64_t)n * z->chunk;
-        rp_bf16_from_f32_array(z->wire, z->pack, (size_t)(n * len));
-        status = rp_comm_reduce_scatter(z->rep->comm, z->wire, mine, len, RP_BF16, RP_MEAN);
-        if (status == RP_OK) rp_bf16_to_f32_array(z->sgrad + k->a, mine, (size_t)len);
-    } else {
-        status =
-            rp_comm_reduce_scatter(z->rep->comm, z->pack, z->sgrad + k->a, len, RP_F32, RP_MEAN);
+        kt->cast_f32_bf16(z->wire, z->pack, (int64_t)n * len);
+        send = z->wire;
+        recv = z->wire + (int64_t)n * z->chunk;
+        width = sizeof(rp_bf16);
     }
+    size_t recv_bytes = (size_t)len * width;
+    const void *sv = rp_strategy_view(&z->send, send, (size_t)n * recv_bytes, true);
+    void *rv = sv ? rp_strategy_view(&z->recv, recv, recv_bytes, false) : NULL;
+    rp_status status = rv ? RP_OK : rp_last_status();
+    rt_internal_begin(z->rep->comm, "the runtime's gradient reduce-scatter");
+    if (rv)
+        status =
+            rp_comm_reduce_scatter(z->rep->comm, sv, rv, len, z->wire ? RP_BF16 : RP_F32, RP_MEAN);
     rt_internal_end(z->rep->comm);
     if (status != RP_OK) {
         fail(z, status);
         return;
     }
+    rp_strategy_commit(recv, rv, recv_bytes);
+    if (z->wire) kt->cast_bf16_f32(z->sgrad + k->a, recv, len);
     int64_t mine = valid(z->lo + k->a, len, z->hi);
     if (z->reduced_bad < 0 && mine > 0) {
         int64_t at = z->kernels->first_nonfinite(NULL, z->sgrad + k->a, mine);
@@ -151,6 +167,7 @@ static void bucket_start(void *ctx, int b)
  */
 static rp_status gather(rp_zero *z, const float *mine, float *full, const char *what)
 {
+    const rp_kernels *kt = z->kernels;
     int n = z->rep->count;
     rp_status status = RP_OK;
     rt_internal_begin(z->rep->comm, what);
@@ -159,16 +176,21 @@ static rp_status gather(rp_zero *z, const float *mine, float *full, const char *
         int64_t len = k->b - k->a, have = valid(z->lo + k->a, len, z->hi);
         const float *send = mine + k->a;
         if (have < len) {
-            if (have > 0) memcpy(z->one, mine + k->a, (size_t)have * sizeof(float));
-            memset(z->one + (have > 0 ? have : 0), 0,
-                   (size_t)(len - (have > 0 ? have : 0)) * sizeof(float));
+            if (have > 0) kt->mem_copy(z->one, mine + k->a, (size_t)have * sizeof(float));
+            kt->mem_fill(z->one + (have > 0 ? have : 0), 0,
+                         (size_t)(len - (have > 0 ? have : 0)) * sizeof(float));
             send = z->one;
         }
-        status = rp_comm_all_gather(z->rep->comm, send, z->pack, len, RP_F32);
+        size_t bytes = (size_t)len * sizeof(float);
+        const void *sv = rp_strategy_view(&z->send, send, bytes, true);
+        void *pv = sv ? rp_strategy_view(&z->recv, z->pack, (size_t)n * bytes, false) : NULL;
+        status = pv ? rp_comm_all_gather(z->rep->comm, sv, pv, len, RP_F32) : rp_last_status();
         if (status != RP_OK || !full) continue;
+        rp_strategy_commit(z->pack, pv, (size_t)n * bytes);
         for (int q = 0; q < n; q++) {
             int64_t g0 = (int64_t)q * z->shard + k->a, m = valid(g0, len, z->numel);
-            if (m > 0) memcpy(full + g0, z->pack + (int64_t)q * len, (size_t)m * sizeof(float));
+            if (m > 0)
+                kt->mem_copy(full + g0, z->pack + (int64_t)q * len, (size_t)m * sizeof(float));
         }
     }
     rt_internal_end(z->rep->comm);
@@ -178,6 +200,7 @@ static rp_status gather(rp_zero *z, const float *mine, float *full, const char *
 /* The reverse: replica 0's full[0, P) is cut into shards, each replica's into mine. */
 static rp_status scatter(rp_zero *z, const float *full, float *mine)
 {
+    const rp_kernels *kt = z->kernels;
     int n = z->rep->count;
     rp_status status = RP_OK;
     rt_internal_begin(z->rep->comm, "the runtime's optimizer-state scatter");
@@ -188,13 +211,17 @@ static rp_status scatter(rp_zero *z, const float *full, float *mine)
             for (int q = 0; q < n; q++) {
                 int64_t g0 = (int64_t)q * z->shard + k->a, m = valid(g0, len, z->numel);
                 float *dst = z->pack + (int64_t)q * len;
-                if (m > 0) memcpy(dst, full + g0, (size_t)m * sizeof(float));
-                if (m < len) memset(dst + (m > 0 ? m : 0), 0, (size_t)(len - m) * sizeof(float));
+                if (m > 0) kt->mem_copy(dst, full + g0, (size_t)m * sizeof(float));
+                if (m < len)
+                    kt->mem_fill(dst + (m > 0 ? m : 0), 0,
+                                 (size_t)(len - (m > 0 ? m : 0)) * sizeof(float));
             }
-        status = rp_comm_broadcast(z->rep->comm, z->pack, (int64_t)n * len, RP_F32, 0);
+        status = rp_strategy_broadcast_storage(z->rep->comm, z->pack, (int64_t)n * len, RP_F32,
+                                               &z->recv);
         int64_t have = valid(z->lo + k->a, len, z->hi);
         if (status == RP_OK && have > 0)
-            memcpy(mine + k->a, z->pack + (int64_t)z->rep->id * len, (size_t)have * sizeof(float));
+            kt->mem_copy(mine + k->a, z->pack + (int64_t)z->rep->id * len,
+                         (size_t)have * sizeof(float));
     }
     rt_internal_end(z->rep->comm);
     return status;
@@ -278,7 +305,8 @@ static rp_status zero_before(rp_optimizer *opt, void *ctx)
         return rp_error_set(status, __FILE__, __LINE__, "ZeRO-1 step: %s", z->message);
     }
     RP_CHECK(agree_finite(z));
-    if (z->hi > z->lo) memcpy(z->grad + z->lo, z->sgrad, (size_t)(z->hi - z->lo) * sizeof(float));
+    if (z->hi > z->lo)
+        z->kernels->mem_copy(z->grad + z->lo, z->sgrad, (size_t)(z->hi - z->lo) * sizeof(float));
     return RP_OK;
 }
 
@@ -312,10 +340,13 @@ static void zero_release(void *ctx)
     }
     rp_bucket_order_destroy(&z->order);
     free(z->buckets);
-    rp_free(z->sgrad);
-    rp_free(z->pack);
-    rp_free(z->one);
-    rp_free(z->wire);
+    const rp_kernels *kt = z->kernels;
+    if (z->sgrad) kt->mem_free(z->sgrad, z->sgrad_bytes);
+    if (z->pack) kt->mem_free(z->pack, z->pack_bytes);
+    if (z->one) kt->mem_free(z->one, z->one_bytes);
+    if (z->wire) kt->mem_free(z->wire, z->wire_bytes);
+    rp_staging_free(&z->send);
+    rp_staging_free(&z->recv);
     free(z->scratch);
     free(z);
 }
@@ -395,13 +426,19 @@ static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
     status = z->scratch ? make_buckets(z, rep->r->cfg.bucket_bytes)
                         : RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's checksums");
     if (status == RP_OK && z->shard > 0) {
-        z->sgrad = rp_alloc((size_t)z->shard * sizeof(float));
-        z->pack = rp_alloc((size_t)n * (size_t)z->chunk * sizeof(float));
-        z->one = rp_alloc((size_t)z->chunk * sizeof(float));
-        if (rep->r->cfg.grad_dtype == RP_BF16)
-            z->wire = rp_alloc(((size_t)n + 1) * (size_t)z->chunk * sizeof(rp_bf16));
-        if (!z->sgrad || !z->pack || !z->one || (rep->r->cfg.grad_dtype == RP_BF16 && !z->wire))
-            status = rp_last_status();
+        const rp_kernels *kt = z->kernels;
+        bool bf16 = rep->r->cfg.grad_dtype == RP_BF16;
+        z->sgrad_bytes = (size_t)z->shard * sizeof(float);
+        z->pack_bytes = (size_t)n * (size_t)z->chunk * sizeof(float);
+        z->one_bytes = (size_t)z->chunk * sizeof(float);
+        z->wire_bytes = bf16 ? ((size_t)n + 1) * (size_t)z->chunk * sizeof(rp_bf16) : 0;
+        z->sgrad = kt->mem_alloc(z->sgrad_bytes);
+        z->pack = kt->mem_alloc(z->pack_bytes);
+        z->one = kt->mem_alloc(z->one_bytes);
+        if (bf16) z->wire = kt->mem_alloc(z->wire_bytes);
+        if (!z->sgrad || !z->pack || !z->one || (bf16 && !z->wire))
+            status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's buffers (%zu bytes)",
+                              z->sgrad_bytes + z->pack_bytes + z->one_bytes + z->wire_bytes);
     }
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->lo, z->hi);

@@ -98,8 +98,7 @@ rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_red
     RP_PROPAGATE_NULL(y);
     const float *hx = tape_host_in(t, x->data, (size_t)x->numel * sizeof(float));
     float *hy = tape_host_out(t, y->data, (size_t)y->numel * sizeof(float));
-    if (!hx || !hy || rp_comm_reduce_scatter(c, hx, hy, y->numel, RP_F32, op) != RP_OK)
-        return NULL;
+    if (!hx || !hy || rp_comm_reduce_scatter(c, hx, hy, y->numel, RP_F32, op) != RP_OK) return NULL;
     tape_host_commit(t, y->data, hy, (size_t)y->numel * sizeof(float));
     return record(t, RP_OP_REDUCE_SCATTER, y, x, c, op, 0) ? y : NULL;
 }
@@ -146,8 +145,7 @@ static rp_tensor *reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x, bool i
     size_t bytes = (size_t)x->numel * sizeof(float);
     const float *hx = tape_host_in(t, x->data, bytes);
     float *hy = tape_host_out(t, y->data, bytes);
-    if (!hx || !hy || rp_comm_all_reduce(c, hx, hy, x->numel, RP_F32, RP_SUM) != RP_OK)
-        return NULL;
+    if (!hx || !hy || rp_comm_all_reduce(c, hx, hy, x->numel, RP_F32, RP_SUM) != RP_OK) return NULL;
     tape_host_commit(t, y->data, hy, bytes);
     /* The backward is the identity on dy: it reads neither x's values nor y's. */
     return record(t, RP_OP_REDUCE_FROM_GROUP, y, x, c, RP_SUM, 0) ? y : NULL;

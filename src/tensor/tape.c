@@ -40,8 +40,8 @@ rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes)
     t->mem = (rp_arena_memory){t->k->mem_alloc, t->k->mem_free, t->k->mem_fill};
     rp_status status = rp_arena_create(&t->arena, (size_t)1 << 20);
     if (status == RP_OK)
-        status = rp_arena_create_on(&t->store, arena_bytes ? arena_bytes : (size_t)16 << 20,
-                                    &t->mem);
+        status =
+            rp_arena_create_on(&t->store, arena_bytes ? arena_bytes : (size_t)16 << 20, &t->mem);
     if (status != RP_OK) {
         rp_arena_destroy(t->arena);
         rp_free(t);

@@ -130,8 +130,8 @@ typedef struct rp_node {
 } rp_node;
 
 struct rp_tape {
-    rp_arena *arena; /* host memory: tensor structs, node arrays, ops' host contexts */
-    rp_arena *store; /* the kernel table's storage: values, gradients, saved buffers, scratch */
+    rp_arena *arena;     /* host memory: tensor structs, node arrays, ops' host contexts */
+    rp_arena *store;     /* the kernel table's storage: values, gradients, saved buffers, scratch */
     rp_arena_memory mem; /* store's memory: k's mem_alloc, mem_free and mem_fill */
     const rp_kernels *k;
     bool recording;

@@ -62,7 +62,8 @@ float rp_tensor_get(const rp_tensor *x, int64_t i)
 
 rp_status rp_tensor_read(const rp_tensor *x, float *out, int64_t n)
 {
-    if (!x || !out) return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read: tensor and out must not be NULL");
+    if (!x || !out)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read: tensor and out must not be NULL");
     char sx[64];
     if (n != x->numel)
         return RP_ERROR(RP_ERR_SHAPE, "rp_tensor_read: the tensor %s has %lld values, not %lld",
@@ -96,6 +97,22 @@ rp_status rp_tensor_write(rp_tensor *x, const float *values, int64_t n)
         return RP_ERROR(RP_ERR_INVALID, "rp_tensor_write: the tensor holds no f32 values to "
                                         "overwrite");
     rp_kernels_active()->mem_upload(x->data, values, (size_t)n * sizeof(float));
+    return RP_OK;
+}
+
+rp_status rp_tensor_read_grad(const rp_tensor *x, float *out, int64_t n)
+{
+    if (!x || !out)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read_grad: tensor and out must not be NULL");
+    char sx[64];
+    if (n != x->numel)
+        return RP_ERROR(RP_ERR_SHAPE,
+                        "rp_tensor_read_grad: the tensor %s has %lld values, not %lld",
+                        rp_shape_str(x, sx, sizeof sx), (long long)x->numel, (long long)n);
+    if (!x->grad)
+        return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read_grad: the tensor %s holds no gradient",
+                        rp_shape_str(x, sx, sizeof sx));
+    rp_kernels_active()->mem_download(out, x->grad, (size_t)n * sizeof(float));
     return RP_OK;
 }
 

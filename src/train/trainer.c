@@ -280,9 +280,17 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
         t->cfg.epochs = 1;
         t->cfg.warmup_epochs = 0;
     }
-    if (cfg->resume)
+    if (cfg->resume) {
         RP_TRY(read_position(t));
-    else if (!cfg->no_checkpoint)
+        if (t->steps_only) {
+            /* One stretch: the position is the global step. A finished run's checkpoint closed
+               the stretch (epoch 1), so resuming it with more steps (--iters, --env-steps)
+               reopens it at its global step instead of finding it finished. */
+            t->epoch = t->global_step >= cfg->steps ? 1 : 0;
+            t->step = t->epoch ? 0 : t->global_step;
+            if (t->epoch_steps > t->step) t->epoch_steps = t->step;
+        }
+    } else if (!cfg->no_checkpoint)
         RP_TRY(train_choose_run_dir(t->run_dir, sizeof t->run_dir, cfg->run_dir_exact, cfg->force));
 
     t->cfg.trace = NULL; /* copied into trace_path */

@@ -69,12 +69,14 @@ static rp_status step(rp_replica *rep, void *arg)
     rp_tape *t = rp_replica_tape(rep);
     rp_tensor *x = rp_tensor_new(t, 2, (int[]){b, IN});
     int32_t labels[GLOBAL_BATCH];
+    float xs[GLOBAL_BATCH * IN]; /* made on the host, written into x's storage */
     if (!x) return rp_last_status();
     for (int k = 0; k < b; k++) {
         int64_t i = (int64_t)step_no * GLOBAL_BATCH + in.replica * b + k;
-        sample(x->data + (int64_t)k * IN, i);
+        sample(xs + (int64_t)k * IN, i);
         labels[k] = (int32_t)(i % CLASSES);
     }
+    RP_CHECK(rp_tensor_write(x, xs, (int64_t)b * IN));
     rp_tensor *h = rp_linear_layer_forward(t, &s->fc1, x);
     h = rp_relu(t, rp_batchnorm_layer_forward(t, &s->bn, h, true));
     rp_tensor *loss = rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &s->fc2, h), labels);
@@ -116,7 +118,10 @@ static int train(rp_backend backend, int replicas, float *out, int64_t *numel, d
         }
     rp_replicator_result(r, "loss", loss);
     *numel = rp_params_numel(j.st[0].ps);
-    memcpy(out, rp_params_data(j.st[0].ps), (size_t)*numel * sizeof(float));
+    if (rp_params_read_values(j.st[0].ps, out) != RP_OK) {
+        fprintf(stderr, "read: %s\n", rp_last_error());
+        return 1;
+    }
     rp_replicator_run(r, teardown, &j);
     rp_replicator_destroy(r);
     return 0;

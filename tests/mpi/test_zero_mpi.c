@@ -81,13 +81,15 @@ static rp_status step(rp_replica *rep, void *arg)
     rp_tape *t = rp_replica_tape(rep);
     rp_tensor *x = rp_tensor_new(t, 2, (int[]){b, IN});
     int32_t labels[GB];
+    float xs[GB * IN]; /* made on the host, written into x's storage */
     if (!x) return rp_last_status();
     for (int k = 0; k < b; k++) {
         int64_t i = (int64_t)step_no * GB + in.replica * b + k;
-        rp_rng_fill_normal(rp_hash_str(3, "zero-mpi"), (uint64_t)i * IN, x->data + k * IN, IN, 0.0f,
+        rp_rng_fill_normal(rp_hash_str(3, "zero-mpi"), (uint64_t)i * IN, xs + k * IN, IN, 0.0f,
                            1.0f);
         labels[k] = (int32_t)(i % OUT);
     }
+    RP_CHECK(rp_tensor_write(x, xs, (int64_t)b * IN));
     rp_tensor *h = rp_relu(t, rp_linear_layer_forward(t, &s->l1, x));
     rp_tensor *loss = rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &s->l2, h), labels);
     if (!loss) return rp_last_status();
@@ -139,11 +141,19 @@ static int train(bool zero, int per, float *values, float *slots, float *norm, s
         fprintf(stderr, "fetch: %s\n", rp_last_error());
         return 1;
     }
-    memcpy(values, rp_params_data(j.st[0].ps), NP * sizeof(float));
+    /* The blocks and the state are the kernel table's storage: read through host copies. */
+    if (rp_params_numel(j.st[0].ps) != NP || rp_params_read_values(j.st[0].ps, values) != RP_OK) {
+        fprintf(stderr, "read: %lld values (%s)\n", (long long)rp_params_numel(j.st[0].ps),
+                rp_last_error());
+        return 1;
+    }
     /* Replica 0 (local replica 0 of rank 0) holds the whole state after the fetch. */
     int64_t n = 0;
-    const float *st = rp_optimizer_state(j.st[0].opt, &n);
-    if (n == 2 * NP) memcpy(slots, st, 2 * NP * sizeof(float));
+    rp_optimizer_state(j.st[0].opt, &n);
+    if (n == 2 * NP && rp_optimizer_read_state(j.st[0].opt, slots) != RP_OK) {
+        fprintf(stderr, "read: %s\n", rp_last_error());
+        return 1;
+    }
     *norm = j.st[0].norm;
     rp_replicator_run(r, teardown, &j);
     rp_replicator_destroy(r);

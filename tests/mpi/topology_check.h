@@ -154,8 +154,11 @@ static rp_status tc_check_axis(rp_replica *rep, const tc_worker *s, rp_axis axis
 {
     rp_comm *c = rp_replica_axis_comm(rep, axis);
     int n = rp_comm_size(c);
-    int64_t mine = (int64_t)(tc_hash(rp_params_data(s->params), rp_params_numel(s->params)) >> 1),
-            all[TC_MAX_WORKERS];
+    /* The values are the kernel table's storage: hashed from a host copy (fc: 3 x 2 and 2). */
+    float values[8];
+    if (rp_params_numel(s->params) > 8) return RP_ERROR(RP_ERR_INVALID, "more values than 8");
+    RP_CHECK(rp_params_read_values(s->params, values));
+    int64_t mine = (int64_t)(tc_hash(values, rp_params_numel(s->params)) >> 1), all[TC_MAX_WORKERS];
     RP_CHECK(rp_comm_all_gather(c, &mine, all, 1, RP_I64));
     for (int q = 1; q < n; q++)
         if ((all[q] == all[0]) != same)
@@ -175,8 +178,10 @@ static rp_status mesh_step_fn(rp_replica *rep, void *arg)
     rp_tensor *x = rp_tensor_new(tp, 2, (int[]){2, 3});
     if (!x) return rp_last_status();
     /* Different data per replica; the same for the workers of one replica. */
+    float xs[6];
     for (int i = 0; i < 6; i++)
-        x->data[i] = (float)((i + 1) * (rp_replica_id(rep) + 1)) * 0.1f;
+        xs[i] = (float)((i + 1) * (rp_replica_id(rep) + 1)) * 0.1f;
+    RP_CHECK(rp_tensor_write(x, xs, 6));
     int32_t y[2] = {0, 1};
     rp_tensor *loss = rp_softmax_cross_entropy(tp, rp_linear_layer_forward(tp, &s->fc, x), y);
     if (!loss) return rp_last_status();

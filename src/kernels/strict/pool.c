@@ -208,7 +208,10 @@ void rp_strict_pool_close(void)
         pthread_mutex_unlock(&pool.lock);
         pool_die("pool closed more often than opened", pool.base, 0, 0);
     }
-    if (--pool.open_count == 0) pool_protect(0, pool.top, PROT_NONE);
+    if (--pool.open_count == 0) {
+        pool_protect(0, pool.top, PROT_NONE);
+        if (pool.base) rp_strict_fault_reclaim();
+    }
     pthread_mutex_unlock(&pool.lock);
 }
 

@@ -71,6 +71,8 @@ rp_strict_pool_stats rp_strict_pool_get_stats(void);
  * there before. Called once, by rp_strict_init().
  */
 void rp_strict_fault_install(void *pool_base, size_t pool_bytes);
+/* Reinstalls the SIGSEGV handler when something replaced it since (called as the pool closes). */
+void rp_strict_fault_reclaim(void);
 
 /* ---- argument checks (args.c) ---- */
 

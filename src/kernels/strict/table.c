@@ -651,6 +651,7 @@ static void s_mem_sync(void) {}
 
 static const rp_kernels strict_table = {
     .name = "strict",
+    .host_storage = false, /* the point: every layer above must stage through the memory slots */
     .gemm = s_gemm,
     .gemm_bf16 = s_gemm_bf16,
     .conv2d_fwd = s_conv2d_fwd,
