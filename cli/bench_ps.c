@@ -34,14 +34,12 @@ static rp_status bench_replica(rp_replica *rep, void *arg)
     rp_status status = RP_OK;
     RP_TRY(rp_replica_optimizer_create(rep, &opt, p, &job->optim));
     /* The gradient block is the kernel table's storage: the values are made on the host and
-       uploaded through a tensor that names the block (rp_tensor_write). */
+       uploaded (rp_params_write_grads). */
     grad = malloc((size_t)job->numel * sizeof *grad);
     if (!grad) {
         status = RP_ERROR(RP_ERR_NOMEM, "bench ps: %lld gradient values", (long long)job->numel);
         goto cleanup;
     }
-    rp_tensor block = {.ndim = 1, .shape = {(int)job->numel, 1, 1, 1}, .numel = job->numel,
-                       .dtype = RP_F32, .data = rp_params_grad(p), .node = -1};
     RP_TRY(rp_barrier(rep));
     double t0 = rp_now_s(), t = t0;
     int64_t steps = 0;
@@ -49,7 +47,7 @@ static rp_status bench_replica(rp_replica *rep, void *arg)
         /* Small gradients, refreshed each step as a backward pass would (the step zeroes them). */
         for (int64_t i = 0; i < job->numel; i++)
             grad[i] = 1e-6f * (float)((i + steps) & 15);
-        RP_TRY(rp_tensor_write(&block, grad, job->numel));
+        RP_TRY(rp_params_write_grads(p, grad));
         RP_TRY(rp_optimizer_step(opt, 0.01f));
         steps++;
         t = rp_now_s();

@@ -56,18 +56,6 @@ struct stage {
     double loss;
 };
 
-/*
- * x's gradient (a leaf's, after backward) to the host. Like its values, a gradient lives in the
- * kernel table's storage: a tensor naming it as its values is read with rp_tensor_read.
- */
-static rp_status read_grad(const rp_tensor *x, float *out)
-{
-    rp_tensor g = *x;
-    g.dtype = RP_F32;
-    g.data = x->grad;
-    return rp_tensor_read(&g, out, x->numel);
-}
-
 static rp_status build(rp_replica *rep, void *arg)
 {
     (void)arg;
@@ -126,7 +114,7 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
                               rp_tensor_from(t, 2, (int[]){SHARD, 1}, y));
         if (!l) return rp_last_status();
         RP_CHECK(rp_backward(t, l));
-        RP_CHECK(read_grad(h, hv));
+        RP_CHECK(rp_tensor_read_grad(h, hv, h->numel));
         RP_CHECK(rp_comm_send(model, hv, SHARD * HIDDEN, RP_F32, 0, TAG_GRADIENT));
         s->loss = rp_item(l);
     }

@@ -65,18 +65,6 @@ static rp_status build(rp_replica *rep, void *arg)
 }
 
 /*
- * x's gradient (a leaf's, after backward) to the host. Like its values, a gradient lives in the
- * kernel table's storage: a tensor naming it as its values is read with rp_tensor_read.
- */
-static rp_status read_grad(const rp_tensor *x, float *out)
-{
-    rp_tensor g = *x;
-    g.dtype = RP_F32;
-    g.data = x->grad;
-    return rp_tensor_read(&g, out, x->numel);
-}
-
-/*
  * Plain SGD on this stage's own parameters. The stages hold different layers, so the replica
  * optimizer (which keeps replicas identical) is not the tool here; rp_optim_apply is the
  * update rule on a block the caller owns.
@@ -125,7 +113,7 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
                               rp_tensor_from(t, 2, (int[]){BATCH, 1}, y));
         if (!l) return rp_last_status();
         RP_CHECK(rp_backward(t, l));
-        RP_CHECK(read_grad(h, hv));
+        RP_CHECK(rp_tensor_read_grad(h, hv, h->numel));
         RP_CHECK(rp_comm_send(c, hv, BATCH * HIDDEN, RP_F32, 0, TAG_GRADIENT));
         loss = rp_item(l);
     }

@@ -624,7 +624,7 @@ static snapshot snap(rp_params *ps, rp_optimizer *opt)
     s.ng = rp_params_trainable_numel(ps);
     s.values = tu_read_values(ps);
     s.grads = tu_param_grads(ps);
-    s.adam = tu_optimizer_state(opt, ps, &s.na);
+    s.adam = tu_optimizer_state(opt, &s.na);
     s.steps = rp_optimizer_steps(opt);
     return s;
 }
@@ -947,8 +947,8 @@ static void resume_body(rp_replica *rep, void *arg)
     rp_optimizer *oa[2] = {A->opt_policy, A->opt_critic}, *ob[2] = {B->opt_policy, B->opt_critic};
     for (int k = 0; k < 2; k++) {
         int64_t na, nb;
-        float *sa = tu_optimizer_state(oa[k], k ? pa[1] : pa[0], &na);
-        float *sb = tu_optimizer_state(ob[k], k ? pb[1] : pb[0], &nb);
+        float *sa = tu_optimizer_state(oa[k], &na);
+        float *sb = tu_optimizer_state(ob[k], &nb);
         assert_int_equal(na, nb);
         assert_memory_equal(sa, sb, (size_t)na * sizeof(float));
         free(sb);

@@ -193,7 +193,7 @@ static snapshot take(rp_params *p, rp_optimizer *o)
     s.trainable = rp_params_trainable_numel(p);
     s.values = tu_read_values(p);
     s.grads = tu_param_grads(p);
-    s.state = tu_optimizer_state(o, p, &s.state_numel);
+    s.state = tu_optimizer_state(o, &s.state_numel);
     s.steps = rp_optimizer_steps(o);
     return s;
 }

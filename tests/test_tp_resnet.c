@@ -566,21 +566,21 @@ static void test_gather_scatter_round_trip(void **state)
         fail_msg("gather: %s", rp_last_error());
     int64_t n0, n1, dn, gn;
     float *dense_state =
-        tu_optimizer_state(dense_job.w[0].opt, rp_resnet_params(dense_job.w[0].net), &dn);
+        tu_optimizer_state(dense_job.w[0].opt, &dn);
     float *gathered[2];
     for (int i = 0; i < 2; i++) {
         tr_worker *w = &tp_job.w[i];
         /* The gathered tensors are the dense run's (within rounding) and the same on both. */
         check_net(RP_RESNET20, w->dense, 0, 1, dense_job.w[0].net, 1e-5);
         check_net(RP_RESNET20, w->dense, 0, 1, tp_job.w[0].dense, 0);
-        gathered[i] = tu_optimizer_state(w->dense_opt, rp_resnet_params(w->dense), &gn);
+        gathered[i] = tu_optimizer_state(w->dense_opt, &gn);
         assert_int_equal(gn, dn);
         tu_check_close(gathered[i], dense_state, dn, 1e-5, "gathered momentum");
         assert_int_equal(rp_optimizer_steps(w->dense_opt), rp_optimizer_steps(w->opt));
         /* Scattered back into another network: this member's shards, bitwise. */
         check_net(RP_RESNET20, w->copy, 0, 1, w->net, 0);
-        float *st = tu_optimizer_state(w->opt, rp_resnet_params(w->net), &n0);
-        float *copy_state = tu_optimizer_state(w->copy_opt, rp_resnet_params(w->copy), &n1);
+        float *st = tu_optimizer_state(w->opt, &n0);
+        float *copy_state = tu_optimizer_state(w->copy_opt, &n1);
         assert_int_equal(n1, n0);
         assert_memory_equal(copy_state, st, (size_t)n0 * sizeof(float));
         assert_int_equal(rp_optimizer_steps(w->copy_opt), rp_optimizer_steps(w->opt));

@@ -149,12 +149,10 @@ float *tu_read(const rp_tensor *x)
 float *tu_read_grad(const rp_tensor *x)
 {
     assert_non_null(x);
-    assert_non_null(x->grad);
-    /* The gradient is f32 storage of x's shape: read it as the values of a view of it. */
-    rp_tensor view = *x;
-    view.dtype = RP_F32;
-    view.data = x->grad;
-    return tu_read(&view);
+    float *g = malloc((size_t)(x->numel > 0 ? x->numel : 1) * sizeof(float));
+    assert_non_null(g);
+    if (rp_tensor_read_grad(x, g, x->numel) != RP_OK) fail_msg("tu_read_grad: %s", rp_last_error());
+    return g;
 }
 
 float *tu_read_values(const rp_params *p)
@@ -175,26 +173,14 @@ float *tu_param_grads(const rp_params *p)
     return g;
 }
 
-float *tu_optimizer_state(const rp_optimizer *opt, const rp_params *p, int64_t *n)
+float *tu_optimizer_state(const rp_optimizer *opt, int64_t *n)
 {
-    int slots = rp_optim_slots(rp_optimizer_config(opt));
-    int64_t trainable = rp_params_trainable_numel(p), total = slots * trainable;
-    float *state = calloc((size_t)(total > 0 ? total : 1), sizeof(float));
+    int64_t numel = 0;
+    rp_optimizer_state(opt, &numel); /* the size only: the block is storage */
+    float *state = calloc((size_t)(numel > 0 ? numel : 1), sizeof(float));
     assert_non_null(state);
-    rp_checkpoint *ck;
-    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
-    if (rp_checkpoint_add_optimizer(ck, opt, p, "") != RP_OK)
+    if (rp_optimizer_read_state(opt, state) != RP_OK)
         fail_msg("tu_optimizer_state: %s", rp_last_error());
-    for (int k = 0; k < slots; k++)
-        for (int i = 0; i < rp_params_trainable_count(p); i++) {
-            const rp_tensor *t = rp_params_at(p, i);
-            char name[RP_NAME_MAX + 32];
-            snprintf(name, sizeof name, "slot%d/%s", k, t->name);
-            if (rp_checkpoint_copy_f32(ck, name, state + k * trainable + rp_params_offset(p, i),
-                                       t->numel) != RP_OK)
-                fail_msg("tu_optimizer_state: %s", rp_last_error());
-        }
-    rp_checkpoint_destroy(ck);
-    if (n) *n = total;
+    if (n) *n = numel;
     return state;
 }

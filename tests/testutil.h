@@ -62,14 +62,13 @@ unsigned char *tu_read_file(const char *path, size_t *n);
  *  - tu_read_values: p's value block (rp_params_numel floats; tensor i's at rp_params_offset);
  *  - tu_param_grads: p's gradient block (rp_params_trainable_numel floats; parameter i's at
  *    rp_params_offset(p, i));
- *  - tu_optimizer_state: opt's state as rp_optimizer_state lays it out (slots x p's trainable
- *    numel, slot after slot; *n its length, may be NULL), for an optimizer over the whole of p
- *    (not sharded), read through an in-memory checkpoint (rp_checkpoint_add_optimizer).
+ *  - tu_optimizer_state: opt's state block (rp_optimizer_read_state; *n its length, may be
+ *    NULL).
  */
 float *tu_read(const rp_tensor *x);
 float *tu_read_grad(const rp_tensor *x);
 float *tu_read_values(const rp_params *p);
 float *tu_param_grads(const rp_params *p);
-float *tu_optimizer_state(const rp_optimizer *opt, const rp_params *p, int64_t *n);
+float *tu_optimizer_state(const rp_optimizer *opt, int64_t *n);
 
 #endif
