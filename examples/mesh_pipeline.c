@@ -70,7 +70,8 @@ static rp_status build(rp_replica *rep, void *arg)
         RP_CHECK(rp_linear_layer_init(&s->fc, s->params, "fc1", IN, HIDDEN, true, true));
     else
         RP_CHECK(rp_linear_layer_init(&s->fc, s->params, "fc2", HIDDEN, 1, true, false));
-    RP_CHECK(rp_params_finalize(s->params, 7)); /* the values depend on the seed and the names only */
+    RP_CHECK(
+        rp_params_finalize(s->params, 7)); /* the values depend on the seed and the names only */
     s->grads = malloc((size_t)rp_params_trainable_numel(s->params) * sizeof(float));
     return s->grads ? RP_OK : RP_ERROR(RP_ERR_NOMEM, "stage gradients");
 }

@@ -395,8 +395,7 @@ static void test_split_chain_is_the_network(void **state)
             assert_memory_equal(pv + ao, wv + bo, (size_t)a->numel * sizeof(float));
             bool trainable = i < rp_params_trainable_count(pp);
             assert_int_equal(trainable, b->index < rp_params_trainable_count(wp));
-            if (trainable)
-                assert_memory_equal(pg + ao, wg + bo, (size_t)a->numel * sizeof(float));
+            if (trainable) assert_memory_equal(pg + ao, wg + bo, (size_t)a->numel * sizeof(float));
             matched++;
         }
         free(pg);

@@ -360,9 +360,9 @@ static void check_grads(const tr_job *tp, const tr_job *dense, double tol, doubl
             if (axis < 0)
                 memcpy(want, dg, (size_t)k * sizeof(float));
             else
-                assert_int_equal(rp_tp_shard_copy(want, dg, d->ndim, d->shape, axis,
-                                                  tp->w[m].model, tp->tp),
-                                 RP_OK);
+                assert_int_equal(
+                    rp_tp_shard_copy(want, dg, d->ndim, d->shape, axis, tp->w[m].model, tp->tp),
+                    RP_OK);
             double max = 0, diff = 0;
             for (int64_t e = 0; e < d->numel; e++)
                 max = fmax(max, fabs(dg[e]));
@@ -553,8 +553,7 @@ static rp_status tr_gather(rp_replica *rep, void *arg)
     RP_CHECK(rp_optimizer_create(&w->dense_opt, rp_resnet_params(w->dense), &oc));
     RP_CHECK(rp_optimizer_create(&w->copy_opt, rp_resnet_params(w->copy), &oc));
     RP_CHECK(rp_resnet_gather_state(w->net, w->opt, rp_resnet_params(w->dense), w->dense_opt));
-    return rp_resnet_scatter_state(w->copy, w->copy_opt, rp_resnet_params(w->dense),
-                                   w->dense_opt);
+    return rp_resnet_scatter_state(w->copy, w->copy_opt, rp_resnet_params(w->dense), w->dense_opt);
 }
 
 static void test_gather_scatter_round_trip(void **state)
@@ -565,8 +564,7 @@ static void test_gather_scatter_round_trip(void **state)
     if (rp_replicator_run(tp_job.r, tr_gather, &tp_job) != RP_OK)
         fail_msg("gather: %s", rp_last_error());
     int64_t n0, n1, dn, gn;
-    float *dense_state =
-        tu_optimizer_state(dense_job.w[0].opt, &dn);
+    float *dense_state = tu_optimizer_state(dense_job.w[0].opt, &dn);
     float *gathered[2];
     for (int i = 0; i < 2; i++) {
         tr_worker *w = &tp_job.w[i];

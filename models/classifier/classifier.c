@@ -193,15 +193,13 @@ static rp_status evaluate_loop(rp_tape *t, const rp_classifier_net *net, rp_load
                 return RP_ERROR(RP_ERR_FORMAT, "evaluation stage %d: a batch of %d from stage %d",
                                 stage, shape[0], stage - 1);
             int64_t numel = rp_shape_numel(4, shape);
-            float *in = numel > 0 ? rp_arena_alloc(rp_tape_arena(t), (size_t)numel * sizeof(float))
-                                  : NULL;
-            if (!in)
-                return numel > 0 ? rp_last_status()
-                                 : RP_ERROR(RP_ERR_FORMAT,
-                                            "evaluation stage %d: a batch of shape [%d, %d, %d, %d] "
-                                            "from stage %d",
-                                            stage, shape[0], shape[1], shape[2], shape[3],
-                                            stage - 1);
+            if (numel < 1)
+                return RP_ERROR(RP_ERR_FORMAT,
+                                "evaluation stage %d: a batch of shape [%d, %d, %d, %d] from "
+                                "stage %d",
+                                stage, shape[0], shape[1], shape[2], shape[3], stage - 1);
+            float *in = rp_arena_alloc(rp_tape_arena(t), (size_t)numel * sizeof(float));
+            if (!in) return rp_last_status();
             RP_CHECK(rp_comm_recv(pipe, in, numel, RP_F32, stage - 1, EVAL_TAG));
             x = rp_tensor_from(t, 4, shape, in);
             if (!x) return rp_last_status();

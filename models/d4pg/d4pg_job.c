@@ -306,8 +306,8 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     int64_t values = rp_params_numel(rp_d4pg_policy_params(rp_d4pg_learner_policy(s->L)));
     s->policy = malloc(sizeof *s->policy * (size_t)values);
     if (!s->policy) {
-        status = RP_ERROR(RP_ERR_NOMEM, "a learner's policy buffer (%lld floats)",
-                          (long long)values);
+        status =
+            RP_ERROR(RP_ERR_NOMEM, "a learner's policy buffer (%lld floats)", (long long)values);
         goto cleanup;
     }
     if (ck) RP_TRY(rp_d4pg_learner_load(s->L, ck));

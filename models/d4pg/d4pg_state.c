@@ -74,8 +74,8 @@ rp_status rp_d4pg_learner_load(rp_d4pg_learner *L, const rp_checkpoint *ck)
         char why[1024];
         snprintf(why, sizeof why, "%s", rp_last_error());
         if (backup_restore(b, L, p) != RP_OK)
-            status = RP_ERROR(status, "%s (and restoring the learner failed: %s)", why,
-                              rp_last_error());
+            status =
+                RP_ERROR(status, "%s (and restoring the learner failed: %s)", why, rp_last_error());
         else
             rp_error_set(status, NULL, 0, "%s", why);
         goto cleanup;

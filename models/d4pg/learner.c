@@ -149,8 +149,7 @@ rp_status d4pg_critic_pass(rp_tape *t, rp_d4pg_learner *L, const rp_d4pg_batch *
     if (!next_logits || !probs || !proj) return rp_last_status();
     RP_CHECK(rp_tensor_read(next_logits, probs, (int64_t)values));
     softmax_rows(probs, n, c->atoms);
-    RP_CHECK(rp_d4pg_project(probs, b->reward, b->discount, n, c->atoms, c->v_min, c->v_max,
-                             proj));
+    RP_CHECK(rp_d4pg_project(probs, b->reward, b->discount, n, c->atoms, c->v_min, c->v_max, proj));
     rp_tensor *target = rp_tensor_from(t, 2, (int[]){n, c->atoms}, proj);
     if (!target) return rp_last_status();
 

@@ -647,8 +647,8 @@ static rp_status state_to_host(const rp_checkpoint *ck, const rp_params *params,
             const rp_tensor *t = rp_params_at(params, i);
             char name[RP_NAME_MAX + 32];
             snprintf(name, sizeof name, "slot%d/%s", k, t->name);
-            RP_CHECK(rp_checkpoint_copy_f32(ck, name, host + k * stride + rp_params_offset(params, i),
-                                            t->numel));
+            RP_CHECK(rp_checkpoint_copy_f32(
+                ck, name, host + k * stride + rp_params_offset(params, i), t->numel));
         }
     return RP_OK;
 }

@@ -290,11 +290,9 @@ rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
         /* Real and fake in one batch, so the power iterations run once for both: the two as
            flat rows, joined end to end (a concatenation along the last axis) and reshaped. */
         int flat[2] = {1, m * (int)s->pixels};
-        rp_tensor *halves[2] = {
-            rp_tensor_from(t, 2, flat, s->real + (int64_t)a * m * s->pixels),
-            rp_reshape(t, fake, 2, flat)};
-        rp_tensor *x =
-            rp_reshape(t, rp_concat(t, halves, 2), 4, (int[]){2 * m, c->h, c->w, c->c});
+        rp_tensor *halves[2] = {rp_tensor_from(t, 2, flat, s->real + (int64_t)a * m * s->pixels),
+                                rp_reshape(t, fake, 2, flat)};
+        rp_tensor *x = rp_reshape(t, rp_concat(t, halves, 2), 4, (int[]){2 * m, c->h, c->w, c->c});
         if (!x) {
             status = rp_last_status();
             goto cleanup;

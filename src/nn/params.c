@@ -436,8 +436,8 @@ rp_status rp_params_copy_values(rp_params *dst, const rp_params *src)
     RP_CHECK(check_block(dst, src, "rp_params_copy_values"));
     RP_CHECK(check_block(src, dst, "rp_params_copy_values"));
     if (dst->n != src->n)
-        return RP_ERROR(RP_ERR_SHAPE, "rp_params_copy_values: %d tensors into a list of %d",
-                        src->n, dst->n);
+        return RP_ERROR(RP_ERR_SHAPE, "rp_params_copy_values: %d tensors into a list of %d", src->n,
+                        dst->n);
     for (int i = 0; i < src->n; i++) {
         const rp_tensor *a = src->entries[src->order[i]].t, *b = dst->entries[dst->order[i]].t;
         if (a->numel != b->numel || src->offsets[i] != dst->offsets[i])
