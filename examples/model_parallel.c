@@ -67,15 +67,24 @@ static rp_status build(rp_replica *rep, void *arg)
 /*
  * Plain SGD on this stage's own parameters. The stages hold different layers, so the replica
  * optimizer (which keeps replicas identical) is not the tool here; rp_optim_apply is the
- * update rule on a block the caller owns.
+ * update rule on host arrays the caller owns. The values and gradients live in the kernel
+ * table's storage: they are copied out, and the updated values back.
  */
-static void update(rp_params *p)
+static rp_status update(rp_params *p)
 {
+    /* The whole one-device model at most: fc1's weight and bias, fc2's. */
+    float w[(IN + 1) * HIDDEN + HIDDEN + 1], g[(IN + 1) * HIDDEN + HIDDEN + 1];
+    int64_t n = rp_params_trainable_numel(p);
+    if (rp_params_numel(p) > (int64_t)(sizeof w / sizeof w[0]))
+        return RP_ERROR(RP_ERR_INVALID, "update: %lld values", (long long)rp_params_numel(p));
     rp_optim_config sgd = rp_optim_config_default();
     sgd.momentum = 0.0f;
-    rp_optim_apply(&sgd, rp_params_data(p), rp_params_grad(p), NULL, rp_params_trainable_numel(p),
-                   lr, 1);
+    RP_CHECK(rp_params_read_values(p, w));
+    RP_CHECK(rp_params_read_grads(p, g));
+    rp_optim_apply(&sgd, w, g, NULL, n, lr, 1);
+    RP_CHECK(rp_params_write_values(p, w));
     rp_params_zero_grad(p);
+    return RP_OK;
 }
 
 static rp_status pipeline_step(rp_replica *rep, void *arg)
@@ -117,7 +126,7 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
         RP_CHECK(rp_comm_send(c, hv, BATCH * HIDDEN, RP_F32, 0, TAG_GRADIENT));
         loss = rp_item(l);
     }
-    update(s->params);
+    RP_CHECK(update(s->params));
     return rp_replica_report(rep, "loss", loss, RP_SUM); /* stage 1's (stage 0 adds 0) */
 }
 
@@ -154,7 +163,7 @@ static rp_status one_device(rp_params **out)
                               rp_tensor_from(t, 2, (int[]){BATCH, 1}, y));
         if (!l) RP_TRY(rp_last_status());
         RP_TRY(rp_backward(t, l));
-        update(p);
+        RP_TRY(update(p));
     }
 cleanup:
     rp_tape_destroy(t);
