@@ -2,13 +2,16 @@
  * export.c - `replicator export RUN_DIR OUT [--dtype bf16|f32]`: a run's
  * parameters, without its optimizer state, in a safetensors file of their
  * own, as bf16 or f32. The training checkpoint keeps its f32 masters; this
- * is the file to hand to another program.
+ * is the file to hand to another program. With --format onnx the network
+ * as an ONNX model, and with --layout standard its weights as that model
+ * holds them (export_onnx.c; docs/export.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "export_onnx.h"
 #include "train.h"
 
 /*
@@ -30,19 +33,36 @@ static const char *const param_prefixes[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: replicator export RUN_DIR OUT.safetensors [--dtype bf16|f32]\n"
-               "\n"
-               "Writes the parameters of RUN_DIR/checkpoint.safetensors (a run of replicator\n"
-               "train: a classifier, an SN-GAN or D4PG) to OUT.safetensors, a safetensors file\n"
-               "any reader opens (Python's safetensors, PyTorch): every parameter and buffer\n"
-               "under its checkpoint name (param/..., gen/... and dis/..., d4pg/policy/...),\n"
-               "without optimizer state, step counters or RNG state, and the run's\n"
-               "configuration as the metadata \"replicator.config\". The run's checkpoint is\n"
-               "only read: it keeps its f32 masters.\n"
-               "\n"
-               "  --dtype bf16   (default) each value rounded to the nearest bfloat16, ties to\n"
-               "                 even (NaN and infinities kept): half the bytes of f32\n"
-               "  --dtype f32    the f32 values as the checkpoint holds them\n");
+    fprintf(f,
+            "usage: replicator export RUN_DIR OUT.safetensors [--dtype bf16|f32]\n"
+            "                         [--layout checkpoint|standard]\n"
+            "       replicator export RUN_DIR --format onnx [OUT.onnx] [--online]\n"
+            "\n"
+            "Writes the parameters of RUN_DIR/checkpoint.safetensors (a run of replicator\n"
+            "train: a classifier, an SN-GAN or D4PG) to OUT.safetensors, a safetensors file\n"
+            "any reader opens (Python's safetensors, PyTorch): every parameter and buffer\n"
+            "under its checkpoint name (param/..., gen/... and dis/..., d4pg/policy/...),\n"
+            "without optimizer state, step counters or RNG state, and the run's\n"
+            "configuration as the metadata \"replicator.config\". The run's checkpoint is\n"
+            "only read: it keeps its f32 masters.\n"
+            "\n"
+            "  --dtype bf16   (default) each value rounded to the nearest bfloat16, ties to\n"
+            "                 even (NaN and infinities kept): half the bytes of f32\n"
+            "  --dtype f32    the f32 values as the checkpoint holds them\n"
+            "  --layout standard  instead, the weights of the network --format onnx writes\n"
+            "                 (the classifier, the SN-GAN's generator, D4PG's policy), under\n"
+            "                 its names without the checkpoint's prefix (stem.conv0.weight)\n"
+            "                 and in its layouts: convolutions [out, in, kh, kw] (PyTorch's\n"
+            "                 and ONNX's), linear layers [out, in]\n"
+            "\n"
+            "  --format onnx  the network as an ONNX model (opset 13) in OUT.onnx (default\n"
+            "                 RUN_DIR/model.onnx), in evaluation mode, NCHW: a classifier\n"
+            "                 takes \"image\" [N, C, H, W] (pixel / 255) and gives \"logits\";\n"
+            "                 the SN-GAN's generator takes \"z\" [N, z_dim] and \"class\"\n"
+            "                 [N, classes] (one-hot) and gives \"image\" [N, C, H, W] in\n"
+            "                 [-1, 1]; D4PG's policy takes \"observation\" and gives \"action\"\n"
+            "  --online       ONNX, D4PG: the learner's latest policy, not the target policy\n"
+            "                 its actors ran\n");
 }
 
 static bool is_param(const char *name)
@@ -120,9 +140,35 @@ static rp_status add_meta(rp_checkpoint *out, const rp_checkpoint *ck, const cha
     return rp_checkpoint_set_meta(out, "replicator.export", text);
 }
 
+/*
+ * The network as the ONNX exporters build it: saved as an ONNX model (onnx) or its weights as
+ * safetensors (--layout standard).
+ */
+static rp_status export_network(const rp_checkpoint *ck, const char *config, const char *out_path,
+                                bool onnx, rp_checkpoint_dtype dtype, const char *dtype_name,
+                                bool online)
+{
+    rp_onnx *g = NULL;
+    char what[256] = "";
+    rp_status status = RP_OK;
+    RP_TRY(export_onnx_graph(&g, ck, config, online, what, sizeof what));
+    if (onnx)
+        RP_TRY(rp_onnx_save(g, out_path));
+    else
+        RP_TRY(rp_onnx_save_weights(g, out_path, dtype));
+    printf("exported %s: %d weight tensors (%lld values) %s to %s\n", what, rp_onnx_weight_count(g),
+           (long long)rp_onnx_weight_numel(g), onnx ? "as an ONNX model (opset 13)" : dtype_name,
+           out_path);
+cleanup:
+    rp_onnx_destroy(g);
+    return status;
+}
+
 int rp_cli_export(int argc, char **argv)
 {
-    const char *pos[2] = {NULL, NULL}, *dtype_arg = "bf16";
+    const char *pos[2] = {NULL, NULL}, *dtype_arg = NULL, *format = "safetensors";
+    const char *layout = "checkpoint";
+    bool online = false;
     int n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -138,6 +184,25 @@ int rp_cli_export(int argc, char **argv)
             dtype_arg = argv[++i];
             continue;
         }
+        if (!strcmp(a, "--format") || !strcmp(a, "--layout")) {
+            const char *v = i + 1 < argc ? argv[++i] : NULL;
+            if (!strcmp(a, "--format") && v && (!strcmp(v, "onnx") || !strcmp(v, "safetensors"))) {
+                format = v;
+            } else if (!strcmp(a, "--layout") && v &&
+                       (!strcmp(v, "checkpoint") || !strcmp(v, "standard"))) {
+                layout = v;
+            } else {
+                fprintf(stderr, "replicator export: %s takes %s%s%s%s\n", a,
+                        !strcmp(a, "--format") ? "onnx or safetensors" : "checkpoint or standard",
+                        v ? ", not \"" : "", v ? v : "", v ? "\"" : "");
+                return 2;
+            }
+            continue;
+        }
+        if (!strcmp(a, "--online")) {
+            online = true;
+            continue;
+        }
         if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "replicator export: unknown option %s (see --help)\n", a);
             return 2;
@@ -151,14 +216,28 @@ int rp_cli_export(int argc, char **argv)
         }
         pos[n_pos++] = a;
     }
-    if (n_pos < 2) {
+    bool onnx = !strcmp(format, "onnx");
+    if (onnx && (dtype_arg || strcmp(layout, "checkpoint") != 0)) {
+        fprintf(stderr, "replicator export: --format onnx writes f32 weights in ONNX's own layout; "
+                        "--dtype and --layout are for safetensors\n");
+        return 2;
+    }
+    if (!onnx && strcmp(layout, "standard") != 0 && online) {
+        fprintf(stderr,
+                "replicator export: --online goes with --format onnx or --layout standard\n");
+        return 2;
+    }
+    if (!dtype_arg) dtype_arg = "bf16";
+    if (n_pos < (onnx ? 1 : 2)) {
         if (argc == 1) {
             usage(stderr);
         } else {
             fprintf(stderr,
                     "replicator export: needs %s (replicator export RUN_DIR OUT.safetensors "
-                    "[--dtype bf16|f32])\n",
-                    n_pos == 0 ? "RUN_DIR and OUT.safetensors" : "OUT.safetensors after RUN_DIR");
+                    "[--dtype bf16|f32], or RUN_DIR --format onnx [OUT.onnx])\n",
+                    onnx         ? "RUN_DIR"
+                    : n_pos == 0 ? "RUN_DIR and OUT.safetensors"
+                                 : "OUT.safetensors after RUN_DIR");
         }
         return 2;
     }
@@ -172,6 +251,11 @@ int rp_cli_export(int argc, char **argv)
         return 2;
     }
     const char *run_dir = pos[0], *out_path = pos[1];
+    char default_out[CLI_PATH_MAX + 16];
+    if (!out_path && run_dir) {
+        snprintf(default_out, sizeof default_out, "%s/model.onnx", run_dir);
+        out_path = default_out;
+    }
     if (!train_copy_path("replicator export", "RUN_DIR", run_dir, NULL, CLI_PATH_MAX) ||
         !train_copy_path("replicator export", "OUT", out_path, NULL, CLI_PATH_MAX))
         return 2;
@@ -187,6 +271,10 @@ int rp_cli_export(int argc, char **argv)
                           "%s is the run's checkpoint; an export holds the parameters only and "
                           "would replace it: write it elsewhere",
                           out_path);
+        goto cleanup;
+    }
+    if (onnx || !strcmp(layout, "standard")) {
+        status = export_network(ck, config, out_path, onnx, dtype, dtype_arg, online);
         goto cleanup;
     }
     RP_TRY(rp_checkpoint_create(&out));

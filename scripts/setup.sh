@@ -27,6 +27,8 @@ packages=(
   iproute2               # tests/mpi_two_hosts.sh: network namespaces and a veth pair
   dataset-fashion-mnist  # the default training data
   python3                # tests/cli_memory.sh: reads bench's JSON report and plays the peer
+  python3-onnx python3-opencv  # tests/cli_onnx.sh: onnx.checker and OpenCV's dnn run the exported models
+  slurmctld slurmd slurm-client munge libpmix-dev  # tests/cli_slurm.sh: a one-node Slurm; srun --mpi=pmix loads libpmix.so (in -dev)
 )
 
 missing=()

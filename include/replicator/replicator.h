@@ -11,6 +11,7 @@
 #include "optim.h"
 #include "data.h"
 #include "io.h"
+#include "onnx.h"
 #include "trace.h"
 #include "tensorboard.h"
 #include "loader.h"
