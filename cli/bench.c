@@ -441,12 +441,10 @@ static int bench_resnet(int argc, char **argv)
     if (memory && root) {
         const bench_state *s = &job.states[0];
         const rp_params *params = rp_resnet_params(s->net);
-        int64_t state_numel = 0;
-        rp_optimizer_state(s->opt, &state_numel);
         mem = (bench_memory){
             .params = (double)rp_params_numel(params) * sizeof(float),
             .grads = (double)rp_params_trainable_numel(params) * sizeof(float),
-            .optim = (double)state_numel * sizeof(float),
+            .optim = (double)rp_optimizer_state_bytes(s->opt),
             .forward = (double)s->forward_live,
             .live_peak = (double)s->arena_live_peak,
             .footprint = (double)s->arena_footprint,

@@ -30,9 +30,16 @@ static rp_status bench_replica(rp_replica *rep, void *arg)
     ps_job *job = arg;
     rp_params *p = job->params[rp_replica_local_index(rep)];
     rp_optimizer *opt = NULL;
+    float *grad = NULL;
     rp_status status = RP_OK;
     RP_TRY(rp_replica_optimizer_create(rep, &opt, p, &job->optim));
-    float *grad = rp_params_grad(p);
+    /* The gradient block is the kernel table's storage: the values are made on the host and
+       uploaded (rp_params_write_grads). */
+    grad = malloc((size_t)job->numel * sizeof *grad);
+    if (!grad) {
+        status = RP_ERROR(RP_ERR_NOMEM, "bench ps: %lld gradient values", (long long)job->numel);
+        goto cleanup;
+    }
     RP_TRY(rp_barrier(rep));
     double t0 = rp_now_s(), t = t0;
     int64_t steps = 0;
@@ -40,6 +47,7 @@ static rp_status bench_replica(rp_replica *rep, void *arg)
         /* Small gradients, refreshed each step as a backward pass would (the step zeroes them). */
         for (int64_t i = 0; i < job->numel; i++)
             grad[i] = 1e-6f * (float)((i + steps) & 15);
+        RP_TRY(rp_params_write_grads(p, grad));
         RP_TRY(rp_optimizer_step(opt, 0.01f));
         steps++;
         t = rp_now_s();
@@ -47,6 +55,7 @@ static rp_status bench_replica(rp_replica *rep, void *arg)
     RP_TRY(rp_replica_report(rep, "steps", (double)steps, RP_SUM));
     RP_TRY(rp_replica_report(rep, "seconds", t - t0, RP_MAX));
 cleanup:
+    free(grad);
     rp_optimizer_destroy(opt);
     return status;
 }

@@ -99,9 +99,11 @@ static rp_status check(rp_replica *rep, void *arg)
     (void)arg;
     struct replica_state *s = rp_replica_user(rep);
     RP_CHECK(rp_replica_optimizer_fetch(rep, s->opt));
-    double err = fabs(s->b->data[0] - true_b);
+    float w[DIM];
+    RP_CHECK(rp_tensor_read(s->w, w, DIM));
+    double err = fabs(rp_item(s->b) - true_b);
     for (int j = 0; j < DIM; j++)
-        err = fmax(err, fabs(s->w->data[j] - true_w[j]));
+        err = fmax(err, fabs(w[j] - true_w[j]));
     return rp_replica_report(rep, "error", err, RP_MAX);
 }
 

@@ -62,14 +62,26 @@ static rp_status build(rp_replica *rep, void *arg)
     return rp_params_finalize(s->params, 7); /* the values depend on the seed and the names only */
 }
 
-/* Plain SGD on a parameter block (the stages hold different layers). */
-static void update(rp_params *p)
+/*
+ * Plain SGD on a parameter block (the stages hold different layers).
+ * The values and gradients live in the kernel table's storage and rp_optim_apply is the rule on
+ * host arrays: they are copied out, and the updated values back.
+ */
+static rp_status update(rp_params *p)
 {
+    /* The whole one-device model at most: fc1's weight and bias, fc2's. */
+    float w[(IN + 1) * HIDDEN + HIDDEN + 1], g[(IN + 1) * HIDDEN + HIDDEN + 1];
+    int64_t n = rp_params_trainable_numel(p);
+    if (rp_params_numel(p) > (int64_t)(sizeof w / sizeof w[0]))
+        return RP_ERROR(RP_ERR_INVALID, "update: %lld values", (long long)rp_params_numel(p));
     rp_optim_config sgd = rp_optim_config_default();
     sgd.momentum = 0.0f;
-    rp_optim_apply(&sgd, rp_params_data(p), rp_params_grad(p), NULL, rp_params_trainable_numel(p),
-                   lr, 1);
+    RP_CHECK(rp_params_read_values(p, w));
+    RP_CHECK(rp_params_read_grads(p, g));
+    rp_optim_apply(&sgd, w, g, NULL, n, lr, 1);
+    RP_CHECK(rp_params_write_values(p, w));
     rp_params_zero_grad(p);
+    return RP_OK;
 }
 
 static rp_status pipeline_step(rp_replica *rep, void *arg)
@@ -95,7 +107,7 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
         RP_CHECK(rp_backward(t, l)); /* sends dL/dh back on the way */
         s->loss = rp_item(l);
     }
-    update(s->params);
+    RP_CHECK(update(s->params));
     return RP_OK;
 }
 
@@ -132,7 +144,7 @@ static rp_status one_device(rp_params **out)
                               rp_tensor_from(t, 2, (int[]){BATCH, 1}, y));
         if (!l) RP_TRY(rp_last_status());
         RP_TRY(rp_backward(t, l));
-        update(p);
+        RP_TRY(update(p));
     }
 cleanup:
     rp_tape_destroy(t);
@@ -148,8 +160,12 @@ static double max_diff(const rp_params *stage, const rp_params *ref)
     for (int i = 0; i < rp_params_trainable_count(stage); i++) {
         const rp_tensor *a = rp_params_at(stage, i), *b = rp_params_find(ref, a->name);
         if (!b || b->numel != a->numel) return INFINITY;
+        float va[IN * HIDDEN], vb[IN * HIDDEN]; /* the largest tensor: fc1's weight */
+        if (a->numel > IN * HIDDEN || rp_tensor_read(a, va, a->numel) != RP_OK ||
+            rp_tensor_read(b, vb, b->numel) != RP_OK)
+            return INFINITY;
         for (int64_t j = 0; j < a->numel; j++)
-            d = fmax(d, fabs(a->data[j] - b->data[j]));
+            d = fmax(d, fabs(va[j] - vb[j]));
     }
     return d;
 }

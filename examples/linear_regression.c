@@ -109,16 +109,19 @@ int main(int argc, char **argv)
         }
     }
 
-    /* Between runs the replicas' state can be read directly (threads backend). */
+    /* Between runs the replicas' state can be read from here (threads backend), through the
+       public reads: the values live in the kernel table's storage. */
     const struct replica_state *s0 = rp_replica_user(rp_replicator_replica(r, 0));
-    double err = fabs(s0->b->data[0] - true_b);
+    float w0[DIM], wi[DIM];
+    RP_TRY(rp_tensor_read(s0->w, w0, DIM));
+    double err = fabs(rp_item(s0->b) - true_b);
     for (int j = 0; j < DIM; j++)
-        err = fmax(err, fabs(s0->w->data[j] - true_w[j]));
+        err = fmax(err, fabs(w0[j] - true_w[j]));
     int same = 1;
     for (int i = 1; i < rp_replicator_local_replicas(r); i++) {
         const struct replica_state *si = rp_replica_user(rp_replicator_replica(r, i));
-        same &= memcmp(si->w->data, s0->w->data, DIM * sizeof(float)) == 0 &&
-                si->b->data[0] == s0->b->data[0];
+        RP_TRY(rp_tensor_read(si->w, wi, DIM));
+        same &= memcmp(wi, w0, DIM * sizeof(float)) == 0 && rp_item(si->b) == rp_item(s0->b);
     }
     printf("replicas %d  max |error| in w, b: %.5f  replicas identical: %s\n",
            rp_replicator_replicas(r), err, same ? "yes" : "no");

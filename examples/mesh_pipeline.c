@@ -52,6 +52,7 @@ static void make_rows(int64_t k, int first, int n, float *x, float *y)
 struct stage {
     rp_params *params;
     rp_linear_layer fc;
+    float *grads; /* the layer's gradients on the host, for the all-reduce */
     double loss;
 };
 
@@ -69,17 +70,32 @@ static rp_status build(rp_replica *rep, void *arg)
         RP_CHECK(rp_linear_layer_init(&s->fc, s->params, "fc1", IN, HIDDEN, true, true));
     else
         RP_CHECK(rp_linear_layer_init(&s->fc, s->params, "fc2", HIDDEN, 1, true, false));
-    return rp_params_finalize(s->params, 7); /* the values depend on the seed and the names only */
+    RP_CHECK(
+        rp_params_finalize(s->params, 7)); /* the values depend on the seed and the names only */
+    s->grads = malloc((size_t)rp_params_trainable_numel(s->params) * sizeof(float));
+    return s->grads ? RP_OK : RP_ERROR(RP_ERR_NOMEM, "stage gradients");
 }
 
-/* Plain SGD on a parameter block (the stages hold different layers). */
-static void update(rp_params *p)
+/*
+ * Plain SGD on a parameter block (the stages hold different layers).
+ * The values and gradients live in the kernel table's storage and rp_optim_apply is the rule on
+ * host arrays: they are copied out, and the updated values back.
+ */
+static rp_status update(rp_params *p)
 {
+    /* The whole one-device model at most: fc1's weight and bias, fc2's. */
+    float w[(IN + 1) * HIDDEN + HIDDEN + 1], g[(IN + 1) * HIDDEN + HIDDEN + 1];
+    int64_t n = rp_params_trainable_numel(p);
+    if (rp_params_numel(p) > (int64_t)(sizeof w / sizeof w[0]))
+        return RP_ERROR(RP_ERR_INVALID, "update: %lld values", (long long)rp_params_numel(p));
     rp_optim_config sgd = rp_optim_config_default();
     sgd.momentum = 0.0f;
-    rp_optim_apply(&sgd, rp_params_data(p), rp_params_grad(p), NULL, rp_params_trainable_numel(p),
-                   lr, 1);
+    RP_CHECK(rp_params_read_values(p, w));
+    RP_CHECK(rp_params_read_grads(p, g));
+    rp_optim_apply(&sgd, w, g, NULL, n, lr, 1);
+    RP_CHECK(rp_params_write_values(p, w));
     rp_params_zero_grad(p);
+    return RP_OK;
 }
 
 static rp_status pipeline_step(rp_replica *rep, void *arg)
@@ -94,27 +110,34 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
         rp_tensor *h = rp_relu(
             t, rp_linear_layer_forward(t, &s->fc, rp_tensor_from(t, 2, (int[]){SHARD, IN}, x)));
         if (!h) return rp_last_status();
-        RP_CHECK(rp_comm_send(model, h->data, h->numel, RP_F32, 1, TAG_ACTIVATION));
+        /* Tensor values live in the kernel table's storage: messages go through host copies. */
+        float hv[SHARD * HIDDEN];
+        RP_CHECK(rp_tensor_read(h, hv, SHARD * HIDDEN));
+        RP_CHECK(rp_comm_send(model, hv, SHARD * HIDDEN, RP_F32, 1, TAG_ACTIVATION));
         float dh[SHARD * HIDDEN];
         RP_CHECK(rp_comm_recv(model, dh, SHARD * HIDDEN, RP_F32, 1, TAG_GRADIENT));
         RP_CHECK(rp_backward_from(t, h, dh)); /* stage 1's dL/dh, back through this stage */
     } else {
-        rp_tensor *h = rp_tensor_new(t, 2, (int[]){SHARD, HIDDEN});
+        float hv[SHARD * HIDDEN];
+        RP_CHECK(rp_comm_recv(model, hv, SHARD * HIDDEN, RP_F32, 0, TAG_ACTIVATION));
+        rp_tensor *h = rp_tensor_from(t, 2, (int[]){SHARD, HIDDEN}, hv);
         if (!h) return rp_last_status();
-        RP_CHECK(rp_comm_recv(model, h->data, h->numel, RP_F32, 0, TAG_ACTIVATION));
-        h->flags |= RP_TENSOR_REQUIRES_GRAD; /* a leaf here, but its gradient goes back */
+        rp_tensor_set_requires_grad(h, true); /* a leaf here, but its gradient goes back */
         rp_tensor *l = rp_mse(t, rp_linear_layer_forward(t, &s->fc, h),
                               rp_tensor_from(t, 2, (int[]){SHARD, 1}, y));
         if (!l) return rp_last_status();
         RP_CHECK(rp_backward(t, l));
-        RP_CHECK(rp_comm_send(model, h->grad, h->numel, RP_F32, 0, TAG_GRADIENT));
+        RP_CHECK(rp_tensor_read_grad(h, hv, h->numel));
+        RP_CHECK(rp_comm_send(model, hv, SHARD * HIDDEN, RP_F32, 0, TAG_GRADIENT));
         s->loss = rp_item(l);
     }
     /* The data axis: this stage's gradient averaged with the same stage of the other replica,
        which is the gradient of the mean loss over the whole batch. */
-    float *g = rp_params_grad(s->params);
-    RP_CHECK(rp_all_reduce(rep, g, g, rp_params_trainable_numel(s->params), RP_F32, RP_MEAN));
-    update(s->params);
+    RP_CHECK(rp_params_read_grads(s->params, s->grads));
+    RP_CHECK(rp_all_reduce(rep, s->grads, s->grads, rp_params_trainable_numel(s->params), RP_F32,
+                           RP_MEAN));
+    RP_CHECK(rp_params_write_grads(s->params, s->grads));
+    RP_CHECK(update(s->params));
     return RP_OK;
 }
 
@@ -124,6 +147,7 @@ static rp_status teardown(rp_replica *rep, void *arg)
     struct stage *s = rp_replica_user(rep);
     if (!s) return RP_OK;
     rp_params_destroy(s->params);
+    free(s->grads);
     free(s);
     rp_replica_set_user(rep, NULL);
     return RP_OK;
@@ -151,7 +175,7 @@ static rp_status one_device(rp_params **out)
                               rp_tensor_from(t, 2, (int[]){BATCH, 1}, y));
         if (!l) RP_TRY(rp_last_status());
         RP_TRY(rp_backward(t, l));
-        update(p);
+        RP_TRY(update(p));
     }
 cleanup:
     rp_tape_destroy(t);
@@ -167,8 +191,12 @@ static double max_diff(const rp_params *stage, const rp_params *ref)
     for (int i = 0; i < rp_params_trainable_count(stage); i++) {
         const rp_tensor *a = rp_params_at(stage, i), *b = rp_params_find(ref, a->name);
         if (!b || b->numel != a->numel) return INFINITY;
+        float va[IN * HIDDEN], vb[IN * HIDDEN]; /* the largest tensor: fc1's weight */
+        if (a->numel > IN * HIDDEN || rp_tensor_read(a, va, a->numel) != RP_OK ||
+            rp_tensor_read(b, vb, b->numel) != RP_OK)
+            return INFINITY;
         for (int64_t j = 0; j < a->numel; j++)
-            d = fmax(d, fabs(a->data[j] - b->data[j]));
+            d = fmax(d, fabs(va[j] - vb[j]));
     }
     return d;
 }

@@ -140,9 +140,12 @@ static rp_status evaluate(rp_replica *rep, void *arg)
     rp_tensor *logits = forward(t, m, rp_tensor_from(t, 2, (int[]){in.per_replica_batch, IN}, x));
     rp_tape_set_recording(t, true);
     if (!logits) return rp_last_status();
+    /* Values live in the kernel table's storage: the scores are read to the host. */
+    float v[TEST_BATCH * CLASSES];
+    RP_CHECK(rp_tensor_read(logits, v, (int64_t)in.per_replica_batch * CLASSES));
     int correct = 0;
     for (int i = 0; i < in.per_replica_batch; i++) {
-        const float *row = logits->data + i * CLASSES;
+        const float *row = v + i * CLASSES;
         int best = 0;
         for (int c = 1; c < CLASSES; c++)
             best = row[c] > row[best] ? c : best;

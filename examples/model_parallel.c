@@ -67,15 +67,24 @@ static rp_status build(rp_replica *rep, void *arg)
 /*
  * Plain SGD on this stage's own parameters. The stages hold different layers, so the replica
  * optimizer (which keeps replicas identical) is not the tool here; rp_optim_apply is the
- * update rule on a block the caller owns.
+ * update rule on host arrays the caller owns. The values and gradients live in the kernel
+ * table's storage: they are copied out, and the updated values back.
  */
-static void update(rp_params *p)
+static rp_status update(rp_params *p)
 {
+    /* The whole one-device model at most: fc1's weight and bias, fc2's. */
+    float w[(IN + 1) * HIDDEN + HIDDEN + 1], g[(IN + 1) * HIDDEN + HIDDEN + 1];
+    int64_t n = rp_params_trainable_numel(p);
+    if (rp_params_numel(p) > (int64_t)(sizeof w / sizeof w[0]))
+        return RP_ERROR(RP_ERR_INVALID, "update: %lld values", (long long)rp_params_numel(p));
     rp_optim_config sgd = rp_optim_config_default();
     sgd.momentum = 0.0f;
-    rp_optim_apply(&sgd, rp_params_data(p), rp_params_grad(p), NULL, rp_params_trainable_numel(p),
-                   lr, 1);
+    RP_CHECK(rp_params_read_values(p, w));
+    RP_CHECK(rp_params_read_grads(p, g));
+    rp_optim_apply(&sgd, w, g, NULL, n, lr, 1);
+    RP_CHECK(rp_params_write_values(p, w));
     rp_params_zero_grad(p);
+    return RP_OK;
 }
 
 static rp_status pipeline_step(rp_replica *rep, void *arg)
@@ -91,7 +100,10 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
         rp_tensor *h = rp_relu(
             t, rp_linear_layer_forward(t, &s->fc, rp_tensor_from(t, 2, (int[]){BATCH, IN}, x)));
         if (!h) return rp_last_status();
-        RP_CHECK(rp_comm_send(c, h->data, h->numel, RP_F32, 1, TAG_ACTIVATION));
+        /* Tensor values live in the kernel table's storage: messages go through host copies. */
+        float hv[BATCH * HIDDEN];
+        RP_CHECK(rp_tensor_read(h, hv, BATCH * HIDDEN));
+        RP_CHECK(rp_comm_send(c, hv, BATCH * HIDDEN, RP_F32, 1, TAG_ACTIVATION));
         float dh[BATCH * HIDDEN];
         RP_CHECK(rp_comm_recv(c, dh, BATCH * HIDDEN, RP_F32, 1, TAG_GRADIENT));
         /* Back-propagate stage 1's dL/dh from h: the gradient of sum(h * dh), dh held constant,
@@ -101,18 +113,20 @@ static rp_status pipeline_step(rp_replica *rep, void *arg)
         if (!through) return rp_last_status();
         RP_CHECK(rp_backward(t, through));
     } else {
-        rp_tensor *h = rp_tensor_new(t, 2, (int[]){BATCH, HIDDEN});
+        float hv[BATCH * HIDDEN];
+        RP_CHECK(rp_comm_recv(c, hv, BATCH * HIDDEN, RP_F32, 0, TAG_ACTIVATION));
+        rp_tensor *h = rp_tensor_from(t, 2, (int[]){BATCH, HIDDEN}, hv);
         if (!h) return rp_last_status();
-        RP_CHECK(rp_comm_recv(c, h->data, h->numel, RP_F32, 0, TAG_ACTIVATION));
-        h->flags |= RP_TENSOR_REQUIRES_GRAD; /* a leaf here, but its gradient goes back */
+        rp_tensor_set_requires_grad(h, true); /* a leaf here, but its gradient goes back */
         rp_tensor *l = rp_mse(t, rp_linear_layer_forward(t, &s->fc, h),
                               rp_tensor_from(t, 2, (int[]){BATCH, 1}, y));
         if (!l) return rp_last_status();
         RP_CHECK(rp_backward(t, l));
-        RP_CHECK(rp_comm_send(c, h->grad, h->numel, RP_F32, 0, TAG_GRADIENT));
+        RP_CHECK(rp_tensor_read_grad(h, hv, h->numel));
+        RP_CHECK(rp_comm_send(c, hv, BATCH * HIDDEN, RP_F32, 0, TAG_GRADIENT));
         loss = rp_item(l);
     }
-    update(s->params);
+    RP_CHECK(update(s->params));
     return rp_replica_report(rep, "loss", loss, RP_SUM); /* stage 1's (stage 0 adds 0) */
 }
 
@@ -149,7 +163,7 @@ static rp_status one_device(rp_params **out)
                               rp_tensor_from(t, 2, (int[]){BATCH, 1}, y));
         if (!l) RP_TRY(rp_last_status());
         RP_TRY(rp_backward(t, l));
-        update(p);
+        RP_TRY(update(p));
     }
 cleanup:
     rp_tape_destroy(t);
@@ -165,8 +179,12 @@ static double max_diff(const rp_params *stage, const rp_params *ref)
     for (int i = 0; i < rp_params_trainable_count(stage); i++) {
         const rp_tensor *a = rp_params_at(stage, i), *b = rp_params_find(ref, a->name);
         if (!b || b->numel != a->numel) return INFINITY;
+        float va[IN * HIDDEN], vb[IN * HIDDEN]; /* the largest tensor: fc1's weight */
+        if (a->numel > IN * HIDDEN || rp_tensor_read(a, va, a->numel) != RP_OK ||
+            rp_tensor_read(b, vb, b->numel) != RP_OK)
+            return INFINITY;
         for (int64_t j = 0; j < a->numel; j++)
-            d = fmax(d, fabs(a->data[j] - b->data[j]));
+            d = fmax(d, fabs(va[j] - vb[j]));
     }
     return d;
 }

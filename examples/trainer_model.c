@@ -135,9 +135,12 @@ static rp_status evaluate(rp_replica *rep, void *ctx, void *state)
         rp_linear_layer_forward(t, &s->fc, rp_tensor_from(t, 2, (int[]){n, DIM}, &d->x[first][0]));
     RP_CHECK(rp_tape_set_precision(t, keep));
     if (!logits) return rp_last_status();
+    /* Values live in the kernel table's storage: the scores are read to the host. */
+    float v[TEST * CLASSES];
+    RP_CHECK(rp_tensor_read(logits, v, (int64_t)n * CLASSES));
     int correct = 0;
     for (int i = 0; i < n; i++) {
-        const float *l = logits->data + i * CLASSES;
+        const float *l = v + i * CLASSES;
         int best = 0;
         for (int c = 1; c < CLASSES; c++)
             if (l[c] > l[best]) best = c;

@@ -118,19 +118,51 @@ static void batch_free(batch_buf *bb)
     free(bb->discount);
 }
 
-static float *copy_floats(const float *x, int64_t n)
-{
-    float *y = malloc((size_t)n * sizeof(float) + 1);
-    memcpy(y, x, (size_t)n * sizeof(float));
-    return y;
-}
-
 static float max_abs(const float *x, int64_t n)
 {
     float m = 0;
     for (int64_t i = 0; i < n; i++)
         m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
     return m;
+}
+
+/* max_abs over a tensor's values (read out of storage). */
+static float max_abs_of(const rp_tensor *t)
+{
+    float *v = tu_read(t);
+    float m = max_abs(v, t->numel);
+    free(v);
+    return m;
+}
+
+/* Multiplies a parameter's values by s. */
+static void scale_values(rp_tensor *t, float s)
+{
+    float *v = tu_read(t);
+    for (int64_t i = 0; i < t->numel; i++)
+        v[i] *= s;
+    assert_int_equal(rp_tensor_write(t, v, t->numel), RP_OK);
+    free(v);
+}
+
+/* Whether two lists' value blocks are bitwise equal. */
+static bool same_values(const rp_params *a, const rp_params *b)
+{
+    assert_int_equal(rp_params_numel(a), rp_params_numel(b));
+    float *va = tu_read_values(a), *vb = tu_read_values(b);
+    bool same = memcmp(va, vb, (size_t)rp_params_numel(a) * sizeof(float)) == 0;
+    free(vb);
+    free(va);
+    return same;
+}
+
+/* Whether a list's value block is bitwise `want`. */
+static bool values_are(const rp_params *p, const float *want)
+{
+    float *v = tu_read_values(p);
+    bool same = memcmp(v, want, (size_t)rp_params_numel(p) * sizeof(float)) == 0;
+    free(v);
+    return same;
 }
 
 /* ---- the projection -------------------------------------------------------------------- */
@@ -240,7 +272,7 @@ static void check_uniform_bound(rp_params *ps, const char *name, float bound)
 {
     rp_tensor *w = rp_params_find(ps, name);
     assert_non_null(w);
-    float m = max_abs(w->data, w->numel);
+    float m = max_abs_of(w);
     if (!(m <= bound && m > 0.9f * bound)) {
         fprintf(stderr, "%s: max |w| %g, want in (0.9, 1] x %g\n", name, (double)m, (double)bound);
         fail();
@@ -270,13 +302,18 @@ static void test_policy_shapes_init_bounds(void **state)
         snprintf(name, sizeof name, "policy.l%d.weight", i);
         check_uniform_bound(ps, name, sqrtf(0.999f / 256));
         snprintf(name, sizeof name, "policy.l%d.bias", i);
-        assert_true(max_abs(rp_params_find(ps, name)->data, 256) == 0);
+        assert_int_equal(rp_params_find(ps, name)->numel, 256);
+        assert_true(max_abs_of(rp_params_find(ps, name)) == 0);
     }
     check_uniform_bound(ps, "policy.head.weight", sqrtf(3e-4f / 256)); /* near zero: ~1e-3 */
     rp_tensor *g = rp_params_find(ps, "policy.ln.weight");
+    assert_int_equal(g->numel, 256);
+    float *gv = tu_read(g);
     for (int i = 0; i < 256; i++)
-        assert_true(g->data[i] == 1.0f);
-    assert_true(max_abs(rp_params_find(ps, "policy.ln.bias")->data, 256) == 0);
+        assert_true(gv[i] == 1.0f);
+    free(gv);
+    assert_int_equal(rp_params_find(ps, "policy.ln.bias")->numel, 256);
+    assert_true(max_abs_of(rp_params_find(ps, "policy.ln.bias")) == 0);
 
     /* Near-zero head: actions are the bounds' midpoint, within a hair. */
     rp_tape *t;
@@ -295,8 +332,7 @@ static void test_policy_shapes_init_bounds(void **state)
     c.act_max[0] = 0.5f;
     assert_int_equal(rp_d4pg_policy_create(&p, &c), RP_OK);
     head = rp_params_find(rp_d4pg_policy_params(p), "policy.head.weight");
-    for (int64_t i = 0; i < head->numel; i++)
-        head->data[i] *= 1e4f;
+    scale_values(head, 1e4f);
     assert_int_equal(rp_d4pg_policy_act(p, t, obs, N, 0, NULL, act), RP_OK);
     float lo = 1e9f, hi = -1e9f;
     for (int i = 0; i < N; i++) {
@@ -375,13 +411,11 @@ static void critic_shapes_body(rp_replica *rep, void *arg)
     assert_int_equal(head->shape[1], 256);
     check_uniform_bound(ps, "critic.head.weight", sqrtf(3.0f / 256));
     /* The targets start equal to the online networks; the actors' policy is the target's. */
-    assert_memory_equal(rp_params_data(ps), rp_params_data(rp_d4pg_learner_target_critic_params(L)),
-                        (size_t)rp_params_numel(ps) * sizeof(float));
+    assert_true(same_values(ps, rp_d4pg_learner_target_critic_params(L)));
     rp_params *pp = rp_d4pg_policy_params(rp_d4pg_learner_policy(L));
     rp_params *tp = rp_d4pg_policy_params(rp_d4pg_learner_target_policy(L));
     assert_int_equal(rp_params_numel(pp), rp_params_numel(tp));
-    assert_memory_equal(rp_params_data(pp), rp_params_data(tp),
-                        (size_t)rp_params_numel(pp) * sizeof(float));
+    assert_true(same_values(pp, tp));
     rp_d4pg_learner_destroy(L);
 }
 
@@ -432,8 +466,8 @@ static void fd_body(rp_replica *rep, void *arg)
     } else {
         assert_int_equal(d4pg_critic_pass(t, L, &bb.b, true, &v, NULL), RP_OK);
     }
-    const float *grad = rp_params_grad(ps);
-    float *val = rp_params_data(ps);
+    float *grad = tu_param_grads(ps);
+    float *val = tu_read_values(ps);
     int checked = 0;
     double worst = 0;
     /* A few entries of every trainable tensor: the largest-gradient one and two more. */
@@ -448,10 +482,13 @@ static void fd_body(rp_replica *rep, void *arg)
             float keep = val[i];
             const float eps = 1e-2f;
             val[i] = keep + eps;
+            assert_int_equal(rp_params_write_values(ps, val), RP_OK);
             double up = pass_value(t, L, &bb.b, job->policy);
             val[i] = keep - eps;
+            assert_int_equal(rp_params_write_values(ps, val), RP_OK);
             double down = pass_value(t, L, &bb.b, job->policy);
             val[i] = keep;
+            assert_int_equal(rp_params_write_values(ps, val), RP_OK);
             double fd = (up - down) / (2.0 * eps), g = grad[i];
             double err = fabs(fd - g) / (fabs(g) + fabs(fd) + 2e-3);
             worst = fmax(worst, err);
@@ -463,6 +500,8 @@ static void fd_body(rp_replica *rep, void *arg)
     }
     assert_true(worst <= 0.03);
     assert_true(checked >= 8); /* the check saw real gradients */
+    free(val);
+    free(grad);
     batch_free(&bb);
     rp_d4pg_learner_destroy(L);
 }
@@ -495,8 +534,7 @@ static void dqda_body(rp_replica *rep, void *arg)
     assert_int_equal(rp_d4pg_learner_create(rep, &L, &c, 5), RP_OK);
     /* A steep critic: its logits scaled up, so |dQ/da| exceeds 1 for many rows. */
     rp_tensor *head = rp_params_find(L->critic.params, "critic.head.weight");
-    for (int64_t i = 0; i < head->numel; i++)
-        head->data[i] *= 20;
+    scale_values(head, 20);
     batch_buf bb;
     batch_make(&bb, &c, N, 200);
     rp_tape *t = rp_replica_tape(rep);
@@ -508,7 +546,7 @@ static void dqda_body(rp_replica *rep, void *arg)
     double v;
     rp_d4pg_step_stats st = {0};
     assert_int_equal(d4pg_policy_pass(t, L, &bb.b, true, &v, &st), RP_OK);
-    float *g_pass = copy_floats(rp_params_grad(pp), np);
+    float *g_pass = tu_param_grads(pp);
     assert_true(st.dqda_clipped >= 0.25); /* a mix of clipped and unclipped rows */
 
     /* Directly: dQ_i/da_i with the action as a leaf, rows clipped to norm 1, seeded into pi. */
@@ -518,39 +556,47 @@ static void dqda_body(rp_replica *rep, void *arg)
     rp_tensor *a_val = d4pg_policy_forward(t, L->policy, obs);
     rp_tape_set_recording(t, true);
     rp_params_set_frozen(L->critic.params, true);
-    rp_tensor *a = rp_tensor_from(t, 2, (int[]){N, A}, a_val->data);
+    float *a_host = tu_read(a_val);
+    rp_tensor *a = rp_tensor_from(t, 2, (int[]){N, A}, a_host);
+    free(a_host);
     rp_tensor_set_requires_grad(a, true);
     rp_tensor *q = d4pg_expected_value(t, d4pg_critic_forward(t, &L->critic, obs, a), L->support);
     assert_int_equal(rp_backward(t, rp_sum(t, q)), RP_OK);
     rp_params_set_frozen(L->critic.params, false);
+    float *a_grad = tu_read_grad(a);
     float seed[N * A], unclipped[N * A];
     int clipped = 0;
     double loss = 0;
     for (int i = 0; i < N; i++) {
         double n2 = 0;
         for (int j = 0; j < A; j++)
-            n2 += (double)a->grad[i * A + j] * a->grad[i * A + j];
+            n2 += (double)a_grad[i * A + j] * a_grad[i * A + j];
         double s = sqrt(n2) > 1 ? 1 / sqrt(n2) : 1;
         clipped += s < 1;
         loss += 0.5 * s * s * n2 / N;
         for (int j = 0; j < A; j++) {
-            seed[i * A + j] = (float)(-s * a->grad[i * A + j] / N);
-            unclipped[i * A + j] = -a->grad[i * A + j] / N;
+            seed[i * A + j] = (float)(-s * a_grad[i * A + j] / N);
+            unclipped[i * A + j] = -a_grad[i * A + j] / N;
         }
     }
+    free(a_grad);
     assert_int_equal(clipped, (int)lround(st.dqda_clipped * N));
     assert_true(fabs(st.policy_loss - loss) < 1e-4 * loss);
     rp_tape_reset(t);
     rp_params_zero_grad(pp);
     obs = rp_tensor_from(t, 2, (int[]){N, 3}, bb.obs);
     assert_int_equal(rp_backward_from(t, d4pg_policy_forward(t, L->policy, obs), seed), RP_OK);
-    tu_check_close(g_pass, rp_params_grad(pp), np, 1e-4, "policy gradient, dQ/da clipped");
+    float *g_direct = tu_param_grads(pp);
+    tu_check_close(g_pass, g_direct, np, 1e-4, "policy gradient, dQ/da clipped");
+    free(g_direct);
     /* Without the clip the gradient would be far from it: the test can tell. */
     rp_tape_reset(t);
     rp_params_zero_grad(pp);
     obs = rp_tensor_from(t, 2, (int[]){N, 3}, bb.obs);
     assert_int_equal(rp_backward_from(t, d4pg_policy_forward(t, L->policy, obs), unclipped), RP_OK);
-    assert_true(tu_max_rel_diff(g_pass, rp_params_grad(pp), np) > 0.1);
+    g_direct = tu_param_grads(pp);
+    assert_true(tu_max_rel_diff(g_pass, g_direct, np) > 0.1);
+    free(g_direct);
     rp_params_zero_grad(pp);
     free(g_pass);
     batch_free(&bb);
@@ -576,10 +622,9 @@ static snapshot snap(rp_params *ps, rp_optimizer *opt)
     snapshot s;
     s.nv = rp_params_numel(ps);
     s.ng = rp_params_trainable_numel(ps);
-    s.values = copy_floats(rp_params_data(ps), s.nv);
-    s.grads = copy_floats(rp_params_grad(ps), s.ng);
-    float *st = rp_optimizer_state(opt, &s.na);
-    s.adam = copy_floats(st, s.na);
+    s.values = tu_read_values(ps);
+    s.grads = tu_param_grads(ps);
+    s.adam = tu_optimizer_state(opt, &s.na);
     s.steps = rp_optimizer_steps(opt);
     return s;
 }
@@ -630,7 +675,9 @@ static void isolation_body(rp_replica *rep, void *arg)
     /* The policy pass leaves the critic alone: values, gradients, Adam state, step count. */
     assert_int_equal(d4pg_policy_pass(t, L, &bb.b, true, &v, NULL), RP_OK);
     snap_equal(&cri, cp, L->opt_critic, "the critic, by the policy pass");
-    assert_true(max_abs(rp_params_grad(pp), pol.ng) > 0);
+    float *pg = tu_param_grads(pp);
+    assert_true(max_abs(pg, pol.ng) > 0);
+    free(pg);
     snap_free(&pol);
 
     /* The critic's optimizer step leaves the policy's values, gradients and state alone. */
@@ -666,16 +713,16 @@ static void target_body(rp_replica *rep, void *arg)
         if (step % 3 == 0)
             for (int k = 0; k < 2; k++) {
                 free(want[k]);
-                want[k] = copy_floats(rp_params_data(on[k]), rp_params_numel(on[k]));
+                want[k] = tu_read_values(on[k]);
             }
         assert_int_equal(rp_d4pg_learner_step(rep, L, &bb.b, NULL), RP_OK);
         assert_int_equal(rp_d4pg_learner_steps(L), step + 1);
         for (int k = 0; k < 2; k++) {
-            size_t bytes = (size_t)rp_params_numel(on[k]) * sizeof(float);
+            assert_int_equal(rp_params_numel(tg[k]), rp_params_numel(on[k]));
             /* The target holds the online values of the start of the last multiple of 3 ... */
-            assert_memory_equal(rp_params_data(tg[k]), want[k], bytes);
+            assert_true(values_are(tg[k], want[k]));
             /* ... which the online networks have since left. */
-            assert_memory_not_equal(rp_params_data(on[k]), want[k], bytes);
+            assert_false(values_are(on[k], want[k]));
         }
         batch_free(&bb);
     }
@@ -722,7 +769,7 @@ static rp_status dp_step(rp_replica *rep, void *arg)
     rp_params *ps[4] = {L->policy->params, L->critic.params, L->target_policy->params,
                         L->target_critic.params};
     for (int k = 0; k < 4; k++)
-        j->out[me][k] = copy_floats(rp_params_data(ps[k]), rp_params_numel(ps[k]));
+        j->out[me][k] = tu_read_values(ps[k]);
     rp_d4pg_learner_destroy(L);
     return RP_OK;
 }
@@ -884,8 +931,7 @@ static void resume_body(rp_replica *rep, void *arg)
 
     /* Another learner (other seed) takes the state: both go on bitwise together. */
     assert_int_equal(rp_d4pg_learner_create(rep, &B, &c, 32), RP_OK);
-    assert_memory_not_equal(rp_params_data(A->critic.params), rp_params_data(B->critic.params),
-                            (size_t)rp_params_numel(A->critic.params) * sizeof(float));
+    assert_false(same_values(A->critic.params, B->critic.params));
     assert_int_equal(rp_d4pg_learner_load(B, back), RP_OK);
     assert_int_equal(rp_d4pg_learner_steps(B), 4);
     for (int s = 4; s < 7; s++) { /* step 6 updates the targets */
@@ -897,14 +943,16 @@ static void resume_body(rp_replica *rep, void *arg)
     rp_params *pb[4] = {B->policy->params, B->critic.params, B->target_policy->params,
                         B->target_critic.params};
     for (int k = 0; k < 4; k++)
-        assert_memory_equal(rp_params_data(pa[k]), rp_params_data(pb[k]),
-                            (size_t)rp_params_numel(pa[k]) * sizeof(float));
+        assert_true(same_values(pa[k], pb[k]));
     rp_optimizer *oa[2] = {A->opt_policy, A->opt_critic}, *ob[2] = {B->opt_policy, B->opt_critic};
     for (int k = 0; k < 2; k++) {
         int64_t na, nb;
-        float *sa = rp_optimizer_state(oa[k], &na), *sb = rp_optimizer_state(ob[k], &nb);
+        float *sa = tu_optimizer_state(oa[k], &na);
+        float *sb = tu_optimizer_state(ob[k], &nb);
         assert_int_equal(na, nb);
         assert_memory_equal(sa, sb, (size_t)na * sizeof(float));
+        free(sb);
+        free(sa);
         assert_int_equal(rp_optimizer_steps(oa[k]), rp_optimizer_steps(ob[k]));
     }
 
@@ -916,11 +964,10 @@ static void resume_body(rp_replica *rep, void *arg)
     rp_checkpoint *ck2;
     assert_int_equal(rp_checkpoint_create(&ck2), RP_OK);
     assert_int_equal(rp_d4pg_learner_save(C, ck2), RP_OK);
-    float *keep = copy_floats(rp_params_data(B->policy->params), rp_params_numel(pb[0]));
+    float *keep = tu_read_values(B->policy->params);
     assert_int_equal(rp_d4pg_learner_load(B, ck2), RP_ERR_SHAPE);
     tu_assert_error_contains("critic");
-    assert_memory_equal(keep, rp_params_data(B->policy->params),
-                        (size_t)rp_params_numel(pb[0]) * sizeof(float));
+    assert_true(values_are(B->policy->params, keep));
     assert_int_equal(rp_d4pg_learner_steps(B), 7);
     free(keep);
     rp_checkpoint_destroy(ck2);

@@ -67,7 +67,11 @@ static rp_d4pg_policy *random_policy(const char *task)
     rp_d4pg_policy *p;
     assert_int_equal(rp_d4pg_policy_create(&p, &c), RP_OK);
     rp_params *ps = rp_d4pg_policy_params(p);
-    tu_fill(rp_params_data(ps), rp_params_numel(ps), 7, -1.0f, 1.0f);
+    float *v = malloc((size_t)rp_params_numel(ps) * sizeof(float));
+    assert_non_null(v);
+    tu_fill(v, rp_params_numel(ps), 7, -1.0f, 1.0f);
+    assert_int_equal(rp_params_write_values(ps, v), RP_OK);
+    free(v);
     return p;
 }
 

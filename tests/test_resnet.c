@@ -167,7 +167,7 @@ static rp_status xbn_one(rp_replica *rep, int k, xbn_out *o)
     }
     RP_TRY(rp_backward(t, loss));
     rp_params *p = rp_resnet_params(net);
-    memcpy(o->logits[k], y->data, sizeof o->logits[k]);
+    RP_TRY(rp_tensor_read(y, o->logits[k], (int64_t)(sizeof o->logits[k] / sizeof(float))));
     o->ngrad = rp_params_trainable_numel(p);
     o->nbuf = rp_params_numel(p) - o->ngrad;
     o->grad[k] = malloc((size_t)o->ngrad * sizeof(float));
@@ -176,8 +176,10 @@ static rp_status xbn_one(rp_replica *rep, int k, xbn_out *o)
         status = RP_ERROR(RP_ERR_NOMEM, "test buffers");
         goto cleanup;
     }
-    memcpy(o->grad[k], rp_params_grad(p), (size_t)o->ngrad * sizeof(float));
-    memcpy(o->buffers[k], rp_params_data(p) + o->ngrad, (size_t)o->nbuf * sizeof(float));
+    RP_TRY(rp_params_read_grads(p, o->grad[k]));
+    float *values = tu_read_values(p);
+    memcpy(o->buffers[k], values + o->ngrad, (size_t)o->nbuf * sizeof(float));
+    free(values);
 cleanup:
     rp_tape_destroy(t);
     rp_resnet_destroy(net);
@@ -381,17 +383,26 @@ static void test_split_chain_is_the_network(void **state)
     assert_int_equal(rp_backward(t, loss), RP_OK);
     assert_true(rp_item(loss) == whole_loss);
     rp_params *wp = rp_resnet_params(whole);
+    float *wv = tu_read_values(wp), *wg = tu_param_grads(wp);
     int matched = 0;
     for (int s = 0; s < 3; s++) {
         rp_params *pp = rp_resnet_params(part[s]);
+        float *pv = tu_read_values(pp), *pg = tu_param_grads(pp);
         for (int i = 0; i < rp_params_count(pp); i++) {
             rp_tensor *a = rp_params_at(pp, i), *b = rp_params_find(wp, a->name);
             assert_non_null(b);
-            assert_memory_equal(a->data, b->data, (size_t)a->numel * sizeof(float));
-            if (a->grad) assert_memory_equal(a->grad, b->grad, (size_t)a->numel * sizeof(float));
+            int64_t ao = rp_params_offset(pp, i), bo = rp_params_offset(wp, b->index);
+            assert_memory_equal(pv + ao, wv + bo, (size_t)a->numel * sizeof(float));
+            bool trainable = i < rp_params_trainable_count(pp);
+            assert_int_equal(trainable, b->index < rp_params_trainable_count(wp));
+            if (trainable) assert_memory_equal(pg + ao, wg + bo, (size_t)a->numel * sizeof(float));
             matched++;
         }
+        free(pg);
+        free(pv);
     }
+    free(wg);
+    free(wv);
     assert_int_equal(matched, rp_params_count(wp));
     rp_tape_destroy(t);
     for (int s = 0; s < 3; s++)

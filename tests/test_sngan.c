@@ -191,14 +191,9 @@ static snapshot take(rp_params *p, rp_optimizer *o)
     snapshot s;
     s.numel = rp_params_numel(p);
     s.trainable = rp_params_trainable_numel(p);
-    s.values = malloc((size_t)s.numel * sizeof(float));
-    s.grads = malloc((size_t)s.trainable * sizeof(float));
-    const float *st = rp_optimizer_state(o, &s.state_numel);
-    s.state = malloc((size_t)s.state_numel * sizeof(float));
-    assert_true(s.values && s.grads && s.state);
-    memcpy(s.values, rp_params_data(p), (size_t)s.numel * sizeof(float));
-    memcpy(s.grads, rp_params_grad(p), (size_t)s.trainable * sizeof(float));
-    memcpy(s.state, st, (size_t)s.state_numel * sizeof(float));
+    s.values = tu_read_values(p);
+    s.grads = tu_param_grads(p);
+    s.state = tu_optimizer_state(o, &s.state_numel);
     s.steps = rp_optimizer_steps(o);
     return s;
 }
@@ -281,10 +276,13 @@ static void test_phases_touch_only_their_network(void **unused)
     drop(&d0);
     /* After either step every gradient is zero again (the optimizer cleared its own; the other had
      * none). */
+    float *gd = tu_param_grads(pd), *gg = tu_param_grads(pg);
     for (int64_t i = 0; i < rp_params_trainable_numel(pd); i++)
-        assert_true(rp_params_grad(pd)[i] == 0.0f);
+        assert_true(gd[i] == 0.0f);
     for (int64_t i = 0; i < rp_params_trainable_numel(pg); i++)
-        assert_true(rp_params_grad(pg)[i] == 0.0f);
+        assert_true(gg[i] == 0.0f);
+    free(gg);
+    free(gd);
     harness_free(&h);
 }
 
@@ -389,8 +387,7 @@ typedef struct capture {
 static rp_status capture_before(rp_optimizer *opt, void *ctx)
 {
     capture *c = ctx;
-    memcpy(c->grad, rp_params_grad(c->p), (size_t)c->n * sizeof(float));
-    return RP_OK;
+    return rp_params_read_grads(c->p, c->grad);
 }
 
 static void capture_release(void *ctx)
@@ -481,8 +478,10 @@ static void test_replicas_match_one(void **unused)
     for (int r = 0; r < 2; r++) {
         rp_params *b = rp_sngan_state_discriminator_params(two.state[r]);
         assert_int_equal(rp_params_numel(a), rp_params_numel(b));
-        tu_check_close(rp_params_data(b), rp_params_data(a), rp_params_numel(a), 1e-5,
-                       "discriminator");
+        float *va = tu_read_values(a), *vb = tu_read_values(b);
+        tu_check_close(vb, va, rp_params_numel(a), 1e-5, "discriminator");
+        free(vb);
+        free(va);
     }
     /* The replicas of the 2-replica run agree bitwise (the sync invariant), u and running
      * statistics too. */
@@ -491,8 +490,11 @@ static void test_replicas_match_one(void **unused)
                             : rp_sngan_generator_params(rp_sngan_state_generator(two.state[0]));
         rp_params *p1 = net ? rp_sngan_state_discriminator_params(two.state[1])
                             : rp_sngan_generator_params(rp_sngan_state_generator(two.state[1]));
-        assert_memory_equal(rp_params_data(p0), rp_params_data(p1),
-                            (size_t)rp_params_numel(p0) * sizeof(float));
+        assert_int_equal(rp_params_numel(p0), rp_params_numel(p1));
+        float *v0 = tu_read_values(p0), *v1 = tu_read_values(p1);
+        assert_memory_equal(v0, v1, (size_t)rp_params_numel(p0) * sizeof(float));
+        free(v1);
+        free(v0);
     }
     harness_free(&one);
     harness_free(&two);
@@ -501,12 +503,15 @@ static void test_replicas_match_one(void **unused)
 
 /* ---- gradient accumulation -------------------------------------------------------------- */
 
-/* The discriminator's buffers (its u vectors) of a harness's replica 0. */
-static const float *u_of(harness *h, int64_t *n)
+/* A copy of the discriminator's buffers (its u vectors) of a harness's replica 0 (to free). */
+static float *u_of(harness *h, int64_t *n)
 {
     rp_params *p = rp_sngan_state_discriminator_params(h->state[0]);
-    *n = rp_params_numel(p) - rp_params_trainable_numel(p);
-    return rp_params_data(p) + rp_params_trainable_numel(p);
+    int64_t trainable = rp_params_trainable_numel(p);
+    *n = rp_params_numel(p) - trainable;
+    float *v = tu_read_values(p);
+    memmove(v, v + trainable, (size_t)*n * sizeof(float));
+    return v;
 }
 
 /*
@@ -541,9 +546,11 @@ static void test_accumulation(void **unused)
         assert_true(isfinite(b.scalars[0][0]));
         if (phase > 1) continue; /* the weights now differ, and so does u' */
         int64_t na, nb;
-        const float *ua = u_of(&a, &na), *ub = u_of(&b, &nb);
+        float *ua = u_of(&a, &na), *ub = u_of(&b, &nb);
         assert_int_equal(na, nb);
         assert_memory_equal(ua, ub, (size_t)na * sizeof(float));
+        free(ub);
+        free(ua);
     }
     rp_optimizer *oa, *ob;
     rp_sngan_state_optimizers(b.state[0], &oa, &ob);

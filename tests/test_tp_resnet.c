@@ -58,9 +58,10 @@ typedef struct tr_worker {
     int data, model;           /* coordinates */
     float loss[STEPS + 1];     /* + 1: a run continued after a checkpoint */
     float logits[B * MAX_CLS]; /* the last step's */
-    /* gather_job: the dense tensors gathered, and a second network (another seed) scattered into */
+    /* gather_job: the dense tensors gathered, and a second network (another seed) scattered into,
+       each with its optimizer (the momentum gathered and scattered) */
     rp_resnet *dense, *copy;
-    float *dense_state, *copy_state;
+    rp_optimizer *dense_opt, *copy_opt;
     rp_status status;
 } tr_worker;
 
@@ -110,10 +111,7 @@ static rp_status tr_load(tr_worker *w, const tr_job *j)
     RP_TRY(rp_checkpoint_read_params(ck, dp, "param/"));
     RP_TRY(rp_checkpoint_read_optimizer(ck, dopt, dp, "optim/"));
     RP_TRY(rp_resnet_scatter_dense(w->net, dp));
-    int64_t n;
-    RP_TRY(rp_resnet_scatter_state(w->net, rp_optimizer_state(w->opt, &n), dp,
-                                   rp_optimizer_state(dopt, &n), 1));
-    rp_optimizer_set_steps(w->opt, rp_optimizer_steps(dopt));
+    RP_TRY(rp_resnet_scatter_state(w->net, w->opt, dp, dopt));
 cleanup:
     rp_optimizer_destroy(dopt);
     rp_resnet_destroy(dense);
@@ -147,9 +145,8 @@ static rp_status tr_step(rp_replica *rep, void *arg)
     rp_tensor *logits = rp_resnet_forward(t, w->net, x, true);
     rp_tensor *loss = rp_softmax_cross_entropy(t, logits, j->labels + d * B);
     if (!loss) return rp_last_status();
-    if (j->step == j->steps - 1)
-        memcpy(w->logits, logits->data, (size_t)logits->numel * sizeof(float));
-    w->loss[j->step] = loss->data[0];
+    if (j->step == j->steps - 1) RP_CHECK(rp_tensor_read(logits, w->logits, logits->numel));
+    w->loss[j->step] = rp_item(loss);
     RP_CHECK(rp_backward(t, loss));
     return rp_optimizer_step(w->opt, LR);
 }
@@ -166,7 +163,7 @@ static rp_status tr_grad(rp_replica *rep, void *arg)
     rp_tensor *loss = rp_softmax_cross_entropy(t, rp_resnet_forward(t, w->net, x, j->training),
                                                j->labels + d * b);
     if (!loss) return rp_last_status();
-    w->loss[j->step] = loss->data[0];
+    w->loss[j->step] = rp_item(loss);
     return rp_backward(t, loss);
 }
 
@@ -176,10 +173,10 @@ static rp_status tr_teardown(rp_replica *rep, void *arg)
     tr_worker *w = &j->w[rp_replica_local_index(rep)];
     rp_optimizer_destroy(w->opt);
     rp_resnet_destroy(w->net);
+    rp_optimizer_destroy(w->dense_opt);
+    rp_optimizer_destroy(w->copy_opt);
     rp_resnet_destroy(w->dense);
     rp_resnet_destroy(w->copy);
-    free(w->dense_state);
-    free(w->copy_state);
     memset(w, 0, sizeof *w);
     return RP_OK;
 }
@@ -328,7 +325,10 @@ static void check_net(rp_resnet_kind kind, const rp_resnet *net, int r, int n,
         if (!s) fail_msg("no tensor \"%s\" in the tensor-parallel network", d->name);
         int axis = n > 1 ? split_axis(kind, d->name) : -1;
         split += axis >= 0;
-        check_shard(d->name, r, s, s->data, d, d->data, axis, n, tol);
+        float *sv = tu_read(s), *dv = tu_read(d);
+        check_shard(d->name, r, s, sv, d, dv, axis, n, tol);
+        free(dv);
+        free(sv);
     }
     if (n > 1 && split == 0) fail_msg("no tensor of the network is split");
 }
@@ -341,28 +341,33 @@ static void check_net(rp_resnet_kind kind, const rp_resnet *net, int r, int n,
 static void check_grads(const tr_job *tp, const tr_job *dense, double tol, double *worst)
 {
     rp_params *dp = rp_resnet_params(dense->w[0].net);
+    float *dgrads = tu_param_grads(dp);
     for (int m = 0; m < tp->tp; m++) {
         rp_params *sp = rp_resnet_params(tp->w[m].net);
+        float *sgrads = tu_param_grads(sp);
         for (int i = 0; i < rp_params_trainable_count(dp); i++) {
             const rp_tensor *d = rp_params_at(dp, i);
             const rp_tensor *s = rp_params_find(sp, d->name);
             if (!s) fail_msg("no tensor \"%s\" in the tensor-parallel network", d->name);
+            assert_true(s->index < rp_params_trainable_count(sp));
+            const float *dg = dgrads + rp_params_offset(dp, i);
+            const float *sg = sgrads + rp_params_offset(sp, s->index);
             int axis = split_axis(tp->kind, d->name);
             int64_t k = axis < 0 ? d->numel : d->numel / tp->tp;
             assert_int_equal(s->numel, k);
             float *want = malloc((size_t)d->numel * sizeof(float));
             assert_non_null(want);
             if (axis < 0)
-                memcpy(want, d->grad, (size_t)k * sizeof(float));
+                memcpy(want, dg, (size_t)k * sizeof(float));
             else
-                assert_int_equal(rp_tp_shard_copy(want, d->grad, d->ndim, d->shape, axis,
-                                                  tp->w[m].model, tp->tp),
-                                 RP_OK);
+                assert_int_equal(
+                    rp_tp_shard_copy(want, dg, d->ndim, d->shape, axis, tp->w[m].model, tp->tp),
+                    RP_OK);
             double max = 0, diff = 0;
             for (int64_t e = 0; e < d->numel; e++)
-                max = fmax(max, fabs(d->grad[e]));
+                max = fmax(max, fabs(dg[e]));
             for (int64_t e = 0; e < k; e++)
-                diff = fmax(diff, fabs((double)s->grad[e] - want[e]));
+                diff = fmax(diff, fabs((double)sg[e] - want[e]));
             free(want);
             if (max == 0) fail_msg("\"%s\" has no gradient in the dense network", d->name);
             *worst = fmax(*worst, diff / max);
@@ -370,7 +375,9 @@ static void check_grads(const tr_job *tp, const tr_job *dense, double tol, doubl
                 fail_msg("%s, member %d of %d: gradient %g from the dense one's (max %g)", d->name,
                          tp->w[m].model, tp->tp, diff / max, max);
         }
+        free(sgrads);
     }
+    free(dgrads);
 }
 
 /*
@@ -403,7 +410,11 @@ static void compare_jobs(const tr_job *tp, const tr_job *dense, double tol)
             const rp_tensor *s = rp_params_at(p, k);
             if (split_axis(tp->kind, s->name) >= 0) continue;
             const rp_tensor *s0 = rp_params_find(p0, s->name);
-            if (memcmp(s->data, s0->data, (size_t)s->numel * sizeof(float)) != 0)
+            float *v = tu_read(s), *v0 = tu_read(s0);
+            bool same = memcmp(v, v0, (size_t)s->numel * sizeof(float)) == 0;
+            free(v0);
+            free(v);
+            if (!same)
                 fail_msg("replicated \"%s\" differs between model workers %d and 0 of replica %d",
                          s->name, w->model, w->data);
         }
@@ -525,8 +536,8 @@ static void test_tp2_gradients_equal_dense(void **state)
 
 /*
  * On every worker of tp_job: gather the trained shards (values and momentum) into a dense
- * network and a dense state block, then scatter them into a second tensor-parallel network of
- * another seed and a zeroed state block.
+ * network and its fresh optimizer, then scatter them into a second tensor-parallel network of
+ * another seed and its fresh optimizer.
  */
 static rp_status tr_gather(rp_replica *rep, void *arg)
 {
@@ -538,15 +549,11 @@ static rp_status tr_gather(rp_replica *rep, void *arg)
     RP_CHECK(rp_resnet_create(&w->copy, &cfg, SEED + 2));
     RP_CHECK(rp_resnet_gather_dense(w->net, rp_resnet_params(w->dense)));
     RP_CHECK(rp_resnet_scatter_dense(w->copy, rp_resnet_params(w->dense)));
-    int64_t n;
-    float *st = rp_optimizer_state(w->opt, &n);
-    int64_t dn = rp_params_trainable_numel(rp_resnet_params(w->dense));
-    w->dense_state = calloc((size_t)dn, sizeof(float));
-    w->copy_state = calloc((size_t)n, sizeof(float));
-    if (!w->dense_state || !w->copy_state) return RP_ERROR(RP_ERR_NOMEM, "test: state blocks");
-    RP_CHECK(rp_resnet_gather_state(w->net, st, rp_resnet_params(w->dense), w->dense_state, 1));
-    return rp_resnet_scatter_state(w->copy, w->copy_state, rp_resnet_params(w->dense),
-                                   w->dense_state, 1);
+    rp_optim_config oc = rp_optim_config_default(); /* SGD, momentum 0.9, as the job's */
+    RP_CHECK(rp_optimizer_create(&w->dense_opt, rp_resnet_params(w->dense), &oc));
+    RP_CHECK(rp_optimizer_create(&w->copy_opt, rp_resnet_params(w->copy), &oc));
+    RP_CHECK(rp_resnet_gather_state(w->net, w->opt, rp_resnet_params(w->dense), w->dense_opt));
+    return rp_resnet_scatter_state(w->copy, w->copy_opt, rp_resnet_params(w->dense), w->dense_opt);
 }
 
 static void test_gather_scatter_round_trip(void **state)
@@ -556,24 +563,36 @@ static void test_gather_scatter_round_trip(void **state)
     tr_run(&tp_job, RP_RESNET20, 8, 10, 1, 2, false, true, STEPS);
     if (rp_replicator_run(tp_job.r, tr_gather, &tp_job) != RP_OK)
         fail_msg("gather: %s", rp_last_error());
-    int64_t n0, dn;
-    const float *dense_state = rp_optimizer_state(dense_job.w[0].opt, &dn);
+    int64_t n0, n1, dn, gn;
+    float *dense_state = tu_optimizer_state(dense_job.w[0].opt, &dn);
+    float *gathered[2];
     for (int i = 0; i < 2; i++) {
         tr_worker *w = &tp_job.w[i];
         /* The gathered tensors are the dense run's (within rounding) and the same on both. */
         check_net(RP_RESNET20, w->dense, 0, 1, dense_job.w[0].net, 1e-5);
         check_net(RP_RESNET20, w->dense, 0, 1, tp_job.w[0].dense, 0);
-        tu_check_close(w->dense_state, dense_state, dn, 1e-5, "gathered momentum");
+        gathered[i] = tu_optimizer_state(w->dense_opt, &gn);
+        assert_int_equal(gn, dn);
+        tu_check_close(gathered[i], dense_state, dn, 1e-5, "gathered momentum");
+        assert_int_equal(rp_optimizer_steps(w->dense_opt), rp_optimizer_steps(w->opt));
         /* Scattered back into another network: this member's shards, bitwise. */
         check_net(RP_RESNET20, w->copy, 0, 1, w->net, 0);
-        const float *st = rp_optimizer_state(w->opt, &n0);
-        assert_memory_equal(w->copy_state, st, (size_t)n0 * sizeof(float));
+        float *st = tu_optimizer_state(w->opt, &n0);
+        float *copy_state = tu_optimizer_state(w->copy_opt, &n1);
+        assert_int_equal(n1, n0);
+        assert_memory_equal(copy_state, st, (size_t)n0 * sizeof(float));
+        assert_int_equal(rp_optimizer_steps(w->copy_opt), rp_optimizer_steps(w->opt));
+        free(copy_state);
+        free(st);
     }
     /* The gathered momentum is not trivially zero. */
     double norm = 0;
     for (int64_t k = 0; k < dn; k++)
-        norm += fabs(tp_job.w[0].dense_state[k]);
+        norm += fabs(gathered[0][k]);
     assert_true(norm > 0);
+    for (int i = 0; i < 2; i++)
+        free(gathered[i]);
+    free(dense_state);
     tr_destroy(&tp_job);
     tr_destroy(&dense_job);
 }
@@ -613,10 +632,7 @@ static rp_status tr_save(rp_replica *rep, void *arg)
     rp_params *dp = rp_resnet_params(dense);
     RP_TRY(rp_optimizer_create(&dopt, dp, &oc));
     RP_TRY(rp_resnet_gather_dense(w->net, dp));
-    int64_t n;
-    RP_TRY(rp_resnet_gather_state(w->net, rp_optimizer_state(w->opt, &n), dp,
-                                  rp_optimizer_state(dopt, &n), 1));
-    rp_optimizer_set_steps(dopt, rp_optimizer_steps(w->opt));
+    RP_TRY(rp_resnet_gather_state(w->net, w->opt, dp, dopt));
     if (w->model == 0) {
         RP_TRY(rp_checkpoint_create(&ck));
         RP_TRY(rp_checkpoint_add_params(ck, dp, "param/"));
@@ -694,7 +710,12 @@ static void test_dense_to_tp_and_back(void **state)
     rp_params *dp = rp_resnet_params(rt_dense);
     for (int i = 0; i < rp_params_count(dp); i++) {
         rp_tensor *t = rp_params_at(dp, i);
-        if (strstr(t->name, ".bn")) tu_fill(t->data, t->numel, 50 + (uint64_t)i, 0.5f, 1.5f);
+        if (!strstr(t->name, ".bn")) continue;
+        float *v = malloc((size_t)t->numel * sizeof(float));
+        assert_non_null(v);
+        tu_fill(v, t->numel, 50 + (uint64_t)i, 0.5f, 1.5f);
+        assert_int_equal(rp_tensor_write(t, v, t->numel), RP_OK);
+        free(v);
     }
     for (int r = 0; r < 2; r++) {
         rp_resnet_config tc = cfg;
@@ -774,8 +795,8 @@ static void test_one_member_is_dense(void **state)
         int64_t n = rp_params_trainable_numel(p);
         out[i] = malloc((size_t)(n + logits->numel) * sizeof(float));
         assert_non_null(out[i]);
-        memcpy(out[i], rp_params_grad(p), (size_t)n * sizeof(float));
-        memcpy(out[i] + n, logits->data, (size_t)logits->numel * sizeof(float));
+        assert_int_equal(rp_params_read_grads(p, out[i]), RP_OK);
+        assert_int_equal(rp_tensor_read(logits, out[i] + n, logits->numel), RP_OK);
         rp_tape_destroy(t);
     }
     int64_t n = rp_params_trainable_numel(rp_resnet_params(nets[0])) + B * 10;
@@ -828,7 +849,7 @@ static void test_bad_sizes(void **state)
     oc = rp_resnet_config_default(RP_RESNET18); /* other names and counts */
     assert_int_equal(rp_resnet_create(&wider, &oc, SEED), RP_OK);
     assert_int_equal(rp_resnet_scatter_dense(net, rp_resnet_params(wider)), RP_ERR_SHAPE);
-    assert_int_equal(rp_resnet_gather_state(net, NULL, rp_resnet_params(other), NULL, 1),
+    assert_int_equal(rp_resnet_gather_state(net, NULL, rp_resnet_params(other), NULL),
                      RP_ERR_INVALID);
     assert_int_equal(rp_resnet_gather_dense(NULL, rp_resnet_params(other)), RP_ERR_INVALID);
     rp_resnet_destroy(wider);

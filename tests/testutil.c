@@ -136,3 +136,51 @@ unsigned char *tu_read_file(const char *path, size_t *n)
     *n = (size_t)size;
     return buf;
 }
+
+float *tu_read(const rp_tensor *x)
+{
+    assert_non_null(x);
+    float *v = malloc((size_t)(x->numel > 0 ? x->numel : 1) * sizeof(float));
+    assert_non_null(v);
+    if (rp_tensor_read(x, v, x->numel) != RP_OK) fail_msg("tu_read: %s", rp_last_error());
+    return v;
+}
+
+float *tu_read_grad(const rp_tensor *x)
+{
+    assert_non_null(x);
+    float *g = malloc((size_t)(x->numel > 0 ? x->numel : 1) * sizeof(float));
+    assert_non_null(g);
+    if (rp_tensor_read_grad(x, g, x->numel) != RP_OK) fail_msg("tu_read_grad: %s", rp_last_error());
+    return g;
+}
+
+float *tu_read_values(const rp_params *p)
+{
+    int64_t n = rp_params_numel(p);
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(v);
+    if (rp_params_read_values(p, v) != RP_OK) fail_msg("tu_read_values: %s", rp_last_error());
+    return v;
+}
+
+float *tu_param_grads(const rp_params *p)
+{
+    int64_t n = rp_params_trainable_numel(p);
+    float *g = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(g);
+    if (rp_params_read_grads(p, g) != RP_OK) fail_msg("tu_param_grads: %s", rp_last_error());
+    return g;
+}
+
+float *tu_optimizer_state(const rp_optimizer *opt, int64_t *n)
+{
+    int64_t numel = 0;
+    rp_optimizer_state(opt, &numel); /* the size only: the block is storage */
+    float *state = calloc((size_t)(numel > 0 ? numel : 1), sizeof(float));
+    assert_non_null(state);
+    if (rp_optimizer_read_state(opt, state) != RP_OK)
+        fail_msg("tu_optimizer_state: %s", rp_last_error());
+    if (n) *n = numel;
+    return state;
+}

@@ -53,4 +53,22 @@ void tu_tmpdir_remove(void);
  * frees), its size in *n. Fails the test if it cannot be read. */
 unsigned char *tu_read_file(const char *path, size_t *n);
 
+/*
+ * Values out of the kernel table's storage, through the public API (tensor.h: tests read tensors
+ * as any user does, so they pass on RP_KERNELS=strict too). Each returns a malloc'ed host copy
+ * (the caller frees) and fails the test on an error:
+ *  - tu_read: x's numel values (widened to f32);
+ *  - tu_read_grad: the gradient of x (a leaf after backward: x->grad, numel floats);
+ *  - tu_read_values: p's value block (rp_params_numel floats; tensor i's at rp_params_offset);
+ *  - tu_param_grads: p's gradient block (rp_params_trainable_numel floats; parameter i's at
+ *    rp_params_offset(p, i));
+ *  - tu_optimizer_state: opt's state block (rp_optimizer_read_state; *n its length, may be
+ *    NULL).
+ */
+float *tu_read(const rp_tensor *x);
+float *tu_read_grad(const rp_tensor *x);
+float *tu_read_values(const rp_params *p);
+float *tu_param_grads(const rp_params *p);
+float *tu_optimizer_state(const rp_optimizer *opt, int64_t *n);
+
 #endif

@@ -130,6 +130,13 @@ rp_status rp_params_read_values(const rp_params *params, float *out);
 rp_status rp_params_write_values(rp_params *params, const float *in);
 rp_status rp_params_read_grads(const rp_params *params, float *out);
 rp_status rp_params_write_grads(rp_params *params, const float *in);
+/*
+ * Sets dst's values to src's, storage to storage (nothing passes through the host): a target
+ * network from its online one, say. The lists must have the same layout: as many tensors, each
+ * of the same size in the same place (two lists built by the same code). RP_ERR_INVALID for NULL
+ * or a list not finalized; RP_ERR_SHAPE naming the first tensor that differs.
+ */
+rp_status rp_params_copy_values(rp_params *dst, const rp_params *src);
 
 /* Sets every gradient to zero and marks them fresh. */
 void rp_params_zero_grad(rp_params *params);

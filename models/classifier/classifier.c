@@ -152,8 +152,11 @@ static rp_status score(rp_tape *t, rp_tensor *logits, const int32_t *labels, int
     if (!loss) return rp_last_status();
     *loss_sum += (double)rp_item(loss) * n;
     int classes = logits->shape[1];
+    float *values = rp_arena_alloc(rp_tape_arena(t), (size_t)logits->numel * sizeof(float));
+    if (!values) return rp_last_status();
+    RP_CHECK(rp_tensor_read(logits, values, logits->numel));
     for (int i = 0; i < n; i++) {
-        const float *row = logits->data + (int64_t)i * classes;
+        const float *row = values + (int64_t)i * classes;
         int best = 0;
         for (int k = 1; k < classes; k++)
             if (row[k] > row[best]) best = k;
@@ -189,9 +192,17 @@ static rp_status evaluate_loop(rp_tape *t, const rp_classifier_net *net, rp_load
             if (shape[0] < 0 || shape[0] > max_n)
                 return RP_ERROR(RP_ERR_FORMAT, "evaluation stage %d: a batch of %d from stage %d",
                                 stage, shape[0], stage - 1);
-            x = rp_tensor_new(t, 4, (int[]){shape[0], shape[1], shape[2], shape[3]});
+            int64_t numel = rp_shape_numel(4, shape);
+            if (numel < 1)
+                return RP_ERROR(RP_ERR_FORMAT,
+                                "evaluation stage %d: a batch of shape [%d, %d, %d, %d] from "
+                                "stage %d",
+                                stage, shape[0], shape[1], shape[2], shape[3], stage - 1);
+            float *in = rp_arena_alloc(rp_tape_arena(t), (size_t)numel * sizeof(float));
+            if (!in) return rp_last_status();
+            RP_CHECK(rp_comm_recv(pipe, in, numel, RP_F32, stage - 1, EVAL_TAG));
+            x = rp_tensor_from(t, 4, shape, in);
             if (!x) return rp_last_status();
-            RP_CHECK(rp_comm_recv(pipe, x->data, x->numel, RP_F32, stage - 1, EVAL_TAG));
             RP_CHECK(rp_comm_recv(pipe, labels, shape[0], RP_I32, stage - 1, EVAL_TAG));
             n = shape[0];
         }
@@ -203,8 +214,11 @@ static rp_status evaluate_loop(rp_tape *t, const rp_classifier_net *net, rp_load
             continue;
         }
         int32_t shape[4] = {y->shape[0], y->shape[1], y->shape[2], y->shape[3]};
+        float *out = rp_arena_alloc(rp_tape_arena(t), (size_t)y->numel * sizeof(float));
+        if (!out) return rp_last_status();
+        RP_CHECK(rp_tensor_read(y, out, y->numel));
         RP_CHECK(rp_comm_send(pipe, shape, 4, RP_I32, stage + 1, EVAL_TAG));
-        RP_CHECK(rp_comm_send(pipe, y->data, y->numel, RP_F32, stage + 1, EVAL_TAG));
+        RP_CHECK(rp_comm_send(pipe, out, y->numel, RP_F32, stage + 1, EVAL_TAG));
         RP_CHECK(rp_comm_send(pipe, labels, n, RP_I32, stage + 1, EVAL_TAG));
     }
     if (!last)

@@ -78,37 +78,18 @@ static rp_status twin_create(const replica_state *s, dense_twin *d)
 
 /*
  * Resuming with tensor parallelism: the dense tensors read into the twin, then this shard's part
- * of them taken (no collective). Under ZeRO-1 the optimizer keeps the state of its range [lo, hi)
- * of the shard's values only: the shard's whole state is made in scratch and the range kept.
+ * of them taken (no collective). Under ZeRO-1 the optimizer takes the part of the shard's state
+ * in its range [lo, hi) (rp_resnet_scatter_state reads it in as a checkpoint would).
  */
 static rp_status read_shards(replica_state *s, const rp_checkpoint *ck)
 {
     dense_twin d;
     RP_CHECK(twin_create(s, &d));
     rp_params *dp = rp_classifier_net_params(&d.net);
-    int slots = rp_optim_slots(rp_optimizer_config(s->opt));
-    int64_t lo, hi, P = rp_params_trainable_numel(rp_classifier_net_params(&s->net));
-    rp_optimizer_range(s->opt, &lo, &hi);
-    float *state = rp_optimizer_state(s->opt, NULL), *whole = state;
-    if (slots > 0 && (lo != 0 || hi != P)) {
-        whole = malloc((size_t)slots * (size_t)P * sizeof(float));
-        if (!whole) {
-            twin_destroy(&d);
-            return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a shard's optimizer state (%lld floats)",
-                            (long long)slots * P);
-        }
-    }
     rp_status status = rp_checkpoint_read_params_part(ck, dp, "param/");
     if (status == RP_OK) status = rp_checkpoint_read_optimizer_part(ck, d.opt, dp, "optim/");
     if (status == RP_OK) status = rp_resnet_scatter_dense(s->net.resnet, dp);
-    if (status == RP_OK)
-        status = rp_resnet_scatter_state(s->net.resnet, whole, dp, rp_optimizer_state(d.opt, NULL),
-                                         slots);
-    for (int k = 0; status == RP_OK && whole != state && k < slots; k++)
-        memcpy(state + (int64_t)k * (hi - lo), whole + (int64_t)k * P + lo,
-               (size_t)(hi - lo) * sizeof(float));
-    if (status == RP_OK) rp_optimizer_set_steps(s->opt, rp_optimizer_steps(d.opt));
-    if (whole != state) free(whole);
+    if (status == RP_OK) status = rp_resnet_scatter_state(s->net.resnet, s->opt, dp, d.opt);
     twin_destroy(&d);
     return status;
 }
@@ -335,11 +316,7 @@ static rp_status stage_tensors(const replica_state *s, rp_checkpoint **out)
     rp_status status = RP_OK;
     if (twin) {
         status = rp_resnet_gather_dense(s->net.resnet, p);
-        if (status == RP_OK)
-            status = rp_resnet_gather_state(s->net.resnet, rp_optimizer_state(s->opt, NULL), p,
-                                            rp_optimizer_state(d.opt, NULL),
-                                            rp_optim_slots(rp_optimizer_config(s->opt)));
-        if (status == RP_OK) rp_optimizer_set_steps(d.opt, rp_optimizer_steps(s->opt));
+        if (status == RP_OK) status = rp_resnet_gather_state(s->net.resnet, s->opt, p, d.opt);
     }
     if (status == RP_OK) status = rp_checkpoint_create(&ck);
     if (status == RP_OK) status = rp_checkpoint_add_params(ck, p, "param/");
@@ -435,6 +412,29 @@ static rp_status gather_stages(rp_replica *rep, replica_state *s)
     return RP_OK;
 }
 
+/* The mean over the replicas of the buffers (the values after the trainable ones), through the
+ * host: the collective runs on host memory, the values live in the kernel table's storage. */
+static rp_status average_buffers(rp_replica *rep, rp_params *p, int64_t trainable, int64_t buffers)
+{
+    float *v = malloc((size_t)buffers * sizeof *v);
+    if (!v)
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the %lld buffer values to average",
+                        (long long)buffers);
+    rp_status status = RP_OK;
+    int first = rp_params_trainable_count(p), count = rp_params_count(p);
+    for (int i = first; i < count && status == RP_OK; i++) {
+        const rp_tensor *b = rp_params_at(p, i);
+        status = rp_tensor_read(b, v + (rp_params_offset(p, i) - trainable), b->numel);
+    }
+    if (status == RP_OK) status = rp_all_reduce(rep, v, v, buffers, RP_F32, RP_MEAN);
+    for (int i = first; i < count && status == RP_OK; i++) {
+        rp_tensor *b = rp_params_at(p, i);
+        status = rp_tensor_write(b, v + (rp_params_offset(p, i) - trainable), b->numel);
+    }
+    free(v);
+    return status;
+}
+
 /*
  * After a run of async pushes: every replica takes the servers' values (and replica 0's optimizer
  * the slots, for the checkpoint), and the replicas' batch-norm statistics, which each kept for
@@ -449,10 +449,8 @@ static rp_status settle(rp_replica *rep, void *ctx, void *state)
     /* Lockstep replicas (ZeRO-1 before a checkpoint) hold equal buffers: averaging them could only
      * round them. */
     int64_t trainable = rp_params_trainable_numel(p), buffers = rp_params_numel(p) - trainable;
-    if (!rp_replica_lockstep(rep) && rp_replica_count(rep) > 1 && buffers > 0) {
-        float *v = rp_params_data(p) + trainable;
-        RP_CHECK(rp_all_reduce(rep, v, v, buffers, RP_F32, RP_MEAN));
-    }
+    if (!rp_replica_lockstep(rep) && rp_replica_count(rep) > 1 && buffers > 0)
+        RP_CHECK(average_buffers(rep, p, trainable, buffers));
     return s->stages > 1 || s->tp > 1 ? gather_stages(rep, s) : RP_OK;
 }
 

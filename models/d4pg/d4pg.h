@@ -10,7 +10,8 @@
  * Three objects:
  *  - rp_d4pg_policy: the policy network alone, for actors (own parameter
  *    list, the same names and layout as the learner's, so the flat value
- *    block rp_params_data() copies from learner to actor with one memcpy);
+ *    block moves from learner to actor whole: rp_params_read_values on one
+ *    side, rp_params_write_values or rp_params_copy_values on the other);
  *  - rp_d4pg_project(): the categorical projection of a shifted and
  *    scaled distribution onto the fixed support (plain C);
  *  - rp_d4pg_learner: online and target policy and critic, two replica
@@ -64,7 +65,7 @@ typedef struct rp_d4pg_policy rp_d4pg_policy;
  * Builds the policy network: LayerNormMLP(policy_layers) -> Linear(act_dim,
  * near-zero init) -> tanh -> rescaled to [act_min, act_max]. Parameters
  * "policy.*" initialised from seed 0: an actor copies the learner's values in
- * (rp_params_data of rp_d4pg_policy_params) before acting. *p is NULL on
+ * (rp_params_write_values on rp_d4pg_policy_params) before acting. *p is NULL on
  * error. Errors: rp_d4pg_config_check's, RP_ERR_NOMEM.
  */
 rp_status rp_d4pg_policy_create(rp_d4pg_policy **p, const rp_d4pg_config *cfg);

@@ -25,6 +25,7 @@ typedef struct actor_role {
     rp_nstep **adders;
     rp_d4pg_policy *policy;
     float *o, *a, *next, *wire;
+    float *values; /* the policy as it arrives, before it goes into the network's storage */
     double *ret;
     int64_t *episode; /* per env: episodes begun */
     int64_t version;
@@ -51,7 +52,8 @@ static rp_status fetch(actor_role *s, bool *stop)
     if (h[3] != rp_params_numel(p))
         return RP_ERROR(RP_ERR_SHAPE, "actor %d got a policy of %lld values; its network has %lld",
                         s->index, (long long)h[3], (long long)rp_params_numel(p));
-    RP_CHECK(rp_comm_recv(s->link, rp_params_data(p), h[3], RP_F32, s->replay, W_TAG));
+    RP_CHECK(rp_comm_recv(s->link, s->values, h[3], RP_F32, s->replay, W_TAG));
+    RP_CHECK(rp_params_write_values(p, s->values));
     s->version = h[2];
     return RP_OK;
 }
@@ -120,6 +122,7 @@ static void role_free(actor_role *s)
     free(s->a);
     free(s->next);
     free(s->wire);
+    free(s->values);
     free(s->ret);
     free(s->episode);
 }
@@ -155,6 +158,11 @@ static rp_status role_init(actor_role *s, rp_replica *rep, const rp_d4pg_job *jo
             rp_nstep_create(&s->adders[i], c->agent.n_step, c->agent.discount, s->obs, s->act));
     }
     RP_CHECK(rp_d4pg_policy_create(&s->policy, &c->agent));
+    int64_t values = rp_params_numel(rp_d4pg_policy_params(s->policy));
+    s->values = malloc(sizeof *s->values * (size_t)values);
+    if (!s->values)
+        return RP_ERROR(RP_ERR_NOMEM, "actor %d's policy buffer (%lld floats)", s->index,
+                        (long long)values);
     for (int i = 0; i < s->n; i++)
         RP_CHECK(begin(s, i));
     return RP_OK;

@@ -71,7 +71,7 @@ float d4pg_policy_head_bound(int fan_in);
 /* ---- learner.c: the phases of rp_d4pg_learner_step ---- */
 
 /* Copies the online networks into the targets if steps % period == 0. */
-void d4pg_target_update(rp_d4pg_learner *L);
+rp_status d4pg_target_update(rp_d4pg_learner *L);
 /*
  * The critic pass (tape reset first): *loss = weighted mean cross-entropy;
  * backward into the critic's gradients when `backward`.

@@ -254,6 +254,7 @@ typedef struct learner_state {
     rp_d4pg_learner *L;
     int n;              /* this replica's shard */
     float *wire, *cols; /* the batch as it arrives (rows), and as the learner takes it (columns) */
+    float *policy;      /* the published policy's values, read out of its storage */
     int64_t *keys;
     float *priorities;
     double rate_t, rate; /* env steps per second, measured over a second or more */
@@ -265,10 +266,10 @@ static rp_status publish(rp_replica *rep, rp_d4pg_job *j, learner_state *s)
     /* As Acme's learner, the actors get the target policy. */
     rp_params *p = rp_d4pg_policy_params(rp_d4pg_learner_target_policy(s->L));
     rp_comm *link = rp_replica_link_comm(rep);
+    RP_CHECK(rp_params_read_values(p, s->policy));
     RP_CHECK(w_send(link, j->replay_worker, W_PUBLISH, rp_replica_worker(rep), rp_params_numel(p),
                     0, 0, 0, 0, 0));
-    return rp_comm_send(link, rp_params_data(p), rp_params_numel(p), RP_F32, j->replay_worker,
-                        W_TAG);
+    return rp_comm_send(link, s->policy, rp_params_numel(p), RP_F32, j->replay_worker, W_TAG);
 }
 
 static void learner_free(learner_state *s)
@@ -277,6 +278,7 @@ static void learner_free(learner_state *s)
     rp_d4pg_learner_destroy(s->L);
     free(s->wire);
     free(s->cols);
+    free(s->policy);
     free(s->keys);
     free(s->priorities);
     free(s);
@@ -301,6 +303,13 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
         goto cleanup;
     }
     RP_TRY(rp_d4pg_learner_create(rep, &s->L, &c->agent, c->seed));
+    int64_t values = rp_params_numel(rp_d4pg_policy_params(rp_d4pg_learner_policy(s->L)));
+    s->policy = malloc(sizeof *s->policy * (size_t)values);
+    if (!s->policy) {
+        status =
+            RP_ERROR(RP_ERR_NOMEM, "a learner's policy buffer (%lld floats)", (long long)values);
+        goto cleanup;
+    }
     if (ck) RP_TRY(rp_d4pg_learner_load(s->L, ck));
     if (rp_replica_id(rep) == 0) RP_TRY(publish(rep, j, s));
 cleanup:

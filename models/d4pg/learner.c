@@ -28,16 +28,11 @@ static rp_status clip_before(rp_optimizer *opt, void *ctx)
     return rp_clip_grad_norm(c->params, c->max_norm, &c->norm);
 }
 
-static void copy_values(rp_params *to, const rp_params *from)
+rp_status d4pg_target_update(rp_d4pg_learner *L)
 {
-    memcpy(rp_params_data(to), rp_params_data(from), (size_t)rp_params_numel(from) * sizeof(float));
-}
-
-void d4pg_target_update(rp_d4pg_learner *L)
-{
-    if (L->steps % L->cfg.target_update_period) return;
-    copy_values(L->target_policy->params, L->policy->params);
-    copy_values(L->target_critic.params, L->critic.params);
+    if (L->steps % L->cfg.target_update_period) return RP_OK;
+    RP_CHECK(rp_params_copy_values(L->target_policy->params, L->policy->params));
+    return rp_params_copy_values(L->target_critic.params, L->critic.params);
 }
 
 static rp_status policy_new(rp_d4pg_policy **p, const rp_d4pg_config *cfg, uint64_t seed)
@@ -89,8 +84,8 @@ rp_status rp_d4pg_learner_create(rp_replica *rep, rp_d4pg_learner **out, const r
     RP_TRY(rp_optimizer_add_hooks(L->opt_policy, &h, &L->clip_policy));
     RP_TRY(rp_optimizer_add_hooks(L->opt_critic, &h, &L->clip_critic));
     /* The optimizers broadcast replica 0's values; the targets copy them (step 0 does it again). */
-    copy_values(L->target_policy->params, L->policy->params);
-    copy_values(L->target_critic.params, L->critic.params);
+    RP_TRY(rp_params_copy_values(L->target_policy->params, L->policy->params));
+    RP_TRY(rp_params_copy_values(L->target_critic.params, L->critic.params));
     *out = L;
     return RP_OK;
 cleanup:
@@ -113,11 +108,11 @@ void rp_d4pg_learner_destroy(rp_d4pg_learner *L)
 
 /* ---- the critic pass ------------------------------------------------------------ */
 
-/* Softmax of each row of x [rows, k] into p. */
-static void softmax_rows(const float *x, int rows, int k, float *p)
+/* Softmax of each row of p [rows, k], in place. */
+static void softmax_rows(float *p, int rows, int k)
 {
     for (int r = 0; r < rows; r++) {
-        const float *xr = x + (int64_t)r * k;
+        const float *xr = p + (int64_t)r * k;
         float *pr = p + (int64_t)r * k;
         float m = xr[0];
         for (int i = 1; i < k; i++)
@@ -145,13 +140,18 @@ rp_status d4pg_critic_pass(rp_tape *t, rp_d4pg_learner *L, const rp_d4pg_batch *
     rp_tensor *next_obs = rp_tensor_from(t, 2, (int[]){n, c->obs_dim}, b->next_obs);
     rp_tensor *next_act = d4pg_policy_forward(t, L->target_policy, next_obs);
     rp_tensor *next_logits = d4pg_critic_forward(t, &L->target_critic, next_obs, next_act);
-    rp_tensor *target = rp_tensor_new(t, 2, (int[]){n, c->atoms});
-    float *probs = rp_arena_alloc(rp_tape_arena(t), (size_t)n * (size_t)c->atoms * sizeof(float));
     rp_tape_set_recording(t, true);
-    if (!next_logits || !target || !probs) return rp_last_status();
-    softmax_rows(next_logits->data, n, c->atoms, probs);
-    RP_CHECK(rp_d4pg_project(probs, b->reward, b->discount, n, c->atoms, c->v_min, c->v_max,
-                             target->data));
+    /* The softmax and the projection run on the host, over the logits read back; the target is
+       a leaf made from the result. */
+    size_t values = (size_t)n * (size_t)c->atoms;
+    float *probs = rp_arena_alloc(rp_tape_arena(t), values * sizeof(float));
+    float *proj = rp_arena_alloc(rp_tape_arena(t), values * sizeof(float));
+    if (!next_logits || !probs || !proj) return rp_last_status();
+    RP_CHECK(rp_tensor_read(next_logits, probs, (int64_t)values));
+    softmax_rows(probs, n, c->atoms);
+    RP_CHECK(rp_d4pg_project(probs, b->reward, b->discount, n, c->atoms, c->v_min, c->v_max, proj));
+    rp_tensor *target = rp_tensor_from(t, 2, (int[]){n, c->atoms}, proj);
+    if (!target) return rp_last_status();
 
     /* Cross-entropy of the online critic at (obs, act): -sum_i m_i log softmax(logits)_i. */
     rp_tape_set_recording(t, backward);
@@ -165,9 +165,11 @@ rp_status d4pg_critic_pass(rp_tape *t, rp_d4pg_learner *L, const rp_d4pg_batch *
     rp_tape_set_recording(t, true);
     if (!l) return rp_last_status();
     *loss = rp_item(l);
-    if (priorities)
+    if (priorities) {
+        RP_CHECK(rp_tensor_read(neg_ce, priorities, n));
         for (int i = 0; i < n; i++)
-            priorities[i] = -neg_ce->data[i];
+            priorities[i] = -priorities[i];
+    }
     return backward ? rp_backward(t, l) : RP_OK;
 }
 
@@ -299,7 +301,7 @@ rp_status rp_d4pg_learner_step(rp_replica *rep, rp_d4pg_learner *L, const rp_d4p
     RP_CHECK(batch_check(b));
     rp_tape *t = rp_replica_tape(rep);
     double critic_loss = 0, objective = 0;
-    d4pg_target_update(L);
+    RP_CHECK(d4pg_target_update(L));
     RP_CHECK(d4pg_critic_pass(t, L, b, true, &critic_loss, st ? st->priorities : NULL));
     RP_CHECK(d4pg_policy_pass(t, L, b, true, &objective, st));
     RP_CHECK(d4pg_apply(L, st));
@@ -358,6 +360,5 @@ rp_status rp_d4pg_learner_q(rp_d4pg_learner *L, rp_tape *t, const float *obs, co
     rp_tensor *v = d4pg_expected_value(t, d4pg_critic_forward(t, &L->critic, x, a), L->support);
     rp_tape_set_recording(t, was);
     if (!v) return rp_last_status();
-    memcpy(q, v->data, (size_t)n * sizeof(float));
-    return RP_OK;
+    return rp_tensor_read(v, q, n);
 }

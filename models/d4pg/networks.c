@@ -233,15 +233,14 @@ rp_status rp_d4pg_policy_act(rp_d4pg_policy *p, rp_tape *t, const float *obs, in
     rp_tensor *a = d4pg_policy_forward(t, p, x);
     rp_tape_set_recording(t, was);
     if (!a) return rp_last_status();
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < c->act_dim; j++) {
-            float v = a->data[(int64_t)i * c->act_dim + j];
-            if (sigma > 0) {
-                v += sigma * normal_draw(rng);
-                v = fminf(fmaxf(v, c->act_min[j]), c->act_max[j]);
+    RP_CHECK(rp_tensor_read(a, act, (int64_t)n * c->act_dim));
+    if (sigma > 0)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < c->act_dim; j++) {
+                float *v = &act[(int64_t)i * c->act_dim + j];
+                *v += sigma * normal_draw(rng);
+                *v = fminf(fmaxf(*v, c->act_min[j]), c->act_max[j]);
             }
-            act[(int64_t)i * c->act_dim + j] = v;
-        }
     return RP_OK;
 }
 

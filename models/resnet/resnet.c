@@ -225,6 +225,12 @@ static rp_status unit_range(const rp_resnet_config *cfg, int *first, int *last)
     return RP_OK;
 }
 
+/* A block's last batch norm's gamma, the one zero_init_residual zeroes (NULL if not held here). */
+static rp_tensor *residual_gamma(const resnet_block *b)
+{
+    return b->bn[b->bottleneck ? 2 : 1].gamma;
+}
+
 rp_status rp_resnet_create(rp_resnet **out, const rp_resnet_config *cfg, uint64_t seed)
 {
     if (!out || !cfg || cfg->in_channels < 1 || cfg->classes < 1 || cfg->kind < RP_RESNET20 ||
@@ -267,11 +273,23 @@ rp_status rp_resnet_create(rp_resnet **out, const rp_resnet_config *cfg, uint64_
                                     cfg->classes, true, false));
     RP_TRY(rp_params_finalize(net->params, seed));
     if (cfg->zero_init_residual) {
+        /* Zeros written from the host: the values are the kernel table's storage. */
+        int64_t most = 0;
         for (int i = 0; i < net->n_blocks; i++) {
-            resnet_block *b = &net->blocks[i];
-            rp_tensor *gamma = b->bn[b->bottleneck ? 2 : 1].gamma;
-            if (gamma) memset(gamma->data, 0, (size_t)gamma->numel * sizeof(float));
+            const rp_tensor *gamma = residual_gamma(&net->blocks[i]);
+            if (gamma && gamma->numel > most) most = gamma->numel;
         }
+        float *zeros = rp_calloc((size_t)(most + 1) * sizeof(float));
+        if (!zeros) {
+            status = rp_last_status();
+            goto cleanup;
+        }
+        for (int i = 0; i < net->n_blocks && status == RP_OK; i++) {
+            rp_tensor *gamma = residual_gamma(&net->blocks[i]);
+            if (gamma) status = rp_tensor_write(gamma, zeros, gamma->numel);
+        }
+        rp_free(zeros);
+        if (status != RP_OK) goto cleanup;
     }
     *out = net;
     return RP_OK;
@@ -510,19 +528,16 @@ static rp_status held_as(const rp_tensor *d, const rp_tensor *s, int T, const ch
 }
 
 /*
- * Moves the value blocks (state false: every tensor's values) or `slots` state blocks (state
- * true: trainable tensors only, each block laid out as the value block's trainable part) between
- * this member's shards (src_s/dst_s, laid out as the network's list) and the dense tensors (laid
- * out as `dense`): gather all-gathers split tensors over tp_comm and places the slices, scatter
- * copies this member's slice. Every tensor is checked before the first collective, so members given
- * the same wrong list fail together.
+ * Moves `blocks` host copies of blocks laid out as a list's value block (state false: every
+ * tensor's values, one block) or as its trainable part (state true: optimizer state, one block
+ * per slot) between this member's shards (`shard`, laid out as the network's list) and the dense
+ * tensors (`dense_host`, laid out as `dense`): gather all-gathers split tensors over tp_comm and
+ * places the slices, scatter copies this member's slice. Every tensor is checked before the
+ * first collective, so members given the same wrong list fail together.
  */
-static rp_status move_dense(const rp_resnet *net, const rp_params *dense, float *shard_block,
-                            float *dense_block, bool state, int slots, bool gather, const char *who)
+static rp_status move_dense(const rp_resnet *net, const rp_params *dense, float *shard,
+                            float *dense_host, bool state, int blocks, bool gather, const char *who)
 {
-    if (!net || !dense || slots < 0 || (state && slots > 0 && (!shard_block || !dense_block)))
-        return RP_ERROR(RP_ERR_INVALID, "%s: bad arguments (net %p, dense %p, slots %d)", who,
-                        (const void *)net, (const void *)dense, slots);
     const rp_params *np = net->params;
     int T = tp_size(&net->cfg), rank = net->cfg.tp_comm ? rp_comm_rank(net->cfg.tp_comm) : 0;
     int count = state ? rp_params_trainable_count(dense) : rp_params_count(dense);
@@ -536,7 +551,7 @@ static rp_status move_dense(const rp_resnet *net, const rp_params *dense, float 
         const rp_tensor *s = rp_params_find(np, d->name);
         int axis;
         RP_CHECK(held_as(d, s, T, who, &axis));
-        if (state && s->data - rp_params_data(np) >= rp_params_trainable_numel(np))
+        if (state && s->index >= rp_params_trainable_count(np))
             return RP_ERROR(RP_ERR_SHAPE,
                             "%s: \"%s\" is trainable in the dense list, not in the "
                             "network",
@@ -550,15 +565,12 @@ static rp_status move_dense(const rp_resnet *net, const rp_params *dense, float 
     }
     rp_status status = RP_OK;
     int64_t s_stride = rp_params_trainable_numel(np), d_stride = rp_params_trainable_numel(dense);
-    for (int k = 0; k < (state ? slots : 1); k++) {
+    for (int k = 0; k < blocks; k++) {
         for (int i = 0; i < count; i++) {
             const rp_tensor *d = rp_params_at(dense, i);
             const rp_tensor *s = rp_params_find(np, d->name);
-            float *sp = s->data, *dp = d->data;
-            if (state) {
-                sp = shard_block + k * s_stride + (s->data - rp_params_data(np));
-                dp = dense_block + k * d_stride + (d->data - rp_params_data(dense));
-            }
+            float *sp = shard + k * s_stride + rp_params_offset(np, s->index);
+            float *dp = dense_host + k * d_stride + rp_params_offset(dense, i);
             int axis;
             RP_TRY(held_as(d, s, T, who, &axis));
             if (axis < 0) {
@@ -581,28 +593,133 @@ cleanup:
     return status;
 }
 
+/* The values of both lists through host copies: the blocks are the kernel table's storage. */
+static rp_status move_values(const rp_resnet *net, const rp_params *dense, bool gather,
+                             const char *who)
+{
+    if (!net || !dense)
+        return RP_ERROR(RP_ERR_INVALID, "%s: bad arguments (net %p, dense %p)", who,
+                        (const void *)net, (const void *)dense);
+    rp_params *np = net->params;
+    int64_t ns = rp_params_numel(np), nd = rp_params_numel(dense);
+    float *shard = rp_alloc((size_t)ns * sizeof(float)), *dh = rp_alloc((size_t)nd * sizeof(float));
+    rp_status status = RP_OK;
+    if (!shard || !dh) {
+        status = rp_last_status();
+        goto cleanup;
+    }
+    RP_TRY(rp_params_read_values(np, shard));
+    RP_TRY(rp_params_read_values(dense, dh));
+    RP_TRY(move_dense(net, dense, shard, dh, false, 1, gather, who));
+    /* dense is the caller's to fill when gathering (a const list is only ever read). */
+    RP_TRY(gather ? rp_params_write_values((rp_params *)dense, dh)
+                  : rp_params_write_values(np, shard));
+cleanup:
+    rp_free(dh);
+    rp_free(shard);
+    return status;
+}
+
 rp_status rp_resnet_gather_dense(const rp_resnet *net, rp_params *dense)
 {
-    return move_dense(net, dense, NULL, NULL, false, 0, true, "rp_resnet_gather_dense");
+    return move_values(net, dense, true, "rp_resnet_gather_dense");
 }
 
 rp_status rp_resnet_scatter_dense(rp_resnet *net, const rp_params *dense)
 {
-    return move_dense(net, dense, NULL, NULL, false, 0, false, "rp_resnet_scatter_dense");
+    return move_values(net, dense, false, "rp_resnet_scatter_dense");
 }
 
-rp_status rp_resnet_gather_state(const rp_resnet *net, const float *shard_state,
-                                 const rp_params *dense, float *dense_state, int slots)
+/*
+ * Optimizer state goes through checkpoints in memory: rp_checkpoint_add_optimizer gives an
+ * optimizer's state as host tensors "slot<k>/<name>" (and "steps"), and
+ * rp_checkpoint_read_optimizer puts such tensors back (taking its range's part in a sharded
+ * optimizer). Between them the state is host blocks laid out as move_dense wants.
+ */
+
+/* The slots of ck's state of `params` into host[slots x trainable numel]. */
+static rp_status state_to_host(const rp_checkpoint *ck, const rp_params *params, int slots,
+                               float *host)
 {
-    /* shard_state is only read when gathering. */
-    return move_dense(net, dense, (float *)shard_state, dense_state, true, slots, true,
-                      "rp_resnet_gather_state");
+    int64_t stride = rp_params_trainable_numel(params);
+    for (int k = 0; k < slots; k++)
+        for (int i = 0; i < rp_params_trainable_count(params); i++) {
+            const rp_tensor *t = rp_params_at(params, i);
+            char name[RP_NAME_MAX + 32];
+            snprintf(name, sizeof name, "slot%d/%s", k, t->name);
+            RP_CHECK(rp_checkpoint_copy_f32(
+                ck, name, host + k * stride + rp_params_offset(params, i), t->numel));
+        }
+    return RP_OK;
 }
 
-rp_status rp_resnet_scatter_state(const rp_resnet *net, float *shard_state, const rp_params *dense,
-                                  const float *dense_state, int slots)
+/* host[slots x trainable numel] and `steps` as the state tensors of `params`, added to ck. */
+static rp_status host_to_state(rp_checkpoint *ck, const rp_params *params, int slots,
+                               const float *host, int64_t steps)
 {
-    /* dense_state is only read when scattering. */
-    return move_dense(net, dense, shard_state, (float *)dense_state, true, slots, false,
-                      "rp_resnet_scatter_state");
+    int64_t stride = rp_params_trainable_numel(params);
+    for (int k = 0; k < slots; k++)
+        for (int i = 0; i < rp_params_trainable_count(params); i++) {
+            const rp_tensor *t = rp_params_at(params, i);
+            char name[RP_NAME_MAX + 32];
+            snprintf(name, sizeof name, "slot%d/%s", k, t->name);
+            int64_t shape[RP_MAX_DIMS];
+            for (int d = 0; d < t->ndim; d++)
+                shape[d] = t->shape[d];
+            RP_CHECK(rp_checkpoint_add_f32(ck, name, t->ndim, shape,
+                                           host + k * stride + rp_params_offset(params, i)));
+        }
+    return rp_checkpoint_add_i64(ck, "steps", 1, &steps);
+}
+
+static rp_status move_state(const rp_resnet *net, const rp_optimizer *from, rp_optimizer *to,
+                            const rp_params *dense, bool gather, const char *who)
+{
+    if (!net || !dense || !from || !to)
+        return RP_ERROR(RP_ERR_INVALID, "%s: bad arguments (net %p, dense %p, optimizers %p, %p)",
+                        who, (const void *)net, (const void *)dense, (const void *)from,
+                        (const void *)to);
+    const rp_params *np = net->params;
+    const rp_params *from_p = gather ? np : dense, *to_p = gather ? dense : np;
+    int slots = rp_optim_slots(rp_optimizer_config(from));
+    int64_t ns = rp_params_trainable_numel(np), nd = rp_params_trainable_numel(dense);
+    rp_checkpoint *in = NULL, *out = NULL;
+    float *shard = rp_calloc((size_t)(slots * ns + 1) * sizeof(float));
+    float *dh = rp_calloc((size_t)(slots * nd + 1) * sizeof(float));
+    rp_status status = RP_OK;
+    if (!shard || !dh) {
+        status = rp_last_status();
+        goto cleanup;
+    }
+    RP_TRY(rp_checkpoint_create(&in));
+    RP_TRY(rp_checkpoint_create(&out));
+    RP_TRY(rp_checkpoint_add_optimizer(in, from, from_p, ""));
+    int64_t n = 0;
+    const int64_t *steps = rp_checkpoint_get_i64(in, "steps", &n);
+    if (!steps || n != 1) {
+        status = RP_ERROR(RP_ERR_INVALID, "%s: the optimizer's state has no step count", who);
+        goto cleanup;
+    }
+    RP_TRY(state_to_host(in, from_p, slots, gather ? shard : dh));
+    RP_TRY(move_dense(net, dense, shard, dh, true, slots, gather, who));
+    RP_TRY(host_to_state(out, to_p, slots, gather ? dh : shard, steps[0]));
+    RP_TRY(rp_checkpoint_read_optimizer(out, to, to_p, ""));
+cleanup:
+    rp_checkpoint_destroy(out);
+    rp_checkpoint_destroy(in);
+    rp_free(dh);
+    rp_free(shard);
+    return status;
+}
+
+rp_status rp_resnet_gather_state(const rp_resnet *net, const rp_optimizer *shard_opt,
+                                 const rp_params *dense, rp_optimizer *dense_opt)
+{
+    return move_state(net, shard_opt, dense_opt, dense, true, "rp_resnet_gather_state");
+}
+
+rp_status rp_resnet_scatter_state(const rp_resnet *net, rp_optimizer *shard_opt,
+                                  const rp_params *dense, const rp_optimizer *dense_opt)
+{
+    return move_state(net, dense_opt, shard_opt, dense, false, "rp_resnet_scatter_state");
 }

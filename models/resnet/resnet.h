@@ -164,23 +164,27 @@ rp_status rp_resnet_partition(const rp_resnet_config *cfg, int h, int w, int sta
  * tensor-parallel run resumes from a dense checkpoint and vice versa. Without tensor
  * parallelism (tp_comm NULL or of 1 member) both copy tensor by tensor.
  *
- * The _state forms move optimizer state laid out as rp_optimizer_state's: `slots` blocks one
- * after the other, each laid out as the trainable part of the value block of its list
- * (`shard_state` of this network's list, `dense_state` of `dense`), e.g. SGD momentum (1 slot)
- * or Adam's moments (2); the step count is the same everywhere and is not moved.
+ * The _state forms move an optimizer's state the same way: `shard_opt` is an optimizer over this
+ * network's list, `dense_opt` one over `dense`, with the same rule (SGD momentum's 1 slot,
+ * Adam's 2); gather sets dense_opt's state and step count from shard_opt's, scatter shard_opt's
+ * from dense_opt's. The state moves through in-memory checkpoints (rp_checkpoint_add_optimizer
+ * and rp_checkpoint_read_optimizer), so a sharded shard_opt (ZeRO-1, rp_optimizer_set_range)
+ * takes its range's part when scattering, and must hold its whole state when gathering
+ * (rp_replica_optimizer_fetch).
  *
- * Errors: RP_ERR_INVALID (NULL, slots < 0), RP_ERR_SHAPE naming the tensor when a dense name is
+ * Errors: RP_ERR_INVALID (NULL), RP_ERR_SHAPE naming the tensor when a dense name is
  * missing from the network or its shape is neither the network's nor T times it along one axis,
+ * the checkpoint calls' errors (optimizers of different rules, a sharded one gathered),
  * RP_ERR_NOMEM, and the collectives' errors (a member that fails before a collective makes its
  * peers fail in it, RP_ERR_TIMEOUT or RP_ERR_COMM, never a hang). Thread-safety: one thread per
  * member; not concurrently with a step.
  */
 rp_status rp_resnet_gather_dense(const rp_resnet *net, rp_params *dense);
 rp_status rp_resnet_scatter_dense(rp_resnet *net, const rp_params *dense);
-rp_status rp_resnet_gather_state(const rp_resnet *net, const float *shard_state,
-                                 const rp_params *dense, float *dense_state, int slots);
-rp_status rp_resnet_scatter_state(const rp_resnet *net, float *shard_state, const rp_params *dense,
-                                  const float *dense_state, int slots);
+rp_status rp_resnet_gather_state(const rp_resnet *net, const rp_optimizer *shard_opt,
+                                 const rp_params *dense, rp_optimizer *dense_opt);
+rp_status rp_resnet_scatter_state(const rp_resnet *net, rp_optimizer *shard_opt,
+                                  const rp_params *dense, const rp_optimizer *dense_opt);
 
 /* T, the network's tensor-parallel degree: tp_comm's size, 1 without it. */
 int rp_resnet_tp_size(const rp_resnet *net);

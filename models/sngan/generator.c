@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "models/sngan/sngan_internal.h"
 
@@ -138,7 +137,7 @@ rp_status rp_sngan_generate(rp_sngan_generator *g, rp_tape *t, const float *z,
     if (!y)
         status = rp_last_status();
     else
-        memcpy(images, y->data, (size_t)y->numel * sizeof(float));
+        status = rp_tensor_read(y, images, y->numel);
     rp_tape_set_recording(t, recording);
     rp_tape_reset(t);
     return status;

@@ -56,11 +56,17 @@ static rp_status add_chunk(const rp_sngan_judge *j, rp_tape *tape, const float *
     rp_tensor *logits =
         in ? rp_resnet_forward_features(tape, j->net.resnet, in, false, &feat) : NULL;
     if (!logits || !feat) return rp_last_status();
-    RP_CHECK(rp_gauss_sums_add(&t->feat, feat->data, n));
-    RP_CHECK(rp_gauss_sums_add(&t->logit, logits->data, n));
+    /* The tallies run on the host, over the values read back into the tape's host arena. */
+    float *fv = rp_arena_alloc(rp_tape_arena(tape), (size_t)feat->numel * sizeof(float));
+    float *lv = rp_arena_alloc(rp_tape_arena(tape), (size_t)logits->numel * sizeof(float));
+    if (!fv || !lv) return rp_last_status();
+    RP_CHECK(rp_tensor_read(feat, fv, feat->numel));
+    RP_CHECK(rp_tensor_read(logits, lv, logits->numel));
+    RP_CHECK(rp_gauss_sums_add(&t->feat, fv, n));
+    RP_CHECK(rp_gauss_sums_add(&t->logit, lv, n));
     int k = j->classes;
     for (int i = 0; i < n; i++) {
-        const float *z = logits->data + (size_t)i * (size_t)k;
+        const float *z = lv + (size_t)i * (size_t)k;
         int best = 0;
         double max = z[0], sum = 0;
         for (int y = 1; y < k; y++)

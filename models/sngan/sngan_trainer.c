@@ -161,18 +161,17 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
 
 /* ---- the two phases ----------------------------------------------------------------------- */
 
-static void save_u(sngan_replica_state *s)
+/* The discriminator's buffers (the u vectors, after the trainable values) to u_saved, or back. */
+static rp_status move_u(sngan_replica_state *s, bool save)
 {
-    if (s->u_numel > 0)
-        memcpy(s->u_saved, rp_params_data(s->dis.params) + rp_params_trainable_numel(s->dis.params),
-               (size_t)s->u_numel * sizeof(float));
-}
-
-static void restore_u(sngan_replica_state *s)
-{
-    if (s->u_numel > 0)
-        memcpy(rp_params_data(s->dis.params) + rp_params_trainable_numel(s->dis.params), s->u_saved,
-               (size_t)s->u_numel * sizeof(float));
+    rp_params *p = s->dis.params;
+    int64_t base = rp_params_trainable_numel(p);
+    for (int i = rp_params_trainable_count(p); i < rp_params_count(p); i++) {
+        rp_tensor *u = rp_params_at(p, i);
+        float *saved = s->u_saved + (rp_params_offset(p, i) - base);
+        RP_CHECK(save ? rp_tensor_read(u, saved, u->numel) : rp_tensor_write(u, saved, u->numel));
+    }
+    return RP_OK;
 }
 
 static rp_status not_finite(const char *what, double v, const rp_trainer_at *at)
@@ -196,10 +195,10 @@ rp_status rp_sngan_step_g(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
     double loss_sum = 0;
     rp_params_set_frozen(s->gen->params, false);
     rp_params_set_frozen(s->dis.params, true);
-    save_u(s);
+    RP_TRY(move_u(s, true));
     for (int a = 0; a < c->accum; a++) {
         /* Each micro-batch sees the u the step started from (they advance once per step). */
-        if (a > 0) restore_u(s);
+        if (a > 0) RP_TRY(move_u(s, false));
         rp_tape_reset(t);
         draw_fakes(c, at->global_step, 0, (int64_t)s->replica * s->g_local + (int64_t)a * m, m,
                    s->z, s->y);
@@ -275,9 +274,9 @@ rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
     rp_params_set_frozen(s->dis.params, false);
     rp_params_set_frozen(s->gen->params, true);
     RP_TRY(next_real(s, g, at, i));
-    save_u(s);
+    RP_TRY(move_u(s, true));
     for (int a = 0; a < c->accum; a++) {
-        if (a > 0) restore_u(s);
+        if (a > 0) RP_TRY(move_u(s, false));
         rp_tape_reset(t);
         /* The fakes: the generator is frozen, so they carry no graph back into it (detached). */
         draw_fakes(c, at->global_step, 1 + i, (int64_t)s->replica * s->d_local + (int64_t)a * m, m,
@@ -288,15 +287,16 @@ rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
             status = rp_last_status();
             goto cleanup;
         }
-        /* Real and fake in one batch, so the power iterations run once for both. */
-        rp_tensor *x = rp_tensor_new(t, 4, (int[]){2 * m, c->h, c->w, c->c});
+        /* Real and fake in one batch, so the power iterations run once for both: the two as
+           flat rows, joined end to end (a concatenation along the last axis) and reshaped. */
+        int flat[2] = {1, m * (int)s->pixels};
+        rp_tensor *halves[2] = {rp_tensor_from(t, 2, flat, s->real + (int64_t)a * m * s->pixels),
+                                rp_reshape(t, fake, 2, flat)};
+        rp_tensor *x = rp_reshape(t, rp_concat(t, halves, 2), 4, (int[]){2 * m, c->h, c->w, c->c});
         if (!x) {
             status = rp_last_status();
             goto cleanup;
         }
-        memcpy(x->data, s->real + (int64_t)a * m * s->pixels,
-               (size_t)(m * s->pixels) * sizeof(float));
-        memcpy(x->data + m * s->pixels, fake->data, (size_t)(m * s->pixels) * sizeof(float));
         memcpy(s->y, s->real_y + (int64_t)a * m, (size_t)m * sizeof *s->y);
         rp_tensor *out = sngan_discriminator_forward(t, &s->dis, x, s->y, true);
         rp_tensor *d_real = rows(t, out, 0, m), *d_fake = rows(t, out, m, 2 * m);
@@ -312,9 +312,17 @@ rp_status rp_sngan_step_d(rp_replica *rep, rp_sngan *g, void *state, const rp_tr
         }
         loss_sum += l;
         /* The mean outputs, read off the values (no graph for them). */
+        float *dr = rp_arena_alloc(rp_tape_arena(t), 2 * (size_t)d_real->numel * sizeof(float));
+        if (!dr) {
+            status = rp_last_status();
+            goto cleanup;
+        }
+        float *df = dr + d_real->numel;
+        RP_TRY(rp_tensor_read(d_real, dr, d_real->numel));
+        RP_TRY(rp_tensor_read(d_fake, df, d_fake->numel));
         for (int j = 0; j < m; j++) {
-            real_sum += d_real->data[j] / m;
-            fake_sum += d_fake->data[j] / m;
+            real_sum += dr[j] / m;
+            fake_sum += df[j] / m;
         }
         if (c->accum > 1) loss = rp_scale(t, loss, 1.0f / (float)c->accum);
         RP_TRY(rp_backward(t, loss));

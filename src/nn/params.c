@@ -430,3 +430,23 @@ rp_status rp_params_write_grads(rp_params *p, const float *in)
         p->entries[p->order[i]].t->flags &= ~RP_TENSOR_GRAD_FRESH;
     return RP_OK;
 }
+
+rp_status rp_params_copy_values(rp_params *dst, const rp_params *src)
+{
+    RP_CHECK(check_block(dst, src, "rp_params_copy_values"));
+    RP_CHECK(check_block(src, dst, "rp_params_copy_values"));
+    if (dst->n != src->n)
+        return RP_ERROR(RP_ERR_SHAPE, "rp_params_copy_values: %d tensors into a list of %d", src->n,
+                        dst->n);
+    for (int i = 0; i < src->n; i++) {
+        const rp_tensor *a = src->entries[src->order[i]].t, *b = dst->entries[dst->order[i]].t;
+        if (a->numel != b->numel || src->offsets[i] != dst->offsets[i])
+            return RP_ERROR(RP_ERR_SHAPE,
+                            "rp_params_copy_values: tensor %d is \"%s\" of %lld values in the "
+                            "source and \"%s\" of %lld in the destination",
+                            i, a->name, (long long)a->numel, b->name, (long long)b->numel);
+    }
+    /* Storage to storage: nothing passes through the host. */
+    dst->k->mem_copy(dst->data, src->data, (size_t)src->numel * sizeof(float));
+    return RP_OK;
+}
