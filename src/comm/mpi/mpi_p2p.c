@@ -114,9 +114,11 @@ void rp_mpi_poll_notices(rp_comm *c)
         size_t LL = (size_t)m->lanes * (size_t)m->lanes;
         MPI_Get_count(&st, MPI_BYTE, &n);
         bool counts = m->peer_sent && (size_t)n == LL * sizeof(uint64_t);
-        char drop[8];
-        MPI_Recv(counts ? (void *)&m->peer_sent[(size_t)st.MPI_SOURCE * LL] : (void *)drop,
-                 counts ? n : 0, MPI_BYTE, st.MPI_SOURCE, TAG_CLOSE, m->comm, MPI_STATUS_IGNORE);
+        void *into = counts ? (void *)&m->peer_sent[(size_t)st.MPI_SOURCE * LL]
+                            : malloc(n > 0 ? (size_t)n : 1);
+        MPI_Recv(into, into ? n : 0, MPI_BYTE, st.MPI_SOURCE, TAG_CLOSE, m->comm,
+                 MPI_STATUS_IGNORE);
+        if (!counts) free(into);
         m->left[st.MPI_SOURCE].closed = counts;
     }
     for (;;) {
