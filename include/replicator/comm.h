@@ -130,7 +130,17 @@ bool rp_comm_mpi_launched(void);
  */
 void rp_comm_mpi_abort(int code);
 
-/* Frees this member's handle (not collective). NULL is ignored. */
+/*
+ * Frees this member's handle (not collective; it never waits for the peers).
+ * NULL is ignored. MPI (and the MPI part of mpi+threads): the handle's MPI
+ * communicators are freed only once every peer has destroyed its handle too
+ * (each sends the others a last "close" message), since a message that
+ * reached a freed MPI communicator would be taken by the next one given its
+ * context id; until then they stay allocated (at most until MPI is
+ * finalized, where one whose peer never destroyed its handle is left). A
+ * peer's send to this member after its close fails at once with
+ * RP_ERR_COMM, as does a receive of a message it did not send first.
+ */
 void rp_comm_destroy(rp_comm *comm);
 
 int rp_comm_rank(const rp_comm *comm);
@@ -141,7 +151,10 @@ int rp_comm_replica_id(const rp_comm *comm, int rank);
  * What this handle's messages call a member, before its id: "replica" (the default), or e.g.
  * "worker" where a replica spans several workers or the job has roles (the runtime sets it on
  * such a job's communicators, so an error names the worker it means). Splits inherit it. At most
- * 15 characters (longer is cut); NULL or "" is the default. Not collective: this handle only.
+ * 15 characters (longer is cut); NULL or "" is the default. Not collective: this handle only -
+ * on the hierarchical backend, the first member in each process's call also sets it for the
+ * messages of its process's MPI part, so set it on every member before they communicate (as the
+ * runtime does).
  */
 void rp_comm_set_noun(rp_comm *comm, const char *noun);
 const char *rp_comm_noun(const rp_comm *comm);
@@ -297,11 +310,19 @@ uint64_t rp_comm_step_user_calls(const rp_comm *comm);
  * receive fails with RP_ERR_MISMATCH on both, "replica 0 went on to ...
  * without sending the message of recv (tag 7, ...), which replica 1 is
  * waiting in" (under MPI after a moment, at most a quarter second, for the
- * message to arrive; not yet in the hierarchical backend, where it waits
- * for the timeout). A send to a member that has left (threads: its step
- * ended or failed; MPI: it failed) fails at once with RP_ERR_COMM instead
- * of buffering a message that would never be received, and breaks the
- * communicator. A mismatch or timeout breaks the communicator like a
+ * message to arrive). Under MPI every other member is told too, so one
+ * waiting in a collective for either of the two fails at once with that
+ * message instead of timing out on the member that only waited; on
+ * mpi+threads a member's neighbours in its process learn it from its
+ * failed wait. (mpi+threads cannot tell in one case: a member that is not
+ * its process's first, of a process of several, gone on to a broadcast -
+ * that receive waits for the timeout, which names the peer.) A send to a
+ * member that has left (threads: its step ended or failed; MPI: it failed
+ * or was told to leave, as rp_replicator_destroy does, or destroyed the
+ * communicator) fails at once with RP_ERR_COMM instead of buffering a
+ * message that would never be received, and breaks the communicator. A
+ * point-to-point error on mpi+threads breaks the whole handle, its threads
+ * part too. A mismatch or timeout breaks the communicator like a
  * collective error, and every later call on a broken communicator -
  * point-to-point included - fails at once with RP_ERR_COMM and the original
  * reason. An invalid call (negative count, NULL buffer with count > 0,

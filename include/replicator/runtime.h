@@ -198,21 +198,23 @@ typedef struct rp_replica rp_replica;
 rp_status rp_replicator_create(rp_replicator **r, const rp_config *cfg);
 /*
  * Stops the threads and frees the replicas (not their user data); see the
- * teardown order above. A role started and not waited for: on the threads
- * backend the other workers first leave their communicators for good (the
- * link too), so the started function's next send to them, or a receive from
- * them, fails at once with RP_ERR_COMM ("worker 0 has left (COMM: worker
- * 0's replicator was destroyed): send (tag 3, ...) from worker 1 to it would
- * never be received") - an actor sending in a loop ends; then destroy waits
- * for the started threads at most the timeout (cfg.timeout_s, at least 2 s).
- * One still running then (a loop that makes no comm call) is named in the
- * log and in rp_last_error() (RP_ERR_TIMEOUT, "rp_replicator_destroy: role
- * 'actor', worker 1 did not return from its started function within 2 s
- * ..."), its thread is detached and the replicator's memory is left
- * allocated, as for a stuck replica below. Under MPI a started role on
- * another rank is not told (a message to a rank that has freed its
- * communicator would corrupt the next one): stop it and
- * rp_replicator_wait() for it before destroy, on every rank. With
+ * teardown order above. A role started and not waited for, here or (under
+ * MPI) on another rank: the workers here that are not in one first leave
+ * their communicators for good (the link too; under MPI always, since a
+ * role started elsewhere is not seen from here), so a started function's
+ * next send to them, or a receive from them, fails at once with
+ * RP_ERR_COMM ("worker 0 has left (COMM: worker 0's replicator was
+ * destroyed): send (tag 3, ...) from worker 1 to it would never be
+ * received"; under MPI the workers are named with their rank and host) -
+ * an actor sending in a loop ends, whichever rank it runs on; then destroy
+ * waits for the started threads here at most the timeout (cfg.timeout_s,
+ * at least 2 s). One still running then (a loop that makes no comm call)
+ * is named in the log and in rp_last_error() (RP_ERR_TIMEOUT,
+ * "rp_replicator_destroy: role 'actor', worker 1 did not return from its
+ * started function within 2 s ..."), its thread is detached and the
+ * replicator's memory is left allocated, as for a stuck replica below.
+ * Stopping the roles and rp_replicator_wait() for them before destroy is
+ * still the clean way: their results and errors are theirs. With
  * replica optimizers still alive it detaches them and records RP_ERR_INVALID
  * ("replica 0 still had 1 optimizer(s) ... destroy them first") in
  * rp_last_error(). After the watchdog abandoned a stuck replica it waits

@@ -212,7 +212,9 @@ int rp_comm_replica_id(const rp_comm *comm, int rank)
 
 void rp_comm_set_noun(rp_comm *comm, const char *noun)
 {
-    if (comm) snprintf(comm->noun, sizeof comm->noun, "%s", noun ? noun : "");
+    if (!comm) return;
+    snprintf(comm->noun, sizeof comm->noun, "%s", noun ? noun : "");
+    if (comm->ops->noun_set) comm->ops->noun_set(comm);
 }
 
 const char *rp_comm_noun(const rp_comm *comm)
@@ -542,12 +544,28 @@ static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_re
     return RP_OK;
 }
 
+/*
+ * A request that a part of the handle made (the hierarchical backend's MPI part, or its threads
+ * part) and that failed breaks the whole handle: its members in this process learn the error
+ * at once, as the part's own members did (a peer waiting in a collective here for the member
+ * that failed would otherwise wait for the timeout). Keeps the error.
+ */
+static void part_failed(rp_comm *comm, const rp_comm *backend, rp_status status)
+{
+    if (status == RP_OK || backend == comm || !comm->ops->fail) return;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", rp_last_error());
+    comm->ops->fail(comm, status, msg);
+    rp_error_set(status, NULL, 0, "%s", msg);
+}
+
 /* Waits for req by `deadline` (the backend frees it) and completes its flight-recorder entry. */
 static rp_status complete(rp_comm_request *req, double deadline)
 {
-    rp_comm *comm = req->comm;
+    rp_comm *comm = req->comm, *backend = req->backend;
     uint64_t flight = req->flight;
-    rp_status status = req->backend->ops->wait(req, deadline);
+    rp_status status = backend->ops->wait(req, deadline);
+    part_failed(comm, backend, status);
     if (flight) rp_flight_end(comm, flight - 1, status);
     return named(comm, status);
 }
@@ -579,9 +597,10 @@ rp_status rp_comm_test(rp_comm_request *req, bool *done)
         *done = true;
         return RP_OK;
     }
-    rp_comm *comm = req->comm;
+    rp_comm *comm = req->comm, *backend = req->backend;
     uint64_t flight = req->flight;
-    rp_status status = req->backend->ops->test(req, done);
+    rp_status status = backend->ops->test(req, done);
+    if (*done) part_failed(comm, backend, status);
     if (*done && flight) rp_flight_end(comm, flight - 1, status);
     return status;
 }

@@ -116,6 +116,9 @@ typedef struct rp_comm_ops {
     rp_status (*wait)(rp_comm_request *req, double deadline);
     rp_status (*test)(rp_comm_request *req, bool *done);
     rp_status (*probe)(rp_comm *comm, int peer, int tag, bool *ready, rp_p2p_desc *found);
+    /* Optional: comm->noun was set (the hierarchical backend passes it to the handles it is
+       made of, whose messages it returns). */
+    void (*noun_set)(rp_comm *comm);
 } rp_comm_ops;
 
 struct rp_comm {

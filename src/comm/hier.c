@@ -441,6 +441,15 @@ static bool hier_broken(const rp_comm *c)
            (leader(c) && h->g->mpi && h->g->mpi->ops->broken(h->g->mpi));
 }
 
+/* The members here and (set by the leader, so by one thread) the processes' communicator name
+   members as this handle does: their messages are returned as this handle's. */
+static void hier_noun_set(rp_comm *c)
+{
+    hier *h = HI(c);
+    memcpy(h->local->noun, c->noun, sizeof c->noun);
+    if (leader(c) && h->g->mpi) memcpy(h->g->mpi->noun, c->noun, sizeof c->noun);
+}
+
 static void hier_destroy(rp_comm *c)
 {
     hier *h = HI(c);
@@ -765,6 +774,7 @@ static const rp_comm_ops hier_ops = {
     .wait = hier_wait,
     .test = hier_test,
     .probe = hier_probe,
+    .noun_set = hier_noun_set,
 };
 
 /* ---- create ----------------------------------------------------------------------------- */

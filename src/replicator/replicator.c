@@ -693,12 +693,12 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
 /* ---- create / destroy ----------------------------------------------------------------- */
 
 /*
- * destroy's end of the roles started and not waited for. On threads the workers that are not in
- * one leave their communicators for good first - the link too, unlike at a run's end - so a
- * started function sending to them or waiting for them fails at once instead of buffering
- * forever. Then each started thread gets the timeout (at least 2 s) to return; one that does not
- * is named in the log and rp_last_error(), detached, and true is returned: its replica, tape
- * and communicators may still be in use, so the caller frees nothing.
+ * destroy's end of the roles started and not waited for. The workers that are not in one leave
+ * their communicators for good first - the link too, unlike at a run's end - so a started
+ * function sending to them or waiting for them, here or on another rank, fails at once instead
+ * of buffering forever. Then each started thread here gets the timeout (at least 2 s) to return;
+ * one that does not is named in the log and rp_last_error(), detached, and true is returned: its
+ * replica, tape and communicators may still be in use, so the caller frees nothing.
  */
 static bool stop_started(rp_replicator *r)
 {
@@ -706,12 +706,13 @@ static bool stop_started(rp_replicator *r)
     for (int i = 0; r->reps && i < r->n; i++)
         any |= r->reps[i].busy;
     /*
-     * On threads the leave is a flag. Over MPI it is a message to every peer, and one that
-     * reaches a process that has already freed that communicator is kept by OpenMPI for the
-     * next communicator given the same context id, whose creation then crashes
-     * (test_topology_mpi did): so not there, and a started role on another rank is not told.
+     * On threads every worker is here, so the leave (a flag) is needed only if one is started.
+     * Under MPI a role started on another rank is not seen from here: the leave is a notice to
+     * every peer, always. A peer that destroys its replicator first takes it as it closes: comm
+     * frees an MPI communicator only once every peer has closed its end (mpi_close.c), where
+     * OpenMPI would have given the late notice to the next communicator with its context id.
      */
-    bool leave = r->layout == RP_LAYOUT_THREADS && any;
+    bool leave = r->layout != RP_LAYOUT_THREADS || any;
     for (int i = 0; leave && r->reps && i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
         if (rep->busy || !rep->world) continue;

@@ -95,14 +95,18 @@ static void mpi_fail(rp_comm *c, rp_status status, const char *reason)
 static void mpi_destroy(rp_comm *c)
 {
     mpi_impl *m = M(c);
-    rp_mpi_p2p_release(m);
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && m->notice_req != MPI_REQUEST_NULL) {
+    /* The MPI communicators go to the closing list, freed once every peer has closed too. */
+    if (!finalized) rp_mpi_close(c);
+    rp_mpi_p2p_release(m);
+    if (!finalized && m->notice_reqs) {
         lock();
-        MPI_Request_free(&m->notice_req);
+        for (int q = 0; q < c->size; q++)
+            if (m->notice_reqs[q] != MPI_REQUEST_NULL) MPI_Request_free(&m->notice_reqs[q]);
         unlock();
     }
+    free(m->notice_reqs);
     free(m->left);
     free(m->early);
     free(m->early_ok);
@@ -145,11 +149,14 @@ static rp_status wrap(rp_comm **out, MPI_Comm comm, const int *ids, double timeo
         m->early_ok = calloc((size_t)size, sizeof *m->early_ok);
         m->from = calloc(2 * (size_t)size, sizeof *m->from);
         m->missing = calloc((size_t)size, sizeof *m->missing);
-        m->notice_req = MPI_REQUEST_NULL;
+        m->notice_reqs = malloc((size_t)size * sizeof *m->notice_reqs);
+        for (int q = 0; m->notice_reqs && q < size; q++)
+            m->notice_reqs[q] = MPI_REQUEST_NULL;
     }
     if (!c || !m || !c->ids || !m->hosts || !m->calls || !m->reqs || !m->blocks || !m->left ||
-        !m->early || !m->early_ok || !m->from || !m->missing) {
+        !m->early || !m->early_ok || !m->from || !m->missing || !m->notice_reqs) {
         if (m) {
+            free(m->notice_reqs);
             free(m->missing);
             free(m->early);
             free(m->early_ok);
@@ -197,7 +204,9 @@ static void finalize_at_exit(void)
 {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (finalized) return;
+    rp_mpi_reap(true);
+    MPI_Finalize();
 }
 
 void rp_comm_mpi_abort(int code)
@@ -244,6 +253,7 @@ rp_status rp_comm_mpi_create(rp_comm **out, double timeout_s)
     if (!out) return RP_ERROR(RP_ERR_INVALID, "comm is NULL");
     if (!(timeout_s > 0)) return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be > 0", timeout_s);
     RP_CHECK(rp_mpi_ensure_init());
+    rp_mpi_reap(false); /* communicators whose peers have all closed since: their ids are free */
     MPI_Comm comm;
     int world_rank = 0;
     lock();
@@ -259,6 +269,7 @@ rp_status rp_comm_mpi_create(rp_comm **out, double timeout_s)
 static rp_status mpi_split(rp_comm *c, int color, int key, rp_comm **out)
 {
     RP_CHECK(rp_comm_barrier(c));
+    rp_mpi_reap(false);
     MPI_Comm sub;
     lock();
     int rc = MPI_Comm_split(M(c)->comm, color >= 0 ? color : MPI_UNDEFINED, key, &sub);

@@ -137,8 +137,11 @@ rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
         int done = 0;
         lock();
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        bool other = !done && rc == MPI_SUCCESS && m->hashed && (polls & 31) == 31 &&
-                     probe_peers(c, m->desc, n, reqs);
+        bool look = !done && rc == MPI_SUCCESS && (polls & 31) == 31, other = false;
+        if (look && m->hashed)
+            other = probe_peers(c, m->desc, n, reqs);
+        else if (look)
+            rp_mpi_poll_notices(c);
         unlock();
         if (rc != MPI_SUCCESS) {
             char msg[512];
@@ -148,8 +151,9 @@ rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
             return RP_ERROR(RP_ERR_BACKEND, "%s", msg);
         }
         if (done) return RP_OK;
-        /* A peer's notice (it found this rank had skipped its send) broke the communicator. */
-        if (m->broken && !other && m->hashed)
+        /* A peer's notice broke the communicator: it found this rank had skipped its send, or
+           another point-to-point error that leaves a peer out of this call (see mpi_p2p.c). */
+        if (m->broken && !other)
             return rp_error_set(m->broken_status, __FILE__, __LINE__, "%s", m->reason);
         if (other) return RP_ERR_MISMATCH;
         if (rp_now_s() > deadline) break;
@@ -457,7 +461,6 @@ static rp_status mpi_broadcast(rp_comm *c, const rp_coll_desc *d, void *buf, dou
  * rp_comm_mpi_set_full_check(1) puts every call on the full exchange (to
  * measure the difference).
  */
-#define HASH_BIT (1 << 30)
 static int full_check;
 
 void rp_comm_mpi_set_full_check(int full)

@@ -4,8 +4,10 @@
  * part uses. mpi.c creates, splits and destroys communicators (and has the
  * backend's table); mpi_coll.c runs the checked collectives; mpi_p2p.c the
  * point-to-point messages and the notices (mismatches, peers that left);
- * mpi_base.c the lock and the small helpers below. Calls go downwards only:
- * mpi.c -> mpi_coll.c -> mpi_p2p.c -> mpi_base.c.
+ * mpi_close.c the end of a communicator (its MPI communicators are freed
+ * only once every peer has closed its end); mpi_base.c the lock and the
+ * small helpers below. Calls go downwards only: mpi.c -> mpi_coll.c ->
+ * mpi_p2p.c -> mpi_base.c, and mpi.c -> mpi_close.c -> mpi_p2p.c.
  */
 #ifndef RP_COMM_MPI_INTERNAL_H
 #define RP_COMM_MPI_INTERNAL_H
@@ -18,15 +20,19 @@
 
 #define TAG_CALL   7001
 #define TAG_DATA   7002
-#define TAG_NOTICE 7003 /* a point-to-point mismatch, told to the sender */
+#define TAG_NOTICE 7003 /* a point-to-point error, told to every peer (see mpi_p2p.c) */
 #define TAG_LEFT                                                                                   \
     7004 /* a peer's step ended (rp_comm_leave) or it gave up (timed out), with its reason */
+#define TAG_CLOSE                                                                                  \
+    7005 /* a peer destroyed the communicator: its last message on it, with the number of          \
+            point-to-point messages it sent this rank on each channel (see mpi_close.c) */
 #define HOST_MAX   64
 #define NOTICE_MAX 1024
 
-/* A peer's leave (or give-up) notice, as received. */
+/* A peer's leave (or give-up) notice, as received; and whether it has closed its end. */
 typedef struct left_note {
     bool left;
+    bool closed;    /* its TAG_CLOSE came: m->peer_sent holds what it sent here */
     bool blames_me; /* it gave up waiting for this rank */
     rp_status status;
     char reason[NOTICE_MAX];
@@ -49,13 +55,15 @@ typedef struct mpi_impl {
     MPI_Comm *pc;            /* [lanes] */
     struct lane_state *lane; /* [lanes] */
     uint64_t *sent, *rcvd;   /* [size * lanes * lanes] messages per channel */
+    uint64_t *peer_sent;     /* [size * lanes * lanes] as rcvd: what a peer that closed sent */
     int *lane_rank;          /* [size * lanes] or NULL */
     int *lane_ids;           /* [members] their replica ids, with lane_rank */
     int64_t tag_limit;
-    struct left_note *left; /* [size] the peers' leave notices */
-    MPI_Request notice_req;
-    char notice[1100];
-    double notices_due; /* when p2p next looks for notices (poll_notices_due) */
+    struct left_note *left;   /* [size] the peers' leave notices */
+    MPI_Request *notice_reqs; /* [size] the notice of a point-to-point error, to every peer */
+    char notice[1100];        /* its text for the member that caused it (its lane first) */
+    char notice_all[1100];    /* and for the others (lane -1) */
+    double notices_due;       /* when p2p next looks for notices (poll_notices_due) */
     /* The call check (see mpi_collective). */
     bool hashed;              /* the current call checks by its data messages' tag */
     int tag;                  /* that tag */
@@ -102,8 +110,27 @@ void rp_mpi_poll_notices(rp_comm *c);
 rp_status rp_mpi_wait(rp_comm *c, rp_comm_request *req, double deadline);
 /* Whether a point-to-point request is done (then freed, with its status). */
 rp_status rp_mpi_test(rp_comm *c, rp_comm_request *req, bool *done);
-/* Frees the point-to-point state (the MPI communicators too, unless MPI is finalized). */
+/* Frees the point-to-point state (the MPI communicators too, unless MPI is finalized or
+ * rp_mpi_close took them). */
 void rp_mpi_p2p_release(mpi_impl *m);
+/* A collective message's MPI tag carries this bit when it is hashed (see mpi_coll.c). */
+#define HASH_BIT (1 << 30)
+
+/* ---- mpi_close.c ---- */
+
+/*
+ * The end of this member's use of the communicator (its destroy, before the
+ * state is freed): tells every peer what it sent it and takes the MPI
+ * communicators (m->comm, m->pc) into the list of those closing, freed once
+ * every peer has closed too. Under no lock; MPI not finalized.
+ */
+void rp_mpi_close(rp_comm *c);
+/*
+ * Frees the closing communicators whose peers have all closed, draining what
+ * they sent meanwhile; `final` (MPI about to be finalized): gives up on the
+ * rest, leaving them allocated. Under no lock.
+ */
+void rp_mpi_reap(bool final);
 
 /* ---- mpi_coll.c ---- */
 

@@ -38,6 +38,13 @@
  * lane's incoming messages into that queue: a peer sending to us at the
  * same time then completes, and so do we. All of this state is under the
  * MPI lock.
+ *
+ * A point-to-point error (a mismatch, a skipped send) is found by one
+ * member; it tells the member that caused it, which fails with the same
+ * message, and every other member (a notice each, TAG_NOTICE), whose
+ * communicator is then broken with it: a member waiting in a collective for
+ * one of the two fails at once, with the message that names the cause,
+ * instead of timing out on a member that only waited.
  */
 #define BUFFER_AFTER_S 0.002
 
@@ -93,10 +100,27 @@ static void member_name(const rp_comm *c, int proc, int lane, char *buf, size_t 
     snprintf(buf, size, "%s %d (rank %d, %s)", comm_noun(c), id, proc, m->hosts[proc]);
 }
 
-/* Notices of mismatches and of peers that left: read under the lock, at every p2p poll. */
+/* Notices of mismatches, of peers that left and of peers that closed: read under the lock, at
+ * every p2p poll. */
 void rp_mpi_poll_notices(rp_comm *c)
 {
     mpi_impl *m = M(c);
+    for (;;) {
+        int flag = 0, n = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_CLOSE, m->comm, &flag, &st);
+        if (!flag) break;
+        /* What it sent here on each channel (see mpi_close.c): a receive past that fails. */
+        size_t LL = (size_t)m->lanes * (size_t)m->lanes;
+        MPI_Get_count(&st, MPI_BYTE, &n);
+        bool counts = m->peer_sent && (size_t)n == LL * sizeof(uint64_t);
+        void *into = counts ? (void *)&m->peer_sent[(size_t)st.MPI_SOURCE * LL]
+                            : malloc(n > 0 ? (size_t)n : 1);
+        MPI_Recv(into, into ? n : 0, MPI_BYTE, st.MPI_SOURCE, TAG_CLOSE, m->comm,
+                 MPI_STATUS_IGNORE);
+        if (!counts) free(into);
+        m->left[st.MPI_SOURCE].closed = counts;
+    }
     for (;;) {
         int flag = 0;
         MPI_Status st;
@@ -176,37 +200,60 @@ static void req_done(mreq *r, rp_status status, const char *error)
     r->state = MREQ_DONE;
 }
 
-/*
- * Tells the member at (proc, lane) the mismatch it caused, so that it fails with the same message
- * (a notice on the collectives' communicator). One notice per communicator (a mismatch breaks
- * it); its buffer lives until destroy. Under the lock, before the communicator is marked broken.
- */
-static void tell_peer(rp_comm *c, int proc, int lane, const char *msg)
+/* A notice's text: the lane it blames (-1: none here), then the message. */
+static int notice_text(char *buf, size_t size, int lane, const char *msg)
 {
-    mpi_impl *m = M(c);
-    if (m->notice_req != MPI_REQUEST_NULL || m->broken) return;
-    memcpy(m->notice, &lane, sizeof(int));
+    memcpy(buf, &lane, sizeof(int));
     size_t len = strlen(msg) + 1;
-    if (len > sizeof m->notice - sizeof(int)) len = sizeof m->notice - sizeof(int);
-    memcpy(m->notice + sizeof(int), msg, len);
-    m->notice[sizeof m->notice - 1] = '\0';
-    MPI_Isend(m->notice, (int)(sizeof(int) + len), MPI_BYTE, proc, TAG_NOTICE, m->comm,
-              &m->notice_req);
+    if (len > size - sizeof(int)) len = size - sizeof(int);
+    memcpy(buf + sizeof(int), msg, len);
+    buf[size - 1] = '\0';
+    return (int)(sizeof(int) + len);
 }
 
 /*
- * Whether MPI rank `proc` has gone on to a collective this rank has not reached: its message of
- * one waits here (this rank has received every message of the collectives it completed), or its
- * call was kept for the next one. Under the lock.
+ * Tells the member at (proc, lane) the error it caused, so that it fails with the same message,
+ * and every other process, whose communicator it breaks (see the top of this section). Once per
+ * communicator (the error breaks it); the buffers live until destroy. Under the lock, before the
+ * communicator is marked broken.
  */
-static bool peer_went_on(rp_comm *c, int proc)
+static void tell_peers(rp_comm *c, int proc, int lane, const char *msg)
 {
     mpi_impl *m = M(c);
-    if (m->early_ok && m->early_ok[proc] && m->early[proc].kind != RP_COLL_LEFT) return true;
+    if (m->broken) return;
+    int len = notice_text(m->notice, sizeof m->notice, lane, msg);
+    int len_all = notice_text(m->notice_all, sizeof m->notice_all, -1, msg);
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank && q != proc) continue;
+        MPI_Isend(q == proc ? m->notice : m->notice_all, q == proc ? len : len_all, MPI_BYTE, q,
+                  TAG_NOTICE, m->comm, &m->notice_reqs[q]);
+    }
+}
+
+/*
+ * Whether the member at (MPI rank `proc`, `lane`) has gone on to a collective this member has not
+ * reached: its process's message of one waits here (this process has received every message of
+ * the collectives it completed), or its call was kept for the next one. Under the lock.
+ *
+ * In the hierarchical backend a process's collective messages are its first member's (lane 0),
+ * and the others are in the call only if their process's part of it came first: it does for
+ * every call with data to reduce or gather (hashed) and for a barrier, not for a broadcast,
+ * which the first member may join alone. So for another member of a process of several, a
+ * call seen only by its descriptor's tag (a broadcast, a barrier or a call of count 0, told
+ * apart only once received) is not taken as a sign: that receive waits for the timeout.
+ */
+static bool peer_went_on(rp_comm *c, int proc, int lane)
+{
+    mpi_impl *m = M(c);
+    bool whole = m->lanes == 1 || lane == 0 || member_of(c, proc, 1) < 0;
+    if (m->early_ok && m->early_ok[proc] && m->early[proc].kind != RP_COLL_LEFT)
+        return whole || m->early[proc].kind != RP_COLL_BROADCAST;
     int flag = 0;
     MPI_Status st;
     MPI_Iprobe(proc, MPI_ANY_TAG, m->comm, &flag, &st);
-    return flag && st.MPI_TAG != TAG_NOTICE && st.MPI_TAG != TAG_LEFT;
+    if (!flag || st.MPI_TAG == TAG_NOTICE || st.MPI_TAG == TAG_LEFT || st.MPI_TAG == TAG_CLOSE)
+        return false;
+    return whole || (st.MPI_TAG & HASH_BIT);
 }
 
 /* A matched receive's send differs: fail the receive, tell the sender, break. Under the lock. */
@@ -217,7 +264,7 @@ static void p2p_mismatch(rp_comm *c, mreq *r)
     member_name(c, r->got_proc, r->got_lane, who_s, sizeof who_s);
     member_name(c, c->rank, r->mylane, who_r, sizeof who_r);
     rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
-    tell_peer(c, r->got_proc, r->got_lane, msg);
+    tell_peers(c, r->got_proc, r->got_lane, msg);
     rp_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
     req_done(r, RP_ERR_MISMATCH, msg);
 }
@@ -450,13 +497,19 @@ rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int pr
     /* A destination that has left (its step failed, its replicator was destroyed) would never
      * receive it: fail now rather than buffer it. */
     poll_notices_due(c);
-    if (m->left[proc].left) {
+    if (m->left[proc].left || m->left[proc].closed) {
         char msg[1400], peer[160], me[160];
         member_name(c, proc, dlane, peer, sizeof peer);
         member_name(c, c->rank, slane, me, sizeof me);
-        snprintf(msg, sizeof msg,
-                 "%s has left (%s: %.600s): %s from %s to it would never be received", peer,
-                 rp_status_name(m->left[proc].status), m->left[proc].reason, what, me);
+        if (m->left[proc].left)
+            snprintf(msg, sizeof msg,
+                     "%s has left (%s: %.600s): %s from %s to it would never be received", peer,
+                     rp_status_name(m->left[proc].status), m->left[proc].reason, what, me);
+        else
+            snprintf(msg, sizeof msg,
+                     "%s has destroyed this communicator: %s from %s to it would never be "
+                     "received",
+                     peer, what, me);
         rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
         unlock();
         free(r);
@@ -570,9 +623,25 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
         req_done(r, RP_ERR_COMM, msg);
         return;
     }
+    if (!r->d.send && r->state == MREQ_POSTED && proc != MPI_ANY_SOURCE && r->lane >= 0 &&
+        m->left[proc].closed) {
+        /* Everything it sent on this channel before it closed has been taken. */
+        size_t ch = ((size_t)proc * (size_t)m->lanes + (size_t)r->lane) * (size_t)m->lanes +
+                    (size_t)r->mylane;
+        if (m->rcvd[ch] >= m->peer_sent[ch]) {
+            snprintf(msg, sizeof msg,
+                     "%s destroyed this communicator without sending the message of %s, which "
+                     "%s is waiting in",
+                     peer, what, me);
+            rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
+            req_drop(c, r);
+            req_done(r, RP_ERR_COMM, msg);
+            return;
+        }
+    }
     double now = rp_now_s();
-    if (!r->d.send && r->state == MREQ_POSTED && proc != MPI_ANY_SOURCE && m->lanes == 1 &&
-        peer_went_on(c, proc)) {
+    if (!r->d.send && r->state == MREQ_POSTED && proc != MPI_ANY_SOURCE && r->lane >= 0 &&
+        peer_went_on(c, proc, r->lane)) {
         /*
          * Its peer is in a collective this rank has not reached, which cannot complete without
          * it, and no message of the peer's is matched (one matched is on its way): the two wait
@@ -586,7 +655,7 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
                      "the message of %s, which %s is waiting in (each waits for the other: a "
                      "send must come before the sender's next collective)",
                      peer, what, me);
-            tell_peer(c, proc, r->lane < 0 ? 0 : r->lane, msg);
+            tell_peers(c, proc, r->lane < 0 ? 0 : r->lane, msg);
             rp_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
             req_drop(c, r);
             req_done(r, RP_ERR_MISMATCH, msg);
@@ -746,12 +815,13 @@ void rp_mpi_p2p_release(mpi_impl *m)
     free(m->lane);
     free(m->sent);
     free(m->rcvd);
+    free(m->peer_sent);
     free(m->lane_rank);
     free(m->lane_ids);
     m->lane_ids = NULL;
     m->pc = NULL;
     m->lane = NULL;
-    m->sent = m->rcvd = NULL;
+    m->sent = m->rcvd = m->peer_sent = NULL;
     m->lane_rank = NULL;
     m->lanes = 0;
 }
@@ -769,19 +839,21 @@ rp_status rp_mpi_p2p_setup(rp_comm *c, int lanes, const int *lane_rank, const in
     lane_state *ls = calloc((size_t)lanes, sizeof *ls);
     uint64_t *sent = calloc((size_t)n * (size_t)lanes * (size_t)lanes, sizeof *sent);
     uint64_t *rcvd = calloc((size_t)n * (size_t)lanes * (size_t)lanes, sizeof *rcvd);
+    uint64_t *peer_sent = calloc((size_t)n * (size_t)lanes * (size_t)lanes, sizeof *peer_sent);
     int *map = lane_rank ? malloc((size_t)n * (size_t)lanes * sizeof *map) : NULL;
     int *idcopy = lane_rank && ids ? malloc((size_t)members * sizeof *idcopy + 1) : NULL;
     int rc = MPI_SUCCESS;
     for (int l = 0; pc && l < lanes && rc == MPI_SUCCESS; l++)
         rc = MPI_Comm_dup(m->comm, &pc[l]);
     unlock();
-    if (!pc || !ls || !sent || !rcvd || (lane_rank && !map) || (lane_rank && ids && !idcopy) ||
-        rc != MPI_SUCCESS) {
+    if (!pc || !ls || !sent || !rcvd || !peer_sent || (lane_rank && !map) ||
+        (lane_rank && ids && !idcopy) || rc != MPI_SUCCESS) {
         free(idcopy);
         free(pc);
         free(ls);
         free(sent);
         free(rcvd);
+        free(peer_sent);
         free(map);
         return RP_ERROR(RP_ERR_NOMEM, "MPI communicator: point-to-point state for %d lanes", lanes);
     }
@@ -794,6 +866,7 @@ rp_status rp_mpi_p2p_setup(rp_comm *c, int lanes, const int *lane_rank, const in
     m->lane = ls;
     m->sent = sent;
     m->rcvd = rcvd;
+    m->peer_sent = peer_sent;
     m->lane_rank = map;
     int *ub = NULL, flag = 0;
     lock();
