@@ -247,8 +247,11 @@ cleanup:
     return status;
 }
 
-/* The non-directory entries of `dir` (os.walk's files: broken links included), sorted. */
-static rp_status list_files(const char *dir, strlist *files)
+/*
+ * The entries of `dir`, sorted: its subdirectories (links followed) when `want_dirs` (the class
+ * directories), else its other entries (os.walk's files: broken links included).
+ */
+static rp_status list_entries(const char *dir, bool want_dirs, strlist *out)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -261,32 +264,10 @@ static rp_status list_files(const char *dir, strlist *files)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         RP_TRY(path_join(path, sizeof path, dir, e->d_name));
         struct stat st;
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) continue;
-        RP_TRY(strlist_add(files, e->d_name));
+        bool is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+        if (is_dir == want_dirs) RP_TRY(strlist_add(out, e->d_name));
     }
-    qsort(files->v, files->n, sizeof *files->v, cmp_str);
-cleanup:
-    closedir(d);
-    return status;
-}
-
-/* The class directories of `root`: its subdirectories (links followed), sorted. */
-static rp_status find_classes(const char *root, strlist *classes)
-{
-    DIR *d = opendir(root);
-    if (!d)
-        return RP_ERROR(RP_ERR_IO, "image folder: cannot open directory %s: %s", root,
-                        strerror(errno));
-    rp_status status = RP_OK;
-    char path[4096];
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        RP_TRY(path_join(path, sizeof path, root, e->d_name));
-        struct stat st;
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) RP_TRY(strlist_add(classes, e->d_name));
-    }
-    qsort(classes->v, classes->n, sizeof *classes->v, cmp_str);
+    qsort(out->v, out->n, sizeof *out->v, cmp_str);
 cleanup:
     closedir(d);
     return status;
@@ -305,7 +286,7 @@ static rp_status tree_index(rp_image_source *src, const char *root, const char *
     ancestor up[WALK_MAX_DEPTH];
     char cdir[4096], path[4096];
 
-    RP_TRY(find_classes(train_root, &classes));
+    RP_TRY(list_entries(train_root, true, &classes));
     if (classes.n == 0) {
         status = RP_ERROR(RP_ERR_FORMAT,
                           "image folder: found no class directory in %s (the layout is "
@@ -320,7 +301,7 @@ static rp_status tree_index(rp_image_source *src, const char *root, const char *
     }
     if (strcmp(root, train_root)) {
         /* Another split: its class directories must be train's (a missing one is fine). */
-        RP_TRY(find_classes(root, &here));
+        RP_TRY(list_entries(root, true, &here));
         for (size_t i = 0; i < here.n; i++)
             if (!bsearch(&here.v[i], classes.v, classes.n, sizeof *classes.v, cmp_str)) {
                 status = RP_ERROR(RP_ERR_FORMAT,
@@ -350,7 +331,7 @@ static rp_status tree_index(rp_image_source *src, const char *root, const char *
         int64_t before = *n;
         for (size_t k = 0; k < dirs.n; k++) {
             strlist_free(&files);
-            RP_TRY(list_files(dirs.v[k], &files));
+            RP_TRY(list_entries(dirs.v[k], false, &files));
             for (size_t f = 0; f < files.n; f++) {
                 if (!decodable(files.v[f])) {
                     others += torchvision_only(files.v[f]);

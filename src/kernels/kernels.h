@@ -369,7 +369,12 @@ void *rp_staging_view(rp_staging *s, const rp_kernels *k, const void *storage, s
 void rp_staging_commit(const rp_kernels *k, void *storage, const void *view, size_t bytes);
 void rp_staging_free(rp_staging *s);
 
-/* The host tables' memory slots (cpu and ref share them): malloc, memcpy and a word fill. */
+/* The host tables' memory slots (cpu and ref share them): malloc, memcpy and a word fill. In a
+   table's initializer: RP_HOST_MEMORY_SLOTS, */
+#define RP_HOST_MEMORY_SLOTS                                                                       \
+    .host_storage = true, .mem_alloc = rp_host_mem_alloc, .mem_free = rp_host_mem_free,            \
+    .mem_upload = rp_host_mem_copy, .mem_download = rp_host_mem_copy,                              \
+    .mem_copy = rp_host_mem_copy, .mem_fill = rp_host_mem_fill, .mem_sync = rp_host_mem_sync
 void *rp_host_mem_alloc(size_t bytes);
 void rp_host_mem_free(void *p, size_t bytes);
 void rp_host_mem_copy(void *dst, const void *src, size_t bytes);

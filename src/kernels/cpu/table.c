@@ -11,7 +11,6 @@
 
 static const rp_kernels cpu_table = {
     .name = "cpu",
-    .host_storage = true,
     .gemm = rp_cpu_gemm,
     .gemm_bf16 = rp_cpu_gemm_bf16,
     .conv2d_fwd = rp_cpu_conv2d_fwd,
@@ -77,13 +76,7 @@ static const rp_kernels cpu_table = {
     .sn_bwd = rp_ref_sn_bwd,
     .checksum = rp_ref_checksum,
     /* ---- memory: host memory ---- */
-    .mem_alloc = rp_host_mem_alloc,
-    .mem_free = rp_host_mem_free,
-    .mem_upload = rp_host_mem_copy,
-    .mem_download = rp_host_mem_copy,
-    .mem_copy = rp_host_mem_copy,
-    .mem_fill = rp_host_mem_fill,
-    .mem_sync = rp_host_mem_sync,
+    RP_HOST_MEMORY_SLOTS,
 };
 
 const rp_kernels *rp_kernels_cpu(void)

@@ -83,6 +83,17 @@ static void on_fault(int sig, siginfo_t *si, void *context)
     raise(sig); /* delivered when the handler returns, if the instruction does not fault first */
 }
 
+/* Makes on_fault the handler of sig, keeping the one it replaces in *previous. */
+static void take_signal(int sig, struct sigaction *previous)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, previous);
+}
+
 void rp_strict_fault_install(void *pool_base, size_t pool_bytes)
 {
     fault_base = (uintptr_t)pool_base;
@@ -103,13 +114,8 @@ void rp_strict_fault_install(void *pool_base, size_t pool_bytes)
         }
     }
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &previous_segv);
-    sigaction(SIGBUS, &sa, &previous_bus);
+    take_signal(SIGSEGV, &previous_segv);
+    take_signal(SIGBUS, &previous_bus);
 }
 
 void rp_strict_fault_reclaim(void)
@@ -119,12 +125,6 @@ void rp_strict_fault_reclaim(void)
        outside the pool goes to. */
     struct sigaction now;
     if (sigaction(SIGSEGV, NULL, &now) != 0 || !(now.sa_flags & SA_SIGINFO) ||
-        now.sa_sigaction != on_fault) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = on_fault;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGSEGV, &sa, &previous_segv);
-    }
+        now.sa_sigaction != on_fault)
+        take_signal(SIGSEGV, &previous_segv);
 }
