@@ -728,6 +728,7 @@ static void test_destroy_before_optimizers(void **state)
             free(s->pre_values);
             free(s->post_values);
             free(s->ema);
+            free(s->copy);
         }
         free(j);
     }

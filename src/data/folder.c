@@ -267,7 +267,7 @@ static rp_status list_entries(const char *dir, bool want_dirs, strlist *out)
         bool is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
         if (is_dir == want_dirs) RP_TRY(strlist_add(out, e->d_name));
     }
-    qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    if (out->n > 1) qsort(out->v, out->n, sizeof *out->v, cmp_str); /* (v is NULL when empty) */
 cleanup:
     closedir(d);
     return status;
