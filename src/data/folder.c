@@ -75,63 +75,6 @@ static rp_status config_check(const rp_folder_config *c)
     return RP_OK;
 }
 
-/* ---- the growing index ---------------------------------------------------- */
-
-rp_status folder_add_sample(rp_image_source *src, const char *name, int32_t label, int shard,
-                            int64_t offset, int64_t size, int32_t **labels, int64_t *n,
-                            int64_t *cap)
-{
-    size_t len = strlen(name) + 1;
-    if (src->names_len + len > src->names_cap) {
-        size_t c = src->names_cap ? src->names_cap * 2 : 1 << 16;
-        while (c < src->names_len + len)
-            c *= 2;
-        char *p = realloc(src->names, c);
-        if (!p) return RP_ERROR(RP_ERR_NOMEM, "image folder: cannot grow the index of names");
-        src->names = p;
-        src->names_cap = c;
-    }
-    if (*n == *cap) {
-        int64_t c = *cap ? *cap * 2 : 1024;
-        if (c > (int64_t)UINT32_MAX) c = UINT32_MAX;
-        if (*n >= c) return RP_ERROR(RP_ERR_INVALID, "image folder: more than 2^32 - 1 samples");
-        int32_t *l = realloc(*labels, (size_t)c * sizeof *l);
-        if (l) *labels = l;
-        int64_t *o = realloc(src->name_off, (size_t)c * sizeof *o);
-        if (o) src->name_off = o;
-        bool ok = l && o;
-        if (ok && src->kind == FOLDER_TAR) {
-            int32_t *sh = realloc(src->shard, (size_t)c * sizeof *sh);
-            if (sh) src->shard = sh;
-            int64_t *of = realloc(src->offset, (size_t)c * sizeof *of);
-            if (of) src->offset = of;
-            int64_t *sz = realloc(src->size, (size_t)c * sizeof *sz);
-            if (sz) src->size = sz;
-            ok = sh && of && sz;
-        }
-        if (!ok)
-            return RP_ERROR(RP_ERR_NOMEM, "image folder: cannot grow the index to %lld",
-                            (long long)c);
-        *cap = c;
-    }
-    memcpy(src->names + src->names_len, name, len);
-    src->name_off[*n] = (int64_t)src->names_len;
-    src->names_len += len;
-    (*labels)[*n] = label;
-    if (src->kind == FOLDER_TAR) {
-        src->shard[*n] = shard;
-        src->offset[*n] = offset;
-        src->size[*n] = size;
-    }
-    ++*n;
-    return RP_OK;
-}
-
-const char *folder_sample_name(const rp_image_source *src, int64_t i)
-{
-    return src->names + src->name_off[i];
-}
-
 /* ---- an ImageFolder tree ---------------------------------------------------- */
 
 /* A growable list of malloc'ed strings. */
@@ -611,10 +554,7 @@ rp_status rp_dataset_sample_path(const rp_dataset *ds, int64_t i, char *buf, siz
                         "and a buffer are needed)",
                         (long long)i);
     const rp_image_source *src = ds->source;
-    if (src->kind == FOLDER_TAR)
-        snprintf(buf, size, "%s:%s", src->shards[src->shard[i]].path, folder_sample_name(src, i));
-    else
-        snprintf(buf, size, "%s", folder_sample_name(src, i));
+    folder_sample_describe(src, i, buf, size);
     if (class_name && src->classes && ds->labels[i] >= 0 && ds->labels[i] < src->nclasses)
         *class_name = src->classes[ds->labels[i]];
     return RP_OK;

@@ -208,6 +208,8 @@ void folder_source_destroy(rp_image_source *src);
 
 /* The name of sample i (a path, or a member's name) and its file, for messages. */
 const char *folder_sample_name(const rp_image_source *src, int64_t i);
+/* Sample i's file for messages: its path, or "SHARD:MEMBER" (folder_index.c). */
+void folder_sample_describe(const rp_image_source *src, int64_t i, char *buf, size_t size);
 
 /*
  * Indexes the shards DIR/<split>/ *.tar into src (kind FOLDER_TAR), appending

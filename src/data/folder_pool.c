@@ -124,15 +124,6 @@ cleanup:
     return status;
 }
 
-/* Sample i's file for messages: its path, or "SHARD:MEMBER". */
-static void sample_name(const rp_image_source *src, int64_t i, char *buf, size_t size)
-{
-    if (src->kind == FOLDER_TAR)
-        snprintf(buf, size, "%s:%s", src->shards[src->shard[i]].path, folder_sample_name(src, i));
-    else
-        snprintf(buf, size, "%s", folder_sample_name(src, i));
-}
-
 /* Makes sample i (no replacement): read, decode, crop and resize, flip and normalise. */
 static rp_status make_one(const folder_request *req, int64_t i, folder_worker *w, float *out)
 {
@@ -141,7 +132,7 @@ static rp_status make_one(const folder_request *req, int64_t i, folder_worker *w
     const rp_folder_config *cfg = &src->cfg;
     const int S = ds->h;
     char name[4200];
-    sample_name(src, i, name, sizeof name);
+    folder_sample_describe(src, i, name, sizeof name);
 
     size_t size = 0;
     RP_CHECK(read_sample(src, i, name, w, &size));
@@ -210,7 +201,7 @@ rp_status folder_make_sample(const folder_request *req, int64_t idx, folder_work
     /* Every try failed, now or in an earlier batch: the error names a file at fault. */
     char first[4200];
     if (!last[0]) {
-        sample_name(src, idx % ds->n, first, sizeof first);
+        folder_sample_describe(src, idx % ds->n, first, sizeof first);
         snprintf(last, sizeof last, "%s failed to decode earlier", first);
     }
     return RP_ERROR(RP_ERR_FORMAT,

@@ -98,58 +98,6 @@ rp_arena *rp_tape_storage(rp_tape *t)
     return t->store;
 }
 
-void *tape_store(rp_tape *t, size_t bytes)
-{
-    return rp_arena_alloc(t->store, bytes);
-}
-
-void *tape_upload(rp_tape *t, const void *host, size_t bytes)
-{
-    void *p = rp_arena_alloc(t->store, bytes);
-    if (p) t->k->mem_upload(p, host, bytes);
-    return p;
-}
-
-void *tape_host_in(rp_tape *t, const void *storage, size_t bytes)
-{
-    if (t->k->host_storage) return (void *)storage;
-    void *host = rp_arena_alloc(t->arena, bytes);
-    if (host) t->k->mem_download(host, storage, bytes);
-    return host;
-}
-
-void *tape_host_out(rp_tape *t, void *storage, size_t bytes)
-{
-    return t->k->host_storage ? storage : rp_arena_alloc(t->arena, bytes);
-}
-
-void tape_host_commit(rp_tape *t, void *storage, const void *host, size_t bytes)
-{
-    if (host != storage) t->k->mem_upload(storage, host, bytes);
-}
-
-rp_tensor *tape_host_tensor(rp_tape *t, rp_tensor *x, bool download)
-{
-    if (t->k->host_storage) return x;
-    rp_tensor *h = rp_arena_alloc(t->arena, sizeof *h);
-    RP_PROPAGATE_NULL(h);
-    *h = *x;
-    h->grad = NULL; /* a callback gets gradients as arguments, never through the struct */
-    h->storage = download ? tape_host_in(t, x->storage, tape_bytes(x))
-                          : tape_host_out(t, x->storage, tape_bytes(x));
-    return h->storage ? h : NULL;
-}
-
-void tape_host_tensor_commit(rp_tape *t, rp_tensor *x, const rp_tensor *shadow)
-{
-    if (shadow != x) tape_host_commit(t, x->storage, shadow->storage, tape_bytes(x));
-}
-
-void tape_set_scalar(rp_tape *t, rp_tensor *y, float value)
-{
-    t->k->mem_upload(y->data, &value, sizeof value);
-}
-
 int rp_tape_size(const rp_tape *t)
 {
     return t->n_nodes;

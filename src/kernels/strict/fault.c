@@ -20,6 +20,7 @@
 
 static uintptr_t fault_base;
 static size_t fault_bytes;
+static const size_t *fault_top; /* the pool's top, read atomically (the pool owns it) */
 static struct sigaction previous_segv, previous_bus;
 
 static void put(const char *s)
@@ -60,7 +61,7 @@ static void on_fault(int sig, siginfo_t *si, void *context)
         if (si->si_code <= 0) raise(sig);
         return;
     }
-    if (a - fault_base < rp_strict_pool_top()) {
+    if (a - fault_base < __atomic_load_n(fault_top, __ATOMIC_RELAXED)) {
         put("strict kernels: host code touched tensor storage at ");
         put_address(a);
         put(" outside a kernel call (a read or write a device backend could not serve); "
@@ -94,8 +95,9 @@ static void take_signal(int sig, struct sigaction *previous)
     sigaction(sig, &sa, previous);
 }
 
-void rp_strict_fault_install(void *pool_base, size_t pool_bytes)
+void rp_strict_fault_install(void *pool_base, size_t pool_bytes, const size_t *top)
 {
+    fault_top = top;
     fault_base = (uintptr_t)pool_base;
     fault_bytes = pool_bytes;
     void *warm[1];

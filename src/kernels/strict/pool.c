@@ -72,7 +72,7 @@ static void reserve(void)
             break;
         }
     }
-    if (pool.base) rp_strict_fault_install(pool.base, pool.reserved);
+    if (pool.base) rp_strict_fault_install(pool.base, pool.reserved, &pool.top);
 }
 
 void rp_strict_init(void)
@@ -213,11 +213,6 @@ void rp_strict_pool_close(void)
         if (pool.base) rp_strict_fault_reclaim();
     }
     pthread_mutex_unlock(&pool.lock);
-}
-
-size_t rp_strict_pool_top(void)
-{
-    return __atomic_load_n(&pool.top, __ATOMIC_RELAXED);
 }
 
 rp_strict_pool_stats rp_strict_pool_get_stats(void)

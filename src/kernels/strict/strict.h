@@ -49,9 +49,6 @@ bool rp_strict_pool_contains(const void *p);
 void rp_strict_pool_open(void);
 void rp_strict_pool_close(void);
 
-/* Bytes from the base ever handed out (lock-free, for the fault handler). */
-size_t rp_strict_pool_top(void);
-
 /* What the pool holds, for the tests. */
 typedef struct rp_strict_pool_stats {
     void *base;      /* where the reservation starts (NULL: it failed) */
@@ -70,7 +67,7 @@ rp_strict_pool_stats rp_strict_pool_get_stats(void);
  * backtrace, then the process dies of the signal; any other fault goes to the handler that was
  * there before. Called once, by rp_strict_init().
  */
-void rp_strict_fault_install(void *pool_base, size_t pool_bytes);
+void rp_strict_fault_install(void *pool_base, size_t pool_bytes, const size_t *top);
 /* Reinstalls the SIGSEGV handler when something replaced it since (called as the pool closes). */
 void rp_strict_fault_reclaim(void);
 
