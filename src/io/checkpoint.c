@@ -176,21 +176,33 @@ rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
         return RP_ERROR(RP_ERR_INVALID, "checkpoint: a tensor named \"%s\" is already present",
                         name);
     }
-    RP_CHECK(grow((void **)&ck->tensors, &ck->cap_tensors, ck->n_tensors + 1, sizeof *ck->tensors));
-
+    size_t nbytes = (size_t)numel * esize;
     ckpt_tensor t;
     memset(&t, 0, sizeof t);
+    if (ck->n_tensors < ck->n_kept && ck->tensors[ck->n_tensors].nbytes == nbytes) {
+        /* The block kept at this position since rp_checkpoint_reset fits: take it over. */
+        ckpt_tensor *kept = &ck->tensors[ck->n_tensors];
+        t.data = kept->data;
+        t.name = strcmp(kept->name, name) == 0 ? kept->name : NULL;
+        if (!t.name) rp_free(kept->name);
+        kept->data = kept->name = NULL;
+    } else {
+        rp_ckpt_release_kept(ck);
+        RP_CHECK(
+            grow((void **)&ck->tensors, &ck->cap_tensors, ck->n_tensors + 1, sizeof *ck->tensors));
+    }
     t.dtype = dtype;
     t.ndim = ndim;
     for (int d = 0; d < ndim; d++)
         t.shape[d] = shape[d];
     t.numel = numel;
-    t.nbytes = (size_t)numel * esize;
-    t.name = dup_string(name);
-    t.data = rp_alloc(t.nbytes);
+    t.nbytes = nbytes;
+    if (!t.name) t.name = dup_string(name);
+    if (!t.data) t.data = rp_alloc(t.nbytes);
     if (!t.name || !t.data) {
         rp_free(t.data);
         rp_free(t.name);
+        rp_ckpt_release_kept(ck);
         return RP_ERR_NOMEM;
     }
     ck->tensors[ck->n_tensors++] = t;
@@ -205,8 +217,19 @@ rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
     return RP_OK;
 }
 
+void rp_ckpt_release_kept(rp_checkpoint *ck)
+{
+    for (int i = ck->n_tensors; i < ck->n_kept; i++) {
+        rp_free(ck->tensors[i].data);
+        rp_free(ck->tensors[i].name);
+        ck->tensors[i].data = ck->tensors[i].name = NULL;
+    }
+    ck->n_kept = 0;
+}
+
 void rp_ckpt_pop(rp_checkpoint *ck)
 {
+    rp_ckpt_release_kept(ck);
     ckpt_tensor *t = &ck->tensors[--ck->n_tensors];
     rp_free(t->data);
     rp_free(t->name);
@@ -298,6 +321,7 @@ void rp_checkpoint_destroy(rp_checkpoint *ck)
         rp_free(ck->meta[i].key);
     }
     rp_free(ck->meta);
+    rp_ckpt_release_kept(ck);
     for (int i = 0; i < ck->n_tensors; i++) {
         rp_free(ck->tensors[i].data);
         rp_free(ck->tensors[i].name);
@@ -306,6 +330,20 @@ void rp_checkpoint_destroy(rp_checkpoint *ck)
     rp_free(ck->tensor_index.slots);
     rp_free(ck->meta_index.slots);
     rp_free(ck);
+}
+
+void rp_checkpoint_reset(rp_checkpoint *ck)
+{
+    if (!ck) return;
+    for (int i = 0; i < ck->n_meta; i++) {
+        rp_free(ck->meta[i].value);
+        rp_free(ck->meta[i].key);
+    }
+    ck->n_meta = 0;
+    if (ck->n_tensors > ck->n_kept) ck->n_kept = ck->n_tensors;
+    ck->n_tensors = 0;
+    rp_ckpt_index_rebuild(ck, &ck->tensor_index, tensor_key, 0);
+    rp_ckpt_index_rebuild(ck, &ck->meta_index, meta_key, 0);
 }
 
 rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,

@@ -32,6 +32,14 @@ typedef struct ckpt_tensor {
     int64_t numel;
     size_t nbytes; /* numel * element size */
     void *data;    /* rp_alloc'd [nbytes], never NULL */
+    /*
+     * A piece of a larger tensor (rp_checkpoint_add_piece): this tensor is elements
+     * [piece_offset, piece_offset + numel) of the row-major whole of shape whole_shape.
+     */
+    bool piece;
+    int whole_ndim;
+    int64_t whole_shape[RP_MAX_DIMS];
+    int64_t piece_offset;
 } ckpt_tensor;
 
 typedef struct ckpt_meta {
@@ -55,6 +63,12 @@ typedef struct ckpt_index {
 struct rp_checkpoint {
     ckpt_tensor *tensors; /* file order */
     int n_tensors, cap_tensors;
+    /*
+     * After rp_checkpoint_reset: tensors[n_tensors..n_kept) keep the names and data blocks of
+     * the previous contents, which the next appends at those positions take over when their
+     * sizes match (a staging checkpoint filled the same way at every save allocates nothing).
+     */
+    int n_kept;
     ckpt_meta *meta; /* insertion order */
     int n_meta, cap_meta;
     ckpt_index tensor_index, meta_index; /* by name, by key */
@@ -122,6 +136,9 @@ int rp_ckpt_meta_find(const rp_checkpoint *ck, const char *key);
  */
 rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
                          const int64_t *shape, ckpt_tensor **out);
+
+/* Frees the blocks kept since rp_checkpoint_reset that no append has taken over. */
+void rp_ckpt_release_kept(rp_checkpoint *ck);
 
 /* Takes back the tensor rp_ckpt_append() added last (an error path: O(n)). */
 void rp_ckpt_pop(rp_checkpoint *ck);
