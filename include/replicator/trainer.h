@@ -293,13 +293,19 @@ typedef struct rp_trainer_config {
                                   its compute time (a "slow (--slow)" span in the trace). A
                                   replica the job does not have is refused by create */
     float slow_factor;
-    const char *trace;    /* write a Chrome trace-event JSON of the run here at its end
-                             (rp_replicator_trace_write; tracing is started before the
-                             replicator is created), and also when the run fails
-                             (rp_replicator_trace_write_local); create refuses a path that
-                             cannot be written (rp_file_check_writable); NULL (default): none */
-    int straggler_window; /* the straggler report's window in steps (lockstep, >= 2 replicas;
-                             docs/tracing.md); default 50, 0: off */
+    const char *trace;          /* write a Chrome trace-event JSON of the run here at its end
+                                   (rp_replicator_trace_write; tracing is started before the
+                                   replicator is created), and also when the run fails
+                                   (rp_replicator_trace_write_local); create refuses a path that
+                                   cannot be written (rp_file_check_writable); NULL (default): none */
+    int straggler_window;       /* the straggler report's window in steps (lockstep, >= 2 replicas;
+                                   docs/tracing.md); default 50, 0: off */
+    int checkpoint_shards;      /* 0 (default): one whole file, checkpoint.safetensors; N >= 1: a
+                                   sharded checkpoint (io.h) of N shards, checkpoint.index.json and
+                                   checkpoint.shards/, each tensor split evenly over the shards */
+    bool checkpoint_background; /* write each checkpoint on a background thread while training
+                                   goes on (see "Background saving" below); false (default):
+                                   the step waits for the write */
 } rp_trainer_config;
 
 /* The defaults noted on each field (run_dir, which has none, must be set). */
@@ -426,12 +432,34 @@ bool rp_trainer_request_stop(int reason);
 
 /* ---- the run directory --------------------------------------------------------------- */
 
+/*
+ * Background saving (cfg.checkpoint_background). At a checkpoint's step
+ * boundary the main thread copies the state (the model's save callback, the
+ * position, the epoch's sums) into one staging checkpoint that the trainer
+ * keeps and reuses (rp_checkpoint_reset: after the first save no tensor
+ * memory is allocated, and it never holds more than one state), and hands it
+ * to the trainer's writer thread, which writes and publishes it (atomically:
+ * whole file or shards + index) while the replicas train on. At most one save
+ * is in flight: a checkpoint that falls due while the previous one is still
+ * being written waits for it first (never skipped, so every cadence point is
+ * saved; the wait is the "checkpoint wait" trace span). The last checkpoint of
+ * a run (at a stop, max_steps or the end) is waited for before
+ * rp_trainer_run returns. A failed background write (a full disk) fails the
+ * run at the next step boundary, with the writer's message and the step it
+ * was saving; the previously published checkpoint is untouched. A kill at any
+ * moment leaves the previously published checkpoint loadable.
+ */
+
 /* The checkpoint's path in run directory `dir`: "<dir>/checkpoint.safetensors". */
 void rp_trainer_checkpoint_path(char *buf, size_t size, const char *dir);
 
 /*
  * Loads the checkpoint of run directory `dir` (rp_checkpoint_load()); free
- * it with rp_checkpoint_destroy(). Errors: those of rp_checkpoint_load(),
+ * it with rp_checkpoint_destroy(). A sharded checkpoint (checkpoint.index.json)
+ * is read whole (rp_checkpoint_index_load); where a directory holds both
+ * kinds (a run that changed cfg.checkpoint_shards between resumes, killed
+ * between publishing one and removing the other), the newer file wins.
+ * Errors: those of rp_checkpoint_load() or rp_checkpoint_index_open(),
  * naming the file.
  */
 rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir);

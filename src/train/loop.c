@@ -213,6 +213,8 @@ static rp_status run_chunk(rp_trainer *t)
     t->chunk_end = chunk_end(t);
     double t0 = rp_now_s(), steps = 0, sums[RP_TRAINER_MAX_SCALARS] = {0}, stop = 0;
     RP_CHECK(rp_replicator_run(t->rep, chunk_replica, t));
+    /* A step boundary: a background save that failed meanwhile is reported here. */
+    RP_CHECK(train_saver_poll(t));
     RP_CHECK(rp_replicator_result(t->rep, "steps", &steps));
     for (int k = 0; k < t->n_scalars; k++)
         RP_CHECK(rp_replicator_result(t->rep, t->scalar_reports[k], &sums[k]));
@@ -323,6 +325,9 @@ rp_status rp_trainer_run(rp_trainer *t)
     t->epoch_seconds = 0;
     train_stop_arm(true);
     rp_status status = train(t);
+    /* The run's last checkpoint is on disk when it returns (a background save is waited for). */
+    rp_status saved = train_saver_wait(t);
+    if (status == RP_OK) status = saved;
     train_stop_arm(false);
     status = train_finish_roles(t, status); /* first: the started roles' spans end with them */
     if (status == RP_OK && t->trace_path) {

@@ -32,6 +32,8 @@ typedef struct train_straggler {
     int reports; /* reports logged so far */
 } train_straggler;
 
+typedef struct train_saver train_saver;
+
 struct rp_trainer {
     rp_trainer_config cfg; /* its strings point at the copies below */
     char run_dir[TRAIN_PATH_MAX];
@@ -87,6 +89,8 @@ struct rp_trainer {
     char straggler_text[96]; /* "  straggler: replica 1 compute 3.0x" on the progress line, or "" */
     bool tracing;            /* this trainer started tracing (cfg.trace) */
     char *trace_path;        /* cfg.trace, copied; NULL: none */
+    train_saver *saver;      /* the background writer (cfg.checkpoint_background), once started */
+    int64_t generation;      /* the last sharded generation written inline (0: read from disk) */
 };
 
 /* trainer.c: whether `key` is a JSON-safe name of 1..31 letters, digits or '_'. */
@@ -96,8 +100,22 @@ bool train_key_ok(const char *key);
 rp_status train_choose_run_dir(char *dir, size_t size, bool exact, bool force);
 /* Creates dir and its parents and checks that files can be made in it (RP_ERR_IO naming why). */
 rp_status train_make_dirs(const char *dir);
-/* Saves the run's state to its checkpoint (the root process only; nothing with no_checkpoint). */
-rp_status train_save_checkpoint(const rp_trainer *t);
+/*
+ * saver.c: saves the run's state to its checkpoint (the root process only; nothing with
+ * no_checkpoint): inline, or staged and handed to the background writer
+ * (cfg.checkpoint_background), after waiting for the save before it.
+ */
+rp_status train_save_checkpoint(rp_trainer *t);
+/* Writes ck as the run's checkpoint: whole (shards 0) or as `shards` shards of generation
+ * *generation + 1 (0: read the published one first), published atomically. */
+rp_status train_write_checkpoint(const char *run_dir, int shards, int64_t *generation,
+                                 const rp_checkpoint *ck);
+/* A failed background write, reported once (RP_OK if none, or no writer). */
+rp_status train_saver_poll(rp_trainer *t);
+/* Waits for the save in flight; then as train_saver_poll. */
+rp_status train_saver_wait(rp_trainer *t);
+/* Finishes the save in flight and stops the writer thread (a failure not yet reported warns). */
+void train_saver_stop(rp_trainer *t);
 /*
  * The epoch's running scalars in a checkpoint: "train/epoch_steps" (i64, 1) the steps they cover,
  * and "train/epoch_sums" (u64, one per scalar) their sums' IEEE-754 bits, exact.

@@ -111,6 +111,9 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
         return RP_ERROR(RP_ERR_INVALID, "straggler_window %d: 0 (off) to 100000 steps",
                         c->straggler_window);
     if (c->trace && !c->trace[0]) return RP_ERROR(RP_ERR_INVALID, "trace: an empty path");
+    if (c->checkpoint_shards < 0 || c->checkpoint_shards > RP_CHECKPOINT_SHARDS_MAX)
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint_shards %d: 0 (one whole file) to %d",
+                        c->checkpoint_shards, RP_CHECKPOINT_SHARDS_MAX);
     if (m->stop_roles && !m->start_roles)
         return RP_ERROR(RP_ERR_INVALID, "the trainer's model has stop_roles but no start_roles");
     if (m->start_roles && c->runtime.nroles < 2)
@@ -397,6 +400,7 @@ rp_status rp_trainer_destroy(rp_trainer *t)
             if (status == RP_OK) status = st;
         }
     }
+    train_saver_stop(t);
     if (t->metrics) fclose(t->metrics);
     train_tensorboard_close(t);
     rp_replicator_destroy(t->rep);
