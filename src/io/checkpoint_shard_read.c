@@ -129,6 +129,18 @@ static rp_status read_text(const char *path, char **text, size_t *len)
     return RP_OK;
 }
 
+/* Whether a relative path has a ".." component (a shard must sit below the index). */
+static bool climbs(const char *file)
+{
+    for (const char *p = file; *p;) {
+        size_t len = strcspn(p, "/");
+        if (len == 2 && p[0] == '.' && p[1] == '.') return true;
+        p += len;
+        if (*p == '/') p++;
+    }
+    return false;
+}
+
 /* The directory part of `base` with a trailing '/' ("" for none). */
 static char *base_dir(const char *base)
 {
@@ -299,7 +311,7 @@ rp_status rp_checkpoint_index_open(rp_checkpoint_index **out, const char *base)
         const cJSON *sh = cJSON_GetArrayItem(shards, k);
         const char *file = json_str(sh, "file"), *crc = json_str(sh, "crc32");
         bytes[k] = json_count(cJSON_GetObjectItemCaseSensitive(sh, "bytes"));
-        if (!file || !*file || file[0] == '/' || strstr(file, "..") || !crc || bytes[k] < 0) {
+        if (!file || !*file || file[0] == '/' || climbs(file) || !crc || bytes[k] < 0) {
             status = RP_ERROR(RP_ERR_FORMAT, "checkpoint index %s: shard %d's entry is damaged",
                               ix->path, k);
             goto cleanup;

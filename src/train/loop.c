@@ -325,9 +325,15 @@ rp_status rp_trainer_run(rp_trainer *t)
     t->epoch_seconds = 0;
     train_stop_arm(true);
     rp_status status = train(t);
-    /* The run's last checkpoint is on disk when it returns (a background save is waited for). */
+    /* The run's last checkpoint is on disk when it returns (a background save is waited for);
+       a run that failed keeps its own error. */
+    char first[1024] = "";
+    if (status != RP_OK) snprintf(first, sizeof first, "%s", rp_last_error());
     rp_status saved = train_saver_wait(t);
-    if (status == RP_OK) status = saved;
+    if (status == RP_OK)
+        status = saved;
+    else if (saved != RP_OK)
+        rp_error_set(status, NULL, 0, "%s", first);
     train_stop_arm(false);
     status = train_finish_roles(t, status); /* first: the started roles' spans end with them */
     if (status == RP_OK && t->trace_path) {
