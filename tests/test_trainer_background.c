@@ -215,6 +215,17 @@ static void test_background_equals_inline(void **st)
         snprintf(index, sizeof index, "%s/checkpoint.index.json", b);
         struct stat sb;
         assert_int_equal(stat(index, &sb) == 0, shards[s] > 0);
+        if (shards[s] > 0) {
+            /* The index names the layout that wrote it. */
+            char base[600];
+            snprintf(base, sizeof base, "%s/checkpoint", b);
+            rp_checkpoint_index *ix = NULL;
+            assert_int_equal(rp_checkpoint_index_open(&ix, base), RP_OK);
+            assert_string_equal(rp_checkpoint_index_layout(ix),
+                                "shards=3 (each tensor split evenly); written from the gathered "
+                                "state of replicas=1 zero=0 tp=1 stages=1");
+            rp_checkpoint_index_close(ix);
+        }
         size_t na, nb;
         unsigned char *ba = consolidated(a, &na), *bb = consolidated(b, &nb);
         assert_int_equal(na, nb);

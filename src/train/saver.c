@@ -36,6 +36,7 @@ struct train_saver {
     int64_t step; /* the global step of the save in flight (or the failed one) */
     char run_dir[TRAIN_PATH_MAX];
     int shards;
+    char layout[256];   /* the index's layout text */
     int64_t generation; /* the last published sharded generation (0: read it from disk) */
 };
 
@@ -45,8 +46,19 @@ static void join(char *buf, size_t size, const char *dir, const char *name)
     snprintf(buf, size, "%s/%s", dir, name);
 }
 
-rp_status train_write_checkpoint(const char *run_dir, int shards, int64_t *generation,
-                                 const rp_checkpoint *ck)
+void train_layout_text(const rp_trainer *t, char *buf, size_t size)
+{
+    const rp_replica *first = rp_replicator_replica(t->rep, 0);
+    snprintf(buf, size,
+             "shards=%d (each tensor split evenly); written from the gathered state of "
+             "replicas=%d zero=%d tp=%d stages=%d",
+             t->cfg.checkpoint_shards, rp_replicator_replicas(t->rep), t->cfg.runtime.zero ? 1 : 0,
+             first ? rp_replica_axis_size(first, RP_AXIS_MODEL) : 1,
+             first ? rp_replica_axis_size(first, RP_AXIS_PIPE) : 1);
+}
+
+rp_status train_write_checkpoint(const char *run_dir, int shards, const char *layout,
+                                 int64_t *generation, const rp_checkpoint *ck)
 {
     char whole[TRAIN_PATH_MAX + 32], base[TRAIN_PATH_MAX + 32];
     join(whole, sizeof whole, run_dir, CHECKPOINT_FILE);
@@ -60,8 +72,6 @@ rp_status train_write_checkpoint(const char *run_dir, int shards, int64_t *gener
     int64_t g = *generation + 1;
     for (int k = 0; k < shards; k++)
         RP_CHECK(rp_checkpoint_save_shard(ck, base, g, k, shards, shards));
-    char layout[64];
-    snprintf(layout, sizeof layout, "shards=%d", shards);
     RP_CHECK(rp_checkpoint_publish(base, g, shards, layout));
     *generation = g;
     if (unlink(whole) != 0 && errno != ENOENT)
@@ -83,7 +93,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         /* The staging copy is this thread's until pending is cleared. */
         rp_status status =
-            train_write_checkpoint(s->run_dir, s->shards, &s->generation, s->staging);
+            train_write_checkpoint(s->run_dir, s->shards, s->layout, &s->generation, s->staging);
         pthread_mutex_lock(&s->mu);
         if (status != RP_OK) {
             s->failed = true;
@@ -103,6 +113,7 @@ static rp_status saver_start(rp_trainer *t)
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the checkpoint writer");
     snprintf(s->run_dir, sizeof s->run_dir, "%s", t->run_dir);
     s->shards = t->cfg.checkpoint_shards;
+    train_layout_text(t, s->layout, sizeof s->layout);
     rp_status status = rp_checkpoint_create(&s->staging);
     if (status != RP_OK) {
         free(s);
@@ -205,8 +216,11 @@ static rp_status save_now(rp_trainer *t)
     rp_checkpoint *ck = NULL;
     RP_CHECK(rp_checkpoint_create(&ck));
     rp_status status = stage(t, ck);
+    char layout[256];
+    train_layout_text(t, layout, sizeof layout);
     if (status == RP_OK)
-        status = train_write_checkpoint(t->run_dir, t->cfg.checkpoint_shards, &t->generation, ck);
+        status = train_write_checkpoint(t->run_dir, t->cfg.checkpoint_shards, layout,
+                                        &t->generation, ck);
     rp_checkpoint_destroy(ck);
     return status;
 }

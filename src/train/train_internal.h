@@ -107,9 +107,12 @@ rp_status train_make_dirs(const char *dir);
  */
 rp_status train_save_checkpoint(rp_trainer *t);
 /* Writes ck as the run's checkpoint: whole (shards 0) or as `shards` shards of generation
- * *generation + 1 (0: read the published one first), published atomically. */
-rp_status train_write_checkpoint(const char *run_dir, int shards, int64_t *generation,
-                                 const rp_checkpoint *ck);
+ * *generation + 1 (0: read the published one first) with `layout` in the index, published
+ * atomically. */
+rp_status train_write_checkpoint(const char *run_dir, int shards, const char *layout,
+                                 int64_t *generation, const rp_checkpoint *ck);
+/* The index's layout text: the shards, and the run's layout whose gathered state they split. */
+void train_layout_text(const rp_trainer *t, char *buf, size_t size);
 /* A failed background write, reported once (RP_OK if none, or no writer). */
 rp_status train_saver_poll(rp_trainer *t);
 /* Waits for the save in flight; then as train_saver_poll. */
