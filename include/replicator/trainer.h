@@ -56,7 +56,10 @@
  *                             metadata "replicator.config" (cfg.config_json)
  *                             and "replicator.version"; written atomically
  *                             (replicator/io.h), so a failed write leaves the
- *                             previous checkpoint as it was
+ *                             previous checkpoint as it was; with
+ *                             cfg.checkpoint_shards N, the same tensors as
+ *                             checkpoint.index.json and checkpoint.shards/
+ *                             (io.h, "sharded checkpoints") instead
  *     metrics.jsonl           one JSON object per line: {"step","epoch",
  *                             every scalar the steps reported (the model's
  *                             `scalars`, by default "loss": the last

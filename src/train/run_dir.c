@@ -1,6 +1,7 @@
 /*
  * run_dir.c - the run directory: where its checkpoint lives, the rule that a
- * new run never overwrites saved work, and writing the run's checkpoint.
+ * new run never overwrites saved work, and reading the run's checkpoint (whole or
+ * sharded; saver.c writes it).
  */
 #include <errno.h>
 #include <fcntl.h>
