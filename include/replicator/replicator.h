@@ -4,6 +4,7 @@
 #ifndef REPLICATOR_H
 #define REPLICATOR_H
 
+#include "api.h"
 #include "core.h"
 #include "kernels.h"
 #include "tensor.h"

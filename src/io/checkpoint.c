@@ -35,6 +35,12 @@
  */
 bool rp_ckpt_utf8_valid(const char *str, size_t len)
 {
+    return rp_utf8_valid(str, len);
+}
+
+bool rp_utf8_valid(const char *str, size_t len)
+{
+    if (!str) return len == 0;
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
     while (i < len) {
