@@ -75,12 +75,12 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/replicator-static.pc.in ${CMAKE_BINARY_
 set(rp_pc_files ${CMAKE_BINARY_DIR}/replicator.pc ${CMAKE_BINARY_DIR}/replicator-static.pc)
 
 # The optional libraries' files, from one pair of templates: Requires names the core's.
-rp_link_flags(RP_PC_EXTRAS_LIBS ${CAIRO_LIB} ${PROTOBUF_C_LIB} m)
+rp_link_flags(RP_PC_EXTRAS_LIBS ${CAIRO_LIB} ${GIF_LIBRARIES} ${PROTOBUF_C_LIB} m)
 rp_link_flags(RP_PC_ENVS_LIBS ${MUJOCO_LIB} ${EGL_LIB} -pthread m)
 foreach(part extras envs)
   set(RP_PC_PART ${part})
   if(part STREQUAL "extras")
-    set(RP_PC_DESCRIPTION "replicator's optional outputs: line charts (cairo) and TensorBoard event files")
+    set(RP_PC_DESCRIPTION "replicator's optional outputs: line charts (cairo), animated GIFs (giflib) and TensorBoard event files")
     set(RP_PC_PART_LIBS "${RP_PC_EXTRAS_LIBS}")
   else()
     set(RP_PC_DESCRIPTION "replicator's MuJoCo control tasks and their headless rendering (EGL)")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The libraries as a user links them: `cmake --install` into a temporary prefix, then
-#  1. the core library needs no MuJoCo, EGL or cairo (readelf's NEEDED), while
-#     libreplicator-extras needs cairo and libreplicator-envs needs MuJoCo and EGL;
+#  1. the core library needs no MuJoCo, EGL, cairo or giflib (readelf's NEEDED), while
+#     libreplicator-extras needs cairo and giflib, and libreplicator-envs MuJoCo and EGL;
 #  2. examples/mlp.c, linked with `pkg-config --libs replicator`, loads none of them (ldd, which
 #     follows the libraries' own NEEDED entries) and trains;
-#  3. a program that writes a TensorBoard events file and a chart links with
+#  3. a program that writes a TensorBoard events file, a chart and a GIF links with
 #     `pkg-config --libs replicator-extras` and loads cairo but no MuJoCo or EGL; one that steps
 #     a control task links with `pkg-config --libs replicator-envs` and loads MuJoCo but no
 #     cairo; both run; and both again statically (replicator-extras-static, replicator-envs-static);
@@ -31,8 +31,8 @@ needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' 
 core=$(needed "$libdir/libreplicator.so")
 extras=$(needed "$libdir/libreplicator-extras.so")
 envs=$(needed "$libdir/libreplicator-envs.so")
-case "$core" in *mujoco* | *EGL* | *cairo* | *libGL*) fail "libreplicator.so needs: $core" ;; esac
-case "$extras" in *libcairo*) ;; *) fail "libreplicator-extras.so does not need cairo: $extras" ;; esac
+case "$core" in *mujoco* | *EGL* | *cairo* | *libGL* | *libgif*) fail "libreplicator.so needs: $core" ;; esac
+case "$extras" in *libcairo*libgif* | *libgif*libcairo*) ;; *) fail "libreplicator-extras.so does not need cairo and giflib: $extras" ;; esac
 case "$extras" in *mujoco* | *EGL*) fail "libreplicator-extras.so needs MuJoCo or EGL: $extras" ;; esac
 case "$envs" in *libmujoco*libEGL* | *libEGL*libmujoco*) ;; *) fail "libreplicator-envs.so: $envs" ;; esac
 for part in extras envs; do
@@ -81,7 +81,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "plot: %s\n", rp_last_error());
         return 1;
     }
-    printf("extras: events file and chart written\n");
+    snprintf(path, sizeof path, "%s/episode.gif", argv[1]);
+    uint8_t rgb[4 * 4 * 3] = {255, 0, 0};
+    rp_gif *g;
+    if (rp_gif_create(&g, path, 4, 4) != RP_OK || rp_gif_add_frame(g, rgb, 10) != RP_OK ||
+        rp_gif_close(g) != RP_OK) {
+        fprintf(stderr, "gif: %s\n", rp_last_error());
+        return 1;
+    }
+    printf("extras: events file, chart and GIF written\n");
     return argc == 2 ? 0 : 1;
 }
 C
@@ -127,7 +135,8 @@ case "$l" in *cairo*) fail "envs loads cairo: $l" ;; esac
 for b in extras extras-static; do
     mkdir "out-$b"
     out=$(./$b "out-$b") || fail "$b: $out"
-    [ -s "out-$b/chart.png" ] && ls "out-$b"/events.out.tfevents.* > /dev/null || fail "$b wrote: $(ls "out-$b")"
+    [ -s "out-$b/chart.png" ] && [ -s "out-$b/episode.gif" ] && ls "out-$b"/events.out.tfevents.* > /dev/null ||
+        fail "$b wrote: $(ls "out-$b")"
 done
 for b in envs envs-static; do
     out=$(./$b) || fail "$b: $out"

@@ -15,6 +15,7 @@
 #include "onnx.h"
 #include "trace.h"
 #include "tensorboard.h"
+#include "gif.h"
 #include "loader.h"
 #include "comm.h"
 #include "runtime.h"
