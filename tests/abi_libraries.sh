@@ -15,6 +15,7 @@ set -euo pipefail
 build=$(realpath "$1")
 src=$(realpath "$2")
 cc=${CC:-cc}
+# shellcheck disable=SC2206 # the flags are words
 flags=(${RP_EXAMPLE_FLAGS:-})
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -135,8 +136,10 @@ case "$l" in *cairo*) fail "envs loads cairo: $l" ;; esac
 for b in extras extras-static; do
     mkdir "out-$b"
     out=$(./$b "out-$b") || fail "$b: $out"
-    [ -s "out-$b/chart.png" ] && [ -s "out-$b/episode.gif" ] && ls "out-$b"/events.out.tfevents.* > /dev/null ||
+    if ! [ -s "out-$b/chart.png" ] || ! [ -s "out-$b/episode.gif" ] ||
+        ! ls "out-$b"/events.out.tfevents.* > /dev/null 2>&1; then
         fail "$b wrote: $(ls "out-$b")"
+    fi
 done
 for b in envs envs-static; do
     out=$(./$b) || fail "$b: $out"
