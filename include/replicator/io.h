@@ -99,10 +99,10 @@ typedef enum {
 typedef struct rp_checkpoint rp_checkpoint;
 
 /* Creates an empty checkpoint. Errors: RP_ERR_INVALID (ck NULL), RP_ERR_NOMEM. */
-rp_status rp_checkpoint_create(rp_checkpoint **ck);
+RP_API rp_status rp_checkpoint_create(rp_checkpoint **ck);
 
 /* Frees the checkpoint and every tensor and string it holds. NULL is a no-op. */
-void rp_checkpoint_destroy(rp_checkpoint *ck);
+RP_API void rp_checkpoint_destroy(rp_checkpoint *ck);
 
 /* ---- building a checkpoint ------------------------------------------------ */
 
@@ -120,24 +120,24 @@ void rp_checkpoint_destroy(rp_checkpoint *ck);
  * Errors: RP_ERR_INVALID (a bad name, a duplicate, a bad dtype or shape),
  * RP_ERR_NOMEM.
  */
-rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
-                            int ndim, const int64_t *shape, const void *data);
+RP_API rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                                   int ndim, const int64_t *shape, const void *data);
 
 /* rp_checkpoint_add() for f32. */
-rp_status rp_checkpoint_add_f32(rp_checkpoint *ck, const char *name, int ndim, const int64_t *shape,
-                                const float *data);
+RP_API rp_status rp_checkpoint_add_f32(rp_checkpoint *ck, const char *name, int ndim,
+                                       const int64_t *shape, const float *data);
 
 /* A 1-d int64 tensor of n elements (step counters, loader positions). */
-rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n,
-                                const int64_t *data);
+RP_API rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n,
+                                       const int64_t *data);
 
 /* A 1-d uint64 tensor of n elements (RNG keys and counters). */
-rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
-                                const uint64_t *data);
+RP_API rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
+                                       const uint64_t *data);
 
 /* rp_checkpoint_add() for bf16 values, stored as they are. */
-rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
-                                 const int64_t *shape, const rp_bf16 *data);
+RP_API rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
+                                        const int64_t *shape, const rp_bf16 *data);
 
 /*
  * Adds the f32 values `data` (numel of `shape` of them) stored as `dtype`:
@@ -147,8 +147,9 @@ rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
  * rp_checkpoint_add(). Errors: those of rp_checkpoint_add(); RP_ERR_INVALID
  * naming the dtype if it is neither F32 nor BF16.
  */
-rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
-                                   int ndim, const int64_t *shape, const float *data);
+RP_API rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name,
+                                          rp_checkpoint_dtype dtype, int ndim, const int64_t *shape,
+                                          const float *data);
 
 /*
  * Sets metadata `key` to `value` (both copied; a second call with the same
@@ -159,7 +160,7 @@ rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_check
  *
  * Errors: RP_ERR_INVALID (a bad or reserved key, invalid UTF-8), RP_ERR_NOMEM.
  */
-rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char *value);
+RP_API rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char *value);
 
 /* ---- files ---------------------------------------------------------------- */
 
@@ -179,7 +180,7 @@ rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char 
  * unchanged, except when only the final directory fsync fails: then the
  * new file is in place but may not survive a crash, and RP_ERR_IO says so.
  */
-rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
+RP_API rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
 
 /*
  * Reads and validates a checkpoint written by rp_checkpoint_save(). On
@@ -204,7 +205,7 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
  * the expected and actual byte counts), RP_ERR_UNSUPPORTED (big-endian host,
  * or a dtype other than F32/BF16/I64/U64), RP_ERR_NOMEM, RP_ERR_INVALID.
  */
-rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
+RP_API rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
 
 /*
  * Like rp_checkpoint_load(), for any safetensors file (e.g. reference
@@ -213,7 +214,7 @@ rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
  * without "replicator.crc32" is accepted. A "replicator.crc32" entry
  * anywhere but first in the metadata is refused as damaged.
  */
-rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
+RP_API rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
 
 /* ---- lookups ---------------------------------------------------------------- */
 
@@ -224,16 +225,16 @@ rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
  * pointers are not NULL (`shape` has room for RP_MAX_DIMS). Returns NULL
  * with RP_ERR_INVALID if there is no such tensor.
  */
-const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name, rp_checkpoint_dtype *dtype,
-                              int *ndim, int64_t *shape);
+RP_API const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name,
+                                     rp_checkpoint_dtype *dtype, int *ndim, int64_t *shape);
 
 /* rp_checkpoint_get() for an f32 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
-const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
-                                   int64_t *shape);
+RP_API const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
+                                          int64_t *shape);
 
 /* rp_checkpoint_get() for a bf16 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
-const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name, int *ndim,
-                                      int64_t *shape);
+RP_API const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name, int *ndim,
+                                             int64_t *shape);
 
 /*
  * Copies float tensor `name` into dst[0..n) as f32, for a caller that wants
@@ -243,27 +244,28 @@ const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name,
  * such tensor, an I64 or U64 tensor, or n not its element count; the message
  * names the tensor, its dtype and element count); dst is then unchanged.
  */
-rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, float *dst, int64_t n);
+RP_API rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, float *dst,
+                                        int64_t n);
 
 /* An int64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
-const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n);
+RP_API const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n);
 
 /* A uint64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
-const uint64_t *rp_checkpoint_get_u64(const rp_checkpoint *ck, const char *name, int64_t *n);
+RP_API const uint64_t *rp_checkpoint_get_u64(const rp_checkpoint *ck, const char *name, int64_t *n);
 
 /* The value of metadata `key` (owned by the checkpoint), or NULL (RP_ERR_INVALID) if absent. */
-const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key);
+RP_API const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key);
 
 /*
  * Number of tensors, and the name of tensor i (NULL if out of range): in the
  * order added, or for a loaded checkpoint in the order of the file.
  */
-int rp_checkpoint_count(const rp_checkpoint *ck);
-const char *rp_checkpoint_name_at(const rp_checkpoint *ck, int i);
+RP_API int rp_checkpoint_count(const rp_checkpoint *ck);
+RP_API const char *rp_checkpoint_name_at(const rp_checkpoint *ck, int i);
 
 /* Number of metadata entries, and key i (NULL if out of range). */
-int rp_checkpoint_meta_count(const rp_checkpoint *ck);
-const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
+RP_API int rp_checkpoint_meta_count(const rp_checkpoint *ck);
+RP_API const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
 
 /* ---- models and optimizers ---------------------------------------------------- */
 
@@ -275,7 +277,8 @@ const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
  * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if params is not finalized
  * or a name is taken.
  */
-rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params,
+                                          const char *prefix);
 
 /*
  * Copies prefix + name of the checkpoint into every parameter and buffer of
@@ -285,7 +288,8 @@ rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, c
  * with a message listing the missing, mismatched (both shapes) and unexpected
  * tensors by name, and `params` is unchanged.
  */
-rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params,
+                                           const char *prefix);
 
 /*
  * Adds an optimizer's state: for each state slot k (rp_optim_slots: 1 for
@@ -302,8 +306,8 @@ rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, 
  * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if the state does not fit
  * `params`, or the optimizer is sharded.
  */
-rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
-                                      const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
+                                             const rp_params *params, const char *prefix);
 
 /*
  * Restores what rp_checkpoint_add_optimizer() stored into `opt` (state and
@@ -314,8 +318,8 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
  * logical tensor inside its range (every tensor's name and shape is still
  * checked), so a checkpoint saved by N replicas resumes on M.
  */
-rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
-                                       const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
+                                              const rp_params *params, const char *prefix);
 
 /*
  * The same two reads for a worker that holds part of a model (a stage of a
@@ -324,10 +328,10 @@ rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *op
  * Everything else is checked as above (each of this part's tensors present,
  * with its dtype and shape; all or nothing).
  */
-rp_status rp_checkpoint_read_params_part(const rp_checkpoint *ck, rp_params *params,
-                                         const char *prefix);
-rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimizer *opt,
-                                            const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_params_part(const rp_checkpoint *ck, rp_params *params,
+                                                const char *prefix);
+RP_API rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimizer *opt,
+                                                   const rp_params *params, const char *prefix);
 
 /* ---- images (PNG) ------------------------------------------------------------ */
 
@@ -357,8 +361,9 @@ rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimize
  * RP_ERR_BACKEND (libpng refused to encode). Thread-safe: calls share no state.
  */
 #define RP_IMAGE_MAX_SIDE 1000000 /* libpng's default limit on either side */
-rp_status rp_image_grid_write_png(const char *path, const float *images, int n, int h, int w, int c,
-                                  int cols, int pad, uint8_t pad_value, float lo, float hi);
+RP_API rp_status rp_image_grid_write_png(const char *path, const float *images, int n, int h, int w,
+                                         int c, int cols, int pad, uint8_t pad_value, float lo,
+                                         float hi);
 
 /*
  * Whether rp_image_grid_write_png could write a grid of n tiles of h x w x c in `cols` columns
@@ -367,7 +372,7 @@ rp_status rp_image_grid_write_png(const char *path, const float *images, int n, 
  * refuses a grid it cannot write before computing its tiles. Errors: RP_ERR_INVALID, naming the
  * grid's size and the limit. Thread-safe.
  */
-rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
+RP_API rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
 
 /*
  * Reads a PNG into *pixels, [h, w, c] bytes row-major, c 1 for a gray image
@@ -383,9 +388,9 @@ rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
  * (not a PNG, truncated, or corrupt: the message names the path and what
  * libpng found), RP_ERR_NOMEM. Thread-safe: calls share no state.
  */
-rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, int *c);
+RP_API rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, int *c);
 
-/* ---- line plots (PNG) -------------------------------------------------------- */
+/* ---- line plots (PNG; these live in libreplicator-extras) ---------------------- */
 
 /* One line of a chart: n points (x[i], y[i]); `label` names it in the legend (NULL: "series k"). */
 typedef struct rp_plot_series {
@@ -429,8 +434,8 @@ typedef struct rp_plot {
  * directory), RP_ERR_NOMEM, RP_ERR_BACKEND (cairo failed). Thread-safe:
  * calls share no state.
  */
-rp_status rp_plot_write_png(const char *path, const rp_plot *p, const rp_plot_series *s,
-                            int nseries);
+RP_API rp_status rp_plot_write_png(const char *path, const rp_plot *p, const rp_plot_series *s,
+                                   int nseries);
 
 #ifdef __cplusplus
 }

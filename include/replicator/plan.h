@@ -99,8 +99,9 @@ typedef struct rp_plan_worker {
  * (async, and sync groups of one replica each, which the runtime runs as
  * async), RP_ERR_NOMEM (more than RP_PLAN_MAX_TRAFFIC lines).
  */
-rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_params *params,
-                          const rp_optim_config *oc, rp_plan_worker *w);
+RP_API rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id,
+                                 const rp_params *params, const rp_optim_config *oc,
+                                 rp_plan_worker *w);
 
 /*
  * The in-process parameter servers of a sync-group layout (cfg.sync_groups
@@ -108,14 +109,16 @@ rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_p
  * holding its values and its optimizer slots (at least one). 0 for another
  * layout.
  */
-int64_t rp_plan_servers(const rp_config *cfg, const rp_params *params, const rp_optim_config *oc);
+RP_API int64_t rp_plan_servers(const rp_config *cfg, const rp_params *params,
+                               const rp_optim_config *oc);
 
 /*
  * Adds calls and bytes to w's line (axis, cls, kind, what), creating it.
  * Errors: RP_ERR_INVALID (NULL argument), RP_ERR_NOMEM (no room for a line).
  */
-rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls,
-                              rp_flight_kind kind, const char *what, int64_t calls, int64_t bytes);
+RP_API rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls,
+                                     rp_flight_kind kind, const char *what, int64_t calls,
+                                     int64_t bytes);
 
 /*
  * Adds the messages of pipeline stage `stage` of `stages` (nn.h,
@@ -128,18 +131,18 @@ rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls
  * (NULL w, stage outside [0, stages), micro_batches < 1, negative sizes),
  * rp_plan_add_traffic's.
  */
-rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, int stages,
-                           int micro_batches, int64_t in_floats, int64_t out_floats);
+RP_API rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, int stages,
+                                  int micro_batches, int64_t in_floats, int64_t out_floats);
 
 /*
  * The predicted traffic of w as counters: out->by[cls][kind] summed over w's
  * lines of `axis` (for a direct comparison with a measured rp_comm_stats
  * difference over one step).
  */
-void rp_plan_traffic_stats(const rp_plan_worker *w, rp_axis axis, rp_comm_stats *out);
+RP_API void rp_plan_traffic_stats(const rp_plan_worker *w, rp_axis axis, rp_comm_stats *out);
 
 /* "data", "model", "pipe", "group" (RP_PLAN_GROUP). */
-const char *rp_plan_axis_name(rp_axis axis);
+RP_API const char *rp_plan_axis_name(rp_axis axis);
 
 #ifdef __cplusplus
 }
