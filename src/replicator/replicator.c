@@ -186,7 +186,7 @@ static void plain_steps(rp_replica *rep, int64_t *steps, int64_t *hash)
     const rp_kernels *k = rp_kernels_active();
     *steps = 0;
     for (int i = 0; i < n; i++) {
-        if (rep->r->strategy->owns && rep->r->strategy->owns(rep, opts[i])) continue;
+        if (rp_strategy_owns(rep, opts[i])) continue;
         rp_params *p = rp_optimizer_params(opts[i]);
         h = (h ^ k->checksum(rp_params_data(p), rp_params_trainable_numel(p))) * 0x100000001b3ull;
         *steps += counts[i];
