@@ -166,17 +166,24 @@ static int shard_buckets(void *ctx, int i, int *mark, int *out)
     return count;
 }
 
+void rp_grad_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
+                          int *nbuckets)
+{
+    int64_t S = (P + N - 1) / N, c = (int64_t)(bytes / (sizeof(float) * (size_t)N));
+    c = c < 1 ? 1 : c > S ? S : c;
+    *shard = S;
+    *chunk = c;
+    *nbuckets = S > 0 ? (int)((S + c - 1) / c) : 0;
+}
+
 /* The shards, their buckets and buffers: chunk = bucket_bytes / (4N) positions of each shard. */
 static rp_status shard_init(rp_grad_reducer *g, size_t bytes, bool bf16)
 {
-    int n = g->size;
-    g->shard = (g->numel + n - 1) / n;
+    int n = g->size, nb = 0;
+    rp_grad_shard_layout(g->numel, n, bytes, &g->shard, &g->chunk, &nb);
     g->lo = min64((int64_t)g->rank * g->shard, g->numel);
     g->hi = min64(g->lo + g->shard, g->numel);
-    int64_t S = g->shard, c = (int64_t)(bytes / (sizeof(float) * (size_t)n));
-    c = c < 1 ? 1 : c > S ? S : c;
-    g->chunk = c;
-    int nb = S > 0 ? (int)((S + c - 1) / c) : 0;
+    int64_t S = g->shard, c = g->chunk;
     g->ranges = malloc((size_t)(nb ? nb : 1) * 2 * sizeof(int64_t));
     if (!g->ranges) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's %d buckets", nb);
     for (int k = 0; k < nb; k++) {
@@ -233,7 +240,11 @@ rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *com
     g->numel = rp_params_trainable_numel(params);
     g->k = rp_kernels_active();
     g->local_bad = g->reduced_bad = -1;
-    g->scratch = malloc((size_t)g->size * 3 * sizeof(int64_t));
+    /* Reduce-scatter: the finiteness exchange (3 per member), and room for the strategy's
+       checksums (one per trainable parameter and member), which never overlap it. */
+    int T = rp_params_trainable_count(params);
+    size_t per = collective == RP_GRAD_REDUCE_SCATTER ? (size_t)(T > 3 ? T : 3) : 2;
+    g->scratch = malloc((size_t)g->size * per * sizeof(int64_t));
     if (!g->scratch) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the gradient reduction");
     size_t bytes = rep->r->cfg.bucket_bytes;
     bool bf16 = rep->r->cfg.grad_dtype == RP_BF16;

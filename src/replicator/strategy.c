@@ -418,3 +418,40 @@ rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int inde
                         rep->id, (long long)numel, (long long)rp_ps_numel(*ps));
     return RP_OK;
 }
+
+/* ---- what every plan slot shares ----------------------------------------------------------- */
+
+rp_status rp_strategy_plan_base(int replicas, int id, const rp_params *params,
+                                const rp_optim_config *oc, rp_plan_worker *w)
+{
+    RP_CHECK(rp_optim_check(oc));
+    int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc);
+    w->worker = id;
+    w->replicas = replicas;
+    w->params = rp_params_numel(params) * (int64_t)sizeof(float);
+    w->grads = P * (int64_t)sizeof(float);
+    w->optim = slots * P * (int64_t)sizeof(float);
+    w->strategy = 0;
+    w->groups = 1;
+    return RP_OK;
+}
+
+rp_status rp_strategy_plan_buckets(const rp_params *params, size_t bytes, int *nbuckets,
+                                   int64_t *most)
+{
+    rp_bucket_order o;
+    int64_t *ranges = NULL;
+    RP_CHECK(rp_bucket_order_cut(&o, params, bytes, &ranges));
+    *nbuckets = o.nbuckets;
+    *most = 0;
+    for (int b = 0; b < o.nbuckets; b++)
+        if (ranges[2 * b + 1] - ranges[2 * b] > *most) *most = ranges[2 * b + 1] - ranges[2 * b];
+    rp_bucket_order_destroy(&o);
+    free(ranges);
+    return RP_OK;
+}
+
+int64_t rp_strategy_plan_wire(const rp_config *cfg, int64_t most)
+{
+    return cfg->grad_dtype == RP_BF16 ? (most > 1 ? most : 1) * (int64_t)sizeof(rp_bf16) : 0;
+}

@@ -1,9 +1,9 @@
 /*
  * strategy.h - how replicas combine their work, as a table chosen once at
- * rp_replicator_create(): synchronous all-reduce (strategy_sync.c) and
- * asynchronous parameter servers (strategy_async.c), ZeRO-1's sharded
- * optimizer state (strategy_zero.c), and sync groups: all-reduce inside a
- * group, parameter servers between groups (strategy_groups.c).
+ * rp_replicator_create() by cfg.strategy (rp_strategy_of): synchronous all-reduce (strategy_sync.c)
+ * and asynchronous parameter servers (strategy_async.c), ZeRO-1's sharded optimizer state
+ * (strategy_zero.c), and sync groups: all-reduce inside a group, parameter servers between groups
+ * (strategy_groups.c).
  *
  * replicator.c calls only these slots and never asks which table it holds.
  * A NULL slot means "nothing to do" (the run path tests the pointer, so a
@@ -16,6 +16,7 @@
 #define RP_STRATEGY_H
 
 #include "kernels/kernels.h"
+#include "replicator/plan.h"
 #include "replicator/ps.h"
 #include "replicator/replicator_internal.h"
 
@@ -29,6 +30,14 @@ typedef struct rp_strategy {
     bool lockstep;
     /* Each replica's optimizer holds a shard of the state: fetch gathers it before a checkpoint. */
     bool sharded;
+    /* It uses parameter servers (cfg.ps, cfg.staleness apply). */
+    bool servers;
+    /*
+     * The table that runs this choice on r's layout (r->n replicas here, `mpi`): another where a
+     * layout makes the strategy another's (sync groups of one replica each are async training).
+     * NULL slot: this one.
+     */
+    const struct rp_strategy *(*resolve)(const rp_replicator *r, bool mpi);
     /*
      * Per process, before the replicas' communicators exist: may take ranks of the job for
      * a role of its own (async: the last cfg.ps ranks serve). Sets r->server on such a rank
@@ -60,12 +69,28 @@ typedef struct rp_strategy {
     /* Global-norm clipping of a wrapped optimizer's reduced gradients (rp_replica_clip_grad_norm);
        NULL: rp_clip_grad_norm of the whole block. */
     rp_status (*clip)(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
+    /*
+     * The planner's prediction (replicator/plan.h: rp_plan_runtime, whose arguments, checked,
+     * and errors these are) of worker `id` of `replicas` on layout cfg, training params with oc:
+     * its memory and this strategy's traffic lines in one step, from the rules of the strategy's
+     * own step. Required.
+     */
+    rp_status (*plan)(const rp_config *cfg, int replicas, int id, const rp_params *params,
+                      const rp_optim_config *oc, rp_plan_worker *w);
+    /* The parameter servers' memory, process-wide (rp_plan_servers); NULL slot: none. */
+    int64_t (*plan_servers)(const rp_config *cfg, const rp_params *params,
+                            const rp_optim_config *oc);
 } rp_strategy;
 
 extern const rp_strategy rp_strategy_sync;
 extern const rp_strategy rp_strategy_async;
 extern const rp_strategy rp_strategy_zero;
 extern const rp_strategy rp_strategy_groups;
+
+/* The table of a choice (strategy_table.c), NULL for a value that names none. */
+const rp_strategy *rp_strategy_of(rp_strategy_kind kind);
+/* *out = the choice rp_strategy_name() calls `name`; RP_ERR_INVALID naming --strategy's values. */
+rp_status rp_strategy_parse(const char *name, rp_strategy_kind *out);
 
 /* ---- helpers every strategy may use (strategy.c) ---------------------------------------- */
 
@@ -181,6 +206,27 @@ rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int inde
 /* Batches of lockstep replicas: 0, 1, 2, ... on every replica, counted per replica per run. */
 rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);
 
+/* ---- what every plan slot shares ----------------------------------------------------------- */
+
+/*
+ * A plan's start: oc checked (rp_optim_check's errors), then w->worker = id, replicas,
+ * params, grads, optim (the whole state: slots x trainable values), strategy = 0, groups = 1.
+ */
+rp_status rp_strategy_plan_base(int replicas, int id, const rp_params *params,
+                                const rp_optim_config *oc, rp_plan_worker *w);
+
+/*
+ * The all-reduce buckets rp_grad_reducer_init would cut for params in buckets of `bytes`
+ * (rp_bucket_order_cut): how many, and the values of the largest (0 without parameters).
+ * RP_ERR_NOMEM.
+ */
+rp_status rp_strategy_plan_buckets(const rp_params *params, size_t bytes, int *nbuckets,
+                                   int64_t *most);
+
+/* The bf16 copy of the largest all-reduce bucket (`most` values) a reducer keeps for
+   cfg.grad_dtype bf16; 0 for f32. */
+int64_t rp_strategy_plan_wire(const rp_config *cfg, int64_t most);
+
 /* ---- gradient buckets: the order they start in (sync, ZeRO-1, sync groups) ------------- */
 
 /*
@@ -284,7 +330,9 @@ typedef struct rp_grad_reducer {
     size_t sgrad_bytes, pack_bytes, one_bytes, wire_bytes; /* what mem_free takes back */
     rp_staging stage, recv; /* the host views a collective sends from (all-reduce: in place) and
                                receives into */
-    int64_t *scratch;       /* [3 * comm size]: the non-finite exchange */
+    int64_t *scratch;       /* [comm size x 2] the non-finite exchange (all-reduce); [comm size x
+                               max(3, trainable parameters)] the finiteness exchange, free for the
+                               strategy's checksums between steps (reduce-scatter) */
     int64_t local_bad;      /* first element of the block non-finite before its reduction, or -1 */
     float local_value;      /* its value */
     int64_t reduced_bad;    /* first element of this member's reduced gradients non-finite, or -1 */
@@ -320,5 +368,13 @@ rp_status rp_grad_reducer_finish(rp_grad_reducer *g);
 rp_status rp_grad_reducer_gather(rp_grad_reducer *g, const float *mine, float *full,
                                  const char *what);
 rp_status rp_grad_reducer_scatter(rp_grad_reducer *g, const float *full, float *mine);
+
+/*
+ * The reduce-scatter's layout of P values over N members with buckets of `bytes` (what
+ * rp_grad_reducer_init makes, for the planner): *shard = S = ceil(P / N), *chunk = the bucket
+ * length (bytes / (4N) positions, clamped to [1, S]), *nbuckets = ceil(S / chunk) (0 for S = 0).
+ */
+void rp_grad_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
+                          int *nbuckets);
 
 #endif

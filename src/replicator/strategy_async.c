@@ -278,10 +278,21 @@ static void async_replica_destroy(rp_replica *rep)
     rp_strategy_replica_fini(rep, async_detach);
 }
 
+/* Async replicas meet the servers at their own pace: no layout predicts their traffic. */
+static rp_status async_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                            const rp_optim_config *oc, rp_plan_worker *w)
+{
+    return RP_ERROR(RP_ERR_UNSUPPORTED,
+                    "the planner covers synchronous layouts (one replica, N replicas, "
+                    "ZeRO-1, sync groups); async replicas talk to parameter servers at their "
+                    "own pace");
+}
+
 const rp_strategy rp_strategy_async = {
     .name = "async",
     .identical = false,
     .lockstep = false,
+    .servers = true,
     .create = async_create,
     .destroy = async_destroy,
     .replica_init = rp_strategy_replica_init,
@@ -294,4 +305,5 @@ const rp_strategy rp_strategy_async = {
     .claim = async_claim,
     .next_batch = async_claim, /* each batch to whichever replica asks first */
     .serve = async_serve,
+    .plan = async_plan,
 };

@@ -449,16 +449,76 @@ static void groups_replica_destroy(rp_replica *rep)
     rep->group_comm = NULL;
 }
 
+/* Groups of one replica each, in one process, are async training: the async table runs them. */
+static const rp_strategy *groups_resolve(const rp_replicator *r, bool mpi)
+{
+    return !mpi && r->cfg.sync_groups >= r->n ? &rp_strategy_async : &rp_strategy_groups;
+}
+
 static rp_status groups_serve(rp_replicator *r)
 {
     groups_state *st = r->strategy_state;
     return rp_ps_mpi_serve(st->ps);
 }
 
+/*
+ * The plan: the sync strategy's buckets all-reduced over the group (RP_PLAN_GROUP), the values
+ * broadcast from the group's rank 0 after its exchange with the servers, and each batch's ticket
+ * broadcast in the group. Buffers: the gradient reducer's (its non-finite exchange, the buckets'
+ * ranges, each parameter's bucket list and the buckets' counters, the bf16 copy of the largest)
+ * and the checksum scratch (S x T hashes). w->optim stays the whole state (every replica keeps
+ * one for checkpoints); the state the updates use lives on the servers (groups_plan_servers).
+ */
+static rp_status groups_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                             const rp_optim_config *oc, rp_plan_worker *w)
+{
+    RP_CHECK(rp_strategy_plan_base(N, id, params, oc, w));
+    int G = cfg->sync_groups;
+    if (N % G != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "sync_groups = %d does not divide the %d replicas: every group needs the "
+                        "same number of replicas",
+                        G, N);
+    if (G == N)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "sync_groups = %d of %d replicas makes groups of one replica, which the "
+                        "runtime trains asynchronously; the planner covers groups of 2 or more",
+                        G, N);
+    int S = N / G, T = rp_params_trainable_count(params), nb = 0;
+    int64_t most = 0;
+    RP_CHECK(rp_strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
+    int64_t P = rp_params_trainable_numel(params), bytes = P * (int64_t)sizeof(float);
+    int64_t Tb = T > 0 ? T : 1, B = nb > 0 ? nb : 1;
+    bool bf16 = cfg->grad_dtype == RP_BF16;
+    w->groups = G;
+    w->strategy = (int64_t)S * 2 * 8 + Tb * 2 * 8 + ((int64_t)T + 1) * 4 + Tb * 4 + 2 * B * 4 +
+                  (int64_t)S * Tb * 8 + rp_strategy_plan_wire(cfg, most);
+    RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                                 bf16 ? "gradient buckets (mean, in the group, bf16)"
+                                      : "gradient buckets (mean, in the group)",
+                                 nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
+    RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
+                                 "parameters from the group's rank 0", 1, bytes));
+    return rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
+                               "the batch's ticket", 1, (int64_t)sizeof(int64_t));
+}
+
+/* The in-process servers: cfg.ps shards, each holding its values and at least one slot (ps.c,
+   rp_ps_shard_create). */
+static int64_t groups_plan_servers(const rp_config *cfg, const rp_params *params,
+                                   const rp_optim_config *oc)
+{
+    int64_t slots = rp_optim_slots(oc);
+    return rp_params_trainable_numel(params) * (int64_t)sizeof(float) *
+           (1 + (slots > 0 ? slots : 1));
+}
+
 const rp_strategy rp_strategy_groups = {
     .name = "sync groups",
     .identical = false,
     .lockstep = false,
+    .servers = true,
+    .resolve = groups_resolve,
     .create = groups_create,
     .destroy = groups_destroy,
     .replica_init = groups_replica_init,
@@ -472,4 +532,6 @@ const rp_strategy rp_strategy_groups = {
     .claim = groups_claim,
     .next_batch = groups_claim, /* each batch to whichever group asks first */
     .serve = groups_serve,
+    .plan = groups_plan,
+    .plan_servers = groups_plan_servers,
 };

@@ -108,6 +108,28 @@ static rp_status sync_fetch(rp_replica *rep, rp_optimizer *opt)
     return RP_OK; /* the optimizer holds its state already */
 }
 
+/*
+ * The plan: one mean all-reduce per bucket of rp_bucket_order_cut (gradients as cfg.grad_dtype on
+ * the wire); the buffers are the checksum scratch, each parameter's bucket, the buckets and the
+ * bf16 copy of the largest. One replica: the optimizer is not wrapped (no collective, no buffer).
+ */
+static rp_status sync_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                           const rp_optim_config *oc, rp_plan_worker *w)
+{
+    RP_CHECK(rp_strategy_plan_base(N, id, params, oc, w));
+    if (N == 1) return RP_OK;
+    int nb = 0;
+    int64_t most = 0, P = rp_params_trainable_numel(params);
+    RP_CHECK(rp_strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
+    int T = rp_params_trainable_count(params), Tc = T > 2 ? T : 2, Tb = T ? T : 1;
+    bool bf16 = cfg->grad_dtype == RP_BF16;
+    w->strategy = (int64_t)N * Tc * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24 +
+                  rp_strategy_plan_wire(cfg, most);
+    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                               bf16 ? "gradient buckets (mean, bf16)" : "gradient buckets (mean)",
+                               nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype));
+}
+
 const rp_strategy rp_strategy_sync = {
     .name = "sync",
     .identical = true,
@@ -120,4 +142,5 @@ const rp_strategy rp_strategy_sync = {
     .publish = sync_publish,
     .claim = rp_strategy_local_claim,
     .next_batch = rp_strategy_lockstep_batch,
+    .plan = sync_plan,
 };

@@ -54,7 +54,6 @@ typedef struct rp_zero {
     float *value;        /* the parameter list's values (storage) */
     int64_t numel;       /* P: trainable values */
     rp_grad_reducer red; /* the reduce-scatter, its shards [lo, hi), buckets and buffers */
-    int64_t *hashes;     /* [count * nparams]: checksums */
 } rp_zero;
 
 static void zero_on_grad_ready(rp_tensor *param, void *ctx)
@@ -91,7 +90,7 @@ static rp_status zero_after(rp_optimizer *opt, void *ctx)
     rp_zero *z = ctx;
     RP_CHECK(rp_strategy_alive(&z->link));
     rp_replica *rep = z->link.rep;
-    return rp_strategy_checksum(rep, rep->comm, z->params, rp_optimizer_steps(opt), z->hashes);
+    return rp_strategy_checksum(rep, rep->comm, z->params, rp_optimizer_steps(opt), z->red.scratch);
 }
 
 static void zero_release(void *ctx)
@@ -99,7 +98,6 @@ static void zero_release(void *ctx)
     rp_zero *z = ctx;
     rp_strategy_detach(&z->link);
     rp_grad_reducer_free(&z->red);
-    free(z->hashes);
     free(z);
 }
 
@@ -116,11 +114,7 @@ static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
     z->params = params;
     z->value = rp_params_data(params);
     z->numel = rp_params_trainable_numel(params);
-    int T = rp_params_trainable_count(params);
-    z->hashes = malloc((size_t)rep->count * (size_t)(T > 0 ? T : 1) * sizeof(int64_t));
-    status = z->hashes
-                 ? rp_grad_reducer_init(&z->red, rep, rep->comm, params, RP_GRAD_REDUCE_SCATTER)
-                 : RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's checksums");
+    status = rp_grad_reducer_init(&z->red, rep, rep->comm, params, RP_GRAD_REDUCE_SCATTER);
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
     rp_optimizer_hooks h = {
@@ -201,6 +195,37 @@ static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, f
     return rp_strategy_clip_range(rep, opt, max_norm, norm);
 }
 
+/*
+ * The plan: the reducer's shards and buckets (rp_grad_shard_layout), one reduce-scatter of the
+ * gradients (as cfg.grad_dtype) and one all-gather of the values per bucket, and the finiteness
+ * exchange (3 int64); the optimizer state of this worker's shard only, and the buffers: the
+ * reduced shard, one bucket's segments packed, one segment, the scratch, and with bf16 the
+ * rounded segments and the reduced segment. One replica: a plain optimizer.
+ */
+static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                           const rp_optim_config *oc, rp_plan_worker *w)
+{
+    RP_CHECK(rp_strategy_plan_base(N, id, params, oc, w));
+    if (N == 1) return RP_OK;
+    int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c;
+    int nb, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3;
+    rp_grad_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &nb);
+    int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
+    int64_t g = (int64_t)rp_dtype_size(cfg->grad_dtype);
+    bool bf16 = cfg->grad_dtype == RP_BF16;
+    w->optim = slots * (hi - lo) * (int64_t)sizeof(float);
+    w->strategy = (int64_t)N * Tz * 8;
+    if (S > 0) w->strategy += (S + (int64_t)N * c + c) * (int64_t)sizeof(float);
+    if (S > 0 && bf16) w->strategy += ((int64_t)N + 1) * c * (int64_t)sizeof(rp_bf16);
+    RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_REDUCE_SCATTER,
+                                 bf16 ? "gradient shards (mean, bf16)" : "gradient shards (mean)",
+                                 nb, S * g));
+    RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
+                                 "parameter shards", nb, S * (int64_t)sizeof(float)));
+    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
+                               "gradient finiteness exchange", 1, 3 * 8);
+}
+
 const rp_strategy rp_strategy_zero = {
     .name = "zero",
     .identical = true,
@@ -215,4 +240,5 @@ const rp_strategy rp_strategy_zero = {
     .claim = rp_strategy_local_claim,
     .next_batch = rp_strategy_lockstep_batch,
     .clip = zero_clip,
+    .plan = zero_plan,
 };
