@@ -20,8 +20,8 @@
  * apart (RP_COMM_HOUSEKEEPING) and depends on what a step reports.
  *
  * Layouts: one replica, N synchronous data-parallel replicas (the sync
- * strategy's bucketed all-reduce), ZeRO-1 (cfg.zero) and sync groups
- * (cfg.sync_groups G < N: the sync strategy's buckets over each group's
+ * strategy's bucketed all-reduce), ZeRO-1 (RP_STRATEGY_ZERO1) and sync groups
+ * (RP_STRATEGY_SYNC_GROUPS, G < N: the sync strategy's buckets over each group's
  * communicator, the group's parameter broadcast and batch ticket; the
  * pushes and pulls of the in-process parameter servers are memory copies,
  * not communicator calls, and are not lines of a plan). Tensor parallelism
@@ -84,8 +84,9 @@ typedef struct rp_plan_worker {
 
 /*
  * Fills the runtime's share of worker `id` (0 <= id < replicas) of the
- * layout cfg (regime, zero, sync_groups, bucket_bytes) when it trains
- * `params` with the optimizer `oc`: w->worker, replicas, groups, params,
+ * layout cfg (its strategy, rp_config_strategy(); sync_groups, bucket_bytes,
+ * grad_dtype) when it trains `params` with the optimizer `oc`, as the
+ * strategy's own table predicts it: w->worker, replicas, groups, params,
  * grads, optim, strategy, and the strategy's traffic lines (appended): on
  * the data axis, or with sync groups on RP_PLAN_GROUP - the gradient
  * buckets over the group, the parameters broadcast from the group's rank 0
@@ -95,7 +96,8 @@ typedef struct rp_plan_worker {
  * checkpoints); the state the updates use lives on the servers
  * (rp_plan_servers). The rest of *w is left as it is. Errors:
  * RP_ERR_INVALID (NULL argument, id out of range, groups that do not
- * divide the replicas, a bad optimizer configuration), RP_ERR_UNSUPPORTED
+ * divide the replicas, a bad optimizer configuration, a strategy that is
+ * not an rp_strategy_kind), RP_ERR_UNSUPPORTED
  * (async, and sync groups of one replica each, which the runtime runs as
  * async), RP_ERR_NOMEM (more than RP_PLAN_MAX_TRAFFIC lines).
  */
@@ -104,8 +106,8 @@ RP_API rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id,
                                  rp_plan_worker *w);
 
 /*
- * The in-process parameter servers of a sync-group layout (cfg.sync_groups
- * > 1), process-wide: cfg.ps shards of `params`' trainable values, each
+ * The in-process parameter servers of a sync-group layout
+ * (RP_STRATEGY_SYNC_GROUPS), process-wide: cfg.ps shards of `params`' trainable values, each
  * holding its values and its optimizer slots (at least one). 0 for another
  * layout.
  */

@@ -48,12 +48,12 @@
  * A role runs run(fn) steps, or one long-lived function
  * (rp_replicator_start / rp_replicator_wait): an actor loop, a server loop.
  *
- * Strategies. How replicas combine gradients (cfg.regime: sync all-reduce
- * over the data axis, async parameter servers; cfg.zero: sync with the
- * optimizer state sharded, ZeRO-1; cfg.sync_groups: groups of replicas
- * that all-reduce inside the group and meet the other groups only at the
- * parameter servers - TF-Replicator's RFC's sync groups) is chosen once at
- * create;
+ * Strategies. How replicas combine gradients is one choice, cfg.strategy
+ * (rp_strategy_kind: sync all-reduce over the data axis, async parameter
+ * servers, ZeRO-1 - sync with the optimizer state sharded - and sync groups
+ * of replicas that all-reduce inside the group and meet the other groups
+ * only at the parameter servers, TF-Replicator's RFC's sync groups), made
+ * once at create;
  * the optimizer it wraps composes with other hooks (optim.h:
  * rp_optimizer_add_hooks), so clipping, an EMA or tracing stack on it.
  *
@@ -88,7 +88,26 @@ typedef enum {
     RP_BACKEND_MPI,     /* `replicas` threads in each MPI process (hierarchical when > 1) */
 } rp_backend;
 
-/* How the replicas combine their gradients. */
+/*
+ * How the replicas combine their work: one choice, cfg.strategy, made once at
+ * rp_replicator_create() (each is a table of the runtime's). The older fields are spellings of
+ * it and are still accepted: cfg.regime = RP_REGIME_ASYNC means RP_STRATEGY_ASYNC, cfg.zero =
+ * true RP_STRATEGY_ZERO1, and cfg.sync_groups = G >= 2 RP_STRATEGY_SYNC_GROUPS (of G groups).
+ * cfg.strategy and a spelling that names another strategy are refused (RP_ERR_INVALID).
+ */
+typedef enum {
+    RP_STRATEGY_SYNC = 0,  /* the gradients' mean all-reduced every step: the replicas stay
+                              identical */
+    RP_STRATEGY_ASYNC = 1, /* parameter servers: each replica pushes its gradients, pulls fresh
+                              values and goes on */
+    RP_STRATEGY_ZERO1 = 2, /* sync, each replica keeping the optimizer state of 1/N of the values
+                              (see "ZeRO-1" below) */
+    RP_STRATEGY_SYNC_GROUPS = 3, /* cfg.sync_groups groups, sync inside, parameter servers between
+                                    (see "Sync groups" below) */
+} rp_strategy_kind;
+#define RP_STRATEGIES 4
+
+/* The older spelling of RP_STRATEGY_SYNC and RP_STRATEGY_ASYNC (cfg.regime). */
 typedef enum {
     RP_REGIME_SYNC = 0, /* all-reduced every step: the replicas stay identical */
     RP_REGIME_ASYNC, /* pushed to parameter servers; each replica pulls fresh values and goes on */
@@ -129,8 +148,9 @@ typedef struct rp_role {
 RP_API rp_role rp_role_make(const char *name, int members, int model);
 
 typedef struct rp_config {
-    rp_backend backend;      /* default RP_BACKEND_AUTO */
-    rp_regime regime;        /* default RP_REGIME_SYNC */
+    rp_backend backend;        /* default RP_BACKEND_AUTO */
+    rp_strategy_kind strategy; /* default RP_STRATEGY_SYNC (see rp_strategy_kind) */
+    rp_regime regime;          /* older spelling: RP_REGIME_ASYNC is RP_STRATEGY_ASYNC */
     int ps;                  /* async: parameter servers (threads: in-process shards; MPI: the last
                                 `ps` ranks serve, the others are replicas); default 1 */
     int staleness;           /* async: at most this many steps ahead of the slowest replica; -1
@@ -154,13 +174,13 @@ typedef struct rp_config {
     bool stuck_exit;             /* a replica stuck outside every collective ends the process (exit
                                     status RP_STUCK_EXIT_CODE) instead of failing the run; default
                                     $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
-    bool zero; /* sync only: ZeRO-1, each replica keeps the optimizer state of 1/N of the values
-                  (see "ZeRO-1" below); default false */
-    int sync_groups; /* sync only: G >= 2 groups of replicas/G, in sync inside a group and
-                        asynchronous between groups through `ps` parameter servers (see "Sync
-                        groups" below); must divide the job's replicas (under MPI: the ranks
-                        less the servers); G = replicas is the async regime; 0 or 1 (default):
-                        off */
+    bool zero;                   /* older spelling: true is RP_STRATEGY_ZERO1; default false */
+    int sync_groups; /* RP_STRATEGY_SYNC_GROUPS' G >= 2 groups of replicas/G, in sync inside a
+                        group and asynchronous between groups through `ps` parameter servers
+                        (see "Sync groups" below); must divide the job's replicas (under MPI: the
+                        ranks less the servers); G = replicas is async training. Also its older
+                        spelling: G >= 2 with strategy RP_STRATEGY_SYNC means the sync groups;
+                        0 or 1 (default): off */
     /*
      * sync only: the type of the gradients on the wire (their mean across replicas, in the sync
      * strategy's buckets, ZeRO-1's reduce-scatter and a sync group's all-reduce). RP_F32
@@ -179,8 +199,19 @@ typedef struct rp_config {
 RP_API rp_config rp_config_default(void);
 
 /*
+ * The strategy cfg chooses: cfg->strategy, or the one an older spelling names (regime async,
+ * zero, sync_groups >= 2) when cfg->strategy is RP_STRATEGY_SYNC. Whether the choice is valid is
+ * rp_replicator_create()'s to say. RP_STRATEGY_SYNC for NULL.
+ */
+rp_strategy_kind rp_config_strategy(const rp_config *cfg);
+
+/* "sync", "async", "zero1", "sync-groups" (as --strategy takes them); "?" for another value. */
+const char *rp_strategy_name(rp_strategy_kind strategy);
+
+/*
  * Takes the runtime's options out of argv (shifting the rest down and
- * updating *argc): --backend threads|mpi|auto, --regime sync|async, --ps S, --staleness K,
+ * updating *argc): --backend threads|mpi|auto, --strategy sync|async|zero1|sync-groups,
+ * --regime sync|async, --ps S, --staleness K,
  * --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G,
  * --precision f32|bf16, --grad-dtype f32|bf16. Errors:
@@ -620,7 +651,7 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
                                              const rp_optim_config *cfg);
 
 /*
- * ZeRO-1 (cfg.zero): rp_replica_optimizer_create() makes an optimizer that
+ * ZeRO-1 (RP_STRATEGY_ZERO1, or cfg.zero): rp_replica_optimizer_create() makes an optimizer that
  * behaves as the sync one above - the same values after every step, bitwise
  * (the reductions add in the same order and the rule is elementwise), the
  * same checksums - while each of the N replicas keeps the optimizer state
@@ -683,7 +714,7 @@ RP_API rp_status rp_replica_clip_grad_norm(rp_replica *rep, rp_optimizer *opt, f
  */
 RP_API rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params);
 
-/* ---- asynchronous training (cfg.regime = RP_REGIME_ASYNC) ----------------------------- */
+/* ---- asynchronous training (RP_STRATEGY_ASYNC, or cfg.regime = RP_REGIME_ASYNC) -------- */
 
 /*
  * In the async regime rp_replica_optimizer_create() (still collective: every
@@ -726,7 +757,7 @@ RP_API rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt
  */
 RP_API rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
 
-/* ---- sync groups (cfg.sync_groups = G) ------------------------------------------------ */
+/* ---- sync groups (RP_STRATEGY_SYNC_GROUPS with cfg.sync_groups = G) ----------------- */
 
 /*
  * The N replicas form G groups of S = N / G consecutive replicas (group g:
@@ -789,7 +820,7 @@ RP_API rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index);
  * are per batch on each replica, and a run may hold collectives) or run
  * independently within a run (false: async - each batch to one replica,
  * so a run should cover many batches, call no collectives, and check a stop
- * request on its own). Chosen at rp_replicator_create() by cfg.regime, fixed
+ * request on its own). Chosen at rp_replicator_create() by cfg.strategy, fixed
  * for the replicator's life; thread-safe. False for NULL.
  */
 RP_API bool rp_replica_lockstep(const rp_replica *rep);
