@@ -23,8 +23,9 @@ extern "C" {
 void rp_kernels_set_threads(int n);
 /* The calling thread's kernel thread count. */
 int rp_kernels_get_threads(void);
-/* The kernel table in use: "cpu" (the fast one), "ref" (the plain reference, RP_KERNELS=ref), or
- * "strict" (cpu's kernels over storage the host cannot read, for tests: RP_KERNELS=strict). */
+/* The kernel table in use: "cpu" (the fast one), "ref" (the plain reference, RP_KERNELS=ref),
+ * "strict" (cpu's kernels over storage the host cannot read, for tests: RP_KERNELS=strict), or
+ * "cuda" (a CUDA GPU, RP_KERNELS=cuda, in a build with a CUDA toolkit; docs/gpu.md). */
 const char *rp_kernels_name(void);
 
 /*

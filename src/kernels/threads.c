@@ -3,6 +3,7 @@
  * algorithm.
  */
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -12,7 +13,25 @@ const rp_kernels *rp_kernels_active(void)
     const char *name = rp_env_get()->kernels;
     if (strcmp(name, "ref") == 0) return rp_kernels_ref();
     if (strcmp(name, "strict") == 0) return rp_kernels_strict();
+    if (strcmp(name, "cuda") == 0) {
+        const rp_kernels *k = rp_kernels_cuda();
+        if (k) return k;
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            rp_log(RP_LOG_ERROR, "RP_KERNELS=cuda: %s; the cpu table stands in", rp_last_error());
+    }
     return rp_kernels_cpu();
+}
+
+rp_status rp_kernels_check(void)
+{
+    if (strcmp(rp_env_get()->kernels, "cuda") != 0 || rp_kernels_cuda()) return RP_OK;
+    rp_status st = rp_last_status();
+    /* The reason without its "file:line: " (this error gets its own). */
+    const char *m = rp_last_error(), *colon = strstr(m, ": ");
+    char why[512];
+    snprintf(why, sizeof why, "%s", colon ? colon + 2 : m);
+    return RP_ERROR(st, "RP_KERNELS=cuda: %s", why);
 }
 
 const rp_kernels *rp_kernels_host(void)
