@@ -9,11 +9,13 @@
  *    as the replicas of TF-Replicator do on their devices. Kernels return once their work is
  *    queued, except those that return a value to the host (sum, sum_squares, softmax_xent_fwd,
  *    first_nonfinite, checksum, sn_power), which wait for their stream.
- *  - Storage is device memory from the CUDA runtime's stream-ordered pool (cudaMallocAsync on
- *    the calling thread's stream; the pool keeps what is freed, so a steady-state step does not
- *    reach cudaMalloc). A buffer belongs to the stream of the thread that allocated it: another
- *    thread may use it after the owner's mem_sync (or a download, which waits).
- *  - mem_upload and mem_download return once the copy is complete (the slot's contract).
+ *  - Storage is device memory from the CUDA runtime's stream-ordered pool (cudaMallocAsync; the
+ *    pool keeps what is freed, so a steady-state step does not reach cudaMalloc). mem_alloc
+ *    returns a complete allocation; mem_free, mem_upload, mem_download and mem_sync wait for
+ *    every stream's queued work (a buffer may have been written on another thread's stream),
+ *    and the transfers return once their copy is complete (the slots' contract). A kernel on
+ *    one thread that reads what another thread's kernel wrote, with no transfer or mem_sync in
+ *    between, is not ordered: the library's replicas exchange values through host views.
  *  - A CUDA failure inside a slot that returns no status is logged with its file, line and the
  *    runtime's words, and kept: the next slot that returns an rp_status (GEMM in bf16, the
  *    convolutions and pooling) returns RP_ERR_BACKEND with it.

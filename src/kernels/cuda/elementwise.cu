@@ -206,15 +206,19 @@ void rp_cuda_select_eq_acc(float *dx, const float *g, const float *x, const floa
     });
 }
 
+/* sum and sum_squares wait for every stream first: their input may be another thread's (the
+   global norm over a parameter block), and they wait for the result anyway. */
 double rp_cuda_sum_squares(const float *x, int64_t n)
 {
     if (n <= 0) return 0;
+    CU(cudaDeviceSynchronize());
     return rp_cuda_sum_of(n, [=] __device__(int64_t i) { return (double)x[i] * x[i]; });
 }
 
 double rp_cuda_sum(const float *x, int64_t n)
 {
     if (n <= 0) return 0;
+    CU(cudaDeviceSynchronize());
     return rp_cuda_sum_of(n, [=] __device__(int64_t i) { return (double)x[i]; });
 }
 

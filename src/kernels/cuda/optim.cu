@@ -76,6 +76,7 @@ int64_t rp_cuda_first_nonfinite(float *value, const float *x, int64_t n)
     unsigned long long *first = (unsigned long long *)rp_cuda_scratch(sizeof *first);
     if (!first) return -1;
     cudaStream_t s = rp_cuda_stream();
+    CU(cudaDeviceSynchronize()); /* x may be another thread's (a scan of the parameters) */
     CU(cudaMemsetAsync(first, 0xff, sizeof *first, s));
     first_nonfinite_k<<<rp_cuda_blocks(n), RP_CUDA_THREADS, 0, s>>>(first, x, n);
     LAUNCHED("first_nonfinite");
@@ -95,8 +96,9 @@ uint64_t rp_cuda_checksum(const float *x, int64_t n)
         rp_log(RP_LOG_ERROR, "CUDA checksum: no host memory for %lld values", (long long)n);
         return 0;
     }
-    uint64_t h = 0;
-    if (rp_cuda_read(host, x, (size_t)n * sizeof(float))) h = rp_ref_checksum(host, n);
+    /* (a download: it waits for every stream, as the parameters may be another thread's) */
+    rp_cuda_mem_download(host, x, (size_t)n * sizeof(float));
+    uint64_t h = rp_ref_checksum(host, n);
     free(host);
     return h;
 }

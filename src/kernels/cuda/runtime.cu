@@ -233,27 +233,42 @@ __global__ void rp_dev_sum_final(double *out, const double *part, int nparts)
     if (threadIdx.x == 0) *out = s;
 }
 
+/*
+ * Buffers cross threads (a parameter block built on one thread and read by every replica's, a
+ * checkpoint written from another thread than the step's), and each thread queues on its own
+ * stream. So the slots that hand storage between the host and the device order themselves
+ * against the whole device: an allocation is complete before it returns, a free waits until no
+ * stream can still use the block, and a transfer waits for all queued work first (a writer on
+ * another thread's stream) and for its own copy after. Within one thread's stream, kernels and
+ * mem_copy/mem_fill need no such waits. The cost: a download (the loss each step) waits for
+ * every replica's queued work, not only its own; per-buffer events would lift that (docs/gpu.md).
+ */
 void *rp_cuda_mem_alloc(size_t bytes)
 {
     void *p = NULL;
+    cudaStream_t s = rp_cuda_stream();
     /* Out of memory is the caller's to report (it names what the buffer was for), not a kept
        failure. */
-    if (cudaMallocAsync(&p, bytes, rp_cuda_stream()) != cudaSuccess) {
+    if (cudaMallocAsync(&p, bytes, s) != cudaSuccess) {
         cudaGetLastError();
         return NULL;
     }
+    CU(cudaStreamSynchronize(s));
     return p;
 }
 
 void rp_cuda_mem_free(void *p, size_t bytes)
 {
-    if (p) CU(cudaFreeAsync(p, rp_cuda_stream()));
+    if (!p) return;
+    CU(cudaDeviceSynchronize());
+    CU(cudaFreeAsync(p, rp_cuda_stream()));
 }
 
 void rp_cuda_mem_upload(void *dst, const void *host, size_t bytes)
 {
     cudaStream_t s = rp_cuda_stream();
     if (bytes == 0) return;
+    CU(cudaDeviceSynchronize());
     CU(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
     CU(cudaStreamSynchronize(s));
 }
@@ -261,6 +276,7 @@ void rp_cuda_mem_upload(void *dst, const void *host, size_t bytes)
 void rp_cuda_mem_download(void *host, const void *src, size_t bytes)
 {
     if (bytes == 0) return;
+    CU(cudaDeviceSynchronize());
     rp_cuda_read(host, src, bytes);
 }
 
@@ -288,7 +304,9 @@ void rp_cuda_mem_fill(void *dst, uint32_t pattern, size_t bytes)
     LAUNCHED("mem_fill");
 }
 
+/* All queued work, on every thread's stream (the slot's "all queued work is done"). */
 void rp_cuda_mem_sync(void)
 {
-    CU(cudaStreamSynchronize(rp_cuda_stream()));
+    rp_cuda_stream(); /* (a thread's first call makes its context current) */
+    CU(cudaDeviceSynchronize());
 }
