@@ -18,6 +18,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static rp_status init_status = RP_ERR_BACKEND;
 static char init_reason[640];
 static char device_name[300];
+static char bf16_path[340] = "cuda tensor cores";
 static int device_id;
 
 static void init_device(void)
@@ -63,6 +64,9 @@ static void init_device(void)
         return;
     }
     snprintf(device_name, sizeof device_name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
+    /* The bf16 path names the device: `replicator info`, the run header and bench's JSON print
+       it (the command has no device line of its own yet). */
+    snprintf(bf16_path, sizeof bf16_path, "cuda tensor cores on %s", device_name);
     init_status = RP_OK;
 }
 
@@ -199,7 +203,7 @@ size_t rp_cuda_cache_bytes(void)
 
 const char *rp_cuda_bf16_path(void)
 {
-    return "cuda tensor cores";
+    return bf16_path;
 }
 
 /* ---- scratch and the memory slots ---- */
