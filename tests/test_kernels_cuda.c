@@ -843,10 +843,17 @@ static void test_absent(void **state)
     assert_int_equal(rp_replicator_create(&r, &cfg), st);
     assert_null(r);
     tu_assert_error_contains("RP_KERNELS=cuda: ");
-    /* ...and whatever asks for the active table still gets one that works (the cpu table). */
+    /* ...and whatever asks for the active table still gets one that works (the cpu table),
+       leaving the caller's last error as it was, set or not. */
+    RP_ERROR(RP_ERR_IO, "an earlier error of the caller's");
     const rp_kernels *k = rp_kernels_active();
     assert_non_null(k);
     assert_string_equal(k->name, "cpu");
+    assert_int_equal(rp_last_status(), RP_ERR_IO);
+    tu_assert_error_contains("an earlier error of the caller's");
+    rp_error_clear();
+    assert_ptr_equal(rp_kernels_active(), k);
+    assert_int_equal(rp_last_status(), RP_OK);
     /* In a build with the table, every slot is filled. */
     const rp_kernels *t = rp_kernels_cuda_table();
     if (!t) {
