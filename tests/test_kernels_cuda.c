@@ -318,6 +318,9 @@ static void test_conv(void **state)
         conv_case(2, 8, 8, 16, 32, 1, 2, 0, bf, false, false);
         conv_case(2, 15, 15, 3, 16, 7, 2, 3, bf, false, true);
         conv_case(4, 6, 6, 5, 7, 3, 1, 0, bf, bf, bf);
+        /* 1x1, stride 1, no padding: the GEMM reads x in place (f32 x; bf16 x with bf16) */
+        conv_case(3, 6, 5, 16, 24, 1, 1, 0, bf, bf, false);
+        conv_case(3, 6, 5, 16, 24, 1, 1, 0, bf, false, true);
     }
     /* A descriptor that does not add up is refused before anything is queued. */
     rp_conv_desc d;

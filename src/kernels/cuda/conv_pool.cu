@@ -84,6 +84,26 @@ static void patches_any(void *col, const void *x, const rp_conv_desc *d, int n0,
         patches(col, static_cast<const float *>(x), d, n0, nb, bf);
 }
 
+/*
+ * A 1x1 convolution of stride 1 without padding whose input is already stored in the compute
+ * type: its patch matrix is the input itself ([n*h*w, c]), so the GEMM reads x in place.
+ */
+static bool patches_are_x(const rp_conv_desc *d, bool bf)
+{
+    return d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 &&
+           d->x_type == (bf ? RP_BF16 : RP_F32);
+}
+
+/* The patch matrix of images [n0, n0+nb): written into col, or x itself (patches_are_x). */
+static const void *patches_of(void *col, const void *x, const rp_conv_desc *d, int n0, int nb,
+                              bool bf)
+{
+    if (patches_are_x(d, bf))
+        return (const char *)x + (size_t)n0 * d->h * d->w * d->c * (bf ? 2 : 4);
+    patches_any(col, x, d, n0, nb, bf);
+    return col;
+}
+
 rp_status rp_cuda_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
                              const rp_conv_desc *d)
 {
@@ -91,7 +111,7 @@ rp_status rp_cuda_conv2d_fwd(void *y, const void *x, const float *w, const float
     const int64_t K = (int64_t)d->kh * d->kw * d->c, P = (int64_t)d->oh * d->ow, O = d->o;
     const size_t elem = bf ? 2 : 4;
     const int nb = chunk_images(d, elem);
-    void *col = rp_cuda_scratch((size_t)nb * P * K * elem);
+    void *col = rp_cuda_scratch(patches_are_x(d, bf) ? 16 : (size_t)nb * P * K * elem);
     uint16_t *w16 = bf ? (uint16_t *)rp_cuda_scratch((size_t)O * K * 2) : NULL;
     float *out = ybf ? (float *)rp_cuda_scratch((size_t)nb * P * O * 4) : NULL;
     if (col && (!bf || w16) && (!ybf || out)) {
@@ -99,9 +119,9 @@ rp_status rp_cuda_conv2d_fwd(void *y, const void *x, const float *w, const float
         for (int n0 = 0; n0 < d->n; n0 += nb) {
             int cnt = d->n - n0 < nb ? d->n - n0 : nb;
             int64_t rows = (int64_t)cnt * P;
-            patches_any(col, x, d, n0, cnt, bf);
+            const void *a = patches_of(col, x, d, n0, cnt, bf);
             float *dst = ybf ? out : (float *)y + (int64_t)n0 * P * O;
-            gemm_ex(false, true, (int)rows, (int)O, (int)K, col, (int)K,
+            gemm_ex(false, true, (int)rows, (int)O, (int)K, a, (int)K,
                     bf ? (const void *)w16 : (const void *)w, (int)K, 0.0f, dst, (int)O, bf);
             if (ybf) {
                 uint16_t *y16 = (uint16_t *)y + (int64_t)n0 * P * O;
@@ -176,7 +196,7 @@ rp_status rp_cuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, cons
     const int64_t K = (int64_t)d->kh * d->kw * d->c, P = (int64_t)d->oh * d->ow, O = d->o;
     const size_t elem = bf ? 2 : 4;
     const int nb = chunk_images(d, elem);
-    void *col = rp_cuda_scratch((size_t)nb * P * K * elem);
+    void *col = rp_cuda_scratch(patches_are_x(d, bf) ? 16 : (size_t)nb * P * K * elem);
     uint16_t *dy16 = bf ? (uint16_t *)rp_cuda_scratch((size_t)nb * P * O * 2) : NULL;
     if (col && (!bf || dy16)) {
         for (int n0 = 0; n0 < d->n; n0 += nb) {
@@ -184,9 +204,9 @@ rp_status rp_cuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, cons
             int64_t rows = (int64_t)cnt * P;
             const float *g = dy + (int64_t)n0 * P * O;
             if (bf) round_to(dy16, g, rows * O);
-            patches_any(col, x, d, n0, cnt, bf);
+            const void *b = patches_of(col, x, d, n0, cnt, bf);
             gemm_ex(true, false, (int)O, (int)K, (int)rows,
-                    bf ? (const void *)dy16 : (const void *)g, (int)O, col, (int)K,
+                    bf ? (const void *)dy16 : (const void *)g, (int)O, b, (int)K,
                     n0 == 0 ? 0.0f : 1.0f, dw, (int)K, bf);
         }
         if (db) {
