@@ -101,8 +101,19 @@ machine() {
 }
 
 do_build() {
+    local cuda=()
+    # nvcc on PATH or in /usr/local/cuda; else a pip-wheel toolkit beside PyTorch's (nvidia/cu13).
+    if ! command -v nvcc > /dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+        local nv
+        nv=$(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null)
+        nv=$(find "${nv:-/nonexistent}/nvidia" -path '*/bin/nvcc' 2>/dev/null | head -1)
+        if [ -n "$nv" ]; then
+            echo "using the wheel toolkit's $nv"
+            cuda=(-DCMAKE_CUDA_COMPILER="$nv" -DCUDAToolkit_ROOT="$(dirname "$(dirname "$nv")")")
+        fi
+    fi
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON -DRP_BUILD_SHARED=OFF \
-        > "$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; return 1; }
+        "${cuda[@]}" > "$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; return 1; }
     grep "replicator: CUDA" "$work/cmake.log"
     cmake --build "$build" -j"$(nproc)" --target replicator_cli test_kernels_cuda bench_d4pg \
         > "$work/build.log" 2>&1 || { tail -40 "$work/build.log"; return 1; }
