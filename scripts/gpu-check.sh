@@ -28,9 +28,12 @@
 # GPU, where the CUDA steps report that no device is present) on a machine without a GPU. None
 # of the CUDA code has run on a GPU yet. Assumed of the GPU machine: the project's Debian
 # packages (scripts/setup.sh's list: it has no network to install them), the CUDA toolkit at
-# /usr/local/cuda or on PATH, and python3 with PyTorch (CUDA) for step 7. Fashion-MNIST is used
-# if present (/usr/share/datasets/fashion-mnist, or $RP_GPU_DATA); otherwise the synthetic
-# dataset, for which the loss-falls bound of step 5 is a guess.
+# /usr/local/cuda or on PATH (or a pip-wheel toolkit beside PyTorch), and python3 with PyTorch
+# (CUDA) for step 7. Fashion-MNIST is used if present ($RP_GPU_DATA, /usr/share/datasets/
+# fashion-mnist, or gpu-data/fashion-mnist carried from here); otherwise ResNet-20 uses the
+# synthetic dataset (the loss-falls bound of step 5 is then a guess) and the SN-GAN step fails.
+# One command may run 600 s at most on the device: if the whole script does not fit, run it in
+# two parts with GPU_CHECK_ONLY (the build is kept between calls on a warm machine).
 #
 # Usage: OUT=/some/dir scripts/gpu-check.sh [--skip-build]
 #        (GPU_CHECK_ONLY=REGEX runs only the steps whose names match, e.g. to rerun one;
@@ -81,12 +84,21 @@ run() {
 
 compare() { python3 "$root/scripts/st_compare.py" "$@"; }
 
+# Fashion-MNIST: $RP_GPU_DATA, Debian's copy, or a copy carried in gpu-data/fashion-mnist (an
+# ignored folder: `cp -r /usr/share/datasets/fashion-mnist gpu-data/` here, then name gpu-data
+# in the run's carry list; 30 MB).
 data_args=()
-data=${RP_GPU_DATA:-/usr/share/datasets/fashion-mnist}
-if [ -e "$data/train-images-idx3-ubyte.gz" ]; then
-    data_args=(--data "$data")
-else
-    echo "note: no Fashion-MNIST at $data: the ResNet-20 runs use --dataset synthetic"
+gan_data=()
+for data in "${RP_GPU_DATA:-}" /usr/share/datasets/fashion-mnist "$root/gpu-data/fashion-mnist"; do
+    if [ -n "$data" ] && [ -e "$data/train-images-idx3-ubyte.gz" ]; then
+        data_args=(--data "$data")
+        gan_data=(--data "$data")
+        break
+    fi
+done
+if [ ${#data_args[@]} -eq 0 ]; then
+    echo "note: no Fashion-MNIST found: the ResNet-20 runs use --dataset synthetic, and the" \
+        "SN-GAN step (which has no synthetic data) fails"
     data_args=(--dataset synthetic)
 fi
 
@@ -206,7 +218,8 @@ PY
 }
 
 sngan() {
-    local gan=(train sngan "${data_args[@]}" --limit 256 --ch-g 8 --ch-d 8 --z-dim 16 --d-batch 16
+    [ ${#gan_data[@]} -gt 0 ] || { echo "no Fashion-MNIST for the SN-GAN"; return 1; }
+    local gan=(train sngan "${gan_data[@]}" --limit 256 --ch-g 8 --ch-d 8 --z-dim 16 --d-batch 16
                --g-batch 16 --n-dis 2 --iters 2 --sample-every 0 --checkpoint-every 0 --threads 1 --quiet)
     for t in cpu cuda; do
         run $t "gan-$t" "${gan[@]}" --out "$work/gan-$t" || return 1
