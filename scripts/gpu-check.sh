@@ -20,7 +20,8 @@
 #  7. timings beside the PyTorch on the same machine: ResNet-50 training at batch 256 (ours bf16
 #     and f32 against PyTorch eager, channels-last and NCHW, f32 and bf16 autocast, its best) and
 #     the D4PG learner step (bench_d4pg against bench/d4pg_torch.py --device cuda), with the
-#     peak device memory PyTorch reports.
+#     peak device memory PyTorch reports;
+#  8. the tape, runtime, io and model tests again on the cuda table (CTest's cuda_<name>).
 # Each step prints PASS or FAIL and the script goes on; the summary at the end lists them, and the
 # exit status is 1 if any failed.
 #
@@ -258,6 +259,17 @@ timings() {
     return $ok
 }
 
+# Last, as it builds ~30 more programs: the tape, runtime, io and model tests again on the cuda
+# table (CTest's cuda_<name>, as strict_<name> on the strict table).
+model_tests() {
+    local names
+    names=$(ctest --test-dir "$build" -N -R '^cuda_' | sed -nE 's/.*Test +#[0-9]+: cuda_(.*)$/\1/p')
+    # shellcheck disable=SC2086
+    cmake --build "$build" -j"$(nproc)" --target $names > "$work/build-tests.log" 2>&1 ||
+        { tail -20 "$work/build-tests.log"; return 1; }
+    ctest --test-dir "$build" -R '^cuda_' --output-on-failure --timeout 120
+}
+
 step "machine" machine
 if [ "${1:-}" != "--skip-build" ]; then
     step "build (RP_CUDA=ON)" do_build || true
@@ -274,6 +286,7 @@ else
     step "SN-GAN iterations: cuda within the cpu table's distance from ref" sngan
     step "D4PG learner on the GPU, actors on CPU threads" d4pg
     step "timings against PyTorch (ResNet-50 b256, D4PG learner)" timings
+    step "model and tape tests on the cuda table (ctest -R ^cuda_)" model_tests
 fi
 echo
 echo "== summary ($(( $(date +%s) - t_start )) s)"

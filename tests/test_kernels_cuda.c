@@ -5,7 +5,7 @@
  * convolution 1e-4 relative to max(1, |reference|), bf16-stored outputs one bf16 step), bit for
  * bit where the contract fixes the bits (casts, argmax, the checksum, the memory slots).
  *
- * Two programs in one (CTest runs both):
+ * Three programs in one (CTest runs the first two; `probe` is tests/cuda_run.sh's question):
  *  - `test_kernels_cuda`: the comparisons. Without a usable GPU (or in a build without the CUDA
  *    table) it prints "SKIP: <why>" and exits 77, which CTest reports as skipped.
  *  - `test_kernels_cuda absent`: what a machine without a GPU sees: RP_KERNELS=cuda is refused
@@ -880,6 +880,8 @@ static void test_absent(void **state)
 
 int main(int argc, char **argv)
 {
+    /* `probe`: exit 0 where the cuda table can run, 77 elsewhere (tests/cuda_run.sh asks). */
+    if (argc > 1 && strcmp(argv[1], "probe") == 0) return rp_kernels_cuda() ? 0 : 77;
     if (argc > 1 && strcmp(argv[1], "absent") == 0) {
         setenv("RP_KERNELS", "cuda", 1); /* before anything reads the environment */
         if (rp_kernels_cuda()) {
