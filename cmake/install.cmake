@@ -64,7 +64,7 @@ endforeach()
 if(MPI_C_FOUND)
   list(APPEND rp_dep_libs ${MPI_C_LIBRARIES})
 endif()
-list(APPEND rp_dep_libs -pthread m)
+list(APPEND rp_dep_libs ${RP_CUDA_LINK_DEPS} -pthread m)
 rp_link_flags(RP_PC_LIBS_PRIVATE ${rp_dep_libs})
 
 # Relative to the prefix, so an installed tree can be moved (pkg-config's ${pcfiledir}).

@@ -158,7 +158,7 @@ RP_API void rp_log(rp_log_level level, const char *fmt, ...) __attribute__((form
 typedef struct rp_env {
     int log_level;        /* RP_LOG_LEVEL: debug|info|warn|error|off, default info */
     int threads;          /* RP_THREADS: default thread count, 0 = all cores */
-    const char *kernels;  /* RP_KERNELS: "cpu" (default), "ref" or "strict" */
+    const char *kernels;  /* RP_KERNELS: "cpu" (default), "ref", "strict" or "cuda" */
     const char *data_dir; /* RP_DATA_DIR: default /usr/share/datasets/fashion-mnist */
     double comm_timeout;  /* RP_COMM_TIMEOUT: seconds a replica waits for its peers, default 300 */
     bool mpi_launched;    /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */

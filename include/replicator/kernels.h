@@ -25,8 +25,9 @@ extern "C" {
 RP_API void rp_kernels_set_threads(int n);
 /* The calling thread's kernel thread count. */
 RP_API int rp_kernels_get_threads(void);
-/* The kernel table in use: "cpu" (the fast one), "ref" (the plain reference, RP_KERNELS=ref), or
- * "strict" (cpu's kernels over storage the host cannot read, for tests: RP_KERNELS=strict). */
+/* The kernel table in use: "cpu" (the fast one), "ref" (the plain reference, RP_KERNELS=ref),
+ * "strict" (cpu's kernels over storage the host cannot read, for tests: RP_KERNELS=strict), or
+ * "cuda" (a CUDA GPU, RP_KERNELS=cuda, in a build with a CUDA toolkit; docs/gpu.md). */
 RP_API const char *rp_kernels_name(void);
 
 /*

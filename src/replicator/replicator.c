@@ -911,6 +911,7 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
     *out = NULL;
     RP_CHECK(check_config(cfg));
+    RP_CHECK(rp_kernels_check()); /* RP_KERNELS=cuda without a usable GPU, say */
     rp_role roles[RP_ROLES_MAX];
     int nroles = 0, total = 0;
     RP_CHECK(rp_topology_resolve(cfg, roles, &nroles, &total));
