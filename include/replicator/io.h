@@ -99,10 +99,10 @@ typedef enum {
 typedef struct rp_checkpoint rp_checkpoint;
 
 /* Creates an empty checkpoint. Errors: RP_ERR_INVALID (ck NULL), RP_ERR_NOMEM. */
-rp_status rp_checkpoint_create(rp_checkpoint **ck);
+RP_API rp_status rp_checkpoint_create(rp_checkpoint **ck);
 
 /* Frees the checkpoint and every tensor and string it holds. NULL is a no-op. */
-void rp_checkpoint_destroy(rp_checkpoint *ck);
+RP_API void rp_checkpoint_destroy(rp_checkpoint *ck);
 
 /* ---- building a checkpoint ------------------------------------------------ */
 
@@ -120,24 +120,24 @@ void rp_checkpoint_destroy(rp_checkpoint *ck);
  * Errors: RP_ERR_INVALID (a bad name, a duplicate, a bad dtype or shape),
  * RP_ERR_NOMEM.
  */
-rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
-                            int ndim, const int64_t *shape, const void *data);
+RP_API rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                                   int ndim, const int64_t *shape, const void *data);
 
 /* rp_checkpoint_add() for f32. */
-rp_status rp_checkpoint_add_f32(rp_checkpoint *ck, const char *name, int ndim, const int64_t *shape,
-                                const float *data);
+RP_API rp_status rp_checkpoint_add_f32(rp_checkpoint *ck, const char *name, int ndim,
+                                       const int64_t *shape, const float *data);
 
 /* A 1-d int64 tensor of n elements (step counters, loader positions). */
-rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n,
-                                const int64_t *data);
+RP_API rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n,
+                                       const int64_t *data);
 
 /* A 1-d uint64 tensor of n elements (RNG keys and counters). */
-rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
-                                const uint64_t *data);
+RP_API rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
+                                       const uint64_t *data);
 
 /* rp_checkpoint_add() for bf16 values, stored as they are. */
-rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
-                                 const int64_t *shape, const rp_bf16 *data);
+RP_API rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
+                                        const int64_t *shape, const rp_bf16 *data);
 
 /*
  * Adds the f32 values `data` (numel of `shape` of them) stored as `dtype`:
@@ -147,8 +147,9 @@ rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
  * rp_checkpoint_add(). Errors: those of rp_checkpoint_add(); RP_ERR_INVALID
  * naming the dtype if it is neither F32 nor BF16.
  */
-rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
-                                   int ndim, const int64_t *shape, const float *data);
+RP_API rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name,
+                                          rp_checkpoint_dtype dtype, int ndim, const int64_t *shape,
+                                          const float *data);
 
 /*
  * Sets metadata `key` to `value` (both copied; a second call with the same
@@ -159,7 +160,7 @@ rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_check
  *
  * Errors: RP_ERR_INVALID (a bad or reserved key, invalid UTF-8), RP_ERR_NOMEM.
  */
-rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char *value);
+RP_API rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char *value);
 
 /* ---- files ---------------------------------------------------------------- */
 
@@ -179,7 +180,7 @@ rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char 
  * unchanged, except when only the final directory fsync fails: then the
  * new file is in place but may not survive a crash, and RP_ERR_IO says so.
  */
-rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
+RP_API rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
 
 /*
  * Reads and validates a checkpoint written by rp_checkpoint_save(). On
@@ -204,7 +205,7 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
  * the expected and actual byte counts), RP_ERR_UNSUPPORTED (big-endian host,
  * or a dtype other than F32/BF16/I64/U64), RP_ERR_NOMEM, RP_ERR_INVALID.
  */
-rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
+RP_API rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
 
 /*
  * Like rp_checkpoint_load(), for any safetensors file (e.g. reference
@@ -213,7 +214,7 @@ rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
  * without "replicator.crc32" is accepted. A "replicator.crc32" entry
  * anywhere but first in the metadata is refused as damaged.
  */
-rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
+RP_API rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
 
 /* ---- lookups ---------------------------------------------------------------- */
 
@@ -224,16 +225,16 @@ rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
  * pointers are not NULL (`shape` has room for RP_MAX_DIMS). Returns NULL
  * with RP_ERR_INVALID if there is no such tensor.
  */
-const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name, rp_checkpoint_dtype *dtype,
-                              int *ndim, int64_t *shape);
+RP_API const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name,
+                                     rp_checkpoint_dtype *dtype, int *ndim, int64_t *shape);
 
 /* rp_checkpoint_get() for an f32 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
-const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
-                                   int64_t *shape);
+RP_API const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
+                                          int64_t *shape);
 
 /* rp_checkpoint_get() for a bf16 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
-const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name, int *ndim,
-                                      int64_t *shape);
+RP_API const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name, int *ndim,
+                                             int64_t *shape);
 
 /*
  * Copies float tensor `name` into dst[0..n) as f32, for a caller that wants
@@ -243,27 +244,28 @@ const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name,
  * such tensor, an I64 or U64 tensor, or n not its element count; the message
  * names the tensor, its dtype and element count); dst is then unchanged.
  */
-rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, float *dst, int64_t n);
+RP_API rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, float *dst,
+                                        int64_t n);
 
 /* An int64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
-const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n);
+RP_API const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n);
 
 /* A uint64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
-const uint64_t *rp_checkpoint_get_u64(const rp_checkpoint *ck, const char *name, int64_t *n);
+RP_API const uint64_t *rp_checkpoint_get_u64(const rp_checkpoint *ck, const char *name, int64_t *n);
 
 /* The value of metadata `key` (owned by the checkpoint), or NULL (RP_ERR_INVALID) if absent. */
-const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key);
+RP_API const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key);
 
 /*
  * Number of tensors, and the name of tensor i (NULL if out of range): in the
  * order added, or for a loaded checkpoint in the order of the file.
  */
-int rp_checkpoint_count(const rp_checkpoint *ck);
-const char *rp_checkpoint_name_at(const rp_checkpoint *ck, int i);
+RP_API int rp_checkpoint_count(const rp_checkpoint *ck);
+RP_API const char *rp_checkpoint_name_at(const rp_checkpoint *ck, int i);
 
 /* Number of metadata entries, and key i (NULL if out of range). */
-int rp_checkpoint_meta_count(const rp_checkpoint *ck);
-const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
+RP_API int rp_checkpoint_meta_count(const rp_checkpoint *ck);
+RP_API const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
 
 /* ---- models and optimizers ---------------------------------------------------- */
 
@@ -275,7 +277,8 @@ const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
  * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if params is not finalized
  * or a name is taken.
  */
-rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params,
+                                          const char *prefix);
 
 /*
  * Copies prefix + name of the checkpoint into every parameter and buffer of
@@ -285,7 +288,8 @@ rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, c
  * with a message listing the missing, mismatched (both shapes) and unexpected
  * tensors by name, and `params` is unchanged.
  */
-rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params,
+                                           const char *prefix);
 
 /*
  * Adds an optimizer's state: for each state slot k (rp_optim_slots: 1 for
@@ -302,8 +306,8 @@ rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, 
  * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if the state does not fit
  * `params`, or the optimizer is sharded.
  */
-rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
-                                      const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
+                                             const rp_params *params, const char *prefix);
 
 /*
  * Restores what rp_checkpoint_add_optimizer() stored into `opt` (state and
@@ -314,8 +318,8 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
  * logical tensor inside its range (every tensor's name and shape is still
  * checked), so a checkpoint saved by N replicas resumes on M.
  */
-rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
-                                       const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
+                                              const rp_params *params, const char *prefix);
 
 /*
  * The same two reads for a worker that holds part of a model (a stage of a
@@ -324,10 +328,10 @@ rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *op
  * Everything else is checked as above (each of this part's tensors present,
  * with its dtype and shape; all or nothing).
  */
-rp_status rp_checkpoint_read_params_part(const rp_checkpoint *ck, rp_params *params,
-                                         const char *prefix);
-rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimizer *opt,
-                                            const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_params_part(const rp_checkpoint *ck, rp_params *params,
+                                                const char *prefix);
+RP_API rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimizer *opt,
+                                                   const rp_params *params, const char *prefix);
 
 /* ---- reusing a checkpoint as a staging buffer ---------------------------------- */
 
@@ -340,7 +344,7 @@ rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimize
  * staging copy) therefore allocates no tensor memory after the first, and
  * never holds more than one state's size. NULL is a no-op.
  */
-void rp_checkpoint_reset(rp_checkpoint *ck);
+RP_API void rp_checkpoint_reset(rp_checkpoint *ck);
 
 /* ---- sharded checkpoints ------------------------------------------------------- */
 
@@ -402,16 +406,16 @@ void rp_checkpoint_reset(rp_checkpoint *ck);
  * and remembered as a piece by rp_checkpoint_save_shard. Errors: those of
  * rp_checkpoint_add; RP_ERR_INVALID if the range is not inside the tensor.
  */
-rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
-                                  int ndim, const int64_t *shape, int64_t offset, int64_t count,
-                                  const void *data);
+RP_API rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name,
+                                         rp_checkpoint_dtype dtype, int ndim, const int64_t *shape,
+                                         int64_t offset, int64_t count, const void *data);
 
 /*
  * The element range [*offset, *offset + *count) that part k of n takes of a
  * tensor of `numel` elements when it is split evenly: the first numel % n
  * parts take one element more, so part 0 is empty only for an empty tensor.
  */
-void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offset, int64_t *count);
+RP_API void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offset, int64_t *count);
 
 /*
  * Writes shard k of n of generation `generation` (>= 1) of the sharded
@@ -425,8 +429,8 @@ void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offset, int
  * across different k; the caller makes sure no two writers write one k.
  * Errors: RP_ERR_INVALID (bad arguments), and those of rp_checkpoint_save.
  */
-rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base, int64_t generation,
-                                   int k, int n, int split);
+RP_API rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base,
+                                          int64_t generation, int k, int n, int split);
 
 /*
  * After all n shards of `generation` are written (by every writer: call it
@@ -439,7 +443,8 @@ rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base, in
  * (pieces that overlap, leave a gap or disagree; a damaged shard header:
  * the message names the file and the tensor), RP_ERR_NOMEM.
  */
-rp_status rp_checkpoint_publish(const char *base, int64_t generation, int n, const char *layout);
+RP_API rp_status rp_checkpoint_publish(const char *base, int64_t generation, int n,
+                                       const char *layout);
 
 /*
  * Removes the sharded checkpoint at `base`: its index first (so that nothing
@@ -447,10 +452,10 @@ rp_status rp_checkpoint_publish(const char *base, int64_t generation, int n, con
  * effort; a missing checkpoint is no error. Errors: RP_ERR_IO if the index
  * exists and cannot be removed.
  */
-rp_status rp_checkpoint_remove_sharded(const char *base);
+RP_API rp_status rp_checkpoint_remove_sharded(const char *base);
 
 /* The generation of the checkpoint published at `base`, or 0 if none can be read. */
-int64_t rp_checkpoint_published_generation(const char *base);
+RP_API int64_t rp_checkpoint_published_generation(const char *base);
 
 /* An opened sharded checkpoint (its index); read-only after open, so thread-safe to read from. */
 typedef struct rp_checkpoint_index rp_checkpoint_index;
@@ -462,23 +467,23 @@ typedef struct rp_checkpoint_index rp_checkpoint_index;
  * RP_ERR_FORMAT (a damaged index or shard, naming the file and what is
  * wrong), RP_ERR_NOMEM. *ix is NULL on error.
  */
-rp_status rp_checkpoint_index_open(rp_checkpoint_index **ix, const char *base);
-void rp_checkpoint_index_close(rp_checkpoint_index *ix);
+RP_API rp_status rp_checkpoint_index_open(rp_checkpoint_index **ix, const char *base);
+RP_API void rp_checkpoint_index_close(rp_checkpoint_index *ix);
 
 /* The number of tensors, tensor i's name, and the index's layout text and generation. */
-int rp_checkpoint_index_count(const rp_checkpoint_index *ix);
-const char *rp_checkpoint_index_name_at(const rp_checkpoint_index *ix, int i);
-const char *rp_checkpoint_index_layout(const rp_checkpoint_index *ix);
-int64_t rp_checkpoint_index_generation(const rp_checkpoint_index *ix);
-int rp_checkpoint_index_shards(const rp_checkpoint_index *ix);
+RP_API int rp_checkpoint_index_count(const rp_checkpoint_index *ix);
+RP_API const char *rp_checkpoint_index_name_at(const rp_checkpoint_index *ix, int i);
+RP_API const char *rp_checkpoint_index_layout(const rp_checkpoint_index *ix);
+RP_API int64_t rp_checkpoint_index_generation(const rp_checkpoint_index *ix);
+RP_API int rp_checkpoint_index_shards(const rp_checkpoint_index *ix);
 
 /*
  * Tensor `name`'s dtype, whole shape and element count (any pointer may be
  * NULL; shape has room for RP_MAX_DIMS). Errors: RP_ERR_INVALID (no such tensor).
  */
-rp_status rp_checkpoint_index_info(const rp_checkpoint_index *ix, const char *name,
-                                   rp_checkpoint_dtype *dtype, int *ndim, int64_t *shape,
-                                   int64_t *numel);
+RP_API rp_status rp_checkpoint_index_info(const rp_checkpoint_index *ix, const char *name,
+                                          rp_checkpoint_dtype *dtype, int *ndim, int64_t *shape,
+                                          int64_t *numel);
 
 /*
  * Reads elements [offset, offset + count) of tensor `name` into dst (count
@@ -489,8 +494,8 @@ rp_status rp_checkpoint_index_info(const rp_checkpoint_index *ix, const char *na
  * whose CRC does not match: the message names the shard file and the
  * tensor). Thread-safe.
  */
-rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const char *name, int64_t offset,
-                                   int64_t count, void *dst);
+RP_API rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const char *name,
+                                          int64_t offset, int64_t count, void *dst);
 
 /*
  * Reads the whole checkpoint into one in-memory checkpoint, as if it had
@@ -500,14 +505,14 @@ rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const char *na
  * bytes the whole-file save of the same state writes (consolidation).
  * Errors: those of rp_checkpoint_index_read, RP_ERR_NOMEM.
  */
-rp_status rp_checkpoint_index_load(const rp_checkpoint_index *ix, rp_checkpoint **ck);
+RP_API rp_status rp_checkpoint_index_load(const rp_checkpoint_index *ix, rp_checkpoint **ck);
 
 /*
  * Rewrites the sharded checkpoint at `base` as `shards` shards split evenly
  * (generation + 1, published atomically; layout "shards=<n>"), reading one
  * output shard's pieces at a time, so it needs the memory of one shard.
  */
-rp_status rp_checkpoint_reshard(const char *base, int shards);
+RP_API rp_status rp_checkpoint_reshard(const char *base, int shards);
 
 /* ---- images (PNG) ------------------------------------------------------------ */
 
@@ -537,8 +542,9 @@ rp_status rp_checkpoint_reshard(const char *base, int shards);
  * RP_ERR_BACKEND (libpng refused to encode). Thread-safe: calls share no state.
  */
 #define RP_IMAGE_MAX_SIDE 1000000 /* libpng's default limit on either side */
-rp_status rp_image_grid_write_png(const char *path, const float *images, int n, int h, int w, int c,
-                                  int cols, int pad, uint8_t pad_value, float lo, float hi);
+RP_API rp_status rp_image_grid_write_png(const char *path, const float *images, int n, int h, int w,
+                                         int c, int cols, int pad, uint8_t pad_value, float lo,
+                                         float hi);
 
 /*
  * Whether rp_image_grid_write_png could write a grid of n tiles of h x w x c in `cols` columns
@@ -547,7 +553,7 @@ rp_status rp_image_grid_write_png(const char *path, const float *images, int n, 
  * refuses a grid it cannot write before computing its tiles. Errors: RP_ERR_INVALID, naming the
  * grid's size and the limit. Thread-safe.
  */
-rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
+RP_API rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
 
 /*
  * Reads a PNG into *pixels, [h, w, c] bytes row-major, c 1 for a gray image
@@ -563,9 +569,9 @@ rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
  * (not a PNG, truncated, or corrupt: the message names the path and what
  * libpng found), RP_ERR_NOMEM. Thread-safe: calls share no state.
  */
-rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, int *c);
+RP_API rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, int *c);
 
-/* ---- line plots (PNG) -------------------------------------------------------- */
+/* ---- line plots (PNG; these live in libreplicator-extras) ---------------------- */
 
 /* One line of a chart: n points (x[i], y[i]); `label` names it in the legend (NULL: "series k"). */
 typedef struct rp_plot_series {
@@ -609,8 +615,8 @@ typedef struct rp_plot {
  * directory), RP_ERR_NOMEM, RP_ERR_BACKEND (cairo failed). Thread-safe:
  * calls share no state.
  */
-rp_status rp_plot_write_png(const char *path, const rp_plot *p, const rp_plot_series *s,
-                            int nseries);
+RP_API rp_status rp_plot_write_png(const char *path, const rp_plot *p, const rp_plot_series *s,
+                                   int nseries);
 
 #ifdef __cplusplus
 }

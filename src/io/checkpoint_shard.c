@@ -34,9 +34,9 @@ rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name, rp_checkp
     if (!ck || !name)
         return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_add_piece: ck and name must not be NULL");
     int64_t numel = 0;
-    size_t esize = rp_ckpt_dtype_size(dtype);
+    size_t esize = io_ckpt_dtype_size(dtype);
     if (esize == 0 || ndim < 0 || ndim > RP_MAX_DIMS || (ndim > 0 && !shape) ||
-        !rp_ckpt_shape_numel(ndim, shape, esize, &numel))
+        !io_ckpt_shape_numel(ndim, shape, esize, &numel))
         return RP_ERROR(
             RP_ERR_INVALID,
             "rp_checkpoint_add_piece: tensor \"%.64s\": bad dtype %d or shape (ndim %d)", name,
@@ -64,7 +64,7 @@ void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offset, int
     *count = q + (k < rem ? 1 : 0);
 }
 
-char *rp_ckpt_shard_name(const char *base, int64_t generation, int k, int n, bool relative)
+char *io_ckpt_shard_name(const char *base, int64_t generation, int k, int n, bool relative)
 {
     const char *slash = strrchr(base, '/');
     const char *stem = relative && slash ? slash + 1 : base;
@@ -79,7 +79,7 @@ char *rp_ckpt_shard_name(const char *base, int64_t generation, int k, int n, boo
     return path;
 }
 
-char *rp_ckpt_join(const char *a, const char *b)
+char *io_ckpt_join(const char *a, const char *b)
 {
     size_t size = strlen(a) + strlen(b) + 2;
     char *path = rp_alloc(size);
@@ -134,7 +134,7 @@ static bool add_piece_entry(cJSON *arr, const char *name, int ndim, const int64_
                             int64_t offset, const void *data, size_t nbytes)
 {
     char crc[9];
-    crc_text(rp_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), data, nbytes), crc);
+    crc_text(io_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), data, nbytes), crc);
     cJSON *e = cJSON_CreateObject();
     bool ok = e && cJSON_AddStringToObject(e, "name", name) && add_shape(e, "shape", ndim, shape) &&
               add_int(e, "offset", offset) && cJSON_AddStringToObject(e, "crc32", crc);
@@ -177,7 +177,7 @@ rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base, in
             } else {
                 int64_t count;
                 rp_checkpoint_split_range(t->numel, k, split, &offset, &count);
-                size_t esize = rp_ckpt_dtype_size(t->dtype);
+                size_t esize = io_ckpt_dtype_size(t->dtype);
                 v.data = (char *)t->data + (size_t)offset * esize;
                 v.numel = count;
                 v.nbytes = (size_t)count * esize;
@@ -204,9 +204,9 @@ rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base, in
     }
     view.meta[view.n_meta++] = (ckpt_meta){(char *)RP_CKPT_PIECES_KEY, pieces_text};
 
-    dir = rp_ckpt_join(base, ".shards");
-    gen_dir = rp_ckpt_shard_name(base, generation, -1, n, false);
-    path = rp_ckpt_shard_name(base, generation, k, n, false);
+    dir = io_ckpt_join(base, ".shards");
+    gen_dir = io_ckpt_shard_name(base, generation, -1, n, false);
+    path = io_ckpt_shard_name(base, generation, k, n, false);
     if (!dir || !gen_dir || !path) {
         status = rp_last_status();
         goto cleanup;
@@ -228,7 +228,7 @@ cleanup:
 /* ---- publishing: the index built from the shards' headers ------------------------------- */
 
 /* Reads exactly n bytes at `at`, or fails naming the file. */
-rp_status rp_ckpt_pread_all(int fd, void *buf, size_t n, int64_t at, const char *path)
+rp_status io_ckpt_pread_all(int fd, void *buf, size_t n, int64_t at, const char *path)
 {
     char *p = buf;
     while (n > 0) {
@@ -334,7 +334,7 @@ static cJSON *read_values(int fd, const char *path, rp_checkpoint_dtype dtype, i
                           int64_t count)
 {
     uint64_t v[64];
-    if (rp_ckpt_pread_all(fd, v, (size_t)count * 8, begin, path) != RP_OK) return NULL;
+    if (io_ckpt_pread_all(fd, v, (size_t)count * 8, begin, path) != RP_OK) return NULL;
     cJSON *arr = cJSON_CreateArray();
     for (int64_t i = 0; arr && i < count; i++) {
         char buf[24];
@@ -352,8 +352,8 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
                             cJSON *shards, cJSON **meta)
 {
     rp_status status = RP_OK;
-    char *path = rp_ckpt_shard_name(base, generation, k, n, false);
-    char *rel = rp_ckpt_shard_name(base, generation, k, n, true);
+    char *path = io_ckpt_shard_name(base, generation, k, n, false);
+    char *rel = io_ckpt_shard_name(base, generation, k, n, true);
     char *header = NULL;
     cJSON *root = NULL, *list = NULL;
     int fd = -1;
@@ -374,8 +374,8 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
                           (long long)size);
         goto cleanup;
     }
-    RP_TRY(rp_ckpt_pread_all(fd, len_field, 8, 0, path));
-    uint64_t hlen = rp_ckpt_get_le64(len_field);
+    RP_TRY(io_ckpt_pread_all(fd, len_field, 8, 0, path));
+    uint64_t hlen = io_ckpt_get_le64(len_field);
     if (hlen > RP_CHECKPOINT_HEADER_MAX || (int64_t)hlen > size - 8 ||
         hlen < RP_CKPT_CRC_PREFIX_LEN + RP_CKPT_CRC_DIGITS) {
         status = RP_ERROR(RP_ERR_FORMAT,
@@ -388,7 +388,7 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
         status = rp_last_status();
         goto cleanup;
     }
-    RP_TRY(rp_ckpt_pread_all(fd, header, hlen, 8, path));
+    RP_TRY(io_ckpt_pread_all(fd, header, hlen, 8, path));
     header[hlen] = '\0';
     root = cJSON_Parse(header);
     cJSON *md = root ? cJSON_GetObjectItemCaseSensitive(root, "__metadata__") : NULL;
@@ -437,15 +437,15 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
         int64_t offset = json_count(cJSON_GetObjectItemCaseSensitive(pe, "offset"));
         rp_checkpoint_dtype dtype;
         bool ok = name && pcrc && strlen(pcrc) == 8 && dname &&
-                  rp_ckpt_dtype_parse(dname, &dtype) &&
+                  io_ckpt_dtype_parse(dname, &dtype) &&
                   json_shape(cJSON_GetObjectItemCaseSensitive(pe, "shape"), &ndim, shape) &&
                   json_shape(cJSON_GetObjectItemCaseSensitive(entry, "shape"), &pn, pshape) &&
                   pn == 1 && offset >= 0 && cJSON_IsArray(offs) && cJSON_GetArraySize(offs) == 2 &&
-                  rp_ckpt_shape_numel(ndim, shape, rp_ckpt_dtype_size(dtype), &numel);
+                  io_ckpt_shape_numel(ndim, shape, io_ckpt_dtype_size(dtype), &numel);
         int64_t b = ok ? json_count(cJSON_GetArrayItem(offs, 0)) : -1;
         int64_t count = ok ? pshape[0] : 0;
         ok = ok && b >= 0 && offset <= numel && count <= numel - offset &&
-             data_start + b + count * (int64_t)rp_ckpt_dtype_size(dtype) <= size;
+             data_start + b + count * (int64_t)io_ckpt_dtype_size(dtype) <= size;
         if (!ok) {
             status = RP_ERROR(RP_ERR_FORMAT, "checkpoint shard %s: piece \"%.64s\" is damaged",
                               path, name ? name : "?");
@@ -459,7 +459,7 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
             }
             t = &p->tensors[p->n++];
             memset(t, 0, sizeof *t);
-            t->name = rp_ckpt_join(name, "");
+            t->name = io_ckpt_join(name, "");
             if (!t->name) {
                 p->n--;
                 status = rp_last_status();
@@ -543,7 +543,7 @@ static cJSON *tensor_json(const pub_tensor *t)
     cJSON *e = cJSON_CreateObject();
     cJSON *pieces = e ? cJSON_CreateArray() : NULL;
     bool ok = pieces && cJSON_AddStringToObject(e, "name", t->name) &&
-              cJSON_AddStringToObject(e, "dtype", rp_ckpt_dtype_name(t->dtype)) &&
+              cJSON_AddStringToObject(e, "dtype", io_ckpt_dtype_name(t->dtype)) &&
               add_shape(e, "shape", t->ndim, t->shape);
     for (int j = 0; ok && j < t->n_pieces; j++) {
         const pub_piece *q = &t->pieces[j];
@@ -567,7 +567,7 @@ static cJSON *tensor_json(const pub_tensor *t)
 /* Removes <base>.shards/g<G> directories other than `keep` (their files, then them). */
 static void remove_other_generations(const char *base, int64_t keep)
 {
-    char *dir = rp_ckpt_join(base, ".shards");
+    char *dir = io_ckpt_join(base, ".shards");
     DIR *d = dir ? opendir(dir) : NULL;
     struct dirent *e;
     while (d && (e = readdir(d))) {
@@ -600,7 +600,7 @@ static void remove_other_generations(const char *base, int64_t keep)
 rp_status rp_checkpoint_remove_sharded(const char *base)
 {
     if (!base) return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_remove_sharded: NULL base");
-    char *index = rp_ckpt_join(base, RP_CKPT_INDEX_SUFFIX);
+    char *index = io_ckpt_join(base, RP_CKPT_INDEX_SUFFIX);
     if (!index) return rp_last_status();
     rp_status status = RP_OK;
     if (unlink(index) != 0 && errno != ENOENT)
@@ -609,7 +609,7 @@ rp_status rp_checkpoint_remove_sharded(const char *base)
     rp_free(index);
     if (status == RP_OK) {
         remove_other_generations(base, -1);
-        char *dir = rp_ckpt_join(base, ".shards");
+        char *dir = io_ckpt_join(base, ".shards");
         if (dir) rmdir(dir);
         rp_free(dir);
     }
@@ -670,9 +670,9 @@ rp_status rp_checkpoint_publish(const char *base, int64_t generation, int n, con
     }
     /* {"crc32":"XXXXXXXX" : the digits at a fixed place, the CRC of the file with them as '0'. */
     char crc[9];
-    crc_text(rp_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), text, len), crc);
+    crc_text(io_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), text, len), crc);
     memcpy(text + RP_CKPT_INDEX_CRC_AT, crc, 8);
-    index = rp_ckpt_join(base, RP_CKPT_INDEX_SUFFIX);
+    index = io_ckpt_join(base, RP_CKPT_INDEX_SUFFIX);
     if (!index) {
         status = rp_last_status();
         goto cleanup;

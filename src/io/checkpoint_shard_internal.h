@@ -25,12 +25,12 @@
  * generation's directory; with `relative`, base's last component only (the index names shards
  * relative to its own directory). rp_alloc'd; NULL when out of memory.
  */
-char *rp_ckpt_shard_name(const char *base, int64_t generation, int k, int n, bool relative);
+char *io_ckpt_shard_name(const char *base, int64_t generation, int k, int n, bool relative);
 
 /* a + b in a new rp_alloc'd string; NULL when out of memory. */
-char *rp_ckpt_join(const char *a, const char *b);
+char *io_ckpt_join(const char *a, const char *b);
 
 /* Reads exactly n bytes of fd at `at` (RP_ERR_FORMAT naming `path` at its end, RP_ERR_IO). */
-rp_status rp_ckpt_pread_all(int fd, void *buf, size_t n, int64_t at, const char *path);
+rp_status io_ckpt_pread_all(int fd, void *buf, size_t n, int64_t at, const char *path);
 
 #endif

@@ -50,7 +50,7 @@ struct rp_checkpoint_index {
 
 static char *dup_str(const char *s)
 {
-    return rp_ckpt_join(s, "");
+    return io_ckpt_join(s, "");
 }
 
 void rp_checkpoint_index_close(rp_checkpoint_index *ix)
@@ -118,7 +118,7 @@ static rp_status read_text(const char *path, char **text, size_t *len)
         close(fd);
         return rp_last_status();
     }
-    status = rp_ckpt_pread_all(fd, *text, *len, 0, path);
+    status = io_ckpt_pread_all(fd, *text, *len, 0, path);
     close(fd);
     if (status != RP_OK) {
         rp_free(*text);
@@ -168,7 +168,7 @@ static rp_status check_shard(const char *path, int64_t bytes, const char *crc)
                           "checkpoint shard %s is %lld bytes; the index says %lld (truncated, or "
                           "not the shard the index published)",
                           path, (long long)st.st_size, (long long)bytes);
-    } else if ((status = rp_ckpt_pread_all(fd, digits, RP_CKPT_CRC_DIGITS,
+    } else if ((status = io_ckpt_pread_all(fd, digits, RP_CKPT_CRC_DIGITS,
                                            8 + RP_CKPT_CRC_PREFIX_LEN, path)) == RP_OK &&
                strcmp(digits, crc) != 0) {
         status = RP_ERROR(RP_ERR_FORMAT,
@@ -193,15 +193,15 @@ static rp_status parse_tensors(rp_checkpoint_index *ix, const cJSON *arr, const 
         const char *name = json_str(e, "name"), *dname = json_str(e, "dtype");
         const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
         const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(e, "pieces");
-        bool ok = name && !rp_ckpt_name_problem(name) && dname &&
-                  rp_ckpt_dtype_parse(dname, &t->dtype) && cJSON_IsArray(shape) &&
+        bool ok = name && !io_ckpt_name_problem(name) && dname &&
+                  io_ckpt_dtype_parse(dname, &t->dtype) && cJSON_IsArray(shape) &&
                   cJSON_GetArraySize(shape) <= RP_MAX_DIMS && cJSON_IsArray(pieces);
         if (ok) {
             t->ndim = cJSON_GetArraySize(shape);
             for (int d = 0; d < t->ndim && ok; d++)
                 ok = (t->shape[d] = json_count(cJSON_GetArrayItem(shape, d))) >= 0;
             ok = ok &&
-                 rp_ckpt_shape_numel(t->ndim, t->shape, rp_ckpt_dtype_size(t->dtype), &t->numel);
+                 io_ckpt_shape_numel(t->ndim, t->shape, io_ckpt_dtype_size(t->dtype), &t->numel);
         }
         if (!ok)
             return RP_ERROR(RP_ERR_FORMAT, "checkpoint index %s: tensor %d (\"%.64s\") is damaged",
@@ -211,7 +211,7 @@ static rp_status parse_tensors(rp_checkpoint_index *ix, const cJSON *arr, const 
         t->pieces = calloc((size_t)(np > 0 ? np : 1), sizeof *t->pieces);
         ix->n_tensors++;
         if (!t->name || !t->pieces) return RP_ERROR(RP_ERR_NOMEM, "out of memory reading an index");
-        size_t esize = rp_ckpt_dtype_size(t->dtype);
+        size_t esize = io_ckpt_dtype_size(t->dtype);
         int64_t at = 0;
         const cJSON *pe;
         cJSON_ArrayForEach(pe, pieces)
@@ -254,7 +254,7 @@ rp_status rp_checkpoint_index_open(rp_checkpoint_index **out, const char *base)
     size_t len = 0;
     rp_checkpoint_index *ix = calloc(1, sizeof *ix);
     if (!ix) return RP_ERROR(RP_ERR_NOMEM, "out of memory opening %s", base);
-    ix->path = rp_ckpt_join(base, RP_CKPT_INDEX_SUFFIX);
+    ix->path = io_ckpt_join(base, RP_CKPT_INDEX_SUFFIX);
     dir = base_dir(base);
     if (!ix->path || !dir) {
         status = rp_last_status();
@@ -273,7 +273,7 @@ rp_status rp_checkpoint_index_open(rp_checkpoint_index **out, const char *base)
         goto cleanup;
     }
     memset(text + RP_CKPT_INDEX_CRC_AT, '0', 8);
-    uint32_t got = rp_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), text, len);
+    uint32_t got = io_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), text, len);
     if (got != want) {
         status = RP_ERROR(RP_ERR_FORMAT,
                           "checkpoint index %s is damaged: its CRC-32 is %08x, the file says %s "
@@ -316,7 +316,7 @@ rp_status rp_checkpoint_index_open(rp_checkpoint_index **out, const char *base)
                               ix->path, k);
             goto cleanup;
         }
-        ix->shard_paths[k] = rp_ckpt_join(dir, file);
+        ix->shard_paths[k] = io_ckpt_join(dir, file);
         if (!ix->shard_paths[k]) {
             status = rp_last_status();
             goto cleanup;
@@ -408,13 +408,13 @@ static rp_status read_piece(const rp_checkpoint_index *ix, const ix_tensor *t, c
                             void *buf)
 {
     const char *path = ix->shard_paths[q->shard];
-    size_t n = (size_t)q->count * rp_ckpt_dtype_size(t->dtype);
+    size_t n = (size_t)q->count * io_ckpt_dtype_size(t->dtype);
     int fd = -1;
     RP_CHECK(core_file_open_regular(path, "checkpoint shard", &fd));
-    rp_status status = rp_ckpt_pread_all(fd, buf, n, q->begin, path);
+    rp_status status = io_ckpt_pread_all(fd, buf, n, q->begin, path);
     close(fd);
     RP_CHECK(status);
-    uint32_t crc = rp_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), buf, n);
+    uint32_t crc = io_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), buf, n);
     if (crc != q->crc)
         return RP_ERROR(RP_ERR_FORMAT,
                         "checkpoint shard %s is damaged: tensor \"%.64s\" elements [%lld, %lld) "
@@ -437,7 +437,7 @@ rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const char *na
                         "rp_checkpoint_index_read: elements [%lld, %lld) of \"%.64s\", which has "
                         "%lld",
                         (long long)offset, (long long)(offset + count), name, (long long)t->numel);
-    size_t esize = rp_ckpt_dtype_size(t->dtype);
+    size_t esize = io_ckpt_dtype_size(t->dtype);
     int64_t end = offset + count;
     for (int j = 0; j < t->n_pieces; j++) {
         const ix_piece *q = &t->pieces[j];
@@ -481,7 +481,7 @@ rp_status rp_checkpoint_index_load(const rp_checkpoint_index *ix, rp_checkpoint 
     for (int i = 0; i < ix->n_tensors && status == RP_OK; i++) {
         const ix_tensor *t = &ix->tensors[i];
         ckpt_tensor *ct = NULL;
-        status = rp_ckpt_append(ck, t->name, t->dtype, t->ndim, t->shape, &ct);
+        status = io_ckpt_append(ck, t->name, t->dtype, t->ndim, t->shape, &ct);
         if (status == RP_OK) status = rp_checkpoint_index_read(ix, t->name, 0, t->numel, ct->data);
     }
     if (status != RP_OK) {
@@ -526,7 +526,7 @@ rp_status rp_checkpoint_reshard(const char *base, int shards)
             if (integer && k != 0) continue; /* counters: shard 0 holds them whole */
             if (!integer) rp_checkpoint_split_range(t->numel, k, shards, &offset, &count);
             ckpt_tensor *ct = NULL;
-            status = rp_ckpt_append(ck, t->name, t->dtype, 1, &count, &ct);
+            status = io_ckpt_append(ck, t->name, t->dtype, 1, &count, &ct);
             if (status != RP_OK) break;
             ct->piece = true;
             ct->whole_ndim = t->ndim;

@@ -85,7 +85,7 @@ static bool has_checkpoint(const char *dir)
  * A directory named exactly that holds a checkpoint needs `force`; any other
  * becomes DIR-2, -3, ... until one holds none.
  */
-rp_status train_choose_run_dir(char *dir, size_t size, bool exact, bool force)
+rp_status trainer_choose_run_dir(char *dir, size_t size, bool exact, bool force)
 {
     if (!has_checkpoint(dir) || force) return RP_OK;
     if (exact)
@@ -141,7 +141,7 @@ static rp_status check_writable(const char *dir)
  * cannot be made is reported with mkdir's reason (EACCES, EROFS, ENOTDIR...), not with the
  * ENOENT of the stat that follows.
  */
-rp_status train_make_dirs(const char *dir)
+rp_status trainer_make_dirs(const char *dir)
 {
     size_t len = strlen(dir);
     char *buf = malloc(len + 1);

@@ -9,7 +9,7 @@
  * waits for the writer before it touches the staging checkpoint, so the
  * staging memory is one state and a slow disk slows the saves, never
  * corrupts them. The writer's result is taken by the main thread at the next
- * step boundary (train_saver_poll) or when it waits.
+ * step boundary (trainer_saver_poll) or when it waits.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,7 +23,7 @@
 
 #define CHECKPOINT_FILE "checkpoint.safetensors"
 
-struct train_saver {
+struct trainer_saver {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -46,7 +46,7 @@ static void join(char *buf, size_t size, const char *dir, const char *name)
     snprintf(buf, size, "%s/%s", dir, name);
 }
 
-void train_layout_text(const rp_trainer *t, char *buf, size_t size)
+void trainer_layout_text(const rp_trainer *t, char *buf, size_t size)
 {
     const rp_replica *first = rp_replicator_replica(t->rep, 0);
     snprintf(buf, size,
@@ -57,8 +57,8 @@ void train_layout_text(const rp_trainer *t, char *buf, size_t size)
              first ? rp_replica_axis_size(first, RP_AXIS_PIPE) : 1);
 }
 
-rp_status train_write_checkpoint(const char *run_dir, int shards, const char *layout,
-                                 int64_t *generation, const rp_checkpoint *ck)
+rp_status trainer_write_checkpoint(const char *run_dir, int shards, const char *layout,
+                                   int64_t *generation, const rp_checkpoint *ck)
 {
     char whole[TRAIN_PATH_MAX + 32], base[TRAIN_PATH_MAX + 32];
     join(whole, sizeof whole, run_dir, CHECKPOINT_FILE);
@@ -84,7 +84,7 @@ rp_status train_write_checkpoint(const char *run_dir, int shards, const char *la
 
 static void *writer_main(void *arg)
 {
-    train_saver *s = arg;
+    trainer_saver *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->pending && !s->quit)
@@ -93,7 +93,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         /* The staging copy is this thread's until pending is cleared. */
         rp_status status =
-            train_write_checkpoint(s->run_dir, s->shards, s->layout, &s->generation, s->staging);
+            trainer_write_checkpoint(s->run_dir, s->shards, s->layout, &s->generation, s->staging);
         pthread_mutex_lock(&s->mu);
         if (status != RP_OK) {
             s->failed = true;
@@ -109,11 +109,11 @@ static void *writer_main(void *arg)
 
 static rp_status saver_start(rp_trainer *t)
 {
-    train_saver *s = calloc(1, sizeof *s);
+    trainer_saver *s = calloc(1, sizeof *s);
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the checkpoint writer");
     snprintf(s->run_dir, sizeof s->run_dir, "%s", t->run_dir);
     s->shards = t->cfg.checkpoint_shards;
-    train_layout_text(t, s->layout, sizeof s->layout);
+    trainer_layout_text(t, s->layout, sizeof s->layout);
     rp_status status = rp_checkpoint_create(&s->staging);
     if (status != RP_OK) {
         free(s);
@@ -135,7 +135,7 @@ static rp_status saver_start(rp_trainer *t)
 }
 
 /* The failure the writer recorded, as this thread's error (once). Called with s->mu held. */
-static rp_status take_failure(train_saver *s)
+static rp_status take_failure(trainer_saver *s)
 {
     if (!s->failed) return RP_OK;
     s->failed = false;
@@ -145,9 +145,9 @@ static rp_status take_failure(train_saver *s)
                         (long long)s->step, s->message);
 }
 
-rp_status train_saver_poll(rp_trainer *t)
+rp_status trainer_saver_poll(rp_trainer *t)
 {
-    train_saver *s = t->saver;
+    trainer_saver *s = t->saver;
     if (!s) return RP_OK;
     pthread_mutex_lock(&s->mu);
     rp_status status = take_failure(s);
@@ -155,9 +155,9 @@ rp_status train_saver_poll(rp_trainer *t)
     return status;
 }
 
-rp_status train_saver_wait(rp_trainer *t)
+rp_status trainer_saver_wait(rp_trainer *t)
 {
-    train_saver *s = t->saver;
+    trainer_saver *s = t->saver;
     if (!s) return RP_OK;
     pthread_mutex_lock(&s->mu);
     if (s->pending) {
@@ -171,9 +171,9 @@ rp_status train_saver_wait(rp_trainer *t)
     return status;
 }
 
-void train_saver_stop(rp_trainer *t)
+void trainer_saver_stop(rp_trainer *t)
 {
-    train_saver *s = t->saver;
+    trainer_saver *s = t->saver;
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->quit = true;
@@ -217,10 +217,10 @@ static rp_status save_now(rp_trainer *t)
     RP_CHECK(rp_checkpoint_create(&ck));
     rp_status status = stage(t, ck);
     char layout[256];
-    train_layout_text(t, layout, sizeof layout);
+    trainer_layout_text(t, layout, sizeof layout);
     if (status == RP_OK)
-        status = train_write_checkpoint(t->run_dir, t->cfg.checkpoint_shards, layout,
-                                        &t->generation, ck);
+        status = trainer_write_checkpoint(t->run_dir, t->cfg.checkpoint_shards, layout,
+                                          &t->generation, ck);
     rp_checkpoint_destroy(ck);
     return status;
 }
@@ -229,8 +229,8 @@ static rp_status save_now(rp_trainer *t)
 static rp_status save_background(rp_trainer *t)
 {
     if (!t->saver) RP_CHECK(saver_start(t));
-    train_saver *s = t->saver;
-    RP_CHECK(train_saver_wait(t));
+    trainer_saver *s = t->saver;
+    RP_CHECK(trainer_saver_wait(t));
     rp_checkpoint_reset(s->staging);
     rp_trace_begin(RP_PHASE_OTHER);
     rp_status status = stage(t, s->staging);
@@ -244,7 +244,7 @@ static rp_status save_background(rp_trainer *t)
     return RP_OK;
 }
 
-rp_status train_save_checkpoint(rp_trainer *t)
+rp_status trainer_save_checkpoint(rp_trainer *t)
 {
     if (t->cfg.no_checkpoint || !t->root) return RP_OK;
     if (t->cfg.checkpoint_background) return save_background(t);
