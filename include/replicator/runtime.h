@@ -203,10 +203,10 @@ RP_API rp_config rp_config_default(void);
  * zero, sync_groups >= 2) when cfg->strategy is RP_STRATEGY_SYNC. Whether the choice is valid is
  * rp_replicator_create()'s to say. RP_STRATEGY_SYNC for NULL.
  */
-rp_strategy_kind rp_config_strategy(const rp_config *cfg);
+RP_API rp_strategy_kind rp_config_strategy(const rp_config *cfg);
 
 /* "sync", "async", "zero1", "sync-groups" (as --strategy takes them); "?" for another value. */
-const char *rp_strategy_name(rp_strategy_kind strategy);
+RP_API const char *rp_strategy_name(rp_strategy_kind strategy);
 
 /*
  * Takes the runtime's options out of argv (shifting the rest down and

@@ -12,6 +12,32 @@
 
 #include "kernels/cuda/cuda.h"
 
+/* cuBLAS, loaded when the table starts (dlopen of RP_CUBLAS_SONAME), not linked: a program that
+   never selects the cuda table loads no cuBLAS (hundreds of MB mapped and relocated at every
+   start otherwise). Calls go through the loaded entry points: rp_cublas.cublasSgemm(...). The
+   names are cublas_v2.h's macros, so field and symbol are both the _v2 name where there is one. */
+/* (cublasGemmEx has a C++ overload taking the old cudaDataType compute type: the one loaded is the
+   library's, with cublasComputeType_t.) */
+typedef cublasStatus_t (*rp_cublas_gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                            int, int, int, const void *, const void *, cudaDataType,
+                                            int, const void *, cudaDataType, int, const void *,
+                                            void *, cudaDataType, int, cublasComputeType_t,
+                                            cublasGemmAlgo_t);
+#define RP_CUBLAS_FUNCS(X)                                                                         \
+    X(cublasCreate, decltype(&::cublasCreate))                                                     \
+    X(cublasDestroy, decltype(&::cublasDestroy))                                                   \
+    X(cublasSetStream, decltype(&::cublasSetStream))                                               \
+    X(cublasSetMathMode, decltype(&::cublasSetMathMode))                                           \
+    X(cublasSetWorkspace, decltype(&::cublasSetWorkspace))                                         \
+    X(cublasSgemm, decltype(&::cublasSgemm))                                                       \
+    X(cublasGemmEx, rp_cublas_gemm_ex)                                                             \
+    X(cublasGetStatusString, decltype(&::cublasGetStatusString))
+#define RP_CUBLAS_FIELD(f, type) type f;
+struct rp_cublas_api {
+    RP_CUBLAS_FUNCS(RP_CUBLAS_FIELD)
+};
+extern rp_cublas_api rp_cublas;
+
 /* The calling thread's stream and cuBLAS handle (created on first use). */
 cudaStream_t rp_cuda_stream(void);
 cublasHandle_t rp_cuda_blas(void);

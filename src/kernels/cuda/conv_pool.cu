@@ -29,9 +29,10 @@ static void gemm_ex(bool ta, bool tb, int m, int n, int k, const void *a, int ld
 {
     const float alpha = 1.0f;
     cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    BLAS(cublasGemmEx(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, t, ldb, a, t, lda, &beta,
-                      c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    BLAS(rp_cublas.cublasGemmEx(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, t, ldb, a, t,
+                                lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
 }
 
 /* Images per chunk so that the patch matrix stays within the budget (at least one). */

@@ -16,8 +16,9 @@ void rp_cuda_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const floa
                   const float *b, int ldb, float beta, float *c, int ldc)
 {
     if (m <= 0 || n <= 0) return;
-    BLAS(cublasSgemm(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                     n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+    BLAS(rp_cublas.cublasSgemm(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
+                               &beta, c, ldc));
 }
 
 __global__ static void round_bf16(uint16_t *y, const float *x, int64_t n)
@@ -50,10 +51,10 @@ rp_status rp_cuda_gemm_bf16(bool ta, bool tb, int m, int n, int k, float alpha, 
         round_bf16<<<rp_cuda_blocks(nb), RP_CUDA_THREADS, 0, s>>>(b16, b, nb);
         LAUNCHED("gemm_bf16 round B");
     }
-    BLAS(cublasGemmEx(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16,
-                      CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                      CUBLAS_GEMM_DEFAULT));
+    BLAS(rp_cublas.cublasGemmEx(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16, CUDA_R_16BF,
+                                ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     rp_cuda_scratch_free(a16);
     return rp_cuda_take_error();
 }

@@ -8,6 +8,7 @@
  * threshold raised so that what a step frees stays in the pool for the next step (the default
  * threshold, 0, hands memory back to the driver at every synchronisation).
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,32 @@ static char init_reason[640];
 static char device_name[300];
 static char bf16_path[340] = "cuda tensor cores";
 static int device_id;
+
+rp_cublas_api rp_cublas;
+
+#define RP_CUBLAS_STR2(x) #x
+#define RP_CUBLAS_STR(x)  RP_CUBLAS_STR2(x)
+
+/* Loads cuBLAS and its entry points; false with init_reason set when it cannot. */
+static bool load_cublas(void)
+{
+    void *lib = dlopen(RP_CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(init_reason, sizeof init_reason, "cannot load cuBLAS (%s): %s", RP_CUBLAS_SONAME,
+                 dlerror());
+        return false;
+    }
+#define RP_CUBLAS_LOAD(f, type)                                                                    \
+    rp_cublas.f = (type)dlsym(lib, RP_CUBLAS_STR(f));                                              \
+    if (!rp_cublas.f) {                                                                            \
+        snprintf(init_reason, sizeof init_reason, "%s has no %s", RP_CUBLAS_SONAME,                \
+                 RP_CUBLAS_STR(f));                                                                \
+        return false;                                                                              \
+    }
+    RP_CUBLAS_FUNCS(RP_CUBLAS_LOAD)
+#undef RP_CUBLAS_LOAD
+    return true; /* (kept loaded for the process's life, as the table is) */
+}
 
 static void init_device(void)
 {
@@ -63,6 +90,7 @@ static void init_device(void)
                  cudaGetErrorString(e));
         return;
     }
+    if (!load_cublas()) return;
     snprintf(device_name, sizeof device_name, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
     /* The bf16 path names the device: `replicator info`, the run header and bench's JSON print
        it (the command has no device line of its own yet). */
@@ -112,7 +140,7 @@ bool rp_cuda_fail(cudaError_t e, const char *what, const char *file, int line)
 bool rp_cuda_blas_fail(cublasStatus_t s, const char *what, const char *file, int line)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return true;
-    keep_error(what, cublasGetStatusString(s), file, line);
+    keep_error(what, rp_cublas.cublasGetStatusString(s), file, line);
     return false;
 }
 
@@ -148,7 +176,7 @@ static void ctx_destroy(void *p)
     thread_ctx *c = (thread_ctx *)p;
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
-    if (c->blas) cublasDestroy(c->blas);
+    if (c->blas) rp_cublas.cublasDestroy(c->blas);
     if (c->workspace) cudaFree(c->workspace);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
@@ -170,13 +198,13 @@ static thread_ctx *ctx(void)
     if (!c) return NULL;
     CU(cudaSetDevice(device_id));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    if (BLAS(cublasCreate(&c->blas))) {
-        BLAS(cublasSetStream(c->blas, c->stream));
+    if (BLAS(rp_cublas.cublasCreate(&c->blas))) {
+        BLAS(rp_cublas.cublasSetStream(c->blas, c->stream));
         /* Products in f32 stay f32 (no TF32): the cpu table's tolerances hold. */
-        BLAS(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+        BLAS(rp_cublas.cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
         if (CU(cudaMalloc(&c->workspace, BLAS_WORKSPACE))) {
             c->workspace_bytes = BLAS_WORKSPACE;
-            BLAS(cublasSetWorkspace(c->blas, c->workspace, BLAS_WORKSPACE));
+            BLAS(rp_cublas.cublasSetWorkspace(c->blas, c->workspace, BLAS_WORKSPACE));
         }
     }
     pthread_setspecific(ctx_key, c);
