@@ -1,8 +1,9 @@
 /*
  * train_internal.h - the trainer's state and the seams between its files:
  * trainer.c (create, destroy, queries), loop.c (the loop over global
- * batches), run_dir.c (directory rules, checkpoints), report.c (the lines
- * shown and metrics.jsonl) and signals.c (the stop request). Their shared
+ * batches), run_dir.c (directory rules, reading checkpoints), saver.c
+ * (writing them: whole or sharded, inline or in the background), report.c
+ * (the lines shown and metrics.jsonl) and signals.c (the stop request). Their shared
  * functions are named trainer_*: not rp_*, which is the API's, and not
  * train_*, which is the command's (cli/train.h).
  */
