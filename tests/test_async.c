@@ -454,7 +454,7 @@ static void test_bad_config(void **state)
     assert_int_equal(argc, 1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -467,5 +467,5 @@ int main(void)
         cmocka_unit_test(test_destroyed_optimizer_holds_no_one_back),
         cmocka_unit_test(test_bad_config),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

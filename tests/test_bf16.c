@@ -127,7 +127,7 @@ static void test_arrays(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_matches_spec),
@@ -135,5 +135,5 @@ int main(void)
         cmocka_unit_test(test_named_cases),
         cmocka_unit_test(test_arrays),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -24,15 +24,6 @@ static rp_config base(void)
     return cfg;
 }
 
-static rp_replicator *make(const rp_config *cfg)
-{
-    rp_replicator *r = NULL;
-    rp_status st = rp_replicator_create(&r, cfg);
-    if (st != RP_OK) print_error("create: %s\n", rp_last_error());
-    assert_int_equal(st, RP_OK);
-    return r;
-}
-
 /* ---- a forgotten send ---------------------------------------------------------------- */
 
 /* Replica 0 returns without the send replica 1 waits for. */
@@ -49,7 +40,7 @@ static void test_skipped_send(void **state)
     (void)state;
     rp_config cfg = base();
     cfg.replicas = 2;
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     double t0 = rp_now_s();
     rp_status st = rp_replicator_run(r, skip_send_fn, NULL);
     double took = rp_now_s() - t0;
@@ -80,7 +71,7 @@ static void test_wrong_axis_named(void **state)
     rp_config cfg = base();
     cfg.nroles = 1;
     cfg.roles[0] = rp_role_make("replica", 2, 2);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     assert_int_equal(rp_replicator_set_flight_dir(r, tu_tmpdir()), RP_OK);
     int culprit = 3;
     assert_int_equal(rp_replicator_run(r, wrong_axis_fn, &culprit), RP_ERR_MISMATCH);
@@ -109,7 +100,7 @@ static void test_wrong_axis_named(void **state)
     free(text);
     tu_tmpdir_remove();
     /* The first worker erring is found the same way. */
-    r = make(&cfg);
+    r = tu_replicator_make(&cfg);
     culprit = 0;
     assert_int_equal(rp_replicator_run(r, wrong_axis_fn, &culprit), RP_ERR_MISMATCH);
     tu_assert_error_contains("worker 0: worker 0 made other collective calls than every other "
@@ -134,7 +125,7 @@ static void test_axis_named_in_message(void **state)
     rp_config cfg = base();
     cfg.nroles = 1;
     cfg.roles[0] = rp_role_make("replica", 1, 2);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     assert_int_equal(rp_replicator_run(r, model_skip_fn, NULL), RP_ERR_COMM);
     tu_assert_error_contains("model axis: worker 1 ended its step");
     assert_null(strstr(rp_last_error(), "replica 0:"));
@@ -169,7 +160,7 @@ static void test_mesh_result_and_leader(void **state)
     rp_config cfg = base();
     cfg.nroles = 1;
     cfg.roles[0] = rp_role_make("replica", 2, 2);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     mesh_job j;
     memset(&j, 0, sizeof j);
     assert_int_equal(rp_replicator_run(r, mesh_report_fn, &j), RP_OK);
@@ -197,7 +188,7 @@ static void test_mesh_result_and_leader(void **state)
     /* Single-worker replicas: the leader is replica 0. */
     cfg = base();
     cfg.replicas = 3;
-    r = make(&cfg);
+    r = tu_replicator_make(&cfg);
     memset(&j, 0, sizeof j);
     assert_int_equal(rp_replicator_run(r, mesh_report_fn, &j), RP_OK);
     assert_int_equal(j.leaders, 1);
@@ -227,7 +218,7 @@ static void test_result_without_workers(void **state)
     rp_config cfg = base();
     cfg.nroles = 1;
     cfg.roles[0] = rp_role_make("actor", 2, 1);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     int release = 0;
     assert_int_equal(rp_replicator_start(r, "actor", wait_release_fn, &release), RP_OK);
     mesh_job j;
@@ -277,7 +268,7 @@ static void test_destroy_stops_sending_actor(void **state)
 {
     (void)state;
     rp_config cfg = learner_actor();
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     actor_job j;
     memset(&j, 0, sizeof j);
     assert_int_equal(rp_replicator_start(r, "actor", sending_actor_fn, &j), RP_OK);
@@ -344,7 +335,7 @@ static void test_destroy_names_stuck_role(void **state)
     assert_int_equal(WEXITSTATUS(wst), 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_skipped_send),
@@ -355,5 +346,5 @@ int main(void)
         cmocka_unit_test(test_destroy_stops_sending_actor),
         cmocka_unit_test(test_destroy_names_stuck_role),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

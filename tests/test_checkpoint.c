@@ -29,28 +29,7 @@
 #include "kernels/kernels.h"
 #include "replicator/io.h"
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("ckpt");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 #define tmp_path tu_tmp_path
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
 
 /* Number of entries in tu_tmpdir() whose name starts with `prefix`. */
 static int count_files(const char *prefix)
@@ -318,20 +297,11 @@ typedef struct model {
     rp_batchnorm_layer bn;
 } model;
 
-/* A host copy of the model's values (malloc'd; the caller frees it). */
-static float *values_of(const rp_params *p)
-{
-    float *v = malloc((size_t)rp_params_numel(p) * sizeof(float));
-    assert_non_null(v);
-    assert_int_equal(rp_params_read_values(p, v), RP_OK);
-    return v;
-}
-
 /* Asserts that two models of one shape hold bitwise equal values. */
 static void assert_same_values(const rp_params *a, const rp_params *b)
 {
     assert_int_equal(rp_params_numel(a), rp_params_numel(b));
-    float *va = values_of(a), *vb = values_of(b);
+    float *va = tu_read_values(a), *vb = tu_read_values(b);
     assert_memory_equal(va, vb, (size_t)rp_params_numel(a) * sizeof(float));
     free(vb);
     free(va);
@@ -384,7 +354,7 @@ static void test_params_round_trip(void **state)
     model_init(&a, 3, true, 1);
     model_init(&b, 3, true, 2);
     assert_true(rp_params_count(a.params) > rp_params_trainable_count(a.params)); /* has buffers */
-    float *va = values_of(a.params), *vb = values_of(b.params);
+    float *va = tu_read_values(a.params), *vb = tu_read_values(b.params);
     assert_true(memcmp(va, vb, (size_t)rp_params_numel(a.params) * sizeof(float)) != 0);
     free(vb);
     free(va);
@@ -440,9 +410,9 @@ static void test_params_round_trip(void **state)
 static void assert_read_fails_unchanged(const rp_checkpoint *ck, model *m)
 {
     size_t bytes = (size_t)rp_params_numel(m->params) * sizeof(float);
-    float *before = values_of(m->params);
+    float *before = tu_read_values(m->params);
     assert_int_equal(rp_checkpoint_read_params(ck, m->params, "param/"), RP_ERR_SHAPE);
-    float *after = values_of(m->params);
+    float *after = tu_read_values(m->params);
     assert_memory_equal(before, after, bytes);
     free(after);
     free(before);
@@ -575,7 +545,7 @@ static void test_every_single_byte_change_is_detected(void **state)
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | bytes[i];
     assert_true(8 + hlen < n); /* there is data after the header */
-    write_file(bad, bytes, n);
+    tu_write_file(bad, bytes, n);
 
     int fd = open(bad, O_WRONLY);
     assert_true(fd >= 0);
@@ -626,7 +596,7 @@ static void test_corruption_messages(void **state)
     rp_checkpoint *ck;
 
     bytes[n - 1] ^= 0x10; /* data */
-    write_file(bad, bytes, n);
+    tu_write_file(bad, bytes, n);
     assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
     tu_assert_error_contains("CRC-32 mismatch");
     tu_assert_error_contains("bad2.safetensors");
@@ -636,19 +606,19 @@ static void test_corruption_messages(void **state)
     bytes[n - 1] ^= 0x10;
 
     bytes[5] = 0x40; /* length field: an absurd header length */
-    write_file(bad, bytes, n);
+    tu_write_file(bad, bytes, n);
     assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
     tu_assert_error_contains("over the limit");
     bytes[5] = 0;
 
     bytes[8] = '['; /* header: not an object */
-    write_file(bad, bytes, n);
+    tu_write_file(bad, bytes, n);
     assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
     tu_assert_error_contains("not valid JSON");
     bytes[8] = '{';
 
     bytes[9] = 0; /* a NUL in the header */
-    write_file(bad, bytes, n);
+    tu_write_file(bad, bytes, n);
     assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
     tu_assert_error_contains("control character");
     free(bytes);
@@ -670,7 +640,7 @@ static void test_truncation_reports_sizes(void **state)
         0, 4, 7, 8, 8 + (size_t)hlen / 2, 8 + (size_t)hlen, 8 + (size_t)hlen + data / 2, n - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         size_t cut = cuts[i];
-        write_file(bad, bytes, cut);
+        tu_write_file(bad, bytes, cut);
         rp_checkpoint *ck = (rp_checkpoint *)1;
         assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
         assert_null(ck);
@@ -688,7 +658,7 @@ static void test_truncation_reports_sizes(void **state)
     assert_non_null(longer);
     memcpy(longer, bytes, n);
     longer[n] = 0;
-    write_file(bad, longer, n + 1);
+    tu_write_file(bad, longer, n + 1);
     rp_checkpoint *ck;
     assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
     tu_assert_error_contains("trailing bytes");
@@ -709,7 +679,7 @@ static void write_raw(const char *path, const char *header, const void *data, si
     memcpy(buf + 8, header, len);
     memset(buf + 8 + len, ' ', padded - len);
     if (data_len) memcpy(buf + 8 + padded, data, data_len);
-    write_file(path, buf, 8 + padded + data_len);
+    tu_write_file(path, buf, 8 + padded + data_len);
     free(buf);
 }
 
@@ -851,15 +821,15 @@ static void test_header_length_cap(void **state)
     unsigned char bytes[16] = "\0\0\0\0\0\0\0\0{}      ";
     rp_checkpoint *ck;
     io_ckpt_put_le64(bytes, (uint64_t)RP_CHECKPOINT_HEADER_MAX + 1);
-    write_file(path, bytes, sizeof bytes);
+    tu_write_file(path, bytes, sizeof bytes);
     assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_FORMAT);
     tu_assert_error_contains("header length 100000001 is over the limit of 100000000 bytes");
     io_ckpt_put_le64(bytes, RP_CHECKPOINT_HEADER_MAX);
-    write_file(path, bytes, sizeof bytes);
+    tu_write_file(path, bytes, sizeof bytes);
     assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_FORMAT);
     tu_assert_error_contains("truncated: the header length 100000000 needs at least 100000008");
     io_ckpt_put_le64(bytes, 8);
-    write_file(path, bytes, sizeof bytes);
+    tu_write_file(path, bytes, sizeof bytes);
     assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_OK);
     rp_checkpoint_destroy(ck);
 }
@@ -1115,7 +1085,7 @@ static void test_bf16_params_are_not_masters(void **state)
     }
     rp_checkpoint_destroy(ck);
     assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
-    float *values = values_of(a.params);
+    float *values = tu_read_values(a.params);
     for (int i = 0; i < rp_params_count(a.params); i++) {
         const rp_tensor *t = rp_params_at(a.params, i);
         char name[300];
@@ -1244,19 +1214,19 @@ static void test_bf16_damaged_header_named(void **state)
     assert_true(dtype && shape);
 
     dtype[4] = '7'; /* "BF17" */
-    write_file(bad, bytes, n);
+    tu_write_file(bad, bytes, n);
     assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
     tu_assert_error_contains("tensor \"weights\" has unknown dtype \"BF17\"");
     tu_assert_error_contains("bf16-bad.safetensors");
     dtype[4] = '6';
 
     shape[1] = '4';
-    write_file(bad, bytes, n);
+    tu_write_file(bad, bytes, n);
     assert_int_equal(rp_checkpoint_load(&ck, bad), RP_ERR_FORMAT);
     tu_assert_error_contains("tensor \"weights\": its shape needs 8 bytes but data_offsets [0, 6]");
     shape[1] = '3';
 
-    write_file(bad, bytes, n);
+    tu_write_file(bad, bytes, n);
     assert_int_equal(rp_checkpoint_load(&ck, bad), RP_OK);
     rp_checkpoint_destroy(ck);
     free(bytes);
@@ -1269,13 +1239,6 @@ static double cpu_seconds(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double wall_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -1345,12 +1308,6 @@ static void test_many_tensors_load_fast(void **state)
     rp_checkpoint_destroy(ck);
 }
 
-/* SIGALRM only interrupts: a blocked open() then fails with EINTR rather than hang the test. */
-static void on_alarm(int sig)
-{
-    (void)sig;
-}
-
 /*
  * A FIFO at the path (or behind a link there) is refused at once, by name. open() on a FIFO
  * waits for a writer, so the reader once blocked forever; an alarm after 2 s interrupts such an
@@ -1363,27 +1320,21 @@ static void test_fifo_is_refused_at_once(void **state)
     tmp_path(link, sizeof link, "load_link.safetensors");
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_int_equal(symlink(fifo, link), 0);
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_alarm;
-    sigemptyset(&sa.sa_mask);
-    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
     const char *paths[] = {fifo, link, fifo};
     for (int i = 0; i < 3; i++) {
         rp_checkpoint *ck = (rp_checkpoint *)1;
-        alarm(2);
-        double t0 = wall_seconds();
+        tu_alarm_arm(2);
+        double t0 = rp_now_s();
         rp_status s = i < 2 ? rp_checkpoint_load(&ck, paths[i])
                             : rp_checkpoint_load_safetensors(&ck, paths[i]);
-        double took = wall_seconds() - t0;
-        alarm(0);
+        double took = rp_now_s() - t0;
+        tu_alarm_disarm();
         assert_int_equal(s, RP_ERR_IO);
         assert_null(ck);
         tu_assert_error_contains(paths[i]);
         tu_assert_error_contains("it is a FIFO, not a regular file");
         assert_true(took < 1.0);
     }
-    assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
     /* A directory is refused the same way. */
     rp_checkpoint *ck;
     assert_int_equal(rp_checkpoint_load(&ck, tu_tmpdir()), RP_ERR_IO);
@@ -1472,12 +1423,6 @@ static pid_t dead_pid(void)
     return pid;
 }
 
-static bool exists(const char *path)
-{
-    struct stat st;
-    return lstat(path, &st) == 0;
-}
-
 /*
  * A save removes the temporary files that saves killed mid-write left beside the checkpoint
  * ("<path>.tmp.<pid>.<n>" of a process that is gone), and keeps those of live processes (a
@@ -1498,20 +1443,20 @@ static void test_stale_temp_files_removed(void **state)
     snprintf(keep[3], sizeof keep[3], "%s.tmp.%ld.0", other, dead);
     snprintf(keep[4], sizeof keep[4], "%s.tmp.%ld.", path, dead);
     for (int i = 0; i < 2; i++)
-        write_file(stale[i], "partial", 7);
+        tu_write_file(stale[i], "partial", 7);
     for (int i = 0; i < 5; i++)
-        write_file(keep[i], "partial", 7);
+        tu_write_file(keep[i], "partial", 7);
 
     size_t n;
     free(small_checkpoint(path, &n));
     for (int i = 0; i < 2; i++) {
-        if (exists(stale[i])) {
+        if (tu_exists(stale[i])) {
             print_error("%s: left in place\n", stale[i]);
             fail();
         }
     }
     for (int i = 0; i < 5; i++) {
-        if (!exists(keep[i])) {
+        if (!tu_exists(keep[i])) {
             print_error("%s: removed\n", keep[i]);
             fail();
         }
@@ -1562,12 +1507,12 @@ static void test_python_reads_header(void **state)
         "assert h['half']['dtype'] == 'BF16' and h['half']['shape'] == [3]\n"
         "s, e = h['half']['data_offsets']\n"
         "assert e == at and struct.unpack('<3H', b[8 + n + s:8 + n + e]) == (0x3f80, 0xffc1, 1)\n";
-    write_file(script, py, sizeof py - 1);
+    tu_write_file(script, py, sizeof py - 1);
     snprintf(cmd, sizeof cmd, "python3 %s %s", script, path);
     assert_int_equal(system(cmd), 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_bit_exact),
@@ -1596,5 +1541,5 @@ int main(void)
         cmocka_unit_test(test_stale_temp_files_removed),
         cmocka_unit_test(test_python_reads_header),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -28,17 +28,6 @@
 
 #define tmp_path tu_tmp_path
 
-static int group_setup(void **state)
-{
-    return tu_tmpdir_create("ckshard");
-}
-
-static int group_teardown(void **state)
-{
-    tu_tmpdir_remove();
-    return 0;
-}
-
 /* A training state's shapes: odd sizes, one smaller than the shard counts, an empty one. */
 static rp_checkpoint *make_state(void)
 {
@@ -479,7 +468,7 @@ static void test_reset_reuses_memory(void **state)
     rp_checkpoint_destroy(ck);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_and_consolidate),
@@ -490,5 +479,5 @@ int main(void)
         cmocka_unit_test(test_index_names_position),
         cmocka_unit_test(test_reset_reuses_memory),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -230,7 +230,7 @@ static void test_bad_value_named(void **state)
     free(rl);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_roundtrip),
@@ -238,5 +238,5 @@ int main(void)
         cmocka_unit_test(test_string_too_long_refused),
         cmocka_unit_test(test_bad_value_named),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

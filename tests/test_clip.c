@@ -91,12 +91,12 @@ static void test_clip_errors(void **state)
     rp_params_destroy(ps);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clip_scales_to_max_norm),
         cmocka_unit_test(test_clip_below_limit_untouched),
         cmocka_unit_test(test_clip_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

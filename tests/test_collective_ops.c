@@ -649,7 +649,7 @@ static void test_batch_norm_comm_and_hook(void **state)
     rp_comm_destroy(comms[0]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_reduce),
@@ -668,5 +668,5 @@ int main(void)
         cmocka_unit_test(test_batch_norm_comm_off_centre),
         cmocka_unit_test(test_batch_norm_comm_and_hook),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

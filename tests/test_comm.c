@@ -81,21 +81,13 @@ static void member_fail(member *m, const char *what)
     if (m->bad++ == 0) snprintf(m->bad_what, sizeof m->bad_what, "%s", what);
 }
 
-static void sleep_s(double s)
-{
-    if (s <= 0) return;
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 /* Polls until *v >= want; false after limit_s (so no wait in a member is unbounded). */
 static bool wait_until(atomic_int *v, int want, double limit_s)
 {
     double end = rp_now_s() + limit_s;
     while (atomic_load(v) < want) {
         if (rp_now_s() > end) return false;
-        sleep_s(0.001);
+        tu_sleep_s(0.001);
     }
     return true;
 }
@@ -886,7 +878,7 @@ static void member_barrier(member *m, void *ctx)
     barrier_ctx *c = ctx;
     int n = m->team->n;
     for (int k = 0; k < BARRIER_ROUNDS; k++) {
-        if (k % n == m->rank) sleep_s(0.002); /* a different member is late each round */
+        if (k % n == m->rank) tu_sleep_s(0.002); /* a different member is late each round */
         atomic_fetch_add(&c->arrived[k], 1);
         double t0 = rp_now_s();
         rp_status s = rp_comm_barrier(m->comm);
@@ -1125,7 +1117,7 @@ static void member_script(member *m, void *ctx)
         t0 = rp_now_s();
         outcome_set(&m->out[2], rp_comm_all_reduce(m->comm, x, x, 8, RP_F32, RP_SUM), t0);
     }
-    sleep_s(sc->delay_s[r]);
+    tu_sleep_s(sc->delay_s[r]);
     if (sc->leave[r]) {
         rp_comm_leave(m->comm, RP_ERR_NUMERIC, sc->leave_reason);
         return;
@@ -1409,7 +1401,7 @@ static void member_invalid_call(member *m, void *ctx)
     float x[16] = {0};
     double t0 = rp_now_s();
     if (m->rank == 3) {
-        sleep_s(0.2);
+        tu_sleep_s(0.2);
         t0 = rp_now_s();
         outcome_set(&m->out[0], rp_comm_all_reduce(m->comm, x, x, -5, RP_F32, RP_SUM), t0);
     } else {
@@ -1566,7 +1558,7 @@ static void member_determinism(member *m, void *ctx)
     determinism_ctx *c = ctx;
     int r = m->rank, n = m->team->n;
     for (int run = 0; run < 3; run++) {
-        if (run == 2) sleep_s(0.002 * (n - r)); /* the third run arrives in reverse rank order */
+        if (run == 2) tu_sleep_s(0.002 * (n - r)); /* the third run arrives in reverse rank order */
         double t0 = rp_now_s();
         outcome_set(
             &m->out[run],
@@ -1608,11 +1600,8 @@ static void test_all_reduce_deterministic(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    /* The thread-sanitizer build skips the 64 MiB cases (RP_TEST_SKIP="*64mib"): too slow there. */
-    const char *skip = getenv("RP_TEST_SKIP");
-    if (skip && *skip) cmocka_set_skip_filter(skip);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_and_op_names),
         cmocka_unit_test(test_create_and_accessors),
@@ -1644,5 +1633,5 @@ int main(void)
         cmocka_unit_test(test_leave_before_peers_arrive_fails_them_fast),
         cmocka_unit_test(test_leave_after_completing_is_harmless),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

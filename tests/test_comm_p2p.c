@@ -81,13 +81,6 @@ static void member_fail(member *m, const char *fmt, ...)
     }
 }
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -354,7 +347,7 @@ static bool await_flag(_Atomic int *flag, int value)
     double t0 = rp_now_s();
     while (atomic_load(flag) < value) {
         if (rp_now_s() - t0 > JOIN_LIMIT_S / 2) return false;
-        sleep_s(0.0005);
+        tu_sleep_s(0.0005);
     }
     return true;
 }
@@ -865,7 +858,7 @@ static void member_leave(member *m, void *arg)
         t0 = rp_now_s();
         record(&m->out[1], rp_comm_recv(m->comm, &v, 1, RP_I32, 1, 4), t0);
     } else {
-        sleep_s(0.2);
+        tu_sleep_s(0.2);
         rp_comm_leave(m->comm, RP_ERR_INVALID, "the loss of replica 9037 is NaN");
     }
 }
@@ -1091,11 +1084,8 @@ static void test_user_calls_numbered_without_internal_ones(void **state)
     team_destroy(&t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    /* The thread-sanitizer build skips the 64 MiB cases (RP_TEST_SKIP="*64mib"). */
-    const char *skip = getenv("RP_TEST_SKIP");
-    if (skip && *skip) cmocka_set_skip_filter(skip);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_u8_names_and_reductions_refused),
         cmocka_unit_test(test_ring_two_and_one),
@@ -1116,5 +1106,5 @@ int main(void)
         cmocka_unit_test(test_skipped_user_call_named_against_internal_call),
         cmocka_unit_test(test_user_calls_numbered_without_internal_ones),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

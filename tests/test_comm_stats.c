@@ -130,11 +130,11 @@ static void test_failed_not_counted(void **state)
     rp_comm_destroy(c);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts),
         cmocka_unit_test(test_failed_not_counted),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -429,12 +429,6 @@ static void put_file(const char *path)
     assert_int_equal(fclose(f), 0);
 }
 
-static bool exists(const char *path)
-{
-    struct stat st;
-    return lstat(path, &st) == 0;
-}
-
 /*
  * An atomic write first removes "<path>.tmp.<pid>.<n>" files of processes that are gone (a
  * writer killed mid-write), and keeps those of live processes, of this process, and names that
@@ -464,21 +458,21 @@ static void test_write_removes_stale_temps(void **state)
     assert_int_equal(core_file_write_atomic(path, "test file", &piece, 1), RP_OK);
     for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "%s.tmp.%ld.%d", path, pids[i], i);
-        assert_int_equal(exists(name), i != 0); /* only the dead process's is gone */
+        assert_int_equal(tu_exists(name), i != 0); /* only the dead process's is gone */
     }
     snprintf(name, sizeof name, "%s.tmp.%ld.9.x", path, pids[0]);
-    assert_true(exists(name));
+    assert_true(tu_exists(name));
     /* A directory of that name is never removed, and a second pass finds nothing to do. */
     char dir_path[256];
     tu_tmp_path(dir_path, sizeof dir_path, "a_dir");
     assert_int_equal(core_file_remove_stale_temps(dir_path), 0);
     snprintf(name, sizeof name, "%s/a_dir.tmp.%ld.0", tu_tmpdir(), pids[0]);
-    assert_true(exists(name));
+    assert_true(tu_exists(name));
     assert_int_equal(core_file_remove_stale_temps(path), 0);
     snprintf(name, sizeof name, "%s.tmp.%ld.5", path, pids[0]);
     put_file(name);
     assert_int_equal(core_file_remove_stale_temps(path), 1);
-    assert_false(exists(name));
+    assert_false(tu_exists(name));
     assert_int_equal(core_file_remove_stale_temps("/no/such/dir/x"), 0);
     tu_tmpdir_remove();
 }
@@ -516,7 +510,7 @@ static void test_open_regular(void **state)
     tu_tmpdir_remove();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_count_follows_affinity),
@@ -535,5 +529,5 @@ int main(void)
         cmocka_unit_test(test_write_removes_stale_temps),
         cmocka_unit_test(test_open_regular),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

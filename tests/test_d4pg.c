@@ -1014,7 +1014,7 @@ static void test_config_check(void **state)
     tu_assert_error_contains("atoms 1");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_check),
@@ -1032,5 +1032,5 @@ int main(void)
         cmocka_unit_test(test_learns_bandit),
         cmocka_unit_test(test_resume_bit_exact),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

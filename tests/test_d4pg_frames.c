@@ -29,19 +29,6 @@
 #define EVERY 50
 #define TASK  "cartpole-swingup"
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("d4pg_frames");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 static void skip_without_gl(void)
 {
     rp_renderer *r = NULL;
@@ -252,20 +239,6 @@ static void test_errors(void **state)
     rp_d4pg_policy_destroy(p);
 }
 
-static uint8_t *slurp(const char *path, long *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *len = ftell(f);
-    rewind(f);
-    uint8_t *b = malloc((size_t)*len);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)*len, f), (size_t)*len);
-    fclose(f);
-    return b;
-}
-
 /*
  * A GIF that cannot be written whole (the file-size limit stops it; SIGXFSZ ignored so write()
  * returns EFBIG) is an I/O error naming the file; the previous episode.gif stays byte for byte,
@@ -285,8 +258,8 @@ static void test_gif_write_fails(void **state)
     o.width = W, o.height = H, o.every = 500;
     double ret;
     assert_int_equal(rp_d4pg_record_frames(p, t, TASK, dir, &o, &ret, NULL), RP_OK);
-    long len0, len1;
-    uint8_t *before = slurp(gif, &len0);
+    size_t len0, len1;
+    uint8_t *before = tu_read_file(gif, &len0);
 
     /* 201 frames: frames of ~2 KB fit under the limit, their GIF does not. */
     o.every = 5;
@@ -301,9 +274,9 @@ static void test_gif_write_fails(void **state)
     assert_int_equal(st, RP_ERR_IO);
     tu_assert_error_contains("episode.gif.tmp");
 
-    uint8_t *after = slurp(gif, &len1);
+    uint8_t *after = tu_read_file(gif, &len1);
     assert_int_equal(len0, len1);
-    assert_memory_equal(before, after, (size_t)len0);
+    assert_memory_equal(before, after, len0);
     DIR *d = opendir(dir);
     assert_non_null(d);
     for (struct dirent *e; (e = readdir(d));)
@@ -315,12 +288,12 @@ static void test_gif_write_fails(void **state)
     rp_d4pg_policy_destroy(p);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_episode),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gif_write_fails),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -20,19 +20,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("data");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 #define tmp_path tu_tmp_path
 
 /* Writes bytes to path, gzip-compressed if gz. */
@@ -142,23 +129,6 @@ static void check_good_idx(int gz)
 
 /* ---- rp_idx_write ----------------------------------------------------------- */
 
-/* Reads a whole file into a malloc'd buffer. */
-static uint8_t *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    uint8_t *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 /*
  * Writes an IDX file, checks its bytes against make_idx's independent
  * encoding of the same header and payload, and reads it back.
@@ -180,7 +150,7 @@ static void check_idx_roundtrip(const char *name, int ndim, const int *dims)
     tmp_path(path, sizeof path, name);
     assert_int_equal(rp_idx_write(path, payload, ndim, dims), RP_OK);
     size_t len = 0;
-    uint8_t *file = slurp(path, &len);
+    uint8_t *file = tu_read_file(path, &len);
     assert_int_equal(len, want_len);
     assert_memory_equal(file, want, len);
     free(file);
@@ -477,19 +447,6 @@ static void test_idx_missing_file(void **state)
     assert_int_equal(rp_idx_read(path, NULL, &ndim, dims), RP_ERR_INVALID);
 }
 
-/* SIGALRM only interrupts: a blocked open() then fails with EINTR rather than hang the test. */
-static void on_alarm(int sig)
-{
-    (void)sig;
-}
-
-static double wall_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /*
  * Runs load() on a FIFO with an alarm armed: opening a FIFO waits for a writer, so a reader
  * that opens before checking the type blocks forever; the alarm interrupts such an open after
@@ -498,17 +455,11 @@ static double wall_seconds(void)
 static rp_status load_with_alarm(rp_status (*load)(const char *path, void *arg), const char *path,
                                  void *arg)
 {
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_alarm;
-    sigemptyset(&sa.sa_mask);
-    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
-    alarm(2);
-    double t0 = wall_seconds();
+    tu_alarm_arm(2);
+    double t0 = rp_now_s();
     rp_status s = load(path, arg);
-    double took = wall_seconds() - t0;
-    alarm(0);
-    assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
+    double took = rp_now_s() - t0;
+    tu_alarm_disarm();
     assert_true(took < 1.0);
     return s;
 }
@@ -1018,7 +969,7 @@ static void test_fashion_mnist_real(void **state)
     rp_dataset_destroy(ds);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx_plain_ok),
@@ -1052,5 +1003,5 @@ int main(void)
         cmocka_unit_test(test_channel_stats),
         cmocka_unit_test(test_fashion_mnist_real),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -29,19 +29,6 @@ static const char *const names[NT] = {"cartpole-swingup", "cartpole-balance", "p
 static const int obs_dims[NT] = {5, 5, 3, 4, 6, 17, 24};
 static const int act_dims[NT] = {1, 1, 1, 2, 2, 6, 6};
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("env");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 static rp_rl_env *make(const char *task)
 {
     rp_rl_env *env = NULL;
@@ -649,7 +636,7 @@ static void test_tolerance(void **state)
     assert_true(fabs(rl_tolerance(4, 10, INFINITY, 10, RP_TOL_LINEAR, 0) - 0.4) < 1e-12);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry),        cmocka_unit_test(test_episode_length_and_sizes),
@@ -662,5 +649,5 @@ int main(void)
         cmocka_unit_test(test_model_from_file), cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_tolerance),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -47,10 +47,7 @@ static rp_config test_config(int n, double timeout_s)
 
 static rp_replicator *make(const rp_config *cfg)
 {
-    rp_replicator *r = NULL;
-    rp_status st = rp_replicator_create(&r, cfg);
-    if (st != RP_OK) print_error("rp_replicator_create: %s\n", rp_last_error());
-    assert_int_equal(st, RP_OK);
+    rp_replicator *r = tu_replicator_make(cfg);
     assert_int_equal(rp_replicator_set_flight_dir(r, tu_tmpdir()), RP_OK);
     return r;
 }
@@ -680,7 +677,7 @@ static int teardown(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_OFF);
     const struct CMUnitTest tests[] = {
@@ -699,5 +696,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_same_seed_same_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_schedule_injects_nothing, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

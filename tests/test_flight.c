@@ -40,10 +40,7 @@ static rp_config test_config(int n, double timeout_s)
 
 static rp_replicator *make(const rp_config *cfg, const char *dir)
 {
-    rp_replicator *r = NULL;
-    rp_status st = rp_replicator_create(&r, cfg);
-    if (st != RP_OK) print_error("rp_replicator_create: %s\n", rp_last_error());
-    assert_int_equal(st, RP_OK);
+    rp_replicator *r = tu_replicator_make(cfg);
     assert_int_equal(rp_replicator_set_flight_dir(r, dir), RP_OK);
     return r;
 }
@@ -353,28 +350,18 @@ static void test_ring_off(void **state)
     rp_comm_destroy(c);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("flight");
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
-int main(void)
+int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_OFF);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_mismatch_dumps_every_worker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_timeout_dumps_every_worker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_healthy_run_entries, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ring_wraps, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ring_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mismatch_dumps_every_worker, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_dumps_every_worker, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_healthy_run_entries, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_wraps, tu_tmpdir_setup, tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_off, tu_tmpdir_setup, tu_tmpdir_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -96,6 +96,8 @@ static int setup(void **state)
     (void)state;
     if (tu_tmpdir_create("folder") != 0) return -1;
     snprintf(root, sizeof root, "%s", tu_tmpdir());
+    /* The tree the index, source and resume cases read: made here, as each case may run alone. */
+    make_tree(P("tree"));
     return 0;
 }
 
@@ -119,7 +121,6 @@ static rp_folder_config small_cfg(int size)
 static void test_tree_order(void **state)
 {
     (void)state;
-    make_tree(P("tree"));
     rp_folder_config c = small_cfg(16);
     rp_dataset *ds;
     assert_int_equal(rp_dataset_load_folder(&ds, P("tree"), "train", &c), RP_OK);
@@ -951,7 +952,7 @@ static void test_tar_errors(void **state)
     free(jpg);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tree_order),
@@ -968,5 +969,5 @@ int main(void)
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_tar_errors),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests(argc, argv, tests, setup, teardown);
 }

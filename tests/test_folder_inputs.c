@@ -27,19 +27,6 @@
 #include "replicator/loader.h"
 #include "testutil.h"
 
-static int setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("folder_inputs");
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 /* A 64 x 48 RGB JPEG (4:4:4, quality 90) of the fixture's pattern; the caller frees it. */
 static uint8_t *good_jpeg(size_t *n)
 {
@@ -301,7 +288,7 @@ static void test_skip_bad_gives_up_naming_a_file(void **state)
     rp_dataset_destroy(ds);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jpeg_ends_before_frame),
@@ -310,5 +297,5 @@ int main(void)
         cmocka_unit_test(test_list_nul_and_sign),
         cmocka_unit_test(test_skip_bad_gives_up_naming_a_file),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

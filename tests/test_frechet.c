@@ -452,7 +452,7 @@ static void test_errors(void **state)
     check_rel(fd, 1.0 + (sqrt(2.0) - 1.0) * (sqrt(2.0) - 1.0), 1e-12, "2-d diagonal");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_diagonal),     cmocka_unit_test(test_fd_commuting_rotated),
@@ -460,5 +460,5 @@ int main(void)
         cmocka_unit_test(test_merge),           cmocka_unit_test(test_fd_self),
         cmocka_unit_test(test_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -67,13 +67,6 @@ static rp_tensor *model_loss(rp_tape *t, const model *m, int step, int phase, in
     return rp_softmax_cross_entropy(t, rp_linear_layer_forward(t, &m->disc, h), y);
 }
 
-static bool all_zero(const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] != 0.0f) return false;
-    return true;
-}
-
 typedef struct rstate {
     model m;
     rp_optimizer *opt_a, *opt_b;
@@ -139,9 +132,9 @@ static rp_status phase(rp_replica *rep, job *j, int ph, rp_params *train, rp_opt
     if (!loss) return RP_ERR_INVALID;
     RP_CHECK(rp_backward(t, loss));
     RP_CHECK(rp_params_read_grads(frozen, g));
-    if (!all_zero(g, nf)) return broke(j, "the frozen set's gradients are not zero");
+    if (!tu_all_zero(g, nf)) return broke(j, "the frozen set's gradients are not zero");
     RP_CHECK(rp_params_read_grads(train, g));
-    if (all_zero(g, rp_params_trainable_numel(train)))
+    if (tu_all_zero(g, rp_params_trainable_numel(train)))
         return broke(j, "the trained set has no gradient");
     /* One bucket per parameter (bucket_bytes 4): backward started exactly the trained set's. */
     uint64_t expect = (uint64_t)rp_params_trainable_count(train);
@@ -285,11 +278,11 @@ static void test_frozen_step_refused(void **state)
     model_destroy(&m);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frozen_set_two_optimizers),
         cmocka_unit_test(test_frozen_step_refused),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

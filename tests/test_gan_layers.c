@@ -736,24 +736,18 @@ static rp_replicator *make_replicator(int replicas)
     return r;
 }
 
-static void run_ok(rp_replicator *r, rp_replica_fn fn, void *arg)
-{
-    rp_status st = rp_replicator_run(r, fn, arg);
-    if (st != RP_OK) fail_msg("rp_replicator_run: %s: %s", rp_status_name(st), rp_last_error());
-}
-
 static void test_sn_replicas_agree(void **unused)
 {
     (void)unused;
     sn_job j;
     memset(&j, 0, sizeof j);
     rp_replicator *r = make_replicator(SN_REPLICAS);
-    run_ok(r, sn_build, &j);
+    tu_run_ok(r, sn_build, &j);
     int64_t n = rp_params_numel(j.params[0]);
     float *start = params_values(j.params[0]);
     float *u1_start = values_of(j.l1[0].u);
     for (j.step = 0; j.step < 3; j.step++)
-        run_ok(r, sn_train_step, &j);
+        tu_run_ok(r, sn_train_step, &j);
     /* bitwise: every value and buffer, u included */
     assert_int_equal(rp_params_numel(j.params[1]), n);
     float *v0 = params_values(j.params[0]), *v1 = params_values(j.params[1]);
@@ -775,7 +769,7 @@ static void test_sn_replicas_agree(void **unused)
     free(v0);
     free(start);
     free(u1_start);
-    run_ok(r, sn_teardown, &j);
+    tu_run_ok(r, sn_teardown, &j);
     rp_replicator_destroy(r);
 }
 
@@ -1235,7 +1229,7 @@ static int teardown(void **unused)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sigma_matches_svd),
@@ -1252,5 +1246,5 @@ int main(void)
         cmocka_unit_test(test_schedule_linear),
         cmocka_unit_test(test_trainer_linear_schedule),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests(argc, argv, tests, setup, teardown);
 }

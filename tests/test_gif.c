@@ -15,19 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("gif");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 /* Entries of the scratch directory whose names start with `prefix`. */
 static int entries(const char *prefix)
 {
@@ -168,12 +155,12 @@ static void test_abort_keeps_the_old_file(void **unused)
     assert_int_equal(entries("old.gif"), 1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frames_read_back),
         cmocka_unit_test(test_errors_named),
         cmocka_unit_test(test_abort_keeps_the_old_file),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

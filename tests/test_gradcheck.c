@@ -1731,7 +1731,7 @@ static void test_selftest_small_gradients(void **state)
     assert_false(linear_with(&up, 1e-3f));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_selftest_scaled),
@@ -1780,5 +1780,5 @@ int main(void)
         cmocka_unit_test(test_layer_norm),
         cmocka_unit_test(test_custom_op),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -17,19 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("image");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 /* The byte each ordinary tile value should become: a pattern over tile, row, column, channel. */
 static int pattern(int i, int y, int x, int ch)
 {
@@ -302,30 +289,6 @@ static void test_overwrite(void **state)
     free(a);
 }
 
-static void write_file(const char *path, const void *bytes, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (len) assert_int_equal(fwrite(bytes, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-}
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    assert_true(n > 0);
-    rewind(f);
-    uint8_t *b = malloc((size_t)n);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 /* Reads path expecting `want`, a message naming the path and `needle`, and cleared outputs. */
 static void expect_read_error(const char *path, rp_status want, const char *needle)
 {
@@ -350,11 +313,11 @@ static void test_read_errors(void **state)
 
     tu_tmp_path(bad, sizeof bad, "text.png");
     const char *text = "this is not a PNG file, only text\n";
-    write_file(bad, text, strlen(text));
+    tu_write_file(bad, text, strlen(text));
     expect_read_error(bad, RP_ERR_FORMAT, "not a PNG");
 
     tu_tmp_path(bad, sizeof bad, "empty.png");
-    write_file(bad, "", 0);
+    tu_write_file(bad, "", 0);
     expect_read_error(bad, RP_ERR_FORMAT, "not a PNG");
 
     /* A real PNG (noise, so that the data is not tiny), then cut at several places. */
@@ -363,12 +326,12 @@ static void test_read_errors(void **state)
     assert_int_equal(rp_image_grid_write_png(path, img, 4, 16, 16, 3, 2, 1, 0, 0.0f, 1.0f), RP_OK);
     free(img);
     size_t len = 0;
-    uint8_t *whole = read_file(path, &len);
+    uint8_t *whole = tu_read_file(path, &len);
     assert_true(len > 200);
     const size_t cuts[] = {4, 8, 20, 40, len / 2, len - 20, len - 1};
     for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
         tu_tmp_path(bad, sizeof bad, "cut.png");
-        write_file(bad, whole, cuts[k]);
+        tu_write_file(bad, whole, cuts[k]);
         if (cuts[k] < 8)
             expect_read_error(bad, RP_ERR_FORMAT, "not a PNG");
         else
@@ -377,7 +340,7 @@ static void test_read_errors(void **state)
     /* A flipped byte in the middle of the image data fails its chunk's CRC. */
     whole[len / 2] ^= 0x5a;
     tu_tmp_path(bad, sizeof bad, "flipped.png");
-    write_file(bad, whole, len);
+    tu_write_file(bad, whole, len);
     expect_read_error(bad, RP_ERR_FORMAT, "corrupt");
     free(whole);
 
@@ -385,12 +348,6 @@ static void test_read_errors(void **state)
     int H, W, C;
     assert_int_equal(rp_image_read_png(NULL, &px, &H, &W, &C), RP_ERR_INVALID);
     assert_int_equal(rp_image_read_png(path, NULL, &H, &W, &C), RP_ERR_INVALID);
-}
-
-/* Files from another writer (libpng's own encoder): alpha is dropped, gray stays one channel. */
-static void on_alarm(int sig)
-{
-    (void)sig;
 }
 
 /*
@@ -404,27 +361,21 @@ static void test_read_fifo(void **state)
     char path[512];
     tu_tmp_path(path, sizeof path, "fifo.png");
     assert_int_equal(mkfifo(path, 0600), 0);
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_alarm;
-    sigemptyset(&sa.sa_mask);
-    assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    alarm(2);
+    double t0 = rp_now_s();
+    tu_alarm_arm(2);
     uint8_t *px = NULL;
     int H = -1, W = -1, C = -1;
     rp_status s = rp_image_read_png(path, &px, &H, &W, &C);
-    alarm(0);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
+    tu_alarm_disarm();
+    double took = rp_now_s() - t0;
     assert_int_equal(s, RP_ERR_IO);
     tu_assert_error_contains("it is a FIFO, not a regular file");
     tu_assert_error_contains(path);
     assert_null(px);
-    assert_true((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) < 1.0);
+    assert_true(took < 1.0);
 }
 
+/* Files from another writer (libpng's own encoder): alpha is dropped, gray stays one channel. */
 static void test_read_alpha(void **state)
 {
     (void)state;
@@ -467,7 +418,7 @@ static void test_read_alpha(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grid_gray),  cmocka_unit_test(test_grid_rgb),
@@ -476,5 +427,5 @@ int main(void)
         cmocka_unit_test(test_grid_check), cmocka_unit_test(test_read_alpha),
         cmocka_unit_test(test_read_fifo),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -308,7 +308,7 @@ static void test_bad_compute_refused(void **state)
     tu_assert_error_contains("x stored as bf16 with f32 compute");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_bf16),
@@ -317,5 +317,5 @@ int main(void)
         cmocka_unit_test(test_bf16_path_named),
         cmocka_unit_test(test_bad_compute_refused),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -586,7 +586,7 @@ static void test_conv_algorithm_switch(void **state)
     assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, 3, &w), RP_ERR_INVALID);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_ref_by_hand),
@@ -605,5 +605,5 @@ int main(void)
         cmocka_unit_test(test_cache_per_thread),
         cmocka_unit_test(test_conv_algorithm_switch),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

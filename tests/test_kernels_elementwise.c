@@ -372,7 +372,7 @@ static void test_thread_count_honoured(void **state)
     rp_free(x), rp_free(w), rp_free(y), rp_free(dw), rp_free(a), rp_free(c);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thread_count_honoured),
@@ -384,5 +384,5 @@ int main(void)
         cmocka_unit_test(test_batch_norm_mean_100_std),
         cmocka_unit_test(test_pooling_images),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return tu_run_group_tests(argc, argv, tests, setup, NULL);
 }

@@ -420,7 +420,7 @@ static void test_checksum(void **state)
     rp_free(x);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_train_stats), cmocka_unit_test(test_bn_train_stats_edges),
@@ -428,5 +428,5 @@ int main(void)
         cmocka_unit_test(test_sn_power_fwd),   cmocka_unit_test(test_sn_power_converges),
         cmocka_unit_test(test_sn_bwd),         cmocka_unit_test(test_checksum),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return tu_run_group_tests(argc, argv, tests, setup, NULL);
 }

@@ -257,7 +257,7 @@ static void test_first_nonfinite_finds_first(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slots_present),
@@ -267,5 +267,5 @@ int main(void)
         cmocka_unit_test(test_first_nonfinite_clean),
         cmocka_unit_test(test_first_nonfinite_finds_first),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return tu_run_group_tests(argc, argv, tests, setup, NULL);
 }

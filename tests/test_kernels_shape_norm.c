@@ -187,12 +187,12 @@ static void test_rows(void **state)
     tu_for_each_team(body_rows);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bcast_reduce),
         cmocka_unit_test(test_pointwise),
         cmocka_unit_test(test_rows),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return tu_run_group_tests(argc, argv, tests, setup, NULL);
 }

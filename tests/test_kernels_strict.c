@@ -723,7 +723,7 @@ static void test_threads_share_the_pool(void **state)
     assert_pool_idle();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const char *role = getenv("RP_STRICT_TEST_ROLE");
     if (role) return run_role(role);
@@ -741,5 +741,5 @@ int main(void)
         cmocka_unit_test(test_alloc_while_open),
         cmocka_unit_test(test_threads_share_the_pool),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -474,7 +474,7 @@ static void test_resnet_steady_state_faults_nothing(void **state)
     rp_resnet_destroy(net);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_poisoned_release_gives_exact_gradients),
@@ -486,5 +486,5 @@ int main(void)
         cmocka_unit_test(test_drop_follows_views),
         cmocka_unit_test(test_resnet_steady_state_faults_nothing),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -877,7 +877,7 @@ static void test_synthetic_defaults(void **state)
     rp_dataset_destroy(ds);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shuffle_reproducible), cmocka_unit_test(test_replica_independence),
@@ -888,5 +888,5 @@ int main(void)
         cmocka_unit_test(test_config_errors),        cmocka_unit_test(test_error_from_thread),
         cmocka_unit_test(test_synthetic_defaults),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

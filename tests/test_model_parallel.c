@@ -346,7 +346,7 @@ static void test_refusals(void **state)
     tu_assert_error_contains("3 micro-batches");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages_equal_whole), cmocka_unit_test(test_stages_times_replicas),
@@ -354,5 +354,5 @@ int main(void)
         cmocka_unit_test(test_tensor_parallel),    cmocka_unit_test(test_tensor_parallel_zero),
         cmocka_unit_test(test_refusals),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests(argc, argv, tests, setup, teardown);
 }

@@ -42,22 +42,6 @@ static rp_config config(int n, rp_regime regime)
     return cfg;
 }
 
-static rp_replicator *make(const rp_config *cfg)
-{
-    rp_replicator *r = NULL;
-    rp_status st = rp_replicator_create(&r, cfg);
-    if (st != RP_OK) print_error("create: %s\n", rp_last_error());
-    assert_int_equal(st, RP_OK);
-    return r;
-}
-
-static void run_ok(rp_replicator *r, rp_replica_fn fn, void *arg)
-{
-    rp_status st = rp_replicator_run(r, fn, arg);
-    if (st != RP_OK) print_error("run: %s: %s\n", rp_status_name(st), rp_last_error());
-    assert_int_equal(st, RP_OK);
-}
-
 /* STEPS batches; after each, the replicas gather the index they were given. */
 static rp_status sync_steps(rp_replica *rep, void *arg)
 {
@@ -75,12 +59,12 @@ static void test_sync_lockstep(void **state)
 {
     const int n = 3;
     rp_config cfg = config(n, RP_REGIME_SYNC);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     assert_true(rp_replicator_lockstep(r));
     job *j = calloc(1, sizeof *j);
     for (int run = 0; run < 2; run++) {
         memset(j, 0xff, sizeof *j);
-        run_ok(r, sync_steps, j);
+        tu_run_ok(r, sync_steps, j);
         for (int q = 0; q < n; q++) {
             assert_true(j->lockstep[q]);
             /* Each run counts from 0 again, one index per call, on every replica. */
@@ -149,22 +133,22 @@ static void test_async_each_index_once(void **state)
 {
     const int n = 4;
     rp_config cfg = config(n, RP_REGIME_ASYNC);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     assert_false(rp_replicator_lockstep(r));
     job *j = calloc(1, sizeof *j);
     j->range = RANGE;
     /* Before any optimizer: the in-process queue. */
     for (int run = 0; run < 2; run++) {
-        run_ok(r, async_drain, j);
+        tu_run_ok(r, async_drain, j);
         check_once_each(j, n);
     }
     /* With the servers' queue. */
-    run_ok(r, async_build, j);
+    tu_run_ok(r, async_build, j);
     for (int run = 0; run < 2; run++) {
-        run_ok(r, async_drain, j);
+        tu_run_ok(r, async_drain, j);
         check_once_each(j, n);
     }
-    run_ok(r, async_teardown, j);
+    tu_run_ok(r, async_teardown, j);
     rp_replicator_destroy(r);
     free(j);
 }
@@ -178,12 +162,12 @@ static void test_null_arguments(void **state)
     assert_false(rp_replicator_lockstep(NULL));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_lockstep),
         cmocka_unit_test(test_async_each_index_once),
         cmocka_unit_test(test_null_arguments),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

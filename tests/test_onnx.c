@@ -20,22 +20,6 @@
 
 #include "onnx.pb-c.h"
 
-static char dir[] = "/tmp/rp_test_onnx.XXXXXX";
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 static RpOnnxPb__ModelProto *load(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -71,7 +55,7 @@ static void test_graph_round_trip(void **unused)
     assert_int_equal(rp_onnx_weight_count(g), 1);
     assert_int_equal(rp_onnx_weight_numel(g), 6);
     char path[128];
-    snprintf(path, sizeof path, "%s/tiny.onnx", dir);
+    snprintf(path, sizeof path, "%s/tiny.onnx", tu_tmpdir());
     assert_int_equal(rp_onnx_save(g, path), RP_OK);
     rp_onnx_destroy(g);
 
@@ -127,7 +111,7 @@ static void test_errors_are_sticky(void **unused)
     assert_null(rp_onnx_unary(g, "Relu", "y", x));
     assert_int_equal(rp_onnx_status(g), RP_ERR_INVALID);
     char path[128];
-    snprintf(path, sizeof path, "%s/bad.onnx", dir);
+    snprintf(path, sizeof path, "%s/bad.onnx", tu_tmpdir());
     assert_int_equal(rp_onnx_save(g, path), RP_ERR_INVALID);
     assert_int_equal(access(path, F_OK), -1);
     rp_onnx_destroy(g);
@@ -167,10 +151,10 @@ static void test_conv_weights_permuted(void **unused)
     assert_non_null(y);
     rp_onnx_output(g, y, 4, (int64_t[]){-1, O, 4, 4}, NULL);
     char path[128];
-    snprintf(path, sizeof path, "%s/conv.onnx", dir);
+    snprintf(path, sizeof path, "%s/conv.onnx", tu_tmpdir());
     assert_int_equal(rp_onnx_save(g, path), RP_OK);
     char wpath[128];
-    snprintf(wpath, sizeof wpath, "%s/conv.safetensors", dir);
+    snprintf(wpath, sizeof wpath, "%s/conv.safetensors", tu_tmpdir());
     assert_int_equal(rp_onnx_save_weights(g, wpath, RP_CHECKPOINT_F32), RP_OK);
     rp_onnx_destroy(g);
 
@@ -205,12 +189,12 @@ static void test_conv_weights_permuted(void **unused)
     rp_checkpoint_destroy(ck);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graph_round_trip),
         cmocka_unit_test(test_errors_are_sticky),
         cmocka_unit_test(test_conv_weights_permuted),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -865,7 +865,7 @@ static void test_lr_scale(void **unused)
     assert_lr(rp_lr_scale(0.1f, 256, 0), 0.1); /* no ratio: unchanged */
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_default_and_slots),
@@ -889,5 +889,5 @@ int main(void)
         cmocka_unit_test(test_schedule_cosine),
         cmocka_unit_test(test_lr_scale),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -226,24 +226,6 @@ static void expect_ok(const job *j, const char *what)
         if (j->status[r] != RP_OK) fail_msg("%s: stage %d failed: %s", what, r, j->error[r]);
 }
 
-/* Host copies (malloc'd) of a parameter list's values and gradients. */
-static float *values_of(const rp_params *p)
-{
-    float *v = malloc((size_t)rp_params_numel(p) * sizeof(float));
-    assert_non_null(v);
-    assert_int_equal(rp_params_read_values(p, v), RP_OK);
-    return v;
-}
-
-static float *grads_of(const rp_params *p)
-{
-    int64_t n = rp_params_trainable_numel(p);
-    float *g = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    assert_non_null(g);
-    assert_int_equal(rp_params_read_grads(p, g), RP_OK);
-    return g;
-}
-
 /*
  * Every trainable parameter of every stage of j against the parameter of the same name in ref
  * (bitwise, and the relative difference printed if not); returns the number compared.
@@ -251,10 +233,10 @@ static float *grads_of(const rp_params *p)
 static int compare_grads(const job *j, const rp_params *ref, const char *what)
 {
     int compared = 0;
-    float *ref_v = values_of(ref), *ref_g = grads_of(ref);
+    float *ref_v = tu_read_values(ref), *ref_g = tu_param_grads(ref);
     for (int r = 0; r < j->P; r++) {
         const rp_params *p = j->st[r].params;
-        float *pv = values_of(p), *pg = grads_of(p);
+        float *pv = tu_read_values(p), *pg = tu_param_grads(p);
         for (int i = 0; i < rp_params_trainable_count(p); i++) {
             const rp_tensor *a = rp_params_at(p, i);
             const rp_tensor *b = rp_params_find(ref, a->name);
@@ -324,7 +306,7 @@ static void test_schedules_equal_accumulation(void **state)
             /* The schedules against each other (implied above; stated for the record). */
             for (int r = 0; r < P; r++) {
                 const rp_params *pa = jobs[0].st[r].params, *pb = jobs[1].st[r].params;
-                float *ga = grads_of(pa), *gb = grads_of(pb);
+                float *ga = tu_param_grads(pa), *gb = tu_param_grads(pb);
                 for (int i = 0; i < rp_params_trainable_count(pa); i++) {
                     const rp_tensor *a = rp_params_at(pa, i);
                     int64_t off = rp_params_offset(pa, i);
@@ -355,10 +337,10 @@ static void test_runs_accumulate(void **state)
     expect_ok(&j, "first run");
     run_job(&j);
     expect_ok(&j, "second run");
-    float *ref_g = grads_of(ref);
+    float *ref_g = tu_param_grads(ref);
     for (int r = 0; r < 2; r++) {
         const rp_params *p = j.st[r].params;
-        float *pg = grads_of(p);
+        float *pg = tu_param_grads(p);
         for (int i = 0; i < rp_params_trainable_count(p); i++) {
             const rp_tensor *a = rp_params_at(p, i), *b = rp_params_find(ref, a->name);
             assert_non_null(b);
@@ -492,20 +474,13 @@ static void test_bad_arguments(void **state)
 #define SLEEP_B 0.006
 #define REPS    5
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 static rp_status sleep_fwd(void *ctx, rp_tensor *out, rp_tensor *const *in, int n)
 {
     (void)n;
     stage_ctx *s = ctx;
     double t0 = rp_now_s();
     memcpy(out->data, in[0]->data, (size_t)out->numel * sizeof(float));
-    sleep_s(SLEEP_F);
+    tu_sleep_s(SLEEP_F);
     s->busy_s += rp_now_s() - t0;
     return RP_OK;
 }
@@ -520,7 +495,7 @@ static rp_status sleep_bwd(void *ctx, const rp_tensor *out, const float *dout, r
     if (din[0])
         for (int64_t k = 0; k < out->numel; k++)
             din[0][k] += dout[k];
-    sleep_s(SLEEP_B);
+    tu_sleep_s(SLEEP_B);
     s->busy_s += rp_now_s() - t0;
     return RP_OK;
 }
@@ -570,7 +545,7 @@ static void test_bubble(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedules_equal_accumulation),
@@ -580,5 +555,5 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_bubble),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -576,7 +576,7 @@ static void test_refusals(void **state)
     rp_params_destroy(p);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_replica),
@@ -589,5 +589,5 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_strategy_choice),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -18,19 +18,6 @@
 
 #include "io/plot_internal.h"
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("plot");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 /* The first series colour (tab10 blue, 31,119,180) and the second (orange, 255,127,14). */
 static bool is_blue(const uint8_t *px)
 {
@@ -207,22 +194,6 @@ static int count_entries(const char *prefix)
     return k;
 }
 
-static uint8_t *slurp(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
-    long n = ftell(fp);
-    assert_true(n > 0);
-    rewind(fp);
-    uint8_t *b = malloc((size_t)n);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    *len = (size_t)n;
-    return b;
-}
-
 static void test_errors(void **state)
 {
     (void)state;
@@ -278,7 +249,8 @@ static void test_failed_write_keeps_previous(void **state)
     rp_plot p = {.title = "first"};
     assert_int_equal(rp_plot_write_png(path, &p, &s, 1), RP_OK);
     size_t len0;
-    uint8_t *before = slurp(path, &len0);
+    uint8_t *before = tu_read_file(path, &len0);
+    assert_true(len0 > 0);
 
     struct rlimit old;
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
@@ -293,7 +265,8 @@ static void test_failed_write_keeps_previous(void **state)
     tu_assert_error_contains(path);
 
     size_t len1;
-    uint8_t *after = slurp(path, &len1);
+    uint8_t *after = tu_read_file(path, &len1);
+    assert_true(len1 > 0);
     assert_int_equal(len0, len1);
     assert_memory_equal(before, after, len0);
     assert_int_equal(count_entries("keep.png"), 1);
@@ -301,12 +274,12 @@ static void test_failed_write_keeps_previous(void **state)
     free(after);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size),       cmocka_unit_test(test_horizontal_line),
         cmocka_unit_test(test_two_series), cmocka_unit_test(test_non_finite),
         cmocka_unit_test(test_errors),     cmocka_unit_test(test_failed_write_keeps_previous),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

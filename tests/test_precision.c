@@ -445,7 +445,7 @@ static void test_bf16_activations(void **state)
     free(n);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_api),
@@ -455,5 +455,5 @@ int main(void)
         cmocka_unit_test(test_d4pg_gradients_bounded),
         cmocka_unit_test(test_bf16_activations),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -50,14 +50,6 @@
 
 /* ---- small helpers --------------------------------------------------------------- */
 
-static void sleep_s(double s)
-{
-    if (s <= 0) return;
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 static void *xmalloc(size_t bytes)
 {
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
@@ -157,7 +149,7 @@ static void *member_thread(void *arg)
     if (hold > 0 && s >= hold) {
         double end = rp_now_s() + JOIN_LIMIT_S;
         while (!atomic_load(&w->released) && rp_now_s() < end)
-            sleep_s(0.001);
+            tu_sleep_s(0.001);
     }
     w->served[s] = rp_ps_mpi_serve(w->groups[r]);
     snprintf(w->serve_error[s], sizeof w->serve_error[s], "%s",
@@ -966,7 +958,7 @@ static void st_worker(worker *me, void *arg)
     ctx->max_gap[me->w] = INT64_MIN;
     if (!worker_ok(me, rp_ps_join(me->ps, 1), "rp_ps_join")) return;
     for (int64_t i = 0; i < ST_STEPS; i++) {
-        if (me->w == ST_SLOW) sleep_s(ST_SLEEP_S);
+        if (me->w == ST_SLOW) tu_sleep_s(ST_SLEEP_S);
         atomic_store(&ctx->started[me->w], i + 1);
         if (!worker_ok(me, rp_ps_push(me->ps, g, 0.01f), "rp_ps_push")) break;
         int64_t c = rp_ps_clock(me->ps);
@@ -1064,7 +1056,7 @@ static void to_worker(worker *me, void *arg)
     if (me->w == 1) {
         double end = rp_now_s() + 10.0;
         while (!atomic_load(&ctx->done) && rp_now_s() < end)
-            sleep_s(0.001);
+            tu_sleep_s(0.001);
     } else {
         if (worker_ok(me, rp_ps_push(me->ps, g, 0.5f), "rp_ps_push")) {
             double t0 = rp_now_s();
@@ -1165,7 +1157,7 @@ static void lk_worker(worker *me, void *arg)
             } else if (!worker_ok(me, s, "rp_ps_pull")) {
                 break;
             }
-            sleep_s(0.0005); /* lets worker 0 take the lock again */
+            tu_sleep_s(0.0005); /* lets worker 0 take the lock again */
         }
         atomic_store(&ctx->done, 1);
     }
@@ -1612,11 +1604,9 @@ static void test_remote_bad_input(void **unused)
     world_end(w, RP_OK);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_WARN); /* the remote servers' exit lines */
-    const char *skip = getenv("RP_TEST_SKIP");
-    if (skip && *skip) cmocka_set_skip_filter(skip);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shard_ranges),
         cmocka_unit_test(test_config_default_and_accessors),
@@ -1632,8 +1622,9 @@ int main(void)
         cmocka_unit_test(test_phases_restart_clocks),
         cmocka_unit_test(test_claims_hand_out_each_ticket_once),
         cmocka_unit_test(test_bad_input),
-    /* The remote servers (the MPI backend's code) on the threads communicator. */
-#define REMOTE(test) cmocka_unit_test_setup_teardown(test, remote_on, remote_off)
+    /* The remote servers (the MPI backend's code) on the threads communicator; each case is
+     * named for its function with "_remote" added, so that every case has its own name. */
+#define REMOTE(test) {#test "_remote", test, remote_on, remote_off, NULL}
         REMOTE(test_no_lost_or_duplicated_updates),
         REMOTE(test_rules_match_local_apply),
         REMOTE(test_init_snapshot_round_trip),
@@ -1648,5 +1639,5 @@ int main(void)
         REMOTE(test_remote_bad_input),
 #undef REMOTE
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

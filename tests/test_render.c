@@ -33,19 +33,6 @@ static const char *cartpole_xml =
     "  </worldbody>"
     "</mujoco>";
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("render");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 /* Loads the cart-pole, with a fixed camera in front of it or with none. */
 static mjModel *load(bool camera)
 {
@@ -201,12 +188,12 @@ static void test_errors(void **state)
     rp_renderer_destroy(r);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_camera_frames),
         cmocka_unit_test(test_free_camera_and_size),
         cmocka_unit_test(test_errors),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -894,7 +894,7 @@ static void test_million_items(void **state)
     time_million(true);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nstep_truncation_and_terminal),
@@ -912,5 +912,5 @@ int main(void)
         cmocka_unit_test(test_save_load_round_trip),
         cmocka_unit_test(test_million_items),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -284,21 +284,9 @@ static rp_config test_config(int replicas)
 
 static rp_replicator *make(const rp_config *cfg)
 {
-    rp_replicator *r = NULL;
-    rp_status st = rp_replicator_create(&r, cfg);
-    if (st != RP_OK) print_error("rp_replicator_create: %s\n", rp_last_error());
-    assert_int_equal(st, RP_OK);
-    assert_non_null(r);
+    rp_replicator *r = tu_replicator_make(cfg);
     assert_int_equal(rp_replicator_replicas(r), cfg->replicas);
     return r;
-}
-
-static void run_ok(rp_replicator *r, rp_replica_fn fn, void *arg)
-{
-    rp_status st = rp_replicator_run(r, fn, arg);
-    if (st != RP_OK)
-        print_error("rp_replicator_run: %s: %s\n", rp_status_name(st), rp_last_error());
-    assert_int_equal(st, RP_OK);
 }
 
 /* Frees every replica's state and the replicator; `healthy`: the teardown run must succeed. */
@@ -314,19 +302,12 @@ static void finish(rp_replicator *r, bool healthy)
 static void run_step(rp_replicator *r, job *j, int step)
 {
     j->step = step;
-    run_ok(r, step_fn, j);
+    tu_run_ok(r, step_fn, j);
 }
 
 static double seconds_since(double t0)
 {
     return rp_now_s() - t0;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
 }
 
 static bool floats_equal(const float *a, const float *b, int64_t n)
@@ -343,7 +324,7 @@ static float *train_fresh(int replicas, job j, int64_t *numel, double *losses)
 {
     rp_config cfg = test_config(replicas);
     rp_replicator *r = make(&cfg);
-    run_ok(r, build_fn, &j);
+    tu_run_ok(r, build_fn, &j);
     for (int step = 0; step < STEPS; step++) {
         run_step(r, &j, step);
         assert_int_equal(rp_replicator_result(r, "loss", &losses[step]), RP_OK);
@@ -364,7 +345,7 @@ static void check_sync_invariant(int replicas)
     rp_config cfg = test_config(replicas);
     rp_replicator *r = make(&cfg);
     job j = job_default();
-    run_ok(r, build_fn, &j);
+    tu_run_ok(r, build_fn, &j);
     replica_state *s0 = state_of(r, 0);
     int64_t numel = rp_params_numel(s0->m.params), tn = rp_params_trainable_numel(s0->m.params);
     assert_true(numel > tn); /* the running statistics are part of the compared block */
@@ -430,7 +411,7 @@ static void test_broadcast_at_build(void **state)
     rp_replicator *r = make(&cfg);
     job j = job_default();
     j.vary_seed = true;
-    run_ok(r, build_fn, &j);
+    tu_run_ok(r, build_fn, &j);
     replica_state *s0 = state_of(r, 0);
     int64_t numel = rp_params_numel(s0->m.params), tn = rp_params_trainable_numel(s0->m.params);
     for (int i = 1; i < n; i++) {
@@ -550,7 +531,7 @@ static void test_reports_reduced(void **state)
     rp_replicator *r = make(&cfg);
     job j = job_default();
     j.extra_reports = true;
-    run_ok(r, build_fn, &j);
+    tu_run_ok(r, build_fn, &j);
     run_step(r, &j, 0);
 
     /* The mean of the losses the replicas computed, added in replica order. */
@@ -650,7 +631,7 @@ static rp_status fail_fn(rp_replica *rep, void *arg)
     err_job *j = arg;
     int id = rp_replica_id(rep);
     if (id == 1) {
-        sleep_s(0.05);
+        tu_sleep_s(0.05);
         return RP_ERROR(RP_ERR_NUMERIC, "nan on purpose");
     }
     float buf[16] = {0};
@@ -663,7 +644,7 @@ static rp_status barrier_fn(rp_replica *rep, void *arg)
 {
     err_job *j = arg;
     int id = rp_replica_id(rep);
-    if (j->sleep_s > 0 && id == 1) sleep_s(j->sleep_s);
+    if (j->sleep_s > 0 && id == 1) tu_sleep_s(j->sleep_s);
     rp_status st = rp_barrier(rep);
     note(j, id, st);
     return st;
@@ -788,7 +769,7 @@ static rp_status diverge_one(int checksum_every, bool *still_differs, bool *othe
     cfg.checksum_every = checksum_every;
     rp_replicator *r = make(&cfg);
     job j = job_default();
-    run_ok(r, build_fn, &j);
+    tu_run_ok(r, build_fn, &j);
     run_step(r, &j, 0); /* the checksum (if any) passes while the replicas agree */
     run_step(r, &j, 1);
     replica_state *s0 = state_of(r, 0), *s1 = state_of(r, 1);
@@ -864,7 +845,7 @@ static void test_input_context(void **state)
     assert_null(rp_replicator_replica(r, n));
     rp_input_context got[MAX_REPLICAS];
     memset(got, 0xff, sizeof got);
-    run_ok(r, context_fn, got);
+    tu_run_ok(r, context_fn, got);
     for (int i = 0; i < n; i++) {
         rp_replica *rep = rp_replicator_replica(r, i);
         assert_non_null(rep);
@@ -890,7 +871,7 @@ static void test_input_context(void **state)
     cfg.regime = RP_REGIME_ASYNC;
     r = make(&cfg);
     memset(got, 0xff, sizeof got);
-    run_ok(r, context_fn, got);
+    tu_run_ok(r, context_fn, got);
     for (int i = 0; i < n; i++) {
         assert_int_equal(got[i].replica, 0);
         assert_int_equal(got[i].replicas, 1);
@@ -916,7 +897,7 @@ static void check_buckets(size_t bucket_bytes, uint64_t min_in_backward)
     job j = job_default();
     j.cross_bn = false; /* the only collectives in backward are then the gradients' */
     j.probe = true;
-    run_ok(r, build_fn, &j);
+    tu_run_ok(r, build_fn, &j);
     replica_state *s0 = state_of(r, 0);
     int64_t tn = rp_params_trainable_numel(s0->m.params);
     for (int step = 0; step < 2; step++) {
@@ -1048,14 +1029,14 @@ static void check_pq(int mode, const float *want_p, const float *want_q)
     pq_job j;
     memset(&j, 0, sizeof j);
     j.mode = mode;
-    run_ok(r, pq_build, &j);
-    run_ok(r, pq_step, &j);
+    tu_run_ok(r, pq_build, &j);
+    tu_run_ok(r, pq_step, &j);
     for (int id = 0; id < 2; id++)
         for (int i = 0; i < 4; i++) {
             assert_float_equal(rp_tensor_get(j.st[id].p, i), want_p[i], 1e-5);
             assert_float_equal(rp_tensor_get(j.st[id].q, i), want_q[i], 1e-5);
         }
-    run_ok(r, pq_teardown, &j);
+    tu_run_ok(r, pq_teardown, &j);
     rp_replicator_destroy(r);
 }
 
@@ -1116,7 +1097,7 @@ static void test_config_from_args(void **state)
     assert_non_null(strstr(rp_last_error(), "--comm-timeout"));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -1139,5 +1120,5 @@ int main(void)
         cmocka_unit_test(test_gradient_accumulation),
         cmocka_unit_test(test_config_from_args),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -410,7 +410,7 @@ static void test_split_chain_is_the_network(void **state)
     rp_resnet_destroy(whole);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parameter_counts),
@@ -422,5 +422,5 @@ int main(void)
         cmocka_unit_test(test_partition),
         cmocka_unit_test(test_split_chain_is_the_network),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -750,7 +750,7 @@ static void test_generator_and_bad_input(void **unused)
     rp_tape_destroy(t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_phases_touch_only_their_network),
@@ -760,5 +760,5 @@ int main(void)
         cmocka_unit_test(test_resume_bit_exact_and_samples),
         cmocka_unit_test(test_generator_and_bad_input),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, group_setup, group_teardown);
 }

@@ -40,13 +40,6 @@
 #define B    4
 #define MAXR 4
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 typedef struct net {
     rp_params *params;
     rp_linear_layer fc;
@@ -354,35 +347,19 @@ static rp_config config(int n)
     return cfg;
 }
 
-static rp_replicator *make(const rp_config *cfg)
-{
-    rp_replicator *r = NULL;
-    rp_status st = rp_replicator_create(&r, cfg);
-    if (st != RP_OK) print_error("create: %s\n", rp_last_error());
-    assert_int_equal(st, RP_OK);
-    return r;
-}
-
-static void run_ok(rp_replicator *r, rp_replica_fn fn, void *arg)
-{
-    rp_status st = rp_replicator_run(r, fn, arg);
-    if (st != RP_OK) print_error("run: %s: %s\n", rp_status_name(st), rp_last_error());
-    assert_int_equal(st, RP_OK);
-}
-
 static void test_user_hooks_stack_on_sync(void **state)
 {
     const int n = 2;
     rp_config cfg = config(n);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     job *j = calloc(1, sizeof *j);
     j->nan_replica = -1;
     j->user_hooks = true;
-    run_ok(r, build, j);
+    tu_run_ok(r, build, j);
     int64_t tn = rp_params_trainable_numel(j->st[0].m.params);
     for (int s = 0; s < 3; s++) {
         j->step = s;
-        run_ok(r, step, j);
+        tu_run_ok(r, step, j);
         /* The local gradients differ; the user's before saw their mean, the same bits everywhere.
          */
         assert_true(memcmp(j->st[0].local_grad, j->st[1].local_grad, (size_t)tn * sizeof(float)) !=
@@ -405,7 +382,7 @@ static void test_user_hooks_stack_on_sync(void **state)
         }
         assert_memory_equal(j->st[0].ema, j->st[1].ema, (size_t)tn * sizeof(float));
     }
-    run_ok(r, teardown, j);
+    tu_run_ok(r, teardown, j);
     for (int q = 0; q < n; q++)
         assert_int_equal(j->st[q].hooks_released, 1);
     rp_replicator_destroy(r);
@@ -424,16 +401,16 @@ static void test_bf16_gradients_on_the_wire(void **state)
     const int n = 2;
     rp_config cfg = config(n);
     cfg.grad_dtype = RP_BF16;
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     job *j = calloc(1, sizeof *j);
     j->nan_replica = -1;
     j->user_hooks = true;
-    run_ok(r, build, j);
+    tu_run_ok(r, build, j);
     int64_t tn = rp_params_trainable_numel(j->st[0].m.params);
     int rounded = 0;
     for (int s = 0; s < 3; s++) {
         j->step = s;
-        run_ok(r, step, j);
+        tu_run_ok(r, step, j);
         assert_memory_equal(j->st[0].seen_grad, j->st[1].seen_grad, (size_t)tn * sizeof(float));
         for (int64_t i = 0; i < tn; i++) {
             /* Each local gradient rounded to bf16, added in f32, halved, rounded once. */
@@ -448,7 +425,7 @@ static void test_bf16_gradients_on_the_wire(void **state)
         assert_true(same_values(j->st[0].m.params, j->st[1].m.params));
     }
     assert_true(rounded > 0); /* the f32 mean was not what the optimizer saw */
-    run_ok(r, teardown, j);
+    tu_run_ok(r, teardown, j);
     rp_replicator_destroy(r);
     free(j);
 }
@@ -458,17 +435,17 @@ static void train_losses(rp_dtype grad_dtype, float *losses, int steps)
 {
     rp_config cfg = config(2); /* checksum_every 1: the runtime compares the replicas every step */
     cfg.grad_dtype = grad_dtype;
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     job *j = calloc(1, sizeof *j);
     j->nan_replica = -1;
-    run_ok(r, build, j);
+    tu_run_ok(r, build, j);
     for (int s = 0; s < steps; s++) {
         j->step = s % 4; /* four batches per replica, over and over: the loss falls */
-        run_ok(r, step, j);
+        tu_run_ok(r, step, j);
         losses[s] = j->st[0].loss;
     }
     assert_true(same_values(j->st[0].m.params, j->st[1].m.params));
-    run_ok(r, teardown, j);
+    tu_run_ok(r, teardown, j);
     rp_replicator_destroy(r);
     free(j);
 }
@@ -525,7 +502,7 @@ static void test_grad_dtype_option(void **state)
 /* What the table a config runs shows through the API: lockstep, sharded, replicas in sync. */
 static void shape(const rp_config *cfg, bool *lockstep, bool *sharded, int *in_sync)
 {
-    rp_replicator *r = make(cfg);
+    rp_replicator *r = tu_replicator_make(cfg);
     *lockstep = rp_replicator_lockstep(r);
     *sharded = rp_replicator_sharded(r);
     *in_sync = rp_replica_in_sync(rp_replicator_replica(r, 0));
@@ -655,10 +632,10 @@ static void test_nan_names_its_replica(void **state)
 {
     const int n = 3;
     rp_config cfg = config(n);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     job *j = calloc(1, sizeof *j);
     j->nan_replica = 2;
-    run_ok(r, build, j);
+    tu_run_ok(r, build, j);
     int64_t tn = rp_params_trainable_numel(j->st[0].m.params);
     float *before = malloc((size_t)tn * sizeof(float));
     read_values(j->st[0].m.params, before);
@@ -694,7 +671,7 @@ static rp_status stuck_fn(rp_replica *rep, void *arg)
     int id = rp_replica_id(rep);
     if (id == j->stuck) {
         while (!__atomic_load_n(&j->release, __ATOMIC_ACQUIRE))
-            sleep_s(0.01);
+            tu_sleep_s(0.01);
         return RP_OK;
     }
     rp_status st = rp_barrier(rep);
@@ -706,7 +683,7 @@ static void test_stuck_replica_named(void **state)
 {
     rp_config cfg = config(3);
     cfg.timeout_s = 0.3;
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     stuck_job j;
     memset(&j, 0, sizeof j);
     j.stuck = 1;
@@ -755,7 +732,7 @@ static void test_stuck_exit_ends_the_process(void **state)
     double t0 = rp_now_s();
     pid_t got = 0;
     while ((got = waitpid(pid, &wst, WNOHANG)) == 0 && rp_now_s() - t0 < 20)
-        sleep_s(0.05);
+        tu_sleep_s(0.05);
     if (got == 0) {
         kill(pid, SIGKILL);
         waitpid(pid, &wst, 0);
@@ -784,7 +761,7 @@ static void test_skipped_collective_named(void **state)
 {
     rp_config cfg = config(4);
     cfg.timeout_s = 10;
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     /* The runtime's own calls (the optimizer-free build has none; the report gathers) are
        not in the user's numbers: replica 3's missing call is the user's third. */
     int skipper = 3;
@@ -808,12 +785,12 @@ static void test_plain_optimizer_divergence(void **state)
 {
     rp_config cfg = config(2);
     for (int same = 0; same < 2; same++) {
-        rp_replicator *r = make(&cfg);
+        rp_replicator *r = tu_replicator_make(&cfg);
         job *j = calloc(1, sizeof *j);
         j->nan_replica = -1;
         j->plain = true;
         j->same_data = same;
-        run_ok(r, build, j);
+        tu_run_ok(r, build, j);
         rp_status st = rp_replicator_run(r, step, j);
         if (same) {
             /* Identical gradients keep identical values: nothing to refuse. */
@@ -825,7 +802,7 @@ static void test_plain_optimizer_divergence(void **state)
             tu_assert_error_contains("plain optimizer(s) stepped on replica 1 (1 steps)");
             tu_assert_error_contains("rp_replica_optimizer_create()");
         }
-        run_ok(r, teardown, j);
+        tu_run_ok(r, teardown, j);
         rp_replicator_destroy(r);
         free(j);
     }
@@ -838,10 +815,10 @@ static void test_destroy_before_optimizers(void **state)
     for (int regime = 0; regime < 2; regime++) {
         rp_config cfg = config(2);
         cfg.regime = regime ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
-        rp_replicator *r = make(&cfg);
+        rp_replicator *r = tu_replicator_make(&cfg);
         job *j = calloc(1, sizeof *j);
         j->nan_replica = -1;
-        run_ok(r, build, j);
+        tu_run_ok(r, build, j);
         rp_replicator_destroy(r); /* the optimizers are still alive */
         tu_assert_error_contains(
             "still had 1 optimizer(s) made by rp_replica_optimizer_create(); destroy them first");
@@ -866,7 +843,7 @@ static void test_destroy_before_optimizers(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hooks_compose),
@@ -882,5 +859,5 @@ int main(void)
         cmocka_unit_test(test_plain_optimizer_divergence),
         cmocka_unit_test(test_destroy_before_optimizers),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -449,7 +449,7 @@ static void test_bad_config(void **state)
     tu_assert_error_contains("--sync-groups 0");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_group_context),
@@ -458,5 +458,5 @@ int main(void)
         cmocka_unit_test(test_failing_replica_named),
         cmocka_unit_test(test_bad_config),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -181,13 +181,6 @@ static void test_grad_ready_once_after_every_use(void **state)
 
 /* ---- recording, backward once, accumulation --------------------------------------- */
 
-static bool all_zero(const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] != 0.0f) return false;
-    return true;
-}
-
 /*
  * With recording off a forward records no node, counts no parameter use and
  * leaves gradients alone; backward from its output is an error and fires no
@@ -215,7 +208,7 @@ static void test_eval_mode_records_nothing(void **state)
     tu_assert_error_contains("not recorded");
     assert_int_equal(log.n, 0);
     float g[64];
-    assert_true(all_zero(g, read_grads(m.ps, g)));
+    assert_true(tu_all_zero(g, read_grads(m.ps, g)));
 
     /* Recording again on the same tape records the same forward. */
     rp_tape_reset(t);
@@ -266,7 +259,7 @@ static void test_grads_accumulate_until_zeroed(void **state)
     assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
     int64_t n = read_grads(m.ps, g1);
     read_grad(m.w1, gw1);
-    assert_false(all_zero(gw1, 12));
+    assert_false(tu_all_zero(gw1, 12));
 
     rp_tape_reset(t);
     assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
@@ -275,7 +268,7 @@ static void test_grads_accumulate_until_zeroed(void **state)
     assert_true(tu_max_rel_diff(g, twice, read_grads(m.ps, g)) < 1e-6);
 
     rp_params_zero_grad(m.ps);
-    assert_true(all_zero(g, read_grads(m.ps, g)));
+    assert_true(tu_all_zero(g, read_grads(m.ps, g)));
     rp_tape_reset(t);
     assert_int_equal(rp_backward(t, model_forward(t, &m)), RP_OK);
     assert_true(tu_max_rel_diff(g, g1, read_grads(m.ps, g)) < 1e-6);
@@ -740,7 +733,7 @@ static void test_detach_blocks_gradient_keeps_values(void **state)
     float gw1[12], gb1[4];
     read_grad(m.w1, gw1);
     read_grad(m.b1, gb1);
-    assert_true(all_zero(gw1, 12));
+    assert_true(tu_all_zero(gw1, 12));
     for (int i = 0; i < 4; i++)
         assert_float_equal(gb1[i], 2.0f, 0);
     rp_tape_destroy(t);
@@ -866,7 +859,7 @@ static void test_backward_from_equals_weighted_sum(void **state)
     read_grad(b.b1, bb1);
     read_grad(a.w2, aw2);
     read_grad(b.w2, bw2);
-    assert_false(all_zero(aw1, 12));
+    assert_false(tu_all_zero(aw1, 12));
     assert_memory_equal(aw1, bw1, sizeof aw1);
     assert_memory_equal(ab1, bb1, sizeof ab1);
     assert_memory_equal(aw2, bw2, sizeof aw2);
@@ -1004,7 +997,7 @@ static void test_frozen_set(void **state)
     assert_ptr_equal(log.fired[0], gw);
     read_grad(gw, gg);
     assert_memory_equal(gg, gref, sizeof gref);
-    assert_true(all_zero(dg, read_grads(d, dg)));
+    assert_true(tu_all_zero(dg, read_grads(d, dg)));
     assert_int_equal(dw->pending, 0);
 
     /* Thaw: db had been switched off by hand before the freeze and stays off. */
@@ -1025,8 +1018,8 @@ static void test_frozen_set(void **state)
     float gdw[8], gdb[2];
     read_grad(dw, gdw);
     read_grad(db, gdb);
-    assert_false(all_zero(gdw, 8));
-    assert_true(all_zero(gdb, 2));
+    assert_false(tu_all_zero(gdw, 8));
+    assert_true(tu_all_zero(gdb, 2));
 #undef GAN_LOSS
     rp_tape_destroy(t);
     rp_params_destroy(g);
@@ -1162,7 +1155,7 @@ static void test_new_ops_steady_state(void **state)
     rp_params_destroy(ps);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_ready_once_after_every_use),
@@ -1188,5 +1181,5 @@ int main(void)
         cmocka_unit_test(test_custom_op_backward_error),
         cmocka_unit_test(test_new_ops_steady_state),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -1211,7 +1211,7 @@ static void test_mismatched_members(void **state)
     assert_contains(m->error[0], "input [2, 3]");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_column_linear),
@@ -1227,5 +1227,5 @@ int main(void)
         cmocka_unit_test(test_bad_input_shapes),
         cmocka_unit_test(test_mismatched_members),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -36,19 +36,6 @@
 #include "io/tfrecord_internal.h"
 #include "tensorboard_event.pb-c.h"
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("tensorboard");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 /* ---- reading an events file back ------------------------------------------------------------ */
 
 #define MAX_SCALARS 256
@@ -845,7 +832,7 @@ static void test_trainer_needs_a_writer(void **unused)
     assert_int_equal(stat(tb_dir, &st), -1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_vectors),
@@ -859,5 +846,5 @@ int main(void)
         cmocka_unit_test(test_trainer_write_failure_warns_once),
         cmocka_unit_test(test_trainer_needs_a_writer),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

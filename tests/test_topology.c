@@ -26,40 +26,24 @@ static rp_config base(void)
     return cfg;
 }
 
-static rp_replicator *make(const rp_config *cfg)
-{
-    rp_replicator *r = NULL;
-    rp_status st = rp_replicator_create(&r, cfg);
-    if (st != RP_OK) print_error("create: %s\n", rp_last_error());
-    assert_int_equal(st, RP_OK);
-    return r;
-}
-
-static void run_ok(rp_replicator *r, rp_replica_fn fn, void *arg)
-{
-    rp_status st = rp_replicator_run(r, fn, arg);
-    if (st != RP_OK) print_error("run: %s: %s\n", rp_status_name(st), rp_last_error());
-    assert_int_equal(st, RP_OK);
-}
-
 static void test_mesh_2x2(void **state)
 {
     rp_config cfg = base();
     cfg.nroles = 1;
     cfg.roles[0] = rp_role_make("replica", 2, 2);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     assert_int_equal(rp_replicator_local_replicas(r), 4);
     assert_int_equal(rp_replicator_replicas(r), 2);
     tc_mesh m = {.data = 2, .model = 2};
-    run_ok(r, mesh_fn, &m);
+    tu_run_ok(r, mesh_fn, &m);
     for (int w = 0; w < 4; w++)
         assert_int_equal(m.checked[w], 1);
     /* Sync training all-reduces over the data axis only: each model coordinate its own shard. */
     tc_train *t = calloc(1, sizeof *t);
-    run_ok(r, mesh_build_fn, t);
+    tu_run_ok(r, mesh_build_fn, t);
     for (int s = 0; s < 3; s++)
-        run_ok(r, mesh_step_fn, t);
-    run_ok(r, mesh_teardown_fn, t);
+        tu_run_ok(r, mesh_step_fn, t);
+    tu_run_ok(r, mesh_teardown_fn, t);
     free(t);
     rp_replicator_destroy(r);
 }
@@ -68,7 +52,7 @@ static void test_default_is_one_role(void **state)
 {
     rp_config cfg = base();
     cfg.replicas = 3;
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     assert_int_equal(rp_replicator_roles(r), 1);
     const rp_role *ro = rp_replicator_role(r, 0);
     assert_string_equal(ro->name, "replica");
@@ -77,7 +61,7 @@ static void test_default_is_one_role(void **state)
     assert_int_equal(ro->first, 0);
     assert_null(rp_replicator_role(r, 1));
     tc_mesh m = {.data = 3, .model = 1};
-    run_ok(r, mesh_fn, &m);
+    tu_run_ok(r, mesh_fn, &m);
     /* One handle for the world, the role and the data axis: the step path is today's. */
     rp_replica *rep = rp_replicator_replica(r, 1);
     assert_ptr_equal(rp_replica_world_comm(rep), rp_replica_comm(rep));
@@ -92,7 +76,7 @@ static void test_roles_threads(void **state)
 {
     rp_config cfg = base();
     tc_roles_config(&cfg, 2, 2);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     assert_int_equal(rp_replicator_local_replicas(r), 5);
     assert_int_equal(rp_replicator_roles(r), 3);
     assert_int_equal(rp_replicator_role(r, 2)->first, 4);
@@ -144,14 +128,14 @@ static void test_run_skips_started_role(void **state)
     cfg.nroles = 2;
     cfg.roles[0] = rp_role_make("server", 1, 1); /* worker 0: the caller's thread in run() */
     cfg.roles[1] = rp_role_make("learner", 2, 1);
-    rp_replicator *r = make(&cfg);
+    rp_replicator *r = tu_replicator_make(&cfg);
     busy_job j;
     memset(&j, 0, sizeof j);
     assert_int_equal(rp_replicator_start(r, "server", spin_fn, &j), RP_OK);
     assert_int_equal(rp_replicator_start(r, "server", spin_fn, &j), RP_ERR_INVALID);
     tu_assert_error_contains("role 'server' is already started");
     for (int s = 0; s < 3; s++)
-        run_ok(r, mark_fn, &j);
+        tu_run_ok(r, mark_fn, &j);
     assert_int_equal(j.ran[0], 0);
     assert_int_equal(j.ran[1], 3);
     assert_int_equal(j.ran[2], 3);
@@ -160,7 +144,7 @@ static void test_run_skips_started_role(void **state)
     tu_assert_error_contains("role 'server', worker 0: ");
     tu_assert_error_contains("the server's own failure");
     /* Waited for: run() includes it again. */
-    run_ok(r, mark_fn, &j);
+    tu_run_ok(r, mark_fn, &j);
     assert_int_equal(j.ran[0], 1);
     rp_replicator_destroy(r);
 }
@@ -200,12 +184,12 @@ static void test_bad_layouts(void **state)
     assert_null(r);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mesh_2x2),      cmocka_unit_test(test_default_is_one_role),
         cmocka_unit_test(test_roles_threads), cmocka_unit_test(test_run_skips_started_role),
         cmocka_unit_test(test_bad_layouts),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -859,7 +859,7 @@ static void test_bad_sizes(void **state)
         rp_comm_destroy(two[r]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resnet20_tp2_equals_dense),
@@ -874,5 +874,5 @@ int main(void)
         cmocka_unit_test(test_one_member_is_dense),
         cmocka_unit_test(test_bad_sizes),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

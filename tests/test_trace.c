@@ -40,19 +40,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return tu_tmpdir_create("trace");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_tmpdir_remove();
-    return 0;
-}
-
 /* Each test starts with tracing off, whatever the one before left (a failed assertion). */
 static int trace_off(void **state)
 {
@@ -579,7 +566,7 @@ static void test_replicator_results_and_tracks(void **state)
     rp_trace_stop();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_nesting_and_phases, trace_off),
@@ -593,5 +580,5 @@ int main(void)
         cmocka_unit_test_setup(test_write_failure_names_the_reason, trace_off),
         cmocka_unit_test_setup(test_replicator_results_and_tracks, trace_off),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -1125,7 +1125,7 @@ static int teardown(void **unused)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_directory_and_cadence),
@@ -1142,5 +1142,5 @@ int main(void)
         cmocka_unit_test(test_steps_only),
         cmocka_unit_test(test_bad_scalars),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_run_group_tests(argc, argv, tests, setup, teardown);
 }

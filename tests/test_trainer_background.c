@@ -38,17 +38,6 @@ typedef struct state {
     float *v;
 } state;
 
-static int group_setup(void **st)
-{
-    return tu_tmpdir_create("trainbg");
-}
-
-static int group_teardown(void **st)
-{
-    tu_tmpdir_remove();
-    return 0;
-}
-
 static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, const rp_trainer_at *at,
                        void **out)
 {
@@ -320,12 +309,12 @@ static void test_kill_leaves_a_loadable_checkpoint(void **st)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_background_equals_inline),
         cmocka_unit_test(test_failed_background_write),
         cmocka_unit_test(test_kill_leaves_a_loadable_checkpoint),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -222,16 +222,13 @@ static void test_bad_role_configs(void **unused)
     tu_assert_error_contains("stop_roles but no start_roles");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     rp_log_set_level(RP_LOG_WARN);
-    if (tu_tmpdir_create("trainer_roles") != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_started_role_beside_the_steps),
         cmocka_unit_test(test_failure_stops_the_started_role),
         cmocka_unit_test(test_bad_role_configs),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    tu_tmpdir_remove();
-    return failed;
+    return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

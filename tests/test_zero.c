@@ -531,7 +531,7 @@ static void test_strategy_enum(void **state)
         }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_optimizer_range),
@@ -546,5 +546,5 @@ int main(void)
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_strategy_enum),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

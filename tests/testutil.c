@@ -3,15 +3,81 @@
 #include <dirent.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+rp_replicator *tu_replicator_make(const rp_config *cfg)
+{
+    rp_replicator *r = NULL;
+    rp_status st = rp_replicator_create(&r, cfg);
+    if (st != RP_OK) print_error("rp_replicator_create: %s\n", rp_last_error());
+    assert_int_equal(st, RP_OK);
+    assert_non_null(r);
+    return r;
+}
+
+void tu_run_ok(rp_replicator *r, rp_replica_fn fn, void *arg)
+{
+    rp_status st = rp_replicator_run(r, fn, arg);
+    if (st != RP_OK)
+        print_error("rp_replicator_run: %s: %s\n", rp_status_name(st), rp_last_error());
+    assert_int_equal(st, RP_OK);
+}
+
+bool tu_exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+void tu_sleep_s(double s)
+{
+    if (s <= 0) return;
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* Does nothing: the signal's work is to interrupt the blocked call (no SA_RESTART). */
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/* The handler tu_alarm_arm replaced, restored by tu_alarm_disarm. */
+static struct sigaction alarm_old;
+
+void tu_alarm_arm(unsigned seconds)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGALRM, &sa, &alarm_old), 0);
+    alarm(seconds);
+}
+
+void tu_alarm_disarm(void)
+{
+    alarm(0);
+    assert_int_equal(sigaction(SIGALRM, &alarm_old, NULL), 0);
+}
 
 void tu_fill(float *x, int64_t n, uint64_t seed, float lo, float hi)
 {
     rp_rng_fill_uniform(rp_hash_str(seed, "test"), 0, x, (size_t)n, lo, hi);
+}
+
+bool tu_all_zero(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] != 0.0f) return false;
+    return true;
 }
 
 double tu_max_rel_diff(const float *a, const float *b, int64_t n)
@@ -120,13 +186,26 @@ void tu_tmpdir_remove(void)
     if (tmp_dir[0]) remove_tree(tmp_dir);
 }
 
+int tu_tmpdir_setup(void **state)
+{
+    (void)state;
+    return tu_tmpdir_create(tu_program());
+}
+
+int tu_tmpdir_teardown(void **state)
+{
+    (void)state;
+    tu_tmpdir_remove();
+    return 0;
+}
+
 unsigned char *tu_read_file(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
-    fseek(f, 0, SEEK_END);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
     long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
     assert_true(size >= 0);
     unsigned char *buf = malloc((size_t)size + 1);
     assert_non_null(buf);
@@ -135,6 +214,14 @@ unsigned char *tu_read_file(const char *path, size_t *n)
     buf[size] = 0; /* a NUL after the contents, so a text file can be searched as a string */
     *n = (size_t)size;
     return buf;
+}
+
+void tu_write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (n) assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
 }
 
 float *tu_read(const rp_tensor *x)
