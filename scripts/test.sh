@@ -28,11 +28,13 @@ LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-san --output-on-failure -j"$jobs" --timeout 900 \
     -E '^(mpi_failure|mpi_two_hosts|ps_mpi_stop|strict_.*|cli_strict|cli_slurm)$'
-# (Those kill, stop and relaunch whole MPI jobs against wall-clock deadlines: they test the
-# processes' behaviour, not memory, and run in the release pass above. The strict_* runs and
-# cli_strict repeat tests this pass already runs, on the strict kernel table, to prove that no
-# host code touches tensor storage: a property of the code, not of memory safety, which the
-# release pass checks; cli_slurm tests the scheduler's daemons, not our memory.)
+# (Each cmocka case is its own CTest test, <program>.<case>, and strict_<program>.<case> on the
+# strict table: docs/testing.md. The MPI tests excluded kill, stop and relaunch whole MPI jobs
+# against wall-clock deadlines: they test the processes' behaviour, not memory, and run in the
+# release pass above. The strict_* runs and cli_strict repeat tests this pass already runs, on
+# the strict kernel table, to prove that no host code touches tensor storage: a property of the
+# code, not of memory safety, which the release pass checks; cli_slurm tests the scheduler's
+# daemons, not our memory.)
 
 echo "== thread-sanitizer build: the communicator, parameter-server and async runtime tests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE_THREAD=ON -DRP_CUDA=OFF >/dev/null
