@@ -17,72 +17,35 @@
 #include "plan_cli.h"
 #include "sngan_cli.h"
 
-/* Options that may change on --resume; the rest come from the checkpoint. */
-static void apply_resume_overrides(train_opts *o, const train_opts *cli, int argc, char **argv)
+/*
+ * Options that may change on --resume (the table's RESUME rows, when given) and those that are
+ * never saved (this invocation's); the rest come from the checkpoint.
+ */
+static void apply_resume_overrides(train_opts *o, const train_opts *cli)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--epochs"))
-            o->epochs = cli->epochs;
-        else if (!strcmp(argv[i], "--data"))
-            snprintf(o->data_dir, sizeof o->data_dir, "%s", cli->data_dir);
-        else if (!strcmp(argv[i], "--threads")) {
-            /* Reductions depend on the team size: a different count resumes correctly, not
-             * bit-exactly. */
-            if (cli->threads != o->threads)
-                rp_warn(
-                    "resuming on %d threads, the run used %d: results will differ in the last bits",
-                    cli->threads, o->threads);
-            o->threads = cli->threads;
-        } else if (!strcmp(argv[i], "--replicas")) {
-            if (cli->replicas != o->replicas)
-                rp_warn("resuming on %d replicas, the run used %d: the same global batch, results "
-                        "will differ in the last bits",
-                        cli->replicas, o->replicas);
-            o->replicas = cli->replicas;
-        } else if (!strcmp(argv[i], "--threads-per-replica")) {
-            o->threads_per_replica = cli->threads_per_replica;
-        } else if (!strcmp(argv[i], "--regime")) {
-            snprintf(o->regime, sizeof o->regime, "%s", cli->regime);
-        } else if (!strcmp(argv[i], "--ps")) {
-            o->ps = cli->ps;
-        } else if (!strcmp(argv[i], "--sync-groups")) {
-            o->sync_groups = cli->sync_groups;
-        } else if (!strcmp(argv[i], "--staleness")) {
-            o->staleness = cli->staleness;
-        } else if (!strcmp(argv[i], "--model-parallel")) {
-            /* A layout: the checkpoint holds the whole model, whatever the stages. */
-            o->model_parallel = cli->model_parallel;
-            if (o->model_parallel < 2) o->micro_batches = 1;
-        } else if (!strcmp(argv[i], "--tensor-parallel")) {
-            o->tensor_parallel = cli->tensor_parallel; /* a layout, as the stages */
-        } else if (!strcmp(argv[i], "--precision")) {
-            snprintf(o->precision, sizeof o->precision, "%s", cli->precision);
-        } else if (!strcmp(argv[i], "--pipeline")) {
-            snprintf(o->pipeline, sizeof o->pipeline, "%s", cli->pipeline);
-        } else if (!strcmp(argv[i], "--loader-threads")) {
-            o->folder.threads = cli->folder.threads; /* the same samples on any count */
-        } else if (!strcmp(argv[i], "--skip-bad")) {
-            o->folder.skip_bad = true;
-        } else if (!strcmp(argv[i], "--micro-batches")) {
-            if (cli->micro_batches != o->micro_batches)
-                rp_warn("resuming with %d micro-batches, the run used %d: batch norm's "
-                        "statistics cover other examples, results will differ",
-                        cli->micro_batches, o->micro_batches);
-            o->micro_batches = cli->micro_batches;
-        }
-    }
-    o->zero = cli->zero;
-    o->slow_replica = cli->slow_replica;
-    o->slow_factor = cli->slow_factor;
+    const rp_option *table = train_opts_table();
+    const rp_options_given *given = &cli->given;
+    /* Reductions depend on the team size: a different count resumes correctly, not bit-exactly. */
+    if (rp_options_was_given(table, given, "--threads") && cli->threads != o->threads)
+        rp_warn("resuming on %d threads, the run used %d: results will differ in the last bits",
+                cli->threads, o->threads);
+    if (rp_options_was_given(table, given, "--replicas") && cli->replicas != o->replicas)
+        rp_warn("resuming on %d replicas, the run used %d: the same global batch, results "
+                "will differ in the last bits",
+                cli->replicas, o->replicas);
+    if (rp_options_was_given(table, given, "--micro-batches") &&
+        cli->micro_batches != o->micro_batches)
+        rp_warn("resuming with %d micro-batches, the run used %d: batch norm's "
+                "statistics cover other examples, results will differ",
+                cli->micro_batches, o->micro_batches);
+    /* A layout: the checkpoint holds the whole model, whatever the stages. */
+    bool stages = rp_options_was_given(table, given, "--model-parallel");
+    rp_options_apply_resume(table, o, cli, given);
+    if (stages && o->model_parallel < 2 && !rp_options_was_given(table, given, "--micro-batches"))
+        o->micro_batches = 1;
     /* Where the replicas run is this invocation's, never the saved run's. */
     o->replicas_given = cli->replicas_given;
-    o->comm_timeout = cli->comm_timeout;
-    snprintf(o->backend, sizeof o->backend, "%s", cli->backend);
-    o->quiet = cli->quiet;
-    o->max_steps = cli->max_steps;
-    o->no_checkpoint = cli->no_checkpoint;
-    o->tensorboard = cli->tensorboard;
-    o->trace = cli->trace;
+    o->given = cli->given;
 }
 
 /*
@@ -101,7 +64,7 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
         RP_TRY(train_load_run(resume, &ck, &saved));
         train_opts cli = *o;
         RP_TRY(train_opts_from_json(o, saved));
-        apply_resume_overrides(o, &cli, argc, argv);
+        apply_resume_overrides(o, &cli);
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
     }
     rp_kernels_set_threads(o->threads);
@@ -317,6 +280,12 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     if (resumed)
         fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir,
                 (long long)p.epoch + 1, (long long)p.step);
+    /* The configuration's echo, from the option table: what differs from the model's defaults. */
+    static train_opts defaults; /* static: a few KiB of paths */
+    train_opts_default(&defaults, o->model);
+    char echo[1024];
+    rp_options_describe(train_opts_table(), o, &defaults, echo, sizeof echo);
+    if (echo[0]) fprintf(stderr, "  options: %s\n", echo);
     fprintf(stderr, "  run directory: %s\n", o->out_dir);
 }
 

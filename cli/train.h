@@ -69,7 +69,18 @@ typedef struct train_opts {
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
     const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
     bool plan_check; /* --plan-check: print the plan, compare it with the first steps (not saved) */
+    const char *resume;     /* --resume DIR (argv's), or NULL */
+    rp_options_given given; /* the options this command line gave (train_opts_table's rows) */
 } train_opts;
+
+/* The table the options come from (replicator/options.h): parser, help, JSON, resume rules. */
+const rp_option *train_opts_table(void);
+
+/*
+ * Prints a command-line fault as `cmd` words it ("<cmd>: bad value \"x\" for --lr (see
+ * --help)", "<cmd>: --lr cannot be changed when resuming; ..."); returns 2, the exit status.
+ */
+int train_print_fault(const char *cmd, const rp_option_fault *f);
 
 /* Defaults for a model: what `replicator train MODEL` runs with no options. */
 void train_opts_default(train_opts *o, const char *model);

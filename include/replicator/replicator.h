@@ -16,6 +16,7 @@
 #include "tensorboard.h"
 #include "loader.h"
 #include "comm.h"
+#include "options.h"
 #include "runtime.h"
 #include "plan.h"
 #include "ps.h"

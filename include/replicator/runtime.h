@@ -75,6 +75,7 @@
 
 #include "comm.h"
 #include "optim.h"
+#include "options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -179,12 +180,18 @@ typedef struct rp_config {
 rp_config rp_config_default(void);
 
 /*
- * Takes the runtime's options out of argv (shifting the rest down and
- * updating *argc): --backend threads|mpi|auto, --regime sync|async, --ps S, --staleness K,
- * --replicas N, --threads-per-replica T, --seed S,
+ * The runtime's options (replicator/options.h), one row each: --backend threads|mpi|auto,
+ * --regime sync|async, --ps S, --staleness K, --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G,
- * --precision f32|bf16, --grad-dtype f32|bf16. Errors:
- * RP_ERR_INVALID naming the option and value.
+ * --precision f32|bf16, --grad-dtype f32|bf16, over the fields of rp_config. A program prints
+ * them with rp_options_print_help(stdout, rp_config_options).
+ */
+extern const rp_option rp_config_options[];
+
+/*
+ * Takes the runtime's options (rp_config_options) out of argv, shifting the rest down in their
+ * order and updating *argc. Errors: RP_ERR_INVALID naming the option and value ("--replicas 0:
+ * expected an integer in [1, 4096]").
  */
 rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);
 
