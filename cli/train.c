@@ -15,6 +15,7 @@
 
 #include "d4pg_cli.h"
 #include "plan_cli.h"
+#include "registry.h"
 #include "sngan_cli.h"
 
 /*
@@ -305,38 +306,46 @@ static void format_duration(double s, char *buf, size_t size)
  * after --resume are the resumed model's (--iters, --env-steps), so parsing them as the
  * classifier's would blame an option ("unknown option --iters") for the checkpoint's fault.
  */
-static const char *resumed_model(int argc, char **argv)
+static const rp_model_desc *resumed_model(int argc, char **argv, bool *failed)
 {
+    *failed = false;
     for (int i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--resume")) continue;
         rp_checkpoint *ck = NULL;
-        const char *config = NULL, *model = "";
+        const char *config = NULL;
+        const rp_model_desc *model = NULL;
         rp_status status = train_load_run(argv[i + 1], &ck, &config);
         if (status == RP_OK) {
             static train_opts classifier; /* static: a few KiB of paths */
-            model = sngan_config_is_gan(config)   ? "sngan"
-                    : d4pg_config_is_d4pg(config) ? "d4pg"
-                                                  : "";
-            if (!model[0]) status = train_opts_from_json(&classifier, config);
+            model = rp_cli_model_of_config(config);
+            if (!model) status = train_opts_from_json(&classifier, config);
         }
         rp_checkpoint_destroy(ck);
         if (status != RP_OK) {
             train_report_error(false);
-            return NULL;
+            *failed = true;
         }
         return model;
     }
-    return "";
+    return NULL;
 }
 
+/* `replicator train [MODEL]`: a registered model by name or by the run it resumes (registry.c);
+   the classifiers otherwise. */
 int rp_cli_train(int argc, char **argv)
 {
-    if (argc >= 2 && !strcmp(argv[1], "sngan")) return train_sngan_main(argc - 1, argv + 1);
-    if (argc >= 2 && !strcmp(argv[1], "d4pg")) return train_d4pg_main(argc - 1, argv + 1);
-    const char *resumed = resumed_model(argc, argv);
-    if (!resumed) return 1;
-    if (!strcmp(resumed, "sngan")) return train_sngan_main(argc, argv);
-    if (!strcmp(resumed, "d4pg")) return train_d4pg_main(argc, argv);
+    const rp_model_desc *named = argc >= 2 ? rp_cli_model_find(argv[1]) : NULL;
+    if (named && named->train) return named->train(argc - 1, argv + 1);
+    bool failed;
+    const rp_model_desc *resumed = resumed_model(argc, argv, &failed);
+    if (failed) return 1;
+    if (resumed && resumed->train) return resumed->train(argc, argv);
+    return train_classifier_main(argc, argv);
+}
+
+/* `replicator train [resnet20|resnet18|resnet50|mlp] ...`: the classifiers. */
+int train_classifier_main(int argc, char **argv)
+{
     train_opts o;
     const char *resume = NULL;
     int rc = train_opts_parse(argc, argv, &o, &resume);

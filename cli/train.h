@@ -145,6 +145,9 @@ void train_opts_classifier(const train_opts *o, rp_classifier_config *c);
  */
 rp_status train_runtime_config(train_opts *o, rp_config *cfg);
 
+/* "threads", "mpi" or anything else ("auto") as the runtime's backend. */
+rp_backend train_backend(const char *name);
+
 /*
  * The command's rp_config.stuck_exit: true unless RP_STUCK_EXIT=0. The command promises that
  * --comm-timeout bounds a stall, and only the watchdog's exit can end a replica stuck outside
@@ -205,6 +208,9 @@ void train_report_error(bool tty);
  * process's exit status: 1 on an error, 128 + the signal when one stopped the run, else 0.
  */
 int train_finish(rp_trainer *t, rp_status status, bool tty);
+
+/* `replicator train [resnet20|resnet18|resnet50|mlp] ...`: the classifiers (train.c). */
+int train_classifier_main(int argc, char **argv);
 
 /* `replicator train sngan ...` (train_sngan.c). */
 int train_sngan_main(int argc, char **argv);

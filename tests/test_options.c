@@ -51,9 +51,13 @@ static const rp_option table[] = {
     RP_OPT_CHOICE(opts, schedule, "--schedule", "S", "cosine|constant", RP_OPT_SAVED, "shape"),
     RP_OPT_ENUM(opts, dtype, "--dtype", "T", "f32|bf16", dtypes, RP_OPT_SAVED | RP_OPT_RESUME,
                 "type"),
-    {.type = RP_OPTION_FLAG, .name = "--no-augment", .key = "augment",
-     .offset = offsetof(opts, augment), .size = sizeof(bool),
-     .flags = RP_OPT_SAVED | RP_OPT_NEGATE, .help = "no flips"},
+    {.type = RP_OPTION_FLAG,
+     .name = "--no-augment",
+     .key = "augment",
+     .offset = offsetof(opts, augment),
+     .size = sizeof(bool),
+     .flags = RP_OPT_SAVED | RP_OPT_NEGATE,
+     .help = "no flips"},
     RP_OPT_FLAG(opts, quiet, "--quiet", RP_OPT_RESUME, "hush"),
     RP_OPT_PATH(opts, dir, "--out", "DIR", 0, "where"),
     RP_OPT_PATH_REF(opts, trace, "--trace", "FILE", RP_OPT_RESUME, "trace file"),
@@ -89,10 +93,10 @@ static void test_parse_values(void **state)
 {
     (void)state;
     opts o = defaults();
-    char *argv[] = {"p",        "--epochs", "7",      "--limit", "1099511627776", "--seed", "9",
-                    "--lr",     "0.25",     "--timeout", "2.5",  "--schedule",    "constant",
-                    "--dtype",  "bf16",     "--no-augment", "--quiet", "--out",   "runs",
-                    "--trace",  "t.json",   "--pair", "3,4", NULL};
+    char *argv[] = {"p",        "--epochs", "7",      "--limit",      "1099511627776", "--seed",
+                    "9",        "--lr",     "0.25",   "--timeout",    "2.5",           "--schedule",
+                    "constant", "--dtype",  "bf16",   "--no-augment", "--quiet",       "--out",
+                    "runs",     "--trace",  "t.json", "--pair",       "3,4",           NULL};
     rp_options_given g;
     int argc = 23;
     rp_option_fault f;
@@ -218,13 +222,13 @@ static void test_resume_rules(void **state)
     opts scratch = defaults();
     assert_int_equal(rp_options_parse(table, &scratch, &argc, given, 0, &g, NULL), RP_OK);
     rp_options_apply_resume(table, &run, &cli, &g);
-    assert_int_equal(run.epochs, 8);         /* given, RESUME */
-    assert_true(run.lr == 0.125f);           /* saved, not RESUME */
-    assert_int_equal(run.dtype, RP_BF16);    /* RESUME but not given */
-    assert_int_equal(run.threads, 2);        /* RESUME but not given */
-    assert_true(run.quiet);                  /* not saved: the invocation's */
-    assert_true(run.timeout == 7);           /* not saved */
-    assert_string_equal(run.trace, "t");     /* a path kept by reference */
+    assert_int_equal(run.epochs, 8);      /* given, RESUME */
+    assert_true(run.lr == 0.125f);        /* saved, not RESUME */
+    assert_int_equal(run.dtype, RP_BF16); /* RESUME but not given */
+    assert_int_equal(run.threads, 2);     /* RESUME but not given */
+    assert_true(run.quiet);               /* not saved: the invocation's */
+    assert_true(run.timeout == 7);        /* not saved */
+    assert_string_equal(run.trace, "t");  /* a path kept by reference */
 }
 
 static char *to_json(const opts *o)
@@ -293,8 +297,10 @@ static void test_json(void **state)
     assert_int_equal(back.regime, 1);
     char *bad_lr = strdup(base);
     bad_lr[strstr(bad_lr, "0.5") - bad_lr] = '\0';
-    snprintf(buf, sizeof buf, "%s0.99999999,\"schedule\":\"cosine\",\"dtype\":\"f32\",\"augment\":"
-             "true}", bad_lr);
+    snprintf(buf, sizeof buf,
+             "%s0.99999999,\"schedule\":\"cosine\",\"dtype\":\"f32\",\"augment\":"
+             "true}",
+             bad_lr);
     free(bad_lr);
     assert_int_equal(from_json(&back, buf, bad, sizeof bad), RP_ERR_FORMAT);
     assert_string_equal(bad, "\"lr\" is 0.99999999, outside [0, 0.9999]");
@@ -342,8 +348,8 @@ static void test_runtime_table(void **state)
     int n = rp_options_count(rp_config_options);
     assert_true(n > 10);
     rp_config cfg = rp_config_default();
-    char *argv[] = {"p", "--regime", "async", "--precision", "bf16", "--zero", "--bucket-kb", "64",
-                    NULL};
+    char *argv[] = {"p",      "--regime",    "async", "--precision", "bf16",
+                    "--zero", "--bucket-kb", "64",    NULL};
     int argc = 8;
     assert_int_equal(rp_config_from_args(&cfg, &argc, argv), RP_OK);
     assert_int_equal(cfg.regime, RP_REGIME_ASYNC);

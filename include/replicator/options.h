@@ -52,6 +52,7 @@ typedef enum {
     RP_OPTION_ENUM,     /* one of `choices`, kept as the matching entry of `values` in an int */
     RP_OPTION_PATH,     /* a path: copied whole into a char[size] (never cut), or with size 0
                            kept as the const char * of argv (checked against PATH_MAX) */
+    RP_OPTION_TEXT,     /* any non-empty text that fits a char[size] (a name checked later) */
     RP_OPTION_CUSTOM,   /* parsed by `parse`; not saved by the generic JSON code */
     RP_OPTION_SECTION,  /* a heading of the help text (name is the heading) */
     RP_OPTION_DOC,      /* help text only (an option documented twice, a note) */
@@ -69,6 +70,9 @@ enum {
                                   does not take it */
     RP_OPT_OWN_JSON = 1u << 6, /* saved by the program's own code (a nested object, an array):
                                   the generic JSON skips it, resumes keep the run's value */
+    RP_OPT_HIDDEN = 1u << 7,   /* no command-line option (not parsed, not in the help): a
+                                  field the program fills that is saved with the rest (`name`
+                                  only names it; give `key`) */
 };
 
 typedef struct rp_option rp_option;
@@ -78,34 +82,37 @@ typedef bool (*rp_option_parse_fn)(const rp_option *opt, const char *value, void
 
 struct rp_option {
     rp_option_type type;
-    const char *name; /* "--epochs"; a section's heading; NULL ends the table */
-    const char *meta; /* the value's name in the help ("N"), NULL for a flag */
-    const char *key;  /* JSON key; NULL: the name without "--", '-' as '_' */
-    size_t offset;    /* of the field in the caller's struct */
-    size_t size;      /* of the field (a string's buffer) */
-    double lo, hi;    /* bounds of a number */
-    const char *choices;     /* CHOICE, ENUM: "a|b|c" */
-    const int *values;       /* ENUM: the field's value for each choice */
-    unsigned flags;          /* RP_OPT_* */
-    const char *help;        /* lines separated by '\n' */
+    const char *name;         /* "--epochs"; a section's heading; NULL ends the table */
+    const char *meta;         /* the value's name in the help ("N"), NULL for a flag */
+    const char *key;          /* JSON key; NULL: the name without "--", '-' as '_' */
+    size_t offset;            /* of the field in the caller's struct */
+    size_t size;              /* of the field (a string's buffer) */
+    double lo, hi;            /* bounds of a number */
+    const char *choices;      /* CHOICE, ENUM: "a|b|c" */
+    const int *values;        /* ENUM: the field's value for each choice */
+    unsigned flags;           /* RP_OPT_* */
+    const char *help;         /* lines separated by '\n' */
     rp_option_parse_fn parse; /* CUSTOM */
 };
 
 /* Row makers: S is the struct type, F the field. */
-#define RP_OPT_ROW_(T, S, F, N, M, LO, HI, FL, H)                                                 \
+#define RP_OPT_ROW_(T, S, F, N, M, LO, HI, FL, H)                                                  \
     {                                                                                              \
         .type = (T), .name = (N), .meta = (M), .offset = offsetof(S, F),                           \
         .size = sizeof(((S *)0)->F), .lo = (LO), .hi = (HI), .flags = (FL), .help = (H)            \
     }
-#define RP_OPT_FLAG(S, F, N, FL, H)         RP_OPT_ROW_(RP_OPTION_FLAG, S, F, N, NULL, 0, 1, FL, H)
-#define RP_OPT_INT(S, F, N, M, LO, HI, FL, H)   RP_OPT_ROW_(RP_OPTION_INT, S, F, N, M, LO, HI, FL, H)
-#define RP_OPT_INT64(S, F, N, M, LO, HI, FL, H) RP_OPT_ROW_(RP_OPTION_INT64, S, F, N, M, LO, HI, FL, H)
+#define RP_OPT_FLAG(S, F, N, FL, H)           RP_OPT_ROW_(RP_OPTION_FLAG, S, F, N, NULL, 0, 1, FL, H)
+#define RP_OPT_INT(S, F, N, M, LO, HI, FL, H) RP_OPT_ROW_(RP_OPTION_INT, S, F, N, M, LO, HI, FL, H)
+#define RP_OPT_INT64(S, F, N, M, LO, HI, FL, H)                                                    \
+    RP_OPT_ROW_(RP_OPTION_INT64, S, F, N, M, LO, HI, FL, H)
 #define RP_OPT_UINT64(S, F, N, M, LO, HI, FL, H)                                                   \
     RP_OPT_ROW_(RP_OPTION_UINT64, S, F, N, M, LO, HI, FL, H)
-#define RP_OPT_FLOAT(S, F, N, M, LO, HI, FL, H) RP_OPT_ROW_(RP_OPTION_FLOAT, S, F, N, M, LO, HI, FL, H)
+#define RP_OPT_FLOAT(S, F, N, M, LO, HI, FL, H)                                                    \
+    RP_OPT_ROW_(RP_OPTION_FLOAT, S, F, N, M, LO, HI, FL, H)
 #define RP_OPT_DOUBLE(S, F, N, M, LO, HI, FL, H)                                                   \
     RP_OPT_ROW_(RP_OPTION_DOUBLE, S, F, N, M, LO, HI, FL, H)
 #define RP_OPT_PATH(S, F, N, M, FL, H) RP_OPT_ROW_(RP_OPTION_PATH, S, F, N, M, 0, 0, FL, H)
+#define RP_OPT_TEXT(S, F, N, M, FL, H) RP_OPT_ROW_(RP_OPTION_TEXT, S, F, N, M, 0, 0, FL, H)
 /* A path kept as argv's pointer (a `const char *` field). */
 #define RP_OPT_PATH_REF(S, F, N, M, FL, H)                                                         \
     {                                                                                              \
@@ -125,12 +132,27 @@ struct rp_option {
 /* A custom row over the bytes [offsetof(S, F), + SZ) (what a resume copies). */
 #define RP_OPT_CUSTOM(S, F, SZ, N, M, P, FL, H)                                                    \
     {                                                                                              \
-        .type = RP_OPTION_CUSTOM, .name = (N), .meta = (M), .offset = offsetof(S, F), .size = (SZ), \
-        .flags = (FL), .help = (H), .parse = (P)                                                   \
+        .type = RP_OPTION_CUSTOM, .name = (N), .meta = (M), .offset = offsetof(S, F),              \
+        .size = (SZ), .flags = (FL), .help = (H), .parse = (P)                                     \
     }
-#define RP_OPT_SECTION(TEXT) {.type = RP_OPTION_SECTION, .name = (TEXT)}
-#define RP_OPT_DOC(N, M, H)  {.type = RP_OPTION_DOC, .name = (N), .meta = (M), .help = (H)}
-#define RP_OPTION_END        {.type = RP_OPTION_NONE}
+#define RP_OPT_SECTION(TEXT)                                                                       \
+    {                                                                                              \
+        .type = RP_OPTION_SECTION, .name = (TEXT)                                                  \
+    }
+#define RP_OPT_DOC(N, M, H)                                                                        \
+    {                                                                                              \
+        .type = RP_OPTION_DOC, .name = (N), .meta = (M), .help = (H)                               \
+    }
+#define RP_OPTION_END                                                                              \
+    {                                                                                              \
+        .type = RP_OPTION_NONE                                                                     \
+    }
+/* A saved field with no option (RP_OPT_HIDDEN): an int under JSON key K in [LO, HI]. */
+#define RP_OPT_SAVED_INT(S, F, K, LO, HI)                                                          \
+    {                                                                                              \
+        .type = RP_OPTION_INT, .name = (K), .key = (K), .offset = offsetof(S, F),                  \
+        .size = sizeof(int), .lo = (LO), .hi = (HI), .flags = RP_OPT_SAVED | RP_OPT_HIDDEN         \
+    }
 
 /* The most rows a table may have (RP_OPTION_END not counted). */
 #define RP_OPTIONS_MAX 256
@@ -171,22 +193,21 @@ enum {
 /* Rows in `table` before RP_OPTION_END. */
 int rp_options_count(const rp_option *table);
 
-/* The row named `name` ("--epochs"), or NULL. SECTION and DOC rows are never found. */
+/* The row named `name` ("--epochs"), or NULL. SECTION, DOC and HIDDEN rows are never found. */
 const rp_option *rp_options_find(const rp_option *table, const char *name);
 
 /* Whether row `name` is set in `given` (false for a name the table lacks). */
-bool rp_options_was_given(const rp_option *table, const rp_options_given *given,
-                          const char *name);
+bool rp_options_was_given(const rp_option *table, const rp_options_given *given, const char *name);
 
 /*
  * Fills the struct at `dst` from argv[1..*argc): each option that a row names, with its value
  * checked against the row's type and bounds. Positional arguments and, with
  * RP_OPTIONS_KEEP_UNKNOWN, options no row names are moved down to argv[1..] in their order and
- * *argc becomes their count plus one; without it an unknown option is an error and argv is left as it is. `given` (may be
- * NULL) gets the rows the command line named; it is cleared first. Errors: RP_ERR_INVALID with
- * `fault` (may be NULL) saying what and a message naming the option and its value ("--replicas
- * 0: expected an integer in [1, 4096]"). With RP_OPTIONS_HELP, --help stops the parse: the
- * status is RP_OK and fault->kind is RP_OPTION_HELP.
+ * *argc becomes their count plus one; without it an unknown option is an error and argv is left as
+ * it is. `given` (may be NULL) gets the rows the command line named; it is cleared first. Errors:
+ * RP_ERR_INVALID with `fault` (may be NULL) saying what and a message naming the option and its
+ * value ("--replicas 0: expected an integer in [1, 4096]"). With RP_OPTIONS_HELP, --help stops the
+ * parse: the status is RP_OK and fault->kind is RP_OPTION_HELP.
  */
 rp_status rp_options_parse(const rp_option *table, void *dst, int *argc, char **argv,
                            unsigned flags, rp_options_given *given, rp_option_fault *fault);
@@ -232,11 +253,11 @@ rp_status rp_options_from_json(const rp_option *table, void *dst, const struct c
 
 /*
  * The echo of a configuration: "--name value" for each saved option (RP_OPT_SAVED, not
- * RP_OPT_OWN_JSON; a flag by its name alone) whose field in `cfg` differs from `defaults`, separated by spaces, into buf[size]
- * (cut with "..." if it does not fit). Returns buf.
+ * RP_OPT_OWN_JSON; a flag by its name alone) whose field in `cfg` differs from `defaults`,
+ * separated by spaces, into buf[size] (cut with "..." if it does not fit). Returns buf.
  */
-char *rp_options_describe(const rp_option *table, const void *cfg, const void *defaults,
-                          char *buf, size_t size);
+char *rp_options_describe(const rp_option *table, const void *cfg, const void *defaults, char *buf,
+                          size_t size);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,7 @@
 #include "plan.h"
 #include "ps.h"
 #include "trainer.h"
+#include "model.h"
 #include "env.h"
 #include "replay.h"
 #include "render.h"

@@ -195,6 +195,37 @@ extern const rp_option rp_config_options[];
  */
 rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);
 
+/*
+ * What rp_config_resolve needs besides the config: the job's shape as a command sees it.
+ * Start from rp_job_shape_default() (all 0: one worker per replica, no batch check).
+ */
+typedef struct rp_job_shape {
+    int threads;         /* kernel threads in all in this process (0: rp_kernels_get_threads()) */
+    int batch;           /* the global batch a synchronous step splits (0: not checked) */
+    int stages;          /* pipeline stages per replica (0, 1: none) */
+    int tensor_parallel; /* tensor-parallel workers per stage (0, 1: none) */
+    bool replicas_from_run; /* cfg->replicas is a saved run's count, not this invocation's: under
+                               MPI it gives way to one replica per rank */
+    int replicas;           /* out: the job's replicas (under MPI with stages or tensor
+                               parallelism: in all; otherwise as cfg->replicas) */
+} rp_job_shape;
+
+rp_job_shape rp_job_shape_default(void);
+
+/*
+ * The layout rules, in one place: settles cfg->backend (AUTO: MPI when started by mpirun or
+ * srun), cfg->replicas (0: automatic, one worker per kernel thread - or per
+ * threads_per_replica threads - as many as divide layout->batch, a multiple of the sync
+ * groups; under MPI one per rank unless given), one role of replicas x stages x
+ * tensor_parallel workers when a replica spans several, and cfg->threads_per_replica (0:
+ * the threads in all / this process's workers; under MPI left to rp_replicator_create, which
+ * also divides by the ranks on this host, unless layout->threads is given). Call it before
+ * rp_replicator_create; every command does. Errors: RP_ERR_INVALID - the threads backend under
+ * mpirun with several ranks, workers that do not make whole replicas, sync groups that do not
+ * divide the replicas, a batch that does not split across them.
+ */
+rp_status rp_config_resolve(rp_config *cfg, rp_job_shape *layout);
+
 typedef struct rp_replicator rp_replicator;
 typedef struct rp_replica rp_replica;
 

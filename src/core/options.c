@@ -17,6 +17,12 @@ static bool is_option_row(const rp_option *o)
     return o->type != RP_OPTION_SECTION && o->type != RP_OPTION_DOC;
 }
 
+/* A row the command line can name. */
+static bool is_arg_row(const rp_option *o)
+{
+    return is_option_row(o) && !(o->flags & RP_OPT_HIDDEN);
+}
+
 int rp_options_count(const rp_option *table)
 {
     int n = 0;
@@ -28,7 +34,7 @@ int rp_options_count(const rp_option *table)
 static int find_index(const rp_option *table, const char *name)
 {
     for (int i = 0; table[i].type != RP_OPTION_NONE; i++)
-        if (is_option_row(&table[i]) && !strcmp(table[i].name, name)) return i;
+        if (is_arg_row(&table[i]) && !strcmp(table[i].name, name)) return i;
     return -1;
 }
 
@@ -95,7 +101,10 @@ static void choices_words(const char *choices, char *buf, size_t size)
         count += *c == '|';
     char one[64];
     for (int k = 0; k <= count && n < size; k++)
-        n += (size_t)snprintf(buf + n, size - n, "%s%s", k == 0 ? "" : k == count ? " or " : ", ",
+        n += (size_t)snprintf(buf + n, size - n, "%s%s",
+                              k == 0       ? ""
+                              : k == count ? " or "
+                                           : ", ",
                               choice_text(choices, k, one, sizeof one));
 }
 
@@ -175,6 +184,10 @@ static bool parse_value(const rp_option *o, const char *value, void *dst)
         memcpy(f, &o->values[k], sizeof(int));
         return true;
     }
+    case RP_OPTION_TEXT:
+        if (!*value || strlen(value) >= o->size) return false;
+        memcpy(f, value, strlen(value) + 1);
+        return true;
     case RP_OPTION_CUSTOM:
         return o->parse && o->parse(o, value, dst);
     default:
@@ -340,7 +353,7 @@ void rp_options_print_help(FILE *f, const rp_option *table)
             fprintf(f, "%s\n", o->name);
             continue;
         }
-        if (!o->help) continue;
+        if (!o->help || (o->flags & RP_OPT_HIDDEN)) continue;
         char head[96];
         int n = snprintf(head, sizeof head, "%s%s%s", o->name, o->meta ? " " : "",
                          o->meta ? o->meta : "");
@@ -408,6 +421,7 @@ rp_status rp_options_to_json(const rp_option *table, const void *src, struct cJS
             break;
         case RP_OPTION_CHOICE:
         case RP_OPTION_PATH:
+        case RP_OPTION_TEXT:
             item = cJSON_AddStringToObject(object, key, (const char *)cfield(src, o));
             break;
         case RP_OPTION_ENUM:
@@ -474,14 +488,16 @@ static bool read_value(const rp_option *o, const char *key, const cJSON *v, void
         return true;
     case RP_OPTION_CHOICE:
     case RP_OPTION_ENUM:
-    case RP_OPTION_PATH: {
+    case RP_OPTION_PATH:
+    case RP_OPTION_TEXT: {
         if (!cJSON_IsString(v)) return refuse(bad, size, key, v, "not a string");
         size_t n = strlen(v->valuestring);
         if (o->type != RP_OPTION_ENUM && n >= o->size) {
             snprintf(why, sizeof why, "%zu bytes long, over the %zu it may have", n, o->size - 1);
             return refuse(bad, size, key, v, why);
         }
-        int k = o->type == RP_OPTION_PATH ? 0 : choice_index(o->choices, v->valuestring);
+        bool any = o->type == RP_OPTION_PATH || o->type == RP_OPTION_TEXT;
+        int k = any ? 0 : choice_index(o->choices, v->valuestring);
         if (k < 0) {
             char words[96];
             choices_words(o->choices, words, sizeof words);
@@ -571,19 +587,19 @@ rp_status rp_options_from_json(const rp_option *table, void *dst, const struct c
 
 /* ---- the echo -------------------------------------------------------------------------------- */
 
-char *rp_options_describe(const rp_option *table, const void *cfg, const void *defaults,
-                          char *buf, size_t size)
+char *rp_options_describe(const rp_option *table, const void *cfg, const void *defaults, char *buf,
+                          size_t size)
 {
     if (!buf || !size) return buf;
     buf[0] = '\0';
     size_t n = 0;
     for (int i = 0; table && table[i].type != RP_OPTION_NONE; i++) {
         const rp_option *o = &table[i];
-        if (!saved_here(o) || o->type == RP_OPTION_CUSTOM || !o->size) continue;
+        if (!saved_here(o) || !is_arg_row(o) || o->type == RP_OPTION_CUSTOM || !o->size) continue;
         if (!memcmp(cfield(cfg, o), cfield(defaults, o), o->size)) continue;
-        if ((o->type == RP_OPTION_CHOICE || o->type == RP_OPTION_PATH) &&
-            !strcmp(cfield(cfg, o), cfield(defaults, o)))
-            continue;
+        bool text =
+            o->type == RP_OPTION_CHOICE || o->type == RP_OPTION_PATH || o->type == RP_OPTION_TEXT;
+        if (text && !strcmp(cfield(cfg, o), cfield(defaults, o))) continue;
         char value[160] = "", one[64];
         switch (o->type) {
         case RP_OPTION_FLAG:
@@ -591,6 +607,7 @@ char *rp_options_describe(const rp_option *table, const void *cfg, const void *d
             break;
         case RP_OPTION_CHOICE:
         case RP_OPTION_PATH:
+        case RP_OPTION_TEXT:
             snprintf(value, sizeof value, " %s", (const char *)cfield(cfg, o));
             break;
         case RP_OPTION_ENUM:

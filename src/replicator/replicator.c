@@ -65,8 +65,7 @@ static int threads_per_replica(const rp_replicator *r)
     if (cfg->threads_per_replica > 0) return cfg->threads_per_replica;
     bool mpi = r->layout != RP_LAYOUT_THREADS;
     int ranks_here = mpi && !rp_cpu_bound() ? rp_env_get()->mpi_local_ranks : 1;
-    int t = rp_cpu_count() / (r->n * ranks_here);
-    return t > 0 ? t : 1;
+    return replicator_default_threads(rp_cpu_count(), r->n, ranks_here);
 }
 
 /* ---- running a function on every replica ------------------------------------------ */
