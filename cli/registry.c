@@ -48,11 +48,7 @@ static const rp_model_desc d4pg_model = {
 extern const rp_model_desc rp_clusters_model; /* models/clusters/clusters.c */
 
 static const rp_model_desc *const models[] = {
-    &classifier_model,
-    &sngan_model,
-    &d4pg_model,
-    &rp_clusters_model,
-    NULL,
+    &classifier_model, &sngan_model, &d4pg_model, &rp_clusters_model, NULL,
 };
 
 const rp_model_desc *const *rp_cli_models(void)

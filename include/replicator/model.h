@@ -22,10 +22,11 @@ extern "C" {
 typedef int (*rp_model_command)(int argc, char **argv);
 
 typedef struct rp_model_desc {
-    const char *name;    /* `replicator train NAME` */
-    const char *summary; /* one line for the command's help */
-    const rp_option *options;                 /* its training options (NULL: none declared) */
-    const rp_trainer_model *(*trainer)(void); /* its trainer callbacks (NULL: not a trainer model) */
+    const char *name;         /* `replicator train NAME` */
+    const char *summary;      /* one line for the command's help */
+    const rp_option *options; /* its training options (NULL: none declared) */
+    const rp_trainer_model *(*trainer)(
+        void); /* its trainer callbacks (NULL: not a trainer model) */
     /* Whether a run's saved configuration (the checkpoint's "replicator.config") is this model's:
        `eval DIR`, `sample DIR` and `train --resume DIR` find the model of a run with it. */
     bool (*owns_config)(const char *json);

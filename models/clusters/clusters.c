@@ -238,12 +238,14 @@ static rp_status from_json(clusters_opts *o, const char *json)
 {
     cJSON *j = cJSON_Parse(json);
     char bad[256] = "";
-    rp_status status = j ? rp_options_from_json(clusters_table, o, j, bad, sizeof bad)
-                         : RP_ERR_FORMAT;
+    rp_status status =
+        j ? rp_options_from_json(clusters_table, o, j, bad, sizeof bad) : RP_ERR_FORMAT;
     cJSON_Delete(j);
     if (status != RP_OK)
-        return RP_ERROR(RP_ERR_FORMAT, "the clusters run's configuration is incomplete or "
-                        "invalid: %s", bad[0] ? bad : "it is not JSON");
+        return RP_ERROR(RP_ERR_FORMAT,
+                        "the clusters run's configuration is incomplete or "
+                        "invalid: %s",
+                        bad[0] ? bad : "it is not JSON");
     return RP_OK;
 }
 
@@ -326,8 +328,10 @@ static int clusters_train(int argc, char **argv)
         return 0;
     }
     if (o.resume && rp_options_check_resume(clusters_table, argc, argv, NULL, &fault) != RP_OK) {
-        fprintf(stderr, "replicator train clusters: %s: the run's configuration comes from its "
-                        "checkpoint\n", rp_last_error());
+        fprintf(stderr,
+                "replicator train clusters: %s: the run's configuration comes from its "
+                "checkpoint\n",
+                rp_last_error());
         return 2;
     }
     rp_trainer_catch_signals();
