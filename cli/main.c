@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "registry.h"
 
 static void usage(FILE *f)
 {
@@ -21,7 +22,11 @@ static void usage(FILE *f)
             "  info    print the build, the engines and the environment\n"
             "  trace   merge per-rank trace files (`trace merge OUT IN...`)\n"
             "\n"
-            "`replicator <command> --help` describes each command's options.\n");
+            "models (replicator train MODEL; cli/registry.c):\n");
+    for (const rp_model_desc *const *m = rp_cli_models(); *m; m++)
+        fprintf(f, "  %-9s %s\n", (*m)->name, (*m)->summary);
+    fprintf(f, "\n"
+               "`replicator <command> --help` describes each command's options.\n");
 }
 
 int main(int argc, char **argv)
