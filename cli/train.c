@@ -53,9 +53,8 @@ static void apply_resume_overrides(train_opts *o, const train_opts *cli)
  * The options (from the checkpoint when resuming), the classifier (its datasets) and the trainer
  * (the replicator and every replica's model, optimizer and loader).
  */
-static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
-                       rp_classifier **clf, rp_trainer **t, rp_classifier_plan **plan,
-                       plan_check **pc)
+static rp_status setup(train_opts *o, const char *resume, rp_classifier **clf, rp_trainer **t,
+                       rp_classifier_plan **plan, plan_check **pc)
 {
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -357,7 +356,7 @@ int train_classifier_main(int argc, char **argv)
     rp_classifier_plan *plan = NULL;
     plan_check *pc = NULL;
     double t_start = rp_now_s();
-    rp_status status = setup(&o, resume, argc, argv, &clf, &t, &plan, &pc);
+    rp_status status = setup(&o, resume, &clf, &t, &plan, &pc);
     bool tty = isatty(STDERR_FILENO) && !o.quiet;
     if (status == RP_OK && rp_trainer_is_server(t)) {
         /* A parameter server rank: it serves until every replica's process is done. */

@@ -289,8 +289,7 @@ static int64_t learner_steps_of(const rp_d4pg_job_config *j, int64_t env)
     return s > 0 ? s : 1;
 }
 
-static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, rp_d4pg_job **job,
-                       rp_trainer **t)
+static rp_status setup(d4pg_opts *o, const char *resume, rp_d4pg_job **job, rp_trainer **t)
 {
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -380,6 +379,12 @@ static void print_header(const d4pg_opts *o, const rp_trainer *t, bool resumed)
     if (resumed)
         fprintf(stderr, "  resumed from %s at learner step %lld\n", o->out_dir,
                 (long long)p.global_step);
+    /* The configuration's echo, from the option table: what differs from the defaults. */
+    static d4pg_opts defaults; /* static: a few KiB of paths */
+    d4pg_opts_default(&defaults);
+    char echo[1024];
+    rp_options_describe(d4pg_table, o, &defaults, echo, sizeof echo);
+    if (echo[0]) fprintf(stderr, "  options: %s\n", echo);
     fprintf(stderr, "  run directory: %s (learning_curve.png every %lld env steps)\n", o->out_dir,
             (long long)o->eval_every);
 }
@@ -395,7 +400,7 @@ int train_d4pg_main(int argc, char **argv)
     rp_d4pg_job *job = NULL;
     rp_trainer *t = NULL;
     double t_start = rp_now_s();
-    rp_status status = setup(&o, resume, argc, argv, &job, &t);
+    rp_status status = setup(&o, resume, &job, &t);
     bool tty = isatty(STDERR_FILENO) && !o.quiet;
     if (status == RP_OK) {
         if (!o.quiet) print_header(&o, t, resume != NULL);

@@ -272,8 +272,8 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     return RP_OK;
 }
 
-static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv, rp_sngan **gan,
-                       rp_sngan_eval *ev, rp_trainer **t)
+static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sngan_eval *ev,
+                       rp_trainer **t)
 {
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -368,6 +368,12 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
     if (resumed)
         fprintf(stderr, "  resumed from %s at iteration %lld\n", o->out_dir,
                 (long long)p.global_step);
+    /* The configuration's echo, from the option table: what differs from the defaults. */
+    static sngan_opts defaults; /* static: a few KiB of paths */
+    sngan_opts_default(&defaults);
+    char echo[1024];
+    rp_options_describe(sngan_table, o, &defaults, echo, sizeof echo);
+    if (echo[0]) fprintf(stderr, "  options: %s\n", echo);
     fprintf(stderr, "  run directory: %s (samples.png every %lld iterations)\n", o->out_dir,
             (long long)g->sample_every);
 }
@@ -385,7 +391,7 @@ int train_sngan_main(int argc, char **argv)
     rp_sngan_eval ev = {0};
     rp_trainer *t = NULL;
     double t_start = rp_now_s();
-    rp_status status = setup(&o, resume, argc, argv, &gan, &ev, &t);
+    rp_status status = setup(&o, resume, &gan, &ev, &t);
     bool tty = isatty(STDERR_FILENO) && !o.quiet;
     if (status == RP_OK) {
         if (!o.quiet) print_header(&o, t, resume != NULL);
