@@ -33,7 +33,7 @@ int main(int argc, char **argv)
         rp_rl_env *env;
         RP(rp_env_create(&env, rp_env_task_name(t), NULL));
         const rp_env_spec *s = rp_env_get_spec(env);
-        const mjModel *m = rp_env_mj_model(env);
+        const mjModel *m = rl_env_mj_model(env);
         int sub = (int)(s->control_dt / m->opt.timestep + 0.5);
         float obs[RP_ENV_MAX_OBS], a[RP_ENV_MAX_ACT];
         rp_rng rng = rp_rng_make(1, (uint64_t)t);
@@ -58,7 +58,7 @@ int main(int argc, char **argv)
         mjData *d = mj_makeData(m);
         float o2[RP_ENV_MAX_OBS];
         RP(rp_env_reset(env, 0, o2));
-        mju_copy(d->qpos, rp_env_mj_data(env)->qpos, m->nq);
+        mju_copy(d->qpos, rl_env_mj_data(env)->qpos, m->nq);
         mj_forward(m, d);
         long physics = steps * sub;
         t0 = rp_now_s();

@@ -104,21 +104,32 @@ def main():
     ap.add_argument("--precision", choices=["f32", "bf16", "both"], default="f32",
                     help="f32 (default), bf16 (autocast around the forward passes) or both")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: networks and batch on the GPU (scripts/gpu-check.sh)")
     a = ap.parse_args()
     for precision in (["f32", "bf16"] if a.precision == "both" else [a.precision]):
         run(a, precision)
 
 
+DEVICE = "cpu"
+
+
 def autocast(precision):
-    """bf16: PyTorch 1.13's CPU autocast to bfloat16; f32: nothing."""
+    """bf16: PyTorch's autocast to bfloat16 (CPU: 1.13's torch.cpu.amp); f32: nothing."""
     if precision == "bf16":
+        if DEVICE == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
         return torch.cpu.amp.autocast(dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
 def run(a, precision):
+    global DEVICE
+    DEVICE = a.device
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    if a.device == "cuda":
+        torch.set_default_device("cuda")  # the networks, the batch and the support below
     atoms, v_min, v_max, period = 51, -150.0, 150.0, 100
     z = torch.linspace(v_min, v_max, atoms)
     policy, critic = Policy(a.obs, a.act), Critic(a.obs, a.act, atoms)
@@ -168,14 +179,18 @@ def run(a, precision):
 
     for _ in range(a.warmup):
         step()
+    if a.device == "cuda":
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         step()
+    if a.device == "cuda":
+        torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     sps = a.steps / dt
     if a.json:
         print(json.dumps({"framework": "pytorch " + torch.__version__, "obs": a.obs, "act": a.act,
-                          "threads": a.threads, "batch": B, "steps": a.steps,
+                          "threads": a.threads, "batch": B, "steps": a.steps, "device": a.device,
                           "precision": precision, "steps_per_s": round(sps, 3)}), flush=True)
     else:
         print(f"pytorch {torch.__version__}: obs {a.obs} act {a.act}, {a.threads} threads, batch {B},"

@@ -180,29 +180,38 @@ def make_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
 
 
-def autocast(precision):
-    """bf16: PyTorch 1.13's CPU autocast to bfloat16; f32: nothing."""
+def autocast(precision, device="cpu"):
+    """bf16: PyTorch's autocast to bfloat16 (CPU: 1.13's torch.cpu.amp); f32: nothing."""
     if precision == "bf16":
+        if device == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
         return torch.cpu.amp.autocast(dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
-def train_step(model, opt, x, y, precision="f32"):
+def sync(device):
+    """Waits for the GPU's queued work (timings on a GPU end when its work does)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def train_step(model, opt, x, y, precision="f32", device="cpu"):
     opt.zero_grad(set_to_none=True)
-    with autocast(precision):
+    with autocast(precision, device):
         loss = F.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
     return loss
 
 
-def bench_one(name, batch, iters, warmup, threads, fmt, in_ch, size, seed, precision="f32"):
+def bench_one(name, batch, iters, warmup, threads, fmt, in_ch, size, seed, precision="f32",
+              device="cpu"):
     torch.manual_seed(seed)
-    model = build_model(name, in_ch)
+    model = build_model(name, in_ch).to(device)
     model.train()
     ncls = MODELS[name][3]
-    x = torch.randn(batch, in_ch, size, size)
-    y = torch.randint(0, ncls, (batch,))
+    x = torch.randn(batch, in_ch, size, size).to(device)
+    y = torch.randint(0, ncls, (batch,)).to(device)
     if fmt == "channels_last":
         model = model.to(memory_format=torch.channels_last)
         x = x.to(memory_format=torch.channels_last)
@@ -210,15 +219,23 @@ def bench_one(name, batch, iters, warmup, threads, fmt, in_ch, size, seed, preci
         x = x.contiguous()
     opt = make_optimizer(model)  # after the format conversion: holds the final params
     for _ in range(warmup):
-        train_step(model, opt, x, y, precision)
+        train_step(model, opt, x, y, precision, device)
+    sync(device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times = []
     loss = None
     for _ in range(iters):
         t0 = time.perf_counter()
-        loss = train_step(model, opt, x, y, precision)
+        loss = train_step(model, opt, x, y, precision, device)
+        sync(device)
         times.append(time.perf_counter() - t0)
     total = sum(times)
-    return {
+    extra = {}
+    if device == "cuda":
+        extra = {"device": torch.cuda.get_device_name(),
+                 "peak_device_bytes": torch.cuda.max_memory_allocated()}
+    return {**extra,
         "framework": "pytorch",
         "model": name,
         "batch": batch,
@@ -252,6 +269,8 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=None, help="input height=width")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="one JSON line per result")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: the model and batch on the GPU (scripts/gpu-check.sh)")
     a = ap.parse_args(argv)
 
     _, dch, dsize, _, dbatch, diters = MODELS[a.model]
@@ -280,7 +299,7 @@ def main(argv=None):
     results = []
     for fmt, precision in [(f, p) for p in precisions for f in fmts]:
         r = bench_one(a.model, batch, iters, a.warmup, a.threads, fmt, in_ch, size, a.seed,
-                      precision)
+                      precision, a.device)
         results.append(r)
         if a.json:
             print(json.dumps(r), flush=True)

@@ -10,6 +10,7 @@ int rp_cli_bench(int argc, char **argv);
 int rp_cli_trace(int argc, char **argv);
 /* `replicator plan [MODEL] [train's options] [--json]` (plan.c). */
 int rp_cli_plan(int argc, char **argv);
+int rp_cli_checkpoint(int argc, char **argv);
 int rp_cli_bench_allreduce(int argc, char **argv);
 int rp_cli_bench_ps(int argc, char **argv);
 int rp_cli_bench_sngan(int argc, char **argv);

@@ -21,6 +21,7 @@ static void usage(FILE *f)
             "          predicted before anything trains\n"
             "  info    print the build, the engines and the environment\n"
             "  trace   merge per-rank trace files (`trace merge OUT IN...`)\n"
+            "  checkpoint  a run's checkpoint made whole, resharded, or described\n"
             "\n"
             "models (replicator train MODEL; cli/registry.c):\n");
     for (const rp_model_desc *const *m = rp_cli_models(); *m; m++)
@@ -43,6 +44,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "bench")) return rp_cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "trace")) return rp_cli_trace(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan")) return rp_cli_plan(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "checkpoint")) return rp_cli_checkpoint(argc - 1, argv + 1);
     if (!strcmp(argv[1], "--version")) {
         printf("replicator %s\n", RP_VERSION);
         return 0;

@@ -111,6 +111,7 @@ static rp_status setup(train_opts *o, const char *resume, rp_classifier **clf, r
     tc.slow_replica = o->slow_replica;
     tc.slow_factor = o->slow_factor;
     tc.tensorboard_dir = o->tensorboard;
+    tc.tensorboard_writer = rp_tensorboard_scalar_writer();
     tc.trace = o->trace;
     RP_TRY(rp_trainer_create(t, &tc, model, ctx));
     if (rp_trainer_is_server(*t)) {

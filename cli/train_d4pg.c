@@ -340,6 +340,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, rp_d4pg_job **job, rp_t
     tc.metrics_every_steps = o->metrics_every;
     tc.quiet = o->quiet;
     tc.tensorboard_dir = o->tensorboard;
+    tc.tensorboard_writer = rp_tensorboard_scalar_writer();
     tc.trace = o->trace;
     RP_TRY(rp_trainer_create(t, &tc, rp_d4pg_trainer_model(), *job));
     if (!rp_trainer_is_root(*t)) o->quiet = true;

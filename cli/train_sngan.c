@@ -324,6 +324,7 @@ static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sng
     tc.no_checkpoint = o->no_checkpoint;
     tc.quiet = o->quiet;
     tc.tensorboard_dir = o->tensorboard;
+    tc.tensorboard_writer = rp_tensorboard_scalar_writer();
     tc.trace = o->trace;
     RP_TRY(rp_trainer_create(t, &tc, rp_sngan_trainer_model(), *gan));
     if (!rp_trainer_is_root(*t)) o->quiet = true;

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
     rp_status status = RP_OK;
     rp_replicator *r = NULL;
     rp_config cfg = rp_config_default();
-    cfg.regime = RP_REGIME_ASYNC;
+    cfg.strategy = RP_STRATEGY_ASYNC;
     cfg.ps = 1;
     /* No replica runs more than 4 steps ahead of the slowest: without a bound, a replica that
        starts late pushes a gradient computed on the initial values after the others have

@@ -234,7 +234,7 @@ int main(int argc, char **argv)
     if (fault.kind == RP_OPTION_HELP) {
         printf("usage: trainer_model [options]\n");
         rp_options_print_help(stdout, option_table);
-        rp_options_print_help(stdout, rp_config_options);
+        rp_options_print_help(stdout, rp_config_options());
         goto cleanup;
     }
     cfg.run_dir = opt.out;

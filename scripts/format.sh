@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Formats the C sources with the committed .clang-format, or checks them.
-# Usage: scripts/format.sh          rewrite every tracked .c/.h file in place
+# Usage: scripts/format.sh          rewrite every tracked .c/.h/.cu/.cuh file in place
 #        scripts/format.sh --check  list the files that differ and fail if any do
 # (proto/ holds only the .proto; the generated protobuf-c code lives in the build directory.)
 set -euo pipefail
 # Pinned: other clang-format versions lay out the same code differently.
 clang_format=${CLANG_FORMAT:-clang-format-14}
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.c' '*.h')
+mapfile -t files < <(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 if [ "${1:-}" = "--check" ]; then
   bad=()
   for f in "${files[@]}"; do

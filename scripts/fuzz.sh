@@ -21,7 +21,7 @@ all_targets=(idx cifar checkpoint config image tar list)
 jobs=$(nproc)
 
 configure_and_build() {
-  CC=${FUZZ_CC:-clang} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_FUZZ=ON \
+  CC=${FUZZ_CC:-clang} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_FUZZ=ON -DRP_CUDA=OFF \
     -DRP_BUILD_TESTS=OFF -DRP_BUILD_SHARED=OFF >/dev/null
   local names=(fuzz_make_seeds)
   for t in "${all_targets[@]}"; do names+=("fuzz_$t"); done

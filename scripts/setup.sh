@@ -50,7 +50,13 @@ shift || true
 # library's own batch-norm and activation loops run several times slower at the portable
 # baseline (docs/building.md). Other directories (the sanitizer builds) stay portable, so the
 # tests cover both; a later -DRP_NATIVE=OFF in the arguments wins.
-native=()
-[ "$build" = build ] && native=(-DRP_NATIVE=ON)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${native[@]}" "$@" >/dev/null
+opts=()
+[ "$build" = build ] && opts=(-DRP_NATIVE=ON)
+# Where the CUDA toolkit is (this project's machines and CI: /usr/local/cuda-13.0), the CUDA
+# kernel table must build: RP_CUDA=ON turns a toolkit that stopped being found into an error
+# instead of a build that quietly leaves the table out. A later -DRP_CUDA=... wins.
+if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  opts+=(-DRP_CUDA=ON)
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${opts[@]}" "$@" >/dev/null
 cmake --build "$build" -j"$(nproc)"

@@ -17,7 +17,7 @@ ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
 if [ "${1:-}" = "--fast" ]; then exit 0; fi
 
 echo "== sanitizer build (address, undefined)"
-scripts/setup.sh build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE=ON
+scripts/setup.sh build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE=ON -DRP_CUDA=OFF
 # allocator_may_return_null: the tests check that a huge allocation fails cleanly.
 # The suppressions cover one-time allocations inside oneDNN and OpenMP, not ours.
 # RP_ARENA_POISON: memory the backward pass hands back to the arena is filled with NaN (and
@@ -35,7 +35,7 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 # release pass checks; cli_slurm tests the scheduler's daemons, not our memory.)
 
 echo "== thread-sanitizer build: the communicator, parameter-server and async runtime tests"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE_THREAD=ON >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRP_SANITIZE_THREAD=ON -DRP_CUDA=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_comm test_comm_p2p test_ps test_async
 # The 64 MiB cases are skipped: they prove sizes, not races, and are slow under TSan.
 RP_TEST_SKIP='*64mib' TSAN_OPTIONS=halt_on_error=1 build-tsan/test_comm

@@ -38,6 +38,17 @@ echo "ok: a GAN run resumes bit-exactly from its directory"
 cp -r "$dir/a" "$dir/more"
 out=$("$bin" train --resume "$dir/more" --iters 8 --threads 2 2>&1)
 grep -q "8 iterations (2 this run)" <<< "$out" || fail "a finished run given --iters 8 said: $out"
+# The run header says each of its lines once, fresh and resumed (a report had the layout and
+# run-directory lines twice): the layout, the run directory and the resume line.
+fresh=$("$bin" "${gan[@]:0:${#gan[@]}-1}" --max-steps 1 --out "$dir/header" 2>&1)
+for log in "$fresh" "$out"; do
+    for line in ' replicas x ' '^  run directory: ' '^replicator train sngan on '; do
+        n=$(grep -c -- "$line" <<< "$log" || true)
+        [ "$n" = 1 ] || fail "the run header has '$line' $n times: $log"
+    done
+done
+n=$(grep -c '^  resumed from ' <<< "$out" || true)
+[ "$n" = 1 ] || fail "the resumed run's header has the resume line $n times: $out"
 grep -q '^{"step":8,' "$dir/more/metrics.jsonl" || fail "no step 8 in metrics.jsonl"
 echo "ok: a finished GAN run resumed with --iters 8 trains iterations 7 and 8"
 

@@ -148,7 +148,7 @@ static void assert_same_checkpoint(const rp_checkpoint *a, const rp_checkpoint *
             numel *= sa[d];
         }
         assert_int_equal((uintptr_t)pb % RP_ALIGN, 0);
-        if (numel > 0) assert_memory_equal(pa, pb, (size_t)numel * rp_ckpt_dtype_size(da));
+        if (numel > 0) assert_memory_equal(pa, pb, (size_t)numel * io_ckpt_dtype_size(da));
     }
     assert_int_equal(rp_checkpoint_meta_count(a), rp_checkpoint_meta_count(b));
     for (int i = 0; i < rp_checkpoint_meta_count(a); i++) {
@@ -850,15 +850,15 @@ static void test_header_length_cap(void **state)
     tmp_path(path, sizeof path, "cap.safetensors");
     unsigned char bytes[16] = "\0\0\0\0\0\0\0\0{}      ";
     rp_checkpoint *ck;
-    rp_ckpt_put_le64(bytes, (uint64_t)RP_CHECKPOINT_HEADER_MAX + 1);
+    io_ckpt_put_le64(bytes, (uint64_t)RP_CHECKPOINT_HEADER_MAX + 1);
     write_file(path, bytes, sizeof bytes);
     assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_FORMAT);
     tu_assert_error_contains("header length 100000001 is over the limit of 100000000 bytes");
-    rp_ckpt_put_le64(bytes, RP_CHECKPOINT_HEADER_MAX);
+    io_ckpt_put_le64(bytes, RP_CHECKPOINT_HEADER_MAX);
     write_file(path, bytes, sizeof bytes);
     assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_ERR_FORMAT);
     tu_assert_error_contains("truncated: the header length 100000000 needs at least 100000008");
-    rp_ckpt_put_le64(bytes, 8);
+    io_ckpt_put_le64(bytes, 8);
     write_file(path, bytes, sizeof bytes);
     assert_int_equal(rp_checkpoint_load_safetensors(&ck, path), RP_OK);
     rp_checkpoint_destroy(ck);

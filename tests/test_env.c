@@ -162,7 +162,7 @@ static void test_actions_are_clipped(void **state)
             assert_memory_equal(&ra.reward, &rb.reward, sizeof(float));
             /* MuJoCo clamps a limited control itself; what reaches it must already be clipped */
             for (int i = 0; i < n; i++)
-                assert_true(rp_env_mj_data(a)->ctrl[i] == bound[i]);
+                assert_true(rl_env_mj_data(a)->ctrl[i] == bound[i]);
         }
         /* and the bound itself does something: a zero action gives another trajectory */
         float zero[RP_ENV_MAX_ACT] = {0};
@@ -281,8 +281,8 @@ static void test_initial_states(void **state)
     assert_true(lo[3] < -0.9 && hi[3] > 0.9); /* cos of the torso angle spans [-1, 1] */
     /* cheetah has settled for 200 steps with the clock reset, its legs within their ranges */
     rp_env_reset(ch, 1, obs);
-    const mjModel *m = rp_env_mj_model(ch);
-    const mjData *d = rp_env_mj_data(ch);
+    const mjModel *m = rl_env_mj_model(ch);
+    const mjData *d = rl_env_mj_data(ch);
     assert_true(d->time == 0.0);
     for (int j = 3; j < m->njnt; j++) {
         double q = d->qpos[m->jnt_qposadr[j]];
@@ -298,7 +298,7 @@ static void test_initial_states(void **state)
 
 static float reward_at(rp_rl_env *env, const double *qpos, const double *qvel, const float *act)
 {
-    const mjModel *m = rp_env_mj_model(env);
+    const mjModel *m = rl_env_mj_model(env);
     float r;
     assert_int_equal(rp_env_set_state(env, qpos, m->nq, qvel, m->nv, NULL), RP_OK);
     assert_int_equal(rp_env_reward(env, act, rp_env_get_spec(env)->act_dim, &r), RP_OK);
@@ -383,8 +383,8 @@ static void test_reward_reacher(void **state)
     float obs[6], zero[2] = {0, 0};
     for (uint64_t seed = 1; seed <= 5; seed++) {
         assert_int_equal(rp_env_reset(env, seed, obs), RP_OK);
-        const mjModel *m = rp_env_mj_model(env);
-        mjData *d = rp_env_mj_data(env);
+        const mjModel *m = rl_env_mj_model(env);
+        mjData *d = rl_env_mj_data(env);
         const double *t = d->geom_xpos + 3 * mj_name2id(m, mjOBJ_GEOM, "target");
         double tx = t[0], ty = t[1], r = sqrt(tx * tx + ty * ty);
         assert_true(r >= 0.05 - 1e-12 && r <= 0.2 + 1e-12);
@@ -412,7 +412,7 @@ static void test_reward_cheetah(void **state)
     rp_rl_env *env = make("cheetah-run");
     float obs[17], zero[6] = {0};
     rp_env_reset(env, 3, obs);
-    const mjData *d = rp_env_mj_data(env);
+    const mjData *d = rl_env_mj_data(env);
     double q[9], v[9] = {0};
     memcpy(q, d->qpos, sizeof q);
     double speeds[] = {3, 7.5, 12, -2, 0};
@@ -512,7 +512,7 @@ static void test_model_from_file(void **state)
     (void)state;
     static float o1[(TSTEPS + 1) * RP_ENV_MAX_OBS], o2[(TSTEPS + 1) * RP_ENV_MAX_OBS];
     float r1[TSTEPS], r2[TSTEPS];
-    const rp_env_task *tasks[] = {&rp_task_cheetah_run, &rp_task_reacher_easy};
+    const rl_env_task *tasks[] = {&rl_task_cheetah_run, &rl_task_reacher_easy};
     char path[512];
     for (int i = 0; i < 2; i++) {
         tu_tmp_path(path, sizeof path, "model.xml");
@@ -527,7 +527,7 @@ static void test_model_from_file(void **state)
         assert_memory_equal(o1, o2, n * sizeof(float));
         assert_memory_equal(r1, r2, sizeof r1);
         rp_env_destroy(b);
-        if (tasks[i] == &rp_task_reacher_easy) {
+        if (tasks[i] == &rl_task_reacher_easy) {
             /* the target moved out of its mocap body onto the world body */
             char *t1 = replace(tasks[i]->mjcf,
                                "<body name='target' mocap='true' pos='0 0 0.01'>\n"
@@ -575,11 +575,11 @@ static void test_bad_input(void **state)
     tu_assert_error_contains("MuJoCo");
 
     /* well-formed, but the pendulum's model for the cartpole task: the sizes differ */
-    write_text(path, rp_task_pendulum_swingup.mjcf);
+    write_text(path, rl_task_pendulum_swingup.mjcf);
     assert_int_equal(rp_env_create(&env, "cartpole-swingup", &o), RP_ERR_FORMAT);
     tu_assert_error_contains("nq=2");
     /* the right sizes but not the names: point_mass's model for reacher */
-    write_text(path, rp_task_point_mass_easy.mjcf);
+    write_text(path, rl_task_point_mass_easy.mjcf);
     assert_int_equal(rp_env_create(&env, "reacher-easy", &o), RP_ERR_FORMAT);
     tu_assert_error_contains("'finger'");
     assert_null(env);
@@ -618,35 +618,35 @@ static void test_tolerance(void **state)
 {
     (void)state;
     /* in bounds, at the edges too */
-    assert_true(rp_env_tolerance(0.5, 0, 1, 2, RP_TOL_GAUSSIAN, 0.1) == 1.0);
-    assert_true(rp_env_tolerance(1.0, 0, 1, 2, RP_TOL_LINEAR, 0.1) == 1.0);
-    assert_true(rp_env_tolerance(0.0, 0, 1, 0, RP_TOL_GAUSSIAN, 0.1) == 1.0);
+    assert_true(rl_tolerance(0.5, 0, 1, 2, RP_TOL_GAUSSIAN, 0.1) == 1.0);
+    assert_true(rl_tolerance(1.0, 0, 1, 2, RP_TOL_LINEAR, 0.1) == 1.0);
+    assert_true(rl_tolerance(0.0, 0, 1, 0, RP_TOL_GAUSSIAN, 0.1) == 1.0);
     /* margin 0: 0 outside */
-    assert_true(rp_env_tolerance(1.001, 0, 1, 0, RP_TOL_GAUSSIAN, 0.1) == 0.0);
+    assert_true(rl_tolerance(1.001, 0, 1, 0, RP_TOL_GAUSSIAN, 0.1) == 0.0);
     /* Gaussian: v^(d^2), symmetric about the bounds */
     const double ds[] = {0.25, 0.5, 1.0, 2.0};
     for (int i = 0; i < 4; i++) {
         double d = ds[i], g = pow(0.1, d * d);
-        assert_true(fabs(rp_env_tolerance(1 + 2 * d, 0, 1, 2, RP_TOL_GAUSSIAN, 0.1) - g) < 1e-12);
-        assert_true(fabs(rp_env_tolerance(-2 * d, 0, 1, 2, RP_TOL_GAUSSIAN, 0.1) - g) < 1e-12);
-        assert_true(fabs(rp_env_tolerance(3 + d, 3, 3, 1, RP_TOL_GAUSSIAN, 0.3) - pow(0.3, d * d)) <
+        assert_true(fabs(rl_tolerance(1 + 2 * d, 0, 1, 2, RP_TOL_GAUSSIAN, 0.1) - g) < 1e-12);
+        assert_true(fabs(rl_tolerance(-2 * d, 0, 1, 2, RP_TOL_GAUSSIAN, 0.1) - g) < 1e-12);
+        assert_true(fabs(rl_tolerance(3 + d, 3, 3, 1, RP_TOL_GAUSSIAN, 0.3) - pow(0.3, d * d)) <
                     1e-12);
         /* linear: 1 - d (1 - v), floored at 0 */
         double lin = d * 0.9 < 1 ? 1 - d * 0.9 : 0;
-        assert_true(fabs(rp_env_tolerance(-d, 0, 0, 1, RP_TOL_LINEAR, 0.1) - lin) < 1e-12);
+        assert_true(fabs(rl_tolerance(-d, 0, 0, 1, RP_TOL_LINEAR, 0.1) - lin) < 1e-12);
         /* quadratic: 1 - d^2 (1 - v) */
         double quad = d * d * 0.9 < 1 ? 1 - d * d * 0.9 : 0;
-        assert_true(fabs(rp_env_tolerance(d, 0, 0, 1, RP_TOL_QUADRATIC, 0.1) - quad) < 1e-12);
+        assert_true(fabs(rl_tolerance(d, 0, 0, 1, RP_TOL_QUADRATIC, 0.1) - quad) < 1e-12);
     }
-    assert_true(fabs(rp_env_tolerance(1, 0, 0, 1, RP_TOL_GAUSSIAN, 0.1) - 0.1) < 1e-12);
-    assert_true(fabs(rp_env_tolerance(1, 0, 0, 1, RP_TOL_LINEAR, 0.1) - 0.1) < 1e-12);
-    assert_true(fabs(rp_env_tolerance(1, 0, 0, 1, RP_TOL_QUADRATIC, 0.1) - 0.1) < 1e-12);
+    assert_true(fabs(rl_tolerance(1, 0, 0, 1, RP_TOL_GAUSSIAN, 0.1) - 0.1) < 1e-12);
+    assert_true(fabs(rl_tolerance(1, 0, 0, 1, RP_TOL_LINEAR, 0.1) - 0.1) < 1e-12);
+    assert_true(fabs(rl_tolerance(1, 0, 0, 1, RP_TOL_QUADRATIC, 0.1) - 0.1) < 1e-12);
     /* value_at_margin 0 reaches 0 at the margin (|scaled| < 1 fails there) */
-    assert_true(rp_env_tolerance(1, 0, 0, 1, RP_TOL_QUADRATIC, 0) == 0.0);
-    assert_true(rp_env_tolerance(-2, 0, 0, 2, RP_TOL_LINEAR, 0) == 0.0);
+    assert_true(rl_tolerance(1, 0, 0, 1, RP_TOL_QUADRATIC, 0) == 0.0);
+    assert_true(rl_tolerance(-2, 0, 0, 2, RP_TOL_LINEAR, 0) == 0.0);
     /* an infinite upper bound (cheetah's speed) */
-    assert_true(rp_env_tolerance(1e9, 10, INFINITY, 10, RP_TOL_LINEAR, 0) == 1.0);
-    assert_true(fabs(rp_env_tolerance(4, 10, INFINITY, 10, RP_TOL_LINEAR, 0) - 0.4) < 1e-12);
+    assert_true(rl_tolerance(1e9, 10, INFINITY, 10, RP_TOL_LINEAR, 0) == 1.0);
+    assert_true(fabs(rl_tolerance(4, 10, INFINITY, 10, RP_TOL_LINEAR, 0) - 0.4) < 1e-12);
 }
 
 int main(void)

@@ -75,15 +75,15 @@ static void assert_contains(const char *text, const char *needle, const char *wh
 static void test_parse_valid(void **state)
 {
     (void)state;
-    rp_fault_schedule s;
+    fault_schedule s;
     const char *spec = " seed=7; delay:worker=1,call=40,ms=300 ;kill: worker=2 , run=10;;"
                        "corrupt:worker=0,call=25,what=data;corrupt:worker=3,run=2,call=1;"
                        "delay:worker=any,p=0.01,ms=50;";
-    assert_int_equal(rp_fault_parse(spec, "RP_FAULTS", &s), RP_OK);
+    assert_int_equal(fault_parse(spec, "RP_FAULTS", &s), RP_OK);
     assert_true(s.seed == 7);
     assert_int_equal(s.n, 5);
     assert_string_equal(s.origin, "RP_FAULTS");
-    const rp_fault *f = s.f;
+    const fault_clause *f = s.f;
     assert_int_equal(f[0].kind, RP_FAULT_DELAY);
     assert_true(f[0].worker == 1 && f[0].call == 40 && f[0].run == -1 && f[0].ms == 300);
     assert_true(f[0].p == 0);
@@ -96,11 +96,11 @@ static void test_parse_valid(void **state)
     assert_int_equal(f[4].kind, RP_FAULT_DELAY);
     assert_true(f[4].worker == -1 && f[4].p == 0.01 && f[4].ms == 50 && f[4].call == -1);
     /* No seed: 0. NULL and blank specs are empty schedules. */
-    assert_int_equal(rp_fault_parse("kill:worker=0,call=0", NULL, &s), RP_OK);
+    assert_int_equal(fault_parse("kill:worker=0,call=0", NULL, &s), RP_OK);
     assert_true(s.seed == 0 && s.n == 1);
-    assert_int_equal(rp_fault_parse(NULL, "x", &s), RP_OK);
+    assert_int_equal(fault_parse(NULL, "x", &s), RP_OK);
     assert_int_equal(s.n, 0);
-    assert_int_equal(rp_fault_parse(" ; ;", "x", &s), RP_OK);
+    assert_int_equal(fault_parse(" ; ;", "x", &s), RP_OK);
     assert_int_equal(s.n, 0);
 }
 
@@ -141,8 +141,8 @@ static void test_parse_invalid_names_the_token(void **state)
         {"kill:worker=1,call=3;bogus:worker=1", "unknown fault 'bogus'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rp_fault_schedule s;
-        rp_status st = rp_fault_parse(cases[i].spec, "test-origin", &s);
+        fault_schedule s;
+        rp_status st = fault_parse(cases[i].spec, "test-origin", &s);
         if (st != RP_ERR_INVALID) print_error("'%s' was accepted\n", cases[i].spec);
         assert_int_equal(st, RP_ERR_INVALID);
         assert_contains(rp_last_error(), cases[i].needle, cases[i].spec);
@@ -152,8 +152,8 @@ static void test_parse_invalid_names_the_token(void **state)
     char spec[4096] = "";
     for (int k = 0; k <= RP_FAULT_MAX_CLAUSES; k++)
         strcat(spec, "kill:worker=1,call=1;");
-    rp_fault_schedule s;
-    assert_int_equal(rp_fault_parse(spec, "o", &s), RP_ERR_INVALID);
+    fault_schedule s;
+    assert_int_equal(fault_parse(spec, "o", &s), RP_ERR_INVALID);
     tu_assert_error_contains("more than 64 faults");
     /* Through the public call: refused, naming the token, and the schedule in force stays. */
     set_faults("delay:worker=0,run=1,ms=0");
@@ -181,8 +181,8 @@ static void test_long_values_are_not_cut(void **state)
     zeros[70] = '\0';
     char spec[600];
     snprintf(spec, sizeof spec, "seed=%s42;delay:worker=1,call=%s3,ms=%s7", zeros, zeros, zeros);
-    rp_fault_schedule s;
-    assert_int_equal(rp_fault_parse(spec, "t", &s), RP_OK);
+    fault_schedule s;
+    assert_int_equal(fault_parse(spec, "t", &s), RP_OK);
     assert_true(s.seed == 42);
     assert_int_equal(s.n, 1);
     assert_true(s.f[0].ms == 7 && s.f[0].call == 3 && s.f[0].worker == 1);
@@ -191,12 +191,12 @@ static void test_long_values_are_not_cut(void **state)
     assert_string_equal(s.f[0].text + len - 3, "...");
     /* A 71-digit number is still too large where it is not all leading zeros. */
     snprintf(spec, sizeof spec, "delay:worker=1,call=1%s,ms=1", zeros);
-    assert_int_equal(rp_fault_parse(spec, "t", &s), RP_ERR_INVALID);
+    assert_int_equal(fault_parse(spec, "t", &s), RP_ERR_INVALID);
     tu_assert_error_contains("is not a whole number");
     char huge[RP_FAULT_CLAUSE_MAX + 32] = "delay:worker=1,call=1,ms=";
     while (strlen(huge) < RP_FAULT_CLAUSE_MAX + 8)
         strcat(huge, "0");
-    assert_int_equal(rp_fault_parse(huge, "t", &s), RP_ERR_INVALID);
+    assert_int_equal(fault_parse(huge, "t", &s), RP_ERR_INVALID);
     tu_assert_error_contains("characters (at most 511)");
 }
 
@@ -230,36 +230,35 @@ static void test_faults_at_missing_workers_are_refused(void **state)
 static void test_random_form_is_seeded(void **state)
 {
     (void)state;
-    rp_fault_schedule a, b, c;
-    assert_int_equal(rp_fault_parse("seed=7;delay:worker=any,p=0.1,ms=1", "t", &a), RP_OK);
-    assert_int_equal(rp_fault_parse("seed=7;delay:worker=any,p=0.1,ms=1", "t", &b), RP_OK);
-    assert_int_equal(rp_fault_parse("seed=8;delay:worker=any,p=0.1,ms=1", "t", &c), RP_OK);
+    fault_schedule a, b, c;
+    assert_int_equal(fault_parse("seed=7;delay:worker=any,p=0.1,ms=1", "t", &a), RP_OK);
+    assert_int_equal(fault_parse("seed=7;delay:worker=any,p=0.1,ms=1", "t", &b), RP_OK);
+    assert_int_equal(fault_parse("seed=8;delay:worker=any,p=0.1,ms=1", "t", &c), RP_OK);
     int fired = 0, differ = 0;
     for (int w = 0; w < 4; w++)
         for (uint64_t call = 0; call < 5000; call++) {
-            bool fa = rp_fault_fires(&a, 0, w, call, 0, call);
-            assert_true(fa == rp_fault_fires(&b, 0, w, call, 0, call));
+            bool fa = fault_fires(&a, 0, w, call, 0, call);
+            assert_true(fa == fault_fires(&b, 0, w, call, 0, call));
             /* Only the call counts, not the run it falls in (no run= given). */
-            assert_true(fa == rp_fault_fires(&a, 0, w, call, 3, 1));
+            assert_true(fa == fault_fires(&a, 0, w, call, 3, 1));
             fired += fa;
-            differ += fa != rp_fault_fires(&c, 0, w, call, 0, call);
+            differ += fa != fault_fires(&c, 0, w, call, 0, call);
         }
     /* 20000 draws at p = 0.1: 2000 expected, sd 42. */
     if (fired < 1800 || fired > 2200) print_error("fired %d of 20000 at p = 0.1\n", fired);
     assert_true(fired >= 1800 && fired <= 2200);
     assert_true(differ > 1000);
     /* A worker and a run restrict it. */
-    assert_int_equal(rp_fault_parse("seed=7;kill:worker=2,run=3,p=1", "t", &a), RP_OK);
-    assert_true(rp_fault_fires(&a, 0, 2, 17, 3, 5));
-    assert_false(rp_fault_fires(&a, 0, 1, 17, 3, 5));
-    assert_false(rp_fault_fires(&a, 0, 2, 17, 4, 5));
+    assert_int_equal(fault_parse("seed=7;kill:worker=2,run=3,p=1", "t", &a), RP_OK);
+    assert_true(fault_fires(&a, 0, 2, 17, 3, 5));
+    assert_false(fault_fires(&a, 0, 1, 17, 3, 5));
+    assert_false(fault_fires(&a, 0, 2, 17, 4, 5));
     /* run= alone: the run's first call; with call=, the run's call-th. */
-    assert_int_equal(rp_fault_parse("kill:worker=2,run=3;kill:worker=2,run=3,call=4", "t", &a),
-                     RP_OK);
-    assert_true(rp_fault_fires(&a, 0, 2, 40, 3, 0));
-    assert_false(rp_fault_fires(&a, 0, 2, 41, 3, 1));
-    assert_true(rp_fault_fires(&a, 1, 2, 44, 3, 4));
-    assert_false(rp_fault_fires(&a, 1, 2, 4, 0, 4));
+    assert_int_equal(fault_parse("kill:worker=2,run=3;kill:worker=2,run=3,call=4", "t", &a), RP_OK);
+    assert_true(fault_fires(&a, 0, 2, 40, 3, 0));
+    assert_false(fault_fires(&a, 0, 2, 41, 3, 1));
+    assert_true(fault_fires(&a, 1, 2, 44, 3, 4));
+    assert_false(fault_fires(&a, 1, 2, 4, 0, 4));
 }
 
 /* ---- the threads backend, through the runtime ------------------------------------------ */
@@ -327,8 +326,8 @@ static void test_delay_past_timeout_names_late_worker(void **state)
     assert_int_equal(j.status[1], RP_ERR_COMM);
     assert_true(j.took[1] >= 1.45);
     assert_true(rp_comm_faults_injected() == 1);
-    rp_fault_event e;
-    assert_int_equal(rp_fault_events(&e, 1), 1);
+    fault_event e;
+    assert_int_equal(fault_events(&e, 1), 1);
     assert_true(e.kind == RP_FAULT_DELAY && e.worker == 1 && e.run == 1 && e.in_run == 1);
     set_faults(NULL);
 }
@@ -611,13 +610,13 @@ static rp_status many_calls_fn(rp_replica *rep, void *arg)
 
 static int by_worker_call(const void *a, const void *b)
 {
-    const rp_fault_event *x = a, *y = b;
+    const fault_event *x = a, *y = b;
     if (x->worker != y->worker) return x->worker - y->worker;
     return x->call < y->call ? -1 : x->call > y->call;
 }
 
 /* The faults a 3-worker job of 40 barriers gets from `spec`, sorted by worker and call. */
-static int injected_by(const char *spec, rp_fault_event *ev, int max)
+static int injected_by(const char *spec, fault_event *ev, int max)
 {
     set_faults(spec);
     rp_config cfg = test_config(3, 30);
@@ -627,7 +626,7 @@ static int injected_by(const char *spec, rp_fault_event *ev, int max)
     assert_int_equal(rp_replicator_run(r, many_calls_fn, j), RP_OK);
     rp_replicator_destroy(r);
     free(j);
-    int n = rp_fault_events(ev, max);
+    int n = fault_events(ev, max);
     qsort(ev, (size_t)n, sizeof *ev, by_worker_call);
     return n;
 }
@@ -635,7 +634,7 @@ static int injected_by(const char *spec, rp_fault_event *ev, int max)
 static void test_same_seed_same_faults(void **state)
 {
     (void)state;
-    static rp_fault_event a[RP_FAULT_EVENTS], b[RP_FAULT_EVENTS], c[RP_FAULT_EVENTS];
+    static fault_event a[RP_FAULT_EVENTS], b[RP_FAULT_EVENTS], c[RP_FAULT_EVENTS];
     const char *spec = "seed=11;delay:worker=any,run=1,p=0.25,ms=0";
     int na = injected_by(spec, a, RP_FAULT_EVENTS);
     int nb = injected_by(spec, b, RP_FAULT_EVENTS);

@@ -345,7 +345,7 @@ static void test_help_and_echo(void **state)
 static void test_runtime_table(void **state)
 {
     (void)state;
-    int n = rp_options_count(rp_config_options);
+    int n = rp_options_count(rp_config_options());
     assert_true(n > 10);
     rp_config cfg = rp_config_default();
     char *argv[] = {"p",      "--regime",    "async", "--precision", "bf16",
@@ -364,11 +364,11 @@ static void test_runtime_table(void **state)
     char *text = NULL;
     size_t size = 0;
     FILE *f = open_memstream(&text, &size);
-    rp_options_print_help(f, rp_config_options);
+    rp_options_print_help(f, rp_config_options());
     fclose(f);
     for (int i = 0; i < n; i++)
-        if (rp_config_options[i].type != RP_OPTION_SECTION)
-            assert_non_null(strstr(text, rp_config_options[i].name));
+        if (rp_config_options()[i].type != RP_OPTION_SECTION)
+            assert_non_null(strstr(text, rp_config_options()[i].name));
     free(text);
 }
 

@@ -18,7 +18,9 @@
  * lines exactly, nothing goes over the data axis, the optimizer state is the
  * replica's own copy; the servers' shards are (1 + slots) x P floats.
  * Plus the line bookkeeping (merging, the limit) and the refusals: async,
- * groups of one replica (run as async), groups that do not divide.
+ * groups of one replica (run as async), groups that do not divide. A
+ * strategy chosen as cfg.strategy is planned exactly as its older spelling
+ * (cfg.zero, cfg.sync_groups, cfg.regime), and the choices differ.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -500,6 +502,53 @@ static void test_lines(void **state)
     assert_string_equal(rp_plan_axis_name(RP_PLAN_GROUP), "group");
 }
 
+/* Plans of every worker of n replicas, byte for byte. */
+static bool same_plans(const rp_config *a, const rp_config *b, int n, const rp_params *p,
+                       const rp_optim_config *oc)
+{
+    for (int id = 0; id < n; id++) {
+        rp_plan_worker x, y;
+        memset(&x, 0, sizeof x);
+        memset(&y, 0, sizeof y);
+        assert_int_equal(rp_plan_runtime(a, n, id, p, oc, &x), RP_OK);
+        assert_int_equal(rp_plan_runtime(b, n, id, p, oc, &y), RP_OK);
+        if (memcmp(&x, &y, sizeof x) != 0) return false;
+    }
+    return true;
+}
+
+static void test_strategy_choice(void **state)
+{
+    (void)state;
+    rp_params *p;
+    assert_int_equal(make_params(&p), RP_OK);
+    rp_optim_config oc = rp_optim_config_default();
+    oc.kind = RP_OPTIM_ADAM;
+    rp_config sync = layout(4, false, 256), zero = layout(4, true, 256), zero1 = sync;
+    zero1.strategy = RP_STRATEGY_ZERO1;
+    assert_true(same_plans(&zero1, &zero, 4, p, &oc));
+    assert_false(same_plans(&zero1, &sync, 4, p, &oc));
+    rp_config groups = sync, chosen = sync;
+    groups.sync_groups = 2;
+    chosen.strategy = RP_STRATEGY_SYNC_GROUPS;
+    chosen.sync_groups = 2;
+    assert_true(same_plans(&chosen, &groups, 4, p, &oc));
+    assert_false(same_plans(&chosen, &sync, 4, p, &oc));
+    assert_int_equal(rp_plan_servers(&chosen, p, &oc), rp_plan_servers(&groups, p, &oc));
+    assert_true(rp_plan_servers(&chosen, p, &oc) > 0);
+    assert_int_equal(rp_plan_servers(&zero1, p, &oc), 0);
+    rp_plan_worker w;
+    memset(&w, 0, sizeof w);
+    rp_config async = sync;
+    async.strategy = RP_STRATEGY_ASYNC;
+    assert_int_equal(rp_plan_runtime(&async, 4, 0, p, &oc, &w), RP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rp_last_error(), "the planner covers synchronous layouts"));
+    async.strategy = (rp_strategy_kind)9;
+    assert_int_equal(rp_plan_runtime(&async, 4, 0, p, &oc, &w), RP_ERR_INVALID);
+    assert_non_null(strstr(rp_last_error(), "strategy = 9"));
+    rp_params_destroy(p);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -530,10 +579,15 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_replica), cmocka_unit_test(test_sync),
-        cmocka_unit_test(test_zero),        cmocka_unit_test(test_bf16_gradients),
-        cmocka_unit_test(test_pipeline),    cmocka_unit_test(test_groups),
-        cmocka_unit_test(test_lines),       cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_one_replica),
+        cmocka_unit_test(test_sync),
+        cmocka_unit_test(test_zero),
+        cmocka_unit_test(test_bf16_gradients),
+        cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_groups),
+        cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_strategy_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -471,23 +471,23 @@ static void test_sumtree_against_linear_scan(void **state)
 {
     (void)state;
     enum { LEAVES = 1000 };
-    double *node = malloc(2 * (size_t)rp_sumtree_p2(LEAVES) * sizeof(double));
+    double *node = malloc(2 * (size_t)rl_sumtree_p2(LEAVES) * sizeof(double));
     assert_non_null(node);
-    rp_sumtree t;
-    rp_sumtree_init(&t, node, LEAVES);
+    rl_sumtree t;
+    rl_sumtree_init(&t, node, LEAVES);
     assert_int_equal(t.leaves_p2, 1024);
     static double cur[LEAVES];
     rp_rng rng = rp_rng_make(5, 0);
     for (int it = 0; it < 100000; it++) {
         int64_t j = rp_rng_below(&rng, LEAVES);
         cur[j] = (rp_rng_below(&rng, 10) == 0) ? 0.0 : (double)rp_rng_uniform(&rng) * 1000.0;
-        rp_sumtree_set(&t, j, cur[j]);
+        rl_sumtree_set(&t, j, cur[j]);
     }
     /* Empty leaves at both ends and one in the middle, and the padding leaves after 999. */
     const int64_t empty[4] = {0, 1, 500, LEAVES - 1};
     for (int e = 0; e < 4; e++) {
         cur[empty[e]] = 0;
-        rp_sumtree_set(&t, empty[e], 0);
+        rl_sumtree_set(&t, empty[e], 0);
     }
     double sum = 0;
     for (int j = 0; j < LEAVES; j++)
@@ -496,9 +496,9 @@ static void test_sumtree_against_linear_scan(void **state)
     int64_t last_pos = LEAVES - 1;
     while (cur[last_pos] == 0)
         last_pos--;
-    assert_true(cur[rp_sumtree_find(&t, 0.0)] > 0);           /* not leaf 0 or 1 */
-    assert_int_equal(rp_sumtree_find(&t, sum), last_pos);     /* at the end: the last positive */
-    assert_int_equal(rp_sumtree_find(&t, sum * 2), last_pos); /* past it, likewise */
+    assert_true(cur[rl_sumtree_find(&t, 0.0)] > 0);           /* not leaf 0 or 1 */
+    assert_int_equal(rl_sumtree_find(&t, sum), last_pos);     /* at the end: the last positive */
+    assert_int_equal(rl_sumtree_find(&t, sum * 2), last_pos); /* past it, likewise */
     for (int it = 0; it < 20000; it++) {
         double mass = (double)rp_rng_uniform(&rng) * sum;
         if (it == 0) mass = 0;
@@ -515,7 +515,7 @@ static void test_sumtree_against_linear_scan(void **state)
         if (want < 0) /* past the end by rounding: the last positive leaf */
             for (int j = LEAVES - 1; j >= 0 && want < 0; j--)
                 if (cur[j] > 0) want = j;
-        int64_t got = rp_sumtree_find(&t, mass);
+        int64_t got = rl_sumtree_find(&t, mass);
         /* Leaf boundaries may round either way: accept a neighbour only at a boundary. */
         if (got != want) {
             double lo = 0;

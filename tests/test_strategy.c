@@ -10,6 +10,9 @@
  *    widened, on both replicas; 40 steps keep the replicas bitwise identical
  *    and track the f32 run's loss within 1e-3 at every step;
  *  - --grad-dtype is parsed, and refused with async or another type;
+ *  - one strategy choice: cfg.strategy, --strategy, and the older fields
+ *    (regime, zero, sync_groups) as its spellings, which run the same table;
+ *    a spelling that names another strategy than cfg.strategy is refused;
  *  - a NaN from one replica's data is reported as that replica's, naming the
  *    parameter, and nothing is updated;
  *  - a replica stuck in user code is named by the watchdog and run() returns;
@@ -517,6 +520,135 @@ static void test_grad_dtype_option(void **state)
     assert_null(r);
 }
 
+/* ---- one strategy choice: cfg.strategy and its older spellings --------------------- */
+
+/* What the table a config runs shows through the API: lockstep, sharded, replicas in sync. */
+static void shape(const rp_config *cfg, bool *lockstep, bool *sharded, int *in_sync)
+{
+    rp_replicator *r = make(cfg);
+    *lockstep = rp_replicator_lockstep(r);
+    *sharded = rp_replicator_sharded(r);
+    *in_sync = rp_replica_in_sync(rp_replicator_replica(r, 0));
+    rp_replicator_destroy(r);
+}
+
+static void test_strategy_choice(void **state)
+{
+    rp_config c = rp_config_default();
+    assert_int_equal(c.strategy, RP_STRATEGY_SYNC);
+    assert_int_equal(rp_config_strategy(&c), RP_STRATEGY_SYNC);
+    assert_int_equal(rp_config_strategy(NULL), RP_STRATEGY_SYNC);
+    c.regime = RP_REGIME_ASYNC;
+    assert_int_equal(rp_config_strategy(&c), RP_STRATEGY_ASYNC);
+    c = rp_config_default();
+    c.zero = true;
+    assert_int_equal(rp_config_strategy(&c), RP_STRATEGY_ZERO1);
+    c = rp_config_default();
+    c.sync_groups = 1; /* off */
+    assert_int_equal(rp_config_strategy(&c), RP_STRATEGY_SYNC);
+    c.sync_groups = 2;
+    assert_int_equal(rp_config_strategy(&c), RP_STRATEGY_SYNC_GROUPS);
+    c = rp_config_default();
+    c.strategy = RP_STRATEGY_ZERO1;
+    assert_int_equal(rp_config_strategy(&c), RP_STRATEGY_ZERO1);
+    assert_string_equal(rp_strategy_name(RP_STRATEGY_SYNC), "sync");
+    assert_string_equal(rp_strategy_name(RP_STRATEGY_ASYNC), "async");
+    assert_string_equal(rp_strategy_name(RP_STRATEGY_ZERO1), "zero1");
+    assert_string_equal(rp_strategy_name(RP_STRATEGY_SYNC_GROUPS), "sync-groups");
+    assert_string_equal(rp_strategy_name((rp_strategy_kind)RP_STRATEGIES), "?");
+
+    /* --strategy takes every name, and nothing else. */
+    for (int k = 0; k < RP_STRATEGIES; k++) {
+        c = rp_config_default();
+        char *argv[] = {"prog", "--strategy", (char *)rp_strategy_name((rp_strategy_kind)k), "x",
+                        NULL};
+        int argc = 4;
+        assert_int_equal(rp_config_from_args(&c, &argc, argv), RP_OK);
+        assert_int_equal(c.strategy, k);
+        assert_int_equal(argc, 2);
+    }
+    char *bad[] = {"prog", "--strategy", "zero", NULL};
+    int argc = 3;
+    assert_int_equal(rp_config_from_args(&c, &argc, bad), RP_ERR_INVALID);
+    tu_assert_error_contains("--strategy zero: expected sync, async, zero1 or sync-groups");
+
+    /* Each spelling runs the same table as the choice it spells. */
+    struct {
+        rp_strategy_kind kind;
+        int replicas;
+        bool lockstep, sharded;
+        int in_sync;
+    } want[] = {
+        {RP_STRATEGY_SYNC, 2, true, false, 2},
+        {RP_STRATEGY_ASYNC, 2, false, false, 1},
+        {RP_STRATEGY_ZERO1, 2, true, true, 2},
+        {RP_STRATEGY_SYNC_GROUPS, 4, false, false, 2},
+    };
+    for (int k = 0; k < RP_STRATEGIES; k++) {
+        rp_config by_enum = config(want[k].replicas), spelled = by_enum;
+        by_enum.strategy = want[k].kind;
+        if (want[k].kind == RP_STRATEGY_ASYNC) spelled.regime = RP_REGIME_ASYNC;
+        if (want[k].kind == RP_STRATEGY_ZERO1) spelled.zero = true;
+        if (want[k].kind == RP_STRATEGY_SYNC_GROUPS) by_enum.sync_groups = spelled.sync_groups = 2;
+        bool lockstep[2], sharded[2];
+        int in_sync[2];
+        shape(&by_enum, &lockstep[0], &sharded[0], &in_sync[0]);
+        shape(&spelled, &lockstep[1], &sharded[1], &in_sync[1]);
+        for (int v = 0; v < 2; v++) {
+            assert_int_equal(lockstep[v], want[k].lockstep);
+            assert_int_equal(sharded[v], want[k].sharded);
+            assert_int_equal(in_sync[v], want[k].in_sync);
+        }
+    }
+    /* Sync groups of one replica each are async training, however spelled. */
+    c = config(2);
+    c.strategy = RP_STRATEGY_SYNC_GROUPS;
+    c.sync_groups = 2;
+    bool lockstep, sharded;
+    int in_sync;
+    shape(&c, &lockstep, &sharded, &in_sync);
+    assert_false(lockstep);
+    assert_int_equal(in_sync, 1);
+
+    /* A spelling that names another strategy than cfg.strategy is refused, by name. */
+    rp_replicator *r = NULL;
+    c = config(2);
+    c.strategy = RP_STRATEGY_ASYNC;
+    c.zero = true;
+    assert_int_equal(rp_replicator_create(&r, &c), RP_ERR_INVALID);
+    tu_assert_error_contains("strategy = async with zero = true");
+    c = config(2);
+    c.strategy = RP_STRATEGY_ZERO1;
+    c.regime = RP_REGIME_ASYNC;
+    assert_int_equal(rp_replicator_create(&r, &c), RP_ERR_INVALID);
+    tu_assert_error_contains("strategy = zero1 with regime = async");
+    c = config(4);
+    c.strategy = RP_STRATEGY_ZERO1;
+    c.sync_groups = 2;
+    assert_int_equal(rp_replicator_create(&r, &c), RP_ERR_INVALID);
+    tu_assert_error_contains("strategy = zero1 with sync_groups = 2");
+    c = config(4);
+    c.strategy = RP_STRATEGY_SYNC_GROUPS;
+    assert_int_equal(rp_replicator_create(&r, &c), RP_ERR_INVALID);
+    tu_assert_error_contains("strategy = sync-groups with sync_groups = 0");
+    c = config(2);
+    c.strategy = (rp_strategy_kind)7;
+    assert_int_equal(rp_replicator_create(&r, &c), RP_ERR_INVALID);
+    tu_assert_error_contains("strategy = 7: not an rp_strategy_kind");
+    c = config(2);
+    c.strategy = RP_STRATEGY_ASYNC;
+    c.grad_dtype = RP_BF16;
+    assert_int_equal(rp_replicator_create(&r, &c), RP_ERR_INVALID);
+    tu_assert_error_contains("grad_dtype = bf16 with the async regime");
+    /* The same choice twice is no conflict. */
+    c = config(2);
+    c.strategy = RP_STRATEGY_ZERO1;
+    c.zero = true;
+    shape(&c, &lockstep, &sharded, &in_sync);
+    assert_true(sharded);
+    assert_null(r);
+}
+
 /* ---- 3. a NaN names the replica whose data made it ------------------------------- */
 
 static void test_nan_names_its_replica(void **state)
@@ -742,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_bf16_gradients_on_the_wire),
         cmocka_unit_test(test_bf16_tracks_f32),
         cmocka_unit_test(test_grad_dtype_option),
+        cmocka_unit_test(test_strategy_choice),
         cmocka_unit_test(test_nan_names_its_replica),
         cmocka_unit_test(test_stuck_replica_named),
         cmocka_unit_test(test_stuck_exit_ends_the_process),

@@ -601,6 +601,7 @@ static rp_trainer_config trainer_config(const char *run_dir, const char *tb_dir)
     c.rate_key = "images_per_s";
     c.quiet = true;
     c.tensorboard_dir = tb_dir;
+    c.tensorboard_writer = rp_tensorboard_scalar_writer();
     return c;
 }
 
@@ -780,6 +781,70 @@ static void test_trainer_write_failure_warns_once(void **unused)
     assert_true(records >= 1 + 4); /* the version; train/loss, zero, lr and the rate at step 2 */
 }
 
+/* A writer of the program's own: counts what the trainer hands it. */
+typedef struct counting {
+    int created, added, flushed, destroyed;
+    char dir[512];
+} counting;
+static counting counted;
+
+static rp_status count_create(void **w, const char *dir)
+{
+    counted.created++;
+    snprintf(counted.dir, sizeof counted.dir, "%s", dir);
+    *w = &counted;
+    return RP_OK;
+}
+static rp_status count_add(void *w, const char *tag, int64_t step, double value)
+{
+    assert_ptr_equal(w, &counted);
+    assert_true(strlen(tag) <= RP_TRAINER_TAG_MAX && step >= 0 && isfinite(value));
+    counted.added++;
+    return RP_OK;
+}
+static rp_status count_flush(void *w)
+{
+    counted.flushed++;
+    return RP_OK;
+}
+static rp_status count_destroy(void *w)
+{
+    counted.destroyed++;
+    return RP_OK;
+}
+
+/*
+ * The core library holds no TensorBoard code: tensorboard_dir needs a writer (refused by name
+ * without one), and any table of the same shape is used as rp_tensorboard_scalar_writer() is.
+ */
+static void test_trainer_needs_a_writer(void **unused)
+{
+    (void)unused;
+    char run_dir[512], tb_dir[512];
+    tu_tmp_path(run_dir, sizeof run_dir, "run_writer");
+    tu_tmp_path(tb_dir, sizeof tb_dir, "run_writer_tb");
+    job j = {.limit_at = -1};
+    rp_trainer_config c = trainer_config(run_dir, tb_dir);
+    c.tensorboard_writer = NULL;
+    rp_trainer *t = NULL;
+    assert_int_equal(rp_trainer_create(&t, &c, &model, &j), RP_ERR_INVALID);
+    assert_null(t);
+    assert_non_null(strstr(rp_last_error(), "tensorboard_writer is NULL"));
+    assert_non_null(strstr(rp_last_error(), "rp_tensorboard_scalar_writer()"));
+
+    static const rp_scalar_writer mine = {count_create, count_add, count_flush, count_destroy};
+    c.tensorboard_writer = &mine;
+    assert_int_equal(rp_trainer_create(&t, &c, &model, &j), RP_OK);
+    assert_int_equal(rp_trainer_run(t), RP_OK);
+    assert_int_equal(rp_trainer_destroy(t), RP_OK);
+    assert_int_equal(counted.created, 1);
+    assert_string_equal(counted.dir, tb_dir);
+    assert_true(counted.added > 10 && counted.flushed > 2);
+    assert_int_equal(counted.destroyed, 1);
+    struct stat st; /* the table, not TensorBoard's writer, got the numbers: no directory */
+    assert_int_equal(stat(tb_dir, &st), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -792,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_failed_write_is_final),
         cmocka_unit_test(test_trainer_writes_every_metric),
         cmocka_unit_test(test_trainer_write_failure_warns_once),
+        cmocka_unit_test(test_trainer_needs_a_writer),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -18,7 +18,10 @@
  *    on 2 and equals the sync run that did the same;
  *  - global-norm clipping on the shards equals the sync strategy's to 1e-6;
  *  - a NaN in one replica's data fails the step on every replica, naming it,
- *    with nothing updated.
+ *    with nothing updated;
+ *  - ZeRO-1 chosen as cfg.strategy = RP_STRATEGY_ZERO1 is the ZeRO-1 of
+ *    cfg.zero (the same values and shards) and equals sync, on 2, 3 and 4
+ *    replicas with SGD, Adam and AdamW.
  *
  * The model: linear 6 -> 5 with bias, ReLU, linear 5 -> 3 with bias (53
  * values: no replica count above 1 divides it). The global batch of step s
@@ -59,6 +62,7 @@ typedef struct job {
     size_t bytes[MAXR];          /* each replica's optimizer state, after build */
     float norm[MAXR];            /* each replica's last gradient norm (clip) */
     rp_status step_status;       /* of the failing step (nan) */
+    bool by_enum;                /* ZeRO-1 chosen as cfg.strategy, not its older spelling */
 } job;
 
 typedef struct clip_ctx {
@@ -165,7 +169,10 @@ static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
     cfg.threads_per_replica = 1;
     cfg.timeout_s = 30;
     cfg.checksum_every = 1;
-    cfg.zero = zero;
+    if (j->by_enum)
+        cfg.strategy = zero ? RP_STRATEGY_ZERO1 : RP_STRATEGY_SYNC;
+    else
+        cfg.zero = zero;
     cfg.grad_dtype = j->grad_dtype;
     if (bucket_bytes) cfg.bucket_bytes = bucket_bytes;
     if (j->accum < 1) j->accum = 1;
@@ -502,6 +509,28 @@ static void test_nonfinite(void **state)
     tu_assert_error_contains("no parameter was updated");
 }
 
+/* ---- 7. cfg.strategy = RP_STRATEGY_ZERO1 is the same ZeRO-1 as cfg.zero ------------------ */
+
+static void test_strategy_enum(void **state)
+{
+    rp_optim_kind kinds[3] = {RP_OPTIM_SGD, RP_OPTIM_ADAM, RP_OPTIM_ADAMW};
+    for (int n = 2; n <= 4; n++)
+        for (int k = 0; k < 3; k++) {
+            job s = make_job(kinds[k], 4), z = make_job(kinds[k], 4), e = make_job(kinds[k], 4);
+            e.by_enum = true;
+            assert_int_equal(run_job(&s, n, false, 16), RP_OK);
+            assert_int_equal(run_job(&z, n, true, 16), RP_OK);
+            assert_int_equal(run_job(&e, n, true, 16), RP_OK);
+            char what[64];
+            snprintf(what, sizeof what, "strategy zero1, kind %d, %d replicas", (int)kinds[k], n);
+            assert_bitwise(e.out, s.out, what);
+            assert_bitwise(e.out, z.out, what);
+            for (int q = 0; q < n; q++)
+                assert_int_equal(e.bytes[q], z.bytes[q]); /* sharded as cfg.zero shards */
+            assert_true(e.bytes[0] < s.bytes[0]);         /* Nesterov SGD has a slot too */
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -515,6 +544,7 @@ int main(void)
         cmocka_unit_test(test_resume_4_to_2),
         cmocka_unit_test(test_clip),
         cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_strategy_enum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

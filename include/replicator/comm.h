@@ -67,7 +67,7 @@ extern "C" {
 typedef enum { RP_SUM = 0, RP_MEAN = 1, RP_MAX = 2, RP_MIN = 3, RP_FIRST = 4 } rp_reduce_op;
 
 /* "sum", "mean", "max", "min", "first". */
-const char *rp_reduce_op_name(rp_reduce_op op);
+RP_API const char *rp_reduce_op_name(rp_reduce_op op);
 
 typedef struct rp_comm rp_comm;
 
@@ -79,7 +79,7 @@ typedef struct rp_comm rp_comm;
  * destroyed by its own rp_comm_destroy(); the shared state goes with the
  * last one. Errors: RP_ERR_INVALID (n < 1, timeout <= 0), RP_ERR_NOMEM.
  */
-rp_status rp_comm_threads_create(rp_comm **comms, int n, const int *ids, double timeout_s);
+RP_API rp_status rp_comm_threads_create(rp_comm **comms, int n, const int *ids, double timeout_s);
 
 /*
  * The MPI backend: one member per MPI process, over a duplicate of
@@ -102,7 +102,7 @@ rp_status rp_comm_threads_create(rp_comm **comms, int n, const int *ids, double 
  * results are deterministic and equal the threads backend's.
  * Errors: RP_ERR_UNSUPPORTED in a build without MPI; RP_ERR_BACKEND.
  */
-rp_status rp_comm_mpi_create(rp_comm **comm, double timeout_s);
+RP_API rp_status rp_comm_mpi_create(rp_comm **comm, double timeout_s);
 
 /*
  * The hierarchical backend: n members (threads) in this process on each of
@@ -117,10 +117,10 @@ rp_status rp_comm_mpi_create(rp_comm **comm, double timeout_s);
  * like the other backends; every rank must pass the same n (collective over
  * MPI_COMM_WORLD). Backend name "mpi+threads".
  */
-rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s);
+RP_API rp_status rp_comm_hier_create(rp_comm **comms, int n, double timeout_s);
 
 /* True if this process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set). */
-bool rp_comm_mpi_launched(void);
+RP_API bool rp_comm_mpi_launched(void);
 
 /*
  * Ends the whole MPI job with exit status `code` (MPI_Abort on
@@ -128,7 +128,7 @@ bool rp_comm_mpi_launched(void);
  * stopped or dead and MPI_Finalize could wait for it forever. Returns only
  * where MPI is not running (not initialised, finalised, or not built).
  */
-void rp_comm_mpi_abort(int code);
+RP_API void rp_comm_mpi_abort(int code);
 
 /*
  * Frees this member's handle (not collective; it never waits for the peers).
@@ -141,12 +141,12 @@ void rp_comm_mpi_abort(int code);
  * peer's send to this member after its close fails at once with
  * RP_ERR_COMM, as does a receive of a message it did not send first.
  */
-void rp_comm_destroy(rp_comm *comm);
+RP_API void rp_comm_destroy(rp_comm *comm);
 
-int rp_comm_rank(const rp_comm *comm);
-int rp_comm_size(const rp_comm *comm);
+RP_API int rp_comm_rank(const rp_comm *comm);
+RP_API int rp_comm_size(const rp_comm *comm);
 /* The replica id of `rank` (for messages; the rank itself unless given). */
-int rp_comm_replica_id(const rp_comm *comm, int rank);
+RP_API int rp_comm_replica_id(const rp_comm *comm, int rank);
 /*
  * What this handle's messages call a member, before its id: "replica" (the default), or e.g.
  * "worker" where a replica spans several workers or the job has roles (the runtime sets it on
@@ -156,8 +156,8 @@ int rp_comm_replica_id(const rp_comm *comm, int rank);
  * messages of its process's MPI part, so set it on every member before they communicate (as the
  * runtime does).
  */
-void rp_comm_set_noun(rp_comm *comm, const char *noun);
-const char *rp_comm_noun(const rp_comm *comm);
+RP_API void rp_comm_set_noun(rp_comm *comm, const char *noun);
+RP_API const char *rp_comm_noun(const rp_comm *comm);
 /*
  * What this handle's error messages call the communicator, e.g. "data axis": a failed call's
  * message then reads "data axis: worker 1 ended its step ..." (after the file:line origin), so
@@ -167,43 +167,44 @@ const char *rp_comm_noun(const rp_comm *comm);
  * Not inherited by splits. At most 23 characters (longer is cut); NULL or "": none (the
  * default). Not collective: this handle only. rp_comm_name: "" when none or for NULL.
  */
-void rp_comm_set_name(rp_comm *comm, const char *name);
-const char *rp_comm_name(const rp_comm *comm);
+RP_API void rp_comm_set_name(rp_comm *comm, const char *name);
+RP_API const char *rp_comm_name(const rp_comm *comm);
 /* Name of the backend ("threads", "mpi"). */
-const char *rp_comm_backend(const rp_comm *comm);
+RP_API const char *rp_comm_backend(const rp_comm *comm);
 
 /* How long this member waits for its peers, in seconds (> 0). */
-rp_status rp_comm_set_timeout(rp_comm *comm, double seconds);
-double rp_comm_timeout(const rp_comm *comm);
+RP_API rp_status rp_comm_set_timeout(rp_comm *comm, double seconds);
+RP_API double rp_comm_timeout(const rp_comm *comm);
 
 /*
  * recv[i] = op over members of send[i], for i < count, on every member.
  * send == recv: in place. Otherwise the buffers must not overlap.
  */
-rp_status rp_comm_all_reduce(rp_comm *comm, const void *send, void *recv, int64_t count,
-                             rp_dtype dtype, rp_reduce_op op);
+RP_API rp_status rp_comm_all_reduce(rp_comm *comm, const void *send, void *recv, int64_t count,
+                                    rp_dtype dtype, rp_reduce_op op);
 
 /*
  * Rank r receives block r of the reduction: recv[i] = op over members of
  * send[r*count + i], i < count. send holds size*count elements. In place
  * (as in NCCL): recv == send + rank*count.
  */
-rp_status rp_comm_reduce_scatter(rp_comm *comm, const void *send, void *recv, int64_t count,
-                                 rp_dtype dtype, rp_reduce_op op);
+RP_API rp_status rp_comm_reduce_scatter(rp_comm *comm, const void *send, void *recv, int64_t count,
+                                        rp_dtype dtype, rp_reduce_op op);
 
 /*
  * recv[r*count + i] = send of rank r [i]: the members' buffers stacked
  * along a new leading axis. recv holds size*count elements. In place: send
  * == recv + rank*count.
  */
-rp_status rp_comm_all_gather(rp_comm *comm, const void *send, void *recv, int64_t count,
-                             rp_dtype dtype);
+RP_API rp_status rp_comm_all_gather(rp_comm *comm, const void *send, void *recv, int64_t count,
+                                    rp_dtype dtype);
 
 /* buf on every member becomes root's buf (count elements). */
-rp_status rp_comm_broadcast(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int root);
+RP_API rp_status rp_comm_broadcast(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype,
+                                   int root);
 
 /* Returns when every member has called it. */
-rp_status rp_comm_barrier(rp_comm *comm);
+RP_API rp_status rp_comm_barrier(rp_comm *comm);
 
 /*
  * Splits the communicator into groups (collective over `comm`): members
@@ -214,10 +215,10 @@ rp_status rp_comm_barrier(rp_comm *comm);
  * It is made of two all-gathers on the parent (so the parent's sequence
  * number advances by 2, and an error names those all-gathers).
  */
-rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out);
+RP_API rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out);
 
 /* Collectives this member has completed (the next call's sequence number). */
-uint64_t rp_comm_sequence(const rp_comm *comm);
+RP_API uint64_t rp_comm_sequence(const rp_comm *comm);
 
 /*
  * Tells the peers that this member has left the current phase of work
@@ -228,11 +229,11 @@ uint64_t rp_comm_sequence(const rp_comm *comm);
  * (rp_comm_step_user_sequence). The runtime calls these (rejoin before
  * every run); user code does not need to.
  */
-void rp_comm_leave(rp_comm *comm, rp_status status, const char *reason);
-void rp_comm_rejoin(rp_comm *comm);
+RP_API void rp_comm_leave(rp_comm *comm, rp_status status, const char *reason);
+RP_API void rp_comm_rejoin(rp_comm *comm);
 
 /* true once a collective error broke the communicator (see the top). */
-bool rp_comm_broken(const rp_comm *comm);
+RP_API bool rp_comm_broken(const rp_comm *comm);
 
 /* ---- the runtime's own calls ------------------------------------------------------------ */
 
@@ -249,15 +250,15 @@ bool rp_comm_broken(const rp_comm *comm);
  * pair inside an outer one keeps the outer `what`. Not thread-safe beyond
  * the handle's own thread; NULL comm is ignored.
  */
-void rp_comm_begin_internal(rp_comm *comm, const char *what);
-void rp_comm_end_internal(rp_comm *comm);
+RP_API void rp_comm_begin_internal(rp_comm *comm, const char *what);
+RP_API void rp_comm_end_internal(rp_comm *comm);
 
 /*
  * User calls (collectives made outside begin/end_internal) this member has
  * completed since the communicator was created (numbered from 0 like
  * rp_comm_sequence()). Not thread-safe beyond the handle's own thread.
  */
-uint64_t rp_comm_user_sequence(const rp_comm *comm);
+RP_API uint64_t rp_comm_user_sequence(const rp_comm *comm);
 /*
  * User calls completed in the current phase - since the last
  * rp_comm_rejoin(), which the runtime calls before every step; since
@@ -265,14 +266,14 @@ uint64_t rp_comm_user_sequence(const rp_comm *comm);
  * "all_reduce #2" is the step's third user collective, whatever the step.
  * (Members match calls by their whole sequence; this only names them.)
  */
-uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
+RP_API uint64_t rp_comm_step_user_sequence(const rp_comm *comm);
 /*
  * User collectives this member has entered in the current phase (since the last
  * rp_comm_rejoin), completed or not: the step's calls as this member made them, where
  * rp_comm_step_user_sequence counts those that completed. The runtime compares them across a
  * mesh's axes to name the worker that made a call on the wrong axis. 0 for NULL.
  */
-uint64_t rp_comm_step_user_calls(const rp_comm *comm);
+RP_API uint64_t rp_comm_step_user_calls(const rp_comm *comm);
 
 /* ---- point-to-point messages ------------------------------------------------------------ */
 
@@ -347,15 +348,16 @@ typedef struct rp_comm_request rp_comm_request;
  * Sends count elements of buf to `peer` with `tag` (>= 0). Returns when buf
  * may be reused (the message is delivered or buffered). Errors above.
  */
-rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer,
-                       int tag);
+RP_API rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype,
+                              int peer, int tag);
 
 /*
  * Receives the next message on the channel from `peer` (or RP_ANY_SOURCE)
  * into buf, which holds count elements: the sender's count, dtype and tag
  * (unless RP_ANY_TAG) must match. Errors above.
  */
-rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag);
+RP_API rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer,
+                              int tag);
 
 /*
  * The non-blocking forms: *req gets a request (NULL on error) that
@@ -363,26 +365,26 @@ rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, 
  * must stay valid and untouched until then. Requests complete in any order.
  * A request not completed before its handle is destroyed is leaked.
  */
-rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer,
-                        int tag, rp_comm_request **req);
-rp_status rp_comm_irecv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
-                        rp_comm_request **req);
+RP_API rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype,
+                               int peer, int tag, rp_comm_request **req);
+RP_API rp_status rp_comm_irecv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer,
+                               int tag, rp_comm_request **req);
 
 /* Waits until req completes, frees it and returns its status. NULL: RP_OK. */
-rp_status rp_comm_wait(rp_comm_request *req);
+RP_API rp_status rp_comm_wait(rp_comm_request *req);
 
 /*
  * *done = whether req has completed; if so it is freed and its status is
  * returned (the request must not be used again); if not, RP_OK.
  */
-rp_status rp_comm_test(rp_comm_request *req, bool *done);
+RP_API rp_status rp_comm_test(rp_comm_request *req, bool *done);
 
 /*
  * Waits for all n requests (NULL entries are skipped) and frees each; the
  * first error is returned (the other requests are still completed or, on a
  * broken communicator, failed, and freed).
  */
-rp_status rp_comm_wait_all(int n, rp_comm_request **reqs);
+RP_API rp_status rp_comm_wait_all(int n, rp_comm_request **reqs);
 
 /*
  * Whether a message from `peer` (or RP_ANY_SOURCE) with `tag` (or
@@ -396,8 +398,8 @@ rp_status rp_comm_wait_all(int n, rp_comm_request **reqs);
  * takes a message when it is waited on, not when posted.) Non-blocking.
  * Errors: RP_ERR_INVALID (bad peer), RP_ERR_COMM (broken communicator).
  */
-rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source, int *msg_tag,
-                        int64_t *count, rp_dtype *dt);
+RP_API rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *source,
+                               int *msg_tag, int64_t *count, rp_dtype *dt);
 
 /* ---- the flight recorder ---------------------------------------------------------------- */
 
@@ -436,7 +438,7 @@ typedef enum {
 } rp_flight_kind;
 
 /* "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "send", "recv". */
-const char *rp_flight_kind_name(rp_flight_kind kind);
+RP_API const char *rp_flight_kind_name(rp_flight_kind kind);
 
 /* One recorded call. */
 typedef struct rp_flight_entry {
@@ -463,19 +465,19 @@ typedef struct rp_flight_entry {
  * clears it. Errors: RP_ERR_INVALID (NULL comm, entries out of range),
  * RP_ERR_NOMEM (the handle then records nothing).
  */
-rp_status rp_comm_flight_set_size(rp_comm *comm, int entries);
+RP_API rp_status rp_comm_flight_set_size(rp_comm *comm, int entries);
 
 /* Entries held (at most the ring's size); 0 for NULL or a ring that is off. */
-int rp_comm_flight_count(const rp_comm *comm);
+RP_API int rp_comm_flight_count(const rp_comm *comm);
 
 /* Calls recorded since the ring was (re)made: the next call's number. */
-uint64_t rp_comm_flight_calls(const rp_comm *comm);
+RP_API uint64_t rp_comm_flight_calls(const rp_comm *comm);
 
 /*
  * *out = entry i of those held, oldest first (0 <= i < rp_comm_flight_count).
  * Errors: RP_ERR_INVALID (NULL argument, i out of range, named).
  */
-rp_status rp_comm_flight_get(const rp_comm *comm, int i, rp_flight_entry *out);
+RP_API rp_status rp_comm_flight_get(const rp_comm *comm, int i, rp_flight_entry *out);
 
 /*
  * Writes the ring to f, oldest first: a header naming the member (replica,
@@ -485,7 +487,7 @@ rp_status rp_comm_flight_get(const rp_comm *comm, int i, rp_flight_entry *out);
  * header, one per call, times on the rp_now_s() clock). Errors:
  * RP_ERR_INVALID (NULL argument), RP_ERR_IO (a write failed).
  */
-rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json);
+RP_API rp_status rp_comm_flight_dump(const rp_comm *comm, FILE *f, bool json);
 
 /* ---- traffic counters ------------------------------------------------------------------- */
 
@@ -524,7 +526,7 @@ typedef enum { RP_COMM_USER = 0, RP_COMM_RUNTIME = 1, RP_COMM_HOUSEKEEPING = 2 }
 #define RP_COMM_KINDS   7 /* the rp_flight_kind values */
 
 /* "user", "runtime", "housekeeping". */
-const char *rp_comm_class_name(rp_comm_class cls);
+RP_API const char *rp_comm_class_name(rp_comm_class cls);
 
 typedef struct rp_comm_tally {
     uint64_t calls;
@@ -539,18 +541,18 @@ typedef struct rp_comm_stats {
  * *out = this handle's counters since it was created or last reset.
  * Errors: RP_ERR_INVALID (NULL argument).
  */
-rp_status rp_comm_stats_get(const rp_comm *comm, rp_comm_stats *out);
+RP_API rp_status rp_comm_stats_get(const rp_comm *comm, rp_comm_stats *out);
 /* Zeroes this handle's counters. NULL is ignored. */
-void rp_comm_stats_reset(rp_comm *comm);
+RP_API void rp_comm_stats_reset(rp_comm *comm);
 /* *out = a - b, element by element (the calls between two readings). */
-void rp_comm_stats_diff(const rp_comm_stats *a, const rp_comm_stats *b, rp_comm_stats *out);
+RP_API void rp_comm_stats_diff(const rp_comm_stats *a, const rp_comm_stats *b, rp_comm_stats *out);
 
 /*
  * Like rp_comm_begin_internal (ended by rp_comm_end_internal), and the calls
  * until then are counted as RP_COMM_HOUSEKEEPING. Inside an outer internal
  * call the outer class stays.
  */
-void rp_comm_begin_housekeeping(rp_comm *comm, const char *what);
+RP_API void rp_comm_begin_housekeeping(rp_comm *comm, const char *what);
 
 /* ---- fault injection --------------------------------------------------------------------- */
 
@@ -592,7 +594,7 @@ void rp_comm_begin_housekeeping(rp_comm *comm, const char *what);
  * Errors: RP_ERR_INVALID naming the fault and the token at fault (the
  * schedule in force is then unchanged).
  */
-rp_status rp_comm_faults_set(const char *spec, const char *origin);
+RP_API rp_status rp_comm_faults_set(const char *spec, const char *origin);
 
 /*
  * Checks the schedule in force ($RP_FAULTS or rp_comm_faults_set) against a
@@ -606,10 +608,10 @@ rp_status rp_comm_faults_set(const char *spec, const char *origin);
  * worker 5, but the job has 2 workers (0 to 1)". An invalid $RP_FAULTS is
  * not reported here: it fails every call, as above.
  */
-rp_status rp_comm_faults_check(int workers, const char *noun);
+RP_API rp_status rp_comm_faults_check(int workers, const char *noun);
 
 /* Faults injected in this process since the schedule was set. Thread-safe. */
-uint64_t rp_comm_faults_injected(void);
+RP_API uint64_t rp_comm_faults_injected(void);
 
 #ifdef __cplusplus
 }

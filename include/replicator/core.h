@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,27 +42,27 @@ enum {
 };
 
 /* The constant's name without the prefix, e.g. "SHAPE" for RP_ERR_SHAPE. */
-const char *rp_status_name(rp_status status);
+RP_API const char *rp_status_name(rp_status status);
 
 /*
  * The message of the last error on the calling thread, "" if none. The
  * message starts with the file:line that raised it. The pointer is valid until
  * the next error on this thread. Thread-safe (thread-local storage).
  */
-const char *rp_last_error(void);
+RP_API const char *rp_last_error(void);
 
 /* Status code of the last error on the calling thread (RP_OK if none). */
-rp_status rp_last_status(void);
+RP_API rp_status rp_last_status(void);
 
 /* Forgets the calling thread's last error. */
-void rp_error_clear(void);
+RP_API void rp_error_clear(void);
 
 /*
  * Records an error for the calling thread and returns `status`, so that
  * (file NULL: the message is used as it is, e.g. to pass on another thread's)
  * `return RP_ERROR(RP_ERR_SHAPE, "...")` reads naturally. Use the macro.
  */
-rp_status rp_error_set(rp_status status, const char *file, int line, const char *fmt, ...)
+RP_API rp_status rp_error_set(rp_status status, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 #define RP_ERROR(status, ...) rp_error_set((status), __FILE__, __LINE__, __VA_ARGS__)
@@ -73,7 +75,7 @@ rp_status rp_error_set(rp_status status, const char *file, int line, const char 
  * level. Returns `status`. Only reached on the error path, so the success path
  * of the macros is one predictable branch. Thread-safe.
  */
-rp_status rp_error_trail(rp_status status, const char *file, int line);
+RP_API rp_status rp_error_trail(rp_status status, const char *file, int line);
 
 /* Returns from the enclosing function if `expr` is not RP_OK, leaving a trail line. */
 #define RP_CHECK(expr)                                                                             \
@@ -121,27 +123,27 @@ typedef enum {
 } rp_log_level;
 
 /* Sets the minimum level written to stderr (default: RP_LOG_INFO, or $RP_LOG_LEVEL). */
-void rp_log_set_level(rp_log_level level);
-rp_log_level rp_log_get_level(void);
+RP_API void rp_log_set_level(rp_log_level level);
+RP_API rp_log_level rp_log_get_level(void);
 
 /*
  * Sets the calling thread's replica id for log prefixes (-1: none). The
  * runtime calls it; users rarely need to.
  */
-void rp_log_set_replica(int replica);
+RP_API void rp_log_set_replica(int replica);
 /* The process's MPI rank, shown in every line once set (the MPI backend sets it). */
-void rp_log_set_rank(int rank);
+RP_API void rp_log_set_rank(int rank);
 /*
  * The prefix of this thread's log lines into buf: "[host pid]", with
  * " rank R" under MPI and " rN" on a replica's thread. Returns its length.
  */
-int rp_log_prefix(char *buf, size_t size);
+RP_API int rp_log_prefix(char *buf, size_t size);
 
 /*
  * Writes one line "[host pid r<replica>] LEVEL message" to stderr if `level`
  * is at or above the current level. Thread-safe: a line is written whole.
  */
-void rp_log(rp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+RP_API void rp_log(rp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define rp_debug(...) rp_log(RP_LOG_DEBUG, __VA_ARGS__)
 #define rp_info(...)  rp_log(RP_LOG_INFO, __VA_ARGS__)
@@ -156,7 +158,7 @@ void rp_log(rp_log_level level, const char *fmt, ...) __attribute__((format(prin
 typedef struct rp_env {
     int log_level;        /* RP_LOG_LEVEL: debug|info|warn|error|off, default info */
     int threads;          /* RP_THREADS: default thread count, 0 = all cores */
-    const char *kernels;  /* RP_KERNELS: "cpu" (default), "ref" or "strict" */
+    const char *kernels;  /* RP_KERNELS: "cpu" (default), "ref", "strict" or "cuda" */
     const char *data_dir; /* RP_DATA_DIR: default /usr/share/datasets/fashion-mnist */
     double comm_timeout;  /* RP_COMM_TIMEOUT: seconds a replica waits for its peers, default 300 */
     bool mpi_launched;    /* OMPI_COMM_WORLD_SIZE or PMI_SIZE set: started by mpirun or srun */
@@ -178,15 +180,15 @@ typedef struct rp_env {
 } rp_env;
 
 /* The process's environment settings (read on first call; thread-safe). */
-const rp_env *rp_env_get(void);
+RP_API const rp_env *rp_env_get(void);
 
 /*
  * CPU cores this thread may run on (its affinity: taskset, Slurm's
  * --cpus-per-task, mpirun's binding), else the online cores.
  */
-int rp_cpu_count(void);
+RP_API int rp_cpu_count(void);
 /* True if that is fewer than the machine's online cores: the process was given its share. */
-bool rp_cpu_bound(void);
+RP_API bool rp_cpu_bound(void);
 
 /* ---- files --------------------------------------------------------------- */
 
@@ -206,20 +208,44 @@ bool rp_cpu_bound(void);
  * (refusing to replace it)", or the system's reason the directory refused
  * the temporary file. Thread-safe.
  */
-rp_status rp_file_check_writable(const char *path, const char *what);
+RP_API rp_status rp_file_check_writable(const char *path, const char *what);
+
+/*
+ * Writes bytes [data, data + len) as the new contents of `path`, the way the
+ * library writes every file: through a temporary file in the same directory,
+ * fsynced, renamed over `path`, then the directory fsynced, so a reader sees
+ * the old file or the new one, never a part. `path` must be absent or a
+ * regular file (rp_file_check_writable's rule). `what` ("PNG chart") starts
+ * each message. The libraries above the core (libreplicator-extras) write
+ * their files with it.
+ *
+ * Errors: RP_ERR_INVALID (NULL or empty path, NULL data with len > 0);
+ * RP_ERR_IO naming the path and the system's reason (on any error `path` is
+ * unchanged, except when only the final directory fsync fails: the new file
+ * is then in place and the message says so); RP_ERR_NOMEM. Thread-safe.
+ */
+RP_API rp_status rp_file_write_atomic(const char *path, const char *what, const void *data,
+                                      size_t len);
+
+/*
+ * True if s[0..len) is well-formed UTF-8 (no overlong forms, no surrogates,
+ * nothing above U+10FFFF): what safetensors headers, TensorBoard tags and
+ * chart labels must be. NULL with len 0 is valid. Thread-safe.
+ */
+RP_API bool rp_utf8_valid(const char *s, size_t len);
 
 /* ---- memory ------------------------------------------------------------- */
 
 #define RP_ALIGN 64
 
 /* Allocates `bytes` aligned to RP_ALIGN; NULL (with an error) on failure. */
-void *rp_alloc(size_t bytes);
+RP_API void *rp_alloc(size_t bytes);
 /* Like rp_alloc, zero-filled. */
-void *rp_calloc(size_t bytes);
-void rp_free(void *ptr);
+RP_API void *rp_calloc(size_t bytes);
+RP_API void rp_free(void *ptr);
 
 /* Number of rp_alloc/rp_calloc calls made by this process so far (all threads). */
-uint64_t rp_alloc_count(void);
+RP_API uint64_t rp_alloc_count(void);
 
 /*
  * The arena: bump allocation for everything a step creates (activations and
@@ -236,8 +262,8 @@ uint64_t rp_alloc_count(void);
  */
 typedef struct rp_arena rp_arena;
 
-rp_status rp_arena_create(rp_arena **arena, size_t initial_bytes);
-void rp_arena_destroy(rp_arena *arena);
+RP_API rp_status rp_arena_create(rp_arena **arena, size_t initial_bytes);
+RP_API void rp_arena_destroy(rp_arena *arena);
 
 /*
  * Where an arena's chunks come from, when not host memory: a kernel table's storage (a
@@ -252,13 +278,14 @@ typedef struct rp_arena_memory {
 } rp_arena_memory;
 
 /* An arena over `mem`'s memory (NULL: host memory, as rp_arena_create). mem must outlive it. */
-rp_status rp_arena_create_on(rp_arena **arena, size_t initial_bytes, const rp_arena_memory *mem);
+RP_API rp_status rp_arena_create_on(rp_arena **arena, size_t initial_bytes,
+                                    const rp_arena_memory *mem);
 
 /* `bytes` aligned to RP_ALIGN, uninitialised; NULL (with an error) on failure. */
-void *rp_arena_alloc(rp_arena *arena, size_t bytes);
+RP_API void *rp_arena_alloc(rp_arena *arena, size_t bytes);
 /* Like rp_arena_alloc, zero-filled. */
-void *rp_arena_calloc(rp_arena *arena, size_t bytes);
-void rp_arena_reset(rp_arena *arena);
+RP_API void *rp_arena_calloc(rp_arena *arena, size_t bytes);
+RP_API void rp_arena_reset(rp_arena *arena);
 
 /*
  * Hands back `bytes` at `ptr`, a block this arena returned since its last
@@ -267,14 +294,14 @@ void rp_arena_reset(rp_arena *arena);
  * 0x7fc00000), and in an AddressSanitizer build any access is reported. NULL
  * is ignored.
  */
-void rp_arena_release(rp_arena *arena, void *ptr, size_t bytes);
+RP_API void rp_arena_release(rp_arena *arena, void *ptr, size_t bytes);
 
 /*
  * Poison mode: released blocks are filled with NaN, so a value used after
  * its release shows in the results. Off by default; on for every arena
  * created while the environment variable RP_ARENA_POISON is set (not "0").
  */
-void rp_arena_set_poison(rp_arena *arena, bool on);
+RP_API void rp_arena_set_poison(rp_arena *arena, bool on);
 
 typedef struct rp_arena_stats {
     size_t used;            /* bytes the step spans (handed out, or released below the top) */
@@ -285,7 +312,7 @@ typedef struct rp_arena_stats {
     size_t live_peak;       /* largest `live` seen */
 } rp_arena_stats;
 
-rp_arena_stats rp_arena_get_stats(const rp_arena *arena);
+RP_API rp_arena_stats rp_arena_get_stats(const rp_arena *arena);
 
 /* ---- random numbers ----------------------------------------------------- */
 
@@ -300,29 +327,31 @@ typedef struct rp_rng {
 } rp_rng;
 
 /* The raw Philox4x32-10 bijection of a 128-bit counter under a 64-bit key. */
-void rp_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+RP_API void rp_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* The 4 words of block `counter` of stream `key` (counter words 2 and 3 are 0). */
-void rp_philox(uint64_t key, uint64_t counter, uint32_t out[4]);
+RP_API void rp_philox(uint64_t key, uint64_t counter, uint32_t out[4]);
 
 /* A stream from a seed and a sub-stream id (e.g. a parameter or replica index). */
-rp_rng rp_rng_make(uint64_t seed, uint64_t stream);
+RP_API rp_rng rp_rng_make(uint64_t seed, uint64_t stream);
 
 /* Mixes a string into a 64-bit key (FNV-1a then a finaliser), e.g. for parameter names. */
-uint64_t rp_hash_str(uint64_t seed, const char *s);
+RP_API uint64_t rp_hash_str(uint64_t seed, const char *s);
 
-uint32_t rp_rng_u32(rp_rng *rng);
+RP_API uint32_t rp_rng_u32(rp_rng *rng);
 /* Uniform in [0, 1). */
-float rp_rng_uniform(rp_rng *rng);
+RP_API float rp_rng_uniform(rp_rng *rng);
 /* Uniform integer in [0, n), n > 0. */
-uint32_t rp_rng_below(rp_rng *rng, uint32_t n);
+RP_API uint32_t rp_rng_below(rp_rng *rng, uint32_t n);
 
 /*
  * Element-addressed fills: out[i] is a function of (key, first + i) only, so
  * filling a range in pieces, on any number of threads, gives the same numbers.
  */
-void rp_rng_fill_uniform(uint64_t key, uint64_t first, float *out, size_t n, float lo, float hi);
-void rp_rng_fill_normal(uint64_t key, uint64_t first, float *out, size_t n, float mean, float std);
+RP_API void rp_rng_fill_uniform(uint64_t key, uint64_t first, float *out, size_t n, float lo,
+                                float hi);
+RP_API void rp_rng_fill_normal(uint64_t key, uint64_t first, float *out, size_t n, float mean,
+                               float std);
 
 /* ---- element types and bfloat16 ---------------------------------------- */
 
@@ -336,9 +365,9 @@ void rp_rng_fill_normal(uint64_t key, uint64_t first, float *out, size_t n, floa
 typedef enum { RP_F32 = 0, RP_F64 = 1, RP_I32 = 2, RP_I64 = 3, RP_U8 = 4, RP_BF16 = 5 } rp_dtype;
 
 /* Bytes of one element of the type (0 for an unknown value). */
-size_t rp_dtype_size(rp_dtype dtype);
+RP_API size_t rp_dtype_size(rp_dtype dtype);
 /* "f32", "f64", "i32", "i64", "u8", "bf16". */
-const char *rp_dtype_name(rp_dtype dtype);
+RP_API const char *rp_dtype_name(rp_dtype dtype);
 
 /*
  * bfloat16: the top 16 bits of an IEEE float (1 sign, 8 exponent and 7
@@ -352,19 +381,19 @@ const char *rp_dtype_name(rp_dtype dtype);
 typedef uint16_t rp_bf16;
 
 /* x rounded to the nearest bf16, ties to even. Thread-safe (pure). */
-rp_bf16 rp_bf16_from_f32(float x);
+RP_API rp_bf16 rp_bf16_from_f32(float x);
 /* The float that a bf16 value stands for (exact). */
-float rp_bf16_to_f32(rp_bf16 x);
+RP_API float rp_bf16_to_f32(rp_bf16 x);
 /* Arrays of n values. Pure; the arrays must not overlap. */
-void rp_bf16_from_f32_array(rp_bf16 *y, const float *x, size_t n);
-void rp_bf16_to_f32_array(float *y, const rp_bf16 *x, size_t n);
+RP_API void rp_bf16_from_f32_array(rp_bf16 *y, const float *x, size_t n);
+RP_API void rp_bf16_to_f32_array(float *y, const rp_bf16 *x, size_t n);
 
 /* ---- clocks ------------------------------------------------------------- */
 
 /* Monotonic time in nanoseconds (CLOCK_MONOTONIC). */
-uint64_t rp_now_ns(void);
+RP_API uint64_t rp_now_ns(void);
 /* Monotonic time in seconds, as a double. */
-double rp_now_s(void);
+RP_API double rp_now_s(void);
 
 #ifdef __cplusplus
 }

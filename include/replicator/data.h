@@ -71,7 +71,7 @@ typedef struct rp_dataset {
  * or longer (trailing bytes); RP_ERR_NOMEM if the buffer cannot be allocated.
  * On error *data is NULL and *ndim is 0. Every message names the path.
  */
-rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4]);
+RP_API rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4]);
 
 /*
  * Writes an IDX file of unsigned bytes: the magic 00 00 08 <ndim>, the ndim
@@ -88,7 +88,7 @@ rp_status rp_idx_read(const char *path, uint8_t **data, int *ndim, int dims[4]);
  * of range, naming it), RP_ERR_IO (naming the path and the system's reason),
  * RP_ERR_NOMEM. Thread-safe: calls share no state.
  */
-rp_status rp_idx_write(const char *path, const uint8_t *data, int ndim, const int *dims);
+RP_API rp_status rp_idx_write(const char *path, const uint8_t *data, int ndim, const int *dims);
 
 /*
  * Loads a labelled dataset from an IDX image file ([n, h, w] for one channel
@@ -103,8 +103,8 @@ rp_status rp_idx_write(const char *path, const uint8_t *data, int ndim, const in
  * the file, the sample index and the value); RP_ERR_INVALID for a NULL path or
  * a num_classes out of range. On error *ds is NULL.
  */
-rp_status rp_dataset_load_idx(rp_dataset **ds, const char *images_path, const char *labels_path,
-                              int num_classes, const char *name);
+RP_API rp_status rp_dataset_load_idx(rp_dataset **ds, const char *images_path,
+                                     const char *labels_path, int num_classes, const char *name);
 
 /*
  * Loads a split of Fashion-MNIST or MNIST (10 classes, 28x28x1) from `dir`,
@@ -122,7 +122,7 @@ rp_status rp_dataset_load_idx(rp_dataset **ds, const char *images_path, const ch
  * and both names it looked for, and, when dir is the default Debian location,
  * suggests `apt-get install dataset-fashion-mnist`. On error *ds is NULL.
  */
-rp_status rp_dataset_load_mnist(rp_dataset **ds, const char *dir, const char *split);
+RP_API rp_status rp_dataset_load_mnist(rp_dataset **ds, const char *dir, const char *split);
 
 /*
  * Loads CIFAR-10 from its binary distribution in `dir`: data_batch_1.bin ..
@@ -141,7 +141,7 @@ rp_status rp_dataset_load_mnist(rp_dataset **ds, const char *dir, const char *sp
  * (the message names the file, the record and the value); RP_ERR_NOMEM. On
  * error *ds is NULL.
  */
-rp_status rp_dataset_load_cifar10(rp_dataset **ds, const char *dir, const char *split);
+RP_API rp_status rp_dataset_load_cifar10(rp_dataset **ds, const char *dir, const char *split);
 
 /*
  * Makes a synthetic dataset for throughput work, e.g. n x 224x224x3 with 1000
@@ -156,8 +156,8 @@ rp_status rp_dataset_load_cifar10(rp_dataset **ds, const char *dir, const char *
  * overflows; RP_ERR_NOMEM if the pixels do not fit in memory. On error *ds is
  * NULL.
  */
-rp_status rp_dataset_synthetic(rp_dataset **ds, int64_t n, int h, int w, int c, int num_classes,
-                               uint64_t seed);
+RP_API rp_status rp_dataset_synthetic(rp_dataset **ds, int64_t n, int h, int w, int c,
+                                      int num_classes, uint64_t seed);
 
 /*
  * Makes a copy of `in` whose images are h x w, `in`'s centred in them on a
@@ -168,7 +168,7 @@ rp_status rp_dataset_synthetic(rp_dataset **ds, int64_t n, int h, int w, int c, 
  * Errors: RP_ERR_INVALID (NULL, or a size smaller than in's, naming both),
  * RP_ERR_NOMEM. On error *out is NULL.
  */
-rp_status rp_dataset_pad(rp_dataset **out, const rp_dataset *in, int h, int w);
+RP_API rp_status rp_dataset_pad(rp_dataset **out, const rp_dataset *in, int h, int w);
 
 /* ---- image files: ImageFolder trees, list files, WebDataset shards ------------ */
 
@@ -200,7 +200,7 @@ typedef struct rp_folder_config {
 
 /* The defaults above: 224, 0 (256), (0.08, 1), (3/4, 4/3), ImageNet's mean and std,
    2 threads, no skipping, DCT scaling on. */
-rp_folder_config rp_folder_config_default(void);
+RP_API rp_folder_config rp_folder_config_default(void);
 
 /*
  * Reads the index of split `split` ("train"; "val" or "test", which name the
@@ -243,8 +243,8 @@ rp_folder_config rp_folder_config_default(void);
  * a bad list line or a bad shard member is logged and left out instead.
  * RP_ERR_NOMEM. On error *ds is NULL. Thread-safe: calls share no state.
  */
-rp_status rp_dataset_load_folder(rp_dataset **ds, const char *spec, const char *split,
-                                 const rp_folder_config *cfg);
+RP_API rp_status rp_dataset_load_folder(rp_dataset **ds, const char *spec, const char *split,
+                                        const rp_folder_config *cfg);
 
 /*
  * For a dataset of image files: the path of sample i (for a shard member
@@ -252,17 +252,17 @@ rp_status rp_dataset_load_folder(rp_dataset **ds, const char *spec, const char *
  * (ImageFolder) or NULL in *class_name if class_name is not NULL. Returns
  * RP_ERR_INVALID for a dataset without files or i out of range.
  */
-rp_status rp_dataset_sample_path(const rp_dataset *ds, int64_t i, char *buf, size_t size,
-                                 const char **class_name);
+RP_API rp_status rp_dataset_sample_path(const rp_dataset *ds, int64_t i, char *buf, size_t size,
+                                        const char **class_name);
 
 /*
  * Files that failed to decode and were replaced under skip_bad since the
  * dataset was loaded (each counted once); 0 for an in-memory dataset.
  */
-int64_t rp_dataset_bad_files(const rp_dataset *ds);
+RP_API int64_t rp_dataset_bad_files(const rp_dataset *ds);
 
 /* Frees a dataset and its pixels and labels. NULL is allowed and ignored. */
-void rp_dataset_destroy(rp_dataset *ds);
+RP_API void rp_dataset_destroy(rp_dataset *ds);
 
 /*
  * Computes, for each channel k in [0, ds->c), the mean and the (population)
@@ -274,7 +274,7 @@ void rp_dataset_destroy(rp_dataset *ds);
  * Errors: RP_ERR_INVALID for a NULL argument or an empty dataset;
  * RP_ERR_NOMEM.
  */
-rp_status rp_dataset_channel_stats(const rp_dataset *ds, float *mean, float *std);
+RP_API rp_status rp_dataset_channel_stats(const rp_dataset *ds, float *mean, float *std);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,9 @@
  * run concurrently. Envs of the same built-in task share one compiled,
  * read-only MuJoCo model (created on first use, kept until the process
  * exits); each env has its own simulation state.
+ *
+ * These functions live in libreplicator-envs (pkg-config replicator-envs, CMake replicator::envs),
+ * not in the core library: a program that does not use them links no MuJoCo or EGL.
  */
 #ifndef REPLICATOR_ENV_H
 #define REPLICATOR_ENV_H
@@ -69,7 +72,7 @@ typedef struct rp_env_options {
 } rp_env_options;
 
 /* action_repeat 1, mjcf_path NULL. */
-rp_env_options rp_env_options_default(void);
+RP_API rp_env_options rp_env_options_default(void);
 
 /*
  * Creates an env of `task` (opt NULL: the defaults). The env must be reset
@@ -79,20 +82,20 @@ rp_env_options rp_env_options_default(void);
  * file and MuJoCo's message for an MJCF that does not compile, or naming the
  * element the task needs that the file lacks; RP_ERR_NOMEM.
  */
-rp_status rp_env_create(rp_rl_env **env, const char *task, const rp_env_options *opt);
+RP_API rp_status rp_env_create(rp_rl_env **env, const char *task, const rp_env_options *opt);
 
 /* Frees the env (NULL is fine). */
-void rp_env_destroy(rp_rl_env *env);
+RP_API void rp_env_destroy(rp_rl_env *env);
 
 /* The env's spec, owned by the env. */
-const rp_env_spec *rp_env_get_spec(const rp_rl_env *env);
+RP_API const rp_env_spec *rp_env_get_spec(const rp_rl_env *env);
 
 /*
  * Starts an episode from the task's initial-state distribution, drawn from
  * `seed` alone (same seed, same episode), and writes the first observation
  * to obs[obs_dim]. Errors: RP_ERR_INVALID for NULL arguments.
  */
-rp_status rp_env_reset(rp_rl_env *env, uint64_t seed, float *obs);
+RP_API rp_status rp_env_reset(rp_rl_env *env, uint64_t seed, float *obs);
 
 typedef struct rp_env_step_result {
     float reward;   /* summed over the action repeat; in [0, action_repeat] */
@@ -110,16 +113,16 @@ typedef struct rp_env_step_result {
  * bad-acceleration warning; the episode must then be reset). Nothing is
  * changed on an input error.
  */
-rp_status rp_env_step(rp_rl_env *env, const float *action, int act_dim, float *obs,
-                      rp_env_step_result *res);
+RP_API rp_status rp_env_step(rp_rl_env *env, const float *action, int act_dim, float *obs,
+                             rp_env_step_result *res);
 
 /* The number of built-in tasks. */
-int rp_env_task_count(void);
+RP_API int rp_env_task_count(void);
 /* Task i's name, NULL out of range. */
-const char *rp_env_task_name(int i);
+RP_API const char *rp_env_task_name(int i);
 /* One line on task i: observation and action sizes, reward, time (e.g. for `replicator info`);
    NULL out of range. */
-const char *rp_env_task_about(int i);
+RP_API const char *rp_env_task_about(int i);
 
 /*
  * Sets the physics state (qpos[nq], qvel[nv], in MuJoCo's order for the
@@ -130,15 +133,16 @@ const char *rp_env_task_about(int i);
  * RP_ERR_SHAPE if nq or nv differs from the model's, RP_ERR_NUMERIC for a
  * non-finite value.
  */
-rp_status rp_env_set_state(rp_rl_env *env, const double *qpos, int nq, const double *qvel, int nv,
-                           float *obs);
+RP_API rp_status rp_env_set_state(rp_rl_env *env, const double *qpos, int nq, const double *qvel,
+                                  int nv, float *obs);
 
 /*
  * The reward of the current state with `action` (clipped like a step's): what
  * the reward formula gives for this state and control, before any physics
  * step. For tests and tools. Errors as rp_env_step's for the action.
  */
-rp_status rp_env_reward(const rp_rl_env *env, const float *action, int act_dim, float *reward);
+RP_API rp_status rp_env_reward(const rp_rl_env *env, const float *action, int act_dim,
+                               float *reward);
 
 #ifdef __cplusplus
 }

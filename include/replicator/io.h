@@ -99,10 +99,10 @@ typedef enum {
 typedef struct rp_checkpoint rp_checkpoint;
 
 /* Creates an empty checkpoint. Errors: RP_ERR_INVALID (ck NULL), RP_ERR_NOMEM. */
-rp_status rp_checkpoint_create(rp_checkpoint **ck);
+RP_API rp_status rp_checkpoint_create(rp_checkpoint **ck);
 
 /* Frees the checkpoint and every tensor and string it holds. NULL is a no-op. */
-void rp_checkpoint_destroy(rp_checkpoint *ck);
+RP_API void rp_checkpoint_destroy(rp_checkpoint *ck);
 
 /* ---- building a checkpoint ------------------------------------------------ */
 
@@ -120,24 +120,24 @@ void rp_checkpoint_destroy(rp_checkpoint *ck);
  * Errors: RP_ERR_INVALID (a bad name, a duplicate, a bad dtype or shape),
  * RP_ERR_NOMEM.
  */
-rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
-                            int ndim, const int64_t *shape, const void *data);
+RP_API rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                                   int ndim, const int64_t *shape, const void *data);
 
 /* rp_checkpoint_add() for f32. */
-rp_status rp_checkpoint_add_f32(rp_checkpoint *ck, const char *name, int ndim, const int64_t *shape,
-                                const float *data);
+RP_API rp_status rp_checkpoint_add_f32(rp_checkpoint *ck, const char *name, int ndim,
+                                       const int64_t *shape, const float *data);
 
 /* A 1-d int64 tensor of n elements (step counters, loader positions). */
-rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n,
-                                const int64_t *data);
+RP_API rp_status rp_checkpoint_add_i64(rp_checkpoint *ck, const char *name, int64_t n,
+                                       const int64_t *data);
 
 /* A 1-d uint64 tensor of n elements (RNG keys and counters). */
-rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
-                                const uint64_t *data);
+RP_API rp_status rp_checkpoint_add_u64(rp_checkpoint *ck, const char *name, int64_t n,
+                                       const uint64_t *data);
 
 /* rp_checkpoint_add() for bf16 values, stored as they are. */
-rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
-                                 const int64_t *shape, const rp_bf16 *data);
+RP_API rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
+                                        const int64_t *shape, const rp_bf16 *data);
 
 /*
  * Adds the f32 values `data` (numel of `shape` of them) stored as `dtype`:
@@ -147,8 +147,9 @@ rp_status rp_checkpoint_add_bf16(rp_checkpoint *ck, const char *name, int ndim,
  * rp_checkpoint_add(). Errors: those of rp_checkpoint_add(); RP_ERR_INVALID
  * naming the dtype if it is neither F32 nor BF16.
  */
-rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
-                                   int ndim, const int64_t *shape, const float *data);
+RP_API rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name,
+                                          rp_checkpoint_dtype dtype, int ndim, const int64_t *shape,
+                                          const float *data);
 
 /*
  * Sets metadata `key` to `value` (both copied; a second call with the same
@@ -159,7 +160,7 @@ rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_check
  *
  * Errors: RP_ERR_INVALID (a bad or reserved key, invalid UTF-8), RP_ERR_NOMEM.
  */
-rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char *value);
+RP_API rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char *value);
 
 /* ---- files ---------------------------------------------------------------- */
 
@@ -179,7 +180,7 @@ rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char 
  * unchanged, except when only the final directory fsync fails: then the
  * new file is in place but may not survive a crash, and RP_ERR_IO says so.
  */
-rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
+RP_API rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
 
 /*
  * Reads and validates a checkpoint written by rp_checkpoint_save(). On
@@ -204,7 +205,7 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path);
  * the expected and actual byte counts), RP_ERR_UNSUPPORTED (big-endian host,
  * or a dtype other than F32/BF16/I64/U64), RP_ERR_NOMEM, RP_ERR_INVALID.
  */
-rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
+RP_API rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
 
 /*
  * Like rp_checkpoint_load(), for any safetensors file (e.g. reference
@@ -213,7 +214,7 @@ rp_status rp_checkpoint_load(rp_checkpoint **ck, const char *path);
  * without "replicator.crc32" is accepted. A "replicator.crc32" entry
  * anywhere but first in the metadata is refused as damaged.
  */
-rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
+RP_API rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
 
 /* ---- lookups ---------------------------------------------------------------- */
 
@@ -224,16 +225,16 @@ rp_status rp_checkpoint_load_safetensors(rp_checkpoint **ck, const char *path);
  * pointers are not NULL (`shape` has room for RP_MAX_DIMS). Returns NULL
  * with RP_ERR_INVALID if there is no such tensor.
  */
-const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name, rp_checkpoint_dtype *dtype,
-                              int *ndim, int64_t *shape);
+RP_API const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name,
+                                     rp_checkpoint_dtype *dtype, int *ndim, int64_t *shape);
 
 /* rp_checkpoint_get() for an f32 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
-const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
-                                   int64_t *shape);
+RP_API const float *rp_checkpoint_get_f32(const rp_checkpoint *ck, const char *name, int *ndim,
+                                          int64_t *shape);
 
 /* rp_checkpoint_get() for a bf16 tensor; NULL (RP_ERR_INVALID) if absent or of another dtype. */
-const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name, int *ndim,
-                                      int64_t *shape);
+RP_API const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name, int *ndim,
+                                             int64_t *shape);
 
 /*
  * Copies float tensor `name` into dst[0..n) as f32, for a caller that wants
@@ -243,27 +244,28 @@ const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name,
  * such tensor, an I64 or U64 tensor, or n not its element count; the message
  * names the tensor, its dtype and element count); dst is then unchanged.
  */
-rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, float *dst, int64_t n);
+RP_API rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, float *dst,
+                                        int64_t n);
 
 /* An int64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
-const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n);
+RP_API const int64_t *rp_checkpoint_get_i64(const rp_checkpoint *ck, const char *name, int64_t *n);
 
 /* A uint64 tensor of any shape and its element count *n; NULL if absent or of another dtype. */
-const uint64_t *rp_checkpoint_get_u64(const rp_checkpoint *ck, const char *name, int64_t *n);
+RP_API const uint64_t *rp_checkpoint_get_u64(const rp_checkpoint *ck, const char *name, int64_t *n);
 
 /* The value of metadata `key` (owned by the checkpoint), or NULL (RP_ERR_INVALID) if absent. */
-const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key);
+RP_API const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key);
 
 /*
  * Number of tensors, and the name of tensor i (NULL if out of range): in the
  * order added, or for a loaded checkpoint in the order of the file.
  */
-int rp_checkpoint_count(const rp_checkpoint *ck);
-const char *rp_checkpoint_name_at(const rp_checkpoint *ck, int i);
+RP_API int rp_checkpoint_count(const rp_checkpoint *ck);
+RP_API const char *rp_checkpoint_name_at(const rp_checkpoint *ck, int i);
 
 /* Number of metadata entries, and key i (NULL if out of range). */
-int rp_checkpoint_meta_count(const rp_checkpoint *ck);
-const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
+RP_API int rp_checkpoint_meta_count(const rp_checkpoint *ck);
+RP_API const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
 
 /* ---- models and optimizers ---------------------------------------------------- */
 
@@ -275,7 +277,8 @@ const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
  * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if params is not finalized
  * or a name is taken.
  */
-rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params,
+                                          const char *prefix);
 
 /*
  * Copies prefix + name of the checkpoint into every parameter and buffer of
@@ -285,7 +288,8 @@ rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, c
  * with a message listing the missing, mismatched (both shapes) and unexpected
  * tensors by name, and `params` is unchanged.
  */
-rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params,
+                                           const char *prefix);
 
 /*
  * Adds an optimizer's state: for each state slot k (rp_optim_slots: 1 for
@@ -302,8 +306,8 @@ rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params, 
  * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if the state does not fit
  * `params`, or the optimizer is sharded.
  */
-rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
-                                      const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt,
+                                             const rp_params *params, const char *prefix);
 
 /*
  * Restores what rp_checkpoint_add_optimizer() stored into `opt` (state and
@@ -314,8 +318,8 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
  * logical tensor inside its range (every tensor's name and shape is still
  * checked), so a checkpoint saved by N replicas resumes on M.
  */
-rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
-                                       const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt,
+                                              const rp_params *params, const char *prefix);
 
 /*
  * The same two reads for a worker that holds part of a model (a stage of a
@@ -324,10 +328,191 @@ rp_status rp_checkpoint_read_optimizer(const rp_checkpoint *ck, rp_optimizer *op
  * Everything else is checked as above (each of this part's tensors present,
  * with its dtype and shape; all or nothing).
  */
-rp_status rp_checkpoint_read_params_part(const rp_checkpoint *ck, rp_params *params,
-                                         const char *prefix);
-rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimizer *opt,
-                                            const rp_params *params, const char *prefix);
+RP_API rp_status rp_checkpoint_read_params_part(const rp_checkpoint *ck, rp_params *params,
+                                                const char *prefix);
+RP_API rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimizer *opt,
+                                                   const rp_params *params, const char *prefix);
+
+/* ---- reusing a checkpoint as a staging buffer ---------------------------------- */
+
+/*
+ * Empties `ck` (tensors and metadata) but keeps its tensors' memory: the next
+ * rp_checkpoint_add (or add_params, add_optimizer, ...) at position i takes
+ * over the block that position i held if it has the same byte size, and
+ * frees the rest of the kept blocks at the first that does not fit. A
+ * checkpoint filled the same way at every save (a trainer's background
+ * staging copy) therefore allocates no tensor memory after the first, and
+ * never holds more than one state's size. NULL is a no-op.
+ */
+RP_API void rp_checkpoint_reset(rp_checkpoint *ck);
+
+/* ---- sharded checkpoints ------------------------------------------------------- */
+
+/*
+ * A sharded checkpoint is several safetensors files, one per writer (a
+ * worker, or a split of one state), and one small index that names every
+ * tensor's pieces. For a base path B (a trainer's is "<run_dir>/checkpoint"):
+ *
+ *     B.index.json                          the index, written last, atomically
+ *     B.shards/g<G>/shard-<k>-of-<n>.safetensors   shard k of generation G
+ *
+ * A piece is a contiguous range [offset, offset + count) of a tensor's
+ * elements in row-major order (a ZeRO shard's range, a split along the first
+ * dimension, or the whole tensor). Every shard file is an ordinary
+ * replicator checkpoint (CRC-32, atomic write) whose tensors are its pieces,
+ * each stored 1-d under the tensor's name, with metadata
+ * "replicator.pieces" (a JSON array, one entry per piece, in order:
+ * {"name", "shape": the whole tensor's shape, "offset", "crc32": the
+ * piece's bytes' CRC-32 as 8 hex digits}). A shard holds at most one piece
+ * of a tensor.
+ *
+ * The index (JSON) starts with {"crc32":"XXXXXXXX", the CRC-32 of the file
+ * with those digits read as '0' (as a checkpoint's), then "format":
+ * "replicator.sharded", "version": 1, "generation": G, "layout": the
+ * writer's description of how the state was split (free text, e.g.
+ * "replicas=4 zero=1" or "shards=4"), "shards": [{"file": relative path,
+ * "bytes": size, "crc32": the shard file's CRC}], "metadata": shard 0's
+ * metadata (the run's configuration), "position": the tensor
+ * "train/position" when present (where the loader resumes), and "tensors":
+ * [{"name", "dtype", "shape", "pieces": [{"shard", "offset", "count",
+ * "begin": the piece's first byte in its shard file, "crc32"}]}] in the
+ * order of shard 0 and then of first appearance. Small integer tensors
+ * (I64/U64 of at most 64 elements: positions, counters, RNG keys) carry
+ * their values too ("values", decimal strings).
+ *
+ * Publishing is atomic: a save writes generation G + 1's shards into a
+ * directory of their own while the index still names generation G, then
+ * renames the new index over the old one, then removes the other
+ * generations' directories. A crash or kill at any moment leaves an index
+ * whose every shard is intact; the leftovers of an unpublished generation
+ * are removed by the next publish.
+ *
+ * Reading: rp_checkpoint_index_open reads and checks the index (its CRC,
+ * that every tensor's pieces tile it exactly once, that each shard file has
+ * its recorded size and CRC digits) without reading any tensor data;
+ * rp_checkpoint_index_read then reads any range of any tensor, touching only
+ * the pieces that overlap it, and checks each piece's CRC as it reads it.
+ * So a worker of any layout (another replica count, ZeRO shard, split or
+ * pipeline stage) reads only what it holds.
+ */
+
+/* Largest number of shards a sharded checkpoint may have. */
+#define RP_CHECKPOINT_SHARDS_MAX 65536
+
+/*
+ * Adds elements [offset, offset + count) (row-major) of a tensor `name`
+ * whose whole shape is shape[ndim], for a shard: the piece is stored 1-d
+ * [count] under `name` (so rp_checkpoint_get sees the piece, not the whole)
+ * and remembered as a piece by rp_checkpoint_save_shard. Errors: those of
+ * rp_checkpoint_add; RP_ERR_INVALID if the range is not inside the tensor.
+ */
+RP_API rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name,
+                                         rp_checkpoint_dtype dtype, int ndim, const int64_t *shape,
+                                         int64_t offset, int64_t count, const void *data);
+
+/*
+ * The element range [*offset, *offset + *count) that part k of n takes of a
+ * tensor of `numel` elements when it is split evenly: the first numel % n
+ * parts take one element more, so part 0 is empty only for an empty tensor.
+ */
+RP_API void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offset, int64_t *count);
+
+/*
+ * Writes shard k of n of generation `generation` (>= 1) of the sharded
+ * checkpoint at `base` (see above), atomically, creating the directories it
+ * needs. With split > 1, every tensor of `ck` that is not a piece is written
+ * as its part k of `split` (rp_checkpoint_split_range) and metadata only by
+ * k == 0, except integer tensors, which shard 0 writes whole and the others
+ * not at all; with split <= 1 every tensor and the metadata are written as
+ * they are (a tensor added whole is its own one piece). Pieces added with
+ * rp_checkpoint_add_piece are written as they are in both cases. Thread-safe
+ * across different k; the caller makes sure no two writers write one k.
+ * Errors: RP_ERR_INVALID (bad arguments), and those of rp_checkpoint_save.
+ */
+RP_API rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base,
+                                          int64_t generation, int k, int n, int split);
+
+/*
+ * After all n shards of `generation` are written (by every writer: call it
+ * on one process, after a barrier): reads the shards' headers (not their
+ * data), checks that every tensor's pieces agree on its dtype and shape and
+ * cover it exactly once, writes the index atomically with `layout` (free
+ * text; NULL: "") and removes the directories of the other generations.
+ * Until the index is renamed into place the previous checkpoint is the one
+ * published. Errors: RP_ERR_IO (a shard cannot be read), RP_ERR_FORMAT
+ * (pieces that overlap, leave a gap or disagree; a damaged shard header:
+ * the message names the file and the tensor), RP_ERR_NOMEM.
+ */
+RP_API rp_status rp_checkpoint_publish(const char *base, int64_t generation, int n,
+                                       const char *layout);
+
+/*
+ * Removes the sharded checkpoint at `base`: its index first (so that nothing
+ * names the shards any more), then every generation's directory. Best
+ * effort; a missing checkpoint is no error. Errors: RP_ERR_IO if the index
+ * exists and cannot be removed.
+ */
+RP_API rp_status rp_checkpoint_remove_sharded(const char *base);
+
+/* The generation of the checkpoint published at `base`, or 0 if none can be read. */
+RP_API int64_t rp_checkpoint_published_generation(const char *base);
+
+/* An opened sharded checkpoint (its index); read-only after open, so thread-safe to read from. */
+typedef struct rp_checkpoint_index rp_checkpoint_index;
+
+/*
+ * Opens the sharded checkpoint at `base`: reads and checks its index and
+ * each shard file's size and CRC digits, reading no tensor data. Errors:
+ * RP_ERR_IO (no index, or a shard file missing: the message names it),
+ * RP_ERR_FORMAT (a damaged index or shard, naming the file and what is
+ * wrong), RP_ERR_NOMEM. *ix is NULL on error.
+ */
+RP_API rp_status rp_checkpoint_index_open(rp_checkpoint_index **ix, const char *base);
+RP_API void rp_checkpoint_index_close(rp_checkpoint_index *ix);
+
+/* The number of tensors, tensor i's name, and the index's layout text and generation. */
+RP_API int rp_checkpoint_index_count(const rp_checkpoint_index *ix);
+RP_API const char *rp_checkpoint_index_name_at(const rp_checkpoint_index *ix, int i);
+RP_API const char *rp_checkpoint_index_layout(const rp_checkpoint_index *ix);
+RP_API int64_t rp_checkpoint_index_generation(const rp_checkpoint_index *ix);
+RP_API int rp_checkpoint_index_shards(const rp_checkpoint_index *ix);
+
+/*
+ * Tensor `name`'s dtype, whole shape and element count (any pointer may be
+ * NULL; shape has room for RP_MAX_DIMS). Errors: RP_ERR_INVALID (no such tensor).
+ */
+RP_API rp_status rp_checkpoint_index_info(const rp_checkpoint_index *ix, const char *name,
+                                          rp_checkpoint_dtype *dtype, int *ndim, int64_t *shape,
+                                          int64_t *numel);
+
+/*
+ * Reads elements [offset, offset + count) of tensor `name` into dst (count
+ * elements of its dtype), from the pieces that overlap the range only, each
+ * piece's CRC checked over the bytes of it read (a piece read in part is
+ * read whole to check it). Errors: RP_ERR_INVALID (no such tensor, a range
+ * outside it), RP_ERR_IO (a shard cannot be read), RP_ERR_FORMAT (a piece
+ * whose CRC does not match: the message names the shard file and the
+ * tensor). Thread-safe.
+ */
+RP_API rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const char *name,
+                                          int64_t offset, int64_t count, void *dst);
+
+/*
+ * Reads the whole checkpoint into one in-memory checkpoint, as if it had
+ * been written whole: the tensors in the order the writer added them (when
+ * shard 0 holds a piece of each, as rp_checkpoint_save_shard's splits do)
+ * and shard 0's metadata, so rp_checkpoint_save of the result writes the
+ * bytes the whole-file save of the same state writes (consolidation).
+ * Errors: those of rp_checkpoint_index_read, RP_ERR_NOMEM.
+ */
+RP_API rp_status rp_checkpoint_index_load(const rp_checkpoint_index *ix, rp_checkpoint **ck);
+
+/*
+ * Rewrites the sharded checkpoint at `base` as `shards` shards split evenly
+ * (generation + 1, published atomically; layout "shards=<n>"), reading one
+ * output shard's pieces at a time, so it needs the memory of one shard.
+ */
+RP_API rp_status rp_checkpoint_reshard(const char *base, int shards);
 
 /* ---- images (PNG) ------------------------------------------------------------ */
 
@@ -357,8 +542,9 @@ rp_status rp_checkpoint_read_optimizer_part(const rp_checkpoint *ck, rp_optimize
  * RP_ERR_BACKEND (libpng refused to encode). Thread-safe: calls share no state.
  */
 #define RP_IMAGE_MAX_SIDE 1000000 /* libpng's default limit on either side */
-rp_status rp_image_grid_write_png(const char *path, const float *images, int n, int h, int w, int c,
-                                  int cols, int pad, uint8_t pad_value, float lo, float hi);
+RP_API rp_status rp_image_grid_write_png(const char *path, const float *images, int n, int h, int w,
+                                         int c, int cols, int pad, uint8_t pad_value, float lo,
+                                         float hi);
 
 /*
  * Whether rp_image_grid_write_png could write a grid of n tiles of h x w x c in `cols` columns
@@ -367,7 +553,7 @@ rp_status rp_image_grid_write_png(const char *path, const float *images, int n, 
  * refuses a grid it cannot write before computing its tiles. Errors: RP_ERR_INVALID, naming the
  * grid's size and the limit. Thread-safe.
  */
-rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
+RP_API rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
 
 /*
  * Reads a PNG into *pixels, [h, w, c] bytes row-major, c 1 for a gray image
@@ -383,9 +569,9 @@ rp_status rp_image_grid_check(int n, int h, int w, int c, int cols, int pad);
  * (not a PNG, truncated, or corrupt: the message names the path and what
  * libpng found), RP_ERR_NOMEM. Thread-safe: calls share no state.
  */
-rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, int *c);
+RP_API rp_status rp_image_read_png(const char *path, uint8_t **pixels, int *h, int *w, int *c);
 
-/* ---- line plots (PNG) -------------------------------------------------------- */
+/* ---- line plots (PNG; these live in libreplicator-extras) ---------------------- */
 
 /* One line of a chart: n points (x[i], y[i]); `label` names it in the legend (NULL: "series k"). */
 typedef struct rp_plot_series {
@@ -429,8 +615,8 @@ typedef struct rp_plot {
  * directory), RP_ERR_NOMEM, RP_ERR_BACKEND (cairo failed). Thread-safe:
  * calls share no state.
  */
-rp_status rp_plot_write_png(const char *path, const rp_plot *p, const rp_plot_series *s,
-                            int nseries);
+RP_API rp_status rp_plot_write_png(const char *path, const rp_plot *p, const rp_plot_series *s,
+                                   int nseries);
 
 #ifdef __cplusplus
 }

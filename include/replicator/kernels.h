@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,12 +22,13 @@ extern "C" {
  * replicas it runs). n <= 0 means $RP_THREADS or all cores. Thread-safe: it
  * changes the calling thread only.
  */
-void rp_kernels_set_threads(int n);
+RP_API void rp_kernels_set_threads(int n);
 /* The calling thread's kernel thread count. */
-int rp_kernels_get_threads(void);
-/* The kernel table in use: "cpu" (the fast one), "ref" (the plain reference, RP_KERNELS=ref), or
- * "strict" (cpu's kernels over storage the host cannot read, for tests: RP_KERNELS=strict). */
-const char *rp_kernels_name(void);
+RP_API int rp_kernels_get_threads(void);
+/* The kernel table in use: "cpu" (the fast one), "ref" (the plain reference, RP_KERNELS=ref),
+ * "strict" (cpu's kernels over storage the host cannot read, for tests: RP_KERNELS=strict), or
+ * "cuda" (a CUDA GPU, RP_KERNELS=cuda, in a build with a CUDA toolkit; docs/gpu.md). */
+RP_API const char *rp_kernels_name(void);
 
 /*
  * How the cpu table runs convolutions. AUTO (the default, RP_CONV_ALGO=auto): 3x3 stride-1
@@ -37,8 +40,8 @@ const char *rp_kernels_name(void);
  * follow it.
  */
 typedef enum { RP_CONV_AUTO = 0, RP_CONV_DIRECT = 1 } rp_conv_algorithm;
-void rp_kernels_set_conv_algorithm(rp_conv_algorithm a);
-rp_conv_algorithm rp_kernels_get_conv_algorithm(void);
+RP_API void rp_kernels_set_conv_algorithm(rp_conv_algorithm a);
+RP_API rp_conv_algorithm rp_kernels_get_conv_algorithm(void);
 
 /*
  * The path bf16 compute (rp_precision_policy, tensor.h) takes on this CPU
@@ -47,7 +50,7 @@ rp_conv_algorithm rp_kernels_get_conv_algorithm(void);
  * AVX-512: correct, slower than f32), or "reference" (no AVX-512, or the
  * ref table: the plain reference kernels, correct and very slow).
  */
-const char *rp_kernels_bf16_path(void);
+RP_API const char *rp_kernels_bf16_path(void);
 
 /*
  * Bytes the kernels keep for the calling thread between calls: oneDNN's
@@ -55,7 +58,7 @@ const char *rp_kernels_bf16_path(void);
  * in a primitive's own layout. They grow while new shapes are seen, then stay
  * (a steady-state step allocates nothing). 0 for the ref table.
  */
-size_t rp_kernels_cache_bytes(void);
+RP_API size_t rp_kernels_cache_bytes(void);
 
 #ifdef __cplusplus
 }

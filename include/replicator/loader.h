@@ -90,7 +90,7 @@ typedef struct rp_loader_config {
  * no augmentation (pad 4 and flip on for when it is switched on), mean 0 and
  * std 1 (x = pixel / 255), prefetch on, all samples.
  */
-rp_loader_config rp_loader_config_default(void);
+RP_API rp_loader_config rp_loader_config_default(void);
 
 typedef struct rp_loader rp_loader;
 
@@ -121,13 +121,14 @@ typedef struct rp_batch {
  * sample lies outside [0, num_classes) (the message names the sample);
  * RP_ERR_NOMEM; RP_ERR_BACKEND if the thread cannot be started.
  */
-rp_status rp_loader_create(rp_loader **ld, const rp_dataset *ds, const rp_loader_config *cfg);
+RP_API rp_status rp_loader_create(rp_loader **ld, const rp_dataset *ds,
+                                  const rp_loader_config *cfg);
 
 /*
  * Stops and joins the prefetch thread (interrupting a batch in progress) and
  * frees the loader. The dataset is not touched. NULL is allowed and ignored.
  */
-void rp_loader_destroy(rp_loader *ld);
+RP_API void rp_loader_destroy(rp_loader *ld);
 
 /*
  * Fills *b with this replica's shard of the batch at the loader's position
@@ -145,26 +146,26 @@ void rp_loader_destroy(rp_loader *ld);
  * thread's message. After an error the position does not move and every call
  * returns the same error until rp_loader_seek(); *b is then zeroed.
  */
-rp_status rp_loader_next(rp_loader *ld, rp_batch *b);
+RP_API rp_status rp_loader_next(rp_loader *ld, rp_batch *b);
 
 /*
  * Global batches per epoch: samples / global_batch, rounded down with
  * drop_last and up without. The same for every replica.
  */
-int64_t rp_loader_steps_per_epoch(const rp_loader *ld);
+RP_API int64_t rp_loader_steps_per_epoch(const rp_loader *ld);
 
 /* Samples in an epoch's order (the dataset's size, or limit). */
-int64_t rp_loader_samples(const rp_loader *ld);
+RP_API int64_t rp_loader_samples(const rp_loader *ld);
 
 /* Largest per-replica batch: global_batch / replicas. */
-int rp_loader_max_batch(const rp_loader *ld);
+RP_API int rp_loader_max_batch(const rp_loader *ld);
 
 /*
  * The position of the batch the next rp_loader_next() will return: what a
  * checkpoint stores. Prefetched batches do not count: the position moves only
  * when rp_loader_next() hands a batch out.
  */
-void rp_loader_position(const rp_loader *ld, int64_t *epoch, int64_t *step);
+RP_API void rp_loader_position(const rp_loader *ld, int64_t *epoch, int64_t *step);
 
 /*
  * Moves to (epoch, step): the next rp_loader_next() returns that batch. Any
@@ -176,7 +177,7 @@ void rp_loader_position(const rp_loader *ld, int64_t *epoch, int64_t *step);
  * Errors: RP_ERR_INVALID for a NULL loader, epoch < 0, or a step outside
  * [0, steps_per_epoch); the position is then unchanged.
  */
-rp_status rp_loader_seek(rp_loader *ld, int64_t epoch, int64_t step);
+RP_API rp_status rp_loader_seek(rp_loader *ld, int64_t epoch, int64_t step);
 
 #ifdef __cplusplus
 }

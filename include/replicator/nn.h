@@ -48,17 +48,17 @@ typedef struct rp_init {
 
 typedef struct rp_params rp_params;
 
-rp_status rp_params_create(rp_params **params);
+RP_API rp_status rp_params_create(rp_params **params);
 /* Frees the list, its blocks and every rp_tensor it handed out. */
-void rp_params_destroy(rp_params *params);
+RP_API void rp_params_destroy(rp_params *params);
 
 /*
  * Declares a parameter (trainable) or buffer (not trainable). Returns a stable
  * pointer whose data is NULL until rp_params_finalize(). NULL on error: a
  * duplicate or too long name, a bad shape, or a list already finalized.
  */
-rp_tensor *rp_params_add(rp_params *params, const char *name, int ndim, const int *shape,
-                         rp_init init, bool trainable);
+RP_API rp_tensor *rp_params_add(rp_params *params, const char *name, int ndim, const int *shape,
+                                rp_init init, bool trainable);
 
 /*
  * Declares this member's shard of a tensor split over `size` members along
@@ -72,15 +72,15 @@ rp_tensor *rp_params_add(rp_params *params, const char *name, int ndim, const in
  * RP_ERR_INVALID for an axis outside [0, ndim) or a rank outside [0, size);
  * RP_ERR_SHAPE when size does not divide dense_shape[axis].
  */
-rp_tensor *rp_params_add_shard(rp_params *params, const char *name, int ndim,
-                               const int *dense_shape, rp_init init, bool trainable, int axis,
-                               int rank, int size);
+RP_API rp_tensor *rp_params_add_shard(rp_params *params, const char *name, int ndim,
+                                      const int *dense_shape, rp_init init, bool trainable,
+                                      int axis, int rank, int size);
 
 /*
  * Allocates the blocks and initialises every value from `seed`; gradients
  * start at zero. After this, no parameter can be added.
  */
-rp_status rp_params_finalize(rp_params *params, uint64_t seed);
+RP_API rp_status rp_params_finalize(rp_params *params, uint64_t seed);
 
 /*
  * Guards: checks of a list's declared parameters that rp_params_finalize runs before it allocates
@@ -96,26 +96,26 @@ rp_status rp_params_finalize(rp_params *params, uint64_t seed);
  */
 #define RP_PARAMS_GUARDS 8
 typedef rp_status (*rp_params_guard_fn)(const rp_params *params, void *arg);
-rp_status rp_params_guard_push(rp_params_guard_fn fn, void *arg);
-void rp_params_guard_pop(void);
+RP_API rp_status rp_params_guard_push(rp_params_guard_fn fn, void *arg);
+RP_API void rp_params_guard_pop(void);
 
 /* Re-runs the initialisers with a new seed (values only). */
-rp_status rp_params_reinit(rp_params *params, uint64_t seed);
+RP_API rp_status rp_params_reinit(rp_params *params, uint64_t seed);
 
-int rp_params_count(const rp_params *params);            /* parameters and buffers */
-int rp_params_trainable_count(const rp_params *params);  /* trainable ones: indices [0, n) */
-rp_tensor *rp_params_at(const rp_params *params, int i); /* NULL if out of range */
-rp_tensor *rp_params_find(const rp_params *params, const char *name); /* NULL if absent */
+RP_API int rp_params_count(const rp_params *params);            /* parameters and buffers */
+RP_API int rp_params_trainable_count(const rp_params *params);  /* trainable ones: indices [0, n) */
+RP_API rp_tensor *rp_params_at(const rp_params *params, int i); /* NULL if out of range */
+RP_API rp_tensor *rp_params_find(const rp_params *params, const char *name); /* NULL if absent */
 
 /* The value block: trainable values then buffers, numel in total. */
-float *rp_params_data(const rp_params *params);
-int64_t rp_params_numel(const rp_params *params);
+RP_API float *rp_params_data(const rp_params *params);
+RP_API int64_t rp_params_numel(const rp_params *params);
 /* The gradient block: one entry per trainable value. */
-float *rp_params_grad(const rp_params *params);
-int64_t rp_params_trainable_numel(const rp_params *params);
+RP_API float *rp_params_grad(const rp_params *params);
+RP_API int64_t rp_params_trainable_numel(const rp_params *params);
 /* Offset of parameter i's values in the value block (and, if trainable, grads in the grad block).
  */
-int64_t rp_params_offset(const rp_params *params, int i);
+RP_API int64_t rp_params_offset(const rp_params *params, int i);
 
 /*
  * Host copies of the blocks, which are the kernel table's storage (so not for reading through
@@ -126,20 +126,20 @@ int64_t rp_params_offset(const rp_params *params, int i);
  * it wrote). RP_ERR_INVALID for NULL or a list not finalized. Not thread-safe with a step or a
  * backward pass of the set.
  */
-rp_status rp_params_read_values(const rp_params *params, float *out);
-rp_status rp_params_write_values(rp_params *params, const float *in);
-rp_status rp_params_read_grads(const rp_params *params, float *out);
-rp_status rp_params_write_grads(rp_params *params, const float *in);
+RP_API rp_status rp_params_read_values(const rp_params *params, float *out);
+RP_API rp_status rp_params_write_values(rp_params *params, const float *in);
+RP_API rp_status rp_params_read_grads(const rp_params *params, float *out);
+RP_API rp_status rp_params_write_grads(rp_params *params, const float *in);
 /*
  * Sets dst's values to src's, storage to storage (nothing passes through the host): a target
  * network from its online one, say. The lists must have the same layout: as many tensors, each
  * of the same size in the same place (two lists built by the same code). RP_ERR_INVALID for NULL
  * or a list not finalized; RP_ERR_SHAPE naming the first tensor that differs.
  */
-rp_status rp_params_copy_values(rp_params *dst, const rp_params *src);
+RP_API rp_status rp_params_copy_values(rp_params *dst, const rp_params *src);
 
 /* Sets every gradient to zero and marks them fresh. */
-void rp_params_zero_grad(rp_params *params);
+RP_API void rp_params_zero_grad(rp_params *params);
 
 /*
  * Freezes (true) or thaws (false) the whole set, e.g. a GAN's discriminator
@@ -156,9 +156,9 @@ void rp_params_zero_grad(rp_params *params);
  * other inputs still do. Gradients already accumulated are left as they are.
  * Not thread-safe against a forward or backward using the set.
  */
-void rp_params_set_frozen(rp_params *params, bool frozen);
+RP_API void rp_params_set_frozen(rp_params *params, bool frozen);
 /* Whether the set is frozen (false for NULL). */
-bool rp_params_frozen(const rp_params *params);
+RP_API bool rp_params_frozen(const rp_params *params);
 
 /* ---- layers -------------------------------------------------------------- */
 
@@ -169,9 +169,9 @@ typedef struct rp_linear_layer {
     int in, out;
 } rp_linear_layer;
 
-rp_status rp_linear_layer_init(rp_linear_layer *l, rp_params *params, const char *name, int in,
-                               int out, bool bias, bool he);
-rp_tensor *rp_linear_layer_forward(rp_tape *t, const rp_linear_layer *l, rp_tensor *x);
+RP_API rp_status rp_linear_layer_init(rp_linear_layer *l, rp_params *params, const char *name,
+                                      int in, int out, bool bias, bool he);
+RP_API rp_tensor *rp_linear_layer_forward(rp_tape *t, const rp_linear_layer *l, rp_tensor *x);
 
 /*
  * As rp_linear_layer_init, with the weight's initialiser given: `kind` and
@@ -181,8 +181,9 @@ rp_tensor *rp_linear_layer_forward(rp_tape *t, const rp_linear_layer *l, rp_tens
  * RP_ERR_INVALID (NULL, in or out < 1, a kind outside rp_init_kind, a gain
  * not finite), and rp_params_add's.
  */
-rp_status rp_linear_layer_init_with(rp_linear_layer *l, rp_params *p, const char *name, int in,
-                                    int out, bool bias, rp_init_kind kind, float gain);
+RP_API rp_status rp_linear_layer_init_with(rp_linear_layer *l, rp_params *p, const char *name,
+                                           int in, int out, bool bias, rp_init_kind kind,
+                                           float gain);
 
 /* NHWC convolution, w [out,k,k,in] He-normal, b [out] zeros. */
 typedef struct rp_conv2d_layer {
@@ -192,17 +193,17 @@ typedef struct rp_conv2d_layer {
     rp_conv_params p;
 } rp_conv2d_layer;
 
-rp_status rp_conv2d_layer_init(rp_conv2d_layer *l, rp_params *params, const char *name, int in,
-                               int out, int k, int stride, int pad, bool bias);
-rp_tensor *rp_conv2d_layer_forward(rp_tape *t, const rp_conv2d_layer *l, rp_tensor *x);
+RP_API rp_status rp_conv2d_layer_init(rp_conv2d_layer *l, rp_params *params, const char *name,
+                                      int in, int out, int k, int stride, int pad, bool bias);
+RP_API rp_tensor *rp_conv2d_layer_forward(rp_tape *t, const rp_conv2d_layer *l, rp_tensor *x);
 
 /*
  * As rp_conv2d_layer_init, with the weight's initialiser given (see
  * rp_linear_layer_init_with): fan_in = k*k*in, fan_out = k*k*out.
  */
-rp_status rp_conv2d_layer_init_with(rp_conv2d_layer *l, rp_params *p, const char *name, int in,
-                                    int out, int k, int stride, int pad, bool bias,
-                                    rp_init_kind kind, float gain);
+RP_API rp_status rp_conv2d_layer_init_with(rp_conv2d_layer *l, rp_params *p, const char *name,
+                                           int in, int out, int k, int stride, int pad, bool bias,
+                                           rp_init_kind kind, float gain);
 
 /*
  * Batch norm over channels (the last axis): gamma ones, beta zeros, running
@@ -216,16 +217,17 @@ typedef struct rp_batchnorm_layer {
     rp_bn_params p;
 } rp_batchnorm_layer;
 
-rp_status rp_batchnorm_layer_init(rp_batchnorm_layer *l, rp_params *params, const char *name,
-                                  int c);
-rp_tensor *rp_batchnorm_layer_forward(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
-                                      bool training);
+RP_API rp_status rp_batchnorm_layer_init(rp_batchnorm_layer *l, rp_params *params, const char *name,
+                                         int c);
+RP_API rp_tensor *rp_batchnorm_layer_forward(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
+                                             bool training);
 /*
  * A residual block's tail: relu(bn(x) + residual) with relu true, bn(x) + residual without,
  * fused (rp_batch_norm_add); the layer's own p.relu is not used here.
  */
-rp_tensor *rp_batchnorm_layer_forward_add(rp_tape *t, const rp_batchnorm_layer *l, rp_tensor *x,
-                                          rp_tensor *residual, bool relu, bool training);
+RP_API rp_tensor *rp_batchnorm_layer_forward_add(rp_tape *t, const rp_batchnorm_layer *l,
+                                                 rp_tensor *x, rp_tensor *residual, bool relu,
+                                                 bool training);
 
 /* ---- tensor-parallel layers (Megatron-LM; src/nn/layers_tp.c) ------------------ */
 /*
@@ -287,8 +289,8 @@ typedef enum {
  * axis outside [0, ndim), rank outside [0, size), a dimension below 1),
  * RP_ERR_SHAPE (size does not divide dense_shape[axis]).
  */
-rp_status rp_tp_shard_copy(float *shard, const float *dense, int ndim, const int *dense_shape,
-                           int axis, int rank, int size);
+RP_API rp_status rp_tp_shard_copy(float *shard, const float *dense, int ndim,
+                                  const int *dense_shape, int axis, int rank, int size);
 
 /*
  * The inverse of rp_tp_shard_copy: writes `shard` (member `rank`'s slice,
@@ -298,8 +300,8 @@ rp_status rp_tp_shard_copy(float *shard, const float *dense, int ndim, const int
  * group) back into the dense model's tensors, e.g. for a checkpoint. Errors:
  * as rp_tp_shard_copy's.
  */
-rp_status rp_tp_shard_place(float *dense, const float *shard, int ndim, const int *dense_shape,
-                            int axis, int rank, int size);
+RP_API rp_status rp_tp_shard_place(float *dense, const float *shard, int ndim,
+                                   const int *dense_shape, int axis, int rank, int size);
 
 /*
  * The regions between replicated and split tensors along the last axis,
@@ -315,8 +317,8 @@ rp_status rp_tp_shard_place(float *dense, const float *shard, int ndim, const in
  * dimension does not divide by M), the comm's errors (RP_ERR_MISMATCH when
  * members' slices differ in size).
  */
-rp_tensor *rp_tp_gather(rp_tape *t, rp_comm *comm, rp_tensor *x);
-rp_tensor *rp_tp_scatter(rp_tape *t, rp_comm *comm, rp_tensor *x);
+RP_API rp_tensor *rp_tp_gather(rp_tape *t, rp_comm *comm, rp_tensor *x);
+RP_API rp_tensor *rp_tp_scatter(rp_tape *t, rp_comm *comm, rp_tensor *x);
 
 /*
  * Tensor-parallel linear layer, y = x W^T + b with W [out, in] split over
@@ -364,10 +366,10 @@ typedef struct rp_tp_linear_layer {
     bool input_is_parallel; /* row: x is already [N, in/M] (default true) */
 } rp_tp_linear_layer;
 
-rp_status rp_tp_linear_layer_init(rp_tp_linear_layer *l, rp_params *params, const char *name,
-                                  rp_comm *comm, rp_tp_split split, int in, int out, bool bias,
-                                  bool he);
-rp_tensor *rp_tp_linear_layer_forward(rp_tape *t, const rp_tp_linear_layer *l, rp_tensor *x);
+RP_API rp_status rp_tp_linear_layer_init(rp_tp_linear_layer *l, rp_params *params, const char *name,
+                                         rp_comm *comm, rp_tp_split split, int in, int out,
+                                         bool bias, bool he);
+RP_API rp_tensor *rp_tp_linear_layer_forward(rp_tape *t, const rp_tp_linear_layer *l, rp_tensor *x);
 
 /*
  * Channel-split convolution, NHWC input, OHWI weight W [out, k, k, in], as
@@ -404,10 +406,10 @@ typedef struct rp_tp_conv2d_layer {
     bool input_is_parallel; /* row: x is already [N, H, W, in/M] (default true) */
 } rp_tp_conv2d_layer;
 
-rp_status rp_tp_conv2d_layer_init(rp_tp_conv2d_layer *l, rp_params *params, const char *name,
-                                  rp_comm *comm, rp_tp_split split, int in, int out, int k,
-                                  int stride, int pad, bool bias);
-rp_tensor *rp_tp_conv2d_layer_forward(rp_tape *t, const rp_tp_conv2d_layer *l, rp_tensor *x);
+RP_API rp_status rp_tp_conv2d_layer_init(rp_tp_conv2d_layer *l, rp_params *params, const char *name,
+                                         rp_comm *comm, rp_tp_split split, int in, int out, int k,
+                                         int stride, int pad, bool bias);
+RP_API rp_tensor *rp_tp_conv2d_layer_forward(rp_tape *t, const rp_tp_conv2d_layer *l, rp_tensor *x);
 
 /*
  * Class-parallel (Megatron's vocab-parallel) softmax cross-entropy: the mean
@@ -432,8 +434,8 @@ rp_tensor *rp_tp_conv2d_layer_forward(rp_tape *t, const rp_tp_conv2d_layer *l, r
  * widths differ, or width * M != classes, naming them, on every member); the
  * comm's errors (RP_ERR_MISMATCH for different N).
  */
-rp_tensor *rp_tp_softmax_cross_entropy(rp_tape *t, rp_comm *comm, rp_tensor *logits,
-                                       const int32_t *labels, int classes);
+RP_API rp_tensor *rp_tp_softmax_cross_entropy(rp_tape *t, rp_comm *comm, rp_tensor *logits,
+                                              const int32_t *labels, int classes);
 
 /* ---- pipeline schedules (GPipe, 1F1B; src/nn/pipeline.c) -------------------------- */
 /*
@@ -511,7 +513,7 @@ typedef rp_tensor *(*rp_pipe_stage_fn)(rp_tape *t, rp_tensor *x, int micro, void
 typedef struct rp_pipeline rp_pipeline;
 
 /* "gpipe" or "1f1b" (or "unknown"). */
-const char *rp_pipe_schedule_name(rp_pipe_schedule schedule);
+RP_API const char *rp_pipe_schedule_name(rp_pipe_schedule schedule);
 
 /*
  * This member's runner for `micro_batches` (M >= 1) micro-batches on the
@@ -519,9 +521,9 @@ const char *rp_pipe_schedule_name(rp_pipe_schedule schedule);
  * RP_ERR_INVALID (NULL pipeline or comm, an unknown schedule, M < 1),
  * RP_ERR_NOMEM.
  */
-rp_status rp_pipeline_create(rp_pipeline **pipeline, rp_comm *comm, rp_pipe_schedule schedule,
-                             int micro_batches);
-void rp_pipeline_destroy(rp_pipeline *pipeline);
+RP_API rp_status rp_pipeline_create(rp_pipeline **pipeline, rp_comm *comm,
+                                    rp_pipe_schedule schedule, int micro_batches);
+RP_API void rp_pipeline_destroy(rp_pipeline *pipeline);
 
 /*
  * Runs one batch through the pipeline (forwards and backwards, see above),
@@ -533,8 +535,8 @@ void rp_pipeline_destroy(rp_pipeline *pipeline);
  * by M; the last stage's output not a scalar), RP_ERR_FORMAT (a bad shape
  * header from the previous stage).
  */
-rp_status rp_pipeline_run(rp_pipeline *pipeline, rp_pipe_stage_fn stage, void *ctx,
-                          const rp_tensor *input, float *loss);
+RP_API rp_status rp_pipeline_run(rp_pipeline *pipeline, rp_pipe_stage_fn stage, void *ctx,
+                                 const rp_tensor *input, float *loss);
 
 /*
  * Memory reports: the runner's tapes (one per micro-batch in flight: GPipe
@@ -543,8 +545,8 @@ rp_status rp_pipeline_run(rp_pipeline *pipeline, rp_pipe_stage_fn stage, void *c
  * the most this stage's activations held, were every tape at its peak at
  * once - the bound a planner predicts. 0 for NULL.
  */
-int rp_pipeline_tapes(const rp_pipeline *pipeline);
-size_t rp_pipeline_live_peak(const rp_pipeline *pipeline);
+RP_API int rp_pipeline_tapes(const rp_pipeline *pipeline);
+RP_API size_t rp_pipeline_live_peak(const rp_pipeline *pipeline);
 
 /* ---- layers for GANs (SN-GAN) ---------------------------------------------- */
 /*
@@ -569,20 +571,21 @@ typedef struct rp_sn_conv2d_layer {
     rp_tensor *u;         /* [out], buffer */
 } rp_sn_conv2d_layer;
 
-rp_status rp_sn_conv2d_layer_init(rp_sn_conv2d_layer *l, rp_params *p, const char *name, int in,
-                                  int out, int k, int stride, int pad, bool bias, float gain);
-rp_tensor *rp_sn_conv2d_layer_forward(rp_tape *t, const rp_sn_conv2d_layer *l, rp_tensor *x,
-                                      bool training);
+RP_API rp_status rp_sn_conv2d_layer_init(rp_sn_conv2d_layer *l, rp_params *p, const char *name,
+                                         int in, int out, int k, int stride, int pad, bool bias,
+                                         float gain);
+RP_API rp_tensor *rp_sn_conv2d_layer_forward(rp_tape *t, const rp_sn_conv2d_layer *l, rp_tensor *x,
+                                             bool training);
 
 typedef struct rp_sn_linear_layer {
     rp_linear_layer lin; /* lin.w [out,in], lin.b [out] or NULL */
     rp_tensor *u;        /* [out], buffer */
 } rp_sn_linear_layer;
 
-rp_status rp_sn_linear_layer_init(rp_sn_linear_layer *l, rp_params *p, const char *name, int in,
-                                  int out, bool bias, float gain);
-rp_tensor *rp_sn_linear_layer_forward(rp_tape *t, const rp_sn_linear_layer *l, rp_tensor *x,
-                                      bool training);
+RP_API rp_status rp_sn_linear_layer_init(rp_sn_linear_layer *l, rp_params *p, const char *name,
+                                         int in, int out, bool bias, float gain);
+RP_API rp_tensor *rp_sn_linear_layer_forward(rp_tape *t, const rp_sn_linear_layer *l, rp_tensor *x,
+                                             bool training);
 
 /*
  * A spectral-normalised class embedding (the projection discriminator's):
@@ -596,10 +599,10 @@ typedef struct rp_sn_embedding_layer {
     int classes, dim;
 } rp_sn_embedding_layer;
 
-rp_status rp_sn_embedding_layer_init(rp_sn_embedding_layer *l, rp_params *p, const char *name,
-                                     int classes, int dim, float gain);
-rp_tensor *rp_sn_embedding_layer_forward(rp_tape *t, const rp_sn_embedding_layer *l,
-                                         const int32_t *labels, int n, bool training);
+RP_API rp_status rp_sn_embedding_layer_init(rp_sn_embedding_layer *l, rp_params *p,
+                                            const char *name, int classes, int dim, float gain);
+RP_API rp_tensor *rp_sn_embedding_layer_forward(rp_tape *t, const rp_sn_embedding_layer *l,
+                                                const int32_t *labels, int n, bool training);
 
 /*
  * Categorical conditional batch norm (de Vries et al. 2017; the SN-GAN
@@ -623,10 +626,11 @@ typedef struct rp_cond_batchnorm_layer {
     rp_bn_params p; /* p.comm: cross-replica statistics */
 } rp_cond_batchnorm_layer;
 
-rp_status rp_cond_batchnorm_layer_init(rp_cond_batchnorm_layer *l, rp_params *p, const char *name,
-                                       int c, int classes);
-rp_tensor *rp_cond_batchnorm_layer_forward(rp_tape *t, const rp_cond_batchnorm_layer *l,
-                                           rp_tensor *x, const int32_t *labels, bool training);
+RP_API rp_status rp_cond_batchnorm_layer_init(rp_cond_batchnorm_layer *l, rp_params *p,
+                                              const char *name, int c, int classes);
+RP_API rp_tensor *rp_cond_batchnorm_layer_forward(rp_tape *t, const rp_cond_batchnorm_layer *l,
+                                                  rp_tensor *x, const int32_t *labels,
+                                                  bool training);
 
 /*
  * Hinge losses of SN-GAN (Lim & Ye 2017; Miyato et al. 2018), scalars on the
@@ -636,8 +640,8 @@ rp_tensor *rp_cond_batchnorm_layer_forward(rp_tape *t, const rp_cond_batchnorm_l
  *   rp_hinge_loss_g: -mean(d_fake)
  * NULL if an input is NULL (error untouched) or on OOM.
  */
-rp_tensor *rp_hinge_loss_d(rp_tape *t, rp_tensor *d_real, rp_tensor *d_fake);
-rp_tensor *rp_hinge_loss_g(rp_tape *t, rp_tensor *d_fake);
+RP_API rp_tensor *rp_hinge_loss_d(rp_tape *t, rp_tensor *d_real, rp_tensor *d_fake);
+RP_API rp_tensor *rp_hinge_loss_g(rp_tape *t, rp_tensor *d_fake);
 
 /* ---- statistics: Gaussian fits and the Fréchet distance (src/nn/frechet.c) ---- */
 
@@ -664,10 +668,10 @@ typedef struct rp_gauss_sums {
  * Sets *s to empty sums (all zeros) of dimension d. Errors: RP_ERR_INVALID
  * (s NULL, d < 1; *s is then zeroed), RP_ERR_NOMEM (d * d doubles do not fit).
  */
-rp_status rp_gauss_sums_init(rp_gauss_sums *s, int d);
+RP_API rp_status rp_gauss_sums_init(rp_gauss_sums *s, int d);
 
 /* Frees sum and outer and zeroes *s. NULL, a zeroed struct, or a second call: no-op. */
-void rp_gauss_sums_free(rp_gauss_sums *s);
+RP_API void rp_gauss_sums_free(rp_gauss_sums *s);
 
 /*
  * Adds `rows` rows of x [rows, d] (row-major float; only read). rows 0 adds
@@ -679,14 +683,14 @@ void rp_gauss_sums_free(rp_gauss_sums *s);
  * RP_ERR_NUMERIC (a NaN or infinity in x, naming the row and column; nothing
  * is added then), RP_ERR_NOMEM.
  */
-rp_status rp_gauss_sums_add(rp_gauss_sums *s, const float *x, int64_t rows);
+RP_API rp_status rp_gauss_sums_add(rp_gauss_sums *s, const float *x, int64_t rows);
 
 /*
  * Adds the sums `from` into `into` (same d): what an all-reduce with RP_SUM
  * does across replicas. Errors: RP_ERR_INVALID (NULL or uninitialised sums,
  * different d).
  */
-rp_status rp_gauss_sums_merge(rp_gauss_sums *into, const rp_gauss_sums *from);
+RP_API rp_status rp_gauss_sums_merge(rp_gauss_sums *into, const rp_gauss_sums *from);
 
 /*
  * The fitted mean [d] = sum / n and covariance [d, d] = (outer - n mean
@@ -698,7 +702,7 @@ rp_status rp_gauss_sums_merge(rp_gauss_sums *into, const rp_gauss_sums *from);
  *
  * Errors: RP_ERR_INVALID (s NULL or uninitialised, n < 2).
  */
-rp_status rp_gauss_sums_moments(const rp_gauss_sums *s, double *mean, double *cov);
+RP_API rp_status rp_gauss_sums_moments(const rp_gauss_sums *s, double *mean, double *cov);
 
 /*
  * The Fréchet distance between N(mu1, s1) and N(mu2, s2), the square of the
@@ -723,8 +727,8 @@ rp_status rp_gauss_sums_moments(const rp_gauss_sums *s, double *mean, double *co
  * RP_ERR_NOMEM. On error *fd is left unchanged. Thread-safe: calls share no
  * state (as far as the LAPACK underneath is).
  */
-rp_status rp_frechet_distance(const double *mu1, const double *s1, const double *mu2,
-                              const double *s2, int d, double *fd);
+RP_API rp_status rp_frechet_distance(const double *mu1, const double *s1, const double *mu2,
+                                     const double *s2, int d, double *fd);
 
 #ifdef __cplusplus
 }

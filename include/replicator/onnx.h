@@ -58,26 +58,26 @@ typedef struct rp_onnx rp_onnx;
  * An empty graph named `name` (copied). Errors: RP_ERR_INVALID (NULL or
  * empty), RP_ERR_NOMEM; *g is then NULL.
  */
-rp_status rp_onnx_create(rp_onnx **g, const char *name);
+RP_API rp_status rp_onnx_create(rp_onnx **g, const char *name);
 /* Frees the graph and every name and value it holds. NULL: no-op. */
-void rp_onnx_destroy(rp_onnx *g);
+RP_API void rp_onnx_destroy(rp_onnx *g);
 /* The graph's first error, RP_OK while none (RP_ERR_INVALID for NULL). */
-rp_status rp_onnx_status(const rp_onnx *g);
+RP_API rp_status rp_onnx_status(const rp_onnx *g);
 
 /*
  * A float graph input `name` of shape dims[0..ndim) (1 <= ndim <= 8; a
  * negative size is the symbolic batch "N"), described by `doc` (may be
  * NULL). Returns the name to use as a node input.
  */
-const char *rp_onnx_input(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
-                          const char *doc);
+RP_API const char *rp_onnx_input(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
+                                 const char *doc);
 /*
  * Makes value `value` (a node's output) a float graph output of the given
  * shape, described by `doc` (may be NULL). Errors: RP_ERR_INVALID (no such
  * value, a bad shape).
  */
-rp_status rp_onnx_output(rp_onnx *g, const char *value, int ndim, const int64_t *dims,
-                         const char *doc);
+RP_API rp_status rp_onnx_output(rp_onnx *g, const char *value, int ndim, const int64_t *dims,
+                                const char *doc);
 
 /*
  * Initializers, their values copied. A weight is a value of the network
@@ -86,12 +86,12 @@ rp_status rp_onnx_output(rp_onnx *g, const char *value, int ndim, const int64_t 
  * Errors: RP_ERR_INVALID (a name already in the graph, a bad shape),
  * RP_ERR_NOMEM.
  */
-const char *rp_onnx_weight(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
-                           const float *values);
-const char *rp_onnx_const_f32(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
-                              const float *values);
-const char *rp_onnx_const_i64(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
-                              const int64_t *values);
+RP_API const char *rp_onnx_weight(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
+                                  const float *values);
+RP_API const char *rp_onnx_const_f32(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
+                                     const float *values);
+RP_API const char *rp_onnx_const_i64(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
+                                     const int64_t *values);
 
 /* A node attribute. Build them with the macros below. */
 typedef enum {
@@ -126,12 +126,12 @@ typedef struct rp_onnx_attr {
  * RP_ERR_INVALID (an input that is not a value of the graph, an output name
  * already used), RP_ERR_NOMEM.
  */
-const char *rp_onnx_node(rp_onnx *g, const char *op, const char *name, int n_in,
-                         const char *const *in, int n_attrs, const rp_onnx_attr *attrs);
+RP_API const char *rp_onnx_node(rp_onnx *g, const char *op, const char *name, int n_in,
+                                const char *const *in, int n_attrs, const rp_onnx_attr *attrs);
 /* One-input and two-input nodes without attributes ("Relu", "Tanh"; "Add", "Mul", ...). */
-const char *rp_onnx_unary(rp_onnx *g, const char *op, const char *name, const char *x);
-const char *rp_onnx_binary(rp_onnx *g, const char *op, const char *name, const char *a,
-                           const char *b);
+RP_API const char *rp_onnx_unary(rp_onnx *g, const char *op, const char *name, const char *x);
+RP_API const char *rp_onnx_binary(rp_onnx *g, const char *op, const char *name, const char *a,
+                                  const char *b);
 
 /*
  * Layers of nn.h as ONNX nodes on NCHW values, their weights read from
@@ -148,13 +148,13 @@ const char *rp_onnx_binary(rp_onnx *g, const char *op, const char *name, const c
  * naming the tensor whose shape (or presence) differs, the checkpoint's
  * (RP_ERR_INVALID for a tensor missing or not float), RP_ERR_NOMEM.
  */
-const char *rp_onnx_conv2d(rp_onnx *g, const rp_checkpoint *ck, const char *prefix,
-                           const char *layer, const char *x, int in, int out, int k, int stride,
-                           int pad, bool bias);
-const char *rp_onnx_batchnorm(rp_onnx *g, const rp_checkpoint *ck, const char *prefix,
-                              const char *layer, const char *x, int c, float eps);
-const char *rp_onnx_linear(rp_onnx *g, const rp_checkpoint *ck, const char *prefix,
-                           const char *layer, const char *x, int in, int out, bool bias);
+RP_API const char *rp_onnx_conv2d(rp_onnx *g, const rp_checkpoint *ck, const char *prefix,
+                                  const char *layer, const char *x, int in, int out, int k,
+                                  int stride, int pad, bool bias);
+RP_API const char *rp_onnx_batchnorm(rp_onnx *g, const rp_checkpoint *ck, const char *prefix,
+                                     const char *layer, const char *x, int c, float eps);
+RP_API const char *rp_onnx_linear(rp_onnx *g, const rp_checkpoint *ck, const char *prefix,
+                                  const char *layer, const char *x, int in, int out, bool bias);
 
 /*
  * Reads float tensor `name` of ck, which must have shape dims[0..ndim),
@@ -163,18 +163,18 @@ const char *rp_onnx_linear(rp_onnx *g, const rp_checkpoint *ck, const char *pref
  * not float, RP_ERR_NOMEM; the graph keeps the error. For exporters that
  * rearrange values before adding them (rp_onnx_weight).
  */
-float *rp_onnx_read(rp_onnx *g, const rp_checkpoint *ck, const char *name, int ndim,
-                    const int64_t *dims);
+RP_API float *rp_onnx_read(rp_onnx *g, const rp_checkpoint *ck, const char *name, int ndim,
+                           const int64_t *dims);
 
 /* Sets the model's metadata entry `key` (metadata_props; both copied; a key set twice keeps the
  * last value). */
-rp_status rp_onnx_set_meta(rp_onnx *g, const char *key, const char *value);
+RP_API rp_status rp_onnx_set_meta(rp_onnx *g, const char *key, const char *value);
 /* The model's description (doc_string; copied). */
-rp_status rp_onnx_set_doc(rp_onnx *g, const char *doc);
+RP_API rp_status rp_onnx_set_doc(rp_onnx *g, const char *doc);
 
 /* The number of weights added and their values in all. */
-int rp_onnx_weight_count(const rp_onnx *g);
-int64_t rp_onnx_weight_numel(const rp_onnx *g);
+RP_API int rp_onnx_weight_count(const rp_onnx *g);
+RP_API int64_t rp_onnx_weight_numel(const rp_onnx *g);
 
 /*
  * Writes the model to `path`, atomically (a temporary file renamed over
@@ -185,7 +185,7 @@ int64_t rp_onnx_weight_numel(const rp_onnx *g);
  * input or output), RP_ERR_IO naming the path, RP_ERR_NOMEM. On error the
  * file at `path` is unchanged.
  */
-rp_status rp_onnx_save(const rp_onnx *g, const char *path);
+RP_API rp_status rp_onnx_save(const rp_onnx *g, const char *path);
 
 /*
  * Writes the graph's weights (not its constants) to `path` as a
@@ -195,7 +195,8 @@ rp_status rp_onnx_save(const rp_onnx *g, const char *path);
  * the graph's metadata. Errors: as rp_onnx_save's; RP_ERR_INVALID for
  * another dtype.
  */
-rp_status rp_onnx_save_weights(const rp_onnx *g, const char *path, rp_checkpoint_dtype dtype);
+RP_API rp_status rp_onnx_save_weights(const rp_onnx *g, const char *path,
+                                      rp_checkpoint_dtype dtype);
 
 #ifdef __cplusplus
 }

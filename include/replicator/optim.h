@@ -35,7 +35,7 @@ typedef struct rp_optim_config {
 } rp_optim_config;
 
 /* SGD, momentum 0.9, no Nesterov, no weight decay; Adam betas filled in. */
-rp_optim_config rp_optim_config_default(void);
+RP_API rp_optim_config rp_optim_config_default(void);
 
 typedef struct rp_optimizer rp_optimizer;
 
@@ -43,8 +43,9 @@ typedef struct rp_optimizer rp_optimizer;
  * Errors: RP_ERR_INVALID for weight decay or momentum < 0, a beta outside
  * [0,1), eps <= 0, Nesterov without momentum, or an unfinalized params list.
  */
-rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_optim_config *cfg);
-void rp_optimizer_destroy(rp_optimizer *opt);
+RP_API rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params,
+                                     const rp_optim_config *cfg);
+RP_API void rp_optimizer_destroy(rp_optimizer *opt);
 
 /*
  * Applies one update with learning rate `lr` to every trainable parameter
@@ -57,7 +58,7 @@ void rp_optimizer_destroy(rp_optimizer *opt);
  * still move them.) So with two sets, e.g. a GAN's generator stepping with
  * the discriminator frozen, step only the optimizer of the set that trained.
  */
-rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
+RP_API rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
 
 /*
  * The update rule on one flat range, for callers that hold their own slices
@@ -71,8 +72,8 @@ rp_status rp_optimizer_step(rp_optimizer *opt, float lr);
  * every table gives bitwise the same values. To update a parameter list's own
  * blocks, use an rp_optimizer, whose state lives where the values do.
  */
-void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad, float *state,
-                    int64_t n, float lr, int64_t step);
+RP_API void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad,
+                           float *state, int64_t n, float lr, int64_t step);
 /*
  * Hooks: code that runs around every rp_optimizer_step(). The distributed
  * runtime wraps an optimizer this way (sync: all-reduce the gradients in
@@ -121,7 +122,7 @@ typedef struct rp_optimizer_hooks {
  * `update` (naming the set that has one); RP_ERR_NOMEM. On error nothing was
  * added and release is not called.
  */
-rp_status rp_optimizer_add_hooks(rp_optimizer *opt, const rp_optimizer_hooks *h, void *ctx);
+RP_API rp_status rp_optimizer_add_hooks(rp_optimizer *opt, const rp_optimizer_hooks *h, void *ctx);
 
 /*
  * The older single-slot interface, kept working: the optimizer has one
@@ -134,9 +135,9 @@ rp_status rp_optimizer_add_hooks(rp_optimizer *opt, const rp_optimizer_hooks *h,
  * Out of memory: set_hooks keeps the old slot, calls release(ctx) at once
  * and records RP_ERR_NOMEM in rp_last_error().
  */
-void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before, rp_optimizer_hook after,
-                            void (*release)(void *ctx), void *ctx);
-void rp_optimizer_set_update(rp_optimizer *opt, rp_optimizer_update update);
+RP_API void rp_optimizer_set_hooks(rp_optimizer *opt, rp_optimizer_hook before,
+                                   rp_optimizer_hook after, void (*release)(void *ctx), void *ctx);
+RP_API void rp_optimizer_set_update(rp_optimizer *opt, rp_optimizer_update update);
 
 /*
  * For the runtime's checks: the optimizers stepped on the calling thread
@@ -148,17 +149,17 @@ void rp_optimizer_set_update(rp_optimizer *opt, rp_optimizer_update update);
  * dangling entry, so the runtime asks at the end of every run, before user
  * code can move optimizers between threads. Thread-local; allocates nothing.
  */
-int rp_optimizer_stepped_here(rp_optimizer **opts, int64_t *steps, int max);
+RP_API int rp_optimizer_stepped_here(rp_optimizer **opts, int64_t *steps, int max);
 
 /* The parameter list the optimizer updates, and its configuration. */
-rp_params *rp_optimizer_params(const rp_optimizer *opt);
-const rp_optim_config *rp_optimizer_config(const rp_optimizer *opt);
+RP_API rp_params *rp_optimizer_params(const rp_optimizer *opt);
+RP_API const rp_optim_config *rp_optimizer_config(const rp_optimizer *opt);
 
 /* RP_ERR_INVALID naming the first bad field of cfg (what rp_optimizer_create() checks). */
-rp_status rp_optim_check(const rp_optim_config *cfg);
+RP_API rp_status rp_optim_check(const rp_optim_config *cfg);
 
 /* Number of state slots of the rule (0, 1 or 2). */
-int rp_optim_slots(const rp_optim_config *cfg);
+RP_API int rp_optim_slots(const rp_optim_config *cfg);
 
 /*
  * Steps taken so far, and the state block: slots x (hi - lo) floats for the
@@ -169,16 +170,16 @@ int rp_optim_slots(const rp_optim_config *cfg);
  * write its values with rp_optimizer_read_state and rp_optimizer_write_state.
  * rp_optimizer_state returns NULL (and *numel 0) when the rule keeps no state.
  */
-int64_t rp_optimizer_steps(const rp_optimizer *opt);
-void rp_optimizer_set_steps(rp_optimizer *opt, int64_t steps);
-float *rp_optimizer_state(const rp_optimizer *opt, int64_t *numel);
+RP_API int64_t rp_optimizer_steps(const rp_optimizer *opt);
+RP_API void rp_optimizer_set_steps(rp_optimizer *opt, int64_t steps);
+RP_API float *rp_optimizer_state(const rp_optimizer *opt, int64_t *numel);
 /*
  * Host copies of the state block: read copies its rp_optimizer_state() numel floats into out,
  * write replaces them from in (nothing when there is no state). RP_ERR_INVALID for NULL. Not
  * thread-safe with a step of the same optimizer.
  */
-rp_status rp_optimizer_read_state(const rp_optimizer *opt, float *out);
-rp_status rp_optimizer_write_state(rp_optimizer *opt, const float *in);
+RP_API rp_status rp_optimizer_read_state(const rp_optimizer *opt, float *out);
+RP_API rp_status rp_optimizer_write_state(rp_optimizer *opt, const float *in);
 
 /* ---- sharding: an optimizer over one contiguous range (ZeRO-1) ----------- */
 
@@ -201,11 +202,11 @@ rp_status rp_optimizer_write_state(rp_optimizer *opt, const float *in);
  * outside [0, trainable numel] or with hi < lo), RP_ERR_NOMEM (nothing
  * changed).
  */
-rp_status rp_optimizer_set_range(rp_optimizer *opt, int64_t lo, int64_t hi);
+RP_API rp_status rp_optimizer_set_range(rp_optimizer *opt, int64_t lo, int64_t hi);
 /* The range the optimizer updates: [0, trainable numel) unless set; 0, 0 for NULL. */
-void rp_optimizer_range(const rp_optimizer *opt, int64_t *lo, int64_t *hi);
+RP_API void rp_optimizer_range(const rp_optimizer *opt, int64_t *lo, int64_t *hi);
 /* Bytes of optimizer state it holds now: slots x (hi - lo) x 4. 0 for NULL. */
-size_t rp_optimizer_state_bytes(const rp_optimizer *opt);
+RP_API size_t rp_optimizer_state_bytes(const rp_optimizer *opt);
 /*
  * The rule alone, for an `update` hook that wraps it (ZeRO-1: the rule on the
  * shard, then an all-gather of the values): applies rp_optim_apply() to the
@@ -213,7 +214,7 @@ size_t rp_optimizer_state_bytes(const rp_optimizer *opt);
  * as they are (no finiteness check, no zeroing, the step count unchanged).
  * Errors: RP_ERR_INVALID for NULL.
  */
-rp_status rp_optimizer_apply_rule(rp_optimizer *opt, float lr);
+RP_API rp_status rp_optimizer_apply_rule(rp_optimizer *opt, float lr);
 
 /* ---- schedules ------------------------------------------------------------ */
 
@@ -243,14 +244,14 @@ typedef struct rp_schedule {
     const int64_t *milestones;
 } rp_schedule;
 
-rp_schedule rp_schedule_constant(float lr);
+RP_API rp_schedule rp_schedule_constant(float lr);
 /*
  * Step decay: lr * gamma^(number of milestones <= step), no warm-up. The
  * schedule points at `milestones` (n entries, caller-owned, see above); it
  * is not copied. Pure: rp_schedule_check() says whether the result is valid.
  */
-rp_schedule rp_schedule_step(float lr, float gamma, const int64_t *milestones, int n);
-rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_steps);
+RP_API rp_schedule rp_schedule_step(float lr, float gamma, const int64_t *milestones, int n);
+RP_API rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_steps);
 /*
  * Linear decay (SN-GAN's): after the warm-up (from 0 over warmup_steps),
  * lr * (1 - step/total_steps), falling linearly to 0 at total_steps and 0
@@ -258,13 +259,13 @@ rp_schedule rp_schedule_cosine(float lr, int64_t warmup_steps, int64_t total_ste
  * just after a warm-up is lr * (1 - warmup/total)). total_steps <= 0 gives 0
  * after the warm-up. Pure.
  */
-rp_schedule rp_schedule_linear(float lr, int64_t warmup_steps, int64_t total_steps);
+RP_API rp_schedule rp_schedule_linear(float lr, int64_t warmup_steps, int64_t total_steps);
 /*
  * The rate at `step`. Pure and thread-safe; 0 for a NULL schedule. A STEP
  * schedule with a NULL milestones array counts no milestones (it fails
  * rp_schedule_check()).
  */
-float rp_schedule_lr(const rp_schedule *s, int64_t step);
+RP_API float rp_schedule_lr(const rp_schedule *s, int64_t step);
 
 /*
  * RP_ERR_INVALID naming the first bad field of `s`: NULL, an unknown kind, a
@@ -272,10 +273,10 @@ float rp_schedule_lr(const rp_schedule *s, int64_t step);
  * warmup_steps, or (STEP) a negative n_milestones or a NULL milestones
  * array with n_milestones > 0. RP_OK otherwise.
  */
-rp_status rp_schedule_check(const rp_schedule *s);
+RP_API rp_status rp_schedule_check(const rp_schedule *s);
 
 /* The linear scaling rule: base_lr * global_batch / reference_batch. */
-float rp_lr_scale(float base_lr, int global_batch, int reference_batch);
+RP_API float rp_lr_scale(float base_lr, int global_batch, int reference_batch);
 
 /* ---- gradient clipping ------------------------------------------------------ */
 
@@ -291,7 +292,7 @@ float rp_lr_scale(float base_lr, int global_batch, int reference_batch);
  * not finalized); RP_ERR_NUMERIC if the norm is not finite (a NaN or
  * infinite gradient: nothing is scaled, *norm holds it).
  */
-rp_status rp_clip_grad_norm(rp_params *params, float max_norm, float *norm);
+RP_API rp_status rp_clip_grad_norm(rp_params *params, float max_norm, float *norm);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@
  *     RP_OPT_RESUME  a resumed run may change it (the others come from the configuration and
  *                    are refused by rp_options_check_resume).
  *
- * The runtime's own options are rp_config_options (runtime.h: rp_config_from_args takes them);
+ * The runtime's own options are rp_config_options() (runtime.h: rp_config_from_args takes them);
  * a program adds its own table and parses both (examples/mlp.c).
  *
  *     typedef struct { int epochs; float lr; } my_opts;
@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "api.h"
 #include "core.h"
 
 #ifdef __cplusplus
@@ -191,13 +192,14 @@ enum {
 };
 
 /* Rows in `table` before RP_OPTION_END. */
-int rp_options_count(const rp_option *table);
+RP_API int rp_options_count(const rp_option *table);
 
 /* The row named `name` ("--epochs"), or NULL. SECTION, DOC and HIDDEN rows are never found. */
-const rp_option *rp_options_find(const rp_option *table, const char *name);
+RP_API const rp_option *rp_options_find(const rp_option *table, const char *name);
 
 /* Whether row `name` is set in `given` (false for a name the table lacks). */
-bool rp_options_was_given(const rp_option *table, const rp_options_given *given, const char *name);
+RP_API bool rp_options_was_given(const rp_option *table, const rp_options_given *given,
+                                 const char *name);
 
 /*
  * Fills the struct at `dst` from argv[1..*argc): each option that a row names, with its value
@@ -209,29 +211,29 @@ bool rp_options_was_given(const rp_option *table, const rp_options_given *given,
  * value ("--replicas 0: expected an integer in [1, 4096]"). With RP_OPTIONS_HELP, --help stops the
  * parse: the status is RP_OK and fault->kind is RP_OPTION_HELP.
  */
-rp_status rp_options_parse(const rp_option *table, void *dst, int *argc, char **argv,
-                           unsigned flags, rp_options_given *given, rp_option_fault *fault);
+RP_API rp_status rp_options_parse(const rp_option *table, void *dst, int *argc, char **argv,
+                                  unsigned flags, rp_options_given *given, rp_option_fault *fault);
 
 /*
  * For a resumed run: the first option in argv[1..argc) (in order) whose row lacks
  * RP_OPT_RESUME, as an RP_ERR_INVALID with fault->kind RP_OPTION_NOT_ON_RESUME. Options no row
  * names, and the names in `also` (NULL-ended, may be NULL: "--resume"), pass.
  */
-rp_status rp_options_check_resume(const rp_option *table, int argc, char *const *argv,
-                                  const char *const *also, rp_option_fault *fault);
+RP_API rp_status rp_options_check_resume(const rp_option *table, int argc, char *const *argv,
+                                         const char *const *also, rp_option_fault *fault);
 
 /*
  * The resume rule: copies from `cli` into `dst` each field that is not saved (this
  * invocation's, never the run's), and each RP_OPT_RESUME field that `given` names.
  */
-void rp_options_apply_resume(const rp_option *table, void *dst, const void *cli,
-                             const rp_options_given *given);
+RP_API void rp_options_apply_resume(const rp_option *table, void *dst, const void *cli,
+                                    const rp_options_given *given);
 
 /*
  * Writes the help text: a section's heading, then each option as "  --name META" in a column
  * of 18 and its help, continuation lines indented to column 20.
  */
-void rp_options_print_help(FILE *f, const rp_option *table);
+RP_API void rp_options_print_help(FILE *f, const rp_option *table);
 
 /*
  * The configuration's JSON: adds each RP_OPT_SAVED field of `src` to `object` (a cJSON
@@ -239,7 +241,7 @@ void rp_options_print_help(FILE *f, const rp_option *table);
  * true/false, paths as strings. Errors: RP_ERR_NOMEM.
  */
 struct cJSON;
-rp_status rp_options_to_json(const rp_option *table, const void *src, struct cJSON *object);
+RP_API rp_status rp_options_to_json(const rp_option *table, const void *src, struct cJSON *object);
 
 /*
  * Reads each RP_OPT_SAVED field from `object` as strictly as the command line: a key that is
@@ -248,16 +250,16 @@ rp_status rp_options_to_json(const rp_option *table, const void *src, struct cJS
  * 100000]`, `"model" is missing`) and the status is RP_ERR_FORMAT; fields read before it are
  * set. An RP_OPT_OPTIONAL key that is absent or unreadable keeps the field's value.
  */
-rp_status rp_options_from_json(const rp_option *table, void *dst, const struct cJSON *object,
-                               char *bad, size_t size);
+RP_API rp_status rp_options_from_json(const rp_option *table, void *dst, const struct cJSON *object,
+                                      char *bad, size_t size);
 
 /*
  * The echo of a configuration: "--name value" for each saved option (RP_OPT_SAVED, not
  * RP_OPT_OWN_JSON; a flag by its name alone) whose field in `cfg` differs from `defaults`,
  * separated by spaces, into buf[size] (cut with "..." if it does not fit). Returns buf.
  */
-char *rp_options_describe(const rp_option *table, const void *cfg, const void *defaults, char *buf,
-                          size_t size);
+RP_API char *rp_options_describe(const rp_option *table, const void *cfg, const void *defaults,
+                                 char *buf, size_t size);
 
 #ifdef __cplusplus
 }

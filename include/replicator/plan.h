@@ -20,8 +20,8 @@
  * apart (RP_COMM_HOUSEKEEPING) and depends on what a step reports.
  *
  * Layouts: one replica, N synchronous data-parallel replicas (the sync
- * strategy's bucketed all-reduce), ZeRO-1 (cfg.zero) and sync groups
- * (cfg.sync_groups G < N: the sync strategy's buckets over each group's
+ * strategy's bucketed all-reduce), ZeRO-1 (RP_STRATEGY_ZERO1) and sync groups
+ * (RP_STRATEGY_SYNC_GROUPS, G < N: the sync strategy's buckets over each group's
  * communicator, the group's parameter broadcast and batch ticket; the
  * pushes and pulls of the in-process parameter servers are memory copies,
  * not communicator calls, and are not lines of a plan). Tensor parallelism
@@ -84,8 +84,9 @@ typedef struct rp_plan_worker {
 
 /*
  * Fills the runtime's share of worker `id` (0 <= id < replicas) of the
- * layout cfg (regime, zero, sync_groups, bucket_bytes) when it trains
- * `params` with the optimizer `oc`: w->worker, replicas, groups, params,
+ * layout cfg (its strategy, rp_config_strategy(); sync_groups, bucket_bytes,
+ * grad_dtype) when it trains `params` with the optimizer `oc`, as the
+ * strategy's own table predicts it: w->worker, replicas, groups, params,
  * grads, optim, strategy, and the strategy's traffic lines (appended): on
  * the data axis, or with sync groups on RP_PLAN_GROUP - the gradient
  * buckets over the group, the parameters broadcast from the group's rank 0
@@ -95,27 +96,31 @@ typedef struct rp_plan_worker {
  * checkpoints); the state the updates use lives on the servers
  * (rp_plan_servers). The rest of *w is left as it is. Errors:
  * RP_ERR_INVALID (NULL argument, id out of range, groups that do not
- * divide the replicas, a bad optimizer configuration), RP_ERR_UNSUPPORTED
+ * divide the replicas, a bad optimizer configuration, a strategy that is
+ * not an rp_strategy_kind), RP_ERR_UNSUPPORTED
  * (async, and sync groups of one replica each, which the runtime runs as
  * async), RP_ERR_NOMEM (more than RP_PLAN_MAX_TRAFFIC lines).
  */
-rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id, const rp_params *params,
-                          const rp_optim_config *oc, rp_plan_worker *w);
+RP_API rp_status rp_plan_runtime(const rp_config *cfg, int replicas, int id,
+                                 const rp_params *params, const rp_optim_config *oc,
+                                 rp_plan_worker *w);
 
 /*
- * The in-process parameter servers of a sync-group layout (cfg.sync_groups
- * > 1), process-wide: cfg.ps shards of `params`' trainable values, each
+ * The in-process parameter servers of a sync-group layout
+ * (RP_STRATEGY_SYNC_GROUPS), process-wide: cfg.ps shards of `params`' trainable values, each
  * holding its values and its optimizer slots (at least one). 0 for another
  * layout.
  */
-int64_t rp_plan_servers(const rp_config *cfg, const rp_params *params, const rp_optim_config *oc);
+RP_API int64_t rp_plan_servers(const rp_config *cfg, const rp_params *params,
+                               const rp_optim_config *oc);
 
 /*
  * Adds calls and bytes to w's line (axis, cls, kind, what), creating it.
  * Errors: RP_ERR_INVALID (NULL argument), RP_ERR_NOMEM (no room for a line).
  */
-rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls,
-                              rp_flight_kind kind, const char *what, int64_t calls, int64_t bytes);
+RP_API rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls,
+                                     rp_flight_kind kind, const char *what, int64_t calls,
+                                     int64_t bytes);
 
 /*
  * Adds the messages of pipeline stage `stage` of `stages` (nn.h,
@@ -128,18 +133,18 @@ rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls
  * (NULL w, stage outside [0, stages), micro_batches < 1, negative sizes),
  * rp_plan_add_traffic's.
  */
-rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, int stages,
-                           int micro_batches, int64_t in_floats, int64_t out_floats);
+RP_API rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, int stages,
+                                  int micro_batches, int64_t in_floats, int64_t out_floats);
 
 /*
  * The predicted traffic of w as counters: out->by[cls][kind] summed over w's
  * lines of `axis` (for a direct comparison with a measured rp_comm_stats
  * difference over one step).
  */
-void rp_plan_traffic_stats(const rp_plan_worker *w, rp_axis axis, rp_comm_stats *out);
+RP_API void rp_plan_traffic_stats(const rp_plan_worker *w, rp_axis axis, rp_comm_stats *out);
 
 /* "data", "model", "pipe", "group" (RP_PLAN_GROUP). */
-const char *rp_plan_axis_name(rp_axis axis);
+RP_API const char *rp_plan_axis_name(rp_axis axis);
 
 #ifdef __cplusplus
 }

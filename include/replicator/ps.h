@@ -61,7 +61,7 @@ extern "C" {
 #endif
 
 /* The range [*lo, *hi) of a numel-float block that server s of `servers` keeps. */
-void rp_ps_shard_range(int64_t numel, int servers, int s, int64_t *lo, int64_t *hi);
+RP_API void rp_ps_shard_range(int64_t numel, int servers, int s, int64_t *lo, int64_t *hi);
 
 /*
  * The most workers one set of servers takes (the threads backend's handles, a communicator's
@@ -78,7 +78,7 @@ typedef struct rp_ps_config {
 } rp_ps_config;
 
 /* One server, unbounded staleness, the default timeout, rp_optim_config_default(). */
-rp_ps_config rp_ps_config_default(void);
+RP_API rp_ps_config rp_ps_config_default(void);
 
 /* A worker's handle on one set of variables kept by the servers. */
 typedef struct rp_ps rp_ps;
@@ -92,18 +92,18 @@ typedef struct rp_ps rp_ps;
  * Errors: RP_ERR_INVALID (workers outside [1, RP_PS_MAX_WORKERS], numel < 0, servers
  * outside [1, 256], a bad optimizer configuration), RP_ERR_NOMEM.
  */
-rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel,
-                               const rp_ps_config *cfg);
+RP_API rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel,
+                                      const rp_ps_config *cfg);
 
 /* Frees this worker's handle. NULL is ignored. */
-void rp_ps_destroy(rp_ps *ps);
+RP_API void rp_ps_destroy(rp_ps *ps);
 
 /* "threads", "mpi", or "remote" (remote servers over a communicator other than MPI). */
-const char *rp_ps_backend(const rp_ps *ps);
-int rp_ps_worker(const rp_ps *ps); /* this handle's worker index, 0 .. workers-1 */
-int rp_ps_workers(const rp_ps *ps);
-int rp_ps_servers(const rp_ps *ps);
-int64_t rp_ps_numel(const rp_ps *ps);
+RP_API const char *rp_ps_backend(const rp_ps *ps);
+RP_API int rp_ps_worker(const rp_ps *ps); /* this handle's worker index, 0 .. workers-1 */
+RP_API int rp_ps_workers(const rp_ps *ps);
+RP_API int rp_ps_servers(const rp_ps *ps);
+RP_API int64_t rp_ps_numel(const rp_ps *ps);
 
 /*
  * Sets every server's shard: values from values[0..numel), slots from
@@ -113,7 +113,7 @@ int64_t rp_ps_numel(const rp_ps *ps);
  * the applied and received counts. Not to be mixed with pushes in flight:
  * call it while the other workers wait (e.g. before a barrier).
  */
-rp_status rp_ps_init(rp_ps *ps, const float *values, const float *slots, int64_t step);
+RP_API rp_status rp_ps_init(rp_ps *ps, const float *values, const float *slots, int64_t step);
 
 /*
  * Applies `grad` (numel floats) with learning rate lr on every server and
@@ -121,17 +121,17 @@ rp_status rp_ps_init(rp_ps *ps, const float *values, const float *slots, int64_t
  * lr; RP_ERR_NUMERIC naming the first non-finite gradient element (nothing
  * is sent then).
  */
-rp_status rp_ps_push(rp_ps *ps, const float *grad, float lr);
+RP_API rp_status rp_ps_push(rp_ps *ps, const float *grad, float lr);
 
 /*
  * Copies the current values into values[0..numel), once the staleness bound
  * lets this worker go on (see the top). Each shard is copied whole under its
  * lock; different shards may reflect different moments.
  */
-rp_status rp_ps_pull(rp_ps *ps, float *values);
+RP_API rp_status rp_ps_pull(rp_ps *ps, float *values);
 
 /* rp_ps_push() then rp_ps_pull(), in one round trip per server where the backend can. */
-rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values);
+RP_API rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values);
 
 /*
  * The servers' whole state: values (numel floats), slots (slots x numel,
@@ -139,7 +139,7 @@ rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values)
  * same pushes once none are in flight). Call it when no push is in flight
  * (between phases) for a consistent checkpoint.
  */
-rp_status rp_ps_snapshot(rp_ps *ps, float *values, float *slots, int64_t *step);
+RP_API rp_status rp_ps_snapshot(rp_ps *ps, float *values, float *slots, int64_t *step);
 
 /*
  * What server s has done since rp_ps_init(): updates applied, pushes received from each worker.
@@ -153,7 +153,7 @@ typedef struct rp_ps_server_stats {
     int64_t from_worker[RP_PS_MAX_WORKERS]; /* from each worker */
 } rp_ps_server_stats;
 
-rp_status rp_ps_stats(rp_ps *ps, int server, rp_ps_server_stats *st);
+RP_API rp_status rp_ps_stats(rp_ps *ps, int server, rp_ps_server_stats *st);
 
 /*
  * Phases for the staleness bound: join starts phase `phase` (increasing;
@@ -163,11 +163,11 @@ rp_status rp_ps_stats(rp_ps *ps, int server, rp_ps_server_stats *st);
  * The runtime calls them around each run, and a run ends with a reduction
  * across the replicas, after their leaves: the rule holds there.
  */
-rp_status rp_ps_join(rp_ps *ps, uint64_t phase);
-rp_status rp_ps_leave(rp_ps *ps);
+RP_API rp_status rp_ps_join(rp_ps *ps, uint64_t phase);
+RP_API rp_status rp_ps_leave(rp_ps *ps);
 
 /* Pushes this worker has made in the current phase (its clock). */
-int64_t rp_ps_clock(const rp_ps *ps);
+RP_API int64_t rp_ps_clock(const rp_ps *ps);
 
 /*
  * A shared work queue: returns 0, 1, 2, ... across all workers' calls in
@@ -175,7 +175,7 @@ int64_t rp_ps_clock(const rp_ps *ps);
  * calls reach server 0). Asynchronous workers take batches this way, so a
  * fast worker takes more of them than a slow one.
  */
-rp_status rp_ps_claim(rp_ps *ps, int64_t *ticket);
+RP_API rp_status rp_ps_claim(rp_ps *ps, int64_t *ticket);
 
 /* ---- remote servers: the MPI backend, or any communicator ---------------------------- */
 
@@ -206,7 +206,7 @@ typedef struct rp_ps_group rp_ps_group;
  * size or leaves more than RP_PS_MAX_WORKERS workers; RP_ERR_UNSUPPORTED in a build
  * without MPI; the communicator's errors.
  */
-rp_status rp_ps_mpi_group_create(rp_ps_group **g, int servers, double timeout_s);
+RP_API rp_status rp_ps_mpi_group_create(rp_ps_group **g, int servers, double timeout_s);
 
 /*
  * The same on any communicator with point-to-point (threads, mpi): this
@@ -220,12 +220,12 @@ rp_status rp_ps_mpi_group_create(rp_ps_group **g, int servers, double timeout_s)
  * it back. Errors: as rp_ps_mpi_group_create, and the all-gather's.
  * Thread-safety: the group belongs to the thread that owns `comm`.
  */
-rp_status rp_ps_group_create(rp_ps_group **g, rp_comm *comm, int servers, double timeout_s);
+RP_API rp_status rp_ps_group_create(rp_ps_group **g, rp_comm *comm, int servers, double timeout_s);
 
-bool rp_ps_group_is_server(const rp_ps_group *g);
-int rp_ps_group_workers(const rp_ps_group *g);
+RP_API bool rp_ps_group_is_server(const rp_ps_group *g);
+RP_API int rp_ps_group_workers(const rp_ps_group *g);
 /* This process's worker index (its rank), or its server index on a server rank. */
-int rp_ps_group_index(const rp_ps_group *g);
+RP_API int rp_ps_group_index(const rp_ps_group *g);
 
 /*
  * On a server rank: serves the workers until every worker has destroyed
@@ -236,7 +236,7 @@ int rp_ps_group_index(const rp_ps_group *g);
  * whose data did not come within the group's timeout: RP_ERR_TIMEOUT
  * naming the worker), prefixed with this server's index, rank and host.
  */
-rp_status rp_ps_mpi_serve(rp_ps_group *g);
+RP_API rp_status rp_ps_mpi_serve(rp_ps_group *g);
 
 /*
  * On a worker rank: this worker's handle on a new set of numel floats, the
@@ -251,21 +251,22 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g);
  * gradient goes to each server straight from `grad` (its slice), a pull's
  * values straight into `values`.
  */
-rp_status rp_ps_mpi_create(rp_ps **ps, rp_ps_group *g, int64_t numel, const rp_ps_config *cfg);
+RP_API rp_status rp_ps_mpi_create(rp_ps **ps, rp_ps_group *g, int64_t numel,
+                                  const rp_ps_config *cfg);
 
 /*
  * On a worker: tells every server that this worker failed (`reason`), so
  * rp_ps_mpi_serve() returns RP_ERR_COMM naming it instead of waiting for
  * its goodbye. Does not wait for an answer.
  */
-void rp_ps_group_fail(rp_ps_group *g, rp_status status, const char *reason);
+RP_API void rp_ps_group_fail(rp_ps_group *g, rp_status status, const char *reason);
 
 /*
  * Frees the group; on a worker, first tells every server this worker is
  * done (a server returns from rp_ps_mpi_serve() once all are). Destroy
  * the worker's sets first. NULL is ignored.
  */
-void rp_ps_group_destroy(rp_ps_group *g);
+RP_API void rp_ps_group_destroy(rp_ps_group *g);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,9 @@
  * Thread-safety: a renderer is used by one thread at a time (any thread: each
  * call makes its context current and releases it before returning). Separate
  * renderers may draw concurrently on separate threads.
+ *
+ * These functions live in libreplicator-envs (pkg-config replicator-envs, CMake replicator::envs),
+ * not in the core library: a program that does not use them links no MuJoCo or EGL.
  */
 #ifndef REPLICATOR_RENDER_H
 #define REPLICATOR_RENDER_H
@@ -41,10 +44,10 @@ typedef struct rp_rl_env rp_rl_env; /* an environment (replicator/env.h) */
  * headless GL here: the message says which EGL step failed, e.g. no Mesa
  * surfaceless platform), RP_ERR_NOMEM. On error *r is NULL.
  */
-rp_status rp_renderer_create(rp_renderer **r, int width, int height);
+RP_API rp_status rp_renderer_create(rp_renderer **r, int width, int height);
 
 /* Frees the renderer, its GL context and MuJoCo's GL resources. NULL is a no-op. */
-void rp_renderer_destroy(rp_renderer *r);
+RP_API void rp_renderer_destroy(rp_renderer *r);
 
 /*
  * Draws the environment's current state (as its physics holds it; nothing is
@@ -57,7 +60,7 @@ void rp_renderer_destroy(rp_renderer *r);
  * Errors: RP_ERR_INVALID (a NULL argument), RP_ERR_BACKEND (the GL context
  * cannot be made current, or GL reports an error), RP_ERR_NOMEM.
  */
-rp_status rp_renderer_draw(rp_renderer *r, rp_rl_env *env, uint8_t *rgb);
+RP_API rp_status rp_renderer_draw(rp_renderer *r, rp_rl_env *env, uint8_t *rgb);
 
 #ifdef __cplusplus
 }

@@ -57,7 +57,7 @@ typedef struct rp_replay_config {
 } rp_replay_config;
 
 /* capacity 1e6, uniform, alpha 0.6, beta 0.4; obs_dim and act_dim 0: the caller sets them. */
-rp_replay_config rp_replay_config_default(void);
+RP_API rp_replay_config rp_replay_config_default(void);
 
 typedef struct rp_replay rp_replay;
 
@@ -69,8 +69,8 @@ typedef struct rp_replay rp_replay;
  * quickly. Errors: RP_ERR_INVALID (naming the bad field), RP_ERR_NOMEM
  * (naming the bytes).
  */
-rp_status rp_replay_create(rp_replay **r, const rp_replay_config *cfg);
-void rp_replay_destroy(rp_replay *r); /* NULL is a no-op */
+RP_API rp_status rp_replay_create(rp_replay **r, const rp_replay_config *cfg);
+RP_API void rp_replay_destroy(rp_replay *r); /* NULL is a no-op */
 
 /*
  * Copies n transitions into the table (the caller keeps t). They get keys
@@ -80,7 +80,7 @@ void rp_replay_destroy(rp_replay *r); /* NULL is a no-op */
  * RP_ERR_INVALID (NULL, n < 0, a NULL field), RP_ERR_NUMERIC (priority NaN
  * or infinite). Nothing is inserted on error.
  */
-rp_status rp_replay_insert(rp_replay *r, const rp_transition *t, int n, float priority);
+RP_API rp_status rp_replay_insert(rp_replay *r, const rp_transition *t, int n, float priority);
 
 /* Caller-owned buffers for n sampled transitions (rp_replay_batch_alloc allocates them). */
 typedef struct rp_replay_batch {
@@ -95,9 +95,9 @@ typedef struct rp_replay_batch {
 } rp_replay_batch;
 
 /* Allocates b's buffers for n >= 1 rows. Errors: RP_ERR_INVALID, RP_ERR_NOMEM. */
-rp_status rp_replay_batch_alloc(rp_replay_batch *b, int n, int obs_dim, int act_dim);
+RP_API rp_status rp_replay_batch_alloc(rp_replay_batch *b, int n, int obs_dim, int act_dim);
 /* Frees b's buffers and zeroes it; a zeroed batch is a no-op. */
-void rp_replay_batch_free(rp_replay_batch *b);
+RP_API void rp_replay_batch_free(rp_replay_batch *b);
 
 /*
  * Samples n (1 .. b->n) items with replacement into rows [0, n) of b, drawing
@@ -107,7 +107,7 @@ void rp_replay_batch_free(rp_replay_batch *b);
  * as Reverb's prioritised selector). Errors: RP_ERR_INVALID (empty table, n
  * out of range, b's dims differ from the table's, every priority 0).
  */
-rp_status rp_replay_sample(rp_replay *r, rp_rng *rng, int n, rp_replay_batch *b);
+RP_API rp_status rp_replay_sample(rp_replay *r, rp_rng *rng, int n, rp_replay_batch *b);
 
 /*
  * Sets the priorities of n keys (a no-op when uniform). Keys already evicted
@@ -116,19 +116,19 @@ rp_status rp_replay_sample(rp_replay *r, rp_rng *rng, int n, rp_replay_batch *b)
  * issued (negative or >= inserted), each naming the key. A priority of 0
  * means the item is never sampled.
  */
-rp_status rp_replay_update_priorities(rp_replay *r, const int64_t *keys, const float *priorities,
-                                      int n);
+RP_API rp_status rp_replay_update_priorities(rp_replay *r, const int64_t *keys,
+                                             const float *priorities, int n);
 
-int64_t rp_replay_size(const rp_replay *r);     /* items held now (<= capacity) */
-int64_t rp_replay_inserted(const rp_replay *r); /* items ever inserted: the next key */
-int64_t rp_replay_capacity(const rp_replay *r);
+RP_API int64_t rp_replay_size(const rp_replay *r);     /* items held now (<= capacity) */
+RP_API int64_t rp_replay_inserted(const rp_replay *r); /* items ever inserted: the next key */
+RP_API int64_t rp_replay_capacity(const rp_replay *r);
 
 /*
  * The item with `key`: *t points into the table (valid until the next
  * insert or load), *priority its priority (1 when uniform; may be NULL).
  * Errors: RP_ERR_INVALID when the key is not held (evicted or never issued).
  */
-rp_status rp_replay_get(const rp_replay *r, int64_t key, rp_transition *t, float *priority);
+RP_API rp_status rp_replay_get(const rp_replay *r, int64_t key, rp_transition *t, float *priority);
 
 /*
  * Adds the table to a checkpoint under `prefix` (e.g. "replay/"): f32
@@ -137,7 +137,7 @@ rp_status rp_replay_get(const rp_replay *r, int64_t key, rp_transition *t, float
  * i64 "counters" [inserted, size, obs_dim, act_dim, prioritized] and f32
  * "max_priority" [1]. Errors: as rp_checkpoint_add (e.g. a name taken).
  */
-rp_status rp_replay_save(const rp_replay *r, rp_checkpoint *ck, const char *prefix);
+RP_API rp_status rp_replay_save(const rp_replay *r, rp_checkpoint *ck, const char *prefix);
 
 /*
  * Replaces r's contents with those saved under `prefix`: the same items with
@@ -148,7 +148,7 @@ rp_status rp_replay_save(const rp_replay *r, rp_checkpoint *ck, const char *pref
  * more items saved than r's capacity), RP_ERR_NUMERIC (a bad saved
  * priority). On error r is unchanged.
  */
-rp_status rp_replay_load(rp_replay *r, const rp_checkpoint *ck, const char *prefix);
+RP_API rp_status rp_replay_load(rp_replay *r, const rp_checkpoint *ck, const char *prefix);
 
 /* ---- N-step transitions -------------------------------------------------------------- */
 
@@ -163,11 +163,11 @@ rp_status rp_replay_load(rp_replay *r, const rp_checkpoint *ck, const char *pref
 typedef struct rp_nstep rp_nstep;
 
 /* n >= 1, gamma in [0, 1], dims >= 1. Errors: RP_ERR_INVALID, RP_ERR_NOMEM. */
-rp_status rp_nstep_create(rp_nstep **a, int n, float gamma, int obs_dim, int act_dim);
-void rp_nstep_destroy(rp_nstep *a); /* NULL is a no-op */
+RP_API rp_status rp_nstep_create(rp_nstep **a, int n, float gamma, int obs_dim, int act_dim);
+RP_API void rp_nstep_destroy(rp_nstep *a); /* NULL is a no-op */
 
 /* Begins an episode at its first observation (copied), dropping any unfinished one. */
-rp_status rp_nstep_start(rp_nstep *a, const float *obs);
+RP_API rp_status rp_nstep_start(rp_nstep *a, const float *obs);
 
 /*
  * Adds one step: the action taken at the last observation, the reward r and
@@ -183,9 +183,9 @@ rp_status rp_nstep_start(rp_nstep *a, const float *obs);
  * Errors: RP_ERR_INVALID (no episode started, NULLs, max_out < n, d outside
  * [0, 1]), RP_ERR_NUMERIC (reward or discount NaN/infinite).
  */
-rp_status rp_nstep_add(rp_nstep *a, const float *act, float reward, float discount,
-                       const float *next_obs, bool last, rp_transition *out, int max_out,
-                       int *n_out);
+RP_API rp_status rp_nstep_add(rp_nstep *a, const float *act, float reward, float discount,
+                              const float *next_obs, bool last, rp_transition *out, int max_out,
+                              int *n_out);
 
 /* ---- rate limiter ---------------------------------------------------------------------- */
 
@@ -211,21 +211,22 @@ typedef struct rp_rate_limiter {
  * negative, or max_diff - min_diff < 2 * max(1, spi) (which could block
  * inserts or samples for good).
  */
-rp_status rp_rate_limiter_init(rp_rate_limiter *l, int64_t min_size_to_sample,
-                               double samples_per_insert, double error_buffer);
+RP_API rp_status rp_rate_limiter_init(rp_rate_limiter *l, int64_t min_size_to_sample,
+                                      double samples_per_insert, double error_buffer);
 /*
  * Reverb's explicit-range form (error_buffer given as a (min, max) pair):
  * the checks above, and min_diff > spi * min_size is refused too (a deadlock
  * once min_size items are in). max_diff below spi * min_size is allowed
  * with a warning, as in Reverb (sampling must run concurrently).
  */
-rp_status rp_rate_limiter_init_range(rp_rate_limiter *l, int64_t min_size_to_sample,
-                                     double samples_per_insert, double min_diff, double max_diff);
-bool rp_rate_limiter_can_insert(const rp_rate_limiter *l, int64_t n); /* false for n < 1 */
-bool rp_rate_limiter_can_sample(const rp_rate_limiter *l, int64_t n); /* false for n < 1 */
-void rp_rate_limiter_inserted(rp_rate_limiter *l, int64_t n);
-void rp_rate_limiter_sampled(rp_rate_limiter *l, int64_t n);
-void rp_rate_limiter_deleted(rp_rate_limiter *l, int64_t n);
+RP_API rp_status rp_rate_limiter_init_range(rp_rate_limiter *l, int64_t min_size_to_sample,
+                                            double samples_per_insert, double min_diff,
+                                            double max_diff);
+RP_API bool rp_rate_limiter_can_insert(const rp_rate_limiter *l, int64_t n); /* false for n < 1 */
+RP_API bool rp_rate_limiter_can_sample(const rp_rate_limiter *l, int64_t n); /* false for n < 1 */
+RP_API void rp_rate_limiter_inserted(rp_rate_limiter *l, int64_t n);
+RP_API void rp_rate_limiter_sampled(rp_rate_limiter *l, int64_t n);
+RP_API void rp_rate_limiter_deleted(rp_rate_limiter *l, int64_t n);
 
 /*
  * The same limiter shared by threads (a mutex and two condition variables).
@@ -234,8 +235,8 @@ void rp_rate_limiter_deleted(rp_rate_limiter *l, int64_t n);
 typedef struct rp_rate_gate rp_rate_gate;
 
 /* A gate starting from `limits` (its counters too). Errors: RP_ERR_INVALID, RP_ERR_NOMEM. */
-rp_status rp_rate_gate_create(rp_rate_gate **g, const rp_rate_limiter *limits);
-void rp_rate_gate_destroy(rp_rate_gate *g); /* NULL is a no-op */
+RP_API rp_status rp_rate_gate_create(rp_rate_gate **g, const rp_rate_limiter *limits);
+RP_API void rp_rate_gate_destroy(rp_rate_gate *g); /* NULL is a no-op */
 
 /*
  * Waits until n >= 1 inserts (samples) are allowed, then counts them, all
@@ -245,14 +246,14 @@ void rp_rate_gate_destroy(rp_rate_gate *g); /* NULL is a no-op */
  * allowed range), RP_ERR_INTERRUPTED once rp_rate_gate_close() was called
  * (nothing is counted), RP_ERR_INVALID (n < 1, timeout NaN or negative).
  */
-rp_status rp_rate_gate_insert(rp_rate_gate *g, int64_t n, double timeout_s);
-rp_status rp_rate_gate_sample(rp_rate_gate *g, int64_t n, double timeout_s);
+RP_API rp_status rp_rate_gate_insert(rp_rate_gate *g, int64_t n, double timeout_s);
+RP_API rp_status rp_rate_gate_sample(rp_rate_gate *g, int64_t n, double timeout_s);
 /* Counts n deletes (items the table evicted), which may allow inserts, never waits. */
-void rp_rate_gate_deleted(rp_rate_gate *g, int64_t n);
+RP_API void rp_rate_gate_deleted(rp_rate_gate *g, int64_t n);
 /* Wakes every waiter; they and all later waits return RP_ERR_INTERRUPTED. */
-void rp_rate_gate_close(rp_rate_gate *g);
+RP_API void rp_rate_gate_close(rp_rate_gate *g);
 /* A consistent snapshot of the limits and counters. */
-rp_rate_limiter rp_rate_gate_counters(rp_rate_gate *g);
+RP_API rp_rate_limiter rp_rate_gate_counters(rp_rate_gate *g);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #ifndef REPLICATOR_H
 #define REPLICATOR_H
 
+#include "api.h"
 #include "core.h"
 #include "kernels.h"
 #include "tensor.h"
@@ -14,6 +15,7 @@
 #include "onnx.h"
 #include "trace.h"
 #include "tensorboard.h"
+#include "gif.h"
 #include "loader.h"
 #include "comm.h"
 #include "options.h"

@@ -48,12 +48,12 @@
  * A role runs run(fn) steps, or one long-lived function
  * (rp_replicator_start / rp_replicator_wait): an actor loop, a server loop.
  *
- * Strategies. How replicas combine gradients (cfg.regime: sync all-reduce
- * over the data axis, async parameter servers; cfg.zero: sync with the
- * optimizer state sharded, ZeRO-1; cfg.sync_groups: groups of replicas
- * that all-reduce inside the group and meet the other groups only at the
- * parameter servers - TF-Replicator's RFC's sync groups) is chosen once at
- * create;
+ * Strategies. How replicas combine gradients is one choice, cfg.strategy
+ * (rp_strategy_kind: sync all-reduce over the data axis, async parameter
+ * servers, ZeRO-1 - sync with the optimizer state sharded - and sync groups
+ * of replicas that all-reduce inside the group and meet the other groups
+ * only at the parameter servers, TF-Replicator's RFC's sync groups), made
+ * once at create;
  * the optimizer it wraps composes with other hooks (optim.h:
  * rp_optimizer_add_hooks), so clipping, an EMA or tracing stack on it.
  *
@@ -89,7 +89,26 @@ typedef enum {
     RP_BACKEND_MPI,     /* `replicas` threads in each MPI process (hierarchical when > 1) */
 } rp_backend;
 
-/* How the replicas combine their gradients. */
+/*
+ * How the replicas combine their work: one choice, cfg.strategy, made once at
+ * rp_replicator_create() (each is a table of the runtime's). The older fields are spellings of
+ * it and are still accepted: cfg.regime = RP_REGIME_ASYNC means RP_STRATEGY_ASYNC, cfg.zero =
+ * true RP_STRATEGY_ZERO1, and cfg.sync_groups = G >= 2 RP_STRATEGY_SYNC_GROUPS (of G groups).
+ * cfg.strategy and a spelling that names another strategy are refused (RP_ERR_INVALID).
+ */
+typedef enum {
+    RP_STRATEGY_SYNC = 0,  /* the gradients' mean all-reduced every step: the replicas stay
+                              identical */
+    RP_STRATEGY_ASYNC = 1, /* parameter servers: each replica pushes its gradients, pulls fresh
+                              values and goes on */
+    RP_STRATEGY_ZERO1 = 2, /* sync, each replica keeping the optimizer state of 1/N of the values
+                              (see "ZeRO-1" below) */
+    RP_STRATEGY_SYNC_GROUPS = 3, /* cfg.sync_groups groups, sync inside, parameter servers between
+                                    (see "Sync groups" below) */
+} rp_strategy_kind;
+#define RP_STRATEGIES 4
+
+/* The older spelling of RP_STRATEGY_SYNC and RP_STRATEGY_ASYNC (cfg.regime). */
 typedef enum {
     RP_REGIME_SYNC = 0, /* all-reduced every step: the replicas stay identical */
     RP_REGIME_ASYNC, /* pushed to parameter servers; each replica pulls fresh values and goes on */
@@ -127,11 +146,12 @@ typedef struct rp_role {
 } rp_role;
 
 /* A role of `members` x `model` workers, placed after the previous one. */
-rp_role rp_role_make(const char *name, int members, int model);
+RP_API rp_role rp_role_make(const char *name, int members, int model);
 
 typedef struct rp_config {
-    rp_backend backend;      /* default RP_BACKEND_AUTO */
-    rp_regime regime;        /* default RP_REGIME_SYNC */
+    rp_backend backend;        /* default RP_BACKEND_AUTO */
+    rp_strategy_kind strategy; /* default RP_STRATEGY_SYNC (see rp_strategy_kind) */
+    rp_regime regime;          /* older spelling: RP_REGIME_ASYNC is RP_STRATEGY_ASYNC */
     int ps;                  /* async: parameter servers (threads: in-process shards; MPI: the last
                                 `ps` ranks serve, the others are replicas); default 1 */
     int staleness;           /* async: at most this many steps ahead of the slowest replica; -1
@@ -155,13 +175,13 @@ typedef struct rp_config {
     bool stuck_exit;             /* a replica stuck outside every collective ends the process (exit
                                     status RP_STUCK_EXIT_CODE) instead of failing the run; default
                                     $RP_STUCK_EXIT (see rp_replicator_run: the watchdog) */
-    bool zero; /* sync only: ZeRO-1, each replica keeps the optimizer state of 1/N of the values
-                  (see "ZeRO-1" below); default false */
-    int sync_groups; /* sync only: G >= 2 groups of replicas/G, in sync inside a group and
-                        asynchronous between groups through `ps` parameter servers (see "Sync
-                        groups" below); must divide the job's replicas (under MPI: the ranks
-                        less the servers); G = replicas is the async regime; 0 or 1 (default):
-                        off */
+    bool zero;                   /* older spelling: true is RP_STRATEGY_ZERO1; default false */
+    int sync_groups; /* RP_STRATEGY_SYNC_GROUPS' G >= 2 groups of replicas/G, in sync inside a
+                        group and asynchronous between groups through `ps` parameter servers
+                        (see "Sync groups" below); must divide the job's replicas (under MPI: the
+                        ranks less the servers); G = replicas is async training. Also its older
+                        spelling: G >= 2 with strategy RP_STRATEGY_SYNC means the sync groups;
+                        0 or 1 (default): off */
     /*
      * sync only: the type of the gradients on the wire (their mean across replicas, in the sync
      * strategy's buckets, ZeRO-1's reduce-scatter and a sync group's all-reduce). RP_F32
@@ -177,23 +197,34 @@ typedef struct rp_config {
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */
 #define RP_STUCK_EXIT_CODE 70
 
-rp_config rp_config_default(void);
+RP_API rp_config rp_config_default(void);
+
+/*
+ * The strategy cfg chooses: cfg->strategy, or the one an older spelling names (regime async,
+ * zero, sync_groups >= 2) when cfg->strategy is RP_STRATEGY_SYNC. Whether the choice is valid is
+ * rp_replicator_create()'s to say. RP_STRATEGY_SYNC for NULL.
+ */
+RP_API rp_strategy_kind rp_config_strategy(const rp_config *cfg);
+
+/* "sync", "async", "zero1", "sync-groups" (as --strategy takes them); "?" for another value. */
+RP_API const char *rp_strategy_name(rp_strategy_kind strategy);
 
 /*
  * The runtime's options (replicator/options.h), one row each: --backend threads|mpi|auto,
- * --regime sync|async, --ps S, --staleness K, --replicas N, --threads-per-replica T, --seed S,
+ * --strategy sync|async|zero1|sync-groups, --regime sync|async, --ps S, --staleness K,
+ * --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G,
  * --precision f32|bf16, --grad-dtype f32|bf16, over the fields of rp_config. A program prints
- * them with rp_options_print_help(stdout, rp_config_options).
+ * them with rp_options_print_help(stdout, rp_config_options()).
  */
-extern const rp_option rp_config_options[];
+RP_API const rp_option *rp_config_options(void);
 
 /*
- * Takes the runtime's options (rp_config_options) out of argv, shifting the rest down in their
+ * Takes the runtime's options (rp_config_options()) out of argv, shifting the rest down in their
  * order and updating *argc. Errors: RP_ERR_INVALID naming the option and value ("--replicas 0:
  * expected an integer in [1, 4096]").
  */
-rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);
+RP_API rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);
 
 /*
  * What rp_config_resolve needs besides the config: the job's shape as a command sees it.
@@ -210,7 +241,7 @@ typedef struct rp_job_shape {
                                parallelism: in all; otherwise as cfg->replicas) */
 } rp_job_shape;
 
-rp_job_shape rp_job_shape_default(void);
+RP_API rp_job_shape rp_job_shape_default(void);
 
 /*
  * The layout rules, in one place: settles cfg->backend (AUTO: MPI when started by mpirun or
@@ -224,7 +255,7 @@ rp_job_shape rp_job_shape_default(void);
  * mpirun with several ranks, workers that do not make whole replicas, sync groups that do not
  * divide the replicas, a batch that does not split across them.
  */
-rp_status rp_config_resolve(rp_config *cfg, rp_job_shape *layout);
+RP_API rp_status rp_config_resolve(rp_config *cfg, rp_job_shape *layout);
 
 typedef struct rp_replicator rp_replicator;
 typedef struct rp_replica rp_replica;
@@ -233,7 +264,7 @@ typedef struct rp_replica rp_replica;
  * Starts the replicas' threads. Errors: RP_ERR_INVALID for a bad field
  * (named), RP_ERR_NOMEM, RP_ERR_BACKEND if a thread cannot be started.
  */
-rp_status rp_replicator_create(rp_replicator **r, const rp_config *cfg);
+RP_API rp_status rp_replicator_create(rp_replicator **r, const rp_config *cfg);
 /*
  * Stops the threads and frees the replicas (not their user data); see the
  * teardown order above. A role started and not waited for, here or (under
@@ -260,7 +291,7 @@ rp_status rp_replicator_create(rp_replicator **r, const rp_config *cfg);
  * and the replicator's memory is left allocated (freeing it under a thread
  * that may still return would crash it). NULL is ignored.
  */
-void rp_replicator_destroy(rp_replicator *r);
+RP_API void rp_replicator_destroy(rp_replicator *r);
 
 /* A function run on every replica; its return value is that replica's status. */
 typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
@@ -323,7 +354,7 @@ typedef rp_status (*rp_replica_fn)(rp_replica *rep, void *arg);
  * (rp_comm_mpi_abort), as the CLI does.
  * Not re-entrant: call it from one thread, not from inside fn.
  */
-rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
+RP_API rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
 
 /*
  * The flight recorder's directory (replicator/comm.h: every communicator
@@ -338,33 +369,33 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg);
  * error. The trainer sets its run directory. dir is copied. Errors:
  * RP_ERR_INVALID (NULL r, dir of 4000 bytes or more).
  */
-rp_status rp_replicator_set_flight_dir(rp_replicator *r, const char *dir);
+RP_API rp_status rp_replicator_set_flight_dir(rp_replicator *r, const char *dir);
 
 /*
  * Asynchronous training under MPI: the last cfg.ps ranks are parameter
  * servers, not replicas. On such a rank rp_replicator_is_server() is true
  * and the program calls rp_replicator_serve() instead of running replicas.
  */
-bool rp_replicator_is_server(const rp_replicator *r);
+RP_API bool rp_replicator_is_server(const rp_replicator *r);
 /*
  * Serves the replicas' pushes and pulls until every replica's process has
  * destroyed its replicator. RP_ERR_INVALID on a replica's process.
  */
-rp_status rp_replicator_serve(rp_replicator *r);
+RP_API rp_status rp_replicator_serve(rp_replicator *r);
 
 /* Replicas in the whole job (all processes). */
-int rp_replicator_replicas(const rp_replicator *r);
+RP_API int rp_replicator_replicas(const rp_replicator *r);
 /* Replicas in this process (the same as the above on the threads backend). */
-int rp_replicator_local_replicas(const rp_replicator *r);
+RP_API int rp_replicator_local_replicas(const rp_replicator *r);
 /* Kernel threads each replica runs on (set, or derived from the cores). */
-int rp_replicator_threads_per_replica(const rp_replicator *r);
+RP_API int rp_replicator_threads_per_replica(const rp_replicator *r);
 /* The backend in use ("threads", "mpi" or "mpi+threads"). */
-const char *rp_replicator_backend(const rp_replicator *r);
+RP_API const char *rp_replicator_backend(const rp_replicator *r);
 /*
  * Local replica i (0 <= i < local replicas), e.g. to read its user data
  * between runs; NULL if out of range. Its rp_replica_id() is its id in the job.
  */
-rp_replica *rp_replicator_replica(rp_replicator *r, int i);
+RP_API rp_replica *rp_replicator_replica(rp_replicator *r, int i);
 
 /*
  * The value reported under `name` in the last run, reduced across replicas
@@ -379,7 +410,7 @@ rp_replica *rp_replicator_replica(rp_replicator *r, int i);
  * holding only actors): "no worker of this process ran the last run"; read
  * the results on a process whose workers reported (rp_replicator_is_leader).
  */
-rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value);
+RP_API rp_status rp_replicator_result(const rp_replicator *r, const char *name, double *value);
 
 /*
  * Every replica's own value of the report `name` in the last run, in replica
@@ -388,8 +419,8 @@ rp_status rp_replicator_result(const rp_replicator *r, const char *name, double 
  * with the report exchange the run makes anyway. Errors: RP_ERR_INVALID (NULL,
  * no such report, n not that count).
  */
-rp_status rp_replicator_result_each(const rp_replicator *r, const char *name, double *values,
-                                    int n);
+RP_API rp_status rp_replicator_result_each(const rp_replicator *r, const char *name, double *values,
+                                           int n);
 
 /*
  * Writes the trace recorded so far (replicator/trace.h) for the whole job.
@@ -403,7 +434,7 @@ rp_status rp_replicator_result_each(const rp_replicator *r, const char *name, do
  * a parameter-server rank writes nothing. Errors: those of the runs and of
  * rp_trace_write / rp_trace_merge.
  */
-rp_status rp_replicator_trace_write(rp_replicator *r, const char *path);
+RP_API rp_status rp_replicator_trace_write(rp_replicator *r, const char *path);
 
 /*
  * Writes this process's trace without meeting the other processes: for a
@@ -416,7 +447,7 @@ rp_status rp_replicator_trace_write(rp_replicator *r, const char *path);
  * the last one it closed. A parameter-server rank writes nothing. Errors:
  * those of rp_trace_write.
  */
-rp_status rp_replicator_trace_write_local(rp_replicator *r, const char *path);
+RP_API rp_status rp_replicator_trace_write_local(rp_replicator *r, const char *path);
 
 /* ---- roles: long-lived functions --------------------------------------------------- */
 
@@ -436,7 +467,8 @@ rp_status rp_replicator_trace_write_local(rp_replicator *r, const char *path);
  * replica), RP_ERR_BACKEND (no thread: the workers started so far run on;
  * wait for them).
  */
-rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn fn, void *arg);
+RP_API rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn fn,
+                                     void *arg);
 /*
  * Waits until every worker of `role` in this process has returned from the
  * function started on it, and returns the error that started a failure
@@ -444,12 +476,12 @@ rp_status rp_replicator_start(rp_replicator *r, const char *role, rp_replica_fn 
  * RP_ERR_COMM), or RP_OK (also when the role was not started here).
  * rp_replicator_destroy() waits for a started role that was not waited for.
  */
-rp_status rp_replicator_wait(rp_replicator *r, const char *role);
+RP_API rp_status rp_replicator_wait(rp_replicator *r, const char *role);
 
 /* The job's roles (placed: `first` filled in), 0 <= i < rp_replicator_roles(); NULL if out of
  * range. */
-int rp_replicator_roles(const rp_replicator *r);
-const rp_role *rp_replicator_role(const rp_replicator *r, int i);
+RP_API int rp_replicator_roles(const rp_replicator *r);
+RP_API const rp_role *rp_replicator_role(const rp_replicator *r, int i);
 
 /* ---- the replica context (valid inside a run, and between runs) ------------------- */
 
@@ -458,19 +490,19 @@ const rp_role *rp_replicator_role(const rp_replicator *r, int i);
  * coordinate and its role's members (num_replicas; a replica of model x
  * pipe workers is one replica). Without roles: the job's replicas.
  */
-int rp_replica_id(const rp_replica *rep);
-int rp_replica_count(const rp_replica *rep);
+RP_API int rp_replica_id(const rp_replica *rep);
+RP_API int rp_replica_count(const rp_replica *rep);
 /* Its index among this process's replicas (what rp_replicator_replica() takes). */
-int rp_replica_local_index(const rp_replica *rep);
-uint64_t rp_replica_seed(const rp_replica *rep);
+RP_API int rp_replica_local_index(const rp_replica *rep);
+RP_API uint64_t rp_replica_seed(const rp_replica *rep);
 /* This replica's tape: reset at the start of each run. */
-rp_tape *rp_replica_tape(rp_replica *rep);
+RP_API rp_tape *rp_replica_tape(rp_replica *rep);
 /*
  * The communicator of the replicas: this worker's data axis (its role's
  * members with the same model and pipe coordinates), rank = its replica id.
  * Owned by the replicator; use it on this worker's thread only.
  */
-rp_comm *rp_replica_comm(rp_replica *rep);
+RP_API rp_comm *rp_replica_comm(rp_replica *rep);
 
 /*
  * Where this worker sits. A worker is one thread (threads backend), one MPI
@@ -492,8 +524,8 @@ rp_comm *rp_replica_comm(rp_replica *rep);
  * replicator (valid until rp_replicator_destroy) and belong to this worker's
  * thread. Out-of-range axes give -1, 0 and NULL.
  */
-int rp_replica_worker(const rp_replica *rep);
-int rp_replica_workers(const rp_replica *rep);
+RP_API int rp_replica_worker(const rp_replica *rep);
+RP_API int rp_replica_workers(const rp_replica *rep);
 /*
  * The print-once predicate: true on exactly one worker of the job - the
  * first role's replica 0, its last worker along the model and pipe axes
@@ -505,14 +537,14 @@ int rp_replica_workers(const rp_replica *rep);
  * its rp_replicator_result() is the leader's, as the leader reported.
  * Thread-safe.
  */
-bool rp_replica_is_leader(const rp_replica *rep);
-bool rp_replicator_is_leader(const rp_replicator *r);
-const char *rp_replica_role(const rp_replica *rep);
-int rp_replica_coord(const rp_replica *rep, rp_axis axis);
-int rp_replica_axis_size(const rp_replica *rep, rp_axis axis);
-rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis);
-rp_comm *rp_replica_role_comm(rp_replica *rep);
-rp_comm *rp_replica_world_comm(rp_replica *rep);
+RP_API bool rp_replica_is_leader(const rp_replica *rep);
+RP_API bool rp_replicator_is_leader(const rp_replicator *r);
+RP_API const char *rp_replica_role(const rp_replica *rep);
+RP_API int rp_replica_coord(const rp_replica *rep, rp_axis axis);
+RP_API int rp_replica_axis_size(const rp_replica *rep, rp_axis axis);
+RP_API rp_comm *rp_replica_axis_comm(rp_replica *rep, rp_axis axis);
+RP_API rp_comm *rp_replica_role_comm(rp_replica *rep);
+RP_API rp_comm *rp_replica_world_comm(rp_replica *rep);
 /*
  * The link: every worker of the job (rank = worker index, as the world),
  * for messages between roles that outlive runs - an actor's experience to a
@@ -527,7 +559,7 @@ rp_comm *rp_replica_world_comm(rp_replica *rep);
  * point-to-point messages. The same handle as the world when the job has one
  * role. Owned by the replicator; this worker's thread only.
  */
-rp_comm *rp_replica_link_comm(rp_replica *rep);
+RP_API rp_comm *rp_replica_link_comm(rp_replica *rep);
 /*
  * TF-Replicator's num_replicas_in_sync: the replicas whose gradients one
  * step combines synchronously - rp_replica_count() in sync training, 1 in
@@ -535,8 +567,8 @@ rp_comm *rp_replica_link_comm(rp_replica *rep);
  * rp_replica_count() is num_replicas. rp_replicator_in_sync: the same, for
  * the replicator (0 for NULL).
  */
-int rp_replica_in_sync(const rp_replica *rep);
-int rp_replicator_in_sync(const rp_replicator *r);
+RP_API int rp_replica_in_sync(const rp_replica *rep);
+RP_API int rp_replicator_in_sync(const rp_replicator *r);
 /*
  * The communicator of the replicas in sync with this one (rank = its place
  * among them): the data axis in sync training (rp_replica_comm), its group's
@@ -545,10 +577,10 @@ int rp_replicator_in_sync(const rp_replicator *r);
  * batch norm, a stop request agreed before each batch. Owned by the
  * replicator; this worker's thread only.
  */
-rp_comm *rp_replica_sync_comm(rp_replica *rep);
+RP_API rp_comm *rp_replica_sync_comm(rp_replica *rep);
 /* The user's per-replica state, NULL until set. */
-void *rp_replica_user(const rp_replica *rep);
-void rp_replica_set_user(rp_replica *rep, void *user);
+RP_API void *rp_replica_user(const rp_replica *rep);
+RP_API void rp_replica_set_user(rp_replica *rep, void *user);
 
 /*
  * The input context (as TF-Replicator's): the share of a global batch this
@@ -576,7 +608,8 @@ typedef struct rp_input_context {
     int global_batch, per_replica_batch;
 } rp_input_context;
 
-rp_status rp_replica_input_context(const rp_replica *rep, int global_batch, rp_input_context *ctx);
+RP_API rp_status rp_replica_input_context(const rp_replica *rep, int global_batch,
+                                          rp_input_context *ctx);
 
 /*
  * Reports a scalar for logging; at the end of the run the values of all
@@ -585,7 +618,8 @@ rp_status rp_replica_input_context(const rp_replica *rep, int global_batch, rp_i
  * same order (checked; a difference fails the run). At most 32 per run;
  * names up to 31 characters.
  */
-rp_status rp_replica_report(rp_replica *rep, const char *name, double value, rp_reduce_op op);
+RP_API rp_status rp_replica_report(rp_replica *rep, const char *name, double value,
+                                   rp_reduce_op op);
 
 /* ---- cross-replica primitives: rp_comm_* on the replica's communicator ------------ */
 
@@ -599,14 +633,14 @@ rp_status rp_replica_report(rp_replica *rep, const char *name, double value, rp_
  * rp_replica_world_comm() for a whole role or job. Without a mesh the data
  * axis is every replica of the job. Errors: those of the rp_comm_* call.
  */
-rp_status rp_all_reduce(rp_replica *rep, const void *send, void *recv, int64_t count,
-                        rp_dtype dtype, rp_reduce_op op);
-rp_status rp_reduce_scatter(rp_replica *rep, const void *send, void *recv, int64_t count,
-                            rp_dtype dtype, rp_reduce_op op);
-rp_status rp_all_gather(rp_replica *rep, const void *send, void *recv, int64_t count,
-                        rp_dtype dtype);
-rp_status rp_broadcast(rp_replica *rep, void *buf, int64_t count, rp_dtype dtype, int root);
-rp_status rp_barrier(rp_replica *rep);
+RP_API rp_status rp_all_reduce(rp_replica *rep, const void *send, void *recv, int64_t count,
+                               rp_dtype dtype, rp_reduce_op op);
+RP_API rp_status rp_reduce_scatter(rp_replica *rep, const void *send, void *recv, int64_t count,
+                                   rp_dtype dtype, rp_reduce_op op);
+RP_API rp_status rp_all_gather(rp_replica *rep, const void *send, void *recv, int64_t count,
+                               rp_dtype dtype);
+RP_API rp_status rp_broadcast(rp_replica *rep, void *buf, int64_t count, rp_dtype dtype, int root);
+RP_API rp_status rp_barrier(rp_replica *rep);
 
 /*
  * Deprecated: set rp_bn_params.comm (or a model's bn_comm) to the
@@ -620,7 +654,7 @@ rp_status rp_barrier(rp_replica *rep);
  * axis; nothing with one replica). RP_ERR_INVALID for a NULL ctx; errors of
  * the all-reduce (RP_ERR_MISMATCH, RP_ERR_TIMEOUT) fail the layer.
  */
-rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
+RP_API rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
 
 /* ---- synchronous data parallelism --------------------------------------------------- */
 
@@ -651,11 +685,11 @@ rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *rep);
  * run inside it: a `before` sees the all-reduced gradients, an `after`
  * runs after the update and before the checksum.
  */
-rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_params *params,
-                                      const rp_optim_config *cfg);
+RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_params *params,
+                                             const rp_optim_config *cfg);
 
 /*
- * ZeRO-1 (cfg.zero): rp_replica_optimizer_create() makes an optimizer that
+ * ZeRO-1 (RP_STRATEGY_ZERO1, or cfg.zero): rp_replica_optimizer_create() makes an optimizer that
  * behaves as the sync one above - the same values after every step, bitwise
  * (the reductions add in the same order and the rule is elementwise), the
  * same checksums - while each of the N replicas keeps the optimizer state
@@ -692,7 +726,7 @@ rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_pa
  * a replica of the first role spans several workers (model x pipe > 1:
  * each holds its part of the model; the model gathers them). False for NULL.
  */
-bool rp_replicator_sharded(const rp_replicator *r);
+RP_API bool rp_replicator_sharded(const rp_replicator *r);
 
 /*
  * Global-norm gradient clipping of a replica optimizer's reduced gradients,
@@ -709,16 +743,16 @@ bool rp_replicator_sharded(const rp_replicator *r);
  * not finite and > 0, RP_ERR_NUMERIC for a non-finite norm: nothing
  * scaled), and the all-reduce's.
  */
-rp_status rp_replica_clip_grad_norm(rp_replica *rep, rp_optimizer *opt, float max_norm,
-                                    float *norm);
+RP_API rp_status rp_replica_clip_grad_norm(rp_replica *rep, rp_optimizer *opt, float max_norm,
+                                           float *norm);
 
 /*
  * Copies replica 0's parameter values (and buffers) to every replica
  * (collective), e.g. after restoring a checkpoint on replica 0 only.
  */
-rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params);
+RP_API rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params);
 
-/* ---- asynchronous training (cfg.regime = RP_REGIME_ASYNC) ----------------------------- */
+/* ---- asynchronous training (RP_STRATEGY_ASYNC, or cfg.regime = RP_REGIME_ASYNC) -------- */
 
 /*
  * In the async regime rp_replica_optimizer_create() (still collective: every
@@ -741,7 +775,7 @@ rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params);
  * evaluating or checkpointing replica 0's optimizer as in sync training.
  * A sync optimizer is left as it is (it holds the state already).
  */
-rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt);
+RP_API rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt);
 
 /*
  * Collective: makes replica 0's optimizer state (parameter values, slots,
@@ -749,7 +783,7 @@ rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt);
  * every replica; sync: broadcast. For resuming a checkpoint read into
  * replica 0's (or every replica's) optimizer.
  */
-rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt);
+RP_API rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt);
 
 /*
  * A shared work queue for the replicas of one run: 0, 1, 2, ... each to
@@ -759,9 +793,9 @@ rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt);
  * Threads backend: always; MPI: in the async regime, after an optimizer was
  * created (server 0 counts); RP_ERR_UNSUPPORTED otherwise.
  */
-rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
+RP_API rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
 
-/* ---- sync groups (cfg.sync_groups = G) ------------------------------------------------ */
+/* ---- sync groups (RP_STRATEGY_SYNC_GROUPS with cfg.sync_groups = G) ----------------- */
 
 /*
  * The N replicas form G groups of S = N / G consecutive replicas (group g:
@@ -816,7 +850,7 @@ rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket);
  * Call it from the replica's own thread, inside a run. RP_ERR_INVALID for
  * NULL arguments.
  */
-rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index);
+RP_API rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index);
 
 /*
  * Whether the replicas meet in every step (true: sync - each trains its
@@ -824,12 +858,12 @@ rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index);
  * are per batch on each replica, and a run may hold collectives) or run
  * independently within a run (false: async - each batch to one replica,
  * so a run should cover many batches, call no collectives, and check a stop
- * request on its own). Chosen at rp_replicator_create() by cfg.regime, fixed
+ * request on its own). Chosen at rp_replicator_create() by cfg.strategy, fixed
  * for the replicator's life; thread-safe. False for NULL.
  */
-bool rp_replica_lockstep(const rp_replica *rep);
+RP_API bool rp_replica_lockstep(const rp_replica *rep);
 /* The same, for the replicator (e.g. on the main thread between runs). */
-bool rp_replicator_lockstep(const rp_replicator *r);
+RP_API bool rp_replicator_lockstep(const rp_replicator *r);
 
 #ifdef __cplusplus
 }

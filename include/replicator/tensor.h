@@ -81,40 +81,40 @@ typedef struct rp_tensor {
  * Number of elements of a shape (1 for ndim 0), or -1 if a dimension is
  * below 1 or the product exceeds RP_MAX_NUMEL.
  */
-int64_t rp_shape_numel(int ndim, const int *shape);
+RP_API int64_t rp_shape_numel(int ndim, const int *shape);
 
 /* True if the two tensors have the same ndim and shape. */
-bool rp_tensor_same_shape(const rp_tensor *a, const rp_tensor *b);
+RP_API bool rp_tensor_same_shape(const rp_tensor *a, const rp_tensor *b);
 
 /*
  * Writes "[2, 3, 4]" into buf (always NUL-terminated) and returns buf. For
  * error messages.
  */
-const char *rp_shape_str(const rp_tensor *t, char *buf, size_t size);
+RP_API const char *rp_shape_str(const rp_tensor *t, char *buf, size_t size);
 
 /*
  * Copies all n (= x->numel) values into out, widened to f32 whatever x's dtype. RP_ERR_SHAPE
  * when n is not x's size; RP_ERR_INVALID when x is NULL or its values were released.
  */
-rp_status rp_tensor_read(const rp_tensor *x, float *out, int64_t n);
+RP_API rp_status rp_tensor_read(const rp_tensor *x, float *out, int64_t n);
 /* Overwrites the n (= x->numel) values of an f32 tensor from the host. Errors as rp_tensor_read. */
-rp_status rp_tensor_write(rp_tensor *x, const float *values, int64_t n);
+RP_API rp_status rp_tensor_write(rp_tensor *x, const float *values, int64_t n);
 /*
  * Copies the n (= x->numel) values of x's gradient (always f32) into out: a leaf's or a
  * parameter's after rp_backward, or a parameter's in a gradient-ready callback. RP_ERR_SHAPE
  * when n is not x's size; RP_ERR_INVALID when x or out is NULL or x holds no gradient.
  */
-rp_status rp_tensor_read_grad(const rp_tensor *x, float *out, int64_t n);
+RP_API rp_status rp_tensor_read_grad(const rp_tensor *x, float *out, int64_t n);
 
 /* The single value of a tensor with one element (NAN if x is NULL or larger). */
-float rp_item(const rp_tensor *x);
+RP_API float rp_item(const rp_tensor *x);
 
 /*
  * Element i of x as a float, whatever x's dtype (widened from bf16). For
  * reading a few values; a loop over a tensor belongs in an op. NAN if x is
  * NULL or i is out of range.
  */
-float rp_tensor_get(const rp_tensor *x, int64_t i);
+RP_API float rp_tensor_get(const rp_tensor *x, int64_t i);
 
 /* ---- the tape ----------------------------------------------------------- */
 
@@ -128,39 +128,39 @@ typedef struct rp_tape rp_tape;
 typedef void (*rp_grad_ready_fn)(rp_tensor *param, void *ctx);
 
 /* Creates a tape with its own arena (grows as needed; 0 picks a default). */
-rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes);
+RP_API rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes);
 /*
  * Frees the tape and everything made on it. A tape that recorded uses of
  * parameters and did not run rp_backward() since still refers to them:
  * destroy (or reset) it before the parameters.
  */
-void rp_tape_destroy(rp_tape *tape);
+RP_API void rp_tape_destroy(rp_tape *tape);
 
 /*
  * Forgets every node and frees every tensor made on this tape (arena reset).
  * Call it at the start of each step. Parameter gradients are untouched.
  */
-void rp_tape_reset(rp_tape *tape);
+RP_API void rp_tape_reset(rp_tape *tape);
 
 /* Recording on (training, default) or off (evaluation: no nodes, no saved values). */
-void rp_tape_set_recording(rp_tape *tape, bool on);
-bool rp_tape_recording(const rp_tape *tape);
+RP_API void rp_tape_set_recording(rp_tape *tape, bool on);
+RP_API bool rp_tape_recording(const rp_tape *tape);
 
 /*
  * The tape's host arena: the tensor structs and node lists, and host memory a
  * caller needs for this step (a custom op's context, labels before they are
  * copied in). Host code may read and write it; it is not storage.
  */
-rp_arena *rp_tape_arena(rp_tape *tape);
+RP_API rp_arena *rp_tape_arena(rp_tape *tape);
 /*
  * The tape's storage arena (the kernel table's memory): every value,
  * gradient and saved buffer of this step. Its statistics are the step's
  * activation memory (rp_arena_get_stats: live_peak, high_water).
  */
-rp_arena *rp_tape_storage(rp_tape *tape);
+RP_API rp_arena *rp_tape_storage(rp_tape *tape);
 
 /* Number of nodes recorded since the last reset. */
-int rp_tape_size(const rp_tape *tape);
+RP_API int rp_tape_size(const rp_tape *tape);
 
 /*
  * Gradient-ready listeners form a list: each fires, in the order added,
@@ -174,8 +174,8 @@ int rp_tape_size(const rp_tape *tape);
  * rp_tape_remove_grad_ready removes the pair (fn, ctx); absent pairs are
  * ignored. Do not add or remove from inside a callback.
  */
-rp_status rp_tape_add_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
-void rp_tape_remove_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
+RP_API rp_status rp_tape_add_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
+RP_API void rp_tape_remove_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
 
 /*
  * Replaces the WHOLE listener list with the one callback `fn` (NULL: empties
@@ -183,7 +183,7 @@ void rp_tape_remove_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
  * listeners (the runtime's all-reduce, a tracer) should use
  * rp_tape_add_grad_ready instead.
  */
-void rp_tape_on_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
+RP_API void rp_tape_on_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
 
 /*
  * Back-propagates from `loss` (one element; its gradient is seeded with 1)
@@ -199,7 +199,7 @@ void rp_tape_on_grad_ready(rp_tape *tape, rp_grad_ready_fn fn, void *ctx);
  * Errors: RP_ERR_INVALID if loss is NULL, not on this tape, or backward
  * already ran; RP_ERR_SHAPE if it has more than one element.
  */
-rp_status rp_backward(rp_tape *tape, rp_tensor *loss);
+RP_API rp_status rp_backward(rp_tape *tape, rp_tensor *loss);
 
 /*
  * Like rp_backward, but from an output of any shape whose gradient is seeded
@@ -207,7 +207,7 @@ rp_status rp_backward(rp_tape *tape, rp_tensor *loss);
  * sum(y * dy) with dy held constant. For pipelines that receive an output's
  * gradient from elsewhere. Errors: as rp_backward; RP_ERR_INVALID if dy is NULL.
  */
-rp_status rp_backward_from(rp_tape *tape, rp_tensor *y, const float *dy);
+RP_API rp_status rp_backward_from(rp_tape *tape, rp_tensor *y, const float *dy);
 
 /*
  * Recompute instead of store: hands the values of x, a batch norm's output
@@ -225,14 +225,14 @@ rp_status rp_backward_from(rp_tape *tape, rp_tensor *y, const float *dy);
  * recomputes it. Errors: RP_ERR_INVALID for a NULL tape or tensor, a tensor
  * not made by rp_batch_norm on this recording tape, or one already dropped.
  */
-rp_status rp_tape_drop(rp_tape *tape, rp_tensor *x);
+RP_API rp_status rp_tape_drop(rp_tape *tape, rp_tensor *x);
 
 /*
  * Stop-gradient: a tensor with x's shape and values (shared storage, not a
  * copy) that is a leaf: nothing flows back through it into x. NULL if x is
  * NULL (error untouched) or on OOM.
  */
-rp_tensor *rp_detach(rp_tape *tape, rp_tensor *x);
+RP_API rp_tensor *rp_detach(rp_tape *tape, rp_tensor *x);
 
 /*
  * Makes a leaf (a tensor made by rp_tensor_new/from/fill, rp_detach, or a
@@ -241,7 +241,7 @@ rp_tensor *rp_detach(rp_tape *tape, rp_tensor *x);
  * effect on an op's output (its node decides) or on a buffer (no gradient
  * storage). Not thread-safe against a backward using x.
  */
-void rp_tensor_set_requires_grad(rp_tensor *x, bool on);
+RP_API void rp_tensor_set_requires_grad(rp_tensor *x, bool on);
 
 /* ---- mixed precision ---------------------------------------------------- */
 
@@ -291,18 +291,18 @@ typedef struct rp_precision_policy {
  * The gradient passes through unchanged (gradients are f32). Every op that
  * computes in f32 widens a bf16 input this way by itself.
  */
-rp_tensor *rp_cast(rp_tape *tape, rp_tensor *x, rp_dtype dtype);
+RP_API rp_tensor *rp_cast(rp_tape *tape, rp_tensor *x, rp_dtype dtype);
 
 /* {compute, RP_AUTOCAST_DEFAULT, compute}: bf16 compute stores activations in bf16 too. */
-rp_precision_policy rp_precision_policy_make(rp_dtype compute);
+RP_API rp_precision_policy rp_precision_policy_make(rp_dtype compute);
 /*
  * Sets the policy of the ops recorded (or run) on t from now on. Errors:
  * RP_ERR_INVALID for a NULL tape, a compute type other than f32 and bf16,
  * or unknown bits in ops. Not thread-safe against ops on the same tape.
  */
-rp_status rp_tape_set_precision(rp_tape *tape, rp_precision_policy p);
+RP_API rp_status rp_tape_set_precision(rp_tape *tape, rp_precision_policy p);
 /* The tape's policy (f32 for a NULL tape). */
-rp_precision_policy rp_tape_precision(const rp_tape *tape);
+RP_API rp_precision_policy rp_tape_precision(const rp_tape *tape);
 
 /* ---- custom ops ------------------------------------------------------------ */
 
@@ -330,25 +330,25 @@ typedef struct rp_custom_op {
  * that backward calls op->backward. NULL on error (a bad shape, a failing
  * forward: RP_ERR_* from it, with the op's name) or if an input is NULL.
  */
-rp_tensor *rp_custom(rp_tape *tape, const rp_custom_op *op, void *ctx, rp_tensor *const *in, int n,
-                     int ndim, const int *shape);
+RP_API rp_tensor *rp_custom(rp_tape *tape, const rp_custom_op *op, void *ctx, rp_tensor *const *in,
+                            int n, int ndim, const int *shape);
 
 /* ---- creating tensors on a tape ------------------------------------------ */
 
 /* An uninitialised tensor from the tape's storage (a leaf: no node). */
-rp_tensor *rp_tensor_new(rp_tape *tape, int ndim, const int *shape);
+RP_API rp_tensor *rp_tensor_new(rp_tape *tape, int ndim, const int *shape);
 /* A leaf tensor holding a copy of `data` (numel floats). */
-rp_tensor *rp_tensor_from(rp_tape *tape, int ndim, const int *shape, const float *data);
+RP_API rp_tensor *rp_tensor_from(rp_tape *tape, int ndim, const int *shape, const float *data);
 /* A leaf tensor filled with `value`. */
-rp_tensor *rp_tensor_fill(rp_tape *tape, int ndim, const int *shape, float value);
+RP_API rp_tensor *rp_tensor_fill(rp_tape *tape, int ndim, const int *shape, float value);
 
 /* ---- ops ----------------------------------------------------------------- */
 /* Each returns a new tensor on the tape, or NULL (see the top of this file). */
 
 /* [M,K] x [K,N] -> [M,N]. */
-rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b);
+RP_API rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b);
 /* x [N,in], w [out,in], b [out] or NULL -> x w^T + b, [N,out]. */
-rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b);
+RP_API rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b);
 
 typedef struct rp_conv_params {
     int stride; /* same in both directions, >= 1 */
@@ -356,7 +356,7 @@ typedef struct rp_conv_params {
 } rp_conv_params;
 
 /* x [N,H,W,C] NHWC, w [O,KH,KW,C] OHWI, b [O] or NULL -> [N,OH,OW,O]. */
-rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_conv_params p);
+RP_API rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_conv_params p);
 
 /*
  * Hook that lets batch norm's per-channel sums be combined across replicas.
@@ -386,7 +386,7 @@ typedef struct rp_bn_params {
     rp_comm *comm;
 } rp_bn_params;
 
-rp_bn_params rp_bn_params_default(void);
+RP_API rp_bn_params rp_bn_params_default(void);
 
 /*
  * Batch norm over every axis but the last (channels): x [...,C], gamma and
@@ -396,8 +396,8 @@ rp_bn_params rp_bn_params_default(void);
  * collective (RP_ERR_MISMATCH, RP_ERR_TIMEOUT...) fail the op (or backward).
  * Errors: RP_ERR_SHAPE, RP_ERR_INVALID (bad eps/momentum, both comm and reduce).
  */
-rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
-                         rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p);
+RP_API rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
+                                rp_tensor *running_mean, rp_tensor *running_var, rp_bn_params p);
 
 /*
  * A residual block's tail in one op: batch norm of x, plus `residual` (x's
@@ -407,29 +407,29 @@ rp_tensor *rp_batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
  * three, and one tensor kept instead of three. Errors: rp_batch_norm's, and
  * RP_ERR_SHAPE when residual's shape is not x's.
  */
-rp_tensor *rp_batch_norm_add(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
-                             rp_tensor *running_mean, rp_tensor *running_var, rp_tensor *residual,
-                             rp_bn_params p);
+RP_API rp_tensor *rp_batch_norm_add(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
+                                    rp_tensor *running_mean, rp_tensor *running_var,
+                                    rp_tensor *residual, rp_bn_params p);
 
-rp_tensor *rp_relu(rp_tape *t, rp_tensor *x);
-rp_tensor *rp_leaky_relu(rp_tape *t, rp_tensor *x, float slope);
-rp_tensor *rp_tanh(rp_tape *t, rp_tensor *x);
-rp_tensor *rp_sigmoid(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_relu(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_leaky_relu(rp_tape *t, rp_tensor *x, float slope);
+RP_API rp_tensor *rp_tanh(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_sigmoid(rp_tape *t, rp_tensor *x);
 /* ELU: x for x > 0, alpha*(exp(x)-1) otherwise (alpha > 0). */
-rp_tensor *rp_elu(rp_tape *t, rp_tensor *x, float alpha);
+RP_API rp_tensor *rp_elu(rp_tape *t, rp_tensor *x, float alpha);
 /*
  * Square root and reciprocal (1/x), element-wise. No domain check: sqrt of a
  * negative value or 1/0 gives NaN or infinity, as in C; a gradient at 0 is
  * infinite. Add an epsilon (rp_clamp, rp_add) where that matters.
  */
-rp_tensor *rp_sqrt(rp_tape *t, rp_tensor *x);
-rp_tensor *rp_reciprocal(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_sqrt(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_reciprocal(rp_tape *t, rp_tensor *x);
 /*
  * min(max(x, lo), hi), lo <= hi. The gradient passes where lo <= x <= hi
  * (both ends included, as PyTorch) and is 0 outside. RP_ERR_INVALID if lo >
  * hi or either is NaN.
  */
-rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi);
+RP_API rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi);
 
 /*
  * Element-wise a (op) b; the output has a's shape. `b` has a's shape, or
@@ -444,21 +444,21 @@ rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi);
  *    [N,1,1,C] with rp_reshape, a free view) and any mix ([N,H,1,1], [1,1,W,C]).
  * b's gradient sums over the axes it was repeated along.
  */
-rp_tensor *rp_add(rp_tape *t, rp_tensor *a, rp_tensor *b);
-rp_tensor *rp_sub(rp_tape *t, rp_tensor *a, rp_tensor *b);
-rp_tensor *rp_mul(rp_tape *t, rp_tensor *a, rp_tensor *b);
+RP_API rp_tensor *rp_add(rp_tape *t, rp_tensor *a, rp_tensor *b);
+RP_API rp_tensor *rp_sub(rp_tape *t, rp_tensor *a, rp_tensor *b);
+RP_API rp_tensor *rp_mul(rp_tape *t, rp_tensor *a, rp_tensor *b);
 /* a / b with the broadcasting above. Division by zero gives infinities (no check). */
-rp_tensor *rp_div(rp_tape *t, rp_tensor *a, rp_tensor *b);
+RP_API rp_tensor *rp_div(rp_tape *t, rp_tensor *a, rp_tensor *b);
 /* s * x. */
-rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s);
+RP_API rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s);
 
 /* Concatenates along the last axis (channels); all other dims equal. n >= 1. */
-rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n);
+RP_API rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n);
 
 /* Same values, new shape (numel must match). Shares x's data storage; has its own gradient. */
-rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape);
+RP_API rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape);
 /* [N, ...] -> [N, rest]. */
-rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x);
 
 typedef struct rp_pool_params {
     int kernel; /* square window */
@@ -466,27 +466,27 @@ typedef struct rp_pool_params {
     int pad; /* max pool pads with -inf, average pool excludes padding */
 } rp_pool_params;
 
-rp_tensor *rp_max_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p);
-rp_tensor *rp_avg_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p);
+RP_API rp_tensor *rp_max_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p);
+RP_API rp_tensor *rp_avg_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p);
 /* [N,H,W,C] -> [N,C]. */
-rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x);
 /* Nearest-neighbour 2x: [N,H,W,C] -> [N,2H,2W,C]. */
-rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x);
 
 /* table [V,D], idx[n] in [0,V) -> [n,D]. Out-of-range indices are an error. */
-rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n);
+RP_API rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n);
 
 /* Mean softmax cross-entropy: logits [N,C], labels[N] in [0,C). Scalar. */
-rp_tensor *rp_softmax_cross_entropy(rp_tape *t, rp_tensor *logits, const int32_t *labels);
+RP_API rp_tensor *rp_softmax_cross_entropy(rp_tape *t, rp_tensor *logits, const int32_t *labels);
 /* Mean over rows of -sum_c target[n,c] log softmax(logits)[n,c]; target [N,C], no gradient to it.
  */
-rp_tensor *rp_softmax_cross_entropy_soft(rp_tape *t, rp_tensor *logits, rp_tensor *target);
+RP_API rp_tensor *rp_softmax_cross_entropy_soft(rp_tape *t, rp_tensor *logits, rp_tensor *target);
 /* Mean of (a-b)^2 over all elements; same shapes. Scalar. */
-rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b);
+RP_API rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b);
 
 /* Sum / mean of all elements. Scalar. */
-rp_tensor *rp_sum(rp_tape *t, rp_tensor *x);
-rp_tensor *rp_mean(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_sum(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_mean(rp_tape *t, rp_tensor *x);
 
 /*
  * Sum / mean over the n_axes axes listed in `axes` (each in [0, ndim), no
@@ -495,21 +495,23 @@ rp_tensor *rp_mean(rp_tape *t, rp_tensor *x);
  * they are removed (all removed: a scalar). Sums are formed in double.
  * Errors: RP_ERR_INVALID naming the bad axis.
  */
-rp_tensor *rp_sum_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, bool keepdims);
-rp_tensor *rp_mean_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, bool keepdims);
+RP_API rp_tensor *rp_sum_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes, bool keepdims);
+RP_API rp_tensor *rp_mean_axes(rp_tape *t, rp_tensor *x, int n_axes, const int *axes,
+                               bool keepdims);
 /* Per row: [N, ...] -> [N], the sum / mean of each sample's elements. */
-rp_tensor *rp_sum_rows(rp_tape *t, rp_tensor *x);
-rp_tensor *rp_mean_rows(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_sum_rows(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_mean_rows(rp_tape *t, rp_tensor *x);
 
 /* log softmax over the last axis: x - logsumexp(x) per row (max-shifted). x has >= 1 dim. */
-rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x);
+RP_API rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x);
 
 /*
  * Layer norm over the last axis (D): y = (x - mean) / sqrt(var + eps) *
  * gamma + beta with the biased variance of each row; gamma and beta [D],
  * either may be NULL (1 and 0). eps > 0. Errors: RP_ERR_SHAPE, RP_ERR_INVALID.
  */
-rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta, float eps);
+RP_API rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta,
+                                float eps);
 
 /*
  * Spectral normalisation (Miyato et al. 2018). w is viewed as the matrix W
@@ -528,8 +530,8 @@ rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
  * rows; RP_ERR_NUMERIC for sigma not finite or <= 0 (a zero or non-finite
  * weight; u is then left unchanged).
  */
-rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool update_u,
-                                 float *sigma_out);
+RP_API rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool update_u,
+                                        float *sigma_out);
 
 /* ---- differentiable collectives -------------------------------------------- */
 /*
@@ -574,20 +576,20 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
  * and the backward's scratch come from the arena; rp_copy_to_group's output
  * shares x's values (a view, as rp_reshape's).
  */
-rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op);
-rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x);
+RP_API rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op);
+RP_API rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x);
 /* x's leading dimension must be divisible by the member count; op SUM or MEAN. */
-rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op);
-rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root);
-rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x);
-rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x);
+RP_API rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_op op);
+RP_API rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root);
+RP_API rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x);
+RP_API rp_tensor *rp_reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x);
 /*
  * rp_reduce_from_group reduced in x's own storage: y is a view of x, and x holds the sum once it
  * returns, so the step keeps one full-size tensor where it kept two. For a partial result the
  * caller made and reads no more, from an op whose backward does not read its output (a
  * convolution's or a matrix product's: the row-parallel layers' partial sums).
  */
-rp_tensor *rp_reduce_from_group_inplace(rp_tape *t, rp_comm *c, rp_tensor *x);
+RP_API rp_tensor *rp_reduce_from_group_inplace(rp_tape *t, rp_comm *c, rp_tensor *x);
 
 /*
  * Point-to-point, for pipelines of model stages (comm's rp_comm_send/recv:
@@ -611,8 +613,9 @@ rp_tensor *rp_reduce_from_group_inplace(rp_tape *t, rp_comm *c, rp_tensor *x);
  * Errors: the comm's (RP_ERR_MISMATCH naming both calls, RP_ERR_TIMEOUT
  * naming the peer) and RP_ERR_INVALID/RP_ERR_SHAPE for bad arguments.
  */
-rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int tag);
-rp_tensor *rp_tensor_recv(rp_tape *t, rp_comm *c, int ndim, const int *shape, int peer, int tag);
+RP_API rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int tag);
+RP_API rp_tensor *rp_tensor_recv(rp_tape *t, rp_comm *c, int ndim, const int *shape, int peer,
+                                 int tag);
 
 #ifdef __cplusplus
 }

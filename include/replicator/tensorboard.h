@@ -24,7 +24,11 @@
  * directory: TensorBoard merges the files of one directory into one run.
  *
  * A trainer writes them itself when rp_trainer_config.tensorboard_dir is
- * set (replicator/trainer.h); the CLI's --tensorboard DIR sets it.
+ * set and its tensorboard_writer is rp_tensorboard_scalar_writer()
+ * (replicator/trainer.h); the CLI's --tensorboard DIR sets both.
+ *
+ * These functions live in libreplicator-extras (pkg-config replicator-extras,
+ * CMake replicator::extras), not in the core library.
  *
  * Thread-safety: a writer is used by one thread at a time; different
  * writers are independent.
@@ -35,6 +39,7 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "trainer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,7 +48,7 @@ extern "C" {
 typedef struct rp_tensorboard rp_tensorboard;
 
 /* Longest tag, in bytes (not counting the NUL). */
-#define RP_TENSORBOARD_TAG_MAX 255
+#define RP_TENSORBOARD_TAG_MAX 255 /* = RP_TRAINER_TAG_MAX */
 
 /*
  * Creates directory `dir` (and its parents) if missing, and a new events
@@ -55,7 +60,7 @@ typedef struct rp_tensorboard rp_tensorboard;
  * the file cannot be created or written, naming it and the system's reason),
  * RP_ERR_NOMEM. On error *tb is NULL and no file is left behind.
  */
-rp_status rp_tensorboard_create(rp_tensorboard **tb, const char *dir);
+RP_API rp_status rp_tensorboard_create(rp_tensorboard **tb, const char *dir);
 
 /*
  * Appends a scalar: `value` (stored as a float, as TensorBoard's scalars
@@ -70,18 +75,18 @@ rp_status rp_tensorboard_create(rp_tensorboard **tb, const char *dir);
  * RP_ERR_IO the file may end in a partial record, so the writer writes
  * nothing more: every later call returns RP_ERR_IO saying so.
  */
-rp_status rp_tensorboard_add_scalar(rp_tensorboard *tb, const char *tag, int64_t step,
-                                    double value);
+RP_API rp_status rp_tensorboard_add_scalar(rp_tensorboard *tb, const char *tag, int64_t step,
+                                           double value);
 
 /*
  * Hands what was appended to the operating system (fflush; no fsync), so
  * that TensorBoard sees it. Errors: RP_ERR_INVALID (NULL), RP_ERR_IO (as
  * above: the writer then writes nothing more).
  */
-rp_status rp_tensorboard_flush(rp_tensorboard *tb);
+RP_API rp_status rp_tensorboard_flush(rp_tensorboard *tb);
 
 /* The events file's path (owned by the writer), or NULL for a NULL writer. */
-const char *rp_tensorboard_path(const rp_tensorboard *tb);
+RP_API const char *rp_tensorboard_path(const rp_tensorboard *tb);
 
 /*
  * Flushes, closes the file and frees the writer. NULL is a no-op (RP_OK).
@@ -89,7 +94,14 @@ const char *rp_tensorboard_path(const rp_tensorboard *tb);
  * freed all the same); a writer whose error was already returned by an
  * earlier call returns RP_OK here.
  */
-rp_status rp_tensorboard_destroy(rp_tensorboard *tb);
+RP_API rp_status rp_tensorboard_destroy(rp_tensorboard *tb);
+
+/*
+ * The trainer's scalar writer over these functions (rp_trainer_config.tensorboard_writer):
+ * create is rp_tensorboard_create, add rp_tensorboard_add_scalar, and so on. A static table;
+ * never NULL.
+ */
+RP_API const rp_scalar_writer *rp_tensorboard_scalar_writer(void);
 
 #ifdef __cplusplus
 }

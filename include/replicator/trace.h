@@ -47,7 +47,7 @@ typedef enum {
 } rp_trace_phase;
 
 /* The phase's name ("data", "compute", "optimizer", "comm", "other"). */
-const char *rp_trace_phase_name(rp_trace_phase phase);
+RP_API const char *rp_trace_phase_name(rp_trace_phase phase);
 
 /* Default events per thread buffer (48 bytes each: 6 MiB a thread; a ResNet-20 step records about
  * 60, so some 2000 steps fit before events are dropped and counted). */
@@ -61,11 +61,11 @@ const char *rp_trace_phase_name(rp_trace_phase phase);
  * program of its own threads attaches them itself. Errors: RP_ERR_INVALID
  * (already started).
  */
-rp_status rp_trace_start(int64_t events_per_thread);
+RP_API rp_status rp_trace_start(int64_t events_per_thread);
 /* Whether recording is on (a relaxed load: cheap enough for every call). */
-bool rp_trace_enabled(void);
+RP_API bool rp_trace_enabled(void);
 /* Turns recording off and frees every buffer (call after writing). */
-void rp_trace_stop(void);
+RP_API void rp_trace_stop(void);
 
 /*
  * Names the calling thread's track: tid and a thread name ("replica 1",
@@ -73,31 +73,31 @@ void rp_trace_stop(void);
  * recording is on and it has none. A thread that never attaches records no
  * events (its phase times still count). Errors: RP_ERR_NOMEM.
  */
-rp_status rp_trace_thread_attach(int tid, const char *name);
+RP_API rp_status rp_trace_thread_attach(int tid, const char *name);
 
 /* Opens a span on the calling thread, counted as `phase`. Spans nest up to 32 deep. */
-void rp_trace_begin(rp_trace_phase phase);
+RP_API void rp_trace_begin(rp_trace_phase phase);
 /*
  * Closes the innermost open span as an event named `name` (a string that
  * lives until the trace is written: a literal). The _args form adds the
  * collective's bytes and sequence number (< 0: left out) and op name (NULL:
  * left out).
  */
-void rp_trace_end(const char *name);
-void rp_trace_end_args(const char *name, int64_t bytes, int64_t seq, const char *op);
+RP_API void rp_trace_end(const char *name);
+RP_API void rp_trace_end_args(const char *name, int64_t bytes, int64_t seq, const char *op);
 /* Where the next "forward" event starts (the library marks after a batch, a backward pass and an
  * optimizer step; a step's start is marked by its caller). */
-void rp_trace_mark(void);
+RP_API void rp_trace_mark(void);
 /* Records "forward" from the last mark to now, if there is one at this depth; clears the mark. */
-void rp_trace_forward(void);
+RP_API void rp_trace_forward(void);
 
 /* The calling thread's phase self times in seconds since its last call, then zeroed. */
-void rp_trace_phase_take(double seconds[RP_PHASE_COUNT]);
+RP_API void rp_trace_phase_take(double seconds[RP_PHASE_COUNT]);
 
 /* Events dropped so far because a thread's buffer was full, over all threads. */
-int64_t rp_trace_dropped(void);
+RP_API int64_t rp_trace_dropped(void);
 /* Events recorded so far, over all threads. */
-int64_t rp_trace_recorded(void);
+RP_API int64_t rp_trace_recorded(void);
 
 /* One recorded event, as the writer reads it. */
 typedef struct rp_trace_event {
@@ -111,9 +111,10 @@ typedef struct rp_trace_event {
  * Calls fn once per attached thread with its tid, name and events (in the
  * order they closed). Returns the first non-OK status fn returns.
  */
-rp_status rp_trace_each_thread(rp_status (*fn)(int tid, const char *name,
-                                               const rp_trace_event *events, int64_t n, void *arg),
-                               void *arg);
+RP_API rp_status rp_trace_each_thread(rp_status (*fn)(int tid, const char *name,
+                                                      const rp_trace_event *events, int64_t n,
+                                                      void *arg),
+                                      void *arg);
 
 /* ---- writing (io) ---------------------------------------------------------------------------- */
 
@@ -140,7 +141,7 @@ typedef struct rp_trace_process {
  * reason ("No space left on device (the file system is full)"); on error
  * nothing is left at or beside `path`.
  */
-rp_status rp_trace_write(const char *path, const rp_trace_process *proc);
+RP_API rp_status rp_trace_write(const char *path, const rp_trace_process *proc);
 
 /* The largest input file rp_trace_merge reads (2 GiB; a rank's file holds at most its workers'
  * buffers: about 20 MB each at RP_TRACE_DEFAULT_EVENTS). */
@@ -156,7 +157,7 @@ rp_status rp_trace_write(const char *path, const rp_trace_process *proc);
  * Errors: RP_ERR_IO (a path, named, and why), RP_ERR_FORMAT (an input that
  * is not such a file, named), RP_ERR_NOMEM.
  */
-rp_status rp_trace_merge(const char *out, const char *const *inputs, int n);
+RP_API rp_status rp_trace_merge(const char *out, const char *const *inputs, int n);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,10 @@
  *                             metadata "replicator.config" (cfg.config_json)
  *                             and "replicator.version"; written atomically
  *                             (replicator/io.h), so a failed write leaves the
- *                             previous checkpoint as it was
+ *                             previous checkpoint as it was; with
+ *                             cfg.checkpoint_shards N, the same tensors as
+ *                             checkpoint.index.json and checkpoint.shards/
+ *                             (io.h, "sharded checkpoints") instead
  *     metrics.jsonl           one JSON object per line: {"step","epoch",
  *                             every scalar the steps reported (the model's
  *                             `scalars`, by default "loss": the last
@@ -70,9 +73,10 @@
  *                             its metrics}. In steps-only mode (cfg.steps)
  *                             the lines have no "epoch". A value that is not
  *                             finite is written as null.
- * TensorBoard (cfg.tensorboard_dir set): the process of replica 0 also writes
- * every number of every metrics.jsonl line as a scalar to a new events file
- * in that directory (replicator/tensorboard.h), at the line's "step", and
+ * TensorBoard (cfg.tensorboard_dir set, with cfg.tensorboard_writer): the
+ * process of replica 0 also writes every number of every metrics.jsonl line as
+ * a scalar to a new events file in that directory (replicator/tensorboard.h,
+ * libreplicator-extras; rp_scalar_writer below), at the line's "step", and
  * flushes it with each line. Tags, by line:
  *     step line         "train/<scalar>", "train/lr", "perf/<rate_key>" (the
  *                       epoch's rate so far; TensorBoard only)
@@ -133,8 +137,9 @@ typedef struct rp_trainer_metrics {
  * on the epoch line from the arguments that follow. Errors: RP_ERR_INVALID
  * (a bad key, or more than RP_TRAINER_MAX_METRICS).
  */
-rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double value,
-                                 const char *shown_fmt, ...) __attribute__((format(printf, 4, 5)));
+RP_API rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double value,
+                                        const char *shown_fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /*
  * A model, as the trainer sees it: a table of callbacks, each given the
@@ -249,6 +254,27 @@ typedef struct rp_trainer_model {
     rp_status (*stop_roles)(rp_replica *rep, void *ctx, void *state);
 } rp_trainer_model;
 
+/*
+ * A writer of scalars beside metrics.jsonl: how the trainer writes cfg.tensorboard_dir. The
+ * core library holds no TensorBoard code (it lives in libreplicator-extras, whose
+ * rp_tensorboard_scalar_writer() returns this table for its events files), so a program that
+ * wants the events files hands the writer in; any other table of the same shape works too.
+ * The trainer calls create(&w, dir) once, on the process of replica 0, in
+ * rp_trainer_create(); add() for each number of each metrics line, flush() after the line, and
+ * destroy() at rp_trainer_destroy() (or after the first failure: an error from create, add or
+ * flush is warned about once, with rp_last_error(), and the run goes on without the writer).
+ * Tags are at most RP_TRAINER_TAG_MAX bytes. All four are required.
+ */
+typedef struct rp_scalar_writer {
+    rp_status (*create)(void **w, const char *dir);
+    rp_status (*add)(void *w, const char *tag, int64_t step, double value);
+    rp_status (*flush)(void *w);
+    rp_status (*destroy)(void *w); /* NULL: a no-op */
+} rp_scalar_writer;
+
+/* The longest tag the trainer hands a scalar writer, in bytes (not counting the NUL). */
+#define RP_TRAINER_TAG_MAX 255
+
 typedef struct rp_trainer_config {
     rp_config runtime;           /* the replicator the trainer creates; rp_config_default() */
     const char *run_dir;         /* required: the run directory (copied) */
@@ -280,7 +306,11 @@ typedef struct rp_trainer_config {
                                    to an events file in this directory (created if missing;
                                    replicator/tensorboard.h, "TensorBoard" above); NULL
                                    (default): none */
-    bool no_checkpoint;          /* write no checkpoint (the directory and metrics still are) */
+    const rp_scalar_writer *tensorboard_writer; /* what writes tensorboard_dir: required when
+                                   it is set (RP_ERR_INVALID otherwise); the TensorBoard
+                                   writer of libreplicator-extras is
+                                   rp_tensorboard_scalar_writer() */
+    bool no_checkpoint;    /* write no checkpoint (the directory and metrics still are) */
     bool quiet;            /* no progress or epoch lines (the process of replica 0 prints them) */
     int batch;             /* samples in one global batch, for the rate shown; default 1 */
     const char *rate_unit; /* the rate's unit on the lines shown; default "samples/s" */
@@ -293,24 +323,30 @@ typedef struct rp_trainer_config {
                                   its compute time (a "slow (--slow)" span in the trace). A
                                   replica the job does not have is refused by create */
     float slow_factor;
-    const char *trace;    /* write a Chrome trace-event JSON of the run here at its end
-                             (rp_replicator_trace_write; tracing is started before the
-                             replicator is created), and also when the run fails
-                             (rp_replicator_trace_write_local); create refuses a path that
-                             cannot be written (rp_file_check_writable); NULL (default): none */
-    int straggler_window; /* the straggler report's window in steps (lockstep, >= 2 replicas;
-                             docs/tracing.md); default 50, 0: off */
+    const char *trace;          /* write a Chrome trace-event JSON of the run here at its end
+                                   (rp_replicator_trace_write; tracing is started before the
+                                   replicator is created), and also when the run fails
+                                   (rp_replicator_trace_write_local); create refuses a path that
+                                   cannot be written (rp_file_check_writable); NULL (default): none */
+    int straggler_window;       /* the straggler report's window in steps (lockstep, >= 2 replicas;
+                                   docs/tracing.md); default 50, 0: off */
+    int checkpoint_shards;      /* 0 (default): one whole file, checkpoint.safetensors; N >= 1: a
+                                   sharded checkpoint (io.h) of N shards, checkpoint.index.json and
+                                   checkpoint.shards/, each tensor split evenly over the shards */
+    bool checkpoint_background; /* write each checkpoint on a background thread while training
+                                   goes on (see "Background saving" below); false (default):
+                                   the step waits for the write */
 } rp_trainer_config;
 
 /* The defaults noted on each field (run_dir, which has none, must be set). */
-rp_trainer_config rp_trainer_config_default(void);
+RP_API rp_trainer_config rp_trainer_config_default(void);
 
 /*
  * Replaces the configuration text stored in later checkpoints (copied),
  * e.g. once the replicator has settled the replica count. Errors:
  * RP_ERR_NOMEM.
  */
-rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json);
+RP_API rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json);
 
 /*
  * Creates the trainer: settles the run directory (the rules above; not when
@@ -329,8 +365,8 @@ rp_status rp_trainer_set_config_json(rp_trainer *t, const char *json);
  * errors. On error *t is NULL and everything made is freed (the replicas'
  * states through model->destroy).
  */
-rp_status rp_trainer_create(rp_trainer **t, const rp_trainer_config *cfg,
-                            const rp_trainer_model *model, void *ctx);
+RP_API rp_status rp_trainer_create(rp_trainer **t, const rp_trainer_config *cfg,
+                                   const rp_trainer_model *model, void *ctx);
 
 /*
  * Trains from the current position to the end of the last epoch: after
@@ -342,14 +378,14 @@ rp_status rp_trainer_create(rp_trainer **t, const rp_trainer_config *cfg,
  * previous checkpoint is intact), and nothing more is saved. On a parameter
  * server rank it serves the replicas until they are done. Call it once.
  */
-rp_status rp_trainer_run(rp_trainer *t);
+RP_API rp_status rp_trainer_run(rp_trainer *t);
 
 /*
  * Frees the replicas' states (model->destroy on every replica), the
  * replicator and the trainer. Returns the first destroy callback's error
  * (everything is freed regardless). NULL is ignored.
  */
-rp_status rp_trainer_destroy(rp_trainer *t);
+RP_API rp_status rp_trainer_destroy(rp_trainer *t);
 
 /*
  * Evaluates now (model->evaluate on every replica, then model->evaluated)
@@ -357,7 +393,7 @@ rp_status rp_trainer_destroy(rp_trainer *t);
  * Main thread, between runs. Errors: RP_ERR_INVALID (no evaluate callback,
  * or a parameter-server rank), the callbacks' errors.
  */
-rp_status rp_trainer_evaluate(rp_trainer *t, rp_trainer_metrics *m);
+RP_API rp_status rp_trainer_evaluate(rp_trainer *t, rp_trainer_metrics *m);
 
 /* Where the run stands (main thread, between calls). */
 typedef struct rp_trainer_progress {
@@ -370,34 +406,34 @@ typedef struct rp_trainer_progress {
 } rp_trainer_progress;
 
 /* Where the run stands now (all zero for NULL). */
-rp_trainer_progress rp_trainer_get_progress(const rp_trainer *t);
+RP_API rp_trainer_progress rp_trainer_get_progress(const rp_trainer *t);
 
 /*
  * The queries below are for the thread driving the trainer, between calls;
  * each returns NULL, 0 or false for a NULL trainer.
  */
 /* The replicator the trainer runs on (owned by it). */
-rp_replicator *rp_trainer_replicator(const rp_trainer *t);
+RP_API rp_replicator *rp_trainer_replicator(const rp_trainer *t);
 /* True on an MPI parameter-server rank (async): it serves, it has no replicas. */
-bool rp_trainer_is_server(const rp_trainer *t);
+RP_API bool rp_trainer_is_server(const rp_trainer *t);
 /*
  * True on a process that holds no worker of the stepped role (a job with
  * start_roles under mpirun, e.g. an actor rank): it only runs started roles.
  */
-bool rp_trainer_is_bystander(const rp_trainer *t);
+RP_API bool rp_trainer_is_bystander(const rp_trainer *t);
 /* True on the process of replica 0: it prints and writes the run directory. */
-bool rp_trainer_is_root(const rp_trainer *t);
+RP_API bool rp_trainer_is_root(const rp_trainer *t);
 /* The run directory chosen (owned by the trainer). */
-const char *rp_trainer_run_dir(const rp_trainer *t);
+RP_API const char *rp_trainer_run_dir(const rp_trainer *t);
 /*
  * Global batches per epoch, as the model's steps_per_epoch said; in
  * steps-only mode cfg.steps (0 on a server rank).
  */
-int64_t rp_trainer_steps_per_epoch(const rp_trainer *t);
+RP_API int64_t rp_trainer_steps_per_epoch(const rp_trainer *t);
 /* Local replica 0's state as build made it (NULL on a server rank). */
-void *rp_trainer_state(const rp_trainer *t);
+RP_API void *rp_trainer_state(const rp_trainer *t);
 /* The schedule's rate at global step `step` (0-based; 0 on a server rank). */
-float rp_trainer_lr(const rp_trainer *t, int64_t step);
+RP_API float rp_trainer_lr(const rp_trainer *t, int64_t step);
 
 /* ---- stopping on a signal -------------------------------------------------------- */
 
@@ -412,7 +448,7 @@ float rp_trainer_lr(const rp_trainer *t, int64_t step);
  * Errors: RP_ERR_BACKEND if the thread cannot be started (the default
  * actions stay).
  */
-rp_status rp_trainer_catch_signals(void);
+RP_API rp_status rp_trainer_catch_signals(void);
 
 /*
  * Asks the running trainer (in this process) to stop after the current
@@ -422,19 +458,41 @@ rp_status rp_trainer_catch_signals(void);
  * no trainer is running or a stop was already asked. Thread-safe and
  * async-signal-safe.
  */
-bool rp_trainer_request_stop(int reason);
+RP_API bool rp_trainer_request_stop(int reason);
 
 /* ---- the run directory --------------------------------------------------------------- */
 
+/*
+ * Background saving (cfg.checkpoint_background). At a checkpoint's step
+ * boundary the main thread copies the state (the model's save callback, the
+ * position, the epoch's sums) into one staging checkpoint that the trainer
+ * keeps and reuses (rp_checkpoint_reset: after the first save no tensor
+ * memory is allocated, and it never holds more than one state), and hands it
+ * to the trainer's writer thread, which writes and publishes it (atomically:
+ * whole file or shards + index) while the replicas train on. At most one save
+ * is in flight: a checkpoint that falls due while the previous one is still
+ * being written waits for it first (never skipped, so every cadence point is
+ * saved; the wait is the "checkpoint wait" trace span). The last checkpoint of
+ * a run (at a stop, max_steps or the end) is waited for before
+ * rp_trainer_run returns. A failed background write (a full disk) fails the
+ * run at the next step boundary, with the writer's message and the step it
+ * was saving; the previously published checkpoint is untouched. A kill at any
+ * moment leaves the previously published checkpoint loadable.
+ */
+
 /* The checkpoint's path in run directory `dir`: "<dir>/checkpoint.safetensors". */
-void rp_trainer_checkpoint_path(char *buf, size_t size, const char *dir);
+RP_API void rp_trainer_checkpoint_path(char *buf, size_t size, const char *dir);
 
 /*
  * Loads the checkpoint of run directory `dir` (rp_checkpoint_load()); free
- * it with rp_checkpoint_destroy(). Errors: those of rp_checkpoint_load(),
+ * it with rp_checkpoint_destroy(). A sharded checkpoint (checkpoint.index.json)
+ * is read whole (rp_checkpoint_index_load); where a directory holds both
+ * kinds (a run that changed cfg.checkpoint_shards between resumes, killed
+ * between publishing one and removing the other), the newer file wins.
+ * Errors: those of rp_checkpoint_load() or rp_checkpoint_index_open(),
  * naming the file.
  */
-rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir);
+RP_API rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir);
 
 #ifdef __cplusplus
 }

@@ -29,7 +29,7 @@ typedef struct clusters_opts {
     char out[4096];
     const char *resume;
     bool force, quiet;
-    rp_config runtime; /* the runtime's options (rp_config_options) */
+    rp_config runtime; /* the runtime's options (rp_config_options()) */
 } clusters_opts;
 
 #define T clusters_opts
@@ -254,7 +254,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: replicator train clusters [options] [runtime options]\n"
                "       replicator train --resume DIR [--epochs N]\n\n");
     rp_options_print_help(f, clusters_table);
-    rp_options_print_help(f, rp_config_options);
+    rp_options_print_help(f, rp_config_options());
 }
 
 static rp_status run(clusters_opts *o, rp_options_given *given, bool *printed)

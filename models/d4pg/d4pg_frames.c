@@ -5,7 +5,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <gif_lib.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,142 +33,6 @@ int rp_d4pg_frames_count(int steps, int every)
 {
     if (steps < 1 || every < 1) return 0;
     return steps / every + 1 + (steps % every != 0);
-}
-
-/* ---- the animated GIF, written frame by frame into a temporary file ------------------ */
-
-typedef struct gif_out {
-    char path[FRAMES_PATH_MAX], tmp[FRAMES_PATH_MAX];
-    FILE *f;
-    GifFileType *gif;
-    ColorMapObject *map;      /* each frame's palette, copied by giflib into the frame */
-    uint8_t *r, *g, *b, *idx; /* [h * w] planes for the quantiser and its output */
-    int w, h;
-} gif_out;
-
-static int gif_write(GifFileType *gif, const GifByteType *buf, int len)
-{
-    return (int)fwrite(buf, 1, (size_t)len, gif->UserData);
-}
-
-static rp_status gif_error(const gif_out *o, int err)
-{
-    const char *what = GifErrorString(err) ? GifErrorString(err) : "unknown error";
-    /* giflib's write errors are the file's (a full disk): say which file, and why. */
-    if (err == E_GIF_ERR_WRITE_FAILED || err == E_GIF_ERR_DISK_IS_FULL)
-        return RP_ERROR(RP_ERR_IO, "cannot write %s: %s (giflib: %s)", o->tmp,
-                        o->f && ferror(o->f) ? strerror(errno) : "short write", what);
-    return RP_ERROR(RP_ERR_BACKEND, "%s: giflib: %s", o->path, what);
-}
-
-/* Frees everything; the temporary file is removed unless it was renamed into place. */
-static void gif_abort(gif_out *o)
-{
-    int err = 0;
-    if (o->gif) EGifCloseFile(o->gif, &err);
-    o->gif = NULL;
-    if (o->f) {
-        fclose(o->f);
-        unlink(o->tmp);
-    }
-    o->f = NULL;
-    GifFreeMapObject(o->map);
-    o->map = NULL;
-    free(o->r), free(o->g), free(o->b), free(o->idx);
-    o->r = o->g = o->b = o->idx = NULL;
-}
-
-static rp_status gif_open(gif_out *o, const char *dir, int w, int h)
-{
-    memset(o, 0, sizeof *o);
-    o->w = w, o->h = h;
-    snprintf(o->path, sizeof o->path, "%s/episode.gif", dir);
-    snprintf(o->tmp, sizeof o->tmp, "%s/episode.gif.tmp.%ld", dir, (long)getpid());
-    /* The library's rule for a file renamed into place: absent or regular, never a FIFO's or a
-       device's name taken over. */
-    RP_CHECK(rp_file_check_writable(o->path, "animated GIF"));
-    size_t n = (size_t)w * (size_t)h;
-    o->r = malloc(n), o->g = malloc(n), o->b = malloc(n), o->idx = malloc(n);
-    o->map = GifMakeMapObject(256, NULL);
-    if (!o->r || !o->g || !o->b || !o->idx || !o->map) {
-        gif_abort(o);
-        return RP_ERROR(RP_ERR_NOMEM, "%s: buffers of %dx%d", o->path, w, h);
-    }
-    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    o->f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (!o->f) {
-        int e = errno;
-        if (fd >= 0) close(fd), unlink(o->tmp);
-        gif_abort(o);
-        return RP_ERROR(RP_ERR_IO, "cannot write %s: %s", o->tmp, strerror(e));
-    }
-    int err = 0;
-    o->gif = EGifOpen(o->f, gif_write, &err);
-    if (!o->gif) {
-        rp_status s = gif_error(o, err);
-        gif_abort(o);
-        return s;
-    }
-    /* GIF89a, for the per-frame delays and the looping extension. */
-    EGifSetGifVersion(o->gif, true);
-    static const uint8_t loop[3] = {1, 0, 0}; /* sub-block 1: loop count 0, for ever */
-    if (EGifPutScreenDesc(o->gif, w, h, 8, 0, NULL) == GIF_ERROR ||
-        EGifPutExtensionLeader(o->gif, APPLICATION_EXT_FUNC_CODE) == GIF_ERROR ||
-        EGifPutExtensionBlock(o->gif, 11, "NETSCAPE2.0") == GIF_ERROR ||
-        EGifPutExtensionBlock(o->gif, 3, loop) == GIF_ERROR ||
-        EGifPutExtensionTrailer(o->gif) == GIF_ERROR) {
-        rp_status s = gif_error(o, o->gif->Error);
-        gif_abort(o);
-        return s;
-    }
-    return RP_OK;
-}
-
-/* One frame rgb[h * w * 3], shown for delay_cs hundredths of a second. */
-static rp_status gif_add(gif_out *o, const uint8_t *rgb, int delay_cs)
-{
-    size_t n = (size_t)o->w * (size_t)o->h;
-    for (size_t i = 0; i < n; i++)
-        o->r[i] = rgb[3 * i], o->g[i] = rgb[3 * i + 1], o->b[i] = rgb[3 * i + 2];
-    /* The palette is each frame's own: the scenes' colours barely change from frame to frame,
-       so the median cut gives nearly the same palette, without a pass over the whole episode. */
-    int colours = 256;
-    memset(o->map->Colors, 0, 256 * sizeof *o->map->Colors);
-    if (GifQuantizeBuffer((unsigned)o->w, (unsigned)o->h, &colours, o->r, o->g, o->b, o->idx,
-                          o->map->Colors) == GIF_ERROR)
-        return RP_ERROR(RP_ERR_NOMEM, "%s: giflib's colour quantiser failed (out of memory)",
-                        o->path);
-    GraphicsControlBlock gcb = {.DisposalMode = DISPOSE_DO_NOT,
-                                .DelayTime = delay_cs,
-                                .TransparentColor = NO_TRANSPARENT_COLOR};
-    GifByteType ext[4];
-    size_t len = EGifGCBToExtension(&gcb, ext);
-    if (EGifPutExtension(o->gif, GRAPHICS_EXT_FUNC_CODE, (int)len, ext) == GIF_ERROR ||
-        EGifPutImageDesc(o->gif, 0, 0, o->w, o->h, false, o->map) == GIF_ERROR ||
-        EGifPutLine(o->gif, o->idx, (int)n) == GIF_ERROR)
-        return gif_error(o, o->gif->Error);
-    return RP_OK;
-}
-
-/* Ends the file, syncs it and renames it over episode.gif; frees everything either way. */
-static rp_status gif_close(gif_out *o)
-{
-    int err = 0;
-    rp_status status = RP_OK;
-    if (EGifCloseFile(o->gif, &err) == GIF_ERROR) status = gif_error(o, err);
-    o->gif = NULL;
-    if (status == RP_OK && (fflush(o->f) != 0 || fsync(fileno(o->f)) != 0))
-        status = RP_ERROR(RP_ERR_IO, "cannot write %s: %s", o->tmp, strerror(errno));
-    if (fclose(o->f) != 0 && status == RP_OK)
-        status = RP_ERROR(RP_ERR_IO, "cannot write %s: %s", o->tmp, strerror(errno));
-    o->f = NULL;
-    if (status == RP_OK) status = rp_file_check_writable(o->path, "animated GIF");
-    if (status == RP_OK && rename(o->tmp, o->path) != 0)
-        status =
-            RP_ERROR(RP_ERR_IO, "cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));
-    if (status != RP_OK) unlink(o->tmp);
-    gif_abort(o);
-    return status;
 }
 
 /* ---- the episode ---------------------------------------------------------------------- */
@@ -218,8 +81,7 @@ rp_status rp_d4pg_record_frames(rp_d4pg_policy *policy, rp_tape *t, const char *
     rp_rl_env *env = NULL;
     uint8_t *rgb = NULL, *sheet = NULL;
     float *fbuf = NULL, *obs = NULL, *act = NULL;
-    gif_out gif = {0};
-    bool gif_live = false;
+    rp_gif *gif = NULL;
     double ret = 0;
     int n = 0;
 
@@ -257,8 +119,9 @@ rp_status rp_d4pg_record_frames(rp_d4pg_policy *policy, rp_tape *t, const char *
     }
     RP_TRY(make_dir(dir));
     if (o.animation) {
-        RP_TRY(gif_open(&gif, dir, w, h));
-        gif_live = true;
+        char gif_path[FRAMES_PATH_MAX];
+        snprintf(gif_path, sizeof gif_path, "%s/episode.gif", dir);
+        RP_TRY(rp_gif_create(&gif, gif_path, w, h));
     }
     /* In simulated time, at GIF's resolution of 1/100 s; browsers slow anything under 2/100. */
     int delay = (int)lround(o.every * spec->control_dt * 100.0);
@@ -277,7 +140,7 @@ rp_status rp_d4pg_record_frames(rp_d4pg_policy *policy, rp_tape *t, const char *
             if (next_sheet < sheet_n && frame == (int)lround((double)next_sheet * (n - 1) /
                                                              (sheet_n > 1 ? sheet_n - 1 : 1)))
                 memcpy(sheet + frame_bytes * (size_t)next_sheet++, rgb, frame_bytes);
-            if (o.animation) RP_TRY(gif_add(&gif, rgb, last ? 100 : delay));
+            if (o.animation) RP_TRY(rp_gif_add_frame(gif, rgb, last ? 100 : delay));
             frame++;
         }
         if (last) break;
@@ -304,8 +167,9 @@ rp_status rp_d4pg_record_frames(rp_d4pg_policy *policy, rp_tape *t, const char *
     int cols = sheet_n < FRAMES_SHEET_COLS ? sheet_n : FRAMES_SHEET_COLS;
     RP_TRY(rp_image_grid_write_png(path, fbuf, sheet_n, h, w, 3, cols, 2, 255, 0.0f, 255.0f));
     if (o.animation) {
-        gif_live = false;
-        RP_TRY(gif_close(&gif));
+        rp_gif *done = gif;
+        gif = NULL;
+        RP_TRY(rp_gif_close(done));
     }
     /* Frames a longer recording left here would read as part of this episode. */
     for (int i = n;; i++) {
@@ -315,7 +179,7 @@ rp_status rp_d4pg_record_frames(rp_d4pg_policy *policy, rp_tape *t, const char *
     *episode_return = ret;
     if (frames) *frames = n;
 cleanup:
-    if (gif_live) gif_abort(&gif);
+    rp_gif_abort(gif);
     rp_tape_reset(t);
     free(act);
     free(obs);

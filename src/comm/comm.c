@@ -272,7 +272,7 @@ rp_status rp_comm_set_timeout(rp_comm *comm, double seconds)
 
 void rp_comm_leave(rp_comm *comm, rp_status status, const char *reason)
 {
-    if (comm && !(rp_fault_on() && rp_fault_dead(comm)))
+    if (comm && !(rp_fault_on() && fault_dead(comm)))
         comm->ops->leave(comm, status, reason ? reason : "");
 }
 
@@ -283,7 +283,7 @@ void rp_comm_rejoin(rp_comm *comm)
     comm->user_base = comm->user_seq;
     comm->user_entered = 0;
     comm->phased = true;
-    if (rp_fault_on()) rp_fault_rejoin(comm);
+    if (rp_fault_on()) fault_rejoin(comm);
     comm->ops->rejoin(comm);
 }
 
@@ -356,7 +356,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
     }
     if (!d.internal) comm->user_entered++;
     rp_trace_begin(RP_PHASE_COMM); /* the trace's span: next to the flight recorder's entry */
-    status = rp_fault_on() ? rp_fault_collective(comm, &d, send, recv)
+    status = rp_fault_on() ? fault_collective(comm, &d, send, recv)
                            : comm->ops->collective(comm, &d, send, recv);
     rp_trace_end_args(kind_name(kind), count * (int64_t)rp_dtype_size(dtype), (int64_t)d.seq,
                       kind == RP_COLL_ALL_REDUCE || kind == RP_COLL_REDUCE_SCATTER
@@ -532,7 +532,7 @@ static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_re
     }
     rp_status status = check_p2p(comm, d, buf, req);
     if (status == RP_OK)
-        status = rp_fault_on() ? rp_fault_post(comm, d, buf, req)
+        status = rp_fault_on() ? fault_post(comm, d, buf, req)
                  : d->send     ? comm->ops->isend(comm, d, buf, req)
                                : comm->ops->irecv(comm, d, buf, req);
     if (status != RP_OK) {

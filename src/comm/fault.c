@@ -32,21 +32,21 @@
 
 #include "comm/fault_internal.h"
 
-int rp_fault_armed = -1;
+int fault_armed = -1;
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static rp_fault_schedule sched; /* in force while rp_fault_armed is 1 */
-static char sched_error[1200];  /* set: $RP_FAULTS is invalid, and every call says so */
-static uint64_t injected;       /* under mu */
-static rp_fault_event events[RP_FAULT_EVENTS];
+static fault_schedule sched;   /* in force while fault_armed is 1 */
+static char sched_error[1200]; /* set: $RP_FAULTS is invalid, and every call says so */
+static uint64_t injected;      /* under mu */
+static fault_event events[RP_FAULT_EVENTS];
 static uint64_t nevents; /* under mu */
 /* The workers killed on a threads backend (beyond this many, a kill stops one handle's calls). */
 #define MAX_DEAD 4096
 static int dead[MAX_DEAD]; /* under mu */
 static int ndead;          /* written under mu, read atomically */
 
-static const char *kind_word(rp_fault_kind k)
+static const char *kind_word(fault_kind k)
 {
     return k == RP_FAULT_DELAY ? "delay" : k == RP_FAULT_KILL ? "kill" : "corrupt";
 }
@@ -95,7 +95,7 @@ static rp_status clause_error(const char *origin, const char *clause, const char
 }
 
 /* One KIND:key=value,... clause (text `clause`, already trimmed) into *f. */
-static rp_status parse_clause(const char *origin, const char *clause, rp_fault *f)
+static rp_status parse_clause(const char *origin, const char *clause, fault_clause *f)
 {
     memset(f, 0, sizeof *f);
     f->worker = -2; /* not given */
@@ -203,7 +203,7 @@ static rp_status parse_clause(const char *origin, const char *clause, rp_fault *
     return RP_OK;
 }
 
-rp_status rp_fault_parse(const char *spec, const char *origin, rp_fault_schedule *out)
+rp_status fault_parse(const char *spec, const char *origin, fault_schedule *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->origin, sizeof out->origin, "%s", origin ? origin : "faults");
@@ -246,16 +246,16 @@ rp_status rp_fault_parse(const char *spec, const char *origin, rp_fault_schedule
 }
 
 /* The generator's four words at (seed, clause k, worker, call): [0] the draw, [1..2] a data bit. */
-static void draw(const rp_fault_schedule *s, int k, int worker, uint64_t call, uint32_t out[4])
+static void draw(const fault_schedule *s, int k, int worker, uint64_t call, uint32_t out[4])
 {
     rp_rng g = rp_rng_make(s->seed, (uint64_t)(uint32_t)k << 32 | (uint32_t)worker);
     rp_philox(g.key, call, out);
 }
 
-bool rp_fault_fires(const rp_fault_schedule *s, int k, int worker, uint64_t call, uint64_t run,
-                    uint64_t in_run)
+bool fault_fires(const fault_schedule *s, int k, int worker, uint64_t call, uint64_t run,
+                 uint64_t in_run)
 {
-    const rp_fault *f = &s->f[k];
+    const fault_clause *f = &s->f[k];
     if (f->worker >= 0 && f->worker != worker) return false;
     if (f->run >= 0) {
         if (run != (uint64_t)f->run) return false;
@@ -276,35 +276,35 @@ static void load_env(void)
 {
     const char *spec = rp_env_get()->faults;
     if (!spec || !*spec) {
-        __atomic_store_n(&rp_fault_armed, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&fault_armed, 0, __ATOMIC_RELEASE);
         return;
     }
     /* An invalid $RP_FAULTS fails every call with its error rather than being ignored. */
-    if (rp_fault_parse(spec, "RP_FAULTS", &sched) != RP_OK)
+    if (fault_parse(spec, "RP_FAULTS", &sched) != RP_OK)
         snprintf(sched_error, sizeof sched_error, "%s", rp_last_error());
     else if (sched.n > 0)
         rp_log(RP_LOG_WARN, "fault injection on: RP_FAULTS=\"%s\" (docs/faults.md)", spec);
-    __atomic_store_n(&rp_fault_armed, sched_error[0] || sched.n > 0 ? 1 : 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&fault_armed, sched_error[0] || sched.n > 0 ? 1 : 0, __ATOMIC_RELEASE);
 }
 
 static void ensure_loaded(void)
 {
-    if (__atomic_load_n(&rp_fault_armed, __ATOMIC_ACQUIRE) < 0) pthread_once(&env_once, load_env);
+    if (__atomic_load_n(&fault_armed, __ATOMIC_ACQUIRE) < 0) pthread_once(&env_once, load_env);
 }
 
 rp_status rp_comm_faults_set(const char *spec, const char *origin)
 {
     pthread_once(&env_once, load_env);
-    rp_fault_schedule s;
-    RP_CHECK(rp_fault_parse(spec, origin ? origin : "rp_comm_faults_set", &s));
+    fault_schedule s;
+    RP_CHECK(fault_parse(spec, origin ? origin : "rp_comm_faults_set", &s));
     pthread_mutex_lock(&mu);
-    __atomic_store_n(&rp_fault_armed, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&fault_armed, 0, __ATOMIC_RELEASE);
     sched = s;
     sched_error[0] = '\0';
     injected = 0;
     nevents = 0;
     __atomic_store_n(&ndead, 0, __ATOMIC_RELEASE);
-    if (s.n > 0) __atomic_store_n(&rp_fault_armed, 1, __ATOMIC_RELEASE);
+    if (s.n > 0) __atomic_store_n(&fault_armed, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&mu);
     if (s.n > 0)
         rp_log(RP_LOG_WARN, "fault injection on: %s \"%s\" (docs/faults.md)", s.origin, spec);
@@ -318,7 +318,7 @@ rp_status rp_comm_faults_check(int workers, const char *noun)
     pthread_mutex_lock(&mu);
     rp_status status = RP_OK;
     for (int k = 0; k < sched.n && !sched_error[0] && status == RP_OK; k++) {
-        const rp_fault *f = &sched.f[k];
+        const fault_clause *f = &sched.f[k];
         if (f->worker < workers) continue; /* (any is -1) */
         char ids[32] = "0";
         if (workers > 1) snprintf(ids, sizeof ids, "0 to %d", workers - 1);
@@ -340,7 +340,7 @@ uint64_t rp_comm_faults_injected(void)
     return n;
 }
 
-int rp_fault_events(rp_fault_event *out, int max)
+int fault_events(fault_event *out, int max)
 {
     pthread_mutex_lock(&mu);
     uint64_t first = nevents > RP_FAULT_EVENTS ? nevents - RP_FAULT_EVENTS : 0;
@@ -406,7 +406,7 @@ static const char *describe(call_text *t)
     return t->buf;
 }
 
-bool rp_fault_dead(const rp_comm *comm)
+bool fault_dead(const rp_comm *comm)
 {
     if (__atomic_load_n(&ndead, __ATOMIC_ACQUIRE) == 0 || comm->fault_exempt) return false;
     int id = worker_of(comm);
@@ -418,12 +418,12 @@ bool rp_fault_dead(const rp_comm *comm)
     return found;
 }
 
-static void record(const rp_fault *f, int k, int worker, uint64_t call, uint64_t run,
+static void record(const fault_clause *f, int k, int worker, uint64_t call, uint64_t run,
                    uint64_t in_run)
 {
     pthread_mutex_lock(&mu);
     injected++;
-    events[nevents++ % RP_FAULT_EVENTS] = (rp_fault_event){
+    events[nevents++ % RP_FAULT_EVENTS] = (fault_event){
         .kind = f->kind, .clause = k, .worker = worker, .call = call, .run = run, .in_run = in_run};
     pthread_mutex_unlock(&mu);
 }
@@ -500,8 +500,8 @@ static due find_due(rp_comm *comm, call_text *call)
     uint64_t n = comm->fault_calls++, run = comm->fault_runs, in_run = n - comm->fault_run_start;
     int worker = worker_of(comm);
     for (int k = 0; k < sched.n; k++) {
-        const rp_fault *f = &sched.f[k];
-        if (!rp_fault_fires(&sched, k, worker, n, run, in_run)) continue;
+        const fault_clause *f = &sched.f[k];
+        if (!fault_fires(&sched, k, worker, n, run, in_run)) continue;
         if (message && f->kind == RP_FAULT_CORRUPT && f->data) {
             rp_log(RP_LOG_WARN,
                    "fault not injected: worker %d's call %llu is a message, and only a "
@@ -561,14 +561,14 @@ static size_t result_bytes(const rp_comm *comm, const rp_coll_desc *d)
     }
 }
 
-rp_status rp_fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *send, void *recv)
+rp_status fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *send, void *recv)
 {
     ensure_loaded();
-    if (!__atomic_load_n(&rp_fault_armed, __ATOMIC_ACQUIRE) || comm->fault_exempt)
+    if (!__atomic_load_n(&fault_armed, __ATOMIC_ACQUIRE) || comm->fault_exempt)
         return comm->ops->collective(comm, d, send, recv);
     if (sched_error[0]) return invalid_schedule(comm);
     call_text call = {.coll = d};
-    if (rp_fault_dead(comm)) return dead_call(comm, &call);
+    if (fault_dead(comm)) return dead_call(comm, &call);
     due du = find_due(comm, &call);
     if (du.delay_ms > 0) sleep_ms(du.delay_ms);
     if (du.kill) return kill_worker(comm, &call);
@@ -595,14 +595,14 @@ rp_status rp_fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *
     return status;
 }
 
-rp_status rp_fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req)
+rp_status fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req)
 {
     ensure_loaded();
-    if (!__atomic_load_n(&rp_fault_armed, __ATOMIC_ACQUIRE) || comm->fault_exempt)
+    if (!__atomic_load_n(&fault_armed, __ATOMIC_ACQUIRE) || comm->fault_exempt)
         return d->send ? comm->ops->isend(comm, d, buf, req) : comm->ops->irecv(comm, d, buf, req);
     if (sched_error[0]) return invalid_schedule(comm);
     call_text call = {.msg = d};
-    if (rp_fault_dead(comm)) return dead_call(comm, &call);
+    if (fault_dead(comm)) return dead_call(comm, &call);
     due du = find_due(comm, &call);
     if (du.delay_ms > 0) sleep_ms(du.delay_ms);
     if (du.kill) return kill_worker(comm, &call);
@@ -617,7 +617,7 @@ rp_status rp_fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_
                     : comm->ops->irecv(comm, &bad, buf, req);
 }
 
-void rp_fault_rejoin(rp_comm *comm)
+void fault_rejoin(rp_comm *comm)
 {
     ensure_loaded();
     comm->fault_runs++;

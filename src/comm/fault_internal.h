@@ -13,11 +13,11 @@
 #include "comm/comm_internal.h"
 
 /* Nonzero while a schedule may apply: -1 before $RP_FAULTS was read, 1 with a schedule, 0 off. */
-extern int rp_fault_armed;
+extern int fault_armed;
 
 static inline bool rp_fault_on(void)
 {
-    return __builtin_expect(__atomic_load_n(&rp_fault_armed, __ATOMIC_RELAXED) != 0, 0);
+    return __builtin_expect(__atomic_load_n(&fault_armed, __ATOMIC_RELAXED) != 0, 0);
 }
 
 /*
@@ -27,24 +27,24 @@ static inline bool rp_fault_on(void)
  * this member's result after the backend's call) and otherwise calls the
  * backend's table exactly as comm.c would.
  */
-rp_status rp_fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *send, void *recv);
-rp_status rp_fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req);
+rp_status fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *send, void *recv);
+rp_status fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req);
 /* Counts a run (rp_comm_rejoin): the schedule's run= counts these. */
-void rp_fault_rejoin(rp_comm *comm);
+void fault_rejoin(rp_comm *comm);
 /* Whether this handle's worker was killed by the schedule (a dead worker announces nothing). */
-bool rp_fault_dead(const rp_comm *comm);
+bool fault_dead(const rp_comm *comm);
 
 /* ---- the schedule, for fault.c and its tests ----------------------------------------------- */
 
-typedef enum { RP_FAULT_DELAY, RP_FAULT_KILL, RP_FAULT_CORRUPT } rp_fault_kind;
+typedef enum { RP_FAULT_DELAY, RP_FAULT_KILL, RP_FAULT_CORRUPT } fault_kind;
 
 #define RP_FAULT_MAX_CLAUSES 64
 /* The longest clause, in bytes with its NUL: a longer one is refused by name, never cut. */
 #define RP_FAULT_CLAUSE_MAX 512
 
 /* One clause of a spec: what happens, to which worker, at which call. */
-typedef struct rp_fault {
-    rp_fault_kind kind;
+typedef struct fault_clause {
+    fault_kind kind;
     int worker;    /* replica id (rp_comm_replica_id of the handle's rank); -1: any */
     int64_t call;  /* the handle's call number (or the run's, with run >= 0); -1: not given */
     int64_t run;   /* the handle's run (rp_comm_rejoin count); -1: not given */
@@ -52,20 +52,20 @@ typedef struct rp_fault {
     int64_t ms;    /* delay: milliseconds */
     bool data;     /* corrupt: the payload (one bit of the result), not the header */
     char text[96]; /* the clause as written (a longer one cut, ending "..."), for messages */
-} rp_fault;
+} fault_clause;
 
-typedef struct rp_fault_schedule {
+typedef struct fault_schedule {
     uint64_t seed;
     int n;
-    rp_fault f[RP_FAULT_MAX_CLAUSES];
+    fault_clause f[RP_FAULT_MAX_CLAUSES];
     char origin[32]; /* where the spec came from: "RP_FAULTS", "--faults", ... */
-} rp_fault_schedule;
+} fault_schedule;
 
 /*
  * Parses `spec` (docs/faults.md) into *out, naming `origin` in errors.
  * Errors: RP_ERR_INVALID naming the clause and the token at fault.
  */
-rp_status rp_fault_parse(const char *spec, const char *origin, rp_fault_schedule *out);
+rp_status fault_parse(const char *spec, const char *origin, fault_schedule *out);
 
 /*
  * Whether clause k of s fires at a call of `worker`: the handle's call
@@ -73,20 +73,20 @@ rp_status rp_fault_parse(const char *spec, const char *origin, rp_fault_schedule
  * its arguments only (the random form draws from the counter-based
  * generator at (seed, k, worker, call)), so one seed gives one schedule.
  */
-bool rp_fault_fires(const rp_fault_schedule *s, int k, int worker, uint64_t call, uint64_t run,
-                    uint64_t in_run);
+bool fault_fires(const fault_schedule *s, int k, int worker, uint64_t call, uint64_t run,
+                 uint64_t in_run);
 
 /* One injected fault, as kept for the tests (the last RP_FAULT_EVENTS of the process). */
-typedef struct rp_fault_event {
-    rp_fault_kind kind;
+typedef struct fault_event {
+    fault_kind kind;
     int clause;
     int worker;
     uint64_t call, run, in_run;
-} rp_fault_event;
+} fault_event;
 
 #define RP_FAULT_EVENTS 256
 
 /* Copies up to max of the kept events, oldest first, into out; returns how many. */
-int rp_fault_events(rp_fault_event *out, int max);
+int fault_events(fault_event *out, int max);
 
 #endif

@@ -32,6 +32,7 @@ static void read_env(void)
     const char *kernels = getenv("RP_KERNELS");
     env.kernels = (kernels && !strcmp(kernels, "ref"))      ? "ref"
                   : (kernels && !strcmp(kernels, "strict")) ? "strict"
+                  : (kernels && !strcmp(kernels, "cuda"))   ? "cuda"
                                                             : "cpu";
     const char *data = getenv("RP_DATA_DIR");
     env.data_dir = data && *data ? data : "/usr/share/datasets/fashion-mnist";

@@ -298,3 +298,12 @@ rp_status rp_file_check_writable(const char *path, const char *what)
     core_file_out_abort(&o);
     return RP_OK;
 }
+
+rp_status rp_file_write_atomic(const char *path, const char *what, const void *data, size_t len)
+{
+    if (!data && len > 0)
+        return RP_ERROR(RP_ERR_INVALID, "cannot write %s %s: data is NULL with %zu bytes",
+                        what ? what : "file", path ? path : "(null)", len);
+    core_file_piece piece = {data, len};
+    return core_file_write_atomic(path, what, &piece, 1);
+}

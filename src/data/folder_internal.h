@@ -276,12 +276,12 @@ rp_status folder_make_sample(const folder_request *req, int64_t idx, folder_work
 
 /*
  * The loader's side (loader_files.c): fills slot `s` with samples [lo, lo + n)
- * of epoch `epoch`'s order of an image-file dataset, as rp_loader_produce
+ * of epoch `epoch`'s order of an image-file dataset, as loader_produce
  * does for an in-memory one (same returns, the message in s->error).
  */
 struct rp_loader;
-struct rp_loader_slot;
-rp_status loader_produce_files(struct rp_loader *ld, struct rp_loader_slot *s, int64_t epoch,
+struct loader_slot;
+rp_status loader_produce_files(struct rp_loader *ld, struct loader_slot *s, int64_t epoch,
                                int64_t lo, int n, bool cancellable);
 
 /* Initialises the pool's mutex and conditions (threads start on first use). */

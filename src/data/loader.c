@@ -118,12 +118,12 @@ static void *loader_thread(void *arg)
                (ld->seeking || ld->failed || ld->slot[ld->fill].state != RP_LOADER_SLOT_FREE))
             loader_wait(ld, &ld->cond_prod);
         if (ld->stop) break;
-        rp_loader_slot *s = &ld->slot[ld->fill];
+        loader_slot *s = &ld->slot[ld->fill];
         int64_t epoch = ld->prod_epoch, step = ld->prod_step;
         s->state = RP_LOADER_SLOT_FILLING;
         loader_unlock(ld);
 
-        rp_status status = rp_loader_produce(ld, s, epoch, step, true);
+        rp_status status = loader_produce(ld, s, epoch, step, true);
 
         loader_lock(ld);
         if (status == RP_LOADER_CANCELLED || ld->seeking || ld->stop) {
@@ -328,7 +328,7 @@ rp_status rp_loader_create(rp_loader **ld, const rp_dataset *ds, const rp_loader
         out->row_shift[j] = out->shift[j % ds->c];
     }
     for (int i = 0; i < out->nslots; i++) {
-        rp_loader_slot *s = &out->slot[i];
+        loader_slot *s = &out->slot[i];
         s->x = rp_alloc((size_t)out->local_batch * out->image_floats * sizeof(float));
         s->y = rp_alloc((size_t)out->local_batch * sizeof(int32_t));
         if (!s->x || !s->y) {
@@ -375,7 +375,7 @@ void rp_loader_destroy(rp_loader *ld)
 
 /* ---- the caller's side --------------------------------------------------- */
 
-static void loader_fill_batch(const rp_loader *ld, const rp_loader_slot *s, rp_batch *b)
+static void loader_fill_batch(const rp_loader *ld, const loader_slot *s, rp_batch *b)
 {
     b->x = s->x;
     b->y = s->y;
@@ -415,10 +415,10 @@ static rp_status loader_next(rp_loader *ld, rp_batch *b)
     if (!ld || !b) return RP_ERROR(RP_ERR_INVALID, "rp_loader_next: %s is NULL", !ld ? "ld" : "b");
     if (ld->sticky != RP_OK) return RP_ERROR(ld->sticky, "%s", ld->sticky_msg);
 
-    rp_loader_slot *s;
+    loader_slot *s;
     if (!ld->threaded) {
         s = &ld->slot[0];
-        rp_status status = rp_loader_produce(ld, s, ld->pos_epoch, ld->pos_step, false);
+        rp_status status = loader_produce(ld, s, ld->pos_epoch, ld->pos_step, false);
         if (status != RP_OK) return loader_fail(ld, status, s->error);
     } else {
         loader_lock(ld);

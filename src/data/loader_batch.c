@@ -99,8 +99,8 @@ static void loader_image(const rp_loader *ld, const uint8_t *restrict src, float
 }
 
 /* The slice arithmetic is documented in loader.h; see loader_internal.h for the contract. */
-rp_status rp_loader_produce(rp_loader *ld, rp_loader_slot *s, int64_t epoch, int64_t step,
-                            bool cancellable)
+rp_status loader_produce(rp_loader *ld, loader_slot *s, int64_t epoch, int64_t step,
+                         bool cancellable)
 {
     const rp_dataset *ds = ld->ds;
     const rp_loader_config *cfg = &ld->cfg;

@@ -7,7 +7,7 @@
 #include "data/folder_internal.h"
 #include "data/loader_internal.h"
 
-rp_status loader_produce_files(rp_loader *ld, rp_loader_slot *s, int64_t epoch, int64_t lo, int n,
+rp_status loader_produce_files(rp_loader *ld, loader_slot *s, int64_t epoch, int64_t lo, int n,
                                bool cancellable)
 {
     const rp_loader_config *cfg = &ld->cfg;

@@ -20,7 +20,7 @@
 enum { RP_LOADER_SLOT_FREE, RP_LOADER_SLOT_FILLING, RP_LOADER_SLOT_READY, RP_LOADER_SLOT_HELD };
 
 /* One batch buffer and what is known about its contents. */
-typedef struct rp_loader_slot {
+typedef struct loader_slot {
     float *x;   /* [local_batch, h, w, c] */
     int32_t *y; /* [local_batch] */
     int n;
@@ -29,7 +29,7 @@ typedef struct rp_loader_slot {
     rp_status status;                /* of the production that filled the slot */
     char error[RP_LOADER_ERROR_MAX]; /* its message when status is an error */
     int state;                       /* RP_LOADER_SLOT_*, under the mutex when threaded */
-} rp_loader_slot;
+} loader_slot;
 
 struct rp_loader {
     const rp_dataset *ds; /* borrowed */
@@ -48,7 +48,7 @@ struct rp_loader {
     uint32_t *perm;     /* [samples] epoch order when shuffling, else NULL */
     int64_t perm_epoch; /* epoch perm holds, -1 for none */
 
-    rp_loader_slot slot[2];
+    loader_slot slot[2];
     int nslots; /* 2 with prefetch, 1 without */
 
     /* The caller's side. */
@@ -81,7 +81,7 @@ struct rp_loader {
  * thread. Only the producer (the prefetch thread, or the caller without
  * one) may call it: it writes the epoch order.
  */
-rp_status rp_loader_produce(rp_loader *ld, rp_loader_slot *s, int64_t epoch, int64_t step,
-                            bool cancellable);
+rp_status loader_produce(rp_loader *ld, loader_slot *s, int64_t epoch, int64_t step,
+                         bool cancellable);
 
 #endif

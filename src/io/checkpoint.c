@@ -33,8 +33,14 @@
  * Python's safetensors refuses a header that is not valid UTF-8, so names
  * and values are checked on the way in, and headers on the way back.
  */
-bool rp_ckpt_utf8_valid(const char *str, size_t len)
+bool io_ckpt_utf8_valid(const char *str, size_t len)
 {
+    return rp_utf8_valid(str, len);
+}
+
+bool rp_utf8_valid(const char *str, size_t len)
+{
+    if (!str) return len == 0;
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
     while (i < len) {
@@ -64,17 +70,17 @@ bool rp_ckpt_utf8_valid(const char *str, size_t len)
     return true;
 }
 
-const char *rp_ckpt_name_problem(const char *name)
+const char *io_ckpt_name_problem(const char *name)
 {
     size_t len = strlen(name);
     if (len == 0) return "is empty";
     if (len > RP_CHECKPOINT_NAME_MAX) return "is longer than 255 bytes";
-    if (!rp_ckpt_utf8_valid(name, len)) return "is not valid UTF-8";
+    if (!io_ckpt_utf8_valid(name, len)) return "is not valid UTF-8";
     if (strcmp(name, "__metadata__") == 0) return "is reserved for the metadata";
     return NULL;
 }
 
-bool rp_ckpt_shape_numel(int ndim, const int64_t *shape, size_t esize, int64_t *numel)
+bool io_ckpt_shape_numel(int ndim, const int64_t *shape, size_t esize, int64_t *numel)
 {
     /* The zero dimensions are set aside, so that no order of the others can hide an overflow. */
     int64_t bytes = (int64_t)esize;
@@ -104,14 +110,14 @@ static const char *meta_key(const rp_checkpoint *ck, int i)
     return ck->meta[i].key;
 }
 
-int rp_ckpt_find(const rp_checkpoint *ck, const char *name)
+int io_ckpt_find(const rp_checkpoint *ck, const char *name)
 {
-    return rp_ckpt_index_find(ck, &ck->tensor_index, tensor_key, name);
+    return io_ckpt_index_find(ck, &ck->tensor_index, tensor_key, name);
 }
 
-int rp_ckpt_meta_find(const rp_checkpoint *ck, const char *key)
+int io_ckpt_meta_find(const rp_checkpoint *ck, const char *key)
 {
-    return rp_ckpt_index_find(ck, &ck->meta_index, meta_key, key);
+    return io_ckpt_index_find(ck, &ck->meta_index, meta_key, key);
 }
 
 static char *dup_string(const char *s)
@@ -150,13 +156,13 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t s
     return buf;
 }
 
-rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
+rp_status io_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
                          const int64_t *shape, ckpt_tensor **out)
 {
-    const char *problem = rp_ckpt_name_problem(name);
+    const char *problem = io_ckpt_name_problem(name);
     if (problem)
         return RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor name \"%.64s\" %s", name, problem);
-    size_t esize = rp_ckpt_dtype_size(dtype);
+    size_t esize = io_ckpt_dtype_size(dtype);
     if (esize == 0)
         return RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\": unknown dtype %d", name,
                         (int)dtype);
@@ -165,36 +171,48 @@ rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
                         ndim, RP_MAX_DIMS);
     }
     int64_t numel = 0;
-    if (!rp_ckpt_shape_numel(ndim, shape, esize, &numel)) {
+    if (!io_ckpt_shape_numel(ndim, shape, esize, &numel)) {
         char buf[128];
         return RP_ERROR(RP_ERR_INVALID,
                         "checkpoint: tensor \"%s\": bad shape %s (each dimension 0..2^53, and at "
                         "most 2^53 bytes)",
                         name, shape_str(ndim, shape, buf, sizeof buf));
     }
-    if (rp_ckpt_find(ck, name) >= 0) {
+    if (io_ckpt_find(ck, name) >= 0) {
         return RP_ERROR(RP_ERR_INVALID, "checkpoint: a tensor named \"%s\" is already present",
                         name);
     }
-    RP_CHECK(grow((void **)&ck->tensors, &ck->cap_tensors, ck->n_tensors + 1, sizeof *ck->tensors));
-
+    size_t nbytes = (size_t)numel * esize;
     ckpt_tensor t;
     memset(&t, 0, sizeof t);
+    if (ck->n_tensors < ck->n_kept && ck->tensors[ck->n_tensors].nbytes == nbytes) {
+        /* The block kept at this position since rp_checkpoint_reset fits: take it over. */
+        ckpt_tensor *kept = &ck->tensors[ck->n_tensors];
+        t.data = kept->data;
+        t.name = strcmp(kept->name, name) == 0 ? kept->name : NULL;
+        if (!t.name) rp_free(kept->name);
+        kept->data = kept->name = NULL;
+    } else {
+        io_ckpt_release_kept(ck);
+        RP_CHECK(
+            grow((void **)&ck->tensors, &ck->cap_tensors, ck->n_tensors + 1, sizeof *ck->tensors));
+    }
     t.dtype = dtype;
     t.ndim = ndim;
     for (int d = 0; d < ndim; d++)
         t.shape[d] = shape[d];
     t.numel = numel;
-    t.nbytes = (size_t)numel * esize;
-    t.name = dup_string(name);
-    t.data = rp_alloc(t.nbytes);
+    t.nbytes = nbytes;
+    if (!t.name) t.name = dup_string(name);
+    if (!t.data) t.data = rp_alloc(t.nbytes);
     if (!t.name || !t.data) {
         rp_free(t.data);
         rp_free(t.name);
+        io_ckpt_release_kept(ck);
         return RP_ERR_NOMEM;
     }
     ck->tensors[ck->n_tensors++] = t;
-    rp_status status = rp_ckpt_index_add(ck, &ck->tensor_index, tensor_key, ck->n_tensors);
+    rp_status status = io_ckpt_index_add(ck, &ck->tensor_index, tensor_key, ck->n_tensors);
     if (status != RP_OK) {
         ck->n_tensors--;
         rp_free(t.data);
@@ -205,19 +223,30 @@ rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
     return RP_OK;
 }
 
-void rp_ckpt_pop(rp_checkpoint *ck)
+void io_ckpt_release_kept(rp_checkpoint *ck)
 {
+    for (int i = ck->n_tensors; i < ck->n_kept; i++) {
+        rp_free(ck->tensors[i].data);
+        rp_free(ck->tensors[i].name);
+        ck->tensors[i].data = ck->tensors[i].name = NULL;
+    }
+    ck->n_kept = 0;
+}
+
+void io_ckpt_pop(rp_checkpoint *ck)
+{
+    io_ckpt_release_kept(ck);
     ckpt_tensor *t = &ck->tensors[--ck->n_tensors];
     rp_free(t->data);
     rp_free(t->name);
-    rp_ckpt_index_rebuild(ck, &ck->tensor_index, tensor_key, ck->n_tensors);
+    io_ckpt_index_rebuild(ck, &ck->tensor_index, tensor_key, ck->n_tensors);
 }
 
-rp_status rp_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value)
+rp_status io_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value)
 {
     char *copy = dup_string(value);
     if (!copy) return RP_ERR_NOMEM;
-    int i = rp_ckpt_meta_find(ck, key);
+    int i = io_ckpt_meta_find(ck, key);
     if (i >= 0) {
         rp_free(ck->meta[i].value);
         ck->meta[i].value = copy;
@@ -234,7 +263,7 @@ rp_status rp_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value
     ck->meta[ck->n_meta].key = key_copy;
     ck->meta[ck->n_meta].value = copy;
     ck->n_meta++;
-    status = rp_ckpt_index_add(ck, &ck->meta_index, meta_key, ck->n_meta);
+    status = io_ckpt_index_add(ck, &ck->meta_index, meta_key, ck->n_meta);
     if (status != RP_OK) {
         ck->n_meta--;
         goto cleanup;
@@ -246,14 +275,14 @@ cleanup:
     return status;
 }
 
-bool rp_ckpt_host_is_little_endian(void)
+bool io_ckpt_host_is_little_endian(void)
 {
     const uint16_t one = 1;
     return *(const unsigned char *)&one == 1;
 }
 
 /* zlib's crc32 takes 32-bit lengths; feed larger buffers in pieces. */
-uint32_t rp_ckpt_crc_update(uint32_t crc, const void *data, size_t n)
+uint32_t io_ckpt_crc_update(uint32_t crc, const void *data, size_t n)
 {
     const unsigned char *p = data;
     while (n > 0) {
@@ -265,13 +294,13 @@ uint32_t rp_ckpt_crc_update(uint32_t crc, const void *data, size_t n)
     return crc;
 }
 
-void rp_ckpt_put_le64(unsigned char out[8], uint64_t v)
+void io_ckpt_put_le64(unsigned char out[8], uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         out[i] = (unsigned char)(v >> (8 * i));
 }
 
-uint64_t rp_ckpt_get_le64(const unsigned char in[8])
+uint64_t io_ckpt_get_le64(const unsigned char in[8])
 {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
@@ -286,7 +315,7 @@ rp_status rp_checkpoint_create(rp_checkpoint **ck)
     if (!ck) return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_create: ck is NULL");
     *ck = rp_calloc(sizeof **ck);
     if (!*ck) return rp_last_status();
-    (*ck)->seed = rp_ckpt_index_seed(*ck);
+    (*ck)->seed = io_ckpt_index_seed(*ck);
     return RP_OK;
 }
 
@@ -298,6 +327,7 @@ void rp_checkpoint_destroy(rp_checkpoint *ck)
         rp_free(ck->meta[i].key);
     }
     rp_free(ck->meta);
+    io_ckpt_release_kept(ck);
     for (int i = 0; i < ck->n_tensors; i++) {
         rp_free(ck->tensors[i].data);
         rp_free(ck->tensors[i].name);
@@ -308,16 +338,30 @@ void rp_checkpoint_destroy(rp_checkpoint *ck)
     rp_free(ck);
 }
 
+void rp_checkpoint_reset(rp_checkpoint *ck)
+{
+    if (!ck) return;
+    for (int i = 0; i < ck->n_meta; i++) {
+        rp_free(ck->meta[i].value);
+        rp_free(ck->meta[i].key);
+    }
+    ck->n_meta = 0;
+    if (ck->n_tensors > ck->n_kept) ck->n_kept = ck->n_tensors;
+    ck->n_tensors = 0;
+    io_ckpt_index_rebuild(ck, &ck->tensor_index, tensor_key, 0);
+    io_ckpt_index_rebuild(ck, &ck->meta_index, meta_key, 0);
+}
+
 rp_status rp_checkpoint_add(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
                             int ndim, const int64_t *shape, const void *data)
 {
     if (!ck || !name)
         return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_add: ck and name must not be NULL");
     ckpt_tensor *t = NULL;
-    RP_CHECK(rp_ckpt_append(ck, name, dtype, ndim, shape, &t));
+    RP_CHECK(io_ckpt_append(ck, name, dtype, ndim, shape, &t));
     if (t->nbytes > 0 && !data) {
         long long numel = (long long)t->numel;
-        rp_ckpt_pop(ck);
+        io_ckpt_pop(ck);
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_add: tensor \"%s\" has %lld elements but data is NULL", name,
                         numel);
@@ -349,17 +393,17 @@ rp_status rp_checkpoint_set_meta(rp_checkpoint *ck, const char *key, const char 
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_set_meta: ck, key and value must not be NULL");
     }
-    const char *problem = rp_ckpt_name_problem(key);
+    const char *problem = io_ckpt_name_problem(key);
     if (problem)
         return RP_ERROR(RP_ERR_INVALID, "checkpoint: metadata key \"%.64s\" %s", key, problem);
     if (strcmp(key, RP_CKPT_CRC_KEY) == 0) {
         return RP_ERROR(RP_ERR_INVALID, "checkpoint: metadata key \"%s\" is reserved", key);
     }
-    if (!rp_ckpt_utf8_valid(value, strlen(value))) {
+    if (!io_ckpt_utf8_valid(value, strlen(value))) {
         return RP_ERROR(RP_ERR_INVALID,
                         "checkpoint: the value of metadata \"%s\" is not valid UTF-8", key);
     }
-    return rp_ckpt_meta_put(ck, key, value);
+    return io_ckpt_meta_put(ck, key, value);
 }
 
 /* ---- lookups ---------------------------------------------------------------- */
@@ -371,7 +415,7 @@ const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name, rp_chec
         RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_get: ck and name must not be NULL");
         return NULL;
     }
-    int i = rp_ckpt_find(ck, name);
+    int i = io_ckpt_find(ck, name);
     if (i < 0) {
         RP_ERROR(RP_ERR_INVALID, "checkpoint: no tensor named \"%s\"", name);
         return NULL;
@@ -395,10 +439,10 @@ static const void *get_typed(const rp_checkpoint *ck, const char *name, rp_check
     if (!data) return NULL;
     if (dtype != want) {
         RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\" is %s, not %s", name,
-                 rp_ckpt_dtype_name(dtype), rp_ckpt_dtype_name(want));
+                 io_ckpt_dtype_name(dtype), io_ckpt_dtype_name(want));
         return NULL;
     }
-    if (n) *n = ck->tensors[rp_ckpt_find(ck, name)].numel;
+    if (n) *n = ck->tensors[io_ckpt_find(ck, name)].numel;
     return data;
 }
 
@@ -424,7 +468,7 @@ const char *rp_checkpoint_get_meta(const rp_checkpoint *ck, const char *key)
         RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_get_meta: ck and key must not be NULL");
         return NULL;
     }
-    int i = rp_ckpt_meta_find(ck, key);
+    int i = io_ckpt_meta_find(ck, key);
     if (i >= 0) return ck->meta[i].value;
     RP_ERROR(RP_ERR_INVALID, "checkpoint: no metadata entry \"%s\"", key);
     return NULL;
@@ -520,7 +564,7 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
     if (plen > 0 && !found) return rp_last_status();
     for (int i = 0; i < n; i++) {
         const ckpt_want *w = &want[i];
-        int k = rp_ckpt_find(ck, w->name);
+        int k = io_ckpt_find(ck, w->name);
         shape_str(w->ndim, w->shape, b, sizeof b);
         if (k < 0) {
             problem_add(&p, "missing %s %s", w->name, b);
@@ -533,7 +577,7 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
             same = t->shape[d] == w->shape[d];
         if (t->dtype != w->dtype) {
             problem_add(&p, "%s is %s in the checkpoint, %s in the %s", w->name,
-                        rp_ckpt_dtype_name(t->dtype), rp_ckpt_dtype_name(w->dtype), what);
+                        io_ckpt_dtype_name(t->dtype), io_ckpt_dtype_name(w->dtype), what);
         } else if (!same) {
             problem_add(&p, "%s has shape %s in the checkpoint, %s in the %s", w->name,
                         shape_str(t->ndim, t->shape, a, sizeof a), b, what);
@@ -554,7 +598,7 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
                         p.count, p.count == 1 ? "" : "s", p.text, more);
     }
     for (int i = 0; i < n; i++) {
-        const ckpt_tensor *t = &ck->tensors[rp_ckpt_find(ck, want[i].name)];
+        const ckpt_tensor *t = &ck->tensors[io_ckpt_find(ck, want[i].name)];
         if (want[i].take >= 0) {
             /* A shard's part (the shape matched, so the range lies inside the tensor). */
             if (want[i].take > 0)

@@ -23,8 +23,8 @@ rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_check
     if (dtype == RP_CHECKPOINT_F32) return rp_checkpoint_add(ck, name, dtype, ndim, shape, data);
     if (dtype != RP_CHECKPOINT_BF16) {
         char what[32];
-        if (rp_ckpt_dtype_name(dtype))
-            snprintf(what, sizeof what, "%s", rp_ckpt_dtype_name(dtype));
+        if (io_ckpt_dtype_name(dtype))
+            snprintf(what, sizeof what, "%s", io_ckpt_dtype_name(dtype));
         else
             snprintf(what, sizeof what, "dtype %d", (int)dtype);
         return RP_ERROR(RP_ERR_INVALID,
@@ -34,10 +34,10 @@ rp_status rp_checkpoint_add_f32_as(rp_checkpoint *ck, const char *name, rp_check
     }
     /* Appended first (name, shape and room checked), then rounded straight into place. */
     ckpt_tensor *t = NULL;
-    RP_CHECK(rp_ckpt_append(ck, name, dtype, ndim, shape, &t));
+    RP_CHECK(io_ckpt_append(ck, name, dtype, ndim, shape, &t));
     if (t->numel > 0 && !data) {
         long long numel = (long long)t->numel;
-        rp_ckpt_pop(ck);
+        io_ckpt_pop(ck);
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_add_f32_as: tensor \"%s\" has %lld elements but data is "
                         "NULL",
@@ -57,7 +57,7 @@ const rp_bf16 *rp_checkpoint_get_bf16(const rp_checkpoint *ck, const char *name,
     if (!data) return NULL;
     if (dtype != RP_CHECKPOINT_BF16) {
         RP_ERROR(RP_ERR_INVALID, "checkpoint: tensor \"%s\" is %s, not BF16", name,
-                 rp_ckpt_dtype_name(dtype));
+                 io_ckpt_dtype_name(dtype));
         return NULL;
     }
     if (ndim) *ndim = nd;
@@ -70,19 +70,19 @@ rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, floa
     if (!ck || !name || (!dst && n > 0))
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_copy_f32: ck, name and dst must not be NULL");
-    int i = rp_ckpt_find(ck, name);
+    int i = io_ckpt_find(ck, name);
     if (i < 0) return RP_ERROR(RP_ERR_INVALID, "checkpoint: no tensor named \"%s\"", name);
     const ckpt_tensor *t = &ck->tensors[i];
     if (t->dtype != RP_CHECKPOINT_F32 && t->dtype != RP_CHECKPOINT_BF16)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_copy_f32: tensor \"%s\" is %s, not a float tensor (F32 or "
                         "BF16)",
-                        name, rp_ckpt_dtype_name(t->dtype));
+                        name, io_ckpt_dtype_name(t->dtype));
     if (n != t->numel)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_copy_f32: tensor \"%s\" (%s) has %lld elements, the "
                         "destination %lld",
-                        name, rp_ckpt_dtype_name(t->dtype), (long long)t->numel, (long long)n);
+                        name, io_ckpt_dtype_name(t->dtype), (long long)t->numel, (long long)n);
     if (n == 0) return RP_OK;
     if (t->dtype == RP_CHECKPOINT_F32)
         memcpy(dst, t->data, t->nbytes);

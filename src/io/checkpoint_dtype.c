@@ -9,7 +9,7 @@
 
 #include "io/checkpoint_internal.h"
 
-size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype)
+size_t io_ckpt_dtype_size(rp_checkpoint_dtype dtype)
 {
     switch (dtype) {
     case RP_CHECKPOINT_F32:
@@ -24,7 +24,7 @@ size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype)
     return 0;
 }
 
-const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype)
+const char *io_ckpt_dtype_name(rp_checkpoint_dtype dtype)
 {
     switch (dtype) {
     case RP_CHECKPOINT_F32:
@@ -39,12 +39,12 @@ const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype)
     return NULL;
 }
 
-bool rp_ckpt_dtype_parse(const char *name, rp_checkpoint_dtype *dtype)
+bool io_ckpt_dtype_parse(const char *name, rp_checkpoint_dtype *dtype)
 {
     static const rp_checkpoint_dtype all[] = {RP_CHECKPOINT_F32, RP_CHECKPOINT_I64,
                                               RP_CHECKPOINT_U64, RP_CHECKPOINT_BF16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (strcmp(name, rp_ckpt_dtype_name(all[i])) == 0) {
+        if (strcmp(name, io_ckpt_dtype_name(all[i])) == 0) {
             *dtype = all[i];
             return true;
         }

@@ -25,7 +25,7 @@ static uint64_t name_hash(uint64_t seed, const char *s)
     return h ^ (h >> 33);
 }
 
-uint64_t rp_ckpt_index_seed(const void *owner)
+uint64_t io_ckpt_index_seed(const void *owner)
 {
     uint64_t seed = 0;
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) == (ssize_t)sizeof seed) return seed;
@@ -36,7 +36,7 @@ uint64_t rp_ckpt_index_seed(const void *owner)
                      "replicator");
 }
 
-int rp_ckpt_index_find(const rp_checkpoint *ck, const ckpt_index *ix, rp_ckpt_key_fn key,
+int io_ckpt_index_find(const rp_checkpoint *ck, const ckpt_index *ix, io_ckpt_key_fn key,
                        const char *name)
 {
     if (ix->cap == 0) return -1;
@@ -49,7 +49,7 @@ int rp_ckpt_index_find(const rp_checkpoint *ck, const ckpt_index *ix, rp_ckpt_ke
 }
 
 /* Puts position i into slots (the name is known to be absent, and a slot free). */
-static void index_place(const rp_checkpoint *ck, int *slots, size_t cap, rp_ckpt_key_fn key, int i)
+static void index_place(const rp_checkpoint *ck, int *slots, size_t cap, io_ckpt_key_fn key, int i)
 {
     size_t mask = cap - 1;
     size_t h = name_hash(ck->seed, key(ck, i)) & mask;
@@ -58,7 +58,7 @@ static void index_place(const rp_checkpoint *ck, int *slots, size_t cap, rp_ckpt
     slots[h] = i + 1;
 }
 
-void rp_ckpt_index_rebuild(const rp_checkpoint *ck, ckpt_index *ix, rp_ckpt_key_fn key, int n)
+void io_ckpt_index_rebuild(const rp_checkpoint *ck, ckpt_index *ix, io_ckpt_key_fn key, int n)
 {
     if (ix->cap == 0) return;
     memset(ix->slots, 0, ix->cap * sizeof *ix->slots);
@@ -66,7 +66,7 @@ void rp_ckpt_index_rebuild(const rp_checkpoint *ck, ckpt_index *ix, rp_ckpt_key_
         index_place(ck, ix->slots, ix->cap, key, i);
 }
 
-rp_status rp_ckpt_index_add(const rp_checkpoint *ck, ckpt_index *ix, rp_ckpt_key_fn key, int n)
+rp_status io_ckpt_index_add(const rp_checkpoint *ck, ckpt_index *ix, io_ckpt_key_fn key, int n)
 {
     if ((size_t)n * 2 > ix->cap) {
         size_t cap = ix->cap ? ix->cap : 32;

@@ -32,6 +32,14 @@ typedef struct ckpt_tensor {
     int64_t numel;
     size_t nbytes; /* numel * element size */
     void *data;    /* rp_alloc'd [nbytes], never NULL */
+    /*
+     * A piece of a larger tensor (rp_checkpoint_add_piece): this tensor is elements
+     * [piece_offset, piece_offset + numel) of the row-major whole of shape whole_shape.
+     */
+    bool piece;
+    int whole_ndim;
+    int64_t whole_shape[RP_MAX_DIMS];
+    int64_t piece_offset;
 } ckpt_tensor;
 
 typedef struct ckpt_meta {
@@ -55,6 +63,12 @@ typedef struct ckpt_index {
 struct rp_checkpoint {
     ckpt_tensor *tensors; /* file order */
     int n_tensors, cap_tensors;
+    /*
+     * After rp_checkpoint_reset: tensors[n_tensors..n_kept) keep the names and data blocks of
+     * the previous contents, which the next appends at those positions take over when their
+     * sizes match (a staging checkpoint filled the same way at every save allocates nothing).
+     */
+    int n_kept;
     ckpt_meta *meta; /* insertion order */
     int n_meta, cap_meta;
     ckpt_index tensor_index, meta_index; /* by name, by key */
@@ -62,22 +76,22 @@ struct rp_checkpoint {
 };
 
 /* Bytes per element of a dtype, 0 for an unknown one. */
-size_t rp_ckpt_dtype_size(rp_checkpoint_dtype dtype);
+size_t io_ckpt_dtype_size(rp_checkpoint_dtype dtype);
 
 /* The safetensors name of a dtype ("F32"), NULL for an unknown one. */
-const char *rp_ckpt_dtype_name(rp_checkpoint_dtype dtype);
+const char *io_ckpt_dtype_name(rp_checkpoint_dtype dtype);
 
 /* The dtype whose safetensors name is `name` ("BF16"); false if none is. */
-bool rp_ckpt_dtype_parse(const char *name, rp_checkpoint_dtype *dtype);
+bool io_ckpt_dtype_parse(const char *name, rp_checkpoint_dtype *dtype);
 
 /* True if s[0..len) is well-formed UTF-8 (no overlong forms, no surrogates). */
-bool rp_ckpt_utf8_valid(const char *s, size_t len);
+bool io_ckpt_utf8_valid(const char *s, size_t len);
 
 /*
  * NULL if `name` can name a tensor or metadata key, otherwise a short reason
  * ("is empty", "is longer than 255 bytes", ...), for error messages.
  */
-const char *rp_ckpt_name_problem(const char *name);
+const char *io_ckpt_name_problem(const char *name);
 
 /*
  * Number of elements of a shape, if every dimension is in 0..2^53 and the
@@ -87,16 +101,16 @@ const char *rp_ckpt_name_problem(const char *name);
  * [0, 2^53, 2^53] is refused as [2^53, 2^53, 0] is, though both hold no
  * element. Returns false (and leaves *numel alone) otherwise.
  */
-bool rp_ckpt_shape_numel(int ndim, const int64_t *shape, size_t esize, int64_t *numel);
+bool io_ckpt_shape_numel(int ndim, const int64_t *shape, size_t esize, int64_t *numel);
 
 /* A name of an indexed array: ck->tensors[i].name or ck->meta[i].key. */
-typedef const char *(*rp_ckpt_key_fn)(const rp_checkpoint *ck, int i);
+typedef const char *(*io_ckpt_key_fn)(const rp_checkpoint *ck, int i);
 
 /* A seed for ck->seed that no file can predict (from the kernel, else clocks). */
-uint64_t rp_ckpt_index_seed(const void *owner);
+uint64_t io_ckpt_index_seed(const void *owner);
 
 /* The position whose key(ck, i) is `name`, or -1. */
-int rp_ckpt_index_find(const rp_checkpoint *ck, const ckpt_index *ix, rp_ckpt_key_fn key,
+int io_ckpt_index_find(const rp_checkpoint *ck, const ckpt_index *ix, io_ckpt_key_fn key,
                        const char *name);
 
 /*
@@ -104,42 +118,45 @@ int rp_ckpt_index_find(const rp_checkpoint *ck, const ckpt_index *ix, rp_ckpt_ke
  * table to keep it at most half full. Errors: RP_ERR_NOMEM, and then the
  * index is as it was, without entry n-1.
  */
-rp_status rp_ckpt_index_add(const rp_checkpoint *ck, ckpt_index *ix, rp_ckpt_key_fn key, int n);
+rp_status io_ckpt_index_add(const rp_checkpoint *ck, ckpt_index *ix, io_ckpt_key_fn key, int n);
 
 /* Refills the index with entries 0..n-1, in place (after the last was taken away). */
-void rp_ckpt_index_rebuild(const rp_checkpoint *ck, ckpt_index *ix, rp_ckpt_key_fn key, int n);
+void io_ckpt_index_rebuild(const rp_checkpoint *ck, ckpt_index *ix, io_ckpt_key_fn key, int n);
 
 /* Index of tensor `name`, or -1; O(1) on average. */
-int rp_ckpt_find(const rp_checkpoint *ck, const char *name);
+int io_ckpt_find(const rp_checkpoint *ck, const char *name);
 
 /* Index of metadata `key` in ck->meta, or -1; O(1) on average. */
-int rp_ckpt_meta_find(const rp_checkpoint *ck, const char *key);
+int io_ckpt_meta_find(const rp_checkpoint *ck, const char *key);
 
 /*
  * Appends a tensor whose data is allocated but not filled, after checking
  * the name, dtype and shape, and returns it in *out (valid until the next
  * append). Errors: RP_ERR_INVALID, RP_ERR_NOMEM.
  */
-rp_status rp_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
+rp_status io_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
                          const int64_t *shape, ckpt_tensor **out);
 
-/* Takes back the tensor rp_ckpt_append() added last (an error path: O(n)). */
-void rp_ckpt_pop(rp_checkpoint *ck);
+/* Frees the blocks kept since rp_checkpoint_reset that no append has taken over. */
+void io_ckpt_release_kept(rp_checkpoint *ck);
+
+/* Takes back the tensor io_ckpt_append() added last (an error path: O(n)). */
+void io_ckpt_pop(rp_checkpoint *ck);
 
 /* True on a little-endian host, the byte order of the file's tensors. */
-bool rp_ckpt_host_is_little_endian(void);
+bool io_ckpt_host_is_little_endian(void);
 
 /* Continues a zlib CRC-32 over n bytes (any n; zlib itself takes 32-bit lengths). */
-uint32_t rp_ckpt_crc_update(uint32_t crc, const void *data, size_t n);
+uint32_t io_ckpt_crc_update(uint32_t crc, const void *data, size_t n);
 
 /* The 8-byte little-endian header length field, independent of host byte order. */
-void rp_ckpt_put_le64(unsigned char out[8], uint64_t v);
-uint64_t rp_ckpt_get_le64(const unsigned char in[8]);
+void io_ckpt_put_le64(unsigned char out[8], uint64_t v);
+uint64_t io_ckpt_get_le64(const unsigned char in[8]);
 
 /*
  * Sets a metadata entry without the reserved-key check (for the reader),
  * replacing the value of an existing key. Errors: RP_ERR_NOMEM.
  */
-rp_status rp_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value);
+rp_status io_ckpt_meta_put(rp_checkpoint *ck, const char *key, const char *value);
 
 #endif

@@ -138,7 +138,7 @@ static bool known_foreign_dtype(const char *s)
 static rp_status parse_entry(const char *path, const cJSON *item, bool strict, header_entry *e)
 {
     const char *name = item->string;
-    const char *problem = rp_ckpt_name_problem(name);
+    const char *problem = io_ckpt_name_problem(name);
     if (problem)
         return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: tensor name \"%.64s\" %s", path, name,
                         problem);
@@ -165,7 +165,7 @@ static rp_status parse_entry(const char *path, const cJSON *item, bool strict, h
                         path, name);
     }
     e->name = name;
-    if (!rp_ckpt_dtype_parse(dtype->valuestring, &e->dtype)) {
+    if (!io_ckpt_dtype_parse(dtype->valuestring, &e->dtype)) {
         if (!strict && known_foreign_dtype(dtype->valuestring)) {
             return RP_ERROR(RP_ERR_UNSUPPORTED,
                             "checkpoint %s: tensor \"%s\" has dtype %s; only F32, BF16, I64 and "
@@ -193,9 +193,9 @@ static rp_status parse_entry(const char *path, const cJSON *item, bool strict, h
         }
         d++;
     }
-    size_t esize = rp_ckpt_dtype_size(e->dtype);
+    size_t esize = io_ckpt_dtype_size(e->dtype);
     int64_t numel = 0;
-    if (!rp_ckpt_shape_numel(ndim, e->shape, esize, &numel)) {
+    if (!io_ckpt_shape_numel(ndim, e->shape, esize, &numel)) {
         return RP_ERROR(RP_ERR_FORMAT,
                         "checkpoint %s: tensor \"%s\" is impossibly large (its dimensions, zeros "
                         "aside, multiply to more than 2^53 bytes)",
@@ -319,7 +319,7 @@ static rp_status parse_meta(const char *path, const cJSON *root, bool has_crc, r
     bool first = true;
     cJSON_ArrayForEach(item, meta)
     {
-        const char *problem = rp_ckpt_name_problem(item->string);
+        const char *problem = io_ckpt_name_problem(item->string);
         if (problem) {
             return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: metadata key \"%.64s\" %s", path,
                             item->string, problem);
@@ -337,11 +337,11 @@ static rp_status parse_meta(const char *path, const cJSON *root, bool has_crc, r
         }
         first = false;
         if (is_crc) continue;
-        if (rp_ckpt_meta_find(ck, item->string) >= 0) {
+        if (io_ckpt_meta_find(ck, item->string) >= 0) {
             return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: metadata \"%s\" appears twice", path,
                             item->string);
         }
-        RP_CHECK(rp_ckpt_meta_put(ck, item->string, item->valuestring));
+        RP_CHECK(io_ckpt_meta_put(ck, item->string, item->valuestring));
     }
     return RP_OK;
 }
@@ -381,7 +381,7 @@ static rp_status check_header_bytes(const char *path, const char *header, size_t
                             i, c);
         }
     }
-    if (!rp_ckpt_utf8_valid(header, n)) {
+    if (!io_ckpt_utf8_valid(header, n)) {
         return RP_ERROR(RP_ERR_FORMAT, "checkpoint %s: the header is not valid UTF-8", path);
     }
     return RP_OK;
@@ -468,7 +468,7 @@ static rp_status load(rp_checkpoint **out, const char *path, bool strict)
     if (!out || !path)
         return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_load: ck and path must not be NULL");
     *out = NULL;
-    if (!rp_ckpt_host_is_little_endian()) {
+    if (!io_ckpt_host_is_little_endian()) {
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "rp_checkpoint_load: %s: big-endian hosts are not supported", path);
     }
@@ -488,7 +488,7 @@ static rp_status load(rp_checkpoint **out, const char *path, bool strict)
     }
     unsigned char len_field[8];
     RP_TRY(read_all(fd, len_field, sizeof len_field, path));
-    uint64_t n = rp_ckpt_get_le64(len_field);
+    uint64_t n = io_ckpt_get_le64(len_field);
     if (n > RP_CHECKPOINT_HEADER_MAX) {
         status = RP_ERROR(RP_ERR_FORMAT,
                           "checkpoint %s: header length %llu is over the limit of %d bytes "
@@ -540,9 +540,9 @@ static rp_status load(rp_checkpoint **out, const char *path, bool strict)
 
     /* CRC over the file as written: the digits read as '0'. */
     uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
-    crc = rp_ckpt_crc_update(crc, len_field, sizeof len_field);
+    crc = io_ckpt_crc_update(crc, len_field, sizeof len_field);
     if (has_crc) memset(header + RP_CKPT_CRC_PREFIX_LEN, '0', RP_CKPT_CRC_DIGITS);
-    crc = rp_ckpt_crc_update(crc, header, n);
+    crc = io_ckpt_crc_update(crc, header, n);
     data_reader reader = {fd, path, NULL, 0, 0};
     if (n_entries > 0) {
         reader.buf = rp_alloc(DATA_BUFFER);
@@ -554,10 +554,10 @@ static rp_status load(rp_checkpoint **out, const char *path, bool strict)
     for (int i = 0; i < n_entries; i++) {
         const header_entry *e = &entries[i];
         ckpt_tensor *t = NULL;
-        status = rp_ckpt_append(ck, e->name, e->dtype, e->ndim, e->shape, &t);
+        status = io_ckpt_append(ck, e->name, e->dtype, e->ndim, e->shape, &t);
         if (status == RP_OK) status = data_read(&reader, t->data, t->nbytes);
         if (status != RP_OK) break;
-        crc = rp_ckpt_crc_update(crc, t->data, t->nbytes);
+        crc = io_ckpt_crc_update(crc, t->data, t->nbytes);
     }
     rp_free(reader.buf);
     if (status != RP_OK) goto cleanup;

@@ -76,7 +76,7 @@ static int *write_order(const rp_checkpoint *ck)
     int k = 0;
     for (size_t size = 8; size >= 2; size /= 2) {
         for (int i = 0; i < ck->n_tensors; i++) {
-            if (rp_ckpt_dtype_size(ck->tensors[i].dtype) == size) order[k++] = i;
+            if (io_ckpt_dtype_size(ck->tensors[i].dtype) == size) order[k++] = i;
         }
     }
     return order;
@@ -86,7 +86,7 @@ static bool add_tensor_entry(cJSON *root, const ckpt_tensor *t, int64_t begin)
 {
     int64_t offsets[2] = {begin, begin + (int64_t)t->nbytes};
     cJSON *entry = cJSON_AddObjectToObject(root, t->name);
-    return entry && cJSON_AddStringToObject(entry, "dtype", rp_ckpt_dtype_name(t->dtype)) &&
+    return entry && cJSON_AddStringToObject(entry, "dtype", io_ckpt_dtype_name(t->dtype)) &&
            add_int_array(entry, "shape", t->shape, t->ndim) &&
            add_int_array(entry, "data_offsets", offsets, 2);
 }
@@ -190,7 +190,7 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_save: ck and path must not be NULL or empty");
     }
-    if (!rp_ckpt_host_is_little_endian()) {
+    if (!io_ckpt_host_is_little_endian()) {
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "rp_checkpoint_save: %s: big-endian hosts are not supported", path);
     }
@@ -211,14 +211,14 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path)
         goto cleanup;
     }
     unsigned char len_field[8];
-    rp_ckpt_put_le64(len_field, header_len);
+    io_ckpt_put_le64(len_field, header_len);
 
     /* The CRC covers the whole file with its own eight digits read as '0'. */
     uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
-    crc = rp_ckpt_crc_update(crc, len_field, sizeof len_field);
-    crc = rp_ckpt_crc_update(crc, header, header_len);
+    crc = io_ckpt_crc_update(crc, len_field, sizeof len_field);
+    crc = io_ckpt_crc_update(crc, header, header_len);
     for (int i = 0; i < ck->n_tensors; i++) {
-        crc = rp_ckpt_crc_update(crc, ck->tensors[order[i]].data, ck->tensors[order[i]].nbytes);
+        crc = io_ckpt_crc_update(crc, ck->tensors[order[i]].data, ck->tensors[order[i]].nbytes);
     }
     char digits[RP_CKPT_CRC_DIGITS + 1];
     snprintf(digits, sizeof digits, "%08x", (unsigned)crc);

@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file_internal.h"
-#include "io/checkpoint_internal.h"
 #include "io/plot_internal.h"
 
 #define PLOT_DEFAULT_W 800
@@ -59,7 +57,7 @@ static bool has_text(const char *s)
 
 static rp_status check_text(const char *who, const char *what, const char *s)
 {
-    if (s && !rp_ckpt_utf8_valid(s, strlen(s)))
+    if (s && !rp_utf8_valid(s, strlen(s)))
         return RP_ERROR(RP_ERR_INVALID, "%s: the %s is not valid UTF-8", who, what);
     return RP_OK;
 }
@@ -570,8 +568,7 @@ rp_status rp_plot_write_png(const char *path, const rp_plot *p, const rp_plot_se
         status = RP_ERROR(RP_ERR_BACKEND, "%s: cairo failed: %s", who, cairo_status_to_string(cs));
         goto cleanup;
     }
-    core_file_piece piece = {png.data, png.len};
-    RP_TRY(core_file_write_atomic(path, "PNG chart", &piece, 1));
+    RP_TRY(rp_file_write_atomic(path, "PNG chart", png.data, png.len));
 cleanup:
     free(png.data);
     cairo_destroy(cr);

@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/checkpoint_internal.h" /* rp_ckpt_utf8_valid */
 #include "io/tfrecord_internal.h"
 #include "replicator/tensorboard.h"
 #include "tensorboard_event.pb-c.h"
@@ -158,7 +157,7 @@ rp_status rp_tensorboard_add_scalar(rp_tensorboard *tb, const char *tag, int64_t
     if (!tb) return RP_ERROR(RP_ERR_INVALID, "rp_tensorboard_add_scalar: NULL writer");
     if (!tag) return RP_ERROR(RP_ERR_INVALID, "rp_tensorboard_add_scalar %s: NULL tag", tb->path);
     size_t len = strlen(tag);
-    if (len == 0 || len > RP_TENSORBOARD_TAG_MAX || !rp_ckpt_utf8_valid(tag, len))
+    if (len == 0 || len > RP_TENSORBOARD_TAG_MAX || !rp_utf8_valid(tag, len))
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_tensorboard_add_scalar %s: tag \"%.64s\"%s: 1 to %d bytes of valid "
                         "UTF-8",
@@ -208,4 +207,33 @@ rp_status rp_tensorboard_destroy(rp_tensorboard *tb)
     free(tb->buf);
     free(tb);
     return status;
+}
+
+/* ---- the trainer's scalar writer (rp_trainer_config.tensorboard_writer) --------------------- */
+
+static rp_status writer_create(void **w, const char *dir)
+{
+    return rp_tensorboard_create((rp_tensorboard **)w, dir);
+}
+
+static rp_status writer_add(void *w, const char *tag, int64_t step, double value)
+{
+    return rp_tensorboard_add_scalar(w, tag, step, value);
+}
+
+static rp_status writer_flush(void *w)
+{
+    return rp_tensorboard_flush(w);
+}
+
+static rp_status writer_destroy(void *w)
+{
+    return rp_tensorboard_destroy(w);
+}
+
+const rp_scalar_writer *rp_tensorboard_scalar_writer(void)
+{
+    static const rp_scalar_writer writer = {writer_create, writer_add, writer_flush,
+                                            writer_destroy};
+    return &writer;
 }

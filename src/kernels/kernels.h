@@ -1,9 +1,10 @@
 /*
  * kernels.h - the compute layer. Everything that loops over tensor elements
- * lives behind this table. Two tables exist: `ref` (src/kernels/ref/, plain C,
- * the numerical specification) and `cpu` (src/kernels/cpu/, OpenBLAS, oneDNN
- * and vectorisable loops). A later GPU backend is a third table; until then `strict`
- * (src/kernels/strict/) runs cpu's kernels over storage the host cannot read between calls.
+ * lives behind this table. The tables: `ref` (src/kernels/ref/, plain C, the numerical
+ * specification), `cpu` (src/kernels/cpu/, OpenBLAS, oneDNN and vectorisable loops), `cuda`
+ * (src/kernels/cuda/, built with a CUDA toolkit: storage in device memory, work queued on the
+ * calling thread's stream; docs/gpu.md), and `strict` (src/kernels/strict/), cpu's kernels
+ * over storage the host cannot read between calls.
  *
  * Argument order, as in llm.c: outputs, saved values, inputs, weights, dims.
  * Gradient arguments are prefixed with d. Unless a kernel says "accumulates",
@@ -341,8 +342,27 @@ const rp_kernels *rp_kernels_ref(void);
 const rp_kernels *rp_kernels_cpu(void);
 /* The strict table: cpu's kernels over storage that host code cannot read (RP_KERNELS=strict). */
 const rp_kernels *rp_kernels_strict(void);
-/* The table ops use: cpu, ref when RP_KERNELS=ref, strict when RP_KERNELS=strict. */
+/*
+ * The CUDA table (RP_KERNELS=cuda, src/kernels/cuda/): NULL, with the reason in rp_last_error()
+ * (RP_ERR_UNSUPPORTED: this build has no CUDA table; RP_ERR_BACKEND: no CUDA device can be used,
+ * with the runtime's words), when it cannot run here. Thread-safe; the first call initialises
+ * the CUDA runtime.
+ */
+const rp_kernels *rp_kernels_cuda(void);
+/* The CUDA table itself, whether or not a device can be used (NULL in a build without it): for
+   the test that checks its slots on a machine without a GPU. Its kernels need rp_kernels_cuda(). */
+const rp_kernels *rp_kernels_cuda_table(void);
+/*
+ * The table ops use: cpu, ref when RP_KERNELS=ref, strict when RP_KERNELS=strict, cuda when
+ * RP_KERNELS=cuda. When the cuda table cannot run here it logs why, once, and gives the cpu
+ * table, so that nothing crashes; rp_kernels_check() is what refuses such a run.
+ */
 const rp_kernels *rp_kernels_active(void);
+/*
+ * RP_OK when the table RP_KERNELS selects can run here; otherwise the error (and message) of
+ * rp_kernels_cuda(), prefixed with "RP_KERNELS=cuda: ". rp_replicator_create() calls it.
+ */
+rp_status rp_kernels_check(void);
 /*
  * The table for arrays that are host memory by contract, not storage: a parameter server's
  * shard, the buffers a caller hands to rp_optim_apply() or rp_ps_push(). The active table when

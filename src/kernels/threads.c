@@ -3,16 +3,59 @@
  * algorithm.
  */
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
+
+/*
+ * The cuda table, or NULL (logged once) where it cannot run. Asked once: the answer does not
+ * change within a process, and the calling thread's last error is left as it was (ops ask for
+ * the active table on their error paths too).
+ */
+static int cuda_state; /* 0: not asked yet, 1: usable, -1: not */
+
+static const rp_kernels *cuda_or_null(void)
+{
+    int state = __atomic_load_n(&cuda_state, __ATOMIC_ACQUIRE);
+    if (state == 0) {
+        rp_status had = rp_last_status();
+        char kept[512];
+        snprintf(kept, sizeof kept, "%s", rp_last_error());
+        const rp_kernels *k = rp_kernels_cuda();
+        if (!k)
+            rp_log(RP_LOG_ERROR, "RP_KERNELS=cuda: %s; the cpu table stands in", rp_last_error());
+        if (had == RP_OK)
+            rp_error_clear();
+        else
+            rp_error_set(had, NULL, 0, "%s", kept);
+        state = k ? 1 : -1;
+        __atomic_store_n(&cuda_state, state, __ATOMIC_RELEASE);
+    }
+    return state > 0 ? rp_kernels_cuda() : NULL;
+}
 
 const rp_kernels *rp_kernels_active(void)
 {
     const char *name = rp_env_get()->kernels;
     if (strcmp(name, "ref") == 0) return rp_kernels_ref();
     if (strcmp(name, "strict") == 0) return rp_kernels_strict();
+    if (strcmp(name, "cuda") == 0) {
+        const rp_kernels *k = cuda_or_null();
+        if (k) return k;
+    }
     return rp_kernels_cpu();
+}
+
+rp_status rp_kernels_check(void)
+{
+    if (strcmp(rp_env_get()->kernels, "cuda") != 0 || rp_kernels_cuda()) return RP_OK;
+    rp_status st = rp_last_status();
+    /* The reason without its "file:line: " (this error gets its own). */
+    const char *m = rp_last_error(), *colon = strstr(m, ": ");
+    char why[512];
+    snprintf(why, sizeof why, "%s", colon ? colon + 2 : m);
+    return RP_ERROR(st, "RP_KERNELS=cuda: %s", why);
 }
 
 const rp_kernels *rp_kernels_host(void)

@@ -1,5 +1,5 @@
 /*
- * config_options.c - the runtime's option table (rp_config_options) and rp_config_from_args,
+ * config_options.c - the runtime's option table (rp_config_options()) and rp_config_from_args,
  * which takes those options out of a program's argv. Every field a user may set from the
  * command line is one row here; the parser, the help and the messages come from the rows.
  */
@@ -9,11 +9,14 @@
 #include "replicator/runtime.h"
 
 _Static_assert(sizeof(rp_backend) == sizeof(int) && sizeof(rp_regime) == sizeof(int) &&
-                   sizeof(rp_dtype) == sizeof(int),
+                   sizeof(rp_dtype) == sizeof(int) && sizeof(rp_strategy_kind) == sizeof(int),
                "the enum rows store an int");
 
 static const int backends[] = {RP_BACKEND_THREADS, RP_BACKEND_MPI, RP_BACKEND_AUTO};
 static const int regimes[] = {RP_REGIME_SYNC, RP_REGIME_ASYNC};
+/* In rp_strategy_name()'s spelling. */
+static const int strategies[] = {RP_STRATEGY_SYNC, RP_STRATEGY_ASYNC, RP_STRATEGY_ZERO1,
+                                 RP_STRATEGY_SYNC_GROUPS};
 static const int dtypes[] = {RP_F32, RP_BF16};
 
 /* --bucket-kb K: the field holds bytes. */
@@ -27,10 +30,14 @@ static bool parse_bucket_kb(const rp_option *opt, const char *value, void *dst)
     return true;
 }
 
-const rp_option rp_config_options[] = {
+static const rp_option runtime_table[] = {
     RP_OPT_SECTION("runtime (rp_config_from_args):"),
     RP_OPT_ENUM(rp_config, backend, "--backend", "B", "threads|mpi|auto", backends, RP_OPT_RESUME,
                 "threads, mpi or auto (default): MPI when started by mpirun or srun"),
+    RP_OPT_ENUM(rp_config, strategy, "--strategy", "S", "sync|async|zero1|sync-groups", strategies,
+                RP_OPT_RESUME,
+                "how the replicas combine their work (default sync); the older\n"
+                "spellings below (--regime, --zero, --sync-groups) still choose one"),
     RP_OPT_ENUM(rp_config, regime, "--regime", "R", "sync|async", regimes, RP_OPT_RESUME,
                 "sync (default): gradients all-reduced every step; async: parameter servers"),
     RP_OPT_INT(rp_config, ps, "--ps", "S", 1, 256, RP_OPT_RESUME,
@@ -60,10 +67,14 @@ const rp_option rp_config_options[] = {
     RP_OPTION_END,
 };
 
+const rp_option *rp_config_options(void)
+{
+    return runtime_table;
+}
+
 rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv)
 {
     if (!cfg || !argc || !argv)
         return RP_ERROR(RP_ERR_INVALID, "rp_config_from_args: NULL config or argv");
-    return rp_options_parse(rp_config_options, cfg, argc, argv, RP_OPTIONS_KEEP_UNKNOWN, NULL,
-                            NULL);
+    return rp_options_parse(runtime_table, cfg, argc, argv, RP_OPTIONS_KEEP_UNKNOWN, NULL, NULL);
 }

@@ -35,12 +35,6 @@
 #include "kernels/kernels.h"
 #include "replicator/strategy.h"
 
-/* The strategy of each regime: a lookup, so that nothing below branches on the regime. */
-static const rp_strategy *const strategies[] = {
-    [RP_REGIME_SYNC] = &rp_strategy_sync,
-    [RP_REGIME_ASYNC] = &rp_strategy_async,
-};
-
 rp_config rp_config_default(void)
 {
     rp_config c;
@@ -89,7 +83,7 @@ static void plain_steps(rp_replica *rep, int64_t *steps, int64_t *hash)
     const rp_kernels *k = rp_kernels_active();
     *steps = 0;
     for (int i = 0; i < n; i++) {
-        if (rep->r->strategy->owns && rep->r->strategy->owns(rep, opts[i])) continue;
+        if (rp_strategy_owns(rep, opts[i])) continue;
         rp_params *p = rp_optimizer_params(opts[i]);
         h = (h ^ k->checksum(rp_params_data(p), rp_params_trainable_numel(p))) * 0x100000001b3ull;
         *steps += counts[i];
@@ -749,12 +743,15 @@ static rp_status check_config(const rp_config *c)
     if (c->grad_dtype != RP_F32 && c->grad_dtype != RP_BF16)
         return RP_ERROR(RP_ERR_INVALID, "grad_dtype = %d (%s): gradients travel as f32 or bf16",
                         (int)c->grad_dtype, rp_dtype_name(c->grad_dtype));
-    if (c->grad_dtype == RP_BF16 && c->regime == RP_REGIME_ASYNC)
+    if ((unsigned)c->strategy >= RP_STRATEGIES)
+        return RP_ERROR(RP_ERR_INVALID, "strategy = %d: not an rp_strategy_kind", (int)c->strategy);
+    if ((unsigned)c->regime > RP_REGIME_ASYNC)
+        return RP_ERROR(RP_ERR_INVALID, "regime = %d: not an rp_regime", (int)c->regime);
+    rp_strategy_kind kind = rp_config_strategy(c);
+    if (c->grad_dtype == RP_BF16 && kind == RP_STRATEGY_ASYNC)
         return RP_ERROR(RP_ERR_INVALID,
                         "grad_dtype = bf16 with the async regime: parameter servers take f32 "
                         "gradients; bf16 on the wire is for synchronous replicas");
-    if ((unsigned)c->regime > RP_REGIME_ASYNC)
-        return RP_ERROR(RP_ERR_INVALID, "regime = %d: not an rp_regime", (int)c->regime);
     if (c->sync_groups < 0 || c->sync_groups > 4096)
         return RP_ERROR(RP_ERR_INVALID, "sync_groups = %d: must be in [0, 4096] (0 or 1: off)",
                         c->sync_groups);
@@ -768,8 +765,31 @@ static rp_status check_config(const rp_config *c)
                         "sync_groups = %d with zero = true (ZeRO-1): sync groups keep the "
                         "optimizer state on the parameter servers; drop one of them",
                         c->sync_groups);
-    bool servers = c->regime == RP_REGIME_ASYNC || c->sync_groups > 1;
-    if (servers && (c->ps < 1 || c->ps > 256))
+    /* cfg.strategy and an older spelling that names another strategy. */
+    const char *name = rp_strategy_name(c->strategy);
+    if (c->strategy != RP_STRATEGY_SYNC && c->regime == RP_REGIME_ASYNC &&
+        c->strategy != RP_STRATEGY_ASYNC)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "strategy = %s with regime = async: the regime is the older spelling "
+                        "of the strategy; give one of them",
+                        name);
+    if (c->strategy != RP_STRATEGY_SYNC && c->zero && c->strategy != RP_STRATEGY_ZERO1)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "strategy = %s with zero = true: zero is the older spelling of strategy "
+                        "zero1; give one of them",
+                        name);
+    if (c->strategy != RP_STRATEGY_SYNC && c->sync_groups > 1 &&
+        c->strategy != RP_STRATEGY_SYNC_GROUPS)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "strategy = %s with sync_groups = %d: sync groups are a strategy of "
+                        "their own (sync-groups); drop one of them",
+                        name, c->sync_groups);
+    if (c->strategy == RP_STRATEGY_SYNC_GROUPS && c->sync_groups < 2)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "strategy = sync-groups with sync_groups = %d: give the number of "
+                        "groups, at least 2",
+                        c->sync_groups);
+    if (rp_strategy_of(kind)->servers && (c->ps < 1 || c->ps > 256))
         return RP_ERROR(RP_ERR_INVALID, "ps = %d parameter servers: must be in [1, 256]", c->ps);
     if (c->zero && c->regime != RP_REGIME_SYNC)
         return RP_ERROR(RP_ERR_INVALID,
@@ -792,15 +812,17 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
     *out = NULL;
     RP_CHECK(check_config(cfg));
+    RP_CHECK(rp_kernels_check()); /* RP_KERNELS=cuda without a usable GPU, say */
     rp_role roles[RP_ROLES_MAX];
     int nroles = 0, total = 0;
     RP_CHECK(rp_topology_resolve(cfg, roles, &nroles, &total));
-    if (nroles > 0 && cfg->sync_groups > 1)
+    rp_strategy_kind kind = rp_config_strategy(cfg);
+    if (nroles > 0 && kind == RP_STRATEGY_SYNC_GROUPS)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "roles (nroles = %d) with sync_groups = %d: sync groups split a job "
                         "of plain replicas; give no roles, or no sync groups",
                         nroles, cfg->sync_groups);
-    if (nroles > 0 && cfg->regime != RP_REGIME_SYNC)
+    if (nroles > 0 && kind == RP_STRATEGY_ASYNC)
         return RP_ERROR(
             RP_ERR_UNSUPPORTED,
             "roles (nroles = %d) with the async regime: the parameter "
@@ -812,7 +834,7 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     /* Under MPI the groups divide the job's replicas, which the strategy counts
      * (strategy_groups.c).
      */
-    if (!mpi && cfg->sync_groups > 1 && cfg->replicas % cfg->sync_groups != 0)
+    if (!mpi && kind == RP_STRATEGY_SYNC_GROUPS && cfg->replicas % cfg->sync_groups != 0)
         return RP_ERROR(RP_ERR_INVALID,
                         "sync_groups = %d does not divide the %d replicas: every group needs "
                         "the same number of replicas (use a divisor of %d)",
@@ -830,13 +852,9 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     r->cfg = *cfg;
     if (r->cfg.timeout_s == 0) r->cfg.timeout_s = rp_env_get()->comm_timeout;
     r->n = n;
-    /* ZeRO-1 is synchronous training with sharded optimizer state: a table of its own. Sync
-       groups: one group is sync, groups of one replica are async. */
-    int groups = cfg->sync_groups;
-    r->strategy = cfg->zero                           ? &rp_strategy_zero
-                  : groups > 1 && (groups < n || mpi) ? &rp_strategy_groups
-                  : groups > 1                        ? &rp_strategy_async
-                                                      : strategies[cfg->regime];
+    /* The choice's table, or the one its resolve slot names for this layout. */
+    r->strategy = rp_strategy_of(kind);
+    if (r->strategy->resolve) r->strategy = r->strategy->resolve(r, mpi);
     r->nroles = nroles;
     memcpy(r->roles, roles, sizeof roles);
     pthread_mutex_init(&r->mu, NULL);

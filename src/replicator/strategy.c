@@ -170,22 +170,99 @@ const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *i
     return "(none)";
 }
 
-rp_status rp_strategy_replica_alloc(rp_replica *rep, size_t size)
+rp_status rp_strategy_replica_init(rp_replica *rep)
 {
-    rep->strategy = calloc(1, size);
+    rep->strategy = calloc(1, sizeof(rp_strategy_replica));
     return rep->strategy
                ? RP_OK
                : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
 }
 
-void rp_strategy_orphans(const rp_replica *rep, int alive)
+void rp_strategy_replica_fini(rp_replica *rep, void (*detach)(rp_strategy_link *link))
 {
+    rp_strategy_replica *sr = rep->strategy;
+    if (!sr) return;
+    int alive = 0;
+    for (rp_strategy_link *l = sr->opts; l; l = l->next, alive++) {
+        l->rep = NULL;
+        if (detach) detach(l);
+    }
     if (alive)
         rp_error_set(RP_ERR_INVALID, __FILE__, __LINE__,
                      "rp_replicator_destroy: replica %d still had %d optimizer(s) made by "
                      "rp_replica_optimizer_create(); destroy them first (they now fail every "
                      "step; rp_optimizer_destroy() still frees them)",
                      rep->id, alive);
+    free(sr);
+    rep->strategy = NULL;
+}
+
+int rp_strategy_slot_free(const rp_replica *rep, int max)
+{
+    const rp_strategy_replica *sr = rep->strategy;
+    for (int k = 0; k < max && k < 32; k++)
+        if (!(sr->slots >> k & 1u)) return k;
+    return -1;
+}
+
+void rp_strategy_attach(rp_replica *rep, rp_strategy_link *link, rp_optimizer *opt, int slot)
+{
+    rp_strategy_replica *sr = rep->strategy;
+    link->rep = rep;
+    link->opt = opt;
+    link->slot = slot;
+    if (slot >= 0) sr->slots |= 1u << slot;
+    link->next = sr->opts;
+    sr->opts = link;
+}
+
+void rp_strategy_detach(rp_strategy_link *link)
+{
+    if (!link->rep) return;
+    rp_strategy_replica *sr = link->rep->strategy;
+    for (rp_strategy_link **p = &sr->opts; *p; p = &(*p)->next)
+        if (*p == link) {
+            *p = link->next;
+            break;
+        }
+    if (link->slot >= 0) sr->slots &= ~(1u << link->slot);
+    link->rep = NULL;
+}
+
+rp_strategy_link *rp_strategy_find(const rp_replica *rep, const rp_optimizer *opt)
+{
+    const rp_strategy_replica *sr = rep->strategy;
+    for (rp_strategy_link *l = sr ? sr->opts : NULL; l; l = l->next)
+        if (l->opt == opt) return l;
+    return NULL;
+}
+
+rp_strategy_link *rp_strategy_oldest(const rp_replica *rep)
+{
+    const rp_strategy_replica *sr = rep->strategy;
+    rp_strategy_link *l = sr ? sr->opts : NULL;
+    while (l && l->next)
+        l = l->next;
+    return l;
+}
+
+bool rp_strategy_owns(const rp_replica *rep, const rp_optimizer *opt)
+{
+    return rp_strategy_find(rep, opt) != NULL;
+}
+
+void rp_strategy_replica_destroy(rp_replica *rep)
+{
+    rp_strategy_replica_fini(rep, NULL);
+}
+
+rp_status rp_strategy_alive(const rp_strategy_link *link)
+{
+    if (link->rep) return RP_OK;
+    return RP_ERROR(
+        RP_ERR_INVALID,
+        "this replica optimizer outlived its replicator: destroy every "
+        "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
 }
 
 rp_status rp_bucket_order_create(rp_bucket_order *o, int nparams, int nbuckets,
@@ -306,7 +383,7 @@ void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *c
     o->again = false;
 }
 
-/* ---- the gradient all-reduce ------------------------------------------------------------- */
+/* ---- parameter servers (async, sync groups) ---------------------------------------------- */
 
 rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg)
 {
@@ -342,142 +419,39 @@ rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int inde
     return RP_OK;
 }
 
-static void reducer_start(void *ctx, int b)
+/* ---- what every plan slot shares ----------------------------------------------------------- */
+
+rp_status rp_strategy_plan_base(int replicas, int id, const rp_params *params,
+                                const rp_optim_config *oc, rp_plan_worker *w)
 {
-    rp_grad_reducer *g = ctx;
-    if (g->error != RP_OK) return;
-    int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
-    float *x = g->grad + lo;
-    if (g->local_bad < 0) {
-        int64_t at = g->k->first_nonfinite(&g->local_value, x, n);
-        if (at >= 0) g->local_bad = lo + at;
-    }
-    /* bf16 on the wire: rounded, reduced with f32 accumulation, widened back for the optimizer.
-       The payload (storage: the casts are kernels) goes to the collective through a host view. */
-    void *payload = x;
-    size_t bytes = (size_t)n * sizeof(float);
-    if (g->wire) {
-        g->k->cast_f32_bf16(g->wire, x, n);
-        payload = g->wire;
-        bytes = (size_t)n * sizeof(rp_bf16);
-    }
-    void *view = rp_strategy_view(&g->stage, payload, bytes, true);
-    rp_status status = view ? RP_OK : rp_last_status();
-    rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
-    if (view)
-        status = rp_comm_all_reduce(g->comm, view, view, n, g->wire ? RP_BF16 : RP_F32, RP_MEAN);
-    rt_internal_end(g->comm);
-    if (status != RP_OK) {
-        g->error = status;
-        snprintf(g->message, sizeof g->message, "%s", rp_last_error());
-        return;
-    }
-    rp_strategy_commit(payload, view, bytes);
-    if (g->wire) g->k->cast_bf16_f32(x, g->wire, n);
-    if (g->k->first_nonfinite(NULL, x, n) >= 0) g->reduced_bad = true;
+    RP_CHECK(rp_optim_check(oc));
+    int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc);
+    w->worker = id;
+    w->replicas = replicas;
+    w->params = rp_params_numel(params) * (int64_t)sizeof(float);
+    w->grads = P * (int64_t)sizeof(float);
+    w->optim = slots * P * (int64_t)sizeof(float);
+    w->strategy = 0;
+    w->groups = 1;
+    return RP_OK;
 }
 
-rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
-                               const rp_params *params)
+rp_status rp_strategy_plan_buckets(const rp_params *params, size_t bytes, int *nbuckets,
+                                   int64_t *most)
 {
-    memset(g, 0, sizeof *g);
-    g->rep = rep;
-    g->comm = comm;
-    g->base = rep->id - rp_comm_rank(comm);
-    g->params = params;
-    g->grad = rp_params_grad(params);
-    g->numel = rp_params_trainable_numel(params);
-    g->k = rp_kernels_active();
-    g->local_bad = -1;
-    g->scratch = malloc((size_t)rp_comm_size(comm) * 2 * sizeof(int64_t));
-    if (!g->scratch) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the gradient all-reduce");
-    rp_status status = rp_bucket_order_cut(&g->order, params, rep->r->cfg.bucket_bytes, &g->ranges);
-    if (status == RP_OK && rep->r->cfg.grad_dtype == RP_BF16) {
-        int64_t most = 1;
-        for (int b = 0; b < g->order.nbuckets; b++)
-            if (g->ranges[2 * b + 1] - g->ranges[2 * b] > most)
-                most = g->ranges[2 * b + 1] - g->ranges[2 * b];
-        g->wire_bytes = (size_t)most * sizeof(rp_bf16);
-        g->wire = g->k->mem_alloc(g->wire_bytes);
-        if (!g->wire)
-            status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate the bf16 gradient payload (%zu bytes)",
-                              g->wire_bytes);
-    }
-    if (status != RP_OK) rp_grad_reducer_free(g);
-    return status;
+    rp_bucket_order o;
+    int64_t *ranges = NULL;
+    RP_CHECK(rp_bucket_order_cut(&o, params, bytes, &ranges));
+    *nbuckets = o.nbuckets;
+    *most = 0;
+    for (int b = 0; b < o.nbuckets; b++)
+        if (ranges[2 * b + 1] - ranges[2 * b] > *most) *most = ranges[2 * b + 1] - ranges[2 * b];
+    rp_bucket_order_destroy(&o);
+    free(ranges);
+    return RP_OK;
 }
 
-void rp_grad_reducer_free(rp_grad_reducer *g)
+int64_t rp_strategy_plan_wire(const rp_config *cfg, int64_t most)
 {
-    rp_bucket_order_destroy(&g->order);
-    free(g->ranges);
-    free(g->scratch);
-    if (g->wire) g->k->mem_free(g->wire, g->wire_bytes);
-    rp_staging_free(&g->stage);
-    g->ranges = NULL;
-    g->scratch = NULL;
-    g->wire = NULL;
-}
-
-bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param)
-{
-    if (param->grad < g->grad || param->grad >= g->grad + g->numel) return false;
-    rp_bucket_order_ready(&g->order, param->index, reducer_start, g);
-    return true;
-}
-
-/*
- * A reduced gradient is non-finite on every member: they exchange what each saw before the
- * all-reduce and agree on the first replica (in rank order) whose own gradient held it. Runs
- * only on this error path.
- */
-static rp_status nonfinite_blame(rp_grad_reducer *g)
-{
-    rp_replica *rep = g->rep;
-    int64_t mine[2] = {g->local_bad, 0};
-    memcpy(&mine[1], &g->local_value, sizeof g->local_value);
-    int64_t *all = g->scratch;
-    rt_housekeeping_begin(g->comm, "the runtime's non-finite gradient exchange");
-    rp_status status = rp_comm_all_gather(g->comm, mine, all, 2, RP_I64);
-    rt_internal_end(g->comm);
-    RP_CHECK(status);
-    for (int q = 0; q < rp_comm_size(g->comm); q++) {
-        if (all[2 * q] < 0) continue;
-        float v;
-        memcpy(&v, &all[2 * q + 1], sizeof v);
-        int64_t index, numel;
-        const char *name = rp_strategy_param_at(g->params, all[2 * q], &index, &numel);
-        rep->blame = g->base + q;
-        return RP_ERROR(RP_ERR_NUMERIC,
-                        "replica %d's own gradient of parameter '%s' held %g at element "
-                        "%lld (of %lld) before the all-reduce, so the mean is non-finite on every "
-                        "replica; no parameter was updated",
-                        g->base + q, name, (double)v, (long long)index, (long long)numel);
-    }
-    float value = 0.0f;
-    int64_t bad = g->k->first_nonfinite(&value, g->grad, g->numel), index = 0, numel = 0;
-    const char *name = rp_strategy_param_at(g->params, bad < 0 ? 0 : bad, &index, &numel);
-    return RP_ERROR(
-        RP_ERR_NUMERIC,
-        "the all-reduced gradient of parameter '%s' is %g at element %lld "
-        "(of %lld) although every replica's own gradient was finite: the sum overflowed "
-        "float%s; no parameter was updated",
-        name, (double)value, (long long)index, (long long)numel,
-        g->wire ? " (or a value overflowed bf16 on the wire)" : "");
-}
-
-rp_status rp_grad_reducer_finish(rp_grad_reducer *g)
-{
-    rp_bucket_order_flush(&g->order, reducer_start, g);
-    bool reduced_bad = g->reduced_bad;
-    g->reduced_bad = false;
-    if (g->error != RP_OK) {
-        rp_status status = g->error;
-        g->error = RP_OK;
-        g->local_bad = -1;
-        return rp_error_set(status, __FILE__, __LINE__, "gradient all-reduce: %s", g->message);
-    }
-    rp_status status = reduced_bad ? nonfinite_blame(g) : RP_OK;
-    g->local_bad = -1;
-    return status;
+    return cfg->grad_dtype == RP_BF16 ? (most > 1 ? most : 1) * (int64_t)sizeof(rp_bf16) : 0;
 }

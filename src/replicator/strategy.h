@@ -1,9 +1,9 @@
 /*
  * strategy.h - how replicas combine their work, as a table chosen once at
- * rp_replicator_create(): synchronous all-reduce (strategy_sync.c) and
- * asynchronous parameter servers (strategy_async.c), ZeRO-1's sharded
- * optimizer state (strategy_zero.c), and sync groups: all-reduce inside a
- * group, parameter servers between groups (strategy_groups.c).
+ * rp_replicator_create() by cfg.strategy (rp_strategy_of): synchronous all-reduce (strategy_sync.c)
+ * and asynchronous parameter servers (strategy_async.c), ZeRO-1's sharded optimizer state
+ * (strategy_zero.c), and sync groups: all-reduce inside a group, parameter servers between groups
+ * (strategy_groups.c).
  *
  * replicator.c calls only these slots and never asks which table it holds.
  * A NULL slot means "nothing to do" (the run path tests the pointer, so a
@@ -16,6 +16,7 @@
 #define RP_STRATEGY_H
 
 #include "kernels/kernels.h"
+#include "replicator/plan.h"
 #include "replicator/ps.h"
 #include "replicator/replicator_internal.h"
 
@@ -29,6 +30,14 @@ typedef struct rp_strategy {
     bool lockstep;
     /* Each replica's optimizer holds a shard of the state: fetch gathers it before a checkpoint. */
     bool sharded;
+    /* It uses parameter servers (cfg.ps, cfg.staleness apply). */
+    bool servers;
+    /*
+     * The table that runs this choice on r's layout (r->n replicas here, `mpi`): another where a
+     * layout makes the strategy another's (sync groups of one replica each are async training).
+     * NULL slot: this one.
+     */
+    const struct rp_strategy *(*resolve)(const rp_replicator *r, bool mpi);
     /*
      * Per process, before the replicas' communicators exist: may take ranks of the job for
      * a role of its own (async: the last cfg.ps ranks serve). Sets r->server on such a rank
@@ -45,8 +54,6 @@ typedef struct rp_strategy {
     /* Wraps a fresh plain optimizer (collective); on error the caller destroys opt. */
     rp_status (*optimizer_create)(rp_replica *rep, rp_optimizer *opt, rp_params *params,
                                   const rp_optim_config *cfg);
-    /* Whether opt is one of this replica's wrapped optimizers. */
-    bool (*owns)(const rp_replica *rep, const rp_optimizer *opt);
     /* Around each run of a replica (async: join/leave the servers' phase). */
     void (*phase_begin)(rp_replica *rep, uint64_t phase);
     void (*phase_end)(rp_replica *rep);
@@ -62,12 +69,28 @@ typedef struct rp_strategy {
     /* Global-norm clipping of a wrapped optimizer's reduced gradients (rp_replica_clip_grad_norm);
        NULL: rp_clip_grad_norm of the whole block. */
     rp_status (*clip)(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
+    /*
+     * The planner's prediction (replicator/plan.h: rp_plan_runtime, whose arguments, checked,
+     * and errors these are) of worker `id` of `replicas` on layout cfg, training params with oc:
+     * its memory and this strategy's traffic lines in one step, from the rules of the strategy's
+     * own step. Required.
+     */
+    rp_status (*plan)(const rp_config *cfg, int replicas, int id, const rp_params *params,
+                      const rp_optim_config *oc, rp_plan_worker *w);
+    /* The parameter servers' memory, process-wide (rp_plan_servers); NULL slot: none. */
+    int64_t (*plan_servers)(const rp_config *cfg, const rp_params *params,
+                            const rp_optim_config *oc);
 } rp_strategy;
 
 extern const rp_strategy rp_strategy_sync;
 extern const rp_strategy rp_strategy_async;
 extern const rp_strategy rp_strategy_zero;
 extern const rp_strategy rp_strategy_groups;
+
+/* The table of a choice (strategy_table.c), NULL for a value that names none. */
+const rp_strategy *rp_strategy_of(rp_strategy_kind kind);
+/* *out = the choice rp_strategy_name() calls `name`; RP_ERR_INVALID naming --strategy's values. */
+rp_status rp_strategy_parse(const char *name, rp_strategy_kind *out);
 
 /* ---- helpers every strategy may use (strategy.c) ---------------------------------------- */
 
@@ -107,17 +130,56 @@ rp_status rp_strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params
 rp_status rp_strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
 rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
 
-/*
- * A strategy's per-replica state: rep->strategy = size zeroed bytes (freed by the strategy's
- * replica_destroy with free()). RP_ERR_NOMEM naming the replica.
- */
-rp_status rp_strategy_replica_alloc(rp_replica *rep, size_t size);
+/* ---- the bookkeeping every strategy shares: its wrapped optimizers ------------------------ */
 
 /*
- * At replica_destroy: records the error for `alive` (> 0) optimizers the user did not destroy
- * before the replicator; nothing for 0.
+ * The head of every strategy's per-optimizer context (its first member, so a context and its
+ * link convert both ways): the replica that made it, the optimizer it wraps, and its place in the
+ * replica's list. rep is NULL once the replicator was destroyed while the optimizer lived on.
  */
-void rp_strategy_orphans(const rp_replica *rep, int alive);
+typedef struct rp_strategy_link {
+    rp_replica *rep;
+    rp_optimizer *opt;
+    int slot; /* its set slot (async, sync groups: the same on every replica), or -1 */
+    struct rp_strategy_link *next;
+} rp_strategy_link;
+
+/* Every strategy's per-replica state (rep->strategy). */
+typedef struct rp_strategy_replica {
+    rp_strategy_link *opts; /* this replica's wrapped optimizers, newest first */
+    unsigned slots;         /* bit k: an optimizer alive in set slot k */
+} rp_strategy_replica;
+
+/* replica_init: rep->strategy = a zeroed rp_strategy_replica. RP_ERR_NOMEM naming the replica. */
+rp_status rp_strategy_replica_init(rp_replica *rep);
+
+/*
+ * replica_destroy: every optimizer still wrapped is cut loose (its link's rep = NULL, then
+ * detach(link) if detach is not NULL: a strategy's handles that must go now), the error for them
+ * is recorded (the user should have destroyed them first), and rep->strategy is freed.
+ */
+void rp_strategy_replica_fini(rp_replica *rep, void (*detach)(rp_strategy_link *link));
+/* replica_destroy of a strategy with nothing to detach: rp_strategy_replica_fini(rep, NULL). */
+void rp_strategy_replica_destroy(rp_replica *rep);
+
+/* The first set slot free on this replica, below max; -1 when all are taken. */
+int rp_strategy_slot_free(const rp_replica *rep, int max);
+
+/* Puts link (wrapping opt, in set slot `slot` or -1) at the head of rep's list. */
+void rp_strategy_attach(rp_replica *rep, rp_strategy_link *link, rp_optimizer *opt, int slot);
+
+/* Takes link off its replica's list and frees its slot (at the optimizer's release). */
+void rp_strategy_detach(rp_strategy_link *link);
+
+/* The link of rep's wrapped opt, or NULL; the oldest alive, or NULL. */
+rp_strategy_link *rp_strategy_find(const rp_replica *rep, const rp_optimizer *opt);
+rp_strategy_link *rp_strategy_oldest(const rp_replica *rep);
+
+/* Whether opt is one of this replica's wrapped optimizers. */
+bool rp_strategy_owns(const rp_replica *rep, const rp_optimizer *opt);
+
+/* RP_OK while link's replicator lives; RP_ERR_INVALID (the optimizer outlived it) after. */
+rp_status rp_strategy_alive(const rp_strategy_link *link);
 
 /*
  * The name of the trainable parameter holding element `at` of params' gradient (or value)
@@ -143,6 +205,27 @@ rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int inde
 
 /* Batches of lockstep replicas: 0, 1, 2, ... on every replica, counted per replica per run. */
 rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);
+
+/* ---- what every plan slot shares ----------------------------------------------------------- */
+
+/*
+ * A plan's start: oc checked (rp_optim_check's errors), then w->worker = id, replicas,
+ * params, grads, optim (the whole state: slots x trainable values), strategy = 0, groups = 1.
+ */
+rp_status rp_strategy_plan_base(int replicas, int id, const rp_params *params,
+                                const rp_optim_config *oc, rp_plan_worker *w);
+
+/*
+ * The all-reduce buckets rp_grad_reducer_init would cut for params in buckets of `bytes`
+ * (rp_bucket_order_cut): how many, and the values of the largest (0 without parameters).
+ * RP_ERR_NOMEM.
+ */
+rp_status rp_strategy_plan_buckets(const rp_params *params, size_t bytes, int *nbuckets,
+                                   int64_t *most);
+
+/* The bf16 copy of the largest all-reduce bucket (`most` values) a reducer keeps for
+   cfg.grad_dtype bf16; 0 for f32. */
+int64_t rp_strategy_plan_wire(const rp_config *cfg, int64_t most);
 
 /* ---- gradient buckets: the order they start in (sync, ZeRO-1, sync groups) ------------- */
 
@@ -195,50 +278,103 @@ void rp_bucket_order_ready(rp_bucket_order *o, int i, rp_bucket_start_fn start, 
 void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *ctx);
 
 /*
- * The mean all-reduce of a parameter list's gradients over a communicator
- * (the sync strategy's over the replicas, a sync group's over the group), in
- * the buckets of rp_bucket_order_cut, each started from backward.
+ * The mean reduction of a parameter list's gradients over a communicator, in buckets started
+ * from backward, parameterised by its collective:
+ *  - RP_GRAD_ALL_REDUCE (the sync strategy over the replicas, a sync group's over the group):
+ *    the buckets of rp_bucket_order_cut, each all-reduced in place, so every member holds the
+ *    whole mean gradient;
+ *  - RP_GRAD_REDUCE_SCATTER (ZeRO): the P values are cut into N shards of S = ceil(P / N)
+ *    (member r owns [rS, (r+1)S) clipped to P: the last may be short or empty); a bucket is a
+ *    range [a, b) of shard-local positions, cut from the end of the shard, covering the segment
+ *    [qS + a, qS + b) of every shard q, packed back to back (zero-padded past P) for one
+ *    reduce-scatter into this member's shard of the mean (sgrad). finish puts the reduced shard
+ *    in place in the gradient block; the rest of the block keeps the local gradients.
+ * The reductions add the members in rank order, and a second backward before the step
+ * (gradient accumulation) reduces every bucket once more at the step (by linearity, the mean of
+ * the accumulated gradients).
  *
- * Non-finite gradients: the mean of a NaN is a NaN on every member, so after
- * the all-reduce nobody can tell whose data made it. Each bucket is scanned
- * before its all-reduce (the first non-finite local element is remembered)
- * and after it (cache-hot, an OR over exponent bits). Only when a reduced
- * bucket is non-finite - identically on every member - do the members
- * exchange what they saw, and finish fails naming the replica whose own
- * gradient first held it (and sets rep->blame) and the parameter.
+ * Non-finite gradients: the mean of a NaN is a NaN, so after the reduction nobody can tell whose
+ * data made it. Each bucket is scanned before its reduction (the first non-finite local element
+ * is remembered) and after it (cache-hot). All-reduce: a reduced bucket is non-finite on every
+ * member alike, so only then do the members exchange what they saw (housekeeping), and finish
+ * fails naming the replica whose own gradient first held it (and sets rep->blame) and the
+ * parameter. Reduce-scatter: each member saw only its shard, so the members always exchange
+ * what they saw (one all-gather of 3 int64 per step) and agree on the same error.
  */
+typedef enum {
+    RP_GRAD_ALL_REDUCE = 0,
+    RP_GRAD_REDUCE_SCATTER,
+} rp_grad_collective;
+
 typedef struct rp_grad_reducer {
+    rp_grad_collective collective;
     rp_replica *rep;
     rp_comm *comm; /* the members whose gradients are averaged; rank q is replica base + q */
-    int base;
+    int base, rank, size;
     const rp_params *params;
     float *grad; /* the gradient block (storage) */
     int64_t numel;
     const rp_kernels *k; /* the table its scans run on */
     rp_bucket_order order;
-    int64_t *ranges; /* [2 * buckets]: lo, hi of each in the gradient block */
-    rp_bf16 *wire;   /* cfg.grad_dtype bf16: [the largest bucket] its payload (storage of k);
-                        NULL for f32 */
-    size_t wire_bytes;
-    rp_staging stage;  /* the host view each bucket's all-reduce runs on */
-    int64_t *scratch;  /* [2 * comm size]: the non-finite exchange */
-    int64_t local_bad; /* first element of the block non-finite before its all-reduce, or -1 */
-    float local_value; /* its value */
-    bool reduced_bad;  /* a reduced bucket was non-finite (the same on every member) */
-    rp_status error;   /* first failure inside a callback, re-raised by finish */
+    /* [2 * buckets]: lo, hi of each; in the gradient block (all-reduce) or shard-local
+       positions (reduce-scatter) */
+    int64_t *ranges;
+    /* Reduce-scatter: S, this member's shard [lo, hi) of the block, the largest bucket. */
+    int64_t shard, lo, hi, chunk;
+    float *sgrad;  /* reduce-scatter: [S] this member's shard of the mean gradient (storage) */
+    float *pack;   /* reduce-scatter: [N * chunk] one bucket's segments, back to back (storage) */
+    float *one;    /* reduce-scatter: [chunk] one segment, zero-padded (storage) */
+    rp_bf16 *wire; /* cfg.grad_dtype bf16 (storage), NULL for f32: the payload rounded
+                      (all-reduce: [the largest bucket]; reduce-scatter: [N * chunk] the packed
+                      segments, then [chunk] the reduced segment) */
+    size_t sgrad_bytes, pack_bytes, one_bytes, wire_bytes; /* what mem_free takes back */
+    rp_staging stage, recv; /* the host views a collective sends from (all-reduce: in place) and
+                               receives into */
+    int64_t *scratch;       /* [comm size x 2] the non-finite exchange (all-reduce); [comm size x
+                               max(3, trainable parameters)] the finiteness exchange, free for the
+                               strategy's checksums between steps (reduce-scatter) */
+    int64_t local_bad;      /* first element of the block non-finite before its reduction, or -1 */
+    float local_value;      /* its value */
+    int64_t reduced_bad;    /* first element of this member's reduced gradients non-finite, or -1 */
+    rp_status error;        /* first failure inside a callback, re-raised by finish */
     char message[1024];
 } rp_grad_reducer;
 
-/* For params' trainable gradients over comm (rank q = replica rep->id - rank + q). RP_ERR_NOMEM. */
+/*
+ * For params' trainable gradients over comm (rank q = replica rep->id - rank + q), in buckets of
+ * rep's cfg.bucket_bytes, the payload in cfg.grad_dtype. RP_ERR_NOMEM.
+ */
 rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
-                               const rp_params *params);
+                               const rp_params *params, rp_grad_collective collective);
 void rp_grad_reducer_free(rp_grad_reducer *g);
 /* Whether param's gradient lies in this reducer's block; if so, counts it final (the callback). */
 bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param);
+/* Records a failure of the step's own (the first one wins), re-raised by finish. */
+void rp_grad_reducer_fail(rp_grad_reducer *g, rp_status status);
 /*
  * Before the update: every bucket reduced exactly once since the last step (the rest start now),
- * then a failure of a callback's all-reduce, or the agreed non-finite error (RP_ERR_NUMERIC).
+ * then a failure of a callback's collective, or the agreed non-finite error (RP_ERR_NUMERIC);
+ * reduce-scatter: the reduced shard is then in place in the gradient block.
  */
 rp_status rp_grad_reducer_finish(rp_grad_reducer *g);
+
+/*
+ * Reduce-scatter reducers: all-gathers a sharded array bucket by bucket - `mine` holds this
+ * member's shard (position i of the shard at mine[i]); on return full[0, P) holds every shard
+ * (full may be NULL: take part only) - as one of the runtime's calls named `what`; and the
+ * reverse, replica 0's full[0, P) cut into shards, each member's into mine (a broadcast per
+ * bucket).
+ */
+rp_status rp_grad_reducer_gather(rp_grad_reducer *g, const float *mine, float *full,
+                                 const char *what);
+rp_status rp_grad_reducer_scatter(rp_grad_reducer *g, const float *full, float *mine);
+
+/*
+ * The reduce-scatter's layout of P values over N members with buckets of `bytes` (what
+ * rp_grad_reducer_init makes, for the planner): *shard = S = ceil(P / N), *chunk = the bucket
+ * length (bytes / (4N) positions, clamped to [1, S]), *nbuckets = ceil(S / chunk) (0 for S = 0).
+ */
+void rp_grad_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
+                          int *nbuckets);
 
 #endif

@@ -32,21 +32,13 @@
 
 #define RP_ASYNC_SETS_MAX 8
 
+/* Its link's slot is its set: the same on every replica, as they create in the same order. */
 typedef struct rp_async {
-    rp_replica *rep; /* NULL once the replicator was destroyed */
-    rp_optimizer *opt;
+    rp_strategy_link link; /* first: the replica's list (strategy.h) */
     rp_params *params;
     rp_ps *ps;
-    int slot; /* in async_replica.slots: the same on every replica, as they create in the same order
-               */
     rp_staging grad, values, state; /* host views of the blocks for the servers */
-    struct rp_async *next;
 } rp_async;
-
-typedef struct async_replica {
-    rp_async *asyncs; /* linked list, oldest last */
-    unsigned slots;   /* bit k: an async optimizer alive in slot k */
-} async_replica;
 
 typedef struct async_state {
     rp_ps_group *group;              /* MPI: the server and worker ranks (NULL on threads) */
@@ -56,11 +48,7 @@ typedef struct async_state {
 static rp_status async_update(rp_optimizer *opt, float lr, void *ctx)
 {
     rp_async *a = ctx;
-    if (!a->rep)
-        return RP_ERROR(
-            RP_ERR_INVALID,
-            "this replica optimizer outlived its replicator: destroy every "
-            "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
+    RP_CHECK(rp_strategy_alive(&a->link));
     /* rp_optimizer_step has checked lr and found every gradient finite. */
     size_t bytes = (size_t)rp_params_trainable_numel(a->params) * sizeof(float);
     float *values = rp_params_data(a->params);
@@ -75,15 +63,7 @@ static rp_status async_update(rp_optimizer *opt, float lr, void *ctx)
 static void async_release(void *ctx)
 {
     rp_async *a = ctx;
-    if (a->rep) {
-        async_replica *ar = a->rep->strategy;
-        for (rp_async **p = &ar->asyncs; *p; p = &(*p)->next)
-            if (*p == a) {
-                *p = a->next;
-                break;
-            }
-        ar->slots &= ~(1u << a->slot);
-    }
+    rp_strategy_detach(&a->link);
     rp_ps_destroy(a->ps);
     rp_staging_free(&a->grad);
     rp_staging_free(&a->values);
@@ -93,35 +73,27 @@ static void async_release(void *ctx)
 
 static rp_async *find(const rp_replica *rep, const rp_optimizer *opt)
 {
-    const async_replica *ar = rep->strategy;
-    for (rp_async *a = ar->asyncs; a; a = a->next)
-        if (a->opt == opt) return a;
-    return NULL;
-}
-
-static bool async_owns(const rp_replica *rep, const rp_optimizer *opt)
-{
-    return find(rep, opt) != NULL;
+    return (rp_async *)rp_strategy_find(rep, opt);
 }
 
 static void async_phase_begin(rp_replica *rep, uint64_t phase)
 {
-    async_replica *ar = rep->strategy;
+    rp_strategy_replica *sr = rep->strategy;
     /* A failure here (a server gone) comes back, named, from the next push or pull. */
-    for (rp_async *a = ar->asyncs; a; a = a->next)
-        (void)rp_ps_join(a->ps, phase);
+    for (rp_strategy_link *l = sr->opts; l; l = l->next)
+        (void)rp_ps_join(((rp_async *)l)->ps, phase);
 }
 
 static void async_phase_end(rp_replica *rep)
 {
-    async_replica *ar = rep->strategy;
-    if (!ar->asyncs) return;
+    rp_strategy_replica *sr = rep->strategy;
+    if (!sr->opts) return;
     /* The step's own error, if any, is the one to report, not a leave that failed because of it. */
     rp_status status = rp_last_status();
     char message[1024];
     snprintf(message, sizeof message, "%s", rp_last_error());
-    for (rp_async *a = ar->asyncs; a; a = a->next)
-        (void)rp_ps_leave(a->ps);
+    for (rp_strategy_link *l = sr->opts; l; l = l->next)
+        (void)rp_ps_leave(((rp_async *)l)->ps);
     if (status != RP_OK)
         rp_error_set(status, NULL, 0, "%s", message);
     else
@@ -151,7 +123,7 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
  */
 static rp_status load_and_pull(rp_async *a, const float *slots, int64_t nslots, int64_t steps)
 {
-    rp_replica *rep = a->rep;
+    rp_replica *rep = a->link.rep;
     float *values = rp_params_data(a->params);
     size_t bytes = (size_t)rp_params_trainable_numel(a->params) * sizeof(float);
     if (rep->id == 0) {
@@ -176,11 +148,8 @@ static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
                                         const rp_optim_config *cfg)
 {
     rp_replicator *r = rep->r;
-    async_replica *ar = rep->strategy;
-    int k = 0;
-    while (k < RP_ASYNC_SETS_MAX && (ar->slots >> k & 1u))
-        k++;
-    if (k == RP_ASYNC_SETS_MAX)
+    int k = rp_strategy_slot_free(rep, RP_ASYNC_SETS_MAX);
+    if (k < 0)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d async optimizers alive per replica",
                         RP_ASYNC_SETS_MAX);
     rp_ps_config pc = rp_strategy_ps_config(r, cfg);
@@ -192,21 +161,15 @@ static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
         rp_ps_destroy(ps);
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the asynchronous optimizer");
     }
-    a->rep = rep;
-    a->opt = opt;
     a->params = params;
     a->ps = ps;
-    a->slot = k;
     rp_optimizer_hooks h = {.update = async_update, .release = async_release};
     rp_status status = rp_optimizer_add_hooks(opt, &h, a);
     if (status != RP_OK) {
-        a->rep = NULL;
         async_release(a);
         return status;
     }
-    ar->slots |= 1u << k;
-    a->next = ar->asyncs;
-    ar->asyncs = a;
+    rp_strategy_attach(rep, &a->link, opt, k);
     RP_CHECK(rp_ps_join(ps, r->generation));
     /* Replica 0's initial values become everyone's, as in sync training. */
     RP_CHECK(load_and_pull(a, NULL, 0, 0));
@@ -248,11 +211,8 @@ static rp_status async_publish(rp_replica *rep, rp_optimizer *opt)
 
 static rp_status async_claim(rp_replica *rep, int64_t *ticket)
 {
-    async_replica *ar = rep->strategy;
     async_state *st = rep->r->strategy_state;
-    rp_async *oldest = ar->asyncs;
-    while (oldest && oldest->next)
-        oldest = oldest->next;
+    rp_async *oldest = (rp_async *)rp_strategy_oldest(rep);
     if (oldest) return rp_ps_claim(oldest->ps, ticket);
     if (st->group)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
@@ -304,37 +264,40 @@ static rp_status async_serve(rp_replicator *r)
     return rp_ps_mpi_serve(st->group);
 }
 
-static rp_status async_replica_init(rp_replica *rep)
+/* An optimizer alive at replica_destroy: its server handle goes now, before the servers' group;
+   release frees the rest later. */
+static void async_detach(rp_strategy_link *link)
 {
-    return rp_strategy_replica_alloc(rep, sizeof(async_replica));
+    rp_async *a = (rp_async *)link;
+    rp_ps_destroy(a->ps);
+    a->ps = NULL;
 }
 
 static void async_replica_destroy(rp_replica *rep)
 {
-    async_replica *ar = rep->strategy;
-    if (!ar) return;
-    int alive = 0;
-    /* Their server handles go now, before the servers' group; release frees the rest later. */
-    for (rp_async *a = ar->asyncs; a; a = a->next, alive++) {
-        a->rep = NULL;
-        rp_ps_destroy(a->ps);
-        a->ps = NULL;
-    }
-    rp_strategy_orphans(rep, alive);
-    free(ar);
-    rep->strategy = NULL;
+    rp_strategy_replica_fini(rep, async_detach);
+}
+
+/* Async replicas meet the servers at their own pace: no layout predicts their traffic. */
+static rp_status async_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                            const rp_optim_config *oc, rp_plan_worker *w)
+{
+    return RP_ERROR(RP_ERR_UNSUPPORTED,
+                    "the planner covers synchronous layouts (one replica, N replicas, "
+                    "ZeRO-1, sync groups); async replicas talk to parameter servers at their "
+                    "own pace");
 }
 
 const rp_strategy rp_strategy_async = {
     .name = "async",
     .identical = false,
     .lockstep = false,
+    .servers = true,
     .create = async_create,
     .destroy = async_destroy,
-    .replica_init = async_replica_init,
+    .replica_init = rp_strategy_replica_init,
     .replica_destroy = async_replica_destroy,
     .optimizer_create = async_optimizer_create,
-    .owns = async_owns,
     .phase_begin = async_phase_begin,
     .phase_end = async_phase_end,
     .fetch = async_fetch,
@@ -342,4 +305,5 @@ const rp_strategy rp_strategy_async = {
     .claim = async_claim,
     .next_batch = async_claim, /* each batch to whichever replica asks first */
     .serve = async_serve,
+    .plan = async_plan,
 };

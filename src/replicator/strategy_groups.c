@@ -47,22 +47,15 @@
 
 #define RP_GROUP_SETS_MAX 8
 
+/* Its link's slot is its set: the same on every replica. */
 typedef struct rp_grouped {
-    rp_replica *rep; /* NULL once the replicator was destroyed */
-    rp_optimizer *opt;
+    rp_strategy_link link; /* first: the replica's list (strategy.h) */
     rp_params *params;
     rp_grad_reducer red; /* the all-reduce over the group */
     rp_ps *ps;           /* the group's handle on the servers: its rank 0's (NULL on the others) */
-    int slot;            /* in groups_replica.slots: the same on every replica */
     int64_t *hashes;     /* [S * trainable parameters] checksum scratch */
     rp_staging grad, values, state; /* host views of the blocks for the servers and broadcasts */
-    struct rp_grouped *next;
 } rp_grouped;
-
-typedef struct groups_replica {
-    rp_grouped *list; /* this replica's wrapped optimizers, oldest last */
-    unsigned slots;   /* bit k: an optimizer alive in slot k */
-} groups_replica;
 
 typedef struct groups_state {
     int groups, size;                /* G groups of S replicas */
@@ -72,14 +65,6 @@ typedef struct groups_state {
     rp_comm *ps_comm; /* MPI: the groups' ranks 0 and the servers (NULL on other ranks) */
     rp_ps_group *ps;  /* MPI: the servers' group over ps_comm (NULL on other ranks) */
 } groups_state;
-
-static rp_status orphaned(void)
-{
-    return RP_ERROR(
-        RP_ERR_INVALID,
-        "this replica optimizer outlived its replicator: destroy every "
-        "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
-}
 
 static int group_of(const rp_replica *rep)
 {
@@ -107,15 +92,15 @@ static rp_status barrier_all(rp_replica *rep, const char *what)
 static void groups_on_grad_ready(rp_tensor *param, void *ctx)
 {
     rp_replica *rep = ctx;
-    groups_replica *gr = rep->strategy;
-    for (rp_grouped *g = gr->list; g; g = g->next)
-        if (rp_grad_reducer_ready(&g->red, param)) return;
+    rp_strategy_replica *sr = rep->strategy;
+    for (rp_strategy_link *l = sr->opts; l; l = l->next)
+        if (rp_grad_reducer_ready(&((rp_grouped *)l)->red, param)) return;
 }
 
 static rp_status groups_before(rp_optimizer *opt, void *ctx)
 {
     rp_grouped *g = ctx;
-    if (!g->rep) return orphaned();
+    RP_CHECK(rp_strategy_alive(&g->link));
     return rp_grad_reducer_finish(&g->red);
 }
 
@@ -124,7 +109,7 @@ static rp_status groups_before(rp_optimizer *opt, void *ctx)
 static rp_status groups_update(rp_optimizer *opt, float lr, void *ctx)
 {
     rp_grouped *g = ctx;
-    if (!g->rep) return orphaned();
+    RP_CHECK(rp_strategy_alive(&g->link));
     float *values = rp_params_data(g->params);
     int64_t numel = rp_params_trainable_numel(g->params);
     size_t bytes = (size_t)numel * sizeof(float);
@@ -138,7 +123,8 @@ static rp_status groups_update(rp_optimizer *opt, float lr, void *ctx)
         if (!hg) return rp_last_status();
         RP_CHECK(rp_ps_exchange(g->ps, hg, lr, hv));
     }
-    RP_CHECK(group_broadcast(g->rep, hv, numel, RP_F32, "the runtime's group parameter broadcast"));
+    RP_CHECK(
+        group_broadcast(g->link.rep, hv, numel, RP_F32, "the runtime's group parameter broadcast"));
     rp_strategy_commit(values, hv, bytes);
     return RP_OK;
 }
@@ -146,23 +132,16 @@ static rp_status groups_update(rp_optimizer *opt, float lr, void *ctx)
 static rp_status groups_after(rp_optimizer *opt, void *ctx)
 {
     rp_grouped *g = ctx;
-    if (!g->rep) return orphaned();
-    return rp_strategy_checksum(g->rep, g->rep->group_comm, g->params, rp_optimizer_steps(opt),
+    RP_CHECK(rp_strategy_alive(&g->link));
+    rp_replica *rep = g->link.rep;
+    return rp_strategy_checksum(rep, rep->group_comm, g->params, rp_optimizer_steps(opt),
                                 g->hashes);
 }
 
 static void groups_release(void *ctx)
 {
     rp_grouped *g = ctx;
-    if (g->rep) {
-        groups_replica *gr = g->rep->strategy;
-        for (rp_grouped **p = &gr->list; *p; p = &(*p)->next)
-            if (*p == g) {
-                *p = g->next;
-                break;
-            }
-        gr->slots &= ~(1u << g->slot);
-    }
+    rp_strategy_detach(&g->link);
     rp_grad_reducer_free(&g->red);
     rp_ps_destroy(g->ps);
     rp_staging_free(&g->grad);
@@ -174,15 +153,7 @@ static void groups_release(void *ctx)
 
 static rp_grouped *find(const rp_replica *rep, const rp_optimizer *opt)
 {
-    const groups_replica *gr = rep->strategy;
-    for (rp_grouped *g = gr->list; g; g = g->next)
-        if (g->opt == opt) return g;
-    return NULL;
-}
-
-static bool groups_owns(const rp_replica *rep, const rp_optimizer *opt)
-{
-    return find(rep, opt) != NULL;
+    return (rp_grouped *)rp_strategy_find(rep, opt);
 }
 
 /* Set k's handles, made by local replica 0 with one worker per group; each group's rank 0 takes
@@ -201,11 +172,8 @@ static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_
                                          const rp_optim_config *cfg)
 {
     rp_replicator *r = rep->r;
-    groups_replica *gr = rep->strategy;
-    int k = 0;
-    while (k < RP_GROUP_SETS_MAX && (gr->slots >> k & 1u))
-        k++;
-    if (k == RP_GROUP_SETS_MAX)
+    int k = rp_strategy_slot_free(rep, RP_GROUP_SETS_MAX);
+    if (k < 0)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d sync-group optimizers alive per replica",
                         RP_GROUP_SETS_MAX);
     /* Replica 0's values (and buffers) become everyone's, as in sync training. */
@@ -222,28 +190,23 @@ static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_
         rp_ps_destroy(ps);
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group optimizer");
     }
-    g->rep = rep;
-    g->opt = opt;
     g->params = params;
     g->ps = ps;
-    g->slot = k;
     int T = rp_params_trainable_count(params);
     g->hashes = malloc((size_t)rep->group_size * (size_t)(T > 0 ? T : 1) * sizeof(int64_t));
-    status = g->hashes ? rp_grad_reducer_init(&g->red, rep, rep->group_comm, params)
-                       : RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group optimizer");
+    status = g->hashes
+                 ? rp_grad_reducer_init(&g->red, rep, rep->group_comm, params, RP_GRAD_ALL_REDUCE)
+                 : RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group optimizer");
     rp_optimizer_hooks h = {.before = groups_before,
                             .update = groups_update,
                             .after = groups_after,
                             .release = groups_release};
     if (status == RP_OK) status = rp_optimizer_add_hooks(opt, &h, g);
     if (status != RP_OK) {
-        g->rep = NULL;
         groups_release(g);
         return status;
     }
-    gr->slots |= 1u << k;
-    g->next = gr->list;
-    gr->list = g;
+    rp_strategy_attach(rep, &g->link, opt, k);
     if (ps) RP_CHECK(rp_ps_join(ps, r->generation));
     /* The servers start from replica 0's values, which every replica holds already. */
     if (rep->id == 0) {
@@ -262,21 +225,21 @@ static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_
 
 static void groups_phase_begin(rp_replica *rep, uint64_t phase)
 {
-    groups_replica *gr = rep->strategy;
+    rp_strategy_replica *sr = rep->strategy;
     /* A failure here (a server gone) comes back, named, from the next push or pull. */
-    for (rp_grouped *g = gr->list; g; g = g->next)
-        if (g->ps) (void)rp_ps_join(g->ps, phase);
+    for (rp_strategy_link *l = sr->opts; l; l = l->next)
+        if (((rp_grouped *)l)->ps) (void)rp_ps_join(((rp_grouped *)l)->ps, phase);
 }
 
 static void groups_phase_end(rp_replica *rep)
 {
-    groups_replica *gr = rep->strategy;
+    rp_strategy_replica *sr = rep->strategy;
     /* The step's own error, if any, is the one to report, not a leave that failed because of it. */
     rp_status status = rp_last_status();
     char message[1024];
     snprintf(message, sizeof message, "%s", rp_last_error());
-    for (rp_grouped *g = gr->list; g; g = g->next)
-        if (g->ps) (void)rp_ps_leave(g->ps);
+    for (rp_strategy_link *l = sr->opts; l; l = l->next)
+        if (((rp_grouped *)l)->ps) (void)rp_ps_leave(((rp_grouped *)l)->ps);
     if (status != RP_OK)
         rp_error_set(status, NULL, 0, "%s", message);
     else
@@ -346,10 +309,7 @@ static rp_status leader_claim(rp_replica *rep, int64_t *ticket)
 {
     groups_state *st = rep->r->strategy_state;
     if (!st->mpi) return rp_strategy_local_claim(rep, ticket);
-    groups_replica *gr = rep->strategy;
-    rp_grouped *oldest = gr->list;
-    while (oldest && oldest->next)
-        oldest = oldest->next;
+    rp_grouped *oldest = (rp_grouped *)rp_strategy_oldest(rep);
     if (!oldest)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "rp_replica_claim across processes needs an optimizer made by "
@@ -462,7 +422,7 @@ static void groups_destroy(rp_replicator *r)
 static rp_status groups_replica_init(rp_replica *rep)
 {
     groups_state *st = rep->r->strategy_state;
-    RP_CHECK(rp_strategy_replica_alloc(rep, sizeof(groups_replica)));
+    RP_CHECK(rp_strategy_replica_init(rep));
     if (rep->r->server) return RP_OK; /* a server rank's: it only serves */
     rep->group_comm = st->comms[rep->local];
     st->comms[rep->local] = NULL;
@@ -473,23 +433,26 @@ static rp_status groups_replica_init(rp_replica *rep)
     return RP_OK;
 }
 
+/* An optimizer alive at replica_destroy: its server handle goes now, with the strategy's state;
+   release frees the rest later. */
+static void groups_detach(rp_strategy_link *link)
+{
+    rp_grouped *g = (rp_grouped *)link;
+    rp_ps_destroy(g->ps);
+    g->ps = NULL;
+}
+
 static void groups_replica_destroy(rp_replica *rep)
 {
-    groups_replica *gr = rep->strategy;
-    if (gr) {
-        int alive = 0;
-        /* Their server handles go now, with the strategy's state; release frees the rest later. */
-        for (rp_grouped *g = gr->list; g; g = g->next, alive++) {
-            g->rep = NULL;
-            rp_ps_destroy(g->ps);
-            g->ps = NULL;
-        }
-        rp_strategy_orphans(rep, alive);
-        free(gr);
-        rep->strategy = NULL;
-    }
+    rp_strategy_replica_fini(rep, groups_detach);
     if (rep->group_comm) rp_comm_destroy(rep->group_comm);
     rep->group_comm = NULL;
+}
+
+/* Groups of one replica each, in one process, are async training: the async table runs them. */
+static const rp_strategy *groups_resolve(const rp_replicator *r, bool mpi)
+{
+    return !mpi && r->cfg.sync_groups >= r->n ? &rp_strategy_async : &rp_strategy_groups;
 }
 
 static rp_status groups_serve(rp_replicator *r)
@@ -498,17 +461,70 @@ static rp_status groups_serve(rp_replicator *r)
     return rp_ps_mpi_serve(st->ps);
 }
 
+/*
+ * The plan: the sync strategy's buckets all-reduced over the group (RP_PLAN_GROUP), the values
+ * broadcast from the group's rank 0 after its exchange with the servers, and each batch's ticket
+ * broadcast in the group. Buffers: the gradient reducer's (its non-finite exchange, the buckets'
+ * ranges, each parameter's bucket list and the buckets' counters, the bf16 copy of the largest)
+ * and the checksum scratch (S x T hashes). w->optim stays the whole state (every replica keeps
+ * one for checkpoints); the state the updates use lives on the servers (groups_plan_servers).
+ */
+static rp_status groups_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                             const rp_optim_config *oc, rp_plan_worker *w)
+{
+    RP_CHECK(rp_strategy_plan_base(N, id, params, oc, w));
+    int G = cfg->sync_groups;
+    if (N % G != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "sync_groups = %d does not divide the %d replicas: every group needs the "
+                        "same number of replicas",
+                        G, N);
+    if (G == N)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "sync_groups = %d of %d replicas makes groups of one replica, which the "
+                        "runtime trains asynchronously; the planner covers groups of 2 or more",
+                        G, N);
+    int S = N / G, T = rp_params_trainable_count(params), nb = 0;
+    int64_t most = 0;
+    RP_CHECK(rp_strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
+    int64_t P = rp_params_trainable_numel(params), bytes = P * (int64_t)sizeof(float);
+    int64_t Tb = T > 0 ? T : 1, B = nb > 0 ? nb : 1;
+    bool bf16 = cfg->grad_dtype == RP_BF16;
+    w->groups = G;
+    w->strategy = (int64_t)S * 2 * 8 + Tb * 2 * 8 + ((int64_t)T + 1) * 4 + Tb * 4 + 2 * B * 4 +
+                  (int64_t)S * Tb * 8 + rp_strategy_plan_wire(cfg, most);
+    RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                                 bf16 ? "gradient buckets (mean, in the group, bf16)"
+                                      : "gradient buckets (mean, in the group)",
+                                 nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
+    RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
+                                 "parameters from the group's rank 0", 1, bytes));
+    return rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
+                               "the batch's ticket", 1, (int64_t)sizeof(int64_t));
+}
+
+/* The in-process servers: cfg.ps shards, each holding its values and at least one slot (ps.c,
+   rp_ps_shard_create). */
+static int64_t groups_plan_servers(const rp_config *cfg, const rp_params *params,
+                                   const rp_optim_config *oc)
+{
+    int64_t slots = rp_optim_slots(oc);
+    return rp_params_trainable_numel(params) * (int64_t)sizeof(float) *
+           (1 + (slots > 0 ? slots : 1));
+}
+
 const rp_strategy rp_strategy_groups = {
     .name = "sync groups",
     .identical = false,
     .lockstep = false,
+    .servers = true,
+    .resolve = groups_resolve,
     .create = groups_create,
     .destroy = groups_destroy,
     .replica_init = groups_replica_init,
     .replica_destroy = groups_replica_destroy,
     .grad_ready = groups_on_grad_ready,
     .optimizer_create = groups_optimizer_create,
-    .owns = groups_owns,
     .phase_begin = groups_phase_begin,
     .phase_end = groups_phase_end,
     .fetch = groups_fetch,
@@ -516,4 +532,6 @@ const rp_strategy rp_strategy_groups = {
     .claim = groups_claim,
     .next_batch = groups_claim, /* each batch to whichever group asks first */
     .serve = groups_serve,
+    .plan = groups_plan,
+    .plan_servers = groups_plan_servers,
 };

@@ -31,39 +31,25 @@
 #include "replicator/strategy.h"
 
 typedef struct rp_sync {
-    rp_replica *rep; /* NULL once the replicator was destroyed (the optimizer outlived it) */
-    rp_optimizer *opt;
+    rp_strategy_link link; /* first: the replica's list (strategy.h) */
     rp_params *params;
     rp_grad_reducer red;
     int64_t *hashes; /* [count * nparams] checksum scratch */
-    struct rp_sync *next;
 } rp_sync;
-
-typedef struct sync_replica {
-    rp_sync *syncs; /* this replica's wrapped optimizers */
-} sync_replica;
 
 static void sync_on_grad_ready(rp_tensor *param, void *ctx)
 {
     rp_replica *rep = ctx;
-    sync_replica *sr = rep->strategy;
-    for (rp_sync *s = sr->syncs; s; s = s->next)
-        if (rp_grad_reducer_ready(&s->red, param)) return;
-}
-
-static rp_status orphaned(void)
-{
-    return RP_ERROR(
-        RP_ERR_INVALID,
-        "this replica optimizer outlived its replicator: destroy every "
-        "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
+    rp_strategy_replica *sr = rep->strategy;
+    for (rp_strategy_link *l = sr->opts; l; l = l->next)
+        if (rp_grad_reducer_ready(&((rp_sync *)l)->red, param)) return;
 }
 
 /* Before the update: every bucket reduced exactly once since the last step. */
 static rp_status sync_before(rp_optimizer *opt, void *ctx)
 {
     rp_sync *s = ctx;
-    if (!s->rep) return orphaned();
+    RP_CHECK(rp_strategy_alive(&s->link));
     return rp_grad_reducer_finish(&s->red);
 }
 
@@ -71,22 +57,15 @@ static rp_status sync_before(rp_optimizer *opt, void *ctx)
 static rp_status sync_after(rp_optimizer *opt, void *ctx)
 {
     rp_sync *s = ctx;
-    if (!s->rep) return orphaned();
-    return rp_strategy_checksum(s->rep, s->rep->comm, s->params, rp_optimizer_steps(opt),
-                                s->hashes);
+    RP_CHECK(rp_strategy_alive(&s->link));
+    rp_replica *rep = s->link.rep;
+    return rp_strategy_checksum(rep, rep->comm, s->params, rp_optimizer_steps(opt), s->hashes);
 }
 
 static void sync_release(void *ctx)
 {
     rp_sync *s = ctx;
-    if (s->rep) {
-        sync_replica *sr = s->rep->strategy;
-        for (rp_sync **p = &sr->syncs; *p; p = &(*p)->next)
-            if (*p == s) {
-                *p = s->next;
-                break;
-            }
-    }
+    rp_strategy_detach(&s->link);
     rp_grad_reducer_free(&s->red);
     free(s->hashes);
     free(s);
@@ -102,56 +81,21 @@ static rp_status sync_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
     RP_CHECK(status);
     rp_sync *s = calloc(1, sizeof *s);
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the synchronous optimizer");
-    s->rep = rep;
-    s->opt = opt;
     s->params = params;
     int T = rp_params_trainable_count(params);
     s->hashes = malloc((size_t)rep->count * (size_t)(T > 0 ? T : 1) * sizeof(int64_t));
-    status = s->hashes ? rp_grad_reducer_init(&s->red, rep, rep->comm, params)
+    status = s->hashes ? rp_grad_reducer_init(&s->red, rep, rep->comm, params, RP_GRAD_ALL_REDUCE)
                        : RP_ERROR(RP_ERR_NOMEM, "cannot allocate the synchronous optimizer");
-    if (status != RP_OK) {
-        s->rep = NULL;
-        sync_release(s);
-        return status;
-    }
     rp_optimizer_hooks h = {.before = sync_before, .after = sync_after, .release = sync_release};
-    status = rp_optimizer_add_hooks(opt, &h, s);
+    if (status == RP_OK) status = rp_optimizer_add_hooks(opt, &h, s);
     if (status != RP_OK) {
-        s->rep = NULL;
         sync_release(s);
         return status;
     }
-    sync_replica *sr = rep->strategy;
-    s->next = sr->syncs;
-    sr->syncs = s;
+    rp_strategy_attach(rep, &s->link, opt, -1);
     rp_debug("sync optimizer: %lld gradients in %d buckets", (long long)s->red.numel,
              s->red.order.nbuckets);
     return RP_OK;
-}
-
-static bool sync_owns(const rp_replica *rep, const rp_optimizer *opt)
-{
-    const sync_replica *sr = rep->strategy;
-    for (const rp_sync *s = sr->syncs; s; s = s->next)
-        if (s->opt == opt) return true;
-    return false;
-}
-
-static rp_status sync_replica_init(rp_replica *rep)
-{
-    return rp_strategy_replica_alloc(rep, sizeof(sync_replica));
-}
-
-static void sync_replica_destroy(rp_replica *rep)
-{
-    sync_replica *sr = rep->strategy;
-    if (!sr) return;
-    int alive = 0;
-    for (rp_sync *s = sr->syncs; s; s = s->next, alive++)
-        s->rep = NULL;
-    rp_strategy_orphans(rep, alive);
-    free(sr);
-    rep->strategy = NULL;
 }
 
 static rp_status sync_publish(rp_replica *rep, rp_optimizer *opt)
@@ -164,17 +108,39 @@ static rp_status sync_fetch(rp_replica *rep, rp_optimizer *opt)
     return RP_OK; /* the optimizer holds its state already */
 }
 
+/*
+ * The plan: one mean all-reduce per bucket of rp_bucket_order_cut (gradients as cfg.grad_dtype on
+ * the wire); the buffers are the checksum scratch, each parameter's bucket, the buckets and the
+ * bf16 copy of the largest. One replica: the optimizer is not wrapped (no collective, no buffer).
+ */
+static rp_status sync_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                           const rp_optim_config *oc, rp_plan_worker *w)
+{
+    RP_CHECK(rp_strategy_plan_base(N, id, params, oc, w));
+    if (N == 1) return RP_OK;
+    int nb = 0;
+    int64_t most = 0, P = rp_params_trainable_numel(params);
+    RP_CHECK(rp_strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
+    int T = rp_params_trainable_count(params), Tc = T > 2 ? T : 2, Tb = T ? T : 1;
+    bool bf16 = cfg->grad_dtype == RP_BF16;
+    w->strategy = (int64_t)N * Tc * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24 +
+                  rp_strategy_plan_wire(cfg, most);
+    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                               bf16 ? "gradient buckets (mean, bf16)" : "gradient buckets (mean)",
+                               nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype));
+}
+
 const rp_strategy rp_strategy_sync = {
     .name = "sync",
     .identical = true,
     .lockstep = true,
-    .replica_init = sync_replica_init,
-    .replica_destroy = sync_replica_destroy,
+    .replica_init = rp_strategy_replica_init,
+    .replica_destroy = rp_strategy_replica_destroy,
     .grad_ready = sync_on_grad_ready,
     .optimizer_create = sync_optimizer_create,
-    .owns = sync_owns,
     .fetch = sync_fetch,
     .publish = sync_publish,
     .claim = rp_strategy_local_claim,
     .next_batch = rp_strategy_lockstep_batch,
+    .plan = sync_plan,
 };

@@ -14,10 +14,10 @@
 
 #include "rl/env_internal.h"
 
-static const rp_env_task *const tasks[] = {
-    &rp_task_cartpole_swingup, &rp_task_cartpole_balance, &rp_task_pendulum_swingup,
-    &rp_task_point_mass_easy,  &rp_task_reacher_easy,     &rp_task_cheetah_run,
-    &rp_task_walker_walk,
+static const rl_env_task *const tasks[] = {
+    &rl_task_cartpole_swingup, &rl_task_cartpole_balance, &rl_task_pendulum_swingup,
+    &rl_task_point_mass_easy,  &rl_task_reacher_easy,     &rl_task_cheetah_run,
+    &rl_task_walker_walk,
 };
 #define NTASKS ((int)(sizeof tasks / sizeof tasks[0]))
 
@@ -55,7 +55,7 @@ rp_env_options rp_env_options_default(void)
 
 /* Compiles an MJCF text held in memory: MuJoCo 2.2 loads from a file name only, so the text goes
    into a virtual file system (2 MB of names and pointers: on the heap) under `name`. */
-static rp_status load_builtin(const rp_env_task *t, mjModel **out)
+static rp_status load_builtin(const rl_env_task *t, mjModel **out)
 {
     char err[1024] = "";
     char name[64];
@@ -111,7 +111,7 @@ static rp_status get_model(rp_rl_env *env, const char *path)
 /* The sizes the task's observation and initial state are written for. */
 static rp_status check_model(const rp_rl_env *env, const char *model_name)
 {
-    const rp_env_task *t = env->task;
+    const rl_env_task *t = env->task;
     const mjModel *m = env->m;
     if (m->nq != t->nq || m->nv != t->nv || m->nu != t->act_dim)
         return RP_ERROR(RP_ERR_FORMAT,
@@ -242,7 +242,7 @@ rp_status rp_env_step(rp_rl_env *env, const float *action, int act_dim, float *o
     memcpy(d->ctrl, ctrl, sizeof(double) * (size_t)act_dim);
     double reward = 0.0;
     for (int r = 0; r < env->action_repeat; r++) {
-        rp_env_physics_step(env);
+        rl_env_physics_step(env);
         reward += env->task->reward(env, d->ctrl);
     }
     int bad_after = d->warning[mjWARN_BADQACC].number + d->warning[mjWARN_BADQPOS].number +

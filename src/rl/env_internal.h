@@ -15,10 +15,10 @@
 /* Task-specific MuJoCo ids an env looks up once, at create. */
 #define RP_ENV_MAX_IDS 8
 
-typedef struct rp_env_task rp_env_task;
+typedef struct rl_env_task rl_env_task;
 
 struct rp_rl_env {
-    const rp_env_task *task;
+    const rl_env_task *task;
     int task_index;
     const mjModel *m;   /* the shared built-in model, or own_model */
     mjModel *own_model; /* loaded from options.mjcf_path (owned), else NULL */
@@ -36,7 +36,7 @@ struct rp_rl_env {
  * A task: a model, how to start an episode, what the agent sees, and the
  * reward. Every function reads only its env, so envs are independent.
  */
-struct rp_env_task {
+struct rl_env_task {
     const char *name;
     const char *about;
     const char *mjcf;  /* the built-in model */
@@ -56,14 +56,14 @@ struct rp_env_task {
     double (*reward)(const rp_rl_env *env, const double *ctrl);
 };
 
-extern const rp_env_task rp_task_cartpole_swingup, rp_task_cartpole_balance,
-    rp_task_pendulum_swingup, rp_task_point_mass_easy, rp_task_reacher_easy, rp_task_cheetah_run,
-    rp_task_walker_walk;
+extern const rl_env_task rl_task_cartpole_swingup, rl_task_cartpole_balance,
+    rl_task_pendulum_swingup, rl_task_point_mass_easy, rl_task_reacher_easy, rl_task_cheetah_run,
+    rl_task_walker_walk;
 
 /* ---- helpers for the tasks (env.c) ---------------------------------------- */
 
 /* dm_control.utils.rewards' sigmoids (those the tasks use). */
-typedef enum { RP_TOL_GAUSSIAN, RP_TOL_LINEAR, RP_TOL_QUADRATIC } rp_tol_sigmoid;
+typedef enum { RP_TOL_GAUSSIAN, RP_TOL_LINEAR, RP_TOL_QUADRATIC } rl_tol_sigmoid;
 
 /*
  * dm_control's rewards.tolerance: 1 when lower <= x <= upper; else, with
@@ -72,30 +72,30 @@ typedef enum { RP_TOL_GAUSSIAN, RP_TOL_LINEAR, RP_TOL_QUADRATIC } rp_tol_sigmoid
  * infinite. value_at_margin must lie in (0, 1) for the Gaussian, [0, 1) for
  * the others (dm_control's rule; the tasks pass constants).
  */
-double rp_env_tolerance(double x, double lower, double upper, double margin, rp_tol_sigmoid sigmoid,
-                        double value_at_margin);
+double rl_tolerance(double x, double lower, double upper, double margin, rl_tol_sigmoid sigmoid,
+                    double value_at_margin);
 
 /* A double uniform in [lo, hi) from 53 random bits, and a standard normal (Box-Muller). */
-double rp_env_uniform(rp_rng *rng, double lo, double hi);
-double rp_env_normal(rp_rng *rng);
+double rl_uniform(rp_rng *rng, double lo, double hi);
+double rl_normal(rp_rng *rng);
 
 /* The id of a named element of type `type`, or an RP_ERR_FORMAT naming it and the model. */
-rp_status rp_env_find(const rp_rl_env *env, const char *model_name, int type, const char *name,
+rp_status rl_env_find(const rp_rl_env *env, const char *model_name, int type, const char *name,
                       int *id);
 
 /* One control step: n_sub_steps physics steps, leaving position- and velocity-dependent
    quantities (xpos, xmat, sensors) up to date for the new state, as dm_control does. */
-void rp_env_physics_step(rp_rl_env *env);
+void rl_env_physics_step(rp_rl_env *env);
 
 /* Sets every limited hinge or slide joint uniformly in its range and every unlimited hinge
    uniformly in [-pi, pi), in joint order (dm_control's randomize_limited_and_rotational_joints
    for the planar models here, which have no ball or free joints). */
-void rp_env_randomize_joints(rp_rl_env *env, rp_rng *rng);
+void rl_env_randomize_joints(rp_rl_env *env, rp_rng *rng);
 
 /* ---- for the renderer ------------------------------------------------------ */
 
 /* The env's model (shared, read-only) and its simulation state. Valid while the env lives. */
-const mjModel *rp_env_mj_model(const rp_rl_env *env);
-mjData *rp_env_mj_data(rp_rl_env *env);
+const mjModel *rl_env_mj_model(const rp_rl_env *env);
+mjData *rl_env_mj_data(rp_rl_env *env);
 
 #endif

@@ -11,8 +11,8 @@
 
 #include "rl/env_internal.h"
 
-double rp_env_tolerance(double x, double lower, double upper, double margin, rp_tol_sigmoid sigmoid,
-                        double value_at_margin)
+double rl_tolerance(double x, double lower, double upper, double margin, rl_tol_sigmoid sigmoid,
+                    double value_at_margin)
 {
     if (lower <= x && x <= upper) return 1.0;
     if (margin <= 0) return 0.0;
@@ -34,23 +34,23 @@ double rp_env_tolerance(double x, double lower, double upper, double margin, rp_
     return 0.0;
 }
 
-double rp_env_uniform(rp_rng *rng, double lo, double hi)
+double rl_uniform(rp_rng *rng, double lo, double hi)
 {
     uint64_t hi27 = rp_rng_u32(rng) >> 5, lo26 = rp_rng_u32(rng) >> 6;
     double u = (double)((hi27 << 26) | lo26) * 0x1.0p-53; /* [0, 1) */
     return lo + (hi - lo) * u;
 }
 
-double rp_env_normal(rp_rng *rng)
+double rl_normal(rp_rng *rng)
 {
     /* Box-Muller with u1 in (0, 1], so the log is finite; the second value is dropped, which keeps
        every draw a function of the stream position alone. */
-    double u1 = 1.0 - rp_env_uniform(rng, 0.0, 1.0);
-    double u2 = rp_env_uniform(rng, 0.0, 1.0);
+    double u1 = 1.0 - rl_uniform(rng, 0.0, 1.0);
+    double u2 = rl_uniform(rng, 0.0, 1.0);
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-rp_status rp_env_find(const rp_rl_env *env, const char *model_name, int type, const char *name,
+rp_status rl_env_find(const rp_rl_env *env, const char *model_name, int type, const char *name,
                       int *id)
 {
     int i = mj_name2id(env->m, type, name);
@@ -63,7 +63,7 @@ rp_status rp_env_find(const rp_rl_env *env, const char *model_name, int type, co
     return RP_OK;
 }
 
-void rp_env_physics_step(rp_rl_env *env)
+void rl_env_physics_step(rp_rl_env *env)
 {
     const mjModel *m = env->m;
     mjData *d = env->d;
@@ -79,25 +79,25 @@ void rp_env_physics_step(rp_rl_env *env)
     }
 }
 
-void rp_env_randomize_joints(rp_rl_env *env, rp_rng *rng)
+void rl_env_randomize_joints(rp_rl_env *env, rp_rng *rng)
 {
     const mjModel *m = env->m;
     for (int j = 0; j < m->njnt; j++) {
         int type = m->jnt_type[j], adr = m->jnt_qposadr[j];
         if (type != mjJNT_HINGE && type != mjJNT_SLIDE) continue;
         if (m->jnt_limited[j])
-            env->d->qpos[adr] = rp_env_uniform(rng, m->jnt_range[2 * j], m->jnt_range[2 * j + 1]);
+            env->d->qpos[adr] = rl_uniform(rng, m->jnt_range[2 * j], m->jnt_range[2 * j + 1]);
         else if (type == mjJNT_HINGE)
-            env->d->qpos[adr] = rp_env_uniform(rng, -M_PI, M_PI);
+            env->d->qpos[adr] = rl_uniform(rng, -M_PI, M_PI);
     }
 }
 
-const mjModel *rp_env_mj_model(const rp_rl_env *env)
+const mjModel *rl_env_mj_model(const rp_rl_env *env)
 {
     return env->m;
 }
 
-mjData *rp_env_mj_data(rp_rl_env *env)
+mjData *rl_env_mj_data(rp_rl_env *env)
 {
     return env->d;
 }

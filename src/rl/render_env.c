@@ -9,5 +9,5 @@
 rp_status rp_renderer_draw(rp_renderer *r, rp_rl_env *env, uint8_t *rgb)
 {
     if (!env) return RP_ERROR(RP_ERR_INVALID, "rp_renderer_draw: env is NULL");
-    return rl_renderer_draw_mj(r, rp_env_mj_model(env), rp_env_mj_data(env), rgb);
+    return rl_renderer_draw_mj(r, rl_env_mj_model(env), rl_env_mj_data(env), rgb);
 }

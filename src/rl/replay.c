@@ -23,7 +23,7 @@ struct rp_replay {
     void *block;        /* the one allocation everything below points into */
     float *obs, *act, *reward, *discount, *next_obs; /* [capacity, dim] each */
     float *priority;                                 /* [capacity], prioritised only */
-    rp_sumtree tree;                                 /* leaves p^alpha, prioritised only */
+    rl_sumtree tree;                                 /* leaves p^alpha, prioritised only */
 };
 
 rp_replay_config rp_replay_config_default(void)
@@ -68,7 +68,7 @@ rp_status rp_replay_create(rp_replay **out, const rp_replay_config *cfg)
     size_t act_b = round_up(cap * (size_t)cfg->act_dim * sizeof(float));
     size_t one_b = round_up(cap * sizeof(float));
     size_t tree_b = cfg->prioritized
-                        ? round_up((size_t)(2 * rp_sumtree_p2(cfg->capacity)) * sizeof(double))
+                        ? round_up((size_t)(2 * rl_sumtree_p2(cfg->capacity)) * sizeof(double))
                         : 0;
     size_t prio_b = cfg->prioritized ? one_b : 0;
     size_t total = tree_b + 2 * obs_b + act_b + 2 * one_b + prio_b;
@@ -85,7 +85,7 @@ rp_status rp_replay_create(rp_replay **out, const rp_replay_config *cfg)
     }
     char *p = r->block;
     if (cfg->prioritized) {
-        rp_sumtree_init(&r->tree, (double *)p, cfg->capacity);
+        rl_sumtree_init(&r->tree, (double *)p, cfg->capacity);
         p += tree_b;
     }
     r->obs = (float *)p, p += obs_b;
@@ -142,7 +142,7 @@ static void write_item(rp_replay *r, int64_t slot, const rp_transition *t)
 static void set_priority_leaf(rp_replay *r, int64_t slot, float p, double leaf)
 {
     r->priority[slot] = p;
-    rp_sumtree_set(&r->tree, slot, leaf);
+    rl_sumtree_set(&r->tree, slot, leaf);
     if (p > r->max_priority) r->max_priority = p;
 }
 
@@ -269,7 +269,7 @@ rp_status rp_replay_sample(rp_replay *r, rp_rng *rng, int n, rp_replay_batch *b)
                         (long long)r->size);
     double beta = r->cfg.importance_exponent, wmax = 0.0;
     for (int i = 0; i < n; i++) {
-        int64_t slot = rp_sumtree_find(&r->tree, uniform53(rng) * total);
+        int64_t slot = rl_sumtree_find(&r->tree, uniform53(rng) * total);
         copy_row(r, slot, b, i);
         b->keys[i] = slot_key(r, slot);
         /* w = (N P(i))^-beta; the max-normalisation below makes the largest exactly 1. */
@@ -449,7 +449,7 @@ rp_status rp_replay_load(rp_replay *r, const rp_checkpoint *ck, const char *pref
     r->inserted = inserted;
     r->size = size;
     r->max_priority = saved_prio ? maxp[0] : 1.0f;
-    if (r->cfg.prioritized) rp_sumtree_init(&r->tree, r->tree.node, r->cfg.capacity);
+    if (r->cfg.prioritized) rl_sumtree_init(&r->tree, r->tree.node, r->cfg.capacity);
     size_t od = (size_t)r->cfg.obs_dim, ad = (size_t)r->cfg.act_dim;
     for (int64_t k = 0; k < size; k++) {
         rp_transition t = {obs + (size_t)k * od, act + (size_t)k * ad, reward[k], discount[k],

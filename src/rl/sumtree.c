@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-int64_t rp_sumtree_p2(int64_t n)
+int64_t rl_sumtree_p2(int64_t n)
 {
     int64_t p = 1;
     while (p < n)
@@ -13,14 +13,14 @@ int64_t rp_sumtree_p2(int64_t n)
     return p;
 }
 
-void rp_sumtree_init(rp_sumtree *t, double *node, int64_t n)
+void rl_sumtree_init(rl_sumtree *t, double *node, int64_t n)
 {
     t->node = node;
-    t->leaves_p2 = rp_sumtree_p2(n);
+    t->leaves_p2 = rl_sumtree_p2(n);
     memset(node, 0, (size_t)(2 * t->leaves_p2) * sizeof(double));
 }
 
-void rp_sumtree_set(rp_sumtree *t, int64_t j, double v)
+void rl_sumtree_set(rl_sumtree *t, int64_t j, double v)
 {
     int64_t i = t->leaves_p2 + j;
     t->node[i] = v;
@@ -28,7 +28,7 @@ void rp_sumtree_set(rp_sumtree *t, int64_t j, double v)
         t->node[i] = t->node[2 * i] + t->node[2 * i + 1];
 }
 
-int64_t rp_sumtree_find(const rp_sumtree *t, double mass)
+int64_t rl_sumtree_find(const rl_sumtree *t, double mass)
 {
     int64_t i = 1;
     while (i < t->leaves_p2) {

@@ -14,26 +14,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct rp_sumtree {
+typedef struct rl_sumtree {
     double *node; /* [2 * leaves_p2], owned by whoever allocated it */
     int64_t leaves_p2;
-} rp_sumtree;
+} rl_sumtree;
 
 /* Doubles the array needs for n >= 1 leaves, and the P that goes with it. */
-int64_t rp_sumtree_p2(int64_t n);
+int64_t rl_sumtree_p2(int64_t n);
 
-/* Points t at `node` (2 * rp_sumtree_p2(n) doubles) and zeroes it. */
-void rp_sumtree_init(rp_sumtree *t, double *node, int64_t n);
+/* Points t at `node` (2 * rl_sumtree_p2(n) doubles) and zeroes it. */
+void rl_sumtree_init(rl_sumtree *t, double *node, int64_t n);
 
 /* Sets leaf j to v >= 0 and updates its ancestors: O(log n). */
-void rp_sumtree_set(rp_sumtree *t, int64_t j, double v);
+void rl_sumtree_set(rl_sumtree *t, int64_t j, double v);
 
-static inline double rp_sumtree_get(const rp_sumtree *t, int64_t j)
+static inline double rp_sumtree_get(const rl_sumtree *t, int64_t j)
 {
     return t->node[t->leaves_p2 + j];
 }
 
-static inline double rp_sumtree_total(const rp_sumtree *t)
+static inline double rp_sumtree_total(const rl_sumtree *t)
 {
     return t->node[1];
 }
@@ -44,6 +44,6 @@ static inline double rp_sumtree_total(const rp_sumtree *t)
  * value 0 while the total is positive: a mass that rounding puts at or past
  * the end lands on the last positive leaf.
  */
-int64_t rp_sumtree_find(const rp_sumtree *t, double mass);
+int64_t rl_sumtree_find(const rl_sumtree *t, double mass);
 
 #endif

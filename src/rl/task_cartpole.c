@@ -46,8 +46,8 @@ enum { ID_SLIDER_QPOS, ID_POLE_BODY };
 static rp_status cartpole_bind(rp_rl_env *env, const char *model_name)
 {
     int slider;
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_JOINT, "slider", &slider));
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_BODY, "pole_1", &env->id[ID_POLE_BODY]));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_JOINT, "slider", &slider));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_BODY, "pole_1", &env->id[ID_POLE_BODY]));
     env->id[ID_SLIDER_QPOS] = env->m->jnt_qposadr[slider];
     return RP_OK;
 }
@@ -56,20 +56,20 @@ static rp_status cartpole_bind(rp_rl_env *env, const char *model_name)
 static void swingup_init(rp_rl_env *env, rp_rng *rng)
 {
     mjData *d = env->d;
-    d->qpos[0] = 0.01 * rp_env_normal(rng);
-    d->qpos[1] = M_PI + 0.01 * rp_env_normal(rng);
+    d->qpos[0] = 0.01 * rl_normal(rng);
+    d->qpos[1] = M_PI + 0.01 * rl_normal(rng);
     for (int i = 0; i < env->m->nv; i++)
-        d->qvel[i] = 0.01 * rp_env_normal(rng);
+        d->qvel[i] = 0.01 * rl_normal(rng);
 }
 
 /* dm_control: cart U(-0.1, 0.1), pole U(-0.034, 0.034) rad, velocities 0.01*N(0,1). */
 static void balance_init(rp_rl_env *env, rp_rng *rng)
 {
     mjData *d = env->d;
-    d->qpos[0] = rp_env_uniform(rng, -0.1, 0.1);
-    d->qpos[1] = rp_env_uniform(rng, -0.034, 0.034);
+    d->qpos[0] = rl_uniform(rng, -0.1, 0.1);
+    d->qpos[1] = rl_uniform(rng, -0.034, 0.034);
     for (int i = 0; i < env->m->nv; i++)
-        d->qvel[i] = 0.01 * rp_env_normal(rng);
+        d->qvel[i] = 0.01 * rl_normal(rng);
 }
 
 /* cart x, the pole's cos and sin (its frame's zz and xz), cart and pole velocity: 5 */
@@ -90,17 +90,15 @@ static double cartpole_reward(const rp_rl_env *env, const double *ctrl)
     const mjData *d = env->d;
     double cos_pole = d->xmat[9 * env->id[ID_POLE_BODY] + 8];
     double upright = (cos_pole + 1.0) / 2.0;
-    double centred = (1.0 + rp_env_tolerance(d->qpos[env->id[ID_SLIDER_QPOS]], 0, 0, 2.0,
-                                             RP_TOL_GAUSSIAN, 0.1)) /
-                     2.0;
-    double small_control =
-        (4.0 + rp_env_tolerance(ctrl[0], 0, 0, 1.0, RP_TOL_QUADRATIC, 0.0)) / 5.0;
-    double small_velocity =
-        (1.0 + rp_env_tolerance(d->qvel[1], 0, 0, 5.0, RP_TOL_GAUSSIAN, 0.1)) / 2.0;
+    double centred =
+        (1.0 + rl_tolerance(d->qpos[env->id[ID_SLIDER_QPOS]], 0, 0, 2.0, RP_TOL_GAUSSIAN, 0.1)) /
+        2.0;
+    double small_control = (4.0 + rl_tolerance(ctrl[0], 0, 0, 1.0, RP_TOL_QUADRATIC, 0.0)) / 5.0;
+    double small_velocity = (1.0 + rl_tolerance(d->qvel[1], 0, 0, 5.0, RP_TOL_GAUSSIAN, 0.1)) / 2.0;
     return upright * centred * small_control * small_velocity;
 }
 
-const rp_env_task rp_task_cartpole_swingup = {
+const rl_env_task rl_task_cartpole_swingup = {
     .name = "cartpole-swingup",
     .about = "cartpole-swingup: obs 5 (cart x, pole cos/sin, 2 velocities), act 1 (cart force); "
              "reward upright*centred*small control*small velocity; starts hanging; 1000 x 0.01 s",
@@ -117,7 +115,7 @@ const rp_env_task rp_task_cartpole_swingup = {
     .reward = cartpole_reward,
 };
 
-const rp_env_task rp_task_cartpole_balance = {
+const rl_env_task rl_task_cartpole_balance = {
     .name = "cartpole-balance",
     .about = "cartpole-balance: obs 5 (cart x, pole cos/sin, 2 velocities), act 1 (cart force); "
              "reward upright*centred*small control*small velocity; starts near upright; "

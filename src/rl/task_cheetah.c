@@ -89,7 +89,7 @@ enum { ID_SPEED_ADR };
 static rp_status cheetah_bind(rp_rl_env *env, const char *model_name)
 {
     int sensor;
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_SENSOR, "torso_subtreelinvel", &sensor));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_SENSOR, "torso_subtreelinvel", &sensor));
     env->id[ID_SPEED_ADR] = env->m->sensor_adr[sensor];
     return RP_OK;
 }
@@ -102,10 +102,10 @@ static void cheetah_init(rp_rl_env *env, rp_rng *rng)
     for (int j = 0; j < m->njnt; j++)
         if (m->jnt_limited[j])
             env->d->qpos[m->jnt_qposadr[j]] =
-                rp_env_uniform(rng, m->jnt_range[2 * j], m->jnt_range[2 * j + 1]);
-    mj_forward(m, env->d); /* rp_env_physics_step continues from a forwarded state */
+                rl_uniform(rng, m->jnt_range[2 * j], m->jnt_range[2 * j + 1]);
+    mj_forward(m, env->d); /* rl_env_physics_step continues from a forwarded state */
     for (int i = 0; i < SETTLE_STEPS; i++)
-        rp_env_physics_step(env);
+        rl_env_physics_step(env);
     env->d->time = 0;
 }
 
@@ -123,10 +123,10 @@ static double cheetah_reward(const rp_rl_env *env, const double *ctrl)
 {
     (void)ctrl;
     double v = env->d->sensordata[env->id[ID_SPEED_ADR]];
-    return rp_env_tolerance(v, RUN_SPEED, INFINITY, RUN_SPEED, RP_TOL_LINEAR, 0.0);
+    return rl_tolerance(v, RUN_SPEED, INFINITY, RUN_SPEED, RP_TOL_LINEAR, 0.0);
 }
 
-const rp_env_task rp_task_cheetah_run = {
+const rl_env_task rl_task_cheetah_run = {
     .name = "cheetah-run",
     .about = "cheetah-run: obs 17 (qpos without x: 8, qvel: 9), act 6 (leg torques); "
              "reward min(forward speed / 10 m/s, 1); 1000 x 0.01 s",

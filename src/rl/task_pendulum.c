@@ -39,8 +39,8 @@ enum { ID_POLE_BODY, ID_HINGE_DOF };
 static rp_status pendulum_bind(rp_rl_env *env, const char *model_name)
 {
     int hinge;
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_BODY, "pole", &env->id[ID_POLE_BODY]));
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_JOINT, "hinge", &hinge));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_BODY, "pole", &env->id[ID_POLE_BODY]));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_JOINT, "hinge", &hinge));
     env->id[ID_HINGE_DOF] = env->m->jnt_dofadr[hinge];
     return RP_OK;
 }
@@ -48,7 +48,7 @@ static rp_status pendulum_bind(rp_rl_env *env, const char *model_name)
 /* dm_control: the angle uniform in [-pi, pi), at rest. */
 static void pendulum_init(rp_rl_env *env, rp_rng *rng)
 {
-    env->d->qpos[0] = rp_env_uniform(rng, -M_PI, M_PI);
+    env->d->qpos[0] = rl_uniform(rng, -M_PI, M_PI);
 }
 
 /* the pole's orientation (its frame's zz and xz) and angular velocity: 3 */
@@ -64,11 +64,11 @@ static double pendulum_reward(const rp_rl_env *env, const double *ctrl)
 {
     (void)ctrl;
     const double cos_bound = cos(8.0 * M_PI / 180.0);
-    return rp_env_tolerance(env->d->xmat[9 * env->id[ID_POLE_BODY] + 8], cos_bound, 1.0, 0.0,
-                            RP_TOL_GAUSSIAN, 0.1);
+    return rl_tolerance(env->d->xmat[9 * env->id[ID_POLE_BODY] + 8], cos_bound, 1.0, 0.0,
+                        RP_TOL_GAUSSIAN, 0.1);
 }
 
-const rp_env_task rp_task_pendulum_swingup = {
+const rl_env_task rl_task_pendulum_swingup = {
     .name = "pendulum-swingup",
     .about = "pendulum-swingup: obs 3 (pole cos/sin, angular velocity), act 1 (torque); "
              "reward 1 within 8 degrees of upright, else 0; 1000 x 0.02 s",

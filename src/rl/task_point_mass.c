@@ -46,15 +46,15 @@ enum { ID_TARGET_GEOM, ID_MASS_GEOM };
 
 static rp_status point_mass_bind(rp_rl_env *env, const char *model_name)
 {
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_GEOM, "target", &env->id[ID_TARGET_GEOM]));
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_GEOM, "pointmass", &env->id[ID_MASS_GEOM]));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_GEOM, "target", &env->id[ID_TARGET_GEOM]));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_GEOM, "pointmass", &env->id[ID_MASS_GEOM]));
     return RP_OK;
 }
 
 /* dm_control: both joints uniform in their limits, at rest. */
 static void point_mass_init(rp_rl_env *env, rp_rng *rng)
 {
-    rp_env_randomize_joints(env, rng);
+    rl_env_randomize_joints(env, rng);
 }
 
 /* qpos (2) and qvel (2) */
@@ -75,14 +75,14 @@ static double point_mass_reward(const rp_rl_env *env, const double *ctrl)
     double dist = sqrt((t[0] - p[0]) * (t[0] - p[0]) + (t[1] - p[1]) * (t[1] - p[1]) +
                        (t[2] - p[2]) * (t[2] - p[2]));
     double r = env->m->geom_size[3 * env->id[ID_TARGET_GEOM]];
-    double near = rp_env_tolerance(dist, 0.0, r, r, RP_TOL_GAUSSIAN, 0.1);
-    double control = (rp_env_tolerance(ctrl[0], 0, 0, 1.0, RP_TOL_QUADRATIC, 0.0) +
-                      rp_env_tolerance(ctrl[1], 0, 0, 1.0, RP_TOL_QUADRATIC, 0.0)) /
+    double near = rl_tolerance(dist, 0.0, r, r, RP_TOL_GAUSSIAN, 0.1);
+    double control = (rl_tolerance(ctrl[0], 0, 0, 1.0, RP_TOL_QUADRATIC, 0.0) +
+                      rl_tolerance(ctrl[1], 0, 0, 1.0, RP_TOL_QUADRATIC, 0.0)) /
                      2.0;
     return near * (4.0 + control) / 5.0;
 }
 
-const rp_env_task rp_task_point_mass_easy = {
+const rl_env_task rl_task_point_mass_easy = {
     .name = "point_mass-easy",
     .about = "point_mass-easy: obs 4 (x, y, 2 velocities), act 2 (forces along x, y); "
              "reward near target*small control; 1000 x 0.02 s",

@@ -63,8 +63,8 @@ enum { ID_TARGET_GEOM, ID_FINGER_GEOM, ID_TARGET_MOCAP };
 
 static rp_status reacher_bind(rp_rl_env *env, const char *model_name)
 {
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_GEOM, "target", &env->id[ID_TARGET_GEOM]));
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_GEOM, "finger", &env->id[ID_FINGER_GEOM]));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_GEOM, "target", &env->id[ID_TARGET_GEOM]));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_GEOM, "finger", &env->id[ID_FINGER_GEOM]));
     int body = env->m->geom_bodyid[env->id[ID_TARGET_GEOM]];
     env->id[ID_TARGET_MOCAP] = env->m->body_mocapid[body];
     if (env->id[ID_TARGET_MOCAP] < 0 && (!env->own_model || body != 0))
@@ -78,9 +78,9 @@ static rp_status reacher_bind(rp_rl_env *env, const char *model_name)
    target at angle U(0, 2 pi) and radius U(0.05, 0.2) from the shoulder. */
 static void reacher_init(rp_rl_env *env, rp_rng *rng)
 {
-    rp_env_randomize_joints(env, rng);
-    double angle = rp_env_uniform(rng, 0.0, 2.0 * M_PI);
-    double radius = rp_env_uniform(rng, 0.05, 0.20);
+    rl_env_randomize_joints(env, rng);
+    double angle = rl_uniform(rng, 0.0, 2.0 * M_PI);
+    double radius = rl_uniform(rng, 0.05, 0.20);
     env->target[0] = radius * sin(angle);
     env->target[1] = radius * cos(angle);
     int g = env->id[ID_TARGET_GEOM], mocap = env->id[ID_TARGET_MOCAP];
@@ -116,10 +116,10 @@ static double reacher_reward(const rp_rl_env *env, const double *ctrl)
     const double *f = env->d->geom_xpos + 3 * fg;
     double dist = sqrt((t[0] - f[0]) * (t[0] - f[0]) + (t[1] - f[1]) * (t[1] - f[1]));
     double radii = env->m->geom_size[3 * tg] + env->m->geom_size[3 * fg];
-    return rp_env_tolerance(dist, 0.0, radii, 0.0, RP_TOL_GAUSSIAN, 0.1);
+    return rl_tolerance(dist, 0.0, radii, 0.0, RP_TOL_GAUSSIAN, 0.1);
 }
 
-const rp_env_task rp_task_reacher_easy = {
+const rl_env_task rl_task_reacher_easy = {
     .name = "reacher-easy",
     .about = "reacher-easy: obs 6 (2 joint angles, fingertip-to-target x/y, 2 velocities), "
              "act 2 (joint torques); reward 1 while touching the target, else 0; 1000 x 0.02 s",

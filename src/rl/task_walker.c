@@ -75,8 +75,8 @@ enum { ID_TORSO_BODY, ID_SPEED_ADR };
 static rp_status walker_bind(rp_rl_env *env, const char *model_name)
 {
     int sensor;
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_BODY, "torso", &env->id[ID_TORSO_BODY]));
-    RP_CHECK(rp_env_find(env, model_name, mjOBJ_SENSOR, "torso_subtreelinvel", &sensor));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_BODY, "torso", &env->id[ID_TORSO_BODY]));
+    RP_CHECK(rl_env_find(env, model_name, mjOBJ_SENSOR, "torso_subtreelinvel", &sensor));
     env->id[ID_SPEED_ADR] = env->m->sensor_adr[sensor];
     if (env->m->nbody != 8)
         return RP_ERROR(RP_ERR_FORMAT, "%s: task walker-walk needs 8 bodies (world and 7), not %d",
@@ -88,7 +88,7 @@ static rp_status walker_bind(rp_rl_env *env, const char *model_name)
    from the model's height (1.3 m), at rest: the walker falls and must get up. */
 static void walker_init(rp_rl_env *env, rp_rng *rng)
 {
-    rp_env_randomize_joints(env, rng);
+    rl_env_randomize_joints(env, rng);
 }
 
 /* each body's orientation in the plane (xx, xz of its frame: 7 x 2), torso height, qvel (9): 24 */
@@ -112,16 +112,16 @@ static double walker_reward(const rp_rl_env *env, const double *ctrl)
     (void)ctrl;
     const mjData *d = env->d;
     int torso = env->id[ID_TORSO_BODY];
-    double standing = rp_env_tolerance(d->xpos[3 * torso + 2], STAND_HEIGHT, INFINITY,
-                                       STAND_HEIGHT / 2, RP_TOL_GAUSSIAN, 0.1);
+    double standing = rl_tolerance(d->xpos[3 * torso + 2], STAND_HEIGHT, INFINITY, STAND_HEIGHT / 2,
+                                   RP_TOL_GAUSSIAN, 0.1);
     double upright = (1.0 + d->xmat[9 * torso + 8]) / 2.0;
     double stand = (3.0 * standing + upright) / 4.0;
-    double move = rp_env_tolerance(d->sensordata[env->id[ID_SPEED_ADR]], WALK_SPEED, INFINITY,
-                                   WALK_SPEED / 2, RP_TOL_LINEAR, 0.5);
+    double move = rl_tolerance(d->sensordata[env->id[ID_SPEED_ADR]], WALK_SPEED, INFINITY,
+                               WALK_SPEED / 2, RP_TOL_LINEAR, 0.5);
     return stand * (5.0 * move + 1.0) / 6.0;
 }
 
-const rp_env_task rp_task_walker_walk = {
+const rl_env_task rl_task_walker_walk = {
     .name = "walker-walk",
     .about = "walker-walk: obs 24 (7 body orientations x 2, torso height, qvel 9), act 6 (hip, "
              "knee, ankle torques x 2); reward stand*(5*move+1)/6; 1000 x 0.025 s (10 x 2.5 ms)",

@@ -77,7 +77,7 @@ float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail)
     return x->grad;
 }
 
-static rp_status matmul_bwd(rp_tape *t, rp_node *nd)
+static rp_status matmul_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     int m = a->shape[0], k = a->shape[1], n = b->shape[1];
@@ -94,7 +94,7 @@ static rp_status matmul_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status linear_bwd(rp_tape *t, rp_node *nd)
+static rp_status linear_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
     int n = x->shape[0], in_f = x->shape[1], out_f = w->shape[0];
@@ -113,7 +113,7 @@ static rp_status linear_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status conv_bwd(rp_tape *t, rp_node *nd)
+static rp_status conv_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
     bool fail = false;
@@ -135,7 +135,7 @@ static rp_status conv_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
+static rp_status batch_norm_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *y = nd->out;
     int c = gamma->shape[0];
@@ -206,7 +206,7 @@ static rp_status batch_norm_bwd(rp_tape *t, rp_node *nd)
 
 rp_status tape_recompute(rp_tape *t, rp_tensor *y)
 {
-    rp_node *nd = &t->nodes[y->node]; /* a batch norm (rp_tape_drop checked) */
+    tape_node *nd = &t->nodes[y->node]; /* a batch norm (rp_tape_drop checked) */
     rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *residual = nd->in[3];
     int c = gamma->shape[0];
     const float *mean = nd->saved, *invstd = (const float *)nd->saved + c;
@@ -223,7 +223,7 @@ rp_status tape_recompute(rp_tape *t, rp_tensor *y)
     return RP_OK;
 }
 
-static rp_status act_bwd(rp_tape *t, rp_node *nd)
+static rp_status act_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     bool fail = false;
@@ -235,7 +235,7 @@ static rp_status act_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status binary_bwd(rp_tape *t, rp_node *nd)
+static rp_status binary_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     int64_t n = a->numel, nb = nd->a.bin.nb;
@@ -286,7 +286,7 @@ static rp_status binary_bwd(rp_tape *t, rp_node *nd)
 }
 
 /* Per-axis broadcasting: b's gradient sums over the axes it was repeated along. */
-static rp_status binary_bcast_bwd(rp_tape *t, rp_node *nd)
+static rp_status binary_bcast_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     const int64_t *shape = nd->a.bcast.shape, *bstride = nd->a.bcast.bstride;
@@ -328,7 +328,7 @@ static rp_status binary_bcast_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status clamp_bwd(rp_tape *t, rp_node *nd)
+static rp_status clamp_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     bool fail = false;
@@ -340,7 +340,7 @@ static rp_status clamp_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status layer_norm_bwd(rp_tape *t, rp_node *nd)
+static rp_status layer_norm_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2], *y = nd->out;
     int d = x->shape[x->ndim - 1];
@@ -359,7 +359,7 @@ static rp_status layer_norm_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status log_softmax_bwd(rp_tape *t, rp_node *nd)
+static rp_status log_softmax_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     bool fail = false;
@@ -372,7 +372,7 @@ static rp_status log_softmax_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status reduce_axes_bwd(rp_tape *t, rp_node *nd)
+static rp_status reduce_axes_bwd(rp_tape *t, tape_node *nd)
 {
     bool fail = false;
     float *dx = tape_grad_acc(t, nd->in[0], &fail);
@@ -383,7 +383,7 @@ static rp_status reduce_axes_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status custom_bwd(rp_tape *t, rp_node *nd)
+static rp_status custom_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor **in = nd->many ? nd->many : nd->in;
     float **din = rp_arena_alloc(t->arena, (size_t)(nd->n_in ? nd->n_in : 1) * sizeof(float *));
@@ -423,7 +423,7 @@ static rp_status custom_bwd(rp_tape *t, rp_node *nd)
  * constant (the power iteration is not differentiated, as in the paper):
  *   dW = G / sigma - (sum(G .* W) / sigma^2) u' v^T.
  */
-static rp_status spectral_norm_bwd(rp_tape *t, rp_node *nd)
+static rp_status spectral_norm_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *w = nd->in[0], *y = nd->out;
     bool fail = false;
@@ -437,7 +437,7 @@ static rp_status spectral_norm_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status concat_bwd(rp_tape *t, rp_node *nd)
+static rp_status concat_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor **xs = nd->many ? nd->many : nd->in, *y = nd->out;
     int last = y->ndim - 1, width = y->shape[last];
@@ -453,7 +453,7 @@ static rp_status concat_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status pool_bwd(rp_tape *t, rp_node *nd)
+static rp_status pool_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     bool fail = false;
@@ -468,7 +468,7 @@ static rp_status pool_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status image_bwd(rp_tape *t, rp_node *nd)
+static rp_status image_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     bool fail = false;
@@ -483,7 +483,7 @@ static rp_status image_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-static rp_status loss_bwd(rp_tape *t, rp_node *nd)
+static rp_status loss_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *y = nd->out;
     float dl;
@@ -534,7 +534,7 @@ static const float *out_grad(rp_tape *t, rp_tensor *y)
     return zeros;
 }
 
-static rp_status collective_bwd(rp_tape *t, rp_node *nd)
+static rp_status collective_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->n_in ? nd->in[0] : NULL, *y = nd->out;
     rp_comm *c = nd->a.coll.comm;
@@ -616,7 +616,7 @@ static rp_status collective_bwd(rp_tape *t, rp_node *nd)
     return RP_OK;
 }
 
-rp_status rp_node_backward(rp_tape *t, rp_node *nd)
+rp_status tape_node_backward(rp_tape *t, tape_node *nd)
 {
     bool fail = false;
     switch (nd->op) {

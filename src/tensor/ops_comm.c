@@ -17,11 +17,11 @@ static bool check_comm(rp_tape *t, rp_comm *c, const char *who)
 }
 
 /* Records node `op` for y = f(x) when x needs a gradient; false on OOM. */
-static bool record(rp_tape *t, rp_op op, rp_tensor *y, rp_tensor *x, rp_comm *c, rp_reduce_op rop,
+static bool record(rp_tape *t, tape_op op, rp_tensor *y, rp_tensor *x, rp_comm *c, rp_reduce_op rop,
                    int root)
 {
-    if (!rp_tape_needs_grad(t, &x, 1)) return true;
-    rp_node *node = rp_tape_record(t, op, y, &x, 1);
+    if (!tape_needs_grad(t, &x, 1)) return true;
+    tape_node *node = tape_record(t, op, y, &x, 1);
     if (!node) return false;
     node->a.coll.comm = c;
     node->a.coll.op = rop;
@@ -37,7 +37,7 @@ rp_tensor *rp_tensor_all_reduce(rp_tape *t, rp_comm *c, rp_tensor *x, rp_reduce_
         RP_ERROR(RP_ERR_INVALID, "rp_tensor_all_reduce: unknown reduction %d", (int)op);
         return NULL;
     }
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     size_t bytes = (size_t)x->numel * sizeof(float);
     const float *hx = tape_host_in(t, x->data, bytes);
@@ -62,7 +62,7 @@ rp_tensor *rp_tensor_all_gather(rp_tape *t, rp_comm *c, rp_tensor *x)
     int shape[RP_MAX_DIMS] = {rp_comm_size(c)};
     for (int i = 0; i < x->ndim; i++)
         shape[i + 1] = x->shape[i];
-    rp_tensor *y = rp_tape_tensor(t, x->ndim + 1, shape);
+    rp_tensor *y = tape_tensor(t, x->ndim + 1, shape);
     RP_PROPAGATE_NULL(y);
     const float *hx = tape_host_in(t, x->data, (size_t)x->numel * sizeof(float));
     float *hy = tape_host_out(t, y->data, (size_t)y->numel * sizeof(float));
@@ -94,7 +94,7 @@ rp_tensor *rp_tensor_reduce_scatter(rp_tape *t, rp_comm *c, rp_tensor *x, rp_red
     int shape[RP_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[0] /= n;
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, shape);
+    rp_tensor *y = tape_tensor(t, x->ndim, shape);
     RP_PROPAGATE_NULL(y);
     const float *hx = tape_host_in(t, x->data, (size_t)x->numel * sizeof(float));
     float *hy = tape_host_out(t, y->data, (size_t)y->numel * sizeof(float));
@@ -112,7 +112,7 @@ rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
                  rp_comm_size(c));
         return NULL;
     }
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     size_t bytes = (size_t)x->numel * sizeof(float);
     float *hy = tape_host_in(t, x->data, bytes); /* x's own values when storage is host memory */
@@ -139,8 +139,7 @@ static rp_tensor *reduce_from_group(rp_tape *t, rp_comm *c, rp_tensor *x, bool i
 {
     TAPE_F32_IN(t, x);
     if (!check_comm(t, c, who)) return NULL;
-    rp_tensor *y =
-        inplace ? tape_view(t, x, x->ndim, x->shape) : rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = inplace ? tape_view(t, x, x->ndim, x->shape) : tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     size_t bytes = (size_t)x->numel * sizeof(float);
     const float *hx = tape_host_in(t, x->data, bytes);
@@ -165,14 +164,14 @@ rp_tensor *rp_tensor_send(rp_tape *t, rp_comm *c, rp_tensor *x, int peer, int ta
 {
     TAPE_F32_IN(t, x);
     if (!check_comm(t, c, "rp_tensor_send")) return NULL;
-    rp_tensor *token = rp_tape_tensor(t, 0, NULL);
+    rp_tensor *token = tape_tensor(t, 0, NULL);
     RP_PROPAGATE_NULL(token);
     tape_set_scalar(t, token, 0.0f);
     const float *hx = tape_host_in(t, x->data, (size_t)x->numel * sizeof(float));
     if (!hx || rp_comm_send(c, hx, x->numel, RP_F32, peer, tag) != RP_OK) return NULL;
     /* Recorded whenever the tape records, as the matching receive is: the peer's backward sends. */
     if (!t->recording) return token;
-    rp_node *node = rp_tape_record(t, RP_OP_SEND, token, &x, 1);
+    tape_node *node = tape_record(t, RP_OP_SEND, token, &x, 1);
     RP_PROPAGATE_NULL(node);
     node->a.coll.comm = c;
     node->a.coll.peer = peer;
@@ -189,7 +188,7 @@ rp_tensor *rp_tensor_recv(rp_tape *t, rp_comm *c, int ndim, const int *shape, in
     if (!hy || rp_comm_recv(c, hy, y->numel, RP_F32, peer, tag) != RP_OK) return NULL;
     tape_host_commit(t, y->data, hy, (size_t)y->numel * sizeof(float));
     if (!t->recording) return y;
-    rp_node *node = rp_tape_record(t, RP_OP_RECV, y, NULL, 0);
+    tape_node *node = tape_record(t, RP_OP_RECV, y, NULL, 0);
     RP_PROPAGATE_NULL(node);
     node->a.coll.comm = c;
     node->a.coll.peer = peer;

@@ -34,7 +34,7 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
                  ndim);
         return NULL;
     }
-    rp_tensor *y = rp_tape_tensor(t, ndim, shape);
+    rp_tensor *y = tape_tensor(t, ndim, shape);
     RP_PROPAGATE_NULL(y);
     /* The callbacks are host code: they get host shadows of the tensors (the tensors themselves
        when storage is host memory). */
@@ -56,8 +56,8 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
         return NULL;
     }
     tape_host_tensor_commit(t, y, hy);
-    if (rp_tape_needs_grad(t, in, n)) {
-        rp_node *node = rp_tape_record(t, RP_OP_CUSTOM, y, in, n);
+    if (tape_needs_grad(t, in, n)) {
+        tape_node *node = tape_record(t, RP_OP_CUSTOM, y, in, n);
         RP_PROPAGATE_NULL(node);
         node->a.custom.op = op;
         node->a.custom.ctx = ctx;

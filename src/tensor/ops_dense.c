@@ -21,15 +21,15 @@ rp_tensor *rp_matmul(rp_tape *t, rp_tensor *a, rp_tensor *b)
         return NULL;
     }
     int m = a->shape[0], k = a->shape[1], n = b->shape[1];
-    rp_tensor *y = rp_tape_tensor(t, 2, (int[]){m, n});
+    rp_tensor *y = tape_tensor(t, 2, (int[]){m, n});
     RP_PROPAGATE_NULL(y);
     rp_dtype compute = tape_compute(t, RP_AUTOCAST_MATMUL);
     if (tape_gemm(t, compute, false, false, m, n, k, a->data, k, b->data, n, 0.0f, y->data, n) !=
         RP_OK)
         return NULL;
     rp_tensor *in[] = {a, b};
-    if (rp_tape_needs_grad(t, in, 2)) {
-        rp_node *node = rp_tape_record(t, RP_OP_MATMUL, y, in, 2);
+    if (tape_needs_grad(t, in, 2)) {
+        tape_node *node = tape_record(t, RP_OP_MATMUL, y, in, 2);
         RP_PROPAGATE_NULL(node);
         node->compute = compute;
     }
@@ -52,7 +52,7 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
                  rp_shape_str(b, sb, sizeof sb), rp_shape_str(w, sw, sizeof sw), out_f);
         return NULL;
     }
-    rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, out_f});
+    rp_tensor *y = tape_tensor(t, 2, (int[]){n, out_f});
     RP_PROPAGATE_NULL(y);
     rp_dtype compute = tape_compute(t, RP_AUTOCAST_LINEAR);
     if (tape_gemm(t, compute, false, true, n, out_f, in_f, x->data, in_f, w->data, in_f, 0.0f,
@@ -60,8 +60,8 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
         return NULL;
     if (b) t->k->binary(y->data, y->data, b->data, y->numel, out_f, RP_BIN_ADD);
     rp_tensor *in[] = {x, w, b};
-    if (rp_tape_needs_grad(t, in, 3)) {
-        rp_node *node = rp_tape_record(t, RP_OP_LINEAR, y, in, 3);
+    if (tape_needs_grad(t, in, 3)) {
+        tape_node *node = tape_record(t, RP_OP_LINEAR, y, in, 3);
         RP_PROPAGATE_NULL(node);
         node->compute = compute;
     }
@@ -71,11 +71,11 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
 static rp_tensor *activation(rp_tape *t, rp_tensor *x, rp_act act, float slope)
 {
     TAPE_F32_IN(t, x);
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     t->k->act_fwd(y->data, x->data, x->numel, act, slope);
-    if (rp_tape_needs_grad(t, &x, 1)) {
-        rp_node *node = rp_tape_record(t, RP_OP_ACT, y, &x, 1);
+    if (tape_needs_grad(t, &x, 1)) {
+        tape_node *node = tape_record(t, RP_OP_ACT, y, &x, 1);
         RP_PROPAGATE_NULL(node);
         node->a.act.act = act;
         node->a.act.slope = slope;
@@ -130,11 +130,11 @@ rp_tensor *rp_clamp(rp_tape *t, rp_tensor *x, float lo, float hi)
                  (double)hi);
         return NULL;
     }
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     t->k->clamp_fwd(y->data, x->data, x->numel, lo, hi);
-    if (rp_tape_needs_grad(t, &x, 1)) {
-        rp_node *node = rp_tape_record(t, RP_OP_CLAMP, y, &x, 1);
+    if (tape_needs_grad(t, &x, 1)) {
+        tape_node *node = tape_record(t, RP_OP_CLAMP, y, &x, 1);
         RP_PROPAGATE_NULL(node);
         node->a.clamp.lo = lo;
         node->a.clamp.hi = hi;
@@ -193,12 +193,12 @@ static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, co
                      who, rp_shape_str(b, sb, sizeof sb), rp_shape_str(a, sa, sizeof sa));
             return NULL;
         }
-        rp_tensor *y = rp_tape_tensor(t, a->ndim, a->shape);
+        rp_tensor *y = tape_tensor(t, a->ndim, a->shape);
         RP_PROPAGATE_NULL(y);
         t->k->binary_bcast(y->data, a->data, b->data, shape, bstride, op);
         rp_tensor *in[] = {a, b};
-        if (rp_tape_needs_grad(t, in, 2)) {
-            rp_node *node = rp_tape_record(t, RP_OP_BINARY_BCAST, y, in, 2);
+        if (tape_needs_grad(t, in, 2)) {
+            tape_node *node = tape_record(t, RP_OP_BINARY_BCAST, y, in, 2);
             RP_PROPAGATE_NULL(node);
             node->a.bcast.op = op;
             memcpy(node->a.bcast.shape, shape, sizeof shape);
@@ -206,12 +206,12 @@ static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, co
         }
         return y;
     }
-    rp_tensor *y = rp_tape_tensor(t, a->ndim, a->shape);
+    rp_tensor *y = tape_tensor(t, a->ndim, a->shape);
     RP_PROPAGATE_NULL(y);
     t->k->binary(y->data, a->data, b->data, a->numel, b->numel, op);
     rp_tensor *in[] = {a, b};
-    if (rp_tape_needs_grad(t, in, 2)) {
-        rp_node *node = rp_tape_record(t, RP_OP_BINARY, y, in, 2);
+    if (tape_needs_grad(t, in, 2)) {
+        tape_node *node = tape_record(t, RP_OP_BINARY, y, in, 2);
         RP_PROPAGATE_NULL(node);
         node->a.bin.op = op;
         node->a.bin.nb = b->numel;
@@ -242,11 +242,11 @@ rp_tensor *rp_div(rp_tape *t, rp_tensor *a, rp_tensor *b)
 rp_tensor *rp_scale(rp_tape *t, rp_tensor *x, float s)
 {
     TAPE_F32_IN(t, x);
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     t->k->scale(y->data, x->data, s, x->numel, false);
-    if (rp_tape_needs_grad(t, &x, 1)) {
-        rp_node *node = rp_tape_record(t, RP_OP_SCALE, y, &x, 1);
+    if (tape_needs_grad(t, &x, 1)) {
+        tape_node *node = tape_record(t, RP_OP_SCALE, y, &x, 1);
         RP_PROPAGATE_NULL(node);
         node->a.scale.s = s;
     }
@@ -296,14 +296,14 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
     int shape[RP_MAX_DIMS];
     memcpy(shape, x0->shape, sizeof shape);
     shape[last] = width;
-    rp_tensor *y = rp_tape_tensor(t, x0->ndim, shape);
+    rp_tensor *y = tape_tensor(t, x0->ndim, shape);
     RP_PROPAGATE_NULL(y);
     int64_t rows = y->numel / width, off = 0;
     for (int i = 0; i < n; i++) {
         t->k->copy_cols(y->data, width, off, xs[i]->data, rows, xs[i]->shape[last]);
         off += xs[i]->shape[last];
     }
-    if (rp_tape_needs_grad(t, xs, n) && !rp_tape_record(t, RP_OP_CONCAT, y, xs, n)) return NULL;
+    if (tape_needs_grad(t, xs, n) && !tape_record(t, RP_OP_CONCAT, y, xs, n)) return NULL;
     return y;
 }
 
@@ -327,7 +327,7 @@ rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
     }
     rp_tensor *y = tape_view(t, x, ndim, shape);
     RP_PROPAGATE_NULL(y);
-    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_RESHAPE, y, &x, 1)) return NULL;
+    if (tape_needs_grad(t, &x, 1) && !tape_record(t, RP_OP_RESHAPE, y, &x, 1)) return NULL;
     return y;
 }
 
@@ -345,11 +345,11 @@ rp_tensor *rp_flatten(rp_tape *t, rp_tensor *x)
 static rp_tensor *reduce_all(rp_tape *t, rp_tensor *x, bool mean)
 {
     TAPE_F32_IN(t, x);
-    rp_tensor *y = rp_tape_tensor(t, 0, NULL);
+    rp_tensor *y = tape_tensor(t, 0, NULL);
     RP_PROPAGATE_NULL(y);
     double s = t->k->sum(x->data, x->numel);
     tape_set_scalar(t, y, (float)(mean ? s / (double)x->numel : s));
-    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, mean ? RP_OP_MEAN : RP_OP_SUM, y, &x, 1))
+    if (tape_needs_grad(t, &x, 1) && !tape_record(t, mean ? RP_OP_MEAN : RP_OP_SUM, y, &x, 1))
         return NULL;
     return y;
 }
@@ -383,12 +383,12 @@ rp_tensor *rp_embedding(rp_tape *t, rp_tensor *table, const int32_t *idx, int n)
             return NULL;
         }
     }
-    rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, d});
+    rp_tensor *y = tape_tensor(t, 2, (int[]){n, d});
     int32_t *stored = tape_upload(t, idx, (size_t)n * sizeof(int32_t)); /* the kernels' copy */
     if (!y || !stored) return NULL;
     t->k->embedding_fwd(y->data, table->data, stored, n, d);
-    if (rp_tape_needs_grad(t, &table, 1)) {
-        rp_node *node = rp_tape_record(t, RP_OP_EMBEDDING, y, &table, 1);
+    if (tape_needs_grad(t, &table, 1)) {
+        tape_node *node = tape_record(t, RP_OP_EMBEDDING, y, &table, 1);
         RP_PROPAGATE_NULL(node);
         node->saved = stored;
         node->saved_bytes = (size_t)n * sizeof(int32_t);
@@ -427,15 +427,15 @@ static rp_tensor *softmax_xent(rp_tape *t, rp_tensor *logits, const int32_t *lab
             }
         }
     }
-    rp_tensor *y = rp_tape_tensor(t, 0, NULL);
+    rp_tensor *y = tape_tensor(t, 0, NULL);
     float *probs = rp_arena_alloc(t->store, (size_t)logits->numel * sizeof(float));
     int32_t *stored = target ? NULL : tape_upload(t, labels, (size_t)n * sizeof(int32_t));
     if (!y || !probs || (!target && !stored)) return NULL;
     tape_set_scalar(t, y,
                     (float)t->k->softmax_xent_fwd(probs, logits->data, stored,
                                                   target ? target->data : NULL, n, c));
-    if (rp_tape_needs_grad(t, &logits, 1)) {
-        rp_node *node = rp_tape_record(t, RP_OP_SOFTMAX_XENT, y, &logits, 1);
+    if (tape_needs_grad(t, &logits, 1)) {
+        tape_node *node = tape_record(t, RP_OP_SOFTMAX_XENT, y, &logits, 1);
         RP_PROPAGATE_NULL(node);
         node->saved = probs;
         node->saved_bytes = (size_t)logits->numel * sizeof(float);
@@ -470,13 +470,13 @@ rp_tensor *rp_mse(rp_tape *t, rp_tensor *a, rp_tensor *b)
                  rp_shape_str(b, sb, sizeof sb));
         return NULL;
     }
-    rp_tensor *y = rp_tape_tensor(t, 0, NULL);
+    rp_tensor *y = tape_tensor(t, 0, NULL);
     float *diff = rp_arena_alloc(t->store, (size_t)a->numel * sizeof(float));
     if (!y || !diff) return NULL;
     t->k->binary(diff, a->data, b->data, a->numel, a->numel, RP_BIN_SUB);
     t->k->mul(diff, diff, diff, a->numel, false);
     tape_set_scalar(t, y, (float)(t->k->sum(diff, a->numel) / (double)a->numel));
     rp_tensor *in[] = {a, b};
-    if (rp_tape_needs_grad(t, in, 2) && !rp_tape_record(t, RP_OP_MSE, y, in, 2)) return NULL;
+    if (tape_needs_grad(t, in, 2) && !tape_record(t, RP_OP_MSE, y, in, 2)) return NULL;
     return y;
 }

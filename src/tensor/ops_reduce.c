@@ -26,12 +26,12 @@ static rp_tensor *reduce(rp_tape *t, rp_tensor *x, unsigned mask, bool keepdims,
             out_shape[out_ndim++] = x->shape[i];
         }
     }
-    rp_tensor *y = rp_tape_tensor(t, out_ndim, out_shape);
+    rp_tensor *y = tape_tensor(t, out_ndim, out_shape);
     RP_PROPAGATE_NULL(y);
     float scale = mean ? (float)(1.0 / (double)count) : 1.0f;
     t->k->reduce_axes(y->data, x->data, shape, mask4, scale, false);
-    if (rp_tape_needs_grad(t, &x, 1)) {
-        rp_node *node = rp_tape_record(t, RP_OP_REDUCE_AXES, y, &x, 1);
+    if (tape_needs_grad(t, &x, 1)) {
+        tape_node *node = tape_record(t, RP_OP_REDUCE_AXES, y, &x, 1);
         RP_PROPAGATE_NULL(node);
         memcpy(node->a.red.shape, shape, sizeof shape);
         node->a.red.mask = mask4;
@@ -101,11 +101,10 @@ rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x)
         return NULL;
     }
     int c = x->shape[x->ndim - 1];
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_tensor(t, x->ndim, x->shape);
     RP_PROPAGATE_NULL(y);
     t->k->log_softmax_fwd(y->data, x->data, x->numel / c, c);
-    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_LOG_SOFTMAX, y, &x, 1))
-        return NULL;
+    if (tape_needs_grad(t, &x, 1) && !tape_record(t, RP_OP_LOG_SOFTMAX, y, &x, 1)) return NULL;
     return y;
 }
 
@@ -129,14 +128,14 @@ rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *
         return NULL;
     }
     int64_t rows = x->numel / d;
-    rp_tensor *y = rp_tape_tensor(t, x->ndim, x->shape);
+    rp_tensor *y = tape_tensor(t, x->ndim, x->shape);
     float *stats = rp_arena_alloc(t->store, 2 * (size_t)rows * sizeof(float)); /* mean, rstd */
     if (!y || !stats) return NULL;
     t->k->layernorm_fwd(y->data, stats, stats + rows, x->data, gamma ? gamma->data : NULL,
                         beta ? beta->data : NULL, rows, d, eps);
     rp_tensor *in[] = {x, gamma, beta};
-    if (rp_tape_needs_grad(t, in, 3)) {
-        rp_node *node = rp_tape_record(t, RP_OP_LAYER_NORM, y, in, 3);
+    if (tape_needs_grad(t, in, 3)) {
+        tape_node *node = tape_record(t, RP_OP_LAYER_NORM, y, in, 3);
         RP_PROPAGATE_NULL(node);
         node->saved = stats;
         node->saved_bytes = 2 * (size_t)rows * sizeof(float);

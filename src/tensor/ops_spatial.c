@@ -38,8 +38,8 @@ rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_co
     if (t->k->conv2d_fwd(y->storage, x->storage, w->data, b ? b->data : NULL, &d) != RP_OK)
         return NULL;
     rp_tensor *in[] = {x, w, b};
-    if (rp_tape_needs_grad(t, in, 3)) {
-        rp_node *node = rp_tape_record(t, RP_OP_CONV2D, y, in, 3);
+    if (tape_needs_grad(t, in, 3)) {
+        tape_node *node = tape_record(t, RP_OP_CONV2D, y, in, 3);
         RP_PROPAGATE_NULL(node);
         node->a.conv = d;
     }
@@ -146,9 +146,9 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
     else
         t->k->bn_norm_fwd(y->data, x->data, mean, invstd, gamma->data, beta->data,
                           residual ? residual->data : NULL, p.relu, m, c);
-    if (rp_tape_needs_grad(t, in, n_in)) {
+    if (tape_needs_grad(t, in, n_in)) {
         /* Backward recomputes xhat from x, mean and invstd, and corrects with mean_rest. */
-        rp_node *node = rp_tape_record(t, RP_OP_BATCH_NORM, y, in, n_in);
+        tape_node *node = tape_record(t, RP_OP_BATCH_NORM, y, in, n_in);
         RP_PROPAGATE_NULL(node);
         node->saved = stats;
         node->saved_bytes = 3 * (size_t)c * sizeof(float);
@@ -198,7 +198,7 @@ static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
     if (rp_pool_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], p.kernel,
                           p.stride, p.pad) != RP_OK)
         return NULL;
-    rp_tensor *y = rp_tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.c});
+    rp_tensor *y = tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.c});
     RP_PROPAGATE_NULL(y);
     int32_t *argmax = NULL;
     if (max) {
@@ -207,8 +207,8 @@ static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
     } else if (t->k->avgpool_fwd(y->data, x->data, &d) != RP_OK) {
         return NULL;
     }
-    if (rp_tape_needs_grad(t, &x, 1)) {
-        rp_node *node = rp_tape_record(t, max ? RP_OP_MAX_POOL : RP_OP_AVG_POOL, y, &x, 1);
+    if (tape_needs_grad(t, &x, 1)) {
+        tape_node *node = tape_record(t, max ? RP_OP_MAX_POOL : RP_OP_AVG_POOL, y, &x, 1);
         RP_PROPAGATE_NULL(node);
         node->a.pool = d;
         node->saved = argmax;
@@ -237,11 +237,10 @@ rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
         return NULL;
     }
     int n = x->shape[0], hw = x->shape[1] * x->shape[2], c = x->shape[3];
-    rp_tensor *y = rp_tape_tensor(t, 2, (int[]){n, c});
+    rp_tensor *y = tape_tensor(t, 2, (int[]){n, c});
     RP_PROPAGATE_NULL(y);
     t->k->gap_fwd(y->data, x->data, n, hw, c);
-    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_GLOBAL_AVG_POOL, y, &x, 1))
-        return NULL;
+    if (tape_needs_grad(t, &x, 1) && !tape_record(t, RP_OP_GLOBAL_AVG_POOL, y, &x, 1)) return NULL;
     return y;
 }
 
@@ -255,9 +254,9 @@ rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
         return NULL;
     }
     int n = x->shape[0], h = x->shape[1], w = x->shape[2], c = x->shape[3];
-    rp_tensor *y = rp_tape_tensor(t, 4, (int[]){n, 2 * h, 2 * w, c});
+    rp_tensor *y = tape_tensor(t, 4, (int[]){n, 2 * h, 2 * w, c});
     RP_PROPAGATE_NULL(y);
     t->k->upsample2x_fwd(y->data, x->data, n, h, w, c);
-    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_UPSAMPLE2X, y, &x, 1)) return NULL;
+    if (tape_needs_grad(t, &x, 1) && !tape_record(t, RP_OP_UPSAMPLE2X, y, &x, 1)) return NULL;
     return y;
 }

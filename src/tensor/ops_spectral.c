@@ -34,7 +34,7 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
     }
     /* u' [rows] then v [cols]; kept for backward (arena, until the reset). */
     double *uv = rp_arena_alloc(t->store, (size_t)(rows + cols) * sizeof(double));
-    rp_tensor *y = rp_tape_tensor(t, w->ndim, w->shape);
+    rp_tensor *y = tape_tensor(t, w->ndim, w->shape);
     if (!uv || !y) return NULL;
     double *un = uv, *v = uv + rows;
     double sigma = t->k->sn_power(un, v, w->data, u->data, rows, cols);
@@ -48,8 +48,8 @@ rp_tensor *rp_spectral_normalize(rp_tape *t, rp_tensor *w, rp_tensor *u, bool up
     t->k->sn_fwd(y->data, update_u ? u->data : NULL, un, w->data, sigma, rows, cols);
     if (sigma_out) *sigma_out = (float)sigma;
 
-    if (rp_tape_needs_grad(t, &w, 1)) {
-        rp_node *node = rp_tape_record(t, RP_OP_SPECTRAL_NORM, y, &w, 1);
+    if (tape_needs_grad(t, &w, 1)) {
+        tape_node *node = tape_record(t, RP_OP_SPECTRAL_NORM, y, &w, 1);
         RP_PROPAGATE_NULL(node);
         node->saved = uv;
         node->saved_bytes = (size_t)(rows + cols) * sizeof(double);

@@ -71,6 +71,6 @@ rp_tensor *rp_cast(rp_tape *t, rp_tensor *x, rp_dtype dtype)
         t->k->cast_bf16_f32(y->data, x->data_bf16, x->numel);
     else
         t->k->cast_f32_bf16(y->data_bf16, x->data, x->numel);
-    if (rp_tape_needs_grad(t, &x, 1) && !rp_tape_record(t, RP_OP_CAST, y, &x, 1)) return NULL;
+    if (tape_needs_grad(t, &x, 1) && !tape_record(t, RP_OP_CAST, y, &x, 1)) return NULL;
     return y;
 }

@@ -183,7 +183,7 @@ rp_tensor *tape_view(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
     return y;
 }
 
-bool rp_tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n)
+bool tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n)
 {
     if (!t->recording) return false;
     for (int i = 0; i < n; i++)
@@ -206,10 +206,10 @@ static bool grow(void **array, int *cap, int need, size_t elem)
     return true;
 }
 
-rp_node *rp_tape_record(rp_tape *t, rp_op op, rp_tensor *out, rp_tensor *const *in, int n)
+tape_node *tape_record(rp_tape *t, tape_op op, rp_tensor *out, rp_tensor *const *in, int n)
 {
-    if (!grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes + 1, sizeof(rp_node))) return NULL;
-    rp_node *node = &t->nodes[t->n_nodes];
+    if (!grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes + 1, sizeof(tape_node))) return NULL;
+    tape_node *node = &t->nodes[t->n_nodes];
     memset(node, 0, sizeof *node);
     node->op = op;
     node->out = out;
@@ -236,7 +236,7 @@ rp_node *rp_tape_record(rp_tape *t, rp_op op, rp_tensor *out, rp_tensor *const *
     return node;
 }
 
-static rp_tensor **node_inputs(rp_node *node)
+static rp_tensor **node_inputs(tape_node *node)
 {
     return node->many ? node->many : node->in;
 }
@@ -288,7 +288,7 @@ static rp_status recompute_view(rp_tape *t, rp_tensor *v)
  * Before node's rule: the values it reads that rp_tape_drop released, recomputed. A view's become
  * stale again once its base's producer releases them, after every reader of the view has run.
  */
-static rp_status recompute_before(rp_tape *t, rp_node *node)
+static rp_status recompute_before(rp_tape *t, tape_node *node)
 {
     rp_tensor **in = node_inputs(node);
     for (int j = 0; j < node->n_in; j++) {
@@ -304,7 +304,7 @@ static rp_status recompute_before(rp_tape *t, rp_node *node)
 
 /* After node's rule: its scratch (newest first, so the arena's top comes down), its output's
  * gradient and what it saved are dead. */
-static void release_after(rp_tape *t, rp_node *node)
+static void release_after(rp_tape *t, tape_node *node)
 {
     while (t->n_scratch > 0) {
         struct tape_scratch_entry *e = &t->scratch[--t->n_scratch];
@@ -352,10 +352,10 @@ static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const 
     }
 
     for (int i = y->node; i >= 0; i--) {
-        rp_node *node = &t->nodes[i];
+        tape_node *node = &t->nodes[i];
         if (node->out->grad || tape_op_is_collective(node->op)) {
             rp_status st = recompute_before(t, node);
-            if (st == RP_OK) st = rp_node_backward(t, node);
+            if (st == RP_OK) st = tape_node_backward(t, node);
             if (st != RP_OK) {
                 t->n_scratch = 0; /* the reset takes it all back */
                 return st;

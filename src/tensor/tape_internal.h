@@ -45,10 +45,10 @@ typedef enum {
     RP_OP_REDUCE_FROM_GROUP,
     RP_OP_SEND,
     RP_OP_RECV,
-} rp_op;
+} tape_op;
 
 /* Whether a node's backward is a collective every member must make, gradient or not. */
-static inline bool tape_op_is_collective(rp_op op)
+static inline bool tape_op_is_collective(tape_op op)
 {
     return op >= RP_OP_ALL_REDUCE;
 }
@@ -59,8 +59,8 @@ static inline bool tape_op_is_collective(rp_op op)
 
 #define RP_NODE_MAX_INPUTS 4
 
-typedef struct rp_node {
-    rp_op op;
+typedef struct tape_node {
+    tape_op op;
     rp_tensor *out;
     int n_in; /* for CONCAT: number of inputs, in `many` */
     rp_tensor *in[RP_NODE_MAX_INPUTS];
@@ -127,7 +127,7 @@ typedef struct rp_node {
             double sigma;
         } sn; /* saved: u' [rows] then v [cols], double */
     } a;
-} rp_node;
+} tape_node;
 
 struct rp_tape {
     rp_arena *arena;     /* host memory: tensor structs, node arrays, ops' host contexts */
@@ -136,7 +136,7 @@ struct rp_tape {
     const rp_kernels *k;
     bool recording;
     bool backward_done;
-    rp_node *nodes; /* persistent, grows to the high-water mark */
+    tape_node *nodes; /* persistent, grows to the high-water mark */
     int n_nodes, cap_nodes;
     rp_tensor **params; /* parameters used since the last reset (pending > 0 at first use) */
     int n_params, cap_params;
@@ -191,7 +191,7 @@ void tape_host_tensor_commit(rp_tape *t, rp_tensor *x, const rp_tensor *shadow);
 void tape_set_scalar(rp_tape *t, rp_tensor *y, float value);
 
 /* A fresh tensor on the tape (struct from the arena, values from the storage); NULL on OOM. */
-rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape);
+rp_tensor *tape_tensor(rp_tape *t, int ndim, const int *shape);
 /* The same with values of type dtype (RP_F32 or RP_BF16). */
 rp_tensor *tape_tensor_typed(rp_tape *t, int ndim, const int *shape, rp_dtype dtype);
 
@@ -220,17 +220,17 @@ rp_tensor *tape_f32(rp_tape *t, rp_tensor *x);
  * Whether an op with these inputs must be recorded: the tape records and at
  * least one input requires a gradient.
  */
-bool rp_tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n);
+bool tape_needs_grad(const rp_tape *t, rp_tensor *const *in, int n);
 
 /*
  * Appends a node producing `out` from `in` and marks out as requiring a
  * gradient. Returns the node (its `a`, `saved` fields for the caller to
  * fill) or NULL on OOM.
  */
-rp_node *rp_tape_record(rp_tape *t, rp_op op, rp_tensor *out, rp_tensor *const *in, int n);
+tape_node *tape_record(rp_tape *t, tape_op op, rp_tensor *out, rp_tensor *const *in, int n);
 
 /* Runs the backward rule of one node (backward.c). */
-rp_status rp_node_backward(rp_tape *t, rp_node *node);
+rp_status tape_node_backward(rp_tape *t, tape_node *node);
 
 /*
  * Gradient targets, shared by the rules in backward.c

@@ -138,7 +138,7 @@ static bool shape_ok(int ndim, const int *shape, const char *who)
     return true;
 }
 
-rp_tensor *rp_tape_tensor(rp_tape *t, int ndim, const int *shape)
+rp_tensor *tape_tensor(rp_tape *t, int ndim, const int *shape)
 {
     return tape_tensor_typed(t, ndim, shape, RP_F32);
 }
@@ -166,7 +166,7 @@ rp_tensor *rp_tensor_new(rp_tape *t, int ndim, const int *shape)
         return NULL;
     }
     if (!shape_ok(ndim, shape, "rp_tensor_new")) return NULL;
-    return rp_tape_tensor(t, ndim, shape);
+    return tape_tensor(t, ndim, shape);
 }
 
 rp_tensor *rp_tensor_from(rp_tape *t, int ndim, const int *shape, const float *data)

@@ -36,7 +36,7 @@ static void straggle(const rp_trainer *t, const rp_replica *rep, double started)
  */
 static rp_status stop_now(rp_trainer *t, rp_replica *rep, bool *stop)
 {
-    int64_t want = train_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED);
+    int64_t want = trainer_stop_reason() || __atomic_load_n(&t->failed, __ATOMIC_RELAXED);
     rp_comm *group = rp_replica_in_sync(rep) > 1 ? rp_replica_sync_comm(rep) : NULL;
     if (group) {
         rp_comm_begin_internal(group, "the trainer's stop agreement");
@@ -92,9 +92,9 @@ static rp_status chunk_replica(rp_replica *rep, void *arg)
             double means[RP_TRAINER_MAX_SCALARS];
             for (int k = 0; k < t->n_scalars; k++)
                 means[k] = sums[k] / (double)done;
-            train_print_progress(t, at.epoch, at.step, global + 1, means, at.lr,
-                                 t->epoch_run_steps + ticket + 1,
-                                 t->epoch_seconds + rp_now_s() - t_chunk);
+            trainer_print_progress(t, at.epoch, at.step, global + 1, means, at.lr,
+                                   t->epoch_run_steps + ticket + 1,
+                                   t->epoch_seconds + rp_now_s() - t_chunk);
         }
     }
 cleanup:
@@ -103,12 +103,12 @@ cleanup:
         return status;
     }
     RP_CHECK(rp_replica_report(rep, "steps", (double)done, RP_SUM));
-    if (!independent) RP_CHECK(train_straggler_report(rep));
+    if (!independent) RP_CHECK(trainer_straggler_report(rep));
     for (int k = 0; k < t->n_scalars; k++)
         RP_CHECK(rp_replica_report(rep, t->scalar_reports[k], sums[k], RP_SUM));
     /* A signal may reach the processes at different steps: they agree here to stop after this one.
      */
-    return rp_replica_report(rep, "stop", (double)train_stop_reason(), RP_MAX);
+    return rp_replica_report(rep, "stop", (double)trainer_stop_reason(), RP_MAX);
 }
 
 static rp_status settle_replica(rp_replica *rep, void *arg)
@@ -126,7 +126,7 @@ static rp_status save_checkpoint(rp_trainer *t)
 {
     if (!t->cfg.no_checkpoint && rp_replicator_sharded(t->rep) && t->model->settle)
         RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
-    return train_save_checkpoint(t);
+    return trainer_save_checkpoint(t);
 }
 
 static rp_status evaluate_replica(rp_replica *rep, void *arg)
@@ -196,8 +196,8 @@ static rp_status finish_epoch(rp_trainer *t, int64_t epoch, bool eval_steps, boo
                                     : 0;
     rp_trainer_metrics m = {0};
     if (eval) RP_CHECK(evaluate(t, &m));
-    train_print_epoch(t, epoch, means, rate, seconds, &m);
-    train_metrics_epoch(t, epoch, means, rate, &m);
+    trainer_print_epoch(t, epoch, means, rate, seconds, &m);
+    trainer_metrics_epoch(t, epoch, means, rate, &m);
     /* Before the checkpoint: it resumes at the next epoch's first batch, with nothing summed. */
     t->epoch_steps = t->epoch_run_steps = 0;
     memset(t->epoch_sums, 0, sizeof t->epoch_sums);
@@ -213,6 +213,8 @@ static rp_status run_chunk(rp_trainer *t)
     t->chunk_end = chunk_end(t);
     double t0 = rp_now_s(), steps = 0, sums[RP_TRAINER_MAX_SCALARS] = {0}, stop = 0;
     RP_CHECK(rp_replicator_run(t->rep, chunk_replica, t));
+    /* A step boundary: a background save that failed meanwhile is reported here. */
+    RP_CHECK(trainer_saver_poll(t));
     RP_CHECK(rp_replicator_result(t->rep, "steps", &steps));
     for (int k = 0; k < t->n_scalars; k++)
         RP_CHECK(rp_replicator_result(t->rep, t->scalar_reports[k], &sums[k]));
@@ -243,13 +245,13 @@ static rp_status run_chunk(rp_trainer *t)
                                           : 0;
     }
     if (n > 0) rp_debug("step %lld %s %.7f", (long long)before, t->scalar_names[0], chunk_means[0]);
-    if (t->lockstep && n > 0) RP_CHECK(train_straggler_step(t));
+    if (t->lockstep && n > 0) RP_CHECK(trainer_straggler_step(t));
     if (t->lockstep && n > 0)
-        train_print_progress(t, epoch, t->step - 1, t->global_step, epoch_means,
-                             rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_run_steps,
-                             t->epoch_seconds);
+        trainer_print_progress(t, epoch, t->step - 1, t->global_step, epoch_means,
+                               rp_schedule_lr(&t->sched, t->global_step - 1), t->epoch_run_steps,
+                               t->epoch_seconds);
     if (n > 0 && (!t->lockstep || crosses(before, t->global_step, c->metrics_every_steps)))
-        train_metrics_step(t, epoch, chunk_means);
+        trainer_metrics_step(t, epoch, chunk_means);
     bool eval_steps = t->model->evaluate && crosses(before, t->global_step, c->eval_every_steps);
     bool save_steps = crosses(before, t->global_step, c->checkpoint_every_steps);
     if (t->step >= t->steps_per_epoch) {
@@ -261,8 +263,8 @@ static rp_status run_chunk(rp_trainer *t)
     if (eval_steps) {
         rp_trainer_metrics m = {0};
         RP_CHECK(evaluate(t, &m));
-        train_print_eval(t, &m);
-        train_metrics_eval(t, &m);
+        trainer_print_eval(t, &m);
+        trainer_metrics_eval(t, &m);
     }
     return save_steps ? save_checkpoint(t) : RP_OK;
 }
@@ -288,7 +290,7 @@ static rp_status stop_roles_replica(rp_replica *rep, void *arg)
                                 t->states ? t->states[rp_replica_local_index(rep)] : NULL);
 }
 
-rp_status train_finish_roles(rp_trainer *t, rp_status status)
+rp_status trainer_finish_roles(rp_trainer *t, rp_status status)
 {
     if (!t->roles_started) return status;
     t->roles_started = false;
@@ -314,17 +316,26 @@ rp_status rp_trainer_run(rp_trainer *t)
     /* A parameter server rank: it serves until every replica's process is done. */
     if (t->server) return rp_replicator_serve(t->rep);
     /* A process of started roles only: they run until the stepped role tells them to stop. */
-    if (t->bystander) return train_finish_roles(t, RP_OK);
+    if (t->bystander) return trainer_finish_roles(t, RP_OK);
     t->first_step = t->global_step;
     t->stop = 0;
     t->stopped = t->finished = false;
     /* The epoch's steps and sums are where create left them (restored when resuming). */
     t->epoch_run_steps = 0;
     t->epoch_seconds = 0;
-    train_stop_arm(true);
+    trainer_stop_arm(true);
     rp_status status = train(t);
-    train_stop_arm(false);
-    status = train_finish_roles(t, status); /* first: the started roles' spans end with them */
+    /* The run's last checkpoint is on disk when it returns (a background save is waited for);
+       a run that failed keeps its own error. */
+    char first[1024] = "";
+    if (status != RP_OK) snprintf(first, sizeof first, "%s", rp_last_error());
+    rp_status saved = trainer_saver_wait(t);
+    if (status == RP_OK)
+        status = saved;
+    else if (saved != RP_OK)
+        rp_error_set(status, NULL, 0, "%s", first);
+    trainer_stop_arm(false);
+    status = trainer_finish_roles(t, status); /* first: the started roles' spans end with them */
     if (status == RP_OK && t->trace_path) {
         status = rp_replicator_trace_write(t->rep, t->trace_path);
         if (status == RP_OK && t->root && !t->cfg.quiet)

@@ -61,8 +61,8 @@ static void position_text(const rp_trainer *t, int64_t epoch, int64_t step, char
  * about every tenth of an epoch. `means` are the scalars' means so far, `done` the epoch's steps
  * in `seconds`.
  */
-void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t global_done,
-                          const double *means, float lr, int64_t done, double seconds)
+void trainer_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t global_done,
+                            const double *means, float lr, int64_t done, double seconds)
 {
     if (t->cfg.quiet || !t->root) return;
     double now = rp_now_s();
@@ -94,8 +94,8 @@ void train_print_progress(rp_trainer *t, int64_t epoch, int64_t step, int64_t gl
  * "  epoch 3/8  train loss 0.3058  test loss 0.3202  test acc 87.81%  750 img/s  80s"; in
  * steps-only mode "  step 400/400  train loss ...".
  */
-void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
-                       double seconds, const rp_trainer_metrics *m)
+void trainer_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, double rate,
+                         double seconds, const rp_trainer_metrics *m)
 {
     if (t->cfg.quiet || !t->root) return;
     char where[64], values[RP_TRAINER_MAX_SCALARS * 48], shown[RP_TRAINER_MAX_METRICS * 68] = "";
@@ -114,7 +114,7 @@ void train_print_epoch(const rp_trainer *t, int64_t epoch, const double *means, 
 }
 
 /* An evaluation between epochs (eval_every_steps): "  step 200  test loss ...". */
-void train_print_eval(const rp_trainer *t, const rp_trainer_metrics *m)
+void trainer_print_eval(const rp_trainer *t, const rp_trainer_metrics *m)
 {
     if (t->cfg.quiet || !t->root) return;
     fprintf(stderr, "%s  step %lld", t->tty ? "\r" : "", (long long)t->global_step);
@@ -182,7 +182,7 @@ static void metrics_line_end(rp_trainer *t)
 static void tb_failed(rp_trainer *t)
 {
     rp_warn("TensorBoard events: %s; no more are written", rp_last_error());
-    rp_tensorboard_destroy(t->tb); /* its error was the one just shown */
+    if (t->tb_writer->destroy) t->tb_writer->destroy(t->tb); /* its error was the one just shown */
     t->tb = NULL;
 }
 
@@ -194,9 +194,9 @@ static void tb_scalar(rp_trainer *t, const char *group, const char *prefix, cons
                       double v)
 {
     if (!t->tb || !isfinite(v)) return;
-    char tag[RP_TENSORBOARD_TAG_MAX + 1];
+    char tag[RP_TRAINER_TAG_MAX + 1];
     snprintf(tag, sizeof tag, "%s/%s%s", group, prefix, key);
-    if (rp_tensorboard_add_scalar(t->tb, tag, t->global_step, v) != RP_OK) tb_failed(t);
+    if (t->tb_writer->add(t->tb, tag, t->global_step, v) != RP_OK) tb_failed(t);
 }
 
 static void tb_values(rp_trainer *t, const rp_trainer_metrics *m)
@@ -207,19 +207,20 @@ static void tb_values(rp_trainer *t, const rp_trainer_metrics *m)
 
 static void tb_flush(rp_trainer *t)
 {
-    if (t->tb && rp_tensorboard_flush(t->tb) != RP_OK) tb_failed(t);
+    if (t->tb && t->tb_writer->flush(t->tb) != RP_OK) tb_failed(t);
 }
 
-void train_tensorboard_close(rp_trainer *t)
+void trainer_tensorboard_close(rp_trainer *t)
 {
     if (!t->tb) return;
-    if (rp_tensorboard_destroy(t->tb) != RP_OK) rp_warn("TensorBoard events: %s", rp_last_error());
+    if (t->tb_writer->destroy && t->tb_writer->destroy(t->tb) != RP_OK)
+        rp_warn("TensorBoard events: %s", rp_last_error());
     t->tb = NULL;
 }
 
 /* ---- the lines ----------------------------------------------------------------------------- */
 
-void train_metrics_step(rp_trainer *t, int64_t epoch, const double *means)
+void trainer_metrics_step(rp_trainer *t, int64_t epoch, const double *means)
 {
     if (t->metrics) {
         metrics_position(t, epoch);
@@ -239,8 +240,8 @@ void train_metrics_step(rp_trainer *t, int64_t epoch, const double *means)
     t->tb_step_line = t->global_step;
 }
 
-void train_metrics_epoch(rp_trainer *t, int64_t epoch, const double *means, double rate,
-                         const rp_trainer_metrics *m)
+void trainer_metrics_epoch(rp_trainer *t, int64_t epoch, const double *means, double rate,
+                           const rp_trainer_metrics *m)
 {
     if (t->metrics) {
         metrics_position(t, epoch);
@@ -261,7 +262,7 @@ void train_metrics_epoch(rp_trainer *t, int64_t epoch, const double *means, doub
     tb_flush(t);
 }
 
-void train_metrics_eval(rp_trainer *t, const rp_trainer_metrics *m)
+void trainer_metrics_eval(rp_trainer *t, const rp_trainer_metrics *m)
 {
     if (t->metrics) {
         metrics_position(t, t->epoch);

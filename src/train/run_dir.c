@@ -1,6 +1,7 @@
 /*
  * run_dir.c - the run directory: where its checkpoint lives, the rule that a
- * new run never overwrites saved work, and writing the run's checkpoint.
+ * new run never overwrites saved work, and reading the run's checkpoint (whole or
+ * sharded; saver.c writes it).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +13,9 @@
 
 #include "train_internal.h"
 
-#define CHECKPOINT_NAME "checkpoint.safetensors"
+#define CHECKPOINT_NAME  "checkpoint.safetensors"
+#define CHECKPOINT_BASE  "checkpoint" /* a sharded checkpoint's base (io.h) */
+#define CHECKPOINT_INDEX ".index.json"
 
 void rp_trainer_checkpoint_path(char *buf, size_t size, const char *dir)
 {
@@ -34,21 +37,46 @@ static char *join_path(const char *dir, const char *name)
     return path;
 }
 
+/* The modification time of `path` in nanoseconds, or -1 if it does not exist. */
+static long long mtime_ns(const char *path)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0) return -1;
+    return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
 rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir)
 {
     if (!ck || !dir) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_load_checkpoint: NULL argument");
+    *ck = NULL;
     char *path = join_path(dir, CHECKPOINT_NAME);
-    if (!path) return rp_last_status();
-    rp_status status = rp_checkpoint_load(ck, path);
+    char *base = join_path(dir, CHECKPOINT_BASE);
+    char *index = join_path(dir, CHECKPOINT_BASE CHECKPOINT_INDEX);
+    rp_status status = RP_OK;
+    if (!path || !base || !index) {
+        status = rp_last_status();
+    } else if (mtime_ns(index) >= 0 && mtime_ns(index) >= mtime_ns(path)) {
+        /* Sharded (and newer than any whole file beside it): read whole. */
+        rp_checkpoint_index *ix = NULL;
+        status = rp_checkpoint_index_open(&ix, base);
+        if (status == RP_OK) status = rp_checkpoint_index_load(ix, ck);
+        rp_checkpoint_index_close(ix);
+    } else {
+        status = rp_checkpoint_load(ck, path);
+    }
+    free(index);
+    free(base);
     free(path);
     return status;
 }
 
-/* true if dir holds a checkpoint. */
+/* true if dir holds a checkpoint (whole or sharded). */
 static bool has_checkpoint(const char *dir)
 {
     char *path = join_path(dir, CHECKPOINT_NAME);
-    bool found = path && access(path, F_OK) == 0;
+    char *index = join_path(dir, CHECKPOINT_BASE CHECKPOINT_INDEX);
+    bool found = (path && access(path, F_OK) == 0) || (index && access(index, F_OK) == 0);
+    free(index);
     free(path);
     return found;
 }
@@ -57,7 +85,7 @@ static bool has_checkpoint(const char *dir)
  * A directory named exactly that holds a checkpoint needs `force`; any other
  * becomes DIR-2, -3, ... until one holds none.
  */
-rp_status train_choose_run_dir(char *dir, size_t size, bool exact, bool force)
+rp_status trainer_choose_run_dir(char *dir, size_t size, bool exact, bool force)
 {
     if (!has_checkpoint(dir) || force) return RP_OK;
     if (exact)
@@ -113,7 +141,7 @@ static rp_status check_writable(const char *dir)
  * cannot be made is reported with mkdir's reason (EACCES, EROFS, ENOTDIR...), not with the
  * ENOENT of the stat that follows.
  */
-rp_status train_make_dirs(const char *dir)
+rp_status trainer_make_dirs(const char *dir)
 {
     size_t len = strlen(dir);
     char *buf = malloc(len + 1);
@@ -144,52 +172,5 @@ rp_status train_make_dirs(const char *dir)
                      stat(dir, &st) == 0 ? "it exists and is not a directory" : strerror(errno));
     }
     free(buf);
-    return status;
-}
-
-/*
- * The model's tensors (local replica 0's state: the replicas agree), the
- * position of the next batch, the epoch's running scalars and the
- * configuration, written atomically: the previous checkpoint survives any
- * failure.
- */
-static rp_status save_checkpoint(const rp_trainer *t);
-
-/* The save as a trace span on the calling (main) thread's track. */
-rp_status train_save_checkpoint(const rp_trainer *t)
-{
-    if (t->cfg.no_checkpoint || !t->root) return RP_OK;
-    rp_trace_begin(RP_PHASE_OTHER);
-    rp_status status = save_checkpoint(t);
-    rp_trace_end("checkpoint");
-    return status;
-}
-
-static rp_status save_checkpoint(const rp_trainer *t)
-{
-    rp_status status = RP_OK;
-    rp_checkpoint *ck = NULL;
-    char *path = NULL;
-    int64_t position[3] = {t->epoch, t->step, t->global_step};
-    /* The sums' bits, not rounded values: the resumed epoch's means come out bit for bit. */
-    _Static_assert(sizeof(uint64_t) == sizeof(double), "a sum's bits fill a u64");
-    uint64_t sums[RP_TRAINER_MAX_SCALARS];
-    memcpy(sums, t->epoch_sums, sizeof sums);
-    RP_TRY(rp_checkpoint_create(&ck));
-    RP_TRY(t->model->save(t->ctx, t->states[0], ck));
-    RP_TRY(rp_checkpoint_add_i64(ck, "train/position", 3, position));
-    RP_TRY(rp_checkpoint_add_i64(ck, TRAIN_EPOCH_STEPS, 1, &t->epoch_steps));
-    RP_TRY(rp_checkpoint_add_u64(ck, TRAIN_EPOCH_SUMS, t->n_scalars, sums));
-    if (t->config_json) RP_TRY(rp_checkpoint_set_meta(ck, "replicator.config", t->config_json));
-    RP_TRY(rp_checkpoint_set_meta(ck, "replicator.version", RP_VERSION));
-    path = join_path(t->run_dir, CHECKPOINT_NAME);
-    if (!path) {
-        status = rp_last_status();
-        goto cleanup;
-    }
-    RP_TRY(rp_checkpoint_save(ck, path));
-cleanup:
-    free(path);
-    rp_checkpoint_destroy(ck);
     return status;
 }

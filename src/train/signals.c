@@ -12,13 +12,13 @@
 static int stop_reason; /* the request's number, 0 if none */
 static int stop_armed;  /* a trainer runs: a request is taken */
 
-void train_stop_arm(bool on)
+void trainer_stop_arm(bool on)
 {
     if (on) __atomic_store_n(&stop_reason, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&stop_armed, on ? 1 : 0, __ATOMIC_SEQ_CST);
 }
 
-int train_stop_reason(void)
+int trainer_stop_reason(void)
 {
     return __atomic_load_n(&stop_reason, __ATOMIC_RELAXED);
 }

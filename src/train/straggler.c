@@ -33,7 +33,7 @@ static const char *const report_names[TRAIN_PHASES] = {"phase_data", "phase_comp
 static const rp_trace_phase reported[TRAIN_PHASES] = {RP_PHASE_DATA, RP_PHASE_COMPUTE,
                                                       RP_PHASE_OPTIMIZER, RP_PHASE_COMM};
 
-rp_status train_straggler_init(rp_trainer *t)
+rp_status trainer_straggler_init(rp_trainer *t)
 {
     train_straggler *s = &t->straggler;
     memset(s, 0, sizeof *s);
@@ -47,14 +47,14 @@ rp_status train_straggler_init(rp_trainer *t)
     s->step = calloc((size_t)s->n, sizeof(double));
     s->hosts = calloc((size_t)s->n, HOST_LEN);
     if (!s->times || !s->scratch || !s->medians || !s->step || !s->hosts) {
-        train_straggler_free(t);
+        trainer_straggler_free(t);
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the straggler report's window");
     }
     s->on = true;
     return RP_OK;
 }
 
-void train_straggler_free(rp_trainer *t)
+void trainer_straggler_free(rp_trainer *t)
 {
     train_straggler *s = &t->straggler;
     free(s->times);
@@ -67,7 +67,7 @@ void train_straggler_free(rp_trainer *t)
     s->on = false;
 }
 
-rp_status train_straggler_report(rp_replica *rep)
+rp_status trainer_straggler_report(rp_replica *rep)
 {
     double ph[RP_PHASE_COUNT];
     rp_trace_phase_take(ph);
@@ -107,7 +107,7 @@ static rp_status hosts_fn(rp_replica *rep, void *arg)
     return rp_all_gather(rep, mine, all, HOST_LEN, RP_U8);
 }
 
-rp_status train_straggler_step(rp_trainer *t)
+rp_status trainer_straggler_step(rp_trainer *t)
 {
     train_straggler *s = &t->straggler;
     if (!s->on) return RP_OK;

@@ -32,7 +32,7 @@ rp_trainer_config rp_trainer_config_default(void)
     return c;
 }
 
-bool train_key_ok(const char *key)
+bool trainer_key_ok(const char *key)
 {
     size_t len = strlen(key);
     bool ok = len > 0 && len < 32;
@@ -45,7 +45,7 @@ rp_status rp_trainer_metrics_add(rp_trainer_metrics *m, const char *key, double 
                                  const char *shown_fmt, ...)
 {
     if (!m || !key) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_metrics_add: NULL argument");
-    if (!train_key_ok(key))
+    if (!trainer_key_ok(key))
         return RP_ERROR(RP_ERR_INVALID, "metric key \"%.64s\": 1..31 letters, digits or '_'", key);
     if (m->n < 0 || m->n >= RP_TRAINER_MAX_METRICS)
         return RP_ERROR(RP_ERR_INVALID, "metric \"%s\": at most %d metrics", key,
@@ -85,6 +85,12 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
     if (m->evaluate && !m->evaluated)
         return RP_ERROR(RP_ERR_INVALID,
                         "the trainer's model has evaluate but no evaluated callback");
+    if (c->tensorboard_dir && (!c->tensorboard_writer || !c->tensorboard_writer->create ||
+                               !c->tensorboard_writer->add || !c->tensorboard_writer->flush))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "tensorboard_dir '%s' is set but tensorboard_writer is %s: link "
+                        "libreplicator-extras and set it to rp_tensorboard_scalar_writer()",
+                        c->tensorboard_dir, c->tensorboard_writer ? "incomplete" : "NULL");
     if (!c->run_dir || !c->run_dir[0] || strlen(c->run_dir) >= TRAIN_PATH_MAX - 32)
         return RP_ERROR(RP_ERR_INVALID, "run_dir must be set, under %d bytes", TRAIN_PATH_MAX - 32);
     if (c->epochs < 1) return RP_ERROR(RP_ERR_INVALID, "epochs %d; at least 1", c->epochs);
@@ -111,6 +117,9 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
         return RP_ERROR(RP_ERR_INVALID, "straggler_window %d: 0 (off) to 100000 steps",
                         c->straggler_window);
     if (c->trace && !c->trace[0]) return RP_ERROR(RP_ERR_INVALID, "trace: an empty path");
+    if (c->checkpoint_shards < 0 || c->checkpoint_shards > RP_CHECKPOINT_SHARDS_MAX)
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint_shards %d: 0 (one whole file) to %d",
+                        c->checkpoint_shards, RP_CHECKPOINT_SHARDS_MAX);
     if (m->stop_roles && !m->start_roles)
         return RP_ERROR(RP_ERR_INVALID, "the trainer's model has stop_roles but no start_roles");
     if (m->start_roles && c->runtime.nroles < 2)
@@ -198,7 +207,7 @@ static rp_status take_scalars(rp_trainer *t, const char *shown_list)
         if (n == RP_TRAINER_MAX_SCALARS)
             return RP_ERROR(RP_ERR_INVALID, "the model has more than %d scalars",
                             RP_TRAINER_MAX_SCALARS);
-        if (!train_key_ok(names[n]))
+        if (!trainer_key_ok(names[n]))
             return RP_ERROR(RP_ERR_INVALID,
                             "the model's scalar \"%.64s\": 1..31 letters, digits or '_'", names[n]);
         for (int k = 0; k < n; k++)
@@ -272,6 +281,7 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
     t->cfg.config_json = NULL;
     t->cfg.shown_scalars = NULL;   /* taken below, not kept */
     t->cfg.tensorboard_dir = NULL; /* used below, not kept */
+    t->tb_writer = cfg->tensorboard_writer;
     t->tb_step_line = -1;
     RP_TRY(take_scalars(t, cfg->shown_scalars));
     if (cfg->steps > 0) {
@@ -291,7 +301,8 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
             if (t->epoch_steps > t->step) t->epoch_steps = t->step;
         }
     } else if (!cfg->no_checkpoint)
-        RP_TRY(train_choose_run_dir(t->run_dir, sizeof t->run_dir, cfg->run_dir_exact, cfg->force));
+        RP_TRY(
+            trainer_choose_run_dir(t->run_dir, sizeof t->run_dir, cfg->run_dir_exact, cfg->force));
 
     t->cfg.trace = NULL; /* copied into trace_path */
     if (cfg->trace) {
@@ -359,20 +370,22 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
         goto cleanup;
     }
     make_schedule(t);
-    if (!t->server) RP_TRY(train_straggler_init(t));
+    if (!t->server) RP_TRY(trainer_straggler_init(t));
     if (t->root) {
-        RP_TRY(train_make_dirs(t->run_dir));
+        RP_TRY(trainer_make_dirs(t->run_dir));
         char path[TRAIN_PATH_MAX + 16];
         snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
         t->metrics = fopen(path, cfg->resume ? "a" : "w");
         if (!t->metrics)
             rp_warn("cannot write %s (%s); continuing without metrics", path, strerror(errno));
-        if (cfg->tensorboard_dir && rp_tensorboard_create(&t->tb, cfg->tensorboard_dir) != RP_OK)
+        if (cfg->tensorboard_dir && t->tb_writer->create(&t->tb, cfg->tensorboard_dir) != RP_OK) {
             rp_warn("%s; continuing without TensorBoard events", rp_last_error());
+            t->tb = NULL;
+        }
     }
 cleanup:
     t->cfg.resume = NULL;
-    if (status != RP_OK && t->roles_started) train_finish_roles(t, status);
+    if (status != RP_OK && t->roles_started) trainer_finish_roles(t, status);
     if (status != RP_OK) {
         rp_status keep = status;
         char msg[1024];
@@ -387,7 +400,7 @@ cleanup:
 rp_status rp_trainer_destroy(rp_trainer *t)
 {
     if (!t) return RP_OK;
-    rp_status status = train_finish_roles(t, RP_OK); /* roles started but never run */
+    rp_status status = trainer_finish_roles(t, RP_OK); /* roles started but never run */
     if (t->rep && t->states) {
         bool any = false;
         for (int i = 0; i < t->local; i++)
@@ -397,10 +410,11 @@ rp_status rp_trainer_destroy(rp_trainer *t)
             if (status == RP_OK) status = st;
         }
     }
+    trainer_saver_stop(t);
     if (t->metrics) fclose(t->metrics);
-    train_tensorboard_close(t);
+    trainer_tensorboard_close(t);
     rp_replicator_destroy(t->rep);
-    train_straggler_free(t);
+    trainer_straggler_free(t);
     if (t->tracing) rp_trace_stop();
     free(t->trace_path);
     free(t->states);

@@ -1,0 +1,36 @@
+/*
+ * checkpoint_shard_internal.h - what checkpoint_shard.c (writing shards,
+ * publishing the index) and checkpoint_shard_read.c (opening the index,
+ * reading pieces, consolidating, resharding) share.
+ */
+#ifndef RP_IO_CHECKPOINT_SHARD_INTERNAL_H
+#define RP_IO_CHECKPOINT_SHARD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "replicator/io.h"
+
+/* A shard file's metadata entry listing its pieces (JSON text). */
+#define RP_CKPT_PIECES_KEY "replicator.pieces"
+/* The index's "format" and its file name after the base. */
+#define RP_CKPT_INDEX_FORMAT "replicator.sharded"
+#define RP_CKPT_INDEX_SUFFIX ".index.json"
+/* The index starts {"crc32":"XXXXXXXX": the digits' place. */
+#define RP_CKPT_INDEX_CRC_PREFIX "{\"crc32\":\""
+#define RP_CKPT_INDEX_CRC_AT     (sizeof RP_CKPT_INDEX_CRC_PREFIX - 1)
+
+/*
+ * A shard file's path, "<base>.shards/g<G>/shard-<k>-of-<n>.safetensors", or with k < 0 its
+ * generation's directory; with `relative`, base's last component only (the index names shards
+ * relative to its own directory). rp_alloc'd; NULL when out of memory.
+ */
+char *io_ckpt_shard_name(const char *base, int64_t generation, int k, int n, bool relative);
+
+/* a + b in a new rp_alloc'd string; NULL when out of memory. */
+char *io_ckpt_join(const char *a, const char *b);
+
+/* Reads exactly n bytes of fd at `at` (RP_ERR_FORMAT naming `path` at its end, RP_ERR_IO). */
+rp_status io_ckpt_pread_all(int fd, void *buf, size_t n, int64_t at, const char *path);
+
+#endif

@@ -1,0 +1,442 @@
+/*
+ * grad_reducer.c - the mean reduction of a parameter list's gradients, in
+ * buckets started from backward, by all-reduce (the sync strategy, a sync
+ * group) or by reduce-scatter into each member's shard (ZeRO), with one
+ * non-finite check for both (strategy.h: rp_grad_reducer).
+ *
+ * The two collectives differ in their buckets, their packing and what a
+ * member sees after the reduction; the bucket order, the scans before and
+ * after, the bf16 wire, the error of a callback and the blame of a
+ * non-finite gradient are one code path.
+ *
+ * Memory: the blocks and the buffers below (sgrad, pack, one, wire) are the
+ * kernel table's storage. Packing and unpacking are mem_copy and mem_fill,
+ * the scans and the bf16 rounding kernel slots; the collectives run on host
+ * views of the buffers (rp_staging: the buffers themselves with a host
+ * table).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#include "replicator/strategy.h"
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Values of [g0, g0 + n) inside the block [0, P). */
+static int64_t valid(int64_t g0, int64_t n, int64_t P)
+{
+    return g0 >= P ? 0 : min64(n, P - g0);
+}
+
+void rp_grad_reducer_fail(rp_grad_reducer *g, rp_status status)
+{
+    if (g->error != RP_OK) return;
+    g->error = status;
+    snprintf(g->message, sizeof g->message, "%s", rp_last_error());
+}
+
+/* Bucket b's all-reduce, in place in the gradient block. */
+static void all_reduce_start(void *ctx, int b)
+{
+    rp_grad_reducer *g = ctx;
+    if (g->error != RP_OK) return;
+    int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
+    float *x = g->grad + lo;
+    if (g->local_bad < 0) {
+        int64_t at = g->k->first_nonfinite(&g->local_value, x, n);
+        if (at >= 0) g->local_bad = lo + at;
+    }
+    /* bf16 on the wire: rounded, reduced with f32 accumulation, widened back for the optimizer.
+       The payload (storage: the casts are kernels) goes to the collective through a host view. */
+    void *payload = x;
+    size_t bytes = (size_t)n * sizeof(float);
+    if (g->wire) {
+        g->k->cast_f32_bf16(g->wire, x, n);
+        payload = g->wire;
+        bytes = (size_t)n * sizeof(rp_bf16);
+    }
+    void *view = rp_strategy_view(&g->stage, payload, bytes, true);
+    rp_status status = view ? RP_OK : rp_last_status();
+    rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
+    if (view)
+        status = rp_comm_all_reduce(g->comm, view, view, n, g->wire ? RP_BF16 : RP_F32, RP_MEAN);
+    rt_internal_end(g->comm);
+    if (status != RP_OK) {
+        rp_grad_reducer_fail(g, status);
+        return;
+    }
+    rp_strategy_commit(payload, view, bytes);
+    if (g->wire) g->k->cast_bf16_f32(x, g->wire, n);
+    if (g->reduced_bad < 0) {
+        int64_t at = g->k->first_nonfinite(NULL, x, n);
+        if (at >= 0) g->reduced_bad = lo + at;
+    }
+}
+
+/* Bucket b's reduce-scatter: every shard's segment of the local gradients, mean into sgrad. */
+static void reduce_scatter_start(void *ctx, int b)
+{
+    rp_grad_reducer *g = ctx;
+    if (g->error != RP_OK) return;
+    const rp_kernels *kt = g->k;
+    int n = g->size;
+    int64_t a = g->ranges[2 * b], len = g->ranges[2 * b + 1] - a;
+    for (int q = 0; q < n; q++) {
+        int64_t g0 = (int64_t)q * g->shard + a, have = valid(g0, len, g->numel);
+        float *dst = g->pack + (int64_t)q * len;
+        if (have > 0) kt->mem_copy(dst, g->grad + g0, (size_t)have * sizeof(float));
+        if (have < len) kt->mem_fill(dst + have, 0, (size_t)(len - have) * sizeof(float));
+        if (g->local_bad < 0 && have > 0) {
+            int64_t at = kt->first_nonfinite(&g->local_value, dst, have);
+            if (at >= 0) g->local_bad = g0 + at;
+        }
+    }
+    /* bf16 on the wire: the segments rounded, reduced with f32 accumulation, widened back. */
+    const void *send = g->pack;
+    void *recv = g->sgrad + a;
+    size_t width = sizeof(float);
+    if (g->wire) {
+        kt->cast_f32_bf16(g->wire, g->pack, (int64_t)n * len);
+        send = g->wire;
+        recv = g->wire + (int64_t)n * g->chunk;
+        width = sizeof(rp_bf16);
+    }
+    size_t recv_bytes = (size_t)len * width;
+    const void *sv = rp_strategy_view(&g->stage, send, (size_t)n * recv_bytes, true);
+    void *rv = sv ? rp_strategy_view(&g->recv, recv, recv_bytes, false) : NULL;
+    rp_status status = rv ? RP_OK : rp_last_status();
+    rt_internal_begin(g->comm, "the runtime's gradient reduce-scatter");
+    if (rv)
+        status = rp_comm_reduce_scatter(g->comm, sv, rv, len, g->wire ? RP_BF16 : RP_F32, RP_MEAN);
+    rt_internal_end(g->comm);
+    if (status != RP_OK) {
+        rp_grad_reducer_fail(g, status);
+        return;
+    }
+    rp_strategy_commit(recv, rv, recv_bytes);
+    if (g->wire) kt->cast_bf16_f32(g->sgrad + a, recv, len);
+    int64_t mine = valid(g->lo + a, len, g->hi);
+    if (g->reduced_bad < 0 && mine > 0) {
+        int64_t at = kt->first_nonfinite(NULL, g->sgrad + a, mine);
+        if (at >= 0) g->reduced_bad = g->lo + a + at;
+    }
+}
+
+static rp_bucket_start_fn start_of(const rp_grad_reducer *g)
+{
+    static const rp_bucket_start_fn starts[] = {
+        [RP_GRAD_ALL_REDUCE] = all_reduce_start,
+        [RP_GRAD_REDUCE_SCATTER] = reduce_scatter_start,
+    };
+    return starts[g->collective];
+}
+
+/* Bucket of shard-local position x: cut from the end of the shard, `chunk` positions each. */
+static int bucket_of(const rp_grad_reducer *g, int64_t x)
+{
+    return (int)((g->shard - 1 - x) / g->chunk);
+}
+
+/*
+ * The shard buckets that parameter i has an element in (through any shard), written to out if
+ * not NULL; mark[] (one per bucket, set to -1 before the first parameter) removes repeats.
+ */
+static int shard_buckets(void *ctx, int i, int *mark, int *out)
+{
+    rp_grad_reducer *g = ctx;
+    const rp_tensor *p = rp_params_at(g->params, i);
+    int64_t off = rp_params_offset(g->params, i), end = off + p->numel, S = g->shard;
+    int count = 0;
+    if (p->numel <= 0) return 0;
+    for (int64_t q = off / S; q * S < end; q++) {
+        int64_t a = (off > q * S ? off : q * S) - q * S, b = min64(end, (q + 1) * S) - q * S;
+        for (int k = bucket_of(g, b - 1); k <= bucket_of(g, a); k++) {
+            if (mark[k] == i) continue;
+            mark[k] = i;
+            if (out) out[count] = k;
+            count++;
+        }
+    }
+    return count;
+}
+
+void rp_grad_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
+                          int *nbuckets)
+{
+    int64_t S = (P + N - 1) / N, c = (int64_t)(bytes / (sizeof(float) * (size_t)N));
+    c = c < 1 ? 1 : c > S ? S : c;
+    *shard = S;
+    *chunk = c;
+    *nbuckets = S > 0 ? (int)((S + c - 1) / c) : 0;
+}
+
+/* The shards, their buckets and buffers: chunk = bucket_bytes / (4N) positions of each shard. */
+static rp_status shard_init(rp_grad_reducer *g, size_t bytes, bool bf16)
+{
+    int n = g->size, nb = 0;
+    rp_grad_shard_layout(g->numel, n, bytes, &g->shard, &g->chunk, &nb);
+    g->lo = min64((int64_t)g->rank * g->shard, g->numel);
+    g->hi = min64(g->lo + g->shard, g->numel);
+    int64_t S = g->shard, c = g->chunk;
+    g->ranges = malloc((size_t)(nb ? nb : 1) * 2 * sizeof(int64_t));
+    if (!g->ranges) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's %d buckets", nb);
+    for (int k = 0; k < nb; k++) {
+        g->ranges[2 * k + 1] = S - (int64_t)k * c;
+        g->ranges[2 * k] = S - (int64_t)(k + 1) * c > 0 ? S - (int64_t)(k + 1) * c : 0;
+    }
+    RP_CHECK(rp_bucket_order_create(&g->order, rp_params_trainable_count(g->params), nb,
+                                    shard_buckets, g));
+    if (S == 0) return RP_OK;
+    const rp_kernels *kt = g->k;
+    g->sgrad_bytes = (size_t)S * sizeof(float);
+    g->pack_bytes = (size_t)n * (size_t)c * sizeof(float);
+    g->one_bytes = (size_t)c * sizeof(float);
+    g->wire_bytes = bf16 ? ((size_t)n + 1) * (size_t)c * sizeof(rp_bf16) : 0;
+    g->sgrad = kt->mem_alloc(g->sgrad_bytes);
+    g->pack = kt->mem_alloc(g->pack_bytes);
+    g->one = kt->mem_alloc(g->one_bytes);
+    if (bf16) g->wire = kt->mem_alloc(g->wire_bytes);
+    if (!g->sgrad || !g->pack || !g->one || (bf16 && !g->wire))
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's buffers (%zu bytes)",
+                        g->sgrad_bytes + g->pack_bytes + g->one_bytes + g->wire_bytes);
+    return RP_OK;
+}
+
+/* The contiguous buckets of the block, and the bf16 copy of the largest. */
+static rp_status block_init(rp_grad_reducer *g, size_t bytes, bool bf16)
+{
+    RP_CHECK(rp_bucket_order_cut(&g->order, g->params, bytes, &g->ranges));
+    if (!bf16) return RP_OK;
+    int64_t most = 1;
+    for (int b = 0; b < g->order.nbuckets; b++)
+        if (g->ranges[2 * b + 1] - g->ranges[2 * b] > most)
+            most = g->ranges[2 * b + 1] - g->ranges[2 * b];
+    g->wire_bytes = (size_t)most * sizeof(rp_bf16);
+    g->wire = g->k->mem_alloc(g->wire_bytes);
+    if (!g->wire)
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the bf16 gradient payload (%zu bytes)",
+                        g->wire_bytes);
+    return RP_OK;
+}
+
+rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
+                               const rp_params *params, rp_grad_collective collective)
+{
+    memset(g, 0, sizeof *g);
+    g->collective = collective;
+    g->rep = rep;
+    g->comm = comm;
+    g->rank = rp_comm_rank(comm);
+    g->size = rp_comm_size(comm);
+    g->base = rep->id - g->rank;
+    g->params = params;
+    g->grad = rp_params_grad(params);
+    g->numel = rp_params_trainable_numel(params);
+    g->k = rp_kernels_active();
+    g->local_bad = g->reduced_bad = -1;
+    /* Reduce-scatter: the finiteness exchange (3 per member), and room for the strategy's
+       checksums (one per trainable parameter and member), which never overlap it. */
+    int T = rp_params_trainable_count(params);
+    size_t per = collective == RP_GRAD_REDUCE_SCATTER ? (size_t)(T > 3 ? T : 3) : 2;
+    g->scratch = malloc((size_t)g->size * per * sizeof(int64_t));
+    if (!g->scratch) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the gradient reduction");
+    size_t bytes = rep->r->cfg.bucket_bytes;
+    bool bf16 = rep->r->cfg.grad_dtype == RP_BF16;
+    rp_status status = collective == RP_GRAD_REDUCE_SCATTER ? shard_init(g, bytes, bf16)
+                                                            : block_init(g, bytes, bf16);
+    if (status != RP_OK) rp_grad_reducer_free(g);
+    return status;
+}
+
+void rp_grad_reducer_free(rp_grad_reducer *g)
+{
+    const rp_kernels *kt = g->k;
+    rp_bucket_order_destroy(&g->order);
+    free(g->ranges);
+    free(g->scratch);
+    if (g->sgrad) kt->mem_free(g->sgrad, g->sgrad_bytes);
+    if (g->pack) kt->mem_free(g->pack, g->pack_bytes);
+    if (g->one) kt->mem_free(g->one, g->one_bytes);
+    if (g->wire) kt->mem_free(g->wire, g->wire_bytes);
+    rp_staging_free(&g->stage);
+    rp_staging_free(&g->recv);
+    g->ranges = NULL;
+    g->scratch = NULL;
+    g->sgrad = g->pack = g->one = NULL;
+    g->wire = NULL;
+}
+
+bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param)
+{
+    if (param->grad < g->grad || param->grad >= g->grad + g->numel) return false;
+    rp_bucket_order_ready(&g->order, param->index, start_of(g), g);
+    return true;
+}
+
+/*
+ * A reduced gradient is non-finite on every member: they exchange what each saw before the
+ * all-reduce and agree on the first replica (in rank order) whose own gradient held it. Runs
+ * only on this error path.
+ */
+static rp_status all_reduce_blame(rp_grad_reducer *g)
+{
+    rp_replica *rep = g->rep;
+    int64_t mine[2] = {g->local_bad, 0};
+    memcpy(&mine[1], &g->local_value, sizeof g->local_value);
+    int64_t *all = g->scratch;
+    rt_housekeeping_begin(g->comm, "the runtime's non-finite gradient exchange");
+    rp_status status = rp_comm_all_gather(g->comm, mine, all, 2, RP_I64);
+    rt_internal_end(g->comm);
+    RP_CHECK(status);
+    for (int q = 0; q < g->size; q++) {
+        if (all[2 * q] < 0) continue;
+        float v;
+        memcpy(&v, &all[2 * q + 1], sizeof v);
+        int64_t index, numel;
+        const char *name = rp_strategy_param_at(g->params, all[2 * q], &index, &numel);
+        rep->blame = g->base + q;
+        return RP_ERROR(RP_ERR_NUMERIC,
+                        "replica %d's own gradient of parameter '%s' held %g at element "
+                        "%lld (of %lld) before the all-reduce, so the mean is non-finite on every "
+                        "replica; no parameter was updated",
+                        g->base + q, name, (double)v, (long long)index, (long long)numel);
+    }
+    float value = 0.0f;
+    int64_t bad = g->k->first_nonfinite(&value, g->grad, g->numel), index = 0, numel = 0;
+    const char *name = rp_strategy_param_at(g->params, bad < 0 ? 0 : bad, &index, &numel);
+    return RP_ERROR(
+        RP_ERR_NUMERIC,
+        "the all-reduced gradient of parameter '%s' is %g at element %lld "
+        "(of %lld) although every replica's own gradient was finite: the sum overflowed "
+        "float%s; no parameter was updated",
+        name, (double)value, (long long)index, (long long)numel,
+        g->wire ? " (or a value overflowed bf16 on the wire)" : "");
+}
+
+/*
+ * Reduce-scatter: each member saw only its local gradients and its reduced shard, so they always
+ * exchange what they saw; a failure names the first replica (in rank order) whose own gradient
+ * held a non-finite value, or the reduced element that overflowed. Nothing has been updated yet.
+ */
+static rp_status reduce_scatter_agree(rp_grad_reducer *g)
+{
+    rp_replica *rep = g->rep;
+    int64_t mine[3] = {g->local_bad, 0, g->reduced_bad};
+    memcpy(&mine[1], &g->local_value, sizeof g->local_value);
+    int64_t *all = g->scratch;
+    rt_internal_begin(g->comm, "the runtime's gradient finiteness exchange");
+    rp_status status = rp_comm_all_gather(g->comm, mine, all, 3, RP_I64);
+    rt_internal_end(g->comm);
+    g->local_bad = -1;
+    g->reduced_bad = -1;
+    RP_CHECK(status);
+    int64_t index, numel;
+    for (int q = 0; q < g->size; q++) {
+        if (all[3 * q] < 0) continue;
+        float v;
+        memcpy(&v, &all[3 * q + 1], sizeof v);
+        const char *name = rp_strategy_param_at(g->params, all[3 * q], &index, &numel);
+        rep->blame = g->base + q;
+        return RP_ERROR(RP_ERR_NUMERIC,
+                        "replica %d's own gradient of parameter '%s' held %g at element "
+                        "%lld (of %lld) before the reduce-scatter, so the mean is non-finite; "
+                        "no parameter was updated",
+                        g->base + q, name, (double)v, (long long)index, (long long)numel);
+    }
+    for (int q = 0; q < g->size; q++) {
+        if (all[3 * q + 2] < 0) continue;
+        const char *name = rp_strategy_param_at(g->params, all[3 * q + 2], &index, &numel);
+        return RP_ERROR(RP_ERR_NUMERIC,
+                        "the reduced gradient of parameter '%s' (replica %d's shard) is "
+                        "non-finite at element %lld (of %lld) although every replica's own "
+                        "gradient was finite: the sum overflowed float; no parameter was updated",
+                        name, g->base + q, (long long)index, (long long)numel);
+    }
+    /* The reduced shard in place, where hooks added later (clipping) see it. */
+    if (g->hi > g->lo)
+        g->k->mem_copy(g->grad + g->lo, g->sgrad, (size_t)(g->hi - g->lo) * sizeof(float));
+    return RP_OK;
+}
+
+rp_status rp_grad_reducer_finish(rp_grad_reducer *g)
+{
+    bool scatter = g->collective == RP_GRAD_REDUCE_SCATTER;
+    rp_bucket_order_flush(&g->order, start_of(g), g);
+    if (g->error != RP_OK) {
+        rp_status status = g->error;
+        g->error = RP_OK;
+        g->local_bad = g->reduced_bad = -1;
+        return rp_error_set(status, __FILE__, __LINE__, "%s: %s",
+                            scatter ? "ZeRO-1 step" : "gradient all-reduce", g->message);
+    }
+    if (scatter) return reduce_scatter_agree(g);
+    rp_status status = g->reduced_bad >= 0 ? all_reduce_blame(g) : RP_OK;
+    g->local_bad = g->reduced_bad = -1;
+    return status;
+}
+
+rp_status rp_grad_reducer_gather(rp_grad_reducer *g, const float *mine, float *full,
+                                 const char *what)
+{
+    const rp_kernels *kt = g->k;
+    int n = g->size;
+    rp_status status = RP_OK;
+    rt_internal_begin(g->comm, what);
+    for (int b = 0; b < g->order.nbuckets && status == RP_OK; b++) {
+        int64_t a = g->ranges[2 * b], len = g->ranges[2 * b + 1] - a;
+        int64_t have = valid(g->lo + a, len, g->hi);
+        const float *send = mine + a;
+        if (have < len) {
+            if (have > 0) kt->mem_copy(g->one, mine + a, (size_t)have * sizeof(float));
+            kt->mem_fill(g->one + (have > 0 ? have : 0), 0,
+                         (size_t)(len - (have > 0 ? have : 0)) * sizeof(float));
+            send = g->one;
+        }
+        size_t bytes = (size_t)len * sizeof(float);
+        const void *sv = rp_strategy_view(&g->stage, send, bytes, true);
+        void *pv = sv ? rp_strategy_view(&g->recv, g->pack, (size_t)n * bytes, false) : NULL;
+        status = pv ? rp_comm_all_gather(g->comm, sv, pv, len, RP_F32) : rp_last_status();
+        if (status != RP_OK || !full) continue;
+        rp_strategy_commit(g->pack, pv, (size_t)n * bytes);
+        for (int q = 0; q < n; q++) {
+            int64_t g0 = (int64_t)q * g->shard + a, m = valid(g0, len, g->numel);
+            if (m > 0)
+                kt->mem_copy(full + g0, g->pack + (int64_t)q * len, (size_t)m * sizeof(float));
+        }
+    }
+    rt_internal_end(g->comm);
+    return status;
+}
+
+rp_status rp_grad_reducer_scatter(rp_grad_reducer *g, const float *full, float *mine)
+{
+    const rp_kernels *kt = g->k;
+    int n = g->size;
+    rp_status status = RP_OK;
+    rt_internal_begin(g->comm, "the runtime's optimizer-state scatter");
+    for (int b = 0; b < g->order.nbuckets && status == RP_OK; b++) {
+        int64_t a = g->ranges[2 * b], len = g->ranges[2 * b + 1] - a;
+        if (g->rank == 0)
+            for (int q = 0; q < n; q++) {
+                int64_t g0 = (int64_t)q * g->shard + a, m = valid(g0, len, g->numel);
+                float *dst = g->pack + (int64_t)q * len;
+                if (m > 0) kt->mem_copy(dst, full + g0, (size_t)m * sizeof(float));
+                if (m < len)
+                    kt->mem_fill(dst + (m > 0 ? m : 0), 0,
+                                 (size_t)(len - (m > 0 ? m : 0)) * sizeof(float));
+            }
+        status =
+            rp_strategy_broadcast_storage(g->comm, g->pack, (int64_t)n * len, RP_F32, &g->recv);
+        int64_t have = valid(g->lo + a, len, g->hi);
+        if (status == RP_OK && have > 0)
+            kt->mem_copy(mine + a, g->pack + (int64_t)g->rank * len, (size_t)have * sizeof(float));
+    }
+    rt_internal_end(g->comm);
+    return status;
+}

@@ -1,0 +1,255 @@
+/*
+ * saver.c - writing the run's checkpoint: whole or sharded, inline or on a
+ * background thread (trainer.h, "Background saving").
+ *
+ * The background writer owns nothing the replicas touch: at a step boundary
+ * the main thread fills the one staging checkpoint (a copy of the state,
+ * reused from save to save) and hands it over; the writer thread writes and
+ * publishes it and records how that went. One save at a time: the next one
+ * waits for the writer before it touches the staging checkpoint, so the
+ * staging memory is one state and a slow disk slows the saves, never
+ * corrupts them. The writer's result is taken by the main thread at the next
+ * step boundary (trainer_saver_poll) or when it waits.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train_internal.h"
+
+#define CHECKPOINT_FILE "checkpoint.safetensors"
+
+struct trainer_saver {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rp_checkpoint *staging; /* the copy being written (or waiting to be) */
+    bool pending;           /* staged and not yet finished */
+    bool quit;
+    bool failed;     /* the last write failed and the main thread has not been told */
+    rp_status error; /* its status */
+    char message[1024];
+    int64_t step; /* the global step of the save in flight (or the failed one) */
+    char run_dir[TRAIN_PATH_MAX];
+    int shards;
+    char layout[256];   /* the index's layout text */
+    int64_t generation; /* the last published sharded generation (0: read it from disk) */
+};
+
+/* "<dir>/<name>", truncated paths fail to open by name later. */
+static void join(char *buf, size_t size, const char *dir, const char *name)
+{
+    snprintf(buf, size, "%s/%s", dir, name);
+}
+
+void trainer_layout_text(const rp_trainer *t, char *buf, size_t size)
+{
+    const rp_replica *first = rp_replicator_replica(t->rep, 0);
+    snprintf(buf, size,
+             "shards=%d (each tensor split evenly); written from the gathered state of "
+             "replicas=%d zero=%d tp=%d stages=%d",
+             t->cfg.checkpoint_shards, rp_replicator_replicas(t->rep), t->cfg.runtime.zero ? 1 : 0,
+             first ? rp_replica_axis_size(first, RP_AXIS_MODEL) : 1,
+             first ? rp_replica_axis_size(first, RP_AXIS_PIPE) : 1);
+}
+
+rp_status trainer_write_checkpoint(const char *run_dir, int shards, const char *layout,
+                                   int64_t *generation, const rp_checkpoint *ck)
+{
+    char whole[TRAIN_PATH_MAX + 32], base[TRAIN_PATH_MAX + 32];
+    join(whole, sizeof whole, run_dir, CHECKPOINT_FILE);
+    join(base, sizeof base, run_dir, "checkpoint");
+    if (shards <= 0) {
+        RP_CHECK(rp_checkpoint_save(ck, whole));
+        /* A sharded checkpoint of an earlier part of the run is older now: it goes. */
+        return rp_checkpoint_remove_sharded(base);
+    }
+    if (*generation <= 0) *generation = rp_checkpoint_published_generation(base);
+    int64_t g = *generation + 1;
+    for (int k = 0; k < shards; k++)
+        RP_CHECK(rp_checkpoint_save_shard(ck, base, g, k, shards, shards));
+    RP_CHECK(rp_checkpoint_publish(base, g, shards, layout));
+    *generation = g;
+    if (unlink(whole) != 0 && errno != ENOENT)
+        return RP_ERROR(RP_ERR_IO,
+                        "the sharded checkpoint was published, but the older %s cannot "
+                        "be removed: %s",
+                        whole, strerror(errno));
+    return RP_OK;
+}
+
+static void *writer_main(void *arg)
+{
+    trainer_saver *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->pending && !s->quit)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->pending) break;
+        pthread_mutex_unlock(&s->mu);
+        /* The staging copy is this thread's until pending is cleared. */
+        rp_status status =
+            trainer_write_checkpoint(s->run_dir, s->shards, s->layout, &s->generation, s->staging);
+        pthread_mutex_lock(&s->mu);
+        if (status != RP_OK) {
+            s->failed = true;
+            s->error = status;
+            snprintf(s->message, sizeof s->message, "%s", rp_last_error());
+        }
+        s->pending = false;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static rp_status saver_start(rp_trainer *t)
+{
+    trainer_saver *s = calloc(1, sizeof *s);
+    if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the checkpoint writer");
+    snprintf(s->run_dir, sizeof s->run_dir, "%s", t->run_dir);
+    s->shards = t->cfg.checkpoint_shards;
+    trainer_layout_text(t, s->layout, sizeof s->layout);
+    rp_status status = rp_checkpoint_create(&s->staging);
+    if (status != RP_OK) {
+        free(s);
+        return status;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    int rc = pthread_create(&s->thread, NULL, writer_main, s);
+    if (rc != 0) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        rp_checkpoint_destroy(s->staging);
+        free(s);
+        return RP_ERROR(RP_ERR_BACKEND, "cannot start the checkpoint writer thread: %s",
+                        strerror(rc));
+    }
+    t->saver = s;
+    return RP_OK;
+}
+
+/* The failure the writer recorded, as this thread's error (once). Called with s->mu held. */
+static rp_status take_failure(trainer_saver *s)
+{
+    if (!s->failed) return RP_OK;
+    s->failed = false;
+    return rp_error_set(s->error, NULL, 0,
+                        "the background checkpoint save of step %lld failed: %s (the previously "
+                        "published checkpoint is intact)",
+                        (long long)s->step, s->message);
+}
+
+rp_status trainer_saver_poll(rp_trainer *t)
+{
+    trainer_saver *s = t->saver;
+    if (!s) return RP_OK;
+    pthread_mutex_lock(&s->mu);
+    rp_status status = take_failure(s);
+    pthread_mutex_unlock(&s->mu);
+    return status;
+}
+
+rp_status trainer_saver_wait(rp_trainer *t)
+{
+    trainer_saver *s = t->saver;
+    if (!s) return RP_OK;
+    pthread_mutex_lock(&s->mu);
+    if (s->pending) {
+        rp_trace_begin(RP_PHASE_OTHER);
+        while (s->pending)
+            pthread_cond_wait(&s->cv, &s->mu);
+        rp_trace_end("checkpoint wait");
+    }
+    rp_status status = take_failure(s);
+    pthread_mutex_unlock(&s->mu);
+    return status;
+}
+
+void trainer_saver_stop(rp_trainer *t)
+{
+    trainer_saver *s = t->saver;
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->quit = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL); /* a save in flight is finished first */
+    if (s->failed)
+        rp_warn("the background checkpoint save of step %lld failed: %s", (long long)s->step,
+                s->message);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    rp_checkpoint_destroy(s->staging);
+    free(s);
+    t->saver = NULL;
+}
+
+/*
+ * The model's tensors (local replica 0's state: the replicas agree), the
+ * position of the next batch, the epoch's running scalars and the
+ * configuration, into ck.
+ */
+static rp_status stage(const rp_trainer *t, rp_checkpoint *ck)
+{
+    int64_t position[3] = {t->epoch, t->step, t->global_step};
+    /* The sums' bits, not rounded values: the resumed epoch's means come out bit for bit. */
+    _Static_assert(sizeof(uint64_t) == sizeof(double), "a sum's bits fill a u64");
+    uint64_t sums[RP_TRAINER_MAX_SCALARS];
+    memcpy(sums, t->epoch_sums, sizeof sums);
+    RP_CHECK(t->model->save(t->ctx, t->states[0], ck));
+    RP_CHECK(rp_checkpoint_add_i64(ck, "train/position", 3, position));
+    RP_CHECK(rp_checkpoint_add_i64(ck, TRAIN_EPOCH_STEPS, 1, &t->epoch_steps));
+    RP_CHECK(rp_checkpoint_add_u64(ck, TRAIN_EPOCH_SUMS, t->n_scalars, sums));
+    if (t->config_json) RP_CHECK(rp_checkpoint_set_meta(ck, "replicator.config", t->config_json));
+    return rp_checkpoint_set_meta(ck, "replicator.version", RP_VERSION);
+}
+
+/* Inline: staged into a checkpoint of its own and written before returning. */
+static rp_status save_now(rp_trainer *t)
+{
+    rp_checkpoint *ck = NULL;
+    RP_CHECK(rp_checkpoint_create(&ck));
+    rp_status status = stage(t, ck);
+    char layout[256];
+    trainer_layout_text(t, layout, sizeof layout);
+    if (status == RP_OK)
+        status = trainer_write_checkpoint(t->run_dir, t->cfg.checkpoint_shards, layout,
+                                          &t->generation, ck);
+    rp_checkpoint_destroy(ck);
+    return status;
+}
+
+/* Background: wait for the previous save, stage into the reused copy, hand it to the writer. */
+static rp_status save_background(rp_trainer *t)
+{
+    if (!t->saver) RP_CHECK(saver_start(t));
+    trainer_saver *s = t->saver;
+    RP_CHECK(trainer_saver_wait(t));
+    rp_checkpoint_reset(s->staging);
+    rp_trace_begin(RP_PHASE_OTHER);
+    rp_status status = stage(t, s->staging);
+    rp_trace_end("checkpoint stage");
+    RP_CHECK(status);
+    pthread_mutex_lock(&s->mu);
+    s->step = t->global_step;
+    s->pending = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return RP_OK;
+}
+
+rp_status trainer_save_checkpoint(rp_trainer *t)
+{
+    if (t->cfg.no_checkpoint || !t->root) return RP_OK;
+    if (t->cfg.checkpoint_background) return save_background(t);
+    rp_trace_begin(RP_PHASE_OTHER);
+    rp_status status = save_now(t);
+    rp_trace_end("checkpoint");
+    return status;
+}
