@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "registry.h"
 #include "models/resnet/resnet.h"
 #include "train.h" /* train_parse_long: the command line's number rules */
 
@@ -251,7 +252,7 @@ static long page_faults(void)
     return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt + u.ru_majflt : 0;
 }
 
-static int bench_resnet(int argc, char **argv)
+int rp_cli_bench_resnet(int argc, char **argv)
 {
     rp_resnet_kind kind = RP_RESNET20;
     int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0, replicas = 1,
@@ -488,10 +489,12 @@ int rp_cli_bench(int argc, char **argv)
         bench_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "resnet")) return bench_resnet(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "resnet")) return rp_cli_bench_resnet(argc - 1, argv + 1);
+    /* A registered model's benchmark (registry.c). */
+    const rp_model_desc *model = rp_cli_model_find(argv[1]);
+    if (model && model->bench) return model->bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "allreduce")) return rp_cli_bench_allreduce(argc - 1, argv + 1);
     if (!strcmp(argv[1], "ps")) return rp_cli_bench_ps(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "sngan")) return rp_cli_bench_sngan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "pipeline")) return rp_cli_bench_pipeline(argc - 1, argv + 1);
     fprintf(stderr,
             "replicator bench: unknown benchmark \"%s\" (available: resnet, sngan, allreduce, ps, "

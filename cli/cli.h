@@ -14,6 +14,8 @@ int rp_cli_checkpoint(int argc, char **argv);
 int rp_cli_bench_allreduce(int argc, char **argv);
 int rp_cli_bench_ps(int argc, char **argv);
 int rp_cli_bench_sngan(int argc, char **argv);
+/* `replicator bench resnet ...`: a classifier's training throughput (bench.c). */
+int rp_cli_bench_resnet(int argc, char **argv);
 int rp_cli_bench_pipeline(int argc, char **argv);
 /*
  * A model's trainer callbacks driven on a replicator one run at a time (bench_driver.c), for the

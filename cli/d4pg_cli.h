@@ -20,6 +20,8 @@ typedef struct d4pg_opts {
     bool out_given, force, quiet;
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
     const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
+    const char *resume;      /* --resume DIR (argv's), or NULL */
+    rp_options_given given;  /* the options this command line gave */
 } d4pg_opts;
 
 void d4pg_opts_default(d4pg_opts *o);

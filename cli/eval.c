@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "d4pg_cli.h"
-#include "sngan_cli.h"
+#include "registry.h"
+#include "train.h"
 
 static void usage(FILE *f)
 {
@@ -41,13 +41,11 @@ int rp_cli_eval(int argc, char **argv)
     train_opts o;
     const char *config;
     RP_TRY(train_load_run(argv[1], &ck, &config));
-    if (sngan_config_is_gan(config)) {
+    /* A registered model's run evaluates itself (registry.c); the classifiers' below. */
+    const rp_model_desc *model = rp_cli_model_of_config(config);
+    if (model && model->eval) {
         rp_checkpoint_destroy(ck);
-        return sngan_eval_main(argc, argv);
-    }
-    if (d4pg_config_is_d4pg(config)) {
-        rp_checkpoint_destroy(ck);
-        return d4pg_eval_main(argc, argv);
+        return model->eval(argc, argv);
     }
     /* A classifier's run: its options, as strictly as train's (the others parse their own). */
     long threads = 0;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "registry.h"
 
 static void usage(FILE *f)
 {
@@ -22,7 +23,11 @@ static void usage(FILE *f)
             "  trace   merge per-rank trace files (`trace merge OUT IN...`)\n"
             "  checkpoint  a run's checkpoint made whole, resharded, or described\n"
             "\n"
-            "`replicator <command> --help` describes each command's options.\n");
+            "models (replicator train MODEL; cli/registry.c):\n");
+    for (const rp_model_desc *const *m = rp_cli_models(); *m; m++)
+        fprintf(f, "  %-9s %s\n", (*m)->name, (*m)->summary);
+    fprintf(f, "\n"
+               "`replicator <command> --help` describes each command's options.\n");
 }
 
 int main(int argc, char **argv)

@@ -34,6 +34,8 @@ typedef struct sngan_opts {
     bool replicas_given, out_given, force, quiet, no_checkpoint;
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
     const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
+    const char *resume;      /* --resume DIR (argv's), or NULL */
+    rp_options_given given;  /* the options this command line gave */
 } sngan_opts;
 
 void sngan_opts_default(sngan_opts *o);

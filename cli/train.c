@@ -15,83 +15,46 @@
 
 #include "d4pg_cli.h"
 #include "plan_cli.h"
+#include "registry.h"
 #include "sngan_cli.h"
 
-/* Options that may change on --resume; the rest come from the checkpoint. */
-static void apply_resume_overrides(train_opts *o, const train_opts *cli, int argc, char **argv)
+/*
+ * Options that may change on --resume (the table's RESUME rows, when given) and those that are
+ * never saved (this invocation's); the rest come from the checkpoint.
+ */
+static void apply_resume_overrides(train_opts *o, const train_opts *cli)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--epochs"))
-            o->epochs = cli->epochs;
-        else if (!strcmp(argv[i], "--data"))
-            snprintf(o->data_dir, sizeof o->data_dir, "%s", cli->data_dir);
-        else if (!strcmp(argv[i], "--threads")) {
-            /* Reductions depend on the team size: a different count resumes correctly, not
-             * bit-exactly. */
-            if (cli->threads != o->threads)
-                rp_warn(
-                    "resuming on %d threads, the run used %d: results will differ in the last bits",
-                    cli->threads, o->threads);
-            o->threads = cli->threads;
-        } else if (!strcmp(argv[i], "--replicas")) {
-            if (cli->replicas != o->replicas)
-                rp_warn("resuming on %d replicas, the run used %d: the same global batch, results "
-                        "will differ in the last bits",
-                        cli->replicas, o->replicas);
-            o->replicas = cli->replicas;
-        } else if (!strcmp(argv[i], "--threads-per-replica")) {
-            o->threads_per_replica = cli->threads_per_replica;
-        } else if (!strcmp(argv[i], "--regime")) {
-            snprintf(o->regime, sizeof o->regime, "%s", cli->regime);
-        } else if (!strcmp(argv[i], "--ps")) {
-            o->ps = cli->ps;
-        } else if (!strcmp(argv[i], "--sync-groups")) {
-            o->sync_groups = cli->sync_groups;
-        } else if (!strcmp(argv[i], "--staleness")) {
-            o->staleness = cli->staleness;
-        } else if (!strcmp(argv[i], "--model-parallel")) {
-            /* A layout: the checkpoint holds the whole model, whatever the stages. */
-            o->model_parallel = cli->model_parallel;
-            if (o->model_parallel < 2) o->micro_batches = 1;
-        } else if (!strcmp(argv[i], "--tensor-parallel")) {
-            o->tensor_parallel = cli->tensor_parallel; /* a layout, as the stages */
-        } else if (!strcmp(argv[i], "--precision")) {
-            snprintf(o->precision, sizeof o->precision, "%s", cli->precision);
-        } else if (!strcmp(argv[i], "--pipeline")) {
-            snprintf(o->pipeline, sizeof o->pipeline, "%s", cli->pipeline);
-        } else if (!strcmp(argv[i], "--loader-threads")) {
-            o->folder.threads = cli->folder.threads; /* the same samples on any count */
-        } else if (!strcmp(argv[i], "--skip-bad")) {
-            o->folder.skip_bad = true;
-        } else if (!strcmp(argv[i], "--micro-batches")) {
-            if (cli->micro_batches != o->micro_batches)
-                rp_warn("resuming with %d micro-batches, the run used %d: batch norm's "
-                        "statistics cover other examples, results will differ",
-                        cli->micro_batches, o->micro_batches);
-            o->micro_batches = cli->micro_batches;
-        }
-    }
-    o->zero = cli->zero;
-    o->slow_replica = cli->slow_replica;
-    o->slow_factor = cli->slow_factor;
+    const rp_option *table = train_opts_table();
+    const rp_options_given *given = &cli->given;
+    /* Reductions depend on the team size: a different count resumes correctly, not bit-exactly. */
+    if (rp_options_was_given(table, given, "--threads") && cli->threads != o->threads)
+        rp_warn("resuming on %d threads, the run used %d: results will differ in the last bits",
+                cli->threads, o->threads);
+    if (rp_options_was_given(table, given, "--replicas") && cli->replicas != o->replicas)
+        rp_warn("resuming on %d replicas, the run used %d: the same global batch, results "
+                "will differ in the last bits",
+                cli->replicas, o->replicas);
+    if (rp_options_was_given(table, given, "--micro-batches") &&
+        cli->micro_batches != o->micro_batches)
+        rp_warn("resuming with %d micro-batches, the run used %d: batch norm's "
+                "statistics cover other examples, results will differ",
+                cli->micro_batches, o->micro_batches);
+    /* A layout: the checkpoint holds the whole model, whatever the stages. */
+    bool stages = rp_options_was_given(table, given, "--model-parallel");
+    rp_options_apply_resume(table, o, cli, given);
+    if (stages && o->model_parallel < 2 && !rp_options_was_given(table, given, "--micro-batches"))
+        o->micro_batches = 1;
     /* Where the replicas run is this invocation's, never the saved run's. */
     o->replicas_given = cli->replicas_given;
-    o->comm_timeout = cli->comm_timeout;
-    snprintf(o->backend, sizeof o->backend, "%s", cli->backend);
-    o->quiet = cli->quiet;
-    o->max_steps = cli->max_steps;
-    o->no_checkpoint = cli->no_checkpoint;
-    o->tensorboard = cli->tensorboard;
-    o->trace = cli->trace;
+    o->given = cli->given;
 }
 
 /*
  * The options (from the checkpoint when resuming), the classifier (its datasets) and the trainer
  * (the replicator and every replica's model, optimizer and loader).
  */
-static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
-                       rp_classifier **clf, rp_trainer **t, rp_classifier_plan **plan,
-                       plan_check **pc)
+static rp_status setup(train_opts *o, const char *resume, rp_classifier **clf, rp_trainer **t,
+                       rp_classifier_plan **plan, plan_check **pc)
 {
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -101,7 +64,7 @@ static rp_status setup(train_opts *o, const char *resume, int argc, char **argv,
         RP_TRY(train_load_run(resume, &ck, &saved));
         train_opts cli = *o;
         RP_TRY(train_opts_from_json(o, saved));
-        apply_resume_overrides(o, &cli, argc, argv);
+        apply_resume_overrides(o, &cli);
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
     }
     rp_kernels_set_threads(o->threads);
@@ -318,6 +281,12 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     if (resumed)
         fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir,
                 (long long)p.epoch + 1, (long long)p.step);
+    /* The configuration's echo, from the option table: what differs from the model's defaults. */
+    static train_opts defaults; /* static: a few KiB of paths */
+    train_opts_default(&defaults, o->model);
+    char echo[1024];
+    rp_options_describe(train_opts_table(), o, &defaults, echo, sizeof echo);
+    if (echo[0]) fprintf(stderr, "  options: %s\n", echo);
     fprintf(stderr, "  run directory: %s\n", o->out_dir);
 }
 
@@ -337,38 +306,46 @@ static void format_duration(double s, char *buf, size_t size)
  * after --resume are the resumed model's (--iters, --env-steps), so parsing them as the
  * classifier's would blame an option ("unknown option --iters") for the checkpoint's fault.
  */
-static const char *resumed_model(int argc, char **argv)
+static const rp_model_desc *resumed_model(int argc, char **argv, bool *failed)
 {
+    *failed = false;
     for (int i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--resume")) continue;
         rp_checkpoint *ck = NULL;
-        const char *config = NULL, *model = "";
+        const char *config = NULL;
+        const rp_model_desc *model = NULL;
         rp_status status = train_load_run(argv[i + 1], &ck, &config);
         if (status == RP_OK) {
             static train_opts classifier; /* static: a few KiB of paths */
-            model = sngan_config_is_gan(config)   ? "sngan"
-                    : d4pg_config_is_d4pg(config) ? "d4pg"
-                                                  : "";
-            if (!model[0]) status = train_opts_from_json(&classifier, config);
+            model = rp_cli_model_of_config(config);
+            if (!model) status = train_opts_from_json(&classifier, config);
         }
         rp_checkpoint_destroy(ck);
         if (status != RP_OK) {
             train_report_error(false);
-            return NULL;
+            *failed = true;
         }
         return model;
     }
-    return "";
+    return NULL;
 }
 
+/* `replicator train [MODEL]`: a registered model by name or by the run it resumes (registry.c);
+   the classifiers otherwise. */
 int rp_cli_train(int argc, char **argv)
 {
-    if (argc >= 2 && !strcmp(argv[1], "sngan")) return train_sngan_main(argc - 1, argv + 1);
-    if (argc >= 2 && !strcmp(argv[1], "d4pg")) return train_d4pg_main(argc - 1, argv + 1);
-    const char *resumed = resumed_model(argc, argv);
-    if (!resumed) return 1;
-    if (!strcmp(resumed, "sngan")) return train_sngan_main(argc, argv);
-    if (!strcmp(resumed, "d4pg")) return train_d4pg_main(argc, argv);
+    const rp_model_desc *named = argc >= 2 ? rp_cli_model_find(argv[1]) : NULL;
+    if (named && named->train) return named->train(argc - 1, argv + 1);
+    bool failed;
+    const rp_model_desc *resumed = resumed_model(argc, argv, &failed);
+    if (failed) return 1;
+    if (resumed && resumed->train) return resumed->train(argc, argv);
+    return train_classifier_main(argc, argv);
+}
+
+/* `replicator train [resnet20|resnet18|resnet50|mlp] ...`: the classifiers. */
+int train_classifier_main(int argc, char **argv)
+{
     train_opts o;
     const char *resume = NULL;
     int rc = train_opts_parse(argc, argv, &o, &resume);
@@ -380,7 +357,7 @@ int rp_cli_train(int argc, char **argv)
     rp_classifier_plan *plan = NULL;
     plan_check *pc = NULL;
     double t_start = rp_now_s();
-    rp_status status = setup(&o, resume, argc, argv, &clf, &t, &plan, &pc);
+    rp_status status = setup(&o, resume, &clf, &t, &plan, &pc);
     bool tty = isatty(STDERR_FILENO) && !o.quiet;
     if (status == RP_OK && rp_trainer_is_server(t)) {
         /* A parameter server rank: it serves until every replica's process is done. */

@@ -69,7 +69,18 @@ typedef struct train_opts {
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
     const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
     bool plan_check; /* --plan-check: print the plan, compare it with the first steps (not saved) */
+    const char *resume;     /* --resume DIR (argv's), or NULL */
+    rp_options_given given; /* the options this command line gave (train_opts_table's rows) */
 } train_opts;
+
+/* The table the options come from (replicator/options.h): parser, help, JSON, resume rules. */
+const rp_option *train_opts_table(void);
+
+/*
+ * Prints a command-line fault as `cmd` words it ("<cmd>: bad value \"x\" for --lr (see
+ * --help)", "<cmd>: --lr cannot be changed when resuming; ..."); returns 2, the exit status.
+ */
+int train_print_fault(const char *cmd, const rp_option_fault *f);
 
 /* Defaults for a model: what `replicator train MODEL` runs with no options. */
 void train_opts_default(train_opts *o, const char *model);
@@ -134,6 +145,9 @@ void train_opts_classifier(const train_opts *o, rp_classifier_config *c);
  */
 rp_status train_runtime_config(train_opts *o, rp_config *cfg);
 
+/* "threads", "mpi" or anything else ("auto") as the runtime's backend. */
+rp_backend train_backend(const char *name);
+
 /*
  * The command's rp_config.stuck_exit: true unless RP_STUCK_EXIT=0. The command promises that
  * --comm-timeout bounds a stall, and only the watchdog's exit can end a replica stuck outside
@@ -194,6 +208,9 @@ void train_report_error(bool tty);
  * process's exit status: 1 on an error, 128 + the signal when one stopped the run, else 0.
  */
 int train_finish(rp_trainer *t, rp_status status, bool tty);
+
+/* `replicator train [resnet20|resnet18|resnet50|mlp] ...`: the classifiers (train.c). */
+int train_classifier_main(int argc, char **argv);
 
 /* `replicator train sngan ...` (train_sngan.c). */
 int train_sngan_main(int argc, char **argv);

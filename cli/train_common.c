@@ -10,88 +10,38 @@
 
 #include "train.h"
 
+rp_backend train_backend(const char *name)
+{
+    return !strcmp(name, "threads") ? RP_BACKEND_THREADS
+           : !strcmp(name, "mpi")   ? RP_BACKEND_MPI
+                                    : RP_BACKEND_AUTO;
+}
+
 rp_status train_runtime_config(train_opts *o, rp_config *cfg)
 {
-    /* Under mpirun (or srun): one replica per rank, or --replicas threads in each (hierarchical).
-     */
-    bool mpi =
-        !strcmp(o->backend, "mpi") || (!strcmp(o->backend, "auto") && rp_comm_mpi_launched());
-    if (!mpi && rp_comm_mpi_launched() && rp_env_get()->mpi_world_size > 1)
-        return RP_ERROR(
-            RP_ERR_INVALID,
-            "--backend threads under mpirun with %d ranks: every rank would "
-            "train alone and write the same run directory; start one process, or use the "
-            "MPI backend",
-            rp_env_get()->mpi_world_size);
-    bool async = !strcmp(o->regime, "async");
-    /* Workers per replica: its stages (logical devices) x its tensor-parallel workers. */
-    int stages = o->model_parallel > 1 ? o->model_parallel : 1,
-        tp = o->tensor_parallel > 1 ? o->tensor_parallel : 1, span = stages * tp;
-    if (mpi) o->replicas = o->replicas_given ? o->replicas : 1;
-    int per_rank = o->replicas; /* under MPI: workers (threads) in each rank */
-    if (mpi && span > 1) {
-        /* The ranks' threads are the job's workers; a replica spans `span` of them. */
-        int workers = rp_env_get()->mpi_world_size * per_rank;
-        if (workers % span != 0)
-            return RP_ERROR(RP_ERR_INVALID,
-                            "%d workers (%d ranks x %d) do not make replicas of %d workers "
-                            "(--model-parallel %d x --tensor-parallel %d): use a multiple of %d "
-                            "workers",
-                            workers, rp_env_get()->mpi_world_size, per_rank, span, stages, tp,
-                            span);
-        o->replicas = workers / span;
-    }
-    int groups = o->sync_groups > 1 ? o->sync_groups : 1;
-    if (o->replicas == 0) {
-        /* Auto: one worker per kernel thread (or per --threads-per-replica threads), as many
-         * replicas as divide the batch; with sync groups a multiple of the groups (at least one
-         * each). */
-        int total = rp_kernels_get_threads(),
-            tpr = o->threads_per_replica > 0 ? o->threads_per_replica : 1;
-        o->replicas = total / tpr / span > 0 ? total / tpr / span : 1;
-        o->replicas = o->replicas > groups ? o->replicas / groups * groups : groups;
-        while (!async && o->replicas > groups && o->batch % (o->replicas / groups) != 0)
-            o->replicas -= groups;
-    }
-    /* The job's replicas: under MPI with sync groups, the ranks less the parameter servers (the
-       runtime refuses more than one replica per rank there, and too many servers). */
-    int job = mpi && groups > 1 ? (rp_env_get()->mpi_world_size - o->ps) * per_rank : o->replicas;
-    if (job > 0 && job % groups != 0)
-        return RP_ERROR(RP_ERR_INVALID,
-                        "--sync-groups %d does not divide the %d replicas%s: every group needs "
-                        "the same number of replicas",
-                        groups, job, mpi && groups > 1 ? " (the ranks less --ps)" : "");
-    if (!async && job > 0 && o->batch % (job / groups) != 0)
-        return RP_ERROR(RP_ERR_INVALID, "batch %d does not split across %d replicas%s", o->batch,
-                        job / groups, groups > 1 ? " (a sync group)" : "");
     *cfg = rp_config_default();
-    cfg->backend = mpi ? RP_BACKEND_MPI : RP_BACKEND_THREADS;
-    cfg->replicas = mpi && span > 1 ? per_rank : o->replicas;
+    cfg->backend = train_backend(o->backend);
+    cfg->replicas = o->replicas;
     cfg->threads_per_replica = o->threads_per_replica;
     cfg->timeout_s = o->comm_timeout;
-    cfg->regime = async ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
+    cfg->regime = !strcmp(o->regime, "async") ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
     cfg->zero = o->zero;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->grad_dtype = o->grad_dtype;
     cfg->sync_groups = o->sync_groups;
-    if (span > 1) {
-        /* One role: replicas on the data axis, each of `stages` stages on the pipe axis and
-           `tp` tensor-parallel workers on the model axis (adjacent: the fastest links). */
-        cfg->nroles = 1;
-        cfg->roles[0] = rp_role_make("replica", o->replicas, tp);
-        cfg->roles[0].pipe = stages;
-    }
-    /* Under MPI the runtime divides the cores among the ranks on this host, unless --threads says.
-     */
-    int local_workers = mpi ? per_rank : o->replicas * span;
-    if (!cfg->threads_per_replica && (!mpi || o->threads > 0)) {
-        int total = o->threads > 0 ? o->threads : rp_kernels_get_threads();
-        cfg->threads_per_replica = total / local_workers > 0 ? total / local_workers : 1;
-    }
     cfg->seed = o->seed;
     cfg->stuck_exit = train_stuck_exit();
+    /* The layout rules are the library's (rp_config_resolve). */
+    rp_job_shape layout = rp_job_shape_default();
+    layout.threads = o->threads;
+    layout.batch = o->batch;
+    layout.stages = o->model_parallel;
+    layout.tensor_parallel = o->tensor_parallel;
+    layout.replicas_from_run = !o->replicas_given;
+    RP_CHECK(rp_config_resolve(cfg, &layout));
+    o->replicas = layout.replicas;
     return RP_OK;
 }
 

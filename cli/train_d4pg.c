@@ -27,71 +27,6 @@ void d4pg_opts_default(d4pg_opts *o)
     snprintf(o->backend, sizeof o->backend, "auto");
 }
 
-static void usage(FILE *f)
-{
-    d4pg_opts d;
-    d4pg_opts_default(&d);
-    const rp_d4pg_job_config *j = &d.j;
-    char pl[64], cl[64];
-    layers_text(j->agent.policy_layers, pl, sizeof pl);
-    layers_text(j->agent.critic_layers, cl, sizeof cl);
-    fprintf(
-        f,
-        "usage: replicator train d4pg [options]\n"
-        "       replicator train --resume DIR [--env-steps N]\n"
-        "\n"
-        "Trains a D4PG agent (distributional critic, N-step returns, deterministic policy)\n"
-        "on a MuJoCo control task: K actors step their environments and feed a replay;\n"
-        "a learner of R data-parallel replicas trains on it. Writes learning_curve.png.\n"
-        "\n"
-        "task:\n"
-        "  --task T          cartpole-swingup (default), cartpole-balance, pendulum-swingup,\n"
-        "                    point_mass-easy, reacher-easy, cheetah-run, walker-walk\n"
-        "  --action-repeat N physics steps per action (default %d)\n"
-        "roles:\n"
-        "  --actors K        actors (default %d)\n"
-        "  --envs N          environments per actor, stepped in a batch (default %d)\n"
-        "  --replicas R      data-parallel learner replicas (default %d)\n"
-        "agent (Acme's D4PG defaults):\n"
-        "  --env-steps N     environment steps in the run (default %lld)\n"
-        "  --batch N         learner batch, global (default %d)\n"
-        "  --policy-layers L hidden widths of the policy (default %s)\n"
-        "  --critic-layers L hidden widths of the critic (default %s)\n"
-        "  --lr X            Adam rate of policy and critic (default %g)\n"
-        "  --sigma X         exploration noise (default %g)\n"
-        "  --n-step N        N-step returns (default %d); --discount X (default %g)\n"
-        "  --v-max X         critic support [-X, X] (default %g)\n"
-        "  --min-replay N    transitions before learning (default %lld)\n"
-        "  --spi X           samples per insert (default %g)\n"
-        "  --prioritized     prioritised replay (priority = the critic's loss)\n"
-        "  --actor-update N  env steps between an actor's policy fetches (default %lld)\n"
-        "run:\n"
-        "  --seed N          random seed (default %llu)\n"
-        "  --threads N       kernel threads of each learner replica (default: cores / replicas;\n"
-        "                    on a machine shared with other work, 1 keeps the learner's pace)\n"
-        "  --backend B       auto (default: MPI under mpirun), threads or mpi\n"
-        "  --precision P     f32 (default) or bf16 compute for the learner's and actors'\n"
-        "                    linear layers (docs/precision.md)\n"
-        "  --timeout S       seconds a message may wait for a peer\n"
-        "  --out DIR         run directory (default runs/d4pg-TASK, made unique)\n"
-        "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
-        "                    (view them with: tensorboard --logdir DIR)\n"
-        "  --trace FILE      write a Chrome trace-event JSON of the run to FILE (open it in\n"
-        "                    ui.perfetto.dev; docs/tracing.md)\n"
-        "  --force           overwrite a checkpoint in --out\n"
-        "  --eval-every N    env steps between evaluations (default %lld)\n"
-        "  --eval-episodes N noise-free episodes per evaluation (default %d)\n"
-        "  --checkpoint-every N  env steps between checkpoints (default %lld)\n"
-        "  --max-steps N     stop (checkpointed, resumable) after learner step N\n"
-        "  --quiet           no progress lines\n"
-        "  --resume DIR      continue the run in DIR\n",
-        j->action_repeat, j->actors, j->envs_per_actor, j->learners, (long long)j->env_steps,
-        j->agent.batch, pl, cl, (double)j->agent.critic_lr, (double)j->agent.sigma, j->agent.n_step,
-        (double)j->agent.discount, (double)j->agent.v_max, (long long)j->min_replay,
-        j->samples_per_insert, (long long)j->actor_update_every, (unsigned long long)j->seed,
-        (long long)d.eval_every, j->eval_episodes, (long long)d.checkpoint_every);
-}
-
 /* "256,256,256" into layers[RP_D4PG_MAX_LAYERS] (0-terminated); false if malformed. */
 static bool parse_layers(const char *v, int *layers)
 {
@@ -120,169 +55,198 @@ static void layers_text(const int *layers, char *buf, size_t size)
         len += (size_t)snprintf(buf + len, size - len, "%s%d", i ? "," : "", layers[i]);
 }
 
+static bool parse_policy(const rp_option *opt, const char *value, void *dst)
+{
+    (void)opt;
+    return parse_layers(value, ((d4pg_opts *)dst)->j.agent.policy_layers);
+}
+
+static bool parse_critic(const rp_option *opt, const char *value, void *dst)
+{
+    (void)opt;
+    return parse_layers(value, ((d4pg_opts *)dst)->j.agent.critic_layers);
+}
+
+#define T      d4pg_opts
+#define SAVED  RP_OPT_SAVED
+#define LAYERS sizeof(int[RP_D4PG_MAX_LAYERS])
+
+/*
+ * The options of `replicator train d4pg`: one row each gives the parser, the help, the
+ * checkpoint's JSON and what --resume takes from the command line (--env-steps, and the unsaved
+ * options; the others given with --resume are the run's, as they always were). --lr is the
+ * critic's rate, which the policy shares; --v-max's support is symmetric (d4pg_derive).
+ */
+static const rp_option d4pg_table[] = {
+    RP_OPT_SECTION("task:"),
+    RP_OPT_TEXT(T, j.task, "--task", "T", SAVED,
+                "cartpole-swingup (default), cartpole-balance, pendulum-swingup,\n"
+                "point_mass-easy, reacher-easy, cheetah-run, walker-walk"),
+    RP_OPT_INT(T, j.action_repeat, "--action-repeat", "N", 1, 100, SAVED,
+               "physics steps per action (default 1)"),
+    RP_OPT_SECTION("roles:"),
+    RP_OPT_INT(T, j.actors, "--actors", "K", 1, 256, SAVED, "actors (default 1)"),
+    {.type = RP_OPTION_INT,
+     .name = "--envs",
+     .meta = "N",
+     .key = "envs_per_actor",
+     .offset = offsetof(T, j.envs_per_actor),
+     .size = sizeof(int),
+     .lo = 1,
+     .hi = 64,
+     .flags = SAVED,
+     .help = "environments per actor, stepped in a batch (default 1)"},
+    {.type = RP_OPTION_INT,
+     .name = "--replicas",
+     .meta = "R",
+     .key = "learners",
+     .offset = offsetof(T, j.learners),
+     .size = sizeof(int),
+     .lo = 1,
+     .hi = 64,
+     .flags = SAVED,
+     .help = "data-parallel learner replicas (default 1)"},
+    RP_OPT_SECTION("agent (Acme's D4PG defaults):"),
+    RP_OPT_INT64(T, j.env_steps, "--env-steps", "N", 2, 1LL << 40, SAVED | RP_OPT_RESUME,
+                 "environment steps in the run (default 300000)"),
+    RP_OPT_INT(T, j.agent.batch, "--batch", "N", 1, 1 << 16, SAVED,
+               "learner batch, global (default 256)"),
+    RP_OPT_CUSTOM(T, j.agent.policy_layers, LAYERS, "--policy-layers", "L", parse_policy,
+                  RP_OPT_OWN_JSON, "hidden widths of the policy (default 256,256,256)"),
+    RP_OPT_CUSTOM(T, j.agent.critic_layers, LAYERS, "--critic-layers", "L", parse_critic,
+                  RP_OPT_OWN_JSON, "hidden widths of the critic (default 512,512,256)"),
+    {.type = RP_OPTION_FLOAT,
+     .name = "--lr",
+     .meta = "X",
+     .key = "lr",
+     .offset = offsetof(T, j.agent.critic_lr),
+     .size = sizeof(float),
+     .lo = 0,
+     .hi = 1,
+     .flags = SAVED,
+     .help = "Adam rate of policy and critic (default 1e-04)"},
+    RP_OPT_FLOAT(T, j.agent.sigma, "--sigma", "X", 0, 10, SAVED, "exploration noise (default 0.3)"),
+    RP_OPT_INT(T, j.agent.n_step, "--n-step", "N", 1, 15, SAVED, "N-step returns (default 5)"),
+    RP_OPT_FLOAT(T, j.agent.discount, "--discount", "X", 0, 1, SAVED, "discount (default 0.99)"),
+    RP_OPT_FLOAT(T, j.agent.v_max, "--v-max", "X", 1e-3, 1e6, SAVED,
+                 "critic support [-X, X] (default 150)"),
+    RP_OPT_INT64(T, j.min_replay, "--min-replay", "N", 1, 1LL << 30, SAVED,
+                 "transitions before learning (default 1000)"),
+    {.type = RP_OPTION_DOUBLE,
+     .name = "--spi",
+     .meta = "X",
+     .key = "spi",
+     .offset = offsetof(T, j.samples_per_insert),
+     .size = sizeof(double),
+     .lo = 1e-3,
+     .hi = 1e6,
+     .flags = SAVED,
+     .help = "samples per insert (default 32)"},
+    RP_OPT_FLAG(T, j.prioritized, "--prioritized", SAVED,
+                "prioritised replay (priority = the critic's loss)"),
+    {.type = RP_OPTION_INT64,
+     .name = "--actor-update",
+     .meta = "N",
+     .key = "actor_update",
+     .offset = offsetof(T, j.actor_update_every),
+     .size = sizeof(int64_t),
+     .lo = 1,
+     .hi = 1LL << 30,
+     .flags = SAVED,
+     .help = "env steps between an actor's policy fetches (default 1000)"},
+    RP_OPT_SECTION("run:"),
+    RP_OPT_INT(T, j.eval_episodes, "--eval-episodes", "N", 1, 1000, SAVED,
+               "noise-free episodes per evaluation (default 5)"),
+    RP_OPT_UINT64(T, j.seed, "--seed", "N", 0, 0x7fffffff, SAVED, "random seed (default 1)"),
+    RP_OPT_INT64(T, eval_every, "--eval-every", "N", 1, 1LL << 40, SAVED,
+                 "env steps between evaluations (default 10000)"),
+    RP_OPT_INT64(T, checkpoint_every, "--checkpoint-every", "N", 1, 1LL << 40, SAVED,
+                 "env steps between checkpoints (default 20000)"),
+    RP_OPT_INT(T, threads, "--threads", "N", 1, 1024, SAVED | RP_OPT_ZERO_OK,
+               "kernel threads of each learner replica (default: cores / replicas;\n"
+               "on a machine shared with other work, 1 keeps the learner's pace)"),
+    RP_OPT_CHOICE(T, backend, "--backend", "B", "auto|threads|mpi", 0,
+                  "auto (default: MPI under mpirun), threads or mpi"),
+    RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", 0,
+                  "f32 (default) or bf16 compute for the learner's and actors'\n"
+                  "linear layers (docs/precision.md)"),
+    RP_OPT_DOUBLE(T, comm_timeout, "--timeout", "S", 0.001, 86400, 0,
+                  "seconds a message may wait for a peer"),
+    RP_OPT_PATH(T, out_dir, "--out", "DIR", 0,
+                "run directory (default runs/d4pg-TASK, made unique)"),
+    RP_OPT_PATH_REF(T, tensorboard, "--tensorboard", "DIR", 0,
+                    "also write the metrics as TensorBoard event files in DIR\n"
+                    "(view them with: tensorboard --logdir DIR)"),
+    RP_OPT_PATH_REF(T, trace, "--trace", "FILE", 0,
+                    "write a Chrome trace-event JSON of the run to FILE (open it in\n"
+                    "ui.perfetto.dev; docs/tracing.md)"),
+    RP_OPT_FLAG(T, force, "--force", 0, "overwrite a checkpoint in --out"),
+    RP_OPT_INT64(T, max_steps, "--max-steps", "N", 1, 1LL << 40, 0,
+                 "stop (checkpointed, resumable) after learner step N"),
+    RP_OPT_FLAG(T, quiet, "--quiet", 0, "no progress lines"),
+    RP_OPT_PATH_REF(T, resume, "--resume", "DIR", 0, "continue the run in DIR"),
+    RP_OPTION_END,
+};
+
+#undef T
+#undef SAVED
+#undef LAYERS
+
+/* The fields one option sets two of: the policy's rate is the critic's; the support is [-X, X]. */
+static void d4pg_derive(d4pg_opts *o)
+{
+    o->j.agent.policy_lr = o->j.agent.critic_lr;
+    o->j.agent.v_min = -o->j.agent.v_max;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: replicator train d4pg [options]\n"
+               "       replicator train --resume DIR [--env-steps N]\n"
+               "\n"
+               "Trains a D4PG agent (distributional critic, N-step returns, deterministic policy)\n"
+               "on a MuJoCo control task: K actors step their environments and feed a replay;\n"
+               "a learner of R data-parallel replicas trains on it. Writes learning_curve.png.\n"
+               "\n");
+    rp_options_print_help(f, d4pg_table);
+}
+
 int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume)
 {
+    static const char CMD[] = "replicator train d4pg";
+    rp_option_fault fault;
     *resume = NULL;
-    rp_d4pg_job_config *j = &o->j;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n = 0;
-        float x = 0;
-        bool ok = true;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-            continue;
-        }
-        if (!strcmp(a, "--force")) {
-            o->force = true;
-            continue;
-        }
-        if (!strcmp(a, "--prioritized")) {
-            j->prioritized = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "replicator train d4pg: %s needs a value (see --help)\n", a);
+    if (rp_options_parse(d4pg_table, o, &argc, argv, RP_OPTIONS_HELP, &o->given, &fault) != RP_OK) {
+        if (fault.kind == RP_OPTION_BAD_VALUE) {
+            fprintf(stderr, "%s: bad value for %s: %s\n", CMD, fault.option, fault.value);
             return 2;
         }
-        i++;
-        if (!strcmp(a, "--task"))
-            snprintf(j->task, sizeof j->task, "%s", v);
-        else if (!strcmp(a, "--action-repeat")) {
-            ok = train_parse_long(v, 1, 100, &n);
-            j->action_repeat = (int)n;
-        } else if (!strcmp(a, "--actors")) {
-            ok = train_parse_long(v, 1, 256, &n);
-            j->actors = (int)n;
-        } else if (!strcmp(a, "--envs")) {
-            ok = train_parse_long(v, 1, 64, &n);
-            j->envs_per_actor = (int)n;
-        } else if (!strcmp(a, "--replicas")) {
-            ok = train_parse_long(v, 1, 64, &n);
-            j->learners = (int)n;
-        } else if (!strcmp(a, "--env-steps")) {
-            ok = train_parse_long(v, 2, 1L << 40, &n);
-            j->env_steps = n;
-        } else if (!strcmp(a, "--batch")) {
-            ok = train_parse_long(v, 1, 1 << 16, &n);
-            j->agent.batch = (int)n;
-        } else if (!strcmp(a, "--policy-layers"))
-            ok = parse_layers(v, j->agent.policy_layers);
-        else if (!strcmp(a, "--critic-layers"))
-            ok = parse_layers(v, j->agent.critic_layers);
-        else if (!strcmp(a, "--lr")) {
-            ok = train_parse_float(v, 0, 1, &x);
-            j->agent.critic_lr = j->agent.policy_lr = x;
-        } else if (!strcmp(a, "--sigma"))
-            ok = train_parse_float(v, 0, 10, &j->agent.sigma);
-        else if (!strcmp(a, "--n-step")) {
-            ok = train_parse_long(v, 1, 15, &n);
-            j->agent.n_step = (int)n;
-        } else if (!strcmp(a, "--discount"))
-            ok = train_parse_float(v, 0, 1, &j->agent.discount);
-        else if (!strcmp(a, "--v-max")) {
-            ok = train_parse_float(v, 1e-3f, 1e6f, &x);
-            j->agent.v_max = x;
-            j->agent.v_min = -x;
-        } else if (!strcmp(a, "--min-replay")) {
-            ok = train_parse_long(v, 1, 1L << 30, &n);
-            j->min_replay = n;
-        } else if (!strcmp(a, "--spi")) {
-            ok = train_parse_float(v, 1e-3f, 1e6f, &x);
-            j->samples_per_insert = x;
-        } else if (!strcmp(a, "--actor-update")) {
-            ok = train_parse_long(v, 1, 1L << 30, &n);
-            j->actor_update_every = n;
-        } else if (!strcmp(a, "--seed")) {
-            ok = train_parse_long(v, 0, 0x7fffffffL, &n);
-            j->seed = (uint64_t)n;
-        } else if (!strcmp(a, "--threads")) {
-            ok = train_parse_long(v, 1, 1024, &n);
-            o->threads = (int)n;
-        } else if (!strcmp(a, "--backend")) {
-            ok = !strcmp(v, "auto") || !strcmp(v, "threads") || !strcmp(v, "mpi");
-            snprintf(o->backend, sizeof o->backend, "%s", v);
-        } else if (!strcmp(a, "--precision")) {
-            ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
-            snprintf(o->precision, sizeof o->precision, "%s", ok ? v : "f32");
-        } else if (!strcmp(a, "--timeout")) {
-            ok = train_parse_float(v, 0.001f, 86400, &x);
-            o->comm_timeout = x;
-        } else if (!strcmp(a, "--out")) {
-            if (!train_copy_path("replicator train d4pg", a, v, o->out_dir, sizeof o->out_dir))
-                return 2;
-            o->out_given = true;
-        } else if (!strcmp(a, "--eval-every")) {
-            ok = train_parse_long(v, 1, 1L << 40, &n);
-            o->eval_every = n;
-        } else if (!strcmp(a, "--eval-episodes")) {
-            ok = train_parse_long(v, 1, 1000, &n);
-            j->eval_episodes = (int)n;
-        } else if (!strcmp(a, "--checkpoint-every")) {
-            ok = train_parse_long(v, 1, 1L << 40, &n);
-            o->checkpoint_every = n;
-        } else if (!strcmp(a, "--max-steps")) {
-            ok = train_parse_long(v, 1, 1L << 40, &n);
-            o->max_steps = n;
-        } else if (!strcmp(a, "--resume")) {
-            if (!train_copy_path("replicator train d4pg", a, v, NULL, sizeof o->out_dir)) return 2;
-            *resume = v;
-        } else if (!strcmp(a, "--tensorboard")) {
-            if (!train_copy_path("replicator train d4pg", a, v, NULL, CLI_PATH_MAX)) return 2;
-            o->tensorboard = v;
-        } else if (!strcmp(a, "--trace")) {
-            if (!train_copy_path("replicator train d4pg", a, v, NULL, CLI_PATH_MAX)) return 2;
-            o->trace = v;
-        } else {
-            fprintf(stderr, "replicator train d4pg: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "replicator train d4pg: bad value for %s: %s\n", a, v);
-            return 2;
-        }
+        return train_print_fault(CMD, &fault);
     }
-    if (!o->out_given) snprintf(o->out_dir, sizeof o->out_dir, "runs/d4pg-%s", j->task);
+    if (fault.kind == RP_OPTION_HELP) {
+        usage(stdout);
+        return 1;
+    }
+    d4pg_derive(o);
+    *resume = o->resume;
+    o->out_given = rp_options_was_given(d4pg_table, &o->given, "--out");
+    if (!o->out_given) snprintf(o->out_dir, sizeof o->out_dir, "runs/d4pg-%s", o->j.task);
     return 0;
 }
 
 char *d4pg_opts_to_json(const d4pg_opts *o)
 {
-    const rp_d4pg_job_config *j = &o->j;
     cJSON *c = cJSON_CreateObject();
     if (!c) return NULL;
     cJSON_AddStringToObject(c, "model", "d4pg");
-    cJSON_AddStringToObject(c, "task", j->task);
-    cJSON_AddNumberToObject(c, "action_repeat", j->action_repeat);
-    cJSON_AddNumberToObject(c, "actors", j->actors);
-    cJSON_AddNumberToObject(c, "envs_per_actor", j->envs_per_actor);
-    cJSON_AddNumberToObject(c, "learners", j->learners);
-    cJSON_AddNumberToObject(c, "env_steps", (double)j->env_steps);
-    cJSON_AddNumberToObject(c, "batch", j->agent.batch);
-    char layers[64];
-    layers_text(j->agent.policy_layers, layers, sizeof layers);
-    cJSON_AddStringToObject(c, "policy_layers", layers);
-    layers_text(j->agent.critic_layers, layers, sizeof layers);
-    cJSON_AddStringToObject(c, "critic_layers", layers);
-    cJSON_AddNumberToObject(c, "lr", j->agent.critic_lr);
-    cJSON_AddNumberToObject(c, "sigma", j->agent.sigma);
-    cJSON_AddNumberToObject(c, "n_step", j->agent.n_step);
-    cJSON_AddNumberToObject(c, "discount", j->agent.discount);
-    cJSON_AddNumberToObject(c, "v_max", j->agent.v_max);
-    cJSON_AddNumberToObject(c, "min_replay", (double)j->min_replay);
-    cJSON_AddNumberToObject(c, "spi", j->samples_per_insert);
-    cJSON_AddBoolToObject(c, "prioritized", j->prioritized);
-    cJSON_AddNumberToObject(c, "actor_update", (double)j->actor_update_every);
-    cJSON_AddNumberToObject(c, "eval_episodes", j->eval_episodes);
-    cJSON_AddNumberToObject(c, "seed", (double)j->seed);
-    cJSON_AddNumberToObject(c, "eval_every", (double)o->eval_every);
-    cJSON_AddNumberToObject(c, "checkpoint_every", (double)o->checkpoint_every);
-    cJSON_AddNumberToObject(c, "threads", o->threads);
-    char *text = cJSON_PrintUnformatted(c);
+    char *text = NULL, layers[64];
+    if (rp_options_to_json(d4pg_table, o, c) == RP_OK) {
+        layers_text(o->j.agent.policy_layers, layers, sizeof layers);
+        cJSON_AddStringToObject(c, "policy_layers", layers);
+        layers_text(o->j.agent.critic_layers, layers, sizeof layers);
+        cJSON_AddStringToObject(c, "critic_layers", layers);
+        text = cJSON_PrintUnformatted(c);
+    }
     cJSON_Delete(c);
     return text;
 }
@@ -304,57 +268,18 @@ rp_status d4pg_opts_from_json(d4pg_opts *o, const char *json)
     rp_d4pg_job_config *j = &o->j;
     train_config_reader r = {.json = c};
     char pl[256], cl[256];
-    double v[20];
-    bool ok = train_config_str(&r, "task", j->task, sizeof j->task) &&
-              train_config_bool(&r, "prioritized", &j->prioritized) &&
-              train_config_str(&r, "policy_layers", pl, sizeof pl) &&
+    bool ok = train_config_str(&r, "policy_layers", pl, sizeof pl) &&
               train_config_str(&r, "critic_layers", cl, sizeof cl);
     if (ok && !parse_layers(pl, j->agent.policy_layers))
         ok = train_config_refuse(&r, "policy_layers", "not widths 1..65536 separated by commas");
     if (ok && !parse_layers(cl, j->agent.critic_layers))
         ok = train_config_refuse(&r, "critic_layers", "not widths 1..65536 separated by commas");
-    ok = ok && train_config_num(&r, "action_repeat", 1, 100, &v[0]) &&
-         train_config_num(&r, "actors", 1, 256, &v[1]) &&
-         train_config_num(&r, "envs_per_actor", 1, 64, &v[2]) &&
-         train_config_num(&r, "learners", 1, 64, &v[3]) &&
-         train_config_num(&r, "env_steps", 2, 1e13, &v[4]) &&
-         train_config_num(&r, "batch", 1, 65536, &v[5]) &&
-         train_config_num(&r, "lr", 0, 1, &v[6]) && train_config_num(&r, "sigma", 0, 10, &v[7]) &&
-         train_config_num(&r, "n_step", 1, 15, &v[8]) &&
-         train_config_num(&r, "discount", 0, 1, &v[9]) &&
-         train_config_num(&r, "v_max", 1e-3, 1e6, &v[10]) &&
-         train_config_num(&r, "min_replay", 1, 1e10, &v[11]) &&
-         train_config_num(&r, "spi", 1e-3, 1e6, &v[12]) &&
-         train_config_num(&r, "actor_update", 1, 1e10, &v[13]) &&
-         train_config_num(&r, "eval_episodes", 1, 1000, &v[14]) &&
-         train_config_num(&r, "seed", 0, 0x7fffffff, &v[15]) &&
-         train_config_num(&r, "eval_every", 1, 1e13, &v[16]) &&
-         train_config_num(&r, "checkpoint_every", 1, 1e13, &v[17]) &&
-         train_config_num(&r, "threads", 0, 1024, &v[18]);
+    /* The table's rows, with the command line's ranges. */
+    if (ok && rp_options_from_json(d4pg_table, o, c, r.bad, sizeof r.bad) != RP_OK) ok = false;
     rp_status status = ok ? RP_OK : train_config_error(&r, "the D4PG checkpoint's configuration");
     cJSON_Delete(c);
-    if (!ok) return status;
-    j->action_repeat = (int)v[0];
-    j->actors = (int)v[1];
-    j->envs_per_actor = (int)v[2];
-    j->learners = (int)v[3];
-    j->env_steps = (int64_t)v[4];
-    j->agent.batch = (int)v[5];
-    j->agent.critic_lr = j->agent.policy_lr = (float)v[6];
-    j->agent.sigma = (float)v[7];
-    j->agent.n_step = (int)v[8];
-    j->agent.discount = (float)v[9];
-    j->agent.v_max = (float)v[10];
-    j->agent.v_min = -(float)v[10];
-    j->min_replay = (int64_t)v[11];
-    j->samples_per_insert = v[12];
-    j->actor_update_every = (int64_t)v[13];
-    j->eval_episodes = (int)v[14];
-    j->seed = (uint64_t)v[15];
-    o->eval_every = (int64_t)v[16];
-    o->checkpoint_every = (int64_t)v[17];
-    o->threads = (int)v[18];
-    return RP_OK;
+    if (ok) d4pg_derive(o);
+    return status;
 }
 
 /* Learner steps in `env` environment steps at the job's samples per insert (at least 1). */
@@ -364,8 +289,7 @@ static int64_t learner_steps_of(const rp_d4pg_job_config *j, int64_t env)
     return s > 0 ? s : 1;
 }
 
-static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, rp_d4pg_job **job,
-                       rp_trainer **t)
+static rp_status setup(d4pg_opts *o, const char *resume, rp_d4pg_job **job, rp_trainer **t)
 {
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -379,15 +303,9 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
         }
         d4pg_opts cli = *o;
         RP_TRY(d4pg_opts_from_json(o, saved));
-        for (int i = 1; i < argc; i++)
-            if (!strcmp(argv[i], "--env-steps")) o->j.env_steps = cli.j.env_steps;
-        o->quiet = cli.quiet;
-        o->tensorboard = cli.tensorboard;
-        o->trace = cli.trace;
-        o->max_steps = cli.max_steps;
-        o->comm_timeout = cli.comm_timeout;
-        snprintf(o->backend, sizeof o->backend, "%s", cli.backend);
-        snprintf(o->precision, sizeof o->precision, "%s", cli.precision);
+        /* --env-steps if given, and the options a run never saves (this invocation's). */
+        rp_options_apply_resume(d4pg_table, o, &cli, &cli.given);
+        o->given = cli.given;
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
         o->out_given = true;
     }
@@ -400,9 +318,9 @@ static rp_status setup(d4pg_opts *o, const char *resume, int argc, char **argv, 
     RP_TRY(rp_d4pg_job_create(job, &o->j, ck));
     o->j = *rp_d4pg_job_get_config(*job); /* the task's sizes filled in */
     rp_trainer_config tc = rp_trainer_config_default();
-    tc.runtime.backend = !strcmp(o->backend, "threads") ? RP_BACKEND_THREADS
-                         : !strcmp(o->backend, "mpi")   ? RP_BACKEND_MPI
-                                                        : RP_BACKEND_AUTO;
+    /* The job's layout is its roles' (rp_d4pg_trainer_config_apply); a learner replica gets
+       --threads, or the cores over the learners. */
+    tc.runtime.backend = train_backend(o->backend);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int per =
         o->threads ? o->threads : (int)(cores / o->j.learners > 0 ? cores / o->j.learners : 1);
@@ -462,6 +380,12 @@ static void print_header(const d4pg_opts *o, const rp_trainer *t, bool resumed)
     if (resumed)
         fprintf(stderr, "  resumed from %s at learner step %lld\n", o->out_dir,
                 (long long)p.global_step);
+    /* The configuration's echo, from the option table: what differs from the defaults. */
+    static d4pg_opts defaults; /* static: a few KiB of paths */
+    d4pg_opts_default(&defaults);
+    char echo[1024];
+    rp_options_describe(d4pg_table, o, &defaults, echo, sizeof echo);
+    if (echo[0]) fprintf(stderr, "  options: %s\n", echo);
     fprintf(stderr, "  run directory: %s (learning_curve.png every %lld env steps)\n", o->out_dir,
             (long long)o->eval_every);
 }
@@ -477,7 +401,7 @@ int train_d4pg_main(int argc, char **argv)
     rp_d4pg_job *job = NULL;
     rp_trainer *t = NULL;
     double t_start = rp_now_s();
-    rp_status status = setup(&o, resume, argc, argv, &job, &t);
+    rp_status status = setup(&o, resume, &job, &t);
     bool tty = isatty(STDERR_FILENO) && !o.quiet;
     if (status == RP_OK) {
         if (!o.quiet) print_header(&o, t, resume != NULL);

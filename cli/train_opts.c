@@ -50,135 +50,329 @@ void train_opts_default(train_opts *o, const char *model)
     }
 }
 
+static const int train_dtypes[] = {RP_F32, RP_BF16};
+
+static bool parse_widths(const char *s, int *out, int *n);
+static bool parse_triple(const char *s, float lo, float hi, float out[3]);
+
+/* --model is read before the defaults (train_opts_parse); the row only names it. */
+static bool parse_model(const rp_option *opt, const char *value, void *dst)
+{
+    (void)opt, (void)value, (void)dst;
+    return true;
+}
+
+static bool parse_hidden(const rp_option *opt, const char *value, void *dst)
+{
+    train_opts *o = dst;
+    (void)opt;
+    return parse_widths(value, o->hidden, &o->n_hidden);
+}
+
+static bool parse_mean(const rp_option *opt, const char *value, void *dst)
+{
+    (void)opt;
+    return parse_triple(value, -1000.0f, 1000.0f, ((train_opts *)dst)->folder.mean);
+}
+
+static bool parse_std(const rp_option *opt, const char *value, void *dst)
+{
+    (void)opt;
+    return parse_triple(value, 1e-6f, 1000.0f, ((train_opts *)dst)->folder.std);
+}
+
+/* --slow R:F */
+static bool parse_slow(const rp_option *opt, const char *value, void *dst)
+{
+    train_opts *o = dst;
+    char *end;
+    long r = strtol(value, &end, 10);
+    (void)opt;
+    bool ok = end != value && *end == ':' && r >= 0 && r < 4096;
+    if (ok) ok = train_parse_float(end + 1, 1.0f, 1000.0f, &o->slow_factor);
+    o->slow_replica = (int)r;
+    return ok;
+}
+
+/* --faults SPEC: process-wide, not saved (a resumed run injects only what it is given). */
+static bool parse_faults(const rp_option *opt, const char *value, void *dst)
+{
+    (void)dst;
+    return rp_comm_faults_set(value, opt->name) == RP_OK;
+}
+
+#define T          train_opts
+#define SAVED      RP_OPT_SAVED
+#define RESUME     RP_OPT_RESUME
+#define OLD        (RP_OPT_SAVED | RP_OPT_OPTIONAL) /* saved; older runs may lack it */
+#define SLOW_BYTES (offsetof(T, slow_factor) + sizeof(float) - offsetof(T, slow_replica))
+#define FOLDER(F)  RP_OPT_OWN_JSON /* saved in the "folder" object (dataset folder only) */
+
+/*
+ * The options of `replicator train` for the classifiers: one row each gives the parser, the
+ * help, the checkpoint's JSON, which may change on --resume (RESUME) and the header's echo.
+ */
+static const rp_option train_table[] = {
+    RP_OPT_CUSTOM(T, model, 0, "--model", "MODEL", parse_model, 0, NULL),
+    RP_OPT_SECTION("data:"),
+    RP_OPT_CHOICE(T, dataset, "--dataset", "D", "fashion-mnist|mnist|cifar10|synthetic|folder",
+                  SAVED,
+                  "fashion-mnist (default), mnist, cifar10, synthetic, or folder:\n"
+                  "your own JPEG/PNG images (docs/data.md)"),
+    {.type = RP_OPTION_PATH,
+     .name = "--data",
+     .meta = "DIR",
+     .key = "data_dir",
+     .offset = offsetof(T, data_dir),
+     .size = sizeof(((T *)0)->data_dir),
+     .flags = SAVED | RESUME,
+     .help = "dataset directory (default $RP_DATA_DIR or\n"
+             "/usr/share/datasets/fashion-mnist); for folder: DIR with\n"
+             "train/<class>/*.jpg and val/<class>/*.jpg (torchvision's\n"
+             "ImageFolder), list:DIR (DIR/train.txt, DIR/val.txt: lines\n"
+             "\"path label\"), or tar:DIR (WebDataset shards DIR/train/*.tar,\n"
+             "DIR/val/*.tar of NNNNNN.jpg + NNNNNN.cls)"},
+    RP_OPT_INT64(T, limit, "--limit", "N", 1, 1LL << 40, SAVED | RP_OPT_ZERO_OK,
+                 "train on the first N samples only"),
+    RP_OPT_INT(T, image_size, "--image-size", "N", 1, 4096, OLD | RP_OPT_ZERO_OK,
+               "pad the images to N x N, centred (e.g. 32 for Fashion-MNIST,\n"
+               "the size the SN-GAN's judge sees)"),
+    {.type = RP_OPTION_FLAG,
+     .name = "--no-augment",
+     .key = "augment",
+     .offset = offsetof(T, augment),
+     .size = sizeof(bool),
+     .flags = SAVED | RP_OPT_NEGATE,
+     .help = "no random crop and flip (resnets augment by default)"},
+    RP_OPT_INT(T, pad, "--pad", "N", 0, 64, SAVED, "random-crop padding (default 2)"),
+    RP_OPT_SECTION("image files (--dataset folder; torchvision's ImageNet recipe, docs/data.md):"),
+    RP_OPT_DOC("--image-size", "N",
+               "side of the crops (default 224): training takes\n"
+               "RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3) and a flip,\n"
+               "evaluation Resize(--resize-size) and CenterCrop(N)"),
+    RP_OPT_INT(T, folder.resize_size, "--resize-size", "N", 1, 65535, FOLDER(resize_size),
+               "evaluation's short side before the centre crop (default\n"
+               "N x 256/224: 256 for 224)"),
+    RP_OPT_CUSTOM(T, folder.mean, sizeof(float[3]), "--mean", "R,G,B", parse_mean, FOLDER(mean),
+                  "normalisation of pixel/255 (default ImageNet's"),
+    RP_OPT_CUSTOM(T, folder.std, sizeof(float[3]), "--std", "R,G,B", parse_std, FOLDER(std),
+                  "0.485,0.456,0.406 and 0.229,0.224,0.225)"),
+    RP_OPT_INT(T, folder.threads, "--loader-threads", "N", 1, 256, RESUME,
+               "threads decoding and augmenting images (default 2)"),
+    RP_OPT_FLAG(T, folder.skip_bad, "--skip-bad", FOLDER(skip_bad) | RESUME,
+                "log, count and replace a file that cannot be decoded (default:\n"
+                "stop with an error naming it)"),
+    {.type = RP_OPTION_FLAG,
+     .name = "--no-dct-scaling",
+     .offset = offsetof(T, folder.dct_scaling),
+     .size = sizeof(bool),
+     .flags = FOLDER(dct_scaling) | RP_OPT_NEGATE,
+     .help = "decode every JPEG at full size (default: training crops\n"
+             "decode large JPEGs at 1/2, 1/4... in libjpeg-turbo's DCT)"},
+    RP_OPT_SECTION("optimisation:"),
+    RP_OPT_INT(T, epochs, "--epochs", "N", 1, 100000, SAVED | RESUME,
+               "passes over the training set (resnet20: 8, mlp: 10)"),
+    RP_OPT_INT(T, batch, "--batch", "N", 1, 1 << 20, SAVED, "batch size (default 128)"),
+    RP_OPT_FLOAT(T, lr, "--lr", "X", 0, 100, SAVED,
+                 "peak learning rate (resnet: 0.1, mlp: 0.05; mlp async: 0.02)"),
+    RP_OPT_FLOAT(T, momentum, "--momentum", "X", 0, 0.9999, SAVED, "SGD momentum (default 0.9)"),
+    RP_OPT_FLAG(T, nesterov, "--nesterov", SAVED, "Nesterov momentum (default for resnets)"),
+    {.type = RP_OPTION_FLOAT,
+     .name = "--wd",
+     .meta = "X",
+     .key = "weight_decay",
+     .offset = offsetof(T, weight_decay),
+     .size = sizeof(float),
+     .lo = 0,
+     .hi = 1,
+     .flags = SAVED,
+     .help = "weight decay (default 5e-4)"},
+    RP_OPT_CHOICE(T, schedule, "--schedule", "S", "cosine|constant", SAVED,
+                  "cosine (default) or constant"),
+    {.type = RP_OPTION_INT,
+     .name = "--warmup",
+     .meta = "N",
+     .key = "warmup_epochs",
+     .offset = offsetof(T, warmup_epochs),
+     .size = sizeof(int),
+     .lo = 0,
+     .hi = 100000,
+     .flags = SAVED,
+     .help = "linear warm-up epochs (default 1)"},
+    RP_OPT_CUSTOM(T, hidden, sizeof(((T *)0)->hidden), "--hidden", "A,B,...", parse_hidden,
+                  RP_OPT_OWN_JSON, "mlp hidden widths (default 512,256)"),
+    RP_OPT_SECTION("run:"),
+    RP_OPT_UINT64(T, seed, "--seed", "N", 0, 0x7fffffff, SAVED, "random seed (default 1)"),
+    RP_OPT_INT(T, threads, "--threads", "N", 1, 1024, OLD | RP_OPT_ZERO_OK | RESUME,
+               "kernel threads in all (default: all cores)"),
+    RP_OPT_INT(T, replicas, "--replicas", "N", 1, 256, OLD | RP_OPT_ZERO_OK | RESUME,
+               "data-parallel replicas, threads of this process; the batch is\n"
+               "split across them and batch norm is cross-replica (default:\n"
+               "one per thread, the fastest layout measured for ResNet-20).\n"
+               "Under mpirun: replicas in each rank (default 1)"),
+    RP_OPT_INT(T, threads_per_replica, "--threads-per-replica", "N", 1, 1024,
+               OLD | RP_OPT_ZERO_OK | RESUME,
+               "kernel threads of each replica (default threads/replicas)"),
+    RP_OPT_CHOICE(T, backend, "--backend", "B", "auto|threads|mpi", RESUME,
+                  "threads, mpi or auto (default): MPI when started by mpirun or\n"
+                  "srun, one process of threads otherwise (docs/distributed.md)"),
+    RP_OPT_DOUBLE(T, comm_timeout, "--comm-timeout", "S", 0, 1e6, RP_OPT_ABOVE_LO | RESUME,
+                  "seconds a replica waits for its peers in a collective (or a\n"
+                  "parameter server) before the run fails naming them (default\n"
+                  "$RP_COMM_TIMEOUT or 300); a replica stalled in its own\n"
+                  "code then ends the command (exit 70) after one more\n"
+                  "timeout (docs/distributed.md; RP_STUCK_EXIT=0: off)"),
+    RP_OPT_CHOICE(T, regime, "--regime", "R", "sync|async", OLD | RESUME,
+                  "sync (default): gradients averaged every step; async: each\n"
+                  "replica pushes its gradients to parameter servers and pulls\n"
+                  "fresh values, never waiting for the others; --batch is then\n"
+                  "each push's batch (docs/training.md)"),
+    RP_OPT_INT(T, ps, "--ps", "S", 1, 256, OLD | RESUME,
+               "async: parameter servers (default 1): shards in this process,\n"
+               "or under mpirun the last S ranks"),
+    RP_OPT_INT(T, staleness, "--staleness", "K", -1, 1 << 30, OLD | RESUME,
+               "async: no replica runs more than K steps ahead of the slowest\n"
+               "(default: unbounded)"),
+    RP_OPT_INT(T, sync_groups, "--sync-groups", "G", 1, 4096, OLD | RP_OPT_ZERO_OK | RESUME,
+               "G groups of replicas/G: all-reduce inside a group, parameter\n"
+               "servers (--ps, --staleness) between groups; each batch goes to\n"
+               "one group and is split in it; G must divide --replicas\n"
+               "(under mpirun: the ranks less --ps; docs/distributed.md)"),
+    RP_OPT_FLAG(T, zero, "--zero", RESUME,
+                "sync: ZeRO-1, each of N replicas keeps the optimizer state of\n"
+                "1/N of the parameters (gradients reduce-scattered, values\n"
+                "all-gathered); the same values bitwise (docs/distributed.md)"),
+    RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", OLD | RESUME,
+                  "f32 (default) or bf16: convolutions and linear layers multiply\n"
+                  "in bf16 (AMX or AVX512-BF16 where the CPU has them) and\n"
+                  "convolution and batch-norm outputs are stored in bf16; master\n"
+                  "weights, gradients, norms' statistics, losses and optimizer\n"
+                  "state stay f32; a run resumes in either (docs/precision.md)"),
+    RP_OPT_ENUM(T, grad_dtype, "--grad-dtype", "T", "f32|bf16", train_dtypes, OLD | RESUME,
+                "sync: the gradients' type on the wire, f32 (default) or bf16:\n"
+                "half the bytes, reduced with f32 accumulation and rounded\n"
+                "once; the replicas stay bitwise identical (docs/distributed.md)"),
+    RP_OPT_SECTION("model parallelism (ResNets; docs/model-parallel.md):"),
+    RP_OPT_INT(T, model_parallel, "--model-parallel", "W", 1, RP_RESNET_MAX_UNITS, OLD | RESUME,
+               "each replica spans W workers, one stage of the network\n"
+               "each (logical devices: the layers cut into W stages of\n"
+               "balanced cost, the input entering on stage 0); --replicas\n"
+               "counts replicas, so the job has replicas x W workers"),
+    RP_OPT_CHOICE(T, pipeline, "--pipeline", "S", "gpipe|1f1b", OLD | RESUME,
+                  "the schedule over the stages: gpipe (default) or 1f1b"),
+    RP_OPT_INT(T, micro_batches, "--micro-batches", "M", 1, 1024, OLD | RESUME,
+               "cut each replica's batch into M micro-batches that flow\n"
+               "through the stages (default 1, or 2W with --pipeline); batch\n"
+               "norm takes its statistics per micro-batch. Without\n"
+               "--model-parallel: gradient accumulation over M micro-batches"),
+    RP_OPT_INT(T, tensor_parallel, "--tensor-parallel", "T", 1, 64, OLD | RESUME,
+               "split every residual block's convolutions over T workers\n"
+               "(Megatron-style: one all-reduce forward and one backward per\n"
+               "block); with --model-parallel W a replica has W x T workers"),
+    RP_OPT_CUSTOM(T, slow_replica, SLOW_BYTES, "--slow", "R:F", parse_slow, RESUME,
+                  "make replica R F times slower (a sleep each step), to study\n"
+                  "stragglers (R must be one of the job's replicas)"),
+    RP_OPT_CUSTOM(T, model, 0, "--faults", "SPEC", parse_faults, RESUME,
+                  "inject faults into the workers' calls, e.g.\n"
+                  "'kill:worker=1,run=20' or 'delay:worker=any,p=0.01,ms=50'\n"
+                  "(docs/faults.md; also $RP_FAULTS)"),
+    RP_OPT_PATH(T, out_dir, "--out", "DIR", 0,
+                "run directory: checkpoint.safetensors, metrics.jsonl\n"
+                "(default runs/MODEL, or runs/MODEL-2, -3... if taken)"),
+    RP_OPT_PATH_REF(T, tensorboard, "--tensorboard", "DIR", RESUME,
+                    "also write the metrics as TensorBoard event files in DIR\n"
+                    "(view them with: tensorboard --logdir DIR)"),
+    RP_OPT_PATH_REF(T, trace, "--trace", "FILE", RESUME,
+                    "write a Chrome trace-event JSON of the run to FILE (open it in\n"
+                    "ui.perfetto.dev; docs/tracing.md)"),
+    RP_OPT_FLAG(T, force, "--force", 0, "overwrite a checkpoint already in --out"),
+    RP_OPT_PATH_REF(T, resume, "--resume", "DIR", RESUME,
+                    "continue the run saved in DIR (with it only the options\n"
+                    "listed below may be given)"),
+    RP_OPT_INT64(T, max_steps, "--max-steps", "N", 1, 1LL << 40, RESUME,
+                 "stop after N steps in all (checkpointed, resumable)"),
+    RP_OPT_FLAG(T, plan_check, "--plan-check", 0,
+                "print the plan (`replicator plan`), then compare it with what\n"
+                "each worker measures in its first steps (memory in percent,\n"
+                "communication exactly); stops after 3 steps unless --max-steps\n"
+                "says; exit status 1 if anything differs"),
+    RP_OPT_FLAG(T, no_checkpoint, "--no-checkpoint", RESUME, "do not write checkpoints"),
+    RP_OPT_FLAG(T, quiet, "--quiet", RESUME, "only the summary"),
+    RP_OPT_DOC("--help", NULL, "this text"),
+    RP_OPTION_END,
+};
+
+#undef T
+#undef SAVED
+#undef RESUME
+#undef OLD
+#undef SLOW_BYTES
+#undef FOLDER
+
+const rp_option *train_opts_table(void)
+{
+    return train_table;
+}
+
 static void usage(FILE *f)
 {
+    fprintf(f, "usage: replicator train [MODEL] [options]      (or: train resnet --model MODEL)\n"
+               "       replicator train --resume DIR [--epochs N] [--threads N]\n"
+               "\n"
+               "Trains an image classifier and evaluates it on the test split after every epoch.\n"
+               "MODEL is resnet20 (default), resnet18, resnet50 or mlp; `resnet` means resnet20.\n"
+               "\n");
+    rp_options_print_help(f, train_table);
+    /* The resume rule, from the rows. */
+    fprintf(f, "\nWith --resume only these may be given:");
+    int col = 40;
+    for (const rp_option *o = train_table; o->type != RP_OPTION_NONE; o++) {
+        if (!(o->flags & RP_OPT_RESUME) || o->type == RP_OPTION_DOC) continue;
+        int w = (int)strlen(o->name) + 1;
+        if (col + w > 78) {
+            fprintf(f, "\n ");
+            col = 1;
+        }
+        fprintf(f, " %s", o->name);
+        col += w;
+    }
     fprintf(f,
-            "usage: replicator train [MODEL] [options]      (or: train resnet --model MODEL)\n"
-            "       replicator train --resume DIR [--epochs N] [--threads N]\n"
-            "\n"
-            "Trains an image classifier and evaluates it on the test split after every epoch.\n"
-            "MODEL is resnet20 (default), resnet18, resnet50 or mlp; `resnet` means resnet20.\n"
-            "\n"
-            "data:\n"
-            "  --dataset D       fashion-mnist (default), mnist, cifar10, synthetic, or folder:\n"
-            "                    your own JPEG/PNG images (docs/data.md)\n"
-            "  --data DIR        dataset directory (default $RP_DATA_DIR or\n"
-            "                    /usr/share/datasets/fashion-mnist); for folder: DIR with\n"
-            "                    train/<class>/*.jpg and val/<class>/*.jpg (torchvision's\n"
-            "                    ImageFolder), list:DIR (DIR/train.txt, DIR/val.txt: lines\n"
-            "                    \"path label\"), or tar:DIR (WebDataset shards DIR/train/*.tar,\n"
-            "                    DIR/val/*.tar of NNNNNN.jpg + NNNNNN.cls)\n"
-            "  --limit N         train on the first N samples only\n"
-            "  --image-size N    pad the images to N x N, centred (e.g. 32 for Fashion-MNIST,\n"
-            "                    the size the SN-GAN's judge sees)\n"
-            "  --no-augment      no random crop and flip (resnets augment by default)\n"
-            "  --pad N           random-crop padding (default 2)\n"
-            "image files (--dataset folder; torchvision's ImageNet recipe, docs/data.md):\n"
-            "  --image-size N    side of the crops (default 224): training takes\n"
-            "                    RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3) and a flip,\n"
-            "                    evaluation Resize(--resize-size) and CenterCrop(N)\n"
-            "  --resize-size N   evaluation's short side before the centre crop (default\n"
-            "                    N x 256/224: 256 for 224)\n"
-            "  --mean R,G,B      normalisation of pixel/255 (default ImageNet's\n"
-            "  --std R,G,B       0.485,0.456,0.406 and 0.229,0.224,0.225)\n"
-            "  --loader-threads N  threads decoding and augmenting images (default 2)\n"
-            "  --skip-bad        log, count and replace a file that cannot be decoded (default:\n"
-            "                    stop with an error naming it)\n"
-            "  --no-dct-scaling  decode every JPEG at full size (default: training crops\n"
-            "                    decode large JPEGs at 1/2, 1/4... in libjpeg-turbo's DCT)\n"
-            "optimisation:\n"
-            "  --epochs N        passes over the training set (resnet20: 8, mlp: 10)\n"
-            "  --batch N         batch size (default 128)\n"
-            "  --lr X            peak learning rate (resnet: 0.1, mlp: 0.05; mlp async: 0.02)\n"
-            "  --momentum X      SGD momentum (default 0.9)\n"
-            "  --nesterov        Nesterov momentum (default for resnets)\n"
-            "  --wd X            weight decay (default 5e-4)\n"
-            "  --schedule S      cosine (default) or constant\n"
-            "  --warmup N        linear warm-up epochs (default 1)\n"
-            "  --hidden A,B,...  mlp hidden widths (default 512,256)\n"
-            "run:\n"
-            "  --seed N          random seed (default 1)\n"
-            "  --threads N       kernel threads in all (default: all cores)\n"
-            "  --replicas N      data-parallel replicas, threads of this process; the batch is\n"
-            "                    split across them and batch norm is cross-replica (default:\n"
-            "                    one per thread, the fastest layout measured for ResNet-20).\n"
-            "                    Under mpirun: replicas in each rank (default 1)\n"
-            "  --threads-per-replica N  kernel threads of each replica (default threads/replicas)\n"
-            "  --backend B       threads, mpi or auto (default): MPI when started by mpirun or\n"
-            "                    srun, one process of threads otherwise (docs/distributed.md)\n"
-            "  --comm-timeout S  seconds a replica waits for its peers in a collective (or a\n"
-            "                    parameter server) before the run fails naming them (default\n"
-            "                    $RP_COMM_TIMEOUT or 300); a replica stalled in its own\n"
-            "                    code then ends the command (exit 70) after one more\n"
-            "                    timeout (docs/distributed.md; RP_STUCK_EXIT=0: off)\n"
-            "  --regime R        sync (default): gradients averaged every step; async: each\n"
-            "                    replica pushes its gradients to parameter servers and pulls\n"
-            "                    fresh values, never waiting for the others; --batch is then\n"
-            "                    each push's batch (docs/training.md)\n"
-            "  --ps S            async: parameter servers (default 1): shards in this process,\n"
-            "                    or under mpirun the last S ranks\n"
-            "  --staleness K     async: no replica runs more than K steps ahead of the slowest\n"
-            "                    (default: unbounded)\n"
-            "  --sync-groups G   G groups of replicas/G: all-reduce inside a group, parameter\n"
-            "                    servers (--ps, --staleness) between groups; each batch goes to\n"
-            "                    one group and is split in it; G must divide --replicas\n"
-            "                    (under mpirun: the ranks less --ps; docs/distributed.md)\n"
-            "  --zero            sync: ZeRO-1, each of N replicas keeps the optimizer state of\n"
-            "                    1/N of the parameters (gradients reduce-scattered, values\n"
-            "                    all-gathered); the same values bitwise (docs/distributed.md)\n"
-            "  --precision P     f32 (default) or bf16: convolutions and linear layers multiply\n"
-            "                    in bf16 (AMX or AVX512-BF16 where the CPU has them) and\n"
-            "                    convolution and batch-norm outputs are stored in bf16; master\n"
-            "                    weights, gradients, norms' statistics, losses and optimizer\n"
-            "                    state stay f32; a run resumes in either (docs/precision.md)\n"
-            "  --grad-dtype T    sync: the gradients' type on the wire, f32 (default) or bf16:\n"
-            "                    half the bytes, reduced with f32 accumulation and rounded\n"
-            "                    once; the replicas stay bitwise identical (docs/distributed.md)\n"
-            "model parallelism (ResNets; docs/model-parallel.md):\n"
-            "  --model-parallel W  each replica spans W workers, one stage of the network\n"
-            "                    each (logical devices: the layers cut into W stages of\n"
-            "                    balanced cost, the input entering on stage 0); --replicas\n"
-            "                    counts replicas, so the job has replicas x W workers\n"
-            "  --pipeline S      the schedule over the stages: gpipe (default) or 1f1b\n"
-            "  --micro-batches M cut each replica's batch into M micro-batches that flow\n"
-            "                    through the stages (default 1, or 2W with --pipeline); batch\n"
-            "                    norm takes its statistics per micro-batch. Without\n"
-            "                    --model-parallel: gradient accumulation over M micro-batches\n"
-            "  --tensor-parallel T  split every residual block's convolutions over T workers\n"
-            "                    (Megatron-style: one all-reduce forward and one backward per\n"
-            "                    block); with --model-parallel W a replica has W x T workers\n"
-            "  --slow R:F        make replica R F times slower (a sleep each step), to study\n"
-            "                    stragglers (R must be one of the job's replicas)\n"
-            "  --faults SPEC     inject faults into the workers' calls, e.g.\n"
-            "                    'kill:worker=1,run=20' or 'delay:worker=any,p=0.01,ms=50'\n"
-            "                    (docs/faults.md; also $RP_FAULTS)\n"
-            "  --out DIR         run directory: checkpoint.safetensors, metrics.jsonl\n"
-            "                    (default runs/MODEL, or runs/MODEL-2, -3... if taken)\n"
-            "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
-            "                    (view them with: tensorboard --logdir DIR)\n"
-            "  --trace FILE      write a Chrome trace-event JSON of the run to FILE (open it in\n"
-            "                    ui.perfetto.dev; docs/tracing.md)\n"
-            "  --force           overwrite a checkpoint already in --out\n"
-            "  --resume DIR      continue the run saved in DIR (with it only --epochs, --data,\n"
-            "                    --threads, --replicas, --threads-per-replica, --backend,\n"
-            "                    --comm-timeout, --regime, --ps, --staleness, --zero,\n"
-            "                    --grad-dtype,\n"
-            "                    --model-parallel, --pipeline, --micro-batches, --slow,\n"
-            "                    --sync-groups, --precision,\n"
-            "                    --faults, --max-steps, --no-checkpoint, --tensorboard,\n"
-            "                    --trace and\n"
-            "                    --quiet)\n"
-            "  --max-steps N     stop after N steps in all (checkpointed, resumable)\n"
-            "  --plan-check      print the plan (`replicator plan`), then compare it with what\n"
-            "                    each worker measures in its first steps (memory in percent,\n"
-            "                    communication exactly); stops after 3 steps unless --max-steps\n"
-            "                    says; exit status 1 if anything differs\n"
-            "  --no-checkpoint   do not write checkpoints\n"
-            "  --quiet           only the summary\n"
-            "  --help            this text\n"
-            "\n"
+            "\n\n"
             "A checkpoint is written after every epoch and on Ctrl-C/SIGTERM; --resume continues\n"
             "at the exact batch. `replicator eval DIR` reports a saved run's test accuracy.\n");
+}
+
+/* Prints a command line's fault in the words the command has always used; returns 2. */
+int train_print_fault(const char *cmd, const rp_option_fault *f)
+{
+    switch (f->kind) {
+    case RP_OPTION_UNKNOWN:
+        fprintf(stderr, "%s: unknown option %s (see --help)\n", cmd, f->option);
+        break;
+    case RP_OPTION_NO_VALUE:
+        fprintf(stderr, "%s: %s needs a value (see --help)\n", cmd, f->option);
+        break;
+    case RP_OPTION_BAD_VALUE:
+        fprintf(stderr, "%s: bad value \"%s\" for %s (see --help)\n", cmd, f->value, f->option);
+        break;
+    case RP_OPTION_EMPTY_PATH:
+        fprintf(stderr, "%s: %s needs a path, not an empty string\n", cmd, f->option);
+        break;
+    case RP_OPTION_LONG_PATH:
+        fprintf(stderr, "%s: %s is %zu bytes long, over the %zu a path may have\n", cmd, f->option,
+                f->length, f->limit);
+        break;
+    case RP_OPTION_NOT_ON_RESUME:
+        fprintf(stderr,
+                "%s: %s cannot be changed when resuming; the run's configuration comes from its "
+                "checkpoint (start a new run with --out)\n",
+                cmd, f->option);
+        break;
+    default:
+        fprintf(stderr, "%s: %s\n", cmd, rp_last_error());
+        break;
+    }
+    return 2;
 }
 
 bool train_copy_path(const char *cmd, const char *option, const char *value, char *dst, size_t size)
@@ -261,194 +455,22 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         return 2;
     }
     train_opts_default(o, model);
-    bool lr_given = false, pipeline_given = false, micro_given = false;
-    for (; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n = 0;
-        bool ok = true;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!strcmp(a, "--nesterov")) {
-            o->nesterov = true;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-            continue;
-        }
-        if (!strcmp(a, "--no-augment")) {
-            o->augment = false;
-            continue;
-        }
-        if (!strcmp(a, "--no-checkpoint")) {
-            o->no_checkpoint = true;
-            continue;
-        }
-        if (!strcmp(a, "--force")) {
-            o->force = true;
-            continue;
-        }
-        if (!strcmp(a, "--zero")) {
-            o->zero = true;
-            continue;
-        }
-        if (!strcmp(a, "--plan-check")) {
-            o->plan_check = true;
-            continue;
-        }
-        if (!strcmp(a, "--skip-bad")) {
-            o->folder.skip_bad = true;
-            continue;
-        }
-        if (!strcmp(a, "--no-dct-scaling")) {
-            o->folder.dct_scaling = false;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "replicator train: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--data")) {
-            if (!train_copy_path("replicator train", a, v, o->data_dir, sizeof o->data_dir))
-                return 2;
-        } else if (!strcmp(a, "--out")) {
-            if (!train_copy_path("replicator train", a, v, o->out_dir, sizeof o->out_dir)) return 2;
-            o->out_given = true;
-        } else if (!strcmp(a, "--resume")) {
-            if (!train_copy_path("replicator train", a, v, NULL, sizeof o->out_dir)) return 2;
-            *resume = v;
-        } else if (!strcmp(a, "--tensorboard")) {
-            if (!train_copy_path("replicator train", a, v, NULL, CLI_PATH_MAX)) return 2;
-            o->tensorboard = v;
-        } else if (!strcmp(a, "--trace")) {
-            if (!train_copy_path("replicator train", a, v, NULL, CLI_PATH_MAX)) return 2;
-            o->trace = v;
-        } else if (!strcmp(a, "--model"))
-            continue; /* read above, before the defaults */
-        else if (!strcmp(a, "--dataset")) {
-            ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10") ||
-                 !strcmp(v, "synthetic") || !strcmp(v, "folder");
-            snprintf(o->dataset, sizeof o->dataset, "%s", v);
-        } else if (!strcmp(a, "--schedule")) {
-            ok = !strcmp(v, "cosine") || !strcmp(v, "constant");
-            snprintf(o->schedule, sizeof o->schedule, "%s", v);
-        } else if (!strcmp(a, "--epochs")) {
-            ok = train_parse_long(v, 1, 100000, &n);
-            o->epochs = (int)n;
-        } else if (!strcmp(a, "--batch")) {
-            ok = train_parse_long(v, 1, 1 << 20, &n);
-            o->batch = (int)n;
-        } else if (!strcmp(a, "--warmup")) {
-            ok = train_parse_long(v, 0, 100000, &n);
-            o->warmup_epochs = (int)n;
-        } else if (!strcmp(a, "--seed")) {
-            ok = train_parse_long(v, 0, 0x7fffffffL, &n);
-            o->seed = (uint64_t)n;
-        } else if (!strcmp(a, "--threads")) {
-            ok = train_parse_long(v, 1, 1024, &n);
-            o->threads = (int)n;
-        } else if (!strcmp(a, "--replicas")) {
-            ok = train_parse_long(v, 1, 256, &n);
-            o->replicas = (int)n;
-            o->replicas_given = true;
-        } else if (!strcmp(a, "--backend")) {
-            ok = !strcmp(v, "auto") || !strcmp(v, "threads") || !strcmp(v, "mpi");
-            snprintf(o->backend, sizeof o->backend, "%s", v);
-        } else if (!strcmp(a, "--comm-timeout")) {
-            char *end;
-            o->comm_timeout = strtod(v, &end);
-            ok = *end == '\0' && o->comm_timeout > 0 && o->comm_timeout <= 1e6;
-        } else if (!strcmp(a, "--regime")) {
-            ok = !strcmp(v, "sync") || !strcmp(v, "async");
-            snprintf(o->regime, sizeof o->regime, "%s", v);
-        } else if (!strcmp(a, "--precision")) {
-            ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
-            snprintf(o->precision, sizeof o->precision, "%s", ok ? v : "f32");
-        } else if (!strcmp(a, "--grad-dtype")) {
-            ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
-            o->grad_dtype = !strcmp(v, "bf16") ? RP_BF16 : RP_F32;
-        } else if (!strcmp(a, "--sync-groups")) {
-            ok = train_parse_long(v, 1, 4096, &n);
-            o->sync_groups = (int)n;
-        } else if (!strcmp(a, "--ps")) {
-            ok = train_parse_long(v, 1, 256, &n);
-            o->ps = (int)n;
-        } else if (!strcmp(a, "--model-parallel")) {
-            ok = train_parse_long(v, 1, RP_RESNET_MAX_UNITS, &n);
-            o->model_parallel = (int)n;
-        } else if (!strcmp(a, "--tensor-parallel")) {
-            ok = train_parse_long(v, 1, 64, &n);
-            o->tensor_parallel = (int)n;
-        } else if (!strcmp(a, "--pipeline")) {
-            ok = !strcmp(v, "gpipe") || !strcmp(v, "1f1b");
-            snprintf(o->pipeline, sizeof o->pipeline, "%s", v);
-            pipeline_given = true;
-        } else if (!strcmp(a, "--micro-batches")) {
-            ok = train_parse_long(v, 1, 1024, &n);
-            o->micro_batches = (int)n;
-            micro_given = true;
-        } else if (!strcmp(a, "--staleness")) {
-            ok = train_parse_long(v, -1, 1L << 30, &n);
-            o->staleness = (int)n;
-        } else if (!strcmp(a, "--slow")) {
-            char *end;
-            long r = strtol(v, &end, 10);
-            ok = end != v && *end == ':' && r >= 0 && r < 4096;
-            if (ok) ok = train_parse_float(end + 1, 1.0f, 1000.0f, &o->slow_factor);
-            o->slow_replica = (int)r;
-        } else if (!strcmp(a, "--faults")) {
-            /* Process-wide, not saved in the checkpoint: a resumed run injects only what it is
-               given. */
-            if (rp_comm_faults_set(v, "--faults") != RP_OK) {
-                fprintf(stderr, "replicator train: %s\n", rp_last_error());
-                return 2;
-            }
-        } else if (!strcmp(a, "--threads-per-replica")) {
-            ok = train_parse_long(v, 1, 1024, &n);
-            o->threads_per_replica = (int)n;
-        } else if (!strcmp(a, "--pad")) {
-            ok = train_parse_long(v, 0, 64, &n);
-            o->pad = (int)n;
-        } else if (!strcmp(a, "--limit")) {
-            ok = train_parse_long(v, 1, 1L << 40, &n);
-            o->limit = n;
-        } else if (!strcmp(a, "--image-size")) {
-            ok = train_parse_long(v, 1, 4096, &n);
-            o->image_size = (int)n;
-        } else if (!strcmp(a, "--resize-size")) {
-            ok = train_parse_long(v, 1, 65535, &n);
-            o->folder.resize_size = (int)n;
-        } else if (!strcmp(a, "--loader-threads")) {
-            ok = train_parse_long(v, 1, 256, &n);
-            o->folder.threads = (int)n;
-        } else if (!strcmp(a, "--mean")) {
-            ok = parse_triple(v, -1000.0f, 1000.0f, o->folder.mean);
-        } else if (!strcmp(a, "--std")) {
-            ok = parse_triple(v, 1e-6f, 1000.0f, o->folder.std);
-        } else if (!strcmp(a, "--max-steps")) {
-            ok = train_parse_long(v, 1, 1L << 40, &n);
-            o->max_steps = n;
-        } else if (!strcmp(a, "--lr")) {
-            ok = train_parse_float(v, 0.0f, 100.0f, &o->lr);
-            lr_given = true;
-        } else if (!strcmp(a, "--momentum"))
-            ok = train_parse_float(v, 0.0f, 0.9999f, &o->momentum);
-        else if (!strcmp(a, "--wd"))
-            ok = train_parse_float(v, 0.0f, 1.0f, &o->weight_decay);
-        else if (!strcmp(a, "--hidden"))
-            ok = parse_widths(v, o->hidden, &o->n_hidden);
-        else {
-            fprintf(stderr, "replicator train: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "replicator train: bad value \"%s\" for %s (see --help)\n", v, a);
-            return 2;
-        }
+    /* argv[i - 1] stands in for the command's name: the options start at argv[i]. */
+    int n = argc - (i - 1);
+    rp_option_fault fault;
+    if (rp_options_parse(train_table, o, &n, argv + (i - 1), RP_OPTIONS_HELP, &o->given, &fault) !=
+        RP_OK)
+        return train_print_fault("replicator train", &fault);
+    if (fault.kind == RP_OPTION_HELP) {
+        usage(stdout);
+        return 1;
     }
+    *resume = o->resume;
+    bool lr_given = rp_options_was_given(train_table, &o->given, "--lr");
+    bool pipeline_given = rp_options_was_given(train_table, &o->given, "--pipeline");
+    bool micro_given = rp_options_was_given(train_table, &o->given, "--micro-batches");
+    o->replicas_given = rp_options_was_given(train_table, &o->given, "--replicas");
+    o->out_given = rp_options_was_given(train_table, &o->given, "--out");
     bool async = !strcmp(o->regime, "async");
     /*
      * The MLP (no batch norm) at its sync rate diverges with 3 async replicas: stale gradients
@@ -553,50 +575,9 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
         fprintf(stderr, "replicator train: --nesterov needs --momentum > 0\n");
         return 2;
     }
-    if (*resume) {
-        /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
-        static const char *const allowed[] = {"--resume",
-                                              "--epochs",
-                                              "--data",
-                                              "--threads",
-                                              "--replicas",
-                                              "--threads-per-replica",
-                                              "--max-steps",
-                                              "--no-checkpoint",
-                                              "--quiet",
-                                              "--backend",
-                                              "--comm-timeout",
-                                              "--regime",
-                                              "--ps",
-                                              "--staleness",
-                                              "--slow",
-                                              "--faults",
-                                              "--tensorboard",
-                                              "--trace",
-                                              "--zero",
-                                              "--model-parallel",
-                                              "--pipeline",
-                                              "--micro-batches",
-                                              "--sync-groups",
-                                              "--tensor-parallel",
-                                              "--precision",
-                                              "--grad-dtype",
-                                              "--loader-threads",
-                                              "--skip-bad"};
-        for (int k = 1; k < argc; k++) {
-            if (strncmp(argv[k], "--", 2) != 0) continue;
-            bool ok = false;
-            for (size_t m = 0; m < sizeof allowed / sizeof allowed[0]; m++)
-                ok |= !strcmp(argv[k], allowed[m]);
-            if (!ok) {
-                fprintf(stderr,
-                        "replicator train: %s cannot be changed when resuming; the run's "
-                        "configuration comes from its checkpoint (start a new run with --out)\n",
-                        argv[k]);
-                return 2;
-            }
-        }
-    }
+    /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
+    if (*resume && rp_options_check_resume(train_table, argc, argv, NULL, &fault) != RP_OK)
+        return train_print_fault("replicator train", &fault);
     if (!o->out_dir[0]) snprintf(o->out_dir, sizeof o->out_dir, "runs/%s", o->model);
     /* A plan check is a short run: the first steps, then the comparison. */
     if (o->plan_check && !o->max_steps) o->max_steps = 3;
@@ -608,34 +589,11 @@ char *train_opts_to_json(const train_opts *o)
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
     cJSON_AddStringToObject(j, "model", o->model);
-    cJSON_AddStringToObject(j, "dataset", o->dataset);
-    cJSON_AddStringToObject(j, "data_dir", o->data_dir);
-    cJSON_AddNumberToObject(j, "epochs", o->epochs);
-    cJSON_AddNumberToObject(j, "batch", o->batch);
-    cJSON_AddNumberToObject(j, "lr", o->lr);
-    cJSON_AddNumberToObject(j, "momentum", o->momentum);
-    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
-    cJSON_AddBoolToObject(j, "nesterov", o->nesterov);
-    cJSON_AddStringToObject(j, "schedule", o->schedule);
-    cJSON_AddNumberToObject(j, "warmup_epochs", o->warmup_epochs);
-    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
-    cJSON_AddBoolToObject(j, "augment", o->augment);
-    cJSON_AddNumberToObject(j, "pad", o->pad);
-    cJSON_AddNumberToObject(j, "limit", (double)o->limit);
-    cJSON_AddNumberToObject(j, "image_size", o->image_size);
-    cJSON_AddNumberToObject(j, "threads", o->threads);
-    cJSON_AddNumberToObject(j, "replicas", o->replicas);
-    cJSON_AddNumberToObject(j, "threads_per_replica", o->threads_per_replica);
-    cJSON_AddStringToObject(j, "regime", o->regime);
-    cJSON_AddStringToObject(j, "precision", o->precision);
-    cJSON_AddNumberToObject(j, "ps", o->ps);
-    cJSON_AddNumberToObject(j, "sync_groups", o->sync_groups);
-    cJSON_AddStringToObject(j, "grad_dtype", rp_dtype_name(o->grad_dtype));
-    cJSON_AddNumberToObject(j, "staleness", o->staleness);
-    cJSON_AddNumberToObject(j, "model_parallel", o->model_parallel);
-    cJSON_AddNumberToObject(j, "tensor_parallel", o->tensor_parallel);
-    cJSON_AddStringToObject(j, "pipeline", o->pipeline);
-    cJSON_AddNumberToObject(j, "micro_batches", o->micro_batches);
+    if (rp_options_to_json(train_table, o, j) != RP_OK) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    /* The rows the program saves itself: the image-folder options, the MLP's widths. */
     if (!strcmp(o->dataset, "folder")) {
         const rp_folder_config *f = &o->folder;
         cJSON *fj = cJSON_AddObjectToObject(j, "folder");
@@ -751,23 +709,6 @@ rp_status train_config_error(const train_config_reader *r, const char *what)
                     r->bad[0] ? r->bad : "it is not a JSON object");
 }
 
-/* Optional keys (absent in runs saved before they existed) keep their default when absent. */
-static bool get_num(const cJSON *j, const char *key, double *dst)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(v)) return false;
-    *dst = v->valuedouble;
-    return true;
-}
-
-static bool get_str(const cJSON *j, const char *key, char *dst, size_t size)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size) return false;
-    snprintf(dst, size, "%s", v->valuestring);
-    return true;
-}
-
 /*
  * The image-folder options (--dataset folder), checked with the command line's ranges. The
  * decoding threads are not saved: like --threads they are this machine's, and the samples are
@@ -814,34 +755,19 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
     if (!j) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is not valid JSON");
     train_config_reader r = {.json = j};
     char model[32];
-    double epochs = 0, batch = 0, lr = 0, momentum = 0, wd = 0, warmup = 0, seed = 0, pad = 0,
-           limit = 0;
     bool ok = cJSON_IsObject(j) && train_config_str(&r, "model", model, sizeof model);
     if (ok && !known_model(model))
         ok = train_config_refuse(&r, "model",
                                  "not a classifier (resnet20, resnet18, resnet50, mlp)");
     if (ok) train_opts_default(o, model);
-    /* The same ranges as the command line; checked before any cast. */
-    ok = ok && train_config_str(&r, "dataset", o->dataset, sizeof o->dataset) &&
-         train_config_str(&r, "data_dir", o->data_dir, sizeof o->data_dir) &&
-         train_config_str(&r, "schedule", o->schedule, sizeof o->schedule) &&
-         train_config_num(&r, "epochs", 1, 100000, &epochs) &&
-         train_config_num(&r, "batch", 1, 1 << 20, &batch) &&
-         train_config_num(&r, "lr", 0, 100, &lr) &&
-         train_config_num(&r, "momentum", 0, 1, &momentum) &&
-         train_config_num(&r, "weight_decay", 0, 1, &wd) &&
-         train_config_num(&r, "warmup_epochs", 0, 100000, &warmup) &&
-         train_config_num(&r, "seed", 0, 0x7fffffff, &seed) &&
-         train_config_num(&r, "pad", 0, 64, &pad) &&
-         train_config_num(&r, "limit", 0, 1e12, &limit) &&
-         train_config_bool(&r, "nesterov", &o->nesterov) &&
-         train_config_bool(&r, "augment", &o->augment);
     /* A momentum just below 1 as a double is 1 as a float, which no later resume accepts. */
-    if (ok && !((float)momentum < 1.0f))
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "momentum");
+    if (ok && cJSON_IsNumber(m) && m->valuedouble >= 0 && m->valuedouble <= 1 &&
+        !((float)m->valuedouble < 1.0f))
         ok = train_config_refuse(&r, "momentum",
                                  "not below 1 as a float (a momentum must stay below 1)");
-    if (ok && strcmp(o->schedule, "cosine") && strcmp(o->schedule, "constant"))
-        ok = train_config_refuse(&r, "schedule", "not cosine or constant");
+    /* The table's rows, with the command line's ranges; checked before any cast. */
+    if (ok && rp_options_from_json(train_table, o, j, r.bad, sizeof r.bad) != RP_OK) ok = false;
     const cJSON *hidden = cJSON_GetObjectItemCaseSensitive(j, "hidden");
     if (ok && !(cJSON_IsArray(hidden) && cJSON_GetArraySize(hidden) < RP_MLP_MAX_LAYERS)) {
         char why[64];
@@ -849,15 +775,6 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
         ok = train_config_refuse(&r, "hidden", why);
     }
     if (ok) {
-        o->epochs = (int)epochs;
-        o->batch = (int)batch;
-        o->lr = (float)lr;
-        o->momentum = (float)momentum;
-        o->weight_decay = (float)wd;
-        o->warmup_epochs = (int)warmup;
-        o->seed = (uint64_t)seed;
-        o->pad = (int)pad;
-        o->limit = (int64_t)limit;
         o->n_hidden = 0;
         const cJSON *h;
         cJSON_ArrayForEach(h, hidden)
@@ -866,49 +783,6 @@ rp_status train_opts_from_json(train_opts *o, const char *json)
                 ok = train_config_refuse(&r, "hidden", "with a width outside [1, 65536]");
             if (ok) o->hidden[o->n_hidden++] = (int)h->valuedouble;
         }
-        /* Runs saved before --image-size existed kept the stored size. */
-        double image_size = 0;
-        if (get_num(j, "image_size", &image_size) && image_size >= 0 && image_size <= 4096)
-            o->image_size = (int)image_size;
-        double threads = 0;
-        if (get_num(j, "threads", &threads) && threads >= 0 && threads <= 1024)
-            o->threads = (int)threads;
-        double replicas = 0, tpr = 0;
-        if (get_num(j, "replicas", &replicas) && replicas >= 1 && replicas <= 256)
-            o->replicas = (int)replicas;
-        if (get_num(j, "threads_per_replica", &tpr) && tpr >= 0 && tpr <= 1024)
-            o->threads_per_replica = (int)tpr;
-        /* Runs saved before the async regime existed are sync. */
-        double ps = 1, staleness = -1;
-        char regime[8] = "sync";
-        if (get_str(j, "regime", regime, sizeof regime) && !strcmp(regime, "async"))
-            snprintf(o->regime, sizeof o->regime, "async");
-        /* Runs saved before --precision existed were f32. */
-        char precision[8] = "f32";
-        if (get_str(j, "precision", precision, sizeof precision) && !strcmp(precision, "bf16"))
-            snprintf(o->precision, sizeof o->precision, "bf16");
-        if (get_num(j, "ps", &ps) && ps >= 1 && ps <= 256) o->ps = (int)ps;
-        /* Runs saved before --grad-dtype sent f32. */
-        char grad[8] = "f32";
-        if (get_str(j, "grad_dtype", grad, sizeof grad) && !strcmp(grad, "bf16"))
-            o->grad_dtype = RP_BF16;
-        /* Runs saved before sync groups existed had none. */
-        double groups = 0;
-        if (get_num(j, "sync_groups", &groups) && groups >= 0 && groups <= 4096)
-            o->sync_groups = (int)groups;
-        if (get_num(j, "staleness", &staleness) && staleness >= -1 && staleness <= 1e9)
-            o->staleness = (int)staleness;
-        /* Runs saved before model parallelism ran whole. */
-        double stages = 1, micro = 1;
-        char pipeline[8] = "gpipe";
-        if (get_num(j, "model_parallel", &stages) && stages >= 1 && stages <= RP_RESNET_MAX_UNITS)
-            o->model_parallel = (int)stages;
-        double tp = 1;
-        if (get_num(j, "tensor_parallel", &tp) && tp >= 1 && tp <= 64) o->tensor_parallel = (int)tp;
-        if (get_str(j, "pipeline", pipeline, sizeof pipeline) && !strcmp(pipeline, "1f1b"))
-            snprintf(o->pipeline, sizeof o->pipeline, "1f1b");
-        if (get_num(j, "micro_batches", &micro) && micro >= 1 && micro <= 1024)
-            o->micro_batches = (int)micro;
         const cJSON *fj = cJSON_GetObjectItemCaseSensitive(j, "folder");
         if (ok && fj) ok = folder_from_json(&r, fj, &o->folder);
     }

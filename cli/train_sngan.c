@@ -32,198 +32,138 @@ void sngan_opts_default(sngan_opts *o)
     snprintf(o->backend, sizeof o->backend, "auto");
 }
 
+#define T      sngan_opts
+#define SAVED  RP_OPT_SAVED
+#define RESUME RP_OPT_RESUME
+
+/*
+ * The options of `replicator train sngan`: one row each gives the parser, the help, the
+ * checkpoint's JSON and what a --resume takes from the command line (RESUME; the other options
+ * given with --resume are the run's, as they always were).
+ */
+static const rp_option sngan_table[] = {
+    RP_OPT_SECTION("data:"),
+    RP_OPT_CHOICE(T, g.dataset, "--dataset", "D", "fashion-mnist|mnist|cifar10", SAVED,
+                  "fashion-mnist (default; padded to 32x32), mnist or cifar10"),
+    {.type = RP_OPTION_PATH,
+     .name = "--data",
+     .meta = "DIR",
+     .key = "data_dir",
+     .offset = offsetof(T, g.data_dir),
+     .size = sizeof(((T *)0)->g.data_dir),
+     .flags = SAVED | RESUME,
+     .help = "dataset directory (default $RP_DATA_DIR or\n"
+             "/usr/share/datasets/fashion-mnist)"},
+    RP_OPT_INT64(T, g.limit, "--limit", "N", 1, 1LL << 40, SAVED | RP_OPT_ZERO_OK,
+                 "train on the first N images only"),
+    RP_OPT_SECTION("model:"),
+    RP_OPT_INT(T, g.ch_g, "--ch-g", "N", 1, 4096, SAVED, "generator width (default 32)"),
+    RP_OPT_INT(T, g.ch_d, "--ch-d", "N", 1, 4096, SAVED, "discriminator width (default 32)"),
+    RP_OPT_INT(T, g.z_dim, "--z-dim", "N", 1, 4096, SAVED, "latent size (default 128)"),
+    /* Filled in from the dataset (rp_sngan_create), saved for sample and eval. */
+    RP_OPT_SAVED_INT(T, g.classes, "classes", 1, 256),
+    RP_OPT_SAVED_INT(T, g.h, "h", 1, 4096),
+    RP_OPT_SAVED_INT(T, g.w, "w", 1, 4096),
+    RP_OPT_SAVED_INT(T, g.c, "c", 1, 4),
+    RP_OPT_SECTION("optimisation:"),
+    RP_OPT_INT(T, g.d_batch, "--d-batch", "N", 1, 1 << 20, SAVED,
+               "real images per discriminator step, global (default 64)"),
+    RP_OPT_INT(T, g.g_batch, "--g-batch", "N", 1, 1 << 20, SAVED,
+               "fakes per generator step, global (default 128)"),
+    RP_OPT_INT(T, g.accum, "--accum", "N", 1, 1024, SAVED,
+               "split each step's batch into N micro-batches whose gradients\n"
+               "add up (larger batches than memory or replicas hold; default 1)"),
+    RP_OPT_INT(T, g.n_dis, "--n-dis", "N", 1, 100, SAVED,
+               "discriminator steps per iteration (default 5)"),
+    RP_OPT_FLOAT(T, g.lr_g, "--lr-g", "X", 0, 1, SAVED,
+                 "the generator's Adam rate (default 4e-04), decayed linearly to 0"),
+    RP_OPT_FLOAT(T, g.lr_d, "--lr-d", "X", 0, 1, SAVED,
+                 "the discriminator's (default 4e-04), decayed linearly to 0"),
+    RP_OPT_FLOAT(T, g.beta1, "--beta1", "X", 0, 0.999999, SAVED, "Adam's beta1 (default 0)"),
+    RP_OPT_FLOAT(T, g.beta2, "--beta2", "X", 0, 0.999999, SAVED, "Adam's beta2 (default 0.9)"),
+    RP_OPT_SECTION("run:"),
+    RP_OPT_UINT64(T, g.seed, "--seed", "N", 0, 0x7fffffff, SAVED, "random seed (default 1)"),
+    RP_OPT_INT64(T, g.sample_every, "--sample-every", "N", 0, 100000000, SAVED,
+                 "iterations between sample grids (default 250; 0: never)"),
+    RP_OPT_INT64(T, iters, "--iters", "N", 1, 100000000, SAVED | RESUME,
+                 "generator iterations (default 3500)"),
+    RP_OPT_INT64(T, checkpoint_every, "--checkpoint-every", "N", 0, 100000000, SAVED,
+                 "iterations between checkpoints (default 500; also at the end\n"
+                 "and on Ctrl-C)"),
+    RP_OPT_INT64(T, eval_every, "--eval-every", "N", 0, 100000000, SAVED | RESUME,
+                 "iterations between scores with --judge (default: 4 in the run)"),
+    RP_OPT_INT64(T, eval_samples, "--eval-samples", "N", 2, 10000000, SAVED | RESUME,
+                 "class-balanced samples per score (default 10000)"),
+    RP_OPT_PATH(T, judge, "--judge", "DIR", SAVED | RESUME,
+                "a classifier run (replicator train resnet20 --image-size 32) that\n"
+                "scores the samples: class accuracy, FD, IS"),
+    RP_OPT_INT(T, threads, "--threads", "N", 1, 1024, SAVED | RP_OPT_ZERO_OK | RESUME,
+               "kernel threads in all (default: all cores)"),
+    RP_OPT_INT(T, replicas, "--replicas", "N", 1, 256, SAVED | RP_OPT_ZERO_OK | RESUME,
+               "data-parallel replicas (default: one per core that divides\n"
+               "both batches); cross-replica batch norm in the generator"),
+    RP_OPT_CHOICE(T, backend, "--backend", "B", "auto|threads|mpi", RESUME,
+                  "auto (default: MPI under mpirun), threads or mpi"),
+    RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", RESUME,
+                  "f32 (default) or bf16 compute for convolutions and linear\n"
+                  "layers (docs/precision.md)"),
+    RP_OPT_DOUBLE(T, comm_timeout, "--timeout", "S", 0.001, 86400, RESUME,
+                  "seconds a collective may wait for a peer"),
+    RP_OPT_PATH(T, out_dir, "--out", "DIR", 0, "run directory (default runs/sngan, made unique)"),
+    RP_OPT_PATH_REF(T, tensorboard, "--tensorboard", "DIR", RESUME,
+                    "also write the metrics as TensorBoard event files in DIR\n"
+                    "(view them with: tensorboard --logdir DIR)"),
+    RP_OPT_PATH_REF(T, trace, "--trace", "FILE", RESUME,
+                    "write a Chrome trace-event JSON of the run to FILE (open it in\n"
+                    "ui.perfetto.dev; docs/tracing.md)"),
+    RP_OPT_FLAG(T, force, "--force", 0, "overwrite a checkpoint in --out"),
+    RP_OPT_INT64(T, max_steps, "--max-steps", "N", 1, 100000000, RESUME,
+                 "stop (checkpointed, resumable) after iteration N"),
+    RP_OPT_FLAG(T, no_checkpoint, "--no-checkpoint", RESUME, "write no checkpoint"),
+    RP_OPT_FLAG(T, quiet, "--quiet", RESUME, "no progress lines"),
+    RP_OPT_PATH_REF(T, resume, "--resume", "DIR", RESUME,
+                    "continue the run in DIR (with it: --iters, --threads, --replicas,\n"
+                    "--data, --judge, --eval-every, --eval-samples, --tensorboard,\n"
+                    "--precision)"),
+    RP_OPTION_END,
+};
+
+#undef T
+#undef SAVED
+#undef RESUME
+
 static void usage(FILE *f)
 {
-    sngan_opts d;
-    sngan_opts_default(&d);
-    fprintf(
-        f,
-        "usage: replicator train sngan [options]\n"
-        "       replicator train --resume DIR [--iters N] [--threads N] [--replicas N]\n"
-        "\n"
-        "Trains a class-conditional SN-GAN (ResNet generator with conditional batch norm,\n"
-        "spectrally normalised projection discriminator, hinge loss) data-parallel on\n"
-        "replicas; writes samples.png (a row per class) as it learns.\n"
-        "\n"
-        "data:\n"
-        "  --dataset D       fashion-mnist (default; padded to 32x32), mnist or cifar10\n"
-        "  --data DIR        dataset directory (default $RP_DATA_DIR or\n"
-        "                    /usr/share/datasets/fashion-mnist)\n"
-        "  --limit N         train on the first N images only\n"
-        "model:\n"
-        "  --ch-g N          generator width (default %d)\n"
-        "  --ch-d N          discriminator width (default %d)\n"
-        "  --z-dim N         latent size (default %d)\n"
-        "optimisation:\n"
-        "  --iters N         generator iterations (default %lld)\n"
-        "  --n-dis N         discriminator steps per iteration (default %d)\n"
-        "  --d-batch N       real images per discriminator step, global (default %d)\n"
-        "  --g-batch N       fakes per generator step, global (default %d)\n"
-        "  --accum N         split each step's batch into N micro-batches whose gradients\n"
-        "                    add up (larger batches than memory or replicas hold; default 1)\n"
-        "  --lr-g X, --lr-d X  Adam rates (default %g, %g), decayed linearly to 0\n"
-        "  --beta1 X, --beta2 X  Adam betas (default %g, %g)\n"
-        "run:\n"
-        "  --seed N          random seed (default %llu)\n"
-        "  --threads N       kernel threads in all (default: all cores)\n"
-        "  --replicas N      data-parallel replicas (default: one per core that divides\n"
-        "                    both batches); cross-replica batch norm in the generator\n"
-        "  --backend B       auto (default: MPI under mpirun), threads or mpi\n"
-        "  --precision P     f32 (default) or bf16 compute for convolutions and linear\n"
-        "                    layers (docs/precision.md)\n"
-        "  --timeout S       seconds a collective may wait for a peer\n"
-        "  --out DIR         run directory (default runs/sngan, made unique)\n"
-        "  --tensorboard DIR also write the metrics as TensorBoard event files in DIR\n"
-        "                    (view them with: tensorboard --logdir DIR)\n"
-        "  --trace FILE      write a Chrome trace-event JSON of the run to FILE (open it in\n"
-        "                    ui.perfetto.dev; docs/tracing.md)\n"
-        "  --force           overwrite a checkpoint in --out\n"
-        "  --checkpoint-every N  iterations between checkpoints (default %lld; also at the end\n"
-        "                    and on Ctrl-C)\n"
-        "  --sample-every N  iterations between sample grids (default %lld; 0: never)\n"
-        "  --judge DIR       a classifier run (replicator train resnet20 --image-size 32) that\n"
-        "                    scores the samples: class accuracy, FD, IS\n"
-        "  --eval-every N    iterations between scores with --judge (default: 4 in the run)\n"
-        "  --eval-samples N  class-balanced samples per score (default %lld)\n"
-        "  --max-steps N     stop (checkpointed, resumable) after iteration N\n"
-        "  --no-checkpoint   write no checkpoint\n"
-        "  --quiet           no progress lines\n"
-        "  --resume DIR      continue the run in DIR (with it: --iters, --threads, --replicas,\n"
-        "                    --data, --judge, --eval-every, --eval-samples, --tensorboard,\n"
-        "                    --precision)\n",
-        d.g.ch_g, d.g.ch_d, d.g.z_dim, (long long)d.iters, d.g.n_dis, d.g.d_batch, d.g.g_batch,
-        (double)d.g.lr_g, (double)d.g.lr_d, (double)d.g.beta1, (double)d.g.beta2,
-        (unsigned long long)d.g.seed, (long long)d.checkpoint_every, (long long)d.g.sample_every,
-        (long long)d.eval_samples);
+    fprintf(f, "usage: replicator train sngan [options]\n"
+               "       replicator train --resume DIR [--iters N] [--threads N] [--replicas N]\n"
+               "\n"
+               "Trains a class-conditional SN-GAN (ResNet generator with conditional batch norm,\n"
+               "spectrally normalised projection discriminator, hinge loss) data-parallel on\n"
+               "replicas; writes samples.png (a row per class) as it learns.\n"
+               "\n");
+    rp_options_print_help(f, sngan_table);
 }
 
 int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
 {
     static const char CMD[] = "replicator train sngan";
+    rp_option_fault fault;
     *resume = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n = 0;
-        bool ok = true;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-            continue;
-        }
-        if (!strcmp(a, "--force")) {
-            o->force = true;
-            continue;
-        }
-        if (!strcmp(a, "--no-checkpoint")) {
-            o->no_checkpoint = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "replicator train sngan: %s needs a value (see --help)\n", a);
+    if (rp_options_parse(sngan_table, o, &argc, argv, RP_OPTIONS_HELP, &o->given, &fault) !=
+        RP_OK) {
+        if (fault.kind == RP_OPTION_BAD_VALUE) {
+            fprintf(stderr, "%s: bad value for %s: %s\n", CMD, fault.option, fault.value);
             return 2;
         }
-        i++;
-        if (!strcmp(a, "--dataset")) {
-            ok = !strcmp(v, "fashion-mnist") || !strcmp(v, "mnist") || !strcmp(v, "cifar10");
-            snprintf(o->g.dataset, sizeof o->g.dataset, "%s", v);
-        } else if (!strcmp(a, "--data")) {
-            if (!train_copy_path(CMD, a, v, o->g.data_dir, sizeof o->g.data_dir)) return 2;
-        } else if (!strcmp(a, "--limit")) {
-            ok = train_parse_long(v, 1, 1L << 40, &n);
-            o->g.limit = n;
-        } else if (!strcmp(a, "--ch-g")) {
-            ok = train_parse_long(v, 1, 4096, &n);
-            o->g.ch_g = (int)n;
-        } else if (!strcmp(a, "--ch-d")) {
-            ok = train_parse_long(v, 1, 4096, &n);
-            o->g.ch_d = (int)n;
-        } else if (!strcmp(a, "--z-dim")) {
-            ok = train_parse_long(v, 1, 4096, &n);
-            o->g.z_dim = (int)n;
-        } else if (!strcmp(a, "--iters")) {
-            ok = train_parse_long(v, 1, 100000000, &n);
-            o->iters = n;
-        } else if (!strcmp(a, "--n-dis")) {
-            ok = train_parse_long(v, 1, 100, &n);
-            o->g.n_dis = (int)n;
-        } else if (!strcmp(a, "--d-batch")) {
-            ok = train_parse_long(v, 1, 1 << 20, &n);
-            o->g.d_batch = (int)n;
-        } else if (!strcmp(a, "--g-batch")) {
-            ok = train_parse_long(v, 1, 1 << 20, &n);
-            o->g.g_batch = (int)n;
-        } else if (!strcmp(a, "--accum")) {
-            ok = train_parse_long(v, 1, 1024, &n);
-            o->g.accum = (int)n;
-        } else if (!strcmp(a, "--lr-g"))
-            ok = train_parse_float(v, 0, 1, &o->g.lr_g);
-        else if (!strcmp(a, "--lr-d"))
-            ok = train_parse_float(v, 0, 1, &o->g.lr_d);
-        else if (!strcmp(a, "--beta1"))
-            ok = train_parse_float(v, 0, 0.999999f, &o->g.beta1);
-        else if (!strcmp(a, "--beta2"))
-            ok = train_parse_float(v, 0, 0.999999f, &o->g.beta2);
-        else if (!strcmp(a, "--seed")) {
-            ok = train_parse_long(v, 0, 0x7fffffffL, &n);
-            o->g.seed = (uint64_t)n;
-        } else if (!strcmp(a, "--threads")) {
-            ok = train_parse_long(v, 1, 1024, &n);
-            o->threads = (int)n;
-        } else if (!strcmp(a, "--replicas")) {
-            ok = train_parse_long(v, 1, 256, &n);
-            o->replicas = (int)n;
-            o->replicas_given = true;
-        } else if (!strcmp(a, "--backend")) {
-            ok = !strcmp(v, "auto") || !strcmp(v, "threads") || !strcmp(v, "mpi");
-            snprintf(o->backend, sizeof o->backend, "%s", v);
-        } else if (!strcmp(a, "--precision")) {
-            ok = !strcmp(v, "f32") || !strcmp(v, "bf16");
-            snprintf(o->precision, sizeof o->precision, "%s", ok ? v : "f32");
-        } else if (!strcmp(a, "--timeout")) {
-            float s = 0;
-            ok = train_parse_float(v, 0.001f, 86400, &s);
-            o->comm_timeout = s;
-        } else if (!strcmp(a, "--out")) {
-            if (!train_copy_path(CMD, a, v, o->out_dir, sizeof o->out_dir)) return 2;
-            o->out_given = true;
-        } else if (!strcmp(a, "--checkpoint-every")) {
-            ok = train_parse_long(v, 0, 100000000, &n);
-            o->checkpoint_every = n;
-        } else if (!strcmp(a, "--sample-every")) {
-            ok = train_parse_long(v, 0, 100000000, &n);
-            o->g.sample_every = n;
-        } else if (!strcmp(a, "--judge")) {
-            if (!train_copy_path(CMD, a, v, o->judge, sizeof o->judge)) return 2;
-        } else if (!strcmp(a, "--eval-every")) {
-            ok = train_parse_long(v, 0, 100000000, &n);
-            o->eval_every = n;
-        } else if (!strcmp(a, "--eval-samples")) {
-            ok = train_parse_long(v, 2, 10000000, &n);
-            o->eval_samples = n;
-        } else if (!strcmp(a, "--max-steps")) {
-            ok = train_parse_long(v, 1, 100000000, &n);
-            o->max_steps = n;
-        } else if (!strcmp(a, "--resume")) {
-            if (!train_copy_path(CMD, a, v, NULL, sizeof o->out_dir)) return 2;
-            *resume = v;
-        } else if (!strcmp(a, "--tensorboard")) {
-            if (!train_copy_path(CMD, a, v, NULL, CLI_PATH_MAX)) return 2;
-            o->tensorboard = v;
-        } else if (!strcmp(a, "--trace")) {
-            if (!train_copy_path(CMD, a, v, NULL, CLI_PATH_MAX)) return 2;
-            o->trace = v;
-        } else {
-            fprintf(stderr, "replicator train sngan: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "replicator train sngan: bad value for %s: %s\n", a, v);
-            return 2;
-        }
+        return train_print_fault(CMD, &fault);
     }
+    if (fault.kind == RP_OPTION_HELP) {
+        usage(stdout);
+        return 1;
+    }
+    *resume = o->resume;
+    o->replicas_given = rp_options_was_given(sngan_table, &o->given, "--replicas");
+    o->out_given = rp_options_was_given(sngan_table, &o->given, "--out");
     if (!o->out_given) snprintf(o->out_dir, sizeof o->out_dir, "runs/sngan");
     return 0;
 }
@@ -232,36 +172,9 @@ char *sngan_opts_to_json(const sngan_opts *o)
 {
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
-    const rp_sngan_config *g = &o->g;
     cJSON_AddStringToObject(j, "model", "sngan");
-    cJSON_AddStringToObject(j, "dataset", g->dataset);
-    cJSON_AddStringToObject(j, "data_dir", g->data_dir);
-    cJSON_AddNumberToObject(j, "limit", (double)g->limit);
-    cJSON_AddNumberToObject(j, "ch_g", g->ch_g);
-    cJSON_AddNumberToObject(j, "ch_d", g->ch_d);
-    cJSON_AddNumberToObject(j, "z_dim", g->z_dim);
-    cJSON_AddNumberToObject(j, "classes", g->classes);
-    cJSON_AddNumberToObject(j, "h", g->h);
-    cJSON_AddNumberToObject(j, "w", g->w);
-    cJSON_AddNumberToObject(j, "c", g->c);
-    cJSON_AddNumberToObject(j, "d_batch", g->d_batch);
-    cJSON_AddNumberToObject(j, "g_batch", g->g_batch);
-    cJSON_AddNumberToObject(j, "accum", g->accum);
-    cJSON_AddNumberToObject(j, "n_dis", g->n_dis);
-    cJSON_AddNumberToObject(j, "lr_g", g->lr_g);
-    cJSON_AddNumberToObject(j, "lr_d", g->lr_d);
-    cJSON_AddNumberToObject(j, "beta1", g->beta1);
-    cJSON_AddNumberToObject(j, "beta2", g->beta2);
-    cJSON_AddNumberToObject(j, "seed", (double)g->seed);
-    cJSON_AddNumberToObject(j, "sample_every", (double)g->sample_every);
-    cJSON_AddNumberToObject(j, "iters", (double)o->iters);
-    cJSON_AddNumberToObject(j, "checkpoint_every", (double)o->checkpoint_every);
-    cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
-    cJSON_AddNumberToObject(j, "eval_samples", (double)o->eval_samples);
-    cJSON_AddStringToObject(j, "judge", o->judge);
-    cJSON_AddNumberToObject(j, "threads", o->threads);
-    cJSON_AddNumberToObject(j, "replicas", o->replicas);
-    char *text = cJSON_PrintUnformatted(j);
+    char *text = NULL;
+    if (rp_options_to_json(sngan_table, o, j) == RP_OK) text = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return text;
 }
@@ -288,65 +201,15 @@ rp_status sngan_opts_from_json(sngan_opts *o, const char *json)
     cJSON *j = cJSON_Parse(json);
     if (!j) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is not valid JSON");
     sngan_opts_default(o);
-    rp_sngan_config *g = &o->g;
-    double v[24];
     char model[32] = "";
     train_config_reader r = {.json = j};
     bool ok = train_config_str(&r, "model", model, sizeof model);
     if (ok && strcmp(model, "sngan")) ok = train_config_refuse(&r, "model", "not sngan");
-    ok = ok && train_config_str(&r, "dataset", g->dataset, sizeof g->dataset) &&
-         train_config_str(&r, "data_dir", g->data_dir, sizeof g->data_dir) &&
-         train_config_num(&r, "limit", 0, 1e12, &v[0]) &&
-         train_config_num(&r, "ch_g", 1, 4096, &v[1]) &&
-         train_config_num(&r, "ch_d", 1, 4096, &v[2]) &&
-         train_config_num(&r, "z_dim", 1, 4096, &v[3]) &&
-         train_config_num(&r, "classes", 1, 256, &v[4]) &&
-         train_config_num(&r, "h", 1, 4096, &v[5]) && train_config_num(&r, "w", 1, 4096, &v[6]) &&
-         train_config_num(&r, "c", 1, 4, &v[7]) &&
-         train_config_num(&r, "d_batch", 1, 1 << 20, &v[8]) &&
-         train_config_num(&r, "g_batch", 1, 1 << 20, &v[9]) &&
-         train_config_num(&r, "accum", 1, 1024, &v[10]) &&
-         train_config_num(&r, "n_dis", 1, 100, &v[11]) &&
-         train_config_num(&r, "lr_g", 0, 1, &v[12]) && train_config_num(&r, "lr_d", 0, 1, &v[13]) &&
-         train_config_num(&r, "beta1", 0, 1, &v[14]) &&
-         train_config_num(&r, "beta2", 0, 1, &v[15]) &&
-         train_config_num(&r, "seed", 0, 0x7fffffff, &v[16]) &&
-         train_config_num(&r, "sample_every", 0, 1e8, &v[17]) &&
-         train_config_num(&r, "iters", 1, 1e8, &v[18]) &&
-         train_config_num(&r, "checkpoint_every", 0, 1e8, &v[19]) &&
-         train_config_num(&r, "eval_every", 0, 1e8, &v[20]) &&
-         train_config_num(&r, "eval_samples", 2, 1e7, &v[21]) &&
-         train_config_str(&r, "judge", o->judge, sizeof o->judge) &&
-         train_config_num(&r, "threads", 0, 1024, &v[22]) &&
-         train_config_num(&r, "replicas", 0, 256, &v[23]);
+    /* The table's rows, with the command line's ranges. */
+    if (ok && rp_options_from_json(sngan_table, o, j, r.bad, sizeof r.bad) != RP_OK) ok = false;
     rp_status status = ok ? RP_OK : train_config_error(&r, "the SN-GAN checkpoint's configuration");
     cJSON_Delete(j);
-    if (!ok) return status;
-    g->limit = (int64_t)v[0];
-    g->ch_g = (int)v[1];
-    g->ch_d = (int)v[2];
-    g->z_dim = (int)v[3];
-    g->classes = (int)v[4];
-    g->h = (int)v[5];
-    g->w = (int)v[6];
-    g->c = (int)v[7];
-    g->d_batch = (int)v[8];
-    g->g_batch = (int)v[9];
-    g->accum = (int)v[10];
-    g->n_dis = (int)v[11];
-    g->lr_g = (float)v[12];
-    g->lr_d = (float)v[13];
-    g->beta1 = (float)v[14];
-    g->beta2 = (float)v[15];
-    g->seed = (uint64_t)v[16];
-    g->sample_every = (int64_t)v[17];
-    o->iters = (int64_t)v[18];
-    o->checkpoint_every = (int64_t)v[19];
-    o->eval_every = (int64_t)v[20];
-    o->eval_samples = (int64_t)v[21];
-    o->threads = (int)v[22];
-    o->replicas = (int)v[23];
-    return RP_OK;
+    return status;
 }
 
 rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir)
@@ -371,47 +234,24 @@ rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir)
     return status;
 }
 
-/* Options that may change on --resume, from this command line. */
-static void apply_resume_overrides(sngan_opts *o, const sngan_opts *cli, int argc, char **argv)
+/* Options that may change on --resume (RESUME rows given here) and the unsaved ones. */
+static void apply_resume_overrides(sngan_opts *o, const sngan_opts *cli)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--iters"))
-            o->iters = cli->iters;
-        else if (!strcmp(argv[i], "--data"))
-            snprintf(o->g.data_dir, sizeof o->g.data_dir, "%s", cli->g.data_dir);
-        else if (!strcmp(argv[i], "--threads"))
-            o->threads = cli->threads;
-        else if (!strcmp(argv[i], "--replicas"))
-            o->replicas = cli->replicas;
-        else if (!strcmp(argv[i], "--judge"))
-            snprintf(o->judge, sizeof o->judge, "%s", cli->judge);
-        else if (!strcmp(argv[i], "--eval-every"))
-            o->eval_every = cli->eval_every;
-        else if (!strcmp(argv[i], "--eval-samples"))
-            o->eval_samples = cli->eval_samples;
-    }
+    rp_options_apply_resume(sngan_table, o, cli, &cli->given);
     o->replicas_given = cli->replicas_given;
-    o->comm_timeout = cli->comm_timeout;
-    snprintf(o->backend, sizeof o->backend, "%s", cli->backend);
-    snprintf(o->precision, sizeof o->precision, "%s", cli->precision);
-    o->quiet = cli->quiet;
-    o->max_steps = cli->max_steps;
-    o->no_checkpoint = cli->no_checkpoint;
-    o->tensorboard = cli->tensorboard;
-    o->trace = cli->trace;
+    o->given = cli->given;
 }
 
-/* The runtime's layout, through the classifier command's rules (train_runtime_config). */
+/* The runtime's layout: the library's rules (rp_config_resolve). */
 static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
 {
-    train_opts to;
-    train_opts_default(&to, "resnet20");
-    snprintf(to.backend, sizeof to.backend, "%s", o->backend);
-    to.replicas = o->replicas;
-    to.replicas_given = o->replicas_given;
-    to.threads = o->threads;
-    to.comm_timeout = o->comm_timeout;
-    snprintf(to.precision, sizeof to.precision, "%s", o->precision);
+    *cfg = rp_config_default();
+    cfg->backend = train_backend(o->backend);
+    cfg->replicas = o->replicas;
+    cfg->timeout_s = o->comm_timeout;
+    cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
+    cfg->seed = o->g.seed;
+    cfg->stuck_exit = train_stuck_exit();
     /* Replicas that divide both global batches (and their micro-batches). */
     int a = o->g.d_batch / o->g.accum, b = o->g.g_batch / o->g.accum;
     while (b) {
@@ -419,9 +259,12 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
         a = b;
         b = r;
     }
-    to.batch = a > 0 ? a : 1;
-    RP_CHECK(train_runtime_config(&to, cfg));
-    o->replicas = to.replicas;
+    rp_job_shape layout = rp_job_shape_default();
+    layout.threads = o->threads;
+    layout.batch = a > 0 ? a : 1;
+    layout.replicas_from_run = !o->replicas_given;
+    RP_CHECK(rp_config_resolve(cfg, &layout));
+    o->replicas = layout.replicas;
     if (o->g.d_batch % (o->g.accum * o->replicas) || o->g.g_batch % (o->g.accum * o->replicas))
         return RP_ERROR(RP_ERR_INVALID,
                         "--d-batch %d and --g-batch %d must split into --accum %d x %d replicas",
@@ -429,8 +272,8 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     return RP_OK;
 }
 
-static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv, rp_sngan **gan,
-                       rp_sngan_eval *ev, rp_trainer **t)
+static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sngan_eval *ev,
+                       rp_trainer **t)
 {
     rp_status status = RP_OK;
     rp_checkpoint *ck = NULL;
@@ -447,7 +290,7 @@ static rp_status setup(sngan_opts *o, const char *resume, int argc, char **argv,
         }
         sngan_opts cli = *o;
         RP_TRY(sngan_opts_from_json(o, saved));
-        apply_resume_overrides(o, &cli, argc, argv);
+        apply_resume_overrides(o, &cli);
         snprintf(o->out_dir, sizeof o->out_dir, "%s", resume);
     }
     rp_kernels_set_threads(o->threads);
@@ -526,6 +369,12 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
     if (resumed)
         fprintf(stderr, "  resumed from %s at iteration %lld\n", o->out_dir,
                 (long long)p.global_step);
+    /* The configuration's echo, from the option table: what differs from the defaults. */
+    static sngan_opts defaults; /* static: a few KiB of paths */
+    sngan_opts_default(&defaults);
+    char echo[1024];
+    rp_options_describe(sngan_table, o, &defaults, echo, sizeof echo);
+    if (echo[0]) fprintf(stderr, "  options: %s\n", echo);
     fprintf(stderr, "  run directory: %s (samples.png every %lld iterations)\n", o->out_dir,
             (long long)g->sample_every);
 }
@@ -543,7 +392,7 @@ int train_sngan_main(int argc, char **argv)
     rp_sngan_eval ev = {0};
     rp_trainer *t = NULL;
     double t_start = rp_now_s();
-    rp_status status = setup(&o, resume, argc, argv, &gan, &ev, &t);
+    rp_status status = setup(&o, resume, &gan, &ev, &t);
     bool tty = isatty(STDERR_FILENO) && !o.quiet;
     if (status == RP_OK) {
         if (!o.quiet) print_header(&o, t, resume != NULL);

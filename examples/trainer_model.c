@@ -6,7 +6,11 @@
  * rest: the replicator, the loop over epochs, the learning-rate schedule,
  * metrics.jsonl, a checkpoint every epoch (and on Ctrl-C), and resuming.
  *
- *     ./trainer_model [--out DIR] [--resume] [runtime options: rp_config_from_args]
+ *     ./trainer_model [--out DIR] [--resume] [--epochs N] [--lr X] [--help]
+ *                     [runtime options: rp_config_from_args]
+ *
+ * Its own options are a table (replicator/options.h): the library's parser, help and
+ * messages, beside the runtime's table that rp_config_from_args takes.
  *
  * --precision bf16 (a runtime option) trains in mixed precision: the linear
  * layer multiplies in bf16 (f32 master weights and optimizer state). The
@@ -191,6 +195,25 @@ static const rp_trainer_model model = {
     .destroy = destroy,
 };
 
+/* The program's own options: one row each (replicator/options.h). */
+typedef struct options {
+    const char *out;
+    bool resume;
+    int epochs;
+    float lr;
+} options;
+
+static const rp_option option_table[] = {
+    RP_OPT_SECTION("trainer_model:"),
+    RP_OPT_PATH_REF(options, out, "--out", "DIR", 0,
+                    "run directory (default runs/trainer_model, or -2, -3...)"),
+    RP_OPT_FLAG(options, resume, "--resume", 0, "continue the run in --out from its checkpoint"),
+    RP_OPT_INT(options, epochs, "--epochs", "N", 1, 1000, 0, "passes over the data (default 3)"),
+    RP_OPT_FLOAT(options, lr, "--lr", "X", 0, 10, 0, "peak learning rate (default 0.5)"),
+    RP_OPT_DOC("--help", NULL, "this text"),
+    RP_OPTION_END,
+};
+
 int main(int argc, char **argv)
 {
     rp_status status = RP_OK;
@@ -205,22 +228,22 @@ int main(int argc, char **argv)
     cfg.runtime.replicas = 2;
     cfg.runtime.threads_per_replica = 1;
     RP_TRY(rp_config_from_args(&cfg.runtime, &argc, argv)); /* --precision bf16, --regime ... */
-    cfg.run_dir = "runs/trainer_model";
-    bool resume = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            cfg.run_dir = argv[++i];
-        else if (!strcmp(argv[i], "--resume"))
-            resume = true;
-        else
-            RP_TRY(RP_ERROR(RP_ERR_INVALID, "unknown option %s (--out DIR, --resume)", argv[i]));
+    options opt = {.out = "runs/trainer_model", .epochs = EPOCHS, .lr = 0.5f};
+    rp_option_fault fault;
+    RP_TRY(rp_options_parse(option_table, &opt, &argc, argv, RP_OPTIONS_HELP, NULL, &fault));
+    if (fault.kind == RP_OPTION_HELP) {
+        printf("usage: trainer_model [options]\n");
+        rp_options_print_help(stdout, option_table);
+        rp_options_print_help(stdout, rp_config_options());
+        goto cleanup;
     }
-    if (resume) {
+    cfg.run_dir = opt.out;
+    if (opt.resume) {
         RP_TRY(rp_trainer_load_checkpoint(&ck, cfg.run_dir));
         cfg.resume = ck;
     }
-    cfg.epochs = EPOCHS;
-    cfg.lr = 0.5f;
+    cfg.epochs = opt.epochs;
+    cfg.lr = opt.lr;
     cfg.schedule = RP_SCHED_COSINE;
     cfg.batch = BATCH;
     cfg.rate_unit = "points/s";

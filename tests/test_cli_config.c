@@ -230,6 +230,55 @@ static void test_bad_value_named(void **state)
     free(rl);
 }
 
+/*
+ * Configurations as earlier versions wrote them (keys in the old order; the oldest without the
+ * keys added since) still load, so their run directories still resume: the option table reads
+ * by key, and keys a run predates keep their defaults.
+ */
+static void test_older_configurations_load(void **state)
+{
+    static train_opts o;
+    static const char before_table[] =
+        "{\"model\":\"resnet20\",\"dataset\":\"fashion-mnist\",\"data_dir\":\"/d\",\"epochs\":8,"
+        "\"batch\":128,\"lr\":0.10000000149011612,\"momentum\":0.89999997615814209,"
+        "\"weight_decay\":0.00050000002374872565,\"nesterov\":true,\"schedule\":\"cosine\","
+        "\"warmup_epochs\":1,\"seed\":3,\"augment\":true,\"pad\":2,\"limit\":0,\"image_size\":0,"
+        "\"threads\":0,\"replicas\":2,\"threads_per_replica\":0,\"regime\":\"async\","
+        "\"precision\":\"bf16\",\"ps\":2,\"sync_groups\":0,\"grad_dtype\":\"f32\",\"staleness\":4,"
+        "\"model_parallel\":1,\"tensor_parallel\":1,\"pipeline\":\"gpipe\",\"micro_batches\":1,"
+        "\"hidden\":[]}";
+    assert_int_equal(train_opts_from_json(&o, before_table), RP_OK);
+    assert_string_equal(o.data_dir, "/d");
+    assert_int_equal(o.seed, 3);
+    assert_int_equal(o.replicas, 2);
+    assert_string_equal(o.regime, "async");
+    assert_string_equal(o.precision, "bf16");
+    assert_int_equal(o.ps, 2);
+    assert_int_equal(o.staleness, 4);
+    /* Before --image-size, the async regime, precision, model parallelism... */
+    static const char oldest[] =
+        "{\"model\":\"mlp\",\"dataset\":\"mnist\",\"data_dir\":\"/m\",\"epochs\":2,\"batch\":64,"
+        "\"lr\":0.05,\"momentum\":0.9,\"weight_decay\":0.0005,\"nesterov\":false,"
+        "\"schedule\":\"constant\",\"warmup_epochs\":0,\"seed\":1,\"augment\":false,\"pad\":0,"
+        "\"limit\":1000,\"hidden\":[64,32]}";
+    assert_int_equal(train_opts_from_json(&o, oldest), RP_OK);
+    assert_string_equal(o.model, "mlp");
+    assert_string_equal(o.schedule, "constant");
+    assert_int_equal(o.limit, 1000);
+    assert_int_equal(o.n_hidden, 2);
+    assert_int_equal(o.hidden[1], 32);
+    assert_string_equal(o.regime, "sync");
+    assert_string_equal(o.precision, "f32");
+    assert_int_equal(o.model_parallel, 1);
+    assert_int_equal(o.staleness, -1);
+    /* And a key the oldest had is still required. */
+    char *text = strdup(oldest);
+    memcpy(strstr(text, "\"limit\""), "\"limiz\"", 7);
+    assert_int_equal(train_opts_from_json(&o, text), RP_ERR_FORMAT);
+    tu_assert_error_contains("\"limit\" is missing");
+    free(text);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +286,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_momentum_rounding_to_one_refused),
         cmocka_unit_test(test_string_too_long_refused),
         cmocka_unit_test(test_bad_value_named),
+        cmocka_unit_test(test_older_configurations_load),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

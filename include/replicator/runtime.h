@@ -75,6 +75,7 @@
 
 #include "comm.h"
 #include "optim.h"
+#include "options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -209,15 +210,52 @@ RP_API rp_strategy_kind rp_config_strategy(const rp_config *cfg);
 RP_API const char *rp_strategy_name(rp_strategy_kind strategy);
 
 /*
- * Takes the runtime's options out of argv (shifting the rest down and
- * updating *argc): --backend threads|mpi|auto, --strategy sync|async|zero1|sync-groups,
- * --regime sync|async, --ps S, --staleness K,
+ * The runtime's options (replicator/options.h), one row each: --backend threads|mpi|auto,
+ * --strategy sync|async|zero1|sync-groups, --regime sync|async, --ps S, --staleness K,
  * --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G,
- * --precision f32|bf16, --grad-dtype f32|bf16. Errors:
- * RP_ERR_INVALID naming the option and value.
+ * --precision f32|bf16, --grad-dtype f32|bf16, over the fields of rp_config. A program prints
+ * them with rp_options_print_help(stdout, rp_config_options()).
+ */
+RP_API const rp_option *rp_config_options(void);
+
+/*
+ * Takes the runtime's options (rp_config_options()) out of argv, shifting the rest down in their
+ * order and updating *argc. Errors: RP_ERR_INVALID naming the option and value ("--replicas 0:
+ * expected an integer in [1, 4096]").
  */
 RP_API rp_status rp_config_from_args(rp_config *cfg, int *argc, char **argv);
+
+/*
+ * What rp_config_resolve needs besides the config: the job's shape as a command sees it.
+ * Start from rp_job_shape_default() (all 0: one worker per replica, no batch check).
+ */
+typedef struct rp_job_shape {
+    int threads;         /* kernel threads in all in this process (0: rp_kernels_get_threads()) */
+    int batch;           /* the global batch a synchronous step splits (0: not checked) */
+    int stages;          /* pipeline stages per replica (0, 1: none) */
+    int tensor_parallel; /* tensor-parallel workers per stage (0, 1: none) */
+    bool replicas_from_run; /* cfg->replicas is a saved run's count, not this invocation's: under
+                               MPI it gives way to one replica per rank */
+    int replicas;           /* out: the job's replicas (under MPI with stages or tensor
+                               parallelism: in all; otherwise as cfg->replicas) */
+} rp_job_shape;
+
+RP_API rp_job_shape rp_job_shape_default(void);
+
+/*
+ * The layout rules, in one place: settles cfg->backend (AUTO: MPI when started by mpirun or
+ * srun), cfg->replicas (0: automatic, one worker per kernel thread - or per
+ * threads_per_replica threads - as many as divide layout->batch, a multiple of the sync
+ * groups; under MPI one per rank unless given), one role of replicas x stages x
+ * tensor_parallel workers when a replica spans several, and cfg->threads_per_replica (0:
+ * the threads in all / this process's workers; under MPI left to rp_replicator_create, which
+ * also divides by the ranks on this host, unless layout->threads is given). Call it before
+ * rp_replicator_create; every command does. Errors: RP_ERR_INVALID - the threads backend under
+ * mpirun with several ranks, workers that do not make whole replicas, sync groups that do not
+ * divide the replicas, a batch that does not split across them.
+ */
+RP_API rp_status rp_config_resolve(rp_config *cfg, rp_job_shape *layout);
 
 typedef struct rp_replicator rp_replicator;
 typedef struct rp_replica rp_replica;

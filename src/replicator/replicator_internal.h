@@ -122,6 +122,12 @@ struct rp_replicator {
 /* ---- topology (topology.c; calls only comm) --------------------------------------------- */
 
 /* Checks cfg's roles and places them: out[] with every field filled, the job's worker count. */
+/*
+ * Threads per replica when none are given: the cores over the workers here (local workers x
+ * MPI ranks on this host), at least 1 (rp_config_resolve and rp_replicator_create).
+ */
+int replicator_default_threads(int cores, int local_workers, int ranks_here);
+
 rp_status rp_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, int *workers);
 /* The role and coordinates of rep->worker (rep->r->roles placed). */
 void rp_topology_assign(rp_replica *rep);
