@@ -303,14 +303,13 @@ static bool grow(void **items, int *cap, int need, size_t size)
     return true;
 }
 
-static const char *json_str(const cJSON *obj, const char *key)
+const char *io_ckpt_json_str(const cJSON *obj, const char *key)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
     return cJSON_IsString(it) ? it->valuestring : NULL;
 }
 
-/* An integer JSON number in [0, 2^53], or -1. */
-static int64_t json_count(const cJSON *it)
+int64_t io_ckpt_json_count(const cJSON *it)
 {
     if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 9007199254740992.0 ||
         it->valuedouble != (double)(int64_t)it->valuedouble)
@@ -324,7 +323,7 @@ static bool json_shape(const cJSON *arr, int *ndim, int64_t *shape)
     int n = cJSON_GetArraySize(arr);
     if (n > RP_MAX_DIMS) return false;
     for (int d = 0; d < n; d++)
-        if ((shape[d] = json_count(cJSON_GetArrayItem(arr, d))) < 0) return false;
+        if ((shape[d] = io_ckpt_json_count(cJSON_GetArrayItem(arr, d))) < 0) return false;
     *ndim = n;
     return true;
 }
@@ -392,8 +391,8 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
     header[hlen] = '\0';
     root = cJSON_Parse(header);
     cJSON *md = root ? cJSON_GetObjectItemCaseSensitive(root, "__metadata__") : NULL;
-    const char *crc = md ? json_str(md, RP_CKPT_CRC_KEY) : NULL;
-    const char *pieces_text = md ? json_str(md, RP_CKPT_PIECES_KEY) : NULL;
+    const char *crc = md ? io_ckpt_json_str(md, RP_CKPT_CRC_KEY) : NULL;
+    const char *pieces_text = md ? io_ckpt_json_str(md, RP_CKPT_PIECES_KEY) : NULL;
     list = pieces_text ? cJSON_Parse(pieces_text) : NULL;
     if (!crc || strlen(crc) != 8 || !cJSON_IsArray(list)) {
         status = RP_ERROR(RP_ERR_FORMAT,
@@ -428,13 +427,13 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
     const cJSON *pe;
     cJSON_ArrayForEach(pe, list)
     {
-        const char *name = json_str(pe, "name"), *pcrc = json_str(pe, "crc32");
+        const char *name = io_ckpt_json_str(pe, "name"), *pcrc = io_ckpt_json_str(pe, "crc32");
         const cJSON *entry = name ? cJSON_GetObjectItemCaseSensitive(root, name) : NULL;
-        const char *dname = entry ? json_str(entry, "dtype") : NULL;
+        const char *dname = entry ? io_ckpt_json_str(entry, "dtype") : NULL;
         const cJSON *offs = entry ? cJSON_GetObjectItemCaseSensitive(entry, "data_offsets") : NULL;
         int ndim = 0, pn = 0;
         int64_t shape[RP_MAX_DIMS], pshape[RP_MAX_DIMS], numel = 0;
-        int64_t offset = json_count(cJSON_GetObjectItemCaseSensitive(pe, "offset"));
+        int64_t offset = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "offset"));
         rp_checkpoint_dtype dtype;
         bool ok = name && pcrc && strlen(pcrc) == 8 && dname &&
                   io_ckpt_dtype_parse(dname, &dtype) &&
@@ -442,7 +441,7 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
                   json_shape(cJSON_GetObjectItemCaseSensitive(entry, "shape"), &pn, pshape) &&
                   pn == 1 && offset >= 0 && cJSON_IsArray(offs) && cJSON_GetArraySize(offs) == 2 &&
                   io_ckpt_shape_numel(ndim, shape, io_ckpt_dtype_size(dtype), &numel);
-        int64_t b = ok ? json_count(cJSON_GetArrayItem(offs, 0)) : -1;
+        int64_t b = ok ? io_ckpt_json_count(cJSON_GetArrayItem(offs, 0)) : -1;
         int64_t count = ok ? pshape[0] : 0;
         ok = ok && b >= 0 && offset <= numel && count <= numel - offset &&
              data_start + b + count * (int64_t)io_ckpt_dtype_size(dtype) <= size;

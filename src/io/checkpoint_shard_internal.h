@@ -30,6 +30,12 @@ char *io_ckpt_shard_name(const char *base, int64_t generation, int k, int n, boo
 /* a + b in a new rp_alloc'd string; NULL when out of memory. */
 char *io_ckpt_join(const char *a, const char *b);
 
+/* The index's and the shards' JSON fields: a string member (NULL when absent or not a string);
+   an integer number in [0, 2^53] (-1 otherwise). */
+struct cJSON;
+const char *io_ckpt_json_str(const struct cJSON *obj, const char *key);
+int64_t io_ckpt_json_count(const struct cJSON *it);
+
 /* Reads exactly n bytes of fd at `at` (RP_ERR_FORMAT naming `path` at its end, RP_ERR_IO). */
 rp_status io_ckpt_pread_all(int fd, void *buf, size_t n, int64_t at, const char *path);
 

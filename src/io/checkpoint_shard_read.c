@@ -75,20 +75,6 @@ void rp_checkpoint_index_close(rp_checkpoint_index *ix)
     free(ix);
 }
 
-static const char *json_str(const cJSON *obj, const char *key)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsString(it) ? it->valuestring : NULL;
-}
-
-static int64_t json_count(const cJSON *it)
-{
-    if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 9007199254740992.0 ||
-        it->valuedouble != (double)(int64_t)it->valuedouble)
-        return -1;
-    return (int64_t)it->valuedouble;
-}
-
 static bool parse_crc(const char *s, uint32_t *crc)
 {
     if (!s || strlen(s) != 8) return false;
@@ -190,7 +176,7 @@ static rp_status parse_tensors(rp_checkpoint_index *ix, const cJSON *arr, const 
     cJSON_ArrayForEach(e, arr)
     {
         ix_tensor *t = &ix->tensors[ix->n_tensors];
-        const char *name = json_str(e, "name"), *dname = json_str(e, "dtype");
+        const char *name = io_ckpt_json_str(e, "name"), *dname = io_ckpt_json_str(e, "dtype");
         const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
         const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(e, "pieces");
         bool ok = name && !io_ckpt_name_problem(name) && dname &&
@@ -199,7 +185,7 @@ static rp_status parse_tensors(rp_checkpoint_index *ix, const cJSON *arr, const 
         if (ok) {
             t->ndim = cJSON_GetArraySize(shape);
             for (int d = 0; d < t->ndim && ok; d++)
-                ok = (t->shape[d] = json_count(cJSON_GetArrayItem(shape, d))) >= 0;
+                ok = (t->shape[d] = io_ckpt_json_count(cJSON_GetArrayItem(shape, d))) >= 0;
             ok = ok &&
                  io_ckpt_shape_numel(t->ndim, t->shape, io_ckpt_dtype_size(t->dtype), &t->numel);
         }
@@ -217,14 +203,14 @@ static rp_status parse_tensors(rp_checkpoint_index *ix, const cJSON *arr, const 
         cJSON_ArrayForEach(pe, pieces)
         {
             ix_piece *q = &t->pieces[t->n_pieces++];
-            int64_t shard = json_count(cJSON_GetObjectItemCaseSensitive(pe, "shard"));
-            q->offset = json_count(cJSON_GetObjectItemCaseSensitive(pe, "offset"));
-            q->count = json_count(cJSON_GetObjectItemCaseSensitive(pe, "count"));
-            q->begin = json_count(cJSON_GetObjectItemCaseSensitive(pe, "begin"));
+            int64_t shard = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "shard"));
+            q->offset = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "offset"));
+            q->count = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "count"));
+            q->begin = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "begin"));
             ok = shard >= 0 && shard < ix->n_shards && q->offset == at && q->count >= 0 &&
                  q->count <= t->numel - at && q->begin >= 0 &&
                  q->begin + q->count * (int64_t)esize <= bytes[shard] &&
-                 parse_crc(json_str(pe, "crc32"), &q->crc);
+                 parse_crc(io_ckpt_json_str(pe, "crc32"), &q->crc);
             if (!ok)
                 return RP_ERROR(RP_ERR_FORMAT,
                                 "checkpoint index %s: tensor \"%.64s\": piece %d is damaged, "
@@ -282,14 +268,15 @@ rp_status rp_checkpoint_index_open(rp_checkpoint_index **out, const char *base)
         goto cleanup;
     }
     root = cJSON_ParseWithLength(text, len);
-    const char *format = root ? json_str(root, "format") : NULL;
+    const char *format = root ? io_ckpt_json_str(root, "format") : NULL;
     const cJSON *shards = root ? cJSON_GetObjectItemCaseSensitive(root, "shards") : NULL;
     const cJSON *tensors = root ? cJSON_GetObjectItemCaseSensitive(root, "tensors") : NULL;
     const cJSON *meta = root ? cJSON_GetObjectItemCaseSensitive(root, "metadata") : NULL;
-    const char *layout = root ? json_str(root, "layout") : NULL;
-    ix->generation = root ? json_count(cJSON_GetObjectItemCaseSensitive(root, "generation")) : -1;
+    const char *layout = root ? io_ckpt_json_str(root, "layout") : NULL;
+    ix->generation =
+        root ? io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(root, "generation")) : -1;
     if (!format || strcmp(format, RP_CKPT_INDEX_FORMAT) != 0 ||
-        json_count(cJSON_GetObjectItemCaseSensitive(root, "version")) != 1 ||
+        io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(root, "version")) != 1 ||
         !cJSON_IsArray(shards) || cJSON_GetArraySize(shards) < 1 ||
         cJSON_GetArraySize(shards) > RP_CHECKPOINT_SHARDS_MAX || !cJSON_IsArray(tensors) ||
         !layout || ix->generation < 1 || (meta && !cJSON_IsObject(meta))) {
@@ -309,8 +296,8 @@ rp_status rp_checkpoint_index_open(rp_checkpoint_index **out, const char *base)
     }
     for (int k = 0; k < ix->n_shards; k++) {
         const cJSON *sh = cJSON_GetArrayItem(shards, k);
-        const char *file = json_str(sh, "file"), *crc = json_str(sh, "crc32");
-        bytes[k] = json_count(cJSON_GetObjectItemCaseSensitive(sh, "bytes"));
+        const char *file = io_ckpt_json_str(sh, "file"), *crc = io_ckpt_json_str(sh, "crc32");
+        bytes[k] = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(sh, "bytes"));
         if (!file || !*file || file[0] == '/' || climbs(file) || !crc || bytes[k] < 0) {
             status = RP_ERROR(RP_ERR_FORMAT, "checkpoint index %s: shard %d's entry is damaged",
                               ix->path, k);
