@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "d4pg_cli.h"
+#include "models/d4pg/d4pg_command.h"
 #include "export_onnx.h"
 #include "models/classifier/classifier_onnx.h"
 #include "models/d4pg/policy_onnx.h"

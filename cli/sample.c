@@ -14,7 +14,7 @@ rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
     *g = NULL;
     rp_checkpoint *ck = NULL;
     const char *config;
-    RP_CHECK(train_load_run(dir, &ck, &config));
+    RP_CHECK(rp_trainer_load_run(dir, &ck, &config));
     rp_status status = RP_OK;
     if (!sngan_config_is_gan(config)) {
         cJSON *j = cJSON_Parse(config);
@@ -27,8 +27,8 @@ rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
     }
     RP_TRY(sngan_opts_from_json(o, config));
     /* The generator's tensors held to the checkpoint's before they are allocated. */
-    train_checkpoint_guard_arg guard = {ck, "gen/"};
-    RP_TRY(rp_params_guard_push(train_checkpoint_guard, &guard));
+    rp_trainer_guard_arg guard = {ck, "gen/"};
+    RP_TRY(rp_params_guard_push(rp_trainer_checkpoint_guard, &guard));
     status = rp_sngan_generator_create(g, &o->g, NULL);
     rp_params_guard_pop();
     if (status != RP_OK) goto cleanup;

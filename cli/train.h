@@ -76,12 +76,6 @@ typedef struct train_opts {
 /* The table the options come from (replicator/options.h): parser, help, JSON, resume rules. */
 const rp_option *train_opts_table(void);
 
-/*
- * Prints a command-line fault as `cmd` words it ("<cmd>: bad value \"x\" for --lr (see
- * --help)", "<cmd>: --lr cannot be changed when resuming; ..."); returns 2, the exit status.
- */
-int train_print_fault(const char *cmd, const rp_option_fault *f);
-
 /* Defaults for a model: what `replicator train MODEL` runs with no options. */
 void train_opts_default(train_opts *o, const char *model);
 
@@ -155,59 +149,11 @@ rp_backend train_backend(const char *name);
  */
 bool train_stuck_exit(void);
 
-/*
- * The checkpoint of run directory `dir` and the configuration text stored in
- * it (owned by *ck; free with rp_checkpoint_destroy()). Errors: the
- * checkpoint's (named), RP_ERR_FORMAT for one without a configuration; then
- * *ck is NULL.
- */
-rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **config);
-
-/*
- * The run header's precision line, for bf16 only: which ops run in bf16 and on which path
- * (rp_kernels_bf16_path), with a warning where that path is slower than f32.
- */
-void train_print_precision(const char *precision);
-
-/*
- * Holds a model built from checkpoint `ck`'s configuration to the checkpoint's tensors before
- * anything is allocated: push train_checkpoint_guard with a train_checkpoint_guard_arg around
- * the build (rp_params_guard_push). Every parameter the configuration declares must be in the
- * checkpoint as prefix + name, f32, with the declared shape; otherwise RP_ERR_SHAPE naming the
- * tensor and both shapes (a crafted or edited configuration, or another run's file), and the
- * build fails with nothing allocated.
- */
-typedef struct train_checkpoint_guard_arg {
-    const rp_checkpoint *ck;
-    const char *prefix; /* "param/", "gen/", ... */
-} train_checkpoint_guard_arg;
-rp_status train_checkpoint_guard(const rp_params *params, void *arg);
-
-/*
- * Under mpirun (more than one rank), refuses a job whose ranks were started with different
- * options, before anything loads or trains: every rank calls it with its resolved configuration
- * (the checkpoint's JSON object text, with --out and --max-steps, which it does not hold) and
- * the keys that may differ by host (`local`, NULL-ended: a data directory, a thread count). The
- * ranks all-gather a hash of the rest; on a mismatch
- * they compare it with rank 0's, and every rank returns RP_ERR_MISMATCH naming the first
- * differing key, both values and the ranks that differ ("rank 1's "seed" is 2, rank 0's 1").
- * Elsewhere it does nothing. `timeout_s` bounds the wait for a peer (0: $RP_COMM_TIMEOUT's).
- */
-/* The same for a configuration text the caller hands over: freed here; NULL is RP_ERR_NOMEM
- * (its serialisation failed). */
 rp_status train_agree_options(char *json, const char *const *local, const char *out_dir,
                               int64_t max_steps, double timeout_s);
-rp_status train_agree_config(const char *json, const char *const *local, const char *out_dir,
-                             int64_t max_steps, double timeout_s);
 
-/* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
-void train_report_error(bool tty);
-/*
- * The end of a model's training command, after rp_trainer_run() returned `status`: reports an
- * error (and ends an MPI job), destroys the trainer (reporting a teardown error) and returns the
- * process's exit status: 1 on an error, 128 + the signal when one stopped the run, else 0.
- */
-int train_finish(rp_trainer *t, rp_status status, bool tty);
+/* The command's name in its errors: "replicator train: error: ..." (rp_trainer_report_error). */
+#define TRAIN_CMD "replicator train"
 
 /* `replicator train [resnet20|resnet18|resnet50|mlp] ...`: the classifiers (train.c). */
 int train_classifier_main(int argc, char **argv);

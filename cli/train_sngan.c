@@ -155,7 +155,7 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
             fprintf(stderr, "%s: bad value for %s: %s\n", CMD, fault.option, fault.value);
             return 2;
         }
-        return train_print_fault(CMD, &fault);
+        return rp_options_print_fault(CMD, &fault);
     }
     if (fault.kind == RP_OPTION_HELP) {
         usage(stdout);
@@ -218,7 +218,7 @@ rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir)
     train_opts to;
     const char *config;
     *j = NULL;
-    RP_CHECK(train_load_run(dir, &ck, &config));
+    RP_CHECK(rp_trainer_load_run(dir, &ck, &config));
     rp_status status = train_opts_from_json(&to, config);
     if (status == RP_OK) {
         rp_classifier_config cc;
@@ -280,7 +280,7 @@ static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sng
     char *config = NULL;
     if (resume) {
         const char *saved;
-        RP_TRY(train_load_run(resume, &ck, &saved));
+        RP_TRY(rp_trainer_load_run(resume, &ck, &saved));
         if (!sngan_config_is_gan(saved)) {
             status = RP_ERROR(RP_ERR_FORMAT,
                               "%s is not an SN-GAN run (its checkpoint's configuration says "
@@ -362,7 +362,7 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
         g->accum > 1 ? " in micro-batches" : "", (double)g->lr_g, (double)g->lr_d, (double)g->beta1,
         (double)g->beta2, (unsigned long long)g->seed, o->replicas,
         rp_replicator_threads_per_replica(rep), rp_replicator_backend(rep), rp_kernels_name());
-    train_print_precision(o->precision);
+    rp_trainer_print_precision(o->precision);
     if (o->judge[0])
         fprintf(stderr, "  judged by %s every %lld iterations on %lld samples\n", o->judge,
                 (long long)o->eval_every, (long long)o->eval_samples);
@@ -415,7 +415,7 @@ int train_sngan_main(int argc, char **argv)
                    100 * ev.last.class_accuracy, ev.last.fd, ev.last.is, (long long)ev.last.n);
         printf("; samples in %s/samples.png\n", o.out_dir);
     }
-    rc = train_finish(t, status, tty);
+    rc = rp_trainer_finish(t, status, TRAIN_CMD, tty);
     rp_sngan_destroy(gan);
     rp_sngan_judge_destroy(ev.judge);
     return rc;
