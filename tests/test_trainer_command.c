@@ -150,8 +150,8 @@ static void test_report_error_names_the_command(void **state)
     char *text = capture_end();
     char want[1024];
     snprintf(want, sizeof want,
-             "replicator train: error: %s\n\nreplicator train sngan: error: %s\n",
-             rp_last_error(), rp_last_error());
+             "replicator train: error: %s\n\nreplicator train sngan: error: %s\n", rp_last_error(),
+             rp_last_error());
     assert_non_null(strstr(rp_last_error(), "the sky is green"));
     assert_string_equal(text, want);
     free(text);
@@ -165,8 +165,8 @@ static void test_print_fault_in_the_commands_words(void **state)
     assert_int_equal(rp_options_print_fault("replicator train d4pg", &f), 2);
     f = (rp_option_fault){.kind = RP_OPTION_BAD_VALUE, .option = "--lr", .value = "abc"};
     assert_int_equal(rp_options_print_fault("cmd", &f), 2);
-    f = (rp_option_fault){.kind = RP_OPTION_LONG_PATH, .option = "--out", .length = 5000,
-                          .limit = 4095};
+    f = (rp_option_fault){
+        .kind = RP_OPTION_LONG_PATH, .option = "--out", .length = 5000, .limit = 4095};
     assert_int_equal(rp_options_print_fault("cmd", &f), 2);
     f = (rp_option_fault){.kind = RP_OPTION_NOT_ON_RESUME, .option = "--lr"};
     assert_int_equal(rp_options_print_fault("cmd", &f), 2);
@@ -192,8 +192,9 @@ static void test_precision_line_for_bf16_only(void **state)
     rp_trainer_print_precision("bf16");
     text = capture_end();
     char want[160];
-    snprintf(want, sizeof want, "  precision: bf16 compute for convolutions, linear layers and "
-                                "matmuls on %s",
+    snprintf(want, sizeof want,
+             "  precision: bf16 compute for convolutions, linear layers and "
+             "matmuls on %s",
              rp_kernels_bf16_path());
     assert_true(strncmp(text, want, strlen(want)) == 0);
     assert_non_null(strstr(text, "f32 master weights"));

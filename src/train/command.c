@@ -59,7 +59,8 @@ rp_status rp_trainer_agree_config(const char *json, const char *const *local, co
     char *text = NULL, *theirs_text = NULL, *records = NULL;
     int64_t *hashes = NULL;
     cJSON *theirs = NULL, *mine = cJSON_Parse(json);
-    if (!mine) return RP_ERROR(RP_ERR_INVALID, "rp_trainer_agree_config: the configuration is not JSON");
+    if (!mine)
+        return RP_ERROR(RP_ERR_INVALID, "rp_trainer_agree_config: the configuration is not JSON");
     for (const char *const *k = local; k && *k; k++)
         cJSON_DeleteItemFromObjectCaseSensitive(mine, *k);
     cJSON_AddStringToObject(mine, "out", out_dir);

@@ -1,6 +1,6 @@
 /*
- * train_opts.c - the options of `replicator train`: defaults, command-line
- * parsing, and the JSON form stored in checkpoints.
+ * classifier_options.c - the image classifiers' run options (classifier_options.h): defaults,
+ * command-line parsing, and the JSON form stored in checkpoints.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "models/classifier/classifier_options.h"
 
 void train_opts_default(train_opts *o, const char *model)
 {
