@@ -3,16 +3,19 @@
  * models/ that exports an rp_model_desc (replicator/model.h) and one line below
  * (docs/models.md; models/clusters is the example).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "registry.h"
-#include "sngan_cli.h"
+#include "train.h"
+#include "models/sngan/sngan_command.h"
 
 /*
- * The classifiers and SN-GAN: their commands still live in cli/ (train.c, train_sngan.c,
- * eval*.c, bench*.c, sample.c, plan.c); their descriptors are here until they move into their
- * folders as D4PG's did (models/d4pg/d4pg_train_command.c).
+ * The classifiers, whose commands still live in cli/ (train.c, eval.c, bench.c, plan.c), and
+ * SN-GAN, whose train, eval and sample commands are its folder's (models/sngan/sngan_*_command.c)
+ * but whose benchmark is cli's (bench_sngan.c, on the command's benchmark driver): their
+ * descriptors are here until their commands are whole in their folders, as D4PG's are.
  */
 static const rp_model_desc classifier_model = {
     .name = "resnet20",
@@ -29,9 +32,9 @@ static const rp_model_desc sngan_model = {
     .summary = "a class-conditional SN-GAN",
     .trainer = rp_sngan_trainer_model,
     .owns_config = sngan_config_is_gan,
-    .train = train_sngan_main,
+    .train = sngan_train_main,
     .eval = sngan_eval_main,
-    .sample = rp_cli_sample,
+    .sample = sngan_sample_main,
     .bench = rp_cli_bench_sngan,
 };
 
@@ -52,6 +55,16 @@ const rp_model_desc *rp_cli_model_find(const char *name)
     for (int i = 1; name && models[i]; i++)
         if (!strcmp(models[i]->name, name)) return models[i];
     return NULL;
+}
+
+int rp_cli_sample(int argc, char **argv)
+{
+    /* `replicator sample RUN`: the model that offers it (SN-GAN; its command says what a run of
+       another model is). */
+    for (int i = 0; models[i]; i++)
+        if (models[i]->sample) return models[i]->sample(argc, argv);
+    fprintf(stderr, "replicator sample: no model offers it\n");
+    return 2;
 }
 
 const rp_model_desc *rp_cli_model_of_config(const char *json)

@@ -15,7 +15,6 @@
 
 #include "plan_cli.h"
 #include "registry.h"
-#include "sngan_cli.h"
 
 /*
  * Options that may change on --resume (the table's RESUME rows, when given) and those that are

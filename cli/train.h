@@ -38,7 +38,4 @@ rp_status train_agree_options(char *json, const char *const *local, const char *
 /* `replicator train [resnet20|resnet18|resnet50|mlp] ...`: the classifiers (train.c). */
 int train_classifier_main(int argc, char **argv);
 
-/* `replicator train sngan ...` (train_sngan.c). */
-int train_sngan_main(int argc, char **argv);
-
 #endif

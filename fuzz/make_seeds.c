@@ -18,7 +18,7 @@
 #include <zlib.h>
 
 #include "models/d4pg/d4pg_command.h"
-#include "cli/sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 #include "cli/train.h"
 #include "folder_fixture.h"
 #include "replicator/data.h"

@@ -19,7 +19,7 @@
 
 #include "models/d4pg/d4pg_command.h"
 #include "models/classifier/classifier.h"
-#include "sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 #include "train.h"
 
 /* The whole file as a block (free() it), its size in *bytes. */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "models/d4pg/d4pg_command.h"
-#include "cli/sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 #include "cli/train.h"
 #include "testutil.h"
 

@@ -1,6 +1,6 @@
 /*
- * train_sngan.c - `replicator train sngan`: the class-conditional SN-GAN
- * (models/sngan) trained by the shared trainer, data-parallel on replicas.
+ * sngan_train_command.c - `replicator train sngan`: the class-conditional SN-GAN (this
+ * folder) trained by the shared trainer, data-parallel on replicas.
  *
  * One trainer step is one generator iteration (n_dis discriminator steps and
  * one generator step). The options are stored in every checkpoint, so
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 
 void sngan_opts_default(sngan_opts *o)
 {
@@ -246,12 +246,15 @@ static void apply_resume_overrides(sngan_opts *o, const sngan_opts *cli)
 static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
 {
     *cfg = rp_config_default();
-    cfg->backend = train_backend(o->backend);
+    cfg->backend = !strcmp(o->backend, "threads") ? RP_BACKEND_THREADS
+                   : !strcmp(o->backend, "mpi")   ? RP_BACKEND_MPI
+                                                  : RP_BACKEND_AUTO;
     cfg->replicas = o->replicas;
     cfg->timeout_s = o->comm_timeout;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->seed = o->g.seed;
-    cfg->stuck_exit = train_stuck_exit();
+    /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
+    cfg->stuck_exit = rp_env_get()->stuck_exit_set ? rp_env_get()->stuck_exit : true;
     /* Replicas that divide both global batches (and their micro-batches). */
     int a = o->g.d_batch / o->g.accum, b = o->g.g_batch / o->g.accum;
     while (b) {
@@ -300,8 +303,10 @@ static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sng
         /* Every rank's options the same, before the data loads (paths and threads may differ by
            host). */
         static const char *const local[] = {"data_dir", "threads", "judge", NULL};
-        RP_TRY(train_agree_options(sngan_opts_to_json(o), local, o->out_dir, o->max_steps,
-                                   o->comm_timeout));
+        char *mine = sngan_opts_to_json(o);
+        status = rp_trainer_agree_config(mine, local, o->out_dir, o->max_steps, o->comm_timeout);
+        free(mine);
+        if (status != RP_OK) goto cleanup;
     }
     RP_TRY(rp_sngan_create(gan, &o->g));
     o->g = *rp_sngan_get_config(*gan); /* the dataset's shape and classes filled in */
@@ -379,7 +384,7 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
             (long long)g->sample_every);
 }
 
-int train_sngan_main(int argc, char **argv)
+int sngan_train_main(int argc, char **argv)
 {
     sngan_opts o;
     sngan_opts_default(&o);
@@ -415,7 +420,7 @@ int train_sngan_main(int argc, char **argv)
                    100 * ev.last.class_accuracy, ev.last.fd, ev.last.is, (long long)ev.last.n);
         printf("; samples in %s/samples.png\n", o.out_dir);
     }
-    rc = rp_trainer_finish(t, status, TRAIN_CMD, tty);
+    rc = rp_trainer_finish(t, status, "replicator train", tty);
     rp_sngan_destroy(gan);
     rp_sngan_judge_destroy(ev.judge);
     return rc;

@@ -1,5 +1,5 @@
 /*
- * sample.c - `replicator sample RUN`: a trained SN-GAN's samples as a PNG grid
+ * sngan_sample_command.c - `replicator sample RUN`: a trained SN-GAN's samples as a PNG grid
  * (a row per class, or one class), or as IDX files any tool can read.
  */
 #include <cjson/cJSON.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 
 rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
 {
@@ -69,7 +69,7 @@ static char *labels_path(const char *images)
     return buf;
 }
 
-int rp_cli_sample(int argc, char **argv)
+int sngan_sample_main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
