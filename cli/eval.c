@@ -40,7 +40,7 @@ int rp_cli_eval(int argc, char **argv)
     rp_tape *tape = NULL;
     train_opts o;
     const char *config;
-    RP_TRY(train_load_run(argv[1], &ck, &config));
+    RP_TRY(rp_trainer_load_run(argv[1], &ck, &config));
     /* A registered model's run evaluates itself (registry.c); the classifiers' below. */
     const rp_model_desc *model = rp_cli_model_of_config(config);
     if (model && model->eval) {
@@ -78,8 +78,8 @@ int rp_cli_eval(int argc, char **argv)
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
     RP_TRY(rp_dataset_channel_stats(train, mean, std));
     /* The network's tensors held to the checkpoint's before they are allocated. */
-    train_checkpoint_guard_arg guard = {ck, "param/"};
-    RP_TRY(rp_params_guard_push(train_checkpoint_guard, &guard));
+    rp_trainer_guard_arg guard = {ck, "param/"};
+    RP_TRY(rp_params_guard_push(rp_trainer_checkpoint_guard, &guard));
     status =
         rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes, NULL);
     rp_params_guard_pop();

@@ -265,7 +265,7 @@ int rp_cli_export(int argc, char **argv)
     const char *config; /* required: a run's checkpoint carries it (copied with the metadata) */
     int tensors = 0;
     int64_t values = 0;
-    RP_TRY(train_load_run(run_dir, &ck, &config));
+    RP_TRY(rp_trainer_load_run(run_dir, &ck, &config));
     if (is_run_checkpoint(out_path, run_dir)) {
         status = RP_ERROR(RP_ERR_INVALID,
                           "%s is the run's checkpoint; an export holds the parameters only and "

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "d4pg_cli.h"
+#include "models/d4pg/d4pg_command.h"
 #include "export_onnx.h"
 #include "models/classifier/classifier_onnx.h"
 #include "models/d4pg/policy_onnx.h"
 #include "models/sngan/generator_onnx.h"
-#include "sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 
 /* The classifier: its input size and classes from the dataset, and the normalisation the run
  * trained with (the training split's statistics, as rp_classifier_create computes them). */

@@ -3,17 +3,19 @@
  * models/ that exports an rp_model_desc (replicator/model.h) and one line below
  * (docs/models.md; models/clusters is the example).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
-#include "d4pg_cli.h"
 #include "registry.h"
-#include "sngan_cli.h"
+#include "train.h"
+#include "models/sngan/sngan_command.h"
 
 /*
- * The classifiers, SN-GAN and D4PG: their commands still live in cli/ (train.c, train_sngan.c,
- * train_d4pg.c, eval*.c, bench*.c, plan.c) and use the command's helpers; their descriptors
- * are here until those helpers are library calls.
+ * The classifiers, whose commands still live in cli/ (train.c, eval.c, bench.c, plan.c), and
+ * SN-GAN, whose train, eval and sample commands are its folder's (models/sngan/sngan_*_command.c)
+ * but whose benchmark is cli's (bench_sngan.c, on the command's benchmark driver): their
+ * descriptors are here until their commands are whole in their folders, as D4PG's are.
  */
 static const rp_model_desc classifier_model = {
     .name = "resnet20",
@@ -30,25 +32,17 @@ static const rp_model_desc sngan_model = {
     .summary = "a class-conditional SN-GAN",
     .trainer = rp_sngan_trainer_model,
     .owns_config = sngan_config_is_gan,
-    .train = train_sngan_main,
+    .train = sngan_train_main,
     .eval = sngan_eval_main,
-    .sample = rp_cli_sample,
+    .sample = sngan_sample_main,
     .bench = rp_cli_bench_sngan,
 };
 
-static const rp_model_desc d4pg_model = {
-    .name = "d4pg",
-    .summary = "D4PG with distributed actors on a MuJoCo control task",
-    .trainer = rp_d4pg_trainer_model,
-    .owns_config = d4pg_config_is_d4pg,
-    .train = train_d4pg_main,
-    .eval = d4pg_eval_main,
-};
-
+extern const rp_model_desc rp_d4pg_model;     /* models/d4pg/d4pg_train_command.c */
 extern const rp_model_desc rp_clusters_model; /* models/clusters/clusters.c */
 
 static const rp_model_desc *const models[] = {
-    &classifier_model, &sngan_model, &d4pg_model, &rp_clusters_model, NULL,
+    &classifier_model, &sngan_model, &rp_d4pg_model, &rp_clusters_model, NULL,
 };
 
 const rp_model_desc *const *rp_cli_models(void)
@@ -61,6 +55,16 @@ const rp_model_desc *rp_cli_model_find(const char *name)
     for (int i = 1; name && models[i]; i++)
         if (!strcmp(models[i]->name, name)) return models[i];
     return NULL;
+}
+
+int rp_cli_sample(int argc, char **argv)
+{
+    /* `replicator sample RUN`: the model that offers it (SN-GAN; its command says what a run of
+       another model is). */
+    for (int i = 0; models[i]; i++)
+        if (models[i]->sample) return models[i]->sample(argc, argv);
+    fprintf(stderr, "replicator sample: no model offers it\n");
+    return 2;
 }
 
 const rp_model_desc *rp_cli_model_of_config(const char *json)

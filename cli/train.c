@@ -13,10 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "d4pg_cli.h"
 #include "plan_cli.h"
 #include "registry.h"
-#include "sngan_cli.h"
 
 /*
  * Options that may change on --resume (the table's RESUME rows, when given) and those that are
@@ -61,7 +59,7 @@ static rp_status setup(train_opts *o, const char *resume, rp_classifier **clf, r
     char *config = NULL;
     if (resume) {
         const char *saved;
-        RP_TRY(train_load_run(resume, &ck, &saved));
+        RP_TRY(rp_trainer_load_run(resume, &ck, &saved));
         train_opts cli = *o;
         RP_TRY(train_opts_from_json(o, saved));
         apply_resume_overrides(o, &cli);
@@ -265,7 +263,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                        : "off",
             (unsigned long long)o->seed, layout, rp_kernels_name());
     if (stages[0]) fprintf(stderr, "%s\n", stages);
-    train_print_precision(o->precision);
+    rp_trainer_print_precision(o->precision);
     /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO-1). */
     const rp_optimizer *opt = rp_classifier_state_optimizer(state);
     size_t held = rp_optimizer_state_bytes(opt),
@@ -314,7 +312,7 @@ static const rp_model_desc *resumed_model(int argc, char **argv, bool *failed)
         rp_checkpoint *ck = NULL;
         const char *config = NULL;
         const rp_model_desc *model = NULL;
-        rp_status status = train_load_run(argv[i + 1], &ck, &config);
+        rp_status status = rp_trainer_load_run(argv[i + 1], &ck, &config);
         if (status == RP_OK) {
             static train_opts classifier; /* static: a few KiB of paths */
             model = rp_cli_model_of_config(config);
@@ -322,7 +320,7 @@ static const rp_model_desc *resumed_model(int argc, char **argv, bool *failed)
         }
         rp_checkpoint_destroy(ck);
         if (status != RP_OK) {
-            train_report_error(false);
+            rp_trainer_report_error(TRAIN_CMD, false);
             *failed = true;
         }
         return model;
@@ -363,7 +361,7 @@ int train_classifier_main(int argc, char **argv)
         /* A parameter server rank: it serves until every replica's process is done. */
         status = rp_trainer_run(t);
         if (status != RP_OK) {
-            train_report_error(false);
+            rp_trainer_report_error(TRAIN_CMD, false);
             rp_comm_mpi_abort(1);
         }
         rp_trainer_destroy(t);
@@ -425,12 +423,12 @@ int train_classifier_main(int argc, char **argv)
          * MPI_Finalize at exit could wait for it forever. Nothing is saved on this path: the
          * last checkpoint is the last one an epoch or an agreed stop wrote.
          */
-        train_report_error(tty);
+        rp_trainer_report_error(TRAIN_CMD, tty);
         reported = true;
         rp_comm_mpi_abort(1); /* returns where MPI is not running (an error before it started) */
     }
     if (status != RP_OK && !reported) {
-        train_report_error(tty);
+        rp_trainer_report_error(TRAIN_CMD, tty);
         reported = true;
     }
     rp_status teardown = rp_trainer_destroy(t);
@@ -439,7 +437,7 @@ int train_classifier_main(int argc, char **argv)
     rp_classifier_destroy(clf);
     if (teardown != RP_OK && status == RP_OK) status = teardown;
     if (status != RP_OK) {
-        if (!reported) train_report_error(tty);
+        if (!reported) rp_trainer_report_error(TRAIN_CMD, tty);
         rp_comm_mpi_abort(
             1); /* a clean-up error under mpirun: a peer may still wait for this rank */
         return 1;

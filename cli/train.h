@@ -1,8 +1,7 @@
 /*
- * train.h - what `replicator train` and `replicator eval` share: the run's
- * options (also stored in every checkpoint, so a run can be resumed or
- * evaluated from its directory alone) and how they map onto the classifier
- * (models/classifier) and the trainer (replicator/trainer.h).
+ * train.h - what `replicator train` and `replicator eval` share: the classifiers' run options
+ * (models/classifier/classifier_options.h, stored in every checkpoint) and how they map onto
+ * the runtime (the layout) and the trainer (replicator/trainer.h).
  */
 #ifndef RP_CLI_TRAIN_H
 #define RP_CLI_TRAIN_H
@@ -10,132 +9,7 @@
 #include <limits.h>
 
 #include "cli.h"
-#include "models/classifier/classifier.h"
-
-/* The size of a path option's buffer: any path the system accepts (PATH_MAX counts the NUL). */
-#define CLI_PATH_MAX PATH_MAX
-
-typedef struct train_opts {
-    char model[32];   /* mlp | resnet20 | resnet18 | resnet50 */
-    char dataset[32]; /* fashion-mnist | mnist | cifar10 | synthetic */
-    char data_dir[CLI_PATH_MAX];
-    char out_dir[CLI_PATH_MAX];
-    int epochs;
-    int batch;
-    float lr;
-    float momentum;
-    float weight_decay;
-    bool nesterov;
-    char schedule[16]; /* cosine | constant */
-    int warmup_epochs;
-    uint64_t seed;
-    int threads;  /* kernel threads in all (0: all cores) */
-    int replicas; /* data-parallel replicas (threads of this process; under MPI, of each rank) */
-    bool replicas_given; /* --replicas on this command line (under MPI the saved count is the job's)
-                          */
-    char backend[8];     /* auto | threads | mpi: where the replicas run (not saved) */
-    double comm_timeout; /* seconds (0: the environment's default; not saved) */
-    int threads_per_replica; /* 0: threads / replicas */
-    char regime[8];          /* sync | async */
-    bool zero; /* --zero: ZeRO-1, each replica keeps 1/N of the optimizer state (sync; a layout
-                  like --replicas: bitwise the same run, so not saved) */
-    char precision[8];   /* --precision f32|bf16: the replicas' compute policy (tensor.h); saved,
-                            and a resumed run may change it */
-    rp_dtype grad_dtype; /* --grad-dtype f32 | bf16: the gradients on the wire (sync; saved, may
-                            change on resume) */
-    int model_parallel;  /* --model-parallel W: workers (pipeline stages) per replica; 1: none */
-    int tensor_parallel; /* --tensor-parallel T: workers splitting each stage's blocks; 1: none */
-    char pipeline[8];    /* --pipeline gpipe | 1f1b: the schedule over the stages */
-    int micro_batches;   /* --micro-batches M: of each replica's batch (1: the whole batch) */
-    int sync_groups; /* --sync-groups G: G groups in sync inside, async between them (0, 1: off) */
-    int ps;          /* async: parameter servers (in-process shards, or the last ranks under MPI) */
-    int staleness;   /* async: the staleness bound, -1 unbounded */
-    int slow_replica; /* --slow R:F: replica R sleeps (F-1) x its step time each step (-1: none; not
-                         saved) */
-    float slow_factor;
-    int hidden[RP_MLP_MAX_LAYERS];
-    int n_hidden;
-    bool augment;
-    int pad;
-    int64_t limit;           /* first N training samples (0: all) */
-    int image_size;          /* pad images to N x N (0: as stored) */
-    rp_folder_config folder; /* --dataset folder: decoding and augmentation (image_size unused:
-                                the crop side is image_size, 224 when 0; threads not saved) */
-    int64_t max_steps;       /* stop (and checkpoint) after this global step (0: no limit) */
-    bool quiet;
-    bool no_checkpoint;
-    bool force;              /* --out may hold an earlier run's checkpoint: overwrite it */
-    bool out_given;          /* --out was on the command line (else runs/MODEL, made unique) */
-    const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
-    const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
-    bool plan_check; /* --plan-check: print the plan, compare it with the first steps (not saved) */
-    const char *resume;     /* --resume DIR (argv's), or NULL */
-    rp_options_given given; /* the options this command line gave (train_opts_table's rows) */
-} train_opts;
-
-/* The table the options come from (replicator/options.h): parser, help, JSON, resume rules. */
-const rp_option *train_opts_table(void);
-
-/*
- * Prints a command-line fault as `cmd` words it ("<cmd>: bad value \"x\" for --lr (see
- * --help)", "<cmd>: --lr cannot be changed when resuming; ..."); returns 2, the exit status.
- */
-int train_print_fault(const char *cmd, const rp_option_fault *f);
-
-/* Defaults for a model: what `replicator train MODEL` runs with no options. */
-void train_opts_default(train_opts *o, const char *model);
-
-/*
- * Parses argv (argv[0] is the command name). Returns 0 with *o filled, 1
- * after --help was printed, 2 on a bad option (a message was printed).
- * *resume gets --resume's directory or NULL.
- */
-int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume);
-
-/*
- * Copies path option `option`'s value into dst[size], or prints why it cannot ("<cmd>: --out
- * needs a path, not an empty string", "<cmd>: --out is 5000 bytes long, over the 4095 a path
- * may have") and returns false: a path is never silently cut short. With dst NULL it only
- * checks (for a path kept as a pointer that is copied into a size-byte buffer later).
- */
-bool train_copy_path(const char *cmd, const char *option, const char *value, char *dst,
-                     size_t size);
-
-/* A whole decimal integer (float) in [lo, hi]: the command line's number rules. */
-bool train_parse_long(const char *s, long lo, long hi, long *v);
-bool train_parse_float(const char *s, float lo, float hi, float *v);
-
-/*
- * Reading a run's stored configuration (a parsed JSON object) key by key, as strictly as the
- * command line. The first key that is missing, of another type or out of range is kept, so the
- * error names it and its value: `"ch_g" is 5000, outside [1, 4096]`. Each read returns false
- * once a read has failed, so a chain of reads stops at the first bad key.
- */
-struct cJSON;
-typedef struct train_config_reader {
-    const struct cJSON *json;
-    char bad[256]; /* what the first failed read found ("" while none has failed) */
-} train_config_reader;
-/* A number in [lo, hi] under `key`. */
-bool train_config_num(train_config_reader *r, const char *key, double lo, double hi, double *out);
-/* A string under `key` that fits dst[size] whole (never cut: a cut path names another place). */
-bool train_config_str(train_config_reader *r, const char *key, char *dst, size_t size);
-bool train_config_bool(train_config_reader *r, const char *key, bool *dst);
-/* Refuses key's value for `why` ("must be below 1"); returns false. */
-bool train_config_refuse(train_config_reader *r, const char *key, const char *why);
-/* RP_ERR_FORMAT: "<what> is incomplete or invalid: <the bad key and its value>". */
-rp_status train_config_error(const train_config_reader *r, const char *what);
-
-/*
- * The options as a JSON object text (caller frees with free()), and back. Errors of
- * train_opts_from_json: RP_ERR_FORMAT naming the first key missing or out of range, and its
- * value.
- */
-char *train_opts_to_json(const train_opts *o);
-rp_status train_opts_from_json(train_opts *o, const char *json);
-
-/* The classifier's share of the options. */
-void train_opts_classifier(const train_opts *o, rp_classifier_config *c);
+#include "models/classifier/classifier_options.h"
 
 /*
  * The replicator's layout from the options (backend, replicas, threads,
@@ -155,64 +29,13 @@ rp_backend train_backend(const char *name);
  */
 bool train_stuck_exit(void);
 
-/*
- * The checkpoint of run directory `dir` and the configuration text stored in
- * it (owned by *ck; free with rp_checkpoint_destroy()). Errors: the
- * checkpoint's (named), RP_ERR_FORMAT for one without a configuration; then
- * *ck is NULL.
- */
-rp_status train_load_run(const char *dir, rp_checkpoint **ck, const char **config);
-
-/*
- * The run header's precision line, for bf16 only: which ops run in bf16 and on which path
- * (rp_kernels_bf16_path), with a warning where that path is slower than f32.
- */
-void train_print_precision(const char *precision);
-
-/*
- * Holds a model built from checkpoint `ck`'s configuration to the checkpoint's tensors before
- * anything is allocated: push train_checkpoint_guard with a train_checkpoint_guard_arg around
- * the build (rp_params_guard_push). Every parameter the configuration declares must be in the
- * checkpoint as prefix + name, f32, with the declared shape; otherwise RP_ERR_SHAPE naming the
- * tensor and both shapes (a crafted or edited configuration, or another run's file), and the
- * build fails with nothing allocated.
- */
-typedef struct train_checkpoint_guard_arg {
-    const rp_checkpoint *ck;
-    const char *prefix; /* "param/", "gen/", ... */
-} train_checkpoint_guard_arg;
-rp_status train_checkpoint_guard(const rp_params *params, void *arg);
-
-/*
- * Under mpirun (more than one rank), refuses a job whose ranks were started with different
- * options, before anything loads or trains: every rank calls it with its resolved configuration
- * (the checkpoint's JSON object text, with --out and --max-steps, which it does not hold) and
- * the keys that may differ by host (`local`, NULL-ended: a data directory, a thread count). The
- * ranks all-gather a hash of the rest; on a mismatch
- * they compare it with rank 0's, and every rank returns RP_ERR_MISMATCH naming the first
- * differing key, both values and the ranks that differ ("rank 1's "seed" is 2, rank 0's 1").
- * Elsewhere it does nothing. `timeout_s` bounds the wait for a peer (0: $RP_COMM_TIMEOUT's).
- */
-/* The same for a configuration text the caller hands over: freed here; NULL is RP_ERR_NOMEM
- * (its serialisation failed). */
 rp_status train_agree_options(char *json, const char *const *local, const char *out_dir,
                               int64_t max_steps, double timeout_s);
-rp_status train_agree_config(const char *json, const char *const *local, const char *out_dir,
-                             int64_t max_steps, double timeout_s);
 
-/* Prints "replicator train: error: <rp_last_error()>", prefixed with the rank under MPI. */
-void train_report_error(bool tty);
-/*
- * The end of a model's training command, after rp_trainer_run() returned `status`: reports an
- * error (and ends an MPI job), destroys the trainer (reporting a teardown error) and returns the
- * process's exit status: 1 on an error, 128 + the signal when one stopped the run, else 0.
- */
-int train_finish(rp_trainer *t, rp_status status, bool tty);
+/* The command's name in its errors: "replicator train: error: ..." (rp_trainer_report_error). */
+#define TRAIN_CMD "replicator train"
 
 /* `replicator train [resnet20|resnet18|resnet50|mlp] ...`: the classifiers (train.c). */
 int train_classifier_main(int argc, char **argv);
-
-/* `replicator train sngan ...` (train_sngan.c). */
-int train_sngan_main(int argc, char **argv);
 
 #endif

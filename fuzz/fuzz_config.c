@@ -3,7 +3,8 @@
  * checkpoint carries as "replicator.config" metadata, which `replicator train --resume`, `eval`
  * and `sample` read back to rebuild a classifier run (train_opts_from_json), an SN-GAN run
  * (sngan_config_is_gan, sngan_opts_from_json) or a D4PG run (d4pg_config_is_d4pg,
- * d4pg_opts_from_json). These parsers live in cli/, which this target links without main.c.
+ * d4pg_opts_from_json). These parsers live in the model folders
+ * (models/classifier, models/sngan, models/d4pg), from the models' library.
  *
  * The input is the text (a NUL ends it early, as it would in the metadata string); only what a
  * checkpoint can hold as metadata (valid UTF-8) is parsed. Each parser sees it. Checked besides
@@ -17,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/d4pg_cli.h"
-#include "cli/sngan_cli.h"
+#include "models/d4pg/d4pg_command.h"
+#include "models/sngan/sngan_command.h"
 #include "cli/train.h"
 #include "fuzz_common.h"
 #include "replicator/io.h"

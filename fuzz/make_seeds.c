@@ -17,8 +17,8 @@
 #include <turbojpeg.h>
 #include <zlib.h>
 
-#include "cli/d4pg_cli.h"
-#include "cli/sngan_cli.h"
+#include "models/d4pg/d4pg_command.h"
+#include "models/sngan/sngan_command.h"
 #include "cli/train.h"
 #include "folder_fixture.h"
 #include "replicator/data.h"

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "d4pg_cli.h"
+#include "models/d4pg/d4pg_command.h"
 #include "models/classifier/classifier.h"
-#include "sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 #include "train.h"
 
 /* The whole file as a block (free() it), its size in *bytes. */
@@ -178,7 +178,7 @@ int main(int argc, char **argv)
     rp_kernels_set_threads(1);
     rp_checkpoint *ck = NULL;
     const char *config;
-    rp_status status = train_load_run(argv[1], &ck, &config);
+    rp_status status = rp_trainer_load_run(argv[1], &ck, &config);
     if (status == RP_OK) {
         if (!strcmp(argv[2], "classifier"))
             status = classifier(argv[1], ck, config, argv[3], argv[4]);

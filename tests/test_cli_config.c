@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/d4pg_cli.h"
-#include "cli/sngan_cli.h"
+#include "models/d4pg/d4pg_command.h"
+#include "models/sngan/sngan_command.h"
 #include "cli/train.h"
 #include "testutil.h"
 

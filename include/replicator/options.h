@@ -261,6 +261,17 @@ RP_API rp_status rp_options_from_json(const rp_option *table, void *dst, const s
 RP_API char *rp_options_describe(const rp_option *table, const void *cfg, const void *defaults,
                                  char *buf, size_t size);
 
+/*
+ * Prints a command-line fault of rp_options_parse or rp_options_check_resume on stderr as
+ * command `cmd` words it, and returns 2 (the exit status of a bad command line):
+ * "<cmd>: unknown option --x (see --help)", "<cmd>: --lr needs a value (see --help)",
+ * "<cmd>: bad value "x" for --lr (see --help)", "<cmd>: --out needs a path, not an empty
+ * string", "<cmd>: --out is 5000 bytes long, over the 4095 a path may have", "<cmd>: --lr cannot
+ * be changed when resuming; the run's configuration comes from its checkpoint (start a new run
+ * with --out)", else "<cmd>: <rp_last_error()>".
+ */
+RP_API int rp_options_print_fault(const char *cmd, const rp_option_fault *f);
+
 #ifdef __cplusplus
 }
 #endif

@@ -494,6 +494,69 @@ RP_API void rp_trainer_checkpoint_path(char *buf, size_t size, const char *dir);
  */
 RP_API rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir);
 
+/*
+ * The checkpoint of run directory `dir` and the configuration text stored in it (the
+ * "replicator.config" metadata that rp_trainer_set_config_json saved; owned by *ck, free both
+ * with rp_checkpoint_destroy()): what a model's command needs to resume, evaluate or sample a
+ * run from its directory alone. Errors: those of rp_trainer_load_checkpoint (naming the file);
+ * RP_ERR_FORMAT "<dir>/checkpoint.safetensors has no replicator.config metadata" for a
+ * checkpoint without one. On an error *ck and *config are NULL.
+ */
+RP_API rp_status rp_trainer_load_run(const char *dir, rp_checkpoint **ck, const char **config);
+
+/*
+ * A parameter guard (rp_params_guard_push, nn.h) that holds a model built from a checkpoint's
+ * configuration to the checkpoint's tensors before anything is allocated: push it with a
+ * rp_trainer_guard_arg around the build. Every parameter the configuration declares must be in
+ * the checkpoint as prefix + name, f32, with the declared shape; otherwise RP_ERR_SHAPE naming
+ * the tensor and both shapes (a crafted or edited configuration, or another run's file), and
+ * the build fails with nothing allocated.
+ */
+typedef struct rp_trainer_guard_arg {
+    const rp_checkpoint *ck;
+    const char *prefix; /* "param/", "gen/", ... */
+} rp_trainer_guard_arg;
+RP_API rp_status rp_trainer_checkpoint_guard(const rp_params *params, void *arg);
+
+/* ---- a model's training command ------------------------------------------------------ */
+
+/*
+ * Under mpirun (more than one rank), refuses a job whose ranks were started with different
+ * options, before anything loads or trains: every rank calls it with its resolved configuration
+ * (the JSON object text it saves with rp_trainer_set_config_json), its run directory and
+ * max_steps (which that text does not hold), and the keys that may differ by host (`local`,
+ * NULL-ended: a data directory, a thread count). The ranks all-gather a hash of the rest; on a
+ * mismatch they compare it with rank 0's, and every rank returns RP_ERR_MISMATCH naming the
+ * first differing key, both values and the ranks that differ ("rank 1's "seed" is 2, rank 0's
+ * 1"). Elsewhere it does nothing. `timeout_s` bounds the wait for a peer (0: $RP_COMM_TIMEOUT's).
+ * Errors: RP_ERR_NOMEM for json NULL (the caller's serialisation failed), RP_ERR_INVALID for
+ * text that is not JSON (under mpirun), the communicator's.
+ */
+RP_API rp_status rp_trainer_agree_config(const char *json, const char *const *local,
+                                         const char *out_dir, int64_t max_steps, double timeout_s);
+
+/*
+ * Prints "<cmd>: error: <rp_last_error()>" on stderr, prefixed with the rank under mpirun
+ * (every process prints its own error: it may be the one that explains the others'), after a
+ * newline when `tty` (a progress line may be open). cmd: e.g. "replicator train".
+ */
+RP_API void rp_trainer_report_error(const char *cmd, bool tty);
+
+/*
+ * The end of a model's training command, after rp_trainer_run() returned `status`: reports an
+ * error as rp_trainer_report_error(cmd, tty) does (and ends an MPI job: rp_comm_mpi_abort),
+ * destroys the trainer (reporting a teardown error) and returns the process's exit status: 1 on
+ * an error, 128 + the signal when one stopped the run (rp_trainer_catch_signals), else 0.
+ */
+RP_API int rp_trainer_finish(rp_trainer *t, rp_status status, const char *cmd, bool tty);
+
+/*
+ * A run header's precision line on stderr, for `precision` "bf16" only (nothing for "f32" or
+ * NULL): which ops run in bf16 and on which path (rp_kernels_bf16_path), with a warning where
+ * that path is slower than f32.
+ */
+RP_API void rp_trainer_print_precision(const char *precision);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -632,4 +633,36 @@ char *rp_options_describe(const rp_option *table, const void *cfg, const void *d
         n += (size_t)w;
     }
     return buf;
+}
+
+int rp_options_print_fault(const char *cmd, const rp_option_fault *f)
+{
+    switch (f->kind) {
+    case RP_OPTION_UNKNOWN:
+        fprintf(stderr, "%s: unknown option %s (see --help)\n", cmd, f->option);
+        break;
+    case RP_OPTION_NO_VALUE:
+        fprintf(stderr, "%s: %s needs a value (see --help)\n", cmd, f->option);
+        break;
+    case RP_OPTION_BAD_VALUE:
+        fprintf(stderr, "%s: bad value \"%s\" for %s (see --help)\n", cmd, f->value, f->option);
+        break;
+    case RP_OPTION_EMPTY_PATH:
+        fprintf(stderr, "%s: %s needs a path, not an empty string\n", cmd, f->option);
+        break;
+    case RP_OPTION_LONG_PATH:
+        fprintf(stderr, "%s: %s is %zu bytes long, over the %zu a path may have\n", cmd, f->option,
+                f->length, f->limit);
+        break;
+    case RP_OPTION_NOT_ON_RESUME:
+        fprintf(stderr,
+                "%s: %s cannot be changed when resuming; the run's configuration comes from its "
+                "checkpoint (start a new run with --out)\n",
+                cmd, f->option);
+        break;
+    default:
+        fprintf(stderr, "%s: %s\n", cmd, rp_last_error());
+        break;
+    }
+    return 2;
 }

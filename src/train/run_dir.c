@@ -1,7 +1,8 @@
 /*
  * run_dir.c - the run directory: where its checkpoint lives, the rule that a
  * new run never overwrites saved work, and reading the run's checkpoint (whole or
- * sharded; saver.c writes it).
+ * sharded; saver.c writes it), a run's saved configuration, and the guard that holds a model
+ * built from it to the checkpoint's tensors.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -68,6 +69,65 @@ rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir)
     free(base);
     free(path);
     return status;
+}
+
+rp_status rp_trainer_load_run(const char *dir, rp_checkpoint **ck, const char **config)
+{
+    if (!dir || !ck || !config)
+        return RP_ERROR(RP_ERR_INVALID, "rp_trainer_load_run: NULL argument");
+    *config = NULL;
+    RP_CHECK(rp_trainer_load_checkpoint(ck, dir));
+    *config = rp_checkpoint_get_meta(*ck, "replicator.config");
+    if (*config) return RP_OK;
+    char path[600];
+    rp_trainer_checkpoint_path(path, sizeof path, dir);
+    rp_checkpoint_destroy(*ck);
+    *ck = NULL;
+    return RP_ERROR(RP_ERR_FORMAT, "%s has no replicator.config metadata", path);
+}
+
+/* "[2, 3]" */
+static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+}
+
+rp_status rp_trainer_checkpoint_guard(const rp_params *params, void *arg)
+{
+    const rp_trainer_guard_arg *g = arg;
+    for (int i = 0; i < rp_params_count(params); i++) {
+        const rp_tensor *t = rp_params_at(params, i);
+        char name[RP_NAME_MAX + 64], want[160], have[160];
+        snprintf(name, sizeof name, "%s%s", g->prefix, t->name);
+        int64_t declared[RP_MAX_DIMS], stored[RP_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++)
+            declared[d] = t->shape[d];
+        shape_text(t->ndim, declared, want, sizeof want);
+        rp_checkpoint_dtype dtype;
+        int ndim = 0;
+        if (!rp_checkpoint_get(g->ck, name, &dtype, &ndim, stored))
+            return RP_ERROR(RP_ERR_SHAPE,
+                            "the checkpoint's configuration declares %s %s, which the checkpoint "
+                            "does not hold: the configuration is not its tensors' (edited, or "
+                            "another run's)",
+                            name, want);
+        bool same = dtype == RP_CHECKPOINT_F32 && ndim == t->ndim;
+        for (int d = 0; same && d < ndim; d++)
+            same = stored[d] == declared[d];
+        if (!same) {
+            shape_text(ndim, stored, have, sizeof have);
+            return RP_ERROR(RP_ERR_SHAPE,
+                            "the checkpoint's configuration makes %s %s (%lld values), the "
+                            "checkpoint holds it as %s%s: the configuration is not its tensors' "
+                            "(edited, or another run's)",
+                            name, want, (long long)t->numel, have,
+                            dtype == RP_CHECKPOINT_F32 ? "" : " of another dtype");
+        }
+    }
+    return RP_OK;
 }
 
 /* true if dir holds a checkpoint (whole or sharded). */

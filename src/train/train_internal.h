@@ -3,9 +3,10 @@
  * trainer.c (create, destroy, queries), loop.c (the loop over global
  * batches), run_dir.c (directory rules, reading checkpoints), saver.c
  * (writing them: whole or sharded, inline or in the background), report.c
- * (the lines shown and metrics.jsonl) and signals.c (the stop request). Their shared
- * functions are named trainer_*: not rp_*, which is the API's, and not
- * train_*, which is the command's (cli/train.h).
+ * (the lines shown and metrics.jsonl), signals.c (the stop request) and command.c (a model
+ * command's calls: agreeing options, reporting, finishing). Their shared functions are named
+ * trainer_*: not rp_*, which is the API's, and not train_*, which is the command's
+ * (cli/train.h, models/classifier/classifier_options.h).
  */
 #ifndef TRAIN_INTERNAL_H
 #define TRAIN_INTERNAL_H

@@ -1,6 +1,6 @@
 /*
- * train_sngan.c - `replicator train sngan`: the class-conditional SN-GAN
- * (models/sngan) trained by the shared trainer, data-parallel on replicas.
+ * sngan_train_command.c - `replicator train sngan`: the class-conditional SN-GAN (this
+ * folder) trained by the shared trainer, data-parallel on replicas.
  *
  * One trainer step is one generator iteration (n_dis discriminator steps and
  * one generator step). The options are stored in every checkpoint, so
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 
 void sngan_opts_default(sngan_opts *o)
 {
@@ -155,7 +155,7 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
             fprintf(stderr, "%s: bad value for %s: %s\n", CMD, fault.option, fault.value);
             return 2;
         }
-        return train_print_fault(CMD, &fault);
+        return rp_options_print_fault(CMD, &fault);
     }
     if (fault.kind == RP_OPTION_HELP) {
         usage(stdout);
@@ -218,7 +218,7 @@ rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir)
     train_opts to;
     const char *config;
     *j = NULL;
-    RP_CHECK(train_load_run(dir, &ck, &config));
+    RP_CHECK(rp_trainer_load_run(dir, &ck, &config));
     rp_status status = train_opts_from_json(&to, config);
     if (status == RP_OK) {
         rp_classifier_config cc;
@@ -246,12 +246,15 @@ static void apply_resume_overrides(sngan_opts *o, const sngan_opts *cli)
 static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
 {
     *cfg = rp_config_default();
-    cfg->backend = train_backend(o->backend);
+    cfg->backend = !strcmp(o->backend, "threads") ? RP_BACKEND_THREADS
+                   : !strcmp(o->backend, "mpi")   ? RP_BACKEND_MPI
+                                                  : RP_BACKEND_AUTO;
     cfg->replicas = o->replicas;
     cfg->timeout_s = o->comm_timeout;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->seed = o->g.seed;
-    cfg->stuck_exit = train_stuck_exit();
+    /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
+    cfg->stuck_exit = rp_env_get()->stuck_exit_set ? rp_env_get()->stuck_exit : true;
     /* Replicas that divide both global batches (and their micro-batches). */
     int a = o->g.d_batch / o->g.accum, b = o->g.g_batch / o->g.accum;
     while (b) {
@@ -280,7 +283,7 @@ static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sng
     char *config = NULL;
     if (resume) {
         const char *saved;
-        RP_TRY(train_load_run(resume, &ck, &saved));
+        RP_TRY(rp_trainer_load_run(resume, &ck, &saved));
         if (!sngan_config_is_gan(saved)) {
             status = RP_ERROR(RP_ERR_FORMAT,
                               "%s is not an SN-GAN run (its checkpoint's configuration says "
@@ -300,8 +303,10 @@ static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sng
         /* Every rank's options the same, before the data loads (paths and threads may differ by
            host). */
         static const char *const local[] = {"data_dir", "threads", "judge", NULL};
-        RP_TRY(train_agree_options(sngan_opts_to_json(o), local, o->out_dir, o->max_steps,
-                                   o->comm_timeout));
+        char *mine = sngan_opts_to_json(o);
+        status = rp_trainer_agree_config(mine, local, o->out_dir, o->max_steps, o->comm_timeout);
+        free(mine);
+        if (status != RP_OK) goto cleanup;
     }
     RP_TRY(rp_sngan_create(gan, &o->g));
     o->g = *rp_sngan_get_config(*gan); /* the dataset's shape and classes filled in */
@@ -362,7 +367,7 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
         g->accum > 1 ? " in micro-batches" : "", (double)g->lr_g, (double)g->lr_d, (double)g->beta1,
         (double)g->beta2, (unsigned long long)g->seed, o->replicas,
         rp_replicator_threads_per_replica(rep), rp_replicator_backend(rep), rp_kernels_name());
-    train_print_precision(o->precision);
+    rp_trainer_print_precision(o->precision);
     if (o->judge[0])
         fprintf(stderr, "  judged by %s every %lld iterations on %lld samples\n", o->judge,
                 (long long)o->eval_every, (long long)o->eval_samples);
@@ -379,7 +384,7 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
             (long long)g->sample_every);
 }
 
-int train_sngan_main(int argc, char **argv)
+int sngan_train_main(int argc, char **argv)
 {
     sngan_opts o;
     sngan_opts_default(&o);
@@ -415,7 +420,7 @@ int train_sngan_main(int argc, char **argv)
                    100 * ev.last.class_accuracy, ev.last.fd, ev.last.is, (long long)ev.last.n);
         printf("; samples in %s/samples.png\n", o.out_dir);
     }
-    rc = train_finish(t, status, tty);
+    rc = rp_trainer_finish(t, status, "replicator train", tty);
     rp_sngan_destroy(gan);
     rp_sngan_judge_destroy(ev.judge);
     return rc;

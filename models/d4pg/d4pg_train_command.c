@@ -1,9 +1,9 @@
 /*
- * train_d4pg.c - `replicator train d4pg`: D4PG with distributed actors
- * (models/d4pg) - a learner of R data-parallel replicas stepped by the
- * shared trainer, K actors and a replay server as roles of the same job, on
- * threads or MPI ranks. The options are stored in every checkpoint, so
- * `--resume` and `replicator eval` need only the run's directory.
+ * d4pg_train_command.c - `replicator train d4pg`: D4PG with distributed actors (this folder)
+ * - a learner of R data-parallel replicas stepped by the shared trainer, K actors and a replay
+ * server as roles of the same job, on threads or MPI ranks. The options are stored in every
+ * checkpoint, so `--resume` and `replicator eval` need only the run's directory. The model's
+ * descriptor (rp_d4pg_model) is at the end; the command's registry lists it in one line.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "d4pg_cli.h"
+#include "models/d4pg/d4pg_command.h"
 
 static bool parse_layers(const char *v, int *layers);
 static void layers_text(const int *layers, char *buf, size_t size);
@@ -221,7 +221,7 @@ int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume)
             fprintf(stderr, "%s: bad value for %s: %s\n", CMD, fault.option, fault.value);
             return 2;
         }
-        return train_print_fault(CMD, &fault);
+        return rp_options_print_fault(CMD, &fault);
     }
     if (fault.kind == RP_OPTION_HELP) {
         usage(stdout);
@@ -260,23 +260,60 @@ bool d4pg_config_is_d4pg(const char *json)
     return yes;
 }
 
+/* A saved value for a message: a number in full, anything else as JSON, cut at 64 bytes. */
+static void value_text(const cJSON *v, char *buf, size_t size)
+{
+    if (cJSON_IsNumber(v)) {
+        for (int digits = 15; digits <= 17; digits++) {
+            snprintf(buf, size, "%.*g", digits, v->valuedouble);
+            if (strtod(buf, NULL) == v->valuedouble) break;
+        }
+        return;
+    }
+    char *text = cJSON_PrintUnformatted(v);
+    snprintf(buf, size, "%.64s%s", text ? text : "a value", text && strlen(text) > 64 ? "..." : "");
+    free(text);
+}
+
+/* The saved layer widths under `key` into layers; false with why in bad[size] ("\"key\" is
+   \"256,0\", not widths ..."), as strictly as the command line. */
+static bool layers_from(const cJSON *c, const char *key, int *layers, char *bad, size_t size)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, key);
+    char value[80];
+    if (!v) {
+        snprintf(bad, size, "\"%.64s\" is missing", key);
+        return false;
+    }
+    value_text(v, value, sizeof value);
+    char why[96] = "";
+    if (!cJSON_IsString(v))
+        snprintf(why, sizeof why, "not a string");
+    else if (strlen(v->valuestring) >= 256)
+        snprintf(why, sizeof why, "%zu bytes long, over the 255 it may have",
+                 strlen(v->valuestring));
+    else if (!parse_layers(v->valuestring, layers))
+        snprintf(why, sizeof why, "not widths 1..65536 separated by commas");
+    if (why[0]) snprintf(bad, size, "\"%.64s\" is %s, %s", key, value, why);
+    return !why[0];
+}
+
 rp_status d4pg_opts_from_json(d4pg_opts *o, const char *json)
 {
     cJSON *c = cJSON_Parse(json);
     if (!c) return RP_ERROR(RP_ERR_FORMAT, "the checkpoint's configuration is not valid JSON");
     d4pg_opts_default(o);
     rp_d4pg_job_config *j = &o->j;
-    train_config_reader r = {.json = c};
-    char pl[256], cl[256];
-    bool ok = train_config_str(&r, "policy_layers", pl, sizeof pl) &&
-              train_config_str(&r, "critic_layers", cl, sizeof cl);
-    if (ok && !parse_layers(pl, j->agent.policy_layers))
-        ok = train_config_refuse(&r, "policy_layers", "not widths 1..65536 separated by commas");
-    if (ok && !parse_layers(cl, j->agent.critic_layers))
-        ok = train_config_refuse(&r, "critic_layers", "not widths 1..65536 separated by commas");
+    char bad[256] = "";
+    bool ok = layers_from(c, "policy_layers", j->agent.policy_layers, bad, sizeof bad) &&
+              layers_from(c, "critic_layers", j->agent.critic_layers, bad, sizeof bad);
     /* The table's rows, with the command line's ranges. */
-    if (ok && rp_options_from_json(d4pg_table, o, c, r.bad, sizeof r.bad) != RP_OK) ok = false;
-    rp_status status = ok ? RP_OK : train_config_error(&r, "the D4PG checkpoint's configuration");
+    if (ok && rp_options_from_json(d4pg_table, o, c, bad, sizeof bad) != RP_OK) ok = false;
+    rp_status status = ok ? RP_OK
+                          : RP_ERROR(RP_ERR_FORMAT,
+                                     "the D4PG checkpoint's configuration is incomplete or "
+                                     "invalid: %s",
+                                     bad[0] ? bad : "it is not a JSON object");
     cJSON_Delete(c);
     if (ok) d4pg_derive(o);
     return status;
@@ -296,7 +333,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, rp_d4pg_job **job, rp_t
     char *config = NULL;
     if (resume) {
         const char *saved;
-        RP_TRY(train_load_run(resume, &ck, &saved));
+        RP_TRY(rp_trainer_load_run(resume, &ck, &saved));
         if (!d4pg_config_is_d4pg(saved)) {
             status = RP_ERROR(RP_ERR_FORMAT, "%s is not a D4PG run", resume);
             goto cleanup;
@@ -312,21 +349,26 @@ static rp_status setup(d4pg_opts *o, const char *resume, rp_d4pg_job **job, rp_t
     if (strcmp(o->backend, "threads") != 0) {
         /* Every rank's options the same, before the job is made (the threads may differ). */
         static const char *const local[] = {"threads", NULL};
-        RP_TRY(train_agree_options(d4pg_opts_to_json(o), local, o->out_dir, o->max_steps,
-                                   o->comm_timeout));
+        char *mine = d4pg_opts_to_json(o);
+        status = rp_trainer_agree_config(mine, local, o->out_dir, o->max_steps, o->comm_timeout);
+        free(mine);
+        if (status != RP_OK) goto cleanup;
     }
     RP_TRY(rp_d4pg_job_create(job, &o->j, ck));
     o->j = *rp_d4pg_job_get_config(*job); /* the task's sizes filled in */
     rp_trainer_config tc = rp_trainer_config_default();
     /* The job's layout is its roles' (rp_d4pg_trainer_config_apply); a learner replica gets
        --threads, or the cores over the learners. */
-    tc.runtime.backend = train_backend(o->backend);
+    tc.runtime.backend = !strcmp(o->backend, "threads") ? RP_BACKEND_THREADS
+                         : !strcmp(o->backend, "mpi")   ? RP_BACKEND_MPI
+                                                        : RP_BACKEND_AUTO;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int per =
         o->threads ? o->threads : (int)(cores / o->j.learners > 0 ? cores / o->j.learners : 1);
     tc.runtime.threads_per_replica = per;
     tc.runtime.seed = o->j.seed;
-    tc.runtime.stuck_exit = train_stuck_exit();
+    /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
+    tc.runtime.stuck_exit = rp_env_get()->stuck_exit_set ? rp_env_get()->stuck_exit : true;
     if (o->comm_timeout > 0) tc.runtime.timeout_s = o->comm_timeout;
     tc.runtime.precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     rp_d4pg_trainer_config_apply(&o->j, &tc);
@@ -376,7 +418,7 @@ static void print_header(const d4pg_opts *o, const rp_trainer *t, bool resumed)
             j->agent.atoms, (unsigned long long)j->seed, j->learners,
             rp_replicator_threads_per_replica(rep), j->actors, j->envs_per_actor,
             rp_replicator_backend(rep));
-    train_print_precision(o->precision);
+    rp_trainer_print_precision(o->precision);
     if (resumed)
         fprintf(stderr, "  resumed from %s at learner step %lld\n", o->out_dir,
                 (long long)p.global_step);
@@ -390,7 +432,7 @@ static void print_header(const d4pg_opts *o, const rp_trainer *t, bool resumed)
             (long long)o->eval_every);
 }
 
-int train_d4pg_main(int argc, char **argv)
+int d4pg_train_main(int argc, char **argv)
 {
     d4pg_opts o;
     d4pg_opts_default(&o);
@@ -421,7 +463,16 @@ int train_d4pg_main(int argc, char **argv)
         if (n > 0) printf("; last evaluation %.1f at %.0f env steps", y[n - 1], x[n - 1]);
         printf("; curve in %s/learning_curve.png\n", o.out_dir);
     }
-    rc = train_finish(t, status, tty);
+    rc = rp_trainer_finish(t, status, "replicator train", tty);
     rp_d4pg_job_destroy(job);
     return rc;
 }
+
+const rp_model_desc rp_d4pg_model = {
+    .name = "d4pg",
+    .summary = "D4PG with distributed actors on a MuJoCo control task",
+    .trainer = rp_d4pg_trainer_model,
+    .owns_config = d4pg_config_is_d4pg,
+    .train = d4pg_train_main,
+    .eval = d4pg_eval_main,
+};

@@ -1,5 +1,5 @@
 /*
- * sample.c - `replicator sample RUN`: a trained SN-GAN's samples as a PNG grid
+ * sngan_sample_command.c - `replicator sample RUN`: a trained SN-GAN's samples as a PNG grid
  * (a row per class, or one class), or as IDX files any tool can read.
  */
 #include <cjson/cJSON.h>
@@ -7,14 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 
 rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
 {
     *g = NULL;
     rp_checkpoint *ck = NULL;
     const char *config;
-    RP_CHECK(train_load_run(dir, &ck, &config));
+    RP_CHECK(rp_trainer_load_run(dir, &ck, &config));
     rp_status status = RP_OK;
     if (!sngan_config_is_gan(config)) {
         cJSON *j = cJSON_Parse(config);
@@ -27,8 +27,8 @@ rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
     }
     RP_TRY(sngan_opts_from_json(o, config));
     /* The generator's tensors held to the checkpoint's before they are allocated. */
-    train_checkpoint_guard_arg guard = {ck, "gen/"};
-    RP_TRY(rp_params_guard_push(train_checkpoint_guard, &guard));
+    rp_trainer_guard_arg guard = {ck, "gen/"};
+    RP_TRY(rp_params_guard_push(rp_trainer_checkpoint_guard, &guard));
     status = rp_sngan_generator_create(g, &o->g, NULL);
     rp_params_guard_pop();
     if (status != RP_OK) goto cleanup;
@@ -69,7 +69,7 @@ static char *labels_path(const char *images)
     return buf;
 }
 
-int rp_cli_sample(int argc, char **argv)
+int sngan_sample_main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);

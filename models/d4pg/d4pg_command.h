@@ -1,10 +1,16 @@
-/* d4pg_cli.h - `replicator train d4pg` and `replicator eval` on a D4PG run: options and their JSON.
+/*
+ * d4pg_command.h - the D4PG model's commands (d4pg_train_command.c, d4pg_eval_command.c):
+ * `replicator train d4pg` and `replicator eval` on a D4PG run, their options and the options'
+ * JSON (stored in every checkpoint), and the descriptor the command's registry lists
+ * (rp_d4pg_model). Written against the public headers and this folder's.
  */
-#ifndef RP_CLI_D4PG_H
-#define RP_CLI_D4PG_H
+#ifndef RP_MODELS_D4PG_COMMAND_H
+#define RP_MODELS_D4PG_COMMAND_H
+
+#include <limits.h>
 
 #include "models/d4pg/d4pg_job.h"
-#include "train.h"
+#include "replicator/replicator.h"
 
 typedef struct d4pg_opts {
     rp_d4pg_job_config j;
@@ -15,8 +21,8 @@ typedef struct d4pg_opts {
     int threads;              /* kernel threads per learner replica; 0: cores / replicas */
     double comm_timeout;
     char backend[16];
-    char precision[8]; /* --precision f32|bf16 (not saved) */
-    char out_dir[CLI_PATH_MAX];
+    char precision[8];      /* --precision f32|bf16 (not saved) */
+    char out_dir[PATH_MAX]; /* any path the system accepts (PATH_MAX counts the NUL) */
     bool out_given, force, quiet;
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
     const char *trace;       /* --trace FILE (argv's), or NULL; not saved */
@@ -32,7 +38,11 @@ rp_status d4pg_opts_from_json(d4pg_opts *o, const char *json);
 /* Whether a checkpoint's configuration is a D4PG run's. */
 bool d4pg_config_is_d4pg(const char *json);
 
-int train_d4pg_main(int argc, char **argv);
+/* `replicator train d4pg ...` and `replicator eval D4PG_RUN ...`. */
+int d4pg_train_main(int argc, char **argv);
 int d4pg_eval_main(int argc, char **argv);
+
+/* The descriptor (d4pg_train_command.c): train, eval, the trainer callbacks, owns_config. */
+extern const rp_model_desc rp_d4pg_model;
 
 #endif

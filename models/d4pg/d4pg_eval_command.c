@@ -1,13 +1,23 @@
 /*
- * eval_d4pg.c - `replicator eval D4PG_RUN`: plays noise-free episodes with a
+ * d4pg_eval_command.c - `replicator eval D4PG_RUN`: plays noise-free episodes with a
  * saved D4PG policy (the one its actors ran: the target policy, as in Acme)
  * and reports the mean and spread of the returns.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "d4pg_cli.h"
+#include "models/d4pg/d4pg_command.h"
+
+/* A whole decimal integer in [lo, hi]: the command line's number rules. */
+static bool parse_long(const char *s, long lo, long hi, long *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtol(s, &end, 10);
+    return !errno && end != s && !*end && *v >= lo && *v <= hi;
+}
 
 static void usage(FILE *f)
 {
@@ -34,8 +44,8 @@ static bool parse_size(const char *s, int *w, int *h)
     if (!x || x == s || (size_t)(x - s) >= sizeof side) return false;
     memcpy(side, s, (size_t)(x - s));
     side[x - s] = 0;
-    if (!train_parse_long(side, 1, RP_RENDER_MAX_SIDE, &a) ||
-        !train_parse_long(x + 1, 1, RP_RENDER_MAX_SIDE, &b))
+    if (!parse_long(side, 1, RP_RENDER_MAX_SIDE, &a) ||
+        !parse_long(x + 1, 1, RP_RENDER_MAX_SIDE, &b))
         return false;
     *w = (int)a, *h = (int)b;
     return true;
@@ -63,13 +73,13 @@ int d4pg_eval_main(int argc, char **argv)
             continue;
         }
         long x = 0;
-        if (!strcmp(a, "--episodes") && v && train_parse_long(v, 1, 100000, &x))
+        if (!strcmp(a, "--episodes") && v && parse_long(v, 1, 100000, &x))
             episodes = x;
-        else if (!strcmp(a, "--seed") && v && train_parse_long(v, 0, 0x7fffffffL, &x))
+        else if (!strcmp(a, "--seed") && v && parse_long(v, 0, 0x7fffffffL, &x))
             seed = x;
         else if (!strcmp(a, "--frames") && v && v[0])
             frames_dir = v;
-        else if (!strcmp(a, "--every") && v && train_parse_long(v, 1, 100000, &x))
+        else if (!strcmp(a, "--every") && v && parse_long(v, 1, 100000, &x))
             fo.every = (int)x;
         else if (!strcmp(a, "--size") && v && parse_size(v, &fo.width, &fo.height))
             ;
@@ -92,13 +102,13 @@ int d4pg_eval_main(int argc, char **argv)
     rp_tape *tape = NULL;
     const char *config;
     d4pg_opts o;
-    RP_TRY(train_load_run(run, &ck, &config));
+    RP_TRY(rp_trainer_load_run(run, &ck, &config));
     RP_TRY(d4pg_opts_from_json(&o, config));
     RP_TRY(rp_d4pg_job_create(&job, &o.j, ck)); /* checks the task, fills in its sizes */
     const char *prefix = online ? "d4pg/policy/" : "d4pg/target_policy/";
     /* The policy's tensors held to the checkpoint's before they are allocated. */
-    train_checkpoint_guard_arg guard = {ck, prefix};
-    RP_TRY(rp_params_guard_push(train_checkpoint_guard, &guard));
+    rp_trainer_guard_arg guard = {ck, prefix};
+    RP_TRY(rp_params_guard_push(rp_trainer_checkpoint_guard, &guard));
     status = rp_d4pg_policy_create(&policy, &rp_d4pg_job_get_config(job)->agent);
     rp_params_guard_pop();
     if (status != RP_OK) goto cleanup;

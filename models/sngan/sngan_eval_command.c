@@ -1,5 +1,5 @@
 /*
- * eval_sngan.c - `replicator eval RUN` on an SN-GAN run: its samples scored by
+ * sngan_eval_command.c - `replicator eval RUN` on an SN-GAN run: its samples scored by
  * the domain classifier (class accuracy, Frechet distance, IS analogue), and
  * with --calibrate the scores of real images that give those a scale.
  */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sngan_cli.h"
+#include "models/sngan/sngan_command.h"
 
 static void usage(FILE *f)
 {

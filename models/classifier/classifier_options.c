@@ -1,6 +1,6 @@
 /*
- * train_opts.c - the options of `replicator train`: defaults, command-line
- * parsing, and the JSON form stored in checkpoints.
+ * classifier_options.c - the image classifiers' run options (classifier_options.h): defaults,
+ * command-line parsing, and the JSON form stored in checkpoints.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "models/classifier/classifier_options.h"
 
 void train_opts_default(train_opts *o, const char *model)
 {
@@ -343,38 +343,6 @@ static void usage(FILE *f)
 }
 
 /* Prints a command line's fault in the words the command has always used; returns 2. */
-int train_print_fault(const char *cmd, const rp_option_fault *f)
-{
-    switch (f->kind) {
-    case RP_OPTION_UNKNOWN:
-        fprintf(stderr, "%s: unknown option %s (see --help)\n", cmd, f->option);
-        break;
-    case RP_OPTION_NO_VALUE:
-        fprintf(stderr, "%s: %s needs a value (see --help)\n", cmd, f->option);
-        break;
-    case RP_OPTION_BAD_VALUE:
-        fprintf(stderr, "%s: bad value \"%s\" for %s (see --help)\n", cmd, f->value, f->option);
-        break;
-    case RP_OPTION_EMPTY_PATH:
-        fprintf(stderr, "%s: %s needs a path, not an empty string\n", cmd, f->option);
-        break;
-    case RP_OPTION_LONG_PATH:
-        fprintf(stderr, "%s: %s is %zu bytes long, over the %zu a path may have\n", cmd, f->option,
-                f->length, f->limit);
-        break;
-    case RP_OPTION_NOT_ON_RESUME:
-        fprintf(stderr,
-                "%s: %s cannot be changed when resuming; the run's configuration comes from its "
-                "checkpoint (start a new run with --out)\n",
-                cmd, f->option);
-        break;
-    default:
-        fprintf(stderr, "%s: %s\n", cmd, rp_last_error());
-        break;
-    }
-    return 2;
-}
-
 bool train_copy_path(const char *cmd, const char *option, const char *value, char *dst, size_t size)
 {
     size_t len = strlen(value);
@@ -460,7 +428,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     rp_option_fault fault;
     if (rp_options_parse(train_table, o, &n, argv + (i - 1), RP_OPTIONS_HELP, &o->given, &fault) !=
         RP_OK)
-        return train_print_fault("replicator train", &fault);
+        return rp_options_print_fault("replicator train", &fault);
     if (fault.kind == RP_OPTION_HELP) {
         usage(stdout);
         return 1;
@@ -577,7 +545,7 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
     }
     /* The rest of the configuration comes from the checkpoint: refuse what would be ignored. */
     if (*resume && rp_options_check_resume(train_table, argc, argv, NULL, &fault) != RP_OK)
-        return train_print_fault("replicator train", &fault);
+        return rp_options_print_fault("replicator train", &fault);
     if (!o->out_dir[0]) snprintf(o->out_dir, sizeof o->out_dir, "runs/%s", o->model);
     /* A plan check is a short run: the first steps, then the comparison. */
     if (o->plan_check && !o->max_steps) o->max_steps = 3;

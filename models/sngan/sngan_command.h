@@ -1,13 +1,17 @@
 /*
- * sngan_cli.h - what `replicator train sngan`, `sample` and `eval` share for
- * SN-GAN runs: the options (stored in every checkpoint) and the judge.
+ * sngan_command.h - the SN-GAN model's commands (sngan_train_command.c, sngan_eval_command.c,
+ * sngan_sample_command.c): `replicator train sngan`, `sample` and `eval` on SN-GAN runs, the
+ * options (stored in every checkpoint) and the judge (a classifier run, read with the
+ * classifier's options: models/classifier/classifier_options.h). Written against the public
+ * headers and the model folders'. The descriptor is still cli/registry.c's: the benchmark,
+ * `replicator bench sngan`, uses the command's benchmark driver (cli/bench_sngan.c).
  */
-#ifndef RP_CLI_SNGAN_H
-#define RP_CLI_SNGAN_H
+#ifndef RP_MODELS_SNGAN_COMMAND_H
+#define RP_MODELS_SNGAN_COMMAND_H
 
+#include "models/classifier/classifier_options.h"
 #include "models/sngan/sngan.h"
 #include "models/sngan/sngan_eval.h"
-#include "train.h"
 
 /*
  * The default run fits in 30 minutes on 2 cores (docs/sngan.md): the authors'
@@ -55,6 +59,9 @@ rp_status sngan_judge_load(rp_sngan_judge **j, const char *dir);
  */
 rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g);
 
+/* `replicator train sngan ...`, `replicator eval GAN_RUN ...`, `replicator sample GAN_RUN ...`. */
+int sngan_train_main(int argc, char **argv);
 int sngan_eval_main(int argc, char **argv);
+int sngan_sample_main(int argc, char **argv);
 
 #endif
