@@ -13,11 +13,10 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "registry.h"
 #include "models/resnet/resnet.h"
 #include "train.h" /* train_parse_long: the command line's number rules */
 
-static void bench_usage(FILE *f)
+void rp_cli_bench_usage(FILE *f)
 {
     fprintf(f,
             "usage: replicator bench resnet [options]\n"
@@ -265,7 +264,7 @@ int rp_cli_bench_resnet(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
-            bench_usage(stdout);
+            rp_cli_bench_usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
@@ -481,24 +480,4 @@ cleanup:
         print_memory(&mem, nhwc, nchw, precision, json);
     }
     return 0;
-}
-
-int rp_cli_bench(int argc, char **argv)
-{
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        bench_usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    if (!strcmp(argv[1], "resnet")) return rp_cli_bench_resnet(argc - 1, argv + 1);
-    /* A registered model's benchmark (registry.c). */
-    const rp_model_desc *model = rp_cli_model_find(argv[1]);
-    if (model && model->bench) return model->bench(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "allreduce")) return rp_cli_bench_allreduce(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "ps")) return rp_cli_bench_ps(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "pipeline")) return rp_cli_bench_pipeline(argc - 1, argv + 1);
-    fprintf(stderr,
-            "replicator bench: unknown benchmark \"%s\" (available: resnet, sngan, allreduce, ps, "
-            "pipeline)\n",
-            argv[1]);
-    return 2;
 }

@@ -16,6 +16,7 @@ int rp_cli_bench_ps(int argc, char **argv);
 int rp_cli_bench_sngan(int argc, char **argv);
 /* `replicator bench resnet ...`: a classifier's training throughput (bench.c). */
 int rp_cli_bench_resnet(int argc, char **argv);
+void rp_cli_bench_usage(FILE *f); /* bench.c: the usage of `replicator bench` */
 int rp_cli_bench_pipeline(int argc, char **argv);
 /*
  * A model's trainer callbacks driven on a replicator one run at a time (bench_driver.c), for the
@@ -45,6 +46,11 @@ const char *rp_cli_precision_text(rp_dtype p, char *buf, size_t size);
 /* The median of n values (sorts them in place); for the benchmarks. */
 double rp_cli_median(double *v, int n);
 int rp_cli_eval(int argc, char **argv);
+/* The classifiers' eval (eval.c): a run that `owner` (the registry's lookup by a run's saved
+   configuration, or NULL) gives to a registered model is evaluated by that model's command. */
+typedef const rp_model_desc *(*rp_cli_model_of_config_fn)(const char *json);
+int rp_cli_eval_run(int argc, char **argv, rp_cli_model_of_config_fn owner);
+int rp_cli_eval_classifier(int argc, char **argv); /* rp_cli_eval_run with no other models */
 int rp_cli_sample(int argc, char **argv);
 /* `replicator export RUN_DIR OUT [--dtype bf16|f32]`: a run's parameters only (export.c). */
 int rp_cli_export(int argc, char **argv);

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry.h"
 #include "train.h"
 
 static void usage(FILE *f)
@@ -19,7 +18,7 @@ static void usage(FILE *f)
             "(--episodes, --frames).\n");
 }
 
-int rp_cli_eval(int argc, char **argv)
+int rp_cli_eval_run(int argc, char **argv, rp_cli_model_of_config_fn owner)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
@@ -41,8 +40,9 @@ int rp_cli_eval(int argc, char **argv)
     train_opts o;
     const char *config;
     RP_TRY(rp_trainer_load_run(argv[1], &ck, &config));
-    /* A registered model's run evaluates itself (registry.c); the classifiers' below. */
-    const rp_model_desc *model = rp_cli_model_of_config(config);
+    /* A registered model's run evaluates itself (owner: the registry's lookup, given by the
+       dispatcher); the classifiers' below. */
+    const rp_model_desc *model = owner ? owner(config) : NULL;
     if (model && model->eval) {
         rp_checkpoint_destroy(ck);
         return model->eval(argc, argv);
@@ -105,4 +105,9 @@ cleanup:
         return 1;
     }
     return 0;
+}
+
+int rp_cli_eval_classifier(int argc, char **argv)
+{
+    return rp_cli_eval_run(argc, argv, NULL);
 }

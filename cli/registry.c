@@ -22,7 +22,7 @@ static const rp_model_desc classifier_model = {
     .summary = "image classifiers: resnet20 (default), resnet18, resnet50, mlp",
     .trainer = rp_classifier_trainer_model,
     .train = train_classifier_main,
-    .eval = rp_cli_eval, /* the command's default path */
+    .eval = rp_cli_eval_classifier,
     .bench = rp_cli_bench_resnet,
     .plan = rp_cli_plan,
 };

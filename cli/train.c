@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "plan_cli.h"
-#include "registry.h"
 
 /*
  * Options that may change on --resume (the table's RESUME rows, when given) and those that are
@@ -295,50 +294,6 @@ static void format_duration(double s, char *buf, size_t size)
         snprintf(buf, size, "%dh%02dm", total / 3600, total / 60 % 60);
     else
         snprintf(buf, size, "%dm%02ds", total / 60, total % 60);
-}
-
-/*
- * The model a `--resume DIR` in argv continues, from its checkpoint's configuration: "sngan",
- * "d4pg", or "" for a classifier's run (and when there is no --resume). NULL, with the error
- * printed, when the checkpoint cannot be read or its configuration is no model's: the options
- * after --resume are the resumed model's (--iters, --env-steps), so parsing them as the
- * classifier's would blame an option ("unknown option --iters") for the checkpoint's fault.
- */
-static const rp_model_desc *resumed_model(int argc, char **argv, bool *failed)
-{
-    *failed = false;
-    for (int i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], "--resume")) continue;
-        rp_checkpoint *ck = NULL;
-        const char *config = NULL;
-        const rp_model_desc *model = NULL;
-        rp_status status = rp_trainer_load_run(argv[i + 1], &ck, &config);
-        if (status == RP_OK) {
-            static train_opts classifier; /* static: a few KiB of paths */
-            model = rp_cli_model_of_config(config);
-            if (!model) status = train_opts_from_json(&classifier, config);
-        }
-        rp_checkpoint_destroy(ck);
-        if (status != RP_OK) {
-            rp_trainer_report_error(TRAIN_CMD, false);
-            *failed = true;
-        }
-        return model;
-    }
-    return NULL;
-}
-
-/* `replicator train [MODEL]`: a registered model by name or by the run it resumes (registry.c);
-   the classifiers otherwise. */
-int rp_cli_train(int argc, char **argv)
-{
-    const rp_model_desc *named = argc >= 2 ? rp_cli_model_find(argv[1]) : NULL;
-    if (named && named->train) return named->train(argc - 1, argv + 1);
-    bool failed;
-    const rp_model_desc *resumed = resumed_model(argc, argv, &failed);
-    if (failed) return 1;
-    if (resumed && resumed->train) return resumed->train(argc, argv);
-    return train_classifier_main(argc, argv);
 }
 
 /* `replicator train [resnet20|resnet18|resnet50|mlp] ...`: the classifiers. */
