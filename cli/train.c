@@ -101,6 +101,8 @@ static rp_status setup(train_opts *o, const char *resume, rp_classifier **clf, r
     tc.schedule = !strcmp(o->schedule, "cosine") ? RP_SCHED_COSINE : RP_SCHED_CONSTANT;
     tc.warmup_epochs = o->warmup_epochs;
     tc.no_checkpoint = o->no_checkpoint;
+    tc.checkpoint_shards = o->checkpoint_shards;
+    tc.checkpoint_background = o->background_save;
     tc.quiet = o->quiet;
     tc.batch = o->batch;
     tc.rate_unit = "img/s";

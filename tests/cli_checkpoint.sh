@@ -4,7 +4,9 @@
 #     the whole file it was (and again after resharding 3 -> 2 shards); info describes it;
 #  2. a run stopped by --max-steps, resharded into 4 shards, resumes (and is evaluated) from the
 #     shards and ends byte for byte as the uninterrupted run, whose whole checkpoint still loads;
-#  3. a damaged shard or index is refused with a message naming the file; bad arguments exit 2.
+#  3. --checkpoint-shards N --background-save on train: a run stopped and resumed ends as the
+#     uninterrupted one, byte for byte once consolidated;
+#  4. a damaged shard or index is refused with a message naming the file; bad arguments exit 2.
 # Usage: cli_checkpoint.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -40,6 +42,20 @@ echo "ok: reshard and consolidate are byte for byte the whole checkpoint"
 cmp "$dir/a.whole" "$dir/b/checkpoint.safetensors" || fail "resumed from shards differs"
 [ -e "$dir/b/checkpoint.index.json" ] && fail "the older sharded checkpoint is still there"
 echo "ok: a sharded checkpoint resumes bit-exact; the whole one written after it replaces it"
+
+# The same run, sharded and saved in the background from the command line: stopped, resumed
+# (sharded again), it ends as the uninterrupted whole-file run, consolidated byte for byte.
+"$bin" train mlp "${common[@]}" --epochs 2 --max-steps 11 --checkpoint-shards 3 --background-save \
+    --out "$dir/c" > /dev/null
+[ -f "$dir/c/checkpoint.index.json" ] || fail "--checkpoint-shards 3 wrote no index: $(ls "$dir/c")"
+[ -e "$dir/c/checkpoint.safetensors" ] && fail "--checkpoint-shards 3 wrote a whole file"
+"$bin" train --resume "$dir/c" --threads 1 --quiet --checkpoint-shards 2 --background-save > /dev/null
+info=$("$bin" checkpoint info "$dir/c")
+grep -q "2 shards" <<< "$info" || fail "the resumed run's checkpoint: $info"
+"$bin" checkpoint consolidate "$dir/c" "$dir/c.consolidated" > /dev/null
+cmp "$dir/a.whole" "$dir/c.consolidated" \
+    || fail "a run sharded and saved in the background differs from the whole-file run"
+echo "ok: --checkpoint-shards and --background-save from the command line, resumed bit-exact"
 
 "$bin" checkpoint reshard "$dir/a" --layout shards=2 > /dev/null
 shard=$(ls "$dir"/a/checkpoint.shards/g*/shard-1-of-2.safetensors)

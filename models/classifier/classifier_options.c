@@ -297,6 +297,13 @@ static const rp_option train_table[] = {
                 "communication exactly); stops after 3 steps unless --max-steps\n"
                 "says; exit status 1 if anything differs"),
     RP_OPT_FLAG(T, no_checkpoint, "--no-checkpoint", RESUME, "do not write checkpoints"),
+    RP_OPT_INT(T, checkpoint_shards, "--checkpoint-shards", "N", 0, 1024, RESUME,
+               "write each checkpoint as N shard files and an index\n"
+               "(checkpoint.index.json, checkpoint.shards/; default 0: one whole\n"
+               "file; `replicator checkpoint` reshards or consolidates them)"),
+    RP_OPT_FLAG(T, background_save, "--background-save", RESUME,
+                "write each checkpoint on a background thread while training goes\n"
+                "on (one save in flight; docs/training.md)"),
     RP_OPT_FLAG(T, quiet, "--quiet", RESUME, "only the summary"),
     RP_OPT_DOC("--help", NULL, "this text"),
     RP_OPTION_END,

@@ -67,6 +67,10 @@ typedef struct train_opts {
     int64_t max_steps;       /* stop (and checkpoint) after this global step (0: no limit) */
     bool quiet;
     bool no_checkpoint;
+    int checkpoint_shards;   /* --checkpoint-shards N: each checkpoint as N shards + an index
+                                (0: one whole file); not saved */
+    bool background_save;    /* --background-save: checkpoints written on a background thread;
+                                not saved */
     bool force;              /* --out may hold an earlier run's checkpoint: overwrite it */
     bool out_given;          /* --out was on the command line (else runs/MODEL, made unique) */
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */
