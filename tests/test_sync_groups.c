@@ -16,6 +16,8 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,8 @@ typedef struct job {
     int64_t seen[MAXR][SEEN]; /* their tickets, in order */
     int nan_replica;          /* this replica's gradient is NaN at its first step (-1: none) */
     int fail_replica;         /* this replica's step function fails at its third batch (-1) */
+    int gate;                 /* > 0: no replica takes a batch before this many have started */
+    atomic_int started;       /* replicas in train() so far */
 } job;
 
 static void make_problem(problem *p)
@@ -122,6 +126,13 @@ static rp_status train(rp_replica *rep, void *arg)
     rp_input_context in;
     RP_CHECK(rp_replica_input_context(rep, j->batch, &in));
     j->taken[r] = 0;
+    /* The failure cases need every group at work before any takes a batch (a group whose
+       threads start late could otherwise find the batches gone); bounded, in case one never
+       starts. */
+    atomic_fetch_add(&j->started, 1);
+    for (double until = rp_now_s() + 20;
+         j->gate && atomic_load(&j->started) < j->gate && rp_now_s() < until;)
+        sched_yield();
     for (;;) {
         int64_t t;
         RP_CHECK(rp_replica_next_batch(rep, &t));
@@ -372,12 +383,14 @@ static void test_failing_replica_named(void **state)
     (void)state;
     static problem p;
     static job j;
-    /* Enough batches that group 1 surely reaches its third: with 2,000, group 0 took them all
-       before group 1's threads ran in about one run in 15 (in a process of its own), and the run
-       passed. Not endless: a failing group does not stop the other group, which ends the run
-       only when the batches run out (docs/distributed.md; the session note of 2026-12-06). */
-    const int64_t endless = 50000;
+    /* Every replica starts before any takes a batch (gate), and enough batches that group 1
+       surely reaches its third: with 2,000 and no gate, group 0 took them all before group 1's
+       threads ran in about one run in 15 (in a process of its own), and the run passed. Not
+       endless: a failing group does not stop the other group, which ends the run only when the
+       batches run out (docs/distributed.md; the session note of 2026-12-06). */
+    const int64_t endless = 5000;
     job_setup(&j, &p, 8, endless, 0.05f);
+    j.gate = 4;
     j.fail_replica = 3;
     rp_config cfg = groups_config(4, 2);
     rp_replicator *r = start(&cfg, &j);
@@ -394,6 +407,7 @@ static void test_failing_replica_named(void **state)
 
     /* A NaN gradient in group 0 is blamed on its replica, before anything reaches a server. */
     job_setup(&j, &p, 8, endless, 0.05f);
+    j.gate = 4;
     j.nan_replica = 1;
     r = start(&cfg, &j);
     status = rp_replicator_run(r, train, &j);
