@@ -253,6 +253,12 @@ RP_API rp_status rp_options_to_json(const rp_option *table, const void *src, str
 RP_API rp_status rp_options_from_json(const rp_option *table, void *dst, const struct cJSON *object,
                                       char *bad, size_t size);
 
+/* The texts rp_options_from_json's messages use, for a program's own JSON readers: a number in
+   the fewest digits (15 to 17) that read back as the same double; a JSON value, a number so, any
+   other cut at 64 bytes ("a value" when out of memory). */
+RP_API void rp_options_number_text(double x, char *buf, size_t size);
+RP_API void rp_options_value_text(const struct cJSON *v, char *buf, size_t size);
+
 /*
  * The echo of a configuration: "--name value" for each saved option (RP_OPT_SAVED, not
  * RP_OPT_OWN_JSON; a flag by its name alone) whose field in `cfg` differs from `defaults`,

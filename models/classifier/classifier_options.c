@@ -592,32 +592,6 @@ char *train_opts_to_json(const train_opts *o)
     return text;
 }
 
-/* The fewest digits that read back as the same double: as the file most likely has it. */
-static void number_text(double x, char *buf, size_t size)
-{
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(buf, size, "%.*g", digits, x);
-        if (strtod(buf, NULL) == x) break;
-    }
-}
-
-/* A short text of a value for a message: a number in full, a string quoted, cut at 64 bytes. */
-static void value_text(const cJSON *v, char *buf, size_t size)
-{
-    if (cJSON_IsNumber(v)) {
-        number_text(v->valuedouble, buf, size);
-        return;
-    }
-    char *text = cJSON_PrintUnformatted(v);
-    if (!text) {
-        snprintf(buf, size, "a value");
-        return;
-    }
-    size_t n = strlen(text);
-    snprintf(buf, size, "%.64s%s", text, n > 64 ? "..." : "");
-    free(text);
-}
-
 /* Keeps the first failure only: it explains the others. */
 static bool reader_fail(train_config_reader *r, const char *key, const cJSON *v, const char *why)
 {
@@ -627,7 +601,7 @@ static bool reader_fail(train_config_reader *r, const char *key, const cJSON *v,
         return false;
     }
     char value[80];
-    value_text(v, value, sizeof value);
+    rp_options_value_text(v, value, sizeof value);
     snprintf(r->bad, sizeof r->bad, "\"%.64s\" is %s, %s", key, value, why);
     return false;
 }
@@ -639,8 +613,8 @@ bool train_config_num(train_config_reader *r, const char *key, double lo, double
     if (!cJSON_IsNumber(v)) return reader_fail(r, key, v, "not a number");
     if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
         char why[96], low[32], high[32];
-        number_text(lo, low, sizeof low);
-        number_text(hi, high, sizeof high);
+        rp_options_number_text(lo, low, sizeof low);
+        rp_options_number_text(hi, high, sizeof high);
         snprintf(why, sizeof why, "outside [%s, %s]", low, high);
         return reader_fail(r, key, v, why);
     }

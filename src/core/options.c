@@ -439,7 +439,7 @@ rp_status rp_options_to_json(const rp_option *table, const void *src, struct cJS
 }
 
 /* The fewest digits that read back as the same double: as the file most likely has it. */
-static void number_text(double x, char *buf, size_t size)
+void rp_options_number_text(double x, char *buf, size_t size)
 {
     for (int digits = 15; digits <= 17; digits++) {
         snprintf(buf, size, "%.*g", digits, x);
@@ -448,10 +448,10 @@ static void number_text(double x, char *buf, size_t size)
 }
 
 /* A short text of a value for a message: a number in full, a string quoted, cut at 64 bytes. */
-static void value_text(const cJSON *v, char *buf, size_t size)
+void rp_options_value_text(const cJSON *v, char *buf, size_t size)
 {
     if (cJSON_IsNumber(v)) {
-        number_text(v->valuedouble, buf, size);
+        rp_options_number_text(v->valuedouble, buf, size);
         return;
     }
     char *text = cJSON_PrintUnformatted(v);
@@ -471,7 +471,7 @@ static bool refuse(char *bad, size_t size, const char *key, const cJSON *v, cons
         return false;
     }
     char value[80];
-    value_text(v, value, sizeof value);
+    rp_options_value_text(v, value, sizeof value);
     snprintf(bad, size, "\"%.64s\" is %s, %s", key, value, why);
     return false;
 }
@@ -525,8 +525,8 @@ static bool read_value(const rp_option *o, const char *key, const cJSON *v, void
     }
     if (!ok) {
         char low[32], high[32];
-        number_text(o->lo, low, sizeof low);
-        number_text(o->hi, high, sizeof high);
+        rp_options_number_text(o->lo, low, sizeof low);
+        rp_options_number_text(o->hi, high, sizeof high);
         snprintf(why, sizeof why, "outside %c%s, %s]", (o->flags & RP_OPT_ABOVE_LO) ? '(' : '[',
                  low, high);
         return refuse(bad, size, key, v, why);
