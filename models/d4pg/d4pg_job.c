@@ -396,10 +396,14 @@ static rp_status evaluate(rp_replica *rep, void *ctx, void *state)
     int R = rp_replica_count(rep), id = rp_replica_id(rep), E = j->cfg.eval_episodes;
     int mine = E / R + (id < E % R);
     double mean = 0, std = 0;
+    /* Fresh starts at every evaluation: the episodes' seed mixes in the learner step, so a
+     * curve is not the policy's score on the same E starts again and again. */
+    uint64_t starts = rp_d4pg_episode_seed(j->cfg.seed, 0xe7a2ULL + (uint64_t)id,
+                                           (uint64_t)rp_d4pg_learner_steps(s->L));
     if (mine > 0)
         RP_CHECK(rp_d4pg_evaluate_policy(rp_d4pg_learner_target_policy(s->L), rp_replica_tape(rep),
-                                         j->cfg.task, j->cfg.action_repeat, mine,
-                                         j->cfg.seed * 1000003ULL + (uint64_t)id, &mean, &std));
+                                         j->cfg.task, j->cfg.action_repeat, mine, starts, &mean,
+                                         &std));
     RP_CHECK(rp_replica_report(rep, "eval_sum", mean * mine, RP_SUM));
     RP_CHECK(rp_replica_report(rep, "eval_sumsq", (std * std + mean * mean) * mine, RP_SUM));
     return rp_replica_report(rep, "eval_n", mine, RP_SUM);
