@@ -71,6 +71,18 @@ expect_error() { # expect_error PATTERN command...: exit code 1 and PATTERN in i
     set -e
     [ $rc -eq 1 ] && grep -q -- "$pattern" <<< "$msg" || fail "$* gave rc $rc: $msg"
 }
+# A bf16 run saves its precision and its gradients' wire type: the resume continues in them
+# untold, from the sharded checkpoint (written in the background) that the stop left.
+"$bin" "${tiny[@]}" --env-steps 1200 --replicas 2 --threads 1 --max-steps 200 --precision bf16 \
+    --grad-dtype bf16 --checkpoint-shards 2 --background-save --out "$dir/p" > /dev/null
+[ -f "$dir/p/checkpoint.index.json" ] || fail "--checkpoint-shards 2 wrote: $(ls "$dir/p")"
+out=$("$bin" train --resume "$dir/p" 2>&1)
+grep -q '^  precision: bf16' <<< "$out" || fail "the resumed bf16 D4PG run is not in bf16: $out"
+grep -q '^  learner gradients all-reduced in bf16' <<< "$out" ||
+    fail "the resumed D4PG run's wire is not bf16: $out"
+grep -q "800 learner steps (600 this run)" <<< "$out" || fail "the resumed bf16 run said: $out"
+echo "ok: a bf16 D4PG run resumes in bf16 with bf16 gradients from sharded checkpoints"
+
 expect_error "cartpole-swingup" "$bin" train d4pg --task no-such-task --out "$dir/x" --quiet
 expect_error "does not split over 3 learner replicas" "$bin" "${tiny[@]}" --replicas 3 --out "$dir/y"
 echo "ok: bad input is named"

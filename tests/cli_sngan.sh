@@ -52,6 +52,21 @@ n=$(grep -c '^  resumed from ' <<< "$out" || true)
 grep -q '^{"step":8,' "$dir/more/metrics.jsonl" || fail "no step 8 in metrics.jsonl"
 echo "ok: a finished GAN run resumed with --iters 8 trains iterations 7 and 8"
 
+# A bf16 run keeps its precision and its gradients' wire type in its configuration, so a resume
+# continues in them untold; one stopped with sharded checkpoints written in the background
+# resumes from the shards and ends bit-identical to the uninterrupted run.
+"$bin" "${gan[@]}" --precision bf16 --grad-dtype bf16 --out "$dir/pa" > /dev/null
+"$bin" "${gan[@]}" --precision bf16 --grad-dtype bf16 --checkpoint-shards 2 --background-save \
+    --max-steps 3 --out "$dir/pb" > /dev/null
+[ -f "$dir/pb/checkpoint.index.json" ] && [ ! -e "$dir/pb/checkpoint.safetensors" ] ||
+    fail "--checkpoint-shards 2 wrote: $(ls "$dir/pb")"
+out=$("$bin" train --resume "$dir/pb" --threads 2 2>&1)
+grep -q '^  precision: bf16' <<< "$out" || fail "the resumed bf16 run is not in bf16: $out"
+grep -q '^  gradients all-reduced in bf16' <<< "$out" || fail "the resumed run's wire is not bf16: $out"
+cmp "$dir/pa/checkpoint.safetensors" "$dir/pb/checkpoint.safetensors" ||
+    fail "the bf16 run resumed from shards differs from the uninterrupted one"
+echo "ok: a bf16 GAN run with bf16 gradients resumes in both from sharded checkpoints, bit-exactly"
+
 # PNG width and height from the IHDR chunk (bytes 16..23, big-endian).
 png_size() { od -An -tu1 -j16 -N8 "$1" | awk '{print $1*16777216+$2*65536+$3*256+$4 "x" $5*16777216+$6*65536+$7*256+$8}'; }
 "$bin" sample "$dir/a" --out "$dir/grid.png" > /dev/null

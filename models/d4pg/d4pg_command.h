@@ -21,7 +21,10 @@ typedef struct d4pg_opts {
     int threads;              /* kernel threads per learner replica; 0: cores / replicas */
     double comm_timeout;
     char backend[16];
-    char precision[8];      /* --precision f32|bf16 (not saved) */
+    char precision[8];      /* --precision f32|bf16 (saved; a resume may change it) */
+    int grad_dtype;         /* --grad-dtype: rp_dtype of the learners' gradients on the wire */
+    int checkpoint_shards;  /* --checkpoint-shards N (0: one file) */
+    bool background_save;   /* --background-save */
     char out_dir[PATH_MAX]; /* any path the system accepts (PATH_MAX counts the NUL) */
     bool out_given, force, quiet;
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */

@@ -21,6 +21,7 @@ void d4pg_opts_default(d4pg_opts *o)
     memset(o, 0, sizeof *o);
     o->j = rp_d4pg_job_config_default();
     snprintf(o->precision, sizeof o->precision, "f32");
+    o->grad_dtype = RP_F32;
     o->eval_every = 10000;
     o->checkpoint_every = 20000;
     o->metrics_every = 100;
@@ -70,6 +71,9 @@ static bool parse_critic(const rp_option *opt, const char *value, void *dst)
 #define T      d4pg_opts
 #define SAVED  RP_OPT_SAVED
 #define LAYERS sizeof(int[RP_D4PG_MAX_LAYERS])
+#define OLD    (RP_OPT_SAVED | RP_OPT_OPTIONAL) /* saved; older runs lack it */
+
+static const int wire_dtypes[] = {RP_F32, RP_BF16};
 
 /*
  * The options of `replicator train d4pg`: one row each gives the parser, the help, the
@@ -167,9 +171,13 @@ static const rp_option d4pg_table[] = {
                "on a machine shared with other work, 1 keeps the learner's pace)"),
     RP_OPT_CHOICE(T, backend, "--backend", "B", "auto|threads|mpi", 0,
                   "auto (default: MPI under mpirun), threads or mpi"),
-    RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", 0,
+    RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", OLD | RP_OPT_RESUME,
                   "f32 (default) or bf16 compute for the learner's and actors'\n"
-                  "linear layers (docs/precision.md)"),
+                  "linear layers (docs/precision.md); a run resumes in its own\n"
+                  "unless given"),
+    RP_OPT_ENUM(T, grad_dtype, "--grad-dtype", "T", "f32|bf16", wire_dtypes, OLD | RP_OPT_RESUME,
+                "the learner replicas' gradients on the wire: f32 (default) or\n"
+                "bf16 (half the bytes; summed in f32)"),
     RP_OPT_DOUBLE(T, comm_timeout, "--timeout", "S", 0.001, 86400, 0,
                   "seconds a message may wait for a peer"),
     RP_OPT_PATH(T, out_dir, "--out", "DIR", 0,
@@ -180,6 +188,11 @@ static const rp_option d4pg_table[] = {
     RP_OPT_PATH_REF(T, trace, "--trace", "FILE", 0,
                     "write a Chrome trace-event JSON of the run to FILE (open it in\n"
                     "ui.perfetto.dev; docs/tracing.md)"),
+    RP_OPT_INT(T, checkpoint_shards, "--checkpoint-shards", "N", 0, 1024, RP_OPT_RESUME,
+               "write each checkpoint as N shard files and an index (default 0:\n"
+               "one file; docs/training.md)"),
+    RP_OPT_FLAG(T, background_save, "--background-save", RP_OPT_RESUME,
+                "write each checkpoint on a background thread while training goes on"),
     RP_OPT_FLAG(T, force, "--force", 0, "overwrite a checkpoint in --out"),
     RP_OPT_INT64(T, max_steps, "--max-steps", "N", 1, 1LL << 40, 0,
                  "stop (checkpointed, resumable) after learner step N"),
@@ -191,6 +204,7 @@ static const rp_option d4pg_table[] = {
 #undef T
 #undef SAVED
 #undef LAYERS
+#undef OLD
 
 /* The fields one option sets two of: the policy's rate is the critic's; the support is [-X, X]. */
 static void d4pg_derive(d4pg_opts *o)
@@ -371,6 +385,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, rp_d4pg_job **job, rp_t
     tc.runtime.stuck_exit = rp_env_get()->stuck_exit_set ? rp_env_get()->stuck_exit : true;
     if (o->comm_timeout > 0) tc.runtime.timeout_s = o->comm_timeout;
     tc.runtime.precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
+    tc.runtime.grad_dtype = (rp_dtype)o->grad_dtype;
     rp_d4pg_trainer_config_apply(&o->j, &tc);
     tc.run_dir = o->out_dir;
     tc.run_dir_exact = o->out_given;
@@ -379,6 +394,8 @@ static rp_status setup(d4pg_opts *o, const char *resume, rp_d4pg_job **job, rp_t
     tc.max_steps = o->max_steps;
     tc.eval_every_steps = learner_steps_of(&o->j, o->eval_every);
     tc.checkpoint_every_steps = learner_steps_of(&o->j, o->checkpoint_every);
+    tc.checkpoint_shards = o->checkpoint_shards;
+    tc.checkpoint_background = o->background_save;
     tc.metrics_every_steps = o->metrics_every;
     tc.quiet = o->quiet;
     tc.tensorboard_dir = o->tensorboard;
@@ -419,6 +436,8 @@ static void print_header(const d4pg_opts *o, const rp_trainer *t, bool resumed)
             rp_replicator_threads_per_replica(rep), j->actors, j->envs_per_actor,
             rp_replicator_backend(rep));
     rp_trainer_print_precision(o->precision);
+    if (o->grad_dtype == RP_BF16 && o->j.learners > 1)
+        fprintf(stderr, "  learner gradients all-reduced in bf16 (summed in f32)\n");
     if (resumed)
         fprintf(stderr, "  resumed from %s at learner step %lld\n", o->out_dir,
                 (long long)p.global_step);

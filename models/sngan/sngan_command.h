@@ -32,7 +32,10 @@ typedef struct sngan_opts {
     char judge[CLI_PATH_MAX]; /* a classifier run directory, or "" */
     char out_dir[CLI_PATH_MAX];
     char backend[8];
-    char precision[8]; /* --precision f32|bf16 (not saved) */
+    char precision[8];     /* --precision f32|bf16 (saved; a resume may change it) */
+    int grad_dtype;        /* --grad-dtype: rp_dtype of the gradients on the wire */
+    int checkpoint_shards; /* --checkpoint-shards N (0: one file) */
+    bool background_save;  /* --background-save */
     double comm_timeout;
     int threads, replicas;
     bool replicas_given, out_given, force, quiet, no_checkpoint;

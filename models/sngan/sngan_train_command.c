@@ -22,6 +22,7 @@ void sngan_opts_default(sngan_opts *o)
     o->g = rp_sngan_config_default();
     snprintf(o->precision, sizeof o->precision, "f32");
     o->g.lr_g = o->g.lr_d = SNGAN_DEFAULT_LR;
+    o->grad_dtype = RP_F32;
     o->g.sample_every = 250;
     o->g.seed = 1;
     o->iters = SNGAN_DEFAULT_ITERS;
@@ -35,6 +36,9 @@ void sngan_opts_default(sngan_opts *o)
 #define T      sngan_opts
 #define SAVED  RP_OPT_SAVED
 #define RESUME RP_OPT_RESUME
+#define OLD    (RP_OPT_SAVED | RP_OPT_OPTIONAL) /* saved; older runs lack it */
+
+static const int wire_dtypes[] = {RP_F32, RP_BF16};
 
 /*
  * The options of `replicator train sngan`: one row each gives the parser, the help, the
@@ -104,9 +108,12 @@ static const rp_option sngan_table[] = {
                "both batches); cross-replica batch norm in the generator"),
     RP_OPT_CHOICE(T, backend, "--backend", "B", "auto|threads|mpi", RESUME,
                   "auto (default: MPI under mpirun), threads or mpi"),
-    RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", RESUME,
+    RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", OLD | RESUME,
                   "f32 (default) or bf16 compute for convolutions and linear\n"
-                  "layers (docs/precision.md)"),
+                  "layers (docs/precision.md); a run resumes in its own unless given"),
+    RP_OPT_ENUM(T, grad_dtype, "--grad-dtype", "T", "f32|bf16", wire_dtypes, OLD | RESUME,
+                "gradients on the wire between replicas: f32 (default) or bf16\n"
+                "(half the bytes; summed in f32; docs/precision.md)"),
     RP_OPT_DOUBLE(T, comm_timeout, "--timeout", "S", 0.001, 86400, RESUME,
                   "seconds a collective may wait for a peer"),
     RP_OPT_PATH(T, out_dir, "--out", "DIR", 0, "run directory (default runs/sngan, made unique)"),
@@ -120,17 +127,23 @@ static const rp_option sngan_table[] = {
     RP_OPT_INT64(T, max_steps, "--max-steps", "N", 1, 100000000, RESUME,
                  "stop (checkpointed, resumable) after iteration N"),
     RP_OPT_FLAG(T, no_checkpoint, "--no-checkpoint", RESUME, "write no checkpoint"),
+    RP_OPT_INT(T, checkpoint_shards, "--checkpoint-shards", "N", 0, 1024, RESUME,
+               "write each checkpoint as N shard files and an index (default 0:\n"
+               "one file; docs/training.md)"),
+    RP_OPT_FLAG(T, background_save, "--background-save", RESUME,
+                "write each checkpoint on a background thread while training goes on"),
     RP_OPT_FLAG(T, quiet, "--quiet", RESUME, "no progress lines"),
     RP_OPT_PATH_REF(T, resume, "--resume", "DIR", RESUME,
                     "continue the run in DIR (with it: --iters, --threads, --replicas,\n"
                     "--data, --judge, --eval-every, --eval-samples, --tensorboard,\n"
-                    "--precision)"),
+                    "--precision, --grad-dtype, --checkpoint-shards, --background-save)"),
     RP_OPTION_END,
 };
 
 #undef T
 #undef SAVED
 #undef RESUME
+#undef OLD
 
 static void usage(FILE *f)
 {
@@ -252,6 +265,7 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     cfg->replicas = o->replicas;
     cfg->timeout_s = o->comm_timeout;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
+    cfg->grad_dtype = (rp_dtype)o->grad_dtype;
     cfg->seed = o->g.seed;
     /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
     cfg->stuck_exit = rp_env_get()->stuck_exit_set ? rp_env_get()->stuck_exit : true;
@@ -324,6 +338,8 @@ static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sng
     tc.max_steps = o->max_steps;
     rp_sngan_trainer_config_apply(&o->g, &tc); /* lr, the linear schedule, the scalars shown */
     tc.checkpoint_every_steps = o->checkpoint_every;
+    tc.checkpoint_shards = o->checkpoint_shards;
+    tc.checkpoint_background = o->background_save;
     tc.eval_every_steps = o->judge[0] ? o->eval_every : 0;
     tc.metrics_every_steps = o->metrics_every;
     tc.no_checkpoint = o->no_checkpoint;
@@ -368,6 +384,8 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
         (double)g->beta2, (unsigned long long)g->seed, o->replicas,
         rp_replicator_threads_per_replica(rep), rp_replicator_backend(rep), rp_kernels_name());
     rp_trainer_print_precision(o->precision);
+    if (o->grad_dtype == RP_BF16 && o->replicas > 1)
+        fprintf(stderr, "  gradients all-reduced in bf16 (summed in f32)\n");
     if (o->judge[0])
         fprintf(stderr, "  judged by %s every %lld iterations on %lld samples\n", o->judge,
                 (long long)o->eval_every, (long long)o->eval_samples);
