@@ -6,7 +6,8 @@
  *    restarting at 0 in each run; lockstep is true;
  *  - async: each index of a range goes to exactly one replica, in every run,
  *    with and without an optimizer (the servers' queue, then the in-process
- *    one); lockstep is false.
+ *    one); lockstep is false; a failing replica stops its peers at their
+ *    next batch.
  */
 #include "testutil.h"
 
@@ -153,6 +154,51 @@ static void test_async_each_index_once(void **state)
     free(j);
 }
 
+/* Claims batches without end (a queue that never runs dry); replica 2 fails at its third. */
+static rp_status async_fail(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    int q = rp_replica_id(rep);
+    j->taken[q] = 0;
+    for (;;) {
+        int64_t i;
+        RP_CHECK(rp_replica_next_batch(rep, &i));
+        if (q == 2 && j->taken[q] == 2)
+            return RP_ERROR(RP_ERR_INVALID, "replica 2 gave up at batch %lld", (long long)i);
+        j->taken[q]++;
+        if (i > (int64_t)1 << 40) return RP_OK; /* not before the heat death of the test */
+    }
+}
+
+/*
+ * A failing async replica stops the run: its peers, who take batches at their own pace, stop at
+ * their next one instead of training on until the batches run out (here: never), and the run's
+ * error is the failing replica's own, not a peer's "stopped" echo; with and without servers.
+ */
+static void test_async_failure_stops_peers(void **state)
+{
+    (void)state;
+    const int n = 4;
+    rp_config cfg = config(n, RP_REGIME_ASYNC);
+    rp_replicator *r = tu_replicator_make(&cfg);
+    job *j = calloc(1, sizeof *j);
+    for (int servers = 0; servers < 2; servers++) {
+        if (servers) tu_run_ok(r, async_build, j);
+        double t0 = rp_now_s();
+        assert_int_equal(rp_replicator_run(r, async_fail, j), RP_ERR_INVALID);
+        double took = rp_now_s() - t0;
+        tu_assert_error_contains("replica 2 gave up");
+        if (!(took < 10)) {
+            print_error("the run took %.1f s to stop (its peers' queue never runs dry)\n", took);
+            fail();
+        }
+        assert_int_equal(j->taken[2], 2);
+    }
+    tu_run_ok(r, async_teardown, j);
+    rp_replicator_destroy(r);
+    free(j);
+}
+
 static void test_null_arguments(void **state)
 {
     int64_t i;
@@ -167,6 +213,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_lockstep),
         cmocka_unit_test(test_async_each_index_once),
+        cmocka_unit_test(test_async_failure_stops_peers),
         cmocka_unit_test(test_null_arguments),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);

@@ -383,12 +383,11 @@ static void test_failing_replica_named(void **state)
     (void)state;
     static problem p;
     static job j;
-    /* Every replica starts before any takes a batch (gate), and enough batches that group 1
-       surely reaches its third: with 2,000 and no gate, group 0 took them all before group 1's
-       threads ran in about one run in 15 (in a process of its own), and the run passed. Not
-       endless: a failing group does not stop the other group, which ends the run only when the
-       batches run out (docs/distributed.md; the session note of 2026-12-06). */
-    const int64_t endless = 5000;
+    /* Every replica starts before any takes a batch (gate), so group 1 surely reaches its
+       third batch (with 2,000 batches and no gate, group 0 took them all first in about one run
+       in 15). Endless: the failing group stops the other at its next batch (it used to train on
+       until the batches ran out). */
+    const int64_t endless = (int64_t)1 << 40;
     job_setup(&j, &p, 8, endless, 0.05f);
     j.gate = 4;
     j.fail_replica = 3;

@@ -229,7 +229,11 @@ RP_API int rp_ps_group_index(const rp_ps_group *g);
 
 /*
  * On a server rank: serves the workers until every worker has destroyed
- * its group (or one said the job failed). Sets of variables are created by
+ * its group. Once one says the job failed (rp_ps_group_fail), every later
+ * request is answered with that failure (RP_ERR_COMM, naming the worker and
+ * its reason), so the others stop at their next call instead of training
+ * on; the server returns once each worker has said goodbye or reported a
+ * failure too, or the group's timeout after the first report. Sets of variables are created by
  * the workers' rp_ps_mpi_create() calls. Works on a group of any
  * communicator (the name is historical). Errors: a worker's failure report
  * as RP_ERR_COMM naming the worker; the communicator's errors (a request
@@ -256,8 +260,10 @@ RP_API rp_status rp_ps_mpi_create(rp_ps **ps, rp_ps_group *g, int64_t numel,
 
 /*
  * On a worker: tells every server that this worker failed (`reason`), so
+ * the servers answer the other workers' requests with it and
  * rp_ps_mpi_serve() returns RP_ERR_COMM naming it instead of waiting for
- * its goodbye. Does not wait for an answer.
+ * its goodbye. Does not wait for an answer. The runtime calls it when a
+ * replica's step fails under MPI (async, sync groups).
  */
 RP_API void rp_ps_group_fail(rp_ps_group *g, rp_status status, const char *reason);
 

@@ -65,6 +65,10 @@ typedef struct server {
     bool bye[RP_PS_MAX_WORKERS];
     bool failed;
     rp_status fail_status;
+    char fail_text[TEXT_MAX];     /* the failure's message, every later request's answer */
+    double failed_at;             /* rp_now_s() of the first failure report */
+    bool gone[RP_PS_MAX_WORKERS]; /* reported a failure (and will say no goodbye) */
+    int gones;
 } server;
 
 static bool outbox_busy(const outbox *o)
@@ -332,31 +336,52 @@ static rp_status handle(server *sv, const ps_req *rq)
     const char *payload = sv->in;
     switch (rq->kind) {
     case MSG_BYE:
-        if (!sv->bye[w]) {
+        if (!sv->bye[w] && !sv->gone[w]) {
             sv->bye[w] = true;
             sv->byes++;
         }
         return RP_OK;
     case MSG_FAIL: {
+        if (!sv->bye[w] && !sv->gone[w]) {
+            sv->gone[w] = true;
+            sv->gones++;
+        }
+        if (sv->failed) return RP_OK; /* the first report is the job's cause */
         char reason[TEXT_MAX];
         size_t n = rq->blocks == 1 && rq->count > 0 ? (size_t)rq->count : 0;
         if (n > sizeof reason - 1) n = sizeof reason - 1;
         memcpy(reason, payload, n);
         reason[n] = 0;
         sv->failed = true;
+        sv->failed_at = rp_now_s();
         sv->fail_status =
             RP_ERROR(RP_ERR_COMM,
                      "parameter server %d (rank %d on host %s): worker %d (rank %d on host %s) "
                      "reported that the job failed (%s): %s",
                      sv->index, g->rank, g->hosts[g->rank], w, w, g->hosts[w],
                      rp_status_name((rp_status)rq->arg), reason);
+        snprintf(sv->fail_text, sizeof sv->fail_text, "%s", rp_last_error());
+        /* Pulls waiting on a clock would wait for a worker that is gone: answered now. */
+        for (int i = 0; i < MAX_SETS; i++)
+            for (int q = 0; sv->sets[i].used && q < g->workers; q++)
+                if (sv->sets[i].deferred[q]) {
+                    sv->sets[i].deferred[q] = false;
+                    RP_CHECK(reply_error(sv, q, MSG_PULL, RP_ERR_COMM, "%s", sv->fail_text));
+                }
         return RP_OK;
     }
+    case MSG_DROP:
+        if (sv->failed) return RP_OK; /* no answer is awaited, and the sets go with the server */
+        break;
     case MSG_CREATE:
+        if (sv->failed) break;
         return create_set(sv, rq);
     default:
         break;
     }
+    /* After a worker's failure every request is answered with it: the other workers stop at
+       their next claim, push or pull, naming the failed one, instead of training on. */
+    if (sv->failed) return reply_error(sv, w, rq->kind, RP_ERR_COMM, "%s", sv->fail_text);
     srv_set *st = find_set(sv, rq->set);
     if (!st) {
         if (rq->kind == MSG_DROP) return RP_OK;
@@ -508,6 +533,18 @@ static double cpu_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/*
+ * Whether to go on serving: until every worker has said goodbye; after a failure report, until
+ * every worker has said goodbye or reported one too, answering each request with the failure
+ * meanwhile, for at most the group's timeout.
+ */
+static bool serving(const server *sv)
+{
+    const rp_ps_group *g = sv->g;
+    if (!sv->failed) return sv->byes < g->workers;
+    return sv->byes + sv->gones < g->workers && rp_now_s() - sv->failed_at < g->timeout_s;
+}
+
 rp_status rp_ps_mpi_serve(rp_ps_group *g)
 {
     if (!g) return RP_ERROR(RP_ERR_INVALID, "parameter-server group is NULL");
@@ -525,7 +562,7 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g)
     rp_status status = RP_OK;
     int64_t requests = 0;
     double wall0 = rp_now_s(), cpu0 = cpu_seconds();
-    for (unsigned polls = 0; sv->byes < g->workers && !sv->failed;) {
+    for (unsigned polls = 0; serving(sv);) {
         bool ready = false;
         int src = -1, tag = -1;
         int64_t count = 0;

@@ -239,6 +239,29 @@ static void trace_attach(const rp_replica *rep)
         rp_warn("tracing: %s (its track stays empty)", rp_last_error());
 }
 
+/* How likely a failed replica's error is the run's cause, lower first: its own error, then a
+   peer's that reached it through a communicator (RP_ERR_COMM), then a stop because another
+   replica had failed. */
+static int cause_rank(const rp_replica *rep)
+{
+    return rep->stopped_for_peer ? 2 : rep->status == RP_ERR_COMM ? 1 : 0;
+}
+
+/*
+ * Replicas that take their batches at their own pace (async, sync groups: those whose strategy
+ * claims) stop at their next batch once another replica of this process has failed in this run,
+ * instead of training on until the batches run out; lockstep replicas learn it from their next
+ * collective. Under MPI the other processes learn it from the servers (rp_ps_group_fail).
+ */
+static rp_status stop_if_failed(rp_replica *rep)
+{
+    int first = __atomic_load_n(&rep->r->failed_first, __ATOMIC_ACQUIRE);
+    if (first == 0 || first == rep->id + 1) return RP_OK;
+    rep->stopped_for_peer = true;
+    return RP_ERROR(RP_ERR_COMM, "stopped before its next batch: replica %d failed in this run",
+                    first - 1);
+}
+
 /* One replica's part of a run. */
 static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t generation)
 {
@@ -248,6 +271,7 @@ static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t gener
     rep->nreports = 0;
     rep->batches = 0;
     rep->blame = -1;
+    rep->stopped_for_peer = false;
     (void)rp_optimizer_stepped_here(NULL, NULL,
                                     0); /* what stepped between runs is not this run's */
     if (st->phase_begin) st->phase_begin(rep, generation);
@@ -257,6 +281,12 @@ static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t gener
     __atomic_store_n(&rep->running, true, __ATOMIC_RELEASE);
     rp_status status = fn(rep, arg);
     __atomic_store_n(&rep->running, false, __ATOMIC_RELEASE);
+    if (status != RP_OK && !rep->stopped_for_peer) {
+        /* The first to fail in this run: self-paced peers stop at their next batch. */
+        int none = 0;
+        __atomic_compare_exchange_n(&rep->r->failed_first, &none, rep->id + 1, false,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
     if (st->phase_end) st->phase_end(rep);
     if (status == RP_OK) status = reduce_reports(rep);
     rep->status = status;
@@ -500,6 +530,7 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     for (int i = 0; i < r->n; i++)
         if (!r->reps[i].busy) rejoin_all(&r->reps[i]);
     r->claims = 0;
+    r->failed_first = 0;
     pthread_mutex_lock(&r->mu);
     r->fn = fn;
     r->arg = arg;
@@ -563,7 +594,7 @@ rp_status rp_replicator_run(rp_replicator *r, rp_replica_fn fn, void *arg)
     for (int i = 0; i < r->n; i++) {
         const rp_replica *rep = &r->reps[i];
         if (rep->busy || rep->status == RP_OK) continue;
-        if (!cause || (cause->status == RP_ERR_COMM && rep->status != RP_ERR_COMM)) cause = rep;
+        if (!cause || cause_rank(rep) < cause_rank(cause)) cause = rep;
     }
     /* Every worker's last calls, while they are fresh (the next run would add to the rings). */
     if (*stuck_error || cause) rt_flight_dump_workers(r);
@@ -1232,14 +1263,17 @@ rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket)
 {
     if (!rep || !ticket) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
     if (!rep->r->strategy->claim) return rp_strategy_local_claim(rep, ticket);
+    RP_CHECK(stop_if_failed(rep));
     return rep->r->strategy->claim(rep, ticket);
 }
 
 rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index)
 {
     if (!rep || !index) return RP_ERROR(RP_ERR_INVALID, "rp_replica_next_batch: NULL argument");
-    if (!rep->r->strategy->next_batch) return rp_strategy_lockstep_batch(rep, index);
-    return rep->r->strategy->next_batch(rep, index);
+    rp_status (*next)(rp_replica *, int64_t *) = rep->r->strategy->next_batch;
+    if (!next || next == rp_strategy_lockstep_batch) return rp_strategy_lockstep_batch(rep, index);
+    RP_CHECK(stop_if_failed(rep));
+    return next(rep, index);
 }
 
 rp_status rp_replica_clip_grad_norm(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)

@@ -83,6 +83,9 @@ struct rp_replica {
     rp_comm *group_comm;
     int group_rank, group_size;
     int blame; /* a failure agreed by the replicas names this replica (or -1) */
+    /* This run: it stopped at a batch because another replica had failed (rt_stop_if_failed),
+       so its error is an echo of that one's, never the run's cause. */
+    bool stopped_for_peer;
 };
 
 struct rp_replicator {
@@ -111,6 +114,8 @@ struct rp_replicator {
     int nroles;          /* the job's roles, placed (first filled in) */
     rp_role roles[RP_ROLES_MAX];
     int64_t claims;           /* rp_replica_claim() on threads: this run's next ticket */
+    int failed_first;         /* this run: 1 + the id of the first local replica whose step
+                                 failed, 0 while none has (atomic) */
     bool in_run;              /* between the start and the end of rp_replicator_run (under mu) */
     bool abandoned;           /* a replica thread was left stuck in user code (watchdog) */
     char abandoned_error[64]; /* which one */

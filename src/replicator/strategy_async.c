@@ -94,6 +94,10 @@ static void async_phase_end(rp_replica *rep)
     snprintf(message, sizeof message, "%s", rp_last_error());
     for (rp_strategy_link *l = sr->opts; l; l = l->next)
         (void)rp_ps_leave(((rp_async *)l)->ps);
+    /* Under MPI the servers hear of a failed step, and stop: the other ranks' next request
+       fails instead of their training on until the batches run out. */
+    async_state *st = rep->r->strategy_state;
+    if (status != RP_OK && st->group) rp_ps_group_fail(st->group, status, message);
     if (status != RP_OK)
         rp_error_set(status, NULL, 0, "%s", message);
     else

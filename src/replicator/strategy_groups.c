@@ -240,6 +240,11 @@ static void groups_phase_end(rp_replica *rep)
     snprintf(message, sizeof message, "%s", rp_last_error());
     for (rp_strategy_link *l = sr->opts; l; l = l->next)
         if (((rp_grouped *)l)->ps) (void)rp_ps_leave(((rp_grouped *)l)->ps);
+    /* Under MPI a group's rank 0 tells the servers its group failed (a peer's failure reaches it
+       at once through the group's collectives), and they stop: the other groups' next claim or
+       push fails instead of their training on until the batches run out. */
+    groups_state *st = rep->r->strategy_state;
+    if (status != RP_OK && st->ps) rp_ps_group_fail(st->ps, status, message);
     if (status != RP_OK)
         rp_error_set(status, NULL, 0, "%s", message);
     else
