@@ -10,14 +10,15 @@ Upper-case `RP_` macros and enum values are left alone (they are not in the `rp_
 linker symbols and types, and the public headers share them).
 
 models/, cli/, examples/, tests/, bench/ and fuzz/ only use names; the rename reaches them, and
-docs/*.md, with a word-boundary replacement. Names that src/ uses but declares nowhere (those of
-the protobuf-c code generated at build time from proto/*.proto, whose packages give them their
-prefix) are listed and left.
+docs/*.md, with a word-boundary replacement. A name that src/ uses but declares nowhere, no
+rule renames: it is listed, and --check fails on it. (The code that protoc-c generates at build
+time from proto/*.proto takes its names' prefix from the package, io_onnx_pb and io_tb.)
 
 Usage:
   scripts/internal_names.py            the renames it would make, and the names it leaves
   scripts/internal_names.py --apply    make them, in every text file of the tree's source folders
-  scripts/internal_names.py --check    exit 1, naming them, if src/ declares an internal `rp_` name
+  scripts/internal_names.py --check    exit 1, naming them, if src/ declares an internal `rp_` name,
+                                       uses an `rp_` name that neither it nor the API declares,
                                        or a file still uses an old name (the CTest entry
                                        abi_internal_names)
 Options: --root DIR (the source tree; default: this script's parent folder's parent).
@@ -271,8 +272,8 @@ class Tree:
             if len(olds) > 1:
                 problems.append(f"{' and '.join(sorted(olds))} would all be {new}")
         for name in sorted(set(self.used) - self.public - set(self.declared) - set(renames)):
-            left.append((name, f"used in {self.used[name]}, declared in no file of src/ "
-                               "(generated code, or a library's name)"))
+            left.append((name, f"used in {self.used[name]}, declared neither in src/ nor in the "
+                               "API (generated code, or another library's name)"))
         return renames, problems, left
 
     def all_text_files(self):
@@ -291,8 +292,8 @@ class Tree:
             re.escape(k) if k.endswith("*") else re.escape(k) + r"\b" for k in keys) + ")")
         names = sorted(self.record | {k for k in renames if not k.endswith("*")})
         with open(os.path.join(self.root, RECORD), "w", encoding="utf-8") as f:
-            f.write("# The old names that scripts/internal_names.py --apply renamed, one a line: a\n"
-                    "# re-run renames their uses in branches merged after the rename.\n")
+            f.write("# The old names that scripts/internal_names.py --apply renamed, one a line:\n"
+                    "# a re-run renames their uses in branches merged after the rename.\n")
             f.write("".join(n + "\n" for n in names))
         changed, count = 0, 0
         for path in self.all_text_files():
@@ -320,15 +321,14 @@ def main():
     if args.check:
         bad = [f"{old} ({tree.declared.get(old, 'an old name still used')}) should be {new}"
                for old, new in sorted(renames.items())]
+        bad += [f"{name}: {why}" for name, why in left]
         for line in bad + problems:
             print(f"FAIL: {line}")
         if bad or problems:
             print("FAIL: internal names use the API's rp_ prefix; run scripts/internal_names.py "
                   "--apply (docs/architecture.md, \"Internal names\")")
             return 1
-        generated = sorted({name.split("__")[0] + "__*" for name, _ in left})
-        print(f"ok: {len(tree.public)} public rp_ names; src/ declares no other rp_ name "
-              f"(left: {', '.join(generated) or 'none'}, declared in no file of src/)")
+        print(f"ok: {len(tree.public)} public rp_ names; src/ declares and uses no other rp_ name")
         return 0
     if problems:
         for line in problems:
