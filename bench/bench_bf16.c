@@ -50,28 +50,28 @@ typedef struct probe {
     const char *name;
     double flop;
     rp_status (*run)(const struct probe *p, rp_dtype compute);
-    int m, n, k;      /* gemm */
-    rp_conv_desc d;   /* conv */
-    int pass;         /* conv: 0 fwd, 1 bwd data, 2 bwd weights */
-    float *a, *b, *c; /* buffers */
+    int m, n, k;         /* gemm */
+    kernels_conv_desc d; /* conv */
+    int pass;            /* conv: 0 fwd, 1 bwd data, 2 bwd weights */
+    float *a, *b, *c;    /* buffers */
 } probe;
 
 static rp_status run_gemm(const probe *p, rp_dtype compute)
 {
     if (compute == RP_BF16)
-        return rp_cpu_gemm_bf16(false, false, p->m, p->n, p->k, 1.0f, p->a, p->k, p->b, p->n, 0.0f,
-                                p->c, p->n);
-    rp_cpu_gemm(false, false, p->m, p->n, p->k, 1.0f, p->a, p->k, p->b, p->n, 0.0f, p->c, p->n);
+        return kcpu_gemm_bf16(false, false, p->m, p->n, p->k, 1.0f, p->a, p->k, p->b, p->n, 0.0f,
+                              p->c, p->n);
+    kcpu_gemm(false, false, p->m, p->n, p->k, 1.0f, p->a, p->k, p->b, p->n, 0.0f, p->c, p->n);
     return RP_OK;
 }
 
 static rp_status run_conv(const probe *p, rp_dtype compute)
 {
-    rp_conv_desc d = p->d;
+    kernels_conv_desc d = p->d;
     d.compute = compute;
-    if (p->pass == 0) return rp_cpu_conv2d_fwd(p->c, p->a, p->b, NULL, &d);
-    if (p->pass == 1) return rp_cpu_conv2d_bwd_data(p->a, p->c, p->b, &d);
-    return rp_cpu_conv2d_bwd_weights(p->b, NULL, p->c, p->a, &d);
+    if (p->pass == 0) return kcpu_conv2d_fwd(p->c, p->a, p->b, NULL, &d);
+    if (p->pass == 1) return kcpu_conv2d_bwd_data(p->a, p->c, p->b, &d);
+    return kcpu_conv2d_bwd_weights(p->b, NULL, p->c, p->a, &d);
 }
 
 /* Seconds per call: repeats until at least 50 ms have passed. */
@@ -154,8 +154,9 @@ int main(int argc, char **argv)
             static char names[6][64];
             snprintf(names[i * 3 + pass], 64, "%s %s", convs[i].name, passes[pass]);
             p->name = names[i * 3 + pass];
-            rp_conv_desc_init(&p->d, convs[i].n, convs[i].h, convs[i].h, convs[i].c, convs[i].o,
-                              convs[i].k, convs[i].k, convs[i].stride, convs[i].pad);
+            kernels_conv_desc_init(&p->d, convs[i].n, convs[i].h, convs[i].h, convs[i].c,
+                                   convs[i].o, convs[i].k, convs[i].k, convs[i].stride,
+                                   convs[i].pad);
             p->pass = pass;
             p->run = run_conv;
             p->flop = 2.0 * p->d.n * p->d.oh * p->d.ow * p->d.o * p->d.kh * p->d.kw * p->d.c;

@@ -1,10 +1,10 @@
 /*
  * bench_kernels.c - the fast kernels against the engines underneath, side
  * by side in one run:
- *   (a) GEMM: rp_cpu_gemm against dnnl_sgemm called directly, and oneDNN's
+ *   (a) GEMM: kcpu_gemm against dnnl_sgemm called directly, and oneDNN's
  *       GEMM against OpenBLAS's cblas_sgemm (the engine choice);
  *   (b) 3x3 convolutions (forward, backward data, backward weights):
- *       rp_cpu_conv2d_* against oneDNN called directly, with the same
+ *       kcpu_conv2d_* against oneDNN called directly, with the same
  *       NHWC activations and OHWI user weights, primitives created once
  *       outside the timed loop and the same weight reorders a direct user
  *       of those formats needs;
@@ -153,8 +153,7 @@ typedef struct gemm_ctx {
 static void gemm_ours(void *p)
 {
     gemm_ctx *g = p;
-    rp_cpu_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb, 0.0f, g->c,
-                g->ldc);
+    kcpu_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb, 0.0f, g->c, g->ldc);
 }
 
 static void gemm_direct(void *p)
@@ -186,7 +185,7 @@ static void bench_gemm(void)
         {"R18 im2col fwd 100352x64, k=576", false, false, 100352, 64, 576},
         {"R18 im2col bwd-d 100352x576, k=64 (B^T)", false, true, 100352, 576, 64},
     };
-    printf("\n(a) GEMM, row-major, GFLOP/s: rp_cpu_gemm vs dnnl_sgemm directly; then dnnl_sgemm vs "
+    printf("\n(a) GEMM, row-major, GFLOP/s: kcpu_gemm vs dnnl_sgemm directly; then dnnl_sgemm vs "
            "OpenBLAS cblas_sgemm (\"overhead\" there = oneDNN's time over OpenBLAS's)\n");
     printf("  %-44s %9s %9s %9s\n", "shape (m x n, k)", "ours", "direct", "overhead");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -228,7 +227,7 @@ typedef struct direct_conv {
 
 typedef struct conv_ctx {
     conv_kind kind;
-    rp_conv_desc d;
+    kernels_conv_desc d;
     float *x, *w, *y; /* for backward: x = dx or x, y = dy */
     direct_conv dc;
 } conv_ctx;
@@ -248,7 +247,7 @@ static dnnl_memory_t direct_mem(direct_conv *dc, const dnnl_memory_desc_t *md, v
  * user with NHWC activations and OHWI weights would: weights in the layout
  * the primitive picks (any_weights) plus a reorder, or forced OHWI.
  */
-static void direct_conv_init(direct_conv *dc, conv_kind kind, const rp_conv_desc *d, float *x,
+static void direct_conv_init(direct_conv *dc, conv_kind kind, const kernels_conv_desc *d, float *x,
                              float *w, float *y, bool any_weights)
 {
     memset(dc, 0, sizeof *dc);
@@ -351,13 +350,13 @@ static void conv_ours(void *p)
     conv_ctx *c = p;
     switch (c->kind) {
     case CONV_FWD:
-        RP(rp_cpu_conv2d_fwd(c->y, c->x, c->w, NULL, &c->d));
+        RP(kcpu_conv2d_fwd(c->y, c->x, c->w, NULL, &c->d));
         break;
     case CONV_BWD_DATA:
-        RP(rp_cpu_conv2d_bwd_data(c->x, c->y, c->w, &c->d));
+        RP(kcpu_conv2d_bwd_data(c->x, c->y, c->w, &c->d));
         break;
     case CONV_BWD_WEIGHTS:
-        RP(rp_cpu_conv2d_bwd_weights(c->w, NULL, c->y, c->x, &c->d));
+        RP(kcpu_conv2d_bwd_weights(c->w, NULL, c->y, c->x, &c->d));
         break;
     }
 }
@@ -387,13 +386,14 @@ static void bench_conv(void)
     };
     /* Our wrapper's cost against the same algorithm: Winograd is section (f). */
     rp_kernels_set_conv_algorithm(RP_CONV_DIRECT);
-    printf("\n(b) convolution, NHWC/OHWI, GFLOP/s: rp_cpu_conv2d_* vs oneDNN direct "
+    printf("\n(b) convolution, NHWC/OHWI, GFLOP/s: kcpu_conv2d_* vs oneDNN direct "
            "(weights: primitive's layout + reorder; ours with RP_CONV_DIRECT)\n");
     printf("  %-44s %9s %9s %9s  %s\n", "shape", "ours", "direct", "overhead", "oneDNN impl");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        rp_conv_desc d;
-        RP(rp_conv_desc_init(&d, shapes[s].n, shapes[s].hw, shapes[s].hw, shapes[s].c, shapes[s].o,
-                             shapes[s].k, shapes[s].k, shapes[s].stride, shapes[s].pad));
+        kernels_conv_desc d;
+        RP(kernels_conv_desc_init(&d, shapes[s].n, shapes[s].hw, shapes[s].hw, shapes[s].c,
+                                  shapes[s].o, shapes[s].k, shapes[s].k, shapes[s].stride,
+                                  shapes[s].pad));
         float *x = buffer((int64_t)d.n * d.h * d.w * d.c, 4);
         float *w = buffer((int64_t)d.o * d.kh * d.kw * d.c, 5);
         float *y = buffer((int64_t)d.n * d.oh * d.ow * d.o, 6);
@@ -417,8 +417,8 @@ static void bench_conv(void)
      */
     printf("\n(b2) per-call cost on a tiny convolution, microseconds per call\n");
     printf("  %-44s %9s %9s %9s  %s\n", "shape", "ours", "direct", "overhead", "oneDNN impl");
-    rp_conv_desc d;
-    RP(rp_conv_desc_init(&d, 1, 8, 8, 8, 8, 3, 3, 1, 1));
+    kernels_conv_desc d;
+    RP(kernels_conv_desc_init(&d, 1, 8, 8, 8, 8, 3, 3, 1, 1));
     float *x = buffer(8 * 8 * 8, 4), *w = buffer(8 * 9 * 8, 5), *y = buffer(8 * 8 * 8, 6);
     for (int k = 0; k < 3; k++) {
         conv_ctx c = {.kind = (conv_kind)k, .d = d, .x = x, .w = w, .y = y};
@@ -437,7 +437,7 @@ static void bench_conv(void)
 }
 
 /*
- * (f) The convolution algorithm: rp_cpu_conv2d_* with RP_CONV_AUTO (Winograd for 3x3 stride 1
+ * (f) The convolution algorithm: kcpu_conv2d_* with RP_CONV_AUTO (Winograd for 3x3 stride 1
  * with >= 16 channels, its activations staged through reorders) against RP_CONV_DIRECT, on the
  * SN-GAN's and ResNet-20's shapes. GFLOP/s count the direct algorithm's arithmetic for both.
  */
@@ -451,13 +451,13 @@ static void bench_conv_algorithm(void)
         {"SN-GAN N=64 8x8 32->32", 64, 8, 32, 32},    {"R20 N=64 28x28 16->16", 64, 28, 16, 16},
         {"R20 N=64 14x14 32->32", 64, 14, 32, 32},    {"R20 N=64 7x7 64->64", 64, 7, 64, 64},
     };
-    printf("\n(f) 3x3 stride-1 convolution, GFLOP/s (direct's arithmetic): rp_cpu_conv2d_* with "
+    printf("\n(f) 3x3 stride-1 convolution, GFLOP/s (direct's arithmetic): kcpu_conv2d_* with "
            "RP_CONV_AUTO vs RP_CONV_DIRECT\n");
     printf("  %-44s %9s %9s %9s\n", "shape", "auto", "direct", "auto/direct-1");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        rp_conv_desc d;
-        RP(rp_conv_desc_init(&d, shapes[s].n, shapes[s].hw, shapes[s].hw, shapes[s].c, shapes[s].o,
-                             3, 3, 1, 1));
+        kernels_conv_desc d;
+        RP(kernels_conv_desc_init(&d, shapes[s].n, shapes[s].hw, shapes[s].hw, shapes[s].c,
+                                  shapes[s].o, 3, 3, 1, 1));
         float *x = buffer((int64_t)d.n * d.h * d.w * d.c, 4);
         float *w = buffer((int64_t)d.o * d.kh * d.kw * d.c, 5);
         float *y = buffer((int64_t)d.n * d.oh * d.ow * d.o, 6);
@@ -469,7 +469,7 @@ static void bench_conv_algorithm(void)
             pair_result r = time_pair(conv_ours_auto, &c, conv_ours_direct, &c);
             bool wino = false;
             rp_kernels_set_conv_algorithm(RP_CONV_AUTO); /* what AUTO chose, not the last run's */
-            RP(rp_cpu_conv2d_uses_winograd(&d, k, &wino));
+            RP(kcpu_conv2d_uses_winograd(&d, k, &wino));
             report_flops(name, flops, r, wino ? "Winograd" : "direct (no Winograd here)");
         }
         rp_free(x), rp_free(w), rp_free(y);
@@ -480,7 +480,7 @@ static void bench_conv_algorithm(void)
 /* ---- (c) pooling -------------------------------------------------------- */
 
 typedef struct pool_ctx {
-    rp_pool_desc d;
+    kernels_pool_desc d;
     float *x, *y;
     int32_t *argmax;
     dnnl_stream_t stream;
@@ -493,7 +493,7 @@ typedef struct pool_ctx {
 
 static void pool_direct_init(pool_ctx *p, dnnl_alg_kind_t alg)
 {
-    const rp_pool_desc *d = &p->d;
+    const kernels_pool_desc *d = &p->d;
     DN(dnnl_stream_create(&p->stream, g_engine, dnnl_stream_default_flags));
     dnnl_memory_desc_t src_md, dst_md;
     dnnl_dims_t sd = {d->n, d->c, d->h, d->w}, dd = {d->n, d->c, d->oh, d->ow};
@@ -540,13 +540,13 @@ static void pool_direct(void *ctx)
 static void maxpool_ours(void *ctx)
 {
     pool_ctx *p = ctx;
-    RP(rp_cpu_maxpool_fwd(p->y, p->argmax, p->x, &p->d));
+    RP(kcpu_maxpool_fwd(p->y, p->argmax, p->x, &p->d));
 }
 
 static void avgpool_ours(void *ctx)
 {
     pool_ctx *p = ctx;
-    RP(rp_cpu_avgpool_fwd(p->y, p->x, &p->d));
+    RP(kcpu_avgpool_fwd(p->y, p->x, &p->d));
 }
 
 static void bench_pool(void)
@@ -564,8 +564,8 @@ static void bench_pool(void)
         for (int avg = 0; avg < 2; avg++) {
             pool_ctx p;
             memset(&p, 0, sizeof p);
-            RP(rp_pool_desc_init(&p.d, shapes[s].n, shapes[s].hw, shapes[s].hw, shapes[s].c,
-                                 shapes[s].k, shapes[s].stride, shapes[s].pad));
+            RP(kernels_pool_desc_init(&p.d, shapes[s].n, shapes[s].hw, shapes[s].hw, shapes[s].c,
+                                      shapes[s].k, shapes[s].stride, shapes[s].pad));
             int64_t ny = (int64_t)p.d.n * p.d.oh * p.d.ow * p.d.c;
             p.x = buffer((int64_t)p.d.n * p.d.h * p.d.w * p.d.c, 7);
             p.y = buffer(ny, 8);
@@ -590,8 +590,8 @@ static void bench_weight_layout(void)
     printf("\n(d) weight layout, direct oneDNN, GFLOP/s (best of several): weights forced OHWI "
            "vs primitive's layout + reorder\n");
     printf("  %-44s %9s %9s %9s  %s\n", "shape", "OHWI", "any+reord", "slowdown", "impl (OHWI)");
-    rp_conv_desc d;
-    RP(rp_conv_desc_init(&d, 1, 32, 32, 16, 16, 3, 3, 1, 1));
+    kernels_conv_desc d;
+    RP(kernels_conv_desc_init(&d, 1, 32, 32, 16, 16, 3, 3, 1, 1));
     float *x = buffer((int64_t)d.n * d.h * d.w * d.c, 9);
     float *w = buffer((int64_t)d.o * d.kh * d.kw * d.c, 10);
     float *y = buffer((int64_t)d.n * d.oh * d.ow * d.o, 11);
@@ -639,51 +639,51 @@ typedef struct bn_ctx {
 static void bn_stats_ours(void *p)
 {
     bn_ctx *b = p;
-    rp_cpu_bn_stats(b->sums, b->x, b->m, b->c);
+    kcpu_bn_stats(b->sums, b->x, b->m, b->c);
 }
 
 static void bn_stats_ref(void *p)
 {
     bn_ctx *b = p;
-    rp_ref_bn_stats(b->sums, b->x, b->m, b->c);
+    kref_bn_stats(b->sums, b->x, b->m, b->c);
 }
 
 static void bn_stats_bwd_ours(void *p)
 {
     bn_ctx *b = p;
-    rp_cpu_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c, NULL);
+    kcpu_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c, NULL);
 }
 
 static void bn_stats_bwd_ref(void *p)
 {
     bn_ctx *b = p;
-    rp_ref_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c, NULL);
+    kref_bn_stats_bwd(b->sums, b->dy, NULL, b->x, b->mean, b->invstd, b->m, b->c, NULL);
 }
 
 static void bn_norm_fwd_ours(void *p)
 {
     bn_ctx *b = p;
-    rp_cpu_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, NULL, false, b->m, b->c);
+    kcpu_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, NULL, false, b->m, b->c);
 }
 
 static void bn_norm_fwd_ref(void *p)
 {
     bn_ctx *b = p;
-    rp_ref_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, NULL, false, b->m, b->c);
+    kref_bn_norm_fwd(b->y, b->x, b->mean, b->invstd, b->gamma, b->beta, NULL, false, b->m, b->c);
 }
 
 static void bn_bwd_data_ours(void *p)
 {
     bn_ctx *b = p;
-    rp_cpu_bn_bwd_data(b->y, b->dy, NULL, b->x, b->mean, b->invstd, b->sums, b->gamma, (double)b->m,
-                       b->m, b->c);
+    kcpu_bn_bwd_data(b->y, b->dy, NULL, b->x, b->mean, b->invstd, b->sums, b->gamma, (double)b->m,
+                     b->m, b->c);
 }
 
 static void bn_bwd_data_ref(void *p)
 {
     bn_ctx *b = p;
-    rp_ref_bn_bwd_data(b->y, b->dy, NULL, b->x, b->mean, b->invstd, b->sums, b->gamma, (double)b->m,
-                       b->m, b->c);
+    kref_bn_bwd_data(b->y, b->dy, NULL, b->x, b->mean, b->invstd, b->sums, b->gamma, (double)b->m,
+                     b->m, b->c);
 }
 
 static void bench_bn(void)
@@ -698,7 +698,7 @@ static void bench_bn(void)
         {"R20 N=128 8x8x64", 128 * 8 * 8, 64},
         {"MLP N=128 x 256", 128, 256},
     };
-    printf("\n(e) batch norm, us per call: ours (rp_cpu_bn_*) vs the reference (rp_ref_bn_*)\n");
+    printf("\n(e) batch norm, us per call: ours (kcpu_bn_*) vs the reference (kref_bn_*)\n");
     printf("  %-44s %9s %9s %9s\n", "shape [m rows, c channels]", "ours", "ref", "overhead");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n = shapes[s].m * shapes[s].c;
@@ -743,13 +743,13 @@ static void usage(FILE *f)
         "usage: bench_kernels [--threads N] [--rounds R] [--quick] [--only a|b|c|d|e|f] [--help]\n"
         "\n"
         "Measures replicator's fast kernels against the engines underneath, in one run:\n"
-        "  (a) GEMM via rp_cpu_gemm vs dnnl_sgemm directly, and dnnl_sgemm vs cblas_sgemm\n"
-        "  (b) 3x3 convolution fwd / bwd-data / bwd-weights via rp_cpu_conv2d_* vs oneDNN\n"
+        "  (a) GEMM via kcpu_gemm vs dnnl_sgemm directly, and dnnl_sgemm vs cblas_sgemm\n"
+        "  (b) 3x3 convolution fwd / bwd-data / bwd-weights via kcpu_conv2d_* vs oneDNN\n"
         "      directly (same NHWC/OHWI formats and weight reorders)\n"
         "  (c) max / average pooling forward, ours vs oneDNN\n"
         "  (d) oneDNN with weights forced to OHWI vs its preferred layout + reorders\n"
         "  (e) batch norm's per-channel sums, forward and backward, vs the reference\n"
-        "  (f) 3x3 convolution: Winograd (RP_CONV_AUTO) vs direct, through rp_cpu_conv2d_*\n"
+        "  (f) 3x3 convolution: Winograd (RP_CONV_AUTO) vs direct, through kcpu_conv2d_*\n"
         "Ours and direct are timed in interleaved rounds; medians are reported, and\n"
         "overhead = (median of per-round time ratios ours/direct - 1) * 100.\n"
         "\n"

@@ -37,16 +37,16 @@ int main(int argc, char **argv)
             break;
         }
         if (!data) break;
-        RpTb__Event *e = rp_tb__event__unpack(NULL, len, data);
+        IoTb__Event *e = io_tb__event__unpack(NULL, len, data);
         if (!e) {
             fprintf(stderr, "tensorboard_dump: %s: record %lld is not an Event\n", argv[1], k);
             rc = 1;
-        } else if (k == 0 && e->what_case == RP_TB__EVENT__WHAT_FILE_VERSION) {
+        } else if (k == 0 && e->what_case == IO_TB__EVENT__WHAT_FILE_VERSION) {
             printf("version %s\n", e->file_version);
-        } else if (k > 0 && e->what_case == RP_TB__EVENT__WHAT_SUMMARY &&
+        } else if (k > 0 && e->what_case == IO_TB__EVENT__WHAT_SUMMARY &&
                    e->summary->n_value == 1 &&
-                   e->summary->value[0]->value_case == RP_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE) {
-            const RpTb__Summary__Value *v = e->summary->value[0];
+                   e->summary->value[0]->value_case == IO_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE) {
+            const IoTb__Summary__Value *v = e->summary->value[0];
             printf("%lld %s %.9g\n", (long long)e->step, v->tag, (double)v->simple_value);
         } else {
             fprintf(stderr,
@@ -55,7 +55,7 @@ int main(int argc, char **argv)
                     argv[1], k);
             rc = 1;
         }
-        if (e) rp_tb__event__free_unpacked(e, NULL);
+        if (e) io_tb__event__free_unpacked(e, NULL);
     }
     io_tfrecord_close(r);
     return rc;

@@ -313,7 +313,7 @@ static void fill_storage(float *storage, int64_t n, uint64_t seed, float lo, flo
     float *h = malloc((size_t)n * sizeof(float));
     assert_non_null(h);
     tu_fill(h, n, seed, lo, hi);
-    rp_kernels_active()->mem_upload(storage, h, (size_t)n * sizeof(float));
+    kernels_active()->mem_upload(storage, h, (size_t)n * sizeof(float));
     free(h);
 }
 
@@ -323,7 +323,7 @@ static float *state_of(const rp_optimizer *opt, int64_t *n)
     const float *state = rp_optimizer_state(opt, n);
     float *h = malloc((size_t)(*n > 0 ? *n : 1) * sizeof(float));
     assert_non_null(h);
-    if (*n > 0) rp_kernels_active()->mem_download(h, state, (size_t)*n * sizeof(float));
+    if (*n > 0) kernels_active()->mem_download(h, state, (size_t)*n * sizeof(float));
     return h;
 }
 

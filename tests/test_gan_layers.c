@@ -50,7 +50,7 @@
  */
 static void grad_into(const rp_tensor *t, float *out)
 {
-    rp_kernels_active()->mem_download(out, t->grad, (size_t)t->numel * sizeof(float));
+    kernels_active()->mem_download(out, t->grad, (size_t)t->numel * sizeof(float));
 }
 
 /* A malloc'd host copy of t's values. */

@@ -151,15 +151,15 @@ static int64_t gc_numel(const gc_input *in)
  * process's table keeps storage in host memory (either table's kernels can then run on a tape's
  * storage); otherwise the process's table alone.
  */
-static int gc_tables(const rp_kernels **tables)
+static int gc_tables(const kernels_table **tables)
 {
-    const rp_kernels *active = rp_kernels_active();
+    const kernels_table *active = kernels_active();
     if (!active->host_storage) {
         tables[0] = active;
         return 1;
     }
-    tables[0] = rp_kernels_cpu();
-    tables[1] = rp_kernels_ref();
+    tables[0] = kernels_cpu();
+    tables[1] = kernels_ref();
     return 2;
 }
 
@@ -270,7 +270,7 @@ static int gc_pick(int64_t n, uint64_t seed, int64_t *pick)
  * true when every element is within tolerance; otherwise prints the first
  * few misses of each failing input (unless c->quiet).
  */
-static bool gc_run(gc_case *c, const rp_kernels *k)
+static bool gc_run(gc_case *c, const kernels_table *k)
 {
     rp_tape *t = NULL;
     assert_int_equal(rp_tape_create(&t, 0), RP_OK);
@@ -353,7 +353,7 @@ static bool gc_run(gc_case *c, const rp_kernels *k)
 /* Asserts that case c passes with every kernel table of gc_tables, then frees it. */
 static void gc_check(gc_case *c)
 {
-    const rp_kernels *tables[2];
+    const kernels_table *tables[2];
     int nt = gc_tables(tables);
     bool pass[2];
     for (int i = 0; i < nt; i++)
@@ -550,7 +550,7 @@ static void test_batch_norm_fused_relu(void **state)
     tu_fill(bv, C, 24, -0.5f, 0.5f);
     tu_fill(rm, C, 25, -0.3f, 0.3f);
     tu_fill(rv, C, 26, 0.5f, 1.5f);
-    const rp_kernels *tables[2];
+    const kernels_table *tables[2];
     int nt = gc_tables(tables);
     for (int k = 0; k < nt; k++)
         for (int training = 0; training < 2; training++) {
@@ -605,7 +605,7 @@ static void test_batch_norm_inference(void **state)
 static void test_batch_norm_values(void **state)
 {
     enum { M = 8, C = 3 };
-    const rp_kernels *tables[2];
+    const kernels_table *tables[2];
     int nt = gc_tables(tables);
     float x[M * C], gamma[C], beta[C], rm0[C], rv0[C], yv[M * C], rmv[C], rvv[C];
     tu_fill(x, M * C, 41, -2, 3);
@@ -685,7 +685,7 @@ static void test_batch_norm_off_centre(void **state)
     tu_fill(gv, C, 51, 0.5f, 1.5f);
     tu_fill(bv, C, 52, -1, 1);
     tu_fill(dyv, NUMEL, 53, 0, 2);
-    const rp_kernels *tables[2];
+    const kernels_table *tables[2];
     int nt = gc_tables(tables);
     const double ratios[2] = {20, 100};
     for (int r = 0; r < 2; r++) {
@@ -1693,7 +1693,7 @@ static bool linear_with(const spoil *s, float proj_scale)
         c.corrupt_ctx = (void *)s;
         c.quiet = true;
     }
-    const rp_kernels *tables[2];
+    const kernels_table *tables[2];
     gc_tables(tables);
     bool pass = gc_run(&c, tables[0]); /* cpu, or the process's table when that is not host */
     gc_free(&c);

@@ -83,17 +83,17 @@ static void test_gemm_bf16(void **state)
         memcpy(got, c0, nc * 4);
         memcpy(want, c0, nc * 4);
         memcpy(f32, c0, nc * 4);
-        assert_int_equal(rp_cpu_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
-                                          g->beta, got, g->n),
+        assert_int_equal(kcpu_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
+                                        g->beta, got, g->n),
                          RP_OK);
-        assert_int_equal(rp_ref_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
-                                          g->beta, want, g->n),
+        assert_int_equal(kref_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
+                                        g->beta, want, g->n),
                          RP_OK);
-        rp_ref_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb, g->beta, f32, g->n);
+        kref_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb, g->beta, f32, g->n);
         float *aa = absv(a, na), *ab = absv(b, nb), *ac = absv(c0, nc);
         memcpy(mag, ac, nc * 4);
-        assert_int_equal(rp_ref_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, aa, lda, ab, ldb,
-                                          g->beta, mag, g->n),
+        assert_int_equal(kref_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, 1.0f, aa, lda, ab, ldb,
+                                        g->beta, mag, g->n),
                          RP_OK);
         char what[96];
         snprintf(what, sizeof what, "gemm %s%s %dx%dx%d beta %g", g->ta ? "T" : "N",
@@ -119,10 +119,10 @@ static void test_conv_bf16(void **state)
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const conv_case *s = &cases[ci];
-        rp_conv_desc d;
-        assert_int_equal(
-            rp_conv_desc_init(&d, s->n, s->h, s->w, s->c, s->o, s->kh, s->kw, s->stride, s->pad),
-            RP_OK);
+        kernels_conv_desc d;
+        assert_int_equal(kernels_conv_desc_init(&d, s->n, s->h, s->w, s->c, s->o, s->kh, s->kw,
+                                                s->stride, s->pad),
+                         RP_OK);
         d.compute = RP_BF16;
         int64_t nx = (int64_t)d.n * d.h * d.w * d.c, nw = (int64_t)d.o * d.kh * d.kw * d.c,
                 ny = (int64_t)d.n * d.oh * d.ow * d.o;
@@ -133,17 +133,17 @@ static void test_conv_bf16(void **state)
         tu_fill(bias, d.o, 7 + ci, -0.1, 0.1);
         tu_fill(dy, ny, 9 + ci, -1, 1);
         float *ax = absv(x, nx), *aw = absv(w, nw), *ady = absv(dy, ny), *ab = absv(bias, d.o);
-        rp_conv_desc df = d;
+        kernels_conv_desc df = d;
         df.compute = RP_F32;
         char what[128];
 
         /* forward: K = kh kw c (+ the bias) */
         float *got = malloc(ny * 4), *want = malloc(ny * 4), *mag = malloc(ny * 4),
               *f32 = malloc(ny * 4);
-        assert_int_equal(rp_cpu_conv2d_fwd(got, x, w, bias, &d), RP_OK);
-        assert_int_equal(rp_ref_conv2d_fwd(want, x, w, bias, &d), RP_OK);
-        assert_int_equal(rp_ref_conv2d_fwd(mag, ax, aw, ab, &d), RP_OK);
-        assert_int_equal(rp_ref_conv2d_fwd(f32, x, w, bias, &df), RP_OK);
+        assert_int_equal(kcpu_conv2d_fwd(got, x, w, bias, &d), RP_OK);
+        assert_int_equal(kref_conv2d_fwd(want, x, w, bias, &d), RP_OK);
+        assert_int_equal(kref_conv2d_fwd(mag, ax, aw, ab, &d), RP_OK);
+        assert_int_equal(kref_conv2d_fwd(f32, x, w, bias, &df), RP_OK);
         snprintf(what, sizeof what, "conv fwd case %zu", ci);
         int64_t k = (int64_t)d.kh * d.kw * d.c + 1;
         check_bound(got, want, mag, ny, k, what);
@@ -151,18 +151,18 @@ static void test_conv_bf16(void **state)
 
         /* backward data: K = kh kw o */
         float *gx = malloc(nx * 4), *wx = malloc(nx * 4), *mx = malloc(nx * 4);
-        assert_int_equal(rp_cpu_conv2d_bwd_data(gx, dy, w, &d), RP_OK);
-        assert_int_equal(rp_ref_conv2d_bwd_data(wx, dy, w, &d), RP_OK);
-        assert_int_equal(rp_ref_conv2d_bwd_data(mx, ady, aw, &d), RP_OK);
+        assert_int_equal(kcpu_conv2d_bwd_data(gx, dy, w, &d), RP_OK);
+        assert_int_equal(kref_conv2d_bwd_data(wx, dy, w, &d), RP_OK);
+        assert_int_equal(kref_conv2d_bwd_data(mx, ady, aw, &d), RP_OK);
         snprintf(what, sizeof what, "conv bwd data case %zu", ci);
         check_bound(gx, wx, mx, nx, (int64_t)d.kh * d.kw * d.o, what);
 
         /* backward weights and bias: K = n oh ow (the bias sums dy in f32 on both sides) */
         float *gw = malloc(nw * 4), *ww = malloc(nw * 4), *mw = malloc(nw * 4);
         float *gb = malloc(d.o * 4), *wb = malloc(d.o * 4), *mb = malloc(d.o * 4);
-        assert_int_equal(rp_cpu_conv2d_bwd_weights(gw, gb, dy, x, &d), RP_OK);
-        assert_int_equal(rp_ref_conv2d_bwd_weights(ww, wb, dy, x, &d), RP_OK);
-        assert_int_equal(rp_ref_conv2d_bwd_weights(mw, mb, ady, ax, &d), RP_OK);
+        assert_int_equal(kcpu_conv2d_bwd_weights(gw, gb, dy, x, &d), RP_OK);
+        assert_int_equal(kref_conv2d_bwd_weights(ww, wb, dy, x, &d), RP_OK);
+        assert_int_equal(kref_conv2d_bwd_weights(mw, mb, ady, ax, &d), RP_OK);
         snprintf(what, sizeof what, "conv bwd weights case %zu", ci);
         int64_t kw = (int64_t)d.n * d.oh * d.ow;
         check_bound(gw, ww, mw, nw, kw, what);
@@ -172,12 +172,12 @@ static void test_conv_bf16(void **state)
 
         /* Activations stored in bf16: x read as bf16 (forward, backward weights), y written as
            bf16 (one more rounding, at most one bf16 ulp: 2^-7 of |y|, on top of the bound). */
-        rp_conv_desc db16 = d;
+        kernels_conv_desc db16 = d;
         db16.x_type = db16.y_type = RP_BF16;
         rp_bf16 *xb = malloc(nx * 2), *yb = malloc(ny * 2), *yr = malloc(ny * 2);
         rp_bf16_from_f32_array(xb, x, (size_t)nx);
-        assert_int_equal(rp_cpu_conv2d_fwd(yb, xb, w, bias, &db16), RP_OK);
-        assert_int_equal(rp_ref_conv2d_fwd(yr, xb, w, bias, &db16), RP_OK);
+        assert_int_equal(kcpu_conv2d_fwd(yb, xb, w, bias, &db16), RP_OK);
+        assert_int_equal(kref_conv2d_fwd(yr, xb, w, bias, &db16), RP_OK);
         for (int64_t i = 0; i < ny; i++) {
             double g = rp_bf16_to_f32(yb[i]), r = rp_bf16_to_f32(yr[i]);
             if (fabs(g - r) > 4.0 * k * 0x1p-24 * mag[i] + 0x1p-7 * fabs(r) + 1e-30)
@@ -187,7 +187,7 @@ static void test_conv_bf16(void **state)
         /* The reference's bf16 y is its f32 y rounded once. */
         for (int64_t i = 0; i < ny; i++)
             assert_int_equal(yr[i], rp_bf16_from_f32(want[i]));
-        assert_int_equal(rp_cpu_conv2d_bwd_weights(gw, gb, dy, xb, &db16), RP_OK);
+        assert_int_equal(kcpu_conv2d_bwd_weights(gw, gb, dy, xb, &db16), RP_OK);
         snprintf(what, sizeof what, "conv bwd weights, bf16 x, case %zu", ci);
         check_bound(gw, ww, mw, nw, kw, what);
         free(xb), free(yb), free(yr);
@@ -214,10 +214,10 @@ static void test_bn_bf16(void **state)
         int64_t m;
         int c;
     } shapes[] = {{37, 5}, {1000, 64}, {9001, 3}, {40, 2048}, {3, 5000}};
-    const rp_kernels *tables[] = {rp_kernels_ref(), rp_kernels_cpu()};
+    const kernels_table *tables[] = {kernels_ref(), kernels_cpu()};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int ti = 0; ti < 2; ti++) {
-            const rp_kernels *k = tables[ti];
+            const kernels_table *k = tables[ti];
             int64_t m = shapes[si].m, n = m * shapes[si].c;
             int c = shapes[si].c;
             float *xf = malloc(n * 4), *rf = malloc(n * 4), *dy = malloc(n * 4);
@@ -284,27 +284,27 @@ static void test_bn_bf16(void **state)
 static void test_bf16_path_named(void **state)
 {
     (void)state;
-    const char *p = rp_cpu_bf16_path();
+    const char *p = kcpu_bf16_path();
     assert_true(strcmp(p, "amx") == 0 || strcmp(p, "avx512_bf16") == 0 ||
                 strcmp(p, "avx512_core (emulated)") == 0 || strcmp(p, "reference") == 0);
-    assert_string_equal(rp_ref_bf16_path(), "reference");
+    assert_string_equal(kref_bf16_path(), "reference");
 }
 
 /* A compute type other than f32 or bf16 is refused by name. */
 static void test_bad_compute_refused(void **state)
 {
     (void)state;
-    rp_conv_desc d;
-    assert_int_equal(rp_conv_desc_init(&d, 1, 4, 4, 2, 2, 3, 3, 1, 1), RP_OK);
+    kernels_conv_desc d;
+    assert_int_equal(kernels_conv_desc_init(&d, 1, 4, 4, 2, 2, 3, 3, 1, 1), RP_OK);
     assert_int_equal(d.compute, RP_F32);
     d.compute = RP_I32;
     float buf[64] = {0};
-    assert_int_equal(rp_cpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_INVALID);
+    assert_int_equal(kcpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_INVALID);
     tu_assert_error_contains("compute type i32");
     /* bf16 storage needs bf16 compute. */
     d.compute = RP_F32;
     d.x_type = RP_BF16;
-    assert_int_equal(rp_cpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_INVALID);
+    assert_int_equal(kcpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_INVALID);
     tu_assert_error_contains("x stored as bf16 with f32 compute");
 }
 

@@ -98,9 +98,9 @@ static void test_conv_fwd(void **state)
     (void)state;
     for (int s = 0; s < (int)(sizeof conv_shapes / sizeof conv_shapes[0]); s++) {
         const conv_shape *cs = &conv_shapes[s];
-        rp_conv_desc d;
-        assert_int_equal(rp_conv_desc_init(&d, cs->n, cs->h, cs->w, cs->c, cs->o, cs->kh, cs->kw,
-                                           cs->stride, cs->pad),
+        kernels_conv_desc d;
+        assert_int_equal(kernels_conv_desc_init(&d, cs->n, cs->h, cs->w, cs->c, cs->o, cs->kh,
+                                                cs->kw, cs->stride, cs->pad),
                          RP_OK);
         int64_t nx = (int64_t)d.n * d.h * d.w * d.c, ny = (int64_t)d.n * d.oh * d.ow * d.o;
         int64_t nw = (int64_t)d.o * d.kh * d.kw * d.c;
@@ -110,14 +110,14 @@ static void test_conv_fwd(void **state)
 
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             const float *bias = with_bias ? b : NULL;
-            assert_int_equal(rp_ref_conv2d_fwd(want, x, w, bias, &d), RP_OK);
-            assert_int_equal(rp_cpu_conv2d_fwd(got, x, w, bias, &d), RP_OK);
+            assert_int_equal(kref_conv2d_fwd(want, x, w, bias, &d), RP_OK);
+            assert_int_equal(kcpu_conv2d_fwd(got, x, w, bias, &d), RP_OK);
             expect_close(with_bias ? "conv2d_fwd bias" : "conv2d_fwd", s, got, want, ny);
             /* Same shape, new buffers: the cached primitive must follow the pointers. */
             for (int64_t i = 0; i < ny; i++)
                 got[i] = NAN;
-            assert_int_equal(rp_ref_conv2d_fwd(want, x2, w2, bias, &d), RP_OK);
-            assert_int_equal(rp_cpu_conv2d_fwd(got, x2, w2, bias, &d), RP_OK);
+            assert_int_equal(kref_conv2d_fwd(want, x2, w2, bias, &d), RP_OK);
+            assert_int_equal(kcpu_conv2d_fwd(got, x2, w2, bias, &d), RP_OK);
             expect_close("conv2d_fwd second call", s, got, want, ny);
         }
         free(x), free(x2), free(w), free(w2), free(b), free(want), free(got);
@@ -129,9 +129,9 @@ static void test_conv_bwd_data(void **state)
     (void)state;
     for (int s = 0; s < (int)(sizeof conv_shapes / sizeof conv_shapes[0]); s++) {
         const conv_shape *cs = &conv_shapes[s];
-        rp_conv_desc d;
-        assert_int_equal(rp_conv_desc_init(&d, cs->n, cs->h, cs->w, cs->c, cs->o, cs->kh, cs->kw,
-                                           cs->stride, cs->pad),
+        kernels_conv_desc d;
+        assert_int_equal(kernels_conv_desc_init(&d, cs->n, cs->h, cs->w, cs->c, cs->o, cs->kh,
+                                                cs->kw, cs->stride, cs->pad),
                          RP_OK);
         int64_t nx = (int64_t)d.n * d.h * d.w * d.c, ny = (int64_t)d.n * d.oh * d.ow * d.o;
         int64_t nw = (int64_t)d.o * d.kh * d.kw * d.c;
@@ -139,8 +139,8 @@ static void test_conv_bwd_data(void **state)
         float *want = fnan(nx), *got = fnan(nx);
         for (int rep = 0; rep < 2; rep++) {
             if (rep) tu_fill(w, nw, 65 + s, -1, 1), tu_fill(dy, ny, 55 + s, -1, 1);
-            assert_int_equal(rp_ref_conv2d_bwd_data(want, dy, w, &d), RP_OK);
-            assert_int_equal(rp_cpu_conv2d_bwd_data(got, dy, w, &d), RP_OK);
+            assert_int_equal(kref_conv2d_bwd_data(want, dy, w, &d), RP_OK);
+            assert_int_equal(kcpu_conv2d_bwd_data(got, dy, w, &d), RP_OK);
             expect_close("conv2d_bwd_data", s, got, want, nx);
         }
         free(dy), free(w), free(want), free(got);
@@ -152,9 +152,9 @@ static void test_conv_bwd_weights(void **state)
     (void)state;
     for (int s = 0; s < (int)(sizeof conv_shapes / sizeof conv_shapes[0]); s++) {
         const conv_shape *cs = &conv_shapes[s];
-        rp_conv_desc d;
-        assert_int_equal(rp_conv_desc_init(&d, cs->n, cs->h, cs->w, cs->c, cs->o, cs->kh, cs->kw,
-                                           cs->stride, cs->pad),
+        kernels_conv_desc d;
+        assert_int_equal(kernels_conv_desc_init(&d, cs->n, cs->h, cs->w, cs->c, cs->o, cs->kh,
+                                                cs->kw, cs->stride, cs->pad),
                          RP_OK);
         int64_t nx = (int64_t)d.n * d.h * d.w * d.c, ny = (int64_t)d.n * d.oh * d.ow * d.o;
         int64_t nw = (int64_t)d.o * d.kh * d.kw * d.c;
@@ -168,9 +168,9 @@ static void test_conv_bwd_weights(void **state)
                 for (int i = 0; i < d.o; i++)
                     got_b[i] = NAN;
                 assert_int_equal(
-                    rp_ref_conv2d_bwd_weights(want_w, with_db ? want_b : NULL, dy, x, &d), RP_OK);
-                assert_int_equal(
-                    rp_cpu_conv2d_bwd_weights(got_w, with_db ? got_b : NULL, dy, x, &d), RP_OK);
+                    kref_conv2d_bwd_weights(want_w, with_db ? want_b : NULL, dy, x, &d), RP_OK);
+                assert_int_equal(kcpu_conv2d_bwd_weights(got_w, with_db ? got_b : NULL, dy, x, &d),
+                                 RP_OK);
                 expect_close("conv2d_bwd_weights dw", s, got_w, want_w, nw);
                 if (with_db) {
                     expect_close("conv2d_bwd_weights db", s, got_b, want_b, d.o);
@@ -192,22 +192,22 @@ static void test_conv_bwd_weights(void **state)
 static void test_conv_ref_by_hand(void **state)
 {
     (void)state;
-    rp_conv_desc d;
-    assert_int_equal(rp_conv_desc_init(&d, 1, 3, 3, 1, 1, 2, 2, 1, 0), RP_OK);
+    kernels_conv_desc d;
+    assert_int_equal(kernels_conv_desc_init(&d, 1, 3, 3, 1, 1, 2, 2, 1, 0), RP_OK);
     assert_int_equal(d.oh, 2);
     assert_int_equal(d.ow, 2);
     const float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w[4] = {1, 1, 1, 1}, b[1] = {0.5f};
     float y[4], dx[9], dw[4], db[1];
-    assert_int_equal(rp_ref_conv2d_fwd(y, x, w, b, &d), RP_OK);
+    assert_int_equal(kref_conv2d_fwd(y, x, w, b, &d), RP_OK);
     const float y_want[4] = {12.5f, 16.5f, 24.5f, 28.5f};
     for (int i = 0; i < 4; i++)
         assert_float_equal(y[i], y_want[i], 1e-6);
     const float dy[4] = {1, 0, 0, 0};
-    assert_int_equal(rp_ref_conv2d_bwd_data(dx, dy, w, &d), RP_OK);
+    assert_int_equal(kref_conv2d_bwd_data(dx, dy, w, &d), RP_OK);
     const float dx_want[9] = {1, 1, 0, 1, 1, 0, 0, 0, 0};
     for (int i = 0; i < 9; i++)
         assert_float_equal(dx[i], dx_want[i], 1e-6);
-    assert_int_equal(rp_ref_conv2d_bwd_weights(dw, db, dy, x, &d), RP_OK);
+    assert_int_equal(kref_conv2d_bwd_weights(dw, db, dy, x, &d), RP_OK);
     const float dw_want[4] = {1, 2, 4, 5};
     for (int i = 0; i < 4; i++)
         assert_float_equal(dw[i], dw_want[i], 1e-6);
@@ -221,9 +221,10 @@ static void test_maxpool(void **state)
     (void)state;
     for (int s = 0; s < (int)(sizeof pool_shapes / sizeof pool_shapes[0]); s++) {
         const pool_shape *ps = &pool_shapes[s];
-        rp_pool_desc d;
+        kernels_pool_desc d;
         assert_int_equal(
-            rp_pool_desc_init(&d, ps->n, ps->h, ps->w, ps->c, ps->k, ps->stride, ps->pad), RP_OK);
+            kernels_pool_desc_init(&d, ps->n, ps->h, ps->w, ps->c, ps->k, ps->stride, ps->pad),
+            RP_OK);
         int64_t nx = (int64_t)d.n * d.h * d.w * d.c, ny = (int64_t)d.n * d.oh * d.ow * d.c;
         float *x = frandom(nx, 90 + s), *dy = frandom(ny, 95 + s);
         float *want_y = fnan(ny), *got_y = fnan(ny), *want_dx = fnan(nx), *got_dx = fnan(nx);
@@ -238,8 +239,8 @@ static void test_maxpool(void **state)
             if (pass)
                 for (int64_t i = 0; i < nx; i++)
                     x[i] = floorf(x[i] * 1.5f + 0.5f);
-            assert_int_equal(rp_ref_maxpool_fwd(want_y, want_a, x, &d), RP_OK);
-            assert_int_equal(rp_cpu_maxpool_fwd(got_y, got_a, x, &d), RP_OK);
+            assert_int_equal(kref_maxpool_fwd(want_y, want_a, x, &d), RP_OK);
+            assert_int_equal(kcpu_maxpool_fwd(got_y, got_a, x, &d), RP_OK);
             expect_close("maxpool_fwd", s, got_y, want_y, ny);
             for (int64_t i = 0; i < ny; i++) {
                 if (got_a[i] != want_a[i]) {
@@ -249,8 +250,8 @@ static void test_maxpool(void **state)
                 }
                 assert_true(x[got_a[i]] == got_y[i]);
             }
-            assert_int_equal(rp_ref_maxpool_bwd(want_dx, want_a, dy, &d), RP_OK);
-            assert_int_equal(rp_cpu_maxpool_bwd(got_dx, got_a, dy, &d), RP_OK);
+            assert_int_equal(kref_maxpool_bwd(want_dx, want_a, dy, &d), RP_OK);
+            assert_int_equal(kcpu_maxpool_bwd(got_dx, got_a, dy, &d), RP_OK);
             expect_close("maxpool_bwd", s, got_dx, want_dx, nx);
         }
         free(x), free(dy), free(want_y), free(got_y), free(want_dx), free(got_dx);
@@ -261,17 +262,17 @@ static void test_maxpool(void **state)
 static void test_maxpool_bwd_bad_argmax(void **state)
 {
     (void)state;
-    rp_pool_desc d;
-    assert_int_equal(rp_pool_desc_init(&d, 2, 4, 4, 1, 2, 2, 0), RP_OK);
+    kernels_pool_desc d;
+    assert_int_equal(kernels_pool_desc_init(&d, 2, 4, 4, 1, 2, 2, 0), RP_OK);
     int32_t a[8];
     float dy[8], dx[32];
     for (int i = 0; i < 8; i++)
         a[i] = 0, dy[i] = 1;
     /* a[5] belongs to image 1, but points into image 0. */
-    assert_int_equal(rp_cpu_maxpool_bwd(dx, a, dy, &d), RP_ERR_INVALID);
+    assert_int_equal(kcpu_maxpool_bwd(dx, a, dy, &d), RP_ERR_INVALID);
     tu_assert_error_contains("argmax[");
     a[0] = 1000;
-    assert_int_equal(rp_ref_maxpool_bwd(dx, a, dy, &d), RP_ERR_INVALID);
+    assert_int_equal(kref_maxpool_bwd(dx, a, dy, &d), RP_ERR_INVALID);
     tu_assert_error_contains("1000");
 }
 
@@ -280,19 +281,20 @@ static void test_avgpool(void **state)
     (void)state;
     for (int s = 0; s < (int)(sizeof pool_shapes / sizeof pool_shapes[0]); s++) {
         const pool_shape *ps = &pool_shapes[s];
-        rp_pool_desc d;
+        kernels_pool_desc d;
         assert_int_equal(
-            rp_pool_desc_init(&d, ps->n, ps->h, ps->w, ps->c, ps->k, ps->stride, ps->pad), RP_OK);
+            kernels_pool_desc_init(&d, ps->n, ps->h, ps->w, ps->c, ps->k, ps->stride, ps->pad),
+            RP_OK);
         int64_t nx = (int64_t)d.n * d.h * d.w * d.c, ny = (int64_t)d.n * d.oh * d.ow * d.c;
         float *x = frandom(nx, 100 + s), *dy = frandom(ny, 105 + s);
         float *want_y = fnan(ny), *got_y = fnan(ny), *want_dx = fnan(nx), *got_dx = fnan(nx);
         for (int rep = 0; rep < 2; rep++) {
             if (rep) tu_fill(x, nx, 110 + s, -1, 1), tu_fill(dy, ny, 115 + s, -1, 1);
-            assert_int_equal(rp_ref_avgpool_fwd(want_y, x, &d), RP_OK);
-            assert_int_equal(rp_cpu_avgpool_fwd(got_y, x, &d), RP_OK);
+            assert_int_equal(kref_avgpool_fwd(want_y, x, &d), RP_OK);
+            assert_int_equal(kcpu_avgpool_fwd(got_y, x, &d), RP_OK);
             expect_close("avgpool_fwd", s, got_y, want_y, ny);
-            assert_int_equal(rp_ref_avgpool_bwd(want_dx, dy, &d), RP_OK);
-            assert_int_equal(rp_cpu_avgpool_bwd(got_dx, dy, &d), RP_OK);
+            assert_int_equal(kref_avgpool_bwd(want_dx, dy, &d), RP_OK);
+            assert_int_equal(kcpu_avgpool_bwd(got_dx, dy, &d), RP_OK);
             expect_close("avgpool_bwd", s, got_dx, want_dx, nx);
         }
         free(x), free(dy), free(want_y), free(got_y), free(want_dx), free(got_dx);
@@ -303,18 +305,18 @@ static void test_avgpool(void **state)
 static void test_avgpool_ref_by_hand(void **state)
 {
     (void)state;
-    rp_pool_desc d;
-    assert_int_equal(rp_pool_desc_init(&d, 1, 2, 2, 1, 2, 2, 1), RP_OK);
+    kernels_pool_desc d;
+    assert_int_equal(kernels_pool_desc_init(&d, 1, 2, 2, 1, 2, 2, 1), RP_OK);
     assert_int_equal(d.oh, 2);
     const float x[4] = {1, 2, 3, 4};
     float y[4];
-    assert_int_equal(rp_ref_avgpool_fwd(y, x, &d), RP_OK);
+    assert_int_equal(kref_avgpool_fwd(y, x, &d), RP_OK);
     for (int i = 0; i < 4; i++)
         assert_float_equal(y[i], x[i], 1e-6);
-    assert_int_equal(rp_pool_desc_init(&d, 1, 3, 3, 1, 3, 1, 1), RP_OK);
+    assert_int_equal(kernels_pool_desc_init(&d, 1, 3, 3, 1, 3, 1, 1), RP_OK);
     const float x9[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     float y9[9];
-    assert_int_equal(rp_ref_avgpool_fwd(y9, x9, &d), RP_OK);
+    assert_int_equal(kref_avgpool_fwd(y9, x9, &d), RP_OK);
     assert_float_equal(y9[0], (1 + 2 + 4 + 5) / 4.0f, 1e-6);
     assert_float_equal(y9[4], 5.0f, 1e-6);
 }
@@ -346,8 +348,8 @@ static void test_gemm(void **state)
                         for (int i = 0; i < m; i++)
                             for (int j = 0; j < n; j++)
                                 want[i * ldc + j] = got[i * ldc + j] = NAN;
-                    rp_ref_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, want, ldc);
-                    rp_cpu_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, got, ldc);
+                    kref_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, want, ldc);
+                    kcpu_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, got, ldc);
                     for (int i = 0; i < m; i++) {
                         char what[96];
                         snprintf(what, sizeof what, "gemm ta=%d tb=%d alpha=%g beta=%g row %d", ta,
@@ -367,11 +369,11 @@ static void test_gemm_ref_by_hand(void **state)
     (void)state;
     const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
     float c[4] = {1, 1, 1, 1};
-    rp_ref_gemm(false, false, 2, 2, 2, 1.0f, a, 2, b, 2, 2.0f, c, 2);
+    kref_gemm(false, false, 2, 2, 2, 1.0f, a, 2, b, 2, 2.0f, c, 2);
     const float want[4] = {21, 24, 45, 52};
     for (int i = 0; i < 4; i++)
         assert_float_equal(c[i], want[i], 1e-6);
-    rp_ref_gemm(true, true, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2); /* A^T B^T = (BA)^T */
+    kref_gemm(true, true, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2); /* A^T B^T = (BA)^T */
     const float want_tt[4] = {23, 31, 34, 46};
     for (int i = 0; i < 4; i++)
         assert_float_equal(c[i], want_tt[i], 1e-6);
@@ -382,86 +384,87 @@ static void test_gemm_ref_by_hand(void **state)
 static void test_desc_errors(void **state)
 {
     (void)state;
-    rp_conv_desc d;
+    kernels_conv_desc d;
     /* A 5x5 filter does not fit a 2x2 input without padding. */
-    assert_int_equal(rp_conv_desc_init(&d, 1, 2, 3, 4, 8, 5, 5, 1, 0), RP_ERR_SHAPE);
+    assert_int_equal(kernels_conv_desc_init(&d, 1, 2, 3, 4, 8, 5, 5, 1, 0), RP_ERR_SHAPE);
     tu_assert_error_contains("h=2");
     tu_assert_error_contains("w=3");
     tu_assert_error_contains("5x5");
-    assert_int_equal(rp_conv_desc_init(&d, 1, 8, 8, 4, 8, 3, 3, 0, 1), RP_ERR_SHAPE);
+    assert_int_equal(kernels_conv_desc_init(&d, 1, 8, 8, 4, 8, 3, 3, 0, 1), RP_ERR_SHAPE);
     tu_assert_error_contains("stride 0");
-    assert_int_equal(rp_conv_desc_init(&d, 0, 8, 8, 4, 8, 3, 3, 1, 1), RP_ERR_SHAPE);
+    assert_int_equal(kernels_conv_desc_init(&d, 0, 8, 8, 4, 8, 3, 3, 1, 1), RP_ERR_SHAPE);
     tu_assert_error_contains("n=0");
-    assert_int_equal(rp_conv_desc_init(&d, 1, 8, 8, 4, 8, 3, 3, 1, -1), RP_ERR_SHAPE);
-    assert_int_equal(rp_conv_desc_init(NULL, 1, 8, 8, 4, 8, 3, 3, 1, 1), RP_ERR_INVALID);
+    assert_int_equal(kernels_conv_desc_init(&d, 1, 8, 8, 4, 8, 3, 3, 1, -1), RP_ERR_SHAPE);
+    assert_int_equal(kernels_conv_desc_init(NULL, 1, 8, 8, 4, 8, 3, 3, 1, 1), RP_ERR_INVALID);
 
     /* Output size = (in + 2*pad - k)/stride + 1. */
-    assert_int_equal(rp_conv_desc_init(&d, 2, 224, 224, 3, 64, 7, 7, 2, 3), RP_OK);
+    assert_int_equal(kernels_conv_desc_init(&d, 2, 224, 224, 3, 64, 7, 7, 2, 3), RP_OK);
     assert_int_equal(d.oh, 112);
     assert_int_equal(d.ow, 112);
-    assert_int_equal(rp_conv_desc_init(&d, 1, 7, 5, 3, 5, 3, 3, 2, 1), RP_OK);
+    assert_int_equal(kernels_conv_desc_init(&d, 1, 7, 5, 3, 5, 3, 3, 2, 1), RP_OK);
     assert_int_equal(d.oh, 4);
     assert_int_equal(d.ow, 3);
 
-    rp_pool_desc p;
-    assert_int_equal(rp_pool_desc_init(&p, 1, 2, 2, 3, 3, 1, 0), RP_ERR_SHAPE);
+    kernels_pool_desc p;
+    assert_int_equal(kernels_pool_desc_init(&p, 1, 2, 2, 3, 3, 1, 0), RP_ERR_SHAPE);
     tu_assert_error_contains("h=2");
     tu_assert_error_contains("3x3");
-    assert_int_equal(rp_pool_desc_init(&p, 1, 8, 8, 3, 2, 2, 2), RP_ERR_SHAPE); /* pad >= window */
+    assert_int_equal(kernels_pool_desc_init(&p, 1, 8, 8, 3, 2, 2, 2),
+                     RP_ERR_SHAPE); /* pad >= window */
     tu_assert_error_contains("pad 2");
-    assert_int_equal(rp_pool_desc_init(&p, 2, 112, 112, 64, 3, 2, 1), RP_OK);
+    assert_int_equal(kernels_pool_desc_init(&p, 2, 112, 112, 64, 3, 2, 1), RP_OK);
     assert_int_equal(p.oh, 56);
 
     /* A hand-made descriptor that disagrees with the formula is refused by both tables. */
-    assert_int_equal(rp_conv_desc_init(&d, 1, 8, 8, 4, 8, 3, 3, 1, 1), RP_OK);
+    assert_int_equal(kernels_conv_desc_init(&d, 1, 8, 8, 4, 8, 3, 3, 1, 1), RP_OK);
     d.oh = 9;
     float buf[1024] = {0};
-    assert_int_equal(rp_cpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_SHAPE);
+    assert_int_equal(kcpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_SHAPE);
     tu_assert_error_contains("9x8");
-    assert_int_equal(rp_ref_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_SHAPE);
+    assert_int_equal(kref_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_SHAPE);
     d.oh = 8;
-    assert_int_equal(rp_cpu_conv2d_fwd(NULL, buf, buf, NULL, &d), RP_ERR_INVALID);
-    assert_int_equal(rp_cpu_conv2d_bwd_weights(buf, buf, NULL, buf, &d), RP_ERR_INVALID);
-    assert_int_equal(rp_cpu_avgpool_fwd(buf, buf, NULL), RP_ERR_INVALID);
+    assert_int_equal(kcpu_conv2d_fwd(NULL, buf, buf, NULL, &d), RP_ERR_INVALID);
+    assert_int_equal(kcpu_conv2d_bwd_weights(buf, buf, NULL, buf, &d), RP_ERR_INVALID);
+    assert_int_equal(kcpu_avgpool_fwd(buf, buf, NULL), RP_ERR_INVALID);
 }
 
 /* ---- the primitive cache ------------------------------------------------- */
 
-static void run_all_conv_kinds(const rp_conv_desc *d, float *x, float *w, float *b, float *y,
+static void run_all_conv_kinds(const kernels_conv_desc *d, float *x, float *w, float *b, float *y,
                                float *dx, float *dw, float *db)
 {
-    assert_int_equal(rp_cpu_conv2d_fwd(y, x, w, b, d), RP_OK);
-    assert_int_equal(rp_cpu_conv2d_bwd_data(dx, y, w, d), RP_OK);
-    assert_int_equal(rp_cpu_conv2d_bwd_weights(dw, db, y, x, d), RP_OK);
+    assert_int_equal(kcpu_conv2d_fwd(y, x, w, b, d), RP_OK);
+    assert_int_equal(kcpu_conv2d_bwd_data(dx, y, w, d), RP_OK);
+    assert_int_equal(kcpu_conv2d_bwd_weights(dw, db, y, x, d), RP_OK);
 }
 
 static void test_cache_steady_state(void **state)
 {
     (void)state;
-    rp_cpu_dnnl_cache_clear();
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), 0);
-    rp_conv_desc d;
-    rp_pool_desc p;
-    assert_int_equal(rp_conv_desc_init(&d, 4, 16, 16, 16, 32, 3, 3, 1, 1), RP_OK);
-    assert_int_equal(rp_pool_desc_init(&p, 4, 16, 16, 32, 2, 2, 0), RP_OK);
+    kcpu_dnnl_cache_clear();
+    assert_int_equal(kcpu_dnnl_cache_entries(), 0);
+    kernels_conv_desc d;
+    kernels_pool_desc p;
+    assert_int_equal(kernels_conv_desc_init(&d, 4, 16, 16, 16, 32, 3, 3, 1, 1), RP_OK);
+    assert_int_equal(kernels_pool_desc_init(&p, 4, 16, 16, 32, 2, 2, 0), RP_OK);
     int64_t nx = 4 * 16 * 16 * 16, ny = 4 * 16 * 16 * 32, nw = 32 * 3 * 3 * 16;
     float *x = frandom(nx, 1), *w = frandom(nw, 2), *b = frandom(32, 3), *y = fmalloc(ny);
     float *dx = fmalloc(nx), *dw = fmalloc(nw), *db = fmalloc(32), *py = fmalloc(ny / 4);
 
     run_all_conv_kinds(&d, x, w, b, y, dx, dw, db);
-    assert_int_equal(rp_cpu_avgpool_fwd(py, y, &p), RP_OK);
-    assert_int_equal(rp_cpu_avgpool_bwd(y, py, &p), RP_OK);
-    const int entries = rp_cpu_dnnl_cache_entries();
+    assert_int_equal(kcpu_avgpool_fwd(py, y, &p), RP_OK);
+    assert_int_equal(kcpu_avgpool_bwd(y, py, &p), RP_OK);
+    const int entries = kcpu_dnnl_cache_entries();
     assert_int_equal(entries, 5); /* fwd+bias, bwd data, bwd weights+bias, avg fwd, avg bwd */
 
     const uint64_t allocs = rp_alloc_count();
     const size_t heap = mallinfo2().uordblks;
     for (int i = 0; i < 50; i++) {
         run_all_conv_kinds(&d, x, w, b, y, dx, dw, db);
-        assert_int_equal(rp_cpu_avgpool_fwd(py, y, &p), RP_OK);
-        assert_int_equal(rp_cpu_avgpool_bwd(y, py, &p), RP_OK);
+        assert_int_equal(kcpu_avgpool_fwd(py, y, &p), RP_OK);
+        assert_int_equal(kcpu_avgpool_bwd(y, py, &p), RP_OK);
     }
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), entries);
+    assert_int_equal(kcpu_dnnl_cache_entries(), entries);
     assert_int_equal(rp_alloc_count(), allocs);
     const size_t heap_after = mallinfo2().uordblks;
     if (heap_after > heap + 4096) {
@@ -470,15 +473,15 @@ static void test_cache_steady_state(void **state)
     }
 
     /* A new shape or kind adds exactly one entry; the old ones are still hits. */
-    assert_int_equal(rp_cpu_conv2d_fwd(y, x, w, NULL, &d), RP_OK);
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), entries + 1);
+    assert_int_equal(kcpu_conv2d_fwd(y, x, w, NULL, &d), RP_OK);
+    assert_int_equal(kcpu_dnnl_cache_entries(), entries + 1);
     run_all_conv_kinds(&d, x, w, b, y, dx, dw, db);
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), entries + 1);
+    assert_int_equal(kcpu_dnnl_cache_entries(), entries + 1);
 
-    rp_cpu_dnnl_cache_clear();
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), 0);
+    kcpu_dnnl_cache_clear();
+    assert_int_equal(kcpu_dnnl_cache_entries(), 0);
     run_all_conv_kinds(&d, x, w, b, y, dx, dw, db); /* rebuilds after a clear */
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), 3);
+    assert_int_equal(kcpu_dnnl_cache_entries(), 3);
     free(x), free(w), free(b), free(y), free(dx), free(dw), free(db), free(py);
 }
 
@@ -486,20 +489,20 @@ static void test_cache_steady_state(void **state)
 static void test_cache_bounded(void **state)
 {
     (void)state;
-    rp_cpu_dnnl_cache_clear();
+    kcpu_dnnl_cache_clear();
     float *buf = frandom(4096, 7), *out = fmalloc(4096);
     for (int i = 0; i < RP_DNNL_CACHE_MAX + 10; i++) {
-        rp_pool_desc p;
-        assert_int_equal(rp_pool_desc_init(&p, 1, 2 + i % 30, 2 + i / 30, 1, 2, 1, 0), RP_OK);
-        assert_int_equal(rp_cpu_avgpool_fwd(out, buf, &p), RP_OK);
+        kernels_pool_desc p;
+        assert_int_equal(kernels_pool_desc_init(&p, 1, 2 + i % 30, 2 + i / 30, 1, 2, 1, 0), RP_OK);
+        assert_int_equal(kcpu_avgpool_fwd(out, buf, &p), RP_OK);
     }
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), RP_DNNL_CACHE_MAX);
-    rp_cpu_dnnl_cache_clear();
+    assert_int_equal(kcpu_dnnl_cache_entries(), RP_DNNL_CACHE_MAX);
+    kcpu_dnnl_cache_clear();
     free(buf), free(out);
 }
 
 typedef struct thread_job {
-    const rp_conv_desc *d;
+    const kernels_conv_desc *d;
     const float *x, *w;
     float *y;
     int entries_before, entries_after;
@@ -509,9 +512,9 @@ typedef struct thread_job {
 static void *thread_main(void *arg)
 {
     thread_job *j = arg;
-    j->entries_before = rp_cpu_dnnl_cache_entries();
-    j->status = rp_cpu_conv2d_fwd(j->y, j->x, j->w, NULL, j->d);
-    j->entries_after = rp_cpu_dnnl_cache_entries();
+    j->entries_before = kcpu_dnnl_cache_entries();
+    j->status = kcpu_conv2d_fwd(j->y, j->x, j->w, NULL, j->d);
+    j->entries_after = kcpu_dnnl_cache_entries();
     return NULL; /* the thread's cache is freed by the thread-exit destructor */
 }
 
@@ -519,13 +522,13 @@ static void *thread_main(void *arg)
 static void test_cache_per_thread(void **state)
 {
     (void)state;
-    rp_cpu_dnnl_cache_clear();
-    rp_conv_desc d;
-    assert_int_equal(rp_conv_desc_init(&d, 2, 8, 8, 8, 8, 3, 3, 1, 1), RP_OK);
+    kcpu_dnnl_cache_clear();
+    kernels_conv_desc d;
+    assert_int_equal(kernels_conv_desc_init(&d, 2, 8, 8, 8, 8, 3, 3, 1, 1), RP_OK);
     int64_t n = 2 * 8 * 8 * 8;
     float *x = frandom(n, 5), *w = frandom(8 * 9 * 8, 6), *y = fmalloc(n), *y2 = fmalloc(n);
-    assert_int_equal(rp_cpu_conv2d_fwd(y, x, w, NULL, &d), RP_OK);
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), 1);
+    assert_int_equal(kcpu_conv2d_fwd(y, x, w, NULL, &d), RP_OK);
+    assert_int_equal(kcpu_dnnl_cache_entries(), 1);
 
     thread_job jobs[2];
     pthread_t th[2];
@@ -539,7 +542,7 @@ static void test_cache_per_thread(void **state)
         assert_int_equal(jobs[i].entries_before, 0);
         assert_int_equal(jobs[i].entries_after, 1);
     }
-    assert_int_equal(rp_cpu_dnnl_cache_entries(), 1);
+    assert_int_equal(kcpu_dnnl_cache_entries(), 1);
     assert_true(tu_max_rel_diff(y2, y, n) == 0.0);
     assert_true(tu_max_rel_diff(jobs[0].y, y, n) == 0.0);
     free(jobs[0].y), free(x), free(w), free(y), free(y2);
@@ -553,19 +556,19 @@ static void test_cache_per_thread(void **state)
  */
 static void test_conv_algorithm_switch(void **state)
 {
-    rp_conv_desc d3, d1, ds2, dc1;
-    assert_int_equal(rp_conv_desc_init(&d3, 2, 16, 16, 32, 32, 3, 3, 1, 1), RP_OK);
-    assert_int_equal(rp_conv_desc_init(&d1, 2, 16, 16, 32, 32, 1, 1, 1, 0), RP_OK);
-    assert_int_equal(rp_conv_desc_init(&ds2, 2, 16, 16, 32, 32, 3, 3, 2, 1), RP_OK);
-    assert_int_equal(rp_conv_desc_init(&dc1, 2, 16, 16, 1, 32, 3, 3, 1, 1), RP_OK);
+    kernels_conv_desc d3, d1, ds2, dc1;
+    assert_int_equal(kernels_conv_desc_init(&d3, 2, 16, 16, 32, 32, 3, 3, 1, 1), RP_OK);
+    assert_int_equal(kernels_conv_desc_init(&d1, 2, 16, 16, 32, 32, 1, 1, 1, 0), RP_OK);
+    assert_int_equal(kernels_conv_desc_init(&ds2, 2, 16, 16, 32, 32, 3, 3, 2, 1), RP_OK);
+    assert_int_equal(kernels_conv_desc_init(&dc1, 2, 16, 16, 1, 32, 3, 3, 1, 1), RP_OK);
     bool avx512 = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
     rp_kernels_set_conv_algorithm(RP_CONV_AUTO);
     for (int pass = 0; pass < 3; pass++) {
         bool w3, w1, ws2, wc1;
-        assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, pass, &w3), RP_OK);
-        assert_int_equal(rp_cpu_conv2d_uses_winograd(&d1, pass, &w1), RP_OK);
-        assert_int_equal(rp_cpu_conv2d_uses_winograd(&ds2, pass, &ws2), RP_OK);
-        assert_int_equal(rp_cpu_conv2d_uses_winograd(&dc1, pass, &wc1), RP_OK);
+        assert_int_equal(kcpu_conv2d_uses_winograd(&d3, pass, &w3), RP_OK);
+        assert_int_equal(kcpu_conv2d_uses_winograd(&d1, pass, &w1), RP_OK);
+        assert_int_equal(kcpu_conv2d_uses_winograd(&ds2, pass, &ws2), RP_OK);
+        assert_int_equal(kcpu_conv2d_uses_winograd(&dc1, pass, &wc1), RP_OK);
         if (avx512) assert_true(w3);
         assert_false(w1);
         assert_false(ws2);
@@ -575,7 +578,7 @@ static void test_conv_algorithm_switch(void **state)
     assert_int_equal(rp_kernels_get_conv_algorithm(), RP_CONV_DIRECT);
     for (int pass = 0; pass < 3; pass++) {
         bool w3;
-        assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, pass, &w3), RP_OK);
+        assert_int_equal(kcpu_conv2d_uses_winograd(&d3, pass, &w3), RP_OK);
         assert_false(w3);
     }
     test_conv_fwd(state);
@@ -583,7 +586,7 @@ static void test_conv_algorithm_switch(void **state)
     test_conv_bwd_weights(state);
     rp_kernels_set_conv_algorithm(RP_CONV_AUTO);
     bool w;
-    assert_int_equal(rp_cpu_conv2d_uses_winograd(&d3, 3, &w), RP_ERR_INVALID);
+    assert_int_equal(kcpu_conv2d_uses_winograd(&d3, 3, &w), RP_ERR_INVALID);
 }
 
 int main(int argc, char **argv)

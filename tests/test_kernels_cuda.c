@@ -29,8 +29,8 @@
 #define TOL_GEMM 1e-4        /* GEMM and convolution (test_kernels_conv.c) */
 #define TOL_BF16 (1.0 / 128) /* one bf16 step (2^-8) of an output rounded to bf16, twice */
 
-static const rp_kernels *R; /* the reference */
-static const rp_kernels *G; /* the GPU */
+static const kernels_table *R; /* the reference */
+static const kernels_table *G; /* the GPU */
 
 /* ---- device buffers: every one is freed at the end of its test ---- */
 
@@ -237,8 +237,8 @@ static void test_gemm(void **state)
 static void conv_case(int n, int h, int w, int c, int o, int k, int stride, int pad, bool bf16,
                       bool store_bf16, bool bias)
 {
-    rp_conv_desc d;
-    assert_int_equal(rp_conv_desc_init(&d, n, h, w, c, o, k, k, stride, pad), RP_OK);
+    kernels_conv_desc d;
+    assert_int_equal(kernels_conv_desc_init(&d, n, h, w, c, o, k, k, stride, pad), RP_OK);
     d.compute = bf16 ? RP_BF16 : RP_F32;
     d.x_type = d.y_type = store_bf16 ? RP_BF16 : RP_F32;
     int64_t nx = (int64_t)n * h * w * c, nw = (int64_t)o * k * k * c,
@@ -325,8 +325,8 @@ static void test_conv(void **state)
         conv_case(3, 6, 5, 16, 24, 1, 1, 0, bf, false, true);
     }
     /* A descriptor that does not add up is refused before anything is queued. */
-    rp_conv_desc d;
-    assert_int_equal(rp_conv_desc_init(&d, 1, 4, 4, 1, 1, 3, 3, 1, 1), RP_OK);
+    kernels_conv_desc d;
+    assert_int_equal(kernels_conv_desc_init(&d, 1, 4, 4, 1, 1, 3, 3, 1, 1), RP_OK);
     d.oh = 7;
     float one = 1;
     float *p = UPF(&one, 1);
@@ -341,9 +341,9 @@ static void test_pool(void **state)
     (void)state;
     const int cases[][7] = {{2, 8, 8, 3, 3, 2, 1}, {1, 7, 9, 4, 2, 2, 0}, {2, 5, 5, 2, 3, 1, 1}};
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
-        rp_pool_desc d;
-        assert_int_equal(rp_pool_desc_init(&d, cases[t][0], cases[t][1], cases[t][2], cases[t][3],
-                                           cases[t][4], cases[t][5], cases[t][6]),
+        kernels_pool_desc d;
+        assert_int_equal(kernels_pool_desc_init(&d, cases[t][0], cases[t][1], cases[t][2],
+                                                cases[t][3], cases[t][4], cases[t][5], cases[t][6]),
                          RP_OK);
         int64_t nx = (int64_t)d.n * d.h * d.w * d.c, ny = (int64_t)d.n * d.oh * d.ow * d.c;
         float *x = rnd(nx, 80 + t, -1, 1), *dy = rnd(ny, 90 + t, -1, 1);
@@ -497,26 +497,26 @@ static void test_elementwise(void **state)
         /* sqrt and reciprocal on positive inputs */
         const float *in = a >= RP_ACT_SQRT ? x2 : x;
         const float *gin = a >= RP_ACT_SQRT ? gx2 : gx;
-        R->act_fwd(y, in, n, (rp_act)a, 0.2f);
-        G->act_fwd(gy, gin, n, (rp_act)a, 0.2f);
+        R->act_fwd(y, in, n, (kernels_act)a, 0.2f);
+        G->act_fwd(gy, gin, n, (kernels_act)a, 0.2f);
         char what[64];
         snprintf(what, sizeof what, "act_fwd %d", a);
         check(y, gy, n, TOL, what);
         G->mem_upload(gy, y, (size_t)n * 4); /* backward from the same y */
-        R->act_bwd(dx, dy, y, in, n, (rp_act)a, 0.2f);
-        G->act_bwd(gdx, gdy, gy, gin, n, (rp_act)a, 0.2f);
+        R->act_bwd(dx, dy, y, in, n, (kernels_act)a, 0.2f);
+        G->act_bwd(gdx, gdy, gy, gin, n, (kernels_act)a, 0.2f);
         snprintf(what, sizeof what, "act_bwd %d", a);
         check(dx, gdx, n, TOL, what);
     }
     for (int op = RP_BIN_ADD; op <= RP_BIN_DIV; op++) {
-        R->binary(y, x, x2, n, 1000, (rp_binop)op);
-        G->binary(gy, gx, gx2, n, 1000, (rp_binop)op);
+        R->binary(y, x, x2, n, 1000, (kernels_binop)op);
+        G->binary(gy, gx, gx2, n, 1000, (kernels_binop)op);
         check(y, gy, n, 0, "binary");
         /* in place */
         memcpy(dx, x, (size_t)n * 4);
         G->mem_copy(gdx, gx, (size_t)n * 4);
-        R->binary(dx, dx, x2, n, n, (rp_binop)op);
-        G->binary(gdx, gdx, gx2, n, n, (rp_binop)op);
+        R->binary(dx, dx, x2, n, n, (kernels_binop)op);
+        G->binary(gdx, gdx, gx2, n, n, (kernels_binop)op);
         check(dx, gdx, n, 0, "binary in place");
     }
     /* broadcasting and the axis reductions over a 4-D shape */
@@ -834,12 +834,12 @@ static void test_absent(void **state)
 {
     (void)state;
     /* The table is refused with a reason... */
-    assert_null(rp_kernels_cuda());
+    assert_null(kernels_cuda());
     const char *why = rp_last_error();
     assert_true(strstr(why, "CUDA") != NULL);
     /* ...the run is refused naming the variable and the reason... */
     assert_string_equal(rp_env_get()->kernels, "cuda");
-    rp_status st = rp_kernels_check();
+    rp_status st = kernels_check();
     assert_true(st == RP_ERR_BACKEND || st == RP_ERR_UNSUPPORTED);
     tu_assert_error_contains("RP_KERNELS=cuda: ");
     tu_assert_error_contains("CUDA");
@@ -851,16 +851,16 @@ static void test_absent(void **state)
     /* ...and whatever asks for the active table still gets one that works (the cpu table),
        leaving the caller's last error as it was, set or not. */
     RP_ERROR(RP_ERR_IO, "an earlier error of the caller's");
-    const rp_kernels *k = rp_kernels_active();
+    const kernels_table *k = kernels_active();
     assert_non_null(k);
     assert_string_equal(k->name, "cpu");
     assert_int_equal(rp_last_status(), RP_ERR_IO);
     tu_assert_error_contains("an earlier error of the caller's");
     rp_error_clear();
-    assert_ptr_equal(rp_kernels_active(), k);
+    assert_ptr_equal(kernels_active(), k);
     assert_int_equal(rp_last_status(), RP_OK);
     /* In a build with the table, every slot is filled. */
-    const rp_kernels *t = rp_kernels_cuda_table();
+    const kernels_table *t = kernels_cuda_table();
     if (!t) {
         assert_int_equal(st, RP_ERR_UNSUPPORTED);
         return;
@@ -869,10 +869,10 @@ static void test_absent(void **state)
     assert_string_equal(t->name, "cuda");
     assert_false(t->host_storage);
     typedef void (*slot_fn)(void);
-    size_t span = sizeof(rp_kernels) - offsetof(rp_kernels, gemm);
+    size_t span = sizeof(kernels_table) - offsetof(kernels_table, gemm);
     size_t nslots = span / sizeof(slot_fn);
     assert_true(nslots > 60);
-    const char *s = (const char *)t + offsetof(rp_kernels, gemm);
+    const char *s = (const char *)t + offsetof(kernels_table, gemm);
     for (size_t i = 0; i < nslots; i++) {
         slot_fn f;
         memcpy(&f, s + i * sizeof f, sizeof f);
@@ -883,10 +883,10 @@ static void test_absent(void **state)
 int main(int argc, char **argv)
 {
     /* `probe`: exit 0 where the cuda table can run, 77 elsewhere (tests/cuda_run.sh asks). */
-    if (argc > 1 && strcmp(argv[1], "probe") == 0) return rp_kernels_cuda() ? 0 : 77;
+    if (argc > 1 && strcmp(argv[1], "probe") == 0) return kernels_cuda() ? 0 : 77;
     if (argc > 1 && strcmp(argv[1], "absent") == 0) {
         setenv("RP_KERNELS", "cuda", 1); /* before anything reads the environment */
-        if (rp_kernels_cuda()) {
+        if (kernels_cuda()) {
             printf("SKIP: a CUDA device is present (%s)\n", "the table initialised");
             return 77;
         }
@@ -895,8 +895,8 @@ int main(int argc, char **argv)
     }
     /* The build lists the cases (--list) on every machine, with or without a GPU. */
     bool listing = argc > 1 && strcmp(argv[1], "--list") == 0;
-    R = rp_kernels_ref();
-    G = listing ? NULL : rp_kernels_cuda();
+    R = kernels_ref();
+    G = listing ? NULL : kernels_cuda();
     if (!G && !listing) {
         printf("SKIP: %s\n", rp_last_error());
         return 77;

@@ -14,13 +14,13 @@
 
 #define TOL 1e-5
 
-static const rp_kernels *ref, *cpu;
+static const kernels_table *ref, *cpu;
 
 static int setup(void **state)
 {
     (void)state;
-    ref = rp_kernels_ref();
-    cpu = rp_kernels_cpu();
+    ref = kernels_ref();
+    cpu = kernels_cpu();
     return 0;
 }
 
@@ -42,11 +42,11 @@ static void body_activations(void)
         float *x = buf(n, 1), *dy = buf(n, 2), *y1 = buf(n, 3), *y2 = buf(n, 3);
         float *d1 = buf(n, 4), *d2 = buf(n, 4);
         for (int a = RP_ACT_RELU; a <= RP_ACT_SIGMOID; a++) {
-            ref->act_fwd(y1, x, n, (rp_act)a, 0.1f);
-            cpu->act_fwd(y2, x, n, (rp_act)a, 0.1f);
+            ref->act_fwd(y1, x, n, (kernels_act)a, 0.1f);
+            cpu->act_fwd(y2, x, n, (kernels_act)a, 0.1f);
             tu_check_close(y2, y1, n, TOL, "act_fwd");
-            ref->act_bwd(d1, dy, y1, x, n, (rp_act)a, 0.1f);
-            cpu->act_bwd(d2, dy, y1, x, n, (rp_act)a, 0.1f);
+            ref->act_bwd(d1, dy, y1, x, n, (kernels_act)a, 0.1f);
+            cpu->act_bwd(d2, dy, y1, x, n, (kernels_act)a, 0.1f);
             tu_check_close(d2, d1, n, TOL, "act_bwd");
         }
         rp_free(x), rp_free(dy), rp_free(y1), rp_free(y2), rp_free(d1), rp_free(d2);
@@ -71,7 +71,7 @@ static void test_activations_wide_range(void **state)
         x[i] = i % 2 ? -mag : mag;
     }
     x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e6f, x[3] = -1e6f, x[4] = 88.5f, x[5] = -88.5f;
-    rp_act acts[3] = {RP_ACT_TANH, RP_ACT_SIGMOID, RP_ACT_ELU};
+    kernels_act acts[3] = {RP_ACT_TANH, RP_ACT_SIGMOID, RP_ACT_ELU};
     for (int k = 0; k < 3; k++) {
         ref->act_fwd(y1, x, N, acts[k], 1.0f);
         cpu->act_fwd(y2, x, N, acts[k], 1.0f);
@@ -98,8 +98,8 @@ static void body_binary(void)
             int64_t nb = cols_list[c], n = rows_list[r] * nb;
             float *a = buf(n, 5), *b = buf(nb, 6), *y1 = buf(n, 7), *y2 = buf(n, 7);
             for (int op = RP_BIN_ADD; op <= RP_BIN_MUL; op++) {
-                ref->binary(y1, a, b, n, nb, (rp_binop)op);
-                cpu->binary(y2, a, b, n, nb, (rp_binop)op);
+                ref->binary(y1, a, b, n, nb, (kernels_binop)op);
+                cpu->binary(y2, a, b, n, nb, (kernels_binop)op);
                 tu_check_close(y2, y1, n, TOL, "binary");
             }
             /* In place (the bias add writes over its input). */
@@ -210,7 +210,7 @@ static void test_batch_norm_kernels(void **state)
  * dy*xhat corrected for the float mean's rounding (backward.c), and used
  * for dgamma and by bn_bwd_data.
  */
-static void bn_by_table(const rp_kernels *k, float *y, float *dgamma, float *dbeta, float *dx,
+static void bn_by_table(const kernels_table *k, float *y, float *dgamma, float *dbeta, float *dx,
                         const float *x, const float *dy, const float *gamma, const float *beta,
                         float eps, int64_t m, int c)
 {
@@ -253,7 +253,7 @@ static void body_batch_norm_off_centre(void)
         int64_t m;
         int c;
     } shapes[] = {{20, 3}, {32, 64}, {4096, 16}, {9001, 37}};
-    const rp_kernels *tables[] = {ref, cpu};
+    const kernels_table *tables[] = {ref, cpu};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t m = shapes[s].m, n = m * shapes[s].c;
         int c = shapes[s].c;
@@ -352,8 +352,8 @@ static void test_thread_count_honoured(void **state)
     rp_kernels_set_threads(1);
     assert_int_equal(rp_kernels_get_threads(), 1);
     assert_int_equal(omp_get_max_threads(), 1);
-    rp_conv_desc d;
-    assert_int_equal(rp_conv_desc_init(&d, 8, 32, 32, 16, 16, 3, 3, 1, 1), RP_OK);
+    kernels_conv_desc d;
+    assert_int_equal(kernels_conv_desc_init(&d, 8, 32, 32, 16, 16, 3, 3, 1, 1), RP_OK);
     int64_t nx = 8 * 32 * 32 * 16, nw = 16 * 9 * 16;
     float *x = buf(nx, 1), *w = buf(nw, 2), *y = buf(nx, 3), *dw = buf(nw, 4);
     float *a = buf(256 * 256, 5), *c = buf(256 * 256, 6);

@@ -27,15 +27,15 @@
  */
 #define NOINLINE __attribute__((noinline))
 
-static const rp_kernels *tables[2];
+static const kernels_table *tables[2];
 
 static int setup(void **state)
 {
     (void)state;
-    tables[0] = rp_kernels_ref();
-    tables[1] = rp_kernels_cpu();
+    tables[0] = kernels_ref();
+    tables[1] = kernels_cpu();
     for (int k = 0; k < 2; k++) {
-        const rp_kernels *t = tables[k];
+        const kernels_table *t = tables[k];
         if (!t->bn_train_stats || !t->bn_eval_stats || !t->bn_bwd_sums || !t->sn_power ||
             !t->sn_fwd || !t->sn_bwd || !t->checksum)
             return -1;

@@ -13,13 +13,13 @@
 #include "kernels/kernels.h"
 #include "testutil.h"
 
-static const rp_kernels *tables[2];
+static const kernels_table *tables[2];
 
 static int setup(void **state)
 {
     (void)state;
-    tables[0] = rp_kernels_ref();
-    tables[1] = rp_kernels_cpu();
+    tables[0] = kernels_ref();
+    tables[1] = kernels_cpu();
     return 0;
 }
 

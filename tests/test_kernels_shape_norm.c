@@ -14,12 +14,12 @@
 
 #define TOL 1e-5
 
-static const rp_kernels *ref, *cpu;
+static const kernels_table *ref, *cpu;
 
 static int setup(void **state)
 {
-    ref = rp_kernels_ref();
-    cpu = rp_kernels_cpu();
+    ref = kernels_ref();
+    cpu = kernels_cpu();
     return 0;
 }
 
@@ -58,8 +58,8 @@ static void body_bcast_reduce(void)
             float *a = buf(n, 1 + mask, -2, 2), *b = buf(nb, 2 + mask, 0.5f, 2);
             float *y1 = buf(n, 3, 0, 1), *y2 = buf(n, 3, 0, 1);
             for (int op = RP_BIN_ADD; op <= RP_BIN_DIV; op++) {
-                ref->binary_bcast(y1, a, b, shape, bstride, (rp_binop)op);
-                cpu->binary_bcast(y2, a, b, shape, bstride, (rp_binop)op);
+                ref->binary_bcast(y1, a, b, shape, bstride, (kernels_binop)op);
+                cpu->binary_bcast(y2, a, b, shape, bstride, (kernels_binop)op);
                 tu_check_close(y1, y2, n, TOL, "binary_bcast");
             }
             /* In place (y aliases a), as the backward uses it. */
@@ -100,7 +100,7 @@ static void body_pointwise(void)
         float *x = buf(n, 5, -2, 2), *pos = buf(n, 6, 0.2f, 3), *dy = buf(n, 7, -1, 1);
         float *y1 = buf(n, 8, 0, 1), *y2 = buf(n, 8, 0, 1), *d1 = buf(n, 9, 0, 1),
               *d2 = buf(n, 9, 0, 1);
-        rp_act acts[3] = {RP_ACT_ELU, RP_ACT_SQRT, RP_ACT_RECIPROCAL};
+        kernels_act acts[3] = {RP_ACT_ELU, RP_ACT_SQRT, RP_ACT_RECIPROCAL};
         for (int k = 0; k < 3; k++) {
             const float *in = acts[k] == RP_ACT_ELU ? x : pos;
             ref->act_fwd(y1, in, n, acts[k], 0.7f);

@@ -24,9 +24,9 @@
 #include "kernels/kernels.h"
 #include "kernels/strict/strict.h"
 
-static const rp_kernels *strict(void)
+static const kernels_table *strict(void)
 {
-    return rp_kernels_strict();
+    return kernels_strict();
 }
 
 static size_t page_size(void)
@@ -69,7 +69,7 @@ static bool host_readable(const void *p)
 /* Every test leaves the pool empty and closed: the next one starts from a known layout. */
 static void assert_pool_idle(void)
 {
-    rp_strict_pool_stats s = rp_strict_pool_get_stats();
+    kstrict_pool_stats s = kstrict_pool_get_stats();
     assert_int_equal(s.blocks, 0);
     assert_int_equal(s.live, 0);
     assert_int_equal(s.open_count, 0);
@@ -88,17 +88,17 @@ static void test_every_slot_wrapped(void **state)
     typedef void (*slot_fn)(void);
     /* Its storage is not host memory: the layers above stage through the memory slots. */
     assert_false(strict()->host_storage);
-    assert_true(rp_kernels_cpu()->host_storage);
+    assert_true(kernels_cpu()->host_storage);
     /* `name`, the host_storage flag, then the slots: gemm starts the first pointer-aligned
        word after the flag. */
-    assert_int_equal(offsetof(rp_kernels, host_storage), sizeof(const char *));
-    assert_int_equal(offsetof(rp_kernels, gemm), 2 * sizeof(slot_fn));
-    size_t span = sizeof(rp_kernels) - offsetof(rp_kernels, gemm);
+    assert_int_equal(offsetof(kernels_table, host_storage), sizeof(const char *));
+    assert_int_equal(offsetof(kernels_table, gemm), 2 * sizeof(slot_fn));
+    size_t span = sizeof(kernels_table) - offsetof(kernels_table, gemm);
     assert_int_equal(span % sizeof(slot_fn), 0);
     size_t nslots = span / sizeof(slot_fn);
     assert_true(nslots > 60); /* kernels.h has ~70 slots: the walk sees them all */
-    const char *s = (const char *)strict() + offsetof(rp_kernels, gemm);
-    const char *c = (const char *)rp_kernels_cpu() + offsetof(rp_kernels, gemm);
+    const char *s = (const char *)strict() + offsetof(kernels_table, gemm);
+    const char *c = (const char *)kernels_cpu() + offsetof(kernels_table, gemm);
     for (size_t i = 0; i < nslots; i++) {
         slot_fn fs, fc;
         memcpy(&fs, s + i * sizeof fs, sizeof fs);
@@ -107,10 +107,10 @@ static void test_every_slot_wrapped(void **state)
         if (fs == fc) fail_msg("strict table: slot %zu is the cpu table's, not a wrapper", i);
     }
     assert_string_equal(strict()->name, "strict");
-    assert_string_equal(strict()->bf16_path(), rp_kernels_cpu()->bf16_path());
+    assert_string_equal(strict()->bf16_path(), kernels_cpu()->bf16_path());
     (void)strict()->cache_bytes();
     strict()->mem_sync();
-    rp_strict_pool_stats st = rp_strict_pool_get_stats();
+    kstrict_pool_stats st = kstrict_pool_get_stats();
     assert_non_null(st.base);
     assert_true(st.reserved >= ((size_t)64 << 20));
     assert_pool_idle();
@@ -135,7 +135,7 @@ static void test_storage_in_kernels(void **state)
             fail_msg("add_inplace on storage: element %d is %.9g, want %.9g", i, (double)got[i],
                      (double)(a[i] + b[i]));
     double sum = strict()->sum(sb, N);
-    assert_true(sum == rp_kernels_cpu()->sum(b, N));
+    assert_true(sum == kernels_cpu()->sum(b, N));
     release(sa, sizeof a);
     release(sb, sizeof b);
     assert_pool_idle();
@@ -171,7 +171,7 @@ static void test_gemm_matches_cpu(void **state)
         float *sa = upload(a, (int64_t)m * k), *sb = upload(b, (int64_t)k * n),
               *sc = upload(c, (int64_t)m * n);
         strict()->gemm(ta, tb, m, n, k, 1.25f, sa, lda, sb, ldb, cases[ci].beta, sc, n);
-        rp_kernels_cpu()->gemm(ta, tb, m, n, k, 1.25f, a, lda, b, ldb, cases[ci].beta, c, n);
+        kernels_cpu()->gemm(ta, tb, m, n, k, 1.25f, a, lda, b, ldb, cases[ci].beta, c, n);
         strict()->mem_download(got, sc, (size_t)m * n * sizeof *got);
         if (memcmp(got, c, (size_t)m * n * sizeof *got) != 0)
             fail_msg("gemm case %zu: strict differs from cpu (largest gap %.3g)", ci,
@@ -192,8 +192,8 @@ static void test_gemm_matches_cpu(void **state)
 static void test_conv_and_bn_bf16_match_cpu(void **state)
 {
     (void)state;
-    rp_conv_desc d;
-    assert_int_equal(rp_conv_desc_init(&d, 2, 8, 8, 16, 16, 3, 3, 1, 1), RP_OK);
+    kernels_conv_desc d;
+    assert_int_equal(kernels_conv_desc_init(&d, 2, 8, 8, 16, 16, 3, 3, 1, 1), RP_OK);
     int64_t nx = 2 * 8 * 8 * 16, nw = 16 * 3 * 3 * 16, ny = (int64_t)2 * d.oh * d.ow * 16;
     float *x = host_aligned(nx), *w = host_aligned(nw), *bias = host_aligned(16),
           *y = host_aligned(ny), *got = host_aligned(ny);
@@ -203,7 +203,7 @@ static void test_conv_and_bn_bf16_match_cpu(void **state)
     float *sx = upload(x, nx), *sw = upload(w, nw), *sb = upload(bias, 16);
     float *sy = strict()->mem_alloc((size_t)ny * 4);
     assert_int_equal(strict()->conv2d_fwd(sy, sx, sw, sb, &d), RP_OK);
-    assert_int_equal(rp_kernels_cpu()->conv2d_fwd(y, x, w, bias, &d), RP_OK);
+    assert_int_equal(kernels_cpu()->conv2d_fwd(y, x, w, bias, &d), RP_OK);
     strict()->mem_download(got, sy, (size_t)ny * 4);
     assert_memory_equal(got, y, (size_t)ny * 4);
 
@@ -217,7 +217,7 @@ static void test_conv_and_bn_bf16_match_cpu(void **state)
     double *ssums = strict()->mem_alloc(2 * C * sizeof(double));
     double sums[2 * C], want[2 * C];
     strict()->bn_stats_bf16(strict(), ssums, sxb, M, C);
-    rp_kernels_cpu()->bn_stats_bf16(rp_kernels_cpu(), want, xb, M, C);
+    kernels_cpu()->bn_stats_bf16(kernels_cpu(), want, xb, M, C);
     strict()->mem_download(sums, ssums, sizeof sums);
     assert_memory_equal(sums, want, sizeof sums);
 
@@ -274,7 +274,7 @@ static void role_past_top(void)
 {
     float host[4] = {1, 2, 3, 4};
     (void)upload(host, 4);
-    rp_strict_pool_stats st = rp_strict_pool_get_stats();
+    kstrict_pool_stats st = kstrict_pool_get_stats();
     const char *p = (const char *)st.base + st.top + 100;
     say_addr(p);
     char v = *(const volatile char *)p;
@@ -592,7 +592,7 @@ static void test_free_and_reuse(void **state)
     (void)state;
     assert_pool_idle();
     size_t pg = page_size();
-    rp_strict_pool_stats st = rp_strict_pool_get_stats();
+    kstrict_pool_stats st = kstrict_pool_get_stats();
     char *base = st.base;
     /* The pool is one free run (or nothing): blocks are handed out from the start. */
     char *a = strict()->mem_alloc(3 * pg - 5), *b = strict()->mem_alloc(1),
@@ -600,7 +600,7 @@ static void test_free_and_reuse(void **state)
     assert_ptr_equal(a, base);
     assert_ptr_equal(b, base + 3 * pg);
     assert_ptr_equal(c, base + 4 * pg);
-    st = rp_strict_pool_get_stats();
+    st = kstrict_pool_get_stats();
     assert_int_equal(st.blocks, 3);
     assert_int_equal(st.live, 5 * pg);
     assert_true(st.top >= 5 * pg);
@@ -632,9 +632,9 @@ static void test_free_and_reuse(void **state)
     strict()->mem_free(NULL, 0);
     assert_pool_idle();
     /* Everything merged back: the whole top is one run again. */
-    char *h = strict()->mem_alloc(rp_strict_pool_get_stats().top);
+    char *h = strict()->mem_alloc(kstrict_pool_get_stats().top);
     assert_ptr_equal(h, base);
-    strict()->mem_free(h, rp_strict_pool_get_stats().top);
+    strict()->mem_free(h, kstrict_pool_get_stats().top);
     assert_pool_idle();
 }
 
@@ -659,11 +659,11 @@ static void test_alloc_while_open(void **state)
 {
     (void)state;
     float *a = strict()->mem_alloc(64);
-    rp_strict_pool_open();                            /* as another thread's kernel call would */
+    kstrict_pool_open();                              /* as another thread's kernel call would */
     float *b = strict()->mem_alloc(64 * page_size()); /* new pages, past the old top */
     assert_true(host_readable(b + 10));
     strict()->mem_fill(b, 0, 64 * page_size());
-    rp_strict_pool_close();
+    kstrict_pool_close();
     assert_false(host_readable(b + 10));
     assert_false(host_readable(a));
     release(a, 64);
@@ -698,7 +698,7 @@ static void *work(void *arg)
         strict()->mem_download(got, s, sizeof got);
         for (int i = 0; i < N; i++)
             if (got[i] != 2.0f * x[i] + x[i]) w->bad = it;
-        if (sum != rp_kernels_cpu()->sum(got, N)) w->bad = it;
+        if (sum != kernels_cpu()->sum(got, N)) w->bad = it;
         strict()->mem_free(t, N * sizeof(float));
         strict()->mem_free(s, N * sizeof(float) * (size_t)(1 + it % 3));
     }

@@ -20,14 +20,14 @@
 
 #include "onnx.pb-c.h"
 
-static RpOnnxPb__ModelProto *load(const char *path)
+static IoOnnxPb__ModelProto *load(const char *path)
 {
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     static uint8_t buf[1 << 20];
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    RpOnnxPb__ModelProto *m = rp_onnx_pb__model_proto__unpack(NULL, n, buf);
+    IoOnnxPb__ModelProto *m = io_onnx_pb__model_proto__unpack(NULL, n, buf);
     assert_non_null(m);
     return m;
 }
@@ -59,7 +59,7 @@ static void test_graph_round_trip(void **unused)
     assert_int_equal(rp_onnx_save(g, path), RP_OK);
     rp_onnx_destroy(g);
 
-    RpOnnxPb__ModelProto *m = load(path);
+    IoOnnxPb__ModelProto *m = load(path);
     assert_int_equal(m->ir_version, RP_ONNX_IR_VERSION);
     assert_int_equal(m->n_opset_import, 1);
     assert_string_equal(m->opset_import[0]->domain, "");
@@ -67,10 +67,10 @@ static void test_graph_round_trip(void **unused)
     assert_string_equal(m->producer_name, "replicator");
     assert_int_equal(m->n_metadata_props, 1);
     assert_string_equal(m->metadata_props[0]->value, "v2");
-    const RpOnnxPb__GraphProto *gp = m->graph;
+    const IoOnnxPb__GraphProto *gp = m->graph;
     assert_string_equal(gp->name, "tiny");
     assert_int_equal(gp->n_input, 1);
-    const RpOnnxPb__TensorShapeProto *sh = gp->input[0]->type->tensor_type->shape;
+    const IoOnnxPb__TensorShapeProto *sh = gp->input[0]->type->tensor_type->shape;
     assert_int_equal(gp->input[0]->type->tensor_type->elem_type, 1);
     assert_int_equal(sh->n_dim, 2);
     assert_string_equal(sh->dim[0]->dim_param, "N");
@@ -83,7 +83,7 @@ static void test_graph_round_trip(void **unused)
     assert_int_equal(gp->initializer[1]->data_type, 7);
     assert_memory_equal(gp->initializer[1]->raw_data.data, shape, sizeof shape);
     assert_int_equal(gp->n_node, 2);
-    const RpOnnxPb__NodeProto *n = gp->node[0];
+    const IoOnnxPb__NodeProto *n = gp->node[0];
     assert_string_equal(n->op_type, "Gemm");
     assert_int_equal(n->n_input, 2);
     assert_string_equal(n->input[1], "fc.weight");
@@ -96,7 +96,7 @@ static void test_graph_round_trip(void **unused)
     assert_int_equal(n->attribute[3]->n_ints, 2);
     assert_int_equal(n->attribute[3]->ints[0], 1);
     assert_string_equal(gp->output[0]->name, "Reshape_1");
-    rp_onnx_pb__model_proto__free_unpacked(m, NULL);
+    io_onnx_pb__model_proto__free_unpacked(m, NULL);
 }
 
 static void test_errors_are_sticky(void **unused)
@@ -158,8 +158,8 @@ static void test_conv_weights_permuted(void **unused)
     assert_int_equal(rp_onnx_save_weights(g, wpath, RP_CHECKPOINT_F32), RP_OK);
     rp_onnx_destroy(g);
 
-    RpOnnxPb__ModelProto *m = load(path);
-    const RpOnnxPb__TensorProto *t = m->graph->initializer[0];
+    IoOnnxPb__ModelProto *m = load(path);
+    const IoOnnxPb__TensorProto *t = m->graph->initializer[0];
     assert_string_equal(t->name, "c.weight");
     assert_int_equal(t->n_dims, 4);
     assert_int_equal(t->dims[1], I);
@@ -170,7 +170,7 @@ static void test_conv_weights_permuted(void **unused)
                 for (int v = 0; v < K; v++)
                     assert_true(oihw[((o * I + c) * K + u) * K + v] ==
                                 ohwi[((o * K + u) * K + v) * I + c]);
-    rp_onnx_pb__model_proto__free_unpacked(m, NULL);
+    io_onnx_pb__model_proto__free_unpacked(m, NULL);
 
     rp_checkpoint *w = NULL;
     assert_int_equal(rp_checkpoint_load(&w, wpath), RP_OK);

@@ -492,7 +492,7 @@ static void test_sumtree_against_linear_scan(void **state)
     double sum = 0;
     for (int j = 0; j < LEAVES; j++)
         sum += cur[j];
-    assert_true(fabs(rp_sumtree_total(&t) - sum) <= 1e-12 * sum);
+    assert_true(fabs(rl_sumtree_total(&t) - sum) <= 1e-12 * sum);
     int64_t last_pos = LEAVES - 1;
     while (cur[last_pos] == 0)
         last_pos--;

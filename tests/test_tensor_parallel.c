@@ -86,7 +86,7 @@ static rp_status values_into(const rp_tensor *t, float *out)
 static void grad_into(const rp_tensor *t, float *out)
 {
     if (t->grad)
-        rp_kernels_active()->mem_download(out, t->grad, (size_t)t->numel * sizeof(float));
+        kernels_active()->mem_download(out, t->grad, (size_t)t->numel * sizeof(float));
     else
         memset(out, 0, (size_t)t->numel * sizeof(float));
 }

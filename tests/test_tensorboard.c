@@ -69,17 +69,17 @@ static void read_events(const char *path, events *ev)
         size_t len;
         if (io_tfrecord_next(r, &data, &len) != RP_OK) fail_msg("%s", rp_last_error());
         if (!data) break;
-        RpTb__Event *e = rp_tb__event__unpack(NULL, len, data);
+        IoTb__Event *e = io_tb__event__unpack(NULL, len, data);
         assert_non_null(e);
         if (k == 0) {
-            assert_int_equal(e->what_case, RP_TB__EVENT__WHAT_FILE_VERSION);
+            assert_int_equal(e->what_case, IO_TB__EVENT__WHAT_FILE_VERSION);
             snprintf(ev->version, sizeof ev->version, "%s", e->file_version);
             ev->version_time = e->wall_time;
         } else {
-            assert_int_equal(e->what_case, RP_TB__EVENT__WHAT_SUMMARY);
+            assert_int_equal(e->what_case, IO_TB__EVENT__WHAT_SUMMARY);
             assert_int_equal(e->summary->n_value, 1);
-            const RpTb__Summary__Value *v = e->summary->value[0];
-            assert_int_equal(v->value_case, RP_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE);
+            const IoTb__Summary__Value *v = e->summary->value[0];
+            assert_int_equal(v->value_case, IO_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE);
             assert_true(ev->n < MAX_SCALARS);
             scalar *s = &ev->s[ev->n++];
             snprintf(s->tag, sizeof s->tag, "%s", v->tag);
@@ -87,7 +87,7 @@ static void read_events(const char *path, events *ev)
             s->value = v->simple_value;
             s->wall_time = e->wall_time;
         }
-        rp_tb__event__free_unpacked(e, NULL);
+        io_tb__event__free_unpacked(e, NULL);
     }
     io_tfrecord_close(r);
 }

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "replicator/replicator.h"
-#include "comm/comm_internal.h" /* rp_comm_mpi_set_full_check: the knob behind --check */
+#include "comm/comm_internal.h" /* comm_mpi_set_full_check: the knob behind --check */
 
 static long long parse_bytes(const char *s)
 {
@@ -166,9 +166,9 @@ int main(int argc, char **argv)
              * rounds. */
             double t_full[99];
             for (int r = 0; r < rounds; r++) {
-                rp_comm_mpi_set_full_check(1);
+                comm_mpi_set_full_check(1);
                 t_full[r] = time_ours(ms, T, iters);
-                rp_comm_mpi_set_full_check(0);
+                comm_mpi_set_full_check(0);
                 t_ours[r] = time_ours(ms, T, iters);
             }
             double hashed = median(t_ours, rounds), full = median(t_full, rounds);

@@ -16,20 +16,20 @@ static const char *kind_name(int kind)
     return (unsigned)kind < 6 ? names[kind] : "?";
 }
 
-const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)
+const char *comm_coll_desc_str(const comm_coll_desc *d, char *buf, size_t size)
 {
     if (d->layered) {
-        rp_coll_desc outer = {.kind = d->outer_kind,
-                              .dtype = d->dtype,
-                              .op = d->outer_op,
-                              .root = d->outer_root,
-                              .count = d->outer_count,
-                              .seq = d->outer_seq,
-                              .user_seq = d->user_seq,
-                              .internal = d->internal,
-                              .phased = d->phased};
+        comm_coll_desc outer = {.kind = d->outer_kind,
+                                .dtype = d->dtype,
+                                .op = d->outer_op,
+                                .root = d->outer_root,
+                                .count = d->outer_count,
+                                .seq = d->outer_seq,
+                                .user_seq = d->user_seq,
+                                .internal = d->internal,
+                                .phased = d->phased};
         memcpy(outer.what, d->what, sizeof outer.what);
-        return rp_coll_desc_str(&outer, buf, size);
+        return comm_coll_desc_str(&outer, buf, size);
     }
     /* A user call by its number among the user's calls; the runtime's own by its name. */
     char name[96];
@@ -60,7 +60,7 @@ const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size)
     return buf;
 }
 
-bool rp_coll_desc_equal(const rp_coll_desc *a, const rp_coll_desc *b)
+bool comm_coll_desc_equal(const comm_coll_desc *a, const comm_coll_desc *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
            a->count == b->count && a->seq == b->seq && a->layered == b->layered &&
@@ -71,32 +71,32 @@ bool rp_coll_desc_equal(const rp_coll_desc *a, const rp_coll_desc *b)
                             a->outer_seq == b->outer_seq));
 }
 
-void rp_coll_mismatch_str(const rp_coll_desc *a, const char *who_a, const rp_coll_desc *b,
-                          const char *who_b, char *msg, size_t size)
+void comm_coll_mismatch_str(const comm_coll_desc *a, const char *who_a, const comm_coll_desc *b,
+                            const char *who_b, char *msg, size_t size)
 {
     char sa[160], sb[160];
     if (a->internal != b->internal) {
         /* One member went on to the runtime's own call: it skipped the user's call the other is in.
          */
-        const rp_coll_desc *user = a->internal ? b : a, *own = a->internal ? a : b;
-        rp_coll_desc named = *user;
+        const comm_coll_desc *user = a->internal ? b : a, *own = a->internal ? a : b;
+        comm_coll_desc named = *user;
         if (named.layered) named.user_seq = user->user_seq;
         snprintf(msg, size,
                  "%s ended its step without calling %s (it went on to %s), which %s is in",
-                 a->internal ? who_a : who_b, rp_coll_desc_str(&named, sa, sizeof sa),
-                 rp_coll_desc_str(own, sb, sizeof sb), a->internal ? who_b : who_a);
+                 a->internal ? who_a : who_b, comm_coll_desc_str(&named, sa, sizeof sa),
+                 comm_coll_desc_str(own, sb, sizeof sb), a->internal ? who_b : who_a);
         return;
     }
-    snprintf(msg, size,
-             "collective mismatch: %s called %s but %s called %s; "
-             "every replica must make the same collective calls in the same order%s",
-             who_a, rp_coll_desc_str(a, sa, sizeof sa), who_b, rp_coll_desc_str(b, sb, sizeof sb),
-             a->phased && b->phased && !a->internal
-                 ? " (user calls are numbered from #0 in each step)"
-                 : "");
+    snprintf(
+        msg, size,
+        "collective mismatch: %s called %s but %s called %s; "
+        "every replica must make the same collective calls in the same order%s",
+        who_a, comm_coll_desc_str(a, sa, sizeof sa), who_b, comm_coll_desc_str(b, sb, sizeof sb),
+        a->phased && b->phased && !a->internal ? " (user calls are numbered from #0 in each step)"
+                                               : "");
 }
 
-void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm)
+void comm_coll_desc_name(comm_coll_desc *d, const rp_comm *comm)
 {
     d->user_seq = comm->user_seq - comm->user_base;
     d->phased = comm->phased;
@@ -107,7 +107,7 @@ void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm)
 void rp_comm_destroy(rp_comm *comm)
 {
     if (!comm) return;
-    rp_flight_free(comm);
+    comm_flight_free(comm);
     comm->ops->destroy(comm);
 }
 
@@ -272,7 +272,7 @@ rp_status rp_comm_set_timeout(rp_comm *comm, double seconds)
 
 void rp_comm_leave(rp_comm *comm, rp_status status, const char *reason)
 {
-    if (comm && !(rp_fault_on() && fault_dead(comm)))
+    if (comm && !(fault_on() && fault_dead(comm)))
         comm->ops->leave(comm, status, reason ? reason : "");
 }
 
@@ -283,17 +283,17 @@ void rp_comm_rejoin(rp_comm *comm)
     comm->user_base = comm->user_seq;
     comm->user_entered = 0;
     comm->phased = true;
-    if (rp_fault_on()) fault_rejoin(comm);
+    if (fault_on()) fault_rejoin(comm);
     comm->ops->rejoin(comm);
 }
 
 /* The checks every call shares; `buffers` is whether send/recv must be non-NULL. */
-static rp_status check_call(const rp_comm *comm, const rp_coll_desc *d, const void *send,
+static rp_status check_call(const rp_comm *comm, const comm_coll_desc *d, const void *send,
                             const void *recv)
 {
     char what[128];
     if (!comm) return RP_ERROR(RP_ERR_INVALID, "communicator is NULL");
-    rp_coll_desc_str(d, what, sizeof what);
+    comm_coll_desc_str(d, what, sizeof what);
     if (d->count < 0)
         return RP_ERROR(RP_ERR_INVALID, "%s: count %lld is negative", what, (long long)d->count);
     if (d->kind == RP_COLL_BARRIER) return RP_OK;
@@ -315,16 +315,16 @@ static rp_status check_call(const rp_comm *comm, const rp_coll_desc *d, const vo
 static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int64_t count,
                      rp_dtype dtype, rp_reduce_op op, int root)
 {
-    rp_coll_desc d = {.kind = kind,
-                      .dtype = (int)dtype,
-                      .op = (int)op,
-                      .root = root,
-                      .count = count,
-                      .seq = comm ? comm->seq : 0};
-    if (comm) rp_coll_desc_name(&d, comm);
+    comm_coll_desc d = {.kind = kind,
+                        .dtype = (int)dtype,
+                        .op = (int)op,
+                        .root = root,
+                        .count = count,
+                        .seq = comm ? comm->seq : 0};
+    if (comm) comm_coll_desc_name(&d, comm);
     /* The flight recorder's entry comes before the checks, so that an invalid call is recorded too.
      */
-    rp_flight_entry *e = comm ? rp_flight_begin(comm, (rp_flight_kind)kind) : NULL;
+    rp_flight_entry *e = comm ? comm_flight_begin(comm, (rp_flight_kind)kind) : NULL;
     uint64_t call = 0;
     if (e) {
         call = e->call;
@@ -344,7 +344,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
     }
     rp_status status = check_call(comm, &d, send, recv);
     if (status != RP_OK) {
-        if (e) rp_flight_end(comm, call, status);
+        if (e) comm_flight_end(comm, call, status);
         /* The peers would wait for a call that never comes: tell them why, now. */
         if (comm) {
             char reason[1100];
@@ -356,13 +356,13 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
     }
     if (!d.internal) comm->user_entered++;
     rp_trace_begin(RP_PHASE_COMM); /* the trace's span: next to the flight recorder's entry */
-    status = rp_fault_on() ? fault_collective(comm, &d, send, recv)
-                           : comm->ops->collective(comm, &d, send, recv);
+    status = fault_on() ? fault_collective(comm, &d, send, recv)
+                        : comm->ops->collective(comm, &d, send, recv);
     rp_trace_end_args(kind_name(kind), count * (int64_t)rp_dtype_size(dtype), (int64_t)d.seq,
                       kind == RP_COLL_ALL_REDUCE || kind == RP_COLL_REDUCE_SCATTER
                           ? rp_reduce_op_name(op)
                           : NULL);
-    if (e) rp_flight_end(comm, call, status);
+    if (e) comm_flight_end(comm, call, status);
     if (status == RP_OK) tally(comm, kind, count, dtype);
     if (status == RP_OK && !d.internal) comm->user_seq++;
     return named(comm, status);
@@ -408,7 +408,7 @@ rp_status rp_comm_split(rp_comm *comm, int color, int key, rp_comm **out)
     return status;
 }
 
-int rp_comm_group_order(const int64_t *all, int n, int64_t color, int *order)
+int comm_group_order(const int64_t *all, int n, int64_t color, int *order)
 {
     int g = 0;
     for (int q = 0; q < n; q++) {
@@ -423,7 +423,7 @@ int rp_comm_group_order(const int64_t *all, int n, int64_t color, int *order)
     return g;
 }
 
-void rp_comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi)
+void comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi)
 {
     int64_t unit = 64 / (int64_t)es, units = (count + unit - 1) / unit;
     *lo = units * r / n * unit;
@@ -434,7 +434,7 @@ void rp_comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t 
 
 /* ---- point-to-point ------------------------------------------------------------------------- */
 
-const char *rp_p2p_desc_str(const rp_p2p_desc *d, bool numbered, char *buf, size_t size)
+const char *comm_p2p_desc_str(const comm_p2p_desc *d, bool numbered, char *buf, size_t size)
 {
     char num[32] = "", tag[24];
     if (numbered) snprintf(num, sizeof num, " #%llu", (unsigned long long)d->num);
@@ -447,21 +447,21 @@ const char *rp_p2p_desc_str(const rp_p2p_desc *d, bool numbered, char *buf, size
     return buf;
 }
 
-bool rp_p2p_accepts(const rp_p2p_desc *r, const rp_p2p_desc *s)
+bool comm_p2p_accepts(const comm_p2p_desc *r, const comm_p2p_desc *s)
 {
     return (r->tag == RP_ANY_TAG || r->tag == s->tag) && r->count == s->count &&
            r->dtype == s->dtype;
 }
 
-void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_desc *r,
-                         const char *who_r, char *msg, size_t size)
+void comm_p2p_mismatch_str(const comm_p2p_desc *s, const char *who_s, const comm_p2p_desc *r,
+                           const char *who_r, char *msg, size_t size)
 {
     char a[96], b[96];
     snprintf(msg, size,
              "message mismatch: %s sent '%s' to %s, which expected '%s'; the k-th send from one "
              "member to another meets the k-th receive there, with the same tag, count and dtype",
-             who_s, rp_p2p_desc_str(s, true, a, sizeof a), who_r,
-             rp_p2p_desc_str(r, true, b, sizeof b));
+             who_s, comm_p2p_desc_str(s, true, a, sizeof a), who_r,
+             comm_p2p_desc_str(r, true, b, sizeof b));
 }
 
 /*
@@ -469,7 +469,7 @@ void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_d
  * breaks the communicator (the peer would wait for it), as an invalid
  * collective does.
  */
-static rp_status check_p2p(rp_comm *comm, const rp_p2p_desc *d, const void *buf, const void *req)
+static rp_status check_p2p(rp_comm *comm, const comm_p2p_desc *d, const void *buf, const void *req)
 {
     char what[96];
     if (!comm) return RP_ERROR(RP_ERR_INVALID, "communicator is NULL");
@@ -477,7 +477,7 @@ static rp_status check_p2p(rp_comm *comm, const rp_p2p_desc *d, const void *buf,
         return RP_ERROR(RP_ERR_UNSUPPORTED, "the %s backend has no point-to-point messages",
                         comm->ops->name);
     }
-    rp_p2p_desc_str(d, false, what, sizeof what);
+    comm_p2p_desc_str(d, false, what, sizeof what);
     rp_status status = RP_OK;
     if (d->count < 0)
         status = RP_ERROR(RP_ERR_INVALID, "%s: count %lld is negative", what, (long long)d->count);
@@ -507,12 +507,12 @@ static rp_status check_p2p(rp_comm *comm, const rp_p2p_desc *d, const void *buf,
  * that an invalid call is recorded too), the checks, the backend. The
  * request carries the entry's number, completed by complete().
  */
-static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req,
+static rp_status post(rp_comm *comm, const comm_p2p_desc *d, void *buf, rp_comm_request **req,
                       bool blocking)
 {
     if (req) *req = NULL;
     rp_flight_entry *e =
-        comm ? rp_flight_begin(comm, d->send ? RP_FLIGHT_SEND : RP_FLIGHT_RECV) : NULL;
+        comm ? comm_flight_begin(comm, d->send ? RP_FLIGHT_SEND : RP_FLIGHT_RECV) : NULL;
     uint64_t call = 0;
     if (e) {
         call = e->call;
@@ -532,11 +532,11 @@ static rp_status post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_re
     }
     rp_status status = check_p2p(comm, d, buf, req);
     if (status == RP_OK)
-        status = rp_fault_on() ? fault_post(comm, d, buf, req)
-                 : d->send     ? comm->ops->isend(comm, d, buf, req)
-                               : comm->ops->irecv(comm, d, buf, req);
+        status = fault_on() ? fault_post(comm, d, buf, req)
+                 : d->send  ? comm->ops->isend(comm, d, buf, req)
+                            : comm->ops->irecv(comm, d, buf, req);
     if (status != RP_OK) {
-        if (e) rp_flight_end(comm, call, status);
+        if (e) comm_flight_end(comm, call, status);
         return named(comm, status);
     }
     tally(comm, d->send ? RP_FLIGHT_SEND : RP_FLIGHT_RECV, d->count, (rp_dtype)d->dtype);
@@ -566,21 +566,21 @@ static rp_status complete(rp_comm_request *req, double deadline)
     uint64_t flight = req->flight;
     rp_status status = backend->ops->wait(req, deadline);
     part_failed(comm, backend, status);
-    if (flight) rp_flight_end(comm, flight - 1, status);
+    if (flight) comm_flight_end(comm, flight - 1, status);
     return named(comm, status);
 }
 
 rp_status rp_comm_isend(rp_comm *comm, const void *buf, int64_t count, rp_dtype dtype, int peer,
                         int tag, rp_comm_request **req)
 {
-    rp_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
+    comm_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
     return post(comm, &d, (void *)buf, req, false);
 }
 
 rp_status rp_comm_irecv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag,
                         rp_comm_request **req)
 {
-    rp_p2p_desc d = {.send = 0, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
+    comm_p2p_desc d = {.send = 0, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
     return post(comm, &d, buf, req, false);
 }
 
@@ -601,7 +601,7 @@ rp_status rp_comm_test(rp_comm_request *req, bool *done)
     uint64_t flight = req->flight;
     rp_status status = backend->ops->test(req, done);
     if (*done) part_failed(comm, backend, status);
-    if (*done && flight) rp_flight_end(comm, flight - 1, status);
+    if (*done && flight) comm_flight_end(comm, flight - 1, status);
     return status;
 }
 
@@ -630,7 +630,7 @@ rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype d
                        int tag)
 {
     rp_comm_request *req;
-    rp_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
+    comm_p2p_desc d = {.send = 1, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
     rp_trace_begin(RP_PHASE_COMM);
     rp_status status = post(comm, &d, (void *)buf, &req, true);
     if (status == RP_OK) status = complete(req, rp_now_s() + comm->timeout);
@@ -641,7 +641,7 @@ rp_status rp_comm_send(rp_comm *comm, const void *buf, int64_t count, rp_dtype d
 rp_status rp_comm_recv(rp_comm *comm, void *buf, int64_t count, rp_dtype dtype, int peer, int tag)
 {
     rp_comm_request *req;
-    rp_p2p_desc d = {.send = 0, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
+    comm_p2p_desc d = {.send = 0, .peer = peer, .tag = tag, .dtype = (int)dtype, .count = count};
     rp_trace_begin(RP_PHASE_COMM);
     rp_status status = post(comm, &d, buf, &req, true);
     if (status == RP_OK) status = complete(req, rp_now_s() + comm->timeout);
@@ -664,7 +664,7 @@ rp_status rp_comm_probe(rp_comm *comm, int peer, int tag, bool *ready, int *sour
                         "(nor RP_ANY_SOURCE)",
                         peer, comm->size);
     if (tag < RP_ANY_TAG) return RP_ERROR(RP_ERR_INVALID, "rp_comm_probe: tag %d is negative", tag);
-    rp_p2p_desc found = {0};
+    comm_p2p_desc found = {0};
     RP_CHECK(comm->ops->probe(comm, peer, tag, ready, &found));
     if (*ready) {
         if (source) *source = found.peer;

@@ -16,11 +16,11 @@ typedef enum {
     RP_COLL_BROADCAST,
     RP_COLL_BARRIER,
     RP_COLL_LEFT, /* not a call: a member announcing that its step failed (op holds the status) */
-} rp_coll_kind;
+} comm_coll_kind;
 
 /* One collective call: what members compare before moving any data. */
-typedef struct rp_coll_desc {
-    int kind;      /* rp_coll_kind */
+typedef struct comm_coll_desc {
+    int kind;      /* comm_coll_kind */
     int dtype;     /* rp_dtype (unused by barrier) */
     int op;        /* rp_reduce_op (reductions only) */
     int root;      /* broadcast only */
@@ -47,11 +47,11 @@ typedef struct rp_coll_desc {
     int internal;
     int phased;
     char what[48];
-} rp_coll_desc;
+} comm_coll_desc;
 
 /* Writes e.g. "all_reduce #12 (count 4096, f32, sum)" into buf; returns buf. */
-const char *rp_coll_desc_str(const rp_coll_desc *d, char *buf, size_t size);
-bool rp_coll_desc_equal(const rp_coll_desc *a, const rp_coll_desc *b);
+const char *comm_coll_desc_str(const comm_coll_desc *d, char *buf, size_t size);
+bool comm_coll_desc_equal(const comm_coll_desc *a, const comm_coll_desc *b);
 /*
  * The message for two members' differing calls a (replica ida's) and b
  * (idb's), into msg: "collective mismatch: ..." or, where exactly one of
@@ -59,31 +59,31 @@ bool rp_coll_desc_equal(const rp_coll_desc *a, const rp_coll_desc *b);
  * <user call> (it went on to <what>)". `who_a`/`who_b` name the members
  * ("replica 3", "rank 1 (host)").
  */
-void rp_coll_mismatch_str(const rp_coll_desc *a, const char *who_a, const rp_coll_desc *b,
-                          const char *who_b, char *msg, size_t size);
+void comm_coll_mismatch_str(const comm_coll_desc *a, const char *who_a, const comm_coll_desc *b,
+                            const char *who_b, char *msg, size_t size);
 
 /* ---- point-to-point ---------------------------------------------------------------------- */
 
 /* One point-to-point call, as compared between sender and receiver and named in messages. */
-typedef struct rp_p2p_desc {
+typedef struct comm_p2p_desc {
     int send; /* 1: a send, 0: a receive */
     int peer; /* the other side (RP_ANY_SOURCE for such a receive) */
     int tag;  /* RP_ANY_TAG allowed for a receive */
     int dtype;
     int64_t count;
     uint64_t num; /* position along the channel, from 0 (a receive's once matched) */
-} rp_p2p_desc;
+} comm_p2p_desc;
 
 /* "send #3 (tag 7, count 10, f32)"; a receive not yet matched has no number. */
-const char *rp_p2p_desc_str(const rp_p2p_desc *d, bool numbered, char *buf, size_t size);
+const char *comm_p2p_desc_str(const comm_p2p_desc *d, bool numbered, char *buf, size_t size);
 /* Whether a receive `r` accepts the send `s` (tag unless RP_ANY_TAG, count, dtype). */
-bool rp_p2p_accepts(const rp_p2p_desc *r, const rp_p2p_desc *s);
+bool comm_p2p_accepts(const comm_p2p_desc *r, const comm_p2p_desc *s);
 /*
  * "p2p mismatch: replica 1 sent 'send #3 (...)' to replica 0, which expected
  * 'recv #3 (...)'" (who_s, who_r name the two members).
  */
-void rp_p2p_mismatch_str(const rp_p2p_desc *s, const char *who_s, const rp_p2p_desc *r,
-                         const char *who_r, char *msg, size_t size);
+void comm_p2p_mismatch_str(const comm_p2p_desc *s, const char *who_s, const comm_p2p_desc *r,
+                           const char *who_r, char *msg, size_t size);
 
 /*
  * A non-blocking call. Every backend's request starts with this header
@@ -95,9 +95,9 @@ struct rp_comm_request {
     uint64_t flight;  /* comm.c's: its flight-recorder call number + 1 (0: none) */
 };
 
-typedef struct rp_comm_ops {
+typedef struct comm_ops {
     const char *name;
-    rp_status (*collective)(rp_comm *comm, const rp_coll_desc *d, const void *send, void *recv);
+    rp_status (*collective)(rp_comm *comm, const comm_coll_desc *d, const void *send, void *recv);
     rp_status (*split)(rp_comm *comm, int color, int key, rp_comm **out);
     void (*leave)(rp_comm *comm, rp_status status, const char *reason);
     void (*rejoin)(rp_comm *comm);
@@ -111,18 +111,19 @@ typedef struct rp_comm_ops {
      * post and set *req; wait completes by `deadline` (rp_now_s() clock)
      * and frees; test never times out and frees once done.
      */
-    rp_status (*isend)(rp_comm *comm, const rp_p2p_desc *d, const void *buf, rp_comm_request **req);
-    rp_status (*irecv)(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req);
+    rp_status (*isend)(rp_comm *comm, const comm_p2p_desc *d, const void *buf,
+                       rp_comm_request **req);
+    rp_status (*irecv)(rp_comm *comm, const comm_p2p_desc *d, void *buf, rp_comm_request **req);
     rp_status (*wait)(rp_comm_request *req, double deadline);
     rp_status (*test)(rp_comm_request *req, bool *done);
-    rp_status (*probe)(rp_comm *comm, int peer, int tag, bool *ready, rp_p2p_desc *found);
+    rp_status (*probe)(rp_comm *comm, int peer, int tag, bool *ready, comm_p2p_desc *found);
     /* Optional: comm->noun was set (the hierarchical backend passes it to the handles it is
        made of, whose messages it returns). */
     void (*noun_set)(rp_comm *comm);
-} rp_comm_ops;
+} comm_ops;
 
 struct rp_comm {
-    const rp_comm_ops *ops;
+    const comm_ops *ops;
     int rank, size;
     int *ids;              /* [size] replica id of each rank, owned */
     char noun[16];         /* what messages call a member (rp_comm_noun: "replica" when empty) */
@@ -168,39 +169,39 @@ static inline const char *comm_noun(const rp_comm *c)
 }
 
 /*
- * The recorder's calls (flight.c). rp_flight_begin takes the next slot and
+ * The recorder's calls (flight.c). comm_flight_begin takes the next slot and
  * returns it with call, start and kind filled (the caller fills the rest),
- * or NULL where the ring is off or could not be allocated; rp_flight_end
+ * or NULL where the ring is off or could not be allocated; comm_flight_end
  * completes call number `call` with `status` unless the ring has moved past
- * it. rp_flight_free releases the ring (rp_comm_destroy).
+ * it. comm_flight_free releases the ring (rp_comm_destroy).
  */
-rp_flight_entry *rp_flight_begin(rp_comm *comm, rp_flight_kind kind);
-void rp_flight_end(rp_comm *comm, uint64_t call, rp_status status);
-void rp_flight_free(rp_comm *comm);
+rp_flight_entry *comm_flight_begin(rp_comm *comm, rp_flight_kind kind);
+void comm_flight_end(rp_comm *comm, uint64_t call, rp_status status);
+void comm_flight_free(rp_comm *comm);
 
 /* Fills the naming fields of a collective's descriptor (user_seq, internal, what) from comm. */
-void rp_coll_desc_name(rp_coll_desc *d, const rp_comm *comm);
+void comm_coll_desc_name(comm_coll_desc *d, const rp_comm *comm);
 
 /*
  * Member r's slice [*lo, *hi) of count elements of `es` bytes when a buffer
  * is split across n members: slices start at multiples of 64 bytes, so no
  * two members write one cache line.
  */
-void rp_comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi);
+void comm_slice(int64_t count, size_t es, int r, int n, int64_t *lo, int64_t *hi);
 
 /*
  * A split's group: all[2q] and all[2q+1] are member q's color and key (n
  * members); the members of `color` in (key, rank) order into order[].
  * Returns how many.
  */
-int rp_comm_group_order(const int64_t *all, int n, int64_t color, int *order);
+int comm_group_order(const int64_t *all, int n, int64_t color, int *order);
 
 /*
  * dst[0..len) = op over members q < n of srcs[q][off .. off+len), adding in
  * rank order. dst must not overlap any source.
  */
-void rp_reduce_block(void *dst, const void *const *srcs, int n, int64_t off, int64_t len,
-                     rp_dtype dtype, rp_reduce_op op);
+void comm_reduce_block(void *dst, const void *const *srcs, int n, int64_t off, int64_t len,
+                       rp_dtype dtype, rp_reduce_op op);
 
 /*
  * MPI's shared state (src/comm/mpi/mpi.c; not in a build without MPI): MPI
@@ -208,14 +209,14 @@ void rp_reduce_block(void *dst, const void *const *srcs, int n, int64_t off, int
  * and the process-wide lock every MPI call is made under - held for a call
  * or a few posted together, never across a wait.
  */
-rp_status rp_mpi_ensure_init(void);
+rp_status comm_mpi_ensure_init(void);
 /*
  * The MPI backend's call check (see mpi.c): 0 (default) hashes each call's
  * descriptor into one small reduction and exchanges the full descriptors
  * only when the hashes differ; 1 exchanges them on every call (the old way,
  * kept to measure what the hash saves: bench/mpi/allreduce_mpi --full-check).
  */
-void rp_comm_mpi_set_full_check(int full);
+void comm_mpi_set_full_check(int full);
 
 /*
  * The MPI backend's point-to-point with lanes, for the hierarchical backend
@@ -224,14 +225,14 @@ void rp_comm_mpi_set_full_check(int full);
  * lanes + lane] names the communicator member of each lane for messages
  * (NULL: the MPI rank). `owner` is the handle the request is posted on.
  */
-rp_status rp_mpi_p2p_setup(rp_comm *mpi, int lanes, const int *lane_rank, const int *ids);
-rp_status rp_mpi_isend(rp_comm *mpi, const rp_p2p_desc *d, const void *buf, int proc, int slane,
-                       int dlane, rp_comm_request **req, rp_comm *owner);
-rp_status rp_mpi_irecv(rp_comm *mpi, const rp_p2p_desc *d, void *buf, int proc, int slane,
-                       int dlane, rp_comm_request **req, rp_comm *owner);
-rp_status rp_mpi_probe(rp_comm *mpi, int proc, int slane, int lane, int tag, bool *ready,
-                       rp_p2p_desc *found);
-void rp_mpi_lock(void);
-void rp_mpi_unlock(void);
+rp_status comm_mpi_p2p_setup(rp_comm *mpi, int lanes, const int *lane_rank, const int *ids);
+rp_status comm_mpi_isend(rp_comm *mpi, const comm_p2p_desc *d, const void *buf, int proc, int slane,
+                         int dlane, rp_comm_request **req, rp_comm *owner);
+rp_status comm_mpi_irecv(rp_comm *mpi, const comm_p2p_desc *d, void *buf, int proc, int slane,
+                         int dlane, rp_comm_request **req, rp_comm *owner);
+rp_status comm_mpi_probe(rp_comm *mpi, int proc, int slane, int lane, int tag, bool *ready,
+                         comm_p2p_desc *found);
+void comm_mpi_lock(void);
+void comm_mpi_unlock(void);
 
 #endif

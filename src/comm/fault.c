@@ -360,8 +360,8 @@ static int worker_of(const rp_comm *comm)
 
 /* A call as messages name it, written only when one needs it (a fault fired, or a dead worker). */
 typedef struct call_text {
-    const rp_coll_desc *coll; /* a collective, or */
-    const rp_p2p_desc *msg;   /* a message post */
+    const comm_coll_desc *coll; /* a collective, or */
+    const comm_p2p_desc *msg;   /* a message post */
     char buf[160];
 } call_text;
 
@@ -376,7 +376,7 @@ static const char *describe(call_text *t)
     if (t->buf[0]) return t->buf;
     char args[96] = "";
     if (t->msg) {
-        const rp_p2p_desc *d = t->msg;
+        const comm_p2p_desc *d = t->msg;
         if (d->tag == RP_ANY_TAG)
             snprintf(args, sizeof args, "any tag");
         else
@@ -386,7 +386,7 @@ static const char *describe(call_text *t)
                  d->send ? "to" : "from", d->peer);
         return t->buf;
     }
-    const rp_coll_desc *d = t->coll;
+    const comm_coll_desc *d = t->coll;
     const char *kind = rp_flight_kind_name((rp_flight_kind)d->kind);
     if (d->kind != RP_COLL_BARRIER) {
         int n = snprintf(args, sizeof args, "count %lld, %s", (long long)d->count,
@@ -548,7 +548,7 @@ static rp_status kill_worker(rp_comm *comm, call_text *call)
 }
 
 /* Bytes of a collective's result on this member (recv), which a data fault flips a bit of. */
-static size_t result_bytes(const rp_comm *comm, const rp_coll_desc *d)
+static size_t result_bytes(const rp_comm *comm, const comm_coll_desc *d)
 {
     size_t bytes = (size_t)d->count * rp_dtype_size((rp_dtype)d->dtype);
     switch (d->kind) {
@@ -561,7 +561,7 @@ static size_t result_bytes(const rp_comm *comm, const rp_coll_desc *d)
     }
 }
 
-rp_status fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *send, void *recv)
+rp_status fault_collective(rp_comm *comm, const comm_coll_desc *d, const void *send, void *recv)
 {
     ensure_loaded();
     if (!__atomic_load_n(&fault_armed, __ATOMIC_ACQUIRE) || comm->fault_exempt)
@@ -572,7 +572,7 @@ rp_status fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *sen
     due du = find_due(comm, &call);
     if (du.delay_ms > 0) sleep_ms(du.delay_ms);
     if (du.kill) return kill_worker(comm, &call);
-    rp_coll_desc bad = *d;
+    comm_coll_desc bad = *d;
     if (du.header) {
         /* A header the peers can compare but the backend can still act on safely: one element
            fewer (never more memory than the caller's buffers), or another dtype for none. */
@@ -595,7 +595,7 @@ rp_status fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *sen
     return status;
 }
 
-rp_status fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req)
+rp_status fault_post(rp_comm *comm, const comm_p2p_desc *d, void *buf, rp_comm_request **req)
 {
     ensure_loaded();
     if (!__atomic_load_n(&fault_armed, __ATOMIC_ACQUIRE) || comm->fault_exempt)
@@ -606,7 +606,7 @@ rp_status fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_req
     due du = find_due(comm, &call);
     if (du.delay_ms > 0) sleep_ms(du.delay_ms);
     if (du.kill) return kill_worker(comm, &call);
-    rp_p2p_desc bad = *d;
+    comm_p2p_desc bad = *d;
     if (du.header) {
         if (bad.count > 0)
             bad.count--;

@@ -4,7 +4,7 @@
  * worker's calls (docs/faults.md; the public calls are in replicator/comm.h).
  *
  * comm.c calls a hook below at each dispatch point only while
- * rp_fault_on() is true, so a process without a schedule pays one
+ * fault_on() is true, so a process without a schedule pays one
  * predictable branch per call and nothing else.
  */
 #ifndef RP_COMM_FAULT_INTERNAL_H
@@ -15,7 +15,7 @@
 /* Nonzero while a schedule may apply: -1 before $RP_FAULTS was read, 1 with a schedule, 0 off. */
 extern int fault_armed;
 
-static inline bool rp_fault_on(void)
+static inline bool fault_on(void)
 {
     return __builtin_expect(__atomic_load_n(&fault_armed, __ATOMIC_RELAXED) != 0, 0);
 }
@@ -27,8 +27,8 @@ static inline bool rp_fault_on(void)
  * this member's result after the backend's call) and otherwise calls the
  * backend's table exactly as comm.c would.
  */
-rp_status fault_collective(rp_comm *comm, const rp_coll_desc *d, const void *send, void *recv);
-rp_status fault_post(rp_comm *comm, const rp_p2p_desc *d, void *buf, rp_comm_request **req);
+rp_status fault_collective(rp_comm *comm, const comm_coll_desc *d, const void *send, void *recv);
+rp_status fault_post(rp_comm *comm, const comm_p2p_desc *d, void *buf, rp_comm_request **req);
 /* Counts a run (rp_comm_rejoin): the schedule's run= counts these. */
 void fault_rejoin(rp_comm *comm);
 /* Whether this handle's worker was killed by the schedule (a dead worker announces nothing). */

@@ -16,12 +16,12 @@
 
 #define FLIGHT_MAX (1 << 20)
 
-/* The first five kinds are the collectives, in rp_coll_kind's order: comm.c passes one for the
+/* The first five kinds are the collectives, in comm_coll_kind's order: comm.c passes one for the
  * other. */
 _Static_assert((int)RP_FLIGHT_ALL_REDUCE == (int)RP_COLL_ALL_REDUCE &&
                    (int)RP_FLIGHT_BARRIER == (int)RP_COLL_BARRIER &&
                    (int)RP_FLIGHT_BROADCAST == (int)RP_COLL_BROADCAST,
-               "rp_flight_kind's collectives follow rp_coll_kind");
+               "rp_flight_kind's collectives follow comm_coll_kind");
 
 const char *rp_flight_kind_name(rp_flight_kind kind)
 {
@@ -48,7 +48,7 @@ static rp_status make_ring(rp_comm *comm, int n)
     return RP_OK;
 }
 
-rp_flight_entry *rp_flight_begin(rp_comm *comm, rp_flight_kind kind)
+rp_flight_entry *comm_flight_begin(rp_comm *comm, rp_flight_kind kind)
 {
     if (!comm->flight_sized) {
         /* The first call: the ring of $RP_FLIGHT_ENTRIES, allocated once. A failure leaves it off
@@ -75,7 +75,7 @@ rp_flight_entry *rp_flight_begin(rp_comm *comm, rp_flight_kind kind)
     return e;
 }
 
-void rp_flight_end(rp_comm *comm, uint64_t call, rp_status status)
+void comm_flight_end(rp_comm *comm, uint64_t call, rp_status status)
 {
     if (!comm || !comm->flight || call >= comm->flight_calls) return;
     rp_flight_entry *e = &comm->flight[call % (uint64_t)comm->flight_cap];
@@ -85,7 +85,7 @@ void rp_flight_end(rp_comm *comm, uint64_t call, rp_status status)
     e->done = true;
 }
 
-void rp_flight_free(rp_comm *comm)
+void comm_flight_free(rp_comm *comm)
 {
     free(comm->flight);
     comm->flight = NULL;

@@ -19,7 +19,7 @@
  *
  * Every call is checked: in the process by the threads backend, across
  * processes by the leaders' exchange. Each step carries the user's call
- * (rp_coll_desc.layered), so a mismatch anywhere is found and named as the
+ * (comm_coll_desc.layered), so a mismatch anywhere is found and named as the
  * user wrote it, and every process makes exactly one MPI call per user call.
  *
  * A group made by split may hold any members: some processes hold one
@@ -59,7 +59,7 @@ typedef struct hier {
     int probed; /* the source of the message the last probe from any source found, or -1 */
 } hier;
 
-static const rp_comm_ops hier_ops;
+static const comm_ops hier_ops;
 
 static hier *HI(const rp_comm *c)
 {
@@ -180,24 +180,24 @@ static rp_status grow_scratch(hier *h, size_t bytes)
 }
 
 /* One step of the user's call `u` on a sub-communicator. */
-static rp_status step(rp_comm *sub, const rp_coll_desc *u, int kind, const void *send, void *recv,
+static rp_status step(rp_comm *sub, const comm_coll_desc *u, int kind, const void *send, void *recv,
                       int64_t count, int op, int root)
 {
-    rp_coll_desc d = {.kind = kind,
-                      .dtype = u->dtype,
-                      .op = op,
-                      .root = root,
-                      .count = count,
-                      .seq = sub->seq,
-                      .layered = 1,
-                      .outer_kind = u->kind,
-                      .outer_op = u->op,
-                      .outer_root = u->root,
-                      .outer_count = u->count,
-                      .outer_seq = u->seq,
-                      .user_seq = u->user_seq,
-                      .internal = u->internal,
-                      .phased = u->phased};
+    comm_coll_desc d = {.kind = kind,
+                        .dtype = u->dtype,
+                        .op = op,
+                        .root = root,
+                        .count = count,
+                        .seq = sub->seq,
+                        .layered = 1,
+                        .outer_kind = u->kind,
+                        .outer_op = u->op,
+                        .outer_root = u->root,
+                        .outer_count = u->count,
+                        .outer_seq = u->seq,
+                        .user_seq = u->user_seq,
+                        .internal = u->internal,
+                        .phased = u->phased};
     memcpy(d.what, u->what, sizeof d.what);
     return sub->ops->collective(sub, &d, send, recv);
 }
@@ -207,7 +207,7 @@ static rp_status step(rp_comm *sub, const rp_coll_desc *u, int kind, const void 
  * process - waiting for the leader in the next step - fail at once with
  * the same message instead of at the timeout.
  */
-static rp_status across(rp_comm *c, const rp_coll_desc *u, int kind, const void *send, void *recv,
+static rp_status across(rp_comm *c, const comm_coll_desc *u, int kind, const void *send, void *recv,
                         int64_t count, int op, int root)
 {
     hier *h = HI(c);
@@ -240,7 +240,7 @@ static void divide(void *buf, int64_t n, rp_dtype dtype, int by)
 
 /* recv = op over every member of send, count elements (the all-reduce, also behind reduce-scatter).
  */
-static rp_status reduce_all(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv,
+static rp_status reduce_all(rp_comm *c, const comm_coll_desc *u, const void *send, void *recv,
                             int64_t count)
 {
     hier *h = HI(c);
@@ -263,7 +263,7 @@ static rp_status reduce_all(rp_comm *c, const rp_coll_desc *u, const void *send,
 
 /* recv = every member's `count` elements of send, stacked in rank order (all-gather's data path,
    also behind reduce_bf16, where count is not the user's). */
-static rp_status gather_all(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv,
+static rp_status gather_all(rp_comm *c, const comm_coll_desc *u, const void *send, void *recv,
                             int64_t count)
 {
     hier *h = HI(c);
@@ -299,10 +299,10 @@ static rp_status gather_all(rp_comm *c, const rp_coll_desc *u, const void *send,
 /*
  * A bf16 sum or mean: recv[0 .. len) = the reduction of elements [off, off + len) of every
  * member's `count` elements of send, in rank order with f32 accumulation and one rounding
- * (rp_reduce_block), from every member's payload gathered here. Adding partial sums per
+ * (comm_reduce_block), from every member's payload gathered here. Adding partial sums per
  * process would need them in f32 (twice the bytes) and would not be rank order.
  */
-static rp_status reduce_bf16(rp_comm *c, const rp_coll_desc *u, const void *send, void *recv,
+static rp_status reduce_bf16(rp_comm *c, const comm_coll_desc *u, const void *send, void *recv,
                              int64_t count, int64_t off, int64_t len)
 {
     hier *h = HI(c);
@@ -321,11 +321,11 @@ static rp_status reduce_bf16(rp_comm *c, const rp_coll_desc *u, const void *send
     RP_CHECK(gather_all(c, u, send, all, count));
     for (int q = 0; q < c->size; q++)
         srcs[q] = all + (size_t)q * blk;
-    rp_reduce_block(recv, srcs, c->size, off, len, RP_BF16, (rp_reduce_op)u->op);
+    comm_reduce_block(recv, srcs, c->size, off, len, RP_BF16, (rp_reduce_op)u->op);
     return RP_OK;
 }
 
-static rp_status broadcast(rp_comm *c, const rp_coll_desc *u, void *buf)
+static rp_status broadcast(rp_comm *c, const comm_coll_desc *u, void *buf)
 {
     hier *h = HI(c);
     group *g = h->g;
@@ -342,7 +342,7 @@ static rp_status broadcast(rp_comm *c, const rp_coll_desc *u, void *buf)
     return RP_OK;
 }
 
-static rp_status barrier(rp_comm *c, const rp_coll_desc *u)
+static rp_status barrier(rp_comm *c, const comm_coll_desc *u)
 {
     hier *h = HI(c);
     int here = h->local->size;
@@ -353,14 +353,14 @@ static rp_status barrier(rp_comm *c, const rp_coll_desc *u)
     return RP_OK;
 }
 
-static rp_status hier_collective(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv)
+static rp_status hier_collective(rp_comm *c, const comm_coll_desc *d, const void *send, void *recv)
 {
     hier *h = HI(c);
     char what[128];
     if (h->broken)
         return RP_ERROR(
             RP_ERR_COMM, "%s on %s %d: the communicator is broken by an earlier error: %s",
-            rp_coll_desc_str(d, what, sizeof what), comm_noun(c), c->ids[c->rank], h->reason);
+            comm_coll_desc_str(d, what, sizeof what), comm_noun(c), c->ids[c->rank], h->reason);
     /*
      * The members in this process wait longer than the leader waits for the
      * other processes: a process that does not arrive is reported by the
@@ -475,7 +475,7 @@ static void hier_destroy(rp_comm *c)
  */
 typedef struct hreq {
     rp_comm_request base;
-    rp_p2p_desc d;
+    comm_p2p_desc d;
     void *buf;
     rp_comm_request *inner; /* the receive once a message was found */
 } hreq;
@@ -492,29 +492,29 @@ static rp_status hier_broken_error(rp_comm *c, const char *what)
                     what, comm_noun(c), c->ids[c->rank], HI(c)->reason);
 }
 
-static rp_status hier_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf,
+static rp_status hier_isend(rp_comm *c, const comm_p2p_desc *d, const void *buf,
                             rp_comm_request **req)
 {
     hier *h = HI(c);
     group *g = h->g;
     if (h->broken) return hier_broken_error(c, "send");
-    rp_p2p_desc dl = *d;
+    comm_p2p_desc dl = *d;
     if (local_peer(c, d->peer)) {
         dl.peer = g->lrank[d->peer];
         RP_CHECK(h->local->ops->isend(h->local, &dl, buf, req));
         (*req)->comm = c;
         return RP_OK;
     }
-    return rp_mpi_isend(g->mpi, d, buf, g->pindex[d->peer], g->lrank[c->rank], g->lrank[d->peer],
-                        req, c);
+    return comm_mpi_isend(g->mpi, d, buf, g->pindex[d->peer], g->lrank[c->rank], g->lrank[d->peer],
+                          req, c);
 }
 
-static rp_status hier_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm_request **req)
+static rp_status hier_irecv(rp_comm *c, const comm_p2p_desc *d, void *buf, rp_comm_request **req)
 {
     hier *h = HI(c);
     group *g = h->g;
     if (h->broken) return hier_broken_error(c, "recv");
-    rp_p2p_desc dl = *d;
+    comm_p2p_desc dl = *d;
     if (d->peer != RP_ANY_SOURCE) h->probed = -1;
     if (d->peer == RP_ANY_SOURCE && g->nproc > 1) {
         hreq *r = calloc(1, sizeof *r);
@@ -532,15 +532,15 @@ static rp_status hier_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm
         (*req)->comm = c;
         return RP_OK;
     }
-    return rp_mpi_irecv(g->mpi, d, buf, g->pindex[d->peer], g->lrank[d->peer], g->lrank[c->rank],
-                        req, c);
+    return comm_mpi_irecv(g->mpi, d, buf, g->pindex[d->peer], g->lrank[d->peer], g->lrank[c->rank],
+                          req, c);
 }
 
-static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found);
+static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, comm_p2p_desc *found);
 
 /* A receive from any source right after a probe found a message takes that message (see hreq_find).
  */
-static rp_status hier_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
+static rp_status hier_probe(rp_comm *c, int peer, int tag, bool *ready, comm_p2p_desc *found)
 {
     hier *h = HI(c);
     RP_CHECK(probe_sides(c, peer, tag, ready, found));
@@ -548,7 +548,7 @@ static rp_status hier_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_d
     return RP_OK;
 }
 
-static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
+static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, comm_p2p_desc *found)
 {
     hier *h = HI(c);
     group *g = h->g;
@@ -561,16 +561,16 @@ static rp_status probe_sides(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_
         if (*ready) found->peer = g->pmembers[g->pstart[g->pindex[c->rank]] + found->peer];
         if (*ready || peer != RP_ANY_SOURCE || g->nproc == 1) return RP_OK;
     }
-    return rp_mpi_probe(g->mpi, peer == RP_ANY_SOURCE ? -1 : g->pindex[peer],
-                        peer == RP_ANY_SOURCE ? -1 : g->lrank[peer], g->lrank[c->rank], tag, ready,
-                        found);
+    return comm_mpi_probe(g->mpi, peer == RP_ANY_SOURCE ? -1 : g->pindex[peer],
+                          peer == RP_ANY_SOURCE ? -1 : g->lrank[peer], g->lrank[c->rank], tag,
+                          ready, found);
 }
 
 /* An RP_ANY_SOURCE receive across processes: find a ready message, then receive that one. */
 static rp_status hreq_find(rp_comm *c, hreq *r, bool *found_one)
 {
     bool ready = false;
-    rp_p2p_desc found = {0};
+    comm_p2p_desc found = {0};
     *found_one = false;
     hier *h = HI(c);
     if (h->probed >= 0) {
@@ -583,7 +583,7 @@ static rp_status hreq_find(rp_comm *c, hreq *r, bool *found_one)
         RP_CHECK(probe_sides(c, RP_ANY_SOURCE, RP_ANY_TAG, &ready, &found));
     }
     if (!ready) return RP_OK;
-    rp_p2p_desc d = r->d;
+    comm_p2p_desc d = r->d;
     d.peer = found.peer;
     RP_CHECK(hier_irecv(c, &d, r->buf, &r->inner));
     *found_one = true;
@@ -604,7 +604,7 @@ static rp_status hier_wait(rp_comm_request *req, double deadline)
             char what[96];
             status = RP_ERROR(RP_ERR_TIMEOUT,
                               "timed out after %gs in %s from any %s on %s %d: no message came",
-                              c->timeout, rp_p2p_desc_str(&r->d, false, what, sizeof what),
+                              c->timeout, comm_p2p_desc_str(&r->d, false, what, sizeof what),
                               comm_noun(c), comm_noun(c), c->ids[c->rank]);
             hier_fail(c, status, rp_last_error());
             break;
@@ -650,7 +650,7 @@ static rp_status lanes_setup(group *g, const int *ids)
             int j = g->pstart[p] + l;
             map[p * g->lmax + l] = j < g->pstart[p + 1] ? g->pmembers[j] : -1;
         }
-    rp_status status = rp_mpi_p2p_setup(g->mpi, g->lmax, map, ids);
+    rp_status status = comm_mpi_p2p_setup(g->mpi, g->lmax, map, ids);
     free(map);
     return status;
 }
@@ -676,7 +676,7 @@ static rp_status make_groups(rp_comm *c, const int64_t *all, const int64_t *colo
     group *g = HI(c)->g;
     int me = g->world[c->rank];
     for (int k = 0; k < ncolors; k++) {
-        int n = rp_comm_group_order(all, c->size, colors[k], order), first = -1;
+        int n = comm_group_order(all, c->size, colors[k], order), first = -1;
         for (int j = 0; j < n; j++) {
             world[j] = g->world[order[j]];
             if (world[j] == me && first < 0) first = j;
@@ -728,7 +728,7 @@ static rp_status hier_split(rp_comm *c, int color, int key, rp_comm **out)
         if (!distinct || colors[k] != colors[distinct - 1]) colors[distinct++] = colors[k];
     ncolors = distinct;
     /* My place in my group; this process's members of it, in that order. */
-    int size = color >= 0 ? rp_comm_group_order(all, n, color, order) : 0, pos = -1;
+    int size = color >= 0 ? comm_group_order(all, n, color, order) : 0, pos = -1;
     for (int j = 0; j < size; j++) {
         if (order[j] == c->rank) pos = j;
         ids[j] = c->ids[order[j]];
@@ -760,7 +760,7 @@ cleanup:
     return status;
 }
 
-static const rp_comm_ops hier_ops = {
+static const comm_ops hier_ops = {
     .name = "mpi+threads",
     .collective = hier_collective,
     .split = hier_split,

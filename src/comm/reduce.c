@@ -3,7 +3,7 @@
  * Members are always combined in rank order, so a result is bitwise the same
  * whichever member computes it. Integer sums are done in unsigned arithmetic:
  * they wrap (two's complement) instead of being undefined. bf16 sums and
- * means accumulate in f32 and round once (see rp_reduce_block).
+ * means accumulate in f32 and round once (see comm_reduce_block).
  */
 #include <string.h>
 
@@ -86,8 +86,8 @@ static void reduce_bf16(uint16_t *restrict dst, const void *const *srcs, int n, 
     }
 }
 
-void rp_reduce_block(void *dst, const void *const *srcs, int n, int64_t off, int64_t len,
-                     rp_dtype dtype, rp_reduce_op op)
+void comm_reduce_block(void *dst, const void *const *srcs, int n, int64_t off, int64_t len,
+                       rp_dtype dtype, rp_reduce_op op)
 {
     switch (dtype) {
     case RP_F32:

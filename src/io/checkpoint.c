@@ -8,7 +8,7 @@
  * element type whatever the byte offsets in the file were.
  *
  * Parameter values and optimizer state are the kernel table's storage: the
- * bridges see them through one host view of each block (rp_staging: the
+ * bridges see them through one host view of each block (kernels_staging: the
  * block itself on a host table), downloaded before it is copied into the
  * checkpoint and uploaded only after a read has matched every tensor.
  */
@@ -636,11 +636,11 @@ rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, c
                         "rp_checkpoint_add_params: the parameter list is not finalized");
     }
     if (n == 0) return RP_OK;
-    const rp_kernels *k = rp_kernels_active();
-    rp_staging stage = {0};
+    const kernels_table *k = kernels_active();
+    kernels_staging stage = {0};
     rp_status status = RP_OK;
-    const float *values = rp_staging_view(&stage, k, rp_params_data(params),
-                                          (size_t)rp_params_numel(params) * sizeof(float), true);
+    const float *values = kernels_staging_view(
+        &stage, k, rp_params_data(params), (size_t)rp_params_numel(params) * sizeof(float), true);
     if (!values) return rp_last_status();
     for (int i = 0; i < n; i++) {
         const rp_tensor *t = rp_params_at(params, i);
@@ -650,7 +650,7 @@ rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, c
                                  values + rp_params_offset(params, i)));
     }
 cleanup:
-    rp_staging_free(&stage);
+    kernels_staging_free(&stage);
     return status;
 }
 
@@ -667,15 +667,15 @@ static rp_status read_params(const rp_checkpoint *ck, rp_params *params, const c
                         "rp_checkpoint_read_params: the parameter list is not finalized");
     }
     rp_status status = RP_OK;
-    const rp_kernels *k = rp_kernels_active();
-    rp_staging stage = {0};
+    const kernels_table *k = kernels_active();
+    kernels_staging stage = {0};
     size_t bytes = (size_t)rp_params_numel(params) * sizeof(float);
     float *values = NULL;
     ckpt_want *want = rp_alloc((size_t)(n > 0 ? n : 1) * sizeof *want);
     if (!want) return rp_last_status();
     if (n > 0) {
         /* Downloaded too, so that the view holds the model's values wherever no want lands. */
-        values = rp_staging_view(&stage, k, rp_params_data(params), bytes, true);
+        values = kernels_staging_view(&stage, k, rp_params_data(params), bytes, true);
         if (!values) {
             status = rp_last_status();
             goto cleanup;
@@ -686,9 +686,9 @@ static rp_status read_params(const rp_checkpoint *ck, rp_params *params, const c
         RP_TRY(want_param(&want[i], prefix, t, values + rp_params_offset(params, i)));
     }
     RP_TRY(read_set(ck, prefix, want, n, "model", part));
-    if (n > 0) rp_staging_commit(k, rp_params_data(params), values, bytes);
+    if (n > 0) kernels_staging_commit(k, rp_params_data(params), values, bytes);
 cleanup:
-    rp_staging_free(&stage);
+    kernels_staging_free(&stage);
     rp_free(want);
     return status;
 }
@@ -773,14 +773,14 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
                         (long long)lo, (long long)hi, (long long)trainable);
     int n = slots * rp_params_trainable_count(params) + 1;
     int64_t steps = rp_optimizer_steps(opt);
-    const rp_kernels *k = rp_kernels_active();
-    rp_staging stage = {0};
+    const kernels_table *k = kernels_active();
+    kernels_staging stage = {0};
     float *values = NULL;
     size_t bytes = (size_t)slots * (size_t)(hi - lo) * sizeof(float);
     ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
     if (!want) return rp_last_status();
     if (bytes > 0) {
-        values = rp_staging_view(&stage, k, state, bytes, true);
+        values = kernels_staging_view(&stage, k, state, bytes, true);
         if (!values) {
             status = rp_last_status();
             goto cleanup;
@@ -792,7 +792,7 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
                                  want[i].dst));
     }
 cleanup:
-    rp_staging_free(&stage);
+    kernels_staging_free(&stage);
     rp_free(want);
     return status;
 }
@@ -811,14 +811,14 @@ static rp_status read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt, cons
     RP_CHECK(optimizer_slots(opt, params, &state, &slots, &lo, &hi));
     int n = slots * rp_params_trainable_count(params) + 1;
     int64_t steps = 0;
-    const rp_kernels *k = rp_kernels_active();
-    rp_staging stage = {0};
+    const kernels_table *k = kernels_active();
+    kernels_staging stage = {0};
     float *values = NULL;
     size_t bytes = (size_t)slots * (size_t)(hi - lo) * sizeof(float);
     ckpt_want *want = rp_alloc((size_t)n * sizeof *want);
     if (!want) return rp_last_status();
     if (bytes > 0) {
-        values = rp_staging_view(&stage, k, state, bytes, true);
+        values = kernels_staging_view(&stage, k, state, bytes, true);
         if (!values) {
             status = rp_last_status();
             goto cleanup;
@@ -826,10 +826,10 @@ static rp_status read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt, cons
     }
     RP_TRY(optimizer_wants(want, params, prefix, values, slots, lo, hi, &steps));
     RP_TRY(read_set(ck, prefix, want, n, "optimizer", part));
-    if (bytes > 0) rp_staging_commit(k, state, values, bytes);
+    if (bytes > 0) kernels_staging_commit(k, state, values, bytes);
     rp_optimizer_set_steps(opt, steps);
 cleanup:
-    rp_staging_free(&stage);
+    kernels_staging_free(&stage);
     rp_free(want);
     return status;
 }

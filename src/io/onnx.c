@@ -29,7 +29,7 @@ typedef struct onnx_init {
     char *name;
     int ndim;
     int64_t dims[ONNX_MAX_DIMS];
-    int dtype; /* RP_ONNX_PB__TENSOR_PROTO__DATA_TYPE__FLOAT or __INT64 */
+    int dtype; /* IO_ONNX_PB__TENSOR_PROTO__DATA_TYPE__FLOAT or __INT64 */
     void *data;
     size_t nbytes;
     bool weight;
@@ -292,21 +292,21 @@ const char *rp_onnx_weight(rp_onnx *g, const char *name, int ndim, const int64_t
                            const float *values)
 {
     return add_init(g, name, ndim, dims, values, sizeof(float),
-                    RP_ONNX_PB__TENSOR_PROTO__DATA_TYPE__FLOAT, true);
+                    IO_ONNX_PB__TENSOR_PROTO__DATA_TYPE__FLOAT, true);
 }
 
 const char *rp_onnx_const_f32(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
                               const float *values)
 {
     return add_init(g, name, ndim, dims, values, sizeof(float),
-                    RP_ONNX_PB__TENSOR_PROTO__DATA_TYPE__FLOAT, false);
+                    IO_ONNX_PB__TENSOR_PROTO__DATA_TYPE__FLOAT, false);
 }
 
 const char *rp_onnx_const_i64(rp_onnx *g, const char *name, int ndim, const int64_t *dims,
                               const int64_t *values)
 {
     return add_init(g, name, ndim, dims, values, sizeof(int64_t),
-                    RP_ONNX_PB__TENSOR_PROTO__DATA_TYPE__INT64, false);
+                    IO_ONNX_PB__TENSOR_PROTO__DATA_TYPE__INT64, false);
 }
 
 /* Copies attribute a into *d (strings and ints owned by d). */
@@ -593,18 +593,18 @@ static void file_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 
 /* The protobuf-c structs of one save, pointing into the graph. */
 typedef struct pb_model {
-    RpOnnxPb__ModelProto model;
-    RpOnnxPb__OperatorSetIdProto opset, *opsets[1];
-    RpOnnxPb__GraphProto graph;
-    RpOnnxPb__NodeProto *nodes, **node_ptrs;
-    RpOnnxPb__AttributeProto *attrs, **attr_ptrs;
-    RpOnnxPb__TensorProto *inits, **init_ptrs;
-    RpOnnxPb__ValueInfoProto *ios, **io_ptrs;
-    RpOnnxPb__TypeProto *types;
-    RpOnnxPb__TypeProto__Tensor *tensor_types;
-    RpOnnxPb__TensorShapeProto *shapes;
-    RpOnnxPb__TensorShapeProto__Dimension *dims, **dim_ptrs;
-    RpOnnxPb__StringStringEntryProto *meta, **meta_ptrs;
+    IoOnnxPb__ModelProto model;
+    IoOnnxPb__OperatorSetIdProto opset, *opsets[1];
+    IoOnnxPb__GraphProto graph;
+    IoOnnxPb__NodeProto *nodes, **node_ptrs;
+    IoOnnxPb__AttributeProto *attrs, **attr_ptrs;
+    IoOnnxPb__TensorProto *inits, **init_ptrs;
+    IoOnnxPb__ValueInfoProto *ios, **io_ptrs;
+    IoOnnxPb__TypeProto *types;
+    IoOnnxPb__TypeProto__Tensor *tensor_types;
+    IoOnnxPb__TensorShapeProto *shapes;
+    IoOnnxPb__TensorShapeProto__Dimension *dims, **dim_ptrs;
+    IoOnnxPb__StringStringEntryProto *meta, **meta_ptrs;
 } pb_model;
 
 static void pb_free(pb_model *m)
@@ -629,22 +629,22 @@ static void pb_free(pb_model *m)
 /* Fills *v (with its type, shape and dims from the pools at *k) for graph input or output io. */
 static void pb_value_info(pb_model *m, int slot, int *dim_at, const onnx_io *io)
 {
-    RpOnnxPb__ValueInfoProto *v = &m->ios[slot];
-    RpOnnxPb__TypeProto *t = &m->types[slot];
-    RpOnnxPb__TypeProto__Tensor *tt = &m->tensor_types[slot];
-    RpOnnxPb__TensorShapeProto *s = &m->shapes[slot];
-    rp_onnx_pb__value_info_proto__init(v);
-    rp_onnx_pb__type_proto__init(t);
-    rp_onnx_pb__type_proto__tensor__init(tt);
-    rp_onnx_pb__tensor_shape_proto__init(s);
+    IoOnnxPb__ValueInfoProto *v = &m->ios[slot];
+    IoOnnxPb__TypeProto *t = &m->types[slot];
+    IoOnnxPb__TypeProto__Tensor *tt = &m->tensor_types[slot];
+    IoOnnxPb__TensorShapeProto *s = &m->shapes[slot];
+    io_onnx_pb__value_info_proto__init(v);
+    io_onnx_pb__type_proto__init(t);
+    io_onnx_pb__type_proto__tensor__init(tt);
+    io_onnx_pb__tensor_shape_proto__init(s);
     for (int d = 0; d < io->ndim; d++) {
-        RpOnnxPb__TensorShapeProto__Dimension *dim = &m->dims[*dim_at];
-        rp_onnx_pb__tensor_shape_proto__dimension__init(dim);
+        IoOnnxPb__TensorShapeProto__Dimension *dim = &m->dims[*dim_at];
+        io_onnx_pb__tensor_shape_proto__dimension__init(dim);
         if (io->dims[d] < 0) {
-            dim->value_case = RP_ONNX_PB__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            dim->value_case = IO_ONNX_PB__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
             dim->dim_param = "N";
         } else {
-            dim->value_case = RP_ONNX_PB__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            dim->value_case = IO_ONNX_PB__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
             dim->dim_value = io->dims[d];
         }
         m->dim_ptrs[*dim_at] = dim;
@@ -653,9 +653,9 @@ static void pb_value_info(pb_model *m, int slot, int *dim_at, const onnx_io *io)
     s->n_dim = (size_t)io->ndim;
     s->dim = &m->dim_ptrs[*dim_at - io->ndim];
     tt->has_elem_type = 1;
-    tt->elem_type = RP_ONNX_PB__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    tt->elem_type = IO_ONNX_PB__TENSOR_PROTO__DATA_TYPE__FLOAT;
     tt->shape = s;
-    t->value_case = RP_ONNX_PB__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    t->value_case = IO_ONNX_PB__TYPE_PROTO__VALUE_TENSOR_TYPE;
     t->tensor_type = tt;
     v->name = io->name;
     v->doc_string = io->doc;
@@ -684,8 +684,8 @@ static rp_status pb_build(const rp_onnx *g, pb_model *m)
     int a = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const onnx_node *n = &g->nodes[i];
-        RpOnnxPb__NodeProto *p = &m->nodes[i];
-        rp_onnx_pb__node_proto__init(p);
+        IoOnnxPb__NodeProto *p = &m->nodes[i];
+        io_onnx_pb__node_proto__init(p);
         p->n_input = (size_t)n->n_in;
         p->input = n->in;
         p->n_output = 1;
@@ -696,11 +696,11 @@ static rp_status pb_build(const rp_onnx *g, pb_model *m)
         p->attribute = &m->attr_ptrs[a];
         for (int k = 0; k < n->n_attrs; k++, a++) {
             const rp_onnx_attr *s = &n->attrs[k];
-            RpOnnxPb__AttributeProto *d = &m->attrs[a];
-            rp_onnx_pb__attribute_proto__init(d);
+            IoOnnxPb__AttributeProto *d = &m->attrs[a];
+            io_onnx_pb__attribute_proto__init(d);
             d->name = (char *)s->name;
             d->has_type = 1;
-            d->type = (RpOnnxPb__AttributeProto__AttributeType)s->type;
+            d->type = (IoOnnxPb__AttributeProto__AttributeType)s->type;
             if (s->type == RP_ONNX_ATTR_FLOAT) {
                 d->has_f = 1;
                 d->f = s->f;
@@ -721,8 +721,8 @@ static rp_status pb_build(const rp_onnx *g, pb_model *m)
     }
     for (int i = 0; i < g->n_inits; i++) {
         const onnx_init *in = &g->inits[i];
-        RpOnnxPb__TensorProto *t = &m->inits[i];
-        rp_onnx_pb__tensor_proto__init(t);
+        IoOnnxPb__TensorProto *t = &m->inits[i];
+        io_onnx_pb__tensor_proto__init(t);
         t->n_dims = (size_t)in->ndim;
         t->dims = (int64_t *)in->dims;
         t->has_data_type = 1;
@@ -739,12 +739,12 @@ static rp_status pb_build(const rp_onnx *g, pb_model *m)
     for (int i = 0; i < g->n_outputs; i++)
         pb_value_info(m, g->n_inputs + i, &dim_at, &g->outputs[i]);
     for (int i = 0; i < g->n_meta; i++) {
-        rp_onnx_pb__string_string_entry_proto__init(&m->meta[i]);
+        io_onnx_pb__string_string_entry_proto__init(&m->meta[i]);
         m->meta[i].key = g->meta[i].key;
         m->meta[i].value = g->meta[i].value;
         m->meta_ptrs[i] = &m->meta[i];
     }
-    rp_onnx_pb__graph_proto__init(&m->graph);
+    io_onnx_pb__graph_proto__init(&m->graph);
     m->graph.name = g->name;
     m->graph.n_node = (size_t)g->n_nodes;
     m->graph.node = m->node_ptrs;
@@ -755,12 +755,12 @@ static rp_status pb_build(const rp_onnx *g, pb_model *m)
     m->graph.n_output = (size_t)g->n_outputs;
     m->graph.output = m->io_ptrs + g->n_inputs;
 
-    rp_onnx_pb__operator_set_id_proto__init(&m->opset);
+    io_onnx_pb__operator_set_id_proto__init(&m->opset);
     m->opset.domain = "";
     m->opset.has_version = 1;
     m->opset.version = RP_ONNX_OPSET;
     m->opsets[0] = &m->opset;
-    rp_onnx_pb__model_proto__init(&m->model);
+    io_onnx_pb__model_proto__init(&m->model);
     m->model.has_ir_version = 1;
     m->model.ir_version = RP_ONNX_IR_VERSION;
     m->model.n_opset_import = 1;
@@ -795,7 +795,7 @@ rp_status rp_onnx_save(const rp_onnx *g, const char *path)
     RP_TRY(core_file_out_open(&out, path, "ONNX model"));
     open = true;
     file_buffer fb = {.base = {.append = file_append}, .out = &out};
-    rp_onnx_pb__model_proto__pack_to_buffer(&m.model, &fb.base);
+    io_onnx_pb__model_proto__pack_to_buffer(&m.model, &fb.base);
     RP_TRY(core_file_out_check(&out));
     open = false;
     RP_TRY(core_file_out_commit(&out));

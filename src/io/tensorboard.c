@@ -98,10 +98,10 @@ static rp_status refuse(const rp_tensorboard *tb)
 }
 
 /* Packs `ev` into tb->buf and writes it as one record. */
-static rp_status write_event(rp_tensorboard *tb, const RpTb__Event *ev)
+static rp_status write_event(rp_tensorboard *tb, const IoTb__Event *ev)
 {
     if (tb->failed) return refuse(tb);
-    size_t n = rp_tb__event__get_packed_size(ev);
+    size_t n = io_tb__event__get_packed_size(ev);
     if (n > tb->cap) {
         size_t cap = n > 2 * tb->cap ? n : 2 * tb->cap;
         uint8_t *grown = realloc(tb->buf, cap);
@@ -110,7 +110,7 @@ static rp_status write_event(rp_tensorboard *tb, const RpTb__Event *ev)
         tb->buf = grown;
         tb->cap = cap;
     }
-    size_t packed = rp_tb__event__pack(ev, tb->buf);
+    size_t packed = io_tb__event__pack(ev, tb->buf);
     if (packed != n)
         return RP_ERROR(RP_ERR_BACKEND, "events file %s: protobuf-c packed %zu bytes, expected %zu",
                         tb->path, packed, n);
@@ -131,9 +131,9 @@ rp_status rp_tensorboard_create(rp_tensorboard **out, const char *dir)
     if (!tb) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a TensorBoard writer");
     RP_TRY(make_dirs(dir));
     RP_TRY(open_file(tb, dir));
-    RpTb__Event ev = RP_TB__EVENT__INIT;
+    IoTb__Event ev = IO_TB__EVENT__INIT;
     ev.wall_time = wall_time();
-    ev.what_case = RP_TB__EVENT__WHAT_FILE_VERSION;
+    ev.what_case = IO_TB__EVENT__WHAT_FILE_VERSION;
     ev.file_version = (char *)FILE_VERSION;
     RP_TRY(write_event(tb, &ev));
     RP_TRY(rp_tensorboard_flush(tb));
@@ -162,18 +162,18 @@ rp_status rp_tensorboard_add_scalar(rp_tensorboard *tb, const char *tag, int64_t
                         "rp_tensorboard_add_scalar %s: tag \"%.64s\"%s: 1 to %d bytes of valid "
                         "UTF-8",
                         tb->path, tag, len > 64 ? "..." : "", RP_TENSORBOARD_TAG_MAX);
-    RpTb__Summary__Value v = RP_TB__SUMMARY__VALUE__INIT;
+    IoTb__Summary__Value v = IO_TB__SUMMARY__VALUE__INIT;
     v.tag = (char *)tag;
-    v.value_case = RP_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
+    v.value_case = IO_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
     v.simple_value = (float)value;
-    RpTb__Summary__Value *values[1] = {&v};
-    RpTb__Summary summary = RP_TB__SUMMARY__INIT;
+    IoTb__Summary__Value *values[1] = {&v};
+    IoTb__Summary summary = IO_TB__SUMMARY__INIT;
     summary.n_value = 1;
     summary.value = values;
-    RpTb__Event ev = RP_TB__EVENT__INIT;
+    IoTb__Event ev = IO_TB__EVENT__INIT;
     ev.wall_time = wall_time();
     ev.step = step;
-    ev.what_case = RP_TB__EVENT__WHAT_SUMMARY;
+    ev.what_case = IO_TB__EVENT__WHAT_SUMMARY;
     ev.summary = &summary;
     return write_event(tb, &ev);
 }

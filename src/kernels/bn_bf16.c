@@ -41,7 +41,7 @@ static float *buffers(float *stack, int c, int count)
 }
 
 /* Sums over rows (forward: x; backward: the masked dy and dy*xhat), chunk by chunk. */
-static void sums_by_chunks(const rp_kernels *k, double *sums, const float *dy, const rp_bf16 *y,
+static void sums_by_chunks(const kernels_table *k, double *sums, const float *dy, const rp_bf16 *y,
                            const rp_bf16 *x, const float *mean, const float *invstd, int64_t m,
                            int c, float *g_out, bool backward)
 {
@@ -101,21 +101,22 @@ static void sums_by_chunks(const rp_kernels *k, double *sums, const float *dy, c
     }
 }
 
-void rp_bn_stats_bf16(const rp_kernels *k, double *sums, const rp_bf16 *x, int64_t m, int c)
+void kernels_bn_stats_bf16(const kernels_table *k, double *sums, const rp_bf16 *x, int64_t m, int c)
 {
     sums_by_chunks(k, sums, NULL, NULL, x, NULL, NULL, m, c, NULL, false);
 }
 
-void rp_bn_stats_bwd_bf16(const rp_kernels *k, double *sums, const float *dy, const rp_bf16 *y,
-                          const rp_bf16 *x, const float *mean, const float *invstd, int64_t m,
-                          int c, float *g_out)
+void kernels_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
+                               const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                               const float *invstd, int64_t m, int c, float *g_out)
 {
     sums_by_chunks(k, sums, dy, y, x, mean, invstd, m, c, g_out, true);
 }
 
-void rp_bn_norm_fwd_bf16(const rp_kernels *k, rp_bf16 *y, const rp_bf16 *x, const float *mean,
-                         const float *invstd, const float *gamma, const float *beta,
-                         const rp_bf16 *residual, bool relu, int64_t m, int c)
+void kernels_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 *x,
+                              const float *mean, const float *invstd, const float *gamma,
+                              const float *beta, const rp_bf16 *residual, bool relu, int64_t m,
+                              int c)
 {
     int64_t rows = chunk_rows(c), nchunks = (m + rows - 1) / rows;
     int team = m * c < 4 * CHUNK ? 1 : omp_get_max_threads();
@@ -132,9 +133,10 @@ void rp_bn_norm_fwd_bf16(const rp_kernels *k, rp_bf16 *y, const rp_bf16 *x, cons
     }
 }
 
-void rp_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, const rp_bf16 *y,
-                         const rp_bf16 *x, const float *mean, const float *invstd,
-                         const double *sums, const float *gamma, double count, int64_t m, int c)
+void kernels_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
+                              const rp_bf16 *x, const float *mean, const float *invstd,
+                              const double *sums, const float *gamma, double count, int64_t m,
+                              int c)
 {
     int64_t rows = chunk_rows(c), nchunks = (m + rows - 1) / rows;
     int team = m * c < 4 * CHUNK ? 1 : omp_get_max_threads();

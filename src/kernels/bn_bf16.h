@@ -10,15 +10,18 @@
 
 #include "kernels/kernels.h"
 
-void rp_bn_stats_bf16(const rp_kernels *k, double *sums, const rp_bf16 *x, int64_t m, int c);
-void rp_bn_norm_fwd_bf16(const rp_kernels *k, rp_bf16 *y, const rp_bf16 *x, const float *mean,
-                         const float *invstd, const float *gamma, const float *beta,
-                         const rp_bf16 *residual, bool relu, int64_t m, int c);
-void rp_bn_stats_bwd_bf16(const rp_kernels *k, double *sums, const float *dy, const rp_bf16 *y,
-                          const rp_bf16 *x, const float *mean, const float *invstd, int64_t m,
-                          int c, float *g_out);
-void rp_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, const rp_bf16 *y,
-                         const rp_bf16 *x, const float *mean, const float *invstd,
-                         const double *sums, const float *gamma, double count, int64_t m, int c);
+void kernels_bn_stats_bf16(const kernels_table *k, double *sums, const rp_bf16 *x, int64_t m,
+                           int c);
+void kernels_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 *x,
+                              const float *mean, const float *invstd, const float *gamma,
+                              const float *beta, const rp_bf16 *residual, bool relu, int64_t m,
+                              int c);
+void kernels_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
+                               const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                               const float *invstd, int64_t m, int c, float *g_out);
+void kernels_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
+                              const rp_bf16 *x, const float *mean, const float *invstd,
+                              const double *sums, const float *gamma, double count, int64_t m,
+                              int c);
 
 #endif

@@ -6,23 +6,23 @@
 
 #include "kernels/kernels.h"
 
-void *rp_host_mem_alloc(size_t bytes)
+void *kernels_host_mem_alloc(size_t bytes)
 {
     return rp_alloc(bytes ? bytes : 1);
 }
 
-void rp_host_mem_free(void *p, size_t bytes)
+void kernels_host_mem_free(void *p, size_t bytes)
 {
     (void)bytes;
     rp_free(p);
 }
 
-void rp_host_mem_copy(void *dst, const void *src, size_t bytes)
+void kernels_host_mem_copy(void *dst, const void *src, size_t bytes)
 {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
-void rp_host_mem_fill(void *dst, uint32_t pattern, size_t bytes)
+void kernels_host_mem_fill(void *dst, uint32_t pattern, size_t bytes)
 {
     if (pattern == 0) {
         memset(dst, 0, bytes);
@@ -33,10 +33,10 @@ void rp_host_mem_fill(void *dst, uint32_t pattern, size_t bytes)
         w[i] = pattern;
 }
 
-void rp_host_mem_sync(void) {}
+void kernels_host_mem_sync(void) {}
 
-void *rp_staging_view(rp_staging *s, const rp_kernels *k, const void *storage, size_t bytes,
-                      bool download)
+void *kernels_staging_view(kernels_staging *s, const kernels_table *k, const void *storage,
+                           size_t bytes, bool download)
 {
     if (k->host_storage) return (void *)storage;
     if (bytes > s->cap) {
@@ -50,12 +50,12 @@ void *rp_staging_view(rp_staging *s, const rp_kernels *k, const void *storage, s
     return s->host;
 }
 
-void rp_staging_commit(const rp_kernels *k, void *storage, const void *view, size_t bytes)
+void kernels_staging_commit(const kernels_table *k, void *storage, const void *view, size_t bytes)
 {
     if (view != storage && bytes) k->mem_upload(storage, view, bytes);
 }
 
-void rp_staging_free(rp_staging *s)
+void kernels_staging_free(kernels_staging *s)
 {
     rp_free(s->host);
     s->host = NULL;

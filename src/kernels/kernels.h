@@ -23,13 +23,13 @@
 
 /*
  * A 2-D convolution, NHWC activations, OHWI weights. `compute` is the type
- * of its products: RP_F32 (what rp_conv_desc_init sets), or RP_BF16: the
+ * of its products: RP_F32 (what kernels_conv_desc_init sets), or RP_BF16: the
  * kernel rounds its two multiplied inputs (x and w forward, dy and w for
  * backward data, dy and x for backward weights, and dy for the bias
  * gradient's sum) to bf16, multiplies them exactly and accumulates in f32;
  * the buffers stay f32 on both sides.
  */
-typedef struct rp_conv_desc {
+typedef struct kernels_conv_desc {
     int n, h, w, c; /* input  [n,h,w,c] */
     int o, kh, kw;  /* weight [o,kh,kw,c] */
     int oh, ow;     /* output [n,oh,ow,o] */
@@ -38,21 +38,21 @@ typedef struct rp_conv_desc {
     rp_dtype x_type;  /* the storage of x (forward, backward weights): RP_F32 or, with bf16
                          compute, RP_BF16 */
     rp_dtype y_type;  /* the storage of the forward's y: likewise; gradients are always f32 */
-} rp_conv_desc;
+} kernels_conv_desc;
 
 /* Fills oh/ow from the rest; RP_ERR_SHAPE (with a message) if the output would be empty. */
-rp_status rp_conv_desc_init(rp_conv_desc *d, int n, int h, int w, int c, int o, int kh, int kw,
-                            int stride, int pad);
+rp_status kernels_conv_desc_init(kernels_conv_desc *d, int n, int h, int w, int c, int o, int kh,
+                                 int kw, int stride, int pad);
 
 /* A 2-D pooling window over NHWC. */
-typedef struct rp_pool_desc {
+typedef struct kernels_pool_desc {
     int n, h, w, c;
     int oh, ow;
     int k, stride, pad;
-} rp_pool_desc;
+} kernels_pool_desc;
 
-rp_status rp_pool_desc_init(rp_pool_desc *d, int n, int h, int w, int c, int k, int stride,
-                            int pad);
+rp_status kernels_pool_desc_init(kernels_pool_desc *d, int n, int h, int w, int c, int k,
+                                 int stride, int pad);
 
 /* ELU's alpha travels in `slope`. SQRT and RECIPROCAL: derivatives from y (1/(2y), -y^2). */
 typedef enum {
@@ -63,10 +63,10 @@ typedef enum {
     RP_ACT_ELU,
     RP_ACT_SQRT,
     RP_ACT_RECIPROCAL,
-} rp_act;
-typedef enum { RP_BIN_ADD, RP_BIN_SUB, RP_BIN_MUL, RP_BIN_DIV } rp_binop;
+} kernels_act;
+typedef enum { RP_BIN_ADD, RP_BIN_SUB, RP_BIN_MUL, RP_BIN_DIV } kernels_binop;
 
-typedef struct rp_kernels {
+typedef struct kernels_table {
     const char *name;
     /* Storage is host memory (cpu, ref): other layers may hand a storage pointer straight to host
        code, a collective say, instead of staging it through mem_download and mem_upload. */
@@ -86,18 +86,19 @@ typedef struct rp_kernels {
 
     /* Convolution. bias may be NULL. bwd_weights overwrites dw and db (db may be NULL). */
     rp_status (*conv2d_fwd)(void *y, const void *x, const float *w, const float *bias,
-                            const rp_conv_desc *d);
-    rp_status (*conv2d_bwd_data)(float *dx, const float *dy, const float *w, const rp_conv_desc *d);
+                            const kernels_conv_desc *d);
+    rp_status (*conv2d_bwd_data)(float *dx, const float *dy, const float *w,
+                                 const kernels_conv_desc *d);
     rp_status (*conv2d_bwd_weights)(float *dw, float *db, const float *dy, const void *x,
-                                    const rp_conv_desc *d);
+                                    const kernels_conv_desc *d);
 
     /* Max pooling saves the flat input offset of each output's maximum in argmax. */
-    rp_status (*maxpool_fwd)(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d);
+    rp_status (*maxpool_fwd)(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);
     rp_status (*maxpool_bwd)(float *dx, const int32_t *argmax, const float *dy,
-                             const rp_pool_desc *d);
+                             const kernels_pool_desc *d);
     /* Average pooling, padding excluded from the divisor. */
-    rp_status (*avgpool_fwd)(float *y, const float *x, const rp_pool_desc *d);
-    rp_status (*avgpool_bwd)(float *dx, const float *dy, const rp_pool_desc *d);
+    rp_status (*avgpool_fwd)(float *y, const float *x, const kernels_pool_desc *d);
+    rp_status (*avgpool_bwd)(float *dx, const float *dy, const kernels_pool_desc *d);
 
     /*
      * Batch norm over rows of x viewed as [m, c], optionally fused with a
@@ -135,34 +136,35 @@ typedef struct rp_kernels {
      * the table itself (call as k->bn_stats_bf16(k, ...)): the cpu and ref tables both point at
      * kernels/bn_bf16.c, which runs k's own f32 kernels on widened chunks of rows.
      */
-    void (*bn_stats_bf16)(const struct rp_kernels *k, double *sums, const rp_bf16 *x, int64_t m,
+    void (*bn_stats_bf16)(const struct kernels_table *k, double *sums, const rp_bf16 *x, int64_t m,
                           int c);
-    void (*bn_norm_fwd_bf16)(const struct rp_kernels *k, rp_bf16 *y, const rp_bf16 *x,
+    void (*bn_norm_fwd_bf16)(const struct kernels_table *k, rp_bf16 *y, const rp_bf16 *x,
                              const float *mean, const float *invstd, const float *gamma,
                              const float *beta, const rp_bf16 *residual, bool relu, int64_t m,
                              int c);
-    void (*bn_stats_bwd_bf16)(const struct rp_kernels *k, double *sums, const float *dy,
+    void (*bn_stats_bwd_bf16)(const struct kernels_table *k, double *sums, const float *dy,
                               const rp_bf16 *y, const rp_bf16 *x, const float *mean,
                               const float *invstd, int64_t m, int c, float *g_out);
-    void (*bn_bwd_data_bf16)(const struct rp_kernels *k, float *dx, const float *dy,
+    void (*bn_bwd_data_bf16)(const struct kernels_table *k, float *dx, const float *dy,
                              const rp_bf16 *y, const rp_bf16 *x, const float *mean,
                              const float *invstd, const double *sums, const float *gamma,
                              double count, int64_t m, int c);
 
     /* y = act(x); dx = dy * act'(x) computed from y (and x for leaky relu). */
-    void (*act_fwd)(float *y, const float *x, int64_t n, rp_act act, float slope);
+    void (*act_fwd)(float *y, const float *x, int64_t n, kernels_act act, float slope);
     void (*act_bwd)(float *dx, const float *dy, const float *y, const float *x, int64_t n,
-                    rp_act act, float slope);
+                    kernels_act act, float slope);
 
     /* y[i] = a[i] op b[i % nb], n a multiple of nb. y may alias a. */
-    void (*binary)(float *y, const float *a, const float *b, int64_t n, int64_t nb, rp_binop op);
+    void (*binary)(float *y, const float *a, const float *b, int64_t n, int64_t nb,
+                   kernels_binop op);
     /*
      * Per-axis broadcasting over a 4-D index space `shape` (a's, row-major;
      * pad with leading 1s): y[i] = a[i] op b[sum_d idx_d * bstride[d]], where
      * bstride[d] is 0 along b's broadcast axes. y may alias a.
      */
     void (*binary_bcast)(float *y, const float *a, const float *b, const int64_t *shape,
-                         const int64_t *bstride, rp_binop op);
+                         const int64_t *bstride, kernels_binop op);
     /*
      * Reduction over the axes set in `mask` (bit d: axis d of the 4-D `shape`):
      * y over the kept axes, row-major, (+)= scale * sum (in double).
@@ -334,72 +336,73 @@ typedef struct rp_kernels {
     void (*mem_copy)(void *dst, const void *src, size_t bytes);
     void (*mem_fill)(void *dst, uint32_t pattern, size_t bytes);
     void (*mem_sync)(void);
-} rp_kernels;
+} kernels_table;
 
 /* The plain C reference table. */
-const rp_kernels *rp_kernels_ref(void);
+const kernels_table *kernels_ref(void);
 /* The fast CPU table. */
-const rp_kernels *rp_kernels_cpu(void);
+const kernels_table *kernels_cpu(void);
 /* The strict table: cpu's kernels over storage that host code cannot read (RP_KERNELS=strict). */
-const rp_kernels *rp_kernels_strict(void);
+const kernels_table *kernels_strict(void);
 /*
  * The CUDA table (RP_KERNELS=cuda, src/kernels/cuda/): NULL, with the reason in rp_last_error()
  * (RP_ERR_UNSUPPORTED: this build has no CUDA table; RP_ERR_BACKEND: no CUDA device can be used,
  * with the runtime's words), when it cannot run here. Thread-safe; the first call initialises
  * the CUDA runtime.
  */
-const rp_kernels *rp_kernels_cuda(void);
+const kernels_table *kernels_cuda(void);
 /* The CUDA table itself, whether or not a device can be used (NULL in a build without it): for
-   the test that checks its slots on a machine without a GPU. Its kernels need rp_kernels_cuda(). */
-const rp_kernels *rp_kernels_cuda_table(void);
+   the test that checks its slots on a machine without a GPU. Its kernels need kernels_cuda(). */
+const kernels_table *kernels_cuda_table(void);
 /*
  * The table ops use: cpu, ref when RP_KERNELS=ref, strict when RP_KERNELS=strict, cuda when
  * RP_KERNELS=cuda. When the cuda table cannot run here it logs why, once, and gives the cpu
- * table, so that nothing crashes; rp_kernels_check() is what refuses such a run.
+ * table, so that nothing crashes; kernels_check() is what refuses such a run.
  */
-const rp_kernels *rp_kernels_active(void);
+const kernels_table *kernels_active(void);
 /*
  * RP_OK when the table RP_KERNELS selects can run here; otherwise the error (and message) of
- * rp_kernels_cuda(), prefixed with "RP_KERNELS=cuda: ". rp_replicator_create() calls it.
+ * kernels_cuda(), prefixed with "RP_KERNELS=cuda: ". rp_replicator_create() calls it.
  */
-rp_status rp_kernels_check(void);
+rp_status kernels_check(void);
 /*
  * The table for arrays that are host memory by contract, not storage: a parameter server's
  * shard, the buffers a caller hands to rp_optim_apply() or rp_ps_push(). The active table when
  * its storage is host memory (cpu, ref), else cpu, whose kernels are bitwise the same (so a
  * server's update on the host equals a replica's on its device).
  */
-const rp_kernels *rp_kernels_host(void);
+const kernels_table *kernels_host(void);
 
 /*
  * Host views of storage, for host code outside the kernels that must read or write values (a
  * collective over a gradient bucket, a checkpoint writer, a loss read back). With a host table
  * (k->host_storage) a view is the storage itself and nothing is copied; otherwise it is s's
  * buffer (grown as needed, kept for the next call), downloaded first when `download`.
- * rp_staging_commit uploads what the host wrote (nothing when the view is the storage).
- * rp_staging_view returns NULL (with an error) when out of memory. One view per rp_staging at
- * a time: a second call reuses the buffer.
+ * kernels_staging_commit uploads what the host wrote (nothing when the view is the storage).
+ * kernels_staging_view returns NULL (with an error) when out of memory. One view per
+ * kernels_staging at a time: a second call reuses the buffer.
  */
-typedef struct rp_staging {
+typedef struct kernels_staging {
     void *host;
     size_t cap;
-} rp_staging;
-void *rp_staging_view(rp_staging *s, const rp_kernels *k, const void *storage, size_t bytes,
-                      bool download);
-void rp_staging_commit(const rp_kernels *k, void *storage, const void *view, size_t bytes);
-void rp_staging_free(rp_staging *s);
+} kernels_staging;
+void *kernels_staging_view(kernels_staging *s, const kernels_table *k, const void *storage,
+                           size_t bytes, bool download);
+void kernels_staging_commit(const kernels_table *k, void *storage, const void *view, size_t bytes);
+void kernels_staging_free(kernels_staging *s);
 
 /* The host tables' memory slots (cpu and ref share them): malloc, memcpy and a word fill. In a
    table's initializer: RP_HOST_MEMORY_SLOTS, */
 #define RP_HOST_MEMORY_SLOTS                                                                       \
-    .host_storage = true, .mem_alloc = rp_host_mem_alloc, .mem_free = rp_host_mem_free,            \
-    .mem_upload = rp_host_mem_copy, .mem_download = rp_host_mem_copy,                              \
-    .mem_copy = rp_host_mem_copy, .mem_fill = rp_host_mem_fill, .mem_sync = rp_host_mem_sync
-void *rp_host_mem_alloc(size_t bytes);
-void rp_host_mem_free(void *p, size_t bytes);
-void rp_host_mem_copy(void *dst, const void *src, size_t bytes);
-void rp_host_mem_fill(void *dst, uint32_t pattern, size_t bytes);
-void rp_host_mem_sync(void);
+    .host_storage = true, .mem_alloc = kernels_host_mem_alloc, .mem_free = kernels_host_mem_free,  \
+    .mem_upload = kernels_host_mem_copy, .mem_download = kernels_host_mem_copy,                    \
+    .mem_copy = kernels_host_mem_copy, .mem_fill = kernels_host_mem_fill,                          \
+    .mem_sync = kernels_host_mem_sync
+void *kernels_host_mem_alloc(size_t bytes);
+void kernels_host_mem_free(void *p, size_t bytes);
+void kernels_host_mem_copy(void *dst, const void *src, size_t bytes);
+void kernels_host_mem_fill(void *dst, uint32_t pattern, size_t bytes);
+void kernels_host_mem_sync(void);
 
 /* rp_kernels_set_threads(), rp_kernels_get_threads(), rp_kernels_name(): replicator/kernels.h. */
 

@@ -15,14 +15,14 @@
  */
 static int cuda_state; /* 0: not asked yet, 1: usable, -1: not */
 
-static const rp_kernels *cuda_or_null(void)
+static const kernels_table *cuda_or_null(void)
 {
     int state = __atomic_load_n(&cuda_state, __ATOMIC_ACQUIRE);
     if (state == 0) {
         rp_status had = rp_last_status();
         char kept[512];
         snprintf(kept, sizeof kept, "%s", rp_last_error());
-        const rp_kernels *k = rp_kernels_cuda();
+        const kernels_table *k = kernels_cuda();
         if (!k)
             rp_log(RP_LOG_ERROR, "RP_KERNELS=cuda: %s; the cpu table stands in", rp_last_error());
         if (had == RP_OK)
@@ -32,24 +32,24 @@ static const rp_kernels *cuda_or_null(void)
         state = k ? 1 : -1;
         __atomic_store_n(&cuda_state, state, __ATOMIC_RELEASE);
     }
-    return state > 0 ? rp_kernels_cuda() : NULL;
+    return state > 0 ? kernels_cuda() : NULL;
 }
 
-const rp_kernels *rp_kernels_active(void)
+const kernels_table *kernels_active(void)
 {
     const char *name = rp_env_get()->kernels;
-    if (strcmp(name, "ref") == 0) return rp_kernels_ref();
-    if (strcmp(name, "strict") == 0) return rp_kernels_strict();
+    if (strcmp(name, "ref") == 0) return kernels_ref();
+    if (strcmp(name, "strict") == 0) return kernels_strict();
     if (strcmp(name, "cuda") == 0) {
-        const rp_kernels *k = cuda_or_null();
+        const kernels_table *k = cuda_or_null();
         if (k) return k;
     }
-    return rp_kernels_cpu();
+    return kernels_cpu();
 }
 
-rp_status rp_kernels_check(void)
+rp_status kernels_check(void)
 {
-    if (strcmp(rp_env_get()->kernels, "cuda") != 0 || rp_kernels_cuda()) return RP_OK;
+    if (strcmp(rp_env_get()->kernels, "cuda") != 0 || kernels_cuda()) return RP_OK;
     rp_status st = rp_last_status();
     /* The reason without its "file:line: " (this error gets its own). */
     const char *m = rp_last_error(), *colon = strstr(m, ": ");
@@ -58,10 +58,10 @@ rp_status rp_kernels_check(void)
     return RP_ERROR(st, "RP_KERNELS=cuda: %s", why);
 }
 
-const rp_kernels *rp_kernels_host(void)
+const kernels_table *kernels_host(void)
 {
-    const rp_kernels *k = rp_kernels_active();
-    return k->host_storage ? k : rp_kernels_cpu();
+    const kernels_table *k = kernels_active();
+    return k->host_storage ? k : kernels_cpu();
 }
 
 static _Thread_local int team_size;
@@ -82,12 +82,12 @@ int rp_kernels_get_threads(void)
 
 const char *rp_kernels_name(void)
 {
-    return rp_kernels_active()->name;
+    return kernels_active()->name;
 }
 
 const char *rp_kernels_bf16_path(void)
 {
-    return rp_kernels_active()->bf16_path();
+    return kernels_active()->bf16_path();
 }
 
 /* -1 until first asked: then RP_CONV_ALGO's value, until a program sets another. */
@@ -114,6 +114,6 @@ rp_conv_algorithm rp_kernels_get_conv_algorithm(void)
 
 size_t rp_kernels_cache_bytes(void)
 {
-    const rp_kernels *k = rp_kernels_active();
+    const kernels_table *k = kernels_active();
     return k->cache_bytes ? k->cache_bytes() : 0;
 }

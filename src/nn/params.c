@@ -29,7 +29,7 @@ struct rp_params {
     int64_t *offsets; /* offset of position i's values */
     int n_trainable;
     float *data, *grad; /* storage of k */
-    const rp_kernels *k;
+    const kernels_table *k;
     int64_t numel, trainable_numel;
     bool finalized;
     bool frozen;
@@ -276,7 +276,7 @@ rp_status rp_params_finalize(rp_params *p, uint64_t seed)
             p->n_trainable++;
         }
     }
-    p->k = rp_kernels_active();
+    p->k = kernels_active();
     p->data = p->k->mem_alloc((size_t)p->numel * sizeof(float));
     p->grad = p->k->mem_alloc(grad_bytes(p));
     if (!p->data || !p->grad)

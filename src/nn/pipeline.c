@@ -111,8 +111,8 @@ static rp_tensor *micro_input(rp_pipeline *p, rp_tape *t, int m)
     int64_t per = in->numel / p->micro;
     rp_tensor *x = rp_tensor_new(t, in->ndim, shape);
     if (x)
-        rp_kernels_active()->mem_copy(x->data, in->data + (int64_t)m * per,
-                                      (size_t)per * sizeof(float));
+        kernels_active()->mem_copy(x->data, in->data + (int64_t)m * per,
+                                   (size_t)per * sizeof(float));
     return x;
 }
 

@@ -17,7 +17,7 @@ rp_status rp_clip_grad_norm(rp_params *params, float max_norm, float *norm)
     int64_t n = rp_params_trainable_numel(params);
     if (!grad)
         return RP_ERROR(RP_ERR_INVALID, "rp_clip_grad_norm: the parameter list is not finalized");
-    const rp_kernels *k = rp_kernels_active();
+    const kernels_table *k = kernels_active();
     /* The gradient block holds every trainable gradient back to back: one pass covers them all. */
     double total = sqrt(k->sum_squares(grad, n));
     if (norm) *norm = (float)total;

@@ -21,11 +21,11 @@
 #include "replicator/trace.h"
 
 struct rp_optimizer {
-    rp_params *params;   /* not owned */
-    const rp_kernels *k; /* the table its loops run on, taken at create */
-    rp_optim_config cfg; /* validated at create */
-    int slots;           /* 0, 1 or 2 */
-    int64_t numel;       /* trainable elements of params */
+    rp_params *params;      /* not owned */
+    const kernels_table *k; /* the table its loops run on, taken at create */
+    rp_optim_config cfg;    /* validated at create */
+    int slots;              /* 0, 1 or 2 */
+    int64_t numel;          /* trainable elements of params */
     int64_t lo, hi; /* the range it updates, [0, numel) unless sharded (rp_optimizer_set_range) */
     float *state;   /* [slots * (hi - lo)] storage of k, zeroed at create; NULL when empty */
     int64_t steps;  /* updates applied so far */
@@ -98,8 +98,8 @@ int rp_optim_slots(const rp_optim_config *cfg)
  * scalars that are the same for every element are computed here, once per call: the slots only
  * loop.
  */
-static void apply(const rp_kernels *k, const rp_optim_config *cfg, float *param, const float *grad,
-                  float *state, int64_t n, float lr, int64_t step)
+static void apply(const kernels_table *k, const rp_optim_config *cfg, float *param,
+                  const float *grad, float *state, int64_t n, float lr, int64_t step)
 {
     if (!cfg || n <= 0) return;
     if (step < 1) step = 1;
@@ -144,7 +144,7 @@ void rp_optim_apply(const rp_optim_config *cfg, float *param, const float *grad,
                     int64_t n, float lr, int64_t step)
 {
     /* Host arrays (a server's shard, a caller's copy): a host table's slots, bitwise the same. */
-    apply(rp_kernels_host(), cfg, param, grad, state, n, lr, step);
+    apply(kernels_host(), cfg, param, grad, state, n, lr, step);
 }
 
 /* The state block's size for a range of n elements. */
@@ -208,7 +208,7 @@ rp_status rp_optimizer_create(rp_optimizer **opt, rp_params *params, const rp_op
     rp_optimizer *o = rp_calloc(sizeof(*o));
     if (!o) return RP_ERR_NOMEM;
     o->params = params;
-    o->k = rp_kernels_active();
+    o->k = kernels_active();
     o->cfg = *cfg;
     o->slots = rp_optim_slots(cfg);
     o->numel = numel;
@@ -527,7 +527,7 @@ rp_status rp_optimizer_set_range(rp_optimizer *opt, int64_t lo, int64_t hi)
                         "trainable values (0 <= lo <= hi <= %lld)",
                         (long long)lo, (long long)hi, (long long)opt->numel, (long long)opt->numel);
     if (lo == opt->lo && hi == opt->hi) return RP_OK;
-    const rp_kernels *k = opt->k;
+    const kernels_table *k = opt->k;
     float *state = NULL;
     int64_t n = hi - lo, old = opt->hi - opt->lo;
     if (opt->slots > 0 && n > 0) {

@@ -4,9 +4,9 @@
  * the shard of a set and the staleness clocks.
  *
  * Memory: everything here is host memory. The arrays a worker passes (gradients to push, values
- * to pull into, slots) are its host copies - a replica stages its storage through rp_staging on
- * its side (strategy_async.c, strategy_groups.c) - and a server's shard is host memory it owns,
- * updated with a host table's kernels (rp_kernels_host: cpu's when the replicas run on a device),
+ * to pull into, slots) are its host copies - a replica stages its storage through kernels_staging
+ * on its side (strategy_async.c, strategy_groups.c) - and a server's shard is host memory it owns,
+ * updated with a host table's kernels (kernels_host: cpu's when the replicas run on a device),
  * since the servers serve over the network and their state never needs to be on a device.
  */
 #include <math.h>
@@ -77,7 +77,7 @@ static rp_status check_push(const rp_ps *ps, const float *grad, float lr)
         return RP_ERROR(RP_ERR_INVALID, "push: learning rate %g: must be finite and >= 0",
                         (double)lr);
     float value = 0.0f;
-    int64_t at = rp_kernels_host()->first_nonfinite(&value, grad, ps->numel);
+    int64_t at = kernels_host()->first_nonfinite(&value, grad, ps->numel);
     if (at >= 0)
         return RP_ERROR(RP_ERR_NUMERIC,
                         "push by worker %d: gradient element %lld is %g; nothing was "
@@ -111,10 +111,10 @@ rp_status rp_ps_push_pull(rp_ps *ps, const float *grad, float lr, float *values)
 {
     if (!ps || !values) return RP_ERROR(RP_ERR_INVALID, "push_pull: NULL argument");
     RP_CHECK(check_push(ps, grad, lr));
-    return rp_ps_exchange(ps, grad, lr, values);
+    return ps_exchange(ps, grad, lr, values);
 }
 
-rp_status rp_ps_exchange(rp_ps *ps, const float *grad, float lr, float *values)
+rp_status ps_exchange(rp_ps *ps, const float *grad, float lr, float *values)
 {
     rp_trace_begin(RP_PHASE_COMM);
     rp_status status = ps->ops->push_pull(ps, grad, lr, values);
@@ -167,7 +167,7 @@ rp_status rp_ps_claim(rp_ps *ps, int64_t *ticket)
 
 /* ---- shards ------------------------------------------------------------------------- */
 
-rp_status rp_ps_shard_create(rp_ps_shard *sh, int64_t lo, int64_t hi, const rp_optim_config *cfg)
+rp_status ps_shard_create(ps_shard *sh, int64_t lo, int64_t hi, const rp_optim_config *cfg)
 {
     memset(sh, 0, sizeof *sh);
     sh->lo = lo;
@@ -177,7 +177,7 @@ rp_status rp_ps_shard_create(rp_ps_shard *sh, int64_t lo, int64_t hi, const rp_o
     sh->values = rp_alloc(n * sizeof(float));
     sh->state = rp_alloc(n * (size_t)(sh->slots > 0 ? sh->slots : 1) * sizeof(float));
     if (!sh->values || !sh->state) {
-        rp_ps_shard_destroy(sh);
+        ps_shard_destroy(sh);
         return RP_ERROR(RP_ERR_NOMEM, "parameter server: cannot allocate a shard of %lld floats",
                         (long long)sh->n);
     }
@@ -186,15 +186,15 @@ rp_status rp_ps_shard_create(rp_ps_shard *sh, int64_t lo, int64_t hi, const rp_o
     return RP_OK;
 }
 
-void rp_ps_shard_destroy(rp_ps_shard *sh)
+void ps_shard_destroy(ps_shard *sh)
 {
     rp_free(sh->values);
     rp_free(sh->state);
     sh->values = sh->state = NULL;
 }
 
-void rp_ps_shard_apply(rp_ps_shard *sh, const rp_optim_config *cfg, const float *grad, float lr,
-                       int worker)
+void ps_shard_apply(ps_shard *sh, const rp_optim_config *cfg, const float *grad, float lr,
+                    int worker)
 {
     sh->step++;
     sh->applied++;
@@ -202,8 +202,8 @@ void rp_ps_shard_apply(rp_ps_shard *sh, const rp_optim_config *cfg, const float 
     rp_optim_apply(cfg, sh->values, grad, sh->state, sh->n, lr, sh->step);
 }
 
-void rp_ps_shard_load(rp_ps_shard *sh, const float *values, const float *slots,
-                      int64_t slots_stride, int64_t step)
+void ps_shard_load(ps_shard *sh, const float *values, const float *slots, int64_t slots_stride,
+                   int64_t step)
 {
     if (sh->n > 0) memcpy(sh->values, values, (size_t)sh->n * sizeof(float));
     for (int k = 0; k < sh->slots; k++) {
@@ -218,7 +218,7 @@ void rp_ps_shard_load(rp_ps_shard *sh, const float *values, const float *slots,
     memset(sh->from_worker, 0, sizeof sh->from_worker);
 }
 
-void rp_ps_shard_save(const rp_ps_shard *sh, float *values, float *slots, int64_t slots_stride)
+void ps_shard_save(const ps_shard *sh, float *values, float *slots, int64_t slots_stride)
 {
     if (sh->n > 0) memcpy(values, sh->values, (size_t)sh->n * sizeof(float));
     for (int k = 0; slots && k < sh->slots; k++)
@@ -228,14 +228,14 @@ void rp_ps_shard_save(const rp_ps_shard *sh, float *values, float *slots, int64_
 
 /* ---- staleness clocks --------------------------------------------------------------- */
 
-void rp_ps_clocks_init(rp_ps_clocks *c, int workers, int staleness)
+void ps_clocks_init(ps_clocks *c, int workers, int staleness)
 {
     memset(c, 0, sizeof *c);
     c->workers = workers;
     c->staleness = staleness;
 }
 
-void rp_ps_clocks_join(rp_ps_clocks *c, int worker, uint64_t phase)
+void ps_clocks_join(ps_clocks *c, int worker, uint64_t phase)
 {
     if (phase > c->phase) {
         c->phase = phase;
@@ -246,30 +246,30 @@ void rp_ps_clocks_join(rp_ps_clocks *c, int worker, uint64_t phase)
     c->clock[worker] = 0;
 }
 
-void rp_ps_clocks_leave(rp_ps_clocks *c, int worker)
+void ps_clocks_leave(ps_clocks *c, int worker)
 {
     c->left[worker] = true;
 }
 
-void rp_ps_clocks_tick(rp_ps_clocks *c, int worker)
+void ps_clocks_tick(ps_clocks *c, int worker)
 {
     c->clock[worker]++;
 }
 
-int64_t rp_ps_clocks_of(const rp_ps_clocks *c, int q)
+int64_t ps_clocks_of(const ps_clocks *c, int q)
 {
     /* Not yet in the newest phase: about to start it at clock 0. Left it: holds no one back. */
     return c->joined[q] < c->phase ? 0 : c->left[q] ? INT64_MAX : c->clock[q];
 }
 
-bool rp_ps_clocks_may_go(const rp_ps_clocks *c, int worker, int *slowest)
+bool ps_clocks_may_go(const ps_clocks *c, int worker, int *slowest)
 {
     if (c->staleness < 0) return true;
     int64_t mine = c->clock[worker], least = INT64_MAX;
     int who = -1;
     for (int q = 0; q < c->workers; q++) {
         if (q == worker) continue;
-        int64_t clock = rp_ps_clocks_of(c, q);
+        int64_t clock = ps_clocks_of(c, q);
         if (clock < least) {
             least = clock;
             who = q;
@@ -280,7 +280,7 @@ bool rp_ps_clocks_may_go(const rp_ps_clocks *c, int worker, int *slowest)
     return false;
 }
 
-int64_t rp_ps_clocks_claim(rp_ps_clocks *c)
+int64_t ps_clocks_claim(ps_clocks *c)
 {
     return c->claims++;
 }

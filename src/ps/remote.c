@@ -44,12 +44,12 @@ static const char *const kind_names[] = {
     "join", "leave",  "claim", "drop", "bye",  "fail",
 };
 
-const char *rp_ps_remote_kind_name(int kind)
+const char *ps_remote_kind_name(int kind)
 {
     return kind >= MSG_CREATE && kind <= MSG_FAIL ? kind_names[kind] : kind_names[0];
 }
 
-void rp_ps_remote_back_off(unsigned polls)
+void ps_remote_back_off(unsigned polls)
 {
     if (polls < 300) {
         sched_yield();
@@ -69,8 +69,8 @@ static void note_error(rp_status st, rp_status *first, char *error, size_t size)
     snprintf(error, size, "%s", rp_last_error());
 }
 
-rp_status rp_ps_remote_wait(rp_comm *c, rp_comm_request **reqs, int *n, bool *ok, double deadline,
-                            rp_status (*on_done)(void *ctx, int i), void *ctx)
+rp_status ps_remote_wait(rp_comm *c, rp_comm_request **reqs, int *n, bool *ok, double deadline,
+                         rp_status (*on_done)(void *ctx, int i), void *ctx)
 {
     rp_status first = RP_OK;
     char error[1024] = "";
@@ -102,7 +102,7 @@ rp_status rp_ps_remote_wait(rp_comm *c, rp_comm_request **reqs, int *n, bool *ok
         if (progress)
             polls = 0;
         else
-            rp_ps_remote_back_off(polls++);
+            ps_remote_back_off(polls++);
     }
     /*
      * Past the deadline: each request still pending is waited for with what
@@ -239,7 +239,7 @@ static void tell_servers(rp_ps_group *g, ps_req *req, const char *text)
             n++;
         }
     }
-    (void)rp_ps_remote_wait(g->comm, reqs, &n, NULL, rp_now_s() + 2.0, NULL, NULL);
+    (void)ps_remote_wait(g->comm, reqs, &n, NULL, rp_now_s() + 2.0, NULL, NULL);
 }
 
 void rp_ps_group_fail(rp_ps_group *g, rp_status status, const char *reason)
@@ -298,7 +298,7 @@ typedef struct remote_ps {
     const xfer *x; /* the current call's arrays */
 } remote_ps;
 
-static const rp_ps_ops mpi_ops, remote_ops;
+static const ps_ops mpi_ops, remote_ops;
 
 static remote_ps *P(const rp_ps *ps)
 {
@@ -355,8 +355,8 @@ static rp_status reply_arrived(void *ctx, int i)
         return RP_ERROR(RP_ERR_COMM,
                         "parameter server %d answered a %s with %d blocks of %lld elements, "
                         "expected %d of %lld",
-                        s, rp_ps_remote_kind_name(m->req.kind), r->blocks, (long long)r->count,
-                        blocks, (long long)count);
+                        s, ps_remote_kind_name(m->req.kind), r->blocks, (long long)r->count, blocks,
+                        (long long)count);
     if (x && x->recv_raw)
         return post(
             m, s, false,
@@ -382,7 +382,7 @@ static rp_status call(rp_ps *ps, int s0, int s1, const xfer *x)
     rp_comm *c = g->comm;
     const char *what = m->req.kind == MSG_PUSH && (m->req.flags & F_PULL)
                            ? "push_pull"
-                           : rp_ps_remote_kind_name(m->req.kind);
+                           : ps_remote_kind_name(m->req.kind);
     if (g->broken)
         return RP_ERROR(g->broken_status,
                         "%s of set %d by worker %d: the handle is broken by an earlier error: %s",
@@ -426,7 +426,7 @@ static rp_status call(rp_ps *ps, int s0, int s1, const xfer *x)
     }
     bool timed_out = false;
     if (m->nreq > 0) {
-        rp_status st = rp_ps_remote_wait(c, m->reqs, &m->nreq, m->ok, deadline, reply_arrived, m);
+        rp_status st = ps_remote_wait(c, m->reqs, &m->nreq, m->ok, deadline, reply_arrived, m);
         if (status == RP_OK && st != RP_OK) {
             status = st;
             snprintf(error, sizeof error, "%s", rp_last_error());
@@ -683,5 +683,5 @@ rp_status rp_ps_mpi_create(rp_ps **out, rp_ps_group *g, int64_t numel, const rp_
         .snapshot = remote_snapshot, .stats = remote_stats, .join = remote_join,                   \
         .leave = remote_leave, .claim = remote_claim, .destroy = remote_destroy,                   \
     }
-static const rp_ps_ops mpi_ops = REMOTE_OPS("mpi");
-static const rp_ps_ops remote_ops = REMOTE_OPS("remote");
+static const ps_ops mpi_ops = REMOTE_OPS("mpi");
+static const ps_ops remote_ops = REMOTE_OPS("remote");

@@ -87,7 +87,7 @@ struct rp_ps_group {
 #define SERVER_RANK(g, s) ((g)->workers + (s))
 
 /* "push", "pull", ... for messages. */
-const char *rp_ps_remote_kind_name(int kind);
+const char *ps_remote_kind_name(int kind);
 
 /*
  * Yields a few hundred times, then sleeps 20 us growing to 160 us, then
@@ -95,7 +95,7 @@ const char *rp_ps_remote_kind_name(int kind);
  * machine's cores). `polls` counts the polls that found nothing since the
  * last progress.
  */
-void rp_ps_remote_back_off(unsigned polls);
+void ps_remote_back_off(unsigned polls);
 
 /*
  * Polls reqs[0..n) (NULL entries are done) with rp_comm_test until all are
@@ -106,7 +106,7 @@ void rp_ps_remote_back_off(unsigned polls);
  * `on_done(ctx, i)`, if given, runs as request i completes successfully
  * and may post more requests at reqs[j] for j >= *n (growing *n).
  */
-rp_status rp_ps_remote_wait(rp_comm *c, rp_comm_request **reqs, int *n, bool *ok, double deadline,
-                            rp_status (*on_done)(void *ctx, int i), void *ctx);
+rp_status ps_remote_wait(rp_comm *c, rp_comm_request **reqs, int *n, bool *ok, double deadline,
+                         rp_status (*on_done)(void *ctx, int i), void *ctx);
 
 #endif

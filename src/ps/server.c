@@ -37,8 +37,8 @@ typedef struct srv_set {
     int id;
     int64_t numel;
     rp_ps_config cfg;
-    rp_ps_shard sh;
-    rp_ps_clocks clocks;
+    ps_shard sh;
+    ps_clocks clocks;
     int drops;
     bool dropped[RP_PS_MAX_WORKERS];
     bool deferred[RP_PS_MAX_WORKERS]; /* a pull of this worker's waits for the bound */
@@ -148,7 +148,7 @@ static outbox *outbox_get(server *sv, size_t bytes)
  * slots with `slots`), or `raw`; an error's reply carries `text` instead.
  */
 static rp_status reply(server *sv, int worker, int kind, rp_status status, int64_t arg,
-                       const char *text, const rp_ps_shard *sh, bool slots, const void *raw,
+                       const char *text, const ps_shard *sh, bool slots, const void *raw,
                        size_t raw_bytes)
 {
     int blocks = 0;
@@ -180,7 +180,7 @@ static rp_status reply(server *sv, int worker, int kind, rp_status status, int64
         snprintf(data, TEXT_MAX, "%s", text ? text : "");
     } else if (blocks && sh) {
         float *p = (float *)data;
-        rp_ps_shard_save(sh, p, slots ? p + sh->n : NULL, sh->n);
+        ps_shard_save(sh, p, slots ? p + sh->n : NULL, sh->n);
     } else if (blocks) {
         memcpy(data, raw, raw_bytes);
     }
@@ -226,7 +226,7 @@ static srv_set *find_set(server *sv, int id)
 
 static void free_set(srv_set *st)
 {
-    rp_ps_shard_destroy(&st->sh);
+    ps_shard_destroy(&st->sh);
     memset(st, 0, sizeof *st);
 }
 
@@ -237,7 +237,7 @@ static rp_status release_pulls(server *sv, srv_set *st, double now)
     for (int w = 0; w < g->workers; w++) {
         if (!st->deferred[w]) continue;
         int slowest = -1;
-        if (rp_ps_clocks_may_go(&st->clocks, w, &slowest)) {
+        if (ps_clocks_may_go(&st->clocks, w, &slowest)) {
             st->deferred[w] = false;
             RP_CHECK(reply(sv, w, MSG_PULL, RP_OK, 0, NULL, &st->sh, false, NULL, 0));
         } else if (now - st->since[w] > 0.8 * st->cfg.timeout_s) {
@@ -249,7 +249,7 @@ static rp_status release_pulls(server *sv, srv_set *st, double now)
                 "that worker is stopped, stuck or far slower",
                 st->cfg.staleness, w, w, g->hosts[w], (long long)st->clocks.clock[w],
                 now - st->since[w], sv->index, slowest, slowest, g->hosts[slowest],
-                (long long)rp_ps_clocks_of(&st->clocks, slowest)));
+                (long long)ps_clocks_of(&st->clocks, slowest)));
         }
     }
     return RP_OK;
@@ -258,7 +258,7 @@ static rp_status release_pulls(server *sv, srv_set *st, double now)
 /* A pull (or the pull half of a push): answered now, or deferred until the bound allows it. */
 static rp_status pull(server *sv, srv_set *st, int w, int kind)
 {
-    if (rp_ps_clocks_may_go(&st->clocks, w, NULL))
+    if (ps_clocks_may_go(&st->clocks, w, NULL))
         return reply(sv, w, kind, RP_OK, 0, NULL, &st->sh, false, NULL, 0);
     st->deferred[w] = true;
     st->since[w] = rp_now_s();
@@ -296,7 +296,7 @@ static rp_status create_set(server *sv, const ps_req *rq)
             sv->index, MAX_SETS, rq->set, w);
     int64_t lo, hi;
     rp_ps_shard_range(rq->arg, g->servers, sv->index, &lo, &hi);
-    rp_status status = rp_ps_shard_create(&st->sh, lo, hi, &rq->optim);
+    rp_status status = ps_shard_create(&st->sh, lo, hi, &rq->optim);
     if (status != RP_OK)
         return reply_error(sv, w, rq->kind, status, "parameter server %d: %s", sv->index,
                            rp_last_error());
@@ -307,7 +307,7 @@ static rp_status create_set(server *sv, const ps_req *rq)
                              .staleness = rq->staleness,
                              .timeout_s = rq->timeout_s,
                              .optim = rq->optim};
-    rp_ps_clocks_init(&st->clocks, g->workers, rq->staleness);
+    ps_clocks_init(&st->clocks, g->workers, rq->staleness);
     return ack(sv, w, rq->kind);
 }
 
@@ -324,7 +324,7 @@ static rp_status reply_bad_blocks(server *sv, const ps_req *rq, const srv_set *s
         sv, rq->worker, rq->kind, RP_ERR_COMM,
         "parameter server %d: a %s of set %d by worker %d carried %d blocks of %lld floats, "
         "expected %d of %lld",
-        sv->index, rp_ps_remote_kind_name(rq->kind), st->id, rq->worker, rq->blocks,
+        sv->index, ps_remote_kind_name(rq->kind), st->id, rq->worker, rq->blocks,
         (long long)rq->count, n > 0 ? want : 0, (long long)n);
 }
 
@@ -389,22 +389,22 @@ static rp_status handle(server *sv, const ps_req *rq)
             sv, w, rq->kind, RP_ERR_INVALID,
             "parameter server %d (rank %d on host %s) has no set %d (a %s by worker %d): it was "
             "never created or every worker destroyed it",
-            sv->index, g->rank, g->hosts[g->rank], rq->set, rp_ps_remote_kind_name(rq->kind), w);
+            sv->index, g->rank, g->hosts[g->rank], rq->set, ps_remote_kind_name(rq->kind), w);
     }
-    rp_ps_shard *sh = &st->sh;
+    ps_shard *sh = &st->sh;
     switch (rq->kind) {
     case MSG_INIT: {
         bool slots = (rq->flags & F_SLOTS) && sh->slots > 0;
         int want = 1 + (slots ? sh->slots : 0);
         if (!blocks_fit(rq, st, want)) return reply_bad_blocks(sv, rq, st, want);
         const float *v = (const float *)payload;
-        rp_ps_shard_load(sh, v, slots ? v + sh->n : NULL, sh->n, rq->arg);
+        ps_shard_load(sh, v, slots ? v + sh->n : NULL, sh->n, rq->arg);
         return ack(sv, w, rq->kind);
     }
     case MSG_PUSH: {
         if (!blocks_fit(rq, st, 1)) return reply_bad_blocks(sv, rq, st, 1);
-        rp_ps_shard_apply(sh, &st->cfg.optim, (const float *)payload, rq->lr, w);
-        rp_ps_clocks_tick(&st->clocks, w);
+        ps_shard_apply(sh, &st->cfg.optim, (const float *)payload, rq->lr, w);
+        ps_clocks_tick(&st->clocks, w);
         if (rq->flags & F_PULL)
             RP_CHECK(pull(sv, st, w, rq->kind));
         else
@@ -424,16 +424,16 @@ static rp_status handle(server *sv, const ps_req *rq)
         return reply(sv, w, rq->kind, RP_OK, 0, NULL, NULL, false, &s, sizeof s);
     }
     case MSG_JOIN:
-        rp_ps_clocks_join(&st->clocks, w, (uint64_t)rq->arg);
+        ps_clocks_join(&st->clocks, w, (uint64_t)rq->arg);
         RP_CHECK(ack(sv, w, rq->kind));
         return release_pulls(sv, st, rp_now_s());
     case MSG_LEAVE:
-        rp_ps_clocks_leave(&st->clocks, w);
+        ps_clocks_leave(&st->clocks, w);
         RP_CHECK(ack(sv, w, rq->kind));
         return release_pulls(sv, st, rp_now_s());
     case MSG_CLAIM:
-        return reply(sv, w, rq->kind, RP_OK, rp_ps_clocks_claim(&st->clocks), NULL, NULL, false,
-                     NULL, 0);
+        return reply(sv, w, rq->kind, RP_OK, ps_clocks_claim(&st->clocks), NULL, NULL, false, NULL,
+                     0);
     case MSG_DROP:
         /* A worker without a handle holds no one back; the set goes with the last one. */
         if (st->dropped[w]) return RP_OK;
@@ -443,7 +443,7 @@ static rp_status handle(server *sv, const ps_req *rq)
             free_set(st);
             return RP_OK;
         }
-        rp_ps_clocks_leave(&st->clocks, w);
+        ps_clocks_leave(&st->clocks, w);
         return release_pulls(sv, st, rp_now_s());
     default:
         return RP_OK;
@@ -500,7 +500,7 @@ static rp_status serve_one(server *sv, int src, int tag, int64_t count, rp_dtype
                             "parameter server %d (rank %d on host %s): the data of a %s from "
                             "worker %d (rank %d "
                             "on host %s) did not arrive: %s",
-                            sv->index, g->rank, g->hosts[g->rank], rp_ps_remote_kind_name(rq.kind),
+                            sv->index, g->rank, g->hosts[g->rank], ps_remote_kind_name(rq.kind),
                             src, src, g->hosts[src], rp_last_error());
     }
     return handle(sv, &rq);
@@ -514,7 +514,7 @@ static void server_free(server *sv)
     for (int i = 0; pending && i < sv->n_out; i++)
         for (int j = 0; j < 1 + MAX_BLOCKS; j++)
             if (sv->out[i].req[j]) pending[n++] = sv->out[i].req[j];
-    if (n > 0) (void)rp_ps_remote_wait(sv->c, pending, &n, NULL, rp_now_s() + 2.0, NULL, NULL);
+    if (n > 0) (void)ps_remote_wait(sv->c, pending, &n, NULL, rp_now_s() + 2.0, NULL, NULL);
     free(pending);
     for (int i = 0; i < sv->n_out; i++)
         free(sv->out[i].buf);
@@ -588,7 +588,7 @@ rp_status rp_ps_mpi_serve(rp_ps_group *g)
         if (ready)
             polls = 0;
         else
-            rp_ps_remote_back_off(polls++);
+            ps_remote_back_off(polls++);
     }
     if (status == RP_OK && sv->failed) status = sv->fail_status;
     char why[1024] = "";

@@ -27,7 +27,7 @@
 
 typedef struct server {
     pthread_mutex_t mu;
-    rp_ps_shard sh;
+    ps_shard sh;
     int holder; /* worker inside the lock, -1 if none (for messages) */
 } server;
 
@@ -38,11 +38,11 @@ typedef struct group {
     server *servers;    /* [cfg.servers] */
     pthread_mutex_t mu; /* clocks, claims and the reference count */
     pthread_cond_t changed;
-    rp_ps_clocks clocks;
+    ps_clocks clocks;
     int refs;
 } group;
 
-static const rp_ps_ops threads_ops;
+static const ps_ops threads_ops;
 
 static group *G(const rp_ps *ps)
 {
@@ -110,16 +110,16 @@ static rp_status wait_staleness(rp_ps *ps, double deadline)
     rp_status status = RP_OK;
     int slowest = -1;
     pthread_mutex_lock(&g->mu);
-    while (!rp_ps_clocks_may_go(&g->clocks, ps->worker, &slowest)) {
+    while (!ps_clocks_may_go(&g->clocks, ps->worker, &slowest)) {
         struct timespec at = monotonic_at(deadline);
         if (pthread_cond_timedwait(&g->changed, &g->mu, &at) == ETIMEDOUT &&
-            !rp_ps_clocks_may_go(&g->clocks, ps->worker, &slowest)) {
+            !ps_clocks_may_go(&g->clocks, ps->worker, &slowest)) {
             status = RP_ERROR(
                 RP_ERR_TIMEOUT,
                 "staleness bound %d: worker %d, at step %lld of this phase, waited %g s for "
                 "worker %d, still at step %lld: that worker is stopped, stuck or far slower",
                 g->cfg.staleness, ps->worker, (long long)g->clocks.clock[ps->worker],
-                ps->cfg.timeout_s, slowest, (long long)rp_ps_clocks_of(&g->clocks, slowest));
+                ps->cfg.timeout_s, slowest, (long long)ps_clocks_of(&g->clocks, slowest));
             break;
         }
     }
@@ -138,11 +138,11 @@ static rp_status threads_push_pull(rp_ps *ps, const float *grad, float lr, float
             int s = (ps->worker + i) % S;
             RP_CHECK(lock_server(ps, s, deadline, "push"));
             server *sv = &g->servers[s];
-            rp_ps_shard_apply(&sv->sh, &g->cfg.optim, grad + sv->sh.lo, lr, ps->worker);
+            ps_shard_apply(&sv->sh, &g->cfg.optim, grad + sv->sh.lo, lr, ps->worker);
             unlock_server(ps, s);
         }
         pthread_mutex_lock(&g->mu);
-        rp_ps_clocks_tick(&g->clocks, ps->worker);
+        ps_clocks_tick(&g->clocks, ps->worker);
         pthread_cond_broadcast(&g->changed);
         pthread_mutex_unlock(&g->mu);
     }
@@ -166,8 +166,8 @@ static rp_status threads_init(rp_ps *ps, const float *values, const float *slots
     for (int s = 0; s < g->cfg.servers; s++) {
         RP_CHECK(lock_server(ps, s, deadline, "init"));
         server *sv = &g->servers[s];
-        rp_ps_shard_load(&sv->sh, values + sv->sh.lo, slots ? slots + sv->sh.lo : NULL, g->numel,
-                         step);
+        ps_shard_load(&sv->sh, values + sv->sh.lo, slots ? slots + sv->sh.lo : NULL, g->numel,
+                      step);
         unlock_server(ps, s);
     }
     return RP_OK;
@@ -180,7 +180,7 @@ static rp_status threads_snapshot(rp_ps *ps, float *values, float *slots, int64_
     for (int s = 0; s < g->cfg.servers; s++) {
         RP_CHECK(lock_server(ps, s, deadline, "snapshot"));
         server *sv = &g->servers[s];
-        rp_ps_shard_save(&sv->sh, values + sv->sh.lo, slots ? slots + sv->sh.lo : NULL, g->numel);
+        ps_shard_save(&sv->sh, values + sv->sh.lo, slots ? slots + sv->sh.lo : NULL, g->numel);
         if (s == 0) *step = sv->sh.step;
         unlock_server(ps, s);
     }
@@ -191,7 +191,7 @@ static rp_status threads_stats(rp_ps *ps, int s, rp_ps_server_stats *st)
 {
     group *g = G(ps);
     RP_CHECK(lock_server(ps, s, rp_now_s() + ps->cfg.timeout_s, "stats"));
-    const rp_ps_shard *sh = &g->servers[s].sh;
+    const ps_shard *sh = &g->servers[s].sh;
     memset(st, 0, sizeof *st);
     st->applied = sh->applied;
     st->workers = g->workers;
@@ -207,7 +207,7 @@ static rp_status threads_join(rp_ps *ps, uint64_t phase)
 {
     group *g = G(ps);
     pthread_mutex_lock(&g->mu);
-    rp_ps_clocks_join(&g->clocks, ps->worker, phase);
+    ps_clocks_join(&g->clocks, ps->worker, phase);
     pthread_cond_broadcast(&g->changed);
     pthread_mutex_unlock(&g->mu);
     return RP_OK;
@@ -217,7 +217,7 @@ static rp_status threads_leave(rp_ps *ps)
 {
     group *g = G(ps);
     pthread_mutex_lock(&g->mu);
-    rp_ps_clocks_leave(&g->clocks, ps->worker);
+    ps_clocks_leave(&g->clocks, ps->worker);
     pthread_cond_broadcast(&g->changed);
     pthread_mutex_unlock(&g->mu);
     return RP_OK;
@@ -227,7 +227,7 @@ static rp_status threads_claim(rp_ps *ps, int64_t *ticket)
 {
     group *g = G(ps);
     pthread_mutex_lock(&g->mu);
-    *ticket = rp_ps_clocks_claim(&g->clocks);
+    *ticket = ps_clocks_claim(&g->clocks);
     pthread_mutex_unlock(&g->mu);
     return RP_OK;
 }
@@ -236,7 +236,7 @@ static void group_free(group *g)
 {
     for (int s = 0; g->servers && s < g->cfg.servers; s++) {
         pthread_mutex_destroy(&g->servers[s].mu);
-        rp_ps_shard_destroy(&g->servers[s].sh);
+        ps_shard_destroy(&g->servers[s].sh);
     }
     free(g->servers);
     pthread_cond_destroy(&g->changed);
@@ -249,7 +249,7 @@ static void threads_destroy(rp_ps *ps)
     group *g = G(ps);
     pthread_mutex_lock(&g->mu);
     /* A worker gone holds no one back (an MPI server treats a dropped handle alike). */
-    rp_ps_clocks_leave(&g->clocks, ps->worker);
+    ps_clocks_leave(&g->clocks, ps->worker);
     pthread_cond_broadcast(&g->changed);
     bool last = --g->refs == 0;
     pthread_mutex_unlock(&g->mu);
@@ -286,7 +286,7 @@ rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, cons
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&g->changed, &ca);
     pthread_condattr_destroy(&ca);
-    rp_ps_clocks_init(&g->clocks, workers, cfg->staleness);
+    ps_clocks_init(&g->clocks, workers, cfg->staleness);
     g->servers = calloc((size_t)cfg->servers, sizeof *g->servers);
     if (!g->servers) {
         group_free(g);
@@ -297,7 +297,7 @@ rp_status rp_ps_threads_create(rp_ps **handles, int workers, int64_t numel, cons
         rp_ps_shard_range(numel, cfg->servers, s, &lo, &hi);
         pthread_mutex_init(&g->servers[s].mu, NULL);
         g->servers[s].holder = -1;
-        RP_TRY(rp_ps_shard_create(&g->servers[s].sh, lo, hi, &cfg->optim));
+        RP_TRY(ps_shard_create(&g->servers[s].sh, lo, hi, &cfg->optim));
     }
     for (int w = 0; w < workers; w++) {
         rp_ps *ps = calloc(1, sizeof *ps);
@@ -324,7 +324,7 @@ cleanup:
     return status;
 }
 
-static const rp_ps_ops threads_ops = {
+static const ps_ops threads_ops = {
     .name = "threads",
     .push_pull = threads_push_pull,
     .init = threads_init,

@@ -2,7 +2,7 @@
  * grad_reducer.c - the mean reduction of a parameter list's gradients, in
  * buckets started from backward, by all-reduce (the sync strategy, a sync
  * group) or by reduce-scatter into each member's shard (ZeRO), with one
- * non-finite check for both (strategy.h: rp_grad_reducer).
+ * non-finite check for both (strategy.h: reducer).
  *
  * The two collectives differ in their buckets, their packing and what a
  * member sees after the reduction; the bucket order, the scans before and
@@ -12,7 +12,7 @@
  * Memory: the blocks and the buffers below (sgrad, pack, one, wire) are the
  * kernel table's storage. Packing and unpacking are mem_copy and mem_fill,
  * the scans and the bf16 rounding kernel slots; the collectives run on host
- * views of the buffers (rp_staging: the buffers themselves with a host
+ * views of the buffers (kernels_staging: the buffers themselves with a host
  * table).
  */
 #include <stdio.h>
@@ -34,7 +34,7 @@ static int64_t valid(int64_t g0, int64_t n, int64_t P)
     return g0 >= P ? 0 : min64(n, P - g0);
 }
 
-void rp_grad_reducer_fail(rp_grad_reducer *g, rp_status status)
+void reducer_fail(reducer *g, rp_status status)
 {
     if (g->error != RP_OK) return;
     g->error = status;
@@ -44,7 +44,7 @@ void rp_grad_reducer_fail(rp_grad_reducer *g, rp_status status)
 /* Bucket b's all-reduce, in place in the gradient block. */
 static void all_reduce_start(void *ctx, int b)
 {
-    rp_grad_reducer *g = ctx;
+    reducer *g = ctx;
     if (g->error != RP_OK) return;
     int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
     float *x = g->grad + lo;
@@ -61,17 +61,17 @@ static void all_reduce_start(void *ctx, int b)
         payload = g->wire;
         bytes = (size_t)n * sizeof(rp_bf16);
     }
-    void *view = rp_strategy_view(&g->stage, payload, bytes, true);
+    void *view = strategy_view(&g->stage, payload, bytes, true);
     rp_status status = view ? RP_OK : rp_last_status();
     rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
     if (view)
         status = rp_comm_all_reduce(g->comm, view, view, n, g->wire ? RP_BF16 : RP_F32, RP_MEAN);
     rt_internal_end(g->comm);
     if (status != RP_OK) {
-        rp_grad_reducer_fail(g, status);
+        reducer_fail(g, status);
         return;
     }
-    rp_strategy_commit(payload, view, bytes);
+    strategy_commit(payload, view, bytes);
     if (g->wire) g->k->cast_bf16_f32(x, g->wire, n);
     if (g->reduced_bad < 0) {
         int64_t at = g->k->first_nonfinite(NULL, x, n);
@@ -82,9 +82,9 @@ static void all_reduce_start(void *ctx, int b)
 /* Bucket b's reduce-scatter: every shard's segment of the local gradients, mean into sgrad. */
 static void reduce_scatter_start(void *ctx, int b)
 {
-    rp_grad_reducer *g = ctx;
+    reducer *g = ctx;
     if (g->error != RP_OK) return;
-    const rp_kernels *kt = g->k;
+    const kernels_table *kt = g->k;
     int n = g->size;
     int64_t a = g->ranges[2 * b], len = g->ranges[2 * b + 1] - a;
     for (int q = 0; q < n; q++) {
@@ -108,18 +108,18 @@ static void reduce_scatter_start(void *ctx, int b)
         width = sizeof(rp_bf16);
     }
     size_t recv_bytes = (size_t)len * width;
-    const void *sv = rp_strategy_view(&g->stage, send, (size_t)n * recv_bytes, true);
-    void *rv = sv ? rp_strategy_view(&g->recv, recv, recv_bytes, false) : NULL;
+    const void *sv = strategy_view(&g->stage, send, (size_t)n * recv_bytes, true);
+    void *rv = sv ? strategy_view(&g->recv, recv, recv_bytes, false) : NULL;
     rp_status status = rv ? RP_OK : rp_last_status();
     rt_internal_begin(g->comm, "the runtime's gradient reduce-scatter");
     if (rv)
         status = rp_comm_reduce_scatter(g->comm, sv, rv, len, g->wire ? RP_BF16 : RP_F32, RP_MEAN);
     rt_internal_end(g->comm);
     if (status != RP_OK) {
-        rp_grad_reducer_fail(g, status);
+        reducer_fail(g, status);
         return;
     }
-    rp_strategy_commit(recv, rv, recv_bytes);
+    strategy_commit(recv, rv, recv_bytes);
     if (g->wire) kt->cast_bf16_f32(g->sgrad + a, recv, len);
     int64_t mine = valid(g->lo + a, len, g->hi);
     if (g->reduced_bad < 0 && mine > 0) {
@@ -128,9 +128,9 @@ static void reduce_scatter_start(void *ctx, int b)
     }
 }
 
-static rp_bucket_start_fn start_of(const rp_grad_reducer *g)
+static strategy_bucket_start_fn start_of(const reducer *g)
 {
-    static const rp_bucket_start_fn starts[] = {
+    static const strategy_bucket_start_fn starts[] = {
         [RP_GRAD_ALL_REDUCE] = all_reduce_start,
         [RP_GRAD_REDUCE_SCATTER] = reduce_scatter_start,
     };
@@ -138,7 +138,7 @@ static rp_bucket_start_fn start_of(const rp_grad_reducer *g)
 }
 
 /* Bucket of shard-local position x: cut from the end of the shard, `chunk` positions each. */
-static int bucket_of(const rp_grad_reducer *g, int64_t x)
+static int bucket_of(const reducer *g, int64_t x)
 {
     return (int)((g->shard - 1 - x) / g->chunk);
 }
@@ -149,7 +149,7 @@ static int bucket_of(const rp_grad_reducer *g, int64_t x)
  */
 static int shard_buckets(void *ctx, int i, int *mark, int *out)
 {
-    rp_grad_reducer *g = ctx;
+    reducer *g = ctx;
     const rp_tensor *p = rp_params_at(g->params, i);
     int64_t off = rp_params_offset(g->params, i), end = off + p->numel, S = g->shard;
     int count = 0;
@@ -166,7 +166,7 @@ static int shard_buckets(void *ctx, int i, int *mark, int *out)
     return count;
 }
 
-void rp_grad_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
+void reducer_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
                           int *nbuckets)
 {
     int64_t S = (P + N - 1) / N, c = (int64_t)(bytes / (sizeof(float) * (size_t)N));
@@ -177,10 +177,10 @@ void rp_grad_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_
 }
 
 /* The shards, their buckets and buffers: chunk = bucket_bytes / (4N) positions of each shard. */
-static rp_status shard_init(rp_grad_reducer *g, size_t bytes, bool bf16)
+static rp_status shard_init(reducer *g, size_t bytes, bool bf16)
 {
     int n = g->size, nb = 0;
-    rp_grad_shard_layout(g->numel, n, bytes, &g->shard, &g->chunk, &nb);
+    reducer_shard_layout(g->numel, n, bytes, &g->shard, &g->chunk, &nb);
     g->lo = min64((int64_t)g->rank * g->shard, g->numel);
     g->hi = min64(g->lo + g->shard, g->numel);
     int64_t S = g->shard, c = g->chunk;
@@ -190,10 +190,10 @@ static rp_status shard_init(rp_grad_reducer *g, size_t bytes, bool bf16)
         g->ranges[2 * k + 1] = S - (int64_t)k * c;
         g->ranges[2 * k] = S - (int64_t)(k + 1) * c > 0 ? S - (int64_t)(k + 1) * c : 0;
     }
-    RP_CHECK(rp_bucket_order_create(&g->order, rp_params_trainable_count(g->params), nb,
-                                    shard_buckets, g));
+    RP_CHECK(strategy_bucket_order_create(&g->order, rp_params_trainable_count(g->params), nb,
+                                          shard_buckets, g));
     if (S == 0) return RP_OK;
-    const rp_kernels *kt = g->k;
+    const kernels_table *kt = g->k;
     g->sgrad_bytes = (size_t)S * sizeof(float);
     g->pack_bytes = (size_t)n * (size_t)c * sizeof(float);
     g->one_bytes = (size_t)c * sizeof(float);
@@ -209,9 +209,9 @@ static rp_status shard_init(rp_grad_reducer *g, size_t bytes, bool bf16)
 }
 
 /* The contiguous buckets of the block, and the bf16 copy of the largest. */
-static rp_status block_init(rp_grad_reducer *g, size_t bytes, bool bf16)
+static rp_status block_init(reducer *g, size_t bytes, bool bf16)
 {
-    RP_CHECK(rp_bucket_order_cut(&g->order, g->params, bytes, &g->ranges));
+    RP_CHECK(strategy_bucket_order_cut(&g->order, g->params, bytes, &g->ranges));
     if (!bf16) return RP_OK;
     int64_t most = 1;
     for (int b = 0; b < g->order.nbuckets; b++)
@@ -225,8 +225,8 @@ static rp_status block_init(rp_grad_reducer *g, size_t bytes, bool bf16)
     return RP_OK;
 }
 
-rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
-                               const rp_params *params, rp_grad_collective collective)
+rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_params *params,
+                       reducer_collective collective)
 {
     memset(g, 0, sizeof *g);
     g->collective = collective;
@@ -238,7 +238,7 @@ rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *com
     g->params = params;
     g->grad = rp_params_grad(params);
     g->numel = rp_params_trainable_numel(params);
-    g->k = rp_kernels_active();
+    g->k = kernels_active();
     g->local_bad = g->reduced_bad = -1;
     /* Reduce-scatter: the finiteness exchange (3 per member), and room for the strategy's
        checksums (one per trainable parameter and member), which never overlap it. */
@@ -250,32 +250,32 @@ rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *com
     bool bf16 = rep->r->cfg.grad_dtype == RP_BF16;
     rp_status status = collective == RP_GRAD_REDUCE_SCATTER ? shard_init(g, bytes, bf16)
                                                             : block_init(g, bytes, bf16);
-    if (status != RP_OK) rp_grad_reducer_free(g);
+    if (status != RP_OK) reducer_free(g);
     return status;
 }
 
-void rp_grad_reducer_free(rp_grad_reducer *g)
+void reducer_free(reducer *g)
 {
-    const rp_kernels *kt = g->k;
-    rp_bucket_order_destroy(&g->order);
+    const kernels_table *kt = g->k;
+    strategy_bucket_order_destroy(&g->order);
     free(g->ranges);
     free(g->scratch);
     if (g->sgrad) kt->mem_free(g->sgrad, g->sgrad_bytes);
     if (g->pack) kt->mem_free(g->pack, g->pack_bytes);
     if (g->one) kt->mem_free(g->one, g->one_bytes);
     if (g->wire) kt->mem_free(g->wire, g->wire_bytes);
-    rp_staging_free(&g->stage);
-    rp_staging_free(&g->recv);
+    kernels_staging_free(&g->stage);
+    kernels_staging_free(&g->recv);
     g->ranges = NULL;
     g->scratch = NULL;
     g->sgrad = g->pack = g->one = NULL;
     g->wire = NULL;
 }
 
-bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param)
+bool reducer_ready(reducer *g, const rp_tensor *param)
 {
     if (param->grad < g->grad || param->grad >= g->grad + g->numel) return false;
-    rp_bucket_order_ready(&g->order, param->index, start_of(g), g);
+    strategy_bucket_order_ready(&g->order, param->index, start_of(g), g);
     return true;
 }
 
@@ -284,7 +284,7 @@ bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param)
  * all-reduce and agree on the first replica (in rank order) whose own gradient held it. Runs
  * only on this error path.
  */
-static rp_status all_reduce_blame(rp_grad_reducer *g)
+static rp_status all_reduce_blame(reducer *g)
 {
     rp_replica *rep = g->rep;
     int64_t mine[2] = {g->local_bad, 0};
@@ -299,7 +299,7 @@ static rp_status all_reduce_blame(rp_grad_reducer *g)
         float v;
         memcpy(&v, &all[2 * q + 1], sizeof v);
         int64_t index, numel;
-        const char *name = rp_strategy_param_at(g->params, all[2 * q], &index, &numel);
+        const char *name = strategy_param_at(g->params, all[2 * q], &index, &numel);
         rep->blame = g->base + q;
         return RP_ERROR(RP_ERR_NUMERIC,
                         "replica %d's own gradient of parameter '%s' held %g at element "
@@ -309,7 +309,7 @@ static rp_status all_reduce_blame(rp_grad_reducer *g)
     }
     float value = 0.0f;
     int64_t bad = g->k->first_nonfinite(&value, g->grad, g->numel), index = 0, numel = 0;
-    const char *name = rp_strategy_param_at(g->params, bad < 0 ? 0 : bad, &index, &numel);
+    const char *name = strategy_param_at(g->params, bad < 0 ? 0 : bad, &index, &numel);
     return RP_ERROR(
         RP_ERR_NUMERIC,
         "the all-reduced gradient of parameter '%s' is %g at element %lld "
@@ -324,7 +324,7 @@ static rp_status all_reduce_blame(rp_grad_reducer *g)
  * exchange what they saw; a failure names the first replica (in rank order) whose own gradient
  * held a non-finite value, or the reduced element that overflowed. Nothing has been updated yet.
  */
-static rp_status reduce_scatter_agree(rp_grad_reducer *g)
+static rp_status reduce_scatter_agree(reducer *g)
 {
     rp_replica *rep = g->rep;
     int64_t mine[3] = {g->local_bad, 0, g->reduced_bad};
@@ -341,7 +341,7 @@ static rp_status reduce_scatter_agree(rp_grad_reducer *g)
         if (all[3 * q] < 0) continue;
         float v;
         memcpy(&v, &all[3 * q + 1], sizeof v);
-        const char *name = rp_strategy_param_at(g->params, all[3 * q], &index, &numel);
+        const char *name = strategy_param_at(g->params, all[3 * q], &index, &numel);
         rep->blame = g->base + q;
         return RP_ERROR(RP_ERR_NUMERIC,
                         "replica %d's own gradient of parameter '%s' held %g at element "
@@ -351,7 +351,7 @@ static rp_status reduce_scatter_agree(rp_grad_reducer *g)
     }
     for (int q = 0; q < g->size; q++) {
         if (all[3 * q + 2] < 0) continue;
-        const char *name = rp_strategy_param_at(g->params, all[3 * q + 2], &index, &numel);
+        const char *name = strategy_param_at(g->params, all[3 * q + 2], &index, &numel);
         return RP_ERROR(RP_ERR_NUMERIC,
                         "the reduced gradient of parameter '%s' (replica %d's shard) is "
                         "non-finite at element %lld (of %lld) although every replica's own "
@@ -364,10 +364,10 @@ static rp_status reduce_scatter_agree(rp_grad_reducer *g)
     return RP_OK;
 }
 
-rp_status rp_grad_reducer_finish(rp_grad_reducer *g)
+rp_status reducer_finish(reducer *g)
 {
     bool scatter = g->collective == RP_GRAD_REDUCE_SCATTER;
-    rp_bucket_order_flush(&g->order, start_of(g), g);
+    strategy_bucket_order_flush(&g->order, start_of(g), g);
     if (g->error != RP_OK) {
         rp_status status = g->error;
         g->error = RP_OK;
@@ -381,10 +381,9 @@ rp_status rp_grad_reducer_finish(rp_grad_reducer *g)
     return status;
 }
 
-rp_status rp_grad_reducer_gather(rp_grad_reducer *g, const float *mine, float *full,
-                                 const char *what)
+rp_status reducer_gather(reducer *g, const float *mine, float *full, const char *what)
 {
-    const rp_kernels *kt = g->k;
+    const kernels_table *kt = g->k;
     int n = g->size;
     rp_status status = RP_OK;
     rt_internal_begin(g->comm, what);
@@ -399,11 +398,11 @@ rp_status rp_grad_reducer_gather(rp_grad_reducer *g, const float *mine, float *f
             send = g->one;
         }
         size_t bytes = (size_t)len * sizeof(float);
-        const void *sv = rp_strategy_view(&g->stage, send, bytes, true);
-        void *pv = sv ? rp_strategy_view(&g->recv, g->pack, (size_t)n * bytes, false) : NULL;
+        const void *sv = strategy_view(&g->stage, send, bytes, true);
+        void *pv = sv ? strategy_view(&g->recv, g->pack, (size_t)n * bytes, false) : NULL;
         status = pv ? rp_comm_all_gather(g->comm, sv, pv, len, RP_F32) : rp_last_status();
         if (status != RP_OK || !full) continue;
-        rp_strategy_commit(g->pack, pv, (size_t)n * bytes);
+        strategy_commit(g->pack, pv, (size_t)n * bytes);
         for (int q = 0; q < n; q++) {
             int64_t g0 = (int64_t)q * g->shard + a, m = valid(g0, len, g->numel);
             if (m > 0)
@@ -414,9 +413,9 @@ rp_status rp_grad_reducer_gather(rp_grad_reducer *g, const float *mine, float *f
     return status;
 }
 
-rp_status rp_grad_reducer_scatter(rp_grad_reducer *g, const float *full, float *mine)
+rp_status reducer_scatter(reducer *g, const float *full, float *mine)
 {
-    const rp_kernels *kt = g->k;
+    const kernels_table *kt = g->k;
     int n = g->size;
     rp_status status = RP_OK;
     rt_internal_begin(g->comm, "the runtime's optimizer-state scatter");
@@ -431,8 +430,7 @@ rp_status rp_grad_reducer_scatter(rp_grad_reducer *g, const float *full, float *
                     kt->mem_fill(dst + (m > 0 ? m : 0), 0,
                                  (size_t)(len - (m > 0 ? m : 0)) * sizeof(float));
             }
-        status =
-            rp_strategy_broadcast_storage(g->comm, g->pack, (int64_t)n * len, RP_F32, &g->recv);
+        status = strategy_broadcast_storage(g->comm, g->pack, (int64_t)n * len, RP_F32, &g->recv);
         int64_t have = valid(g->lo + a, len, g->hi);
         if (status == RP_OK && have > 0)
             kt->mem_copy(mine + a, g->pack + (int64_t)g->rank * len, (size_t)have * sizeof(float));

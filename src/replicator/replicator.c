@@ -80,10 +80,10 @@ static void plain_steps(rp_replica *rep, int64_t *steps, int64_t *hash)
     int n = rp_optimizer_stepped_here(opts, counts, PLAIN_MAX);
     if (n > PLAIN_MAX) n = PLAIN_MAX;
     uint64_t h = 0x6a09e667f3bcc909ull;
-    const rp_kernels *k = rp_kernels_active();
+    const kernels_table *k = kernels_active();
     *steps = 0;
     for (int i = 0; i < n; i++) {
-        if (rp_strategy_owns(rep, opts[i])) continue;
+        if (strategy_owns(rep, opts[i])) continue;
         rp_params *p = rp_optimizer_params(opts[i]);
         h = (h ^ k->checksum(rp_params_data(p), rp_params_trainable_numel(p))) * 0x100000001b3ull;
         *steps += counts[i];
@@ -109,7 +109,7 @@ static int64_t keeper_rank(const rp_replica *rep)
  * 1] as doubles, or rep's own with all NULL) as the run's results; kept if rep ranks above the
  * worker whose results are held (keeper_rank). Takes r->mu.
  */
-static void keep_results(rp_replica *rep, const rp_report *res, int k, const int64_t *all,
+static void keep_results(rp_replica *rep, const runtime_report *res, int k, const int64_t *all,
                          int stride, int n)
 {
     rp_replicator *r = rep->r;
@@ -118,7 +118,7 @@ static void keep_results(rp_replica *rep, const rp_report *res, int k, const int
     if (r->keeper < 0 || rank > r->keeper_rank) {
         r->keeper = rep->local;
         r->keeper_rank = rank;
-        memcpy(r->results, res, sizeof(rp_report) * (size_t)k);
+        memcpy(r->results, res, sizeof(runtime_report) * (size_t)k);
         r->nresults = k;
         r->each_count = n <= r->each_cap ? n : 0;
         for (int i = 0; i < k && r->each_count; i++)
@@ -169,7 +169,7 @@ static rp_status reduce_reports(rp_replica *rep)
         keep_results(rep, rep->reports, 0, NULL, 0, n);
         return RP_OK;
     }
-    rp_report res[RP_REPORTS_MAX];
+    runtime_report res[RP_REPORTS_MAX];
     int64_t packed[2 * RP_REPORTS_MAX];
     for (int i = 0; i < k; i++) {
         packed[2 * i] =
@@ -265,7 +265,7 @@ static rp_status stop_if_failed(rp_replica *rep)
 /* One replica's part of a run. */
 static void run_one(rp_replica *rep, rp_replica_fn fn, void *arg, uint64_t generation)
 {
-    const rp_strategy *st = rep->r->strategy;
+    const strategy_table *st = rep->r->strategy;
     trace_attach(rep);
     rp_tape_reset(rep->tape);
     rep->nreports = 0;
@@ -738,7 +738,7 @@ void rp_replicator_destroy(rp_replicator *r)
     for (int i = 0; r->reps && i < r->n; i++) {
         rp_replica *rep = &r->reps[i];
         rp_tape_destroy(rep->tape);
-        rp_topology_destroy(rep);
+        runtime_topology_destroy(rep);
         free(rep->gather);
         free(rep->bn_scratch);
     }
@@ -820,7 +820,7 @@ static rp_status check_config(const rp_config *c)
                         "strategy = sync-groups with sync_groups = %d: give the number of "
                         "groups, at least 2",
                         c->sync_groups);
-    if (rp_strategy_of(kind)->servers && (c->ps < 1 || c->ps > 256))
+    if (strategy_of(kind)->servers && (c->ps < 1 || c->ps > 256))
         return RP_ERROR(RP_ERR_INVALID, "ps = %d parameter servers: must be in [1, 256]", c->ps);
     if (c->zero && c->regime != RP_REGIME_SYNC)
         return RP_ERROR(RP_ERR_INVALID,
@@ -835,7 +835,7 @@ static rp_status check_config(const rp_config *c)
 /* The runtime's own run at create: every worker makes its role and axis communicators. */
 static rp_status split_fn(rp_replica *rep, void *arg)
 {
-    return rp_topology_split(rep);
+    return runtime_topology_split(rep);
 }
 
 rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
@@ -843,10 +843,10 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     if (!out || !cfg) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
     *out = NULL;
     RP_CHECK(check_config(cfg));
-    RP_CHECK(rp_kernels_check()); /* RP_KERNELS=cuda without a usable GPU, say */
+    RP_CHECK(kernels_check()); /* RP_KERNELS=cuda without a usable GPU, say */
     rp_role roles[RP_ROLES_MAX];
     int nroles = 0, total = 0;
-    RP_CHECK(rp_topology_resolve(cfg, roles, &nroles, &total));
+    RP_CHECK(runtime_topology_resolve(cfg, roles, &nroles, &total));
     rp_strategy_kind kind = rp_config_strategy(cfg);
     if (nroles > 0 && kind == RP_STRATEGY_SYNC_GROUPS)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
@@ -884,7 +884,7 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     if (r->cfg.timeout_s == 0) r->cfg.timeout_s = rp_env_get()->comm_timeout;
     r->n = n;
     /* The choice's table, or the one its resolve slot names for this layout. */
-    r->strategy = rp_strategy_of(kind);
+    r->strategy = strategy_of(kind);
     if (r->strategy->resolve) r->strategy = r->strategy->resolve(r, mpi);
     r->nroles = nroles;
     memcpy(r->roles, roles, sizeof roles);
@@ -954,7 +954,7 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     RP_TRY(rp_comm_faults_check(ids, meshed ? "worker" : "replica"));
     for (int i = 0; i < n; i++) {
         rp_replica *rep = &r->reps[i];
-        rp_topology_assign(rep);
+        runtime_topology_assign(rep);
         rep->gather = malloc((size_t)rep->workers * 2 * RP_REPORTS_MAX * sizeof(int64_t) +
                              3 * sizeof(int64_t));
         if (!rep->gather) {
@@ -980,7 +980,7 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
     const rp_role *r0 = &r->roles[0];
     if (r->nroles == 1 && r0->model == 1 && r0->pipe == 1) {
         for (int i = 0; i < n; i++)
-            RP_TRY(rp_topology_split(&r->reps[i]));
+            RP_TRY(runtime_topology_split(&r->reps[i]));
     } else {
         RP_TRY(rp_replicator_run(r, split_fn, NULL));
     }
@@ -1165,7 +1165,7 @@ rp_status rp_replica_report(rp_replica *rep, const char *name, double value, rp_
     if (rep->nreports == RP_REPORTS_MAX)
         return RP_ERROR(RP_ERR_INVALID, "report '%s': at most %d reports per run", name,
                         RP_REPORTS_MAX);
-    rp_report *e = &rep->reports[rep->nreports++];
+    runtime_report *e = &rep->reports[rep->nreports++];
     snprintf(e->name, sizeof e->name, "%s", name);
     e->op = (int)op;
     e->value = value;
@@ -1229,7 +1229,7 @@ rp_status rp_cross_replica_bn(double *sums, int count, double *n, void *ctx)
 rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params)
 {
     if (!rep || !params) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
-    return rp_strategy_broadcast_params(rep, params);
+    return strategy_broadcast_params(rep, params);
 }
 
 rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt, rp_params *params,
@@ -1255,14 +1255,14 @@ rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt)
 rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt)
 {
     if (!rep || !opt) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
-    if (!rep->r->strategy->publish) return rp_strategy_broadcast_state(rep, opt);
+    if (!rep->r->strategy->publish) return strategy_broadcast_state(rep, opt);
     return rep->r->strategy->publish(rep, opt);
 }
 
 rp_status rp_replica_claim(rp_replica *rep, int64_t *ticket)
 {
     if (!rep || !ticket) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
-    if (!rep->r->strategy->claim) return rp_strategy_local_claim(rep, ticket);
+    if (!rep->r->strategy->claim) return strategy_local_claim(rep, ticket);
     RP_CHECK(stop_if_failed(rep));
     return rep->r->strategy->claim(rep, ticket);
 }
@@ -1271,7 +1271,7 @@ rp_status rp_replica_next_batch(rp_replica *rep, int64_t *index)
 {
     if (!rep || !index) return RP_ERROR(RP_ERR_INVALID, "rp_replica_next_batch: NULL argument");
     rp_status (*next)(rp_replica *, int64_t *) = rep->r->strategy->next_batch;
-    if (!next || next == rp_strategy_lockstep_batch) return rp_strategy_lockstep_batch(rep, index);
+    if (!next || next == strategy_lockstep_batch) return strategy_lockstep_batch(rep, index);
     RP_CHECK(stop_if_failed(rep));
     return next(rep, index);
 }
@@ -1281,7 +1281,7 @@ rp_status rp_replica_clip_grad_norm(rp_replica *rep, rp_optimizer *opt, float ma
     if (!rep || !opt)
         return RP_ERROR(RP_ERR_INVALID, "rp_replica_clip_grad_norm: %s is NULL",
                         rep ? "opt" : "rep");
-    if (!rep->r->strategy->clip) return rp_strategy_clip_full(rep, opt, max_norm, norm);
+    if (!rep->r->strategy->clip) return strategy_clip_full(rep, opt, max_norm, norm);
     return rep->r->strategy->clip(rep, opt, max_norm, norm);
 }
 

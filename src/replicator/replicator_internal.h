@@ -19,13 +19,13 @@
 
 #define RP_REPORTS_MAX 32
 
-typedef struct rp_report {
+typedef struct runtime_report {
     char name[32];
     int op; /* rp_reduce_op */
     double value;
-} rp_report;
+} runtime_report;
 
-struct rp_strategy;
+struct strategy_table;
 struct rp_ps_group;
 
 /* What the runtime created (no strcmp on backend names). */
@@ -33,7 +33,7 @@ typedef enum {
     RP_LAYOUT_THREADS = 0, /* replicas are threads of this process */
     RP_LAYOUT_MPI,         /* one replica per MPI rank */
     RP_LAYOUT_HIER,        /* threads in each MPI rank */
-} rp_layout;
+} runtime_layout;
 
 #define RP_COMMS_MAX 6 /* world, link, role, and one per axis */
 
@@ -74,7 +74,7 @@ struct rp_replica {
     /* Reports of the current run, and their reduction. */
     int64_t batches; /* rp_replica_next_batch() of lockstep replicas: this run's count */
     int nreports;
-    rp_report reports[RP_REPORTS_MAX];
+    runtime_report reports[RP_REPORTS_MAX];
     int64_t *gather;    /* [count * 2 * RP_REPORTS_MAX] scratch */
     double *bn_scratch; /* cross-replica batch norm: sums and n, grown once */
     int bn_cap;
@@ -92,9 +92,9 @@ struct rp_replicator {
     rp_config cfg;
     int n;
     rp_replica *reps; /* [n] */
-    rp_layout layout;
-    const struct rp_strategy *strategy; /* chosen once at create */
-    void *strategy_state;               /* the strategy's, per process */
+    runtime_layout layout;
+    const struct strategy_table *strategy; /* chosen once at create */
+    void *strategy_state;                  /* the strategy's, per process */
     pthread_mutex_t mu;
     pthread_cond_t start, done, wake;
     uint64_t generation; /* bumped for each run */
@@ -103,7 +103,7 @@ struct rp_replicator {
     rp_replica_fn fn;
     void *arg;
     int nresults;
-    rp_report results[RP_REPORTS_MAX];
+    runtime_report results[RP_REPORTS_MAX];
     double *each;        /* [RP_REPORTS_MAX][each_cap]: every replica's value of each result */
     int each_cap;        /* replicas it holds room for */
     int each_count;      /* replicas in the last run's results */
@@ -133,17 +133,17 @@ struct rp_replicator {
  */
 int replicator_default_threads(int cores, int local_workers, int ranks_here);
 
-rp_status rp_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, int *workers);
+rp_status runtime_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, int *workers);
 /* The role and coordinates of rep->worker (rep->r->roles placed). */
-void rp_topology_assign(rp_replica *rep);
+void runtime_topology_assign(rp_replica *rep);
 /*
  * Collective over the world (every worker, each on its own thread): the role and axis
  * communicators of rep from rep->world; then rep->comm, id and count are its data axis.
  * One-role, one-worker-per-member jobs split nothing (the world is the data axis).
  */
-rp_status rp_topology_split(rp_replica *rep);
+rp_status runtime_topology_split(rp_replica *rep);
 /* Frees the handles rep owns. */
-void rp_topology_destroy(rp_replica *rep);
+void runtime_topology_destroy(rp_replica *rep);
 
 /* ---- the flight recorder's dumps (flight.c) ------------------------------------------------ */
 

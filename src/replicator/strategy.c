@@ -6,7 +6,7 @@
  *
  * Values, gradients and optimizer state are the kernel table's storage. The
  * collectives read and write host memory, so they run on host views
- * (rp_staging): the storage itself with a host table, a copy with any other.
+ * (kernels_staging): the storage itself with a host table, a copy with any other.
  * The loops over values (the non-finite scans, the bf16 rounding of a wire
  * payload, the checksums) are kernel slots over storage.
  */
@@ -18,50 +18,50 @@
 
 #include "replicator/strategy.h"
 
-void *rp_strategy_view(rp_staging *s, const void *storage, size_t bytes, bool download)
+void *strategy_view(kernels_staging *s, const void *storage, size_t bytes, bool download)
 {
     /* Nothing to copy: the collective is still made (every member must), on a pointer it never
        dereferences. */
     if (!bytes) return (void *)storage;
-    return rp_staging_view(s, rp_kernels_active(), storage, bytes, download);
+    return kernels_staging_view(s, kernels_active(), storage, bytes, download);
 }
 
-void rp_strategy_commit(void *storage, const void *view, size_t bytes)
+void strategy_commit(void *storage, const void *view, size_t bytes)
 {
-    rp_staging_commit(rp_kernels_active(), storage, view, bytes);
+    kernels_staging_commit(kernels_active(), storage, view, bytes);
 }
 
-rp_status rp_strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count, rp_dtype dtype,
-                                        rp_staging *s)
+rp_status strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count, rp_dtype dtype,
+                                     kernels_staging *s)
 {
     size_t bytes = (size_t)(count > 0 ? count : 0) * rp_dtype_size(dtype);
     bool root = !comm || rp_comm_rank(comm) == 0;
-    void *view = rp_strategy_view(s, storage, bytes, root);
+    void *view = strategy_view(s, storage, bytes, root);
     if (!view) return rp_last_status();
     RP_CHECK(rp_comm_broadcast(comm, view, count, dtype, 0));
-    if (!root) rp_strategy_commit(storage, view, bytes);
+    if (!root) strategy_commit(storage, view, bytes);
     return RP_OK;
 }
 
-rp_status rp_strategy_broadcast_params(rp_replica *rep, rp_params *params)
+rp_status strategy_broadcast_params(rp_replica *rep, rp_params *params)
 {
     /* Not in the steady state (optimizer creation, checkpoints): the staging buffer is freed. */
-    rp_staging s = {0};
-    rp_status status = rp_strategy_broadcast_storage(rep->comm, rp_params_data(params),
-                                                     rp_params_numel(params), RP_F32, &s);
-    rp_staging_free(&s);
+    kernels_staging s = {0};
+    rp_status status = strategy_broadcast_storage(rep->comm, rp_params_data(params),
+                                                  rp_params_numel(params), RP_F32, &s);
+    kernels_staging_free(&s);
     return status;
 }
 
-rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt)
+rp_status strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt)
 {
     int64_t steps = rp_optimizer_steps(opt), nstate = 0;
     float *state = rp_optimizer_state(opt, &nstate);
-    RP_CHECK(rp_strategy_broadcast_params(rep, rp_optimizer_params(opt)));
+    RP_CHECK(strategy_broadcast_params(rep, rp_optimizer_params(opt)));
     if (nstate > 0) {
-        rp_staging s = {0};
-        rp_status status = rp_strategy_broadcast_storage(rep->comm, state, nstate, RP_F32, &s);
-        rp_staging_free(&s);
+        kernels_staging s = {0};
+        rp_status status = strategy_broadcast_storage(rep->comm, state, nstate, RP_F32, &s);
+        kernels_staging_free(&s);
         RP_CHECK(status);
     }
     RP_CHECK(rp_comm_broadcast(rep->comm, &steps, 1, RP_I64, 0));
@@ -69,7 +69,7 @@ rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt)
     return RP_OK;
 }
 
-rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket)
+rp_status strategy_local_claim(rp_replica *rep, int64_t *ticket)
 {
     if (rep->r->layout != RP_LAYOUT_THREADS)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
@@ -79,7 +79,7 @@ rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket)
     return RP_OK;
 }
 
-rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index)
+rp_status strategy_lockstep_batch(rp_replica *rep, int64_t *index)
 {
     /* No collective: replicas in lockstep call it equally often, so their counters agree. */
     *index = rep->batches++;
@@ -90,15 +90,15 @@ rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index)
  * One hash per trainable parameter, gathered from every member of comm and compared with its rank
  * 0's; a difference names the first parameter and replica that differ.
  */
-rp_status rp_strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params, int64_t steps,
-                               int64_t *hashes)
+rp_status strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params, int64_t steps,
+                            int64_t *hashes)
 {
     int every = rep->r->cfg.checksum_every;
     if (every <= 0 || steps % every != 0) return RP_OK;
     int n = rp_comm_size(comm), rank = rp_comm_rank(comm), base = rep->id - rank;
     int T = rp_params_trainable_count(params);
     int64_t *mine = hashes + (size_t)rank * T;
-    const rp_kernels *k = rp_kernels_active();
+    const kernels_table *k = kernels_active();
     for (int i = 0; i < T; i++) {
         const rp_tensor *p = rp_params_at(params, i);
         mine[i] = (int64_t)k->checksum(p->data, p->numel);
@@ -121,12 +121,12 @@ rp_status rp_strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params
     return RP_OK;
 }
 
-rp_status rp_strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
+rp_status strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
 {
     return rp_clip_grad_norm(rp_optimizer_params(opt), max_norm, norm);
 }
 
-rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
+rp_status strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
 {
     if (!(max_norm > 0) || !isfinite(max_norm))
         return RP_ERROR(RP_ERR_INVALID,
@@ -135,7 +135,7 @@ rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_n
     int64_t lo, hi;
     rp_optimizer_range(opt, &lo, &hi);
     float *grad = rp_params_grad(rp_optimizer_params(opt)) + lo;
-    const rp_kernels *k = rp_kernels_active();
+    const kernels_table *k = kernels_active();
     /* The squares of the shards add up to the whole gradient's: one f64 all-reduce. */
     double sq = hi > lo ? k->sum_squares(grad, hi - lo) : 0.0;
     rt_internal_begin(rep->comm, "the runtime's gradient-norm all-reduce");
@@ -153,8 +153,7 @@ rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_n
     return RP_OK;
 }
 
-const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *index,
-                                 int64_t *numel)
+const char *strategy_param_at(const rp_params *params, int64_t at, int64_t *index, int64_t *numel)
 {
     for (int i = 0; i < rp_params_trainable_count(params); i++) {
         const rp_tensor *p = rp_params_at(params, i);
@@ -170,20 +169,20 @@ const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *i
     return "(none)";
 }
 
-rp_status rp_strategy_replica_init(rp_replica *rep)
+rp_status strategy_replica_init(rp_replica *rep)
 {
-    rep->strategy = calloc(1, sizeof(rp_strategy_replica));
+    rep->strategy = calloc(1, sizeof(strategy_replica));
     return rep->strategy
                ? RP_OK
                : RP_ERROR(RP_ERR_NOMEM, "cannot allocate replica %d's strategy", rep->local);
 }
 
-void rp_strategy_replica_fini(rp_replica *rep, void (*detach)(rp_strategy_link *link))
+void strategy_replica_fini(rp_replica *rep, void (*detach)(strategy_link *link))
 {
-    rp_strategy_replica *sr = rep->strategy;
+    strategy_replica *sr = rep->strategy;
     if (!sr) return;
     int alive = 0;
-    for (rp_strategy_link *l = sr->opts; l; l = l->next, alive++) {
+    for (strategy_link *l = sr->opts; l; l = l->next, alive++) {
         l->rep = NULL;
         if (detach) detach(l);
     }
@@ -197,17 +196,17 @@ void rp_strategy_replica_fini(rp_replica *rep, void (*detach)(rp_strategy_link *
     rep->strategy = NULL;
 }
 
-int rp_strategy_slot_free(const rp_replica *rep, int max)
+int strategy_slot_free(const rp_replica *rep, int max)
 {
-    const rp_strategy_replica *sr = rep->strategy;
+    const strategy_replica *sr = rep->strategy;
     for (int k = 0; k < max && k < 32; k++)
         if (!(sr->slots >> k & 1u)) return k;
     return -1;
 }
 
-void rp_strategy_attach(rp_replica *rep, rp_strategy_link *link, rp_optimizer *opt, int slot)
+void strategy_attach(rp_replica *rep, strategy_link *link, rp_optimizer *opt, int slot)
 {
-    rp_strategy_replica *sr = rep->strategy;
+    strategy_replica *sr = rep->strategy;
     link->rep = rep;
     link->opt = opt;
     link->slot = slot;
@@ -216,11 +215,11 @@ void rp_strategy_attach(rp_replica *rep, rp_strategy_link *link, rp_optimizer *o
     sr->opts = link;
 }
 
-void rp_strategy_detach(rp_strategy_link *link)
+void strategy_detach(strategy_link *link)
 {
     if (!link->rep) return;
-    rp_strategy_replica *sr = link->rep->strategy;
-    for (rp_strategy_link **p = &sr->opts; *p; p = &(*p)->next)
+    strategy_replica *sr = link->rep->strategy;
+    for (strategy_link **p = &sr->opts; *p; p = &(*p)->next)
         if (*p == link) {
             *p = link->next;
             break;
@@ -229,34 +228,34 @@ void rp_strategy_detach(rp_strategy_link *link)
     link->rep = NULL;
 }
 
-rp_strategy_link *rp_strategy_find(const rp_replica *rep, const rp_optimizer *opt)
+strategy_link *strategy_find(const rp_replica *rep, const rp_optimizer *opt)
 {
-    const rp_strategy_replica *sr = rep->strategy;
-    for (rp_strategy_link *l = sr ? sr->opts : NULL; l; l = l->next)
+    const strategy_replica *sr = rep->strategy;
+    for (strategy_link *l = sr ? sr->opts : NULL; l; l = l->next)
         if (l->opt == opt) return l;
     return NULL;
 }
 
-rp_strategy_link *rp_strategy_oldest(const rp_replica *rep)
+strategy_link *strategy_oldest(const rp_replica *rep)
 {
-    const rp_strategy_replica *sr = rep->strategy;
-    rp_strategy_link *l = sr ? sr->opts : NULL;
+    const strategy_replica *sr = rep->strategy;
+    strategy_link *l = sr ? sr->opts : NULL;
     while (l && l->next)
         l = l->next;
     return l;
 }
 
-bool rp_strategy_owns(const rp_replica *rep, const rp_optimizer *opt)
+bool strategy_owns(const rp_replica *rep, const rp_optimizer *opt)
 {
-    return rp_strategy_find(rep, opt) != NULL;
+    return strategy_find(rep, opt) != NULL;
 }
 
-void rp_strategy_replica_destroy(rp_replica *rep)
+void strategy_replica_destroy(rp_replica *rep)
 {
-    rp_strategy_replica_fini(rep, NULL);
+    strategy_replica_fini(rep, NULL);
 }
 
-rp_status rp_strategy_alive(const rp_strategy_link *link)
+rp_status strategy_alive(const strategy_link *link)
 {
     if (link->rep) return RP_OK;
     return RP_ERROR(
@@ -265,8 +264,9 @@ rp_status rp_strategy_alive(const rp_strategy_link *link)
         "optimizer made by rp_replica_optimizer_create() before rp_replicator_destroy()");
 }
 
-rp_status rp_bucket_order_create(rp_bucket_order *o, int nparams, int nbuckets,
-                                 int (*touch)(void *ctx, int i, int *mark, int *out), void *ctx)
+rp_status strategy_bucket_order_create(strategy_bucket_order *o, int nparams, int nbuckets,
+                                       int (*touch)(void *ctx, int i, int *mark, int *out),
+                                       void *ctx)
 {
     memset(o, 0, sizeof *o);
     o->nparams = nparams;
@@ -295,12 +295,12 @@ rp_status rp_bucket_order_create(rp_bucket_order *o, int nparams, int nbuckets,
     return RP_OK;
 nomem:
     free(mark);
-    rp_bucket_order_destroy(o);
+    strategy_bucket_order_destroy(o);
     return RP_ERROR(RP_ERR_NOMEM, "cannot allocate %d gradient buckets for %d parameters", nbuckets,
                     nparams);
 }
 
-/* rp_bucket_order_cut's touch: each parameter lies in exactly one bucket. */
+/* strategy_bucket_order_cut's touch: each parameter lies in exactly one bucket. */
 static int one_bucket(void *ctx, int i, int *mark, int *out)
 {
     const int *bucket_of = ctx;
@@ -308,8 +308,8 @@ static int one_bucket(void *ctx, int i, int *mark, int *out)
     return 1;
 }
 
-rp_status rp_bucket_order_cut(rp_bucket_order *o, const rp_params *params, size_t bytes,
-                              int64_t **ranges)
+rp_status strategy_bucket_order_cut(strategy_bucket_order *o, const rp_params *params, size_t bytes,
+                                    int64_t **ranges)
 {
     int T = rp_params_trainable_count(params);
     int *bucket_of = malloc((size_t)(T ? T : 1) * sizeof(int));
@@ -334,7 +334,7 @@ rp_status rp_bucket_order_cut(rp_bucket_order *o, const rp_params *params, size_
         bucket_of[i] = b;
         filled += (size_t)p->numel * sizeof(float);
     }
-    rp_status status = rp_bucket_order_create(o, T, b + 1, one_bucket, bucket_of);
+    rp_status status = strategy_bucket_order_create(o, T, b + 1, one_bucket, bucket_of);
     free(bucket_of);
     if (status != RP_OK) {
         free(r);
@@ -344,7 +344,7 @@ rp_status rp_bucket_order_cut(rp_bucket_order *o, const rp_params *params, size_
     return RP_OK;
 }
 
-void rp_bucket_order_destroy(rp_bucket_order *o)
+void strategy_bucket_order_destroy(strategy_bucket_order *o)
 {
     free(o->first);
     free(o->list);
@@ -353,7 +353,8 @@ void rp_bucket_order_destroy(rp_bucket_order *o)
     memset(o, 0, sizeof *o);
 }
 
-void rp_bucket_order_ready(rp_bucket_order *o, int i, rp_bucket_start_fn start, void *ctx)
+void strategy_bucket_order_ready(strategy_bucket_order *o, int i, strategy_bucket_start_fn start,
+                                 void *ctx)
 {
     if (i < 0 || i >= o->nparams) return;
     for (int j = o->first[i]; j < o->first[i + 1]; j++) {
@@ -370,7 +371,8 @@ void rp_bucket_order_ready(rp_bucket_order *o, int i, rp_bucket_start_fn start, 
     }
 }
 
-void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *ctx)
+void strategy_bucket_order_flush(strategy_bucket_order *o, strategy_bucket_start_fn start,
+                                 void *ctx)
 {
     while (o->started < o->nbuckets)
         start(ctx, o->started++);
@@ -385,7 +387,7 @@ void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *c
 
 /* ---- parameter servers (async, sync groups) ---------------------------------------------- */
 
-rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg)
+rp_ps_config strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg)
 {
     rp_ps_config pc = rp_ps_config_default();
     pc.servers = r->cfg.ps;
@@ -395,8 +397,8 @@ rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config
     return pc;
 }
 
-rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int index, int64_t numel,
-                              const rp_ps_config *pc, rp_ps **ps)
+rp_status strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int index, int64_t numel,
+                           const rp_ps_config *pc, rp_ps **ps)
 {
     if (rep->local == 0) {
         free(*set); /* an earlier, destroyed set's: every handle was taken then */
@@ -421,8 +423,8 @@ rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int inde
 
 /* ---- what every plan slot shares ----------------------------------------------------------- */
 
-rp_status rp_strategy_plan_base(int replicas, int id, const rp_params *params,
-                                const rp_optim_config *oc, rp_plan_worker *w)
+rp_status strategy_plan_base(int replicas, int id, const rp_params *params,
+                             const rp_optim_config *oc, rp_plan_worker *w)
 {
     RP_CHECK(rp_optim_check(oc));
     int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc);
@@ -436,22 +438,21 @@ rp_status rp_strategy_plan_base(int replicas, int id, const rp_params *params,
     return RP_OK;
 }
 
-rp_status rp_strategy_plan_buckets(const rp_params *params, size_t bytes, int *nbuckets,
-                                   int64_t *most)
+rp_status strategy_plan_buckets(const rp_params *params, size_t bytes, int *nbuckets, int64_t *most)
 {
-    rp_bucket_order o;
+    strategy_bucket_order o;
     int64_t *ranges = NULL;
-    RP_CHECK(rp_bucket_order_cut(&o, params, bytes, &ranges));
+    RP_CHECK(strategy_bucket_order_cut(&o, params, bytes, &ranges));
     *nbuckets = o.nbuckets;
     *most = 0;
     for (int b = 0; b < o.nbuckets; b++)
         if (ranges[2 * b + 1] - ranges[2 * b] > *most) *most = ranges[2 * b + 1] - ranges[2 * b];
-    rp_bucket_order_destroy(&o);
+    strategy_bucket_order_destroy(&o);
     free(ranges);
     return RP_OK;
 }
 
-int64_t rp_strategy_plan_wire(const rp_config *cfg, int64_t most)
+int64_t strategy_plan_wire(const rp_config *cfg, int64_t most)
 {
     return cfg->grad_dtype == RP_BF16 ? (most > 1 ? most : 1) * (int64_t)sizeof(rp_bf16) : 0;
 }

@@ -1,6 +1,6 @@
 /*
  * strategy.h - how replicas combine their work, as a table chosen once at
- * rp_replicator_create() by cfg.strategy (rp_strategy_of): synchronous all-reduce (strategy_sync.c)
+ * rp_replicator_create() by cfg.strategy (strategy_of): synchronous all-reduce (strategy_sync.c)
  * and asynchronous parameter servers (strategy_async.c), ZeRO-1's sharded optimizer state
  * (strategy_zero.c), and sync groups: all-reduce inside a group, parameter servers between groups
  * (strategy_groups.c).
@@ -20,7 +20,7 @@
 #include "replicator/ps.h"
 #include "replicator/replicator_internal.h"
 
-typedef struct rp_strategy {
+typedef struct strategy_table {
     const char *name;
     /* The replicas hold bitwise identical parameters after every step, so the runtime may
        compare them (the plain-optimizer check after each run). */
@@ -37,7 +37,7 @@ typedef struct rp_strategy {
      * layout makes the strategy another's (sync groups of one replica each are async training).
      * NULL slot: this one.
      */
-    const struct rp_strategy *(*resolve)(const rp_replicator *r, bool mpi);
+    const struct strategy_table *(*resolve)(const rp_replicator *r, bool mpi);
     /*
      * Per process, before the replicas' communicators exist: may take ranks of the job for
      * a role of its own (async: the last cfg.ps ranks serve). Sets r->server on such a rank
@@ -80,38 +80,38 @@ typedef struct rp_strategy {
     /* The parameter servers' memory, process-wide (rp_plan_servers); NULL slot: none. */
     int64_t (*plan_servers)(const rp_config *cfg, const rp_params *params,
                             const rp_optim_config *oc);
-} rp_strategy;
+} strategy_table;
 
-extern const rp_strategy rp_strategy_sync;
-extern const rp_strategy rp_strategy_async;
-extern const rp_strategy rp_strategy_zero;
-extern const rp_strategy rp_strategy_groups;
+extern const strategy_table strategy_sync;
+extern const strategy_table strategy_async;
+extern const strategy_table strategy_zero;
+extern const strategy_table strategy_groups;
 
 /* The table of a choice (strategy_table.c), NULL for a value that names none. */
-const rp_strategy *rp_strategy_of(rp_strategy_kind kind);
+const strategy_table *strategy_of(rp_strategy_kind kind);
 /* *out = the choice rp_strategy_name() calls `name`; RP_ERR_INVALID naming --strategy's values. */
-rp_status rp_strategy_parse(const char *name, rp_strategy_kind *out);
+rp_status strategy_parse(const char *name, rp_strategy_kind *out);
 
 /* ---- helpers every strategy may use (strategy.c) ---------------------------------------- */
 
 /*
  * Collectives over storage (the kernel table's: values, gradients, optimizer state) run on host
- * views. rp_strategy_view is rp_staging_view on the active table (the storage itself with a host
+ * views. strategy_view is kernels_staging_view on the active table (the storage itself with a host
  * table; NULL with the error recorded when out of memory), and the storage itself when bytes is
- * 0 (a collective of nothing is still made); rp_strategy_commit uploads what the view received.
+ * 0 (a collective of nothing is still made); strategy_commit uploads what the view received.
  */
-void *rp_strategy_view(rp_staging *s, const void *storage, size_t bytes, bool download);
-void rp_strategy_commit(void *storage, const void *view, size_t bytes);
+void *strategy_view(kernels_staging *s, const void *storage, size_t bytes, bool download);
+void strategy_commit(void *storage, const void *view, size_t bytes);
 /* Broadcasts count elements of storage from comm's rank 0, through s's host view. */
-rp_status rp_strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count, rp_dtype dtype,
-                                        rp_staging *s);
+rp_status strategy_broadcast_storage(rp_comm *comm, void *storage, int64_t count, rp_dtype dtype,
+                                     kernels_staging *s);
 
 /* Broadcasts replica 0's values of params (and, if any, the optimizer's slots and steps). */
-rp_status rp_strategy_broadcast_params(rp_replica *rep, rp_params *params);
-rp_status rp_strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt);
+rp_status strategy_broadcast_params(rp_replica *rep, rp_params *params);
+rp_status strategy_broadcast_state(rp_replica *rep, rp_optimizer *opt);
 
 /* Tickets of one run on the threads backend (no servers): an atomic counter. */
-rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket);
+rp_status strategy_local_claim(rp_replica *rep, int64_t *ticket);
 
 /*
  * Every checksum_every steps (none when steps is not a multiple): one hash per trainable
@@ -120,15 +120,15 @@ rp_status rp_strategy_local_claim(rp_replica *rep, int64_t *ticket);
  * differs and the replica (rank q of comm is replica rep->id - rank + q: groups are contiguous).
  * hashes: scratch of comm's size x trainable parameters.
  */
-rp_status rp_strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params, int64_t steps,
-                               int64_t *hashes);
+rp_status strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params, int64_t steps,
+                            int64_t *hashes);
 
 /*
  * Global-norm clipping: of the whole gradient block (every replica holds the reduced gradients),
  * or of the optimizer's range, the norm all-reduced over the replicas (each holds its shard).
  */
-rp_status rp_strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
-rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
+rp_status strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
+rp_status strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
 
 /* ---- the bookkeeping every strategy shares: its wrapped optimizers ------------------------ */
 
@@ -137,61 +137,60 @@ rp_status rp_strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_n
  * link convert both ways): the replica that made it, the optimizer it wraps, and its place in the
  * replica's list. rep is NULL once the replicator was destroyed while the optimizer lived on.
  */
-typedef struct rp_strategy_link {
+typedef struct strategy_link {
     rp_replica *rep;
     rp_optimizer *opt;
     int slot; /* its set slot (async, sync groups: the same on every replica), or -1 */
-    struct rp_strategy_link *next;
-} rp_strategy_link;
+    struct strategy_link *next;
+} strategy_link;
 
 /* Every strategy's per-replica state (rep->strategy). */
-typedef struct rp_strategy_replica {
-    rp_strategy_link *opts; /* this replica's wrapped optimizers, newest first */
-    unsigned slots;         /* bit k: an optimizer alive in set slot k */
-} rp_strategy_replica;
+typedef struct strategy_replica {
+    strategy_link *opts; /* this replica's wrapped optimizers, newest first */
+    unsigned slots;      /* bit k: an optimizer alive in set slot k */
+} strategy_replica;
 
-/* replica_init: rep->strategy = a zeroed rp_strategy_replica. RP_ERR_NOMEM naming the replica. */
-rp_status rp_strategy_replica_init(rp_replica *rep);
+/* replica_init: rep->strategy = a zeroed strategy_replica. RP_ERR_NOMEM naming the replica. */
+rp_status strategy_replica_init(rp_replica *rep);
 
 /*
  * replica_destroy: every optimizer still wrapped is cut loose (its link's rep = NULL, then
  * detach(link) if detach is not NULL: a strategy's handles that must go now), the error for them
  * is recorded (the user should have destroyed them first), and rep->strategy is freed.
  */
-void rp_strategy_replica_fini(rp_replica *rep, void (*detach)(rp_strategy_link *link));
-/* replica_destroy of a strategy with nothing to detach: rp_strategy_replica_fini(rep, NULL). */
-void rp_strategy_replica_destroy(rp_replica *rep);
+void strategy_replica_fini(rp_replica *rep, void (*detach)(strategy_link *link));
+/* replica_destroy of a strategy with nothing to detach: strategy_replica_fini(rep, NULL). */
+void strategy_replica_destroy(rp_replica *rep);
 
 /* The first set slot free on this replica, below max; -1 when all are taken. */
-int rp_strategy_slot_free(const rp_replica *rep, int max);
+int strategy_slot_free(const rp_replica *rep, int max);
 
 /* Puts link (wrapping opt, in set slot `slot` or -1) at the head of rep's list. */
-void rp_strategy_attach(rp_replica *rep, rp_strategy_link *link, rp_optimizer *opt, int slot);
+void strategy_attach(rp_replica *rep, strategy_link *link, rp_optimizer *opt, int slot);
 
 /* Takes link off its replica's list and frees its slot (at the optimizer's release). */
-void rp_strategy_detach(rp_strategy_link *link);
+void strategy_detach(strategy_link *link);
 
 /* The link of rep's wrapped opt, or NULL; the oldest alive, or NULL. */
-rp_strategy_link *rp_strategy_find(const rp_replica *rep, const rp_optimizer *opt);
-rp_strategy_link *rp_strategy_oldest(const rp_replica *rep);
+strategy_link *strategy_find(const rp_replica *rep, const rp_optimizer *opt);
+strategy_link *strategy_oldest(const rp_replica *rep);
 
 /* Whether opt is one of this replica's wrapped optimizers. */
-bool rp_strategy_owns(const rp_replica *rep, const rp_optimizer *opt);
+bool strategy_owns(const rp_replica *rep, const rp_optimizer *opt);
 
 /* RP_OK while link's replicator lives; RP_ERR_INVALID (the optimizer outlived it) after. */
-rp_status rp_strategy_alive(const rp_strategy_link *link);
+rp_status strategy_alive(const strategy_link *link);
 
 /*
  * The name of the trainable parameter holding element `at` of params' gradient (or value)
  * block, with the element's index in it and its numel; "(none)" (index at, numel the block's)
  * past the end. For messages that blame an element.
  */
-const char *rp_strategy_param_at(const rp_params *params, int64_t at, int64_t *index,
-                                 int64_t *numel);
+const char *strategy_param_at(const rp_params *params, int64_t at, int64_t *index, int64_t *numel);
 
 /* The parameter servers' configuration from the replicator's (cfg.ps, staleness, timeout) for an
  * optimizer of `cfg`: the async strategy's and the sync groups'. */
-rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg);
+rp_ps_config strategy_ps_config(const rp_replicator *r, const rp_optim_config *cfg);
 
 /*
  * The threads backend's handles on a new set of parameter-server variables (the async strategy's
@@ -200,11 +199,11 @@ rp_ps_config rp_strategy_ps_config(const rp_replicator *r, const rp_optim_config
  * and then takes handle `index` into *ps (index < 0: none). RP_ERR_SHAPE if this replica's
  * numel is not replica 0's; RP_ERR_NOMEM; the barrier's errors.
  */
-rp_status rp_strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int index, int64_t numel,
-                              const rp_ps_config *pc, rp_ps **ps);
+rp_status strategy_ps_take(rp_replica *rep, rp_ps ***set, int count, int index, int64_t numel,
+                           const rp_ps_config *pc, rp_ps **ps);
 
 /* Batches of lockstep replicas: 0, 1, 2, ... on every replica, counted per replica per run. */
-rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);
+rp_status strategy_lockstep_batch(rp_replica *rep, int64_t *index);
 
 /* ---- what every plan slot shares ----------------------------------------------------------- */
 
@@ -212,20 +211,20 @@ rp_status rp_strategy_lockstep_batch(rp_replica *rep, int64_t *index);
  * A plan's start: oc checked (rp_optim_check's errors), then w->worker = id, replicas,
  * params, grads, optim (the whole state: slots x trainable values), strategy = 0, groups = 1.
  */
-rp_status rp_strategy_plan_base(int replicas, int id, const rp_params *params,
-                                const rp_optim_config *oc, rp_plan_worker *w);
+rp_status strategy_plan_base(int replicas, int id, const rp_params *params,
+                             const rp_optim_config *oc, rp_plan_worker *w);
 
 /*
- * The all-reduce buckets rp_grad_reducer_init would cut for params in buckets of `bytes`
- * (rp_bucket_order_cut): how many, and the values of the largest (0 without parameters).
+ * The all-reduce buckets reducer_init would cut for params in buckets of `bytes`
+ * (strategy_bucket_order_cut): how many, and the values of the largest (0 without parameters).
  * RP_ERR_NOMEM.
  */
-rp_status rp_strategy_plan_buckets(const rp_params *params, size_t bytes, int *nbuckets,
-                                   int64_t *most);
+rp_status strategy_plan_buckets(const rp_params *params, size_t bytes, int *nbuckets,
+                                int64_t *most);
 
 /* The bf16 copy of the largest all-reduce bucket (`most` values) a reducer keeps for
    cfg.grad_dtype bf16; 0 for f32. */
-int64_t rp_strategy_plan_wire(const rp_config *cfg, int64_t most);
+int64_t strategy_plan_wire(const rp_config *cfg, int64_t most);
 
 /* ---- gradient buckets: the order they start in (sync, ZeRO-1, sync groups) ------------- */
 
@@ -239,25 +238,26 @@ int64_t rp_strategy_plan_wire(const rp_config *cfg, int64_t most);
  * started (a second backward before the step: gradient accumulation) sets
  * `again`: the step then reduces every bucket once more.
  */
-typedef struct rp_bucket_order {
+typedef struct strategy_bucket_order {
     int nparams, nbuckets;
     int *first, *list; /* [nparams + 1], [first[nparams]] */
     int *params;       /* [nbuckets] the parameters touching each bucket */
     int *ready;        /* [nbuckets] of those, final in this backward pass */
     int started;       /* buckets [0, started) have started since the last step */
     bool again;        /* a bucket completed a second time since it started */
-} rp_bucket_order;
+} strategy_bucket_order;
 
 /* Starts bucket b's reduction (the strategy's own: all-reduce, reduce-scatter ...). */
-typedef void (*rp_bucket_start_fn)(void *ctx, int b);
+typedef void (*strategy_bucket_start_fn)(void *ctx, int b);
 
 /*
  * Makes the order of nbuckets buckets from touch(ctx, i, mark, out): the number of distinct
  * buckets parameter i touches, written to out when it is not NULL; mark[nbuckets] (-1 before the
  * first parameter, each pass) is the callee's to remove repeats with. RP_ERR_NOMEM.
  */
-rp_status rp_bucket_order_create(rp_bucket_order *o, int nparams, int nbuckets,
-                                 int (*touch)(void *ctx, int i, int *mark, int *out), void *ctx);
+rp_status strategy_bucket_order_create(strategy_bucket_order *o, int nparams, int nbuckets,
+                                       int (*touch)(void *ctx, int i, int *mark, int *out),
+                                       void *ctx);
 
 /*
  * The sync strategies' buckets: contiguous ranges of params' gradient block of at least `bytes`,
@@ -265,23 +265,25 @@ rp_status rp_bucket_order_create(rp_bucket_order *o, int nparams, int nbuckets,
  * first, so bucket 0 is ready first). *ranges (malloc'd, the caller frees it) gets lo, hi of
  * each bucket, back to back. RP_ERR_NOMEM.
  */
-rp_status rp_bucket_order_cut(rp_bucket_order *o, const rp_params *params, size_t bytes,
-                              int64_t **ranges);
+rp_status strategy_bucket_order_cut(strategy_bucket_order *o, const rp_params *params, size_t bytes,
+                                    int64_t **ranges);
 
-void rp_bucket_order_destroy(rp_bucket_order *o);
+void strategy_bucket_order_destroy(strategy_bucket_order *o);
 
 /* Parameter i is final (the gradient-ready callback): starts the buckets that may start now. */
-void rp_bucket_order_ready(rp_bucket_order *o, int i, rp_bucket_start_fn start, void *ctx);
+void strategy_bucket_order_ready(strategy_bucket_order *o, int i, strategy_bucket_start_fn start,
+                                 void *ctx);
 
 /* At the step: starts every bucket that has not started (in order), every bucket once more if
  * one completed again, and resets the counts for the next backward pass. */
-void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *ctx);
+void strategy_bucket_order_flush(strategy_bucket_order *o, strategy_bucket_start_fn start,
+                                 void *ctx);
 
 /*
  * The mean reduction of a parameter list's gradients over a communicator, in buckets started
  * from backward, parameterised by its collective:
  *  - RP_GRAD_ALL_REDUCE (the sync strategy over the replicas, a sync group's over the group):
- *    the buckets of rp_bucket_order_cut, each all-reduced in place, so every member holds the
+ *    the buckets of strategy_bucket_order_cut, each all-reduced in place, so every member holds the
  *    whole mean gradient;
  *  - RP_GRAD_REDUCE_SCATTER (ZeRO): the P values are cut into N shards of S = ceil(P / N)
  *    (member r owns [rS, (r+1)S) clipped to P: the last may be short or empty); a bucket is a
@@ -304,18 +306,18 @@ void rp_bucket_order_flush(rp_bucket_order *o, rp_bucket_start_fn start, void *c
 typedef enum {
     RP_GRAD_ALL_REDUCE = 0,
     RP_GRAD_REDUCE_SCATTER,
-} rp_grad_collective;
+} reducer_collective;
 
-typedef struct rp_grad_reducer {
-    rp_grad_collective collective;
+typedef struct reducer {
+    reducer_collective collective;
     rp_replica *rep;
     rp_comm *comm; /* the members whose gradients are averaged; rank q is replica base + q */
     int base, rank, size;
     const rp_params *params;
     float *grad; /* the gradient block (storage) */
     int64_t numel;
-    const rp_kernels *k; /* the table its scans run on */
-    rp_bucket_order order;
+    const kernels_table *k; /* the table its scans run on */
+    strategy_bucket_order order;
     /* [2 * buckets]: lo, hi of each; in the gradient block (all-reduce) or shard-local
        positions (reduce-scatter) */
     int64_t *ranges;
@@ -328,35 +330,35 @@ typedef struct rp_grad_reducer {
                       (all-reduce: [the largest bucket]; reduce-scatter: [N * chunk] the packed
                       segments, then [chunk] the reduced segment) */
     size_t sgrad_bytes, pack_bytes, one_bytes, wire_bytes; /* what mem_free takes back */
-    rp_staging stage, recv; /* the host views a collective sends from (all-reduce: in place) and
-                               receives into */
-    int64_t *scratch;       /* [comm size x 2] the non-finite exchange (all-reduce); [comm size x
-                               max(3, trainable parameters)] the finiteness exchange, free for the
-                               strategy's checksums between steps (reduce-scatter) */
-    int64_t local_bad;      /* first element of the block non-finite before its reduction, or -1 */
-    float local_value;      /* its value */
-    int64_t reduced_bad;    /* first element of this member's reduced gradients non-finite, or -1 */
-    rp_status error;        /* first failure inside a callback, re-raised by finish */
+    kernels_staging stage, recv; /* the host views a collective sends from (all-reduce: in place)
+                               and receives into */
+    int64_t *scratch;    /* [comm size x 2] the non-finite exchange (all-reduce); [comm size x
+                            max(3, trainable parameters)] the finiteness exchange, free for the
+                            strategy's checksums between steps (reduce-scatter) */
+    int64_t local_bad;   /* first element of the block non-finite before its reduction, or -1 */
+    float local_value;   /* its value */
+    int64_t reduced_bad; /* first element of this member's reduced gradients non-finite, or -1 */
+    rp_status error;     /* first failure inside a callback, re-raised by finish */
     char message[1024];
-} rp_grad_reducer;
+} reducer;
 
 /*
  * For params' trainable gradients over comm (rank q = replica rep->id - rank + q), in buckets of
  * rep's cfg.bucket_bytes, the payload in cfg.grad_dtype. RP_ERR_NOMEM.
  */
-rp_status rp_grad_reducer_init(rp_grad_reducer *g, rp_replica *rep, rp_comm *comm,
-                               const rp_params *params, rp_grad_collective collective);
-void rp_grad_reducer_free(rp_grad_reducer *g);
+rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_params *params,
+                       reducer_collective collective);
+void reducer_free(reducer *g);
 /* Whether param's gradient lies in this reducer's block; if so, counts it final (the callback). */
-bool rp_grad_reducer_ready(rp_grad_reducer *g, const rp_tensor *param);
+bool reducer_ready(reducer *g, const rp_tensor *param);
 /* Records a failure of the step's own (the first one wins), re-raised by finish. */
-void rp_grad_reducer_fail(rp_grad_reducer *g, rp_status status);
+void reducer_fail(reducer *g, rp_status status);
 /*
  * Before the update: every bucket reduced exactly once since the last step (the rest start now),
  * then a failure of a callback's collective, or the agreed non-finite error (RP_ERR_NUMERIC);
  * reduce-scatter: the reduced shard is then in place in the gradient block.
  */
-rp_status rp_grad_reducer_finish(rp_grad_reducer *g);
+rp_status reducer_finish(reducer *g);
 
 /*
  * Reduce-scatter reducers: all-gathers a sharded array bucket by bucket - `mine` holds this
@@ -365,16 +367,15 @@ rp_status rp_grad_reducer_finish(rp_grad_reducer *g);
  * reverse, replica 0's full[0, P) cut into shards, each member's into mine (a broadcast per
  * bucket).
  */
-rp_status rp_grad_reducer_gather(rp_grad_reducer *g, const float *mine, float *full,
-                                 const char *what);
-rp_status rp_grad_reducer_scatter(rp_grad_reducer *g, const float *full, float *mine);
+rp_status reducer_gather(reducer *g, const float *mine, float *full, const char *what);
+rp_status reducer_scatter(reducer *g, const float *full, float *mine);
 
 /*
  * The reduce-scatter's layout of P values over N members with buckets of `bytes` (what
- * rp_grad_reducer_init makes, for the planner): *shard = S = ceil(P / N), *chunk = the bucket
+ * reducer_init makes, for the planner): *shard = S = ceil(P / N), *chunk = the bucket
  * length (bytes / (4N) positions, clamped to [1, S]), *nbuckets = ceil(S / chunk) (0 for S = 0).
  */
-void rp_grad_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
+void reducer_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
                           int *nbuckets);
 
 #endif

@@ -20,7 +20,7 @@
  *
  * Memory. The servers take and give host arrays (ps.c); the values, gradients
  * and state are the kernel table's storage, so every exchange goes through
- * host views (rp_staging: the storage itself with a host table).
+ * host views (kernels_staging: the storage itself with a host table).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +33,12 @@
 #define RP_ASYNC_SETS_MAX 8
 
 /* Its link's slot is its set: the same on every replica, as they create in the same order. */
-typedef struct rp_async {
-    rp_strategy_link link; /* first: the replica's list (strategy.h) */
+typedef struct async_ctx {
+    strategy_link link; /* first: the replica's list (strategy.h) */
     rp_params *params;
     rp_ps *ps;
-    rp_staging grad, values, state; /* host views of the blocks for the servers */
-} rp_async;
+    kernels_staging grad, values, state; /* host views of the blocks for the servers */
+} async_ctx;
 
 typedef struct async_state {
     rp_ps_group *group;              /* MPI: the server and worker ranks (NULL on threads) */
@@ -47,53 +47,53 @@ typedef struct async_state {
 
 static rp_status async_update(rp_optimizer *opt, float lr, void *ctx)
 {
-    rp_async *a = ctx;
-    RP_CHECK(rp_strategy_alive(&a->link));
+    async_ctx *a = ctx;
+    RP_CHECK(strategy_alive(&a->link));
     /* rp_optimizer_step has checked lr and found every gradient finite. */
     size_t bytes = (size_t)rp_params_trainable_numel(a->params) * sizeof(float);
     float *values = rp_params_data(a->params);
-    const float *hg = rp_strategy_view(&a->grad, rp_params_grad(a->params), bytes, true);
-    float *hv = hg ? rp_strategy_view(&a->values, values, bytes, false) : NULL;
+    const float *hg = strategy_view(&a->grad, rp_params_grad(a->params), bytes, true);
+    float *hv = hg ? strategy_view(&a->values, values, bytes, false) : NULL;
     if (!hv) return rp_last_status();
-    RP_CHECK(rp_ps_exchange(a->ps, hg, lr, hv));
-    rp_strategy_commit(values, hv, bytes);
+    RP_CHECK(ps_exchange(a->ps, hg, lr, hv));
+    strategy_commit(values, hv, bytes);
     return RP_OK;
 }
 
 static void async_release(void *ctx)
 {
-    rp_async *a = ctx;
-    rp_strategy_detach(&a->link);
+    async_ctx *a = ctx;
+    strategy_detach(&a->link);
     rp_ps_destroy(a->ps);
-    rp_staging_free(&a->grad);
-    rp_staging_free(&a->values);
-    rp_staging_free(&a->state);
+    kernels_staging_free(&a->grad);
+    kernels_staging_free(&a->values);
+    kernels_staging_free(&a->state);
     free(a);
 }
 
-static rp_async *find(const rp_replica *rep, const rp_optimizer *opt)
+static async_ctx *find(const rp_replica *rep, const rp_optimizer *opt)
 {
-    return (rp_async *)rp_strategy_find(rep, opt);
+    return (async_ctx *)strategy_find(rep, opt);
 }
 
 static void async_phase_begin(rp_replica *rep, uint64_t phase)
 {
-    rp_strategy_replica *sr = rep->strategy;
+    strategy_replica *sr = rep->strategy;
     /* A failure here (a server gone) comes back, named, from the next push or pull. */
-    for (rp_strategy_link *l = sr->opts; l; l = l->next)
-        (void)rp_ps_join(((rp_async *)l)->ps, phase);
+    for (strategy_link *l = sr->opts; l; l = l->next)
+        (void)rp_ps_join(((async_ctx *)l)->ps, phase);
 }
 
 static void async_phase_end(rp_replica *rep)
 {
-    rp_strategy_replica *sr = rep->strategy;
+    strategy_replica *sr = rep->strategy;
     if (!sr->opts) return;
     /* The step's own error, if any, is the one to report, not a leave that failed because of it. */
     rp_status status = rp_last_status();
     char message[1024];
     snprintf(message, sizeof message, "%s", rp_last_error());
-    for (rp_strategy_link *l = sr->opts; l; l = l->next)
-        (void)rp_ps_leave(((rp_async *)l)->ps);
+    for (strategy_link *l = sr->opts; l; l = l->next)
+        (void)rp_ps_leave(((async_ctx *)l)->ps);
     /* Under MPI the servers hear of a failed step, and stop: the other ranks' next request
        fails instead of their training on until the batches run out. */
     async_state *st = rep->r->strategy_state;
@@ -118,22 +118,22 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
                             r->n);
         return rp_ps_mpi_create(ps, st->group, numel, pc);
     }
-    return rp_strategy_ps_take(rep, &st->sets[k], r->n, rep->local, numel, pc, ps);
+    return strategy_ps_take(rep, &st->sets[k], r->n, rep->local, numel, pc, ps);
 }
 
 /*
  * Loads replica 0's values (and slots, `nslots` floats of storage, step) into the servers; every
  * replica then pulls them.
  */
-static rp_status load_and_pull(rp_async *a, const float *slots, int64_t nslots, int64_t steps)
+static rp_status load_and_pull(async_ctx *a, const float *slots, int64_t nslots, int64_t steps)
 {
     rp_replica *rep = a->link.rep;
     float *values = rp_params_data(a->params);
     size_t bytes = (size_t)rp_params_trainable_numel(a->params) * sizeof(float);
     if (rep->id == 0) {
         size_t sbytes = slots ? (size_t)nslots * sizeof(float) : 0;
-        const float *hv = rp_strategy_view(&a->values, values, bytes, true);
-        const float *hs = slots && hv ? rp_strategy_view(&a->state, slots, sbytes, true) : NULL;
+        const float *hv = strategy_view(&a->values, values, bytes, true);
+        const float *hs = slots && hv ? strategy_view(&a->state, slots, sbytes, true) : NULL;
         if (!hv || (slots && !hs)) return rp_last_status();
         RP_CHECK(rp_ps_init(a->ps, hv, hs, steps));
     }
@@ -141,10 +141,10 @@ static rp_status load_and_pull(rp_async *a, const float *slots, int64_t nslots, 
     rp_status status = rp_comm_barrier(rep->comm);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
-    float *hv = rp_strategy_view(&a->values, values, bytes, false);
+    float *hv = strategy_view(&a->values, values, bytes, false);
     if (!hv) return rp_last_status();
     RP_CHECK(rp_ps_pull(a->ps, hv));
-    rp_strategy_commit(values, hv, bytes);
+    strategy_commit(values, hv, bytes);
     return RP_OK;
 }
 
@@ -152,15 +152,15 @@ static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
                                         const rp_optim_config *cfg)
 {
     rp_replicator *r = rep->r;
-    int k = rp_strategy_slot_free(rep, RP_ASYNC_SETS_MAX);
+    int k = strategy_slot_free(rep, RP_ASYNC_SETS_MAX);
     if (k < 0)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d async optimizers alive per replica",
                         RP_ASYNC_SETS_MAX);
-    rp_ps_config pc = rp_strategy_ps_config(r, cfg);
+    rp_ps_config pc = strategy_ps_config(r, cfg);
     int64_t numel = rp_params_trainable_numel(params);
     rp_ps *ps = NULL;
     RP_CHECK(take_handle(rep, k, numel, &pc, &ps));
-    rp_async *a = calloc(1, sizeof *a);
+    async_ctx *a = calloc(1, sizeof *a);
     if (!a) {
         rp_ps_destroy(ps);
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the asynchronous optimizer");
@@ -173,7 +173,7 @@ static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
         async_release(a);
         return status;
     }
-    rp_strategy_attach(rep, &a->link, opt, k);
+    strategy_attach(rep, &a->link, opt, k);
     RP_CHECK(rp_ps_join(ps, r->generation));
     /* Replica 0's initial values become everyone's, as in sync training. */
     RP_CHECK(load_and_pull(a, NULL, 0, 0));
@@ -184,26 +184,26 @@ static rp_status async_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
 
 static rp_status async_fetch(rp_replica *rep, rp_optimizer *opt)
 {
-    rp_async *a = find(rep, opt);
+    async_ctx *a = find(rep, opt);
     if (!a) return RP_OK;
     int64_t step = 0, nstate = 0;
     float *values = rp_params_data(a->params), *state = rp_optimizer_state(opt, &nstate);
     size_t bytes = (size_t)rp_params_trainable_numel(a->params) * sizeof(float),
            sbytes = (size_t)nstate * sizeof(float);
-    float *hv = rp_strategy_view(&a->values, values, bytes, false);
-    float *hs = state && hv ? rp_strategy_view(&a->state, state, sbytes, false) : NULL;
+    float *hv = strategy_view(&a->values, values, bytes, false);
+    float *hs = state && hv ? strategy_view(&a->state, state, sbytes, false) : NULL;
     if (!hv || (state && !hs)) return rp_last_status();
     RP_CHECK(rp_ps_snapshot(a->ps, hv, hs, &step));
-    rp_strategy_commit(values, hv, bytes);
-    if (state) rp_strategy_commit(state, hs, sbytes);
+    strategy_commit(values, hv, bytes);
+    if (state) strategy_commit(state, hs, sbytes);
     rp_optimizer_set_steps(opt, step);
     return RP_OK;
 }
 
 static rp_status async_publish(rp_replica *rep, rp_optimizer *opt)
 {
-    rp_async *a = find(rep, opt);
-    if (!a) return rp_strategy_broadcast_state(rep, opt);
+    async_ctx *a = find(rep, opt);
+    if (!a) return strategy_broadcast_state(rep, opt);
     int64_t steps = rp_optimizer_steps(opt);
     int64_t nstate = 0;
     float *state = rp_optimizer_state(opt, &nstate);
@@ -216,13 +216,13 @@ static rp_status async_publish(rp_replica *rep, rp_optimizer *opt)
 static rp_status async_claim(rp_replica *rep, int64_t *ticket)
 {
     async_state *st = rep->r->strategy_state;
-    rp_async *oldest = (rp_async *)rp_strategy_oldest(rep);
+    async_ctx *oldest = (async_ctx *)strategy_oldest(rep);
     if (oldest) return rp_ps_claim(oldest->ps, ticket);
     if (st->group)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "rp_replica_claim across processes needs the async regime "
                         "and an optimizer made by rp_replica_optimizer_create() first");
-    return rp_strategy_local_claim(rep, ticket);
+    return strategy_local_claim(rep, ticket);
 }
 
 static rp_status async_create(rp_replicator *r, bool mpi, rp_comm **world)
@@ -270,16 +270,16 @@ static rp_status async_serve(rp_replicator *r)
 
 /* An optimizer alive at replica_destroy: its server handle goes now, before the servers' group;
    release frees the rest later. */
-static void async_detach(rp_strategy_link *link)
+static void async_detach(strategy_link *link)
 {
-    rp_async *a = (rp_async *)link;
+    async_ctx *a = (async_ctx *)link;
     rp_ps_destroy(a->ps);
     a->ps = NULL;
 }
 
 static void async_replica_destroy(rp_replica *rep)
 {
-    rp_strategy_replica_fini(rep, async_detach);
+    strategy_replica_fini(rep, async_detach);
 }
 
 /* Async replicas meet the servers at their own pace: no layout predicts their traffic. */
@@ -292,14 +292,14 @@ static rp_status async_plan(const rp_config *cfg, int N, int id, const rp_params
                     "own pace");
 }
 
-const rp_strategy rp_strategy_async = {
+const strategy_table strategy_async = {
     .name = "async",
     .identical = false,
     .lockstep = false,
     .servers = true,
     .create = async_create,
     .destroy = async_destroy,
-    .replica_init = rp_strategy_replica_init,
+    .replica_init = strategy_replica_init,
     .replica_destroy = async_replica_destroy,
     .optimizer_create = async_optimizer_create,
     .phase_begin = async_phase_begin,

@@ -8,7 +8,7 @@
  * A step of one group:
  *  1. backward's gradient-ready callbacks all-reduce (mean) the gradients
  *     over the group's communicator, in the sync strategy's buckets and
- *     order, with its non-finite check (strategy.c: rp_grad_reducer);
+ *     order, with its non-finite check (strategy.c: reducer);
  *  2. the group's rank 0 pushes the group's mean gradient to the servers
  *     and pulls the current values (one push per group step, so the servers'
  *     step count is the groups' steps; the staleness bound counts groups);
@@ -35,7 +35,7 @@
  *
  * Memory. Values, gradients and state are the kernel table's storage; the
  * servers and the group's broadcasts take host memory, so they run on host
- * views (rp_staging: the storage itself with a host table).
+ * views (kernels_staging: the storage itself with a host table).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,14 +48,15 @@
 #define RP_GROUP_SETS_MAX 8
 
 /* Its link's slot is its set: the same on every replica. */
-typedef struct rp_grouped {
-    rp_strategy_link link; /* first: the replica's list (strategy.h) */
+typedef struct grouped_ctx {
+    strategy_link link; /* first: the replica's list (strategy.h) */
     rp_params *params;
-    rp_grad_reducer red; /* the all-reduce over the group */
-    rp_ps *ps;           /* the group's handle on the servers: its rank 0's (NULL on the others) */
-    int64_t *hashes;     /* [S * trainable parameters] checksum scratch */
-    rp_staging grad, values, state; /* host views of the blocks for the servers and broadcasts */
-} rp_grouped;
+    reducer red;     /* the all-reduce over the group */
+    rp_ps *ps;       /* the group's handle on the servers: its rank 0's (NULL on the others) */
+    int64_t *hashes; /* [S * trainable parameters] checksum scratch */
+    kernels_staging grad, values,
+        state; /* host views of the blocks for the servers and broadcasts */
+} grouped_ctx;
 
 typedef struct groups_state {
     int groups, size;                /* G groups of S replicas */
@@ -92,68 +93,67 @@ static rp_status barrier_all(rp_replica *rep, const char *what)
 static void groups_on_grad_ready(rp_tensor *param, void *ctx)
 {
     rp_replica *rep = ctx;
-    rp_strategy_replica *sr = rep->strategy;
-    for (rp_strategy_link *l = sr->opts; l; l = l->next)
-        if (rp_grad_reducer_ready(&((rp_grouped *)l)->red, param)) return;
+    strategy_replica *sr = rep->strategy;
+    for (strategy_link *l = sr->opts; l; l = l->next)
+        if (reducer_ready(&((grouped_ctx *)l)->red, param)) return;
 }
 
 static rp_status groups_before(rp_optimizer *opt, void *ctx)
 {
-    rp_grouped *g = ctx;
-    RP_CHECK(rp_strategy_alive(&g->link));
-    return rp_grad_reducer_finish(&g->red);
+    grouped_ctx *g = ctx;
+    RP_CHECK(strategy_alive(&g->link));
+    return reducer_finish(&g->red);
 }
 
 /* The update: rank 0 pushes the group's mean gradient and pulls the values; the group takes them.
  */
 static rp_status groups_update(rp_optimizer *opt, float lr, void *ctx)
 {
-    rp_grouped *g = ctx;
-    RP_CHECK(rp_strategy_alive(&g->link));
+    grouped_ctx *g = ctx;
+    RP_CHECK(strategy_alive(&g->link));
     float *values = rp_params_data(g->params);
     int64_t numel = rp_params_trainable_numel(g->params);
     size_t bytes = (size_t)numel * sizeof(float);
     /* The values view is filled by the pull (rank 0) or the broadcast (the others). */
-    float *hv = rp_strategy_view(&g->values, values, bytes, false);
+    float *hv = strategy_view(&g->values, values, bytes, false);
     if (!hv) return rp_last_status();
     /* A failed push returns here without the broadcast: the rank's step fails, it leaves the
        group's communicator, and its peers waiting in the broadcast fail at once, naming it. */
     if (g->ps) {
-        const float *hg = rp_strategy_view(&g->grad, rp_params_grad(g->params), bytes, true);
+        const float *hg = strategy_view(&g->grad, rp_params_grad(g->params), bytes, true);
         if (!hg) return rp_last_status();
-        RP_CHECK(rp_ps_exchange(g->ps, hg, lr, hv));
+        RP_CHECK(ps_exchange(g->ps, hg, lr, hv));
     }
     RP_CHECK(
         group_broadcast(g->link.rep, hv, numel, RP_F32, "the runtime's group parameter broadcast"));
-    rp_strategy_commit(values, hv, bytes);
+    strategy_commit(values, hv, bytes);
     return RP_OK;
 }
 
 static rp_status groups_after(rp_optimizer *opt, void *ctx)
 {
-    rp_grouped *g = ctx;
-    RP_CHECK(rp_strategy_alive(&g->link));
+    grouped_ctx *g = ctx;
+    RP_CHECK(strategy_alive(&g->link));
     rp_replica *rep = g->link.rep;
-    return rp_strategy_checksum(rep, rep->group_comm, g->params, rp_optimizer_steps(opt),
-                                g->hashes);
+    return strategy_checksum(rep, rep->group_comm, g->params, rp_optimizer_steps(opt), g->hashes);
 }
 
 static void groups_release(void *ctx)
 {
-    rp_grouped *g = ctx;
-    rp_strategy_detach(&g->link);
-    rp_grad_reducer_free(&g->red);
+    grouped_ctx *g = ctx;
+    strategy_detach(&g->link);
+    reducer_free(&g->red);
     rp_ps_destroy(g->ps);
-    rp_staging_free(&g->grad);
-    rp_staging_free(&g->values);
-    rp_staging_free(&g->state);
+    kernels_staging_free(&g->grad);
+    kernels_staging_free(&g->values);
+    kernels_staging_free(&g->state);
     free(g->hashes);
     free(g);
 }
 
-static rp_grouped *find(const rp_replica *rep, const rp_optimizer *opt)
+static grouped_ctx *find(const rp_replica *rep, const rp_optimizer *opt)
 {
-    return (rp_grouped *)rp_strategy_find(rep, opt);
+    return (grouped_ctx *)strategy_find(rep, opt);
 }
 
 /* Set k's handles, made by local replica 0 with one worker per group; each group's rank 0 takes
@@ -164,28 +164,28 @@ static rp_status take_handle(rp_replica *rep, int k, int64_t numel, const rp_ps_
     groups_state *st = rep->r->strategy_state;
     /* MPI: each group's rank 0 makes its own; the servers make the set at its first message. */
     if (st->mpi) return rep->group_rank == 0 ? rp_ps_mpi_create(ps, st->ps, numel, pc) : RP_OK;
-    return rp_strategy_ps_take(rep, &st->sets[k], st->groups,
-                               rep->group_rank == 0 ? group_of(rep) : -1, numel, pc, ps);
+    return strategy_ps_take(rep, &st->sets[k], st->groups,
+                            rep->group_rank == 0 ? group_of(rep) : -1, numel, pc, ps);
 }
 
 static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
                                          const rp_optim_config *cfg)
 {
     rp_replicator *r = rep->r;
-    int k = rp_strategy_slot_free(rep, RP_GROUP_SETS_MAX);
+    int k = strategy_slot_free(rep, RP_GROUP_SETS_MAX);
     if (k < 0)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "at most %d sync-group optimizers alive per replica",
                         RP_GROUP_SETS_MAX);
     /* Replica 0's values (and buffers) become everyone's, as in sync training. */
     rt_internal_begin(rep->comm, "the runtime's parameter broadcast");
-    rp_status status = rp_strategy_broadcast_params(rep, params);
+    rp_status status = strategy_broadcast_params(rep, params);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
-    rp_ps_config pc = rp_strategy_ps_config(r, cfg);
+    rp_ps_config pc = strategy_ps_config(r, cfg);
     int64_t numel = rp_params_trainable_numel(params);
     rp_ps *ps = NULL;
     RP_CHECK(take_handle(rep, k, numel, &pc, &ps));
-    rp_grouped *g = calloc(1, sizeof *g);
+    grouped_ctx *g = calloc(1, sizeof *g);
     if (!g) {
         rp_ps_destroy(ps);
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group optimizer");
@@ -194,9 +194,8 @@ static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_
     g->ps = ps;
     int T = rp_params_trainable_count(params);
     g->hashes = malloc((size_t)rep->group_size * (size_t)(T > 0 ? T : 1) * sizeof(int64_t));
-    status = g->hashes
-                 ? rp_grad_reducer_init(&g->red, rep, rep->group_comm, params, RP_GRAD_ALL_REDUCE)
-                 : RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group optimizer");
+    status = g->hashes ? reducer_init(&g->red, rep, rep->group_comm, params, RP_GRAD_ALL_REDUCE)
+                       : RP_ERROR(RP_ERR_NOMEM, "cannot allocate the sync-group optimizer");
     rp_optimizer_hooks h = {.before = groups_before,
                             .update = groups_update,
                             .after = groups_after,
@@ -206,12 +205,12 @@ static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_
         groups_release(g);
         return status;
     }
-    rp_strategy_attach(rep, &g->link, opt, k);
+    strategy_attach(rep, &g->link, opt, k);
     if (ps) RP_CHECK(rp_ps_join(ps, r->generation));
     /* The servers start from replica 0's values, which every replica holds already. */
     if (rep->id == 0) {
-        const float *hv = rp_strategy_view(&g->values, rp_params_data(params),
-                                           (size_t)numel * sizeof(float), true);
+        const float *hv =
+            strategy_view(&g->values, rp_params_data(params), (size_t)numel * sizeof(float), true);
         if (!hv) return rp_last_status();
         RP_CHECK(rp_ps_init(ps, hv, NULL, 0));
     }
@@ -225,21 +224,21 @@ static rp_status groups_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_
 
 static void groups_phase_begin(rp_replica *rep, uint64_t phase)
 {
-    rp_strategy_replica *sr = rep->strategy;
+    strategy_replica *sr = rep->strategy;
     /* A failure here (a server gone) comes back, named, from the next push or pull. */
-    for (rp_strategy_link *l = sr->opts; l; l = l->next)
-        if (((rp_grouped *)l)->ps) (void)rp_ps_join(((rp_grouped *)l)->ps, phase);
+    for (strategy_link *l = sr->opts; l; l = l->next)
+        if (((grouped_ctx *)l)->ps) (void)rp_ps_join(((grouped_ctx *)l)->ps, phase);
 }
 
 static void groups_phase_end(rp_replica *rep)
 {
-    rp_strategy_replica *sr = rep->strategy;
+    strategy_replica *sr = rep->strategy;
     /* The step's own error, if any, is the one to report, not a leave that failed because of it. */
     rp_status status = rp_last_status();
     char message[1024];
     snprintf(message, sizeof message, "%s", rp_last_error());
-    for (rp_strategy_link *l = sr->opts; l; l = l->next)
-        if (((rp_grouped *)l)->ps) (void)rp_ps_leave(((rp_grouped *)l)->ps);
+    for (strategy_link *l = sr->opts; l; l = l->next)
+        if (((grouped_ctx *)l)->ps) (void)rp_ps_leave(((grouped_ctx *)l)->ps);
     /* Under MPI a group's rank 0 tells the servers its group failed (a peer's failure reaches it
        at once through the group's collectives), and they stop: the other groups' next claim or
        push fails instead of their training on until the batches run out. */
@@ -257,21 +256,21 @@ static void groups_phase_end(rp_replica *rep)
  */
 static rp_status groups_fetch(rp_replica *rep, rp_optimizer *opt)
 {
-    rp_grouped *g = find(rep, opt);
+    grouped_ctx *g = find(rep, opt);
     if (!g) return RP_OK;
     int64_t step = 0, nstate = 0, numel = rp_params_trainable_numel(g->params);
     float *values = rp_params_data(g->params), *state = rp_optimizer_state(opt, &nstate);
     size_t bytes = (size_t)numel * sizeof(float), sbytes = (size_t)nstate * sizeof(float);
-    float *hv = rp_strategy_view(&g->values, values, bytes, false);
-    float *hs = state && hv ? rp_strategy_view(&g->state, state, sbytes, false) : NULL;
+    float *hv = strategy_view(&g->values, values, bytes, false);
+    float *hs = state && hv ? strategy_view(&g->state, state, sbytes, false) : NULL;
     if (!hv || (state && !hs)) return rp_last_status();
     if (g->ps) RP_CHECK(rp_ps_snapshot(g->ps, hv, hs, &step));
     const char *what = "the runtime's optimizer-state broadcast";
     RP_CHECK(group_broadcast(rep, hv, numel, RP_F32, what));
     if (nstate > 0) RP_CHECK(group_broadcast(rep, hs, nstate, RP_F32, what));
     RP_CHECK(group_broadcast(rep, &step, 1, RP_I64, what));
-    rp_strategy_commit(values, hv, bytes);
-    if (state) rp_strategy_commit(state, hs, sbytes);
+    strategy_commit(values, hv, bytes);
+    if (state) strategy_commit(state, hs, sbytes);
     rp_optimizer_set_steps(opt, step);
     return RP_OK;
 }
@@ -280,26 +279,26 @@ static rp_status groups_fetch(rp_replica *rep, rp_optimizer *opt)
  * takes the values. */
 static rp_status groups_publish(rp_replica *rep, rp_optimizer *opt)
 {
-    rp_grouped *g = find(rep, opt);
-    if (!g) return rp_strategy_broadcast_state(rep, opt);
+    grouped_ctx *g = find(rep, opt);
+    if (!g) return strategy_broadcast_state(rep, opt);
     int64_t steps = rp_optimizer_steps(opt), nstate = 0,
             numel = rp_params_trainable_numel(g->params);
     float *values = rp_params_data(g->params), *state = rp_optimizer_state(opt, &nstate);
     size_t bytes = (size_t)numel * sizeof(float);
     if (rep->id == 0) {
-        const float *hv = rp_strategy_view(&g->values, values, bytes, true);
+        const float *hv = strategy_view(&g->values, values, bytes, true);
         const float *hs =
-            state && hv ? rp_strategy_view(&g->state, state, (size_t)nstate * sizeof(float), true)
+            state && hv ? strategy_view(&g->state, state, (size_t)nstate * sizeof(float), true)
                         : NULL;
         if (!hv || (state && !hs)) return rp_last_status();
         RP_CHECK(rp_ps_init(g->ps, hv, hs, steps));
     }
     RP_CHECK(barrier_all(rep, "the runtime's parameter-server barrier"));
-    float *hv = rp_strategy_view(&g->values, values, bytes, false);
+    float *hv = strategy_view(&g->values, values, bytes, false);
     if (!hv) return rp_last_status();
     if (g->ps) RP_CHECK(rp_ps_pull(g->ps, hv));
     RP_CHECK(group_broadcast(rep, hv, numel, RP_F32, "the runtime's group parameter broadcast"));
-    rp_strategy_commit(values, hv, bytes);
+    strategy_commit(values, hv, bytes);
     rt_internal_begin(rep->comm, "the runtime's step-count broadcast");
     rp_status status = rp_comm_broadcast(rep->comm, &steps, 1, RP_I64, 0);
     rt_internal_end(rep->comm);
@@ -313,8 +312,8 @@ static rp_status groups_publish(rp_replica *rep, rp_optimizer *opt)
 static rp_status leader_claim(rp_replica *rep, int64_t *ticket)
 {
     groups_state *st = rep->r->strategy_state;
-    if (!st->mpi) return rp_strategy_local_claim(rep, ticket);
-    rp_grouped *oldest = (rp_grouped *)rp_strategy_oldest(rep);
+    if (!st->mpi) return strategy_local_claim(rep, ticket);
+    grouped_ctx *oldest = (grouped_ctx *)strategy_oldest(rep);
     if (!oldest)
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "rp_replica_claim across processes needs an optimizer made by "
@@ -427,7 +426,7 @@ static void groups_destroy(rp_replicator *r)
 static rp_status groups_replica_init(rp_replica *rep)
 {
     groups_state *st = rep->r->strategy_state;
-    RP_CHECK(rp_strategy_replica_init(rep));
+    RP_CHECK(strategy_replica_init(rep));
     if (rep->r->server) return RP_OK; /* a server rank's: it only serves */
     rep->group_comm = st->comms[rep->local];
     st->comms[rep->local] = NULL;
@@ -440,24 +439,24 @@ static rp_status groups_replica_init(rp_replica *rep)
 
 /* An optimizer alive at replica_destroy: its server handle goes now, with the strategy's state;
    release frees the rest later. */
-static void groups_detach(rp_strategy_link *link)
+static void groups_detach(strategy_link *link)
 {
-    rp_grouped *g = (rp_grouped *)link;
+    grouped_ctx *g = (grouped_ctx *)link;
     rp_ps_destroy(g->ps);
     g->ps = NULL;
 }
 
 static void groups_replica_destroy(rp_replica *rep)
 {
-    rp_strategy_replica_fini(rep, groups_detach);
+    strategy_replica_fini(rep, groups_detach);
     if (rep->group_comm) rp_comm_destroy(rep->group_comm);
     rep->group_comm = NULL;
 }
 
 /* Groups of one replica each, in one process, are async training: the async table runs them. */
-static const rp_strategy *groups_resolve(const rp_replicator *r, bool mpi)
+static const strategy_table *groups_resolve(const rp_replicator *r, bool mpi)
 {
-    return !mpi && r->cfg.sync_groups >= r->n ? &rp_strategy_async : &rp_strategy_groups;
+    return !mpi && r->cfg.sync_groups >= r->n ? &strategy_async : &strategy_groups;
 }
 
 static rp_status groups_serve(rp_replicator *r)
@@ -477,7 +476,7 @@ static rp_status groups_serve(rp_replicator *r)
 static rp_status groups_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                              const rp_optim_config *oc, rp_plan_worker *w)
 {
-    RP_CHECK(rp_strategy_plan_base(N, id, params, oc, w));
+    RP_CHECK(strategy_plan_base(N, id, params, oc, w));
     int G = cfg->sync_groups;
     if (N % G != 0)
         return RP_ERROR(RP_ERR_INVALID,
@@ -491,13 +490,13 @@ static rp_status groups_plan(const rp_config *cfg, int N, int id, const rp_param
                         G, N);
     int S = N / G, T = rp_params_trainable_count(params), nb = 0;
     int64_t most = 0;
-    RP_CHECK(rp_strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
+    RP_CHECK(strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
     int64_t P = rp_params_trainable_numel(params), bytes = P * (int64_t)sizeof(float);
     int64_t Tb = T > 0 ? T : 1, B = nb > 0 ? nb : 1;
     bool bf16 = cfg->grad_dtype == RP_BF16;
     w->groups = G;
     w->strategy = (int64_t)S * 2 * 8 + Tb * 2 * 8 + ((int64_t)T + 1) * 4 + Tb * 4 + 2 * B * 4 +
-                  (int64_t)S * Tb * 8 + rp_strategy_plan_wire(cfg, most);
+                  (int64_t)S * Tb * 8 + strategy_plan_wire(cfg, most);
     RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_GROUP, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
                                  bf16 ? "gradient buckets (mean, in the group, bf16)"
                                       : "gradient buckets (mean, in the group)",
@@ -509,7 +508,7 @@ static rp_status groups_plan(const rp_config *cfg, int N, int id, const rp_param
 }
 
 /* The in-process servers: cfg.ps shards, each holding its values and at least one slot (ps.c,
-   rp_ps_shard_create). */
+   ps_shard_create). */
 static int64_t groups_plan_servers(const rp_config *cfg, const rp_params *params,
                                    const rp_optim_config *oc)
 {
@@ -518,7 +517,7 @@ static int64_t groups_plan_servers(const rp_config *cfg, const rp_params *params
            (1 + (slots > 0 ? slots : 1));
 }
 
-const rp_strategy rp_strategy_groups = {
+const strategy_table strategy_groups = {
     .name = "sync groups",
     .identical = false,
     .lockstep = false,

@@ -17,7 +17,7 @@
  * the step (gradient accumulation) completes buckets already reduced; the
  * step then reduces every bucket once more, which by linearity gives the
  * mean of the accumulated gradients. The buckets, their order and the
- * all-reduce with its non-finite check are strategy.c's (rp_grad_reducer),
+ * all-reduce with its non-finite check are strategy.c's (reducer),
  * shared with the sync groups.
  *
  * The threads backend's all-reduce runs on the calling replica's thread:
@@ -30,43 +30,43 @@
 
 #include "replicator/strategy.h"
 
-typedef struct rp_sync {
-    rp_strategy_link link; /* first: the replica's list (strategy.h) */
+typedef struct sync_ctx {
+    strategy_link link; /* first: the replica's list (strategy.h) */
     rp_params *params;
-    rp_grad_reducer red;
+    reducer red;
     int64_t *hashes; /* [count * nparams] checksum scratch */
-} rp_sync;
+} sync_ctx;
 
 static void sync_on_grad_ready(rp_tensor *param, void *ctx)
 {
     rp_replica *rep = ctx;
-    rp_strategy_replica *sr = rep->strategy;
-    for (rp_strategy_link *l = sr->opts; l; l = l->next)
-        if (rp_grad_reducer_ready(&((rp_sync *)l)->red, param)) return;
+    strategy_replica *sr = rep->strategy;
+    for (strategy_link *l = sr->opts; l; l = l->next)
+        if (reducer_ready(&((sync_ctx *)l)->red, param)) return;
 }
 
 /* Before the update: every bucket reduced exactly once since the last step. */
 static rp_status sync_before(rp_optimizer *opt, void *ctx)
 {
-    rp_sync *s = ctx;
-    RP_CHECK(rp_strategy_alive(&s->link));
-    return rp_grad_reducer_finish(&s->red);
+    sync_ctx *s = ctx;
+    RP_CHECK(strategy_alive(&s->link));
+    return reducer_finish(&s->red);
 }
 
 /* After the update, every checksum_every steps: the replicas' parameters compared. */
 static rp_status sync_after(rp_optimizer *opt, void *ctx)
 {
-    rp_sync *s = ctx;
-    RP_CHECK(rp_strategy_alive(&s->link));
+    sync_ctx *s = ctx;
+    RP_CHECK(strategy_alive(&s->link));
     rp_replica *rep = s->link.rep;
-    return rp_strategy_checksum(rep, rep->comm, s->params, rp_optimizer_steps(opt), s->hashes);
+    return strategy_checksum(rep, rep->comm, s->params, rp_optimizer_steps(opt), s->hashes);
 }
 
 static void sync_release(void *ctx)
 {
-    rp_sync *s = ctx;
-    rp_strategy_detach(&s->link);
-    rp_grad_reducer_free(&s->red);
+    sync_ctx *s = ctx;
+    strategy_detach(&s->link);
+    reducer_free(&s->red);
     free(s->hashes);
     free(s);
 }
@@ -76,15 +76,15 @@ static rp_status sync_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
 {
     if (rep->count == 1) return RP_OK;
     rt_internal_begin(rep->comm, "the runtime's parameter broadcast");
-    rp_status status = rp_strategy_broadcast_params(rep, params);
+    rp_status status = strategy_broadcast_params(rep, params);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
-    rp_sync *s = calloc(1, sizeof *s);
+    sync_ctx *s = calloc(1, sizeof *s);
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the synchronous optimizer");
     s->params = params;
     int T = rp_params_trainable_count(params);
     s->hashes = malloc((size_t)rep->count * (size_t)(T > 0 ? T : 1) * sizeof(int64_t));
-    status = s->hashes ? rp_grad_reducer_init(&s->red, rep, rep->comm, params, RP_GRAD_ALL_REDUCE)
+    status = s->hashes ? reducer_init(&s->red, rep, rep->comm, params, RP_GRAD_ALL_REDUCE)
                        : RP_ERROR(RP_ERR_NOMEM, "cannot allocate the synchronous optimizer");
     rp_optimizer_hooks h = {.before = sync_before, .after = sync_after, .release = sync_release};
     if (status == RP_OK) status = rp_optimizer_add_hooks(opt, &h, s);
@@ -92,7 +92,7 @@ static rp_status sync_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
         sync_release(s);
         return status;
     }
-    rp_strategy_attach(rep, &s->link, opt, -1);
+    strategy_attach(rep, &s->link, opt, -1);
     rp_debug("sync optimizer: %lld gradients in %d buckets", (long long)s->red.numel,
              s->red.order.nbuckets);
     return RP_OK;
@@ -100,7 +100,7 @@ static rp_status sync_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
 
 static rp_status sync_publish(rp_replica *rep, rp_optimizer *opt)
 {
-    return rp_strategy_broadcast_state(rep, opt);
+    return strategy_broadcast_state(rep, opt);
 }
 
 static rp_status sync_fetch(rp_replica *rep, rp_optimizer *opt)
@@ -109,38 +109,39 @@ static rp_status sync_fetch(rp_replica *rep, rp_optimizer *opt)
 }
 
 /*
- * The plan: one mean all-reduce per bucket of rp_bucket_order_cut (gradients as cfg.grad_dtype on
- * the wire); the buffers are the checksum scratch, each parameter's bucket, the buckets and the
- * bf16 copy of the largest. One replica: the optimizer is not wrapped (no collective, no buffer).
+ * The plan: one mean all-reduce per bucket of strategy_bucket_order_cut (gradients as
+ * cfg.grad_dtype on the wire); the buffers are the checksum scratch, each parameter's bucket, the
+ * buckets and the bf16 copy of the largest. One replica: the optimizer is not wrapped (no
+ * collective, no buffer).
  */
 static rp_status sync_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                            const rp_optim_config *oc, rp_plan_worker *w)
 {
-    RP_CHECK(rp_strategy_plan_base(N, id, params, oc, w));
+    RP_CHECK(strategy_plan_base(N, id, params, oc, w));
     if (N == 1) return RP_OK;
     int nb = 0;
     int64_t most = 0, P = rp_params_trainable_numel(params);
-    RP_CHECK(rp_strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
+    RP_CHECK(strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
     int T = rp_params_trainable_count(params), Tc = T > 2 ? T : 2, Tb = T ? T : 1;
     bool bf16 = cfg->grad_dtype == RP_BF16;
     w->strategy = (int64_t)N * Tc * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24 +
-                  rp_strategy_plan_wire(cfg, most);
+                  strategy_plan_wire(cfg, most);
     return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
                                bf16 ? "gradient buckets (mean, bf16)" : "gradient buckets (mean)",
                                nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype));
 }
 
-const rp_strategy rp_strategy_sync = {
+const strategy_table strategy_sync = {
     .name = "sync",
     .identical = true,
     .lockstep = true,
-    .replica_init = rp_strategy_replica_init,
-    .replica_destroy = rp_strategy_replica_destroy,
+    .replica_init = strategy_replica_init,
+    .replica_destroy = strategy_replica_destroy,
     .grad_ready = sync_on_grad_ready,
     .optimizer_create = sync_optimizer_create,
     .fetch = sync_fetch,
     .publish = sync_publish,
-    .claim = rp_strategy_local_claim,
-    .next_batch = rp_strategy_lockstep_batch,
+    .claim = strategy_local_claim,
+    .next_batch = strategy_lockstep_batch,
     .plan = sync_plan,
 };

@@ -7,11 +7,11 @@
 
 #include "replicator/strategy.h"
 
-static const rp_strategy *const tables[RP_STRATEGIES] = {
-    [RP_STRATEGY_SYNC] = &rp_strategy_sync,
-    [RP_STRATEGY_ASYNC] = &rp_strategy_async,
-    [RP_STRATEGY_ZERO1] = &rp_strategy_zero,
-    [RP_STRATEGY_SYNC_GROUPS] = &rp_strategy_groups,
+static const strategy_table *const tables[RP_STRATEGIES] = {
+    [RP_STRATEGY_SYNC] = &strategy_sync,
+    [RP_STRATEGY_ASYNC] = &strategy_async,
+    [RP_STRATEGY_ZERO1] = &strategy_zero,
+    [RP_STRATEGY_SYNC_GROUPS] = &strategy_groups,
 };
 
 static const char *const names[RP_STRATEGIES] = {
@@ -21,7 +21,7 @@ static const char *const names[RP_STRATEGIES] = {
     [RP_STRATEGY_SYNC_GROUPS] = "sync-groups",
 };
 
-const rp_strategy *rp_strategy_of(rp_strategy_kind kind)
+const strategy_table *strategy_of(rp_strategy_kind kind)
 {
     return (unsigned)kind < RP_STRATEGIES ? tables[kind] : NULL;
 }
@@ -42,7 +42,7 @@ rp_strategy_kind rp_config_strategy(const rp_config *cfg)
     return RP_STRATEGY_SYNC;
 }
 
-rp_status rp_strategy_parse(const char *name, rp_strategy_kind *out)
+rp_status strategy_parse(const char *name, rp_strategy_kind *out)
 {
     for (int k = 0; name && k < RP_STRATEGIES; k++)
         if (!strcmp(name, names[k])) {

@@ -48,56 +48,56 @@
 
 #include "replicator/strategy.h"
 
-typedef struct rp_zero {
-    rp_strategy_link link; /* first: the replica's list (strategy.h) */
+typedef struct zero_ctx {
+    strategy_link link; /* first: the replica's list (strategy.h) */
     rp_params *params;
-    float *value;        /* the parameter list's values (storage) */
-    int64_t numel;       /* P: trainable values */
-    rp_grad_reducer red; /* the reduce-scatter, its shards [lo, hi), buckets and buffers */
-} rp_zero;
+    float *value;  /* the parameter list's values (storage) */
+    int64_t numel; /* P: trainable values */
+    reducer red;   /* the reduce-scatter, its shards [lo, hi), buckets and buffers */
+} zero_ctx;
 
 static void zero_on_grad_ready(rp_tensor *param, void *ctx)
 {
     rp_replica *rep = ctx;
-    rp_strategy_replica *sr = rep->strategy;
-    for (rp_strategy_link *l = sr->opts; l; l = l->next)
-        if (rp_grad_reducer_ready(&((rp_zero *)l)->red, param)) return;
+    strategy_replica *sr = rep->strategy;
+    for (strategy_link *l = sr->opts; l; l = l->next)
+        if (reducer_ready(&((zero_ctx *)l)->red, param)) return;
 }
 
 /* Before the update: every bucket reduce-scattered exactly once since the last step. */
 static rp_status zero_before(rp_optimizer *opt, void *ctx)
 {
-    rp_zero *z = ctx;
-    RP_CHECK(rp_strategy_alive(&z->link));
+    zero_ctx *z = ctx;
+    RP_CHECK(strategy_alive(&z->link));
     /* A fetch grew replica 0's optimizer to the whole range for a checkpoint: shard it again. */
     rp_status status = rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
-    if (status != RP_OK) rp_grad_reducer_fail(&z->red, status);
-    return rp_grad_reducer_finish(&z->red);
+    if (status != RP_OK) reducer_fail(&z->red, status);
+    return reducer_finish(&z->red);
 }
 
 /* The update: the rule on this replica's shard, then every shard's values to every replica. */
 static rp_status zero_update(rp_optimizer *opt, float lr, void *ctx)
 {
-    rp_zero *z = ctx;
-    RP_CHECK(rp_strategy_alive(&z->link));
+    zero_ctx *z = ctx;
+    RP_CHECK(strategy_alive(&z->link));
     RP_CHECK(rp_optimizer_apply_rule(opt, lr));
-    return rp_grad_reducer_gather(&z->red, z->value + z->red.lo, z->value,
-                                  "the runtime's parameter all-gather");
+    return reducer_gather(&z->red, z->value + z->red.lo, z->value,
+                          "the runtime's parameter all-gather");
 }
 
 static rp_status zero_after(rp_optimizer *opt, void *ctx)
 {
-    rp_zero *z = ctx;
-    RP_CHECK(rp_strategy_alive(&z->link));
+    zero_ctx *z = ctx;
+    RP_CHECK(strategy_alive(&z->link));
     rp_replica *rep = z->link.rep;
-    return rp_strategy_checksum(rep, rep->comm, z->params, rp_optimizer_steps(opt), z->red.scratch);
+    return strategy_checksum(rep, rep->comm, z->params, rp_optimizer_steps(opt), z->red.scratch);
 }
 
 static void zero_release(void *ctx)
 {
-    rp_zero *z = ctx;
-    rp_strategy_detach(&z->link);
-    rp_grad_reducer_free(&z->red);
+    zero_ctx *z = ctx;
+    strategy_detach(&z->link);
+    reducer_free(&z->red);
     free(z);
 }
 
@@ -106,15 +106,15 @@ static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
 {
     if (rep->count == 1) return RP_OK;
     rt_internal_begin(rep->comm, "the runtime's parameter broadcast");
-    rp_status status = rp_strategy_broadcast_params(rep, params);
+    rp_status status = strategy_broadcast_params(rep, params);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
-    rp_zero *z = calloc(1, sizeof *z);
+    zero_ctx *z = calloc(1, sizeof *z);
     if (!z) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the ZeRO-1 optimizer");
     z->params = params;
     z->value = rp_params_data(params);
     z->numel = rp_params_trainable_numel(params);
-    status = rp_grad_reducer_init(&z->red, rep, rep->comm, params, RP_GRAD_REDUCE_SCATTER);
+    status = reducer_init(&z->red, rep, rep->comm, params, RP_GRAD_REDUCE_SCATTER);
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
     rp_optimizer_hooks h = {
@@ -124,16 +124,16 @@ static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
         zero_release(z);
         return status;
     }
-    rp_strategy_attach(rep, &z->link, opt, -1);
+    strategy_attach(rep, &z->link, opt, -1);
     rp_debug("ZeRO-1 optimizer: shard [%lld, %lld) of %lld values, %d buckets of %lld",
              (long long)z->red.lo, (long long)z->red.hi, (long long)z->numel, z->red.order.nbuckets,
              (long long)z->red.chunk);
     return RP_OK;
 }
 
-static rp_zero *find(const rp_replica *rep, const rp_optimizer *opt)
+static zero_ctx *find(const rp_replica *rep, const rp_optimizer *opt)
 {
-    return (rp_zero *)rp_strategy_find(rep, opt);
+    return (zero_ctx *)strategy_find(rep, opt);
 }
 
 /*
@@ -143,7 +143,7 @@ static rp_zero *find(const rp_replica *rep, const rp_optimizer *opt)
  */
 static rp_status zero_fetch(rp_replica *rep, rp_optimizer *opt)
 {
-    rp_zero *z = find(rep, opt);
+    zero_ctx *z = find(rep, opt);
     if (!z) return RP_OK;
     int slots = rp_optim_slots(rp_optimizer_config(opt));
     /* Even without state (plain SGD): a checkpoint takes only an optimizer over every value. */
@@ -154,9 +154,8 @@ static rp_status zero_fetch(rp_replica *rep, rp_optimizer *opt)
     float *state = rp_optimizer_state(opt, NULL);
     for (int k = 0; k < slots; k++) {
         float *slot = state + (int64_t)k * (hi - lo);
-        RP_CHECK(rp_grad_reducer_gather(&z->red, slot + (z->red.lo - lo),
-                                        rep->id == 0 ? slot : NULL,
-                                        "the runtime's optimizer-state gather"));
+        RP_CHECK(reducer_gather(&z->red, slot + (z->red.lo - lo), rep->id == 0 ? slot : NULL,
+                                "the runtime's optimizer-state gather"));
     }
     return RP_OK;
 }
@@ -168,13 +167,13 @@ static rp_status zero_fetch(rp_replica *rep, rp_optimizer *opt)
  */
 static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
 {
-    rp_zero *z = find(rep, opt);
-    if (!z) return rp_strategy_broadcast_state(rep, opt);
+    zero_ctx *z = find(rep, opt);
+    if (!z) return strategy_broadcast_state(rep, opt);
     int64_t lo, hi;
     rp_optimizer_range(opt, &lo, &hi);
     int64_t head[2] = {rp_optimizer_steps(opt), lo == 0 && hi == z->numel};
     rt_internal_begin(rep->comm, "the runtime's parameter broadcast");
-    rp_status status = rp_strategy_broadcast_params(rep, z->params);
+    rp_status status = strategy_broadcast_params(rep, z->params);
     if (status == RP_OK) status = rp_comm_broadcast(rep->comm, head, 2, RP_I64, 0);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
@@ -184,19 +183,19 @@ static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
     float *state = rp_optimizer_state(opt, NULL);
     for (int k = 0; k < slots; k++) {
         float *slot = state + (int64_t)k * (hi - lo);
-        RP_CHECK(rp_grad_reducer_scatter(&z->red, slot, slot + (z->red.lo - lo)));
+        RP_CHECK(reducer_scatter(&z->red, slot, slot + (z->red.lo - lo)));
     }
     return rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
 }
 
 static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
 {
-    if (!find(rep, opt)) return rp_strategy_clip_full(rep, opt, max_norm, norm);
-    return rp_strategy_clip_range(rep, opt, max_norm, norm);
+    if (!find(rep, opt)) return strategy_clip_full(rep, opt, max_norm, norm);
+    return strategy_clip_range(rep, opt, max_norm, norm);
 }
 
 /*
- * The plan: the reducer's shards and buckets (rp_grad_shard_layout), one reduce-scatter of the
+ * The plan: the reducer's shards and buckets (reducer_shard_layout), one reduce-scatter of the
  * gradients (as cfg.grad_dtype) and one all-gather of the values per bucket, and the finiteness
  * exchange (3 int64); the optimizer state of this worker's shard only, and the buffers: the
  * reduced shard, one bucket's segments packed, one segment, the scratch, and with bf16 the
@@ -205,11 +204,11 @@ static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, f
 static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                            const rp_optim_config *oc, rp_plan_worker *w)
 {
-    RP_CHECK(rp_strategy_plan_base(N, id, params, oc, w));
+    RP_CHECK(strategy_plan_base(N, id, params, oc, w));
     if (N == 1) return RP_OK;
     int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c;
     int nb, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3;
-    rp_grad_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &nb);
+    reducer_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &nb);
     int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
     int64_t g = (int64_t)rp_dtype_size(cfg->grad_dtype);
     bool bf16 = cfg->grad_dtype == RP_BF16;
@@ -226,19 +225,19 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
                                "gradient finiteness exchange", 1, 3 * 8);
 }
 
-const rp_strategy rp_strategy_zero = {
+const strategy_table strategy_zero = {
     .name = "zero",
     .identical = true,
     .lockstep = true,
     .sharded = true,
-    .replica_init = rp_strategy_replica_init,
-    .replica_destroy = rp_strategy_replica_destroy,
+    .replica_init = strategy_replica_init,
+    .replica_destroy = strategy_replica_destroy,
     .grad_ready = zero_on_grad_ready,
     .optimizer_create = zero_optimizer_create,
     .fetch = zero_fetch,
     .publish = zero_publish,
-    .claim = rp_strategy_local_claim,
-    .next_batch = rp_strategy_lockstep_batch,
+    .claim = strategy_local_claim,
+    .next_batch = strategy_lockstep_batch,
     .clip = zero_clip,
     .plan = zero_plan,
 };

@@ -23,7 +23,7 @@ rp_role rp_role_make(const char *name, int members, int model)
     rp_role r;
     memset(&r, 0, sizeof r);
     /* A name too long to hold is kept as its first sizeof name bytes with no terminator, so
-     * rp_topology_resolve refuses it by name instead of running with a shortened one. */
+     * runtime_topology_resolve refuses it by name instead of running with a shortened one. */
     if (name && strlen(name) >= sizeof r.name)
         memcpy(r.name, name, sizeof r.name);
     else
@@ -40,7 +40,7 @@ static int role_size(const rp_role *r)
     return r->members * r->model * r->pipe;
 }
 
-rp_status rp_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, int *workers)
+rp_status runtime_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, int *workers)
 {
     int n = cfg->nroles;
     if (n < 0 || n > RP_ROLES_MAX)
@@ -101,7 +101,7 @@ rp_status rp_topology_resolve(const rp_config *cfg, rp_role *out, int *nroles, i
     return RP_OK;
 }
 
-void rp_topology_assign(rp_replica *rep)
+void runtime_topology_assign(rp_replica *rep)
 {
     const rp_replicator *r = rep->r;
     for (int i = 0; i < r->nroles; i++) {
@@ -152,7 +152,7 @@ static rp_status split_axis(rp_replica *rep, rp_axis axis)
     return rp_comm_split(rep->role_comm, color, c[axis], &rep->axis[axis]);
 }
 
-rp_status rp_topology_split(rp_replica *rep)
+rp_status runtime_topology_split(rp_replica *rep)
 {
     const rp_replicator *r = rep->r;
     rp_status status = RP_OK;
@@ -191,7 +191,7 @@ rp_status rp_topology_split(rp_replica *rep)
     return RP_OK;
 }
 
-void rp_topology_destroy(rp_replica *rep)
+void runtime_topology_destroy(rp_replica *rep)
 {
     /* A create that failed before the split owns only its world. */
     if (rep->nowned == 0 && rep->world) rp_comm_destroy(rep->world);

@@ -262,7 +262,7 @@ rp_status rp_replay_sample(rp_replay *r, rp_rng *rng, int n, rp_replay_batch *b)
         }
         return RP_OK;
     }
-    double total = rp_sumtree_total(&r->tree);
+    double total = rl_sumtree_total(&r->tree);
     if (!(total > 0.0))
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_replay_sample: all %lld items have priority 0, nothing to sample",
@@ -273,7 +273,7 @@ rp_status rp_replay_sample(rp_replay *r, rp_rng *rng, int n, rp_replay_batch *b)
         copy_row(r, slot, b, i);
         b->keys[i] = slot_key(r, slot);
         /* w = (N P(i))^-beta; the max-normalisation below makes the largest exactly 1. */
-        double prob = rp_sumtree_get(&r->tree, slot) / total;
+        double prob = rl_sumtree_get(&r->tree, slot) / total;
         double w = pow((double)r->size * prob, -beta);
         b->weights[i] = (float)w;
         if (w > wmax) wmax = w;

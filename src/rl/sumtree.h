@@ -28,12 +28,12 @@ void rl_sumtree_init(rl_sumtree *t, double *node, int64_t n);
 /* Sets leaf j to v >= 0 and updates its ancestors: O(log n). */
 void rl_sumtree_set(rl_sumtree *t, int64_t j, double v);
 
-static inline double rp_sumtree_get(const rl_sumtree *t, int64_t j)
+static inline double rl_sumtree_get(const rl_sumtree *t, int64_t j)
 {
     return t->node[t->leaves_p2 + j];
 }
 
-static inline double rp_sumtree_total(const rl_sumtree *t)
+static inline double rl_sumtree_total(const rl_sumtree *t)
 {
     return t->node[1];
 }

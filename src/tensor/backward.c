@@ -239,7 +239,7 @@ static rp_status binary_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     int64_t n = a->numel, nb = nd->a.bin.nb;
-    rp_binop op = nd->a.bin.op;
+    kernels_binop op = nd->a.bin.op;
     bool scaled = op == RP_BIN_MUL || op == RP_BIN_DIV; /* da = dy (*|/) b */
     bool fail = false;
     float *da = scaled ? tape_grad_out(t, a, &fail) : tape_grad_acc(t, a, &fail);
@@ -290,7 +290,7 @@ static rp_status binary_bcast_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     const int64_t *shape = nd->a.bcast.shape, *bstride = nd->a.bcast.bstride;
-    rp_binop op = nd->a.bcast.op;
+    kernels_binop op = nd->a.bcast.op;
     int64_t n = a->numel;
     bool scaled = op == RP_BIN_MUL || op == RP_BIN_DIV;
     bool fail = false;

@@ -68,7 +68,7 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
     return y;
 }
 
-static rp_tensor *activation(rp_tape *t, rp_tensor *x, rp_act act, float slope)
+static rp_tensor *activation(rp_tape *t, rp_tensor *x, kernels_act act, float slope)
 {
     TAPE_F32_IN(t, x);
     rp_tensor *y = tape_tensor(t, x->ndim, x->shape);
@@ -179,7 +179,7 @@ static bool broadcasts_per_axis(const rp_tensor *a, const rp_tensor *b, int64_t 
     return true;
 }
 
-static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, rp_binop op, const char *who)
+static rp_tensor *binary(rp_tape *t, rp_tensor *a, rp_tensor *b, kernels_binop op, const char *who)
 {
     TAPE_F32_IN(t, a);
     TAPE_F32_IN(t, b);

@@ -24,9 +24,9 @@ rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_co
                  rp_shape_str(b, sb, sizeof sb), rp_shape_str(w, sw, sizeof sw));
         return NULL;
     }
-    rp_conv_desc d;
-    if (rp_conv_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
-                          w->shape[1], w->shape[2], p.stride, p.pad) != RP_OK)
+    kernels_conv_desc d;
+    if (kernels_conv_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
+                               w->shape[1], w->shape[2], p.stride, p.pad) != RP_OK)
         return NULL;
     d.compute = tape_compute(t, RP_AUTOCAST_CONV);
     /* A bf16 input needs bf16 compute (the kernels multiply bf16 by bf16); else widen it. */
@@ -194,9 +194,9 @@ static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
                  rp_shape_str(x, sx, sizeof sx));
         return NULL;
     }
-    rp_pool_desc d;
-    if (rp_pool_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], p.kernel,
-                          p.stride, p.pad) != RP_OK)
+    kernels_pool_desc d;
+    if (kernels_pool_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], p.kernel,
+                               p.stride, p.pad) != RP_OK)
         return NULL;
     rp_tensor *y = tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.c});
     RP_PROPAGATE_NULL(y);

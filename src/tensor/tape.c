@@ -36,7 +36,7 @@ rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes)
     if (!tape) return RP_ERROR(RP_ERR_INVALID, "rp_tape_create: tape is NULL");
     rp_tape *t = rp_calloc(sizeof *t);
     if (!t) return rp_last_status();
-    t->k = rp_kernels_active();
+    t->k = kernels_active();
     t->mem = (rp_arena_memory){t->k->mem_alloc, t->k->mem_free, t->k->mem_fill};
     rp_status status = rp_arena_create(&t->arena, (size_t)1 << 20);
     if (status == RP_OK)

@@ -71,14 +71,14 @@ typedef struct tape_node {
                            its backward (saved2 is never released: it may be borrowed) */
     rp_dtype compute; /* MATMUL, LINEAR: the products' type, as the forward ran (CONV2D: a.conv) */
     union {
-        rp_conv_desc conv;
-        rp_pool_desc pool;
+        kernels_conv_desc conv;
+        kernels_pool_desc pool;
         struct {
-            rp_act act;
+            kernels_act act;
             float slope;
         } act;
         struct {
-            rp_binop op;
+            kernels_binop op;
             int64_t nb;
         } bin;
         struct {
@@ -93,7 +93,7 @@ typedef struct tape_node {
             rp_comm *comm;
         } bn;
         struct {
-            rp_binop op;
+            kernels_binop op;
             int64_t shape[RP_MAX_DIMS], bstride[RP_MAX_DIMS];
         } bcast;
         struct {
@@ -133,7 +133,7 @@ struct rp_tape {
     rp_arena *arena;     /* host memory: tensor structs, node arrays, ops' host contexts */
     rp_arena *store;     /* the kernel table's storage: values, gradients, saved buffers, scratch */
     rp_arena_memory mem; /* store's memory: k's mem_alloc, mem_free and mem_fill */
-    const rp_kernels *k;
+    const kernels_table *k;
     bool recording;
     bool backward_done;
     tape_node *nodes; /* persistent, grows to the high-water mark */

@@ -49,7 +49,7 @@ float rp_item(const rp_tensor *x)
 float rp_tensor_get(const rp_tensor *x, int64_t i)
 {
     if (!x || !x->storage || i < 0 || i >= x->numel) return NAN;
-    const rp_kernels *k = rp_kernels_active();
+    const kernels_table *k = kernels_active();
     if (x->dtype == RP_BF16) {
         rp_bf16 v;
         k->mem_download(&v, x->data_bf16 + i, sizeof v);
@@ -71,7 +71,7 @@ rp_status rp_tensor_read(const rp_tensor *x, float *out, int64_t n)
     if (!x->storage)
         return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read: the tensor's values were released "
                                         "(rp_tape_drop)");
-    const rp_kernels *k = rp_kernels_active();
+    const kernels_table *k = kernels_active();
     if (x->dtype == RP_F32) {
         k->mem_download(out, x->data, (size_t)n * sizeof(float));
         return RP_OK;
@@ -96,7 +96,7 @@ rp_status rp_tensor_write(rp_tensor *x, const float *values, int64_t n)
     if (x->dtype != RP_F32 || !x->storage)
         return RP_ERROR(RP_ERR_INVALID, "rp_tensor_write: the tensor holds no f32 values to "
                                         "overwrite");
-    rp_kernels_active()->mem_upload(x->data, values, (size_t)n * sizeof(float));
+    kernels_active()->mem_upload(x->data, values, (size_t)n * sizeof(float));
     return RP_OK;
 }
 
@@ -112,7 +112,7 @@ rp_status rp_tensor_read_grad(const rp_tensor *x, float *out, int64_t n)
     if (!x->grad)
         return RP_ERROR(RP_ERR_INVALID, "rp_tensor_read_grad: the tensor %s holds no gradient",
                         rp_shape_str(x, sx, sizeof sx));
-    rp_kernels_active()->mem_download(out, x->grad, (size_t)n * sizeof(float));
+    kernels_active()->mem_download(out, x->grad, (size_t)n * sizeof(float));
     return RP_OK;
 }
 

@@ -3,8 +3,9 @@
  * trains a tiny model on the MPI runtime with one parameter server (the last rank) - in two sync
  * groups (groups; N = 5: ranks 0-1 and 2-3) or asynchronously (async; N = 3) - on batches that
  * never run out, and the last replica rank fails its step at its third batch. Every replica rank
- * puts "rank R: failed after T s: MESSAGE" (or "rank R: ended without an error") in a line and the job is
- * aborted: a failed MPI runtime cannot be finalised cleanly, and the script only reads the lines.
+ * puts "rank R: failed after T s: MESSAGE" (or "rank R: ended without an error") in a line and the
+ * job is aborted: a failed MPI runtime cannot be finalised cleanly, and the script only reads the
+ * lines.
  */
 #include <mpi.h>
 #include <stdio.h>

@@ -16,32 +16,33 @@
 
 #include "comm/mpi/mpi_internal.h"
 
-static const rp_comm_ops mpi_ops;
+static const comm_ops mpi_ops;
 
-static rp_status mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, rp_comm_request **req)
+static rp_status mpi_isend(rp_comm *c, const comm_p2p_desc *d, const void *buf,
+                           rp_comm_request **req)
 {
-    return rp_mpi_isend(c, d, buf, d->peer, 0, 0, req, c);
+    return comm_mpi_isend(c, d, buf, d->peer, 0, 0, req, c);
 }
 
-static rp_status mpi_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm_request **req)
+static rp_status mpi_irecv(rp_comm *c, const comm_p2p_desc *d, void *buf, rp_comm_request **req)
 {
-    return rp_mpi_irecv(c, d, buf, d->peer == RP_ANY_SOURCE ? MPI_ANY_SOURCE : d->peer,
-                        d->peer == RP_ANY_SOURCE ? -1 : 0, 0, req, c);
+    return comm_mpi_irecv(c, d, buf, d->peer == RP_ANY_SOURCE ? MPI_ANY_SOURCE : d->peer,
+                          d->peer == RP_ANY_SOURCE ? -1 : 0, 0, req, c);
 }
 
 static rp_status mpi_wait(rp_comm_request *req, double deadline)
 {
-    return rp_mpi_wait(req->backend, req, deadline);
+    return comm_mpi_wait(req->backend, req, deadline);
 }
 static rp_status mpi_test(rp_comm_request *req, bool *done)
 {
-    return rp_mpi_test(req->backend, req, done);
+    return comm_mpi_test(req->backend, req, done);
 }
 
-static rp_status mpi_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
+static rp_status mpi_probe(rp_comm *c, int peer, int tag, bool *ready, comm_p2p_desc *found)
 {
-    return rp_mpi_probe(c, peer == RP_ANY_SOURCE ? MPI_ANY_SOURCE : peer,
-                        peer == RP_ANY_SOURCE ? -1 : 0, 0, tag, ready, found);
+    return comm_mpi_probe(c, peer == RP_ANY_SOURCE ? MPI_ANY_SOURCE : peer,
+                          peer == RP_ANY_SOURCE ? -1 : 0, 0, tag, ready, found);
 }
 
 /*
@@ -54,7 +55,7 @@ static void mpi_leave(rp_comm *c, rp_status status, const char *reason)
 {
     mpi_impl *m = M(c);
     if (status == RP_OK || m->broken) return;
-    rp_coll_desc notice = {.kind = RP_COLL_LEFT, .op = (int)status, .seq = c->seq};
+    comm_coll_desc notice = {.kind = RP_COLL_LEFT, .op = (int)status, .seq = c->seq};
     /* The reason goes first (same source, same communicator: it arrives before the call notice). */
     char why[NOTICE_MAX + 2 * sizeof(int)];
     int head[2] = {(int)status, 0};
@@ -70,13 +71,13 @@ static void mpi_leave(rp_comm *c, rp_status status, const char *reason)
             MPI_Isend(&notice, (int)sizeof notice, MPI_BYTE, q, TAG_CALL, m->comm, &m->reqs[k++]);
     unlock();
     /* The notices are small (sent eagerly); a dead peer must not hold this rank up for long. */
-    if (rp_mpi_poll_all(c, k, m->reqs, rp_now_s() + 2.0, NULL, "leave notice") != RP_OK) {
+    if (comm_mpi_poll_all(c, k, m->reqs, rp_now_s() + 2.0, NULL, "leave notice") != RP_OK) {
         lock();
         for (int i = 0; i < k; i++)
             if (m->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&m->reqs[i]);
         unlock();
     }
-    rp_mpi_mark_broken(c, status, "this rank's step failed");
+    comm_mpi_mark_broken(c, status, "this rank's step failed");
 }
 static void mpi_rejoin(rp_comm *c)
 {
@@ -89,7 +90,7 @@ static bool mpi_broken(const rp_comm *c)
 
 static void mpi_fail(rp_comm *c, rp_status status, const char *reason)
 {
-    rp_mpi_mark_broken(c, status, reason);
+    comm_mpi_mark_broken(c, status, reason);
 }
 
 static void mpi_destroy(rp_comm *c)
@@ -98,8 +99,8 @@ static void mpi_destroy(rp_comm *c)
     int finalized = 0;
     MPI_Finalized(&finalized);
     /* The MPI communicators go to the closing list, freed once every peer has closed too. */
-    if (!finalized) rp_mpi_close(c);
-    rp_mpi_p2p_release(m);
+    if (!finalized) comm_mpi_close(c);
+    comm_mpi_p2p_release(m);
     if (!finalized && m->notice_reqs) {
         lock();
         for (int q = 0; q < c->size; q++)
@@ -141,7 +142,7 @@ static rp_status wrap(rp_comm **out, MPI_Comm comm, const int *ids, double timeo
     if (c) c->ids = malloc((size_t)size * sizeof(int));
     if (m) {
         m->hosts = calloc((size_t)size, HOST_MAX);
-        m->calls = calloc((size_t)size, sizeof(rp_coll_desc));
+        m->calls = calloc((size_t)size, sizeof(comm_coll_desc));
         m->reqs = calloc(2 * (size_t)size, sizeof(MPI_Request));
         m->blocks = calloc((size_t)size, sizeof(void *));
         m->left = calloc((size_t)size, sizeof *m->left);
@@ -191,7 +192,7 @@ static rp_status wrap(rp_comm **out, MPI_Comm comm, const int *ids, double timeo
     c->size = size;
     c->timeout = timeout;
     c->impl = m;
-    rp_status status = rp_mpi_p2p_setup(c, 1, NULL, NULL);
+    rp_status status = comm_mpi_p2p_setup(c, 1, NULL, NULL);
     if (status != RP_OK) {
         mpi_destroy(c);
         return status;
@@ -205,7 +206,7 @@ static void finalize_at_exit(void)
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
-    rp_mpi_reap(true);
+    comm_mpi_reap(true);
     MPI_Finalize();
 }
 
@@ -231,7 +232,7 @@ bool rp_comm_mpi_launched(void)
  * through the lock above), finalized at exit. Whoever needs MPI first (a
  * communicator, the parameter servers' group) initialises it here.
  */
-rp_status rp_mpi_ensure_init(void)
+rp_status comm_mpi_ensure_init(void)
 {
     rp_status status = RP_OK;
     lock();
@@ -252,8 +253,8 @@ rp_status rp_comm_mpi_create(rp_comm **out, double timeout_s)
 {
     if (!out) return RP_ERROR(RP_ERR_INVALID, "comm is NULL");
     if (!(timeout_s > 0)) return RP_ERROR(RP_ERR_INVALID, "timeout %g s: must be > 0", timeout_s);
-    RP_CHECK(rp_mpi_ensure_init());
-    rp_mpi_reap(false); /* communicators whose peers have all closed since: their ids are free */
+    RP_CHECK(comm_mpi_ensure_init());
+    comm_mpi_reap(false); /* communicators whose peers have all closed since: their ids are free */
     MPI_Comm comm;
     int world_rank = 0;
     lock();
@@ -269,7 +270,7 @@ rp_status rp_comm_mpi_create(rp_comm **out, double timeout_s)
 static rp_status mpi_split(rp_comm *c, int color, int key, rp_comm **out)
 {
     RP_CHECK(rp_comm_barrier(c));
-    rp_mpi_reap(false);
+    comm_mpi_reap(false);
     MPI_Comm sub;
     lock();
     int rc = MPI_Comm_split(M(c)->comm, color >= 0 ? color : MPI_UNDEFINED, key, &sub);
@@ -296,9 +297,9 @@ static rp_status mpi_split(rp_comm *c, int color, int key, rp_comm **out)
     return status;
 }
 
-static const rp_comm_ops mpi_ops = {
+static const comm_ops mpi_ops = {
     .name = "mpi",
-    .collective = rp_mpi_collective,
+    .collective = comm_mpi_collective,
     .split = mpi_split,
     .leave = mpi_leave,
     .rejoin = mpi_rejoin,

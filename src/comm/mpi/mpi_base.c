@@ -20,16 +20,16 @@ static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Every MPI call of the process goes through it (exported for any other part that calls MPI
  * itself). */
-void rp_mpi_lock(void)
+void comm_mpi_lock(void)
 {
     pthread_mutex_lock(&mpi_mu);
 }
-void rp_mpi_unlock(void)
+void comm_mpi_unlock(void)
 {
     pthread_mutex_unlock(&mpi_mu);
 }
 
-void rp_mpi_mark_broken(rp_comm *c, rp_status status, const char *reason)
+void comm_mpi_mark_broken(rp_comm *c, rp_status status, const char *reason)
 {
     mpi_impl *m = M(c);
     if (m->broken) return;
@@ -38,7 +38,7 @@ void rp_mpi_mark_broken(rp_comm *c, rp_status status, const char *reason)
     snprintf(m->reason, sizeof m->reason, "%.*s", (int)sizeof m->reason - 1, reason);
 }
 
-void rp_mpi_pause_briefly(unsigned polls)
+void comm_mpi_pause_briefly(unsigned polls)
 {
     if (polls < 2000) {
         sched_yield();
@@ -54,7 +54,7 @@ void rp_mpi_pause_briefly(unsigned polls)
  * (SIGSTOP), or descheduled - so a timeout is its own doing, not a peer's.
  * *stalled keeps the longest such gap (monotonic clock).
  */
-void rp_mpi_note_gap(double *last, double timeout, double *stalled)
+void comm_mpi_note_gap(double *last, double timeout, double *stalled)
 {
     double now = rp_now_s(), gap = now - *last;
     if (gap > timeout / 4 && gap > *stalled) *stalled = gap;

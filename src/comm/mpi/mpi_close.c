@@ -27,7 +27,7 @@
  * different orders cannot wait for each other.
  *
  * While a communicator lives, a peer's close is read with the other notices
- * (rp_mpi_poll_notices): a send to a member that has closed fails at once,
+ * (comm_mpi_poll_notices): a send to a member that has closed fails at once,
  * and so does a receive of a message it did not send before closing.
  */
 #include <stdint.h>
@@ -135,14 +135,14 @@ static void reap_locked(bool final)
     }
 }
 
-void rp_mpi_reap(bool final)
+void comm_mpi_reap(bool final)
 {
     lock();
     reap_locked(final);
     unlock();
 }
 
-void rp_mpi_close(rp_comm *c)
+void comm_mpi_close(rp_comm *c)
 {
     mpi_impl *m = M(c);
     if (m->comm == MPI_COMM_NULL) return;
@@ -169,7 +169,7 @@ void rp_mpi_close(rp_comm *c)
         return;
     }
     /* The closes that came already (their messages before them were read or are here). */
-    rp_mpi_poll_notices(c);
+    comm_mpi_poll_notices(c);
     e->size = n;
     e->rank = c->rank;
     e->lanes = L;

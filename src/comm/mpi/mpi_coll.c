@@ -55,7 +55,7 @@ static const char *own_fault(rp_comm *c, char *buf, size_t size)
     }
     for (int i = 0; i < 100; i++) {
         lock();
-        rp_mpi_poll_notices(c);
+        comm_mpi_poll_notices(c);
         unlock();
         for (int q = 0; q < c->size; q++) {
             const left_note *ln = &m->left[q];
@@ -116,7 +116,7 @@ static void give_up(rp_comm *c, rp_status status, const char *reason)
     if (all_done) free(why);
 }
 
-static bool probe_peers(rp_comm *c, const rp_coll_desc *d, int n, MPI_Request *reqs);
+static bool probe_peers(rp_comm *c, const comm_coll_desc *d, int n, MPI_Request *reqs);
 
 /*
  * Polls reqs[0..n) until all complete or the deadline passes. On timeout
@@ -126,14 +126,14 @@ static bool probe_peers(rp_comm *c, const rp_coll_desc *d, int n, MPI_Request *r
  * a sign that they are in another call sets m->disagree and returns
  * RP_ERR_MISMATCH (the caller diagnoses).
  */
-rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline, bool *pending,
-                          const char *what)
+rp_status comm_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline, bool *pending,
+                            const char *what)
 {
     mpi_impl *m = M(c);
     double last = rp_now_s();
     m->stalled = 0;
     for (unsigned polls = 0;; polls++) {
-        rp_mpi_note_gap(&last, c->timeout, &m->stalled);
+        comm_mpi_note_gap(&last, c->timeout, &m->stalled);
         int done = 0;
         lock();
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
@@ -141,13 +141,13 @@ rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
         if (look && m->hashed)
             other = probe_peers(c, m->desc, n, reqs);
         else if (look)
-            rp_mpi_poll_notices(c);
+            comm_mpi_poll_notices(c);
         unlock();
         if (rc != MPI_SUCCESS) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s: MPI reported an error on rank %d (%s)", what, c->rank,
                      M(c)->hosts[c->rank]);
-            rp_mpi_mark_broken(c, RP_ERR_BACKEND, msg);
+            comm_mpi_mark_broken(c, RP_ERR_BACKEND, msg);
             return RP_ERROR(RP_ERR_BACKEND, "%s", msg);
         }
         if (done) return RP_OK;
@@ -158,7 +158,7 @@ rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline,
         if (other) return RP_ERR_MISMATCH;
         if (rp_now_s() > deadline) break;
         if (polls >= 64)
-            rp_mpi_pause_briefly(polls); /* a message a few microseconds away: spin first */
+            comm_mpi_pause_briefly(polls); /* a message a few microseconds away: spin first */
     }
     lock();
     for (int i = 0; pending && i < n; i++) {
@@ -187,7 +187,7 @@ static void drop_requests(int n, MPI_Request *reqs, bool recv_first_of_pair)
  * ranks that did not send one. A call a peer sent early (seen while this
  * rank was still in its previous call) is taken from m->early.
  */
-static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadline)
+static rp_status exchange_calls(rp_comm *c, const comm_coll_desc *d, double deadline)
 {
     mpi_impl *m = M(c);
     int n = c->size, k = 0;
@@ -202,24 +202,24 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
             continue;
         }
         from[k] = q;
-        MPI_Irecv(&m->calls[q], (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm,
+        MPI_Irecv(&m->calls[q], (int)sizeof(comm_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm,
                   &m->reqs[k++]);
     }
     int recvs = k;
     for (int q = 0; q < n; q++) {
         if (q == c->rank) continue;
         from[k] = q;
-        MPI_Isend((void *)d, (int)sizeof(rp_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm,
+        MPI_Isend((void *)d, (int)sizeof(comm_coll_desc), MPI_BYTE, q, TAG_CALL, m->comm,
                   &m->reqs[k++]);
     }
     unlock();
     bool pending[2 * 4096];
     bool *p = k <= 2 * 4096 ? pending : NULL;
     char what[128];
-    rp_coll_desc_str(d, what, sizeof what);
+    comm_coll_desc_str(d, what, sizeof what);
     bool hashed = m->hashed;
     m->hashed = false;
-    rp_status status = rp_mpi_poll_all(c, k, m->reqs, deadline, p, what);
+    rp_status status = comm_mpi_poll_all(c, k, m->reqs, deadline, p, what);
     m->hashed = hashed;
     if (status != RP_ERR_TIMEOUT) return status;
     char msg[1400], own[512];
@@ -251,7 +251,7 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
             MPI_Request_free(&m->reqs[i]);
         }
     unlock();
-    rp_mpi_mark_broken(c, RP_ERR_TIMEOUT, msg);
+    comm_mpi_mark_broken(c, RP_ERR_TIMEOUT, msg);
     return RP_ERROR(RP_ERR_TIMEOUT, "%s", msg);
 }
 
@@ -262,7 +262,7 @@ static rp_status exchange_calls(rp_comm *c, const rp_coll_desc *d, double deadli
  * carry the call's tag (m->tag); `first` says whether this is the call's
  * first exchange (where a missing peer may be in another call).
  */
-static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadline,
+static rp_status exchange_data(rp_comm *c, const comm_coll_desc *d, double deadline,
                                const void *const *sbuf, const int *sbytes, void *const *rbuf,
                                const int *rbytes, bool first)
 {
@@ -287,8 +287,8 @@ static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadlin
     bool pending[2 * 4096];
     bool *p = n <= 4096 ? pending : NULL;
     char what[128];
-    rp_coll_desc_str(d, what, sizeof what);
-    rp_status status = rp_mpi_poll_all(c, 2 * n, m->reqs, deadline, p, what);
+    comm_coll_desc_str(d, what, sizeof what);
+    rp_status status = comm_mpi_poll_all(c, 2 * n, m->reqs, deadline, p, what);
     if (status == RP_ERR_MISMATCH) {
         drop_requests(2 * n, m->reqs, true);
         return status;
@@ -314,7 +314,7 @@ static rp_status exchange_data(rp_comm *c, const rp_coll_desc *d, double deadlin
                  agreed ? "stopped or died after the call was agreed"
                         : "did not arrive (dead, stopped, or in another call)");
     drop_requests(2 * n, m->reqs, true);
-    rp_mpi_mark_broken(c, RP_ERR_TIMEOUT, msg);
+    comm_mpi_mark_broken(c, RP_ERR_TIMEOUT, msg);
     return RP_ERROR(RP_ERR_TIMEOUT, "%s", msg);
 }
 
@@ -340,21 +340,21 @@ static rp_status ensure_buffers(mpi_impl *m, int n, size_t scratch)
     void **rbuf = (void **)((m)->xfer + (size_t)(n) * sizeof(void *));                             \
     int *sbytes = (int *)((m)->xfer + 2 * (size_t)(n) * sizeof(void *)), *rbytes = sbytes + (n)
 
-static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv,
+static rp_status mpi_all_reduce(rp_comm *c, const comm_coll_desc *d, const void *send, void *recv,
                                 double deadline)
 {
     mpi_impl *m = M(c);
     int n = c->size;
     size_t es = rp_dtype_size(d->dtype);
     int64_t mylo, myhi;
-    rp_comm_slice(d->count, es, c->rank, n, &mylo, &myhi);
+    comm_slice(d->count, es, c->rank, n, &mylo, &myhi);
     size_t myblock = (size_t)(myhi - mylo) * es;
     RP_CHECK(ensure_buffers(m, n, myblock * (size_t)n + 1));
     XFER(m, n);
     /* Slice q of my input to rank q; slice mine of every rank's input from it. */
     for (int q = 0; q < n; q++) {
         int64_t lo, hi;
-        rp_comm_slice(d->count, es, q, n, &lo, &hi);
+        comm_slice(d->count, es, q, n, &lo, &hi);
         sbuf[q] = (const char *)send + lo * (int64_t)es;
         sbytes[q] = (int)((hi - lo) * (int64_t)es);
         rbuf[q] = m->scratch + myblock * (size_t)q;
@@ -368,12 +368,12 @@ static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *s
         m->blocks[c->rank] = rbuf[c->rank];
     }
     if (myhi > mylo)
-        rp_reduce_block((char *)recv + mylo * (int64_t)es, m->blocks, n, 0, myhi - mylo, d->dtype,
-                        d->op);
+        comm_reduce_block((char *)recv + mylo * (int64_t)es, m->blocks, n, 0, myhi - mylo, d->dtype,
+                          d->op);
     /* My reduced slice to every rank; theirs from them. */
     for (int q = 0; q < n; q++) {
         int64_t lo, hi;
-        rp_comm_slice(d->count, es, q, n, &lo, &hi);
+        comm_slice(d->count, es, q, n, &lo, &hi);
         sbuf[q] = (const char *)recv + mylo * (int64_t)es;
         sbytes[q] = (int)myblock;
         rbuf[q] = (char *)recv + lo * (int64_t)es;
@@ -382,8 +382,8 @@ static rp_status mpi_all_reduce(rp_comm *c, const rp_coll_desc *d, const void *s
     return exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes, false);
 }
 
-static rp_status mpi_reduce_scatter(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv,
-                                    double deadline)
+static rp_status mpi_reduce_scatter(rp_comm *c, const comm_coll_desc *d, const void *send,
+                                    void *recv, double deadline)
 {
     mpi_impl *m = M(c);
     int n = c->size;
@@ -401,11 +401,11 @@ static rp_status mpi_reduce_scatter(rp_comm *c, const rp_coll_desc *d, const voi
     memcpy(rbuf[c->rank], sbuf[c->rank], bytes);
     for (int q = 0; q < n; q++)
         m->blocks[q] = rbuf[q];
-    rp_reduce_block(recv, m->blocks, n, 0, d->count, d->dtype, d->op);
+    comm_reduce_block(recv, m->blocks, n, 0, d->count, d->dtype, d->op);
     return RP_OK;
 }
 
-static rp_status mpi_all_gather(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv,
+static rp_status mpi_all_gather(rp_comm *c, const comm_coll_desc *d, const void *send, void *recv,
                                 double deadline)
 {
     mpi_impl *m = M(c);
@@ -426,7 +426,7 @@ static rp_status mpi_all_gather(rp_comm *c, const rp_coll_desc *d, const void *s
 
 /* The root sends to every rank (the sizes here are a handful of ranks; a tree for many is future
  * work). */
-static rp_status mpi_broadcast(rp_comm *c, const rp_coll_desc *d, void *buf, double deadline)
+static rp_status mpi_broadcast(rp_comm *c, const comm_coll_desc *d, void *buf, double deadline)
 {
     mpi_impl *m = M(c);
     int n = c->size;
@@ -458,12 +458,12 @@ static rp_status mpi_broadcast(rp_comm *c, const rp_coll_desc *d, void *buf, dou
  * exchange of descriptors (every rank involved comes to it the same way),
  * so the messages are exactly as precise as before. The other calls
  * (broadcast, barrier, count 0) exchange descriptors as before.
- * rp_comm_mpi_set_full_check(1) puts every call on the full exchange (to
+ * comm_mpi_set_full_check(1) puts every call on the full exchange (to
  * measure the difference).
  */
 static int full_check;
 
-void rp_comm_mpi_set_full_check(int full)
+void comm_mpi_set_full_check(int full)
 {
     full_check = full;
 }
@@ -477,8 +477,8 @@ static uint64_t fnv(uint64_t h, int64_t v)
     return h;
 }
 
-/* The hash of exactly what rp_coll_desc_equal compares. */
-static int hashed_tag(const rp_coll_desc *d)
+/* The hash of exactly what comm_coll_desc_equal compares. */
+static int hashed_tag(const comm_coll_desc *d)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     int64_t f[] = {d->kind,  d->dtype,        d->op,      d->root,
@@ -502,10 +502,10 @@ static int hashed_tag(const rp_coll_desc *d)
  * True if it is in another call (m->disagree) or left (m->left_q). Under
  * the lock; reqs are (recv, send) pairs per peer.
  */
-static bool probe_peers(rp_comm *c, const rp_coll_desc *d, int nreq, MPI_Request *reqs)
+static bool probe_peers(rp_comm *c, const comm_coll_desc *d, int nreq, MPI_Request *reqs)
 {
     mpi_impl *m = M(c);
-    rp_mpi_poll_notices(c);
+    comm_mpi_poll_notices(c);
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank || 2 * q >= nreq || reqs[2 * q] == MPI_REQUEST_NULL) continue;
         int flag = 0;
@@ -519,7 +519,7 @@ static bool probe_peers(rp_comm *c, const rp_coll_desc *d, int nreq, MPI_Request
             int t = st.MPI_TAG;
             if (t == m->tag) break; /* this call's next message: it agrees */
             if (t == TAG_NOTICE || t == TAG_LEFT) {
-                rp_mpi_poll_notices(c);
+                comm_mpi_poll_notices(c);
                 continue;
             }
             if (t & HASH_BIT) {
@@ -529,7 +529,7 @@ static bool probe_peers(rp_comm *c, const rp_coll_desc *d, int nreq, MPI_Request
                 return true;
             }
             if (t == TAG_CALL) {
-                rp_coll_desc e;
+                comm_coll_desc e;
                 MPI_Recv(&e, (int)sizeof e, MPI_BYTE, q, TAG_CALL, m->comm, MPI_STATUS_IGNORE);
                 m->early[q] = e;
                 m->early_ok[q] = true;
@@ -549,55 +549,56 @@ static bool probe_peers(rp_comm *c, const rp_coll_desc *d, int nreq, MPI_Request
 }
 
 /* The error for peer q, whose step ended (its leave notice) while this rank is in call d. */
-static rp_status left_error(rp_comm *c, const rp_coll_desc *d, int q, const rp_coll_desc *notice)
+static rp_status left_error(rp_comm *c, const comm_coll_desc *d, int q,
+                            const comm_coll_desc *notice)
 {
     mpi_impl *m = M(c);
     char msg[1024], what[128];
     /* Its reason came just before its notice (poll_notices keeps it). */
     lock();
-    rp_mpi_poll_notices(c);
+    comm_mpi_poll_notices(c);
     unlock();
     const left_note *ln = &m->left[q];
     snprintf(msg, sizeof msg,
              "rank %d (%s) ended its step (%s: %.600s) without calling %s, which rank %d is in", q,
              m->hosts[q], rp_status_name(notice->op),
              ln->left && ln->reason[0] ? ln->reason : "its own message says why",
-             rp_coll_desc_str(d, what, sizeof what), c->rank);
-    rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
+             comm_coll_desc_str(d, what, sizeof what), c->rank);
+    comm_mpi_mark_broken(c, RP_ERR_COMM, msg);
     return RP_ERROR(RP_ERR_COMM, "%s", msg);
 }
 
 /* After a full exchange: a peer that left, or calls that differ, is the error on every rank alike.
  */
-static rp_status check_calls(rp_comm *c, const rp_coll_desc *d)
+static rp_status check_calls(rp_comm *c, const comm_coll_desc *d)
 {
     mpi_impl *m = M(c);
     for (int q = 0; q < c->size; q++)
         if (m->calls[q].kind == RP_COLL_LEFT) return left_error(c, d, q, &m->calls[q]);
     for (int q = 1; q < c->size; q++) {
-        if (rp_coll_desc_equal(&m->calls[q], &m->calls[0])) continue;
+        if (comm_coll_desc_equal(&m->calls[q], &m->calls[0])) continue;
         char a[HOST_MAX + 32], b[HOST_MAX + 32], msg[768];
         snprintf(a, sizeof a, "rank 0 (%s)", m->hosts[0]);
         snprintf(b, sizeof b, "rank %d (%s)", q, m->hosts[q]);
-        rp_coll_mismatch_str(&m->calls[0], a, &m->calls[q], b, msg, sizeof msg);
-        rp_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
+        comm_coll_mismatch_str(&m->calls[0], a, &m->calls[q], b, msg, sizeof msg);
+        comm_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
         return RP_ERROR(RP_ERR_MISMATCH, "%s", msg);
     }
     return RP_OK;
 }
 
-rp_status rp_mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv)
+rp_status comm_mpi_collective(rp_comm *c, const comm_coll_desc *d, const void *send, void *recv)
 {
     mpi_impl *m = M(c);
     char what[128];
     if (m->broken)
         return RP_ERROR(RP_ERR_COMM,
                         "%s on rank %d: the communicator is broken by an earlier error: %s",
-                        rp_coll_desc_str(d, what, sizeof what), c->rank, m->reason);
+                        comm_coll_desc_str(d, what, sizeof what), c->rank, m->reason);
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype) * (size_t)c->size;
     if (bytes > INT_MAX)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "%s: the MPI backend moves at most %d bytes per call",
-                        rp_coll_desc_str(d, what, sizeof what), INT_MAX);
+                        comm_coll_desc_str(d, what, sizeof what), INT_MAX);
     double deadline = rp_now_s() + c->timeout;
     bool hashed = !full_check && c->size > 1 && d->count > 0 &&
                   (d->kind == RP_COLL_ALL_REDUCE || d->kind == RP_COLL_REDUCE_SCATTER ||
@@ -651,8 +652,8 @@ rp_status rp_mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send,
         snprintf(msg, sizeof msg,
                  "%s on rank %d (%s): a peer's messages belonged to another call, yet every "
                  "rank's call is the same (a bug in the call check)",
-                 rp_coll_desc_str(d, what, sizeof what), c->rank, m->hosts[c->rank]);
-        rp_mpi_mark_broken(c, RP_ERR_BACKEND, msg);
+                 comm_coll_desc_str(d, what, sizeof what), c->rank, m->hosts[c->rank]);
+        comm_mpi_mark_broken(c, RP_ERR_BACKEND, msg);
         return RP_ERROR(RP_ERR_BACKEND, "%s", msg);
     }
     }

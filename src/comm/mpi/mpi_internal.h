@@ -41,7 +41,7 @@ typedef struct left_note {
 typedef struct mpi_impl {
     MPI_Comm comm;
     char (*hosts)[HOST_MAX]; /* [size] host of each rank, for messages */
-    rp_coll_desc *calls;     /* [size] the calls of the current collective */
+    comm_coll_desc *calls;   /* [size] the calls of the current collective */
     MPI_Request *reqs;       /* [2 * size] */
     const void **blocks;     /* [size] the received blocks of a reduction */
     char *scratch;           /* all-reduce / reduce-scatter blocks, grown as needed */
@@ -65,15 +65,15 @@ typedef struct mpi_impl {
     char notice_all[1100];    /* and for the others (lane -1) */
     double notices_due;       /* when p2p next looks for notices (poll_notices_due) */
     /* The call check (see mpi_collective). */
-    bool hashed;              /* the current call checks by its data messages' tag */
-    int tag;                  /* that tag */
-    const rp_coll_desc *desc; /* the current call */
-    bool disagree;            /* a peer was seen in another call: diagnose */
-    int left_q;               /* >= 0: that peer's leave notice came instead */
-    double stalled;           /* the longest gap between this rank's polls in the current wait */
-    rp_coll_desc *early;      /* [size] a call a peer sent ahead of this rank's */
-    bool *early_ok;           /* [size] */
-    int *from;                /* [2 * size] scratch: the peer of each request */
+    bool hashed;                /* the current call checks by its data messages' tag */
+    int tag;                    /* that tag */
+    const comm_coll_desc *desc; /* the current call */
+    bool disagree;              /* a peer was seen in another call: diagnose */
+    int left_q;                 /* >= 0: that peer's leave notice came instead */
+    double stalled;             /* the longest gap between this rank's polls in the current wait */
+    comm_coll_desc *early;      /* [size] a call a peer sent ahead of this rank's */
+    bool *early_ok;             /* [size] */
+    int *from;                  /* [2 * size] scratch: the peer of each request */
     bool *missing; /* [size] the peers a timeout gave up on (told to the peers: give_up) */
 } mpi_impl;
 
@@ -82,37 +82,37 @@ static inline mpi_impl *M(const rp_comm *c)
     return c->impl;
 }
 
-/* The process-wide MPI lock (rp_mpi_lock, mpi_base.c), by its short names. */
+/* The process-wide MPI lock (comm_mpi_lock, mpi_base.c), by its short names. */
 static inline void lock(void)
 {
-    rp_mpi_lock();
+    comm_mpi_lock();
 }
 static inline void unlock(void)
 {
-    rp_mpi_unlock();
+    comm_mpi_unlock();
 }
 
 /* ---- mpi_base.c ---- */
 
 /* Marks the communicator broken with status and reason (the first one stays). */
-void rp_mpi_mark_broken(rp_comm *c, rp_status status, const char *reason);
+void comm_mpi_mark_broken(rp_comm *c, rp_status status, const char *reason);
 /* Between two polls of a wait: a yield, then (after many polls) a short sleep. */
-void rp_mpi_pause_briefly(unsigned polls);
+void comm_mpi_pause_briefly(unsigned polls);
 /* Notes the gap since *last in *stalled if it says this process was not running (see mpi_base.c).
  */
-void rp_mpi_note_gap(double *last, double timeout, double *stalled);
+void comm_mpi_note_gap(double *last, double timeout, double *stalled);
 
 /* ---- mpi_p2p.c ---- */
 
 /* Reads the notices that have come (mismatches, peers that left). Under the lock. */
-void rp_mpi_poll_notices(rp_comm *c);
+void comm_mpi_poll_notices(rp_comm *c);
 /* Completes (and frees) a point-to-point request, or fails it at the deadline. */
-rp_status rp_mpi_wait(rp_comm *c, rp_comm_request *req, double deadline);
+rp_status comm_mpi_wait(rp_comm *c, rp_comm_request *req, double deadline);
 /* Whether a point-to-point request is done (then freed, with its status). */
-rp_status rp_mpi_test(rp_comm *c, rp_comm_request *req, bool *done);
+rp_status comm_mpi_test(rp_comm *c, rp_comm_request *req, bool *done);
 /* Frees the point-to-point state (the MPI communicators too, unless MPI is finalized or
- * rp_mpi_close took them). */
-void rp_mpi_p2p_release(mpi_impl *m);
+ * comm_mpi_close took them). */
+void comm_mpi_p2p_release(mpi_impl *m);
 /* A collective message's MPI tag carries this bit when it is hashed (see mpi_coll.c). */
 #define HASH_BIT (1 << 30)
 
@@ -124,23 +124,23 @@ void rp_mpi_p2p_release(mpi_impl *m);
  * communicators (m->comm, m->pc) into the list of those closing, freed once
  * every peer has closed too. Under no lock; MPI not finalized.
  */
-void rp_mpi_close(rp_comm *c);
+void comm_mpi_close(rp_comm *c);
 /*
  * Frees the closing communicators whose peers have all closed, draining what
  * they sent meanwhile; `final` (MPI about to be finalized): gives up on the
  * rest, leaving them allocated. Under no lock.
  */
-void rp_mpi_reap(bool final);
+void comm_mpi_reap(bool final);
 
 /* ---- mpi_coll.c ---- */
 
-/* The backend's checked collective (rp_comm_ops.collective). */
-rp_status rp_mpi_collective(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv);
+/* The backend's checked collective (comm_ops.collective). */
+rp_status comm_mpi_collective(rp_comm *c, const comm_coll_desc *d, const void *send, void *recv);
 /*
  * Polls reqs[0..n) until all complete or the deadline passes (RP_ERR_TIMEOUT;
  * *pending, if given, says which are still pending).
  */
-rp_status rp_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline, bool *pending,
-                          const char *what);
+rp_status comm_mpi_poll_all(rp_comm *c, int n, MPI_Request *reqs, double deadline, bool *pending,
+                            const char *what);
 
 #endif

@@ -53,21 +53,21 @@ enum { MREQ_POSTED, MREQ_ACTIVE, MREQ_DONE };
 typedef struct umsg {
     struct umsg *next;
     int proc, slane; /* the channel */
-    rp_p2p_desc d;   /* the send, numbered */
+    comm_p2p_desc d; /* the send, numbered */
     char *data;
 } umsg;
 
 typedef struct mreq {
     rp_comm_request base;
-    rp_p2p_desc d;  /* d.peer: a rank of the communicator (or RP_ANY_SOURCE) */
-    int proc, lane; /* the peer's MPI rank (or MPI_ANY_SOURCE) and lane (-1: any); */
+    comm_p2p_desc d; /* d.peer: a rank of the communicator (or RP_ANY_SOURCE) */
+    int proc, lane;  /* the peer's MPI rank (or MPI_ANY_SOURCE) and lane (-1: any); */
     int mylane;
     void *buf;
     MPI_Request mr;
     int state;
     bool mismatch; /* receiving a mismatched message into tmp, to fail */
     char *tmp;
-    rp_p2p_desc got; /* a receive's matched send */
+    comm_p2p_desc got; /* a receive's matched send */
     int got_proc, got_lane;
     rp_status status;
     char error[1400];
@@ -102,7 +102,7 @@ static void member_name(const rp_comm *c, int proc, int lane, char *buf, size_t 
 
 /* Notices of mismatches, of peers that left and of peers that closed: read under the lock, at
  * every p2p poll. */
-void rp_mpi_poll_notices(rp_comm *c)
+void comm_mpi_poll_notices(rp_comm *c)
 {
     mpi_impl *m = M(c);
     for (;;) {
@@ -135,7 +135,7 @@ void rp_mpi_poll_notices(rp_comm *c)
         memcpy(&lane, text, sizeof lane);
         text[n > (int)sizeof lane ? n : (int)sizeof lane] = '\0';
         if (!m->broken && lane >= 0 && lane < m->lanes) m->lane[lane].owed = true;
-        rp_mpi_mark_broken(c, RP_ERR_MISMATCH, text + sizeof lane);
+        comm_mpi_mark_broken(c, RP_ERR_MISMATCH, text + sizeof lane);
     }
     for (;;) {
         int flag = 0;
@@ -185,10 +185,10 @@ static void poll_notices_due(rp_comm *c)
     double now = rp_now_s();
     if (now < m->notices_due) return;
     m->notices_due = now + NOTICE_EVERY_S;
-    rp_mpi_poll_notices(c);
+    comm_mpi_poll_notices(c);
 }
 
-static int mpi_tag(const mpi_impl *m, const rp_p2p_desc *d, int slane)
+static int mpi_tag(const mpi_impl *m, const comm_p2p_desc *d, int slane)
 {
     return (int)((((int64_t)d->tag * m->lanes + slane) << 3) | d->dtype);
 }
@@ -260,12 +260,12 @@ static bool peer_went_on(rp_comm *c, int proc, int lane)
 static void p2p_mismatch(rp_comm *c, mreq *r)
 {
     char who_s[160], who_r[160], msg[NOTICE_MAX];
-    rp_p2p_desc s = r->got, rd = r->d;
+    comm_p2p_desc s = r->got, rd = r->d;
     member_name(c, r->got_proc, r->got_lane, who_s, sizeof who_s);
     member_name(c, c->rank, r->mylane, who_r, sizeof who_r);
-    rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
+    comm_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
     tell_peers(c, r->got_proc, r->got_lane, msg);
-    rp_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
+    comm_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
     req_done(r, RP_ERR_MISMATCH, msg);
 }
 
@@ -287,7 +287,7 @@ static bool take_unexpected(rp_comm *c, lane_state *ls, mreq *r)
     r->got_lane = u->slane;
     r->d.num = u->d.num;
     if (r->d.peer == RP_ANY_SOURCE) r->d.peer = member_of(c, u->proc, u->slane);
-    if (rp_p2p_accepts(&r->d, &u->d)) {
+    if (comm_p2p_accepts(&r->d, &u->d)) {
         size_t bytes = (size_t)u->d.count * rp_dtype_size(u->d.dtype);
         if (bytes) memcpy(r->buf, u->data, bytes);
         req_done(r, RP_OK, NULL);
@@ -300,7 +300,7 @@ static bool take_unexpected(rp_comm *c, lane_state *ls, mreq *r)
 }
 
 /* The send behind a probed message. */
-static void decode(const mpi_impl *m, const MPI_Status *st, rp_p2p_desc *d, int *slane)
+static void decode(const mpi_impl *m, const MPI_Status *st, comm_p2p_desc *d, int *slane)
 {
     int bytes = 0;
     MPI_Get_count(st, MPI_BYTE, &bytes);
@@ -343,7 +343,7 @@ static void progress(rp_comm *c, int lane, bool drain)
             MPI_Status st;
             MPI_Improbe(r->proc, MPI_ANY_TAG, pc, &flag, &msg, &st);
             if (!flag) break;
-            rp_p2p_desc d = {0};
+            comm_p2p_desc d = {0};
             int slane;
             decode(m, &st, &d, &slane);
             int bytes = 0;
@@ -360,7 +360,7 @@ static void progress(rp_comm *c, int lane, bool drain)
                     free(u);
                     free(data);
                     MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-                    rp_mpi_mark_broken(c, RP_ERR_NOMEM, "out of memory queueing a message");
+                    comm_mpi_mark_broken(c, RP_ERR_NOMEM, "out of memory queueing a message");
                     return;
                 }
                 MPI_Mrecv(data, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
@@ -377,7 +377,7 @@ static void progress(rp_comm *c, int lane, bool drain)
             r->got_lane = slane;
             r->d.num = d.num;
             if (r->d.peer == RP_ANY_SOURCE) r->d.peer = member_of(c, st.MPI_SOURCE, slane);
-            r->mismatch = !rp_p2p_accepts(&r->d, &d);
+            r->mismatch = !comm_p2p_accepts(&r->d, &d);
             void *into = r->buf;
             if (r->mismatch) into = r->tmp = malloc(bytes ? (size_t)bytes : 1);
             MPI_Imrecv(into, bytes, MPI_BYTE, &msg, &r->mr);
@@ -411,7 +411,7 @@ static void progress(rp_comm *c, int lane, bool drain)
         MPI_Status st;
         MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, pc, &flag, &msg, &st);
         if (!flag) break;
-        rp_p2p_desc d = {0};
+        comm_p2p_desc d = {0};
         int slane, bytes = 0;
         decode(m, &st, &d, &slane);
         MPI_Get_count(&st, MPI_BYTE, &bytes);
@@ -424,7 +424,7 @@ static void progress(rp_comm *c, int lane, bool drain)
             free(u);
             free(data);
             MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-            rp_mpi_mark_broken(c, RP_ERR_NOMEM, "out of memory queueing a message");
+            comm_mpi_mark_broken(c, RP_ERR_NOMEM, "out of memory queueing a message");
             return;
         }
         MPI_Mrecv(data, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
@@ -454,11 +454,11 @@ static rp_status p2p_status_broken(rp_comm *c, int lane, const char *what)
  * fill what both kinds hold (the peer's process and lane, this member's lane). On RP_OK the
  * lock is held and *out is the request; otherwise nothing is held or allocated.
  */
-static rp_status req_begin(rp_comm *c, const rp_p2p_desc *d, int proc, int peer_lane, int my_lane,
+static rp_status req_begin(rp_comm *c, const comm_p2p_desc *d, int proc, int peer_lane, int my_lane,
                            rp_comm *owner, char *what, size_t size, mreq **out)
 {
     mpi_impl *m = M(c);
-    rp_p2p_desc_str(d, false, what, size);
+    comm_p2p_desc_str(d, false, what, size);
     if ((int64_t)d->tag >= m->tag_limit)
         return RP_ERROR(RP_ERR_INVALID, "%s: tags must be below %lld on the MPI backend", what,
                         (long long)m->tag_limit);
@@ -481,14 +481,14 @@ static rp_status req_begin(rp_comm *c, const rp_p2p_desc *d, int proc, int peer_
     return RP_OK;
 }
 
-rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int proc, int slane,
-                       int dlane, rp_comm_request **out, rp_comm *owner)
+rp_status comm_mpi_isend(rp_comm *c, const comm_p2p_desc *d, const void *buf, int proc, int slane,
+                         int dlane, rp_comm_request **out, rp_comm *owner)
 {
     mpi_impl *m = M(c);
     char what[96];
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
     if (bytes > INT_MAX) {
-        rp_p2p_desc_str(d, false, what, sizeof what);
+        comm_p2p_desc_str(d, false, what, sizeof what);
         return RP_ERROR(RP_ERR_UNSUPPORTED, "%s: the MPI backend sends at most %d bytes", what,
                         INT_MAX);
     }
@@ -510,7 +510,7 @@ rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int pr
                      "%s has destroyed this communicator: %s from %s to it would never be "
                      "received",
                      peer, what, me);
-        rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
+        comm_mpi_mark_broken(c, RP_ERR_COMM, msg);
         unlock();
         free(r);
         return RP_ERROR(RP_ERR_COMM, "%s", msg);
@@ -528,8 +528,8 @@ rp_status rp_mpi_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf, int pr
     return RP_OK;
 }
 
-rp_status rp_mpi_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, int proc, int slane, int dlane,
-                       rp_comm_request **out, rp_comm *owner)
+rp_status comm_mpi_irecv(rp_comm *c, const comm_p2p_desc *d, void *buf, int proc, int slane,
+                         int dlane, rp_comm_request **out, rp_comm *owner)
 {
     mpi_impl *m = M(c);
     char what[96];
@@ -580,7 +580,7 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
     char what[96], msg[1400], peer[160], me[160];
     /* Notices (a mismatch, a peer that left): rate-limited; always before a timeout is reported. */
     if (rp_now_s() > deadline)
-        rp_mpi_poll_notices(c);
+        comm_mpi_poll_notices(c);
     else
         poll_notices_due(c);
     if (r->state != MREQ_DONE) progress(c, r->mylane, drain);
@@ -598,7 +598,7 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
         }
     }
     if (r->state == MREQ_DONE) return;
-    rp_p2p_desc_str(&r->d, r->d.send, what, sizeof what);
+    comm_p2p_desc_str(&r->d, r->d.send, what, sizeof what);
     member_name(c, c->rank, r->mylane, me, sizeof me);
     if (m->broken) {
         rp_status st =
@@ -618,7 +618,7 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
                  "waiting in",
                  peer, rp_status_name(m->left[proc].status), m->left[proc].reason,
                  r->d.send ? "receiving" : "sending", what, me);
-        rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
+        comm_mpi_mark_broken(c, RP_ERR_COMM, msg);
         req_drop(c, r);
         req_done(r, RP_ERR_COMM, msg);
         return;
@@ -633,7 +633,7 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
                      "%s destroyed this communicator without sending the message of %s, which "
                      "%s is waiting in",
                      peer, what, me);
-            rp_mpi_mark_broken(c, RP_ERR_COMM, msg);
+            comm_mpi_mark_broken(c, RP_ERR_COMM, msg);
             req_drop(c, r);
             req_done(r, RP_ERR_COMM, msg);
             return;
@@ -656,7 +656,7 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
                      "send must come before the sender's next collective)",
                      peer, what, me);
             tell_peers(c, proc, r->lane < 0 ? 0 : r->lane, msg);
-            rp_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
+            comm_mpi_mark_broken(c, RP_ERR_MISMATCH, msg);
             req_drop(c, r);
             req_done(r, RP_ERR_MISMATCH, msg);
             return;
@@ -686,7 +686,7 @@ static void req_poll(rp_comm *c, mreq *r, double deadline, bool drain, double st
                  c->timeout, what, r->d.send ? "to" : "from", peer, me,
                  r->d.send ? "receive it" : "send", last);
     }
-    rp_mpi_mark_broken(c, RP_ERR_TIMEOUT, msg);
+    comm_mpi_mark_broken(c, RP_ERR_TIMEOUT, msg);
     req_drop(c, r);
     req_done(r, RP_ERR_TIMEOUT, msg);
 }
@@ -701,12 +701,12 @@ static rp_status req_finish_mpi(rp_comm *c, mreq *r)
     return status;
 }
 
-rp_status rp_mpi_wait(rp_comm *c, rp_comm_request *req, double deadline)
+rp_status comm_mpi_wait(rp_comm *c, rp_comm_request *req, double deadline)
 {
     mreq *r = (mreq *)req;
     double last = rp_now_s(), stalled = 0;
     for (unsigned polls = 0;; polls++) {
-        rp_mpi_note_gap(&last, req->comm->timeout, &stalled);
+        comm_mpi_note_gap(&last, req->comm->timeout, &stalled);
         lock();
         bool drain = r->d.send && rp_now_s() - r->posted_s > BUFFER_AFTER_S;
         req_poll(c, r, deadline, drain, stalled);
@@ -714,12 +714,12 @@ rp_status rp_mpi_wait(rp_comm *c, rp_comm_request *req, double deadline)
         unlock();
         if (state == MREQ_DONE) break;
         /* A small message's answer comes in a microsecond or two: poll without yielding first. */
-        if (polls >= 64) rp_mpi_pause_briefly(polls);
+        if (polls >= 64) comm_mpi_pause_briefly(polls);
     }
     return req_finish_mpi(c, r);
 }
 
-rp_status rp_mpi_test(rp_comm *c, rp_comm_request *req, bool *done)
+rp_status comm_mpi_test(rp_comm *c, rp_comm_request *req, bool *done)
 {
     mreq *r = (mreq *)req;
     lock();
@@ -730,8 +730,8 @@ rp_status rp_mpi_test(rp_comm *c, rp_comm_request *req, bool *done)
 }
 
 /* Whether a message for `lane` from (proc, slane) (MPI_ANY_SOURCE / -1: any) is ready. */
-rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool *ready,
-                       rp_p2p_desc *found)
+rp_status comm_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool *ready,
+                         comm_p2p_desc *found)
 {
     mpi_impl *m = M(c);
     lock();
@@ -759,7 +759,7 @@ rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool 
         MPI_Status st;
         MPI_Improbe(proc, MPI_ANY_TAG, m->pc[lane], &flag, &msg, &st);
         if (!flag) break;
-        rp_p2p_desc d = {0};
+        comm_p2p_desc d = {0};
         int sl, bytes = 0;
         decode(m, &st, &d, &sl);
         MPI_Get_count(&st, MPI_BYTE, &bytes);
@@ -795,7 +795,7 @@ rp_status rp_mpi_probe(rp_comm *c, int proc, int slane, int lane, int tag, bool 
 
 /* Frees the point-to-point state (queued messages included). MPI finalized: the communicators are
  * gone. */
-void rp_mpi_p2p_release(mpi_impl *m)
+void comm_mpi_p2p_release(mpi_impl *m)
 {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -828,7 +828,7 @@ void rp_mpi_p2p_release(mpi_impl *m)
 
 /* Gives this communicator `lanes` lanes (collective; the hierarchical backend's members per
  * process). */
-rp_status rp_mpi_p2p_setup(rp_comm *c, int lanes, const int *lane_rank, const int *ids)
+rp_status comm_mpi_p2p_setup(rp_comm *c, int lanes, const int *lane_rank, const int *ids)
 {
     mpi_impl *m = M(c);
     int n = c->size, members = 0;
@@ -859,7 +859,7 @@ rp_status rp_mpi_p2p_setup(rp_comm *c, int lanes, const int *lane_rank, const in
     }
     if (map) memcpy(map, lane_rank, (size_t)n * (size_t)lanes * sizeof *map);
     if (idcopy) memcpy(idcopy, ids, (size_t)members * sizeof *idcopy);
-    rp_mpi_p2p_release(m);
+    comm_mpi_p2p_release(m);
     m->lane_ids = idcopy;
     m->lanes = lanes;
     m->pc = pc;

@@ -76,7 +76,8 @@ typedef struct member {
     _Atomic int left; /* 1 while this member has left the step */
     rp_status left_status; /* written before `left` is set */
     char left_reason[256];
-    rp_coll_desc desc[2]; /* the call of sequence number s is desc[s & 1]; written before `phase` */
+    comm_coll_desc
+        desc[2]; /* the call of sequence number s is desc[s & 1]; written before `phase` */
     const void *send;
     void *recv;
     char *staging[2]; /* [SMALL_BYTES] each: inputs of small all-reduces, by sequence parity */
@@ -107,7 +108,7 @@ typedef struct handle {
     void **recvs;       /* [n] */
 } handle;
 
-static const rp_comm_ops threads_ops;
+static const comm_ops threads_ops;
 
 static handle *H(const rp_comm *c)
 {
@@ -206,22 +207,22 @@ static rp_status broken_error(rp_comm *c, const char *what)
 }
 
 /* One call in 64 bits, for the racy-but-atomic "last call" a timeout message shows. */
-static uint64_t pack_call(const rp_coll_desc *d)
+static uint64_t pack_call(const comm_coll_desc *d)
 {
     return 1ull << 63 | (uint64_t)(d->kind & 0xff) << 52 | (uint64_t)(d->dtype & 0xff) << 44 |
            (uint64_t)(d->op & 0xff) << 36 | ((uint64_t)d->count & 0xfffffffffull);
 }
 
-static rp_coll_desc unpack_call(const member *m, uint64_t seq)
+static comm_coll_desc unpack_call(const member *m, uint64_t seq)
 {
     uint64_t v = atomic_load(&m->last), u = atomic_load(&m->last_user);
-    rp_coll_desc d = {.kind = (int)(v >> 52 & 0xff),
-                      .dtype = (int)(v >> 44 & 0xff),
-                      .op = (int)(v >> 36 & 0xff),
-                      .count = (int64_t)(v & 0xfffffffffull),
-                      .seq = seq,
-                      .user_seq = u & ~(1ull << 63),
-                      .internal = (int)(u >> 63)};
+    comm_coll_desc d = {.kind = (int)(v >> 52 & 0xff),
+                        .dtype = (int)(v >> 44 & 0xff),
+                        .op = (int)(v >> 36 & 0xff),
+                        .count = (int64_t)(v & 0xfffffffffull),
+                        .seq = seq,
+                        .user_seq = u & ~(1ull << 63),
+                        .internal = (int)(u >> 63)};
     if (d.internal) memcpy(d.what, m->last_what[seq & 1], sizeof d.what);
     return d;
 }
@@ -258,11 +259,11 @@ static void append(char *buf, size_t size, const char *fmt, ...)
 }
 
 /* The error for a failed wait at `target`; breaks the communicator for everyone. */
-static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d, bool timed_out)
+static rp_status wait_failed(rp_comm *c, uint64_t target, const comm_coll_desc *d, bool timed_out)
 {
     world *w = H(c)->w;
     char what[128], msg[1024] = "";
-    rp_coll_desc_str(d, what, sizeof what);
+    comm_coll_desc_str(d, what, sizeof what);
     if (atomic_load_explicit(&w->broken, memory_order_acquire)) {
         /* A peer diagnosed it first: report its diagnosis. */
         return rp_error_set(w->broken_status, __FILE__, __LINE__, "%s", w->reason);
@@ -294,10 +295,10 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
             append(msg, sizeof msg, " (it has made no collective call)");
         } else {
             char lastbuf[128];
-            rp_coll_desc ld = unpack_call(m, phase & 1 ? (phase - 1) / 2 : phase / 2 - 1);
+            comm_coll_desc ld = unpack_call(m, phase & 1 ? (phase - 1) / 2 : phase / 2 - 1);
             append(msg, sizeof msg, " (%s %s)",
                    phase & 1 ? "it is waiting in" : "its last completed was",
-                   rp_coll_desc_str(&ld, lastbuf, sizeof lastbuf));
+                   comm_coll_desc_str(&ld, lastbuf, sizeof lastbuf));
         }
     }
     append(msg, sizeof msg, "; replicas that arrived:");
@@ -311,7 +312,7 @@ static rp_status wait_failed(rp_comm *c, uint64_t target, const rp_coll_desc *d,
  * Publishes this member's phase, then waits until every member has passed
  * phase `target`, or fails (see the top of the file).
  */
-static rp_status rendezvous(rp_comm *c, uint64_t publish, uint64_t target, const rp_coll_desc *d)
+static rp_status rendezvous(rp_comm *c, uint64_t publish, uint64_t target, const comm_coll_desc *d)
 {
     world *w = H(c)->w;
     member *me = &w->m[c->rank];
@@ -396,7 +397,7 @@ static void store_fence(void)
 #endif
 }
 
-static void do_all_reduce(rp_comm *c, const rp_coll_desc *d)
+static void do_all_reduce(rp_comm *c, const comm_coll_desc *d)
 {
     handle *h = H(c);
     world *w = h->w;
@@ -407,19 +408,19 @@ static void do_all_reduce(rp_comm *c, const rp_coll_desc *d)
         h->recvs[q] = w->m[q].recv;
     }
     int64_t lo, hi, block = BLOCK_BYTES / (int64_t)es;
-    rp_comm_slice(d->count, es, c->rank, n, &lo, &hi);
+    comm_slice(d->count, es, c->rank, n, &lo, &hi);
     bool stream = (size_t)d->count * es >= STREAM_BYTES;
     _Alignas(64) char tmp[BLOCK_BYTES];
     for (int64_t off = lo; off < hi; off += block) {
         int64_t len = hi - off < block ? hi - off : block;
-        rp_reduce_block(tmp, h->sends, n, off, len, d->dtype, d->op);
+        comm_reduce_block(tmp, h->sends, n, off, len, d->dtype, d->op);
         for (int q = 0; q < n; q++)
             copy_out((char *)h->recvs[q] + off * es, tmp, (size_t)len * es, stream);
     }
     if (stream) store_fence();
 }
 
-static void do_reduce_scatter(rp_comm *c, const rp_coll_desc *d)
+static void do_reduce_scatter(rp_comm *c, const comm_coll_desc *d)
 {
     handle *h = H(c);
     world *w = h->w;
@@ -432,12 +433,12 @@ static void do_reduce_scatter(rp_comm *c, const rp_coll_desc *d)
     _Alignas(64) char tmp[BLOCK_BYTES];
     for (int64_t off = 0; off < d->count; off += block) {
         int64_t len = d->count - off < block ? d->count - off : block;
-        rp_reduce_block(tmp, h->sends, n, base + off, len, d->dtype, d->op);
+        comm_reduce_block(tmp, h->sends, n, base + off, len, d->dtype, d->op);
         memcpy(out + off * es, tmp, (size_t)len * es);
     }
 }
 
-static void do_all_gather(rp_comm *c, const rp_coll_desc *d)
+static void do_all_gather(rp_comm *c, const comm_coll_desc *d)
 {
     world *w = H(c)->w;
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
@@ -448,12 +449,12 @@ static void do_all_gather(rp_comm *c, const rp_coll_desc *d)
     }
 }
 
-static void do_broadcast(rp_comm *c, const rp_coll_desc *d)
+static void do_broadcast(rp_comm *c, const comm_coll_desc *d)
 {
     world *w = H(c)->w;
     size_t es = rp_dtype_size(d->dtype);
     int64_t lo, hi;
-    rp_comm_slice(d->count, es, c->rank, w->n, &lo, &hi);
+    comm_slice(d->count, es, c->rank, w->n, &lo, &hi);
     const char *src = w->m[d->root].send;
     for (int q = 0; q < w->n; q++)
         if (q != d->root && hi > lo)
@@ -484,7 +485,7 @@ enum { REQ_PENDING, REQ_COPYING, REQ_DONE };
 
 typedef struct tmsg {
     struct tmsg *next;
-    rp_p2p_desc d; /* the send; d.peer is the destination */
+    comm_p2p_desc d; /* the send; d.peer is the destination */
     int src;
     uint64_t stamp;
     const void *data;  /* the sender's buffer, or `owned` */
@@ -494,7 +495,7 @@ typedef struct tmsg {
 
 typedef struct treq {
     rp_comm_request base;
-    rp_p2p_desc d;
+    comm_p2p_desc d;
     _Atomic int state;
     rp_status status;
     char error[1400];
@@ -523,7 +524,7 @@ static void p2p_free(world *w)
 }
 
 /* One point-to-point call in 2 x 64 bits: kind, dtype, peer, count; tag, number. */
-static void note_p2p(member *me, const rp_p2p_desc *d)
+static void note_p2p(member *me, const comm_p2p_desc *d)
 {
     uint64_t a = 1ull << 63 | (uint64_t)(d->send & 1) << 62 | (uint64_t)(d->dtype & 0xf) << 56 |
                  (uint64_t)(d->peer & 0xffff) << 40 | ((uint64_t)d->count & 0xffffffffffull);
@@ -541,21 +542,21 @@ static const char *last_call_str(const rp_comm *c, int q, char *buf, size_t size
     char what[160];
     if (a && (atomic_load(&m->p2p_latest) || phase == 0)) {
         uint64_t b = atomic_load(&m->p2p_last[1]);
-        rp_p2p_desc d = {.send = (int)(a >> 62 & 1),
-                         .dtype = (int)(a >> 56 & 0xf),
-                         .peer = (int)(a >> 40 & 0xffff),
-                         .count = (int64_t)(a & 0xffffffffffull),
-                         .tag = (int)(int32_t)(b >> 32),
-                         .num = b & 0xffffffffull};
+        comm_p2p_desc d = {.send = (int)(a >> 62 & 1),
+                           .dtype = (int)(a >> 56 & 0xf),
+                           .peer = (int)(a >> 40 & 0xffff),
+                           .count = (int64_t)(a & 0xffffffffffull),
+                           .tag = (int)(int32_t)(b >> 32),
+                           .num = b & 0xffffffffull};
         snprintf(buf, size, "its last completed call was %s %s %s %d",
-                 rp_p2p_desc_str(&d, true, what, sizeof what), d.send ? "to" : "from", comm_noun(c),
-                 rp_comm_replica_id(c, d.peer));
+                 comm_p2p_desc_str(&d, true, what, sizeof what), d.send ? "to" : "from",
+                 comm_noun(c), rp_comm_replica_id(c, d.peer));
     } else if (phase == 0) {
         snprintf(buf, size, "it has completed no call");
     } else {
-        rp_coll_desc ld = unpack_call(m, phase & 1 ? (phase - 1) / 2 : phase / 2 - 1);
+        comm_coll_desc ld = unpack_call(m, phase & 1 ? (phase - 1) / 2 : phase / 2 - 1);
         snprintf(buf, size, "%s %s", phase & 1 ? "it is waiting in" : "its last completed call was",
-                 rp_coll_desc_str(&ld, what, sizeof what));
+                 comm_coll_desc_str(&ld, what, sizeof what));
     }
     return buf;
 }
@@ -621,18 +622,18 @@ static bool pair(rp_comm *c, treq *r, tmsg *m)
     posted_remove(w, dst, r);
     r->d.num = w->rcvd[ch]++;
     r->msg = m;
-    if (rp_p2p_accepts(&r->d, &m->d)) {
+    if (comm_p2p_accepts(&r->d, &m->d)) {
         atomic_store_explicit(&r->state, REQ_COPYING, memory_order_relaxed);
         if (m->sreq) atomic_store_explicit(&m->sreq->state, REQ_COPYING, memory_order_relaxed);
         return true;
     }
     char who_s[32], who_r[32], msg[1024];
-    rp_p2p_desc s = m->d, rd = r->d;
+    comm_p2p_desc s = m->d, rd = r->d;
     s.peer = dst;
     rd.peer = m->src;
     snprintf(who_s, sizeof who_s, "%s %d", comm_noun(c), c->ids[m->src]);
     snprintf(who_r, sizeof who_r, "%s %d", comm_noun(c), c->ids[dst]);
-    rp_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
+    comm_p2p_mismatch_str(&s, who_s, &rd, who_r, msg, sizeof msg);
     /*
      * The sender has gone on: its next call says it. Owed before the break
      * is published: broken_error reads the flag without the lock once it
@@ -667,7 +668,7 @@ static void deliver(world *w, treq *r)
     free(m);
 }
 
-static treq *req_new(rp_comm *c, const rp_p2p_desc *d)
+static treq *req_new(rp_comm *c, const comm_p2p_desc *d)
 {
     treq *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -679,13 +680,13 @@ static treq *req_new(rp_comm *c, const rp_p2p_desc *d)
     return r;
 }
 
-static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf,
+static rp_status threads_isend(rp_comm *c, const comm_p2p_desc *d, const void *buf,
                                rp_comm_request **out)
 {
     world *w = H(c)->w;
     char what[96];
     if (atomic_load_explicit(&w->broken, memory_order_acquire))
-        return broken_error(c, rp_p2p_desc_str(d, false, what, sizeof what));
+        return broken_error(c, comm_p2p_desc_str(d, false, what, sizeof what));
     /*
      * A destination that has left would never receive it: fail now rather than buffer it (a
      * sender in a loop would never learn, and its messages would pile up).
@@ -696,7 +697,7 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
         snprintf(msg, sizeof msg,
                  "%s %d has left (%s: %s): %s from %s %d to it would never be received",
                  comm_noun(c), c->ids[d->peer], rp_status_name(dm->left_status), dm->left_reason,
-                 rp_p2p_desc_str(d, false, what, sizeof what), comm_noun(c), c->ids[c->rank]);
+                 comm_p2p_desc_str(d, false, what, sizeof what), comm_noun(c), c->ids[c->rank]);
         world_break(w, RP_ERR_COMM, msg);
         return RP_ERROR(RP_ERR_COMM, "%s", msg);
     }
@@ -707,7 +708,7 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
         free(r);
         free(m);
         return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory",
-                        rp_p2p_desc_str(d, false, what, sizeof what));
+                        comm_p2p_desc_str(d, false, what, sizeof what));
     }
     int n = w->n, dst = d->peer, ch = dst * n + c->rank;
     m->d = *d;
@@ -734,7 +735,7 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
             free(m);
             free(r);
             return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory",
-                            rp_p2p_desc_str(d, false, what, sizeof what));
+                            comm_p2p_desc_str(d, false, what, sizeof what));
         }
         if (bytes) memcpy(m->owned, buf, bytes);
         m->data = m->owned;
@@ -756,16 +757,16 @@ static rp_status threads_isend(rp_comm *c, const rp_p2p_desc *d, const void *buf
     return RP_OK;
 }
 
-static rp_status threads_irecv(rp_comm *c, const rp_p2p_desc *d, void *buf, rp_comm_request **out)
+static rp_status threads_irecv(rp_comm *c, const comm_p2p_desc *d, void *buf, rp_comm_request **out)
 {
     world *w = H(c)->w;
     char what[96];
     if (atomic_load_explicit(&w->broken, memory_order_acquire))
-        return broken_error(c, rp_p2p_desc_str(d, false, what, sizeof what));
+        return broken_error(c, comm_p2p_desc_str(d, false, what, sizeof what));
     treq *r = req_new(c, d);
     if (!r)
         return RP_ERROR(RP_ERR_NOMEM, "%s: out of memory",
-                        rp_p2p_desc_str(d, false, what, sizeof what));
+                        comm_p2p_desc_str(d, false, what, sizeof what));
     r->buf = buf;
     int dst = c->rank;
     pthread_mutex_lock(&w->mu);
@@ -818,7 +819,7 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
 {
     world *w = H(c)->w;
     char what[96], msg[1400], last[256];
-    rp_p2p_desc_str(&r->d, r->d.send, what, sizeof what);
+    comm_p2p_desc_str(&r->d, r->d.send, what, sizeof what);
     int me = c->ids[c->rank];
     if (atomic_load(&w->broken)) {
         rp_status st = atomic_exchange(&w->m[c->rank].owed, 0) ? w->broken_status : RP_ERR_COMM;
@@ -862,12 +863,12 @@ static bool req_check(rp_comm *c, treq *r, bool timed_out)
     if (!r->d.send && peer >= 0 &&
         atomic_load_explicit(&w->m[peer].phase, memory_order_acquire) > 2 * c->seq) {
         char coll[128];
-        rp_coll_desc ld = unpack_call(&w->m[peer], c->seq);
+        comm_coll_desc ld = unpack_call(&w->m[peer], c->seq);
         snprintf(msg, sizeof msg,
                  "%s %d went on to %s without sending the message of %s, which %s %d is "
                  "waiting in (each waits for the other: a send must come before the sender's "
                  "next collective)",
-                 comm_noun(c), c->ids[peer], rp_coll_desc_str(&ld, coll, sizeof coll), what,
+                 comm_noun(c), c->ids[peer], comm_coll_desc_str(&ld, coll, sizeof coll), what,
                  comm_noun(c), me);
         world_break_locked(w, RP_ERR_MISMATCH, msg);
         req_unlink(w, c, r);
@@ -986,7 +987,7 @@ static rp_status threads_test(rp_comm_request *req, bool *done)
     return req_end(c, r);
 }
 
-static rp_status threads_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2p_desc *found)
+static rp_status threads_probe(rp_comm *c, int peer, int tag, bool *ready, comm_p2p_desc *found)
 {
     world *w = H(c)->w;
     if (atomic_load_explicit(&w->broken, memory_order_acquire)) return broken_error(c, "probe");
@@ -1003,13 +1004,14 @@ static rp_status threads_probe(rp_comm *c, int peer, int tag, bool *ready, rp_p2
 
 /* ---- the table ---------------------------------------------------------------- */
 
-static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const void *send, void *recv)
+static rp_status threads_collective(rp_comm *c, const comm_coll_desc *d, const void *send,
+                                    void *recv)
 {
     handle *h = H(c);
     world *w = h->w;
     char what[128];
     if (atomic_load_explicit(&w->broken, memory_order_acquire))
-        return broken_error(c, rp_coll_desc_str(d, what, sizeof what));
+        return broken_error(c, comm_coll_desc_str(d, what, sizeof what));
     member *me = &w->m[c->rank];
     int parity = (int)(d->seq & 1);
     size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
@@ -1034,14 +1036,14 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
     RP_CHECK(rendezvous(c, 2 * d->seq + (small ? 2 : 1), 2 * d->seq + 1, d));
 
     /* Every member compares every call with rank 0's, so all report the same mismatch. */
-    const rp_coll_desc *first = &w->m[0].desc[parity];
+    const comm_coll_desc *first = &w->m[0].desc[parity];
     for (int q = 1; q < w->n; q++) {
-        const rp_coll_desc *other = &w->m[q].desc[parity];
-        if (rp_coll_desc_equal(other, first)) continue;
+        const comm_coll_desc *other = &w->m[q].desc[parity];
+        if (comm_coll_desc_equal(other, first)) continue;
         char a[32], b[32], msg[640];
         snprintf(a, sizeof a, "%s %d", comm_noun(c), c->ids[0]);
         snprintf(b, sizeof b, "%s %d", comm_noun(c), c->ids[q]);
-        rp_coll_mismatch_str(first, a, other, b, msg, sizeof msg);
+        comm_coll_mismatch_str(first, a, other, b, msg, sizeof msg);
         world_break(w, RP_ERR_MISMATCH, msg);
         return RP_ERROR(RP_ERR_MISMATCH, "%s", msg);
     }
@@ -1050,7 +1052,7 @@ static rp_status threads_collective(rp_comm *c, const rp_coll_desc *d, const voi
             /* Every member reduces the whole buffer, in rank order: bitwise the same everywhere. */
             for (int q = 0; q < w->n; q++)
                 h->sends[q] = w->m[q].staging[parity];
-            rp_reduce_block(recv, h->sends, w->n, 0, d->count, d->dtype, d->op);
+            comm_reduce_block(recv, h->sends, w->n, 0, d->count, d->dtype, d->op);
         }
         c->seq++;
         return RP_OK;
@@ -1194,7 +1196,7 @@ static rp_status threads_split(rp_comm *c, int color, int key, rp_comm **out)
     }
     RP_TRY(rp_comm_all_gather(c, mine, all, 2, RP_I64));
     /* The group in (key, rank) order. */
-    int g = color >= 0 ? rp_comm_group_order(all, n, color, order) : 0, pos = -1;
+    int g = color >= 0 ? comm_group_order(all, n, color, order) : 0, pos = -1;
     for (int j = 0; j < g; j++) {
         if (order[j] == c->rank) pos = j;
         ids[j] = c->ids[order[j]];
@@ -1221,7 +1223,7 @@ cleanup:
     return status;
 }
 
-static const rp_comm_ops threads_ops = {
+static const comm_ops threads_ops = {
     .name = "threads",
     .collective = threads_collective,
     .split = threads_split,

@@ -194,7 +194,7 @@ static void entry_destroy(cache_entry *e)
 
 /*
  * Frees a thread's cache, scratchpad and stream: the pthread key destructor
- * at thread exit, and rp_cpu_dnnl_cache_clear.
+ * at thread exit, and kcpu_dnnl_cache_clear.
  */
 static void thread_state_destroy(void *p)
 {
@@ -243,12 +243,12 @@ static rp_status thread_state_get(thread_state **out)
     return RP_OK;
 }
 
-int rp_cpu_dnnl_cache_entries(void)
+int kcpu_dnnl_cache_entries(void)
 {
     return tls_state ? tls_state->count : 0;
 }
 
-size_t rp_cpu_dnnl_cache_bytes(void)
+size_t kcpu_dnnl_cache_bytes(void)
 {
     const thread_state *t = tls_state;
     if (!t) return 0;
@@ -258,7 +258,7 @@ size_t rp_cpu_dnnl_cache_bytes(void)
     return bytes;
 }
 
-void rp_cpu_dnnl_cache_clear(void)
+void kcpu_dnnl_cache_clear(void)
 {
     thread_state *t = tls_state;
     if (!t) return;
@@ -431,7 +431,7 @@ enum { POOL_OUT, POOL_IN };
  * slower than direct, hence the 16-channel floor. Measurements:
  * docs/benchmarks.md ("Winograd convolutions").
  */
-static bool winograd_wanted(const rp_conv_desc *d)
+static bool winograd_wanted(const kernels_conv_desc *d)
 {
     return rp_kernels_get_conv_algorithm() == RP_CONV_AUTO && d->compute == RP_F32 &&
            d->x_type == RP_F32 && d->y_type == RP_F32 && d->kh == 3 && d->kw == 3 &&
@@ -539,7 +539,7 @@ static rp_status act_unbind(thread_state *t, cache_entry *e, const act_binding *
  * them in their own blocked layout, through the staging reorders.
  * Backward primitives get a forward primitive descriptor as hint.
  */
-static rp_status build_conv(thread_state *t, const cache_key *key, const rp_conv_desc *d,
+static rp_status build_conv(thread_state *t, const cache_key *key, const kernels_conv_desc *d,
                             cache_entry **out)
 {
     rp_status status = RP_OK;
@@ -675,7 +675,7 @@ cleanup:
 }
 
 /* Builds an average pooling entry (padding excluded), forward or backward. */
-static rp_status build_avgpool(thread_state *t, const cache_key *key, const rp_pool_desc *d,
+static rp_status build_avgpool(thread_state *t, const cache_key *key, const kernels_pool_desc *d,
                                cache_entry **out)
 {
     rp_status status = RP_OK;
@@ -830,22 +830,22 @@ cleanup:
 
 /* Cache keys: the kind and every descriptor field, unused slots zero; a convolution's last slot
  * says whether Winograd is wanted, so a change of algorithm takes effect on the next call. */
-static cache_key conv_key(entry_kind kind, const rp_conv_desc *d)
+static cache_key conv_key(entry_kind kind, const kernels_conv_desc *d)
 {
     return (cache_key){{kind, d->n, d->h, d->w, d->c, d->o, d->kh, d->kw, d->oh, d->ow, d->stride,
                         d->pad, (int)d->compute, (int)d->x_type, (int)d->y_type,
                         winograd_wanted(d)}};
 }
 
-static cache_key pool_key(entry_kind kind, const rp_pool_desc *d)
+static cache_key pool_key(entry_kind kind, const kernels_pool_desc *d)
 {
     return (cache_key){
         {kind, d->n, d->h, d->w, d->c, d->oh, d->ow, d->k, d->stride, d->pad, 0, 0, 0, 0, 0, 0}};
 }
 
 /* Finds or builds the entry for key, then runs it on ptrs. */
-static rp_status run_cached(const cache_key *key, const rp_conv_desc *cd, const rp_pool_desc *pd,
-                            void *const *ptrs)
+static rp_status run_cached(const cache_key *key, const kernels_conv_desc *cd,
+                            const kernels_pool_desc *pd, void *const *ptrs)
 {
     thread_state *t = NULL;
     RP_CHECK(thread_state_get(&t));
@@ -881,25 +881,25 @@ static void path_init(void)
     g_by_reference = !strcmp(g_path, "reference");
 }
 
-const char *rp_cpu_bf16_path(void)
+const char *kcpu_bf16_path(void)
 {
     pthread_once(&g_path_once, path_init);
     return g_path;
 }
 
 /* The conversions: the reference loops, split over the calling thread's team. */
-void rp_cpu_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n)
+void kcpu_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n)
 {
 #pragma omp parallel for if (n >= (1 << 16)) schedule(static)
     for (int64_t b = 0; b < n; b += 4096)
-        rp_ref_cast_f32_bf16(y + b, x + b, n - b < 4096 ? n - b : 4096);
+        kref_cast_f32_bf16(y + b, x + b, n - b < 4096 ? n - b : 4096);
 }
 
-void rp_cpu_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n)
+void kcpu_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n)
 {
 #pragma omp parallel for if (n >= (1 << 16)) schedule(static)
     for (int64_t b = 0; b < n; b += 4096)
-        rp_ref_cast_bf16_f32(y + b, x + b, n - b < 4096 ? n - b : 4096);
+        kref_cast_bf16_f32(y + b, x + b, n - b < 4096 ? n - b : 4096);
 }
 
 /* Below AVX-512 oneDNN has no bf16 primitives at all: the reference kernels compute them. */
@@ -909,16 +909,16 @@ static bool bf16_by_reference(void)
     return g_by_reference;
 }
 
-rp_status rp_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                           int ldc)
+rp_status kcpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc)
 {
     if (m <= 0 || n <= 0 || k <= 0 || alpha == 0.0f) {
-        rp_cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        kcpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return RP_OK;
     }
     if (bf16_by_reference())
-        return rp_ref_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return kref_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     cache_key key = {
         {KIND_MATMUL, trans_a, trans_b, m, n, k, lda, ldb, ldc, 0, 0, 0, RP_BF16, 0, 0, 0}};
     memcpy(&key.v[9], &alpha, sizeof alpha);
@@ -929,11 +929,11 @@ rp_status rp_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, floa
 
 /* ---- convolution --------------------------------------------------------- */
 
-rp_status rp_cpu_conv2d_uses_winograd(const rp_conv_desc *d, int pass, bool *winograd)
+rp_status kcpu_conv2d_uses_winograd(const kernels_conv_desc *d, int pass, bool *winograd)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
+    RP_CHECK(kernels_conv_desc_validate(d));
     if (pass < 0 || pass > 2 || !winograd)
-        return RP_ERROR(RP_ERR_INVALID, "rp_cpu_conv2d_uses_winograd: pass %d (0-2) or NULL", pass);
+        return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_uses_winograd: pass %d (0-2) or NULL", pass);
     static const entry_kind kinds[] = {KIND_CONV_FWD, KIND_CONV_BWD_DATA, KIND_CONV_BWD_WEIGHTS};
     cache_key key = conv_key(kinds[pass], d);
     thread_state *t = NULL;
@@ -947,37 +947,37 @@ rp_status rp_cpu_conv2d_uses_winograd(const rp_conv_desc *d, int pass, bool *win
     return RP_OK;
 }
 
-rp_status rp_cpu_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
-                            const rp_conv_desc *d)
+rp_status kcpu_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
+                          const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
-    if (!y || !x || !w) return RP_ERROR(RP_ERR_INVALID, "rp_cpu_conv2d_fwd: NULL y, x or w");
-    if (d->compute == RP_BF16 && bf16_by_reference()) return rp_ref_conv2d_fwd(y, x, w, bias, d);
+    RP_CHECK(kernels_conv_desc_validate(d));
+    if (!y || !x || !w) return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_fwd: NULL y, x or w");
+    if (d->compute == RP_BF16 && bf16_by_reference()) return kref_conv2d_fwd(y, x, w, bias, d);
     cache_key key = conv_key(bias ? KIND_CONV_FWD_BIAS : KIND_CONV_FWD, d);
     void *ptrs[] = {
         [FWD_Y] = y, [FWD_X] = (void *)x, [FWD_W] = (void *)w, [FWD_BIAS] = (void *)bias};
     return run_cached(&key, d, NULL, ptrs);
 }
 
-rp_status rp_cpu_conv2d_bwd_data(float *dx, const float *dy, const float *w, const rp_conv_desc *d)
+rp_status kcpu_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+                               const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
-    if (!dx || !dy || !w)
-        return RP_ERROR(RP_ERR_INVALID, "rp_cpu_conv2d_bwd_data: NULL dx, dy or w");
-    if (d->compute == RP_BF16 && bf16_by_reference()) return rp_ref_conv2d_bwd_data(dx, dy, w, d);
+    RP_CHECK(kernels_conv_desc_validate(d));
+    if (!dx || !dy || !w) return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_bwd_data: NULL dx, dy or w");
+    if (d->compute == RP_BF16 && bf16_by_reference()) return kref_conv2d_bwd_data(dx, dy, w, d);
     cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
     void *ptrs[] = {[BWDD_DX] = dx, [BWDD_DY] = (void *)dy, [BWDD_W] = (void *)w};
     return run_cached(&key, d, NULL, ptrs);
 }
 
-rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
-                                    const rp_conv_desc *d)
+rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+                                  const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
+    RP_CHECK(kernels_conv_desc_validate(d));
     if (!dw || !dy || !x)
-        return RP_ERROR(RP_ERR_INVALID, "rp_cpu_conv2d_bwd_weights: NULL dw, dy or x");
+        return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_bwd_weights: NULL dw, dy or x");
     if (d->compute == RP_BF16 && bf16_by_reference())
-        return rp_ref_conv2d_bwd_weights(dw, db, dy, x, d);
+        return kref_conv2d_bwd_weights(dw, db, dy, x, d);
     cache_key key = conv_key(db ? KIND_CONV_BWD_WEIGHTS_BIAS : KIND_CONV_BWD_WEIGHTS, d);
     void *ptrs[] = {[BWDW_DW] = dw, [BWDW_DB] = db, [BWDW_DY] = (void *)dy, [BWDW_X] = (void *)x};
     return run_cached(&key, d, NULL, ptrs);
@@ -985,19 +985,19 @@ rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const
 
 /* ---- average pooling ----------------------------------------------------- */
 
-rp_status rp_cpu_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d)
+rp_status kcpu_avgpool_fwd(float *y, const float *x, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
-    if (!y || !x) return RP_ERROR(RP_ERR_INVALID, "rp_cpu_avgpool_fwd: NULL y or x");
+    RP_CHECK(kernels_pool_desc_validate(d));
+    if (!y || !x) return RP_ERROR(RP_ERR_INVALID, "kcpu_avgpool_fwd: NULL y or x");
     cache_key key = pool_key(KIND_AVGPOOL_FWD, d);
     void *ptrs[] = {[POOL_OUT] = y, [POOL_IN] = (void *)x};
     return run_cached(&key, NULL, d, ptrs);
 }
 
-rp_status rp_cpu_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d)
+rp_status kcpu_avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
-    if (!dx || !dy) return RP_ERROR(RP_ERR_INVALID, "rp_cpu_avgpool_bwd: NULL dx or dy");
+    RP_CHECK(kernels_pool_desc_validate(d));
+    if (!dx || !dy) return RP_ERROR(RP_ERR_INVALID, "kcpu_avgpool_bwd: NULL dx or dy");
     cache_key key = pool_key(KIND_AVGPOOL_BWD, d);
     void *ptrs[] = {[POOL_OUT] = dx, [POOL_IN] = (void *)dy};
     return run_cached(&key, NULL, d, ptrs);
@@ -1015,11 +1015,11 @@ rp_status rp_cpu_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d)
  * and both selects are branch-free over the contiguous channels, so the
  * inner loop vectorises. Rows (n, oy) are split over the thread team.
  */
-rp_status rp_cpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d)
+rp_status kcpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
+    RP_CHECK(kernels_pool_desc_validate(d));
     if (!y || !argmax || !x)
-        return RP_ERROR(RP_ERR_INVALID, "rp_cpu_maxpool_fwd: NULL y, argmax or x");
+        return RP_ERROR(RP_ERR_INVALID, "kcpu_maxpool_fwd: NULL y, argmax or x");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad, K = d->k;
     const int OH = d->oh, OW = d->ow, rows = d->n * d->oh;
     const int64_t work = (int64_t)rows * OW * C * K * K;
@@ -1065,12 +1065,12 @@ rp_status rp_cpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp
  * images and no two threads touch the same dx element. An argmax outside
  * its image is reported rather than written.
  */
-rp_status rp_cpu_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
-                             const rp_pool_desc *d)
+rp_status kcpu_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
+                           const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
+    RP_CHECK(kernels_pool_desc_validate(d));
     if (!dx || !argmax || !dy)
-        return RP_ERROR(RP_ERR_INVALID, "rp_cpu_maxpool_bwd: NULL dx, argmax or dy");
+        return RP_ERROR(RP_ERR_INVALID, "kcpu_maxpool_bwd: NULL dx, argmax or dy");
     const int64_t in_img = (int64_t)d->h * d->w * d->c, out_img = (int64_t)d->oh * d->ow * d->c;
     const int64_t work = (int64_t)d->n * (in_img + out_img);
     int64_t bad = -1;
@@ -1093,7 +1093,7 @@ rp_status rp_cpu_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
     }
     if (bad >= 0)
         return RP_ERROR(RP_ERR_INVALID,
-                        "rp_cpu_maxpool_bwd: argmax[%lld] = %d lies outside its image (input "
+                        "kcpu_maxpool_bwd: argmax[%lld] = %d lies outside its image (input "
                         "[n=%d,h=%d,w=%d,c=%d])",
                         (long long)bad, (int)argmax[bad], d->n, d->h, d->w, d->c);
     return RP_OK;

@@ -12,7 +12,7 @@
  * its weight reorders and memory objects; later calls only point the memory
  * objects at the caller's buffers and execute, creating nothing. Replica
  * threads therefore never contend on or share a cache. A thread's cache is
- * freed when the thread exits (or by rp_cpu_dnnl_cache_clear). The oneDNN
+ * freed when the thread exits (or by kcpu_dnnl_cache_clear). The oneDNN
  * engine is created once per process; each thread has its own stream.
  *
  * Threads: work runs on the calling thread's OpenMP team (oneDNN here uses
@@ -21,7 +21,7 @@
  * changes thread counts. All functions are thread-safe.
  *
  * Errors: RP_ERR_INVALID for NULL buffers, RP_ERR_SHAPE for a descriptor that
- * rp_conv_desc_init / rp_pool_desc_init would not have produced,
+ * kernels_conv_desc_init / kernels_pool_desc_init would not have produced,
  * RP_ERR_BACKEND naming the oneDNN call and shape when oneDNN fails, and
  * RP_ERR_NOMEM. Nothing aborts.
  */
@@ -38,45 +38,46 @@
  * With beta == 0 C is not read. Degenerate sizes (m, n or k == 0) are handled
  * here rather than passed to BLAS.
  */
-void rp_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
-                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void kcpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
 /*
  * The product with A and B rounded to bf16 and summed in f32, through oneDNN's matmul (the
  * reorders into bf16 are its staging steps). Below AVX-512, where oneDNN has no bf16, the
  * reference kernel computes it.
  */
-rp_status rp_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                           int ldc);
-void rp_cpu_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n);
-void rp_cpu_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n);
-/* The bf16 path oneDNN takes on this CPU (see rp_kernels.bf16_path). */
-const char *rp_cpu_bf16_path(void);
+rp_status kcpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc);
+void kcpu_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n);
+void kcpu_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n);
+/* The bf16 path oneDNN takes on this CPU (see kernels_table.bf16_path). */
+const char *kcpu_bf16_path(void);
 
 /* y = conv(x, w) + bias (bias may be NULL). Overwrites y. */
-rp_status rp_cpu_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
-                            const rp_conv_desc *d);
+rp_status kcpu_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
+                          const kernels_conv_desc *d);
 /* dx = conv2d_fwd's adjoint in x applied to dy. Overwrites dx. */
-rp_status rp_cpu_conv2d_bwd_data(float *dx, const float *dy, const float *w, const rp_conv_desc *d);
+rp_status kcpu_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+                               const kernels_conv_desc *d);
 /* dw (and db when not NULL) = gradients of conv2d_fwd given dy and x. Overwrites both. */
-rp_status rp_cpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
-                                    const rp_conv_desc *d);
+rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+                                  const kernels_conv_desc *d);
 
 /*
  * Max pooling with argmax = flat input offsets, first maximum in ky-major,
- * kx order winning (see rp_ref_maxpool_fwd). Overwrites y and argmax.
+ * kx order winning (see kref_maxpool_fwd). Overwrites y and argmax.
  */
-rp_status rp_cpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d);
+rp_status kcpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);
 /*
  * dx = 0, then dx[argmax[i]] += dy[i]. Each argmax must point into the same
  * image as its output (as maxpool_fwd's do); RP_ERR_INVALID otherwise.
  */
-rp_status rp_cpu_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
-                             const rp_pool_desc *d);
+rp_status kcpu_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
+                           const kernels_pool_desc *d);
 /* Average pooling, padding excluded from the divisor. Overwrites y / dx. */
-rp_status rp_cpu_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d);
-rp_status rp_cpu_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d);
+rp_status kcpu_avgpool_fwd(float *y, const float *x, const kernels_pool_desc *d);
+rp_status kcpu_avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc *d);
 
 /*
  * Whether the convolution d runs Winograd for pass 0 (forward), 1 (backward data) or 2 (backward
@@ -87,12 +88,12 @@ rp_status rp_cpu_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d);
  * Bytes the calling thread's cache holds: its scratchpad and staging buffers and the weights its
  * primitives keep in their own layouts. For the memory report.
  */
-size_t rp_cpu_dnnl_cache_bytes(void);
+size_t kcpu_dnnl_cache_bytes(void);
 
-rp_status rp_cpu_conv2d_uses_winograd(const rp_conv_desc *d, int pass, bool *winograd);
+rp_status kcpu_conv2d_uses_winograd(const kernels_conv_desc *d, int pass, bool *winograd);
 
 /* Number of primitives in the calling thread's oneDNN cache (for tests and debugging). */
-int rp_cpu_dnnl_cache_entries(void);
+int kcpu_dnnl_cache_entries(void);
 
 /* Largest number of entries a thread's cache holds; beyond it the least recently used goes. */
 #define RP_DNNL_CACHE_MAX 256
@@ -102,6 +103,6 @@ int rp_cpu_dnnl_cache_entries(void);
  * rebuilds what it needs. Never needed for correctness: a thread's cache is
  * freed when the thread exits.
  */
-void rp_cpu_dnnl_cache_clear(void);
+void kcpu_dnnl_cache_clear(void);
 
 #endif

@@ -38,7 +38,7 @@ static inline float fast_expf(float x)
     return p * scale;
 }
 
-void rp_cpu_act_fwd(float *restrict y, const float *restrict x, int64_t n, rp_act a, float slope)
+void kcpu_act_fwd(float *restrict y, const float *restrict x, int64_t n, kernels_act a, float slope)
 {
     switch (a) {
     case RP_ACT_RELU:
@@ -84,8 +84,8 @@ void rp_cpu_act_fwd(float *restrict y, const float *restrict x, int64_t n, rp_ac
     }
 }
 
-void rp_cpu_act_bwd(float *restrict dx, const float *restrict dy, const float *restrict y,
-                    const float *restrict x, int64_t n, rp_act a, float slope)
+void kcpu_act_bwd(float *restrict dx, const float *restrict dy, const float *restrict y,
+                  const float *restrict x, int64_t n, kernels_act a, float slope)
 {
     switch (a) {
     case RP_ACT_RELU:
@@ -134,8 +134,8 @@ void rp_cpu_act_bwd(float *restrict dx, const float *restrict dy, const float *r
 }
 
 /* a and y may alias (in-place bias add), so no restrict on them. */
-void rp_cpu_binary(float *y, const float *a, const float *restrict b, int64_t n, int64_t nb,
-                   rp_binop op)
+void kcpu_binary(float *y, const float *a, const float *restrict b, int64_t n, int64_t nb,
+                 kernels_binop op)
 {
     int64_t rows = n / nb;
 #pragma omp parallel for if (n >= PAR_MIN) schedule(static)
@@ -162,7 +162,7 @@ void rp_cpu_binary(float *y, const float *a, const float *restrict b, int64_t n,
     }
 }
 
-void rp_cpu_scale(float *restrict y, const float *restrict x, float s, int64_t n, bool accumulate)
+void kcpu_scale(float *restrict y, const float *restrict x, float s, int64_t n, bool accumulate)
 {
     if (accumulate) {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
@@ -175,7 +175,7 @@ void rp_cpu_scale(float *restrict y, const float *restrict x, float s, int64_t n
     }
 }
 
-void rp_cpu_add_inplace(float *restrict y, const float *restrict x, int64_t n)
+void kcpu_add_inplace(float *restrict y, const float *restrict x, int64_t n)
 {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
@@ -379,13 +379,13 @@ static void bn_sums_blocked(double *sums, bn_sum_args a)
     }
 }
 
-void rp_cpu_bn_stats(double *sums, const float *x, int64_t m, int c)
+void kcpu_bn_stats(double *sums, const float *x, int64_t m, int c)
 {
     bn_sums_blocked(sums, (bn_sum_args){.x = x, .m = m, .c = c});
 }
 
-void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
-                         const float *mean, const float *invstd, int64_t m, int c, float *g_out)
+void kcpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
+                       const float *mean, const float *invstd, int64_t m, int c, float *g_out)
 {
     bn_sums_blocked(sums, (bn_sum_args){.x = x,
                                         .dy = dy,
@@ -398,13 +398,13 @@ void rp_cpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const fl
                                         .g_out = g_out});
 }
 
-void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float *restrict mean,
-                        const float *restrict invstd, const float *restrict gamma,
-                        const float *restrict beta, const float *restrict residual, bool relu,
-                        int64_t m, int c)
+void kcpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float *restrict mean,
+                      const float *restrict invstd, const float *restrict gamma,
+                      const float *restrict beta, const float *restrict residual, bool relu,
+                      int64_t m, int c)
 {
     if (c > NORM_MAX_C) {
-        rp_ref_bn_norm_fwd(y, x, mean, invstd, gamma, beta, residual, relu, m, c);
+        kref_bn_norm_fwd(y, x, mean, invstd, gamma, beta, residual, relu, m, c);
         return;
     }
     /* y = scale*x + shift with scale = gamma*invstd, shift = beta - mean*scale. */
@@ -440,13 +440,13 @@ void rp_cpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float 
     }
 }
 
-void rp_cpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const float *restrict y,
-                        const float *restrict x, const float *restrict mean,
-                        const float *restrict invstd, const double *restrict sums,
-                        const float *restrict gamma, double count, int64_t m, int c)
+void kcpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const float *restrict y,
+                      const float *restrict x, const float *restrict mean,
+                      const float *restrict invstd, const double *restrict sums,
+                      const float *restrict gamma, double count, int64_t m, int c)
 {
     if (c > NORM_MAX_C) {
-        rp_ref_bn_bwd_data(dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
+        kref_bn_bwd_data(dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
         return;
     }
     /*
@@ -481,11 +481,11 @@ void rp_cpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const floa
     }
 }
 
-void rp_cpu_reduce_rows(float *restrict y, const float *restrict x, int64_t rows, int64_t nb,
-                        bool accumulate)
+void kcpu_reduce_rows(float *restrict y, const float *restrict x, int64_t rows, int64_t nb,
+                      bool accumulate)
 {
     if (nb > MAX_C) {
-        rp_ref_reduce_rows(y, x, rows, nb, accumulate);
+        kref_reduce_rows(y, x, rows, nb, accumulate);
         return;
     }
     double s[MAX_C];
@@ -501,16 +501,16 @@ void rp_cpu_reduce_rows(float *restrict y, const float *restrict x, int64_t rows
         y[j] = (float)((accumulate ? y[j] : 0.0) + s[j]);
 }
 
-void rp_cpu_gap_fwd(float *restrict y, const float *restrict x, int n, int hw, int c)
+void kcpu_gap_fwd(float *restrict y, const float *restrict x, int n, int hw, int c)
 {
     for (int b = 0; b < n; b++) {
-        rp_cpu_reduce_rows(y + (int64_t)b * c, x + (int64_t)b * hw * c, hw, c, false);
+        kcpu_reduce_rows(y + (int64_t)b * c, x + (int64_t)b * hw * c, hw, c, false);
         for (int k = 0; k < c; k++)
             y[(int64_t)b * c + k] /= (float)hw;
     }
 }
 
-void rp_cpu_gap_bwd(float *restrict dx, const float *restrict dy, int n, int hw, int c)
+void kcpu_gap_bwd(float *restrict dx, const float *restrict dy, int n, int hw, int c)
 {
     float inv = 1.0f / (float)hw;
     for (int b = 0; b < n; b++)

@@ -18,8 +18,8 @@
  * BLAS rejects a leading dimension of 0, which callers legitimately pass
  * when k == 0, and there is nothing to multiply anyway.
  */
-void rp_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
-                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
+void kcpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
     if (m <= 0 || n <= 0) return;
     if (k <= 0 || alpha == 0.0f) {

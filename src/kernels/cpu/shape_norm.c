@@ -16,8 +16,8 @@
 #define PAR_MIN  32768
 #define MAX_TEAM 16
 
-void rp_cpu_binary_bcast(float *y, const float *a, const float *restrict b, const int64_t *shape,
-                         const int64_t *bstride, rp_binop op)
+void kcpu_binary_bcast(float *y, const float *a, const float *restrict b, const int64_t *shape,
+                       const int64_t *bstride, kernels_binop op)
 {
     /* The innermost axis runs contiguous in a and y, with b's stride 0 or 1 along it. */
     int64_t n3 = shape[3], s3 = bstride[3];
@@ -102,8 +102,8 @@ static int collapse(const int64_t *shape, unsigned mask, int64_t *len, bool *fir
     return runs;
 }
 
-void rp_cpu_reduce_axes(float *restrict y, const float *restrict x, const int64_t *shape,
-                        unsigned mask, float scale, bool accumulate)
+void kcpu_reduce_axes(float *restrict y, const float *restrict x, const int64_t *shape,
+                      unsigned mask, float scale, bool accumulate)
 {
     int64_t len[4];
     bool first_red = false;
@@ -158,11 +158,11 @@ void rp_cpu_reduce_axes(float *restrict y, const float *restrict x, const int64_
         }
         return;
     }
-    rp_ref_reduce_axes(y, x, shape, mask, scale, accumulate);
+    kref_reduce_axes(y, x, shape, mask, scale, accumulate);
 }
 
-void rp_cpu_expand_axes(float *restrict x, const float *restrict y, const int64_t *shape,
-                        unsigned mask, float scale, bool accumulate)
+void kcpu_expand_axes(float *restrict x, const float *restrict y, const int64_t *shape,
+                      unsigned mask, float scale, bool accumulate)
 {
     int64_t len[4];
     bool first_red = false;
@@ -214,18 +214,18 @@ void rp_cpu_expand_axes(float *restrict x, const float *restrict y, const int64_
             }
         return;
     }
-    rp_ref_expand_axes(x, y, shape, mask, scale, accumulate);
+    kref_expand_axes(x, y, shape, mask, scale, accumulate);
 }
 
-void rp_cpu_clamp_fwd(float *restrict y, const float *restrict x, int64_t n, float lo, float hi)
+void kcpu_clamp_fwd(float *restrict y, const float *restrict x, int64_t n, float lo, float hi)
 {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
 }
 
-void rp_cpu_clamp_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
-                      int64_t n, float lo, float hi)
+void kcpu_clamp_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
+                    int64_t n, float lo, float hi)
 {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++) {
@@ -234,9 +234,9 @@ void rp_cpu_clamp_bwd(float *restrict dx, const float *restrict dy, const float 
     }
 }
 
-void rp_cpu_layernorm_fwd(float *restrict y, float *restrict mean, float *restrict rstd,
-                          const float *restrict x, const float *restrict gamma,
-                          const float *restrict beta, int64_t rows, int d, float eps)
+void kcpu_layernorm_fwd(float *restrict y, float *restrict mean, float *restrict rstd,
+                        const float *restrict x, const float *restrict gamma,
+                        const float *restrict beta, int64_t rows, int d, float eps)
 {
 #pragma omp parallel for if (rows * d >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < rows; i++) {
@@ -266,14 +266,14 @@ void rp_cpu_layernorm_fwd(float *restrict y, float *restrict mean, float *restri
     }
 }
 
-void rp_cpu_layernorm_bwd(float *restrict dx, float *restrict dgamma, float *restrict dbeta,
-                          const float *restrict dy, const float *restrict x,
-                          const float *restrict mean, const float *restrict rstd,
-                          const float *restrict gamma, int64_t rows, int d)
+void kcpu_layernorm_bwd(float *restrict dx, float *restrict dgamma, float *restrict dbeta,
+                        const float *restrict dy, const float *restrict x,
+                        const float *restrict mean, const float *restrict rstd,
+                        const float *restrict gamma, int64_t rows, int d)
 {
     /* dgamma and dbeta sum over rows: in double, rows in order, vectorised across d. */
     if ((dgamma || dbeta) && d > 4096) {
-        rp_ref_layernorm_bwd(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d);
+        kref_layernorm_bwd(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d);
         return;
     }
     if (dgamma || dbeta) {
@@ -315,7 +315,7 @@ void rp_cpu_layernorm_bwd(float *restrict dx, float *restrict dgamma, float *res
     }
 }
 
-void rp_cpu_log_softmax_fwd(float *restrict y, const float *restrict x, int64_t rows, int c)
+void kcpu_log_softmax_fwd(float *restrict y, const float *restrict x, int64_t rows, int c)
 {
 #pragma omp parallel for if (rows * c >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < rows; i++) {
@@ -333,8 +333,8 @@ void rp_cpu_log_softmax_fwd(float *restrict y, const float *restrict x, int64_t 
     }
 }
 
-void rp_cpu_log_softmax_bwd(float *restrict dx, const float *restrict dy, const float *restrict y,
-                            int64_t rows, int c)
+void kcpu_log_softmax_bwd(float *restrict dx, const float *restrict dy, const float *restrict y,
+                          int64_t rows, int c)
 {
 #pragma omp parallel for if (rows * c >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < rows; i++) {
@@ -349,7 +349,7 @@ void rp_cpu_log_softmax_bwd(float *restrict dx, const float *restrict dy, const 
     }
 }
 
-double rp_cpu_sum_squares(const float *restrict x, int64_t n)
+double kcpu_sum_squares(const float *restrict x, int64_t n)
 {
     int team = omp_get_max_threads();
     if (team > MAX_TEAM) team = MAX_TEAM;
@@ -374,7 +374,7 @@ double rp_cpu_sum_squares(const float *restrict x, int64_t n)
     return s;
 }
 
-void rp_cpu_scale_inplace(float *restrict y, float s, int64_t n)
+void kcpu_scale_inplace(float *restrict y, float s, int64_t n)
 {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)

@@ -14,15 +14,15 @@
 
 /* cuBLAS, loaded when the table starts (dlopen of RP_CUBLAS_SONAME), not linked: a program that
    never selects the cuda table loads no cuBLAS (hundreds of MB mapped and relocated at every
-   start otherwise). Calls go through the loaded entry points: rp_cublas.cublasSgemm(...). The
+   start otherwise). Calls go through the loaded entry points: kcuda_cublas.cublasSgemm(...). The
    names are cublas_v2.h's macros, so field and symbol are both the _v2 name where there is one. */
 /* (cublasGemmEx has a C++ overload taking the old cudaDataType compute type: the one loaded is the
    library's, with cublasComputeType_t.) */
-typedef cublasStatus_t (*rp_cublas_gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
-                                            int, int, int, const void *, const void *, cudaDataType,
-                                            int, const void *, cudaDataType, int, const void *,
-                                            void *, cudaDataType, int, cublasComputeType_t,
-                                            cublasGemmAlgo_t);
+typedef cublasStatus_t (*kcuda_cublas_gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                               int, int, int, const void *, const void *,
+                                               cudaDataType, int, const void *, cudaDataType, int,
+                                               const void *, void *, cudaDataType, int,
+                                               cublasComputeType_t, cublasGemmAlgo_t);
 #define RP_CUBLAS_FUNCS(X)                                                                         \
     X(cublasCreate, decltype(&::cublasCreate))                                                     \
     X(cublasDestroy, decltype(&::cublasDestroy))                                                   \
@@ -30,35 +30,35 @@ typedef cublasStatus_t (*rp_cublas_gemm_ex)(cublasHandle_t, cublasOperation_t, c
     X(cublasSetMathMode, decltype(&::cublasSetMathMode))                                           \
     X(cublasSetWorkspace, decltype(&::cublasSetWorkspace))                                         \
     X(cublasSgemm, decltype(&::cublasSgemm))                                                       \
-    X(cublasGemmEx, rp_cublas_gemm_ex)                                                             \
+    X(cublasGemmEx, kcuda_cublas_gemm_ex)                                                          \
     X(cublasGetStatusString, decltype(&::cublasGetStatusString))
 #define RP_CUBLAS_FIELD(f, type) type f;
-struct rp_cublas_api {
+struct kcuda_cublas_api {
     RP_CUBLAS_FUNCS(RP_CUBLAS_FIELD)
 };
-extern rp_cublas_api rp_cublas;
+extern kcuda_cublas_api kcuda_cublas;
 
 /* The calling thread's stream and cuBLAS handle (created on first use). */
-cudaStream_t rp_cuda_stream(void);
-cublasHandle_t rp_cuda_blas(void);
+cudaStream_t kcuda_stream(void);
+cublasHandle_t kcuda_blas(void);
 
 /* Keeps the first failure (logged with file:line and the runtime's words); returns ok. */
-bool rp_cuda_fail(cudaError_t e, const char *what, const char *file, int line);
-bool rp_cuda_blas_fail(cublasStatus_t s, const char *what, const char *file, int line);
-#define CU(call)   rp_cuda_fail((call), #call, __FILE__, __LINE__)
-#define BLAS(call) rp_cuda_blas_fail((call), #call, __FILE__, __LINE__)
+bool kcuda_fail(cudaError_t e, const char *what, const char *file, int line);
+bool kcuda_blas_fail(cublasStatus_t s, const char *what, const char *file, int line);
+#define CU(call)   kcuda_fail((call), #call, __FILE__, __LINE__)
+#define BLAS(call) kcuda_blas_fail((call), #call, __FILE__, __LINE__)
 /* After a launch: a bad configuration shows here, a fault at the next synchronising call. */
-#define LAUNCHED(name) rp_cuda_fail(cudaGetLastError(), name, __FILE__, __LINE__)
+#define LAUNCHED(name) kcuda_fail(cudaGetLastError(), name, __FILE__, __LINE__)
 
 /* Stream-ordered scratch on the calling thread's stream (the pool keeps it between steps). */
-void *rp_cuda_scratch(size_t bytes);
-void rp_cuda_scratch_free(void *p);
+void *kcuda_scratch(size_t bytes);
+void kcuda_scratch_free(void *p);
 /* Copies `bytes` of device memory to the host and waits: the slots that return a value. */
-bool rp_cuda_read(void *host, const void *dev, size_t bytes);
+bool kcuda_read(void *host, const void *dev, size_t bytes);
 
 #define RP_CUDA_THREADS 256
 /* Blocks for a grid-stride loop over n elements (at least 1, at most 65535 * 16). */
-static inline unsigned rp_cuda_blocks(int64_t n)
+static inline unsigned kcuda_blocks(int64_t n)
 {
     int64_t b = (n + RP_CUDA_THREADS - 1) / RP_CUDA_THREADS;
     if (b < 1) b = 1;
@@ -70,50 +70,50 @@ static inline unsigned rp_cuda_blocks(int64_t n)
          i += (int64_t)blockDim.x * gridDim.x)
 
 /* f(i) for i in [0, n) on the calling thread's stream: the element-wise kernels. */
-template <typename F> __global__ void rp_dev_each(int64_t n, F f)
+template <typename F> __global__ void kcuda_dev_each(int64_t n, F f)
 {
     GRID_STRIDE(i, n) f(i);
 }
-template <typename F> void rp_cuda_each(int64_t n, const char *name, F f)
+template <typename F> void kcuda_each(int64_t n, const char *name, F f)
 {
     if (n <= 0) return;
-    rp_dev_each<<<rp_cuda_blocks(n), RP_CUDA_THREADS, 0, rp_cuda_stream()>>>(n, f);
-    rp_cuda_fail(cudaGetLastError(), name, __FILE__, __LINE__);
+    kcuda_dev_each<<<kcuda_blocks(n), RP_CUDA_THREADS, 0, kcuda_stream()>>>(n, f);
+    kcuda_fail(cudaGetLastError(), name, __FILE__, __LINE__);
 }
 
 /* rp_bf16_from_f32's rounding (to nearest even, NaN kept quiet), bit for bit. */
-__device__ __forceinline__ uint16_t rp_dev_bf16_round(float x)
+__device__ __forceinline__ uint16_t kcuda_dev_bf16_round(float x)
 {
     uint32_t u = __float_as_uint(x);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
-__device__ __forceinline__ float rp_dev_bf16_widen(uint16_t h)
+__device__ __forceinline__ float kcuda_dev_bf16_widen(uint16_t h)
 {
     return __uint_as_float((uint32_t)h << 16);
 }
 /* An activation element as float, whether it is stored as f32 or as bf16. */
-__device__ __forceinline__ float rp_dev_load(const float *p, int64_t i)
+__device__ __forceinline__ float kcuda_dev_load(const float *p, int64_t i)
 {
     return p[i];
 }
-__device__ __forceinline__ float rp_dev_load(const uint16_t *p, int64_t i)
+__device__ __forceinline__ float kcuda_dev_load(const uint16_t *p, int64_t i)
 {
-    return rp_dev_bf16_widen(p[i]);
+    return kcuda_dev_bf16_widen(p[i]);
 }
-__device__ __forceinline__ void rp_dev_store(float *p, int64_t i, float v)
+__device__ __forceinline__ void kcuda_dev_store(float *p, int64_t i, float v)
 {
     p[i] = v;
 }
-__device__ __forceinline__ void rp_dev_store(uint16_t *p, int64_t i, float v)
+__device__ __forceinline__ void kcuda_dev_store(uint16_t *p, int64_t i, float v)
 {
-    p[i] = rp_dev_bf16_round(v);
+    p[i] = kcuda_dev_bf16_round(v);
 }
 
 /* The sum of v over the block, in a fixed order (a tree), valid in thread 0. blockDim.x must
    be a power of two <= 1024; every thread of the block must call it. */
-template <typename T> __device__ T rp_dev_block_sum(T v)
+template <typename T> __device__ T kcuda_dev_block_sum(T v)
 {
     __shared__ T part[1024];
     part[threadIdx.x] = v;
@@ -131,35 +131,35 @@ template <typename T> __device__ T rp_dev_block_sum(T v)
  * The sum of f(i) over i in [0, n), in double, deterministic: partial sums of fixed blocks of
  * a fixed grid, then one block adds them in order. Returns it to the host (waits).
  */
-template <typename F> __global__ void rp_dev_sum_partials(double *part, int64_t n, F f)
+template <typename F> __global__ void kcuda_dev_sum_partials(double *part, int64_t n, F f)
 {
     double s = 0;
     GRID_STRIDE(i, n) s += f(i);
-    s = rp_dev_block_sum(s);
+    s = kcuda_dev_block_sum(s);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
-__global__ void rp_dev_sum_final(double *out, const double *part, int nparts);
+__global__ void kcuda_dev_sum_final(double *out, const double *part, int nparts);
 
 /* The same left on the device: *out (device memory) receives the sum; nothing waits. */
-template <typename F> bool rp_cuda_sum_to(double *out, int64_t n, F f)
+template <typename F> bool kcuda_sum_to(double *out, int64_t n, F f)
 {
     const unsigned blocks = 512;
-    double *part = (double *)rp_cuda_scratch(blocks * sizeof(double));
+    double *part = (double *)kcuda_scratch(blocks * sizeof(double));
     if (!part) return false;
-    rp_dev_sum_partials<<<blocks, RP_CUDA_THREADS, 0, rp_cuda_stream()>>>(part, n, f);
+    kcuda_dev_sum_partials<<<blocks, RP_CUDA_THREADS, 0, kcuda_stream()>>>(part, n, f);
     LAUNCHED("sum partials");
-    rp_dev_sum_final<<<1, RP_CUDA_THREADS, 0, rp_cuda_stream()>>>(out, part, blocks);
+    kcuda_dev_sum_final<<<1, RP_CUDA_THREADS, 0, kcuda_stream()>>>(out, part, blocks);
     LAUNCHED("sum final");
-    rp_cuda_scratch_free(part);
+    kcuda_scratch_free(part);
     return true;
 }
 
-template <typename F> double rp_cuda_sum_of(int64_t n, F f)
+template <typename F> double kcuda_sum_of(int64_t n, F f)
 {
-    double *out = (double *)rp_cuda_scratch(sizeof(double));
+    double *out = (double *)kcuda_scratch(sizeof(double));
     double r = 0.0 / 0.0;
-    if (out && rp_cuda_sum_to(out, n, f)) rp_cuda_read(&r, out, sizeof r);
-    rp_cuda_scratch_free(out);
+    if (out && kcuda_sum_to(out, n, f)) kcuda_read(&r, out, sizeof r);
+    kcuda_scratch_free(out);
     return r;
 }
 
@@ -171,7 +171,7 @@ template <typename F> double rp_cuda_sum_of(int64_t n, F f)
  */
 #define RP_COL_CHUNKS_MAX 128
 template <int K, typename F>
-__global__ void rp_dev_col_partials(double *part, int64_t m, int c, int64_t rows_per, F f)
+__global__ void kcuda_dev_col_partials(double *part, int64_t m, int c, int64_t rows_per, F f)
 {
     int j = blockIdx.x * 32 + threadIdx.x;
     int64_t r0 = blockIdx.y * rows_per, r1 = r0 + rows_per < m ? r0 + rows_per : m;
@@ -195,7 +195,7 @@ __global__ void rp_dev_col_partials(double *part, int64_t m, int c, int64_t rows
     }
 }
 template <int K, typename G>
-__global__ void rp_dev_col_final(const double *part, int chunks, int c, G g)
+__global__ void kcuda_dev_col_final(const double *part, int chunks, int c, G g)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= c) return;
@@ -207,7 +207,7 @@ __global__ void rp_dev_col_final(const double *part, int chunks, int c, G g)
     }
     g(j, s);
 }
-template <int K, typename F, typename G> void rp_cuda_col_sums(int64_t m, int c, F f, G g)
+template <int K, typename F, typename G> void kcuda_col_sums(int64_t m, int c, F f, G g)
 {
     if (c <= 0) return;
     int64_t chunks = (m + 255) / 256;
@@ -215,14 +215,14 @@ template <int K, typename F, typename G> void rp_cuda_col_sums(int64_t m, int c,
     if (chunks < 1) chunks = 1;
     int64_t rows_per = (m + chunks - 1) / chunks;
     if (rows_per < 1) rows_per = 1;
-    double *part = (double *)rp_cuda_scratch((size_t)chunks * K * c * sizeof(double));
+    double *part = (double *)kcuda_scratch((size_t)chunks * K * c * sizeof(double));
     if (!part) return;
     dim3 grid((unsigned)((c + 31) / 32), (unsigned)chunks), block(32, 8);
-    rp_dev_col_partials<K><<<grid, block, 0, rp_cuda_stream()>>>(part, m, c, rows_per, f);
+    kcuda_dev_col_partials<K><<<grid, block, 0, kcuda_stream()>>>(part, m, c, rows_per, f);
     LAUNCHED("column partials");
-    rp_dev_col_final<K><<<(c + 127) / 128, 128, 0, rp_cuda_stream()>>>(part, (int)chunks, c, g);
+    kcuda_dev_col_final<K><<<(c + 127) / 128, 128, 0, kcuda_stream()>>>(part, (int)chunks, c, g);
     LAUNCHED("column final");
-    rp_cuda_scratch_free(part);
+    kcuda_scratch_free(part);
 }
 
 #endif

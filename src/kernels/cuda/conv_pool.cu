@@ -29,14 +29,14 @@ static void gemm_ex(bool ta, bool tb, int m, int n, int k, const void *a, int ld
 {
     const float alpha = 1.0f;
     cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    BLAS(rp_cublas.cublasGemmEx(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, t, ldb, a, t,
-                                lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
+    BLAS(kcuda_cublas.cublasGemmEx(kcuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, t, ldb, a, t,
+                                   lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
 }
 
 /* Images per chunk so that the patch matrix stays within the budget (at least one). */
-static int chunk_images(const rp_conv_desc *d, size_t elem)
+static int chunk_images(const kernels_conv_desc *d, size_t elem)
 {
     size_t per = (size_t)d->oh * d->ow * d->kh * d->kw * d->c * elem;
     size_t nb = per ? COL_BUDGET / per : (size_t)d->n;
@@ -47,10 +47,10 @@ static int chunk_images(const rp_conv_desc *d, size_t elem)
 
 /* The patch matrix of images [n0, n0+nb): col[r, (ky*kw + kx)*c + ci], zero outside. */
 template <typename TX, typename TC>
-static void im2col(TC *col, const TX *x, const rp_conv_desc d, int n0, int nb)
+static void im2col(TC *col, const TX *x, const kernels_conv_desc d, int n0, int nb)
 {
     const int64_t K = (int64_t)d.kh * d.kw * d.c, P = (int64_t)d.oh * d.ow;
-    rp_cuda_each((int64_t)nb * P * K, "im2col", [=] __device__(int64_t e) {
+    kcuda_each((int64_t)nb * P * K, "im2col", [=] __device__(int64_t e) {
         int64_t r = e / K, kk = e % K;
         int ci = (int)(kk % d.c), tap = (int)(kk / d.c), kx = tap % d.kw, ky = tap / d.kw;
         int64_t img = n0 + r / P, p = r % P;
@@ -58,18 +58,19 @@ static void im2col(TC *col, const TX *x, const rp_conv_desc d, int n0, int nb)
         int iy = oy * d.stride - d.pad + ky, ix = ox * d.stride - d.pad + kx;
         float v = 0;
         if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
-            v = rp_dev_load(x, ((img * d.h + iy) * d.w + ix) * d.c + ci);
-        rp_dev_store(col, e, v);
+            v = kcuda_dev_load(x, ((img * d.h + iy) * d.w + ix) * d.c + ci);
+        kcuda_dev_store(col, e, v);
     });
 }
 
 static void round_to(uint16_t *y, const float *x, int64_t n)
 {
-    rp_cuda_each(n, "round to bf16", [=] __device__(int64_t i) { y[i] = rp_dev_bf16_round(x[i]); });
+    kcuda_each(n, "round to bf16",
+               [=] __device__(int64_t i) { y[i] = kcuda_dev_bf16_round(x[i]); });
 }
 
 template <typename TX>
-static void patches(void *col, const TX *x, const rp_conv_desc *d, int n0, int nb, bool bf)
+static void patches(void *col, const TX *x, const kernels_conv_desc *d, int n0, int nb, bool bf)
 {
     if (bf)
         im2col(static_cast<uint16_t *>(col), x, *d, n0, nb);
@@ -77,7 +78,8 @@ static void patches(void *col, const TX *x, const rp_conv_desc *d, int n0, int n
         im2col(static_cast<float *>(col), x, *d, n0, nb);
 }
 
-static void patches_any(void *col, const void *x, const rp_conv_desc *d, int n0, int nb, bool bf)
+static void patches_any(void *col, const void *x, const kernels_conv_desc *d, int n0, int nb,
+                        bool bf)
 {
     if (d->x_type == RP_BF16)
         patches(col, static_cast<const uint16_t *>(x), d, n0, nb, bf);
@@ -89,14 +91,14 @@ static void patches_any(void *col, const void *x, const rp_conv_desc *d, int n0,
  * A 1x1 convolution of stride 1 without padding whose input is already stored in the compute
  * type: its patch matrix is the input itself ([n*h*w, c]), so the GEMM reads x in place.
  */
-static bool patches_are_x(const rp_conv_desc *d, bool bf)
+static bool patches_are_x(const kernels_conv_desc *d, bool bf)
 {
     return d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 &&
            d->x_type == (bf ? RP_BF16 : RP_F32);
 }
 
 /* The patch matrix of images [n0, n0+nb): written into col, or x itself (patches_are_x). */
-static const void *patches_of(void *col, const void *x, const rp_conv_desc *d, int n0, int nb,
+static const void *patches_of(void *col, const void *x, const kernels_conv_desc *d, int n0, int nb,
                               bool bf)
 {
     if (patches_are_x(d, bf))
@@ -105,16 +107,16 @@ static const void *patches_of(void *col, const void *x, const rp_conv_desc *d, i
     return col;
 }
 
-rp_status rp_cuda_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
-                             const rp_conv_desc *d)
+rp_status kcuda_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
+                           const kernels_conv_desc *d)
 {
     const bool bf = d->compute == RP_BF16, ybf = d->y_type == RP_BF16;
     const int64_t K = (int64_t)d->kh * d->kw * d->c, P = (int64_t)d->oh * d->ow, O = d->o;
     const size_t elem = bf ? 2 : 4;
     const int nb = chunk_images(d, elem);
-    void *col = rp_cuda_scratch(patches_are_x(d, bf) ? 16 : (size_t)nb * P * K * elem);
-    uint16_t *w16 = bf ? (uint16_t *)rp_cuda_scratch((size_t)O * K * 2) : NULL;
-    float *out = ybf ? (float *)rp_cuda_scratch((size_t)nb * P * O * 4) : NULL;
+    void *col = kcuda_scratch(patches_are_x(d, bf) ? 16 : (size_t)nb * P * K * elem);
+    uint16_t *w16 = bf ? (uint16_t *)kcuda_scratch((size_t)O * K * 2) : NULL;
+    float *out = ybf ? (float *)kcuda_scratch((size_t)nb * P * O * 4) : NULL;
     if (col && (!bf || w16) && (!ybf || out)) {
         if (bf) round_to(w16, w, O * K);
         for (int n0 = 0; n0 < d->n; n0 += nb) {
@@ -126,32 +128,33 @@ rp_status rp_cuda_conv2d_fwd(void *y, const void *x, const float *w, const float
                     bf ? (const void *)w16 : (const void *)w, (int)K, 0.0f, dst, (int)O, bf);
             if (ybf) {
                 uint16_t *y16 = (uint16_t *)y + (int64_t)n0 * P * O;
-                rp_cuda_each(rows * O, "conv bias (bf16 y)", [=] __device__(int64_t e) {
-                    y16[e] = rp_dev_bf16_round(dst[e] + (bias ? bias[e % O] : 0.0f));
+                kcuda_each(rows * O, "conv bias (bf16 y)", [=] __device__(int64_t e) {
+                    y16[e] = kcuda_dev_bf16_round(dst[e] + (bias ? bias[e % O] : 0.0f));
                 });
             } else if (bias) {
-                rp_cuda_each(rows * O, "conv bias",
-                             [=] __device__(int64_t e) { dst[e] += bias[e % O]; });
+                kcuda_each(rows * O, "conv bias",
+                           [=] __device__(int64_t e) { dst[e] += bias[e % O]; });
             }
         }
     }
-    rp_cuda_scratch_free(out);
-    rp_cuda_scratch_free(w16);
-    rp_cuda_scratch_free(col);
-    return rp_cuda_take_error();
+    kcuda_scratch_free(out);
+    kcuda_scratch_free(w16);
+    kcuda_scratch_free(col);
+    return kcuda_take_error();
 }
 
-rp_status rp_cuda_conv2d_bwd_data(float *dx, const float *dy, const float *w, const rp_conv_desc *d)
+rp_status kcuda_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+                                const kernels_conv_desc *d)
 {
     const bool bf = d->compute == RP_BF16;
     const int64_t K = (int64_t)d->kh * d->kw * d->c, P = (int64_t)d->oh * d->ow, O = d->o;
     const int nb = chunk_images(d, 4);
-    float *dcol = (float *)rp_cuda_scratch((size_t)nb * P * K * 4);
-    uint16_t *w16 = bf ? (uint16_t *)rp_cuda_scratch((size_t)O * K * 2) : NULL;
-    uint16_t *dy16 = bf ? (uint16_t *)rp_cuda_scratch((size_t)nb * P * O * 2) : NULL;
+    float *dcol = (float *)kcuda_scratch((size_t)nb * P * K * 4);
+    uint16_t *w16 = bf ? (uint16_t *)kcuda_scratch((size_t)O * K * 2) : NULL;
+    uint16_t *dy16 = bf ? (uint16_t *)kcuda_scratch((size_t)nb * P * O * 2) : NULL;
     if (dcol && (!bf || (w16 && dy16))) {
         if (bf) round_to(w16, w, O * K);
-        const rp_conv_desc dd = *d;
+        const kernels_conv_desc dd = *d;
         for (int n0 = 0; n0 < d->n; n0 += nb) {
             int cnt = d->n - n0 < nb ? d->n - n0 : nb;
             int64_t rows = (int64_t)cnt * P;
@@ -162,7 +165,7 @@ rp_status rp_cuda_conv2d_bwd_data(float *dx, const float *dy, const float *w, co
                     bf ? (const void *)w16 : (const void *)w, (int)K, 0.0f, dcol, (int)K, bf);
             /* col2im as a gather: dx(n, iy, ix, ci) sums the taps that read it. */
             float *dxc = dx + (int64_t)n0 * d->h * d->w * d->c;
-            rp_cuda_each((int64_t)cnt * d->h * d->w * d->c, "col2im", [=] __device__(int64_t e) {
+            kcuda_each((int64_t)cnt * d->h * d->w * d->c, "col2im", [=] __device__(int64_t e) {
                 int ci = (int)(e % dd.c);
                 int64_t r = e / dd.c;
                 int ix = (int)(r % dd.w), iy = (int)((r / dd.w) % dd.h);
@@ -184,21 +187,21 @@ rp_status rp_cuda_conv2d_bwd_data(float *dx, const float *dy, const float *w, co
             });
         }
     }
-    rp_cuda_scratch_free(dy16);
-    rp_cuda_scratch_free(w16);
-    rp_cuda_scratch_free(dcol);
-    return rp_cuda_take_error();
+    kcuda_scratch_free(dy16);
+    kcuda_scratch_free(w16);
+    kcuda_scratch_free(dcol);
+    return kcuda_take_error();
 }
 
-rp_status rp_cuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
-                                     const rp_conv_desc *d)
+rp_status kcuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+                                   const kernels_conv_desc *d)
 {
     const bool bf = d->compute == RP_BF16;
     const int64_t K = (int64_t)d->kh * d->kw * d->c, P = (int64_t)d->oh * d->ow, O = d->o;
     const size_t elem = bf ? 2 : 4;
     const int nb = chunk_images(d, elem);
-    void *col = rp_cuda_scratch(patches_are_x(d, bf) ? 16 : (size_t)nb * P * K * elem);
-    uint16_t *dy16 = bf ? (uint16_t *)rp_cuda_scratch((size_t)nb * P * O * 2) : NULL;
+    void *col = kcuda_scratch(patches_are_x(d, bf) ? 16 : (size_t)nb * P * K * elem);
+    uint16_t *dy16 = bf ? (uint16_t *)kcuda_scratch((size_t)nb * P * O * 2) : NULL;
     if (col && (!bf || dy16)) {
         for (int n0 = 0; n0 < d->n; n0 += nb) {
             int cnt = d->n - n0 < nb ? d->n - n0 : nb;
@@ -212,26 +215,26 @@ rp_status rp_cuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, cons
         }
         if (db) {
             const int64_t m = (int64_t)d->n * P;
-            rp_cuda_col_sums<1>(
+            kcuda_col_sums<1>(
                 m, (int)O,
                 [=] __device__(int64_t i, int j, double *acc) {
                     float v = dy[i * O + j];
-                    acc[0] += bf ? rp_dev_bf16_widen(rp_dev_bf16_round(v)) : v;
+                    acc[0] += bf ? kcuda_dev_bf16_widen(kcuda_dev_bf16_round(v)) : v;
                 },
                 [=] __device__(int j, const double *s) { db[j] = (float)s[0]; });
         }
     }
-    rp_cuda_scratch_free(dy16);
-    rp_cuda_scratch_free(col);
-    return rp_cuda_take_error();
+    kcuda_scratch_free(dy16);
+    kcuda_scratch_free(col);
+    return kcuda_take_error();
 }
 
 /* ---- pooling ---- */
 
-rp_status rp_cuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d)
+rp_status kcuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d)
 {
-    const rp_pool_desc p = *d;
-    rp_cuda_each((int64_t)p.n * p.oh * p.ow * p.c, "maxpool_fwd", [=] __device__(int64_t e) {
+    const kernels_pool_desc p = *d;
+    kcuda_each((int64_t)p.n * p.oh * p.ow * p.c, "maxpool_fwd", [=] __device__(int64_t e) {
         int c = (int)(e % p.c);
         int64_t r = e / p.c;
         int ox = (int)(r % p.ow), oy = (int)((r / p.ow) % p.oh);
@@ -254,7 +257,7 @@ rp_status rp_cuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const r
         y[e] = best;
         argmax[e] = (int32_t)at_best;
     });
-    return rp_cuda_take_error();
+    return kcuda_take_error();
 }
 
 /* The outputs along one axis whose windows hold input position i: [lo, hi]. */
@@ -266,11 +269,11 @@ __device__ static void windows_of(int i, int k, int stride, int pad, int out, in
     *hi = b < out - 1 ? b : out - 1;
 }
 
-rp_status rp_cuda_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
-                              const rp_pool_desc *d)
+rp_status kcuda_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
+                            const kernels_pool_desc *d)
 {
-    const rp_pool_desc p = *d;
-    rp_cuda_each((int64_t)p.n * p.h * p.w * p.c, "maxpool_bwd", [=] __device__(int64_t e) {
+    const kernels_pool_desc p = *d;
+    kcuda_each((int64_t)p.n * p.h * p.w * p.c, "maxpool_bwd", [=] __device__(int64_t e) {
         int c = (int)(e % p.c);
         int64_t r = e / p.c;
         int ix = (int)(r % p.w), iy = (int)((r / p.w) % p.h);
@@ -287,7 +290,7 @@ rp_status rp_cuda_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
             }
         dx[e] = acc;
     });
-    return rp_cuda_take_error();
+    return kcuda_take_error();
 }
 
 __device__ static int window_count(int o, int k, int stride, int pad, int in)
@@ -298,10 +301,10 @@ __device__ static int window_count(int o, int k, int stride, int pad, int in)
     return hi - lo;
 }
 
-rp_status rp_cuda_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d)
+rp_status kcuda_avgpool_fwd(float *y, const float *x, const kernels_pool_desc *d)
 {
-    const rp_pool_desc p = *d;
-    rp_cuda_each((int64_t)p.n * p.oh * p.ow * p.c, "avgpool_fwd", [=] __device__(int64_t e) {
+    const kernels_pool_desc p = *d;
+    kcuda_each((int64_t)p.n * p.oh * p.ow * p.c, "avgpool_fwd", [=] __device__(int64_t e) {
         int c = (int)(e % p.c);
         int64_t r = e / p.c;
         int ox = (int)(r % p.ow), oy = (int)((r / p.ow) % p.oh);
@@ -320,13 +323,13 @@ rp_status rp_cuda_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d)
         }
         y[e] = (float)(acc / count);
     });
-    return rp_cuda_take_error();
+    return kcuda_take_error();
 }
 
-rp_status rp_cuda_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d)
+rp_status kcuda_avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc *d)
 {
-    const rp_pool_desc p = *d;
-    rp_cuda_each((int64_t)p.n * p.h * p.w * p.c, "avgpool_bwd", [=] __device__(int64_t e) {
+    const kernels_pool_desc p = *d;
+    kcuda_each((int64_t)p.n * p.h * p.w * p.c, "avgpool_bwd", [=] __device__(int64_t e) {
         int c = (int)(e % p.c);
         int64_t r = e / p.c;
         int ix = (int)(r % p.w), iy = (int)((r / p.w) % p.h);
@@ -347,5 +350,5 @@ rp_status rp_cuda_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d)
         }
         dx[e] = (float)acc;
     });
-    return rp_cuda_take_error();
+    return kcuda_take_error();
 }

@@ -36,131 +36,130 @@ extern "C" {
 /* ---- runtime.cu: the device, streams, errors, memory ---- */
 
 /* RP_OK once a device is usable (first call initialises, thread-safe); else the error with the
-   runtime's reason (RP_ERR_BACKEND), as rp_kernels_cuda() reports it. */
-rp_status rp_cuda_init(void);
+   runtime's reason (RP_ERR_BACKEND), as kernels_cuda() reports it. */
+rp_status kcuda_init(void);
 /* The device's name and compute capability, "NVIDIA H100 80GB HBM3 (sm_90)"; "" before init. */
-const char *rp_cuda_device_name(void);
+const char *kcuda_device_name(void);
 /* The kept error (RP_OK if none), raised as RP_ERR_BACKEND on the calling thread, and cleared. */
-rp_status rp_cuda_take_error(void);
+rp_status kcuda_take_error(void);
 
-void *rp_cuda_mem_alloc(size_t bytes);
-void rp_cuda_mem_free(void *p, size_t bytes);
-void rp_cuda_mem_upload(void *dst, const void *host, size_t bytes);
-void rp_cuda_mem_download(void *host, const void *src, size_t bytes);
-void rp_cuda_mem_copy(void *dst, const void *src, size_t bytes);
-void rp_cuda_mem_fill(void *dst, uint32_t pattern, size_t bytes);
-void rp_cuda_mem_sync(void);
+void *kcuda_mem_alloc(size_t bytes);
+void kcuda_mem_free(void *p, size_t bytes);
+void kcuda_mem_upload(void *dst, const void *host, size_t bytes);
+void kcuda_mem_download(void *host, const void *src, size_t bytes);
+void kcuda_mem_copy(void *dst, const void *src, size_t bytes);
+void kcuda_mem_fill(void *dst, uint32_t pattern, size_t bytes);
+void kcuda_mem_sync(void);
 /* Bytes of device memory the calling thread's cuBLAS workspace and scratch hold. */
-size_t rp_cuda_cache_bytes(void);
-const char *rp_cuda_bf16_path(void);
+size_t kcuda_cache_bytes(void);
+const char *kcuda_bf16_path(void);
 
 /* ---- gemm.cu ---- */
-void rp_cuda_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
-                  const float *b, int ldb, float beta, float *c, int ldc);
-rp_status rp_cuda_gemm_bf16(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
-                            int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void kcuda_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                const float *b, int ldb, float beta, float *c, int ldc);
+rp_status kcuda_gemm_bf16(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+                          int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
 /* ---- conv_pool.cu: im2col + cuBLAS convolutions, pooling (descriptors validated by table.c) */
-rp_status rp_cuda_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
-                             const rp_conv_desc *d);
-rp_status rp_cuda_conv2d_bwd_data(float *dx, const float *dy, const float *w,
-                                  const rp_conv_desc *d);
-rp_status rp_cuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
-                                     const rp_conv_desc *d);
-rp_status rp_cuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d);
-rp_status rp_cuda_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
-                              const rp_pool_desc *d);
-rp_status rp_cuda_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d);
-rp_status rp_cuda_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d);
+rp_status kcuda_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
+                           const kernels_conv_desc *d);
+rp_status kcuda_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+                                const kernels_conv_desc *d);
+rp_status kcuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+                                   const kernels_conv_desc *d);
+rp_status kcuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);
+rp_status kcuda_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
+                            const kernels_pool_desc *d);
+rp_status kcuda_avgpool_fwd(float *y, const float *x, const kernels_pool_desc *d);
+rp_status kcuda_avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc *d);
 
 /* ---- norms.cu: batch norm (f32 and bf16 activations), layer norm, softmax ---- */
-void rp_cuda_bn_stats(double *sums, const float *x, int64_t m, int c);
-void rp_cuda_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
-                         const float *gamma, const float *beta, const float *residual, bool relu,
-                         int64_t m, int c);
-void rp_cuda_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
-                          const float *mean, const float *invstd, int64_t m, int c, float *g_out);
-void rp_cuda_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,
-                         const float *mean, const float *invstd, const double *sums,
-                         const float *gamma, double count, int64_t m, int c);
-void rp_cuda_bn_stats_bf16(const rp_kernels *k, double *sums, const rp_bf16 *x, int64_t m, int c);
-void rp_cuda_bn_norm_fwd_bf16(const rp_kernels *k, rp_bf16 *y, const rp_bf16 *x, const float *mean,
-                              const float *invstd, const float *gamma, const float *beta,
-                              const rp_bf16 *residual, bool relu, int64_t m, int c);
-void rp_cuda_bn_stats_bwd_bf16(const rp_kernels *k, double *sums, const float *dy, const rp_bf16 *y,
-                               const rp_bf16 *x, const float *mean, const float *invstd, int64_t m,
-                               int c, float *g_out);
-void rp_cuda_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, const rp_bf16 *y,
-                              const rp_bf16 *x, const float *mean, const float *invstd,
-                              const double *sums, const float *gamma, double count, int64_t m,
-                              int c);
-void rp_cuda_bn_train_stats(float *mean, float *invstd, float *mean_rest, float *running_mean,
-                            float *running_var, const double *sums, double count, float eps,
-                            float momentum, int c);
-void rp_cuda_bn_eval_stats(float *mean, float *invstd, float *mean_rest, const float *running_mean,
-                           const float *running_var, float eps, int c);
-void rp_cuda_bn_bwd_sums(float *local, double *sums, const float *mean_rest, const float *invstd,
-                         int c);
-void rp_cuda_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *gamma,
-                           const float *beta, int64_t rows, int d, float eps);
-void rp_cuda_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                           const float *mean, const float *rstd, const float *gamma, int64_t rows,
-                           int d);
-void rp_cuda_log_softmax_fwd(float *y, const float *x, int64_t rows, int c);
-void rp_cuda_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t rows, int c);
-double rp_cuda_softmax_xent_fwd(float *probs, const float *logits, const int32_t *labels,
-                                const float *target, int n, int c);
-void rp_cuda_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *labels,
-                              const float *target, float scale, int n, int c);
+void kcuda_bn_stats(double *sums, const float *x, int64_t m, int c);
+void kcuda_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
+                       const float *gamma, const float *beta, const float *residual, bool relu,
+                       int64_t m, int c);
+void kcuda_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
+                        const float *mean, const float *invstd, int64_t m, int c, float *g_out);
+void kcuda_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,
+                       const float *mean, const float *invstd, const double *sums,
+                       const float *gamma, double count, int64_t m, int c);
+void kcuda_bn_stats_bf16(const kernels_table *k, double *sums, const rp_bf16 *x, int64_t m, int c);
+void kcuda_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                            const float *invstd, const float *gamma, const float *beta,
+                            const rp_bf16 *residual, bool relu, int64_t m, int c);
+void kcuda_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
+                             const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                             const float *invstd, int64_t m, int c, float *g_out);
+void kcuda_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
+                            const rp_bf16 *x, const float *mean, const float *invstd,
+                            const double *sums, const float *gamma, double count, int64_t m, int c);
+void kcuda_bn_train_stats(float *mean, float *invstd, float *mean_rest, float *running_mean,
+                          float *running_var, const double *sums, double count, float eps,
+                          float momentum, int c);
+void kcuda_bn_eval_stats(float *mean, float *invstd, float *mean_rest, const float *running_mean,
+                         const float *running_var, float eps, int c);
+void kcuda_bn_bwd_sums(float *local, double *sums, const float *mean_rest, const float *invstd,
+                       int c);
+void kcuda_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                         const float *beta, int64_t rows, int d, float eps);
+void kcuda_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                         const float *mean, const float *rstd, const float *gamma, int64_t rows,
+                         int d);
+void kcuda_log_softmax_fwd(float *y, const float *x, int64_t rows, int c);
+void kcuda_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t rows, int c);
+double kcuda_softmax_xent_fwd(float *probs, const float *logits, const int32_t *labels,
+                              const float *target, int n, int c);
+void kcuda_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *labels,
+                            const float *target, float scale, int n, int c);
 
 /* ---- elementwise.cu ---- */
-void rp_cuda_act_fwd(float *y, const float *x, int64_t n, rp_act act, float slope);
-void rp_cuda_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
-                     rp_act act, float slope);
-void rp_cuda_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb, rp_binop op);
-void rp_cuda_binary_bcast(float *y, const float *a, const float *b, const int64_t *shape,
-                          const int64_t *bstride, rp_binop op);
-void rp_cuda_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned mask, float scale,
-                         bool accumulate);
-void rp_cuda_expand_axes(float *x, const float *y, const int64_t *shape, unsigned mask, float scale,
-                         bool accumulate);
-void rp_cuda_clamp_fwd(float *y, const float *x, int64_t n, float lo, float hi);
-void rp_cuda_clamp_bwd(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi);
-void rp_cuda_select_eq_acc(float *dx, const float *g, const float *x, const float *y, int64_t n);
-double rp_cuda_sum_squares(const float *x, int64_t n);
-void rp_cuda_scale_inplace(float *y, float s, int64_t n);
-void rp_cuda_scale(float *y, const float *x, float s, int64_t n, bool accumulate);
-void rp_cuda_add_inplace(float *y, const float *x, int64_t n);
-void rp_cuda_mul(float *y, const float *a, const float *b, int64_t n, bool accumulate);
-void rp_cuda_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate);
-void rp_cuda_add_scalar(float *y, float s, int64_t n);
-double rp_cuda_sum(const float *x, int64_t n);
-void rp_cuda_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w);
-void rp_cuda_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows,
-                         int64_t w, bool accumulate);
-void rp_cuda_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c);
-void rp_cuda_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c);
-void rp_cuda_gap_fwd(float *y, const float *x, int n, int hw, int c);
-void rp_cuda_gap_bwd(float *dx, const float *dy, int n, int hw, int c);
-void rp_cuda_embedding_fwd(float *y, const float *table, const int32_t *idx, int n, int d);
-void rp_cuda_embedding_bwd(float *dtable, const float *dy, const int32_t *idx, int n, int d);
-void rp_cuda_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n);
-void rp_cuda_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n);
+void kcuda_act_fwd(float *y, const float *x, int64_t n, kernels_act act, float slope);
+void kcuda_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
+                   kernels_act act, float slope);
+void kcuda_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb,
+                  kernels_binop op);
+void kcuda_binary_bcast(float *y, const float *a, const float *b, const int64_t *shape,
+                        const int64_t *bstride, kernels_binop op);
+void kcuda_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned mask, float scale,
+                       bool accumulate);
+void kcuda_expand_axes(float *x, const float *y, const int64_t *shape, unsigned mask, float scale,
+                       bool accumulate);
+void kcuda_clamp_fwd(float *y, const float *x, int64_t n, float lo, float hi);
+void kcuda_clamp_bwd(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi);
+void kcuda_select_eq_acc(float *dx, const float *g, const float *x, const float *y, int64_t n);
+double kcuda_sum_squares(const float *x, int64_t n);
+void kcuda_scale_inplace(float *y, float s, int64_t n);
+void kcuda_scale(float *y, const float *x, float s, int64_t n, bool accumulate);
+void kcuda_add_inplace(float *y, const float *x, int64_t n);
+void kcuda_mul(float *y, const float *a, const float *b, int64_t n, bool accumulate);
+void kcuda_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate);
+void kcuda_add_scalar(float *y, float s, int64_t n);
+double kcuda_sum(const float *x, int64_t n);
+void kcuda_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w);
+void kcuda_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
+                       bool accumulate);
+void kcuda_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c);
+void kcuda_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c);
+void kcuda_gap_fwd(float *y, const float *x, int n, int hw, int c);
+void kcuda_gap_bwd(float *dx, const float *dy, int n, int hw, int c);
+void kcuda_embedding_fwd(float *y, const float *table, const int32_t *idx, int n, int d);
+void kcuda_embedding_bwd(float *dtable, const float *dy, const int32_t *idx, int n, int d);
+void kcuda_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n);
+void kcuda_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n);
 
 /* ---- optim.cu: optimizers, scans, checksum, spectral norm ---- */
-void rp_cuda_sgd_update(float *w, float *mom, const float *g, int64_t n, float lr, float momentum,
-                        float wd, bool nesterov, bool first);
-void rp_cuda_adam_update(float *w, float *m, float *v, const float *g, int64_t n, float b1,
-                         float b2, float eps, float l2, float shrink, float step_size,
-                         float sqrt_bc2);
-int64_t rp_cuda_first_nonfinite(float *value, const float *x, int64_t n);
-uint64_t rp_cuda_checksum(const float *x, int64_t n);
-double rp_cuda_sn_power(double *u_new, double *v, const float *w, const float *u, int64_t rows,
-                        int64_t cols);
-void rp_cuda_sn_fwd(float *y, float *u, const double *u_new, const float *w, double sigma,
-                    int64_t rows, int64_t cols);
-void rp_cuda_sn_bwd(float *dw, const double *u_new, const double *v, const float *dy,
-                    const float *w, double sigma, int64_t rows, int64_t cols);
+void kcuda_sgd_update(float *w, float *mom, const float *g, int64_t n, float lr, float momentum,
+                      float wd, bool nesterov, bool first);
+void kcuda_adam_update(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2,
+                       float eps, float l2, float shrink, float step_size, float sqrt_bc2);
+int64_t kcuda_first_nonfinite(float *value, const float *x, int64_t n);
+uint64_t kcuda_checksum(const float *x, int64_t n);
+double kcuda_sn_power(double *u_new, double *v, const float *w, const float *u, int64_t rows,
+                      int64_t cols);
+void kcuda_sn_fwd(float *y, float *u, const double *u_new, const float *w, double sigma,
+                  int64_t rows, int64_t cols);
+void kcuda_sn_bwd(float *dw, const double *u_new, const double *v, const float *dy, const float *w,
+                  double sigma, int64_t rows, int64_t cols);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@
 
 #include "kernels/cuda/common.cuh"
 
-__device__ static float act(float x, rp_act a, float slope)
+__device__ static float act(float x, kernels_act a, float slope)
 {
     switch (a) {
     case RP_ACT_RELU:
@@ -29,15 +29,15 @@ __device__ static float act(float x, rp_act a, float slope)
     return x;
 }
 
-void rp_cuda_act_fwd(float *y, const float *x, int64_t n, rp_act a, float slope)
+void kcuda_act_fwd(float *y, const float *x, int64_t n, kernels_act a, float slope)
 {
-    rp_cuda_each(n, "act_fwd", [=] __device__(int64_t i) { y[i] = act(x[i], a, slope); });
+    kcuda_each(n, "act_fwd", [=] __device__(int64_t i) { y[i] = act(x[i], a, slope); });
 }
 
-void rp_cuda_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
-                     rp_act a, float slope)
+void kcuda_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
+                   kernels_act a, float slope)
 {
-    rp_cuda_each(n, "act_bwd", [=] __device__(int64_t i) {
+    kcuda_each(n, "act_bwd", [=] __device__(int64_t i) {
         float d = 0;
         switch (a) {
         case RP_ACT_RELU:
@@ -66,7 +66,7 @@ void rp_cuda_act_bwd(float *dx, const float *dy, const float *y, const float *x,
     });
 }
 
-__device__ static float binop(float a, float b, rp_binop op)
+__device__ static float binop(float a, float b, kernels_binop op)
 {
     switch (op) {
     case RP_BIN_ADD:
@@ -81,9 +81,9 @@ __device__ static float binop(float a, float b, rp_binop op)
     return a;
 }
 
-void rp_cuda_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb, rp_binop op)
+void kcuda_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb, kernels_binop op)
 {
-    rp_cuda_each(n, "binary", [=] __device__(int64_t i) { y[i] = binop(a[i], b[i % nb], op); });
+    kcuda_each(n, "binary", [=] __device__(int64_t i) { y[i] = binop(a[i], b[i % nb], op); });
 }
 
 /* The 4-D shape and strides travel by value (the host arrays stay on the host). */
@@ -98,12 +98,12 @@ static dims4 dims_of(const int64_t *p)
     return d;
 }
 
-void rp_cuda_binary_bcast(float *y, const float *a, const float *b, const int64_t *shape,
-                          const int64_t *bstride, rp_binop op)
+void kcuda_binary_bcast(float *y, const float *a, const float *b, const int64_t *shape,
+                        const int64_t *bstride, kernels_binop op)
 {
     dims4 sh = dims_of(shape), bs = dims_of(bstride);
     int64_t n = sh.v[0] * sh.v[1] * sh.v[2] * sh.v[3];
-    rp_cuda_each(n, "binary_bcast", [=] __device__(int64_t i) {
+    kcuda_each(n, "binary_bcast", [=] __device__(int64_t i) {
         int64_t r = i, j = 0;
         for (int d = 3; d >= 0; d--) {
             j += (r % sh.v[d]) * bs.v[d];
@@ -148,12 +148,12 @@ __global__ static void reduce_axes_k(float *y, const float *x, dims4 sh, unsigne
     double s = 0;
     for (int64_t r = threadIdx.x; r < nred; r += blockDim.x)
         s += x[offset_of(sh, mask, o, r)];
-    s = rp_dev_block_sum(s);
+    s = kcuda_dev_block_sum(s);
     if (threadIdx.x == 0) y[o] = (float)((accumulate ? (double)y[o] : 0.0) + (double)scale * s);
 }
 
-void rp_cuda_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned mask, float scale,
-                         bool accumulate)
+void kcuda_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned mask, float scale,
+                       bool accumulate)
 {
     dims4 sh = dims_of(shape);
     int64_t total = sh.v[0] * sh.v[1] * sh.v[2] * sh.v[3], nout = kept_count(sh, mask);
@@ -161,17 +161,17 @@ void rp_cuda_reduce_axes(float *y, const float *x, const int64_t *shape, unsigne
     int64_t nred = total / nout;
     unsigned threads = nred >= 256 ? 256 : nred >= 64 ? 64 : 32;
     /* (A grid's x dimension holds 2^31-1 blocks: one launch covers any tensor here.) */
-    reduce_axes_k<<<(unsigned)nout, threads, 0, rp_cuda_stream()>>>(y, x, sh, mask, nred, scale,
-                                                                    accumulate);
+    reduce_axes_k<<<(unsigned)nout, threads, 0, kcuda_stream()>>>(y, x, sh, mask, nred, scale,
+                                                                  accumulate);
     LAUNCHED("reduce_axes");
 }
 
-void rp_cuda_expand_axes(float *x, const float *y, const int64_t *shape, unsigned mask, float scale,
-                         bool accumulate)
+void kcuda_expand_axes(float *x, const float *y, const int64_t *shape, unsigned mask, float scale,
+                       bool accumulate)
 {
     dims4 sh = dims_of(shape);
     int64_t n = sh.v[0] * sh.v[1] * sh.v[2] * sh.v[3];
-    rp_cuda_each(n, "expand_axes", [=] __device__(int64_t k) {
+    kcuda_each(n, "expand_axes", [=] __device__(int64_t k) {
         /* k's index over the kept axes, row-major. */
         int64_t r = k, o = 0, ostride = 1;
         for (int d = 3; d >= 0; d--) {
@@ -186,109 +186,109 @@ void rp_cuda_expand_axes(float *x, const float *y, const int64_t *shape, unsigne
     });
 }
 
-void rp_cuda_clamp_fwd(float *y, const float *x, int64_t n, float lo, float hi)
+void kcuda_clamp_fwd(float *y, const float *x, int64_t n, float lo, float hi)
 {
-    rp_cuda_each(n, "clamp_fwd", [=] __device__(int64_t i) {
+    kcuda_each(n, "clamp_fwd", [=] __device__(int64_t i) {
         y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
     });
 }
 
-void rp_cuda_clamp_bwd(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi)
+void kcuda_clamp_bwd(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi)
 {
-    rp_cuda_each(n, "clamp_bwd",
-                 [=] __device__(int64_t i) { dx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f; });
+    kcuda_each(n, "clamp_bwd",
+               [=] __device__(int64_t i) { dx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f; });
 }
 
-void rp_cuda_select_eq_acc(float *dx, const float *g, const float *x, const float *y, int64_t n)
+void kcuda_select_eq_acc(float *dx, const float *g, const float *x, const float *y, int64_t n)
 {
-    rp_cuda_each(n, "select_eq_acc", [=] __device__(int64_t i) {
+    kcuda_each(n, "select_eq_acc", [=] __device__(int64_t i) {
         if (x[i] == y[i]) dx[i] += g[i];
     });
 }
 
 /* sum and sum_squares wait for every stream first: their input may be another thread's (the
    global norm over a parameter block), and they wait for the result anyway. */
-double rp_cuda_sum_squares(const float *x, int64_t n)
+double kcuda_sum_squares(const float *x, int64_t n)
 {
     if (n <= 0) return 0;
     CU(cudaDeviceSynchronize());
-    return rp_cuda_sum_of(n, [=] __device__(int64_t i) { return (double)x[i] * x[i]; });
+    return kcuda_sum_of(n, [=] __device__(int64_t i) { return (double)x[i] * x[i]; });
 }
 
-double rp_cuda_sum(const float *x, int64_t n)
+double kcuda_sum(const float *x, int64_t n)
 {
     if (n <= 0) return 0;
     CU(cudaDeviceSynchronize());
-    return rp_cuda_sum_of(n, [=] __device__(int64_t i) { return (double)x[i]; });
+    return kcuda_sum_of(n, [=] __device__(int64_t i) { return (double)x[i]; });
 }
 
-void rp_cuda_scale_inplace(float *y, float s, int64_t n)
+void kcuda_scale_inplace(float *y, float s, int64_t n)
 {
-    rp_cuda_each(n, "scale_inplace", [=] __device__(int64_t i) { y[i] *= s; });
+    kcuda_each(n, "scale_inplace", [=] __device__(int64_t i) { y[i] *= s; });
 }
 
-void rp_cuda_scale(float *y, const float *x, float s, int64_t n, bool accumulate)
+void kcuda_scale(float *y, const float *x, float s, int64_t n, bool accumulate)
 {
-    rp_cuda_each(n, "scale",
-                 [=] __device__(int64_t i) { y[i] = (accumulate ? y[i] : 0.0f) + s * x[i]; });
+    kcuda_each(n, "scale",
+               [=] __device__(int64_t i) { y[i] = (accumulate ? y[i] : 0.0f) + s * x[i]; });
 }
 
-void rp_cuda_add_inplace(float *y, const float *x, int64_t n)
+void kcuda_add_inplace(float *y, const float *x, int64_t n)
 {
-    rp_cuda_each(n, "add_inplace", [=] __device__(int64_t i) { y[i] += x[i]; });
+    kcuda_each(n, "add_inplace", [=] __device__(int64_t i) { y[i] += x[i]; });
 }
 
-void rp_cuda_mul(float *y, const float *a, const float *b, int64_t n, bool accumulate)
+void kcuda_mul(float *y, const float *a, const float *b, int64_t n, bool accumulate)
 {
-    rp_cuda_each(n, "mul",
-                 [=] __device__(int64_t i) { y[i] = (accumulate ? y[i] : 0.0f) + a[i] * b[i]; });
+    kcuda_each(n, "mul",
+               [=] __device__(int64_t i) { y[i] = (accumulate ? y[i] : 0.0f) + a[i] * b[i]; });
 }
 
-void rp_cuda_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate)
+void kcuda_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate)
 {
-    rp_cuda_col_sums<1>(
+    kcuda_col_sums<1>(
         rows, (int)nb, [=] __device__(int64_t i, int j, double *acc) { acc[0] += x[i * nb + j]; },
         [=] __device__(int j, const double *s) {
             y[j] = (float)((accumulate ? y[j] : 0.0) + s[0]);
         });
 }
 
-void rp_cuda_add_scalar(float *y, float s, int64_t n)
+void kcuda_add_scalar(float *y, float s, int64_t n)
 {
-    rp_cuda_each(n, "add_scalar", [=] __device__(int64_t i) { y[i] += s; });
+    kcuda_each(n, "add_scalar", [=] __device__(int64_t i) { y[i] += s; });
 }
 
-void rp_cuda_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w)
+void kcuda_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w)
 {
-    rp_cuda_each(rows * w, "copy_cols", [=] __device__(int64_t k) {
+    kcuda_each(rows * w, "copy_cols", [=] __device__(int64_t k) {
         int64_t i = k / w, j = k % w;
         y[i * ldy + off + j] = x[k];
     });
 }
 
-void rp_cuda_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows,
-                         int64_t w, bool accumulate)
+void kcuda_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
+                       bool accumulate)
 {
-    rp_cuda_each(rows * w, "gather_cols", [=] __device__(int64_t k) {
+    kcuda_each(rows * w, "gather_cols", [=] __device__(int64_t k) {
         int64_t i = k / w, j = k % w;
         y[k] = (accumulate ? y[k] : 0.0f) + x[i * ldx + off + j];
     });
 }
 
-void rp_cuda_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
+void kcuda_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
 {
     int64_t total = (int64_t)n * 2 * h * 2 * w * c;
-    rp_cuda_each(total, "upsample2x_fwd", [=] __device__(int64_t k) {
+    kcuda_each(total, "upsample2x_fwd", [=] __device__(int64_t k) {
         int64_t ch = k % c, r = k / c;
         int64_t j = r % (2 * w), i = (r / (2 * w)) % (2 * h), b = r / (4 * (int64_t)h * w);
         y[k] = x[((b * h + i / 2) * w + j / 2) * c + ch];
     });
 }
 
-void rp_cuda_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c)
+void kcuda_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c)
 {
     int64_t total = (int64_t)n * h * w * c;
-    rp_cuda_each(total, "upsample2x_bwd", [=] __device__(int64_t k) {
+    kcuda_each(total, "upsample2x_bwd", [=] __device__(int64_t k) {
         int64_t ch = k % c, r = k / c;
         int64_t j = r % w, i = (r / w) % h, b = r / ((int64_t)h * w);
         float s = 0;
@@ -299,10 +299,10 @@ void rp_cuda_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int
     });
 }
 
-void rp_cuda_gap_fwd(float *y, const float *x, int n, int hw, int c)
+void kcuda_gap_fwd(float *y, const float *x, int n, int hw, int c)
 {
     /* One thread per (image, channel), summing its hw values in order, as the reference. */
-    rp_cuda_each((int64_t)n * c, "gap_fwd", [=] __device__(int64_t k) {
+    kcuda_each((int64_t)n * c, "gap_fwd", [=] __device__(int64_t k) {
         int64_t b = k / c, ch = k % c;
         double s = 0;
         for (int p = 0; p < hw; p++)
@@ -311,38 +311,40 @@ void rp_cuda_gap_fwd(float *y, const float *x, int n, int hw, int c)
     });
 }
 
-void rp_cuda_gap_bwd(float *dx, const float *dy, int n, int hw, int c)
+void kcuda_gap_bwd(float *dx, const float *dy, int n, int hw, int c)
 {
-    rp_cuda_each((int64_t)n * hw * c, "gap_bwd", [=] __device__(int64_t k) {
+    kcuda_each((int64_t)n * hw * c, "gap_bwd", [=] __device__(int64_t k) {
         int64_t ch = k % c, b = k / ((int64_t)hw * c);
         dx[k] = dy[b * c + ch] / (float)hw;
     });
 }
 
-void rp_cuda_embedding_fwd(float *y, const float *table, const int32_t *idx, int n, int d)
+void kcuda_embedding_fwd(float *y, const float *table, const int32_t *idx, int n, int d)
 {
-    rp_cuda_each((int64_t)n * d, "embedding_fwd", [=] __device__(int64_t k) {
+    kcuda_each((int64_t)n * d, "embedding_fwd", [=] __device__(int64_t k) {
         int64_t i = k / d, j = k % d;
         y[k] = table[(int64_t)idx[i] * d + j];
     });
 }
 
-void rp_cuda_embedding_bwd(float *dtable, const float *dy, const int32_t *idx, int n, int d)
+void kcuda_embedding_bwd(float *dtable, const float *dy, const int32_t *idx, int n, int d)
 {
     /* One thread per column, over the rows in order: repeated indices add up in the reference's
        order, with no atomics. */
-    rp_cuda_each(d, "embedding_bwd", [=] __device__(int64_t j) {
+    kcuda_each(d, "embedding_bwd", [=] __device__(int64_t j) {
         for (int i = 0; i < n; i++)
             dtable[(int64_t)idx[i] * d + j] += dy[(int64_t)i * d + j];
     });
 }
 
-void rp_cuda_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n)
+void kcuda_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n)
 {
-    rp_cuda_each(n, "cast_f32_bf16", [=] __device__(int64_t i) { y[i] = rp_dev_bf16_round(x[i]); });
+    kcuda_each(n, "cast_f32_bf16",
+               [=] __device__(int64_t i) { y[i] = kcuda_dev_bf16_round(x[i]); });
 }
 
-void rp_cuda_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n)
+void kcuda_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n)
 {
-    rp_cuda_each(n, "cast_bf16_f32", [=] __device__(int64_t i) { y[i] = rp_dev_bf16_widen(x[i]); });
+    kcuda_each(n, "cast_bf16_f32",
+               [=] __device__(int64_t i) { y[i] = kcuda_dev_bf16_widen(x[i]); });
 }

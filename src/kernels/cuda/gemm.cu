@@ -12,18 +12,18 @@
  */
 #include "kernels/cuda/common.cuh"
 
-void rp_cuda_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
-                  const float *b, int ldb, float beta, float *c, int ldc)
+void kcuda_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                const float *b, int ldb, float beta, float *c, int ldc)
 {
     if (m <= 0 || n <= 0) return;
-    BLAS(rp_cublas.cublasSgemm(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                               ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
-                               &beta, c, ldc));
+    BLAS(kcuda_cublas.cublasSgemm(kcuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
+                                  &beta, c, ldc));
 }
 
 __global__ static void round_bf16(uint16_t *y, const float *x, int64_t n)
 {
-    GRID_STRIDE(i, n) y[i] = rp_dev_bf16_round(x[i]);
+    GRID_STRIDE(i, n) y[i] = kcuda_dev_bf16_round(x[i]);
 }
 
 /* A stored row-major matrix of `rows` rows with leading dimension ld, `cols` used: the number of
@@ -33,28 +33,28 @@ static int64_t span(int rows, int cols, int ld)
     return (int64_t)(rows - 1) * ld + cols;
 }
 
-rp_status rp_cuda_gemm_bf16(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
-                            int lda, const float *b, int ldb, float beta, float *c, int ldc)
+rp_status kcuda_gemm_bf16(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+                          int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
-    if (m <= 0 || n <= 0) return rp_cuda_take_error();
+    if (m <= 0 || n <= 0) return kcuda_take_error();
     int64_t na = k > 0 ? (ta ? span(k, m, lda) : span(m, k, lda)) : 0;
     int64_t nb = k > 0 ? (tb ? span(n, k, ldb) : span(k, n, ldb)) : 0;
-    uint16_t *a16 = (uint16_t *)rp_cuda_scratch((size_t)(na + nb + 8) * sizeof(uint16_t));
-    if (!a16) return rp_cuda_take_error();
+    uint16_t *a16 = (uint16_t *)kcuda_scratch((size_t)(na + nb + 8) * sizeof(uint16_t));
+    if (!a16) return kcuda_take_error();
     uint16_t *b16 = a16 + ((na + 7) & ~(int64_t)7); /* 16-byte aligned */
-    cudaStream_t s = rp_cuda_stream();
+    cudaStream_t s = kcuda_stream();
     if (na > 0) {
-        round_bf16<<<rp_cuda_blocks(na), RP_CUDA_THREADS, 0, s>>>(a16, a, na);
+        round_bf16<<<kcuda_blocks(na), RP_CUDA_THREADS, 0, s>>>(a16, a, na);
         LAUNCHED("gemm_bf16 round A");
     }
     if (nb > 0) {
-        round_bf16<<<rp_cuda_blocks(nb), RP_CUDA_THREADS, 0, s>>>(b16, b, nb);
+        round_bf16<<<kcuda_blocks(nb), RP_CUDA_THREADS, 0, s>>>(b16, b, nb);
         LAUNCHED("gemm_bf16 round B");
     }
-    BLAS(rp_cublas.cublasGemmEx(rp_cuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16, CUDA_R_16BF,
-                                ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    rp_cuda_scratch_free(a16);
-    return rp_cuda_take_error();
+    BLAS(kcuda_cublas.cublasGemmEx(kcuda_blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16,
+                                   CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F,
+                                   ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    kcuda_scratch_free(a16);
+    return kcuda_take_error();
 }

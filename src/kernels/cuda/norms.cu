@@ -17,10 +17,10 @@
 
 template <typename T> static void bn_stats_t(double *sums, const T *x, int64_t m, int c)
 {
-    rp_cuda_col_sums<2>(
+    kcuda_col_sums<2>(
         m, c,
         [=] __device__(int64_t i, int j, double *acc) {
-            double v = rp_dev_load(x, i * c + j);
+            double v = kcuda_dev_load(x, i * c + j);
             acc[0] += v;
             acc[1] += v * v;
         },
@@ -35,11 +35,11 @@ static void bn_norm_fwd_t(TY *y, const TX *x, const float *mean, const float *in
                           const float *gamma, const float *beta, const TX *residual, bool relu,
                           int64_t m, int c)
 {
-    rp_cuda_each(m * c, "bn_norm_fwd", [=] __device__(int64_t k) {
+    kcuda_each(m * c, "bn_norm_fwd", [=] __device__(int64_t k) {
         int j = (int)(k % c);
-        float v = gamma[j] * ((rp_dev_load(x, k) - mean[j]) * invstd[j]) + beta[j];
-        if (residual) v += rp_dev_load(residual, k);
-        rp_dev_store(y, k, relu && !(v > 0) ? 0.0f : v);
+        float v = gamma[j] * ((kcuda_dev_load(x, k) - mean[j]) * invstd[j]) + beta[j];
+        if (residual) v += kcuda_dev_load(residual, k);
+        kcuda_dev_store(y, k, relu && !(v > 0) ? 0.0f : v);
     });
 }
 
@@ -47,14 +47,14 @@ template <typename T>
 static void bn_stats_bwd_t(double *sums, const float *dy, const T *y, const T *x, const float *mean,
                            const float *invstd, int64_t m, int c, float *g_out)
 {
-    rp_cuda_col_sums<2>(
+    kcuda_col_sums<2>(
         m, c,
         [=] __device__(int64_t i, int j, double *acc) {
             int64_t k = i * c + j;
-            double g = y && !(rp_dev_load(y, k) > 0) ? 0.0 : (double)dy[k];
+            double g = y && !(kcuda_dev_load(y, k) > 0) ? 0.0 : (double)dy[k];
             if (g_out) g_out[k] = (float)g;
             acc[0] += g;
-            acc[1] += g * (((double)rp_dev_load(x, k) - mean[j]) * invstd[j]);
+            acc[1] += g * (((double)kcuda_dev_load(x, k) - mean[j]) * invstd[j]);
         },
         [=] __device__(int j, const double *s) {
             sums[j] = s[0];
@@ -67,66 +67,65 @@ static void bn_bwd_data_t(float *dx, const float *dy, const T *y, const T *x, co
                           const float *invstd, const double *sums, const float *gamma, double count,
                           int64_t m, int c)
 {
-    rp_cuda_each(m * c, "bn_bwd_data", [=] __device__(int64_t k) {
+    kcuda_each(m * c, "bn_bwd_data", [=] __device__(int64_t k) {
         int j = (int)(k % c);
-        double h = ((double)rp_dev_load(x, k) - mean[j]) * invstd[j];
-        double g = y && !(rp_dev_load(y, k) > 0) ? 0.0 : (double)dy[k];
+        double h = ((double)kcuda_dev_load(x, k) - mean[j]) * invstd[j];
+        double g = y && !(kcuda_dev_load(y, k) > 0) ? 0.0 : (double)dy[k];
         double v = g - sums[j] / count - h * sums[c + j] / count;
         dx[k] = (float)((double)gamma[j] * invstd[j] * v);
     });
 }
 
-void rp_cuda_bn_stats(double *sums, const float *x, int64_t m, int c)
+void kcuda_bn_stats(double *sums, const float *x, int64_t m, int c)
 {
     bn_stats_t(sums, x, m, c);
 }
-void rp_cuda_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
-                         const float *gamma, const float *beta, const float *residual, bool relu,
-                         int64_t m, int c)
+void kcuda_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
+                       const float *gamma, const float *beta, const float *residual, bool relu,
+                       int64_t m, int c)
 {
     bn_norm_fwd_t(y, x, mean, invstd, gamma, beta, residual, relu, m, c);
 }
-void rp_cuda_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
-                          const float *mean, const float *invstd, int64_t m, int c, float *g_out)
+void kcuda_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
+                        const float *mean, const float *invstd, int64_t m, int c, float *g_out)
 {
     bn_stats_bwd_t(sums, dy, y, x, mean, invstd, m, c, g_out);
 }
-void rp_cuda_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,
-                         const float *mean, const float *invstd, const double *sums,
-                         const float *gamma, double count, int64_t m, int c)
+void kcuda_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,
+                       const float *mean, const float *invstd, const double *sums,
+                       const float *gamma, double count, int64_t m, int c)
 {
     bn_bwd_data_t(dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
 }
-void rp_cuda_bn_stats_bf16(const rp_kernels *k, double *sums, const rp_bf16 *x, int64_t m, int c)
+void kcuda_bn_stats_bf16(const kernels_table *k, double *sums, const rp_bf16 *x, int64_t m, int c)
 {
     bn_stats_t(sums, x, m, c);
 }
-void rp_cuda_bn_norm_fwd_bf16(const rp_kernels *k, rp_bf16 *y, const rp_bf16 *x, const float *mean,
-                              const float *invstd, const float *gamma, const float *beta,
-                              const rp_bf16 *residual, bool relu, int64_t m, int c)
+void kcuda_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                            const float *invstd, const float *gamma, const float *beta,
+                            const rp_bf16 *residual, bool relu, int64_t m, int c)
 {
     bn_norm_fwd_t(y, x, mean, invstd, gamma, beta, residual, relu, m, c);
 }
-void rp_cuda_bn_stats_bwd_bf16(const rp_kernels *k, double *sums, const float *dy, const rp_bf16 *y,
-                               const rp_bf16 *x, const float *mean, const float *invstd, int64_t m,
-                               int c, float *g_out)
+void kcuda_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
+                             const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                             const float *invstd, int64_t m, int c, float *g_out)
 {
     bn_stats_bwd_t(sums, dy, y, x, mean, invstd, m, c, g_out);
 }
-void rp_cuda_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, const rp_bf16 *y,
-                              const rp_bf16 *x, const float *mean, const float *invstd,
-                              const double *sums, const float *gamma, double count, int64_t m,
-                              int c)
+void kcuda_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
+                            const rp_bf16 *x, const float *mean, const float *invstd,
+                            const double *sums, const float *gamma, double count, int64_t m, int c)
 {
     bn_bwd_data_t(dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
 }
 
 /* The per-channel statistics: one thread per channel, the reference's operations and types. */
-void rp_cuda_bn_train_stats(float *mean, float *invstd, float *mean_rest, float *running_mean,
-                            float *running_var, const double *sums, double count, float eps,
-                            float momentum, int c)
+void kcuda_bn_train_stats(float *mean, float *invstd, float *mean_rest, float *running_mean,
+                          float *running_var, const double *sums, double count, float eps,
+                          float momentum, int c)
 {
-    rp_cuda_each(c, "bn_train_stats", [=] __device__(int64_t i) {
+    kcuda_each(c, "bn_train_stats", [=] __device__(int64_t i) {
         double mu = sums[i] / count;
         double var = sums[c + i] / count - mu * mu;
         if (var < 0) var = 0;
@@ -141,20 +140,20 @@ void rp_cuda_bn_train_stats(float *mean, float *invstd, float *mean_rest, float 
     });
 }
 
-void rp_cuda_bn_eval_stats(float *mean, float *invstd, float *mean_rest, const float *running_mean,
-                           const float *running_var, float eps, int c)
+void kcuda_bn_eval_stats(float *mean, float *invstd, float *mean_rest, const float *running_mean,
+                         const float *running_var, float eps, int c)
 {
-    rp_cuda_each(c, "bn_eval_stats", [=] __device__(int64_t i) {
+    kcuda_each(c, "bn_eval_stats", [=] __device__(int64_t i) {
         mean[i] = running_mean[i];
         mean_rest[i] = 0;
         invstd[i] = (float)(1.0 / sqrt((double)running_var[i] + eps));
     });
 }
 
-void rp_cuda_bn_bwd_sums(float *local, double *sums, const float *mean_rest, const float *invstd,
-                         int c)
+void kcuda_bn_bwd_sums(float *local, double *sums, const float *mean_rest, const float *invstd,
+                       int c)
 {
-    rp_cuda_each(c, "bn_bwd_sums", [=] __device__(int64_t j) {
+    kcuda_each(c, "bn_bwd_sums", [=] __device__(int64_t j) {
         sums[c + j] -= (double)mean_rest[j] * invstd[j] * sums[j];
         local[j] = (float)sums[j];
         local[c + j] = (float)sums[c + j];
@@ -190,7 +189,7 @@ __device__ static double row_lse(const float *z, int c, float *mx_out)
     double s = 0;
     for (int j = threadIdx.x; j < c; j += blockDim.x)
         s += exp((double)z[j] - mx);
-    s = rp_dev_block_sum(s);
+    s = kcuda_dev_block_sum(s);
     *mx_out = mx;
     return mx + log(s);
 }
@@ -204,10 +203,10 @@ __global__ static void log_softmax_fwd_k(float *y, const float *x, int c)
         y[(int64_t)blockIdx.x * c + j] = (float)((double)z[j] - lse);
 }
 
-void rp_cuda_log_softmax_fwd(float *y, const float *x, int64_t rows, int c)
+void kcuda_log_softmax_fwd(float *y, const float *x, int64_t rows, int c)
 {
     if (rows <= 0) return;
-    log_softmax_fwd_k<<<(unsigned)rows, ROW_THREADS, 0, rp_cuda_stream()>>>(y, x, c);
+    log_softmax_fwd_k<<<(unsigned)rows, ROW_THREADS, 0, kcuda_stream()>>>(y, x, c);
     LAUNCHED("log_softmax_fwd");
 }
 
@@ -217,15 +216,15 @@ __global__ static void log_softmax_bwd_k(float *dx, const float *dy, const float
     double s = 0;
     for (int j = threadIdx.x; j < c; j += blockDim.x)
         s += dy[base + j];
-    s = rp_dev_block_sum(s);
+    s = kcuda_dev_block_sum(s);
     for (int j = threadIdx.x; j < c; j += blockDim.x)
         dx[base + j] = (float)((double)dy[base + j] - exp((double)y[base + j]) * s);
 }
 
-void rp_cuda_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t rows, int c)
+void kcuda_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t rows, int c)
 {
     if (rows <= 0) return;
-    log_softmax_bwd_k<<<(unsigned)rows, ROW_THREADS, 0, rp_cuda_stream()>>>(dx, dy, y, c);
+    log_softmax_bwd_k<<<(unsigned)rows, ROW_THREADS, 0, kcuda_stream()>>>(dx, dy, y, c);
     LAUNCHED("log_softmax_bwd");
 }
 
@@ -241,21 +240,21 @@ __global__ static void xent_fwd_k(double *loss, float *probs, const float *logit
         probs[base + j] = (float)exp((double)z[j] - lse);
         if (!labels) t += target[base + j] * (lse - z[j]);
     }
-    t = rp_dev_block_sum(t);
+    t = kcuda_dev_block_sum(t);
     if (threadIdx.x == 0) loss[blockIdx.x] = labels ? lse - z[labels[blockIdx.x]] : t;
 }
 
-double rp_cuda_softmax_xent_fwd(float *probs, const float *logits, const int32_t *labels,
-                                const float *target, int n, int c)
+double kcuda_softmax_xent_fwd(float *probs, const float *logits, const int32_t *labels,
+                              const float *target, int n, int c)
 {
     if (n <= 0) return 0.0 / 0.0;
-    double *loss = (double *)rp_cuda_scratch((size_t)n * sizeof(double));
+    double *loss = (double *)kcuda_scratch((size_t)n * sizeof(double));
     if (!loss) return 0.0 / 0.0;
-    xent_fwd_k<<<(unsigned)n, ROW_THREADS, 0, rp_cuda_stream()>>>(loss, probs, logits, labels,
-                                                                  target, c);
+    xent_fwd_k<<<(unsigned)n, ROW_THREADS, 0, kcuda_stream()>>>(loss, probs, logits, labels, target,
+                                                                c);
     LAUNCHED("softmax_xent_fwd");
-    double total = rp_cuda_sum_of(n, [=] __device__(int64_t i) { return loss[i]; });
-    rp_cuda_scratch_free(loss);
+    double total = kcuda_sum_of(n, [=] __device__(int64_t i) { return loss[i]; });
+    kcuda_scratch_free(loss);
     return total / n;
 }
 
@@ -267,7 +266,7 @@ __global__ static void xent_bwd_k(float *dlogits, const float *probs, const int3
     if (!labels)
         for (int j = threadIdx.x; j < c; j += blockDim.x)
             tsum += target[base + j];
-    tsum = rp_dev_block_sum(tsum);
+    tsum = kcuda_dev_block_sum(tsum);
     for (int j = threadIdx.x; j < c; j += blockDim.x) {
         int64_t k = base + j;
         double t = labels ? (labels[blockIdx.x] == j ? 1.0 : 0.0) : target[k];
@@ -276,12 +275,12 @@ __global__ static void xent_bwd_k(float *dlogits, const float *probs, const int3
     }
 }
 
-void rp_cuda_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *labels,
-                              const float *target, float scale, int n, int c)
+void kcuda_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *labels,
+                            const float *target, float scale, int n, int c)
 {
     if (n <= 0) return;
-    xent_bwd_k<<<(unsigned)n, ROW_THREADS, 0, rp_cuda_stream()>>>(dlogits, probs, labels, target,
-                                                                  scale, c);
+    xent_bwd_k<<<(unsigned)n, ROW_THREADS, 0, kcuda_stream()>>>(dlogits, probs, labels, target,
+                                                                scale, c);
     LAUNCHED("softmax_xent_bwd");
 }
 
@@ -295,11 +294,11 @@ __global__ static void layernorm_fwd_k(float *y, float *mean, float *rstd, const
     double s = 0;
     for (int j = threadIdx.x; j < d; j += blockDim.x)
         s += xr[j];
-    s = rp_dev_block_sum(s);
+    s = kcuda_dev_block_sum(s);
     double mu = s / d, s2 = 0;
     for (int j = threadIdx.x; j < d; j += blockDim.x)
         s2 += (xr[j] - mu) * (xr[j] - mu);
-    s2 = rp_dev_block_sum(s2);
+    s2 = kcuda_dev_block_sum(s2);
     double r = 1.0 / sqrt(s2 / d + eps);
     float mf = (float)mu, rf = (float)r;
     if (threadIdx.x == 0) {
@@ -312,12 +311,12 @@ __global__ static void layernorm_fwd_k(float *y, float *mean, float *rstd, const
     }
 }
 
-void rp_cuda_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *gamma,
-                           const float *beta, int64_t rows, int d, float eps)
+void kcuda_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                         const float *beta, int64_t rows, int d, float eps)
 {
     if (rows <= 0) return;
-    layernorm_fwd_k<<<(unsigned)rows, ROW_THREADS, 0, rp_cuda_stream()>>>(y, mean, rstd, x, gamma,
-                                                                          beta, d, eps);
+    layernorm_fwd_k<<<(unsigned)rows, ROW_THREADS, 0, kcuda_stream()>>>(y, mean, rstd, x, gamma,
+                                                                        beta, d, eps);
     LAUNCHED("layernorm_fwd");
 }
 
@@ -334,8 +333,8 @@ __global__ static void layernorm_bwd_k(float *dx, const float *dy, const float *
         sg += g;
         sgh += g * h;
     }
-    sg = rp_dev_block_sum(sg);
-    sgh = rp_dev_block_sum(sgh);
+    sg = kcuda_dev_block_sum(sg);
+    sgh = kcuda_dev_block_sum(sgh);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         double h = ((double)xr[j] - mean[i]) * rstd[i];
         double g = (double)dr[j] * (gamma ? gamma[j] : 1.0f);
@@ -343,16 +342,16 @@ __global__ static void layernorm_bwd_k(float *dx, const float *dy, const float *
     }
 }
 
-void rp_cuda_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                           const float *mean, const float *rstd, const float *gamma, int64_t rows,
-                           int d)
+void kcuda_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                         const float *mean, const float *rstd, const float *gamma, int64_t rows,
+                         int d)
 {
     if (rows <= 0) return;
-    layernorm_bwd_k<<<(unsigned)rows, ROW_THREADS, 0, rp_cuda_stream()>>>(dx, dy, x, mean, rstd,
-                                                                          gamma, d);
+    layernorm_bwd_k<<<(unsigned)rows, ROW_THREADS, 0, kcuda_stream()>>>(dx, dy, x, mean, rstd,
+                                                                        gamma, d);
     LAUNCHED("layernorm_bwd");
     if (!dgamma && !dbeta) return;
-    rp_cuda_col_sums<2>(
+    kcuda_col_sums<2>(
         rows, d,
         [=] __device__(int64_t i, int j, double *acc) {
             double h = ((double)x[i * d + j] - mean[i]) * rstd[i];

@@ -19,18 +19,18 @@ extern "C" {
 #include "kernels/ref/norms.h"
 }
 
-void rp_cuda_sgd_update(float *w, float *mom, const float *g, int64_t n, float lr, float momentum,
-                        float wd, bool nesterov, bool first)
+void kcuda_sgd_update(float *w, float *mom, const float *g, int64_t n, float lr, float momentum,
+                      float wd, bool nesterov, bool first)
 {
     if (momentum == 0.0f) {
         if (wd != 0.0f)
-            rp_cuda_each(n, "sgd_update",
-                         [=] __device__(int64_t i) { w[i] -= lr * (g[i] + wd * w[i]); });
+            kcuda_each(n, "sgd_update",
+                       [=] __device__(int64_t i) { w[i] -= lr * (g[i] + wd * w[i]); });
         else
-            rp_cuda_each(n, "sgd_update", [=] __device__(int64_t i) { w[i] -= lr * g[i]; });
+            kcuda_each(n, "sgd_update", [=] __device__(int64_t i) { w[i] -= lr * g[i]; });
         return;
     }
-    rp_cuda_each(n, "sgd_update", [=] __device__(int64_t i) {
+    kcuda_each(n, "sgd_update", [=] __device__(int64_t i) {
         float d = g[i] + wd * w[i];
         float b = first ? d : momentum * mom[i] + d;
         mom[i] = b;
@@ -41,12 +41,11 @@ void rp_cuda_sgd_update(float *w, float *mom, const float *g, int64_t n, float l
     });
 }
 
-void rp_cuda_adam_update(float *w, float *m, float *v, const float *g, int64_t n, float b1,
-                         float b2, float eps, float l2, float shrink, float step_size,
-                         float sqrt_bc2)
+void kcuda_adam_update(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2,
+                       float eps, float l2, float shrink, float step_size, float sqrt_bc2)
 {
     const float c1 = 1.0f - b1, c2 = 1.0f - b2;
-    rp_cuda_each(n, "adam_update", [=] __device__(int64_t i) {
+    kcuda_each(n, "adam_update", [=] __device__(int64_t i) {
         float wi = w[i] * shrink;
         float gi = g[i] + l2 * wi;
         float mi = b1 * m[i] + c1 * gi;
@@ -70,35 +69,35 @@ __global__ static void first_nonfinite_k(unsigned long long *first, const float 
     if (best != ~0ull) atomicMin(first, best); /* a minimum: the order of arrival is moot */
 }
 
-int64_t rp_cuda_first_nonfinite(float *value, const float *x, int64_t n)
+int64_t kcuda_first_nonfinite(float *value, const float *x, int64_t n)
 {
     if (n <= 0) return -1;
-    unsigned long long *first = (unsigned long long *)rp_cuda_scratch(sizeof *first);
+    unsigned long long *first = (unsigned long long *)kcuda_scratch(sizeof *first);
     if (!first) return -1;
-    cudaStream_t s = rp_cuda_stream();
+    cudaStream_t s = kcuda_stream();
     CU(cudaDeviceSynchronize()); /* x may be another thread's (a scan of the parameters) */
     CU(cudaMemsetAsync(first, 0xff, sizeof *first, s));
-    first_nonfinite_k<<<rp_cuda_blocks(n), RP_CUDA_THREADS, 0, s>>>(first, x, n);
+    first_nonfinite_k<<<kcuda_blocks(n), RP_CUDA_THREADS, 0, s>>>(first, x, n);
     LAUNCHED("first_nonfinite");
     unsigned long long at = ~0ull;
-    rp_cuda_read(&at, first, sizeof at);
-    rp_cuda_scratch_free(first);
+    kcuda_read(&at, first, sizeof at);
+    kcuda_scratch_free(first);
     if (at == ~0ull || at >= (unsigned long long)n) return -1;
-    if (value) rp_cuda_read(value, x + at, sizeof *value);
+    if (value) kcuda_read(value, x + at, sizeof *value);
     return (int64_t)at;
 }
 
-uint64_t rp_cuda_checksum(const float *x, int64_t n)
+uint64_t kcuda_checksum(const float *x, int64_t n)
 {
-    if (n <= 0) return rp_ref_checksum(x, 0);
+    if (n <= 0) return kref_checksum(x, 0);
     float *host = (float *)malloc((size_t)n * sizeof(float));
     if (!host) {
         rp_log(RP_LOG_ERROR, "CUDA checksum: no host memory for %lld values", (long long)n);
         return 0;
     }
     /* (a download: it waits for every stream, as the parameters may be another thread's) */
-    rp_cuda_mem_download(host, x, (size_t)n * sizeof(float));
-    uint64_t h = rp_ref_checksum(host, n);
+    kcuda_mem_download(host, x, (size_t)n * sizeof(float));
+    uint64_t h = kref_checksum(host, n);
     free(host);
     return h;
 }
@@ -118,14 +117,14 @@ __global__ static void sn_normalise_k(double *x, int64_t n, double *sigma)
     if (sigma) *sigma = ss / (norm + SN_EPS);
 }
 
-double rp_cuda_sn_power(double *u_new, double *v, const float *w, const float *u, int64_t rows,
-                        int64_t cols)
+double kcuda_sn_power(double *u_new, double *v, const float *w, const float *u, int64_t rows,
+                      int64_t cols)
 {
-    cudaStream_t s = rp_cuda_stream();
-    double *sigma = (double *)rp_cuda_scratch(sizeof(double));
+    cudaStream_t s = kcuda_stream();
+    double *sigma = (double *)kcuda_scratch(sizeof(double));
     if (!sigma) return 0.0 / 0.0;
     /* v = W^T u: column j's sum over the rows in order. */
-    rp_cuda_each(cols, "sn_power v", [=] __device__(int64_t j) {
+    kcuda_each(cols, "sn_power v", [=] __device__(int64_t j) {
         double acc = 0;
         for (int64_t i = 0; i < rows; i++)
             acc += (double)u[i] * w[i * cols + j];
@@ -133,7 +132,7 @@ double rp_cuda_sn_power(double *u_new, double *v, const float *w, const float *u
     });
     sn_normalise_k<<<1, 1, 0, s>>>(v, cols, NULL);
     LAUNCHED("sn_power normalise v");
-    rp_cuda_each(rows, "sn_power u", [=] __device__(int64_t i) {
+    kcuda_each(rows, "sn_power u", [=] __device__(int64_t i) {
         double acc = 0;
         for (int64_t j = 0; j < cols; j++)
             acc += w[i * cols + j] * v[j];
@@ -142,29 +141,29 @@ double rp_cuda_sn_power(double *u_new, double *v, const float *w, const float *u
     sn_normalise_k<<<1, 1, 0, s>>>(u_new, rows, sigma);
     LAUNCHED("sn_power normalise u");
     double r = 0.0 / 0.0;
-    rp_cuda_read(&r, sigma, sizeof r);
-    rp_cuda_scratch_free(sigma);
+    kcuda_read(&r, sigma, sizeof r);
+    kcuda_scratch_free(sigma);
     return r;
 }
 
-void rp_cuda_sn_fwd(float *y, float *u, const double *u_new, const float *w, double sigma,
-                    int64_t rows, int64_t cols)
+void kcuda_sn_fwd(float *y, float *u, const double *u_new, const float *w, double sigma,
+                  int64_t rows, int64_t cols)
 {
-    rp_cuda_each(rows * cols, "sn_fwd",
-                 [=] __device__(int64_t k) { y[k] = (float)((double)w[k] / sigma); });
-    if (u) rp_cuda_each(rows, "sn_fwd u", [=] __device__(int64_t i) { u[i] = (float)u_new[i]; });
+    kcuda_each(rows * cols, "sn_fwd",
+               [=] __device__(int64_t k) { y[k] = (float)((double)w[k] / sigma); });
+    if (u) kcuda_each(rows, "sn_fwd u", [=] __device__(int64_t i) { u[i] = (float)u_new[i]; });
 }
 
-void rp_cuda_sn_bwd(float *dw, const double *u_new, const double *v, const float *dy,
-                    const float *w, double sigma, int64_t rows, int64_t cols)
+void kcuda_sn_bwd(float *dw, const double *u_new, const double *v, const float *dy, const float *w,
+                  double sigma, int64_t rows, int64_t cols)
 {
-    double *gw = (double *)rp_cuda_scratch(sizeof(double));
+    double *gw = (double *)kcuda_scratch(sizeof(double));
     if (!gw) return;
-    rp_cuda_sum_to(gw, rows * cols, [=] __device__(int64_t k) { return (double)dy[k] * w[k]; });
-    rp_cuda_each(rows * cols, "sn_bwd", [=] __device__(int64_t k) {
+    kcuda_sum_to(gw, rows * cols, [=] __device__(int64_t k) { return (double)dy[k] * w[k]; });
+    kcuda_each(rows * cols, "sn_bwd", [=] __device__(int64_t k) {
         int64_t i = k / cols, j = k % cols;
         double inv = 1.0 / sigma, c = *gw / (sigma * sigma);
         dw[k] += (float)(dy[k] * inv - c * u_new[i] * v[j]);
     });
-    rp_cuda_scratch_free(gw);
+    kcuda_scratch_free(gw);
 }

@@ -22,7 +22,7 @@ static char device_name[300];
 static char bf16_path[340] = "cuda tensor cores";
 static int device_id;
 
-rp_cublas_api rp_cublas;
+kcuda_cublas_api kcuda_cublas;
 
 #define RP_CUBLAS_STR2(x) #x
 #define RP_CUBLAS_STR(x)  RP_CUBLAS_STR2(x)
@@ -37,8 +37,8 @@ static bool load_cublas(void)
         return false;
     }
 #define RP_CUBLAS_LOAD(f, type)                                                                    \
-    rp_cublas.f = (type)dlsym(lib, RP_CUBLAS_STR(f));                                              \
-    if (!rp_cublas.f) {                                                                            \
+    kcuda_cublas.f = (type)dlsym(lib, RP_CUBLAS_STR(f));                                           \
+    if (!kcuda_cublas.f) {                                                                         \
         snprintf(init_reason, sizeof init_reason, "%s has no %s", RP_CUBLAS_SONAME,                \
                  RP_CUBLAS_STR(f));                                                                \
         return false;                                                                              \
@@ -98,14 +98,14 @@ static void init_device(void)
     init_status = RP_OK;
 }
 
-rp_status rp_cuda_init(void)
+rp_status kcuda_init(void)
 {
     pthread_once(&init_once, init_device);
     if (init_status != RP_OK) return RP_ERROR(init_status, "%s", init_reason);
     return RP_OK;
 }
 
-const char *rp_cuda_device_name(void)
+const char *kcuda_device_name(void)
 {
     return device_name;
 }
@@ -130,21 +130,21 @@ static void keep_error(const char *what, const char *words, const char *file, in
     pthread_mutex_unlock(&error_lock);
 }
 
-bool rp_cuda_fail(cudaError_t e, const char *what, const char *file, int line)
+bool kcuda_fail(cudaError_t e, const char *what, const char *file, int line)
 {
     if (e == cudaSuccess) return true;
     keep_error(what, cudaGetErrorString(e), file, line);
     return false;
 }
 
-bool rp_cuda_blas_fail(cublasStatus_t s, const char *what, const char *file, int line)
+bool kcuda_blas_fail(cublasStatus_t s, const char *what, const char *file, int line)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return true;
-    keep_error(what, rp_cublas.cublasGetStatusString(s), file, line);
+    keep_error(what, kcuda_cublas.cublasGetStatusString(s), file, line);
     return false;
 }
 
-rp_status rp_cuda_take_error(void)
+rp_status kcuda_take_error(void)
 {
     pthread_mutex_lock(&error_lock);
     bool kept = error_kept;
@@ -176,7 +176,7 @@ static void ctx_destroy(void *p)
     thread_ctx *c = (thread_ctx *)p;
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
-    if (c->blas) rp_cublas.cublasDestroy(c->blas);
+    if (c->blas) kcuda_cublas.cublasDestroy(c->blas);
     if (c->workspace) cudaFree(c->workspace);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
@@ -198,13 +198,13 @@ static thread_ctx *ctx(void)
     if (!c) return NULL;
     CU(cudaSetDevice(device_id));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    if (BLAS(rp_cublas.cublasCreate(&c->blas))) {
-        BLAS(rp_cublas.cublasSetStream(c->blas, c->stream));
+    if (BLAS(kcuda_cublas.cublasCreate(&c->blas))) {
+        BLAS(kcuda_cublas.cublasSetStream(c->blas, c->stream));
         /* Products in f32 stay f32 (no TF32): the cpu table's tolerances hold. */
-        BLAS(rp_cublas.cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+        BLAS(kcuda_cublas.cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
         if (CU(cudaMalloc(&c->workspace, BLAS_WORKSPACE))) {
             c->workspace_bytes = BLAS_WORKSPACE;
-            BLAS(rp_cublas.cublasSetWorkspace(c->blas, c->workspace, BLAS_WORKSPACE));
+            BLAS(kcuda_cublas.cublasSetWorkspace(c->blas, c->workspace, BLAS_WORKSPACE));
         }
     }
     pthread_setspecific(ctx_key, c);
@@ -212,56 +212,56 @@ static thread_ctx *ctx(void)
     return c;
 }
 
-cudaStream_t rp_cuda_stream(void)
+cudaStream_t kcuda_stream(void)
 {
     thread_ctx *c = ctx();
     return c ? c->stream : (cudaStream_t)0;
 }
 
-cublasHandle_t rp_cuda_blas(void)
+cublasHandle_t kcuda_blas(void)
 {
     thread_ctx *c = ctx();
     return c ? c->blas : (cublasHandle_t)0;
 }
 
-size_t rp_cuda_cache_bytes(void)
+size_t kcuda_cache_bytes(void)
 {
     return tls_ctx ? tls_ctx->workspace_bytes : 0;
 }
 
-const char *rp_cuda_bf16_path(void)
+const char *kcuda_bf16_path(void)
 {
     return bf16_path;
 }
 
 /* ---- scratch and the memory slots ---- */
 
-void *rp_cuda_scratch(size_t bytes)
+void *kcuda_scratch(size_t bytes)
 {
     void *p = NULL;
-    if (!CU(cudaMallocAsync(&p, bytes ? bytes : 16, rp_cuda_stream()))) return NULL;
+    if (!CU(cudaMallocAsync(&p, bytes ? bytes : 16, kcuda_stream()))) return NULL;
     return p;
 }
 
-void rp_cuda_scratch_free(void *p)
+void kcuda_scratch_free(void *p)
 {
-    if (p) CU(cudaFreeAsync(p, rp_cuda_stream()));
+    if (p) CU(cudaFreeAsync(p, kcuda_stream()));
 }
 
-bool rp_cuda_read(void *host, const void *dev, size_t bytes)
+bool kcuda_read(void *host, const void *dev, size_t bytes)
 {
-    cudaStream_t s = rp_cuda_stream();
+    cudaStream_t s = kcuda_stream();
     return CU(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s)) &&
            CU(cudaStreamSynchronize(s));
 }
 
-__global__ void rp_dev_sum_final(double *out, const double *part, int nparts)
+__global__ void kcuda_dev_sum_final(double *out, const double *part, int nparts)
 {
     double s = 0;
     /* Each thread sums a fixed stride of the parts, then the tree: a fixed order. */
     for (int i = threadIdx.x; i < nparts; i += blockDim.x)
         s += part[i];
-    s = rp_dev_block_sum(s);
+    s = kcuda_dev_block_sum(s);
     if (threadIdx.x == 0) *out = s;
 }
 
@@ -275,10 +275,10 @@ __global__ void rp_dev_sum_final(double *out, const double *part, int nparts)
  * mem_copy/mem_fill need no such waits. The cost: a download (the loss each step) waits for
  * every replica's queued work, not only its own; per-buffer events would lift that (docs/gpu.md).
  */
-void *rp_cuda_mem_alloc(size_t bytes)
+void *kcuda_mem_alloc(size_t bytes)
 {
     void *p = NULL;
-    cudaStream_t s = rp_cuda_stream();
+    cudaStream_t s = kcuda_stream();
     /* Out of memory is the caller's to report (it names what the buffer was for), not a kept
        failure. */
     if (cudaMallocAsync(&p, bytes, s) != cudaSuccess) {
@@ -289,33 +289,33 @@ void *rp_cuda_mem_alloc(size_t bytes)
     return p;
 }
 
-void rp_cuda_mem_free(void *p, size_t bytes)
+void kcuda_mem_free(void *p, size_t bytes)
 {
     if (!p) return;
     CU(cudaDeviceSynchronize());
-    CU(cudaFreeAsync(p, rp_cuda_stream()));
+    CU(cudaFreeAsync(p, kcuda_stream()));
 }
 
-void rp_cuda_mem_upload(void *dst, const void *host, size_t bytes)
+void kcuda_mem_upload(void *dst, const void *host, size_t bytes)
 {
-    cudaStream_t s = rp_cuda_stream();
+    cudaStream_t s = kcuda_stream();
     if (bytes == 0) return;
     CU(cudaDeviceSynchronize());
     CU(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
     CU(cudaStreamSynchronize(s));
 }
 
-void rp_cuda_mem_download(void *host, const void *src, size_t bytes)
+void kcuda_mem_download(void *host, const void *src, size_t bytes)
 {
     if (bytes == 0) return;
     CU(cudaDeviceSynchronize());
-    rp_cuda_read(host, src, bytes);
+    kcuda_read(host, src, bytes);
 }
 
-void rp_cuda_mem_copy(void *dst, const void *src, size_t bytes)
+void kcuda_mem_copy(void *dst, const void *src, size_t bytes)
 {
     if (bytes == 0 || dst == src) return;
-    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, rp_cuda_stream()));
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, kcuda_stream()));
 }
 
 __global__ static void fill_words(uint32_t *dst, uint32_t pattern, int64_t n)
@@ -323,22 +323,22 @@ __global__ static void fill_words(uint32_t *dst, uint32_t pattern, int64_t n)
     GRID_STRIDE(i, n) dst[i] = pattern;
 }
 
-void rp_cuda_mem_fill(void *dst, uint32_t pattern, size_t bytes)
+void kcuda_mem_fill(void *dst, uint32_t pattern, size_t bytes)
 {
     int64_t n = (int64_t)(bytes / 4);
     if (n == 0) return;
     if (pattern == 0) {
-        CU(cudaMemsetAsync(dst, 0, bytes, rp_cuda_stream()));
+        CU(cudaMemsetAsync(dst, 0, bytes, kcuda_stream()));
         return;
     }
-    fill_words<<<rp_cuda_blocks(n), RP_CUDA_THREADS, 0, rp_cuda_stream()>>>((uint32_t *)dst,
-                                                                            pattern, n);
+    fill_words<<<kcuda_blocks(n), RP_CUDA_THREADS, 0, kcuda_stream()>>>((uint32_t *)dst, pattern,
+                                                                        n);
     LAUNCHED("mem_fill");
 }
 
 /* All queued work, on every thread's stream (the slot's "all queued work is done"). */
-void rp_cuda_mem_sync(void)
+void kcuda_mem_sync(void)
 {
-    rp_cuda_stream(); /* (a thread's first call makes its context current) */
+    kcuda_stream(); /* (a thread's first call makes its context current) */
     CU(cudaDeviceSynchronize());
 }

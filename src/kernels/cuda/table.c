@@ -7,65 +7,66 @@
 #include "kernels/ref/conv_pool_ref.h"
 
 static rp_status conv_fwd(void *y, const void *x, const float *w, const float *bias,
-                          const rp_conv_desc *d)
+                          const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
+    RP_CHECK(kernels_conv_desc_validate(d));
     if (!y || !x || !w) return RP_ERROR(RP_ERR_INVALID, "cuda conv2d_fwd: NULL y, x or w");
-    return rp_cuda_conv2d_fwd(y, x, w, bias, d);
+    return kcuda_conv2d_fwd(y, x, w, bias, d);
 }
 
-static rp_status conv_bwd_data(float *dx, const float *dy, const float *w, const rp_conv_desc *d)
+static rp_status conv_bwd_data(float *dx, const float *dy, const float *w,
+                               const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
+    RP_CHECK(kernels_conv_desc_validate(d));
     if (!dx || !dy || !w) return RP_ERROR(RP_ERR_INVALID, "cuda conv2d_bwd_data: NULL dx, dy or w");
-    return rp_cuda_conv2d_bwd_data(dx, dy, w, d);
+    return kcuda_conv2d_bwd_data(dx, dy, w, d);
 }
 
 static rp_status conv_bwd_weights(float *dw, float *db, const float *dy, const void *x,
-                                  const rp_conv_desc *d)
+                                  const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
+    RP_CHECK(kernels_conv_desc_validate(d));
     if (!dw || !dy || !x)
         return RP_ERROR(RP_ERR_INVALID, "cuda conv2d_bwd_weights: NULL dw, dy or x");
-    return rp_cuda_conv2d_bwd_weights(dw, db, dy, x, d);
+    return kcuda_conv2d_bwd_weights(dw, db, dy, x, d);
 }
 
-static rp_status maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d)
+static rp_status maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
+    RP_CHECK(kernels_pool_desc_validate(d));
     if (!y || !argmax || !x)
         return RP_ERROR(RP_ERR_INVALID, "cuda maxpool_fwd: NULL y, argmax or x");
-    return rp_cuda_maxpool_fwd(y, argmax, x, d);
+    return kcuda_maxpool_fwd(y, argmax, x, d);
 }
 
 static rp_status maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
-                             const rp_pool_desc *d)
+                             const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
+    RP_CHECK(kernels_pool_desc_validate(d));
     if (!dx || !argmax || !dy)
         return RP_ERROR(RP_ERR_INVALID, "cuda maxpool_bwd: NULL dx, argmax or dy");
-    return rp_cuda_maxpool_bwd(dx, argmax, dy, d);
+    return kcuda_maxpool_bwd(dx, argmax, dy, d);
 }
 
-static rp_status avgpool_fwd(float *y, const float *x, const rp_pool_desc *d)
+static rp_status avgpool_fwd(float *y, const float *x, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
+    RP_CHECK(kernels_pool_desc_validate(d));
     if (!y || !x) return RP_ERROR(RP_ERR_INVALID, "cuda avgpool_fwd: NULL y or x");
-    return rp_cuda_avgpool_fwd(y, x, d);
+    return kcuda_avgpool_fwd(y, x, d);
 }
 
-static rp_status avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d)
+static rp_status avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
+    RP_CHECK(kernels_pool_desc_validate(d));
     if (!dx || !dy) return RP_ERROR(RP_ERR_INVALID, "cuda avgpool_bwd: NULL dx or dy");
-    return rp_cuda_avgpool_bwd(dx, dy, d);
+    return kcuda_avgpool_bwd(dx, dy, d);
 }
 
-static const rp_kernels cuda_table = {
+static const kernels_table cuda_table = {
     .name = "cuda",
     .host_storage = false,
-    .gemm = rp_cuda_gemm,
-    .gemm_bf16 = rp_cuda_gemm_bf16,
+    .gemm = kcuda_gemm,
+    .gemm_bf16 = kcuda_gemm_bf16,
     .conv2d_fwd = conv_fwd,
     .conv2d_bwd_data = conv_bwd_data,
     .conv2d_bwd_weights = conv_bwd_weights,
@@ -73,78 +74,78 @@ static const rp_kernels cuda_table = {
     .maxpool_bwd = maxpool_bwd,
     .avgpool_fwd = avgpool_fwd,
     .avgpool_bwd = avgpool_bwd,
-    .bn_stats = rp_cuda_bn_stats,
-    .bn_norm_fwd = rp_cuda_bn_norm_fwd,
-    .bn_stats_bwd = rp_cuda_bn_stats_bwd,
-    .bn_bwd_data = rp_cuda_bn_bwd_data,
-    .bn_stats_bf16 = rp_cuda_bn_stats_bf16,
-    .bn_norm_fwd_bf16 = rp_cuda_bn_norm_fwd_bf16,
-    .bn_stats_bwd_bf16 = rp_cuda_bn_stats_bwd_bf16,
-    .bn_bwd_data_bf16 = rp_cuda_bn_bwd_data_bf16,
-    .act_fwd = rp_cuda_act_fwd,
-    .act_bwd = rp_cuda_act_bwd,
-    .binary = rp_cuda_binary,
-    .binary_bcast = rp_cuda_binary_bcast,
-    .reduce_axes = rp_cuda_reduce_axes,
-    .expand_axes = rp_cuda_expand_axes,
-    .clamp_fwd = rp_cuda_clamp_fwd,
-    .clamp_bwd = rp_cuda_clamp_bwd,
-    .select_eq_acc = rp_cuda_select_eq_acc,
-    .layernorm_fwd = rp_cuda_layernorm_fwd,
-    .layernorm_bwd = rp_cuda_layernorm_bwd,
-    .log_softmax_fwd = rp_cuda_log_softmax_fwd,
-    .log_softmax_bwd = rp_cuda_log_softmax_bwd,
-    .sum_squares = rp_cuda_sum_squares,
-    .scale_inplace = rp_cuda_scale_inplace,
-    .scale = rp_cuda_scale,
-    .add_inplace = rp_cuda_add_inplace,
-    .mul = rp_cuda_mul,
-    .reduce_rows = rp_cuda_reduce_rows,
-    .add_scalar = rp_cuda_add_scalar,
-    .sum = rp_cuda_sum,
-    .copy_cols = rp_cuda_copy_cols,
-    .gather_cols = rp_cuda_gather_cols,
-    .upsample2x_fwd = rp_cuda_upsample2x_fwd,
-    .upsample2x_bwd = rp_cuda_upsample2x_bwd,
-    .gap_fwd = rp_cuda_gap_fwd,
-    .gap_bwd = rp_cuda_gap_bwd,
-    .embedding_fwd = rp_cuda_embedding_fwd,
-    .embedding_bwd = rp_cuda_embedding_bwd,
-    .softmax_xent_fwd = rp_cuda_softmax_xent_fwd,
-    .softmax_xent_bwd = rp_cuda_softmax_xent_bwd,
-    .cache_bytes = rp_cuda_cache_bytes,
-    .cast_f32_bf16 = rp_cuda_cast_f32_bf16,
-    .cast_bf16_f32 = rp_cuda_cast_bf16_f32,
-    .bf16_path = rp_cuda_bf16_path,
+    .bn_stats = kcuda_bn_stats,
+    .bn_norm_fwd = kcuda_bn_norm_fwd,
+    .bn_stats_bwd = kcuda_bn_stats_bwd,
+    .bn_bwd_data = kcuda_bn_bwd_data,
+    .bn_stats_bf16 = kcuda_bn_stats_bf16,
+    .bn_norm_fwd_bf16 = kcuda_bn_norm_fwd_bf16,
+    .bn_stats_bwd_bf16 = kcuda_bn_stats_bwd_bf16,
+    .bn_bwd_data_bf16 = kcuda_bn_bwd_data_bf16,
+    .act_fwd = kcuda_act_fwd,
+    .act_bwd = kcuda_act_bwd,
+    .binary = kcuda_binary,
+    .binary_bcast = kcuda_binary_bcast,
+    .reduce_axes = kcuda_reduce_axes,
+    .expand_axes = kcuda_expand_axes,
+    .clamp_fwd = kcuda_clamp_fwd,
+    .clamp_bwd = kcuda_clamp_bwd,
+    .select_eq_acc = kcuda_select_eq_acc,
+    .layernorm_fwd = kcuda_layernorm_fwd,
+    .layernorm_bwd = kcuda_layernorm_bwd,
+    .log_softmax_fwd = kcuda_log_softmax_fwd,
+    .log_softmax_bwd = kcuda_log_softmax_bwd,
+    .sum_squares = kcuda_sum_squares,
+    .scale_inplace = kcuda_scale_inplace,
+    .scale = kcuda_scale,
+    .add_inplace = kcuda_add_inplace,
+    .mul = kcuda_mul,
+    .reduce_rows = kcuda_reduce_rows,
+    .add_scalar = kcuda_add_scalar,
+    .sum = kcuda_sum,
+    .copy_cols = kcuda_copy_cols,
+    .gather_cols = kcuda_gather_cols,
+    .upsample2x_fwd = kcuda_upsample2x_fwd,
+    .upsample2x_bwd = kcuda_upsample2x_bwd,
+    .gap_fwd = kcuda_gap_fwd,
+    .gap_bwd = kcuda_gap_bwd,
+    .embedding_fwd = kcuda_embedding_fwd,
+    .embedding_bwd = kcuda_embedding_bwd,
+    .softmax_xent_fwd = kcuda_softmax_xent_fwd,
+    .softmax_xent_bwd = kcuda_softmax_xent_bwd,
+    .cache_bytes = kcuda_cache_bytes,
+    .cast_f32_bf16 = kcuda_cast_f32_bf16,
+    .cast_bf16_f32 = kcuda_cast_bf16_f32,
+    .bf16_path = kcuda_bf16_path,
     /* ---- optimizer ---- */
-    .sgd_update = rp_cuda_sgd_update,
-    .adam_update = rp_cuda_adam_update,
-    .first_nonfinite = rp_cuda_first_nonfinite,
+    .sgd_update = kcuda_sgd_update,
+    .adam_update = kcuda_adam_update,
+    .first_nonfinite = kcuda_first_nonfinite,
     /* ---- norms, checksums, servers ---- */
-    .bn_train_stats = rp_cuda_bn_train_stats,
-    .bn_eval_stats = rp_cuda_bn_eval_stats,
-    .bn_bwd_sums = rp_cuda_bn_bwd_sums,
-    .sn_power = rp_cuda_sn_power,
-    .sn_fwd = rp_cuda_sn_fwd,
-    .sn_bwd = rp_cuda_sn_bwd,
-    .checksum = rp_cuda_checksum,
+    .bn_train_stats = kcuda_bn_train_stats,
+    .bn_eval_stats = kcuda_bn_eval_stats,
+    .bn_bwd_sums = kcuda_bn_bwd_sums,
+    .sn_power = kcuda_sn_power,
+    .sn_fwd = kcuda_sn_fwd,
+    .sn_bwd = kcuda_sn_bwd,
+    .checksum = kcuda_checksum,
     /* ---- memory: device memory ---- */
-    .mem_alloc = rp_cuda_mem_alloc,
-    .mem_free = rp_cuda_mem_free,
-    .mem_upload = rp_cuda_mem_upload,
-    .mem_download = rp_cuda_mem_download,
-    .mem_copy = rp_cuda_mem_copy,
-    .mem_fill = rp_cuda_mem_fill,
-    .mem_sync = rp_cuda_mem_sync,
+    .mem_alloc = kcuda_mem_alloc,
+    .mem_free = kcuda_mem_free,
+    .mem_upload = kcuda_mem_upload,
+    .mem_download = kcuda_mem_download,
+    .mem_copy = kcuda_mem_copy,
+    .mem_fill = kcuda_mem_fill,
+    .mem_sync = kcuda_mem_sync,
 };
 
-const rp_kernels *rp_kernels_cuda(void)
+const kernels_table *kernels_cuda(void)
 {
-    if (rp_cuda_init() != RP_OK) return NULL;
+    if (kcuda_init() != RP_OK) return NULL;
     return &cuda_table;
 }
 
-const rp_kernels *rp_kernels_cuda_table(void)
+const kernels_table *kernels_cuda_table(void)
 {
     return &cuda_table;
 }

@@ -8,7 +8,7 @@
 
 #include "kernels/ref/norms.h"
 
-uint64_t rp_ref_checksum(const float *x, int64_t n)
+uint64_t kref_checksum(const float *x, int64_t n)
 {
     uint64_t h[4] = {0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull,
                      0x2545f4914f6cdd1dull};

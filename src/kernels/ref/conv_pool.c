@@ -30,10 +30,10 @@ static int64_t out_size(int in, int k, int stride, int pad)
     return span / stride + 1;
 }
 
-rp_status rp_conv_desc_init(rp_conv_desc *d, int n, int h, int w, int c, int o, int kh, int kw,
-                            int stride, int pad)
+rp_status kernels_conv_desc_init(kernels_conv_desc *d, int n, int h, int w, int c, int o, int kh,
+                                 int kw, int stride, int pad)
 {
-    if (!d) return RP_ERROR(RP_ERR_INVALID, "rp_conv_desc_init: descriptor is NULL");
+    if (!d) return RP_ERROR(RP_ERR_INVALID, "kernels_conv_desc_init: descriptor is NULL");
     memset(d, 0, sizeof(*d));
     int64_t oh = out_size(h, kh, stride, pad);
     int64_t ow = out_size(w, kw, stride, pad);
@@ -45,23 +45,24 @@ rp_status rp_conv_desc_init(rp_conv_desc *d, int n, int h, int w, int c, int o, 
                         "pad >= 0 and an output of at least 1x1",
                         n, h, w, c, o, kh, kw, stride, pad, (long long)oh, (long long)ow);
     }
-    *d = (rp_conv_desc){.n = n,
-                        .h = h,
-                        .w = w,
-                        .c = c,
-                        .o = o,
-                        .kh = kh,
-                        .kw = kw,
-                        .oh = (int)oh,
-                        .ow = (int)ow,
-                        .stride = stride,
-                        .pad = pad};
+    *d = (kernels_conv_desc){.n = n,
+                             .h = h,
+                             .w = w,
+                             .c = c,
+                             .o = o,
+                             .kh = kh,
+                             .kw = kw,
+                             .oh = (int)oh,
+                             .ow = (int)ow,
+                             .stride = stride,
+                             .pad = pad};
     return RP_OK;
 }
 
-rp_status rp_pool_desc_init(rp_pool_desc *d, int n, int h, int w, int c, int k, int stride, int pad)
+rp_status kernels_pool_desc_init(kernels_pool_desc *d, int n, int h, int w, int c, int k,
+                                 int stride, int pad)
 {
-    if (!d) return RP_ERROR(RP_ERR_INVALID, "rp_pool_desc_init: descriptor is NULL");
+    if (!d) return RP_ERROR(RP_ERR_INVALID, "kernels_pool_desc_init: descriptor is NULL");
     memset(d, 0, sizeof(*d));
     int64_t oh = out_size(h, k, stride, pad);
     int64_t ow = out_size(w, k, stride, pad);
@@ -80,29 +81,29 @@ rp_status rp_pool_desc_init(rp_pool_desc *d, int n, int h, int w, int c, int k, 
                         "input elements",
                         n, h, w, c, k, k, stride, pad, (long long)oh, (long long)ow);
     }
-    *d = (rp_pool_desc){.n = n,
-                        .h = h,
-                        .w = w,
-                        .c = c,
-                        .oh = (int)oh,
-                        .ow = (int)ow,
-                        .k = k,
-                        .stride = stride,
-                        .pad = pad};
+    *d = (kernels_pool_desc){.n = n,
+                             .h = h,
+                             .w = w,
+                             .c = c,
+                             .oh = (int)oh,
+                             .ow = (int)ow,
+                             .k = k,
+                             .stride = stride,
+                             .pad = pad};
     return RP_OK;
 }
 
-rp_status rp_conv_desc_validate(const rp_conv_desc *d)
+rp_status kernels_conv_desc_validate(const kernels_conv_desc *d)
 {
     if (!d) return RP_ERROR(RP_ERR_INVALID, "conv2d: descriptor is NULL");
-    rp_conv_desc e;
+    kernels_conv_desc e;
     rp_status st =
-        rp_conv_desc_init(&e, d->n, d->h, d->w, d->c, d->o, d->kh, d->kw, d->stride, d->pad);
+        kernels_conv_desc_init(&e, d->n, d->h, d->w, d->c, d->o, d->kh, d->kw, d->stride, d->pad);
     if (st != RP_OK) return st;
     if (e.oh != d->oh || e.ow != d->ow) {
         return RP_ERROR(RP_ERR_SHAPE,
                         "conv2d: descriptor output %dx%d does not match input %dx%d, kernel "
-                        "%dx%d, stride %d, pad %d (expected %dx%d); use rp_conv_desc_init",
+                        "%dx%d, stride %d, pad %d (expected %dx%d); use kernels_conv_desc_init",
                         d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->stride, d->pad, e.oh, e.ow);
     }
     if (d->compute != RP_F32 && d->compute != RP_BF16)
@@ -119,16 +120,16 @@ rp_status rp_conv_desc_validate(const rp_conv_desc *d)
     return RP_OK;
 }
 
-rp_status rp_pool_desc_validate(const rp_pool_desc *d)
+rp_status kernels_pool_desc_validate(const kernels_pool_desc *d)
 {
     if (!d) return RP_ERROR(RP_ERR_INVALID, "pool2d: descriptor is NULL");
-    rp_pool_desc e;
-    rp_status st = rp_pool_desc_init(&e, d->n, d->h, d->w, d->c, d->k, d->stride, d->pad);
+    kernels_pool_desc e;
+    rp_status st = kernels_pool_desc_init(&e, d->n, d->h, d->w, d->c, d->k, d->stride, d->pad);
     if (st != RP_OK) return st;
     if (e.oh != d->oh || e.ow != d->ow) {
         return RP_ERROR(RP_ERR_SHAPE,
                         "pool2d: descriptor output %dx%d does not match input %dx%d, window "
-                        "%d, stride %d, pad %d (expected %dx%d); use rp_pool_desc_init",
+                        "%d, stride %d, pad %d (expected %dx%d); use kernels_pool_desc_init",
                         d->oh, d->ow, d->h, d->w, d->k, d->stride, d->pad, e.oh, e.ow);
     }
     return RP_OK;
@@ -138,11 +139,11 @@ rp_status rp_pool_desc_validate(const rp_pool_desc *d)
  * Forward convolution: each output element is the dot product of the
  * filter with the input window, padding contributing zero, plus the bias.
  */
-rp_status rp_ref_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
-                            const rp_conv_desc *d)
+rp_status kref_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
+                          const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
-    if (!y || !x || !w) return RP_ERROR(RP_ERR_INVALID, "rp_ref_conv2d_fwd: NULL y, x or w");
+    RP_CHECK(kernels_conv_desc_validate(d));
+    if (!y || !x || !w) return RP_ERROR(RP_ERR_INVALID, "kref_conv2d_fwd: NULL y, x or w");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad;
     const bool bf = d->compute == RP_BF16;
     for (int n = 0; n < d->n; n++)
@@ -175,11 +176,11 @@ rp_status rp_ref_conv2d_fwd(void *y, const void *x, const float *w, const float 
  * Backward data, as a gather: input position iy receives from output oy
  * through filter tap ky exactly when oy*stride - pad + ky == iy.
  */
-rp_status rp_ref_conv2d_bwd_data(float *dx, const float *dy, const float *w, const rp_conv_desc *d)
+rp_status kref_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+                               const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
-    if (!dx || !dy || !w)
-        return RP_ERROR(RP_ERR_INVALID, "rp_ref_conv2d_bwd_data: NULL dx, dy or w");
+    RP_CHECK(kernels_conv_desc_validate(d));
+    if (!dx || !dy || !w) return RP_ERROR(RP_ERR_INVALID, "kref_conv2d_bwd_data: NULL dx, dy or w");
     const int C = d->c, S = d->stride, P = d->pad, O = d->o;
     const bool bf = d->compute == RP_BF16;
     for (int n = 0; n < d->n; n++)
@@ -209,12 +210,12 @@ rp_status rp_ref_conv2d_bwd_data(float *dx, const float *dy, const float *w, con
 }
 
 /* Backward weights: each filter tap correlates dy with the shifted input. */
-rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
-                                    const rp_conv_desc *d)
+rp_status kref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+                                  const kernels_conv_desc *d)
 {
-    RP_CHECK(rp_conv_desc_validate(d));
+    RP_CHECK(kernels_conv_desc_validate(d));
     if (!dw || !dy || !x)
-        return RP_ERROR(RP_ERR_INVALID, "rp_ref_conv2d_bwd_weights: NULL dw, dy or x");
+        return RP_ERROR(RP_ERR_INVALID, "kref_conv2d_bwd_weights: NULL dw, dy or x");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad, O = d->o;
     const bool bf = d->compute == RP_BF16;
     for (int o = 0; o < O; o++)
@@ -251,11 +252,11 @@ rp_status rp_ref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const
     return RP_OK;
 }
 
-rp_status rp_ref_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d)
+rp_status kref_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
+    RP_CHECK(kernels_pool_desc_validate(d));
     if (!y || !argmax || !x)
-        return RP_ERROR(RP_ERR_INVALID, "rp_ref_maxpool_fwd: NULL y, argmax or x");
+        return RP_ERROR(RP_ERR_INVALID, "kref_maxpool_fwd: NULL y, argmax or x");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad, K = d->k;
     for (int n = 0; n < d->n; n++)
         for (int oy = 0; oy < d->oh; oy++)
@@ -283,12 +284,12 @@ rp_status rp_ref_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp
     return RP_OK;
 }
 
-rp_status rp_ref_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
-                             const rp_pool_desc *d)
+rp_status kref_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
+                           const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
+    RP_CHECK(kernels_pool_desc_validate(d));
     if (!dx || !argmax || !dy)
-        return RP_ERROR(RP_ERR_INVALID, "rp_ref_maxpool_bwd: NULL dx, argmax or dy");
+        return RP_ERROR(RP_ERR_INVALID, "kref_maxpool_bwd: NULL dx, argmax or dy");
     int64_t in_elems = (int64_t)d->n * d->h * d->w * d->c;
     int64_t out_elems = (int64_t)d->n * d->oh * d->ow * d->c;
     for (int64_t i = 0; i < in_elems; i++)
@@ -296,7 +297,7 @@ rp_status rp_ref_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
     for (int64_t i = 0; i < out_elems; i++) {
         if (argmax[i] < 0 || argmax[i] >= in_elems)
             return RP_ERROR(RP_ERR_INVALID,
-                            "rp_ref_maxpool_bwd: argmax[%lld] = %d is outside "
+                            "kref_maxpool_bwd: argmax[%lld] = %d is outside "
                             "the %lld input elements",
                             (long long)i, (int)argmax[i], (long long)in_elems);
         dx[argmax[i]] += dy[i];
@@ -313,10 +314,10 @@ static int window_count(int o, int k, int stride, int pad, int in)
     return hi - lo;
 }
 
-rp_status rp_ref_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d)
+rp_status kref_avgpool_fwd(float *y, const float *x, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
-    if (!y || !x) return RP_ERROR(RP_ERR_INVALID, "rp_ref_avgpool_fwd: NULL y or x");
+    RP_CHECK(kernels_pool_desc_validate(d));
+    if (!y || !x) return RP_ERROR(RP_ERR_INVALID, "kref_avgpool_fwd: NULL y or x");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad, K = d->k;
     for (int n = 0; n < d->n; n++)
         for (int oy = 0; oy < d->oh; oy++)
@@ -340,10 +341,10 @@ rp_status rp_ref_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d)
 }
 
 /* Backward average pooling, as a gather over the outputs whose windows hold (iy, ix). */
-rp_status rp_ref_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d)
+rp_status kref_avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc *d)
 {
-    RP_CHECK(rp_pool_desc_validate(d));
-    if (!dx || !dy) return RP_ERROR(RP_ERR_INVALID, "rp_ref_avgpool_bwd: NULL dx or dy");
+    RP_CHECK(kernels_pool_desc_validate(d));
+    if (!dx || !dy) return RP_ERROR(RP_ERR_INVALID, "kref_avgpool_bwd: NULL dx or dy");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad, K = d->k;
     for (int n = 0; n < d->n; n++)
         for (int iy = 0; iy < H; iy++)

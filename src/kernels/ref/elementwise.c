@@ -7,7 +7,7 @@
 
 #include "kernels/ref/elementwise.h"
 
-void rp_ref_bn_stats(double *sums, const float *x, int64_t m, int c)
+void kref_bn_stats(double *sums, const float *x, int64_t m, int c)
 {
     for (int j = 0; j < c; j++) {
         double s = 0, s2 = 0;
@@ -21,9 +21,9 @@ void rp_ref_bn_stats(double *sums, const float *x, int64_t m, int c)
     }
 }
 
-void rp_ref_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
-                        const float *gamma, const float *beta, const float *residual, bool relu,
-                        int64_t m, int c)
+void kref_bn_norm_fwd(float *y, const float *x, const float *mean, const float *invstd,
+                      const float *gamma, const float *beta, const float *residual, bool relu,
+                      int64_t m, int c)
 {
     for (int64_t i = 0; i < m; i++) {
         for (int j = 0; j < c; j++) {
@@ -40,8 +40,8 @@ static double bn_grad(const float *dy, const float *y, int64_t k)
     return y && !(y[k] > 0) ? 0.0 : (double)dy[k];
 }
 
-void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
-                         const float *mean, const float *invstd, int64_t m, int c, float *g_out)
+void kref_bn_stats_bwd(double *sums, const float *dy, const float *y, const float *x,
+                       const float *mean, const float *invstd, int64_t m, int c, float *g_out)
 {
     for (int j = 0; j < c; j++) {
         double s = 0, s2 = 0;
@@ -56,9 +56,9 @@ void rp_ref_bn_stats_bwd(double *sums, const float *dy, const float *y, const fl
     }
 }
 
-void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x,
-                        const float *mean, const float *invstd, const double *sums,
-                        const float *gamma, double count, int64_t m, int c)
+void kref_bn_bwd_data(float *dx, const float *dy, const float *y, const float *x, const float *mean,
+                      const float *invstd, const double *sums, const float *gamma, double count,
+                      int64_t m, int c)
 {
     for (int64_t i = 0; i < m; i++) {
         for (int j = 0; j < c; j++) {
@@ -69,7 +69,7 @@ void rp_ref_bn_bwd_data(float *dx, const float *dy, const float *y, const float 
     }
 }
 
-static float act(float x, rp_act a, float slope)
+static float act(float x, kernels_act a, float slope)
 {
     switch (a) {
     case RP_ACT_RELU:
@@ -90,14 +90,14 @@ static float act(float x, rp_act a, float slope)
     return x;
 }
 
-void rp_ref_act_fwd(float *y, const float *x, int64_t n, rp_act a, float slope)
+void kref_act_fwd(float *y, const float *x, int64_t n, kernels_act a, float slope)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = act(x[i], a, slope);
 }
 
-void rp_ref_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n, rp_act a,
-                    float slope)
+void kref_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
+                  kernels_act a, float slope)
 {
     for (int64_t i = 0; i < n; i++) {
         float d = 0;
@@ -128,7 +128,7 @@ void rp_ref_act_bwd(float *dx, const float *dy, const float *y, const float *x, 
     }
 }
 
-void rp_ref_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb, rp_binop op)
+void kref_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb, kernels_binop op)
 {
     for (int64_t i = 0; i < n; i++) {
         float bv = b[i % nb];
@@ -139,25 +139,25 @@ void rp_ref_binary(float *y, const float *a, const float *b, int64_t n, int64_t 
     }
 }
 
-void rp_ref_scale(float *y, const float *x, float s, int64_t n, bool accumulate)
+void kref_scale(float *y, const float *x, float s, int64_t n, bool accumulate)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = (accumulate ? y[i] : 0.0f) + s * x[i];
 }
 
-void rp_ref_add_inplace(float *y, const float *x, int64_t n)
+void kref_add_inplace(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += x[i];
 }
 
-void rp_ref_mul(float *y, const float *a, const float *b, int64_t n, bool accumulate)
+void kref_mul(float *y, const float *a, const float *b, int64_t n, bool accumulate)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = (accumulate ? y[i] : 0.0f) + a[i] * b[i];
 }
 
-void rp_ref_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate)
+void kref_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate)
 {
     for (int64_t j = 0; j < nb; j++) {
         double s = 0;
@@ -167,13 +167,13 @@ void rp_ref_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool
     }
 }
 
-void rp_ref_add_scalar(float *y, float s, int64_t n)
+void kref_add_scalar(float *y, float s, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += s;
 }
 
-double rp_ref_sum(const float *x, int64_t n)
+double kref_sum(const float *x, int64_t n)
 {
     double s = 0;
     for (int64_t i = 0; i < n; i++)
@@ -181,21 +181,21 @@ double rp_ref_sum(const float *x, int64_t n)
     return s;
 }
 
-void rp_ref_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w)
+void kref_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w)
 {
     for (int64_t i = 0; i < rows; i++)
         memcpy(y + i * ldy + off, x + i * w, (size_t)w * sizeof(float));
 }
 
-void rp_ref_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
-                        bool accumulate)
+void kref_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
+                      bool accumulate)
 {
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < w; j++)
             y[i * w + j] = (accumulate ? y[i * w + j] : 0.0f) + x[i * ldx + off + j];
 }
 
-void rp_ref_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
+void kref_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
 {
     for (int b = 0; b < n; b++)
         for (int i = 0; i < 2 * h; i++)
@@ -204,7 +204,7 @@ void rp_ref_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
                        x + (((int64_t)b * h + i / 2) * w + j / 2) * c, (size_t)c * sizeof(float));
 }
 
-void rp_ref_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c)
+void kref_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c)
 {
     for (int b = 0; b < n; b++)
         for (int i = 0; i < h; i++)
@@ -219,7 +219,7 @@ void rp_ref_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int 
                 }
 }
 
-void rp_ref_gap_fwd(float *y, const float *x, int n, int hw, int c)
+void kref_gap_fwd(float *y, const float *x, int n, int hw, int c)
 {
     for (int b = 0; b < n; b++)
         for (int k = 0; k < c; k++) {
@@ -230,7 +230,7 @@ void rp_ref_gap_fwd(float *y, const float *x, int n, int hw, int c)
         }
 }
 
-void rp_ref_gap_bwd(float *dx, const float *dy, int n, int hw, int c)
+void kref_gap_bwd(float *dx, const float *dy, int n, int hw, int c)
 {
     for (int b = 0; b < n; b++)
         for (int p = 0; p < hw; p++)
@@ -238,21 +238,21 @@ void rp_ref_gap_bwd(float *dx, const float *dy, int n, int hw, int c)
                 dx[((int64_t)b * hw + p) * c + k] = dy[(int64_t)b * c + k] / (float)hw;
 }
 
-void rp_ref_embedding_fwd(float *y, const float *table, const int32_t *idx, int n, int d)
+void kref_embedding_fwd(float *y, const float *table, const int32_t *idx, int n, int d)
 {
     for (int i = 0; i < n; i++)
         memcpy(y + (int64_t)i * d, table + (int64_t)idx[i] * d, (size_t)d * sizeof(float));
 }
 
-void rp_ref_embedding_bwd(float *dtable, const float *dy, const int32_t *idx, int n, int d)
+void kref_embedding_bwd(float *dtable, const float *dy, const int32_t *idx, int n, int d)
 {
     for (int i = 0; i < n; i++)
         for (int j = 0; j < d; j++)
             dtable[(int64_t)idx[i] * d + j] += dy[(int64_t)i * d + j];
 }
 
-double rp_ref_softmax_xent_fwd(float *probs, const float *logits, const int32_t *labels,
-                               const float *target, int n, int c)
+double kref_softmax_xent_fwd(float *probs, const float *logits, const int32_t *labels,
+                             const float *target, int n, int c)
 {
     double total = 0;
     for (int i = 0; i < n; i++) {
@@ -277,8 +277,8 @@ double rp_ref_softmax_xent_fwd(float *probs, const float *logits, const int32_t 
     return total / n;
 }
 
-void rp_ref_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *labels,
-                             const float *target, float scale, int n, int c)
+void kref_softmax_xent_bwd(float *dlogits, const float *probs, const int32_t *labels,
+                           const float *target, float scale, int n, int c)
 {
     for (int i = 0; i < n; i++) {
         double tsum = 0;

@@ -1,6 +1,6 @@
 /*
  * gemm.c - the reference matrix multiply: a plain triple loop accumulating in
- * double, the specification rp_cpu_gemm is tested against.
+ * double, the specification kcpu_gemm is tested against.
  */
 #include "core/bf16.h"
 #include "kernels/ref/conv_pool_ref.h"
@@ -34,33 +34,33 @@ static void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, c
     }
 }
 
-void rp_ref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
-                 int lda, const float *b, int ldb, float beta, float *c, int ldc)
+void kref_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
     gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
 }
 
 /* The bf16 specification: each element of A and B rounded to bf16 as it is read. */
-rp_status rp_ref_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                           int ldc)
+rp_status kref_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc)
 {
     gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
     return RP_OK;
 }
 
 /* The conversions are core's (replicator/core.h), which tests/test_bf16.c holds to the spec. */
-void rp_ref_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n)
+void kref_cast_f32_bf16(rp_bf16 *y, const float *x, int64_t n)
 {
     rp_bf16_from_f32_array(y, x, (size_t)n);
 }
 
-void rp_ref_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n)
+void kref_cast_bf16_f32(float *y, const rp_bf16 *x, int64_t n)
 {
     rp_bf16_to_f32_array(y, x, (size_t)n);
 }
 
-const char *rp_ref_bf16_path(void)
+const char *kref_bf16_path(void)
 {
     return "reference";
 }

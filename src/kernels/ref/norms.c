@@ -10,9 +10,9 @@
 
 #include "kernels/ref/norms.h"
 
-void rp_ref_bn_train_stats(float *mean, float *invstd, float *mean_rest, float *running_mean,
-                           float *running_var, const double *sums, double count, float eps,
-                           float momentum, int c)
+void kref_bn_train_stats(float *mean, float *invstd, float *mean_rest, float *running_mean,
+                         float *running_var, const double *sums, double count, float eps,
+                         float momentum, int c)
 {
     for (int i = 0; i < c; i++) {
         double mu = sums[i] / count;
@@ -30,8 +30,8 @@ void rp_ref_bn_train_stats(float *mean, float *invstd, float *mean_rest, float *
     }
 }
 
-void rp_ref_bn_eval_stats(float *mean, float *invstd, float *mean_rest, const float *running_mean,
-                          const float *running_var, float eps, int c)
+void kref_bn_eval_stats(float *mean, float *invstd, float *mean_rest, const float *running_mean,
+                        const float *running_var, float eps, int c)
 {
     for (int i = 0; i < c; i++) {
         mean[i] = running_mean[i];
@@ -40,8 +40,8 @@ void rp_ref_bn_eval_stats(float *mean, float *invstd, float *mean_rest, const fl
     }
 }
 
-void rp_ref_bn_bwd_sums(float *local, double *sums, const float *mean_rest, const float *invstd,
-                        int c)
+void kref_bn_bwd_sums(float *local, double *sums, const float *mean_rest, const float *invstd,
+                      int c)
 {
     for (int j = 0; j < c; j++)
         sums[c + j] -= (double)mean_rest[j] * invstd[j] * sums[j];
@@ -62,8 +62,8 @@ static void sn_normalise(double *x, int64_t n)
         x[i] *= s;
 }
 
-double rp_ref_sn_power(double *u_new, double *v, const float *w, const float *u, int64_t rows,
-                       int64_t cols)
+double kref_sn_power(double *u_new, double *v, const float *w, const float *u, int64_t rows,
+                     int64_t cols)
 {
     /* v = normalise(W^T u): accumulate row by row, so W is read in its storage order. */
     memset(v, 0, (size_t)cols * sizeof(double));
@@ -91,8 +91,8 @@ double rp_ref_sn_power(double *u_new, double *v, const float *w, const float *u,
     return ss / (norm + SN_EPS);
 }
 
-void rp_ref_sn_fwd(float *y, float *u, const double *u_new, const float *w, double sigma,
-                   int64_t rows, int64_t cols)
+void kref_sn_fwd(float *y, float *u, const double *u_new, const float *w, double sigma,
+                 int64_t rows, int64_t cols)
 {
     for (int64_t k = 0; k < rows * cols; k++)
         y[k] = (float)((double)w[k] / sigma);
@@ -101,8 +101,8 @@ void rp_ref_sn_fwd(float *y, float *u, const double *u_new, const float *w, doub
             u[i] = (float)u_new[i];
 }
 
-void rp_ref_sn_bwd(float *dw, const double *u_new, const double *v, const float *dy, const float *w,
-                   double sigma, int64_t rows, int64_t cols)
+void kref_sn_bwd(float *dw, const double *u_new, const double *v, const float *dy, const float *w,
+                 double sigma, int64_t rows, int64_t cols)
 {
     double gw = 0;
     for (int64_t k = 0; k < rows * cols; k++)

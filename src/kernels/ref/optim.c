@@ -15,8 +15,8 @@
  * body is a handful of independent float operations the compiler vectorises;
  * the `first` test is loop-invariant and unswitched.
  */
-void rp_ref_sgd_update(float *restrict w, float *restrict mom, const float *restrict g, int64_t n,
-                       float lr, float momentum, float wd, bool nesterov, bool first)
+void kref_sgd_update(float *restrict w, float *restrict mom, const float *restrict g, int64_t n,
+                     float lr, float momentum, float wd, bool nesterov, bool first)
 {
     if (momentum == 0.0f) {
         /* wd = 0 has its own loop: it skips a multiply, and 0*w would turn an infinite w NaN. */
@@ -48,9 +48,9 @@ void rp_ref_sgd_update(float *restrict w, float *restrict mom, const float *rest
     }
 }
 
-void rp_ref_adam_update(float *restrict w, float *restrict m, float *restrict v,
-                        const float *restrict g, int64_t n, float b1, float b2, float eps, float l2,
-                        float shrink, float step_size, float sqrt_bc2)
+void kref_adam_update(float *restrict w, float *restrict m, float *restrict v,
+                      const float *restrict g, int64_t n, float b1, float b2, float eps, float l2,
+                      float shrink, float step_size, float sqrt_bc2)
 {
     const float c1 = 1.0f - b1;
     const float c2 = 1.0f - b2;
@@ -70,7 +70,7 @@ void rp_ref_adam_update(float *restrict w, float *restrict m, float *restrict v,
  * the exponent bits (all ones: an infinity or a NaN) that vectorises; only a
  * dirty array pays for the search.
  */
-int64_t rp_ref_first_nonfinite(float *value, const float *restrict x, int64_t n)
+int64_t kref_first_nonfinite(float *value, const float *restrict x, int64_t n)
 {
     uint32_t any = 0;
     for (int64_t i = 0; i < n; i++) {

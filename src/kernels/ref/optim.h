@@ -9,10 +9,10 @@
 
 #include "kernels/kernels.h"
 
-void rp_ref_sgd_update(float *w, float *mom, const float *g, int64_t n, float lr, float momentum,
-                       float wd, bool nesterov, bool first);
-void rp_ref_adam_update(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2,
-                        float eps, float l2, float shrink, float step_size, float sqrt_bc2);
-int64_t rp_ref_first_nonfinite(float *value, const float *x, int64_t n);
+void kref_sgd_update(float *w, float *mom, const float *g, int64_t n, float lr, float momentum,
+                     float wd, bool nesterov, bool first);
+void kref_adam_update(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2,
+                      float eps, float l2, float shrink, float step_size, float sqrt_bc2);
+int64_t kref_first_nonfinite(float *value, const float *x, int64_t n);
 
 #endif

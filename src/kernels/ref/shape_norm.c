@@ -9,7 +9,7 @@
 
 #include "kernels/ref/elementwise.h"
 
-static float binop(float a, float b, rp_binop op)
+static float binop(float a, float b, kernels_binop op)
 {
     switch (op) {
     case RP_BIN_ADD:
@@ -24,8 +24,8 @@ static float binop(float a, float b, rp_binop op)
     return a;
 }
 
-void rp_ref_binary_bcast(float *y, const float *a, const float *b, const int64_t *shape,
-                         const int64_t *bstride, rp_binop op)
+void kref_binary_bcast(float *y, const float *a, const float *b, const int64_t *shape,
+                       const int64_t *bstride, kernels_binop op)
 {
     int64_t i = 0;
     for (int64_t i0 = 0; i0 < shape[0]; i0++)
@@ -72,8 +72,8 @@ static int64_t offset_of(const int64_t *shape, unsigned mask, int64_t o, int64_t
     return off;
 }
 
-void rp_ref_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned mask, float scale,
-                        bool accumulate)
+void kref_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned mask, float scale,
+                      bool accumulate)
 {
     int64_t ostride[4], nout = kept_strides(shape, mask, ostride);
     int64_t total = shape[0] * shape[1] * shape[2] * shape[3], nred = total / nout;
@@ -85,8 +85,8 @@ void rp_ref_reduce_axes(float *y, const float *x, const int64_t *shape, unsigned
     }
 }
 
-void rp_ref_expand_axes(float *x, const float *y, const int64_t *shape, unsigned mask, float scale,
-                        bool accumulate)
+void kref_expand_axes(float *x, const float *y, const int64_t *shape, unsigned mask, float scale,
+                      bool accumulate)
 {
     int64_t ostride[4], nout = kept_strides(shape, mask, ostride);
     int64_t total = shape[0] * shape[1] * shape[2] * shape[3], nred = total / nout;
@@ -97,26 +97,26 @@ void rp_ref_expand_axes(float *x, const float *y, const int64_t *shape, unsigned
         }
 }
 
-void rp_ref_clamp_fwd(float *y, const float *x, int64_t n, float lo, float hi)
+void kref_clamp_fwd(float *y, const float *x, int64_t n, float lo, float hi)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
 }
 
-void rp_ref_clamp_bwd(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi)
+void kref_clamp_bwd(float *dx, const float *dy, const float *x, int64_t n, float lo, float hi)
 {
     for (int64_t i = 0; i < n; i++)
         dx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f;
 }
 
-void rp_ref_select_eq_acc(float *dx, const float *g, const float *x, const float *y, int64_t n)
+void kref_select_eq_acc(float *dx, const float *g, const float *x, const float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         if (x[i] == y[i]) dx[i] += g[i];
 }
 
-void rp_ref_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *gamma,
-                          const float *beta, int64_t rows, int d, float eps)
+void kref_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                        const float *beta, int64_t rows, int d, float eps)
 {
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = x + i * d;
@@ -136,9 +136,9 @@ void rp_ref_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, co
     }
 }
 
-void rp_ref_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                          const float *mean, const float *rstd, const float *gamma, int64_t rows,
-                          int d)
+void kref_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                        const float *mean, const float *rstd, const float *gamma, int64_t rows,
+                        int d)
 {
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = x + i * d, *dr = dy + i * d;
@@ -169,7 +169,7 @@ void rp_ref_layernorm_bwd(float *dx, float *dgamma, float *dbeta, const float *d
     }
 }
 
-void rp_ref_log_softmax_fwd(float *y, const float *x, int64_t rows, int c)
+void kref_log_softmax_fwd(float *y, const float *x, int64_t rows, int c)
 {
     for (int64_t i = 0; i < rows; i++) {
         const float *z = x + i * c;
@@ -185,7 +185,7 @@ void rp_ref_log_softmax_fwd(float *y, const float *x, int64_t rows, int c)
     }
 }
 
-void rp_ref_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t rows, int c)
+void kref_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t rows, int c)
 {
     for (int64_t i = 0; i < rows; i++) {
         double s = 0;
@@ -196,7 +196,7 @@ void rp_ref_log_softmax_bwd(float *dx, const float *dy, const float *y, int64_t 
     }
 }
 
-double rp_ref_sum_squares(const float *x, int64_t n)
+double kref_sum_squares(const float *x, int64_t n)
 {
     double s = 0;
     for (int64_t i = 0; i < n; i++)
@@ -204,7 +204,7 @@ double rp_ref_sum_squares(const float *x, int64_t n)
     return s;
 }
 
-void rp_ref_scale_inplace(float *y, float s, int64_t n)
+void kref_scale_inplace(float *y, float s, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] *= s;

@@ -16,7 +16,7 @@
 /* -1 until first asked: then RP_STRICT_ARGS's mode, for the life of the process. */
 static int args_mode = -1;
 
-rp_strict_args_mode rp_strict_args_get(void)
+kstrict_args_mode kstrict_args_get(void)
 {
     int m = __atomic_load_n(&args_mode, __ATOMIC_RELAXED);
     if (m < 0) {
@@ -26,7 +26,7 @@ rp_strict_args_mode rp_strict_args_get(void)
                                  : RP_STRICT_ARGS_ABORT;
         __atomic_store_n(&args_mode, m, __ATOMIC_RELAXED); /* racing threads store the same */
     }
-    return (rp_strict_args_mode)m;
+    return (kstrict_args_mode)m;
 }
 
 /* The slot and argument pairs already reported under "warn": each is said once. */
@@ -57,7 +57,7 @@ static bool first_warning(const char *slot, const char *arg)
 /* Says what is wrong with `arg` of `slot`; then carries on under "warn", else aborts. */
 static void report(const char *slot, const char *arg, const void *p, const char *problem)
 {
-    rp_strict_args_mode mode = rp_strict_args_get();
+    kstrict_args_mode mode = kstrict_args_get();
     if (mode == RP_STRICT_ARGS_OFF) return;
     if (mode == RP_STRICT_ARGS_WARN && !first_warning(slot, arg)) return;
     fprintf(stderr, "strict kernels: %s: argument %s (%p) is %s\n", slot, arg, p, problem);
@@ -70,20 +70,20 @@ static void report(const char *slot, const char *arg, const void *p, const char 
     abort();
 }
 
-void rp_strict_report_host_arg(const char *slot, const char *arg, const void *p)
+void kstrict_report_host_arg(const char *slot, const char *arg, const void *p)
 {
     report(slot, arg, p, "host memory, not storage from mem_alloc");
 }
 
-void rp_strict_report_storage_arg(const char *slot, const char *arg, const void *p)
+void kstrict_report_storage_arg(const char *slot, const char *arg, const void *p)
 {
     report(slot, arg, p, "storage, where host memory belongs (mem_copy moves storage to storage)");
 }
 
-void rp_strict_args_check(const char *slot, const char *names, const void *const *ptrs, int n)
+void kstrict_args_check(const char *slot, const char *names, const void *const *ptrs, int n)
 {
     for (int i = 0; i < n; i++) {
-        if (!ptrs[i] || rp_strict_pool_contains(ptrs[i])) continue;
+        if (!ptrs[i] || kstrict_pool_contains(ptrs[i])) continue;
         /* The i-th name of "a, b, c". */
         const char *s = names;
         for (int j = 0; j < i && s; j++) {
@@ -99,6 +99,6 @@ void rp_strict_args_check(const char *slot, const char *names, const void *const
             memcpy(name, s, len);
             name[len] = '\0';
         }
-        rp_strict_report_host_arg(slot, name, ptrs[i]);
+        kstrict_report_host_arg(slot, name, ptrs[i]);
     }
 }

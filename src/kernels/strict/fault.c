@@ -6,7 +6,7 @@
  * (the default, or a sanitizer's), untouched.
  *
  * Only async-signal-safe calls run in the handler, plus backtrace() and backtrace_symbols_fd(),
- * which are safe in practice once libgcc's unwinder is loaded: rp_strict_fault_install() calls
+ * which are safe in practice once libgcc's unwinder is loaded: kstrict_fault_install() calls
  * backtrace() once so that the handler never loads it.
  */
 #include <execinfo.h>
@@ -95,7 +95,7 @@ static void take_signal(int sig, struct sigaction *previous)
     sigaction(sig, &sa, previous);
 }
 
-void rp_strict_fault_install(void *pool_base, size_t pool_bytes, const size_t *top)
+void kstrict_fault_install(void *pool_base, size_t pool_bytes, const size_t *top)
 {
     fault_top = top;
     fault_base = (uintptr_t)pool_base;
@@ -120,7 +120,7 @@ void rp_strict_fault_install(void *pool_base, size_t pool_bytes, const size_t *t
     take_signal(SIGBUS, &previous_bus);
 }
 
-void rp_strict_fault_reclaim(void)
+void kstrict_fault_reclaim(void)
 {
     /* A handler installed after ours (cmocka's, around each test) would report a host touch as a
        bare "Segmentation fault": take the signal back, keeping the newcomer as the one a fault

@@ -72,15 +72,15 @@ static void reserve(void)
             break;
         }
     }
-    if (pool.base) rp_strict_fault_install(pool.base, pool.reserved, &pool.top);
+    if (pool.base) kstrict_fault_install(pool.base, pool.reserved, &pool.top);
 }
 
-void rp_strict_init(void)
+void kstrict_init(void)
 {
     pthread_once(&init_once, reserve);
 }
 
-bool rp_strict_pool_contains(const void *p)
+bool kstrict_pool_contains(const void *p)
 {
     /* base and reserved are set once, before any storage exists. */
     uintptr_t a = (uintptr_t)p, b = (uintptr_t)pool.base;
@@ -109,9 +109,9 @@ static void blocks_remove(size_t i)
     pool.nblocks--;
 }
 
-void *rp_strict_pool_alloc(size_t bytes)
+void *kstrict_pool_alloc(size_t bytes)
 {
-    rp_strict_init();
+    kstrict_init();
     if (!pool.base || bytes > pool.reserved) return NULL;
     size_t need = (bytes + pool.page - 1) / pool.page * pool.page;
     if (need == 0) need = pool.page;
@@ -153,10 +153,10 @@ done:
     return p;
 }
 
-void rp_strict_pool_free(void *p, size_t bytes)
+void kstrict_pool_free(void *p, size_t bytes)
 {
     if (!p) return;
-    if (!rp_strict_pool_contains(p)) pool_die("mem_free of host memory", p, bytes, 0);
+    if (!kstrict_pool_contains(p)) pool_die("mem_free of host memory", p, bytes, 0);
     size_t off = (size_t)((char *)p - pool.base);
     size_t len = (bytes + pool.page - 1) / pool.page * pool.page;
     if (len == 0) len = pool.page;
@@ -194,14 +194,14 @@ void rp_strict_pool_free(void *p, size_t bytes)
     pthread_mutex_unlock(&pool.lock);
 }
 
-void rp_strict_pool_open(void)
+void kstrict_pool_open(void)
 {
     pthread_mutex_lock(&pool.lock);
     if (pool.open_count++ == 0) pool_protect(0, pool.top, PROT_READ | PROT_WRITE);
     pthread_mutex_unlock(&pool.lock);
 }
 
-void rp_strict_pool_close(void)
+void kstrict_pool_close(void)
 {
     pthread_mutex_lock(&pool.lock);
     if (pool.open_count <= 0) {
@@ -210,21 +210,21 @@ void rp_strict_pool_close(void)
     }
     if (--pool.open_count == 0) {
         pool_protect(0, pool.top, PROT_NONE);
-        if (pool.base) rp_strict_fault_reclaim();
+        if (pool.base) kstrict_fault_reclaim();
     }
     pthread_mutex_unlock(&pool.lock);
 }
 
-rp_strict_pool_stats rp_strict_pool_get_stats(void)
+kstrict_pool_stats kstrict_pool_get_stats(void)
 {
-    rp_strict_init();
+    kstrict_init();
     pthread_mutex_lock(&pool.lock);
-    rp_strict_pool_stats s = {.base = pool.base,
-                              .reserved = pool.reserved,
-                              .top = pool.top,
-                              .live = pool.live,
-                              .blocks = pool.nlive,
-                              .open_count = pool.open_count};
+    kstrict_pool_stats s = {.base = pool.base,
+                            .reserved = pool.reserved,
+                            .top = pool.top,
+                            .live = pool.live,
+                            .blocks = pool.nlive,
+                            .open_count = pool.open_count};
     pthread_mutex_unlock(&pool.lock);
     return s;
 }

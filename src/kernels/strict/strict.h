@@ -23,53 +23,53 @@
 
 /*
  * Reserves the pool's address space (64 GiB, or less where that fails) and installs the fault
- * handler, once per process; rp_kernels_strict() calls it. Thread-safe.
+ * handler, once per process; kernels_strict() calls it. Thread-safe.
  */
-void rp_strict_init(void);
+void kstrict_init(void);
 
 /*
  * `bytes` of storage rounded up to whole pages (so aligned to RP_ALIGN), first fit; NULL when the
  * reservation is full. Thread-safe. Pages the pool has not handed out before are zero; reused
  * ones hold what they held.
  */
-void *rp_strict_pool_alloc(size_t bytes);
+void *kstrict_pool_alloc(size_t bytes);
 /*
  * Returns a block. `p` must be a live block's start and `bytes` the size it was allocated with:
  * anything else (a double free, a wrong size, host memory) is a broken invariant of the caller
  * and aborts with a message. NULL is ignored. Thread-safe.
  */
-void rp_strict_pool_free(void *p, size_t bytes);
+void kstrict_pool_free(void *p, size_t bytes);
 /* Whether p lies in the pool's reservation (storage, live or not). Lock-free. */
-bool rp_strict_pool_contains(const void *p);
+bool kstrict_pool_contains(const void *p);
 
 /*
  * Opens the pool for reading and writing around a kernel call, and closes it. Calls nest and
  * overlap across threads: a process-wide count opens the pool on 0 -> 1 and closes it on 1 -> 0.
  */
-void rp_strict_pool_open(void);
-void rp_strict_pool_close(void);
+void kstrict_pool_open(void);
+void kstrict_pool_close(void);
 
 /* What the pool holds, for the tests. */
-typedef struct rp_strict_pool_stats {
+typedef struct kstrict_pool_stats {
     void *base;      /* where the reservation starts (NULL: it failed) */
     size_t reserved; /* bytes of address space reserved */
     size_t top;      /* bytes from the start that have ever been handed out (the opened range) */
     size_t live;     /* bytes in live blocks, rounded to pages */
     size_t blocks;   /* live blocks */
     int open_count;  /* kernel calls in progress */
-} rp_strict_pool_stats;
-rp_strict_pool_stats rp_strict_pool_get_stats(void);
+} kstrict_pool_stats;
+kstrict_pool_stats kstrict_pool_get_stats(void);
 
 /* ---- the fault handler (fault.c) ---- */
 
 /*
  * Installs the SIGSEGV and SIGBUS handler: a fault inside the pool prints what happened and a
  * backtrace, then the process dies of the signal; any other fault goes to the handler that was
- * there before. Called once, by rp_strict_init().
+ * there before. Called once, by kstrict_init().
  */
-void rp_strict_fault_install(void *pool_base, size_t pool_bytes, const size_t *top);
+void kstrict_fault_install(void *pool_base, size_t pool_bytes, const size_t *top);
 /* Reinstalls the SIGSEGV handler when something replaced it since (called as the pool closes). */
-void rp_strict_fault_reclaim(void);
+void kstrict_fault_reclaim(void);
 
 /* ---- argument checks (args.c) ---- */
 
@@ -78,17 +78,17 @@ typedef enum {
     RP_STRICT_ARGS_OFF,
     RP_STRICT_ARGS_ABORT,
     RP_STRICT_ARGS_WARN,
-} rp_strict_args_mode;
+} kstrict_args_mode;
 
 /* The mode in force: RP_STRICT_ARGS's (rp_env_get()->strict_args), read once. */
-rp_strict_args_mode rp_strict_args_get(void);
+kstrict_args_mode kstrict_args_get(void);
 
 /*
  * Checks the buffer arguments of one kernel call: each of ptrs[0, n) must be NULL or storage.
  * `names` is the comma-separated list of their names, as written in the call (the CHECK macro of
- * table.c stringifies it). A violation goes to rp_strict_report_host_arg().
+ * table.c stringifies it). A violation goes to kstrict_report_host_arg().
  */
-void rp_strict_args_check(const char *slot, const char *names, const void *const *ptrs, int n);
+void kstrict_args_check(const char *slot, const char *names, const void *const *ptrs, int n);
 
 /*
  * Reports that `arg` of `slot` is host memory: "strict kernels: <slot>: argument <arg> (<p>) is
@@ -97,8 +97,8 @@ void rp_strict_args_check(const char *slot, const char *names, const void *const
  * RP_STRICT_ARGS=0 it returns at once. A host buffer in a kernel is a call a device backend could
  * not run: the bug is in the caller.
  */
-void rp_strict_report_host_arg(const char *slot, const char *arg, const void *p);
+void kstrict_report_host_arg(const char *slot, const char *arg, const void *p);
 /* The converse, the same way: mem_upload's source or mem_download's destination is storage. */
-void rp_strict_report_storage_arg(const char *slot, const char *arg, const void *p);
+void kstrict_report_storage_arg(const char *slot, const char *arg, const void *p);
 
 #endif

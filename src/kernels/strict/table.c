@@ -4,10 +4,10 @@
  *
  * Every slot is a wrapper of the cpu table's: it checks that its buffer arguments are storage
  * (CHECK: NULL or in the pool), opens the pool, runs the cpu kernel, and closes the pool. What
- * CHECK leaves out is host memory by contract: the descriptors (rp_conv_desc, rp_pool_desc), the
- * small shape arrays of binary_bcast, reduce_axes and expand_axes, first_nonfinite's `value`
- * (the scalar it returns, as the return values of sum and sum_squares are), and the host side of
- * mem_upload and mem_download, which CHECK_HOST holds to host memory.
+ * CHECK leaves out is host memory by contract: the descriptors (kernels_conv_desc,
+ * kernels_pool_desc), the small shape arrays of binary_bcast, reduce_axes and expand_axes,
+ * first_nonfinite's `value` (the scalar it returns, as the return values of sum and sum_squares
+ * are), and the host side of mem_upload and mem_download, which CHECK_HOST holds to host memory.
  *
  * The bf16 batch-norm slots run the cpu table's, handing it the cpu table: its f32 kernels then
  * run unwrapped, on the chunks of rows it widens in host scratch memory.
@@ -15,26 +15,25 @@
 #include "kernels/kernels.h"
 #include "kernels/strict/strict.h"
 
-#define CPU rp_kernels_cpu()
+#define CPU kernels_cpu()
 
 /* Each of the arguments named is NULL or storage, else the call is reported by name. */
 #define CHECK(slot, ...)                                                                           \
     do {                                                                                           \
-        if (rp_strict_args_get() != RP_STRICT_ARGS_OFF) {                                          \
+        if (kstrict_args_get() != RP_STRICT_ARGS_OFF) {                                            \
             const void *const ptrs_[] = {__VA_ARGS__};                                             \
-            rp_strict_args_check(#slot, #__VA_ARGS__, ptrs_,                                       \
-                                 (int)(sizeof ptrs_ / sizeof ptrs_[0]));                           \
+            kstrict_args_check(#slot, #__VA_ARGS__, ptrs_, (int)(sizeof ptrs_ / sizeof ptrs_[0])); \
         }                                                                                          \
     } while (0)
 
 /* The host side of a transfer must not be storage (a copy between storage is mem_copy). */
 #define CHECK_HOST(slot, arg)                                                                      \
     do {                                                                                           \
-        if (rp_strict_pool_contains(arg)) rp_strict_report_storage_arg(#slot, #arg, arg);          \
+        if (kstrict_pool_contains(arg)) kstrict_report_storage_arg(#slot, #arg, arg);              \
     } while (0)
 
-#define OPEN  rp_strict_pool_open()
-#define CLOSE rp_strict_pool_close()
+#define OPEN  kstrict_pool_open()
+#define CLOSE kstrict_pool_close()
 
 /* ---- GEMM and convolution ---- */
 
@@ -58,7 +57,7 @@ static rp_status s_gemm_bf16(bool ta, bool tb, int m, int n, int k, float alpha,
 }
 
 static rp_status s_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
-                              const rp_conv_desc *d)
+                              const kernels_conv_desc *d)
 {
     CHECK(conv2d_fwd, y, x, w, bias);
     OPEN;
@@ -68,7 +67,7 @@ static rp_status s_conv2d_fwd(void *y, const void *x, const float *w, const floa
 }
 
 static rp_status s_conv2d_bwd_data(float *dx, const float *dy, const float *w,
-                                   const rp_conv_desc *d)
+                                   const kernels_conv_desc *d)
 {
     CHECK(conv2d_bwd_data, dx, dy, w);
     OPEN;
@@ -78,7 +77,7 @@ static rp_status s_conv2d_bwd_data(float *dx, const float *dy, const float *w,
 }
 
 static rp_status s_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
-                                      const rp_conv_desc *d)
+                                      const kernels_conv_desc *d)
 {
     CHECK(conv2d_bwd_weights, dw, db, dy, x);
     OPEN;
@@ -89,7 +88,8 @@ static rp_status s_conv2d_bwd_weights(float *dw, float *db, const float *dy, con
 
 /* ---- pooling ---- */
 
-static rp_status s_maxpool_fwd(float *y, int32_t *argmax, const float *x, const rp_pool_desc *d)
+static rp_status s_maxpool_fwd(float *y, int32_t *argmax, const float *x,
+                               const kernels_pool_desc *d)
 {
     CHECK(maxpool_fwd, y, argmax, x);
     OPEN;
@@ -99,7 +99,7 @@ static rp_status s_maxpool_fwd(float *y, int32_t *argmax, const float *x, const 
 }
 
 static rp_status s_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
-                               const rp_pool_desc *d)
+                               const kernels_pool_desc *d)
 {
     CHECK(maxpool_bwd, dx, argmax, dy);
     OPEN;
@@ -108,7 +108,7 @@ static rp_status s_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy
     return s;
 }
 
-static rp_status s_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d)
+static rp_status s_avgpool_fwd(float *y, const float *x, const kernels_pool_desc *d)
 {
     CHECK(avgpool_fwd, y, x);
     OPEN;
@@ -117,7 +117,7 @@ static rp_status s_avgpool_fwd(float *y, const float *x, const rp_pool_desc *d)
     return s;
 }
 
-static rp_status s_avgpool_bwd(float *dx, const float *dy, const rp_pool_desc *d)
+static rp_status s_avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc *d)
 {
     CHECK(avgpool_bwd, dx, dy);
     OPEN;
@@ -165,7 +165,8 @@ static void s_bn_bwd_data(float *dx, const float *dy, const float *y, const floa
     CLOSE;
 }
 
-static void s_bn_stats_bf16(const rp_kernels *k, double *sums, const rp_bf16 *x, int64_t m, int c)
+static void s_bn_stats_bf16(const kernels_table *k, double *sums, const rp_bf16 *x, int64_t m,
+                            int c)
 {
     CHECK(bn_stats_bf16, sums, x);
     OPEN;
@@ -173,9 +174,10 @@ static void s_bn_stats_bf16(const rp_kernels *k, double *sums, const rp_bf16 *x,
     CLOSE;
 }
 
-static void s_bn_norm_fwd_bf16(const rp_kernels *k, rp_bf16 *y, const rp_bf16 *x, const float *mean,
-                               const float *invstd, const float *gamma, const float *beta,
-                               const rp_bf16 *residual, bool relu, int64_t m, int c)
+static void s_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 *x,
+                               const float *mean, const float *invstd, const float *gamma,
+                               const float *beta, const rp_bf16 *residual, bool relu, int64_t m,
+                               int c)
 {
     CHECK(bn_norm_fwd_bf16, y, x, mean, invstd, gamma, beta, residual);
     OPEN;
@@ -183,7 +185,7 @@ static void s_bn_norm_fwd_bf16(const rp_kernels *k, rp_bf16 *y, const rp_bf16 *x
     CLOSE;
 }
 
-static void s_bn_stats_bwd_bf16(const rp_kernels *k, double *sums, const float *dy,
+static void s_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
                                 const rp_bf16 *y, const rp_bf16 *x, const float *mean,
                                 const float *invstd, int64_t m, int c, float *g_out)
 {
@@ -193,7 +195,7 @@ static void s_bn_stats_bwd_bf16(const rp_kernels *k, double *sums, const float *
     CLOSE;
 }
 
-static void s_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, const rp_bf16 *y,
+static void s_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
                                const rp_bf16 *x, const float *mean, const float *invstd,
                                const double *sums, const float *gamma, double count, int64_t m,
                                int c)
@@ -206,7 +208,7 @@ static void s_bn_bwd_data_bf16(const rp_kernels *k, float *dx, const float *dy, 
 
 /* ---- element-wise ---- */
 
-static void s_act_fwd(float *y, const float *x, int64_t n, rp_act act, float slope)
+static void s_act_fwd(float *y, const float *x, int64_t n, kernels_act act, float slope)
 {
     CHECK(act_fwd, y, x);
     OPEN;
@@ -215,7 +217,7 @@ static void s_act_fwd(float *y, const float *x, int64_t n, rp_act act, float slo
 }
 
 static void s_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
-                      rp_act act, float slope)
+                      kernels_act act, float slope)
 {
     CHECK(act_bwd, dx, dy, y, x);
     OPEN;
@@ -223,7 +225,8 @@ static void s_act_bwd(float *dx, const float *dy, const float *y, const float *x
     CLOSE;
 }
 
-static void s_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb, rp_binop op)
+static void s_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb,
+                     kernels_binop op)
 {
     CHECK(binary, y, a, b);
     OPEN;
@@ -233,7 +236,7 @@ static void s_binary(float *y, const float *a, const float *b, int64_t n, int64_
 
 /* shape and bstride: the host's description of the index space, not buffers. */
 static void s_binary_bcast(float *y, const float *a, const float *b, const int64_t *shape,
-                           const int64_t *bstride, rp_binop op)
+                           const int64_t *bstride, kernels_binop op)
 {
     CHECK(binary_bcast, y, a, b);
     OPEN;
@@ -603,13 +606,13 @@ static uint64_t s_checksum(const float *x, int64_t n)
 
 static void *s_mem_alloc(size_t bytes)
 {
-    return rp_strict_pool_alloc(bytes);
+    return kstrict_pool_alloc(bytes);
 }
 
 static void s_mem_free(void *p, size_t bytes)
 {
     CHECK(mem_free, p);
-    rp_strict_pool_free(p, bytes);
+    kstrict_pool_free(p, bytes);
 }
 
 static void s_mem_upload(void *dst, const void *host, size_t bytes)
@@ -649,7 +652,7 @@ static void s_mem_fill(void *dst, uint32_t pattern, size_t bytes)
 /* The cpu kernels return once done: nothing is ever queued. */
 static void s_mem_sync(void) {}
 
-static const rp_kernels strict_table = {
+static const kernels_table strict_table = {
     .name = "strict",
     .host_storage = false, /* the point: every layer above must stage through the memory slots */
     .gemm = s_gemm,
@@ -723,8 +726,8 @@ static const rp_kernels strict_table = {
     .mem_sync = s_mem_sync,
 };
 
-const rp_kernels *rp_kernels_strict(void)
+const kernels_table *kernels_strict(void)
 {
-    rp_strict_init();
+    kstrict_init();
     return &strict_table;
 }
