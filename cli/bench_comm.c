@@ -74,8 +74,8 @@ static rp_status bench_size(rp_replica *rep, void *arg)
         RP_TRY(time_calls(rep, job, send, recv, 0, &t_ar[k]));
         RP_TRY(time_calls(rep, job, send, recv, 1, &t_copy[k]));
     }
-    RP_TRY(rp_replica_report(rep, "allreduce_s", rp_cli_median(t_ar, ROUNDS), RP_MAX));
-    RP_TRY(rp_replica_report(rep, "memcpy_s", rp_cli_median(t_copy, ROUNDS), RP_MAX));
+    RP_TRY(rp_replica_report(rep, "allreduce_s", rp_bench_median(t_ar, ROUNDS), RP_MAX));
+    RP_TRY(rp_replica_report(rep, "memcpy_s", rp_bench_median(t_copy, ROUNDS), RP_MAX));
 cleanup:
     rp_free(recv);
     rp_free(send);
@@ -148,7 +148,7 @@ int rp_cli_bench_allreduce(int argc, char **argv)
         } else if (!strcmp(a, "--max")) {
             ok = parse_bytes(v, &max);
         } else if (!strcmp(a, "--precision")) {
-            ok = rp_cli_precision_parse(v, &dtype);
+            ok = rp_bench_precision_parse(v, &dtype);
         } else {
             ok = false;
         }

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "train.h" /* train_parse_long, train_opts_classifier */
+#include "models/classifier/classifier_options.h" /* the classifier on pipeline stages */
 
 static void usage(FILE *f)
 {
@@ -57,7 +57,7 @@ static rp_status time_step(rp_classifier *clf, int stages, int micro, rp_pipe_sc
     rp_status status = RP_OK;
     clf->cfg.micro_batches = micro;
     clf->cfg.schedule = schedule;
-    rp_cli_driver j = {rp_classifier_trainer_model(), clf, NULL, {0}};
+    rp_bench_driver j = {.model = rp_classifier_trainer_model(), .ctx = clf};
     rp_replicator *r = NULL;
     double *times = calloc((size_t)steps, sizeof *times);
     bool built = false;
@@ -73,24 +73,25 @@ static rp_status time_step(rp_classifier *clf, int stages, int micro, rp_pipe_sc
     }
     RP_TRY(rp_replicator_create(&r, &cfg));
     j.states = calloc((size_t)stages, sizeof *j.states);
+    j.nstates = stages;
     if (!times || !j.states) {
         status = RP_ERROR(RP_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    RP_TRY(rp_replicator_run(r, rp_cli_driver_build, &j));
+    RP_TRY(rp_replicator_run(r, rp_bench_driver_build, &j));
     built = true;
     int64_t per_epoch = j.model->steps_per_epoch(clf, j.states[0]);
     for (int it = 0; it < warmup + steps; it++) {
         j.at = (rp_trainer_at){it / per_epoch, it % per_epoch, it, 0.01f};
         double t0 = rp_now_s();
-        RP_TRY(rp_replicator_run(r, rp_cli_driver_step, &j));
+        RP_TRY(rp_replicator_run(r, rp_bench_driver_step, &j));
         if (it >= warmup) times[it - warmup] = rp_now_s() - t0;
     }
-    *seconds = rp_cli_median(times, steps);
-    *ran = rp_cli_precision_ran(r);
+    *seconds = rp_bench_median(times, steps);
+    *ran = rp_bench_precision_ran(r);
 cleanup:
     if (built) {
-        rp_status teardown = rp_replicator_run(r, rp_cli_driver_destroy, &j);
+        rp_status teardown = rp_replicator_run(r, rp_bench_driver_destroy, &j);
         if (status == RP_OK) status = teardown;
     }
     rp_replicator_destroy(r);
@@ -143,14 +144,14 @@ int rp_cli_bench_pipeline(int argc, char **argv)
             schedule = v;
             ok = !strcmp(v, "gpipe") || !strcmp(v, "1f1b") || !strcmp(v, "both");
         } else if (!strcmp(a, "--precision")) {
-            ok = rp_cli_precision_parse(v, &precision);
+            ok = rp_bench_precision_parse(v, &precision);
         } else if (!strcmp(a, "--data")) {
             data = v;
         } else if (!strcmp(a, "--micro")) {
             ok = parse_list(v, micro, &n_micro, 16);
         } else if (!strcmp(a, "--stages") || !strcmp(a, "--batch") || !strcmp(a, "--steps") ||
                    !strcmp(a, "--warmup")) {
-            ok = train_parse_long(v, !strcmp(a, "--warmup") ? 0 : 1, 100000, &n);
+            ok = rp_options_parse_long(v, !strcmp(a, "--warmup") ? 0 : 1, 100000, &n);
             *(!strcmp(a, "--stages")  ? &stages
               : !strcmp(a, "--batch") ? &batch
               : !strcmp(a, "--steps") ? &steps
@@ -188,7 +189,7 @@ int rp_cli_bench_pipeline(int argc, char **argv)
         printf("replicator bench pipeline: %s, batch %d, %s, %d stages of one thread each "
                "against one worker of one thread; median of %d steps\n"
                "   M   theory   one worker   %-24s %-24s\n",
-               model, batch, rp_cli_precision_text(precision, prec, sizeof prec), stages, steps,
+               model, batch, rp_bench_precision_text(precision, prec, sizeof prec), stages, steps,
                strcmp(schedule, "1f1b") ? "gpipe: step, bubble" : "",
                strcmp(schedule, "gpipe") ? "1f1b: step, bubble" : "");
     for (int k = 0; status == RP_OK && k < n_micro; k++) {
@@ -209,7 +210,7 @@ int rp_cli_bench_pipeline(int argc, char **argv)
                    "\"theory\":%.4f,\"one_worker_ms\":%.2f,\"gpipe_ms\":%.2f,\"gpipe_bubble\":%.4f,"
                    "\"1f1b_ms\":%.2f,\"1f1b_bubble\":%.4f,%s}\n",
                    model, batch, stages, m, theory, 1e3 * one, 1e3 * t[0], bubble[0], 1e3 * t[1],
-                   bubble[1], rp_cli_precision_json(ran, prec, sizeof prec));
+                   bubble[1], rp_bench_precision_json(ran, prec, sizeof prec));
             continue;
         }
         printf("%4d   %5.1f%%   %7.1f ms  ", m, 100 * theory, 1e3 * one);

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "train.h" /* train_parse_long: the command line's number rules */
 
 typedef struct ps_job {
     int64_t numel;
@@ -118,10 +117,10 @@ int rp_cli_bench_ps(int argc, char **argv)
             return 0;
         }
         long n = 0;
-        bool ok = v && train_parse_long(v, -1, 1L << 30, &n);
+        bool ok = v && rp_options_parse_long(v, -1, 1L << 30, &n);
         if (!strcmp(a, "--precision") && v) {
             rp_dtype p = RP_F32;
-            ok = rp_cli_precision_parse(v, &p);
+            ok = rp_bench_precision_parse(v, &p);
             if (ok && p != RP_F32) {
                 fprintf(stderr,
                         "replicator bench ps: --precision %s: this benchmark runs no model, and "

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 
 #include "export_onnx.h"
-#include "train.h"
 
 /*
  * Where each model's save callback puts its parameters and buffers

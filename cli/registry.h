@@ -1,7 +1,7 @@
 /*
  * registry.h - the models the `replicator` command offers (registry.c): one descriptor each
  * (replicator/model.h). train, eval, sample, bench and plan find a model here by name, or a
- * run's model by its saved configuration, instead of naming models themselves.
+ * run's model by its saved configuration (dispatch.c), instead of naming models themselves.
  */
 #ifndef RP_CLI_REGISTRY_H
 #define RP_CLI_REGISTRY_H
@@ -11,11 +11,5 @@
 /* The registered models, NULL-ended. The first is the default: the image classifiers
    (resnet20, resnet18, resnet50, mlp), which take every name no other model claims. */
 const rp_model_desc *const *rp_cli_models(void);
-
-/* The model registered as `name` (not the default's names), or NULL. */
-const rp_model_desc *rp_cli_model_find(const char *name);
-
-/* The model whose run saved `json` (its owns_config says so), or NULL (the default's, or none). */
-const rp_model_desc *rp_cli_model_of_config(const char *json);
 
 #endif

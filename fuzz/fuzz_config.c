@@ -20,7 +20,7 @@
 
 #include "models/d4pg/d4pg_command.h"
 #include "models/sngan/sngan_command.h"
-#include "cli/train.h"
+#include "models/classifier/classifier_options.h"
 #include "fuzz_common.h"
 #include "replicator/io.h"
 

@@ -20,7 +20,7 @@
 #include "models/d4pg/d4pg_command.h"
 #include "models/classifier/classifier.h"
 #include "models/sngan/sngan_command.h"
-#include "train.h"
+#include "models/classifier/classifier_options.h"
 
 /* The whole file as a block (free() it), its size in *bytes. */
 static void *read_file(const char *path, long *bytes)

@@ -11,7 +11,7 @@
 
 #include "models/d4pg/d4pg_command.h"
 #include "models/sngan/sngan_command.h"
-#include "cli/train.h"
+#include "models/classifier/classifier_options.h"
 #include "testutil.h"
 
 /* train_opts_from_json(text) succeeds, and writing the result gives `text` back. */

@@ -5,6 +5,7 @@
  * table behind rp_config_from_args.
  */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,6 +343,28 @@ static void test_help_and_echo(void **state)
 }
 
 /* The runtime's table: every row parses, and its help names each option. */
+/* A number outside a table, by the int rows' rule: the whole text, in bounds, no overflow. */
+static void test_parse_long(void **state)
+{
+    (void)state;
+    long v = 0;
+    assert_true(rp_options_parse_long("42", 1, 100, &v));
+    assert_int_equal(v, 42);
+    assert_true(rp_options_parse_long("-1", -1, 10, &v));
+    assert_int_equal(v, -1);
+    assert_true(rp_options_parse_long("0", 0, 0, &v));
+    assert_int_equal(v, 0);
+    assert_false(rp_options_parse_long("0", 1, 100, &v));   /* below */
+    assert_false(rp_options_parse_long("101", 1, 100, &v)); /* above */
+    assert_false(rp_options_parse_long("4x", 1, 100, &v));  /* trailing text */
+    assert_false(rp_options_parse_long("1.5", 1, 100, &v)); /* not whole */
+    assert_false(rp_options_parse_long("", 1, 100, &v));    /* empty */
+    assert_false(rp_options_parse_long("x", 0, 100, &v));   /* no digits */
+    assert_false(rp_options_parse_long(NULL, 0, 100, &v));  /* none */
+    assert_false(rp_options_parse_long("5", 0, 100, NULL)); /* nowhere to put it */
+    assert_false(rp_options_parse_long("99999999999999999999999", 0, LONG_MAX, &v)); /* overflow */
+}
+
 static void test_runtime_table(void **state)
 {
     (void)state;
@@ -378,7 +401,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_parse_values),  cmocka_unit_test(test_parse_faults),
         cmocka_unit_test(test_keep_unknown),  cmocka_unit_test(test_resume_rules),
         cmocka_unit_test(test_json),          cmocka_unit_test(test_help_and_echo),
-        cmocka_unit_test(test_runtime_table),
+        cmocka_unit_test(test_runtime_table), cmocka_unit_test(test_parse_long),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

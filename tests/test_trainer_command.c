@@ -201,6 +201,18 @@ static void test_precision_line_for_bf16_only(void **state)
     free(text);
 }
 
+/*
+ * A command's stuck_exit: on unless RP_STUCK_EXIT is "0". CTest runs this case as it is (the
+ * variable unset: on) and again as test_trainer_command.stuck_exit_off with RP_STUCK_EXIT=0.
+ */
+static void test_stuck_exit_follows_the_environment(void **state)
+{
+    (void)state;
+    const char *v = getenv("RP_STUCK_EXIT");
+    bool want = !(v && !strcmp(v, "0"));
+    assert_int_equal(rp_trainer_stuck_exit(), want);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +224,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_report_error_names_the_command),
         cmocka_unit_test(test_print_fault_in_the_commands_words),
         cmocka_unit_test(test_precision_line_for_bf16_only),
+        cmocka_unit_test(test_stuck_exit_follows_the_environment),
     };
     return tu_run_group_tests(argc, argv, tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -6,8 +6,10 @@
  *
  * The hooks are commands: they take the command line from the model's name on (argv[0] is the
  * name or, for eval and sample, the subcommand), print what a user should see, and return a
- * process exit status (0 done, 1 a run's error, 2 a bad command line). A model leaves NULL what
- * it does not offer. The descriptor is constant data and is never copied by the registry.
+ * process exit status (0 done, 1 a run's error, 2 a bad command line). The registry's first
+ * model, its default, also gets what no other model claims, from the subcommand on (argv[0]
+ * "train", "plan", "eval" or "bench"). A model leaves NULL what it does not offer. The
+ * descriptor is constant data and is never copied by the registry.
  */
 #ifndef REPLICATOR_MODEL_H
 #define REPLICATOR_MODEL_H

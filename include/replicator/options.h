@@ -260,6 +260,14 @@ RP_API void rp_options_number_text(double x, char *buf, size_t size);
 RP_API void rp_options_value_text(const struct cJSON *v, char *buf, size_t size);
 
 /*
+ * A command line's number outside a table (a benchmark's --iters, eval's --threads), by the
+ * rule the tables' int rows follow: the whole text s is one decimal integer (no trailing
+ * characters, no overflow) in [lo, hi]. true with *v set; false otherwise (s NULL or
+ * empty included; *v then holds no meaningful value). Thread-safe.
+ */
+RP_API bool rp_options_parse_long(const char *s, long lo, long hi, long *v);
+
+/*
  * The echo of a configuration: "--name value" for each saved option (RP_OPT_SAVED, not
  * RP_OPT_OWN_JSON; a flag by its name alone) whose field in `cfg` differs from `defaults`,
  * separated by spaces, into buf[size] (cut with "..." if it does not fit). Returns buf.

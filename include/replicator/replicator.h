@@ -24,6 +24,7 @@
 #include "ps.h"
 #include "trainer.h"
 #include "model.h"
+#include "bench.h"
 #include "env.h"
 #include "replay.h"
 #include "render.h"

@@ -557,6 +557,14 @@ RP_API int rp_trainer_finish(rp_trainer *t, rp_status status, const char *cmd, b
  */
 RP_API void rp_trainer_print_precision(const char *precision);
 
+/*
+ * What a command sets rp_config.stuck_exit to: true unless RP_STUCK_EXIT is "0" (rp_env). A
+ * command promises that its --comm-timeout bounds a stall, and only the watchdog's exit can end
+ * a replica stuck outside every collective on the caller's thread (runtime.h, the watchdog); a
+ * library caller keeps rp_config_default()'s, which follows RP_STUCK_EXIT alone.
+ */
+RP_API bool rp_trainer_stuck_exit(void);
+
 #ifdef __cplusplus
 }
 #endif

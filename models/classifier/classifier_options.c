@@ -81,6 +81,14 @@ static bool parse_std(const rp_option *opt, const char *value, void *dst)
     return parse_triple(value, 1e-6f, 1000.0f, ((train_opts *)dst)->folder.std);
 }
 
+/* A whole decimal float in [lo, hi]: the command line's number rule (--slow R:F's factor). */
+static bool train_parse_float(const char *s, float lo, float hi, float *v)
+{
+    char *end;
+    *v = strtof(s, &end);
+    return end != s && !*end && *v >= lo && *v <= hi;
+}
+
 /* --slow R:F */
 static bool parse_slow(const rp_option *opt, const char *value, void *dst)
 {
@@ -364,21 +372,6 @@ bool train_copy_path(const char *cmd, const char *option, const char *value, cha
     }
     if (dst) memcpy(dst, value, len + 1);
     return true;
-}
-
-bool train_parse_long(const char *s, long lo, long hi, long *v)
-{
-    char *end;
-    errno = 0;
-    *v = strtol(s, &end, 10);
-    return !errno && end != s && !*end && *v >= lo && *v <= hi;
-}
-
-bool train_parse_float(const char *s, float lo, float hi, float *v)
-{
-    char *end;
-    *v = strtof(s, &end);
-    return end != s && !*end && *v >= lo && *v <= hi;
 }
 
 static bool parse_widths(const char *s, int *out, int *n)

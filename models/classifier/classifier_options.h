@@ -4,8 +4,8 @@
  * rules), the options' JSON stored in every checkpoint (so a run can be resumed, evaluated or
  * used as SN-GAN's judge from its directory alone), how they map onto the classifier
  * (classifier.h), and the strict reading of a stored configuration that the SN-GAN command
- * shares. Written against the public headers and this folder's; the command (cli/train.c,
- * eval.c, bench.c, plan.c) still lives in cli/.
+ * shares. Written against the public headers and this folder's; the commands that use them
+ * are classifier_command.h's.
  */
 #ifndef RP_MODELS_CLASSIFIER_OPTIONS_H
 #define RP_MODELS_CLASSIFIER_OPTIONS_H
@@ -101,10 +101,6 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume);
  */
 bool train_copy_path(const char *cmd, const char *option, const char *value, char *dst,
                      size_t size);
-
-/* A whole decimal integer (float) in [lo, hi]: the command line's number rules. */
-bool train_parse_long(const char *s, long lo, long hi, long *v);
-bool train_parse_float(const char *s, float lo, float hi, float *v);
 
 /*
  * Reading a run's stored configuration (a parsed JSON object) key by key, as strictly as the

@@ -45,7 +45,7 @@ bool d4pg_config_is_d4pg(const char *json);
 int d4pg_train_main(int argc, char **argv);
 int d4pg_eval_main(int argc, char **argv);
 
-/* The descriptor (d4pg_train_command.c): train, eval, the trainer callbacks, owns_config. */
+/* The descriptor (d4pg_model.c): train, eval, the trainer callbacks, owns_config. */
 extern const rp_model_desc rp_d4pg_model;
 
 #endif

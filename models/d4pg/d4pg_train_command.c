@@ -3,7 +3,7 @@
  * - a learner of R data-parallel replicas stepped by the shared trainer, K actors and a replay
  * server as roles of the same job, on threads or MPI ranks. The options are stored in every
  * checkpoint, so `--resume` and `replicator eval` need only the run's directory. The model's
- * descriptor (rp_d4pg_model) is at the end; the command's registry lists it in one line.
+ * descriptor is d4pg_model.c's.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -382,7 +382,7 @@ static rp_status setup(d4pg_opts *o, const char *resume, rp_d4pg_job **job, rp_t
     tc.runtime.threads_per_replica = per;
     tc.runtime.seed = o->j.seed;
     /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
-    tc.runtime.stuck_exit = rp_env_get()->stuck_exit_set ? rp_env_get()->stuck_exit : true;
+    tc.runtime.stuck_exit = rp_trainer_stuck_exit();
     if (o->comm_timeout > 0) tc.runtime.timeout_s = o->comm_timeout;
     tc.runtime.precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     tc.runtime.grad_dtype = (rp_dtype)o->grad_dtype;
@@ -486,12 +486,3 @@ int d4pg_train_main(int argc, char **argv)
     rp_d4pg_job_destroy(job);
     return rc;
 }
-
-const rp_model_desc rp_d4pg_model = {
-    .name = "d4pg",
-    .summary = "D4PG with distributed actors on a MuJoCo control task",
-    .trainer = rp_d4pg_trainer_model,
-    .owns_config = d4pg_config_is_d4pg,
-    .train = d4pg_train_main,
-    .eval = d4pg_eval_main,
-};

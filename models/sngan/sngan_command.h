@@ -3,8 +3,8 @@
  * sngan_sample_command.c): `replicator train sngan`, `sample` and `eval` on SN-GAN runs, the
  * options (stored in every checkpoint) and the judge (a classifier run, read with the
  * classifier's options: models/classifier/classifier_options.h). Written against the public
- * headers and the model folders'. The descriptor is still cli/registry.c's: the benchmark,
- * `replicator bench sngan`, uses the command's benchmark driver (cli/bench_sngan.c).
+ * headers and the model folders'. Also `replicator bench sngan` (sngan_bench_command.c) and the
+ * descriptor the command's registry lists (rp_sngan_model, sngan_model.c).
  */
 #ifndef RP_MODELS_SNGAN_COMMAND_H
 #define RP_MODELS_SNGAN_COMMAND_H
@@ -66,5 +66,10 @@ rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
 int sngan_train_main(int argc, char **argv);
 int sngan_eval_main(int argc, char **argv);
 int sngan_sample_main(int argc, char **argv);
+/* `replicator bench sngan ...`: milliseconds per iteration on the library's benchmark driver. */
+int sngan_bench_main(int argc, char **argv);
+
+/* The descriptor (sngan_model.c): train, eval, sample, bench, the trainer callbacks. */
+extern const rp_model_desc rp_sngan_model;
 
 #endif

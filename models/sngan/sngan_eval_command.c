@@ -50,9 +50,9 @@ int sngan_eval_main(int argc, char **argv)
         long x = 0;
         if (!strcmp(a, "--judge") && v && v[0])
             judge_dir = v;
-        else if (!strcmp(a, "--samples") && v && train_parse_long(v, 2, 10000000, &x))
+        else if (!strcmp(a, "--samples") && v && rp_options_parse_long(v, 2, 10000000, &x))
             samples = x;
-        else if (!strcmp(a, "--threads") && v && train_parse_long(v, 1, 1024, &x))
+        else if (!strcmp(a, "--threads") && v && rp_options_parse_long(v, 1, 1024, &x))
             threads = x;
         else {
             fprintf(stderr, "replicator eval: bad option %s%s%s (see --help)\n", a, v ? " " : "",

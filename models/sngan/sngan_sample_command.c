@@ -96,13 +96,13 @@ int sngan_sample_main(int argc, char **argv)
         long x = 0;
         if (!strcmp(a, "--out") && v[0])
             out = v;
-        else if (!strcmp(a, "--class") && train_parse_long(v, 0, 1 << 20, &x))
+        else if (!strcmp(a, "--class") && rp_options_parse_long(v, 0, 1 << 20, &x))
             cls = x;
-        else if (!strcmp(a, "--n") && train_parse_long(v, 1, 1000000, &x))
+        else if (!strcmp(a, "--n") && rp_options_parse_long(v, 1, 1000000, &x))
             n = x;
-        else if (!strcmp(a, "--seed") && train_parse_long(v, 0, 0x7fffffffL, &x))
+        else if (!strcmp(a, "--seed") && rp_options_parse_long(v, 0, 0x7fffffffL, &x))
             seed = x;
-        else if (!strcmp(a, "--threads") && train_parse_long(v, 1, 1024, &x))
+        else if (!strcmp(a, "--threads") && rp_options_parse_long(v, 1, 1024, &x))
             threads = x;
         else {
             fprintf(stderr, "replicator sample: bad option %s %s (see --help)\n", a, v);

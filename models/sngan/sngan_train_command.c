@@ -268,7 +268,7 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     cfg->grad_dtype = (rp_dtype)o->grad_dtype;
     cfg->seed = o->g.seed;
     /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
-    cfg->stuck_exit = rp_env_get()->stuck_exit_set ? rp_env_get()->stuck_exit : true;
+    cfg->stuck_exit = rp_trainer_stuck_exit();
     /* Replicas that divide both global batches (and their micro-batches). */
     int a = o->g.d_batch / o->g.accum, b = o->g.g_batch / o->g.accum;
     while (b) {

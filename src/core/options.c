@@ -447,6 +447,15 @@ void rp_options_number_text(double x, char *buf, size_t size)
     }
 }
 
+bool rp_options_parse_long(const char *s, long lo, long hi, long *v)
+{
+    if (!s || !v) return false;
+    char *end;
+    errno = 0;
+    *v = strtol(s, &end, 10);
+    return !errno && end != s && !*end && *v >= lo && *v <= hi;
+}
+
 /* A short text of a value for a message: a number in full, a string quoted, cut at 64 bytes. */
 void rp_options_value_text(const cJSON *v, char *buf, size_t size)
 {

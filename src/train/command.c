@@ -164,3 +164,9 @@ void rp_trainer_print_precision(const char *precision)
             slow ? " - this CPU has no bf16 units, so bf16 runs correctly but slower than f32"
                  : "");
 }
+
+bool rp_trainer_stuck_exit(void)
+{
+    const rp_env *env = rp_env_get();
+    return env->stuck_exit_set ? env->stuck_exit : true;
+}

@@ -6,7 +6,7 @@
  * (the lines shown and metrics.jsonl), signals.c (the stop request) and command.c (a model
  * command's calls: agreeing options, reporting, finishing). Their shared functions are named
  * trainer_*: not rp_*, which is the API's, and not train_*, which is the command's
- * (cli/train.h, models/classifier/classifier_options.h).
+ * (models/classifier/classifier_command.h, classifier_options.h).
  */
 #ifndef TRAIN_INTERNAL_H
 #define TRAIN_INTERNAL_H

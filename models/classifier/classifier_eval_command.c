@@ -1,9 +1,13 @@
-/* eval.c - `replicator eval DIR`: test accuracy of a saved run's checkpoint. */
+/*
+ * classifier_eval_command.c - `replicator eval DIR` on a classifier's run: the test accuracy of
+ * its checkpoint. As the registry's default model it also answers `replicator eval` with no run
+ * (the command's usage) and a run no other model claims.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "models/classifier/classifier_command.h"
 
 static void usage(FILE *f)
 {
@@ -18,7 +22,7 @@ static void usage(FILE *f)
             "(--episodes, --frames).\n");
 }
 
-int rp_cli_eval_run(int argc, char **argv, rp_cli_model_of_config_fn owner)
+int classifier_eval_main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
@@ -40,14 +44,8 @@ int rp_cli_eval_run(int argc, char **argv, rp_cli_model_of_config_fn owner)
     train_opts o;
     const char *config;
     RP_TRY(rp_trainer_load_run(argv[1], &ck, &config));
-    /* A registered model's run evaluates itself (owner: the registry's lookup, given by the
-       dispatcher); the classifiers' below. */
-    const rp_model_desc *model = owner ? owner(config) : NULL;
-    if (model && model->eval) {
-        rp_checkpoint_destroy(ck);
-        return model->eval(argc, argv);
-    }
-    /* A classifier's run: its options, as strictly as train's (the others parse their own). */
+    /* A classifier's run (a registered model's run went to its own eval: cli/dispatch.c): its
+       options, as strictly as train's (the others parse their own). */
     long threads = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -62,7 +60,7 @@ int rp_cli_eval_run(int argc, char **argv, rp_cli_model_of_config_fn owner)
             rp_checkpoint_destroy(ck);
             return 2;
         }
-        if (!v || !train_parse_long(v, 1, 1024, &threads)) {
+        if (!v || !rp_options_parse_long(v, 1, 1024, &threads)) {
             fprintf(stderr, "replicator eval: %s needs a number of threads from 1 to 1024%s%s%s\n",
                     a, v ? ", not \"" : "", v ? v : "", v ? "\"" : "");
             rp_checkpoint_destroy(ck);
@@ -105,9 +103,4 @@ cleanup:
         return 1;
     }
     return 0;
-}
-
-int rp_cli_eval_classifier(int argc, char **argv)
-{
-    return rp_cli_eval_run(argc, argv, NULL);
 }

@@ -1,7 +1,8 @@
 /*
- * bench.c - `replicator bench`: training throughput of the models on
+ * classifier_bench_command.c - `replicator bench resnet`: training throughput of a ResNet on
  * synthetic data (data loading is not measured), comparable one to one with
- * bench/resnet_torch.py.
+ * bench/resnet_torch.py. Its usage is the command's (`replicator bench` alone or with --help),
+ * which lists the other benchmarks.
  */
 #include <errno.h>
 #include <math.h>
@@ -12,11 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "models/classifier/classifier_command.h"
 #include "models/resnet/resnet.h"
-#include "train.h" /* train_parse_long: the command line's number rules */
 
-void rp_cli_bench_usage(FILE *f)
+static void usage(FILE *f)
 {
     fprintf(f,
             "usage: replicator bench resnet [options]\n"
@@ -251,8 +251,13 @@ static long page_faults(void)
     return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt + u.ru_majflt : 0;
 }
 
-int rp_cli_bench_resnet(int argc, char **argv)
+int classifier_bench_main(int argc, char **argv)
 {
+    /* `replicator bench` with no benchmark named (cli/dispatch.c): the command's usage. */
+    if (argc < 2 && !strcmp(argv[0], "bench")) {
+        usage(stderr);
+        return 2;
+    }
     rp_resnet_kind kind = RP_RESNET20;
     int batch = 0, size = 0, channels = 0, iters = 0, warmup = -1, threads = 0, replicas = 1,
         tpr = 0;
@@ -264,7 +269,7 @@ int rp_cli_bench_resnet(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
-            rp_cli_bench_usage(stdout);
+            usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
@@ -296,7 +301,7 @@ int rp_cli_bench_resnet(int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "--precision")) {
-            if (!rp_cli_precision_parse(v, &precision)) {
+            if (!rp_bench_precision_parse(v, &precision)) {
                 fprintf(stderr, "replicator bench: --precision %s: expected f32 or bf16\n", v);
                 return 2;
             }
@@ -336,7 +341,7 @@ int rp_cli_bench_resnet(int argc, char **argv)
                                                           : NULL;
         /* Counts start at 1; only the untimed warm-up may be 0. */
         long n = 0;
-        if (!slot || !train_parse_long(v, slot == &warmup ? 0 : 1, 100000, &n)) {
+        if (!slot || !rp_options_parse_long(v, slot == &warmup ? 0 : 1, 100000, &n)) {
             fprintf(stderr, "replicator bench: bad option %s %s (see --help)\n", a, v);
             return 2;
         }
@@ -375,7 +380,7 @@ int rp_cli_bench_resnet(int argc, char **argv)
     cfg.replicas = replicas;
     cfg.threads_per_replica = tpr;
     cfg.precision = precision;
-    cfg.stuck_exit = train_stuck_exit();
+    cfg.stuck_exit = rp_trainer_stuck_exit();
     if (trace) RP_TRY(rp_file_check_writable(trace, "trace file")); /* now, not at the end */
     if (trace) RP_TRY(rp_trace_start(0)); /* before the replicator: its workers' buffers */
     RP_TRY(rp_replicator_create(&r, &cfg));
@@ -412,13 +417,13 @@ int rp_cli_bench_resnet(int argc, char **argv)
     /* And our own allocations (rp_alloc, every thread): none once the arena has settled. */
     double allocs = (double)(rp_alloc_count() - allocs0) / iters;
     if (trace) RP_TRY(rp_replicator_trace_write(r, trace));
-    double med = rp_cli_median(times, iters);
+    double med = rp_bench_median(times, iters);
     double ips = (double)batch * iters / total;
     /* What the replicas' tapes ran with, not what was asked. */
     char prec_json[96], prec_text[64];
-    rp_dtype ran = rp_cli_precision_ran(r);
-    rp_cli_precision_json(ran, prec_json, sizeof prec_json);
-    rp_cli_precision_text(ran, prec_text, sizeof prec_text);
+    rp_dtype ran = rp_bench_precision_ran(r);
+    rp_bench_precision_json(ran, prec_json, sizeof prec_json);
+    rp_bench_precision_text(ran, prec_text, sizeof prec_text);
     if (!root) {
         /* another rank prints */
     } else if (json)

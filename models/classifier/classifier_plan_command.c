@@ -1,9 +1,10 @@
 /*
- * plan.c - `replicator plan`: each worker's memory and each step's
- * communication for a `replicator train` command line, predicted before
- * anything trains (models/classifier/classifier_plan.h); and `train
- * --plan-check`, which wraps the classifier's trainer callbacks to measure
- * the first steps of the run and compares them with the plan.
+ * classifier_plan_command.c - `replicator plan`: each worker's memory and each step's
+ * communication for a classifier's `replicator train` command line, predicted before anything
+ * trains (classifier_plan.h); and `train --plan-check`, which wraps the classifier's trainer
+ * callbacks to measure the first steps of the run and compares them with the plan. The plan's
+ * parts per worker and per axis are the library's (replicator/plan.h); what fills them, the
+ * activations recorded from the classifier's own steps and its run options, is this model's.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -11,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_cli.h"
+#include "models/classifier/classifier_command.h"
 
 /* ---- the plan ---------------------------------------------------------------------------- */
 
@@ -301,7 +302,7 @@ void plan_print(FILE *f, const rp_classifier_plan *p, const train_opts *o, const
         print_text(f, p, o, clf);
 }
 
-int rp_cli_plan(int argc, char **argv)
+int classifier_plan_main(int argc, char **argv)
 {
     /* train's options, less the plan's own (--json), which train_opts_parse would refuse. */
     char **args = calloc((size_t)argc + 1, sizeof *args);

@@ -1,19 +1,17 @@
 /*
- * bench_sngan.c - `replicator bench sngan`: the time of one SN-GAN iteration
- * (n_dis discriminator steps and one generator step), comparable one to one
- * with bench/sngan_torch.py (bench/compare_sngan.sh runs both).
+ * sngan_bench_command.c - `replicator bench sngan`: the time of one SN-GAN iteration (n_dis
+ * discriminator steps and one generator step), comparable one to one with bench/sngan_torch.py
+ * (bench/compare_sngan.sh runs both).
  *
- * It drives the model's own trainer callbacks (models/sngan) on a replicator,
- * so what is timed is exactly what `replicator train sngan` runs per
- * iteration, data loading included (the peer's real batches are made up front).
+ * It drives the model's own trainer callbacks (sngan_trainer.c) on a replicator through the
+ * library's benchmark driver (replicator/bench.h), so what is timed is exactly what
+ * `replicator train sngan` runs per iteration, data loading included.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "models/sngan/sngan.h"
-#include "train.h" /* train_parse_long: the command line's number rules */
+#include "models/sngan/sngan_command.h"
 
 static void usage(FILE *f)
 {
@@ -38,7 +36,7 @@ static void usage(FILE *f)
         "  --json               one JSON line\n");
 }
 
-int rp_cli_bench_sngan(int argc, char **argv)
+int sngan_bench_main(int argc, char **argv)
 {
     rp_sngan_config sc = rp_sngan_config_default();
     int iters = 10, warmup = 2, threads = 0, replicas = 0;
@@ -56,7 +54,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "--precision")) {
-            if (!rp_cli_precision_parse(v, &precision)) {
+            if (!rp_bench_precision_parse(v, &precision)) {
                 fprintf(stderr, "replicator bench sngan: --precision %s: expected f32 or bf16\n",
                         v ? v : "(missing)");
                 return 2;
@@ -84,7 +82,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
                     : !strcmp(a, "--threads")  ? &threads
                     : !strcmp(a, "--replicas") ? &replicas
                                                : NULL;
-        if (!slot || !v || !train_parse_long(v, slot == &warmup ? 0 : 1, 100000, &n)) {
+        if (!slot || !v || !rp_options_parse_long(v, slot == &warmup ? 0 : 1, 100000, &n)) {
             fprintf(stderr, "replicator bench sngan: bad option %s%s%s (see --help)\n", a,
                     v ? " " : "", v ? v : "");
             return 2;
@@ -99,7 +97,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
         while (replicas > 1 && (sc.d_batch % replicas || sc.g_batch % replicas))
             replicas--;
     }
-    rp_cli_driver j = {rp_sngan_trainer_model(), NULL, NULL, {0}};
+    rp_bench_driver j = {.model = rp_sngan_trainer_model()};
     rp_sngan *gan = NULL;
     rp_replicator *r = NULL;
     double *times = calloc((size_t)iters, sizeof *times);
@@ -114,35 +112,36 @@ int rp_cli_bench_sngan(int argc, char **argv)
     cfg.backend = RP_BACKEND_THREADS;
     cfg.replicas = replicas;
     cfg.precision = precision;
-    cfg.stuck_exit = train_stuck_exit();
+    cfg.stuck_exit = rp_trainer_stuck_exit();
     cfg.threads_per_replica =
         rp_kernels_get_threads() / replicas > 0 ? rp_kernels_get_threads() / replicas : 1;
     if (trace) RP_TRY(rp_file_check_writable(trace, "trace file")); /* now, not at the end */
     if (trace) RP_TRY(rp_trace_start(0)); /* before the replicator: its workers' buffers */
     RP_TRY(rp_replicator_create(&r, &cfg));
     j.states = calloc((size_t)replicas, sizeof *j.states);
+    j.nstates = replicas;
     if (!times || !j.states) {
         status = RP_ERROR(RP_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    RP_TRY(rp_replicator_run(r, rp_cli_driver_build, &j));
+    RP_TRY(rp_replicator_run(r, rp_bench_driver_build, &j));
     built = true;
     for (int it = 0; it < warmup + iters; it++) {
         j.at = (rp_trainer_at){0, it, it, sc.lr_g};
         double t0 = rp_now_s();
-        RP_TRY(rp_replicator_run(r, rp_cli_driver_step, &j));
+        RP_TRY(rp_replicator_run(r, rp_bench_driver_step, &j));
         if (it >= warmup) times[it - warmup] = rp_now_s() - t0;
     }
     if (trace) RP_TRY(rp_replicator_trace_write(r, trace));
     double sum = 0;
     for (int i = 0; i < iters; i++)
         sum += times[i];
-    double med = rp_cli_median(times, iters);
+    double med = rp_bench_median(times, iters);
     int tpr = rp_replicator_threads_per_replica(r);
     char prec_json[96], prec_text[64];
-    rp_dtype ran = rp_cli_precision_ran(r); /* what the replicas' tapes ran with */
-    rp_cli_precision_json(ran, prec_json, sizeof prec_json);
-    rp_cli_precision_text(ran, prec_text, sizeof prec_text);
+    rp_dtype ran = rp_bench_precision_ran(r); /* what the replicas' tapes ran with */
+    rp_bench_precision_json(ran, prec_json, sizeof prec_json);
+    rp_bench_precision_text(ran, prec_text, sizeof prec_text);
     if (json)
         printf("{\"framework\":\"replicator\",\"model\":\"sngan\",\"ch_g\":%d,\"ch_d\":%d,\"d_"
                "batch\":%d,"
@@ -158,7 +157,7 @@ int rp_cli_bench_sngan(int argc, char **argv)
                replicas > 1 ? "s" : "", tpr, prec_text, 1e3 * med, iters, 1e3 * sum / iters);
 cleanup:
     if (built) {
-        rp_status teardown = rp_replicator_run(r, rp_cli_driver_destroy, &j);
+        rp_status teardown = rp_replicator_run(r, rp_bench_driver_destroy, &j);
         if (status == RP_OK) status = teardown;
     }
     rp_replicator_destroy(r);

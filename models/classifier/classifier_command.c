@@ -1,13 +1,14 @@
 /*
- * train_common.c - what the command's models share on top of the library's command calls
- * (replicator/trainer.h: loading a run, agreeing across ranks, ending a run): the replicator's
- * layout from the options and the bf16 precision line.
+ * classifier_command.c - what the classifiers' commands share on top of the library's command
+ * calls (replicator/trainer.h: loading a run, agreeing across ranks, ending a run): the
+ * replicator's layout from the run options, and whether a saved configuration is a
+ * classifier's.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "models/classifier/classifier_command.h"
 
 rp_backend train_backend(const char *name)
 {
@@ -31,7 +32,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->grad_dtype = o->grad_dtype;
     cfg->sync_groups = o->sync_groups;
     cfg->seed = o->seed;
-    cfg->stuck_exit = train_stuck_exit();
+    cfg->stuck_exit = rp_trainer_stuck_exit();
     /* The layout rules are the library's (rp_config_resolve). */
     rp_job_shape layout = rp_job_shape_default();
     layout.threads = o->threads;
@@ -44,10 +45,16 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     return RP_OK;
 }
 
-bool train_stuck_exit(void)
+bool classifier_config_is_classifier(const char *json)
 {
-    const rp_env *env = rp_env_get();
-    return env->stuck_exit_set ? env->stuck_exit : true;
+    train_opts *o = malloc(sizeof *o); /* a few KiB of paths */
+    if (!o) {
+        RP_ERROR(RP_ERR_NOMEM, "cannot read a run's configuration: out of memory");
+        return false;
+    }
+    bool ok = json && train_opts_from_json(o, json) == RP_OK;
+    free(o);
+    return ok;
 }
 
 rp_status train_agree_options(char *json, const char *const *local, const char *out_dir,

@@ -1,7 +1,7 @@
 /*
- * train.c - `replicator train`: options in, the classifier
- * (models/classifier) trained by the shared trainer (replicator/trainer.h),
- * the header and the summary out.
+ * classifier_train_command.c - `replicator train [resnet20|resnet18|resnet50|mlp]`: options in,
+ * the classifier (classifier.h) trained by the shared trainer (replicator/trainer.h), the
+ * header and the summary out.
  *
  * The options come from the command line, or from a run's checkpoint when
  * resuming (a few may change then). The trainer does the rest: the run
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plan_cli.h"
+#include "models/classifier/classifier_command.h"
 
 /*
  * Options that may change on --resume (the table's RESUME rows, when given) and those that are
