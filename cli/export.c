@@ -6,6 +6,7 @@
  * as an ONNX model, and with --layout standard its weights as that model
  * holds them (export_onnx.c; docs/export.md).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +76,7 @@ static bool is_param(const char *name)
 /* True if `out` exists and is the same file as the run's checkpoint (a name or a hard link). */
 static bool is_run_checkpoint(const char *out, const char *run_dir)
 {
-    char path[CLI_PATH_MAX + 64];
+    char path[PATH_MAX + 64];
     rp_trainer_checkpoint_path(path, sizeof path, run_dir);
     struct stat a, b;
     return stat(out, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
@@ -250,13 +251,13 @@ int rp_cli_export(int argc, char **argv)
         return 2;
     }
     const char *run_dir = pos[0], *out_path = pos[1];
-    char default_out[CLI_PATH_MAX + 16];
+    char default_out[PATH_MAX + 16];
     if (!out_path && run_dir) {
         snprintf(default_out, sizeof default_out, "%s/model.onnx", run_dir);
         out_path = default_out;
     }
-    if (!train_copy_path("replicator export", "RUN_DIR", run_dir, NULL, CLI_PATH_MAX) ||
-        !train_copy_path("replicator export", "OUT", out_path, NULL, CLI_PATH_MAX))
+    if (!rp_options_copy_path("replicator export", "RUN_DIR", run_dir, NULL, PATH_MAX) ||
+        !rp_options_copy_path("replicator export", "OUT", out_path, NULL, PATH_MAX))
         return 2;
 
     rp_status status = RP_OK;

@@ -2,7 +2,7 @@
 #ifndef RP_CLI_EXPORT_ONNX_H
 #define RP_CLI_EXPORT_ONNX_H
 
-#include "models/classifier/classifier_options.h"
+#include "replicator/replicator.h"
 
 /*
  * The ONNX graph of the network in checkpoint ck, whose stored configuration is `config`: a

@@ -12,6 +12,8 @@
 
 #include "testutil.h"
 
+#include <unistd.h>
+
 typedef struct opts {
     int epochs;
     int64_t limit;
@@ -342,7 +344,6 @@ static void test_help_and_echo(void **state)
     assert_true(strlen(small) < sizeof small);
 }
 
-/* The runtime's table: every row parses, and its help names each option. */
 /* A number outside a table, by the int rows' rule: the whole text, in bounds, no overflow. */
 static void test_parse_long(void **state)
 {
@@ -365,6 +366,48 @@ static void test_parse_long(void **state)
     assert_false(rp_options_parse_long("99999999999999999999999", 0, LONG_MAX, &v)); /* overflow */
 }
 
+/* Calls rp_options_copy_path with stderr in a file; its text into said[size]. */
+static bool copy_path_said(const char *value, char *dst, size_t size, char *said, size_t cap)
+{
+    fflush(stderr);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    int keep = dup(2);
+    assert_true(keep >= 0 && dup2(fileno(f), 2) >= 0);
+    bool ok = rp_options_copy_path("prog", "--out", value, dst, size);
+    fflush(stderr);
+    dup2(keep, 2);
+    close(keep);
+    rewind(f);
+    size_t n = fread(said, 1, cap - 1, f);
+    said[n] = 0;
+    fclose(f);
+    return ok;
+}
+
+/* A path outside a table, by the path rows' rule: copied whole, or refused with why; never cut. */
+static void test_copy_path(void **state)
+{
+    (void)state;
+    char dst[8] = "keep", said[256];
+    assert_true(copy_path_said("a/b", dst, sizeof dst, said, sizeof said));
+    assert_string_equal(dst, "a/b");
+    assert_string_equal(said, "");
+    assert_true(copy_path_said("1234567", dst, sizeof dst, said, sizeof said)); /* fills it */
+    assert_string_equal(dst, "1234567");
+    snprintf(dst, sizeof dst, "keep");
+    assert_false(copy_path_said("12345678", dst, sizeof dst, said, sizeof said)); /* one over */
+    assert_string_equal(dst, "keep");
+    assert_string_equal(said, "prog: --out is 8 bytes long, over the 7 a path may have\n");
+    assert_false(copy_path_said("", dst, sizeof dst, said, sizeof said));
+    assert_string_equal(said, "prog: --out needs a path, not an empty string\n");
+    assert_false(copy_path_said(NULL, dst, sizeof dst, said, sizeof said));
+    assert_string_equal(dst, "keep");
+    assert_true(copy_path_said("abc", NULL, 4, said, sizeof said)); /* only checks */
+    assert_false(copy_path_said("abcd", NULL, 4, said, sizeof said));
+}
+
+/* The runtime's table: every row parses, and its help names each option. */
 static void test_runtime_table(void **state)
 {
     (void)state;
@@ -402,6 +445,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_keep_unknown),  cmocka_unit_test(test_resume_rules),
         cmocka_unit_test(test_json),          cmocka_unit_test(test_help_and_echo),
         cmocka_unit_test(test_runtime_table), cmocka_unit_test(test_parse_long),
+        cmocka_unit_test(test_copy_path),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #ifndef REPLICATOR_MODEL_H
 #define REPLICATOR_MODEL_H
 
+#include "onnx.h"
 #include "options.h"
 #include "trainer.h"
 
@@ -37,6 +38,12 @@ typedef struct rp_model_desc {
     rp_model_command sample; /* `replicator sample DIR ...` of one of its runs */
     rp_model_command bench;  /* `replicator bench NAME ...` */
     rp_model_command plan;   /* `replicator plan NAME ...` */
+    /* `replicator export RUN --format onnx`: the network of one of its runs as an ONNX graph,
+       from the run's checkpoint `ck` and its saved configuration `config` (`online`: a model's
+       latest parameters rather than those its actors ran, where it has both); *what gets a
+       line naming what it is. Errors leave *g NULL. */
+    rp_status (*onnx)(rp_onnx **g, const rp_checkpoint *ck, const char *config, bool online,
+                      char *what, size_t what_size);
 } rp_model_desc;
 
 #ifdef __cplusplus

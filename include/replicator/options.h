@@ -268,6 +268,16 @@ RP_API void rp_options_value_text(const struct cJSON *v, char *buf, size_t size)
 RP_API bool rp_options_parse_long(const char *s, long lo, long hi, long *v);
 
 /*
+ * A path given on a command line outside a table, by the rule the tables' path rows follow:
+ * copies `value` into dst[size], or prints why it cannot to stderr ("<cmd>: --out needs a path,
+ * not an empty string", "<cmd>: OUT is 5000 bytes long, over the 4095 a path may have") and
+ * returns false: a path is never silently cut short. With dst NULL it only checks (a path kept
+ * as a pointer and copied into a size-byte buffer later).
+ */
+RP_API bool rp_options_copy_path(const char *cmd, const char *option, const char *value, char *dst,
+                                 size_t size);
+
+/*
  * The echo of a configuration: "--name value" for each saved option (RP_OPT_SAVED, not
  * RP_OPT_OWN_JSON; a flag by its name alone) whose field in `cfg` differs from `defaults`,
  * separated by spaces, into buf[size] (cut with "..." if it does not fit). Returns buf.

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "models/classifier/classifier_command.h"
+#include "models/classifier/classifier_onnx.h"
 
 rp_backend train_backend(const char *name)
 {
@@ -62,5 +63,32 @@ rp_status train_agree_options(char *json, const char *const *local, const char *
 {
     rp_status status = rp_trainer_agree_config(json, local, out_dir, max_steps, timeout_s);
     free(json);
+    return status;
+}
+
+/* `replicator export --format onnx` of a classifier's run (rp_model_desc.onnx): its input size
+ * and classes from the dataset, and the normalisation the run trained with (the training
+ * split's statistics, as rp_classifier_create computes them). */
+rp_status classifier_onnx_export(rp_onnx **g, const rp_checkpoint *ck, const char *config,
+                                 bool online, char *what, size_t what_size)
+{
+    (void)online; /* one set of parameters */
+    rp_status status = RP_OK;
+    rp_dataset *train = NULL, *test = NULL;
+    train_opts o;
+    *g = NULL;
+    RP_TRY(train_opts_from_json(&o, config));
+    rp_classifier_config cc;
+    train_opts_classifier(&o, &cc);
+    RP_TRY(rp_classifier_load_splits(&train, &test, &cc));
+    float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
+    RP_TRY(rp_dataset_channel_stats(train, mean, std));
+    RP_TRY(rp_classifier_onnx(g, &cc, ck, train->h, train->w, train->c, train->num_classes, mean,
+                              std));
+    snprintf(what, what_size, "%s for %d x %d x %d images of %s", o.model, train->h, train->w,
+             train->c, train->name);
+cleanup:
+    rp_dataset_destroy(test);
+    rp_dataset_destroy(train);
     return status;
 }

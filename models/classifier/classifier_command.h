@@ -85,6 +85,10 @@ const rp_trainer_model *plan_check_model(const plan_check *pc);
 int plan_check_report(const plan_check *pc, FILE *f);
 void plan_check_destroy(plan_check *pc);
 
+/* `replicator export --format onnx` of a classifier's run (the descriptor's onnx hook). */
+rp_status classifier_onnx_export(rp_onnx **g, const rp_checkpoint *ck, const char *config,
+                                 bool online, char *what, size_t what_size);
+
 /* The descriptor (classifier_model.c): the registry's first, default model. */
 extern const rp_model_desc rp_classifier_model;
 

@@ -1,8 +1,9 @@
 /*
  * classifier_model.c - the image classifiers' descriptor (replicator/model.h): their train,
- * eval, bench and plan commands (classifier_*_command.c), their trainer callbacks and how a run
- * of theirs is known. The command's registry lists it first (cli/registry.c). A file of its
- * own, so the commands it names never call back into the file that names them.
+ * eval, bench and plan commands, their ONNX export (classifier_*_command.c), their trainer
+ * callbacks and how a run of theirs is known. The command's registry lists it first
+ * (cli/registry.c). A file of its own, so the commands it names never call back into the file that
+ * names them.
  */
 #include "models/classifier/classifier_command.h"
 
@@ -19,4 +20,5 @@ const rp_model_desc rp_classifier_model = {
     .eval = classifier_eval_main,
     .bench = classifier_bench_main,
     .plan = classifier_plan_main,
+    .onnx = classifier_onnx_export,
 };

@@ -357,23 +357,6 @@ static void usage(FILE *f)
             "at the exact batch. `replicator eval DIR` reports a saved run's test accuracy.\n");
 }
 
-/* Prints a command line's fault in the words the command has always used; returns 2. */
-bool train_copy_path(const char *cmd, const char *option, const char *value, char *dst, size_t size)
-{
-    size_t len = strlen(value);
-    if (len == 0) {
-        fprintf(stderr, "%s: %s needs a path, not an empty string\n", cmd, option);
-        return false;
-    }
-    if (len >= size) {
-        fprintf(stderr, "%s: %s is %zu bytes long, over the %zu a path may have\n", cmd, option,
-                len, size - 1);
-        return false;
-    }
-    if (dst) memcpy(dst, value, len + 1);
-    return true;
-}
-
 static bool parse_widths(const char *s, int *out, int *n)
 {
     *n = 0;

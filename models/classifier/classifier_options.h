@@ -94,15 +94,6 @@ void train_opts_default(train_opts *o, const char *model);
 int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume);
 
 /*
- * Copies path option `option`'s value into dst[size], or prints why it cannot ("<cmd>: --out
- * needs a path, not an empty string", "<cmd>: --out is 5000 bytes long, over the 4095 a path
- * may have") and returns false: a path is never silently cut short. With dst NULL it only
- * checks (for a path kept as a pointer that is copied into a size-byte buffer later).
- */
-bool train_copy_path(const char *cmd, const char *option, const char *value, char *dst,
-                     size_t size);
-
-/*
  * Reading a run's stored configuration (a parsed JSON object) key by key, as strictly as the
  * command line. The first key that is missing, of another type or out of range is kept, so the
  * error names it and its value: `"ch_g" is 5000, outside [1, 4096]`. Each read returns false

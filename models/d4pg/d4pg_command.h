@@ -44,6 +44,9 @@ bool d4pg_config_is_d4pg(const char *json);
 /* `replicator train d4pg ...` and `replicator eval D4PG_RUN ...`. */
 int d4pg_train_main(int argc, char **argv);
 int d4pg_eval_main(int argc, char **argv);
+/* `replicator export --format onnx` of a D4PG run: a policy (the descriptor's hook). */
+rp_status d4pg_onnx_export(rp_onnx **g, const rp_checkpoint *ck, const char *config, bool online,
+                           char *what, size_t what_size);
 
 /* The descriptor (d4pg_model.c): train, eval, the trainer callbacks, owns_config. */
 extern const rp_model_desc rp_d4pg_model;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "models/d4pg/d4pg_command.h"
+#include "models/d4pg/policy_onnx.h"
 
 /* A whole decimal integer in [lo, hi]: the command line's number rules. */
 static bool parse_long(const char *s, long lo, long hi, long *v)
@@ -142,4 +143,24 @@ cleanup:
         return 1;
     }
     return 0;
+}
+
+/* `replicator export --format onnx` of a D4PG run (rp_model_desc.onnx): the target policy its
+ * actors ran, or with `online` the learner's latest. */
+rp_status d4pg_onnx_export(rp_onnx **g, const rp_checkpoint *ck, const char *config, bool online,
+                           char *what, size_t what_size)
+{
+    d4pg_opts o;
+    rp_d4pg_job *job = NULL;
+    rp_status status = RP_OK;
+    *g = NULL;
+    RP_TRY(d4pg_opts_from_json(&o, config));
+    RP_TRY(rp_d4pg_job_create(&job, &o.j, ck)); /* checks the task, fills in its sizes */
+    const rp_d4pg_config *agent = &rp_d4pg_job_get_config(job)->agent;
+    RP_TRY(rp_d4pg_policy_onnx(g, agent, ck, online ? "d4pg/policy/" : "d4pg/target_policy/"));
+    snprintf(what, what_size, "D4PG's %s policy for %s (%d observations, %d actions)",
+             online ? "online" : "target", o.j.task, agent->obs_dim, agent->act_dim);
+cleanup:
+    rp_d4pg_job_destroy(job);
+    return status;
 }

@@ -13,4 +13,5 @@ const rp_model_desc rp_d4pg_model = {
     .owns_config = d4pg_config_is_d4pg,
     .train = d4pg_train_main,
     .eval = d4pg_eval_main,
+    .onnx = d4pg_onnx_export,
 };

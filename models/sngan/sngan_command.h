@@ -64,6 +64,9 @@ rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
 
 /* `replicator train sngan ...`, `replicator eval GAN_RUN ...`, `replicator sample GAN_RUN ...`. */
 int sngan_train_main(int argc, char **argv);
+/* `replicator export --format onnx` of an SN-GAN run: its generator (the descriptor's hook). */
+rp_status sngan_onnx_export(rp_onnx **g, const rp_checkpoint *ck, const char *config, bool online,
+                            char *what, size_t what_size);
 int sngan_eval_main(int argc, char **argv);
 int sngan_sample_main(int argc, char **argv);
 /* `replicator bench sngan ...`: milliseconds per iteration on the library's benchmark driver. */

@@ -15,4 +15,5 @@ const rp_model_desc rp_sngan_model = {
     .eval = sngan_eval_main,
     .sample = sngan_sample_main,
     .bench = sngan_bench_main,
+    .onnx = sngan_onnx_export,
 };

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/sngan/generator_onnx.h"
 #include "models/sngan/sngan_command.h"
 
 rp_status sngan_run_load(const char *dir, sngan_opts *o, rp_sngan_generator **g)
@@ -203,4 +204,18 @@ cleanup:
         return 1;
     }
     return 0;
+}
+
+/* `replicator export --format onnx` of an SN-GAN run (rp_model_desc.onnx): its generator. */
+rp_status sngan_onnx_export(rp_onnx **g, const rp_checkpoint *ck, const char *config, bool online,
+                            char *what, size_t what_size)
+{
+    (void)online; /* one generator */
+    sngan_opts o;
+    *g = NULL;
+    RP_CHECK(sngan_opts_from_json(&o, config));
+    RP_CHECK(rp_sngan_generator_onnx(g, &o.g, ck, "gen/"));
+    snprintf(what, what_size, "the SN-GAN's generator (%d x %d x %d images, %d classes)", o.g.h,
+             o.g.w, o.g.c, o.g.classes);
+    return RP_OK;
 }

@@ -456,6 +456,23 @@ bool rp_options_parse_long(const char *s, long lo, long hi, long *v)
     return !errno && end != s && !*end && *v >= lo && *v <= hi;
 }
 
+bool rp_options_copy_path(const char *cmd, const char *option, const char *value, char *dst,
+                          size_t size)
+{
+    size_t len = value ? strlen(value) : 0;
+    if (len == 0) {
+        fprintf(stderr, "%s: %s needs a path, not an empty string\n", cmd, option);
+        return false;
+    }
+    if (len >= size) {
+        fprintf(stderr, "%s: %s is %zu bytes long, over the %zu a path may have\n", cmd, option,
+                len, size - 1);
+        return false;
+    }
+    if (dst) memcpy(dst, value, len + 1);
+    return true;
+}
+
 /* A short text of a value for a message: a number in full, a string quoted, cut at 64 bytes. */
 void rp_options_value_text(const cJSON *v, char *buf, size_t size)
 {
