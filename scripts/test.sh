@@ -27,7 +27,7 @@ ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:abort_on_error=0 \
 LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-san --output-on-failure -j"$jobs" --timeout 900 \
-    -E '^(mpi_failure|mpi_two_hosts|ps_mpi_stop|strict_.*|cli_strict|cli_slurm|cli_model_parallel|cli_d4pg|cli_train_resume|cli_precision|cli_zero|cli_trace)$'
+    -E '^(mpi_failure|mpi_two_hosts|ps_mpi_stop|mpi_stop|strict_.*|cli_strict|cli_slurm|cli_model_parallel|cli_d4pg|cli_train_resume|cli_precision|cli_zero|cli_trace)$'
 # (Each cmocka case is its own CTest test, <program>.<case>, and strict_<program>.<case> on the
 # strict table: docs/testing.md. The MPI tests excluded kill, stop and relaunch whole MPI jobs
 # against wall-clock deadlines: they test the processes' behaviour, not memory, and run in the
