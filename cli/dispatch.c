@@ -28,7 +28,7 @@ static const rp_model_desc *model_named(const char *name)
 }
 
 /* The model whose run saved `json` (its owns_config says so), or NULL (the default's, or none). */
-static const rp_model_desc *model_of_config(const char *json)
+const rp_model_desc *rp_cli_model_of_config(const char *json)
 {
     const rp_model_desc *const *models = rp_cli_models();
     for (int i = 1; json && models[i]; i++)
@@ -54,7 +54,7 @@ static const rp_model_desc *resumed_model(int argc, char **argv, bool *failed)
         const rp_model_desc *model = NULL;
         rp_status status = rp_trainer_load_run(argv[i + 1], &ck, &config);
         if (status == RP_OK) {
-            model = model_of_config(config);
+            model = rp_cli_model_of_config(config);
             const rp_model_desc *fallback = default_model();
             if (!model && fallback->owns_config && !fallback->owns_config(config))
                 status = rp_last_status();
@@ -90,7 +90,8 @@ int rp_cli_eval(int argc, char **argv)
         rp_checkpoint *ck = NULL;
         const char *config = NULL;
         const rp_model_desc *model = NULL;
-        if (rp_trainer_load_run(argv[1], &ck, &config) == RP_OK) model = model_of_config(config);
+        if (rp_trainer_load_run(argv[1], &ck, &config) == RP_OK)
+            model = rp_cli_model_of_config(config);
         rp_checkpoint_destroy(ck);
         if (model && model->eval) return model->eval(argc, argv);
     }

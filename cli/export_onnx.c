@@ -11,10 +11,8 @@ rp_status export_onnx_graph(rp_onnx **g, const rp_checkpoint *ck, const char *co
                             char *what, size_t what_size)
 {
     *g = NULL;
-    const rp_model_desc *const *models = rp_cli_models();
-    const rp_model_desc *model = models[0]; /* the default model takes what no other claims */
-    for (int i = 1; models[i]; i++)
-        if (models[i]->owns_config && models[i]->owns_config(config)) model = models[i];
+    const rp_model_desc *model = rp_cli_model_of_config(config);
+    if (!model) model = rp_cli_models()[0]; /* the default model takes what no other claims */
     if (!model->onnx)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "a %s run has no ONNX export", model->name);
     RP_CHECK(model->onnx(g, ck, config, online, what, what_size));

@@ -12,4 +12,8 @@
    (resnet20, resnet18, resnet50, mlp), which take every name no other model claims. */
 const rp_model_desc *const *rp_cli_models(void);
 
+/* The registered model whose run saved the configuration `json` (its owns_config says so), or
+   NULL: then it is the default model's, or no model's (dispatch.c). */
+const rp_model_desc *rp_cli_model_of_config(const char *json);
+
 #endif
