@@ -47,7 +47,7 @@ int classifier_eval_main(int argc, char **argv)
     /* A classifier's run (a registered model's run went to its own eval: cli/dispatch.c): its
        options, as strictly as train's (the others parse their own). */
     long threads = 0;
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -66,7 +66,6 @@ int classifier_eval_main(int argc, char **argv)
             rp_checkpoint_destroy(ck);
             return 2;
         }
-        i++;
     }
     rp_kernels_set_threads((int)threads);
     RP_TRY(train_opts_from_json(&o, config));
