@@ -8,8 +8,11 @@
 #  3. a --zero run saved on 4 replicas resumes on 2 (and a sync run's checkpoint resumes with
 #     --zero), byte for byte what the sync runs that did the same wrote;
 #  4. --zero with --regime async is refused;
-#  5. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
-#     wrote (both backends reduce in rank order).
+#  5. --zero 2 (ZeRO-2: the reduced gradients sharded too): the header names it, the checkpoints
+#     are the sync runs' (the MLP on 2 replicas, ResNet-20 on 4), and a --zero 2 run of 4 replicas
+#     resumed on 2 with --zero 1 writes what sync 4 -> 2 wrote;
+#  6. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
+#     wrote (both backends reduce in rank order), with --zero and --zero 2.
 # Usage: cli_zero.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -76,7 +79,31 @@ set -e
     || fail "--zero --regime async: $rc $msg"
 echo "ok: --zero with async refused"
 
-# 5. MPI.
+# 5. ZeRO-2.
+out=$("$bin" train mlp "${common[@]}" --batch 64 --replicas 2 --zero 2 --out "$dir/zz2" 2>&1) \
+    || fail "mlp --zero 2 on 2 replicas: $out"
+grep -q "2 replicas x 1 threads (threads, cross-replica batch norm, ZeRO-2)" <<< "$out" \
+    || fail "header does not name ZeRO-2: $out"
+grep -q "optimizer state: 1071636 bytes per replica (1.02 MiB); ZeRO-2: 2143272 bytes unsharded" \
+    <<< "$out" || fail "ZeRO-2 optimizer-state bytes on 2 replicas: $out"
+cmp "$dir/s2/checkpoint.safetensors" "$dir/zz2/checkpoint.safetensors" \
+    || fail "mlp: --zero 2 on 2 replicas wrote another checkpoint than sync"
+"$bin" train resnet20 "${res[@]}" --replicas 4 --zero 2 --out "$dir/rzz" > /dev/null 2>&1 \
+    || fail "resnet20 --zero 2 on 4 replicas failed"
+cmp "$dir/rs/checkpoint.safetensors" "$dir/rzz/checkpoint.safetensors" \
+    || fail "resnet20: --zero 2 on 4 replicas wrote another checkpoint than sync"
+"$bin" train mlp "${mlp[@]}" --replicas 4 --zero 2 --max-steps 5 --out "$dir/rzz4" > /dev/null 2>&1
+"$bin" train --resume "$dir/rzz4" --replicas 2 --zero 1 --threads 2 --quiet > /dev/null 2>&1 \
+    || fail "resuming a --zero 2 run of 4 replicas on 2 with --zero 1"
+cmp "$dir/rs4/checkpoint.safetensors" "$dir/rzz4/checkpoint.safetensors" \
+    || fail "--zero 2 on 4 -> --zero 1 on 2 differs from sync 4 -> 2"
+set +e
+msg=$("$bin" train mlp "${common[@]}" --zero 3 --out "$dir/z3bad" 2>&1); rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q -- "--zero" <<< "$msg" || fail "--zero 3 was not refused: $rc $msg"
+echo "ok: --zero 2 equals sync (mlp on 2, resnet20 on 4) and resumes as --zero 1 on 2"
+
+# 6. MPI.
 need_mpirun
 res=(--data "$data" --limit 128 --batch 32 --threads 2 --threads-per-replica 1 --epochs 1 --quiet)
 "$bin" train resnet20 "${res[@]}" --replicas 2 --out "$dir/t2" > /dev/null 2>&1
@@ -90,3 +117,12 @@ cmp "$dir/t2/checkpoint.safetensors" "$dir/m2/checkpoint.safetensors" \
 cmp "$dir/m22s/checkpoint.safetensors" "$dir/m22/checkpoint.safetensors" \
     || fail "2 ranks x 2 threads: --zero differs from sync"
 echo "ok: mpirun -np 2 (and 2 ranks x 2 threads) --zero equals sync"
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --zero 2 --out "$dir/mz2" > /dev/null 2>&1 \
+    || fail "mpirun -np 2 --zero 2 failed"
+cmp "$dir/t2/checkpoint.safetensors" "$dir/mz2/checkpoint.safetensors" \
+    || fail "mpirun -np 2 --zero 2 differs from 2 sync threads"
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --replicas 2 --zero 2 --out "$dir/mz22" \
+    > /dev/null 2>&1 || fail "mpirun -np 2 --replicas 2 --zero 2 failed"
+cmp "$dir/m22s/checkpoint.safetensors" "$dir/mz22/checkpoint.safetensors" \
+    || fail "2 ranks x 2 threads: --zero 2 differs from sync"
+echo "ok: mpirun -np 2 (and 2 ranks x 2 threads) --zero 2 equals sync"

@@ -125,6 +125,43 @@ static void test_parse_values(void **state)
     assert_false(rp_options_was_given(table, &g, "--nonexistent"));
 }
 
+/* RP_OPT_BARE: --zero alone is its lower bound, --zero 2 a stage, --zero 3 out of range. */
+typedef struct bare_opts {
+    int zero, n;
+} bare_opts;
+
+static const rp_option bare_table[] = {
+    RP_OPT_INT(bare_opts, zero, "--zero", "[1|2]", 1, 2, RP_OPT_BARE, "stage"),
+    RP_OPT_INT(bare_opts, n, "--n", "N", 1, 9, 0, "n"),
+    RP_OPTION_END,
+};
+
+static rp_status parse_bare(bare_opts *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof *o);
+    return rp_options_parse(bare_table, o, &argc, argv, 0, NULL, NULL);
+}
+
+static void test_parse_bare(void **state)
+{
+    (void)state;
+    bare_opts o;
+    assert_int_equal(parse_bare(&o, 2, (char *[]){"p", "--zero", NULL}), RP_OK);
+    assert_int_equal(o.zero, 1);
+    assert_int_equal(parse_bare(&o, 3, (char *[]){"p", "--zero", "2", NULL}), RP_OK);
+    assert_int_equal(o.zero, 2);
+    assert_int_equal(parse_bare(&o, 4, (char *[]){"p", "--zero", "--n", "3", NULL}), RP_OK);
+    assert_int_equal(o.zero, 1);
+    assert_int_equal(o.n, 3);
+    assert_int_equal(parse_bare(&o, 3, (char *[]){"p", "--zero", "3", NULL}), RP_ERR_INVALID);
+    tu_assert_error_contains("--zero");
+    /* Only a number is taken: a word after it is an argument of its own (unknown here). */
+    assert_int_equal(parse_bare(&o, 3, (char *[]){"p", "--zero", "two", NULL}), RP_ERR_INVALID);
+    tu_assert_error_contains("unknown option two");
+    /* A row without the flag still needs its value. */
+    assert_int_equal(parse_bare(&o, 2, (char *[]){"p", "--n", NULL}), RP_ERR_INVALID);
+}
+
 static void test_parse_faults(void **state)
 {
     (void)state;
@@ -445,7 +482,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_keep_unknown),  cmocka_unit_test(test_resume_rules),
         cmocka_unit_test(test_json),          cmocka_unit_test(test_help_and_echo),
         cmocka_unit_test(test_runtime_table), cmocka_unit_test(test_parse_long),
-        cmocka_unit_test(test_copy_path),
+        cmocka_unit_test(test_copy_path),     cmocka_unit_test(test_parse_bare),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

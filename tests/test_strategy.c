@@ -532,6 +532,7 @@ static void test_strategy_choice(void **state)
     assert_string_equal(rp_strategy_name(RP_STRATEGY_ASYNC), "async");
     assert_string_equal(rp_strategy_name(RP_STRATEGY_ZERO1), "zero1");
     assert_string_equal(rp_strategy_name(RP_STRATEGY_SYNC_GROUPS), "sync-groups");
+    assert_string_equal(rp_strategy_name(RP_STRATEGY_ZERO2), "zero2");
     assert_string_equal(rp_strategy_name((rp_strategy_kind)RP_STRATEGIES), "?");
 
     /* --strategy takes every name, and nothing else. */
@@ -547,7 +548,7 @@ static void test_strategy_choice(void **state)
     char *bad[] = {"prog", "--strategy", "zero", NULL};
     int argc = 3;
     assert_int_equal(rp_config_from_args(&c, &argc, bad), RP_ERR_INVALID);
-    tu_assert_error_contains("--strategy zero: expected sync, async, zero1 or sync-groups");
+    tu_assert_error_contains("--strategy zero: expected sync, async, zero1, zero2 or sync-groups");
 
     /* Each spelling runs the same table as the choice it spells. */
     struct {
@@ -556,10 +557,9 @@ static void test_strategy_choice(void **state)
         bool lockstep, sharded;
         int in_sync;
     } want[] = {
-        {RP_STRATEGY_SYNC, 2, true, false, 2},
-        {RP_STRATEGY_ASYNC, 2, false, false, 1},
-        {RP_STRATEGY_ZERO1, 2, true, true, 2},
-        {RP_STRATEGY_SYNC_GROUPS, 4, false, false, 2},
+        {RP_STRATEGY_SYNC, 2, true, false, 2}, {RP_STRATEGY_ASYNC, 2, false, false, 1},
+        {RP_STRATEGY_ZERO1, 2, true, true, 2}, {RP_STRATEGY_SYNC_GROUPS, 4, false, false, 2},
+        {RP_STRATEGY_ZERO2, 2, true, true, 2}, /* no older spelling: spelled is by_enum */
     };
     for (int k = 0; k < RP_STRATEGIES; k++) {
         rp_config by_enum = config(want[k].replicas), spelled = by_enum;

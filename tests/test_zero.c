@@ -21,7 +21,12 @@
  *    with nothing updated;
  *  - ZeRO-1 chosen as cfg.strategy = RP_STRATEGY_ZERO1 is the ZeRO-1 of
  *    cfg.zero (the same values and shards) and equals sync, on 2, 3 and 4
- *    replicas with SGD, Adam and AdamW.
+ *    replicas with SGD, Adam and AdamW;
+ *  - ZeRO-2 (RP_STRATEGY_ZERO2) passes every case above as ZeRO-1 does (the
+ *    cases named *_zero2: the same runs with zero = 2), and after backward a
+ *    replica's gradient block holds no resident page (each bucket was kept
+ *    and released as it was reduced) where the sync strategy's holds them
+ *    all, with the reduced shard in place after the step's reduction.
  *
  * The model: linear 6 -> 5 with bias, ReLU, linear 5 -> 3 with bias (53
  * values: no replica count above 1 divides it). The global batch of step s
@@ -33,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define IN   6
 #define HID  5
@@ -160,7 +167,25 @@ static rp_status destroy_fn(rp_replica *rep, void *arg)
     return RP_OK;
 }
 
-/* One job on n thread replicas, ZeRO-1 or sync; returns the first failing run's status. */
+/* The ZeRO stage a test's `zero` runs: 1, or 2 in the *_zero2 cases (their setup sets it). */
+static int zero_stage = 1;
+
+static int setup_zero2(void **state)
+{
+    (void)state;
+    zero_stage = 2;
+    return 0;
+}
+
+static int teardown_zero2(void **state)
+{
+    (void)state;
+    zero_stage = 1;
+    return 0;
+}
+
+/* One job on n thread replicas, ZeRO (zero_stage) or sync; returns the first failing run's
+   status. */
 static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
 {
     rp_config cfg = rp_config_default();
@@ -169,7 +194,9 @@ static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
     cfg.threads_per_replica = 1;
     cfg.timeout_s = 30;
     cfg.checksum_every = 1;
-    if (j->by_enum)
+    if (zero && zero_stage == 2)
+        cfg.strategy = RP_STRATEGY_ZERO2; /* no older spelling */
+    else if (j->by_enum)
         cfg.strategy = zero ? RP_STRATEGY_ZERO1 : RP_STRATEGY_SYNC;
     else
         cfg.zero = zero;
@@ -531,6 +558,162 @@ static void test_strategy_enum(void **state)
         }
 }
 
+/* ---- 8. ZeRO-2 keeps no whole gradient ------------------------------------------------- */
+
+/* Four 256 x 256 layers (about 1 MiB of gradients, 64 KiB buckets: one per weight or more). */
+#define BIG 256
+typedef struct big {
+    rp_params *params;
+    rp_linear_layer l[4];
+    rp_optimizer *opt;
+    long resident[2]; /* pages of the gradient block resident: after backward, after the step */
+    float shard_max;  /* the largest |gradient| inside the shard after the reduction */
+    float rest_max;   /* ... and outside it */
+} big;
+
+static long resident_pages(const void *p, size_t bytes)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi = ((uintptr_t)p + bytes) / (uintptr_t)page * (uintptr_t)page;
+    if (hi <= lo) return 0;
+    size_t n = (hi - lo) / (size_t)page;
+    unsigned char *vec = malloc(n);
+    assert_non_null(vec);
+    assert_int_equal(mincore((void *)lo, hi - lo, vec), 0);
+    long count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += vec[i] & 1;
+    free(vec);
+    return count;
+}
+
+static rp_status big_build(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    big *m = calloc(1, sizeof *m);
+    if (!m) return RP_ERR_NOMEM;
+    rp_replica_set_user(rep, m);
+    RP_CHECK(rp_params_create(&m->params));
+    for (int k = 0; k < 4; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "l%d", k);
+        RP_CHECK(rp_linear_layer_init(&m->l[k], m->params, name, BIG, BIG, true, true));
+    }
+    RP_CHECK(rp_params_finalize(m->params, 3));
+    rp_optim_config oc = rp_optim_config_default();
+    return rp_replica_optimizer_create(rep, &m->opt, m->params, &oc);
+}
+
+/* The reduction's hook: runs after the runtime's `before`, with the reduced shard in place. */
+static rp_status big_before(rp_optimizer *opt, void *ctx)
+{
+    big *m = ctx;
+    int64_t lo, hi, P = rp_params_trainable_numel(m->params);
+    rp_optimizer_range(opt, &lo, &hi);
+    float *g = malloc((size_t)P * sizeof(float));
+    if (!g) return RP_ERR_NOMEM;
+    RP_CHECK(rp_params_read_grads(m->params, g));
+    for (int64_t i = 0; i < P; i++) {
+        float *most = i >= lo && i < hi ? &m->shard_max : &m->rest_max;
+        if (fabsf(g[i]) > *most) *most = fabsf(g[i]);
+    }
+    free(g);
+    return RP_OK;
+}
+
+static rp_status big_step(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    big *m = rp_replica_user(rep);
+    if (!m->shard_max && !m->rest_max) {
+        rp_optimizer_hooks h = {.before = big_before};
+        RP_CHECK(rp_optimizer_add_hooks(m->opt, &h, m));
+    }
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tape_reset(t);
+    float x[4 * BIG];
+    tu_fill(x, 4 * BIG, 11 + (uint64_t)rp_replica_id(rep), -1.0f, 1.0f);
+    rp_tensor *h = rp_tensor_new(t, 2, (int[]){4, BIG});
+    if (!h) return rp_last_status();
+    RP_CHECK(rp_tensor_write(h, x, 4 * BIG));
+    for (int k = 0; k < 4; k++)
+        h = rp_linear_layer_forward(t, &m->l[k], h);
+    int32_t *y = rp_arena_alloc(rp_tape_arena(t), 4 * sizeof(int32_t));
+    if (!y) return rp_last_status();
+    for (int i = 0; i < 4; i++)
+        y[i] = i;
+    rp_tensor *loss = rp_softmax_cross_entropy(t, h, y);
+    if (!loss) return rp_last_status();
+    RP_CHECK(rp_backward(t, loss));
+    size_t bytes = (size_t)rp_params_trainable_numel(m->params) * sizeof(float);
+    m->resident[0] = resident_pages(rp_params_grad(m->params), bytes);
+    RP_CHECK(rp_optimizer_step(m->opt, 0.01f));
+    m->resident[1] = resident_pages(rp_params_grad(m->params), bytes);
+    return RP_OK;
+}
+
+static rp_status big_destroy(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    big *m = rp_replica_user(rep);
+    rp_optimizer_destroy(m->opt);
+    rp_params_destroy(m->params);
+    free(m);
+    return RP_OK;
+}
+
+static void big_run(rp_strategy_kind kind, big *out)
+{
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = 2;
+    cfg.threads_per_replica = 1;
+    cfg.timeout_s = 30;
+    cfg.strategy = kind;
+    cfg.bucket_bytes = 64 << 10;
+    rp_replicator *r;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    tu_run_ok(r, big_build, NULL);
+    tu_run_ok(r, big_step, NULL);
+    tu_run_ok(r, big_step, NULL);
+    for (int q = 0; q < 2; q++)
+        out[q] = *(big *)rp_replica_user(rp_replicator_replica(r, q));
+    tu_run_ok(r, big_destroy, NULL);
+    rp_replicator_destroy(r);
+}
+
+static void test_zero2_releases(void **state)
+{
+    (void)state;
+    /* The strict table keeps its storage in a mapping of its own, which it only fills. */
+    if (!strcmp(rp_kernels_name(), "strict")) skip();
+    big sync[2], z1[2], z2[2];
+    big_run(RP_STRATEGY_SYNC, sync);
+    big_run(RP_STRATEGY_ZERO1, z1);
+    big_run(RP_STRATEGY_ZERO2, z2);
+    long pages = (long)((4 * (BIG * BIG + BIG)) * sizeof(float) / (size_t)sysconf(_SC_PAGESIZE));
+    for (int q = 0; q < 2; q++) {
+        /* Sync and ZeRO-1 keep the whole gradient after backward (and zero it in place). */
+        assert_true(sync[q].resident[0] >= pages - 2);
+        assert_true(z1[q].resident[0] >= pages - 2);
+        assert_true(z1[q].resident[1] >= pages - 2);
+        /* ZeRO-2: every bucket was released as it was reduced, and the step released the rest
+           (a page at each bucket's edge may be left, shared with the next bucket). */
+        assert_true(z2[q].resident[0] <= 8);
+        assert_true(z2[q].resident[1] <= 8);
+        /* The reduced shard is in place for the hooks after the runtime's; zeros elsewhere. */
+        assert_true(z2[q].shard_max > 0.0f);
+        assert_true(z2[q].rest_max == 0.0f);
+        assert_true(z1[q].rest_max > 0.0f); /* ZeRO-1 leaves the local gradients there */
+    }
+}
+
+#define ZERO2_CASE(f)                                                                              \
+    {                                                                                              \
+#f "_zero2", f, setup_zero2, teardown_zero2, NULL                                          \
+    }
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -545,6 +728,16 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_clip),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_strategy_enum),
+        ZERO2_CASE(test_equal_sgd),
+        ZERO2_CASE(test_equal_adam),
+        ZERO2_CASE(test_equal_accumulation),
+        ZERO2_CASE(test_equal_bf16),
+        ZERO2_CASE(test_non_dividing),
+        ZERO2_CASE(test_state_bytes),
+        ZERO2_CASE(test_resume_4_to_2),
+        ZERO2_CASE(test_clip),
+        ZERO2_CASE(test_nonfinite),
+        cmocka_unit_test(test_zero2_releases),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -74,6 +74,9 @@ enum {
     RP_OPT_HIDDEN = 1u << 7,   /* no command-line option (not parsed, not in the help): a
                                   field the program fills that is saved with the rest (`name`
                                   only names it; give `key`) */
+    RP_OPT_BARE = 1u << 8,     /* an INT that may stand without its value: when the next
+                                  argument is absent or does not start with a digit, it takes
+                                  `lo` (--zero is --zero 1, --zero 2 names the stage) */
 };
 
 typedef struct rp_option rp_option;

@@ -105,8 +105,10 @@ typedef enum {
                               (see "ZeRO-1" below) */
     RP_STRATEGY_SYNC_GROUPS = 3, /* cfg.sync_groups groups, sync inside, parameter servers between
                                     (see "Sync groups" below) */
+    RP_STRATEGY_ZERO2 = 4,       /* ZeRO-1, and each replica keeps only its shard of the reduced
+                                    gradients (see "ZeRO-1" below) */
 } rp_strategy_kind;
-#define RP_STRATEGIES 4
+#define RP_STRATEGIES 5
 
 /* The older spelling of RP_STRATEGY_SYNC and RP_STRATEGY_ASYNC (cfg.regime). */
 typedef enum {
@@ -206,12 +208,13 @@ RP_API rp_config rp_config_default(void);
  */
 RP_API rp_strategy_kind rp_config_strategy(const rp_config *cfg);
 
-/* "sync", "async", "zero1", "sync-groups" (as --strategy takes them); "?" for another value. */
+/* "sync", "async", "zero1", "sync-groups", "zero2" (as --strategy takes them); "?" for another
+   value. */
 RP_API const char *rp_strategy_name(rp_strategy_kind strategy);
 
 /*
  * The runtime's options (replicator/options.h), one row each: --backend threads|mpi|auto,
- * --strategy sync|async|zero1|sync-groups, --regime sync|async, --ps S, --staleness K,
+ * --strategy sync|async|zero1|sync-groups|zero2, --regime sync|async, --ps S, --staleness K,
  * --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G,
  * --precision f32|bf16, --grad-dtype f32|bf16, over the fields of rp_config. A program prints
@@ -717,6 +720,21 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
  * rp_replica_optimizer_publish() sends replica 0's values and steps, and
  * its state's shards when replica 0 holds the whole state. With one
  * replica it is the plain optimizer.
+ *
+ * ZeRO-2 (RP_STRATEGY_ZERO2) is ZeRO-1 with the reduced gradients sharded
+ * too: the gradient buckets are the sync strategy's (contiguous, in
+ * backward's order), each all-reduced as soon as backward finishes it; the
+ * replica keeps the bucket's part inside its shard and gives the bucket's
+ * gradient memory back (its pages return to the system until backward
+ * writes them again; the optimizer's zeroing releases the block too). So a
+ * replica holds its shard of the gradients plus the buckets backward has
+ * not finished, never the whole gradient at once (with one backward per
+ * step). The sums are the sync strategy's: the values are bitwise its
+ * values. Everything else is ZeRO-1's: the state shards, fetch, publish,
+ * checkpoints, clipping. A `before` hook sees the reduced shard in place
+ * and zeros elsewhere. Each bucket moves an all-reduce's bytes (a
+ * reduce-scatter's twice): the price, for now, of buckets that follow
+ * backward.
  */
 
 /*

@@ -28,7 +28,8 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->regime = !strcmp(o->regime, "async") ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
-    cfg->zero = o->zero;
+    cfg->zero = o->zero == 1;
+    if (o->zero == 2) cfg->strategy = RP_STRATEGY_ZERO2;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->grad_dtype = o->grad_dtype;
     cfg->sync_groups = o->sync_groups;

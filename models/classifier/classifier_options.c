@@ -246,10 +246,12 @@ static const rp_option train_table[] = {
                "servers (--ps, --staleness) between groups; each batch goes to\n"
                "one group and is split in it; G must divide --replicas\n"
                "(under mpirun: the ranks less --ps; docs/distributed.md)"),
-    RP_OPT_FLAG(T, zero, "--zero", RESUME,
-                "sync: ZeRO-1, each of N replicas keeps the optimizer state of\n"
-                "1/N of the parameters (gradients reduce-scattered, values\n"
-                "all-gathered); the same values bitwise (docs/distributed.md)"),
+    RP_OPT_INT(T, zero, "--zero", "[1|2]", 1, 2, RESUME | RP_OPT_BARE,
+               "sync: ZeRO, each of N replicas keeps the optimizer state of\n"
+               "1/N of the parameters (1, the default: gradients reduce-\n"
+               "scattered, values all-gathered); 2: and only its 1/N of the\n"
+               "gradients, each bucket kept and released as backward makes\n"
+               "it; the same values bitwise (docs/distributed.md)"),
     RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", OLD | RESUME,
                   "f32 (default) or bf16: convolutions and linear layers multiply\n"
                   "in bf16 (AMX or AVX512-BF16 where the CPU has them) and\n"

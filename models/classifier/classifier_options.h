@@ -40,8 +40,9 @@ typedef struct train_opts {
     double comm_timeout; /* seconds (0: the environment's default; not saved) */
     int threads_per_replica; /* 0: threads / replicas */
     char regime[8];          /* sync | async */
-    bool zero; /* --zero: ZeRO-1, each replica keeps 1/N of the optimizer state (sync; a layout
-                  like --replicas: bitwise the same run, so not saved) */
+    int zero; /* --zero [1|2]: 0 off; ZeRO-1, each replica keeps 1/N of the optimizer state;
+                 ZeRO-2, of the reduced gradients too (sync; a layout like --replicas: bitwise
+                 the same run, so not saved) */
     char precision[8];   /* --precision f32|bf16: the replicas' compute policy (tensor.h); saved,
                             and a resumed run may change it */
     rp_dtype grad_dtype; /* --grad-dtype f32 | bf16: the gradients on the wire (sync; saved, may

@@ -79,7 +79,9 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
         o->model, ds->name, ds->h, ds->w, ds->c, ds->num_classes, o->batch, p->replicas,
         p->replicas > 1 ? "s" : "", p->batch, stages, split, sync,
         p->in_sync > 1 ? ", cross-replica batch norm" : "",
-        o->zero && p->replicas > 1 ? ", ZeRO-1" : "",
+        o->zero == 2 && p->replicas > 1   ? ", ZeRO-2"
+        : o->zero == 1 && p->replicas > 1 ? ", ZeRO-1"
+                                          : "",
         o->grad_dtype == RP_BF16 && p->in_sync > 1 ? ", gradients in bf16 on the wire" : "");
     /* One column per group of workers that hold and send the same. */
     enum { MAX_GROUPS = 8 };
@@ -225,6 +227,7 @@ static void print_json(FILE *f, const rp_classifier_plan *p, const train_opts *o
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "batch_per_worker", p->batch);
     cJSON_AddBoolToObject(j, "zero", o->zero && p->replicas > 1);
+    cJSON_AddNumberToObject(j, "zero_stage", p->replicas > 1 ? o->zero : 0);
     cJSON_AddStringToObject(j, "grad_dtype", rp_dtype_name(o->grad_dtype));
     cJSON *fits = cJSON_AddArrayToObject(j, "activations_fit");
     for (int s = 0; fits && s < p->stages; s++) {

@@ -208,11 +208,14 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     } else {
         /* The gradients' type on the wire, where there is a wire (sync with replicas). */
         const char *wire = o->grad_dtype != RP_BF16 || o->replicas < 2 ? ""
-                           : o->zero ? ", grad reduce-scatter in bf16"
-                                     : ", grad all-reduce in bf16";
+                           : o->zero == 1 ? ", grad reduce-scatter in bf16"
+                                          : ", grad all-reduce in bf16";
         snprintf(regime, sizeof regime, "%s%s%s",
                  o->replicas > 1 ? "cross-replica batch norm" : "one replica",
-                 o->zero ? ", ZeRO-1" : "", wire);
+                 o->zero == 2 ? ", ZeRO-2"
+                 : o->zero    ? ", ZeRO-1"
+                              : "",
+                 wire);
     }
     if (o->model_parallel > 1 || tp > 1) {
         /* The mesh: replicas on the data axis, each a pipeline of stages on the pipe axis, each
@@ -265,7 +268,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
             (unsigned long long)o->seed, layout, rp_kernels_name());
     if (stages[0]) fprintf(stderr, "%s\n", stages);
     rp_trainer_print_precision(o->precision);
-    /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO-1). */
+    /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO). */
     const rp_optimizer *opt = rp_classifier_state_optimizer(state);
     size_t held = rp_optimizer_state_bytes(opt),
            whole = opt ? (size_t)rp_optim_slots(rp_optimizer_config(opt)) *
@@ -275,7 +278,8 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
     fprintf(stderr, "  optimizer state: %zu bytes %s (%.2f MiB)", held,
             o->model_parallel > 1 || tp > 1 ? "on worker 0 (its stage and shard)" : "per replica",
             (double)held / (1 << 20));
-    if (held != whole) fprintf(stderr, "; ZeRO-1: %zu bytes unsharded", whole);
+    if (held != whole)
+        fprintf(stderr, "; ZeRO-%d: %zu bytes unsharded", o->zero == 2 ? 2 : 1, whole);
     fprintf(stderr, "\n");
     if (resumed)
         fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir,

@@ -285,6 +285,12 @@ rp_status rp_options_parse(const rp_option *table, void *dst, int *argc, char **
             memcpy(field(dst, o), &value, sizeof value);
             continue;
         }
+        if ((o->flags & RP_OPT_BARE) && o->type == RP_OPTION_INT &&
+            (!v || v[0] < '0' || v[0] > '9')) {
+            int lo = (int)o->lo;
+            memcpy(field(dst, o), &lo, sizeof lo);
+            continue;
+        }
         if (!v) {
             set_fault(fault, RP_OPTION_NO_VALUE, a, NULL);
             return bad_value(o, NULL);

@@ -2,7 +2,10 @@
  * host_mem.c - the memory slots of the host tables (cpu and ref): tensor storage is host memory,
  * so upload, download and copy are one memcpy and nothing is ever queued.
  */
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels/kernels.h"
 
@@ -31,6 +34,25 @@ void kernels_host_mem_fill(void *dst, uint32_t pattern, size_t bytes)
     uint32_t *w = dst;
     for (size_t i = 0; i < bytes / sizeof *w; i++)
         w[i] = pattern;
+}
+
+/*
+ * Zeros [dst, dst + bytes): the whole pages inside by MADV_DONTNEED (private anonymous memory,
+ * which posix_memalign's is, reads back as zeros and is resident again only once written), the
+ * partial pages at either end by memset, since their other bytes are someone else's. A range
+ * under 16 pages is only cleared: releasing it would save little and cost page faults.
+ */
+void kernels_host_mem_discard(void *dst, size_t bytes)
+{
+    long got = sysconf(_SC_PAGESIZE);
+    uintptr_t page = got > 0 ? (uintptr_t)got : 4096, a = (uintptr_t)dst, b = a + bytes;
+    uintptr_t lo = (a + page - 1) / page * page, hi = b / page * page;
+    if (hi <= lo || hi - lo < 16 * page || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) {
+        memset(dst, 0, bytes);
+        return;
+    }
+    memset(dst, 0, lo - a);
+    memset((void *)hi, 0, b - hi);
 }
 
 void kernels_host_mem_sync(void) {}

@@ -327,6 +327,11 @@ typedef struct kernels_table {
      *    memory (the caller names what it was for). mem_free takes the same size back.
      *  - mem_fill: sets bytes/4 32-bit words to `pattern` (0 for zeros, 0x7fc00000 for f32 NaN,
      *    an f32's bits for a constant); bytes is a multiple of 4.
+     *  - mem_discard: sets bytes (a multiple of 4) to zeros, like mem_fill with 0, and lets
+     *    the memory go: the host tables give the whole pages inside the range back to the
+     *    system (madvise MADV_DONTNEED; they read as zeros and come back when next written),
+     *    so a released gradient costs no resident memory until backward writes it again
+     *    (ZeRO-2). The others only fill zeros.
      *  - mem_sync: returns once all queued work is done (the host tables queue none).
      */
     void *(*mem_alloc)(size_t bytes);
@@ -335,6 +340,7 @@ typedef struct kernels_table {
     void (*mem_download)(void *host, const void *src, size_t bytes);
     void (*mem_copy)(void *dst, const void *src, size_t bytes);
     void (*mem_fill)(void *dst, uint32_t pattern, size_t bytes);
+    void (*mem_discard)(void *dst, size_t bytes);
     void (*mem_sync)(void);
 } kernels_table;
 
@@ -397,11 +403,12 @@ void kernels_staging_free(kernels_staging *s);
     .host_storage = true, .mem_alloc = kernels_host_mem_alloc, .mem_free = kernels_host_mem_free,  \
     .mem_upload = kernels_host_mem_copy, .mem_download = kernels_host_mem_copy,                    \
     .mem_copy = kernels_host_mem_copy, .mem_fill = kernels_host_mem_fill,                          \
-    .mem_sync = kernels_host_mem_sync
+    .mem_discard = kernels_host_mem_discard, .mem_sync = kernels_host_mem_sync
 void *kernels_host_mem_alloc(size_t bytes);
 void kernels_host_mem_free(void *p, size_t bytes);
 void kernels_host_mem_copy(void *dst, const void *src, size_t bytes);
 void kernels_host_mem_fill(void *dst, uint32_t pattern, size_t bytes);
+void kernels_host_mem_discard(void *dst, size_t bytes);
 void kernels_host_mem_sync(void);
 
 /* rp_kernels_set_threads(), rp_kernels_get_threads(), rp_kernels_name(): replicator/kernels.h. */

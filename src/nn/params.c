@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "nn/params_internal.h"
 #include "replicator/nn.h"
 
 typedef struct param_entry {
@@ -33,6 +34,7 @@ struct rp_params {
     int64_t numel, trainable_numel;
     bool finalized;
     bool frozen;
+    bool release; /* zero_grad gives the gradient block's pages back (params_internal.h) */
 };
 
 rp_status rp_params_create(rp_params **params)
@@ -363,9 +365,16 @@ int64_t rp_params_offset(const rp_params *p, int i)
 void rp_params_zero_grad(rp_params *p)
 {
     if (!p->finalized) return;
-    if (p->trainable_numel) p->k->mem_fill(p->grad, 0, (size_t)p->trainable_numel * sizeof(float));
+    size_t bytes = (size_t)p->trainable_numel * sizeof(float);
+    if (bytes && p->release) p->k->mem_discard(p->grad, bytes);
+    if (bytes && !p->release) p->k->mem_fill(p->grad, 0, bytes);
     for (int i = 0; i < p->n_trainable; i++)
         p->entries[p->order[i]].t->flags |= RP_TENSOR_GRAD_FRESH;
+}
+
+void params_set_grad_release(rp_params *p, bool release)
+{
+    if (p) p->release = release;
 }
 
 void rp_params_set_frozen(rp_params *p, bool frozen)

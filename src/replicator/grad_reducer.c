@@ -1,8 +1,9 @@
 /*
  * grad_reducer.c - the mean reduction of a parameter list's gradients, in
  * buckets started from backward, by all-reduce (the sync strategy, a sync
- * group) or by reduce-scatter into each member's shard (ZeRO), with one
- * non-finite check for both (strategy.h: reducer).
+ * group), by reduce-scatter into each member's shard (ZeRO-1) or by
+ * all-reduce keeping each member's shard and releasing the rest (ZeRO-2), with
+ * one non-finite check for all (strategy.h: reducer).
  *
  * The two collectives differ in their buckets, their packing and what a
  * member sees after the reduction; the bucket order, the scans before and
@@ -41,7 +42,24 @@ void reducer_fail(reducer *g, rp_status status)
     snprintf(g->message, sizeof g->message, "%s", rp_last_error());
 }
 
-/* Bucket b's all-reduce, in place in the gradient block. */
+/*
+ * ZeRO-2: the part of the reduced bucket [lo, lo + n) inside this member's shard into sgrad (the
+ * first reduction since the step) or onto it (after a second backward), then the whole bucket's
+ * gradients released: nothing of it stays but the shard.
+ */
+static void keep_shard(reducer *g, int b, int64_t lo, int64_t n)
+{
+    int64_t from = lo > g->lo ? lo : g->lo, to = min64(lo + n, g->hi);
+    if (from < to && !g->kept[b])
+        g->k->mem_copy(g->sgrad + (from - g->lo), g->grad + from,
+                       (size_t)(to - from) * sizeof(float));
+    else if (from < to)
+        g->k->add_inplace(g->sgrad + (from - g->lo), g->grad + from, to - from);
+    g->kept[b] = 1;
+    g->k->mem_discard(g->grad + lo, (size_t)n * sizeof(float));
+}
+
+/* Bucket b's all-reduce, in place in the gradient block (ZeRO-2: then kept and released). */
 static void all_reduce_start(void *ctx, int b)
 {
     reducer *g = ctx;
@@ -74,9 +92,10 @@ static void all_reduce_start(void *ctx, int b)
     strategy_commit(payload, view, bytes);
     if (g->wire) g->k->cast_bf16_f32(x, g->wire, n);
     if (g->reduced_bad < 0) {
-        int64_t at = g->k->first_nonfinite(NULL, x, n);
+        int64_t at = g->k->first_nonfinite(&g->reduced_value, x, n);
         if (at >= 0) g->reduced_bad = lo + at;
     }
+    if (g->collective == RP_GRAD_ALL_REDUCE_SHARD) keep_shard(g, b, lo, n);
 }
 
 /* Bucket b's reduce-scatter: every shard's segment of the local gradients, mean into sgrad. */
@@ -133,6 +152,7 @@ static strategy_bucket_start_fn start_of(const reducer *g)
     static const strategy_bucket_start_fn starts[] = {
         [RP_GRAD_ALL_REDUCE] = all_reduce_start,
         [RP_GRAD_REDUCE_SCATTER] = reduce_scatter_start,
+        [RP_GRAD_ALL_REDUCE_SHARD] = all_reduce_start,
     };
     return starts[g->collective];
 }
@@ -176,36 +196,49 @@ void reducer_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_
     *nbuckets = S > 0 ? (int)((S + c - 1) / c) : 0;
 }
 
-/* The shards, their buckets and buffers: chunk = bucket_bytes / (4N) positions of each shard. */
-static rp_status shard_init(reducer *g, size_t bytes, bool bf16)
+/*
+ * The shards and their gather buckets (chunk = bucket_bytes / (4N) positions of each shard), and
+ * the buffers: sgrad, one bucket's segments, one segment, and with `wire` the bf16 payload of a
+ * reduce-scatter.
+ */
+static rp_status shard_init(reducer *g, size_t bytes, bool wire)
 {
     int n = g->size, nb = 0;
     reducer_shard_layout(g->numel, n, bytes, &g->shard, &g->chunk, &nb);
     g->lo = min64((int64_t)g->rank * g->shard, g->numel);
     g->hi = min64(g->lo + g->shard, g->numel);
     int64_t S = g->shard, c = g->chunk;
-    g->ranges = malloc((size_t)(nb ? nb : 1) * 2 * sizeof(int64_t));
-    if (!g->ranges) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's %d buckets", nb);
+    g->ngather = nb;
+    g->gather_ranges = malloc((size_t)(nb ? nb : 1) * 2 * sizeof(int64_t));
+    if (!g->gather_ranges)
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO's %d shard buckets", nb);
     for (int k = 0; k < nb; k++) {
-        g->ranges[2 * k + 1] = S - (int64_t)k * c;
-        g->ranges[2 * k] = S - (int64_t)(k + 1) * c > 0 ? S - (int64_t)(k + 1) * c : 0;
+        g->gather_ranges[2 * k + 1] = S - (int64_t)k * c;
+        g->gather_ranges[2 * k] = S - (int64_t)(k + 1) * c > 0 ? S - (int64_t)(k + 1) * c : 0;
     }
-    RP_CHECK(strategy_bucket_order_create(&g->order, rp_params_trainable_count(g->params), nb,
-                                          shard_buckets, g));
     if (S == 0) return RP_OK;
     const kernels_table *kt = g->k;
     g->sgrad_bytes = (size_t)S * sizeof(float);
     g->pack_bytes = (size_t)n * (size_t)c * sizeof(float);
     g->one_bytes = (size_t)c * sizeof(float);
-    g->wire_bytes = bf16 ? ((size_t)n + 1) * (size_t)c * sizeof(rp_bf16) : 0;
+    g->wire_bytes = wire ? ((size_t)n + 1) * (size_t)c * sizeof(rp_bf16) : 0;
     g->sgrad = kt->mem_alloc(g->sgrad_bytes);
     g->pack = kt->mem_alloc(g->pack_bytes);
     g->one = kt->mem_alloc(g->one_bytes);
-    if (bf16) g->wire = kt->mem_alloc(g->wire_bytes);
-    if (!g->sgrad || !g->pack || !g->one || (bf16 && !g->wire))
-        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-1's buffers (%zu bytes)",
+    if (wire) g->wire = kt->mem_alloc(g->wire_bytes);
+    if (!g->sgrad || !g->pack || !g->one || (wire && !g->wire))
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO's buffers (%zu bytes)",
                         g->sgrad_bytes + g->pack_bytes + g->one_bytes + g->wire_bytes);
     return RP_OK;
+}
+
+/* ZeRO-1: the gather buckets are the reduce-scatter's, started from backward. */
+static rp_status scatter_init(reducer *g, size_t bytes, bool bf16)
+{
+    RP_CHECK(shard_init(g, bytes, bf16));
+    g->ranges = g->gather_ranges;
+    return strategy_bucket_order_create(&g->order, rp_params_trainable_count(g->params), g->ngather,
+                                        shard_buckets, g);
 }
 
 /* The contiguous buckets of the block, and the bf16 copy of the largest. */
@@ -240,16 +273,23 @@ rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_para
     g->numel = rp_params_trainable_numel(params);
     g->k = kernels_active();
     g->local_bad = g->reduced_bad = -1;
-    /* Reduce-scatter: the finiteness exchange (3 per member), and room for the strategy's
-       checksums (one per trainable parameter and member), which never overlap it. */
+    /* Sharded: the finiteness exchange (3 per member), and room for the strategy's checksums
+       (one per trainable parameter and member), which never overlap it. */
     int T = rp_params_trainable_count(params);
-    size_t per = collective == RP_GRAD_REDUCE_SCATTER ? (size_t)(T > 3 ? T : 3) : 2;
+    size_t per = collective != RP_GRAD_ALL_REDUCE ? (size_t)(T > 3 ? T : 3) : 2;
     g->scratch = malloc((size_t)g->size * per * sizeof(int64_t));
     if (!g->scratch) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the gradient reduction");
     size_t bytes = rep->r->cfg.bucket_bytes;
     bool bf16 = rep->r->cfg.grad_dtype == RP_BF16;
-    rp_status status = collective == RP_GRAD_REDUCE_SCATTER ? shard_init(g, bytes, bf16)
+    rp_status status = collective == RP_GRAD_REDUCE_SCATTER ? scatter_init(g, bytes, bf16)
                                                             : block_init(g, bytes, bf16);
+    /* ZeRO-2: the all-reduce's buckets, and the shards with their gather buckets. */
+    if (status == RP_OK && collective == RP_GRAD_ALL_REDUCE_SHARD) {
+        status = shard_init(g, bytes, false);
+        g->kept = calloc((size_t)(g->order.nbuckets ? g->order.nbuckets : 1), 1);
+        if (status == RP_OK && !g->kept)
+            status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-2's bucket table");
+    }
     if (status != RP_OK) reducer_free(g);
     return status;
 }
@@ -258,7 +298,9 @@ void reducer_free(reducer *g)
 {
     const kernels_table *kt = g->k;
     strategy_bucket_order_destroy(&g->order);
+    if (g->gather_ranges != g->ranges) free(g->gather_ranges);
     free(g->ranges);
+    free(g->kept);
     free(g->scratch);
     if (g->sgrad) kt->mem_free(g->sgrad, g->sgrad_bytes);
     if (g->pack) kt->mem_free(g->pack, g->pack_bytes);
@@ -266,7 +308,8 @@ void reducer_free(reducer *g)
     if (g->wire) kt->mem_free(g->wire, g->wire_bytes);
     kernels_staging_free(&g->stage);
     kernels_staging_free(&g->recv);
-    g->ranges = NULL;
+    g->ranges = g->gather_ranges = NULL;
+    g->kept = NULL;
     g->scratch = NULL;
     g->sgrad = g->pack = g->one = NULL;
     g->wire = NULL;
@@ -307,8 +350,9 @@ static rp_status all_reduce_blame(reducer *g)
                         "replica; no parameter was updated",
                         g->base + q, name, (double)v, (long long)index, (long long)numel);
     }
-    float value = 0.0f;
-    int64_t bad = g->k->first_nonfinite(&value, g->grad, g->numel), index = 0, numel = 0;
+    /* Where this member's scan found it (ZeRO-2 has released the bucket since). */
+    float value = g->reduced_value;
+    int64_t bad = g->reduced_bad, index = 0, numel = 0;
     const char *name = strategy_param_at(g->params, bad < 0 ? 0 : bad, &index, &numel);
     return RP_ERROR(
         RP_ERR_NUMERIC,
@@ -367,17 +411,25 @@ static rp_status reduce_scatter_agree(reducer *g)
 rp_status reducer_finish(reducer *g)
 {
     bool scatter = g->collective == RP_GRAD_REDUCE_SCATTER;
+    bool keep = g->collective == RP_GRAD_ALL_REDUCE_SHARD;
     strategy_bucket_order_flush(&g->order, start_of(g), g);
+    if (keep) memset(g->kept, 0, (size_t)g->order.nbuckets);
     if (g->error != RP_OK) {
         rp_status status = g->error;
         g->error = RP_OK;
         g->local_bad = g->reduced_bad = -1;
         return rp_error_set(status, __FILE__, __LINE__, "%s: %s",
-                            scatter ? "ZeRO-1 step" : "gradient all-reduce", g->message);
+                            scatter ? "ZeRO-1 step"
+                            : keep  ? "ZeRO-2 step"
+                                    : "gradient all-reduce",
+                            g->message);
     }
     if (scatter) return reduce_scatter_agree(g);
     rp_status status = g->reduced_bad >= 0 ? all_reduce_blame(g) : RP_OK;
     g->local_bad = g->reduced_bad = -1;
+    /* ZeRO-2: the kept shard in place, where the rule and later hooks (clipping) read it. */
+    if (status == RP_OK && keep && g->hi > g->lo)
+        g->k->mem_copy(g->grad + g->lo, g->sgrad, (size_t)(g->hi - g->lo) * sizeof(float));
     return status;
 }
 
@@ -387,8 +439,8 @@ rp_status reducer_gather(reducer *g, const float *mine, float *full, const char 
     int n = g->size;
     rp_status status = RP_OK;
     rt_internal_begin(g->comm, what);
-    for (int b = 0; b < g->order.nbuckets && status == RP_OK; b++) {
-        int64_t a = g->ranges[2 * b], len = g->ranges[2 * b + 1] - a;
+    for (int b = 0; b < g->ngather && status == RP_OK; b++) {
+        int64_t a = g->gather_ranges[2 * b], len = g->gather_ranges[2 * b + 1] - a;
         int64_t have = valid(g->lo + a, len, g->hi);
         const float *send = mine + a;
         if (have < len) {
@@ -419,8 +471,8 @@ rp_status reducer_scatter(reducer *g, const float *full, float *mine)
     int n = g->size;
     rp_status status = RP_OK;
     rt_internal_begin(g->comm, "the runtime's optimizer-state scatter");
-    for (int b = 0; b < g->order.nbuckets && status == RP_OK; b++) {
-        int64_t a = g->ranges[2 * b], len = g->ranges[2 * b + 1] - a;
+    for (int b = 0; b < g->ngather && status == RP_OK; b++) {
+        int64_t a = g->gather_ranges[2 * b], len = g->gather_ranges[2 * b + 1] - a;
         if (g->rank == 0)
             for (int q = 0; q < n; q++) {
                 int64_t g0 = (int64_t)q * g->shard + a, m = valid(g0, len, g->numel);

@@ -85,6 +85,7 @@ typedef struct strategy_table {
 extern const strategy_table strategy_sync;
 extern const strategy_table strategy_async;
 extern const strategy_table strategy_zero;
+extern const strategy_table strategy_zero2;
 extern const strategy_table strategy_groups;
 
 /* The table of a choice (strategy_table.c), NULL for a value that names none. */
@@ -291,6 +292,14 @@ void strategy_bucket_order_flush(strategy_bucket_order *o, strategy_bucket_start
  *    [qS + a, qS + b) of every shard q, packed back to back (zero-padded past P) for one
  *    reduce-scatter into this member's shard of the mean (sgrad). finish puts the reduced shard
  *    in place in the gradient block; the rest of the block keeps the local gradients.
+ *  - RP_GRAD_ALL_REDUCE_SHARD (ZeRO-2): the all-reduce's buckets, in backward's order, and
+ *    ZeRO's shards: as soon as a bucket is all-reduced, the member keeps the part of it inside its
+ *    shard (in sgrad; added to it after a second backward) and releases the whole bucket's
+ *    gradients (mem_discard: zeros, pages given back). So no whole gradient outlives its bucket:
+ *    a member holds its shard plus the buckets backward has not finished. finish puts the shard
+ *    in place in the gradient block, zeros elsewhere. (Each bucket moves an all-reduce's bytes,
+ *    twice a reduce-scatter's: the owners of a contiguous bucket are one or two members, which
+ *    a uniform reduce-scatter cannot serve without padding every member's part.)
  * The reductions add the members in rank order, and a second backward before the step
  * (gradient accumulation) reduces every bucket once more at the step (by linearity, the mean of
  * the accumulated gradients).
@@ -306,6 +315,7 @@ void strategy_bucket_order_flush(strategy_bucket_order *o, strategy_bucket_start
 typedef enum {
     RP_GRAD_ALL_REDUCE = 0,
     RP_GRAD_REDUCE_SCATTER,
+    RP_GRAD_ALL_REDUCE_SHARD,
 } reducer_collective;
 
 typedef struct reducer {
@@ -321,14 +331,19 @@ typedef struct reducer {
     /* [2 * buckets]: lo, hi of each; in the gradient block (all-reduce) or shard-local
        positions (reduce-scatter) */
     int64_t *ranges;
-    /* Reduce-scatter: S, this member's shard [lo, hi) of the block, the largest bucket. */
+    /* Sharded (reduce-scatter, all-reduce-shard): S, this member's shard [lo, hi) of the block,
+       the length of a gather bucket; and the gather buckets, shard-local [lo, hi) pairs (the
+       reduce-scatter's own buckets; all-reduce-shard's are block ranges, these its own). */
     int64_t shard, lo, hi, chunk;
-    float *sgrad;  /* reduce-scatter: [S] this member's shard of the mean gradient (storage) */
-    float *pack;   /* reduce-scatter: [N * chunk] one bucket's segments, back to back (storage) */
-    float *one;    /* reduce-scatter: [chunk] one segment, zero-padded (storage) */
-    rp_bf16 *wire; /* cfg.grad_dtype bf16 (storage), NULL for f32: the payload rounded
-                      (all-reduce: [the largest bucket]; reduce-scatter: [N * chunk] the packed
-                      segments, then [chunk] the reduced segment) */
+    int64_t *gather_ranges;
+    int ngather;
+    unsigned char *kept; /* all-reduce-shard: [buckets] kept into sgrad since the last step */
+    float *sgrad;        /* sharded: [S] this member's shard of the mean gradient (storage) */
+    float *pack;         /* sharded: [N * chunk] one bucket's segments, back to back (storage) */
+    float *one;          /* sharded: [chunk] one segment, zero-padded (storage) */
+    rp_bf16 *wire;       /* cfg.grad_dtype bf16 (storage), NULL for f32: the payload rounded
+                            (all-reduce: [the largest bucket]; reduce-scatter: [N * chunk] the packed
+                            segments, then [chunk] the reduced segment) */
     size_t sgrad_bytes, pack_bytes, one_bytes, wire_bytes; /* what mem_free takes back */
     kernels_staging stage, recv; /* the host views a collective sends from (all-reduce: in place)
                                and receives into */
@@ -338,6 +353,7 @@ typedef struct reducer {
     int64_t local_bad;   /* first element of the block non-finite before its reduction, or -1 */
     float local_value;   /* its value */
     int64_t reduced_bad; /* first element of this member's reduced gradients non-finite, or -1 */
+    float reduced_value; /* its value (all-reduce) */
     rp_status error;     /* first failure inside a callback, re-raised by finish */
     char message[1024];
 } reducer;
@@ -361,11 +377,11 @@ void reducer_fail(reducer *g, rp_status status);
 rp_status reducer_finish(reducer *g);
 
 /*
- * Reduce-scatter reducers: all-gathers a sharded array bucket by bucket - `mine` holds this
- * member's shard (position i of the shard at mine[i]); on return full[0, P) holds every shard
- * (full may be NULL: take part only) - as one of the runtime's calls named `what`; and the
- * reverse, replica 0's full[0, P) cut into shards, each member's into mine (a broadcast per
- * bucket).
+ * Sharded reducers (reduce-scatter, all-reduce-shard): all-gathers a sharded array bucket by bucket
+ * - `mine` holds this member's shard (position i of the shard at mine[i]); on return full[0, P)
+ * holds every shard (full may be NULL: take part only) - as one of the runtime's calls named
+ * `what`; and the reverse, replica 0's full[0, P) cut into shards, each member's into mine (a
+ * broadcast per bucket).
  */
 rp_status reducer_gather(reducer *g, const float *mine, float *full, const char *what);
 rp_status reducer_scatter(reducer *g, const float *full, float *mine);

@@ -1,7 +1,8 @@
 /*
- * strategy_zero.c - ZeRO-1 (optimizer-state sharding) as a strategy table:
- * synchronous data parallelism in which each replica keeps the optimizer
- * state of one shard of the parameters only.
+ * strategy_zero.c - ZeRO-1 (optimizer-state sharding) and ZeRO-2 (gradients
+ * too) as strategy tables: synchronous data parallelism in which each replica
+ * keeps the optimizer state, and with ZeRO-2 the reduced gradients, of one
+ * shard of the parameters only.
  *
  * The P trainable values of a parameter list form one flat block. With N
  * replicas it is cut into N shards of S = ceil(P / N) values; replica r owns
@@ -40,12 +41,21 @@
  * next step), and a checkpoint read into a sharded optimizer takes its
  * range's part (io.h), so a run saved on N replicas resumes on M.
  *
+ * ZeRO-2 differs in step 1 only: the gradient buckets are the sync strategy's (contiguous, in
+ * backward's order), each all-reduced as soon as backward finishes it; the replica keeps the
+ * bucket's part inside its shard and releases the bucket's gradients (their pages go back to the
+ * system, and the gradient block is released again when the optimizer zeroes it), so a replica
+ * holds its shard of the gradients plus the buckets backward has not finished, not the whole
+ * gradient. The sums are the sync strategy's, so the values are bitwise its values too.
+ *
  * The reduce-scatter, its buckets and buffers, the finiteness agreement and the bucketed
- * all-gather of shards are the gradient reducer's (grad_reducer.c, RP_GRAD_REDUCE_SCATTER),
- * whose all-reduce form the sync strategy uses: one non-finite check for both.
+ * all-gather of shards are the gradient reducer's (grad_reducer.c, RP_GRAD_REDUCE_SCATTER and
+ * RP_GRAD_ALL_REDUCE_SHARD), whose all-reduce form the sync strategy uses: one non-finite check
+ * for all.
  */
 #include <stdlib.h>
 
+#include "nn/params_internal.h"
 #include "replicator/strategy.h"
 
 typedef struct zero_ctx {
@@ -53,7 +63,8 @@ typedef struct zero_ctx {
     rp_params *params;
     float *value;  /* the parameter list's values (storage) */
     int64_t numel; /* P: trainable values */
-    reducer red;   /* the reduce-scatter, its shards [lo, hi), buckets and buffers */
+    int stage;     /* 1: optimizer state sharded; 2: reduced gradients too */
+    reducer red;   /* the reduction, its shards [lo, hi), buckets and buffers */
 } zero_ctx;
 
 static void zero_on_grad_ready(rp_tensor *param, void *ctx)
@@ -98,11 +109,11 @@ static void zero_release(void *ctx)
     zero_ctx *z = ctx;
     strategy_detach(&z->link);
     reducer_free(&z->red);
+    if (z->stage == 2) params_set_grad_release(z->params, false);
     free(z);
 }
 
-static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
-                                       const rp_optim_config *cfg)
+static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *params, int stage)
 {
     if (rep->count == 1) return RP_OK;
     rt_internal_begin(rep->comm, "the runtime's parameter broadcast");
@@ -110,11 +121,13 @@ static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
     rt_internal_end(rep->comm);
     RP_CHECK(status);
     zero_ctx *z = calloc(1, sizeof *z);
-    if (!z) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the ZeRO-1 optimizer");
+    if (!z) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the ZeRO-%d optimizer", stage);
     z->params = params;
     z->value = rp_params_data(params);
     z->numel = rp_params_trainable_numel(params);
-    status = reducer_init(&z->red, rep, rep->comm, params, RP_GRAD_REDUCE_SCATTER);
+    z->stage = stage;
+    status = reducer_init(&z->red, rep, rep->comm, params,
+                          stage == 2 ? RP_GRAD_ALL_REDUCE_SHARD : RP_GRAD_REDUCE_SCATTER);
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
     rp_optimizer_hooks h = {
@@ -125,10 +138,26 @@ static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_pa
         return status;
     }
     strategy_attach(rep, &z->link, opt, -1);
-    rp_debug("ZeRO-1 optimizer: shard [%lld, %lld) of %lld values, %d buckets of %lld",
-             (long long)z->red.lo, (long long)z->red.hi, (long long)z->numel, z->red.order.nbuckets,
-             (long long)z->red.chunk);
+    /* ZeRO-2: the optimizer's zeroing gives the gradient block's pages back too. */
+    if (stage == 2) params_set_grad_release(params, true);
+    rp_debug("ZeRO-%d optimizer: shard [%lld, %lld) of %lld values, %d gradient buckets", stage,
+             (long long)z->red.lo, (long long)z->red.hi, (long long)z->numel,
+             z->red.order.nbuckets);
     return RP_OK;
+}
+
+static rp_status zero_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
+                                       const rp_optim_config *cfg)
+{
+    (void)cfg;
+    return zero_create(rep, opt, params, 1);
+}
+
+static rp_status zero2_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
+                                        const rp_optim_config *cfg)
+{
+    (void)cfg;
+    return zero_create(rep, opt, params, 2);
 }
 
 static zero_ctx *find(const rp_replica *rep, const rp_optimizer *opt)
@@ -225,6 +254,35 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
                                "gradient finiteness exchange", 1, 3 * 8);
 }
 
+/*
+ * ZeRO-2's plan: the sync strategy's all-reduce buckets (as cfg.grad_dtype) and ZeRO-1's
+ * all-gather of the values; the optimizer state of this worker's shard; the buffers: the kept
+ * shard of the gradients, the gather buckets' packing, the scratch, the bucket tables and the
+ * bf16 copy of the largest bucket. The gradient block is counted whole (it is allocated whole):
+ * what is resident of it is the shard and the buckets backward has not finished.
+ */
+static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                            const rp_optim_config *oc, rp_plan_worker *w)
+{
+    RP_CHECK(strategy_plan_base(N, id, params, oc, w));
+    if (N == 1) return RP_OK;
+    int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c, most = 0;
+    int ng, nb = 0, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3, Tb = T ? T : 1;
+    reducer_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &ng);
+    RP_CHECK(strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
+    int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
+    w->optim = slots * (hi - lo) * (int64_t)sizeof(float);
+    w->strategy = (int64_t)N * Tz * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24 +
+                  strategy_plan_wire(cfg, most) + (nb ? nb : 1);
+    if (S > 0) w->strategy += (S + (int64_t)N * c + c) * (int64_t)sizeof(float);
+    RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                                 cfg->grad_dtype == RP_BF16 ? "gradient buckets (mean, bf16)"
+                                                            : "gradient buckets (mean)",
+                                 nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
+    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
+                               "parameter shards", ng, S * (int64_t)sizeof(float));
+}
+
 const strategy_table strategy_zero = {
     .name = "zero",
     .identical = true,
@@ -240,4 +298,21 @@ const strategy_table strategy_zero = {
     .next_batch = strategy_lockstep_batch,
     .clip = zero_clip,
     .plan = zero_plan,
+};
+
+const strategy_table strategy_zero2 = {
+    .name = "zero2",
+    .identical = true,
+    .lockstep = true,
+    .sharded = true,
+    .replica_init = strategy_replica_init,
+    .replica_destroy = strategy_replica_destroy,
+    .grad_ready = zero_on_grad_ready,
+    .optimizer_create = zero2_optimizer_create,
+    .fetch = zero_fetch,
+    .publish = zero_publish,
+    .claim = strategy_local_claim,
+    .next_batch = strategy_lockstep_batch,
+    .clip = zero_clip,
+    .plan = zero2_plan,
 };

@@ -52,7 +52,10 @@ void trainer_layout_text(const rp_trainer *t, char *buf, size_t size)
     snprintf(buf, size,
              "shards=%d (each tensor split evenly); written from the gathered state of "
              "replicas=%d zero=%d tp=%d stages=%d",
-             t->cfg.checkpoint_shards, rp_replicator_replicas(t->rep), t->cfg.runtime.zero ? 1 : 0,
+             t->cfg.checkpoint_shards, rp_replicator_replicas(t->rep),
+             rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO2   ? 2
+             : rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO1 ? 1
+                                                                        : 0,
              first ? rp_replica_axis_size(first, RP_AXIS_MODEL) : 1,
              first ? rp_replica_axis_size(first, RP_AXIS_PIPE) : 1);
 }

@@ -1,10 +1,10 @@
 /*
- * test_zero_mpi.c - ZeRO-1 on MPI ranks, run by CTest under mpirun: one
+ * test_zero_mpi.c - ZeRO-1 and ZeRO-2 on MPI ranks, run by CTest under mpirun: one
  * replica per process, or with an argument T, T replica threads per process
  * (hierarchical). A model of 53 trainable values (no replica count above 1
  * divides it) trains a few steps with Adam and a global-norm clip, once with
- * the sync strategy and once with ZeRO-1 on the same layout (buckets of 16
- * bytes: many of them); then:
+ * the sync strategy and once with each ZeRO stage on the same layout (buckets
+ * of 16 bytes: many of them); then, for each stage:
  *  - the values are bitwise equal (the same backend reduces in the same
  *    order), and every rank holds rank 0's;
  *  - the gathered optimizer state (rp_replica_optimizer_fetch into replica
@@ -113,7 +113,8 @@ static rp_status teardown(rp_replica *rep, void *arg)
 }
 
 /* Trains on MPI; local replica 0's values, (gathered) state, norm, and every local state size. */
-static int train(bool zero, int per, float *values, float *slots, float *norm, size_t *bytes)
+/* zero: 0 sync, 1 ZeRO-1, 2 ZeRO-2. */
+static int train(int zero, int per, float *values, float *slots, float *norm, size_t *bytes)
 {
     rp_config cfg = rp_config_default();
     cfg.backend = RP_BACKEND_MPI;
@@ -122,7 +123,7 @@ static int train(bool zero, int per, float *values, float *slots, float *norm, s
     cfg.checksum_every = 1;
     cfg.timeout_s = 60;
     cfg.bucket_bytes = 16;
-    cfg.zero = zero;
+    cfg.strategy = zero == 2 ? RP_STRATEGY_ZERO2 : zero ? RP_STRATEGY_ZERO1 : RP_STRATEGY_SYNC;
     rp_replicator *r;
     job j;
     memset(&j, 0, sizeof j);
@@ -174,13 +175,16 @@ int main(int argc, char **argv)
     memset(ss, 0, sizeof ss);
     memset(zs, 0, sizeof zs);
     /* The runtime initialises MPI. */
-    int bad = train(false, per, sv, ss, &sn, sb) + train(true, per, zv, zs, &zn, zb);
+    int bad = train(0, per, sv, ss, &sn, sb);
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    CHECK(bad == 0, "a run failed");
-    if (!bad) {
-        CHECK(!memcmp(zv, sv, sizeof sv), "ZeRO-1's values differ from sync's");
+    for (int stage = 1; stage <= 2; stage++) {
+        memset(zs, 0, sizeof zs);
+        bad += train(stage, per, zv, zs, &zn, zb);
+        CHECK(bad == 0, "a run failed (ZeRO-%d)", stage);
+        if (bad) break;
+        CHECK(!memcmp(zv, sv, sizeof sv), "ZeRO-%d's values differ from sync's", stage);
         int n = size * per;
         int64_t shard = (NP + n - 1) / n;
         for (int i = 0; i < per; i++) {
@@ -188,7 +192,7 @@ int main(int argc, char **argv)
             int64_t lo = id * shard < NP ? id * shard : NP, hi = lo + shard < NP ? lo + shard : NP;
             CHECK(sb[i] == 2 * NP * sizeof(float), "sync replica %d holds %zu bytes", id, sb[i]);
             CHECK(zb[i] == (size_t)(2 * (hi - lo)) * sizeof(float),
-                  "ZeRO-1 replica %d holds %zu bytes, its shard is %lld values", id, zb[i],
+                  "ZeRO-%d replica %d holds %zu bytes, its shard is %lld values", stage, id, zb[i],
                   (long long)(hi - lo));
         }
         if (rank_ == 0) CHECK(!memcmp(zs, ss, sizeof ss), "gathered state differs from sync's");
@@ -199,9 +203,9 @@ int main(int argc, char **argv)
         MPI_Bcast(root, NP, MPI_FLOAT, 0, MPI_COMM_WORLD);
         CHECK(!memcmp(root, zv, sizeof zv), "values differ from rank 0's");
         if (rank_ == 0)
-            printf("%d ranks x %d replicas: ZeRO-1 equals sync bitwise after %d steps, shard "
+            printf("%d ranks x %d replicas: ZeRO-%d equals sync bitwise after %d steps, shard "
                    "%lld of %d values, norm %g vs %g\n",
-                   size, per, STEPS, (long long)shard, NP, (double)zn, (double)sn);
+                   size, per, stage, STEPS, (long long)shard, NP, (double)zn, (double)sn);
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

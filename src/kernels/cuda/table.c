@@ -62,6 +62,12 @@ static rp_status avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc
     return kcuda_avgpool_bwd(dx, dy, d);
 }
 
+/* Device memory stays allocated (cudaMalloc's blocks are not given back piecewise): zeros. */
+static void kcuda_mem_discard(void *dst, size_t bytes)
+{
+    kcuda_mem_fill(dst, 0, bytes);
+}
+
 static const kernels_table cuda_table = {
     .name = "cuda",
     .host_storage = false,
@@ -136,6 +142,7 @@ static const kernels_table cuda_table = {
     .mem_download = kcuda_mem_download,
     .mem_copy = kcuda_mem_copy,
     .mem_fill = kcuda_mem_fill,
+    .mem_discard = kcuda_mem_discard,
     .mem_sync = kcuda_mem_sync,
 };
 

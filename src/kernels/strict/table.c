@@ -649,6 +649,12 @@ static void s_mem_fill(void *dst, uint32_t pattern, size_t bytes)
     CLOSE;
 }
 
+/* Zeros only: the strict table's storage is its own mapping, opened and closed per call. */
+static void s_mem_discard(void *dst, size_t bytes)
+{
+    s_mem_fill(dst, 0, bytes);
+}
+
 /* The cpu kernels return once done: nothing is ever queued. */
 static void s_mem_sync(void) {}
 
@@ -723,6 +729,7 @@ static const kernels_table strict_table = {
     .mem_download = s_mem_download,
     .mem_copy = s_mem_copy,
     .mem_fill = s_mem_fill,
+    .mem_discard = s_mem_discard,
     .mem_sync = s_mem_sync,
 };
 
