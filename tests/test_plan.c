@@ -549,6 +549,70 @@ static void test_strategy_choice(void **state)
     rp_params_destroy(p);
 }
 
+/* The traffic line of kind k: its calls and bytes (0, 0 when there is none). */
+static rp_plan_traffic traffic_of(const rp_plan_worker *w, rp_flight_kind k)
+{
+    rp_plan_traffic t;
+    memset(&t, 0, sizeof t);
+    for (int i = 0; i < w->ntraffic; i++)
+        if (w->traffic[i].kind == k && w->traffic[i].cls == RP_COMM_RUNTIME) t = w->traffic[i];
+    return t;
+}
+
+/*
+ * ZeRO-2: ZeRO-1's optimizer shard on every worker, the sync strategy's gradient all-reduce
+ * (the same buckets and bytes) and ZeRO-1's parameter all-gather; no reduce-scatter.
+ */
+static void test_zero2(void **state)
+{
+    (void)state;
+    rp_params *p;
+    assert_int_equal(make_params(&p), RP_OK);
+    rp_optim_config oc = rp_optim_config_default();
+    oc.kind = RP_OPTIM_ADAM;
+    for (int n = 2; n <= 4; n++) {
+        rp_config sync = layout(n, false, 256), zero1 = layout(n, true, 256), zero2 = sync;
+        zero2.strategy = RP_STRATEGY_ZERO2;
+        int64_t optim = 0;
+        for (int id = 0; id < n; id++) {
+            rp_plan_worker s, z1, z2;
+            memset(&s, 0, sizeof s);
+            memset(&z1, 0, sizeof z1);
+            memset(&z2, 0, sizeof z2);
+            assert_int_equal(rp_plan_runtime(&sync, n, id, p, &oc, &s), RP_OK);
+            assert_int_equal(rp_plan_runtime(&zero1, n, id, p, &oc, &z1), RP_OK);
+            assert_int_equal(rp_plan_runtime(&zero2, n, id, p, &oc, &z2), RP_OK);
+            assert_int_equal(z2.optim, z1.optim);
+            assert_true(z2.optim < s.optim);
+            optim += z2.optim;
+            rp_plan_traffic ar = traffic_of(&z2, RP_FLIGHT_ALL_REDUCE),
+                            sar = traffic_of(&s, RP_FLIGHT_ALL_REDUCE);
+            assert_int_equal(ar.calls, sar.calls);
+            assert_int_equal(ar.bytes, sar.bytes);
+            assert_true(ar.bytes > 0);
+            assert_int_equal(traffic_of(&z2, RP_FLIGHT_REDUCE_SCATTER).calls, 0);
+            assert_true(traffic_of(&z1, RP_FLIGHT_REDUCE_SCATTER).calls > 0);
+            /* The values' all-gather is ZeRO-1's (its line is the first all-gather). */
+            bool found = false;
+            for (int i = 0; i < z1.ntraffic; i++)
+                if (!strcmp(z1.traffic[i].what, "parameter shards"))
+                    for (int k = 0; k < z2.ntraffic; k++)
+                        if (!strcmp(z2.traffic[k].what, "parameter shards")) {
+                            assert_int_equal(z2.traffic[k].calls, z1.traffic[i].calls);
+                            assert_int_equal(z2.traffic[k].bytes, z1.traffic[i].bytes);
+                            found = true;
+                        }
+            assert_true(found);
+        }
+        /* The shards partition the state: n x the sync worker's would be every slot n times. */
+        rp_plan_worker s;
+        memset(&s, 0, sizeof s);
+        assert_int_equal(rp_plan_runtime(&sync, n, 0, p, &oc, &s), RP_OK);
+        assert_int_equal(optim, s.optim);
+    }
+    rp_params_destroy(p);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -588,6 +652,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_strategy_choice),
+        cmocka_unit_test(test_zero2),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }
