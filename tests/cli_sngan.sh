@@ -4,6 +4,7 @@
 #  1. a run writes its checkpoint, metrics and sample grids; one interrupted
 #     (--max-steps) and resumed from its directory ends bit-identical to an
 #     uninterrupted one, and a finished run resumed with a larger --iters goes on;
+#     --zero and --zero 2 write the sync run's checkpoint byte for byte;
 #  2. sample writes a PNG grid of the expected size (a row per class, or one
 #     class) and --raw IDX files of the expected sizes;
 #  3. bad input gets a clear error and exit code 1: a class the generator does
@@ -34,6 +35,24 @@ grep -Eq '^\{"step":6,"train_d_loss":[0-9.]+,"train_g_loss":-?[0-9.]+,' "$dir/a/
 cmp "$dir/a/checkpoint.safetensors" "$dir/b/checkpoint.safetensors" \
     || fail "the resumed GAN run differs from the uninterrupted one"
 echo "ok: a GAN run resumes bit-exactly from its directory"
+# ZeRO (the optimizer state, and with --zero 2 the reduced gradients, sharded over the 2
+# replicas): the checkpoint of the same run is byte for byte the sync run's, and a --zero 2 run
+# stopped at 3 resumes without ZeRO to the same bytes.
+"$bin" "${gan[@]}" --zero --out "$dir/z1" > /dev/null || fail "train sngan --zero failed"
+loud=()
+for a in "${gan[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+out=$("$bin" "${loud[@]}" --zero 2 --out "$dir/z2" 2>&1) || fail "train sngan --zero 2: $out"
+grep -q "ZeRO-2: each replica keeps the optimizer state and the reduced gradients of 1/2" \
+    <<< "$out" || fail "the header does not name ZeRO-2: $out"
+for z in z1 z2; do
+    cmp "$dir/a/checkpoint.safetensors" "$dir/$z/checkpoint.safetensors" \
+        || fail "sngan $z wrote another checkpoint than the sync run"
+done
+"$bin" "${gan[@]}" --zero 2 --out "$dir/z2r" --max-steps 3 > /dev/null
+"$bin" train --resume "$dir/z2r" --threads 2 --quiet > /dev/null
+cmp "$dir/a/checkpoint.safetensors" "$dir/z2r/checkpoint.safetensors" \
+    || fail "a --zero 2 GAN run resumed without ZeRO differs from the sync run"
+echo "ok: sngan --zero and --zero 2 write the sync run's checkpoint; --zero 2 resumes as sync"
 # A finished run resumed with more iterations trains them (it used to stop at once, at 6).
 cp -r "$dir/a" "$dir/more"
 out=$("$bin" train --resume "$dir/more" --iters 8 --threads 2 2>&1)

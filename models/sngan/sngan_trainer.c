@@ -392,6 +392,15 @@ static rp_status evaluated(void *ctx, const rp_replicator *r, rp_trainer_metrics
     return rp_sngan_eval_done(ctx, r, m);
 }
 
+/* ZeRO: both optimizers' shards gathered into replica 0's, which the checkpoint stores. */
+static rp_status settle(rp_replica *rep, void *ctx, void *state)
+{
+    (void)ctx;
+    sngan_replica_state *s = state;
+    RP_CHECK(rp_replica_optimizer_fetch(rep, s->opt_g));
+    return rp_replica_optimizer_fetch(rep, s->opt_d);
+}
+
 static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
 {
     const sngan_replica_state *s = state;
@@ -428,6 +437,7 @@ const rp_trainer_model *rp_sngan_trainer_model(void)
         .scalars = scalars,
         .evaluate = evaluate,
         .evaluated = evaluated,
+        .settle = settle,
         .save = save,
         .destroy = destroy,
     };
