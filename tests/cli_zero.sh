@@ -11,6 +11,7 @@
 #  5. --zero 2 (ZeRO-2: the reduced gradients sharded too): the header names it, the checkpoints
 #     are the sync runs' (the MLP on 2 replicas, ResNet-20 on 4), and a --zero 2 run of 4 replicas
 #     resumed on 2 with --zero 1 writes what sync 4 -> 2 wrote;
+#     --hsdp 2 on 4 replicas keeps half the state a replica and resumes on 2; --hsdp 3 is refused;
 #  6. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
 #     wrote (both backends reduce in rank order), with --zero and --zero 2.
 # Usage: cli_zero.sh path/to/replicator
@@ -102,6 +103,22 @@ msg=$("$bin" train mlp "${common[@]}" --zero 3 --out "$dir/z3bad" 2>&1); rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q -- "--zero" <<< "$msg" || fail "--zero 3 was not refused: $rc $msg"
 echo "ok: --zero 2 equals sync (mlp on 2, resnet20 on 4) and resumes as --zero 1 on 2"
+
+# HSDP: 4 replicas in groups of 2 (the state halved, not quartered); it resumes on 2 plain
+# replicas; groups that do not divide the replicas are refused, naming the numbers.
+out=$("$bin" train mlp "${common[@]}" --batch 64 --replicas 4 --hsdp 2 --max-steps 4 --out "$dir/h4" 2>&1) \
+    || fail "mlp --hsdp 2 on 4 replicas: $out"
+grep -q "4 replicas x 1 threads (threads, cross-replica batch norm, ZeRO-1, HSDP: sharded in groups of 2)" \
+    <<< "$out" || fail "header does not name HSDP: $out"
+grep -q "optimizer state: 1071636 bytes per replica" <<< "$out" || fail "HSDP's state on 4 in groups of 2: $out"
+"$bin" train --resume "$dir/h4" --replicas 2 --threads 2 --quiet > /dev/null 2>&1 \
+    || fail "resuming an HSDP run on 2 plain replicas"
+set +e
+msg=$("$bin" train mlp "${common[@]}" --batch 64 --replicas 4 --hsdp 3 --out "$dir/h3" 2>&1); rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q "hsdp = 3 does not divide the 4 replicas" <<< "$msg" \
+    || fail "--hsdp 3 on 4 replicas: $rc $msg"
+echo "ok: --hsdp 2 on 4 replicas shards in pairs, resumes on 2; --hsdp 3 refused"
 
 # 6. MPI.
 need_mpirun

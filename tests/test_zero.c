@@ -26,7 +26,16 @@
  *    cases named *_zero2: the same runs with zero = 2), and after backward a
  *    replica's gradient block holds no resident page (each bucket was kept
  *    and released as it was reduced) where the sync strategy's holds them
- *    all, with the reduced shard in place after the step's reduction.
+ *    all, with the reduced shard in place after the step's reduction;
+ *  - HSDP (cfg.hsdp = 2 of 4 replicas), ZeRO-1 and ZeRO-2: the state sharded
+ *    in each group of 2 (half of it on each replica) and the values equal
+ *    to sync's within 1e-5 (the mean is taken in the group, then across the
+ *    groups: another order of the additions), the replicas bitwise identical
+ *    (the checksum every step); hsdp = 4 on 4 is plain ZeRO, bitwise; the
+ *    clipped norm agrees with sync's; a NaN in the second group's replica
+ *    fails the step on every replica, naming it; its checkpoint resumes on 2
+ *    plain replicas as sync's does; hsdp that does not divide the replicas,
+ *    or without ZeRO, is refused.
  *
  * The model: linear 6 -> 5 with bias, ReLU, linear 5 -> 3 with bias (53
  * values: no replica count above 1 divides it). The global batch of step s
@@ -70,6 +79,7 @@ typedef struct job {
     float norm[MAXR];            /* each replica's last gradient norm (clip) */
     rp_status step_status;       /* of the failing step (nan) */
     bool by_enum;                /* ZeRO-1 chosen as cfg.strategy, not its older spelling */
+    int hsdp;                    /* cfg.hsdp: shard in groups of this many replicas */
 } job;
 
 typedef struct clip_ctx {
@@ -201,6 +211,7 @@ static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
     else
         cfg.zero = zero;
     cfg.grad_dtype = j->grad_dtype;
+    cfg.hsdp = j->hsdp;
     if (bucket_bytes) cfg.bucket_bytes = bucket_bytes;
     if (j->accum < 1) j->accum = 1;
     rp_replicator *r;
@@ -709,6 +720,87 @@ static void test_zero2_releases(void **state)
     }
 }
 
+/* ---- 9. HSDP: ZeRO in groups ---------------------------------------------------------- */
+
+static void test_hsdp(void **state)
+{
+    (void)state;
+    rp_optim_kind kinds[3] = {RP_OPTIM_SGD, RP_OPTIM_ADAM, RP_OPTIM_ADAMW};
+    for (int stage = 1; stage <= 2; stage++)
+        for (int k = 0; k < 3; k++) {
+            zero_stage = stage;
+            job s = make_job(kinds[k], 5), h = make_job(kinds[k], 5), z = make_job(kinds[k], 5),
+                w = make_job(kinds[k], 5);
+            h.hsdp = 2;
+            w.hsdp = 4; /* one group of every replica: plain ZeRO */
+            h.clip = s.clip = 0.05f;
+            assert_int_equal(run_job(&s, 4, false, 16), RP_OK);
+            assert_int_equal(run_job(&h, 4, true, 16), RP_OK);
+            z.clip = w.clip = 0.0f;
+            assert_int_equal(run_job(&z, 4, true, 16), RP_OK);
+            assert_int_equal(run_job(&w, 4, true, 16), RP_OK);
+            char what[64];
+            snprintf(what, sizeof what, "HSDP 2 x 2, ZeRO-%d, kind %d", stage, (int)kinds[k]);
+            tu_check_close(h.out, s.out, NP, 1e-5, what);
+            assert_bitwise(w.out, z.out, "hsdp = replicas is plain ZeRO");
+            /* Half of the state on each replica of a group (shards of 27 and 26 values). */
+            for (int q = 0; q < 4; q++) {
+                int64_t lo = (q % 2) * 27, hi = lo + 27 < NP ? lo + 27 : NP;
+                int slots = kinds[k] == RP_OPTIM_SGD ? 1 : 2; /* Nesterov momentum: one */
+                assert_int_equal(h.bytes[q], (size_t)(slots * (hi - lo)) * sizeof(float));
+                assert_true(fabsf(h.norm[q] - s.norm[0]) <= 1e-6f * s.norm[0]);
+            }
+        }
+    zero_stage = 1;
+}
+
+static void test_hsdp_errors(void **state)
+{
+    (void)state;
+    for (int stage = 1; stage <= 2; stage++) {
+        zero_stage = stage;
+        job j = make_job(RP_OPTIM_ADAM, 3);
+        j.hsdp = 2;
+        j.nan_replica = 3;
+        j.nan_step = 1;
+        assert_int_equal(run_job(&j, 4, true, 16), RP_ERR_NUMERIC);
+        tu_assert_error_contains("replica 3's own gradient of parameter 'l");
+        tu_assert_error_contains("no parameter was updated");
+    }
+    zero_stage = 1;
+    /* Save under HSDP, resume on 2 plain replicas: as sync's checkpoint resumed. */
+    rp_checkpoint *cs, *ch;
+    assert_int_equal(rp_checkpoint_create(&cs), RP_OK);
+    assert_int_equal(rp_checkpoint_create(&ch), RP_OK);
+    job s1 = make_job(RP_OPTIM_ADAM, 3), h1 = make_job(RP_OPTIM_ADAM, 3);
+    h1.hsdp = 2;
+    s1.save = cs;
+    h1.save = ch;
+    assert_int_equal(run_job(&s1, 4, false, 0), RP_OK);
+    assert_int_equal(run_job(&h1, 4, true, 0), RP_OK);
+    job s2 = make_job(RP_OPTIM_ADAM, 3), h2 = make_job(RP_OPTIM_ADAM, 3);
+    s2.step0 = h2.step0 = 3;
+    s2.resume = cs;
+    h2.resume = ch;
+    assert_int_equal(run_job(&s2, 2, false, 0), RP_OK);
+    assert_int_equal(run_job(&h2, 2, false, 0), RP_OK);
+    tu_check_close(h2.out, s2.out, NP, 1e-5, "HSDP checkpoint resumed on 2");
+    rp_checkpoint_destroy(cs);
+    rp_checkpoint_destroy(ch);
+    /* Refused: groups that do not divide the replicas; HSDP without ZeRO. */
+    job bad = make_job(RP_OPTIM_SGD, 1);
+    bad.hsdp = 3;
+    assert_int_equal(run_job(&bad, 4, true, 0), RP_ERR_INVALID);
+    tu_assert_error_contains("hsdp = 3 does not divide the 4 replicas");
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = 4;
+    cfg.hsdp = 2;
+    rp_replicator *r = NULL;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
+    tu_assert_error_contains("give strategy zero1 or zero2");
+}
+
 #define ZERO2_CASE(f)                                                                              \
     {                                                                                              \
 #f "_zero2", f, setup_zero2, teardown_zero2, NULL                                          \
@@ -738,6 +830,8 @@ int main(int argc, char **argv)
         ZERO2_CASE(test_clip),
         ZERO2_CASE(test_nonfinite),
         cmocka_unit_test(test_zero2_releases),
+        cmocka_unit_test(test_hsdp),
+        cmocka_unit_test(test_hsdp_errors),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -194,6 +194,17 @@ typedef struct rp_config {
      * size in f32 bytes (bucket_bytes). Other types are RP_ERR_INVALID.
      */
     rp_dtype grad_dtype;
+    /*
+     * ZeRO (RP_STRATEGY_ZERO1, _ZERO2) as HSDP, hybrid sharding on a 2-D data mesh: the
+     * replicas form groups of `hsdp` consecutive ones (data_shard) and the state is sharded
+     * inside a group and replicated across the groups (data_replicate): a step reduces the
+     * gradients in the group (ZeRO-1's reduce-scatter or ZeRO-2's all-reduce), all-reduces each
+     * member's shard across the groups (the members that hold the same shard), updates it and
+     * all-gathers the values in the group. Each replica keeps 1/hsdp of the state. Must divide
+     * the replicas; 0, 1 or the replica count (default 0): shard over every replica. Other
+     * strategies refuse it (RP_ERR_INVALID). See "HSDP" in docs/distributed.md.
+     */
+    int hsdp;
 } rp_config;
 
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */

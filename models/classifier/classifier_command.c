@@ -28,8 +28,10 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->regime = !strcmp(o->regime, "async") ? RP_REGIME_ASYNC : RP_REGIME_SYNC;
     cfg->ps = o->ps;
     cfg->staleness = o->staleness;
+    if (o->hsdp > 1 && !o->zero) o->zero = 1; /* HSDP is ZeRO in groups */
     cfg->zero = o->zero == 1;
     if (o->zero == 2) cfg->strategy = RP_STRATEGY_ZERO2;
+    cfg->hsdp = o->hsdp;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->grad_dtype = o->grad_dtype;
     cfg->sync_groups = o->sync_groups;

@@ -252,6 +252,10 @@ static const rp_option train_table[] = {
                "scattered, values all-gathered); 2: and only its 1/N of the\n"
                "gradients, each bucket kept and released as backward makes\n"
                "it; the same values bitwise (docs/distributed.md)"),
+    RP_OPT_INT(T, hsdp, "--hsdp", "G", 2, 4096, RESUME,
+               "ZeRO as HSDP: the state sharded in groups of G consecutive\n"
+               "replicas and replicated across the groups (reduced in the\n"
+               "group, then across); implies --zero 1; G divides the replicas"),
     RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", OLD | RESUME,
                   "f32 (default) or bf16: convolutions and linear layers multiply\n"
                   "in bf16 (AMX or AVX512-BF16 where the CPU has them) and\n"

@@ -40,6 +40,8 @@ typedef struct train_opts {
     double comm_timeout; /* seconds (0: the environment's default; not saved) */
     int threads_per_replica; /* 0: threads / replicas */
     char regime[8];          /* sync | async */
+    int hsdp; /* --hsdp G: ZeRO sharded in groups of G replicas, replicated across them (0: off;
+                 implies --zero 1 when --zero is not given; a layout: not saved) */
     int zero; /* --zero [1|2]: 0 off; ZeRO-1, each replica keeps 1/N of the optimizer state;
                  ZeRO-2, of the reduced gradients too (sync; a layout like --replicas: bitwise
                  the same run, so not saved) */

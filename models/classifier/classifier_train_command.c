@@ -216,6 +216,9 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                  : o->zero    ? ", ZeRO-1"
                               : "",
                  wire);
+        if (o->hsdp > 1)
+            snprintf(regime + strlen(regime), sizeof regime - strlen(regime),
+                     ", HSDP: sharded in groups of %d", o->hsdp);
     }
     if (o->model_parallel > 1 || tp > 1) {
         /* The mesh: replicas on the data axis, each a pipeline of stages on the pipe axis, each

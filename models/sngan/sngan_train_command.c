@@ -118,6 +118,9 @@ static const rp_option sngan_table[] = {
                "ZeRO: each of N replicas keeps the optimizer state of 1/N of\n"
                "each network (1, the default), 2: and only its 1/N of the\n"
                "gradients; the same values bitwise (docs/distributed.md)"),
+    RP_OPT_INT(T, hsdp, "--hsdp", "G", 2, 256, RESUME,
+               "ZeRO as HSDP: sharded in groups of G replicas, replicated\n"
+               "across them; implies --zero 1"),
     RP_OPT_DOUBLE(T, comm_timeout, "--timeout", "S", 0.001, 86400, RESUME,
                   "seconds a collective may wait for a peer"),
     RP_OPT_PATH(T, out_dir, "--out", "DIR", 0, "run directory (default runs/sngan, made unique)"),
@@ -270,8 +273,10 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     cfg->timeout_s = o->comm_timeout;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->grad_dtype = (rp_dtype)o->grad_dtype;
+    if (o->hsdp > 1 && !o->zero) o->zero = 1; /* HSDP is ZeRO in groups */
     cfg->zero = o->zero == 1;
     if (o->zero == 2) cfg->strategy = RP_STRATEGY_ZERO2;
+    cfg->hsdp = o->hsdp;
     cfg->seed = o->g.seed;
     /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
     cfg->stuck_exit = rp_trainer_stuck_exit();
@@ -395,7 +400,11 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
     if (o->zero && o->replicas > 1)
         fprintf(stderr,
                 "  ZeRO-%d: each replica keeps the optimizer state%s of 1/%d of each network\n",
-                o->zero, o->zero == 2 ? " and the reduced gradients" : "", o->replicas);
+                o->zero, o->zero == 2 ? " and the reduced gradients" : "",
+                o->hsdp > 1 ? o->hsdp : o->replicas);
+    if (o->hsdp > 1 && o->replicas > 1)
+        fprintf(stderr, "  HSDP: sharded in groups of %d replicas, replicated across the groups\n",
+                o->hsdp);
     if (o->judge[0])
         fprintf(stderr, "  judged by %s every %lld iterations on %lld samples\n", o->judge,
                 (long long)o->eval_every, (long long)o->eval_samples);

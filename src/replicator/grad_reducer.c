@@ -273,6 +273,9 @@ rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_para
     g->numel = rp_params_trainable_numel(params);
     g->k = kernels_active();
     g->local_bad = g->reduced_bad = -1;
+    g->all = comm;
+    g->all_base = g->base;
+    g->all_size = g->size;
     /* Sharded: the finiteness exchange (3 per member), and room for the strategy's checksums
        (one per trainable parameter and member), which never overlap it. */
     int T = rp_params_trainable_count(params);
@@ -292,6 +295,20 @@ rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_para
     }
     if (status != RP_OK) reducer_free(g);
     return status;
+}
+
+rp_status reducer_set_replicas(reducer *g, rp_comm *repl, rp_comm *all)
+{
+    int T = rp_params_trainable_count(g->params), n = rp_comm_size(all);
+    int64_t *scratch = malloc((size_t)n * (size_t)(T > 3 ? T : 3) * sizeof(int64_t));
+    if (!scratch) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate HSDP's finiteness exchange");
+    free(g->scratch);
+    g->scratch = scratch;
+    g->repl = repl;
+    g->all = all;
+    g->all_size = n;
+    g->all_base = g->rep->id - rp_comm_rank(all);
+    return RP_OK;
 }
 
 void reducer_free(reducer *g)
@@ -374,33 +391,36 @@ static rp_status reduce_scatter_agree(reducer *g)
     int64_t mine[3] = {g->local_bad, 0, g->reduced_bad};
     memcpy(&mine[1], &g->local_value, sizeof g->local_value);
     int64_t *all = g->scratch;
-    rt_internal_begin(g->comm, "the runtime's gradient finiteness exchange");
-    rp_status status = rp_comm_all_gather(g->comm, mine, all, 3, RP_I64);
-    rt_internal_end(g->comm);
+    /* Every member of the data axis: with HSDP a group's NaN reaches the others' shards. */
+    rt_internal_begin(g->all, "the runtime's gradient finiteness exchange");
+    rp_status status = rp_comm_all_gather(g->all, mine, all, 3, RP_I64);
+    rt_internal_end(g->all);
     g->local_bad = -1;
     g->reduced_bad = -1;
     RP_CHECK(status);
     int64_t index, numel;
-    for (int q = 0; q < g->size; q++) {
+    const char *before = g->collective == RP_GRAD_REDUCE_SCATTER ? "reduce-scatter" : "all-reduce";
+    for (int q = 0; q < g->all_size; q++) {
         if (all[3 * q] < 0) continue;
         float v;
         memcpy(&v, &all[3 * q + 1], sizeof v);
         const char *name = strategy_param_at(g->params, all[3 * q], &index, &numel);
-        rep->blame = g->base + q;
+        rep->blame = g->all_base + q;
         return RP_ERROR(RP_ERR_NUMERIC,
                         "replica %d's own gradient of parameter '%s' held %g at element "
-                        "%lld (of %lld) before the reduce-scatter, so the mean is non-finite; "
+                        "%lld (of %lld) before the %s, so the mean is non-finite; "
                         "no parameter was updated",
-                        g->base + q, name, (double)v, (long long)index, (long long)numel);
+                        g->all_base + q, name, (double)v, (long long)index, (long long)numel,
+                        before);
     }
-    for (int q = 0; q < g->size; q++) {
+    for (int q = 0; q < g->all_size; q++) {
         if (all[3 * q + 2] < 0) continue;
         const char *name = strategy_param_at(g->params, all[3 * q + 2], &index, &numel);
         return RP_ERROR(RP_ERR_NUMERIC,
                         "the reduced gradient of parameter '%s' (replica %d's shard) is "
                         "non-finite at element %lld (of %lld) although every replica's own "
                         "gradient was finite: the sum overflowed float; no parameter was updated",
-                        name, g->base + q, (long long)index, (long long)numel);
+                        name, g->all_base + q, (long long)index, (long long)numel);
     }
     /* The reduced shard in place, where hooks added later (clipping) see it. */
     if (g->hi > g->lo)
@@ -424,7 +444,21 @@ rp_status reducer_finish(reducer *g)
                                     : "gradient all-reduce",
                             g->message);
     }
-    if (scatter) return reduce_scatter_agree(g);
+    /* HSDP: the group's mean of each shard averaged over the groups that hold it. */
+    if (g->repl && g->hi > g->lo) {
+        void *view =
+            strategy_view(&g->recv, g->sgrad, (size_t)(g->hi - g->lo) * sizeof(float), true);
+        rp_status status = view ? RP_OK : rp_last_status();
+        rt_internal_begin(g->repl, "the runtime's gradient all-reduce across the HSDP groups");
+        if (view) status = rp_comm_all_reduce(g->repl, view, view, g->hi - g->lo, RP_F32, RP_MEAN);
+        rt_internal_end(g->repl);
+        RP_CHECK(status);
+        strategy_commit(g->sgrad, view, (size_t)(g->hi - g->lo) * sizeof(float));
+        int64_t at = g->k->first_nonfinite(NULL, g->sgrad, g->hi - g->lo);
+        if (at >= 0 && g->reduced_bad < 0) g->reduced_bad = g->lo + at;
+    }
+    /* A sharded reduction over groups is agreed by every member (each saw its group only). */
+    if (scatter || g->repl) return reduce_scatter_agree(g);
     rp_status status = g->reduced_bad >= 0 ? all_reduce_blame(g) : RP_OK;
     g->local_bad = g->reduced_bad = -1;
     /* ZeRO-2: the kept shard in place, where the rule and later hooks (clipping) read it. */
@@ -470,10 +504,12 @@ rp_status reducer_scatter(reducer *g, const float *full, float *mine)
     const kernels_table *kt = g->k;
     int n = g->size;
     rp_status status = RP_OK;
-    rt_internal_begin(g->comm, "the runtime's optimizer-state scatter");
+    /* From rank 0 of the data axis (HSDP: every group takes the same shards from it). */
+    bool root = rp_comm_rank(g->all) == 0;
+    rt_internal_begin(g->all, "the runtime's optimizer-state scatter");
     for (int b = 0; b < g->ngather && status == RP_OK; b++) {
         int64_t a = g->gather_ranges[2 * b], len = g->gather_ranges[2 * b + 1] - a;
-        if (g->rank == 0)
+        if (root)
             for (int q = 0; q < n; q++) {
                 int64_t g0 = (int64_t)q * g->shard + a, m = valid(g0, len, g->numel);
                 float *dst = g->pack + (int64_t)q * len;
@@ -482,11 +518,11 @@ rp_status reducer_scatter(reducer *g, const float *full, float *mine)
                     kt->mem_fill(dst + (m > 0 ? m : 0), 0,
                                  (size_t)(len - (m > 0 ? m : 0)) * sizeof(float));
             }
-        status = strategy_broadcast_storage(g->comm, g->pack, (int64_t)n * len, RP_F32, &g->recv);
+        status = strategy_broadcast_storage(g->all, g->pack, (int64_t)n * len, RP_F32, &g->recv);
         int64_t have = valid(g->lo + a, len, g->hi);
         if (status == RP_OK && have > 0)
             kt->mem_copy(mine + a, g->pack + (int64_t)g->rank * len, (size_t)have * sizeof(float));
     }
-    rt_internal_end(g->comm);
+    rt_internal_end(g->all);
     return status;
 }

@@ -35,7 +35,7 @@ typedef enum {
     RP_LAYOUT_HIER,        /* threads in each MPI rank */
 } runtime_layout;
 
-#define RP_COMMS_MAX 6 /* world, link, role, and one per axis */
+#define RP_COMMS_MAX 8 /* world, link, role, one per axis, and HSDP's two */
 
 struct rp_replica {
     rp_replicator *r;
@@ -82,6 +82,10 @@ struct rp_replica {
     /* Sync groups (strategy_groups.c): the replicas in sync with this one, else NULL, 0, 1. */
     rp_comm *group_comm;
     int group_rank, group_size;
+    /* HSDP (cfg.hsdp, strategy_zero.c): the data axis cut into groups that shard the state
+       (shard_comm) and the members across groups that hold the same shard (repl_comm); made
+       by the replica's first ZeRO optimizer, else NULL. */
+    rp_comm *shard_comm, *repl_comm;
     int blame; /* a failure agreed by the replicas names this replica (or -1) */
     /* This run: it stopped at a batch because another replica had failed (rt_stop_if_failed),
        so its error is an echo of that one's, never the run's cause. */

@@ -126,8 +126,10 @@ rp_status strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm,
     return rp_clip_grad_norm(rp_optimizer_params(opt), max_norm, norm);
 }
 
-rp_status strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
+rp_status strategy_clip_range(rp_replica *rep, rp_comm *comm, rp_optimizer *opt, float max_norm,
+                              float *norm)
 {
+    (void)rep;
     if (!(max_norm > 0) || !isfinite(max_norm))
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_replica_clip_grad_norm: max_norm %g must be finite and > 0",
@@ -138,9 +140,9 @@ rp_status strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm
     const kernels_table *k = kernels_active();
     /* The squares of the shards add up to the whole gradient's: one f64 all-reduce. */
     double sq = hi > lo ? k->sum_squares(grad, hi - lo) : 0.0;
-    rt_internal_begin(rep->comm, "the runtime's gradient-norm all-reduce");
-    rp_status status = rp_comm_all_reduce(rep->comm, &sq, &sq, 1, RP_F64, RP_SUM);
-    rt_internal_end(rep->comm);
+    rt_internal_begin(comm, "the runtime's gradient-norm all-reduce");
+    rp_status status = rp_comm_all_reduce(comm, &sq, &sq, 1, RP_F64, RP_SUM);
+    rt_internal_end(comm);
     RP_CHECK(status);
     double total = sqrt(sq);
     if (norm) *norm = (float)total;

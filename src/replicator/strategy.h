@@ -129,7 +129,8 @@ rp_status strategy_checksum(rp_replica *rep, rp_comm *comm, rp_params *params, i
  * or of the optimizer's range, the norm all-reduced over the replicas (each holds its shard).
  */
 rp_status strategy_clip_full(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
-rp_status strategy_clip_range(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm);
+rp_status strategy_clip_range(rp_replica *rep, rp_comm *comm, rp_optimizer *opt, float max_norm,
+                              float *norm);
 
 /* ---- the bookkeeping every strategy shares: its wrapped optimizers ------------------------ */
 
@@ -354,7 +355,12 @@ typedef struct reducer {
     float local_value;   /* its value */
     int64_t reduced_bad; /* first element of this member's reduced gradients non-finite, or -1 */
     float reduced_value; /* its value (all-reduce) */
-    rp_status error;     /* first failure inside a callback, re-raised by finish */
+    /* HSDP (reducer_set_replicas): the members across groups that hold this member's shard,
+       and every member of the data axis (the finiteness agreement, the state's scatter); NULL
+       and comm without it. all_base, all_size: replica all_base + q is rank q of `all`. */
+    rp_comm *repl, *all;
+    int all_base, all_size;
+    rp_status error; /* first failure inside a callback, re-raised by finish */
     char message[1024];
 } reducer;
 
@@ -364,6 +370,13 @@ typedef struct reducer {
  */
 rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_params *params,
                        reducer_collective collective);
+/*
+ * HSDP, for a sharded reducer over one group of `all` (comm): finish all-reduces (mean) the
+ * reduced shard over repl (the groups' members that hold the same shard) before the members of
+ * `all` agree that it is finite, and the state's scatter broadcasts from `all`'s rank 0.
+ * RP_ERR_NOMEM.
+ */
+rp_status reducer_set_replicas(reducer *g, rp_comm *repl, rp_comm *all);
 void reducer_free(reducer *g);
 /* Whether param's gradient lies in this reducer's block; if so, counts it final (the callback). */
 bool reducer_ready(reducer *g, const rp_tensor *param);

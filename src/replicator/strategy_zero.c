@@ -113,6 +113,42 @@ static void zero_release(void *ctx)
     free(z);
 }
 
+/*
+ * HSDP (cfg.hsdp = G, 1 < G < N): the data axis cut, once per replica (its first ZeRO optimizer;
+ * a collective, as optimizer creation is), into the groups of G consecutive ranks that shard the
+ * state and the N/G members across groups that hold the same shard. Left and rejoined around
+ * each run with the replica's other communicators.
+ */
+static rp_status hsdp_comms(rp_replica *rep)
+{
+    int G = rep->r->cfg.hsdp, N = rp_comm_size(rep->comm), rank = rp_comm_rank(rep->comm);
+    if (G <= 1 || G >= N || rep->shard_comm) return RP_OK;
+    if (N % G != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "hsdp = %d does not divide the %d replicas: HSDP's groups must be equal", G,
+                        N);
+    if (rep->nlive + 2 > RP_COMMS_MAX)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "HSDP: replica %d has no room for two communicators",
+                        rep->id);
+    rt_internal_begin(rep->comm, "the runtime's HSDP communicators");
+    rp_status status = rp_comm_split(rep->comm, rank / G, rank, &rep->shard_comm);
+    if (status == RP_OK) status = rp_comm_split(rep->comm, rank % G, rank, &rep->repl_comm);
+    rt_internal_end(rep->comm);
+    if (status == RP_OK) {
+        rep->live[rep->nlive++] = rep->shard_comm;
+        rep->live[rep->nlive++] = rep->repl_comm;
+    }
+    return status;
+}
+
+static void zero_replica_destroy(rp_replica *rep)
+{
+    strategy_replica_destroy(rep);
+    if (rep->shard_comm) rp_comm_destroy(rep->shard_comm);
+    if (rep->repl_comm) rp_comm_destroy(rep->repl_comm);
+    rep->shard_comm = rep->repl_comm = NULL;
+}
+
 static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *params, int stage)
 {
     if (rep->count == 1) return RP_OK;
@@ -126,8 +162,13 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
     z->value = rp_params_data(params);
     z->numel = rp_params_trainable_numel(params);
     z->stage = stage;
-    status = reducer_init(&z->red, rep, rep->comm, params,
-                          stage == 2 ? RP_GRAD_ALL_REDUCE_SHARD : RP_GRAD_REDUCE_SCATTER);
+    /* HSDP: the shards are a group's, and the groups' shards are averaged across them. */
+    status = hsdp_comms(rep);
+    if (status == RP_OK)
+        status = reducer_init(&z->red, rep, rep->shard_comm ? rep->shard_comm : rep->comm, params,
+                              stage == 2 ? RP_GRAD_ALL_REDUCE_SHARD : RP_GRAD_REDUCE_SCATTER);
+    if (status == RP_OK && rep->shard_comm)
+        status = reducer_set_replicas(&z->red, rep->repl_comm, rep->comm);
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
     rp_optimizer_hooks h = {
@@ -140,8 +181,9 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
     strategy_attach(rep, &z->link, opt, -1);
     /* ZeRO-2: the optimizer's zeroing gives the gradient block's pages back too. */
     if (stage == 2) params_set_grad_release(params, true);
-    rp_debug("ZeRO-%d optimizer: shard [%lld, %lld) of %lld values, %d gradient buckets", stage,
-             (long long)z->red.lo, (long long)z->red.hi, (long long)z->numel,
+    rp_debug("ZeRO-%d optimizer: shard [%lld, %lld) of %lld values over %d replicas, %d gradient "
+             "buckets",
+             stage, (long long)z->red.lo, (long long)z->red.hi, (long long)z->numel, z->red.size,
              z->red.order.nbuckets);
     return RP_OK;
 }
@@ -219,8 +261,10 @@ static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
 
 static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
 {
-    if (!find(rep, opt)) return strategy_clip_full(rep, opt, max_norm, norm);
-    return strategy_clip_range(rep, opt, max_norm, norm);
+    zero_ctx *z = find(rep, opt);
+    if (!z) return strategy_clip_full(rep, opt, max_norm, norm);
+    /* Over the group that holds the shards (HSDP: every group has the same ones). */
+    return strategy_clip_range(rep, z->red.comm, opt, max_norm, norm);
 }
 
 /*
@@ -235,6 +279,9 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
 {
     RP_CHECK(strategy_plan_base(N, id, params, oc, w));
     if (N == 1) return RP_OK;
+    if (cfg->hsdp > 1 && cfg->hsdp < N)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "the planner does not cover HSDP (hsdp = %d) yet",
+                        cfg->hsdp);
     int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c;
     int nb, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3;
     reducer_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &nb);
@@ -266,6 +313,9 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
 {
     RP_CHECK(strategy_plan_base(N, id, params, oc, w));
     if (N == 1) return RP_OK;
+    if (cfg->hsdp > 1 && cfg->hsdp < N)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "the planner does not cover HSDP (hsdp = %d) yet",
+                        cfg->hsdp);
     int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c, most = 0;
     int ng, nb = 0, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3, Tb = T ? T : 1;
     reducer_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &ng);
@@ -289,7 +339,7 @@ const strategy_table strategy_zero = {
     .lockstep = true,
     .sharded = true,
     .replica_init = strategy_replica_init,
-    .replica_destroy = strategy_replica_destroy,
+    .replica_destroy = zero_replica_destroy,
     .grad_ready = zero_on_grad_ready,
     .optimizer_create = zero_optimizer_create,
     .fetch = zero_fetch,
@@ -306,7 +356,7 @@ const strategy_table strategy_zero2 = {
     .lockstep = true,
     .sharded = true,
     .replica_init = strategy_replica_init,
-    .replica_destroy = strategy_replica_destroy,
+    .replica_destroy = zero_replica_destroy,
     .grad_ready = zero_on_grad_ready,
     .optimizer_create = zero2_optimizer_create,
     .fetch = zero_fetch,

@@ -10,7 +10,11 @@
  *  - the gathered optimizer state (rp_replica_optimizer_fetch into replica
  *    0) is bitwise the sync run's, and each replica held its shard only
  *    (ceil(53 / N) values x 2 slots) before the gather;
- *  - the clipped norm agrees with the sync run's within 1e-6.
+ *  - the clipped norm agrees with the sync run's within 1e-6;
+ *  - on 4 replicas (4 ranks, or 2 ranks x 2 threads), HSDP in groups of 2
+ *    (cfg.hsdp) with each stage: the values within 1e-5 of sync's (the mean
+ *    is taken in the group, then across groups), the same on every rank,
+ *    each replica holding half of the state.
  */
 #include <math.h>
 #include <mpi.h>
@@ -113,7 +117,8 @@ static rp_status teardown(rp_replica *rep, void *arg)
 }
 
 /* Trains on MPI; local replica 0's values, (gathered) state, norm, and every local state size. */
-/* zero: 0 sync, 1 ZeRO-1, 2 ZeRO-2. */
+/* zero: 0 sync, 1 ZeRO-1, 2 ZeRO-2; hsdp: cfg.hsdp. */
+static int hsdp_;
 static int train(int zero, int per, float *values, float *slots, float *norm, size_t *bytes)
 {
     rp_config cfg = rp_config_default();
@@ -124,6 +129,7 @@ static int train(int zero, int per, float *values, float *slots, float *norm, si
     cfg.timeout_s = 60;
     cfg.bucket_bytes = 16;
     cfg.strategy = zero == 2 ? RP_STRATEGY_ZERO2 : zero ? RP_STRATEGY_ZERO1 : RP_STRATEGY_SYNC;
+    cfg.hsdp = zero ? hsdp_ : 0;
     rp_replicator *r;
     job j;
     memset(&j, 0, sizeof j);
@@ -206,6 +212,35 @@ int main(int argc, char **argv)
             printf("%d ranks x %d replicas: ZeRO-%d equals sync bitwise after %d steps, shard "
                    "%lld of %d values, norm %g vs %g\n",
                    size, per, stage, STEPS, (long long)shard, NP, (double)zn, (double)sn);
+    }
+    /* HSDP: groups of 2 of 4 replicas (2 ranks x 2 threads: a group is one process). */
+    for (int stage = 1; stage <= 2 && !bad && size * per == 4; stage++) {
+        hsdp_ = 2;
+        bad += train(stage, per, zv, zs, &zn, zb);
+        hsdp_ = 0;
+        CHECK(bad == 0, "an HSDP run failed (ZeRO-%d)", stage);
+        if (bad) break;
+        double worst = 0;
+        for (int i = 0; i < NP; i++) {
+            double d = fabs((double)zv[i] - (double)sv[i]) / (fabs((double)sv[i]) + 1e-6);
+            if (d > worst) worst = d;
+        }
+        CHECK(worst <= 1e-5, "HSDP ZeRO-%d's values differ from sync's by %g", stage, worst);
+        for (int i = 0; i < per; i++) {
+            int id = rank_ * per + i;
+            int64_t lo = (id % 2) * 27, hi = lo + 27 < NP ? lo + 27 : NP;
+            CHECK(zb[i] == (size_t)(2 * (hi - lo)) * sizeof(float),
+                  "HSDP replica %d holds %zu bytes, its shard is %lld values", id, zb[i],
+                  (long long)(hi - lo));
+        }
+        CHECK(fabsf(zn - sn) <= 1e-6f * sn, "HSDP clip norm %g vs sync %g", (double)zn, (double)sn);
+        static float root[NP];
+        memcpy(root, zv, sizeof root);
+        MPI_Bcast(root, NP, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        CHECK(!memcmp(root, zv, sizeof zv), "HSDP values differ from rank 0's");
+        if (rank_ == 0)
+            printf("%d ranks x %d replicas: HSDP 2 x 2 with ZeRO-%d within %.2g of sync\n", size,
+                   per, stage, worst);
     }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
