@@ -566,6 +566,7 @@ static void test_strategy_choice(void **state)
         by_enum.strategy = want[k].kind;
         if (want[k].kind == RP_STRATEGY_ASYNC) spelled.regime = RP_REGIME_ASYNC;
         if (want[k].kind == RP_STRATEGY_ZERO1) spelled.zero = true;
+        if (want[k].kind == RP_STRATEGY_ZERO2) spelled.strategy = RP_STRATEGY_ZERO2;
         if (want[k].kind == RP_STRATEGY_SYNC_GROUPS) by_enum.sync_groups = spelled.sync_groups = 2;
         bool lockstep[2], sharded[2];
         int in_sync[2];

@@ -225,7 +225,7 @@ RP_API const char *rp_strategy_name(rp_strategy_kind strategy);
 
 /*
  * The runtime's options (replicator/options.h), one row each: --backend threads|mpi|auto,
- * --strategy sync|async|zero1|sync-groups|zero2, --regime sync|async, --ps S, --staleness K,
+ * --strategy sync|async|zero1|zero2|sync-groups, --regime sync|async, --ps S, --staleness K,
  * --replicas N, --threads-per-replica T, --seed S,
  * --comm-timeout SECONDS, --bucket-kb K, --checksum-every K, --zero, --sync-groups G,
  * --precision f32|bf16, --grad-dtype f32|bf16, over the fields of rp_config. A program prints
