@@ -114,6 +114,7 @@ void aug_scratch_free(aug_scratch *s)
     rp_free(s->coef);
     rp_free(s->bounds);
     rp_free(s->tmp);
+    rp_free(s->acc);
     memset(s, 0, sizeof *s);
 }
 
@@ -227,18 +228,26 @@ rp_status aug_resample(aug_scratch *s, const uint8_t *src, size_t stride, int in
             out[3 * x + 2] = clip8(s2);
         }
     }
+    /* Tap by tap over a whole row of sums, so that the loop over the row vectorises; integer
+       sums of non-negative terms, so the order changes no bit of Pillow's result. */
     size_t row = (size_t)n_w * 3;
+    RP_CHECK(scratch_grow((void **)&s->acc, &s->acc_cap, row * sizeof(int32_t)));
+    int32_t *acc = s->acc;
     for (int y = 0; y < n_h; y++) {
         const int32_t *k = ky + (size_t)y * (size_t)kv;
         const uint8_t *in = s->tmp + (size_t)(by[2 * y] - first) * row;
         int taps = by[2 * y + 1];
         uint8_t *out = dst + (size_t)y * row;
-        for (size_t j = 0; j < row; j++) {
-            int32_t acc = 1 << (PRECISION_BITS - 1);
-            for (int t = 0; t < taps; t++)
-                acc += in[(size_t)t * row + j] * k[t];
-            out[j] = clip8(acc);
+        for (size_t j = 0; j < row; j++)
+            acc[j] = 1 << (PRECISION_BITS - 1);
+        for (int t = 0; t < taps; t++) {
+            const uint8_t *r = in + (size_t)t * row;
+            int32_t w = k[t];
+            for (size_t j = 0; j < row; j++)
+                acc[j] += r[j] * w;
         }
+        for (size_t j = 0; j < row; j++)
+            out[j] = clip8(acc[j]);
     }
     return RP_OK;
 }

@@ -132,6 +132,8 @@ typedef struct aug_scratch {
     size_t bounds_cap;
     uint8_t *tmp; /* the horizontal pass's output */
     size_t tmp_cap;
+    int32_t *acc; /* the vertical pass's sums for one output row */
+    size_t acc_cap;
 } aug_scratch;
 
 void aug_scratch_free(aug_scratch *s);
