@@ -13,6 +13,7 @@ packages=(
   zlib1g-dev             # gzip data files
   libpng-dev             # image grids; PNG datasets (src/data/image_decode.c)
   libturbojpeg0-dev      # libjpeg-turbo's TurboJPEG API: JPEG datasets (src/data/image_decode.c)
+  libjpeg62-turbo-dev    # its libjpeg API: a training crop's region decoded alone (src/data/image_region.c)
   libmujoco-dev          # MuJoCo 2.2: physics of the rl environments (src/rl/)
   libcairo2-dev          # line charts (learning curves): antialiased lines and text, PNG
   fonts-dejavu-core      # the charts' font (cairo draws with whatever fontconfig finds)

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include "data/folder_internal.h"
@@ -323,6 +324,95 @@ static void test_dct_scale(void **state)
     free(b);
     free(px);
     img_decoder_free(&d);
+}
+
+/*
+ * A region decoded alone (img_decode_region: libjpeg's crop and skip) holds exactly the whole
+ * decode's pixels there: 4:2:0, 4:2:2, 4:4:4 and grayscale, baseline and progressive, at 1/1
+ * and 1/2 and 3/8, for regions at the edges, on iMCU boundaries and off them. A truncated file
+ * fails as the whole decode does, whatever the region.
+ */
+static void test_region_decode(void **state)
+{
+    (void)state;
+    const int W = 203, H = 141; /* no side a multiple of an iMCU */
+    uint8_t *px = malloc(W * H * 3);
+    assert_non_null(px);
+    fx_pattern(px, W, H, 9);
+    const int samps[4] = {TJSAMP_420, TJSAMP_422, TJSAMP_444, TJSAMP_GRAY};
+    const img_scale scales[3] = {{1, 1}, {1, 2}, {3, 8}};
+    img_decoder whole = {0}, part = {0};
+    uint32_t lcg = 12345;
+    int checked = 0;
+    for (int k = 0; k < 4; k++)
+        for (int prog = 0; prog < 2; prog++) {
+            tjhandle tj = tjInitCompress();
+            unsigned char *buf = NULL;
+            unsigned long n = 0;
+            assert_int_equal(tjCompress2(tj, px, W, 0, H, TJPF_RGB, &buf, &n, samps[k], 90,
+                                         TJFLAG_ACCURATEDCT | (prog ? TJFLAG_PROGRESSIVE : 0)),
+                             0);
+            tjDestroy(tj);
+            for (int si = 0; si < 3; si++) {
+                img_info info;
+                int w, h;
+                decode_bytes(buf, n, scales[si], &w, &h, &whole, &info);
+                for (int t = 0; t < 12; t++) {
+                    int x0, y0, x1, y1;
+                    if (t == 0) { /* the whole image */
+                        x0 = y0 = 0;
+                        x1 = w;
+                        y1 = h;
+                    } else if (t == 1) { /* the bottom-right corner */
+                        x0 = w - 7;
+                        y0 = h - 5;
+                        x1 = w;
+                        y1 = h;
+                    } else if (t == 2) { /* iMCU boundaries (16 at 1/1) */
+                        x0 = 16 < w ? 16 : 0;
+                        y0 = 16 < h ? 16 : 0;
+                        x1 = w > 48 ? 48 : w;
+                        y1 = h > 32 ? 32 : h;
+                    } else {
+                        lcg = lcg * 1103515245u + 12345u;
+                        x0 = (int)(lcg >> 8) % (w - 1);
+                        lcg = lcg * 1103515245u + 12345u;
+                        y0 = (int)(lcg >> 8) % (h - 1);
+                        lcg = lcg * 1103515245u + 12345u;
+                        x1 = x0 + 1 + (int)(lcg >> 8) % (w - x0);
+                        lcg = lcg * 1103515245u + 12345u;
+                        y1 = y0 + 1 + (int)(lcg >> 8) % (h - y0);
+                    }
+                    img_region r;
+                    assert_int_equal(img_decode_region(&part, buf, n, "mem", &info, scales[si], x0,
+                                                       y0, x1, y1, &r),
+                                     RP_OK);
+                    for (int y = y0; y < y1; y++)
+                        if (memcmp(r.pix + (size_t)(y - y0) * r.stride,
+                                   whole.rgb + ((size_t)y * w + x0) * 3, (size_t)(x1 - x0) * 3)) {
+                            print_error("samp %d prog %d scale %d/%d region [%d,%d)x[%d,%d): row "
+                                        "%d differs from the whole decode\n",
+                                        samps[k], prog, scales[si].num, scales[si].denom, x0, x1,
+                                        y0, y1, y);
+                            fail();
+                        }
+                    checked++;
+                }
+            }
+            /* Truncated: the region above the cut still fails, naming the file. */
+            img_info info;
+            assert_int_equal(img_probe(&part, buf, n, "cut.jpg", &info), RP_OK);
+            img_region r;
+            assert_int_equal(img_decode_region(&part, buf, n * 2 / 3, "cut.jpg", &info,
+                                               (img_scale){1, 1}, 0, 0, 8, 8, &r),
+                             RP_ERR_FORMAT);
+            tu_assert_error_contains("cut.jpg: corrupt or truncated JPEG");
+            tjFree(buf);
+        }
+    assert_int_equal(checked, 4 * 2 * 3 * 12);
+    img_decoder_free(&whole);
+    img_decoder_free(&part);
+    free(px);
 }
 
 /* ---- RandomResizedCrop ---------------------------------------------------------- */
@@ -955,19 +1045,13 @@ static void test_tar_errors(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tree_order),
-        cmocka_unit_test(test_tree_errors),
-        cmocka_unit_test(test_decode),
-        cmocka_unit_test(test_dct_scale),
-        cmocka_unit_test(test_rrc_matches_torchvision),
-        cmocka_unit_test(test_rrc_statistics),
-        cmocka_unit_test(test_eval_geometry),
-        cmocka_unit_test(test_resample),
-        cmocka_unit_test(test_eval_identity_and_flip),
-        cmocka_unit_test(test_sources_agree),
-        cmocka_unit_test(test_resume_replicas_threads),
-        cmocka_unit_test(test_bad_files),
-        cmocka_unit_test(test_tar_errors),
+        cmocka_unit_test(test_tree_order),     cmocka_unit_test(test_tree_errors),
+        cmocka_unit_test(test_decode),         cmocka_unit_test(test_dct_scale),
+        cmocka_unit_test(test_region_decode),  cmocka_unit_test(test_rrc_matches_torchvision),
+        cmocka_unit_test(test_rrc_statistics), cmocka_unit_test(test_eval_geometry),
+        cmocka_unit_test(test_resample),       cmocka_unit_test(test_eval_identity_and_flip),
+        cmocka_unit_test(test_sources_agree),  cmocka_unit_test(test_resume_replicas_threads),
+        cmocka_unit_test(test_bad_files),      cmocka_unit_test(test_tar_errors),
     };
     return tu_run_group_tests(argc, argv, tests, setup, teardown);
 }

@@ -78,6 +78,28 @@ img_scale img_pick_scale(int box_w, int box_h, int out);
 rp_status img_decode(img_decoder *d, const uint8_t *data, size_t size, const char *name,
                      const img_info *info, img_scale s, int *w, int *h);
 
+/* The size of the whole image decoded at scale s (TurboJPEG's TJSCALED: rounded up). */
+void img_scaled_size(const img_info *info, img_scale s, int *w, int *h);
+
+/* Whether a libjpeg warning is one the decoders accept (PIL decodes such a file too). */
+bool img_jpeg_warning_accepted(const char *msg);
+
+/* Pixels of a region: pix is its top-left pixel, rows `stride` bytes apart (RGB). */
+typedef struct img_region {
+    const uint8_t *pix;
+    size_t stride;
+} img_region;
+
+/*
+ * Decodes the region [x0, x1) x [y0, y1) of the image at scale s (coordinates at that scale)
+ * into d->rgb, only as much of a JPEG as the region needs (image_region.c); the pixels are
+ * those of img_decode's whole image. PNG, CMYK and files without their EOI marker are decoded
+ * whole. Errors: img_decode's, and RP_ERR_INVALID for a region outside the image.
+ */
+rp_status img_decode_region(img_decoder *d, const uint8_t *data, size_t size, const char *name,
+                            const img_info *info, img_scale s, int x0, int y0, int x1, int y1,
+                            img_region *out);
+
 /* ---- augmentation (augment.c) ---------------------------------------------- */
 
 /* A crop box in a full-size image: rows [top, top + h), columns [left, left + w). */

@@ -149,7 +149,7 @@ static rp_status make_one(const folder_request *req, int64_t i, folder_worker *w
         flip = req->flip && (aug_rng_u32(&rng) >> 31);
         img_scale sc = {1, 1};
         if (info.format == IMG_JPEG && cfg->dct_scaling) sc = img_pick_scale(b.w, b.h, S);
-        RP_CHECK(img_decode(&w->dec, w->file, size, name, &info, sc, &dw, &dh));
+        img_scaled_size(&info, sc, &dw, &dh);
         /* The box at the decoded scale, and the whole pixels around it (PIL's crop). */
         double f = (double)sc.num / sc.denom;
         double x0 = b.left * f, x1 = (b.left + b.w) * f, y0 = b.top * f, y1 = (b.top + b.h) * f;
@@ -157,10 +157,12 @@ static rp_status make_one(const folder_request *req, int64_t i, folder_worker *w
         int ix1 = (int)ceil(x1), iy1 = (int)ceil(y1);
         if (ix1 > dw) ix1 = dw;
         if (iy1 > dh) iy1 = dh;
-        size_t stride = (size_t)dw * 3;
-        RP_CHECK(aug_resample(&w->scr, w->dec.rgb + (size_t)iy0 * stride + (size_t)ix0 * 3, stride,
-                              ix1 - ix0, iy1 - iy0, x0 - ix0, y0 - iy0, x1 - ix0, y1 - iy0, S, S, 0,
-                              0, S, S, w->img));
+        /* Only those pixels are decoded (a JPEG's other rows and columns are not). */
+        img_region r;
+        RP_CHECK(
+            img_decode_region(&w->dec, w->file, size, name, &info, sc, ix0, iy0, ix1, iy1, &r));
+        RP_CHECK(aug_resample(&w->scr, r.pix, r.stride, ix1 - ix0, iy1 - iy0, x0 - ix0, y0 - iy0,
+                              x1 - ix0, y1 - iy0, S, S, 0, 0, S, S, w->img));
     } else {
         /* Evaluation decodes at full size, so that accuracy compares with published numbers. */
         RP_CHECK(img_decode(&w->dec, w->file, size, name, &info, (img_scale){1, 1}, &dw, &dh));

@@ -149,6 +149,12 @@ static int scaled(int side, img_scale s)
     return (int)(((int64_t)side * s.num + s.denom - 1) / s.denom);
 }
 
+void img_scaled_size(const img_info *info, img_scale s, int *w, int *h)
+{
+    *w = scaled(info->w, s);
+    *h = scaled(info->h, s);
+}
+
 /* Pillow's MULDIV255: a * b / 255, rounded, in integers. */
 static int muldiv255(int a, int b)
 {
@@ -194,7 +200,7 @@ static bool jpeg_adobe(const uint8_t *p, size_t n)
  * buffer's old contents as the image. A fatal error's text replaces the
  * warning's.
  */
-static bool jpeg_accepted_warning(const char *msg)
+bool img_jpeg_warning_accepted(const char *msg)
 {
     static const char *const accepted[] = {
         "Corrupt JPEG data: ", /* extraneous bytes, bad Huffman or arithmetic code,
@@ -234,7 +240,7 @@ static rp_status decode_jpeg(img_decoder *d, const uint8_t *data, size_t size, c
     /* The accurate IDCT and fancy upsampling are TurboJPEG's defaults, and PIL's. */
     if (tjDecompress2(d->tj, data, (unsigned long)size, dst, w, 0, h, pf, 0) != 0) {
         const char *msg = tjGetErrorStr2(d->tj);
-        if (tjGetErrorCode(d->tj) != TJERR_WARNING || !jpeg_accepted_warning(msg)) {
+        if (tjGetErrorCode(d->tj) != TJERR_WARNING || !img_jpeg_warning_accepted(msg)) {
             rp_status st = RP_ERROR(RP_ERR_FORMAT, "%s: corrupt or truncated JPEG: %s", name, msg);
             tj_reset(d);
             return st;
