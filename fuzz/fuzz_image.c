@@ -232,7 +232,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     "the loader's error does not name the file");
     } else {
         FUZZ_EXPECT(label == 0, "label %d", label);
-        FUZZ_EXPECT(memcmp(worker.dec.rgb, dec.rgb, (size_t)dw * dh * 3) == 0,
+        /* Evaluation decodes whole; training only the crop's region (checked below). */
+        FUZZ_EXPECT(train || memcmp(worker.dec.rgb, dec.rgb, (size_t)dw * dh * 3) == 0,
                     "the loader's decoder made other pixels than a fresh one");
         for (int i = 0; i < side * side * 3; i++) {
             int k = i % 3;
@@ -241,6 +242,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         "value %g at %d outside [%g, %g]", (double)out[i], i, (double)lo,
                         (double)hi);
         }
+    }
+    /* At 1/1: a region decoded alone holds the whole decode's pixels, and fails when it does. */
+    int fw = ps == RP_OK ? scaled(info.w, (img_scale){1, 1}) : 0;
+    int fh = ps == RP_OK ? scaled(info.h, (img_scale){1, 1}) : 0;
+    if (ps == RP_OK && info.format == IMG_JPEG && dw == fw && dh == fh && fw >= 2 && fh >= 2 &&
+        (int64_t)fw * fh <= FUZZ_MAX_DECODE && ds_status != RP_ERR_NOMEM) {
+        int x0 = fw / 4, y0 = fh / 3, x1 = fw - fw / 5, y1 = fh - fh / 6;
+        img_decoder part = {0};
+        img_region r;
+        rp_status rs = img_decode_region(&part, img, n, SELF_NAME, &info, (img_scale){1, 1}, x0, y0,
+                                         x1, y1, &r);
+        FUZZ_EXPECT(rs == ds_status || rs == RP_ERR_NOMEM,
+                    "a region decode says %s where the whole decode says %s", rp_status_name(rs),
+                    rp_status_name(ds_status));
+        for (int y = y0; rs == RP_OK && ds_status == RP_OK && y < y1; y++)
+            FUZZ_EXPECT(memcmp(r.pix + (size_t)(y - y0) * r.stride,
+                               dec.rgb + ((size_t)y * fw + x0) * 3, (size_t)(x1 - x0) * 3) == 0,
+                        "row %d of region [%d,%d)x[%d,%d) differs from the whole decode", y, x0, x1,
+                        y0, y1);
+        img_decoder_free(&part);
     }
     img_decoder_free(&dec);
     return 0;

@@ -93,8 +93,9 @@ typedef struct img_region {
 /*
  * Decodes the region [x0, x1) x [y0, y1) of the image at scale s (coordinates at that scale)
  * into d->rgb, only as much of a JPEG as the region needs (image_region.c); the pixels are
- * those of img_decode's whole image. PNG, CMYK and files without their EOI marker are decoded
- * whole. Errors: img_decode's, and RP_ERR_INVALID for a region outside the image.
+ * those of img_decode's whole image, and it fails exactly when img_decode does (the rest of the
+ * file is read, not reconstructed). PNG and CMYK are decoded whole. Errors: img_decode's, and
+ * RP_ERR_INVALID for a region outside the image.
  */
 rp_status img_decode_region(img_decoder *d, const uint8_t *data, size_t size, const char *name,
                             const img_info *info, img_scale s, int x0, int y0, int x1, int y1,
