@@ -2,7 +2,8 @@
 # Image-folder loader throughput, side by side: replicator's loader (build/bench_loader
 # --folder: TurboJPEG decode with DCT scaling, RandomResizedCrop + flip + normalise on the
 # dataset's decoding threads) against torchvision 0.14's ImageFolder and the same transforms
-# through a DataLoader (bench/folder_torch.py), on one JPEG folder, in images/s per core.
+# through a DataLoader (bench/folder_torch.py), on one JPEG folder, in images/s per core: per
+# decoding thread or worker process, and per CPU-second that all of a side's processes use.
 #
 # The folder is generated once per run in a temporary directory (removed at exit; KEEP=1 keeps
 # it and says where): IMAGES ImageNet-like JPEGs, mostly 500x375, quality 90, in 8 classes.
@@ -87,4 +88,38 @@ print("%-12s %8.1f  at %d threads       %s" % ("replicator", o, ko,
 print("%-12s %8.1f  at %d workers       %s" % ("torchvision", t, kt,
       "  ".join("%d: %.1f" % (k, v) for k, v in sorted(mt.items()))))
 print("ratio (replicator / torchvision, per core): %.2f" % (o / t))
+EOF
+
+# Per core counted as CPU time: each side at one thread / one worker for SECONDS and 2 x SECONDS,
+# its processes' user + system CPU (torchvision's main process and its worker alike), and the
+# images per CPU-second of the difference (start-up and the warm-up epoch cancel out).
+echo
+echo "== images per CPU-second (one thread / one worker; the difference of two durations)"
+"$py" - "$tmp/data" "$bench" "$batch" "$size" "$seconds" "$py" <<'EOF'
+import json, os, resource, subprocess, sys
+data, bench, batch, size, seconds, py = sys.argv[1:7]
+seconds = float(seconds)
+env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+def run(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    row = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    return row["images"], cpu
+sides = {
+    "replicator": lambda s: [bench, "--folder", data, "--threads", "1", "--batch", batch,
+                             "--size", size, "--seconds", str(s), "--json"],
+    "torchvision": lambda s: [py, "bench/folder_torch.py", "--data", data, "--workers", "1",
+                              "--batch", batch, "--size", size, "--seconds", str(s), "--json"],
+}
+rate = {}
+for name, cmd in sides.items():
+    i1, c1 = run(cmd(seconds))
+    i2, c2 = run(cmd(2 * seconds))
+    rate[name] = (i2 - i1) / (c2 - c1)
+    print("%-12s %8.1f images per CPU-second (%d images in %.2f s of CPU, less %d in %.2f s)"
+          % (name, rate[name], i2, c2, i1, c1))
+print("ratio (replicator / torchvision, per CPU-second): %.2f"
+      % (rate["replicator"] / rate["torchvision"]))
 EOF
