@@ -290,9 +290,14 @@ static void test_decode(void **state)
 static void test_dct_scale(void **state)
 {
     (void)state;
-    /* The smallest factor keeping the box at least `out` a side. */
+    /* The smallest of 1/8, 1/4, 1/2, 1 keeping the box at least `out` a side (libjpeg-turbo's
+       5/8, which would keep 240 of 384, has no SIMD IDCT: not taken). */
     img_scale s = img_pick_scale(512, 384, 224);
-    assert_int_equal(s.num * 8, 5 * s.denom); /* 5/8: 384 x 5/8 = 240 >= 224 > 384 / 2 */
+    assert_int_equal(s.num, s.denom); /* 1/1: 384 / 2 = 192 < 224 */
+    s = img_pick_scale(600, 460, 224);
+    assert_int_equal(s.num * 2, s.denom); /* 1/2: 230 >= 224 */
+    s = img_pick_scale(1000, 900, 224);
+    assert_int_equal(s.num * 4, s.denom); /* 1/4: 225 >= 224 */
     s = img_pick_scale(2000, 1800, 224);
     assert_int_equal(s.num * 8, 1 * s.denom); /* 1/8: 225 >= 224 */
     s = img_pick_scale(100, 300, 224);

@@ -61,7 +61,8 @@ rp_status img_probe(img_decoder *d, const uint8_t *data, size_t size, const char
                     img_info *info);
 
 /*
- * The smallest DCT scaling factor s <= 1 of TurboJPEG's list with which a box
+ * The smallest DCT scaling factor s of 1/8, 1/4, 1/2 and 1 (the ones libjpeg-turbo reconstructs
+ * with SIMD code; image_decode.c) with which a box
  * of box_w x box_h pixels of the full image still covers at least out x out
  * pixels (box_w * s >= out and box_h * s >= out): the decode never has to be
  * upsampled afterwards. 1/1 when no factor below 1 does.
