@@ -19,11 +19,11 @@
  * Checked besides memory safety: the probe's errors name the file, its successes a size in
  * 1..65535 a side and the format the first bytes say; the crop box lies in the image; the DCT
  * scale is the smallest of TurboJPEG's factors 1/8, 1/4, 1/2 that keeps the box at least the
- * output side (or 1/1), as img_pick_scale promises; a decode at scale s is TJSCALED(w, s) x TJSCALED(h, s) and
- * under the pixel limit, or an error naming the file; the loader's sample succeeds exactly when
- * that decode does, from the same pixels (its thread's decoder is reused across inputs, a fresh
- * one decodes here, so state left by an earlier file must not change a later one), and every
- * value it makes is finite and within the normalised range of [0, 255].
+ * output side (or 1/1), as img_pick_scale promises; a decode at scale s is TJSCALED(w, s) x
+ * TJSCALED(h, s) and under the pixel limit, or an error naming the file; the loader's sample
+ * succeeds exactly when that decode does, from the same pixels (its thread's decoder is reused
+ * across inputs, a fresh one decodes here, so state left by an earlier file must not change a later
+ * one), and every value it makes is finite and within the normalised range of [0, 255].
  */
 #include <math.h>
 #include <stdbool.h>
