@@ -20,6 +20,7 @@
 #include "models/d4pg/d4pg_command.h"
 #include "models/classifier/classifier.h"
 #include "models/sngan/sngan_command.h"
+#include "models/classifier/classifier_command.h"
 #include "models/classifier/classifier_options.h"
 
 /* The whole file as a block (free() it), its size in *bytes. */
@@ -56,12 +57,9 @@ static rp_status classifier(const char *run, const rp_checkpoint *ck, const char
     rp_tape *tape = NULL;
     float *x = NULL, *logits = NULL;
     train_opts o;
-    RP_TRY(train_opts_from_json(&o, config));
     rp_classifier_config cc;
-    train_opts_classifier(&o, &cc);
-    RP_TRY(rp_classifier_load_splits(&train, &test, &cc));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
-    RP_TRY(rp_dataset_channel_stats(train, mean, std));
+    RP_TRY(classifier_run_data(config, &o, &cc, &train, &test, mean, std));
     RP_TRY(rp_classifier_net_create(&net, &cc, train->h, train->w, train->c, train->num_classes,
                                     NULL));
     RP_TRY(rp_checkpoint_read_params(ck, rp_classifier_net_params(&net), "param/"));

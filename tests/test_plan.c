@@ -609,6 +609,18 @@ static void test_zero2(void **state)
         memset(&s, 0, sizeof s);
         assert_int_equal(rp_plan_runtime(&sync, n, 0, p, &oc, &s), RP_OK);
         assert_int_equal(optim, s.optim);
+        /* HSDP is not planned yet: said, for either stage, rather than a wrong plan. */
+        rp_plan_worker h;
+        memset(&h, 0, sizeof h);
+        rp_config hs = zero2;
+        hs.hsdp = 2;
+        if (n == 4) {
+            assert_int_equal(rp_plan_runtime(&hs, n, 0, p, &oc, &h), RP_ERR_UNSUPPORTED);
+            assert_non_null(strstr(rp_last_error(), "does not cover HSDP (hsdp = 2)"));
+            hs = zero1;
+            hs.hsdp = 2;
+            assert_int_equal(rp_plan_runtime(&hs, n, 0, p, &oc, &h), RP_ERR_UNSUPPORTED);
+        }
     }
     rp_params_destroy(p);
 }

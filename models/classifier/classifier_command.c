@@ -69,6 +69,15 @@ rp_status train_agree_options(char *json, const char *const *local, const char *
     return status;
 }
 
+rp_status classifier_run_data(const char *config, train_opts *o, rp_classifier_config *cc,
+                              rp_dataset **train, rp_dataset **test, float *mean, float *std)
+{
+    RP_CHECK(train_opts_from_json(o, config));
+    train_opts_classifier(o, cc);
+    RP_CHECK(rp_classifier_load_splits(train, test, cc));
+    return rp_dataset_channel_stats(*train, mean, std);
+}
+
 /* `replicator export --format onnx` of a classifier's run (rp_model_desc.onnx): its input size
  * and classes from the dataset, and the normalisation the run trained with (the training
  * split's statistics, as rp_classifier_create computes them). */
@@ -79,13 +88,10 @@ rp_status classifier_onnx_export(rp_onnx **g, const rp_checkpoint *ck, const cha
     rp_status status = RP_OK;
     rp_dataset *train = NULL, *test = NULL;
     train_opts o;
-    *g = NULL;
-    RP_TRY(train_opts_from_json(&o, config));
     rp_classifier_config cc;
-    train_opts_classifier(&o, &cc);
-    RP_TRY(rp_classifier_load_splits(&train, &test, &cc));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
-    RP_TRY(rp_dataset_channel_stats(train, mean, std));
+    *g = NULL;
+    RP_TRY(classifier_run_data(config, &o, &cc, &train, &test, mean, std));
     RP_TRY(rp_classifier_onnx(g, &cc, ck, train->h, train->w, train->c, train->num_classes, mean,
                               std));
     snprintf(what, what_size, "%s for %d x %d x %d images of %s", o.model, train->h, train->w,

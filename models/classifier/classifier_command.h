@@ -85,6 +85,15 @@ const rp_trainer_model *plan_check_model(const plan_check *pc);
 int plan_check_report(const plan_check *pc, FILE *f);
 void plan_check_destroy(plan_check *pc);
 
+/*
+ * What a saved classifier run's configuration (JSON) needs before its network: its options, the
+ * classifier config, its dataset's splits (*train and *test: the caller destroys them, also on
+ * an error) and the training split's per-channel mean and std (RP_LOADER_MAX_CHANNELS each), the
+ * normalisation the run trained with. Shared by eval, export and the ONNX test's forward.
+ */
+rp_status classifier_run_data(const char *config, train_opts *o, rp_classifier_config *cc,
+                              rp_dataset **train, rp_dataset **test, float *mean, float *std);
+
 /* `replicator export --format onnx` of a classifier's run (the descriptor's onnx hook). */
 rp_status classifier_onnx_export(rp_onnx **g, const rp_checkpoint *ck, const char *config,
                                  bool online, char *what, size_t what_size);

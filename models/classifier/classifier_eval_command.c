@@ -68,12 +68,9 @@ int classifier_eval_main(int argc, char **argv)
         }
     }
     rp_kernels_set_threads((int)threads);
-    RP_TRY(train_opts_from_json(&o, config));
     rp_classifier_config cc;
-    train_opts_classifier(&o, &cc);
-    RP_TRY(rp_classifier_load_splits(&train, &test, &cc));
     float mean[RP_LOADER_MAX_CHANNELS], std[RP_LOADER_MAX_CHANNELS];
-    RP_TRY(rp_dataset_channel_stats(train, mean, std));
+    RP_TRY(classifier_run_data(config, &o, &cc, &train, &test, mean, std));
     /* The network's tensors held to the checkpoint's before they are allocated. */
     rp_trainer_guard_arg guard = {ck, "param/"};
     RP_TRY(rp_params_guard_push(rp_trainer_checkpoint_guard, &guard));

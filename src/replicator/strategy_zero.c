@@ -268,6 +268,23 @@ static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, f
 }
 
 /*
+ * What both stages' plans start with: a plain optimizer's (strategy_plan_base), which is the
+ * whole plan for one replica (*sharded false); HSDP is not planned yet (RP_ERR_UNSUPPORTED).
+ */
+static rp_status zero_plan_start(const rp_config *cfg, int N, int id, const rp_params *params,
+                                 const rp_optim_config *oc, rp_plan_worker *w, bool *sharded)
+{
+    *sharded = false;
+    RP_CHECK(strategy_plan_base(N, id, params, oc, w));
+    if (N == 1) return RP_OK;
+    if (cfg->hsdp > 1 && cfg->hsdp < N)
+        return RP_ERROR(RP_ERR_UNSUPPORTED, "the planner does not cover HSDP (hsdp = %d) yet",
+                        cfg->hsdp);
+    *sharded = true;
+    return RP_OK;
+}
+
+/*
  * The plan: the reducer's shards and buckets (reducer_shard_layout), one reduce-scatter of the
  * gradients (as cfg.grad_dtype) and one all-gather of the values per bucket, and the finiteness
  * exchange (3 int64); the optimizer state of this worker's shard only, and the buffers: the
@@ -277,11 +294,9 @@ static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, f
 static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                            const rp_optim_config *oc, rp_plan_worker *w)
 {
-    RP_CHECK(strategy_plan_base(N, id, params, oc, w));
-    if (N == 1) return RP_OK;
-    if (cfg->hsdp > 1 && cfg->hsdp < N)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "the planner does not cover HSDP (hsdp = %d) yet",
-                        cfg->hsdp);
+    bool sharded;
+    RP_CHECK(zero_plan_start(cfg, N, id, params, oc, w, &sharded));
+    if (!sharded) return RP_OK;
     int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c;
     int nb, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3;
     reducer_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &nb);
@@ -311,11 +326,9 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
 static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                             const rp_optim_config *oc, rp_plan_worker *w)
 {
-    RP_CHECK(strategy_plan_base(N, id, params, oc, w));
-    if (N == 1) return RP_OK;
-    if (cfg->hsdp > 1 && cfg->hsdp < N)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "the planner does not cover HSDP (hsdp = %d) yet",
-                        cfg->hsdp);
+    bool sharded;
+    RP_CHECK(zero_plan_start(cfg, N, id, params, oc, w, &sharded));
+    if (!sharded) return RP_OK;
     int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c, most = 0;
     int ng, nb = 0, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3, Tb = T ? T : 1;
     reducer_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &ng);
