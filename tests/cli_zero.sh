@@ -10,10 +10,13 @@
 #  4. --zero with --regime async is refused;
 #  5. --zero 2 (ZeRO-2: the reduced gradients sharded too): the header names it, the checkpoints
 #     are the sync runs' (the MLP on 2 replicas, ResNet-20 on 4), and a --zero 2 run of 4 replicas
-#     resumed on 2 with --zero 1 writes what sync 4 -> 2 wrote;
+#     resumed on 2 with --zero 1 writes what sync 4 -> 2 wrote; --zero 3 (the values sharded
+#     too): the header names it, the checkpoints are the sync runs' (MLP on 2, ResNet-20 on 4),
+#     and a chain ZeRO-3 on 4 -> ZeRO-1 on 3 -> ZeRO-3 on 2 -> 1 ends where sync's chain does;
+#     ResNet-20 on 2 replicas x tensor parallel 2, and x 2 pipeline stages, equals sync;
 #     --hsdp 2 on 4 replicas keeps half the state a replica and resumes on 2; --hsdp 3 is refused;
 #  6. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
-#     wrote (both backends reduce in rank order), with --zero and --zero 2.
+#     wrote (both backends reduce in rank order), with --zero, --zero 2 and --zero 3.
 # Usage: cli_zero.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -99,10 +102,53 @@ cmp "$dir/rs/checkpoint.safetensors" "$dir/rzz/checkpoint.safetensors" \
 cmp "$dir/rs4/checkpoint.safetensors" "$dir/rzz4/checkpoint.safetensors" \
     || fail "--zero 2 on 4 -> --zero 1 on 2 differs from sync 4 -> 2"
 set +e
-msg=$("$bin" train mlp "${common[@]}" --zero 3 --out "$dir/z3bad" 2>&1); rc=$?
+msg=$("$bin" train mlp "${common[@]}" --zero 4 --out "$dir/z4bad" 2>&1); rc=$?
 set -e
-[ $rc -eq 2 ] && grep -q -- "--zero" <<< "$msg" || fail "--zero 3 was not refused: $rc $msg"
+[ $rc -eq 2 ] && grep -q -- "--zero" <<< "$msg" || fail "--zero 4 was not refused: $rc $msg"
 echo "ok: --zero 2 equals sync (mlp on 2, resnet20 on 4) and resumes as --zero 1 on 2"
+
+# ZeRO-3: the values sharded too, gathered layer by layer as forward and backward use them.
+out=$("$bin" train mlp "${common[@]}" --batch 64 --replicas 2 --zero 3 --out "$dir/zz3" 2>&1) \
+    || fail "mlp --zero 3 on 2 replicas: $out"
+grep -q "2 replicas x 1 threads (threads, cross-replica batch norm, ZeRO-3)" <<< "$out" \
+    || fail "header does not name ZeRO-3: $out"
+cmp "$dir/s2/checkpoint.safetensors" "$dir/zz3/checkpoint.safetensors" \
+    || fail "mlp: --zero 3 on 2 replicas wrote another checkpoint than sync"
+"$bin" train resnet20 "${res[@]}" --replicas 4 --zero 3 --out "$dir/rz3" > /dev/null 2>&1 \
+    || fail "resnet20 --zero 3 on 4 replicas failed"
+cmp "$dir/rs/checkpoint.safetensors" "$dir/rz3/checkpoint.safetensors" \
+    || fail "resnet20: --zero 3 on 4 replicas wrote another checkpoint than sync"
+# A chain of layouts: 4 replicas ZeRO-3 for 5 steps, 3 replicas ZeRO-1 to step 9, 2 replicas
+# ZeRO-3 to step 14, 1 replica to the end; the sync runs make the same changes at the same steps.
+chain=(--data "$data" --limit 480 --batch 48 --threads 2 --threads-per-replica 1 --epochs 2 --quiet)
+"$bin" train mlp "${chain[@]}" --replicas 4 --zero 3 --max-steps 5 --out "$dir/c3" > /dev/null 2>&1
+"$bin" train mlp "${chain[@]}" --replicas 4 --max-steps 5 --out "$dir/cs" > /dev/null 2>&1
+leg() { # leg NAME STAGE ARGS...: resume both runs (the ZeRO one with --zero STAGE, 0: none)
+    local what=$1 stage=$2
+    shift 2
+    local zero=()
+    [ "$stage" = 0 ] || zero=(--zero "$stage")
+    "$bin" train --resume "$dir/c3" --threads 2 --quiet "$@" "${zero[@]}" > /dev/null 2>&1 \
+        || fail "chain: $what failed"
+    "$bin" train --resume "$dir/cs" --threads 2 --quiet "$@" > /dev/null 2>&1
+    cmp "$dir/cs/checkpoint.safetensors" "$dir/c3/checkpoint.safetensors" \
+        || fail "chain: $what differs from sync's"
+}
+leg "ZeRO-3 x4 -> ZeRO-1 x3" 1 --replicas 3 --max-steps 9
+leg "-> ZeRO-3 x2" 3 --replicas 2 --max-steps 14
+leg "-> 1 replica" 0 --replicas 1
+# With tensor parallelism (each member's shard sharded again) and with pipeline stages (sharded
+# within a stage; the micro-batches' tapes gather too).
+for mp in "--tensor-parallel 2" "--model-parallel 2"; do
+    read -ra layout <<< "$mp"
+    "$bin" train resnet20 "${res[@]}" --replicas 2 "${layout[@]}" --zero 3 --out "$dir/l3" \
+        > /dev/null 2>&1 || fail "resnet20 $mp --zero 3 failed"
+    "$bin" train resnet20 "${res[@]}" --replicas 2 "${layout[@]}" --out "$dir/ls" > /dev/null 2>&1
+    cmp "$dir/ls/checkpoint.safetensors" "$dir/l3/checkpoint.safetensors" \
+        || fail "resnet20 $mp: --zero 3 differs from sync"
+    rm -rf "$dir/l3" "$dir/ls"
+done
+echo "ok: --zero 3 equals sync (mlp on 2, resnet20 on 4, with TP and pipelines), along a chain"
 
 # HSDP: 4 replicas in groups of 2 (the state halved, not quartered); it resumes on 2 plain
 # replicas; groups that do not divide the replicas are refused, naming the numbers.
@@ -143,3 +189,12 @@ cmp "$dir/t2/checkpoint.safetensors" "$dir/mz2/checkpoint.safetensors" \
 cmp "$dir/m22s/checkpoint.safetensors" "$dir/mz22/checkpoint.safetensors" \
     || fail "2 ranks x 2 threads: --zero 2 differs from sync"
 echo "ok: mpirun -np 2 (and 2 ranks x 2 threads) --zero 2 equals sync"
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --zero 3 --out "$dir/mz3" > /dev/null 2>&1 \
+    || fail "mpirun -np 2 --zero 3 failed"
+cmp "$dir/t2/checkpoint.safetensors" "$dir/mz3/checkpoint.safetensors" \
+    || fail "mpirun -np 2 --zero 3 differs from 2 sync threads"
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --replicas 2 --zero 3 --out "$dir/mz32" \
+    > /dev/null 2>&1 || fail "mpirun -np 2 --replicas 2 --zero 3 failed"
+cmp "$dir/m22s/checkpoint.safetensors" "$dir/mz32/checkpoint.safetensors" \
+    || fail "2 ranks x 2 threads: --zero 3 differs from sync"
+echo "ok: mpirun -np 2 (and 2 ranks x 2 threads) --zero 3 equals sync"

@@ -533,6 +533,7 @@ static void test_strategy_choice(void **state)
     assert_string_equal(rp_strategy_name(RP_STRATEGY_ZERO1), "zero1");
     assert_string_equal(rp_strategy_name(RP_STRATEGY_SYNC_GROUPS), "sync-groups");
     assert_string_equal(rp_strategy_name(RP_STRATEGY_ZERO2), "zero2");
+    assert_string_equal(rp_strategy_name(RP_STRATEGY_ZERO3), "zero3");
     assert_string_equal(rp_strategy_name((rp_strategy_kind)RP_STRATEGIES), "?");
 
     /* --strategy takes every name, and nothing else. */
@@ -548,7 +549,8 @@ static void test_strategy_choice(void **state)
     char *bad[] = {"prog", "--strategy", "zero", NULL};
     int argc = 3;
     assert_int_equal(rp_config_from_args(&c, &argc, bad), RP_ERR_INVALID);
-    tu_assert_error_contains("--strategy zero: expected sync, async, zero1, zero2 or sync-groups");
+    tu_assert_error_contains(
+        "--strategy zero: expected sync, async, zero1, zero2, zero3 or sync-groups");
 
     /* Each spelling runs the same table as the choice it spells. */
     struct {
@@ -560,13 +562,15 @@ static void test_strategy_choice(void **state)
         {RP_STRATEGY_SYNC, 2, true, false, 2}, {RP_STRATEGY_ASYNC, 2, false, false, 1},
         {RP_STRATEGY_ZERO1, 2, true, true, 2}, {RP_STRATEGY_SYNC_GROUPS, 4, false, false, 2},
         {RP_STRATEGY_ZERO2, 2, true, true, 2}, /* no older spelling: spelled is by_enum */
+        {RP_STRATEGY_ZERO3, 2, true, true, 2},
     };
+    assert_int_equal(sizeof want / sizeof want[0], RP_STRATEGIES);
     for (int k = 0; k < RP_STRATEGIES; k++) {
         rp_config by_enum = config(want[k].replicas), spelled = by_enum;
         by_enum.strategy = want[k].kind;
         if (want[k].kind == RP_STRATEGY_ASYNC) spelled.regime = RP_REGIME_ASYNC;
         if (want[k].kind == RP_STRATEGY_ZERO1) spelled.zero = true;
-        if (want[k].kind == RP_STRATEGY_ZERO2) spelled.strategy = RP_STRATEGY_ZERO2;
+        if (want[k].kind >= RP_STRATEGY_ZERO2) spelled.strategy = want[k].kind;
         if (want[k].kind == RP_STRATEGY_SYNC_GROUPS) by_enum.sync_groups = spelled.sync_groups = 2;
         bool lockstep[2], sharded[2];
         int in_sync[2];

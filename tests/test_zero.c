@@ -187,6 +187,13 @@ static int setup_zero2(void **state)
     return 0;
 }
 
+static int setup_zero3(void **state)
+{
+    (void)state;
+    zero_stage = 3;
+    return 0;
+}
+
 static int teardown_zero2(void **state)
 {
     (void)state;
@@ -204,8 +211,8 @@ static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
     cfg.threads_per_replica = 1;
     cfg.timeout_s = 30;
     cfg.checksum_every = 1;
-    if (zero && zero_stage == 2)
-        cfg.strategy = RP_STRATEGY_ZERO2; /* no older spelling */
+    if (zero && zero_stage >= 2) /* no older spelling */
+        cfg.strategy = zero_stage == 2 ? RP_STRATEGY_ZERO2 : RP_STRATEGY_ZERO3;
     else if (j->by_enum)
         cfg.strategy = zero ? RP_STRATEGY_ZERO1 : RP_STRATEGY_SYNC;
     else
@@ -220,6 +227,9 @@ static rp_status run_job(job *j, int n, bool zero, size_t bucket_bytes)
     for (step_index = 0; status == RP_OK && step_index < j->steps; step_index++)
         status = rp_replicator_run(r, step_fn, j);
     j->step_status = status;
+    /* ZeRO-3: each replica holds its shard of the values; the fetch makes them whole. */
+    if (status == RP_OK && zero && zero_stage == 3 && n > 1)
+        status = rp_replicator_run(r, fetch_fn, j);
     if (status == RP_OK) {
         net *m = rp_replica_user(rp_replicator_replica(r, 0));
         assert_int_equal(rp_params_numel(m->params), NP);
@@ -726,7 +736,7 @@ static void test_hsdp(void **state)
 {
     (void)state;
     rp_optim_kind kinds[3] = {RP_OPTIM_SGD, RP_OPTIM_ADAM, RP_OPTIM_ADAMW};
-    for (int stage = 1; stage <= 2; stage++)
+    for (int stage = 1; stage <= 3; stage++)
         for (int k = 0; k < 3; k++) {
             zero_stage = stage;
             job s = make_job(kinds[k], 5), h = make_job(kinds[k], 5), z = make_job(kinds[k], 5),
@@ -757,7 +767,7 @@ static void test_hsdp(void **state)
 static void test_hsdp_errors(void **state)
 {
     (void)state;
-    for (int stage = 1; stage <= 2; stage++) {
+    for (int stage = 1; stage <= 3; stage++) {
         zero_stage = stage;
         job j = make_job(RP_OPTIM_ADAM, 3);
         j.hsdp = 2;
@@ -798,12 +808,16 @@ static void test_hsdp_errors(void **state)
     cfg.hsdp = 2;
     rp_replicator *r = NULL;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_ERR_INVALID);
-    tu_assert_error_contains("give strategy zero1 or zero2");
+    tu_assert_error_contains("give strategy zero1, zero2 or zero3");
 }
 
 #define ZERO2_CASE(f)                                                                              \
     {                                                                                              \
 #f "_zero2", f, setup_zero2, teardown_zero2, NULL                                          \
+    }
+#define ZERO3_CASE(f)                                                                              \
+    {                                                                                              \
+#f "_zero3", f, setup_zero3, teardown_zero2, NULL                                          \
     }
 
 int main(int argc, char **argv)
@@ -829,6 +843,15 @@ int main(int argc, char **argv)
         ZERO2_CASE(test_resume_4_to_2),
         ZERO2_CASE(test_clip),
         ZERO2_CASE(test_nonfinite),
+        ZERO3_CASE(test_equal_sgd),
+        ZERO3_CASE(test_equal_adam),
+        ZERO3_CASE(test_equal_accumulation),
+        ZERO3_CASE(test_equal_bf16),
+        ZERO3_CASE(test_non_dividing),
+        ZERO3_CASE(test_state_bytes),
+        ZERO3_CASE(test_resume_4_to_2),
+        ZERO3_CASE(test_clip),
+        ZERO3_CASE(test_nonfinite),
         cmocka_unit_test(test_zero2_releases),
         cmocka_unit_test(test_hsdp),
         cmocka_unit_test(test_hsdp_errors),

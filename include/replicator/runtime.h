@@ -107,8 +107,10 @@ typedef enum {
                                     (see "Sync groups" below) */
     RP_STRATEGY_ZERO2 = 4,       /* ZeRO-1, and each replica keeps only its shard of the reduced
                                     gradients (see "ZeRO-1" below) */
+    RP_STRATEGY_ZERO3 = 5,       /* ZeRO-2, and each replica keeps only its shard of the values
+                                    between uses (see "ZeRO-3" below) */
 } rp_strategy_kind;
-#define RP_STRATEGIES 5
+#define RP_STRATEGIES 6
 
 /* The older spelling of RP_STRATEGY_SYNC and RP_STRATEGY_ASYNC (cfg.regime). */
 typedef enum {
@@ -746,6 +748,25 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
  * and zeros elsewhere. Each bucket moves an all-reduce's bytes (a
  * reduce-scatter's twice): the price, for now, of buckets that follow
  * backward.
+ *
+ * ZeRO-3 (RP_STRATEGY_ZERO3) is ZeRO-2 with the values sharded too: after
+ * the update a replica keeps only its shard of the values (the pages of the
+ * rest go back to the system), and when an op takes a parameter, forward or
+ * backward, the unit holding it (parameters cut at their boundaries in
+ * units of cfg.bucket_bytes, as the gradient buckets are) is gathered into
+ * its place from the replicas that own it, one broadcast per owner. While
+ * the tape records, a replica holds its shard and the 4 units used last
+ * (one op reads at most 4 parameters); an evaluation (not recording)
+ * releases nothing, so its first pass gathers every unit and later passes
+ * make no collective. The values are bitwise the sync strategy's; every
+ * replica must run the same ops in the same order (they do in a step),
+ * since each gather is a collective. A view of a parameter (rp_reshape,
+ * rp_detach, rp_copy_to_group) and an op of more than 4 parameters are
+ * refused (RP_ERR_UNSUPPORTED). rp_replica_optimizer_fetch() makes every
+ * replica's values whole until the next step (do so before reading them
+ * outside a step, or before destroying the optimizer if the values must
+ * outlive it). Threads, MPI and hierarchical; with tensor parallelism and
+ * pipeline stages (every tape a replica's thread uses gathers).
  */
 
 /*

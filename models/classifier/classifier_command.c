@@ -30,7 +30,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     cfg->staleness = o->staleness;
     if (o->hsdp > 1 && !o->zero) o->zero = 1; /* HSDP is ZeRO in groups */
     cfg->zero = o->zero == 1;
-    if (o->zero == 2) cfg->strategy = RP_STRATEGY_ZERO2;
+    if (o->zero >= 2) cfg->strategy = o->zero == 2 ? RP_STRATEGY_ZERO2 : RP_STRATEGY_ZERO3;
     cfg->hsdp = o->hsdp;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->grad_dtype = o->grad_dtype;

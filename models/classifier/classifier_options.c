@@ -246,12 +246,14 @@ static const rp_option train_table[] = {
                "servers (--ps, --staleness) between groups; each batch goes to\n"
                "one group and is split in it; G must divide --replicas\n"
                "(under mpirun: the ranks less --ps; docs/distributed.md)"),
-    RP_OPT_INT(T, zero, "--zero", "[1|2]", 1, 2, RESUME | RP_OPT_BARE,
+    RP_OPT_INT(T, zero, "--zero", "[1|2|3]", 1, 3, RESUME | RP_OPT_BARE,
                "sync: ZeRO, each of N replicas keeps the optimizer state of\n"
                "1/N of the parameters (1, the default: gradients reduce-\n"
                "scattered, values all-gathered); 2: and only its 1/N of the\n"
                "gradients, each bucket kept and released as backward makes\n"
-               "it; the same values bitwise (docs/distributed.md)"),
+               "it; 3: and only its 1/N of the values, each layer's gathered\n"
+               "when forward or backward uses it; the same values bitwise\n"
+               "(docs/distributed.md)"),
     RP_OPT_INT(T, hsdp, "--hsdp", "G", 2, 4096, RESUME,
                "ZeRO as HSDP: the state sharded in groups of G consecutive\n"
                "replicas and replicated across the groups (reduced in the\n"
@@ -454,9 +456,10 @@ int train_opts_parse(int argc, char **argv, train_opts *o, const char **resume)
                 o->sync_groups, o->replicas);
         return 2;
     }
-    /* The batch is split across the replicas in sync: all of them, or a group's. */
+    /* The batch is split across the replicas in sync: all of them, or a group's. (A resumed
+       run's batch is the saved one, checked when the run is set up.) */
     int share = groups && o->replicas > 0 ? o->replicas / o->sync_groups : o->replicas;
-    if (!async && share > 0 && o->batch % share != 0) {
+    if (!async && !*resume && share > 0 && o->batch % share != 0) {
         fprintf(stderr,
                 "replicator train: --batch %d does not split across %d replicas%s; use a "
                 "multiple of %d\n",

@@ -42,9 +42,9 @@ typedef struct train_opts {
     char regime[8];          /* sync | async */
     int hsdp; /* --hsdp G: ZeRO sharded in groups of G replicas, replicated across them (0: off;
                  implies --zero 1 when --zero is not given; a layout: not saved) */
-    int zero; /* --zero [1|2]: 0 off; ZeRO-1, each replica keeps 1/N of the optimizer state;
-                 ZeRO-2, of the reduced gradients too (sync; a layout like --replicas: bitwise
-                 the same run, so not saved) */
+    int zero; /* --zero [1|2|3]: 0 off; ZeRO-1, each replica keeps 1/N of the optimizer state;
+                 ZeRO-2, of the reduced gradients too; ZeRO-3, of the values too (sync; a
+                 layout like --replicas: bitwise the same run, so not saved) */
     char precision[8];   /* --precision f32|bf16: the replicas' compute policy (tensor.h); saved,
                             and a resumed run may change it */
     rp_dtype grad_dtype; /* --grad-dtype f32 | bf16: the gradients on the wire (sync; saved, may

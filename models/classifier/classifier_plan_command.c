@@ -79,7 +79,8 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
         o->model, ds->name, ds->h, ds->w, ds->c, ds->num_classes, o->batch, p->replicas,
         p->replicas > 1 ? "s" : "", p->batch, stages, split, sync,
         p->in_sync > 1 ? ", cross-replica batch norm" : "",
-        o->zero == 2 && p->replicas > 1   ? ", ZeRO-2"
+        o->zero == 3 && p->replicas > 1   ? ", ZeRO-3"
+        : o->zero == 2 && p->replicas > 1 ? ", ZeRO-2"
         : o->zero == 1 && p->replicas > 1 ? ", ZeRO-1"
                                           : "",
         o->grad_dtype == RP_BF16 && p->in_sync > 1 ? ", gradients in bf16 on the wire" : "");

@@ -212,9 +212,10 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                                           : ", grad all-reduce in bf16";
         snprintf(regime, sizeof regime, "%s%s%s",
                  o->replicas > 1 ? "cross-replica batch norm" : "one replica",
-                 o->zero == 2 ? ", ZeRO-2"
-                 : o->zero    ? ", ZeRO-1"
-                              : "",
+                 o->zero == 3   ? ", ZeRO-3"
+                 : o->zero == 2 ? ", ZeRO-2"
+                 : o->zero      ? ", ZeRO-1"
+                                : "",
                  wire);
         if (o->hsdp > 1)
             snprintf(regime + strlen(regime), sizeof regime - strlen(regime),
@@ -282,7 +283,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
             o->model_parallel > 1 || tp > 1 ? "on worker 0 (its stage and shard)" : "per replica",
             (double)held / (1 << 20));
     if (held != whole)
-        fprintf(stderr, "; ZeRO-%d: %zu bytes unsharded", o->zero == 2 ? 2 : 1, whole);
+        fprintf(stderr, "; ZeRO-%d: %zu bytes unsharded", o->zero ? o->zero : 1, whole);
     fprintf(stderr, "\n");
     if (resumed)
         fprintf(stderr, "  resumed from %s at epoch %lld step %lld\n", o->out_dir,

@@ -34,7 +34,7 @@ typedef struct sngan_opts {
     char backend[8];
     char precision[8];     /* --precision f32|bf16 (saved; a resume may change it) */
     int grad_dtype;        /* --grad-dtype: rp_dtype of the gradients on the wire */
-    int zero;              /* --zero [1|2]: 0 off, ZeRO-1 or ZeRO-2 (a layout: not saved) */
+    int zero;              /* --zero [1|2|3]: 0 off, ZeRO-1, 2 or 3 (a layout: not saved) */
     int hsdp;              /* --hsdp G: ZeRO in groups of G replicas (implies --zero 1) */
     int checkpoint_shards; /* --checkpoint-shards N (0: one file) */
     bool background_save;  /* --background-save */

@@ -114,10 +114,11 @@ static const rp_option sngan_table[] = {
     RP_OPT_ENUM(T, grad_dtype, "--grad-dtype", "T", "f32|bf16", wire_dtypes, OLD | RESUME,
                 "gradients on the wire between replicas: f32 (default) or bf16\n"
                 "(half the bytes; summed in f32; docs/precision.md)"),
-    RP_OPT_INT(T, zero, "--zero", "[1|2]", 1, 2, RESUME | RP_OPT_BARE,
+    RP_OPT_INT(T, zero, "--zero", "[1|2|3]", 1, 3, RESUME | RP_OPT_BARE,
                "ZeRO: each of N replicas keeps the optimizer state of 1/N of\n"
                "each network (1, the default), 2: and only its 1/N of the\n"
-               "gradients; the same values bitwise (docs/distributed.md)"),
+               "gradients, 3: and of the values between uses; the same\n"
+               "values bitwise (docs/distributed.md)"),
     RP_OPT_INT(T, hsdp, "--hsdp", "G", 2, 256, RESUME,
                "ZeRO as HSDP: sharded in groups of G replicas, replicated\n"
                "across them; implies --zero 1"),
@@ -275,7 +276,7 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     cfg->grad_dtype = (rp_dtype)o->grad_dtype;
     if (o->hsdp > 1 && !o->zero) o->zero = 1; /* HSDP is ZeRO in groups */
     cfg->zero = o->zero == 1;
-    if (o->zero == 2) cfg->strategy = RP_STRATEGY_ZERO2;
+    if (o->zero >= 2) cfg->strategy = o->zero == 2 ? RP_STRATEGY_ZERO2 : RP_STRATEGY_ZERO3;
     cfg->hsdp = o->hsdp;
     cfg->seed = o->g.seed;
     /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
@@ -400,7 +401,10 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
     if (o->zero && o->replicas > 1)
         fprintf(stderr,
                 "  ZeRO-%d: each replica keeps the optimizer state%s of 1/%d of each network\n",
-                o->zero, o->zero == 2 ? " and the reduced gradients" : "",
+                o->zero,
+                o->zero == 3   ? ", the reduced gradients and the values"
+                : o->zero == 2 ? " and the reduced gradients"
+                               : "",
                 o->hsdp > 1 ? o->hsdp : o->replicas);
     if (o->hsdp > 1 && o->replicas > 1)
         fprintf(stderr, "  HSDP: sharded in groups of %d replicas, replicated across the groups\n",

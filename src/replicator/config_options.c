@@ -15,8 +15,8 @@ _Static_assert(sizeof(rp_backend) == sizeof(int) && sizeof(rp_regime) == sizeof(
 static const int backends[] = {RP_BACKEND_THREADS, RP_BACKEND_MPI, RP_BACKEND_AUTO};
 static const int regimes[] = {RP_REGIME_SYNC, RP_REGIME_ASYNC};
 /* In rp_strategy_name()'s spelling. */
-static const int strategies[] = {RP_STRATEGY_SYNC, RP_STRATEGY_ASYNC, RP_STRATEGY_ZERO1,
-                                 RP_STRATEGY_ZERO2, RP_STRATEGY_SYNC_GROUPS};
+static const int strategies[] = {RP_STRATEGY_SYNC,  RP_STRATEGY_ASYNC, RP_STRATEGY_ZERO1,
+                                 RP_STRATEGY_ZERO2, RP_STRATEGY_ZERO3, RP_STRATEGY_SYNC_GROUPS};
 static const int dtypes[] = {RP_F32, RP_BF16};
 
 /* --bucket-kb K: the field holds bytes. */
@@ -34,7 +34,7 @@ static const rp_option runtime_table[] = {
     RP_OPT_SECTION("runtime (rp_config_from_args):"),
     RP_OPT_ENUM(rp_config, backend, "--backend", "B", "threads|mpi|auto", backends, RP_OPT_RESUME,
                 "threads, mpi or auto (default): MPI when started by mpirun or srun"),
-    RP_OPT_ENUM(rp_config, strategy, "--strategy", "S", "sync|async|zero1|zero2|sync-groups",
+    RP_OPT_ENUM(rp_config, strategy, "--strategy", "S", "sync|async|zero1|zero2|zero3|sync-groups",
                 strategies, RP_OPT_RESUME,
                 "how the replicas combine their work (default sync); the older\n"
                 "spellings below (--regime, --zero, --sync-groups) still choose one"),

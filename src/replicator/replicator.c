@@ -815,10 +815,11 @@ static rp_status check_config(const rp_config *c)
                         "strategy = %s with sync_groups = %d: sync groups are a strategy of "
                         "their own (sync-groups); drop one of them",
                         name, c->sync_groups);
-    if (c->hsdp < 0 || (c->hsdp > 1 && kind != RP_STRATEGY_ZERO1 && kind != RP_STRATEGY_ZERO2))
+    if (c->hsdp < 0 || (c->hsdp > 1 && kind != RP_STRATEGY_ZERO1 && kind != RP_STRATEGY_ZERO2 &&
+                        kind != RP_STRATEGY_ZERO3))
         return RP_ERROR(RP_ERR_INVALID,
                         "hsdp = %d with strategy %s: HSDP shards ZeRO's state in groups of "
-                        "replicas; give strategy zero1 or zero2 (--zero), or hsdp 0",
+                        "replicas; give strategy zero1, zero2 or zero3 (--zero), or hsdp 0",
                         c->hsdp, rp_strategy_name(kind));
     if (c->strategy == RP_STRATEGY_SYNC_GROUPS && c->sync_groups < 2)
         return RP_ERROR(RP_ERR_INVALID,

@@ -19,6 +19,7 @@
 #include "replicator/plan.h"
 #include "replicator/ps.h"
 #include "replicator/replicator_internal.h"
+#include "tensor/tape_residency.h"
 
 typedef struct strategy_table {
     const char *name;
@@ -86,6 +87,7 @@ extern const strategy_table strategy_sync;
 extern const strategy_table strategy_async;
 extern const strategy_table strategy_zero;
 extern const strategy_table strategy_zero2;
+extern const strategy_table strategy_zero3;
 extern const strategy_table strategy_groups;
 
 /* The table of a choice (strategy_table.c), NULL for a value that names none. */
@@ -406,5 +408,51 @@ rp_status reducer_scatter(reducer *g, const float *full, float *mine);
  */
 void reducer_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_t *chunk,
                           int *nbuckets);
+
+/* ---- ZeRO-3: parameter values sharded between uses (param_residency.c) ------------------- */
+/*
+ * A parameter list's values as ZeRO-3 holds them: each member keeps its shard [lo, hi) of the
+ * block (the reducer's), and units (ranges cut at parameter boundaries, as the gradient buckets
+ * are) are gathered into their place in the block when the tape asks for one of their
+ * parameters (tape_residency.h) and released (pages given back outside the shard) when no longer
+ * held. Which units are present is the same on every member (param_residency.c says why).
+ */
+typedef struct residency {
+    rp_comm *comm; /* the reducer's: the members that hold the shards */
+    const rp_params *params;
+    float *value; /* the value block (storage) */
+    int64_t numel, shard, lo, hi;
+    int size;
+    const kernels_table *k;
+    strategy_bucket_order order; /* parameter i lies in unit list[first[i]] */
+    int64_t *ranges;             /* [2 * units] lo, hi of each unit in the block */
+    int nunits;
+    unsigned char *present; /* [units] */
+    uint64_t *stamp, clock; /* [units] when each was last used */
+    int *first;             /* [units + 1] unit u holds the parameters [first[u + 1], first[u]) */
+    int *node;              /* [units] the backward node that last asked for each, or -1 */
+    int resident;           /* units present */
+    kernels_staging view;   /* the broadcasts' host view */
+    int64_t gathered, released; /* values, since init (for tests and the trace) */
+} residency;
+
+/* For params over red's members and shards, units of at least unit_bytes; everything present. */
+rp_status residency_init(residency *z, const reducer *red, const rp_params *params,
+                         size_t unit_bytes);
+void residency_free(residency *z);
+/* The unit holding param's values, or -1 when param is not one of this list's trainable ones. */
+int residency_unit_of(const residency *z, const rp_tensor *param);
+/*
+ * Unit u present (a collective gather when it is not), and marked used; while recording, first
+ * releases units past TAPE_USE_HELD (node: the tape's, tape_residency.h; the choice is
+ * param_residency.c's). The gather's error on failure.
+ */
+rp_status residency_use(residency *z, int u, bool recording, int node);
+/* Every unit released (after the update: each member keeps its shard only). */
+void residency_release_all(residency *z);
+/* Every unit gathered (collective): the values whole, as for a checkpoint. */
+rp_status residency_whole(residency *z);
+/* Every unit marked present (the values were made whole by a broadcast of the block). */
+void residency_mark_whole(residency *z);
 
 #endif

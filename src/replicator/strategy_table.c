@@ -10,13 +10,13 @@
 static const strategy_table *const tables[RP_STRATEGIES] = {
     [RP_STRATEGY_SYNC] = &strategy_sync,   [RP_STRATEGY_ASYNC] = &strategy_async,
     [RP_STRATEGY_ZERO1] = &strategy_zero,  [RP_STRATEGY_SYNC_GROUPS] = &strategy_groups,
-    [RP_STRATEGY_ZERO2] = &strategy_zero2,
+    [RP_STRATEGY_ZERO2] = &strategy_zero2, [RP_STRATEGY_ZERO3] = &strategy_zero3,
 };
 
 static const char *const names[RP_STRATEGIES] = {
     [RP_STRATEGY_SYNC] = "sync",   [RP_STRATEGY_ASYNC] = "async",
     [RP_STRATEGY_ZERO1] = "zero1", [RP_STRATEGY_SYNC_GROUPS] = "sync-groups",
-    [RP_STRATEGY_ZERO2] = "zero2",
+    [RP_STRATEGY_ZERO2] = "zero2", [RP_STRATEGY_ZERO3] = "zero3",
 };
 
 const strategy_table *strategy_of(rp_strategy_kind kind)
@@ -48,6 +48,6 @@ rp_status strategy_parse(const char *name, rp_strategy_kind *out)
             return RP_OK;
         }
     return RP_ERROR(RP_ERR_INVALID,
-                    "--strategy %s: expected sync, async, zero1, zero2 or sync-groups",
+                    "--strategy %s: expected sync, async, zero1, zero2, zero3 or sync-groups",
                     name ? name : "(missing)");
 }

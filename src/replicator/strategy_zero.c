@@ -54,6 +54,7 @@
  * for all.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn/params_internal.h"
 #include "replicator/strategy.h"
@@ -63,9 +64,27 @@ typedef struct zero_ctx {
     rp_params *params;
     float *value;  /* the parameter list's values (storage) */
     int64_t numel; /* P: trainable values */
-    int stage;     /* 1: optimizer state sharded; 2: reduced gradients too */
+    int stage;     /* 1: optimizer state sharded; 2: reduced gradients too; 3: values too */
     reducer red;   /* the reduction, its shards [lo, hi), buckets and buffers */
+    residency res; /* stage 3: which units of the values are present */
 } zero_ctx;
+
+/*
+ * ZeRO-3's use hook on the replica's thread (tape_residency.h): the unit holding param present, in
+ * the stage-3 optimizer whose list holds it (a parameter of none, a buffer say, is always
+ * present).
+ */
+static rp_status zero3_use(rp_tape *t, rp_tensor *param, int node, void *ctx)
+{
+    rp_replica *rep = ctx;
+    strategy_replica *sr = rep->strategy;
+    for (strategy_link *l = sr->opts; l; l = l->next) {
+        zero_ctx *z = (zero_ctx *)l;
+        int u = z->stage == 3 ? residency_unit_of(&z->res, param) : -1;
+        if (u >= 0) return residency_use(&z->res, u, rp_tape_recording(t), node);
+    }
+    return RP_OK;
+}
 
 static void zero_on_grad_ready(rp_tensor *param, void *ctx)
 {
@@ -92,6 +111,11 @@ static rp_status zero_update(rp_optimizer *opt, float lr, void *ctx)
     zero_ctx *z = ctx;
     RP_CHECK(strategy_alive(&z->link));
     RP_CHECK(rp_optimizer_apply_rule(opt, lr));
+    /* ZeRO-3: the other shards' values are gathered again only when the next step uses them. */
+    if (z->stage == 3) {
+        residency_release_all(&z->res);
+        return RP_OK;
+    }
     return reducer_gather(&z->red, z->value + z->red.lo, z->value,
                           "the runtime's parameter all-gather");
 }
@@ -101,15 +125,28 @@ static rp_status zero_after(rp_optimizer *opt, void *ctx)
     zero_ctx *z = ctx;
     RP_CHECK(strategy_alive(&z->link));
     rp_replica *rep = z->link.rep;
+    /* ZeRO-3's replicas hold different shards of the values: nothing to compare. */
+    if (z->stage == 3) return RP_OK;
     return strategy_checksum(rep, rep->comm, z->params, rp_optimizer_steps(opt), z->red.scratch);
 }
 
 static void zero_release(void *ctx)
 {
     zero_ctx *z = ctx;
+    rp_replica *rep = z->link.rep;
     strategy_detach(&z->link);
+    if (z->stage == 3) {
+        /* The values stay as they are (a gather is a collective, and a release is not): fetch
+           first (rp_replica_optimizer_fetch) to keep them whole. */
+        residency_free(&z->res);
+        bool others = false;
+        for (strategy_link *l = rep ? ((strategy_replica *)rep->strategy)->opts : NULL; l;
+             l = l->next)
+            others = others || ((zero_ctx *)l)->stage == 3;
+        if (rep && !others) tape_set_thread_use(NULL, NULL);
+    }
     reducer_free(&z->red);
-    if (z->stage == 2) params_set_grad_release(z->params, false);
+    if (z->stage >= 2) params_set_grad_release(z->params, false);
     free(z);
 }
 
@@ -166,9 +203,11 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
     status = hsdp_comms(rep);
     if (status == RP_OK)
         status = reducer_init(&z->red, rep, rep->shard_comm ? rep->shard_comm : rep->comm, params,
-                              stage == 2 ? RP_GRAD_ALL_REDUCE_SHARD : RP_GRAD_REDUCE_SCATTER);
+                              stage >= 2 ? RP_GRAD_ALL_REDUCE_SHARD : RP_GRAD_REDUCE_SCATTER);
     if (status == RP_OK && rep->shard_comm)
         status = reducer_set_replicas(&z->red, rep->repl_comm, rep->comm);
+    if (status == RP_OK && stage == 3)
+        status = residency_init(&z->res, &z->red, params, rep->r->cfg.bucket_bytes);
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
     rp_optimizer_hooks h = {
@@ -179,8 +218,9 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
         return status;
     }
     strategy_attach(rep, &z->link, opt, -1);
-    /* ZeRO-2: the optimizer's zeroing gives the gradient block's pages back too. */
-    if (stage == 2) params_set_grad_release(params, true);
+    /* ZeRO-2 and 3: the optimizer's zeroing gives the gradient block's pages back too. */
+    if (stage >= 2) params_set_grad_release(params, true);
+    if (stage == 3) tape_set_thread_use(zero3_use, rep); /* this run's; later: zero3_phase_begin */
     rp_debug("ZeRO-%d optimizer: shard [%lld, %lld) of %lld values over %d replicas, %d gradient "
              "buckets",
              stage, (long long)z->red.lo, (long long)z->red.hi, (long long)z->numel, z->red.size,
@@ -202,6 +242,30 @@ static rp_status zero2_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
     return zero_create(rep, opt, params, 2);
 }
 
+/* Around each run of a replica: its thread's tapes ask ZeRO-3 for the values, while one of its
+   optimizers is a stage-3 one. */
+static void zero3_phase_begin(rp_replica *rep, uint64_t phase)
+{
+    (void)phase;
+    bool any = false;
+    for (strategy_link *l = ((strategy_replica *)rep->strategy)->opts; l; l = l->next)
+        any = any || ((zero_ctx *)l)->stage == 3;
+    tape_set_thread_use(any ? zero3_use : NULL, rep);
+}
+
+static void zero3_phase_end(rp_replica *rep)
+{
+    (void)rep;
+    tape_set_thread_use(NULL, NULL);
+}
+
+static rp_status zero3_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
+                                        const rp_optim_config *cfg)
+{
+    (void)cfg;
+    return zero_create(rep, opt, params, 3);
+}
+
 static zero_ctx *find(const rp_replica *rep, const rp_optimizer *opt)
 {
     return (zero_ctx *)strategy_find(rep, opt);
@@ -216,6 +280,8 @@ static rp_status zero_fetch(rp_replica *rep, rp_optimizer *opt)
 {
     zero_ctx *z = find(rep, opt);
     if (!z) return RP_OK;
+    /* ZeRO-3: every replica's values whole until the next step uses them. */
+    if (z->stage == 3) RP_CHECK(residency_whole(&z->res));
     int slots = rp_optim_slots(rp_optimizer_config(opt));
     /* Even without state (plain SGD): a checkpoint takes only an optimizer over every value. */
     if (rep->id == 0) RP_CHECK(rp_optimizer_set_range(opt, 0, z->numel));
@@ -248,6 +314,7 @@ static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
     if (status == RP_OK) status = rp_comm_broadcast(rep->comm, head, 2, RP_I64, 0);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
+    if (z->stage == 3) residency_mark_whole(&z->res);
     rp_optimizer_set_steps(opt, head[0]);
     int slots = rp_optim_slots(rp_optimizer_config(opt));
     if (!head[1] || slots == 0) return rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
@@ -346,6 +413,51 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
                                "parameter shards", ng, S * (int64_t)sizeof(float));
 }
 
+/*
+ * ZeRO-3's plan: ZeRO-2's, less the all-gather of the values after the update, plus the gathers
+ * of the units when the step uses them (one broadcast per owner of a piece of a unit): every unit
+ * in the forward pass, and in backward again all but the TAPE_USE_HELD units the forward used
+ * last - for a network that uses its parameters once each, in the order they were declared (the
+ * classifiers; a unit used again is gathered again, which this does not count). The values count
+ * as what is resident while the step runs: the buffers, this worker's shard and the largest
+ * TAPE_USE_HELD units.
+ */
+static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                            const rp_optim_config *oc, rp_plan_worker *w)
+{
+    RP_CHECK(zero2_plan(cfg, N, id, params, oc, w));
+    if (N == 1) return RP_OK;
+    w->ntraffic--; /* ZeRO-2's last line: the values' all-gather after the update */
+    strategy_bucket_order o;
+    int64_t *ranges, P = rp_params_trainable_numel(params), S = (P + N - 1) / N;
+    RP_CHECK(strategy_bucket_order_cut(&o, params, cfg->bucket_bytes, &ranges));
+    int nu = o.nbuckets, held = nu < TAPE_USE_HELD ? nu : TAPE_USE_HELD;
+    int64_t calls = 0, values = 0, top[TAPE_USE_HELD] = {0};
+    for (int u = 0; u < nu; u++) {
+        int64_t a = ranges[2 * u], b = ranges[2 * u + 1];
+        int owners = (int)((b - 1) / S - a / S + 1);
+        /* Units 0 .. held - 1 hold the last parameters: used last in forward, first in backward. */
+        int times = u < held ? 1 : 2;
+        calls += (int64_t)times * owners;
+        values += times * (b - a);
+        for (int k = 0; k < TAPE_USE_HELD; k++)
+            if (b - a > top[k]) {
+                memmove(&top[k + 1], &top[k], (size_t)(TAPE_USE_HELD - 1 - k) * sizeof *top);
+                top[k] = b - a;
+                break;
+            }
+    }
+    strategy_bucket_order_destroy(&o);
+    free(ranges);
+    int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
+    int64_t inflight = 0;
+    for (int k = 0; k < held; k++)
+        inflight += top[k];
+    w->params = (rp_params_numel(params) - P + (hi - lo) + inflight) * (int64_t)sizeof(float);
+    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
+                               "parameter units (ZeRO-3)", calls, values * (int64_t)sizeof(float));
+}
+
 const strategy_table strategy_zero = {
     .name = "zero",
     .identical = true,
@@ -378,4 +490,23 @@ const strategy_table strategy_zero2 = {
     .next_batch = strategy_lockstep_batch,
     .clip = zero_clip,
     .plan = zero2_plan,
+};
+
+const strategy_table strategy_zero3 = {
+    .name = "zero3",
+    .identical = true,
+    .lockstep = true,
+    .sharded = true,
+    .replica_init = strategy_replica_init,
+    .replica_destroy = zero_replica_destroy,
+    .grad_ready = zero_on_grad_ready,
+    .optimizer_create = zero3_optimizer_create,
+    .phase_begin = zero3_phase_begin,
+    .phase_end = zero3_phase_end,
+    .fetch = zero_fetch,
+    .publish = zero_publish,
+    .claim = strategy_local_claim,
+    .next_batch = strategy_lockstep_batch,
+    .clip = zero_clip,
+    .plan = zero3_plan,
 };

@@ -128,6 +128,7 @@ rp_tensor *rp_tensor_broadcast(rp_tape *t, rp_comm *c, rp_tensor *x, int root)
 rp_tensor *rp_copy_to_group(rp_tape *t, rp_comm *c, rp_tensor *x)
 {
     RP_PROPAGATE_NULL(x);
+    if (tape_use_view(t, x, "rp_copy_to_group") != RP_OK) return NULL;
     if (!check_comm(t, c, "rp_copy_to_group")) return NULL;
     rp_tensor *y = tape_view(t, x, x->ndim, x->shape); /* the identity: x's values, not a copy */
     RP_PROPAGATE_NULL(y);

@@ -17,6 +17,7 @@ rp_tensor *rp_custom(rp_tape *t, const rp_custom_op *op, void *ctx, rp_tensor *c
     const char *name = op->name ? op->name : "(unnamed)";
     for (int i = 0; i < n; i++)
         RP_PROPAGATE_NULL(in[i]);
+    if (tape_use_many(t, in, n, "rp_custom") != RP_OK) return NULL;
     for (int i = 0; i < n; i++)
         if (in[i]->dtype != RP_F32) {
             /* A custom op reads f32: widen the bf16 inputs (a copy of the caller's array). */

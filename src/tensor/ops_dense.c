@@ -40,6 +40,7 @@ rp_tensor *rp_linear(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b)
 {
     TAPE_F32_IN(t, x);
     TAPE_F32_IN(t, w);
+    TAPE_USE(t, b);
     char sx[64], sw[64], sb[64];
     if (x->ndim != 2 || w->ndim != 2 || x->shape[1] != w->shape[1]) {
         RP_ERROR(RP_ERR_SHAPE, "rp_linear: input %s does not fit weight %s (need [N,in], [out,in])",
@@ -261,6 +262,7 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
     }
     for (int i = 0; i < n; i++)
         RP_PROPAGATE_NULL(xs[i]);
+    if (tape_use_many(t, xs, n, "rp_concat") != RP_OK) return NULL;
     for (int i = 0; i < n; i++)
         if (xs[i]->dtype != RP_F32) {
             /* Widen every bf16 member (the caller's array is const: a copy of it). */
@@ -310,6 +312,7 @@ rp_tensor *rp_concat(rp_tape *t, rp_tensor *const *xs, int n)
 rp_tensor *rp_reshape(rp_tape *t, rp_tensor *x, int ndim, const int *shape)
 {
     RP_PROPAGATE_NULL(x);
+    if (tape_use_view(t, x, "rp_reshape") != RP_OK) return NULL;
     if (ndim < 0 || ndim > RP_MAX_DIMS || rp_shape_numel(ndim, shape) != x->numel) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE,

@@ -111,6 +111,8 @@ rp_tensor *rp_log_softmax(rp_tape *t, rp_tensor *x)
 rp_tensor *rp_layer_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tensor *beta, float eps)
 {
     TAPE_F32_IN(t, x);
+    TAPE_USE(t, gamma);
+    TAPE_USE(t, beta);
     char sx[64], sg[64], sb[64];
     int d = x->ndim ? x->shape[x->ndim - 1] : 0;
     bool gok = !gamma || (gamma->ndim == 1 && gamma->shape[0] == d);

@@ -9,8 +9,9 @@
 
 rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_conv_params p)
 {
-    RP_PROPAGATE_NULL(x);
-    RP_PROPAGATE_NULL(w);
+    TAPE_PARAM_IN(t, x);
+    TAPE_PARAM_IN(t, w);
+    TAPE_USE(t, b);
     char sx[64], sw[64], sb[64];
     if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[3]) {
         RP_ERROR(RP_ERR_SHAPE,
@@ -62,9 +63,11 @@ static rp_tensor *batch_norm(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
                              rp_tensor *running_mean, rp_tensor *running_var, rp_tensor *residual,
                              rp_bn_params p)
 {
-    RP_PROPAGATE_NULL(x);
-    RP_PROPAGATE_NULL(gamma);
-    RP_PROPAGATE_NULL(beta);
+    TAPE_PARAM_IN(t, x);
+    TAPE_PARAM_IN(t, gamma);
+    TAPE_PARAM_IN(t, beta);
+    TAPE_USE(t, running_mean);
+    TAPE_USE(t, running_var);
     char sx[64], sg[64], sbeta[64];
     int c = x->ndim ? x->shape[x->ndim - 1] : 0;
     if (x->ndim < 2 || !is_channel_vector(gamma, c) || !is_channel_vector(beta, c)) {

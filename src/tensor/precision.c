@@ -58,7 +58,7 @@ rp_tensor *tape_f32(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_cast(rp_tape *t, rp_tensor *x, rp_dtype dtype)
 {
-    RP_PROPAGATE_NULL(x);
+    TAPE_PARAM_IN(t, x);
     if (dtype != RP_F32 && dtype != RP_BF16) {
         RP_ERROR(RP_ERR_INVALID, "rp_cast: dtype %s (%d) is neither f32 nor bf16",
                  rp_dtype_name(dtype), (int)dtype);

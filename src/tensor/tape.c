@@ -141,6 +141,55 @@ void rp_tape_remove_grad_ready(rp_tape *t, rp_grad_ready_fn fn, void *ctx)
     }
 }
 
+_Thread_local tape_use_fn tape_thread_use;
+static _Thread_local void *thread_use_ctx;
+
+void tape_set_thread_use(tape_use_fn fn, void *ctx)
+{
+    tape_thread_use = fn;
+    thread_use_ctx = fn ? ctx : NULL;
+}
+
+rp_status tape_use(rp_tape *t, rp_tensor *param, int node)
+{
+    return tape_thread_use(t, param, node, thread_use_ctx);
+}
+
+rp_status tape_use_many(rp_tape *t, rp_tensor *const *in, int n, const char *who)
+{
+    if (!tape_thread_use) return RP_OK;
+    int params = 0;
+    for (int i = 0; i < n; i++)
+        if (in[i] && (in[i]->flags & RP_TENSOR_PARAM) && ++params > TAPE_USE_HELD)
+            return RP_ERROR(RP_ERR_UNSUPPORTED,
+                            "%s: more than %d parameters (\"%s\" the next) as inputs of one op, "
+                            "with the parameters' values sharded (ZeRO-3), which holds the values "
+                            "of %d at once; combine fewer per op",
+                            who, TAPE_USE_HELD, in[i]->name, TAPE_USE_HELD);
+    for (int i = 0; i < n; i++)
+        if (in[i] && (in[i]->flags & RP_TENSOR_PARAM)) RP_CHECK(tape_use(t, in[i], -1));
+    return RP_OK;
+}
+
+rp_status tape_use_view(const rp_tape *t, const rp_tensor *x, const char *who)
+{
+    (void)t;
+    if (!tape_thread_use || !(x->flags & RP_TENSOR_PARAM)) return RP_OK;
+    return RP_ERROR(RP_ERR_UNSUPPORTED,
+                    "%s: a view of parameter \"%s\", whose values are sharded (ZeRO-3) and "
+                    "gathered only for the ops that take the parameter itself; pass the parameter "
+                    "to the op (or copy it with an op first)",
+                    who, x->name);
+}
+
+/* Before a node's rule reads them: its parameter inputs' values present (tape_residency.h). */
+static rp_status use_inputs(rp_tape *t, int i, rp_tensor **in)
+{
+    for (int j = 0; tape_thread_use && j < t->nodes[i].n_in; j++)
+        if (in[j] && (in[j]->flags & RP_TENSOR_PARAM)) RP_CHECK(tape_use(t, in[j], i));
+    return RP_OK;
+}
+
 static void fire_ready(rp_tape *t, rp_tensor *x)
 {
     if (!(x->flags & RP_TENSOR_REQUIRES_GRAD)) return; /* frozen since its use: no gradient */
@@ -165,6 +214,7 @@ rp_tensor *rp_detach(rp_tape *t, rp_tensor *x)
         RP_ERROR(RP_ERR_INVALID, "rp_detach: tape is NULL");
         return NULL;
     }
+    if (tape_use_view(t, x, "rp_detach") != RP_OK) return NULL;
     return tape_view(t, x, x->ndim, x->shape); /* a leaf with no node: the gradient path is cut */
 }
 
@@ -354,7 +404,8 @@ static rp_status backward_from(rp_tape *t, rp_tensor *y, const float *dy, const 
     for (int i = y->node; i >= 0; i--) {
         tape_node *node = &t->nodes[i];
         if (node->out->grad || tape_op_is_collective(node->op)) {
-            rp_status st = recompute_before(t, node);
+            rp_status st = use_inputs(t, i, node_inputs(node));
+            if (st == RP_OK) st = recompute_before(t, node);
             if (st == RP_OK) st = tape_node_backward(t, node);
             if (st != RP_OK) {
                 t->n_scratch = 0; /* the reset takes it all back */

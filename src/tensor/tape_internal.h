@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 #include "replicator/comm.h"
 #include "replicator/tensor.h"
+#include "tensor/tape_residency.h"
 
 typedef enum {
     RP_OP_MATMUL,
@@ -153,6 +154,9 @@ struct rp_tape {
     rp_precision_policy precision; /* which ops the forward runs in bf16 */
 };
 
+/* The calling thread's use hook (tape_residency.h): NULL unless a strategy shards values. */
+extern _Thread_local tape_use_fn tape_thread_use;
+
 /* The compute type the tape's policy gives an op of class `cls` (RP_AUTOCAST_*). */
 rp_dtype tape_compute(const rp_tape *t, unsigned cls);
 
@@ -202,6 +206,34 @@ static inline size_t tape_bytes(const rp_tensor *x)
 }
 
 /*
+ * An op's input that may be a parameter: NULL passed on (an earlier op failed), and a parameter's
+ * values made present first where a strategy shards them (tape_residency.h: ZeRO-3's gathers).
+ * Every op takes each of its inputs through this (or TAPE_F32_IN, which includes it; TAPE_USE for
+ * an optional input) before it reads any of them. NULL with the hook's error recorded when the
+ * gather fails.
+ */
+rp_status tape_use(rp_tape *t, rp_tensor *param, int node);
+#define TAPE_USE(t, x)                                                                             \
+    do {                                                                                           \
+        if ((x) && ((x)->flags & RP_TENSOR_PARAM) && tape_thread_use &&                            \
+            tape_use((t), (x), -1) != RP_OK)                                                       \
+            return NULL;                                                                           \
+    } while (0)
+#define TAPE_PARAM_IN(t, x)                                                                        \
+    do {                                                                                           \
+        RP_PROPAGATE_NULL(x);                                                                      \
+        TAPE_USE(t, x);                                                                            \
+    } while (0)
+
+/*
+ * Under a use hook (tape_residency.h): an op of n inputs reading more parameters than the hook
+ * holds, and a view of a parameter (whose reads the hook would not see), are refused
+ * (RP_ERR_UNSUPPORTED naming the op and the parameter); RP_OK otherwise, and always without one.
+ */
+rp_status tape_use_many(rp_tape *t, rp_tensor *const *in, int n, const char *who);
+rp_status tape_use_view(const rp_tape *t, const rp_tensor *x, const char *who);
+
+/*
  * x itself when it is f32, else an f32 copy recorded as an RP_OP_CAST (gradients flow through
  * unchanged). Every op whose kernels read only f32 takes its inputs through TAPE_F32_IN, so a
  * bf16 activation reaches it widened; NULL on OOM.
@@ -209,7 +241,7 @@ static inline size_t tape_bytes(const rp_tensor *x)
 rp_tensor *tape_f32(rp_tape *t, rp_tensor *x);
 #define TAPE_F32_IN(t, x)                                                                          \
     do {                                                                                           \
-        RP_PROPAGATE_NULL(x);                                                                      \
+        TAPE_PARAM_IN(t, x);                                                                       \
         if ((x)->dtype != RP_F32) {                                                                \
             (x) = tape_f32((t), (x));                                                              \
             RP_PROPAGATE_NULL(x);                                                                  \

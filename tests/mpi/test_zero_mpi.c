@@ -1,5 +1,5 @@
 /*
- * test_zero_mpi.c - ZeRO-1 and ZeRO-2 on MPI ranks, run by CTest under mpirun: one
+ * test_zero_mpi.c - ZeRO-1, ZeRO-2 and ZeRO-3 on MPI ranks, run by CTest under mpirun: one
  * replica per process, or with an argument T, T replica threads per process
  * (hierarchical). A model of 53 trainable values (no replica count above 1
  * divides it) trains a few steps with Adam and a global-norm clip, once with
@@ -117,7 +117,7 @@ static rp_status teardown(rp_replica *rep, void *arg)
 }
 
 /* Trains on MPI; local replica 0's values, (gathered) state, norm, and every local state size. */
-/* zero: 0 sync, 1 ZeRO-1, 2 ZeRO-2; hsdp: cfg.hsdp. */
+/* zero: 0 sync, 1 ZeRO-1, 2 ZeRO-2, 3 ZeRO-3; hsdp: cfg.hsdp. */
 static int hsdp_;
 static int train(int zero, int per, float *values, float *slots, float *norm, size_t *bytes)
 {
@@ -128,7 +128,9 @@ static int train(int zero, int per, float *values, float *slots, float *norm, si
     cfg.checksum_every = 1;
     cfg.timeout_s = 60;
     cfg.bucket_bytes = 16;
-    cfg.strategy = zero == 2 ? RP_STRATEGY_ZERO2 : zero ? RP_STRATEGY_ZERO1 : RP_STRATEGY_SYNC;
+    const rp_strategy_kind kinds[] = {RP_STRATEGY_SYNC, RP_STRATEGY_ZERO1, RP_STRATEGY_ZERO2,
+                                      RP_STRATEGY_ZERO3};
+    cfg.strategy = kinds[zero];
     cfg.hsdp = zero ? hsdp_ : 0;
     rp_replicator *r;
     job j;
@@ -185,7 +187,7 @@ int main(int argc, char **argv)
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    for (int stage = 1; stage <= 2; stage++) {
+    for (int stage = 1; stage <= 3; stage++) {
         memset(zs, 0, sizeof zs);
         bad += train(stage, per, zv, zs, &zn, zb);
         CHECK(bad == 0, "a run failed (ZeRO-%d)", stage);
@@ -214,7 +216,7 @@ int main(int argc, char **argv)
                    size, per, stage, STEPS, (long long)shard, NP, (double)zn, (double)sn);
     }
     /* HSDP: groups of 2 of 4 replicas (2 ranks x 2 threads: a group is one process). */
-    for (int stage = 1; stage <= 2 && !bad && size * per == 4; stage++) {
+    for (int stage = 1; stage <= 3 && !bad && size * per == 4; stage++) {
         hsdp_ = 2;
         bad += train(stage, per, zv, zs, &zn, zb);
         hsdp_ = 0;

@@ -1,0 +1,187 @@
+/*
+ * param_residency.c - ZeRO-3's parameter values: each replica keeps its shard of the value block,
+ * and a unit of parameters is gathered into its place in the block when an op needs it, and
+ * released (its pages given back) when the replica has moved on (strategy.h, "ZeRO-3").
+ *
+ * Units are ranges of the value block cut at parameter boundaries as the gradient buckets are
+ * (strategy_bucket_order_cut, cfg.bucket_bytes), so a layer's parameters usually share one. A
+ * gather is one broadcast from each owner of a piece of the unit (one or two for a unit smaller
+ * than a shard): exactly the unit's bytes, and the values bitwise the owners'.
+ *
+ * Which units are present is the same on every member at every moment: the tape asks for the
+ * same parameters in the same order on every replica (they run the same step), and presence
+ * changes only through what the members all do: a gather (collective), a release (the choices
+ * below depend only on that order) and the step's release of every unit. So a member that owns
+ * the whole of a unit still takes part in its gather, as its root, and marks it absent when the
+ * others release it (its own pages are never given back).
+ *
+ * What is kept present: while the tape records (training), TAPE_USE_HELD units (one op reads at
+ * most that many parameters: tape_residency.h). On a new gather past that, one goes: in forward
+ * the least recently used (forward walks the layers in order); in backward, which walks them
+ * back, least recently used is the worst choice (the unit forward used longest ago of those held
+ * is the one backward needs next), so a spent unit goes first - one whose every parameter's
+ * backward has run (`pending` zero: no later node reads it in this pass) - and the least
+ * recently used only when none is spent. Without recording (evaluation) nothing is released,
+ * so after the first pass everything is present and later passes make no collective.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "replicator/strategy.h"
+
+static int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+rp_status residency_init(residency *z, const reducer *red, const rp_params *params,
+                         size_t unit_bytes)
+{
+    memset(z, 0, sizeof *z);
+    z->comm = red->comm;
+    z->params = params;
+    z->value = rp_params_data(params);
+    z->numel = red->numel;
+    z->shard = red->shard;
+    z->lo = red->lo;
+    z->hi = red->hi;
+    z->size = red->size;
+    z->k = red->k;
+    RP_CHECK(strategy_bucket_order_cut(&z->order, params, unit_bytes ? unit_bytes : 1,
+                                       &z->ranges));
+    z->nunits = z->order.nbuckets;
+    int n = z->nunits ? z->nunits : 1;
+    z->present = malloc((size_t)n);
+    z->stamp = calloc((size_t)n, sizeof *z->stamp);
+    z->first = malloc((size_t)(n + 1) * sizeof *z->first);
+    z->node = malloc((size_t)n * sizeof *z->node);
+    if (!z->present || !z->stamp || !z->first || !z->node) {
+        residency_free(z);
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-3's table of %d parameter units", n);
+    }
+    /* Units are cut at parameter boundaries from the end of the block: unit u holds the
+       parameters [first[u + 1], first[u]). */
+    z->first[0] = z->order.nparams;
+    for (int i = z->order.nparams - 1; i >= 0; i--)
+        z->first[z->order.list[z->order.first[i]] + 1] = i;
+    /* The values are whole when the optimizer is made (broadcast from replica 0). */
+    residency_mark_whole(z);
+    return RP_OK;
+}
+
+void residency_free(residency *z)
+{
+    strategy_bucket_order_destroy(&z->order);
+    free(z->ranges);
+    free(z->present);
+    free(z->stamp);
+    free(z->first);
+    free(z->node);
+    kernels_staging_free(&z->view);
+    memset(z, 0, sizeof *z);
+}
+
+void residency_mark_whole(residency *z)
+{
+    memset(z->present, 1, (size_t)(z->nunits ? z->nunits : 1));
+    for (int u = 0; u < z->nunits; u++)
+        z->node[u] = -1;
+    z->resident = z->nunits;
+}
+
+int residency_unit_of(const residency *z, const rp_tensor *param)
+{
+    int i = param->index;
+    if (i < 0 || i >= z->order.nparams || rp_params_at(z->params, i) != param) return -1;
+    return z->order.list[z->order.first[i]];
+}
+
+/* Gives back the pages of unit u outside this member's shard, and marks it absent. */
+static void release(residency *z, int u)
+{
+    int64_t a = z->ranges[2 * u], b = z->ranges[2 * u + 1];
+    int64_t below = clamp64(z->lo, a, b), above = clamp64(z->hi, a, b);
+    if (below > a) z->k->mem_discard(z->value + a, (size_t)(below - a) * sizeof(float));
+    if (b > above) z->k->mem_discard(z->value + above, (size_t)(b - above) * sizeof(float));
+    z->present[u] = 0;
+    z->node[u] = -1;
+    z->resident--;
+    z->released += b - a;
+}
+
+/* Unit u's values from their owners: one broadcast per owner, rank order. */
+static rp_status gather(residency *z, int u)
+{
+    int64_t a = z->ranges[2 * u], b = z->ranges[2 * u + 1];
+    int rank = rp_comm_rank(z->comm);
+    rp_status status = RP_OK;
+    rt_internal_begin(z->comm, "the runtime's parameter gather (ZeRO-3)");
+    for (int q = (int)(a / z->shard); q < z->size && status == RP_OK; q++) {
+        int64_t s0 = clamp64((int64_t)q * z->shard, a, b);
+        int64_t s1 = clamp64((int64_t)(q + 1) * z->shard, a, b);
+        if (s0 >= b) break;
+        if (s1 <= s0) continue;
+        size_t bytes = (size_t)(s1 - s0) * sizeof(float);
+        void *view = strategy_view(&z->view, z->value + s0, bytes, q == rank);
+        status = view ? rp_comm_broadcast(z->comm, view, s1 - s0, RP_F32, q) : rp_last_status();
+        if (status == RP_OK && q != rank) strategy_commit(z->value + s0, view, bytes);
+    }
+    rt_internal_end(z->comm);
+    RP_CHECK(status);
+    z->present[u] = 1;
+    z->resident++;
+    z->gathered += b - a;
+    return RP_OK;
+}
+
+/* Whether every parameter of unit u has had its last backward use in this pass. */
+static bool spent(const residency *z, int u)
+{
+    for (int i = z->first[u + 1]; i < z->first[u]; i++)
+        if (rp_params_at(z->params, i)->pending > 0) return false;
+    return true;
+}
+
+/*
+ * The unit to release for `keep`: the present one used longest ago, in backward a spent one
+ * first (the comment at the top) - and never one that the same node asked for before (it reads
+ * them all; a frozen parameter is never pending, so its unit always looks spent).
+ */
+static int victim(const residency *z, int keep, int node)
+{
+    int best = -1;
+    bool best_spent = false;
+    for (int u = 0; u < z->nunits; u++) {
+        if (!z->present[u] || u == keep || (node >= 0 && z->node[u] == node)) continue;
+        bool s = node >= 0 && spent(z, u);
+        if (best < 0 || (s && !best_spent) || (s == best_spent && z->stamp[u] < z->stamp[best])) {
+            best = u;
+            best_spent = s;
+        }
+    }
+    return best;
+}
+
+rp_status residency_use(residency *z, int u, bool recording, int node)
+{
+    if (recording)
+        for (int held = z->present[u] ? TAPE_USE_HELD : TAPE_USE_HELD - 1; z->resident > held;)
+            release(z, victim(z, u, node));
+    if (!z->present[u]) RP_CHECK(gather(z, u));
+    z->stamp[u] = ++z->clock;
+    z->node[u] = node;
+    return RP_OK;
+}
+
+void residency_release_all(residency *z)
+{
+    for (int u = 0; u < z->nunits; u++)
+        if (z->present[u]) release(z, u);
+}
+
+rp_status residency_whole(residency *z)
+{
+    for (int u = 0; u < z->nunits; u++)
+        if (!z->present[u]) RP_CHECK(gather(z, u));
+    return RP_OK;
+}

@@ -1,0 +1,349 @@
+/*
+ * test_zero3.c - ZeRO-3 (RP_STRATEGY_ZERO3): each replica keeps its shard of the parameter values
+ * between uses, and the tape gathers a unit of parameters when an op takes one of them
+ * (src/replicator/param_residency.c). On a network of more units than a replica holds at once
+ * (8 linear layers, a unit each with buckets of 16 bytes: every forward and backward releases
+ * and gathers again):
+ *  - the values after 4 steps are bitwise the sync strategy's, with SGD (Nesterov), Adam and
+ *    AdamW, on 2, 3 and 4 replicas (threads), with units of 16 bytes and of 1 MiB (one unit);
+ *  - an evaluation forward on every replica (the tape not recording) with the values sharded
+ *    gives bitwise the sync run's logits, and a second one makes no collective (after the first
+ *    pass every unit stays present);
+ *  - the broadcasts of a step (the runtime's, counted by the communicator) are exactly the
+ *    planner's line "parameter units (ZeRO-3)": calls and bytes (rp_plan_runtime);
+ *  - memory: after backward a replica holds, outside its shard, the pages of the last units used
+ *    only; after the step none (ZeRO-1 holds every page), counted with mincore;
+ *  - an op that would read a parameter the gathers cannot follow is refused with a message
+ *    naming it: a view (rp_reshape) of a parameter, an op of more than TAPE_USE_HELD parameters.
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define L    8  /* linear layers */
+#define W    8  /* their width */
+#define IN   6
+#define OUT  3
+#define GB   12 /* the global batch */
+#define MAXP (IN * W + W + (L - 2) * (W * W + W) + W * OUT + OUT)
+
+typedef struct net {
+    rp_params *params;
+    rp_linear_layer l[L];
+    rp_optimizer *opt;
+    float logits[GB * OUT]; /* this replica's rows of the last evaluation */
+} net;
+
+typedef struct job {
+    rp_optim_config oc;
+    int width;          /* of the hidden layers (W; the memory test's is larger) */
+    float out[MAXP];    /* replica 0's values after the run (fetched) */
+    float logits[GB * OUT];
+    rp_comm_stats step; /* the runtime's traffic in the last step, replica 0 */
+    rp_comm_stats eval2; /* ... in the second evaluation */
+    rp_plan_worker plan; /* replica 0's plan */
+    long outside[3];     /* value pages resident outside the last replica's shard: after
+                            backward, after the step, after the evaluations */
+} job;
+
+static int step_no;
+
+static rp_status build(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = calloc(1, sizeof *m);
+    if (!m) return RP_ERR_NOMEM;
+    rp_replica_set_user(rep, m);
+    RP_CHECK(rp_params_create(&m->params));
+    for (int k = 0; k < L; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "l%d", k);
+        int in = k == 0 ? IN : j->width, out = k == L - 1 ? OUT : j->width;
+        RP_CHECK(rp_linear_layer_init(&m->l[k], m->params, name, in, out, true, k < L - 1));
+    }
+    RP_CHECK(rp_params_finalize(m->params, 5 + (uint64_t)rp_replica_id(rep)));
+    return rp_replica_optimizer_create(rep, &m->opt, m->params, &j->oc);
+}
+
+static rp_tensor *forward(rp_tape *t, net *m, int id, int n, int64_t s, int32_t **labels)
+{
+    float x[GB * IN];
+    tu_fill(x, GB * IN, 300 + (uint64_t)s, -1.0f, 1.0f);
+    int rows = GB / n, r0 = id * rows;
+    rp_tensor *h = rp_tensor_new(t, 2, (int[]){rows, IN});
+    *labels = rp_arena_alloc(rp_tape_arena(t), (size_t)rows * sizeof(int32_t));
+    if (!h || !*labels || rp_tensor_write(h, x + r0 * IN, (int64_t)rows * IN) != RP_OK) return NULL;
+    for (int k = 0; k < rows; k++)
+        (*labels)[k] = (int32_t)((r0 + k + s) % OUT);
+    for (int k = 0; k < L; k++) {
+        h = rp_linear_layer_forward(t, &m->l[k], h);
+        if (k < L - 1) h = rp_relu(t, h);
+    }
+    return h;
+}
+
+/* Value pages resident outside this replica's range of the optimizer (its shard). */
+static long outside_pages(net *m)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    int64_t lo, hi, P = rp_params_trainable_numel(m->params);
+    rp_optimizer_range(m->opt, &lo, &hi);
+    const char *base = (const char *)rp_params_data(m->params);
+    uintptr_t a = ((uintptr_t)base + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t b = ((uintptr_t)base + (size_t)P * sizeof(float)) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t s0 = (uintptr_t)(base + lo * (int64_t)sizeof(float)),
+              s1 = (uintptr_t)(base + hi * (int64_t)sizeof(float));
+    if (b <= a) return 0;
+    size_t n = (b - a) / (size_t)page;
+    unsigned char *vec = malloc(n);
+    assert_non_null(vec);
+    assert_int_equal(mincore((void *)a, b - a, vec), 0);
+    long count = 0;
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t p = a + i * (size_t)page;
+        if ((vec[i] & 1) && (p + (uintptr_t)page <= s0 || p >= s1)) count++;
+    }
+    free(vec);
+    return count;
+}
+
+static rp_status step(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = rp_replica_user(rep);
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tape_reset(t);
+    rp_comm_stats before, after;
+    RP_CHECK(rp_comm_stats_get(rp_replica_comm(rep), &before));
+    int32_t *y = NULL;
+    rp_tensor *z = forward(t, m, rp_replica_id(rep), rp_replica_count(rep), step_no, &y);
+    rp_tensor *loss = rp_softmax_cross_entropy(t, z, y);
+    if (!loss) return rp_last_status();
+    RP_CHECK(rp_backward(t, loss));
+    bool first = rp_replica_id(rep) == 0, last = rp_replica_id(rep) == rp_replica_count(rep) - 1;
+    if (last) j->outside[0] = outside_pages(m);
+    RP_CHECK(rp_optimizer_step(m->opt, 0.05f + 0.01f * (float)(step_no % 3)));
+    RP_CHECK(rp_comm_stats_get(rp_replica_comm(rep), &after));
+    if (last) j->outside[1] = outside_pages(m);
+    if (first) rp_comm_stats_diff(&after, &before, &j->step);
+    return RP_OK;
+}
+
+/* A forward without recording: this replica's rows of a fixed batch. */
+static rp_status evaluate(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = rp_replica_user(rep);
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tape_reset(t);
+    rp_tape_set_recording(t, false);
+    rp_comm_stats before, after;
+    RP_CHECK(rp_comm_stats_get(rp_replica_comm(rep), &before));
+    int32_t *y = NULL;
+    rp_tensor *z = forward(t, m, rp_replica_id(rep), rp_replica_count(rep), 99, &y);
+    rp_tape_set_recording(t, true);
+    if (!z) return rp_last_status();
+    RP_CHECK(rp_tensor_read(z, m->logits, z->numel));
+    RP_CHECK(rp_comm_stats_get(rp_replica_comm(rep), &after));
+    if (rp_replica_id(rep) == 0) rp_comm_stats_diff(&after, &before, &j->eval2);
+    return RP_OK;
+}
+
+static rp_status fetch(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    net *m = rp_replica_user(rep);
+    return rp_replica_optimizer_fetch(rep, m->opt);
+}
+
+static rp_status destroy(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    net *m = rp_replica_user(rep);
+    rp_optimizer_destroy(m->opt);
+    rp_params_destroy(m->params);
+    free(m);
+    return RP_OK;
+}
+
+/* `steps` steps on n replicas with strategy kind, two evaluations, then the values fetched. */
+static void run(job *j, rp_strategy_kind kind, int n, size_t bucket, int steps)
+{
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = n;
+    cfg.threads_per_replica = 1;
+    cfg.timeout_s = 30;
+    cfg.strategy = kind;
+    cfg.bucket_bytes = bucket;
+    if (!j->width) j->width = W;
+    rp_replicator *r;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    tu_run_ok(r, build, j);
+    for (step_no = 0; step_no < steps; step_no++)
+        tu_run_ok(r, step, j);
+    tu_run_ok(r, evaluate, j);
+    tu_run_ok(r, evaluate, j);
+    for (int q = 0; q < n; q++) {
+        net *m = rp_replica_user(rp_replicator_replica(r, q));
+        memcpy(j->logits + q * (GB / n) * OUT, m->logits, (size_t)(GB / n) * OUT * sizeof(float));
+    }
+    net *m0 = rp_replica_user(rp_replicator_replica(r, 0));
+    j->outside[2] = outside_pages(rp_replica_user(rp_replicator_replica(r, n - 1)));
+    assert_int_equal(rp_plan_runtime(&cfg, n, 0, m0->params, &j->oc, &j->plan), RP_OK);
+    tu_run_ok(r, fetch, j);
+    if (rp_params_trainable_numel(m0->params) <= MAXP)
+        assert_int_equal(rp_params_read_values(m0->params, j->out), RP_OK);
+    tu_run_ok(r, destroy, j);
+    rp_replicator_destroy(r);
+}
+
+static job make_job(rp_optim_kind kind)
+{
+    job j;
+    memset(&j, 0, sizeof j);
+    j.oc = rp_optim_config_default();
+    j.oc.kind = kind;
+    j.oc.weight_decay = 0.01f;
+    if (kind == RP_OPTIM_SGD) j.oc.nesterov = true;
+    return j;
+}
+
+static const rp_comm_tally *runtime(const rp_comm_stats *s, rp_flight_kind kind)
+{
+    return &s->by[RP_COMM_RUNTIME][kind];
+}
+
+static void test_equal_sync(void **state)
+{
+    (void)state;
+    rp_optim_kind kinds[3] = {RP_OPTIM_SGD, RP_OPTIM_ADAM, RP_OPTIM_ADAMW};
+    for (int n = 2; n <= 4; n++)
+        for (int k = 0; k < 3; k++)
+            for (int b = 0; b < 2; b++) {
+                size_t bucket = b ? (size_t)1 << 20 : 16;
+                job s = make_job(kinds[k]), z = make_job(kinds[k]);
+                run(&s, RP_STRATEGY_SYNC, n, bucket, 4);
+                run(&z, RP_STRATEGY_ZERO3, n, bucket, 4);
+                int P = MAXP;
+                char what[96];
+                snprintf(what, sizeof what, "ZeRO-3, %d replicas, kind %d, bucket %zu", n,
+                         (int)kinds[k], bucket);
+                if (memcmp(z.out, s.out, (size_t)P * sizeof(float)) != 0) fail_msg("%s", what);
+                /* Evaluated with the values sharded: the sync run's logits, bitwise. */
+                if (memcmp(z.logits, s.logits, sizeof s.logits) != 0)
+                    fail_msg("%s: evaluation", what);
+                /* The second evaluation gathered nothing: every unit was still present. */
+                assert_int_equal(runtime(&z.eval2, RP_FLIGHT_BROADCAST)->calls, 0);
+                /* The values moved from the start. */
+                job c = make_job(kinds[k]);
+                run(&c, RP_STRATEGY_ZERO3, n, bucket, 0);
+                assert_true(memcmp(c.out, z.out, (size_t)P * sizeof(float)) != 0);
+            }
+}
+
+static void test_traffic_is_planned(void **state)
+{
+    (void)state;
+    for (int n = 2; n <= 4; n++) {
+        job z = make_job(RP_OPTIM_ADAM);
+        run(&z, RP_STRATEGY_ZERO3, n, 16, 3);
+        const rp_plan_traffic *line = NULL;
+        for (int i = 0; i < z.plan.ntraffic; i++)
+            if (!strcmp(z.plan.traffic[i].what, "parameter units (ZeRO-3)"))
+                line = &z.plan.traffic[i];
+        assert_non_null(line);
+        assert_int_equal(line->kind, RP_FLIGHT_BROADCAST);
+        const rp_comm_tally *got = runtime(&z.step, RP_FLIGHT_BROADCAST);
+        /* 16 units (a layer's weight and bias each): 16 gathered in forward, 12 in backward. */
+        assert_true(got->calls >= 28);
+        assert_int_equal(got->calls, line->calls);
+        assert_int_equal(got->bytes, line->bytes);
+        /* No all-gather of the values after the update (ZeRO-1 and 2 make one per bucket). */
+        bool gather = false;
+        for (int i = 0; i < z.plan.ntraffic; i++)
+            gather = gather || !strcmp(z.plan.traffic[i].what, "parameter shards");
+        assert_false(gather);
+    }
+}
+
+static void test_releases_values(void **state)
+{
+    (void)state;
+    if (!strcmp(rp_kernels_name(), "strict")) skip(); /* its storage is a mapping it only fills */
+    long page = sysconf(_SC_PAGESIZE);
+    /* Hidden layers of 256 x 256: a weight is 64 pages, a unit (buckets of 64 KiB) each. */
+    job z = make_job(RP_OPTIM_SGD), one = make_job(RP_OPTIM_SGD);
+    z.width = one.width = 256;
+    run(&z, RP_STRATEGY_ZERO3, 2, 64 << 10, 2);
+    run(&one, RP_STRATEGY_ZERO1, 2, 64 << 10, 2);
+    long layer = (long)(256 * 256 * sizeof(float)) / page;
+    /* ZeRO-1 holds every page of the block. */
+    assert_true(one.outside[1] >= 3 * layer);
+    /* ZeRO-3 after backward: the units backward used last (TAPE_USE_HELD = 4: layers 0 to 3, of
+       which 1 and 2 lie wholly outside the second replica's shard) and nothing else; after the
+       step, none (a page at a unit's edge may be left, shared with a neighbour or the shard). */
+    assert_true(z.outside[0] >= 2 * layer);
+    assert_true(z.outside[0] <= 4 * (layer + 1));
+    assert_true(z.outside[1] <= 2 * L);
+    /* After the evaluations every unit is present (they release nothing). */
+    assert_true(z.outside[2] >= 3 * layer);
+}
+
+static rp_status bad_view(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    net *m = rp_replica_user(rep);
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tape_reset(t);
+    int shape[1] = {(int)m->l[1].w->numel};
+    return rp_reshape(t, m->l[1].w, 1, shape) ? RP_OK : rp_last_status();
+}
+
+static rp_status bad_many(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    net *m = rp_replica_user(rep);
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tape_reset(t);
+    rp_tensor *bs[5] = {m->l[1].b, m->l[2].b, m->l[3].b, m->l[4].b, m->l[5].b};
+    return rp_concat(t, bs, 5) ? RP_OK : rp_last_status();
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = 2;
+    cfg.threads_per_replica = 1;
+    cfg.timeout_s = 30;
+    cfg.strategy = RP_STRATEGY_ZERO3;
+    cfg.bucket_bytes = 16;
+    job j = make_job(RP_OPTIM_SGD);
+    j.width = W;
+    rp_replicator *r;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    tu_run_ok(r, build, &j);
+    assert_int_equal(rp_replicator_run(r, bad_view, NULL), RP_ERR_UNSUPPORTED);
+    tu_assert_error_contains("a view of parameter \"l1.weight\"");
+    assert_int_equal(rp_replicator_run(r, bad_many, NULL), RP_ERR_UNSUPPORTED);
+    tu_assert_error_contains("more than 4 parameters (\"l5.bias\" the next)");
+    tu_run_ok(r, destroy, NULL);
+    rp_replicator_destroy(r);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_equal_sync),
+        cmocka_unit_test(test_traffic_is_planned),
+        cmocka_unit_test(test_releases_values),
+        cmocka_unit_test(test_refusals),
+    };
+    return tu_run_group_tests(argc, argv, tests, NULL, NULL);
+}
