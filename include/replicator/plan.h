@@ -75,6 +75,10 @@ typedef struct rp_plan_worker {
     int64_t grads;       /* the gradient block: trainable values */
     int64_t optim;       /* optimizer state: slots x the values this worker updates */
     int64_t strategy;    /* the strategy's own buffers (ZeRO-1: shard, packing, scratch) */
+    int64_t held;        /* ZeRO-3: the values, gradients, optimizer state and reduced-gradient
+                            shard resident at the step's peak (the blocks are allocated whole:
+                            params and grads count them so); 0 for the other strategies, where
+                            it is params + grads + optim + strategy */
     int64_t activations; /* the tape arena's live peak in one step (rp_arena_stats.live_peak); a
                             pipeline stage: its tapes alive at once x one micro-batch's peak */
     int64_t loader;      /* the input's buffers (batches in flight, epoch order) */

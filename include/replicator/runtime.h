@@ -755,13 +755,13 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
  * backward, the unit holding it (parameters cut at their boundaries in
  * units of cfg.bucket_bytes, as the gradient buckets are) is gathered into
  * its place from the replicas that own it, one broadcast per owner. While
- * the tape records, a replica holds its shard and the 4 units used last
- * (one op reads at most 4 parameters); an evaluation (not recording)
+ * the tape records, a replica holds its shard and the 2 units used last
+ * (one op reads at most 2 trainable parameters); an evaluation (not recording)
  * releases nothing, so its first pass gathers every unit and later passes
  * make no collective. The values are bitwise the sync strategy's; every
  * replica must run the same ops in the same order (they do in a step),
  * since each gather is a collective. A view of a parameter (rp_reshape,
- * rp_detach, rp_copy_to_group) and an op of more than 4 parameters are
+ * rp_detach, rp_copy_to_group) and an op of more than 2 trainable parameters are
  * refused (RP_ERR_UNSUPPORTED). rp_replica_optimizer_fetch() makes every
  * replica's values whole until the next step (do so before reading them
  * outside a step, or before destroying the optimizer if the values must
@@ -826,6 +826,15 @@ RP_API rp_status rp_replica_broadcast_params(rp_replica *rep, rp_params *params)
  * A sync optimizer is left as it is (it holds the state already).
  */
 RP_API rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt);
+
+/*
+ * The runtime's own buffers for a replica's optimizer (ZeRO: the reduced-gradient shard and the
+ * packing buffers; 0 for the other strategies and for NULL): their allocated bytes, or with
+ * `resident` those of their pages in memory now (mincore; the allocated bytes where the kernel
+ * table's storage is not host memory). For memory reports beside rp_optimizer_state_bytes().
+ */
+RP_API size_t rp_replica_strategy_bytes(const rp_replica *rep, const rp_optimizer *opt,
+                                        bool resident);
 
 /*
  * Collective: makes replica 0's optimizer state (parameter values, slots,

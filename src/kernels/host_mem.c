@@ -57,6 +57,24 @@ void kernels_host_mem_discard(void *dst, size_t bytes)
 
 void kernels_host_mem_sync(void) {}
 
+size_t kernels_resident_bytes(const kernels_table *k, const void *p, size_t bytes)
+{
+    if (!p || !bytes) return 0;
+    if (!k->host_storage) return bytes;
+    long got = sysconf(_SC_PAGESIZE);
+    uintptr_t page = got > 0 ? (uintptr_t)got : 4096;
+    uintptr_t lo = (uintptr_t)p / page * page, hi = ((uintptr_t)p + bytes + page - 1) / page * page;
+    size_t n = (hi - lo) / page, count = 0;
+    unsigned char vec[256];
+    for (size_t at = 0; at < n; at += sizeof vec) {
+        size_t m = n - at < sizeof vec ? n - at : sizeof vec;
+        if (mincore((void *)(lo + at * page), m * page, vec) != 0) return bytes;
+        for (size_t i = 0; i < m; i++)
+            count += vec[i] & 1;
+    }
+    return count * page;
+}
+
 void *kernels_staging_view(kernels_staging *s, const kernels_table *k, const void *storage,
                            size_t bytes, bool download)
 {

@@ -409,6 +409,9 @@ void kernels_host_mem_free(void *p, size_t bytes);
 void kernels_host_mem_copy(void *dst, const void *src, size_t bytes);
 void kernels_host_mem_fill(void *dst, uint32_t pattern, size_t bytes);
 void kernels_host_mem_discard(void *dst, size_t bytes);
+/* Of the bytes at p, those whose pages are in memory now (mincore), whole pages counted; with a
+   table whose storage is not host memory, all of them. For memory reports. */
+size_t kernels_resident_bytes(const kernels_table *k, const void *p, size_t bytes);
 void kernels_host_mem_sync(void);
 
 /* rp_kernels_set_threads(), rp_kernels_get_threads(), rp_kernels_name(): replicator/kernels.h. */

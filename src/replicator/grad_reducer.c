@@ -24,6 +24,9 @@
 
 #include "replicator/strategy.h"
 
+/* ZeRO-2's kept shard goes into the gradient block in pieces of this many values (256 KiB). */
+#define RP_KEEP_CHUNK ((int64_t)1 << 16)
+
 static int64_t min64(int64_t a, int64_t b)
 {
     return a < b ? a : b;
@@ -332,6 +335,15 @@ void reducer_free(reducer *g)
     g->wire = NULL;
 }
 
+size_t reducer_bytes(const reducer *g, bool resident)
+{
+    const void *p[4] = {g->sgrad, g->pack, g->one, g->wire};
+    size_t n[4] = {g->sgrad_bytes, g->pack_bytes, g->one_bytes, g->wire_bytes}, sum = 0;
+    for (int i = 0; i < 4; i++)
+        sum += !p[i] ? 0 : resident ? kernels_resident_bytes(g->k, p[i], n[i]) : n[i];
+    return sum;
+}
+
 bool reducer_ready(reducer *g, const rp_tensor *param)
 {
     if (param->grad < g->grad || param->grad >= g->grad + g->numel) return false;
@@ -461,9 +473,14 @@ rp_status reducer_finish(reducer *g)
     if (scatter || g->repl) return reduce_scatter_agree(g);
     rp_status status = g->reduced_bad >= 0 ? all_reduce_blame(g) : RP_OK;
     g->local_bad = g->reduced_bad = -1;
-    /* ZeRO-2: the kept shard in place, where the rule and later hooks (clipping) read it. */
-    if (status == RP_OK && keep && g->hi > g->lo)
-        g->k->mem_copy(g->grad + g->lo, g->sgrad, (size_t)(g->hi - g->lo) * sizeof(float));
+    /* ZeRO-2: the kept shard in place, where the rule and later hooks (clipping) read it; sgrad's
+       pages go back as they are copied, so the shard is never resident twice (backward's
+       keep_shard writes them again). */
+    for (int64_t at = g->lo; status == RP_OK && keep && at < g->hi; at += RP_KEEP_CHUNK) {
+        size_t bytes = (size_t)min64(RP_KEEP_CHUNK, g->hi - at) * sizeof(float);
+        g->k->mem_copy(g->grad + at, g->sgrad + (at - g->lo), bytes);
+        g->k->mem_discard(g->sgrad + (at - g->lo), bytes);
+    }
     return status;
 }
 

@@ -16,10 +16,10 @@
  * others release it (its own pages are never given back).
  *
  * What is kept present: while the tape records (training), TAPE_USE_HELD units (one op reads at
- * most that many parameters: tape_residency.h). On a new gather past that, one goes: in forward
- * the least recently used (forward walks the layers in order); in backward, which walks them
- * back, least recently used is the worst choice (the unit forward used longest ago of those held
- * is the one backward needs next), so a spent unit goes first - one whose every parameter's
+ * most that many trainable parameters: tape_residency.h). On a new gather past that, one goes: in
+ * forward the least recently used (forward walks the layers in order); in backward, which walks
+ * them back, least recently used is the worst choice (the unit forward used longest ago of those
+ * held is the one backward needs next), so a spent unit goes first - one whose every parameter's
  * backward has run (`pending` zero: no later node reads it in this pass) - and the least
  * recently used only when none is spent. Without recording (evaluation) nothing is released,
  * so after the first pass everything is present and later passes make no collective.
@@ -47,8 +47,7 @@ rp_status residency_init(residency *z, const reducer *red, const rp_params *para
     z->hi = red->hi;
     z->size = red->size;
     z->k = red->k;
-    RP_CHECK(strategy_bucket_order_cut(&z->order, params, unit_bytes ? unit_bytes : 1,
-                                       &z->ranges));
+    RP_CHECK(strategy_bucket_order_cut(&z->order, params, unit_bytes ? unit_bytes : 1, &z->ranges));
     z->nunits = z->order.nbuckets;
     int n = z->nunits ? z->nunits : 1;
     z->present = malloc((size_t)n);
@@ -165,8 +164,11 @@ static int victim(const residency *z, int keep, int node)
 rp_status residency_use(residency *z, int u, bool recording, int node)
 {
     if (recording)
-        for (int held = z->present[u] ? TAPE_USE_HELD : TAPE_USE_HELD - 1; z->resident > held;)
-            release(z, victim(z, u, node));
+        for (int held = z->present[u] ? TAPE_USE_HELD : TAPE_USE_HELD - 1; z->resident > held;) {
+            int v = victim(z, u, node);
+            if (v < 0) break;
+            release(z, v);
+        }
     if (!z->present[u]) RP_CHECK(gather(z, u));
     z->stamp[u] = ++z->clock;
     z->node[u] = node;

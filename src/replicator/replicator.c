@@ -1258,6 +1258,12 @@ rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt)
     return rep->r->strategy->fetch ? rep->r->strategy->fetch(rep, opt) : RP_OK;
 }
 
+size_t rp_replica_strategy_bytes(const rp_replica *rep, const rp_optimizer *opt, bool resident)
+{
+    if (!rep || !opt || !rep->r->strategy->bytes) return 0;
+    return rep->r->strategy->bytes(rep, opt, resident);
+}
+
 rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt)
 {
     if (!rep || !opt) return RP_ERROR(RP_ERR_INVALID, "NULL argument");

@@ -78,6 +78,8 @@ typedef struct strategy_table {
      */
     rp_status (*plan)(const rp_config *cfg, int replicas, int id, const rp_params *params,
                       const rp_optim_config *oc, rp_plan_worker *w);
+    /* The runtime's buffers for a wrapped optimizer (rp_replica_strategy_bytes); NULL slot: 0. */
+    size_t (*bytes)(const rp_replica *rep, const rp_optimizer *opt, bool resident);
     /* The parameter servers' memory, process-wide (rp_plan_servers); NULL slot: none. */
     int64_t (*plan_servers)(const rp_config *cfg, const rp_params *params,
                             const rp_optim_config *oc);
@@ -380,6 +382,8 @@ rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_para
  */
 rp_status reducer_set_replicas(reducer *g, rp_comm *repl, rp_comm *all);
 void reducer_free(reducer *g);
+/* Its buffers' bytes (sgrad, pack, one, wire), or those resident now (kernels_resident_bytes). */
+size_t reducer_bytes(const reducer *g, bool resident);
 /* Whether param's gradient lies in this reducer's block; if so, counts it final (the callback). */
 bool reducer_ready(reducer *g, const rp_tensor *param);
 /* Records a failure of the step's own (the first one wins), re-raised by finish. */

@@ -326,6 +326,12 @@ static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
     return rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
 }
 
+static size_t zero_bytes(const rp_replica *rep, const rp_optimizer *opt, bool resident)
+{
+    zero_ctx *z = find(rep, opt);
+    return z ? reducer_bytes(&z->red, resident) : 0;
+}
+
 static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
 {
     zero_ctx *z = find(rep, opt);
@@ -418,9 +424,12 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
  * of the units when the step uses them (one broadcast per owner of a piece of a unit): every unit
  * in the forward pass, and in backward again all but the TAPE_USE_HELD units the forward used
  * last - for a network that uses its parameters once each, in the order they were declared (the
- * classifiers; a unit used again is gathered again, which this does not count). The values count
- * as what is resident while the step runs: the buffers, this worker's shard and the largest
- * TAPE_USE_HELD units.
+ * classifiers; a unit used again is gathered again, which this does not count). w->held, the
+ * step's peak: the buffers, the shard of the values and the optimizer state's, always; and the
+ * larger of what comes and goes - the two neighbouring units in flight outside the shard (in
+ * forward), or the shard of the gradients (the reduced shard filling in backward, then in place
+ * in the gradient block for the update, the reduced-shard buffer's pages given back as it is
+ * copied there). The rest of the gradient block is released bucket by bucket in backward.
  */
 static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                             const rp_optim_config *oc, rp_plan_worker *w)
@@ -430,9 +439,10 @@ static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params
     w->ntraffic--; /* ZeRO-2's last line: the values' all-gather after the update */
     strategy_bucket_order o;
     int64_t *ranges, P = rp_params_trainable_numel(params), S = (P + N - 1) / N;
+    int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
     RP_CHECK(strategy_bucket_order_cut(&o, params, cfg->bucket_bytes, &ranges));
     int nu = o.nbuckets, held = nu < TAPE_USE_HELD ? nu : TAPE_USE_HELD;
-    int64_t calls = 0, values = 0, top[TAPE_USE_HELD] = {0};
+    int64_t calls = 0, values = 0, flight = 0;
     for (int u = 0; u < nu; u++) {
         int64_t a = ranges[2 * u], b = ranges[2 * u + 1];
         int owners = (int)((b - 1) / S - a / S + 1);
@@ -440,20 +450,18 @@ static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params
         int times = u < held ? 1 : 2;
         calls += (int64_t)times * owners;
         values += times * (b - a);
-        for (int k = 0; k < TAPE_USE_HELD; k++)
-            if (b - a > top[k]) {
-                memmove(&top[k + 1], &top[k], (size_t)(TAPE_USE_HELD - 1 - k) * sizeof *top);
-                top[k] = b - a;
-                break;
-            }
+        /* Unit u and the one before it in the block (u + 1): outside the shard. */
+        int64_t a2 = u + 1 < nu ? ranges[2 * (u + 1)] : a;
+        int64_t in = (b < hi ? b : hi) - (a2 > lo ? a2 : lo);
+        int64_t outside = (b - a2) - (in > 0 ? in : 0);
+        if (outside > flight) flight = outside;
     }
     strategy_bucket_order_destroy(&o);
     free(ranges);
-    int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
-    int64_t inflight = 0;
-    for (int k = 0; k < held; k++)
-        inflight += top[k];
-    w->params = (rp_params_numel(params) - P + (hi - lo) + inflight) * (int64_t)sizeof(float);
+    int64_t slots = rp_optim_slots(oc);
+    int64_t comes = flight > hi - lo ? flight : hi - lo;
+    w->held = (int64_t)sizeof(float) *
+              ((rp_params_numel(params) - P) + (hi - lo) + slots * (hi - lo) + comes);
     return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
                                "parameter units (ZeRO-3)", calls, values * (int64_t)sizeof(float));
 }
@@ -472,6 +480,7 @@ const strategy_table strategy_zero = {
     .claim = strategy_local_claim,
     .next_batch = strategy_lockstep_batch,
     .clip = zero_clip,
+    .bytes = zero_bytes,
     .plan = zero_plan,
 };
 
@@ -489,6 +498,7 @@ const strategy_table strategy_zero2 = {
     .claim = strategy_local_claim,
     .next_batch = strategy_lockstep_batch,
     .clip = zero_clip,
+    .bytes = zero_bytes,
     .plan = zero2_plan,
 };
 
@@ -508,5 +518,6 @@ const strategy_table strategy_zero3 = {
     .claim = strategy_local_claim,
     .next_batch = strategy_lockstep_batch,
     .clip = zero_clip,
+    .bytes = zero_bytes,
     .plan = zero3_plan,
 };

@@ -160,11 +160,11 @@ rp_status tape_use_many(rp_tape *t, rp_tensor *const *in, int n, const char *who
     if (!tape_thread_use) return RP_OK;
     int params = 0;
     for (int i = 0; i < n; i++)
-        if (in[i] && (in[i]->flags & RP_TENSOR_PARAM) && ++params > TAPE_USE_HELD)
+        if (in[i] && (in[i]->flags & RP_TENSOR_PARAM) && in[i]->grad && ++params > TAPE_USE_HELD)
             return RP_ERROR(RP_ERR_UNSUPPORTED,
-                            "%s: more than %d parameters (\"%s\" the next) as inputs of one op, "
-                            "with the parameters' values sharded (ZeRO-3), which holds the values "
-                            "of %d at once; combine fewer per op",
+                            "%s: more than %d trainable parameters (\"%s\" the next) as inputs of "
+                            "one op, with the parameters' values sharded (ZeRO-3), which holds "
+                            "the values of %d at once; combine fewer per op",
                             who, TAPE_USE_HELD, in[i]->name, TAPE_USE_HELD);
     for (int i = 0; i < n; i++)
         if (in[i] && (in[i]->flags & RP_TENSOR_PARAM)) RP_CHECK(tape_use(t, in[i], -1));

@@ -9,8 +9,10 @@
  * whose backward rule is about to run (a rule reads the values: a convolution's weights for the
  * input gradient). The hook makes the parameter's values present (a gather) and may release
  * others it served earlier; what it must never release are the values of the last
- * TAPE_USE_HELD distinct parameters it was asked for, since one op may read up to that many
- * (an op refuses more parameter inputs than that while a hook is installed).
+ * TAPE_USE_HELD distinct parameters it was asked for, since one op may read that many: every
+ * op of fixed arity takes at most two trainable parameters (a weight and a bias, a scale and a
+ * shift; batch norm's running statistics are buffers, never released), and an op of many
+ * inputs (rp_concat, rp_custom) refuses more trainable ones while a hook is installed.
  *
  * The values stay where they always are (the parameter's place in the list's value block), so
  * every op and kernel reads them as before; a release gives their pages back.
@@ -22,8 +24,8 @@
 
 #include "replicator/tensor.h"
 
-/* The parameters one op may read: the most inputs a fixed-arity node has. */
-#define TAPE_USE_HELD 4
+/* The trainable parameters one op may read. */
+#define TAPE_USE_HELD 2
 
 /*
  * Makes param's values present on this tape's replica; an error fails the op that asked.
