@@ -6,7 +6,8 @@
  *                           [image]
  *
  * The parameters' values, their gradients and the optimizer's state are the kernel table's
- * storage: the resident pages of each (mincore) are counted on replica 0 after forward, at every
+ * storage: the resident pages of each (mincore) are counted on the first and the last replica (the
+ * one holding more at its peak is reported, against its plan) after forward, at every
  * gradient-ready callback of backward, just before the update (the reduced gradients in place)
  * and after the step, from the second step on (the first
  * starts from whole values), with the runtime's own buffers for the optimizer (ZeRO's reduced-
@@ -107,7 +108,9 @@ static rp_status build(rp_replica *rep, void *arg)
     rp_optim_config oc = rp_optim_config_default();
     oc.kind = RP_OPTIM_ADAM;
     RP_CHECK(rp_replica_optimizer_create(rep, &b->opt, rp_resnet_params(b->net), &oc));
-    if (rp_replica_id(rep) != 0) return RP_OK;
+    /* The first replica and the last: their shards are the first and the last of the block,
+       whose gradients backward finishes last and first. */
+    if (rp_replica_id(rep) != 0 && rp_replica_id(rep) != rp_replica_count(rep) - 1) return RP_OK;
     RP_CHECK(rp_tape_add_grad_ready(rp_replica_tape(rep), on_ready, b));
     /* After the runtime's own: the reduced gradients in place, just before the update. */
     rp_optimizer_hooks h = {.before = before_update};
@@ -119,7 +122,7 @@ static rp_status step(rp_replica *rep, void *arg)
     bench *j = arg;
     bench *b = replicas[rp_replica_local_index(rep)];
     b->step = j->step;
-    bool first = rp_replica_id(rep) == 0;
+    bool first = rp_replica_id(rep) == 0 || rp_replica_id(rep) == rp_replica_count(rep) - 1;
     rp_tape *t = rp_replica_tape(rep);
     double t0 = rp_now_s();
     rp_tensor *x = rp_tensor_from(t, 4, (int[]){j->batch, j->image, j->image, 3}, j->x);
@@ -129,10 +132,8 @@ static rp_status step(rp_replica *rep, void *arg)
     if (!loss) return rp_last_status();
     RP_CHECK(rp_backward(t, loss));
     RP_CHECK(rp_optimizer_step(b->opt, 0.001f));
-    if (first) {
-        sample(b);
-        b->step_s[j->step] = rp_now_s() - t0;
-    }
+    if (first) sample(b);
+    if (rp_replica_id(rep) == 0) b->step_s[j->step] = rp_now_s() - t0;
     return RP_OK;
 }
 
@@ -200,14 +201,20 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_zero_memory: step %d: %s\n", j.step, rp_last_error());
             return 1;
         }
-    bench *b = replicas[0];
+    bench *b = replicas[0], *last = replicas[R - 1];
+    int worker = 0;
+    if (last->peak.values + last->peak.grads + last->peak.state + last->peak.runtime >
+        b->peak.values + b->peak.grads + b->peak.state + b->peak.runtime) {
+        b->peak = last->peak;
+        worker = R - 1;
+    }
     rp_params *p = rp_resnet_params(b->net);
     int64_t P = rp_params_trainable_numel(p);
     rp_optim_config oc = rp_optim_config_default();
     oc.kind = RP_OPTIM_ADAM;
     rp_plan_worker w;
     memset(&w, 0, sizeof w);
-    if (rp_plan_runtime(&cfg, R, 0, p, &oc, &w) != RP_OK) {
+    if (rp_plan_runtime(&cfg, R, worker, p, &oc, &w) != RP_OK) {
         fprintf(stderr, "bench_zero_memory: plan: %s\n", rp_last_error());
         return 1;
     }
@@ -216,14 +223,16 @@ int main(int argc, char **argv)
         if (rp_params_at(p, i)->numel > largest) largest = rp_params_at(p, i)->numel;
     qsort(b->step_s + 1, (size_t)(steps - 1), sizeof(double), cmp_double);
     long sum = b->peak.values + b->peak.grads + b->peak.state + b->peak.runtime;
-    printf("{\"model\": \"%s\", \"strategy\": \"%s\", \"replicas\": %d, \"params\": %lld, "
+    printf("{\"model\": \"%s\", \"strategy\": \"%s\", \"replicas\": %d, \"worker\": %d, "
+           "\"params\": %lld, "
            "\"held\": %ld, \"values\": %ld, \"grads\": %ld, \"state\": %ld, "
            "\"runtime\": %ld, \"samples\": %ld, \"16P_over_R\": %lld, "
            "\"largest_layer\": %lld, \"plan_held\": %lld, \"plan_vs_measured\": %.4f, "
            "\"step_s\": %.4f}\n",
-           model, strategy, R, (long long)P, sum, b->peak.values, b->peak.grads, b->peak.state,
-           b->peak.runtime, b->counts, (long long)(16 * P / R), (long long)(largest * 4), (long long)w.held,
-           sum ? (double)w.held / (double)sum : 0.0, b->step_s[1 + (steps - 1) / 2]);
+           model, strategy, R, worker, (long long)P, sum, b->peak.values, b->peak.grads,
+           b->peak.state, b->peak.runtime, b->counts, (long long)(16 * P / R),
+           (long long)(largest * 4), (long long)w.held, sum ? (double)w.held / (double)sum : 0.0,
+           b->step_s[1 + (steps - 1) / 2]);
     rp_replicator_run(r, teardown, &j);
     rp_replicator_destroy(r);
     free(j.x);

@@ -426,11 +426,20 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
  * last - for a network that uses its parameters once each, in the order they were declared (the
  * classifiers; a unit used again is gathered again, which this does not count). w->held, the
  * step's peak: the buffers, the shard of the values and the optimizer state's, always; and the
- * larger of what comes and goes - the two neighbouring units in flight outside the shard (in
- * forward), or the shard of the gradients (the reduced shard filling in backward, then in place
- * in the gradient block for the update, the reduced-shard buffer's pages given back as it is
- * copied there). The rest of the gradient block is released bucket by bucket in backward.
+ * most of what comes and goes at once - in forward, two neighbouring units in flight outside the
+ * shard; in backward, at unit k (the gradient buckets are the units: backward reduces them in
+ * order 0, 1, ...), units k and k - 1 outside the shard plus the part of the shard buckets 0 ..
+ * k - 1 have reduced; at the update, the shard of the gradients in place (the reduced-shard
+ * buffer's pages given back as it is copied there). The rest of the gradient block is released
+ * bucket by bucket.
  */
+/* Values of [a, b) inside [lo, hi). */
+static int64_t overlap(int64_t a, int64_t b, int64_t lo, int64_t hi)
+{
+    int64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+    return y > x ? y - x : 0;
+}
+
 static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                             const rp_optim_config *oc, rp_plan_worker *w)
 {
@@ -450,11 +459,14 @@ static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params
         int times = u < held ? 1 : 2;
         calls += (int64_t)times * owners;
         values += times * (b - a);
-        /* Unit u and the one before it in the block (u + 1): outside the shard. */
+        /* Forward: unit u and the one before it in the block (u + 1), outside the shard. */
         int64_t a2 = u + 1 < nu ? ranges[2 * (u + 1)] : a;
-        int64_t in = (b < hi ? b : hi) - (a2 > lo ? a2 : lo);
-        int64_t outside = (b - a2) - (in > 0 ? in : 0);
-        if (outside > flight) flight = outside;
+        int64_t fwd = (b - a2) - overlap(a2, b, lo, hi);
+        /* Backward at unit u: u and u - 1 held, buckets 0 .. u - 1 reduced. */
+        int64_t b2 = u > 0 ? ranges[2 * (u - 1) + 1] : b;
+        int64_t bwd = (b2 - a) - overlap(a, b2, lo, hi) + overlap(b, P, lo, hi);
+        if (fwd > flight) flight = fwd;
+        if (bwd > flight) flight = bwd;
     }
     strategy_bucket_order_destroy(&o);
     free(ranges);
