@@ -473,13 +473,13 @@ rp_status reducer_finish(reducer *g)
     if (scatter || g->repl) return reduce_scatter_agree(g);
     rp_status status = g->reduced_bad >= 0 ? all_reduce_blame(g) : RP_OK;
     g->local_bad = g->reduced_bad = -1;
-    /* ZeRO-2: the kept shard in place, where the rule and later hooks (clipping) read it; sgrad's
-       pages go back as they are copied, so the shard is never resident twice (backward's
-       keep_shard writes them again). */
+    /* ZeRO-2: the kept shard in place, where the rule and later hooks (clipping) read it. With
+       release_kept (ZeRO-3) sgrad's pages go back as they are copied, so the shard is never
+       resident twice (backward's keep_shard faults them in again: time for memory). */
     for (int64_t at = g->lo; status == RP_OK && keep && at < g->hi; at += RP_KEEP_CHUNK) {
         size_t bytes = (size_t)min64(RP_KEEP_CHUNK, g->hi - at) * sizeof(float);
         g->k->mem_copy(g->grad + at, g->sgrad + (at - g->lo), bytes);
-        g->k->mem_discard(g->sgrad + (at - g->lo), bytes);
+        if (g->release_kept) g->k->mem_discard(g->sgrad + (at - g->lo), bytes);
     }
     return status;
 }

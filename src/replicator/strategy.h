@@ -343,6 +343,7 @@ typedef struct reducer {
     int64_t *gather_ranges;
     int ngather;
     unsigned char *kept; /* all-reduce-shard: [buckets] kept into sgrad since the last step */
+    bool release_kept;   /* all-reduce-shard: sgrad's pages given back once in place (ZeRO-3) */
     float *sgrad;        /* sharded: [S] this member's shard of the mean gradient (storage) */
     float *pack;         /* sharded: [N * chunk] one bucket's segments, back to back (storage) */
     float *one;          /* sharded: [chunk] one segment, zero-padded (storage) */

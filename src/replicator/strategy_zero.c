@@ -208,6 +208,7 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
         status = reducer_set_replicas(&z->red, rep->repl_comm, rep->comm);
     if (status == RP_OK && stage == 3)
         status = residency_init(&z->res, &z->red, params, rep->r->cfg.bucket_bytes);
+    z->red.release_kept = stage == 3;
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
     rp_optimizer_hooks h = {
