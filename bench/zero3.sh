@@ -4,8 +4,8 @@
 #    state (Adam) and the runtime's buffers at its step's peak, against 16 bytes x P / R and the
 #    planner's held (bench_zero_memory; ResNet-50 on 4 replica threads; the image size does not
 #    change these);
-#  - speed: ResNet-50 steps at 224 x 224, 2 images a replica, 4 replica threads, the median of 3
-#    steps after the first, three interleaved rounds.
+#  - speed: `replicator train resnet50` on synthetic 224 x 224 images, 4 replica threads, a
+#    global batch of 8, 12 steps (its images/s over the epoch), three interleaved rounds.
 # Usage: bench/zero3.sh (from a build in build/)
 set -u
 cd "$(dirname "$0")/.."
@@ -14,7 +14,9 @@ for s in zero1 zero2 zero3; do
   build/bench_zero_memory resnet50 "$s" 4 3 32
 done
 for round in 1 2 3; do
-  for s in zero1 zero2 zero3; do
-    build/bench_zero_memory resnet50 "$s" 4 4 224
+  for z in 1 2 3; do
+    out=$(build/replicator train resnet50 --dataset synthetic --limit 96 --batch 8 --threads 2 \
+          --threads-per-replica 1 --replicas 4 --zero "$z" --epochs 1 --no-checkpoint 2>&1)
+    echo "round $round --zero $z: $(grep -o '[0-9.]* img/s' <<< "$out" | tail -1)"
   done
 done

@@ -11,8 +11,9 @@
  *    pass every unit stays present);
  *  - the broadcasts of a step (the runtime's, counted by the communicator) are exactly the
  *    planner's line "parameter units (ZeRO-3)": calls and bytes (rp_plan_runtime);
- *  - memory: after backward a replica holds, outside its shard, the pages of the last units used
- *    only; after the step none (ZeRO-1 holds every page), counted with mincore;
+ *  - memory: in training the units live in two gather buffers as long as the largest unit (the
+ *    runtime's bytes are ZeRO-2's and these), and the value block holds no page outside the
+ *    shard after backward or after the step (ZeRO-1 holds every page), counted with mincore;
  *  - an op that would read a parameter the gathers cannot follow is refused with a message
  *    naming it: a view (rp_reshape) of a parameter, an op of more than TAPE_USE_HELD (2)
  *    trainable parameters.
@@ -49,6 +50,8 @@ typedef struct job {
     rp_plan_worker plan; /* replica 0's plan */
     long outside[3];     /* value pages resident outside the last replica's shard: after
                             backward, after the step, after the evaluations */
+    size_t runtime[2];   /* the last replica's rp_replica_strategy_bytes after backward: allocated,
+                            resident */
 } job;
 
 static int step_no;
@@ -126,7 +129,11 @@ static rp_status step(rp_replica *rep, void *arg)
     if (!loss) return rp_last_status();
     RP_CHECK(rp_backward(t, loss));
     bool first = rp_replica_id(rep) == 0, last = rp_replica_id(rep) == rp_replica_count(rep) - 1;
-    if (last) j->outside[0] = outside_pages(m);
+    if (last) {
+        j->outside[0] = outside_pages(m);
+        j->runtime[0] = rp_replica_strategy_bytes(rep, m->opt, false);
+        j->runtime[1] = rp_replica_strategy_bytes(rep, m->opt, true);
+    }
     RP_CHECK(rp_optimizer_step(m->opt, 0.05f + 0.01f * (float)(step_no % 3)));
     RP_CHECK(rp_comm_stats_get(rp_replica_comm(rep), &after));
     if (last) j->outside[1] = outside_pages(m);
@@ -281,17 +288,27 @@ static void test_releases_values(void **state)
     /* Hidden layers of 256 x 256: a weight is 64 pages, a unit (buckets of 64 KiB) each. */
     job z = make_job(RP_OPTIM_SGD), one = make_job(RP_OPTIM_SGD);
     z.width = one.width = 256;
+    job two = make_job(RP_OPTIM_SGD);
+    two.width = 256;
     run(&z, RP_STRATEGY_ZERO3, 2, 64 << 10, 2);
     run(&one, RP_STRATEGY_ZERO1, 2, 64 << 10, 2);
+    run(&two, RP_STRATEGY_ZERO2, 2, 64 << 10, 2);
     long layer = (long)(256 * 256 * sizeof(float)) / page;
     /* ZeRO-1 holds every page of the block. */
     assert_true(one.outside[1] >= 3 * layer);
-    /* ZeRO-3 after backward: the units backward used last (TAPE_USE_HELD = 2: layers 0 and 1,
-       of which layer 1 lies wholly outside the second replica's shard) and nothing else; after
-       the step, none (a page at a unit's edge may be left, shared with a neighbour or the
-       shard). */
-    assert_true(z.outside[0] >= layer);
-    assert_true(z.outside[0] <= 2 * (layer + 1));
+    /* ZeRO-3 trains with the units in its two gather buffers, each as long as the largest unit
+       (layer 6's weight and bias with layer 7's, whose 3 KiB fall under the 64 KiB cut: the
+       runtime's buffers are ZeRO-2's and these), and the block
+       holds nothing outside the shard after backward or after the step (a page at a unit's edge
+       may be left from the first step, which started from whole values). */
+    size_t unit = (256 * 256 + 256 + 256 * OUT + OUT) * sizeof(float);
+    assert_int_equal(z.runtime[0], two.runtime[0] + 2 * unit);
+    /* After backward they hold the units of layers 0 and 1: one holds layer 1's 257 KiB, the
+       other gave the pages past layer 0's 7 KiB back when it took it, so about a unit of what
+       is allocated is not resident. */
+    assert_true(z.runtime[1] >= (256 * 256 + 256) * sizeof(float));
+    assert_true(z.runtime[1] + unit - 16 * (size_t)page <= z.runtime[0]);
+    assert_true(z.outside[0] <= 2 * L);
     assert_true(z.outside[1] <= 2 * L);
     /* After the evaluations every unit is present (they release nothing). */
     assert_true(z.outside[2] >= 3 * layer);

@@ -753,8 +753,11 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
  * the update a replica keeps only its shard of the values (the pages of the
  * rest go back to the system), and when an op takes a parameter, forward or
  * backward, the unit holding it (parameters cut at their boundaries in
- * units of cfg.bucket_bytes, as the gradient buckets are) is gathered into
- * its place from the replicas that own it, one broadcast per owner. While
+ * units of cfg.bucket_bytes, as the gradient buckets are) is gathered from
+ * the replicas that own it, one broadcast per owner, into one of two
+ * buffers as long as the largest unit, with its parameters' `data` pointed
+ * at it until it is released (do not keep a parameter's data pointer across
+ * ops). While
  * the tape records, a replica holds its shard and the 2 units used last
  * (one op reads at most 2 trainable parameters); an evaluation (not recording)
  * releases nothing, so its first pass gathers every unit and later passes

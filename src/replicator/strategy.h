@@ -418,9 +418,10 @@ void reducer_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_
 /*
  * A parameter list's values as ZeRO-3 holds them: each member keeps its shard [lo, hi) of the
  * block (the reducer's), and units (ranges cut at parameter boundaries, as the gradient buckets
- * are) are gathered into their place in the block when the tape asks for one of their
- * parameters (tape_residency.h) and released (pages given back outside the shard) when no longer
- * held. Which units are present is the same on every member (param_residency.c says why).
+ * are) are gathered when the tape asks for one of their parameters (tape_residency.h): into a
+ * gather buffer while training (the parameters pointed at it), into their place in the block
+ * otherwise; and released when no longer held. Which units are present is the same on every
+ * member (param_residency.c says why).
  */
 typedef struct residency {
     rp_comm *comm; /* the reducer's: the members that hold the shards */
@@ -436,9 +437,13 @@ typedef struct residency {
     uint64_t *stamp, clock; /* [units] when each was last used */
     int *first;             /* [units + 1] unit u holds the parameters [first[u + 1], first[u]) */
     int *node;              /* [units] the backward node that last asked for each, or -1 */
-    int resident;           /* units present */
-    kernels_staging view;   /* the broadcasts' host view */
-    int64_t gathered, released; /* values, since init (for tests and the trace) */
+    int *where;             /* [units] the slot holding it, or -1 (absent, or in place) */
+    float *slot[TAPE_USE_HELD]; /* the gather buffers (storage), slot_len values each */
+    int64_t slot_len, slot_used[TAPE_USE_HELD]; /* the largest unit; what each slot last held */
+    int slot_unit[TAPE_USE_HELD];               /* the unit in each slot, or -1 */
+    int resident;                               /* units present */
+    kernels_staging view;                       /* the broadcasts' host view */
+    int64_t gathered, released;                 /* values, since init (for tests and the trace) */
 } residency;
 
 /* For params over red's members and shards, units of at least unit_bytes; everything present. */
@@ -459,5 +464,7 @@ void residency_release_all(residency *z);
 rp_status residency_whole(residency *z);
 /* Every unit marked present (the values were made whole by a broadcast of the block). */
 void residency_mark_whole(residency *z);
+/* The gather buffers' bytes, or those resident now (kernels_resident_bytes). */
+size_t residency_bytes(const residency *z, bool resident);
 
 #endif

@@ -330,7 +330,9 @@ static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
 static size_t zero_bytes(const rp_replica *rep, const rp_optimizer *opt, bool resident)
 {
     zero_ctx *z = find(rep, opt);
-    return z ? reducer_bytes(&z->red, resident) : 0;
+    if (!z) return 0;
+    return reducer_bytes(&z->red, resident) +
+           (z->stage == 3 ? residency_bytes(&z->res, resident) : 0);
 }
 
 static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, float *norm)
@@ -427,10 +429,11 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
  * last - for a network that uses its parameters once each, in the order they were declared (the
  * classifiers; a unit used again is gathered again, which this does not count). w->held, the
  * step's peak: the buffers, the shard of the values and the optimizer state's, always; and the
- * most of what comes and goes at once - in forward, two neighbouring units in flight outside the
- * shard; in backward, at unit k (the gradient buckets are the units: backward reduces them in
- * order 0, 1, ...), units k and k - 1 outside the shard plus the part of the shard buckets 0 ..
- * k - 1 have reduced; at the update, the shard of the gradients in place (the reduced-shard
+ * most of what comes and goes at once - in forward, two neighbouring units in flight; in
+ * backward, at unit k (the gradient buckets are the units: backward reduces them in
+ * order 0, 1, ...), units k and k - 1 plus the part of the shard buckets 0 .. k - 1 have
+ * reduced (a unit in flight is whole in its gather buffer, param_residency.c); at the update,
+ * the shard of the gradients in place (the reduced-shard
  * buffer's pages given back as it is copied there). The rest of the gradient block is released
  * bucket by bucket.
  */
@@ -462,10 +465,10 @@ static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params
         values += times * (b - a);
         /* Forward: unit u and the one before it in the block (u + 1), outside the shard. */
         int64_t a2 = u + 1 < nu ? ranges[2 * (u + 1)] : a;
-        int64_t fwd = (b - a2) - overlap(a2, b, lo, hi);
+        int64_t fwd = b - a2;
         /* Backward at unit u: u and u - 1 held, buckets 0 .. u - 1 reduced. */
         int64_t b2 = u > 0 ? ranges[2 * (u - 1) + 1] : b;
-        int64_t bwd = (b2 - a) - overlap(a, b2, lo, hi) + overlap(b, P, lo, hi);
+        int64_t bwd = (b2 - a) + overlap(b, P, lo, hi);
         if (fwd > flight) flight = fwd;
         if (bwd > flight) flight = bwd;
     }

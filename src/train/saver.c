@@ -53,7 +53,8 @@ void trainer_layout_text(const rp_trainer *t, char *buf, size_t size)
              "shards=%d (each tensor split evenly); written from the gathered state of "
              "replicas=%d zero=%d tp=%d stages=%d",
              t->cfg.checkpoint_shards, rp_replicator_replicas(t->rep),
-             rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO2   ? 2
+             rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO3   ? 3
+             : rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO2 ? 2
              : rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO1 ? 1
                                                                         : 0,
              first ? rp_replica_axis_size(first, RP_AXIS_MODEL) : 1,
