@@ -148,6 +148,11 @@ for mp in "--tensor-parallel 2" "--model-parallel 2"; do
         || fail "resnet20 $mp: --zero 3 differs from sync"
     rm -rf "$dir/l3" "$dir/ls"
 done
+# The planner's gathers are the run's, from the first step (the values start sharded).
+out=$("$bin" train resnet20 "${res[@]}" --replicas 2 --zero 3 --plan-check --out "$dir/pc3" 2>&1) \
+    || fail "resnet20 --zero 3 --plan-check: $out"
+grep -q "data broadcast       runtime       3 calls      1088744 B per step: exact in 3 steps" \
+    <<< "$out" || fail "--zero 3 --plan-check: the gathers differ from the plan: $out"
 echo "ok: --zero 3 equals sync (mlp on 2, resnet20 on 4, with TP and pipelines), along a chain"
 
 # HSDP: 4 replicas in groups of 2 (the state halved, not quartered); it resumes on 2 plain

@@ -761,7 +761,9 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
  * the tape records, a replica holds its shard and the 2 units used last
  * (one op reads at most 2 trainable parameters); an evaluation (not recording)
  * releases nothing, so its first pass gathers every unit and later passes
- * make no collective. The values are bitwise the sync strategy's; every
+ * make no collective. From rp_replica_optimizer_create() on, a replica
+ * holds only its shard outside a step's use (read values whole after
+ * rp_replica_optimizer_fetch()). The values are bitwise the sync strategy's; every
  * replica must run the same ops in the same order (they do in a step),
  * since each gather is a collective. A view of a parameter (rp_reshape,
  * rp_detach, rp_copy_to_group) and an op of more than 2 trainable parameters are

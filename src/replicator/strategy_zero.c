@@ -206,8 +206,11 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
                               stage >= 2 ? RP_GRAD_ALL_REDUCE_SHARD : RP_GRAD_REDUCE_SCATTER);
     if (status == RP_OK && rep->shard_comm)
         status = reducer_set_replicas(&z->red, rep->repl_comm, rep->comm);
-    if (status == RP_OK && stage == 3)
+    if (status == RP_OK && stage == 3) {
         status = residency_init(&z->res, &z->red, params, rep->r->cfg.bucket_bytes);
+        /* Sharded from the start, as after every step (the first step gathers as the others). */
+        if (status == RP_OK) residency_release_all(&z->res);
+    }
     z->red.release_kept = stage == 3;
     /* The optimizer keeps the state of this replica's shard only. */
     if (status == RP_OK) status = rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
@@ -315,7 +318,10 @@ static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
     if (status == RP_OK) status = rp_comm_broadcast(rep->comm, head, 2, RP_I64, 0);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
-    if (z->stage == 3) residency_mark_whole(&z->res);
+    if (z->stage == 3) {
+        residency_mark_whole(&z->res);
+        residency_release_all(&z->res); /* sharded again, as after a step */
+    }
     rp_optimizer_set_steps(opt, head[0]);
     int slots = rp_optim_slots(rp_optimizer_config(opt));
     if (!head[1] || slots == 0) return rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
