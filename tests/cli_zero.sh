@@ -12,7 +12,8 @@
 #     are the sync runs' (the MLP on 2 replicas, ResNet-20 on 4), and a --zero 2 run of 4 replicas
 #     resumed on 2 with --zero 1 writes what sync 4 -> 2 wrote; --zero 3 (the values sharded
 #     too): the header names it, the checkpoints are the sync runs' (MLP on 2, ResNet-20 on 4),
-#     and a chain ZeRO-3 on 4 -> ZeRO-1 on 3 -> ZeRO-3 on 2 -> 1 ends where sync's chain does;
+#     and ResNet-20's chain ZeRO-3 on 4 -> ZeRO-1 on 3 -> ZeRO-3 on 2 x TP2 -> 1 ends where
+#     sync's chain does;
 #     ResNet-20 on 2 replicas x tensor parallel 2, and x 2 pipeline stages, equals sync;
 #     --hsdp 2 on 4 replicas keeps half the state a replica and resumes on 2; --hsdp 3 is refused;
 #  6. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
@@ -118,11 +119,13 @@ cmp "$dir/s2/checkpoint.safetensors" "$dir/zz3/checkpoint.safetensors" \
     || fail "resnet20 --zero 3 on 4 replicas failed"
 cmp "$dir/rs/checkpoint.safetensors" "$dir/rz3/checkpoint.safetensors" \
     || fail "resnet20: --zero 3 on 4 replicas wrote another checkpoint than sync"
-# A chain of layouts: 4 replicas ZeRO-3 for 5 steps, 3 replicas ZeRO-1 to step 9, 2 replicas
-# ZeRO-3 to step 14, 1 replica to the end; the sync runs make the same changes at the same steps.
+# The issue's chain of layouts, ResNet-20: 4 replicas ZeRO-3 for 5 steps, 3 replicas ZeRO-1 to
+# step 9, 2 replicas x tensor parallel 2 with ZeRO-3 to step 14, 1 replica to the end; the sync
+# runs make the same changes at the same steps and end on the same bytes.
 chain=(--data "$data" --limit 480 --batch 48 --threads 2 --threads-per-replica 1 --epochs 2 --quiet)
-"$bin" train mlp "${chain[@]}" --replicas 4 --zero 3 --max-steps 5 --out "$dir/c3" > /dev/null 2>&1
-"$bin" train mlp "${chain[@]}" --replicas 4 --max-steps 5 --out "$dir/cs" > /dev/null 2>&1
+"$bin" train resnet20 "${chain[@]}" --replicas 4 --zero 3 --max-steps 5 --out "$dir/c3" \
+    > /dev/null 2>&1
+"$bin" train resnet20 "${chain[@]}" --replicas 4 --max-steps 5 --out "$dir/cs" > /dev/null 2>&1
 leg() { # leg NAME STAGE ARGS...: resume both runs (the ZeRO one with --zero STAGE, 0: none)
     local what=$1 stage=$2
     shift 2
@@ -135,7 +138,7 @@ leg() { # leg NAME STAGE ARGS...: resume both runs (the ZeRO one with --zero STA
         || fail "chain: $what differs from sync's"
 }
 leg "ZeRO-3 x4 -> ZeRO-1 x3" 1 --replicas 3 --max-steps 9
-leg "-> ZeRO-3 x2" 3 --replicas 2 --max-steps 14
+leg "-> ZeRO-3 x2 x TP2" 3 --replicas 2 --tensor-parallel 2 --max-steps 14
 leg "-> 1 replica" 0 --replicas 1
 # With tensor parallelism (each member's shard sharded again) and with pipeline stages (sharded
 # within a stage; the micro-batches' tapes gather too).
