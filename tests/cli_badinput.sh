@@ -42,7 +42,8 @@ ln -s "$data"/*.gz "$ldata"/
 [ -f "$long/checkpoint.safetensors" ] || fail "a ${#long}-byte --out was not honoured: $(find "$dir" -name checkpoint.safetensors)"
 [ -f "$long/metrics.jsonl" ] || fail "no metrics.jsonl in the ${#long}-byte run directory"
 "$bin" train --resume "$long" --threads 1 --quiet > /dev/null || fail "resuming the ${#long}-byte run"
-"$bin" eval "$long" --threads 1 | grep -q "test accuracy" || fail "eval of the ${#long}-byte run"
+out=$("$bin" eval "$long" --threads 1) && grep -q "test accuracy" <<< "$out" \
+    || fail "eval of the ${#long}-byte run"
 [ -z "$(find "$dir" -name checkpoint.safetensors ! -path "$long/*")" ] || fail "a checkpoint outside --out"
 expect_error 2 "--out is 5000 bytes long, over the 4095" "$bin" train mlp --out "$(printf 'x%.0s' {1..5000})"
 expect_error 2 "--data needs a path" "$bin" train mlp --data ""
@@ -60,7 +61,8 @@ expect_error 2 "--threads needs a number" "$bin" eval "$dir/m" --threads
 expect_error 2 "unknown option --bogus" "$bin" eval "$dir/m" --bogus
 expect_error 2 "unknown argument extra" "$bin" eval "$dir/m" --threads 1 extra
 expect_error 2 "the run directory comes first" "$bin" eval --threads 1 "$dir/m"
-"$bin" eval "$dir/m" --threads 1 | grep -q "test accuracy" || fail "eval with good options"
+out=$("$bin" eval "$dir/m" --threads 1) && grep -q "test accuracy" <<< "$out" \
+    || fail "eval with good options"
 expect_error 2 "bad option --seed 99999999999999999999" "$bin" sample "$dir/m" --seed 99999999999999999999
 expect_error 2 "bad option --n 0" "$bin" sample "$dir/m" --n 0
 expect_error 2 "bad option --threads 0" "$bin" sample "$dir/m" --threads 0

@@ -69,6 +69,7 @@ c=$(faults_of r3 'seed=6;delay:worker=any,p=0.2,ms=1')
 echo "ok: seed 5 injects the same $(wc -l <<< "$a") delays twice; seed 6 others"
 
 # 4. info.
-RP_FAULTS='kill:worker=3,call=9' "$bin" info | grep -q "RP_FAULTS=kill:worker=3,call=9" \
+out=$(RP_FAULTS='kill:worker=3,call=9' "$bin" info) \
+    && grep -q "RP_FAULTS=kill:worker=3,call=9" <<< "$out" \
     || fail "replicator info does not show RP_FAULTS"
 echo "all fault injection checks passed"

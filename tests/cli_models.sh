@@ -29,6 +29,8 @@ help=$("$bin" train clusters --help)
 for o in --epochs --hidden --init-seed --replicas --regime --precision; do
     grep -q -- "  $o " <<< "$help" || fail "--help lacks $o: $help"
 done
-"$bin" train sngan --help | grep -q -- "--ch-g" || fail "train sngan --help"
-"$bin" train d4pg --help | grep -q -- "--env-steps" || fail "train d4pg --help"
+# (Captured first: grep -q on a pipe exits at its match, and with pipefail the writer's SIGPIPE
+# would fail a help text longer than one stdio buffer.)
+out=$("$bin" train sngan --help) && grep -q -- "--ch-g" <<< "$out" || fail "train sngan --help"
+out=$("$bin" train d4pg --help) && grep -q -- "--env-steps" <<< "$out" || fail "train d4pg --help"
 echo "ok: cli_models"

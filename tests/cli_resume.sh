@@ -67,7 +67,8 @@ set +e
 msg=$("$bin" train --resume "$dir/mlp-a" --lr 0.5 2>&1); rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q -- "--lr cannot be changed" <<< "$msg" || fail "--lr with --resume accepted: $msg"
-"$bin" train --resume "$dir/mlp-a" --threads 1 | grep -q "nothing to do" || fail "resuming a finished run"
+out=$("$bin" train --resume "$dir/mlp-a" --threads 1) && grep -q "nothing to do" <<< "$out" \
+    || fail "resuming a finished run"
 echo "ok: saved runs are never overwritten"
 
 # Accuracy on the subset: 10 classes, chance is 10%.
