@@ -159,7 +159,6 @@ static void release(residency *z, int u)
     z->present[u] = 0;
     z->node[u] = -1;
     z->resident--;
-    z->released += b - a;
 }
 
 /* Unit u's values from their owners, one broadcast per owner in rank order: into a free slot
@@ -200,7 +199,6 @@ static rp_status gather(residency *z, int u, bool in_slot)
     }
     z->present[u] = 1;
     z->resident++;
-    z->gathered += b - a;
     return RP_OK;
 }
 

@@ -443,7 +443,6 @@ typedef struct residency {
     int slot_unit[TAPE_USE_HELD];               /* the unit in each slot, or -1 */
     int resident;                               /* units present */
     kernels_staging view;                       /* the broadcasts' host view */
-    int64_t gathered, released;                 /* values, since init (for tests and the trace) */
 } residency;
 
 /* For params over red's members and shards, units of at least unit_bytes; everything present. */

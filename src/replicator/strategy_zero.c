@@ -403,10 +403,16 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
  * all-gather of the values; the optimizer state of this worker's shard; the buffers: the kept
  * shard of the gradients, the gather buckets' packing, the scratch, the bucket tables and the
  * bf16 copy of the largest bucket. The gradient block is counted whole (it is allocated whole):
- * what is resident of it is the shard and the buckets backward has not finished.
+ * what is resident of it is the shard and the buckets backward has not finished. ZeRO-3's
+ * (stage 3) is the same but for the values: no all-gather after the update, and the gather
+ * buffers (zero3_gathers) among the strategy's buffers.
  */
-static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params *params,
-                            const rp_optim_config *oc, rp_plan_worker *w)
+static rp_status zero3_gathers(const rp_config *cfg, int N, int64_t lo, int64_t hi,
+                               const rp_params *params, const rp_optim_config *oc,
+                               rp_plan_worker *w);
+
+static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                             const rp_optim_config *oc, rp_plan_worker *w, int stage)
 {
     bool sharded;
     RP_CHECK(zero_plan_start(cfg, N, id, params, oc, w, &sharded));
@@ -424,12 +430,23 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
                                  cfg->grad_dtype == RP_BF16 ? "gradient buckets (mean, bf16)"
                                                             : "gradient buckets (mean)",
                                  nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
+    if (stage == 3) {
+        /* The gather buffers: TAPE_USE_HELD of the largest unit (the largest bucket: one cut). */
+        w->strategy += (int64_t)TAPE_USE_HELD * most * (int64_t)sizeof(float);
+        return zero3_gathers(cfg, N, lo, hi, params, oc, w);
+    }
     return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
                                "parameter shards", ng, S * (int64_t)sizeof(float));
 }
 
+static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                            const rp_optim_config *oc, rp_plan_worker *w)
+{
+    return zero23_plan(cfg, N, id, params, oc, w, 2);
+}
+
 /*
- * ZeRO-3's plan: ZeRO-2's, less the all-gather of the values after the update, plus the gathers
+ * ZeRO-3's gathers (zero23_plan): the gathers
  * of the units when the step uses them (one broadcast per owner of a piece of a unit): every unit
  * in the forward pass, and in backward again all but the TAPE_USE_HELD units the forward used
  * last - for a network that uses its parameters once each, in the order they were declared (the
@@ -450,15 +467,12 @@ static int64_t overlap(int64_t a, int64_t b, int64_t lo, int64_t hi)
     return y > x ? y - x : 0;
 }
 
-static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params *params,
-                            const rp_optim_config *oc, rp_plan_worker *w)
+static rp_status zero3_gathers(const rp_config *cfg, int N, int64_t lo, int64_t hi,
+                               const rp_params *params, const rp_optim_config *oc,
+                               rp_plan_worker *w)
 {
-    RP_CHECK(zero2_plan(cfg, N, id, params, oc, w));
-    if (N == 1) return RP_OK;
-    w->ntraffic--; /* ZeRO-2's last line: the values' all-gather after the update */
     strategy_bucket_order o;
     int64_t *ranges, P = rp_params_trainable_numel(params), S = (P + N - 1) / N;
-    int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
     RP_CHECK(strategy_bucket_order_cut(&o, params, cfg->bucket_bytes, &ranges));
     int nu = o.nbuckets, held = nu < TAPE_USE_HELD ? nu : TAPE_USE_HELD;
     int64_t calls = 0, values = 0, flight = 0;
@@ -486,6 +500,12 @@ static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params
               ((rp_params_numel(params) - P) + (hi - lo) + slots * (hi - lo) + comes);
     return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
                                "parameter units (ZeRO-3)", calls, values * (int64_t)sizeof(float));
+}
+
+static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params *params,
+                            const rp_optim_config *oc, rp_plan_worker *w)
+{
+    return zero23_plan(cfg, N, id, params, oc, w, 3);
 }
 
 const strategy_table strategy_zero = {
