@@ -5,12 +5,14 @@
  * (rp_trainer_config.checkpoint_background), whole or sharded:
  *
  *   build/bench_checkpoint [model] [dataset] [data_dir] [steps] [every] [shards] [replicas]
- *                          [batch] [dir]
+ *                          [batch] [dir] [zero]
  *
  * model mlp|resnet20|resnet18|resnet50 (default mlp), dataset fashion-mnist|synthetic (default
  * fashion-mnist from /usr/share/datasets/fashion-mnist), steps per run (default 200), every K
- * steps a checkpoint (default 10), shards 0 (whole file) or N, replicas (threads, default 1),
- * the global batch (default 128), the run directories' parent (default /tmp). The modes take
+ * steps a checkpoint (default 10), shards 0 (whole file), N (the gathered state split in N) or
+ * -1 (every worker its own shard: checkpoint_per_worker), replicas (threads, default 1), the
+ * global batch (default 128), the run directories' parent (default /tmp), the ZeRO stage (0:
+ * sync, 1, 2 or 3). The modes take
  * turns, five runs each after one warm-up run; prints one JSON line per mode with the median wall
  * time per step over the runs (checkpoints included) and the cost relative to no checkpoint.
  */
@@ -31,10 +33,13 @@ static int cmp_double(const void *a, const void *b)
 
 /* Seconds per step of one run (-1 on error). */
 static double run_once(rp_classifier *clf, const char *dir, int64_t steps, int64_t every,
-                       int shards, bool background, bool save, int replicas, int batch)
+                       int shards, bool background, bool save, int replicas, int batch, int zero)
 {
+    static const rp_strategy_kind stages[4] = {RP_STRATEGY_SYNC, RP_STRATEGY_ZERO1,
+                                               RP_STRATEGY_ZERO2, RP_STRATEGY_ZERO3};
     rp_trainer_config tc = rp_trainer_config_default();
     tc.runtime.replicas = replicas;
+    tc.runtime.strategy = stages[zero];
     tc.run_dir = dir;
     tc.run_dir_exact = true;
     tc.force = true;
@@ -47,7 +52,8 @@ static double run_once(rp_classifier *clf, const char *dir, int64_t steps, int64
     tc.checkpoint_every_epochs = 0;
     tc.checkpoint_every_steps = save ? every : 0;
     tc.no_checkpoint = !save;
-    tc.checkpoint_shards = shards;
+    tc.checkpoint_shards = shards > 0 ? shards : 0;
+    tc.checkpoint_per_worker = shards < 0;
     tc.checkpoint_background = background;
     tc.straggler_window = 0;
     rp_trainer *t = NULL;
@@ -72,9 +78,11 @@ int main(int argc, char **argv)
     int shards = argc > 6 ? atoi(argv[6]) : 0, replicas = argc > 7 ? atoi(argv[7]) : 1;
     int batch = argc > 8 ? atoi(argv[8]) : 128;
     const char *parent = argc > 9 ? argv[9] : "/tmp";
-    if (steps < 1 || every < 1 || shards < 0 || replicas < 1 || batch < 1) {
+    int zero = argc > 10 ? atoi(argv[10]) : 0;
+    if (steps < 1 || every < 1 || shards < -1 || replicas < 1 || batch < 1 || zero < 0 ||
+        zero > 3) {
         fprintf(stderr, "usage: bench_checkpoint [model] [dataset] [data_dir] [steps] [every] "
-                        "[shards] [replicas] [batch] [dir]\n");
+                        "[shards: 0, N, -1 per worker] [replicas] [batch] [dir] [zero 0-3]\n");
         return 2;
     }
     rp_classifier_config cc;
@@ -98,11 +106,12 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "%s/bench_checkpoint.%ld", parent, (long)getpid());
     static const char *const names[3] = {"none", "inline", "background"};
     double median[3], s[3][RUNS];
-    run_once(clf, dir, steps, every, shards, false, false, replicas, batch); /* warm-up */
+    run_once(clf, dir, steps, every, shards, false, false, replicas, batch, zero); /* warm-up */
     /* The modes take turns, so that a change in the machine's load falls on all of them. */
     for (int r = 0; r < RUNS; r++) {
         for (int m = 0; m < 3; m++) {
-            s[m][r] = run_once(clf, dir, steps, every, shards, m == 2, m > 0, replicas, batch);
+            s[m][r] =
+                run_once(clf, dir, steps, every, shards, m == 2, m > 0, replicas, batch, zero);
             if (s[m][r] < 0) return 1;
         }
     }
@@ -110,8 +119,8 @@ int main(int argc, char **argv)
         qsort(s[m], RUNS, sizeof *s[m], cmp_double);
         median[m] = s[m][RUNS / 2];
         printf("{\"model\":\"%s\",\"mode\":\"%s\",\"every\":%lld,\"shards\":%d,\"replicas\":%d,"
-               "\"steps\":%lld,\"ms_per_step\":%.3f,\"cost\":%.4f}\n",
-               model, names[m], (long long)every, shards, replicas, (long long)steps,
+               "\"zero\":%d,\"steps\":%lld,\"ms_per_step\":%.3f,\"cost\":%.4f}\n",
+               model, names[m], (long long)every, shards, replicas, zero, (long long)steps,
                1e3 * median[m], median[m] / median[0] - 1);
         fflush(stdout);
     }

@@ -11,7 +11,10 @@
  *    names the step, and the previous checkpoint stays as it was;
  *  - a process killed (SIGKILL) at many moments of a run that saves in the
  *    background at every step always leaves a checkpoint that loads and is
- *    consistent with its position, whole and sharded.
+ *    consistent with its position, whole and sharded;
+ *  - all of this again with the checkpoint written by every worker
+ *    (checkpoint_per_worker: 3 replicas, each its third of the values, the
+ *    model's save_part), whose index names that layout.
  * (That the staging copy is refilled without allocating is
  * test_checkpoint_shard.c's test_reset_reuses_memory.)
  */
@@ -72,7 +75,7 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_train
 {
     job *j = ctx;
     state *s = st;
-    if (at->global_step == j->limit_at) {
+    if (at->global_step == j->limit_at && rp_replica_id(rep) == 0) {
         /* The save of step limit_at - 5 is published before the limit applies. */
         for (int i = 0; i < 1000 && on_disk(j->dir) != j->limit_at - 5; i++)
             usleep(10000);
@@ -84,7 +87,7 @@ static rp_status train_step(rp_replica *rep, void *ctx, void *st, const rp_train
     float g = (float)(at->global_step + 1);
     for (int64_t i = 0; i < j->numel; i++)
         s->v[i] = g;
-    j->steps_run++;
+    if (rp_replica_id(rep) == 0) j->steps_run++;
     *loss = 0;
     return RP_OK;
 }
@@ -94,6 +97,17 @@ static rp_status save(void *ctx, void *st, rp_checkpoint *ck)
     job *j = ctx;
     state *s = st;
     return rp_checkpoint_add_f32(ck, "param/v", 1, &j->numel, s->v);
+}
+
+/* Per worker: each replica its even part of the values (they are equal on every replica). */
+static rp_status save_part(rp_replica *rep, void *ctx, void *st, rp_checkpoint *ck)
+{
+    job *j = ctx;
+    state *s = st;
+    int64_t off, count;
+    rp_checkpoint_split_range(j->numel, rp_replica_id(rep), rp_replica_count(rep), &off, &count);
+    return rp_checkpoint_add_piece(ck, "param/v", RP_CHECKPOINT_F32, 1, &j->numel, off, count,
+                                   s->v + off);
 }
 
 static rp_status destroy(rp_replica *rep, void *ctx, void *st)
@@ -109,6 +123,7 @@ static const rp_trainer_model model = {
     .steps_per_epoch = steps_per_epoch,
     .train_step = train_step,
     .save = save,
+    .save_part = save_part,
     .destroy = destroy,
 };
 
@@ -139,10 +154,14 @@ static int64_t on_disk(const char *dir)
     return g;
 }
 
+/* shards: 0 one whole file, N > 0 N shards of the gathered state, -1 per worker (3 replicas). */
 static rp_trainer_config config(const char *dir, int64_t steps, int shards, bool background)
 {
     rp_trainer_config c = rp_trainer_config_default();
-    c.runtime.replicas = 1;
+    c.runtime.replicas = shards < 0 ? 3 : 1;
+    c.runtime.threads_per_replica = 1;
+    c.checkpoint_per_worker = shards < 0;
+    if (shards < 0) shards = 0;
     c.run_dir = dir;
     c.run_dir_exact = true;
     c.force = true;
@@ -185,8 +204,8 @@ static unsigned char *consolidated(const char *dir, size_t *n)
 
 static void test_background_equals_inline(void **st)
 {
-    const int shards[] = {0, 3};
-    for (int s = 0; s < 2; s++) {
+    const int shards[] = {0, 3, -1};
+    for (int s = 0; s < 3; s++) {
         char a[512], b[512], name[32];
         snprintf(name, sizeof name, "inline%d", shards[s]);
         dir_path(a, sizeof a, name);
@@ -203,16 +222,20 @@ static void test_background_equals_inline(void **st)
         char index[600];
         snprintf(index, sizeof index, "%s/checkpoint.index.json", b);
         struct stat sb;
-        assert_int_equal(stat(index, &sb) == 0, shards[s] > 0);
-        if (shards[s] > 0) {
+        assert_int_equal(stat(index, &sb) == 0, shards[s] != 0);
+        if (shards[s] != 0) {
             /* The index names the layout that wrote it. */
             char base[600];
             snprintf(base, sizeof base, "%s/checkpoint", b);
             rp_checkpoint_index *ix = NULL;
             assert_int_equal(rp_checkpoint_index_open(&ix, base), RP_OK);
             assert_string_equal(rp_checkpoint_index_layout(ix),
-                                "shards=3 (each tensor split evenly); written from the gathered "
-                                "state of replicas=1 zero=0 tp=1 stages=1");
+                                shards[s] > 0
+                                    ? "shards=3 (each tensor split evenly); written from the "
+                                      "gathered state of replicas=1 zero=0 tp=1 stages=1"
+                                    : "shards=3, each worker's own pieces; written by replicas=3 "
+                                      "zero=0 tp=1 stages=1");
+            assert_int_equal(rp_checkpoint_index_shards(ix), 3);
             rp_checkpoint_index_close(ix);
         }
         size_t na, nb;
@@ -232,6 +255,7 @@ static void test_background_equals_inline(void **st)
         assert_int_equal(on_disk(b), 15);
         /* A whole run resumed sharded and back: the older kind goes. */
         cb.checkpoint_shards = shards[s] ? 0 : 2;
+        cb.checkpoint_per_worker = false;
         assert_int_equal(rp_trainer_load_checkpoint(&ck, b), RP_OK);
         cb.max_steps = 16;
         assert_int_equal(train(&jb, &cb, ck), RP_OK);
@@ -285,8 +309,8 @@ static void kill_during_run(const char *dir, int shards, int delay_ms)
 
 static void test_kill_leaves_a_loadable_checkpoint(void **st)
 {
-    const int shards[] = {0, 4};
-    for (int s = 0; s < 2; s++) {
+    const int shards[] = {0, 4, -1};
+    for (int s = 0; s < 3; s++) {
         char dir[512], name[32];
         snprintf(name, sizeof name, "killed%d", shards[s]);
         dir_path(dir, sizeof dir, name);

@@ -418,6 +418,30 @@ RP_API rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name,
 RP_API void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offset, int64_t *count);
 
 /*
+ * A worker's own part of a model, for a sharded checkpoint written by every
+ * worker (each its shard, rp_checkpoint_save_shard with split 1):
+ *  - rp_checkpoint_add_params_pieces adds the elements [lo, hi) of the
+ *    parameter list's flat block (rp_params_offset order: the trainable
+ *    values, then the buffers) as pieces of prefix + each name; it reads
+ *    only those elements (a ZeRO-3 replica holds no others);
+ *  - rp_checkpoint_add_optimizer_pieces adds the state of the trainable
+ *    values [lo, hi) as pieces of the tensors rp_checkpoint_add_optimizer
+ *    writes whole, and with `steps` the step count; the range must lie
+ *    inside the optimizer's (rp_optimizer_range: a ZeRO replica's shard).
+ * A tensor without elements goes with the range that starts at 0. Workers
+ * whose ranges partition [0, numel) and of which exactly one passes `steps`
+ * (and adds the buffers' range) write pieces that tile every tensor once,
+ * which rp_checkpoint_publish checks; rp_replica_checkpoint_range
+ * (runtime.h) gives a replica its range. Errors: RP_ERR_INVALID (a range
+ * outside the list or the optimizer's), those of rp_checkpoint_add_piece.
+ */
+RP_API rp_status rp_checkpoint_add_params_pieces(rp_checkpoint *ck, const rp_params *params,
+                                                 const char *prefix, int64_t lo, int64_t hi);
+RP_API rp_status rp_checkpoint_add_optimizer_pieces(rp_checkpoint *ck, const rp_optimizer *opt,
+                                                    const rp_params *params, const char *prefix,
+                                                    int64_t lo, int64_t hi, bool steps);
+
+/*
  * Writes shard k of n of generation `generation` (>= 1) of the sharded
  * checkpoint at `base` (see above), atomically, creating the directories it
  * needs. With split > 1, every tensor of `ck` that is not a piece is written
@@ -445,6 +469,21 @@ RP_API rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *b
  */
 RP_API rp_status rp_checkpoint_publish(const char *base, int64_t generation, int n,
                                        const char *layout);
+
+/*
+ * For writers in several processes that publish without meeting (a
+ * background save): rp_checkpoint_discard_generation removes whatever an
+ * earlier, unpublished attempt left of `generation` (call it before any
+ * writer starts; the published generation is refused), and
+ * rp_checkpoint_wait_shards waits until all n shard files of `generation`
+ * exist (each appears whole: rp_checkpoint_save renames it into place),
+ * for at most timeout_ms. Errors: RP_ERR_INVALID; RP_ERR_IO (the directory
+ * cannot be cleared); RP_ERR_TIMEOUT naming the first shard file still
+ * missing and how many are.
+ */
+RP_API rp_status rp_checkpoint_discard_generation(const char *base, int64_t generation);
+RP_API rp_status rp_checkpoint_wait_shards(const char *base, int64_t generation, int n,
+                                           int timeout_ms);
 
 /*
  * Removes the sharded checkpoint at `base`: its index first (so that nothing
@@ -506,6 +545,24 @@ RP_API rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const c
  * Errors: those of rp_checkpoint_index_read, RP_ERR_NOMEM.
  */
 RP_API rp_status rp_checkpoint_index_load(const rp_checkpoint_index *ix, rp_checkpoint **ck);
+
+/*
+ * Opens the sharded checkpoint at `base` (its index checked as by
+ * rp_checkpoint_index_open) as a checkpoint that reads its tensors when they
+ * are asked for, not before: rp_checkpoint_get (and what calls it) reads a
+ * tensor whole the first time and keeps it; rp_checkpoint_read_params_part
+ * and rp_checkpoint_read_optimizer_part read only the tensors the part
+ * holds; rp_checkpoint_read_optimizer of a sharded optimizer
+ * (rp_optimizer_set_range: a ZeRO replica) reads only the elements in its
+ * range, from the pieces holding them, keeping nothing. So each replica of a
+ * resumed run reads the pieces it needs, and the optimizer state is never
+ * whole in memory. Names, dtypes, shapes and metadata are there from the
+ * start; saving it reads everything. Thread-safe for reading (the replicas
+ * of a process share one). Errors: those of rp_checkpoint_index_open; a
+ * later read's errors (a damaged piece, naming its shard file) come from
+ * the call that reads it (rp_checkpoint_get returns NULL).
+ */
+RP_API rp_status rp_checkpoint_open_sharded(rp_checkpoint **ck, const char *base);
 
 /*
  * Rewrites the sharded checkpoint at `base` as `shards` shards split evenly

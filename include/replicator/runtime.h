@@ -74,6 +74,7 @@
 #define REPLICATOR_RUNTIME_H
 
 #include "comm.h"
+#include "io.h"
 #include "optim.h"
 #include "options.h"
 
@@ -840,6 +841,34 @@ RP_API rp_status rp_replica_optimizer_fetch(rp_replica *rep, rp_optimizer *opt);
  */
 RP_API size_t rp_replica_strategy_bytes(const rp_replica *rep, const rp_optimizer *opt,
                                         bool resident);
+
+/*
+ * The trainable values [*lo, *hi) of opt's parameter list whose values and
+ * optimizer state this replica writes when every replica writes its own
+ * part of a checkpoint (rp_checkpoint_add_params_pieces and
+ * rp_checkpoint_add_optimizer_pieces, io.h): under ZeRO its shard (under
+ * HSDP the first group's replicas only; the others' ranges are empty), else
+ * an even part of the values (they are equal on every replica). The ranges
+ * of a data axis's replicas tile [0, trainable numel) exactly once; the
+ * buffers and step counts are for one writer (replica 0) to add. Not a
+ * collective. Errors: RP_ERR_INVALID (NULL), RP_ERR_UNSUPPORTED (replicas
+ * that step independently: async, sync groups; their values differ).
+ */
+RP_API rp_status rp_replica_checkpoint_range(const rp_replica *rep, const rp_optimizer *opt,
+                                             int64_t *lo, int64_t *hi);
+
+/*
+ * Adds this replica's part of a model to ck, for a checkpoint every replica
+ * writes its own shard of (rp_trainer_model.save_part): the values and the
+ * optimizer state of its range (rp_replica_checkpoint_range) as pieces of
+ * param_prefix + name and of the tensors rp_checkpoint_add_optimizer names
+ * under optim_prefix; replica 0 adds the buffers and the step count. Reads
+ * only what the replica holds (no collective, nothing gathered). Errors:
+ * those of rp_replica_checkpoint_range and rp_checkpoint_add_piece.
+ */
+RP_API rp_status rp_replica_checkpoint_part(rp_replica *rep, rp_checkpoint *ck,
+                                            const rp_optimizer *opt, const char *param_prefix,
+                                            const char *optim_prefix);
 
 /*
  * Collective: makes replica 0's optimizer state (parameter values, slots,

@@ -41,7 +41,8 @@
  * After every chunk the replicas agree on a stop request (the largest signal
  * number any of them saw), so every process stops after the same step.
  *
- * The run directory (written only by the process of replica 0):
+ * The run directory (written only by the process of replica 0, but for the
+ * shards of a checkpoint written by every worker):
  *     checkpoint.safetensors  the model's tensors (save callback), the
  *                             tensor "train/position" = {epoch, step in
  *                             epoch, global step} of the next batch, the
@@ -228,6 +229,18 @@ typedef struct rp_trainer_model {
      * settle made them so). The trainer adds "train/position" after it.
      */
     rp_status (*save)(void *ctx, void *state, rp_checkpoint *ck);
+    /*
+     * Optional; needed for cfg.checkpoint_per_worker. Every worker of the
+     * stepped role, in a run at the checkpoint's step boundary: adds the
+     * pieces of the state this worker holds to ck, its own shard
+     * (rp_replica_checkpoint_part for a replica's parameters and optimizer;
+     * rp_checkpoint_add_piece, or whole tensors, for the rest), so that the
+     * workers' pieces tile every tensor exactly once under the names save()
+     * uses. It replaces settle and save for such a checkpoint: nothing is
+     * gathered unless the model gathers it. The trainer adds
+     * "train/position" and the metadata to worker 0's shard.
+     */
+    rp_status (*save_part)(rp_replica *rep, void *ctx, void *state, rp_checkpoint *ck);
     /* Optional. Every replica, in rp_trainer_destroy(): frees the state build made (may be NULL).
      */
     rp_status (*destroy)(rp_replica *rep, void *ctx, void *state);
@@ -336,6 +349,13 @@ typedef struct rp_trainer_config {
     bool checkpoint_background; /* write each checkpoint on a background thread while training
                                    goes on (see "Background saving" below); false (default):
                                    the step waits for the write */
+    bool checkpoint_per_worker; /* every worker of the stepped role writes its own shard of
+                                   each checkpoint (the model's save_part; lockstep strategies:
+                                   sync, ZeRO) and worker 0's process publishes the index:
+                                   nothing is gathered, and a resume reads each worker's pieces
+                                   (see "Checkpoints written by every worker" below); with
+                                   checkpoint_background too, each process's writer writes its
+                                   workers' shards. Not with checkpoint_shards */
 } rp_trainer_config;
 
 /* The defaults noted on each field (run_dir, which has none, must be set). */
@@ -480,13 +500,35 @@ RP_API bool rp_trainer_request_stop(int reason);
  * moment leaves the previously published checkpoint loadable.
  */
 
+/*
+ * Checkpoints written by every worker (cfg.checkpoint_per_worker). At a
+ * checkpoint's step boundary every worker of the stepped role, in a run,
+ * puts the part of the state it holds into its own staging checkpoint
+ * (model->save_part; a replica's values and optimizer state of its range,
+ * rp_replica_checkpoint_part: its ZeRO shard, or an even part under sync),
+ * worker 0 adds the position, the epoch's sums and the metadata and clears
+ * what an unpublished earlier attempt left of the generation, and the
+ * workers meet. Then every process writes its workers' shards
+ * (checkpoint.shards/g<G>/shard-<w>-of-<W>.safetensors, W the role's
+ * workers) - inline, or on its writer thread with cfg.checkpoint_background
+ * - and the process of worker 0 waits for all W shard files (at most the
+ * communicators' timeout, at least a minute; a missing one is named) and
+ * publishes the index. Nothing is gathered: no worker holds more than its
+ * part, and each process writes only its own bytes. A resume reads each
+ * worker's pieces (rp_trainer_load_checkpoint opens a sharded checkpoint
+ * lazily). Every reader (eval, export, `replicator checkpoint`) takes it as
+ * any sharded checkpoint. Needs lockstep replicas (sync, ZeRO-1/2/3, HSDP):
+ * RP_ERR_INVALID at create otherwise.
+ */
+
 /* The checkpoint's path in run directory `dir`: "<dir>/checkpoint.safetensors". */
 RP_API void rp_trainer_checkpoint_path(char *buf, size_t size, const char *dir);
 
 /*
  * Loads the checkpoint of run directory `dir` (rp_checkpoint_load()); free
  * it with rp_checkpoint_destroy(). A sharded checkpoint (checkpoint.index.json)
- * is read whole (rp_checkpoint_index_load); where a directory holds both
+ * is opened lazily (rp_checkpoint_open_sharded: each tensor read when asked
+ * for, a sharded optimizer's range read alone); where a directory holds both
  * kinds (a run that changed cfg.checkpoint_shards between resumes, killed
  * between publishing one and removing the other), the newer file wins.
  * Errors: those of rp_checkpoint_load() or rp_checkpoint_index_open(),

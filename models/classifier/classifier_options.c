@@ -320,6 +320,10 @@ static const rp_option train_table[] = {
     RP_OPT_FLAG(T, background_save, "--background-save", RESUME,
                 "write each checkpoint on a background thread while training goes\n"
                 "on (one save in flight; docs/training.md)"),
+    RP_OPT_FLAG(T, per_worker_save, "--checkpoint-per-worker", RESUME,
+                "each worker writes its own shard of each checkpoint (its ZeRO\n"
+                "shard, its pipeline stage), nothing gathered; a resume reads\n"
+                "only each worker's pieces (sync and ZeRO; docs/training.md)"),
     RP_OPT_FLAG(T, quiet, "--quiet", RESUME, "only the summary"),
     RP_OPT_DOC("--help", NULL, "this text"),
     RP_OPTION_END,

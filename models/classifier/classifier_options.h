@@ -74,6 +74,8 @@ typedef struct train_opts {
                                 (0: one whole file); not saved */
     bool background_save;    /* --background-save: checkpoints written on a background thread;
                                 not saved */
+    bool per_worker_save;    /* --checkpoint-per-worker: each worker writes its own shard; not
+                                saved */
     bool force;              /* --out may hold an earlier run's checkpoint: overwrite it */
     bool out_given;          /* --out was on the command line (else runs/MODEL, made unique) */
     const char *tensorboard; /* --tensorboard DIR (argv's), or NULL; not saved */

@@ -103,6 +103,7 @@ static rp_status setup(train_opts *o, const char *resume, rp_classifier **clf, r
     tc.no_checkpoint = o->no_checkpoint;
     tc.checkpoint_shards = o->checkpoint_shards;
     tc.checkpoint_background = o->background_save;
+    tc.checkpoint_per_worker = o->per_worker_save;
     tc.quiet = o->quiet;
     tc.batch = o->batch;
     tc.rate_unit = "img/s";

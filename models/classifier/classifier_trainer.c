@@ -512,6 +512,37 @@ static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
     return rp_checkpoint_add_optimizer(ck, s->opt, p, "optim/");
 }
 
+/*
+ * Each worker's own part of a checkpoint: a replica of one worker its range of the values and
+ * the optimizer state (its ZeRO shard, or an even part), nothing gathered; a replica spanning
+ * workers writes each stage from the stage's worker (tensor-parallel members gathered to the
+ * stage's first, ZeRO's optimizer shards to replica 0), so the stages' writes never meet.
+ */
+static rp_status save_part(rp_replica *rep, void *ctx, void *state, rp_checkpoint *ck)
+{
+    (void)ctx;
+    replica_state *s = state;
+    if (s->stages == 1 && s->tp == 1)
+        return rp_replica_checkpoint_part(rep, ck, s->opt, "param/", "optim/");
+    RP_CHECK(rp_replica_optimizer_fetch(rep, s->opt));
+    if (rp_replica_id(rep) != 0) return RP_OK;
+    rp_checkpoint *mine = NULL;
+    RP_CHECK(stage_tensors(s, &mine)); /* with tensor parallelism, collective over its members */
+    rp_status status = RP_OK;
+    for (int i = 0; s->tp_rank == 0 && i < rp_checkpoint_count(mine) && status == RP_OK; i++) {
+        const char *name = rp_checkpoint_name_at(mine, i);
+        rp_checkpoint_dtype dtype;
+        int ndim;
+        int64_t shape[RP_MAX_DIMS];
+        const void *data = rp_checkpoint_get(mine, name, &dtype, &ndim, shape);
+        /* The optimizer's step count is every stage's: stage 0 writes it. */
+        if (data && dtype == RP_CHECKPOINT_I64 && s->stage != 0) continue;
+        status = data ? rp_checkpoint_add(ck, name, dtype, ndim, shape, data) : rp_last_status();
+    }
+    rp_checkpoint_destroy(mine);
+    return status;
+}
+
 static rp_status destroy(rp_replica *rep, void *ctx, void *state)
 {
     replica_state *s = state;
@@ -535,6 +566,7 @@ const rp_trainer_model *rp_classifier_trainer_model(void)
         .evaluate = evaluate,
         .evaluated = evaluated,
         .save = save,
+        .save_part = save_part,
         .destroy = destroy,
     };
     return &model;

@@ -38,6 +38,7 @@ typedef struct sngan_opts {
     int hsdp;              /* --hsdp G: ZeRO in groups of G replicas (implies --zero 1) */
     int checkpoint_shards; /* --checkpoint-shards N (0: one file) */
     bool background_save;  /* --background-save */
+    bool per_worker_save;  /* --checkpoint-per-worker */
     double comm_timeout;
     int threads, replicas;
     bool replicas_given, out_given, force, quiet, no_checkpoint;

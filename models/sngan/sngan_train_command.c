@@ -140,6 +140,9 @@ static const rp_option sngan_table[] = {
                "one file; docs/training.md)"),
     RP_OPT_FLAG(T, background_save, "--background-save", RESUME,
                 "write each checkpoint on a background thread while training goes on"),
+    RP_OPT_FLAG(T, per_worker_save, "--checkpoint-per-worker", RESUME,
+                "each replica writes its own shard of each checkpoint (its ZeRO\n"
+                "shard), nothing gathered (sync and ZeRO; docs/training.md)"),
     RP_OPT_FLAG(T, quiet, "--quiet", RESUME, "no progress lines"),
     RP_OPT_PATH_REF(T, resume, "--resume", "DIR", RESUME,
                     "continue the run in DIR (with it: --iters, --threads, --replicas,\n"
@@ -352,6 +355,7 @@ static rp_status setup(sngan_opts *o, const char *resume, rp_sngan **gan, rp_sng
     tc.checkpoint_every_steps = o->checkpoint_every;
     tc.checkpoint_shards = o->checkpoint_shards;
     tc.checkpoint_background = o->background_save;
+    tc.checkpoint_per_worker = o->per_worker_save;
     tc.eval_every_steps = o->judge[0] ? o->eval_every : 0;
     tc.metrics_every_steps = o->metrics_every;
     tc.no_checkpoint = o->no_checkpoint;

@@ -410,6 +410,15 @@ static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
     return rp_checkpoint_add_optimizer(ck, s->opt_d, s->dis.params, "optim_d/");
 }
 
+/* Each replica's own part (its ZeRO shard, or an even part of the values): nothing gathered. */
+static rp_status save_part(rp_replica *rep, void *ctx, void *state, rp_checkpoint *ck)
+{
+    (void)ctx;
+    const sngan_replica_state *s = state;
+    RP_CHECK(rp_replica_checkpoint_part(rep, ck, s->opt_g, "gen/", "optim_g/"));
+    return rp_replica_checkpoint_part(rep, ck, s->opt_d, "dis/", "optim_d/");
+}
+
 static rp_status destroy(rp_replica *rep, void *ctx, void *state)
 {
     sngan_replica_state *s = state;
@@ -439,6 +448,7 @@ const rp_trainer_model *rp_sngan_trainer_model(void)
         .evaluated = evaluated,
         .settle = settle,
         .save = save,
+        .save_part = save_part,
         .destroy = destroy,
     };
     return &model;

@@ -156,8 +156,9 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t s
     return buf;
 }
 
-rp_status io_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
-                         const int64_t *shape, ckpt_tensor **out)
+/* io_ckpt_append, or with `unread` a view's tensor without data (io_ckpt_append_unread). */
+static rp_status append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
+                        const int64_t *shape, bool unread, ckpt_tensor **out)
 {
     const char *problem = io_ckpt_name_problem(name);
     if (problem)
@@ -185,7 +186,7 @@ rp_status io_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
     size_t nbytes = (size_t)numel * esize;
     ckpt_tensor t;
     memset(&t, 0, sizeof t);
-    if (ck->n_tensors < ck->n_kept && ck->tensors[ck->n_tensors].nbytes == nbytes) {
+    if (!unread && ck->n_tensors < ck->n_kept && ck->tensors[ck->n_tensors].nbytes == nbytes) {
         /* The block kept at this position since rp_checkpoint_reset fits: take it over. */
         ckpt_tensor *kept = &ck->tensors[ck->n_tensors];
         t.data = kept->data;
@@ -203,9 +204,10 @@ rp_status io_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
         t.shape[d] = shape[d];
     t.numel = numel;
     t.nbytes = nbytes;
+    t.unread = unread;
     if (!t.name) t.name = dup_string(name);
-    if (!t.data) t.data = rp_alloc(t.nbytes);
-    if (!t.name || !t.data) {
+    if (!t.data && !unread) t.data = rp_alloc(t.nbytes);
+    if (!t.name || (!t.data && !unread)) {
         rp_free(t.data);
         rp_free(t.name);
         io_ckpt_release_kept(ck);
@@ -219,7 +221,82 @@ rp_status io_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtyp
         rp_free(t.name);
         return status;
     }
-    *out = &ck->tensors[ck->n_tensors - 1];
+    if (out) *out = &ck->tensors[ck->n_tensors - 1];
+    return RP_OK;
+}
+
+rp_status io_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
+                         const int64_t *shape, ckpt_tensor **out)
+{
+    return append(ck, name, dtype, ndim, shape, false, out);
+}
+
+rp_status io_ckpt_append_unread(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                                int ndim, const int64_t *shape)
+{
+    return append(ck, name, dtype, ndim, shape, true, NULL);
+}
+
+void io_ckpt_set_source(rp_checkpoint *ck, const ckpt_source *source, void *ctx)
+{
+    pthread_mutex_init(&ck->source_mu, NULL);
+    ck->source = source;
+    ck->source_ctx = ctx;
+}
+
+/* Reads unread tensor t whole from the source. Called with source_mu held. */
+static rp_status read_unread(const rp_checkpoint *ck, ckpt_tensor *t)
+{
+    void *data = rp_alloc(t->nbytes);
+    if (!data) return rp_last_status();
+    rp_status status = ck->source->read(ck->source_ctx, t->name, 0, t->numel, data);
+    if (status != RP_OK) {
+        rp_free(data);
+        return status;
+    }
+    t->data = data;
+    t->unread = false;
+    return RP_OK;
+}
+
+/*
+ * The view's lazily read tensors are a cache behind a const checkpoint: reading one fills it in,
+ * as every reader would see the same bytes.
+ */
+const void *io_ckpt_data(const rp_checkpoint *ck, int k)
+{
+    ckpt_tensor *t = &((rp_checkpoint *)ck)->tensors[k];
+    if (!ck->source) return t->data;
+    pthread_mutex_t *mu = &((rp_checkpoint *)ck)->source_mu;
+    pthread_mutex_lock(mu);
+    rp_status status = t->unread ? read_unread(ck, t) : RP_OK;
+    pthread_mutex_unlock(mu);
+    return status == RP_OK ? t->data : NULL;
+}
+
+rp_status io_ckpt_read_all(const rp_checkpoint *ck)
+{
+    for (int k = 0; ck->source && k < ck->n_tensors; k++)
+        if (!io_ckpt_data(ck, k)) return rp_last_status();
+    return RP_OK;
+}
+
+rp_status io_ckpt_read_elems(const rp_checkpoint *ck, int k, int64_t offset, int64_t count,
+                             void *dst)
+{
+    const ckpt_tensor *t = &ck->tensors[k];
+    size_t esize = io_ckpt_dtype_size(t->dtype);
+    if (count <= 0) return RP_OK;
+    bool unread = false;
+    if (ck->source) {
+        pthread_mutex_t *mu = &((rp_checkpoint *)ck)->source_mu;
+        pthread_mutex_lock(mu);
+        unread = t->unread;
+        pthread_mutex_unlock(mu);
+    }
+    /* Only the pieces holding the range are read, and nothing is kept. */
+    if (unread) return ck->source->read(ck->source_ctx, t->name, offset, count, dst);
+    memcpy(dst, (const char *)t->data + (size_t)offset * esize, (size_t)count * esize);
     return RP_OK;
 }
 
@@ -335,6 +412,10 @@ void rp_checkpoint_destroy(rp_checkpoint *ck)
     rp_free(ck->tensors);
     rp_free(ck->tensor_index.slots);
     rp_free(ck->meta_index.slots);
+    if (ck->source) {
+        ck->source->close(ck->source_ctx);
+        pthread_mutex_destroy(&ck->source_mu);
+    }
     rp_free(ck);
 }
 
@@ -427,7 +508,7 @@ const void *rp_checkpoint_get(const rp_checkpoint *ck, const char *name, rp_chec
         for (int d = 0; d < t->ndim; d++)
             shape[d] = t->shape[d];
     }
-    return t->data;
+    return io_ckpt_data(ck, i);
 }
 
 /* The data of `name` if it has `want` dtype, with its element count. */
@@ -497,7 +578,7 @@ const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i)
 /* ---- models and optimizers ---------------------------------------------------- */
 
 /* Writes prefix + name into buf (RP_CHECKPOINT_NAME_MAX + 1 bytes), or fails. */
-static rp_status full_name(char *buf, const char *prefix, const char *name)
+rp_status io_ckpt_full_name(char *buf, const char *prefix, const char *name)
 {
     int len = snprintf(buf, RP_CHECKPOINT_NAME_MAX + 1, "%s%s", prefix ? prefix : "", name);
     if (len < 0 || len > RP_CHECKPOINT_NAME_MAX) {
@@ -598,15 +679,12 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
                         p.count, p.count == 1 ? "" : "s", p.text, more);
     }
     for (int i = 0; i < n; i++) {
-        const ckpt_tensor *t = &ck->tensors[io_ckpt_find(ck, want[i].name)];
-        if (want[i].take >= 0) {
-            /* A shard's part (the shape matched, so the range lies inside the tensor). */
-            if (want[i].take > 0)
-                memcpy(want[i].dst, (const char *)t->data + want[i].skip * (int64_t)sizeof(float),
-                       (size_t)want[i].take * sizeof(float));
-        } else if (t->nbytes > 0) {
-            memcpy(want[i].dst, t->data, t->nbytes);
-        }
+        int k = io_ckpt_find(ck, want[i].name);
+        /* A shard's part (the shape matched, so the range lies inside the tensor), or all of it:
+           a view reads only the pieces of its source holding the range. */
+        bool part = want[i].take >= 0;
+        RP_CHECK(io_ckpt_read_elems(ck, k, part ? want[i].skip : 0,
+                                    part ? want[i].take : ck->tensors[k].numel, want[i].dst));
     }
     return RP_OK;
 }
@@ -614,7 +692,7 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
 /* Fills a want from a parameter tensor. */
 static rp_status want_param(ckpt_want *w, const char *prefix, const rp_tensor *t, float *dst)
 {
-    RP_CHECK(full_name(w->name, prefix, t->name));
+    RP_CHECK(io_ckpt_full_name(w->name, prefix, t->name));
     w->dtype = RP_CHECKPOINT_F32;
     w->ndim = t->ndim;
     for (int d = 0; d < t->ndim; d++)
@@ -697,8 +775,8 @@ cleanup:
  * Slots of the optimizer's state block, checked against the parameter list: slots x the
  * optimizer's range [lo, hi) of the trainable values (all of them unless sharded).
  */
-static rp_status optimizer_slots(const rp_optimizer *opt, const rp_params *params, float **state,
-                                 int *slots, int64_t *lo, int64_t *hi)
+rp_status io_ckpt_optimizer_slots(const rp_optimizer *opt, const rp_params *params, float **state,
+                                  int *slots, int64_t *lo, int64_t *hi)
 {
     int64_t numel = 0;
     int64_t trainable = rp_params_trainable_numel(params);
@@ -729,7 +807,7 @@ static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const
         char slot_prefix[RP_CHECKPOINT_NAME_MAX + 1];
         char slot[16];
         snprintf(slot, sizeof slot, "slot%d/", k);
-        RP_CHECK(full_name(slot_prefix, prefix, slot));
+        RP_CHECK(io_ckpt_full_name(slot_prefix, prefix, slot));
         for (int i = 0; i < n_train; i++) {
             const rp_tensor *t = rp_params_at(params, i);
             int64_t off = rp_params_offset(params, i);
@@ -742,7 +820,7 @@ static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const
         }
     }
     ckpt_want *last = &want[w];
-    RP_CHECK(full_name(last->name, prefix, "steps"));
+    RP_CHECK(io_ckpt_full_name(last->name, prefix, "steps"));
     last->dtype = RP_CHECKPOINT_I64;
     last->ndim = 1;
     last->shape[0] = 1;
@@ -763,7 +841,7 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
     float *state;
     int slots;
     int64_t lo, hi;
-    RP_CHECK(optimizer_slots(opt, params, &state, &slots, &lo, &hi));
+    RP_CHECK(io_ckpt_optimizer_slots(opt, params, &state, &slots, &lo, &hi));
     int64_t trainable = rp_params_trainable_numel(params);
     if (lo != 0 || hi != trainable)
         return RP_ERROR(RP_ERR_INVALID,
@@ -808,7 +886,7 @@ static rp_status read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt, cons
     float *state;
     int slots;
     int64_t lo, hi;
-    RP_CHECK(optimizer_slots(opt, params, &state, &slots, &lo, &hi));
+    RP_CHECK(io_ckpt_optimizer_slots(opt, params, &state, &slots, &lo, &hi));
     int n = slots * rp_params_trainable_count(params) + 1;
     int64_t steps = 0;
     const kernels_table *k = kernels_active();

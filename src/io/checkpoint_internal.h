@@ -7,6 +7,7 @@
 #ifndef RP_IO_CHECKPOINT_INTERNAL_H
 #define RP_IO_CHECKPOINT_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,7 +32,9 @@ typedef struct ckpt_tensor {
     int64_t shape[RP_MAX_DIMS]; /* shape[0..ndim-1] */
     int64_t numel;
     size_t nbytes; /* numel * element size */
-    void *data;    /* rp_alloc'd [nbytes], never NULL */
+    void *data;    /* rp_alloc'd [nbytes]; NULL only while `unread` */
+    /* A view's tensor (rp_checkpoint_open_sharded) not read yet: its bytes are in the source. */
+    bool unread;
     /*
      * A piece of a larger tensor (rp_checkpoint_add_piece): this tensor is elements
      * [piece_offset, piece_offset + numel) of the row-major whole of shape whole_shape.
@@ -41,6 +44,16 @@ typedef struct ckpt_tensor {
     int64_t whole_shape[RP_MAX_DIMS];
     int64_t piece_offset;
 } ckpt_tensor;
+
+/*
+ * Where a view's tensors are read from (rp_checkpoint_open_sharded: a sharded checkpoint's
+ * index). read() takes elements [offset, offset + count) of tensor `name` into dst and must be
+ * thread-safe; close() lets the source go with the checkpoint.
+ */
+typedef struct ckpt_source {
+    rp_status (*read)(void *ctx, const char *name, int64_t offset, int64_t count, void *dst);
+    void (*close)(void *ctx);
+} ckpt_source;
 
 typedef struct ckpt_meta {
     char *key;
@@ -73,6 +86,13 @@ struct rp_checkpoint {
     int n_meta, cap_meta;
     ckpt_index tensor_index, meta_index; /* by name, by key */
     uint64_t seed;                       /* the indexes' hash key */
+    /*
+     * A view (rp_checkpoint_open_sharded): its unread tensors are read from source when first
+     * asked for, under source_mu (the replicas of a process read one view concurrently).
+     */
+    const ckpt_source *source;
+    void *source_ctx;
+    pthread_mutex_t source_mu;
 };
 
 /* Bytes per element of a dtype, 0 for an unknown one. */
@@ -136,6 +156,42 @@ int io_ckpt_meta_find(const rp_checkpoint *ck, const char *key);
  */
 rp_status io_ckpt_append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype, int ndim,
                          const int64_t *shape, ckpt_tensor **out);
+
+/*
+ * Appends a tensor of a view whose bytes stay in ck's source until first asked for (unread, no
+ * data). Errors: as io_ckpt_append.
+ */
+rp_status io_ckpt_append_unread(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                                int ndim, const int64_t *shape);
+
+/* Makes ck a view reading its unread tensors from `source` (which it closes when destroyed). */
+void io_ckpt_set_source(rp_checkpoint *ck, const ckpt_source *source, void *ctx);
+
+/*
+ * Tensor k's bytes, read whole from the source first if it is a view's unread tensor (once: kept
+ * from then on). NULL on error (the source's), with the error set.
+ */
+const void *io_ckpt_data(const rp_checkpoint *ck, int k);
+
+/* Reads every unread tensor of a view (before writing it out). Errors: the source's. */
+rp_status io_ckpt_read_all(const rp_checkpoint *ck);
+
+/*
+ * Elements [offset, offset + count) of tensor k into dst: from memory, or straight from the
+ * source for a view's unread tensor (reading only the pieces that hold them, keeping nothing).
+ */
+rp_status io_ckpt_read_elems(const rp_checkpoint *ck, int k, int64_t offset, int64_t count,
+                             void *dst);
+
+/* prefix + name into buf (RP_CHECKPOINT_NAME_MAX + 1 bytes). Errors: RP_ERR_INVALID (too long). */
+rp_status io_ckpt_full_name(char *buf, const char *prefix, const char *name);
+
+/*
+ * The optimizer's state block checked against its parameter list: *slots slots of its range
+ * [*lo, *hi) of the trainable values (all of them unless sharded). Errors: RP_ERR_INVALID.
+ */
+rp_status io_ckpt_optimizer_slots(const rp_optimizer *opt, const rp_params *params, float **state,
+                                  int *slots, int64_t *lo, int64_t *hi);
 
 /* Frees the blocks kept since rp_checkpoint_reset that no append has taken over. */
 void io_ckpt_release_kept(rp_checkpoint *ck);

@@ -190,6 +190,7 @@ rp_status rp_checkpoint_save(const rp_checkpoint *ck, const char *path)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_save: ck and path must not be NULL or empty");
     }
+    RP_CHECK(io_ckpt_read_all(ck)); /* a view's tensors, before the header names their CRC */
     if (!io_ckpt_host_is_little_endian()) {
         return RP_ERROR(RP_ERR_UNSUPPORTED,
                         "rp_checkpoint_save: %s: big-endian hosts are not supported", path);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -26,6 +27,7 @@
 #include "core/file_internal.h"
 #include "io/checkpoint_internal.h"
 #include "io/checkpoint_shard_internal.h"
+#include "kernels/kernels.h"
 
 rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
                                   int ndim, const int64_t *shape, int64_t offset, int64_t count,
@@ -152,6 +154,7 @@ rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base, in
                         "rp_checkpoint_save_shard: shard %d of %d, generation %lld (ck and base "
                         "set, 0 <= k < n <= %d, generation >= 1)",
                         k, n, (long long)generation, RP_CHECKPOINT_SHARDS_MAX);
+    RP_CHECK(io_ckpt_read_all(ck));
     rp_status status = RP_OK;
     rp_checkpoint view;
     memset(&view, 0, sizeof view);
@@ -563,7 +566,23 @@ static cJSON *tensor_json(const pub_tensor *t)
     return NULL;
 }
 
-/* Removes <base>.shards/g<G> directories other than `keep` (their files, then them). */
+void io_ckpt_remove_generation_dir(const char *gen)
+{
+    DIR *gd = opendir(gen);
+    struct dirent *f;
+    while (gd && (f = readdir(gd))) {
+        if (!strcmp(f->d_name, ".") || !strcmp(f->d_name, "..")) continue;
+        char *file = rp_alloc(strlen(gen) + strlen(f->d_name) + 2);
+        if (!file) break;
+        sprintf(file, "%s/%s", gen, f->d_name);
+        unlink(file);
+        rp_free(file);
+    }
+    if (gd) closedir(gd);
+    rmdir(gen);
+}
+
+/* Removes <base>.shards/g<G> directories other than `keep`. */
 static void remove_other_generations(const char *base, int64_t keep)
 {
     char *dir = io_ckpt_join(base, ".shards");
@@ -578,22 +597,57 @@ static void remove_other_generations(const char *base, int64_t keep)
         char *gen = rp_alloc(size);
         if (!gen) break;
         snprintf(gen, size, "%s/%s", dir, e->d_name);
-        DIR *gd = opendir(gen);
-        struct dirent *f;
-        while (gd && (f = readdir(gd))) {
-            if (!strcmp(f->d_name, ".") || !strcmp(f->d_name, "..")) continue;
-            char *file = rp_alloc(strlen(gen) + strlen(f->d_name) + 2);
-            if (!file) break;
-            sprintf(file, "%s/%s", gen, f->d_name);
-            unlink(file);
-            rp_free(file);
-        }
-        if (gd) closedir(gd);
-        rmdir(gen);
+        io_ckpt_remove_generation_dir(gen);
         rp_free(gen);
     }
     if (d) closedir(d);
     rp_free(dir);
+}
+
+rp_status rp_checkpoint_wait_shards(const char *base, int64_t generation, int n, int timeout_ms)
+{
+    if (!base || !*base || generation < 1 || n < 1 || n > RP_CHECKPOINT_SHARDS_MAX ||
+        timeout_ms < 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_wait_shards: base set, generation %lld >= 1, shards %d in "
+                        "1..%d, timeout %d ms >= 0",
+                        (long long)generation, n, RP_CHECKPOINT_SHARDS_MAX, timeout_ms);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int next = 0; /* shards before it exist */
+    for (;;) {
+        while (next < n) {
+            char *path = io_ckpt_shard_name(base, generation, next, n, false);
+            if (!path) return rp_last_status();
+            bool there = access(path, F_OK) == 0;
+            if (!there) {
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                int64_t waited = (int64_t)(now.tv_sec - start.tv_sec) * 1000 +
+                                 (now.tv_nsec - start.tv_nsec) / 1000000;
+                if (waited >= timeout_ms) {
+                    int missing = 0;
+                    for (int k = next; k < n; k++) {
+                        char *p = io_ckpt_shard_name(base, generation, k, n, false);
+                        missing += p && access(p, F_OK) != 0;
+                        rp_free(p);
+                    }
+                    rp_status status =
+                        RP_ERROR(RP_ERR_TIMEOUT,
+                                 "checkpoint shard %s was not written within %d ms (%d of %d "
+                                 "shards missing): its worker failed or is stuck",
+                                 path, timeout_ms, missing, n);
+                    rp_free(path);
+                    return status;
+                }
+            }
+            rp_free(path);
+            if (!there) break;
+            next++;
+        }
+        if (next == n) return RP_OK;
+        struct timespec pause = {0, 5 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
 }
 
 rp_status rp_checkpoint_remove_sharded(const char *base)
@@ -687,4 +741,106 @@ cleanup:
     cJSON_Delete(root);
     pub_free(&p);
     return status;
+}
+
+/* ---- a worker's pieces of a model (a sharded checkpoint written by every worker) ---------- */
+
+/*
+ * Adds, as pieces named prefix + slot + tensor name, the part inside [lo, hi) of each tensor
+ * i in [first, last) of params, reading its elements from values (element `base` of the flat
+ * list at values[0]); a tensor without elements goes with the range that starts at 0.
+ */
+static rp_status add_range_pieces(rp_checkpoint *ck, const rp_params *params, const char *prefix,
+                                  int first, int last, int64_t lo, int64_t hi, const float *values,
+                                  int64_t base)
+{
+    for (int i = first; i < last; i++) {
+        const rp_tensor *t = rp_params_at(params, i);
+        int64_t off = rp_params_offset(params, i);
+        int64_t from = off > lo ? off : lo, to = off + t->numel < hi ? off + t->numel : hi;
+        bool empty_here = t->numel == 0 && lo == 0;
+        if (from >= to && !empty_here) continue;
+        char name[RP_CHECKPOINT_NAME_MAX + 1];
+        RP_CHECK(io_ckpt_full_name(name, prefix, t->name));
+        int64_t count = from < to ? to - from : 0, shape[RP_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++)
+            shape[d] = t->shape[d];
+        RP_CHECK(rp_checkpoint_add_piece(ck, name, RP_CHECKPOINT_F32, t->ndim, shape,
+                                         count > 0 ? from - off : 0, count,
+                                         count > 0 ? values + (from - base) : NULL));
+    }
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_add_params_pieces(rp_checkpoint *ck, const rp_params *params,
+                                          const char *prefix, int64_t lo, int64_t hi)
+{
+    if (!ck || !params)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_params_pieces: ck and params must not be NULL");
+    int64_t numel = rp_params_numel(params);
+    if (rp_params_count(params) > 0 && !rp_params_data(params))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_params_pieces: the parameter list is not finalized");
+    if (lo < 0 || hi < lo || hi > numel)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_params_pieces: [%lld, %lld) is not a range of the %lld "
+                        "values",
+                        (long long)lo, (long long)hi, (long long)numel);
+    const kernels_table *k = kernels_active();
+    kernels_staging stage = {0};
+    const float *values = NULL;
+    if (hi > lo) {
+        /* Only the range: under ZeRO-3 the rest of the block is not this worker's. */
+        values = kernels_staging_view(&stage, k, rp_params_data(params) + lo,
+                                      (size_t)(hi - lo) * sizeof(float), true);
+        if (!values) return rp_last_status();
+    }
+    rp_status status =
+        add_range_pieces(ck, params, prefix, 0, rp_params_count(params), lo, hi, values, lo);
+    kernels_staging_free(&stage);
+    return status;
+}
+
+rp_status rp_checkpoint_add_optimizer_pieces(rp_checkpoint *ck, const rp_optimizer *opt,
+                                             const rp_params *params, const char *prefix,
+                                             int64_t lo, int64_t hi, bool steps)
+{
+    if (!ck || !opt || !params)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_optimizer_pieces: ck, opt and params must not be NULL");
+    float *state;
+    int slots;
+    int64_t olo, ohi;
+    RP_CHECK(io_ckpt_optimizer_slots(opt, params, &state, &slots, &olo, &ohi));
+    if (lo < olo || hi < lo || hi > ohi)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_optimizer_pieces: [%lld, %lld) is not inside the "
+                        "values [%lld, %lld) whose state the optimizer holds",
+                        (long long)lo, (long long)hi, (long long)olo, (long long)ohi);
+    const kernels_table *k = kernels_active();
+    kernels_staging stage = {0};
+    const float *values = NULL;
+    size_t bytes = (size_t)slots * (size_t)(ohi - olo) * sizeof(float);
+    if (bytes > 0 && hi > lo) {
+        values = kernels_staging_view(&stage, k, state, bytes, true);
+        if (!values) return rp_last_status();
+    }
+    rp_status status = RP_OK;
+    int n_train = rp_params_trainable_count(params);
+    for (int s = 0; s < slots && status == RP_OK; s++) {
+        char slot[16], slot_prefix[RP_CHECKPOINT_NAME_MAX + 1];
+        snprintf(slot, sizeof slot, "slot%d/", s);
+        status = io_ckpt_full_name(slot_prefix, prefix, slot);
+        if (status == RP_OK)
+            status = add_range_pieces(ck, params, slot_prefix, 0, n_train, lo, hi,
+                                      values ? values + (int64_t)s * (ohi - olo) : NULL, olo);
+    }
+    kernels_staging_free(&stage);
+    RP_CHECK(status);
+    if (!steps) return RP_OK;
+    char name[RP_CHECKPOINT_NAME_MAX + 1];
+    RP_CHECK(io_ckpt_full_name(name, prefix, "steps"));
+    int64_t count = rp_optimizer_steps(opt);
+    return rp_checkpoint_add_i64(ck, name, 1, &count);
 }

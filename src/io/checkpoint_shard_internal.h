@@ -27,6 +27,9 @@
  */
 char *io_ckpt_shard_name(const char *base, int64_t generation, int k, int n, bool relative);
 
+/* Removes directory `gen` of a generation (io_ckpt_shard_name with k < 0): its files, then it. */
+void io_ckpt_remove_generation_dir(const char *gen);
+
 /* a + b in a new rp_alloc'd string; NULL when out of memory. */
 char *io_ckpt_join(const char *a, const char *b);
 

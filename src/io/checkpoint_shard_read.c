@@ -479,6 +479,44 @@ rp_status rp_checkpoint_index_load(const rp_checkpoint_index *ix, rp_checkpoint 
     return RP_OK;
 }
 
+static rp_status view_read(void *ctx, const char *name, int64_t offset, int64_t count, void *dst)
+{
+    return rp_checkpoint_index_read(ctx, name, offset, count, dst);
+}
+
+static void view_close(void *ctx)
+{
+    rp_checkpoint_index_close(ctx);
+}
+
+static const ckpt_source index_source = {.read = view_read, .close = view_close};
+
+rp_status rp_checkpoint_open_sharded(rp_checkpoint **out, const char *base)
+{
+    if (!out || !base) return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_open_sharded: NULL argument");
+    *out = NULL;
+    rp_checkpoint_index *ix = NULL;
+    RP_CHECK(rp_checkpoint_index_open(&ix, base));
+    rp_checkpoint *ck = NULL;
+    rp_status status = rp_checkpoint_create(&ck);
+    if (status != RP_OK) {
+        rp_checkpoint_index_close(ix);
+        return status;
+    }
+    io_ckpt_set_source(ck, &index_source, ix); /* ck closes ix from here on */
+    status = copy_meta(ix, ck);
+    for (int i = 0; i < ix->n_tensors && status == RP_OK; i++) {
+        const ix_tensor *t = &ix->tensors[i];
+        status = io_ckpt_append_unread(ck, t->name, t->dtype, t->ndim, t->shape);
+    }
+    if (status != RP_OK) {
+        rp_checkpoint_destroy(ck);
+        return status;
+    }
+    *out = ck;
+    return RP_OK;
+}
+
 int64_t rp_checkpoint_published_generation(const char *base)
 {
     rp_checkpoint_index *ix = NULL;
@@ -491,6 +529,31 @@ int64_t rp_checkpoint_published_generation(const char *base)
     int64_t g = ix->generation;
     rp_checkpoint_index_close(ix);
     return g;
+}
+
+rp_status rp_checkpoint_discard_generation(const char *base, int64_t generation)
+{
+    if (!base || !*base || generation < 1)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_discard_generation: base set, generation "
+                        "%lld >= 1",
+                        (long long)generation);
+    if (generation == rp_checkpoint_published_generation(base))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_discard_generation: generation %lld of %s is the "
+                        "published one",
+                        (long long)generation, base);
+    char *gen = io_ckpt_shard_name(base, generation, -1, 1, false);
+    if (!gen) return rp_last_status();
+    io_ckpt_remove_generation_dir(gen);
+    struct stat st;
+    rp_status status = stat(gen, &st) == 0 ? RP_ERROR(RP_ERR_IO,
+                                                      "cannot clear %s, left by an unpublished "
+                                                      "checkpoint save",
+                                                      gen)
+                                           : RP_OK;
+    rp_free(gen);
+    return status;
 }
 
 rp_status rp_checkpoint_reshard(const char *base, int shards)

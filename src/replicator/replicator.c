@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "replicator/io.h"
 #include "replicator/strategy.h"
 
 rp_config rp_config_default(void)
@@ -1262,6 +1263,47 @@ size_t rp_replica_strategy_bytes(const rp_replica *rep, const rp_optimizer *opt,
 {
     if (!rep || !opt || !rep->r->strategy->bytes) return 0;
     return rep->r->strategy->bytes(rep, opt, resident);
+}
+
+rp_status rp_replica_checkpoint_range(const rp_replica *rep, const rp_optimizer *opt, int64_t *lo,
+                                      int64_t *hi)
+{
+    if (!rep || !opt || !lo || !hi) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
+    if (!rep->r->strategy->lockstep)
+        return RP_ERROR(RP_ERR_UNSUPPORTED,
+                        "a checkpoint written by every replica needs replicas that step in "
+                        "lockstep (sync or ZeRO); with the %s strategy each replica holds values "
+                        "of its own: write the gathered state instead (--checkpoint-shards N)",
+                        rep->r->strategy->name);
+    int64_t n = rp_params_trainable_numel(rp_optimizer_params(opt));
+    rp_optimizer_range(opt, lo, hi);
+    if (*lo != 0 || *hi != n) {
+        /* ZeRO: the shard it updates; under HSDP the first group's (the others hold copies). */
+        if (rep->repl_comm && rp_comm_rank(rep->repl_comm) != 0) *hi = *lo;
+        return RP_OK;
+    }
+    /* Every replica holds everything: each writes an even part. */
+    int64_t count = rep->count > 0 ? n / rep->count : n,
+            extra = rep->count > 0 ? n % rep->count : 0;
+    *lo = rep->id * count + (rep->id < extra ? rep->id : extra);
+    *hi = *lo + count + (rep->id < extra);
+    return RP_OK;
+}
+
+rp_status rp_replica_checkpoint_part(rp_replica *rep, rp_checkpoint *ck, const rp_optimizer *opt,
+                                     const char *param_prefix, const char *optim_prefix)
+{
+    if (!rep || !ck || !opt) return RP_ERROR(RP_ERR_INVALID, "NULL argument");
+    const rp_params *p = rp_optimizer_params(opt);
+    int64_t lo, hi, trainable = rp_params_trainable_numel(p);
+    RP_CHECK(rp_replica_checkpoint_range(rep, opt, &lo, &hi));
+    bool first = rep->id == 0;
+    RP_CHECK(rp_checkpoint_add_params_pieces(ck, p, param_prefix, lo, hi));
+    /* The buffers (equal on lockstep replicas) and the step count: replica 0's. */
+    if (first)
+        RP_CHECK(
+            rp_checkpoint_add_params_pieces(ck, p, param_prefix, trainable, rp_params_numel(p)));
+    return rp_checkpoint_add_optimizer_pieces(ck, opt, p, optim_prefix, lo, hi, first);
 }
 
 rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt)

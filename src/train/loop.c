@@ -124,7 +124,9 @@ static rp_status settle_replica(rp_replica *rep, void *arg)
  */
 static rp_status save_checkpoint(rp_trainer *t)
 {
-    if (!t->cfg.no_checkpoint && rp_replicator_sharded(t->rep) && t->model->settle)
+    /* Per worker: each worker writes what it holds; nothing is gathered. */
+    if (!t->cfg.no_checkpoint && !t->cfg.checkpoint_per_worker && rp_replicator_sharded(t->rep) &&
+        t->model->settle)
         RP_CHECK(rp_replicator_run(t->rep, settle_replica, t));
     return trainer_save_checkpoint(t);
 }

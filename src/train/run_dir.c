@@ -57,11 +57,9 @@ rp_status rp_trainer_load_checkpoint(rp_checkpoint **ck, const char *dir)
     if (!path || !base || !index) {
         status = rp_last_status();
     } else if (mtime_ns(index) >= 0 && mtime_ns(index) >= mtime_ns(path)) {
-        /* Sharded (and newer than any whole file beside it): read whole. */
-        rp_checkpoint_index *ix = NULL;
-        status = rp_checkpoint_index_open(&ix, base);
-        if (status == RP_OK) status = rp_checkpoint_index_load(ix, ck);
-        rp_checkpoint_index_close(ix);
+        /* Sharded (and newer than any whole file beside it): each tensor read when asked for,
+           so each replica reads its pieces. */
+        status = rp_checkpoint_open_sharded(ck, base);
     } else {
         status = rp_checkpoint_load(ck, path);
     }

@@ -10,6 +10,13 @@
  * staging memory is one state and a slow disk slows the saves, never
  * corrupts them. The writer's result is taken by the main thread at the next
  * step boundary (trainer_saver_poll) or when it waits.
+ *
+ * Per worker (cfg.checkpoint_per_worker): every worker of the stepped role puts its own part in
+ * a run (the model's save_part, into that worker's reused staging checkpoint), and every process
+ * writes its workers' shards - inline, or on its writer thread - and the process of worker 0
+ * waits for all the shard files and publishes the index. Worker 0 first clears what an earlier,
+ * unpublished attempt left of the generation, and the workers meet before any writes, so the
+ * publisher never takes a stale file for a new one.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,8 +34,14 @@ struct trainer_saver {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    rp_checkpoint *staging; /* the copy being written (or waiting to be) */
-    bool pending;           /* staged and not yet finished */
+    rp_checkpoint *staging; /* the gathered state's copy (unused per worker) */
+    /* What is written (or waits to be): the staging copy, or this process's workers' parts. */
+    rp_checkpoint *const *parts;
+    const int *shard; /* per worker: each part's shard */
+    int n_parts;
+    int workers;             /* per worker: the shard count (0: the gathered state) */
+    int64_t part_generation; /* per worker: the generation being written */
+    bool pending;            /* staged and not yet finished */
     bool quit;
     bool failed;     /* the last write failed and the main thread has not been told */
     rp_status error; /* its status */
@@ -38,6 +51,7 @@ struct trainer_saver {
     int shards;
     char layout[256];   /* the index's layout text */
     int64_t generation; /* the last published sharded generation (0: read it from disk) */
+    int timeout_ms;     /* per worker: how long the publisher waits for the other shards */
 };
 
 /* "<dir>/<name>", truncated paths fail to open by name later. */
@@ -49,10 +63,16 @@ static void join(char *buf, size_t size, const char *dir, const char *name)
 void trainer_layout_text(const rp_trainer *t, char *buf, size_t size)
 {
     const rp_replica *first = rp_replicator_replica(t->rep, 0);
-    snprintf(buf, size,
-             "shards=%d (each tensor split evenly); written from the gathered state of "
-             "replicas=%d zero=%d tp=%d stages=%d",
-             t->cfg.checkpoint_shards, rp_replicator_replicas(t->rep),
+    char shards[96];
+    if (t->cfg.checkpoint_per_worker)
+        snprintf(shards, sizeof shards, "shards=%d, each worker's own pieces; written by",
+                 first ? rp_comm_size(rp_replica_role_comm((rp_replica *)first)) : 1);
+    else
+        snprintf(shards, sizeof shards,
+                 "shards=%d (each tensor split evenly); written from the gathered state of",
+                 t->cfg.checkpoint_shards);
+    snprintf(buf, size, "%s replicas=%d zero=%d tp=%d stages=%d", shards,
+             rp_replicator_replicas(t->rep),
              rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO3   ? 3
              : rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO2 ? 2
              : rp_config_strategy(&t->cfg.runtime) == RP_STRATEGY_ZERO1 ? 1
@@ -86,6 +106,39 @@ rp_status trainer_write_checkpoint(const char *run_dir, int shards, const char *
     return RP_OK;
 }
 
+rp_status trainer_write_parts(const char *run_dir, rp_checkpoint *const *parts, const int *shard,
+                              int n_parts, int workers, const char *layout, int64_t generation,
+                              int timeout_ms)
+{
+    char whole[TRAIN_PATH_MAX + 32], base[TRAIN_PATH_MAX + 32];
+    join(whole, sizeof whole, run_dir, CHECKPOINT_FILE);
+    join(base, sizeof base, run_dir, "checkpoint");
+    bool publisher = false;
+    for (int i = 0; i < n_parts; i++) {
+        RP_CHECK(rp_checkpoint_save_shard(parts[i], base, generation, shard[i], workers, 1));
+        publisher = publisher || shard[i] == 0;
+    }
+    if (!publisher) return RP_OK;
+    /* The other processes' shards: each appears whole when its writer is done. */
+    RP_CHECK(rp_checkpoint_wait_shards(base, generation, workers, timeout_ms));
+    RP_CHECK(rp_checkpoint_publish(base, generation, workers, layout));
+    if (unlink(whole) != 0 && errno != ENOENT)
+        return RP_ERROR(RP_ERR_IO,
+                        "the sharded checkpoint was published, but the older %s cannot "
+                        "be removed: %s",
+                        whole, strerror(errno));
+    return RP_OK;
+}
+
+/* The writer's job: the staged state, whole or sharded, or this process's parts. */
+static rp_status write_staged(trainer_saver *s)
+{
+    if (s->workers > 0)
+        return trainer_write_parts(s->run_dir, s->parts, s->shard, s->n_parts, s->workers,
+                                   s->layout, s->part_generation, s->timeout_ms);
+    return trainer_write_checkpoint(s->run_dir, s->shards, s->layout, &s->generation, s->staging);
+}
+
 static void *writer_main(void *arg)
 {
     trainer_saver *s = arg;
@@ -96,8 +149,7 @@ static void *writer_main(void *arg)
         if (!s->pending) break;
         pthread_mutex_unlock(&s->mu);
         /* The staging copy is this thread's until pending is cleared. */
-        rp_status status =
-            trainer_write_checkpoint(s->run_dir, s->shards, s->layout, &s->generation, s->staging);
+        rp_status status = write_staged(s);
         pthread_mutex_lock(&s->mu);
         if (status != RP_OK) {
             s->failed = true;
@@ -117,6 +169,7 @@ static rp_status saver_start(rp_trainer *t)
     if (!s) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the checkpoint writer");
     snprintf(s->run_dir, sizeof s->run_dir, "%s", t->run_dir);
     s->shards = t->cfg.checkpoint_shards;
+    s->timeout_ms = trainer_shard_timeout_ms(t);
     trainer_layout_text(t, s->layout, sizeof s->layout);
     rp_status status = rp_checkpoint_create(&s->staging);
     if (status != RP_OK) {
@@ -199,19 +252,25 @@ void trainer_saver_stop(rp_trainer *t)
  * position of the next batch, the epoch's running scalars and the
  * configuration, into ck.
  */
-static rp_status stage(const rp_trainer *t, rp_checkpoint *ck)
+/* The trainer's own tensors and the metadata: the loader's position, the epoch's scalars. */
+static rp_status stage_run_state(const rp_trainer *t, rp_checkpoint *ck)
 {
     int64_t position[3] = {t->epoch, t->step, t->global_step};
     /* The sums' bits, not rounded values: the resumed epoch's means come out bit for bit. */
     _Static_assert(sizeof(uint64_t) == sizeof(double), "a sum's bits fill a u64");
     uint64_t sums[RP_TRAINER_MAX_SCALARS];
     memcpy(sums, t->epoch_sums, sizeof sums);
-    RP_CHECK(t->model->save(t->ctx, t->states[0], ck));
     RP_CHECK(rp_checkpoint_add_i64(ck, "train/position", 3, position));
     RP_CHECK(rp_checkpoint_add_i64(ck, TRAIN_EPOCH_STEPS, 1, &t->epoch_steps));
     RP_CHECK(rp_checkpoint_add_u64(ck, TRAIN_EPOCH_SUMS, t->n_scalars, sums));
     if (t->config_json) RP_CHECK(rp_checkpoint_set_meta(ck, "replicator.config", t->config_json));
     return rp_checkpoint_set_meta(ck, "replicator.version", RP_VERSION);
+}
+
+static rp_status stage(const rp_trainer *t, rp_checkpoint *ck)
+{
+    RP_CHECK(t->model->save(t->ctx, t->states[0], ck));
+    return stage_run_state(t, ck);
 }
 
 /* Inline: staged into a checkpoint of its own and written before returning. */
@@ -248,9 +307,106 @@ static rp_status save_background(rp_trainer *t)
     return RP_OK;
 }
 
+int trainer_shard_timeout_ms(const rp_trainer *t)
+{
+    /* The communicators' timeout (a worker that stops writing is as stuck as one that stops
+       sending), and at least a minute: a shard is many collectives' worth of bytes. */
+    double s = t->cfg.runtime.timeout_s > 0 ? t->cfg.runtime.timeout_s : 300;
+    if (s < 60) s = 60;
+    return s > 86400 ? 86400 * 1000 : (int)(s * 1000);
+}
+
+/* Per worker, in a run: this worker's part into its staging checkpoint. */
+static rp_status stage_part(rp_replica *rep, void *arg)
+{
+    rp_trainer *t = arg;
+    trainer_parts *p = &t->parts;
+    int i = rp_replica_local_index(rep);
+    rp_comm *role = rp_replica_role_comm(rep);
+    p->shard[i] = rp_comm_rank(role);
+    rp_checkpoint_reset(p->ck[i]);
+    RP_CHECK(t->model->save_part(rep, t->ctx, t->states[i], p->ck[i]));
+    if (p->shard[i] == 0) {
+        RP_CHECK(stage_run_state(t, p->ck[i]));
+        char base[TRAIN_PATH_MAX + 32];
+        join(base, sizeof base, t->run_dir, "checkpoint");
+        RP_CHECK(rp_checkpoint_discard_generation(base, p->generation + 1));
+    }
+    /* No worker writes before worker 0 has cleared the generation. */
+    return rp_comm_barrier(role);
+}
+
+static rp_status parts_init(rp_trainer *t)
+{
+    trainer_parts *p = &t->parts;
+    if (p->ck) return RP_OK;
+    p->ck = calloc((size_t)t->local, sizeof *p->ck);
+    p->shard = calloc((size_t)t->local, sizeof *p->shard);
+    if (!p->ck || !p->shard) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the staging parts");
+    for (int i = 0; i < t->local; i++)
+        RP_CHECK(rp_checkpoint_create(&p->ck[i]));
+    p->workers = rp_comm_size(rp_replica_role_comm(rp_replicator_replica(t->rep, 0)));
+    char base[TRAIN_PATH_MAX + 32];
+    join(base, sizeof base, t->run_dir, "checkpoint");
+    p->generation = rp_checkpoint_published_generation(base);
+    return RP_OK;
+}
+
+void trainer_parts_free(rp_trainer *t)
+{
+    trainer_parts *p = &t->parts;
+    for (int i = 0; p->ck && i < t->local; i++)
+        rp_checkpoint_destroy(p->ck[i]);
+    free(p->ck);
+    free(p->shard);
+    memset(p, 0, sizeof *p);
+}
+
+/*
+ * Every process: its workers' parts staged in a run (after the save before it is done), then
+ * written here or handed to the writer thread.
+ */
+static rp_status save_per_worker(rp_trainer *t)
+{
+    RP_CHECK(parts_init(t));
+    trainer_parts *p = &t->parts;
+    if (t->cfg.checkpoint_background) {
+        if (!t->saver) RP_CHECK(saver_start(t));
+        RP_CHECK(trainer_saver_wait(t));
+    }
+    rp_trace_begin(RP_PHASE_OTHER);
+    rp_status status = rp_replicator_run(t->rep, stage_part, t);
+    rp_trace_end("checkpoint stage");
+    RP_CHECK(status);
+    int64_t g = ++p->generation;
+    if (!t->cfg.checkpoint_background) {
+        char layout[256];
+        trainer_layout_text(t, layout, sizeof layout);
+        rp_trace_begin(RP_PHASE_OTHER);
+        status = trainer_write_parts(t->run_dir, p->ck, p->shard, t->local, p->workers, layout, g,
+                                     trainer_shard_timeout_ms(t));
+        rp_trace_end("checkpoint");
+        return status;
+    }
+    trainer_saver *s = t->saver;
+    pthread_mutex_lock(&s->mu);
+    s->parts = p->ck;
+    s->shard = p->shard;
+    s->n_parts = t->local;
+    s->workers = p->workers;
+    s->part_generation = g;
+    s->step = t->global_step;
+    s->pending = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return RP_OK;
+}
+
 rp_status trainer_save_checkpoint(rp_trainer *t)
 {
-    if (t->cfg.no_checkpoint || !t->root) return RP_OK;
+    if (t->cfg.no_checkpoint) return RP_OK;
+    if (t->cfg.checkpoint_per_worker) return save_per_worker(t);
+    if (!t->root) return RP_OK;
     if (t->cfg.checkpoint_background) return save_background(t);
     rp_trace_begin(RP_PHASE_OTHER);
     rp_status status = save_now(t);

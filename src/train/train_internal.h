@@ -38,6 +38,14 @@ typedef struct train_straggler {
 
 typedef struct trainer_saver trainer_saver;
 
+/* Per worker (cfg.checkpoint_per_worker): this process's workers' parts of a checkpoint. */
+typedef struct trainer_parts {
+    rp_checkpoint **ck; /* [local]: each local worker's part, reused from save to save */
+    int *shard;         /* [local]: its shard, its rank in the stepped role */
+    int workers;        /* the shard count: the stepped role's workers */
+    int64_t generation; /* the last generation written (read from disk at the first save) */
+} trainer_parts;
+
 struct rp_trainer {
     rp_trainer_config cfg; /* its strings point at the copies below */
     char run_dir[TRAIN_PATH_MAX];
@@ -96,6 +104,7 @@ struct rp_trainer {
     char *trace_path;        /* cfg.trace, copied; NULL: none */
     trainer_saver *saver;    /* the background writer (cfg.checkpoint_background), once started */
     int64_t generation;      /* the last sharded generation written inline (0: read from disk) */
+    trainer_parts parts;     /* cfg.checkpoint_per_worker's staging, once the first save made it */
 };
 
 /* trainer.c: whether `key` is a JSON-safe name of 1..31 letters, digits or '_'. */
@@ -118,6 +127,18 @@ rp_status trainer_write_checkpoint(const char *run_dir, int shards, const char *
                                    int64_t *generation, const rp_checkpoint *ck);
 /* The index's layout text: the shards, and the run's layout whose gathered state they split. */
 void trainer_layout_text(const rp_trainer *t, char *buf, size_t size);
+/*
+ * Per worker: writes this process's parts (parts[i] as shard shard[i] of `workers`) of
+ * `generation`; the process holding shard 0 then waits (at most timeout_ms) for every shard
+ * file and publishes the index, removing a whole file beside it.
+ */
+rp_status trainer_write_parts(const char *run_dir, rp_checkpoint *const *parts, const int *shard,
+                              int n_parts, int workers, const char *layout, int64_t generation,
+                              int timeout_ms);
+/* How long the publisher of a checkpoint written per worker waits for the others' shards. */
+int trainer_shard_timeout_ms(const rp_trainer *t);
+/* Frees the per-worker staging parts. */
+void trainer_parts_free(rp_trainer *t);
 /* A failed background write, reported once (RP_OK if none, or no writer). */
 rp_status trainer_saver_poll(rp_trainer *t);
 /* Waits for the save in flight; then as trainer_saver_poll. */

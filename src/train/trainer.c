@@ -120,6 +120,14 @@ static rp_status check_config(const rp_trainer_config *c, const rp_trainer_model
     if (c->checkpoint_shards < 0 || c->checkpoint_shards > RP_CHECKPOINT_SHARDS_MAX)
         return RP_ERROR(RP_ERR_INVALID, "checkpoint_shards %d: 0 (one whole file) to %d",
                         c->checkpoint_shards, RP_CHECKPOINT_SHARDS_MAX);
+    if (c->checkpoint_per_worker && !c->no_checkpoint && !m->save_part)
+        return RP_ERROR(RP_ERR_INVALID, "checkpoint_per_worker: the trainer's model has no "
+                                        "save_part callback (each worker's own part)");
+    if (c->checkpoint_per_worker && c->checkpoint_shards > 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "checkpoint_per_worker and checkpoint_shards %d: give one (per worker "
+                        "there is one shard per worker)",
+                        c->checkpoint_shards);
     if (m->stop_roles && !m->start_roles)
         return RP_ERROR(RP_ERR_INVALID, "the trainer's model has stop_roles but no start_roles");
     if (m->start_roles && c->runtime.nroles < 2)
@@ -318,6 +326,12 @@ rp_status rp_trainer_create(rp_trainer **out, const rp_trainer_config *cfg,
     RP_TRY(
         rp_replicator_set_flight_dir(t->rep, t->run_dir)); /* a failed run's flight-<worker>.txt */
     t->lockstep = rp_replicator_lockstep(t->rep);
+    if (cfg->checkpoint_per_worker && !cfg->no_checkpoint && !t->lockstep)
+        RP_TRY(RP_ERROR(RP_ERR_INVALID,
+                        "checkpoint_per_worker (--checkpoint-per-worker) needs replicas that step "
+                        "in lockstep (sync or ZeRO): with %s each replica holds values of its own; "
+                        "write the gathered state instead (--checkpoint-shards N)",
+                        rp_strategy_name(rp_config_strategy(&cfg->runtime))));
     if (rp_replicator_is_server(t->rep)) {
         t->server = true;
         t->cfg.quiet = true;
@@ -411,6 +425,7 @@ rp_status rp_trainer_destroy(rp_trainer *t)
         }
     }
     trainer_saver_stop(t);
+    trainer_parts_free(t);
     if (t->metrics) fclose(t->metrics);
     trainer_tensorboard_close(t);
     rp_replicator_destroy(t->rep);
