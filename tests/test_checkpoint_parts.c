@@ -21,10 +21,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define IN  5
-#define HID 9
-#define OUT 3
-#define GB  8
+#define IN           5
+#define HID          9
+#define OUT          3
+#define GB           8
 #define MAX_REPLICAS 4
 
 typedef struct net {
@@ -36,10 +36,10 @@ typedef struct net {
 
 typedef struct job {
     const char *base;
-    rp_checkpoint *view;                /* to resume from (NULL: a fresh start) */
-    rp_status read[MAX_REPLICAS];       /* each replica's optimizer read from the view */
-    char message[MAX_REPLICAS][512];    /* and its error */
-    float values[MAX_REPLICAS][512];    /* each replica's values after reading the view */
+    rp_checkpoint *view;             /* to resume from (NULL: a fresh start) */
+    rp_status read[MAX_REPLICAS];    /* each replica's optimizer read from the view */
+    char message[MAX_REPLICAS][512]; /* and its error */
+    float values[MAX_REPLICAS][512]; /* each replica's values after reading the view */
     int64_t numel;
 } job;
 
@@ -103,8 +103,8 @@ static rp_status write_part(rp_replica *rep, void *arg)
     RP_CHECK(rp_checkpoint_create(&ck));
     rp_status status = rp_replica_checkpoint_part(rep, ck, m->opt, "param/", "optim/");
     if (status == RP_OK)
-        status = rp_checkpoint_save_shard(ck, j->base, 1, rp_replica_id(rep),
-                                          rp_replica_count(rep), 1);
+        status =
+            rp_checkpoint_save_shard(ck, j->base, 1, rp_replica_id(rep), rp_replica_count(rep), 1);
     rp_checkpoint_destroy(ck);
     return status;
 }
@@ -205,9 +205,9 @@ static void test_parts_tile_and_read_back(void **state)
         int n, hsdp;
         const char *name;
     } layouts[] = {
-        {RP_STRATEGY_SYNC, 3, 0, "sync3"},   {RP_STRATEGY_ZERO1, 4, 0, "zero1"},
-        {RP_STRATEGY_ZERO2, 4, 0, "zero2"},  {RP_STRATEGY_ZERO3, 4, 0, "zero3"},
-        {RP_STRATEGY_ZERO1, 4, 2, "hsdp1"},  {RP_STRATEGY_ZERO3, 4, 2, "hsdp3"},
+        {RP_STRATEGY_SYNC, 3, 0, "sync3"},  {RP_STRATEGY_ZERO1, 4, 0, "zero1"},
+        {RP_STRATEGY_ZERO2, 4, 0, "zero2"}, {RP_STRATEGY_ZERO3, 4, 0, "zero3"},
+        {RP_STRATEGY_ZERO1, 4, 2, "hsdp1"}, {RP_STRATEGY_ZERO3, 4, 2, "hsdp3"},
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         char base[600];
@@ -255,8 +255,8 @@ static void test_each_replica_reads_its_pieces(void **state)
     rp_checkpoint_destroy(j.view);
 
     /*
-     * Damage the second moment of one of l2.weight's last elements. The 192 trainable values split 48
-     * per replica, and l2.weight (values 72..152) spans replicas 1, 2 and 3: its last element
+     * Damage the second moment of one of l2.weight's last elements. The 192 trainable values split
+     * 48 per replica, and l2.weight (values 72..152) spans replicas 1, 2 and 3: its last element
      * lies in the last replica's piece, in shard 3. The index still opens (sizes and CRC digits
      * unchanged); replicas 1 and 2 read their pieces of that tensor but never shard 3's, and
      * replica 3's read names the shard.

@@ -16,7 +16,10 @@
  *    shard after backward or after the step (ZeRO-1 holds every page), counted with mincore;
  *  - an op that would read a parameter the gathers cannot follow is refused with a message
  *    naming it: a view (rp_reshape) of a parameter, an op of more than TAPE_USE_HELD (2)
- *    trainable parameters.
+ *    trainable parameters;
+ *  - with keep_gathered (FSDP's reshard_after_forward=False): the same values bitwise, each unit
+ *    gathered once a step (forward only; the plan's count, exactly), no gather buffers, every
+ *    value resident after backward and only the shard after the step; refused without ZeRO-3.
  */
 #include "testutil.h"
 
@@ -42,6 +45,7 @@ typedef struct net {
 
 typedef struct job {
     rp_optim_config oc;
+    bool keep;       /* cfg.keep_gathered */
     int width;       /* of the hidden layers (W; the memory test's is larger) */
     float out[MAXP]; /* replica 0's values after the run (fetched) */
     float logits[GB * OUT];
@@ -188,6 +192,7 @@ static void run(job *j, rp_strategy_kind kind, int n, size_t bucket, int steps)
     cfg.timeout_s = 30;
     cfg.strategy = kind;
     cfg.bucket_bytes = bucket;
+    cfg.keep_gathered = j->keep;
     if (!j->width) j->width = W;
     rp_replicator *r;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
@@ -314,6 +319,55 @@ static void test_releases_values(void **state)
     assert_true(z.outside[2] >= 3 * layer);
 }
 
+static void test_keep_gathered(void **state)
+{
+    (void)state;
+    for (int n = 2; n <= 4; n++) {
+        job s = make_job(RP_OPTIM_ADAM), z = make_job(RP_OPTIM_ADAM), r = make_job(RP_OPTIM_ADAM);
+        z.keep = true;
+        run(&s, RP_STRATEGY_SYNC, n, 16, 4);
+        run(&z, RP_STRATEGY_ZERO3, n, 16, 4);
+        run(&r, RP_STRATEGY_ZERO3, n, 16, 4);
+        assert_memory_equal(z.out, s.out, (size_t)MAXP * sizeof(float));
+        assert_memory_equal(z.logits, s.logits, sizeof s.logits);
+        /* Each of the 15 units once (in forward), against 28 gathers without keeping. */
+        const rp_comm_tally *kept = runtime(&z.step, RP_FLIGHT_BROADCAST);
+        const rp_comm_tally *again = runtime(&r.step, RP_FLIGHT_BROADCAST);
+        const rp_plan_traffic *line = NULL;
+        for (int i = 0; i < z.plan.ntraffic; i++)
+            if (!strcmp(z.plan.traffic[i].what, "parameter units (ZeRO-3)"))
+                line = &z.plan.traffic[i];
+        assert_non_null(line);
+        assert_int_equal(kept->calls, line->calls);
+        assert_int_equal(kept->bytes, line->bytes);
+        assert_true(kept->calls >= 15);
+        assert_true(kept->calls < again->calls);
+        /* Every value crosses once: the block's bytes outside a replica's shard, about. */
+        assert_true(kept->bytes <= (int64_t)MAXP * (int64_t)sizeof(float));
+    }
+    /* Refused without ZeRO-3. */
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = 2;
+    cfg.strategy = RP_STRATEGY_ZERO2;
+    cfg.keep_gathered = true;
+    rp_replicator *bad = NULL;
+    assert_int_equal(rp_replicator_create(&bad, &cfg), RP_ERR_INVALID);
+    tu_assert_error_contains("keep_gathered (--keep-gathered) with strategy zero2");
+    if (!strcmp(rp_kernels_name(), "strict")) return; /* its storage is a mapping it only fills */
+    long page = sysconf(_SC_PAGESIZE), layer = (long)(256 * 256 * sizeof(float)) / page;
+    job z = make_job(RP_OPTIM_SGD), two = make_job(RP_OPTIM_SGD);
+    z.width = two.width = 256;
+    z.keep = true;
+    run(&z, RP_STRATEGY_ZERO3, 2, 64 << 10, 2);
+    run(&two, RP_STRATEGY_ZERO2, 2, 64 << 10, 2);
+    /* No gather buffers: the runtime's buffers are ZeRO-2's. */
+    assert_int_equal(z.runtime[0], two.runtime[0]);
+    /* After backward the values outside the shard are all there; after the step, gone. */
+    assert_true(z.outside[0] >= 3 * layer);
+    assert_true(z.outside[1] <= 2 * L);
+}
+
 static rp_status bad_view(rp_replica *rep, void *arg)
 {
     (void)arg;
@@ -360,10 +414,9 @@ static void test_refusals(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_equal_sync),
-        cmocka_unit_test(test_traffic_is_planned),
-        cmocka_unit_test(test_releases_values),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_equal_sync),      cmocka_unit_test(test_traffic_is_planned),
+        cmocka_unit_test(test_releases_values), cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_keep_gathered),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

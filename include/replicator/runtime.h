@@ -208,6 +208,15 @@ typedef struct rp_config {
      * strategies refuse it (RP_ERR_INVALID). See "HSDP" in docs/distributed.md.
      */
     int hsdp;
+    /*
+     * ZeRO-3 (RP_STRATEGY_ZERO3): a unit of values gathered in forward stays until the step's
+     * update (FSDP's reshard_after_forward=False): backward gathers nothing again (half the
+     * gather traffic), at the cost of holding every value from the end of forward to the
+     * update, as ZeRO-2 does; between steps each replica still holds its shard only. Default
+     * false: units are released as the step moves on and gathered again in backward. Other
+     * strategies refuse it (RP_ERR_INVALID).
+     */
+    bool keep_gathered;
 } rp_config;
 
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */

@@ -258,6 +258,10 @@ static const rp_option train_table[] = {
                "ZeRO as HSDP: the state sharded in groups of G consecutive\n"
                "replicas and replicated across the groups (reduced in the\n"
                "group, then across); implies --zero 1; G divides the replicas"),
+    RP_OPT_FLAG(T, keep_gathered, "--keep-gathered", RESUME,
+                "with --zero 3: keep each unit gathered in forward until the\n"
+                "update (backward gathers nothing again; every value is held\n"
+                "meanwhile, as with --zero 2; FSDP's reshard_after_forward=False)"),
     RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", OLD | RESUME,
                   "f32 (default) or bf16: convolutions and linear layers multiply\n"
                   "in bf16 (AMX or AVX512-BF16 where the CPU has them) and\n"

@@ -36,6 +36,7 @@ typedef struct sngan_opts {
     int grad_dtype;        /* --grad-dtype: rp_dtype of the gradients on the wire */
     int zero;              /* --zero [1|2|3]: 0 off, ZeRO-1, 2 or 3 (a layout: not saved) */
     int hsdp;              /* --hsdp G: ZeRO in groups of G replicas (implies --zero 1) */
+    bool keep_gathered;    /* --keep-gathered: ZeRO-3's units kept from forward to the update */
     int checkpoint_shards; /* --checkpoint-shards N (0: one file) */
     bool background_save;  /* --background-save */
     bool per_worker_save;  /* --checkpoint-per-worker */

@@ -122,6 +122,9 @@ static const rp_option sngan_table[] = {
     RP_OPT_INT(T, hsdp, "--hsdp", "G", 2, 256, RESUME,
                "ZeRO as HSDP: sharded in groups of G replicas, replicated\n"
                "across them; implies --zero 1"),
+    RP_OPT_FLAG(T, keep_gathered, "--keep-gathered", RESUME,
+                "with --zero 3: keep each unit gathered in forward until the\n"
+                "update (backward gathers nothing again)"),
     RP_OPT_DOUBLE(T, comm_timeout, "--timeout", "S", 0.001, 86400, RESUME,
                   "seconds a collective may wait for a peer"),
     RP_OPT_PATH(T, out_dir, "--out", "DIR", 0, "run directory (default runs/sngan, made unique)"),
@@ -281,6 +284,7 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     cfg->zero = o->zero == 1;
     if (o->zero >= 2) cfg->strategy = o->zero == 2 ? RP_STRATEGY_ZERO2 : RP_STRATEGY_ZERO3;
     cfg->hsdp = o->hsdp;
+    cfg->keep_gathered = o->keep_gathered;
     cfg->seed = o->g.seed;
     /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
     cfg->stuck_exit = rp_trainer_stuck_exit();

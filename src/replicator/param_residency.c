@@ -33,6 +33,11 @@
  * backward has run (`pending` zero: no later node reads it in this pass) - and the least
  * recently used only when none is spent. Without recording (evaluation) nothing is released,
  * so after the first pass everything is present and later passes make no collective.
+ *
+ * With cfg.keep_gathered (FSDP's reshard_after_forward=False) training gathers as evaluation
+ * does: each unit in place, once, kept through backward, released by the step's update. The
+ * step then holds every value, as ZeRO-2 does, but backward gathers nothing again, and between
+ * steps a replica still holds only its shard; there are no gather buffers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +58,10 @@ static void point(residency *z, int u, float *base)
 }
 
 rp_status residency_init(residency *z, const reducer *red, const rp_params *params,
-                         size_t unit_bytes)
+                         size_t unit_bytes, bool keep)
 {
     memset(z, 0, sizeof *z);
+    z->keep = keep;
     z->comm = red->comm;
     z->params = params;
     z->value = rp_params_data(params);
@@ -89,8 +95,10 @@ rp_status residency_init(residency *z, const reducer *red, const rp_params *para
     }
     for (int s = 0; s < TAPE_USE_HELD; s++) {
         z->slot_unit[s] = -1;
-        z->slot[s] = z->slot_len ? z->k->mem_alloc((size_t)z->slot_len * sizeof(float)) : NULL;
-        if (z->slot_len && !z->slot[s]) {
+        /* Kept units are gathered in place: no gather buffers. */
+        z->slot[s] =
+            z->slot_len && !keep ? z->k->mem_alloc((size_t)z->slot_len * sizeof(float)) : NULL;
+        if (z->slot_len && !keep && !z->slot[s]) {
             residency_free(z);
             return RP_ERROR(RP_ERR_NOMEM,
                             "cannot allocate ZeRO-3's gather buffers (%d x %lld values)",
@@ -232,13 +240,15 @@ static int victim(const residency *z, int keep, int node)
 
 rp_status residency_use(residency *z, int u, bool recording, int node)
 {
-    if (recording)
+    /* Kept (cfg.keep_gathered): gathered in place as without recording, released by the update. */
+    bool evict = recording && !z->keep;
+    if (evict)
         for (int held = z->present[u] ? TAPE_USE_HELD : TAPE_USE_HELD - 1; z->resident > held;) {
             int v = victim(z, u, node);
             if (v < 0) break;
             release(z, v);
         }
-    if (!z->present[u]) RP_CHECK(gather(z, u, recording));
+    if (!z->present[u]) RP_CHECK(gather(z, u, evict));
     z->stamp[u] = ++z->clock;
     z->node[u] = node;
     return RP_OK;

@@ -443,11 +443,17 @@ typedef struct residency {
     int slot_unit[TAPE_USE_HELD];               /* the unit in each slot, or -1 */
     int resident;                               /* units present */
     kernels_staging view;                       /* the broadcasts' host view */
+    /* cfg.keep_gathered: a unit gathered while training stays, in place, until the step's
+       update releases every unit (no gather buffers; backward gathers nothing again). */
+    bool keep;
 } residency;
 
-/* For params over red's members and shards, units of at least unit_bytes; everything present. */
+/*
+ * For params over red's members and shards, units of at least unit_bytes; everything present.
+ * With `keep`, units gathered while training stay until residency_release_all.
+ */
 rp_status residency_init(residency *z, const reducer *red, const rp_params *params,
-                         size_t unit_bytes);
+                         size_t unit_bytes, bool keep);
 void residency_free(residency *z);
 /* The unit holding param's values, or -1 when param is not one of this list's trainable ones. */
 int residency_unit_of(const residency *z, const rp_tensor *param);

@@ -207,7 +207,8 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
     if (status == RP_OK && rep->shard_comm)
         status = reducer_set_replicas(&z->red, rep->repl_comm, rep->comm);
     if (status == RP_OK && stage == 3) {
-        status = residency_init(&z->res, &z->red, params, rep->r->cfg.bucket_bytes);
+        status = residency_init(&z->res, &z->red, params, rep->r->cfg.bucket_bytes,
+                                rep->r->cfg.keep_gathered);
         /* Sharded from the start, as after every step (the first step gathers as the others). */
         if (status == RP_OK) residency_release_all(&z->res);
     }
@@ -431,8 +432,10 @@ static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_param
                                                             : "gradient buckets (mean)",
                                  nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
     if (stage == 3) {
-        /* The gather buffers: TAPE_USE_HELD of the largest unit (the largest bucket: one cut). */
-        w->strategy += (int64_t)TAPE_USE_HELD * most * (int64_t)sizeof(float);
+        /* The gather buffers: TAPE_USE_HELD of the largest unit (the largest bucket: one cut);
+           none when the units stay in place (keep_gathered). */
+        if (!cfg->keep_gathered)
+            w->strategy += (int64_t)TAPE_USE_HELD * most * (int64_t)sizeof(float);
         return zero3_gathers(cfg, N, lo, hi, params, oc, w);
     }
     return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
@@ -458,7 +461,9 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
  * reduced (a unit in flight is whole in its gather buffer, param_residency.c); at the update,
  * the shard of the gradients in place (the reduced-shard
  * buffer's pages given back as it is copied there). The rest of the gradient block is released
- * bucket by bucket.
+ * bucket by bucket. With cfg.keep_gathered each unit is gathered once, in forward, and the
+ * values are whole from the end of forward to the update: the peak is the buffers, every
+ * value, the optimizer state's shard and the gradient shard.
  */
 /* Values of [a, b) inside [lo, hi). */
 static int64_t overlap(int64_t a, int64_t b, int64_t lo, int64_t hi)
@@ -479,8 +484,9 @@ static rp_status zero3_gathers(const rp_config *cfg, int N, int64_t lo, int64_t 
     for (int u = 0; u < nu; u++) {
         int64_t a = ranges[2 * u], b = ranges[2 * u + 1];
         int owners = (int)((b - 1) / S - a / S + 1);
-        /* Units 0 .. held - 1 hold the last parameters: used last in forward, first in backward. */
-        int times = u < held ? 1 : 2;
+        /* Units 0 .. held - 1 hold the last parameters: used last in forward, first in backward.
+           Kept units are gathered once. */
+        int times = u < held || cfg->keep_gathered ? 1 : 2;
         calls += (int64_t)times * owners;
         values += times * (b - a);
         /* Forward: unit u and the one before it in the block (u + 1), outside the shard. */
@@ -496,6 +502,7 @@ static rp_status zero3_gathers(const rp_config *cfg, int N, int64_t lo, int64_t 
     free(ranges);
     int64_t slots = rp_optim_slots(oc);
     int64_t comes = flight > hi - lo ? flight : hi - lo;
+    if (cfg->keep_gathered) comes = P; /* the values outside the shard, and the gradients' shard */
     w->held = (int64_t)sizeof(float) *
               ((rp_params_numel(params) - P) + (hi - lo) + slots * (hi - lo) + comes);
     return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,

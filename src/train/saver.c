@@ -18,8 +18,10 @@
  * unpublished attempt left of the generation, and the workers meet before any writes, so the
  * publisher never takes a stale file for a new one.
  */
+#define _GNU_SOURCE /* SCHED_IDLE */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +144,15 @@ static rp_status write_staged(trainer_saver *s)
 static void *writer_main(void *arg)
 {
     trainer_saver *s = arg;
+    /*
+     * The writer runs only on a core the training leaves idle (SCHED_IDLE): beside training
+     * threads that keep every core busy, a writer of ordinary priority preempts one of them,
+     * and the step's other threads wait for it at the kernels' joins - on 2 cores that cost
+     * more than writing inline. Idle cores come at the collectives' waits and, at the latest,
+     * when the next save waits for this one. Where the policy is refused it writes as before.
+     */
+    struct sched_param idle = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->pending && !s->quit)
