@@ -83,6 +83,18 @@ void trainer_layout_text(const rp_trainer *t, char *buf, size_t size)
              first ? rp_replica_axis_size(first, RP_AXIS_PIPE) : 1);
 }
 
+/* Publishes generation g's n shards at base; the whole file beside them (older now) goes. */
+static rp_status publish(const char *base, const char *whole, int64_t g, int n, const char *layout)
+{
+    RP_CHECK(rp_checkpoint_publish(base, g, n, layout));
+    if (unlink(whole) != 0 && errno != ENOENT)
+        return RP_ERROR(RP_ERR_IO,
+                        "the sharded checkpoint was published, but the older %s cannot "
+                        "be removed: %s",
+                        whole, strerror(errno));
+    return RP_OK;
+}
+
 rp_status trainer_write_checkpoint(const char *run_dir, int shards, const char *layout,
                                    int64_t *generation, const rp_checkpoint *ck)
 {
@@ -98,13 +110,8 @@ rp_status trainer_write_checkpoint(const char *run_dir, int shards, const char *
     int64_t g = *generation + 1;
     for (int k = 0; k < shards; k++)
         RP_CHECK(rp_checkpoint_save_shard(ck, base, g, k, shards, shards));
-    RP_CHECK(rp_checkpoint_publish(base, g, shards, layout));
+    RP_CHECK(publish(base, whole, g, shards, layout));
     *generation = g;
-    if (unlink(whole) != 0 && errno != ENOENT)
-        return RP_ERROR(RP_ERR_IO,
-                        "the sharded checkpoint was published, but the older %s cannot "
-                        "be removed: %s",
-                        whole, strerror(errno));
     return RP_OK;
 }
 
@@ -123,13 +130,7 @@ rp_status trainer_write_parts(const char *run_dir, rp_checkpoint *const *parts, 
     if (!publisher) return RP_OK;
     /* The other processes' shards: each appears whole when its writer is done. */
     RP_CHECK(rp_checkpoint_wait_shards(base, generation, workers, timeout_ms));
-    RP_CHECK(rp_checkpoint_publish(base, generation, workers, layout));
-    if (unlink(whole) != 0 && errno != ENOENT)
-        return RP_ERROR(RP_ERR_IO,
-                        "the sharded checkpoint was published, but the older %s cannot "
-                        "be removed: %s",
-                        whole, strerror(errno));
-    return RP_OK;
+    return publish(base, whole, generation, workers, layout);
 }
 
 /* The writer's job: the staged state, whole or sharded, or this process's parts. */
