@@ -218,23 +218,6 @@ static void test_parts_tile_and_read_back(void **state)
     }
 }
 
-/* Flips one bit of the 4 bytes of `value` in `path` (found by content: the value is unique). */
-static void damage_value(const char *path, float value)
-{
-    size_t size;
-    unsigned char *bytes = tu_read_file(path, &size);
-    unsigned char *hit = NULL;
-    for (size_t i = 0; i + 4 <= size && !hit; i++)
-        if (!memcmp(bytes + i, &value, 4)) hit = bytes + i;
-    assert_non_null(hit);
-    hit[1] ^= 0x40;
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(bytes, 1, size, f), size);
-    fclose(f);
-    free(bytes);
-}
-
 static void test_each_replica_reads_its_pieces(void **state)
 {
     char base[600];
@@ -270,7 +253,7 @@ static void test_each_replica_reads_its_pieces(void **state)
     while (last > HID * HID - 9 && v[last] == 0)
         last--;
     assert_true(v[last] != 0);
-    damage_value(shard3, v[last]);
+    tu_damage_float(shard3, v[last]);
     memset(&j, 0, sizeof j);
     j.base = base;
     assert_int_equal(rp_checkpoint_open_sharded(&j.view, base), RP_OK);

@@ -224,6 +224,20 @@ void tu_write_file(const char *path, const void *data, size_t n)
     assert_int_equal(fclose(f), 0);
 }
 
+void tu_damage_float(const char *path, float value)
+{
+    assert_true(value != 0);
+    size_t size;
+    unsigned char *bytes = tu_read_file(path, &size);
+    unsigned char *hit = NULL;
+    for (size_t i = 0; i + 4 <= size && !hit; i++)
+        if (!memcmp(bytes + i, &value, 4)) hit = bytes + i;
+    assert_non_null(hit);
+    hit[1] ^= 0x40;
+    tu_write_file(path, bytes, size);
+    free(bytes);
+}
+
 float *tu_read(const rp_tensor *x)
 {
     assert_non_null(x);

@@ -115,6 +115,13 @@ unsigned char *tu_read_file(const char *path, size_t *n);
 void tu_write_file(const char *path, const void *data, size_t n);
 
 /*
+ * Damages a file in place where it holds `value`: flips one bit of the first 4 bytes equal to
+ * the float's, keeping the file's size. Fails the test if the value is 0 (zero bytes are
+ * everywhere: the hit would say nothing) or not in the file.
+ */
+void tu_damage_float(const char *path, float value);
+
+/*
  * Values out of the kernel table's storage, through the public API (tensor.h: tests read tensors
  * as any user does, so they pass on RP_KERNELS=strict too). Each returns a malloc'ed host copy
  * (the caller frees) and fails the test on an error:

@@ -68,7 +68,7 @@ void trainer_layout_text(const rp_trainer *t, char *buf, size_t size)
     char shards[96];
     if (t->cfg.checkpoint_per_worker)
         snprintf(shards, sizeof shards, "shards=%d, each worker's own pieces; written by",
-                 first ? rp_comm_size(rp_replica_role_comm((rp_replica *)first)) : 1);
+                 t->parts.workers); /* parts_init ran before any per-worker save asks */
     else
         snprintf(shards, sizeof shards,
                  "shards=%d (each tensor split evenly); written from the gathered state of",
