@@ -5,15 +5,15 @@
 #    planner's held (bench_zero_memory; ResNet-50 on 4 replica threads; the image size does not
 #    change these);
 #  - speed: `replicator train resnet50` on synthetic 224 x 224 images, 4 replica threads, a
-#    global batch of 8, 12 steps (its images/s over the epoch), three interleaved rounds.
-# Usage: bench/zero3.sh (from a build in build/)
+#    global batch of 8, 12 steps (its images/s over the epoch), ROUNDS interleaved rounds (3).
+# Usage: bench/zero3.sh [ROUNDS] (from a build in build/)
 set -u
 cd "$(dirname "$0")/.."
 lscpu | grep -E "Model name|^CPU\(s\)"
 for s in zero1 zero2 zero3; do
   build/bench_zero_memory resnet50 "$s" 4 3 32
 done
-for round in 1 2 3; do
+for round in $(seq "${1:-3}"); do
   for z in 1 2 3; do
     out=$(build/replicator train resnet50 --dataset synthetic --limit 96 --batch 8 --threads 2 \
           --threads-per-replica 1 --replicas 4 --zero "$z" --epochs 1 --no-checkpoint 2>&1)

@@ -15,7 +15,8 @@
 #     and ResNet-20's chain ZeRO-3 on 4 -> ZeRO-1 on 3 -> ZeRO-3 on 2 x TP2 -> 1 ends where
 #     sync's chain does;
 #     ResNet-20 on 2 replicas x tensor parallel 2, and x 2 pipeline stages, equals sync;
-#     --hsdp 2 on 4 replicas keeps half the state a replica and resumes on 2; --hsdp 3 is refused;
+#     --hsdp 2 on 4 replicas keeps half the state a replica and resumes on 2, and --plan-check
+#     finds its traffic as planned for every stage; --hsdp 3 is refused;
 #  6. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
 #     wrote (both backends reduce in rank order), with --zero, --zero 2 and --zero 3.
 # Usage: cli_zero.sh path/to/replicator
@@ -190,7 +191,19 @@ msg=$("$bin" train mlp "${common[@]}" --batch 64 --replicas 4 --hsdp 3 --out "$d
 set -e
 [ $rc -ne 0 ] && grep -q "hsdp = 3 does not divide the 4 replicas" <<< "$msg" \
     || fail "--hsdp 3 on 4 replicas: $rc $msg"
-echo "ok: --hsdp 2 on 4 replicas shards in pairs, resumes on 2; --hsdp 3 refused"
+# The planner covers HSDP: every line of every stage exact - the reductions and gathers in the
+# group (shard), the shard's all-reduce across the groups (replicate), the finiteness agreement
+# on the data axis.
+for z in 1 2 3; do
+    out=$("$bin" train resnet20 "${res[@]}" --replicas 4 --hsdp 2 --zero "$z" --plan-check \
+          --out "$dir/hp$z" 2>&1) || fail "resnet20 --hsdp 2 --zero $z --plan-check: $out"
+    grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
+        || fail "--hsdp 2 --zero $z: the plan differs from the run: $out"
+    [ "$(grep -c "replicate all_reduce *runtime *1 calls *544372 B per step: exact" <<< "$out")" \
+        -eq 4 ] || fail "--hsdp 2 --zero $z: no shard all-reduce across the groups: $out"
+    [ "$(grep -c "^    shard " <<< "$out")" -ge 8 ] || fail "--hsdp 2 --zero $z: no group lines: $out"
+done
+echo "ok: --hsdp 2 on 4 replicas shards in pairs, resumes on 2, planned exactly; --hsdp 3 refused"
 
 # 6. MPI.
 need_mpirun

@@ -40,9 +40,10 @@ static const int SIZES[] = {37, 1000, 3, 513, 64, 129};
 
 typedef struct job {
     rp_optim_config oc;
-    rp_comm_stats step[MAXG];  /* each replica's data-axis traffic in its step */
-    rp_comm_stats group[MAXG]; /* sync groups: its group's traffic in its batch */
-    size_t optim[MAXG];        /* its optimizer state bytes after the step */
+    rp_comm_stats step[MAXG];                /* each replica's data-axis traffic in its step */
+    rp_comm_stats group[MAXG];               /* sync groups: its group's traffic in its batch */
+    rp_comm_stats shard[MAXG], across[MAXG]; /* HSDP: its group's, and across the groups' */
+    size_t optim[MAXG];                      /* its optimizer state bytes after the step */
 } job;
 
 typedef struct net {
@@ -122,6 +123,30 @@ static rp_status group_step_fn(rp_replica *rep, void *arg)
     RP_CHECK(rp_comm_stats_get(grp, &gafter));
     rp_comm_stats_diff(&after, &before, &j->step[id]);
     rp_comm_stats_diff(&gafter, &gbefore, &j->group[id]);
+    j->optim[id] = rp_optimizer_state_bytes(m->opt);
+    return RP_OK;
+}
+
+/* HSDP: one step, on the data axis and on the two communicators of HSDP. */
+static rp_status hsdp_step_fn(rp_replica *rep, void *arg)
+{
+    job *j = arg;
+    net *m = rp_replica_user(rep);
+    int id = rp_replica_id(rep);
+    rp_comm *c[3] = {rp_replica_axis_comm(rep, RP_AXIS_DATA), rp_replica_hsdp_comm(rep, false),
+                     rp_replica_hsdp_comm(rep, true)};
+    rp_comm_stats before[3], after;
+    rp_comm_stats *out[3] = {&j->step[id], &j->shard[id], &j->across[id]};
+    for (int a = 0; a < 3; a++) {
+        if (!c[a]) return RP_ERROR(RP_ERR_INVALID, "replica %d has no HSDP communicator", id);
+        RP_CHECK(rp_comm_stats_get(c[a], &before[a]));
+    }
+    RP_CHECK(fill_grads(m->params, 11 + (uint64_t)id));
+    RP_CHECK(rp_optimizer_step(m->opt, 0.1f));
+    for (int a = 0; a < 3; a++) {
+        RP_CHECK(rp_comm_stats_get(c[a], &after));
+        rp_comm_stats_diff(&after, &before[a], out[a]);
+    }
     j->optim[id] = rp_optimizer_state_bytes(m->opt);
     return RP_OK;
 }
@@ -609,19 +634,84 @@ static void test_zero2(void **state)
         memset(&s, 0, sizeof s);
         assert_int_equal(rp_plan_runtime(&sync, n, 0, p, &oc, &s), RP_OK);
         assert_int_equal(optim, s.optim);
-        /* HSDP is not planned yet: said, for either stage, rather than a wrong plan. */
+        /* HSDP's groups must divide the replicas (test_hsdp plans those that do). */
         rp_plan_worker h;
         memset(&h, 0, sizeof h);
         rp_config hs = zero2;
         hs.hsdp = 2;
-        if (n == 4) {
-            assert_int_equal(rp_plan_runtime(&hs, n, 0, p, &oc, &h), RP_ERR_UNSUPPORTED);
-            assert_non_null(strstr(rp_last_error(), "does not cover HSDP (hsdp = 2)"));
-            hs = zero1;
-            hs.hsdp = 2;
-            assert_int_equal(rp_plan_runtime(&hs, n, 0, p, &oc, &h), RP_ERR_UNSUPPORTED);
+        if (n == 3) {
+            assert_int_equal(rp_plan_runtime(&hs, n, 0, p, &oc, &h), RP_ERR_INVALID);
+            assert_non_null(strstr(rp_last_error(), "hsdp = 2 does not divide the 3 replicas"));
         }
     }
+    rp_params_destroy(p);
+}
+
+/*
+ * HSDP (n replicas in groups of G) for every ZeRO stage: the plan of each worker is what its step
+ * sends on the data axis (the finiteness agreement), in its group (reductions and gathers) and
+ * across the groups (its shard's all-reduce), measured; its group's lines are those of plain ZeRO
+ * on G replicas, and its optimizer state the shard of G replicas'.
+ */
+static void test_hsdp(void **state)
+{
+    (void)state;
+    static const rp_strategy_kind stages[3] = {RP_STRATEGY_ZERO1, RP_STRATEGY_ZERO2,
+                                               RP_STRATEGY_ZERO3};
+    static const int layouts[][2] = {{4, 2}, {6, 3}, {6, 2}};
+    rp_params *p;
+    assert_int_equal(make_params(&p), RP_OK);
+    for (int k = 0; k < 3; k++)
+        for (int l = 0; l < 3; l++) {
+            int n = layouts[l][0], G = layouts[l][1];
+            job j;
+            memset(&j, 0, sizeof j);
+            j.oc = rp_optim_config_default();
+            j.oc.kind = RP_OPTIM_ADAM;
+            rp_config cfg = layout(n, false, 256), plain = layout(G, false, 256);
+            cfg.strategy = plain.strategy = stages[k];
+            cfg.hsdp = G;
+            rp_replicator *r;
+            assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+            assert_int_equal(rp_replicator_run(r, build_fn, &j), RP_OK);
+            assert_int_equal(rp_replicator_run(r, hsdp_step_fn, &j), RP_OK);
+            assert_int_equal(rp_replicator_run(r, destroy_fn, &j), RP_OK);
+            rp_replicator_destroy(r);
+            for (int id = 0; id < n; id++) {
+                rp_plan_worker w, v;
+                memset(&w, 0, sizeof w);
+                memset(&v, 0, sizeof v);
+                assert_int_equal(rp_plan_runtime(&cfg, n, id, p, &j.oc, &w), RP_OK);
+                assert_int_equal(rp_plan_runtime(&plain, G, id % G, p, &j.oc, &v), RP_OK);
+                rp_comm_stats want;
+                const rp_axis axes[3] = {RP_AXIS_DATA, RP_PLAN_SHARD, RP_PLAN_REPLICATE};
+                const rp_comm_stats *got[3] = {&j.step[id], &j.shard[id], &j.across[id]};
+                for (int a = 0; a < 3; a++) {
+                    rp_plan_traffic_stats(&w, axes[a], &want);
+                    /* ZeRO-3's gathers are forward's and backward's, which this step has not
+                       (tests/cli_zero.sh checks them under --plan-check): only those. */
+                    rp_comm_tally *units = &want.by[RP_COMM_RUNTIME][RP_FLIGHT_BROADCAST];
+                    if (k == 2 && a == 1) assert_true(units->calls > 0);
+                    if (k == 2) *units = (rp_comm_tally){0};
+                    if (!same_step(&want, got[a]))
+                        fail_msg("ZeRO-%d, %d replicas in groups of %d, replica %d: the plan's "
+                                 "traffic on the %s axis differs from the counters'",
+                                 k + 1, n, G, id, rp_plan_axis_name(axes[a]));
+                }
+                /* The group's reductions and gathers are plain ZeRO's on G replicas. */
+                rp_comm_stats mine, theirs;
+                rp_plan_traffic_stats(&w, RP_PLAN_SHARD, &mine);
+                rp_plan_traffic_stats(&v, RP_AXIS_DATA, &theirs);
+                theirs.by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_GATHER].calls -=
+                    k == 0 ? 1 : 0; /* ZeRO-1's finiteness exchange: on the data axis here */
+                theirs.by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_GATHER].bytes -= k == 0 ? 24 : 0;
+                assert_true(same_step(&mine, &theirs));
+                assert_int_equal(w.optim, v.optim);
+                assert_int_equal(w.optim, (int64_t)j.optim[id]);
+                rp_plan_traffic_stats(&w, RP_PLAN_REPLICATE, &want);
+                assert_int_equal(want.by[RP_COMM_RUNTIME][RP_FLIGHT_ALL_REDUCE].calls, 1);
+            }
+        }
     rp_params_destroy(p);
 }
 
@@ -665,6 +755,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_strategy_choice),
         cmocka_unit_test(test_zero2),
+        cmocka_unit_test(test_hsdp),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

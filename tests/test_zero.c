@@ -41,6 +41,7 @@
  * values: no replica count above 1 divides it). The global batch of step s
  * is a function of s alone; replica r of n trains rows [r*12/n, (r+1)*12/n).
  */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include "testutil.h"
 
 #include <math.h>
@@ -48,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define IN   6
@@ -590,7 +592,13 @@ typedef struct big {
     long resident[2]; /* pages of the gradient block resident: after backward, after the step */
     float shard_max;  /* the largest |gradient| inside the shard after the reduction */
     float rest_max;   /* ... and outside it */
+    long faults;      /* page faults of the replica's thread in the last step's backward */
+    float *values;    /* the values after the run (big_values) */
 } big;
+
+/* big_step runs the layers in the reverse of their declaration: backward finishes the first
+   declared first, whose bucket reduces last (buckets are cut from the end of the block). */
+static bool big_reverse;
 
 static long resident_pages(const void *p, size_t bytes)
 {
@@ -659,19 +667,34 @@ static rp_status big_step(rp_replica *rep, void *arg)
     if (!h) return rp_last_status();
     RP_CHECK(rp_tensor_write(h, x, 4 * BIG));
     for (int k = 0; k < 4; k++)
-        h = rp_linear_layer_forward(t, &m->l[k], h);
+        h = rp_linear_layer_forward(t, &m->l[big_reverse ? 3 - k : k], h);
     int32_t *y = rp_arena_alloc(rp_tape_arena(t), 4 * sizeof(int32_t));
     if (!y) return rp_last_status();
     for (int i = 0; i < 4; i++)
         y[i] = i;
     rp_tensor *loss = rp_softmax_cross_entropy(t, h, y);
     if (!loss) return rp_last_status();
+    struct rusage before, after;
+    getrusage(RUSAGE_THREAD, &before);
     RP_CHECK(rp_backward(t, loss));
+    getrusage(RUSAGE_THREAD, &after);
+    m->faults = after.ru_minflt - before.ru_minflt + after.ru_majflt - before.ru_majflt;
     size_t bytes = (size_t)rp_params_trainable_numel(m->params) * sizeof(float);
     m->resident[0] = resident_pages(rp_params_grad(m->params), bytes);
     RP_CHECK(rp_optimizer_step(m->opt, 0.01f));
     m->resident[1] = resident_pages(rp_params_grad(m->params), bytes);
     return RP_OK;
+}
+
+/* The values, whole on every replica (ZeRO-3 gathers them). */
+static rp_status big_values(rp_replica *rep, void *arg)
+{
+    (void)arg;
+    big *m = rp_replica_user(rep);
+    RP_CHECK(rp_replica_optimizer_fetch(rep, m->opt));
+    m->values = malloc((size_t)rp_params_numel(m->params) * sizeof(float));
+    if (!m->values) return RP_ERR_NOMEM;
+    return rp_params_read_values(m->params, m->values);
 }
 
 static rp_status big_destroy(rp_replica *rep, void *arg)
@@ -698,6 +721,7 @@ static void big_run(rp_strategy_kind kind, big *out)
     tu_run_ok(r, big_build, NULL);
     tu_run_ok(r, big_step, NULL);
     tu_run_ok(r, big_step, NULL);
+    tu_run_ok(r, big_values, NULL);
     for (int q = 0; q < 2; q++)
         out[q] = *(big *)rp_replica_user(rp_replicator_replica(r, q));
     tu_run_ok(r, big_destroy, NULL);
@@ -727,6 +751,69 @@ static void test_zero2_releases(void **state)
         assert_true(z2[q].shard_max > 0.0f);
         assert_true(z2[q].rest_max == 0.0f);
         assert_true(z1[q].rest_max > 0.0f); /* ZeRO-1 leaves the local gradients there */
+        free(sync[q].values);
+        free(z1[q].values);
+        free(z2[q].values);
+    }
+}
+
+/*
+ * ZeRO-2 and 3 write each bucket's gradients into a gradient buffer that stays resident, not into
+ * the block's pages (given back after each reduction, so a fault a page when written again): the
+ * second step's backward faults no gradient page in. The sync strategy zeroes its block in place
+ * (no faults either); without the buffers ZeRO-2 faulted in the whole block outside what stayed
+ * resident (4 x 65,792 values: 257 pages here, 129 outside the shard).
+ */
+static void test_zero2_buffers(void **state)
+{
+    (void)state;
+    if (!strcmp(rp_kernels_name(), "strict")) skip();
+    big sync[2], z2[2], z3[2];
+    big_run(RP_STRATEGY_SYNC, sync);
+    big_run(RP_STRATEGY_ZERO2, z2);
+    big_run(RP_STRATEGY_ZERO3, z3);
+    long pages = (long)((4 * (BIG * BIG + BIG)) * sizeof(float) / (size_t)sysconf(_SC_PAGESIZE));
+    for (int q = 0; q < 2; q++) {
+        /* A few pages of the tape's own, at most: nothing of a bucket's 64 KiB (16 pages). */
+        assert_true(sync[q].faults < 16);
+        assert_true(z2[q].faults < 16);
+        /* ZeRO-3's reduced shard gives its pages back at every step (time for memory): half the
+           block on 2 replicas, and still none of the gradients' own. */
+        assert_true(z3[q].faults < pages / 2 + 16);
+        assert_true(z2[q].resident[0] <= 8); /* and the block stays released */
+        assert_true(memcmp(z2[q].values, sync[q].values,
+                           (size_t)(4 * (BIG * BIG + BIG)) * sizeof(float)) == 0);
+        free(sync[q].values);
+        free(z2[q].values);
+        free(z3[q].values);
+    }
+}
+
+/*
+ * Buckets reduce in order, so a network that finishes its first bucket last in backward keeps
+ * every other bucket waiting: two take the gradient buffers, the others are written in the block
+ * (as before the buffers) - the values stay bitwise the sync strategy's, on every stage.
+ */
+static void test_zero2_buffers_taken(void **state)
+{
+    (void)state;
+    big_reverse = true;
+    big sync[2], z2[2], z3[2];
+    big_run(RP_STRATEGY_SYNC, sync);
+    big_run(RP_STRATEGY_ZERO2, z2);
+    big_run(RP_STRATEGY_ZERO3, z3);
+    big_reverse = false;
+    size_t bytes = (size_t)(4 * (BIG * BIG + BIG)) * sizeof(float);
+    for (int q = 0; q < 2; q++) {
+        assert_true(memcmp(z2[q].values, sync[q].values, bytes) == 0);
+        assert_true(memcmp(z3[q].values, sync[q].values, bytes) == 0);
+        assert_true(memcmp(sync[q].values, sync[0].values, bytes) == 0);
+        assert_true(sync[q].shard_max > 0.0f); /* the run trained */
+    }
+    for (int q = 0; q < 2; q++) {
+        free(sync[q].values);
+        free(z2[q].values);
+        free(z3[q].values);
     }
 }
 
@@ -853,6 +940,8 @@ int main(int argc, char **argv)
         ZERO3_CASE(test_clip),
         ZERO3_CASE(test_nonfinite),
         cmocka_unit_test(test_zero2_releases),
+        cmocka_unit_test(test_zero2_buffers),
+        cmocka_unit_test(test_zero2_buffers_taken),
         cmocka_unit_test(test_hsdp),
         cmocka_unit_test(test_hsdp_errors),
     };

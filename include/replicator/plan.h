@@ -49,9 +49,17 @@ extern "C" {
  */
 #define RP_PLAN_GROUP ((rp_axis)RP_AXES)
 
+/*
+ * HSDP's two communicators (cfg.hsdp, rp_replica_hsdp_comm), neither an axis of the mesh either:
+ * the group of replicas that shard the state between them, and the replicas of the other
+ * groups that hold the same shard.
+ */
+#define RP_PLAN_SHARD     ((rp_axis)(RP_AXES + 1))
+#define RP_PLAN_REPLICATE ((rp_axis)(RP_AXES + 2))
+
 /* One line of a worker's traffic in one step. */
 typedef struct rp_plan_traffic {
-    rp_axis axis;      /* an axis of the mesh, or RP_PLAN_GROUP */
+    rp_axis axis;      /* an axis of the mesh, RP_PLAN_GROUP, RP_PLAN_SHARD or RP_PLAN_REPLICATE */
     rp_comm_class cls; /* RP_COMM_USER (the model's layers) or RP_COMM_RUNTIME */
     rp_flight_kind kind;
     char what[48]; /* e.g. "gradient buckets", "batch norm sums" */
@@ -98,7 +106,11 @@ typedef struct rp_plan_worker {
  * the group once per batch (rp_replica_next_batch). With sync groups
  * w->optim is the optimizer's own block (every replica keeps one for
  * checkpoints); the state the updates use lives on the servers
- * (rp_plan_servers). The rest of *w is left as it is. Errors:
+ * (rp_plan_servers). With HSDP (cfg.hsdp = G, a ZeRO stage) the shards are
+ * the group's (P / G values), the reductions and gathers run on
+ * RP_PLAN_SHARD, the shard's all-reduce across the groups on
+ * RP_PLAN_REPLICATE and the finiteness agreement on the data axis. The rest
+ * of *w is left as it is. Errors:
  * RP_ERR_INVALID (NULL argument, id out of range, groups that do not
  * divide the replicas, a bad optimizer configuration, a strategy that is
  * not an rp_strategy_kind), RP_ERR_UNSUPPORTED
@@ -147,7 +159,7 @@ RP_API rp_status rp_plan_pipeline(rp_plan_worker *w, rp_axis axis, int stage, in
  */
 RP_API void rp_plan_traffic_stats(const rp_plan_worker *w, rp_axis axis, rp_comm_stats *out);
 
-/* "data", "model", "pipe", "group" (RP_PLAN_GROUP). */
+/* "data", "model", "pipe", "group" (RP_PLAN_GROUP), "shard", "replicate" (HSDP's). */
 RP_API const char *rp_plan_axis_name(rp_axis axis);
 
 #ifdef __cplusplus

@@ -604,6 +604,15 @@ RP_API int rp_replicator_in_sync(const rp_replicator *r);
  * replicator; this worker's thread only.
  */
 RP_API rp_comm *rp_replica_sync_comm(rp_replica *rep);
+/*
+ * HSDP (rp_config.hsdp = G): the communicator of the G replicas of this one's group, which shard
+ * the state between them (across false; rank = its place in the group), or of the replicas of
+ * the other groups that hold the same shard (across true; rank = its group). NULL without HSDP,
+ * before the replica's first ZeRO optimizer is created (which makes them) and for NULL. For
+ * measuring their traffic (--plan-check); the runtime's collectives run on them. Owned by the
+ * replicator; this worker's thread only.
+ */
+RP_API rp_comm *rp_replica_hsdp_comm(rp_replica *rep, bool across);
 /* The user's per-replica state, NULL until set. */
 RP_API void *rp_replica_user(const rp_replica *rep);
 RP_API void rp_replica_set_user(rp_replica *rep, void *user);

@@ -374,12 +374,22 @@ int classifier_plan_main(int argc, char **argv)
 #define CHECK_MAX_STEPS 8
 
 /*
- * The communicators whose traffic the check measures: a worker's data, pipe and model axes, and
- * its sync group's (rp_replica_sync_comm where it is none of the axes).
+ * The communicators whose traffic the check measures: a worker's data, pipe and model axes, its
+ * sync group's (rp_replica_sync_comm where it is none of the axes) and HSDP's two
+ * (rp_replica_hsdp_comm).
  */
-enum { CHECKED = 4 };
-static const rp_axis CHECKED_AXES[CHECKED] = {RP_AXIS_DATA, RP_AXIS_PIPE, RP_AXIS_MODEL,
-                                              RP_PLAN_GROUP};
+enum { CHECKED = 6, CHECKED_GROUP = 3 }; /* CHECKED_AXES[CHECKED_GROUP] = RP_PLAN_GROUP */
+static const rp_axis CHECKED_AXES[CHECKED] = {RP_AXIS_DATA,  RP_AXIS_PIPE,  RP_AXIS_MODEL,
+                                              RP_PLAN_GROUP, RP_PLAN_SHARD, RP_PLAN_REPLICATE};
+
+/* The worker's communicator of a checked axis (NULL: it has none). */
+static rp_comm *axis_comm(rp_replica *rep, rp_axis axis)
+{
+    if (axis == RP_PLAN_GROUP) return rp_replica_sync_comm(rep);
+    if (axis == RP_PLAN_SHARD || axis == RP_PLAN_REPLICATE)
+        return rp_replica_hsdp_comm(rep, axis == RP_PLAN_REPLICATE);
+    return rp_replica_axis_comm(rep, axis);
+}
 
 /* What one local worker measured. */
 typedef struct measured {
@@ -405,8 +415,7 @@ static rp_comm *checked_comm(rp_replica *rep, int a)
 {
     rp_comm *c[CHECKED];
     for (int i = 0; i <= a; i++)
-        c[i] = CHECKED_AXES[i] == RP_PLAN_GROUP ? rp_replica_sync_comm(rep)
-                                                : rp_replica_axis_comm(rep, CHECKED_AXES[i]);
+        c[i] = axis_comm(rep, CHECKED_AXES[i]);
     /* An axis of one member may share another's handle, and the sync communicator is the data
        axis's outside sync groups: count each handle once. */
     for (int i = 0; i < a; i++)
@@ -420,7 +429,7 @@ static rp_status pc_build(rp_replica *rep, void *ctx, const rp_checkpoint *ck,
     plan_check *pc = ctx;
     RP_CHECK(pc->inner->build(rep, pc->inner_ctx, ck, at, state));
     int i = rp_replica_local_index(rep);
-    rp_comm *group = checked_comm(rep, CHECKED - 1);
+    rp_comm *group = checked_comm(rep, CHECKED_GROUP);
     if (i >= 0 && i < pc->workers && group)
         RP_CHECK(rp_comm_stats_get(group, &pc->m[i].group_mark));
     return RP_OK;

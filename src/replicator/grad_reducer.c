@@ -10,7 +10,25 @@
  * after, the bf16 wire, the error of a callback and the blame of a
  * non-finite gradient are one code path.
  *
- * Memory: the blocks and the buffers below (sgrad, pack, one, wire) are the
+ * ZeRO-2's gradient buffers: a bucket's gradients are written into one of
+ * REDUCER_GRAD_BUFFERS buffers, each as long as the largest bucket, while
+ * backward fills it (the tape's gradient hook points its parameters there
+ * before the first rule writes one), all-reduced there, and its shard part
+ * kept; then its parameters point back at the block, whose pages outside the
+ * shard are never written. The buffers' pages stay resident from step to
+ * step: releasing each bucket's pages of the block instead cost a page fault
+ * a page when backward wrote them again (ResNet-50 on 4 replicas, 280 MB of
+ * faults a step; docs/distributed.md). A bucket that starts while every
+ * buffer is taken (backward writes a later bucket before an earlier one is
+ * reduced: buckets reduce in order) is written in the block as before and
+ * its pages given back after its reduction. With release_kept (ZeRO-3, which
+ * spends time for memory) what is resident of the buffers is what is in
+ * flight, plus one free buffer's last bucket: a buffer given a shorter
+ * bucket gives the pages past it back, and one freed while another is in use
+ * gives back all of its pages (two are in use where a block's shortcut
+ * branch writes its bucket while the main branch's waits for it).
+ *
+ * Memory: the blocks and the buffers below (sgrad, pack, one, wire, gbuf) are the
  * kernel table's storage. Packing and unpacking are mem_copy and mem_fill,
  * the scans and the bf16 rounding kernel slots; the collectives run on host
  * views of the buffers (kernels_staging: the buffers themselves with a host
@@ -45,30 +63,62 @@ void reducer_fail(reducer *g, rp_status status)
     snprintf(g->message, sizeof g->message, "%s", rp_last_error());
 }
 
+/* Where bucket b's gradients are: its gradient buffer, or its place in the block. */
+static float *bucket_grads(const reducer *g, int b)
+{
+    int s = g->gwhere ? g->gwhere[b] : REDUCER_IN_BLOCK;
+    return s >= 0 ? g->gbuf[s] : g->grad + g->ranges[2 * b];
+}
+
+/* Buffer s's pages past its first n values given back (release_kept): it holds only those. */
+static void trim(reducer *g, int s, int64_t n)
+{
+    if (g->release_kept && g->gbuf_used[s] > n)
+        g->k->mem_discard(g->gbuf[s] + n, (size_t)(g->gbuf_used[s] - n) * sizeof(float));
+    if (g->release_kept || g->gbuf_used[s] < n) g->gbuf_used[s] = n;
+}
+
+/* Bucket b's parameters back on the block, its buffer free (the pages stay, for the next, but
+   with release_kept only in the last buffer in use). */
+static void unbuffer(reducer *g, int b)
+{
+    int64_t lo = g->ranges[2 * b];
+    int s = g->gwhere[b], busy = 0;
+    strategy_point(g->params, g->bfirst[b + 1], g->bfirst[b], lo, g->grad + lo, true);
+    g->gbuf_bucket[s] = -1;
+    for (int q = 0; q < g->ngbuf; q++)
+        busy += g->gbuf_bucket[q] >= 0;
+    if (busy) trim(g, s, 0);
+}
+
 /*
- * ZeRO-2: the part of the reduced bucket [lo, lo + n) inside this member's shard into sgrad (the
- * first reduction since the step) or onto it (after a second backward), then the whole bucket's
- * gradients released: nothing of it stays but the shard.
+ * ZeRO-2: the part of the reduced bucket [lo, lo + n) (at x) inside this member's shard into
+ * sgrad (the first reduction since the step) or onto it (after a second backward), then the
+ * whole bucket's gradients released: nothing of it stays but the shard.
  */
-static void keep_shard(reducer *g, int b, int64_t lo, int64_t n)
+static void keep_shard(reducer *g, int b, int64_t lo, int64_t n, const float *x)
 {
     int64_t from = lo > g->lo ? lo : g->lo, to = min64(lo + n, g->hi);
     if (from < to && !g->kept[b])
-        g->k->mem_copy(g->sgrad + (from - g->lo), g->grad + from,
+        g->k->mem_copy(g->sgrad + (from - g->lo), x + (from - lo),
                        (size_t)(to - from) * sizeof(float));
     else if (from < to)
-        g->k->add_inplace(g->sgrad + (from - g->lo), g->grad + from, to - from);
+        g->k->add_inplace(g->sgrad + (from - g->lo), x + (from - lo), to - from);
     g->kept[b] = 1;
-    g->k->mem_discard(g->grad + lo, (size_t)n * sizeof(float));
+    if (g->gwhere[b] >= 0)
+        unbuffer(g, b);
+    else
+        g->k->mem_discard(g->grad + lo, (size_t)n * sizeof(float));
+    g->gwhere[b] = REDUCER_UNTOUCHED;
 }
 
-/* Bucket b's all-reduce, in place in the gradient block (ZeRO-2: then kept and released). */
+/* Bucket b's all-reduce, in place where its gradients are (ZeRO-2: then kept and released). */
 static void all_reduce_start(void *ctx, int b)
 {
     reducer *g = ctx;
     if (g->error != RP_OK) return;
     int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
-    float *x = g->grad + lo;
+    float *x = bucket_grads(g, b);
     if (g->local_bad < 0) {
         int64_t at = g->k->first_nonfinite(&g->local_value, x, n);
         if (at >= 0) g->local_bad = lo + at;
@@ -98,7 +148,7 @@ static void all_reduce_start(void *ctx, int b)
         int64_t at = g->k->first_nonfinite(&g->reduced_value, x, n);
         if (at >= 0) g->reduced_bad = lo + at;
     }
-    if (g->collective == RP_GRAD_ALL_REDUCE_SHARD) keep_shard(g, b, lo, n);
+    if (g->collective == RP_GRAD_ALL_REDUCE_SHARD) keep_shard(g, b, lo, n, x);
 }
 
 /* Bucket b's reduce-scatter: every shard's segment of the local gradients, mean into sgrad. */
@@ -261,6 +311,32 @@ static rp_status block_init(reducer *g, size_t bytes, bool bf16)
     return RP_OK;
 }
 
+/* ZeRO-2's bucket tables and gradient buffers (as long as the largest bucket). */
+static rp_status buffers_init(reducer *g)
+{
+    int nb = g->order.nbuckets ? g->order.nbuckets : 1;
+    g->kept = calloc((size_t)nb, 1);
+    g->gwhere = malloc((size_t)nb * sizeof *g->gwhere);
+    if (!g->kept || !g->gwhere)
+        return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-2's bucket table");
+    RP_CHECK(strategy_bucket_params(&g->order, &g->bfirst));
+    for (int b = 0; b < g->order.nbuckets; b++) {
+        g->gwhere[b] = REDUCER_UNTOUCHED;
+        if (g->ranges[2 * b + 1] - g->ranges[2 * b] > g->gbuf_len)
+            g->gbuf_len = g->ranges[2 * b + 1] - g->ranges[2 * b];
+    }
+    g->ngbuf = g->gbuf_len ? REDUCER_GRAD_BUFFERS : 0;
+    for (int s = 0; s < g->ngbuf; s++) {
+        g->gbuf_bucket[s] = -1;
+        g->gbuf[s] = g->k->mem_alloc((size_t)g->gbuf_len * sizeof(float));
+        if (!g->gbuf[s])
+            return RP_ERROR(RP_ERR_NOMEM,
+                            "cannot allocate ZeRO-2's gradient buffers (%d x %lld values)",
+                            REDUCER_GRAD_BUFFERS, (long long)g->gbuf_len);
+    }
+    return RP_OK;
+}
+
 rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_params *params,
                        reducer_collective collective)
 {
@@ -290,12 +366,9 @@ rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_para
     rp_status status = collective == RP_GRAD_REDUCE_SCATTER ? scatter_init(g, bytes, bf16)
                                                             : block_init(g, bytes, bf16);
     /* ZeRO-2: the all-reduce's buckets, and the shards with their gather buckets. */
-    if (status == RP_OK && collective == RP_GRAD_ALL_REDUCE_SHARD) {
+    if (status == RP_OK && collective == RP_GRAD_ALL_REDUCE_SHARD)
         status = shard_init(g, bytes, false);
-        g->kept = calloc((size_t)(g->order.nbuckets ? g->order.nbuckets : 1), 1);
-        if (status == RP_OK && !g->kept)
-            status = RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-2's bucket table");
-    }
+    if (status == RP_OK && collective == RP_GRAD_ALL_REDUCE_SHARD) status = buffers_init(g);
     if (status != RP_OK) reducer_free(g);
     return status;
 }
@@ -317,10 +390,21 @@ rp_status reducer_set_replicas(reducer *g, rp_comm *repl, rp_comm *all)
 void reducer_free(reducer *g)
 {
     const kernels_table *kt = g->k;
+    /* The parameters outlive the reducer: none may point into a buffer that goes. */
+    for (int b = 0; g->gwhere && b < g->order.nbuckets; b++)
+        if (g->gwhere[b] >= 0) {
+            int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
+            kt->mem_copy(g->grad + lo, g->gbuf[g->gwhere[b]], (size_t)n * sizeof(float));
+            unbuffer(g, b);
+        }
     strategy_bucket_order_destroy(&g->order);
     if (g->gather_ranges != g->ranges) free(g->gather_ranges);
     free(g->ranges);
     free(g->kept);
+    free(g->gwhere);
+    free(g->bfirst);
+    for (int s = 0; s < g->ngbuf; s++)
+        if (g->gbuf[s]) kt->mem_free(g->gbuf[s], (size_t)g->gbuf_len * sizeof(float));
     free(g->scratch);
     if (g->sgrad) kt->mem_free(g->sgrad, g->sgrad_bytes);
     if (g->pack) kt->mem_free(g->pack, g->pack_bytes);
@@ -330,6 +414,8 @@ void reducer_free(reducer *g)
     kernels_staging_free(&g->recv);
     g->ranges = g->gather_ranges = NULL;
     g->kept = NULL;
+    g->gwhere = g->bfirst = NULL;
+    g->ngbuf = 0;
     g->scratch = NULL;
     g->sgrad = g->pack = g->one = NULL;
     g->wire = NULL;
@@ -341,13 +427,46 @@ size_t reducer_bytes(const reducer *g, bool resident)
     size_t n[4] = {g->sgrad_bytes, g->pack_bytes, g->one_bytes, g->wire_bytes}, sum = 0;
     for (int i = 0; i < 4; i++)
         sum += !p[i] ? 0 : resident ? kernels_resident_bytes(g->k, p[i], n[i]) : n[i];
+    size_t gb = (size_t)g->gbuf_len * sizeof(float);
+    for (int s = 0; s < g->ngbuf; s++)
+        sum += resident ? kernels_resident_bytes(g->k, g->gbuf[s], gb) : gb;
     return sum;
+}
+
+/* Whether param is one of this reducer's list's trainable parameters. */
+static bool owns(const reducer *g, const rp_tensor *param)
+{
+    int i = param->index;
+    return i >= 0 && i < g->order.nparams && rp_params_at(g->params, i) == param;
 }
 
 bool reducer_ready(reducer *g, const rp_tensor *param)
 {
-    if (param->grad < g->grad || param->grad >= g->grad + g->numel) return false;
+    if (!owns(g, param)) return false;
     strategy_bucket_order_ready(&g->order, param->index, start_of(g), g);
+    return true;
+}
+
+bool reducer_grad_target(reducer *g, const rp_tensor *param)
+{
+    if (!owns(g, param)) return false;
+    if (!g->gwhere) return true;
+    int b = g->order.list[g->order.first[param->index]];
+    if (g->gwhere[b] != REDUCER_UNTOUCHED) return true;
+    int s = 0;
+    while (s < g->ngbuf && g->gbuf_bucket[s] >= 0)
+        s++;
+    if (s == g->ngbuf) {
+        g->gwhere[b] = REDUCER_IN_BLOCK; /* every buffer taken: the block's pages, as before */
+        g->spilled++;
+        return true;
+    }
+    int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
+    trim(g, s, n);
+    g->k->mem_fill(g->gbuf[s], 0, (size_t)n * sizeof(float));
+    strategy_point(g->params, g->bfirst[b + 1], g->bfirst[b], lo, g->gbuf[s], true);
+    g->gbuf_bucket[s] = b;
+    g->gwhere[b] = s;
     return true;
 }
 
@@ -446,6 +565,15 @@ rp_status reducer_finish(reducer *g)
     bool keep = g->collective == RP_GRAD_ALL_REDUCE_SHARD;
     strategy_bucket_order_flush(&g->order, start_of(g), g);
     if (keep) memset(g->kept, 0, (size_t)g->order.nbuckets);
+    /* A failed reduction left buckets in their buffers: their gradients into the block, where
+       the step's caller finds them as without buffers. */
+    for (int b = 0; keep && b < g->order.nbuckets; b++) {
+        if (g->gwhere[b] < 0) continue;
+        int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
+        g->k->mem_copy(g->grad + lo, g->gbuf[g->gwhere[b]], (size_t)n * sizeof(float));
+        unbuffer(g, b);
+        g->gwhere[b] = REDUCER_IN_BLOCK;
+    }
     if (g->error != RP_OK) {
         rp_status status = g->error;
         g->error = RP_OK;

@@ -52,9 +52,7 @@ static int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
 /* Points unit u's parameters at base (the unit's first value there). */
 static void point(residency *z, int u, float *base)
 {
-    int64_t a = z->ranges[2 * u];
-    for (int i = z->first[u + 1]; i < z->first[u]; i++)
-        rp_params_at(z->params, i)->data = base + (rp_params_offset(z->params, i) - a);
+    strategy_point(z->params, z->first[u + 1], z->first[u], z->ranges[2 * u], base, false);
 }
 
 rp_status residency_init(residency *z, const reducer *red, const rp_params *params,
@@ -76,18 +74,13 @@ rp_status residency_init(residency *z, const reducer *red, const rp_params *para
     int n = z->nunits ? z->nunits : 1;
     z->present = malloc((size_t)n);
     z->stamp = calloc((size_t)n, sizeof *z->stamp);
-    z->first = malloc((size_t)(n + 1) * sizeof *z->first);
+    rp_status status = strategy_bucket_params(&z->order, &z->first);
     z->node = malloc((size_t)n * sizeof *z->node);
     z->where = malloc((size_t)n * sizeof *z->where);
-    if (!z->present || !z->stamp || !z->first || !z->node || !z->where) {
+    if (status != RP_OK || !z->present || !z->stamp || !z->node || !z->where) {
         residency_free(z);
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-3's table of %d parameter units", n);
     }
-    /* Units are cut at parameter boundaries from the end of the block: unit u holds the
-       parameters [first[u + 1], first[u]). */
-    z->first[0] = z->order.nparams;
-    for (int i = z->order.nparams - 1; i >= 0; i--)
-        z->first[z->order.list[z->order.first[i]] + 1] = i;
     for (int u = 0; u < z->nunits; u++) {
         int64_t len = z->ranges[2 * u + 1] - z->ranges[2 * u];
         if (len > z->slot_len) z->slot_len = len;

@@ -10,8 +10,8 @@
 
 const char *rp_plan_axis_name(rp_axis axis)
 {
-    static const char *names[] = {"data", "model", "pipe", "group"};
-    return (unsigned)axis <= (unsigned)RP_PLAN_GROUP ? names[axis] : "?";
+    static const char *names[] = {"data", "model", "pipe", "group", "shard", "replicate"};
+    return (unsigned)axis <= (unsigned)RP_PLAN_REPLICATE ? names[axis] : "?";
 }
 
 rp_status rp_plan_add_traffic(rp_plan_worker *w, rp_axis axis, rp_comm_class cls,

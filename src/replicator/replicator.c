@@ -1429,6 +1429,11 @@ int rp_replicator_in_sync(const rp_replicator *r)
     return r ? rp_replica_in_sync(&r->reps[0]) : 0;
 }
 
+rp_comm *rp_replica_hsdp_comm(rp_replica *rep, bool across)
+{
+    return !rep ? NULL : across ? rep->repl_comm : rep->shard_comm;
+}
+
 rp_comm *rp_replica_sync_comm(rp_replica *rep)
 {
     if (!rep) return NULL;

@@ -346,6 +346,32 @@ rp_status strategy_bucket_order_cut(strategy_bucket_order *o, const rp_params *p
     return RP_OK;
 }
 
+rp_status strategy_bucket_params(const strategy_bucket_order *o, int **first)
+{
+    int n = o->nbuckets;
+    *first = malloc((size_t)(n + 1) * sizeof **first);
+    if (!*first) return RP_ERROR(RP_ERR_NOMEM, "cannot allocate the table of %d buckets", n);
+    /* Cut from the end of the block: a parameter's bucket never grows with its index. */
+    (*first)[0] = o->nparams;
+    for (int b = 1; b <= n; b++)
+        (*first)[b] = 0;
+    for (int i = o->nparams - 1; i >= 0; i--)
+        (*first)[o->list[o->first[i]] + 1] = i;
+    return RP_OK;
+}
+
+void strategy_point(const rp_params *params, int i0, int i1, int64_t a, float *base, bool grad)
+{
+    for (int i = i0; i < i1; i++) {
+        rp_tensor *p = rp_params_at(params, i);
+        float *at = base + (rp_params_offset(params, i) - a);
+        if (grad)
+            p->grad = at;
+        else
+            p->data = at;
+    }
+}
+
 void strategy_bucket_order_destroy(strategy_bucket_order *o)
 {
     free(o->first);

@@ -276,6 +276,19 @@ rp_status strategy_bucket_order_cut(strategy_bucket_order *o, const rp_params *p
 
 void strategy_bucket_order_destroy(strategy_bucket_order *o);
 
+/*
+ * A cut order's parameters by bucket: bucket b holds the parameters [(*first)[b + 1],
+ * (*first)[b]) (malloc'd, nbuckets + 1 entries, the caller frees it). RP_ERR_NOMEM.
+ */
+rp_status strategy_bucket_params(const strategy_bucket_order *o, int **first);
+
+/*
+ * Points the values (grad false) or the gradients (grad true) of params' trainable parameters
+ * [i0, i1) at base, which stands for position a of the block: memory of a parameter's own (a
+ * gather buffer, a gradient buffer), or the block itself (base = block + a).
+ */
+void strategy_point(const rp_params *params, int i0, int i1, int64_t a, float *base, bool grad);
+
 /* Parameter i is final (the gradient-ready callback): starts the buckets that may start now. */
 void strategy_bucket_order_ready(strategy_bucket_order *o, int i, strategy_bucket_start_fn start,
                                  void *ctx);
@@ -323,6 +336,11 @@ typedef enum {
     RP_GRAD_ALL_REDUCE_SHARD,
 } reducer_collective;
 
+/* ZeRO-2 and 3's gradient buffers (reducer.gbuf), and where a bucket's gradients are. */
+#define REDUCER_GRAD_BUFFERS 2
+#define REDUCER_IN_BLOCK     (-1) /* written in the block: no buffer was free */
+#define REDUCER_UNTOUCHED    (-2) /* nothing written since its reduction: zeros, in the block */
+
 typedef struct reducer {
     reducer_collective collective;
     rp_replica *rep;
@@ -343,13 +361,25 @@ typedef struct reducer {
     int64_t *gather_ranges;
     int ngather;
     unsigned char *kept; /* all-reduce-shard: [buckets] kept into sgrad since the last step */
-    bool release_kept;   /* all-reduce-shard: sgrad's pages given back once in place (ZeRO-3) */
-    float *sgrad;        /* sharded: [S] this member's shard of the mean gradient (storage) */
-    float *pack;         /* sharded: [N * chunk] one bucket's segments, back to back (storage) */
-    float *one;          /* sharded: [chunk] one segment, zero-padded (storage) */
-    rp_bf16 *wire;       /* cfg.grad_dtype bf16 (storage), NULL for f32: the payload rounded
-                            (all-reduce: [the largest bucket]; reduce-scatter: [N * chunk] the packed
-                            segments, then [chunk] the reduced segment) */
+    /* All-reduce-shard: the gradient buffers (grad_reducer.c), each as long as the largest
+       bucket, that a bucket's gradients are written into while backward fills it instead of
+       the block's pages; gbuf_bucket[s] the bucket buffer s holds or -1; gwhere[b] the buffer
+       bucket b is in, REDUCER_IN_BLOCK or REDUCER_UNTOUCHED; bfirst[buckets + 1] the buckets'
+       parameters (strategy_bucket_params); spilled counts buckets written in the block. */
+    float *gbuf[REDUCER_GRAD_BUFFERS];
+    int gbuf_bucket[REDUCER_GRAD_BUFFERS];
+    int ngbuf;
+    int64_t gbuf_len, gbuf_used[REDUCER_GRAD_BUFFERS]; /* used: the values resident of each */
+    int *gwhere, *bfirst;
+    int64_t spilled;
+    bool release_kept; /* all-reduce-shard: sgrad's pages given back once in place, and the
+                          gradient buffers hold only what is in flight (ZeRO-3) */
+    float *sgrad;      /* sharded: [S] this member's shard of the mean gradient (storage) */
+    float *pack;       /* sharded: [N * chunk] one bucket's segments, back to back (storage) */
+    float *one;        /* sharded: [chunk] one segment, zero-padded (storage) */
+    rp_bf16 *wire;     /* cfg.grad_dtype bf16 (storage), NULL for f32: the payload rounded
+                          (all-reduce: [the largest bucket]; reduce-scatter: [N * chunk] the packed
+                          segments, then [chunk] the reduced segment) */
     size_t sgrad_bytes, pack_bytes, one_bytes, wire_bytes; /* what mem_free takes back */
     kernels_staging stage, recv; /* the host views a collective sends from (all-reduce: in place)
                                and receives into */
@@ -387,6 +417,12 @@ void reducer_free(reducer *g);
 size_t reducer_bytes(const reducer *g, bool resident);
 /* Whether param's gradient lies in this reducer's block; if so, counts it final (the callback). */
 bool reducer_ready(reducer *g, const rp_tensor *param);
+/*
+ * All-reduce-shard: backward is about to write param's gradient (tape_residency.h's gradient
+ * hook). Whether param is this reducer's; if so, and its bucket has had nothing written since
+ * its last reduction, the bucket's gradients go into a free gradient buffer (zeroed).
+ */
+bool reducer_grad_target(reducer *g, const rp_tensor *param);
 /* Records a failure of the step's own (the first one wins), re-raised by finish. */
 void reducer_fail(reducer *g, rp_status status);
 /*

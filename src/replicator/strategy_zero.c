@@ -86,6 +86,28 @@ static rp_status zero3_use(rp_tape *t, rp_tensor *param, int node, void *ctx)
     return RP_OK;
 }
 
+/* ZeRO-2 and 3's gradient hook (tape_residency.h): param's bucket into a gradient buffer. */
+static void zero_grad_target(rp_tensor *param, void *ctx)
+{
+    rp_replica *rep = ctx;
+    strategy_replica *sr = rep->strategy;
+    for (strategy_link *l = sr->opts; l; l = l->next) {
+        zero_ctx *z = (zero_ctx *)l;
+        if (z->stage >= 2 && reducer_grad_target(&z->red, param)) return;
+    }
+}
+
+/* The calling replica thread's hooks for the optimizers it has: ZeRO-3's use hook while one is
+   of stage 3, the gradient hook while one is of stage 2 or 3. */
+static void zero_hooks(rp_replica *rep)
+{
+    int most = 0;
+    for (strategy_link *l = rep ? ((strategy_replica *)rep->strategy)->opts : NULL; l; l = l->next)
+        if (((zero_ctx *)l)->stage > most) most = ((zero_ctx *)l)->stage;
+    tape_set_thread_use(most == 3 ? zero3_use : NULL, rep);
+    tape_set_thread_grad(most >= 2 ? zero_grad_target : NULL, rep);
+}
+
 static void zero_on_grad_ready(rp_tensor *param, void *ctx)
 {
     rp_replica *rep = ctx;
@@ -135,16 +157,14 @@ static void zero_release(void *ctx)
     zero_ctx *z = ctx;
     rp_replica *rep = z->link.rep;
     strategy_detach(&z->link);
-    if (z->stage == 3) {
-        /* The values stay as they are (a gather is a collective, and a release is not): fetch
-           first (rp_replica_optimizer_fetch) to keep them whole. */
-        residency_free(&z->res);
-        bool others = false;
-        for (strategy_link *l = rep ? ((strategy_replica *)rep->strategy)->opts : NULL; l;
-             l = l->next)
-            others = others || ((zero_ctx *)l)->stage == 3;
-        if (rep && !others) tape_set_thread_use(NULL, NULL);
-    }
+    /* The values stay as they are (a gather is a collective, and a release is not): fetch first
+       (rp_replica_optimizer_fetch) to keep them whole. */
+    if (z->stage == 3) residency_free(&z->res);
+    if (rep && z->stage >= 2) zero_hooks(rep);
+    if (z->stage >= 2)
+        rp_debug("ZeRO-%d optimizer: %lld gradient buckets were written in the block (no gradient "
+                 "buffer free)",
+                 z->stage, (long long)z->red.spilled);
     reducer_free(&z->red);
     if (z->stage >= 2) params_set_grad_release(z->params, false);
     free(z);
@@ -225,7 +245,7 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
     strategy_attach(rep, &z->link, opt, -1);
     /* ZeRO-2 and 3: the optimizer's zeroing gives the gradient block's pages back too. */
     if (stage >= 2) params_set_grad_release(params, true);
-    if (stage == 3) tape_set_thread_use(zero3_use, rep); /* this run's; later: zero3_phase_begin */
+    if (stage >= 2) zero_hooks(rep); /* this run's; later: zero_phase_begin */
     rp_debug("ZeRO-%d optimizer: shard [%lld, %lld) of %lld values over %d replicas, %d gradient "
              "buckets",
              stage, (long long)z->red.lo, (long long)z->red.hi, (long long)z->numel, z->red.size,
@@ -247,21 +267,19 @@ static rp_status zero2_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_p
     return zero_create(rep, opt, params, 2);
 }
 
-/* Around each run of a replica: its thread's tapes ask ZeRO-3 for the values, while one of its
-   optimizers is a stage-3 one. */
-static void zero3_phase_begin(rp_replica *rep, uint64_t phase)
+/* Around each run of a replica: its thread's tapes ask ZeRO-3 for the values and ZeRO-2 and 3
+   where the gradients go (zero_hooks). */
+static void zero_phase_begin(rp_replica *rep, uint64_t phase)
 {
     (void)phase;
-    bool any = false;
-    for (strategy_link *l = ((strategy_replica *)rep->strategy)->opts; l; l = l->next)
-        any = any || ((zero_ctx *)l)->stage == 3;
-    tape_set_thread_use(any ? zero3_use : NULL, rep);
+    zero_hooks(rep);
 }
 
-static void zero3_phase_end(rp_replica *rep)
+static void zero_phase_end(rp_replica *rep)
 {
     (void)rep;
     tape_set_thread_use(NULL, NULL);
+    tape_set_thread_grad(NULL, NULL);
 }
 
 static rp_status zero3_optimizer_create(rp_replica *rep, rp_optimizer *opt, rp_params *params,
@@ -351,20 +369,60 @@ static rp_status zero_clip(rp_replica *rep, rp_optimizer *opt, float max_norm, f
 }
 
 /*
- * What both stages' plans start with: a plain optimizer's (strategy_plan_base), which is the
- * whole plan for one replica (*sharded false); HSDP is not planned yet (RP_ERR_UNSUPPORTED).
+ * Who shards with whom in a plan: every replica (the data axis), or with HSDP (cfg.hsdp = G) the
+ * G of a group (hsdp_comms), whose shards are then all-reduced across the groups.
+ */
+typedef struct zero_layout {
+    int n, rank;       /* the replicas sharding the state, and this worker's place among them */
+    rp_axis axis;      /* where they reduce and gather: RP_AXIS_DATA or RP_PLAN_SHARD */
+    bool across;       /* HSDP: the shard's all-reduce across the groups (RP_PLAN_REPLICATE) */
+    int64_t S, lo, hi; /* the shard length, and this worker's shard */
+} zero_layout;
+
+/*
+ * What every stage's plan starts with: a plain optimizer's (strategy_plan_base), which is the
+ * whole plan for one replica (*sharded false), and the layout of the shards.
  */
 static rp_status zero_plan_start(const rp_config *cfg, int N, int id, const rp_params *params,
-                                 const rp_optim_config *oc, rp_plan_worker *w, bool *sharded)
+                                 const rp_optim_config *oc, rp_plan_worker *w, bool *sharded,
+                                 zero_layout *L)
 {
     *sharded = false;
     RP_CHECK(strategy_plan_base(N, id, params, oc, w));
     if (N == 1) return RP_OK;
-    if (cfg->hsdp > 1 && cfg->hsdp < N)
-        return RP_ERROR(RP_ERR_UNSUPPORTED, "the planner does not cover HSDP (hsdp = %d) yet",
-                        cfg->hsdp);
+    int G = cfg->hsdp;
+    bool hsdp = G > 1 && G < N;
+    if (hsdp && N % G != 0)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "hsdp = %d does not divide the %d replicas: HSDP's groups must be equal", G,
+                        N);
+    int64_t P = rp_params_trainable_numel(params);
+    L->n = hsdp ? G : N;
+    L->rank = id % L->n;
+    L->axis = hsdp ? RP_PLAN_SHARD : RP_AXIS_DATA;
+    L->across = hsdp;
+    L->S = (P + L->n - 1) / L->n;
+    L->lo = (int64_t)L->rank * L->S < P ? (int64_t)L->rank * L->S : P;
+    L->hi = L->lo + L->S < P ? L->lo + L->S : P;
     *sharded = true;
     return RP_OK;
+}
+
+/*
+ * The traffic every stage adds at the end: with HSDP the shard of the reduced gradients
+ * all-reduced (mean, f32) across the groups; and where the members saw only their shards of the
+ * reduction (ZeRO-1's reduce-scatter, and any stage with HSDP) the finiteness exchange, 3 int64
+ * from each member, on the data axis: every replica (grad_reducer.c).
+ */
+static rp_status zero_plan_finish(const zero_layout *L, int stage, rp_plan_worker *w)
+{
+    if (L->across && L->hi > L->lo)
+        RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_REPLICATE, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                                     "gradient shard across the groups (mean)", 1,
+                                     (L->hi - L->lo) * (int64_t)sizeof(float)));
+    if (stage >= 2 && !L->across) return RP_OK;
+    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
+                               "gradient finiteness exchange", 1, 3 * 8);
 }
 
 /*
@@ -378,56 +436,55 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
                            const rp_optim_config *oc, rp_plan_worker *w)
 {
     bool sharded;
-    RP_CHECK(zero_plan_start(cfg, N, id, params, oc, w, &sharded));
+    zero_layout L;
+    RP_CHECK(zero_plan_start(cfg, N, id, params, oc, w, &sharded, &L));
     if (!sharded) return RP_OK;
-    int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c;
+    int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c, n = L.n;
     int nb, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3;
-    reducer_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &nb);
-    int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
+    reducer_shard_layout(P, L.n, cfg->bucket_bytes, &S, &c, &nb);
     int64_t g = (int64_t)rp_dtype_size(cfg->grad_dtype);
     bool bf16 = cfg->grad_dtype == RP_BF16;
-    w->optim = slots * (hi - lo) * (int64_t)sizeof(float);
+    w->optim = slots * (L.hi - L.lo) * (int64_t)sizeof(float);
     w->strategy = (int64_t)N * Tz * 8;
-    if (S > 0) w->strategy += (S + (int64_t)N * c + c) * (int64_t)sizeof(float);
-    if (S > 0 && bf16) w->strategy += ((int64_t)N + 1) * c * (int64_t)sizeof(rp_bf16);
-    RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_REDUCE_SCATTER,
+    if (S > 0) w->strategy += (S + n * c + c) * (int64_t)sizeof(float);
+    if (S > 0 && bf16) w->strategy += (n + 1) * c * (int64_t)sizeof(rp_bf16);
+    RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_REDUCE_SCATTER,
                                  bf16 ? "gradient shards (mean, bf16)" : "gradient shards (mean)",
                                  nb, S * g));
-    RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
+    RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
                                  "parameter shards", nb, S * (int64_t)sizeof(float)));
-    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
-                               "gradient finiteness exchange", 1, 3 * 8);
+    return zero_plan_finish(&L, 1, w);
 }
 
 /*
  * ZeRO-2's plan: the sync strategy's all-reduce buckets (as cfg.grad_dtype) and ZeRO-1's
  * all-gather of the values; the optimizer state of this worker's shard; the buffers: the kept
- * shard of the gradients, the gather buckets' packing, the scratch, the bucket tables and the
- * bf16 copy of the largest bucket. The gradient block is counted whole (it is allocated whole):
- * what is resident of it is the shard and the buckets backward has not finished. ZeRO-3's
- * (stage 3) is the same but for the values: no all-gather after the update, and the gather
- * buffers (zero3_gathers) among the strategy's buffers.
+ * shard of the gradients, the gather buckets' packing, the scratch, the bucket tables, the
+ * gradient buffers and the bf16 copy of the largest bucket. The gradient block is counted whole (it
+ * is allocated whole): what is resident of it is the shard and the buckets backward has not
+ * finished. ZeRO-3's (stage 3) is the same but for the values: no all-gather after the update, and
+ * the gather buffers (zero3_gathers) among the strategy's buffers.
  */
-static rp_status zero3_gathers(const rp_config *cfg, int N, int64_t lo, int64_t hi,
-                               const rp_params *params, const rp_optim_config *oc,
-                               rp_plan_worker *w);
+static rp_status zero3_gathers(const rp_config *cfg, const zero_layout *L, const rp_params *params,
+                               const rp_optim_config *oc, rp_plan_worker *w);
 
 static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                              const rp_optim_config *oc, rp_plan_worker *w, int stage)
 {
     bool sharded;
-    RP_CHECK(zero_plan_start(cfg, N, id, params, oc, w, &sharded));
+    zero_layout L;
+    RP_CHECK(zero_plan_start(cfg, N, id, params, oc, w, &sharded, &L));
     if (!sharded) return RP_OK;
     int64_t P = rp_params_trainable_numel(params), slots = rp_optim_slots(oc), S, c, most = 0;
     int ng, nb = 0, T = rp_params_trainable_count(params), Tz = T > 3 ? T : 3, Tb = T ? T : 1;
-    reducer_shard_layout(P, N, cfg->bucket_bytes, &S, &c, &ng);
+    reducer_shard_layout(P, L.n, cfg->bucket_bytes, &S, &c, &ng);
     RP_CHECK(strategy_plan_buckets(params, cfg->bucket_bytes, &nb, &most));
-    int64_t lo = (int64_t)id * S < P ? (int64_t)id * S : P, hi = lo + S < P ? lo + S : P;
-    w->optim = slots * (hi - lo) * (int64_t)sizeof(float);
+    w->optim = slots * (L.hi - L.lo) * (int64_t)sizeof(float);
     w->strategy = (int64_t)N * Tz * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24 +
-                  strategy_plan_wire(cfg, most) + (nb ? nb : 1);
-    if (S > 0) w->strategy += (S + (int64_t)N * c + c) * (int64_t)sizeof(float);
-    RP_CHECK(rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
+                  strategy_plan_wire(cfg, most) + (nb ? nb : 1) +
+                  (most ? REDUCER_GRAD_BUFFERS : 0) * most * (int64_t)sizeof(float);
+    if (S > 0) w->strategy += (S + (int64_t)L.n * c + c) * (int64_t)sizeof(float);
+    RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
                                  cfg->grad_dtype == RP_BF16 ? "gradient buckets (mean, bf16)"
                                                             : "gradient buckets (mean)",
                                  nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
@@ -436,10 +493,12 @@ static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_param
            none when the units stay in place (keep_gathered). */
         if (!cfg->keep_gathered)
             w->strategy += (int64_t)TAPE_USE_HELD * most * (int64_t)sizeof(float);
-        return zero3_gathers(cfg, N, lo, hi, params, oc, w);
+        RP_CHECK(zero3_gathers(cfg, &L, params, oc, w));
+    } else {
+        RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
+                                     "parameter shards", ng, S * (int64_t)sizeof(float)));
     }
-    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
-                               "parameter shards", ng, S * (int64_t)sizeof(float));
+    return zero_plan_finish(&L, stage, w);
 }
 
 static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params *params,
@@ -455,15 +514,17 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
  * last - for a network that uses its parameters once each, in the order they were declared (the
  * classifiers; a unit used again is gathered again, which this does not count). w->held, the
  * step's peak: the buffers, the shard of the values and the optimizer state's, always; and the
- * most of what comes and goes at once - in forward, two neighbouring units in flight; in
- * backward, at unit k (the gradient buckets are the units: backward reduces them in
- * order 0, 1, ...), units k and k - 1 plus the part of the shard buckets 0 .. k - 1 have
- * reduced (a unit in flight is whole in its gather buffer, param_residency.c); at the update,
+ * most of what comes and goes at once - in forward, two neighbouring units in flight and the
+ * gradient buffer's last bucket (the first unit); in backward, at unit k (the gradient buckets
+ * are the units: backward reduces them in order 0, 1, ...), units k and k - 1, bucket k's
+ * gradients in their buffer, plus the part of the shard buckets 0 .. k - 1 have reduced (a unit
+ * in flight is whole in its gather buffer, param_residency.c; grad_reducer.c trims the
+ * gradient buffers to what is in flight); at the update,
  * the shard of the gradients in place (the reduced-shard
  * buffer's pages given back as it is copied there). The rest of the gradient block is released
  * bucket by bucket. With cfg.keep_gathered each unit is gathered once, in forward, and the
  * values are whole from the end of forward to the update: the peak is the buffers, every
- * value, the optimizer state's shard and the gradient shard.
+ * value, the largest bucket's gradients, the optimizer state's shard and the gradient shard.
  */
 /* Values of [a, b) inside [lo, hi). */
 static int64_t overlap(int64_t a, int64_t b, int64_t lo, int64_t hi)
@@ -472,15 +533,15 @@ static int64_t overlap(int64_t a, int64_t b, int64_t lo, int64_t hi)
     return y > x ? y - x : 0;
 }
 
-static rp_status zero3_gathers(const rp_config *cfg, int N, int64_t lo, int64_t hi,
-                               const rp_params *params, const rp_optim_config *oc,
-                               rp_plan_worker *w)
+static rp_status zero3_gathers(const rp_config *cfg, const zero_layout *L, const rp_params *params,
+                               const rp_optim_config *oc, rp_plan_worker *w)
 {
     strategy_bucket_order o;
-    int64_t *ranges, P = rp_params_trainable_numel(params), S = (P + N - 1) / N;
+    int64_t *ranges, P = rp_params_trainable_numel(params), S = L->S, lo = L->lo, hi = L->hi;
     RP_CHECK(strategy_bucket_order_cut(&o, params, cfg->bucket_bytes, &ranges));
     int nu = o.nbuckets, held = nu < TAPE_USE_HELD ? nu : TAPE_USE_HELD;
-    int64_t calls = 0, values = 0, flight = 0;
+    int64_t calls = 0, values = 0, flight = 0, most = 0;
+    int64_t first = nu ? ranges[2 * (nu - 1) + 1] - ranges[2 * (nu - 1)] : 0;
     for (int u = 0; u < nu; u++) {
         int64_t a = ranges[2 * u], b = ranges[2 * u + 1];
         int owners = (int)((b - 1) / S - a / S + 1);
@@ -491,10 +552,11 @@ static rp_status zero3_gathers(const rp_config *cfg, int N, int64_t lo, int64_t 
         values += times * (b - a);
         /* Forward: unit u and the one before it in the block (u + 1), outside the shard. */
         int64_t a2 = u + 1 < nu ? ranges[2 * (u + 1)] : a;
-        int64_t fwd = b - a2;
-        /* Backward at unit u: u and u - 1 held, buckets 0 .. u - 1 reduced. */
+        int64_t fwd = b - a2 + first;
+        /* Backward at unit u: u and u - 1 held, u's gradients, buckets 0 .. u - 1 reduced. */
         int64_t b2 = u > 0 ? ranges[2 * (u - 1) + 1] : b;
-        int64_t bwd = (b2 - a) + overlap(b, P, lo, hi);
+        int64_t bwd = (b2 - a) + (b - a) + overlap(b, P, lo, hi);
+        if (b - a > most) most = b - a;
         if (fwd > flight) flight = fwd;
         if (bwd > flight) flight = bwd;
     }
@@ -502,10 +564,11 @@ static rp_status zero3_gathers(const rp_config *cfg, int N, int64_t lo, int64_t 
     free(ranges);
     int64_t slots = rp_optim_slots(oc);
     int64_t comes = flight > hi - lo ? flight : hi - lo;
-    if (cfg->keep_gathered) comes = P; /* the values outside the shard, and the gradients' shard */
+    /* Kept: the values outside the shard, the gradients' shard and the largest bucket's. */
+    if (cfg->keep_gathered) comes = P + most;
     w->held = (int64_t)sizeof(float) *
               ((rp_params_numel(params) - P) + (hi - lo) + slots * (hi - lo) + comes);
-    return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
+    return rp_plan_add_traffic(w, L->axis, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
                                "parameter units (ZeRO-3)", calls, values * (int64_t)sizeof(float));
 }
 
@@ -542,6 +605,8 @@ const strategy_table strategy_zero2 = {
     .replica_destroy = zero_replica_destroy,
     .grad_ready = zero_on_grad_ready,
     .optimizer_create = zero2_optimizer_create,
+    .phase_begin = zero_phase_begin,
+    .phase_end = zero_phase_end,
     .fetch = zero_fetch,
     .publish = zero_publish,
     .claim = strategy_local_claim,
@@ -560,8 +625,8 @@ const strategy_table strategy_zero3 = {
     .replica_destroy = zero_replica_destroy,
     .grad_ready = zero_on_grad_ready,
     .optimizer_create = zero3_optimizer_create,
-    .phase_begin = zero3_phase_begin,
-    .phase_end = zero3_phase_end,
+    .phase_begin = zero_phase_begin,
+    .phase_end = zero_phase_end,
     .fetch = zero_fetch,
     .publish = zero_publish,
     .claim = strategy_local_claim,

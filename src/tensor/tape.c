@@ -150,6 +150,15 @@ void tape_set_thread_use(tape_use_fn fn, void *ctx)
     thread_use_ctx = fn ? ctx : NULL;
 }
 
+static _Thread_local tape_grad_fn thread_grad;
+static _Thread_local void *thread_grad_ctx;
+
+void tape_set_thread_grad(tape_grad_fn fn, void *ctx)
+{
+    thread_grad = fn;
+    thread_grad_ctx = fn ? ctx : NULL;
+}
+
 rp_status tape_use(rp_tape *t, rp_tensor *param, int node)
 {
     return tape_thread_use(t, param, node, thread_use_ctx);
@@ -182,11 +191,17 @@ rp_status tape_use_view(const rp_tape *t, const rp_tensor *x, const char *who)
                     who, x->name);
 }
 
-/* Before a node's rule reads them: its parameter inputs' values present (tape_residency.h). */
+/* Before a node's rule reads them: its parameter inputs' values present, and where their
+   gradients go (tape_residency.h). */
 static rp_status use_inputs(rp_tape *t, int i, rp_tensor **in)
 {
-    for (int j = 0; tape_thread_use && j < t->nodes[i].n_in; j++)
-        if (in[j] && (in[j]->flags & RP_TENSOR_PARAM)) RP_CHECK(tape_use(t, in[j], i));
+    if (!tape_thread_use && !thread_grad) return RP_OK;
+    for (int j = 0; j < t->nodes[i].n_in; j++) {
+        rp_tensor *x = in[j];
+        if (!x || !(x->flags & RP_TENSOR_PARAM)) continue;
+        if (tape_thread_use) RP_CHECK(tape_use(t, x, i));
+        if (thread_grad && tape_wants_grad(x)) thread_grad(x, thread_grad_ctx);
+    }
     return RP_OK;
 }
 

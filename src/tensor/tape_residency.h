@@ -38,4 +38,16 @@ typedef rp_status (*tape_use_fn)(rp_tape *t, rp_tensor *param, int node, void *c
 /* Installs (fn non-NULL) or removes (NULL) the calling thread's use hook; one per thread. */
 void tape_set_thread_use(tape_use_fn fn, void *ctx);
 
+/*
+ * Gradients kept elsewhere while backward fills them (ZeRO-2 and 3's gradient buffers): before a
+ * node's rule runs, for each of its parameter inputs that takes a gradient, after the use hook.
+ * The hook may point param->grad at other memory holding what the gradient holds (zeros when
+ * the parameter is fresh); the rule then writes there. It cannot fail: with nowhere else to
+ * put it, the gradient stays where it is.
+ */
+typedef void (*tape_grad_fn)(rp_tensor *param, void *ctx);
+
+/* Installs (fn non-NULL) or removes (NULL) the calling thread's gradient hook; one per thread. */
+void tape_set_thread_grad(tape_grad_fn fn, void *ctx);
+
 #endif
