@@ -4,8 +4,8 @@
 #  1. a run writes its checkpoint, metrics and sample grids; one interrupted
 #     (--max-steps) and resumed from its directory ends bit-identical to an
 #     uninterrupted one, and a finished run resumed with a larger --iters goes on;
-#     --zero, --zero 2 and --zero 3 write the sync run's checkpoint byte for byte (and ZeRO-3,
-#     whose values are sharded between uses, draws the same samples);
+#     --zero, --zero 2 and --zero 3 (also with --prefetch) write the sync run's checkpoint byte
+#     for byte (and ZeRO-3, whose values are sharded between uses, draws the same samples);
 #  2. sample writes a PNG grid of the expected size (a row per class, or one
 #     class) and --raw IDX files of the expected sizes;
 #  3. bad input gets a clear error and exit code 1: a class the generator does
@@ -46,7 +46,9 @@ out=$("$bin" "${loud[@]}" --zero 2 --out "$dir/z2" 2>&1) || fail "train sngan --
 grep -q "ZeRO-2: each replica keeps the optimizer state and the reduced gradients of 1/2" \
     <<< "$out" || fail "the header does not name ZeRO-2: $out"
 "$bin" "${gan[@]}" --zero 3 --out "$dir/z3" > /dev/null || fail "train sngan --zero 3 failed"
-for z in z1 z2 z3; do
+"$bin" "${gan[@]}" --zero 3 --prefetch --out "$dir/z3p" > /dev/null \
+    || fail "train sngan --zero 3 --prefetch failed"
+for z in z1 z2 z3 z3p; do
     cmp "$dir/a/checkpoint.safetensors" "$dir/$z/checkpoint.safetensors" \
         || fail "sngan $z wrote another checkpoint than the sync run"
 done
@@ -55,7 +57,8 @@ done
 cmp "$dir/a/checkpoint.safetensors" "$dir/z2r/checkpoint.safetensors" \
     || fail "a --zero 2 GAN run resumed without ZeRO differs from the sync run"
 cmp "$dir/a/samples.png" "$dir/z3/samples.png" || fail "sngan --zero 3 drew other samples"
-echo "ok: sngan --zero 1, 2 and 3 write the sync run's checkpoint; --zero 2 resumes as sync"
+echo "ok: sngan --zero 1, 2 and 3 (and 3 with --prefetch) write the sync run's checkpoint;"
+echo "    --zero 2 resumes as sync"
 # A finished run resumed with more iterations trains them (it used to stop at once, at 6).
 cp -r "$dir/a" "$dir/more"
 out=$("$bin" train --resume "$dir/more" --iters 8 --threads 2 2>&1)

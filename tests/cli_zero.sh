@@ -13,12 +13,13 @@
 #     resumed on 2 with --zero 1 writes what sync 4 -> 2 wrote; --zero 3 (the values sharded
 #     too): the header names it, the checkpoints are the sync runs' (MLP on 2, ResNet-20 on 4),
 #     and ResNet-20's chain ZeRO-3 on 4 -> ZeRO-1 on 3 -> ZeRO-3 on 2 x TP2 -> 1 ends where
-#     sync's chain does;
+#     sync's chain does; --keep-gathered and --prefetch equal sync and follow the plan;
 #     ResNet-20 on 2 replicas x tensor parallel 2, and x 2 pipeline stages, equals sync;
 #     --hsdp 2 on 4 replicas keeps half the state a replica and resumes on 2, and --plan-check
 #     finds its traffic as planned for every stage; --hsdp 3 is refused;
 #  6. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
-#     wrote (both backends reduce in rank order), with --zero, --zero 2 and --zero 3.
+#     wrote (both backends reduce in rank order), with --zero, --zero 2 and --zero 3 (and with
+#     --prefetch).
 # Usage: cli_zero.sh path/to/replicator
 set -euo pipefail
 bin=$(realpath "$1")
@@ -174,8 +175,23 @@ out=$("$bin" train resnet18 "${r18[@]}" --keep-gathered --out "$dir/g2" 2>&1) \
 kept=$(gathers "$out")
 [ -n "$again" ] && [ -n "$kept" ] && [ "$kept" -lt "$again" ] \
     || fail "--keep-gathered: gathers not exact or not fewer ($kept B against $again B): $out"
+# --prefetch (the next unit's gather started by messages one unit ahead): sync's bytes again, and
+# on ResNet-18 one broadcast gather a step, the rest sent and received, each exactly as planned.
+"$bin" train resnet20 "${res[@]}" --replicas 4 --zero 3 --prefetch --out "$dir/rp" \
+    > /dev/null 2>&1 || fail "resnet20 --zero 3 --prefetch failed"
+cmp "$dir/rs/checkpoint.safetensors" "$dir/rp/checkpoint.safetensors" \
+    || fail "resnet20: --zero 3 --prefetch wrote another checkpoint than sync"
+out=$("$bin" train resnet18 "${r18[@]}" --prefetch --out "$dir/g3" 2>&1) \
+    || fail "resnet18 --zero 3 --prefetch: $out"
+grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
+    || fail "--prefetch: the plan differs from the run: $out"
+grep -q "data broadcast  *runtime  *1 calls .*exact in 3 steps" <<< "$out" \
+    && grep -q "data send  *runtime .*exact in 3 steps" <<< "$out" \
+    && grep -q "data recv  *runtime .*exact in 3 steps" <<< "$out" \
+    || fail "--prefetch: not one broadcast and the rest by messages: $out"
 echo "ok: --zero 3 equals sync (mlp on 2, resnet20 on 4, with TP and pipelines), along a chain;"
-echo "    --keep-gathered too, with fewer gathers ($kept B a step against $again B), as planned"
+echo "    --keep-gathered too, with fewer gathers ($kept B a step against $again B), as planned;"
+echo "    --prefetch too, one broadcast a step and the rest by messages, as planned"
 
 # HSDP: 4 replicas in groups of 2 (the state halved, not quartered); it resumes on 2 plain
 # replicas; groups that do not divide the replicas are refused, naming the numbers.
@@ -236,4 +252,13 @@ cmp "$dir/t2/checkpoint.safetensors" "$dir/mz3/checkpoint.safetensors" \
     > /dev/null 2>&1 || fail "mpirun -np 2 --replicas 2 --zero 3 failed"
 cmp "$dir/m22s/checkpoint.safetensors" "$dir/mz32/checkpoint.safetensors" \
     || fail "2 ranks x 2 threads: --zero 3 differs from sync"
-echo "ok: mpirun -np 2 (and 2 ranks x 2 threads) --zero 3 equals sync"
+# --prefetch's messages between processes, and between and inside them.
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --zero 3 --prefetch --out "$dir/mz3p" \
+    > /dev/null 2>&1 || fail "mpirun -np 2 --zero 3 --prefetch failed"
+cmp "$dir/t2/checkpoint.safetensors" "$dir/mz3p/checkpoint.safetensors" \
+    || fail "mpirun -np 2 --zero 3 --prefetch differs from 2 sync threads"
+"${mpi[@]}" -np 2 "$bin" train resnet20 "${res[@]}" --replicas 2 --zero 3 --prefetch \
+    --out "$dir/mz32p" > /dev/null 2>&1 || fail "mpirun -np 2 --replicas 2 --zero 3 --prefetch failed"
+cmp "$dir/m22s/checkpoint.safetensors" "$dir/mz32p/checkpoint.safetensors" \
+    || fail "2 ranks x 2 threads: --zero 3 --prefetch differs from sync"
+echo "ok: mpirun -np 2 (and 2 ranks x 2 threads) --zero 3 equals sync, with --prefetch too"

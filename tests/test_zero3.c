@@ -19,7 +19,11 @@
  *    trainable parameters;
  *  - with keep_gathered (FSDP's reshard_after_forward=False): the same values bitwise, each unit
  *    gathered once a step (forward only; the plan's count, exactly), no gather buffers, every
- *    value resident after backward and only the shard after the step; refused without ZeRO-3.
+ *    value resident after backward and only the shard after the step; refused without ZeRO-3;
+ *  - with prefetch (the next unit's gather started by messages when a unit is used): the same
+ *    values and logits bitwise, alone and with keep_gathered; the step's messages and broadcasts
+ *    exactly the plan's (one broadcast gather a step, forward's first; the rest sent and received
+ *    one unit ahead), one more gather buffer; refused without ZeRO-3.
  */
 #include "testutil.h"
 
@@ -46,6 +50,7 @@ typedef struct net {
 typedef struct job {
     rp_optim_config oc;
     bool keep;       /* cfg.keep_gathered */
+    bool prefetch;   /* cfg.prefetch */
     int width;       /* of the hidden layers (W; the memory test's is larger) */
     float out[MAXP]; /* replica 0's values after the run (fetched) */
     float logits[GB * OUT];
@@ -193,6 +198,7 @@ static void run(job *j, rp_strategy_kind kind, int n, size_t bucket, int steps)
     cfg.strategy = kind;
     cfg.bucket_bytes = bucket;
     cfg.keep_gathered = j->keep;
+    cfg.prefetch = j->prefetch;
     if (!j->width) j->width = W;
     rp_replicator *r;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
@@ -319,6 +325,94 @@ static void test_releases_values(void **state)
     assert_true(z.outside[2] >= 3 * layer);
 }
 
+/* Replica 0's plan line `what` of kind k, or NULL. */
+static const rp_plan_traffic *plan_line(const job *j, rp_flight_kind k, const char *what)
+{
+    for (int i = 0; i < j->plan.ntraffic; i++)
+        if (j->plan.traffic[i].kind == k && !strcmp(j->plan.traffic[i].what, what))
+            return &j->plan.traffic[i];
+    return NULL;
+}
+
+/* The step's tally of kind k equals the plan's line (none: nothing of that kind). */
+static void assert_planned(const job *j, rp_flight_kind k, const char *what)
+{
+    const rp_plan_traffic *line = plan_line(j, k, what);
+    const rp_comm_tally *got = runtime(&j->step, k);
+    assert_int_equal((int64_t)got->calls, line ? line->calls : 0);
+    assert_int_equal((int64_t)got->bytes, line ? line->bytes : 0);
+}
+
+static void test_prefetch(void **state)
+{
+    (void)state;
+    bool messages = strcmp(rp_kernels_name(), "strict") != 0; /* host storage only */
+    const char *units = "parameter units (ZeRO-3)", *ahead = "parameter units prefetched (ZeRO-3)";
+    /* Units of 288 bytes hold a layer each (the last two together): the step asks for them one
+       after the other, as the prediction (and the plan) assumes. Units of 16 bytes split a
+       layer's weight from its bias, which backward asks for weight first, against the
+       prediction: those gathers are broadcasts, made as they are asked for - the same values. */
+    for (int n = 2; n <= 4; n++)
+        for (int keep = 0; keep < 2; keep++)
+            for (int split = 0; split < 2; split++) {
+                size_t bucket = split ? 16 : 288;
+                job s = make_job(RP_OPTIM_ADAM), z = make_job(RP_OPTIM_ADAM),
+                    r = make_job(RP_OPTIM_ADAM);
+                z.prefetch = true;
+                z.keep = r.keep = keep;
+                run(&s, RP_STRATEGY_SYNC, n, bucket, 4);
+                run(&z, RP_STRATEGY_ZERO3, n, bucket, 4);
+                run(&r, RP_STRATEGY_ZERO3, n, bucket, 4);
+                assert_memory_equal(z.out, s.out, (size_t)MAXP * sizeof(float));
+                assert_memory_equal(z.logits, s.logits, sizeof s.logits);
+                if (split) {
+                    /* Fewer broadcasts than without prefetch all the same (forward's are right). */
+                    if (messages)
+                        assert_true(runtime(&z.step, RP_FLIGHT_BROADCAST)->calls <
+                                    runtime(&r.step, RP_FLIGHT_BROADCAST)->calls);
+                    continue;
+                }
+                /* Every gather as planned: the broadcasts, and the messages sent and received. */
+                assert_planned(&z, RP_FLIGHT_BROADCAST, units);
+                assert_planned(&z, RP_FLIGHT_SEND, ahead);
+                assert_planned(&z, RP_FLIGHT_RECV, ahead);
+                const rp_comm_tally *bz = runtime(&z.step, RP_FLIGHT_BROADCAST),
+                                    *br = runtime(&r.step, RP_FLIGHT_BROADCAST);
+                if (!messages) {
+                    assert_int_equal(bz->calls, br->calls);
+                    continue;
+                }
+                /* One unit broadcast (forward's first, the first layer's: one owner), the 6 others
+                   of forward and the 5 of backward (without keep) by messages; replica 0 owns the
+                   first units, so it both sends and receives. */
+                assert_int_equal(bz->calls, 1);
+                assert_true(runtime(&z.step, RP_FLIGHT_SEND)->calls > 0);
+                assert_true(runtime(&z.step, RP_FLIGHT_RECV)->calls > 0);
+                /* The evaluation (not recording) prefetches nothing, and gathers nothing again. */
+                assert_int_equal(runtime(&z.eval2, RP_FLIGHT_SEND)->calls, 0);
+                assert_int_equal(runtime(&z.eval2, RP_FLIGHT_BROADCAST)->calls, 0);
+            }
+    /* One more gather buffer, for the unit in flight. */
+    if (strcmp(rp_kernels_name(), "strict") != 0) {
+        job z = make_job(RP_OPTIM_SGD), r = make_job(RP_OPTIM_SGD);
+        z.width = r.width = 256;
+        z.prefetch = true;
+        run(&z, RP_STRATEGY_ZERO3, 2, 64 << 10, 2);
+        run(&r, RP_STRATEGY_ZERO3, 2, 64 << 10, 2);
+        size_t unit = (256 * 256 + 256 + 256 * OUT + OUT) * sizeof(float);
+        assert_int_equal(z.runtime[0], r.runtime[0] + unit);
+        assert_true(z.outside[1] <= 2 * L); /* and still only the shard after the step */
+    }
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = 2;
+    cfg.strategy = RP_STRATEGY_ZERO2;
+    cfg.prefetch = true;
+    rp_replicator *bad = NULL;
+    assert_int_equal(rp_replicator_create(&bad, &cfg), RP_ERR_INVALID);
+    tu_assert_error_contains("prefetch (--prefetch) with strategy zero2");
+}
+
 static void test_keep_gathered(void **state)
 {
     (void)state;
@@ -416,7 +510,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equal_sync),      cmocka_unit_test(test_traffic_is_planned),
         cmocka_unit_test(test_releases_values), cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_keep_gathered),
+        cmocka_unit_test(test_keep_gathered),   cmocka_unit_test(test_prefetch),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

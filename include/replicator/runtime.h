@@ -217,6 +217,16 @@ typedef struct rp_config {
      * strategies refuse it (RP_ERR_INVALID).
      */
     bool keep_gathered;
+    /*
+     * ZeRO-3: while training, the gather of the unit the step asks for next (forward: the next
+     * layer's; backward: the one before) starts as soon as this one is used, by non-blocking
+     * messages, and is waited for when the step asks for it (FSDP's forward_prefetch and
+     * backward_prefetch): the step computes while the values come, and a replica no longer
+     * meets every other at each gather. One more gather buffer (a unit) is held, for the unit
+     * in flight. Where the kernels' storage is not host memory it is ignored (each gather
+     * blocks). Default false. Other strategies refuse it (RP_ERR_INVALID).
+     */
+    bool prefetch;
 } rp_config;
 
 /* The exit status of a process ended by cfg.stuck_exit (EX_SOFTWARE). */

@@ -33,6 +33,7 @@ rp_status train_runtime_config(train_opts *o, rp_config *cfg)
     if (o->zero >= 2) cfg->strategy = o->zero == 2 ? RP_STRATEGY_ZERO2 : RP_STRATEGY_ZERO3;
     cfg->hsdp = o->hsdp;
     cfg->keep_gathered = o->keep_gathered;
+    cfg->prefetch = o->prefetch;
     cfg->precision = !strcmp(o->precision, "bf16") ? RP_BF16 : RP_F32;
     cfg->grad_dtype = o->grad_dtype;
     cfg->sync_groups = o->sync_groups;

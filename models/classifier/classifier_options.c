@@ -262,6 +262,10 @@ static const rp_option train_table[] = {
                 "with --zero 3: keep each unit gathered in forward until the\n"
                 "update (backward gathers nothing again; every value is held\n"
                 "meanwhile, as with --zero 2; FSDP's reshard_after_forward=False)"),
+    RP_OPT_FLAG(T, prefetch, "--prefetch", RESUME,
+                "with --zero 3: start gathering the next unit while this one\n"
+                "computes (non-blocking messages; one more unit held; FSDP's\n"
+                "forward_prefetch and backward_prefetch)"),
     RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", OLD | RESUME,
                   "f32 (default) or bf16: convolutions and linear layers multiply\n"
                   "in bf16 (AMX or AVX512-BF16 where the CPU has them) and\n"

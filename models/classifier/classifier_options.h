@@ -43,6 +43,7 @@ typedef struct train_opts {
     int hsdp; /* --hsdp G: ZeRO sharded in groups of G replicas, replicated across them (0: off;
                  implies --zero 1 when --zero is not given; a layout: not saved) */
     bool keep_gathered; /* --keep-gathered: ZeRO-3's units kept from forward to the update */
+    bool prefetch;      /* --prefetch: ZeRO-3's next unit gathered while this one computes */
     int zero; /* --zero [1|2|3]: 0 off; ZeRO-1, each replica keeps 1/N of the optimizer state;
                  ZeRO-2, of the reduced gradients too; ZeRO-3, of the values too (sync; a
                  layout like --replicas: bitwise the same run, so not saved) */

@@ -37,6 +37,7 @@ typedef struct sngan_opts {
     int zero;              /* --zero [1|2|3]: 0 off, ZeRO-1, 2 or 3 (a layout: not saved) */
     int hsdp;              /* --hsdp G: ZeRO in groups of G replicas (implies --zero 1) */
     bool keep_gathered;    /* --keep-gathered: ZeRO-3's units kept from forward to the update */
+    bool prefetch;         /* --prefetch: ZeRO-3's next unit gathered while this one computes */
     int checkpoint_shards; /* --checkpoint-shards N (0: one file) */
     bool background_save;  /* --background-save */
     bool per_worker_save;  /* --checkpoint-per-worker */

@@ -125,6 +125,9 @@ static const rp_option sngan_table[] = {
     RP_OPT_FLAG(T, keep_gathered, "--keep-gathered", RESUME,
                 "with --zero 3: keep each unit gathered in forward until the\n"
                 "update (backward gathers nothing again)"),
+    RP_OPT_FLAG(T, prefetch, "--prefetch", RESUME,
+                "with --zero 3: start gathering the next unit while this one\n"
+                "computes (one more unit held)"),
     RP_OPT_DOUBLE(T, comm_timeout, "--timeout", "S", 0.001, 86400, RESUME,
                   "seconds a collective may wait for a peer"),
     RP_OPT_PATH(T, out_dir, "--out", "DIR", 0, "run directory (default runs/sngan, made unique)"),
@@ -285,6 +288,7 @@ static rp_status runtime_config(sngan_opts *o, rp_config *cfg)
     if (o->zero >= 2) cfg->strategy = o->zero == 2 ? RP_STRATEGY_ZERO2 : RP_STRATEGY_ZERO3;
     cfg->hsdp = o->hsdp;
     cfg->keep_gathered = o->keep_gathered;
+    cfg->prefetch = o->prefetch;
     cfg->seed = o->g.seed;
     /* The command's promise: --timeout bounds a stall (on unless RP_STUCK_EXIT=0; runtime.h). */
     cfg->stuck_exit = rp_trainer_stuck_exit();

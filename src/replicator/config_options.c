@@ -63,6 +63,9 @@ static const rp_option runtime_table[] = {
     RP_OPT_FLAG(rp_config, keep_gathered, "--keep-gathered", RP_OPT_RESUME,
                 "ZeRO-3: keep each unit gathered in forward until the update\n"
                 "(no second gather in backward; every value held meanwhile)"),
+    RP_OPT_FLAG(rp_config, prefetch, "--prefetch", RP_OPT_RESUME,
+                "ZeRO-3: start gathering the next unit while this one computes\n"
+                "(non-blocking messages; one more unit held)"),
     RP_OPT_INT(rp_config, sync_groups, "--sync-groups", "G", 1, 4096, RP_OPT_RESUME,
                "G groups in sync inside, asynchronous between them"),
     RP_OPT_ENUM(rp_config, precision, "--precision", "P", "f32|bf16", dtypes, RP_OPT_RESUME,

@@ -38,6 +38,19 @@
  * does: each unit in place, once, kept through backward, released by the step's update. The
  * step then holds every value, as ZeRO-2 does, but backward gathers nothing again, and between
  * steps a replica still holds only its shard; there are no gather buffers.
+ *
+ * With cfg.prefetch (FSDP's forward_prefetch and backward_prefetch), while training, using unit u
+ * starts the gather of the unit the step asks for next - in forward u - 1 (forward walks the
+ * layers in the order they were declared, the block's from its start, and units are cut from
+ * its end), in backward u + 1 - unless it is present, by messages instead of broadcasts: each
+ * owner of a piece sends it to every other member (rp_comm_isend), the others post their
+ * receives (rp_comm_irecv) into the unit's slot (in place with keep), and the use of that unit
+ * waits for them. The step computes meanwhile, and a member no longer waits at each gather for
+ * the slowest to arrive. Every member predicts the same unit at the same moment, so the
+ * messages meet; a unit predicted wrongly is waited for when it is used, or at the update.
+ * The gather buffers are one more (RESIDENCY_SLOTS), for the unit in flight. Only where the
+ * storage is host memory (k->host_storage): a message's buffer must stay the storage itself
+ * until its wait.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -56,10 +69,11 @@ static void point(residency *z, int u, float *base)
 }
 
 rp_status residency_init(residency *z, const reducer *red, const rp_params *params,
-                         size_t unit_bytes, bool keep)
+                         size_t unit_bytes, bool keep, bool prefetch)
 {
     memset(z, 0, sizeof *z);
     z->keep = keep;
+    z->ahead = -1;
     z->comm = red->comm;
     z->params = params;
     z->value = rp_params_data(params);
@@ -77,7 +91,10 @@ rp_status residency_init(residency *z, const reducer *red, const rp_params *para
     rp_status status = strategy_bucket_params(&z->order, &z->first);
     z->node = malloc((size_t)n * sizeof *z->node);
     z->where = malloc((size_t)n * sizeof *z->where);
-    if (status != RP_OK || !z->present || !z->stamp || !z->node || !z->where) {
+    z->prefetch = prefetch && z->k->host_storage && z->size > 1;
+    if (z->prefetch) z->reqs = calloc((size_t)z->size * (size_t)z->size, sizeof *z->reqs);
+    if (status != RP_OK || !z->present || !z->stamp || !z->node || !z->where ||
+        (z->prefetch && !z->reqs)) {
         residency_free(z);
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO-3's table of %d parameter units", n);
     }
@@ -86,16 +103,17 @@ rp_status residency_init(residency *z, const reducer *red, const rp_params *para
         if (len > z->slot_len) z->slot_len = len;
         z->where[u] = -1;
     }
-    for (int s = 0; s < TAPE_USE_HELD; s++) {
+    /* Kept units are gathered in place: no gather buffers; the prefetched unit takes one more. */
+    int slots = keep ? 0 : z->prefetch ? RESIDENCY_SLOTS : TAPE_USE_HELD;
+    for (int s = 0; s < RESIDENCY_SLOTS; s++) {
         z->slot_unit[s] = -1;
-        /* Kept units are gathered in place: no gather buffers. */
         z->slot[s] =
-            z->slot_len && !keep ? z->k->mem_alloc((size_t)z->slot_len * sizeof(float)) : NULL;
-        if (z->slot_len && !keep && !z->slot[s]) {
+            z->slot_len && s < slots ? z->k->mem_alloc((size_t)z->slot_len * sizeof(float)) : NULL;
+        if (z->slot_len && s < slots && !z->slot[s]) {
             residency_free(z);
             return RP_ERROR(RP_ERR_NOMEM,
-                            "cannot allocate ZeRO-3's gather buffers (%d x %lld values)",
-                            TAPE_USE_HELD, (long long)z->slot_len);
+                            "cannot allocate ZeRO-3's gather buffers (%d x %lld values)", slots,
+                            (long long)z->slot_len);
         }
     }
     /* The values are whole when the optimizer is made (broadcast from replica 0). */
@@ -103,8 +121,11 @@ rp_status residency_init(residency *z, const reducer *red, const rp_params *para
     return RP_OK;
 }
 
+static void settle(residency *z);
+
 void residency_free(residency *z)
 {
+    settle(z); /* no message may still write into a slot that goes */
     /* The parameters outlive the optimizer: none may point into a slot that goes. */
     for (int u = 0; z->where && z->first && u < z->nunits; u++)
         if (z->where[u] >= 0) point(z, u, z->value + z->ranges[2 * u]);
@@ -115,7 +136,8 @@ void residency_free(residency *z)
     free(z->first);
     free(z->node);
     free(z->where);
-    for (int s = 0; s < TAPE_USE_HELD; s++)
+    free(z->reqs);
+    for (int s = 0; s < RESIDENCY_SLOTS; s++)
         if (z->slot[s]) z->k->mem_free(z->slot[s], (size_t)z->slot_len * sizeof(float));
     kernels_staging_free(&z->view);
     memset(z, 0, sizeof *z);
@@ -131,6 +153,7 @@ static void unslot(residency *z, int u)
 
 void residency_mark_whole(residency *z)
 {
+    settle(z);
     for (int u = 0; z->where && u < z->nunits; u++)
         if (z->where[u] >= 0) unslot(z, u);
     memset(z->present, 1, (size_t)(z->nunits ? z->nunits : 1));
@@ -162,21 +185,40 @@ static void release(residency *z, int u)
     z->resident--;
 }
 
+/* Where unit u's gather goes: a free slot (in_slot: *s), or its place in the block. */
+static float *destination(residency *z, int u, bool in_slot, int *s)
+{
+    int64_t a = z->ranges[2 * u], b = z->ranges[2 * u + 1];
+    *s = -1;
+    if (!in_slot) return z->value + a;
+    while (z->slot_unit[++*s] >= 0) {
+    }
+    float *dst = z->slot[*s];
+    if (z->slot_used[*s] > b - a)
+        z->k->mem_discard(dst + (b - a), (size_t)(z->slot_used[*s] - (b - a)) * sizeof(float));
+    z->slot_used[*s] = b - a;
+    return dst;
+}
+
+/* Unit u, gathered into dst (slot s, or -1: in place), present. */
+static void arrived(residency *z, int u, int s, float *dst)
+{
+    if (s >= 0) {
+        z->slot_unit[s] = u;
+        z->where[u] = s;
+        point(z, u, dst);
+    }
+    z->present[u] = 1;
+    z->resident++;
+}
+
 /* Unit u's values from their owners, one broadcast per owner in rank order: into a free slot
    (in_slot), or into its place in the block. */
 static rp_status gather(residency *z, int u, bool in_slot)
 {
     int64_t a = z->ranges[2 * u], b = z->ranges[2 * u + 1];
-    int rank = rp_comm_rank(z->comm), s = -1;
-    float *dst = z->value + a; /* where the unit's first value goes */
-    if (in_slot) {
-        while (z->slot_unit[++s] >= 0) {
-        }
-        dst = z->slot[s];
-        if (z->slot_used[s] > b - a)
-            z->k->mem_discard(dst + (b - a), (size_t)(z->slot_used[s] - (b - a)) * sizeof(float));
-        z->slot_used[s] = b - a;
-    }
+    int rank = rp_comm_rank(z->comm), s;
+    float *dst = destination(z, u, in_slot, &s); /* where the unit's first value goes */
     rp_status status = RP_OK;
     rt_internal_begin(z->comm, "the runtime's parameter gather (ZeRO-3)");
     for (int q = (int)(a / z->shard); q < z->size && status == RP_OK; q++) {
@@ -193,14 +235,79 @@ static rp_status gather(residency *z, int u, bool in_slot)
     }
     rt_internal_end(z->comm);
     RP_CHECK(status);
-    if (in_slot) {
-        z->slot_unit[s] = u;
-        z->where[u] = s;
-        point(z, u, dst);
-    }
-    z->present[u] = 1;
-    z->resident++;
+    arrived(z, u, s, dst);
     return RP_OK;
+}
+
+/* The message tag of the prefetched gathers (checked, never matched on: rp_comm's rules). */
+#define PREFETCH_TAG 3
+
+/*
+ * Unit u's gather started by messages (prefetch): each owner of a piece sends it, from the
+ * unit's destination, to every other member in rank order; each other member posts a receive
+ * from it. The slot is reserved for u (slot_unit) but u is not present until finish_ahead.
+ */
+static rp_status start_ahead(residency *z, int u)
+{
+    int64_t a = z->ranges[2 * u], b = z->ranges[2 * u + 1];
+    int rank = rp_comm_rank(z->comm), s;
+    float *dst = destination(z, u, !z->keep, &s);
+    if (s >= 0) z->slot_unit[s] = u;
+    z->ahead = u;
+    z->where[u] = s;
+    z->nreqs = 0;
+    rp_status status = RP_OK;
+    rt_internal_begin(z->comm, "the runtime's parameter prefetch (ZeRO-3)");
+    for (int q = (int)(a / z->shard); q < z->size && status == RP_OK; q++) {
+        int64_t s0 = clamp64((int64_t)q * z->shard, a, b);
+        int64_t s1 = clamp64((int64_t)(q + 1) * z->shard, a, b);
+        if (s0 >= b) break;
+        if (s1 <= s0) continue;
+        float *piece = dst + (s0 - a);
+        if (q != rank) {
+            status = rp_comm_irecv(z->comm, piece, s1 - s0, RP_F32, q, PREFETCH_TAG,
+                                   &z->reqs[z->nreqs++]);
+            continue;
+        }
+        if (s >= 0) z->k->mem_copy(piece, z->value + s0, (size_t)(s1 - s0) * sizeof(float));
+        for (int p = 0; p < z->size && status == RP_OK; p++)
+            if (p != rank)
+                status = rp_comm_isend(z->comm, piece, s1 - s0, RP_F32, p, PREFETCH_TAG,
+                                       &z->reqs[z->nreqs++]);
+    }
+    rt_internal_end(z->comm);
+    return status;
+}
+
+/* The prefetched unit's messages waited for: present from now on (its slot's, or in place). */
+static rp_status finish_ahead(residency *z)
+{
+    int u = z->ahead, s = z->where[u];
+    rt_internal_begin(z->comm, "the runtime's parameter prefetch (ZeRO-3)");
+    rp_status status = rp_comm_wait_all(z->nreqs, z->reqs);
+    rt_internal_end(z->comm);
+    z->nreqs = 0;
+    z->ahead = -1;
+    if (status != RP_OK) {
+        if (s >= 0) z->slot_unit[s] = -1;
+        z->where[u] = -1;
+        return status;
+    }
+    if (s >= 0) z->slot_unit[s] = -1; /* arrived() takes it again */
+    arrived(z, u, s, s >= 0 ? z->slot[s] : z->value + z->ranges[2 * u]);
+    return RP_OK;
+}
+
+/* A prefetch still in flight (a prediction that did not come true) waited for; its error is the
+   caller's to take (settle_status) or, where nothing can fail (freeing), dropped. */
+static rp_status settle_status(residency *z)
+{
+    return z->ahead >= 0 ? finish_ahead(z) : RP_OK;
+}
+
+static void settle(residency *z)
+{
+    (void)settle_status(z);
 }
 
 /* Whether every parameter of unit u has had its last backward use in this pass. */
@@ -235,6 +342,7 @@ rp_status residency_use(residency *z, int u, bool recording, int node)
 {
     /* Kept (cfg.keep_gathered): gathered in place as without recording, released by the update. */
     bool evict = recording && !z->keep;
+    if (u == z->ahead) RP_CHECK(finish_ahead(z));
     if (evict)
         for (int held = z->present[u] ? TAPE_USE_HELD : TAPE_USE_HELD - 1; z->resident > held;) {
             int v = victim(z, u, node);
@@ -244,17 +352,25 @@ rp_status residency_use(residency *z, int u, bool recording, int node)
     if (!z->present[u]) RP_CHECK(gather(z, u, evict));
     z->stamp[u] = ++z->clock;
     z->node[u] = node;
+    /* The next unit's gather, started now and waited for when it is asked for. */
+    int next = node < 0 ? u - 1 : u + 1;
+    if (recording && z->prefetch && z->ahead < 0 && next >= 0 && next < z->nunits &&
+        !z->present[next])
+        return start_ahead(z, next);
     return RP_OK;
 }
 
-void residency_release_all(residency *z)
+rp_status residency_release_all(residency *z)
 {
+    rp_status status = settle_status(z);
     for (int u = 0; u < z->nunits; u++)
         if (z->present[u]) release(z, u);
+    return status;
 }
 
 rp_status residency_whole(residency *z)
 {
+    RP_CHECK(settle_status(z));
     for (int u = 0; u < z->nunits; u++) {
         if (z->present[u] && z->where[u] >= 0) {
             /* The slot holds the owners' values: copied into the block, in place from now. */
@@ -270,7 +386,7 @@ rp_status residency_whole(residency *z)
 size_t residency_bytes(const residency *z, bool resident)
 {
     size_t sum = 0, bytes = (size_t)z->slot_len * sizeof(float);
-    for (int s = 0; s < TAPE_USE_HELD; s++)
+    for (int s = 0; s < RESIDENCY_SLOTS; s++)
         if (z->slot[s]) sum += resident ? kernels_resident_bytes(z->k, z->slot[s], bytes) : bytes;
     return sum;
 }

@@ -822,6 +822,11 @@ static rp_status check_config(const rp_config *c)
                         "hsdp = %d with strategy %s: HSDP shards ZeRO's state in groups of "
                         "replicas; give strategy zero1, zero2 or zero3 (--zero), or hsdp 0",
                         c->hsdp, rp_strategy_name(kind));
+    if (c->prefetch && kind != RP_STRATEGY_ZERO3)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "prefetch (--prefetch) with strategy %s: it starts ZeRO-3's next gather "
+                        "early; give strategy zero3 (--zero 3)",
+                        rp_strategy_name(kind));
     if (c->keep_gathered && kind != RP_STRATEGY_ZERO3)
         return RP_ERROR(RP_ERR_INVALID,
                         "keep_gathered (--keep-gathered) with strategy %s: it keeps ZeRO-3's "

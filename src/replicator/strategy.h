@@ -459,6 +459,9 @@ void reducer_shard_layout(int64_t P, int N, size_t bytes, int64_t *shard, int64_
  * otherwise; and released when no longer held. Which units are present is the same on every
  * member (param_residency.c says why).
  */
+/* ZeRO-3's gather buffers: the units one op reads, and one more for the unit prefetched. */
+#define RESIDENCY_SLOTS (TAPE_USE_HELD + 1)
+
 typedef struct residency {
     rp_comm *comm; /* the reducer's: the members that hold the shards */
     const rp_params *params;
@@ -474,14 +477,21 @@ typedef struct residency {
     int *first;             /* [units + 1] unit u holds the parameters [first[u + 1], first[u]) */
     int *node;              /* [units] the backward node that last asked for each, or -1 */
     int *where;             /* [units] the slot holding it, or -1 (absent, or in place) */
-    float *slot[TAPE_USE_HELD]; /* the gather buffers (storage), slot_len values each */
-    int64_t slot_len, slot_used[TAPE_USE_HELD]; /* the largest unit; what each slot last held */
-    int slot_unit[TAPE_USE_HELD];               /* the unit in each slot, or -1 */
-    int resident;                               /* units present */
-    kernels_staging view;                       /* the broadcasts' host view */
+    float *slot[RESIDENCY_SLOTS]; /* the gather buffers (storage), slot_len values each */
+    int64_t slot_len, slot_used[RESIDENCY_SLOTS]; /* the largest unit; what each slot last held */
+    int slot_unit[RESIDENCY_SLOTS];               /* the unit in each slot, or -1 */
+    int resident;                                 /* units present */
+    kernels_staging view;                         /* the broadcasts' host view */
     /* cfg.keep_gathered: a unit gathered while training stays, in place, until the step's
        update releases every unit (no gather buffers; backward gathers nothing again). */
     bool keep;
+    /* cfg.prefetch: while training, the unit the step will ask for next (forward: the one
+       before in the block; backward: after) is gathered by messages started when this one is
+       used (ahead, -1 when none is in flight), and waited for when it is asked for. */
+    bool prefetch;
+    int ahead;
+    rp_comm_request **reqs; /* [size * size] its messages in flight */
+    int nreqs;
 } residency;
 
 /*
@@ -489,18 +499,20 @@ typedef struct residency {
  * With `keep`, units gathered while training stay until residency_release_all.
  */
 rp_status residency_init(residency *z, const reducer *red, const rp_params *params,
-                         size_t unit_bytes, bool keep);
+                         size_t unit_bytes, bool keep, bool prefetch);
 void residency_free(residency *z);
 /* The unit holding param's values, or -1 when param is not one of this list's trainable ones. */
 int residency_unit_of(const residency *z, const rp_tensor *param);
 /*
- * Unit u present (a collective gather when it is not), and marked used; while recording, first
- * releases units past TAPE_USE_HELD (node: the tape's, tape_residency.h; the choice is
- * param_residency.c's). The gather's error on failure.
+ * Unit u present (a collective gather when it is not, the wait when it is the one prefetched),
+ * and marked used; while recording, first releases units past TAPE_USE_HELD (node: the tape's,
+ * tape_residency.h; the choice is param_residency.c's), and with prefetch then starts the
+ * gather of the unit asked for next. The gather's error on failure.
  */
 rp_status residency_use(residency *z, int u, bool recording, int node);
-/* Every unit released (after the update: each member keeps its shard only). */
-void residency_release_all(residency *z);
+/* Every unit released (after the update: each member keeps its shard only); a prefetch in flight
+   is waited for first (its error). */
+rp_status residency_release_all(residency *z);
 /* Every unit gathered (collective): the values whole, as for a checkpoint. */
 rp_status residency_whole(residency *z);
 /* Every unit marked present (the values were made whole by a broadcast of the block). */

@@ -134,10 +134,7 @@ static rp_status zero_update(rp_optimizer *opt, float lr, void *ctx)
     RP_CHECK(strategy_alive(&z->link));
     RP_CHECK(rp_optimizer_apply_rule(opt, lr));
     /* ZeRO-3: the other shards' values are gathered again only when the next step uses them. */
-    if (z->stage == 3) {
-        residency_release_all(&z->res);
-        return RP_OK;
-    }
+    if (z->stage == 3) return residency_release_all(&z->res);
     return reducer_gather(&z->red, z->value + z->red.lo, z->value,
                           "the runtime's parameter all-gather");
 }
@@ -228,9 +225,9 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
         status = reducer_set_replicas(&z->red, rep->repl_comm, rep->comm);
     if (status == RP_OK && stage == 3) {
         status = residency_init(&z->res, &z->red, params, rep->r->cfg.bucket_bytes,
-                                rep->r->cfg.keep_gathered);
+                                rep->r->cfg.keep_gathered, rep->r->cfg.prefetch);
         /* Sharded from the start, as after every step (the first step gathers as the others). */
-        if (status == RP_OK) residency_release_all(&z->res);
+        if (status == RP_OK) status = residency_release_all(&z->res);
     }
     z->red.release_kept = stage == 3;
     /* The optimizer keeps the state of this replica's shard only. */
@@ -339,7 +336,7 @@ static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
     RP_CHECK(status);
     if (z->stage == 3) {
         residency_mark_whole(&z->res);
-        residency_release_all(&z->res); /* sharded again, as after a step */
+        RP_CHECK(residency_release_all(&z->res)); /* sharded again, as after a step */
     }
     rp_optimizer_set_steps(opt, head[0]);
     int slots = rp_optim_slots(rp_optimizer_config(opt));
@@ -468,6 +465,12 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
 static rp_status zero3_gathers(const rp_config *cfg, const zero_layout *L, const rp_params *params,
                                const rp_optim_config *oc, rp_plan_worker *w);
 
+/* Whether ZeRO-3's gathers are prefetched by messages (param_residency.c: host storage only). */
+static bool zero3_prefetches(const rp_config *cfg)
+{
+    return cfg->prefetch && kernels_active()->host_storage;
+}
+
 static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_params *params,
                              const rp_optim_config *oc, rp_plan_worker *w, int stage)
 {
@@ -489,10 +492,10 @@ static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_param
                                                             : "gradient buckets (mean)",
                                  nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
     if (stage == 3) {
-        /* The gather buffers: TAPE_USE_HELD of the largest unit (the largest bucket: one cut);
-           none when the units stay in place (keep_gathered). */
-        if (!cfg->keep_gathered)
-            w->strategy += (int64_t)TAPE_USE_HELD * most * (int64_t)sizeof(float);
+        /* The gather buffers: TAPE_USE_HELD of the largest unit (the largest bucket: one cut),
+           one more with prefetch; none when the units stay in place (keep_gathered). */
+        int slots = zero3_prefetches(cfg) ? RESIDENCY_SLOTS : TAPE_USE_HELD;
+        if (!cfg->keep_gathered) w->strategy += (int64_t)slots * most * (int64_t)sizeof(float);
         RP_CHECK(zero3_gathers(cfg, &L, params, oc, w));
     } else {
         RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
@@ -525,6 +528,10 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
  * bucket by bucket. With cfg.keep_gathered each unit is gathered once, in forward, and the
  * values are whole from the end of forward to the update: the peak is the buffers, every
  * value, the largest bucket's gradients, the optimizer state's shard and the gradient shard.
+ * With cfg.prefetch every gather but forward's first (the last unit's) is made by messages
+ * started one unit ahead: each owner of a piece sends it to the n - 1 others, each other member
+ * receives it; and the unit in flight is held besides the two (forward: the next unit; backward:
+ * the one before).
  */
 /* Values of [a, b) inside [lo, hi). */
 static int64_t overlap(int64_t a, int64_t b, int64_t lo, int64_t hi)
@@ -540,22 +547,39 @@ static rp_status zero3_gathers(const rp_config *cfg, const zero_layout *L, const
     int64_t *ranges, P = rp_params_trainable_numel(params), S = L->S, lo = L->lo, hi = L->hi;
     RP_CHECK(strategy_bucket_order_cut(&o, params, cfg->bucket_bytes, &ranges));
     int nu = o.nbuckets, held = nu < TAPE_USE_HELD ? nu : TAPE_USE_HELD;
-    int64_t calls = 0, values = 0, flight = 0, most = 0;
+    bool pre = zero3_prefetches(cfg);
+    int64_t calls = 0, values = 0, flight = 0, most = 0, f = (int64_t)sizeof(float);
+    int64_t sends = 0, sent = 0, recvs = 0, received = 0;
     int64_t first = nu ? ranges[2 * (nu - 1) + 1] - ranges[2 * (nu - 1)] : 0;
     for (int u = 0; u < nu; u++) {
         int64_t a = ranges[2 * u], b = ranges[2 * u + 1];
         int owners = (int)((b - 1) / S - a / S + 1);
         /* Units 0 .. held - 1 hold the last parameters: used last in forward, first in backward.
-           Kept units are gathered once. */
+           Kept units are gathered once. Prefetched: all but forward's first. */
         int times = u < held || cfg->keep_gathered ? 1 : 2;
-        calls += (int64_t)times * owners;
-        values += times * (b - a);
-        /* Forward: unit u and the one before it in the block (u + 1), outside the shard. */
+        int messages = pre ? times - (u == nu - 1) : 0;
+        calls += (int64_t)(times - messages) * owners;
+        values += (times - messages) * (b - a);
+        for (int q = (int)(a / S); messages && q <= (int)((b - 1) / S); q++) {
+            int64_t piece = overlap(a, b, (int64_t)q * S, (int64_t)(q + 1) * S);
+            if (q == L->rank) {
+                sends += (int64_t)messages * (L->n - 1);
+                sent += (int64_t)messages * (L->n - 1) * piece;
+            } else {
+                recvs += messages;
+                received += messages * piece;
+            }
+        }
+        /* Forward: unit u and the one before it in the block (u + 1), outside the shard; with
+           prefetch the next one (u - 1) in flight. */
         int64_t a2 = u + 1 < nu ? ranges[2 * (u + 1)] : a;
-        int64_t fwd = b - a2 + first;
-        /* Backward at unit u: u and u - 1 held, u's gradients, buckets 0 .. u - 1 reduced. */
+        int64_t b3 = pre && u > 0 ? ranges[2 * (u - 1) + 1] : b;
+        int64_t fwd = b3 - a2 + first;
+        /* Backward at unit u: u and u - 1 held (and u + 1 in flight), u's gradients, buckets
+           0 .. u - 1 reduced. */
         int64_t b2 = u > 0 ? ranges[2 * (u - 1) + 1] : b;
-        int64_t bwd = (b2 - a) + (b - a) + overlap(b, P, lo, hi);
+        int64_t a3 = pre && u + 1 < nu ? ranges[2 * (u + 1)] : a;
+        int64_t bwd = (b2 - a3) + (b - a) + overlap(b, P, lo, hi);
         if (b - a > most) most = b - a;
         if (fwd > flight) flight = fwd;
         if (bwd > flight) flight = bwd;
@@ -566,10 +590,15 @@ static rp_status zero3_gathers(const rp_config *cfg, const zero_layout *L, const
     int64_t comes = flight > hi - lo ? flight : hi - lo;
     /* Kept: the values outside the shard, the gradients' shard and the largest bucket's. */
     if (cfg->keep_gathered) comes = P + most;
-    w->held = (int64_t)sizeof(float) *
-              ((rp_params_numel(params) - P) + (hi - lo) + slots * (hi - lo) + comes);
+    w->held = f * ((rp_params_numel(params) - P) + (hi - lo) + slots * (hi - lo) + comes);
+    if (sends)
+        RP_CHECK(rp_plan_add_traffic(w, L->axis, RP_COMM_RUNTIME, RP_FLIGHT_SEND,
+                                     "parameter units prefetched (ZeRO-3)", sends, sent * f));
+    if (recvs)
+        RP_CHECK(rp_plan_add_traffic(w, L->axis, RP_COMM_RUNTIME, RP_FLIGHT_RECV,
+                                     "parameter units prefetched (ZeRO-3)", recvs, received * f));
     return rp_plan_add_traffic(w, L->axis, RP_COMM_RUNTIME, RP_FLIGHT_BROADCAST,
-                               "parameter units (ZeRO-3)", calls, values * (int64_t)sizeof(float));
+                               "parameter units (ZeRO-3)", calls, values * f);
 }
 
 static rp_status zero3_plan(const rp_config *cfg, int N, int id, const rp_params *params,
