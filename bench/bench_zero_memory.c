@@ -2,8 +2,8 @@
  * bench_zero_memory.c - what a replica holds of its model state under each data-parallel strategy,
  * measured against the planner's prediction: ResNet-N with Adam on R replica threads.
  *
- *   build/bench_zero_memory [resnet20|resnet18|resnet50] [sync|zero1|zero2|zero3] [R] [steps]
- *                           [image]
+ *   build/bench_zero_memory [resnet20|resnet18|resnet50] [sync|zero1|zero2|zero3[+prefetch]] [R]
+ *                           [steps] [image]
  *
  * The parameters' values, their gradients and the optimizer's state are the kernel table's
  * storage: the resident pages of each (mincore) are counted on the first and the last replica (the
@@ -147,11 +147,16 @@ static rp_status teardown(rp_replica *rep, void *arg)
     return RP_OK;
 }
 
-/* cfg.strategy from its --strategy name. */
+/* cfg.strategy from its --strategy name, and "+prefetch" after it: cfg.prefetch. */
 static rp_status strategy_parse_name(const char *name, rp_config *cfg)
 {
-    char *argv[] = {"bench_zero_memory", "--strategy", (char *)name, NULL};
-    int argc = 3;
+    char kind[32];
+    snprintf(kind, sizeof kind, "%s", name);
+    char *plus = strchr(kind, '+');
+    if (plus) *plus++ = '\0';
+    if (plus && strcmp(plus, "prefetch") != 0) return RP_ERR_INVALID;
+    char *argv[] = {"bench_zero_memory", "--strategy", kind, plus ? "--prefetch" : NULL, NULL};
+    int argc = plus ? 4 : 3;
     return rp_config_from_args(cfg, &argc, argv);
 }
 
@@ -181,7 +186,8 @@ int main(int argc, char **argv)
     if (R < 1 || R > 16 || steps < 2 || steps > MAX_STEPS || image < 8 ||
         strategy_parse_name(strategy, &cfg) != RP_OK) {
         fprintf(stderr, "usage: bench_zero_memory [resnet20|resnet18|resnet50] "
-                        "[sync|zero1|zero2|zero3] [replicas 1..16] [steps 2..32] [image]\n");
+                        "[sync|zero1|zero2|zero3[+prefetch]] [replicas 1..16] [steps 2..32] "
+                        "[image]\n");
         return 2;
     }
     size_t n = (size_t)j.batch * (size_t)(image * image * 3);

@@ -10,13 +10,15 @@
 set -u
 cd "$(dirname "$0")/.."
 lscpu | grep -E "Model name|^CPU\(s\)"
-for s in zero1 zero2 zero3; do
+for s in zero1 zero2 zero3 zero3+prefetch; do
   build/bench_zero_memory resnet50 "$s" 4 3 32
 done
 for round in $(seq "${1:-3}"); do
-  for z in 1 2 3; do
+  for z in 1 2 3 "3 --prefetch"; do
+    read -ra zero <<< "$z"
     out=$(build/replicator train resnet50 --dataset synthetic --limit 96 --batch 8 --threads 2 \
-          --threads-per-replica 1 --replicas 4 --zero "$z" --epochs 1 --no-checkpoint 2>&1)
+          --threads-per-replica 1 --replicas 4 --zero "${zero[@]}" --epochs 1 --no-checkpoint \
+          --out /tmp/zero3-bench-run 2>&1)
     echo "round $round --zero $z: $(grep -o '[0-9.]* img/s' <<< "$out" | tail -1)"
   done
 done
