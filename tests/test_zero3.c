@@ -325,6 +325,20 @@ static void test_releases_values(void **state)
     assert_true(z.outside[2] >= 3 * layer);
 }
 
+/* ZeRO-3's options (keep_gathered, prefetch) refused under ZeRO-2, with `message`. */
+static void refused_without_zero3(bool keep, bool prefetch, const char *message)
+{
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = 2;
+    cfg.strategy = RP_STRATEGY_ZERO2;
+    cfg.keep_gathered = keep;
+    cfg.prefetch = prefetch;
+    rp_replicator *bad = NULL;
+    assert_int_equal(rp_replicator_create(&bad, &cfg), RP_ERR_INVALID);
+    tu_assert_error_contains(message);
+}
+
 /* Replica 0's plan line `what` of kind k, or NULL. */
 static const rp_plan_traffic *plan_line(const job *j, rp_flight_kind k, const char *what)
 {
@@ -403,14 +417,7 @@ static void test_prefetch(void **state)
         assert_int_equal(z.runtime[0], r.runtime[0] + unit);
         assert_true(z.outside[1] <= 2 * L); /* and still only the shard after the step */
     }
-    rp_config cfg = rp_config_default();
-    cfg.backend = RP_BACKEND_THREADS;
-    cfg.replicas = 2;
-    cfg.strategy = RP_STRATEGY_ZERO2;
-    cfg.prefetch = true;
-    rp_replicator *bad = NULL;
-    assert_int_equal(rp_replicator_create(&bad, &cfg), RP_ERR_INVALID);
-    tu_assert_error_contains("prefetch (--prefetch) with strategy zero2");
+    refused_without_zero3(false, true, "prefetch (--prefetch) with strategy zero2");
 }
 
 static void test_keep_gathered(void **state)
@@ -439,15 +446,7 @@ static void test_keep_gathered(void **state)
         /* Every value crosses once: the block's bytes outside a replica's shard, about. */
         assert_true(kept->bytes <= (int64_t)MAXP * (int64_t)sizeof(float));
     }
-    /* Refused without ZeRO-3. */
-    rp_config cfg = rp_config_default();
-    cfg.backend = RP_BACKEND_THREADS;
-    cfg.replicas = 2;
-    cfg.strategy = RP_STRATEGY_ZERO2;
-    cfg.keep_gathered = true;
-    rp_replicator *bad = NULL;
-    assert_int_equal(rp_replicator_create(&bad, &cfg), RP_ERR_INVALID);
-    tu_assert_error_contains("keep_gathered (--keep-gathered) with strategy zero2");
+    refused_without_zero3(true, false, "keep_gathered (--keep-gathered) with strategy zero2");
     if (!strcmp(rp_kernels_name(), "strict")) return; /* its storage is a mapping it only fills */
     long page = sysconf(_SC_PAGESIZE), layer = (long)(256 * 256 * sizeof(float)) / page;
     job z = make_job(RP_OPTIM_SGD), two = make_job(RP_OPTIM_SGD);

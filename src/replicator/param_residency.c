@@ -212,6 +212,17 @@ static void arrived(residency *z, int u, int s, float *dst)
     z->resident++;
 }
 
+/*
+ * Owner q's piece [*s0, *s1) of the unit [a, b) (empty when its shard misses it); false once q's
+ * shard starts past the unit: the owners of a unit are q = a / shard and on, in rank order.
+ */
+static bool owner_piece(const residency *z, int64_t a, int64_t b, int q, int64_t *s0, int64_t *s1)
+{
+    *s0 = clamp64((int64_t)q * z->shard, a, b);
+    *s1 = clamp64((int64_t)(q + 1) * z->shard, a, b);
+    return *s0 < b;
+}
+
 /* Unit u's values from their owners, one broadcast per owner in rank order: into a free slot
    (in_slot), or into its place in the block. */
 static rp_status gather(residency *z, int u, bool in_slot)
@@ -220,11 +231,10 @@ static rp_status gather(residency *z, int u, bool in_slot)
     int rank = rp_comm_rank(z->comm), s;
     float *dst = destination(z, u, in_slot, &s); /* where the unit's first value goes */
     rp_status status = RP_OK;
+    int64_t s0, s1;
     rt_internal_begin(z->comm, "the runtime's parameter gather (ZeRO-3)");
-    for (int q = (int)(a / z->shard); q < z->size && status == RP_OK; q++) {
-        int64_t s0 = clamp64((int64_t)q * z->shard, a, b);
-        int64_t s1 = clamp64((int64_t)(q + 1) * z->shard, a, b);
-        if (s0 >= b) break;
+    for (int q = (int)(a / z->shard);
+         q < z->size && status == RP_OK && owner_piece(z, a, b, q, &s0, &s1); q++) {
         if (s1 <= s0) continue;
         size_t bytes = (size_t)(s1 - s0) * sizeof(float);
         float *piece = dst + (s0 - a);
@@ -257,11 +267,10 @@ static rp_status start_ahead(residency *z, int u)
     z->where[u] = s;
     z->nreqs = 0;
     rp_status status = RP_OK;
+    int64_t s0, s1;
     rt_internal_begin(z->comm, "the runtime's parameter prefetch (ZeRO-3)");
-    for (int q = (int)(a / z->shard); q < z->size && status == RP_OK; q++) {
-        int64_t s0 = clamp64((int64_t)q * z->shard, a, b);
-        int64_t s1 = clamp64((int64_t)(q + 1) * z->shard, a, b);
-        if (s0 >= b) break;
+    for (int q = (int)(a / z->shard);
+         q < z->size && status == RP_OK && owner_piece(z, a, b, q, &s0, &s1); q++) {
         if (s1 <= s0) continue;
         float *piece = dst + (s0 - a);
         if (q != rank) {
