@@ -773,13 +773,22 @@ static void test_zero2_buffers(void **state)
     big_run(RP_STRATEGY_ZERO2, z2);
     big_run(RP_STRATEGY_ZERO3, z3);
     long pages = (long)((4 * (BIG * BIG + BIG)) * sizeof(float) / (size_t)sysconf(_SC_PAGESIZE));
-    for (int q = 0; q < 2; q++) {
+    /* AddressSanitizer's allocator faults pages of its own (its quarantine hands out fresh
+       memory): there the counts say nothing about the runtime's. */
+#if defined(__SANITIZE_ADDRESS__)
+    bool counted = false;
+#else
+    bool counted = true;
+#endif
+    for (int q = 0; q < 2 && counted; q++) {
         /* A few pages of the tape's own, at most: nothing of a bucket's 64 KiB (16 pages). */
         assert_true(sync[q].faults < 16);
         assert_true(z2[q].faults < 16);
         /* ZeRO-3's reduced shard gives its pages back at every step (time for memory): half the
            block on 2 replicas, and still none of the gradients' own. */
         assert_true(z3[q].faults < pages / 2 + 16);
+    }
+    for (int q = 0; q < 2; q++) {
         assert_true(z2[q].resident[0] <= 8); /* and the block stays released */
         assert_true(memcmp(z2[q].values, sync[q].values,
                            (size_t)(4 * (BIG * BIG + BIG)) * sizeof(float)) == 0);
