@@ -16,7 +16,8 @@
 #     sync's chain does; --keep-gathered and --prefetch equal sync and follow the plan;
 #     ResNet-20 on 2 replicas x tensor parallel 2, and x 2 pipeline stages, equals sync;
 #     --hsdp 2 on 4 replicas keeps half the state a replica and resumes on 2, and --plan-check
-#     finds its traffic as planned for every stage; --hsdp 3 is refused;
+#     finds its traffic as planned for every stage (and ZeRO-3's prefetch in the groups); --hsdp 3
+#     is refused;
 #  6. under mpirun: 2 ranks, and 2 ranks x 2 threads, write the checkpoint the sync threads run
 #     wrote (both backends reduce in rank order), with --zero, --zero 2 and --zero 3 (and with
 #     --prefetch).
@@ -210,9 +211,10 @@ set -e
 # The planner covers HSDP: every line of every stage exact - the reductions and gathers in the
 # group (shard), the shard's all-reduce across the groups (replicate), the finiteness agreement
 # on the data axis.
-for z in 1 2 3; do
-    out=$("$bin" train resnet20 "${res[@]}" --replicas 4 --hsdp 2 --zero "$z" --plan-check \
-          --out "$dir/hp$z" 2>&1) || fail "resnet20 --hsdp 2 --zero $z --plan-check: $out"
+for z in 1 2 3 "3 --prefetch"; do
+    read -ra zero <<< "$z"
+    out=$("$bin" train resnet20 "${res[@]}" --replicas 4 --hsdp 2 --zero "${zero[@]}" --plan-check \
+          --out "$dir/hp${zero[*]// /}" 2>&1) || fail "resnet20 --hsdp 2 --zero $z --plan-check: $out"
     grep -q "plan check: memory within 10% and communication exact on every worker" <<< "$out" \
         || fail "--hsdp 2 --zero $z: the plan differs from the run: $out"
     [ "$(grep -c "replicate all_reduce *runtime *1 calls *544372 B per step: exact" <<< "$out")" \
