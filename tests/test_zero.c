@@ -590,6 +590,8 @@ typedef struct big {
     rp_linear_layer l[4];
     rp_optimizer *opt;
     long resident[2]; /* pages of the gradient block resident: after backward, after the step */
+    long outside[2];  /* ... of them outside the optimizer's range (the shard) */
+    long shard_pages; /* the pages wholly inside the shard */
     float shard_max;  /* the largest |gradient| inside the shard after the reduction */
     float rest_max;   /* ... and outside it */
     long faults;      /* page faults of the replica's thread in the last step's backward */
@@ -651,6 +653,40 @@ static rp_status big_before(rp_optimizer *opt, void *ctx)
     return RP_OK;
 }
 
+/* The layer (in the order used) the passes after the first leave out, or -1. */
+static int big_skip = -1;
+
+/* One forward and backward pass of the big network, on the replica's data for that pass. */
+static rp_status big_backward(rp_replica *rep, big *m, int pass)
+{
+    rp_tape *t = rp_replica_tape(rep);
+    rp_tape_reset(t);
+    float x[4 * BIG];
+    tu_fill(x, 4 * BIG, 11 + (uint64_t)rp_replica_id(rep) + 7 * (uint64_t)pass, -1.0f, 1.0f);
+    rp_tensor *h = rp_tensor_new(t, 2, (int[]){4, BIG});
+    if (!h) return rp_last_status();
+    RP_CHECK(rp_tensor_write(h, x, 4 * BIG));
+    for (int k = 0; k < 4; k++)
+        if (!pass || k != big_skip)
+            h = rp_linear_layer_forward(t, &m->l[big_reverse ? 3 - k : k], h);
+    int32_t *y = rp_arena_alloc(rp_tape_arena(t), 4 * sizeof(int32_t));
+    if (!y) return rp_last_status();
+    for (int i = 0; i < 4; i++)
+        y[i] = (i + pass) % 4;
+    rp_tensor *loss = rp_softmax_cross_entropy(t, h, y);
+    if (!loss) return rp_last_status();
+    struct rusage before, after;
+    getrusage(RUSAGE_THREAD, &before);
+    RP_CHECK(rp_backward(t, loss));
+    getrusage(RUSAGE_THREAD, &after);
+    m->faults = after.ru_minflt - before.ru_minflt + after.ru_majflt - before.ru_majflt;
+    return RP_OK;
+}
+
+/* Backward passes before each step (gradient accumulation), and the bucket size of big_run. */
+static int big_passes = 1;
+static size_t big_bucket = 64 << 10;
+
 static rp_status big_step(rp_replica *rep, void *arg)
 {
     (void)arg;
@@ -659,30 +695,18 @@ static rp_status big_step(rp_replica *rep, void *arg)
         rp_optimizer_hooks h = {.before = big_before};
         RP_CHECK(rp_optimizer_add_hooks(m->opt, &h, m));
     }
-    rp_tape *t = rp_replica_tape(rep);
-    rp_tape_reset(t);
-    float x[4 * BIG];
-    tu_fill(x, 4 * BIG, 11 + (uint64_t)rp_replica_id(rep), -1.0f, 1.0f);
-    rp_tensor *h = rp_tensor_new(t, 2, (int[]){4, BIG});
-    if (!h) return rp_last_status();
-    RP_CHECK(rp_tensor_write(h, x, 4 * BIG));
-    for (int k = 0; k < 4; k++)
-        h = rp_linear_layer_forward(t, &m->l[big_reverse ? 3 - k : k], h);
-    int32_t *y = rp_arena_alloc(rp_tape_arena(t), 4 * sizeof(int32_t));
-    if (!y) return rp_last_status();
-    for (int i = 0; i < 4; i++)
-        y[i] = i;
-    rp_tensor *loss = rp_softmax_cross_entropy(t, h, y);
-    if (!loss) return rp_last_status();
-    struct rusage before, after;
-    getrusage(RUSAGE_THREAD, &before);
-    RP_CHECK(rp_backward(t, loss));
-    getrusage(RUSAGE_THREAD, &after);
-    m->faults = after.ru_minflt - before.ru_minflt + after.ru_majflt - before.ru_majflt;
-    size_t bytes = (size_t)rp_params_trainable_numel(m->params) * sizeof(float);
-    m->resident[0] = resident_pages(rp_params_grad(m->params), bytes);
-    RP_CHECK(rp_optimizer_step(m->opt, 0.01f));
-    m->resident[1] = resident_pages(rp_params_grad(m->params), bytes);
+    for (int pass = 0; pass < big_passes; pass++)
+        RP_CHECK(big_backward(rep, m, pass));
+    int64_t lo, hi, P = rp_params_trainable_numel(m->params);
+    rp_optimizer_range(m->opt, &lo, &hi);
+    const float *g = rp_params_grad(m->params);
+    for (int k = 0; k < 2; k++) {
+        if (k) RP_CHECK(rp_optimizer_step(m->opt, 0.01f));
+        m->resident[k] = resident_pages(g, (size_t)P * sizeof(float));
+        m->outside[k] = resident_pages(g, (size_t)lo * sizeof(float)) +
+                        resident_pages(g + hi, (size_t)(P - hi) * sizeof(float));
+    }
+    m->shard_pages = (long)((size_t)(hi - lo) * sizeof(float) / (size_t)sysconf(_SC_PAGESIZE)) - 1;
     return RP_OK;
 }
 
@@ -715,7 +739,7 @@ static void big_run(rp_strategy_kind kind, big *out)
     cfg.threads_per_replica = 1;
     cfg.timeout_s = 30;
     cfg.strategy = kind;
-    cfg.bucket_bytes = 64 << 10;
+    cfg.bucket_bytes = big_bucket;
     rp_replicator *r;
     assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
     tu_run_ok(r, big_build, NULL);
@@ -744,9 +768,13 @@ static void test_zero2_releases(void **state)
         assert_true(z1[q].resident[0] >= pages - 2);
         assert_true(z1[q].resident[1] >= pages - 2);
         /* ZeRO-2: every bucket was released as it was reduced, and the step released the rest
-           (a page at each bucket's edge may be left, shared with the next bucket). */
-        assert_true(z2[q].resident[0] <= 8);
-        assert_true(z2[q].resident[1] <= 8);
+           (a page at each bucket's edge may be left, shared with the next bucket); the shard
+           of the gradients stays, in place, from step to step. */
+        assert_true(z2[q].outside[0] <= 8);
+        assert_true(z2[q].outside[1] <= 8);
+        assert_true(z2[q].shard_pages > 32);
+        assert_true(z2[q].resident[0] >= z2[q].shard_pages);
+        assert_true(z2[q].resident[1] >= z2[q].shard_pages);
         /* The reduced shard is in place for the hooks after the runtime's; zeros elsewhere. */
         assert_true(z2[q].shard_max > 0.0f);
         assert_true(z2[q].rest_max == 0.0f);
@@ -762,7 +790,8 @@ static void test_zero2_releases(void **state)
  * the block's pages (given back after each reduction, so a fault a page when written again): the
  * second step's backward faults no gradient page in. The sync strategy zeroes its block in place
  * (no faults either); without the buffers ZeRO-2 faulted in the whole block outside what stayed
- * resident (4 x 65,792 values: 257 pages here, 129 outside the shard).
+ * resident (4 x 65,792 values: 257 pages here, 129 outside the shard), and ZeRO-3, which kept its
+ * reduced shard in a buffer of its own and gave both copies' pages back, the shard (128).
  */
 static void test_zero2_buffers(void **state)
 {
@@ -772,7 +801,6 @@ static void test_zero2_buffers(void **state)
     big_run(RP_STRATEGY_SYNC, sync);
     big_run(RP_STRATEGY_ZERO2, z2);
     big_run(RP_STRATEGY_ZERO3, z3);
-    long pages = (long)((4 * (BIG * BIG + BIG)) * sizeof(float) / (size_t)sysconf(_SC_PAGESIZE));
     /* AddressSanitizer's allocator faults pages of its own (its quarantine hands out fresh
        memory): there the counts say nothing about the runtime's. */
 #if defined(__SANITIZE_ADDRESS__)
@@ -784,12 +812,12 @@ static void test_zero2_buffers(void **state)
         /* A few pages of the tape's own, at most: nothing of a bucket's 64 KiB (16 pages). */
         assert_true(sync[q].faults < 16);
         assert_true(z2[q].faults < 16);
-        /* ZeRO-3's reduced shard gives its pages back at every step (time for memory): half the
-           block on 2 replicas, and still none of the gradients' own. */
-        assert_true(z3[q].faults < pages / 2 + 16);
+        /* ZeRO-3 too: the reduced shard is kept in place, whose pages the step keeps. */
+        assert_true(z3[q].faults < 16);
     }
     for (int q = 0; q < 2; q++) {
-        assert_true(z2[q].resident[0] <= 8); /* and the block stays released */
+        assert_true(z2[q].outside[0] <= 8); /* and the rest of the block stays released */
+        assert_true(z3[q].outside[1] <= 8);
         assert_true(memcmp(z2[q].values, sync[q].values,
                            (size_t)(4 * (BIG * BIG + BIG)) * sizeof(float)) == 0);
         free(sync[q].values);
@@ -824,6 +852,62 @@ static void test_zero2_buffers_taken(void **state)
         free(z2[q].values);
         free(z3[q].values);
     }
+}
+
+/*
+ * Gradient accumulation with the buffers taken: in the second backward the first declared layer's
+ * bucket, whose shard part is kept in the block since the first, is written in the block again
+ * (every buffer is taken), so its kept part is set aside and added back after its reduction. The
+ * reductions are elementwise, so where a bucket's gradients were written changes nothing: the
+ * values equal bitwise those of one bucket for everything (never two in flight, never in the
+ * block), and the sync strategy's within 1e-6 (it reduces the accumulated sums again instead).
+ * Then the second backward leaves a layer out: its buckets, reduced again with nothing written
+ * since, are reduced from zeros, not from the kept shard in the block; and one bucket for
+ * everything, which that pass never completes, is still reduced again at the step (it was not, in
+ * every strategy, before 2026-12-07).
+ */
+static void check_accumulation_taken(void)
+{
+    big_reverse = true;
+    big_passes = 2;
+    big sync[2], sync1[2], z[2][2], one[2][2];
+    big_run(RP_STRATEGY_SYNC, sync);
+    big_bucket = 64 << 20;
+    big_run(RP_STRATEGY_SYNC, sync1);
+    big_bucket = 64 << 10;
+    for (int k = 0; k < 2; k++) {
+        big_run(k ? RP_STRATEGY_ZERO3 : RP_STRATEGY_ZERO2, z[k]);
+        big_bucket = 64 << 20;
+        big_run(k ? RP_STRATEGY_ZERO3 : RP_STRATEGY_ZERO2, one[k]);
+        big_bucket = 64 << 10;
+    }
+    big_reverse = false;
+    big_passes = 1;
+    int64_t n = 4 * (BIG * BIG + BIG);
+    for (int q = 0; q < 2; q++) {
+        for (int k = 0; k < 2; k++) {
+            assert_true(memcmp(z[k][q].values, one[k][q].values, (size_t)n * sizeof(float)) == 0);
+            tu_check_close(z[k][q].values, sync[q].values, n, 1e-6, "accumulated, buffers taken");
+            free(z[k][q].values);
+            free(one[k][q].values);
+        }
+        /* One bucket: the sync strategy too reduces it again although it did not complete. */
+        tu_check_close(sync1[q].values, sync[q].values, n, 1e-6, "sync, one bucket");
+        assert_true(memcmp(sync1[q].values, sync1[0].values, (size_t)n * sizeof(float)) == 0);
+        assert_true(sync[q].shard_max > 0.0f);
+        free(sync[q].values);
+        free(sync1[q].values);
+    }
+}
+
+static void test_zero2_accumulation_taken(void **state)
+{
+    (void)state;
+    for (int skip = -1; skip <= 1; skip += 2) {
+        big_skip = skip;
+        check_accumulation_taken();
+    }
+    big_skip = -1;
 }
 
 /* ---- 9. HSDP: ZeRO in groups ---------------------------------------------------------- */
@@ -951,6 +1035,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_zero2_releases),
         cmocka_unit_test(test_zero2_buffers),
         cmocka_unit_test(test_zero2_buffers_taken),
+        cmocka_unit_test(test_zero2_accumulation_taken),
         cmocka_unit_test(test_hsdp),
         cmocka_unit_test(test_hsdp_errors),
     };

@@ -61,7 +61,12 @@ typedef struct job {
                             backward, after the step, after the evaluations */
     size_t runtime[2];   /* the last replica's rp_replica_strategy_bytes after backward: allocated,
                             resident */
+    const rp_checkpoint *resume; /* read at build by every replica (replica 0 only: first_only) */
+    bool first_only, publish;    /* ... and then rp_replica_optimizer_publish */
+    long read_outside;           /* value pages resident outside the last replica's shard after */
 } job;
+
+static long outside_pages(net *m);
 
 static int step_no;
 
@@ -79,7 +84,32 @@ static rp_status build(rp_replica *rep, void *arg)
         RP_CHECK(rp_linear_layer_init(&m->l[k], m->params, name, in, out, true, k < L - 1));
     }
     RP_CHECK(rp_params_finalize(m->params, 5 + (uint64_t)rp_replica_id(rep)));
-    return rp_replica_optimizer_create(rep, &m->opt, m->params, &j->oc);
+    RP_CHECK(rp_replica_optimizer_create(rep, &m->opt, m->params, &j->oc));
+    if (!j->resume) return RP_OK;
+    if (!j->first_only || rp_replica_id(rep) == 0)
+        RP_CHECK(rp_checkpoint_read_params(j->resume, m->params, "param/"));
+    if (rp_replica_id(rep) == rp_replica_count(rep) - 1) j->read_outside = outside_pages(m);
+    return j->publish ? rp_replica_optimizer_publish(rep, m->opt) : RP_OK;
+}
+
+/* The values of the network of hidden width `width` made with `seed`, as a checkpoint. */
+static rp_checkpoint *values_checkpoint(int width, uint64_t seed)
+{
+    rp_checkpoint *ck;
+    rp_params *p;
+    rp_linear_layer l[L];
+    assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
+    assert_int_equal(rp_params_create(&p), RP_OK);
+    for (int k = 0; k < L; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "l%d", k);
+        int in = k == 0 ? IN : width, out = k == L - 1 ? OUT : width;
+        assert_int_equal(rp_linear_layer_init(&l[k], p, name, in, out, true, k < L - 1), RP_OK);
+    }
+    assert_int_equal(rp_params_finalize(p, seed), RP_OK);
+    assert_int_equal(rp_checkpoint_add_params(ck, p, "param/"), RP_OK);
+    rp_params_destroy(p);
+    return ck;
 }
 
 static rp_tensor *forward(rp_tape *t, net *m, int id, int n, int64_t s, int32_t **labels)
@@ -325,6 +355,61 @@ static void test_releases_values(void **state)
     assert_true(z.outside[2] >= 3 * layer);
 }
 
+/*
+ * A checkpoint read into a ZeRO-3 replica's list writes its shard of the values only (the other
+ * replicas read theirs) and leaves no page outside it resident: before 2026-12-07 every replica
+ * wrote the whole values, and their pages stayed resident for the rest of the run, since later
+ * gathers go to the gather buffers. The run goes on bitwise as the sync run's from the same
+ * checkpoint, with and without rp_replica_optimizer_publish after the read (every replica read:
+ * only the buffers go from replica 0); a publish after a read into replica 0 alone is refused
+ * (the others' shards were never read), naming what to do.
+ */
+static void test_resume_reads_shard(void **state)
+{
+    (void)state;
+    bool strict = !strcmp(rp_kernels_name(), "strict"); /* a mapping it only fills */
+    rp_checkpoint *big = values_checkpoint(256, 41), *small = values_checkpoint(W, 43);
+    long layer = (long)(256 * 256 * sizeof(float)) / sysconf(_SC_PAGESIZE);
+    job z = make_job(RP_OPTIM_SGD), one = make_job(RP_OPTIM_SGD);
+    z.width = one.width = 256;
+    z.resume = one.resume = big;
+    run(&z, RP_STRATEGY_ZERO3, 2, 64 << 10, 1);
+    run(&one, RP_STRATEGY_ZERO1, 2, 64 << 10, 1);
+    if (!strict) {
+        assert_true(one.read_outside >= 3 * layer); /* ZeRO-1 holds the whole values */
+        assert_true(z.read_outside <= 2 * L);
+    }
+    for (int publish = 0; publish < 2; publish++)
+        for (int n = 2; n <= 3; n++) {
+            job s = make_job(RP_OPTIM_ADAM), z3 = make_job(RP_OPTIM_ADAM);
+            s.resume = z3.resume = small;
+            s.publish = z3.publish = publish;
+            run(&s, RP_STRATEGY_SYNC, n, 16, 2);
+            run(&z3, RP_STRATEGY_ZERO3, n, 16, 2);
+            assert_true(memcmp(z3.out, s.out, (size_t)MAXP * sizeof(float)) == 0);
+            job fresh = make_job(RP_OPTIM_ADAM); /* the checkpoint's values, not build's */
+            run(&fresh, RP_STRATEGY_ZERO3, n, 16, 2);
+            assert_true(memcmp(fresh.out, z3.out, (size_t)MAXP * sizeof(float)) != 0);
+        }
+    rp_config cfg = rp_config_default();
+    cfg.backend = RP_BACKEND_THREADS;
+    cfg.replicas = 2;
+    cfg.timeout_s = 30;
+    cfg.strategy = RP_STRATEGY_ZERO3;
+    job bad = make_job(RP_OPTIM_SGD);
+    bad.width = W;
+    bad.resume = small;
+    bad.first_only = bad.publish = true;
+    rp_replicator *r;
+    assert_int_equal(rp_replicator_create(&r, &cfg), RP_OK);
+    assert_int_equal(rp_replicator_run(r, build, &bad), RP_ERR_INVALID);
+    tu_assert_error_contains("every replica must read");
+    tu_run_ok(r, destroy, NULL);
+    rp_replicator_destroy(r);
+    rp_checkpoint_destroy(big);
+    rp_checkpoint_destroy(small);
+}
+
 /* ZeRO-3's options (keep_gathered, prefetch) refused under ZeRO-2, with `message`. */
 static void refused_without_zero3(bool keep, bool prefetch, const char *message)
 {
@@ -507,9 +592,10 @@ static void test_refusals(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_equal_sync),      cmocka_unit_test(test_traffic_is_planned),
-        cmocka_unit_test(test_releases_values), cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_keep_gathered),   cmocka_unit_test(test_prefetch),
+        cmocka_unit_test(test_equal_sync),         cmocka_unit_test(test_traffic_is_planned),
+        cmocka_unit_test(test_releases_values),    cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_keep_gathered),      cmocka_unit_test(test_prefetch),
+        cmocka_unit_test(test_resume_reads_shard),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -766,9 +766,10 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
  * ZeRO-2 (RP_STRATEGY_ZERO2) is ZeRO-1 with the reduced gradients sharded
  * too: the gradient buckets are the sync strategy's (contiguous, in
  * backward's order), each all-reduced as soon as backward finishes it; the
- * replica keeps the bucket's part inside its shard and gives the bucket's
- * gradient memory back (its pages return to the system until backward
- * writes them again; the optimizer's zeroing releases the block too). So a
+ * replica keeps the bucket's part inside its shard, in place in the gradient
+ * block, and gives the rest of the bucket's gradient memory back (backward
+ * writes a bucket into one of two reused buffers; the optimizer's zeroing
+ * releases the block but the shard). So a
  * replica holds its shard of the gradients plus the buckets backward has
  * not finished, never the whole gradient at once (with one backward per
  * step). The sums are the sync strategy's: the values are bitwise its
@@ -799,7 +800,11 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
  * refused (RP_ERR_UNSUPPORTED). rp_replica_optimizer_fetch() makes every
  * replica's values whole until the next step (do so before reading them
  * outside a step, or before destroying the optimizer if the values must
- * outlive it). Threads, MPI and hierarchical; with tensor parallelism and
+ * outlive it). rp_checkpoint_read_params() into a ZeRO-3 replica's list
+ * reads only its shard of the values (and the buffers): every replica
+ * reads, and the next use gathers the rest from their owners; a
+ * rp_replica_optimizer_publish() after a read into some replicas but not
+ * all is refused. Threads, MPI and hierarchical; with tensor parallelism and
  * pipeline stages (every tape a replica's thread uses gathers).
  */
 

@@ -20,6 +20,7 @@
 
 #include "io/checkpoint_internal.h"
 #include "kernels/kernels.h"
+#include "nn/params_internal.h"
 
 /*
  * Largest byte size of one tensor. JSON numbers are read as doubles, which
@@ -759,12 +760,23 @@ static rp_status read_params(const rp_checkpoint *ck, rp_params *params, const c
             goto cleanup;
         }
     }
+    /* Values held in part (ZeRO-3): a trainable tensor's elements inside the shard only, so a
+       sharded checkpoint's pieces outside it are never read; every tensor is still checked. */
+    int64_t lo = 0, hi = 0, P = rp_params_trainable_numel(params);
+    bool sharded = params_value_shard(params, &lo, &hi);
     for (int i = 0; i < n; i++) {
         rp_tensor *t = rp_params_at(params, i);
-        RP_TRY(want_param(&want[i], prefix, t, values + rp_params_offset(params, i)));
+        int64_t off = rp_params_offset(params, i);
+        RP_TRY(want_param(&want[i], prefix, t, values + off));
+        if (!sharded || off >= P) continue;
+        int64_t a = off > lo ? off : lo, b = off + t->numel < hi ? off + t->numel : hi;
+        want[i].skip = b > a ? a - off : 0;
+        want[i].take = b > a ? b - a : 0;
+        want[i].dst = values + off + want[i].skip;
     }
     RP_TRY(read_set(ck, prefix, want, n, "model", part));
     if (n > 0) kernels_staging_commit(k, rp_params_data(params), values, bytes);
+    if (sharded) status = params_values_replaced(params);
 cleanup:
     kernels_staging_free(&stage);
     rp_free(want);

@@ -35,6 +35,11 @@ struct rp_params {
     bool finalized;
     bool frozen;
     bool release; /* zero_grad gives the gradient block's pages back (params_internal.h) */
+    int64_t keep_lo, keep_hi; /* with release: the values it fills instead */
+    /* Values held in part (params_internal.h): [shard_lo, shard_hi), and the holder's callback. */
+    int64_t shard_lo, shard_hi;
+    rp_status (*replaced)(void *ctx);
+    void *replaced_ctx;
 };
 
 rp_status rp_params_create(rp_params **params)
@@ -365,16 +370,45 @@ int64_t rp_params_offset(const rp_params *p, int i)
 void rp_params_zero_grad(rp_params *p)
 {
     if (!p->finalized) return;
-    size_t bytes = (size_t)p->trainable_numel * sizeof(float);
-    if (bytes && p->release) p->k->mem_discard(p->grad, bytes);
-    if (bytes && !p->release) p->k->mem_fill(p->grad, 0, bytes);
+    int64_t P = p->trainable_numel, lo = p->release ? p->keep_lo : 0,
+            hi = p->release ? p->keep_hi : P;
+    if (lo > 0) p->k->mem_discard(p->grad, (size_t)lo * sizeof(float));
+    if (hi > lo) p->k->mem_fill(p->grad + lo, 0, (size_t)(hi - lo) * sizeof(float));
+    if (P > hi) p->k->mem_discard(p->grad + hi, (size_t)(P - hi) * sizeof(float));
     for (int i = 0; i < p->n_trainable; i++)
         p->entries[p->order[i]].t->flags |= RP_TENSOR_GRAD_FRESH;
 }
 
-void params_set_grad_release(rp_params *p, bool release)
+void params_set_value_shard(rp_params *p, int64_t lo, int64_t hi, rp_status (*replaced)(void *),
+                            void *ctx)
 {
-    if (p) p->release = release;
+    if (!p) return;
+    p->shard_lo = lo;
+    p->shard_hi = hi;
+    p->replaced = replaced;
+    p->replaced_ctx = ctx;
+}
+
+bool params_value_shard(const rp_params *p, int64_t *lo, int64_t *hi)
+{
+    if (!p || !p->replaced) return false;
+    *lo = p->shard_lo;
+    *hi = p->shard_hi;
+    return true;
+}
+
+rp_status params_values_replaced(rp_params *p)
+{
+    return p && p->replaced ? p->replaced(p->replaced_ctx) : RP_OK;
+}
+
+void params_set_grad_release(rp_params *p, bool release, int64_t keep_lo, int64_t keep_hi)
+{
+    if (!p) return;
+    int64_t P = p->trainable_numel;
+    p->release = release;
+    p->keep_lo = keep_lo < 0 ? 0 : keep_lo > P ? P : keep_lo;
+    p->keep_hi = keep_hi < p->keep_lo ? p->keep_lo : keep_hi > P ? P : keep_hi;
 }
 
 void rp_params_set_frozen(rp_params *p, bool frozen)

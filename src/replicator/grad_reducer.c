@@ -42,9 +42,6 @@
 
 #include "replicator/strategy.h"
 
-/* ZeRO-2's kept shard goes into the gradient block in pieces of this many values (256 KiB). */
-#define RP_KEEP_CHUNK ((int64_t)1 << 16)
-
 static int64_t min64(int64_t a, int64_t b)
 {
     return a < b ? a : b;
@@ -92,23 +89,82 @@ static void unbuffer(reducer *g, int b)
 }
 
 /*
- * ZeRO-2: the part of the reduced bucket [lo, lo + n) (at x) inside this member's shard into
- * sgrad (the first reduction since the step) or onto it (after a second backward), then the
- * whole bucket's gradients released: nothing of it stays but the shard.
+ * A kept part of bucket b set aside in sgrad (allocated at the first need) and zeros in its place,
+ * for backward to write the bucket in the block (gradient accumulation with every buffer taken).
+ */
+static void stash(reducer *g, int b)
+{
+    int64_t lo = g->ranges[2 * b], hi = g->ranges[2 * b + 1];
+    int64_t from = lo > g->lo ? lo : g->lo, to = min64(hi, g->hi);
+    if (from >= to) return;
+    if (!g->sgrad) g->sgrad = g->k->mem_alloc(g->sgrad_bytes);
+    if (!g->sgrad) {
+        reducer_fail(g, RP_ERROR(RP_ERR_NOMEM,
+                                 "cannot allocate ZeRO-2's kept gradient shard (%zu bytes) for a "
+                                 "second backward before the step",
+                                 g->sgrad_bytes));
+        return;
+    }
+    size_t bytes = (size_t)(to - from) * sizeof(float);
+    g->k->mem_copy(g->sgrad + (from - g->lo), g->grad + from, bytes);
+    g->k->mem_fill(g->grad + from, 0, bytes);
+    g->kept[b] = REDUCER_KEPT_ASIDE;
+}
+
+/* Bucket b, about to be written: into a free gradient buffer (zeros), or the block's pages. */
+static void take(reducer *g, int b)
+{
+    int s = 0;
+    while (s < g->ngbuf && g->gbuf_bucket[s] >= 0)
+        s++;
+    if (s == g->ngbuf) {
+        if (g->kept[b]) stash(g, b);
+        g->gwhere[b] = REDUCER_IN_BLOCK; /* every buffer taken: the block's pages, as before */
+        g->spilled++;
+        return;
+    }
+    int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
+    trim(g, s, n);
+    g->k->mem_fill(g->gbuf[s], 0, (size_t)n * sizeof(float));
+    strategy_point(g->params, g->bfirst[b + 1], g->bfirst[b], lo, g->gbuf[s], true);
+    g->gbuf_bucket[s] = b;
+    g->gwhere[b] = s;
+}
+
+/* Bucket b's range [lo, lo + n) of the block outside this member's shard [from, to) given back. */
+static void release_outside(reducer *g, int64_t lo, int64_t n, int64_t from, int64_t to)
+{
+    if (from >= to) from = to = lo + n;
+    if (from > lo) g->k->mem_discard(g->grad + lo, (size_t)(from - lo) * sizeof(float));
+    if (lo + n > to) g->k->mem_discard(g->grad + to, (size_t)(lo + n - to) * sizeof(float));
+}
+
+/*
+ * ZeRO-2: the part of the reduced bucket [lo, lo + n) (at x) inside this member's shard into its
+ * place in the gradient block (the first reduction since the step) or onto what is kept there
+ * (after a second backward), then the rest of the bucket's gradients released: nothing of it
+ * stays but the shard. A bucket written in the block was reduced there: its shard part is in
+ * place already, onto which a kept part set aside (stash) is added.
  */
 static void keep_shard(reducer *g, int b, int64_t lo, int64_t n, const float *x)
 {
     int64_t from = lo > g->lo ? lo : g->lo, to = min64(lo + n, g->hi);
-    if (from < to && !g->kept[b])
-        g->k->mem_copy(g->sgrad + (from - g->lo), x + (from - lo),
-                       (size_t)(to - from) * sizeof(float));
-    else if (from < to)
-        g->k->add_inplace(g->sgrad + (from - g->lo), x + (from - lo), to - from);
-    g->kept[b] = 1;
+    float *dst = g->grad + from;
+    const float *src = x + (from - lo);
+    size_t bytes = from < to ? (size_t)(to - from) * sizeof(float) : 0;
+    if (bytes && g->kept[b] == REDUCER_KEPT_ASIDE) {
+        g->k->add_inplace(dst, g->sgrad + (from - g->lo), to - from);
+        if (g->release_kept) g->k->mem_discard(g->sgrad + (from - g->lo), bytes);
+    } else if (bytes && !g->kept[b] && src != dst) {
+        g->k->mem_copy(dst, src, bytes);
+    } else if (bytes && g->kept[b]) {
+        g->k->add_inplace(dst, src, to - from);
+    }
+    g->kept[b] = REDUCER_KEPT;
     if (g->gwhere[b] >= 0)
         unbuffer(g, b);
     else
-        g->k->mem_discard(g->grad + lo, (size_t)n * sizeof(float));
+        release_outside(g, lo, n, from, to);
     g->gwhere[b] = REDUCER_UNTOUCHED;
 }
 
@@ -118,6 +174,9 @@ static void all_reduce_start(void *ctx, int b)
     reducer *g = ctx;
     if (g->error != RP_OK) return;
     int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
+    /* Reduced again with nothing written since (gradient accumulation): the block's shard part
+       holds what is kept, so the bucket's zeros go where backward's would have. */
+    if (g->gwhere && g->gwhere[b] == REDUCER_UNTOUCHED && g->kept[b]) take(g, b);
     float *x = bucket_grads(g, b);
     if (g->local_bad < 0) {
         int64_t at = g->k->first_nonfinite(&g->local_value, x, n);
@@ -275,11 +334,13 @@ static rp_status shard_init(reducer *g, size_t bytes, bool wire)
     g->pack_bytes = (size_t)n * (size_t)c * sizeof(float);
     g->one_bytes = (size_t)c * sizeof(float);
     g->wire_bytes = wire ? ((size_t)n + 1) * (size_t)c * sizeof(rp_bf16) : 0;
-    g->sgrad = kt->mem_alloc(g->sgrad_bytes);
+    /* ZeRO-2 keeps its shard in the block (sgrad only for a stash, allocated then). */
+    if (g->collective == RP_GRAD_REDUCE_SCATTER) g->sgrad = kt->mem_alloc(g->sgrad_bytes);
     g->pack = kt->mem_alloc(g->pack_bytes);
     g->one = kt->mem_alloc(g->one_bytes);
     if (wire) g->wire = kt->mem_alloc(g->wire_bytes);
-    if (!g->sgrad || !g->pack || !g->one || (wire && !g->wire))
+    if ((!g->sgrad && g->collective == RP_GRAD_REDUCE_SCATTER) || !g->pack || !g->one ||
+        (wire && !g->wire))
         return RP_ERROR(RP_ERR_NOMEM, "cannot allocate ZeRO's buffers (%zu bytes)",
                         g->sgrad_bytes + g->pack_bytes + g->one_bytes + g->wire_bytes);
     return RP_OK;
@@ -452,21 +513,7 @@ bool reducer_grad_target(reducer *g, const rp_tensor *param)
     if (!owns(g, param)) return false;
     if (!g->gwhere) return true;
     int b = g->order.list[g->order.first[param->index]];
-    if (g->gwhere[b] != REDUCER_UNTOUCHED) return true;
-    int s = 0;
-    while (s < g->ngbuf && g->gbuf_bucket[s] >= 0)
-        s++;
-    if (s == g->ngbuf) {
-        g->gwhere[b] = REDUCER_IN_BLOCK; /* every buffer taken: the block's pages, as before */
-        g->spilled++;
-        return true;
-    }
-    int64_t lo = g->ranges[2 * b], n = g->ranges[2 * b + 1] - lo;
-    trim(g, s, n);
-    g->k->mem_fill(g->gbuf[s], 0, (size_t)n * sizeof(float));
-    strategy_point(g->params, g->bfirst[b + 1], g->bfirst[b], lo, g->gbuf[s], true);
-    g->gbuf_bucket[s] = b;
-    g->gwhere[b] = s;
+    if (g->gwhere[b] == REDUCER_UNTOUCHED) take(g, b);
     return true;
 }
 
@@ -553,8 +600,8 @@ static rp_status reduce_scatter_agree(reducer *g)
                         "gradient was finite: the sum overflowed float; no parameter was updated",
                         name, g->all_base + q, (long long)index, (long long)numel);
     }
-    /* The reduced shard in place, where hooks added later (clipping) see it. */
-    if (g->hi > g->lo)
+    /* ZeRO-1: the reduced shard in place, where hooks added later (clipping) see it. */
+    if (g->collective == RP_GRAD_REDUCE_SCATTER && g->hi > g->lo)
         g->k->mem_copy(g->grad + g->lo, g->sgrad, (size_t)(g->hi - g->lo) * sizeof(float));
     return RP_OK;
 }
@@ -586,29 +633,22 @@ rp_status reducer_finish(reducer *g)
     }
     /* HSDP: the group's mean of each shard averaged over the groups that hold it. */
     if (g->repl && g->hi > g->lo) {
-        void *view =
-            strategy_view(&g->recv, g->sgrad, (size_t)(g->hi - g->lo) * sizeof(float), true);
+        float *shard = keep ? g->grad + g->lo : g->sgrad;
+        size_t bytes = (size_t)(g->hi - g->lo) * sizeof(float);
+        void *view = strategy_view(&g->recv, shard, bytes, true);
         rp_status status = view ? RP_OK : rp_last_status();
         rt_internal_begin(g->repl, "the runtime's gradient all-reduce across the HSDP groups");
         if (view) status = rp_comm_all_reduce(g->repl, view, view, g->hi - g->lo, RP_F32, RP_MEAN);
         rt_internal_end(g->repl);
         RP_CHECK(status);
-        strategy_commit(g->sgrad, view, (size_t)(g->hi - g->lo) * sizeof(float));
-        int64_t at = g->k->first_nonfinite(NULL, g->sgrad, g->hi - g->lo);
+        strategy_commit(shard, view, bytes);
+        int64_t at = g->k->first_nonfinite(NULL, shard, g->hi - g->lo);
         if (at >= 0 && g->reduced_bad < 0) g->reduced_bad = g->lo + at;
     }
     /* A sharded reduction over groups is agreed by every member (each saw its group only). */
     if (scatter || g->repl) return reduce_scatter_agree(g);
     rp_status status = g->reduced_bad >= 0 ? all_reduce_blame(g) : RP_OK;
     g->local_bad = g->reduced_bad = -1;
-    /* ZeRO-2: the kept shard in place, where the rule and later hooks (clipping) read it. With
-       release_kept (ZeRO-3) sgrad's pages go back as they are copied, so the shard is never
-       resident twice (backward's keep_shard faults them in again: time for memory). */
-    for (int64_t at = g->lo; status == RP_OK && keep && at < g->hi; at += RP_KEEP_CHUNK) {
-        size_t bytes = (size_t)min64(RP_KEEP_CHUNK, g->hi - at) * sizeof(float);
-        g->k->mem_copy(g->grad + at, g->sgrad + (at - g->lo), bytes);
-        if (g->release_kept) g->k->mem_discard(g->sgrad + (at - g->lo), bytes);
-    }
     return status;
 }
 

@@ -387,13 +387,12 @@ void strategy_bucket_order_ready(strategy_bucket_order *o, int i, strategy_bucke
     if (i < 0 || i >= o->nparams) return;
     for (int j = o->first[i]; j < o->first[i + 1]; j++) {
         int b = o->list[j];
-        if (++o->ready[b] < o->params[b]) continue;
-        if (b < o->started) {
-            o->again = true;
-            o->ready[b] = 0;
-        }
+        /* A gradient of a started bucket changed (a second backward before the step): every
+           bucket is reduced again at the step, whether or not all of b's parameters are. */
+        if (b < o->started) o->again = true;
+        if (b >= o->started) o->ready[b]++;
     }
-    while (o->started < o->nbuckets && o->ready[o->started] == o->params[o->started]) {
+    while (o->started < o->nbuckets && o->ready[o->started] >= o->params[o->started]) {
         o->ready[o->started] = 0;
         start(ctx, o->started++);
     }

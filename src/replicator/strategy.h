@@ -240,9 +240,11 @@ int64_t strategy_plan_wire(const rp_config *cfg, int64_t most);
  * every parameter touching it is final in this backward pass, and buckets
  * start in index order only (a complete bucket waits for the ones before it),
  * so every replica reduces the same buckets in the same order whatever order
- * its backward finished them in. A bucket that completes again after it
- * started (a second backward before the step: gradient accumulation) sets
- * `again`: the step then reduces every bucket once more.
+ * its backward finished them in. A parameter of a bucket that has started
+ * made final again (a second backward before the step: gradient
+ * accumulation) sets `again`: the step then reduces every bucket once more.
+ * (Any one, not the whole bucket again: a second pass that leaves out some
+ * of a bucket's parameters still changed the others' gradients.)
  */
 typedef struct strategy_bucket_order {
     int nparams, nbuckets;
@@ -250,7 +252,7 @@ typedef struct strategy_bucket_order {
     int *params;       /* [nbuckets] the parameters touching each bucket */
     int *ready;        /* [nbuckets] of those, final in this backward pass */
     int started;       /* buckets [0, started) have started since the last step */
-    bool again;        /* a bucket completed a second time since it started */
+    bool again;        /* a started bucket's gradient changed since it started */
 } strategy_bucket_order;
 
 /* Starts bucket b's reduction (the strategy's own: all-reduce, reduce-scatter ...). */
@@ -294,7 +296,7 @@ void strategy_bucket_order_ready(strategy_bucket_order *o, int i, strategy_bucke
                                  void *ctx);
 
 /* At the step: starts every bucket that has not started (in order), every bucket once more if
- * one completed again, and resets the counts for the next backward pass. */
+ * a started one changed, and resets the counts for the next backward pass. */
 void strategy_bucket_order_flush(strategy_bucket_order *o, strategy_bucket_start_fn start,
                                  void *ctx);
 
@@ -312,10 +314,12 @@ void strategy_bucket_order_flush(strategy_bucket_order *o, strategy_bucket_start
  *    in place in the gradient block; the rest of the block keeps the local gradients.
  *  - RP_GRAD_ALL_REDUCE_SHARD (ZeRO-2): the all-reduce's buckets, in backward's order, and
  *    ZeRO's shards: as soon as a bucket is all-reduced, the member keeps the part of it inside its
- *    shard (in sgrad; added to it after a second backward) and releases the whole bucket's
- *    gradients (mem_discard: zeros, pages given back). So no whole gradient outlives its bucket:
- *    a member holds its shard plus the buckets backward has not finished. finish puts the shard
- *    in place in the gradient block, zeros elsewhere. (Each bucket moves an all-reduce's bytes,
+ *    shard in its place in the gradient block (added to it after a second backward) and
+ *    releases the rest of the bucket's gradients (mem_discard: zeros, pages given back). So no
+ *    whole gradient outlives its bucket: a member holds its shard plus the buckets backward has
+ *    not finished, and at finish the block holds the reduced shard, zeros elsewhere. (Backward
+ *    writes a bucket into a gradient buffer, not the block, so the shard's place is free for
+ *    what is kept.) (Each bucket moves an all-reduce's bytes,
  *    twice a reduce-scatter's: the owners of a contiguous bucket are one or two members, which
  *    a uniform reduce-scatter cannot serve without padding every member's part.)
  * The reductions add the members in rank order, and a second backward before the step
@@ -340,6 +344,9 @@ typedef enum {
 #define REDUCER_GRAD_BUFFERS 2
 #define REDUCER_IN_BLOCK     (-1) /* written in the block: no buffer was free */
 #define REDUCER_UNTOUCHED    (-2) /* nothing written since its reduction: zeros, in the block */
+/* reducer.kept[b]: what of bucket b's shard part is kept since the step, and where. */
+#define REDUCER_KEPT       1 /* in place in the gradient block */
+#define REDUCER_KEPT_ASIDE 2 /* in sgrad, while backward writes the bucket in the block again */
 
 typedef struct reducer {
     reducer_collective collective;
@@ -360,7 +367,7 @@ typedef struct reducer {
     int64_t shard, lo, hi, chunk;
     int64_t *gather_ranges;
     int ngather;
-    unsigned char *kept; /* all-reduce-shard: [buckets] kept into sgrad since the last step */
+    unsigned char *kept; /* all-reduce-shard: [buckets] 0, REDUCER_KEPT or REDUCER_KEPT_ASIDE */
     /* All-reduce-shard: the gradient buffers (grad_reducer.c), each as long as the largest
        bucket, that a bucket's gradients are written into while backward fills it instead of
        the block's pages; gbuf_bucket[s] the bucket buffer s holds or -1; gwhere[b] the buffer
@@ -372,14 +379,16 @@ typedef struct reducer {
     int64_t gbuf_len, gbuf_used[REDUCER_GRAD_BUFFERS]; /* used: the values resident of each */
     int *gwhere, *bfirst;
     int64_t spilled;
-    bool release_kept; /* all-reduce-shard: sgrad's pages given back once in place, and the
-                          gradient buffers hold only what is in flight (ZeRO-3) */
-    float *sgrad;      /* sharded: [S] this member's shard of the mean gradient (storage) */
-    float *pack;       /* sharded: [N * chunk] one bucket's segments, back to back (storage) */
-    float *one;        /* sharded: [chunk] one segment, zero-padded (storage) */
-    rp_bf16 *wire;     /* cfg.grad_dtype bf16 (storage), NULL for f32: the payload rounded
-                          (all-reduce: [the largest bucket]; reduce-scatter: [N * chunk] the packed
-                          segments, then [chunk] the reduced segment) */
+    bool release_kept; /* all-reduce-shard: the gradient buffers hold only what is in flight,
+                          and sgrad's pages go back once added (ZeRO-3) */
+    /* Reduce-scatter: [S] this member's shard of the mean gradient (storage); all-reduce-shard:
+       the kept parts set aside (REDUCER_KEPT_ASIDE), allocated at the first need, else NULL. */
+    float *sgrad;
+    float *pack;   /* sharded: [N * chunk] one bucket's segments, back to back (storage) */
+    float *one;    /* sharded: [chunk] one segment, zero-padded (storage) */
+    rp_bf16 *wire; /* cfg.grad_dtype bf16 (storage), NULL for f32: the payload rounded
+                      (all-reduce: [the largest bucket]; reduce-scatter: [N * chunk] the packed
+                      segments, then [chunk] the reduced segment) */
     size_t sgrad_bytes, pack_bytes, one_bytes, wire_bytes; /* what mem_free takes back */
     kernels_staging stage, recv; /* the host views a collective sends from (all-reduce: in place)
                                and receives into */

@@ -34,7 +34,7 @@
  * Gradient accumulation (a second backward before the step) works as in the
  * sync strategy: the reduced shard is kept in a buffer of its own (sgrad),
  * the gradient block keeps the local sums, and the step reduces every bucket
- * again.
+ * again (ZeRO-2 and 3 keep it in the block, grad_reducer.c).
  *
  * Checkpoints hold logical tensors: fetch gathers the state of every shard
  * into replica 0's optimizer (which grows back to the whole range until its
@@ -67,7 +67,20 @@ typedef struct zero_ctx {
     int stage;     /* 1: optimizer state sharded; 2: reduced gradients too; 3: values too */
     reducer red;   /* the reduction, its shards [lo, hi), buckets and buffers */
     residency res; /* stage 3: which units of the values are present */
+    bool read;     /* stage 3: the shard's values read anew since the last publish */
 } zero_ctx;
+
+/*
+ * ZeRO-3's values were read anew (params_values_replaced: a checkpoint read wrote this replica's
+ * shard only): every unit is absent, its pages outside the shard given back, so the next use
+ * gathers the new values from their owners.
+ */
+static rp_status zero3_replaced(void *ctx)
+{
+    zero_ctx *z = ctx;
+    z->read = true;
+    return residency_release_all(&z->res);
+}
 
 /*
  * ZeRO-3's use hook on the replica's thread (tape_residency.h): the unit holding param present, in
@@ -157,13 +170,14 @@ static void zero_release(void *ctx)
     /* The values stay as they are (a gather is a collective, and a release is not): fetch first
        (rp_replica_optimizer_fetch) to keep them whole. */
     if (z->stage == 3) residency_free(&z->res);
+    if (z->stage == 3) params_set_value_shard(z->params, 0, 0, NULL, NULL);
     if (rep && z->stage >= 2) zero_hooks(rep);
     if (z->stage >= 2)
         rp_debug("ZeRO-%d optimizer: %lld gradient buckets were written in the block (no gradient "
                  "buffer free)",
                  z->stage, (long long)z->red.spilled);
     reducer_free(&z->red);
-    if (z->stage >= 2) params_set_grad_release(z->params, false);
+    if (z->stage >= 2) params_set_grad_release(z->params, false, 0, 0);
     free(z);
 }
 
@@ -228,6 +242,9 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
                                 rep->r->cfg.keep_gathered, rep->r->cfg.prefetch);
         /* Sharded from the start, as after every step (the first step gathers as the others). */
         if (status == RP_OK) status = residency_release_all(&z->res);
+        /* A checkpoint read writes the shard only, and the units are gathered anew. */
+        if (status == RP_OK)
+            params_set_value_shard(params, z->red.lo, z->red.hi, zero3_replaced, z);
     }
     z->red.release_kept = stage == 3;
     /* The optimizer keeps the state of this replica's shard only. */
@@ -240,8 +257,9 @@ static rp_status zero_create(rp_replica *rep, rp_optimizer *opt, rp_params *para
         return status;
     }
     strategy_attach(rep, &z->link, opt, -1);
-    /* ZeRO-2 and 3: the optimizer's zeroing gives the gradient block's pages back too. */
-    if (stage >= 2) params_set_grad_release(params, true);
+    /* ZeRO-2 and 3: the optimizer's zeroing gives the gradient block's pages back too, but for
+       the shard's (filled: the next backward keeps its reduced parts there). */
+    if (stage >= 2) params_set_grad_release(params, true, z->red.lo, z->red.hi);
     if (stage >= 2) zero_hooks(rep); /* this run's; later: zero_phase_begin */
     rp_debug("ZeRO-%d optimizer: shard [%lld, %lld) of %lld values over %d replicas, %d gradient "
              "buckets",
@@ -322,6 +340,39 @@ static rp_status zero_fetch(rp_replica *rep, rp_optimizer *opt)
  * range (each replica takes its shard). Otherwise each replica keeps the shard it holds (e.g.
  * read from a checkpoint by every replica).
  */
+/*
+ * ZeRO-3's publish, for the values: a checkpoint read into every replica wrote each its own shard
+ * (zero3_replaced), so only the buffers (batch norm's statistics ...) go from replica 0; read into
+ * none, replica 0's values go to all, as ZeRO-1's do. Read into some only is refused: the others'
+ * shards were not read, and replica 0 does not hold the whole values to send.
+ */
+static rp_status zero3_publish_values(rp_replica *rep, zero_ctx *z)
+{
+    if (z->stage != 3) return RP_OK;
+    int64_t mine = z->read, readers = 0;
+    rt_internal_begin(rep->comm, "the runtime's parameter broadcast");
+    rp_status status = rp_comm_all_reduce(rep->comm, &mine, &readers, 1, RP_I64, RP_SUM);
+    bool some = readers > 0, all = readers == rp_comm_size(rep->comm);
+    int64_t rest = rp_params_numel(z->params) - z->numel;
+    if (status == RP_OK && all && rest > 0) {
+        kernels_staging stage = {0};
+        status = strategy_broadcast_storage(rep->comm, z->value + z->numel, rest, RP_F32, &stage);
+        kernels_staging_free(&stage);
+    }
+    rt_internal_end(rep->comm);
+    RP_CHECK(status);
+    if (some && !all) {
+        z->read = false;
+        return RP_ERROR(RP_ERR_INVALID,
+                        "ZeRO-3: replica %d %s the checkpoint's values before "
+                        "rp_replica_optimizer_publish, but not every replica did: under ZeRO-3 a "
+                        "replica reads only its own shard of them (rp_checkpoint_read_params), so "
+                        "every replica must read",
+                        rep->id, mine ? "read" : "did not read");
+    }
+    return RP_OK;
+}
+
 static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
 {
     zero_ctx *z = find(rep, opt);
@@ -329,15 +380,18 @@ static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
     int64_t lo, hi;
     rp_optimizer_range(opt, &lo, &hi);
     int64_t head[2] = {rp_optimizer_steps(opt), lo == 0 && hi == z->numel};
+    RP_CHECK(zero3_publish_values(rep, z));
     rt_internal_begin(rep->comm, "the runtime's parameter broadcast");
-    rp_status status = strategy_broadcast_params(rep, z->params);
+    rp_status status = RP_OK;
+    if (!z->read) status = strategy_broadcast_params(rep, z->params);
     if (status == RP_OK) status = rp_comm_broadcast(rep->comm, head, 2, RP_I64, 0);
     rt_internal_end(rep->comm);
     RP_CHECK(status);
-    if (z->stage == 3) {
+    if (z->stage == 3 && !z->read) {
         residency_mark_whole(&z->res);
         RP_CHECK(residency_release_all(&z->res)); /* sharded again, as after a step */
     }
+    z->read = false;
     rp_optimizer_set_steps(opt, head[0]);
     int slots = rp_optim_slots(rp_optimizer_config(opt));
     if (!head[1] || slots == 0) return rp_optimizer_set_range(opt, z->red.lo, z->red.hi);
@@ -455,12 +509,12 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
 
 /*
  * ZeRO-2's plan: the sync strategy's all-reduce buckets (as cfg.grad_dtype) and ZeRO-1's
- * all-gather of the values; the optimizer state of this worker's shard; the buffers: the kept
- * shard of the gradients, the gather buckets' packing, the scratch, the bucket tables, the
- * gradient buffers and the bf16 copy of the largest bucket. The gradient block is counted whole (it
- * is allocated whole): what is resident of it is the shard and the buckets backward has not
- * finished. ZeRO-3's (stage 3) is the same but for the values: no all-gather after the update, and
- * the gather buffers (zero3_gathers) among the strategy's buffers.
+ * all-gather of the values; the optimizer state of this worker's shard; the buffers: the gather
+ * buckets' packing, the scratch, the bucket tables, the gradient buffers and the bf16 copy of the
+ * largest bucket (not the stash a second backward with every buffer taken allocates). The
+ * gradient block is counted whole (it is allocated whole): what is resident of it is the kept
+ * shard and any bucket backward wrote there. ZeRO-3's (stage 3) is the same but for the values: no
+ * all-gather after the update, and the gather buffers (zero3_gathers) among the strategy's buffers.
  */
 static rp_status zero3_gathers(const rp_config *cfg, const zero_layout *L, const rp_params *params,
                                const rp_optim_config *oc, rp_plan_worker *w);
@@ -486,7 +540,7 @@ static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_param
     w->strategy = (int64_t)N * Tz * 8 + (int64_t)Tb * (int64_t)sizeof(int) + (int64_t)Tb * 24 +
                   strategy_plan_wire(cfg, most) + (nb ? nb : 1) +
                   (most ? REDUCER_GRAD_BUFFERS : 0) * most * (int64_t)sizeof(float);
-    if (S > 0) w->strategy += (S + (int64_t)L.n * c + c) * (int64_t)sizeof(float);
+    if (S > 0) w->strategy += ((int64_t)L.n * c + c) * (int64_t)sizeof(float);
     RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
                                  cfg->grad_dtype == RP_BF16 ? "gradient buckets (mean, bf16)"
                                                             : "gradient buckets (mean)",
@@ -522,16 +576,14 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
  * are the units: backward reduces them in order 0, 1, ...), units k and k - 1, bucket k's
  * gradients in their buffer, plus the part of the shard buckets 0 .. k - 1 have reduced (a unit
  * in flight is whole in its gather buffer, param_residency.c; grad_reducer.c trims the
- * gradient buffers to what is in flight); at the update,
- * the shard of the gradients in place (the reduced-shard
- * buffer's pages given back as it is copied there). The rest of the gradient block is released
- * bucket by bucket. With cfg.keep_gathered each unit is gathered once, in forward, and the
- * values are whole from the end of forward to the update: the peak is the buffers, every
- * value, the largest bucket's gradients, the optimizer state's shard and the gradient shard.
- * With cfg.prefetch every gather but forward's first (the last unit's) is made by messages
- * started one unit ahead: each owner of a piece sends it to the n - 1 others, each other member
- * receives it; and the unit in flight is held besides the two (forward: the next unit; backward:
- * the one before).
+ * gradient buffers to what is in flight); at the update, the shard of the gradients in place
+ * (where each bucket's part was kept). The rest of the gradient block is never written. With
+ * cfg.keep_gathered each unit is gathered once, in forward, and the values are whole from the end
+ * of forward to the update: the peak is the buffers, every value, the largest bucket's gradients,
+ * the optimizer state's shard and the gradient shard. With cfg.prefetch every gather but forward's
+ * first (the last unit's) is made by messages started one unit ahead: each owner of a piece sends
+ * it to the n - 1 others, each other member receives it; and the unit in flight is held besides the
+ * two (forward: the next unit; backward: the one before).
  */
 /* Values of [a, b) inside [lo, hi). */
 static int64_t overlap(int64_t a, int64_t b, int64_t lo, int64_t hi)
