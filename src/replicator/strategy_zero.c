@@ -571,13 +571,13 @@ static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params
  * last - for a network that uses its parameters once each, in the order they were declared (the
  * classifiers; a unit used again is gathered again, which this does not count). w->held, the
  * step's peak: the buffers, the shard of the values and the optimizer state's, always; and the
- * most of what comes and goes at once - in forward, two neighbouring units in flight and the
- * gradient buffer's last bucket (the first unit); in backward, at unit k (the gradient buckets
- * are the units: backward reduces them in order 0, 1, ...), units k and k - 1, bucket k's
- * gradients in their buffer, plus the part of the shard buckets 0 .. k - 1 have reduced (a unit
- * in flight is whole in its gather buffer, param_residency.c; grad_reducer.c trims the
- * gradient buffers to what is in flight); at the update, the shard of the gradients in place
- * (where each bucket's part was kept). The rest of the gradient block is never written. With
+ * most of what comes and goes at once besides the shard of the gradients, which is resident from
+ * step to step (each bucket's reduced part is kept in place, and the zeroing fills it) - in
+ * forward, two neighbouring units in flight and the gradient buffer's last bucket (the first
+ * unit); in backward, at unit k (the gradient buckets are the units: backward reduces them in
+ * order 0, 1, ...), units k and k - 1 and bucket k's gradients in their buffer (a unit in flight
+ * is whole in its gather buffer, param_residency.c; grad_reducer.c trims the gradient buffers to
+ * what is in flight). The rest of the gradient block is never written. With
  * cfg.keep_gathered each unit is gathered once, in forward, and the values are whole from the end
  * of forward to the update: the peak is the buffers, every value, the largest bucket's gradients,
  * the optimizer state's shard and the gradient shard. With cfg.prefetch every gather but forward's
@@ -623,15 +623,15 @@ static rp_status zero3_gathers(const rp_config *cfg, const zero_layout *L, const
             }
         }
         /* Forward: unit u and the one before it in the block (u + 1), outside the shard; with
-           prefetch the next one (u - 1) in flight. */
+           prefetch the next one (u - 1) in flight; the gradients' shard. */
         int64_t a2 = u + 1 < nu ? ranges[2 * (u + 1)] : a;
         int64_t b3 = pre && u > 0 ? ranges[2 * (u - 1) + 1] : b;
-        int64_t fwd = b3 - a2 + first;
-        /* Backward at unit u: u and u - 1 held (and u + 1 in flight), u's gradients, buckets
-           0 .. u - 1 reduced. */
+        int64_t fwd = b3 - a2 + first + (hi - lo);
+        /* Backward at unit u: u and u - 1 held (and u + 1 in flight), u's gradients, the
+           gradients' shard. */
         int64_t b2 = u > 0 ? ranges[2 * (u - 1) + 1] : b;
         int64_t a3 = pre && u + 1 < nu ? ranges[2 * (u + 1)] : a;
-        int64_t bwd = (b2 - a3) + (b - a) + overlap(b, P, lo, hi);
+        int64_t bwd = (b2 - a3) + (b - a) + (hi - lo);
         if (b - a > most) most = b - a;
         if (fwd > flight) flight = fwd;
         if (bwd > flight) flight = bwd;
