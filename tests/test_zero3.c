@@ -63,6 +63,7 @@ typedef struct job {
                             resident */
     const rp_checkpoint *resume; /* read at build by every replica (replica 0 only: first_only) */
     bool first_only, publish;    /* ... and then rp_replica_optimizer_publish */
+    bool write;                  /* instead: rp_params_write_values of values made from a seed */
     long read_outside;           /* value pages resident outside the last replica's shard after */
 } job;
 
@@ -85,9 +86,18 @@ static rp_status build(rp_replica *rep, void *arg)
     }
     RP_CHECK(rp_params_finalize(m->params, 5 + (uint64_t)rp_replica_id(rep)));
     RP_CHECK(rp_replica_optimizer_create(rep, &m->opt, m->params, &j->oc));
-    if (!j->resume) return RP_OK;
-    if (!j->first_only || rp_replica_id(rep) == 0)
+    if (!j->resume && !j->write) return RP_OK;
+    if (j->write) {
+        int64_t n = rp_params_numel(m->params);
+        float *v = malloc((size_t)n * sizeof(float));
+        if (!v) return RP_ERR_NOMEM;
+        tu_fill(v, n, 77, -0.2f, 0.2f);
+        rp_status status = rp_params_write_values(m->params, v);
+        free(v);
+        RP_CHECK(status);
+    } else if (!j->first_only || rp_replica_id(rep) == 0) {
         RP_CHECK(rp_checkpoint_read_params(j->resume, m->params, "param/"));
+    }
     if (rp_replica_id(rep) == rp_replica_count(rep) - 1) j->read_outside = outside_pages(m);
     return j->publish ? rp_replica_optimizer_publish(rep, m->opt) : RP_OK;
 }
@@ -357,7 +367,8 @@ static void test_releases_values(void **state)
 
 /*
  * A checkpoint read into a ZeRO-3 replica's list writes its shard of the values only (the other
- * replicas read theirs) and leaves no page outside it resident: before 2026-12-07 every replica
+ * replicas read theirs), as rp_params_write_values does, and leaves no page outside it resident:
+ * before 2026-12-07 every replica
  * wrote the whole values, and their pages stayed resident for the rest of the run, since later
  * gathers go to the gather buffers. The run goes on bitwise as the sync run's from the same
  * checkpoint, with and without rp_replica_optimizer_publish after the read (every replica read:
@@ -375,9 +386,22 @@ static void test_resume_reads_shard(void **state)
     z.resume = one.resume = big;
     run(&z, RP_STRATEGY_ZERO3, 2, 64 << 10, 1);
     run(&one, RP_STRATEGY_ZERO1, 2, 64 << 10, 1);
+    /* rp_params_write_values likewise (tensor parallelism's resume scatters with it). */
+    job zw = make_job(RP_OPTIM_SGD);
+    zw.width = 256;
+    zw.write = true;
+    run(&zw, RP_STRATEGY_ZERO3, 2, 64 << 10, 1);
     if (!strict) {
         assert_true(one.read_outside >= 3 * layer); /* ZeRO-1 holds the whole values */
         assert_true(z.read_outside <= 2 * L);
+        assert_true(zw.read_outside <= 2 * L);
+    }
+    for (int n = 2; n <= 3; n++) {
+        job s = make_job(RP_OPTIM_ADAM), z3 = make_job(RP_OPTIM_ADAM);
+        s.write = z3.write = true;
+        run(&s, RP_STRATEGY_SYNC, n, 16, 2);
+        run(&z3, RP_STRATEGY_ZERO3, n, 16, 2);
+        assert_true(memcmp(z3.out, s.out, (size_t)MAXP * sizeof(float)) == 0);
     }
     for (int publish = 0; publish < 2; publish++)
         for (int n = 2; n <= 3; n++) {

@@ -800,9 +800,10 @@ RP_API rp_status rp_replica_optimizer_create(rp_replica *rep, rp_optimizer **opt
  * refused (RP_ERR_UNSUPPORTED). rp_replica_optimizer_fetch() makes every
  * replica's values whole until the next step (do so before reading them
  * outside a step, or before destroying the optimizer if the values must
- * outlive it). rp_checkpoint_read_params() into a ZeRO-3 replica's list
- * reads only its shard of the values (and the buffers): every replica
- * reads, and the next use gathers the rest from their owners; a
+ * outlive it). rp_checkpoint_read_params() and rp_params_write_values()
+ * into a ZeRO-3 replica's list write only its shard of the values (and the
+ * buffers): every replica writes, and the next use gathers the rest from
+ * their owners; a
  * rp_replica_optimizer_publish() after a read into some replicas but not
  * all is refused. Threads, MPI and hierarchical; with tensor parallelism and
  * pipeline stages (every tape a replica's thread uses gathers).

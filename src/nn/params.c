@@ -451,8 +451,15 @@ rp_status rp_params_read_values(const rp_params *p, float *out)
 rp_status rp_params_write_values(rp_params *p, const float *in)
 {
     RP_CHECK(check_block(p, in, "rp_params_write_values"));
-    if (p->numel) p->k->mem_upload(p->data, in, (size_t)p->numel * sizeof(float));
-    return RP_OK;
+    if (!p->replaced) {
+        if (p->numel) p->k->mem_upload(p->data, in, (size_t)p->numel * sizeof(float));
+        return RP_OK;
+    }
+    /* Held in part (params_set_value_shard): the shard and the buffers, then the holder told. */
+    int64_t lo = p->shard_lo, hi = p->shard_hi, P = p->trainable_numel;
+    if (hi > lo) p->k->mem_upload(p->data + lo, in + lo, (size_t)(hi - lo) * sizeof(float));
+    if (p->numel > P) p->k->mem_upload(p->data + P, in + P, (size_t)(p->numel - P) * sizeof(float));
+    return params_values_replaced(p);
 }
 
 rp_status rp_params_read_grads(const rp_params *p, float *out)

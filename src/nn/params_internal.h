@@ -20,9 +20,10 @@ void params_set_grad_release(rp_params *p, bool release, int64_t keep_lo, int64_
 /*
  * A list whose trainable values are held in part: ZeRO-3's replica keeps only its shard
  * [lo, hi) of them between uses, gathering the rest from their owners when an op takes them. A
- * reader of whole values (rp_checkpoint_read_params) then writes only the shard (the owners read
- * theirs) and calls `replaced`, with which the holder forgets whatever else it had gathered: the
- * next use gathers the new values. NULL `replaced`: held whole (the default).
+ * reader of whole values (rp_checkpoint_read_params, rp_params_write_values) then writes only
+ * the shard and the buffers (the owners write theirs) and calls `replaced`, with which the holder
+ * forgets whatever else it had gathered: the next use gathers the new values. NULL `replaced`:
+ * held whole (the default).
  */
 void params_set_value_shard(rp_params *p, int64_t lo, int64_t hi, rp_status (*replaced)(void *ctx),
                             void *ctx);
