@@ -895,6 +895,8 @@ static void check_accumulation_taken(void)
         tu_check_close(sync1[q].values, sync[q].values, n, 1e-6, "sync, one bucket");
         assert_true(memcmp(sync1[q].values, sync1[0].values, (size_t)n * sizeof(float)) == 0);
         assert_true(sync[q].shard_max > 0.0f);
+    }
+    for (int q = 0; q < 2; q++) {
         free(sync[q].values);
         free(sync1[q].values);
     }
