@@ -389,8 +389,10 @@ void strategy_bucket_order_ready(strategy_bucket_order *o, int i, strategy_bucke
         int b = o->list[j];
         /* A gradient of a started bucket changed (a second backward before the step): every
            bucket is reduced again at the step, whether or not all of b's parameters are. */
-        if (b < o->started) o->again = true;
-        if (b >= o->started) o->ready[b]++;
+        if (b < o->started)
+            o->again = true;
+        else
+            o->ready[b]++;
     }
     while (o->started < o->nbuckets && o->ready[o->started] >= o->params[o->started]) {
         o->ready[o->started] = 0;

@@ -336,11 +336,6 @@ static rp_status zero_fetch(rp_replica *rep, rp_optimizer *opt)
 }
 
 /*
- * Replica 0's values and step count to every replica; its state too when it holds the whole
- * range (each replica takes its shard). Otherwise each replica keeps the shard it holds (e.g.
- * read from a checkpoint by every replica).
- */
-/*
  * ZeRO-3's publish, for the values: a checkpoint read into every replica wrote each its own shard
  * (zero3_replaced), so only the buffers (batch norm's statistics ...) go from replica 0; read into
  * none, replica 0's values go to all, as ZeRO-1's do. Read into some only is refused: the others'
@@ -373,6 +368,11 @@ static rp_status zero3_publish_values(rp_replica *rep, zero_ctx *z)
     return RP_OK;
 }
 
+/*
+ * Replica 0's values (ZeRO-3: zero3_publish_values) and step count to every replica; its state
+ * too when it holds the whole range (each replica takes its shard). Otherwise each replica keeps
+ * the shard it holds (e.g. read from a checkpoint by every replica).
+ */
 static rp_status zero_publish(rp_replica *rep, rp_optimizer *opt)
 {
     zero_ctx *z = find(rep, opt);
