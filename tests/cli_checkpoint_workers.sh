@@ -4,8 +4,9 @@
 #  1. the issue's resharding chain on ResNet-20, every leg writing per worker (ZeRO-3 on 4
 #     replicas -> ZeRO-1 on 3 in the background -> 2 replicas x tensor parallel 2 with ZeRO-3
 #     -> 2 replicas x 2 pipeline stages in the background -> 1 replica, whole), ends byte for
-#     byte where the sync run making the same layout changes at the same steps ends, and each
-#     leg's index names its layout with one shard per worker;
+#     byte where the sync run making the same layout changes at the same steps ends, each
+#     leg's index names its layout with one shard per worker, and with tensor parallelism every
+#     worker's shard holds its own slices (slab pieces: nothing gathered to a member);
 #  2. the SN-GAN with --zero 2 on 2 replicas, written per worker and resumed, ends as the
 #     uninterrupted run;
 #  3. mpirun -np 2 (ZeRO-2, in the background): both ranks write their shard, rank 0 publishes,
@@ -48,9 +49,16 @@ leg() { # leg NAME SHARDS ZERO ARGS...: resume both runs (the per-worker one wit
     fi
 }
 leg "ZeRO-3 x4 -> ZeRO-1 x3 (background)" 3 1 --replicas 3 --max-steps 9 --background-save
+# How many shards the index names pieces in (with ARG ',"axis"': pieces of a tensor-parallel slab).
+pieces_in() { grep -o "\"shard\":[0-9]*$2" "$1/checkpoint.index.json" | sort -u | wc -l; }
 leg "-> ZeRO-3 x2 x TP2" 4 3 --replicas 2 --tensor-parallel 2 --max-steps 14
+# Every worker wrote its own slices (nothing gathered to a member): 4 shards with slab pieces.
+[ "$(pieces_in "$dir/w" ',"axis"')" = 4 ] \
+    || fail "TP2 x 2 replicas: $(pieces_in "$dir/w" ',"axis"') of 4 shards hold slices"
 leg "-> x2 x TP2 x 2 stages (background)" 8 0 --replicas 2 --model-parallel 2 --max-steps 17 \
     --background-save
+[ "$(pieces_in "$dir/w" ',"axis"')" = 8 ] \
+    || fail "TP2 x 2 stages x 2 replicas: $(pieces_in "$dir/w" ',"axis"') of 8 shards hold slices"
 leg "-> 1 replica, whole" 0 0 --replicas 1
 [ -e "$dir/w/checkpoint.index.json" ] && fail "the whole save left the per-worker index"
 cmp "$dir/s/checkpoint.safetensors" "$dir/w/checkpoint.safetensors" \

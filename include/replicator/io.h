@@ -286,7 +286,10 @@ RP_API rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *pa
  * be present as f32 with exactly its shape, and (when `prefix` is not empty)
  * no tensor under `prefix` may be left over. Otherwise returns RP_ERR_SHAPE
  * with a message listing the missing, mismatched (both shapes) and unexpected
- * tensors by name, and `params` is unchanged.
+ * tensors by name, and `params` is unchanged. A tensor that is a member's
+ * slice (rp_params_shard_of: tensor parallelism) takes its slab of the dense
+ * tensor, which must have the dense shape; from a sharded checkpoint
+ * (rp_checkpoint_open_sharded) only the pieces holding the slab are read.
  */
 RP_API rp_status rp_checkpoint_read_params(const rp_checkpoint *ck, rp_params *params,
                                            const char *prefix);
@@ -358,13 +361,16 @@ RP_API void rp_checkpoint_reset(rp_checkpoint *ck);
  *
  * A piece is a contiguous range [offset, offset + count) of a tensor's
  * elements in row-major order (a ZeRO shard's range, a split along the first
- * dimension, or the whole tensor). Every shard file is an ordinary
- * replicator checkpoint (CRC-32, atomic write) whose tensors are its pieces,
- * each stored 1-d under the tensor's name, with metadata
- * "replicator.pieces" (a JSON array, one entry per piece, in order:
- * {"name", "shape": the whole tensor's shape, "offset", "crc32": the
- * piece's bytes' CRC-32 as 8 hex digits}). A shard holds at most one piece
- * of a tensor.
+ * dimension, or the whole tensor), or of a slab's (rp_checkpoint_slab: a
+ * tensor-parallel member's slice, in the slice's own row-major order).
+ * Every shard file is an ordinary replicator checkpoint (CRC-32, atomic
+ * write) whose tensors are its pieces, each stored 1-d under the tensor's
+ * name, with metadata "replicator.pieces" (a JSON array, one entry per
+ * piece, in order: {"name", "shape": the whole tensor's shape, "offset",
+ * "crc32": the piece's bytes' CRC-32 as 8 hex digits, and for a piece of a
+ * slab "axis", "start", "size"}). A shard holds at most one piece of a
+ * tensor. A tensor's pieces tile it exactly once: either ranges of the whole
+ * tensor, or ranges of slabs along one axis that tile that axis.
  *
  * The index (JSON) starts with {"crc32":"XXXXXXXX", the CRC-32 of the file
  * with those digits read as '0' (as a checkpoint's), then "format":
@@ -375,7 +381,8 @@ RP_API void rp_checkpoint_reset(rp_checkpoint *ck);
  * metadata (the run's configuration), "position": the tensor
  * "train/position" when present (where the loader resumes), and "tensors":
  * [{"name", "dtype", "shape", "pieces": [{"shard", "offset", "count",
- * "begin": the piece's first byte in its shard file, "crc32"}]}] in the
+ * "begin": the piece's first byte in its shard file, "crc32", and for a
+ * slab's piece "axis", "start", "size"}]}] (sorted by slab, then offset) in the
  * order of shard 0 and then of first appearance. Small integer tensors
  * (I64/U64 of at most 64 elements: positions, counters, RNG keys) carry
  * their values too ("values", decimal strings).
@@ -400,6 +407,17 @@ RP_API void rp_checkpoint_reset(rp_checkpoint *ck);
 #define RP_CHECKPOINT_SHARDS_MAX 65536
 
 /*
+ * A slab of a tensor: the indices [start, start + size) along `axis` and all
+ * of every other axis, as a tensor-parallel member holds its slice
+ * (rp_params_shard_of). axis -1 (or NULL where a slab is asked for): the
+ * whole tensor; a slab that spans its axis is the whole tensor too.
+ */
+typedef struct rp_checkpoint_slab {
+    int axis;
+    int64_t start, size;
+} rp_checkpoint_slab;
+
+/*
  * Adds elements [offset, offset + count) (row-major) of a tensor `name`
  * whose whole shape is shape[ndim], for a shard: the piece is stored 1-d
  * [count] under `name` (so rp_checkpoint_get sees the piece, not the whole)
@@ -409,6 +427,17 @@ RP_API void rp_checkpoint_reset(rp_checkpoint *ck);
 RP_API rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name,
                                          rp_checkpoint_dtype dtype, int ndim, const int64_t *shape,
                                          int64_t offset, int64_t count, const void *data);
+
+/*
+ * rp_checkpoint_add_piece of a slab: elements [offset, offset + count) of
+ * the slab's row-major order (its own shape: shape with slab->size along
+ * slab->axis). Errors: as rp_checkpoint_add_piece's; RP_ERR_INVALID for a
+ * slab outside the tensor.
+ */
+RP_API rp_status rp_checkpoint_add_slab_piece(rp_checkpoint *ck, const char *name,
+                                              rp_checkpoint_dtype dtype, int ndim,
+                                              const int64_t *shape, const rp_checkpoint_slab *slab,
+                                              int64_t offset, int64_t count, const void *data);
 
 /*
  * The element range [*offset, *offset + *count) that part k of n takes of a
@@ -423,7 +452,10 @@ RP_API void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offs
  *  - rp_checkpoint_add_params_pieces adds the elements [lo, hi) of the
  *    parameter list's flat block (rp_params_offset order: the trainable
  *    values, then the buffers) as pieces of prefix + each name; it reads
- *    only those elements (a ZeRO-3 replica holds no others);
+ *    only those elements (a ZeRO-3 replica holds no others). A tensor that
+ *    is a member's slice (rp_params_shard_of: tensor parallelism) is written
+ *    as that slab of the dense tensor; with `replicated` false the others
+ *    are left out (they are one member's to write: every member holds them);
  *  - rp_checkpoint_add_optimizer_pieces adds the state of the trainable
  *    values [lo, hi) as pieces of the tensors rp_checkpoint_add_optimizer
  *    writes whole, and with `steps` the step count; the range must lie
@@ -436,10 +468,12 @@ RP_API void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offs
  * outside the list or the optimizer's), those of rp_checkpoint_add_piece.
  */
 RP_API rp_status rp_checkpoint_add_params_pieces(rp_checkpoint *ck, const rp_params *params,
-                                                 const char *prefix, int64_t lo, int64_t hi);
+                                                 const char *prefix, int64_t lo, int64_t hi,
+                                                 bool replicated);
 RP_API rp_status rp_checkpoint_add_optimizer_pieces(rp_checkpoint *ck, const rp_optimizer *opt,
                                                     const rp_params *params, const char *prefix,
-                                                    int64_t lo, int64_t hi, bool steps);
+                                                    int64_t lo, int64_t hi, bool replicated,
+                                                    bool steps);
 
 /*
  * Writes shard k of n of generation `generation` (>= 1) of the sharded
@@ -535,6 +569,17 @@ RP_API rp_status rp_checkpoint_index_info(const rp_checkpoint_index *ix, const c
  */
 RP_API rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const char *name,
                                           int64_t offset, int64_t count, void *dst);
+
+/*
+ * rp_checkpoint_index_read of a slab: elements [offset, offset + count) of
+ * the slab's row-major order, from whichever pieces hold them (ranges of the
+ * whole tensor or of other slabs: a checkpoint written at one
+ * tensor-parallel degree reads at another). Errors: as
+ * rp_checkpoint_index_read's; RP_ERR_INVALID for a slab outside the tensor.
+ */
+RP_API rp_status rp_checkpoint_index_read_slab(const rp_checkpoint_index *ix, const char *name,
+                                               const rp_checkpoint_slab *slab, int64_t offset,
+                                               int64_t count, void *dst);
 
 /*
  * Reads the whole checkpoint into one in-memory checkpoint, as if it had

@@ -77,6 +77,30 @@ RP_API rp_tensor *rp_params_add_shard(rp_params *params, const char *name, int n
                                       int axis, int rank, int size);
 
 /*
+ * Marks tensor t, declared with this member's shape (rp_params_add), as
+ * member `rank`'s slice along `axis` of a tensor `size` times as large there:
+ * what rp_params_add_shard declares in one call, for a layer that declares
+ * its tensors itself (batch norm after a column-split convolution). Before
+ * rp_params_finalize; the initial values become the slice's (the same for a
+ * constant initialiser). size 1 leaves t whole. Errors: RP_ERR_INVALID (t
+ * not in the list, the list finalized, axis or rank out of range).
+ */
+RP_API rp_status rp_params_mark_shard(rp_params *params, const rp_tensor *t, int axis, int rank,
+                                      int size);
+
+/*
+ * Whether tensor i (rp_params_at's order) is a member's slice of a dense
+ * tensor (rp_params_add_shard, rp_params_mark_shard), and which: the split
+ * axis, this member's rank and the member count (any pointer may be NULL).
+ * The dense tensor's size along the axis is the slice's times *size; its
+ * slice starts at *rank times the slice's. False for a whole tensor (or an
+ * index out of range). A sharded checkpoint written by every worker stores
+ * such a tensor as that slice of the dense one, and reading a checkpoint
+ * into the list takes the slice (replicator/io.h).
+ */
+RP_API bool rp_params_shard_of(const rp_params *params, int i, int *axis, int *rank, int *size);
+
+/*
  * Allocates the blocks and initialises every value from `seed`; gradients
  * start at zero. After this, no parameter can be added.
  */

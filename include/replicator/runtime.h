@@ -892,13 +892,18 @@ RP_API rp_status rp_replica_checkpoint_range(const rp_replica *rep, const rp_opt
                                              int64_t *lo, int64_t *hi);
 
 /*
- * Adds this replica's part of a model to ck, for a checkpoint every replica
+ * Adds this worker's part of a model to ck, for a checkpoint every worker
  * writes its own shard of (rp_trainer_model.save_part): the values and the
  * optimizer state of its range (rp_replica_checkpoint_range) as pieces of
  * param_prefix + name and of the tensors rp_checkpoint_add_optimizer names
- * under optim_prefix; replica 0 adds the buffers and the step count. Reads
- * only what the replica holds (no collective, nothing gathered). Errors:
- * those of rp_replica_checkpoint_range and rp_checkpoint_add_piece.
+ * under optim_prefix; replica 0 adds the buffers. Any worker of a replica
+ * that spans workers calls it with its own part: a pipeline stage its
+ * stage's tensors, a tensor-parallel member its slices (rp_params_shard_of)
+ * as slabs of the dense tensors, the tensors every member holds whole only
+ * on the model axis's first member; the step count comes from replica 0's
+ * first worker (pipe and model coordinates 0). Reads only what the worker
+ * holds (no collective, nothing gathered). Errors: those of
+ * rp_replica_checkpoint_range and rp_checkpoint_add_piece.
  */
 RP_API rp_status rp_replica_checkpoint_part(rp_replica *rep, rp_checkpoint *ck,
                                             const rp_optimizer *opt, const char *param_prefix,

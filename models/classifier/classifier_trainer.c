@@ -48,9 +48,10 @@ typedef struct replica_state {
 #define LABELS_TAG 4000
 
 /*
- * Tensor parallelism and checkpoints, which hold the dense network's tensors: a dense twin of this
- * worker's part (the same stage, no tp_comm) and a plain optimizer over it, which the shards are
- * gathered into and scattered from (rp_resnet_gather_dense, rp_resnet_scatter_state).
+ * Tensor parallelism and whole-file checkpoints, which hold the dense network's tensors: a dense
+ * twin of this worker's part (the same stage, no tp_comm) and a plain optimizer over it, which
+ * the shards are gathered into (rp_resnet_gather_dense, rp_resnet_gather_state). Resuming needs
+ * no twin: each member reads its slices (rp_checkpoint_read_params).
  */
 typedef struct dense_twin {
     rp_classifier_net net;
@@ -73,24 +74,6 @@ static rp_status twin_create(const replica_state *s, dense_twin *d)
     rp_status status = rp_optimizer_create(&d->opt, rp_classifier_net_params(&d->net),
                                            rp_optimizer_config(s->opt));
     if (status != RP_OK) twin_destroy(d);
-    return status;
-}
-
-/*
- * Resuming with tensor parallelism: the dense tensors read into the twin, then this shard's part
- * of them taken (no collective). Under ZeRO-1 the optimizer takes the part of the shard's state
- * in its range [lo, hi) (rp_resnet_scatter_state reads it in as a checkpoint would).
- */
-static rp_status read_shards(replica_state *s, const rp_checkpoint *ck)
-{
-    dense_twin d;
-    RP_CHECK(twin_create(s, &d));
-    rp_params *dp = rp_classifier_net_params(&d.net);
-    rp_status status = rp_checkpoint_read_params_part(ck, dp, "param/");
-    if (status == RP_OK) status = rp_checkpoint_read_optimizer_part(ck, d.opt, dp, "optim/");
-    if (status == RP_OK) status = rp_resnet_scatter_dense(s->net.resnet, dp);
-    if (status == RP_OK) status = rp_resnet_scatter_state(s->net.resnet, s->opt, dp, d.opt);
-    twin_destroy(&d);
     return status;
 }
 
@@ -178,10 +161,9 @@ static rp_status build(rp_replica *rep, void *ctx, const rp_checkpoint *ck, cons
     }
     if (ck) {
         /* Every replica restores the same state; a checkpoint of N replicas resumes on M. A stage
-           takes its part of the whole model's tensors. */
-        if (s->tp > 1) {
-            RP_CHECK(read_shards(s, ck));
-        } else if (s->stages > 1) {
+           takes its part of the whole model's tensors, a tensor-parallel member its slices of
+           them (from a sharded checkpoint, reading only the pieces that hold them). */
+        if (s->stages > 1) {
             RP_CHECK(rp_checkpoint_read_params_part(ck, p, "param/"));
             RP_CHECK(rp_checkpoint_read_optimizer_part(ck, s->opt, p, "optim/"));
         } else {
@@ -513,34 +495,15 @@ static rp_status save(void *ctx, void *state, rp_checkpoint *ck)
 }
 
 /*
- * Each worker's own part of a checkpoint: a replica of one worker its range of the values and
- * the optimizer state (its ZeRO shard, or an even part), nothing gathered; a replica spanning
- * workers writes each stage from the stage's worker (tensor-parallel members gathered to the
- * stage's first, ZeRO's optimizer shards to replica 0), so the stages' writes never meet.
+ * Each worker's own part of a checkpoint, nothing gathered: a replica's range of the values and
+ * the optimizer state (its ZeRO shard, or an even part); a pipeline stage's worker its stage's
+ * tensors, a tensor-parallel member its slices of them (rp_replica_checkpoint_part).
  */
 static rp_status save_part(rp_replica *rep, void *ctx, void *state, rp_checkpoint *ck)
 {
     (void)ctx;
     replica_state *s = state;
-    if (s->stages == 1 && s->tp == 1)
-        return rp_replica_checkpoint_part(rep, ck, s->opt, "param/", "optim/");
-    RP_CHECK(rp_replica_optimizer_fetch(rep, s->opt));
-    if (rp_replica_id(rep) != 0) return RP_OK;
-    rp_checkpoint *mine = NULL;
-    RP_CHECK(stage_tensors(s, &mine)); /* with tensor parallelism, collective over its members */
-    rp_status status = RP_OK;
-    for (int i = 0; s->tp_rank == 0 && i < rp_checkpoint_count(mine) && status == RP_OK; i++) {
-        const char *name = rp_checkpoint_name_at(mine, i);
-        rp_checkpoint_dtype dtype;
-        int ndim;
-        int64_t shape[RP_MAX_DIMS];
-        const void *data = rp_checkpoint_get(mine, name, &dtype, &ndim, shape);
-        /* The optimizer's step count is every stage's: stage 0 writes it. */
-        if (data && dtype == RP_CHECKPOINT_I64 && s->stage != 0) continue;
-        status = data ? rp_checkpoint_add(ck, name, dtype, ndim, shape, data) : rp_last_status();
-    }
-    rp_checkpoint_destroy(mine);
-    return status;
+    return rp_replica_checkpoint_part(rep, ck, s->opt, "param/", "optim/");
 }
 
 static rp_status destroy(rp_replica *rep, void *ctx, void *state)

@@ -87,7 +87,8 @@ static int tp_size(const rp_resnet_config *cfg)
 /*
  * conv_bn's tensor-parallel form, the convolution split over cfg->tp_comm: a column split's batch
  * norm covers this member's out/T channels (per-channel statistics need no collective; its
- * constant initial values are the dense ones' slice), a row split's the reduced, replicated out.
+ * constant initial values are the dense ones' slice, and its tensors are marked as the slice),
+ * a row split's the reduced, replicated out.
  */
 static rp_status tp_conv_bn(rp_params *p, const char *prefix, int i, rp_tp_conv2d_layer *conv,
                             rp_batchnorm_layer *bn, int in, int out, int k, int stride,
@@ -103,6 +104,12 @@ static rp_status tp_conv_bn(rp_params *p, const char *prefix, int i, rp_tp_conv2
     bn->p.comm = cfg->bn_comm;
     bn->p.reduce = cfg->bn_reduce;
     bn->p.reduce_ctx = cfg->bn_reduce_ctx;
+    if (split != RP_TP_COLUMN) return RP_OK;
+    /* Marked as slices of the dense channels, so that a checkpoint places them. */
+    int T = tp_size(cfg), rank = rp_comm_rank(cfg->tp_comm);
+    const rp_tensor *bt[] = {bn->gamma, bn->beta, bn->running_mean, bn->running_var};
+    for (size_t j = 0; j < sizeof bt / sizeof *bt; j++)
+        RP_CHECK(rp_params_mark_shard(p, bt[j], 0, rank, T));
     return RP_OK;
 }
 
@@ -634,7 +641,8 @@ rp_status rp_resnet_scatter_dense(rp_resnet *net, const rp_params *dense)
  * Optimizer state goes through checkpoints in memory: rp_checkpoint_add_optimizer gives an
  * optimizer's state as host tensors "slot<k>/<name>" (and "steps"), and
  * rp_checkpoint_read_optimizer puts such tensors back (taking its range's part in a sharded
- * optimizer). Between them the state is host blocks laid out as move_dense wants.
+ * optimizer, and a member's slab of a split tensor, so scattering is one read). Gathering goes
+ * through host blocks laid out as move_dense wants.
  */
 
 /* The slots of ck's state of `params` into host[slots x trainable numel]. */
@@ -694,6 +702,13 @@ static rp_status move_state(const rp_resnet *net, const rp_optimizer *from, rp_o
     RP_TRY(rp_checkpoint_create(&in));
     RP_TRY(rp_checkpoint_create(&out));
     RP_TRY(rp_checkpoint_add_optimizer(in, from, from_p, ""));
+    if (!gather) {
+        /* Every tensor checked against the network first, then each member reads its slices of
+           the dense state (rp_checkpoint_read_optimizer takes a split tensor's slab). */
+        RP_TRY(move_dense(net, dense, shard, dh, true, 0, false, who));
+        RP_TRY(rp_checkpoint_read_optimizer(in, to, to_p, ""));
+        goto cleanup;
+    }
     int64_t n = 0;
     const int64_t *steps = rp_checkpoint_get_i64(in, "steps", &n);
     if (!steps || n != 1) {

@@ -206,6 +206,7 @@ static rp_status append(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype
     t.numel = numel;
     t.nbytes = nbytes;
     t.unread = unread;
+    t.slab.axis = -1;
     if (!t.name) t.name = dup_string(name);
     if (!t.data && !unread) t.data = rp_alloc(t.nbytes);
     if (!t.name || (!t.data && !unread)) {
@@ -250,7 +251,7 @@ static rp_status read_unread(const rp_checkpoint *ck, ckpt_tensor *t)
 {
     void *data = rp_alloc(t->nbytes);
     if (!data) return rp_last_status();
-    rp_status status = ck->source->read(ck->source_ctx, t->name, 0, t->numel, data);
+    rp_status status = ck->source->read(ck->source_ctx, t->name, NULL, 0, t->numel, data);
     if (status != RP_OK) {
         rp_free(data);
         return status;
@@ -282,8 +283,8 @@ rp_status io_ckpt_read_all(const rp_checkpoint *ck)
     return RP_OK;
 }
 
-rp_status io_ckpt_read_elems(const rp_checkpoint *ck, int k, int64_t offset, int64_t count,
-                             void *dst)
+rp_status io_ckpt_read_elems(const rp_checkpoint *ck, int k, const rp_checkpoint_slab *slab,
+                             int64_t offset, int64_t count, void *dst)
 {
     const ckpt_tensor *t = &ck->tensors[k];
     size_t esize = io_ckpt_dtype_size(t->dtype);
@@ -296,8 +297,14 @@ rp_status io_ckpt_read_elems(const rp_checkpoint *ck, int k, int64_t offset, int
         pthread_mutex_unlock(mu);
     }
     /* Only the pieces holding the range are read, and nothing is kept. */
-    if (unread) return ck->source->read(ck->source_ctx, t->name, offset, count, dst);
-    memcpy(dst, (const char *)t->data + (size_t)offset * esize, (size_t)count * esize);
+    if (unread) return ck->source->read(ck->source_ctx, t->name, slab, offset, count, dst);
+    rp_checkpoint_slab whole = {-1, 0, 0};
+    if (!slab || slab->axis < 0) {
+        memcpy(dst, (const char *)t->data + (size_t)offset * esize, (size_t)count * esize);
+        return RP_OK;
+    }
+    io_ckpt_slab_copy(t->ndim, t->shape, esize, &whole, 0, t->numel, t->data, slab, offset, count,
+                      dst);
     return RP_OK;
 }
 
@@ -596,8 +603,11 @@ typedef struct ckpt_want {
     int ndim;
     int64_t shape[RP_MAX_DIMS];
     void *dst;
-    /* f32 elements [skip, skip + take) of the tensor go to dst; take < 0: all of it. */
+    /* f32 elements [skip, skip + take) of the slab go to dst; take < 0: all of it. */
     int64_t skip, take;
+    /* What of the tensor is wanted: a member's slice of it (axis >= 0), or all of it (-1). */
+    rp_checkpoint_slab slab;
+    int64_t numel; /* the slab's elements */
 } ckpt_want;
 
 /* Problems found while matching a checkpoint to a model, joined with "; ". */
@@ -681,18 +691,23 @@ static rp_status read_set(const rp_checkpoint *ck, const char *prefix, const ckp
     }
     for (int i = 0; i < n; i++) {
         int k = io_ckpt_find(ck, want[i].name);
-        /* A shard's part (the shape matched, so the range lies inside the tensor), or all of it:
+        /* A shard's part (the shape matched, so the range lies inside the slab), or all of it:
            a view reads only the pieces of its source holding the range. */
         bool part = want[i].take >= 0;
-        RP_CHECK(io_ckpt_read_elems(ck, k, part ? want[i].skip : 0,
-                                    part ? want[i].take : ck->tensors[k].numel, want[i].dst));
+        RP_CHECK(io_ckpt_read_elems(ck, k, &want[i].slab, part ? want[i].skip : 0,
+                                    part ? want[i].take : want[i].numel, want[i].dst));
     }
     return RP_OK;
 }
 
-/* Fills a want from a parameter tensor. */
-static rp_status want_param(ckpt_want *w, const char *prefix, const rp_tensor *t, float *dst)
+/*
+ * Fills a want from tensor i of a parameter list, as it is held. With `dense`, a member's slice
+ * of a dense tensor (rp_params_shard_of) wants its slab of a tensor of the dense shape.
+ */
+static rp_status want_param(ckpt_want *w, const char *prefix, const rp_params *params, int i,
+                            bool dense, float *dst)
 {
+    const rp_tensor *t = rp_params_at(params, i);
     RP_CHECK(io_ckpt_full_name(w->name, prefix, t->name));
     w->dtype = RP_CHECKPOINT_F32;
     w->ndim = t->ndim;
@@ -701,6 +716,13 @@ static rp_status want_param(ckpt_want *w, const char *prefix, const rp_tensor *t
     w->dst = dst;
     w->skip = 0;
     w->take = -1;
+    w->slab = (rp_checkpoint_slab){-1, 0, 0};
+    w->numel = t->numel;
+    int axis, rank, members;
+    if (dense && rp_params_shard_of(params, i, &axis, &rank, &members)) {
+        w->slab = (rp_checkpoint_slab){axis, (int64_t)rank * t->shape[axis], t->shape[axis]};
+        w->shape[axis] *= members;
+    }
     return RP_OK;
 }
 
@@ -722,9 +744,8 @@ rp_status rp_checkpoint_add_params(rp_checkpoint *ck, const rp_params *params, c
         &stage, k, rp_params_data(params), (size_t)rp_params_numel(params) * sizeof(float), true);
     if (!values) return rp_last_status();
     for (int i = 0; i < n; i++) {
-        const rp_tensor *t = rp_params_at(params, i);
         ckpt_want w;
-        RP_TRY(want_param(&w, prefix, t, NULL));
+        RP_TRY(want_param(&w, prefix, params, i, false, NULL));
         RP_TRY(rp_checkpoint_add(ck, w.name, RP_CHECKPOINT_F32, w.ndim, w.shape,
                                  values + rp_params_offset(params, i)));
     }
@@ -767,7 +788,7 @@ static rp_status read_params(const rp_checkpoint *ck, rp_params *params, const c
     for (int i = 0; i < n; i++) {
         rp_tensor *t = rp_params_at(params, i);
         int64_t off = rp_params_offset(params, i);
-        RP_TRY(want_param(&want[i], prefix, t, values + off));
+        RP_TRY(want_param(&want[i], prefix, params, i, true, values + off));
         if (!sharded || off >= P) continue;
         int64_t a = off > lo ? off : lo, b = off + t->numel < hi ? off + t->numel : hi;
         want[i].skip = b > a ? a - off : 0;
@@ -810,7 +831,8 @@ rp_status io_ckpt_optimizer_slots(const rp_optimizer *opt, const rp_params *para
  * which are still checked).
  */
 static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const char *prefix,
-                                 float *state, int slots, int64_t lo, int64_t hi, int64_t *steps)
+                                 float *state, int slots, int64_t lo, int64_t hi, bool dense,
+                                 int64_t *steps)
 {
     int n_train = rp_params_trainable_count(params);
     int64_t len = hi - lo;
@@ -825,7 +847,7 @@ static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const
             int64_t off = rp_params_offset(params, i);
             int64_t from = off > lo ? off : lo, to = off + t->numel < hi ? off + t->numel : hi;
             ckpt_want *x = &want[w++];
-            RP_CHECK(want_param(x, slot_prefix, t, NULL));
+            RP_CHECK(want_param(x, slot_prefix, params, i, dense, NULL));
             x->skip = from < to ? from - off : 0;
             x->take = from < to ? to - from : 0;
             x->dst = from < to ? state + (int64_t)k * len + (from - lo) : NULL;
@@ -839,6 +861,8 @@ static rp_status optimizer_wants(ckpt_want *want, const rp_params *params, const
     last->dst = steps;
     last->skip = 0;
     last->take = -1;
+    last->slab = (rp_checkpoint_slab){-1, 0, 0};
+    last->numel = 1;
     return RP_OK;
 }
 
@@ -876,7 +900,7 @@ rp_status rp_checkpoint_add_optimizer(rp_checkpoint *ck, const rp_optimizer *opt
             goto cleanup;
         }
     }
-    RP_TRY(optimizer_wants(want, params, prefix, values, slots, lo, hi, &steps));
+    RP_TRY(optimizer_wants(want, params, prefix, values, slots, lo, hi, false, &steps));
     for (int i = 0; i < n; i++) {
         RP_TRY(rp_checkpoint_add(ck, want[i].name, want[i].dtype, want[i].ndim, want[i].shape,
                                  want[i].dst));
@@ -914,7 +938,7 @@ static rp_status read_optimizer(const rp_checkpoint *ck, rp_optimizer *opt, cons
             goto cleanup;
         }
     }
-    RP_TRY(optimizer_wants(want, params, prefix, values, slots, lo, hi, &steps));
+    RP_TRY(optimizer_wants(want, params, prefix, values, slots, lo, hi, true, &steps));
     RP_TRY(read_set(ck, prefix, want, n, "optimizer", part));
     if (bytes > 0) kernels_staging_commit(k, state, values, bytes);
     rp_optimizer_set_steps(opt, steps);

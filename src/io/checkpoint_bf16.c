@@ -84,7 +84,7 @@ rp_status rp_checkpoint_copy_f32(const rp_checkpoint *ck, const char *name, floa
                         "destination %lld",
                         name, io_ckpt_dtype_name(t->dtype), (long long)t->numel, (long long)n);
     if (n == 0) return RP_OK;
-    if (t->dtype == RP_CHECKPOINT_F32) return io_ckpt_read_elems(ck, i, 0, n, dst);
+    if (t->dtype == RP_CHECKPOINT_F32) return io_ckpt_read_elems(ck, i, NULL, 0, n, dst);
     const void *data = io_ckpt_data(ck, i);
     if (!data) return rp_last_status();
     rp_bf16_to_f32_array(dst, data, (size_t)n);

@@ -2,7 +2,8 @@
  * checkpoint_internal.h - the in-memory checkpoint shared by checkpoint.c
  * (building, lookups, models and optimizers, small shared helpers),
  * checkpoint_dtype.c (dtypes, bf16 tensors and conversions), checkpoint_save.c (the
- * safetensors writer) and checkpoint_load.c (the reader).
+ * safetensors writer), checkpoint_load.c (the reader) and checkpoint_slab.c (slabs: placing a
+ * range of a tensor-parallel slice in another's).
  */
 #ifndef RP_IO_CHECKPOINT_INTERNAL_H
 #define RP_IO_CHECKPOINT_INTERNAL_H
@@ -36,22 +37,25 @@ typedef struct ckpt_tensor {
     /* A view's tensor (rp_checkpoint_open_sharded) not read yet: its bytes are in the source. */
     bool unread;
     /*
-     * A piece of a larger tensor (rp_checkpoint_add_piece): this tensor is elements
-     * [piece_offset, piece_offset + numel) of the row-major whole of shape whole_shape.
+     * A piece of a larger tensor (rp_checkpoint_add_piece, _add_slab_piece): this tensor is
+     * elements [piece_offset, piece_offset + numel) of the row-major order of `slab` (normalized:
+     * axis -1 for the whole) of the tensor of shape whole_shape.
      */
     bool piece;
     int whole_ndim;
     int64_t whole_shape[RP_MAX_DIMS];
     int64_t piece_offset;
+    rp_checkpoint_slab slab;
 } ckpt_tensor;
 
 /*
  * Where a view's tensors are read from (rp_checkpoint_open_sharded: a sharded checkpoint's
- * index). read() takes elements [offset, offset + count) of tensor `name` into dst and must be
- * thread-safe; close() lets the source go with the checkpoint.
+ * index). read() takes elements [offset, offset + count) of slab `slab` (NULL: the whole) of
+ * tensor `name` into dst and must be thread-safe; close() lets the source go with the checkpoint.
  */
 typedef struct ckpt_source {
-    rp_status (*read)(void *ctx, const char *name, int64_t offset, int64_t count, void *dst);
+    rp_status (*read)(void *ctx, const char *name, const rp_checkpoint_slab *slab, int64_t offset,
+                      int64_t count, void *dst);
     void (*close)(void *ctx);
 } ckpt_source;
 
@@ -177,11 +181,34 @@ const void *io_ckpt_data(const rp_checkpoint *ck, int k);
 rp_status io_ckpt_read_all(const rp_checkpoint *ck);
 
 /*
- * Elements [offset, offset + count) of tensor k into dst: from memory, or straight from the
- * source for a view's unread tensor (reading only the pieces that hold them, keeping nothing).
+ * Elements [offset, offset + count) of slab `slab` (NULL: the whole) of tensor k into dst: from
+ * memory, or straight from the source for a view's unread tensor (reading only the pieces that
+ * hold them, keeping nothing). The slab must be valid for the tensor (io_ckpt_slab_norm).
  */
-rp_status io_ckpt_read_elems(const rp_checkpoint *ck, int k, int64_t offset, int64_t count,
-                             void *dst);
+rp_status io_ckpt_read_elems(const rp_checkpoint *ck, int k, const rp_checkpoint_slab *slab,
+                             int64_t offset, int64_t count, void *dst);
+
+/* ---- slabs (checkpoint_slab.c) ---- */
+
+/*
+ * Checks slab `in` (NULL: the whole) against a tensor of shape[ndim] and writes it normalized to
+ * *out (axis -1 for the whole, also for a slab spanning its axis) with its element count in
+ * *numel. False for a slab outside the tensor (an axis out of range, an empty or overhanging
+ * interval).
+ */
+bool io_ckpt_slab_norm(const rp_checkpoint_slab *in, int ndim, const int64_t *shape,
+                       rp_checkpoint_slab *out, int64_t *numel);
+
+/*
+ * Copies the elements two ranges of one tensor (shape[ndim], esize bytes an element) have in
+ * common: elements [a_off, a_off + a_count) of normalized slab a's row-major order, held at src
+ * (element a_off first), into their places among elements [b_off, b_off + b_count) of normalized
+ * slab b's, held at dst (element b_off first). Returns how many elements the ranges share; with
+ * src or dst NULL it only counts them.
+ */
+int64_t io_ckpt_slab_copy(int ndim, const int64_t *shape, size_t esize, const rp_checkpoint_slab *a,
+                          int64_t a_off, int64_t a_count, const void *src,
+                          const rp_checkpoint_slab *b, int64_t b_off, int64_t b_count, void *dst);
 
 /* prefix + name into buf (RP_CHECKPOINT_NAME_MAX + 1 bytes). Errors: RP_ERR_INVALID (too long). */
 rp_status io_ckpt_full_name(char *buf, const char *prefix, const char *name);

@@ -10,6 +10,7 @@
  * renamed into place last: until then the previous generation stays the one
  * published.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,9 +30,10 @@
 #include "io/checkpoint_shard_internal.h"
 #include "kernels/kernels.h"
 
-rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
-                                  int ndim, const int64_t *shape, int64_t offset, int64_t count,
-                                  const void *data)
+rp_status rp_checkpoint_add_slab_piece(rp_checkpoint *ck, const char *name,
+                                       rp_checkpoint_dtype dtype, int ndim, const int64_t *shape,
+                                       const rp_checkpoint_slab *slab, int64_t offset,
+                                       int64_t count, const void *data)
 {
     if (!ck || !name)
         return RP_ERROR(RP_ERR_INVALID, "rp_checkpoint_add_piece: ck and name must not be NULL");
@@ -43,11 +45,19 @@ rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name, rp_checkp
             RP_ERR_INVALID,
             "rp_checkpoint_add_piece: tensor \"%.64s\": bad dtype %d or shape (ndim %d)", name,
             (int)dtype, ndim);
+    rp_checkpoint_slab norm;
+    if (!io_ckpt_slab_norm(slab, ndim, shape, &norm, &numel))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_add_piece: tensor \"%.64s\": the slab [%lld, %lld) along "
+                        "axis %d is not inside it",
+                        name, (long long)slab->start, (long long)(slab->start + slab->size),
+                        slab->axis);
     if (offset < 0 || count < 0 || offset > numel || count > numel - offset)
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_add_piece: tensor \"%.64s\": elements [%lld, %lld) are not "
-                        "inside its %lld",
-                        name, (long long)offset, (long long)(offset + count), (long long)numel);
+                        "inside its %lld%s",
+                        name, (long long)offset, (long long)(offset + count), (long long)numel,
+                        norm.axis >= 0 ? " (of the slab)" : "");
     RP_CHECK(rp_checkpoint_add(ck, name, dtype, 1, &count, data));
     ckpt_tensor *t = &ck->tensors[ck->n_tensors - 1];
     t->piece = true;
@@ -55,7 +65,15 @@ rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name, rp_checkp
     for (int d = 0; d < ndim; d++)
         t->whole_shape[d] = shape[d];
     t->piece_offset = offset;
+    t->slab = norm;
     return RP_OK;
+}
+
+rp_status rp_checkpoint_add_piece(rp_checkpoint *ck, const char *name, rp_checkpoint_dtype dtype,
+                                  int ndim, const int64_t *shape, int64_t offset, int64_t count,
+                                  const void *data)
+{
+    return rp_checkpoint_add_slab_piece(ck, name, dtype, ndim, shape, NULL, offset, count, data);
 }
 
 void rp_checkpoint_split_range(int64_t numel, int k, int n, int64_t *offset, int64_t *count)
@@ -131,15 +149,24 @@ static bool add_shape(cJSON *obj, const char *key, int ndim, const int64_t *shap
     return arr != NULL;
 }
 
-/* A piece's entry in a shard's "replicator.pieces": its tensor, whole shape, offset and CRC. */
+/* A piece's slab as "axis", "start", "size" (nothing for the whole tensor). */
+static bool add_slab(cJSON *e, const rp_checkpoint_slab *slab)
+{
+    return slab->axis < 0 || (add_int(e, "axis", slab->axis) && add_int(e, "start", slab->start) &&
+                              add_int(e, "size", slab->size));
+}
+
+/* A piece's entry in a shard's "replicator.pieces": its tensor, whole shape, slab, offset, CRC. */
 static bool add_piece_entry(cJSON *arr, const char *name, int ndim, const int64_t *shape,
-                            int64_t offset, const void *data, size_t nbytes)
+                            const rp_checkpoint_slab *slab, int64_t offset, const void *data,
+                            size_t nbytes)
 {
     char crc[9];
     crc_text(io_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), data, nbytes), crc);
     cJSON *e = cJSON_CreateObject();
     bool ok = e && cJSON_AddStringToObject(e, "name", name) && add_shape(e, "shape", ndim, shape) &&
-              add_int(e, "offset", offset) && cJSON_AddStringToObject(e, "crc32", crc);
+              add_slab(e, slab) && add_int(e, "offset", offset) &&
+              cJSON_AddStringToObject(e, "crc32", crc);
     if (ok && cJSON_AddItemToArray(arr, e)) return true;
     cJSON_Delete(e);
     return false;
@@ -173,6 +200,8 @@ rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base, in
         int ndim = t->piece ? t->whole_ndim : t->ndim;
         const int64_t *shape = t->piece ? t->whole_shape : t->shape;
         int64_t offset = t->piece ? t->piece_offset : 0;
+        rp_checkpoint_slab whole = {-1, 0, 0};
+        const rp_checkpoint_slab *slab = t->piece ? &t->slab : &whole;
         bool integer = t->dtype == RP_CHECKPOINT_I64 || t->dtype == RP_CHECKPOINT_U64;
         if (!t->piece && split > 1) {
             if (integer) {
@@ -192,7 +221,7 @@ rp_status rp_checkpoint_save_shard(const rp_checkpoint *ck, const char *base, in
             v.ndim = 1;
             v.shape[0] = t->numel;
         }
-        if (!add_piece_entry(pieces, t->name, ndim, shape, offset, v.data, v.nbytes)) {
+        if (!add_piece_entry(pieces, t->name, ndim, shape, slab, offset, v.data, v.nbytes)) {
             status = RP_ERROR(RP_ERR_NOMEM, "checkpoint shard %d of %d: out of memory", k, n);
             goto cleanup;
         }
@@ -249,18 +278,12 @@ rp_status io_ckpt_pread_all(int fd, void *buf, size_t n, int64_t at, const char 
 }
 
 /* What publish gathers of one tensor. */
-typedef struct pub_piece {
-    int shard;
-    int64_t offset, count, begin;
-    char crc[9];
-} pub_piece;
-
 typedef struct pub_tensor {
     char *name;
     rp_checkpoint_dtype dtype;
     int ndim;
     int64_t shape[RP_MAX_DIMS], numel;
-    pub_piece *pieces;
+    ckpt_piece *pieces;
     int n_pieces, cap_pieces;
     cJSON *values; /* small integer tensors' values (shard 0's piece), or NULL */
 } pub_tensor;
@@ -318,6 +341,19 @@ int64_t io_ckpt_json_count(const cJSON *it)
         it->valuedouble != (double)(int64_t)it->valuedouble)
         return -1;
     return (int64_t)it->valuedouble;
+}
+
+bool io_ckpt_json_slab(const cJSON *e, int ndim, const int64_t *shape, rp_checkpoint_slab *slab,
+                       int64_t *numel)
+{
+    const cJSON *axis = cJSON_GetObjectItemCaseSensitive(e, "axis");
+    if (!axis) return io_ckpt_slab_norm(NULL, ndim, shape, slab, numel);
+    int64_t a = io_ckpt_json_count(axis);
+    int64_t start = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(e, "start"));
+    int64_t size = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(e, "size"));
+    if (a < 0 || a >= ndim || start < 0 || size < 0) return false;
+    rp_checkpoint_slab in = {(int)a, start, size};
+    return io_ckpt_slab_norm(&in, ndim, shape, slab, numel) && slab->axis >= 0;
 }
 
 static bool json_shape(const cJSON *arr, int *ndim, int64_t *shape)
@@ -445,8 +481,10 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
                   pn == 1 && offset >= 0 && cJSON_IsArray(offs) && cJSON_GetArraySize(offs) == 2 &&
                   io_ckpt_shape_numel(ndim, shape, io_ckpt_dtype_size(dtype), &numel);
         int64_t b = ok ? io_ckpt_json_count(cJSON_GetArrayItem(offs, 0)) : -1;
-        int64_t count = ok ? pshape[0] : 0;
-        ok = ok && b >= 0 && offset <= numel && count <= numel - offset &&
+        int64_t count = ok ? pshape[0] : 0, slab_numel = 0;
+        rp_checkpoint_slab slab = {-1, 0, 0};
+        ok = ok && io_ckpt_json_slab(pe, ndim, shape, &slab, &slab_numel);
+        ok = ok && b >= 0 && offset <= slab_numel && count <= slab_numel - offset &&
              data_start + b + count * (int64_t)io_ckpt_dtype_size(dtype) <= size;
         if (!ok) {
             status = RP_ERROR(RP_ERR_FORMAT, "checkpoint shard %s: piece \"%.64s\" is damaged",
@@ -488,14 +526,21 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
             status = RP_ERROR(RP_ERR_NOMEM, "out of memory building the checkpoint index");
             goto cleanup;
         }
-        pub_piece *q = &t->pieces[t->n_pieces++];
+        ckpt_piece *q = &t->pieces[t->n_pieces++];
         q->shard = k;
+        q->slab = slab;
         q->offset = offset;
         q->count = count;
         q->begin = data_start + b;
-        memcpy(q->crc, pcrc, 9);
+        char *end;
+        q->crc = (uint32_t)strtoul(pcrc, &end, 16);
+        if (*end || !isxdigit((unsigned char)pcrc[0])) {
+            status = RP_ERROR(RP_ERR_FORMAT, "checkpoint shard %s: piece \"%.64s\" is damaged",
+                              path, name);
+            goto cleanup;
+        }
         bool integer = dtype == RP_CHECKPOINT_I64 || dtype == RP_CHECKPOINT_U64;
-        if (integer && offset == 0 && count == numel && numel <= 64 && !t->values)
+        if (integer && slab.axis < 0 && offset == 0 && count == numel && numel <= 64 && !t->values)
             t->values = read_values(fd, path, dtype, q->begin, count);
     }
 cleanup:
@@ -508,34 +553,16 @@ cleanup:
     return status;
 }
 
-static int piece_cmp(const void *a, const void *b)
-{
-    const pub_piece *x = a, *y = b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
-/* Every tensor covered exactly once by its pieces (sorted by offset). */
+/* Every tensor covered exactly once by its pieces (sorted: by slab, then offset). */
 static rp_status check_cover(pub_state *p, const char *base)
 {
     for (int i = 0; i < p->n; i++) {
         pub_tensor *t = &p->tensors[i];
-        qsort(t->pieces, (size_t)t->n_pieces, sizeof *t->pieces, piece_cmp);
-        int64_t at = 0;
-        for (int j = 0; j < t->n_pieces; j++) {
-            if (t->pieces[j].offset != at)
-                return RP_ERROR(RP_ERR_FORMAT,
-                                "sharded checkpoint %s: tensor \"%.64s\": elements from %lld %s "
-                                "(shard %d's piece starts at %lld)",
-                                base, t->name, (long long)at,
-                                t->pieces[j].offset > at ? "are in no shard" : "are in two shards",
-                                t->pieces[j].shard, (long long)t->pieces[j].offset);
-            at += t->pieces[j].count;
-        }
-        if (at != t->numel)
-            return RP_ERROR(RP_ERR_FORMAT,
-                            "sharded checkpoint %s: tensor \"%.64s\": elements %lld..%lld are in "
-                            "no shard",
-                            base, t->name, (long long)at, (long long)t->numel);
+        qsort(t->pieces, (size_t)t->n_pieces, sizeof *t->pieces, io_ckpt_piece_cmp);
+        char why[320];
+        if (!io_ckpt_pieces_tile(t->pieces, t->n_pieces, t->ndim, t->shape, why, sizeof why))
+            return RP_ERROR(RP_ERR_FORMAT, "sharded checkpoint %s: tensor \"%.64s\": %s", base,
+                            t->name, why);
     }
     return RP_OK;
 }
@@ -548,11 +575,13 @@ static cJSON *tensor_json(const pub_tensor *t)
               cJSON_AddStringToObject(e, "dtype", io_ckpt_dtype_name(t->dtype)) &&
               add_shape(e, "shape", t->ndim, t->shape);
     for (int j = 0; ok && j < t->n_pieces; j++) {
-        const pub_piece *q = &t->pieces[j];
+        const ckpt_piece *q = &t->pieces[j];
         cJSON *pj = cJSON_CreateObject();
-        ok = pj && add_int(pj, "shard", q->shard) && add_int(pj, "offset", q->offset) &&
-             add_int(pj, "count", q->count) && add_int(pj, "begin", q->begin) &&
-             cJSON_AddStringToObject(pj, "crc32", q->crc);
+        char crc[9];
+        crc_text(q->crc, crc);
+        ok = pj && add_int(pj, "shard", q->shard) && add_slab(pj, &q->slab) &&
+             add_int(pj, "offset", q->offset) && add_int(pj, "count", q->count) &&
+             add_int(pj, "begin", q->begin) && cJSON_AddStringToObject(pj, "crc32", crc);
         if (ok) ok = cJSON_AddItemToArray(pieces, pj);
         if (!ok) cJSON_Delete(pj);
     }
@@ -748,14 +777,19 @@ cleanup:
 /*
  * Adds, as pieces named prefix + slot + tensor name, the part inside [lo, hi) of each tensor
  * i in [first, last) of params, reading its elements from values (element `base` of the flat
- * list at values[0]); a tensor without elements goes with the range that starts at 0.
+ * list at values[0]); a tensor without elements goes with the range that starts at 0. A
+ * member's slice of a dense tensor is a piece of its slab; without `replicated` only those are
+ * added.
  */
 static rp_status add_range_pieces(rp_checkpoint *ck, const rp_params *params, const char *prefix,
                                   int first, int last, int64_t lo, int64_t hi, const float *values,
-                                  int64_t base)
+                                  int64_t base, bool replicated)
 {
     for (int i = first; i < last; i++) {
         const rp_tensor *t = rp_params_at(params, i);
+        int axis, rank, members;
+        bool sliced = rp_params_shard_of(params, i, &axis, &rank, &members);
+        if (!sliced && !replicated) continue;
         int64_t off = rp_params_offset(params, i);
         int64_t from = off > lo ? off : lo, to = off + t->numel < hi ? off + t->numel : hi;
         bool empty_here = t->numel == 0 && lo == 0;
@@ -765,15 +799,21 @@ static rp_status add_range_pieces(rp_checkpoint *ck, const rp_params *params, co
         int64_t count = from < to ? to - from : 0, shape[RP_MAX_DIMS];
         for (int d = 0; d < t->ndim; d++)
             shape[d] = t->shape[d];
-        RP_CHECK(rp_checkpoint_add_piece(ck, name, RP_CHECKPOINT_F32, t->ndim, shape,
-                                         count > 0 ? from - off : 0, count,
-                                         count > 0 ? values + (from - base) : NULL));
+        rp_checkpoint_slab slab = {-1, 0, 0};
+        if (sliced) {
+            slab = (rp_checkpoint_slab){axis, (int64_t)rank * t->shape[axis], t->shape[axis]};
+            shape[axis] *= members;
+        }
+        RP_CHECK(rp_checkpoint_add_slab_piece(ck, name, RP_CHECKPOINT_F32, t->ndim, shape, &slab,
+                                              count > 0 ? from - off : 0, count,
+                                              count > 0 ? values + (from - base) : NULL));
     }
     return RP_OK;
 }
 
 rp_status rp_checkpoint_add_params_pieces(rp_checkpoint *ck, const rp_params *params,
-                                          const char *prefix, int64_t lo, int64_t hi)
+                                          const char *prefix, int64_t lo, int64_t hi,
+                                          bool replicated)
 {
     if (!ck || !params)
         return RP_ERROR(RP_ERR_INVALID,
@@ -796,15 +836,15 @@ rp_status rp_checkpoint_add_params_pieces(rp_checkpoint *ck, const rp_params *pa
                                       (size_t)(hi - lo) * sizeof(float), true);
         if (!values) return rp_last_status();
     }
-    rp_status status =
-        add_range_pieces(ck, params, prefix, 0, rp_params_count(params), lo, hi, values, lo);
+    rp_status status = add_range_pieces(ck, params, prefix, 0, rp_params_count(params), lo, hi,
+                                        values, lo, replicated);
     kernels_staging_free(&stage);
     return status;
 }
 
 rp_status rp_checkpoint_add_optimizer_pieces(rp_checkpoint *ck, const rp_optimizer *opt,
                                              const rp_params *params, const char *prefix,
-                                             int64_t lo, int64_t hi, bool steps)
+                                             int64_t lo, int64_t hi, bool replicated, bool steps)
 {
     if (!ck || !opt || !params)
         return RP_ERROR(RP_ERR_INVALID,
@@ -834,7 +874,8 @@ rp_status rp_checkpoint_add_optimizer_pieces(rp_checkpoint *ck, const rp_optimiz
         status = io_ckpt_full_name(slot_prefix, prefix, slot);
         if (status == RP_OK)
             status = add_range_pieces(ck, params, slot_prefix, 0, n_train, lo, hi,
-                                      values ? values + (int64_t)s * (ohi - olo) : NULL, olo);
+                                      values ? values + (int64_t)s * (ohi - olo) : NULL, olo,
+                                      replicated);
     }
     kernels_staging_free(&stage);
     RP_CHECK(status);

@@ -39,6 +39,36 @@ struct cJSON;
 const char *io_ckpt_json_str(const struct cJSON *obj, const char *key);
 int64_t io_ckpt_json_count(const struct cJSON *it);
 
+/*
+ * A piece entry's slab ("axis", "start", "size"; none: the whole tensor), checked against the
+ * tensor's shape[ndim] and normalized (io_ckpt_slab_norm), and its element count. False when
+ * damaged or outside the tensor.
+ */
+bool io_ckpt_json_slab(const struct cJSON *e, int ndim, const int64_t *shape,
+                       rp_checkpoint_slab *slab, int64_t *numel);
+
+/*
+ * A piece as the index lists it: its shard file, its slab (normalized) and elements
+ * [offset, offset + count) of the slab's order, its first byte in the shard file and its CRC.
+ */
+typedef struct ckpt_piece {
+    int shard;
+    rp_checkpoint_slab slab;
+    int64_t offset, count, begin;
+    uint32_t crc;
+} ckpt_piece;
+
+/* qsort's order of a tensor's pieces: by slab, then by offset (the index's order). */
+int io_ckpt_piece_cmp(const void *a, const void *b);
+
+/*
+ * Whether n pieces, sorted by io_ckpt_piece_cmp, tile a tensor of shape[ndim] exactly once:
+ * ranges of the whole tensor, or ranges of slabs along one axis that tile it. If not, what is
+ * wrong (naming the elements and a shard) into why[size].
+ */
+bool io_ckpt_pieces_tile(const ckpt_piece *q, int n, int ndim, const int64_t *shape, char *why,
+                         size_t size);
+
 /* Reads exactly n bytes of fd at `at` (RP_ERR_FORMAT naming `path` at its end, RP_ERR_IO). */
 rp_status io_ckpt_pread_all(int fd, void *buf, size_t n, int64_t at, const char *path);
 

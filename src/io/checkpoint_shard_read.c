@@ -21,18 +21,12 @@
 #include "io/checkpoint_internal.h"
 #include "io/checkpoint_shard_internal.h"
 
-typedef struct ix_piece {
-    int shard;
-    int64_t offset, count, begin;
-    uint32_t crc;
-} ix_piece;
-
 typedef struct ix_tensor {
     char *name;
     rp_checkpoint_dtype dtype;
     int ndim;
     int64_t shape[RP_MAX_DIMS], numel;
-    ix_piece *pieces; /* sorted by offset, tiling [0, numel) */
+    ckpt_piece *pieces; /* sorted by slab and offset, tiling the tensor (io_ckpt_pieces_tile) */
     int n_pieces;
 } ix_tensor;
 
@@ -198,32 +192,33 @@ static rp_status parse_tensors(rp_checkpoint_index *ix, const cJSON *arr, const 
         ix->n_tensors++;
         if (!t->name || !t->pieces) return RP_ERROR(RP_ERR_NOMEM, "out of memory reading an index");
         size_t esize = io_ckpt_dtype_size(t->dtype);
-        int64_t at = 0;
         const cJSON *pe;
         cJSON_ArrayForEach(pe, pieces)
         {
-            ix_piece *q = &t->pieces[t->n_pieces++];
+            ckpt_piece *q = &t->pieces[t->n_pieces++];
             int64_t shard = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "shard"));
+            int64_t slab_numel = 0;
             q->offset = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "offset"));
             q->count = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "count"));
             q->begin = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "begin"));
-            ok = shard >= 0 && shard < ix->n_shards && q->offset == at && q->count >= 0 &&
-                 q->count <= t->numel - at && q->begin >= 0 &&
-                 q->begin + q->count * (int64_t)esize <= bytes[shard] &&
+            ok = shard >= 0 && shard < ix->n_shards &&
+                 io_ckpt_json_slab(pe, t->ndim, t->shape, &q->slab, &slab_numel) &&
+                 q->offset >= 0 && q->count >= 0 && q->offset <= slab_numel &&
+                 q->count <= slab_numel - q->offset && q->begin >= 0 && q->begin <= bytes[shard] &&
+                 q->count <= (bytes[shard] - q->begin) / (int64_t)esize &&
                  parse_crc(io_ckpt_json_str(pe, "crc32"), &q->crc);
             if (!ok)
                 return RP_ERROR(RP_ERR_FORMAT,
-                                "checkpoint index %s: tensor \"%.64s\": piece %d is damaged, "
-                                "outside its shard, or leaves a gap or an overlap at element %lld",
-                                ix->path, name, t->n_pieces - 1, (long long)at);
+                                "checkpoint index %s: tensor \"%.64s\": piece %d is damaged or "
+                                "outside its shard or tensor",
+                                ix->path, name, t->n_pieces - 1);
             q->shard = (int)shard;
-            at += q->count;
         }
-        if (at != t->numel)
-            return RP_ERROR(RP_ERR_FORMAT,
-                            "checkpoint index %s: tensor \"%.64s\": its pieces cover %lld of its "
-                            "%lld elements",
-                            ix->path, name, (long long)at, (long long)t->numel);
+        qsort(t->pieces, (size_t)t->n_pieces, sizeof *t->pieces, io_ckpt_piece_cmp);
+        char why[320];
+        if (!io_ckpt_pieces_tile(t->pieces, t->n_pieces, t->ndim, t->shape, why, sizeof why))
+            return RP_ERROR(RP_ERR_FORMAT, "checkpoint index %s: tensor \"%.64s\": %s", ix->path,
+                            name, why);
     }
     return RP_OK;
 }
@@ -391,7 +386,7 @@ rp_status rp_checkpoint_index_info(const rp_checkpoint_index *ix, const char *na
 }
 
 /* Reads piece q of t whole into buf and checks its CRC. */
-static rp_status read_piece(const rp_checkpoint_index *ix, const ix_tensor *t, const ix_piece *q,
+static rp_status read_piece(const rp_checkpoint_index *ix, const ix_tensor *t, const ckpt_piece *q,
                             void *buf)
 {
     const char *path = ix->shard_paths[q->shard];
@@ -402,52 +397,75 @@ static rp_status read_piece(const rp_checkpoint_index *ix, const ix_tensor *t, c
     close(fd);
     RP_CHECK(status);
     uint32_t crc = io_ckpt_crc_update((uint32_t)crc32(0L, Z_NULL, 0), buf, n);
-    if (crc != q->crc)
+    if (crc != q->crc) {
+        char slab[96] = "";
+        if (q->slab.axis >= 0)
+            snprintf(slab, sizeof slab, " of the slab [%lld, %lld) along axis %d",
+                     (long long)q->slab.start, (long long)(q->slab.start + q->slab.size),
+                     q->slab.axis);
         return RP_ERROR(RP_ERR_FORMAT,
-                        "checkpoint shard %s is damaged: tensor \"%.64s\" elements [%lld, %lld) "
+                        "checkpoint shard %s is damaged: tensor \"%.64s\" elements [%lld, %lld)%s "
                         "have CRC-32 %08x, the index says %08x",
                         path, t->name, (long long)q->offset, (long long)(q->offset + q->count),
-                        (unsigned)crc, (unsigned)q->crc);
+                        slab, (unsigned)crc, (unsigned)q->crc);
+    }
     return RP_OK;
 }
 
-rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const char *name, int64_t offset,
-                                   int64_t count, void *dst)
+rp_status rp_checkpoint_index_read_slab(const rp_checkpoint_index *ix, const char *name,
+                                        const rp_checkpoint_slab *slab, int64_t offset,
+                                        int64_t count, void *dst)
 {
     const ix_tensor *t = find(ix, name);
     if (!t)
         return RP_ERROR(RP_ERR_INVALID, "the sharded checkpoint %s has no tensor \"%.64s\"",
                         ix ? ix->path : "(NULL)", name ? name : "(NULL)");
-    if (offset < 0 || count < 0 || offset > t->numel || count > t->numel - offset ||
-        (count > 0 && !dst))
+    rp_checkpoint_slab want;
+    int64_t numel = 0;
+    if (!io_ckpt_slab_norm(slab, t->ndim, t->shape, &want, &numel))
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_checkpoint_index_read: the slab [%lld, %lld) along axis %d is not "
+                        "inside \"%.64s\"",
+                        (long long)slab->start, (long long)(slab->start + slab->size), slab->axis,
+                        name);
+    if (offset < 0 || count < 0 || offset > numel || count > numel - offset || (count > 0 && !dst))
         return RP_ERROR(RP_ERR_INVALID,
                         "rp_checkpoint_index_read: elements [%lld, %lld) of \"%.64s\", which has "
-                        "%lld",
-                        (long long)offset, (long long)(offset + count), name, (long long)t->numel);
+                        "%lld%s",
+                        (long long)offset, (long long)(offset + count), name, (long long)numel,
+                        want.axis >= 0 ? " in the slab" : "");
     size_t esize = io_ckpt_dtype_size(t->dtype);
-    int64_t end = offset + count;
     for (int j = 0; j < t->n_pieces; j++) {
-        const ix_piece *q = &t->pieces[j];
-        int64_t lo = q->offset > offset ? q->offset : offset;
-        int64_t hi = q->offset + q->count < end ? q->offset + q->count : end;
-        if (lo >= hi) continue;
-        char *out = (char *)dst + (size_t)(lo - offset) * esize;
-        if (lo == q->offset && hi == q->offset + q->count) {
-            RP_CHECK(read_piece(ix, t, q, out));
+        const ckpt_piece *q = &t->pieces[j];
+        if (io_ckpt_slab_copy(t->ndim, t->shape, esize, &q->slab, q->offset, q->count, NULL, &want,
+                              offset, count, NULL) == 0)
+            continue;
+        bool same =
+            q->slab.axis == want.axis && q->slab.start == want.start && q->slab.size == want.size;
+        if (same && q->offset >= offset && q->offset + q->count <= offset + count) {
+            /* The whole piece lands in the range, in order: read straight into place. */
+            RP_CHECK(read_piece(ix, t, q, (char *)dst + (size_t)(q->offset - offset) * esize));
             continue;
         }
-        /* Part of a piece: the whole piece is read, so that its CRC can be checked. */
+        /* Part of a piece, or another slab's: read whole (to check its CRC), then placed. */
         void *buf = malloc((size_t)q->count * esize);
         if (!buf)
             return RP_ERROR(RP_ERR_NOMEM, "cannot allocate a piece of %lld elements of \"%.64s\"",
                             (long long)q->count, name);
         rp_status status = read_piece(ix, t, q, buf);
         if (status == RP_OK)
-            memcpy(out, (char *)buf + (size_t)(lo - q->offset) * esize, (size_t)(hi - lo) * esize);
+            io_ckpt_slab_copy(t->ndim, t->shape, esize, &q->slab, q->offset, q->count, buf, &want,
+                              offset, count, dst);
         free(buf);
         RP_CHECK(status);
     }
     return RP_OK;
+}
+
+rp_status rp_checkpoint_index_read(const rp_checkpoint_index *ix, const char *name, int64_t offset,
+                                   int64_t count, void *dst)
+{
+    return rp_checkpoint_index_read_slab(ix, name, NULL, offset, count, dst);
 }
 
 /* Copies the index's metadata into ck. */
@@ -479,9 +497,10 @@ rp_status rp_checkpoint_index_load(const rp_checkpoint_index *ix, rp_checkpoint 
     return RP_OK;
 }
 
-static rp_status view_read(void *ctx, const char *name, int64_t offset, int64_t count, void *dst)
+static rp_status view_read(void *ctx, const char *name, const rp_checkpoint_slab *slab,
+                           int64_t offset, int64_t count, void *dst)
 {
-    return rp_checkpoint_index_read(ctx, name, offset, count, dst);
+    return rp_checkpoint_index_read_slab(ctx, name, slab, offset, count, dst);
 }
 
 static void view_close(void *ctx)
@@ -582,6 +601,7 @@ rp_status rp_checkpoint_reshard(const char *base, int shards)
             ct->whole_ndim = t->ndim;
             memcpy(ct->whole_shape, t->shape, sizeof t->shape);
             ct->piece_offset = offset;
+            ct->slab = (rp_checkpoint_slab){-1, 0, 0};
             status = rp_checkpoint_index_read(ix, t->name, offset, count, ct->data);
         }
         if (status == RP_OK) status = rp_checkpoint_save_shard(ck, base, generation, k, shards, 1);

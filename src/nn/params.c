@@ -167,6 +167,37 @@ rp_tensor *rp_params_add_shard(rp_params *p, const char *name, int ndim, const i
     return t;
 }
 
+rp_status rp_params_mark_shard(rp_params *p, const rp_tensor *t, int axis, int rank, int size)
+{
+    param_entry *e = NULL;
+    for (int i = 0; p && t && i < p->n && !e; i++)
+        if (p->entries[i].t == t) e = &p->entries[i];
+    if (!e) return RP_ERROR(RP_ERR_INVALID, "rp_params_mark_shard: the tensor is not in the list");
+    if (p->finalized)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_params_mark_shard: \"%s\": the list is finalized already", t->name);
+    if (axis < 0 || axis >= t->ndim || size < 1 || rank < 0 || rank >= size)
+        return RP_ERROR(RP_ERR_INVALID,
+                        "rp_params_mark_shard: \"%s\": axis %d of %d dims, rank %d of %d members",
+                        t->name, axis, t->ndim, rank, size);
+    e->shard_axis = axis;
+    e->shard_dense = t->shape[axis] * size;
+    e->shard_rank = size > 1 ? rank : 0;
+    e->shard_size = size > 1 ? size : 0;
+    return RP_OK;
+}
+
+bool rp_params_shard_of(const rp_params *p, int i, int *axis, int *rank, int *size)
+{
+    if (!p || i < 0 || i >= p->n) return false;
+    const param_entry *e = &p->entries[p->finalized ? p->order[i] : i];
+    if (e->shard_size < 2) return false;
+    if (axis) *axis = e->shard_axis;
+    if (rank) *rank = e->shard_rank;
+    if (size) *size = e->shard_size;
+    return true;
+}
+
 /* n values of the initialiser's random stream `key` from position `first`, into out. */
 static void init_range(float *out, size_t n, rp_init init, uint64_t key, uint64_t first)
 {

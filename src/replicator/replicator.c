@@ -1307,13 +1307,16 @@ rp_status rp_replica_checkpoint_part(rp_replica *rep, rp_checkpoint *ck, const r
     const rp_params *p = rp_optimizer_params(opt);
     int64_t lo, hi, trainable = rp_params_trainable_numel(p);
     RP_CHECK(rp_replica_checkpoint_range(rep, opt, &lo, &hi));
-    bool first = rep->id == 0;
-    RP_CHECK(rp_checkpoint_add_params_pieces(ck, p, param_prefix, lo, hi));
-    /* The buffers (equal on lockstep replicas) and the step count: replica 0's. */
-    if (first)
-        RP_CHECK(
-            rp_checkpoint_add_params_pieces(ck, p, param_prefix, trainable, rp_params_numel(p)));
-    return rp_checkpoint_add_optimizer_pieces(ck, opt, p, optim_prefix, lo, hi, first);
+    /* Tensor-parallel members write their slices; what every member holds whole, the first. */
+    bool replicated = rep->coord[RP_AXIS_MODEL] == 0;
+    RP_CHECK(rp_checkpoint_add_params_pieces(ck, p, param_prefix, lo, hi, replicated));
+    /* The buffers (equal on lockstep replicas): replica 0's; the step count (every stage's):
+       its first worker's. */
+    if (rep->id == 0)
+        RP_CHECK(rp_checkpoint_add_params_pieces(ck, p, param_prefix, trainable, rp_params_numel(p),
+                                                 replicated));
+    bool steps = rep->id == 0 && replicated && rep->coord[RP_AXIS_PIPE] == 0;
+    return rp_checkpoint_add_optimizer_pieces(ck, opt, p, optim_prefix, lo, hi, replicated, steps);
 }
 
 rp_status rp_replica_optimizer_publish(rp_replica *rep, rp_optimizer *opt)
