@@ -198,7 +198,9 @@ static void test_slabs_that_do_not_tile_are_refused(void **state)
         {"short", {{1, 0, 1}, {1, 1, 2}}, {18, 36}, "indices 3..4 along axis 1 are in no shard"},
         {"axes", {{0, 0, 3}, {1, 2, 2}}, {36, 36}, "along axis 0, shard 1's along 1"},
         {"whole", {{-1, 0, 0}, {1, 2, 2}}, {72, 36}, "of the whole tensor, shard 1's of a slab"},
-        {"partial", {{1, 0, 2}, {1, 2, 2}}, {10, 36},
+        {"partial",
+         {{1, 0, 2}, {1, 2, 2}},
+         {10, 36},
          "elements 10..36 of the slab [0, 2) along axis 1 are in no shard"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -213,16 +215,16 @@ static void test_slabs_that_do_not_tile_are_refused(void **state)
     rp_checkpoint *ck = NULL;
     assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
     rp_checkpoint_slab past = {1, 3, 2}, axis = {3, 0, 1}, ok = {1, 0, 2};
-    assert_int_equal(rp_checkpoint_add_slab_piece(ck, "w", RP_CHECKPOINT_F32, 3, w_shape, &past, 0,
-                                                  1, dense_w),
-                     RP_ERR_INVALID);
+    assert_int_equal(
+        rp_checkpoint_add_slab_piece(ck, "w", RP_CHECKPOINT_F32, 3, w_shape, &past, 0, 1, dense_w),
+        RP_ERR_INVALID);
     tu_assert_error_contains("[3, 5) along axis 1 is not inside");
-    assert_int_equal(rp_checkpoint_add_slab_piece(ck, "w", RP_CHECKPOINT_F32, 3, w_shape, &axis, 0,
-                                                  1, dense_w),
-                     RP_ERR_INVALID);
-    assert_int_equal(rp_checkpoint_add_slab_piece(ck, "w", RP_CHECKPOINT_F32, 3, w_shape, &ok, 30,
-                                                  7, dense_w),
-                     RP_ERR_INVALID);
+    assert_int_equal(
+        rp_checkpoint_add_slab_piece(ck, "w", RP_CHECKPOINT_F32, 3, w_shape, &axis, 0, 1, dense_w),
+        RP_ERR_INVALID);
+    assert_int_equal(
+        rp_checkpoint_add_slab_piece(ck, "w", RP_CHECKPOINT_F32, 3, w_shape, &ok, 30, 7, dense_w),
+        RP_ERR_INVALID);
     tu_assert_error_contains("of the slab");
     assert_int_equal(rp_checkpoint_count(ck), 0);
     rp_checkpoint_destroy(ck);
@@ -230,7 +232,8 @@ static void test_slabs_that_do_not_tile_are_refused(void **state)
 
 /* ---- parameter lists: members' slices ---------------------------------------------------- */
 
-#define R 6 /* w [R, C]: split along its columns; b [C], rm [C]: along axis 0; g [R]: replicated */
+#define R 6 /* w [R, C]: split along its columns; b [C], rm [C]: along axis 0; g [R]: replicated   \
+             */
 #define C 4
 
 /*
@@ -260,8 +263,8 @@ static rp_params *make_list(int rank, int members, uint64_t seed)
 }
 
 /* The values member `rank` of `members` holds of the dense values `d` (make_list's order). */
-static void member_values(const rp_params *dense, const float *d, const rp_params *member,
-                          int rank, int members, float *out)
+static void member_values(const rp_params *dense, const float *d, const rp_params *member, int rank,
+                          int members, float *out)
 {
     for (int i = 0; i < rp_params_count(member); i++) {
         const rp_tensor *t = rp_params_at(member, i);
@@ -282,7 +285,8 @@ static void member_values(const rp_params *dense, const float *d, const rp_param
     }
 }
 
-/* Reads ck into a fresh list of member `rank` of `members` and compares it with the dense values. */
+/* Reads ck into a fresh list of member `rank` of `members` and compares it with the dense values.
+ */
 static rp_status read_member(const rp_checkpoint *ck, const rp_params *dense, const float *d,
                              int rank, int members)
 {
@@ -333,9 +337,9 @@ static void test_members_write_and_read_their_slices(void **state)
     for (int r = 0; r < 2; r++) {
         rp_checkpoint *ck = NULL;
         assert_int_equal(rp_checkpoint_create(&ck), RP_OK);
-        assert_int_equal(rp_checkpoint_add_params_pieces(ck, m[r], "param/", 0,
-                                                         rp_params_numel(m[r]), r == 0),
-                         RP_OK);
+        assert_int_equal(
+            rp_checkpoint_add_params_pieces(ck, m[r], "param/", 0, rp_params_numel(m[r]), r == 0),
+            RP_OK);
         assert_int_equal(rp_checkpoint_count(ck), r == 0 ? 4 : 3);
         assert_int_equal(rp_checkpoint_save_shard(ck, base, 1, r, 2, 1), RP_OK);
         rp_checkpoint_destroy(ck);

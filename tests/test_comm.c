@@ -748,6 +748,128 @@ static void test_reduce_scatter_every_dtype_op_count(void **state)
     sweep_reductions(REDUCE_SCATTER);
 }
 
+/*
+ * reduce_scatter_v: blocks of their own sizes, some empty (rank q's block: q % 3 == 1 ? 0 :
+ * base + 5q elements), f32 and bf16 sums and means, in place and not: each member's block is the
+ * rank-order reduction of its range, bitwise; the counters see its block. Sums of the counts
+ * that differ between members are a mismatch on every member, and a negative count is refused.
+ */
+typedef struct v_case {
+    int64_t base;
+    rp_dtype dt;
+    rp_reduce_op op;
+    bool in_place, skew; /* skew: member 0 passes one element more in its last block */
+} v_case;
+
+static void v_counts(int n, int64_t base, int64_t *counts, int64_t *total)
+{
+    *total = 0;
+    for (int q = 0; q < n; q++) {
+        counts[q] = q % 3 == 1 ? 0 : base + 5 * q;
+        *total += counts[q];
+    }
+}
+
+static float v_value(int member, int64_t i)
+{
+    return (float)((member * 7919 + i * 104729) % 1000) / 64.0f - 7.0f;
+}
+
+static void reduce_scatter_v_member(member *m, void *ctx)
+{
+    const v_case *vc = ctx;
+    int n = m->team->n, r = m->rank;
+    int64_t counts[MAX_MEMBERS], total, at = 0;
+    v_counts(n, vc->base, counts, &total);
+    for (int q = 0; q < r; q++)
+        at += counts[q];
+    if (vc->skew && r == 0) counts[n - 1]++;
+    size_t es = vc->dt == RP_BF16 ? 2 : 4;
+    char *send = calloc((size_t)total + 2, es), *recv = calloc((size_t)counts[r] + 1, es);
+    for (int64_t i = 0; i < total; i++) {
+        float v = v_value(r, i);
+        if (vc->dt == RP_BF16)
+            ((rp_bf16 *)send)[i] = rp_bf16_from_f32(v);
+        else
+            ((float *)send)[i] = v;
+    }
+    char *out = vc->in_place ? send + (size_t)at * es : recv;
+    rp_comm_stats before, after;
+    rp_comm_stats_get(m->comm, &before);
+    rp_status st = rp_comm_reduce_scatter_v(m->comm, send, out, counts, vc->dt, vc->op);
+    rp_comm_stats_get(m->comm, &after);
+    outcome_set(&m->out[0], st, rp_now_s());
+    if (st == RP_OK) {
+        for (int64_t i = 0; i < counts[r]; i++) {
+            /* Rank order, f32 accumulation (bf16 inputs widened), rounded once; the mean divided.
+             */
+            float sum = 0;
+            for (int q = 0; q < n; q++) {
+                float v = v_value(q, at + i);
+                sum += vc->dt == RP_BF16 ? rp_bf16_to_f32(rp_bf16_from_f32(v)) : v;
+            }
+            if (vc->op == RP_MEAN) sum /= (float)n;
+            float got = vc->dt == RP_BF16 ? rp_bf16_to_f32(((rp_bf16 *)out)[i]) : ((float *)out)[i];
+            float want = vc->dt == RP_BF16 ? rp_bf16_to_f32(rp_bf16_from_f32(sum)) : sum;
+            if (memcmp(&got, &want, sizeof got) != 0) {
+                char what[160];
+                snprintf(what, sizeof what, "element %lld of its block: %g, want %g", (long long)i,
+                         (double)got, (double)want);
+                member_fail(m, what);
+                break;
+            }
+        }
+        rp_comm_tally t = after.by[RP_COMM_USER][RP_FLIGHT_REDUCE_SCATTER];
+        rp_comm_tally t0 = before.by[RP_COMM_USER][RP_FLIGHT_REDUCE_SCATTER];
+        if (t.calls - t0.calls != 1 || t.bytes - t0.bytes != (uint64_t)counts[r] * es)
+            member_fail(m, "its counters do not see one reduce-scatter of its block");
+    }
+    free(send);
+    free(recv);
+}
+
+static void test_reduce_scatter_v(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= MAX_MEMBERS; n++)
+        for (int d = 0; d < 2; d++)
+            for (int o = 0; o < 2; o++)
+                for (int ip = 0; ip < 2; ip++) {
+                    v_case vc = {.base = 3 + 997 * (n % 2),
+                                 .dt = d ? RP_BF16 : RP_F32,
+                                 .op = o ? RP_MEAN : RP_SUM,
+                                 .in_place = ip};
+                    team t;
+                    team_create(&t, n, NULL, 5.0);
+                    team_run(&t, reduce_scatter_v_member, &vc);
+                    for (int r = 0; r < n; r++)
+                        expect_status(&t, r, 0, RP_OK);
+                    team_destroy(&t);
+                }
+    /* Member 0's counts sum to one more: a mismatch on every member, naming both counts. */
+    v_case vc = {.base = 4, .dt = RP_F32, .op = RP_SUM, .skew = true};
+    team t;
+    team_create(&t, 3, NULL, 5.0);
+    team_run(&t, reduce_scatter_v_member, &vc);
+    int64_t counts[3], total;
+    v_counts(3, 4, counts, &total);
+    char want[64];
+    snprintf(want, sizeof want, "count %lld", (long long)total + 1);
+    for (int r = 0; r < 3; r++) {
+        expect_status(&t, r, 0, RP_ERR_MISMATCH);
+        expect_message_contains(&t, r, 0, want);
+    }
+    team_destroy(&t);
+    rp_comm *one[1];
+    assert_int_equal(rp_comm_threads_create(one, 1, NULL, 1.0), RP_OK);
+    float x[2] = {1, 2};
+    assert_int_equal(rp_comm_reduce_scatter_v(one[0], x, x, (int64_t[]){-1}, RP_F32, RP_SUM),
+                     RP_ERR_INVALID);
+    tu_assert_error_contains("negative");
+    assert_int_equal(rp_comm_reduce_scatter_v(one[0], x, x, NULL, RP_F32, RP_SUM), RP_ERR_INVALID);
+    rp_comm_destroy(one[0]);
+}
+
 /* reduce_scatter whose stacked input is 64 MiB per member: count = 64 MiB / (4 N). */
 static void test_reduce_scatter_64mib(void **state)
 {
@@ -1611,6 +1733,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_broadcast_every_root_dtype_count),
         cmocka_unit_test(test_all_reduce_64mib),
         cmocka_unit_test(test_reduce_scatter_64mib),
+        cmocka_unit_test(test_reduce_scatter_v),
         cmocka_unit_test(test_all_gather_64mib),
         cmocka_unit_test(test_broadcast_64mib),
         cmocka_unit_test(test_all_reduce_deterministic),

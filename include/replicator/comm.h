@@ -192,6 +192,22 @@ RP_API rp_status rp_comm_reduce_scatter(rp_comm *comm, const void *send, void *r
                                         rp_dtype dtype, rp_reduce_op op);
 
 /*
+ * rp_comm_reduce_scatter with blocks of their own sizes (MPI's
+ * Reduce_scatter): send holds sum(counts) elements on every member, block r
+ * is the counts[r] elements after the blocks of the ranks before r, and rank
+ * r receives block r of the reduction in recv (counts[r] elements; a block
+ * may be empty). In place: recv == send + the offset of this rank's block.
+ * Every member passes the same counts; the peers check their sum as they
+ * check a count. Its counters and flight entry count the call as a
+ * reduce-scatter of counts[rank] elements (its result, as for the equal
+ * blocks). For a range whose parts have different owners: ZeRO-2's gradient
+ * buckets, cut at the shards' boundaries. Errors: those of
+ * rp_comm_reduce_scatter; RP_ERR_INVALID for NULL or negative counts.
+ */
+RP_API rp_status rp_comm_reduce_scatter_v(rp_comm *comm, const void *send, void *recv,
+                                          const int64_t *counts, rp_dtype dtype, rp_reduce_op op);
+
+/*
  * recv[r*count + i] = send of rank r [i]: the members' buffers stacked
  * along a new leading axis. recv holds size*count elements. In place: send
  * == recv + rank*count.

@@ -307,20 +307,40 @@ static rp_status check_call(const rp_comm *comm, const comm_coll_desc *d, const 
     if (d->kind == RP_COLL_BROADCAST && (d->root < 0 || d->root >= comm->size))
         return RP_ERROR(RP_ERR_INVALID, "%s: root %d is not a rank of this communicator of %d",
                         what, d->root, comm->size);
-    if (d->count > 0 && (!send || !recv))
+    int64_t mine = d->count;
+    if (d->counts) comm_scatter_block(d, comm->rank, &(int64_t){0}, &mine);
+    if ((d->count > 0 && !send) || (mine > 0 && !recv))
         return RP_ERROR(RP_ERR_INVALID, "%s: %s buffer is NULL", what, send ? "receive" : "send");
     return RP_OK;
 }
 
-static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int64_t count,
-                     rp_dtype dtype, rp_reduce_op op, int root)
+void comm_scatter_block(const comm_coll_desc *d, int r, int64_t *offset, int64_t *count)
+{
+    if (!d->counts) {
+        *offset = (int64_t)r * d->count;
+        *count = d->count;
+        return;
+    }
+    int64_t at = 0;
+    for (int q = 0; q < r; q++)
+        at += d->counts[q];
+    *offset = at;
+    *count = d->counts[r];
+}
+
+static rp_status run_v(rp_comm *comm, int kind, const void *send, void *recv, int64_t count,
+                       const int64_t *counts, rp_dtype dtype, rp_reduce_op op, int root)
 {
     comm_coll_desc d = {.kind = kind,
                         .dtype = (int)dtype,
                         .op = (int)op,
                         .root = root,
                         .count = count,
+                        .counts = counts,
                         .seq = comm ? comm->seq : 0};
+    /* What this member's counters and flight entry see: its block of a reduce_scatter_v. */
+    int64_t mine = count;
+    if (comm && counts) comm_scatter_block(&d, comm->rank, &(int64_t){0}, &mine);
     if (comm) comm_coll_desc_name(&d, comm);
     /* The flight recorder's entry comes before the checks, so that an invalid call is recorded too.
      */
@@ -338,7 +358,7 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
         e->blocking = true;
         e->dtype = dtype;
         e->op = op;
-        e->count = count;
+        e->count = mine;
         e->peer = kind == RP_COLL_BROADCAST ? root : -1;
         e->tag = -1;
     }
@@ -358,14 +378,20 @@ static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int6
     rp_trace_begin(RP_PHASE_COMM); /* the trace's span: next to the flight recorder's entry */
     status = fault_on() ? fault_collective(comm, &d, send, recv)
                         : comm->ops->collective(comm, &d, send, recv);
-    rp_trace_end_args(kind_name(kind), count * (int64_t)rp_dtype_size(dtype), (int64_t)d.seq,
+    rp_trace_end_args(kind_name(kind), mine * (int64_t)rp_dtype_size(dtype), (int64_t)d.seq,
                       kind == RP_COLL_ALL_REDUCE || kind == RP_COLL_REDUCE_SCATTER
                           ? rp_reduce_op_name(op)
                           : NULL);
     if (e) comm_flight_end(comm, call, status);
-    if (status == RP_OK) tally(comm, kind, count, dtype);
+    if (status == RP_OK) tally(comm, kind, mine, dtype);
     if (status == RP_OK && !d.internal) comm->user_seq++;
     return named(comm, status);
+}
+
+static rp_status run(rp_comm *comm, int kind, const void *send, void *recv, int64_t count,
+                     rp_dtype dtype, rp_reduce_op op, int root)
+{
+    return run_v(comm, kind, send, recv, count, NULL, dtype, op, root);
 }
 
 rp_status rp_comm_all_reduce(rp_comm *comm, const void *send, void *recv, int64_t count,
@@ -378,6 +404,23 @@ rp_status rp_comm_reduce_scatter(rp_comm *comm, const void *send, void *recv, in
                                  rp_dtype dtype, rp_reduce_op op)
 {
     return run(comm, RP_COLL_REDUCE_SCATTER, send, recv, count, dtype, op, 0);
+}
+
+rp_status rp_comm_reduce_scatter_v(rp_comm *comm, const void *send, void *recv,
+                                   const int64_t *counts, rp_dtype dtype, rp_reduce_op op)
+{
+    if (!comm || !counts)
+        return RP_ERROR(RP_ERR_INVALID, "rp_comm_reduce_scatter_v: %s is NULL",
+                        comm ? "counts" : "communicator");
+    int64_t total = 0;
+    for (int q = 0; q < comm->size; q++) {
+        if (counts[q] < 0)
+            return RP_ERROR(RP_ERR_INVALID,
+                            "rp_comm_reduce_scatter_v: rank %d's count %lld is negative", q,
+                            (long long)counts[q]);
+        total += counts[q];
+    }
+    return run_v(comm, RP_COLL_REDUCE_SCATTER, send, recv, total, counts, dtype, op, 0);
 }
 
 rp_status rp_comm_all_gather(rp_comm *comm, const void *send, void *recv, int64_t count,

@@ -24,8 +24,11 @@ typedef struct comm_coll_desc {
     int dtype;     /* rp_dtype (unused by barrier) */
     int op;        /* rp_reduce_op (reductions only) */
     int root;      /* broadcast only */
-    int64_t count; /* elements per member as passed */
+    int64_t count; /* elements per member as passed (reduce_scatter_v: the blocks' sum) */
     uint64_t seq;  /* position in the member's sequence of collectives */
+    /* A reduce-scatter with blocks of their own sizes (rp_comm_reduce_scatter_v): counts[rank]
+       for each rank, the caller's array; NULL for equal blocks of `count`. */
+    const int64_t *counts;
     /*
      * A step of a layered backend's collective (hierarchical: in-process,
      * then across processes): the call the user made, compared with the
@@ -48,6 +51,12 @@ typedef struct comm_coll_desc {
     int phased;
     char what[48];
 } comm_coll_desc;
+
+/*
+ * A reduce-scatter's block of rank r: its offset in the send buffer and its length, in elements
+ * (d->count each, or d->counts).
+ */
+void comm_scatter_block(const comm_coll_desc *d, int r, int64_t *offset, int64_t *count);
 
 /* Writes e.g. "all_reduce #12 (count 4096, f32, sum)" into buf; returns buf. */
 const char *comm_coll_desc_str(const comm_coll_desc *d, char *buf, size_t size);

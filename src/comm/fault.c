@@ -556,6 +556,11 @@ static size_t result_bytes(const rp_comm *comm, const comm_coll_desc *d)
         return 0;
     case RP_COLL_ALL_GATHER:
         return bytes * (size_t)comm->size;
+    case RP_COLL_REDUCE_SCATTER: {
+        int64_t at, mine;
+        comm_scatter_block(d, comm->rank, &at, &mine);
+        return (size_t)mine * rp_dtype_size((rp_dtype)d->dtype);
+    }
     default:
         return bytes;
     }

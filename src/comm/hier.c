@@ -376,18 +376,21 @@ static rp_status hier_collective(rp_comm *c, const comm_coll_desc *d, const void
         status = bf16_sum ? reduce_bf16(c, d, send, recv, d->count, 0, d->count)
                           : reduce_all(c, d, send, recv, d->count);
         break;
-    case RP_COLL_REDUCE_SCATTER:
+    case RP_COLL_REDUCE_SCATTER: {
+        /* Every block reduced everywhere, then this member's kept (blocks of their own sizes:
+           the same, by the blocks' offsets). */
+        int64_t total = d->counts ? d->count : d->count * c->size, at, mine;
+        comm_scatter_block(d, c->rank, &at, &mine);
         if (bf16_sum) {
-            status =
-                reduce_bf16(c, d, send, recv, d->count * c->size, d->count * c->rank, d->count);
+            status = reduce_bf16(c, d, send, recv, total, at, mine);
             break;
         }
-        status = grow_scratch(h, (size_t)d->count * (size_t)c->size * es + 1);
-        if (status == RP_OK) status = reduce_all(c, d, send, h->scratch, d->count * c->size);
-        if (status == RP_OK)
-            memcpy(recv, h->scratch + (size_t)c->rank * (size_t)d->count * es,
-                   (size_t)d->count * es);
+        status = grow_scratch(h, (size_t)total * es + 1);
+        if (status == RP_OK) status = reduce_all(c, d, send, h->scratch, total);
+        if (status == RP_OK && mine > 0)
+            memcpy(recv, h->scratch + (size_t)at * es, (size_t)mine * es);
         break;
+    }
     case RP_COLL_ALL_GATHER:
         status = gather_all(c, d, send, recv, d->count);
         break;

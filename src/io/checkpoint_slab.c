@@ -32,10 +32,9 @@ bool io_ckpt_slab_norm(const rp_checkpoint_slab *in, int ndim, const int64_t *sh
     return true;
 }
 
-int64_t io_ckpt_slab_copy(int ndim, const int64_t *shape, size_t esize,
-                          const rp_checkpoint_slab *a, int64_t a_off, int64_t a_count,
-                          const void *src, const rp_checkpoint_slab *b, int64_t b_off,
-                          int64_t b_count, void *dst)
+int64_t io_ckpt_slab_copy(int ndim, const int64_t *shape, size_t esize, const rp_checkpoint_slab *a,
+                          int64_t a_off, int64_t a_count, const void *src,
+                          const rp_checkpoint_slab *b, int64_t b_off, int64_t b_count, void *dst)
 {
     if (a_count <= 0 || b_count <= 0) return 0;
     /* Each slab as a box [lo, hi) per axis; a 0-d tensor as one axis of one element. */
@@ -140,10 +139,12 @@ bool io_ckpt_pieces_tile(const ckpt_piece *q, int n, int ndim, const int64_t *sh
         }
         if (axis >= 0) {
             if (s.start != next) {
-                snprintf(why, size, "indices from %lld along axis %d %s (shard %d's slab starts "
-                                    "at %lld)",
-                         (long long)next, axis, s.start > next ? "are in no shard" : "are in two shards",
-                         q[j].shard, (long long)s.start);
+                snprintf(why, size,
+                         "indices from %lld along axis %d %s (shard %d's slab starts "
+                         "at %lld)",
+                         (long long)next, axis,
+                         s.start > next ? "are in no shard" : "are in two shards", q[j].shard,
+                         (long long)s.start);
                 return false;
             }
             snprintf(where, sizeof where, " of the slab [%lld, %lld) along axis %d",
@@ -158,8 +159,7 @@ bool io_ckpt_pieces_tile(const ckpt_piece *q, int n, int ndim, const int64_t *sh
                 bool gap = q[j].offset > at;
                 snprintf(why, size, "elements from %lld%s %s (shard %d's piece [%lld, %lld))",
                          (long long)at, where, gap ? "are in no shard" : "are in two shards",
-                         q[j].shard, (long long)q[j].offset,
-                         (long long)(q[j].offset + q[j].count));
+                         q[j].shard, (long long)q[j].offset, (long long)(q[j].offset + q[j].count));
                 return false;
             }
             at += q[j].count;

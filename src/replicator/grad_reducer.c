@@ -1,9 +1,10 @@
 /*
  * grad_reducer.c - the mean reduction of a parameter list's gradients, in
  * buckets started from backward, by all-reduce (the sync strategy, a sync
- * group), by reduce-scatter into each member's shard (ZeRO-1) or by
- * all-reduce keeping each member's shard and releasing the rest (ZeRO-2), with
- * one non-finite check for all (strategy.h: reducer).
+ * group), by reduce-scatter into each member's shard (ZeRO-1, segments of
+ * every shard packed) or by reduce-scatter of each backward bucket to the
+ * owners of its parts, keeping this member's shard part and releasing the rest
+ * (ZeRO-2 and 3), with one non-finite check for all (strategy.h: reducer).
  *
  * The two collectives differ in their buckets, their packing and what a
  * member sees after the reduction; the bucket order, the scans before and
@@ -13,8 +14,9 @@
  * ZeRO-2's gradient buffers: a bucket's gradients are written into one of
  * REDUCER_GRAD_BUFFERS buffers, each as long as the largest bucket, while
  * backward fills it (the tape's gradient hook points its parameters there
- * before the first rule writes one), all-reduced there, and its shard part
- * kept; then its parameters point back at the block, whose pages outside the
+ * before the first rule writes one), reduced there (rp_comm_reduce_scatter_v:
+ * each member receives the mean of its shard's part of the bucket, in place),
+ * and that part kept; then its parameters point back at the block, whose pages outside the
  * shard are never written. The buffers' pages stay resident from step to
  * step: releasing each bucket's pages of the block instead cost a page fault
  * a page when backward wrote them again (ResNet-50 on 4 replicas, 280 MB of
@@ -168,7 +170,28 @@ static void keep_shard(reducer *g, int b, int64_t lo, int64_t n, const float *x)
     g->gwhere[b] = REDUCER_UNTOUCHED;
 }
 
-/* Bucket b's all-reduce, in place where its gradients are (ZeRO-2: then kept and released). */
+/*
+ * ZeRO-2's reduction of the bucket [lo, lo + n): each member's shard cuts it into one block per
+ * member (most of them empty: a bucket lies in one or two shards), the blocks' sizes into
+ * counts[size] (the finiteness exchange's scratch, free during backward). Returns the offset of
+ * this member's block in the bucket.
+ */
+static int64_t owner_blocks(const reducer *g, int64_t lo, int64_t n, int64_t *counts)
+{
+    int64_t before = 0;
+    for (int q = 0; q < g->size; q++) {
+        int64_t s0 = min64((int64_t)q * g->shard, g->numel), s1 = min64(s0 + g->shard, g->numel);
+        int64_t a = lo > s0 ? lo : s0, z = min64(lo + n, s1);
+        counts[q] = z > a ? z - a : 0;
+        if (q < g->rank) before += counts[q];
+    }
+    return before;
+}
+
+/*
+ * Bucket b's reduction, in place where its gradients are: an all-reduce (sync), or ZeRO-2's
+ * reduce-scatter into the shards' owners, whose part is then kept and the rest released.
+ */
 static void all_reduce_start(void *ctx, int b)
 {
     reducer *g = ctx;
@@ -193,19 +216,32 @@ static void all_reduce_start(void *ctx, int b)
     }
     void *view = strategy_view(&g->stage, payload, bytes, true);
     rp_status status = view ? RP_OK : rp_last_status();
-    rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
-    if (view)
-        status = rp_comm_all_reduce(g->comm, view, view, n, g->wire ? RP_BF16 : RP_F32, RP_MEAN);
+    rp_dtype dtype = g->wire ? RP_BF16 : RP_F32;
+    /* What of the bucket is reduced here: all of it, or this member's block (ZeRO-2). */
+    int64_t at = 0, len = n;
+    if (g->collective == RP_GRAD_ALL_REDUCE_SHARD) {
+        int64_t *counts = g->scratch;
+        at = owner_blocks(g, lo, n, counts);
+        len = counts[g->rank];
+        rt_internal_begin(g->comm, "the runtime's gradient reduce-scatter to the shards");
+        if (view)
+            status = rp_comm_reduce_scatter_v(g->comm, view,
+                                              (char *)view + (size_t)at * rp_dtype_size(dtype),
+                                              counts, dtype, RP_MEAN);
+    } else {
+        rt_internal_begin(g->comm, "the runtime's gradient all-reduce");
+        if (view) status = rp_comm_all_reduce(g->comm, view, view, n, dtype, RP_MEAN);
+    }
     rt_internal_end(g->comm);
     if (status != RP_OK) {
         reducer_fail(g, status);
         return;
     }
     strategy_commit(payload, view, bytes);
-    if (g->wire) g->k->cast_bf16_f32(x, g->wire, n);
+    if (g->wire) g->k->cast_bf16_f32(x + at, g->wire + at, len);
     if (g->reduced_bad < 0) {
-        int64_t at = g->k->first_nonfinite(&g->reduced_value, x, n);
-        if (at >= 0) g->reduced_bad = lo + at;
+        int64_t bad = g->k->first_nonfinite(&g->reduced_value, x + at, len);
+        if (bad >= 0) g->reduced_bad = lo + at + bad;
     }
     if (g->collective == RP_GRAD_ALL_REDUCE_SHARD) keep_shard(g, b, lo, n, x);
 }
@@ -426,7 +462,7 @@ rp_status reducer_init(reducer *g, rp_replica *rep, rp_comm *comm, const rp_para
     bool bf16 = rep->r->cfg.grad_dtype == RP_BF16;
     rp_status status = collective == RP_GRAD_REDUCE_SCATTER ? scatter_init(g, bytes, bf16)
                                                             : block_init(g, bytes, bf16);
-    /* ZeRO-2: the all-reduce's buckets, and the shards with their gather buckets. */
+    /* ZeRO-2: the sync strategy's buckets, and the shards with their gather buckets. */
     if (status == RP_OK && collective == RP_GRAD_ALL_REDUCE_SHARD)
         status = shard_init(g, bytes, false);
     if (status == RP_OK && collective == RP_GRAD_ALL_REDUCE_SHARD) status = buffers_init(g);
@@ -577,7 +613,6 @@ static rp_status reduce_scatter_agree(reducer *g)
     g->reduced_bad = -1;
     RP_CHECK(status);
     int64_t index, numel;
-    const char *before = g->collective == RP_GRAD_REDUCE_SCATTER ? "reduce-scatter" : "all-reduce";
     for (int q = 0; q < g->all_size; q++) {
         if (all[3 * q] < 0) continue;
         float v;
@@ -586,10 +621,9 @@ static rp_status reduce_scatter_agree(reducer *g)
         rep->blame = g->all_base + q;
         return RP_ERROR(RP_ERR_NUMERIC,
                         "replica %d's own gradient of parameter '%s' held %g at element "
-                        "%lld (of %lld) before the %s, so the mean is non-finite; "
+                        "%lld (of %lld) before the reduce-scatter, so the mean is non-finite; "
                         "no parameter was updated",
-                        g->all_base + q, name, (double)v, (long long)index, (long long)numel,
-                        before);
+                        g->all_base + q, name, (double)v, (long long)index, (long long)numel);
     }
     for (int q = 0; q < g->all_size; q++) {
         if (all[3 * q + 2] < 0) continue;
@@ -645,8 +679,8 @@ rp_status reducer_finish(reducer *g)
         int64_t at = g->k->first_nonfinite(NULL, shard, g->hi - g->lo);
         if (at >= 0 && g->reduced_bad < 0) g->reduced_bad = g->lo + at;
     }
-    /* A sharded reduction over groups is agreed by every member (each saw its group only). */
-    if (scatter || g->repl) return reduce_scatter_agree(g);
+    /* A sharded reduction is agreed by every member (each saw its own shard, of its group). */
+    if (scatter || keep || g->repl) return reduce_scatter_agree(g);
     rp_status status = g->reduced_bad >= 0 ? all_reduce_blame(g) : RP_OK;
     g->local_bad = g->reduced_bad = -1;
     return status;

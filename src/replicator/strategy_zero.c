@@ -461,17 +461,16 @@ static rp_status zero_plan_start(const rp_config *cfg, int N, int id, const rp_p
 
 /*
  * The traffic every stage adds at the end: with HSDP the shard of the reduced gradients
- * all-reduced (mean, f32) across the groups; and where the members saw only their shards of the
- * reduction (ZeRO-1's reduce-scatter, and any stage with HSDP) the finiteness exchange, 3 int64
- * from each member, on the data axis: every replica (grad_reducer.c).
+ * all-reduced (mean, f32) across the groups; and, as every member saw only its shard of the
+ * reduction, the finiteness exchange, 3 int64 from each member, on the data axis: every replica
+ * (grad_reducer.c).
  */
-static rp_status zero_plan_finish(const zero_layout *L, int stage, rp_plan_worker *w)
+static rp_status zero_plan_finish(const zero_layout *L, rp_plan_worker *w)
 {
     if (L->across && L->hi > L->lo)
         RP_CHECK(rp_plan_add_traffic(w, RP_PLAN_REPLICATE, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
                                      "gradient shard across the groups (mean)", 1,
                                      (L->hi - L->lo) * (int64_t)sizeof(float)));
-    if (stage >= 2 && !L->across) return RP_OK;
     return rp_plan_add_traffic(w, RP_AXIS_DATA, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
                                "gradient finiteness exchange", 1, 3 * 8);
 }
@@ -504,17 +503,18 @@ static rp_status zero_plan(const rp_config *cfg, int N, int id, const rp_params 
                                  nb, S * g));
     RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
                                  "parameter shards", nb, S * (int64_t)sizeof(float)));
-    return zero_plan_finish(&L, 1, w);
+    return zero_plan_finish(&L, w);
 }
 
 /*
- * ZeRO-2's plan: the sync strategy's all-reduce buckets (as cfg.grad_dtype) and ZeRO-1's
- * all-gather of the values; the optimizer state of this worker's shard; the buffers: the gather
- * buckets' packing, the scratch, the bucket tables, the gradient buffers and the bf16 copy of the
- * largest bucket (not the stash a second backward with every buffer taken allocates). The
- * gradient block is counted whole (it is allocated whole): what is resident of it is the kept
- * shard and any bucket backward wrote there. ZeRO-3's (stage 3) is the same but for the values: no
- * all-gather after the update, and the gather buffers (zero3_gathers) among the strategy's buffers.
+ * ZeRO-2's plan: the sync strategy's buckets (as cfg.grad_dtype), each reduce-scattered to the
+ * owners of its parts, and ZeRO-1's all-gather of the values; the optimizer state of this worker's
+ * shard; the buffers: the gather buckets' packing, the scratch, the bucket tables, the gradient
+ * buffers and the bf16 copy of the largest bucket (not the stash a second backward with every
+ * buffer taken allocates). The gradient block is counted whole (it is allocated whole): what is
+ * resident of it is the kept shard and any bucket backward wrote there. ZeRO-3's (stage 3) is the
+ * same but for the values: no all-gather after the update, and the gather buffers (zero3_gathers)
+ * among the strategy's buffers.
  */
 static rp_status zero3_gathers(const rp_config *cfg, const zero_layout *L, const rp_params *params,
                                const rp_optim_config *oc, rp_plan_worker *w);
@@ -541,10 +541,13 @@ static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_param
                   strategy_plan_wire(cfg, most) + (nb ? nb : 1) +
                   (most ? REDUCER_GRAD_BUFFERS : 0) * most * (int64_t)sizeof(float);
     if (S > 0) w->strategy += ((int64_t)L.n * c + c) * (int64_t)sizeof(float);
-    RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_ALL_REDUCE,
-                                 cfg->grad_dtype == RP_BF16 ? "gradient buckets (mean, bf16)"
-                                                            : "gradient buckets (mean)",
-                                 nb, P * (int64_t)rp_dtype_size(cfg->grad_dtype)));
+    /* Each backward bucket reduced to the owners of its parts: a call per bucket, whose result
+       here is the bucket's part in this worker's shard (the parts tile the shard). */
+    RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_REDUCE_SCATTER,
+                                 cfg->grad_dtype == RP_BF16
+                                     ? "gradient buckets to the shards (mean, bf16)"
+                                     : "gradient buckets to the shards (mean)",
+                                 nb, (L.hi - L.lo) * (int64_t)rp_dtype_size(cfg->grad_dtype)));
     if (stage == 3) {
         /* The gather buffers: TAPE_USE_HELD of the largest unit (the largest bucket: one cut),
            one more with prefetch; none when the units stay in place (keep_gathered). */
@@ -555,7 +558,7 @@ static rp_status zero23_plan(const rp_config *cfg, int N, int id, const rp_param
         RP_CHECK(rp_plan_add_traffic(w, L.axis, RP_COMM_RUNTIME, RP_FLIGHT_ALL_GATHER,
                                      "parameter shards", ng, S * (int64_t)sizeof(float)));
     }
-    return zero_plan_finish(&L, stage, w);
+    return zero_plan_finish(&L, w);
 }
 
 static rp_status zero2_plan(const rp_config *cfg, int N, int id, const rp_params *params,

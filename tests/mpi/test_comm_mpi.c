@@ -13,7 +13,8 @@
  * the bf16 values in flat rank order, rounded once, so bitwise equal to it.
  *
  *  1. every collective against a reference computed here, for counts 0, 1,
- *     odd, not divisible by the rank count and 1M elements; every reduction
+ *     odd, not divisible by the rank count and 1M elements (reduce_scatter_v:
+ *     blocks of their own sizes, some empty); every reduction
  *     op and dtype; in place and out of place; broadcast from every root;
  *     the results bitwise equal to a rank-order reduction;
  *  2. a split by parity, reduced within each group;
@@ -258,6 +259,30 @@ static void test_reduce_scatter(rp_comm *c, int64_t count, rp_dtype dt, rp_reduc
     free(want);
 }
 
+/* reduce_scatter_v: rank q's block q % 3 == 1 ? 0 : count + q elements (some empty). */
+static void test_reduce_scatter_v(rp_comm *c, int64_t count, rp_dtype dt, rp_reduce_op op,
+                                  bool in_place)
+{
+    int64_t counts[64], total = 0, at = 0;
+    for (int q = 0; q < size_; q++) {
+        counts[q] = q % 3 == 1 ? 0 : count + q;
+        if (q < rank_) at += counts[q];
+        total += counts[q];
+    }
+    size_t es = rp_dtype_size(dt), mine = (size_t)counts[rank_] * es;
+    char *send = malloc((size_t)total * es + 8), *recv = malloc(mine + 8), *want = malloc(mine + 8);
+    fill(send, dt, rank_, 0, total);
+    reference(want, dt, op, at, counts[rank_]);
+    char *out = in_place ? send + (size_t)at * es : recv;
+    rp_status st = rp_comm_reduce_scatter_v(c, send, out, counts, dt, op);
+    CHECK(st == RP_OK, "reduce_scatter_v: %s", rp_last_error());
+    CHECK(memcmp(out, want, mine) == 0, "reduce_scatter_v(%lld, %s, %s%s) differs",
+          (long long)count, rp_dtype_name(dt), rp_reduce_op_name(op), in_place ? ", in place" : "");
+    free(send);
+    free(recv);
+    free(want);
+}
+
 static void test_all_gather_broadcast(rp_comm *c, int64_t count)
 {
     size_t bytes = (size_t)count * sizeof(float);
@@ -302,6 +327,8 @@ static void test_collectives(rp_comm *c)
                     test_all_reduce(c, counts[k], dts[t], (rp_reduce_op)op, ip);
                     test_reduce_scatter(c, big ? counts[k] / size_ : counts[k], dts[t],
                                         (rp_reduce_op)op, ip);
+                    test_reduce_scatter_v(c, big ? counts[k] / size_ : counts[k], dts[t],
+                                          (rp_reduce_op)op, ip);
                 }
             }
         test_all_gather_broadcast(c, big ? counts[k] / size_ : counts[k]);

@@ -387,21 +387,27 @@ static rp_status mpi_reduce_scatter(rp_comm *c, const comm_coll_desc *d, const v
 {
     mpi_impl *m = M(c);
     int n = c->size;
-    size_t bytes = (size_t)d->count * rp_dtype_size(d->dtype);
+    size_t es = rp_dtype_size(d->dtype);
+    int64_t mylo, mine;
+    comm_scatter_block(d, c->rank, &mylo, &mine);
+    size_t bytes = (size_t)mine * es;
     RP_CHECK(ensure_buffers(m, n, bytes * (size_t)n + 1));
     XFER(m, n);
+    /* Block q of my input to rank q; my block of every rank's input from it. */
     for (int q = 0; q < n; q++) {
-        sbuf[q] = (const char *)send + bytes * (size_t)q;
-        sbytes[q] = (int)bytes;
+        int64_t lo, count;
+        comm_scatter_block(d, q, &lo, &count);
+        sbuf[q] = (const char *)send + (size_t)lo * es;
+        sbytes[q] = (int)((size_t)count * es);
         rbuf[q] = m->scratch + bytes * (size_t)q;
         rbytes[q] = (int)bytes;
     }
     RP_CHECK(exchange_data(c, d, deadline, sbuf, sbytes, rbuf, rbytes, true));
     /* My own block: copied, as recv may be it (in place). */
-    memcpy(rbuf[c->rank], sbuf[c->rank], bytes);
+    if (bytes) memcpy(rbuf[c->rank], sbuf[c->rank], bytes);
     for (int q = 0; q < n; q++)
         m->blocks[q] = rbuf[q];
-    comm_reduce_block(recv, m->blocks, n, 0, d->count, d->dtype, d->op);
+    if (mine > 0) comm_reduce_block(recv, m->blocks, n, 0, mine, d->dtype, d->op);
     return RP_OK;
 }
 

@@ -428,11 +428,12 @@ static void do_reduce_scatter(rp_comm *c, const comm_coll_desc *d)
     int n = w->n;
     for (int q = 0; q < n; q++)
         h->sends[q] = w->m[q].send;
-    int64_t base = d->count * c->rank, block = BLOCK_BYTES / (int64_t)es;
+    int64_t base, count, block = BLOCK_BYTES / (int64_t)es;
+    comm_scatter_block(d, c->rank, &base, &count);
     char *out = w->m[c->rank].recv;
     _Alignas(64) char tmp[BLOCK_BYTES];
-    for (int64_t off = 0; off < d->count; off += block) {
-        int64_t len = d->count - off < block ? d->count - off : block;
+    for (int64_t off = 0; off < count; off += block) {
+        int64_t len = count - off < block ? count - off : block;
         comm_reduce_block(tmp, h->sends, n, base + off, len, d->dtype, d->op);
         memcpy(out + off * es, tmp, (size_t)len * es);
     }
