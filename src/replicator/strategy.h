@@ -312,16 +312,16 @@ void strategy_bucket_order_flush(strategy_bucket_order *o, strategy_bucket_start
  *    [qS + a, qS + b) of every shard q, packed back to back (zero-padded past P) for one
  *    reduce-scatter into this member's shard of the mean (sgrad). finish puts the reduced shard
  *    in place in the gradient block; the rest of the block keeps the local gradients.
- *  - RP_GRAD_ALL_REDUCE_SHARD (ZeRO-2): the all-reduce's buckets, in backward's order, and
- *    ZeRO's shards: as soon as a bucket is all-reduced, the member keeps the part of it inside its
- *    shard in its place in the gradient block (added to it after a second backward) and
- *    releases the rest of the bucket's gradients (mem_discard: zeros, pages given back). So no
- *    whole gradient outlives its bucket: a member holds its shard plus the buckets backward has
- *    not finished, and at finish the block holds the reduced shard, zeros elsewhere. (Backward
- *    writes a bucket into a gradient buffer, not the block, so the shard's place is free for
- *    what is kept.) (Each bucket moves an all-reduce's bytes,
- *    twice a reduce-scatter's: the owners of a contiguous bucket are one or two members, which
- *    a uniform reduce-scatter cannot serve without padding every member's part.)
+ *  - RP_GRAD_ALL_REDUCE_SHARD (ZeRO-2 and 3): the all-reduce's buckets, in backward's order,
+ *    and ZeRO's shards: each bucket is reduce-scattered in place to the owners of its parts
+ *    (rp_comm_reduce_scatter_v: the shards cut a contiguous bucket into one or two non-empty
+ *    blocks, which a uniform reduce-scatter could serve only by padding every member's part),
+ *    the member keeps its part in its place in the gradient block (added to it after a second
+ *    backward) and releases the rest of the bucket's gradients (mem_discard: zeros, pages given
+ *    back). So no whole gradient outlives its bucket: a member holds its shard plus the buckets
+ *    backward has not finished, and at finish the block holds the reduced shard, zeros
+ *    elsewhere. (Backward writes a bucket into a gradient buffer, not the block, so the shard's
+ *    place is free for what is kept.)
  * The reductions add the members in rank order, and a second backward before the step
  * (gradient accumulation) reduces every bucket once more at the step (by linearity, the mean of
  * the accumulated gradients).
@@ -331,8 +331,9 @@ void strategy_bucket_order_flush(strategy_bucket_order *o, strategy_bucket_start
  * is remembered) and after it (cache-hot). All-reduce: a reduced bucket is non-finite on every
  * member alike, so only then do the members exchange what they saw (housekeeping), and finish
  * fails naming the replica whose own gradient first held it (and sets rep->blame) and the
- * parameter. Reduce-scatter: each member saw only its shard, so the members always exchange
- * what they saw (one all-gather of 3 int64 per step) and agree on the same error.
+ * parameter. Reduce-scatter and all-reduce-shard: each member saw only its shard, so the
+ * members always exchange what they saw (one all-gather of 3 int64 per step) and agree on the
+ * same error.
  */
 typedef enum {
     RP_GRAD_ALL_REDUCE = 0,
