@@ -232,8 +232,9 @@ static void test_slabs_that_do_not_tile_are_refused(void **state)
 
 /* ---- parameter lists: members' slices ---------------------------------------------------- */
 
-#define R 6 /* w [R, C]: split along its columns; b [C], rm [C]: along axis 0; g [R]: replicated   \
-             */
+#define R                                                                                          \
+    6 /* w [R, C]: split along its columns; b [C], rm [C]: along axis 0; g [R]: replicated         \
+       */
 #define C 4
 
 /*

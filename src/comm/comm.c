@@ -314,20 +314,6 @@ static rp_status check_call(const rp_comm *comm, const comm_coll_desc *d, const 
     return RP_OK;
 }
 
-void comm_scatter_block(const comm_coll_desc *d, int r, int64_t *offset, int64_t *count)
-{
-    if (!d->counts) {
-        *offset = (int64_t)r * d->count;
-        *count = d->count;
-        return;
-    }
-    int64_t at = 0;
-    for (int q = 0; q < r; q++)
-        at += d->counts[q];
-    *offset = at;
-    *count = d->counts[r];
-}
-
 static rp_status run_v(rp_comm *comm, int kind, const void *send, void *recv, int64_t count,
                        const int64_t *counts, rp_dtype dtype, rp_reduce_op op, int root)
 {

@@ -54,9 +54,22 @@ typedef struct comm_coll_desc {
 
 /*
  * A reduce-scatter's block of rank r: its offset in the send buffer and its length, in elements
- * (d->count each, or d->counts).
+ * (d->count each, or d->counts). Inline: the backends, comm.c and fault.c all ask.
  */
-void comm_scatter_block(const comm_coll_desc *d, int r, int64_t *offset, int64_t *count);
+static inline void comm_scatter_block(const comm_coll_desc *d, int r, int64_t *offset,
+                                      int64_t *count)
+{
+    if (!d->counts) {
+        *offset = (int64_t)r * d->count;
+        *count = d->count;
+        return;
+    }
+    int64_t at = 0;
+    for (int q = 0; q < r; q++)
+        at += d->counts[q];
+    *offset = at;
+    *count = d->counts[r];
+}
 
 /* Writes e.g. "all_reduce #12 (count 4096, f32, sum)" into buf; returns buf. */
 const char *comm_coll_desc_str(const comm_coll_desc *d, char *buf, size_t size);
