@@ -274,6 +274,12 @@ RP_API const char *rp_checkpoint_meta_key_at(const rp_checkpoint *ck, int i);
  * named prefix + parameter name (e.g. prefix "param/" gives
  * "param/fc1.weight"). `prefix` may be NULL or "" for none.
  *
+ * A tensor-parallel member's slice (rp_params_shard_of) is added as it is
+ * held, with the slice's shape under the dense name: such a file is not the
+ * dense model, and rp_checkpoint_read_params (which wants the dense shape)
+ * does not take it back; gather the members into a dense list first, or
+ * write each member's pieces (rp_checkpoint_add_params_pieces).
+ *
  * Errors: as rp_checkpoint_add(); RP_ERR_INVALID if params is not finalized
  * or a name is taken.
  */
