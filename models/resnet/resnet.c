@@ -540,7 +540,8 @@ static rp_status held_as(const rp_tensor *d, const rp_tensor *s, int T, const ch
  * per slot) between this member's shards (`shard`, laid out as the network's list) and the dense
  * tensors (`dense_host`, laid out as `dense`): gather all-gathers split tensors over tp_comm and
  * places the slices, scatter copies this member's slice. Every tensor is checked before the
- * first collective, so members given the same wrong list fail together.
+ * first collective, so members given the same wrong list fail together (with blocks 0, only the
+ * checks: the buffers may be NULL).
  */
 static rp_status move_dense(const rp_resnet *net, const rp_params *dense, float *shard,
                             float *dense_host, bool state, int blocks, bool gather, const char *who)
@@ -688,25 +689,25 @@ static rp_status move_state(const rp_resnet *net, const rp_optimizer *from, rp_o
                         who, (const void *)net, (const void *)dense, (const void *)from,
                         (const void *)to);
     const rp_params *np = net->params;
-    const rp_params *from_p = gather ? np : dense, *to_p = gather ? dense : np;
-    int slots = rp_optim_slots(rp_optimizer_config(from));
-    int64_t ns = rp_params_trainable_numel(np), nd = rp_params_trainable_numel(dense);
     rp_checkpoint *in = NULL, *out = NULL;
-    float *shard = rp_calloc((size_t)(slots * ns + 1) * sizeof(float));
-    float *dh = rp_calloc((size_t)(slots * nd + 1) * sizeof(float));
+    float *shard = NULL, *dh = NULL;
     rp_status status = RP_OK;
-    if (!shard || !dh) {
-        status = rp_last_status();
+    RP_TRY(rp_checkpoint_create(&in));
+    RP_TRY(rp_checkpoint_add_optimizer(in, from, gather ? np : dense, ""));
+    if (!gather) {
+        /* Every tensor checked against the network first (no block moves), then each member
+           reads its slices of the dense state (rp_checkpoint_read_optimizer takes a split
+           tensor's slab). */
+        RP_TRY(move_dense(net, dense, NULL, NULL, true, 0, false, who));
+        RP_TRY(rp_checkpoint_read_optimizer(in, to, np, ""));
         goto cleanup;
     }
-    RP_TRY(rp_checkpoint_create(&in));
-    RP_TRY(rp_checkpoint_create(&out));
-    RP_TRY(rp_checkpoint_add_optimizer(in, from, from_p, ""));
-    if (!gather) {
-        /* Every tensor checked against the network first, then each member reads its slices of
-           the dense state (rp_checkpoint_read_optimizer takes a split tensor's slab). */
-        RP_TRY(move_dense(net, dense, shard, dh, true, 0, false, who));
-        RP_TRY(rp_checkpoint_read_optimizer(in, to, to_p, ""));
+    int slots = rp_optim_slots(rp_optimizer_config(from));
+    int64_t ns = rp_params_trainable_numel(np), nd = rp_params_trainable_numel(dense);
+    shard = rp_calloc((size_t)(slots * ns + 1) * sizeof(float));
+    dh = rp_calloc((size_t)(slots * nd + 1) * sizeof(float));
+    if (!shard || !dh) {
+        status = rp_last_status();
         goto cleanup;
     }
     int64_t n = 0;
@@ -715,10 +716,11 @@ static rp_status move_state(const rp_resnet *net, const rp_optimizer *from, rp_o
         status = RP_ERROR(RP_ERR_INVALID, "%s: the optimizer's state has no step count", who);
         goto cleanup;
     }
-    RP_TRY(state_to_host(in, from_p, slots, gather ? shard : dh));
-    RP_TRY(move_dense(net, dense, shard, dh, true, slots, gather, who));
-    RP_TRY(host_to_state(out, to_p, slots, gather ? dh : shard, steps[0]));
-    RP_TRY(rp_checkpoint_read_optimizer(out, to, to_p, ""));
+    RP_TRY(state_to_host(in, np, slots, shard));
+    RP_TRY(move_dense(net, dense, shard, dh, true, slots, true, who));
+    RP_TRY(rp_checkpoint_create(&out));
+    RP_TRY(host_to_state(out, dense, slots, dh, steps[0]));
+    RP_TRY(rp_checkpoint_read_optimizer(out, to, dense, ""));
 cleanup:
     rp_checkpoint_destroy(out);
     rp_checkpoint_destroy(in);

@@ -335,6 +335,20 @@ const char *io_ckpt_json_str(const cJSON *obj, const char *key)
     return cJSON_IsString(it) ? it->valuestring : NULL;
 }
 
+bool io_ckpt_parse_crc(const char *s, uint32_t *crc)
+{
+    if (!s || strlen(s) != 8) return false;
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        if (!isxdigit((unsigned char)s[i])) return false;
+        v = v << 4 |
+            (uint32_t)(isdigit((unsigned char)s[i]) ? s[i] - '0'
+                                                    : tolower((unsigned char)s[i]) - 'a' + 10);
+    }
+    *crc = v;
+    return true;
+}
+
 int64_t io_ckpt_json_count(const cJSON *it)
 {
     if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 9007199254740992.0 ||
@@ -466,7 +480,7 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
     const cJSON *pe;
     cJSON_ArrayForEach(pe, list)
     {
-        const char *name = io_ckpt_json_str(pe, "name"), *pcrc = io_ckpt_json_str(pe, "crc32");
+        const char *name = io_ckpt_json_str(pe, "name");
         const cJSON *entry = name ? cJSON_GetObjectItemCaseSensitive(root, name) : NULL;
         const char *dname = entry ? io_ckpt_json_str(entry, "dtype") : NULL;
         const cJSON *offs = entry ? cJSON_GetObjectItemCaseSensitive(entry, "data_offsets") : NULL;
@@ -474,7 +488,8 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
         int64_t shape[RP_MAX_DIMS], pshape[RP_MAX_DIMS], numel = 0;
         int64_t offset = io_ckpt_json_count(cJSON_GetObjectItemCaseSensitive(pe, "offset"));
         rp_checkpoint_dtype dtype;
-        bool ok = name && pcrc && strlen(pcrc) == 8 && dname &&
+        uint32_t crc = 0;
+        bool ok = name && io_ckpt_parse_crc(io_ckpt_json_str(pe, "crc32"), &crc) && dname &&
                   io_ckpt_dtype_parse(dname, &dtype) &&
                   json_shape(cJSON_GetObjectItemCaseSensitive(pe, "shape"), &ndim, shape) &&
                   json_shape(cJSON_GetObjectItemCaseSensitive(entry, "shape"), &pn, pshape) &&
@@ -532,13 +547,7 @@ static rp_status read_shard(pub_state *p, const char *base, int64_t generation, 
         q->offset = offset;
         q->count = count;
         q->begin = data_start + b;
-        char *end;
-        q->crc = (uint32_t)strtoul(pcrc, &end, 16);
-        if (*end || !isxdigit((unsigned char)pcrc[0])) {
-            status = RP_ERROR(RP_ERR_FORMAT, "checkpoint shard %s: piece \"%.64s\" is damaged",
-                              path, name);
-            goto cleanup;
-        }
+        q->crc = crc;
         bool integer = dtype == RP_CHECKPOINT_I64 || dtype == RP_CHECKPOINT_U64;
         if (integer && slab.axis < 0 && offset == 0 && count == numel && numel <= 64 && !t->values)
             t->values = read_values(fd, path, dtype, q->begin, count);

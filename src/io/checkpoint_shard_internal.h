@@ -39,6 +39,9 @@ struct cJSON;
 const char *io_ckpt_json_str(const struct cJSON *obj, const char *key);
 int64_t io_ckpt_json_count(const struct cJSON *it);
 
+/* A CRC-32 written as 8 hex digits (the shards' and the index's); false for anything else. */
+bool io_ckpt_parse_crc(const char *s, uint32_t *crc);
+
 /*
  * A piece entry's slab ("axis", "start", "size"; none: the whole tensor), checked against the
  * tensor's shape[ndim] and normalized (io_ckpt_slab_norm), and its element count. False when

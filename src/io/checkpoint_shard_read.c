@@ -69,16 +69,6 @@ void rp_checkpoint_index_close(rp_checkpoint_index *ix)
     free(ix);
 }
 
-static bool parse_crc(const char *s, uint32_t *crc)
-{
-    if (!s || strlen(s) != 8) return false;
-    char *end;
-    unsigned long v = strtoul(s, &end, 16);
-    if (*end) return false;
-    *crc = (uint32_t)v;
-    return true;
-}
-
 /* Reads the whole index file (at most 1 GiB), NUL-terminated, into *text. */
 static rp_status read_text(const char *path, char **text, size_t *len)
 {
@@ -206,7 +196,7 @@ static rp_status parse_tensors(rp_checkpoint_index *ix, const cJSON *arr, const 
                  q->offset >= 0 && q->count >= 0 && q->offset <= slab_numel &&
                  q->count <= slab_numel - q->offset && q->begin >= 0 && q->begin <= bytes[shard] &&
                  q->count <= (bytes[shard] - q->begin) / (int64_t)esize &&
-                 parse_crc(io_ckpt_json_str(pe, "crc32"), &q->crc);
+                 io_ckpt_parse_crc(io_ckpt_json_str(pe, "crc32"), &q->crc);
             if (!ok)
                 return RP_ERROR(RP_ERR_FORMAT,
                                 "checkpoint index %s: tensor \"%.64s\": piece %d is damaged or "
@@ -246,7 +236,7 @@ rp_status rp_checkpoint_index_open(rp_checkpoint_index **out, const char *base)
     char digits[9] = {0};
     if (len < RP_CKPT_INDEX_CRC_AT + 8 ||
         memcmp(text, RP_CKPT_INDEX_CRC_PREFIX, RP_CKPT_INDEX_CRC_AT) != 0 ||
-        (memcpy(digits, text + RP_CKPT_INDEX_CRC_AT, 8), !parse_crc(digits, &want))) {
+        (memcpy(digits, text + RP_CKPT_INDEX_CRC_AT, 8), !io_ckpt_parse_crc(digits, &want))) {
         status = RP_ERROR(RP_ERR_FORMAT,
                           "checkpoint index %s is damaged: it does not start with "
                           "{\"crc32\":\"<8 hex digits>\"",

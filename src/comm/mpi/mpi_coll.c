@@ -393,12 +393,13 @@ static rp_status mpi_reduce_scatter(rp_comm *c, const comm_coll_desc *d, const v
     size_t bytes = (size_t)mine * es;
     RP_CHECK(ensure_buffers(m, n, bytes * (size_t)n + 1));
     XFER(m, n);
-    /* Block q of my input to rank q; my block of every rank's input from it. */
+    /* Block q of my input to rank q (the blocks back to back); mine of every rank's from it. */
+    size_t at = 0;
     for (int q = 0; q < n; q++) {
-        int64_t lo, count;
-        comm_scatter_block(d, q, &lo, &count);
-        sbuf[q] = (const char *)send + (size_t)lo * es;
-        sbytes[q] = (int)((size_t)count * es);
+        size_t block = (size_t)(d->counts ? d->counts[q] : d->count) * es;
+        sbuf[q] = (const char *)send + at;
+        sbytes[q] = (int)block;
+        at += block;
         rbuf[q] = m->scratch + bytes * (size_t)q;
         rbytes[q] = (int)bytes;
     }
