@@ -6,7 +6,7 @@
  * owners of its parts, keeping this member's shard part and releasing the rest
  * (ZeRO-2 and 3), with one non-finite check for all (strategy.h: reducer).
  *
- * The two collectives differ in their buckets, their packing and what a
+ * The collectives differ in their buckets, their packing and what a
  * member sees after the reduction; the bucket order, the scans before and
  * after, the bf16 wire, the error of a callback and the blame of a
  * non-finite gradient are one code path.
