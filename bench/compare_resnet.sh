@@ -10,7 +10,9 @@
 #
 # Usage: bench/compare_resnet.sh [resnet20|resnet50] [threads] [rounds] [replicas]
 #        (replicas: ours as that many data-parallel replicas sharing the threads, default 1;
-#        PyTorch always runs one process on all the threads)
+#        PyTorch runs one process on all the threads, and for ResNet-20 with replicas > 1
+#        also as DistributedDataParallel - that many processes sharing the threads, gloo,
+#        bench/resnet_torch_ddp.py - in both formats and precisions, four more arms)
 #        (build first: scripts/setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,12 +23,16 @@ replicas=${4:-1}
 if [ "$model" = resnet20 ]; then
     ours=(build/replicator bench resnet --model resnet20 --batch 128 --size 28 --channels 1 --iters 20 --threads "$threads" --replicas "$replicas" --json)
     theirs=(bench/torch_env.sh --model resnet20 --batch 128 --iters 20 --threads "$threads" --format both --precision both --json)
+    if [ "$replicas" -gt 1 ]; then
+        ddp=(bench/torch_env.sh --procs "$replicas" --threads $((threads / replicas > 0 ? threads / replicas : 1)) --batch 128 --iters 20 --json)
+    fi
 else
     ours=(build/replicator bench resnet --model resnet50 --batch 32 --iters 3 --warmup 1 --threads "$threads" --replicas "$replicas" --json)
     theirs=(bench/torch_env.sh --model resnet50 --batch 32 --iters 3 --warmup 1 --threads "$threads" --format both --precision both --json)
 fi
 echo "ours:   ${ours[*]} --precision f32|bf16"
 echo "theirs: ${theirs[*]}"
+if [ -n "${ddp+x}" ]; then echo "theirs: SCRIPT=bench/resnet_torch_ddp.py ${ddp[*]} --format nchw|channels_last --precision f32|bf16"; fi
 
 ips() { /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["images_per_s"])'; }
 run_ours() {
@@ -34,16 +40,23 @@ run_ours() {
     bf16=$("${ours[@]}" --precision bf16 | ips)
 }
 # Sets arms ("f32/channels_last 4.65 ...") and best ("13.39 bf16/channels_last").
+# DDP's arms (one format and precision per run) are named ddp-f32/nchw and so on.
 run_theirs() {
     local out
-    out=$("${theirs[@]}" 2>/dev/null | /usr/bin/python3 -c '
+    out=$( { "${theirs[@]}" 2>/dev/null
+             if [ -n "${ddp+x}" ]; then for f in nchw channels_last; do for p in f32 bf16; do
+                 SCRIPT=bench/resnet_torch_ddp.py timeout 600 "${ddp[@]}" --format $f --precision $p 2>/dev/null
+             done; done; fi; } | /usr/bin/python3 -c '
 import json, sys
 rs = [json.loads(l) for l in sys.stdin if l.startswith("{")]
-if len(rs) != 4:
+for r in rs:
+    if r.get("framework") == "pytorch-ddp":
+        r["precision"] = "ddp-" + r["precision"]
+if len(rs) != int(sys.argv[1]):
     sys.exit(1)
 best = max(rs, key=lambda r: r["images_per_s"])
 print(", ".join("%s/%s %s" % (r["precision"], r["format"], r["images_per_s"]) for r in rs))
-print(best["images_per_s"], best["precision"] + "/" + best["format"])') || {
+print(best["images_per_s"], best["precision"] + "/" + best["format"])' "$narms") || {
         echo "PyTorch run failed: ${theirs[*]}" >&2
         exit 1
     }
@@ -51,6 +64,8 @@ print(best["images_per_s"], best["precision"] + "/" + best["format"])') || {
     best=$(tail -n 1 <<< "$out")
 }
 
+narms=4
+if [ -n "${ddp+x}" ]; then narms=8; fi
 ratios_f32=()
 ratios_bf16=()
 for r in $(seq "$rounds"); do
