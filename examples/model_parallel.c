@@ -141,8 +141,9 @@ static rp_status teardown(rp_replica *rep, void *arg)
     return RP_OK;
 }
 
-/* The same network on one device: both layers in one parameter list, the same updates. */
-static rp_status one_device(rp_params **out)
+/* The same network on one device: both layers in one parameter list, the same updates, in the run's
+ * precision. */
+static rp_status one_device(rp_dtype precision, rp_params **out)
 {
     rp_status status = RP_OK;
     rp_params *p = NULL;
@@ -153,6 +154,7 @@ static rp_status one_device(rp_params **out)
     RP_TRY(rp_linear_layer_init(&fc2, p, "fc2", HIDDEN, 1, true, false));
     RP_TRY(rp_params_finalize(p, 7));
     RP_TRY(rp_tape_create(&t, 0));
+    RP_TRY(rp_tape_set_precision(t, rp_precision_policy_make(precision))); /* as the replicas */
     for (int64_t k = 0; k < STEPS; k++) {
         float x[BATCH * IN], y[BATCH];
         make_batch(k, x, y);
@@ -198,7 +200,7 @@ int main(int argc, char **argv)
     cfg.backend = RP_BACKEND_THREADS;
     cfg.replicas = 2;
     RP_TRY(rp_config_from_args(&cfg, &argc, argv));
-    RP_TRY(one_device(&ref));
+    RP_TRY(one_device(cfg.precision, &ref));
     RP_TRY(rp_replicator_create(&r, &cfg));
     RP_TRY(rp_replicator_run(r, build, NULL));
     for (int64_t k = 0; k < STEPS; k++) {
