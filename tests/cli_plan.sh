@@ -179,12 +179,14 @@ for what, pred, meas, diff in rows:
     if what == "gradients":
         assert pred < 272186 * 4 * 0.6, pred      # a shard: the split blocks halved
 # The model axis: each of the 9 blocks all-reduces its output in the forward and its input's
-# gradient in the backward (floats per sample; 28x28 images, widths 16, 32, 64).
+# gradient in the backward (floats per sample; 28x28 images, widths 16, 32, 64); with
+# --grad-dtype bf16 the backward's in bf16 (2 bytes), the forward's in f32.
 fwd = 3 * 28 * 28 * 16 + 3 * 14 * 14 * 32 + 3 * 7 * 7 * 64
 bwd = 3 * 28 * 28 * 16 + (28 * 28 * 16 + 2 * 14 * 14 * 32) + (14 * 14 * 32 + 2 * 7 * 7 * 64)
 model = re.findall(r"^    model all_reduce +user +(\d+) calls +(\d+) B per step: exact in 3 steps",
                    out, re.M)
-assert model == [("18", str(4 * B * (fwd + bwd)))] * (R * T), model
+grad_bytes = 2 if "bf16" in args else 4
+assert model == [("18", str(B * (4 * fwd + grad_bytes * bwd)))] * (R * T), model
 data = re.findall(r"^    data (\S+) +(\S+) +(\d+) calls +(\d+) B per step: exact in 3 steps",
                   out, re.M)
 if R == 1:
@@ -205,6 +207,7 @@ PY
 tp_check tp1x2 --replicas 1 --tensor-parallel 2
 tp_check tp2x2 --replicas 2 --tensor-parallel 2
 tp_check tp2x2-bf16 --replicas 2 --tensor-parallel 2 --grad-dtype bf16
+tp_check tp1x2-bf16 --replicas 1 --tensor-parallel 2 --grad-dtype bf16
 
 # The JSON plan of 2 x 2: the shards, in the runtime's order, and the model axis's fit.
 out=$("$bin" plan "${common[@]}" --replicas 2 --tensor-parallel 2 --json) || fail "tp --json: $out"

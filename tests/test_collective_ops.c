@@ -19,6 +19,11 @@
  * member computing the same one. The tolerance is test_gradcheck.c's
  * (|a - n| <= rtol * max(|n|, 0.1 G, floor), rtol 5e-3).
  *
+ * With the gradient wire in bf16 (rp_tape_set_grad_wire), the reducing adjoints (copy_to_group,
+ * all-reduce SUM and MEAN, all-gather, broadcast) give exactly the bf16 reduction of the
+ * members' gradients (each rounded, summed in f32 in rank order, rounded once), which differs
+ * from the f32 sum; the type is the one recorded at the forward.
+ *
  * Batch norm with a communicator must give bitwise the outputs, gradients
  * and running statistics of batch norm with the runtime's old reduce hook
  * (written here as rp_cross_replica_bn wrote it: the sums and the count in
@@ -649,6 +654,151 @@ static void test_batch_norm_comm_and_hook(void **state)
     rp_comm_destroy(comms[0]);
 }
 
+/* ---- gradients in bf16 on the wire (rp_tape_set_grad_wire) ------------------------------- */
+
+/*
+ * Each member's y is the collective of its x alone, and L_r = sum(y_r * R_r), so dy_r = R_r
+ * exactly. With the wire in bf16 the reducing adjoints must give exactly the comm's bf16
+ * reduction of the R_r: each rounded to bf16, added in f32 in rank order, (divided by n for
+ * MEAN,) rounded once, widened; and that must differ from the f32 sum (the rounding happened).
+ * The wire recorded at the forward rules, whatever the tape says at the backward.
+ */
+enum { W_COPY, W_SUM, W_MEAN, W_GATHER, W_BCAST, W_KINDS };
+#define W_N 3
+#define W_K 40
+
+typedef struct wire_case {
+    int kind;
+    rp_comm *comms[W_N];
+    float grad[W_N][W_K];
+    rp_status status[W_N];
+    char error[W_N][256];
+} wire_case;
+
+typedef struct wire_arg {
+    wire_case *c;
+    int rank;
+} wire_arg;
+
+/* Member r's projection: values whose bf16 roundings and sums are all inexact. */
+static void wire_projection(int rank, float *r, int64_t n)
+{
+    tu_fill(r, n, 4000 + (uint64_t)rank, -3.0f, 3.0f);
+    for (int64_t i = 0; i < n; i++)
+        r[i] += 1e-3f * (float)(i + 1);
+}
+
+static void *wire_member(void *p)
+{
+    wire_arg *a = p;
+    wire_case *c = a->c;
+    int r = a->rank;
+    rp_tape *t = NULL;
+    rp_comm *cm = c->comms[r];
+    c->status[r] = rp_tape_create(&t, 0);
+    if (c->status[r] != RP_OK) goto fail;
+    if ((c->status[r] = rp_tape_set_grad_wire(t, RP_BF16)) != RP_OK) goto fail;
+    float xv[W_K];
+    tu_fill(xv, W_K, 60 + (uint64_t)r, -1, 1);
+    rp_tensor *x = rp_tensor_from(t, 1, (int[]){W_K}, xv), *y = NULL;
+    rp_tensor_set_requires_grad(x, true);
+    switch (c->kind) {
+    case W_COPY:
+        y = rp_copy_to_group(t, cm, x);
+        break;
+    case W_SUM:
+        y = rp_tensor_all_reduce(t, cm, x, RP_SUM);
+        break;
+    case W_MEAN:
+        y = rp_tensor_all_reduce(t, cm, x, RP_MEAN);
+        break;
+    case W_GATHER:
+        y = rp_tensor_all_gather(t, cm, x);
+        break;
+    default:
+        y = rp_tensor_broadcast(t, cm, x, 1);
+        break;
+    }
+    if (!y) goto fail;
+    /* The backward follows the wire each op recorded, not the tape's setting now. */
+    if ((c->status[r] = rp_tape_set_grad_wire(t, RP_F32)) != RP_OK) goto fail;
+    float proj[W_N * W_K];
+    wire_projection(r, proj, y->numel);
+    rp_tensor *R = rp_tensor_from(t, y->ndim, y->shape, proj);
+    if ((c->status[r] = rp_backward(t, rp_sum(t, rp_mul(t, y, R)))) != RP_OK) goto fail;
+    if (!x->grad)
+        memset(c->grad[r], 0, sizeof c->grad[r]);
+    else if ((c->status[r] = rp_tensor_read_grad(x, c->grad[r], W_K)) != RP_OK)
+        goto fail;
+    rp_tape_destroy(t);
+    return NULL;
+fail:
+    if (c->status[r] == RP_OK) c->status[r] = rp_last_status() ? rp_last_status() : RP_ERR_INVALID;
+    snprintf(c->error[r], sizeof c->error[r], "%s", rp_last_error());
+    rp_tape_destroy(t);
+    return NULL;
+}
+
+static void test_grad_wire_bf16(void **state)
+{
+    (void)state;
+    static const char *names[W_KINDS] = {"copy_to_group", "all_reduce sum", "all_reduce mean",
+                                         "all_gather", "broadcast"};
+    for (int kind = 0; kind < W_KINDS; kind++) {
+        wire_case c = {.kind = kind};
+        assert_int_equal(rp_comm_threads_create(c.comms, W_N, NULL, 30.0), RP_OK);
+        pthread_t th[W_N];
+        wire_arg args[W_N];
+        for (int r = 0; r < W_N; r++) {
+            args[r] = (wire_arg){&c, r};
+            assert_int_equal(pthread_create(&th[r], NULL, wire_member, &args[r]), 0);
+        }
+        for (int r = 0; r < W_N; r++)
+            pthread_join(th[r], NULL);
+        for (int r = 0; r < W_N; r++) {
+            rp_comm_destroy(c.comms[r]);
+            if (c.status[r] != RP_OK) fail_msg("%s: member %d: %s", names[kind], r, c.error[r]);
+        }
+        /* The expected gradients: member r's block (all_gather: block r of every R_s; else the
+           whole R_s), summed over s in rank order in f32, in bf16 on the way in and out. */
+        int ny = kind == W_GATHER ? W_N * W_K : W_K;
+        float proj[W_N][W_N * W_K];
+        for (int s = 0; s < W_N; s++)
+            wire_projection(s, proj[s], ny);
+        int differs = 0;
+        for (int r = 0; r < W_N; r++)
+            for (int i = 0; i < W_K; i++) {
+                int at = kind == W_GATHER ? r * W_K + i : i;
+                float bsum = 0, fsum = 0;
+                for (int s = 0; s < W_N; s++) {
+                    bsum += rp_bf16_to_f32(rp_bf16_from_f32(proj[s][at]));
+                    fsum += proj[s][at];
+                }
+                if (kind == W_MEAN) {
+                    bsum /= (float)W_N;
+                    fsum /= (float)W_N;
+                }
+                float want = rp_bf16_to_f32(rp_bf16_from_f32(bsum));
+                if (kind == W_BCAST && r != 1) want = fsum = 0; /* only the root's input */
+                if (memcmp(&c.grad[r][i], &want, sizeof want) != 0)
+                    fail_msg("%s: member %d dx[%d] = %.9g, want %.9g (bf16 sum of bf16 values)",
+                             names[kind], r, i, c.grad[r][i], want);
+                differs += c.grad[r][i] != fsum;
+            }
+        if (differs == 0) fail_msg("%s: the bf16 wire gave the f32 sums exactly", names[kind]);
+    }
+    /* The setter's checks. */
+    rp_tape *t = NULL;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    assert_int_equal(rp_tape_grad_wire(t), RP_F32);
+    assert_int_equal(rp_tape_set_grad_wire(t, RP_F64), RP_ERR_INVALID);
+    tu_assert_error_contains("f32 or bf16, not f64");
+    assert_int_equal(rp_tape_grad_wire(t), RP_F32);
+    assert_int_equal(rp_tape_set_grad_wire(NULL, RP_BF16), RP_ERR_INVALID);
+    assert_int_equal(rp_tape_grad_wire(NULL), RP_F32);
+    rp_tape_destroy(t);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -658,6 +808,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reduce_scatter),
         cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_copy_to_group),
+        cmocka_unit_test(test_grad_wire_bf16),
         cmocka_unit_test(test_reduce_from_group),
         cmocka_unit_test(test_reduce_from_group_inplace),
         cmocka_unit_test(test_megatron_pair),

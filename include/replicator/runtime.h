@@ -189,12 +189,15 @@ typedef struct rp_config {
                         0 or 1 (default): off */
     /*
      * sync only: the type of the gradients on the wire (their mean across replicas, in the sync
-     * strategy's buckets, ZeRO-1's reduce-scatter and a sync group's all-reduce). RP_F32
+     * strategy's buckets, ZeRO's reductions and a sync group's all-reduce). RP_F32
      * (default) or RP_BF16: each bucket is rounded to bf16 (nearest even), reduced with f32
      * accumulation and rounded once more (comm.h: "bf16 payloads"), and the optimizer sees
      * the widened result: half the gradient bytes, the replicas still bitwise identical, each
      * gradient off by at most about 2^-8 of its size (two bf16 roundings). Buckets keep their
-     * size in f32 bytes (bucket_bytes). Other types are RP_ERR_INVALID.
+     * size in f32 bytes (bucket_bytes). It is also every replica tape's gradient wire
+     * (rp_tape_set_grad_wire, tensor.h): the differentiable collectives' backward reductions -
+     * tensor parallelism's all-reduce of its input's gradient - go in bf16 too. Other types
+     * are RP_ERR_INVALID.
      */
     rp_dtype grad_dtype;
     /*

@@ -304,6 +304,25 @@ RP_API rp_status rp_tape_set_precision(rp_tape *tape, rp_precision_policy p);
 /* The tape's policy (f32 for a NULL tape). */
 RP_API rp_precision_policy rp_tape_precision(const rp_tape *tape);
 
+/*
+ * The type in which rp_backward reduces gradients across a differentiable
+ * collective's members (ops below): RP_F32 (the default) or RP_BF16. It
+ * applies to the adjoints that add the members' gradients - rp_copy_to_group's
+ * all-reduce (tensor parallelism's backward), rp_tensor_all_reduce's (every
+ * reduction), rp_tensor_broadcast's and rp_tensor_all_gather's reduce-scatter. In
+ * bf16 each member's gradient is rounded to bf16 (nearest even), the members'
+ * are added in f32 in rank order and the sum rounded to bf16 once, then
+ * widened into the f32 gradient (comm.h, RP_BF16 reductions): half the bytes on
+ * the wire. Each op records the type when it runs, as it records its compute
+ * type; forward collectives (activations, partial sums) stay f32. The runtime
+ * sets every replica's tape from rp_config.grad_dtype (--grad-dtype), which
+ * also puts the data axis's gradient buckets in bf16. Errors: RP_ERR_INVALID
+ * for a NULL tape or a type other than f32 and bf16.
+ */
+RP_API rp_status rp_tape_set_grad_wire(rp_tape *tape, rp_dtype dtype);
+/* The tape's gradient wire type (f32 for a NULL tape). */
+RP_API rp_dtype rp_tape_grad_wire(const rp_tape *tape);
+
 /* ---- custom ops ------------------------------------------------------------ */
 
 /*

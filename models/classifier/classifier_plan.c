@@ -29,10 +29,11 @@ rp_optim_config rp_classifier_optim_config(const rp_classifier_config *cfg)
  * (NULL: none) and through place->tp_comm (NULL: none) in it. The last stage's loss is
  * back-propagated as in training; another stage's output from a gradient, as the pipeline's
  * receive gives it, and back to the input it received. With a tp_comm every member of it must call
- * this at once.
+ * this at once. wire: the run's gradient wire type (the tensor-parallel backward's all-reduces).
  */
 static rp_status probe(const rp_classifier *clf, const rp_classifier_place *place, const int *in,
-                       int batch, int64_t *peak, rp_comm_stats *sent, rp_comm_stats *model)
+                       int batch, rp_dtype wire, int64_t *peak, rp_comm_stats *sent,
+                       rp_comm_stats *model)
 {
     const rp_dataset *ds = clf->train;
     rp_classifier_net net = {0};
@@ -56,6 +57,7 @@ static rp_status probe(const rp_classifier *clf, const rp_classifier_place *plac
     RP_TRY(rp_classifier_net_create_part(&net, &clf->cfg, ds->h, ds->w, ds->c, ds->num_classes,
                                          place));
     RP_TRY(rp_tape_create(&t, 0));
+    RP_TRY(rp_tape_set_grad_wire(t, wire));
     if (place->bn_comm) RP_TRY(rp_comm_stats_get(place->bn_comm, &before));
     if (place->tp_comm) RP_TRY(rp_comm_stats_get(place->tp_comm, &tp_before));
     rp_tensor *xt = rp_tensor_from(t, 4, (int[]){batch, in[0], in[1], in[2]}, x);
@@ -103,8 +105,9 @@ typedef struct member_job {
     rp_classifier_place place; /* the stage; tp_comm: this member's handle (NULL: not split) */
     const int *in;
     const int *batches; /* the two recorded batches */
-    bool bn;     /* cross-replica batch norm: its sums recorded over a one-member communicator */
-    int threads; /* kernel threads of the member's thread */
+    bool bn;       /* cross-replica batch norm: its sums recorded over a one-member communicator */
+    rp_dtype wire; /* the gradient wire type */
+    int threads;   /* kernel threads of the member's thread */
     int64_t peak[2];
     rp_comm_stats bn_sent[2], model_sent[2];
     int64_t caches; /* rp_kernels_cache_bytes() of its thread after the steps */
@@ -119,7 +122,7 @@ static void member_run(member_job *j)
     if (j->bn) RP_TRY(rp_comm_threads_create(&bn, 1, NULL, 60.0));
     j->place.bn_comm = bn;
     for (int k = 0; k < 2; k++)
-        RP_TRY(probe(j->clf, &j->place, j->in, j->batches[k], &j->peak[k], &j->bn_sent[k],
+        RP_TRY(probe(j->clf, &j->place, j->in, j->batches[k], j->wire, &j->peak[k], &j->bn_sent[k],
                      &j->model_sent[k]));
     j->caches = (int64_t)rp_kernels_cache_bytes();
 cleanup:
@@ -153,8 +156,8 @@ static bool same_calls(const rp_comm_stats *a, const rp_comm_stats *b)
  * threads communicator, as the trainer's model axis; the calling thread waits for them.
  */
 static rp_status record_stage(const rp_classifier *clf, const int *in, int s, int stages, int tp,
-                              bool bn, rp_classifier_plan_stage *st, rp_comm_stats *bn_sent,
-                              int64_t *caches)
+                              bool bn, rp_dtype wire, rp_classifier_plan_stage *st,
+                              rp_comm_stats *bn_sent, int64_t *caches)
 {
     rp_status status = RP_OK;
     member_job *jobs = calloc((size_t)tp, sizeof *jobs);
@@ -173,6 +176,7 @@ static rp_status record_stage(const rp_classifier *clf, const int *in, int s, in
                                .in = in,
                                .batches = st->probe_batch,
                                .bn = bn,
+                               .wire = wire,
                                .threads = threads > 0 ? threads : 1};
     if (tp == 1) {
         member_run(&jobs[0]);
@@ -467,7 +471,8 @@ rp_status rp_classifier_plan_create(rp_classifier_plan **out, const rp_classifie
         st->probe_batch[1] = 2 * k;
         /* Batch norm is cross-replica when the replicas in sync are several (classifier_trainer.c).
          */
-        RP_TRY(record_stage(clf, in[s], s, stages, tp, in_sync > 1, st, &bn[s], &p->kernel_caches));
+        RP_TRY(record_stage(clf, in[s], s, stages, tp, in_sync > 1, rcfg->grad_dtype, st, &bn[s],
+                            &p->kernel_caches));
         st->act_b = (double)(st->probe_peak[1] - st->probe_peak[0]) / k;
         st->act_a = (double)st->probe_peak[0] - st->act_b * k;
         int w1f1b = stages - s - 1 < M ? stages - s - 1 : M;

@@ -83,7 +83,9 @@ static void print_text(FILE *f, const rp_classifier_plan *p, const train_opts *o
         : o->zero == 2 && p->replicas > 1 ? ", ZeRO-2"
         : o->zero == 1 && p->replicas > 1 ? ", ZeRO-1"
                                           : "",
-        o->grad_dtype == RP_BF16 && p->in_sync > 1 ? ", gradients in bf16 on the wire" : "");
+        o->grad_dtype == RP_BF16 && (p->in_sync > 1 || p->tp > 1)
+            ? ", gradients in bf16 on the wire"
+            : "");
     /* One column per group of workers that hold and send the same. */
     enum { MAX_GROUPS = 8 };
     int first[MAX_GROUPS], last[MAX_GROUPS], count[MAX_GROUPS], ng = 0;

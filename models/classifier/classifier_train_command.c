@@ -207,10 +207,13 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                  o->ps, strcmp(backend, "threads") != 0 ? "rank" : "shard", o->ps > 1 ? "s" : "",
                  bound, o->grad_dtype == RP_BF16 ? "; grad all-reduce in bf16" : "");
     } else {
-        /* The gradients' type on the wire, where there is a wire (sync with replicas). */
-        const char *wire = o->grad_dtype != RP_BF16 || o->replicas < 2 ? ""
-                           : o->zero == 1 ? ", grad reduce-scatter in bf16"
-                                          : ", grad all-reduce in bf16";
+        /* The gradients' type on the wire, where there is a wire (sync with replicas, or the
+           tensor-parallel backward's all-reduces). */
+        bool tp = o->tensor_parallel > 1, wired = o->grad_dtype == RP_BF16;
+        const char *wire = !wired || (o->replicas < 2 && !tp) ? ""
+                           : o->replicas < 2 ? ", tensor-parallel grad all-reduce in bf16"
+                           : o->zero         ? ", grad reduce-scatter in bf16"
+                                             : ", grad all-reduce in bf16";
         snprintf(regime, sizeof regime, "%s%s%s",
                  o->replicas > 1 ? "cross-replica batch norm" : "one replica",
                  o->zero == 3   ? ", ZeRO-3"

@@ -980,6 +980,7 @@ rp_status rp_replicator_create(rp_replicator **out, const rp_config *cfg)
         }
         RP_TRY(rp_tape_create(&rep->tape, cfg->arena_bytes));
         RP_TRY(rp_tape_set_precision(rep->tape, rp_precision_policy_make(cfg->precision)));
+        RP_TRY(rp_tape_set_grad_wire(rep->tape, cfg->grad_dtype));
         if (r->strategy->replica_init) RP_TRY(r->strategy->replica_init(rep));
     }
     for (int i = 1; i < n; i++) {

@@ -534,11 +534,78 @@ static const float *out_grad(rp_tape *t, rp_tensor *y)
     return zeros;
 }
 
+/* Whether a collective's adjoint adds the members' gradients (and so goes in the recorded wire
+   type): all-reduce's (any reduction), broadcast's and copy_to_group's all-reduce, all-gather's
+   reduce-scatter. */
+static bool adjoint_reduces(const tape_node *nd)
+{
+    switch (nd->op) {
+    case RP_OP_ALL_REDUCE:
+    case RP_OP_BROADCAST:
+    case RP_OP_COPY_TO_GROUP:
+    case RP_OP_ALL_GATHER:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/*
+ * The reducing adjoint with bf16 on the wire (rp_tape_set_grad_wire): dy (ny values) rounded to
+ * bf16 in the storage, reduced on host views in bf16 with f32 sums and one rounding, and the
+ * result (nx values for all-gather's reduce-scatter, else ny) widened into g.
+ */
+static rp_status reduce_bf16(rp_tape *t, const tape_node *nd, const float *dy, int64_t ny, float *g,
+                             int64_t nx)
+{
+    rp_comm *c = nd->a.coll.comm;
+    int64_t nr = nd->op == RP_OP_ALL_GATHER ? nx : ny;
+    size_t in_bytes = (size_t)ny * sizeof(rp_bf16), out_bytes = (size_t)nr * sizeof(rp_bf16);
+    rp_bf16 *wire = tape_scratch(t, in_bytes), *sum = tape_scratch(t, out_bytes);
+    if (!wire || !sum) return tape_oom();
+    t->k->cast_f32_bf16(wire, dy, ny);
+    const rp_bf16 *hw = tape_host_in(t, wire, in_bytes);
+    rp_bf16 *hs = tape_host_out(t, sum, out_bytes);
+    if (!hw || !hs) return tape_oom();
+    if (nd->op == RP_OP_ALL_GATHER)
+        RP_CHECK(rp_comm_reduce_scatter(c, hw, hs, nr, RP_BF16, RP_SUM));
+    else
+        RP_CHECK(rp_comm_all_reduce(
+            c, hw, hs, nr, RP_BF16,
+            nd->op == RP_OP_ALL_REDUCE && nd->a.coll.op == RP_MEAN ? RP_MEAN : RP_SUM));
+    tape_host_commit(t, sum, hs, out_bytes);
+    t->k->cast_bf16_f32(g, sum, nr);
+    return RP_OK;
+}
+
+/* Adds a collective's adjoint g (the reduced or gathered gradient, in the storage) into dx. */
+static rp_status collective_acc(rp_tape *t, tape_node *nd, float *g)
+{
+    rp_tensor *x = nd->in[0], *y = nd->out;
+    int n = rp_comm_size(nd->a.coll.comm), rank = rp_comm_rank(nd->a.coll.comm);
+    bool fail = false;
+    if (nd->op == RP_OP_REDUCE_SCATTER && nd->a.coll.op == RP_MEAN)
+        t->k->scale_inplace(g, 1.0f / (float)n, x->numel);
+
+    float *dx = tape_grad_acc(t, x, &fail);
+    if (fail) return tape_oom();
+    if (!dx) return RP_OK;
+    if (nd->op == RP_OP_ALL_REDUCE && (nd->a.coll.op == RP_MAX || nd->a.coll.op == RP_MIN)) {
+        t->k->select_eq_acc(dx, g, x->data, y->data, x->numel);
+    } else if ((nd->op == RP_OP_ALL_REDUCE && nd->a.coll.op == RP_FIRST) ||
+               nd->op == RP_OP_BROADCAST) {
+        int root = nd->op == RP_OP_BROADCAST ? nd->a.coll.root : 0;
+        if (rank == root) t->k->add_inplace(dx, g, x->numel);
+    } else {
+        t->k->add_inplace(dx, g, x->numel);
+    }
+    return RP_OK;
+}
+
 static rp_status collective_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->n_in ? nd->in[0] : NULL, *y = nd->out;
     rp_comm *c = nd->a.coll.comm;
-    int n = rp_comm_size(c), rank = rp_comm_rank(c);
     bool fail = false;
 
     if (nd->op == RP_OP_REDUCE_FROM_GROUP) {
@@ -573,6 +640,10 @@ static rp_status collective_bwd(rp_tape *t, tape_node *nd)
     size_t g_bytes = (size_t)(y->numel > x->numel ? y->numel : x->numel) * sizeof(float);
     float *g_store = tape_scratch(t, g_bytes);
     if (!dy_store || !g_store) return tape_oom();
+    if (nd->a.coll.wire == RP_BF16 && adjoint_reduces(nd)) {
+        RP_CHECK(reduce_bf16(t, nd, dy_store, y->numel, g_store, x->numel));
+        return collective_acc(t, nd, g_store);
+    }
     /* The collective runs on host views (the storage itself for a host table). */
     const float *dy = tape_host_in(t, dy_store, (size_t)y->numel * sizeof(float));
     float *g = tape_host_out(t, g_store, g_bytes);
@@ -597,23 +668,7 @@ static rp_status collective_bwd(rp_tape *t, tape_node *nd)
         return RP_ERROR(RP_ERR_UNSUPPORTED, "backward: collective op %d has no rule", (int)nd->op);
     }
     tape_host_commit(t, g_store, g, g_bytes);
-    g = g_store;
-    if (nd->op == RP_OP_REDUCE_SCATTER && nd->a.coll.op == RP_MEAN)
-        t->k->scale_inplace(g, 1.0f / (float)n, x->numel);
-
-    float *dx = tape_grad_acc(t, x, &fail);
-    if (fail) return tape_oom();
-    if (!dx) return RP_OK;
-    if (nd->op == RP_OP_ALL_REDUCE && (nd->a.coll.op == RP_MAX || nd->a.coll.op == RP_MIN)) {
-        t->k->select_eq_acc(dx, g, x->data, y->data, x->numel);
-    } else if ((nd->op == RP_OP_ALL_REDUCE && nd->a.coll.op == RP_FIRST) ||
-               nd->op == RP_OP_BROADCAST) {
-        int root = nd->op == RP_OP_BROADCAST ? nd->a.coll.root : 0;
-        if (rank == root) t->k->add_inplace(dx, g, x->numel);
-    } else {
-        t->k->add_inplace(dx, g, x->numel);
-    }
-    return RP_OK;
+    return collective_acc(t, nd, g_store);
 }
 
 rp_status tape_node_backward(rp_tape *t, tape_node *nd)

@@ -26,6 +26,7 @@ static bool record(rp_tape *t, tape_op op, rp_tensor *y, rp_tensor *x, rp_comm *
     node->a.coll.comm = c;
     node->a.coll.op = rop;
     node->a.coll.root = root;
+    node->a.coll.wire = t->grad_wire;
     return true;
 }
 

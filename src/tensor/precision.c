@@ -37,6 +37,23 @@ rp_precision_policy rp_tape_precision(const rp_tape *t)
     return t ? t->precision : rp_precision_policy_make(RP_F32);
 }
 
+rp_status rp_tape_set_grad_wire(rp_tape *t, rp_dtype dtype)
+{
+    if (!t) return RP_ERROR(RP_ERR_INVALID, "rp_tape_set_grad_wire: tape is NULL");
+    if (dtype != RP_F32 && dtype != RP_BF16)
+        return RP_ERROR(
+            RP_ERR_INVALID,
+            "rp_tape_set_grad_wire: gradients go on the wire in f32 or bf16, not %s (%d)",
+            rp_dtype_name(dtype), (int)dtype);
+    t->grad_wire = dtype;
+    return RP_OK;
+}
+
+rp_dtype rp_tape_grad_wire(const rp_tape *t)
+{
+    return t ? t->grad_wire : RP_F32;
+}
+
 rp_dtype tape_compute(const rp_tape *t, unsigned cls)
 {
     return t->precision.compute == RP_BF16 && (t->precision.ops & cls) ? RP_BF16 : RP_F32;

@@ -50,6 +50,7 @@ rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes)
     t->recording = true;
     t->precision =
         (rp_precision_policy){.compute = RP_F32, .ops = RP_AUTOCAST_DEFAULT, .activations = RP_F32};
+    t->grad_wire = RP_F32;
     *tape = t;
     return RP_OK;
 }

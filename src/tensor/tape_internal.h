@@ -116,6 +116,7 @@ typedef struct tape_node {
             rp_comm *comm;
             rp_reduce_op op;
             int root, peer, tag;
+            rp_dtype wire; /* the tape's grad_wire when recorded */
         } coll;
         struct {
             int n;
@@ -152,6 +153,7 @@ struct rp_tape {
     } * scratch; /* the running rule's scratch, released when it returns (persistent list) */
     int n_scratch, cap_scratch;
     rp_precision_policy precision; /* which ops the forward runs in bf16 */
+    rp_dtype grad_wire;            /* the collectives' gradient reductions: f32 or bf16 */
 };
 
 /* The calling thread's use hook (tape_residency.h): NULL unless a strategy shards values. */

@@ -16,6 +16,11 @@
  * 1/512 and 1/256 below 2 in magnitude, so the sums of up to 4 members and
  * their division by 2 or 4 are exact in float, whatever the reduction order:
  * the comparison is within 1e-6 relative, and in practice bitwise.
+ *
+ * Every case runs again with the tape's gradient wire in bf16 (rp_tape_set_grad_wire): the
+ * adjoints that add the members' gradients (all-reduce's, all-gather's, broadcast's,
+ * copy_to_group's) then give each dy rounded to bf16, summed in f32 and the sum rounded once -
+ * the same bits as on threads - and the others are unchanged.
  */
 #include <math.h>
 #include <mpi.h>
@@ -28,8 +33,9 @@
 #include "replicator/replicator.h"
 
 static atomic_int failures;
-static _Thread_local int rank_; /* this member's rank */
-static int size_, per_ = 1;     /* members in all; members in each process */
+static _Thread_local int rank_;  /* this member's rank */
+static _Thread_local bool wire_; /* the pass with the tape's gradient wire in bf16 */
+static int size_, per_ = 1;      /* members in all; members in each process */
 
 #include "mpi_check.h"
 
@@ -136,13 +142,25 @@ static float want_y(const op_case *c, int kase, int n, int r, int64_t i)
     return NAN;
 }
 
-/* sum_s dy_s[i] */
-static float sum_dy(int kase, int n, int64_t i)
+static float round_bf16(float v)
+{
+    return rp_bf16_to_f32(rp_bf16_from_f32(v));
+}
+
+/* sum_s dy_s[i]; with the gradient wire in bf16 (wire_), each dy rounded to bf16 and the sum
+   (divided by n: mean) rounded once (exact in float before the rounding: multiples of 1/256). */
+static float sum_dy_by(int kase, int n, int64_t i, int by)
 {
     float acc = 0;
     for (int s = 0; s < n; s++)
-        acc += dy_of(kase, s, i);
-    return acc;
+        acc += wire_ ? round_bf16(dy_of(kase, s, i)) : dy_of(kase, s, i);
+    acc /= (float)by;
+    return wire_ ? round_bf16(acc) : acc;
+}
+
+static float sum_dy(int kase, int n, int64_t i)
+{
+    return sum_dy_by(kase, n, i, 1);
 }
 
 /* The plain backward: member p's input gradient element i. */
@@ -154,7 +172,7 @@ static float want_dx(const op_case *c, int kase, int n, int p, int64_t i)
         case RP_SUM:
             return sum_dy(kase, n, i);
         case RP_MEAN:
-            return sum_dy(kase, n, i) / (float)n;
+            return sum_dy_by(kase, n, i, n);
         case RP_MAX:
         case RP_MIN:
             return x_of(kase, p, i) == want_y(c, kase, n, p, i) ? sum_dy(kase, n, i) : 0.0f;
@@ -281,6 +299,13 @@ static void test_ops(rp_comm *comm)
     }
     for (int k = 0; k < NCASES; k++)
         run_case(comm, t, k);
+    /* Again with the gradient wire in bf16: the reducing adjoints round (want_dx). */
+    CHECK(rp_tape_set_grad_wire(t, RP_BF16) == RP_OK, "grad wire: %s", rp_last_error());
+    wire_ = true;
+    for (int k = 0; k < NCASES; k++)
+        run_case(comm, t, k);
+    wire_ = false;
+    CHECK(rp_tape_set_grad_wire(t, RP_F32) == RP_OK, "grad wire: %s", rp_last_error());
     /*
      * Last (it breaks the communicator): a shape that differs in process 0 fails on every member.
      * (Per process, so that on mpi+threads the processes' leaders meet and see it; a mismatch
