@@ -43,17 +43,7 @@ int rp_cli_info(int argc, char **argv)
            : dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core
                ? "Winograd for 3x3 stride 1 with >= 16 channels, direct otherwise"
                : "direct (this CPU has no AVX-512, which oneDNN's Winograd needs)");
-    /* The path names are rp_kernels_bf16_path()'s (kernels.h). */
-    const char *bf16 = rp_kernels_bf16_path();
-    const char *what = !strcmp(bf16, "amx") ? "AMX tiles: --precision bf16 is fast"
-                       : !strcmp(bf16, "avx512_bf16")
-                           ? "AVX512-BF16 dot products: --precision bf16 is fast"
-                       : !strcmp(bf16, "reference")
-                           ? "no bf16 units in use (the plain reference kernels compute it): "
-                             "--precision bf16 is correct but much slower than f32"
-                           : "no bf16 units in use (oneDNN emulates bf16 with AVX-512): "
-                             "--precision bf16 is correct but slower than f32";
-    printf("bf16           %s - %s\n", bf16, what);
+    printf("bf16           %s - %s\n", rp_kernels_bf16_path(), rp_kernels_bf16_about());
     printf("MuJoCo         %s (replicator train d4pg --task T)\n", mj_versionString());
     for (int i = 0; i < rp_env_task_count(); i++)
         printf("  %s\n", rp_env_task_about(i));

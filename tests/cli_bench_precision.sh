@@ -67,6 +67,16 @@ msg=$("$bin" bench resnet --precision f16 2>&1); rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q -- "--precision f16: expected f32 or bf16" <<< "$msg" \
     || fail "--precision f16 gave exit $rc: $msg"
+# Its line names the path, and says that bf16 is slower than f32 where it is (the ref table).
+out=$("$bin" bench resnet --batch 8 --size 16 --iters 1 --warmup 1 --threads 2 --precision bf16) \
+    || fail "bench resnet bf16 (text): $out"
+case "$path" in
+    amx | avx512_bf16) grep -q "bf16 on $path:" <<< "$out" || fail "bench's line: $out" ;;
+    *) grep -q "bf16 on $path (slower than f32)" <<< "$out" || fail "bench's line: $out" ;;
+esac
+out=$(RP_KERNELS=ref "$bin" bench resnet --batch 4 --size 16 --iters 1 --warmup 1 --threads 2 \
+    --precision bf16) || fail "bench resnet bf16 on the ref table: $out"
+grep -q "bf16 on reference (slower than f32)" <<< "$out" || fail "the ref table's bench line: $out"
 echo "ok: bench resnet runs and reports bf16, its loss within 5% of f32's"
 
 # 3. The other benchmarks.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `replicator train --precision bf16` end to end on Fashion-MNIST with ResNet-20:
-#  1. the header names bf16 and the path this CPU takes (amx, avx512_bf16, emulated, reference);
+#  1. the header names bf16 and the path this CPU takes (amx, avx512_bf16, emulated, reference),
+#     and says that bf16 is slower than f32 exactly where the path has no bf16 units (the
+#     reference kernels, RP_KERNELS=ref, always);
 #  2. the bf16 run tracks f32's loss: over STEPS steps (300 here, 60 in a sanitizer build), each
 #     loss the trainer logs (every 50 steps; one batch each) is within 0.15 of f32's at the same
 #     step, their mean within 5%, and the two runs are not the same run (bf16 really ran);
@@ -26,6 +28,15 @@ out=$("$bin" train "${common[@]}" --precision bf16 --max-steps "$steps" --out "$
     || fail "bf16 run: $out"
 grep -Eq "precision: bf16 compute for convolutions, linear layers and matmuls on (amx|avx512_bf16|avx512_core \(emulated\)|reference)" <<< "$out" \
     || fail "header does not name bf16 and its path: $out"
+case "$out" in
+    *"on amx;"* | *"on avx512_bf16;"*) grep -q "slower than f32" <<< "$out" && fail "a fast path called slow: $out" ;;
+    *) grep -q "correct but .*slower than f32" <<< "$out" || fail "a slow path not called slow: $out" ;;
+esac
+# Without bf16 units (the reference kernels) the header says bf16 will be slow.
+slow=$(RP_KERNELS=ref "$bin" train "${common[@]}" --batch 8 --precision bf16 --max-steps 1 \
+    --out "$dir/slow" 2>&1) || fail "bf16 run on the reference kernels: $slow"
+grep -q "matmuls on reference - no bf16 units in use .*correct but much slower than f32" <<< "$slow" \
+    || fail "the reference path's header does not say bf16 is slow: $slow"
 out=$("$bin" train "${common[@]}" --max-steps "$steps" --out "$dir/f" 2>&1) || fail "f32 run: $out"
 grep -q "precision:" <<< "$out" && fail "an f32 run printed a precision line: $out"
 python3 - "$dir/f/metrics.jsonl" "$dir/b/metrics.jsonl" <<'PY' || fail "bf16 did not track f32"

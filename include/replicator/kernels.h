@@ -51,6 +51,13 @@ RP_API rp_conv_algorithm rp_kernels_get_conv_algorithm(void);
  * ref table: the plain reference kernels, correct and very slow).
  */
 RP_API const char *rp_kernels_bf16_path(void);
+/*
+ * What that path means for speed, one clause for a user: "AMX tiles:
+ * --precision bf16 is fast", or for the emulated and reference paths that
+ * bf16 is correct but slower (much slower) than f32. The run header, `bench`
+ * and `replicator info` print it.
+ */
+RP_API const char *rp_kernels_bf16_about(void);
 
 /*
  * Bytes the kernels keep for the calling thread between calls: oneDNN's

@@ -90,6 +90,18 @@ const char *rp_kernels_bf16_path(void)
     return kernels_active()->bf16_path();
 }
 
+const char *rp_kernels_bf16_about(void)
+{
+    const char *path = rp_kernels_bf16_path();
+    return !strcmp(path, "amx")           ? "AMX tiles: --precision bf16 is fast"
+           : !strcmp(path, "avx512_bf16") ? "AVX512-BF16 dot products: --precision bf16 is fast"
+           : !strcmp(path, "reference")
+               ? "no bf16 units in use (the plain reference kernels compute it): "
+                 "--precision bf16 is correct but much slower than f32"
+               : "no bf16 units in use (oneDNN emulates bf16 with AVX-512): "
+                 "--precision bf16 is correct but slower than f32";
+}
+
 /* -1 until first asked: then RP_CONV_ALGO's value, until a program sets another. */
 static int conv_algorithm = -1;
 

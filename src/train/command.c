@@ -157,12 +157,10 @@ void rp_trainer_print_precision(const char *precision)
     const char *path = rp_kernels_bf16_path();
     bool slow = strcmp(path, "amx") != 0 && strcmp(path, "avx512_bf16") != 0;
     fprintf(stderr,
-            "  precision: bf16 compute for convolutions, linear layers and matmuls on %s%s; "
+            "  precision: bf16 compute for convolutions, linear layers and matmuls on %s%s%s; "
             "convolution and batch-norm outputs stored in bf16; f32 master weights, gradients, "
             "norms' statistics, losses and optimizer state\n",
-            path,
-            slow ? " - this CPU has no bf16 units, so bf16 runs correctly but slower than f32"
-                 : "");
+            path, slow ? " - " : "", slow ? rp_kernels_bf16_about() : "");
 }
 
 bool rp_trainer_stuck_exit(void)
