@@ -14,6 +14,11 @@
  * networks' linear layers in bf16 (rp_config.precision, as train d4pg
  * --precision bf16); each line reports the precision the replicas' tapes ran
  * with and, for bf16, the CPU's bf16 path.
+ *
+ * bench_d4pg --actor [--obs N --act N] [--envs E] [--steps S]: an actor's policy forward instead
+ * (rp_d4pg_policy_act on E observations, noise on, 1 kernel thread as an actor runs), in f32 and
+ * in bf16 alternating over 5 rounds of S calls: the medians in actions per second, and which
+ * wins (train d4pg's actors keep f32 where it does; docs/precision.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,10 +125,76 @@ static int run_case(int obs, int act, int replicas, int threads, int batch, int 
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The actor's forward: rp_d4pg_policy_act on `envs` observations, f32 and bf16 in turn. */
+static int run_actor(int obs, int act, int envs, int calls, bool json)
+{
+    enum { ROUNDS = 5 };
+    rp_d4pg_config cfg = rp_d4pg_config_default();
+    cfg.obs_dim = obs;
+    cfg.act_dim = act;
+    rp_d4pg_policy *p = NULL;
+    rp_tape *t = NULL;
+    float *o = calloc((size_t)envs * (size_t)obs, sizeof(float));
+    float *a = calloc((size_t)envs * (size_t)act, sizeof(float));
+    double rate[2][ROUNDS];
+    rp_rng rng = rp_rng_make(3, 0);
+    rp_kernels_set_threads(1);
+    if (!o || !a || rp_d4pg_policy_create(&p, &cfg) != RP_OK || rp_tape_create(&t, 0) != RP_OK)
+        goto fail;
+    rp_rng_fill_uniform(11, 0, o, (size_t)envs * (size_t)obs, -1, 1);
+    for (int r = 0; r < ROUNDS; r++)
+        for (int k = 0; k < 2; k++) {
+            int bf16 = (k + r) % 2; /* the order alternates */
+            if (rp_tape_set_precision(t, rp_precision_policy_make(bf16 ? RP_BF16 : RP_F32)) !=
+                RP_OK)
+                goto fail;
+            for (int w = 0; w < 20; w++) {
+                rp_tape_reset(t);
+                if (rp_d4pg_policy_act(p, t, o, envs, 0.3f, &rng, a) != RP_OK) goto fail;
+            }
+            double t0 = rp_now_s();
+            for (int c = 0; c < calls; c++) {
+                rp_tape_reset(t);
+                if (rp_d4pg_policy_act(p, t, o, envs, 0.3f, &rng, a) != RP_OK) goto fail;
+            }
+            rate[bf16][r] = (double)calls * envs / (rp_now_s() - t0);
+        }
+    for (int k = 0; k < 2; k++)
+        qsort(rate[k], ROUNDS, sizeof(double), cmp_double);
+    double f = rate[0][ROUNDS / 2], b = rate[1][ROUNDS / 2];
+    if (json)
+        printf("{\"actor\": true, \"obs\": %d, \"act\": %d, \"envs\": %d, \"calls\": %d, "
+               "\"f32_actions_per_s\": %.1f, \"bf16_actions_per_s\": %.1f, \"bf16_path\": "
+               "\"%s\"}\n",
+               obs, act, envs, calls, f, b, rp_kernels_bf16_path());
+    else
+        printf("actor obs %2d act %d, %d env(s), 1 thread: f32 %.0f, bf16 (%s) %.0f actions/s "
+               "(median of %d rounds of %d calls): bf16 / f32 %.2f\n",
+               obs, act, envs, f, rp_kernels_bf16_path(), b, ROUNDS, calls, b / f);
+    rp_tape_destroy(t);
+    rp_d4pg_policy_destroy(p);
+    free(o);
+    free(a);
+    return 0;
+fail:
+    fprintf(stderr, "bench_d4pg --actor: %s\n", rp_last_error());
+    rp_tape_destroy(t);
+    rp_d4pg_policy_destroy(p);
+    free(o);
+    free(a);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
-    int obs = 0, act = 0, replicas = 0, threads = 0, batch = 256, steps = 50, warmup = 5;
-    bool json = false;
+    int obs = 0, act = 0, replicas = 0, threads = 0, batch = 256, steps = 50, warmup = 5, envs = 1;
+    bool json = false, actor = false;
     rp_dtype precision = RP_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -134,9 +205,12 @@ int main(int argc, char **argv)
                    : !strcmp(a, "--batch")    ? &batch
                    : !strcmp(a, "--steps")    ? &steps
                    : !strcmp(a, "--warmup")   ? &warmup
+                   : !strcmp(a, "--envs")     ? &envs
                                               : NULL;
         if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--actor")) {
+            actor = true;
         } else if (!strcmp(a, "--precision") && i + 1 < argc &&
                    (!strcmp(argv[i + 1], "f32") || !strcmp(argv[i + 1], "bf16"))) {
             precision = !strcmp(argv[++i], "bf16") ? RP_BF16 : RP_F32;
@@ -145,10 +219,22 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: %s [--obs N --act N] [--replicas R --threads T] [--batch B] "
-                    "[--steps S] [--warmup W] [--precision f32|bf16] [--json]\n",
-                    argv[0]);
+                    "[--steps S] [--warmup W] [--precision f32|bf16] [--json]\n"
+                    "       %s --actor [--obs N --act N] [--envs E] [--steps S] [--json]\n",
+                    argv[0], argv[0]);
             return 2;
         }
+    }
+    if (actor) {
+        if (envs < 1 || steps < 1) {
+            fprintf(stderr, "bench_d4pg --actor: --envs and --steps must be at least 1\n");
+            return 2;
+        }
+        int rc = 0;
+        if (obs > 0) return run_actor(obs, act > 0 ? act : 1, envs, steps * 40, json);
+        rc |= run_actor(5, 1, envs, steps * 40, json);
+        rc |= run_actor(17, 6, envs, steps * 40, json);
+        return rc;
     }
     int dims[2][2] = {{5, 1}, {17, 6}}, layouts[2][2] = {{1, 2}, {2, 1}};
     int nd = obs > 0 ? 1 : 2, nl = replicas > 0 ? 1 : 2;

@@ -78,6 +78,7 @@ expect_error() { # expect_error PATTERN command...: exit code 1 and PATTERN in i
 [ -f "$dir/p/checkpoint.index.json" ] || fail "--checkpoint-shards 2 wrote: $(ls "$dir/p")"
 out=$("$bin" train --resume "$dir/p" 2>&1)
 grep -q '^  precision: bf16' <<< "$out" || fail "the resumed bf16 D4PG run is not in bf16: $out"
+grep -q '^  actors and evaluation act in f32' <<< "$out" || fail "the actors' precision is not named: $out"
 grep -q '^  learner gradients all-reduced in bf16' <<< "$out" ||
     fail "the resumed D4PG run's wire is not bf16: $out"
 grep -q "800 learner steps (600 this run)" <<< "$out" || fail "the resumed bf16 run said: $out"

@@ -13,7 +13,7 @@
  *  - 2 replicas x B/2 against 1 replica x B with gradient clipping active
  *    (clipping after the all-reduce);
  *  - learning on a contextual bandit;
- *  - a bit-exact resume from a checkpoint.
+ *  - a bit-exact resume from a checkpoint, in f32 and with the learners in bf16.
  */
 #include "testutil.h"
 
@@ -910,9 +910,12 @@ static void test_learns_bandit(void **state)
 /* ---- checkpoint: a bit-exact resume
  * ------------------------------------------------------------------ */
 
+/* arg non-NULL: the learners run in bf16 (the replica's tape policy), and resume as bitwise. */
 static void resume_body(rp_replica *rep, void *arg)
 {
-    (void)arg;
+    if (arg)
+        assert_int_equal(
+            rp_tape_set_precision(rp_replica_tape(rep), rp_precision_policy_make(RP_BF16)), RP_OK);
     rp_d4pg_config c = small_cfg(3, 2);
     rp_d4pg_learner *A, *B;
     assert_int_equal(rp_d4pg_learner_create(rep, &A, &c, 31), RP_OK);
@@ -978,6 +981,8 @@ static void resume_body(rp_replica *rep, void *arg)
     rp_checkpoint_destroy(back);
     rp_d4pg_learner_destroy(A);
     rp_d4pg_learner_destroy(B);
+    /* Still the policy it ran with (nothing in the learner reset it). */
+    assert_int_equal(rp_tape_precision(rp_replica_tape(rep)).compute, arg ? RP_BF16 : RP_F32);
 }
 
 static void test_resume_bit_exact(void **state)
@@ -985,6 +990,14 @@ static void test_resume_bit_exact(void **state)
     (void)state;
     assert_int_equal(tu_tmpdir_create("d4pg"), 0);
     run_one(resume_body, NULL);
+    tu_tmpdir_remove();
+}
+
+static void test_resume_bit_exact_bf16(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_tmpdir_create("d4pg"), 0);
+    run_one(resume_body, "bf16");
     tu_tmpdir_remove();
 }
 
@@ -1031,6 +1044,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_replicas_match_one),
         cmocka_unit_test(test_learns_bandit),
         cmocka_unit_test(test_resume_bit_exact),
+        cmocka_unit_test(test_resume_bit_exact_bf16),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

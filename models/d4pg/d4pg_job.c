@@ -400,10 +400,17 @@ static rp_status evaluate(rp_replica *rep, void *ctx, void *state)
      * curve is not the policy's score on the same E starts again and again. */
     uint64_t starts = rp_d4pg_episode_seed(j->cfg.seed, 0xe7a2ULL + (uint64_t)id,
                                            (uint64_t)rp_d4pg_learner_steps(s->L));
-    if (mine > 0)
-        RP_CHECK(rp_d4pg_evaluate_policy(rp_d4pg_learner_target_policy(s->L), rp_replica_tape(rep),
-                                         j->cfg.task, j->cfg.action_repeat, mine, starts, &mean,
-                                         &std));
+    if (mine > 0) {
+        /* In f32 whatever the run's precision, as the actors act (d4pg_actor.c); then back. */
+        rp_tape *t = rp_replica_tape(rep);
+        rp_precision_policy keep = rp_tape_precision(t);
+        RP_CHECK(rp_tape_set_precision(t, rp_precision_policy_make(RP_F32)));
+        rp_status status =
+            rp_d4pg_evaluate_policy(rp_d4pg_learner_target_policy(s->L), t, j->cfg.task,
+                                    j->cfg.action_repeat, mine, starts, &mean, &std);
+        RP_CHECK(rp_tape_set_precision(t, keep));
+        RP_CHECK(status);
+    }
     RP_CHECK(rp_replica_report(rep, "eval_sum", mean * mine, RP_SUM));
     RP_CHECK(rp_replica_report(rep, "eval_sumsq", (std * std + mean * mean) * mine, RP_SUM));
     return rp_replica_report(rep, "eval_n", mine, RP_SUM);

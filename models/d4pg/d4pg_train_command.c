@@ -436,6 +436,9 @@ static void print_header(const d4pg_opts *o, const rp_trainer *t, bool resumed)
             rp_replicator_threads_per_replica(rep), j->actors, j->envs_per_actor,
             rp_replicator_backend(rep));
     rp_trainer_print_precision(o->precision);
+    if (strcmp(o->precision, "bf16") == 0)
+        fprintf(stderr, "  actors and evaluation act in f32 (a few observations' forward is "
+                        "slower in bf16: bench_d4pg --actor)\n");
     if (o->grad_dtype == RP_BF16 && o->j.learners > 1)
         fprintf(stderr, "  learner gradients all-reduced in bf16 (summed in f32)\n");
     if (resumed)
