@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "models/d4pg/d4pg.h"
+#include "replicator/bench.h"
 
 typedef struct job {
     rp_d4pg_config cfg;
@@ -125,12 +126,6 @@ static int run_case(int obs, int act, int replicas, int threads, int batch, int 
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The actor's forward: rp_d4pg_policy_act on `envs` observations, f32 and bf16 in turn. */
 static int run_actor(int obs, int act, int envs, int calls, bool json)
 {
@@ -165,9 +160,7 @@ static int run_actor(int obs, int act, int envs, int calls, bool json)
             }
             rate[bf16][r] = (double)calls * envs / (rp_now_s() - t0);
         }
-    for (int k = 0; k < 2; k++)
-        qsort(rate[k], ROUNDS, sizeof(double), cmp_double);
-    double f = rate[0][ROUNDS / 2], b = rate[1][ROUNDS / 2];
+    double f = rp_bench_median(rate[0], ROUNDS), b = rp_bench_median(rate[1], ROUNDS);
     if (json)
         printf("{\"actor\": true, \"obs\": %d, \"act\": %d, \"envs\": %d, \"calls\": %d, "
                "\"f32_actions_per_s\": %.1f, \"bf16_actions_per_s\": %.1f, \"bf16_path\": "

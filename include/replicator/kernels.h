@@ -7,6 +7,7 @@
 #ifndef REPLICATOR_KERNELS_H
 #define REPLICATOR_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "api.h"
@@ -58,6 +59,8 @@ RP_API const char *rp_kernels_bf16_path(void);
  * and `replicator info` print it.
  */
 RP_API const char *rp_kernels_bf16_about(void);
+/* Whether that path has bf16 units (amx, avx512_bf16): bf16 is not slower than f32 there. */
+RP_API bool rp_kernels_bf16_fast(void);
 
 /*
  * Bytes the kernels keep for the calling thread between calls: oneDNN's

@@ -90,6 +90,12 @@ const char *rp_kernels_bf16_path(void)
     return kernels_active()->bf16_path();
 }
 
+bool rp_kernels_bf16_fast(void)
+{
+    const char *path = rp_kernels_bf16_path();
+    return !strcmp(path, "amx") || !strcmp(path, "avx512_bf16");
+}
+
 const char *rp_kernels_bf16_about(void)
 {
     const char *path = rp_kernels_bf16_path();

@@ -96,10 +96,9 @@ const char *rp_bench_precision_json(rp_dtype p, char *buf, size_t size)
 
 const char *rp_bench_precision_text(rp_dtype p, char *buf, size_t size)
 {
-    const char *path = rp_kernels_bf16_path();
-    bool slow = strcmp(path, "amx") != 0 && strcmp(path, "avx512_bf16") != 0;
     if (p == RP_BF16)
-        snprintf(buf, size, "bf16 on %s%s", path, slow ? " (slower than f32)" : "");
+        snprintf(buf, size, "bf16 on %s%s", rp_kernels_bf16_path(),
+                 rp_kernels_bf16_fast() ? "" : " (slower than f32)");
     else
         snprintf(buf, size, "%s", rp_dtype_name(p));
     return buf;

@@ -154,13 +154,12 @@ int rp_trainer_finish(rp_trainer *t, rp_status status, const char *cmd, bool tty
 void rp_trainer_print_precision(const char *precision)
 {
     if (!precision || strcmp(precision, "bf16") != 0) return;
-    const char *path = rp_kernels_bf16_path();
-    bool slow = strcmp(path, "amx") != 0 && strcmp(path, "avx512_bf16") != 0;
+    bool slow = !rp_kernels_bf16_fast();
     fprintf(stderr,
             "  precision: bf16 compute for convolutions, linear layers and matmuls on %s%s%s; "
             "convolution and batch-norm outputs stored in bf16; f32 master weights, gradients, "
             "norms' statistics, losses and optimizer state\n",
-            path, slow ? " - " : "", slow ? rp_kernels_bf16_about() : "");
+            rp_kernels_bf16_path(), slow ? " - " : "", slow ? rp_kernels_bf16_about() : "");
 }
 
 bool rp_trainer_stuck_exit(void)
