@@ -91,6 +91,17 @@ grep -q '^  gradients all-reduced in bf16' <<< "$out" || fail "the resumed run's
 cmp "$dir/pa/checkpoint.safetensors" "$dir/pb/checkpoint.safetensors" ||
     fail "the bf16 run resumed from shards differs from the uninterrupted one"
 echo "ok: a bf16 GAN run with bf16 gradients resumes in both from sharded checkpoints, bit-exactly"
+# What stays f32 under bf16 (--keep-f32, --activations) is the run's too: a resume keeps it.
+"$bin" "${gan[@]}" --precision bf16 --keep-f32 g --activations f32 --max-steps 2 \
+    --out "$dir/pk" > /dev/null
+out=$("$bin" train --resume "$dir/pk" --threads 2 2>&1)
+grep -q '^  the generator computes and stores in f32 (--keep-f32 g)' <<< "$out" ||
+    fail "the resumed run lost --keep-f32 g: $out"
+grep -q '^  activations stored in f32' <<< "$out" || fail "the resumed run lost --activations f32: $out"
+out=$("$bin" "${gan[@]}" --precision bf16 --keep-f32 both --out "$dir/pbad" 2>&1) &&
+    fail "--keep-f32 both was taken"
+grep -q 'expected none, g or d' <<< "$out" || fail "--keep-f32 both: the error does not name the choices: $out"
+echo "ok: --keep-f32 g and --activations f32 are said in the header and kept on resume"
 
 # PNG width and height from the IHDR chunk (bytes 16..23, big-endian).
 png_size() { od -An -tu1 -j16 -N8 "$1" | awk '{print $1*16777216+$2*65536+$3*256+$4 "x" $5*16777216+$6*65536+$7*256+$8}'; }

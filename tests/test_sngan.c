@@ -750,6 +750,79 @@ static void test_generator_and_bad_input(void **unused)
     rp_tape_destroy(t);
 }
 
+/* The generator's images under a tape policy p and the config's overrides. */
+static void generate_with(const rp_sngan_config *c, rp_precision_policy p, float *img)
+{
+    rp_sngan_generator *g = NULL;
+    assert_int_equal(rp_sngan_generator_create(&g, c, NULL), RP_OK);
+    rp_tape *t = NULL;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    assert_int_equal(rp_tape_set_precision(t, p), RP_OK);
+    float z[2 * 16];
+    tu_fill(z, 2 * 16, 3, -1, 1);
+    int32_t labels[2] = {1, 7};
+    assert_int_equal(rp_sngan_generate(g, t, z, labels, 2, img), RP_OK);
+    /* The run's policy is back on the tape after the network. */
+    rp_precision_policy after = rp_tape_precision(t);
+    assert_int_equal(after.compute, p.compute);
+    assert_int_equal(after.activations, p.activations);
+    rp_sngan_generator_destroy(g);
+    rp_tape_destroy(t);
+}
+
+/*
+ * --keep-f32 g under a bf16 run computes the generator exactly as an f32 run does; --activations
+ * f32 is the bf16 policy with f32 storage; without either the bf16 run differs from both.
+ */
+static void test_precision_overrides(void **unused)
+{
+    (void)unused;
+    enum { PIX = 2 * 32 * 32 };
+    rp_sngan_config c = tiny_config();
+    c.classes = CLASSES;
+    rp_precision_policy f32 = rp_precision_policy_make(RP_F32),
+                        bf16 = rp_precision_policy_make(RP_BF16), bf16_f32act = bf16;
+    bf16_f32act.activations = RP_F32;
+    static float ref[PIX], mixed[PIX], mixed_f32act[PIX], img[PIX];
+    generate_with(&c, f32, ref);
+    generate_with(&c, bf16, mixed);
+    generate_with(&c, bf16_f32act, mixed_f32act);
+    assert_true(memcmp(ref, mixed, sizeof ref) != 0);
+    assert_true(memcmp(mixed, mixed_f32act, sizeof ref) != 0);
+
+    snprintf(c.keep_f32, sizeof c.keep_f32, "g");
+    generate_with(&c, bf16, img);
+    assert_memory_equal(img, ref, sizeof ref);
+    snprintf(c.keep_f32, sizeof c.keep_f32, "d"); /* the discriminator's: G stays bf16 */
+    generate_with(&c, bf16, img);
+    assert_memory_equal(img, mixed, sizeof ref);
+    snprintf(c.keep_f32, sizeof c.keep_f32, "none");
+    snprintf(c.activations, sizeof c.activations, "f32");
+    generate_with(&c, bf16, img);
+    assert_memory_equal(img, mixed_f32act, sizeof ref);
+    /* In an f32 run the overrides change nothing. */
+    generate_with(&c, f32, img);
+    assert_memory_equal(img, ref, sizeof ref);
+
+    /* The discriminator's policy, as the generator's. */
+    snprintf(c.keep_f32, sizeof c.keep_f32, "d");
+    assert_int_equal(rp_sngan_net_policy(bf16, &c, 'd').compute, RP_F32);
+    assert_int_equal(rp_sngan_net_policy(bf16, &c, 'd').activations, RP_F32);
+    assert_int_equal(rp_sngan_net_policy(bf16, &c, 'g').compute, RP_BF16);
+    assert_int_equal(rp_sngan_net_policy(bf16, &c, 'g').activations, RP_F32);
+
+    /* A bad value is named. */
+    rp_sngan *gan = NULL;
+    snprintf(c.keep_f32, sizeof c.keep_f32, "both");
+    assert_int_equal(rp_sngan_create(&gan, &c), RP_ERR_INVALID);
+    tu_assert_error_contains("keep_f32");
+    snprintf(c.keep_f32, sizeof c.keep_f32, "g");
+    snprintf(c.activations, sizeof c.activations, "f16");
+    assert_int_equal(rp_sngan_create(&gan, &c), RP_ERR_INVALID);
+    tu_assert_error_contains("activations");
+    assert_null(gan);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -759,6 +832,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_resume_bit_exact_and_samples),
         cmocka_unit_test(test_generator_and_bad_input),
+        cmocka_unit_test(test_precision_overrides),
     };
     return tu_run_group_tests(argc, argv, tests, group_setup, group_teardown);
 }

@@ -165,6 +165,11 @@ static void test_print_fault_in_the_commands_words(void **state)
     assert_int_equal(rp_options_print_fault("replicator train d4pg", &f), 2);
     f = (rp_option_fault){.kind = RP_OPTION_BAD_VALUE, .option = "--lr", .value = "abc"};
     assert_int_equal(rp_options_print_fault("cmd", &f), 2);
+    /* With its row, the fault says what the option takes. */
+    rp_option row = {.type = RP_OPTION_CHOICE, .name = "--keep-f32", .choices = "none|g|d"};
+    f = (rp_option_fault){
+        .kind = RP_OPTION_BAD_VALUE, .option = "--keep-f32", .value = "both", .row = &row};
+    assert_int_equal(rp_options_print_fault("cmd", &f), 2);
     f = (rp_option_fault){
         .kind = RP_OPTION_LONG_PATH, .option = "--out", .length = 5000, .limit = 4095};
     assert_int_equal(rp_options_print_fault("cmd", &f), 2);
@@ -173,6 +178,8 @@ static void test_print_fault_in_the_commands_words(void **state)
     char *text = capture_end();
     assert_string_equal(text, "replicator train d4pg: unknown option --x (see --help)\n"
                               "cmd: bad value \"abc\" for --lr (see --help)\n"
+                              "cmd: bad value \"both\" for --keep-f32: expected none, g or d "
+                              "(see --help)\n"
                               "cmd: --out is 5000 bytes long, over the 4095 a path may have\n"
                               "cmd: --lr cannot be changed when resuming; the run's configuration "
                               "comes from its checkpoint (start a new run with --out)\n");

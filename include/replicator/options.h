@@ -181,10 +181,11 @@ typedef enum {
 
 typedef struct rp_option_fault {
     rp_option_fault_kind kind;
-    const char *option; /* argv's text */
-    const char *value;  /* argv's text, or NULL */
-    size_t length;      /* LONG_PATH: the path's length */
-    size_t limit;       /* LONG_PATH: the most bytes it may have */
+    const char *option;   /* argv's text */
+    const char *value;    /* argv's text, or NULL */
+    size_t length;        /* LONG_PATH: the path's length */
+    size_t limit;         /* LONG_PATH: the most bytes it may have */
+    const rp_option *row; /* BAD_VALUE: the table's row, for what it takes (or NULL) */
 } rp_option_fault;
 
 /* parse flags */

@@ -231,10 +231,6 @@ int d4pg_opts_parse(int argc, char **argv, d4pg_opts *o, const char **resume)
     rp_option_fault fault;
     *resume = NULL;
     if (rp_options_parse(d4pg_table, o, &argc, argv, RP_OPTIONS_HELP, &o->given, &fault) != RP_OK) {
-        if (fault.kind == RP_OPTION_BAD_VALUE) {
-            fprintf(stderr, "%s: bad value for %s: %s\n", CMD, fault.option, fault.value);
-            return 2;
-        }
         return rp_options_print_fault(CMD, &fault);
     }
     if (fault.kind == RP_OPTION_HELP) {

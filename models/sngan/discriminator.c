@@ -33,6 +33,7 @@ rp_status sngan_discriminator_create(sngan_discriminator *d, const rp_sngan_conf
     memset(d, 0, sizeof *d);
     d->ch = cfg->ch_d;
     d->classes = cfg->classes;
+    d->cfg = *cfg;
     RP_CHECK(rp_params_create(&d->params));
     int ch = cfg->ch_d;
     RP_CHECK(dblock_init(&d->blocks[0], d->params, 1, cfg->c, ch, true, true));
@@ -77,6 +78,8 @@ rp_tensor *sngan_discriminator_forward(rp_tape *t, const sngan_discriminator *d,
 {
     if (!x) return NULL;
     int n = x->shape[0];
+    rp_precision_policy run = rp_tape_precision(t);
+    if (rp_tape_set_precision(t, rp_sngan_net_policy(run, &d->cfg, 'd')) != RP_OK) return NULL;
     rp_tensor *h = x;
     for (int b = 0; b < 4; b++)
         h = dblock_forward(t, &d->blocks[b], h, training);
@@ -86,5 +89,7 @@ rp_tensor *sngan_discriminator_forward(rp_tape *t, const sngan_discriminator *d,
     rp_tensor *out = rp_sn_linear_layer_forward(t, &d->l5, h, training);             /* [n, 1] */
     rp_tensor *w_y = rp_sn_embedding_layer_forward(t, &d->l_y, labels, n, training); /* [n, ch] */
     rp_tensor *proj = rp_sum_axes(t, rp_mul(t, w_y, h), 1, (int[]){1}, true);        /* [n, 1] */
-    return rp_add(t, out, proj);
+    out = rp_add(t, out, proj);
+    rp_tape_set_precision(t, run);
+    return out;
 }

@@ -111,12 +111,16 @@ rp_tensor *sngan_generator_forward(rp_tape *t, const rp_sngan_generator *g, rp_t
 {
     if (!z) return NULL;
     int n = z->shape[0];
+    rp_precision_policy run = rp_tape_precision(t);
+    if (rp_tape_set_precision(t, rp_sngan_net_policy(run, &g->cfg, 'g')) != RP_OK) return NULL;
     rp_tensor *h = rp_linear_layer_forward(t, &g->l1, z);
     h = rp_reshape(t, h, 4, (int[]){n, g->bh, g->bw, g->cfg.ch_g});
     for (int b = 0; b < 3; b++)
         h = gblock_forward(t, &g->blocks[b], h, labels, training);
     h = rp_batchnorm_layer_forward(t, &g->b5, h, training);
-    return rp_tanh(t, rp_conv2d_layer_forward(t, &g->c5, h));
+    h = rp_tanh(t, rp_conv2d_layer_forward(t, &g->c5, h));
+    rp_tape_set_precision(t, run);
+    return h;
 }
 
 rp_status rp_sngan_generate(rp_sngan_generator *g, rp_tape *t, const float *z,

@@ -27,7 +27,19 @@ rp_sngan_config rp_sngan_config_default(void)
     c.beta1 = 0.0f;
     c.beta2 = 0.9f;
     snprintf(c.dataset, sizeof c.dataset, "fashion-mnist");
+    snprintf(c.keep_f32, sizeof c.keep_f32, "none");
+    snprintf(c.activations, sizeof c.activations, "bf16");
     return c;
+}
+
+rp_precision_policy rp_sngan_net_policy(rp_precision_policy run, const rp_sngan_config *cfg,
+                                        char net)
+{
+    if (run.compute != RP_BF16) return run;
+    if (cfg->keep_f32[0] == net && cfg->keep_f32[1] == '\0')
+        return rp_precision_policy_make(RP_F32);
+    if (!strcmp(cfg->activations, "f32")) run.activations = RP_F32;
+    return run;
 }
 
 rp_status rp_sngan_config_check(const rp_sngan_config *c)
@@ -61,6 +73,11 @@ rp_status rp_sngan_config_check(const rp_sngan_config *c)
                         (double)c->beta2);
     if (c->limit < 0)
         return RP_ERROR(RP_ERR_INVALID, "limit %lld; 0 (all) or more", (long long)c->limit);
+    if (c->keep_f32[0] && strcmp(c->keep_f32, "none") && strcmp(c->keep_f32, "g") &&
+        strcmp(c->keep_f32, "d"))
+        return RP_ERROR(RP_ERR_INVALID, "keep_f32 \"%.8s\"; none, g or d", c->keep_f32);
+    if (c->activations[0] && strcmp(c->activations, "bf16") && strcmp(c->activations, "f32"))
+        return RP_ERROR(RP_ERR_INVALID, "activations \"%.8s\"; bf16 or f32", c->activations);
     if (c->sample_every < 0)
         return RP_ERROR(RP_ERR_INVALID, "sample_every %lld; 0 (never) or more",
                         (long long)c->sample_every);

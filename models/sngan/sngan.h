@@ -94,7 +94,20 @@ typedef struct rp_sngan_config {
     uint64_t seed;       /* initial weights, z, labels, the real batches' order */
     int64_t
         sample_every; /* write samples.png (and samples-<iter>.png) every K iterations (0: never) */
+    /* Under a bf16 run (the tape's policy computes in bf16), what stays f32 (docs/precision.md):
+       keep_f32 "none" (default; "" too), "g" (the generator computes and stores in f32) or "d" (the
+       discriminator); activations "bf16" (default; "" too) or "f32" (bf16 compute, f32 storage). */
+    char keep_f32[8];
+    char activations[8];
 } rp_sngan_config;
+
+/*
+ * The tape policy one network runs with under the run's policy `run`: the run's, in f32 for
+ * the network cfg->keep_f32 names ('g' or 'd'), its activations in f32 if cfg->activations
+ * says so.
+ */
+rp_precision_policy rp_sngan_net_policy(rp_precision_policy run, const rp_sngan_config *cfg,
+                                        char net);
 
 /* The defaults above (Fashion-MNIST from the default directory, seed 0, sample_every 0). */
 rp_sngan_config rp_sngan_config_default(void);

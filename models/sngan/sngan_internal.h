@@ -42,6 +42,7 @@ typedef struct sngan_discriminator {
     rp_sn_linear_layer l5;     /* ch_d -> 1, no bias */
     rp_sn_embedding_layer l_y; /* [classes, ch_d] */
     int ch, classes;
+    rp_sngan_config cfg; /* its precision overrides (keep_f32, activations) */
 } sngan_discriminator;
 
 rp_status sngan_discriminator_create(sngan_discriminator *d, const rp_sngan_config *cfg);

@@ -111,6 +111,12 @@ static const rp_option sngan_table[] = {
     RP_OPT_CHOICE(T, precision, "--precision", "P", "f32|bf16", OLD | RESUME,
                   "f32 (default) or bf16 compute for convolutions and linear\n"
                   "layers (docs/precision.md); a run resumes in its own unless given"),
+    RP_OPT_CHOICE(T, g.keep_f32, "--keep-f32", "NET", "none|g|d", OLD | RESUME,
+                  "with --precision bf16: the network that computes in f32\n"
+                  "(g: the generator, d: the discriminator; default none)"),
+    RP_OPT_CHOICE(T, g.activations, "--activations", "T", "bf16|f32", OLD | RESUME,
+                  "with --precision bf16: activations stored in bf16 (default)\n"
+                  "or f32 (bf16 compute only)"),
     RP_OPT_ENUM(T, grad_dtype, "--grad-dtype", "T", "f32|bf16", wire_dtypes, OLD | RESUME,
                 "gradients on the wire between replicas: f32 (default) or bf16\n"
                 "(half the bytes; summed in f32; docs/precision.md)"),
@@ -181,10 +187,6 @@ int sngan_opts_parse(int argc, char **argv, sngan_opts *o, const char **resume)
     *resume = NULL;
     if (rp_options_parse(sngan_table, o, &argc, argv, RP_OPTIONS_HELP, &o->given, &fault) !=
         RP_OK) {
-        if (fault.kind == RP_OPTION_BAD_VALUE) {
-            fprintf(stderr, "%s: bad value for %s: %s\n", CMD, fault.option, fault.value);
-            return 2;
-        }
         return rp_options_print_fault(CMD, &fault);
     }
     if (fault.kind == RP_OPTION_HELP) {
@@ -408,6 +410,11 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
         (double)g->beta2, (unsigned long long)g->seed, o->replicas,
         rp_replicator_threads_per_replica(rep), rp_replicator_backend(rep), rp_kernels_name());
     rp_trainer_print_precision(o->precision);
+    if (!strcmp(o->precision, "bf16") && (!strcmp(g->keep_f32, "g") || !strcmp(g->keep_f32, "d")))
+        fprintf(stderr, "  the %s computes and stores in f32 (--keep-f32 %s)\n",
+                g->keep_f32[0] == 'g' ? "generator" : "discriminator", g->keep_f32);
+    if (!strcmp(o->precision, "bf16") && !strcmp(g->activations, "f32"))
+        fprintf(stderr, "  activations stored in f32 (--activations f32)\n");
     if (o->grad_dtype == RP_BF16 && o->replicas > 1)
         fprintf(stderr, "  gradients all-reduced in bf16 (summed in f32)\n");
     if (o->zero && o->replicas > 1)

@@ -196,23 +196,29 @@ static bool parse_value(const rp_option *o, const char *value, void *dst)
     }
 }
 
+/* What row o takes, in words: "expected an integer in [1, 4096]". */
+static void expected_words(const rp_option *o, char *what, size_t size)
+{
+    if (o->type == RP_OPTION_CHOICE || o->type == RP_OPTION_ENUM) {
+        char words[192];
+        choices_words(o->choices, words, sizeof words);
+        snprintf(what, size, "expected %s", words);
+    } else if (o->type == RP_OPTION_INT || o->type == RP_OPTION_INT64 ||
+               o->type == RP_OPTION_UINT64) {
+        snprintf(what, size, "expected an integer in [%.0f, %.0f]", o->lo, o->hi);
+    } else if (o->type == RP_OPTION_FLOAT || o->type == RP_OPTION_DOUBLE) {
+        snprintf(what, size, "expected a number in %c%g, %g]",
+                 (o->flags & RP_OPT_ABOVE_LO) ? '(' : '[', o->lo, o->hi);
+    } else {
+        snprintf(what, size, "not a value it takes");
+    }
+}
+
 /* The library's wording of a bad value: "--replicas 0: expected an integer in [1, 4096]". */
 static rp_status bad_value(const rp_option *o, const char *v)
 {
     char what[256];
-    if (o->type == RP_OPTION_CHOICE || o->type == RP_OPTION_ENUM) {
-        char words[192];
-        choices_words(o->choices, words, sizeof words);
-        snprintf(what, sizeof what, "expected %s", words);
-    } else if (o->type == RP_OPTION_INT || o->type == RP_OPTION_INT64 ||
-               o->type == RP_OPTION_UINT64) {
-        snprintf(what, sizeof what, "expected an integer in [%.0f, %.0f]", o->lo, o->hi);
-    } else if (o->type == RP_OPTION_FLOAT || o->type == RP_OPTION_DOUBLE) {
-        snprintf(what, sizeof what, "expected a number in %c%g, %g]",
-                 (o->flags & RP_OPT_ABOVE_LO) ? '(' : '[', o->lo, o->hi);
-    } else {
-        snprintf(what, sizeof what, "not a value it takes");
-    }
+    expected_words(o, what, sizeof what);
     return RP_ERROR(RP_ERR_INVALID, "%s %s: %s", o->name, v ? v : "(missing)", what);
 }
 
@@ -307,6 +313,7 @@ rp_status rp_options_parse(const rp_option *table, void *dst, int *argc, char **
                 return rp_last_status();
             }
             set_fault(fault, RP_OPTION_BAD_VALUE, a, v);
+            if (fault) fault->row = o;
             return bad_value(o, v);
         }
     }
@@ -677,7 +684,14 @@ int rp_options_print_fault(const char *cmd, const rp_option_fault *f)
         fprintf(stderr, "%s: %s needs a value (see --help)\n", cmd, f->option);
         break;
     case RP_OPTION_BAD_VALUE:
-        fprintf(stderr, "%s: bad value \"%s\" for %s (see --help)\n", cmd, f->value, f->option);
+        if (f->row) {
+            char what[256];
+            expected_words(f->row, what, sizeof what);
+            fprintf(stderr, "%s: bad value \"%s\" for %s: %s (see --help)\n", cmd, f->value,
+                    f->option, what);
+        } else {
+            fprintf(stderr, "%s: bad value \"%s\" for %s (see --help)\n", cmd, f->value, f->option);
+        }
         break;
     case RP_OPTION_EMPTY_PATH:
         fprintf(stderr, "%s: %s needs a path, not an empty string\n", cmd, f->option);
