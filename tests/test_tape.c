@@ -1155,6 +1155,51 @@ static void test_new_ops_steady_state(void **state)
     rp_params_destroy(ps);
 }
 
+/*
+ * Pass-through gradients (a reshape's, a cast's, an add's first input) hand their output's
+ * buffer to an input with no gradient yet. Each tensor still gets its own sum: p's first
+ * gradient comes from an add that q also feeds, and p gains more after (from ops recorded
+ * before it), which must not reach q; q + q doubles; a broadcast add passes dy to its first
+ * input and sums it into the second. Small integers, so every sum is exact.
+ */
+static void test_pass_through_gradients_stay_apart(void **state)
+{
+    (void)state;
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float pv[6] = {1, 2, 3, 4, 5, 6}, qv[6] = {6, 5, 4, 3, 2, 1}, bv[3] = {1, 1, 1};
+    float c[6] = {1, -2, 3, -4, 5, -6}, e[6] = {2, 2, -1, -1, 3, 3}, c2[6] = {7, 0, 1, 0, 2, 0};
+    float c3[6] = {1, 1, 2, 2, 3, 3};
+    rp_tensor *p = rp_tensor_from(t, 2, (int[]){2, 3}, pv),
+              *q = rp_tensor_from(t, 2, (int[]){2, 3}, qv);
+    rp_tensor *b = rp_tensor_from(t, 1, (int[]){3}, bv);
+    rp_tensor_set_requires_grad(p, true);
+    rp_tensor_set_requires_grad(q, true);
+    rp_tensor_set_requires_grad(b, true);
+    rp_tensor *ct = rp_tensor_from(t, 2, (int[]){2, 3}, c);
+    /* Recorded first, so their gradients reach p after the add's. */
+    rp_tensor *l1 = rp_sum(t, rp_mul(t, p, rp_tensor_from(t, 2, (int[]){2, 3}, e)));
+    rp_tensor *l2 =
+        rp_sum(t, rp_mul(t, rp_reshape(t, p, 1, (int[]){6}), rp_tensor_from(t, 1, (int[]){6}, c2)));
+    rp_tensor *l3 = rp_sum(t, rp_mul(t, rp_add(t, p, q), ct));
+    rp_tensor *l4 = rp_sum(t, rp_mul(t, rp_add(t, q, q), ct));
+    rp_tensor *l5 =
+        rp_sum(t, rp_mul(t, rp_add(t, p, b), rp_tensor_from(t, 2, (int[]){2, 3}, c3))); /* bcast */
+    rp_tensor *loss = rp_add(t, rp_add(t, rp_add(t, l1, l2), rp_add(t, l3, l4)), l5);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    float dp[6], dq[6], db[3];
+    assert_int_equal(rp_tensor_read_grad(p, dp, 6), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(q, dq, 6), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(b, db, 3), RP_OK);
+    for (int i = 0; i < 6; i++) {
+        assert_float_equal(dp[i], e[i] + c2[i] + c[i] + c3[i], 0);
+        assert_float_equal(dq[i], 3 * c[i], 0);
+    }
+    for (int j = 0; j < 3; j++)
+        assert_float_equal(db[j], c3[j] + c3[3 + j], 0);
+    rp_tape_destroy(t);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1180,6 +1225,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_custom_op_errors),
         cmocka_unit_test(test_custom_op_backward_error),
         cmocka_unit_test(test_new_ops_steady_state),
+        cmocka_unit_test(test_pass_through_gradients_stay_apart),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

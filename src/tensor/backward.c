@@ -77,6 +77,27 @@ float *tape_grad_acc(rp_tape *t, rp_tensor *x, bool *fail)
     return x->grad;
 }
 
+/*
+ * x's gradient += y's, in y's own rule (y's gradient is dead once it returns: release_after
+ * hands it back). An activation with no gradient yet takes y's buffer over instead: no zeroing,
+ * no add. Only one input of a rule may take it, and the rule must not read y->grad after.
+ */
+static rp_status grad_pass(rp_tape *t, rp_tensor *x, rp_tensor *y)
+{
+    if (!tape_wants_grad(x)) return RP_OK;
+    if (!x->grad && !(x->flags & RP_TENSOR_PARAM) && !(y->flags & RP_TENSOR_PARAM) &&
+        x->numel == y->numel) {
+        x->grad = y->grad;
+        y->grad = NULL;
+        return RP_OK;
+    }
+    bool fail = false;
+    float *dx = tape_grad_acc(t, x, &fail);
+    if (fail) return tape_oom();
+    t->k->add_inplace(dx, y->grad, y->numel);
+    return RP_OK;
+}
+
 static rp_status matmul_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
@@ -235,23 +256,13 @@ static rp_status act_bwd(rp_tape *t, tape_node *nd)
     return RP_OK;
 }
 
-static rp_status binary_bwd(rp_tape *t, tape_node *nd)
+/* b's gradient in binary_bwd (dy still whole). */
+static rp_status binary_bwd_b(rp_tape *t, tape_node *nd)
 {
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     int64_t n = a->numel, nb = nd->a.bin.nb;
     kernels_binop op = nd->a.bin.op;
-    bool scaled = op == RP_BIN_MUL || op == RP_BIN_DIV; /* da = dy (*|/) b */
     bool fail = false;
-    float *da = scaled ? tape_grad_out(t, a, &fail) : tape_grad_acc(t, a, &fail);
-    if (fail) return tape_oom();
-    if (da) {
-        if (scaled) {
-            t->k->binary(da, y->grad, b->data, n, nb, op);
-            tape_grad_commit(t, a, da);
-        } else {
-            t->k->add_inplace(da, y->grad, n);
-        }
-    }
     if (!tape_wants_grad(b)) return RP_OK;
     if (op == RP_BIN_ADD && nb == n) {
         /* Same shapes (a residual add): b's gradient is dy itself. */
@@ -285,8 +296,29 @@ static rp_status binary_bwd(rp_tape *t, tape_node *nd)
     return RP_OK;
 }
 
-/* Per-axis broadcasting: b's gradient sums over the axes it was repeated along. */
-static rp_status binary_bcast_bwd(rp_tape *t, tape_node *nd)
+static rp_status binary_bwd(rp_tape *t, tape_node *nd)
+{
+    rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
+    int64_t n = a->numel, nb = nd->a.bin.nb;
+    kernels_binop op = nd->a.bin.op;
+    bool scaled = op == RP_BIN_MUL || op == RP_BIN_DIV; /* da = dy (*|/) b */
+    bool fail = false;
+    if (scaled) {
+        float *da = tape_grad_out(t, a, &fail);
+        if (fail) return tape_oom();
+        if (da) {
+            t->k->binary(da, y->grad, b->data, n, nb, op);
+            tape_grad_commit(t, a, da);
+        }
+    }
+    rp_status st = binary_bwd_b(t, nd);
+    /* da = dy for + and -: last, since a may take dy's buffer over. */
+    if (st == RP_OK && !scaled) st = grad_pass(t, a, y);
+    return st;
+}
+
+/* b's gradient in binary_bcast_bwd (dy still whole). */
+static rp_status binary_bcast_bwd_b(rp_tape *t, tape_node *nd)
 {
     rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     const int64_t *shape = nd->a.bcast.shape, *bstride = nd->a.bcast.bstride;
@@ -294,16 +326,6 @@ static rp_status binary_bcast_bwd(rp_tape *t, tape_node *nd)
     int64_t n = a->numel;
     bool scaled = op == RP_BIN_MUL || op == RP_BIN_DIV;
     bool fail = false;
-    float *da = scaled ? tape_grad_out(t, a, &fail) : tape_grad_acc(t, a, &fail);
-    if (fail) return tape_oom();
-    if (da) {
-        if (scaled) {
-            t->k->binary_bcast(da, y->grad, b->data, shape, bstride, op);
-            tape_grad_commit(t, a, da);
-        } else {
-            t->k->add_inplace(da, y->grad, n);
-        }
-    }
     float *db = tape_grad_acc(t, b, &fail);
     if (fail) return tape_oom();
     if (!db) return RP_OK;
@@ -326,6 +348,28 @@ static rp_status binary_bcast_bwd(rp_tape *t, tape_node *nd)
     }
     t->k->reduce_axes(db, src, shape, mask, scale, true);
     return RP_OK;
+}
+
+/* Per-axis broadcasting: b's gradient sums over the axes it was repeated along. */
+static rp_status binary_bcast_bwd(rp_tape *t, tape_node *nd)
+{
+    rp_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
+    const int64_t *shape = nd->a.bcast.shape, *bstride = nd->a.bcast.bstride;
+    kernels_binop op = nd->a.bcast.op;
+    bool scaled = op == RP_BIN_MUL || op == RP_BIN_DIV;
+    bool fail = false;
+    if (scaled) {
+        float *da = tape_grad_out(t, a, &fail);
+        if (fail) return tape_oom();
+        if (da) {
+            t->k->binary_bcast(da, y->grad, b->data, shape, bstride, op);
+            tape_grad_commit(t, a, da);
+        }
+    }
+    rp_status st = binary_bcast_bwd_b(t, nd);
+    /* da = dy for + and -: last, since a may take dy's buffer over. */
+    if (st == RP_OK && !scaled) st = grad_pass(t, a, y);
+    return st;
 }
 
 static rp_status clamp_bwd(rp_tape *t, tape_node *nd)
@@ -695,12 +739,8 @@ rp_status tape_node_backward(rp_tape *t, tape_node *nd)
     }
     case RP_OP_CONCAT:
         return concat_bwd(t, nd);
-    case RP_OP_RESHAPE: {
-        float *dx = tape_grad_acc(t, nd->in[0], &fail);
-        if (fail) return tape_oom();
-        if (dx) t->k->add_inplace(dx, nd->out->grad, nd->out->numel);
-        return RP_OK;
-    }
+    case RP_OP_RESHAPE:
+        return grad_pass(t, nd->in[0], nd->out);
     case RP_OP_MAX_POOL:
     case RP_OP_AVG_POOL:
         return pool_bwd(t, nd);
@@ -733,14 +773,9 @@ rp_status tape_node_backward(rp_tape *t, tape_node *nd)
         return custom_bwd(t, nd);
     case RP_OP_SPECTRAL_NORM:
         return spectral_norm_bwd(t, nd);
-    case RP_OP_CAST: {
+    case RP_OP_CAST:
         /* Gradients are f32 on both sides: the cast passes them on unchanged. */
-        bool fail = false;
-        float *dx = tape_grad_acc(t, nd->in[0], &fail);
-        if (fail) return tape_oom();
-        if (dx) t->k->add_inplace(dx, nd->out->grad, nd->out->numel);
-        return RP_OK;
-    }
+        return grad_pass(t, nd->in[0], nd->out);
     case RP_OP_ALL_REDUCE:
     case RP_OP_ALL_GATHER:
     case RP_OP_REDUCE_SCATTER:
