@@ -243,6 +243,12 @@ static rp_status async_create(rp_replicator *r, bool mpi, rp_comm **world)
     rp_comm *all = NULL;
     RP_CHECK(rp_comm_mpi_create(&all, r->cfg.timeout_s));
     rp_status status = rp_comm_split(all, r->server ? 1 : 0, rp_comm_rank(all), world);
+    /* A replica waiting for a peer (a metrics reduction, a checkpoint's agreement) may wait on
+       one that is itself blocked on a stopped server. The peers wait longer than a call to a
+       server (1.5 x + 2 s), so that call's timeout, which names the server, ends the job rather
+       than the peer's, which would blame the blocked replica. */
+    if (status == RP_OK && *world && !r->server)
+        status = rp_comm_set_timeout(*world, 1.5 * rp_comm_timeout(all) + 2.0);
     rp_comm_destroy(all);
     return status;
 }
