@@ -3,7 +3,8 @@
  * y, the residual) in chunks of rows widened to f32, runs the table's own f32 kernel on the
  * chunk, and rounds what it writes back to bf16 (rp_bf16_from_f32's rounding). Statistics and
  * gradients stay f32/double, as in the f32 kernels. `k` is the table whose f32 kernels run:
- * both tables' bf16 batch-norm slots point here, and callers pass the table itself.
+ * the ref table's bf16 batch-norm slots point here (and the cpu table's for rows wider than its
+ * stack coefficients), and callers pass the table itself.
  */
 #ifndef RP_KERNELS_BN_BF16_H
 #define RP_KERNELS_BN_BF16_H

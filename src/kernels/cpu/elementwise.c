@@ -10,6 +10,8 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/bf16.h"
+#include "kernels/bn_bf16.h"
 #include "kernels/cpu/elementwise.h"
 
 /* Below this many elements a parallel region costs more than it saves. */
@@ -210,6 +212,7 @@ void kcpu_add_inplace(float *restrict y, const float *restrict x, int64_t n)
 
 typedef struct bn_sum_args {
     const float *x, *dy, *y, *mean, *invstd;
+    const rp_bf16 *xh, *yh; /* x and y stored in bf16 (x, y NULL): read widened in the loops */
     int64_t m;
     int c;      /* channels summed, at most MAX_C */
     int64_t ld; /* floats from one row to the next (c, or more for a block of wider rows) */
@@ -217,12 +220,16 @@ typedef struct bn_sum_args {
     float *g_out; /* backward: the masked dy is written here too (NULL: not) */
 } bn_sum_args;
 
+/* Element j of a row stored in bf16 (h) or f32 (f); `half` is a constant where it is used. */
+#define BN_LD(h, f, j) (half ? core_bf16_widen((h)[j]) : (f)[j])
+
 /*
  * Float sums of one run of rows [lo, hi) into f (sum) and f2 (second sum):
  * forward of x-k and (x-k)^2, backward of g and g*xhat.
  */
-static inline void bn_sum_run(float *restrict f, float *restrict f2, const float *restrict k,
-                              const bn_sum_args *a, int64_t lo, int64_t hi)
+static inline __attribute__((always_inline)) void
+bn_sum_run_t(float *restrict f, float *restrict f2, const float *restrict k, const bn_sum_args *a,
+             int64_t lo, int64_t hi, bool half)
 {
     int c = a->c;
     if (!a->backward) {
@@ -235,10 +242,11 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const float
         for (; j0 + SUM_BLOCK <= c; j0 += SUM_BLOCK) {
             float s[SUM_BLOCK] = {0}, s2[SUM_BLOCK] = {0};
             for (int64_t i = lo; i < hi; i++) {
-                const float *xr = a->x + i * a->ld + j0;
+                const float *xr = half ? NULL : a->x + i * a->ld + j0;
+                const rp_bf16 *xhr = half ? a->xh + i * a->ld + j0 : NULL;
 #pragma omp simd
                 for (int j = 0; j < SUM_BLOCK; j++) {
-                    float d = xr[j] - k[j0 + j];
+                    float d = BN_LD(xhr, xr, j) - k[j0 + j];
                     s[j] += d;
                     s2[j] += d * d;
                 }
@@ -249,10 +257,11 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const float
         for (int j = j0; j < c; j++)
             f[j] = f2[j] = 0.0f;
         for (int64_t i = lo; i < hi && j0 < c; i++) {
-            const float *xr = a->x + i * a->ld;
+            const float *xr = half ? NULL : a->x + i * a->ld;
+            const rp_bf16 *xhr = half ? a->xh + i * a->ld : NULL;
 #pragma omp simd
             for (int j = j0; j < c; j++) {
-                float d = xr[j] - k[j];
+                float d = BN_LD(xhr, xr, j) - k[j];
                 f[j] += d;
                 f2[j] += d * d;
             }
@@ -262,33 +271,45 @@ static inline void bn_sum_run(float *restrict f, float *restrict f2, const float
     for (int j = 0; j < c; j++)
         f[j] = f2[j] = 0.0f;
     for (int64_t i = lo; i < hi; i++) {
-        const float *xr = a->x + i * a->ld, *dr = a->dy + i * a->ld,
-                    *yr = a->y ? a->y + i * a->ld : NULL;
+        const float *xr = half ? NULL : a->x + i * a->ld, *dr = a->dy + i * a->ld,
+                    *yr = !half && a->y ? a->y + i * a->ld : NULL;
+        const rp_bf16 *xhr = half ? a->xh + i * a->ld : NULL,
+                      *yhr = half && a->yh ? a->yh + i * a->ld : NULL;
         float *gr = a->g_out ? a->g_out + i * a->ld : NULL;
-        if (yr && gr) {
+        if ((yr || yhr) && gr) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
-                float d = dr[j], g = yr[j] > 0 ? d : 0.0f;
+                float d = dr[j], g = BN_LD(yhr, yr, j) > 0 ? d : 0.0f;
                 gr[j] = g;
                 f[j] += g;
-                f2[j] += g * ((xr[j] - a->mean[j]) * a->invstd[j]);
+                f2[j] += g * ((BN_LD(xhr, xr, j) - a->mean[j]) * a->invstd[j]);
             }
-        } else if (yr) {
+        } else if (yr || yhr) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
-                float d = dr[j], g = yr[j] > 0 ? d : 0.0f;
+                float d = dr[j], g = BN_LD(yhr, yr, j) > 0 ? d : 0.0f;
                 f[j] += g;
-                f2[j] += g * ((xr[j] - a->mean[j]) * a->invstd[j]);
+                f2[j] += g * ((BN_LD(xhr, xr, j) - a->mean[j]) * a->invstd[j]);
             }
         } else {
             if (gr) memcpy(gr, dr, (size_t)c * sizeof *gr);
 #pragma omp simd
             for (int j = 0; j < c; j++) {
                 f[j] += dr[j];
-                f2[j] += dr[j] * ((xr[j] - a->mean[j]) * a->invstd[j]);
+                f2[j] += dr[j] * ((BN_LD(xhr, xr, j) - a->mean[j]) * a->invstd[j]);
             }
         }
     }
+}
+
+/* The run for f32 rows and for bf16 rows, each compiled on its own. */
+static inline void bn_sum_run(float *restrict f, float *restrict f2, const float *restrict k,
+                              const bn_sum_args *a, int64_t lo, int64_t hi)
+{
+    if (a->xh)
+        bn_sum_run_t(f, f2, k, a, lo, hi, true);
+    else
+        bn_sum_run_t(f, f2, k, a, lo, hi, false);
 }
 
 static void bn_sums(double *sums, const bn_sum_args *a)
@@ -321,7 +342,7 @@ static void bn_sums(double *sums, const bn_sum_args *a)
             s[j] = s2[j] = 0;
         if (!a->backward && lo < hi)
             for (int j = 0; j < c; j++)
-                k[j] = a->x[lo * a->ld + j];
+                k[j] = a->xh ? core_bf16_widen(a->xh[lo * a->ld + j]) : a->x[lo * a->ld + j];
         for (int64_t r = lo; r < hi; r += SUM_RUN) {
             int64_t end = r + SUM_RUN < hi ? r + SUM_RUN : hi;
             bn_sum_run(f, f2, k, a, r, end);
@@ -367,9 +388,11 @@ static void bn_sums_blocked(double *sums, bn_sum_args a)
     bn_sum_args b = a;
     for (int c0 = 0; c0 < c; c0 += MAX_C) {
         b.c = c - c0 < MAX_C ? c - c0 : MAX_C;
-        b.x = a.x + c0;
+        b.x = a.x ? a.x + c0 : NULL;
+        b.xh = a.xh ? a.xh + c0 : NULL;
         b.dy = a.dy ? a.dy + c0 : NULL;
         b.y = a.y ? a.y + c0 : NULL;
+        b.yh = a.yh ? a.yh + c0 : NULL;
         b.mean = a.mean ? a.mean + c0 : NULL;
         b.invstd = a.invstd ? a.invstd + c0 : NULL;
         b.g_out = a.g_out ? a.g_out + c0 : NULL;
@@ -477,6 +500,115 @@ void kcpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const float 
 #pragma omp simd
             for (int j = 0; j < c; j++)
                 out[j] = k1[j] * dr[j] + k2[j] * (xr[j] - mean[j]) + k3[j];
+        }
+    }
+}
+
+/* ---- the same over activations stored in bf16 -------------------------------------------- */
+
+/*
+ * The four batch-norm kernels with x (and the fused ReLU's y, the residual) stored in bf16,
+ * read widened inside the loops above (no staging buffer): the same arithmetic on the same
+ * widened values, so the outputs equal the f32 kernels' on widened inputs (y then rounded to
+ * bf16), and the sums differ only in their order.
+ */
+void kcpu_bn_stats_bf16(const kernels_table *k, double *sums, const rp_bf16 *x, int64_t m, int c)
+{
+    (void)k;
+    bn_sums_blocked(sums, (bn_sum_args){.xh = x, .m = m, .c = c});
+}
+
+void kcpu_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
+                            const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                            const float *invstd, int64_t m, int c, float *g_out)
+{
+    (void)k;
+    bn_sums_blocked(sums, (bn_sum_args){.xh = x,
+                                        .dy = dy,
+                                        .yh = y,
+                                        .mean = mean,
+                                        .invstd = invstd,
+                                        .m = m,
+                                        .c = c,
+                                        .backward = true,
+                                        .g_out = g_out});
+}
+
+void kcpu_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *restrict y, const rp_bf16 *restrict x,
+                           const float *restrict mean, const float *restrict invstd,
+                           const float *restrict gamma, const float *restrict beta,
+                           const rp_bf16 *restrict residual, bool relu, int64_t m, int c)
+{
+    if (c > NORM_MAX_C) {
+        kernels_bn_norm_fwd_bf16(k, y, x, mean, invstd, gamma, beta, residual, relu, m, c);
+        return;
+    }
+    /* kcpu_bn_norm_fwd's coefficients and arithmetic, on widened values; y rounded once. */
+    float scale[NORM_MAX_C], shift[NORM_MAX_C];
+    for (int j = 0; j < c; j++) {
+        scale[j] = gamma[j] * invstd[j];
+        shift[j] = beta[j] - mean[j] * scale[j];
+    }
+#pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+        const rp_bf16 *xr = x + i * c;
+        rp_bf16 *yr = y + i * c;
+        if (residual) {
+            const rp_bf16 *rr = residual + i * c;
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float v = core_bf16_widen(xr[j]) * scale[j] + shift[j];
+                v += core_bf16_widen(rr[j]);
+                yr[j] = core_bf16_round(!relu || v > 0 ? v : 0.0f);
+            }
+        } else if (relu) {
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float v = core_bf16_widen(xr[j]) * scale[j] + shift[j];
+                yr[j] = core_bf16_round(v > 0 ? v : 0.0f);
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < c; j++)
+                yr[j] = core_bf16_round(core_bf16_widen(xr[j]) * scale[j] + shift[j]);
+        }
+    }
+}
+
+void kcpu_bn_bwd_data_bf16(const kernels_table *k, float *restrict dx, const float *restrict dy,
+                           const rp_bf16 *restrict y, const rp_bf16 *restrict x,
+                           const float *restrict mean, const float *restrict invstd,
+                           const double *restrict sums, const float *restrict gamma, double count,
+                           int64_t m, int c)
+{
+    if (c > NORM_MAX_C) {
+        kernels_bn_bwd_data_bf16(k, dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
+        return;
+    }
+    /* kcpu_bn_bwd_data's coefficients and arithmetic, on widened values. */
+    float k1[NORM_MAX_C], k2[NORM_MAX_C], k3[NORM_MAX_C];
+    for (int j = 0; j < c; j++) {
+        double g = (double)gamma[j] * invstd[j], a = sums[j] / count, b = sums[c + j] / count;
+        k1[j] = (float)g;
+        k2[j] = (float)(-g * b * invstd[j]);
+        k3[j] = (float)(-g * a);
+    }
+#pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+        const float *dr = dy + i * c;
+        const rp_bf16 *xr = x + i * c;
+        float *out = dx + i * c;
+        if (y) {
+            const rp_bf16 *yr = y + i * c;
+#pragma omp simd
+            for (int j = 0; j < c; j++) {
+                float d = dr[j], g = core_bf16_widen(yr[j]) > 0 ? d : 0.0f;
+                out[j] = k1[j] * g + k2[j] * (core_bf16_widen(xr[j]) - mean[j]) + k3[j];
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < c; j++)
+                out[j] = k1[j] * dr[j] + k2[j] * (core_bf16_widen(xr[j]) - mean[j]) + k3[j];
         }
     }
 }
