@@ -6,14 +6,17 @@
 # sync path": OLD is a binary built from the commit before, NEW one built from after.
 # Prints each round, the medians, and new / old.
 #
-# Usage: bench/compare_builds.sh OLD_BINARY NEW_BINARY [rounds]   (default 5)
+# Usage: bench/compare_builds.sh OLD_BINARY NEW_BINARY [rounds [bench options...]]   (default 5)
+# e.g. bench/compare_builds.sh old/replicator build/replicator 3 --precision bf16
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-5}
+shift $(($# < 3 ? $# : 3))
+extra=("$@")
 ips() { /usr/bin/python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 print(max(r["images_per_s"] for r in rows))'; }
-common=(--model resnet20 --batch 128 --size 28 --channels 1 --iters 20 --json)
+common=(--model resnet20 --batch 128 --size 28 --channels 1 --iters 20 --json ${extra[@]+"${extra[@]}"})
 declare -A all
 names=(old_r1x2 new_r1x2 old_r2x1 new_r2x1)
 for k in $(seq "$rounds"); do

@@ -97,7 +97,8 @@ echo "ok: a bf16 GAN run with bf16 gradients resumes in both from sharded checkp
 out=$("$bin" train --resume "$dir/pk" --threads 2 2>&1)
 grep -q '^  the generator computes and stores in f32 (--keep-f32 g)' <<< "$out" ||
     fail "the resumed run lost --keep-f32 g: $out"
-grep -q '^  activations stored in f32' <<< "$out" || fail "the resumed run lost --activations f32: $out"
+grep -q '^  precision: bf16 .*; activations stored in f32; ' <<< "$out" ||
+    fail "the resumed run lost --activations f32: $out"
 out=$("$bin" "${gan[@]}" --precision bf16 --keep-f32 both --out "$dir/pbad" 2>&1) &&
     fail "--keep-f32 both was taken"
 grep -q 'expected none, g or d' <<< "$out" || fail "--keep-f32 both: the error does not name the choices: $out"

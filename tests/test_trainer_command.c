@@ -190,13 +190,13 @@ static void test_precision_line_for_bf16_only(void **state)
 {
     (void)state;
     capture_begin("precision.txt");
-    rp_trainer_print_precision("f32");
-    rp_trainer_print_precision(NULL);
+    rp_trainer_print_precision("f32", NULL);
+    rp_trainer_print_precision(NULL, "f32");
     char *text = capture_end();
     assert_string_equal(text, "");
     free(text);
     capture_begin("precision_bf16.txt");
-    rp_trainer_print_precision("bf16");
+    rp_trainer_print_precision("bf16", NULL);
     text = capture_end();
     char want[160];
     snprintf(want, sizeof want,
@@ -205,6 +205,15 @@ static void test_precision_line_for_bf16_only(void **state)
              rp_kernels_bf16_path());
     assert_true(strncmp(text, want, strlen(want)) == 0);
     assert_non_null(strstr(text, "f32 master weights"));
+    assert_non_null(strstr(text, "outputs stored in bf16"));
+    free(text);
+    /* bf16 compute with f32 storage says so, and not the other. */
+    capture_begin("precision_f32act.txt");
+    rp_trainer_print_precision("bf16", "f32");
+    text = capture_end();
+    assert_true(strncmp(text, want, strlen(want)) == 0);
+    assert_non_null(strstr(text, "activations stored in f32"));
+    assert_null(strstr(text, "stored in bf16"));
     free(text);
 }
 

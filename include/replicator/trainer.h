@@ -595,9 +595,10 @@ RP_API int rp_trainer_finish(rp_trainer *t, rp_status status, const char *cmd, b
 /*
  * A run header's precision line on stderr, for `precision` "bf16" only (nothing for "f32" or
  * NULL): which ops run in bf16 and on which path (rp_kernels_bf16_path), with a warning where
- * that path is slower than f32.
+ * that path is slower than f32, and where activations are stored: `activations` "f32" (bf16
+ * compute, f32 storage), else (NULL or "bf16") convolution and batch-norm outputs in bf16.
  */
-RP_API void rp_trainer_print_precision(const char *precision);
+RP_API void rp_trainer_print_precision(const char *precision, const char *activations);
 
 /*
  * What a command sets rp_config.stuck_exit to: true unless RP_STUCK_EXIT is "0" (rp_env). A

@@ -275,7 +275,7 @@ static void print_header(const train_opts *o, const rp_classifier *clf, const rp
                        : "off",
             (unsigned long long)o->seed, layout, rp_kernels_name());
     if (stages[0]) fprintf(stderr, "%s\n", stages);
-    rp_trainer_print_precision(o->precision);
+    rp_trainer_print_precision(o->precision, NULL);
     /* This replica's optimizer state (replica 0's shard, the largest, under ZeRO). */
     const rp_optimizer *opt = rp_classifier_state_optimizer(state);
     size_t held = rp_optimizer_state_bytes(opt),

@@ -33,6 +33,8 @@ static void usage(FILE *f)
         "  --replicas N         data-parallel replicas (default: one per core, as in training)\n"
         "  --precision P        f32 (default) or bf16: G's and D's convolutions and linear\n"
         "                       layers multiply in bf16, as train sngan --precision bf16\n"
+        "  --activations T      with bf16: activations stored in f32 or bf16 (default:\n"
+        "                       train sngan's, f32; docs/precision.md)\n"
         "  --json               one JSON line\n");
 }
 
@@ -59,6 +61,16 @@ int sngan_bench_main(int argc, char **argv)
                         v ? v : "(missing)");
                 return 2;
             }
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--activations")) {
+            if (!v || (strcmp(v, "f32") && strcmp(v, "bf16"))) {
+                fprintf(stderr, "replicator bench sngan: --activations %s: expected f32 or bf16\n",
+                        v ? v : "(missing)");
+                return 2;
+            }
+            snprintf(sc.activations, sizeof sc.activations, "%s", v);
             i++;
             continue;
         }

@@ -409,12 +409,10 @@ static void print_header(const sngan_opts *o, const rp_trainer *t, bool resumed)
         g->accum > 1 ? " in micro-batches" : "", (double)g->lr_g, (double)g->lr_d, (double)g->beta1,
         (double)g->beta2, (unsigned long long)g->seed, o->replicas,
         rp_replicator_threads_per_replica(rep), rp_replicator_backend(rep), rp_kernels_name());
-    rp_trainer_print_precision(o->precision);
+    rp_trainer_print_precision(o->precision, o->g.activations);
     if (!strcmp(o->precision, "bf16") && (!strcmp(g->keep_f32, "g") || !strcmp(g->keep_f32, "d")))
         fprintf(stderr, "  the %s computes and stores in f32 (--keep-f32 %s)\n",
                 g->keep_f32[0] == 'g' ? "generator" : "discriminator", g->keep_f32);
-    if (!strcmp(o->precision, "bf16") && !strcmp(g->activations, "f32"))
-        fprintf(stderr, "  activations stored in f32 (--activations f32)\n");
     if (o->grad_dtype == RP_BF16 && o->replicas > 1)
         fprintf(stderr, "  gradients all-reduced in bf16 (summed in f32)\n");
     if (o->zero && o->replicas > 1)

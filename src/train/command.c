@@ -151,15 +151,17 @@ int rp_trainer_finish(rp_trainer *t, rp_status status, const char *cmd, bool tty
     return p.stopped && p.stop_signal ? 128 + p.stop_signal : 0;
 }
 
-void rp_trainer_print_precision(const char *precision)
+void rp_trainer_print_precision(const char *precision, const char *activations)
 {
     if (!precision || strcmp(precision, "bf16") != 0) return;
     bool slow = !rp_kernels_bf16_fast();
+    bool f32_act = activations && !strcmp(activations, "f32");
     fprintf(stderr,
             "  precision: bf16 compute for convolutions, linear layers and matmuls on %s%s%s; "
-            "convolution and batch-norm outputs stored in bf16; f32 master weights, gradients, "
-            "norms' statistics, losses and optimizer state\n",
-            rp_kernels_bf16_path(), slow ? " - " : "", slow ? rp_kernels_bf16_about() : "");
+            "%s; f32 master weights, gradients, norms' statistics, losses and optimizer state\n",
+            rp_kernels_bf16_path(), slow ? " - " : "", slow ? rp_kernels_bf16_about() : "",
+            f32_act ? "activations stored in f32"
+                    : "convolution and batch-norm outputs stored in bf16");
 }
 
 bool rp_trainer_stuck_exit(void)

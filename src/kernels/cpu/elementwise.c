@@ -518,9 +518,9 @@ void kcpu_bn_stats_bf16(const kernels_table *k, double *sums, const rp_bf16 *x, 
     bn_sums_blocked(sums, (bn_sum_args){.xh = x, .m = m, .c = c});
 }
 
-void kcpu_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
-                            const rp_bf16 *y, const rp_bf16 *x, const float *mean,
-                            const float *invstd, int64_t m, int c, float *g_out)
+void kcpu_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy, const rp_bf16 *y,
+                            const rp_bf16 *x, const float *mean, const float *invstd, int64_t m,
+                            int c, float *g_out)
 {
     (void)k;
     bn_sums_blocked(sums, (bn_sum_args){.xh = x,
