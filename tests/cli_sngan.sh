@@ -80,13 +80,14 @@ echo "ok: a finished GAN run resumed with --iters 8 trains iterations 7 and 8"
 # A bf16 run keeps its precision and its gradients' wire type in its configuration, so a resume
 # continues in them untold; one stopped with sharded checkpoints written in the background
 # resumes from the shards and ends bit-identical to the uninterrupted run.
-"$bin" "${gan[@]}" --precision bf16 --grad-dtype bf16 --out "$dir/pa" > /dev/null
-"$bin" "${gan[@]}" --precision bf16 --grad-dtype bf16 --checkpoint-shards 2 --background-save \
-    --max-steps 3 --out "$dir/pb" > /dev/null
+"$bin" "${gan[@]}" --precision bf16 --activations bf16 --grad-dtype bf16 --out "$dir/pa" > /dev/null
+"$bin" "${gan[@]}" --precision bf16 --activations bf16 --grad-dtype bf16 --checkpoint-shards 2 \
+    --background-save --max-steps 3 --out "$dir/pb" > /dev/null
 [ -f "$dir/pb/checkpoint.index.json" ] && [ ! -e "$dir/pb/checkpoint.safetensors" ] ||
     fail "--checkpoint-shards 2 wrote: $(ls "$dir/pb")"
 out=$("$bin" train --resume "$dir/pb" --threads 2 2>&1)
-grep -q '^  precision: bf16' <<< "$out" || fail "the resumed bf16 run is not in bf16: $out"
+grep -q '^  precision: bf16 .*outputs stored in bf16' <<< "$out" ||
+    fail "the resumed bf16 run is not in bf16 with bf16 activations: $out"
 grep -q '^  gradients all-reduced in bf16' <<< "$out" || fail "the resumed run's wire is not bf16: $out"
 cmp "$dir/pa/checkpoint.safetensors" "$dir/pb/checkpoint.safetensors" ||
     fail "the bf16 run resumed from shards differs from the uninterrupted one"

@@ -277,6 +277,25 @@ static void test_older_configurations_load(void **state)
     assert_int_equal(train_opts_from_json(&o, text), RP_ERR_FORMAT);
     tu_assert_error_contains("\"limit\" is missing");
     free(text);
+
+    /* An SN-GAN run from before --activations and --keep-f32 stored bf16 runs' activations in
+       bf16: it resumes so, while a new run's default is f32 storage. */
+    static sngan_opts g;
+    sngan_opts_default(&g);
+    assert_string_equal(g.g.activations, "f32");
+    text = sngan_opts_to_json(&g);
+    char *key = strstr(text, "\"activations\":\"f32\",");
+    assert_non_null(key);
+    memmove(key, key + strlen("\"activations\":\"f32\","),
+            strlen(key + strlen("\"activations\":\"f32\",")) + 1);
+    key = strstr(text, "\"keep_f32\":\"none\",");
+    assert_non_null(key);
+    memmove(key, key + strlen("\"keep_f32\":\"none\","),
+            strlen(key + strlen("\"keep_f32\":\"none\",")) + 1);
+    assert_int_equal(sngan_opts_from_json(&g, text), RP_OK);
+    assert_string_equal(g.g.activations, "bf16");
+    assert_string_equal(g.g.keep_f32, "none");
+    free(text);
 }
 
 int main(int argc, char **argv)

@@ -780,6 +780,12 @@ static void test_precision_overrides(void **unused)
     enum { PIX = 2 * 32 * 32 };
     rp_sngan_config c = tiny_config();
     c.classes = CLASSES;
+    /* The default stores f32 under bf16 compute: so the run's policy is bf16 compute, f32
+       storage, unless the configuration says bf16. */
+    rp_precision_policy dflt = rp_sngan_net_policy(rp_precision_policy_make(RP_BF16), &c, 'g');
+    assert_int_equal(dflt.compute, RP_BF16);
+    assert_int_equal(dflt.activations, RP_F32);
+    snprintf(c.activations, sizeof c.activations, "bf16");
     rp_precision_policy f32 = rp_precision_policy_make(RP_F32),
                         bf16 = rp_precision_policy_make(RP_BF16), bf16_f32act = bf16;
     bf16_f32act.activations = RP_F32;

@@ -431,7 +431,8 @@ static void print_header(const d4pg_opts *o, const rp_trainer *t, bool resumed)
             j->agent.atoms, (unsigned long long)j->seed, j->learners,
             rp_replicator_threads_per_replica(rep), j->actors, j->envs_per_actor,
             rp_replicator_backend(rep));
-    rp_trainer_print_precision(o->precision, NULL);
+    /* Linear layers and layer norms write f32: the learner stores no activation in bf16. */
+    rp_trainer_print_precision(o->precision, "f32");
     if (strcmp(o->precision, "bf16") == 0)
         fprintf(stderr, "  actors and evaluation act in f32 (a few observations' forward is "
                         "slower in bf16: bench_d4pg --actor)\n");

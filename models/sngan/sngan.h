@@ -96,7 +96,8 @@ typedef struct rp_sngan_config {
         sample_every; /* write samples.png (and samples-<iter>.png) every K iterations (0: never) */
     /* Under a bf16 run (the tape's policy computes in bf16), what stays f32 (docs/precision.md):
        keep_f32 "none" (default; "" too), "g" (the generator computes and stores in f32) or "d" (the
-       discriminator); activations "bf16" (default; "" too) or "f32" (bf16 compute, f32 storage). */
+       discriminator); activations "f32" (default: bf16 compute, f32 storage; bf16 storage
+       cost the default run 0.2 of FD, docs/sngan.md) or "bf16" (and "", as older runs). */
     char keep_f32[8];
     char activations[8];
 } rp_sngan_config;

@@ -33,8 +33,8 @@ static void usage(FILE *f)
         "  --replicas N         data-parallel replicas (default: one per core, as in training)\n"
         "  --precision P        f32 (default) or bf16: G's and D's convolutions and linear\n"
         "                       layers multiply in bf16, as train sngan --precision bf16\n"
-        "  --activations T      with bf16: activations stored in f32 or bf16 (default:\n"
-        "                       train sngan's, f32; docs/precision.md)\n"
+        "  --activations T      with bf16: activations stored in f32 (default, as train\n"
+        "                       sngan) or bf16 (docs/precision.md)\n"
         "  --json               one JSON line\n");
 }
 
