@@ -421,6 +421,111 @@ void kcpu_bn_stats_bwd(double *sums, const float *dy, const float *y, const floa
                                         .g_out = g_out});
 }
 
+/* Batch norm's affine map per channel: y = scale*x + shift. */
+static void bn_norm_coeffs(float *scale, float *shift, const float *mean, const float *invstd,
+                           const float *gamma, const float *beta, int c)
+{
+    /* scale = gamma*invstd, shift = beta - mean*scale. */
+    for (int j = 0; j < c; j++) {
+        scale[j] = gamma[j] * invstd[j];
+        shift[j] = beta[j] - mean[j] * scale[j];
+    }
+}
+
+/*
+ * Row i of y = scale*x + shift (+ residual, then the ReLU), stored in f32 (x, residual, y) or,
+ * with `half`, in bf16 (xh, rh, yh: widened as read, y rounded once as written). Inlined into
+ * the f32 and the bf16 kernel's parallel loop with `half` a constant, so each compiles on its
+ * own (a parallel region inside this function would be outlined with `half` a variable).
+ */
+static inline __attribute__((always_inline)) void
+bn_norm_row(float *restrict y, rp_bf16 *restrict yh, const float *restrict x,
+            const rp_bf16 *restrict xh, const float *restrict scale, const float *restrict shift,
+            const float *restrict residual, const rp_bf16 *restrict rh, bool relu, int64_t i, int c,
+            bool half)
+{
+    const float *xr = half ? NULL : x + i * c;
+    const rp_bf16 *xhr = half ? xh + i * c : NULL;
+    float *yr = half ? NULL : y + i * c;
+    rp_bf16 *yhr = half ? yh + i * c : NULL;
+    if (half ? rh != NULL : residual != NULL) {
+        /* The residual block's tail: the same roundings as bn, then add, then relu. */
+        const float *rr = half ? NULL : residual + i * c;
+        const rp_bf16 *rhr = half ? rh + i * c : NULL;
+#pragma omp simd
+        for (int j = 0; j < c; j++) {
+            float v = BN_LD(xhr, xr, j) * scale[j] + shift[j];
+            v += BN_LD(rhr, rr, j);
+            v = !relu || v > 0 ? v : 0.0f;
+            if (half)
+                yhr[j] = core_bf16_round(v);
+            else
+                yr[j] = v;
+        }
+    } else if (relu) {
+#pragma omp simd
+        for (int j = 0; j < c; j++) {
+            float v = BN_LD(xhr, xr, j) * scale[j] + shift[j];
+            v = v > 0 ? v : 0.0f;
+            if (half)
+                yhr[j] = core_bf16_round(v);
+            else
+                yr[j] = v;
+        }
+    } else {
+#pragma omp simd
+        for (int j = 0; j < c; j++) {
+            float v = BN_LD(xhr, xr, j) * scale[j] + shift[j];
+            if (half)
+                yhr[j] = core_bf16_round(v);
+            else
+                yr[j] = v;
+        }
+    }
+}
+
+/*
+ * dx = g*(dy' - a - xhat*b) = k1*dy' + k2*(x-mean) + k3 per channel,
+ * with g = gamma*invstd, a = sum_dy/count, b = sum_dy_xhat/count:
+ * k1 = g, k2 = -g*b*invstd, k3 = -g*a. (x-mean) stays explicit so a
+ * large mean does not cancel away the precision.
+ */
+static void bn_bwd_coeffs(float *k1, float *k2, float *k3, const float *invstd, const double *sums,
+                          const float *gamma, double count, int c)
+{
+    for (int j = 0; j < c; j++) {
+        double g = (double)gamma[j] * invstd[j], a = sums[j] / count, b = sums[c + j] / count;
+        k1[j] = (float)g;
+        k2[j] = (float)(-g * b * invstd[j]);
+        k3[j] = (float)(-g * a);
+    }
+}
+
+/* Row i of dx, x and the fused ReLU's y in f32 or, with `half`, bf16 (as bn_norm_row). */
+static inline __attribute__((always_inline)) void
+bn_bwd_data_row(float *restrict dx, const float *restrict dy, const float *restrict y,
+                const rp_bf16 *restrict yh, const float *restrict x, const rp_bf16 *restrict xh,
+                const float *restrict mean, const float *restrict k1, const float *restrict k2,
+                const float *restrict k3, int64_t i, int c, bool half)
+{
+    const float *dr = dy + i * c, *xr = half ? NULL : x + i * c;
+    const rp_bf16 *xhr = half ? xh + i * c : NULL;
+    float *out = dx + i * c;
+    if (half ? yh != NULL : y != NULL) {
+        const float *yr = half ? NULL : y + i * c;
+        const rp_bf16 *yhr = half ? yh + i * c : NULL;
+#pragma omp simd
+        for (int j = 0; j < c; j++) {
+            float d = dr[j], g = BN_LD(yhr, yr, j) > 0 ? d : 0.0f;
+            out[j] = k1[j] * g + k2[j] * (BN_LD(xhr, xr, j) - mean[j]) + k3[j];
+        }
+    } else {
+#pragma omp simd
+        for (int j = 0; j < c; j++)
+            out[j] = k1[j] * dr[j] + k2[j] * (BN_LD(xhr, xr, j) - mean[j]) + k3[j];
+    }
+}
+
 void kcpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float *restrict mean,
                       const float *restrict invstd, const float *restrict gamma,
                       const float *restrict beta, const float *restrict residual, bool relu,
@@ -430,37 +535,11 @@ void kcpu_bn_norm_fwd(float *restrict y, const float *restrict x, const float *r
         kref_bn_norm_fwd(y, x, mean, invstd, gamma, beta, residual, relu, m, c);
         return;
     }
-    /* y = scale*x + shift with scale = gamma*invstd, shift = beta - mean*scale. */
     float scale[NORM_MAX_C], shift[NORM_MAX_C];
-    for (int j = 0; j < c; j++) {
-        scale[j] = gamma[j] * invstd[j];
-        shift[j] = beta[j] - mean[j] * scale[j];
-    }
+    bn_norm_coeffs(scale, shift, mean, invstd, gamma, beta, c);
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < m; i++) {
-        const float *xr = x + i * c;
-        float *yr = y + i * c;
-        if (residual) {
-            /* The residual block's tail: the same roundings as bn, then add, then relu. */
-            const float *rr = residual + i * c;
-#pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float v = xr[j] * scale[j] + shift[j];
-                v += rr[j];
-                yr[j] = !relu || v > 0 ? v : 0.0f;
-            }
-        } else if (relu) {
-#pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float v = xr[j] * scale[j] + shift[j];
-                yr[j] = v > 0 ? v : 0.0f;
-            }
-        } else {
-#pragma omp simd
-            for (int j = 0; j < c; j++)
-                yr[j] = xr[j] * scale[j] + shift[j];
-        }
-    }
+    for (int64_t i = 0; i < m; i++)
+        bn_norm_row(y, NULL, x, NULL, scale, shift, residual, NULL, relu, i, c, false);
 }
 
 void kcpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const float *restrict y,
@@ -472,36 +551,11 @@ void kcpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const float 
         kref_bn_bwd_data(dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
         return;
     }
-    /*
-     * dx = g*(dy' - a - xhat*b) = k1*dy' + k2*(x-mean) + k3 per channel,
-     * with g = gamma*invstd, a = sum_dy/count, b = sum_dy_xhat/count:
-     * k1 = g, k2 = -g*b*invstd, k3 = -g*a. (x-mean) stays explicit so a
-     * large mean does not cancel away the precision.
-     */
     float k1[NORM_MAX_C], k2[NORM_MAX_C], k3[NORM_MAX_C];
-    for (int j = 0; j < c; j++) {
-        double g = (double)gamma[j] * invstd[j], a = sums[j] / count, b = sums[c + j] / count;
-        k1[j] = (float)g;
-        k2[j] = (float)(-g * b * invstd[j]);
-        k3[j] = (float)(-g * a);
-    }
+    bn_bwd_coeffs(k1, k2, k3, invstd, sums, gamma, count, c);
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < m; i++) {
-        const float *dr = dy + i * c, *xr = x + i * c;
-        float *out = dx + i * c;
-        if (y) {
-            const float *yr = y + i * c;
-#pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float d = dr[j], g = yr[j] > 0 ? d : 0.0f;
-                out[j] = k1[j] * g + k2[j] * (xr[j] - mean[j]) + k3[j];
-            }
-        } else {
-#pragma omp simd
-            for (int j = 0; j < c; j++)
-                out[j] = k1[j] * dr[j] + k2[j] * (xr[j] - mean[j]) + k3[j];
-        }
-    }
+    for (int64_t i = 0; i < m; i++)
+        bn_bwd_data_row(dx, dy, y, NULL, x, NULL, mean, k1, k2, k3, i, c, false);
 }
 
 /* ---- the same over activations stored in bf16 -------------------------------------------- */
@@ -543,36 +597,11 @@ void kcpu_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *restrict y, const rp
         kernels_bn_norm_fwd_bf16(k, y, x, mean, invstd, gamma, beta, residual, relu, m, c);
         return;
     }
-    /* kcpu_bn_norm_fwd's coefficients and arithmetic, on widened values; y rounded once. */
     float scale[NORM_MAX_C], shift[NORM_MAX_C];
-    for (int j = 0; j < c; j++) {
-        scale[j] = gamma[j] * invstd[j];
-        shift[j] = beta[j] - mean[j] * scale[j];
-    }
+    bn_norm_coeffs(scale, shift, mean, invstd, gamma, beta, c);
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < m; i++) {
-        const rp_bf16 *xr = x + i * c;
-        rp_bf16 *yr = y + i * c;
-        if (residual) {
-            const rp_bf16 *rr = residual + i * c;
-#pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float v = core_bf16_widen(xr[j]) * scale[j] + shift[j];
-                v += core_bf16_widen(rr[j]);
-                yr[j] = core_bf16_round(!relu || v > 0 ? v : 0.0f);
-            }
-        } else if (relu) {
-#pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float v = core_bf16_widen(xr[j]) * scale[j] + shift[j];
-                yr[j] = core_bf16_round(v > 0 ? v : 0.0f);
-            }
-        } else {
-#pragma omp simd
-            for (int j = 0; j < c; j++)
-                yr[j] = core_bf16_round(core_bf16_widen(xr[j]) * scale[j] + shift[j]);
-        }
-    }
+    for (int64_t i = 0; i < m; i++)
+        bn_norm_row(NULL, y, NULL, x, scale, shift, NULL, residual, relu, i, c, true);
 }
 
 void kcpu_bn_bwd_data_bf16(const kernels_table *k, float *restrict dx, const float *restrict dy,
@@ -585,32 +614,11 @@ void kcpu_bn_bwd_data_bf16(const kernels_table *k, float *restrict dx, const flo
         kernels_bn_bwd_data_bf16(k, dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
         return;
     }
-    /* kcpu_bn_bwd_data's coefficients and arithmetic, on widened values. */
     float k1[NORM_MAX_C], k2[NORM_MAX_C], k3[NORM_MAX_C];
-    for (int j = 0; j < c; j++) {
-        double g = (double)gamma[j] * invstd[j], a = sums[j] / count, b = sums[c + j] / count;
-        k1[j] = (float)g;
-        k2[j] = (float)(-g * b * invstd[j]);
-        k3[j] = (float)(-g * a);
-    }
+    bn_bwd_coeffs(k1, k2, k3, invstd, sums, gamma, count, c);
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < m; i++) {
-        const float *dr = dy + i * c;
-        const rp_bf16 *xr = x + i * c;
-        float *out = dx + i * c;
-        if (y) {
-            const rp_bf16 *yr = y + i * c;
-#pragma omp simd
-            for (int j = 0; j < c; j++) {
-                float d = dr[j], g = core_bf16_widen(yr[j]) > 0 ? d : 0.0f;
-                out[j] = k1[j] * g + k2[j] * (core_bf16_widen(xr[j]) - mean[j]) + k3[j];
-            }
-        } else {
-#pragma omp simd
-            for (int j = 0; j < c; j++)
-                out[j] = k1[j] * dr[j] + k2[j] * (core_bf16_widen(xr[j]) - mean[j]) + k3[j];
-        }
-    }
+    for (int64_t i = 0; i < m; i++)
+        bn_bwd_data_row(dx, dy, NULL, y, NULL, x, mean, k1, k2, k3, i, c, true);
 }
 
 void kcpu_reduce_rows(float *restrict y, const float *restrict x, int64_t rows, int64_t nb,
