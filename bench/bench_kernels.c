@@ -686,6 +686,91 @@ static void bn_bwd_data_ref(void *p)
                      b->m, b->c);
 }
 
+/* The same kernels over bf16 storage (x, y) with the ReLU mask, as ResNet's blocks call them,
+ * against the f32 kernels on the same shapes and arguments. */
+typedef struct bn_bf16_ctx {
+    bn_ctx f;
+    const rp_bf16 *xh;
+    rp_bf16 *yh;
+    float *dx;
+} bn_bf16_ctx;
+
+static void bn_stats_bf16(void *p)
+{
+    bn_bf16_ctx *b = p;
+    kcpu_bn_stats_bf16(kernels_cpu(), b->f.sums, b->xh, b->f.m, b->f.c);
+}
+
+static void bn_stats_bwd_relu_bf16(void *p)
+{
+    bn_bf16_ctx *b = p;
+    kcpu_bn_stats_bwd_bf16(kernels_cpu(), b->f.sums, b->f.dy, b->yh, b->xh, b->f.mean, b->f.invstd,
+                           b->f.m, b->f.c, NULL);
+}
+
+static void bn_stats_bwd_relu_f32(void *p)
+{
+    bn_bf16_ctx *b = p;
+    kcpu_bn_stats_bwd(b->f.sums, b->f.dy, b->f.y, b->f.x, b->f.mean, b->f.invstd, b->f.m, b->f.c,
+                      NULL);
+}
+
+static void bn_norm_fwd_relu_bf16(void *p)
+{
+    bn_bf16_ctx *b = p;
+    kcpu_bn_norm_fwd_bf16(kernels_cpu(), b->yh, b->xh, b->f.mean, b->f.invstd, b->f.gamma,
+                          b->f.beta, NULL, true, b->f.m, b->f.c);
+}
+
+static void bn_norm_fwd_relu_f32(void *p)
+{
+    bn_bf16_ctx *b = p;
+    kcpu_bn_norm_fwd(b->dx, b->f.x, b->f.mean, b->f.invstd, b->f.gamma, b->f.beta, NULL, true,
+                     b->f.m, b->f.c);
+}
+
+static void bn_bwd_data_relu_bf16(void *p)
+{
+    bn_bf16_ctx *b = p;
+    kcpu_bn_bwd_data_bf16(kernels_cpu(), b->dx, b->f.dy, b->yh, b->xh, b->f.mean, b->f.invstd,
+                          b->f.sums, b->f.gamma, (double)b->f.m, b->f.m, b->f.c);
+}
+
+static void bn_bwd_data_relu_f32(void *p)
+{
+    bn_bf16_ctx *b = p;
+    kcpu_bn_bwd_data(b->dx, b->f.dy, b->f.y, b->f.x, b->f.mean, b->f.invstd, b->f.sums, b->f.gamma,
+                     (double)b->f.m, b->f.m, b->f.c);
+}
+
+static rp_bf16 *bf16_copy(const float *x, int64_t n)
+{
+    rp_bf16 *h = rp_alloc((size_t)n * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "out of memory (%lld bf16 values)\n", (long long)n);
+        exit(1);
+    }
+    rp_bf16_from_f32_array(h, x, (size_t)n);
+    return h;
+}
+
+static void bench_bn_bf16(const char *shape, const bn_ctx *f)
+{
+    int64_t n = f->m * f->c;
+    bn_bf16_ctx b = {
+        .f = *f, .xh = bf16_copy(f->x, n), .yh = bf16_copy(f->y, n), .dx = buffer(n, 19)};
+    char name[96];
+    snprintf(name, sizeof name, "%s stats bf16", shape);
+    report_time(name, time_pair(bn_stats_bf16, &b, bn_stats_ours, &b.f), 1e-6, NULL);
+    snprintf(name, sizeof name, "%s stats_bwd+relu bf16", shape);
+    report_time(name, time_pair(bn_stats_bwd_relu_bf16, &b, bn_stats_bwd_relu_f32, &b), 1e-6, NULL);
+    snprintf(name, sizeof name, "%s norm_fwd+relu bf16", shape);
+    report_time(name, time_pair(bn_norm_fwd_relu_bf16, &b, bn_norm_fwd_relu_f32, &b), 1e-6, NULL);
+    snprintf(name, sizeof name, "%s bwd_data+relu bf16", shape);
+    report_time(name, time_pair(bn_bwd_data_relu_bf16, &b, bn_bwd_data_relu_f32, &b), 1e-6, NULL);
+    rp_free((void *)b.xh), rp_free(b.yh), rp_free(b.dx);
+}
+
 static void bench_bn(void)
 {
     static const struct {
@@ -698,7 +783,9 @@ static void bench_bn(void)
         {"R20 N=128 8x8x64", 128 * 8 * 8, 64},
         {"MLP N=128 x 256", 128, 256},
     };
-    printf("\n(e) batch norm, us per call: ours (kcpu_bn_*) vs the reference (kref_bn_*)\n");
+    printf("\n(e) batch norm, us per call: ours (kcpu_bn_*) vs the reference (kref_bn_*); the "
+           "bf16 rows:\n    ours over bf16 storage (kcpu_bn_*_bf16) vs ours over f32, with the "
+           "ReLU mask where named\n");
     printf("  %-44s %9s %9s %9s\n", "shape [m rows, c channels]", "ours", "ref", "overhead");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n = shapes[s].m * shapes[s].c;
@@ -729,6 +816,7 @@ static void bench_bn(void)
         report_time(name, time_pair(bn_norm_fwd_ours, &b, bn_norm_fwd_ref, &b), 1e-6, NULL);
         snprintf(name, sizeof name, "%s bwd_data", shapes[s].name);
         report_time(name, time_pair(bn_bwd_data_ours, &b, bn_bwd_data_ref, &b), 1e-6, NULL);
+        bench_bn_bf16(shapes[s].name, &b);
         rp_free(x), rp_free(dy), rp_free(y), rp_free(mean), rp_free(invstd), rp_free(gamma),
             rp_free(beta), rp_free(sums);
     }
