@@ -190,6 +190,24 @@ static void test_conv_bf16(void **state)
         assert_int_equal(kcpu_conv2d_bwd_weights(gw, gb, dy, xb, &db16), RP_OK);
         snprintf(what, sizeof what, "conv bwd weights, bf16 x, case %zu", ci);
         check_bound(gw, ww, mw, nw, kw, what);
+
+        /* Both backward passes in one call (the tape's): dy is narrowed to bf16 once, for both
+           primitives, so each result is bitwise what the two calls give, with x in f32 and in
+           bf16, with the bias gradient and without. */
+        float *sx = malloc(nx * 4), *sw = malloc(nw * 4), *sb = malloc(d.o * 4);
+        for (int form = 0; form < 4; form++) {
+            const kernels_conv_desc *dd = form & 1 ? &db16 : &d;
+            const void *xx = form & 1 ? (const void *)xb : x;
+            float *bias_grad = form & 2 ? gb : NULL, *both_bias = form & 2 ? sb : NULL;
+            assert_int_equal(kcpu_conv2d_bwd_data(gx, dy, w, dd), RP_OK);
+            assert_int_equal(kcpu_conv2d_bwd_weights(gw, bias_grad, dy, xx, dd), RP_OK);
+            assert_int_equal(kcpu_conv2d_bwd(kernels_cpu(), sx, sw, both_bias, dy, w, xx, dd),
+                             RP_OK);
+            assert_memory_equal(sx, gx, (size_t)nx * 4);
+            assert_memory_equal(sw, gw, (size_t)nw * 4);
+            if (form & 2) assert_memory_equal(sb, gb, (size_t)d.o * 4);
+        }
+        free(sx), free(sw), free(sb);
         free(xb), free(yb), free(yr);
 
         free(gw), free(ww), free(mw), free(gb), free(wb), free(mb);

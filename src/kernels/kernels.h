@@ -91,6 +91,14 @@ typedef struct kernels_table {
                                  const kernels_conv_desc *d);
     rp_status (*conv2d_bwd_weights)(float *dw, float *db, const float *dy, const void *x,
                                     const kernels_conv_desc *d);
+    /*
+     * Both backward passes from one dy (dx, dw and db when not NULL; dx and dw not NULL), as
+     * bwd_data then bwd_weights compute them. Takes the table, as the bf16 batch norms do:
+     * tables with nothing to share point at kernels_conv2d_bwd_pair, which calls the two.
+     */
+    rp_status (*conv2d_bwd)(const struct kernels_table *k, float *dx, float *dw, float *db,
+                            const float *dy, const float *w, const void *x,
+                            const kernels_conv_desc *d);
 
     /* Max pooling saves the flat input offset of each output's maximum in argmax. */
     rp_status (*maxpool_fwd)(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);

@@ -141,18 +141,18 @@ static rp_status conv_bwd(rp_tape *t, tape_node *nd)
     float *dx = tape_grad_out(t, x, &fail), *dw = tape_grad_out(t, w, &fail),
           *db = tape_grad_out(t, b, &fail);
     if (fail) return tape_oom();
-    if (dx) {
+    /* bwd_weights always produces dw; give it scratch if w needs no gradient. */
+    float *dw_buf = dw || !db ? dw : tape_scratch(t, (size_t)w->numel * sizeof(float));
+    if (db && !dw_buf) return tape_oom();
+    if (dx && dw_buf) /* both passes, in one call: a table may share their work on dy */
+        RP_CHECK(t->k->conv2d_bwd(t->k, dx, dw_buf, db, y->grad, w->data, x->storage, &nd->a.conv));
+    else if (dx)
         RP_CHECK(t->k->conv2d_bwd_data(dx, y->grad, w->data, &nd->a.conv));
-        tape_grad_commit(t, x, dx);
-    }
-    if (dw || db) {
-        /* bwd_weights always produces dw; give it scratch if w needs no gradient. */
-        float *dw_buf = dw ? dw : tape_scratch(t, (size_t)w->numel * sizeof(float));
-        if (!dw_buf) return tape_oom();
+    else if (dw_buf)
         RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, x->storage, &nd->a.conv));
-        if (dw) tape_grad_commit(t, w, dw);
-        if (db) tape_grad_commit(t, b, db);
-    }
+    if (dx) tape_grad_commit(t, x, dx);
+    if (dw) tape_grad_commit(t, w, dw);
+    if (db) tape_grad_commit(t, b, db);
     return RP_OK;
 }
 

@@ -63,6 +63,9 @@ rp_status kcpu_conv2d_bwd_data(float *dx, const float *dy, const float *w,
 /* dw (and db when not NULL) = gradients of conv2d_fwd given dy and x. Overwrites both. */
 rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
                                   const kernels_conv_desc *d);
+/* Both of the above from one dy (kernels.h's conv2d_bwd): dx, dw and db (when not NULL). */
+rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *db, const float *dy,
+                          const float *w, const void *x, const kernels_conv_desc *d);
 
 /*
  * Max pooling with argmax = flat input offsets, first maximum in ky-major,

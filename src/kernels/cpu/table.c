@@ -16,6 +16,7 @@ static const kernels_table cpu_table = {
     .conv2d_fwd = kcpu_conv2d_fwd,
     .conv2d_bwd_data = kcpu_conv2d_bwd_data,
     .conv2d_bwd_weights = kcpu_conv2d_bwd_weights,
+    .conv2d_bwd = kcpu_conv2d_bwd,
     .maxpool_fwd = kcpu_maxpool_fwd,
     .maxpool_bwd = kcpu_maxpool_bwd,
     .avgpool_fwd = kcpu_avgpool_fwd,

@@ -76,6 +76,7 @@ static const kernels_table cuda_table = {
     .conv2d_fwd = conv_fwd,
     .conv2d_bwd_data = conv_bwd_data,
     .conv2d_bwd_weights = conv_bwd_weights,
+    .conv2d_bwd = kernels_conv2d_bwd_pair,
     .maxpool_fwd = maxpool_fwd,
     .maxpool_bwd = maxpool_bwd,
     .avgpool_fwd = avgpool_fwd,

@@ -209,6 +209,14 @@ rp_status kref_conv2d_bwd_data(float *dx, const float *dy, const float *w,
     return RP_OK;
 }
 
+rp_status kernels_conv2d_bwd_pair(const kernels_table *k, float *dx, float *dw, float *db,
+                                  const float *dy, const float *w, const void *x,
+                                  const kernels_conv_desc *d)
+{
+    RP_CHECK(k->conv2d_bwd_data(dx, dy, w, d));
+    return k->conv2d_bwd_weights(dw, db, dy, x, d);
+}
+
 /* Backward weights: each filter tap correlates dy with the shifted input. */
 rp_status kref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
                                   const kernels_conv_desc *d)

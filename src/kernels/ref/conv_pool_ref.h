@@ -51,6 +51,11 @@ const char *kref_bf16_path(void);
 rp_status kref_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
                           const kernels_conv_desc *d);
 
+/* conv2d_bwd for any table: k's bwd_data, then its bwd_weights, on the same dy. */
+rp_status kernels_conv2d_bwd_pair(const kernels_table *k, float *dx, float *dw, float *db,
+                                  const float *dy, const float *w, const void *x,
+                                  const kernels_conv_desc *d);
+
 /* dx = the adjoint of conv2d_fwd with respect to x, applied to dy. Overwrites dx. */
 rp_status kref_conv2d_bwd_data(float *dx, const float *dy, const float *w,
                                const kernels_conv_desc *d);

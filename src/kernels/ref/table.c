@@ -12,6 +12,7 @@ static const kernels_table ref_table = {
     .conv2d_fwd = kref_conv2d_fwd,
     .conv2d_bwd_data = kref_conv2d_bwd_data,
     .conv2d_bwd_weights = kref_conv2d_bwd_weights,
+    .conv2d_bwd = kernels_conv2d_bwd_pair,
     .maxpool_fwd = kref_maxpool_fwd,
     .maxpool_bwd = kref_maxpool_bwd,
     .avgpool_fwd = kref_avgpool_fwd,

@@ -86,6 +86,17 @@ static rp_status s_conv2d_bwd_weights(float *dw, float *db, const float *dy, con
     return s;
 }
 
+static rp_status s_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *db,
+                              const float *dy, const float *w, const void *x,
+                              const kernels_conv_desc *d)
+{
+    CHECK(conv2d_bwd, dx, dw, db, dy, w, x);
+    OPEN;
+    rp_status s = CPU->conv2d_bwd(CPU, dx, dw, db, dy, w, x, d);
+    CLOSE;
+    return s;
+}
+
 /* ---- pooling ---- */
 
 static rp_status s_maxpool_fwd(float *y, int32_t *argmax, const float *x,
@@ -666,6 +677,7 @@ static const kernels_table strict_table = {
     .conv2d_fwd = s_conv2d_fwd,
     .conv2d_bwd_data = s_conv2d_bwd_data,
     .conv2d_bwd_weights = s_conv2d_bwd_weights,
+    .conv2d_bwd = s_conv2d_bwd,
     .maxpool_fwd = s_maxpool_fwd,
     .maxpool_bwd = s_maxpool_bwd,
     .avgpool_fwd = s_avgpool_fwd,
