@@ -17,6 +17,7 @@
 
 #include "testutil.h"
 
+#include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/ref/conv_pool_ref.h"
 #include "kernels/kernels.h"
@@ -307,6 +308,51 @@ static void test_bn_bf16(void **state)
 }
 
 /* The path is named, and it is one of the four the header lists. */
+/*
+ * kcpu_bf16_round (the hardware instruction where the CPU has AVX512-BF16, which flushes
+ * subnormals) gives rp_bf16_from_f32's value for every input: each bf16 pattern's f32 value
+ * and the f32 values around its rounding boundaries (ties, one ulp either side), subnormals
+ * among them, with subnormals alone and mixed into blocks of normal values, NaNs with payloads
+ * in either half, and lengths that leave a partial block.
+ */
+static void test_bf16_round_array(void **state)
+{
+    (void)state;
+    enum { PER = 5 };
+    int64_t n = 65536 * PER;
+    float *x = malloc((size_t)n * 4);
+    rp_bf16 *got = malloc((size_t)n * 2);
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t base = h << 16,
+                 bits[PER] = {base, base + 0x7fff, base + 0x8000, base + 0x8001, base + 0xffff};
+        for (int k = 0; k < PER; k++)
+            memcpy(&x[(int64_t)h * PER + k], &bits[k], 4);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        /* Pass 1 shuffles the values (a fixed stride through them), so subnormal and normal
+           values share blocks of 16 in every proportion. */
+        if (pass == 1)
+            for (int64_t i = 0; i < n; i++) {
+                int64_t j = (i * 40503) % n;
+                float t = x[i];
+                x[i] = x[j], x[j] = t;
+            }
+        for (int64_t len = n; len >= n - 17; len -= 17) {
+            kcpu_bf16_round(got, x, len);
+            for (int64_t i = 0; i < len; i++) {
+                rp_bf16 want = rp_bf16_from_f32(x[i]);
+                if (got[i] != want) {
+                    uint32_t u;
+                    memcpy(&u, &x[i], 4);
+                    fail_msg("kcpu_bf16_round(0x%08x) = 0x%04x, want 0x%04x (pass %d, i %lld)", u,
+                             got[i], want, pass, (long long)i);
+                }
+            }
+        }
+    }
+    free(x), free(got);
+}
+
 static void test_bf16_path_named(void **state)
 {
     (void)state;
@@ -337,11 +383,9 @@ static void test_bad_compute_refused(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_bf16),
-        cmocka_unit_test(test_conv_bf16),
-        cmocka_unit_test(test_bn_bf16),
-        cmocka_unit_test(test_bf16_path_named),
-        cmocka_unit_test(test_bad_compute_refused),
+        cmocka_unit_test(test_gemm_bf16),       cmocka_unit_test(test_conv_bf16),
+        cmocka_unit_test(test_bn_bf16),         cmocka_unit_test(test_bf16_round_array),
+        cmocka_unit_test(test_bf16_path_named), cmocka_unit_test(test_bad_compute_refused),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

@@ -463,9 +463,10 @@ static int bn_norm_coeffs(float *scale, float *shift, const float *mean, const f
 /*
  * The span [at, at + len) of y = scale*x + shift (+ residual, then the ReLU), stored in f32 (x,
  * residual, y) or, with `half`, in bf16 (xh, rh, yh: widened as read, y rounded once as
- * written). Inlined into the f32 and the bf16 kernel's parallel loop with `half` a constant, so
- * each compiles on its own (a parallel region inside this function would be outlined with
- * `half` a variable).
+ * written, inside the loop: rounding the span afterwards with kcpu_bf16_round's instruction
+ * measured slower at spans this short). Inlined into the f32 and the bf16 kernel's parallel
+ * loop with `half` a constant, so each compiles on its own (a parallel region inside this
+ * function would be outlined with `half` a variable).
  */
 static inline __attribute__((always_inline)) void
 bn_norm_span(float *restrict y, rp_bf16 *restrict yh, const float *restrict x,
