@@ -31,7 +31,8 @@ static void round_scalar(rp_bf16 *y, const float *x, int64_t n)
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void
 round_avx512_bf16(rp_bf16 *y, const float *x, int64_t n)
 {
-    const __m512i exponent = _mm512_set1_epi32(0x7f800000), mantissa = _mm512_set1_epi32(0x007fffff);
+    const __m512i exponent = _mm512_set1_epi32(0x7f800000),
+                  mantissa = _mm512_set1_epi32(0x007fffff);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_loadu_ps(x + i);

@@ -975,15 +975,61 @@ rp_status kcpu_conv2d_fwd(void *y, const void *x, const float *w, const float *b
     return run_cached(&key, d, NULL, ptrs);
 }
 
+/*
+ * dy for a backward pass: with bf16 compute, narrowed to bf16 by kcpu_cast_f32_bf16 into the
+ * thread's buffer (dy_half), and the key says so (the primitive reads it as it is); else dy
+ * itself. oneDNN's staging reorder would narrow it too, once per pass: kcpu_conv2d_bwd narrows
+ * once for both (43 reorders a ResNet-20 step, 8% of its oneDNN time), and a pass alone
+ * narrows here as well, so the staging buffer is never grown for dy besides dy_half (ResNet-50's
+ * largest dy is 51 MB in bf16). The rounding is rp_bf16_from_f32's, as oneDNN's reorder, but a
+ * subnormal dy is rounded where the reorder flushed it to zero.
+ */
+static rp_status bwd_dy(thread_state *t, const kernels_conv_desc *d, const float *dy,
+                        cache_key *key, void **out)
+{
+    if (d->compute != RP_BF16) {
+        *out = (void *)dy;
+        return RP_OK;
+    }
+    int64_t n = (int64_t)d->n * d->oh * d->ow * d->o;
+    RP_CHECK(buffer_grow(&t->dy_half, &t->dy_half_bytes, (size_t)n * sizeof(rp_bf16)));
+    kcpu_cast_f32_bf16(t->dy_half, dy, n);
+    key->v[KEY_DY_TYPE] = RP_BF16;
+    *out = t->dy_half;
+    return RP_OK;
+}
+
+/* The two backward passes on dy as bwd_dy gave it (dyk: its type in the key). */
+static rp_status bwd_data_run(float *dx, void *dy, int dyk, const float *w,
+                              const kernels_conv_desc *d)
+{
+    cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
+    key.v[KEY_DY_TYPE] = dyk;
+    void *ptrs[] = {[BWDD_DX] = dx, [BWDD_DY] = dy, [BWDD_W] = (void *)w};
+    return run_cached(&key, d, NULL, ptrs);
+}
+
+static rp_status bwd_weights_run(float *dw, float *db, void *dy, int dyk, const void *x,
+                                 const kernels_conv_desc *d)
+{
+    cache_key key = conv_key(db ? KIND_CONV_BWD_WEIGHTS_BIAS : KIND_CONV_BWD_WEIGHTS, d);
+    key.v[KEY_DY_TYPE] = dyk;
+    void *ptrs[] = {[BWDW_DW] = dw, [BWDW_DB] = db, [BWDW_DY] = dy, [BWDW_X] = (void *)x};
+    return run_cached(&key, d, NULL, ptrs);
+}
+
 rp_status kcpu_conv2d_bwd_data(float *dx, const float *dy, const float *w,
                                const kernels_conv_desc *d)
 {
     RP_CHECK(kernels_conv_desc_validate(d));
     if (!dx || !dy || !w) return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_bwd_data: NULL dx, dy or w");
     if (d->compute == RP_BF16 && bf16_by_reference()) return kref_conv2d_bwd_data(dx, dy, w, d);
+    thread_state *t = NULL;
+    RP_CHECK(thread_state_get(&t));
     cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
-    void *ptrs[] = {[BWDD_DX] = dx, [BWDD_DY] = (void *)dy, [BWDD_W] = (void *)w};
-    return run_cached(&key, d, NULL, ptrs);
+    void *dyp;
+    RP_CHECK(bwd_dy(t, d, dy, &key, &dyp));
+    return bwd_data_run(dx, dyp, key.v[KEY_DY_TYPE], w, d);
 }
 
 rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
@@ -994,18 +1040,15 @@ rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const v
         return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_bwd_weights: NULL dw, dy or x");
     if (d->compute == RP_BF16 && bf16_by_reference())
         return kref_conv2d_bwd_weights(dw, db, dy, x, d);
-    cache_key key = conv_key(db ? KIND_CONV_BWD_WEIGHTS_BIAS : KIND_CONV_BWD_WEIGHTS, d);
-    void *ptrs[] = {[BWDW_DW] = dw, [BWDW_DB] = db, [BWDW_DY] = (void *)dy, [BWDW_X] = (void *)x};
-    return run_cached(&key, d, NULL, ptrs);
+    thread_state *t = NULL;
+    RP_CHECK(thread_state_get(&t));
+    cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
+    void *dyp;
+    RP_CHECK(bwd_dy(t, d, dy, &key, &dyp));
+    return bwd_weights_run(dw, db, dyp, key.v[KEY_DY_TYPE], x, d);
 }
 
-/*
- * Both backward passes from one dy. In bf16 compute each pass narrows dy to bf16 on its own (a
- * reorder per pass, 8% of ResNet-20's oneDNN time); here dy is narrowed once, into the
- * thread's buffer, and both primitives read it as it is. The narrowing rounds as every bf16
- * conversion here does (rp_bf16_from_f32), so the passes see the values they saw before, except
- * that a subnormal dy is rounded, where oneDNN's reorder flushed it to zero.
- */
+/* Both backward passes from one dy, narrowed once (bwd_dy). */
 rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *db, const float *dy,
                           const float *w, const void *x, const kernels_conv_desc *d)
 {
@@ -1013,24 +1056,17 @@ rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *d
     RP_CHECK(kernels_conv_desc_validate(d));
     if (!dx || !dw || !dy || !w || !x)
         return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_bwd: NULL dx, dw, dy, w or x");
-    if (d->compute != RP_BF16 || bf16_by_reference()) {
-        RP_CHECK(kcpu_conv2d_bwd_data(dx, dy, w, d));
-        return kcpu_conv2d_bwd_weights(dw, db, dy, x, d);
+    if (d->compute == RP_BF16 && bf16_by_reference()) {
+        RP_CHECK(kref_conv2d_bwd_data(dx, dy, w, d));
+        return kref_conv2d_bwd_weights(dw, db, dy, x, d);
     }
     thread_state *t = NULL;
     RP_CHECK(thread_state_get(&t));
-    int64_t n = (int64_t)d->n * d->oh * d->ow * d->o;
-    RP_CHECK(buffer_grow(&t->dy_half, &t->dy_half_bytes, (size_t)n * sizeof(rp_bf16)));
-    kcpu_cast_f32_bf16(t->dy_half, dy, n);
     cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
-    key.v[KEY_DY_TYPE] = RP_BF16;
-    void *data[] = {[BWDD_DX] = dx, [BWDD_DY] = t->dy_half, [BWDD_W] = (void *)w};
-    RP_CHECK(run_cached(&key, d, NULL, data));
-    key = conv_key(db ? KIND_CONV_BWD_WEIGHTS_BIAS : KIND_CONV_BWD_WEIGHTS, d);
-    key.v[KEY_DY_TYPE] = RP_BF16;
-    void *weights[] = {
-        [BWDW_DW] = dw, [BWDW_DB] = db, [BWDW_DY] = t->dy_half, [BWDW_X] = (void *)x};
-    return run_cached(&key, d, NULL, weights);
+    void *dyp;
+    RP_CHECK(bwd_dy(t, d, dy, &key, &dyp));
+    RP_CHECK(bwd_data_run(dx, dyp, key.v[KEY_DY_TYPE], w, d));
+    return bwd_weights_run(dw, db, dyp, key.v[KEY_DY_TYPE], x, d);
 }
 
 /* ---- average pooling ----------------------------------------------------- */
