@@ -976,26 +976,26 @@ rp_status kcpu_conv2d_fwd(void *y, const void *x, const float *w, const float *b
 }
 
 /*
- * dy for a backward pass: with bf16 compute, narrowed to bf16 by kcpu_cast_f32_bf16 into the
- * thread's buffer (dy_half), and the key says so (the primitive reads it as it is); else dy
- * itself. oneDNN's staging reorder would narrow it too, once per pass: kcpu_conv2d_bwd narrows
- * once for both (43 reorders a ResNet-20 step, 8% of its oneDNN time), and a pass alone
+ * dy for a backward pass, and its type for the key: with bf16 compute, narrowed to bf16 by
+ * kcpu_cast_f32_bf16 into the thread's buffer (dy_half; the primitive reads it as it is); else
+ * dy itself, in f32. oneDNN's staging reorder would narrow it too, once per pass: kcpu_conv2d_bwd
+ * narrows once for both (43 reorders a ResNet-20 step, 8% of its oneDNN time), and a pass alone
  * narrows here as well, so the staging buffer is never grown for dy besides dy_half (ResNet-50's
  * largest dy is 51 MB in bf16). The rounding is rp_bf16_from_f32's, as oneDNN's reorder, but a
  * subnormal dy is rounded where the reorder flushed it to zero.
  */
-static rp_status bwd_dy(thread_state *t, const kernels_conv_desc *d, const float *dy,
-                        cache_key *key, void **out)
+static rp_status bwd_dy(const kernels_conv_desc *d, const float *dy, void **out, int *type)
 {
-    if (d->compute != RP_BF16) {
-        *out = (void *)dy;
-        return RP_OK;
-    }
+    *out = (void *)dy;
+    *type = RP_F32;
+    if (d->compute != RP_BF16) return RP_OK;
+    thread_state *t = NULL;
+    RP_CHECK(thread_state_get(&t));
     int64_t n = (int64_t)d->n * d->oh * d->ow * d->o;
     RP_CHECK(buffer_grow(&t->dy_half, &t->dy_half_bytes, (size_t)n * sizeof(rp_bf16)));
     kcpu_cast_f32_bf16(t->dy_half, dy, n);
-    key->v[KEY_DY_TYPE] = RP_BF16;
     *out = t->dy_half;
+    *type = RP_BF16;
     return RP_OK;
 }
 
@@ -1024,12 +1024,10 @@ rp_status kcpu_conv2d_bwd_data(float *dx, const float *dy, const float *w,
     RP_CHECK(kernels_conv_desc_validate(d));
     if (!dx || !dy || !w) return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_bwd_data: NULL dx, dy or w");
     if (d->compute == RP_BF16 && bf16_by_reference()) return kref_conv2d_bwd_data(dx, dy, w, d);
-    thread_state *t = NULL;
-    RP_CHECK(thread_state_get(&t));
-    cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
     void *dyp;
-    RP_CHECK(bwd_dy(t, d, dy, &key, &dyp));
-    return bwd_data_run(dx, dyp, key.v[KEY_DY_TYPE], w, d);
+    int dyk;
+    RP_CHECK(bwd_dy(d, dy, &dyp, &dyk));
+    return bwd_data_run(dx, dyp, dyk, w, d);
 }
 
 rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
@@ -1040,12 +1038,10 @@ rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const v
         return RP_ERROR(RP_ERR_INVALID, "kcpu_conv2d_bwd_weights: NULL dw, dy or x");
     if (d->compute == RP_BF16 && bf16_by_reference())
         return kref_conv2d_bwd_weights(dw, db, dy, x, d);
-    thread_state *t = NULL;
-    RP_CHECK(thread_state_get(&t));
-    cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
     void *dyp;
-    RP_CHECK(bwd_dy(t, d, dy, &key, &dyp));
-    return bwd_weights_run(dw, db, dyp, key.v[KEY_DY_TYPE], x, d);
+    int dyk;
+    RP_CHECK(bwd_dy(d, dy, &dyp, &dyk));
+    return bwd_weights_run(dw, db, dyp, dyk, x, d);
 }
 
 /* Both backward passes from one dy, narrowed once (bwd_dy). */
@@ -1060,13 +1056,11 @@ rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *d
         RP_CHECK(kref_conv2d_bwd_data(dx, dy, w, d));
         return kref_conv2d_bwd_weights(dw, db, dy, x, d);
     }
-    thread_state *t = NULL;
-    RP_CHECK(thread_state_get(&t));
-    cache_key key = conv_key(KIND_CONV_BWD_DATA, d);
     void *dyp;
-    RP_CHECK(bwd_dy(t, d, dy, &key, &dyp));
-    RP_CHECK(bwd_data_run(dx, dyp, key.v[KEY_DY_TYPE], w, d));
-    return bwd_weights_run(dw, db, dyp, key.v[KEY_DY_TYPE], x, d);
+    int dyk;
+    RP_CHECK(bwd_dy(d, dy, &dyp, &dyk));
+    RP_CHECK(bwd_data_run(dx, dyp, dyk, w, d));
+    return bwd_weights_run(dw, db, dyp, dyk, x, d);
 }
 
 /* ---- average pooling ----------------------------------------------------- */
