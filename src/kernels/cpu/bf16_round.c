@@ -49,7 +49,7 @@ round_avx512_bf16(rp_bf16 *y, const float *x, int64_t n)
     round_scalar(y + i, x + i, n - i);
 }
 
-/* Read once, as the program loads (batch norm calls this per span of 64 values). */
+/* Read once, as the program loads, not on every call. */
 static bool g_has_bf16;
 
 __attribute__((constructor)) static void detect(void)

@@ -73,7 +73,7 @@ static const char *const kind_names[] = {
     "matmul",
 };
 
-/* KEY_DY_TYPE: the storage of a backward pass's dy (kcpu_conv2d_bwd hands over bf16). */
+/* KEY_DY_TYPE: the storage of a backward pass's dy (bf16 once bwd_dy has narrowed it). */
 enum {
     KEY_LEN = 17,
     KEY_COMPUTE = 12,
@@ -121,7 +121,7 @@ typedef struct thread_state {
     size_t scratch_bytes;
     void *stage[2]; /* likewise: activations reordered to and from a primitive's own layout */
     size_t stage_bytes[2];
-    void *dy_half; /* kcpu_conv2d_bwd's dy narrowed to bf16, read by both passes */
+    void *dy_half; /* a bf16 backward's dy, narrowed by bwd_dy (once for both passes) */
     size_t dy_half_bytes;
 } thread_state;
 
