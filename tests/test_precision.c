@@ -112,6 +112,78 @@ static void test_linear_follows_policy(void **state)
     assert_true(same(dwf, dws, OUT * IN));
 }
 
+/* ---- a bf16 convolution of an f32 input --------------------------------------------------- */
+
+enum { CN = 3, CH = 6, CW = 5, CC = 4, CO = 8 };
+
+/*
+ * rp_conv2d under bf16 compute with f32 activations, on an f32 x (`cast`: x narrowed by an
+ * explicit rp_cast first), then backward from dy: y and the gradients of x, w and b (those that
+ * require one; `grad_w` false freezes w and b).
+ */
+static void conv_run(bool cast, bool grad_w, bool grad_x, float *y, float *dx, float *dw, float *db)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_precision_policy p = rp_precision_policy_make(RP_BF16);
+    p.activations = RP_F32;
+    assert_int_equal(rp_tape_set_precision(t, p), RP_OK);
+    enum { NX = CN * CH * CW * CC, NW = CO * 3 * 3 * CC, NY = CN * CH * CW * CO };
+    float xs[NX], ws[NW], bs[CO], dys[NY];
+    tu_fill(xs, NX, 11, -2, 2);
+    tu_fill(ws, NW, 12, -1, 1);
+    tu_fill(bs, CO, 13, -1, 1);
+    tu_fill(dys, NY, 14, -1, 1);
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){CN, CH, CW, CC}, xs);
+    rp_tensor *w = rp_tensor_from(t, 4, (int[]){CO, 3, 3, CC}, ws);
+    rp_tensor *b = rp_tensor_from(t, 1, (int[]){CO}, bs);
+    rp_tensor_set_requires_grad(x, grad_x);
+    rp_tensor_set_requires_grad(w, grad_w);
+    rp_tensor_set_requires_grad(b, grad_w);
+    rp_tensor *in = cast ? rp_cast(t, x, RP_BF16) : x;
+    rp_tensor *out = rp_conv2d(t, in, w, b, (rp_conv_params){1, 1});
+    assert_non_null(out);
+    assert_int_equal(out->dtype, RP_F32);
+    assert_int_equal(rp_tensor_read(out, y, NY), RP_OK);
+    assert_int_equal(rp_backward_from(t, out, dys), RP_OK);
+    if (grad_x) assert_int_equal(rp_tensor_read_grad(x, dx, NX), RP_OK);
+    if (grad_w) {
+        assert_int_equal(rp_tensor_read_grad(w, dw, NW), RP_OK);
+        assert_int_equal(rp_tensor_read_grad(b, db, CO), RP_OK);
+    }
+    rp_tape_destroy(t);
+}
+
+/*
+ * A bf16 convolution rounds an f32 input to bf16 in its forward and again in backward-weights;
+ * when the weights want a gradient, rp_conv2d rounds it once and keeps the bf16 copy for
+ * backward. The result is exactly that of rounding x first with rp_cast, with and without the
+ * weights' and the input's gradients.
+ */
+static void test_conv_f32_input_in_bf16(void **state)
+{
+    (void)state;
+    enum { NX = CN * CH * CW * CC, NW = CO * 3 * 3 * CC, NY = CN * CH * CW * CO };
+    static const bool cases[][2] = {{true, true}, {true, false}, {false, true}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool grad_w = cases[i][0], grad_x = cases[i][1];
+        float y1[NY], dx1[NX] = {0}, dw1[NW] = {0}, db1[CO] = {0};
+        float y2[NY], dx2[NX] = {0}, dw2[NW] = {0}, db2[CO] = {0};
+        conv_run(false, grad_w, grad_x, y1, dx1, dw1, db1);
+        conv_run(true, grad_w, grad_x, y2, dx2, dw2, db2);
+        assert_true(same(y1, y2, NY));
+        assert_true(same(dx1, dx2, NX));
+        assert_true(same(dw1, dw2, NW));
+        assert_true(same(db1, db2, CO));
+        if (grad_w) {
+            double norm = 0;
+            for (int j = 0; j < NW; j++)
+                norm += (double)dw1[j] * dw1[j];
+            assert_true(norm > 1.0); /* the gradients were computed, not left at zero */
+        }
+    }
+}
+
 /* ---- gradients of whole networks, f32 against bf16 ----------------------------------------- */
 
 /* One network's forward pass on a fresh tape under `compute`; returns its output. */
@@ -450,6 +522,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_api),
         cmocka_unit_test(test_linear_follows_policy),
+        cmocka_unit_test(test_conv_f32_input_in_bf16),
         cmocka_unit_test(test_resnet20_gradients_bounded),
         cmocka_unit_test(test_sngan_gradients_bounded),
         cmocka_unit_test(test_d4pg_gradients_bounded),

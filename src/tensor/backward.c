@@ -137,6 +137,8 @@ static rp_status linear_bwd(rp_tape *t, tape_node *nd)
 static rp_status conv_bwd(rp_tape *t, tape_node *nd)
 {
     rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
+    /* x as the forward read it: its bf16 copy when rp_conv2d narrowed it (a.conv.x_type says) */
+    const void *xs = nd->saved2 ? nd->saved2 : x->storage;
     bool fail = false;
     float *dx = tape_grad_out(t, x, &fail), *dw = tape_grad_out(t, w, &fail),
           *db = tape_grad_out(t, b, &fail);
@@ -145,11 +147,11 @@ static rp_status conv_bwd(rp_tape *t, tape_node *nd)
     float *dw_buf = dw || !db ? dw : tape_scratch(t, (size_t)w->numel * sizeof(float));
     if (db && !dw_buf) return tape_oom();
     if (dx && dw_buf) /* both passes, in one call: a table may share their work on dy */
-        RP_CHECK(t->k->conv2d_bwd(t->k, dx, dw_buf, db, y->grad, w->data, x->storage, &nd->a.conv));
+        RP_CHECK(t->k->conv2d_bwd(t->k, dx, dw_buf, db, y->grad, w->data, xs, &nd->a.conv));
     else if (dx)
         RP_CHECK(t->k->conv2d_bwd_data(dx, y->grad, w->data, &nd->a.conv));
     else if (dw_buf)
-        RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, x->storage, &nd->a.conv));
+        RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, xs, &nd->a.conv));
     if (dx) tape_grad_commit(t, x, dx);
     if (dw) tape_grad_commit(t, w, dw);
     if (db) tape_grad_commit(t, b, db);

@@ -34,15 +34,32 @@ rp_tensor *rp_conv2d(rp_tape *t, rp_tensor *x, rp_tensor *w, rp_tensor *b, rp_co
     if (x->dtype != RP_F32 && d.compute != RP_BF16) TAPE_F32_IN(t, x);
     d.x_type = x->dtype;
     d.y_type = d.compute == RP_BF16 ? t->precision.activations : RP_F32;
+    rp_tensor *in[] = {x, w, b};
+    bool record = tape_needs_grad(t, in, 3);
+    /*
+     * An f32 input to a bf16 convolution is narrowed to bf16 by both passes that read it: the
+     * forward, and backward-weights. When the weights' gradient will be wanted, narrow it once
+     * here and keep the bf16 copy for backward (half of x's bytes more, one pass over x less);
+     * the products are the same, as each pass would round x the same way.
+     */
+    rp_tensor *xb = NULL;
+    if (record && d.compute == RP_BF16 && x->dtype == RP_F32 &&
+        ((w->flags & RP_TENSOR_REQUIRES_GRAD) || (b && (b->flags & RP_TENSOR_REQUIRES_GRAD)))) {
+        xb = tape_tensor_typed(t, 4, x->shape, RP_BF16);
+        RP_PROPAGATE_NULL(xb);
+        t->k->cast_f32_bf16(xb->data_bf16, x->data, x->numel);
+        d.x_type = RP_BF16;
+    }
     rp_tensor *y = tape_tensor_typed(t, 4, (int[]){d.n, d.oh, d.ow, d.o}, d.y_type);
     RP_PROPAGATE_NULL(y);
-    if (t->k->conv2d_fwd(y->storage, x->storage, w->data, b ? b->data : NULL, &d) != RP_OK)
+    if (t->k->conv2d_fwd(y->storage, (xb ? xb : x)->storage, w->data, b ? b->data : NULL, &d) !=
+        RP_OK)
         return NULL;
-    rp_tensor *in[] = {x, w, b};
-    if (tape_needs_grad(t, in, 3)) {
+    if (record) {
         tape_node *node = tape_record(t, RP_OP_CONV2D, y, in, 3);
         RP_PROPAGATE_NULL(node);
         node->a.conv = d;
+        node->saved2 = xb ? xb->storage : NULL; /* backward-weights' x, when narrowed here */
     }
     return y;
 }
