@@ -307,6 +307,66 @@ static void test_bn_bf16(void **state)
         }
 }
 
+/*
+ * The bf16 normalisation's edge values: outputs that are subnormal (which the conversion
+ * instruction would flush: they take the integer rule), NaN (made quiet; the ReLU makes it 0),
+ * -0 (kept; the ReLU makes it +0), infinities, and values at bf16 rounding ties, over rows of 5
+ * channels (spans of 65: the portable loop), 8 (spans of 64, the last one partial: a masked
+ * step; and one row alone, its subnormal in that step only) and 64. The cpu table against
+ * rounding its f32 kernel's output on the widened inputs, bit for bit.
+ */
+static void test_bn_bf16_norm_edges(void **state)
+{
+    (void)state;
+    const kernels_table *k = kernels_cpu();
+    static const uint16_t special[] = {0x0001, 0x8001, 0x007f, 0x0080, 0x8000, 0x0000,
+                                       0x7fc0, 0xffc1, 0x7f81, 0x7f80, 0xff80, 0x3f81,
+                                       0xbf81, 0x0040, 0x00ff, 0x4049};
+    enum { NS = sizeof special / sizeof special[0] };
+    static const struct {
+        int m, c;
+    } shapes[] = {{37, 5}, {37, 8}, {37, 64}, {1, 8}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int c = shapes[si].c;
+        int64_t m = shapes[si].m, n = m * c;
+        rp_bf16 *xb = malloc(n * 2), *rb = malloc(n * 2), *yb = malloc(n * 2);
+        float *xf = malloc(n * 4), *rf = malloc(n * 4), *yf = malloc(n * 4);
+        float *mean = malloc(c * 4), *invstd = malloc(c * 4), *gamma = malloc(c * 4),
+              *beta = malloc(c * 4);
+        /* Channel j: every third an identity map (y = x: a subnormal x gives a subnormal y),
+           the others scales that land near ties and underflow. */
+        for (int j = 0; j < c; j++) {
+            mean[j] = j % 3 == 0 ? 0.0f : 0.25f * (float)(j % 5);
+            invstd[j] = j % 3 == 0 ? 1.0f : (j % 3 == 1 ? 0x1p-100f : 1.5f);
+            gamma[j] = 1.0f;
+            beta[j] = j % 3 == 0 ? 0.0f : (j % 3 == 1 ? 0x1p-127f : -0.375f);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            xb[i] = special[(i * 7 + i / c) % NS];
+            rb[i] = special[(i * 5 + 3) % NS];
+        }
+        if (m == 1) xb[0] = 0x0001; /* channel 0 maps x to itself: a subnormal y */
+        rp_bf16_to_f32_array(xf, xb, (size_t)n);
+        rp_bf16_to_f32_array(rf, rb, (size_t)n);
+        int subnormal_outputs = 0;
+        for (int form = 0; form < 3; form++) {
+            bool relu = form > 0;
+            const rp_bf16 *r = form == 2 ? rb : NULL;
+            k->bn_norm_fwd(yf, xf, mean, invstd, gamma, beta, form == 2 ? rf : NULL, relu, m, c);
+            k->bn_norm_fwd_bf16(k, yb, xb, mean, invstd, gamma, beta, r, relu, m, c);
+            for (int64_t i = 0; i < n; i++) {
+                if (yf[i] != 0 && fabsf(yf[i]) < 0x1p-126f) subnormal_outputs++;
+                if (yb[i] != rp_bf16_from_f32(yf[i]))
+                    fail_msg("bn_norm_fwd_bf16 c %d form %d: y[%lld] 0x%04x, want 0x%04x (f32 %a)",
+                             c, form, (long long)i, yb[i], rp_bf16_from_f32(yf[i]), (double)yf[i]);
+            }
+        }
+        assert_true(subnormal_outputs > 0); /* the flushing case was reached */
+        free(xb), free(rb), free(yb), free(xf), free(rf), free(yf);
+        free(mean), free(invstd), free(gamma), free(beta);
+    }
+}
+
 /* The path is named, and it is one of the four the header lists. */
 /*
  * kcpu_bf16_round (the hardware instruction where the CPU has AVX512-BF16, which flushes
@@ -383,9 +443,13 @@ static void test_bad_compute_refused(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_bf16),       cmocka_unit_test(test_conv_bf16),
-        cmocka_unit_test(test_bn_bf16),         cmocka_unit_test(test_bf16_round_array),
-        cmocka_unit_test(test_bf16_path_named), cmocka_unit_test(test_bad_compute_refused),
+        cmocka_unit_test(test_gemm_bf16),
+        cmocka_unit_test(test_conv_bf16),
+        cmocka_unit_test(test_bn_bf16),
+        cmocka_unit_test(test_bn_bf16_norm_edges),
+        cmocka_unit_test(test_bf16_round_array),
+        cmocka_unit_test(test_bf16_path_named),
+        cmocka_unit_test(test_bad_compute_refused),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

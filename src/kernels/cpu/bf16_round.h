@@ -1,10 +1,12 @@
 /*
- * bf16_round.h - f32 to bf16 over arrays, for the cpu table's conversions of whole tensors
- * (kcpu_cast_f32_bf16: rp_cast, and dy narrowed once for a convolution's two backward passes).
+ * bf16_round.h - f32 to bf16 with the CPU's conversion instruction where it has one: over
+ * arrays, for the cpu table's conversions of whole tensors (kcpu_cast_f32_bf16: rp_cast, conv
+ * inputs and dy narrowed once), and inside batch norm's bf16 normalisation.
  */
 #ifndef RP_KERNELS_CPU_BF16_ROUND_H
 #define RP_KERNELS_CPU_BF16_ROUND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "replicator/core.h"
@@ -14,5 +16,16 @@
  * quiet with its sign and the top of its payload, subnormals rounded (not flushed).
  */
 void kcpu_bf16_round(rp_bf16 *y, const float *x, int64_t n);
+
+/*
+ * Batch norm's normalisation over len bf16 values in spans of w (scale and shift hold w values,
+ * repeated for each span): v = x[j]*scale[j % w] + shift[j % w], plus residual[j] when it is
+ * not NULL, then max(v, 0) with relu; y[j] = v rounded as kcpu_bf16_round. Each v is the f32
+ * kernel's value on the widened inputs (multiply and add fused exactly where this build's f32
+ * loops fuse them). Returns false, having written nothing, where the CPU lacks AVX512-BF16 or w
+ * is not a multiple of 16: the caller's own loop does it then.
+ */
+bool kcpu_bf16_norm_spans(rp_bf16 *y, const rp_bf16 *x, const float *scale, const float *shift,
+                          const rp_bf16 *residual, bool relu, int64_t len, int w);
 
 #endif
