@@ -159,12 +159,15 @@ void kcpu_bf16_round(rp_bf16 *y, const float *x, int64_t n)
         round_scalar(y, x, n);
 }
 
-bool kcpu_bf16_norm_spans(rp_bf16 *y, const rp_bf16 *x, const float *scale, const float *shift,
+bool kcpu_bf16_has_instruction(void)
+{
+    return g_has_bf16;
+}
+
+void kcpu_bf16_norm_spans(rp_bf16 *y, const rp_bf16 *x, const float *scale, const float *shift,
                           const rp_bf16 *residual, bool relu, int64_t len, int w)
 {
-    if (!g_has_bf16 || w % 16 != 0) return false;
     norm_avx512_bf16(y, x, scale, shift, residual, relu, len, w);
-    return true;
 }
 #else
 void kcpu_bf16_round(rp_bf16 *y, const float *x, int64_t n)
@@ -172,10 +175,15 @@ void kcpu_bf16_round(rp_bf16 *y, const float *x, int64_t n)
     round_scalar(y, x, n);
 }
 
-bool kcpu_bf16_norm_spans(rp_bf16 *y, const rp_bf16 *x, const float *scale, const float *shift,
+bool kcpu_bf16_has_instruction(void)
+{
+    return false;
+}
+
+/* Not called here: kcpu_bf16_has_instruction() is false. */
+void kcpu_bf16_norm_spans(rp_bf16 *y, const rp_bf16 *x, const float *scale, const float *shift,
                           const rp_bf16 *residual, bool relu, int64_t len, int w)
 {
     (void)y, (void)x, (void)scale, (void)shift, (void)residual, (void)relu, (void)len, (void)w;
-    return false;
 }
 #endif

@@ -17,15 +17,18 @@
  */
 void kcpu_bf16_round(rp_bf16 *y, const float *x, int64_t n);
 
+/* Whether this CPU converts with VCVTNEPS2BF16 (AVX512-BF16); read once, as the program loads. */
+bool kcpu_bf16_has_instruction(void);
+
 /*
  * Batch norm's normalisation over len bf16 values in spans of w (scale and shift hold w values,
  * repeated for each span): v = x[j]*scale[j % w] + shift[j % w], plus residual[j] when it is
  * not NULL, then max(v, 0) with relu; y[j] = v rounded as kcpu_bf16_round. Each v is the f32
  * kernel's value on the widened inputs (multiply and add fused exactly where this build's f32
- * loops fuse them). Returns false, having written nothing, where the CPU lacks AVX512-BF16 or w
- * is not a multiple of 16: the caller's own loop does it then.
+ * loops fuse them). Only where kcpu_bf16_has_instruction(), and w a multiple of 16: the caller's
+ * own loop does it otherwise.
  */
-bool kcpu_bf16_norm_spans(rp_bf16 *y, const rp_bf16 *x, const float *scale, const float *shift,
+void kcpu_bf16_norm_spans(rp_bf16 *y, const rp_bf16 *x, const float *scale, const float *shift,
                           const rp_bf16 *residual, bool relu, int64_t len, int w);
 
 #endif

@@ -631,20 +631,21 @@ void kcpu_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *restrict y, const rp
     }
     float scale[NORM_MAX_C], shift[NORM_MAX_C];
     int w = bn_norm_coeffs(scale, shift, mean, invstd, gamma, beta, c, true);
-    int64_t n = m * c, spans = (n + w - 1) / w;
-    /* With AVX512-BF16, the rounding is one instruction (bf16_round.c): each thread's spans in
-       one call. The loop below otherwise. */
-    bool done = true;
+    int64_t n = m * c;
+    if (w % 16 == 0 && kcpu_bf16_has_instruction()) {
+        /* The rounding is one instruction (bf16_round.c): each thread's spans in one call. */
+        int64_t spans = (n + w - 1) / w;
 #pragma omp parallel if (n >= PAR_MIN)
-    {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        int64_t lo = spans * t / nt * w, hi = spans * (t + 1) / nt * w;
-        if (hi > n) hi = n;
-        if (lo < hi && !kcpu_bf16_norm_spans(y + lo, x + lo, scale, shift,
-                                             residual ? residual + lo : NULL, relu, hi - lo, w))
-            done = false; /* the same answer on every thread: the CPU's, and w's */
+        {
+            int t = omp_get_thread_num(), nt = omp_get_num_threads();
+            int64_t lo = spans * t / nt * w, hi = spans * (t + 1) / nt * w;
+            if (hi > n) hi = n;
+            if (lo < hi)
+                kcpu_bf16_norm_spans(y + lo, x + lo, scale, shift, residual ? residual + lo : NULL,
+                                     relu, hi - lo, w);
+        }
+        return;
     }
-    if (done) return;
 #pragma omp parallel for if (n >= PAR_MIN) schedule(static)
     for (int64_t at = 0; at < n; at += w)
         bn_norm_span(NULL, y, NULL, x, scale, shift, NULL, residual, relu, at,
