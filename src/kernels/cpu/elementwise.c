@@ -466,9 +466,9 @@ static int bn_norm_coeffs(float *scale, float *shift, const float *mean, const f
  * residual, y) or, with `half`, in bf16 (xh, rh, yh: widened as read, y rounded once as
  * written, inside the loop, by the integer rule: the bf16 kernel's path where the CPU lacks
  * AVX512-BF16 or the span is not a multiple of 16 values; else kcpu_bf16_norm_spans does it
- * with the instruction, 1.3-1.9x faster). Inlined into the f32 and the bf16 kernel's parallel
- * loop with `half` a constant, so each compiles on its own (a parallel region inside this
- * function would be outlined with `half` a variable).
+ * with the instruction, 1.3-1.9x faster: `bench_kernels --only e`). Inlined into the f32 and the
+ * bf16 kernel's parallel loop with `half` a constant, so each compiles on its own (a parallel
+ * region inside this function would be outlined with `half` a variable).
  */
 static inline __attribute__((always_inline)) void
 bn_norm_span(float *restrict y, rp_bf16 *restrict yh, const float *restrict x,
