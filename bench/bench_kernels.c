@@ -732,8 +732,8 @@ static void bn_norm_fwd_relu_f32(void *p)
 static void bn_bwd_data_relu_bf16(void *p)
 {
     bn_bf16_ctx *b = p;
-    kcpu_bn_bwd_data_bf16(kernels_cpu(), b->dx, b->f.dy, b->yh, b->xh, b->f.mean, b->f.invstd,
-                          b->f.sums, b->f.gamma, (double)b->f.m, b->f.m, b->f.c);
+    kcpu_bn_bwd_data_bf16(kernels_cpu(), b->dx, RP_F32, b->f.dy, b->yh, b->xh, b->f.mean,
+                          b->f.invstd, b->f.sums, b->f.gamma, (double)b->f.m, b->f.m, b->f.c);
 }
 
 static void bn_bwd_data_relu_f32(void *p)

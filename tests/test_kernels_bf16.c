@@ -196,6 +196,10 @@ static void test_conv_bf16(void **state)
            primitives, so each result is bitwise what the two calls give, with x in f32 and in
            bf16, with the bias gradient and without. */
         float *sx = malloc(nx * 4), *sw = malloc(nw * 4), *sb = malloc(d.o * 4);
+        float *hx = malloc(nx * 4), *hw = malloc(nw * 4), *hb = malloc(d.o * 4);
+        float *rx = malloc(nx * 4), *rw = malloc(nw * 4), *rb = malloc(d.o * 4);
+        rp_bf16 *dyh = malloc(ny * 2);
+        rp_bf16_from_f32_array(dyh, dy, (size_t)ny);
         for (int form = 0; form < 4; form++) {
             const kernels_conv_desc *dd = form & 1 ? &db16 : &d;
             const void *xx = form & 1 ? (const void *)xb : x;
@@ -207,7 +211,30 @@ static void test_conv_bf16(void **state)
             assert_memory_equal(sx, gx, (size_t)nx * 4);
             assert_memory_equal(sw, gw, (size_t)nw * 4);
             if (form & 2) assert_memory_equal(sb, gb, (size_t)d.o * 4);
+
+            /* dy already in bf16 (dy_type: the tape's bf16 gradients), rounded as the passes
+               would round it: nothing is left to round, so every result is bitwise the f32
+               dy's, on the cpu table (both calls) and the reference. */
+            kernels_conv_desc dh = *dd;
+            dh.dy_type = RP_BF16;
+            float *hbias = form & 2 ? hb : NULL, *rbias = form & 2 ? rb : NULL;
+            assert_int_equal(kcpu_conv2d_bwd(kernels_cpu(), hx, hw, hbias, dyh, w, xx, &dh), RP_OK);
+            assert_memory_equal(hx, gx, (size_t)nx * 4);
+            assert_memory_equal(hw, gw, (size_t)nw * 4);
+            if (form & 2) assert_memory_equal(hb, gb, (size_t)d.o * 4);
+            assert_int_equal(kcpu_conv2d_bwd_data(hx, dyh, w, &dh), RP_OK);
+            assert_memory_equal(hx, gx, (size_t)nx * 4);
+            assert_int_equal(kcpu_conv2d_bwd_weights(hw, hbias, dyh, xx, &dh), RP_OK);
+            assert_memory_equal(hw, gw, (size_t)nw * 4);
+            assert_int_equal(kref_conv2d_bwd_data(hx, dyh, w, &dh), RP_OK);
+            assert_int_equal(kref_conv2d_bwd_data(rx, dy, w, dd), RP_OK);
+            assert_memory_equal(hx, rx, (size_t)nx * 4);
+            assert_int_equal(kref_conv2d_bwd_weights(hw, hbias, dyh, xx, &dh), RP_OK);
+            assert_int_equal(kref_conv2d_bwd_weights(rw, rbias, dy, xx, dd), RP_OK);
+            assert_memory_equal(hw, rw, (size_t)nw * 4);
+            if (form & 2) assert_memory_equal(hb, rb, (size_t)d.o * 4);
         }
+        free(hx), free(hw), free(hb), free(rx), free(rw), free(rb), free(dyh);
         free(sx), free(sw), free(sb);
         free(xb), free(yb), free(yr);
 
@@ -298,8 +325,24 @@ static void test_bn_bf16(void **state)
                     fail_msg("bn_stats_bwd_bf16 %s: sum %d is %.9g, f32 %.9g", what, j, s2[j],
                              s1[j]);
             k->bn_bwd_data(dxf, dy, yw, xf, mean, invstd, s1, gamma, (double)m, m, c);
-            k->bn_bwd_data_bf16(k, dxb, dy, yb, xb, mean, invstd, s1, gamma, (double)m, m, c);
+            k->bn_bwd_data_bf16(k, dxb, RP_F32, dy, yb, xb, mean, invstd, s1, gamma, (double)m, m,
+                                c);
             assert_memory_equal(dxf, dxb, (size_t)n * 4);
+            /* dx written in bf16 (the tape's bf16 gradients): the f32 dx rounded, bit for bit,
+               with the fused ReLU's y and without (f32 dx of the same kernel on both). */
+            rp_bf16 *dxh = malloc(n * 2);
+            for (int relu = 1; relu >= 0; relu--) {
+                k->bn_bwd_data_bf16(k, dxb, RP_F32, dy, relu ? yb : NULL, xb, mean, invstd, s1,
+                                    gamma, (double)m, m, c);
+                k->bn_bwd_data_bf16(k, dxh, RP_BF16, dy, relu ? yb : NULL, xb, mean, invstd, s1,
+                                    gamma, (double)m, m, c);
+                for (int64_t i = 0; i < n; i++)
+                    if (dxh[i] != rp_bf16_from_f32(dxb[i]))
+                        fail_msg("bn_bwd_data_bf16 %s, bf16 dx, relu %d: dx[%lld] 0x%04x, want "
+                                 "0x%04x",
+                                 what, relu, (long long)i, dxh[i], rp_bf16_from_f32(dxb[i]));
+            }
+            free(dxh);
             free(yw);
             free(xf), free(rf), free(dy), free(yf), free(dxf), free(dxb), free(gf), free(gb);
             free(xb), free(rb), free(yb), free(mean), free(invstd), free(gamma), free(beta);
@@ -438,6 +481,13 @@ static void test_bad_compute_refused(void **state)
     d.x_type = RP_BF16;
     assert_int_equal(kcpu_conv2d_fwd(buf, buf, buf, NULL, &d), RP_ERR_INVALID);
     tu_assert_error_contains("x stored as bf16 with f32 compute");
+    /* So does a bf16 dy: an f32 backward would read its halves as floats. */
+    d.x_type = RP_F32;
+    d.dy_type = RP_BF16;
+    assert_int_equal(kcpu_conv2d_bwd_data(buf, buf, buf, &d), RP_ERR_INVALID);
+    tu_assert_error_contains("dy stored as bf16 with f32 compute");
+    assert_int_equal(kref_conv2d_bwd_weights(buf, NULL, buf, buf, &d), RP_ERR_INVALID);
+    tu_assert_error_contains("dy stored as bf16 with f32 compute");
 }
 
 int main(int argc, char **argv)

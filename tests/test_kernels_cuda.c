@@ -449,9 +449,10 @@ static void bn_case(int64_t m, int c, bool bf16)
     G->mem_upload(gsums, sums, (size_t)2 * c * 8);
     float *dx = malloc((size_t)n * 4), *gdx = dev_alloc((size_t)n * 4);
     if (bf16) {
-        R->bn_bwd_data_bf16(R, dx, dy, y16, x16, mean, invstd, sums, gamma, (double)m, m, c);
-        G->bn_bwd_data_bf16(G, gdx, gdy, gy16, gx16, gmean, ginvstd, gsums, ggamma, (double)m, m,
+        R->bn_bwd_data_bf16(R, dx, RP_F32, dy, y16, x16, mean, invstd, sums, gamma, (double)m, m,
                             c);
+        G->bn_bwd_data_bf16(G, gdx, RP_F32, gdy, gy16, gx16, gmean, ginvstd, gsums, ggamma,
+                            (double)m, m, c);
     } else {
         R->bn_bwd_data(dx, dy, y, x, mean, invstd, sums, gamma, (double)m, m, c);
         G->bn_bwd_data(gdx, gdy, gy, gx, gmean, ginvstd, gsums, ggamma, (double)m, m, c);

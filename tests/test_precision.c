@@ -13,6 +13,7 @@
 #include "models/resnet/resnet.h"
 #include "models/sngan/sngan.h"
 #include "models/sngan/sngan_internal.h"
+#include "tensor/tape_internal.h"
 #include "testutil.h"
 
 static void test_policy_api(void **state)
@@ -303,6 +304,114 @@ static void test_resnet20_gradients_bounded(void **state)
     free(c);
 }
 
+/*
+ * The loss and every trainable gradient of fwd under bf16 compute and activations, with the
+ * tape's bf16 gradients on or off; *made: how many gradients backward wrote in bf16.
+ */
+static float bf16_grads_run(rp_params *params, net_forward_fn fwd, void *net, bool on, float *g,
+                            int *made)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    assert_int_equal(rp_tape_set_precision(t, rp_precision_policy_make(RP_BF16)), RP_OK);
+    tape_set_bf16_grads(t, on);
+    rp_params_zero_grad(params);
+    rp_tensor *loss = fwd(t, net);
+    if (!loss) fail_msg("forward: %s", rp_last_error());
+    float value = rp_item(loss);
+    assert_int_equal(rp_backward(t, loss), RP_OK);
+    int64_t at = 0;
+    for (int i = 0; i < rp_params_count(params); i++) {
+        rp_tensor *p = rp_params_at(params, i);
+        if (!(p->flags & RP_TENSOR_REQUIRES_GRAD)) continue;
+        assert_int_equal(rp_tensor_read_grad(p, g + at, p->numel), RP_OK);
+        at += p->numel;
+    }
+    *made = tape_bf16_grads_made(t);
+    rp_tape_destroy(t);
+    return value;
+}
+
+/* conv -> batch norm, the convolution's output also read by a second op recorded before the
+ * batch norm (a scale, through the cast that widens its bf16 input): two gradients meet there. */
+typedef struct shared_out {
+    rp_params *params;
+    rp_tensor *w, *gamma, *beta;
+    float x[2 * 6 * 6 * 4];
+} shared_out;
+
+static rp_tensor *shared_out_loss(rp_tape *t, void *arg)
+{
+    shared_out *s = arg;
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){2, 6, 6, 4}, s->x);
+    rp_tensor *y = rp_conv2d(t, x, s->w, NULL, (rp_conv_params){1, 1});
+    rp_tensor *side = rp_scale(t, y, 0.5f);
+    rp_tensor *z = rp_batch_norm(t, y, s->gamma, s->beta, NULL, NULL, rp_bn_params_default());
+    return rp_add(t, rp_sum(t, rp_mul(t, z, z)), rp_sum(t, rp_mul(t, side, side)));
+}
+
+/*
+ * bf16 gradients (backward.c): a batch norm after a bf16 convolution writes its dx rounded to
+ * bf16, which the convolution would round anyway. So they change no value: ResNet-20's loss and
+ * every gradient are bitwise those with the switch off, and the path really ran (a gradient per
+ * convolution that feeds a batch norm). A convolution output that a second op also reads sums
+ * two gradients, which must stay f32: none is made there, and the values are again bitwise the
+ * same (a batch norm that wrote bf16 there would have the scale's gradient added into halves).
+ */
+static void test_bf16_grads_change_nothing(void **state)
+{
+    (void)state;
+    resnet_case *c = calloc(1, sizeof *c);
+    rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
+    cfg.in_channels = 1;
+    assert_int_equal(rp_resnet_create(&c->net, &cfg, 7), RP_OK);
+    tu_fill(c->images, 16 * 28 * 28, 9, -1, 1);
+    for (int i = 0; i < 16; i++)
+        c->labels[i] = (i * 7) % 10;
+    rp_params *params = rp_resnet_params(c->net);
+    int64_t n = rp_params_trainable_numel(params);
+    float *on = malloc((size_t)n * sizeof *on), *off = malloc((size_t)n * sizeof *off);
+    int made_on, made_off;
+    float l_on = bf16_grads_run(params, resnet_loss, c, true, on, &made_on);
+    float l_off = bf16_grads_run(params, resnet_loss, c, false, off, &made_off);
+    print_message("ResNet-20: %d gradients written in bf16\n", made_on);
+    assert_true(l_on == l_off);
+    assert_memory_equal(on, off, (size_t)n * sizeof *on);
+    assert_int_equal(made_off, 0);
+    assert_int_equal(made_on, 21); /* the stem, the 9 blocks' 18 and the 2 projection shortcuts */
+    double norm = 0;
+    for (int64_t i = 0; i < n; i++)
+        norm += (double)on[i] * on[i];
+    assert_true(norm > 0);
+    free(on), free(off);
+    rp_resnet_destroy(c->net);
+    free(c);
+
+    shared_out *s = calloc(1, sizeof *s);
+    assert_int_equal(rp_params_create(&s->params), RP_OK);
+    s->w = rp_params_add(s->params, "w", 4, (int[]){5, 3, 3, 4},
+                         (rp_init){RP_INIT_CONSTANT, 0, 0, 0}, true);
+    s->gamma = rp_params_add(s->params, "gamma", 1, (int[]){5},
+                             (rp_init){RP_INIT_CONSTANT, 1, 0, 0}, true);
+    s->beta =
+        rp_params_add(s->params, "beta", 1, (int[]){5}, (rp_init){RP_INIT_ZEROS, 0, 0, 0}, true);
+    assert_non_null(s->w), assert_non_null(s->gamma), assert_non_null(s->beta);
+    assert_int_equal(rp_params_finalize(s->params, 3), RP_OK);
+    float wv[5 * 9 * 4];
+    tu_fill(wv, 5 * 9 * 4, 31, -0.5, 0.5);
+    assert_int_equal(rp_tensor_write(s->w, wv, 5 * 9 * 4), RP_OK);
+    tu_fill(s->x, 2 * 6 * 6 * 4, 32, -1, 1);
+    enum { NS = 5 * 9 * 4 + 5 + 5 };
+    float son[NS], soff[NS];
+    l_on = bf16_grads_run(s->params, shared_out_loss, s, true, son, &made_on);
+    l_off = bf16_grads_run(s->params, shared_out_loss, s, false, soff, &made_off);
+    assert_true(l_on == l_off);
+    assert_memory_equal(son, soff, sizeof son);
+    assert_int_equal(made_on, 0);
+    rp_params_destroy(s->params);
+    free(s);
+}
+
 typedef struct gan_nets {
     rp_sngan_generator *g;
     sngan_discriminator d;
@@ -527,6 +636,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sngan_gradients_bounded),
         cmocka_unit_test(test_d4pg_gradients_bounded),
         cmocka_unit_test(test_bf16_activations),
+        cmocka_unit_test(test_bf16_grads_change_nothing),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);
 }

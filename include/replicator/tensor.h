@@ -69,7 +69,8 @@ typedef struct rp_tensor {
     /* Parameters only: */
     char name[RP_NAME_MAX]; /* stable name, e.g. "stage1.block0.conv1.weight" */
     int index;              /* position in its parameter list */
-    int pending;            /* uses on the current tape whose backward has not run */
+    int pending;            /* uses on the current tape whose backward has not run (an op's
+                               output: the tape's own count of the recorded ops that read it) */
 } rp_tensor;
 
 /* ---- tensors ------------------------------------------------------------ */

@@ -133,22 +133,25 @@ void kernels_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 
     }
 }
 
-void kernels_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
-                              const rp_bf16 *x, const float *mean, const float *invstd,
-                              const double *sums, const float *gamma, double count, int64_t m,
-                              int c)
+void kernels_bn_bwd_data_bf16(const kernels_table *k, void *dx, rp_dtype dx_type, const float *dy,
+                              const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                              const float *invstd, const double *sums, const float *gamma,
+                              double count, int64_t m, int c)
 {
     int64_t rows = chunk_rows(c), nchunks = (m + rows - 1) / rows;
     int team = m * c < 4 * CHUNK ? 1 : omp_get_max_threads();
+    bool half = dx_type == RP_BF16;
 #pragma omp parallel for num_threads(team) schedule(static)
     for (int64_t q = 0; q < nchunks; q++) {
-        float sx[CHUNK], sy[CHUNK];
-        float *xb = buffers(sx, c, 1), *yb = buffers(sy, c, 1);
+        float sx[CHUNK], sy[CHUNK], sd[CHUNK];
+        float *xb = buffers(sx, c, 1), *yb = buffers(sy, c, 1), *db = buffers(sd, c, 1);
         int64_t r0 = q * rows, n = r0 + rows < m ? rows : m - r0;
         widen(xb, x + r0 * c, n * c);
         if (y) widen(yb, y + r0 * c, n * c);
-        k->bn_bwd_data(dx + r0 * c, dy + r0 * c, y ? yb : NULL, xb, mean, invstd, sums, gamma,
-                       count, n, c);
-        if (xb != sx) free(xb), free(yb);
+        /* A bf16 dx: the f32 rows into the chunk's buffer, then rounded into place. */
+        float *out = half ? db : (float *)dx + r0 * c;
+        k->bn_bwd_data(out, dy + r0 * c, y ? yb : NULL, xb, mean, invstd, sums, gamma, count, n, c);
+        if (half) narrow((rp_bf16 *)dx + r0 * c, db, n * c);
+        if (xb != sx) free(xb), free(yb), free(db);
     }
 }

@@ -20,9 +20,9 @@ void kernels_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 
 void kernels_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
                                const rp_bf16 *y, const rp_bf16 *x, const float *mean,
                                const float *invstd, int64_t m, int c, float *g_out);
-void kernels_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
-                              const rp_bf16 *x, const float *mean, const float *invstd,
-                              const double *sums, const float *gamma, double count, int64_t m,
-                              int c);
+void kernels_bn_bwd_data_bf16(const kernels_table *k, void *dx, rp_dtype dx_type, const float *dy,
+                              const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                              const float *invstd, const double *sums, const float *gamma,
+                              double count, int64_t m, int c);
 
 #endif

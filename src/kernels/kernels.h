@@ -37,7 +37,10 @@ typedef struct kernels_conv_desc {
     rp_dtype compute; /* RP_F32 or RP_BF16 */
     rp_dtype x_type;  /* the storage of x (forward, backward weights): RP_F32 or, with bf16
                          compute, RP_BF16 */
-    rp_dtype y_type;  /* the storage of the forward's y: likewise; gradients are always f32 */
+    rp_dtype y_type;  /* the storage of the forward's y: likewise */
+    rp_dtype dy_type; /* the storage of the backward passes' dy: RP_F32 or, with bf16 compute,
+                         RP_BF16 (a gradient its producer rounded as the passes would: the
+                         tape's bf16 gradients, kernels_table.bf16_grads); dx, dw, db stay f32 */
 } kernels_conv_desc;
 
 /* Fills oh/ow from the rest; RP_ERR_SHAPE (with a message) if the output would be empty. */
@@ -71,6 +74,9 @@ typedef struct kernels_table {
     /* Storage is host memory (cpu, ref): other layers may hand a storage pointer straight to host
        code, a collective say, instead of staging it through mem_download and mem_upload. */
     bool host_storage;
+    /* The table takes bf16 gradients: conv backward's dy as kernels_conv_desc.dy_type says, and
+       bn_bwd_data_bf16's dx in bf16. The tape hands them only to a table that sets this. */
+    bool bf16_grads;
 
     /* C[M,N] = alpha op(A) op(B) + beta C, row-major; op(A) is [M,K], op(B) [K,N]. */
     void (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
@@ -87,9 +93,9 @@ typedef struct kernels_table {
     /* Convolution. bias may be NULL. bwd_weights overwrites dw and db (db may be NULL). */
     rp_status (*conv2d_fwd)(void *y, const void *x, const float *w, const float *bias,
                             const kernels_conv_desc *d);
-    rp_status (*conv2d_bwd_data)(float *dx, const float *dy, const float *w,
+    rp_status (*conv2d_bwd_data)(float *dx, const void *dy, const float *w,
                                  const kernels_conv_desc *d);
-    rp_status (*conv2d_bwd_weights)(float *dw, float *db, const float *dy, const void *x,
+    rp_status (*conv2d_bwd_weights)(float *dw, float *db, const void *dy, const void *x,
                                     const kernels_conv_desc *d);
     /*
      * Both backward passes from one dy (dx, dw and db when not NULL; dx and dw not NULL), as
@@ -97,7 +103,7 @@ typedef struct kernels_table {
      * tables with nothing to share point at kernels_conv2d_bwd_pair, which calls the two.
      */
     rp_status (*conv2d_bwd)(const struct kernels_table *k, float *dx, float *dw, float *db,
-                            const float *dy, const float *w, const void *x,
+                            const void *dy, const float *w, const void *x,
                             const kernels_conv_desc *d);
 
     /* Max pooling saves the flat input offset of each output's maximum in argmax. */
@@ -140,7 +146,9 @@ typedef struct kernels_table {
 
     /*
      * The same four over activations stored in bf16 (x, the fused ReLU's y, the residual; the
-     * output y is rounded to bf16); statistics, dy, dx and g_out stay f32 and double. `k` is
+     * output y is rounded to bf16); statistics, dy and g_out stay f32 and double, and dx is f32
+     * unless dx_type is RP_BF16 (tables with bf16_grads): then each value is the f32 one
+     * rounded by rp_bf16_from_f32, as a bf16 convolution's backward would round it. `k` is
      * the table itself (call as k->bn_stats_bf16(k, ...)): the ref table points at
      * kernels/bn_bf16.c, which runs k's own f32 kernels on widened chunks of rows; the cpu
      * table's read bf16 inside their vector loops (cpu/elementwise.c; ResNet-20's bf16 step
@@ -155,8 +163,8 @@ typedef struct kernels_table {
     void (*bn_stats_bwd_bf16)(const struct kernels_table *k, double *sums, const float *dy,
                               const rp_bf16 *y, const rp_bf16 *x, const float *mean,
                               const float *invstd, int64_t m, int c, float *g_out);
-    void (*bn_bwd_data_bf16)(const struct kernels_table *k, float *dx, const float *dy,
-                             const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+    void (*bn_bwd_data_bf16)(const struct kernels_table *k, void *dx, rp_dtype dx_type,
+                             const float *dy, const rp_bf16 *y, const rp_bf16 *x, const float *mean,
                              const float *invstd, const double *sums, const float *gamma,
                              double count, int64_t m, int c);
 

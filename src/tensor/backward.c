@@ -139,6 +139,8 @@ static rp_status conv_bwd(rp_tape *t, tape_node *nd)
     rp_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2], *y = nd->out;
     /* x as the forward read it: its bf16 copy when rp_conv2d narrowed it (a.conv.x_type says) */
     const void *xs = nd->saved2 ? nd->saved2 : x->storage;
+    kernels_conv_desc d = nd->a.conv;
+    if (y->flags & TAPE_GRAD_BF16) d.dy_type = RP_BF16; /* rounded already (grad_bf16_wanted) */
     bool fail = false;
     float *dx = tape_grad_out(t, x, &fail), *dw = tape_grad_out(t, w, &fail),
           *db = tape_grad_out(t, b, &fail);
@@ -147,15 +149,34 @@ static rp_status conv_bwd(rp_tape *t, tape_node *nd)
     float *dw_buf = dw || !db ? dw : tape_scratch(t, (size_t)w->numel * sizeof(float));
     if (db && !dw_buf) return tape_oom();
     if (dx && dw_buf) /* both passes, in one call: a table may share their work on dy */
-        RP_CHECK(t->k->conv2d_bwd(t->k, dx, dw_buf, db, y->grad, w->data, xs, &nd->a.conv));
+        RP_CHECK(t->k->conv2d_bwd(t->k, dx, dw_buf, db, y->grad, w->data, xs, &d));
     else if (dx)
-        RP_CHECK(t->k->conv2d_bwd_data(dx, y->grad, w->data, &nd->a.conv));
+        RP_CHECK(t->k->conv2d_bwd_data(dx, y->grad, w->data, &d));
     else if (dw_buf)
-        RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, xs, &nd->a.conv));
+        RP_CHECK(t->k->conv2d_bwd_weights(dw_buf, db, y->grad, xs, &d));
     if (dx) tape_grad_commit(t, x, dx);
     if (dw) tape_grad_commit(t, w, dw);
     if (db) tape_grad_commit(t, b, db);
     return RP_OK;
+}
+
+/*
+ * bf16 gradients. A bf16 convolution rounds its dy to bf16 before both backward passes (and the
+ * bias's sum). When its output x takes its whole gradient from one batch norm, that batch norm
+ * can round dx as it writes it and store it in bf16: the convolution reads the same values, bit
+ * for bit, and the f32 gradient is never written, read back and rounded in a pass of its own
+ * (PyTorch's autocast keeps such gradients in bf16 too, but there they are rounded before the
+ * batch norm's sums; here no value changes). The conditions: x is a bf16 convolution's output
+ * that no other recorded op reads (no other gradient adds in), with no gradient yet (not the
+ * seed of rp_backward_from), on a table that takes bf16 gradients, with the tape's switch on.
+ */
+static bool grad_bf16_wanted(const rp_tape *t, const rp_tensor *x)
+{
+    if (!t->bf16_grads || !t->k->bf16_grads || !tape_wants_grad(x) || x->grad ||
+        (x->flags & RP_TENSOR_PARAM) || x->node < 0 || x->pending != 1)
+        return false;
+    const tape_node *p = &t->nodes[x->node];
+    return p->op == RP_OP_CONV2D && p->out == x && p->a.conv.compute == RP_BF16;
 }
 
 static rp_status batch_norm_bwd(rp_tape *t, tape_node *nd)
@@ -192,7 +213,17 @@ static rp_status batch_norm_bwd(rp_tape *t, tape_node *nd)
      */
     t->k->bn_bwd_sums(local, sums, mean_rest, invstd, c);
     float *dgamma = tape_grad_acc(t, gamma, &fail), *dbeta = tape_grad_acc(t, beta, &fail);
-    float *dx = tape_grad_out(t, x, &fail);
+    bool dx_bf16 = bf16 && grad_bf16_wanted(t, x);
+    float *dx = NULL;
+    if (dx_bf16) {
+        x->grad = rp_arena_alloc(t->store, (size_t)x->numel * sizeof(rp_bf16));
+        if (!x->grad) return tape_oom();
+        x->flags |= TAPE_GRAD_BF16;
+        t->bf16_grads_made++;
+        dx = x->grad;
+    } else {
+        dx = tape_grad_out(t, x, &fail);
+    }
     if (fail) return tape_oom();
     /* Parameter gradients use this replica's sums: the gradient all-reduce averages them. */
     if (dbeta) t->k->add_inplace(dbeta, local, c);
@@ -218,8 +249,8 @@ static rp_status batch_norm_bwd(rp_tape *t, tape_node *nd)
         t->k->mem_fill(sums, 0, 2 * (size_t)c * sizeof(double));
     }
     if (bf16)
-        t->k->bn_bwd_data_bf16(t->k, dx, y->grad, relu_out, x->data_bf16, mean, invstd, sums,
-                               gamma->data, count, m, c);
+        t->k->bn_bwd_data_bf16(t->k, dx, dx_bf16 ? RP_BF16 : RP_F32, y->grad, relu_out,
+                               x->data_bf16, mean, invstd, sums, gamma->data, count, m, c);
     else
         t->k->bn_bwd_data(dx, y->grad, relu_out, x->data, mean, invstd, sums, gamma->data, count, m,
                           c);

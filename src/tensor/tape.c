@@ -51,6 +51,7 @@ rp_status rp_tape_create(rp_tape **tape, size_t arena_bytes)
     t->precision =
         (rp_precision_policy){.compute = RP_F32, .ops = RP_AUTOCAST_DEFAULT, .activations = RP_F32};
     t->grad_wire = RP_F32;
+    t->bf16_grads = true;
     *tape = t;
     return RP_OK;
 }
@@ -87,6 +88,16 @@ void rp_tape_set_recording(rp_tape *t, bool on)
 bool rp_tape_recording(const rp_tape *t)
 {
     return t->recording;
+}
+
+void tape_set_bf16_grads(rp_tape *t, bool on)
+{
+    if (t) t->bf16_grads = on;
+}
+
+int tape_bf16_grads_made(const rp_tape *t)
+{
+    return t ? t->bf16_grads_made : 0;
 }
 
 rp_arena *rp_tape_arena(rp_tape *t)
@@ -289,6 +300,10 @@ tape_node *tape_record(rp_tape *t, tape_op op, rp_tensor *out, rp_tensor *const 
     for (int i = 0; i < n; i++) {
         slots[i] = in[i];
         rp_tensor *x = in[i];
+        if (x && !(x->flags & RP_TENSOR_PARAM) && x->node >= 0) {
+            x->pending++; /* an op output: how many recorded nodes read it */
+            continue;
+        }
         if (!x || !(x->flags & RP_TENSOR_PARAM) || !(x->flags & RP_TENSOR_REQUIRES_GRAD)) continue;
         if (x->pending == 0) {
             if (!grow((void **)&t->params, &t->cap_params, t->n_params + 1, sizeof(rp_tensor *)))
@@ -378,8 +393,9 @@ static void release_after(rp_tape *t, tape_node *node)
     }
     rp_tensor *y = node->out;
     if (y->grad && !(y->flags & RP_TENSOR_PARAM)) {
-        rp_arena_release(t->store, y->grad, (size_t)y->numel * sizeof(float));
+        rp_arena_release(t->store, y->grad, tape_grad_bytes(y));
         y->grad = NULL;
+        y->flags &= ~TAPE_GRAD_BF16;
     }
     if ((y->flags & RP_TENSOR_DROPPED) && y->storage) {
         /* Recomputed for this rule and the ones after it: the producer's was the last. */

@@ -57,6 +57,10 @@ static inline bool tape_op_is_collective(tape_op op)
 /* A tensor flag of the tape's own (the public RP_TENSOR_* flags hold the low bits): a recorded
  * view of a tensor that rp_tape_drop released, its values NULL until a rule reads them. */
 #define TAPE_VIEW_DROPPED (1u << 16)
+/* An op output whose gradient (x->grad, until its producer's rule has run) holds bf16 values:
+ * batch_norm_bwd writes it so for a bf16 convolution's output that nothing else reads (bf16
+ * gradients, backward.c). Never a parameter's, a leaf's or one a caller can read. */
+#define TAPE_GRAD_BF16 (1u << 17)
 
 #define RP_NODE_MAX_INPUTS 4
 
@@ -154,7 +158,23 @@ struct rp_tape {
     int n_scratch, cap_scratch;
     rp_precision_policy precision; /* which ops the forward runs in bf16 */
     rp_dtype grad_wire;            /* the collectives' gradient reductions: f32 or bf16 */
+    bool bf16_grads;     /* bf16 gradients where they change no value (backward.c); on by default */
+    int bf16_grads_made; /* how many gradients backward wrote in bf16 (tape_bf16_grads_made) */
 };
+
+/* Bytes of x's gradient: numel floats, or numel bf16 values under TAPE_GRAD_BF16. */
+static inline size_t tape_grad_bytes(const rp_tensor *x)
+{
+    return (size_t)x->numel * (x->flags & TAPE_GRAD_BF16 ? sizeof(rp_bf16) : sizeof(float));
+}
+
+/*
+ * Turns the bf16 gradients (backward.c) on or off for the tape's later backward passes: on by
+ * default; off only to compare against, as tests do (the values are the same either way).
+ */
+void tape_set_bf16_grads(rp_tape *t, bool on);
+/* How many gradients the tape's backward passes have written in bf16, since its creation. */
+int tape_bf16_grads_made(const rp_tape *t);
 
 /* The calling thread's use hook (tape_residency.h): NULL unless a strategy shards values. */
 extern _Thread_local tape_use_fn tape_thread_use;

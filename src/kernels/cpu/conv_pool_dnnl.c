@@ -984,11 +984,11 @@ rp_status kcpu_conv2d_fwd(void *y, const void *x, const float *w, const float *b
  * largest dy is 51 MB in bf16). The rounding is rp_bf16_from_f32's, as oneDNN's reorder, but a
  * subnormal dy is rounded where the reorder flushed it to zero.
  */
-static rp_status bwd_dy(const kernels_conv_desc *d, const float *dy, void **out, int *type)
+static rp_status bwd_dy(const kernels_conv_desc *d, const void *dy, void **out, int *type)
 {
     *out = (void *)dy;
-    *type = RP_F32;
-    if (d->compute != RP_BF16) return RP_OK;
+    *type = d->dy_type; /* a bf16 dy (the tape's bf16 gradients) is already what we would make */
+    if (d->compute != RP_BF16 || d->dy_type == RP_BF16) return RP_OK;
     thread_state *t = NULL;
     RP_CHECK(thread_state_get(&t));
     int64_t n = (int64_t)d->n * d->oh * d->ow * d->o;
@@ -1018,7 +1018,7 @@ static rp_status bwd_weights_run(float *dw, float *db, void *dy, int dyk, const 
     return run_cached(&key, d, NULL, ptrs);
 }
 
-rp_status kcpu_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+rp_status kcpu_conv2d_bwd_data(float *dx, const void *dy, const float *w,
                                const kernels_conv_desc *d)
 {
     RP_CHECK(kernels_conv_desc_validate(d));
@@ -1030,7 +1030,7 @@ rp_status kcpu_conv2d_bwd_data(float *dx, const float *dy, const float *w,
     return bwd_data_run(dx, dyp, dyk, w, d);
 }
 
-rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const void *dy, const void *x,
                                   const kernels_conv_desc *d)
 {
     RP_CHECK(kernels_conv_desc_validate(d));
@@ -1045,7 +1045,7 @@ rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const v
 }
 
 /* Both backward passes from one dy, narrowed once (bwd_dy). */
-rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *db, const float *dy,
+rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *db, const void *dy,
                           const float *w, const void *x, const kernels_conv_desc *d)
 {
     (void)k;

@@ -58,13 +58,13 @@ const char *kcpu_bf16_path(void);
 rp_status kcpu_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
                           const kernels_conv_desc *d);
 /* dx = conv2d_fwd's adjoint in x applied to dy. Overwrites dx. */
-rp_status kcpu_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+rp_status kcpu_conv2d_bwd_data(float *dx, const void *dy, const float *w,
                                const kernels_conv_desc *d);
 /* dw (and db when not NULL) = gradients of conv2d_fwd given dy and x. Overwrites both. */
-rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+rp_status kcpu_conv2d_bwd_weights(float *dw, float *db, const void *dy, const void *x,
                                   const kernels_conv_desc *d);
 /* Both of the above from one dy (kernels.h's conv2d_bwd): dx, dw and db (when not NULL). */
-rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *db, const float *dy,
+rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *db, const void *dy,
                           const float *w, const void *x, const kernels_conv_desc *d);
 
 /*

@@ -533,16 +533,16 @@ static void bn_bwd_coeffs(float *k1, float *k2, float *k3, const float *invstd, 
     }
 }
 
-/* Row i of dx, x and the fused ReLU's y in f32 or, with `half`, bf16 (as bn_norm_row). */
+/* Row i of dx into out, from row i of dy, x and the fused ReLU's y, x and y in f32 or, with
+ * `half`, bf16 (as bn_norm_row). */
 static inline __attribute__((always_inline)) void
-bn_bwd_data_row(float *restrict dx, const float *restrict dy, const float *restrict y,
+bn_bwd_data_row(float *restrict out, const float *restrict dy, const float *restrict y,
                 const rp_bf16 *restrict yh, const float *restrict x, const rp_bf16 *restrict xh,
                 const float *restrict mean, const float *restrict k1, const float *restrict k2,
                 const float *restrict k3, int64_t i, int c, bool half)
 {
     const float *dr = dy + i * c, *xr = half ? NULL : x + i * c;
     const rp_bf16 *xhr = half ? xh + i * c : NULL;
-    float *out = dx + i * c;
     if (half ? yh != NULL : y != NULL) {
         const float *yr = half ? NULL : y + i * c;
         const rp_bf16 *yhr = half ? yh + i * c : NULL;
@@ -587,7 +587,7 @@ void kcpu_bn_bwd_data(float *restrict dx, const float *restrict dy, const float 
     bn_bwd_coeffs(k1, k2, k3, invstd, sums, gamma, count, c);
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < m; i++)
-        bn_bwd_data_row(dx, dy, y, NULL, x, NULL, mean, k1, k2, k3, i, c, false);
+        bn_bwd_data_row(dx + i * c, dy, y, NULL, x, NULL, mean, k1, k2, k3, i, c, false);
 }
 
 /* ---- the same over activations stored in bf16 -------------------------------------------- */
@@ -652,21 +652,42 @@ void kcpu_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *restrict y, const rp
                      n - at < w ? (int)(n - at) : w, true);
 }
 
-void kcpu_bn_bwd_data_bf16(const kernels_table *k, float *restrict dx, const float *restrict dy,
-                           const rp_bf16 *restrict y, const rp_bf16 *restrict x,
-                           const float *restrict mean, const float *restrict invstd,
-                           const double *restrict sums, const float *restrict gamma, double count,
-                           int64_t m, int c)
+/* Values of dx a bf16 block holds in f32 before rounding them into place: whole rows, so at
+ * least NORM_MAX_C; 16 KB, in L1 beside the rows it reads. */
+enum { BWD_BLOCK = NORM_MAX_C > 4096 ? NORM_MAX_C : 4096 };
+
+void kcpu_bn_bwd_data_bf16(const kernels_table *k, void *restrict dx, rp_dtype dx_type,
+                           const float *restrict dy, const rp_bf16 *restrict y,
+                           const rp_bf16 *restrict x, const float *restrict mean,
+                           const float *restrict invstd, const double *restrict sums,
+                           const float *restrict gamma, double count, int64_t m, int c)
 {
     if (c > NORM_MAX_C) {
-        kernels_bn_bwd_data_bf16(k, dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
+        kernels_bn_bwd_data_bf16(k, dx, dx_type, dy, y, x, mean, invstd, sums, gamma, count, m, c);
         return;
     }
     float k1[NORM_MAX_C], k2[NORM_MAX_C], k3[NORM_MAX_C];
     bn_bwd_coeffs(k1, k2, k3, invstd, sums, gamma, count, c);
+    if (dx_type != RP_BF16) {
+        float *d = dx;
 #pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < m; i++)
-        bn_bwd_data_row(dx, dy, NULL, y, NULL, x, mean, k1, k2, k3, i, c, true);
+        for (int64_t i = 0; i < m; i++)
+            bn_bwd_data_row(d + i * c, dy, NULL, y, NULL, x, mean, k1, k2, k3, i, c, true);
+        return;
+    }
+    /* A bf16 dx: a block of rows in f32, then rounded into place by the rounding the
+     * convolution's backward would apply to an f32 dx (kcpu_cast_f32_bf16's), so the values
+     * are the same bit for bit and the f32 rows are never written to memory. */
+    rp_bf16 *d = dx;
+    int64_t rows = BWD_BLOCK / c, blocks = (m + rows - 1) / rows;
+#pragma omp parallel for if (m * c >= PAR_MIN) schedule(static)
+    for (int64_t q = 0; q < blocks; q++) {
+        float buf[BWD_BLOCK];
+        int64_t r0 = q * rows, r1 = r0 + rows < m ? r0 + rows : m;
+        for (int64_t i = r0; i < r1; i++)
+            bn_bwd_data_row(buf + (i - r0) * c, dy, NULL, y, NULL, x, mean, k1, k2, k3, i, c, true);
+        kcpu_bf16_round(d + r0 * c, buf, (r1 - r0) * c);
+    }
 }
 
 void kcpu_reduce_rows(float *restrict y, const float *restrict x, int64_t rows, int64_t nb,

@@ -27,9 +27,10 @@ void kcpu_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 *x,
 void kcpu_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy, const rp_bf16 *y,
                             const rp_bf16 *x, const float *mean, const float *invstd, int64_t m,
                             int c, float *g_out);
-void kcpu_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
-                           const rp_bf16 *x, const float *mean, const float *invstd,
-                           const double *sums, const float *gamma, double count, int64_t m, int c);
+void kcpu_bn_bwd_data_bf16(const kernels_table *k, void *dx, rp_dtype dx_type, const float *dy,
+                           const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                           const float *invstd, const double *sums, const float *gamma,
+                           double count, int64_t m, int c);
 void kcpu_reduce_rows(float *y, const float *x, int64_t rows, int64_t nb, bool accumulate);
 void kcpu_gap_fwd(float *y, const float *x, int n, int hw, int c);
 void kcpu_gap_bwd(float *dx, const float *dy, int n, int hw, int c);

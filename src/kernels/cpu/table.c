@@ -11,6 +11,7 @@
 
 static const kernels_table cpu_table = {
     .name = "cpu",
+    .bf16_grads = true,
     .gemm = kcpu_gemm,
     .gemm_bf16 = kcpu_gemm_bf16,
     .conv2d_fwd = kcpu_conv2d_fwd,

@@ -143,9 +143,10 @@ rp_status kcuda_conv2d_fwd(void *y, const void *x, const float *w, const float *
     return kcuda_take_error();
 }
 
-rp_status kcuda_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+rp_status kcuda_conv2d_bwd_data(float *dx, const void *dy_any, const float *w,
                                 const kernels_conv_desc *d)
 {
+    const float *dy = static_cast<const float *>(dy_any); /* f32: table.c refuses a bf16 dy */
     const bool bf = d->compute == RP_BF16;
     const int64_t K = (int64_t)d->kh * d->kw * d->c, P = (int64_t)d->oh * d->ow, O = d->o;
     const int nb = chunk_images(d, 4);
@@ -193,9 +194,10 @@ rp_status kcuda_conv2d_bwd_data(float *dx, const float *dy, const float *w,
     return kcuda_take_error();
 }
 
-rp_status kcuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+rp_status kcuda_conv2d_bwd_weights(float *dw, float *db, const void *dy_any, const void *x,
                                    const kernels_conv_desc *d)
 {
+    const float *dy = static_cast<const float *>(dy_any); /* f32: table.c refuses a bf16 dy */
     const bool bf = d->compute == RP_BF16;
     const int64_t K = (int64_t)d->kh * d->kw * d->c, P = (int64_t)d->oh * d->ow, O = d->o;
     const size_t elem = bf ? 2 : 4;

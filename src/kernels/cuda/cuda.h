@@ -63,9 +63,9 @@ rp_status kcuda_gemm_bf16(bool ta, bool tb, int m, int n, int k, float alpha, co
 /* ---- conv_pool.cu: im2col + cuBLAS convolutions, pooling (descriptors validated by table.c) */
 rp_status kcuda_conv2d_fwd(void *y, const void *x, const float *w, const float *bias,
                            const kernels_conv_desc *d);
-rp_status kcuda_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+rp_status kcuda_conv2d_bwd_data(float *dx, const void *dy, const float *w,
                                 const kernels_conv_desc *d);
-rp_status kcuda_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+rp_status kcuda_conv2d_bwd_weights(float *dw, float *db, const void *dy, const void *x,
                                    const kernels_conv_desc *d);
 rp_status kcuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);
 rp_status kcuda_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
@@ -90,9 +90,10 @@ void kcuda_bn_norm_fwd_bf16(const kernels_table *k, rp_bf16 *y, const rp_bf16 *x
 void kcuda_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *dy,
                              const rp_bf16 *y, const rp_bf16 *x, const float *mean,
                              const float *invstd, int64_t m, int c, float *g_out);
-void kcuda_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
-                            const rp_bf16 *x, const float *mean, const float *invstd,
-                            const double *sums, const float *gamma, double count, int64_t m, int c);
+void kcuda_bn_bwd_data_bf16(const kernels_table *k, void *dx, rp_dtype dx_type, const float *dy,
+                            const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                            const float *invstd, const double *sums, const float *gamma,
+                            double count, int64_t m, int c);
 void kcuda_bn_train_stats(float *mean, float *invstd, float *mean_rest, float *running_mean,
                           float *running_var, const double *sums, double count, float eps,
                           float momentum, int c);

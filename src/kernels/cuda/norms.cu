@@ -62,8 +62,8 @@ static void bn_stats_bwd_t(double *sums, const float *dy, const T *y, const T *x
         });
 }
 
-template <typename T>
-static void bn_bwd_data_t(float *dx, const float *dy, const T *y, const T *x, const float *mean,
+template <typename T, typename D>
+static void bn_bwd_data_t(D *dx, const float *dy, const T *y, const T *x, const float *mean,
                           const float *invstd, const double *sums, const float *gamma, double count,
                           int64_t m, int c)
 {
@@ -72,7 +72,7 @@ static void bn_bwd_data_t(float *dx, const float *dy, const T *y, const T *x, co
         double h = ((double)kcuda_dev_load(x, k) - mean[j]) * invstd[j];
         double g = y && !(kcuda_dev_load(y, k) > 0) ? 0.0 : (double)dy[k];
         double v = g - sums[j] / count - h * sums[c + j] / count;
-        dx[k] = (float)((double)gamma[j] * invstd[j] * v);
+        kcuda_dev_store(dx, k, (float)((double)gamma[j] * invstd[j] * v));
     });
 }
 
@@ -113,11 +113,15 @@ void kcuda_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const float *
 {
     bn_stats_bwd_t(sums, dy, y, x, mean, invstd, m, c, g_out);
 }
-void kcuda_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
-                            const rp_bf16 *x, const float *mean, const float *invstd,
-                            const double *sums, const float *gamma, double count, int64_t m, int c)
+void kcuda_bn_bwd_data_bf16(const kernels_table *k, void *dx, rp_dtype dx_type, const float *dy,
+                            const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                            const float *invstd, const double *sums, const float *gamma,
+                            double count, int64_t m, int c)
 {
-    bn_bwd_data_t(dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
+    if (dx_type == RP_BF16)
+        bn_bwd_data_t((uint16_t *)dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
+    else
+        bn_bwd_data_t((float *)dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
 }
 
 /* The per-channel statistics: one thread per channel, the reference's operations and types. */

@@ -14,20 +14,30 @@ static rp_status conv_fwd(void *y, const void *x, const float *w, const float *b
     return kcuda_conv2d_fwd(y, x, w, bias, d);
 }
 
-static rp_status conv_bwd_data(float *dx, const float *dy, const float *w,
+/* A bf16 dy is refused: this table does not set bf16_grads (not yet run on a GPU). */
+static rp_status conv_dy_f32(const kernels_conv_desc *d, const char *who)
+{
+    if (d->dy_type == RP_F32) return RP_OK;
+    return RP_ERROR(RP_ERR_UNSUPPORTED, "cuda %s: dy stored as %s (this table takes f32 dy only)",
+                    who, rp_dtype_name(d->dy_type));
+}
+
+static rp_status conv_bwd_data(float *dx, const void *dy, const float *w,
                                const kernels_conv_desc *d)
 {
     RP_CHECK(kernels_conv_desc_validate(d));
     if (!dx || !dy || !w) return RP_ERROR(RP_ERR_INVALID, "cuda conv2d_bwd_data: NULL dx, dy or w");
+    RP_CHECK(conv_dy_f32(d, "conv2d_bwd_data"));
     return kcuda_conv2d_bwd_data(dx, dy, w, d);
 }
 
-static rp_status conv_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+static rp_status conv_bwd_weights(float *dw, float *db, const void *dy, const void *x,
                                   const kernels_conv_desc *d)
 {
     RP_CHECK(kernels_conv_desc_validate(d));
     if (!dw || !dy || !x)
         return RP_ERROR(RP_ERR_INVALID, "cuda conv2d_bwd_weights: NULL dw, dy or x");
+    RP_CHECK(conv_dy_f32(d, "conv2d_bwd_weights"));
     return kcuda_conv2d_bwd_weights(dw, db, dy, x, d);
 }
 

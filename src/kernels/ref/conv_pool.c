@@ -109,13 +109,15 @@ rp_status kernels_conv_desc_validate(const kernels_conv_desc *d)
     if (d->compute != RP_F32 && d->compute != RP_BF16)
         return RP_ERROR(RP_ERR_INVALID, "conv2d: compute type %s (%d) is neither f32 nor bf16",
                         rp_dtype_name(d->compute), (int)d->compute);
-    for (int k = 0; k < 2; k++) {
-        rp_dtype s = k ? d->y_type : d->x_type;
+    static const char *const names[] = {"x", "y", "dy"};
+    const rp_dtype types[] = {d->x_type, d->y_type, d->dy_type};
+    for (int k = 0; k < 3; k++) {
+        rp_dtype s = types[k];
         if (s != RP_F32 && !(s == RP_BF16 && d->compute == RP_BF16))
             return RP_ERROR(RP_ERR_INVALID,
                             "conv2d: %s stored as %s with %s compute (bf16 storage needs bf16 "
                             "compute; other types none)",
-                            k ? "y" : "x", rp_dtype_name(s), rp_dtype_name(d->compute));
+                            names[k], rp_dtype_name(s), rp_dtype_name(d->compute));
     }
     return RP_OK;
 }
@@ -176,7 +178,7 @@ rp_status kref_conv2d_fwd(void *y, const void *x, const float *w, const float *b
  * Backward data, as a gather: input position iy receives from output oy
  * through filter tap ky exactly when oy*stride - pad + ky == iy.
  */
-rp_status kref_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+rp_status kref_conv2d_bwd_data(float *dx, const void *dy, const float *w,
                                const kernels_conv_desc *d)
 {
     RP_CHECK(kernels_conv_desc_validate(d));
@@ -196,11 +198,11 @@ rp_status kref_conv2d_bwd_data(float *dx, const float *dy, const float *w,
                             int tx = ix + P - kx;
                             if (tx < 0 || tx % S != 0 || tx / S >= d->ow) continue;
                             int ox = tx / S;
-                            const float *dyp = dy + (((int64_t)n * d->oh + oy) * d->ow + ox) * O;
+                            int64_t dyp = (((int64_t)n * d->oh + oy) * d->ow + ox) * O;
                             for (int o = 0; o < O; o++) {
                                 double wv =
                                     in_val(w[(((int64_t)o * d->kh + ky) * d->kw + kx) * C + c], bf);
-                                acc += in_val(dyp[o], bf) * wv;
+                                acc += in_val(act_at(dy, dyp + o, d->dy_type), bf) * wv;
                             }
                         }
                     }
@@ -210,7 +212,7 @@ rp_status kref_conv2d_bwd_data(float *dx, const float *dy, const float *w,
 }
 
 rp_status kernels_conv2d_bwd_pair(const kernels_table *k, float *dx, float *dw, float *db,
-                                  const float *dy, const float *w, const void *x,
+                                  const void *dy, const float *w, const void *x,
                                   const kernels_conv_desc *d)
 {
     RP_CHECK(k->conv2d_bwd_data(dx, dy, w, d));
@@ -218,7 +220,7 @@ rp_status kernels_conv2d_bwd_pair(const kernels_table *k, float *dx, float *dw, 
 }
 
 /* Backward weights: each filter tap correlates dy with the shifted input. */
-rp_status kref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+rp_status kref_conv2d_bwd_weights(float *dw, float *db, const void *dy, const void *x,
                                   const kernels_conv_desc *d)
 {
     RP_CHECK(kernels_conv_desc_validate(d));
@@ -239,7 +241,9 @@ rp_status kref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const v
                                 int ix = ox * S - P + kx;
                                 if (ix < 0 || ix >= W) continue;
                                 double g = in_val(
-                                    dy[(((int64_t)n * d->oh + oy) * d->ow + ox) * O + o], bf);
+                                    act_at(dy, (((int64_t)n * d->oh + oy) * d->ow + ox) * O + o,
+                                           d->dy_type),
+                                    bf);
                                 acc +=
                                     g * in_val(act_at(x, (((int64_t)n * H + iy) * W + ix) * C + c,
                                                       d->x_type),
@@ -253,7 +257,7 @@ rp_status kref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const v
         for (int o = 0; o < O; o++) {
             double acc = 0.0;
             for (int64_t r = 0; r < rows; r++)
-                acc += in_val(dy[r * O + o], bf);
+                acc += in_val(act_at(dy, r * O + o, d->dy_type), bf);
             db[o] = (float)acc;
         }
     }

@@ -53,11 +53,11 @@ rp_status kref_conv2d_fwd(void *y, const void *x, const float *w, const float *b
 
 /* conv2d_bwd for any table: k's bwd_data, then its bwd_weights, on the same dy. */
 rp_status kernels_conv2d_bwd_pair(const kernels_table *k, float *dx, float *dw, float *db,
-                                  const float *dy, const float *w, const void *x,
+                                  const void *dy, const float *w, const void *x,
                                   const kernels_conv_desc *d);
 
 /* dx = the adjoint of conv2d_fwd with respect to x, applied to dy. Overwrites dx. */
-rp_status kref_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+rp_status kref_conv2d_bwd_data(float *dx, const void *dy, const float *w,
                                const kernels_conv_desc *d);
 
 /*
@@ -65,7 +65,7 @@ rp_status kref_conv2d_bwd_data(float *dx, const float *dy, const float *w,
  * the input); db[o] = sum over n,oy,ox of dy[n,oy,ox,o]. Overwrites dw and,
  * when db is not NULL, db.
  */
-rp_status kref_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+rp_status kref_conv2d_bwd_weights(float *dw, float *db, const void *dy, const void *x,
                                   const kernels_conv_desc *d);
 
 /*

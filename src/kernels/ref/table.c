@@ -7,6 +7,7 @@
 
 static const kernels_table ref_table = {
     .name = "ref",
+    .bf16_grads = true,
     .gemm = kref_gemm,
     .gemm_bf16 = kref_gemm_bf16,
     .conv2d_fwd = kref_conv2d_fwd,

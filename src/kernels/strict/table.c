@@ -66,7 +66,7 @@ static rp_status s_conv2d_fwd(void *y, const void *x, const float *w, const floa
     return s;
 }
 
-static rp_status s_conv2d_bwd_data(float *dx, const float *dy, const float *w,
+static rp_status s_conv2d_bwd_data(float *dx, const void *dy, const float *w,
                                    const kernels_conv_desc *d)
 {
     CHECK(conv2d_bwd_data, dx, dy, w);
@@ -76,7 +76,7 @@ static rp_status s_conv2d_bwd_data(float *dx, const float *dy, const float *w,
     return s;
 }
 
-static rp_status s_conv2d_bwd_weights(float *dw, float *db, const float *dy, const void *x,
+static rp_status s_conv2d_bwd_weights(float *dw, float *db, const void *dy, const void *x,
                                       const kernels_conv_desc *d)
 {
     CHECK(conv2d_bwd_weights, dw, db, dy, x);
@@ -87,7 +87,7 @@ static rp_status s_conv2d_bwd_weights(float *dw, float *db, const float *dy, con
 }
 
 static rp_status s_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *db,
-                              const float *dy, const float *w, const void *x,
+                              const void *dy, const float *w, const void *x,
                               const kernels_conv_desc *d)
 {
     CHECK(conv2d_bwd, dx, dw, db, dy, w, x);
@@ -206,14 +206,14 @@ static void s_bn_stats_bwd_bf16(const kernels_table *k, double *sums, const floa
     CLOSE;
 }
 
-static void s_bn_bwd_data_bf16(const kernels_table *k, float *dx, const float *dy, const rp_bf16 *y,
-                               const rp_bf16 *x, const float *mean, const float *invstd,
-                               const double *sums, const float *gamma, double count, int64_t m,
-                               int c)
+static void s_bn_bwd_data_bf16(const kernels_table *k, void *dx, rp_dtype dx_type, const float *dy,
+                               const rp_bf16 *y, const rp_bf16 *x, const float *mean,
+                               const float *invstd, const double *sums, const float *gamma,
+                               double count, int64_t m, int c)
 {
     CHECK(bn_bwd_data_bf16, dx, dy, y, x, mean, invstd, sums, gamma);
     OPEN;
-    CPU->bn_bwd_data_bf16(CPU, dx, dy, y, x, mean, invstd, sums, gamma, count, m, c);
+    CPU->bn_bwd_data_bf16(CPU, dx, dx_type, dy, y, x, mean, invstd, sums, gamma, count, m, c);
     CLOSE;
 }
 
@@ -672,6 +672,7 @@ static void s_mem_sync(void) {}
 static const kernels_table strict_table = {
     .name = "strict",
     .host_storage = false, /* the point: every layer above must stage through the memory slots */
+    .bf16_grads = true,
     .gemm = s_gemm,
     .gemm_bf16 = s_gemm_bf16,
     .conv2d_fwd = s_conv2d_fwd,
