@@ -225,6 +225,36 @@ typedef struct bn_sum_args {
 #define BN_LD(h, f, j) (half ? core_bf16_widen((h)[j]) : (f)[j])
 
 /*
+ * Backward sums of channels [j0, j0 + SUM_BLOCK) over rows [lo, hi) into f and f2, the
+ * accumulators in registers: g (dy, masked by y > 0 when `masked`; also stored into g_out
+ * when `store`) and g*xhat.
+ */
+static inline __attribute__((always_inline)) void
+bn_bwd_block(float *restrict f, float *restrict f2, const bn_sum_args *a, int64_t lo, int64_t hi,
+             int j0, bool half, bool masked, bool store)
+{
+    float s[SUM_BLOCK] = {0}, s2[SUM_BLOCK] = {0}, mu[SUM_BLOCK], is[SUM_BLOCK];
+    for (int j = 0; j < SUM_BLOCK; j++)
+        mu[j] = a->mean[j0 + j], is[j] = a->invstd[j0 + j];
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t at = i * a->ld + j0;
+        const float *xr = half ? NULL : a->x + at, *dr = a->dy + at;
+        const float *yr = !half && masked ? a->y + at : NULL;
+        const rp_bf16 *xhr = half ? a->xh + at : NULL, *yhr = half && masked ? a->yh + at : NULL;
+        float *restrict gr = store ? a->g_out + at : NULL;
+#pragma omp simd
+        for (int j = 0; j < SUM_BLOCK; j++) {
+            float d = dr[j], g = masked ? (BN_LD(yhr, yr, j) > 0 ? d : 0.0f) : d;
+            if (store) gr[j] = g;
+            s[j] += g;
+            s2[j] += g * ((BN_LD(xhr, xr, j) - mu[j]) * is[j]);
+        }
+    }
+    for (int j = 0; j < SUM_BLOCK; j++)
+        f[j0 + j] = s[j], f2[j0 + j] = s2[j];
+}
+
+/*
  * Float sums of one run of rows [lo, hi) into f (sum) and f2 (second sum):
  * forward of x-k and (x-k)^2, backward of g and g*xhat.
  */
@@ -269,9 +299,23 @@ bn_sum_run_t(float *restrict f, float *restrict f2, const float *restrict k, con
         }
         return;
     }
-    for (int j = 0; j < c; j++)
+    /* Backward: the same blocks of SUM_BLOCK channels in registers (the sums, in the same row
+       order, are the per-row loop's below bit for bit), then the channels left over. */
+    const bool masked = half ? a->yh != NULL : a->y != NULL;
+    int j0 = 0;
+    for (; j0 + SUM_BLOCK <= c; j0 += SUM_BLOCK) {
+        if (masked && a->g_out)
+            bn_bwd_block(f, f2, a, lo, hi, j0, half, true, true);
+        else if (masked)
+            bn_bwd_block(f, f2, a, lo, hi, j0, half, true, false);
+        else if (a->g_out)
+            bn_bwd_block(f, f2, a, lo, hi, j0, half, false, true);
+        else
+            bn_bwd_block(f, f2, a, lo, hi, j0, half, false, false);
+    }
+    for (int j = j0; j < c; j++)
         f[j] = f2[j] = 0.0f;
-    for (int64_t i = lo; i < hi; i++) {
+    for (int64_t i = lo; i < hi && j0 < c; i++) {
         const float *xr = half ? NULL : a->x + i * a->ld, *dr = a->dy + i * a->ld,
                     *yr = !half && a->y ? a->y + i * a->ld : NULL;
         const rp_bf16 *xhr = half ? a->xh + i * a->ld : NULL,
@@ -279,7 +323,7 @@ bn_sum_run_t(float *restrict f, float *restrict f2, const float *restrict k, con
         float *gr = a->g_out ? a->g_out + i * a->ld : NULL;
         if ((yr || yhr) && gr) {
 #pragma omp simd
-            for (int j = 0; j < c; j++) {
+            for (int j = j0; j < c; j++) {
                 float d = dr[j], g = BN_LD(yhr, yr, j) > 0 ? d : 0.0f;
                 gr[j] = g;
                 f[j] += g;
@@ -287,15 +331,15 @@ bn_sum_run_t(float *restrict f, float *restrict f2, const float *restrict k, con
             }
         } else if (yr || yhr) {
 #pragma omp simd
-            for (int j = 0; j < c; j++) {
+            for (int j = j0; j < c; j++) {
                 float d = dr[j], g = BN_LD(yhr, yr, j) > 0 ? d : 0.0f;
                 f[j] += g;
                 f2[j] += g * ((BN_LD(xhr, xr, j) - a->mean[j]) * a->invstd[j]);
             }
         } else {
-            if (gr) memcpy(gr, dr, (size_t)c * sizeof *gr);
+            if (gr) memcpy(gr + j0, dr + j0, (size_t)(c - j0) * sizeof *gr);
 #pragma omp simd
-            for (int j = 0; j < c; j++) {
+            for (int j = j0; j < c; j++) {
                 f[j] += dr[j];
                 f2[j] += dr[j] * ((BN_LD(xhr, xr, j) - a->mean[j]) * a->invstd[j]);
             }
