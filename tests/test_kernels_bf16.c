@@ -466,6 +466,65 @@ static void test_bf16_path_named(void **state)
 }
 
 /* A compute type other than f32 or bf16 is refused by name. */
+/*
+ * The ReLU rounded into bf16 (rp_relu_to) is the f32 ReLU's output rounded, bit for bit, on the
+ * cpu and ref tables: over edge values (NaN, -0, infinities, subnormals the conversion
+ * instruction would flush, ties) and enough values for several blocks on each thread. Upsampling
+ * copies bf16 values as they are, and the cpu table's upsampling (both ways) is the reference's,
+ * bit for bit, at odd and vector widths.
+ */
+static void test_relu_upsample_bf16(void **state)
+{
+    (void)state;
+    enum { N = 70001 };
+    static const float special[] = {NAN,         -NAN,        -0.0f,     0.0f,      INFINITY,
+                                    -INFINITY,   1e-40f,      0x1p-133f, 0x1p-134f, 0x1.01p-126f,
+                                    1.00390625f, 1.01171875f, -1.5f,     3.4e38f,   0x1.ff8p127f};
+    enum { NS = sizeof special / sizeof special[0] };
+    float *x = malloc(N * 4);
+    tu_fill(x, N, 41, -3, 3);
+    for (int i = 0; i < NS; i++)
+        x[i * 4099] = special[i]; /* spread over blocks */
+    rp_bf16 *got = malloc(N * 2);
+    const kernels_table *tables[] = {kernels_ref(), kernels_cpu()};
+    for (int ti = 0; ti < 2; ti++) {
+        memset(got, 0xff, N * 2);
+        tables[ti]->relu_fwd_bf16(got, x, N);
+        for (int64_t i = 0; i < N; i++) {
+            rp_bf16 want = rp_bf16_from_f32(x[i] > 0 ? x[i] : 0.0f);
+            if (got[i] != want)
+                fail_msg("%s relu_fwd_bf16: x[%lld] = %a gives 0x%04x, want 0x%04x",
+                         tables[ti]->name, (long long)i, (double)x[i], got[i], want);
+        }
+    }
+    static const int shapes[][4] = {{3, 5, 7, 5}, {2, 8, 8, 32}, {1, 1, 1, 1}, {4, 16, 16, 64}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int n = shapes[si][0], h = shapes[si][1], w = shapes[si][2], c = shapes[si][3];
+        int64_t in = (int64_t)n * h * w * c, out = 4 * in;
+        rp_bf16 *xb = malloc(in * 2), *yb = malloc(out * 2), *yr = malloc(out * 2);
+        float *xf = malloc(in * 4), *yf = malloc(out * 4), *dy = malloc(out * 4);
+        float *d1 = malloc(in * 4), *d2 = malloc(in * 4);
+        tu_fill(xf, in, 42 + si, -2, 2);
+        rp_bf16_from_f32_array(xb, xf, (size_t)in);
+        kernels_ref()->upsample2x_fwd(yr, xb, RP_BF16, n, h, w, c);
+        kernels_cpu()->upsample2x_fwd(yb, xb, RP_BF16, n, h, w, c);
+        assert_memory_equal(yb, yr, (size_t)out * 2);
+        kernels_ref()->upsample2x_fwd(yf, xf, RP_F32, n, h, w, c);
+        for (int64_t i = 0; i < out; i++)
+            assert_int_equal(yr[i], rp_bf16_from_f32(yf[i])); /* the f32 copy's values */
+        kernels_cpu()->upsample2x_fwd(dy, xf, RP_F32, n, h, w, c);
+        assert_memory_equal(dy, yf, (size_t)out * 4);
+        tu_fill(dy, out, 62 + si, -1, 1);
+        /* The first 2x2 block all -0: the reference's sum, from +0, is +0. */
+        dy[0] = dy[c] = dy[2 * (int64_t)w * c] = dy[2 * (int64_t)w * c + c] = -0.0f;
+        kernels_ref()->upsample2x_bwd(d1, dy, n, h, w, c);
+        kernels_cpu()->upsample2x_bwd(d2, dy, n, h, w, c);
+        assert_memory_equal(d2, d1, (size_t)in * 4);
+        free(xb), free(yb), free(yr), free(xf), free(yf), free(dy), free(d1), free(d2);
+    }
+    free(x), free(got);
+}
+
 static void test_bad_compute_refused(void **state)
 {
     (void)state;
@@ -499,6 +558,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bn_bf16_norm_edges),
         cmocka_unit_test(test_bf16_round_array),
         cmocka_unit_test(test_bf16_path_named),
+        cmocka_unit_test(test_relu_upsample_bf16),
         cmocka_unit_test(test_bad_compute_refused),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);

@@ -609,8 +609,8 @@ static void test_elementwise(void **state)
         check(dx, gdx, 2000, 0, "gather_cols");
     }
     /* upsampling and global average pooling over [3, 5, 6, 7] */
-    R->upsample2x_fwd(y, x, 3, 5, 6, 7);
-    G->upsample2x_fwd(gy, gx, 3, 5, 6, 7);
+    R->upsample2x_fwd(y, x, RP_F32, 3, 5, 6, 7);
+    G->upsample2x_fwd(gy, gx, RP_F32, 3, 5, 6, 7);
     check(y, gy, 3 * 10 * 12 * 7, 0, "upsample2x_fwd");
     R->upsample2x_bwd(dx, x, 3, 5, 6, 7);
     G->upsample2x_bwd(gdx, gx, 3, 5, 6, 7);
@@ -650,6 +650,15 @@ static void test_elementwise(void **state)
     R->cast_f32_bf16(all, wide, 65536);
     G->cast_f32_bf16(gall, gwide, 65536);
     check_bits(all, gall, 65536 * 2, "cast_f32_bf16");
+    /* the ReLU rounded into bf16, and bf16 upsampling (a copy of those): bit for bit */
+    R->relu_fwd_bf16(all, wide, 65536);
+    G->relu_fwd_bf16(gall, gwide, 65536);
+    check_bits(all, gall, 65536 * 2, "relu_fwd_bf16");
+    rp_bf16 *big = malloc(4 * 65536 * 2), *gbig = dev_alloc(4 * 65536 * 2);
+    R->upsample2x_fwd(big, all, RP_BF16, 4, 32, 32, 16);
+    G->upsample2x_fwd(gbig, gall, RP_BF16, 4, 32, 32, 16);
+    check_bits(big, gbig, 4 * 65536 * 2, "upsample2x_fwd bf16");
+    free(big);
     free(all), free(wide), free(x), free(x2), free(dy), free(y), free(dx);
     free_all();
 }

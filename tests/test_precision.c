@@ -185,6 +185,81 @@ static void test_conv_f32_input_in_bf16(void **state)
     }
 }
 
+/*
+ * x -> ReLU -> (2x upsampling) -> bf16 convolution, the ReLU rp_relu (f32 output, which the
+ * convolution rounds) or rp_relu_to(bf16) (rounded as it is written): y, dx, dw, db.
+ */
+static void relu_conv_run(bool to_bf16, bool upsample, float *y, float *dx, float *dw, float *db)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    rp_precision_policy p = rp_precision_policy_make(RP_BF16);
+    p.activations = RP_F32; /* the SN-GAN's default: the convolution's output stays f32 */
+    assert_int_equal(rp_tape_set_precision(t, p), RP_OK);
+    enum { NX = CN * CH * CW * CC, NW = CO * 3 * 3 * CC, NY = CN * 2 * CH * 2 * CW * CO };
+    float xs[NX], ws[NW], bs[CO], dys[NY];
+    tu_fill(xs, NX, 21, -2, 2);
+    xs[0] = 0x1.0101p-3f, xs[1] = -0.0f, xs[2] = 1e-40f; /* a tie, -0, a subnormal */
+    tu_fill(ws, NW, 22, -1, 1);
+    tu_fill(bs, CO, 23, -1, 1);
+    tu_fill(dys, NY, 24, -1, 1);
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){CN, CH, CW, CC}, xs);
+    rp_tensor *w = rp_tensor_from(t, 4, (int[]){CO, 3, 3, CC}, ws);
+    rp_tensor *b = rp_tensor_from(t, 1, (int[]){CO}, bs);
+    rp_tensor_set_requires_grad(x, true);
+    rp_tensor_set_requires_grad(w, true);
+    rp_tensor_set_requires_grad(b, true);
+    rp_tensor *h = to_bf16 ? rp_relu_to(t, x, RP_BF16) : rp_relu(t, x);
+    assert_non_null(h);
+    assert_int_equal(h->dtype, to_bf16 ? RP_BF16 : RP_F32);
+    if (upsample) {
+        h = rp_upsample2x(t, h);
+        assert_int_equal(h->dtype, to_bf16 ? RP_BF16 : RP_F32); /* a copy keeps the type */
+    }
+    rp_tensor *out = rp_conv2d(t, h, w, b, (rp_conv_params){1, 1});
+    assert_non_null(out);
+    int64_t ny = out->numel;
+    assert_int_equal(rp_tensor_read(out, y, ny), RP_OK);
+    assert_int_equal(rp_backward_from(t, out, dys), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(x, dx, NX), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(w, dw, NW), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(b, db, CO), RP_OK);
+    rp_tape_destroy(t);
+}
+
+/*
+ * rp_relu_to(bf16) before bf16 convolutions (the SN-GAN's blocks): the convolution reads the
+ * values it would have rounded itself, so the output and every gradient are bit for bit those
+ * of the f32 ReLU, directly and through an upsampling (which copies bf16 as it is). A bad type
+ * is refused.
+ */
+static void test_relu_to_bf16(void **state)
+{
+    (void)state;
+    enum { NX = CN * CH * CW * CC, NW = CO * 3 * 3 * CC, NY = CN * 2 * CH * 2 * CW * CO };
+    for (int up = 0; up < 2; up++) {
+        float *y1 = calloc(NY, 4), *y2 = calloc(NY, 4), dx1[NX], dx2[NX], dw1[NW], dw2[NW], db1[CO],
+              db2[CO];
+        relu_conv_run(false, up, y1, dx1, dw1, db1);
+        relu_conv_run(true, up, y2, dx2, dw2, db2);
+        assert_memory_equal(y1, y2, (size_t)NY * 4);
+        assert_memory_equal(dx1, dx2, sizeof dx1);
+        assert_memory_equal(dw1, dw2, sizeof dw1);
+        assert_memory_equal(db1, db2, sizeof db1);
+        int passed = 0;
+        for (int i = 0; i < NX; i++)
+            passed += dx1[i] != 0;
+        assert_true(passed > NX / 4 && passed < NX); /* the mask passed some, stopped others */
+        free(y1), free(y2);
+    }
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    float v[4] = {1, -1, 2, -2};
+    assert_null(rp_relu_to(t, rp_tensor_from(t, 1, (int[]){4}, v), RP_I32));
+    tu_assert_error_contains("rp_relu_to: output type i32");
+    rp_tape_destroy(t);
+}
+
 /* ---- gradients of whole networks, f32 against bf16 ----------------------------------------- */
 
 /* One network's forward pass on a fresh tape under `compute`; returns its output. */
@@ -632,6 +707,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_policy_api),
         cmocka_unit_test(test_linear_follows_policy),
         cmocka_unit_test(test_conv_f32_input_in_bf16),
+        cmocka_unit_test(test_relu_to_bf16),
         cmocka_unit_test(test_resnet20_gradients_bounded),
         cmocka_unit_test(test_sngan_gradients_bounded),
         cmocka_unit_test(test_d4pg_gradients_bounded),

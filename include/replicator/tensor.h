@@ -432,6 +432,15 @@ RP_API rp_tensor *rp_batch_norm_add(rp_tape *t, rp_tensor *x, rp_tensor *gamma, 
                                     rp_tensor *residual, rp_bn_params p);
 
 RP_API rp_tensor *rp_relu(rp_tape *t, rp_tensor *x);
+/*
+ * rp_relu with its output stored as `dtype`: RP_F32 (rp_relu itself) or RP_BF16, each value
+ * rounded once (rp_bf16_from_f32). For a ReLU whose output only bf16 convolutions read, perhaps
+ * through rp_upsample2x (which keeps bf16): they would round it the same way, so the values they
+ * compute are unchanged, while the f32 output is never written nor rounded in a pass of its own
+ * (the SN-GAN's blocks, docs/precision.md). The gradient is rp_relu's (dy where x > 0), in f32.
+ * RP_ERR_INVALID for another dtype.
+ */
+RP_API rp_tensor *rp_relu_to(rp_tape *t, rp_tensor *x, rp_dtype dtype);
 RP_API rp_tensor *rp_leaky_relu(rp_tape *t, rp_tensor *x, float slope);
 RP_API rp_tensor *rp_tanh(rp_tape *t, rp_tensor *x);
 RP_API rp_tensor *rp_sigmoid(rp_tape *t, rp_tensor *x);
@@ -490,7 +499,7 @@ RP_API rp_tensor *rp_max_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p);
 RP_API rp_tensor *rp_avg_pool2d(rp_tape *t, rp_tensor *x, rp_pool_params p);
 /* [N,H,W,C] -> [N,C]. */
 RP_API rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x);
-/* Nearest-neighbour 2x: [N,H,W,C] -> [N,2H,2W,C]. */
+/* Nearest-neighbour 2x: [N,H,W,C] -> [N,2H,2W,C], in x's dtype (a copy: bf16 stays bf16). */
 RP_API rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x);
 
 /* table [V,D], idx[n] in [0,V) -> [n,D]. Out-of-range indices are an error. */

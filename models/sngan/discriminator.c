@@ -59,8 +59,8 @@ static rp_tensor *avgpool2(rp_tape *t, rp_tensor *x)
 static rp_tensor *dblock_forward(rp_tape *t, const sngan_dblock *b, rp_tensor *x, bool training)
 {
     /* The optimised block starts with the convolution (its input is the image, no ReLU before). */
-    rp_tensor *h = b->optimized ? x : rp_relu(t, x);
-    h = rp_relu(t, rp_sn_conv2d_layer_forward(t, &b->c1, h, training));
+    rp_tensor *h = b->optimized ? x : sngan_relu_into_conv(t, x);
+    h = sngan_relu_into_conv(t, rp_sn_conv2d_layer_forward(t, &b->c1, h, training));
     h = rp_sn_conv2d_layer_forward(t, &b->c2, h, training);
     if (b->downsample) h = avgpool2(t, h);
     rp_tensor *s = x;

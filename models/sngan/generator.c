@@ -97,9 +97,10 @@ rp_status rp_sngan_generator_load(rp_sngan_generator *g, const rp_checkpoint *ck
 static rp_tensor *gblock_forward(rp_tape *t, const sngan_gblock *b, rp_tensor *x,
                                  const int32_t *labels, bool training)
 {
-    rp_tensor *h = rp_relu(t, rp_cond_batchnorm_layer_forward(t, &b->b1, x, labels, training));
+    rp_tensor *h =
+        sngan_relu_into_conv(t, rp_cond_batchnorm_layer_forward(t, &b->b1, x, labels, training));
     h = rp_conv2d_layer_forward(t, &b->c1, rp_upsample2x(t, h));
-    h = rp_relu(t, rp_cond_batchnorm_layer_forward(t, &b->b2, h, labels, training));
+    h = sngan_relu_into_conv(t, rp_cond_batchnorm_layer_forward(t, &b->b2, h, labels, training));
     h = rp_conv2d_layer_forward(t, &b->c2, h);
     /* upsample -> conv1x1 as conv1x1 -> upsample: the same values, on a quarter of the pixels. */
     rp_tensor *s = rp_upsample2x(t, rp_conv2d_layer_forward(t, &b->sc, x));

@@ -43,6 +43,13 @@ rp_precision_policy rp_sngan_net_policy(rp_precision_policy run, const rp_sngan_
     return run;
 }
 
+rp_tensor *sngan_relu_into_conv(rp_tape *t, rp_tensor *x)
+{
+    rp_precision_policy p = rp_tape_precision(t);
+    bool bf16 = p.compute == RP_BF16 && (p.ops & RP_AUTOCAST_CONV);
+    return rp_relu_to(t, x, bf16 ? RP_BF16 : RP_F32);
+}
+
 rp_status rp_sngan_config_check(const rp_sngan_config *c)
 {
     if (!c) return RP_ERROR(RP_ERR_INVALID, "rp_sngan_config_check: NULL config");

@@ -51,6 +51,13 @@ void sngan_discriminator_destroy(sngan_discriminator *d);
 rp_tensor *sngan_discriminator_forward(rp_tape *t, const sngan_discriminator *d, rp_tensor *x,
                                        const int32_t *labels, bool training);
 
+/*
+ * A ReLU whose output only convolutions read (through an upsampling in G): stored in bf16 when
+ * the tape's policy multiplies convolutions in bf16, since they would round it the same way
+ * (rp_relu_to: the same values, without the f32 output and the pass that narrowed it).
+ */
+rp_tensor *sngan_relu_into_conv(rp_tape *t, rp_tensor *x);
+
 struct rp_sngan {
     rp_sngan_config cfg;
     rp_dataset *train;

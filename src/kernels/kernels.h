@@ -172,6 +172,9 @@ typedef struct kernels_table {
     void (*act_fwd)(float *y, const float *x, int64_t n, kernels_act act, float slope);
     void (*act_bwd)(float *dx, const float *dy, const float *y, const float *x, int64_t n,
                     kernels_act act, float slope);
+    /* y = max(x, 0) rounded to bf16 (rp_bf16_from_f32): a ReLU whose output only a bf16
+       convolution reads, which would round it the same way. */
+    void (*relu_fwd_bf16)(rp_bf16 *y, const float *x, int64_t n);
 
     /* y[i] = a[i] op b[i % nb], n a multiple of nb. y may alias a. */
     void (*binary)(float *y, const float *a, const float *b, int64_t n, int64_t nb,
@@ -232,8 +235,9 @@ typedef struct kernels_table {
     void (*gather_cols)(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
                         bool accumulate);
 
-    /* Nearest 2x upsampling of [n,h,w,c] and its adjoint (sums 2x2 blocks). */
-    void (*upsample2x_fwd)(float *y, const float *x, int n, int h, int w, int c);
+    /* Nearest 2x upsampling of [n,h,w,c] (a copy: values of `type`, RP_F32 or RP_BF16) and its
+       adjoint (sums 2x2 blocks, f32). */
+    void (*upsample2x_fwd)(void *y, const void *x, rp_dtype type, int n, int h, int w, int c);
     void (*upsample2x_bwd)(float *dx, const float *dy, int n, int h, int w, int c);
     /* Global average pool [n,hw,c] -> [n,c] and its adjoint. */
     void (*gap_fwd)(float *y, const float *x, int n, int hw, int c);

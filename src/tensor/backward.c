@@ -284,7 +284,10 @@ static rp_status act_bwd(rp_tape *t, tape_node *nd)
     float *dx = tape_grad_out(t, x, &fail);
     if (fail) return tape_oom();
     if (!dx) return RP_OK;
-    t->k->act_bwd(dx, y->grad, y->data, x->data, x->numel, nd->a.act.act, nd->a.act.slope);
+    /* rp_relu_to's bf16 y: the ReLU's mask from x (x > 0 exactly where y > 0, but for positive
+       x under bf16's least value, which rounds to 0 and is passed as the f32 ReLU passes it). */
+    const float *ys = y->dtype == RP_BF16 ? x->data : y->data;
+    t->k->act_bwd(dx, y->grad, ys, x->data, x->numel, nd->a.act.act, nd->a.act.slope);
     tape_grad_commit(t, x, dx);
     return RP_OK;
 }

@@ -89,6 +89,27 @@ rp_tensor *rp_relu(rp_tape *t, rp_tensor *x)
     return activation(t, x, RP_ACT_RELU, 0.0f);
 }
 
+rp_tensor *rp_relu_to(rp_tape *t, rp_tensor *x, rp_dtype dtype)
+{
+    if (dtype == RP_F32) return rp_relu(t, x);
+    if (dtype != RP_BF16) {
+        RP_ERROR(RP_ERR_INVALID, "rp_relu_to: output type %s (%d) is neither f32 nor bf16",
+                 rp_dtype_name(dtype), (int)dtype);
+        return NULL;
+    }
+    TAPE_F32_IN(t, x);
+    rp_tensor *y = tape_tensor_typed(t, x->ndim, x->shape, RP_BF16);
+    RP_PROPAGATE_NULL(y);
+    t->k->relu_fwd_bf16(y->data_bf16, x->data, x->numel);
+    if (tape_needs_grad(t, &x, 1)) {
+        tape_node *node = tape_record(t, RP_OP_ACT, y, &x, 1);
+        RP_PROPAGATE_NULL(node);
+        node->a.act.act = RP_ACT_RELU; /* act_bwd takes its mask from x, y being bf16 */
+        node->a.act.slope = 0.0f;
+    }
+    return y;
+}
+
 rp_tensor *rp_leaky_relu(rp_tape *t, rp_tensor *x, float slope)
 {
     return activation(t, x, RP_ACT_LEAKY_RELU, slope);

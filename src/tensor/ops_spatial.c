@@ -266,7 +266,7 @@ rp_tensor *rp_global_avg_pool(rp_tape *t, rp_tensor *x)
 
 rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
 {
-    TAPE_F32_IN(t, x);
+    TAPE_PARAM_IN(t, x); /* a copy: any dtype as it is */
     if (x->ndim != 4) {
         char sx[64];
         RP_ERROR(RP_ERR_SHAPE, "rp_upsample2x: input must be NHWC [N,H,W,C], got %s",
@@ -274,9 +274,9 @@ rp_tensor *rp_upsample2x(rp_tape *t, rp_tensor *x)
         return NULL;
     }
     int n = x->shape[0], h = x->shape[1], w = x->shape[2], c = x->shape[3];
-    rp_tensor *y = tape_tensor(t, 4, (int[]){n, 2 * h, 2 * w, c});
+    rp_tensor *y = tape_tensor_typed(t, 4, (int[]){n, 2 * h, 2 * w, c}, x->dtype);
     RP_PROPAGATE_NULL(y);
-    t->k->upsample2x_fwd(y->data, x->data, n, h, w, c);
+    t->k->upsample2x_fwd(y->storage, x->storage, x->dtype, n, h, w, c);
     if (tape_needs_grad(t, &x, 1) && !tape_record(t, RP_OP_UPSAMPLE2X, y, &x, 1)) return NULL;
     return y;
 }

@@ -41,6 +41,56 @@ static inline float fast_expf(float x)
     return p * scale;
 }
 
+/* The ReLU into a stack block, then rounded as kcpu_cast_f32_bf16 rounds (the same values bit for
+ * bit as rounding the f32 ReLU's output; the f32 output is never written). */
+void kcpu_relu_fwd_bf16(rp_bf16 *restrict y, const float *restrict x, int64_t n)
+{
+    enum { BLOCK = 4096 };
+#pragma omp parallel for if (n >= PAR_MIN) schedule(static)
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        float buf[BLOCK];
+        int64_t len = n - b < BLOCK ? n - b : BLOCK;
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++)
+            buf[i] = x[b + i] > 0 ? x[b + i] : 0.0f;
+        kcpu_bf16_round(y + b, buf, len);
+    }
+}
+
+/* Each input row's pixels written twice into output row 2i, which is then copied to row 2i+1. */
+void kcpu_upsample2x_fwd(void *restrict y, const void *restrict x, rp_dtype type, int n, int h,
+                         int w, int c)
+{
+    size_t px = (size_t)c * rp_dtype_size(type), out_row = 2 * (size_t)w * px;
+#pragma omp parallel for if ((int64_t)n * h * w * c >= PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < (int64_t)n * h; r++) {
+        const char *in = (const char *)x + r * w * px;
+        char *o = (char *)y + 2 * r * out_row;
+        for (int j = 0; j < w; j++) {
+            memcpy(o + 2 * j * px, in + j * px, px);
+            memcpy(o + (2 * j + 1) * px, in + j * px, px);
+        }
+        memcpy(o + out_row, o, out_row);
+    }
+}
+
+/* dx[i, j] = the sum of dy's 2x2 block, rows of c channels in vector loops. */
+void kcpu_upsample2x_bwd(float *restrict dx, const float *restrict dy, int n, int h, int w, int c)
+{
+    int64_t ow = 2 * (int64_t)w * c;
+#pragma omp parallel for if ((int64_t)n * h * w * c >= PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < (int64_t)n * h; r++) {
+        const float *top = dy + 2 * r * ow, *bottom = top + ow;
+        float *out = dx + r * w * c;
+        for (int j = 0; j < w; j++) {
+            const float *t0 = top + 2 * j * c, *b0 = bottom + 2 * j * c;
+#pragma omp simd
+            for (int k = 0; k < c; k++)
+                out[j * c + k] = (((0.0f + t0[k]) + t0[c + k]) + b0[k]) + b0[c + k]; /* ref's */
+        }
+    }
+}
+
 void kcpu_act_fwd(float *restrict y, const float *restrict x, int64_t n, kernels_act a, float slope)
 {
     switch (a) {

@@ -5,6 +5,9 @@
 #include "kernels/ref/elementwise.h"
 
 void kcpu_act_fwd(float *y, const float *x, int64_t n, kernels_act a, float slope);
+void kcpu_relu_fwd_bf16(rp_bf16 *y, const float *x, int64_t n);
+void kcpu_upsample2x_fwd(void *y, const void *x, rp_dtype type, int n, int h, int w, int c);
+void kcpu_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c);
 void kcpu_act_bwd(float *dx, const float *dy, const float *y, const float *x, int64_t n,
                   kernels_act a, float slope);
 void kcpu_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb, kernels_binop op);

@@ -139,7 +139,8 @@ double kcuda_sum(const float *x, int64_t n);
 void kcuda_copy_cols(float *y, int64_t ldy, int64_t off, const float *x, int64_t rows, int64_t w);
 void kcuda_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_t rows, int64_t w,
                        bool accumulate);
-void kcuda_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c);
+void kcuda_upsample2x_fwd(void *y, const void *x, rp_dtype type, int n, int h, int w, int c);
+void kcuda_relu_fwd_bf16(rp_bf16 *y, const float *x, int64_t n);
 void kcuda_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c);
 void kcuda_gap_fwd(float *y, const float *x, int n, int hw, int c);
 void kcuda_gap_bwd(float *dx, const float *dy, int n, int hw, int c);

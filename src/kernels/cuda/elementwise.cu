@@ -275,7 +275,7 @@ void kcuda_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64
     });
 }
 
-void kcuda_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
+template <typename T> static void upsample2x_fwd_t(T *y, const T *x, int n, int h, int w, int c)
 {
     int64_t total = (int64_t)n * 2 * h * 2 * w * c;
     kcuda_each(total, "upsample2x_fwd", [=] __device__(int64_t k) {
@@ -283,6 +283,20 @@ void kcuda_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
         int64_t j = r % (2 * w), i = (r / (2 * w)) % (2 * h), b = r / (4 * (int64_t)h * w);
         y[k] = x[((b * h + i / 2) * w + j / 2) * c + ch];
     });
+}
+
+void kcuda_upsample2x_fwd(void *y, const void *x, rp_dtype type, int n, int h, int w, int c)
+{
+    if (type == RP_BF16)
+        upsample2x_fwd_t(static_cast<uint16_t *>(y), static_cast<const uint16_t *>(x), n, h, w, c);
+    else
+        upsample2x_fwd_t(static_cast<float *>(y), static_cast<const float *>(x), n, h, w, c);
+}
+
+void kcuda_relu_fwd_bf16(rp_bf16 *y, const float *x, int64_t n)
+{
+    kcuda_each(n, "relu_fwd_bf16",
+               [=] __device__(int64_t k) { y[k] = kcuda_dev_bf16_round(x[k] > 0 ? x[k] : 0.0f); });
 }
 
 void kcuda_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c)

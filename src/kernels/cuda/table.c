@@ -101,6 +101,7 @@ static const kernels_table cuda_table = {
     .bn_bwd_data_bf16 = kcuda_bn_bwd_data_bf16,
     .act_fwd = kcuda_act_fwd,
     .act_bwd = kcuda_act_bwd,
+    .relu_fwd_bf16 = kcuda_relu_fwd_bf16,
     .binary = kcuda_binary,
     .binary_bcast = kcuda_binary_bcast,
     .reduce_axes = kcuda_reduce_axes,

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "kernels/ref/elementwise.h"
 
 void kref_bn_stats(double *sums, const float *x, int64_t m, int c)
@@ -88,6 +89,12 @@ static float act(float x, kernels_act a, float slope)
         return 1.0f / x;
     }
     return x;
+}
+
+void kref_relu_fwd_bf16(rp_bf16 *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = core_bf16_round(x[i] > 0 ? x[i] : 0.0f);
 }
 
 void kref_act_fwd(float *y, const float *x, int64_t n, kernels_act a, float slope)
@@ -195,13 +202,14 @@ void kref_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, int64_
             y[i * w + j] = (accumulate ? y[i * w + j] : 0.0f) + x[i * ldx + off + j];
 }
 
-void kref_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
+void kref_upsample2x_fwd(void *y, const void *x, rp_dtype type, int n, int h, int w, int c)
 {
+    size_t e = rp_dtype_size(type), row = (size_t)c * e;
     for (int b = 0; b < n; b++)
         for (int i = 0; i < 2 * h; i++)
             for (int j = 0; j < 2 * w; j++)
-                memcpy(y + (((int64_t)b * 2 * h + i) * 2 * w + j) * c,
-                       x + (((int64_t)b * h + i / 2) * w + j / 2) * c, (size_t)c * sizeof(float));
+                memcpy((char *)y + (((int64_t)b * 2 * h + i) * 2 * w + j) * row,
+                       (const char *)x + (((int64_t)b * h + i / 2) * w + j / 2) * row, row);
 }
 
 void kref_upsample2x_bwd(float *dx, const float *dy, int n, int h, int w, int c)

@@ -28,6 +28,7 @@ static const kernels_table ref_table = {
     .bn_bwd_data_bf16 = kernels_bn_bwd_data_bf16,
     .act_fwd = kref_act_fwd,
     .act_bwd = kref_act_bwd,
+    .relu_fwd_bf16 = kref_relu_fwd_bf16,
     .binary = kref_binary,
     .scale = kref_scale,
     .add_inplace = kref_add_inplace,

@@ -236,6 +236,14 @@ static void s_act_bwd(float *dx, const float *dy, const float *y, const float *x
     CLOSE;
 }
 
+static void s_relu_fwd_bf16(rp_bf16 *y, const float *x, int64_t n)
+{
+    CHECK(relu_fwd_bf16, y, x);
+    OPEN;
+    CPU->relu_fwd_bf16(y, x, n);
+    CLOSE;
+}
+
 static void s_binary(float *y, const float *a, const float *b, int64_t n, int64_t nb,
                      kernels_binop op)
 {
@@ -417,11 +425,11 @@ static void s_gather_cols(float *y, const float *x, int64_t ldx, int64_t off, in
     CLOSE;
 }
 
-static void s_upsample2x_fwd(float *y, const float *x, int n, int h, int w, int c)
+static void s_upsample2x_fwd(void *y, const void *x, rp_dtype type, int n, int h, int w, int c)
 {
     CHECK(upsample2x_fwd, y, x);
     OPEN;
-    CPU->upsample2x_fwd(y, x, n, h, w, c);
+    CPU->upsample2x_fwd(y, x, type, n, h, w, c);
     CLOSE;
 }
 
@@ -693,6 +701,7 @@ static const kernels_table strict_table = {
     .bn_bwd_data_bf16 = s_bn_bwd_data_bf16,
     .act_fwd = s_act_fwd,
     .act_bwd = s_act_bwd,
+    .relu_fwd_bf16 = s_relu_fwd_bf16,
     .binary = s_binary,
     .binary_bcast = s_binary_bcast,
     .reduce_axes = s_reduce_axes,
