@@ -525,6 +525,59 @@ static void test_relu_upsample_bf16(void **state)
     free(x), free(got);
 }
 
+/*
+ * Max pooling keeps bf16 (a maximum is exact): the cpu table's and the reference's outputs and
+ * argmax equal, bit for bit, those of pooling the widened values in f32 (each output the
+ * winner's own bits), ties and NaN included, over ResNet's 3x3 stride-2 pad-1 window and a 2x2
+ * one at odd and vector widths.
+ */
+static void test_maxpool_bf16(void **state)
+{
+    (void)state;
+    static const int shapes[][7] = {
+        /* n, h, w, c, k, stride, pad */
+        {2, 9, 7, 5, 3, 2, 1},
+        {3, 8, 8, 64, 3, 2, 1},
+        {1, 6, 6, 17, 2, 2, 0},
+    };
+    const kernels_table *tables[] = {kernels_ref(), kernels_cpu()};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int *s = shapes[si];
+        kernels_pool_desc d;
+        assert_int_equal(kernels_pool_desc_init(&d, s[0], s[1], s[2], s[3], s[4], s[5], s[6]),
+                         RP_OK);
+        int64_t nx = (int64_t)d.n * d.h * d.w * d.c, ny = (int64_t)d.n * d.oh * d.ow * d.c;
+        float *xf = malloc(nx * 4), *yf = malloc(ny * 4);
+        rp_bf16 *xb = malloc(nx * 2), *yb = malloc(ny * 2);
+        int32_t *af = malloc(ny * 4), *ab = malloc(ny * 4);
+        tu_fill(xf, nx, 71 + si, -2, 2);
+        for (int64_t i = 0; i < nx; i += 7)
+            xf[i] = xf[i + 1 < nx ? i + 1 : i]; /* ties between neighbours */
+        xf[3] = NAN, xf[nx - 1] = -0.0f;
+        rp_bf16_from_f32_array(xb, xf, (size_t)nx);
+        rp_bf16_to_f32_array(xf, xb, (size_t)nx);
+        for (int ti = 0; ti < 2; ti++) {
+            kernels_pool_desc df = d, dh = d;
+            dh.type = RP_BF16;
+            assert_int_equal(tables[ti]->maxpool_fwd(yf, af, xf, &df), RP_OK);
+            assert_int_equal(tables[ti]->maxpool_fwd(yb, ab, xb, &dh), RP_OK);
+            assert_memory_equal(ab, af, (size_t)ny * 4);
+            for (int64_t i = 0; i < ny; i++)
+                if (yb[i] != xb[af[i]] || memcmp(&yf[i], &xf[af[i]], 4) != 0)
+                    fail_msg("%s maxpool bf16, shape %zu: y[%lld] 0x%04x, f32 winner 0x%04x",
+                             tables[ti]->name, si, (long long)i, yb[i], xb[af[i]]);
+        }
+        free(xf), free(yf), free(xb), free(yb), free(af), free(ab);
+    }
+    kernels_pool_desc d;
+    assert_int_equal(kernels_pool_desc_init(&d, 1, 4, 4, 1, 2, 2, 0), RP_OK);
+    d.type = RP_I32;
+    float buf[16] = {0};
+    int32_t am[4];
+    assert_int_equal(kcpu_maxpool_fwd(buf, am, buf, &d), RP_ERR_INVALID);
+    tu_assert_error_contains("pool2d: values stored as i32");
+}
+
 static void test_bad_compute_refused(void **state)
 {
     (void)state;
@@ -559,6 +612,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bf16_round_array),
         cmocka_unit_test(test_bf16_path_named),
         cmocka_unit_test(test_relu_upsample_bf16),
+        cmocka_unit_test(test_maxpool_bf16),
         cmocka_unit_test(test_bad_compute_refused),
     };
     return tu_run_group_tests(argc, argv, tests, NULL, NULL);

@@ -356,6 +356,18 @@ static void test_pool(void **state)
         assert_int_equal(G->maxpool_fwd(gy, gam, gx, &d), RP_OK);
         check_bits(y, gy, (size_t)ny * 4, "maxpool_fwd");
         check_bits(am, gam, (size_t)ny * 4, "maxpool_fwd argmax");
+        /* bf16 values: the same winners, their own bits */
+        kernels_pool_desc dh = d;
+        dh.type = RP_BF16;
+        rp_bf16 *xh = malloc((size_t)nx * 2), *yh = malloc((size_t)ny * 2);
+        R->cast_f32_bf16(xh, x, nx);
+        rp_bf16 *gxh = up(xh, (size_t)nx * 2), *gyh = dev_alloc((size_t)ny * 2);
+        assert_int_equal(R->maxpool_fwd(yh, am, xh, &dh), RP_OK);
+        assert_int_equal(G->maxpool_fwd(gyh, gam, gxh, &dh), RP_OK);
+        check_bits(yh, gyh, (size_t)ny * 2, "maxpool_fwd bf16");
+        check_bits(am, gam, (size_t)ny * 4, "maxpool_fwd bf16 argmax");
+        free(xh), free(yh);
+        assert_int_equal(R->maxpool_fwd(y, am, x, &d), RP_OK); /* the f32 argmax again, below */
         assert_int_equal(R->maxpool_bwd(dx, am, dy, &d), RP_OK);
         assert_int_equal(G->maxpool_bwd(gdx, gam, gdy, &d), RP_OK);
         check_bits(dx, gdx, (size_t)nx * 4, "maxpool_bwd");

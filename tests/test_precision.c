@@ -260,6 +260,52 @@ static void test_relu_to_bf16(void **state)
     rp_tape_destroy(t);
 }
 
+/* bf16 x -> max pool (3x3, stride 2, pad 1) -> bf16 convolution, pooling the bf16 tensor as it is
+ * or (wide) widened to f32 first: y and dx. */
+static void pool_conv_run(bool wide, float *y, float *dx)
+{
+    rp_tape *t;
+    assert_int_equal(rp_tape_create(&t, 0), RP_OK);
+    assert_int_equal(rp_tape_set_precision(t, rp_precision_policy_make(RP_BF16)), RP_OK);
+    enum { NX = 2 * 9 * 9 * CC, NW = CO * 3 * 3 * CC, NY = 2 * 5 * 5 * CO };
+    float xs[NX], ws[NW], dys[NY];
+    tu_fill(xs, NX, 31, -2, 2);
+    tu_fill(ws, NW, 32, -1, 1);
+    tu_fill(dys, NY, 33, -1, 1);
+    rp_tensor *x = rp_tensor_from(t, 4, (int[]){2, 9, 9, CC}, xs);
+    rp_tensor *w = rp_tensor_from(t, 4, (int[]){CO, 3, 3, CC}, ws);
+    rp_tensor_set_requires_grad(x, true);
+    rp_tensor *h = rp_cast(t, x, RP_BF16);
+    if (wide) h = rp_cast(t, h, RP_F32);
+    h = rp_max_pool2d(t, h, (rp_pool_params){3, 2, 1});
+    assert_non_null(h);
+    assert_int_equal(h->dtype, wide ? RP_F32 : RP_BF16);
+    rp_tensor *out = rp_conv2d(t, h, w, NULL, (rp_conv_params){1, 1});
+    assert_non_null(out);
+    assert_int_equal(out->numel, NY);
+    assert_int_equal(rp_tensor_read(out, y, NY), RP_OK);
+    assert_int_equal(rp_backward_from(t, out, dys), RP_OK);
+    assert_int_equal(rp_tensor_read_grad(x, dx, NX), RP_OK);
+    rp_tape_destroy(t);
+}
+
+/* Max pooling keeps a bf16 input in bf16 (a maximum is exact): what the convolution after it
+ * computes, forward and backward, is bit for bit what pooling the widened values gives. */
+static void test_max_pool_bf16(void **state)
+{
+    (void)state;
+    enum { NX = 2 * 9 * 9 * CC, NY = 2 * 5 * 5 * CO };
+    float y1[NY], y2[NY], dx1[NX], dx2[NX];
+    pool_conv_run(true, y1, dx1);
+    pool_conv_run(false, y2, dx2);
+    assert_memory_equal(y1, y2, sizeof y1);
+    assert_memory_equal(dx1, dx2, sizeof dx1);
+    int nonzero = 0;
+    for (int i = 0; i < NX; i++)
+        nonzero += dx1[i] != 0;
+    assert_true(nonzero > 0 && nonzero < NX); /* the argmax routed the gradient to some */
+}
+
 /* ---- gradients of whole networks, f32 against bf16 ----------------------------------------- */
 
 /* One network's forward pass on a fresh tape under `compute`; returns its output. */
@@ -708,6 +754,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_linear_follows_policy),
         cmocka_unit_test(test_conv_f32_input_in_bf16),
         cmocka_unit_test(test_relu_to_bf16),
+        cmocka_unit_test(test_max_pool_bf16),
         cmocka_unit_test(test_resnet20_gradients_bounded),
         cmocka_unit_test(test_sngan_gradients_bounded),
         cmocka_unit_test(test_d4pg_gradients_bounded),

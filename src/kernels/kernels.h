@@ -52,6 +52,8 @@ typedef struct kernels_pool_desc {
     int n, h, w, c;
     int oh, ow;
     int k, stride, pad;
+    rp_dtype type; /* max pooling's x and y: RP_F32 (what kernels_pool_desc_init sets) or RP_BF16,
+                      a maximum being exact in either; average pooling: RP_F32 */
 } kernels_pool_desc;
 
 rp_status kernels_pool_desc_init(kernels_pool_desc *d, int n, int h, int w, int c, int k,
@@ -107,7 +109,7 @@ typedef struct kernels_table {
                             const kernels_conv_desc *d);
 
     /* Max pooling saves the flat input offset of each output's maximum in argmax. */
-    rp_status (*maxpool_fwd)(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);
+    rp_status (*maxpool_fwd)(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d);
     rp_status (*maxpool_bwd)(float *dx, const int32_t *argmax, const float *dy,
                              const kernels_pool_desc *d);
     /* Average pooling, padding excluded from the divisor. */

@@ -206,7 +206,11 @@ rp_tensor *rp_batch_norm_add(rp_tape *t, rp_tensor *x, rp_tensor *gamma, rp_tens
 
 static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
 {
-    TAPE_F32_IN(t, x);
+    /* A maximum is exact in bf16: max pooling keeps a bf16 input's type, averaging widens it. */
+    if (max)
+        TAPE_PARAM_IN(t, x);
+    else
+        TAPE_F32_IN(t, x);
     const char *who = max ? "rp_max_pool2d" : "rp_avg_pool2d";
     if (x->ndim != 4) {
         char sx[64];
@@ -218,12 +222,13 @@ static rp_tensor *pool(rp_tape *t, rp_tensor *x, rp_pool_params p, bool max)
     if (kernels_pool_desc_init(&d, x->shape[0], x->shape[1], x->shape[2], x->shape[3], p.kernel,
                                p.stride, p.pad) != RP_OK)
         return NULL;
-    rp_tensor *y = tape_tensor(t, 4, (int[]){d.n, d.oh, d.ow, d.c});
+    d.type = x->dtype;
+    rp_tensor *y = tape_tensor_typed(t, 4, (int[]){d.n, d.oh, d.ow, d.c}, x->dtype);
     RP_PROPAGATE_NULL(y);
     int32_t *argmax = NULL;
     if (max) {
         argmax = rp_arena_alloc(t->store, (size_t)y->numel * sizeof(int32_t));
-        if (!argmax || t->k->maxpool_fwd(y->data, argmax, x->data, &d) != RP_OK) return NULL;
+        if (!argmax || t->k->maxpool_fwd(y->storage, argmax, x->storage, &d) != RP_OK) return NULL;
     } else if (t->k->avgpool_fwd(y->data, x->data, &d) != RP_OK) {
         return NULL;
     }

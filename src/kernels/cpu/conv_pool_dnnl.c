@@ -37,6 +37,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "core/bf16.h"
 #include "kernels/cpu/bf16_round.h"
 #include "kernels/cpu/conv_pool_dnnl.h"
 #include "kernels/ref/conv_pool_ref.h"
@@ -1095,15 +1096,23 @@ rp_status kcpu_avgpool_bwd(float *dx, const float *dy, const kernels_pool_desc *
  * and both selects are branch-free over the contiguous channels, so the
  * inner loop vectorises. Rows (n, oy) are split over the thread team.
  */
-rp_status kcpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d)
+/* Max pooling over f32 or, with `half`, bf16 values (compared widened, the winner's own bits
+ * stored): the running maxima live in y. */
+static inline __attribute__((always_inline)) void
+maxpool_rows(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d, bool half)
 {
-    RP_CHECK(kernels_pool_desc_validate(d));
-    if (!y || !argmax || !x)
-        return RP_ERROR(RP_ERR_INVALID, "kcpu_maxpool_fwd: NULL y, argmax or x");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad, K = d->k;
     const int OH = d->oh, OW = d->ow, rows = d->n * d->oh;
     const int64_t work = (int64_t)rows * OW * C * K * K;
-
+#define MP_LD(p, i) (half ? core_bf16_widen(((const rp_bf16 *)(p))[i]) : ((const float *)(p))[i])
+#define MP_PUT(p, i, q, j)                                                                         \
+    do {                                                                                           \
+        if (half)                                                                                  \
+            ((rp_bf16 *)(p))[i] = ((const rp_bf16 *)(q))[j];                                       \
+        else                                                                                       \
+            ((float *)(p))[i] = ((const float *)(q))[j];                                           \
+    } while (0)
+    const size_t e = half ? sizeof(rp_bf16) : sizeof(float);
 #pragma omp parallel for schedule(static) if (work > RP_POOL_PARALLEL_MIN)
     for (int r = 0; r < rows; r++) {
         const int n = r / OH, oy = r % OH;
@@ -1114,28 +1123,48 @@ rp_status kcpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kern
             int ix0 = ox * S - P, ix1 = ix0 + K;
             if (ix0 < 0) ix0 = 0;
             if (ix1 > W) ix1 = W;
-            float *restrict yp = y + ((int64_t)r * OW + ox) * C;
+            void *yp = (char *)y + ((int64_t)r * OW + ox) * C * e;
             int32_t *restrict ap = argmax + ((int64_t)r * OW + ox) * C;
             const int32_t first = (int32_t)((((int64_t)n * H + iy0) * W + ix0) * C);
-            const float *restrict xp = x + first;
+            const void *xp = (const char *)x + (int64_t)first * e;
             for (int c = 0; c < C; c++) {
-                yp[c] = xp[c];
+                MP_PUT(yp, c, xp, c);
                 ap[c] = first + c;
             }
             for (int iy = iy0; iy < iy1; iy++) {
                 for (int ix = iy == iy0 ? ix0 + 1 : ix0; ix < ix1; ix++) {
                     const int32_t off = (int32_t)((((int64_t)n * H + iy) * W + ix) * C);
-                    const float *restrict xq = x + off;
+                    const void *xq = (const char *)x + (int64_t)off * e;
                     for (int c = 0; c < C; c++) {
-                        const float v = xq[c];
-                        const bool gt = v > yp[c];
-                        yp[c] = gt ? v : yp[c];
+                        const bool gt = MP_LD(xq, c) > MP_LD(yp, c);
+                        if (half) {
+                            rp_bf16 *yh = yp;
+                            const rp_bf16 *xh = xq;
+                            yh[c] = gt ? xh[c] : yh[c];
+                        } else {
+                            float *yf = yp;
+                            const float *xf = xq;
+                            yf[c] = gt ? xf[c] : yf[c];
+                        }
                         ap[c] = gt ? off + c : ap[c];
                     }
                 }
             }
         }
     }
+#undef MP_LD
+#undef MP_PUT
+}
+
+rp_status kcpu_maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d)
+{
+    RP_CHECK(kernels_pool_desc_validate(d));
+    if (!y || !argmax || !x)
+        return RP_ERROR(RP_ERR_INVALID, "kcpu_maxpool_fwd: NULL y, argmax or x");
+    if (d->type == RP_BF16)
+        maxpool_rows(y, argmax, x, d, true);
+    else
+        maxpool_rows(y, argmax, x, d, false);
     return RP_OK;
 }
 

@@ -71,7 +71,7 @@ rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *d
  * Max pooling with argmax = flat input offsets, first maximum in ky-major,
  * kx order winning (see kref_maxpool_fwd). Overwrites y and argmax.
  */
-rp_status kcpu_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);
+rp_status kcpu_maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d);
 /*
  * dx = 0, then dx[argmax[i]] += dy[i]. Each argmax must point into the same
  * image as its output (as maxpool_fwd's do); RP_ERR_INVALID otherwise.

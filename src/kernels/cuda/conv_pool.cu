@@ -233,7 +233,8 @@ rp_status kcuda_conv2d_bwd_weights(float *dw, float *db, const void *dy_any, con
 
 /* ---- pooling ---- */
 
-rp_status kcuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d)
+template <typename T>
+static void maxpool_fwd_t(T *y, int32_t *argmax, const T *x, const kernels_pool_desc *d)
 {
     const kernels_pool_desc p = *d;
     kcuda_each((int64_t)p.n * p.oh * p.ow * p.c, "maxpool_fwd", [=] __device__(int64_t e) {
@@ -250,15 +251,24 @@ rp_status kcuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const ker
                 int ix = ox * p.stride - p.pad + kx;
                 if (ix < 0 || ix >= p.w) continue;
                 int64_t at = ((n * p.h + iy) * p.w + ix) * p.c + c;
-                if (at_best < 0 || x[at] > best) {
-                    best = x[at];
+                float v = kcuda_dev_load(x, at);
+                if (at_best < 0 || v > best) {
+                    best = v;
                     at_best = at;
                 }
             }
         }
-        y[e] = best;
+        y[e] = x[at_best]; /* the winner's own bits, f32 or bf16 */
         argmax[e] = (int32_t)at_best;
     });
+}
+
+rp_status kcuda_maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d)
+{
+    if (d->type == RP_BF16)
+        maxpool_fwd_t(static_cast<uint16_t *>(y), argmax, static_cast<const uint16_t *>(x), d);
+    else
+        maxpool_fwd_t(static_cast<float *>(y), argmax, static_cast<const float *>(x), d);
     return kcuda_take_error();
 }
 

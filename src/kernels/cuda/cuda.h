@@ -67,7 +67,7 @@ rp_status kcuda_conv2d_bwd_data(float *dx, const void *dy, const float *w,
                                 const kernels_conv_desc *d);
 rp_status kcuda_conv2d_bwd_weights(float *dw, float *db, const void *dy, const void *x,
                                    const kernels_conv_desc *d);
-rp_status kcuda_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);
+rp_status kcuda_maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d);
 rp_status kcuda_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,
                             const kernels_pool_desc *d);
 rp_status kcuda_avgpool_fwd(float *y, const float *x, const kernels_pool_desc *d);

@@ -41,7 +41,7 @@ static rp_status conv_bwd_weights(float *dw, float *db, const void *dy, const vo
     return kcuda_conv2d_bwd_weights(dw, db, dy, x, d);
 }
 
-static rp_status maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d)
+static rp_status maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d)
 {
     RP_CHECK(kernels_pool_desc_validate(d));
     if (!y || !argmax || !x)

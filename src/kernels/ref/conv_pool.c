@@ -134,6 +134,9 @@ rp_status kernels_pool_desc_validate(const kernels_pool_desc *d)
                         "%d, stride %d, pad %d (expected %dx%d); use kernels_pool_desc_init",
                         d->oh, d->ow, d->h, d->w, d->k, d->stride, d->pad, e.oh, e.ow);
     }
+    if (d->type != RP_F32 && d->type != RP_BF16)
+        return RP_ERROR(RP_ERR_INVALID, "pool2d: values stored as %s (%d); f32 or bf16",
+                        rp_dtype_name(d->type), (int)d->type);
     return RP_OK;
 }
 
@@ -264,12 +267,13 @@ rp_status kref_conv2d_bwd_weights(float *dw, float *db, const void *dy, const vo
     return RP_OK;
 }
 
-rp_status kref_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d)
+rp_status kref_maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d)
 {
     RP_CHECK(kernels_pool_desc_validate(d));
     if (!y || !argmax || !x)
         return RP_ERROR(RP_ERR_INVALID, "kref_maxpool_fwd: NULL y, argmax or x");
     const int C = d->c, H = d->h, W = d->w, S = d->stride, P = d->pad, K = d->k;
+    const bool half = d->type == RP_BF16;
     for (int n = 0; n < d->n; n++)
         for (int oy = 0; oy < d->oh; oy++)
             for (int ox = 0; ox < d->ow; ox++)
@@ -283,14 +287,18 @@ rp_status kref_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kern
                             int ix = ox * S - P + kx;
                             if (ix < 0 || ix >= W) continue;
                             int64_t at = (((int64_t)n * H + iy) * W + ix) * C + c;
-                            if (best_at < 0 || x[at] > best) {
-                                best = x[at];
+                            float v = act_at(x, at, d->type);
+                            if (best_at < 0 || v > best) {
+                                best = v;
                                 best_at = at;
                             }
                         }
                     }
                     int64_t out = (((int64_t)n * d->oh + oy) * d->ow + ox) * C + c;
-                    y[out] = best;
+                    if (half) /* the chosen input's own bits */
+                        ((rp_bf16 *)y)[out] = ((const rp_bf16 *)x)[best_at];
+                    else
+                        ((float *)y)[out] = best;
                     argmax[out] = (int32_t)best_at;
                 }
     return RP_OK;

@@ -76,7 +76,7 @@ rp_status kref_conv2d_bwd_weights(float *dw, float *db, const void *dy, const vo
  * only if it is strictly greater, so the first maximum wins (and a NaN in
  * that first position propagates). Overwrites y and argmax.
  */
-rp_status kref_maxpool_fwd(float *y, int32_t *argmax, const float *x, const kernels_pool_desc *d);
+rp_status kref_maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d);
 
 /* dx = 0, then dx[argmax[i]] += dy[i] for every output i. Overwrites dx. */
 rp_status kref_maxpool_bwd(float *dx, const int32_t *argmax, const float *dy,

@@ -99,8 +99,7 @@ static rp_status s_conv2d_bwd(const kernels_table *k, float *dx, float *dw, floa
 
 /* ---- pooling ---- */
 
-static rp_status s_maxpool_fwd(float *y, int32_t *argmax, const float *x,
-                               const kernels_pool_desc *d)
+static rp_status s_maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d)
 {
     CHECK(maxpool_fwd, y, argmax, x);
     OPEN;
