@@ -122,6 +122,19 @@ enum { CN = 3, CH = 6, CW = 5, CC = 4, CO = 8 };
  * explicit rp_cast first), then backward from dy: y and the gradients of x, w and b (those that
  * require one; `grad_w` false freezes w and b).
  */
+/* out = rp_conv2d(t, h, w, b, 3x3 with padding 1); its ny values into y (widened), then backward
+ * from it with dy. Returns out's dtype. */
+static rp_dtype conv_and_backward(rp_tape *t, rp_tensor *h, rp_tensor *w, rp_tensor *b, float *y,
+                                  int64_t ny, const float *dy)
+{
+    rp_tensor *out = rp_conv2d(t, h, w, b, (rp_conv_params){1, 1});
+    assert_non_null(out);
+    assert_int_equal(out->numel, ny);
+    assert_int_equal(rp_tensor_read(out, y, ny), RP_OK);
+    assert_int_equal(rp_backward_from(t, out, dy), RP_OK);
+    return out->dtype;
+}
+
 static void conv_run(bool cast, bool grad_w, bool grad_x, float *y, float *dx, float *dw, float *db)
 {
     rp_tape *t;
@@ -141,12 +154,8 @@ static void conv_run(bool cast, bool grad_w, bool grad_x, float *y, float *dx, f
     rp_tensor_set_requires_grad(x, grad_x);
     rp_tensor_set_requires_grad(w, grad_w);
     rp_tensor_set_requires_grad(b, grad_w);
-    rp_tensor *in = cast ? rp_cast(t, x, RP_BF16) : x;
-    rp_tensor *out = rp_conv2d(t, in, w, b, (rp_conv_params){1, 1});
-    assert_non_null(out);
-    assert_int_equal(out->dtype, RP_F32);
-    assert_int_equal(rp_tensor_read(out, y, NY), RP_OK);
-    assert_int_equal(rp_backward_from(t, out, dys), RP_OK);
+    assert_int_equal(conv_and_backward(t, cast ? rp_cast(t, x, RP_BF16) : x, w, b, y, NY, dys),
+                     RP_F32);
     if (grad_x) assert_int_equal(rp_tensor_read_grad(x, dx, NX), RP_OK);
     if (grad_w) {
         assert_int_equal(rp_tensor_read_grad(w, dw, NW), RP_OK);
@@ -216,11 +225,7 @@ static void relu_conv_run(bool to_bf16, bool upsample, float *y, float *dx, floa
         h = rp_upsample2x(t, h);
         assert_int_equal(h->dtype, to_bf16 ? RP_BF16 : RP_F32); /* a copy keeps the type */
     }
-    rp_tensor *out = rp_conv2d(t, h, w, b, (rp_conv_params){1, 1});
-    assert_non_null(out);
-    int64_t ny = out->numel;
-    assert_int_equal(rp_tensor_read(out, y, ny), RP_OK);
-    assert_int_equal(rp_backward_from(t, out, dys), RP_OK);
+    conv_and_backward(t, h, w, b, y, upsample ? NY : NY / 4, dys);
     assert_int_equal(rp_tensor_read_grad(x, dx, NX), RP_OK);
     assert_int_equal(rp_tensor_read_grad(w, dw, NW), RP_OK);
     assert_int_equal(rp_tensor_read_grad(b, db, CO), RP_OK);
@@ -280,11 +285,7 @@ static void pool_conv_run(bool wide, float *y, float *dx)
     h = rp_max_pool2d(t, h, (rp_pool_params){3, 2, 1});
     assert_non_null(h);
     assert_int_equal(h->dtype, wide ? RP_F32 : RP_BF16);
-    rp_tensor *out = rp_conv2d(t, h, w, NULL, (rp_conv_params){1, 1});
-    assert_non_null(out);
-    assert_int_equal(out->numel, NY);
-    assert_int_equal(rp_tensor_read(out, y, NY), RP_OK);
-    assert_int_equal(rp_backward_from(t, out, dys), RP_OK);
+    conv_and_backward(t, h, w, NULL, y, NY, dys);
     assert_int_equal(rp_tensor_read_grad(x, dx, NX), RP_OK);
     rp_tape_destroy(t);
 }
@@ -404,9 +405,9 @@ static rp_tensor *resnet_loss(rp_tape *t, void *arg)
     return rp_softmax_cross_entropy(t, rp_resnet_forward(t, c->net, x, true), c->labels);
 }
 
-static void test_resnet20_gradients_bounded(void **state)
+/* ResNet-20 for 1-channel 28x28 images (seed 7), a batch of 16 images and labels. */
+static resnet_case *resnet_case_new(void)
 {
-    (void)state;
     resnet_case *c = calloc(1, sizeof *c);
     rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
     cfg.in_channels = 1;
@@ -414,6 +415,13 @@ static void test_resnet20_gradients_bounded(void **state)
     tu_fill(c->images, 16 * 28 * 28, 9, -1, 1);
     for (int i = 0; i < 16; i++)
         c->labels[i] = (i * 7) % 10;
+    return c;
+}
+
+static void test_resnet20_gradients_bounded(void **state)
+{
+    (void)state;
+    resnet_case *c = resnet_case_new();
     /* The head (fc.weight and fc.bias) is the last 64 x 10 + 10 values. */
     grad_gap r = net_gap(rp_resnet_params(c->net), resnet_loss, c, "ResNet-20", 650);
     assert_true(r.out_rel < 0.01);
@@ -482,13 +490,7 @@ static rp_tensor *shared_out_loss(rp_tape *t, void *arg)
 static void test_bf16_grads_change_nothing(void **state)
 {
     (void)state;
-    resnet_case *c = calloc(1, sizeof *c);
-    rp_resnet_config cfg = rp_resnet_config_default(RP_RESNET20);
-    cfg.in_channels = 1;
-    assert_int_equal(rp_resnet_create(&c->net, &cfg, 7), RP_OK);
-    tu_fill(c->images, 16 * 28 * 28, 9, -1, 1);
-    for (int i = 0; i < 16; i++)
-        c->labels[i] = (i * 7) % 10;
+    resnet_case *c = resnet_case_new();
     rp_params *params = rp_resnet_params(c->net);
     int64_t n = rp_params_trainable_numel(params);
     float *on = malloc((size_t)n * sizeof *on), *off = malloc((size_t)n * sizeof *off);
