@@ -144,7 +144,8 @@ void kernels_bn_bwd_data_bf16(const kernels_table *k, void *dx, rp_dtype dx_type
 #pragma omp parallel for num_threads(team) schedule(static)
     for (int64_t q = 0; q < nchunks; q++) {
         float sx[CHUNK], sy[CHUNK], sd[CHUNK];
-        float *xb = buffers(sx, c, 1), *yb = buffers(sy, c, 1), *db = buffers(sd, c, 1);
+        float *xb = buffers(sx, c, 1), *yb = buffers(sy, c, 1),
+              *db = half ? buffers(sd, c, 1) : NULL;
         int64_t r0 = q * rows, n = r0 + rows < m ? rows : m - r0;
         widen(xb, x + r0 * c, n * c);
         if (y) widen(yb, y + r0 * c, n * c);

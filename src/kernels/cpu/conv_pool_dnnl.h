@@ -69,7 +69,8 @@ rp_status kcpu_conv2d_bwd(const kernels_table *k, float *dx, float *dw, float *d
 
 /*
  * Max pooling with argmax = flat input offsets, first maximum in ky-major,
- * kx order winning (see kref_maxpool_fwd). Overwrites y and argmax.
+ * kx order winning (see kref_maxpool_fwd), over values of d->type (f32 or
+ * bf16, y the winner's own bits). Overwrites y and argmax.
  */
 rp_status kcpu_maxpool_fwd(void *y, int32_t *argmax, const void *x, const kernels_pool_desc *d);
 /*
